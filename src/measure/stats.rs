@@ -1,0 +1,145 @@
+//! Summary statistics over microsecond samples.
+
+use serde::{Deserialize, Serialize};
+
+/// Summary of a sample set (all values in microseconds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Number of samples.
+    pub n: usize,
+    pub median_us: f64,
+    pub mean_us: f64,
+    /// Sample standard deviation (n - 1); 0 for a single sample.
+    pub stddev_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+    /// 99th percentile (linear interpolation between closest ranks).
+    pub p99_us: f64,
+    /// Samples further than 3.5 modified z-scores (MAD-based) from the median.
+    pub outliers: usize,
+}
+
+/// Quantile `q` in [0, 1] of sorted data, interpolating linearly (the "R-7" rule).
+pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+    assert!(!sorted.is_empty(), "quantile of an empty sample set");
+    let q = q.clamp(0.0, 1.0);
+    let pos = q * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// Median absolute deviation of sorted data.
+pub fn mad_sorted(sorted: &[f64]) -> f64 {
+    let med = quantile_sorted(sorted, 0.5);
+    let mut dev: Vec<f64> = sorted.iter().map(|x| (x - med).abs()).collect();
+    dev.sort_by(f64::total_cmp);
+    quantile_sorted(&dev, 0.5)
+}
+
+/// Outliers by modified z-score (Iglewicz and Hoaglin): |0.6745 (x - median) / MAD| > 3.5.
+pub fn mad_outliers(sorted: &[f64]) -> usize {
+    let med = quantile_sorted(sorted, 0.5);
+    let mad = mad_sorted(sorted);
+    if mad == 0.0 {
+        // At least half the samples equal the median: every other one is an outlier.
+        return sorted.iter().filter(|&&x| x != med).count();
+    }
+    sorted
+        .iter()
+        .filter(|&&x| (0.6745 * (x - med) / mad).abs() > 3.5)
+        .count()
+}
+
+impl Summary {
+    /// Summarises `samples`; `None` for an empty set or any non-finite value.
+    pub fn from_samples(samples: &[f64]) -> Option<Summary> {
+        if samples.is_empty() || samples.iter().any(|x| !x.is_finite()) {
+            return None;
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        let mean = s.iter().sum::<f64>() / n as f64;
+        let var = if n > 1 {
+            s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        Some(Summary {
+            n,
+            median_us: quantile_sorted(&s, 0.5),
+            mean_us: mean,
+            stddev_us: var.sqrt(),
+            min_us: s[0],
+            max_us: s[n - 1],
+            p99_us: quantile_sorted(&s, 0.99),
+            outliers: mad_outliers(&s),
+        })
+    }
+
+    /// The same summary with every value divided by `d` (per-op times from per-verify times).
+    pub fn scaled(&self, d: f64) -> Summary {
+        Summary {
+            median_us: self.median_us / d,
+            mean_us: self.mean_us / d,
+            stddev_us: self.stddev_us / d,
+            min_us: self.min_us / d,
+            max_us: self.max_us / d,
+            p99_us: self.p99_us / d,
+            ..self.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_summary() {
+        let s = Summary::from_samples(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(s.n, 5);
+        assert_eq!(s.median_us, 3.0);
+        assert_eq!(s.mean_us, 3.0);
+        assert!((s.stddev_us - 2.5f64.sqrt()).abs() < 1e-12);
+        assert_eq!((s.min_us, s.max_us), (1.0, 5.0));
+        assert!((s.p99_us - 4.96).abs() < 1e-12);
+        assert_eq!(s.outliers, 0);
+    }
+
+    #[test]
+    fn even_count_median_interpolates() {
+        let s = Summary::from_samples(&[1.0, 2.0, 3.0, 10.0]).unwrap();
+        assert_eq!(s.median_us, 2.5);
+    }
+
+    #[test]
+    fn mad_flags_a_far_sample() {
+        let mut v: Vec<f64> = (0..100).map(|i| 10.0 + (i % 5) as f64 * 0.1).collect();
+        v.push(50.0);
+        let s = Summary::from_samples(&v).unwrap();
+        assert_eq!(s.outliers, 1);
+        assert!(s.p99_us < 50.0 && s.max_us == 50.0);
+    }
+
+    #[test]
+    fn zero_spread_with_one_odd_value() {
+        let mut v = vec![7.0; 50];
+        v.push(9.0);
+        assert_eq!(Summary::from_samples(&v).unwrap().outliers, 1);
+        assert_eq!(Summary::from_samples(&[7.0; 10]).unwrap().outliers, 0);
+    }
+
+    #[test]
+    fn empty_and_nan_give_none() {
+        assert!(Summary::from_samples(&[]).is_none());
+        assert!(Summary::from_samples(&[1.0, f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn scaled_divides_times_not_counts() {
+        let s = Summary::from_samples(&[10.0, 20.0]).unwrap().scaled(10.0);
+        assert_eq!((s.n, s.median_us, s.max_us), (2, 1.5, 2.0));
+    }
+}

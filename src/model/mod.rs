@@ -1,0 +1,28 @@
+//! Model shapes and the verify schedule.
+//!
+//! Under pure tensor parallelism (SGLang, vLLM) a forward of T tokens does, on every rank:
+//! the vocab-parallel embedding's all-reduce; per layer, attention -> all-reduce -> MLP/MoE ->
+//! all-reduce; then the LM head and an all-gather of the vocab-parallel logits. Between the
+//! collectives each rank streams its shard of the weights. The schedule is pure data: the NCCL
+//! backend replays it, the cost model prices it, `plan` prints it.
+
+pub mod config;
+pub mod presets;
+pub mod schedule;
+pub mod shape;
+
+pub use schedule::{
+    build, CollectiveKind, ComputeKind, DType, Logits, Op, Phase, Routing, Schedule,
+    ScheduleOptions,
+};
+pub use shape::ModelShape;
+
+use std::path::Path;
+
+/// The shape from `--model-config PATH` if given, else the preset `--model NAME`.
+pub fn resolve(model: &str, config: Option<&Path>) -> anyhow::Result<ModelShape> {
+    match config {
+        Some(p) => config::load(p),
+        None => presets::preset(model),
+    }
+}

@@ -1,0 +1,133 @@
+//! Built-in model shapes, from the published config.json of each model.
+
+use super::shape::*;
+use crate::error::usage;
+
+/// Names accepted by `--model`.
+pub const PRESETS: &[&str] = &[
+    "kimi-k2.5",
+    "deepseek-v3",
+    "llama-3.1-70b",
+    "qwen3-235b-a22b",
+];
+
+fn mla(heads: u64) -> Attention {
+    Attention::Mla {
+        heads,
+        q_lora_rank: Some(1536),
+        kv_lora_rank: 512,
+        qk_nope_head_dim: 128,
+        qk_rope_head_dim: 64,
+        v_head_dim: 128,
+    }
+}
+
+/// The preset of that name, or a usage error listing the known ones.
+pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
+    let shape = match name.to_ascii_lowercase().as_str() {
+        // moonshotai/Kimi-K2.5: DeepSeek-V3 architecture; routed experts int4 (group 32),
+        // attention, shared experts, dense MLP and lm_head bf16.
+        "kimi-k2.5" | "kimi-k2" | "kimi-k2-thinking" => ModelShape {
+            name: "kimi-k2.5".into(),
+            layers: 61,
+            hidden: 7168,
+            vocab: 163840,
+            first_dense: 1,
+            intermediate: 18432,
+            moe: Some(Moe {
+                routed_experts: 384,
+                experts_per_token: 8,
+                shared_experts: 1,
+                moe_intermediate: 2048,
+            }),
+            attention: mla(64),
+            precision: Precision {
+                attention: WeightFormat::Bf16,
+                dense_mlp: WeightFormat::Bf16,
+                routed_experts: WeightFormat::Int4Group { group: 32 },
+                shared_experts: WeightFormat::Bf16,
+                lm_head: WeightFormat::Bf16,
+            },
+        },
+        // deepseek-ai/DeepSeek-V3: fp8 e4m3 with 128x128 block scales; lm_head bf16.
+        "deepseek-v3" | "deepseek-r1" => ModelShape {
+            name: "deepseek-v3".into(),
+            layers: 61,
+            hidden: 7168,
+            vocab: 129280,
+            first_dense: 3,
+            intermediate: 18432,
+            moe: Some(Moe {
+                routed_experts: 256,
+                experts_per_token: 8,
+                shared_experts: 1,
+                moe_intermediate: 2048,
+            }),
+            attention: mla(128),
+            precision: Precision {
+                lm_head: WeightFormat::Bf16,
+                ..Precision::uniform(WeightFormat::Fp8Block { block: 128 })
+            },
+        },
+        "llama-3.1-70b" => ModelShape {
+            name: "llama-3.1-70b".into(),
+            layers: 80,
+            hidden: 8192,
+            vocab: 128256,
+            first_dense: 80,
+            intermediate: 28672,
+            moe: None,
+            attention: Attention::Gqa {
+                heads: 64,
+                kv_heads: 8,
+                head_dim: 128,
+            },
+            precision: Precision::uniform(WeightFormat::Bf16),
+        },
+        "qwen3-235b-a22b" => ModelShape {
+            name: "qwen3-235b-a22b".into(),
+            layers: 94,
+            hidden: 4096,
+            vocab: 151936,
+            first_dense: 0,
+            intermediate: 0,
+            moe: Some(Moe {
+                routed_experts: 128,
+                experts_per_token: 8,
+                shared_experts: 0,
+                moe_intermediate: 1536,
+            }),
+            attention: Attention::Gqa {
+                heads: 64,
+                kv_heads: 4,
+                head_dim: 128,
+            },
+            precision: Precision::uniform(WeightFormat::Bf16),
+        },
+        _ => {
+            return Err(usage(format!(
+                "unknown model preset '{name}'; known presets: {} (or pass --model-config PATH to a config.json)",
+                PRESETS.join(", ")
+            )))
+        }
+    };
+    Ok(shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_preset_resolves() {
+        for p in PRESETS {
+            assert_eq!(preset(p).unwrap().name, *p);
+        }
+    }
+
+    #[test]
+    fn unknown_preset_lists_known_ones() {
+        let e = preset("gpt-5").unwrap_err().to_string();
+        assert!(e.contains("gpt-5") && e.contains("kimi-k2.5") && e.contains("qwen3-235b-a22b"));
+    }
+}

@@ -1,0 +1,733 @@
+//! The ordered list of operations one rank performs in one forward, as SGLang runs a model under
+//! pure tensor parallelism (see the module docs of [`crate::model`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::shape::*;
+use crate::error::usage;
+
+/// Element type of activations and collective buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl DType {
+    pub fn size(self) -> u64 {
+        match self {
+            DType::Bf16 | DType::F16 => 2,
+            DType::F32 => 4,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+        }
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "bf16" | "bfloat16" => Ok(DType::Bf16),
+            "f16" | "fp16" | "half" | "float16" => Ok(DType::F16),
+            "f32" | "fp32" | "float" | "float32" => Ok(DType::F32),
+            _ => Err(format!("unknown dtype '{s}' (use bf16, f16 or f32)")),
+        }
+    }
+}
+
+/// Collective operations the schedule uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+impl CollectiveKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::AllReduce => "all_reduce",
+            CollectiveKind::AllGather => "all_gather",
+            CollectiveKind::ReduceScatter => "reduce_scatter",
+        }
+    }
+
+    /// nccl-tests' bus-bandwidth factor for `n` ranks.
+    pub fn bus_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            CollectiveKind::AllReduce => 2.0 * (n - 1.0) / n,
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => (n - 1.0) / n,
+        }
+    }
+}
+
+impl std::str::FromStr for CollectiveKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "all_reduce" | "allreduce" => Ok(CollectiveKind::AllReduce),
+            "all_gather" | "allgather" => Ok(CollectiveKind::AllGather),
+            "reduce_scatter" | "reducescatter" => Ok(CollectiveKind::ReduceScatter),
+            _ => Err(format!(
+                "unknown collective '{s}' (use all_reduce, all_gather or reduce_scatter)"
+            )),
+        }
+    }
+}
+
+/// What a compute op stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeKind {
+    Attention,
+    DenseMlp,
+    Router,
+    RoutedExperts,
+    SharedExperts,
+    DraftFc,
+    LmHead,
+}
+
+impl ComputeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ComputeKind::Attention => "attention",
+            ComputeKind::DenseMlp => "dense MLP",
+            ComputeKind::Router => "router",
+            ComputeKind::RoutedExperts => "routed experts",
+            ComputeKind::SharedExperts => "shared expert",
+            ComputeKind::DraftFc => "draft fc",
+            ComputeKind::LmHead => "LM head",
+        }
+    }
+}
+
+/// One step of the forward on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    Collective {
+        kind: CollectiveKind,
+        dtype: DType,
+        /// Elements each rank contributes (the all-gather's send count).
+        count: u64,
+        /// Bytes each rank contributes (`count * dtype size`).
+        bytes_per_rank: u64,
+        /// Where in the model it sits: `embedding`, `attention`, `mlp`, `logits`.
+        site: String,
+        layer: Option<u64>,
+    },
+    Compute {
+        kind: ComputeKind,
+        /// Weight bytes this rank streams (its TP shard, scales included).
+        weight_bytes: u64,
+        layer: Option<u64>,
+    },
+}
+
+/// Which forward the schedule describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The target model's verify forward of T tokens.
+    Verify,
+    /// One normal decode step of the target model (T = 1).
+    Decode,
+    /// One EAGLE-3 draft step (one decoder layer, draft vocabulary, 1 token).
+    Draft,
+}
+
+/// How the routed experts selected by T tokens are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Routing {
+    /// Expected distinct experts under uniform routing: E (1 - (1 - k/E)^T).
+    Uniform,
+    /// Every token picks different experts: min(E, T k).
+    Worst,
+}
+
+/// What the logits do at the end of the forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Logits {
+    /// All-gather of the vocab-parallel logits to every rank (SGLang).
+    Gather,
+    /// No collective for the logits.
+    None,
+}
+
+/// Knobs of a schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleOptions {
+    pub tp: u64,
+    pub tokens: u64,
+    pub dtype: DType,
+    pub routing: Routing,
+    pub embedding_allreduce: bool,
+    pub logits: Logits,
+    pub draft_vocab: u64,
+}
+
+impl Default for ScheduleOptions {
+    fn default() -> Self {
+        ScheduleOptions {
+            tp: 8,
+            tokens: 3,
+            dtype: DType::Bf16,
+            routing: Routing::Uniform,
+            embedding_allreduce: true,
+            logits: Logits::Gather,
+            draft_vocab: 32000,
+        }
+    }
+}
+
+/// The ordered operations of one forward on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub model: String,
+    pub phase: Phase,
+    pub tp: u64,
+    pub tokens: u64,
+    pub dtype: DType,
+    pub routing: Routing,
+    /// Expected distinct routed experts per MoE layer (0 for dense models).
+    pub experts_per_layer: f64,
+    pub ops: Vec<Op>,
+}
+
+/// One row of the grouped collective summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveGroup {
+    pub kind: CollectiveKind,
+    pub dtype: DType,
+    pub count: u64,
+    pub bytes_per_rank: u64,
+    /// Bytes every rank ends up holding (all-gather: bytes_per_rank x tp).
+    pub bytes_out: u64,
+    pub n: u64,
+}
+
+impl Schedule {
+    /// Collectives grouped by (kind, dtype, size), in order of first appearance.
+    pub fn collective_groups(&self) -> Vec<CollectiveGroup> {
+        let mut groups: Vec<CollectiveGroup> = Vec::new();
+        for op in &self.ops {
+            if let Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } = op
+            {
+                if let Some(g) = groups.iter_mut().find(|g| {
+                    g.kind == *kind && g.dtype == *dtype && g.bytes_per_rank == *bytes_per_rank
+                }) {
+                    g.n += 1;
+                } else {
+                    let out = match kind {
+                        CollectiveKind::AllGather => bytes_per_rank * self.tp,
+                        CollectiveKind::ReduceScatter => bytes_per_rank / self.tp.max(1),
+                        CollectiveKind::AllReduce => *bytes_per_rank,
+                    };
+                    groups.push(CollectiveGroup {
+                        kind: *kind,
+                        dtype: *dtype,
+                        count: *count,
+                        bytes_per_rank: *bytes_per_rank,
+                        bytes_out: out,
+                        n: 1,
+                    });
+                }
+            }
+        }
+        groups
+    }
+
+    pub fn count_collectives(&self, kind: CollectiveKind) -> u64 {
+        self.ops
+            .iter()
+            .filter(|o| matches!(o, Op::Collective { kind: k, .. } if *k == kind))
+            .count() as u64
+    }
+
+    pub fn n_collectives(&self) -> u64 {
+        self.ops
+            .iter()
+            .filter(|o| matches!(o, Op::Collective { .. }))
+            .count() as u64
+    }
+
+    /// Weight bytes per compute kind, summed over the forward.
+    pub fn weight_bytes_by_kind(&self) -> BTreeMap<ComputeKind, u64> {
+        let mut m = BTreeMap::new();
+        for op in &self.ops {
+            if let Op::Compute {
+                kind, weight_bytes, ..
+            } = op
+            {
+                *m.entry(*kind).or_insert(0) += weight_bytes;
+            }
+        }
+        m
+    }
+
+    pub fn total_weight_bytes(&self) -> u64 {
+        self.weight_bytes_by_kind().values().sum()
+    }
+
+    pub fn total_collective_bytes(&self) -> u64 {
+        self.ops
+            .iter()
+            .map(|o| match o {
+                Op::Collective { bytes_per_rank, .. } => *bytes_per_rank,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// A short stable fingerprint of the workload (ops, tp, tokens, dtype): two runs with the same
+    /// hash replay the same collectives and stream the same bytes.
+    pub fn hash(&self) -> String {
+        let text = serde_json::to_string(&(&self.ops, self.tp, self.tokens, self.dtype))
+            .expect("schedule serializes");
+        // FNV-1a 64: stable across builds and platforms, unlike std's hasher.
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in text.bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        format!("{h:016x}")
+    }
+}
+
+/// Expected distinct routed experts per layer for `tokens` tokens.
+pub fn distinct_experts(moe: &Moe, tokens: u64, routing: Routing) -> f64 {
+    let e = moe.routed_experts as f64;
+    let k = moe.experts_per_token as f64;
+    match routing {
+        Routing::Uniform => e * (1.0 - (1.0 - k / e).powi(tokens as i32)),
+        Routing::Worst => e.min(tokens as f64 * k),
+    }
+}
+
+fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
+    if n % tp != 0 {
+        return Err(usage(format!(
+            "--tp {tp} does not divide the {what} ({n}); choose a tensor-parallel size that does"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that `opt` fits `shape`: tp divides the sharded dimensions, tokens >= 1.
+pub fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Result<()> {
+    if opt.tp == 0 {
+        return Err(usage("--tp must be at least 1"));
+    }
+    if opt.tokens == 0 {
+        return Err(usage("--tokens must be at least 1"));
+    }
+    check_divides(opt.tp, "attention heads", shape.attention.heads())?;
+    check_divides(opt.tp, "vocabulary", shape.vocab)?;
+    if shape.dense_layers() > 0 {
+        check_divides(opt.tp, "intermediate size", shape.intermediate)?;
+    }
+    if let Some(m) = &shape.moe {
+        check_divides(opt.tp, "MoE intermediate size", m.moe_intermediate)?;
+    }
+    if let Attention::Gqa { kv_heads, .. } = shape.attention {
+        if kv_heads % opt.tp != 0 && opt.tp % kv_heads != 0 {
+            return Err(usage(format!(
+                "--tp {} and the {kv_heads} KV heads do not divide one another",
+                opt.tp
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn attention_bytes(shape: &ModelShape, tp: u64) -> u64 {
+    let f = shape.precision.attention;
+    let h = shape.hidden;
+    match shape.attention {
+        Attention::Mla {
+            heads,
+            q_lora_rank,
+            kv_lora_rank,
+            qk_nope_head_dim,
+            qk_rope_head_dim,
+            v_head_dim,
+        } => {
+            let hl = heads / tp;
+            let qk = qk_nope_head_dim + qk_rope_head_dim;
+            let q = match q_lora_rank {
+                // q_a_proj replicated, q_b_proj column-parallel
+                Some(r) => f.matrix_bytes(r, h) + f.matrix_bytes(hl * qk, r),
+                None => f.matrix_bytes(hl * qk, h),
+            };
+            // kv_a_proj_with_mqa replicated, kv_b_proj column-parallel, o_proj row-parallel
+            let kv = f.matrix_bytes(kv_lora_rank + qk_rope_head_dim, h)
+                + f.matrix_bytes(hl * (qk_nope_head_dim + v_head_dim), kv_lora_rank);
+            let o = f.matrix_bytes(h, hl * v_head_dim);
+            q + kv + o
+        }
+        Attention::Gqa {
+            heads,
+            kv_heads,
+            head_dim,
+        } => gqa_bytes(f, h, heads, kv_heads, head_dim, tp),
+    }
+}
+
+fn gqa_bytes(f: WeightFormat, h: u64, heads: u64, kv_heads: u64, head_dim: u64, tp: u64) -> u64 {
+    let kv_local = if kv_heads >= tp { kv_heads / tp } else { 1 };
+    let qkv = f.matrix_bytes((heads / tp + 2 * kv_local) * head_dim, h);
+    let o = f.matrix_bytes(h, heads / tp * head_dim);
+    qkv + o
+}
+
+/// gate_up (column-parallel) + down (row-parallel) of one MLP of `inter` intermediate size.
+fn mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
+    let il = inter / tp;
+    f.matrix_bytes(2 * il, h) + f.matrix_bytes(h, il)
+}
+
+fn collective(
+    kind: CollectiveKind,
+    dtype: DType,
+    count: u64,
+    site: &str,
+    layer: Option<u64>,
+) -> Op {
+    Op::Collective {
+        kind,
+        dtype,
+        count,
+        bytes_per_rank: count * dtype.size(),
+        site: site.into(),
+        layer,
+    }
+}
+
+/// Builds the schedule of `phase` for `shape`.
+pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow::Result<Schedule> {
+    validate(shape, opt)?;
+    let tp = opt.tp;
+    let tokens = match phase {
+        Phase::Verify => opt.tokens,
+        Phase::Decode | Phase::Draft => 1,
+    };
+    let h = shape.hidden;
+    let act = tokens * h;
+    let dt = opt.dtype;
+    let mut ops = Vec::new();
+    let mut experts = 0.0;
+
+    if phase == Phase::Draft {
+        check_divides(tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
+        // EAGLE-3 head: own embedding, replicated fc over three target features, one
+        // Llama-style decoder layer at the target's hidden size, own LM head.
+        let (heads, head_dim) = (shape.attention.heads(), 128);
+        let kv_heads = 8.min(heads).max(1);
+        let inter = if shape.intermediate > 0 {
+            shape.intermediate
+        } else {
+            4 * h
+        };
+        if opt.embedding_allreduce {
+            ops.push(collective(
+                CollectiveKind::AllReduce,
+                dt,
+                act,
+                "embedding",
+                None,
+            ));
+        }
+        ops.push(Op::Compute {
+            kind: ComputeKind::DraftFc,
+            weight_bytes: WeightFormat::Bf16.matrix_bytes(h, 3 * h),
+            layer: Some(0),
+        });
+        ops.push(Op::Compute {
+            kind: ComputeKind::Attention,
+            weight_bytes: gqa_bytes(WeightFormat::Bf16, h, heads, kv_heads, head_dim, tp),
+            layer: Some(0),
+        });
+        ops.push(collective(
+            CollectiveKind::AllReduce,
+            dt,
+            act,
+            "attention",
+            Some(0),
+        ));
+        ops.push(Op::Compute {
+            kind: ComputeKind::DenseMlp,
+            weight_bytes: mlp_bytes(WeightFormat::Bf16, h, inter - inter % tp, tp),
+            layer: Some(0),
+        });
+        ops.push(collective(
+            CollectiveKind::AllReduce,
+            dt,
+            act,
+            "mlp",
+            Some(0),
+        ));
+        ops.push(Op::Compute {
+            kind: ComputeKind::LmHead,
+            weight_bytes: WeightFormat::Bf16.matrix_bytes(opt.draft_vocab / tp, h),
+            layer: None,
+        });
+        if opt.logits == Logits::Gather {
+            let c = tokens * opt.draft_vocab / tp;
+            ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
+        }
+    } else {
+        if opt.embedding_allreduce {
+            ops.push(collective(
+                CollectiveKind::AllReduce,
+                dt,
+                act,
+                "embedding",
+                None,
+            ));
+        }
+        let attn = attention_bytes(shape, tp);
+        let dense = if shape.dense_layers() > 0 {
+            mlp_bytes(shape.precision.dense_mlp, h, shape.intermediate, tp)
+        } else {
+            0
+        };
+        for l in 0..shape.layers {
+            ops.push(Op::Compute {
+                kind: ComputeKind::Attention,
+                weight_bytes: attn,
+                layer: Some(l),
+            });
+            ops.push(collective(
+                CollectiveKind::AllReduce,
+                dt,
+                act,
+                "attention",
+                Some(l),
+            ));
+            match &shape.moe {
+                Some(m) if l >= shape.dense_layers() => {
+                    experts = distinct_experts(m, tokens, opt.routing);
+                    let one = mlp_bytes(shape.precision.routed_experts, h, m.moe_intermediate, tp);
+                    ops.push(Op::Compute {
+                        kind: ComputeKind::Router,
+                        weight_bytes: WeightFormat::Bf16.matrix_bytes(m.routed_experts, h),
+                        layer: Some(l),
+                    });
+                    ops.push(Op::Compute {
+                        kind: ComputeKind::RoutedExperts,
+                        weight_bytes: (experts * one as f64).round() as u64,
+                        layer: Some(l),
+                    });
+                    if m.shared_experts > 0 {
+                        ops.push(Op::Compute {
+                            kind: ComputeKind::SharedExperts,
+                            weight_bytes: m.shared_experts
+                                * mlp_bytes(
+                                    shape.precision.shared_experts,
+                                    h,
+                                    m.moe_intermediate,
+                                    tp,
+                                ),
+                            layer: Some(l),
+                        });
+                    }
+                }
+                _ => ops.push(Op::Compute {
+                    kind: ComputeKind::DenseMlp,
+                    weight_bytes: dense,
+                    layer: Some(l),
+                }),
+            }
+            ops.push(collective(
+                CollectiveKind::AllReduce,
+                dt,
+                act,
+                "mlp",
+                Some(l),
+            ));
+        }
+        ops.push(Op::Compute {
+            kind: ComputeKind::LmHead,
+            weight_bytes: shape.precision.lm_head.matrix_bytes(shape.vocab / tp, h),
+            layer: None,
+        });
+        if opt.logits == Logits::Gather {
+            let c = tokens * shape.vocab / tp;
+            ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
+        }
+    }
+    Ok(Schedule {
+        model: shape.name.clone(),
+        phase,
+        tp,
+        tokens,
+        dtype: dt,
+        routing: opt.routing,
+        experts_per_layer: experts,
+        ops,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::presets::preset;
+
+    fn kimi(tp: u64, tokens: u64) -> Schedule {
+        let opt = ScheduleOptions {
+            tp,
+            tokens,
+            ..Default::default()
+        };
+        build(&preset("kimi-k2.5").unwrap(), &opt, Phase::Verify).unwrap()
+    }
+
+    #[test]
+    fn kimi_tp8_three_tokens() {
+        let s = kimi(8, 3);
+        let g = s.collective_groups();
+        assert_eq!(g.len(), 2);
+        assert_eq!(
+            (g[0].kind, g[0].n, g[0].count, g[0].bytes_per_rank),
+            (CollectiveKind::AllReduce, 123, 21504, 43008)
+        );
+        assert_eq!(
+            (g[1].kind, g[1].n, g[1].bytes_per_rank, g[1].bytes_out),
+            (CollectiveKind::AllGather, 1, 122880, 983040)
+        );
+    }
+
+    #[test]
+    fn kimi_tp8_four_tokens_and_no_embedding() {
+        let g = kimi(8, 4).collective_groups();
+        assert_eq!((g[0].bytes_per_rank, g[1].bytes_per_rank), (57344, 163840));
+        let opt = ScheduleOptions {
+            embedding_allreduce: false,
+            ..Default::default()
+        };
+        let s = build(&preset("kimi-k2.5").unwrap(), &opt, Phase::Verify).unwrap();
+        assert_eq!(s.count_collectives(CollectiveKind::AllReduce), 122);
+    }
+
+    #[test]
+    fn collectives_alternate_with_compute_in_layer_order() {
+        let s = kimi(8, 3);
+        let sites: Vec<&str> = s
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Collective { site, .. } => Some(site.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            &sites[..5],
+            &["embedding", "attention", "mlp", "attention", "mlp"]
+        );
+        assert_eq!(*sites.last().unwrap(), "logits");
+        // first layer is dense in Kimi, the rest MoE
+        let w = s.weight_bytes_by_kind();
+        assert!(w[&ComputeKind::DenseMlp] > 0 && w[&ComputeKind::RoutedExperts] > 0);
+        assert!(matches!(
+            s.ops.last(),
+            Some(Op::Collective {
+                kind: CollectiveKind::AllGather,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn kimi_weight_bytes_per_rank_by_hand() {
+        let s = kimi(8, 3);
+        let w = s.weight_bytes_by_kind();
+        // LM head: 7168 x 20480 bf16
+        assert_eq!(w[&ComputeKind::LmHead], 7168 * 20480 * 2);
+        // dense MLP (layer 0 only): 3 x 7168 x 2304 bf16
+        assert_eq!(w[&ComputeKind::DenseMlp], 3 * 7168 * 2304 * 2);
+        // MLA attention per layer: q_a 7168x1536 + q_b 1536x(8x192) + kv_a 7168x576
+        // + kv_b 512x(8x256) + o 1024x7168, all bf16
+        let per_layer = 2 * (7168 * 1536 + 1536 * 1536 + 7168 * 576 + 512 * 2048 + 1024 * 7168);
+        assert_eq!(w[&ComputeKind::Attention], 61 * per_layer);
+        // shared expert: 3 x 7168 x 256 bf16 in each of the 60 MoE layers
+        assert_eq!(w[&ComputeKind::SharedExperts], 60 * 3 * 7168 * 256 * 2);
+    }
+
+    #[test]
+    fn distinct_experts_bounds() {
+        let m = preset("kimi-k2.5").unwrap().moe.unwrap();
+        assert!((distinct_experts(&m, 1, Routing::Uniform) - 8.0).abs() < 1e-9);
+        let u3 = distinct_experts(&m, 3, Routing::Uniform);
+        assert!(u3 < 24.0 && u3 > 23.0, "{u3}");
+        assert_eq!(distinct_experts(&m, 3, Routing::Worst), 24.0);
+        assert_eq!(distinct_experts(&m, 100, Routing::Worst), 384.0);
+    }
+
+    #[test]
+    fn bad_tp_and_tokens_are_usage_errors() {
+        let k = preset("kimi-k2.5").unwrap();
+        for (tp, tokens, needle) in [
+            (3, 3, "attention heads"),
+            (0, 3, "--tp"),
+            (8, 0, "--tokens"),
+        ] {
+            let opt = ScheduleOptions {
+                tp,
+                tokens,
+                ..Default::default()
+            };
+            let e = build(&k, &opt, Phase::Verify).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(e.to_string().contains(needle), "{e}");
+        }
+        // Llama: 64 heads divide 16 but 8 KV heads and 16 do too; 128256 vocab / 16 ok;
+        // 28672 / 16 ok. TP 128 divides nothing useful.
+        let l = preset("llama-3.1-70b").unwrap();
+        let opt = ScheduleOptions {
+            tp: 128,
+            ..Default::default()
+        };
+        assert!(build(&l, &opt, Phase::Verify).is_err());
+    }
+
+    #[test]
+    fn decode_and_draft_phases() {
+        let k = preset("kimi-k2.5").unwrap();
+        let opt = ScheduleOptions::default();
+        let d = build(&k, &opt, Phase::Decode).unwrap();
+        assert_eq!(d.tokens, 1);
+        assert_eq!(d.collective_groups()[0].bytes_per_rank, 7168 * 2);
+        let dr = build(&k, &opt, Phase::Draft).unwrap();
+        assert_eq!(dr.count_collectives(CollectiveKind::AllReduce), 3);
+        assert_eq!(dr.count_collectives(CollectiveKind::AllGather), 1);
+        let g = dr.collective_groups();
+        assert_eq!(g.last().unwrap().bytes_per_rank, 32000 / 8 * 2);
+    }
+
+    #[test]
+    fn hash_is_stable_and_sensitive() {
+        assert_eq!(kimi(8, 3).hash(), kimi(8, 3).hash());
+        assert_ne!(kimi(8, 3).hash(), kimi(8, 4).hash());
+    }
+}

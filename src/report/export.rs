@@ -1,0 +1,238 @@
+//! Pure exporters: records -> bytes. The caller writes the files (after every result, so a
+//! later failure loses nothing).
+
+use super::record::{Body, CollTiming, Record};
+
+/// A flat table: what CSV and Markdown both render.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    pub headers: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+fn f2(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+fn timing_cells(t: &Option<CollTiming>) -> Vec<String> {
+    match t {
+        Some(t) => vec![
+            f2(t.time_us),
+            f2(t.summary.p99_us),
+            f2(t.algbw_gbps),
+            f2(t.busbw_gbps),
+            t.wrong.to_string(),
+        ],
+        None => vec![String::new(); 5],
+    }
+}
+
+/// The rows of the records, one table per record kind present (collective, then verify).
+pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
+    let mut coll = Table {
+        headers: [
+            "source",
+            "op",
+            "nranks",
+            "dtype",
+            "size_bytes",
+            "count",
+            "eager_time_us",
+            "eager_p99_us",
+            "eager_algbw_gbps",
+            "eager_busbw_gbps",
+            "eager_wrong",
+            "graph_time_us",
+            "graph_p99_us",
+            "graph_algbw_gbps",
+            "graph_busbw_gbps",
+            "graph_wrong",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    let mut ver = Table {
+        headers: [
+            "source",
+            "model",
+            "phase",
+            "tp",
+            "tokens",
+            "mode",
+            "graph",
+            "median_us",
+            "p99_us",
+            "mean_us",
+            "stddev_us",
+            "n",
+            "per_collective_us",
+            "collectives",
+            "wrong",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for r in records {
+        match &r.body {
+            Body::Collective(c) => {
+                for row in &c.rows {
+                    let mut cells = vec![
+                        r.source.label().to_string(),
+                        c.op.name().to_string(),
+                        c.nranks.to_string(),
+                        c.dtype.name().to_string(),
+                        row.size_bytes.to_string(),
+                        row.count.to_string(),
+                    ];
+                    cells.extend(timing_cells(&row.eager));
+                    cells.extend(timing_cells(&row.graph));
+                    coll.rows.push(cells);
+                }
+            }
+            Body::Verify(v) => {
+                let w = &v.workload;
+                for run in &v.runs {
+                    ver.rows.push(vec![
+                        r.source.label().to_string(),
+                        w.model.clone(),
+                        format!("{:?}", w.phase).to_lowercase(),
+                        w.tp.to_string(),
+                        w.tokens.to_string(),
+                        run.mode.name().to_string(),
+                        run.graph.to_string(),
+                        f2(run.per_verify.median_us),
+                        f2(run.per_verify.p99_us),
+                        f2(run.per_verify.mean_us),
+                        f2(run.per_verify.stddev_us),
+                        run.per_verify.n.to_string(),
+                        f2(run.per_collective_us),
+                        (w.n_all_reduce + w.n_all_gather).to_string(),
+                        run.wrong.to_string(),
+                    ]);
+                }
+            }
+            Body::Other { .. } => {}
+        }
+    }
+    let mut out = vec![];
+    if !coll.rows.is_empty() {
+        out.push(("collective".to_string(), coll));
+    }
+    if !ver.rows.is_empty() {
+        out.push(("verify".to_string(), ver));
+    }
+    out
+}
+
+/// JSON: the records themselves (an array), pretty-printed.
+pub fn to_json(records: &[Record]) -> anyhow::Result<Vec<u8>> {
+    let mut v = serde_json::to_vec_pretty(records)?;
+    v.push(b'\n');
+    Ok(v)
+}
+
+/// CSV of the records' rows. Several record kinds become consecutive blocks, each with its
+/// own header, separated by an empty line.
+pub fn to_csv(records: &[Record]) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for (i, (_, t)) in tables(records).iter().enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record(&t.headers)?;
+        for r in &t.rows {
+            w.write_record(r)?;
+        }
+        out.extend(w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?);
+    }
+    Ok(out)
+}
+
+/// A Markdown table.
+pub fn markdown_table(t: &Table) -> String {
+    let mut s = format!("| {} |\n", t.headers.join(" | "));
+    s += &format!("|{}\n", "---|".repeat(t.headers.len()));
+    for r in &t.rows {
+        s += &format!("| {} |\n", r.join(" | "));
+    }
+    s
+}
+
+/// Markdown: one section per record kind.
+pub fn to_markdown(records: &[Record]) -> anyhow::Result<Vec<u8>> {
+    let mut s = String::new();
+    for (name, t) in tables(records) {
+        s += &format!("### {name}\n\n{}\n", markdown_table(&t));
+    }
+    Ok(s.into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::Summary;
+    use crate::model::{CollectiveKind, DType};
+    use crate::report::record::*;
+
+    fn coll_record() -> Record {
+        let s = Summary::from_samples(&[7.0, 7.5, 8.0]).unwrap();
+        let t = CollTiming {
+            time_us: 7.5,
+            summary: s,
+            algbw_gbps: algbw_gbps(43008, 7.5),
+            busbw_gbps: algbw_gbps(43008, 7.5),
+            wrong: 0,
+        };
+        let mut p = Provenance::here("nccl", "t0".into());
+        p.finished_utc = "t1".into();
+        Record::new(
+            Source::Measured,
+            p,
+            Body::Collective(CollectiveResult {
+                op: CollectiveKind::AllReduce,
+                dtype: DType::Bf16,
+                nranks: 2,
+                rows: vec![CollectiveRow {
+                    size_bytes: 43008,
+                    count: 21504,
+                    eager: None,
+                    graph: Some(t),
+                }],
+            }),
+        )
+    }
+
+    #[test]
+    fn csv_snapshot() {
+        let csv = String::from_utf8(to_csv(&[coll_record()]).unwrap()).unwrap();
+        assert_eq!(
+            csv,
+            "source,op,nranks,dtype,size_bytes,count,eager_time_us,eager_p99_us,eager_algbw_gbps,eager_busbw_gbps,eager_wrong,graph_time_us,graph_p99_us,graph_algbw_gbps,graph_busbw_gbps,graph_wrong\n\
+             measured,all_reduce,2,bf16,43008,21504,,,,,,7.50,7.99,5.73,5.73,0\n"
+        );
+    }
+
+    #[test]
+    fn markdown_snapshot() {
+        let md = String::from_utf8(to_markdown(&[coll_record()]).unwrap()).unwrap();
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines[0], "### collective");
+        assert!(lines[2].starts_with("| source | op | nranks |"));
+        assert_eq!(lines[3], format!("|{}", "---|".repeat(16)));
+        assert_eq!(
+            lines[4],
+            "| measured | all_reduce | 2 | bf16 | 43008 | 21504 |  |  |  |  |  | 7.50 | 7.99 | 5.73 | 5.73 | 0 |"
+        );
+    }
+
+    #[test]
+    fn json_is_an_array_of_records() {
+        let v: serde_json::Value =
+            serde_json::from_slice(&to_json(&[coll_record()]).unwrap()).unwrap();
+        assert_eq!(v.as_array().unwrap().len(), 1);
+        assert_eq!(v[0]["kind"], "collective");
+    }
+}

@@ -1,0 +1,481 @@
+//! The one result record every command writes (JSON is the source of truth).
+//!
+//! A record carries its provenance (tool version, commit, command line, host, GPUs, driver,
+//! NCCL version and library path, the NCCL_* environment each worker saw, timestamps) and says
+//! whether its numbers are `measured` or `modeled`. Readers check `schema_version`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::usage;
+use crate::measure::Summary;
+use crate::model::{CollectiveKind, DType, Phase, Schedule};
+
+/// Bumped whenever a field changes meaning or a required field is added.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Where the numbers of a record come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Timed on real GPUs.
+    Measured,
+    /// Predicted by the cost model; never mistaken for a measurement.
+    Modeled,
+}
+
+impl Source {
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Measured => "measured",
+            Source::Modeled => "modeled",
+        }
+    }
+}
+
+/// One GPU as the driver reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: usize,
+    pub name: String,
+    pub pci_bus_id: String,
+    pub memory_bytes: u64,
+}
+
+/// What one worker (rank) reported about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub rank: usize,
+    pub pid: u32,
+    pub device: usize,
+    /// Every NCCL_* variable in the worker's own environment, as it saw it.
+    pub nccl_env: BTreeMap<String, String>,
+}
+
+/// Who made a record, where, when and with what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub tool_version: String,
+    pub git_commit: String,
+    pub command_line: Vec<String>,
+    pub host: String,
+    pub started_utc: String,
+    pub finished_utc: String,
+    /// `nccl`, `model`, `torch` (the PyTorch peer), or `none` for pure computations.
+    pub backend: String,
+    #[serde(default)]
+    pub launcher: Option<String>,
+    #[serde(default)]
+    pub gpus: Vec<GpuInfo>,
+    #[serde(default)]
+    pub driver_version: Option<String>,
+    #[serde(default)]
+    pub nccl_version: Option<String>,
+    #[serde(default)]
+    pub nccl_library: Option<String>,
+    #[serde(default)]
+    pub workers: Vec<WorkerInfo>,
+    /// Cost-model profile the numbers came from (modeled records).
+    #[serde(default)]
+    pub model_profile: Option<String>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// Current UTC time as RFC 3339.
+pub fn now_utc() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The NCCL_* variables of this process's environment.
+pub fn nccl_env() -> BTreeMap<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("NCCL_"))
+        .collect()
+}
+
+impl Provenance {
+    /// Provenance of this process, with start time `started_utc` and finish time now.
+    pub fn here(backend: &str, started_utc: String) -> Provenance {
+        Provenance {
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            git_commit: env!("VERIFYBENCH_GIT_COMMIT").into(),
+            command_line: std::env::args().collect(),
+            host: hostname(),
+            started_utc,
+            finished_utc: now_utc(),
+            backend: backend.into(),
+            launcher: None,
+            gpus: Vec::new(),
+            driver_version: None,
+            nccl_version: None,
+            nccl_library: None,
+            workers: Vec::new(),
+            model_profile: None,
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// The workload a timing belongs to (enough to tell two runs apart, and to refuse mixing them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    pub model: String,
+    pub phase: Phase,
+    pub tp: u64,
+    pub tokens: u64,
+    pub dtype: DType,
+    pub schedule_hash: String,
+    pub n_all_reduce: u64,
+    pub n_all_gather: u64,
+    pub all_reduce_bytes_per_rank: u64,
+    pub all_gather_bytes_per_rank: u64,
+    pub weight_bytes_per_rank: u64,
+}
+
+impl Workload {
+    pub fn of(s: &Schedule) -> Workload {
+        let first = |k: CollectiveKind| {
+            s.collective_groups()
+                .into_iter()
+                .find(|g| g.kind == k)
+                .map(|g| g.bytes_per_rank)
+                .unwrap_or(0)
+        };
+        Workload {
+            model: s.model.clone(),
+            phase: s.phase,
+            tp: s.tp,
+            tokens: s.tokens,
+            dtype: s.dtype,
+            schedule_hash: s.hash(),
+            n_all_reduce: s.count_collectives(CollectiveKind::AllReduce),
+            n_all_gather: s.count_collectives(CollectiveKind::AllGather),
+            all_reduce_bytes_per_rank: first(CollectiveKind::AllReduce),
+            all_gather_bytes_per_rank: first(CollectiveKind::AllGather),
+            weight_bytes_per_rank: s.total_weight_bytes(),
+        }
+    }
+}
+
+/// What a verify replay contained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Only the collectives.
+    Comm,
+    /// Only the weight-streaming compute (and launch load).
+    Compute,
+    /// Collectives and compute interleaved in schedule order.
+    Full,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Comm => "comm",
+            Mode::Compute => "compute",
+            Mode::Full => "full",
+        }
+    }
+}
+
+/// Time attributed to one part of a verify (an op kind, or a collective kind).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Part {
+    pub name: String,
+    pub us: f64,
+    pub count: u64,
+}
+
+/// One replay configuration of a verify: graph or eager, in one mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifyRun {
+    pub graph: bool,
+    pub mode: Mode,
+    /// Per-verify time over all timed replays (slowest rank per replay).
+    pub per_verify: Summary,
+    /// Median per-verify time divided by the number of collectives replayed.
+    pub per_collective_us: f64,
+    /// Where the time goes, per op kind.
+    #[serde(default)]
+    pub breakdown: Vec<Part>,
+    /// Elements that differed from the expected result (all ranks, all checks).
+    pub wrong: u64,
+    pub iterations: u64,
+    pub warmup: u64,
+}
+
+/// `verify`: a replay of the schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifyResult {
+    pub workload: Workload,
+    pub runs: Vec<VerifyRun>,
+}
+
+impl VerifyResult {
+    /// The run with that graph flag and mode, if present.
+    pub fn run(&self, graph: bool, mode: Mode) -> Option<&VerifyRun> {
+        self.runs
+            .iter()
+            .find(|r| r.graph == graph && r.mode == mode)
+    }
+}
+
+/// Timing of one collective size in one launch mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollTiming {
+    /// Median time per operation.
+    pub time_us: f64,
+    pub summary: Summary,
+    /// Algorithm bandwidth, GB/s: size / time.
+    pub algbw_gbps: f64,
+    /// Bus bandwidth, GB/s: algbw x the collective's bus factor.
+    pub busbw_gbps: f64,
+    pub wrong: u64,
+}
+
+/// One size of a `collective` sweep, nccl-tests style.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveRow {
+    /// nccl-tests' "size": bytes of the larger buffer (all-gather: output; reduce-scatter: input).
+    pub size_bytes: u64,
+    /// Elements of that buffer.
+    pub count: u64,
+    #[serde(default)]
+    pub eager: Option<CollTiming>,
+    #[serde(default)]
+    pub graph: Option<CollTiming>,
+}
+
+/// `collective`: one operation over a range of sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveResult {
+    pub op: CollectiveKind,
+    pub dtype: DType,
+    pub nranks: usize,
+    pub rows: Vec<CollectiveRow>,
+}
+
+/// Algorithm bandwidth (GB/s) of `bytes` moved in `time_us`.
+pub fn algbw_gbps(bytes: u64, time_us: f64) -> f64 {
+    if time_us <= 0.0 {
+        return 0.0;
+    }
+    bytes as f64 / (time_us * 1e3)
+}
+
+/// The payload of a record, tagged by `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "result", rename_all = "snake_case")]
+pub enum Body {
+    Collective(CollectiveResult),
+    Verify(VerifyResult),
+    /// Anything a later command adds (sweep points, break-even, bandwidth, selftest) keeps its
+    /// own typed struct and stores it here as JSON until it earns a variant.
+    Other {
+        name: String,
+        data: serde_json::Value,
+    },
+}
+
+impl Body {
+    pub fn kind(&self) -> &str {
+        match self {
+            Body::Collective(_) => "collective",
+            Body::Verify(_) => "verify",
+            Body::Other { name, .. } => name,
+        }
+    }
+}
+
+/// A result record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub schema_version: u32,
+    /// `measured` or `modeled`.
+    pub source: Source,
+    pub provenance: Provenance,
+    #[serde(flatten)]
+    pub body: Body,
+}
+
+impl Record {
+    pub fn new(source: Source, provenance: Provenance, body: Body) -> Record {
+        Record {
+            schema_version: SCHEMA_VERSION,
+            source,
+            provenance,
+            body,
+        }
+    }
+
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(self).expect("records serialize")
+    }
+}
+
+/// Writes `bytes` to `path` atomically enough for results: a temporary file, fsync, rename.
+pub fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating directory '{}'", dir.display()))?;
+    }
+    let tmp = path.with_extension(format!(
+        "{}.tmp{}",
+        path.extension().and_then(|e| e.to_str()).unwrap_or(""),
+        std::process::id()
+    ));
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot write '{}'", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write '{}'", path.display()))?;
+    Ok(())
+}
+
+/// Reads records from a file holding one JSON record, a JSON array of records, or JSON lines.
+/// Refuses other schema versions with a message naming the file.
+pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        usage(format!(
+            "cannot read results file '{}': {e}",
+            path.display()
+        ))
+    })?;
+    let values: Vec<serde_json::Value> = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(serde_json::Value::Array(a)) => a,
+        Ok(v) => vec![v],
+        Err(_) => text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .enumerate()
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| {
+                    usage(format!(
+                        "results file '{}' line {}: not JSON: {e}",
+                        path.display(),
+                        i + 1
+                    ))
+                })
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    values
+        .into_iter()
+        .map(|v| {
+            let ver = v.get("schema_version").and_then(|x| x.as_u64());
+            match ver {
+                Some(x) if x == SCHEMA_VERSION as u64 => {}
+                Some(x) => {
+                    return Err(usage(format!(
+                        "results file '{}' has schema_version {x}; this verifybench reads version {SCHEMA_VERSION}",
+                        path.display()
+                    )))
+                }
+                None => {
+                    return Err(usage(format!(
+                        "results file '{}' is not a verifybench result (no schema_version)",
+                        path.display()
+                    )))
+                }
+            }
+            serde_json::from_value(v).map_err(|e| {
+                usage(format!(
+                    "results file '{}' is not a valid verifybench record: {e}",
+                    path.display()
+                ))
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record {
+        let s = crate::model::build(
+            &crate::model::presets::preset("kimi-k2.5").unwrap(),
+            &crate::model::ScheduleOptions {
+                tp: 2,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let summary = Summary::from_samples(&[900.0, 910.0, 905.0]).unwrap();
+        Record::new(
+            Source::Modeled,
+            Provenance::here("model", now_utc()),
+            Body::Verify(VerifyResult {
+                workload: Workload::of(&s),
+                runs: vec![VerifyRun {
+                    graph: true,
+                    mode: Mode::Comm,
+                    per_collective_us: summary.median_us / 124.0,
+                    per_verify: summary,
+                    breakdown: vec![],
+                    wrong: 0,
+                    iterations: 3,
+                    warmup: 1,
+                }],
+            }),
+        )
+    }
+
+    #[test]
+    fn round_trip_through_json_and_lines() {
+        let r = sample();
+        let dir = tempfile::tempdir().unwrap();
+        let one = dir.path().join("one.json");
+        write_file(&one, r.to_json_pretty().as_bytes()).unwrap();
+        assert_eq!(read_records(&one).unwrap(), vec![r.clone()]);
+        let lines = dir.path().join("many.jsonl");
+        let text = format!(
+            "{}\n{}\n",
+            serde_json::to_string(&r).unwrap(),
+            serde_json::to_string(&r).unwrap()
+        );
+        std::fs::write(&lines, text).unwrap();
+        assert_eq!(read_records(&lines).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn json_carries_kind_source_and_version() {
+        let v: serde_json::Value = serde_json::from_str(&sample().to_json_pretty()).unwrap();
+        assert_eq!(v["kind"], "verify");
+        assert_eq!(v["source"], "modeled");
+        assert_eq!(v["schema_version"], SCHEMA_VERSION);
+        assert_eq!(v["result"]["workload"]["n_all_reduce"], 123);
+    }
+
+    #[test]
+    fn wrong_schema_is_refused_with_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("old.json");
+        let mut v: serde_json::Value = serde_json::from_str(&sample().to_json_pretty()).unwrap();
+        v["schema_version"] = 99.into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = read_records(&p).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("old.json") && e.to_string().contains("99"));
+        std::fs::write(&p, "{\"a\": 1}").unwrap();
+        assert!(read_records(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("no schema_version"));
+    }
+}
