@@ -7,7 +7,10 @@
 //! those. Pure logic never touches the GPU and is unit-tested on any machine.
 
 pub mod cli;
+pub mod comm;
+pub mod costmodel;
 pub mod error;
+pub mod launch;
 pub mod measure;
 pub mod model;
 pub mod report;

@@ -4,10 +4,14 @@
 //! can grow without touching the others.
 
 pub mod args;
+pub mod collective;
 pub mod plan;
 pub mod stub;
+pub mod verify;
 
 use clap::{Parser, Subcommand};
+
+use crate::report;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -34,9 +38,9 @@ pub enum Command {
     /// bytes each rank streams between them. Needs no GPU.
     Plan(plan::PlanArgs),
     /// One collective over a size range, nccl-tests style (time, algbw, busbw, #wrong).
-    Collective(stub::StubArgs),
+    Collective(collective::CollectiveArgs),
     /// Replay the verify schedule: per-verify median/p99, eager vs CUDA graph.
-    Verify(stub::StubArgs),
+    Verify(verify::VerifyArgs),
     /// A cross product of NCCL settings, each in fresh workers, proven from NCCL's log, ranked.
     Sweep(stub::StubArgs),
     /// Speculative-decoding break-even from measured or given times.
@@ -56,8 +60,8 @@ pub fn main() -> anyhow::Result<i32> {
     let cli = Cli::parse();
     match cli.command {
         Command::Plan(a) => plan::run(&a),
-        Command::Collective(_) => stub::not_built("collective", "the NCCL backend"),
-        Command::Verify(_) => stub::not_built("verify", "the NCCL backend and the cost model"),
+        Command::Collective(a) => collective::run(&a),
+        Command::Verify(a) => verify::run(&a),
         Command::Sweep(_) => stub::not_built("sweep", "the settings sweep"),
         Command::Breakeven(_) => stub::not_built("breakeven", "the break-even math"),
         Command::Report(_) => stub::not_built("report", "the report renderer"),
@@ -65,4 +69,46 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
     }
+}
+
+/// Picks the backend: `auto` means NCCL when at least two GPUs are present, else the cost
+/// model, and says so on stderr (unless `quiet`).
+pub fn resolve_backend(
+    requested: args::Backend,
+    gpu: &args::GpuArgs,
+    quiet: bool,
+) -> anyhow::Result<args::Backend> {
+    use args::Backend;
+    match requested {
+        Backend::Model | Backend::Nccl => Ok(requested),
+        Backend::Auto => {
+            let n = crate::comm::device_count();
+            if n >= 2 {
+                Ok(Backend::Nccl)
+            } else {
+                if !quiet {
+                    let _ = gpu;
+                    eprintln!(
+                        "verifybench: {} GPU{} found, so the numbers below are MODELED by the cost model, not measured (use --backend nccl on a machine with 2+ GPUs)",
+                        n,
+                        if n == 1 { "" } else { "s" }
+                    );
+                }
+                Ok(Backend::Model)
+            }
+        }
+    }
+}
+
+/// The NCCL backend of `verify`.
+pub fn nccl_verify(a: &verify::VerifyArgs, started: String) -> anyhow::Result<report::Record> {
+    crate::launch::verify(a, started)
+}
+
+/// The NCCL backend of `collective`.
+pub fn nccl_collective(
+    a: &collective::CollectiveArgs,
+    started: String,
+) -> anyhow::Result<report::Record> {
+    crate::launch::collective(a, started)
 }

@@ -2,6 +2,7 @@
 
 pub mod export;
 pub mod record;
+pub mod text;
 
 pub use record::{Body, Provenance, Record, Source};
 

@@ -1,0 +1,238 @@
+//! Terminal renderings of results: nccl-tests style for collectives, a per-run table for verify.
+
+use std::fmt::Write as _;
+
+use super::record::{Body, CollTiming, Record, Source};
+use crate::units::grouped;
+
+/// `#` header lines shared by every measuring command: source, backend, devices, NCCL.
+pub fn header(r: &Record) -> String {
+    let p = &r.provenance;
+    let mut o = String::new();
+    let label = match r.source {
+        Source::Measured => "measured".to_string(),
+        Source::Modeled => format!(
+            "MODELED by the cost model (profile {}), not a measurement",
+            p.model_profile.as_deref().unwrap_or("?")
+        ),
+    };
+    let _ = writeln!(
+        o,
+        "# verifybench {} ({}) {} - backend {}{}",
+        p.tool_version,
+        p.git_commit,
+        label,
+        p.backend,
+        p.launcher
+            .as_deref()
+            .map(|l| format!(", launcher {l}"))
+            .unwrap_or_default()
+    );
+    if let Some(v) = &p.nccl_version {
+        let _ = writeln!(
+            o,
+            "# NCCL {v} from {}",
+            p.nccl_library.as_deref().unwrap_or("?")
+        );
+    }
+    if !p.workers.is_empty() {
+        let _ = writeln!(o, "# Using devices");
+        for w in &p.workers {
+            let gpu = p.gpus.iter().find(|g| g.index == w.device);
+            let _ = writeln!(
+                o,
+                "#  Rank {:>2} Pid {:>7} on {} device {:>2} [{}] {}",
+                w.rank,
+                w.pid,
+                p.host,
+                w.device,
+                gpu.map(|g| g.pci_bus_id.as_str()).unwrap_or("?"),
+                gpu.map(|g| g.name.as_str()).unwrap_or("?")
+            );
+        }
+        // The NCCL_* environment is the same on every worker in the common case: print it once,
+        // or per rank when they differ.
+        let first = &p.workers[0].nccl_env;
+        if p.workers.iter().all(|w| &w.nccl_env == first) {
+            let _ = writeln!(o, "# NCCL_* seen by every worker: {}", env_line(first));
+        } else {
+            for w in &p.workers {
+                let _ = writeln!(
+                    o,
+                    "# NCCL_* seen by rank {}: {}",
+                    w.rank,
+                    env_line(&w.nccl_env)
+                );
+            }
+        }
+    }
+    for n in &p.notes {
+        let _ = writeln!(o, "# note: {n}");
+    }
+    o
+}
+
+fn env_line(m: &std::collections::BTreeMap<String, String>) -> String {
+    if m.is_empty() {
+        return "(none)".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn cells(t: &Option<CollTiming>) -> String {
+    match t {
+        Some(t) => format!(
+            "{:>9.2} {:>7.2} {:>7.2} {:>6}",
+            t.time_us, t.algbw_gbps, t.busbw_gbps, t.wrong
+        ),
+        None => format!("{:>9} {:>7} {:>7} {:>6}", "-", "-", "-", "-"),
+    }
+}
+
+/// nccl-tests style table of a collective record (eager and graph instead of out-of-place and
+/// in-place), with the `#wrong` column and the average bus bandwidth.
+pub fn collective_table(r: &Record) -> String {
+    let Body::Collective(c) = &r.body else {
+        return String::new();
+    };
+    let mut o = header(r);
+    let _ = writeln!(o, "#");
+    let _ = writeln!(o, "# {:>41}  {:^32}  {:^32}", "", "eager", "graph");
+    let _ = writeln!(
+        o,
+        "# {:>10} {:>12} {:>8} {:>6} {:>9} {:>7} {:>7} {:>6}  {:>9} {:>7} {:>7} {:>6}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong"
+    );
+    let _ = writeln!(
+        o,
+        "# {:>10} {:>12} {:>8} {:>6} {:>9} {:>7} {:>7} {:>6}  {:>9} {:>7} {:>7} {:>6}",
+        "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+    );
+    let redop = match c.op {
+        crate::model::CollectiveKind::AllGather => "none",
+        _ => "sum",
+    };
+    let mut bw = vec![];
+    let mut wrong = 0;
+    for row in &c.rows {
+        let _ = writeln!(
+            o,
+            "  {:>10} {:>12} {:>8} {:>6} {}  {}",
+            row.size_bytes,
+            row.count,
+            c.dtype.name(),
+            redop,
+            cells(&row.eager),
+            cells(&row.graph)
+        );
+        for t in [&row.eager, &row.graph].into_iter().flatten() {
+            bw.push(t.busbw_gbps);
+            wrong += t.wrong;
+        }
+    }
+    let avg = if bw.is_empty() {
+        0.0
+    } else {
+        bw.iter().sum::<f64>() / bw.len() as f64
+    };
+    let _ = writeln!(
+        o,
+        "# Out of bounds values : {wrong} {}",
+        if wrong == 0 { "OK" } else { "WRONG" }
+    );
+    let _ = writeln!(o, "# Avg bus bandwidth    : {avg:.3} GB/s");
+    o
+}
+
+/// Table of a verify record: one row per (mode, graph) run, the eager/graph ratio, and the
+/// comm/compute split when the runs allow it.
+pub fn verify_table(r: &Record) -> String {
+    let Body::Verify(v) = &r.body else {
+        return String::new();
+    };
+    let w = &v.workload;
+    let mut o = header(r);
+    let _ = writeln!(
+        o,
+        "# workload: {} {}, TP={}, {} tokens, {}: {} all_reduce x {} B + {} all_gather x {} B (schedule {})",
+        w.model,
+        format!("{:?}", w.phase).to_lowercase(),
+        w.tp,
+        w.tokens,
+        w.dtype.name(),
+        w.n_all_reduce,
+        grouped(w.all_reduce_bytes_per_rank),
+        w.n_all_gather,
+        grouped(w.all_gather_bytes_per_rank),
+        w.schedule_hash
+    );
+    let _ = writeln!(
+        o,
+        "  {:<8} {:<6} {:>12} {:>12} {:>10} {:>12} {:>6} {:>8} {:>7}",
+        "mode",
+        "launch",
+        "median_us",
+        "p99_us",
+        "stddev_us",
+        "per_coll_us",
+        "n",
+        "outliers",
+        "#wrong"
+    );
+    for run in &v.runs {
+        let s = &run.per_verify;
+        let _ = writeln!(
+            o,
+            "  {:<8} {:<6} {:>12.1} {:>12.1} {:>10.1} {:>12.2} {:>6} {:>8} {:>7}",
+            run.mode.name(),
+            if run.graph { "graph" } else { "eager" },
+            s.median_us,
+            s.p99_us,
+            s.stddev_us,
+            run.per_collective_us,
+            s.n,
+            s.outliers,
+            run.wrong
+        );
+    }
+    for mode in [
+        super::record::Mode::Comm,
+        super::record::Mode::Compute,
+        super::record::Mode::Full,
+    ] {
+        if let (Some(e), Some(g)) = (v.run(false, mode), v.run(true, mode)) {
+            if g.per_verify.median_us > 0.0 {
+                let _ = writeln!(
+                    o,
+                    "# {}: eager / graph = {:.2}x ({:.1} us -> {:.1} us per verify)",
+                    mode.name(),
+                    e.per_verify.median_us / g.per_verify.median_us,
+                    e.per_verify.median_us,
+                    g.per_verify.median_us
+                );
+            }
+        }
+    }
+    let outl: usize = v.runs.iter().map(|r| r.per_verify.outliers).sum();
+    if outl > 0 {
+        let _ = writeln!(
+            o,
+            "# warning: {outl} outlier replays (MAD); p99 may reflect interference from other work on this machine"
+        );
+    }
+    o
+}
