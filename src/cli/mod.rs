@@ -53,6 +53,9 @@ pub enum Command {
     Inspect(stub::StubArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
     Selftest(stub::StubArgs),
+    /// One rank of a run with --launcher processes (started by verifybench itself).
+    #[command(name = "__rank", hide = true)]
+    Rank(crate::launch::worker::RankArgs),
 }
 
 /// Parses the command line and runs the command; the value is the process exit code.
@@ -68,6 +71,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Env(_) => stub::not_built("env", "the NCCL backend"),
         Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
+        Command::Rank(a) => crate::launch::worker::run(&a),
     }
 }
 

@@ -1,14 +1,14 @@
-//! Starting ranks: threads of this process, or worker processes (the binary re-executes itself).
+//! Starting ranks: threads of this process, or worker processes (the binary re-executes itself
+//! with the hidden `__rank` command). Ranks need guaranteed concurrency (NCCL init blocks until
+//! all join), so each gets its own OS thread or process, never a pool task.
+//!
+//! Nothing hangs: workers report progress after each configuration and the parent gives up on
+//! a run when a worker says nothing for `--timeout` seconds; a worker that fails makes the
+//! parent kill the others (they would wait forever in NCCL), reap them, and name the rank.
 
-use crate::cli::{collective::CollectiveArgs, verify::VerifyArgs};
-use crate::report::Record;
+pub mod job;
+pub mod run;
+pub mod worker;
 
-/// Runs the verify replay on real GPUs.
-pub fn verify(_a: &VerifyArgs, _started: String) -> anyhow::Result<Record> {
-    anyhow::bail!("the NCCL backend is not built yet")
-}
-
-/// Runs one collective over a size range on real GPUs.
-pub fn collective(_a: &CollectiveArgs, _started: String) -> anyhow::Result<Record> {
-    anyhow::bail!("the NCCL backend is not built yet")
-}
+pub use job::{Fault, Job, RankResult};
+pub use run::{collective, verify, LaunchSpec};

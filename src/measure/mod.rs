@@ -1,5 +1,6 @@
 //! Timing statistics (pure) and measurement settings.
 
+pub mod pattern;
 pub mod stats;
 
 pub use stats::Summary;

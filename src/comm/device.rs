@@ -1,0 +1,272 @@
+//! One rank's GPU: context, stream, device buffers, events, CUDA-graph capture.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self as cu, CUdeviceptr};
+use cudarc::driver::{CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr};
+
+use crate::report::record::GpuInfo;
+
+/// A CUDA driver failure with the device it happened on.
+#[derive(Debug, Clone)]
+pub struct CudaFailure {
+    pub device: usize,
+    pub what: String,
+}
+
+impl std::fmt::Display for CudaFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GPU {}: {}", self.device, self.what)
+    }
+}
+
+impl std::error::Error for CudaFailure {}
+
+fn fail<E: std::fmt::Debug>(device: usize, what: &str) -> impl FnOnce(E) -> CudaFailure + '_ {
+    move |e| CudaFailure {
+        device,
+        what: format!("{what}: {e:?}"),
+    }
+}
+
+fn check(device: usize, what: &str, r: cu::CUresult) -> Result<(), CudaFailure> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaFailure {
+            device,
+            what: format!("{what}: {r:?}"),
+        })
+    }
+}
+
+/// A device buffer of raw bytes.
+pub struct Buffer {
+    slice: CudaSlice<u8>,
+    ptr: CUdeviceptr,
+}
+
+impl Buffer {
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.slice.is_empty()
+    }
+}
+
+/// A timing event.
+pub struct Event(CudaEvent);
+
+impl Event {
+    /// Milliseconds between `self` and a later event `end` (both completed).
+    pub fn elapsed_us(&self, end: &Event) -> Result<f64, CudaFailure> {
+        self.0
+            .elapsed_ms(&end.0)
+            .map(|ms| ms as f64 * 1e3)
+            .map_err(|e| CudaFailure {
+                device: 0,
+                what: format!("cuEventElapsedTime: {e:?}"),
+            })
+    }
+}
+
+/// A captured CUDA graph, replayable on its stream.
+pub struct Graph(CudaGraph);
+
+impl Graph {
+    pub fn launch(&self) -> Result<(), CudaFailure> {
+        self.0.launch().map_err(fail(0, "cuGraphLaunch"))
+    }
+}
+
+/// One GPU with its context and the stream all work goes to.
+pub struct Gpu {
+    pub ordinal: usize,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, binds it to the calling thread (NCCL uses the current device) and
+    /// creates a capturable (non-default) stream.
+    pub fn open(ordinal: usize) -> Result<Gpu, CudaFailure> {
+        let ctx = CudaContext::new(ordinal).map_err(fail(ordinal, "creating the CUDA context"))?;
+        // SAFETY: with event tracking on, cudarc records and waits events around every buffer
+        // use once a context has several streams, which breaks stream capture. All work of a
+        // rank goes to its one stream, in order, so no cross-stream tracking is needed.
+        unsafe { ctx.disable_event_tracking() };
+        ctx.bind_to_thread()
+            .map_err(fail(ordinal, "binding the context to the thread"))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(fail(ordinal, "creating a stream"))?;
+        Ok(Gpu {
+            ordinal,
+            ctx,
+            stream,
+        })
+    }
+
+    /// Binds this GPU's context to the calling thread.
+    pub fn bind(&self) -> Result<(), CudaFailure> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(fail(self.ordinal, "binding the context"))
+    }
+
+    pub fn info(&self) -> GpuInfo {
+        info(self.ordinal).unwrap_or(GpuInfo {
+            index: self.ordinal,
+            name: self.ctx.name().unwrap_or_default(),
+            pci_bus_id: String::new(),
+            memory_bytes: self.ctx.total_mem().unwrap_or(0) as u64,
+        })
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize), CudaFailure> {
+        self.ctx
+            .mem_get_info()
+            .map_err(fail(self.ordinal, "cuMemGetInfo"))
+    }
+
+    /// A zero-filled device buffer of `bytes` bytes.
+    pub fn alloc(&self, bytes: usize) -> Result<Buffer, CudaFailure> {
+        let slice = self
+            .stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(fail(self.ordinal, "cuMemAlloc"))?;
+        let ptr = {
+            let (ptr, _sync) = slice.device_ptr(&self.stream);
+            ptr
+        };
+        Ok(Buffer { slice, ptr })
+    }
+
+    /// Copies `data` into the start of `buf`.
+    pub fn upload(&self, buf: &mut Buffer, data: &[u8]) -> Result<(), CudaFailure> {
+        assert!(data.len() <= buf.len(), "upload larger than the buffer");
+        let mut view = buf.slice.slice_mut(0..data.len());
+        self.stream
+            .memcpy_htod(data, &mut view)
+            .map_err(fail(self.ordinal, "cuMemcpyHtoD"))
+    }
+
+    /// Copies the first `len` bytes of `buf` to the host (synchronous).
+    pub fn download(&self, buf: &Buffer, len: usize) -> Result<Vec<u8>, CudaFailure> {
+        let view = buf.slice.slice(0..len);
+        self.stream
+            .clone_dtoh(&view)
+            .map_err(fail(self.ordinal, "cuMemcpyDtoH"))
+    }
+
+    /// Fills `buf` with `byte` on the stream (0xFF poisons bf16/f16/f32 as NaN).
+    pub fn fill(&self, buf: &Buffer, byte: u8) -> Result<(), CudaFailure> {
+        // SAFETY: the pointer and length describe a live allocation of this context; the memset
+        // is ordered on this rank's stream like every other use of the buffer.
+        let r = unsafe { cu::cuMemsetD8Async(buf.ptr, byte, buf.len(), self.stream.cu_stream()) };
+        check(self.ordinal, "cuMemsetD8Async", r)
+    }
+
+    pub fn sync(&self) -> Result<(), CudaFailure> {
+        self.stream
+            .synchronize()
+            .map_err(fail(self.ordinal, "cuStreamSynchronize"))
+    }
+
+    /// Records a timing event on the stream.
+    pub fn record(&self) -> Result<Event, CudaFailure> {
+        self.stream
+            .record_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT))
+            .map(Event)
+            .map_err(fail(self.ordinal, "cuEventRecord"))
+    }
+
+    /// Captures everything `body` enqueues on the stream into a graph (thread-local capture
+    /// mode: one thread per GPU). Nothing inside may allocate, free, synchronize or copy to
+    /// the host.
+    pub fn capture<F>(&self, body: F) -> anyhow::Result<Graph>
+    where
+        F: FnOnce() -> anyhow::Result<()>,
+    {
+        self.stream
+            .begin_capture(cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(fail(self.ordinal, "cuStreamBeginCapture"))?;
+        let res = body();
+        let graph = self
+            .stream
+            .end_capture(cu::CUgraphInstantiate_flags(0))
+            .map_err(fail(self.ordinal, "cuStreamEndCapture/cuGraphInstantiate"));
+        res?;
+        let g = graph?.ok_or_else(|| CudaFailure {
+            device: self.ordinal,
+            what: "stream capture produced no graph".into(),
+        })?;
+        g.upload().map_err(fail(self.ordinal, "cuGraphUpload"))?;
+        Ok(Graph(g))
+    }
+
+    pub fn cu_stream(&self) -> cu::CUstream {
+        self.stream.cu_stream()
+    }
+}
+
+/// Name, PCI bus id and memory of device `ordinal`, without creating a context.
+pub fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
+    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
+    let dev = cudarc::driver::result::device::get(ordinal as i32)
+        .map_err(fail(ordinal, "cuDeviceGet"))?;
+    let name =
+        cudarc::driver::result::device::get_name(dev).map_err(fail(ordinal, "cuDeviceGetName"))?;
+    // SAFETY: dev is a valid device handle; total_mem only reads it.
+    let mem = unsafe { cudarc::driver::result::device::total_mem(dev) }
+        .map_err(fail(ordinal, "cuDeviceTotalMem"))?;
+    let mut buf = [0 as std::ffi::c_char; 32];
+    // SAFETY: the buffer holds 32 bytes, as the length argument says; NCCL/CUDA bus ids are 13.
+    let r = unsafe { cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) };
+    check(ordinal, "cuDeviceGetPCIBusId", r)?;
+    // SAFETY: cuDeviceGetPCIBusId wrote a NUL-terminated string into buf.
+    let bus = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    Ok(GpuInfo {
+        index: ordinal,
+        name,
+        pci_bus_id: bus,
+        memory_bytes: mem as u64,
+    })
+}
+
+/// Whether device `a` can access device `b`'s memory directly (P2P).
+pub fn can_access_peer(a: usize, b: usize) -> Result<bool, CudaFailure> {
+    cudarc::driver::result::init().map_err(fail(a, "cuInit"))?;
+    let da = cudarc::driver::result::device::get(a as i32).map_err(fail(a, "cuDeviceGet"))?;
+    let db = cudarc::driver::result::device::get(b as i32).map_err(fail(b, "cuDeviceGet"))?;
+    let mut v = 0;
+    // SAFETY: v is a valid out-pointer; da and db are valid device handles.
+    let r = unsafe { cu::cuDeviceCanAccessPeer(&mut v, da, db) };
+    check(a, "cuDeviceCanAccessPeer", r)?;
+    Ok(v != 0)
+}
+
+/// The CUDA version the driver supports, e.g. "13.0".
+pub fn driver_cuda_version() -> Option<String> {
+    let mut v = 0;
+    // SAFETY: v is a valid out-pointer.
+    let r = unsafe { cu::cuDriverGetVersion(&mut v) };
+    (r == cu::CUresult::CUDA_SUCCESS).then(|| format!("{}.{}", v / 1000, (v % 1000) / 10))
+}
+
+/// The kernel driver's version line (e.g. "580.159.04"), where Linux exposes it.
+pub fn driver_version() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    let line = s.lines().next()?;
+    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ..."
+    line.split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        .map(str::to_string)
+}

@@ -1,0 +1,531 @@
+//! Runs a job on every rank (threads or processes) and turns the rank results into a record.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::job::{run_rank, Fault, Job, RankResult, RankSetup};
+use super::worker::{hex, Message};
+use crate::cli::args::{GpuArgs, Launcher};
+use crate::cli::{collective::CollectiveArgs, verify::VerifyArgs};
+use crate::comm;
+use crate::error::usage;
+use crate::measure::Summary;
+use crate::model::CollectiveKind;
+use crate::report::record::{
+    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Provenance, Record, Source,
+    VerifyResult, VerifyRun, WorkerInfo, Workload,
+};
+
+/// How to start the ranks.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub devices: Vec<usize>,
+    pub launcher: Launcher,
+    /// Longest silence (no progress from a rank) before the run is aborted.
+    pub timeout: Duration,
+    /// Variables set for the workers on top of this process's environment.
+    pub env_overrides: BTreeMap<String, String>,
+    pub fault: Option<Fault>,
+    /// Forward workers' stderr to ours.
+    pub echo_stderr: bool,
+}
+
+/// Checks the GPU flags against the machine and returns the device ordinals to use.
+/// `wanted` is the rank count the workload needs (its --tp), if fixed.
+pub fn select_devices(g: &GpuArgs, wanted: Option<usize>) -> anyhow::Result<Vec<usize>> {
+    let present = comm::device_count();
+    if present == 0 {
+        return Err(usage(
+            "no GPU found (no CUDA driver or no device): the NCCL backend needs at least 2 GPUs; use --backend model for the cost model",
+        ));
+    }
+    let devices: Vec<usize> = if let Some(d) = &g.devices {
+        if let Some(bad) = d.iter().find(|&&x| x >= present) {
+            return Err(usage(format!(
+                "--devices names GPU {bad}, but this machine has {present} GPU{} (0..{})",
+                if present == 1 { "" } else { "s" },
+                present - 1
+            )));
+        }
+        let mut seen = d.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != d.len() {
+            return Err(usage("--devices lists a GPU twice"));
+        }
+        d.clone()
+    } else {
+        let n = g.gpus.or(wanted).unwrap_or(present);
+        if n > present {
+            let flag = if g.gpus.is_some() { "--gpus" } else { "--tp" };
+            return Err(usage(format!(
+                "{flag} {n} needs {n} GPUs, but this machine has {present}"
+            )));
+        }
+        (0..n).collect()
+    };
+    if devices.len() < 2 {
+        return Err(usage(format!(
+            "the NCCL backend needs at least 2 GPUs (got {}); use --backend model for the cost model",
+            devices.len()
+        )));
+    }
+    if let Some(w) = wanted {
+        if w != devices.len() {
+            return Err(usage(format!(
+                "--tp {w} needs {w} ranks, but {} GPUs were selected; make --tp match --gpus/--devices",
+                devices.len()
+            )));
+        }
+    }
+    Ok(devices)
+}
+
+enum Event {
+    Progress,
+    Done(usize, Box<anyhow::Result<RankResult>>),
+}
+
+/// Runs `job` on every rank and returns the ranks' results, in rank order.
+pub fn run_job(spec: &LaunchSpec, job: &Job) -> anyhow::Result<Vec<RankResult>> {
+    let id = comm::nccl::unique_id().map_err(anyhow::Error::new)?;
+    match spec.launcher {
+        Launcher::Threads => run_threads(spec, job, id),
+        Launcher::Processes => run_processes(spec, job, id),
+    }
+}
+
+fn run_threads(
+    spec: &LaunchSpec,
+    job: &Job,
+    id: comm::UniqueId,
+) -> anyhow::Result<Vec<RankResult>> {
+    // Threads share this process's environment: apply the overrides here.
+    for (k, v) in &spec.env_overrides {
+        std::env::set_var(k, v);
+    }
+    let n = spec.devices.len();
+    let (tx, rx) = mpsc::channel::<(usize, Event)>();
+    for (rank, &device) in spec.devices.iter().enumerate() {
+        let tx = tx.clone();
+        let job = job.clone();
+        let setup = RankSetup {
+            rank,
+            nranks: n,
+            device,
+            id,
+            fault: spec.fault,
+        };
+        std::thread::Builder::new()
+            .name(format!("rank{rank}"))
+            .spawn(move || {
+                let ptx = tx.clone();
+                let r = run_rank(setup, &job, move |_| {
+                    let _ = ptx.send((rank, Event::Progress));
+                });
+                let _ = tx.send((rank, Event::Done(rank, Box::new(r))));
+            })?;
+    }
+    drop(tx);
+    let mut results: Vec<Option<RankResult>> = (0..n).map(|_| None).collect();
+    let mut deadline = Instant::now() + spec.timeout;
+    while results.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((_, Event::Progress)) => deadline = Instant::now() + spec.timeout,
+            Ok((_, Event::Done(rank, r))) => match *r {
+                Ok(res) => {
+                    results[rank] = Some(res);
+                    deadline = Instant::now() + spec.timeout;
+                }
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "rank {rank} (GPU {}) failed; the run is aborted",
+                        spec.devices[rank]
+                    )))
+                }
+            },
+            Err(_) => {
+                let missing: Vec<String> = results
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.is_none())
+                    .map(|(i, _)| i.to_string())
+                    .collect();
+                anyhow::bail!(
+                    "rank(s) {} made no progress for {:.0} s (--timeout); the run is aborted",
+                    missing.join(", "),
+                    spec.timeout.as_secs_f64()
+                );
+            }
+        }
+    }
+    Ok(results.into_iter().map(Option::unwrap).collect())
+}
+
+/// Children that are killed and reaped when this guard drops (no orphans on any exit path).
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+fn worker_env(spec: &LaunchSpec) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = std::env::vars().collect();
+    env.extend(spec.env_overrides.clone());
+    env
+}
+
+fn run_processes(
+    spec: &LaunchSpec,
+    job: &Job,
+    id: comm::UniqueId,
+) -> anyhow::Result<Vec<RankResult>> {
+    let n = spec.devices.len();
+    let dir = tempfile::Builder::new()
+        .prefix("verifybench-job-")
+        .tempdir()
+        .context("creating a temporary folder for the job")?;
+    let job_path: PathBuf = dir.path().join("job.json");
+    std::fs::write(&job_path, serde_json::to_vec(job)?)?;
+    let exe = std::env::current_exe()?;
+    let env = worker_env(spec);
+    let id_hex = hex(&id);
+    let (tx, rx) = mpsc::channel::<(usize, Option<Message>)>();
+    let tails: Vec<Arc<Mutex<VecDeque<String>>>> = (0..n)
+        .map(|_| Arc::new(Mutex::new(VecDeque::new())))
+        .collect();
+    let mut children = Children(vec![]);
+    for (rank, &device) in spec.devices.iter().enumerate() {
+        let mut cmd = Command::new(&exe);
+        cmd.arg("__rank")
+            .arg("--job")
+            .arg(&job_path)
+            .args(["--rank", &rank.to_string()])
+            .args(["--nranks", &n.to_string()])
+            .args(["--device", &device.to_string()])
+            .args(["--id", &id_hex])
+            .env_clear()
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(f) = spec.fault {
+            let kind = match f.kind {
+                super::job::FaultKind::Exit => "exit",
+                super::job::FaultKind::Hang => "hang",
+                super::job::FaultKind::Abort => "abort",
+            };
+            cmd.args(["--fault", &format!("{kind}:{}", f.rank)]);
+        }
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
+        // which is async-signal-safe. It makes the worker die with its parent, so a killed
+        // parent leaves no worker waiting forever inside NCCL.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting the worker of rank {rank}"))?;
+        let out = child.stdout.take().expect("piped");
+        let err = child.stderr.take().expect("piped");
+        children.0.push(child);
+        let txo = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                match serde_json::from_str::<Message>(&line) {
+                    Ok(m) => {
+                        let _ = txo.send((rank, Some(m)));
+                    }
+                    Err(_) => eprintln!("[rank {rank}] {line}"),
+                }
+            }
+            let _ = txo.send((rank, None));
+        });
+        let tail = tails[rank].clone();
+        let echo = spec.echo_stderr;
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if echo {
+                    eprintln!("[rank {rank}] {line}");
+                }
+                let mut t = tail.lock().expect("tail lock");
+                if t.len() == 20 {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+        });
+    }
+    drop(tx);
+    let tail_of = |rank: usize| -> String {
+        // give the stderr reader a moment to drain what the dead worker wrote
+        std::thread::sleep(Duration::from_millis(100));
+        let t = tails[rank].lock().expect("tail lock");
+        if t.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\n  last lines of rank {rank}'s stderr:\n    {}",
+                t.iter().cloned().collect::<Vec<_>>().join("\n    ")
+            )
+        }
+    };
+    let mut results: Vec<Option<RankResult>> = (0..n).map(|_| None).collect();
+    let mut deadline = Instant::now() + spec.timeout;
+    while results.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((_, Some(Message::Progress(_)))) => deadline = Instant::now() + spec.timeout,
+            Ok((rank, Some(Message::Result(r)))) => {
+                results[rank] = Some(*r);
+                deadline = Instant::now() + spec.timeout;
+            }
+            Ok((rank, Some(Message::Error(e)))) => {
+                drop(children);
+                anyhow::bail!(
+                    "rank {rank} (GPU {}) failed: {e}; the other ranks were stopped{}",
+                    spec.devices[rank],
+                    tail_of(rank)
+                );
+            }
+            Ok((rank, None)) => {
+                if results[rank].is_none() {
+                    let status = children.0[rank]
+                        .wait()
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|e| e.to_string());
+                    let pid = children.0[rank].id();
+                    drop(children);
+                    anyhow::bail!(
+                        "rank {rank} (GPU {}, pid {pid}) died before reporting ({status}); the other ranks were stopped{}",
+                        spec.devices[rank],
+                        tail_of(rank)
+                    );
+                }
+            }
+            Err(_) => {
+                let missing: Vec<String> = results
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.is_none())
+                    .map(|(i, _)| i.to_string())
+                    .collect();
+                drop(children);
+                anyhow::bail!(
+                    "rank(s) {} made no progress for {:.0} s (--timeout); all workers were stopped",
+                    missing.join(", "),
+                    spec.timeout.as_secs_f64()
+                );
+            }
+        }
+    }
+    drop(children);
+    Ok(results.into_iter().map(Option::unwrap).collect())
+}
+
+/// Per configuration: the slowest rank's time per sample, and the wrong elements of all ranks.
+pub fn combine(results: &[RankResult], configs: usize) -> anyhow::Result<Vec<(Summary, u64)>> {
+    let mut out = vec![];
+    for c in 0..configs {
+        let len = results
+            .iter()
+            .map(|r| r.samples.get(c).map_or(0, Vec::len))
+            .min()
+            .unwrap_or(0);
+        let worst: Vec<f64> = (0..len)
+            .map(|i| {
+                results
+                    .iter()
+                    .map(|r| r.samples[c][i])
+                    .fold(f64::MIN, f64::max)
+            })
+            .collect();
+        let s = Summary::from_samples(&worst)
+            .ok_or_else(|| anyhow::anyhow!("configuration {c} produced no timing samples"))?;
+        let wrong = results
+            .iter()
+            .map(|r| r.wrong.get(c).copied().unwrap_or(0))
+            .sum();
+        out.push((s, wrong));
+    }
+    Ok(out)
+}
+
+/// Provenance of a run on GPUs, from the parent and what every worker reported.
+pub fn provenance(spec: &LaunchSpec, started: String, results: &[RankResult]) -> Provenance {
+    let mut p = Provenance::here("nccl", started);
+    p.launcher = Some(spec.launcher.name().into());
+    p.gpus = results.iter().filter_map(|r| r.gpu.clone()).collect();
+    p.driver_version = comm::device::driver_version()
+        .or_else(comm::device::driver_cuda_version)
+        .map(|v| match comm::device::driver_cuda_version() {
+            Some(c) if !v.contains(&c) => format!("{v} (CUDA {c})"),
+            _ => v,
+        });
+    p.nccl_version = results
+        .first()
+        .and_then(|r| r.nccl_version.clone())
+        .or_else(comm::nccl::version);
+    p.nccl_library = results
+        .first()
+        .and_then(|r| r.nccl_library.clone())
+        .or_else(|| comm::libs::loaded_path("libnccl"));
+    p.workers = results
+        .iter()
+        .map(|r| WorkerInfo {
+            rank: r.rank,
+            pid: r.pid,
+            device: r.device,
+            nccl_env: r.nccl_env.clone(),
+        })
+        .collect();
+    let init: Vec<String> = results.iter().map(|r| format!("{:.2}", r.init_s)).collect();
+    p.notes
+        .push(format!("NCCL init per rank (s): {}", init.join(", ")));
+    p
+}
+
+fn spec_of(g: &GpuArgs, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) -> LaunchSpec {
+    LaunchSpec {
+        devices,
+        launcher: g.launcher,
+        timeout: Duration::from_secs_f64(g.timeout.max(1.0)),
+        env_overrides: BTreeMap::new(),
+        fault,
+        echo_stderr: !quiet,
+    }
+}
+
+/// `verify --backend nccl`.
+pub fn verify(a: &VerifyArgs, started: String) -> anyhow::Result<Record> {
+    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
+    let devices = select_devices(&a.gpu, a.workload.tp.map(|t| t as usize))?;
+    let schedule = a.workload.schedule(devices.len() as u64)?;
+    let fault = a
+        .inject_fault
+        .as_deref()
+        .map(str::parse::<Fault>)
+        .transpose()
+        .map_err(usage)?;
+    let runs = crate::cli::verify::runs(a);
+    let job = Job::Verify {
+        schedule: schedule.clone(),
+        runs: runs.clone(),
+        iters: a.repeat.iters.max(1),
+        warmup: a.repeat.warmup,
+        launches_per_layer: a.launches_per_layer,
+    };
+    let spec = spec_of(&a.gpu, devices, fault, a.quiet);
+    let results = run_job(&spec, &job)?;
+    let combined = combine(&results, runs.len())?;
+    let ncoll = schedule.n_collectives().max(1) as f64;
+    let vruns = runs
+        .iter()
+        .zip(combined)
+        .map(|(&(graph, mode), (s, wrong))| VerifyRun {
+            graph,
+            mode,
+            per_collective_us: s.median_us / ncoll,
+            per_verify: s,
+            breakdown: vec![],
+            wrong,
+            iterations: a.repeat.iters.max(1),
+            warmup: a.repeat.warmup,
+        })
+        .collect();
+    let p = provenance(&spec, started, &results);
+    Ok(Record::new(
+        Source::Measured,
+        p,
+        Body::Verify(VerifyResult {
+            workload: Workload::of(&schedule),
+            runs: vruns,
+        }),
+    ))
+}
+
+/// `collective --backend nccl`.
+pub fn collective(a: &CollectiveArgs, started: String) -> anyhow::Result<Record> {
+    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
+    let devices = select_devices(&a.gpu, None)?;
+    let n = devices.len();
+    let sizes = crate::cli::collective::sizes(a, n)?;
+    let esz = a.dtype.size();
+    let counts: Vec<usize> = sizes
+        .iter()
+        .map(|&s| match a.op {
+            CollectiveKind::AllReduce => (s / esz) as usize,
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => (s / esz) as usize / n,
+        })
+        .collect();
+    let graphs = a.graph.modes();
+    let job = Job::Collective {
+        op: a.op,
+        dtype: a.dtype,
+        counts,
+        graphs: graphs.clone(),
+        iters: a.repeat.iters.max(1),
+        warmup: a.repeat.warmup,
+        batch: 10,
+    };
+    let spec = spec_of(&a.gpu, devices, None, false);
+    let results = run_job(&spec, &job)?;
+    let combined = combine(&results, job.configs())?;
+    let mut rows = vec![];
+    let mut it = combined.into_iter();
+    for &size in &sizes {
+        let mut row = CollectiveRow {
+            size_bytes: size,
+            count: size / esz,
+            eager: None,
+            graph: None,
+        };
+        for &g in &graphs {
+            let (s, wrong) = it.next().expect("one result per configuration");
+            let alg = algbw_gbps(size, s.median_us);
+            let t = CollTiming {
+                time_us: s.median_us,
+                algbw_gbps: alg,
+                busbw_gbps: alg * a.op.bus_factor(n),
+                wrong,
+                summary: s,
+            };
+            if g {
+                row.graph = Some(t);
+            } else {
+                row.eager = Some(t);
+            }
+        }
+        rows.push(row);
+    }
+    let p = provenance(&spec, started, &results);
+    Ok(Record::new(
+        Source::Measured,
+        p,
+        Body::Collective(CollectiveResult {
+            op: a.op,
+            dtype: a.dtype,
+            nranks: n,
+            rows,
+        }),
+    ))
+}

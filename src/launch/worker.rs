@@ -1,0 +1,112 @@
+//! The worker side of `--launcher processes`: `verifybench __rank ...` (hidden).
+//!
+//! Protocol on stdout, one JSON object per line: `{"progress": k}` after each configuration,
+//! then `{"result": RankResult}` or `{"error": "..."}`. Everything else goes to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::job::{run_rank, Fault, Job, RankResult, RankSetup};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RankArgs {
+    /// JSON file holding the job.
+    #[arg(long)]
+    pub job: PathBuf,
+    #[arg(long)]
+    pub rank: usize,
+    #[arg(long)]
+    pub nranks: usize,
+    #[arg(long)]
+    pub device: usize,
+    /// NCCL unique id, hex.
+    #[arg(long)]
+    pub id: String,
+    #[arg(long)]
+    pub fault: Option<Fault>,
+}
+
+/// One line of the worker protocol.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Message {
+    Progress(usize),
+    Result(Box<RankResult>),
+    Error(String),
+}
+
+pub fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> anyhow::Result<[u8; 128]> {
+    let mut out = [0u8; 128];
+    if s.len() != 256 {
+        anyhow::bail!("NCCL id must be 256 hex digits");
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)?;
+    }
+    Ok(out)
+}
+
+fn send(m: &Message) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::to_string(m).expect("messages serialize")
+    );
+    let _ = out.flush();
+}
+
+/// Runs one rank and reports on stdout. The exit code is 0 even on error (the error travels in
+/// the protocol); a crash or a deliberate fault exits otherwise.
+pub fn run(a: &RankArgs) -> anyhow::Result<i32> {
+    let job: Job = serde_json::from_str(&std::fs::read_to_string(&a.job)?)?;
+    let setup = RankSetup {
+        rank: a.rank,
+        nranks: a.nranks,
+        device: a.device,
+        id: unhex(&a.id)?,
+        fault: a.fault,
+    };
+    match run_rank(setup, &job, |k| send(&Message::Progress(k))) {
+        Ok(r) => {
+            send(&Message::Result(Box::new(r)));
+            Ok(0)
+        }
+        Err(e) => {
+            send(&Message::Error(format!("{e:#}")));
+            Ok(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_hex_round_trip() {
+        let mut id = [0u8; 128];
+        for (i, b) in id.iter_mut().enumerate() {
+            *b = (i * 7) as u8;
+        }
+        assert_eq!(unhex(&hex(&id)).unwrap(), id);
+        assert!(unhex("abc").is_err());
+    }
+
+    #[test]
+    fn protocol_lines_round_trip() {
+        let s = serde_json::to_string(&Message::Progress(3)).unwrap();
+        assert!(matches!(
+            serde_json::from_str(&s).unwrap(),
+            Message::Progress(3)
+        ));
+        let s = serde_json::to_string(&Message::Error("x".into())).unwrap();
+        assert!(matches!(serde_json::from_str(&s).unwrap(), Message::Error(e) if e == "x"));
+    }
+}
