@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod collective;
+pub mod env;
 pub mod plan;
 pub mod stub;
 pub mod verify;
@@ -48,7 +49,7 @@ pub enum Command {
     /// Markdown report with SVG plots from results files.
     Report(stub::StubArgs),
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
-    Env(stub::StubArgs),
+    Env(env::EnvArgs),
     /// The NCCL_* environment of every process of a running server, with findings.
     Inspect(stub::StubArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
@@ -68,7 +69,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Sweep(_) => stub::not_built("sweep", "the settings sweep"),
         Command::Breakeven(_) => stub::not_built("breakeven", "the break-even math"),
         Command::Report(_) => stub::not_built("report", "the report renderer"),
-        Command::Env(_) => stub::not_built("env", "the NCCL backend"),
+        Command::Env(a) => env::run(&a),
         Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
         Command::Rank(a) => crate::launch::worker::run(&a),

@@ -156,6 +156,33 @@ impl Gpu {
             .map_err(fail(self.ordinal, "cuMemcpyHtoD"))
     }
 
+    /// Copies `data` into `buf` at byte offset `off`.
+    pub fn upload_at(&self, buf: &Buffer, off: usize, data: &[u8]) -> Result<(), CudaFailure> {
+        assert!(
+            off + data.len() <= buf.len(),
+            "upload past the end of the buffer"
+        );
+        // SAFETY: the destination range lies inside a live allocation of this context (asserted)
+        // and the source is a host slice of exactly that length; the copy is synchronous.
+        let r = unsafe {
+            cu::cuMemcpyHtoD_v2(buf.ptr + off as u64, data.as_ptr() as *const _, data.len())
+        };
+        check(self.ordinal, "cuMemcpyHtoD", r)
+    }
+
+    /// Enqueues a device-to-device copy of `bytes` from `src` to `dst`.
+    pub fn copy(&self, dst: &Buffer, src: &Buffer, bytes: usize) -> Result<(), CudaFailure> {
+        assert!(
+            bytes <= dst.len() && bytes <= src.len(),
+            "copy larger than a buffer"
+        );
+        // SAFETY: both ranges lie inside live allocations of this context (asserted); the copy is
+        // ordered on this rank's stream.
+        let r =
+            unsafe { cu::cuMemcpyDtoDAsync_v2(dst.ptr, src.ptr, bytes, self.stream.cu_stream()) };
+        check(self.ordinal, "cuMemcpyDtoDAsync", r)
+    }
+
     /// Copies the first `len` bytes of `buf` to the host (synchronous).
     pub fn download(&self, buf: &Buffer, len: usize) -> Result<Vec<u8>, CudaFailure> {
         let view = buf.slice.slice(0..len);
@@ -178,11 +205,17 @@ impl Gpu {
             .map_err(fail(self.ordinal, "cuStreamSynchronize"))
     }
 
-    /// Records a timing event on the stream.
-    pub fn record(&self) -> Result<Event, CudaFailure> {
-        self.stream
-            .record_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT))
+    /// A timing event (created once, recorded many times).
+    pub fn event(&self) -> Result<Event, CudaFailure> {
+        self.ctx
+            .new_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT))
             .map(Event)
+            .map_err(fail(self.ordinal, "cuEventCreate"))
+    }
+
+    /// Records `ev` on the stream.
+    pub fn record(&self, ev: &Event) -> Result<(), CudaFailure> {
+        ev.0.record(&self.stream)
             .map_err(fail(self.ordinal, "cuEventRecord"))
     }
 

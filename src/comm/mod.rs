@@ -5,6 +5,7 @@
 //! it is sound; everything above this module is safe Rust.
 
 pub mod device;
+pub mod kernels;
 pub mod libs;
 pub mod nccl;
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::comm::kernels::{Kernels, Pool};
 use crate::comm::{Buffer, Communicator, Gpu, UniqueId};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
@@ -50,11 +51,9 @@ impl std::str::FromStr for Fault {
 /// The work every rank does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Job {
-    /// One collective at several sizes (`counts` are NCCL counts), eager and/or graph.
+    /// Collectives, one case after another, each eager and/or graph.
     Collective {
-        op: CollectiveKind,
-        dtype: DType,
-        counts: Vec<usize>,
+        cases: Vec<CollCase>,
         graphs: Vec<bool>,
         iters: u64,
         warmup: u64,
@@ -77,11 +76,20 @@ impl Job {
     /// Number of configurations (each gives one sample series).
     pub fn configs(&self) -> usize {
         match self {
-            Job::Collective { counts, graphs, .. } => counts.len() * graphs.len(),
+            Job::Collective { cases, graphs, .. } => cases.len() * graphs.len(),
             Job::Verify { runs, .. } => runs.len(),
             Job::Env => 0,
         }
     }
+}
+
+/// One collective case: the operation, its element type and NCCL count (the all-reduce's
+/// count, the all-gather's send count, the reduce-scatter's receive count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollCase {
+    pub op: CollectiveKind,
+    pub dtype: DType,
+    pub count: usize,
 }
 
 /// What one rank reports back.
@@ -100,6 +108,9 @@ pub struct RankResult {
     pub wrong: Vec<u64>,
     /// Seconds from start to communicator ready.
     pub init_s: f64,
+    /// Read bandwidth of the streaming kernel on this rank (GB/s), when compute ran.
+    #[serde(default)]
+    pub stream_gbps: Option<f64>,
 }
 
 /// Where a rank stands.
@@ -195,12 +206,13 @@ impl Rank {
             body(&mut self.comm, &self.gpu)?;
         }
         self.gpu.sync()?;
+        let (start, end) = (self.gpu.event()?, self.gpu.event()?);
         let mut out = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
             self.barrier()?;
-            let start = self.gpu.record()?;
+            self.gpu.record(&start)?;
             body(&mut self.comm, &self.gpu)?;
-            let end = self.gpu.record()?;
+            self.gpu.record(&end)?;
             self.gpu.sync()?;
             out.push(start.elapsed_us(&end)?);
         }
@@ -245,6 +257,7 @@ pub fn run_rank(
         samples: vec![],
         wrong: vec![],
         init_s: 0.0,
+        stream_gbps: None,
     };
     if let Job::Env = job {
         result.gpu = crate::comm::device::info(setup.device).ok();
@@ -286,16 +299,16 @@ pub fn run_rank(
     let me = rank.setup.rank;
     match job {
         Job::Collective {
-            op,
-            dtype,
-            counts,
+            cases,
             graphs,
             iters,
             warmup,
             batch,
         } => {
-            for (ci, &count) in counts.iter().enumerate() {
-                let colls = vec![Coll::new(&rank.gpu, *op, *dtype, count, ci, me, n)?];
+            for (ci, case) in cases.iter().enumerate() {
+                let colls = vec![Coll::new(
+                    &rank.gpu, case.op, case.dtype, case.count, ci, me, n,
+                )?];
                 for &graph in graphs {
                     let b = (*batch).max(1);
                     let (samples, wrong) = if graph {
@@ -337,8 +350,9 @@ pub fn run_rank(
             runs,
             iters,
             warmup,
-            launches_per_layer: _,
+            launches_per_layer,
         } => {
+            check_memory(&rank.gpu, schedule, n)?;
             let mut colls = vec![];
             for (i, op) in schedule.ops.iter().enumerate() {
                 if let Op::Collective {
@@ -356,39 +370,76 @@ pub fn run_rank(
                     )?);
                 }
             }
+            let needs_compute =
+                runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
+            let compute = if needs_compute {
+                let c = Compute::new(&rank.gpu, schedule.tokens as usize)?;
+                result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
+                Some(c)
+            } else {
+                None
+            };
+            let steps = plan_steps(schedule, *launches_per_layer);
             for &(graph, mode) in runs {
-                if mode != Mode::Comm {
-                    anyhow::bail!(
-                        "--mode {} needs the compute kernels, which this build does not have yet; use --mode comm",
-                        mode.name()
-                    );
-                }
-                let (samples, wrong) = if graph {
-                    let g = rank.gpu.capture(|| {
-                        for c in &colls {
-                            c.enqueue(&mut rank.comm, &rank.gpu)?;
+                let run = |comm: &mut Communicator, gpu: &Gpu| -> anyhow::Result<()> {
+                    let mut ci = 0;
+                    for st in &steps {
+                        match *st {
+                            Step::Coll => {
+                                if mode != Mode::Compute {
+                                    colls[ci].enqueue(comm, gpu)?;
+                                }
+                                ci += 1;
+                            }
+                            Step::Stream { start, nvec } => {
+                                if mode != Mode::Comm {
+                                    let c = compute.as_ref().expect("compute loaded");
+                                    c.kernels.stream(
+                                        gpu, &c.pool, start, nvec, &c.act, c.tokens, &c.partial,
+                                    )?;
+                                }
+                            }
+                            Step::Tiny => {
+                                if mode != Mode::Comm {
+                                    let c = compute.as_ref().expect("compute loaded");
+                                    c.kernels.tiny(gpu, &c.partial)?;
+                                }
+                            }
                         }
-                        Ok(())
-                    })?;
+                    }
+                    Ok(())
+                };
+                let (samples, wrong) = if graph {
+                    let g = {
+                        let comm = &mut rank.comm;
+                        let gpu = &rank.gpu;
+                        gpu.capture(|| run(comm, gpu))?
+                    };
                     let s = rank.time(*iters, *warmup, |_, _| Ok(g.launch()?))?;
                     poison(&colls, &rank.gpu)?;
                     g.launch()?;
                     rank.gpu.sync()?;
-                    (s, check_wrong(&colls, &rank.gpu, me, n)?)
+                    (
+                        s,
+                        if mode == Mode::Compute {
+                            0
+                        } else {
+                            check_wrong(&colls, &rank.gpu, me, n)?
+                        },
+                    )
                 } else {
-                    let c = &colls;
-                    let s = rank.time(*iters, *warmup, |comm, gpu| {
-                        for x in c {
-                            x.enqueue(comm, gpu)?;
-                        }
-                        Ok(())
-                    })?;
+                    let s = rank.time(*iters, *warmup, |comm, gpu| run(comm, gpu))?;
                     poison(&colls, &rank.gpu)?;
-                    for x in &colls {
-                        x.enqueue(&mut rank.comm, &rank.gpu)?;
-                    }
+                    run(&mut rank.comm, &rank.gpu)?;
                     rank.gpu.sync()?;
-                    (s, check_wrong(&colls, &rank.gpu, me, n)?)
+                    (
+                        s,
+                        if mode == Mode::Compute {
+                            0
+                        } else {
+                            check_wrong(&colls, &rank.gpu, me, n)?
+                        },
+                    )
                 };
                 result.samples.push(samples);
                 result.wrong.push(wrong);
@@ -399,4 +450,133 @@ pub fn run_rank(
     }
     rank.comm.async_error()?;
     Ok(result)
+}
+
+/// One step of a replay, in schedule order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The next collective of the schedule.
+    Coll,
+    /// Stream `nvec` 16-byte vectors of the pool from vector `start`.
+    Stream { start: u64, nvec: u64 },
+    /// One tiny kernel (launch-overhead emulation).
+    Tiny,
+}
+
+/// The replay steps of a schedule: collectives and compute in order, `launches_per_layer`
+/// tiny kernels at the start of every layer, and consecutive streaming ranges so that one
+/// operation starts where the previous ended (offsets wrap inside the pool).
+pub fn plan_steps(s: &Schedule, launches_per_layer: u32) -> Vec<Step> {
+    let mut steps = vec![];
+    let mut cursor = 0u64;
+    let mut last_layer = None;
+    for op in &s.ops {
+        let layer = match op {
+            Op::Collective { layer, .. } | Op::Compute { layer, .. } => *layer,
+        };
+        if layer.is_some() && layer != last_layer {
+            steps.extend(std::iter::repeat_n(Step::Tiny, launches_per_layer as usize));
+            last_layer = layer;
+        }
+        match op {
+            Op::Collective { .. } => steps.push(Step::Coll),
+            Op::Compute { weight_bytes, .. } => {
+                let nvec = weight_bytes / 16;
+                steps.push(Step::Stream {
+                    start: cursor,
+                    nvec,
+                });
+                cursor = cursor.wrapping_add(nvec);
+            }
+        }
+    }
+    steps
+}
+
+/// Refuses a schedule whose collective buffers (plus the compute pool) do not fit.
+fn check_memory(gpu: &Gpu, s: &Schedule, n: usize) -> anyhow::Result<()> {
+    let mut need: u64 = 0;
+    for op in &s.ops {
+        if let Op::Collective {
+            kind, dtype, count, ..
+        } = op
+        {
+            let c = *count as usize;
+            need += ((pattern::send_elems(*kind, c, n) + pattern::recv_elems(*kind, c, n))
+                * dtype.size() as usize) as u64;
+        }
+    }
+    need += POOL_BYTES;
+    let (free, total) = gpu.mem_info()?;
+    if need > free as u64 {
+        return Err(crate::error::usage(format!(
+            "the replay needs {} of GPU memory on GPU {} (collective buffers + {} weight pool), but only {} of {} is free",
+            crate::units::human_bytes(need),
+            gpu.ordinal,
+            crate::units::human_bytes(POOL_BYTES),
+            crate::units::human_bytes(free as u64),
+            crate::units::human_bytes(total as u64)
+        )));
+    }
+    Ok(())
+}
+
+/// Size of the weight pool the streaming kernel reads (many times any GPU's L2).
+pub const POOL_BYTES: u64 = 1 << 31;
+
+/// What compute needs on a rank.
+struct Compute {
+    kernels: Kernels,
+    pool: Pool,
+    act: Buffer,
+    partial: Buffer,
+    tokens: usize,
+}
+
+impl Compute {
+    fn new(gpu: &Gpu, tokens: usize) -> anyhow::Result<Compute> {
+        if tokens > crate::comm::kernels::MAXT {
+            crate::usage_bail!(
+                "--tokens {tokens}: the streaming kernel handles at most {} tokens",
+                crate::comm::kernels::MAXT
+            );
+        }
+        let kernels = Kernels::load(gpu)?;
+        let pool = Pool::new(gpu, POOL_BYTES)?;
+        let actv: Vec<u8> = (0..tokens * 8)
+            .flat_map(|i| (0.25f32 * ((i % 5) as f32 + 1.0)).to_le_bytes())
+            .collect();
+        let mut act = gpu.alloc(actv.len())?;
+        gpu.upload(&mut act, &actv)?;
+        let partial = gpu.alloc(kernels.partial_bytes())?;
+        Ok(Compute {
+            kernels,
+            pool,
+            act,
+            partial,
+            tokens,
+        })
+    }
+
+    /// Read bandwidth of one pass over the whole pool (best of three), GB/s.
+    fn measure_gbps(&self, gpu: &Gpu) -> anyhow::Result<f64> {
+        let (a, b) = (gpu.event()?, gpu.event()?);
+        let mut best = f64::MAX;
+        for _ in 0..4 {
+            gpu.record(&a)?;
+            self.kernels.stream(
+                gpu,
+                &self.pool,
+                0,
+                self.pool.vecs,
+                &self.act,
+                self.tokens,
+                &self.partial,
+            )?;
+            gpu.record(&b)?;
+            gpu.sync()?;
+            best = best.min(a.elapsed_us(&b)?);
+        }
+        Ok((self.pool.vecs * 16) as f64 / (best * 1e3))
+    }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::job::{run_rank, Fault, Job, RankResult, RankSetup};
+use super::job::{run_rank, CollCase, Fault, Job, RankResult, RankSetup};
 use super::worker::{hex, Message};
 use crate::cli::args::{GpuArgs, Launcher};
 use crate::cli::{collective::CollectiveArgs, verify::VerifyArgs};
@@ -19,9 +19,13 @@ use crate::error::usage;
 use crate::measure::Summary;
 use crate::model::CollectiveKind;
 use crate::report::record::{
-    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Provenance, Record, Source,
-    VerifyResult, VerifyRun, WorkerInfo, Workload,
+    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, Provenance, Record,
+    Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };
+
+/// Operations per timed sample of `collective` (as nccl-tests times many back-to-back
+/// operations): amortises the first operation's start-up and, in graph mode, the graph launch.
+pub const COLLECTIVE_BATCH: u64 = 50;
 
 /// How to start the ranks.
 #[derive(Debug, Clone)]
@@ -438,20 +442,46 @@ pub fn verify(a: &VerifyArgs, started: String) -> anyhow::Result<Record> {
     let results = run_job(&spec, &job)?;
     let combined = combine(&results, runs.len())?;
     let ncoll = schedule.n_collectives().max(1) as f64;
+    let weights = schedule.weight_bytes_by_kind();
+    let total_w = schedule.total_weight_bytes().max(1) as f64;
     let vruns = runs
         .iter()
         .zip(combined)
-        .map(|(&(graph, mode), (s, wrong))| VerifyRun {
-            graph,
-            mode,
-            per_collective_us: s.median_us / ncoll,
-            per_verify: s,
-            breakdown: vec![],
-            wrong,
-            iterations: a.repeat.iters.max(1),
-            warmup: a.repeat.warmup,
+        .map(|(&(graph, mode), (s, wrong))| {
+            // Compute time per op kind, apportioned by the bytes each kind streams (the
+            // kernels are memory-bound); the collectives are timed as a whole.
+            let breakdown = if mode == Mode::Compute {
+                weights
+                    .iter()
+                    .map(|(k, b)| Part {
+                        name: format!("{} (by bytes)", k.name()),
+                        us: s.median_us * *b as f64 / total_w,
+                        count: schedule
+                            .ops
+                            .iter()
+                            .filter(|o| matches!(o, crate::model::Op::Compute { kind, .. } if kind == k))
+                            .count() as u64,
+                    })
+                    .collect()
+            } else {
+                vec![]
+            };
+            VerifyRun {
+                graph,
+                mode,
+                per_collective_us: s.median_us / ncoll,
+                per_verify: s,
+                breakdown,
+                wrong,
+                iterations: a.repeat.iters.max(1),
+                warmup: a.repeat.warmup,
+            }
         })
         .collect();
+    let stream_gbps = results
+        .iter()
+        .filter_map(|r| r.stream_gbps)
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
     let p = provenance(&spec, started, &results);
     Ok(Record::new(
         Source::Measured,
@@ -459,6 +489,9 @@ pub fn verify(a: &VerifyArgs, started: String) -> anyhow::Result<Record> {
         Body::Verify(VerifyResult {
             workload: Workload::of(&schedule),
             runs: vruns,
+            stream_gbps,
+            predicted_compute_us: stream_gbps
+                .map(|g| schedule.total_weight_bytes() as f64 / (g * 1e3)),
         }),
     ))
 }
@@ -470,22 +503,24 @@ pub fn collective(a: &CollectiveArgs, started: String) -> anyhow::Result<Record>
     let n = devices.len();
     let sizes = crate::cli::collective::sizes(a, n)?;
     let esz = a.dtype.size();
-    let counts: Vec<usize> = sizes
+    let cases: Vec<CollCase> = sizes
         .iter()
-        .map(|&s| match a.op {
-            CollectiveKind::AllReduce => (s / esz) as usize,
-            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => (s / esz) as usize / n,
+        .map(|&s| CollCase {
+            op: a.op,
+            dtype: a.dtype,
+            count: match a.op {
+                CollectiveKind::AllReduce => (s / esz) as usize,
+                CollectiveKind::AllGather | CollectiveKind::ReduceScatter => (s / esz) as usize / n,
+            },
         })
         .collect();
     let graphs = a.graph.modes();
     let job = Job::Collective {
-        op: a.op,
-        dtype: a.dtype,
-        counts,
+        cases,
         graphs: graphs.clone(),
         iters: a.repeat.iters.max(1),
         warmup: a.repeat.warmup,
-        batch: 10,
+        batch: COLLECTIVE_BATCH,
     };
     let spec = spec_of(&a.gpu, devices, None, false);
     let results = run_job(&spec, &job)?;

@@ -222,6 +222,14 @@ pub struct VerifyRun {
 pub struct VerifyResult {
     pub workload: Workload,
     pub runs: Vec<VerifyRun>,
+    /// Read bandwidth of the weight-streaming kernel measured in the same run (slowest rank),
+    /// GB/s, when compute was replayed.
+    #[serde(default)]
+    pub stream_gbps: Option<f64>,
+    /// The schedule's own prediction of the compute-only time: weight bytes per rank divided
+    /// by `stream_gbps` (us).
+    #[serde(default)]
+    pub predicted_compute_us: Option<f64>,
 }
 
 impl VerifyResult {
@@ -432,6 +440,8 @@ mod tests {
                     iterations: 3,
                     warmup: 1,
                 }],
+                stream_gbps: None,
+                predicted_compute_us: None,
             }),
         )
     }

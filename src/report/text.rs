@@ -227,6 +227,55 @@ pub fn verify_table(r: &Record) -> String {
             }
         }
     }
+    use super::record::Mode;
+    for graph in [false, true] {
+        let launch = if graph { "graph" } else { "eager" };
+        let (full, comp, comm) = (
+            v.run(graph, Mode::Full),
+            v.run(graph, Mode::Compute),
+            v.run(graph, Mode::Comm),
+        );
+        if let (Some(f), Some(c)) = (full, comp) {
+            let (f, c) = (f.per_verify.median_us, c.per_verify.median_us);
+            let exposed = f - c;
+            let _ = writeln!(
+                o,
+                "# split ({launch}): full {f:.1} us = compute {c:.1} us ({:.0}%) + exposed communication {exposed:.1} us ({:.0}%){}",
+                100.0 * c / f,
+                100.0 * exposed / f,
+                comm.map(|m| format!("; communication alone {:.1} us", m.per_verify.median_us))
+                    .unwrap_or_default()
+            );
+        }
+        if let Some(c) = comp {
+            for p in &c.breakdown {
+                let _ = writeln!(
+                    o,
+                    "#   {launch} compute {:<28} {:>10.1} us  ({} ops)",
+                    p.name, p.us, p.count
+                );
+            }
+        }
+    }
+    if let (Some(bw), Some(pred)) = (v.stream_gbps, v.predicted_compute_us) {
+        let _ = write!(
+            o,
+            "# compute prediction: {} B / {bw:.0} GB/s (streaming kernel, same run) = {pred:.1} us",
+            grouped(w.weight_bytes_per_rank)
+        );
+        for graph in [true, false] {
+            if let Some(c) = v.run(graph, Mode::Compute) {
+                let m = c.per_verify.median_us;
+                let _ = write!(
+                    o,
+                    "; measured {} {m:.1} us ({:+.1}%)",
+                    if graph { "graph" } else { "eager" },
+                    100.0 * (m - pred) / pred
+                );
+            }
+        }
+        let _ = writeln!(o);
+    }
     let outl: usize = v.runs.iter().map(|r| r.per_verify.outliers).sum();
     if outl > 0 {
         let _ = writeln!(

@@ -1,0 +1,245 @@
+//! The CUDA kernels of `kernels/`, compiled at run time by NVRTC for the device's architecture.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+
+use super::device::{Buffer, Gpu};
+use crate::error::usage;
+
+/// The source of the weight-streaming and tiny kernels.
+pub const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
+/// Threads per block of `stream_weights` (THREADS in the source).
+pub const THREADS: u32 = 256;
+/// Most tokens `stream_weights` handles (MAXT in the source).
+pub const MAXT: usize = 16;
+
+/// NVRTC's version, e.g. "13.0" (also loads the library).
+pub fn nvrtc_version() -> Option<String> {
+    if !super::libs::nvrtc_present() {
+        return None;
+    }
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b) };
+    (r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then(|| format!("{a}.{b}"))
+}
+
+fn arch(major: i32, minor: i32) -> &'static str {
+    // NVRTC takes a 'static string; the few architectures are spelled out.
+    match (major, minor) {
+        (10, _) => "compute_100",
+        (9, _) => "compute_90",
+        (8, 9) => "compute_89",
+        (8, 6) => "compute_86",
+        (8, _) => "compute_80",
+        (7, 5) => "compute_75",
+        _ => "compute_70",
+    }
+}
+
+/// The compiled kernels on one GPU.
+pub struct Kernels {
+    stream: CudaFunction,
+    tiny: CudaFunction,
+    sms: u32,
+}
+
+impl Kernels {
+    /// Compiles `kernels/stream.cu` for `gpu`'s architecture and loads it.
+    pub fn load(gpu: &Gpu) -> anyhow::Result<Kernels> {
+        if !super::libs::nvrtc_present() {
+            return Err(usage(
+                "NVRTC (libnvrtc.so) not found: it compiles the compute kernels for --mode compute/full. Install the CUDA toolkit's NVRTC or pip's nvidia-cuda-nvrtc, or put its folder on LD_LIBRARY_PATH",
+            ));
+        }
+        let (major, minor) = gpu
+            .ctx
+            .compute_capability()
+            .map_err(|e| anyhow::anyhow!("GPU {}: compute capability: {e:?}", gpu.ordinal))?;
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some(arch(major, minor)),
+            options: vec!["--std=c++17".into()],
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(STREAM_SRC, opts)
+            .map_err(|e| anyhow::anyhow!("NVRTC could not compile kernels/stream.cu: {e:?}"))?;
+        let module = gpu
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| anyhow::anyhow!("loading the compiled kernels: {e:?}"))?;
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
+        };
+        let sms = gpu
+            .ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .unwrap_or(132) as u32;
+        Ok(Kernels {
+            stream: f("stream_weights")?,
+            tiny: f("tiny")?,
+            sms,
+        })
+    }
+
+    /// Blocks of a streaming launch over `nvec` vectors: enough to fill the GPU, no more than
+    /// the work needs.
+    pub fn blocks_for(&self, nvec: u64) -> u32 {
+        let need = nvec.div_ceil(THREADS as u64).max(1);
+        need.min(self.sms as u64 * 8) as u32
+    }
+
+    /// Enqueues a streaming pass over `nvec` 16-byte vectors of `pool` starting at vector
+    /// `start` (wrapping), against `tokens` activation rows in `act`, writing per-block partial
+    /// sums to `partial` (blocks x MAXT floats).
+    #[allow(clippy::too_many_arguments)]
+    pub fn stream(
+        &self,
+        gpu: &Gpu,
+        pool: &Pool,
+        start: u64,
+        nvec: u64,
+        act: &Buffer,
+        tokens: usize,
+        partial: &Buffer,
+    ) -> anyhow::Result<()> {
+        if nvec == 0 {
+            return Ok(());
+        }
+        let blocks = self.blocks_for(nvec);
+        assert!(tokens <= MAXT && tokens > 0, "1..=16 tokens");
+        assert!(
+            partial.len() >= blocks as usize * MAXT * 4,
+            "partial buffer too small"
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (pp, ap, outp) = (pool.buf.ptr(), act.ptr(), partial.ptr());
+        let mask = pool.vecs - 1;
+        let t = tokens as i32;
+        let mut b = gpu.stream.launch_builder(&self.stream);
+        b.arg(&pp)
+            .arg(&mask)
+            .arg(&start)
+            .arg(&nvec)
+            .arg(&ap)
+            .arg(&t)
+            .arg(&outp);
+        // SAFETY: the argument list matches stream_weights' signature (three pointers passed as
+        // 64-bit device addresses, u64 mask/start/count, int tokens); every index is masked into
+        // the pool; act holds tokens*8 floats; partial holds blocks*MAXT floats (asserted).
+        unsafe { b.launch(cfg) }
+            .map_err(|e| anyhow::anyhow!("GPU {}: launching stream_weights: {e:?}", gpu.ordinal))?;
+        Ok(())
+    }
+
+    /// Enqueues one tiny kernel (launch-overhead emulation) writing into `scratch`.
+    pub fn tiny(&self, gpu: &Gpu, scratch: &Buffer) -> anyhow::Result<()> {
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let p = scratch.ptr();
+        let mut b = gpu.stream.launch_builder(&self.tiny);
+        b.arg(&p);
+        // SAFETY: tiny(float*) touches p[0] only; scratch holds at least 4 bytes.
+        unsafe { b.launch(cfg) }
+            .map_err(|e| anyhow::anyhow!("GPU {}: launching tiny: {e:?}", gpu.ordinal))?;
+        Ok(())
+    }
+
+    /// Size of the partial-sum buffer a launch may need.
+    pub fn partial_bytes(&self) -> usize {
+        self.sms as usize * 8 * MAXT * 4
+    }
+}
+
+/// The weight pool the streaming kernel reads: a power of two in 16-byte vectors, several times
+/// the L2 size, so that streaming it reads device memory.
+pub struct Pool {
+    pub buf: Buffer,
+    pub vecs: u64,
+}
+
+impl Pool {
+    /// Allocates `bytes` (rounded down to a power of two) and fills it with bf16 values of
+    /// small integers (so that CPU references are exact to check).
+    pub fn new(gpu: &Gpu, bytes: u64) -> anyhow::Result<Pool> {
+        let v = (bytes / 16).max(1);
+        let vecs = 1u64 << (63 - v.leading_zeros());
+        let buf = gpu.alloc((vecs * 16) as usize)?;
+        // A repeating pattern of bf16 integers 1..=8, uploaded in chunks.
+        let chunk: Vec<u8> = (0..(1usize << 20))
+            .flat_map(|i| half::bf16::from_f32(((i % 8) + 1) as f32).to_le_bytes())
+            .collect();
+        let total = (vecs * 16) as usize;
+        let mut off = 0;
+        while off < total {
+            let n = chunk.len().min(total - off);
+            gpu.upload_at(&buf, off, &chunk[..n])?;
+            off += n;
+        }
+        Ok(Pool { buf, vecs })
+    }
+
+    /// The bf16 weight at element index `e` of the pool (the pattern written by [`Pool::new`]).
+    pub fn weight(e: u64) -> f32 {
+        ((e % (1 << 20)) % 8 + 1) as f32
+    }
+}
+
+/// CPU reference of one streaming pass: sum over the vectors of weight x activation, per token.
+pub fn reference(pool_vecs: u64, start: u64, nvec: u64, act: &[f32], tokens: usize) -> Vec<f64> {
+    let mut out = vec![0f64; tokens];
+    let mask = pool_vecs - 1;
+    for i in 0..nvec {
+        let v = (start + i) & mask;
+        for j in 0..8u64 {
+            let w = Pool::weight(v * 8 + j) as f64;
+            for (t, o) in out.iter_mut().enumerate() {
+                *o += w * act[t * 8 + j as usize] as f64;
+            }
+        }
+    }
+    out
+}
+
+/// Sums the per-block partials of a launch over `blocks` blocks.
+pub fn sum_partials(bytes: &[u8], blocks: usize, tokens: usize) -> Vec<f64> {
+    let f = |i: usize| f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap()) as f64;
+    (0..tokens)
+        .map(|t| (0..blocks).map(|b| f(b * MAXT + t)).sum())
+        .collect()
+}
+
+pub type SharedKernels = Arc<Kernels>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_of_one_vector() {
+        // vector 0 holds weights 1..=8; activations all 1 for token 0, 2 for token 1
+        let mut act = vec![1.0f32; 8];
+        act.extend(vec![2.0f32; 8]);
+        let r = reference(1 << 10, 0, 1, &act, 2);
+        assert_eq!(r, vec![36.0, 72.0]);
+    }
+
+    #[test]
+    fn sum_of_partials() {
+        let mut bytes = vec![0u8; 2 * MAXT * 4];
+        bytes[0..4].copy_from_slice(&1.5f32.to_le_bytes());
+        bytes[MAXT * 4..MAXT * 4 + 4].copy_from_slice(&2.0f32.to_le_bytes());
+        assert_eq!(sum_partials(&bytes, 2, 1), vec![3.5]);
+    }
+}
