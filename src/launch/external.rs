@@ -445,9 +445,11 @@ fn rendezvous_addr(
     };
     let port: u16 = match port.parse() {
         Ok(p) if p > 0 => p,
-        _ => return Err(usage(format!(
+        _ => {
+            return Err(usage(format!(
             "MASTER_PORT={port} is not a TCP port (1-65535): fix it or pass --rendezvous HOST:PORT"
-        ))),
+        )))
+        }
     };
     let agent_store = env
         .get("TORCHELASTIC_USE_AGENT_STORE")

@@ -711,6 +711,10 @@ impl Client {
                 secs(timeout),
                 hello.world_size
             )),
+            Err(FrameError::Closed) => Err(anyhow!(
+                "rank 0 at {addr} closed the connection before sending the id: did rank 0 exit, \
+                 or does another program (a torchrun agent?) hold that port?"
+            )),
             Err(e) => Err(anyhow!("waiting for the id from rank 0 at {addr}: {e}")),
         }
     }
