@@ -1,12 +1,15 @@
-//! Starting ranks: threads of this process, or worker processes (the binary re-executes itself
-//! with the hidden `__rank` command). Ranks need guaranteed concurrency (NCCL init blocks until
-//! all join), so each gets its own OS thread or process, never a pool task.
+//! Starting ranks: threads of this process, worker processes (the binary re-executes itself
+//! with the hidden `__rank` command), or ranks started by an external launcher (torchrun, Slurm,
+//! MPI) that meet through a TCP rendezvous. Ranks need guaranteed concurrency (NCCL init blocks
+//! until all join), so each gets its own OS thread or process, never a pool task.
 //!
 //! Nothing hangs: workers report progress after each configuration and the parent gives up on
 //! a run when a worker says nothing for `--timeout` seconds; a worker that fails makes the
 //! parent kill the others (they would wait forever in NCCL), reap them, and name the rank.
 
+pub mod external;
 pub mod job;
+pub mod rendezvous;
 pub mod run;
 pub mod worker;
 
