@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod inspect;
 pub mod measure;
 pub mod model;
 pub mod report;

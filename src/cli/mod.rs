@@ -4,6 +4,7 @@
 //! can grow without touching the others.
 
 pub mod args;
+pub mod inspect;
 pub mod plan;
 pub mod stub;
 
@@ -46,7 +47,7 @@ pub enum Command {
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
     Env(stub::StubArgs),
     /// The NCCL_* environment of every process of a running server, with findings.
-    Inspect(stub::StubArgs),
+    Inspect(inspect::InspectArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
     Selftest(stub::StubArgs),
 }
@@ -62,7 +63,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Breakeven(_) => stub::not_built("breakeven", "the break-even math"),
         Command::Report(_) => stub::not_built("report", "the report renderer"),
         Command::Env(_) => stub::not_built("env", "the NCCL backend"),
-        Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
+        Command::Inspect(a) => inspect::run(&a),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
     }
 }
