@@ -21,6 +21,9 @@ use super::walk::{ProcessInfo, Tree};
 pub enum Kind {
     /// Set in the root, absent in a descendant.
     MissingInDescendant,
+    /// Absent from the root's start-time environment, present in a descendant: set after the
+    /// root started (os.environ) or by the code that started the descendant.
+    NotInRoot,
     /// Different values (or set vs unset) across processes that should agree.
     ValuesDisagree,
     /// An `NCCL_*` name NCCL does not read (a misspelling, usually).
@@ -210,6 +213,45 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
                     } else {
                         ""
                     }
+                ),
+            });
+        }
+    }
+
+    // 1b. In a descendant but not in the root's start-time environment.
+    if let Some(root_env) = root.and_then(|r| r.env.as_ref()) {
+        let mut names: Vec<&String> = readable
+            .iter()
+            .filter(|p| p.depth > 0)
+            .flat_map(|p| p.env.as_ref().unwrap().keys())
+            .filter(|n| !root_env.contains_key(*n) && !PER_WORKER.contains(&n.as_str()))
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let having: Vec<&ProcessInfo> = readable
+                .iter()
+                .copied()
+                .filter(|p| p.depth > 0 && p.env.as_ref().unwrap().contains_key(name))
+                .collect();
+            out.push(Finding {
+                kind: Kind::NotInRoot,
+                severity: Severity::Note,
+                variable: Some(name.clone()),
+                pids: having.iter().map(|p| p.pid).collect(),
+                message: format!(
+                    "{name} is not in the environment the root (pid {}) was started with, but \
+                     {} {} it: {}; it was set after the root started (e.g. os.environ) or by \
+                     the code that started {}, so only processes started later get it",
+                    tree.root,
+                    having.len(),
+                    if having.len() == 1 {
+                        "descendant has"
+                    } else {
+                        "descendants have"
+                    },
+                    list(&having),
+                    if having.len() == 1 { "it" } else { "them" },
                 ),
             });
         }
@@ -529,6 +571,35 @@ mod tests {
         assert_eq!(kinds(&f), vec![(Kind::ValuesDisagree, Some("NCCL_PROTO"))]);
         assert!(f[0].message.contains("root's descendants"));
         assert_eq!(f[0].pids, vec![11, 12]);
+    }
+
+    #[test]
+    fn set_in_workers_but_not_in_the_root() {
+        let t = tree(vec![
+            proc(10, 1, 0, &[], &[("NCCL_DEBUG", "WARN")]),
+            proc(
+                11,
+                10,
+                1,
+                &[],
+                &[("NCCL_DEBUG", "WARN"), ("NCCL_ALGO", "Ring")],
+            ),
+            proc(
+                12,
+                10,
+                1,
+                &[],
+                &[("NCCL_DEBUG", "WARN"), ("NCCL_ALGO", "Ring")],
+            ),
+        ]);
+        let f = analyze(&t, &[]);
+        assert_eq!(kinds(&f), vec![(Kind::NotInRoot, Some("NCCL_ALGO"))]);
+        assert_eq!(f[0].pids, vec![11, 12]);
+        assert!(
+            f[0].message.contains("2 descendants have it: 11, 12"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

@@ -104,6 +104,38 @@ pub fn is_reported_var(name: &str) -> bool {
     up("NCCL_") || name.starts_with("CUDA_") || name.starts_with("TORCH_NCCL_")
 }
 
+/// A command line as the table shows it: the program's file name without its directory, and
+/// Python multiprocessing's helper processes named by role instead of by their `-c` code.
+pub fn short_command(command: &str) -> String {
+    let (prog, rest) = command.split_once(' ').unwrap_or((command, ""));
+    let prog = if prog.starts_with('/') {
+        prog.rsplit('/').next().unwrap_or(prog)
+    } else {
+        prog
+    };
+    let roles = [
+        (
+            "multiprocessing.spawn import spawn_main",
+            "multiprocessing spawn child",
+        ),
+        (
+            "multiprocessing.resource_tracker",
+            "multiprocessing resource tracker",
+        ),
+        ("multiprocessing.forkserver", "multiprocessing forkserver"),
+    ];
+    for (code, role) in roles {
+        if rest.contains(code) {
+            return format!("{prog} [{role}]");
+        }
+    }
+    if rest.is_empty() {
+        prog.to_string()
+    } else {
+        format!("{prog} {rest}")
+    }
+}
+
 /// `s` cut to at most `n` characters, with `...` when cut.
 pub fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
@@ -305,6 +337,33 @@ mod tests {
         ] {
             assert!(!is_reported_var(n), "{n}");
         }
+    }
+
+    #[test]
+    fn short_commands() {
+        assert_eq!(
+            short_command("/root/.venv/bin/python3 -m sglang.launch_server --tp 8"),
+            "python3 -m sglang.launch_server --tp 8"
+        );
+        assert_eq!(
+            short_command(
+                "/usr/bin/python3 -B -c from multiprocessing.spawn import spawn_main; \
+                 spawn_main(tracker_fd=4, pipe_handle=6) --multiprocessing-fork"
+            ),
+            "python3 [multiprocessing spawn child]"
+        );
+        assert_eq!(
+            short_command(
+                "python3 -B -c from multiprocessing.resource_tracker import main;main(3)"
+            ),
+            "python3 [multiprocessing resource tracker]"
+        );
+        assert_eq!(
+            short_command("sglang::scheduler_TP0"),
+            "sglang::scheduler_TP0"
+        );
+        assert_eq!(short_command("/bin/sleep"), "sleep");
+        assert_eq!(short_command("[kworker/0:1]"), "[kworker/0:1]");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::findings::{label, show_value, ExpectResult, Finding, Severity};
-use super::procfs::truncate;
+use super::procfs::{short_command, truncate};
 use super::walk::Tree;
 
 /// One inspected tree with what was found in it.
@@ -110,7 +110,7 @@ fn render_tree(o: &mut String, t: &TreeReport) {
             p.ppid,
             gpus,
             truncate(
-                &p.command,
+                &short_command(&p.command),
                 COMMAND_WIDTH.saturating_sub(indent.len()).max(20)
             )
         );
