@@ -11,6 +11,7 @@ pub mod comm;
 pub mod costmodel;
 pub mod error;
 pub mod launch;
+pub mod inspect;
 pub mod measure;
 pub mod model;
 pub mod report;

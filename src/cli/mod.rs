@@ -6,6 +6,7 @@
 pub mod args;
 pub mod collective;
 pub mod env;
+pub mod inspect;
 pub mod plan;
 pub mod stub;
 pub mod verify;
@@ -51,7 +52,7 @@ pub enum Command {
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
     Env(env::EnvArgs),
     /// The NCCL_* environment of every process of a running server, with findings.
-    Inspect(stub::StubArgs),
+    Inspect(inspect::InspectArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
     Selftest(stub::StubArgs),
     /// One rank of a run with --launcher processes (started by verifybench itself).
@@ -70,7 +71,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Breakeven(_) => stub::not_built("breakeven", "the break-even math"),
         Command::Report(_) => stub::not_built("report", "the report renderer"),
         Command::Env(a) => env::run(&a),
-        Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
+        Command::Inspect(a) => inspect::run(&a),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
         Command::Rank(a) => crate::launch::worker::run(&a),
     }

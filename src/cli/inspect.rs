@@ -1,0 +1,73 @@
+//! `verifybench inspect`: the NCCL_* environment of every process of a running server, with
+//! findings and an `--expect` gate. Linux only (reads /proc); needs no GPU and no root for the
+//! user's own processes.
+//!
+//! Exit codes: 0 when every expectation holds (or none was given), 1 when one fails, 2 for bad
+//! input (a pid that does not exist, a pattern that matches nothing, a malformed --expect).
+
+use crate::inspect::{self, procfs::ProcFs, render, Expect, WalkError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Each process with its variables, then findings and expectations.
+    Table,
+    /// One JSON document: processes, findings, expectation results (for scripts).
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "pattern"])))]
+pub struct InspectArgs {
+    /// The server's top process: it and every process under it are inspected.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Find the server by command line (a regular expression, or plain text such as
+    /// `sglang.launch_server`); every matching process tree is inspected.
+    #[arg(long = "match", value_name = "PATTERN")]
+    pub pattern: Option<String>,
+    /// NAME=VALUE that every GPU-holding process (every process when none holds a GPU) must have
+    /// exactly; repeatable. Exit code 1 when one does not hold.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub expect: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+pub fn run(a: &InspectArgs) -> anyhow::Result<i32> {
+    let expects: Vec<Expect> = a
+        .expect
+        .iter()
+        .map(|s| inspect::parse_expect(s).map_err(crate::error::usage))
+        .collect::<anyhow::Result<_>>()?;
+    let src = ProcFs::default();
+    if !src.root.join("self").exists() {
+        crate::usage_bail!("`verifybench inspect` needs Linux /proc, which this system lacks");
+    }
+    let table = inspect::snapshot(&src)?;
+    let roots = match (&a.pid, &a.pattern) {
+        (Some(pid), _) => vec![*pid],
+        (None, Some(p)) => {
+            let re = regex::Regex::new(p)
+                .map_err(|e| crate::error::usage(format!("--match {p:?}: {e}")))?;
+            let roots = inspect::find_roots(&src, &table, &re, std::process::id());
+            if roots.is_empty() {
+                crate::usage_bail!(
+                    "--match {p:?}: no running process has a matching command line \
+                     (check with `ps -eo pid,args | grep -- {p:?}`)"
+                );
+            }
+            roots
+        }
+        (None, None) => crate::usage_bail!("give --pid PID or --match PATTERN"),
+    };
+    let report = inspect::inspect(&src, &table, &roots, &expects).map_err(|e| match e {
+        WalkError::NoSuchProcess(_) => crate::error::usage(e.to_string()),
+        WalkError::Proc(_) => anyhow::Error::new(e),
+    })?;
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Table => print!("{}", render::render_table(&report)),
+    }
+    Ok(if report.ok { 0 } else { 1 })
+}

@@ -1,0 +1,733 @@
+//! What the tree shows, stated plainly: settings that did not reach a worker, workers that
+//! disagree, names NCCL does not read, and the `--expect` gate.
+//!
+//! Everything here is pure: it takes a walked [`Tree`] and returns findings, so each rule is
+//! unit-tested on hand-built trees.
+//!
+//! Which processes "should agree": the GPU-holding ones (the ranks of the server) when any
+//! process has a `/dev/nvidiaN` open; otherwise every descendant of the root, because without
+//! GPU information the tool cannot tell ranks from helpers. `CUDA_VISIBLE_DEVICES` is left out
+//! of that comparison: engines legitimately give each worker its own devices.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::nccl_vars;
+use super::walk::{ProcessInfo, Tree};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Set in the root, absent in a descendant.
+    MissingInDescendant,
+    /// Absent from the root's start-time environment, present in a descendant: set after the
+    /// root started (os.environ) or by the code that started the descendant.
+    NotInRoot,
+    /// Different values (or set vs unset) across processes that should agree.
+    ValuesDisagree,
+    /// An `NCCL_*` name NCCL does not read (a misspelling, usually).
+    UnknownVariable,
+    /// An `NCCL_*` name that PyTorch reads (an old spelling of `TORCH_NCCL_*`), not NCCL.
+    TorchVariable,
+    /// A process whose environment could not be read.
+    Unreadable,
+    /// A process that exited during the walk.
+    Exited,
+    /// A child with its parent's exact command line: likely forked without exec.
+    ForkedCopy,
+    /// No `NCCL_*` variable anywhere in the tree.
+    NoNcclSettings,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The settings may not be what the user thinks.
+    Warning,
+    /// Worth knowing; not a problem by itself.
+    Note,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub kind: Kind,
+    pub severity: Severity,
+    /// The variable concerned, when there is one.
+    pub variable: Option<String>,
+    /// The processes concerned.
+    pub pids: Vec<u32>,
+    /// One sentence for a person.
+    pub message: String,
+}
+
+/// One `--expect NAME=VALUE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expect {
+    pub name: String,
+    pub value: String,
+}
+
+/// Parses `NAME=VALUE` (VALUE may be empty: the variable must be set to the empty string).
+pub fn parse_expect(s: &str) -> Result<Expect, String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--expect {s:?}: write NAME=VALUE, e.g. --expect NCCL_PROTO=LL"))?;
+    let name = name.trim();
+    let valid = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit();
+    if !valid {
+        return Err(format!(
+            "--expect {s:?}: {name:?} is not an environment variable name"
+        ));
+    }
+    Ok(Expect {
+        name: name.to_string(),
+        value: value.to_string(),
+    })
+}
+
+/// Which processes a check covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// The processes with a GPU open.
+    GpuHolders,
+    /// Every process of the tree (none has a GPU open, or none could be seen to).
+    AllProcesses,
+    /// Every descendant of the root.
+    Descendants,
+}
+
+impl Basis {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Basis::GpuHolders => "the GPU-holding processes",
+            Basis::AllProcesses => "every process of the tree, as none has a GPU open",
+            Basis::Descendants => "the root's descendants, as none has a GPU open",
+        }
+    }
+}
+
+/// A process where an expectation failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExpectFailure {
+    pub pid: u32,
+    /// Its value; `null` when unset or unreadable.
+    pub actual: Option<String>,
+    /// The environment could not be read, so the expectation cannot be proven.
+    pub unreadable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExpectResult {
+    pub variable: String,
+    pub expected: String,
+    pub basis: Basis,
+    /// Every process checked.
+    pub checked: Vec<u32>,
+    pub failures: Vec<ExpectFailure>,
+    pub ok: bool,
+}
+
+/// `pid` or `pid (GPU 0,1)`.
+pub fn label(p: &ProcessInfo) -> String {
+    match &p.gpus {
+        Some(g) if !g.is_empty() => {
+            let g: Vec<String> = g.iter().map(|i| i.to_string()).collect();
+            format!("{} (GPU {})", p.pid, g.join(","))
+        }
+        _ => p.pid.to_string(),
+    }
+}
+
+/// A value as shown in a sentence: `LL`, `""` for empty, `unset`.
+pub fn show_value(v: Option<&str>) -> String {
+    match v {
+        None => "unset".into(),
+        Some("") => "\"\"".into(),
+        Some(v) => v.into(),
+    }
+}
+
+fn list(ps: &[&ProcessInfo]) -> String {
+    ps.iter().map(|p| label(p)).collect::<Vec<_>>().join(", ")
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Variables excluded from "should agree": each worker may have its own.
+const PER_WORKER: &[&str] = &["CUDA_VISIBLE_DEVICES"];
+
+/// All findings for one tree, warnings first.
+pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
+    let mut out = vec![];
+    let readable: Vec<&ProcessInfo> = tree.processes.iter().filter(|p| p.env.is_some()).collect();
+    let any_gpu = tree.processes.iter().any(|p| p.holds_gpu());
+    let root = tree
+        .processes
+        .iter()
+        .find(|p| p.pid == tree.root && p.depth == 0);
+
+    // 1. Set in the root, missing in a descendant.
+    if let Some(root_env) = root.and_then(|r| r.env.as_ref()) {
+        for (name, value) in root_env {
+            let missing: Vec<&ProcessInfo> = readable
+                .iter()
+                .copied()
+                .filter(|p| p.depth > 0 && !p.env.as_ref().unwrap().contains_key(name))
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            let gpu_missing = missing.iter().any(|p| p.holds_gpu());
+            let n_desc = readable.iter().filter(|p| p.depth > 0).count();
+            out.push(Finding {
+                kind: Kind::MissingInDescendant,
+                severity: if gpu_missing || !any_gpu {
+                    Severity::Warning
+                } else {
+                    Severity::Note
+                },
+                variable: Some(name.clone()),
+                pids: missing.iter().map(|p| p.pid).collect(),
+                message: format!(
+                    "{name}={} is set in the root (pid {}) but missing in {} of {} {}: {}{}",
+                    show_value(Some(value)),
+                    tree.root,
+                    missing.len(),
+                    n_desc,
+                    if n_desc == 1 {
+                        "descendant"
+                    } else {
+                        "descendants"
+                    },
+                    list(&missing),
+                    if gpu_missing {
+                        ", which hold GPUs: NCCL there runs without it"
+                    } else if any_gpu {
+                        " (none of them holds a GPU)"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+    }
+
+    // 1b. In a descendant but not in the root's start-time environment.
+    if let Some(root_env) = root.and_then(|r| r.env.as_ref()) {
+        let mut names: Vec<&String> = readable
+            .iter()
+            .filter(|p| p.depth > 0)
+            .flat_map(|p| p.env.as_ref().unwrap().keys())
+            .filter(|n| !root_env.contains_key(*n) && !PER_WORKER.contains(&n.as_str()))
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let having: Vec<&ProcessInfo> = readable
+                .iter()
+                .copied()
+                .filter(|p| p.depth > 0 && p.env.as_ref().unwrap().contains_key(name))
+                .collect();
+            out.push(Finding {
+                kind: Kind::NotInRoot,
+                severity: Severity::Note,
+                variable: Some(name.clone()),
+                pids: having.iter().map(|p| p.pid).collect(),
+                message: format!(
+                    "{name} is not in the environment the root (pid {}) was started with, but \
+                     {} {} it: {}; it was set after the root started (e.g. os.environ) or by \
+                     the code that started {}, so only processes started later get it",
+                    tree.root,
+                    having.len(),
+                    if having.len() == 1 {
+                        "descendant has"
+                    } else {
+                        "descendants have"
+                    },
+                    list(&having),
+                    if having.len() == 1 { "it" } else { "them" },
+                ),
+            });
+        }
+    }
+
+    // 2. Values that should agree but do not.
+    let (group, basis): (Vec<&ProcessInfo>, Basis) = if any_gpu {
+        (
+            readable.iter().copied().filter(|p| p.holds_gpu()).collect(),
+            Basis::GpuHolders,
+        )
+    } else {
+        (
+            readable.iter().copied().filter(|p| p.depth > 0).collect(),
+            Basis::Descendants,
+        )
+    };
+    if group.len() >= 2 {
+        let mut names: Vec<&String> = group
+            .iter()
+            .flat_map(|p| p.env.as_ref().unwrap().keys())
+            .filter(|n| !PER_WORKER.contains(&n.as_str()))
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let mut by_value: BTreeMap<Option<&str>, Vec<&ProcessInfo>> = BTreeMap::new();
+            for p in &group {
+                let v = p.env.as_ref().unwrap().get(name).map(String::as_str);
+                by_value.entry(v).or_default().push(p);
+            }
+            if by_value.len() < 2 {
+                continue;
+            }
+            let parts: Vec<String> = by_value
+                .iter()
+                .map(|(v, ps)| format!("{} in {}", show_value(*v), list(ps)))
+                .collect();
+            out.push(Finding {
+                kind: Kind::ValuesDisagree,
+                severity: Severity::Warning,
+                variable: Some(name.clone()),
+                pids: group.iter().map(|p| p.pid).collect(),
+                message: format!(
+                    "{name} differs across {}: {}",
+                    basis.describe(),
+                    parts.join("; ")
+                ),
+            });
+        }
+    }
+
+    // 3. NCCL_* names NCCL does not read.
+    let mut seen: BTreeMap<&str, Vec<&ProcessInfo>> = BTreeMap::new();
+    for p in &readable {
+        for name in p.env.as_ref().unwrap().keys() {
+            if name.len() >= 5 && name[..5].eq_ignore_ascii_case("NCCL_") {
+                seen.entry(name).or_default().push(p);
+            }
+        }
+    }
+    let mut unknown = |name: &str, where_: String, pids: Vec<u32>| {
+        if nccl_vars::is_known_nccl_var(name) {
+            return;
+        }
+        if let Some(torch) = nccl_vars::torch_legacy_alias(name) {
+            out.push(Finding {
+                kind: Kind::TorchVariable,
+                severity: Severity::Note,
+                variable: Some(name.into()),
+                pids,
+                message: format!(
+                    "{name} is read by PyTorch (old name of {torch}), not by NCCL; {where_}"
+                ),
+            });
+            return;
+        }
+        let hint = match nccl_vars::suggest(name) {
+            Some(s) if !s.eq_ignore_ascii_case(name) => format!(" (did you mean {s}?)"),
+            Some(s) => format!(" (did you mean {s}? names are case-sensitive)"),
+            None => String::new(),
+        };
+        out.push(Finding {
+            kind: Kind::UnknownVariable,
+            severity: Severity::Warning,
+            variable: Some(name.into()),
+            pids,
+            message: format!(
+                "{name} is not a variable NCCL reads, so it changes nothing{hint}; {where_}"
+            ),
+        });
+    };
+    for (name, ps) in &seen {
+        unknown(
+            name,
+            format!("set in {}", list(ps)),
+            ps.iter().map(|p| p.pid).collect(),
+        );
+    }
+    for e in expects {
+        if !seen.contains_key(e.name.as_str()) && e.name.starts_with("NCCL_") {
+            unknown(&e.name, "named in --expect".into(), vec![]);
+        }
+    }
+
+    // 4. A child that kept its parent's command line and environment.
+    for p in tree.processes.iter().filter(|p| p.depth > 0) {
+        let Some(parent) = tree.processes.iter().find(|q| q.pid == p.ppid) else {
+            continue;
+        };
+        if parent.command == p.command && parent.env.is_some() && parent.env == p.env {
+            out.push(Finding {
+                kind: Kind::ForkedCopy,
+                severity: Severity::Note,
+                variable: None,
+                pids: vec![p.pid],
+                message: format!(
+                    "pid {} has the command line of its parent {}: probably forked without exec \
+                     (multiprocessing 'fork'); /proc then shows the environment the parent was \
+                     started with, not changes the parent made before forking",
+                    p.pid, parent.pid
+                ),
+            });
+        }
+    }
+
+    // 5. What could not be seen.
+    let unreadable: Vec<&ProcessInfo> = tree.processes.iter().filter(|p| p.env.is_none()).collect();
+    if !unreadable.is_empty() {
+        let why = unreadable[0].env_error.clone().unwrap_or_default();
+        out.push(Finding {
+            kind: Kind::Unreadable,
+            severity: Severity::Warning,
+            variable: None,
+            pids: unreadable.iter().map(|p| p.pid).collect(),
+            message: format!(
+                "the environment of {} could not be read ({why}): {}",
+                plural(unreadable.len(), "process", "processes"),
+                list(&unreadable)
+            ),
+        });
+    }
+    if !tree.skipped.is_empty() {
+        let parts: Vec<String> = tree
+            .skipped
+            .iter()
+            .map(|s| format!("{} ({}): {}", s.pid, s.comm, s.reason))
+            .collect();
+        out.push(Finding {
+            kind: Kind::Exited,
+            severity: Severity::Note,
+            variable: None,
+            pids: tree.skipped.iter().map(|s| s.pid).collect(),
+            message: format!("skipped {}", parts.join("; ")),
+        });
+    }
+    if !readable.is_empty() && seen.is_empty() {
+        out.push(Finding {
+            kind: Kind::NoNcclSettings,
+            severity: Severity::Note,
+            variable: None,
+            pids: vec![],
+            message: "no NCCL_* variable is set in any process: NCCL uses its defaults \
+                      (and NCCL_CONF_FILE, ~/.nccl.conf or /etc/nccl.conf, if present)"
+                .into(),
+        });
+    }
+    out.sort_by_key(|f| f.severity == Severity::Note);
+    out
+}
+
+/// Checks every `--expect` on the GPU-holding processes, or on every process of the tree when
+/// none holds a GPU. A process whose environment cannot be read fails: it cannot be proven.
+pub fn check_expectations(tree: &Tree, expects: &[Expect]) -> Vec<ExpectResult> {
+    let any_gpu = tree.processes.iter().any(|p| p.holds_gpu());
+    let (targets, basis): (Vec<&ProcessInfo>, Basis) = if any_gpu {
+        (
+            tree.processes.iter().filter(|p| p.holds_gpu()).collect(),
+            Basis::GpuHolders,
+        )
+    } else {
+        (tree.processes.iter().collect(), Basis::AllProcesses)
+    };
+    expects
+        .iter()
+        .map(|e| {
+            let failures: Vec<ExpectFailure> = targets
+                .iter()
+                .filter_map(|p| match &p.env {
+                    None => Some(ExpectFailure {
+                        pid: p.pid,
+                        actual: None,
+                        unreadable: true,
+                    }),
+                    Some(env) => {
+                        let v = env.get(&e.name);
+                        (v != Some(&e.value)).then(|| ExpectFailure {
+                            pid: p.pid,
+                            actual: v.cloned(),
+                            unreadable: false,
+                        })
+                    }
+                })
+                .collect();
+            ExpectResult {
+                variable: e.name.clone(),
+                expected: e.value.clone(),
+                basis,
+                checked: targets.iter().map(|p| p.pid).collect(),
+                ok: failures.is_empty() && !targets.is_empty(),
+                failures,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::walk::Skipped;
+
+    fn proc(pid: u32, ppid: u32, depth: usize, gpus: &[u32], env: &[(&str, &str)]) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            ppid,
+            depth,
+            comm: "python3".into(),
+            command: format!("python3 worker {pid}"),
+            gpus: Some(gpus.to_vec()),
+            gpus_error: None,
+            env: Some(
+                env.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            env_error: None,
+        }
+    }
+
+    fn tree(processes: Vec<ProcessInfo>) -> Tree {
+        Tree {
+            root: processes[0].pid,
+            processes,
+            skipped: vec![],
+        }
+    }
+
+    fn kinds(f: &[Finding]) -> Vec<(Kind, Option<&str>)> {
+        f.iter().map(|f| (f.kind, f.variable.as_deref())).collect()
+    }
+
+    /// A server whose rank 1 lost NCCL_PROTO and whose rank 2 got another NCCL_ALGO.
+    fn server() -> Tree {
+        let all = [("NCCL_PROTO", "LL"), ("NCCL_ALGO", "Ring")];
+        tree(vec![
+            proc(10, 1, 0, &[], &all),
+            proc(11, 10, 1, &[0], &all),
+            proc(12, 10, 1, &[1], &[("NCCL_ALGO", "Ring")]),
+            proc(
+                13,
+                10,
+                1,
+                &[2],
+                &[("NCCL_PROTO", "LL"), ("NCCL_ALGO", "Tree")],
+            ),
+            proc(14, 10, 1, &[], &[("NCCL_ALGO", "Ring")]),
+        ])
+    }
+
+    #[test]
+    fn missing_and_disagreeing_on_gpu_holders() {
+        let f = analyze(&server(), &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                (Kind::MissingInDescendant, Some("NCCL_PROTO")),
+                (Kind::ValuesDisagree, Some("NCCL_ALGO")),
+                (Kind::ValuesDisagree, Some("NCCL_PROTO")),
+            ]
+        );
+        assert_eq!(f[0].pids, vec![12, 14]);
+        assert!(f[0].message.contains("12 (GPU 1)"), "{}", f[0].message);
+        assert!(f[0].message.contains("hold GPUs"));
+        // Only the GPU holders are compared: 14 (no GPU) is not part of the disagreement.
+        assert_eq!(f[1].pids, vec![11, 12, 13]);
+        assert!(f[1]
+            .message
+            .contains("Ring in 11 (GPU 0), 12 (GPU 1); Tree in 13 (GPU 2)"));
+        assert!(f[2].message.contains("unset in 12 (GPU 1)"));
+    }
+
+    #[test]
+    fn missing_only_in_a_helper_is_a_note_when_gpus_are_known() {
+        let all = [("NCCL_PROTO", "LL")];
+        let t = tree(vec![
+            proc(10, 1, 0, &[], &all),
+            proc(11, 10, 1, &[0], &all),
+            proc(12, 10, 1, &[1], &all),
+            proc(14, 10, 1, &[], &[]),
+        ]);
+        let f = analyze(&t, &[]);
+        assert_eq!(
+            kinds(&f),
+            vec![(Kind::MissingInDescendant, Some("NCCL_PROTO"))]
+        );
+        assert_eq!(f[0].severity, Severity::Note);
+    }
+
+    #[test]
+    fn without_gpus_all_descendants_should_agree() {
+        let t = tree(vec![
+            proc(10, 1, 0, &[], &[("NCCL_PROTO", "LL")]),
+            proc(11, 10, 1, &[], &[("NCCL_PROTO", "LL")]),
+            proc(12, 10, 1, &[], &[("NCCL_PROTO", "Simple")]),
+        ]);
+        let f = analyze(&t, &[]);
+        assert_eq!(kinds(&f), vec![(Kind::ValuesDisagree, Some("NCCL_PROTO"))]);
+        assert!(f[0].message.contains("root's descendants"));
+        assert_eq!(f[0].pids, vec![11, 12]);
+    }
+
+    #[test]
+    fn set_in_workers_but_not_in_the_root() {
+        let t = tree(vec![
+            proc(10, 1, 0, &[], &[("NCCL_DEBUG", "WARN")]),
+            proc(
+                11,
+                10,
+                1,
+                &[],
+                &[("NCCL_DEBUG", "WARN"), ("NCCL_ALGO", "Ring")],
+            ),
+            proc(
+                12,
+                10,
+                1,
+                &[],
+                &[("NCCL_DEBUG", "WARN"), ("NCCL_ALGO", "Ring")],
+            ),
+        ]);
+        let f = analyze(&t, &[]);
+        assert_eq!(kinds(&f), vec![(Kind::NotInRoot, Some("NCCL_ALGO"))]);
+        assert_eq!(f[0].pids, vec![11, 12]);
+        assert!(
+            f[0].message.contains("2 descendants have it: 11, 12"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn cuda_visible_devices_may_differ_per_worker() {
+        let t = tree(vec![
+            proc(10, 1, 0, &[], &[]),
+            proc(11, 10, 1, &[0], &[("CUDA_VISIBLE_DEVICES", "0")]),
+            proc(12, 10, 1, &[1], &[("CUDA_VISIBLE_DEVICES", "1")]),
+        ]);
+        let f = analyze(&t, &[]);
+        assert_eq!(kinds(&f), vec![(Kind::NoNcclSettings, None)]);
+    }
+
+    #[test]
+    fn unknown_misspelt_and_torch_names() {
+        let t = tree(vec![proc(
+            10,
+            1,
+            0,
+            &[],
+            &[
+                ("NCCL_PROTOCOL", "LL"),
+                ("nccl_algo", "Ring"),
+                ("NCCL_ASYNC_ERROR_HANDLING", "1"),
+                ("NCCL_DEBUG", "INFO"),
+            ],
+        )]);
+        let f = analyze(&t, &[parse_expect("NCCL_ALGORITHM=Ring").unwrap()]);
+        assert_eq!(
+            kinds(&f),
+            vec![
+                (Kind::UnknownVariable, Some("NCCL_PROTOCOL")),
+                (Kind::UnknownVariable, Some("nccl_algo")),
+                (Kind::UnknownVariable, Some("NCCL_ALGORITHM")),
+                (Kind::TorchVariable, Some("NCCL_ASYNC_ERROR_HANDLING")),
+            ]
+        );
+        assert!(f[0].message.contains("did you mean NCCL_PROTO?"));
+        assert!(f[1].message.contains("case-sensitive"));
+        assert!(f[2].message.contains("named in --expect"));
+        assert!(f[2].message.contains("did you mean NCCL_ALGO?"));
+    }
+
+    #[test]
+    fn unreadable_exited_and_forked() {
+        let mut t = server();
+        t.processes[2].env = None;
+        t.processes[2].env_error = Some("permission denied (x)".into());
+        t.processes[4].command = t.processes[0].command.clone();
+        t.processes[4].env = t.processes[0].env.clone();
+        t.skipped.push(Skipped {
+            pid: 15,
+            ppid: 10,
+            comm: "python3".into(),
+            reason: "exited during the walk".into(),
+        });
+        let f = analyze(&t, &[]);
+        let u = f.iter().find(|f| f.kind == Kind::Unreadable).unwrap();
+        assert_eq!(u.pids, vec![12]);
+        assert!(u.message.contains("permission denied"));
+        let e = f.iter().find(|f| f.kind == Kind::Exited).unwrap();
+        assert!(e.message.contains("15 (python3): exited during the walk"));
+        let fc = f.iter().find(|f| f.kind == Kind::ForkedCopy).unwrap();
+        assert_eq!(fc.pids, vec![14]);
+        // Unreadable 12 is not counted as missing NCCL_PROTO.
+        let m = f.iter().find(|f| f.kind == Kind::MissingInDescendant);
+        assert!(m.is_none(), "{m:?}");
+        // Warnings come before notes.
+        let first_note = f.iter().position(|f| f.severity == Severity::Note).unwrap();
+        assert!(f[first_note..].iter().all(|f| f.severity == Severity::Note));
+    }
+
+    #[test]
+    fn expectations_on_gpu_holders() {
+        let t = server();
+        let r = check_expectations(
+            &t,
+            &[
+                parse_expect("NCCL_PROTO=LL").unwrap(),
+                parse_expect("NCCL_ALGO=Ring").unwrap(),
+                parse_expect("NCCL_DEBUG=").unwrap(),
+            ],
+        );
+        assert_eq!(r[0].basis, Basis::GpuHolders);
+        assert_eq!(r[0].checked, vec![11, 12, 13]);
+        assert!(!r[0].ok);
+        assert_eq!(
+            r[0].failures,
+            vec![ExpectFailure {
+                pid: 12,
+                actual: None,
+                unreadable: false
+            }]
+        );
+        assert_eq!(r[1].failures[0].actual.as_deref(), Some("Tree"));
+        assert_eq!(r[2].failures.len(), 3, "unset is not the empty string");
+        let t = tree(vec![
+            proc(10, 1, 0, &[], &[("NCCL_PROTO", "LL")]),
+            proc(11, 10, 1, &[], &[("NCCL_PROTO", "LL")]),
+        ]);
+        let r = check_expectations(&t, &[parse_expect("NCCL_PROTO=LL").unwrap()]);
+        assert!(r[0].ok);
+        assert_eq!(r[0].basis, Basis::AllProcesses);
+        assert_eq!(r[0].checked, vec![10, 11]);
+    }
+
+    #[test]
+    fn unreadable_process_fails_an_expectation() {
+        let mut t = server();
+        t.processes[1].env = None;
+        let r = check_expectations(&t, &[parse_expect("NCCL_ALGO=Ring").unwrap()]);
+        assert!(!r[0].ok);
+        assert!(r[0].failures.iter().any(|f| f.pid == 11 && f.unreadable));
+    }
+
+    #[test]
+    fn expect_parsing() {
+        assert_eq!(
+            parse_expect("NCCL_PROTO=LL").unwrap(),
+            Expect {
+                name: "NCCL_PROTO".into(),
+                value: "LL".into()
+            }
+        );
+        assert_eq!(parse_expect("NCCL_X=a=b").unwrap().value, "a=b");
+        assert_eq!(parse_expect("NCCL_X=").unwrap().value, "");
+        for bad in ["NCCL_PROTO", "=LL", "NC CL=1", "1X=2", ""] {
+            assert!(parse_expect(bad).is_err(), "{bad:?}");
+        }
+    }
+}
