@@ -11,4 +11,5 @@ pub mod error;
 pub mod measure;
 pub mod model;
 pub mod report;
+pub mod speculative;
 pub mod units;

@@ -4,6 +4,7 @@
 //! can grow without touching the others.
 
 pub mod args;
+pub mod breakeven;
 pub mod plan;
 pub mod stub;
 
@@ -40,7 +41,7 @@ pub enum Command {
     /// A cross product of NCCL settings, each in fresh workers, proven from NCCL's log, ranked.
     Sweep(stub::StubArgs),
     /// Speculative-decoding break-even from measured or given times.
-    Breakeven(stub::StubArgs),
+    Breakeven(breakeven::BreakevenArgs),
     /// Markdown report with SVG plots from results files.
     Report(stub::StubArgs),
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
@@ -59,7 +60,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Collective(_) => stub::not_built("collective", "the NCCL backend"),
         Command::Verify(_) => stub::not_built("verify", "the NCCL backend and the cost model"),
         Command::Sweep(_) => stub::not_built("sweep", "the settings sweep"),
-        Command::Breakeven(_) => stub::not_built("breakeven", "the break-even math"),
+        Command::Breakeven(a) => breakeven::run(&a),
         Command::Report(_) => stub::not_built("report", "the report renderer"),
         Command::Env(_) => stub::not_built("env", "the NCCL backend"),
         Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
