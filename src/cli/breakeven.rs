@@ -154,7 +154,7 @@ pub fn render(a: &Analysis) -> String {
     if a.modeled {
         let _ = writeln!(
             o,
-            "# MODELED: some inputs come from the cost model, so every output below is modeled"
+            "# MODELED: rows marked 'modeled' use times from the cost model, so their outputs are modeled"
         );
     }
     let _ = writeln!(o, "\nInputs");
@@ -230,7 +230,11 @@ pub fn render(a: &Analysis) -> String {
         let mut line = format!(
             "  {:>11.2}  {:<9} {:>9.2} {:>7.3} {:>12}",
             r.verify_ms.value,
-            r.verify_ms.origin.kind(),
+            if r.modeled {
+                "modeled"
+            } else {
+                r.verify_ms.origin.kind()
+            },
             r.cycle_ms,
             r.breakeven_accept_length,
             rate_cell(r.breakeven_accept_length, r.breakeven_accept_rate)
@@ -286,7 +290,7 @@ pub fn render(a: &Analysis) -> String {
         o,
         "\nOutputs are computed from the inputs above{}.",
         if a.modeled {
-            " and are modeled, because some inputs are"
+            "; rows marked 'modeled' are modeled"
         } else {
             "; none of them is modeled"
         }

@@ -6,6 +6,7 @@
 pub mod args;
 pub mod breakeven;
 pub mod plan;
+pub mod report;
 pub mod stub;
 
 use clap::{Parser, Subcommand};
@@ -43,7 +44,7 @@ pub enum Command {
     /// Speculative-decoding break-even from measured or given times.
     Breakeven(breakeven::BreakevenArgs),
     /// Markdown report with SVG plots from results files.
-    Report(stub::StubArgs),
+    Report(report::ReportArgs),
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
     Env(stub::StubArgs),
     /// The NCCL_* environment of every process of a running server, with findings.
@@ -61,7 +62,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Verify(_) => stub::not_built("verify", "the NCCL backend and the cost model"),
         Command::Sweep(_) => stub::not_built("sweep", "the settings sweep"),
         Command::Breakeven(a) => breakeven::run(&a),
-        Command::Report(_) => stub::not_built("report", "the report renderer"),
+        Command::Report(a) => report::run(&a),
         Command::Env(_) => stub::not_built("env", "the NCCL backend"),
         Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),

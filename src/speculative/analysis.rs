@@ -37,6 +37,8 @@ pub struct Row {
     pub at_accept_length: Option<Point>,
     /// At each of the table's accept lengths.
     pub grid: Vec<Point>,
+    /// True when this row uses a modeled time (its verify, the decode or the draft time).
+    pub modeled: bool,
 }
 
 /// A whole break-even.
@@ -47,7 +49,7 @@ pub struct Analysis {
     /// 1000 / T_decode.
     pub baseline_tokens_per_s: f64,
     pub rows: Vec<Row>,
-    /// True when any input came from the cost model: every output is then modeled too.
+    /// True when any row is modeled (uses a time from the cost model).
     pub modeled: bool,
 }
 
@@ -71,7 +73,9 @@ fn point(i: &Inputs, verify_ms: f64, tau: f64, base: f64) -> Point {
 pub fn analyse(inputs: Inputs) -> Analysis {
     let base = baseline_tokens_per_s(inputs.decode_ms.value);
     let k = inputs.draft_steps;
-    let rows = inputs
+    let shared_modeled =
+        inputs.decode_ms.origin.is_modeled() || inputs.draft_ms.origin.is_modeled();
+    let rows: Vec<Row> = inputs
         .verify_ms
         .iter()
         .map(|v| {
@@ -97,12 +101,11 @@ pub fn analyse(inputs: Inputs) -> Analysis {
                     .iter()
                     .map(|&t| point(&inputs, v.value, t, base))
                     .collect(),
+                modeled: shared_modeled || v.origin.is_modeled(),
             }
         })
         .collect();
-    let modeled = inputs.decode_ms.origin.is_modeled()
-        || inputs.draft_ms.origin.is_modeled()
-        || inputs.verify_ms.iter().any(|v| v.origin.is_modeled());
+    let modeled = rows.iter().any(|r| r.modeled);
     Analysis {
         assumption: ASSUMPTION.into(),
         inputs,
