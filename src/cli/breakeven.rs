@@ -25,7 +25,7 @@ pub struct CycleArgs {
     #[arg(long, value_name = "MS", allow_negative_numbers = true)]
     pub draft_ms: Option<f64>,
     /// Draft steps k per cycle; the verify forward covers k+1 tokens. Else the number of
-    /// --accept-rates, else T-1 of the verify record.
+    /// --accept-rates (breakeven), else T-1 of the verify record.
     #[arg(long, value_name = "K")]
     pub draft_steps: Option<u64>,
     /// Fixed per-cycle overhead (draft extend, sampling), in ms. Default 0.
