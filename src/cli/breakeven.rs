@@ -117,11 +117,22 @@ pub fn run(a: &BreakevenArgs) -> anyhow::Result<i32> {
     let mut inputs = inputs::resolve(&a.flags(), &times, true)?;
     inputs.notes.extend(file_notes);
     let analysis = analyse(inputs);
-    match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&analysis)?),
-        Format::Table => print!("{}", render(&analysis)),
-    }
+    let text = match a.format {
+        Format::Json => serde_json::to_string_pretty(&analysis)? + "\n",
+        Format::Table => render(&analysis),
+    };
+    print_out(&text)?;
     Ok(0)
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
+pub fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 fn ms(l: &Labelled) -> String {
