@@ -4,16 +4,16 @@
 //! can grow without touching the others.
 
 pub mod args;
+pub mod breakeven;
 pub mod collective;
 pub mod env;
 pub mod inspect;
 pub mod plan;
+pub mod report;
 pub mod stub;
 pub mod verify;
 
 use clap::{Parser, Subcommand};
-
-use crate::report;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -46,9 +46,9 @@ pub enum Command {
     /// A cross product of NCCL settings, each in fresh workers, proven from NCCL's log, ranked.
     Sweep(stub::StubArgs),
     /// Speculative-decoding break-even from measured or given times.
-    Breakeven(stub::StubArgs),
+    Breakeven(breakeven::BreakevenArgs),
     /// Markdown report with SVG plots from results files.
-    Report(stub::StubArgs),
+    Report(report::ReportArgs),
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
     Env(env::EnvArgs),
     /// The NCCL_* environment of every process of a running server, with findings.
@@ -68,10 +68,10 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Collective(a) => collective::run(&a),
         Command::Verify(a) => verify::run(&a),
         Command::Sweep(_) => stub::not_built("sweep", "the settings sweep"),
-        Command::Breakeven(_) => stub::not_built("breakeven", "the break-even math"),
-        Command::Report(_) => stub::not_built("report", "the report renderer"),
         Command::Env(a) => env::run(&a),
         Command::Inspect(a) => inspect::run(&a),
+        Command::Breakeven(a) => breakeven::run(&a),
+        Command::Report(a) => report::run(&a),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
         Command::Rank(a) => crate::launch::worker::run(&a),
     }
@@ -107,7 +107,10 @@ pub fn resolve_backend(
 }
 
 /// The NCCL backend of `verify`.
-pub fn nccl_verify(a: &verify::VerifyArgs, started: String) -> anyhow::Result<report::Record> {
+pub fn nccl_verify(
+    a: &verify::VerifyArgs,
+    started: String,
+) -> anyhow::Result<crate::report::Record> {
     crate::launch::verify(a, started)
 }
 
@@ -115,6 +118,6 @@ pub fn nccl_verify(a: &verify::VerifyArgs, started: String) -> anyhow::Result<re
 pub fn nccl_collective(
     a: &collective::CollectiveArgs,
     started: String,
-) -> anyhow::Result<report::Record> {
+) -> anyhow::Result<crate::report::Record> {
     crate::launch::collective(a, started)
 }

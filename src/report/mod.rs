@@ -1,7 +1,9 @@
 //! Results: the record type (JSON, the source of truth) and pure exporters (CSV, Markdown).
 
 pub mod export;
+pub mod plots;
 pub mod record;
+pub mod render;
 pub mod text;
 
 pub use record::{Body, Provenance, Record, Source};

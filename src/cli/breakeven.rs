@@ -1,0 +1,310 @@
+//! `verifybench breakeven`: speculative-decoding break-even from given or recorded times.
+//! Pure arithmetic (see `crate::speculative`); needs no GPU.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use crate::speculative::analysis::{analyse, Analysis};
+use crate::speculative::inputs::{self, Acceptance, Flags, Labelled};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// The times of one speculation cycle besides the verify: shared by `breakeven` and `report`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CycleArgs {
+    /// One plain decode step of the target model (T = 1), in ms; tokens/s without speculation
+    /// is 1000 / this. Else from a decode record (`verify --phase decode`).
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    pub decode_ms: Option<f64>,
+    /// One draft step, in ms (EAGLE-3: one draft-head forward). Else from a draft record
+    /// (`verify --phase draft`), else 0 (free drafting, said in the output).
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    pub draft_ms: Option<f64>,
+    /// Draft steps k per cycle; the verify forward covers k+1 tokens. Else the number of
+    /// --accept-rates (breakeven), else T-1 of the verify record.
+    #[arg(long, value_name = "K")]
+    pub draft_steps: Option<u64>,
+    /// Fixed per-cycle overhead (draft extend, sampling), in ms. Default 0.
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    pub overhead_ms: Option<f64>,
+}
+
+impl CycleArgs {
+    pub fn flags(&self) -> Flags {
+        Flags {
+            decode_ms: self.decode_ms,
+            draft_ms: self.draft_ms,
+            draft_steps: self.draft_steps,
+            overhead_ms: self.overhead_ms,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BreakevenArgs {
+    #[command(flatten)]
+    pub cycle: CycleArgs,
+    /// The verify forward of k+1 tokens, in ms. Repeat it or give a comma list for one row
+    /// per verify time (e.g. 30,19,12).
+    #[arg(
+        long,
+        value_name = "MS",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    pub verify_ms: Vec<f64>,
+    /// Mean accept length tau: tokens kept per cycle, bonus token included (SGLang's
+    /// "accept length"), between 1 and k+1.
+    #[arg(long, value_name = "TAU", allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate"])]
+    pub accept_length: Option<f64>,
+    /// Per-position acceptance rates, one per draft step, e.g. 0.8,0.6,0.45: expected tokens
+    /// per cycle = 1 + r1 + r1 r2 + r1 r2 r3 + ...
+    #[arg(
+        long,
+        value_name = "R1,R2,..",
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        conflicts_with = "accept_rate"
+    )]
+    pub accept_rates: Option<Vec<f64>>,
+    /// One constant acceptance rate alpha for every position: expected tokens per cycle =
+    /// (1 - alpha^(k+1)) / (1 - alpha).
+    #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
+    pub accept_rate: Option<f64>,
+    /// A results file (JSON, JSON array or JSON lines) with verify records: T_verify from
+    /// each verify-phase record (CUDA-graph full run's median when present), T_decode and
+    /// T_draft from decode- and draft-phase records. Repeatable; flags win over records.
+    #[arg(long, value_name = "RESULTS.json")]
+    pub from: Vec<PathBuf>,
+    /// Accept lengths of the table's columns (default 1.5,2,...,4 up to k+1).
+    #[arg(
+        long,
+        value_name = "TAU,..",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    pub table_accept_lengths: Vec<f64>,
+    /// Output format: a readable table, or JSON (every input with its origin, every output).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+impl BreakevenArgs {
+    fn flags(&self) -> Flags {
+        let acceptance = if let Some(t) = self.accept_length {
+            Some(Acceptance::Length(t))
+        } else if let Some(r) = &self.accept_rates {
+            Some(Acceptance::Rates(r.clone()))
+        } else {
+            self.accept_rate.map(Acceptance::Rate)
+        };
+        Flags {
+            verify_ms: self.verify_ms.clone(),
+            acceptance,
+            table_accept_lengths: self.table_accept_lengths.clone(),
+            ..self.cycle.flags()
+        }
+    }
+}
+
+pub fn run(a: &BreakevenArgs) -> anyhow::Result<i32> {
+    let (times, file_notes) = inputs::read_verify_files(&a.from)?;
+    let mut inputs = inputs::resolve(&a.flags(), &times, true)?;
+    inputs.notes.extend(file_notes);
+    let analysis = analyse(inputs);
+    let text = match a.format {
+        Format::Json => serde_json::to_string_pretty(&analysis)? + "\n",
+        Format::Table => render(&analysis),
+    };
+    print_out(&text)?;
+    Ok(0)
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
+pub fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+fn ms(l: &Labelled) -> String {
+    format!("{:>8.2} ms", l.value)
+}
+
+/// Up to 3 decimals, trailing zeros dropped: 2.5, 2.496, 4.
+pub fn num(x: f64) -> String {
+    let s = format!("{x:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+/// The constant rate column: a number, `any` (tau* <= 1), or `unreachable` (tau* > k+1).
+pub fn rate_cell(tau_star: f64, rate: Option<f64>) -> String {
+    match rate {
+        None => "unreachable".into(),
+        Some(_) if tau_star <= 1.0 => "any".into(),
+        Some(r) => format!("{r:.3}"),
+    }
+}
+
+/// The human-readable break-even.
+pub fn render(a: &Analysis) -> String {
+    let i = &a.inputs;
+    let k = i.draft_steps;
+    let mut o = String::new();
+    let _ = writeln!(o, "# verifybench breakeven");
+    let _ = writeln!(o, "# assumption: {}", a.assumption);
+    if a.modeled {
+        let _ = writeln!(
+            o,
+            "# MODELED: rows marked 'modeled' use times from the cost model, so their outputs are modeled"
+        );
+    }
+    let _ = writeln!(o, "\nInputs");
+    let _ = writeln!(
+        o,
+        "  {:<14}{}   {}",
+        "T_decode",
+        ms(&i.decode_ms),
+        i.decode_ms.origin
+    );
+    let _ = writeln!(
+        o,
+        "  {:<14}{}   {}",
+        "T_draft",
+        ms(&i.draft_ms),
+        i.draft_ms.origin
+    );
+    let _ = writeln!(
+        o,
+        "  {:<14}{:>8}      {}; the verify covers k+1 = {} tokens",
+        "draft steps k",
+        k,
+        i.draft_steps_origin,
+        k + 1
+    );
+    let _ = writeln!(
+        o,
+        "  {:<14}{}   {}",
+        "overhead",
+        ms(&i.overhead_ms),
+        i.overhead_ms.origin
+    );
+    if let Some(t) = &i.accept_length {
+        let _ = writeln!(
+            o,
+            "  {:<14}{:>8.3}      {}",
+            "accept length", t.value, t.origin
+        );
+    }
+    for (n, v) in i.verify_ms.iter().enumerate() {
+        let name = if n == 0 { "T_verify" } else { "" };
+        let _ = writeln!(o, "  {:<14}{}   {}", name, ms(v), v.origin);
+    }
+    for note in &i.notes {
+        let _ = writeln!(o, "  note: {note}");
+    }
+
+    let _ = writeln!(
+        o,
+        "\nWithout speculation: {:.2} tok/s (1000 / T_decode)",
+        a.baseline_tokens_per_s
+    );
+
+    let _ = writeln!(
+        o,
+        "\nBreak-even (cycle = k x T_draft + T_verify + overhead; tau* = cycle / T_decode; alpha* = constant acceptance rate with expected tokens tau*)"
+    );
+    let at = i.accept_length.as_ref().map(|t| t.value);
+    let mut head = format!(
+        "  {:>11}  {:<9} {:>9} {:>7} {:>12}",
+        "T_verify ms", "source", "cycle ms", "tau*", "alpha*"
+    );
+    if let Some(t) = at {
+        let _ = write!(
+            head,
+            " {:>16} {:>8}",
+            format!("tok/s @ tau={}", num(t)),
+            "speedup"
+        );
+    }
+    let _ = writeln!(o, "{head}");
+    for r in &a.rows {
+        let mut line = format!(
+            "  {:>11.2}  {:<9} {:>9.2} {:>7.3} {:>12}",
+            r.verify_ms.value,
+            if r.modeled {
+                "modeled"
+            } else {
+                r.verify_ms.origin.kind()
+            },
+            r.cycle_ms,
+            r.breakeven_accept_length,
+            rate_cell(r.breakeven_accept_length, r.breakeven_accept_rate)
+        );
+        if let Some(p) = &r.at_accept_length {
+            let _ = write!(
+                line,
+                " {:>16.2} {:>7.2}x{}",
+                p.tokens_per_s,
+                p.speedup,
+                if p.beats_baseline { " *" } else { "" }
+            );
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    if a.rows.iter().any(|r| r.breakeven_accept_length <= 1.0) {
+        let _ = writeln!(
+            o,
+            "  (alpha* any: tau* <= 1, the cycle is shorter than one decode step, so speculation pays at any acceptance)"
+        );
+    }
+    if a.rows.iter().any(|r| !r.reachable) {
+        let _ = writeln!(
+            o,
+            "  (unreachable: tau* > k+1 = {}, no acceptance can pay for this cycle)",
+            k + 1
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\nTokens/s by verify time (rows) and accept length (columns); * beats {:.2} tok/s without speculation",
+        a.baseline_tokens_per_s
+    );
+    let mut head = format!("  {:>11}", "T_verify ms");
+    for t in &i.table_accept_lengths {
+        let _ = write!(head, " {:>9}", format!("tau={}", num(*t)));
+    }
+    let _ = writeln!(o, "{head}");
+    for r in &a.rows {
+        let mut line = format!("  {:>11.2}", r.verify_ms.value);
+        for p in &r.grid {
+            let cell = format!(
+                "{:.1}{}",
+                p.tokens_per_s,
+                if p.beats_baseline { "*" } else { " " }
+            );
+            let _ = write!(line, " {cell:>9}");
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    let _ = writeln!(
+        o,
+        "\nOutputs are computed from the inputs above{}.",
+        if a.modeled {
+            "; rows marked 'modeled' are modeled"
+        } else {
+            "; none of them is modeled"
+        }
+    );
+    o
+}

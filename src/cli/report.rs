@@ -1,0 +1,35 @@
+//! `verifybench report`: results files -> DIR/report.md with SVG plots. Needs no GPU.
+
+use std::path::PathBuf;
+
+use crate::cli::breakeven::CycleArgs;
+use crate::report::render::{self, LoadedFile};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReportArgs {
+    /// Results files (JSON record, JSON array or JSON lines) from collective, verify or sweep.
+    #[arg(value_name = "RESULTS", required = true)]
+    pub results: Vec<PathBuf>,
+    /// Directory to write report.md and its SVG plots into (created if missing).
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Break-even inputs for the tokens/s plot (verify times come from the verify records).
+    #[command(flatten)]
+    pub cycle: CycleArgs,
+}
+
+pub fn run(a: &ReportArgs) -> anyhow::Result<i32> {
+    let files = a
+        .results
+        .iter()
+        .map(|p| LoadedFile::read(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let report = render::build(&files, &a.cycle.flags())?;
+    for s in &report.skipped {
+        eprintln!("note: skipped {s} (not rendered by this version)");
+    }
+    for p in render::write(&report, &a.out)? {
+        println!("wrote {}", p.display());
+    }
+    Ok(0)
+}

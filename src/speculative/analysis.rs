@@ -1,0 +1,181 @@
+//! The break-even of labelled inputs: one row per verify time, the break-even accept length
+//! and rate, tokens/s at the given acceptance, and a grid over accept lengths.
+
+use serde::Serialize;
+
+use super::inputs::{Inputs, Labelled};
+use super::{
+    baseline_tokens_per_s, breakeven_accept_length, cycle_ms, rate_for_accept_length, tokens_per_s,
+    ASSUMPTION,
+};
+
+/// Tokens/s at one accept length.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    pub accept_length: f64,
+    pub tokens_per_s: f64,
+    /// Tokens/s with speculation over tokens/s without.
+    pub speedup: f64,
+    /// True when speculation beats plain decoding here.
+    pub beats_baseline: bool,
+}
+
+/// The break-even of one verify time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    pub verify_ms: Labelled,
+    /// k T_draft + T_verify + overhead.
+    pub cycle_ms: f64,
+    /// tau* = cycle / T_decode.
+    pub breakeven_accept_length: f64,
+    /// The constant acceptance rate whose expected tokens equal tau* (0 when tau* <= 1);
+    /// absent when tau* > k + 1.
+    pub breakeven_accept_rate: Option<f64>,
+    /// False when tau* > k + 1: no acceptance can pay for this verify.
+    pub reachable: bool,
+    /// At the given acceptance, if any.
+    pub at_accept_length: Option<Point>,
+    /// At each of the table's accept lengths.
+    pub grid: Vec<Point>,
+    /// True when this row uses a modeled time (its verify, the decode or the draft time).
+    pub modeled: bool,
+}
+
+/// A whole break-even.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Analysis {
+    pub assumption: String,
+    pub inputs: Inputs,
+    /// 1000 / T_decode.
+    pub baseline_tokens_per_s: f64,
+    pub rows: Vec<Row>,
+    /// True when any row is modeled (uses a time from the cost model).
+    pub modeled: bool,
+}
+
+fn point(i: &Inputs, verify_ms: f64, tau: f64, base: f64) -> Point {
+    let tps = tokens_per_s(
+        tau,
+        verify_ms,
+        i.draft_ms.value,
+        i.draft_steps,
+        i.overhead_ms.value,
+    );
+    Point {
+        accept_length: tau,
+        tokens_per_s: tps,
+        speedup: tps / base,
+        beats_baseline: tps > base,
+    }
+}
+
+/// Computes the break-even of validated inputs.
+pub fn analyse(inputs: Inputs) -> Analysis {
+    let base = baseline_tokens_per_s(inputs.decode_ms.value);
+    let k = inputs.draft_steps;
+    let shared_modeled =
+        inputs.decode_ms.origin.is_modeled() || inputs.draft_ms.origin.is_modeled();
+    let rows: Vec<Row> = inputs
+        .verify_ms
+        .iter()
+        .map(|v| {
+            let tau_star = breakeven_accept_length(
+                v.value,
+                inputs.draft_ms.value,
+                k,
+                inputs.overhead_ms.value,
+                inputs.decode_ms.value,
+            );
+            Row {
+                verify_ms: v.clone(),
+                cycle_ms: cycle_ms(v.value, inputs.draft_ms.value, k, inputs.overhead_ms.value),
+                breakeven_accept_length: tau_star,
+                breakeven_accept_rate: rate_for_accept_length(tau_star, k),
+                reachable: tau_star <= (k + 1) as f64,
+                at_accept_length: inputs
+                    .accept_length
+                    .as_ref()
+                    .map(|t| point(&inputs, v.value, t.value, base)),
+                grid: inputs
+                    .table_accept_lengths
+                    .iter()
+                    .map(|&t| point(&inputs, v.value, t, base))
+                    .collect(),
+                modeled: shared_modeled || v.origin.is_modeled(),
+            }
+        })
+        .collect();
+    let modeled = rows.iter().any(|r| r.modeled);
+    Analysis {
+        assumption: ASSUMPTION.into(),
+        inputs,
+        baseline_tokens_per_s: base,
+        rows,
+        modeled,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::speculative::inputs::{resolve, Acceptance, Flags};
+
+    #[test]
+    fn worked_example_rows() {
+        let a = analyse(
+            resolve(
+                &Flags {
+                    decode_ms: Some(12.2),
+                    verify_ms: vec![30.0, 19.0, 12.0],
+                    draft_ms: Some(1.0),
+                    draft_steps: Some(3),
+                    acceptance: Some(Acceptance::Length(2.5)),
+                    ..Default::default()
+                },
+                &[],
+                true,
+            )
+            .unwrap(),
+        );
+        assert!((a.baseline_tokens_per_s - 81.967).abs() < 1e-3);
+        let taus: Vec<f64> = a.rows.iter().map(|r| r.breakeven_accept_length).collect();
+        assert!((taus[0] - 33.0 / 12.2).abs() < 1e-12);
+        assert!((taus[2] - 15.0 / 12.2).abs() < 1e-12);
+        assert!(a.rows.iter().all(|r| r.reachable));
+        let r12 = &a.rows[2];
+        let p = r12.at_accept_length.as_ref().unwrap();
+        assert!((p.tokens_per_s - 166.667).abs() < 1e-3);
+        assert!(p.beats_baseline);
+        // tau = 2.5 does not pay at verify 30 ms (tau* = 2.70).
+        assert!(!a.rows[0].at_accept_length.as_ref().unwrap().beats_baseline);
+        // The grid's cells beat the baseline exactly above tau*.
+        for r in &a.rows {
+            for p in &r.grid {
+                assert_eq!(
+                    p.beats_baseline,
+                    p.accept_length > r.breakeven_accept_length
+                );
+            }
+        }
+        assert!(!a.modeled);
+    }
+
+    #[test]
+    fn unreachable_breakeven() {
+        let a = analyse(
+            resolve(
+                &Flags {
+                    decode_ms: Some(10.0),
+                    verify_ms: vec![50.0],
+                    draft_steps: Some(3),
+                    ..Default::default()
+                },
+                &[],
+                true,
+            )
+            .unwrap(),
+        );
+        assert!(!a.rows[0].reachable);
+        assert_eq!(a.rows[0].breakeven_accept_rate, None);
+    }
+}

@@ -1,0 +1,575 @@
+//! The inputs of a break-even, each labelled with where it came from: a flag (given), a
+//! results file (measured or modeled, with the file name), or a default.
+//!
+//! Verify records carry the forward they timed in `workload.phase`: a `verify` record gives
+//! T_verify, a `decode` record T_decode, a `draft` record T_draft (one EAGLE-3 draft step).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::usage;
+use crate::model::Phase;
+use crate::report::record::{Body, Mode, Record, Source, VerifyResult, VerifyRun};
+
+/// Where one number came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "origin", rename_all = "snake_case")]
+pub enum Origin {
+    /// A command-line flag.
+    Given { flag: String },
+    /// Not given: the documented default.
+    Default,
+    /// Timed on real GPUs, read from a results file.
+    Measured { file: String, detail: String },
+    /// Predicted by the cost model, read from a results file.
+    Modeled { file: String, detail: String },
+    /// Computed from other inputs (an accept length from acceptance rates).
+    Derived { from: String },
+}
+
+impl Origin {
+    /// True for numbers that came from the cost model.
+    pub fn is_modeled(&self) -> bool {
+        matches!(self, Origin::Modeled { .. })
+    }
+
+    /// A short label: `given`, `default`, `measured`, `modeled`, `derived`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Origin::Given { .. } => "given",
+            Origin::Default => "default",
+            Origin::Measured { .. } => "measured",
+            Origin::Modeled { .. } => "modeled",
+            Origin::Derived { .. } => "derived",
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Given { flag } => write!(f, "given ({flag})"),
+            Origin::Default => f.write_str("default"),
+            Origin::Measured { file, detail } => write!(f, "measured ({file}: {detail})"),
+            Origin::Modeled { file, detail } => write!(f, "modeled ({file}: {detail})"),
+            Origin::Derived { from } => write!(f, "derived ({from})"),
+        }
+    }
+}
+
+/// A number with its origin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Labelled {
+    pub value: f64,
+    #[serde(flatten)]
+    pub origin: Origin,
+}
+
+impl Labelled {
+    pub fn given(value: f64, flag: &str) -> Labelled {
+        Labelled {
+            value,
+            origin: Origin::Given { flag: flag.into() },
+        }
+    }
+
+    pub fn default(value: f64) -> Labelled {
+        Labelled {
+            value,
+            origin: Origin::Default,
+        }
+    }
+}
+
+/// The run of a verify record that stands for its time, best first: CUDA graph with compute,
+/// eager with compute, then comm-only runs (a lower bound), then compute-only.
+pub fn representative_run(v: &VerifyResult) -> Option<&VerifyRun> {
+    [
+        (true, Mode::Full),
+        (false, Mode::Full),
+        (true, Mode::Comm),
+        (false, Mode::Comm),
+        (true, Mode::Compute),
+        (false, Mode::Compute),
+    ]
+    .iter()
+    .find_map(|&(g, m)| v.run(g, m))
+}
+
+/// Words for a run: `graph, full` or `eager, comm only`.
+pub fn run_words(run: &VerifyRun) -> String {
+    let g = if run.graph { "graph" } else { "eager" };
+    match run.mode {
+        Mode::Full => format!("{g}, full"),
+        Mode::Comm => format!("{g}, comm only"),
+        Mode::Compute => format!("{g}, compute only"),
+    }
+}
+
+/// The file name a label shows (the last path component).
+pub fn short_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// One time read from a verify record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordTime {
+    pub phase: Phase,
+    pub ms: Labelled,
+    /// Tokens of the forward (k + 1 for a verify).
+    pub tokens: u64,
+}
+
+/// The times of the verify records of one file, in file order, and the kinds it skipped.
+pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String>) {
+    let file = short_name(path);
+    let mut times = vec![];
+    let mut skipped = vec![];
+    for r in records {
+        let Body::Verify(v) = &r.body else {
+            skipped.push(r.body.kind().to_string());
+            continue;
+        };
+        let Some(run) = representative_run(v) else {
+            skipped.push("verify (no runs)".into());
+            continue;
+        };
+        let w = &v.workload;
+        let mut detail = format!(
+            "{} {} TP={} T={}, {}, median of {}",
+            w.model,
+            phase_word(w.phase),
+            w.tp,
+            w.tokens,
+            run_words(run),
+            run.per_verify.n
+        );
+        if run.mode == Mode::Comm {
+            detail += "; collectives only, a lower bound";
+        }
+        let origin = match r.source {
+            Source::Measured => Origin::Measured {
+                file: file.clone(),
+                detail,
+            },
+            Source::Modeled => Origin::Modeled {
+                file: file.clone(),
+                detail,
+            },
+        };
+        times.push(RecordTime {
+            phase: w.phase,
+            ms: Labelled {
+                value: run.per_verify.median_us / 1000.0,
+                origin,
+            },
+            tokens: w.tokens,
+        });
+    }
+    (times, skipped)
+}
+
+fn phase_word(p: Phase) -> &'static str {
+    match p {
+        Phase::Verify => "verify",
+        Phase::Decode => "decode",
+        Phase::Draft => "draft step",
+    }
+}
+
+/// How acceptance was given.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Acceptance {
+    /// Mean accept length tau (bonus token included).
+    Length(f64),
+    /// Per-position acceptance rates, one per draft step.
+    Rates(Vec<f64>),
+    /// One constant acceptance rate.
+    Rate(f64),
+}
+
+/// The flags of a break-even, before validation (every field optional).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Flags {
+    pub decode_ms: Option<f64>,
+    pub verify_ms: Vec<f64>,
+    pub draft_ms: Option<f64>,
+    pub draft_steps: Option<u64>,
+    pub overhead_ms: Option<f64>,
+    pub acceptance: Option<Acceptance>,
+    /// Accept lengths of the table's columns (empty: the default 1.5..4.0 capped at k + 1).
+    pub table_accept_lengths: Vec<f64>,
+}
+
+/// Validated, labelled inputs of a break-even.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inputs {
+    pub decode_ms: Labelled,
+    pub verify_ms: Vec<Labelled>,
+    pub draft_ms: Labelled,
+    /// Draft steps k (the verify forward covers k + 1 tokens).
+    pub draft_steps: u64,
+    pub draft_steps_origin: Origin,
+    pub overhead_ms: Labelled,
+    /// Mean accept length tau, when acceptance was given.
+    pub accept_length: Option<Labelled>,
+    /// Accept lengths of the table's columns.
+    pub table_accept_lengths: Vec<f64>,
+    /// Things the reader should know (flags that override records, mismatched token counts).
+    pub notes: Vec<String>,
+}
+
+fn one_of(
+    what: &str,
+    flag: &str,
+    times: &[&RecordTime],
+) -> anyhow::Result<Option<(Labelled, u64)>> {
+    match times {
+        [] => Ok(None),
+        [t] => Ok(Some((t.ms.clone(), t.tokens))),
+        _ => Err(usage(format!(
+            "the results files hold {} {what} records; keep one, or give {flag}",
+            times.len()
+        ))),
+    }
+}
+
+/// Validates the flags and merges them with the times read from records. Flags win over
+/// records for decode, draft and steps; verify times from flags and records are all kept
+/// (flags first). `need_verify`: at least one verify time is required.
+pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyhow::Result<Inputs> {
+    use super::{check_accept_length, check_rate, check_time};
+    let mut notes = vec![];
+    let of = |p: Phase| records.iter().filter(|t| t.phase == p).collect::<Vec<_>>();
+    let rec_decode = of(Phase::Decode);
+    let rec_draft = of(Phase::Draft);
+    let rec_verify = of(Phase::Verify);
+
+    let decode_ms = match flags.decode_ms {
+        Some(v) => {
+            if !rec_decode.is_empty() {
+                notes.push("--decode-ms overrides the decode record(s) of the results files".into());
+            }
+            Labelled::given(check_time("--decode-ms", v, true)?, "--decode-ms")
+        }
+        None => match one_of("decode", "--decode-ms", &rec_decode)? {
+            Some((l, _)) => l,
+            None => {
+                return Err(usage(
+                    "no decode time: give --decode-ms (one plain decode step, ms) or a results file with a decode record (--phase decode)",
+                ))
+            }
+        },
+    };
+    check_time("the decode record's time", decode_ms.value, true)?;
+
+    let draft_ms = match flags.draft_ms {
+        Some(v) => {
+            if !rec_draft.is_empty() {
+                notes.push("--draft-ms overrides the draft record(s) of the results files".into());
+            }
+            Labelled::given(check_time("--draft-ms", v, false)?, "--draft-ms")
+        }
+        None => match one_of("draft", "--draft-ms", &rec_draft)? {
+            Some((l, _)) => l,
+            None => {
+                notes.push("no --draft-ms: drafting is taken as free (0 ms)".into());
+                Labelled::default(0.0)
+            }
+        },
+    };
+
+    let overhead_ms = match flags.overhead_ms {
+        Some(v) => Labelled::given(check_time("--overhead-ms", v, false)?, "--overhead-ms"),
+        None => Labelled::default(0.0),
+    };
+
+    let mut verify_ms = vec![];
+    for &v in &flags.verify_ms {
+        verify_ms.push(Labelled::given(
+            check_time("--verify-ms", v, true)?,
+            "--verify-ms",
+        ));
+    }
+    for t in &rec_verify {
+        check_time("the verify record's time", t.ms.value, true)?;
+        verify_ms.push(t.ms.clone());
+    }
+    if need_verify && verify_ms.is_empty() {
+        return Err(usage(
+            "no verify time: give --verify-ms (one or more, ms) or --from a results file with a verify record",
+        ));
+    }
+
+    let rates_len = match &flags.acceptance {
+        Some(Acceptance::Rates(r)) => Some(r.len() as u64),
+        _ => None,
+    };
+    let (draft_steps, draft_steps_origin) = match (flags.draft_steps, rates_len) {
+        (Some(k), _) => (
+            k,
+            Origin::Given {
+                flag: "--draft-steps".into(),
+            },
+        ),
+        (None, Some(n)) => (
+            n,
+            Origin::Derived {
+                from: "the number of --accept-rates".into(),
+            },
+        ),
+        (None, None) => match rec_verify.first() {
+            Some(t) if t.tokens >= 2 => (
+                t.tokens - 1,
+                Origin::Derived {
+                    from: format!("T={} of the verify record", t.tokens),
+                },
+            ),
+            _ => return Err(usage(
+                "no draft step count: give --draft-steps (k; the verify forward covers k+1 tokens)",
+            )),
+        },
+    };
+    if draft_steps == 0 {
+        return Err(usage(
+            "--draft-steps 0: speculation needs at least one draft step",
+        ));
+    }
+    for t in &rec_verify {
+        if t.tokens != draft_steps + 1 {
+            notes.push(format!(
+                "a verify record covers T={} tokens but k={draft_steps} draft steps verify {}",
+                t.tokens,
+                draft_steps + 1
+            ));
+        }
+    }
+    if let Some(n) = rates_len {
+        if n != draft_steps {
+            return Err(usage(format!(
+                "--accept-rates has {n} rate(s) but --draft-steps is {draft_steps}: give one rate per draft step"
+            )));
+        }
+    }
+
+    let k = draft_steps;
+    let accept_length = match &flags.acceptance {
+        None => None,
+        Some(Acceptance::Length(t)) => Some(Labelled::given(
+            check_accept_length("--accept-length", *t, k)?,
+            "--accept-length",
+        )),
+        Some(Acceptance::Rates(rs)) => {
+            for &r in rs {
+                check_rate("--accept-rates", r)?;
+            }
+            Some(Labelled {
+                value: super::expected_tokens_rates(rs),
+                origin: Origin::Derived {
+                    from: format!(
+                        "--accept-rates {}",
+                        rs.iter()
+                            .map(|r| r.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                },
+            })
+        }
+        Some(Acceptance::Rate(a)) => Some(Labelled {
+            value: super::expected_tokens_const_rate(check_rate("--accept-rate", *a)?, k),
+            origin: Origin::Derived {
+                from: format!("--accept-rate {a}, k={k}"),
+            },
+        }),
+    };
+
+    let table_accept_lengths = if flags.table_accept_lengths.is_empty() {
+        super::default_accept_lengths(k)
+    } else {
+        for &t in &flags.table_accept_lengths {
+            check_accept_length("--table-accept-lengths", t, k)?;
+        }
+        flags.table_accept_lengths.clone()
+    };
+
+    Ok(Inputs {
+        decode_ms,
+        verify_ms,
+        draft_ms,
+        draft_steps,
+        draft_steps_origin,
+        overhead_ms,
+        accept_length,
+        table_accept_lengths,
+        notes,
+    })
+}
+
+/// Reads results files for a break-even: every file must hold at least one verify record
+/// (kind "verify"); other kinds next to them are skipped and named in the notes.
+pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, Vec<String>)> {
+    let mut all = vec![];
+    let mut notes = vec![];
+    for p in paths {
+        let records = crate::report::record::read_records(p)?;
+        let (times, skipped) = times_of(p, &records);
+        if times.is_empty() {
+            let kinds = if skipped.is_empty() {
+                "no records".to_string()
+            } else {
+                format!("kind {}", skipped.join(", "))
+            };
+            return Err(usage(format!(
+                "results file '{}' holds {kinds}; breakeven reads verify records (kind \"verify\", from `verifybench verify`)",
+                p.display()
+            )));
+        }
+        if !skipped.is_empty() {
+            notes.push(format!(
+                "{}: skipped {} record(s) of kind {}",
+                short_name(p),
+                skipped.len(),
+                skipped.join(", ")
+            ));
+        }
+        all.extend(times);
+    }
+    Ok((all, notes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt(phase: Phase, ms: f64, tokens: u64, modeled: bool) -> RecordTime {
+        let (file, detail) = ("r.json".to_string(), "x".to_string());
+        RecordTime {
+            phase,
+            ms: Labelled {
+                value: ms,
+                origin: if modeled {
+                    Origin::Modeled { file, detail }
+                } else {
+                    Origin::Measured { file, detail }
+                },
+            },
+            tokens,
+        }
+    }
+
+    fn flags() -> Flags {
+        Flags {
+            decode_ms: Some(12.2),
+            verify_ms: vec![19.0],
+            draft_steps: Some(3),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn flags_alone() {
+        let i = resolve(&flags(), &[], true).unwrap();
+        assert_eq!(i.decode_ms, Labelled::given(12.2, "--decode-ms"));
+        assert_eq!(i.draft_ms, Labelled::default(0.0));
+        assert_eq!(i.draft_steps, 3);
+        assert_eq!(i.table_accept_lengths, vec![1.5, 2.0, 2.5, 3.0, 3.5, 4.0]);
+        assert!(i.accept_length.is_none());
+    }
+
+    #[test]
+    fn records_fill_what_flags_leave_out() {
+        let f = Flags {
+            decode_ms: None,
+            verify_ms: vec![],
+            draft_steps: None,
+            ..Default::default()
+        };
+        let recs = [
+            rt(Phase::Verify, 18.0, 4, false),
+            rt(Phase::Decode, 12.0, 1, true),
+            rt(Phase::Draft, 1.2, 1, false),
+        ];
+        let i = resolve(&f, &recs, true).unwrap();
+        assert_eq!(i.decode_ms.value, 12.0);
+        assert!(i.decode_ms.origin.is_modeled());
+        assert_eq!(i.draft_ms.value, 1.2);
+        assert_eq!(i.verify_ms.len(), 1);
+        assert_eq!(i.draft_steps, 3);
+        assert_eq!(i.draft_steps_origin.kind(), "derived");
+    }
+
+    #[test]
+    fn acceptance_forms() {
+        let mut f = flags();
+        f.acceptance = Some(Acceptance::Rate(0.0));
+        assert_eq!(
+            resolve(&f, &[], true).unwrap().accept_length.unwrap().value,
+            1.0
+        );
+        f.acceptance = Some(Acceptance::Rate(1.0));
+        assert_eq!(
+            resolve(&f, &[], true).unwrap().accept_length.unwrap().value,
+            4.0
+        );
+        f.acceptance = Some(Acceptance::Rates(vec![0.8, 0.6, 0.45]));
+        let t = resolve(&f, &[], true).unwrap().accept_length.unwrap().value;
+        assert!((t - 2.496).abs() < 1e-12);
+        f.draft_steps = None;
+        assert_eq!(resolve(&f, &[], true).unwrap().draft_steps, 3);
+    }
+
+    #[test]
+    fn bad_inputs_are_usage_errors() {
+        let code = |f: Flags| crate::error::exit_code(&resolve(&f, &[], true).unwrap_err());
+        let mut f = flags();
+        f.acceptance = Some(Acceptance::Rate(1.5));
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.acceptance = Some(Acceptance::Rates(vec![0.8, -0.1, 0.5]));
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.acceptance = Some(Acceptance::Rates(vec![0.8, 0.6]));
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.acceptance = Some(Acceptance::Length(4.5));
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.acceptance = Some(Acceptance::Length(0.5));
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.decode_ms = Some(0.0);
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.verify_ms = vec![19.0, -1.0];
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.verify_ms = vec![];
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.decode_ms = None;
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.draft_steps = Some(0);
+        assert_eq!(code(f), 2);
+        let mut f = flags();
+        f.table_accept_lengths = vec![2.0, 5.0];
+        assert_eq!(code(f), 2);
+    }
+
+    #[test]
+    fn two_decode_records_without_a_flag_are_refused() {
+        let mut f = flags();
+        f.decode_ms = None;
+        let recs = [
+            rt(Phase::Decode, 12.0, 1, false),
+            rt(Phase::Decode, 13.0, 1, false),
+        ];
+        let e = resolve(&f, &recs, true).unwrap_err();
+        assert!(e.to_string().contains("--decode-ms"));
+    }
+}
