@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod collective;
+pub mod modelfit;
 pub mod plan;
 pub mod stub;
 pub mod verify;
@@ -21,6 +22,8 @@ Examples:
   verifybench sweep --tp 2 -L NCCL_PROTO=LL,LL128,Simple -L NCCL_ALGO=Ring,Tree --graph both
   verifybench breakeven --decode-ms 12.2 --verify-ms 19 --draft-ms 1.5 --draft-steps 3 --accept-length 2.5
   verifybench inspect --match sglang.launch_server --expect NCCL_PROTO=LL
+  verifybench verify --backend model --gpus 8 --link pcie-gen5
+  verifybench model fit results/h200x2-collective.json -o h200x2.profile.json
 ";
 
 /// Replays the collective pattern of a speculative-decoding verify step over NCCL, measures it,
@@ -53,6 +56,8 @@ pub enum Command {
     Inspect(stub::StubArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
     Selftest(stub::StubArgs),
+    /// The cost model: `model fit` calibrates it on measured results.
+    Model(modelfit::ModelCmd),
 }
 
 /// Parses the command line and runs the command; the value is the process exit code.
@@ -68,6 +73,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Env(_) => stub::not_built("env", "the NCCL backend"),
         Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
+        Command::Model(c) => modelfit::run(&c),
     }
 }
 
