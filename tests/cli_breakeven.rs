@@ -71,6 +71,8 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
                     warmup: 1,
                 },
             ],
+            stream_gbps: None,
+            predicted_compute_us: None,
         }),
     )
 }

@@ -106,6 +106,8 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
                 run(true, Mode::Compute, full_ms * 0.6),
                 run(true, Mode::Full, full_ms),
             ],
+            stream_gbps: None,
+            predicted_compute_us: None,
         }),
     )
 }

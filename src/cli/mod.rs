@@ -8,6 +8,7 @@ pub mod breakeven;
 pub mod collective;
 pub mod env;
 pub mod inspect;
+pub mod modelfit;
 pub mod plan;
 pub mod report;
 pub mod stub;
@@ -23,6 +24,8 @@ Examples:
   verifybench sweep --tp 2 -L NCCL_PROTO=LL,LL128,Simple -L NCCL_ALGO=Ring,Tree --graph both
   verifybench breakeven --decode-ms 12.2 --verify-ms 19 --draft-ms 1.5 --draft-steps 3 --accept-length 2.5
   verifybench inspect --match sglang.launch_server --expect NCCL_PROTO=LL
+  verifybench verify --backend model --gpus 8 --link pcie-gen5
+  verifybench model fit results/h200x2-collective.json -o h200x2.profile.json
 ";
 
 /// Replays the collective pattern of a speculative-decoding verify step over NCCL, measures it,
@@ -58,6 +61,8 @@ pub enum Command {
     /// One rank of a run with --launcher processes (started by verifybench itself).
     #[command(name = "__rank", hide = true)]
     Rank(crate::launch::worker::RankArgs),
+    /// The cost model: `model fit` calibrates it on measured results.
+    Model(modelfit::ModelCmd),
 }
 
 /// Parses the command line and runs the command; the value is the process exit code.
@@ -74,6 +79,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Report(a) => report::run(&a),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
         Command::Rank(a) => crate::launch::worker::run(&a),
+        Command::Model(c) => modelfit::run(&c),
     }
 }
 

@@ -1,21 +1,83 @@
 //! The cost model: `--backend model` of `collective`, `verify` and `sweep`, and the automatic
 //! fallback when fewer than two GPUs are present. Every number it produces is labelled modeled.
+//!
+//! Why a model in NCCL's own style: NCCL picks an (algorithm, protocol) per call from a
+//! latency-bandwidth model with published tables, so the same model, started from those tables
+//! and calibrated on measurements (`verifybench model fit`), predicts what NCCL will do on a
+//! machine one does not have: more ranks, PCIe instead of NVLink, several nodes.
+//!
+//! - [`profile`]: the parameters (built-in link profiles with their sources, fitted files).
+//! - [`predict`]: time of one collective, and NCCL's choice of algorithm and protocol.
+//! - [`fit`]: least-squares calibration on measured records, with leave-one-out.
+
+pub mod fit;
+pub mod predict;
+pub mod profile;
 
 use std::path::PathBuf;
 
 use crate::cli::args::Launcher;
-use crate::model::{CollectiveKind, DType, Schedule};
-use crate::report::record::{CollectiveResult, Mode, VerifyResult};
+use crate::measure::Summary;
+use crate::model::{CollectiveKind, DType, Op, Schedule};
+use crate::report::record::{
+    algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, VerifyResult, VerifyRun,
+    Workload,
+};
+
+pub use predict::Force;
+pub use profile::Profile;
 
 /// Flags of the cost model.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
-    /// Link profile the cost model assumes (`--backend model`), e.g. nvlink-h200, pcie-gen5.
+    /// Link profile the cost model assumes (`--backend model`): nvlink-h100, nvlink-h200,
+    /// pcie-gen4, pcie-gen5, pcie-gen5-no-p2p, ib-ndr.
     #[arg(long, default_value = "nvlink-h200")]
     pub link: String,
     /// Calibrated profile file written by `verifybench model fit` (overrides --link).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// Protocols the model may pick, in NCCL_PROTO syntax (LL,LL128,Simple; ^LL128;
+    /// allreduce:LL;allgather:Simple). Default: the fastest, as NCCL's tuner picks.
+    #[arg(long, value_name = "LIST", env = "NCCL_PROTO")]
+    pub proto: Option<String>,
+    /// Algorithms the model may pick, in NCCL_ALGO syntax (Ring, Tree; ring;allreduce:tree).
+    /// Default: the fastest, as NCCL's tuner picks.
+    #[arg(long, value_name = "LIST", env = "NCCL_ALGO")]
+    pub algo: Option<String>,
+}
+
+impl Default for ModelArgs {
+    fn default() -> Self {
+        ModelArgs {
+            link: "nvlink-h200".into(),
+            profile: None,
+            proto: None,
+            algo: None,
+        }
+    }
+}
+
+impl ModelArgs {
+    /// The profile these flags select: the file if given, else the built-in link profile.
+    pub fn resolve(&self) -> anyhow::Result<(Profile, String)> {
+        match &self.profile {
+            Some(p) => {
+                let prof = profile::load(p)?;
+                let label = format!("{} (file {})", prof.name, p.display());
+                Ok((prof, label))
+            }
+            None => {
+                let prof = profile::builtin_or_usage(&self.link)?;
+                let label = prof.name.clone();
+                Ok((prof, label))
+            }
+        }
+    }
+
+    pub fn force(&self) -> anyhow::Result<Force> {
+        Force::parse(self.proto.as_deref(), self.algo.as_deref())
+    }
 }
 
 /// A modeled result and where its parameters came from.
@@ -28,25 +90,342 @@ pub struct Modeled<T> {
     pub notes: Vec<String>,
 }
 
+/// A single modeled value as a summary of one sample (median = mean = min = max = p99).
+fn single(us: f64) -> Summary {
+    Summary::from_samples(&[us]).expect("modeled times are finite")
+}
+
+/// nccl-tests size of a collective op: the larger buffer (all-gather: the output).
+pub fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
+    match kind {
+        CollectiveKind::AllGather => bytes_per_rank * n as u64,
+        _ => bytes_per_rank,
+    }
+}
+
+fn common_notes(p: &Profile, force: &Force, m: &ModelArgs) -> Vec<String> {
+    let mut v = vec![format!("profile {}: {}", p.name, p.description)];
+    if force.is_empty() {
+        v.push("algorithm and protocol: the fastest per collective, as NCCL's tuner picks".into());
+    } else {
+        v.push(format!(
+            "algorithm/protocol restricted: --algo {} --proto {}",
+            m.algo.as_deref().unwrap_or("(any)"),
+            m.proto.as_deref().unwrap_or("(any)")
+        ));
+    }
+    v.push(format!(
+        "launch cost per collective: graph replay {:.1} us, eager {:.1} us (threads) / {:.1} us (processes), added to the device time (no overlap of host enqueue with the GPU)",
+        p.launch_graph_us, p.launch_eager_us.threads, p.launch_eager_us.processes
+    ));
+    v
+}
+
 /// Predicts a verify replay of `schedule` on `nranks` ranks, one run per (graph, mode).
 pub fn verify(
-    _schedule: &Schedule,
-    _nranks: usize,
-    _runs: &[(bool, Mode)],
-    _launcher: Launcher,
-    _m: &ModelArgs,
+    schedule: &Schedule,
+    nranks: usize,
+    runs: &[(bool, Mode)],
+    launcher: Launcher,
+    m: &ModelArgs,
 ) -> anyhow::Result<Modeled<VerifyResult>> {
-    anyhow::bail!("the cost model is not built yet")
+    let (p, label) = m.resolve()?;
+    let force = m.force()?;
+    if nranks < 2 {
+        crate::usage_bail!(
+            "a collective needs at least 2 ranks (got {nranks}); use --tp/--gpus 2 or more"
+        );
+    }
+    let groups = schedule.collective_groups();
+    let mut notes = common_notes(&p, &force, m);
+    for g in &groups {
+        let size = nccl_size(g.kind, g.bytes_per_rank, nranks);
+        let t = predict::op_time(&p, g.kind, size, nranks, true, launcher, &force)?;
+        notes.push(format!(
+            "{} x {} of {} B (nccl size) on {} ranks: {}/{}, {:.2} us on the device",
+            g.n,
+            g.kind.name(),
+            size,
+            nranks,
+            t.algo.name(),
+            t.proto.name(),
+            t.device_us
+        ));
+    }
+    let compute_ops = schedule
+        .ops
+        .iter()
+        .filter(|o| matches!(o, Op::Compute { .. }))
+        .count();
+    if runs.iter().any(|(_, md)| *md != Mode::Comm) {
+        notes.push(format!(
+            "compute: each of the {compute_ops} compute ops streams its weight shard at {:.0} GB/s (HBM) plus one kernel launch ({:.1} us eager, {:.1} us graph); full = comm + compute, no overlap",
+            p.hbm_gbps, p.kernel_launch_eager_us, p.launch_graph_us
+        ));
+    }
+    let mut out = vec![];
+    for &(graph, mode) in runs {
+        let mut parts: Vec<Part> = vec![];
+        let mut add = |name: &str, us: f64, count: u64| {
+            if let Some(pt) = parts.iter_mut().find(|pt| pt.name == name) {
+                pt.us += us;
+                pt.count += count;
+            } else {
+                parts.push(Part {
+                    name: name.into(),
+                    us,
+                    count,
+                });
+            }
+        };
+        if mode != Mode::Compute {
+            for g in &groups {
+                let size = nccl_size(g.kind, g.bytes_per_rank, nranks);
+                let t = predict::op_time(&p, g.kind, size, nranks, graph, launcher, &force)?;
+                add(g.kind.name(), t.total() * g.n as f64, g.n);
+            }
+        }
+        if mode != Mode::Comm {
+            let launch = if graph {
+                p.launch_graph_us
+            } else {
+                p.kernel_launch_eager_us
+            };
+            for op in &schedule.ops {
+                if let Op::Compute {
+                    kind, weight_bytes, ..
+                } = op
+                {
+                    add(
+                        kind.name(),
+                        *weight_bytes as f64 / (p.hbm_gbps * 1e3) + launch,
+                        1,
+                    );
+                }
+            }
+        }
+        let total: f64 = parts.iter().map(|pt| pt.us).sum();
+        let ncoll = schedule.n_collectives();
+        out.push(VerifyRun {
+            graph,
+            mode,
+            per_verify: single(total),
+            per_collective_us: if mode == Mode::Compute || ncoll == 0 {
+                0.0
+            } else {
+                total / ncoll as f64
+            },
+            breakdown: parts,
+            wrong: 0,
+            iterations: 0,
+            warmup: 0,
+        });
+    }
+    Ok(Modeled {
+        result: VerifyResult {
+            workload: Workload::of(schedule),
+            runs: out,
+            // Modeled runs have no measured streaming bandwidth to predict from.
+            stream_gbps: None,
+            predicted_compute_us: None,
+        },
+        profile: label,
+        notes,
+    })
 }
 
 /// Predicts one collective over `sizes` (nccl-tests "size" in bytes) for each graph flag.
 pub fn collective(
-    _op: CollectiveKind,
-    _dtype: DType,
-    _sizes: &[u64],
-    _nranks: usize,
-    _graphs: &[bool],
-    _m: &ModelArgs,
+    op: CollectiveKind,
+    dtype: DType,
+    sizes: &[u64],
+    nranks: usize,
+    graphs: &[bool],
+    m: &ModelArgs,
 ) -> anyhow::Result<Modeled<CollectiveResult>> {
-    anyhow::bail!("the cost model is not built yet")
+    let (p, label) = m.resolve()?;
+    let force = m.force()?;
+    if nranks < 2 {
+        crate::usage_bail!(
+            "a collective needs at least 2 ranks (got {nranks}); use --gpus 2 or more"
+        );
+    }
+    // The collective command's launcher flag does not reach the model: eager costs are those
+    // of worker processes, the CLI's default launcher.
+    let launcher = Launcher::Processes;
+    let mut notes = common_notes(&p, &force, m);
+    notes.push("eager times assume ranks as worker processes".into());
+    let mut rows = vec![];
+    let mut choices: Vec<String> = vec![];
+    for &size in sizes {
+        let mut row = CollectiveRow {
+            size_bytes: size,
+            count: size / dtype.size(),
+            eager: None,
+            graph: None,
+        };
+        for &g in graphs {
+            let t = predict::op_time(&p, op, size, nranks, g, launcher, &force)?;
+            let us = t.total();
+            let alg = algbw_gbps(size, us);
+            let timing = CollTiming {
+                time_us: us,
+                summary: single(us),
+                algbw_gbps: alg,
+                busbw_gbps: alg * op.bus_factor(nranks),
+                wrong: 0,
+            };
+            let c = format!("{}/{}", t.algo.name(), t.proto.name());
+            match choices.last() {
+                Some(last) if last.ends_with(&format!(" {c}")) => {}
+                _ => choices.push(format!("from {size} B: {c}")),
+            }
+            if g {
+                row.graph = Some(timing);
+            } else {
+                row.eager = Some(timing);
+            }
+        }
+        rows.push(row);
+    }
+    notes.push(format!("chosen algorithm/protocol {}", choices.join(", ")));
+    Ok(Modeled {
+        result: CollectiveResult {
+            op,
+            dtype,
+            nranks,
+            rows,
+        },
+        profile: label,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{presets, Phase, ScheduleOptions};
+
+    fn kimi(tp: u64) -> Schedule {
+        crate::model::build(
+            &presets::preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap()
+    }
+
+    fn args(link: &str) -> ModelArgs {
+        ModelArgs {
+            link: link.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn verify_runs_are_single_modeled_values() {
+        let s = kimi(8);
+        let runs = [
+            (false, Mode::Comm),
+            (true, Mode::Comm),
+            (true, Mode::Compute),
+            (true, Mode::Full),
+        ];
+        let m = verify(&s, 8, &runs, Launcher::Processes, &args("pcie-gen5")).unwrap();
+        assert_eq!(m.profile, "pcie-gen5");
+        let v = &m.result;
+        assert_eq!(v.runs.len(), 4);
+        for r in &v.runs {
+            let s = &r.per_verify;
+            assert_eq!((s.n, s.outliers, r.wrong, r.iterations), (1, 0, 0, 0));
+            assert_eq!(s.stddev_us, 0.0);
+            assert!(s.median_us == s.p99_us && s.min_us == s.max_us && s.median_us > 0.0);
+            let sum: f64 = r.breakdown.iter().map(|p| p.us).sum();
+            assert!((sum - s.median_us).abs() < 1e-6);
+        }
+        let eager = v.run(false, Mode::Comm).unwrap();
+        let graph = v.run(true, Mode::Comm).unwrap();
+        assert!(graph.per_verify.median_us < eager.per_verify.median_us);
+        assert!((graph.per_collective_us * 124.0 - graph.per_verify.median_us).abs() < 1e-6);
+        let names: Vec<&str> = graph.breakdown.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["all_reduce", "all_gather"]);
+        assert_eq!(graph.breakdown[0].count, 123);
+        let full = v.run(true, Mode::Full).unwrap().per_verify.median_us;
+        let comp = v.run(true, Mode::Compute).unwrap().per_verify.median_us;
+        assert!((full - comp - graph.per_verify.median_us).abs() < 1e-6);
+        assert!(m.notes.iter().any(|n| n.contains("Ring/LL")));
+    }
+
+    #[test]
+    fn pcie_is_slower_than_nvlink_and_more_ranks_cost_more() {
+        let s8 = kimi(8);
+        let run = [(true, Mode::Comm)];
+        let t = |s: &Schedule, n, l: &str| {
+            verify(s, n, &run, Launcher::Processes, &args(l))
+                .unwrap()
+                .result
+                .runs[0]
+                .per_verify
+                .median_us
+        };
+        assert!(t(&s8, 8, "pcie-gen5") > t(&s8, 8, "nvlink-h200"));
+        assert!(t(&s8, 8, "pcie-gen5-no-p2p") > t(&s8, 8, "pcie-gen5"));
+        assert!(t(&s8, 8, "pcie-gen4") > t(&s8, 8, "pcie-gen5"));
+        assert!(t(&kimi(2), 2, "pcie-gen5") < t(&s8, 8, "pcie-gen5"));
+    }
+
+    #[test]
+    fn collective_rows_use_bus_factor() {
+        let m = collective(
+            CollectiveKind::AllGather,
+            DType::Bf16,
+            &[8192, 1 << 20],
+            8,
+            &[false, true],
+            &args("nvlink-h100"),
+        )
+        .unwrap();
+        let r = &m.result.rows[1];
+        let g = r.graph.as_ref().unwrap();
+        assert!((g.algbw_gbps - (1u64 << 20) as f64 / (g.time_us * 1e3)).abs() < 1e-9);
+        assert!((g.busbw_gbps - g.algbw_gbps * 7.0 / 8.0).abs() < 1e-9);
+        assert!(r.eager.as_ref().unwrap().time_us > g.time_us);
+        assert_eq!(r.count, (1 << 20) / 2);
+    }
+
+    #[test]
+    fn bad_input_is_a_usage_error() {
+        let c = |n, a: &ModelArgs| {
+            collective(
+                CollectiveKind::AllReduce,
+                DType::Bf16,
+                &[8192],
+                n,
+                &[true],
+                a,
+            )
+        };
+        let e = c(1, &args("pcie-gen5")).unwrap_err();
+        assert!(e.to_string().contains("at least 2 ranks"));
+        assert_eq!(crate::error::exit_code(&e), 2);
+        let e = c(8, &args("pcie-gen6")).unwrap_err();
+        assert!(e.to_string().contains("known: nvlink-h100"));
+        assert_eq!(crate::error::exit_code(&e), 2);
+        let mut a = args("pcie-gen5");
+        a.proto = Some("LL64".into());
+        assert_eq!(crate::error::exit_code(&c(8, &a).unwrap_err()), 2);
+        let s = kimi(8);
+        let e = verify(
+            &s,
+            1,
+            &[(true, Mode::Comm)],
+            Launcher::Threads,
+            &args("pcie-gen5"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("at least 2 ranks"));
+    }
 }

@@ -1,0 +1,186 @@
+//! `verifybench model fit`: calibrate the cost model on measured results and write a profile.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use crate::costmodel::fit::{self, FitReport};
+use crate::costmodel::profile::{self, ProfileFile, PROFILE_KIND, PROFILE_SCHEMA_VERSION};
+
+/// `verifybench model ...`
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelCmd {
+    #[command(subcommand)]
+    pub cmd: ModelSub,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ModelSub {
+    /// Fit the cost model's parameters to measured collective and verify results, print the
+    /// error per point and leave-one-out, and write a profile for `--profile FILE`.
+    Fit(FitArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct FitArgs {
+    /// Results files (JSON, JSON array or JSON lines) of measured `collective` and `verify`
+    /// runs. Modeled records are left out.
+    #[arg(required = true, value_name = "RESULTS")]
+    pub results: Vec<PathBuf>,
+    /// Where to write the fitted profile (JSON).
+    #[arg(short = 'o', long, value_name = "PROFILE.json")]
+    pub output: PathBuf,
+    /// Built-in link profile to start from; parameters the data cannot pin down keep its values.
+    #[arg(long, default_value = "nvlink-h200")]
+    pub base: String,
+    /// Start from a profile file instead of a built-in one (overrides --base).
+    #[arg(long, value_name = "FILE")]
+    pub base_profile: Option<PathBuf>,
+    /// Name of the fitted profile (default: the output file's stem).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print nothing but errors (the profile is still written).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
+    match &c.cmd {
+        ModelSub::Fit(a) => fit_cmd(a),
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:+.1}%", x * 100.0)
+}
+
+/// The fit as a table: parameters, then one row per point, then the medians.
+pub fn table(r: &FitReport, base: &str, files: usize) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# verifybench model fit: {} measured points from {files} file{}, {} parameters, starting from {base}",
+        r.points.len(),
+        if files == 1 { "" } else { "s" },
+        r.params.len()
+    );
+    let _ = writeln!(o, "# {:<32} {:>12} {:>12}", "parameter", "base", "fitted");
+    for p in &r.params {
+        let _ = writeln!(o, "  {:<32} {:>12.4} {:>12.4}", p.name, p.base, p.fitted);
+    }
+    let _ = writeln!(o, "#");
+    let _ = writeln!(
+        o,
+        "# {:<48} {:>12} {:>12} {:>8} {:>12} {:>8}",
+        "point", "measured_us", "fitted_us", "error", "loo_us", "loo_err"
+    );
+    for p in &r.points {
+        let _ = writeln!(
+            o,
+            "  {:<48} {:>12.2} {:>12.2} {:>8} {:>12} {:>8}",
+            p.label,
+            p.measured_us,
+            p.fitted_us,
+            pct(p.rel_err),
+            p.loo_us
+                .map(|x| format!("{x:.2}"))
+                .unwrap_or_else(|| "-".into()),
+            p.loo_rel_err.map(pct).unwrap_or_else(|| "-".into())
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# median |error| of the fit: {:.1}%",
+        r.median_abs_err * 100.0
+    );
+    match r.median_abs_loo_err {
+        Some(l) => {
+            let _ = writeln!(
+                o,
+                "# median |error| leave-one-out (refit without the point, predict it): {:.1}%",
+                l * 100.0
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "# leave-one-out needs at least {} points (one more than the parameters)",
+                r.params.len() + 1
+            );
+        }
+    }
+    o
+}
+
+fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
+    let (base, base_name) = match &a.base_profile {
+        Some(p) => {
+            let prof = profile::load(p)?;
+            let n = format!("{} (file {})", prof.name, p.display());
+            (prof, n)
+        }
+        None => {
+            let prof = profile::builtin_or_usage(&a.base)?;
+            let n = prof.name.clone();
+            (prof, n)
+        }
+    };
+    let mut pts = vec![];
+    let mut sources = vec![];
+    for f in &a.results {
+        let recs = crate::report::record::read_records(f)?;
+        let name = f.display().to_string();
+        let (p, skipped) = fit::points_of(&name, &recs)?;
+        for s in skipped {
+            eprintln!("verifybench: left out {s}");
+        }
+        pts.extend(p);
+        sources.push(name);
+    }
+    let r = fit::calibrate(&base, &pts)?;
+    let name = a.name.clone().unwrap_or_else(|| {
+        a.output
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "fitted".into())
+    });
+    let mut prof = r.profile.clone();
+    prof.name = name;
+    prof.description = format!(
+        "fitted by `verifybench model fit` to {} measured points from {}, starting from {base_name} ({}); median error {:.1}%{}",
+        r.points.len(),
+        sources.join(", "),
+        base.description,
+        r.median_abs_err * 100.0,
+        r.median_abs_loo_err
+            .map(|l| format!(", leave-one-out {:.1}%", l * 100.0))
+            .unwrap_or_default()
+    );
+    let file = ProfileFile {
+        schema_version: PROFILE_SCHEMA_VERSION,
+        kind: PROFILE_KIND.into(),
+        profile: prof,
+        fit: Some(serde_json::json!({
+            "base": base_name,
+            "sources": sources,
+            "fitted_utc": crate::report::record::now_utc(),
+            "parameters": r.params,
+            "points": r.points,
+            "median_abs_rel_err": r.median_abs_err,
+            "median_abs_loo_rel_err": r.median_abs_loo_err,
+        })),
+    };
+    let json = serde_json::to_string_pretty(&file)?;
+    crate::report::record::write_file(&a.output, json.as_bytes())?;
+    if !a.quiet {
+        print!("{}", table(&r, &base_name, a.results.len()));
+        println!(
+            "# wrote profile '{}' to {}: use it with --backend model --profile {}",
+            file.profile.name,
+            a.output.display(),
+            a.output.display()
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,352 @@
+//! The latency-bandwidth model of one collective, in the style of NCCL's tuner
+//! (`ncclTopoTuneModel`): time = base latency + steps x per-hop latency + bytes / bandwidth,
+//! for every (algorithm, protocol) NCCL may use; the fastest allowed pair wins, as in NCCL.
+
+use std::collections::BTreeSet;
+
+use super::profile::{Algo, Profile, Proto};
+use crate::cli::args::Launcher;
+use crate::error::usage;
+use crate::model::CollectiveKind;
+
+/// What `NCCL_ALGO`/`NCCL_PROTO` (or `--algo`/`--proto`) allow, per collective.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Force {
+    /// Allowed protocols per collective; `None`: NCCL's default set.
+    proto: Vec<(Option<CollectiveKind>, BTreeSet<Proto>)>,
+    algo: Vec<(Option<CollectiveKind>, BTreeSet<Algo>)>,
+}
+
+fn func_of(s: &str) -> Option<CollectiveKind> {
+    s.parse::<CollectiveKind>().ok()
+}
+
+/// Parses NCCL's list syntax: `LL,LL128`, `^LL128` (all but), and per collective
+/// `simple;allreduce:ll,ll128` (a part without `func:` applies to every collective).
+fn parse_list<T: Copy + Ord>(
+    flag: &str,
+    s: &str,
+    all: &[T],
+    one: impl Fn(&str) -> Option<T>,
+    known: &str,
+) -> anyhow::Result<Vec<(Option<CollectiveKind>, BTreeSet<T>)>> {
+    let mut out = vec![];
+    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (func, list) = match part.split_once(':') {
+            Some((f, l)) => {
+                let k = func_of(f.trim()).ok_or_else(|| {
+                    usage(format!(
+                        "{flag} '{s}': unknown collective '{f}' (use allreduce, allgather or reducescatter)"
+                    ))
+                })?;
+                (Some(k), l)
+            }
+            None => (None, part),
+        };
+        let (neg, list) = match list.trim().strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, list),
+        };
+        let mut named = BTreeSet::new();
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            named.insert(one(item).ok_or_else(|| {
+                usage(format!(
+                    "{flag} '{s}': unknown value '{item}' (the cost model knows {known})"
+                ))
+            })?);
+        }
+        let set: BTreeSet<T> = if neg {
+            all.iter().copied().filter(|x| !named.contains(x)).collect()
+        } else {
+            named
+        };
+        if set.is_empty() {
+            crate::usage_bail!("{flag} '{s}' leaves nothing to choose from");
+        }
+        out.push((func, set));
+    }
+    Ok(out)
+}
+
+impl Force {
+    /// From `--proto`/`--algo` values in NCCL's syntax; `None` or empty: no restriction.
+    pub fn parse(proto: Option<&str>, algo: Option<&str>) -> anyhow::Result<Force> {
+        Ok(Force {
+            proto: match proto {
+                Some(s) => {
+                    parse_list("--proto", s, &Proto::ALL, Proto::parse, "LL, LL128, Simple")?
+                }
+                None => vec![],
+            },
+            algo: match algo {
+                Some(s) => parse_list("--algo", s, &Algo::ALL, Algo::parse, "Ring and Tree")?,
+                None => vec![],
+            },
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.proto.is_empty() && self.algo.is_empty()
+    }
+
+    /// The set for `op`: a per-collective entry wins over a general one; later entries win.
+    fn pick<T: Clone>(
+        v: &[(Option<CollectiveKind>, BTreeSet<T>)],
+        op: CollectiveKind,
+    ) -> Option<BTreeSet<T>> {
+        v.iter()
+            .rev()
+            .find(|(f, _)| *f == Some(op))
+            .or_else(|| v.iter().rev().find(|(f, _)| f.is_none()))
+            .map(|(_, s)| s.clone())
+    }
+
+    fn protos(&self, op: CollectiveKind) -> Option<BTreeSet<Proto>> {
+        Self::pick(&self.proto, op)
+    }
+
+    fn algos(&self, op: CollectiveKind) -> Option<BTreeSet<Algo>> {
+        Self::pick(&self.algo, op)
+    }
+}
+
+/// How the ranks split over nodes.
+fn nodes(p: &Profile, n: usize) -> (usize, usize) {
+    match (p.gpus_per_node, &p.inter) {
+        (Some(g), Some(_)) if n > g => {
+            let nodes = n.div_ceil(g);
+            (nodes, n.div_ceil(nodes))
+        }
+        _ => (1, n),
+    }
+}
+
+/// Steps a ring takes (total, of which over the network) for `op` on `n` ranks.
+pub fn ring_steps(op: CollectiveKind, n: usize, nodes: usize) -> (usize, usize) {
+    match op {
+        CollectiveKind::AllReduce => (2 * (n - 1), if nodes > 1 { 2 * nodes } else { 0 }),
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter => (n - 1, nodes - 1),
+    }
+}
+
+/// Device time (us) of one `op` of nccl-tests size `size` bytes on `n` ranks with `algo` and
+/// `proto`, or `None` when NCCL has no such algorithm for the collective (tree: all-reduce only).
+pub fn device_us(
+    p: &Profile,
+    op: CollectiveKind,
+    size: u64,
+    n: usize,
+    algo: Algo,
+    proto: Proto,
+) -> Option<f64> {
+    let (nn, per_node) = nodes(p, n);
+    let net = p.inter.as_ref().filter(|_| nn > 1);
+    let intra_hop = p.intra.hop_lat_us.get(algo, proto);
+    let net_hop = net.map(|l| l.hop_lat_us.get(algo, proto)).unwrap_or(0.0);
+    let base = p.base_lat_us.get(algo, proto);
+    let link_bw = match net {
+        Some(l) => l.bw_gbps.min(p.intra.bw_gbps),
+        None => p.intra.bw_gbps,
+    };
+    let mut bw = link_bw * proto.efficiency();
+    if proto == Proto::Ll {
+        bw = bw.min(p.ll_max_gbps);
+    }
+    let size = size as f64;
+    let nf = n as f64;
+    let (lat, bytes) = match algo {
+        Algo::Ring => {
+            let (steps, inter) = ring_steps(op, n, nn);
+            let lat = base + (steps - inter) as f64 * intra_hop + inter as f64 * net_hop;
+            let bytes = match op {
+                CollectiveKind::AllReduce => 2.0 * (nf - 1.0) / nf * size,
+                _ => (nf - 1.0) / nf * size,
+            };
+            (lat, bytes)
+        }
+        Algo::Tree => {
+            if op != CollectiveKind::AllReduce {
+                return None;
+            }
+            // Within a node NCCL's tree is a chain; between nodes a binary tree; up and down.
+            let lat =
+                base + 2.0 * ((per_node - 1) as f64 * intra_hop + (nn as f64).log2() * net_hop);
+            // NCCL: tree all-reduce busbw x 0.92, algbw = busbw / 2.
+            (lat, 2.0 * size / 0.92)
+        }
+    };
+    Some(lat + bytes / (bw * 1e3))
+}
+
+/// The (algorithm, protocol) NCCL would use for `op` under `force`, and its device time.
+pub fn choose(
+    p: &Profile,
+    op: CollectiveKind,
+    size: u64,
+    n: usize,
+    force: &Force,
+) -> anyhow::Result<(Algo, Proto, f64)> {
+    let protos: BTreeSet<Proto> = force.protos(op).unwrap_or_else(|| {
+        Proto::ALL
+            .into_iter()
+            .filter(|&x| x != Proto::Ll128 || p.ll128_default)
+            .collect()
+    });
+    let algos: BTreeSet<Algo> = force
+        .algos(op)
+        .unwrap_or_else(|| Algo::ALL.into_iter().collect());
+    let mut best: Option<(Algo, Proto, f64)> = None;
+    for &a in &algos {
+        for &pr in &protos {
+            if let Some(t) = device_us(p, op, size, n, a, pr) {
+                if best.map(|b| t < b.2).unwrap_or(true) {
+                    best = Some((a, pr, t));
+                }
+            }
+        }
+    }
+    best.ok_or_else(|| {
+        usage(format!(
+            "--algo allows no algorithm NCCL has for {} (all-gather and reduce-scatter run Ring only)",
+            op.name()
+        ))
+    })
+}
+
+/// Where one operation's time goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpTime {
+    pub algo: Algo,
+    pub proto: Proto,
+    pub device_us: f64,
+    pub launch_us: f64,
+}
+
+impl OpTime {
+    pub fn total(&self) -> f64 {
+        self.device_us + self.launch_us
+    }
+}
+
+/// One collective as the application sees it: device time plus the launch cost of the mode.
+pub fn op_time(
+    p: &Profile,
+    op: CollectiveKind,
+    size: u64,
+    n: usize,
+    graph: bool,
+    launcher: Launcher,
+    force: &Force,
+) -> anyhow::Result<OpTime> {
+    if n < 2 {
+        crate::usage_bail!(
+            "a collective needs at least 2 ranks (got {n}); use --gpus/--tp 2 or more"
+        );
+    }
+    let (algo, proto, device_us) = choose(p, op, size, n, force)?;
+    Ok(OpTime {
+        algo,
+        proto,
+        device_us,
+        launch_us: if graph {
+            p.launch_graph_us
+        } else {
+            p.launch_eager_us.get(launcher)
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::costmodel::profile::builtin;
+
+    const AR: CollectiveKind = CollectiveKind::AllReduce;
+
+    #[test]
+    fn h200_reference_is_reproduced() {
+        let p = builtin("nvlink-h200").unwrap();
+        let f = Force::default();
+        let g = op_time(&p, AR, 43008, 2, true, Launcher::Threads, &f).unwrap();
+        assert_eq!((g.algo, g.proto), (Algo::Ring, Proto::Ll));
+        assert!((7.0..=7.4).contains(&g.total()), "{}", g.total());
+        let t = op_time(&p, AR, 43008, 2, false, Launcher::Threads, &f).unwrap();
+        assert!((t.total() - 8.4).abs() < 0.2, "{}", t.total());
+        let pr = op_time(&p, AR, 43008, 2, false, Launcher::Processes, &f).unwrap();
+        assert!((pr.total() - 11.0).abs() < 0.3, "{}", pr.total());
+        let shm = builtin("pcie-gen5-no-p2p").unwrap();
+        let s = op_time(&shm, AR, 43008, 2, true, Launcher::Threads, &f).unwrap();
+        assert!((14.0..=15.0).contains(&s.total()), "{}", s.total());
+    }
+
+    #[test]
+    fn steps_and_bytes_follow_the_algorithm() {
+        assert_eq!(ring_steps(AR, 8, 1), (14, 0));
+        assert_eq!(ring_steps(CollectiveKind::AllGather, 8, 1), (7, 0));
+        let p = builtin("pcie-gen5").unwrap();
+        // Latency grows with ranks; a larger message takes longer.
+        let t2 = device_us(&p, AR, 43008, 2, Algo::Ring, Proto::Ll).unwrap();
+        let t8 = device_us(&p, AR, 43008, 8, Algo::Ring, Proto::Ll).unwrap();
+        assert!((t8 - t2 - 12.0 * 1.0 - 43008.0 * (1.75 - 1.0) / 21e3).abs() < 1e-9);
+        // Pure bandwidth term: 1 MiB more of Simple costs size x 2(n-1)/n / bw.
+        let a = device_us(&p, AR, 1 << 20, 8, Algo::Ring, Proto::Simple).unwrap();
+        let b = device_us(&p, AR, 2 << 20, 8, Algo::Ring, Proto::Simple).unwrap();
+        assert!((b - a - (1u64 << 20) as f64 * 1.75 / 42e3).abs() < 1e-9);
+        assert!(device_us(&p, CollectiveKind::AllGather, 8, 8, Algo::Tree, Proto::Ll).is_none());
+    }
+
+    #[test]
+    fn nccl_picks_ll_small_and_simple_large() {
+        let p = builtin("pcie-gen5").unwrap();
+        let f = Force::default();
+        assert_eq!(choose(&p, AR, 8192, 8, &f).unwrap().1, Proto::Ll);
+        assert_eq!(choose(&p, AR, 64 << 20, 8, &f).unwrap().1, Proto::Simple);
+        // LL128 is off by default on PCIe, on by default on NVLink.
+        let nv = builtin("nvlink-h100").unwrap();
+        assert_eq!(choose(&nv, AR, 4 << 20, 8, &f).unwrap().1, Proto::Ll128);
+    }
+
+    #[test]
+    fn multi_node_uses_the_network() {
+        let p = builtin("ib-ndr").unwrap();
+        let one = device_us(&p, AR, 1 << 20, 8, Algo::Ring, Proto::Simple).unwrap();
+        let two = device_us(&p, AR, 1 << 20, 16, Algo::Ring, Proto::Simple).unwrap();
+        assert!(two > 3.0 * one, "{one} {two}");
+        // Across nodes the tree's log2 latency wins for small messages at many nodes.
+        let ring = device_us(&p, AR, 8192, 64, Algo::Ring, Proto::Ll).unwrap();
+        let tree = device_us(&p, AR, 8192, 64, Algo::Tree, Proto::Ll).unwrap();
+        assert!(tree < ring);
+    }
+
+    #[test]
+    fn force_syntax_like_nccl() {
+        let f = Force::parse(Some("LL128"), None).unwrap();
+        let p = builtin("pcie-gen5").unwrap();
+        assert_eq!(choose(&p, AR, 8192, 8, &f).unwrap().1, Proto::Ll128);
+        // As in NCCL, "^LL" enables every other protocol explicitly, LL128 included on PCIe.
+        let f = Force::parse(Some("^LL"), None).unwrap();
+        assert_eq!(choose(&p, AR, 8192, 8, &f).unwrap().1, Proto::Ll128);
+        let f = Force::parse(Some("^LL,LL128"), None).unwrap();
+        assert_eq!(choose(&p, AR, 8192, 8, &f).unwrap().1, Proto::Simple);
+        let f = Force::parse(None, Some("ring;allreduce:tree")).unwrap();
+        assert_eq!(choose(&p, AR, 8192, 8, &f).unwrap().0, Algo::Tree);
+        let ag = CollectiveKind::AllGather;
+        assert_eq!(choose(&p, ag, 8192, 8, &f).unwrap().0, Algo::Ring);
+        // All-gather has no tree: forcing only tree is an error, not a silent ring.
+        let f = Force::parse(None, Some("tree")).unwrap();
+        assert!(choose(&p, ag, 8192, 8, &f).is_err());
+        for bad in ["LL256", "allreduce:", "^LL,LL128,Simple", "bcast:LL"] {
+            let e = Force::parse(Some(bad), None).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+        }
+        assert!(Force::parse(None, Some("nvls")).is_err());
+    }
+
+    #[test]
+    fn one_rank_is_refused() {
+        let p = builtin("pcie-gen5").unwrap();
+        let e = op_time(&p, AR, 8192, 1, true, Launcher::Threads, &Force::default()).unwrap_err();
+        assert!(e.to_string().contains("at least 2 ranks"));
+        assert_eq!(crate::error::exit_code(&e), 2);
+    }
+}

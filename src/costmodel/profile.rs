@@ -1,0 +1,520 @@
+//! Link profiles: the parameters of the cost model, built in or read from a fitted file.
+//!
+//! The latency tables start from NCCL's own tuner (`src/graph/tuning.cc`, NCCL 2.19-2.2x):
+//!
+//! ```text
+//! baseLat  Tree {6.8, 14.0, 8.4}   Ring {6.6, 14.0, 8.4}      (LL, LL128, Simple; us)
+//! hwLat    NVLink Tree {.6, 1.25, 4}   Ring {.6, 1.9, 3.4}
+//!          PCI    Tree {1.0, 1.9, 4}   Ring {1.0, 2.5, 5.7}
+//!          NET    Tree {5.0, 8.5, 14}  Ring {2.7, 4.0, 14.0}
+//! llMaxBws Hopper, one node: 141 GB/s
+//! ```
+//!
+//! They are starting points, not truths: NCCL uses them only to rank (algorithm, protocol)
+//! pairs, and its base latency includes costs that this model books as launch costs. The one
+//! place where a built-in number departs from NCCL's table is the LL base latency, lowered so
+//! that `nvlink-h200` reproduces the measured reference (see [`REFERENCE_H200`]). Everything
+//! else is meant to be replaced by `verifybench model fit` on measurements of the machine.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::usage;
+
+/// Version of the profile file format; files of another version are refused.
+pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+/// The `kind` field of a profile file, so a results file is not mistaken for one.
+pub const PROFILE_KIND: &str = "verifybench-cost-profile";
+
+/// The measured reference the built-in launch costs and LL base latency are set to.
+pub const REFERENCE_H200: &str = "2x H200 NVLink, NCCL, 43,008 B bf16 all-reduce: a CUDA graph of 122 all-reduces replays at 7.0-7.4 us per all-reduce; eager launches cost ~8.4 us each from threads and ~11 us from processes; with NCCL_P2P_DISABLE=1 (SHM through host memory) ~14-15 us; PyTorch c10d ~17 us graph / 28 us eager";
+
+/// NCCL's protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Proto {
+    #[serde(rename = "LL")]
+    Ll,
+    #[serde(rename = "LL128")]
+    Ll128,
+    Simple,
+}
+
+impl Proto {
+    pub const ALL: [Proto; 3] = [Proto::Ll, Proto::Ll128, Proto::Simple];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Ll => "LL",
+            Proto::Ll128 => "LL128",
+            Proto::Simple => "Simple",
+        }
+    }
+
+    /// Share of the link bandwidth the protocol delivers as payload: LL sends 8-byte lines of
+    /// 4 data bytes and a 4-byte flag; LL128 128-byte lines with 8 bytes of flags; Simple all.
+    pub fn efficiency(self) -> f64 {
+        match self {
+            Proto::Ll => 0.5,
+            Proto::Ll128 => 120.0 / 128.0,
+            Proto::Simple => 1.0,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Proto> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ll" => Some(Proto::Ll),
+            "ll128" => Some(Proto::Ll128),
+            "simple" => Some(Proto::Simple),
+            _ => None,
+        }
+    }
+}
+
+/// NCCL's algorithms the model knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Algo {
+    Ring,
+    Tree,
+}
+
+impl Algo {
+    pub const ALL: [Algo; 2] = [Algo::Ring, Algo::Tree];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Ring => "Ring",
+            Algo::Tree => "Tree",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Algo> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ring" => Some(Algo::Ring),
+            "tree" => Some(Algo::Tree),
+            _ => None,
+        }
+    }
+}
+
+/// One number per protocol (microseconds or a flag).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PerProto {
+    #[serde(rename = "LL")]
+    pub ll: f64,
+    #[serde(rename = "LL128")]
+    pub ll128: f64,
+    #[serde(rename = "Simple")]
+    pub simple: f64,
+}
+
+impl PerProto {
+    pub const fn new(ll: f64, ll128: f64, simple: f64) -> PerProto {
+        PerProto { ll, ll128, simple }
+    }
+    pub fn get(&self, p: Proto) -> f64 {
+        match p {
+            Proto::Ll => self.ll,
+            Proto::Ll128 => self.ll128,
+            Proto::Simple => self.simple,
+        }
+    }
+    pub fn get_mut(&mut self, p: Proto) -> &mut f64 {
+        match p {
+            Proto::Ll => &mut self.ll,
+            Proto::Ll128 => &mut self.ll128,
+            Proto::Simple => &mut self.simple,
+        }
+    }
+}
+
+/// One [`PerProto`] per algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PerAlgo {
+    pub ring: PerProto,
+    pub tree: PerProto,
+}
+
+impl PerAlgo {
+    pub fn get(&self, a: Algo, p: Proto) -> f64 {
+        match a {
+            Algo::Ring => self.ring.get(p),
+            Algo::Tree => self.tree.get(p),
+        }
+    }
+    pub fn get_mut(&mut self, a: Algo, p: Proto) -> &mut f64 {
+        match a {
+            Algo::Ring => self.ring.get_mut(p),
+            Algo::Tree => self.tree.get_mut(p),
+        }
+    }
+}
+
+/// A link between ranks: per-hop latency and bandwidth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// `nvlink`, `pci`, `shm` or `net` (documentation; the numbers decide).
+    pub kind: String,
+    /// Latency of one step (hop) of the algorithm, per algorithm and protocol (NCCL's hwLat).
+    pub hop_lat_us: PerAlgo,
+    /// Bus bandwidth one rank achieves on this link with the Simple protocol, GB/s.
+    pub bw_gbps: f64,
+}
+
+/// Per-operation launch costs, by how ranks are started.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Ranks as threads of one process.
+    pub threads: f64,
+    /// Ranks as worker processes (as serving engines run).
+    pub processes: f64,
+}
+
+impl Launch {
+    pub fn get(&self, l: crate::cli::args::Launcher) -> f64 {
+        match l {
+            crate::cli::args::Launcher::Threads => self.threads,
+            crate::cli::args::Launcher::Processes => self.processes,
+        }
+    }
+    pub fn get_mut(&mut self, l: crate::cli::args::Launcher) -> &mut f64 {
+        match l {
+            crate::cli::args::Launcher::Threads => &mut self.threads,
+            crate::cli::args::Launcher::Processes => &mut self.processes,
+        }
+    }
+}
+
+/// All parameters of the cost model for one kind of machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub name: String,
+    /// What machine it describes and where its numbers come from.
+    pub description: String,
+    /// Fixed latency of one collective kernel, per algorithm and protocol (NCCL's baseLat).
+    pub base_lat_us: PerAlgo,
+    /// The link between GPUs of one node.
+    pub intra: Link,
+    /// The network between nodes, when ranks span several nodes.
+    #[serde(default)]
+    pub inter: Option<Link>,
+    /// GPUs per node; more ranks than this span several nodes over `inter`.
+    #[serde(default)]
+    pub gpus_per_node: Option<usize>,
+    /// Ceiling of the LL protocol's bandwidth, GB/s (NCCL's llMaxBws).
+    pub ll_max_gbps: f64,
+    /// Whether NCCL enables LL128 by default here (only on NVLink; forcing it still works).
+    pub ll128_default: bool,
+    /// Per-collective cost in eager mode (host enqueue the GPU waits for), us.
+    pub launch_eager_us: Launch,
+    /// Per-collective cost in CUDA-graph replay (the gap between graph kernel nodes), us.
+    pub launch_graph_us: f64,
+    /// Per-kernel launch cost of the compute kernels in eager mode, us.
+    pub kernel_launch_eager_us: f64,
+    /// Achieved HBM streaming bandwidth of one GPU, GB/s (compute = weight bytes / this).
+    pub hbm_gbps: f64,
+}
+
+/// NCCL's Ring/Tree base latencies (LL, LL128, Simple), with LL calibrated (see module docs).
+const BASE_LAT: PerAlgo = PerAlgo {
+    // NCCL: Tree {6.8, 14.0, 8.4}; LL lowered by the same 1.9 us as Ring's.
+    tree: PerProto::new(4.9, 14.0, 8.4),
+    // NCCL: Ring {6.6, 14.0, 8.4}; LL lowered from 6.6 to 4.7 so that nvlink-h200 gives the
+    // measured 7.2 us per 43,008 B all-reduce in graph replay (launch_graph_us 1.0 included).
+    ring: PerProto::new(4.7, 14.0, 8.4),
+};
+
+/// NCCL's hwLat for NVLink.
+const HW_NVLINK: PerAlgo = PerAlgo {
+    tree: PerProto::new(0.6, 1.25, 4.0),
+    ring: PerProto::new(0.6, 1.9, 3.4),
+};
+
+/// NCCL's hwLat for PCI.
+const HW_PCI: PerAlgo = PerAlgo {
+    tree: PerProto::new(1.0, 1.9, 4.0),
+    ring: PerProto::new(1.0, 2.5, 5.7),
+};
+
+/// NCCL's hwLat for the network.
+const HW_NET: PerAlgo = PerAlgo {
+    tree: PerProto::new(5.0, 8.5, 14.0),
+    ring: PerProto::new(2.7, 4.0, 14.0),
+};
+
+/// Launch costs set from the H200 reference: graph replay 7.2 us = 6.2 us device + 1.0 us;
+/// eager 8.4 us (threads) = 6.2 + 2.2; 11 us (processes) = 6.2 + 4.8. They describe the host
+/// and driver, not the link, so every built-in profile shares them until fitted.
+const LAUNCH_EAGER: Launch = Launch {
+    threads: 2.2,
+    processes: 4.8,
+};
+const LAUNCH_GRAPH_US: f64 = 1.0;
+/// cudaLaunchKernel host cost, typical of current drivers (2-3 us).
+const KERNEL_LAUNCH_EAGER_US: f64 = 2.5;
+
+fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
+    Profile {
+        name: name.into(),
+        description: description.into(),
+        base_lat_us: BASE_LAT,
+        intra: Link {
+            kind: "nvlink".into(),
+            hop_lat_us: HW_NVLINK,
+            bw_gbps: 360.0,
+        },
+        inter: None,
+        gpus_per_node: None,
+        ll_max_gbps: 141.0,
+        ll128_default: true,
+        launch_eager_us: LAUNCH_EAGER,
+        launch_graph_us: LAUNCH_GRAPH_US,
+        kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
+        hbm_gbps,
+    }
+}
+
+fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
+    Profile {
+        name: name.into(),
+        description: description.into(),
+        base_lat_us: BASE_LAT,
+        intra: Link {
+            kind: "pci".into(),
+            hop_lat_us: HW_PCI,
+            bw_gbps,
+        },
+        inter: None,
+        gpus_per_node: None,
+        ll_max_gbps: 141.0,
+        ll128_default: false,
+        launch_eager_us: LAUNCH_EAGER,
+        launch_graph_us: LAUNCH_GRAPH_US,
+        kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
+        hbm_gbps,
+    }
+}
+
+/// Names of the built-in profiles.
+pub const BUILTIN: [&str; 6] = [
+    "nvlink-h100",
+    "nvlink-h200",
+    "pcie-gen4",
+    "pcie-gen5",
+    "pcie-gen5-no-p2p",
+    "ib-ndr",
+];
+
+/// A built-in profile by name.
+pub fn builtin(name: &str) -> Option<Profile> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        // NVLink 4: 18 links x 25 GB/s = 450 GB/s per direction; NCCL all-reduce busbw on
+        // H100 SXM reaches ~360 GB/s at large sizes. HBM3 3.35 TB/s spec, ~3.0 achieved.
+        "nvlink-h100" => nvlink(
+            "nvlink-h100",
+            "H100 SXM, NVLink 4 (NVSwitch): NCCL 2.2x latency tables, busbw 360 GB/s, HBM ~3.0 TB/s achieved",
+            3000.0,
+        ),
+        // Same NVLink 4 fabric as H100; HBM3e 4.8 TB/s spec, ~4.0 achieved streaming.
+        "nvlink-h200" => nvlink(
+            "nvlink-h200",
+            "H200 SXM, NVLink 4 (NVSwitch): NCCL 2.2x latency tables with LL base and launch costs set to the measured 2x H200 reference (7.2 us graph, 8.4/11 us eager per 43,008 B all-reduce), busbw 360 GB/s, HBM ~4.0 TB/s achieved",
+            4000.0,
+        ),
+        // PCIe 4.0 x16: 31.5 GB/s per direction, ~22 GB/s NCCL ring busbw through a switch
+        // (A100/L40 PCIe class). HBM2e A100 PCIe 1.9 TB/s spec, ~1.5 achieved.
+        "pcie-gen4" => pcie(
+            "pcie-gen4",
+            "PCIe 4.0 x16 with peer-to-peer (A100 PCIe class): NCCL PCI latency tables, busbw 22 GB/s, LL128 off as NCCL does on PCIe, HBM ~1.5 TB/s achieved",
+            22.0,
+            1500.0,
+        ),
+        // PCIe 5.0 x16: 63 GB/s per direction, ~42 GB/s NCCL ring busbw through a switch
+        // (H100 PCIe / RTX PRO 6000 class). Memory ~1.6 TB/s achieved.
+        "pcie-gen5" => pcie(
+            "pcie-gen5",
+            "PCIe 5.0 x16 with peer-to-peer (H100 PCIe / RTX PRO 6000 class): NCCL PCI latency tables, busbw 42 GB/s, LL128 off as NCCL does on PCIe, memory ~1.6 TB/s achieved",
+            42.0,
+            1600.0,
+        ),
+        // No peer-to-peer (NCCL_P2P_DISABLE=1, or GPUs under different root complexes): NCCL's
+        // SHM transport copies through pinned host memory, two PCIe crossings per hop. Hop
+        // latency 2.25 us and busbw 20 GB/s reproduce the ~14.5 us per 43,008 B all-reduce
+        // measured on 2x H200 with NCCL_P2P_DISABLE=1.
+        "pcie-gen5-no-p2p" => {
+            let mut p = pcie(
+                "pcie-gen5-no-p2p",
+                "PCIe 5.0 without peer-to-peer (SHM through host memory): hop latency and busbw set to the measured 2x H200 NCCL_P2P_DISABLE=1 reference (~14.5 us per 43,008 B all-reduce), memory ~1.6 TB/s achieved",
+                20.0,
+                1600.0,
+            );
+            p.intra.kind = "shm".into();
+            p.intra.hop_lat_us = PerAlgo {
+                tree: PerProto::new(2.25, 3.2, 6.8),
+                ring: PerProto::new(2.25, 4.2, 9.7),
+            };
+            p
+        }
+        // 8x H100 per node over NVLink, nodes over one 400 Gb/s NDR InfiniBand NIC per GPU:
+        // 50 GB/s line rate, ~45 GB/s NCCL busbw. NCCL's NET latency table.
+        "ib-ndr" => {
+            let mut p = nvlink(
+                "ib-ndr",
+                "nodes of 8x H100 NVLink, joined by NDR InfiniBand (400 Gb/s per GPU): NCCL NET latency tables, network busbw 45 GB/s",
+                3000.0,
+            );
+            p.inter = Some(Link {
+                kind: "net".into(),
+                hop_lat_us: HW_NET,
+                bw_gbps: 45.0,
+            });
+            p.gpus_per_node = Some(8);
+            p
+        }
+        _ => return None,
+    })
+}
+
+/// The built-in profile `name`, or a usage error that lists the known ones.
+pub fn builtin_or_usage(name: &str) -> anyhow::Result<Profile> {
+    builtin(name).ok_or_else(|| {
+        usage(format!(
+            "unknown link profile '{name}' (known: {}; or a fitted file with --profile FILE)",
+            BUILTIN.join(", ")
+        ))
+    })
+}
+
+/// A profile file as `verifybench model fit` writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileFile {
+    pub schema_version: u32,
+    pub kind: String,
+    pub profile: Profile,
+    /// How the parameters were fitted (absent in hand-written files).
+    #[serde(default)]
+    pub fit: Option<serde_json::Value>,
+}
+
+/// Reads a profile file; a file of another kind or schema version is a usage error.
+pub fn load(path: &Path) -> anyhow::Result<Profile> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        usage(format!(
+            "cannot read profile file '{}': {e}",
+            path.display()
+        ))
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        usage(format!(
+            "profile file '{}' is not JSON: {e}",
+            path.display()
+        ))
+    })?;
+    if v.get("kind").and_then(|k| k.as_str()) != Some(PROFILE_KIND) {
+        return Err(usage(format!(
+            "'{}' is not a cost-model profile (no \"kind\": \"{PROFILE_KIND}\"); write one with `verifybench model fit`",
+            path.display()
+        )));
+    }
+    match v.get("schema_version").and_then(|x| x.as_u64()) {
+        Some(x) if x == PROFILE_SCHEMA_VERSION as u64 => {}
+        other => {
+            return Err(usage(format!(
+                "profile file '{}' has schema_version {}; this verifybench reads version {PROFILE_SCHEMA_VERSION}",
+                path.display(),
+                other.map(|x| x.to_string()).unwrap_or_else(|| "(none)".into())
+            )))
+        }
+    }
+    let f: ProfileFile = serde_json::from_value(v).map_err(|e| {
+        usage(format!(
+            "profile file '{}' is not a valid profile: {e}",
+            path.display()
+        ))
+    })?;
+    f.profile
+        .check()
+        .map_err(|e| usage(format!("profile file '{}': {e}", path.display())))?;
+    Ok(f.profile)
+}
+
+impl Profile {
+    /// Every parameter finite, latencies non-negative, bandwidths positive.
+    pub fn check(&self) -> Result<(), String> {
+        let mut lat = vec![
+            self.launch_eager_us.threads,
+            self.launch_eager_us.processes,
+            self.launch_graph_us,
+            self.kernel_launch_eager_us,
+        ];
+        let mut bw = vec![self.intra.bw_gbps, self.ll_max_gbps, self.hbm_gbps];
+        let mut tables = vec![self.base_lat_us, self.intra.hop_lat_us];
+        if let Some(n) = &self.inter {
+            tables.push(n.hop_lat_us);
+            bw.push(n.bw_gbps);
+        }
+        for t in tables {
+            for a in Algo::ALL {
+                for p in Proto::ALL {
+                    lat.push(t.get(a, p));
+                }
+            }
+        }
+        if lat.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            return Err("a latency is negative or not a number".into());
+        }
+        if bw.iter().any(|x| !x.is_finite() || *x <= 0.0) {
+            return Err("a bandwidth is not positive".into());
+        }
+        if self.gpus_per_node == Some(0) {
+            return Err("gpus_per_node must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_is_valid_and_named_as_listed() {
+        for n in BUILTIN {
+            let p = builtin(n).unwrap();
+            assert_eq!(p.name, n);
+            p.check().unwrap();
+        }
+        let e = builtin_or_usage("nvlink-h300").unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("pcie-gen5-no-p2p"));
+    }
+
+    #[test]
+    fn file_round_trip_and_wrong_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.json");
+        let f = ProfileFile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            kind: PROFILE_KIND.into(),
+            profile: builtin("pcie-gen5").unwrap(),
+            fit: None,
+        };
+        std::fs::write(&p, serde_json::to_string(&f).unwrap()).unwrap();
+        assert_eq!(load(&p).unwrap(), f.profile);
+        let mut v = serde_json::to_value(&f).unwrap();
+        v["schema_version"] = 7.into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = load(&p).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("schema_version 7"), "{e}");
+        std::fs::write(&p, "{\"schema_version\": 1, \"kind\": \"collective\"}").unwrap();
+        assert!(load(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("not a cost-model profile"));
+        v["schema_version"] = 1.into();
+        v["profile"]["intra"]["bw_gbps"] = (-1.0).into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        assert!(load(&p).unwrap_err().to_string().contains("bandwidth"));
+    }
+}

@@ -1,0 +1,349 @@
+//! End-to-end tests of the cost model (`--backend model`, the no-GPU fallback) and
+//! `verifybench model fit`, through the real binary.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn vb() -> Command {
+    Command::cargo_bin("verifybench").unwrap()
+}
+
+/// Runs and returns stdout, failing with stderr on a non-zero exit.
+fn ok(args: &[&str]) -> String {
+    let out = vb().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The verify table's (median_us, per_coll_us) of the row `mode launch`.
+fn row(table: &str, mode: &str, launch: &str) -> (f64, f64) {
+    let line = table
+        .lines()
+        .find(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() > 5 && w[0] == mode && w[1] == launch
+        })
+        .unwrap_or_else(|| panic!("no {mode} {launch} row in\n{table}"));
+    let w: Vec<f64> = line
+        .split_whitespace()
+        .skip(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (w[0], w[3])
+}
+
+fn graph_eager_comm(args: &[&str]) -> (f64, f64, f64) {
+    let t = ok(args);
+    let (e, _) = row(&t, "comm", "eager");
+    let (g, per) = row(&t, "comm", "graph");
+    (e, g, per)
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn verify_without_gpu_is_modeled_and_says_so() {
+    if verifybench::comm::device_count() >= 2 {
+        eprintln!(
+            "this machine has GPUs: `--backend auto` measures; the fallback is not tested here"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("v.json");
+    let out = vb()
+        .args([
+            "verify",
+            "--model",
+            "kimi-k2.5",
+            "--tp",
+            "8",
+            "--export-json",
+        ])
+        .arg(&j)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    // The one-line notice on stderr, and the label on the table.
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("MODELED"), "{stderr}");
+    assert!(stdout.contains("MODELED by the cost model (profile nvlink-h200)"));
+    let (e, _) = row(&stdout, "comm", "eager");
+    let (g, per) = row(&stdout, "comm", "graph");
+    assert!(g < e, "graph {g} eager {e}");
+    // 8 ranks of NVLink: a 43 KB all-reduce in a graph takes 8-30 us (2 ranks measure ~7.2).
+    assert!((8.0..30.0).contains(&per), "{per}");
+    assert!((g / 124.0 - per).abs() < 0.01);
+    let v = json(&j);
+    let r = &v[0];
+    assert_eq!(r["source"], "modeled");
+    assert_eq!(r["kind"], "verify");
+    assert_eq!(r["provenance"]["backend"], "model");
+    assert_eq!(r["provenance"]["model_profile"], "nvlink-h200");
+    assert_eq!(r["result"]["runs"][0]["per_verify"]["n"], 1);
+    assert!(r["provenance"]["notes"].as_array().unwrap().len() >= 3);
+}
+
+#[test]
+fn pcie_gen5_8_gpus_is_slower_than_nvlink_and_graph_helps() {
+    let (pe, pg, pper) = graph_eager_comm(&[
+        "verify",
+        "--backend",
+        "model",
+        "--gpus",
+        "8",
+        "--link",
+        "pcie-gen5",
+    ]);
+    let (ne, ng, _) = graph_eager_comm(&[
+        "verify",
+        "--backend",
+        "model",
+        "--gpus",
+        "8",
+        "--link",
+        "nvlink-h200",
+    ]);
+    assert!(pg < pe && ng < ne);
+    assert!(pg > ng && pe > ne);
+    // PCI: 14 hops of ~1 us plus a base latency and LL at half of ~42 GB/s: 15-40 us each.
+    assert!((15.0..40.0).contains(&pper), "{pper}");
+    // Without peer-to-peer it is slower still.
+    let (_, sg, _) = graph_eager_comm(&[
+        "verify",
+        "--backend",
+        "model",
+        "--gpus",
+        "8",
+        "--link",
+        "pcie-gen5-no-p2p",
+    ]);
+    assert!(sg > pg);
+}
+
+#[test]
+fn forced_protocol_changes_the_prediction() {
+    let args = [
+        "verify",
+        "--backend",
+        "model",
+        "--gpus",
+        "8",
+        "--link",
+        "pcie-gen5",
+    ];
+    let (_, auto, _) = graph_eager_comm(&args);
+    let t = ok(&[&args[..], &["--proto", "Simple"]].concat());
+    assert!(t.contains("--proto Simple"));
+    assert!(t.contains("Ring/Simple"));
+    let (_, simple) = row(&t, "comm", "graph");
+    assert!(simple > auto / 124.0);
+    vb().args(args)
+        .args(["--proto", "LL256"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown value 'LL256'"));
+}
+
+#[test]
+fn collective_model_table_and_bad_input() {
+    let t = ok(&[
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "-b",
+        "8K",
+        "-e",
+        "64K",
+        "--sizes",
+        "43008",
+    ]);
+    assert!(t.contains("MODELED"));
+    let line = t
+        .lines()
+        .find(|l| l.trim_start().starts_with("43008"))
+        .unwrap();
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let (eager, graph): (f64, f64) = (w[4].parse().unwrap(), w[8].parse().unwrap());
+    // The measured 2x H200 reference: 7.0-7.4 us graph, ~11 us eager from processes.
+    assert!(
+        (7.0..7.4).contains(&graph) && (10.5..11.5).contains(&eager),
+        "{line}"
+    );
+    vb().args(["collective", "--backend", "model", "--gpus", "1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("at least 2 ranks"));
+    vb().args(["verify", "--backend", "model", "--link", "pcie-gen9"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "known: nvlink-h100, nvlink-h200, pcie-gen4, pcie-gen5, pcie-gen5-no-p2p, ib-ndr",
+        ));
+}
+
+/// Writes a modeled collective sweep to `path`, relabelled as measured (synthetic data from
+/// known parameters: the pcie-gen5 profile).
+fn synthetic_measurement(path: &Path, extra: &[&str]) {
+    let out = vb()
+        .args([
+            "collective",
+            "--backend",
+            "model",
+            "--link",
+            "pcie-gen5",
+            "--gpus",
+            "2",
+        ])
+        .args(extra)
+        .arg("--export-json")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut v = json(path);
+    for r in v.as_array_mut().unwrap() {
+        r["source"] = "measured".into();
+    }
+    std::fs::write(path, v.to_string()).unwrap();
+}
+
+#[test]
+fn fit_recovers_a_known_profile_and_its_file_is_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("pcie.json");
+    synthetic_measurement(&data, &["-b", "8K", "-e", "1M"]);
+    let prof = dir.path().join("fitted.json");
+    let t = ok(&[
+        "model",
+        "fit",
+        data.to_str().unwrap(),
+        "-o",
+        prof.to_str().unwrap(),
+        "--base",
+        "nvlink-h200",
+    ]);
+    // One row per size and launch mode, the medians, and a near-zero error on exact data.
+    assert_eq!(
+        t.lines().filter(|l| l.contains(" B n=2 ")).count(),
+        16,
+        "{t}"
+    );
+    assert!(t.contains("# median |error| of the fit: 0.0%"), "{t}");
+    assert!(
+        t.contains("# median |error| leave-one-out (refit without the point, predict it): 0.0%"),
+        "{t}"
+    );
+    let p = json(&prof);
+    assert_eq!(p["kind"], "verifybench-cost-profile");
+    assert_eq!(p["schema_version"], 1);
+    assert_eq!(p["profile"]["name"], "fitted");
+    assert_eq!(p["fit"]["points"].as_array().unwrap().len(), 16);
+    // The fitted profile predicts what pcie-gen5 predicts, for a size it never saw.
+    let at = |how: &[&str]| {
+        let t = ok(&[
+            &[
+                "collective",
+                "--backend",
+                "model",
+                "--gpus",
+                "2",
+                "-b",
+                "43008",
+                "-e",
+                "43008",
+            ][..],
+            how,
+        ]
+        .concat());
+        let line = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("43008"))
+            .unwrap()
+            .to_string();
+        (
+            line.split_whitespace()
+                .nth(8)
+                .unwrap()
+                .parse::<f64>()
+                .unwrap(),
+            t,
+        )
+    };
+    let (want, _) = at(&["--link", "pcie-gen5"]);
+    let (got, t) = at(&["--profile", prof.to_str().unwrap()]);
+    assert!((got / want - 1.0).abs() < 0.01, "{got} vs {want}");
+    assert!(t.contains("profile fitted (file"));
+}
+
+#[test]
+fn fit_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let prof = dir.path().join("p.json");
+    // Too few points: one size in graph mode only, for two parameters.
+    let one = dir.path().join("one.json");
+    synthetic_measurement(&one, &["-b", "8K", "-e", "8K", "--graph", "on"]);
+    vb().args(["model", "fit"])
+        .arg(&one)
+        .arg("-o")
+        .arg(&prof)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("needs at least 2 measured points"));
+    assert!(!prof.exists());
+    // Modeled records are not measurements.
+    let modeled = dir.path().join("modeled.json");
+    vb().args([
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "--export-json",
+    ])
+    .arg(&modeled)
+    .assert()
+    .success();
+    vb().args(["model", "fit"])
+        .arg(&modeled)
+        .arg("-o")
+        .arg(&prof)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("left out"))
+        .stderr(predicate::str::contains("no measured"));
+    // A profile of the wrong schema, and a results file given as a profile.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"schema_version": 99, "kind": "verifybench-cost-profile", "profile": {}}"#,
+    )
+    .unwrap();
+    vb().args(["verify", "--backend", "model", "--profile"])
+        .arg(&bad)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("schema_version 99"));
+    vb().args(["verify", "--backend", "model", "--profile"])
+        .arg(&modeled)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a cost-model profile"));
+    vb().args(["model", "fit", "-o", "x.json", "--base", "pcie-gen7"])
+        .arg(&one)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown link profile 'pcie-gen7'"));
+}
