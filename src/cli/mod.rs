@@ -11,8 +11,10 @@ pub mod inspect;
 pub mod modelfit;
 pub mod plan;
 pub mod report;
+pub mod selftest;
 pub mod stub;
 pub mod verify;
+pub mod worker;
 
 use clap::{Parser, Subcommand};
 
@@ -57,7 +59,9 @@ pub enum Command {
     /// The NCCL_* environment of every process of a running server, with findings.
     Inspect(inspect::InspectArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
-    Selftest(stub::StubArgs),
+    Selftest(selftest::SelftestArgs),
+    /// One rank started by an external launcher (torchrun, Slurm, MPI), joined over TCP.
+    Worker(worker::WorkerArgs),
     /// One rank of a run with --launcher processes (started by verifybench itself).
     #[command(name = "__rank", hide = true)]
     Rank(crate::launch::worker::RankArgs),
@@ -77,8 +81,9 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Inspect(a) => inspect::run(&a),
         Command::Breakeven(a) => breakeven::run(&a),
         Command::Report(a) => report::run(&a),
-        Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
+        Command::Selftest(a) => selftest::run(&a),
         Command::Rank(a) => crate::launch::worker::run(&a),
+        Command::Worker(a) => worker::run(&a),
         Command::Model(c) => modelfit::run(&c),
     }
 }

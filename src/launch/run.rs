@@ -375,9 +375,9 @@ pub fn combine(results: &[RankResult], configs: usize) -> anyhow::Result<Vec<(Su
 }
 
 /// Provenance of a run on GPUs, from the parent and what every worker reported.
-pub fn provenance(spec: &LaunchSpec, started: String, results: &[RankResult]) -> Provenance {
+pub fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
     let mut p = Provenance::here("nccl", started);
-    p.launcher = Some(spec.launcher.name().into());
+    p.launcher = Some(launcher.into());
     p.gpus = results.iter().filter_map(|r| r.gpu.clone()).collect();
     p.driver_version = comm::device::driver_version()
         .or_else(comm::device::driver_cuda_version)
@@ -440,7 +440,27 @@ pub fn verify(a: &VerifyArgs, started: String) -> anyhow::Result<Record> {
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
-    let combined = combine(&results, runs.len())?;
+    verify_record(&job, &results, spec.launcher.name(), started)
+}
+
+/// The verify record of a finished verify job.
+pub fn verify_record(
+    job: &Job,
+    results: &[RankResult],
+    launcher: &str,
+    started: String,
+) -> anyhow::Result<Record> {
+    let Job::Verify {
+        schedule,
+        runs,
+        iters,
+        warmup,
+        ..
+    } = job
+    else {
+        anyhow::bail!("not a verify job");
+    };
+    let combined = combine(results, runs.len())?;
     let ncoll = schedule.n_collectives().max(1) as f64;
     let weights = schedule.weight_bytes_by_kind();
     let total_w = schedule.total_weight_bytes().max(1) as f64;
@@ -473,8 +493,8 @@ pub fn verify(a: &VerifyArgs, started: String) -> anyhow::Result<Record> {
                 per_verify: s,
                 breakdown,
                 wrong,
-                iterations: a.repeat.iters.max(1),
-                warmup: a.repeat.warmup,
+                iterations: *iters,
+                warmup: *warmup,
             }
         })
         .collect();
@@ -482,12 +502,12 @@ pub fn verify(a: &VerifyArgs, started: String) -> anyhow::Result<Record> {
         .iter()
         .filter_map(|r| r.stream_gbps)
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
-    let p = provenance(&spec, started, &results);
+    let p = provenance(launcher, started, results);
     Ok(Record::new(
         Source::Measured,
         p,
         Body::Verify(VerifyResult {
-            workload: Workload::of(&schedule),
+            workload: Workload::of(schedule),
             runs: vruns,
             stream_gbps,
             predicted_compute_us: stream_gbps
@@ -552,7 +572,7 @@ pub fn collective(a: &CollectiveArgs, started: String) -> anyhow::Result<Record>
         }
         rows.push(row);
     }
-    let p = provenance(&spec, started, &results);
+    let p = provenance(spec.launcher.name(), started, &results);
     Ok(Record::new(
         Source::Measured,
         p,

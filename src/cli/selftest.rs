@@ -1,0 +1,378 @@
+//! `verifybench selftest`: exact-result checks of every collective, dtype, launcher and graph
+//! mode on this machine's GPUs, the worker environment round trip, clean failure of a dead or
+//! hung rank, and the streaming kernel against a CPU reference. Prints a pass/fail table;
+//! exits 1 when anything fails. Needs at least two GPUs (one for the kernel check).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::cli::args::{GpuArgs, Launcher};
+use crate::comm;
+use crate::launch::job::{CollCase, Fault, FaultKind};
+use crate::launch::run::{combine, run_job, select_devices};
+use crate::launch::{Job, LaunchSpec};
+use crate::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
+use crate::report::record::Mode;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SelftestArgs {
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+    /// Skip the fault checks (a worker that exits or hangs on purpose).
+    #[arg(long)]
+    pub no_faults: bool,
+    /// Write the table as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    pub name: String,
+    pub launcher: String,
+    pub pass: bool,
+    pub detail: String,
+}
+
+fn spec(devices: &[usize], launcher: Launcher, timeout_s: f64) -> LaunchSpec {
+    LaunchSpec {
+        devices: devices.to_vec(),
+        launcher,
+        timeout: Duration::from_secs_f64(timeout_s),
+        env_overrides: BTreeMap::new(),
+        fault: None,
+        echo_stderr: false,
+    }
+}
+
+/// Every collective x dtype at three sizes (one element per rank, the verify's 43,008 B, 1 MiB),
+/// eager and graph, in one run of the launcher.
+fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
+    let n = devices.len();
+    let mut cases = vec![];
+    for op in [
+        CollectiveKind::AllReduce,
+        CollectiveKind::AllGather,
+        CollectiveKind::ReduceScatter,
+    ] {
+        for dtype in [DType::Bf16, DType::F16, DType::F32] {
+            for bytes in [dtype.size() as usize * n, 43008, 1 << 20] {
+                let elems = bytes / dtype.size() as usize;
+                let count = match op {
+                    CollectiveKind::AllReduce => elems,
+                    _ => (elems / n).max(1),
+                };
+                cases.push(CollCase { op, dtype, count });
+            }
+        }
+    }
+    let job = Job::Collective {
+        cases: cases.clone(),
+        graphs: vec![false, true],
+        iters: 3,
+        warmup: 1,
+        batch: 2,
+    };
+    let res =
+        run_job(&spec(devices, launcher, 60.0), &job).and_then(|r| combine(&r, job.configs()));
+    match res {
+        Ok(c) => {
+            for (i, case) in cases.iter().enumerate() {
+                for (g, graph) in [false, true].iter().enumerate() {
+                    let wrong = c[i * 2 + g].1;
+                    checks.push(Check {
+                        name: format!(
+                            "{} {} count {} {}",
+                            case.op.name(),
+                            case.dtype.name(),
+                            case.count,
+                            if *graph { "graph" } else { "eager" }
+                        ),
+                        launcher: launcher.name().into(),
+                        pass: wrong == 0,
+                        detail: format!("{wrong} wrong elements"),
+                    });
+                }
+            }
+        }
+        Err(e) => checks.push(Check {
+            name: "collectives".into(),
+            launcher: launcher.name().into(),
+            pass: false,
+            detail: format!("{e:#}"),
+        }),
+    }
+}
+
+/// The Kimi-K2.5 verify schedule (comm and full), eager and graph: exact results in both.
+fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
+    let shape = model::presets::preset("kimi-k2.5").expect("preset");
+    let opt = ScheduleOptions {
+        tp: devices.len() as u64,
+        ..Default::default()
+    };
+    let s = match model::build(&shape, &opt, Phase::Verify) {
+        Ok(s) => s,
+        Err(e) => {
+            checks.push(Check {
+                name: "verify schedule".into(),
+                launcher: launcher.name().into(),
+                pass: false,
+                detail: format!("{e:#}"),
+            });
+            return;
+        }
+    };
+    let runs = vec![
+        (false, Mode::Comm),
+        (true, Mode::Comm),
+        (false, Mode::Full),
+        (true, Mode::Full),
+    ];
+    let job = Job::Verify {
+        schedule: s.clone(),
+        runs: runs.clone(),
+        iters: 3,
+        warmup: 1,
+        launches_per_layer: 2,
+    };
+    match run_job(&spec(devices, launcher, 120.0), &job).and_then(|r| combine(&r, runs.len())) {
+        Ok(c) => {
+            for ((graph, mode), (sum, wrong)) in runs.iter().zip(c) {
+                checks.push(Check {
+                    name: format!(
+                        "verify kimi-k2.5 {} {}",
+                        mode.name(),
+                        if *graph { "graph" } else { "eager" }
+                    ),
+                    launcher: launcher.name().into(),
+                    pass: wrong == 0,
+                    detail: format!(
+                        "{} collectives, {wrong} wrong elements, {:.0} us per verify",
+                        s.n_collectives(),
+                        sum.median_us
+                    ),
+                });
+            }
+        }
+        Err(e) => checks.push(Check {
+            name: "verify kimi-k2.5".into(),
+            launcher: launcher.name().into(),
+            pass: false,
+            detail: format!("{e:#}"),
+        }),
+    }
+}
+
+/// A variable set for the workers only must arrive in every worker.
+fn env_round_trip(devices: &[usize], checks: &mut Vec<Check>) {
+    let token = format!("selftest-{}", std::process::id());
+    let mut sp = spec(devices, Launcher::Processes, 60.0);
+    sp.env_overrides
+        .insert("NCCL_VERIFYBENCH_SELFTEST".into(), token.clone());
+    let res = run_job(&sp, &Job::Env);
+    let (pass, detail) = match res {
+        Ok(r) => {
+            let seen: Vec<String> = r
+                .iter()
+                .map(|w| {
+                    format!(
+                        "rank {}: {}",
+                        w.rank,
+                        w.nccl_env
+                            .get("NCCL_VERIFYBENCH_SELFTEST")
+                            .map(String::as_str)
+                            .unwrap_or("missing")
+                    )
+                })
+                .collect();
+            let ok = r.len() == devices.len()
+                && r.iter()
+                    .all(|w| w.nccl_env.get("NCCL_VERIFYBENCH_SELFTEST") == Some(&token));
+            let nvls_ok = match std::env::var("NCCL_NVLS_ENABLE") {
+                Ok(v) => r
+                    .iter()
+                    .all(|w| w.nccl_env.get("NCCL_NVLS_ENABLE") == Some(&v)),
+                Err(_) => true,
+            };
+            (ok && nvls_ok, seen.join("; "))
+        }
+        Err(e) => (false, format!("{e:#}")),
+    };
+    checks.push(Check {
+        name: "worker environment round trip".into(),
+        launcher: "processes".into(),
+        pass,
+        detail,
+    });
+}
+
+/// Processes of ours still alive whose parent is this process (there should be none).
+fn live_children() -> Vec<u32> {
+    let me = std::process::id();
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                // ppid is the 2nd field after the ')' that closes the command name
+                if let Some(rest) = stat.rsplit_once(')').map(|x| x.1) {
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    if f.get(2).and_then(|p| p.parse::<u32>().ok()) == Some(me) {
+                        out.push(pid);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A rank that exits (or hangs) after joining must end the run with an error naming it, within
+/// the timeout plus 5 s, and leave no worker behind.
+fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
+    let timeout = 8.0;
+    let mut sp = spec(devices, Launcher::Processes, timeout);
+    sp.fault = Some(Fault { kind, rank: 1 });
+    let s = model::build(
+        &model::presets::preset("kimi-k2.5").expect("preset"),
+        &ScheduleOptions {
+            tp: devices.len() as u64,
+            ..Default::default()
+        },
+        Phase::Verify,
+    )
+    .expect("schedule");
+    let job = Job::Verify {
+        schedule: s,
+        runs: vec![(true, Mode::Comm)],
+        iters: 5,
+        warmup: 1,
+        launches_per_layer: 0,
+    };
+    let t0 = Instant::now();
+    let res = run_job(&sp, &job);
+    let took = t0.elapsed().as_secs_f64();
+    let orphans = live_children();
+    let (pass, detail) = match res {
+        Ok(_) => (
+            false,
+            "the run succeeded although rank 1 failed".to_string(),
+        ),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            // An exiting rank is named; a hung rank stalls every rank, so the timeout names
+            // all silent ranks.
+            let names = match kind {
+                FaultKind::Hang => msg.contains("made no progress"),
+                _ => msg.contains("rank 1"),
+            };
+            (
+                names && took <= timeout + 5.0 && orphans.is_empty(),
+                format!(
+                    "ended in {took:.1} s (limit {:.0} s), {} left behind: {}",
+                    timeout + 5.0,
+                    orphans.len(),
+                    msg.lines().next().unwrap_or("")
+                ),
+            )
+        }
+    };
+    checks.push(Check {
+        name: format!("rank 1 {:?}s: run ends cleanly", kind).to_lowercase(),
+        launcher: "processes".into(),
+        pass,
+        detail,
+    });
+}
+
+/// The streaming kernel's result against a CPU reference (small sizes, exact inputs).
+fn kernel(device: usize, checks: &mut Vec<Check>) {
+    let r = (|| -> anyhow::Result<String> {
+        let gpu = comm::Gpu::open(device)?;
+        let k = comm::kernels::Kernels::load(&gpu)?;
+        let pool = comm::kernels::Pool::new(&gpu, 1 << 24)?;
+        let mut worst = 0f64;
+        for (tokens, start, nvec) in [
+            (1usize, 0u64, 1u64),
+            (3, 5, 1000),
+            (4, 1000, 300_000),
+            (16, 77, 1 << 20),
+        ] {
+            let act: Vec<f32> = (0..tokens * 8)
+                .map(|i| 0.25 * ((i % 5) as f32 + 1.0))
+                .collect();
+            let bytes: Vec<u8> = act.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let mut a = gpu.alloc(bytes.len())?;
+            gpu.upload(&mut a, &bytes)?;
+            let partial = gpu.alloc(k.partial_bytes())?;
+            k.stream(&gpu, &pool, start, nvec, &a, tokens, &partial)?;
+            gpu.sync()?;
+            let blocks = k.blocks_for(nvec) as usize;
+            let got = comm::kernels::sum_partials(
+                &gpu.download(&partial, partial.len())?,
+                blocks,
+                tokens,
+            );
+            let want = comm::kernels::reference(pool.vecs, start, nvec, &act, tokens);
+            for (g, w) in got.iter().zip(&want) {
+                worst = worst.max((g - w).abs() / w.abs().max(1.0));
+            }
+        }
+        if worst > 1e-4 {
+            anyhow::bail!("relative error {worst:.2e} against the CPU reference");
+        }
+        Ok(format!(
+            "max relative error {worst:.1e} (fp32 accumulation order)"
+        ))
+    })();
+    checks.push(Check {
+        name: "streaming kernel vs CPU reference".into(),
+        launcher: "-".into(),
+        pass: r.is_ok(),
+        detail: r.unwrap_or_else(|e| format!("{e:#}")),
+    });
+}
+
+pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
+    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
+    let devices = select_devices(&a.gpu, None)?;
+    let mut checks = vec![];
+    eprintln!(
+        "selftest on GPUs {:?} (NCCL {})",
+        devices,
+        comm::nccl::version().unwrap_or_default()
+    );
+    for l in [Launcher::Threads, Launcher::Processes] {
+        collectives(&devices, l, &mut checks);
+        verify(&devices, l, &mut checks);
+    }
+    env_round_trip(&devices, &mut checks);
+    if !a.no_faults {
+        fault(&devices, FaultKind::Exit, &mut checks);
+        fault(&devices, FaultKind::Hang, &mut checks);
+    }
+    kernel(devices[0], &mut checks);
+    let failed = checks.iter().filter(|c| !c.pass).count();
+    println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");
+    for c in &checks {
+        println!(
+            "  {:<46} {:<10} {:<5} {}",
+            c.name,
+            c.launcher,
+            if c.pass { "PASS" } else { "FAIL" },
+            c.detail
+        );
+    }
+    println!(
+        "selftest: {} passed, {} failed",
+        checks.len() - failed,
+        failed
+    );
+    if let Some(p) = &a.export_json {
+        crate::report::record::write_file(p, serde_json::to_string_pretty(&checks)?.as_bytes())?;
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
