@@ -4,6 +4,7 @@
 //! can grow without touching the others.
 
 pub mod args;
+pub mod compare;
 pub mod plan;
 pub mod stub;
 
@@ -49,6 +50,9 @@ pub enum Command {
     Inspect(stub::StubArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
     Selftest(stub::StubArgs),
+    /// Verify results side by side (verifybench and the PyTorch peer): per-verify and
+    /// per-collective times, ratios with uncertainty, and where the difference comes from.
+    Compare(compare::CompareArgs),
 }
 
 /// Parses the command line and runs the command; the value is the process exit code.
@@ -64,5 +68,6 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Env(_) => stub::not_built("env", "the NCCL backend"),
         Command::Inspect(_) => stub::not_built("inspect", "the process inspector"),
         Command::Selftest(_) => stub::not_built("selftest", "the NCCL backend"),
+        Command::Compare(a) => compare::run(&a),
     }
 }
