@@ -6,6 +6,7 @@
 pub mod args;
 pub mod breakeven;
 pub mod collective;
+pub mod compare;
 pub mod env;
 pub mod inspect;
 pub mod modelfit;
@@ -67,6 +68,9 @@ pub enum Command {
     Rank(crate::launch::worker::RankArgs),
     /// The cost model: `model fit` calibrates it on measured results.
     Model(modelfit::ModelCmd),
+    /// Verify results side by side (verifybench and the PyTorch peer): per-verify and
+    /// per-collective times, ratios with uncertainty, and where the difference comes from.
+    Compare(compare::CompareArgs),
 }
 
 /// Parses the command line and runs the command; the value is the process exit code.
@@ -85,6 +89,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Rank(a) => crate::launch::worker::run(&a),
         Command::Worker(a) => worker::run(&a),
         Command::Model(c) => modelfit::run(&c),
+        Command::Compare(a) => compare::run(&a),
     }
 }
 
