@@ -14,4 +14,5 @@ pub mod launch;
 pub mod measure;
 pub mod model;
 pub mod report;
+pub mod sweep;
 pub mod units;

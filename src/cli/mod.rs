@@ -7,6 +7,7 @@ pub mod args;
 pub mod collective;
 pub mod plan;
 pub mod stub;
+pub mod sweep;
 pub mod verify;
 
 use clap::{Parser, Subcommand};
@@ -42,7 +43,7 @@ pub enum Command {
     /// Replay the verify schedule: per-verify median/p99, eager vs CUDA graph.
     Verify(verify::VerifyArgs),
     /// A cross product of NCCL settings, each in fresh workers, proven from NCCL's log, ranked.
-    Sweep(stub::StubArgs),
+    Sweep(sweep::SweepArgs),
     /// Speculative-decoding break-even from measured or given times.
     Breakeven(stub::StubArgs),
     /// Markdown report with SVG plots from results files.
@@ -62,7 +63,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Plan(a) => plan::run(&a),
         Command::Collective(a) => collective::run(&a),
         Command::Verify(a) => verify::run(&a),
-        Command::Sweep(_) => stub::not_built("sweep", "the settings sweep"),
+        Command::Sweep(a) => sweep::run(&a),
         Command::Breakeven(_) => stub::not_built("breakeven", "the break-even math"),
         Command::Report(_) => stub::not_built("report", "the report renderer"),
         Command::Env(_) => stub::not_built("env", "the NCCL backend"),

@@ -54,6 +54,22 @@ pub fn runs(a: &VerifyArgs) -> Vec<(bool, Mode)> {
 }
 
 pub fn run(a: &VerifyArgs) -> anyhow::Result<i32> {
+    // Testing only (sweep's fault tests): fail the way a crashed or stuck worker would.
+    match a
+        .inject_fault
+        .as_deref()
+        .map(|f| f.split(':').next().unwrap_or(f))
+    {
+        Some("exit") => {
+            eprintln!("verifybench: injected fault: exit");
+            std::process::exit(3);
+        }
+        Some("hang") => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+        Some("abort") => std::process::abort(),
+        _ => {}
+    }
     if a.launches_per_layer > 10_000 {
         crate::usage_bail!(
             "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",
