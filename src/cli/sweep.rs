@@ -230,9 +230,12 @@ pub fn render(points: &[SweepPoint], mode: Mode) -> (String, Table) {
             .collect(),
     };
     let mut out = String::new();
+    let source = match r.source.as_str() {
+        "none" => "no point was timed".to_string(),
+        s => format!("{s} numbers"),
+    };
     out.push_str(&format!(
-        "# per-verify time in us (median ± standard error), {} numbers; ratios are to the baseline (defaults)\n",
-        r.source
+        "# per-verify time in us (median ± standard error), {source}; ratios are to the baseline (defaults)\n"
     ));
     out.push_str(&text_table(&shown));
     let mut notes = String::new();
@@ -261,7 +264,9 @@ pub fn render(points: &[SweepPoint], mode: Mode) -> (String, Table) {
     for p in &r.failed {
         if let Some(t) = &p.stderr_tail {
             let last = t.lines().last().unwrap_or("");
-            notes.push_str(&format!("  {} stderr: {last}\n", p.point_id));
+            if !p.reason.as_deref().unwrap_or("").contains(last.trim()) {
+                notes.push_str(&format!("  {} stderr: {last}\n", p.point_id));
+            }
         }
         if !p.log_paths.is_empty() {
             let paths: Vec<String> = p
