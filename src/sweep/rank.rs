@@ -117,7 +117,13 @@ pub fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
         .iter()
         .filter_map(|p| p.verify.as_ref().map(|r| r.source.label()))
         .collect();
+    let fake = points.iter().any(|p| {
+        p.verify
+            .as_ref()
+            .is_some_and(|r| r.provenance.backend == "mock")
+    });
     let source = match sources.len() {
+        _ if fake => "FAKE (debug mode)",
         0 => "none",
         1 => sources.iter().next().unwrap(),
         _ => "mixed",
