@@ -16,4 +16,5 @@ pub mod measure;
 pub mod model;
 pub mod report;
 pub mod speculative;
+pub mod sweep;
 pub mod units;

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod report;
 pub mod selftest;
 pub mod stub;
+pub mod sweep;
 pub mod verify;
 pub mod worker;
 
@@ -50,7 +51,7 @@ pub enum Command {
     /// Replay the verify schedule: per-verify median/p99, eager vs CUDA graph.
     Verify(verify::VerifyArgs),
     /// A cross product of NCCL settings, each in fresh workers, proven from NCCL's log, ranked.
-    Sweep(stub::StubArgs),
+    Sweep(sweep::SweepArgs),
     /// Speculative-decoding break-even from measured or given times.
     Breakeven(breakeven::BreakevenArgs),
     /// Markdown report with SVG plots from results files.
@@ -80,7 +81,6 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Plan(a) => plan::run(&a),
         Command::Collective(a) => collective::run(&a),
         Command::Verify(a) => verify::run(&a),
-        Command::Sweep(_) => stub::not_built("sweep", "the settings sweep"),
         Command::Env(a) => env::run(&a),
         Command::Inspect(a) => inspect::run(&a),
         Command::Breakeven(a) => breakeven::run(&a),
@@ -90,6 +90,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Worker(a) => worker::run(&a),
         Command::Model(c) => modelfit::run(&c),
         Command::Compare(a) => compare::run(&a),
+        Command::Sweep(a) => sweep::run(&a),
     }
 }
 

@@ -64,6 +64,24 @@ pub fn run(a: &VerifyArgs) -> anyhow::Result<i32> {
     let backend = crate::cli::resolve_backend(a.backend, &a.gpu, a.quiet)?;
     let record = match backend {
         Backend::Model => {
+            // Testing only (sweep's fault tests): the model backend has no worker to break, so
+            // the whole process fails the way a crashed or stuck worker would. The NCCL backend
+            // injects the fault into one rank instead.
+            match a
+                .inject_fault
+                .as_deref()
+                .map(|f| f.split(':').next().unwrap_or(f))
+            {
+                Some("exit") => {
+                    eprintln!("verifybench: injected fault: exit");
+                    std::process::exit(3);
+                }
+                Some("hang") => loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                },
+                Some("abort") => std::process::abort(),
+                _ => {}
+            }
             let s = a
                 .workload
                 .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;

@@ -1,0 +1,162 @@
+//! A fake point for `sweep --debug-mode` and tests (like hyperfine's debug mode): no child
+//! process, no GPU; a synthetic record whose numbers are FAKE (labelled modeled, backend
+//! `mock`) and a synthetic NCCL 2.28 log that imitates what NCCL does with NCCL_PROTO,
+//! NCCL_ALGO (a global Tree fails the all-gather), NCCL_P2P_DISABLE and NCCL_SHM_DISABLE.
+//! It exercises the whole pipeline: environments, log parsing, checks, ranking, resume.
+
+use std::fmt::Write as _;
+
+use super::env::nccl_part;
+use super::runner::{PointJob, PointOutcome};
+use crate::measure::Summary;
+use crate::model::{CollectiveKind, Schedule};
+use crate::report::record::{
+    self, Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
+};
+
+/// What the mock needs besides the job.
+pub struct MockSpec<'a> {
+    pub schedule: &'a Schedule,
+    pub graphs: Vec<bool>,
+    pub mode: Mode,
+    pub iters: u64,
+    pub warmup: u64,
+    pub threads: bool,
+}
+
+fn seed(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// The fake outcome of a point.
+pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> {
+    let env = nccl_part(&job.env);
+    let get = |k: &str| env.get(k).map(String::as_str);
+    fn simple(v: Option<&str>) -> Option<&str> {
+        v.filter(|v| !v.contains([';', ',', ':', '^']))
+    }
+    let proto = simple(get("NCCL_PROTO"))
+        .map(|v| v.to_ascii_uppercase())
+        .unwrap_or_else(|| "LL".into());
+    let global_tree = simple(get("NCCL_ALGO")).is_some_and(|v| v.eq_ignore_ascii_case("tree"));
+    let per_fn_tree =
+        get("NCCL_ALGO").is_some_and(|v| v.to_ascii_lowercase().contains("allreduce:tree"));
+    let ar_algo = if global_tree || per_fn_tree {
+        "TREE"
+    } else {
+        "RING"
+    };
+    let (transport, proto) = match (get("NCCL_P2P_DISABLE"), get("NCCL_SHM_DISABLE")) {
+        (Some("1"), Some("1")) => ("NET/Socket/0", "SIMPLE".to_string()),
+        (Some("1"), _) => ("SHM/direct/direct", proto),
+        _ if spec.threads => ("P2P/direct pointer", proto),
+        _ => ("P2P/CUMEM", proto),
+    };
+    let ar_bytes = spec
+        .schedule
+        .collective_groups()
+        .into_iter()
+        .find(|g| g.kind == CollectiveKind::AllReduce)
+        .map_or(0, |g| g.bytes_per_rank);
+    let mut out = PointOutcome::default();
+    if let Some(probe) = &job.probe {
+        std::fs::create_dir_all(&probe.log_dir)?;
+        let mut log = String::new();
+        for rank in 0..spec.schedule.tp.min(8) {
+            let pre = format!(
+                "mockhost:{}:{} [{rank}] NCCL INFO",
+                1000 + rank,
+                1000 + rank
+            );
+            writeln!(log, "{pre} NCCL version 2.28.3+cuda13.0")?;
+            for (k, v) in &env {
+                if super::known::is_known(k) {
+                    writeln!(log, "{pre} {k} set by environment to {v}")?;
+                }
+            }
+            let peer = (rank + 1) % spec.schedule.tp.max(1);
+            writeln!(
+                log,
+                "{pre} Channel 00/0 : {rank}[{rank}] -> {peer}[{peer}] via {transport}"
+            )?;
+        }
+        let pre = "mockhost:1000:1000 [0] NCCL INFO";
+        writeln!(log, "{pre} AllReduce: {ar_bytes} Bytes -> Algo {ar_algo} proto {proto} channel{{Lo..Hi}}={{0..3}}")?;
+        if global_tree {
+            writeln!(log, "[0] enqueue.cc:1842 NCCL WARN Error : no algorithm/protocol available for function AllGather with datatype ncclInt8. NCCL_ALGO was set to {}.", get("NCCL_ALGO").unwrap_or(""))?;
+        } else {
+            writeln!(log, "{pre} AllGather: {ar_bytes} Bytes -> Algo RING proto {proto} channel{{Lo..Hi}}={{0..3}}")?;
+        }
+        let path = probe
+            .log_dir
+            .join(format!("{}.mockhost.1000.log", job.point.id));
+        std::fs::write(&path, log)?;
+        out.probe_logs = vec![path];
+        if global_tree {
+            out.failure = Some("the probe run (NCCL_DEBUG=INFO) exited with code 1: Error: Comm::all_gather: ncclInvalidUsage (invalid usage)".into());
+            out.stderr_tail = "[rank 0] FAILED: Comm::all_gather: ncclInvalidUsage".into();
+            return Ok(out);
+        }
+    }
+    let factor = match proto.as_str() {
+        "LL128" => 1.15,
+        "SIMPLE" => 1.8,
+        _ => 1.0,
+    } * if ar_algo == "TREE" { 1.1 } else { 1.0 }
+        * match transport {
+            "SHM/direct/direct" => 2.0,
+            "NET/Socket/0" => 5.0,
+            _ => 1.0,
+        };
+    let ncoll = spec.schedule.count_collectives(CollectiveKind::AllReduce)
+        + spec.schedule.count_collectives(CollectiveKind::AllGather);
+    let mut state = seed(&job.point.id);
+    let mut runs = vec![];
+    for &graph in &spec.graphs {
+        let per = if graph { 7.2 } else { 9.0 } * factor;
+        let samples: Vec<f64> = (0..spec.iters.max(1))
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+                per * ncoll as f64 * (0.98 + 0.04 * u)
+            })
+            .collect();
+        let s = Summary::from_samples(&samples).expect("finite samples");
+        runs.push(VerifyRun {
+            graph,
+            mode: spec.mode,
+            per_collective_us: s.median_us / ncoll.max(1) as f64,
+            per_verify: s,
+            breakdown: vec![],
+            wrong: 0,
+            iterations: spec.iters,
+            warmup: spec.warmup,
+        });
+    }
+    let mut prov = Provenance::here("mock", record::now_utc());
+    prov.notes
+        .push("debug mode: FAKE numbers, no verify ran".into());
+    prov.workers = (0..spec.schedule.tp as usize)
+        .map(|rank| WorkerInfo {
+            rank,
+            pid: 1000 + rank as u32,
+            device: rank,
+            nccl_env: env.clone(),
+        })
+        .collect();
+    out.record = Some(Record::new(
+        Source::Modeled,
+        prov,
+        Body::Verify(VerifyResult {
+            workload: Workload::of(spec.schedule),
+            runs,
+            stream_gbps: None,
+            predicted_compute_us: None,
+        }),
+    ));
+    Ok(out)
+}

@@ -1,0 +1,296 @@
+//! `verifybench sweep`: which NCCL settings make the verify step fastest on this machine.
+//!
+//! Each point (a set of NCCL_* overrides) runs as fresh child processes of this binary
+//! (`verifybench verify ...`), because many NCCL variables are read once per process:
+//! 1. a short probe run (`-n 2 -w 1`) with NCCL's INFO log on, whose log proves which
+//!    algorithm, protocol and transport NCCL used and that it read the variables;
+//! 2. the timed run with NCCL_DEBUG unset, so logging cannot distort the timing.
+//!
+//! Each finished point is appended to the results file at once; the ranking, the advice and
+//! the exports are computed from the file's points (earlier runs included when resuming).
+//!
+//! - [`matrix`]: `-L`/`--set`/`--preset` -> points.
+//! - [`env`]: each child's environment, and the check that workers saw it.
+//! - [`ncclog`]: NCCL log parsing.
+//! - [`runner`]: running a point (real child processes, or a mock).
+//! - [`results`]: the JSON-lines results file and resume.
+//! - [`rank`]: ranking and advice.
+
+pub mod env;
+pub mod known;
+pub mod matrix;
+pub mod mock;
+pub mod ncclog;
+pub mod rank;
+pub mod results;
+pub mod runner;
+pub mod signal;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use matrix::{nccl_list_allows, Point};
+use ncclog::NcclLog;
+use results::{Effective, PointKey, ResultsFile, SweepPoint};
+use runner::{PointJob, PointOutcome, PointRunner, Probe};
+
+use crate::report::record::{self, Body, Provenance, Record, Source, Workload};
+
+/// What is fixed for every point of a sweep.
+#[derive(Debug, Clone)]
+pub struct SweepConfig {
+    pub workload: Workload,
+    /// `on`, `off`, `both`.
+    pub graph: String,
+    pub launcher: String,
+    /// Resolved backend: `nccl` or `model` (the model has no NCCL log, so no probe).
+    pub backend: String,
+    pub mode: String,
+    pub parent_env: env::Env,
+    /// Where probe logs and the timed runs' JSON go.
+    pub log_dir: PathBuf,
+    pub probe: bool,
+    pub timeout: Duration,
+    pub source: Source,
+}
+
+impl SweepConfig {
+    pub fn key(&self, p: &Point) -> PointKey {
+        let mut base = env::nccl_part(&env::timed_env(
+            &self.parent_env,
+            &Point {
+                id: String::new(),
+                overrides: vec![],
+            },
+        ));
+        base.retain(|k, _| !env::DEBUG_VARS.contains(&k.as_str()));
+        PointKey {
+            overrides: p.sorted_overrides(),
+            graph: self.graph.clone(),
+            launcher: self.launcher.clone(),
+            backend: self.backend.clone(),
+            mode: self.mode.clone(),
+            schedule_hash: self.workload.schedule_hash.clone(),
+            base_nccl_env: base,
+        }
+    }
+
+    /// The job of a point: its environments and limits.
+    pub fn job(&self, p: &Point) -> PointJob {
+        let timed = env::timed_env(&self.parent_env, p);
+        let probe = self.probe.then(|| Probe {
+            env: env::probe_env(&timed, &self.log_dir.join(format!("{}.%h.%p.log", p.id))),
+            log_dir: self.log_dir.clone(),
+        });
+        PointJob {
+            point: p.clone(),
+            env: timed,
+            probe,
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// Requested vs effective: what NCCL did not do as the point asked.
+pub fn mismatches(p: &Point, log: &NcclLog) -> Vec<String> {
+    let mut out = vec![];
+    let real = log.choices.iter().filter(|c| c.bytes >= 64);
+    for c in real {
+        let func = c.func.as_deref();
+        let what = format!("{} {} B", func.unwrap_or("a collective of"), c.bytes);
+        for (var, used) in [("NCCL_ALGO", &c.algo), ("NCCL_PROTO", &c.proto)] {
+            if let Some(v) = p.get(var) {
+                if nccl_list_allows(v, func, used) == Some(false) {
+                    let m = format!("asked {var}={v}, NCCL used {used} for {what}");
+                    if !out.contains(&m) {
+                        out.push(m);
+                    }
+                }
+            }
+        }
+        if let (Some(max), Some((lo, hi))) = (
+            p.get("NCCL_MAX_NCHANNELS")
+                .and_then(|v| v.parse::<u32>().ok()),
+            c.channels,
+        ) {
+            if hi + 1 - lo.min(hi + 1) > max {
+                out.push(format!(
+                    "asked NCCL_MAX_NCHANNELS={max}, NCCL used channels {lo}..{hi} for {what}"
+                ));
+            }
+        }
+    }
+    let uses = |prefix: &str| log.transports.keys().any(|t| t.starts_with(prefix));
+    if p.get("NCCL_P2P_DISABLE") == Some("1") && uses("P2P/") {
+        out.push("asked NCCL_P2P_DISABLE=1, NCCL still connected channels via P2P".into());
+    }
+    if p.get("NCCL_SHM_DISABLE") == Some("1") && uses("SHM/") {
+        out.push("asked NCCL_SHM_DISABLE=1, NCCL still connected channels via SHM".into());
+    }
+    out
+}
+
+/// What to try instead when NCCL refused a point.
+pub fn hint(p: &Point, reason: &str, warnings: &[String]) -> Option<String> {
+    let no_algo = warnings
+        .iter()
+        .any(|w| w.contains("no algorithm/protocol available"))
+        || reason.contains("no algorithm/protocol available");
+    let global_tree = p
+        .get("NCCL_ALGO")
+        .is_some_and(|v| !v.contains(':') && v.to_ascii_lowercase().contains("tree"));
+    let invalid_usage = reason.contains("InvalidUsage") || reason.contains("invalid usage");
+    if global_tree && (no_algo || invalid_usage) {
+        return Some(
+            "a global NCCL_ALGO=Tree applies to every collective, and Tree has no all-gather (NCCL >= 2.24 no longer falls back to Ring); use the per-function form: --set 'NCCL_ALGO=ring;allreduce:tree'".into(),
+        );
+    }
+    if no_algo {
+        return Some(
+            "NCCL has no algorithm/protocol for some collective under this setting; restrict it to one function with NCCL's per-function form, e.g. --set 'NCCL_PROTO=simple;allreduce:ll128'".into(),
+        );
+    }
+    None
+}
+
+/// Builds the stored point from a runner's outcome (pure: tests call it directly).
+pub fn assemble(cfg: &SweepConfig, p: &Point, out: PointOutcome) -> SweepPoint {
+    let log = (!out.probe_logs.is_empty())
+        .then(|| NcclLog::parse_files(&out.probe_logs).unwrap_or_default());
+    let effective = log.as_ref().map(|l| Effective {
+        nccl_version: l.version.clone(),
+        all_reduce: l.main_choice(Some("AllReduce")).cloned().or_else(|| {
+            // NCCL 2.20-2.22 does not name the function.
+            l.main_choice(None).filter(|c| c.func.is_none()).cloned()
+        }),
+        all_gather: l.main_choice(Some("AllGather")).cloned(),
+        transports: l.transport_summary(),
+        mismatches: mismatches(p, l),
+        log: l.clone(),
+    });
+    let job = cfg.job(p);
+    let requested = env::nccl_part(&job.env);
+    let workers = out
+        .record
+        .as_ref()
+        .map(|r| r.provenance.workers.clone())
+        .unwrap_or_default();
+    let env_check = env::check(&requested, &p.overrides, &workers, log.as_ref());
+    let warnings = log.as_ref().map(|l| l.warnings.clone()).unwrap_or_default();
+    let mut reason = out.failure.clone();
+    if let Some(r) = reason.as_mut() {
+        if let Some(w) = warnings.first() {
+            r.push_str(&format!("; NCCL WARN {w}"));
+        }
+    }
+    let wrong: u64 = match out.record.as_ref().map(|r| &r.body) {
+        Some(Body::Verify(v)) => v.runs.iter().map(|r| r.wrong).sum(),
+        _ => 0,
+    };
+    if reason.is_none() && wrong > 0 {
+        reason = Some(format!("{wrong} elements of the results were wrong"));
+    }
+    let hint = reason.as_deref().and_then(|r| hint(p, r, &warnings));
+    SweepPoint {
+        point_id: p.id.clone(),
+        overrides: p.overrides.clone(),
+        key: cfg.key(p),
+        workload: cfg.workload.clone(),
+        status: if reason.is_none() { "ok" } else { "failed" }.into(),
+        reason,
+        hint,
+        stderr_tail: (!out.stderr_tail.is_empty()).then_some(out.stderr_tail),
+        nccl_warnings: warnings,
+        log_paths: out.probe_logs,
+        unknown_vars: p
+            .overrides
+            .iter()
+            .filter(|(k, _)| !known::is_known(k))
+            .map(|(k, _)| k.clone())
+            .collect(),
+        effective,
+        env_check,
+        probe_wall_s: out.probe_wall_s,
+        timed_wall_s: out.timed_wall_s,
+        verify: out.record,
+    }
+}
+
+/// The record stored for a point.
+pub fn to_record(cfg: &SweepConfig, sp: &SweepPoint, started: String) -> Record {
+    let mut prov = Provenance::here(&cfg.backend, started);
+    prov.launcher = Some(cfg.launcher.clone());
+    if let Some(v) = &sp.verify {
+        prov.workers = v.provenance.workers.clone();
+        prov.gpus = v.provenance.gpus.clone();
+        prov.driver_version = v.provenance.driver_version.clone();
+        prov.nccl_version = v.provenance.nccl_version.clone();
+        prov.nccl_library = v.provenance.nccl_library.clone();
+        prov.model_profile = v.provenance.model_profile.clone();
+    }
+    if prov.nccl_version.is_none() {
+        prov.nccl_version = sp.effective.as_ref().and_then(|e| e.nccl_version.clone());
+    }
+    prov.notes.push(
+        "timed with NCCL_DEBUG unset; algorithm/protocol/transport come from a separate probe run with NCCL_DEBUG=INFO".into(),
+    );
+    let source = sp.verify.as_ref().map_or(cfg.source, |r| r.source);
+    Record::new(
+        source,
+        prov,
+        Body::Other {
+            name: results::KIND.into(),
+            data: serde_json::to_value(sp).expect("sweep points serialize"),
+        },
+    )
+}
+
+/// How a sweep ended.
+#[derive(Debug)]
+pub struct SweepRun {
+    /// Points finished in this run, in order.
+    pub finished: Vec<SweepPoint>,
+    pub interrupted: bool,
+}
+
+/// Runs `todo` one point after the other, appending each finished point to `file` at once.
+/// `each` is told about every finished point (progress, messages). Stops cleanly when
+/// `interrupted` becomes true: the point in flight is dropped, everything finished is kept.
+pub fn run_points(
+    cfg: &SweepConfig,
+    todo: &[Point],
+    runner: &dyn PointRunner,
+    file: &mut ResultsFile,
+    interrupted: &AtomicBool,
+    mut each: impl FnMut(&Point, Option<&SweepPoint>),
+) -> anyhow::Result<SweepRun> {
+    let mut finished = vec![];
+    for p in todo {
+        if interrupted.load(Ordering::SeqCst) {
+            return Ok(SweepRun {
+                finished,
+                interrupted: true,
+            });
+        }
+        let started = record::now_utc();
+        let out = runner.run(&cfg.job(p))?;
+        if out.interrupted || interrupted.load(Ordering::SeqCst) {
+            return Ok(SweepRun {
+                finished,
+                interrupted: true,
+            });
+        }
+        let sp = assemble(cfg, p, out);
+        file.append(&to_record(cfg, &sp, started))?;
+        each(p, Some(&sp));
+        finished.push(sp);
+    }
+    Ok(SweepRun {
+        finished,
+        interrupted: false,
+    })
+}
+
+#[cfg(test)]
+mod tests;

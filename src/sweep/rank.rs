@@ -1,0 +1,318 @@
+//! Ranking and advice: points sorted by verify time, ratios to the baseline with their
+//! uncertainty, and the `export` lines of the best setting.
+//!
+//! Uncertainty of a median: the standard error `stddev / sqrt(n)` of the record's Summary (a
+//! normal approximation; the median's own standard error is about 1.25x that, so we scale by
+//! 1.25). Ratio r = m / m0 has relative error sqrt((e/m)^2 + (e0/m0)^2). "Within noise" means
+//! |r - 1| < 2 sigma_r.
+
+use super::results::SweepPoint;
+use crate::report::export::Table;
+use crate::report::record::{Body, Mode, VerifyRun};
+
+/// One timing column of a row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub median_us: f64,
+    /// Standard error of the median.
+    pub err_us: f64,
+    /// Ratio to the baseline's median and its standard error (None without a baseline).
+    pub ratio: Option<(f64, f64)>,
+}
+
+/// One ranked point.
+#[derive(Debug, Clone)]
+pub struct Row<'a> {
+    pub point: &'a SweepPoint,
+    pub graph: Option<Cell>,
+    pub eager: Option<Cell>,
+    pub wrong: u64,
+}
+
+/// The ranking of a sweep.
+#[derive(Debug, Clone)]
+pub struct Ranking<'a> {
+    /// Points that ran, fastest first by the primary column.
+    pub rows: Vec<Row<'a>>,
+    pub failed: Vec<&'a SweepPoint>,
+    /// Graph replay when present (what serving engines use for decode), else eager.
+    pub primary_graph: bool,
+    pub mode: Mode,
+    /// `measured`, `modeled` or `mixed`.
+    pub source: String,
+}
+
+fn run_of(p: &SweepPoint, graph: bool, mode: Mode) -> Option<&VerifyRun> {
+    match &p.verify.as_ref()?.body {
+        Body::Verify(v) => v.run(graph, mode),
+        _ => None,
+    }
+}
+
+/// Median and its standard error from a run's Summary.
+pub fn median_err(r: &VerifyRun) -> (f64, f64) {
+    let s = &r.per_verify;
+    let se = if s.n > 1 {
+        1.25 * s.stddev_us / (s.n as f64).sqrt()
+    } else {
+        0.0
+    };
+    (s.median_us, se)
+}
+
+/// Ratio a/b and its standard error.
+pub fn ratio(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    if a.0 <= 0.0 || b.0 <= 0.0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let r = a.0 / b.0;
+    (r, r * ((a.1 / a.0).powi(2) + (b.1 / b.0).powi(2)).sqrt())
+}
+
+fn cell(p: &SweepPoint, base: Option<&SweepPoint>, graph: bool, mode: Mode) -> Option<Cell> {
+    let me = median_err(run_of(p, graph, mode)?);
+    let ratio = base
+        .and_then(|b| run_of(b, graph, mode))
+        .map(|b| ratio(me, median_err(b)));
+    Some(Cell {
+        median_us: me.0,
+        err_us: me.1,
+        ratio,
+    })
+}
+
+/// Ranks `points` (ok ones by time, failed ones listed apart) for replay mode `mode`.
+pub fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
+    let base = points
+        .iter()
+        .find(|p| p.overrides.is_empty() && p.verify.is_some());
+    let mut rows = vec![];
+    let mut failed = vec![];
+    for p in points {
+        if p.verify.is_none() || !p.ok() && p.wrong() == 0 {
+            failed.push(p);
+            continue;
+        }
+        rows.push(Row {
+            point: p,
+            graph: cell(p, base, true, mode),
+            eager: cell(p, base, false, mode),
+            wrong: p.wrong(),
+        });
+    }
+    let primary_graph = rows.iter().any(|r| r.graph.is_some());
+    let key = |r: &Row| {
+        let c = if primary_graph { &r.graph } else { &r.eager };
+        // Wrong results never rank first, whatever their speed.
+        (
+            r.wrong > 0,
+            c.as_ref().map_or(f64::INFINITY, |c| c.median_us),
+        )
+    };
+    rows.sort_by(|a, b| {
+        let (ka, kb) = (key(a), key(b));
+        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
+    });
+    let sources: std::collections::BTreeSet<&str> = points
+        .iter()
+        .filter_map(|p| p.verify.as_ref().map(|r| r.source.label()))
+        .collect();
+    let fake = points.iter().any(|p| {
+        p.verify
+            .as_ref()
+            .is_some_and(|r| r.provenance.backend == "mock")
+    });
+    let source = match sources.len() {
+        _ if fake => "FAKE (debug mode)",
+        0 => "none",
+        1 => sources.iter().next().unwrap(),
+        _ => "mixed",
+    }
+    .to_string();
+    Ranking {
+        rows,
+        failed,
+        primary_graph,
+        mode,
+        source,
+    }
+}
+
+impl SweepPoint {
+    /// Wrong elements over the timed runs.
+    pub fn wrong(&self) -> u64 {
+        match self.verify.as_ref().map(|r| &r.body) {
+            Some(Body::Verify(v)) => v.runs.iter().map(|r| r.wrong).sum(),
+            _ => 0,
+        }
+    }
+}
+
+fn us(c: &Option<Cell>) -> String {
+    match c {
+        Some(c) => format!("{:.1} ± {:.1}", c.median_us, c.err_us),
+        None => "-".into(),
+    }
+}
+
+fn rat(c: &Option<Cell>, baseline: bool) -> String {
+    if baseline && c.is_some() {
+        return "base".into();
+    }
+    match c.as_ref().and_then(|c| c.ratio) {
+        Some((r, e)) if r.is_finite() => format!("{r:.3} ± {e:.3}"),
+        _ => "-".into(),
+    }
+}
+
+/// The ranking as a flat table (also what `--export-table-*` writes).
+pub fn table(r: &Ranking) -> Table {
+    let headers = [
+        "rank",
+        "point",
+        "settings",
+        "graph_us",
+        "graph_vs_base",
+        "eager_us",
+        "eager_vs_base",
+        "nccl_algo_proto",
+        "transport",
+        "wrong",
+        "env_seen",
+        "notes",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut rows = vec![];
+    for (i, row) in r.rows.iter().enumerate() {
+        let p = row.point;
+        let eff = p.effective.as_ref();
+        let mut notes: Vec<String> = vec![];
+        if let Some(e) = eff {
+            notes.extend(e.mismatches.iter().cloned());
+        }
+        notes.extend(p.env_check.problems.iter().cloned());
+        for u in &p.unknown_vars {
+            notes.push(format!("{u} unknown to NCCL"));
+        }
+        if !p.ok() {
+            notes.push(p.reason.clone().unwrap_or_default());
+        }
+        rows.push(vec![
+            (i + 1).to_string(),
+            p.point_id.clone(),
+            label(p),
+            us(&row.graph),
+            rat(&row.graph, p.overrides.is_empty()),
+            us(&row.eager),
+            rat(&row.eager, p.overrides.is_empty()),
+            eff.map_or("n/a".into(), |e| e.algo_proto()),
+            eff.map_or("n/a".into(), |e| e.transport()),
+            row.wrong.to_string(),
+            p.env_check.cell(),
+            notes.join("; "),
+        ]);
+    }
+    for p in &r.failed {
+        rows.push(vec![
+            "failed".into(),
+            p.point_id.clone(),
+            label(p),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            p.effective
+                .as_ref()
+                .map_or("n/a".into(), |e| e.algo_proto()),
+            p.effective.as_ref().map_or("n/a".into(), |e| e.transport()),
+            "-".into(),
+            p.env_check.cell(),
+            [p.reason.clone(), p.hint.clone()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" HINT: "),
+        ]);
+    }
+    Table { headers, rows }
+}
+
+fn label(p: &SweepPoint) -> String {
+    if p.overrides.is_empty() {
+        "(defaults)".into()
+    } else {
+        p.overrides
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Single-quotes a value for a POSIX shell when it needs it.
+pub fn shell_quote(v: &str) -> String {
+    if !v.is_empty()
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.,:/+=".contains(c))
+    {
+        v.to_string()
+    } else {
+        format!("'{}'", v.replace('\'', r"'\''"))
+    }
+}
+
+/// The recommendation block: the best setting's `export` lines, or why there is none.
+pub fn advice(r: &Ranking) -> String {
+    let mut out = String::new();
+    let Some(best) = r.rows.iter().find(|x| x.wrong == 0) else {
+        out.push_str("No point ran without errors: nothing to recommend.\n");
+        return out;
+    };
+    let col = if r.primary_graph { "graph" } else { "eager" };
+    let cell = if r.primary_graph {
+        &best.graph
+    } else {
+        &best.eager
+    };
+    let p = best.point;
+    if p.overrides.is_empty() {
+        out.push_str(&format!(
+            "Recommendation: keep NCCL's defaults: no point beat the baseline ({col} replay, {} numbers).\n",
+            r.source
+        ));
+        return out;
+    }
+    out.push_str(&format!(
+        "Recommendation ({col} replay, {} numbers): {}\n",
+        r.source,
+        label(p)
+    ));
+    for (k, v) in &p.overrides {
+        out.push_str(&format!("  export {k}={}\n", shell_quote(v)));
+    }
+    match cell.as_ref().and_then(|c| c.ratio) {
+        Some((ratio, err)) if ratio.is_finite() => {
+            out.push_str(&format!(
+                "  {:.1}% of the baseline's verify time (ratio {ratio:.3} ± {err:.3})\n",
+                ratio * 100.0
+            ));
+            if (1.0 - ratio).abs() < 2.0 * err || err == 0.0 && (1.0 - ratio).abs() < 0.01 {
+                out.push_str(
+                    "  WARNING: within noise of the baseline (|1 - ratio| < 2 sigma): the defaults are as good; rerun with more -n before changing anything.\n",
+                );
+            }
+        }
+        _ => out.push_str("  (no baseline timing to compare with)\n"),
+    }
+    if p.env_check.status == "mismatch"
+        || p.effective
+            .as_ref()
+            .is_some_and(|e| !e.mismatches.is_empty())
+    {
+        out.push_str(
+            "  WARNING: at this point NCCL or its workers did not do exactly what was asked (see notes).\n",
+        );
+    }
+    out
+}

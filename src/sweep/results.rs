@@ -1,0 +1,253 @@
+//! The sweep's results file: one JSON record per finished point, appended at once (write,
+//! flush, fsync), so an interrupted or crashed sweep loses nothing finished; `--resume` reads
+//! it back and skips what is there.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use super::env::EnvCheck;
+use super::ncclog::{Choice, NcclLog};
+use crate::error::usage;
+use crate::report::record::{Body, Record, Workload};
+
+/// The record kind of a sweep point (`Body::Other { name }`).
+pub const KIND: &str = "sweep_point";
+
+/// What makes two points the same measurement: resume skips a point whose key is in the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointKey {
+    /// Overrides sorted by name.
+    pub overrides: Vec<(String, String)>,
+    /// `on`, `off` or `both`.
+    pub graph: String,
+    pub launcher: String,
+    pub backend: String,
+    pub mode: String,
+    /// Hash of the verify schedule (model, tp, tokens, dtype, every op).
+    pub schedule_hash: String,
+    /// The NCCL_* variables every point inherits from the parent (NCCL_DEBUG* excluded).
+    pub base_nccl_env: BTreeMap<String, String>,
+}
+
+/// NCCL's choices and transports at a point, and where they differ from the request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Effective {
+    pub nccl_version: Option<String>,
+    /// The verify step's all-reduce (most frequent size).
+    pub all_reduce: Option<Choice>,
+    /// The logits all-gather.
+    pub all_gather: Option<Choice>,
+    /// Transport kinds, most used first (`P2P/CUMEM`, `SHM/direct/direct`, `NET/Socket`).
+    pub transports: Vec<String>,
+    /// Requested vs effective: one line per thing NCCL did not do as asked.
+    #[serde(default)]
+    pub mismatches: Vec<String>,
+    /// Everything parsed from the log.
+    pub log: NcclLog,
+}
+
+impl Effective {
+    /// `RING/LL` of the all-reduce (plus the all-gather when it differs), or `?`.
+    pub fn algo_proto(&self) -> String {
+        let f = |c: &Choice| format!("{}/{}", c.algo, c.proto);
+        match (&self.all_reduce, &self.all_gather) {
+            (Some(a), Some(g)) if f(a) != f(g) => format!("AR {} AG {}", f(a), f(g)),
+            (Some(a), _) => f(a),
+            (None, Some(g)) => format!("AG {}", f(g)),
+            (None, None) => "?".into(),
+        }
+    }
+
+    pub fn transport(&self) -> String {
+        if self.transports.is_empty() {
+            "?".into()
+        } else {
+            self.transports.join("+")
+        }
+    }
+}
+
+/// One finished point, as stored in the results file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    pub point_id: String,
+    /// (name, value) as requested, in dimension order; empty for the baseline.
+    pub overrides: Vec<(String, String)>,
+    pub key: PointKey,
+    /// The workload, for messages (resume refusals) and tables.
+    pub workload: Workload,
+    /// `ok` or `failed`.
+    pub status: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// What to try instead (e.g. NCCL's per-function NCCL_ALGO form).
+    #[serde(default)]
+    pub hint: Option<String>,
+    #[serde(default)]
+    pub stderr_tail: Option<String>,
+    /// Distinct `NCCL WARN` lines of the probe log.
+    #[serde(default)]
+    pub nccl_warnings: Vec<String>,
+    /// The probe's NCCL log files.
+    #[serde(default)]
+    pub log_paths: Vec<PathBuf>,
+    /// Overrides NCCL does not know (misspelt?).
+    #[serde(default)]
+    pub unknown_vars: Vec<String>,
+    /// Parsed from the probe log; None without a probe.
+    #[serde(default)]
+    pub effective: Option<Effective>,
+    pub env_check: EnvCheck,
+    pub probe_wall_s: f64,
+    pub timed_wall_s: f64,
+    /// The timed run's verify record (present for points that ran, even with wrong results).
+    #[serde(default)]
+    pub verify: Option<Record>,
+}
+
+impl SweepPoint {
+    pub fn ok(&self) -> bool {
+        self.status == "ok"
+    }
+}
+
+/// The results file, open for appending.
+pub struct ResultsFile {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl ResultsFile {
+    /// Opens (creating) `path` for appending; ends a torn last line first.
+    pub fn open(path: &Path) -> anyhow::Result<ResultsFile> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating directory '{}'", dir.display()))?;
+        }
+        let torn = std::fs::read(path)
+            .map(|b| !b.is_empty() && b.last() != Some(&b'\n'))
+            .unwrap_or(false);
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| {
+                usage(format!(
+                    "cannot write results file '{}': {e}",
+                    path.display()
+                ))
+            })?;
+        if torn {
+            file.write_all(b"\n")?;
+        }
+        Ok(ResultsFile {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one record as a line, then flushes and fsyncs it.
+    pub fn append(&mut self, r: &Record) -> anyhow::Result<()> {
+        let mut line = serde_json::to_string(r)?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|_| self.file.flush())
+            .and_then(|_| self.file.sync_data())
+            .with_context(|| format!("appending to '{}'", self.path.display()))
+    }
+}
+
+/// Reads the sweep points of a results file. A torn line (a crash mid-write) is skipped with a
+/// warning; a record that is not a sweep point is an error naming the file and line.
+pub fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("cannot read resume file '{}': {e}", path.display())))?;
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .collect();
+    let mut points = vec![];
+    let mut warnings = vec![];
+    for (i, line) in lines {
+        // A line that is not even JSON is the torn end of a write cut short by a crash (later
+        // runs append after it): skip it, say so.
+        let value: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                warnings.push(format!(
+                    "'{}' line {}: incomplete line ignored (a write cut short?): {e}",
+                    path.display(),
+                    i + 1
+                ));
+                continue;
+            }
+        };
+        let rec: Record = serde_json::from_value(value).map_err(|e| {
+            usage(format!(
+                "'{}' line {} is not a verifybench record: {e}",
+                path.display(),
+                i + 1
+            ))
+        })?;
+        if rec.schema_version != crate::report::record::SCHEMA_VERSION {
+            return Err(usage(format!(
+                "'{}' line {} has schema_version {}; this verifybench reads version {}",
+                path.display(),
+                i + 1,
+                rec.schema_version,
+                crate::report::record::SCHEMA_VERSION
+            )));
+        }
+        match rec.body {
+            Body::Other { name, data } if name == KIND => {
+                points.push(serde_json::from_value(data).map_err(|e| {
+                    usage(format!(
+                        "'{}' line {}: malformed sweep point: {e}",
+                        path.display(),
+                        i + 1
+                    ))
+                })?)
+            }
+            other => {
+                return Err(usage(format!(
+                    "'{}' line {} is a '{}' record, not a sweep point: --resume takes the results file of a sweep",
+                    path.display(),
+                    i + 1,
+                    other.kind()
+                )))
+            }
+        }
+    }
+    Ok((points, warnings))
+}
+
+/// Refuses to resume from points of another workload.
+pub fn check_same_workload(
+    path: &Path,
+    done: &[SweepPoint],
+    current: &Workload,
+) -> anyhow::Result<()> {
+    if let Some(p) = done
+        .iter()
+        .find(|p| p.key.schedule_hash != current.schedule_hash)
+    {
+        let w = &p.workload;
+        return Err(usage(format!(
+            "refusing to resume from '{}': it holds points of another workload ({} {:?} tp {} tokens {} {}, schedule {}) than this sweep ({} {:?} tp {} tokens {} {}, schedule {}); give the same workload flags, or a new --results file",
+            path.display(),
+            w.model, w.phase, w.tp, w.tokens, w.dtype.name(), w.schedule_hash,
+            current.model, current.phase, current.tp, current.tokens, current.dtype.name(), current.schedule_hash
+        )));
+    }
+    Ok(())
+}

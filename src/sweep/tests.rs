@@ -1,0 +1,408 @@
+//! The sweep pipeline with a mock runner: canned records and the real NCCL logs of
+//! tests/data, no child process, no GPU.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use super::*;
+use crate::measure::Summary;
+use crate::model::{self, Phase, ScheduleOptions};
+use crate::report::record::{Mode, VerifyResult, VerifyRun, WorkerInfo};
+use runner::MockRunner;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn schedule(tokens: u64) -> model::Schedule {
+    model::build(
+        &model::presets::preset("kimi-k2.5").unwrap(),
+        &ScheduleOptions {
+            tp: 2,
+            tokens,
+            ..Default::default()
+        },
+        Phase::Verify,
+    )
+    .unwrap()
+}
+
+fn cfg(dir: &std::path::Path) -> SweepConfig {
+    SweepConfig {
+        workload: Workload::of(&schedule(3)),
+        graph: "both".into(),
+        launcher: "processes".into(),
+        backend: "nccl".into(),
+        mode: "comm".into(),
+        parent_env: [("NCCL_NVLS_ENABLE".into(), "0".into())]
+            .into_iter()
+            .collect(),
+        log_dir: dir.join("logs"),
+        probe: true,
+        timeout: Duration::from_secs(5),
+        source: Source::Measured,
+    }
+}
+
+/// A verify record whose graph median is `graph_us` (+-1%), eager 1.3x that.
+fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
+    let s = schedule(3);
+    let run = |graph: bool, m: f64| {
+        let samples: Vec<f64> = (0..50).map(|i| m * (0.99 + 0.0004 * i as f64)).collect();
+        VerifyRun {
+            graph,
+            mode: Mode::Comm,
+            per_verify: Summary::from_samples(&samples).unwrap(),
+            per_collective_us: m / 124.0,
+            breakdown: vec![],
+            wrong,
+            iterations: 50,
+            warmup: 5,
+        }
+    };
+    let mut prov = Provenance::here("nccl", record::now_utc());
+    prov.workers = (0..2)
+        .map(|rank| WorkerInfo {
+            rank,
+            pid: 100 + rank as u32,
+            device: rank,
+            nccl_env: env::nccl_part(env),
+        })
+        .collect();
+    Record::new(
+        Source::Measured,
+        prov,
+        Body::Verify(VerifyResult {
+            workload: Workload::of(&s),
+            runs: vec![run(false, graph_us * 1.3), run(true, graph_us)],
+            stream_gbps: None,
+            predicted_compute_us: None,
+        }),
+    )
+}
+
+/// The canned outcome of each point, keyed by its label.
+fn canned(job: &PointJob) -> anyhow::Result<PointOutcome> {
+    let label = job.point.label();
+    let (log, us) =
+        match label.as_str() {
+            "(defaults)" => ("nccl-2.28.3-h200x2-procs-default.log", 900.0),
+            "NCCL_PROTO=Simple" => ("nccl-2.28.3-h200x2-procs-simple.log", 1400.0),
+            "NCCL_P2P_DISABLE=1" => ("nccl-2.28.3-h200x2-procs-p2poff.log", 1800.0),
+            "NCCL_PROTO=LL128" => ("nccl-2.28.3-h200x2-procs-default.log", 880.0),
+            "NCCL_PROTO=LL128 NCCL_ALGO=Tree" | "NCCL_ALGO=Tree" => return Ok(PointOutcome {
+                failure: Some(
+                    "the probe run (NCCL_DEBUG=INFO) exited with code 1: Error: ncclInvalidUsage"
+                        .into(),
+                ),
+                probe_logs: vec![data("nccl-2.28.3-h200x2-procs-ll128-tree.log")],
+                stderr_tail: "[rank 0] FAILED: Comm::all_gather: ncclInvalidUsage".into(),
+                ..Default::default()
+            }),
+            other => panic!("no canned outcome for {other}"),
+        };
+    Ok(PointOutcome {
+        record: Some(record(us, &job.env, 0)),
+        probe_logs: vec![data(log)],
+        ..Default::default()
+    })
+}
+
+fn points(lists: &[&str]) -> Vec<Point> {
+    let l: Vec<String> = lists.iter().map(|s| s.to_string()).collect();
+    matrix::points(&matrix::dimensions(&l, &[]).unwrap(), None)
+}
+
+#[test]
+fn pipeline_records_every_point_and_proves_what_nccl_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg(dir.path());
+    let one = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    let pts: Vec<Point> = [
+        vec![],
+        one("NCCL_PROTO", "Simple"),
+        one("NCCL_P2P_DISABLE", "1"),
+        one("NCCL_PROTO", "LL128"),
+        one("NCCL_ALGO", "Tree"),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, o)| Point {
+        id: format!("p{i:02}"),
+        overrides: o,
+    })
+    .collect();
+    let path = dir.path().join("r.jsonl");
+    let mut file = ResultsFile::open(&path).unwrap();
+    let flag = AtomicBool::new(false);
+    let mut seen = 0;
+    let run = run_points(&c, &pts, &MockRunner(canned), &mut file, &flag, |_, _| {
+        seen += 1
+    })
+    .unwrap();
+    assert!(!run.interrupted);
+    assert_eq!(seen, pts.len());
+    let (stored, warnings) = results::load(&path).unwrap();
+    assert!(warnings.is_empty());
+    let ids = |v: &[SweepPoint]| v.iter().map(|p| p.point_id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&stored), ids(&run.finished));
+    assert_eq!(ids(&stored), ["p00", "p01", "p02", "p03", "p04"]);
+
+    let by = |label: &str| {
+        stored
+            .iter()
+            .find(|p| {
+                let pt = Point {
+                    id: String::new(),
+                    overrides: p.overrides.clone(),
+                };
+                pt.label() == label
+            })
+            .unwrap()
+    };
+    let base = by("(defaults)");
+    assert!(base.ok());
+    let e = base.effective.as_ref().unwrap();
+    assert_eq!(e.algo_proto(), "RING/LL");
+    assert_eq!(e.transport(), "P2P/CUMEM");
+    assert_eq!(e.nccl_version.as_deref(), Some("2.28.3+cuda13.0"));
+    assert_eq!(base.env_check.status, "ok");
+
+    let simple = by("NCCL_PROTO=Simple");
+    assert_eq!(
+        simple.effective.as_ref().unwrap().algo_proto(),
+        "RING/SIMPLE"
+    );
+    assert!(simple.effective.as_ref().unwrap().mismatches.is_empty());
+    assert_eq!(simple.env_check.nccl_confirmed, vec!["NCCL_PROTO"]);
+
+    let p2p = by("NCCL_P2P_DISABLE=1");
+    assert_eq!(
+        p2p.effective.as_ref().unwrap().transport(),
+        "SHM/direct/direct"
+    );
+    assert!(p2p.effective.as_ref().unwrap().mismatches.is_empty());
+
+    // The default log under an LL128 request: NCCL used LL -> flagged as a mismatch.
+    let ll128 = by("NCCL_PROTO=LL128");
+    let m = &ll128.effective.as_ref().unwrap().mismatches;
+    assert!(
+        m.iter()
+            .any(|x| x.contains("asked NCCL_PROTO=LL128, NCCL used LL for AllReduce 43008 B")),
+        "{m:?}"
+    );
+
+    let tree = by("NCCL_ALGO=Tree");
+    assert!(!tree.ok());
+    let why = tree.reason.as_deref().unwrap();
+    assert!(why.contains("ncclInvalidUsage"), "{why}");
+    assert!(why.contains("no algorithm/protocol available for function AllGather"));
+    assert!(tree
+        .hint
+        .as_deref()
+        .unwrap()
+        .contains("NCCL_ALGO=ring;allreduce:tree"));
+    assert_eq!(tree.log_paths.len(), 1);
+    assert_eq!(tree.nccl_warnings.len(), 1);
+
+    // Ranking: LL128 (880) first, then the baseline; failed Tree listed apart.
+    let r = rank::rank(&stored, Mode::Comm);
+    assert!(r.primary_graph);
+    assert_eq!(r.rows[0].point.overrides[0].1, "LL128");
+    assert_eq!(r.failed.len(), 1);
+    let (ratio, err) = r.rows[0].graph.as_ref().unwrap().ratio.unwrap();
+    assert!((ratio - 880.0 / 900.0).abs() < 1e-3, "{ratio}");
+    assert!(err > 0.0 && err < 0.01, "{err}");
+    let advice = rank::advice(&r);
+    assert!(advice.contains("export NCCL_PROTO=LL128"), "{advice}");
+    assert!(
+        advice.contains("did not do exactly what was asked"),
+        "{advice}"
+    );
+    let t = rank::table(&r);
+    assert_eq!(t.rows.len(), stored.len());
+    assert_eq!(t.rows.last().unwrap()[0], "failed");
+}
+
+#[test]
+fn within_noise_best_is_warned() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg(dir.path());
+    let pts = points(&["NCCL_PROTO=LL128"]);
+    let close = |job: &PointJob| -> anyhow::Result<PointOutcome> {
+        let us = if job.point.is_baseline() {
+            900.0
+        } else {
+            899.5
+        };
+        Ok(PointOutcome {
+            record: Some(record(us, &job.env, 0)),
+            ..Default::default()
+        })
+    };
+    let mut file = ResultsFile::open(&dir.path().join("r.jsonl")).unwrap();
+    let run = run_points(
+        &c,
+        &pts,
+        &MockRunner(close),
+        &mut file,
+        &AtomicBool::new(false),
+        |_, _| {},
+    )
+    .unwrap();
+    let advice = rank::advice(&rank::rank(&run.finished, Mode::Comm));
+    assert!(advice.contains("export NCCL_PROTO=LL128"), "{advice}");
+    assert!(advice.contains("within noise"), "{advice}");
+}
+
+#[test]
+fn worker_that_did_not_see_the_variable_is_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg(dir.path());
+    let pts = points(&["NCCL_PROTO=Simple"]);
+    let lost = |job: &PointJob| -> anyhow::Result<PointOutcome> {
+        // The workers report the parent's environment only: the override never reached them.
+        let parent = env::timed_env(
+            &[].into_iter().collect(),
+            &Point {
+                id: String::new(),
+                overrides: vec![],
+            },
+        );
+        let _ = job;
+        Ok(PointOutcome {
+            record: Some(record(900.0, &parent, 0)),
+            ..Default::default()
+        })
+    };
+    let mut file = ResultsFile::open(&dir.path().join("r.jsonl")).unwrap();
+    let run = run_points(
+        &c,
+        &pts,
+        &MockRunner(lost),
+        &mut file,
+        &AtomicBool::new(false),
+        |_, _| {},
+    )
+    .unwrap();
+    let p = &run.finished[1];
+    assert_eq!(p.env_check.status, "mismatch");
+    assert!(p.env_check.problems[0].contains("saw NCCL_PROTO=<unset>, asked Simple"));
+}
+
+#[test]
+fn wrong_results_fail_the_point_and_never_rank_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg(dir.path());
+    let pts = points(&["NCCL_PROTO=LL128"]);
+    let corrupt = |job: &PointJob| -> anyhow::Result<PointOutcome> {
+        let (us, wrong) = if job.point.is_baseline() {
+            (900.0, 0)
+        } else {
+            (500.0, 7)
+        };
+        Ok(PointOutcome {
+            record: Some(record(us, &job.env, wrong)),
+            failure: (wrong > 0).then(|| "the timed run exited with code 1".into()),
+            ..Default::default()
+        })
+    };
+    let mut file = ResultsFile::open(&dir.path().join("r.jsonl")).unwrap();
+    let run = run_points(
+        &c,
+        &pts,
+        &MockRunner(corrupt),
+        &mut file,
+        &AtomicBool::new(false),
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(run.finished[1].status, "failed");
+    let r = rank::rank(&run.finished, Mode::Comm);
+    assert!(r.rows[0].point.overrides.is_empty());
+    assert_eq!(r.rows[1].wrong, 14);
+}
+
+#[test]
+fn interruption_keeps_finished_points_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg(dir.path());
+    let pts = points(&["NCCL_PROTO=LL,LL128,Simple"]);
+    let flag = AtomicBool::new(false);
+    let stop_at_third = |job: &PointJob| -> anyhow::Result<PointOutcome> {
+        if job.point.get("NCCL_PROTO") == Some("LL128") {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            return Ok(PointOutcome {
+                interrupted: true,
+                ..Default::default()
+            });
+        }
+        Ok(PointOutcome {
+            record: Some(record(900.0, &job.env, 0)),
+            ..Default::default()
+        })
+    };
+    let path = dir.path().join("r.jsonl");
+    let mut file = ResultsFile::open(&path).unwrap();
+    let run = run_points(
+        &c,
+        &pts,
+        &MockRunner(stop_at_third),
+        &mut file,
+        &flag,
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(run.interrupted);
+    assert_eq!(run.finished.len(), 2);
+    assert_eq!(results::load(&path).unwrap().0.len(), 2);
+}
+
+#[test]
+fn resume_file_of_another_workload_is_refused_and_torn_lines_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg(dir.path());
+    let pts = points(&["NCCL_PROTO=Simple"]);
+    let path = dir.path().join("r.jsonl");
+    let mut file = ResultsFile::open(&path).unwrap();
+    run_points(
+        &c,
+        &pts,
+        &MockRunner(canned),
+        &mut file,
+        &AtomicBool::new(false),
+        |_, _| {},
+    )
+    .unwrap();
+    // A crash mid-write leaves half a line: loading skips it with a warning.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"schema_version\": 1, \"sou"))
+        .unwrap();
+    let (done, warnings) = results::load(&path).unwrap();
+    assert_eq!(done.len(), 2);
+    assert!(warnings[0].contains("incomplete line"));
+    // Appending after a torn line starts a new line.
+    let mut file = ResultsFile::open(&path).unwrap();
+    let sp = &done[0];
+    file.append(&to_record(&c, sp, record::now_utc())).unwrap();
+    let (again, warnings) = results::load(&path).unwrap();
+    assert_eq!((again.len(), warnings.len()), (3, 1));
+    // A valid record of another kind is refused.
+    std::fs::write(&path, "{\"schema_version\": 1}\n").unwrap();
+    assert_eq!(
+        crate::error::exit_code(&results::load(&path).unwrap_err()),
+        2
+    );
+
+    assert!(results::check_same_workload(&path, &done, &c.workload).is_ok());
+    let other = Workload::of(&schedule(4));
+    let e = results::check_same_workload(&path, &done, &other).unwrap_err();
+    assert_eq!(crate::error::exit_code(&e), 2);
+    assert!(e.to_string().contains("another workload"), "{e}");
+    assert!(e.to_string().contains("tokens 3"), "{e}");
+}
