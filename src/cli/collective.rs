@@ -91,6 +91,7 @@ pub fn run(a: &CollectiveArgs) -> anyhow::Result<i32> {
                 &sizes(a, n)?,
                 n,
                 &a.graph.modes(),
+                a.gpu.launcher,
                 &a.model,
             )?;
             let mut p = Provenance::here("model", started);

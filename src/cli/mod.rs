@@ -4,6 +4,7 @@
 //! can grow without touching the others.
 
 pub mod args;
+pub mod bandwidth;
 pub mod breakeven;
 pub mod collective;
 pub mod compare;
@@ -56,6 +57,8 @@ pub enum Command {
     Breakeven(breakeven::BreakevenArgs),
     /// Markdown report with SVG plots from results files.
     Report(report::ReportArgs),
+    /// Device copy bandwidth and the weight-streaming kernel's bandwidth, in the same run.
+    Bandwidth(bandwidth::BandwidthArgs),
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
     Env(env::EnvArgs),
     /// The NCCL_* environment of every process of a running server, with findings.
@@ -82,6 +85,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Collective(a) => collective::run(&a),
         Command::Verify(a) => verify::run(&a),
         Command::Env(a) => env::run(&a),
+        Command::Bandwidth(a) => bandwidth::run(&a),
         Command::Inspect(a) => inspect::run(&a),
         Command::Breakeven(a) => breakeven::run(&a),
         Command::Report(a) => report::run(&a),

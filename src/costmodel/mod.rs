@@ -241,6 +241,7 @@ pub fn collective(
     sizes: &[u64],
     nranks: usize,
     graphs: &[bool],
+    launcher: Launcher,
     m: &ModelArgs,
 ) -> anyhow::Result<Modeled<CollectiveResult>> {
     let (p, label) = m.resolve()?;
@@ -250,11 +251,14 @@ pub fn collective(
             "a collective needs at least 2 ranks (got {nranks}); use --gpus 2 or more"
         );
     }
-    // The collective command's launcher flag does not reach the model: eager costs are those
-    // of worker processes, the CLI's default launcher.
-    let launcher = Launcher::Processes;
     let mut notes = common_notes(&p, &force, m);
-    notes.push("eager times assume ranks as worker processes".into());
+    notes.push(format!(
+        "eager times assume ranks as {}",
+        match launcher {
+            Launcher::Threads => "threads of one process",
+            Launcher::Processes => "worker processes",
+        }
+    ));
     let mut rows = vec![];
     let mut choices: Vec<String> = vec![];
     for &size in sizes {
@@ -385,6 +389,7 @@ mod tests {
             &[8192, 1 << 20],
             8,
             &[false, true],
+            Launcher::Processes,
             &args("nvlink-h100"),
         )
         .unwrap();
@@ -405,6 +410,7 @@ mod tests {
                 &[8192],
                 n,
                 &[true],
+                Launcher::Processes,
                 a,
             )
         };
