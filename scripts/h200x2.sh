@@ -15,7 +15,7 @@ W=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0   # never enable NVLink multicast, in any process started here
 K="--model kimi-k2.5 --tp 2 --tokens 3"
 step() { echo; echo "=== $*"; }
-timed() { local s; s=$(date +%s.%N); "$@"; echo "wall $(echo "$(date +%s.%N) - $s" | bc) s"; }
+timed() { local s; s=$(date +%s.%N); "$@"; echo "wall $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $s}") s"; }
 t0=$(date +%s)
 
 step "env";         $VB env > "$W/env.txt" 2>&1; $VB env --format json > "$W/env.json" 2>/dev/null; cat "$W/env.txt"
