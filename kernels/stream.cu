@@ -16,19 +16,19 @@
 __device__ __forceinline__ float lo_bf16(unsigned int u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi_bf16(unsigned int u) { return __uint_as_float(u & 0xffff0000u); }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-stream_weights(const uint4* __restrict__ pool, unsigned long long mask,
-               unsigned long long start, unsigned long long nvec,
-               const float* __restrict__ act, int tokens, float* __restrict__ partial)
+// The body for a fixed token count T: the activations live in registers, so the inner loop is
+// 8 x T fused multiply-adds per 16-byte load with no per-token branch.
+template <int T>
+__device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsigned long long mask,
+                                            unsigned long long start, unsigned long long nvec,
+                                            const float* __restrict__ act, float* __restrict__ partial)
 {
-    // act: tokens x 8 floats (one activation per weight lane and token)
-    __shared__ float a[MAXT * 8];
-    for (int i = threadIdx.x; i < tokens * 8; i += blockDim.x) a[i] = act[i];
-    __syncthreads();
-
-    float acc[MAXT];
+    float a[T * 8];
 #pragma unroll
-    for (int t = 0; t < MAXT; ++t) acc[t] = 0.f;
+    for (int i = 0; i < T * 8; ++i) a[i] = act[i];
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) acc[t] = 0.f;
 
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -42,12 +42,9 @@ stream_weights(const uint4* __restrict__ pool, unsigned long long mask,
             float w[8] = {lo_bf16(v[k].x), hi_bf16(v[k].x), lo_bf16(v[k].y), hi_bf16(v[k].y),
                           lo_bf16(v[k].z), hi_bf16(v[k].z), lo_bf16(v[k].w), hi_bf16(v[k].w)};
 #pragma unroll
-            for (int t = 0; t < MAXT; ++t) {
-                if (t < tokens) {
+            for (int t = 0; t < T; ++t)
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) acc[t] = fmaf(w[j], a[t * 8 + j], acc[t]);
-                }
-            }
+                for (int j = 0; j < 8; ++j) acc[t] = fmaf(w[j], a[t * 8 + j], acc[t]);
         }
     }
     for (; i < nvec; i += stride) {
@@ -55,28 +52,40 @@ stream_weights(const uint4* __restrict__ pool, unsigned long long mask,
         float w[8] = {lo_bf16(v.x), hi_bf16(v.x), lo_bf16(v.y), hi_bf16(v.y),
                       lo_bf16(v.z), hi_bf16(v.z), lo_bf16(v.w), hi_bf16(v.w)};
 #pragma unroll
-        for (int t = 0; t < MAXT; ++t) {
-            if (t < tokens) {
+        for (int t = 0; t < T; ++t)
 #pragma unroll
-                for (int j = 0; j < 8; ++j) acc[t] = fmaf(w[j], a[t * 8 + j], acc[t]);
-            }
-        }
+            for (int j = 0; j < 8; ++j) acc[t] = fmaf(w[j], a[t * 8 + j], acc[t]);
     }
 
     // block reduction per token: warp shuffles, then one value per warp in shared memory
-    __shared__ float red[THREADS / 32][MAXT];
+    __shared__ float red[THREADS / 32][T];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int t = 0; t < MAXT; ++t) {
+    for (int t = 0; t < T; ++t) {
         float x = acc[t];
         for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
         if (lane == 0) red[warp][t] = x;
     }
     __syncthreads();
-    if (threadIdx.x < tokens) {
+    if (threadIdx.x < T) {
         float s = 0.f;
         for (int w = 0; w < THREADS / 32; ++w) s += red[w][threadIdx.x];
         partial[blockIdx.x * MAXT + threadIdx.x] = s;
+    }
+}
+
+// act: tokens x 8 floats (one activation per weight lane and token); partial: one sum per block
+// and token (MAXT floats per block).
+extern "C" __global__ void __launch_bounds__(THREADS)
+stream_weights(const uint4* __restrict__ pool, unsigned long long mask,
+               unsigned long long start, unsigned long long nvec,
+               const float* __restrict__ act, int tokens, float* __restrict__ partial)
+{
+    switch (tokens) {
+#define CASE(T) case T: stream_body<T>(pool, mask, start, nvec, act, partial); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+        CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
+#undef CASE
     }
 }
 

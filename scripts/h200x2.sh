@@ -11,6 +11,7 @@ set -uo pipefail
 VB=$(realpath "${1:-target/release/verifybench}")
 OUTDIR=${2:-${OUT:-out}}
 mkdir -p "$OUTDIR"
+OUTDIR=$(realpath "$OUTDIR")
 W=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0   # never enable NVLink multicast, in any process started here
 K="--model kimi-k2.5 --tp 2 --tokens 3"
@@ -63,7 +64,7 @@ step "worker x2 over the TCP rendezvous, NET transport (P2P and SHM disabled)"
 cat "$W/worker-net-rank1.txt"
 grep -h "via NET\|Using network" "$W"/worker-net.*.log | sort | uniq | head -8 | tee "$W/worker-net-transport.txt"
 echo "part A took $(( $(date +%s) - t0 )) s"
-tar -C "$W" -czf "$OUTDIR/part-a.tgz" . 
+(cd "$W" && tar -czf "$OUTDIR/part-a.tgz" .)
 
 t1=$(date +%s)
 SW="sweep --backend nccl $K --graph both -n 100 -w 10 --point-timeout 60"
@@ -83,10 +84,18 @@ step "sweep --preset pcie"
 timed $VB $SW --preset pcie \
     --results "$W/sweep-pcie.jsonl" --log-dir "$W/sweep-pcie.logs" \
     --export-table-markdown "$W/sweep-pcie.md" 2>&1 | tee "$W/sweep-pcie.txt"
+step "sweep: a misspelt variable (NCCL_PRTO) changes nothing"
+$VB $SW -L NCCL_PRTO=LL \
+    --results "$W/sweep-misspelt.jsonl" --log-dir "$W/sweep-misspelt.logs" \
+    --export-table-markdown "$W/sweep-misspelt.md" 2>&1 | tee "$W/sweep-misspelt.txt"
+step "sweep over NCCL's network transport (P2P and SHM disabled): protocols"
+NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 timed $VB $SW -L NCCL_PROTO=LL,LL128,Simple -n 30 -w 3 \
+    --results "$W/sweep-net.jsonl" --log-dir "$W/sweep-net.logs" \
+    --export-table-markdown "$W/sweep-net.md" 2>&1 | tee "$W/sweep-net.txt"
 echo "sweeps took $(( $(date +%s) - t1 )) s"
-tar -C "$W" -czf "$OUTDIR/part-b.tgz" --exclude='part-a.tgz' sweep-* 
+(cd "$W" && tar -czf "$OUTDIR/part-b.tgz" sweep-*)
 
 step "PyTorch peer (scripts/compare_torch.sh)"
 VERIFYBENCH=$VB LAUNCHER=processes timeout 240 bash scripts/compare_torch.sh "$W/compare-torch" 2>&1 | tail -40
-tar -C "$W" -czf "$OUTDIR/part-c.tgz" compare-torch
+(cd "$W" && tar -czf "$OUTDIR/part-c.tgz" compare-torch)
 echo "all took $(( $(date +%s) - t0 )) s"

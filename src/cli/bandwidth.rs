@@ -20,6 +20,10 @@ pub struct BandwidthArgs {
     /// Timed passes per measurement (the best is kept, as for a ceiling).
     #[arg(short = 'n', long = "iters", default_value_t = 10)]
     pub iters: u32,
+    /// Sizes of single streaming operations to time (3 tokens), as a verify step's ops are:
+    /// small operations pay a fixed launch-and-drain cost on top of their bytes.
+    #[arg(long, value_delimiter = ',', value_parser = size_arg, default_value = "16,1M,4M,16M,64M,256M")]
+    pub op_sizes: Vec<u64>,
     /// Write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<std::path::PathBuf>,
@@ -38,6 +42,8 @@ pub struct Bandwidth {
     pub copy_read_gbps: f64,
     /// The streaming kernel (bytes read), per token count.
     pub stream_gbps: Vec<(usize, f64)>,
+    /// Single streaming operations of 3 tokens: (bytes, median us, GB/s).
+    pub per_op: Vec<(u64, f64, f64)>,
 }
 
 fn best_us(
@@ -59,7 +65,12 @@ fn best_us(
     Ok(best)
 }
 
-pub fn measure(device: usize, bytes: u64, iters: u32) -> anyhow::Result<Bandwidth> {
+pub fn measure(
+    device: usize,
+    bytes: u64,
+    iters: u32,
+    op_sizes: &[u64],
+) -> anyhow::Result<Bandwidth> {
     let gpu = Gpu::open(device)?;
     let l2 = gpu
         .ctx
@@ -92,7 +103,35 @@ pub fn measure(device: usize, bytes: u64, iters: u32) -> anyhow::Result<Bandwidt
         })?;
         stream.push((tokens, n as f64 / (t * 1e3)));
     }
+    // single operations at rotating offsets (so that small ones do not hit L2 from the last)
+    let mut per_op = vec![];
+    {
+        let tokens = 3usize;
+        let act: Vec<u8> = (0..tokens * 8)
+            .flat_map(|i| (0.5f32 + i as f32).to_le_bytes())
+            .collect();
+        let mut a = gpu.alloc(act.len())?;
+        gpu.upload(&mut a, &act)?;
+        let (e0, e1) = (gpu.event()?, gpu.event()?);
+        for &sz in op_sizes {
+            let nvec = (sz / 16).max(1).min(pool.vecs);
+            let mut t = vec![];
+            for k in 0..40u64 {
+                let start = (k * (nvec + 4096)) & (pool.vecs - 1);
+                gpu.record(&e0)?;
+                kernels.stream(&gpu, &pool, start, nvec, &a, tokens, &partial)?;
+                gpu.record(&e1)?;
+                gpu.sync()?;
+                if k >= 5 {
+                    t.push(e0.elapsed_us(&e1)?);
+                }
+            }
+            let med = crate::measure::Summary::from_samples(&t).map_or(0.0, |s| s.median_us);
+            per_op.push((nvec * 16, med, (nvec * 16) as f64 / (med * 1e3)));
+        }
+    }
     Ok(Bandwidth {
+        per_op,
         device,
         name: gpu.info().name,
         bytes: n,
@@ -122,7 +161,7 @@ pub fn run(a: &BandwidthArgs) -> anyhow::Result<i32> {
         "gpu", "name", "bytes", "L2", "copy r+w", "copy read"
     );
     for &d in &devices {
-        let b = measure(d, a.bytes, a.iters)?;
+        let b = measure(d, a.bytes, a.iters, &a.op_sizes)?;
         let s: Vec<String> = b
             .stream_gbps
             .iter()
@@ -138,6 +177,12 @@ pub fn run(a: &BandwidthArgs) -> anyhow::Result<i32> {
             b.copy_read_gbps,
             s.join(", ")
         );
+        let ops: Vec<String> = b
+            .per_op
+            .iter()
+            .map(|(bytes, us, g)| format!("{}: {us:.1} us ({g:.0} GB/s)", human_bytes(*bytes)))
+            .collect();
+        println!("      single operations, 3 tokens: {}", ops.join(", "));
         all.push(b);
     }
     if let Some(p) = &a.export_json {

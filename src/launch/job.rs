@@ -111,6 +111,10 @@ pub struct RankResult {
     /// Read bandwidth of the streaming kernel on this rank (GB/s), when compute ran.
     #[serde(default)]
     pub stream_gbps: Option<f64>,
+    /// Time of a minimal streaming launch (16 bytes) on this rank (us): the fixed cost of one
+    /// compute operation, when compute ran.
+    #[serde(default)]
+    pub stream_fixed_us: Option<f64>,
 }
 
 /// Where a rank stands.
@@ -258,6 +262,7 @@ pub fn run_rank(
         wrong: vec![],
         init_s: 0.0,
         stream_gbps: None,
+        stream_fixed_us: None,
     };
     if let Job::Env = job {
         result.gpu = crate::comm::device::info(setup.device).ok();
@@ -375,6 +380,7 @@ pub fn run_rank(
             let compute = if needs_compute {
                 let c = Compute::new(&rank.gpu, schedule.tokens as usize)?;
                 result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
+                result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu)?);
                 Some(c)
             } else {
                 None
@@ -556,6 +562,28 @@ impl Compute {
             partial,
             tokens,
         })
+    }
+
+    /// Time of a minimal streaming launch (one 16-byte vector), median of 50, us.
+    fn measure_fixed_us(&self, gpu: &Gpu) -> anyhow::Result<f64> {
+        let (a, b) = (gpu.event()?, gpu.event()?);
+        let mut t = vec![];
+        for i in 0..50u64 {
+            gpu.record(&a)?;
+            self.kernels.stream(
+                gpu,
+                &self.pool,
+                i * 4096,
+                1,
+                &self.act,
+                self.tokens,
+                &self.partial,
+            )?;
+            gpu.record(&b)?;
+            gpu.sync()?;
+            t.push(a.elapsed_us(&b)?);
+        }
+        Ok(crate::measure::Summary::from_samples(&t).map_or(0.0, |s| s.median_us))
     }
 
     /// Read bandwidth of one pass over the whole pool (best of three), GB/s.

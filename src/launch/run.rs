@@ -502,7 +502,25 @@ pub fn verify_record(
         .iter()
         .filter_map(|r| r.stream_gbps)
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
-    let p = provenance(launcher, started, results);
+    let mut p = provenance(launcher, started, results);
+    let fixed = results
+        .iter()
+        .filter_map(|r| r.stream_fixed_us)
+        .fold(None, |m: Option<f64>, x| {
+            Some(m.map_or(x, |m: f64| m.max(x)))
+        });
+    if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
+        let nops = schedule
+            .ops
+            .iter()
+            .filter(|o| matches!(o, crate::model::Op::Compute { .. }))
+            .count();
+        p.notes.push(format!(
+            "compute prediction with a fixed cost per operation: {} B / {bw:.0} GB/s + {nops} operations x {fx:.2} us (a minimal streaming launch, same run) = {:.1} us",
+            schedule.total_weight_bytes(),
+            schedule.total_weight_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
+        ));
+    }
     Ok(Record::new(
         Source::Measured,
         p,
