@@ -74,20 +74,22 @@ __device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsi
     }
 }
 
+// One kernel per token count, stream_weights_1 .. stream_weights_16, so that each gets the
+// registers its own T needs (one kernel switching over T would be compiled for the largest).
 // act: tokens x 8 floats (one activation per weight lane and token); partial: one sum per block
 // and token (MAXT floats per block).
-extern "C" __global__ void __launch_bounds__(THREADS)
-stream_weights(const uint4* __restrict__ pool, unsigned long long mask,
-               unsigned long long start, unsigned long long nvec,
-               const float* __restrict__ act, int tokens, float* __restrict__ partial)
-{
-    switch (tokens) {
-#define CASE(T) case T: stream_body<T>(pool, mask, start, nvec, act, partial); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-        CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
-#undef CASE
+#define STREAM_KERNEL(T)                                                                         \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                        \
+    stream_weights_##T(const uint4* __restrict__ pool, unsigned long long mask,                  \
+                       unsigned long long start, unsigned long long nvec,                        \
+                       const float* __restrict__ act, float* __restrict__ partial)               \
+    {                                                                                            \
+        stream_body<T>(pool, mask, start, nvec, act, partial);                                   \
     }
-}
+STREAM_KERNEL(1) STREAM_KERNEL(2) STREAM_KERNEL(3) STREAM_KERNEL(4)
+STREAM_KERNEL(5) STREAM_KERNEL(6) STREAM_KERNEL(7) STREAM_KERNEL(8)
+STREAM_KERNEL(9) STREAM_KERNEL(10) STREAM_KERNEL(11) STREAM_KERNEL(12)
+STREAM_KERNEL(13) STREAM_KERNEL(14) STREAM_KERNEL(15) STREAM_KERNEL(16)
 
 // One tiny kernel: what a real layer's many small kernels (norms, rotary, router, quantization)
 // cost in launches. Eager mode pays its launch; a CUDA graph replays it almost for free.

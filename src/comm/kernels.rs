@@ -40,7 +40,8 @@ fn arch(major: i32, minor: i32) -> &'static str {
 
 /// The compiled kernels on one GPU.
 pub struct Kernels {
-    stream: CudaFunction,
+    /// stream_weights_T for T = 1..=MAXT (index T - 1).
+    stream: Vec<CudaFunction>,
     tiny: CudaFunction,
     sms: u32,
 }
@@ -80,7 +81,9 @@ impl Kernels {
             )
             .unwrap_or(132) as u32;
         Ok(Kernels {
-            stream: f("stream_weights")?,
+            stream: (1..=MAXT)
+                .map(|t| f(&format!("stream_weights_{t}")))
+                .collect::<anyhow::Result<_>>()?,
             tiny: f("tiny")?,
             sms,
         })
@@ -123,18 +126,16 @@ impl Kernels {
         };
         let (pp, ap, outp) = (pool.buf.ptr(), act.ptr(), partial.ptr());
         let mask = pool.vecs - 1;
-        let t = tokens as i32;
-        let mut b = gpu.stream.launch_builder(&self.stream);
+        let mut b = gpu.stream.launch_builder(&self.stream[tokens - 1]);
         b.arg(&pp)
             .arg(&mask)
             .arg(&start)
             .arg(&nvec)
             .arg(&ap)
-            .arg(&t)
             .arg(&outp);
-        // SAFETY: the argument list matches stream_weights' signature (three pointers passed as
-        // 64-bit device addresses, u64 mask/start/count, int tokens); every index is masked into
-        // the pool; act holds tokens*8 floats; partial holds blocks*MAXT floats (asserted).
+        // SAFETY: the argument list matches stream_weights_T's signature (pointers passed as
+        // 64-bit device addresses, u64 mask/start/count); every index is masked into the pool;
+        // act holds tokens*8 floats; partial holds blocks*MAXT floats (asserted).
         unsafe { b.launch(cfg) }
             .map_err(|e| anyhow::anyhow!("GPU {}: launching stream_weights: {e:?}", gpu.ordinal))?;
         Ok(())

@@ -471,7 +471,10 @@ pub enum Step {
 
 /// The replay steps of a schedule: collectives and compute in order, `launches_per_layer`
 /// tiny kernels at the start of every layer, and consecutive streaming ranges so that one
-/// operation starts where the previous ended (offsets wrap inside the pool).
+/// operation starts where the previous ended (offsets wrap inside the pool). Compute operations
+/// with nothing between them (router, routed and shared experts of one layer) are streamed by
+/// one launch: the weights a rank reads between two collectives are what the replay models; the
+/// launch load of a real layer's many kernels is `launches_per_layer`.
 pub fn plan_steps(s: &Schedule, launches_per_layer: u32) -> Vec<Step> {
     let mut steps = vec![];
     let mut cursor = 0u64;
@@ -488,10 +491,13 @@ pub fn plan_steps(s: &Schedule, launches_per_layer: u32) -> Vec<Step> {
             Op::Collective { .. } => steps.push(Step::Coll),
             Op::Compute { weight_bytes, .. } => {
                 let nvec = weight_bytes / 16;
-                steps.push(Step::Stream {
-                    start: cursor,
-                    nvec,
-                });
+                match steps.last_mut() {
+                    Some(Step::Stream { nvec: n, .. }) => *n += nvec,
+                    _ => steps.push(Step::Stream {
+                        start: cursor,
+                        nvec,
+                    }),
+                }
                 cursor = cursor.wrapping_add(nvec);
             }
         }
@@ -606,5 +612,61 @@ impl Compute {
             best = best.min(a.elapsed_us(&b)?);
         }
         Ok((self.pool.vecs * 16) as f64 / (best * 1e3))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{build, presets::preset, Phase, ScheduleOptions};
+
+    #[test]
+    fn steps_keep_schedule_order_and_merge_adjacent_compute() {
+        let s = build(
+            &preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp: 8,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let steps = plan_steps(&s, 2);
+        let colls = steps.iter().filter(|x| **x == Step::Coll).count() as u64;
+        assert_eq!(colls, s.n_collectives());
+        // every byte of every compute op is streamed once
+        let streamed: u64 = steps
+            .iter()
+            .map(|x| match x {
+                Step::Stream { nvec, .. } => nvec * 16,
+                _ => 0,
+            })
+            .sum();
+        let want: u64 = s
+            .ops
+            .iter()
+            .map(|o| match o {
+                Op::Compute { weight_bytes, .. } => weight_bytes / 16 * 16,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(streamed, want);
+        // one streaming launch between two collectives (attention; MLP or MoE), plus LM head
+        let launches = steps
+            .iter()
+            .filter(|x| matches!(x, Step::Stream { .. }))
+            .count();
+        assert_eq!(launches, 2 * 61 + 1);
+        // two tiny kernels per layer, placed before the layer's first step
+        assert_eq!(steps.iter().filter(|x| **x == Step::Tiny).count(), 2 * 61);
+        assert_eq!(&steps[..4], &[Step::Coll, Step::Tiny, Step::Tiny, steps[3]]);
+        // consecutive ranges: each launch starts where the last ended
+        let mut cursor = 0;
+        for x in &steps {
+            if let Step::Stream { start, nvec } = x {
+                assert_eq!(*start, cursor);
+                cursor += nvec;
+            }
+        }
     }
 }

@@ -510,13 +510,12 @@ pub fn verify_record(
             Some(m.map_or(x, |m: f64| m.max(x)))
         });
     if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
-        let nops = schedule
-            .ops
+        let nops = crate::launch::job::plan_steps(schedule, 0)
             .iter()
-            .filter(|o| matches!(o, crate::model::Op::Compute { .. }))
+            .filter(|s| matches!(s, crate::launch::job::Step::Stream { .. }))
             .count();
         p.notes.push(format!(
-            "compute prediction with a fixed cost per operation: {} B / {bw:.0} GB/s + {nops} operations x {fx:.2} us (a minimal streaming launch, same run) = {:.1} us",
+            "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us (a minimal streaming launch, same run) = {:.1} us",
             schedule.total_weight_bytes(),
             schedule.total_weight_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
         ));

@@ -262,13 +262,34 @@ pub fn shell_quote(v: &str) -> String {
     }
 }
 
-/// The recommendation block: the best setting's `export` lines, or why there is none.
+/// Default smallest relative gain that counts (see `--noise-floor`).
+pub const NOISE_FLOOR: f64 = 0.01;
+
+/// The recommendation block with the default noise floor.
 pub fn advice(r: &Ranking) -> String {
+    advice_with(r, NOISE_FLOOR)
+}
+
+/// The recommendation block: the best setting's `export` lines, or why there is none. A point
+/// that only sets variables NCCL does not read cannot be better than the defaults, whatever its
+/// timing says; a gain smaller than `noise_floor` (relative) or 2 standard errors is noise.
+pub fn advice_with(r: &Ranking, noise_floor: f64) -> String {
     let mut out = String::new();
-    let Some(best) = r.rows.iter().find(|x| x.wrong == 0) else {
+    let clean: Vec<&Row> = r.rows.iter().filter(|x| x.wrong == 0).collect();
+    if clean.is_empty() {
         out.push_str("No point ran without errors: nothing to recommend.\n");
         return out;
+    }
+    let inert = |p: &SweepPoint| {
+        !p.overrides.is_empty() && p.overrides.iter().all(|(k, _)| !super::known::is_known(k))
     };
+    for x in clean.iter().take_while(|x| inert(x.point)) {
+        out.push_str(&format!(
+            "Note: {} ranks above the baseline but sets only variables NCCL does not read, so it ran NCCL's defaults: its lead is run-to-run noise.\n",
+            label(x.point)
+        ));
+    }
+    let best = *clean.iter().find(|x| !inert(x.point)).unwrap_or(&clean[0]);
     let col = if r.primary_graph { "graph" } else { "eager" };
     let cell = if r.primary_graph {
         &best.graph
@@ -283,6 +304,19 @@ pub fn advice(r: &Ranking) -> String {
         ));
         return out;
     }
+    let ratio = cell.as_ref().and_then(|c| c.ratio);
+    if let Some((ratio, err)) = ratio {
+        if ratio.is_finite() && 1.0 - ratio < noise_floor.max(2.0 * err) {
+            out.push_str(&format!(
+                "Recommendation: keep NCCL's defaults: the fastest point, {}, is {:.1}% faster than the baseline, inside the noise floor of {:.1}% (--noise-floor) or 2 standard errors ({col} replay, {} numbers).\n",
+                label(p),
+                (1.0 - ratio) * 100.0,
+                noise_floor.max(2.0 * err) * 100.0,
+                r.source
+            ));
+            return out;
+        }
+    }
     out.push_str(&format!(
         "Recommendation ({col} replay, {} numbers): {}\n",
         r.source,
@@ -291,17 +325,13 @@ pub fn advice(r: &Ranking) -> String {
     for (k, v) in &p.overrides {
         out.push_str(&format!("  export {k}={}\n", shell_quote(v)));
     }
-    match cell.as_ref().and_then(|c| c.ratio) {
+    match ratio {
         Some((ratio, err)) if ratio.is_finite() => {
             out.push_str(&format!(
-                "  {:.1}% of the baseline's verify time (ratio {ratio:.3} ± {err:.3})\n",
-                ratio * 100.0
+                "  {:.1}% of the baseline's verify time (ratio {ratio:.3} ± {err:.3}; noise floor {:.1}%)\n",
+                ratio * 100.0,
+                noise_floor * 100.0
             ));
-            if (1.0 - ratio).abs() < 2.0 * err || err == 0.0 && (1.0 - ratio).abs() < 0.01 {
-                out.push_str(
-                    "  WARNING: within noise of the baseline (|1 - ratio| < 2 sigma): the defaults are as good; rerun with more -n before changing anything.\n",
-                );
-            }
         }
         _ => out.push_str("  (no baseline timing to compare with)\n"),
     }
