@@ -10,7 +10,7 @@
 # network transport. Part B: the NCCL settings sweeps and the PyTorch peer.
 # Each part ends in a tarball so that a run stopped half way still returns part A.
 set -uo pipefail
-VB=$(realpath "${1:-target/release/verifybench}")
+VB=${1:-target/release/verifybench}
 OUTDIR=${2:-${OUT:-out}}
 mkdir -p "$OUTDIR"
 OUTDIR=$(realpath "$OUTDIR")
