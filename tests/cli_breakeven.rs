@@ -327,3 +327,63 @@ fn wrong_results_files_exit_2() {
         "cannot read",
     );
 }
+
+/// The acceptance path end to end: records written by the cost-model backend of `verify`
+/// (verify and decode phases) feed `breakeven`, whose outputs are labelled modeled.
+#[test]
+fn from_records_written_by_the_cost_model_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let verify = dir.path().join("verify.json");
+    let decode = dir.path().join("decode.json");
+    for (phase, path) in [("verify", &verify), ("decode", &decode)] {
+        vb().args([
+            "verify",
+            "--backend",
+            "model",
+            "--model",
+            "kimi-k2.5",
+            "--tp",
+            "8",
+            "--tokens",
+            "3",
+            "--mode",
+            "full",
+            "--phase",
+            phase,
+            "-q",
+            "--export-json",
+        ])
+        .arg(path)
+        .assert()
+        .success();
+    }
+    let v = json(&[
+        "--from",
+        verify.to_str().unwrap(),
+        "--from",
+        decode.to_str().unwrap(),
+        "--accept-length",
+        "2.5",
+    ]);
+    assert_eq!(v["modeled"], true, "{v}");
+    let row = &v["rows"][0];
+    assert_eq!(row["verify_ms"]["origin"], "modeled");
+    // the break-even accept length is the cycle over the decode step, both from the records
+    let rec = |p: &Path| -> f64 {
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        let runs = r[0]["result"]["runs"].as_array().unwrap().clone();
+        let g = runs
+            .iter()
+            .find(|x| x["graph"] == true && x["mode"] == "full")
+            .unwrap();
+        g["per_verify"]["median_us"].as_f64().unwrap() / 1000.0
+    };
+    let (tv, td) = (rec(&verify), rec(&decode));
+    assert!(tv > td && td > 0.0, "verify {tv} ms, decode {td} ms");
+    assert!(
+        (f(&row["breakeven_accept_length"]) - tv / td).abs() < 1e-9,
+        "{row}"
+    );
+    assert!((f(&v["baseline_tokens_per_s"]) - 1000.0 / td).abs() < 1e-6);
+}

@@ -14,7 +14,6 @@ pub mod modelfit;
 pub mod plan;
 pub mod report;
 pub mod selftest;
-pub mod stub;
 pub mod sweep;
 pub mod verify;
 pub mod worker;
