@@ -4,7 +4,7 @@
 //!
 //! Other host-side benches live in their own files, each its own `[[bench]]` target in
 //! Cargo.toml with `harness = false`:
-//! - NCCL log parsing of a large log (the sweep's parser): `benches/nccl_log.rs`.
+//! - NCCL log parsing of a large log (the sweep's parser): `benches/ncclog.rs`.
 //! - GPU enqueue costs (one all-reduce, one graph launch, with `iter_custom`):
 //!   `benches/gpu.rs`, which prints a notice and measures nothing when no GPU is present.
 //!

@@ -3,7 +3,9 @@
 #
 #   scripts/h200x2.sh [BINARY] [OUTDIR]     (defaults: target/release/verifybench, $OUT or ./out)
 #   ONLY="selftest bandwidth verify" scripts/h200x2.sh ...   (a subset of: env selftest bandwidth
-#                                              collective verify worker sweep torch)
+#                                              collective verify worker sweep torch pipnccl bench)
+#   pipnccl: verify with the NCCL of Python's nvidia-nccl wheel (--nccl-lib), compared with the
+#            PyTorch peer, which uses that NCCL; bench: benches/gpu (GPU_BENCH=its binary).
 #
 # Part A: env, selftest, bandwidth, collectives per protocol, verify (split, launch load,
 # host-memory path, decode and draft phases), two ranks over the TCP rendezvous on NCCL's
@@ -17,7 +19,7 @@ OUTDIR=$(realpath "$OUTDIR")
 W=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0   # never enable NVLink multicast, in any process started here
 K="--model kimi-k2.5 --tp 2 --tokens 3"
-ONLY=${ONLY:-env selftest bandwidth collective verify worker sweep torch}
+ONLY=${ONLY:-env selftest bandwidth collective verify worker sweep torch pipnccl bench}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 step() { echo; echo "=== $*"; }
 timed() { local s; s=$(date +%s.%N); "$@"; echo "wall $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $s}") s"; }
@@ -111,5 +113,25 @@ if want torch; then
 step "PyTorch peer (scripts/compare_torch.sh)"
 VERIFYBENCH=$VB LAUNCHER=processes timeout 240 bash scripts/compare_torch.sh "$W/compare-torch" 2>&1 | tail -40
 (cd "$W" && tar -czf "$OUTDIR/part-c.tgz" compare-torch)
+fi
+
+if want pipnccl; then
+step "verify with pip's NCCL (--nccl-lib), compared with the PyTorch peer on the same NCCL"
+PIPNCCL=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))")
+mkdir -p "$W/pipnccl"
+$VB env --nccl-lib "$PIPNCCL" 2>&1 | tee "$W/pipnccl/env.txt" | head -4
+$VB verify --backend nccl --nccl-lib "$PIPNCCL" --launcher processes $K -n 200 -w 20 \
+    --export-json "$W/pipnccl/vb.json" 2>&1 | tee "$W/pipnccl/vb.txt"
+TORCH_JSON=${TORCH_JSON:-$W/compare-torch/torch.json}
+[ -f "$TORCH_JSON" ] || TORCH_JSON=results/h200x2/compare-torch/torch.json
+cp "$TORCH_JSON" "$W/pipnccl/torch.json"
+$VB compare "$W/pipnccl/vb.json" "$W/pipnccl/torch.json" 2>&1 | tee "$W/pipnccl/compare.txt"
+$VB compare "$W/pipnccl/vb.json" "$W/pipnccl/torch.json" --format markdown > "$W/pipnccl/compare.md" 2>&1
+(cd "$W" && tar -czf "$OUTDIR/part-d.tgz" pipnccl)
+fi
+if want bench; then
+step "benches/gpu: host cost of one NCCL enqueue and one graph launch"
+${GPU_BENCH:-target/gpu-bench} --bench 2>&1 | tee "$W/bench-gpu.txt"
+cp "$W/bench-gpu.txt" "$OUTDIR/" 2>/dev/null
 fi
 echo "all took $(( $(date +%s) - t0 )) s"
