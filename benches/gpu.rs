@@ -74,7 +74,14 @@ impl Rank {
         gpu.capture(|| {
             // SAFETY: as in all_reduce.
             unsafe {
-                comm.enqueue(CollectiveKind::AllReduce, DType::Bf16, s, r, COUNT, gpu.cu_stream())?
+                comm.enqueue(
+                    CollectiveKind::AllReduce,
+                    DType::Bf16,
+                    s,
+                    r,
+                    COUNT,
+                    gpu.cu_stream(),
+                )?
             };
             Ok(())
         })
@@ -142,14 +149,17 @@ fn main() {
             t
         })
     });
-    c.bench_function("host enqueue: cuGraphLaunch of one all-reduce, 2 ranks", |b| {
-        b.iter_custom(|iters| {
-            tx.send(Cmd::Graph(iters)).expect("peer");
-            let t = r0.run(iters, Some(&g0));
-            done_rx.recv().expect("peer done");
-            t
-        })
-    });
+    c.bench_function(
+        "host enqueue: cuGraphLaunch of one all-reduce, 2 ranks",
+        |b| {
+            b.iter_custom(|iters| {
+                tx.send(Cmd::Graph(iters)).expect("peer");
+                let t = r0.run(iters, Some(&g0));
+                done_rx.recv().expect("peer done");
+                t
+            })
+        },
+    );
     tx.send(Cmd::Stop).expect("stop");
     peer.join().expect("peer thread");
     c.final_summary();
