@@ -157,21 +157,26 @@ fn run_threads(
                 }
             },
             Err(_) => {
-                let missing: Vec<String> = results
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| r.is_none())
-                    .map(|(i, _)| i.to_string())
-                    .collect();
                 anyhow::bail!(
                     "rank(s) {} made no progress for {:.0} s (--timeout); the run is aborted",
-                    missing.join(", "),
+                    missing(&results),
                     spec.timeout.as_secs_f64()
                 );
             }
         }
     }
     Ok(results.into_iter().map(Option::unwrap).collect())
+}
+
+/// The ranks that have not reported, as "0, 1".
+fn missing(results: &[Option<RankResult>]) -> String {
+    results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_none())
+        .map(|(i, _)| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Children that are killed and reaped when this guard drops (no orphans on any exit path).
@@ -327,16 +332,10 @@ fn run_processes(
                 }
             }
             Err(_) => {
-                let missing: Vec<String> = results
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| r.is_none())
-                    .map(|(i, _)| i.to_string())
-                    .collect();
                 drop(children);
                 anyhow::bail!(
                     "rank(s) {} made no progress for {:.0} s (--timeout); all workers were stopped",
-                    missing.join(", "),
+                    missing(&results),
                     spec.timeout.as_secs_f64()
                 );
             }
