@@ -171,3 +171,24 @@ fn help_shows_examples() {
         .success()
         .stdout(predicate::str::contains("Examples:"));
 }
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    use std::process::{Command as P, Stdio};
+    let mut child = P::new(assert_cmd::cargo::cargo_bin("verifybench"))
+        .args(["plan", "--format", "json", "--model", "qwen3-235b-a22b"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the JSON plan (67 KB) is larger than a pipe holds: read a little, then close our end
+    // while the plan is still being written
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = [0u8; 64];
+    out.read_exact(&mut buf).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}
