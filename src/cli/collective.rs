@@ -81,7 +81,7 @@ pub fn sizes(a: &CollectiveArgs, nranks: usize) -> anyhow::Result<Vec<u64>> {
 
 pub fn run(a: &CollectiveArgs) -> anyhow::Result<i32> {
     let started = record::now_utc();
-    let backend = crate::cli::resolve_backend(a.backend, &a.gpu, false)?;
+    let backend = crate::cli::resolve_backend(a.backend, false)?;
     let record = match backend {
         Backend::Model => {
             let n = a.gpu.gpus.unwrap_or(8);

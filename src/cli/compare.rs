@@ -167,22 +167,14 @@ fn entry(r: Record, label: String, path: &Path) -> anyhow::Result<Entry> {
     })
 }
 
-/// Standard error of a median from its summary: 1.2533·stddev/sqrt(n).
-pub fn median_se(s: &Summary) -> f64 {
-    if s.n == 0 {
-        return 0.0;
-    }
-    1.2533 * s.stddev_us / (s.n as f64).sqrt()
-}
-
 /// Ratio of medians b/a and one standard error of it; `None` when a's median is not positive.
 pub fn ratio(a: &Summary, b: &Summary) -> Option<(f64, f64)> {
     if a.median_us <= 0.0 || b.median_us <= 0.0 {
         return None;
     }
     let r = b.median_us / a.median_us;
-    let ra = median_se(a) / a.median_us;
-    let rb = median_se(b) / b.median_us;
+    let ra = a.median_se() / a.median_us;
+    let rb = b.median_se() / b.median_us;
     Some((r, r * (ra * ra + rb * rb).sqrt()))
 }
 

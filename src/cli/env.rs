@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -88,14 +87,7 @@ pub fn gather(a: &EnvArgs) -> anyhow::Result<EnvReport> {
     }
     if n >= 2 {
         let devices = crate::launch::run::select_devices(&a.gpu, None)?;
-        let spec = LaunchSpec {
-            devices,
-            launcher: a.gpu.launcher,
-            timeout: Duration::from_secs_f64(a.gpu.timeout.max(1.0)),
-            env_overrides: BTreeMap::new(),
-            fault: None,
-            echo_stderr: true,
-        };
+        let spec = LaunchSpec::new(devices, a.gpu.launcher, a.gpu.timeout);
         let res = run_job(&spec, &Job::Env)?;
         r.workers = res
             .iter()

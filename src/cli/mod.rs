@@ -99,11 +99,7 @@ pub fn main() -> anyhow::Result<i32> {
 
 /// Picks the backend: `auto` means NCCL when at least two GPUs are present, else the cost
 /// model, and says so on stderr (unless `quiet`).
-pub fn resolve_backend(
-    requested: args::Backend,
-    gpu: &args::GpuArgs,
-    quiet: bool,
-) -> anyhow::Result<args::Backend> {
+pub fn resolve_backend(requested: args::Backend, quiet: bool) -> anyhow::Result<args::Backend> {
     use args::Backend;
     match requested {
         Backend::Model | Backend::Nccl => Ok(requested),
@@ -113,7 +109,6 @@ pub fn resolve_backend(
                 Ok(Backend::Nccl)
             } else {
                 if !quiet {
-                    let _ = gpu;
                     eprintln!(
                         "verifybench: {} GPU{} found, so the numbers below are MODELED by the cost model, not measured (use --backend nccl on a machine with 2+ GPUs)",
                         n,

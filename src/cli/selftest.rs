@@ -3,8 +3,7 @@
 //! hung rank, and the streaming kernel against a CPU reference. Prints a pass/fail table;
 //! exits 1 when anything fails. Needs at least two GPUs (one for the kernel check).
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::cli::args::{GpuArgs, Launcher};
 use crate::comm;
@@ -36,12 +35,8 @@ pub struct Check {
 
 fn spec(devices: &[usize], launcher: Launcher, timeout_s: f64) -> LaunchSpec {
     LaunchSpec {
-        devices: devices.to_vec(),
-        launcher,
-        timeout: Duration::from_secs_f64(timeout_s),
-        env_overrides: BTreeMap::new(),
-        fault: None,
         echo_stderr: false,
+        ..LaunchSpec::new(devices.to_vec(), launcher, timeout_s)
     }
 }
 

@@ -323,7 +323,7 @@ pub fn run(a: &SweepArgs) -> anyhow::Result<i32> {
     let backend = if a.debug_mode {
         "mock".to_string()
     } else {
-        match crate::cli::resolve_backend(a.backend, &a.gpu, a.quiet)? {
+        match crate::cli::resolve_backend(a.backend, a.quiet)? {
             Backend::Nccl => "nccl",
             _ => "model",
         }

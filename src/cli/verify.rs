@@ -61,7 +61,7 @@ pub fn run(a: &VerifyArgs) -> anyhow::Result<i32> {
         );
     }
     let started = record::now_utc();
-    let backend = crate::cli::resolve_backend(a.backend, &a.gpu, a.quiet)?;
+    let backend = crate::cli::resolve_backend(a.backend, a.quiet)?;
     let record = match backend {
         Backend::Model => {
             // Testing only (sweep's fault tests): the model backend has no worker to break, so

@@ -56,12 +56,7 @@ pub struct WorkerArgs {
 /// FNV-1a of the job's JSON: every rank must replay exactly the same job.
 fn job_hash(job: &Job) -> String {
     let text = serde_json::to_string(job).expect("jobs serialize");
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in text.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", crate::model::schedule::fnv1a(text.as_bytes()))
 }
 
 pub fn run(a: &WorkerArgs) -> anyhow::Result<i32> {

@@ -247,9 +247,7 @@ pub fn run_rank(
     mut progress: impl FnMut(usize),
 ) -> anyhow::Result<RankResult> {
     let t0 = std::time::Instant::now();
-    let nccl_env: BTreeMap<String, String> = std::env::vars()
-        .filter(|(k, _)| k.starts_with("NCCL_"))
-        .collect();
+    let nccl_env = crate::report::record::nccl_env();
     let mut result = RankResult {
         rank: setup.rank,
         pid: std::process::id(),

@@ -41,6 +41,21 @@ pub struct LaunchSpec {
     pub echo_stderr: bool,
 }
 
+impl LaunchSpec {
+    /// Ranks on `devices`, no overrides, no fault, workers' stderr echoed; `timeout_s` is the
+    /// longest silence allowed (at least one second).
+    pub fn new(devices: Vec<usize>, launcher: Launcher, timeout_s: f64) -> LaunchSpec {
+        LaunchSpec {
+            devices,
+            launcher,
+            timeout: Duration::from_secs_f64(timeout_s.max(1.0)),
+            env_overrides: BTreeMap::new(),
+            fault: None,
+            echo_stderr: true,
+        }
+    }
+}
+
 /// Checks the GPU flags against the machine and returns the device ordinals to use.
 /// `wanted` is the rank count the workload needs (its --tp), if fixed.
 pub fn select_devices(g: &GpuArgs, wanted: Option<usize>) -> anyhow::Result<Vec<usize>> {
@@ -409,12 +424,9 @@ pub fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Pr
 
 fn spec_of(g: &GpuArgs, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) -> LaunchSpec {
     LaunchSpec {
-        devices,
-        launcher: g.launcher,
-        timeout: Duration::from_secs_f64(g.timeout.max(1.0)),
-        env_overrides: BTreeMap::new(),
         fault,
         echo_stderr: !quiet,
+        ..LaunchSpec::new(devices, g.launcher, g.timeout)
     }
 }
 

@@ -78,6 +78,15 @@ impl Summary {
         })
     }
 
+    /// Standard error of the median, sqrt(pi/2) * stddev / sqrt(n) (the normal approximation;
+    /// outliers widen the stddev, so it errs large); 0 for fewer than two samples.
+    pub fn median_se(&self) -> f64 {
+        if self.n < 2 {
+            return 0.0;
+        }
+        1.2533 * self.stddev_us / (self.n as f64).sqrt()
+    }
+
     /// The same summary with every value divided by `d` (per-op times from per-verify times).
     pub fn scaled(&self, d: f64) -> Summary {
         Summary {

@@ -305,14 +305,15 @@ impl Schedule {
     pub fn hash(&self) -> String {
         let text = serde_json::to_string(&(&self.ops, self.tp, self.tokens, self.dtype))
             .expect("schedule serializes");
-        // FNV-1a 64: stable across builds and platforms, unlike std's hasher.
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in text.bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x100000001b3);
-        }
-        format!("{h:016x}")
+        format!("{:016x}", fnv1a(text.as_bytes()))
     }
+}
+
+/// FNV-1a, 64 bits: a fingerprint stable across builds and platforms, unlike std's hasher.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 /// Expected distinct routed experts per layer for `tokens` tokens.

@@ -25,9 +25,7 @@ pub struct MockSpec<'a> {
 }
 
 fn seed(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    })
+    crate::model::schedule::fnv1a(s.as_bytes())
 }
 
 /// The fake outcome of a point.

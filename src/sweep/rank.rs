@@ -51,13 +51,7 @@ fn run_of(p: &SweepPoint, graph: bool, mode: Mode) -> Option<&VerifyRun> {
 
 /// Median and its standard error from a run's Summary.
 pub fn median_err(r: &VerifyRun) -> (f64, f64) {
-    let s = &r.per_verify;
-    let se = if s.n > 1 {
-        1.25 * s.stddev_us / (s.n as f64).sqrt()
-    } else {
-        0.0
-    };
-    (s.median_us, se)
+    (r.per_verify.median_us, r.per_verify.median_se())
 }
 
 /// Ratio a/b and its standard error.
