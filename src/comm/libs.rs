@@ -32,8 +32,14 @@ fn nvrtc_loadable_by_default() -> bool {
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
-/// Directories of Python's site-packages (for pip-installed nvidia-* wheels).
+/// Directories of Python's site-packages (for pip-installed nvidia-* wheels). Asking Python
+/// costs a process start, so it is asked once per run.
 fn python_site_dirs() -> Vec<PathBuf> {
+    static DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    DIRS.get_or_init(ask_python_site_dirs).clone()
+}
+
+fn ask_python_site_dirs() -> Vec<PathBuf> {
     let mut dirs = vec![];
     for py in ["python3", "python"] {
         let out = std::process::Command::new(py)

@@ -1,10 +1,9 @@
 //! Ranking and advice: points sorted by verify time, ratios to the baseline with their
 //! uncertainty, and the `export` lines of the best setting.
 //!
-//! Uncertainty of a median: the standard error `stddev / sqrt(n)` of the record's Summary (a
-//! normal approximation; the median's own standard error is about 1.25x that, so we scale by
-//! 1.25). Ratio r = m / m0 has relative error sqrt((e/m)^2 + (e0/m0)^2). "Within noise" means
-//! |r - 1| < 2 sigma_r.
+//! Uncertainty of a median: [`Summary::median_se`](crate::measure::Summary::median_se), the
+//! normal approximation sqrt(pi/2) stddev / sqrt(n). Ratio r = m / m0 has relative error
+//! sqrt((e/m)^2 + (e0/m0)^2). A gain counts only beyond 2 sigma_r and beyond `--noise-floor`.
 
 use super::results::SweepPoint;
 use crate::report::export::Table;
