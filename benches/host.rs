@@ -16,9 +16,10 @@ use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion
 
 use verifybench::measure::Summary;
 use verifybench::model::{self, presets, Phase, ScheduleOptions};
-use verifybench::report::record::{
-    now_utc, Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
+use verifybench::record::{
+    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
 };
+use verifybench::util::now_utc;
 
 fn kimi_tp8() -> (model::ModelShape, ScheduleOptions) {
     let shape = presets::preset("kimi-k2.5").expect("kimi-k2.5 preset");

@@ -9,10 +9,11 @@ use predicates::prelude::*;
 
 use verifybench::measure::Summary;
 use verifybench::model::{self, presets, CollectiveKind, Phase, Schedule, ScheduleOptions};
-use verifybench::report::record::{
-    now_utc, read_records, Body, CollectiveResult, Mode, Provenance, Record, Source, VerifyResult,
+use verifybench::record::{
+    read_records, Body, CollectiveResult, Mode, Provenance, Record, Source, VerifyResult,
     VerifyRun, Workload,
 };
+use verifybench::util::now_utc;
 
 fn vb() -> Command {
     Command::cargo_bin("verifybench").unwrap()

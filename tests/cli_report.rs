@@ -7,7 +7,8 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use verifybench::measure::Summary;
 use verifybench::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
-use verifybench::report::record::*;
+use verifybench::record::*;
+use verifybench::util::{now_utc, write_file};
 
 fn vb() -> Command {
     Command::cargo_bin("verifybench").unwrap()

@@ -186,7 +186,7 @@ pub fn run(a: &BandwidthArgs) -> anyhow::Result<i32> {
         all.push(b);
     }
     if let Some(p) = &a.export_json {
-        crate::report::record::write_file(p, serde_json::to_string_pretty(&all)?.as_bytes())?;
+        crate::util::write_file(p, serde_json::to_string_pretty(&all)?.as_bytes())?;
     }
     Ok(0)
 }

@@ -3,7 +3,7 @@
 use crate::cli::args::{Backend, GpuArgs, GraphChoice, RepeatArgs};
 use crate::costmodel::ModelArgs;
 use crate::model::{CollectiveKind, DType};
-use crate::report::record::{self, Body, Provenance, Record, Source};
+use crate::record::{Body, Provenance, Record, Source};
 use crate::report::{text, ExportArgs};
 use crate::units::size_arg;
 
@@ -80,7 +80,7 @@ pub fn sizes(a: &CollectiveArgs, nranks: usize) -> anyhow::Result<Vec<u64>> {
 }
 
 pub fn run(a: &CollectiveArgs) -> anyhow::Result<i32> {
-    let started = record::now_utc();
+    let started = crate::util::now_utc();
     let backend = crate::cli::resolve_backend(a.backend, false)?;
     let record = match backend {
         Backend::Model => {

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::error::usage;
 use crate::measure::Summary;
-use crate::report::record::{read_records, Mode, VerifyResult, VerifyRun, Workload};
-use crate::report::{Body, Record, Source};
+use crate::record::{read_records, Mode, VerifyResult, VerifyRun, Workload};
+use crate::record::{Body, Record, Source};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -593,7 +593,8 @@ fn wrap(text: &str, width: usize, lead: &str) -> String {
 mod tests {
     use super::*;
     use crate::model::{self, Phase, ScheduleOptions};
-    use crate::report::record::{now_utc, Provenance, WorkerInfo};
+    use crate::record::{Provenance, WorkerInfo};
+    use crate::util::now_utc;
 
     fn workload(tp: u64) -> Workload {
         let s = model::build(

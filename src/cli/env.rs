@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::cli::args::GpuArgs;
 use crate::comm;
 use crate::launch::{run::run_job, Job, LaunchSpec};
-use crate::report::record::{self, GpuInfo, WorkerInfo};
+use crate::record::{GpuInfo, WorkerInfo};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct EnvArgs {
@@ -42,7 +42,7 @@ pub struct EnvReport {
 
 pub fn gather(a: &EnvArgs) -> anyhow::Result<EnvReport> {
     let mut r = EnvReport {
-        host: record::hostname(),
+        host: crate::util::hostname(),
         driver_version: comm::device::driver_version(),
         cuda_driver_api: None,
         gpus: vec![],
@@ -51,7 +51,7 @@ pub fn gather(a: &EnvArgs) -> anyhow::Result<EnvReport> {
         nccl_library: None,
         nvrtc_available: false,
         nvrtc_library: None,
-        nccl_env: record::nccl_env(),
+        nccl_env: crate::util::nccl_env(),
         workers: vec![],
         problems: vec![],
     };

@@ -125,7 +125,7 @@ pub fn resolve_backend(requested: args::Backend, quiet: bool) -> anyhow::Result<
 pub fn nccl_verify(
     a: &verify::VerifyArgs,
     started: String,
-) -> anyhow::Result<crate::report::Record> {
+) -> anyhow::Result<crate::record::Record> {
     crate::launch::verify(a, started)
 }
 
@@ -133,6 +133,6 @@ pub fn nccl_verify(
 pub fn nccl_collective(
     a: &collective::CollectiveArgs,
     started: String,
-) -> anyhow::Result<crate::report::Record> {
+) -> anyhow::Result<crate::record::Record> {
     crate::launch::collective(a, started)
 }

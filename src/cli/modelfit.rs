@@ -129,7 +129,7 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
     let mut pts = vec![];
     let mut sources = vec![];
     for f in &a.results {
-        let recs = crate::report::record::read_records(f)?;
+        let recs = crate::record::read_records(f)?;
         let name = f.display().to_string();
         let (p, skipped) = fit::points_of(&name, &recs)?;
         for s in skipped {
@@ -164,7 +164,7 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
         fit: Some(serde_json::json!({
             "base": base_name,
             "sources": sources,
-            "fitted_utc": crate::report::record::now_utc(),
+            "fitted_utc": crate::util::now_utc(),
             "parameters": r.params,
             "points": r.points,
             "median_abs_rel_err": r.median_abs_err,
@@ -172,7 +172,7 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
         })),
     };
     let json = serde_json::to_string_pretty(&file)?;
-    crate::report::record::write_file(&a.output, json.as_bytes())?;
+    crate::util::write_file(&a.output, json.as_bytes())?;
     if !a.quiet {
         print!("{}", table(&r, &base_name, a.results.len()));
         println!(

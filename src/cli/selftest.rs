@@ -11,7 +11,7 @@ use crate::launch::job::{CollCase, Fault, FaultKind};
 use crate::launch::run::{combine, run_job, select_devices};
 use crate::launch::{Job, LaunchSpec};
 use crate::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
-use crate::report::record::Mode;
+use crate::record::Mode;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SelftestArgs {
@@ -367,7 +367,7 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
         failed
     );
     if let Some(p) = &a.export_json {
-        crate::report::record::write_file(p, serde_json::to_string_pretty(&checks)?.as_bytes())?;
+        crate::util::write_file(p, serde_json::to_string_pretty(&checks)?.as_bytes())?;
     }
     Ok(if failed == 0 { 0 } else { 1 })
 }

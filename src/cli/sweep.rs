@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use crate::cli::args::{Backend, GpuArgs, GraphChoice, RepeatArgs, WorkloadArgs};
 use crate::costmodel::ModelArgs;
+use crate::record::Record;
+use crate::record::{Mode, Source, Workload};
 use crate::report::export::{markdown_table, Table};
-use crate::report::record::{Mode, Source, Workload};
-use crate::report::{ExportArgs, Record};
+use crate::report::ExportArgs;
 use crate::sweep::matrix::{self, Point};
 use crate::sweep::results::{self, ResultsFile, SweepPoint};
 use crate::sweep::runner::{MockRunner, PointRunner, SubprocessRunner};
@@ -218,7 +219,7 @@ fn write_table_csv(path: &Path, t: &Table) -> anyhow::Result<()> {
     for r in &t.rows {
         w.write_record(r)?;
     }
-    crate::report::record::write_file(path, &w.into_inner()?)
+    crate::util::write_file(path, &w.into_inner()?)
 }
 
 /// Everything printed after the sweep: table, notes, failures, advice.
@@ -539,7 +540,7 @@ pub fn run(a: &SweepArgs) -> anyhow::Result<i32> {
     let verify_records: Vec<Record> = all.iter().filter_map(|p| p.verify.clone()).collect();
     a.export.write(&verify_records)?;
     if let Some(p) = &a.export_table_markdown {
-        crate::report::record::write_file(p, markdown_table(&table).as_bytes())?;
+        crate::util::write_file(p, markdown_table(&table).as_bytes())?;
     }
     if let Some(p) = &a.export_table_csv {
         write_table_csv(p, &table)?;

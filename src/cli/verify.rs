@@ -2,7 +2,7 @@
 
 use crate::cli::args::{Backend, GpuArgs, GraphChoice, RepeatArgs, WorkloadArgs};
 use crate::costmodel::ModelArgs;
-use crate::report::record::{self, Body, Mode, Provenance, Record, Source};
+use crate::record::{Body, Mode, Provenance, Record, Source};
 use crate::report::{text, ExportArgs};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -60,7 +60,7 @@ pub fn run(a: &VerifyArgs) -> anyhow::Result<i32> {
             a.launches_per_layer
         );
     }
-    let started = record::now_utc();
+    let started = crate::util::now_utc();
     let backend = crate::cli::resolve_backend(a.backend, a.quiet)?;
     let record = match backend {
         Backend::Model => {

@@ -12,7 +12,7 @@ use crate::launch::external::{detect, env_map, ExplicitRank};
 use crate::launch::job::{run_rank, RankSetup};
 use crate::launch::rendezvous::{endpoint_arg, Client, Endpoint, Hello, Server};
 use crate::launch::{Job, RankResult};
-use crate::report::record::{self, Mode};
+use crate::record::Mode;
 use crate::report::{text, ExportArgs};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -60,7 +60,7 @@ fn job_hash(job: &Job) -> String {
 }
 
 pub fn run(a: &WorkerArgs) -> anyhow::Result<i32> {
-    let started = record::now_utc();
+    let started = crate::util::now_utc();
     let info = detect(
         &env_map(),
         &ExplicitRank {

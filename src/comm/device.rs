@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self as cu, CUdeviceptr};
 use cudarc::driver::{CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 
-use crate::report::record::GpuInfo;
+use crate::record::GpuInfo;
 
 /// A CUDA driver failure with the device it happened on.
 #[derive(Debug, Clone)]

@@ -15,7 +15,7 @@ use super::profile::{Algo, Profile, Proto};
 use crate::cli::args::Launcher;
 use crate::error::usage;
 use crate::model::CollectiveKind;
-use crate::report::record::{Body, Mode, Record, Source};
+use crate::record::{Body, Mode, Record, Source};
 
 /// One collective kind of a point, `count` times.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use crate::cli::args::Launcher;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
-use crate::report::record::{
+use crate::record::{
     algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, VerifyResult, VerifyRun,
     Workload,
 };

@@ -14,7 +14,7 @@ use crate::comm::kernels::{Kernels, Pool};
 use crate::comm::{Buffer, Communicator, Gpu, UniqueId};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
-use crate::report::record::{GpuInfo, Mode};
+use crate::record::{GpuInfo, Mode};
 
 /// A deliberate failure, for testing that failures end runs cleanly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -247,7 +247,7 @@ pub fn run_rank(
     mut progress: impl FnMut(usize),
 ) -> anyhow::Result<RankResult> {
     let t0 = std::time::Instant::now();
-    let nccl_env = crate::report::record::nccl_env();
+    let nccl_env = crate::util::nccl_env();
     let mut result = RankResult {
         rank: setup.rank,
         pid: std::process::id(),

@@ -142,7 +142,7 @@ impl Hello {
             workload_hash: workload_hash.into(),
             rank,
             world_size,
-            host: crate::report::record::hostname(),
+            host: crate::util::hostname(),
             pid: std::process::id(),
         }
     }

@@ -18,7 +18,7 @@ use crate::comm;
 use crate::error::usage;
 use crate::measure::Summary;
 use crate::model::CollectiveKind;
-use crate::report::record::{
+use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, Provenance, Record,
     Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };

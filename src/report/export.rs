@@ -1,7 +1,7 @@
 //! Pure exporters: records -> bytes. The caller writes the files (after every result, so a
 //! later failure loses nothing).
 
-use super::record::{Body, CollTiming, Record};
+use crate::record::{Body, CollTiming, Record};
 
 /// A flat table: what CSV and Markdown both render.
 #[derive(Debug, Clone, PartialEq)]
@@ -175,7 +175,7 @@ mod tests {
     use super::*;
     use crate::measure::Summary;
     use crate::model::{CollectiveKind, DType};
-    use crate::report::record::*;
+    use crate::record::*;
 
     fn coll_record() -> Record {
         let s = Summary::from_samples(&[7.0, 7.5, 8.0]).unwrap();

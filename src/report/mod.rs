@@ -1,12 +1,15 @@
-//! Results: the record type (JSON, the source of truth) and pure exporters (CSV, Markdown).
+//! Renderers of records: text tables, CSV, Markdown, SVG plots and the `report` page.
+//!
+//! Only rendering lives here. The record types and their reading live in [`crate::record`]
+//! (below every other module), OS helpers such as `write_file` in [`crate::util`].
 
 pub mod export;
 pub mod plots;
-pub mod record;
+
 pub mod render;
 pub mod text;
 
-pub use record::{Body, Provenance, Record, Source};
+use crate::record::Record;
 
 use std::path::PathBuf;
 
@@ -29,13 +32,13 @@ impl ExportArgs {
     /// failure loses nothing already measured.
     pub fn write(&self, records: &[Record]) -> anyhow::Result<()> {
         if let Some(p) = &self.export_json {
-            record::write_file(p, &export::to_json(records)?)?;
+            crate::util::write_file(p, &export::to_json(records)?)?;
         }
         if let Some(p) = &self.export_csv {
-            record::write_file(p, &export::to_csv(records)?)?;
+            crate::util::write_file(p, &export::to_csv(records)?)?;
         }
         if let Some(p) = &self.export_markdown {
-            record::write_file(p, &export::to_markdown(records)?)?;
+            crate::util::write_file(p, &export::to_markdown(records)?)?;
         }
         Ok(())
     }

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use super::export::{markdown_table, tables, Table};
 use super::plots::{self, BarGroup, Series, SpeedLine, Stack};
-use super::record::{self, Body, Mode, Record, Source, VerifyResult};
 use crate::model::Phase;
+use crate::record::{self, Body, Mode, Record, Source, VerifyResult};
 use crate::speculative::analysis::{analyse, Analysis};
 use crate::speculative::inputs::{self, Flags, RecordTime};
 
@@ -559,11 +559,11 @@ pub fn write(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = vec![];
     for (name, svg) in &report.svgs {
         let p = dir.join(name);
-        record::write_file(&p, svg.as_bytes())?;
+        crate::util::write_file(&p, svg.as_bytes())?;
         out.push(p);
     }
     let p = dir.join("report.md");
-    record::write_file(&p, report.markdown.as_bytes())?;
+    crate::util::write_file(&p, report.markdown.as_bytes())?;
     out.push(p);
     Ok(out)
 }
@@ -578,7 +578,7 @@ mod tests {
         let p = dir.path().join("mixed.jsonl");
         let known = Record::new(
             Source::Measured,
-            record::Provenance::here("none", record::now_utc()),
+            record::Provenance::here("none", crate::util::now_utc()),
             Body::Other {
                 name: "sweep_point".into(),
                 data: serde_json::json!({}),

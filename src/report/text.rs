@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::record::{Body, CollTiming, Record, Source};
+use crate::record::{Body, CollTiming, Record, Source};
 use crate::units::grouped;
 
 /// `#` header lines shared by every measuring command: source, backend, devices, NCCL.
@@ -210,9 +210,9 @@ pub fn verify_table(r: &Record) -> String {
         );
     }
     for mode in [
-        super::record::Mode::Comm,
-        super::record::Mode::Compute,
-        super::record::Mode::Full,
+        crate::record::Mode::Comm,
+        crate::record::Mode::Compute,
+        crate::record::Mode::Full,
     ] {
         if let (Some(e), Some(g)) = (v.run(false, mode), v.run(true, mode)) {
             if g.per_verify.median_us > 0.0 {
@@ -227,7 +227,7 @@ pub fn verify_table(r: &Record) -> String {
             }
         }
     }
-    use super::record::Mode;
+    use crate::record::Mode;
     for graph in [false, true] {
         let launch = if graph { "graph" } else { "eager" };
         let (full, comp, comm) = (

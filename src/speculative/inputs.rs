@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::error::usage;
 use crate::model::Phase;
-use crate::report::record::{Body, Mode, Record, Source, VerifyResult, VerifyRun};
+use crate::record::{Body, Mode, Record, Source, VerifyResult, VerifyRun};
 
 /// Where one number came from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -416,7 +416,7 @@ pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, 
     let mut all = vec![];
     let mut notes = vec![];
     for p in paths {
-        let records = crate::report::record::read_records(p)?;
+        let records = crate::record::read_records(p)?;
         let (times, skipped) = times_of(p, &records);
         if times.is_empty() {
             let kinds = if skipped.is_empty() {

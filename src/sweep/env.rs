@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::matrix::Point;
 use super::ncclog::NcclLog;
-use crate::report::record::WorkerInfo;
+use crate::record::WorkerInfo;
 
 /// A complete process environment.
 pub type Env = BTreeMap<OsString, OsString>;

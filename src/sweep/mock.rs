@@ -10,8 +10,8 @@ use super::env::nccl_part;
 use super::runner::{PointJob, PointOutcome};
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, Schedule};
-use crate::report::record::{
-    self, Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
+use crate::record::{
+    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };
 
 /// What the mock needs besides the job.
@@ -135,7 +135,7 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
             warmup: spec.warmup,
         });
     }
-    let mut prov = Provenance::here("mock", record::now_utc());
+    let mut prov = Provenance::here("mock", crate::util::now_utc());
     prov.notes
         .push("debug mode: FAKE numbers, no verify ran".into());
     prov.workers = (0..spec.schedule.tp as usize)

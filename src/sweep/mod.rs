@@ -35,7 +35,7 @@ use ncclog::NcclLog;
 use results::{Effective, PointKey, ResultsFile, SweepPoint};
 use runner::{PointJob, PointOutcome, PointRunner, Probe};
 
-use crate::report::record::{self, Body, Provenance, Record, Source, Workload};
+use crate::record::{Body, Provenance, Record, Source, Workload};
 
 /// What is fixed for every point of a sweep.
 #[derive(Debug, Clone)]
@@ -273,7 +273,7 @@ pub fn run_points(
                 interrupted: true,
             });
         }
-        let started = record::now_utc();
+        let started = crate::util::now_utc();
         let out = runner.run(&cfg.job(p))?;
         if out.interrupted || interrupted.load(Ordering::SeqCst) {
             return Ok(SweepRun {

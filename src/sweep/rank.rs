@@ -6,8 +6,8 @@
 //! sqrt((e/m)^2 + (e0/m0)^2). A gain counts only beyond 2 sigma_r and beyond `--noise-floor`.
 
 use super::results::SweepPoint;
+use crate::record::{Body, Mode, VerifyRun};
 use crate::report::export::Table;
-use crate::report::record::{Body, Mode, VerifyRun};
 
 /// One timing column of a row.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::env::EnvCheck;
 use super::ncclog::{Choice, NcclLog};
 use crate::error::usage;
-use crate::report::record::{Body, Record, Workload};
+use crate::record::{Body, Record, Workload};
 
 /// The record kind of a sweep point (`Body::Other { name }`).
 pub const KIND: &str = "sweep_point";
@@ -199,13 +199,13 @@ pub fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
                 i + 1
             ))
         })?;
-        if rec.schema_version != crate::report::record::SCHEMA_VERSION {
+        if rec.schema_version != crate::record::SCHEMA_VERSION {
             return Err(usage(format!(
                 "'{}' line {} has schema_version {}; this verifybench reads version {}",
                 path.display(),
                 i + 1,
                 rec.schema_version,
-                crate::report::record::SCHEMA_VERSION
+                crate::record::SCHEMA_VERSION
             )));
         }
         match rec.body {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::env::Env;
 use super::matrix::Point;
-use crate::report::record::{read_records, Record};
+use crate::record::{read_records, Record};
 
 /// The probe run of a point: NCCL's INFO log, written to files `<log_dir>/<id>.%h.%p.log`.
 #[derive(Debug, Clone)]

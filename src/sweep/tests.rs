@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::*;
 use crate::measure::Summary;
 use crate::model::{self, Phase, ScheduleOptions};
-use crate::report::record::{Mode, VerifyResult, VerifyRun, WorkerInfo};
+use crate::record::{Mode, VerifyResult, VerifyRun, WorkerInfo};
 use runner::MockRunner;
 
 fn data(name: &str) -> PathBuf {
@@ -63,7 +63,7 @@ fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
             warmup: 5,
         }
     };
-    let mut prov = Provenance::here("nccl", record::now_utc());
+    let mut prov = Provenance::here("nccl", crate::util::now_utc());
     prov.workers = (0..2)
         .map(|rank| WorkerInfo {
             rank,
@@ -392,7 +392,8 @@ fn resume_file_of_another_workload_is_refused_and_torn_lines_skipped() {
     // Appending after a torn line starts a new line.
     let mut file = ResultsFile::open(&path).unwrap();
     let sp = &done[0];
-    file.append(&to_record(&c, sp, record::now_utc())).unwrap();
+    file.append(&to_record(&c, sp, crate::util::now_utc()))
+        .unwrap();
     let (again, warnings) = results::load(&path).unwrap();
     assert_eq!((again.len(), warnings.len()), (3, 1));
     // A valid record of another kind is refused.

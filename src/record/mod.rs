@@ -5,14 +5,15 @@
 //! whether its numbers are `measured` or `modeled`. Readers check `schema_version`.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::usage;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Phase, Schedule};
+use crate::util::{hostname, now_utc};
+
+pub mod io;
+pub use io::read_records;
 
 /// Bumped whenever a field changes meaning or a required field is added.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -83,26 +84,6 @@ pub struct Provenance {
     pub model_profile: Option<String>,
     #[serde(default)]
     pub notes: Vec<String>,
-}
-
-/// Current UTC time as RFC 3339.
-pub fn now_utc() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// This machine's host name.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// The NCCL_* variables of this process's environment.
-pub fn nccl_env() -> BTreeMap<String, String> {
-    std::env::vars()
-        .filter(|(k, _)| k.starts_with("NCCL_"))
-        .collect()
 }
 
 impl Provenance {
@@ -334,85 +315,10 @@ impl Record {
     }
 }
 
-/// Writes `bytes` to `path` atomically enough for results: a temporary file, fsync, rename.
-pub fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use anyhow::Context;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating directory '{}'", dir.display()))?;
-    }
-    let tmp = path.with_extension(format!(
-        "{}.tmp{}",
-        path.extension().and_then(|e| e.to_str()).unwrap_or(""),
-        std::process::id()
-    ));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot write '{}'", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write '{}'", path.display()))?;
-    Ok(())
-}
-
-/// Reads records from a file holding one JSON record, a JSON array of records, or JSON lines.
-/// Refuses other schema versions with a message naming the file.
-pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        usage(format!(
-            "cannot read results file '{}': {e}",
-            path.display()
-        ))
-    })?;
-    let values: Vec<serde_json::Value> = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(serde_json::Value::Array(a)) => a,
-        Ok(v) => vec![v],
-        Err(_) => text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .enumerate()
-            .map(|(i, l)| {
-                serde_json::from_str(l).map_err(|e| {
-                    usage(format!(
-                        "results file '{}' line {}: not JSON: {e}",
-                        path.display(),
-                        i + 1
-                    ))
-                })
-            })
-            .collect::<anyhow::Result<_>>()?,
-    };
-    values
-        .into_iter()
-        .map(|v| {
-            let ver = v.get("schema_version").and_then(|x| x.as_u64());
-            match ver {
-                Some(x) if x == SCHEMA_VERSION as u64 => {}
-                Some(x) => {
-                    return Err(usage(format!(
-                        "results file '{}' has schema_version {x}; this verifybench reads version {SCHEMA_VERSION}",
-                        path.display()
-                    )))
-                }
-                None => {
-                    return Err(usage(format!(
-                        "results file '{}' is not a verifybench result (no schema_version)",
-                        path.display()
-                    )))
-                }
-            }
-            serde_json::from_value(v).map_err(|e| {
-                usage(format!(
-                    "results file '{}' is not a valid verifybench record: {e}",
-                    path.display()
-                ))
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::write_file;
 
     fn sample() -> Record {
         let s = crate::model::build(
