@@ -6,8 +6,10 @@
 //! collectives; `measure` times them; `sweep`, `costmodel`, `speculative` and `report` build on
 //! those. Pure logic never touches the GPU and is unit-tested on any machine.
 
+pub mod backend;
 pub mod cli;
 pub mod comm;
+pub mod commands;
 pub mod costmodel;
 pub mod error;
 pub mod inspect;
@@ -16,6 +18,7 @@ pub mod measure;
 pub mod model;
 pub mod record;
 pub mod report;
+pub mod request;
 pub mod speculative;
 pub mod sweep;
 pub mod units;

@@ -45,3 +45,60 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write '{}'", path.display()))?;
     Ok(())
 }
+
+/// An enum with a fixed set of command-line names (the `name()` printed in records, tables and
+/// child command lines, and parsed back by `FromStr`). [`crate::named_enum!`] implements it.
+pub trait Named: Copy + Sized + Send + Sync + 'static {
+    /// The values a user may give, in the order `--help` lists them.
+    const ALL: &'static [Self];
+    /// The name of this value.
+    fn name(self) -> &'static str;
+    /// One line describing this value (for `--help`; may be empty).
+    fn help(self) -> &'static str;
+}
+
+/// Parses `s` as one of `T::ALL` by name; the error lists the accepted names.
+pub fn parse_named<T: Named>(s: &str) -> Result<T, String> {
+    T::ALL
+        .iter()
+        .copied()
+        .find(|v| v.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = T::ALL.iter().map(|v| v.name()).collect();
+            format!("'{s}' is not one of: {}", names.join(", "))
+        })
+}
+
+/// Implements [`Named`], an inherent `name()` and `FromStr` for a field-less enum:
+/// `named_enum!(Routing { Uniform => "uniform": "help line", Worst => "worst": "..." })`.
+#[macro_export]
+macro_rules! named_enum {
+    ($t:ident { $($v:ident => $n:literal : $h:literal),+ $(,)? }) => {
+        impl $crate::util::Named for $t {
+            const ALL: &'static [Self] = &[$($t::$v),+];
+            fn name(self) -> &'static str {
+                match self { $($t::$v => $n),+ }
+            }
+            fn help(self) -> &'static str {
+                match self { $($t::$v => $h),+ }
+            }
+        }
+        impl $t {
+            /// The command-line name of this value.
+            pub fn name(self) -> &'static str {
+                <$t as $crate::util::Named>::name(self)
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                $crate::util::parse_named(s)
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}

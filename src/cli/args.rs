@@ -1,8 +1,30 @@
-//! Flag groups shared by several commands.
+//! Flag groups shared by several commands, each converted into the library's plain type
+//! (`WorkloadArgs` -> [`Workload`], `GpuArgs` -> [`GpuSpec`], ...). Environment fallbacks of
+//! flags (`VERIFYBENCH_NCCL_LIB`, `NCCL_PROTO`, `NCCL_ALGO`) are read here, by clap.
 
 use std::path::PathBuf;
 
-use crate::model::{self, DType, Logits, Phase, Routing, Schedule, ScheduleOptions};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+
+use crate::costmodel::ModelSettings;
+use crate::model::{DType, Logits, Phase, Routing};
+use crate::report::Exports;
+use crate::request::{GpuSpec, Launcher, Repeat, Workload};
+use crate::util::Named;
+
+/// The clap parser of a library enum: accepts `T::ALL` by name and lists them (with their help
+/// lines) in `--help`.
+pub fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::ALL.iter().map(|v| {
+        let p = PossibleValue::new(v.name());
+        if v.help().is_empty() {
+            p
+        } else {
+            p.help(v.help())
+        }
+    }))
+    .map(|s| crate::util::parse_named::<T>(&s).expect("clap checked the possible values"))
+}
 
 /// Which model, parallelism and token count: the workload every command replays or prices.
 #[derive(Debug, Clone, clap::Args)]
@@ -24,102 +46,35 @@ pub struct WorkloadArgs {
     #[arg(long, default_value = "bf16")]
     pub dtype: DType,
     /// How many distinct routed experts T tokens select per MoE layer.
-    #[arg(long, value_enum, default_value_t = Routing::Uniform)]
+    #[arg(long, value_parser = named::<Routing>(), default_value = "uniform")]
     pub routing: Routing,
     /// Leave out the embedding all-reduce (for engines that skip or fuse it).
     #[arg(long)]
     pub no_embedding_allreduce: bool,
     /// What happens to the vocab-parallel logits.
-    #[arg(long, value_enum, default_value_t = Logits::Gather)]
+    #[arg(long, value_parser = named::<Logits>(), default_value = "gather")]
     pub logits: Logits,
     /// Vocabulary of the EAGLE-3 draft head (the draft phase).
     #[arg(long, default_value_t = 32000)]
     pub draft_vocab: u64,
     /// Which forward: the verify of T tokens, one decode step, or one EAGLE-3 draft step.
-    #[arg(long, value_enum, default_value_t = Phase::Verify)]
+    #[arg(long, value_parser = named::<Phase>(), default_value = "verify")]
     pub phase: Phase,
 }
 
-impl WorkloadArgs {
-    pub fn options(&self, default_tp: u64) -> ScheduleOptions {
-        ScheduleOptions {
-            tp: self.tp.unwrap_or(default_tp),
-            tokens: self.tokens,
-            dtype: self.dtype,
-            routing: self.routing,
-            embedding_allreduce: !self.no_embedding_allreduce,
-            logits: self.logits,
-            draft_vocab: self.draft_vocab,
-        }
-    }
-
-    pub fn shape(&self) -> anyhow::Result<model::ModelShape> {
-        model::resolve(&self.model, self.model_config.as_deref())
-    }
-
-    /// The schedule of the chosen phase, with `default_tp` when --tp is absent.
-    pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
-        let shape = self.shape()?;
-        model::build(&shape, &self.options(default_tp), self.phase)
-    }
-
-    /// The flags that reproduce this workload on another command line (sweep workers).
-    pub fn to_args(&self) -> Vec<String> {
-        let mut a = vec![];
-        match &self.model_config {
-            Some(p) => a.extend(["--model-config".into(), p.display().to_string()]),
-            None => a.extend(["--model".into(), self.model.clone()]),
-        }
-        if let Some(tp) = self.tp {
-            a.extend(["--tp".into(), tp.to_string()]);
-        }
-        a.extend(["--tokens".into(), self.tokens.to_string()]);
-        a.extend(["--dtype".into(), self.dtype.name().into()]);
-        a.extend([
-            "--routing".into(),
-            format!("{:?}", self.routing).to_lowercase(),
-        ]);
-        if self.no_embedding_allreduce {
-            a.push("--no-embedding-allreduce".into());
-        }
-        a.extend([
-            "--logits".into(),
-            format!("{:?}", self.logits).to_lowercase(),
-        ]);
-        a.extend(["--draft-vocab".into(), self.draft_vocab.to_string()]);
-        a.extend(["--phase".into(), format!("{:?}", self.phase).to_lowercase()]);
-        a
-    }
-}
-
-/// Where the numbers come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    /// NCCL when at least two GPUs are present, otherwise the cost model (and say so).
-    Auto,
-    /// Real NCCL collectives on real GPUs.
-    Nccl,
-    /// The calibrated cost model: runs anywhere, every number labelled modeled.
-    Model,
-}
-
-/// How ranks are started.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Launcher {
-    /// One thread per GPU in this process.
-    Threads,
-    /// One worker process per GPU, as serving engines run (default).
-    Processes,
-}
-
-impl Launcher {
-    pub fn name(self) -> &'static str {
-        match self {
-            Launcher::Threads => "threads",
-            Launcher::Processes => "processes",
+impl From<&WorkloadArgs> for Workload {
+    fn from(a: &WorkloadArgs) -> Workload {
+        Workload {
+            model: a.model.clone(),
+            model_config: a.model_config.clone(),
+            tp: a.tp,
+            tokens: a.tokens,
+            dtype: a.dtype,
+            routing: a.routing,
+            no_embedding_allreduce: a.no_embedding_allreduce,
+            logits: a.logits,
+            draft_vocab: a.draft_vocab,
+            phase: a.phase,
         }
     }
 }
@@ -134,7 +89,7 @@ pub struct GpuArgs {
     #[arg(long, value_delimiter = ',', conflicts_with = "gpus")]
     pub devices: Option<Vec<usize>>,
     /// Ranks as threads of this process or as worker processes.
-    #[arg(long, value_enum, default_value_t = Launcher::Processes)]
+    #[arg(long, value_parser = named::<Launcher>(), default_value = "processes")]
     pub launcher: Launcher,
     /// Path of libnccl.so to load (else: LD_LIBRARY_PATH, system paths, Python's nvidia-nccl wheel).
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
@@ -142,6 +97,18 @@ pub struct GpuArgs {
     /// Seconds any rendezvous, collective or worker may take before the run is aborted.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
+}
+
+impl From<&GpuArgs> for GpuSpec {
+    fn from(a: &GpuArgs) -> GpuSpec {
+        GpuSpec {
+            gpus: a.gpus,
+            devices: a.devices.clone(),
+            launcher: a.launcher,
+            nccl_lib: a.nccl_lib.clone(),
+            timeout: a.timeout,
+        }
+    }
 }
 
 /// `-w/--warmup` and `-n/--iters`, as nccl-tests and hyperfine name them.
@@ -155,21 +122,66 @@ pub struct RepeatArgs {
     pub warmup: u64,
 }
 
-/// `--graph on|off|both`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum GraphChoice {
-    On,
-    Off,
-    Both,
+impl From<&RepeatArgs> for Repeat {
+    fn from(a: &RepeatArgs) -> Repeat {
+        Repeat {
+            iters: a.iters,
+            warmup: a.warmup,
+        }
+    }
 }
 
-impl GraphChoice {
-    /// The graph flags to run, eager first.
-    pub fn modes(self) -> Vec<bool> {
-        match self {
-            GraphChoice::On => vec![true],
-            GraphChoice::Off => vec![false],
-            GraphChoice::Both => vec![false, true],
+/// Flags of the cost model.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// Link profile the cost model assumes (`--backend model`): nvlink-h100, nvlink-h200,
+    /// pcie-gen4, pcie-gen5, pcie-gen5-no-p2p, ib-ndr.
+    #[arg(long, default_value = "nvlink-h200")]
+    pub link: String,
+    /// Calibrated profile file written by `verifybench model fit` (overrides --link).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Protocols the model may pick, in NCCL_PROTO syntax (LL,LL128,Simple; ^LL128;
+    /// allreduce:LL;allgather:Simple). Default: the fastest, as NCCL's tuner picks.
+    #[arg(long, value_name = "LIST", env = "NCCL_PROTO")]
+    pub proto: Option<String>,
+    /// Algorithms the model may pick, in NCCL_ALGO syntax (Ring, Tree; ring;allreduce:tree).
+    /// Default: the fastest, as NCCL's tuner picks.
+    #[arg(long, value_name = "LIST", env = "NCCL_ALGO")]
+    pub algo: Option<String>,
+}
+
+impl From<&ModelArgs> for ModelSettings {
+    fn from(a: &ModelArgs) -> ModelSettings {
+        ModelSettings {
+            link: a.link.clone(),
+            profile: a.profile.clone(),
+            proto: a.proto.clone(),
+            algo: a.algo.clone(),
+        }
+    }
+}
+
+/// `--export-json/--export-csv/--export-markdown`, shared by every measuring command.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ExportArgs {
+    /// Write the results (JSON records, the source of truth) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+    /// Write the results as CSV to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+    /// Write the results as a Markdown table to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
+}
+
+impl From<&ExportArgs> for Exports {
+    fn from(a: &ExportArgs) -> Exports {
+        Exports {
+            export_json: a.export_json.clone(),
+            export_csv: a.export_csv.clone(),
+            export_markdown: a.export_markdown.clone(),
         }
     }
 }
@@ -196,11 +208,23 @@ mod tests {
             "--tokens",
             "4",
             "--no-embedding-allreduce",
+            "--phase",
+            "draft",
+            "--routing",
+            "worst",
         ]);
+        let w = Workload::from(&t.w);
         let mut argv = vec!["t".to_string()];
-        argv.extend(t.w.to_args());
-        let back = T::parse_from(argv);
-        assert_eq!(t.w.options(8), back.w.options(8));
-        assert_eq!(back.w.model, "deepseek-v3");
+        argv.extend(w.to_args());
+        let back = Workload::from(&T::parse_from(argv).w);
+        assert_eq!(w.options(8), back.options(8));
+        assert_eq!(w, back);
+        assert_eq!(back.model, "deepseek-v3");
+    }
+
+    #[test]
+    fn defaults_of_the_flags_are_the_librarys_defaults() {
+        let t = T::parse_from(["t"]);
+        assert_eq!(Workload::from(&t.w), Workload::default());
     }
 }

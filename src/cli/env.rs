@@ -86,7 +86,7 @@ pub fn gather(a: &EnvArgs) -> anyhow::Result<EnvReport> {
         r.nvrtc_library = comm::libs::loaded_path("libnvrtc");
     }
     if n >= 2 {
-        let devices = crate::launch::run::select_devices(&a.gpu, None)?;
+        let devices = crate::launch::run::select_devices(&(&a.gpu).into(), None, n)?;
         let spec = LaunchSpec::new(devices, a.gpu.launcher, a.gpu.timeout);
         let res = run_job(&spec, &Job::Env)?;
         r.workers = res

@@ -1,7 +1,9 @@
-//! Command-line interface: flags -> one typed request per command -> the module that does it.
+//! Command-line interface: flags -> one plain request per command -> one library call.
 //!
-//! Each command lives in its own file with its flags (`XxxArgs`) and its `run`, so a command
-//! can grow without touching the others.
+//! Each command lives in its own file with its clap struct (`XxxArgs`), the conversion into the
+//! library's request (`impl From<&XxxArgs> for XxxRequest`, requests in [`crate::request`] and
+//! next to the modules that run them) and a `run` that makes one call. This folder and
+//! `main.rs` are the only places that name clap; nothing below imports from here.
 
 pub mod args;
 pub mod bandwidth;
@@ -12,6 +14,7 @@ pub mod env;
 pub mod inspect;
 pub mod modelfit;
 pub mod plan;
+pub mod rank;
 pub mod report;
 pub mod selftest;
 pub mod sweep;
@@ -68,7 +71,7 @@ pub enum Command {
     Worker(worker::WorkerArgs),
     /// One rank of a run with --launcher processes (started by verifybench itself).
     #[command(name = "__rank", hide = true)]
-    Rank(crate::launch::worker::RankArgs),
+    Rank(rank::RankArgs),
     /// The cost model: `model fit` calibrates it on measured results.
     Model(modelfit::ModelCmd),
     /// Verify results side by side (verifybench and the PyTorch peer): per-verify and
@@ -89,50 +92,10 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Breakeven(a) => breakeven::run(&a),
         Command::Report(a) => report::run(&a),
         Command::Selftest(a) => selftest::run(&a),
-        Command::Rank(a) => crate::launch::worker::run(&a),
+        Command::Rank(a) => rank::run(&a),
         Command::Worker(a) => worker::run(&a),
         Command::Model(c) => modelfit::run(&c),
         Command::Compare(a) => compare::run(&a),
         Command::Sweep(a) => sweep::run(&a),
     }
-}
-
-/// Picks the backend: `auto` means NCCL when at least two GPUs are present, else the cost
-/// model, and says so on stderr (unless `quiet`).
-pub fn resolve_backend(requested: args::Backend, quiet: bool) -> anyhow::Result<args::Backend> {
-    use args::Backend;
-    match requested {
-        Backend::Model | Backend::Nccl => Ok(requested),
-        Backend::Auto => {
-            let n = crate::comm::device_count();
-            if n >= 2 {
-                Ok(Backend::Nccl)
-            } else {
-                if !quiet {
-                    eprintln!(
-                        "verifybench: {} GPU{} found, so the numbers below are MODELED by the cost model, not measured (use --backend nccl on a machine with 2+ GPUs)",
-                        n,
-                        if n == 1 { "" } else { "s" }
-                    );
-                }
-                Ok(Backend::Model)
-            }
-        }
-    }
-}
-
-/// The NCCL backend of `verify`.
-pub fn nccl_verify(
-    a: &verify::VerifyArgs,
-    started: String,
-) -> anyhow::Result<crate::record::Record> {
-    crate::launch::verify(a, started)
-}
-
-/// The NCCL backend of `collective`.
-pub fn nccl_collective(
-    a: &collective::CollectiveArgs,
-    started: String,
-) -> anyhow::Result<crate::record::Record> {
-    crate::launch::collective(a, started)
 }

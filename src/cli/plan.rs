@@ -25,14 +25,15 @@ pub struct PlanArgs {
 }
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<i32> {
-    let shape = a.workload.shape()?;
-    let opt = a.workload.options(8);
-    let s = model::build(&shape, &opt, a.workload.phase)?;
+    let w = crate::request::Workload::from(&a.workload);
+    let shape = w.shape()?;
+    let opt = w.options(8);
+    let s = model::build(&shape, &opt, w.phase)?;
     match a.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&s)?),
         Format::Table => {
             print!("{}", render(&s, a.ops));
-            if a.workload.phase == Phase::Verify {
+            if w.phase == Phase::Verify {
                 println!("\nOther phases with the same flags (break-even needs all three):");
                 for ph in [Phase::Decode, Phase::Draft] {
                     let o = model::build(&shape, &opt, ph)?;
@@ -87,7 +88,7 @@ pub fn render(s: &Schedule, ops: bool) -> String {
         s.tokens,
         if s.tokens == 1 { "" } else { "s" },
         s.dtype.name(),
-        format!("{:?}", s.routing).to_lowercase()
+        s.routing.name()
     );
     if s.experts_per_layer > 0.0 {
         let _ = writeln!(

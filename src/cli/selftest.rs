@@ -5,13 +5,14 @@
 
 use std::time::Instant;
 
-use crate::cli::args::{GpuArgs, Launcher};
+use crate::cli::args::GpuArgs;
 use crate::comm;
 use crate::launch::job::{CollCase, Fault, FaultKind};
 use crate::launch::run::{combine, run_job, select_devices};
 use crate::launch::{Job, LaunchSpec};
 use crate::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
 use crate::record::Mode;
+use crate::request::Launcher;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SelftestArgs {
@@ -333,7 +334,7 @@ fn kernel(device: usize, checks: &mut Vec<Check>) {
 
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let devices = select_devices(&a.gpu, None)?;
+    let devices = select_devices(&(&a.gpu).into(), None, comm::device_count())?;
     let mut checks = vec![];
     eprintln!(
         "selftest on GPUs {:?} (NCCL {})",

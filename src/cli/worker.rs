@@ -1,19 +1,10 @@
-//! `verifybench worker`: one rank of a verify replay started by an external launcher (torchrun,
-//! Slurm, MPI, or by hand), meeting the other ranks through a TCP rendezvous served by rank 0.
-//! Only rank 0 prints and writes results; the others send their timings to it.
+//! `verifybench worker`: the flags of one externally launched rank; the rank itself runs in
+//! [`crate::launch::external_worker`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use crate::cli::args::{GraphChoice, RepeatArgs, WorkloadArgs};
-use crate::comm;
-use crate::launch::external::{detect, env_map, ExplicitRank};
-use crate::launch::job::{run_rank, RankSetup};
-use crate::launch::rendezvous::{endpoint_arg, Client, Endpoint, Hello, Server};
-use crate::launch::{Job, RankResult};
+use crate::cli::args::{named, ExportArgs, RepeatArgs, WorkloadArgs};
+use crate::launch::rendezvous::{endpoint_arg, Endpoint};
 use crate::record::Mode;
-use crate::report::{text, ExportArgs};
+use crate::request::{GraphChoice, WorkerRequest};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
@@ -34,10 +25,10 @@ pub struct WorkerArgs {
     /// GPU ordinal on this host (else from the launcher's environment).
     #[arg(long)]
     pub local_rank: Option<usize>,
-    #[arg(short = 'G', long, value_enum, default_value_t = GraphChoice::Both)]
+    #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
     pub graph: GraphChoice,
     /// What to replay (comma-separated): comm, compute, full.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "comm")]
+    #[arg(long, value_parser = named::<Mode>(), value_delimiter = ',', default_value = "comm")]
     pub mode: Vec<Mode>,
     #[arg(long, default_value_t = 0)]
     pub launches_per_layer: u32,
@@ -53,149 +44,26 @@ pub struct WorkerArgs {
     pub export: ExportArgs,
 }
 
-/// FNV-1a of the job's JSON: every rank must replay exactly the same job.
-fn job_hash(job: &Job) -> String {
-    let text = serde_json::to_string(job).expect("jobs serialize");
-    format!("{:016x}", crate::model::schedule::fnv1a(text.as_bytes()))
-}
-
-pub fn run(a: &WorkerArgs) -> anyhow::Result<i32> {
-    let started = crate::util::now_utc();
-    let info = detect(
-        &env_map(),
-        &ExplicitRank {
+impl From<&WorkerArgs> for WorkerRequest {
+    fn from(a: &WorkerArgs) -> WorkerRequest {
+        WorkerRequest {
+            workload: (&a.workload).into(),
+            rendezvous: a.rendezvous.clone(),
+            rendezvous_timeout: a.rendezvous_timeout,
             rank: a.rank,
             world_size: a.world_size,
             local_rank: a.local_rank,
-            rendezvous: a.rendezvous.clone(),
-        },
-    )?;
-    eprintln!("verifybench worker: {}", info.describe());
-    if info.world_size < 2 {
-        crate::usage_bail!(
-            "a worker run needs at least 2 ranks (world size {})",
-            info.world_size
-        );
-    }
-    let ep = info.require_rendezvous()?.clone();
-    eprintln!("verifybench worker: {}", info.describe_rendezvous());
-    comm::libs::prepare(a.nccl_lib.as_deref())?;
-    let schedule = a.workload.schedule(info.world_size as u64)?;
-    if schedule.tp as usize != info.world_size {
-        crate::usage_bail!(
-            "--tp {} but the launcher started {} ranks: make them equal",
-            schedule.tp,
-            info.world_size
-        );
-    }
-    let mut runs = vec![];
-    for m in &a.mode {
-        for g in a.graph.modes() {
-            if !runs.contains(&(g, *m)) {
-                runs.push((g, *m));
-            }
+            graph: a.graph,
+            mode: a.mode.clone(),
+            launches_per_layer: a.launches_per_layer,
+            repeat: (&a.repeat).into(),
+            timeout: a.timeout,
+            nccl_lib: a.nccl_lib.clone(),
+            export: (&a.export).into(),
         }
     }
-    let job = Job::Verify {
-        schedule,
-        runs,
-        iters: a.repeat.iters.max(1),
-        warmup: a.repeat.warmup,
-        launches_per_layer: a.launches_per_layer,
-    };
-    let hello = Hello::here(job_hash(&job), info.rank, info.world_size);
-    let rdv_timeout = Duration::from_secs_f64(a.rendezvous_timeout.max(1.0));
+}
 
-    // Watchdog: a rank stuck in NCCL (a peer died) exits after --timeout without progress.
-    let last = Arc::new(AtomicU64::new(0));
-    let t0 = Instant::now();
-    {
-        let last = last.clone();
-        let limit = a.timeout.max(1.0);
-        let rank = info.rank;
-        std::thread::spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(500));
-            let since = t0.elapsed().as_secs_f64() - f64::from_bits(last.load(Ordering::Relaxed));
-            if since > limit {
-                eprintln!(
-                    "Error: rank {rank} made no progress for {limit:.0} s (--timeout); exiting"
-                );
-                std::process::exit(1);
-            }
-        });
-    }
-    let tick =
-        |last: &AtomicU64| last.store(t0.elapsed().as_secs_f64().to_bits(), Ordering::Relaxed);
-
-    if info.rank == 0 {
-        let mut server = Server::bind(ep.listen_addr(), info.world_size, hello)?;
-        let id = comm::nccl::unique_id().map_err(anyhow::Error::new)?;
-        // waiting for peers is bounded by the rendezvous timeout, not the progress watchdog
-        let wait = Instant::now();
-        last.store(
-            (t0.elapsed().as_secs_f64() + a.rendezvous_timeout).to_bits(),
-            Ordering::Relaxed,
-        );
-        let peers = server.serve_id(&id, rdv_timeout)?;
-        tick(&last);
-        eprintln!(
-            "verifybench worker: {} ranks joined in {:.1} s",
-            peers.len() + 1,
-            wait.elapsed().as_secs_f64()
-        );
-        let setup = RankSetup {
-            rank: 0,
-            nranks: info.world_size,
-            device: info.gpu,
-            id,
-            fault: None,
-        };
-        let mine = match run_rank(setup, &job, |_| tick(&last)) {
-            Ok(r) => r,
-            Err(e) => {
-                server.abort(&format!("rank 0 failed: {e:#}"));
-                return Err(e.context("rank 0 failed"));
-            }
-        };
-        let mut results: Vec<RankResult> = vec![mine];
-        for (rank, bytes) in server.gather(Duration::from_secs_f64(a.timeout.max(1.0)))? {
-            let r: RankResult = serde_json::from_slice(&bytes)
-                .map_err(|e| anyhow::anyhow!("rank {rank} sent a result that is not JSON: {e}"))?;
-            results.push(r);
-        }
-        results.sort_by_key(|r| r.rank);
-        let launcher = format!("external ({})", info.source.name());
-        let rec = crate::launch::run::verify_record(&job, &results, &launcher, started)?;
-        a.export.write(std::slice::from_ref(&rec))?;
-        print!("{}", text::verify_table(&rec));
-        Ok(0)
-    } else {
-        last.store(
-            (t0.elapsed().as_secs_f64() + a.rendezvous_timeout).to_bits(),
-            Ordering::Relaxed,
-        );
-        let mut client = Client::fetch_id(&ep, &hello, rdv_timeout)?;
-        tick(&last);
-        let setup = RankSetup {
-            rank: info.rank,
-            nranks: info.world_size,
-            device: info.gpu,
-            id: *client.id(),
-            fault: None,
-        };
-        match run_rank(setup, &job, |_| tick(&last)) {
-            Ok(r) => {
-                client.send_result(&serde_json::to_vec(&r)?, rdv_timeout)?;
-                eprintln!(
-                    "verifybench worker: rank {} sent its timings to rank 0",
-                    info.rank
-                );
-                Ok(0)
-            }
-            Err(e) => {
-                let _ = client.send_failure(&format!("{e:#}"), rdv_timeout);
-                Err(e.context(format!("rank {} failed", info.rank)))
-            }
-        }
-    }
+pub fn run(a: &WorkerArgs) -> anyhow::Result<i32> {
+    crate::launch::external_worker::run(&a.into())
 }

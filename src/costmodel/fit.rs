@@ -12,10 +12,10 @@ use std::collections::BTreeSet;
 
 use super::predict::{self, Force};
 use super::profile::{Algo, Profile, Proto};
-use crate::cli::args::Launcher;
 use crate::error::usage;
 use crate::model::CollectiveKind;
 use crate::record::{Body, Mode, Record, Source};
+use crate::request::Launcher;
 
 /// One collective kind of a point, `count` times.
 #[derive(Debug, Clone, PartialEq)]

@@ -16,40 +16,34 @@ pub mod profile;
 
 use std::path::PathBuf;
 
-use crate::cli::args::Launcher;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::{
     algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, VerifyResult, VerifyRun,
     Workload,
 };
+use crate::request::Launcher;
 
 pub use predict::Force;
 pub use profile::Profile;
 
-/// Flags of the cost model.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ModelArgs {
-    /// Link profile the cost model assumes (`--backend model`): nvlink-h100, nvlink-h200,
-    /// pcie-gen4, pcie-gen5, pcie-gen5-no-p2p, ib-ndr.
-    #[arg(long, default_value = "nvlink-h200")]
+/// Settings of the cost model (`--link`, `--profile`, `--proto`, `--algo`). The command line
+/// fills `proto`/`algo` from NCCL_PROTO/NCCL_ALGO when the flags are absent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSettings {
+    /// Built-in link profile name.
     pub link: String,
-    /// Calibrated profile file written by `verifybench model fit` (overrides --link).
-    #[arg(long, value_name = "FILE")]
+    /// Calibrated profile file written by `verifybench model fit` (overrides `link`).
     pub profile: Option<PathBuf>,
-    /// Protocols the model may pick, in NCCL_PROTO syntax (LL,LL128,Simple; ^LL128;
-    /// allreduce:LL;allgather:Simple). Default: the fastest, as NCCL's tuner picks.
-    #[arg(long, value_name = "LIST", env = "NCCL_PROTO")]
+    /// Protocols the model may pick, in NCCL_PROTO syntax; `None`: the fastest.
     pub proto: Option<String>,
-    /// Algorithms the model may pick, in NCCL_ALGO syntax (Ring, Tree; ring;allreduce:tree).
-    /// Default: the fastest, as NCCL's tuner picks.
-    #[arg(long, value_name = "LIST", env = "NCCL_ALGO")]
+    /// Algorithms the model may pick, in NCCL_ALGO syntax; `None`: the fastest.
     pub algo: Option<String>,
 }
 
-impl Default for ModelArgs {
+impl Default for ModelSettings {
     fn default() -> Self {
-        ModelArgs {
+        ModelSettings {
             link: "nvlink-h200".into(),
             profile: None,
             proto: None,
@@ -58,7 +52,7 @@ impl Default for ModelArgs {
     }
 }
 
-impl ModelArgs {
+impl ModelSettings {
     /// The profile these flags select: the file if given, else the built-in link profile.
     pub fn resolve(&self) -> anyhow::Result<(Profile, String)> {
         match &self.profile {
@@ -103,7 +97,7 @@ pub fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
     }
 }
 
-fn common_notes(p: &Profile, force: &Force, m: &ModelArgs) -> Vec<String> {
+fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
     let mut v = vec![format!("profile {}: {}", p.name, p.description)];
     if force.is_empty() {
         v.push("algorithm and protocol: the fastest per collective, as NCCL's tuner picks".into());
@@ -127,7 +121,7 @@ pub fn verify(
     nranks: usize,
     runs: &[(bool, Mode)],
     launcher: Launcher,
-    m: &ModelArgs,
+    m: &ModelSettings,
 ) -> anyhow::Result<Modeled<VerifyResult>> {
     let (p, label) = m.resolve()?;
     let force = m.force()?;
@@ -242,7 +236,7 @@ pub fn collective(
     nranks: usize,
     graphs: &[bool],
     launcher: Launcher,
-    m: &ModelArgs,
+    m: &ModelSettings,
 ) -> anyhow::Result<Modeled<CollectiveResult>> {
     let (p, label) = m.resolve()?;
     let force = m.force()?;
@@ -322,8 +316,8 @@ mod tests {
         .unwrap()
     }
 
-    fn args(link: &str) -> ModelArgs {
-        ModelArgs {
+    fn args(link: &str) -> ModelSettings {
+        ModelSettings {
             link: link.into(),
             ..Default::default()
         }
@@ -403,7 +397,7 @@ mod tests {
 
     #[test]
     fn bad_input_is_a_usage_error() {
-        let c = |n, a: &ModelArgs| {
+        let c = |n, a: &ModelSettings| {
             collective(
                 CollectiveKind::AllReduce,
                 DType::Bf16,

@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 
 use super::profile::{Algo, Profile, Proto};
-use crate::cli::args::Launcher;
 use crate::error::usage;
 use crate::model::CollectiveKind;
+use crate::request::Launcher;
 
 /// What `NCCL_ALGO`/`NCCL_PROTO` (or `--algo`/`--proto`) allow, per collective.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -171,16 +171,16 @@ pub struct Launch {
 }
 
 impl Launch {
-    pub fn get(&self, l: crate::cli::args::Launcher) -> f64 {
+    pub fn get(&self, l: crate::request::Launcher) -> f64 {
         match l {
-            crate::cli::args::Launcher::Threads => self.threads,
-            crate::cli::args::Launcher::Processes => self.processes,
+            crate::request::Launcher::Threads => self.threads,
+            crate::request::Launcher::Processes => self.processes,
         }
     }
-    pub fn get_mut(&mut self, l: crate::cli::args::Launcher) -> &mut f64 {
+    pub fn get_mut(&mut self, l: crate::request::Launcher) -> &mut f64 {
         match l {
-            crate::cli::args::Launcher::Threads => &mut self.threads,
-            crate::cli::args::Launcher::Processes => &mut self.processes,
+            crate::request::Launcher::Threads => &mut self.threads,
+            crate::request::Launcher::Processes => &mut self.processes,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! parent kill the others (they would wait forever in NCCL), reap them, and name the rank.
 
 pub mod external;
+pub mod external_worker;
 pub mod job;
 pub mod rendezvous;
 pub mod run;

@@ -12,8 +12,6 @@ use anyhow::Context;
 
 use super::job::{run_rank, CollCase, Fault, Job, RankResult, RankSetup};
 use super::worker::{hex, Message};
-use crate::cli::args::{GpuArgs, Launcher};
-use crate::cli::{collective::CollectiveArgs, verify::VerifyArgs};
 use crate::comm;
 use crate::error::usage;
 use crate::measure::Summary;
@@ -22,6 +20,7 @@ use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, Provenance, Record,
     Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };
+use crate::request::{CollectiveRequest, GpuSpec, Launcher, VerifyRequest};
 
 /// Operations per timed sample of `collective` (as nccl-tests times many back-to-back
 /// operations): amortises the first operation's start-up and, in graph mode, the graph launch.
@@ -56,10 +55,14 @@ impl LaunchSpec {
     }
 }
 
-/// Checks the GPU flags against the machine and returns the device ordinals to use.
+/// Checks the GPU flags against a machine with `present` GPUs (usually
+/// [`comm::device_count`]) and returns the device ordinals to use.
 /// `wanted` is the rank count the workload needs (its --tp), if fixed.
-pub fn select_devices(g: &GpuArgs, wanted: Option<usize>) -> anyhow::Result<Vec<usize>> {
-    let present = comm::device_count();
+pub fn select_devices(
+    g: &GpuSpec,
+    wanted: Option<usize>,
+    present: usize,
+) -> anyhow::Result<Vec<usize>> {
     if present == 0 {
         return Err(usage(
             "no GPU found (no CUDA driver or no device): the NCCL backend needs at least 2 GPUs; use --backend model for the cost model",
@@ -126,9 +129,18 @@ fn run_threads(
     job: &Job,
     id: comm::UniqueId,
 ) -> anyhow::Result<Vec<RankResult>> {
-    // Threads share this process's environment: apply the overrides here.
-    for (k, v) in &spec.env_overrides {
-        std::env::set_var(k, v);
+    // Threads share this process's environment, and setting a variable while other threads
+    // may read it (NCCL calls getenv on its own threads, and a rank thread of an earlier,
+    // aborted job may still be running) is a data race. So the threads launcher never changes
+    // the environment: overrides that differ from it need worker processes.
+    if let Some((k, v)) = spec
+        .env_overrides
+        .iter()
+        .find(|(k, v)| std::env::var(k).ok().as_deref() != Some(v.as_str()))
+    {
+        return Err(usage(format!(
+            "{k}={v} would have to be set in this process for --launcher threads; export it before starting verifybench, or use --launcher processes"
+        )));
     }
     let n = spec.devices.len();
     let (tx, rx) = mpsc::channel::<(usize, Event)>();
@@ -422,7 +434,7 @@ pub fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Pr
     p
 }
 
-fn spec_of(g: &GpuArgs, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) -> LaunchSpec {
+fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) -> LaunchSpec {
     LaunchSpec {
         fault,
         echo_stderr: !quiet,
@@ -431,17 +443,16 @@ fn spec_of(g: &GpuArgs, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) 
 }
 
 /// `verify --backend nccl`.
-pub fn verify(a: &VerifyArgs, started: String) -> anyhow::Result<Record> {
+pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let devices = select_devices(&a.gpu, a.workload.tp.map(|t| t as usize))?;
+    let devices = select_devices(
+        &a.gpu,
+        a.workload.tp.map(|t| t as usize),
+        comm::device_count(),
+    )?;
     let schedule = a.workload.schedule(devices.len() as u64)?;
-    let fault = a
-        .inject_fault
-        .as_deref()
-        .map(str::parse::<Fault>)
-        .transpose()
-        .map_err(usage)?;
-    let runs = crate::cli::verify::runs(a);
+    let fault = crate::backend::fault::rank_fault(a.inject_fault.as_deref())?;
+    let runs = a.runs();
     let job = Job::Verify {
         schedule: schedule.clone(),
         runs: runs.clone(),
@@ -545,11 +556,11 @@ pub fn verify_record(
 }
 
 /// `collective --backend nccl`.
-pub fn collective(a: &CollectiveArgs, started: String) -> anyhow::Result<Record> {
+pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Record> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let devices = select_devices(&a.gpu, None)?;
+    let devices = select_devices(&a.gpu, None, comm::device_count())?;
     let n = devices.len();
-    let sizes = crate::cli::collective::sizes(a, n)?;
+    let sizes = a.sizes(n)?;
     let esz = a.dtype.size();
     let cases: Vec<CollCase> = sizes
         .iter()

@@ -10,21 +10,16 @@ use serde::{Deserialize, Serialize};
 
 use super::job::{run_rank, Fault, Job, RankResult, RankSetup};
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct RankArgs {
+/// What one worker process runs (`verifybench __rank --job FILE --rank R ...`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankRequest {
     /// JSON file holding the job.
-    #[arg(long)]
     pub job: PathBuf,
-    #[arg(long)]
     pub rank: usize,
-    #[arg(long)]
     pub nranks: usize,
-    #[arg(long)]
     pub device: usize,
     /// NCCL unique id, hex.
-    #[arg(long)]
     pub id: String,
-    #[arg(long)]
     pub fault: Option<Fault>,
 }
 
@@ -64,7 +59,7 @@ fn send(m: &Message) {
 
 /// Runs one rank and reports on stdout. The exit code is 0 even on error (the error travels in
 /// the protocol); a crash or a deliberate fault exits otherwise.
-pub fn run(a: &RankArgs) -> anyhow::Result<i32> {
+pub fn run(a: &RankRequest) -> anyhow::Result<i32> {
     let job: Job = serde_json::from_str(&std::fs::read_to_string(&a.job)?)?;
     let setup = RankSetup {
         rank: a.rank,

@@ -138,7 +138,7 @@ pub enum Op {
 }
 
 /// Which forward the schedule describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// The target model's verify forward of T tokens.
@@ -149,8 +149,14 @@ pub enum Phase {
     Draft,
 }
 
+crate::named_enum!(Phase {
+    Verify => "verify": "The target model's verify forward of T tokens.",
+    Decode => "decode": "One normal decode step of the target model (T = 1).",
+    Draft => "draft": "One EAGLE-3 draft step (one decoder layer, draft vocabulary, 1 token).",
+});
+
 /// How the routed experts selected by T tokens are counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Routing {
     /// Expected distinct experts under uniform routing: E (1 - (1 - k/E)^T).
@@ -159,8 +165,13 @@ pub enum Routing {
     Worst,
 }
 
+crate::named_enum!(Routing {
+    Uniform => "uniform": "Expected distinct experts under uniform routing: E (1 - (1 - k/E)^T).",
+    Worst => "worst": "Every token picks different experts: min(E, T k).",
+});
+
 /// What the logits do at the end of the forward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Logits {
     /// All-gather of the vocab-parallel logits to every rank (SGLang).
@@ -168,6 +179,11 @@ pub enum Logits {
     /// No collective for the logits.
     None,
 }
+
+crate::named_enum!(Logits {
+    Gather => "gather": "All-gather of the vocab-parallel logits to every rank (SGLang).",
+    None => "none": "No collective for the logits.",
+});
 
 /// Knobs of a schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -151,7 +151,7 @@ impl Workload {
 }
 
 /// What a verify replay contained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Only the collectives.
@@ -162,15 +162,11 @@ pub enum Mode {
     Full,
 }
 
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Comm => "comm",
-            Mode::Compute => "compute",
-            Mode::Full => "full",
-        }
-    }
-}
+crate::named_enum!(Mode {
+    Comm => "comm": "Only the collectives.",
+    Compute => "compute": "Only the weight-streaming compute (and launch load).",
+    Full => "full": "Collectives and compute interleaved in schedule order.",
+});
 
 /// Time attributed to one part of a verify (an op kind, or a collective kind).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -97,7 +97,7 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
                     ver.rows.push(vec![
                         r.source.label().to_string(),
                         w.model.clone(),
-                        format!("{:?}", w.phase).to_lowercase(),
+                        w.phase.name().to_string(),
                         w.tp.to_string(),
                         w.tokens.to_string(),
                         run.mode.name().to_string(),

@@ -13,21 +13,18 @@ use crate::record::Record;
 
 use std::path::PathBuf;
 
-/// `--export-json/--export-csv/--export-markdown`, shared by every measuring command.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ExportArgs {
-    /// Write the results (JSON records, the source of truth) to FILE.
-    #[arg(long, value_name = "FILE")]
+/// The export files of a measuring command (`--export-json/--export-csv/--export-markdown`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Exports {
+    /// The results as JSON records (the source of truth).
     pub export_json: Option<PathBuf>,
-    /// Write the results as CSV to FILE.
-    #[arg(long, value_name = "FILE")]
+    /// The results as CSV.
     pub export_csv: Option<PathBuf>,
-    /// Write the results as a Markdown table to FILE.
-    #[arg(long, value_name = "FILE")]
+    /// The results as a Markdown table.
     pub export_markdown: Option<PathBuf>,
 }
 
-impl ExportArgs {
+impl Exports {
     /// Writes every requested export of `records`. Called after each result so that a later
     /// failure loses nothing already measured.
     pub fn write(&self, records: &[Record]) -> anyhow::Result<()> {

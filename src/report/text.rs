@@ -170,7 +170,7 @@ pub fn verify_table(r: &Record) -> String {
         o,
         "# workload: {} {}, TP={}, {} tokens, {}: {} all_reduce x {} B + {} all_gather x {} B (schedule {})",
         w.model,
-        format!("{:?}", w.phase).to_lowercase(),
+        w.phase.name(),
         w.tp,
         w.tokens,
         w.dtype.name(),

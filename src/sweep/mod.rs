@@ -16,6 +16,7 @@
 //! - [`results`]: the JSON-lines results file and resume.
 //! - [`rank`]: ranking and advice.
 
+pub mod command;
 pub mod env;
 pub mod known;
 pub mod matrix;

@@ -1,0 +1,144 @@
+//! The one seam between a request and its numbers, in the manner of hyperfine's `Executor` /
+//! `MockExecutor`: a [`Backend`] turns a [`VerifyRequest`] or [`CollectiveRequest`] into a
+//! result record.
+//!
+//! - [`NcclBackend`]: real NCCL collectives on real GPUs, through the launchers of
+//!   [`crate::launch`]; its records are `measured`.
+//! - [`ModelBackend`]: the cost model of [`crate::costmodel`]; its records are `modeled`.
+//! - [`MockBackend`]: deterministic FAKE numbers for tests, backend `mock` in the provenance,
+//!   labelled modeled, never measured.
+//!
+//! [`resolve`] is the only place that picks one (`auto` means NCCL with 2+ GPUs). Fault
+//! injection for tests lives in [`fault`]. What a command does with the record (export, print,
+//! exit code) lives in [`crate::commands`], not here.
+
+pub mod fault;
+mod mock;
+
+use crate::record::{Body, Provenance, Record, Source};
+use crate::request::{BackendKind, CollectiveRequest, VerifyRequest};
+use crate::util::now_utc;
+
+pub use mock::MockBackend;
+
+/// Turns a request into a result record.
+pub trait Backend {
+    /// Which backend this is (its `name()` is the provenance's `backend`).
+    fn kind(&self) -> BackendKind;
+    /// `verify`: the replay of the verify schedule.
+    fn verify(&self, r: &VerifyRequest) -> anyhow::Result<Record>;
+    /// `collective`: one collective over a size range.
+    fn collective(&self, r: &CollectiveRequest) -> anyhow::Result<Record>;
+}
+
+/// Real NCCL on real GPUs (the launchers of [`crate::launch`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NcclBackend;
+
+impl Backend for NcclBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Nccl
+    }
+    fn verify(&self, r: &VerifyRequest) -> anyhow::Result<Record> {
+        crate::launch::verify(r, now_utc())
+    }
+    fn collective(&self, r: &CollectiveRequest) -> anyhow::Result<Record> {
+        crate::launch::collective(r, now_utc())
+    }
+}
+
+/// The calibrated cost model: runs anywhere, every number labelled modeled.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelBackend;
+
+impl Backend for ModelBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Model
+    }
+    fn verify(&self, a: &VerifyRequest) -> anyhow::Result<Record> {
+        let started = now_utc();
+        // The model backend has no worker to break: an injected fault fails the process.
+        fault::process_fault(a.inject_fault.as_deref());
+        let s = a
+            .workload
+            .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
+        let m = crate::costmodel::verify(&s, s.tp as usize, &a.runs(), a.gpu.launcher, &a.model)?;
+        let mut p = Provenance::here(self.kind().name(), started);
+        p.launcher = Some(a.gpu.launcher.name().into());
+        p.model_profile = Some(m.profile);
+        p.notes = m.notes;
+        Ok(Record::new(Source::Modeled, p, Body::Verify(m.result)))
+    }
+    fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
+        let started = now_utc();
+        let n = a.gpu.gpus.unwrap_or(8);
+        let m = crate::costmodel::collective(
+            a.op,
+            a.dtype,
+            &a.sizes(n)?,
+            n,
+            &a.graph.modes(),
+            a.gpu.launcher,
+            &a.model,
+        )?;
+        let mut p = Provenance::here(self.kind().name(), started);
+        p.model_profile = Some(m.profile);
+        p.notes = m.notes;
+        Ok(Record::new(Source::Modeled, p, Body::Collective(m.result)))
+    }
+}
+
+/// Resolves `auto` (NCCL when at least two GPUs are present, else the cost model, saying so
+/// on stderr unless `quiet`) and returns the backend of that kind.
+pub fn resolve(requested: BackendKind, quiet: bool) -> Box<dyn Backend> {
+    resolve_with(requested, quiet, crate::comm::device_count)
+}
+
+/// [`resolve`] with the GPU count from `count` (tests inject it).
+pub fn resolve_with(
+    requested: BackendKind,
+    quiet: bool,
+    count: impl FnOnce() -> usize,
+) -> Box<dyn Backend> {
+    match requested {
+        BackendKind::Nccl => Box::new(NcclBackend),
+        BackendKind::Model => Box::new(ModelBackend),
+        BackendKind::Mock => Box::new(MockBackend),
+        BackendKind::Auto => {
+            let n = count();
+            if n >= 2 {
+                Box::new(NcclBackend)
+            } else {
+                if !quiet {
+                    eprintln!(
+                        "verifybench: {} GPU{} found, so the numbers below are MODELED by the cost model, not measured (use --backend nccl on a machine with 2+ GPUs)",
+                        n,
+                        if n == 1 { "" } else { "s" }
+                    );
+                }
+                Box::new(ModelBackend)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_picks_nccl_only_with_two_gpus() {
+        for (n, want) in [
+            (0, BackendKind::Model),
+            (1, BackendKind::Model),
+            (2, BackendKind::Nccl),
+            (8, BackendKind::Nccl),
+        ] {
+            assert_eq!(resolve_with(BackendKind::Auto, true, || n).kind(), want);
+        }
+        for k in [BackendKind::Nccl, BackendKind::Model, BackendKind::Mock] {
+            let b = resolve_with(k, true, || panic!("an explicit kind needs no GPU count"));
+            assert_eq!(b.kind(), k);
+        }
+    }
+}

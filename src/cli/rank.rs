@@ -1,0 +1,41 @@
+//! `verifybench __rank` (hidden): one worker process of `--launcher processes`.
+
+use std::path::PathBuf;
+
+use crate::launch::worker::RankRequest;
+use crate::launch::Fault;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RankArgs {
+    /// JSON file holding the job.
+    #[arg(long)]
+    pub job: PathBuf,
+    #[arg(long)]
+    pub rank: usize,
+    #[arg(long)]
+    pub nranks: usize,
+    #[arg(long)]
+    pub device: usize,
+    /// NCCL unique id, hex.
+    #[arg(long)]
+    pub id: String,
+    #[arg(long)]
+    pub fault: Option<Fault>,
+}
+
+impl From<&RankArgs> for RankRequest {
+    fn from(a: &RankArgs) -> RankRequest {
+        RankRequest {
+            job: a.job.clone(),
+            rank: a.rank,
+            nranks: a.nranks,
+            device: a.device,
+            id: a.id.clone(),
+            fault: a.fault,
+        }
+    }
+}
+
+pub fn run(a: &RankArgs) -> anyhow::Result<i32> {
+    crate::launch::worker::run(&a.into())
+}

@@ -1,0 +1,426 @@
+//! The plain requests of the measuring commands, owned by the library.
+//!
+//! `cli/` turns flags into these structs (environment fallbacks such as `VERIFYBENCH_NCCL_LIB`,
+//! `NCCL_PROTO` and `NCCL_ALGO` are resolved there) and calls one library function with them.
+//! Nothing here knows clap. The cost-model settings live with the model
+//! ([`crate::costmodel::ModelSettings`]), the export files with the renderers
+//! ([`crate::report::Exports`]), a worker rank's own request with the launcher
+//! ([`crate::launch::worker::RankRequest`]).
+
+use std::path::PathBuf;
+
+use crate::costmodel::ModelSettings;
+use crate::launch::rendezvous::Endpoint;
+use crate::model::{
+    self, CollectiveKind, DType, Logits, Phase, Routing, Schedule, ScheduleOptions,
+};
+use crate::record::Mode;
+use crate::report::Exports;
+
+/// Which model, parallelism and token count: the workload every command replays or prices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Built-in model preset name (ignored when `model_config` is given).
+    pub model: String,
+    /// A Hugging Face config.json instead of a preset.
+    pub model_config: Option<PathBuf>,
+    /// Tensor-parallel size; `None`: the caller's default (GPUs used, or 8).
+    pub tp: Option<u64>,
+    pub tokens: u64,
+    pub dtype: DType,
+    pub routing: Routing,
+    pub no_embedding_allreduce: bool,
+    pub logits: Logits,
+    pub draft_vocab: u64,
+    pub phase: Phase,
+}
+
+impl Default for Workload {
+    /// The defaults of the command line: Kimi-K2.5, 3 tokens, bf16, the verify forward.
+    fn default() -> Self {
+        Workload {
+            model: "kimi-k2.5".into(),
+            model_config: None,
+            tp: None,
+            tokens: 3,
+            dtype: DType::Bf16,
+            routing: Routing::Uniform,
+            no_embedding_allreduce: false,
+            logits: Logits::Gather,
+            draft_vocab: 32000,
+            phase: Phase::Verify,
+        }
+    }
+}
+
+impl Workload {
+    pub fn options(&self, default_tp: u64) -> ScheduleOptions {
+        ScheduleOptions {
+            tp: self.tp.unwrap_or(default_tp),
+            tokens: self.tokens,
+            dtype: self.dtype,
+            routing: self.routing,
+            embedding_allreduce: !self.no_embedding_allreduce,
+            logits: self.logits,
+            draft_vocab: self.draft_vocab,
+        }
+    }
+
+    pub fn shape(&self) -> anyhow::Result<model::ModelShape> {
+        model::resolve(&self.model, self.model_config.as_deref())
+    }
+
+    /// The schedule of the chosen phase, with `default_tp` when `tp` is absent.
+    pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+        let shape = self.shape()?;
+        model::build(&shape, &self.options(default_tp), self.phase)
+    }
+
+    /// The flags that reproduce this workload on another command line (sweep children).
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![];
+        match &self.model_config {
+            Some(p) => a.extend(["--model-config".into(), p.display().to_string()]),
+            None => a.extend(["--model".into(), self.model.clone()]),
+        }
+        if let Some(tp) = self.tp {
+            a.extend(["--tp".into(), tp.to_string()]);
+        }
+        a.extend(["--tokens".into(), self.tokens.to_string()]);
+        a.extend(["--dtype".into(), self.dtype.name().into()]);
+        a.extend(["--routing".into(), self.routing.name().into()]);
+        if self.no_embedding_allreduce {
+            a.push("--no-embedding-allreduce".into());
+        }
+        a.extend(["--logits".into(), self.logits.name().into()]);
+        a.extend(["--draft-vocab".into(), self.draft_vocab.to_string()]);
+        a.extend(["--phase".into(), self.phase.name().into()]);
+        a
+    }
+}
+
+/// Where the numbers come from. `Auto` is resolved by [`crate::backend::resolve`]; `Mock` is
+/// never offered on the command line (only `sweep --debug-mode` and tests pick it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// NCCL when at least two GPUs are present, otherwise the cost model (and say so).
+    Auto,
+    /// Real NCCL collectives on real GPUs.
+    Nccl,
+    /// The calibrated cost model: runs anywhere, every number labelled modeled.
+    Model,
+    /// Deterministic FAKE numbers for tests, labelled `mock` in the provenance.
+    Mock,
+}
+
+impl crate::util::Named for BackendKind {
+    const ALL: &'static [Self] = &[BackendKind::Auto, BackendKind::Nccl, BackendKind::Model];
+    fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Nccl => "nccl",
+            BackendKind::Model => "model",
+            BackendKind::Mock => "mock",
+        }
+    }
+    fn help(self) -> &'static str {
+        match self {
+            BackendKind::Auto => {
+                "NCCL when at least two GPUs are present, otherwise the cost model (and say so)"
+            }
+            BackendKind::Nccl => "Real NCCL collectives on real GPUs",
+            BackendKind::Model => {
+                "The calibrated cost model: runs anywhere, every number labelled modeled"
+            }
+            BackendKind::Mock => "Deterministic FAKE numbers for tests",
+        }
+    }
+}
+
+impl BackendKind {
+    /// The name in records' provenance and on child command lines.
+    pub fn name(self) -> &'static str {
+        crate::util::Named::name(self)
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        crate::util::parse_named(s)
+    }
+}
+
+/// How ranks are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Launcher {
+    /// One thread per GPU in this process.
+    Threads,
+    /// One worker process per GPU, as serving engines run (default).
+    Processes,
+}
+
+crate::named_enum!(Launcher {
+    Threads => "threads": "One thread per GPU in this process.",
+    Processes => "processes": "One worker process per GPU, as serving engines run (default).",
+});
+
+/// Which GPUs and how to reach NCCL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSpec {
+    /// Number of GPUs (ranks): the first N visible devices.
+    pub gpus: Option<usize>,
+    /// Exact device ordinals.
+    pub devices: Option<Vec<usize>>,
+    pub launcher: Launcher,
+    /// libnccl.so to load (else the search of [`crate::comm::libs::prepare`]).
+    pub nccl_lib: Option<PathBuf>,
+    /// Seconds any rendezvous, collective or worker may take before the run is aborted.
+    pub timeout: f64,
+}
+
+impl Default for GpuSpec {
+    fn default() -> Self {
+        GpuSpec {
+            gpus: None,
+            devices: None,
+            launcher: Launcher::Processes,
+            nccl_lib: None,
+            timeout: 60.0,
+        }
+    }
+}
+
+/// Timed and warm-up iterations (nccl-tests' and hyperfine's `-n`/`-w`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repeat {
+    pub iters: u64,
+    pub warmup: u64,
+}
+
+impl Default for Repeat {
+    fn default() -> Self {
+        Repeat {
+            iters: 200,
+            warmup: 20,
+        }
+    }
+}
+
+/// Eager launches, CUDA-graph replay, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphChoice {
+    On,
+    Off,
+    Both,
+}
+
+crate::named_enum!(GraphChoice {
+    On => "on": "",
+    Off => "off": "",
+    Both => "both": "",
+});
+
+impl GraphChoice {
+    /// The graph flags to run, eager first.
+    pub fn modes(self) -> Vec<bool> {
+        match self {
+            GraphChoice::On => vec![true],
+            GraphChoice::Off => vec![false],
+            GraphChoice::Both => vec![false, true],
+        }
+    }
+}
+
+/// The (graph, mode) runs of `modes` x `graph`, eager first, in mode order, without repeats.
+pub fn runs(modes: &[Mode], graph: GraphChoice) -> Vec<(bool, Mode)> {
+    let mut modes = modes.to_vec();
+    modes.dedup();
+    let mut v = vec![];
+    for m in modes {
+        for g in graph.modes() {
+            if !v.contains(&(g, m)) {
+                v.push((g, m));
+            }
+        }
+    }
+    v
+}
+
+/// `verify`: replay the verify schedule.
+#[derive(Debug, Clone)]
+pub struct VerifyRequest {
+    pub workload: Workload,
+    pub graph: GraphChoice,
+    pub mode: Vec<Mode>,
+    /// Tiny kernels launched per layer (eager mode pays their launch cost).
+    pub launches_per_layer: u32,
+    pub backend: BackendKind,
+    pub gpu: GpuSpec,
+    pub repeat: Repeat,
+    pub model: ModelSettings,
+    pub export: Exports,
+    /// Print nothing but errors.
+    pub quiet: bool,
+    /// Testing only: make a rank (or, with the model backend, the process) fail; see
+    /// [`crate::backend::fault`].
+    pub inject_fault: Option<String>,
+}
+
+impl VerifyRequest {
+    /// The (graph, mode) runs requested, eager first, in mode order.
+    pub fn runs(&self) -> Vec<(bool, Mode)> {
+        runs(&self.mode, self.graph)
+    }
+}
+
+/// `collective`: one collective over a size range, nccl-tests style.
+#[derive(Debug, Clone)]
+pub struct CollectiveRequest {
+    pub op: CollectiveKind,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub step_factor: u64,
+    /// Extra exact sizes.
+    pub sizes: Vec<u64>,
+    pub dtype: DType,
+    pub graph: GraphChoice,
+    pub backend: BackendKind,
+    pub gpu: GpuSpec,
+    pub repeat: Repeat,
+    pub model: ModelSettings,
+    pub export: Exports,
+}
+
+impl CollectiveRequest {
+    /// The sizes to run: min, min*f, ... <= max, plus the explicit ones, each rounded down to a
+    /// whole number of elements that splits evenly over `nranks` ranks; sorted, deduplicated.
+    pub fn sizes(&self, nranks: usize) -> anyhow::Result<Vec<u64>> {
+        if self.min_bytes == 0 || self.max_bytes < self.min_bytes {
+            crate::usage_bail!(
+                "-b/--minbytes must be positive and at most -e/--maxbytes (got {} and {})",
+                self.min_bytes,
+                self.max_bytes
+            );
+        }
+        if self.step_factor < 2 {
+            crate::usage_bail!("-f/--stepfactor must be at least 2");
+        }
+        let unit = self.dtype.size() * nranks as u64;
+        let mut out = vec![];
+        let mut s = self.min_bytes;
+        while s <= self.max_bytes {
+            out.push(s);
+            s = match s.checked_mul(self.step_factor) {
+                Some(x) => x,
+                None => break,
+            };
+        }
+        out.extend(&self.sizes);
+        let mut v: Vec<u64> = out
+            .into_iter()
+            .map(|s| s / unit * unit)
+            .filter(|&s| s > 0)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        if v.is_empty() {
+            crate::usage_bail!("no size holds one element per rank: raise -b/--minbytes");
+        }
+        Ok(v)
+    }
+}
+
+/// `worker`: one rank of a verify replay started by an external launcher.
+#[derive(Debug, Clone)]
+pub struct WorkerRequest {
+    pub workload: Workload,
+    /// Where rank 0 serves the NCCL id (else from MASTER_ADDR/MASTER_PORT).
+    pub rendezvous: Option<Endpoint>,
+    /// Seconds a rank waits for the others to join the rendezvous.
+    pub rendezvous_timeout: f64,
+    pub rank: Option<usize>,
+    pub world_size: Option<usize>,
+    pub local_rank: Option<usize>,
+    pub graph: GraphChoice,
+    pub mode: Vec<Mode>,
+    pub launches_per_layer: u32,
+    pub repeat: Repeat,
+    /// Seconds without progress after which this rank gives up and exits.
+    pub timeout: f64,
+    pub nccl_lib: Option<PathBuf>,
+    pub export: Exports,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collective(min: u64, max: u64, f: u64, sizes: Vec<u64>, dtype: DType) -> CollectiveRequest {
+        CollectiveRequest {
+            op: CollectiveKind::AllReduce,
+            min_bytes: min,
+            max_bytes: max,
+            step_factor: f,
+            sizes,
+            dtype,
+            graph: GraphChoice::Both,
+            backend: BackendKind::Model,
+            gpu: GpuSpec::default(),
+            repeat: Repeat::default(),
+            model: ModelSettings::default(),
+            export: Exports::default(),
+        }
+    }
+
+    #[test]
+    fn nccl_tests_style_size_range() {
+        let c = collective(8192, 65536, 2, vec![43008], DType::Bf16);
+        assert_eq!(c.sizes(2).unwrap(), vec![8192, 16384, 32768, 43008, 65536]);
+        assert!(collective(65536, 8192, 2, vec![], DType::Bf16)
+            .sizes(2)
+            .is_err());
+        // sizes round down to whole elements per rank
+        assert_eq!(
+            collective(10, 10, 2, vec![], DType::F32).sizes(2).unwrap(),
+            vec![8]
+        );
+    }
+
+    #[test]
+    fn runs_are_eager_first_in_mode_order_without_repeats() {
+        let r = runs(&[Mode::Full, Mode::Comm, Mode::Full], GraphChoice::Both);
+        assert_eq!(
+            r,
+            vec![
+                (false, Mode::Full),
+                (true, Mode::Full),
+                (false, Mode::Comm),
+                (true, Mode::Comm)
+            ]
+        );
+        assert_eq!(
+            runs(&[Mode::Comm], GraphChoice::On),
+            vec![(true, Mode::Comm)]
+        );
+    }
+
+    #[test]
+    fn workload_names_parse_back() {
+        use crate::util::Named;
+        for p in Phase::ALL {
+            assert_eq!(p.name().parse::<Phase>().unwrap(), *p);
+        }
+        for r in Routing::ALL {
+            assert_eq!(r.name().parse::<Routing>().unwrap(), *r);
+        }
+        for l in Logits::ALL {
+            assert_eq!(l.name().parse::<Logits>().unwrap(), *l);
+        }
+        assert_eq!(
+            "mock".parse::<BackendKind>().unwrap_err(),
+            "'mock' is not one of: auto, nccl, model"
+        );
+    }
+}
