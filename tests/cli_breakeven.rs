@@ -2,16 +2,14 @@
 
 use std::path::Path;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use verifybench::measure::Summary;
-use verifybench::model::{self, Phase, ScheduleOptions};
+use verifybench::model::{self, Phase};
 use verifybench::record::*;
-use verifybench::util::{now_utc, write_file};
+use verifybench::util::now_utc;
 
-fn vb() -> Command {
-    Command::cargo_bin("verifybench").unwrap()
-}
+mod common;
+use common::vb;
 
 fn json(args: &[&str]) -> serde_json::Value {
     let out = vb()
@@ -33,17 +31,7 @@ fn f(v: &serde_json::Value) -> f64 {
 
 /// A verify record of kimi-k2.5 TP=8 for `phase` with a graph run of median `median_us`.
 fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
-    let shape = model::presets::preset("kimi-k2.5").unwrap();
-    let s = model::build(
-        &shape,
-        &ScheduleOptions {
-            tp: 8,
-            tokens,
-            ..Default::default()
-        },
-        phase,
-    )
-    .unwrap();
+    let s = common::kimi(8, tokens, phase);
     let summary = Summary::from_samples(&[median_us * 0.99, median_us, median_us * 1.02]).unwrap();
     Record::new(
         source,
@@ -78,9 +66,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
     )
 }
 
-fn write(path: &Path, records: &[Record]) {
-    write_file(path, &serde_json::to_vec_pretty(records).unwrap()).unwrap();
-}
+use common::write_records as write;
 
 #[test]
 fn worked_example_from_flags() {

@@ -4,32 +4,20 @@
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 
 use verifybench::measure::Summary;
-use verifybench::model::{self, presets, CollectiveKind, Phase, Schedule, ScheduleOptions};
+use verifybench::model::{self, CollectiveKind, Phase, Schedule};
 use verifybench::record::{
-    read_records, Body, CollectiveResult, Mode, Provenance, Record, Source, VerifyResult,
-    VerifyRun, Workload,
+    read_records, Body, CollectiveResult, Mode, Provenance, Record, Source, VerifyRun, Workload,
 };
 use verifybench::util::now_utc;
 
-fn vb() -> Command {
-    Command::cargo_bin("verifybench").unwrap()
-}
+mod common;
+use common::vb;
 
 fn kimi(tp: u64) -> Schedule {
-    model::build(
-        &presets::preset("kimi-k2.5").unwrap(),
-        &ScheduleOptions {
-            tp,
-            tokens: 3,
-            ..Default::default()
-        },
-        Phase::Verify,
-    )
-    .unwrap()
+    common::kimi(tp, 3, Phase::Verify)
 }
 
 fn run(graph: bool, median: f64) -> VerifyRun {
@@ -48,15 +36,11 @@ fn run(graph: bool, median: f64) -> VerifyRun {
 }
 
 fn verify_record(backend: &str, tp: u64, eager: f64, graph: f64) -> Record {
-    Record::new(
+    common::verify_record(
         Source::Measured,
-        Provenance::here(backend, now_utc()),
-        Body::Verify(VerifyResult {
-            workload: Workload::of(&kimi(tp)),
-            runs: vec![run(false, eager), run(true, graph)],
-            stream_gbps: None,
-            predicted_compute_us: None,
-        }),
+        backend,
+        &kimi(tp),
+        vec![run(false, eager), run(true, graph)],
     )
 }
 

@@ -6,12 +6,10 @@ use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
 use serde_json::Value;
 
-fn vb() -> Command {
-    Command::cargo_bin("verifybench").unwrap()
-}
+mod common;
+use common::vb;
 
 fn tag(name: &str) -> String {
     let nanos = std::time::SystemTime::now()

@@ -3,12 +3,10 @@
 
 use std::path::Path;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn vb() -> Command {
-    Command::cargo_bin("verifybench").unwrap()
-}
+mod common;
+use common::vb;
 
 /// Runs and returns stdout, failing with stderr on a non-zero exit.
 fn ok(args: &[&str]) -> String {

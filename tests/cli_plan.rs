@@ -1,11 +1,9 @@
 //! End-to-end tests of `verifybench plan` through the real binary.
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn vb() -> Command {
-    Command::cargo_bin("verifybench").unwrap()
-}
+mod common;
+use common::vb;
 
 fn plan_json(args: &[&str]) -> serde_json::Value {
     let out = vb()

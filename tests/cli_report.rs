@@ -3,16 +3,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use verifybench::measure::Summary;
-use verifybench::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
+use verifybench::model::{CollectiveKind, DType, Phase};
 use verifybench::record::*;
-use verifybench::util::{now_utc, write_file};
+use verifybench::util::now_utc;
 
-fn vb() -> Command {
-    Command::cargo_bin("verifybench").unwrap()
-}
+mod common;
+use common::vb;
 
 fn provenance(proto: &str) -> Provenance {
     let mut p = Provenance::here("nccl", now_utc());
@@ -70,30 +68,17 @@ fn collective(proto: &str, base_us: f64) -> Record {
 }
 
 fn run(graph: bool, mode: Mode, ms: f64) -> VerifyRun {
-    let s = Summary::from_samples(&[ms * 1000.0, ms * 1010.0, ms * 990.0]).unwrap();
-    VerifyRun {
+    common::verify_run(
         graph,
         mode,
-        per_collective_us: s.median_us / 124.0,
-        per_verify: s,
-        breakdown: vec![],
-        wrong: 0,
-        iterations: 3,
-        warmup: 1,
-    }
+        &[ms * 1000.0, ms * 1010.0, ms * 990.0],
+        124.0,
+        1,
+    )
 }
 
 fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
-    let s = model::build(
-        &model::presets::preset("kimi-k2.5").unwrap(),
-        &ScheduleOptions {
-            tp: 2,
-            tokens,
-            ..Default::default()
-        },
-        phase,
-    )
-    .unwrap();
+    let s = common::kimi(2, tokens, phase);
     Record::new(
         source,
         provenance("LL"),
@@ -113,9 +98,7 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
     )
 }
 
-fn write(path: &Path, records: &[Record]) {
-    write_file(path, &serde_json::to_vec_pretty(records).unwrap()).unwrap();
-}
+use common::write_records as write;
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))

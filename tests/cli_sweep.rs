@@ -6,12 +6,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn vb() -> Command {
-    Command::cargo_bin("verifybench").unwrap()
-}
+mod common;
+use common::vb;
 
 fn lines(p: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(p)

@@ -402,23 +402,27 @@ pub fn combine(results: &[RankResult], configs: usize) -> anyhow::Result<Vec<(Su
 
 /// Provenance of a run on GPUs, from the parent and what every worker reported.
 pub fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
-    let mut p = Provenance::here("nccl", started);
-    p.launcher = Some(launcher.into());
-    p.gpus = results.iter().filter_map(|r| r.gpu.clone()).collect();
+    let mut p = worker_provenance(launcher, started, results);
     p.driver_version = comm::device::driver_version()
         .or_else(comm::device::driver_cuda_version)
         .map(|v| match comm::device::driver_cuda_version() {
             Some(c) if !v.contains(&c) => format!("{v} (CUDA {c})"),
             _ => v,
         });
-    p.nccl_version = results
-        .first()
-        .and_then(|r| r.nccl_version.clone())
-        .or_else(comm::nccl::version);
-    p.nccl_library = results
-        .first()
-        .and_then(|r| r.nccl_library.clone())
+    p.nccl_version = p.nccl_version.or_else(comm::nccl::version);
+    p.nccl_library = p
+        .nccl_library
         .or_else(|| comm::libs::loaded_path("libnccl"));
+    p
+}
+
+/// The part of [`provenance`] that comes from the workers' reports alone (no driver query).
+fn worker_provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
+    let mut p = Provenance::here("nccl", started);
+    p.launcher = Some(launcher.into());
+    p.gpus = results.iter().filter_map(|r| r.gpu.clone()).collect();
+    p.nccl_version = results.first().and_then(|r| r.nccl_version.clone());
+    p.nccl_library = results.first().and_then(|r| r.nccl_library.clone());
     p.workers = results
         .iter()
         .map(|r| WorkerInfo {
@@ -472,6 +476,15 @@ pub fn verify_record(
     launcher: &str,
     started: String,
 ) -> anyhow::Result<Record> {
+    verify_record_with(job, results, || provenance(launcher, started, results))
+}
+
+/// [`verify_record`] with the provenance from `provenance` (called once, after the checks).
+fn verify_record_with(
+    job: &Job,
+    results: &[RankResult],
+    provenance: impl FnOnce() -> Provenance,
+) -> anyhow::Result<Record> {
     let Job::Verify {
         schedule,
         runs,
@@ -524,7 +537,7 @@ pub fn verify_record(
         .iter()
         .filter_map(|r| r.stream_gbps)
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
-    let mut p = provenance(launcher, started, results);
+    let mut p = provenance();
     let fixed = results
         .iter()
         .filter_map(|r| r.stream_fixed_us)
@@ -622,4 +635,163 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
             rows,
         }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{presets, Phase, ScheduleOptions};
+
+    fn rank(rank: usize, samples: Vec<Vec<f64>>, wrong: Vec<u64>) -> RankResult {
+        RankResult {
+            rank,
+            pid: 100 + rank as u32,
+            device: rank,
+            gpu: None,
+            nccl_env: BTreeMap::from([("NCCL_PROTO".to_string(), "LL".to_string())]),
+            nccl_version: Some("2.28.3".into()),
+            nccl_library: Some("/lib/libnccl.so.2".into()),
+            samples,
+            wrong,
+            init_s: 0.5 + rank as f64,
+            stream_gbps: None,
+            stream_fixed_us: None,
+        }
+    }
+
+    #[test]
+    fn combine_takes_the_slowest_rank_per_sample_and_sums_wrong_elements() {
+        let r = [
+            rank(0, vec![vec![10.0, 30.0, 20.0], vec![5.0]], vec![0, 2]),
+            rank(1, vec![vec![12.0, 25.0, 21.0, 99.0], vec![6.0]], vec![1, 0]),
+        ];
+        let c = combine(&r, 2).unwrap();
+        assert_eq!(c.len(), 2);
+        // per sample the maximum over ranks: 12, 30, 21 (rank 1's extra sample has no pair)
+        assert_eq!(c[0].0.n, 3);
+        assert_eq!(c[0].0.median_us, 21.0);
+        assert_eq!(c[0].0.max_us, 30.0);
+        assert_eq!(c[0].1, 1);
+        assert_eq!(c[1].0.median_us, 6.0);
+        assert_eq!(c[1].1, 2);
+        // a configuration without samples is an error, not a zero
+        assert!(combine(&r, 3).is_err());
+    }
+
+    #[test]
+    fn verify_record_labels_measured_numbers_per_run() {
+        let schedule = crate::model::build(
+            &presets::preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp: 2,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let job = Job::Verify {
+            schedule: schedule.clone(),
+            runs: vec![(false, Mode::Comm), (true, Mode::Comm)],
+            iters: 3,
+            warmup: 1,
+            launches_per_layer: 0,
+        };
+        let r = [
+            rank(
+                0,
+                vec![vec![1240.0; 3], vec![620.0, 640.0, 630.0]],
+                vec![0, 0],
+            ),
+            rank(
+                1,
+                vec![vec![1000.0; 3], vec![700.0, 600.0, 610.0]],
+                vec![0, 3],
+            ),
+        ];
+        let rec = verify_record_with(&job, &r, || {
+            worker_provenance("processes", crate::util::now_utc(), &r)
+        })
+        .unwrap();
+        assert_eq!(rec.source, Source::Measured);
+        assert_eq!(rec.provenance.backend, "nccl");
+        assert_eq!(rec.provenance.launcher.as_deref(), Some("processes"));
+        assert_eq!(rec.provenance.workers.len(), 2);
+        assert_eq!(rec.provenance.workers[1].pid, 101);
+        assert!(rec
+            .provenance
+            .notes
+            .iter()
+            .any(|n| n == "NCCL init per rank (s): 0.50, 1.50"));
+        let Body::Verify(v) = &rec.body else {
+            panic!("a verify record")
+        };
+        assert_eq!(v.workload, Workload::of(&schedule));
+        assert_eq!(v.runs.len(), 2);
+        assert!(!v.runs[0].graph && v.runs[1].graph);
+        assert_eq!(v.runs[0].per_verify.median_us, 1240.0);
+        assert_eq!(v.runs[0].per_collective_us, 1240.0 / 124.0);
+        // graph: per sample max(620, 700), max(640, 600), max(630, 610) -> median 640
+        assert_eq!(v.runs[1].per_verify.median_us, 640.0);
+        assert_eq!(v.runs[1].wrong, 3);
+        assert_eq!((v.runs[1].iterations, v.runs[1].warmup), (3, 1));
+        assert_eq!(rec.provenance.nccl_version.as_deref(), Some("2.28.3"));
+        assert!(
+            verify_record_with(&Job::Env, &r, || panic!("no provenance for a wrong job")).is_err()
+        );
+    }
+
+    fn gpus(gpus: Option<usize>, devices: Option<Vec<usize>>) -> GpuSpec {
+        GpuSpec {
+            gpus,
+            devices,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn select_devices_checks_the_flags_against_the_machine() {
+        let usage = |r: anyhow::Result<Vec<usize>>| {
+            let e = r.unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{e}");
+            e.to_string()
+        };
+        assert_eq!(
+            select_devices(&gpus(None, None), None, 4).unwrap(),
+            vec![0, 1, 2, 3]
+        );
+        assert_eq!(
+            select_devices(&gpus(Some(2), None), None, 4).unwrap(),
+            vec![0, 1]
+        );
+        assert_eq!(
+            select_devices(&gpus(None, None), Some(2), 8).unwrap(),
+            vec![0, 1]
+        );
+        assert_eq!(
+            select_devices(&gpus(None, Some(vec![3, 1])), Some(2), 4).unwrap(),
+            vec![3, 1]
+        );
+        assert!(usage(select_devices(&gpus(None, None), None, 0)).contains("no GPU found"));
+        assert!(
+            usage(select_devices(&gpus(None, Some(vec![0, 4])), None, 4))
+                .contains("--devices names GPU 4, but this machine has 4 GPUs (0..3)")
+        );
+        assert!(usage(select_devices(&gpus(None, Some(vec![1, 1])), None, 4)).contains("twice"));
+        assert!(usage(select_devices(&gpus(Some(8), None), None, 4)).starts_with("--gpus 8"));
+        assert!(usage(select_devices(&gpus(None, None), Some(8), 4)).starts_with("--tp 8"));
+        assert!(usage(select_devices(&gpus(None, None), None, 1)).contains("at least 2 GPUs"));
+        assert!(usage(select_devices(&gpus(Some(2), None), Some(4), 8))
+            .contains("--tp 4 needs 4 ranks, but 2 GPUs were selected"));
+    }
+
+    #[test]
+    fn the_threads_launcher_refuses_to_change_the_environment() {
+        let mut spec = LaunchSpec::new(vec![0, 1], Launcher::Threads, 1.0);
+        spec.env_overrides
+            .insert("NCCL_VERIFYBENCH_UNSET_FOR_TEST".into(), "1".into());
+        let e = run_threads(&spec, &Job::Env, [0u8; 128]).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("--launcher processes"), "{e}");
+        assert!(std::env::var("NCCL_VERIFYBENCH_UNSET_FOR_TEST").is_err());
+    }
 }

@@ -1,0 +1,71 @@
+//! Helpers shared by the integration tests: the binary under test, schedules, record builders
+//! and writing records. Each test file includes this with `mod common;` and uses what it needs.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use verifybench::measure::Summary;
+use verifybench::model::{self, Phase, Schedule, ScheduleOptions};
+use verifybench::record::{
+    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
+};
+use verifybench::util::{now_utc, write_file};
+
+/// The verifybench binary of this build.
+pub fn vb() -> Command {
+    Command::cargo_bin("verifybench").unwrap()
+}
+
+/// The schedule of Kimi-K2.5 for `phase` at `tp` ranks and `tokens` tokens.
+pub fn kimi(tp: u64, tokens: u64, phase: Phase) -> Schedule {
+    model::build(
+        &model::presets::preset("kimi-k2.5").unwrap(),
+        &ScheduleOptions {
+            tp,
+            tokens,
+            ..Default::default()
+        },
+        phase,
+    )
+    .unwrap()
+}
+
+/// One verify run of `samples` (per-verify times in us) over `ncoll` collectives.
+pub fn verify_run(graph: bool, mode: Mode, samples: &[f64], ncoll: f64, warmup: u64) -> VerifyRun {
+    let s = Summary::from_samples(samples).unwrap();
+    VerifyRun {
+        graph,
+        mode,
+        per_collective_us: s.median_us / ncoll,
+        per_verify: s,
+        breakdown: vec![],
+        wrong: 0,
+        iterations: samples.len() as u64,
+        warmup,
+    }
+}
+
+/// A verify record of `schedule` with `runs`, backend `backend`, started now.
+pub fn verify_record(
+    source: Source,
+    backend: &str,
+    schedule: &Schedule,
+    runs: Vec<VerifyRun>,
+) -> Record {
+    Record::new(
+        source,
+        Provenance::here(backend, now_utc()),
+        Body::Verify(VerifyResult {
+            workload: Workload::of(schedule),
+            runs,
+            stream_gbps: None,
+            predicted_compute_us: None,
+        }),
+    )
+}
+
+/// Writes `records` as a pretty JSON array (temp-and-rename).
+pub fn write_records(path: &Path, records: &[Record]) {
+    write_file(path, &serde_json::to_vec_pretty(records).unwrap()).unwrap();
+}
