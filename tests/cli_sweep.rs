@@ -137,6 +137,67 @@ fn debug_sweep_ranks_fails_global_tree_with_a_hint_and_exports() {
         Some(5),
         "verify records of ok points"
     );
+    // The ranking, its times and ratios must follow from the exported records, computed here
+    // independently of the sweep's ranking code: rows in order of the graph median, each
+    // ratio the point's median over the baseline's.
+    let graph_median = |settings: &str| -> f64 {
+        let want: Vec<(&str, &str)> = settings
+            .split_whitespace()
+            .filter(|s| *s != "(defaults)")
+            .map(|kv| kv.split_once('=').unwrap())
+            .collect();
+        let rec = j
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                let env = &r["provenance"]["workers"][0]["nccl_env"];
+                ["NCCL_PROTO", "NCCL_ALGO"]
+                    .iter()
+                    .all(|k| env[*k].as_str() == want.iter().find(|(n, _)| n == k).map(|(_, v)| *v))
+            })
+            .unwrap_or_else(|| panic!("no exported record for {settings}"));
+        rec["result"]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["graph"] == true)
+            .unwrap()["per_verify"]["median_us"]
+            .as_f64()
+            .unwrap()
+    };
+    let rows: Vec<Vec<String>> = csv::Reader::from_reader(csv.as_bytes())
+        .records()
+        .map(|r| r.unwrap().iter().map(String::from).collect())
+        .collect();
+    let ranked: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] != "failed").collect();
+    assert_eq!(ranked.len(), 5);
+    let base = graph_median(&ranked[0][2]);
+    assert_eq!(ranked[0][1], "p00-baseline");
+    let mut last = 0.0;
+    for (i, r) in ranked.iter().enumerate() {
+        assert_eq!(r[0], (i + 1).to_string());
+        let m = graph_median(&r[2]);
+        if i > 1 {
+            assert!(m >= last, "row {} is slower than the row above it", i + 1);
+        }
+        last = m;
+        assert!(r[3].starts_with(&format!("{m:.1} ± ")), "{r:?} vs {m}");
+        if i > 0 {
+            assert!(
+                r[4].starts_with(&format!("{:.3} ± ", m / base)),
+                "{r:?}: ratio {m} / {base}"
+            );
+        }
+    }
+    // the failed points' reasons quote the NCCL warning found in their own log
+    for r in rows.iter().filter(|r| r[0] == "failed") {
+        let p = point(&v, &r[1][..3]);
+        let log = std::fs::read_to_string(p["log_paths"][0].as_str().unwrap()).unwrap();
+        let warn = log.lines().find(|l| l.contains("NCCL WARN")).unwrap();
+        let warn = warn.split("NCCL WARN ").nth(1).unwrap();
+        assert!(r[11].contains(warn), "{:?} lacks {warn}", r[11]);
+    }
 }
 
 #[test]
