@@ -28,7 +28,7 @@ pub const PROFILE_SCHEMA_VERSION: u32 = 1;
 pub const PROFILE_KIND: &str = "verifybench-cost-profile";
 
 /// The measured reference the built-in launch costs and LL base latency are set to.
-pub const REFERENCE_H200: &str = "2x H200 NVLink, NCCL, 43,008 B bf16 all-reduce: a CUDA graph of 122 all-reduces replays at 7.0-7.4 us per all-reduce; eager launches cost ~8.4 us each from threads and ~11 us from processes; with NCCL_P2P_DISABLE=1 (SHM through host memory) ~14-15 us; PyTorch c10d ~17 us graph / 28 us eager";
+pub const REFERENCE_H200: &str = "2x H200 NVLink, NCCL, 43,008 B bf16 all-reduce: a CUDA graph of the verify step's 123 all-reduces replays at 7.0-7.4 us per all-reduce; eager launches cost ~8.4 us each from threads and ~11 us from processes; with NCCL_P2P_DISABLE=1 (SHM through host memory) ~14-15 us; PyTorch c10d ~17 us graph / 28 us eager";
 
 /// NCCL's protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -724,11 +724,6 @@ impl Client {
         &self.id
     }
 
-    /// Rank 0's address as connected.
-    pub fn server_addr(&self) -> SocketAddr {
-        self.server
-    }
-
     /// Sends this rank's result to rank 0 and waits (up to `timeout`) until rank 0 has it.
     pub fn send_result(&mut self, bytes: &[u8], timeout: Duration) -> Result<()> {
         self.send(Kind::Result, bytes, timeout)

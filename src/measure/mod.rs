@@ -1,4 +1,5 @@
-//! Timing statistics (pure) and measurement settings.
+//! Measuring: the statistics of timing samples ([`stats`], pure) and the inputs and expected
+//! outputs of the exact-result check ([`pattern`]). How often to repeat is [`crate::request::Repeat`].
 
 pub mod pattern;
 pub mod stats;

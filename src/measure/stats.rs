@@ -86,19 +86,6 @@ impl Summary {
         }
         1.2533 * self.stddev_us / (self.n as f64).sqrt()
     }
-
-    /// The same summary with every value divided by `d` (per-op times from per-verify times).
-    pub fn scaled(&self, d: f64) -> Summary {
-        Summary {
-            median_us: self.median_us / d,
-            mean_us: self.mean_us / d,
-            stddev_us: self.stddev_us / d,
-            min_us: self.min_us / d,
-            max_us: self.max_us / d,
-            p99_us: self.p99_us / d,
-            ..self.clone()
-        }
-    }
 }
 
 #[cfg(test)]
@@ -144,11 +131,5 @@ mod tests {
     fn empty_and_nan_give_none() {
         assert!(Summary::from_samples(&[]).is_none());
         assert!(Summary::from_samples(&[1.0, f64::NAN]).is_none());
-    }
-
-    #[test]
-    fn scaled_divides_times_not_counts() {
-        let s = Summary::from_samples(&[10.0, 20.0]).unwrap().scaled(10.0);
-        assert_eq!((s.n, s.median_us, s.max_us), (2, 1.5, 2.0));
     }
 }

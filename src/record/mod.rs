@@ -267,8 +267,9 @@ pub fn algbw_gbps(bytes: u64, time_us: f64) -> f64 {
 pub enum Body {
     Collective(CollectiveResult),
     Verify(VerifyResult),
-    /// Anything a later command adds (sweep points, break-even, bandwidth, selftest) keeps its
-    /// own typed struct and stores it here as JSON until it earns a variant.
+    /// Records of other kinds keep their own typed struct and store it here as JSON until they
+    /// earn a variant; today only sweep points (`sweep_point`). Break-even, bandwidth and
+    /// selftest write their own JSON, not records.
     Other {
         name: String,
         data: serde_json::Value,

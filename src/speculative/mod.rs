@@ -14,8 +14,8 @@
 //! nothing else competes for the step. With larger batches the verify forward grows with the
 //! batch and the baseline is a batched decode step; this module does not model that.
 //!
-//! Everything here is pure arithmetic on f64 milliseconds; [`inputs`] turns flags and result
-//! records into labelled inputs and [`analysis`] computes the table the CLI and report show.
+//! [`analysis`] is pure arithmetic on f64 milliseconds and computes the table the CLI and
+//! report show; [`inputs`] turns flags and result files (it reads them) into labelled inputs.
 
 pub mod analysis;
 pub mod inputs;
