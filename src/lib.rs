@@ -16,6 +16,7 @@ pub mod inspect;
 pub mod launch;
 pub mod measure;
 pub mod model;
+pub mod nccl_list;
 pub mod record;
 pub mod report;
 pub mod request;

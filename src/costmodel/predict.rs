@@ -21,8 +21,8 @@ fn func_of(s: &str) -> Option<CollectiveKind> {
     s.parse::<CollectiveKind>().ok()
 }
 
-/// Parses NCCL's list syntax: `LL,LL128`, `^LL128` (all but), and per collective
-/// `simple;allreduce:ll,ll128` (a part without `func:` applies to every collective).
+/// Parses NCCL's list syntax ([`crate::nccl_list`]): `LL,LL128`, `^LL128` (all but), and per
+/// collective `simple;allreduce:ll,ll128` (a part without `func:` applies to every collective).
 fn parse_list<T: Copy + Ord>(
     flag: &str,
     s: &str,
@@ -31,24 +31,18 @@ fn parse_list<T: Copy + Ord>(
     known: &str,
 ) -> anyhow::Result<Vec<(Option<CollectiveKind>, BTreeSet<T>)>> {
     let mut out = vec![];
-    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-        let (func, list) = match part.split_once(':') {
-            Some((f, l)) => {
-                let k = func_of(f.trim()).ok_or_else(|| {
-                    usage(format!(
-                        "{flag} '{s}': unknown collective '{f}' (use allreduce, allgather or reducescatter)"
-                    ))
-                })?;
-                (Some(k), l)
-            }
-            None => (None, part),
+    for entry in crate::nccl_list::entries(s) {
+        let func = match entry.func {
+            Some(f) => Some(func_of(f.trim()).ok_or_else(|| {
+                usage(format!(
+                    "{flag} '{s}': unknown collective '{f}' (use allreduce, allgather or reducescatter)"
+                ))
+            })?),
+            None => None,
         };
-        let (neg, list) = match list.trim().strip_prefix('^') {
-            Some(rest) => (true, rest),
-            None => (false, list),
-        };
+        let neg = entry.negate;
         let mut named = BTreeSet::new();
-        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        for item in entry.items {
             named.insert(one(item).ok_or_else(|| {
                 usage(format!(
                     "{flag} '{s}': unknown value '{item}' (the cost model knows {known})"

@@ -267,9 +267,9 @@ pub fn points(dims: &[Dimension], preset: Option<&Preset>) -> Vec<Point> {
     out
 }
 
-/// NCCL's list syntax for NCCL_ALGO and NCCL_PROTO: `a,b` (only these), `^a,b` (all but these),
-/// and since NCCL 2.24 per-function entries separated by `;`, e.g. `ring;allreduce:tree` (Ring
-/// for everything, Tree for all-reduce). Returns whether `name` (an algorithm or protocol) is
+/// NCCL's list syntax ([`crate::nccl_list`]) for NCCL_ALGO and NCCL_PROTO: `a,b` (only these),
+/// `^a,b` (all but these), and since NCCL 2.24 per-function entries separated by `;`, e.g.
+/// `ring;allreduce:tree` (Ring for everything, Tree for all-reduce). Returns whether `name` (an algorithm or protocol) is
 /// allowed for function `func` (`AllReduce`, ...; None when the log does not say), or None when
 /// the value does not constrain it.
 pub fn nccl_list_allows(value: &str, func: Option<&str>, name: &str) -> Option<bool> {
@@ -280,28 +280,21 @@ pub fn nccl_list_allows(value: &str, func: Option<&str>, name: &str) -> Option<b
             .to_string()
     };
     let name = norm(name);
-    let mut default: Option<&str> = None;
-    let mut specific: Option<&str> = None;
-    for entry in value.split(';').filter(|e| !e.trim().is_empty()) {
-        match entry.split_once(':') {
-            Some((f, list)) => {
-                if let Some(func) = func {
-                    if norm(f) == norm(func) {
-                        specific = Some(list);
-                    }
+    let mut default = None;
+    let mut specific = None;
+    for entry in crate::nccl_list::entries(value) {
+        match entry.func {
+            Some(f) => {
+                if func.is_some_and(|func| norm(f) == norm(func)) {
+                    specific = Some(entry);
                 }
             }
             None => default = Some(entry),
         }
     }
-    let list = specific.or(default)?;
-    let list = list.trim();
-    let (negate, list) = match list.strip_prefix('^') {
-        Some(rest) => (true, rest),
-        None => (false, list),
-    };
-    let hit = list.split(',').any(|x| norm(x) == name);
-    Some(hit != negate)
+    let entry = specific.or(default)?;
+    let hit = entry.items.iter().any(|x| norm(x) == name);
+    Some(hit != entry.negate)
 }
 
 #[cfg(test)]
