@@ -10,6 +10,7 @@ pub mod backend;
 pub mod cli;
 pub mod comm;
 pub mod commands;
+pub mod compare;
 pub mod costmodel;
 pub mod error;
 pub mod inspect;

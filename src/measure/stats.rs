@@ -88,6 +88,19 @@ impl Summary {
     }
 }
 
+/// `num / den` of two (median, standard error) pairs, with the ratio's standard error from the
+/// relative errors in quadrature: R sqrt((e_n/m_n)^2 + (e_d/m_d)^2). None when either median is
+/// not positive. Both `compare` and the sweep's ranking use it (each says which is which).
+pub fn ratio_with_error(num: (f64, f64), den: (f64, f64)) -> Option<(f64, f64)> {
+    if num.0 <= 0.0 || den.0 <= 0.0 {
+        return None;
+    }
+    let r = num.0 / den.0;
+    let rn = num.1 / num.0;
+    let rd = den.1 / den.0;
+    Some((r, r * (rn * rn + rd * rd).sqrt()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

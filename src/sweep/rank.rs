@@ -55,11 +55,7 @@ pub fn median_err(r: &VerifyRun) -> (f64, f64) {
 
 /// Ratio a/b and its standard error.
 pub fn ratio(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
-    if a.0 <= 0.0 || b.0 <= 0.0 {
-        return (f64::NAN, f64::NAN);
-    }
-    let r = a.0 / b.0;
-    (r, r * ((a.1 / a.0).powi(2) + (b.1 / b.0).powi(2)).sqrt())
+    crate::measure::stats::ratio_with_error(a, b).unwrap_or((f64::NAN, f64::NAN))
 }
 
 fn cell(p: &SweepPoint, base: Option<&SweepPoint>, graph: bool, mode: Mode) -> Option<Cell> {

@@ -1,0 +1,749 @@
+//! `verifybench compare`: verify results side by side (verifybench and its PyTorch peer, or two
+//! settings), with ratios against the first file and their uncertainty, and a note on where the
+//! difference comes from. Reads only files; needs no GPU.
+//!
+//! Here: the entries and rows, the comparison and its explanation, and the table and Markdown
+//! renderers of a comparison. The flags live in `cli/compare.rs`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::usage;
+use crate::measure::Summary;
+use crate::record::{read_records, Mode, VerifyResult, VerifyRun, Workload};
+use crate::record::{Body, Record, Source};
+
+/// The output of `compare`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Json,
+    Markdown,
+}
+
+crate::named_enum!(Format {
+    Table => "table": "",
+    Json => "json": "",
+    Markdown => "markdown": "",
+});
+
+/// `compare`: the files (the first is the base of the ratios), whether to compare different
+/// schedules, and the output format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompareRequest {
+    pub files: Vec<PathBuf>,
+    pub force: bool,
+    pub format: Format,
+}
+
+/// How the ratio uncertainty is computed (printed under every table).
+pub const UNCERTAINTY_METHOD: &str = "ratio = median / median of the first file; ± is one \
+standard error of the ratio, R·sqrt((seA/mA)² + (seB/mB)²), with each median's standard error \
+taken as 1.2533·stddev/sqrt(n) (normal approximation; outliers widen stddev, so it errs large)";
+
+/// One verify record of one file: a column of the comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// File name, with `#k` when the file holds several verify records.
+    pub label: String,
+    pub file: String,
+    /// `nccl`, `torch`, `model`, ...
+    pub backend: String,
+    pub source: Source,
+    pub tool_version: String,
+    pub nccl_version: Option<String>,
+    pub host: String,
+    pub gpu: Option<String>,
+    /// NCCL_* environment of rank 0 (all ranks of one run normally agree).
+    pub nccl_env: BTreeMap<String, String>,
+    /// Whether the record says what its workers saw (else `nccl_env` is unknown, not empty).
+    pub has_workers: bool,
+    #[serde(skip)]
+    pub result: VerifyResult,
+}
+
+/// One line of the table: one run of one entry, with its ratio to the first entry's same run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    pub mode: Mode,
+    pub graph: bool,
+    /// Index into the entries.
+    pub entry: usize,
+    pub label: String,
+    pub median_us: f64,
+    pub p99_us: f64,
+    pub stddev_us: f64,
+    pub per_collective_us: f64,
+    pub n: usize,
+    pub wrong: u64,
+    pub iterations: u64,
+    pub warmup: u64,
+    /// Median divided by the first entry's median for the same run; absent when it has none.
+    pub ratio: Option<f64>,
+    /// One standard error of `ratio` (0 for the base itself).
+    pub ratio_err: Option<f64>,
+}
+
+/// The whole comparison (what `--format json` prints).
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub workload: Workload,
+    pub entries: Vec<Entry>,
+    pub rows: Vec<Row>,
+    pub uncertainty: &'static str,
+    /// Where the difference comes from, one finding per line.
+    pub notes: Vec<String>,
+}
+
+/// Loads, compares and prints; the value is the exit code.
+pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
+    let mut entries = Vec::new();
+    for f in &a.files {
+        entries.extend(load(f)?);
+    }
+    let c = compare(entries, a.force)?;
+    match a.format {
+        Format::Table => print!("{}", render_table(&c)),
+        Format::Markdown => print!("{}", render_markdown(&c)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&c)?),
+    }
+    Ok(0)
+}
+
+/// The verify records of one file as entries; any other kind of record is a usage error.
+pub fn load(path: &Path) -> anyhow::Result<Vec<Entry>> {
+    let records = read_records(path)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    if records.is_empty() {
+        return Err(usage(format!(
+            "results file '{}' holds no record",
+            path.display()
+        )));
+    }
+    let several = records.len() > 1;
+    records
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let label = if several {
+                format!("{name}#{}", i + 1)
+            } else {
+                name.clone()
+            };
+            entry(r, label, path)
+        })
+        .collect()
+}
+
+fn entry(r: Record, label: String, path: &Path) -> anyhow::Result<Entry> {
+    let kind = r.body.kind().to_string();
+    let result = match r.body {
+        Body::Verify(v) => v,
+        _ => {
+            return Err(usage(format!(
+                "'{}' holds a '{kind}' record; compare reads verify records (from `verifybench verify --export-json` or scripts/torch_baseline.py)",
+                path.display()
+            )))
+        }
+    };
+    let p = r.provenance;
+    Ok(Entry {
+        label,
+        file: path.display().to_string(),
+        backend: p.backend,
+        source: r.source,
+        tool_version: p.tool_version,
+        nccl_version: p.nccl_version,
+        host: p.host,
+        gpu: p.gpus.first().map(|g| g.name.clone()),
+        nccl_env: p
+            .workers
+            .iter()
+            .min_by_key(|w| w.rank)
+            .map(|w| w.nccl_env.clone())
+            .unwrap_or_default(),
+        has_workers: !p.workers.is_empty(),
+        result,
+    })
+}
+
+/// Ratio of medians b/a and one standard error of it; `None` when a's median is not positive.
+pub fn ratio(a: &Summary, b: &Summary) -> Option<(f64, f64)> {
+    crate::measure::stats::ratio_with_error(
+        (b.median_us, b.median_se()),
+        (a.median_us, a.median_se()),
+    )
+}
+
+fn run_key(r: &VerifyRun) -> (u8, bool) {
+    let m = match r.mode {
+        Mode::Comm => 0,
+        Mode::Compute => 1,
+        Mode::Full => 2,
+    };
+    (m, r.graph)
+}
+
+fn describe(w: &Workload) -> String {
+    format!(
+        "{} {:?}, TP={}, {} token{}, {}, schedule {}",
+        w.model,
+        w.phase,
+        w.tp,
+        w.tokens,
+        if w.tokens == 1 { "" } else { "s" },
+        w.dtype.name(),
+        w.schedule_hash
+    )
+    .replace("Verify", "verify")
+    .replace("Decode", "decode")
+    .replace("Draft", "draft")
+}
+
+/// Builds the comparison; refuses entries whose schedule differs from the first unless `force`.
+pub fn compare(entries: Vec<Entry>, force: bool) -> anyhow::Result<Comparison> {
+    let Some(first) = entries.first() else {
+        return Err(usage("compare needs at least one results file"));
+    };
+    let workload = first.result.workload.clone();
+    let mut notes = Vec::new();
+    for e in &entries[1..] {
+        let w = &e.result.workload;
+        if w.schedule_hash != workload.schedule_hash {
+            if !force {
+                return Err(usage(format!(
+                    "'{}' replays a different workload ({}) than '{}' ({}); pass --force to compare anyway",
+                    e.label,
+                    describe(w),
+                    first.label,
+                    describe(&workload)
+                )));
+            }
+            notes.push(format!(
+                "different workloads (--force): '{}' replays {}, the base {}; ratios mix schedules",
+                e.label,
+                describe(w),
+                describe(&workload)
+            ));
+        }
+    }
+    let mut keys: Vec<(u8, bool)> = entries
+        .iter()
+        .flat_map(|e| e.result.runs.iter().map(run_key))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let mut rows = Vec::new();
+    for key in keys {
+        let base = first.result.runs.iter().find(|r| run_key(r) == key);
+        for (i, e) in entries.iter().enumerate() {
+            for r in e.result.runs.iter().filter(|r| run_key(r) == key) {
+                let (ratio, ratio_err) = match base {
+                    Some(_) if i == 0 => (Some(1.0), Some(0.0)),
+                    Some(b) => match ratio(&b.per_verify, &r.per_verify) {
+                        Some((x, u)) => (Some(x), Some(u)),
+                        None => (None, None),
+                    },
+                    None => (None, None),
+                };
+                rows.push(Row {
+                    mode: r.mode,
+                    graph: r.graph,
+                    entry: i,
+                    label: e.label.clone(),
+                    median_us: r.per_verify.median_us,
+                    p99_us: r.per_verify.p99_us,
+                    stddev_us: r.per_verify.stddev_us,
+                    per_collective_us: r.per_collective_us,
+                    n: r.per_verify.n,
+                    wrong: r.wrong,
+                    iterations: r.iterations,
+                    warmup: r.warmup,
+                    ratio,
+                    ratio_err,
+                });
+            }
+        }
+    }
+    notes.extend(explain(&entries, &rows));
+    Ok(Comparison {
+        workload,
+        entries,
+        rows,
+        uncertainty: UNCERTAINTY_METHOD,
+        notes,
+    })
+}
+
+fn run_name(mode: Mode, graph: bool) -> String {
+    format!("{} {}", mode.name(), if graph { "graph" } else { "eager" })
+}
+
+fn n_collectives(w: &Workload) -> u64 {
+    (w.n_all_reduce + w.n_all_gather).max(1)
+}
+
+/// Findings on where the difference comes from, from the numbers and the provenance alone.
+pub fn explain(entries: &[Entry], rows: &[Row]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Some(first) = entries.first() else {
+        return notes;
+    };
+    for (i, e) in entries.iter().enumerate() {
+        if e.source == Source::Modeled {
+            notes.push(format!(
+                "'{}' is modeled (backend {}), not measured: its numbers are not measurements",
+                e.label, e.backend
+            ));
+        }
+        let wrong: u64 = e.result.runs.iter().map(|r| r.wrong).sum();
+        if wrong > 0 {
+            notes.push(format!(
+                "'{}' had {wrong} wrong elements: its timings are of a broken run",
+                e.label
+            ));
+        }
+        // Graph replay against eager within one entry: the host-side cost per collective.
+        for mode in [Mode::Comm, Mode::Compute, Mode::Full] {
+            let find = |g: bool| {
+                rows.iter()
+                    .find(|r| r.entry == i && r.mode == mode && r.graph == g)
+            };
+            if let (Some(ea), Some(gr)) = (find(false), find(true)) {
+                let per = (ea.median_us - gr.median_us) / n_collectives(&e.result.workload) as f64;
+                notes.push(format!(
+                    "'{}' {}: eager − graph = {:+.1} us per verify, {:+.2} us per collective: the host-side enqueue cost a graph replay no longer pays{}",
+                    e.label,
+                    mode.name(),
+                    ea.median_us - gr.median_us,
+                    per,
+                    if e.backend == "torch" {
+                        " (for PyTorch c10d: the Python call, a Work object, and an event record plus a stream wait into and out of its NCCL stream per collective)"
+                    } else {
+                        " (kernel launch per collective)"
+                    }
+                ));
+            }
+        }
+        if i == 0 {
+            continue;
+        }
+        // Against the base, run by run.
+        for r in rows.iter().filter(|r| r.entry == i) {
+            let Some(b) = rows
+                .iter()
+                .find(|b| b.entry == 0 && b.mode == r.mode && b.graph == r.graph)
+            else {
+                continue;
+            };
+            let (Some(x), Some(u)) = (r.ratio, r.ratio_err) else {
+                continue;
+            };
+            let d = decimals(u);
+            let verdict = if (x - 1.0).abs() > 2.0 * u {
+                "beyond 2 standard errors"
+            } else {
+                "within 2 standard errors: no clear difference"
+            };
+            notes.push(format!(
+                "'{}' vs '{}', {}: {:+.1} us per verify, {:+.2} us per collective, ratio {:.d$} ± {:.d$} ({verdict})",
+                r.label,
+                first.label,
+                run_name(r.mode, r.graph),
+                r.median_us - b.median_us,
+                r.per_collective_us - b.per_collective_us,
+                x,
+                u
+            ));
+            if (r.iterations, r.warmup) != (b.iterations, b.warmup) {
+                notes.push(format!(
+                    "'{}' {}: {} timed replays after {} warm-up, the base {} after {}: not the same protocol",
+                    r.label,
+                    run_name(r.mode, r.graph),
+                    r.iterations,
+                    r.warmup,
+                    b.iterations,
+                    b.warmup
+                ));
+            }
+        }
+        notes.extend(setup_differences(first, e));
+    }
+    notes
+}
+
+/// What differs between two runs' setups (NCCL version, NCCL_* environment, host, GPU).
+fn setup_differences(a: &Entry, b: &Entry) -> Vec<String> {
+    let mut d = Vec::new();
+    let mut same = Vec::new();
+    match (&a.nccl_version, &b.nccl_version) {
+        (Some(x), Some(y)) if x != y => d.push(format!(
+            "NCCL {x} vs {y}: the two use different NCCL builds, so kernels and tuning may differ"
+        )),
+        (Some(x), Some(_)) => same.push(format!("NCCL {x}")),
+        _ => {}
+    }
+    let keys: std::collections::BTreeSet<&String> =
+        a.nccl_env.keys().chain(b.nccl_env.keys()).collect();
+    let env_diff: Vec<String> = keys
+        .into_iter()
+        .filter(|k| a.nccl_env.get(*k) != b.nccl_env.get(*k))
+        .map(|k| {
+            let v = |e: &Entry| e.nccl_env.get(k).cloned().unwrap_or_else(|| "unset".into());
+            format!("{k}={} vs {}", v(a), v(b))
+        })
+        .collect();
+    if !(a.has_workers && b.has_workers) {
+        let which: Vec<&str> = [a, b]
+            .iter()
+            .filter(|e| !e.has_workers)
+            .map(|e| e.label.as_str())
+            .collect();
+        d.push(format!(
+            "no worker environment recorded in {}: cannot tell whether the NCCL settings matched",
+            which.join(" and ")
+        ));
+    } else if env_diff.is_empty() {
+        same.push("the same NCCL_* environment".into());
+    } else {
+        d.push(format!(
+            "NCCL_* environment differs: {}",
+            env_diff.join(", ")
+        ));
+    }
+    if a.host != b.host {
+        d.push(format!("hosts differ: {} vs {}", a.host, b.host));
+    }
+    if let (Some(x), Some(y)) = (&a.gpu, &b.gpu) {
+        if x != y {
+            d.push(format!("GPUs differ: {x} vs {y}"));
+        }
+    }
+    let mut out: Vec<String> = d
+        .into_iter()
+        .map(|s| format!("'{}' vs '{}': {s}", b.label, a.label))
+        .collect();
+    if out.is_empty() && a.host == b.host {
+        out.push(format!(
+            "'{}' and '{}' ran on the same host with {}: the difference is in how each enqueues the same collectives, not in NCCL's version or NCCL_* settings",
+            b.label,
+            a.label,
+            same.join(" and ")
+        ));
+    }
+    out
+}
+
+fn ratio_text(r: &Row) -> String {
+    match (r.ratio, r.ratio_err) {
+        (Some(_), Some(_)) if r.entry == 0 => "1 (base)".into(),
+        (Some(x), Some(u)) => {
+            let d = decimals(u);
+            format!("{x:.d$} ± {u:.d$}")
+        }
+        _ => "-".into(),
+    }
+}
+
+/// Decimals that show the first significant digit of an uncertainty (2 to 4).
+fn decimals(u: f64) -> usize {
+    if u <= 0.0 || !u.is_finite() {
+        return 2;
+    }
+    ((-u.log10()).ceil() as i64).clamp(2, 4) as usize
+}
+
+fn header(c: &Comparison) -> String {
+    format!(
+        "verifybench compare: {}, {} collectives per verify",
+        describe(&c.workload),
+        c.workload.n_all_reduce + c.workload.n_all_gather
+    )
+}
+
+const COLS: [&str; 11] = [
+    "run",
+    "file",
+    "backend",
+    "source",
+    "median us",
+    "p99 us",
+    "us/coll",
+    "n",
+    "wrong",
+    "ratio",
+    "",
+];
+
+fn cells(c: &Comparison, r: &Row) -> Vec<String> {
+    let e = &c.entries[r.entry];
+    vec![
+        run_name(r.mode, r.graph),
+        r.label.clone(),
+        e.backend.clone(),
+        e.source.label().to_string(),
+        format!("{:.1}", r.median_us),
+        format!("{:.1}", r.p99_us),
+        format!("{:.2}", r.per_collective_us),
+        r.n.to_string(),
+        r.wrong.to_string(),
+        ratio_text(r),
+    ]
+}
+
+/// The plain-text table with its notes.
+pub fn render_table(c: &Comparison) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# {}\n", header(c));
+    let head: Vec<String> = COLS[..10].iter().map(|s| s.to_string()).collect();
+    let body: Vec<Vec<String>> = c.rows.iter().map(|r| cells(c, r)).collect();
+    let widths: Vec<usize> = (0..head.len())
+        .map(|j| {
+            body.iter()
+                .map(|row| row[j].chars().count())
+                .chain([head[j].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |row: &[String]| {
+        let mut s = String::from(" ");
+        for (j, cell) in row.iter().enumerate() {
+            let w = widths[j];
+            // text columns left-aligned, numbers right-aligned
+            if j < 4 {
+                let _ = write!(s, " {cell:<w$}");
+            } else {
+                let _ = write!(s, " {cell:>w$}");
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let _ = writeln!(o, "{}", line(&head));
+    let mut last = None;
+    for (r, row) in c.rows.iter().zip(&body) {
+        let key = (r.mode, r.graph);
+        if last.is_some() && last != Some(key) {
+            o.push('\n');
+        }
+        last = Some(key);
+        let _ = writeln!(o, "{}", line(row));
+    }
+    let _ = writeln!(o, "\n{}", wrap(UNCERTAINTY_METHOD, 96, ""));
+    if !c.notes.is_empty() {
+        let _ = writeln!(o, "\nWhere the difference comes from:");
+        for n in &c.notes {
+            let _ = writeln!(o, "{}", wrap(n, 96, "  - "));
+        }
+    }
+    o
+}
+
+/// The Markdown table with its notes.
+pub fn render_markdown(c: &Comparison) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "### {}\n", header(c));
+    let _ = writeln!(o, "| {} |", COLS[..10].join(" | "));
+    let _ = writeln!(o, "|{}", ["---|"; 4].concat() + &["---:|"; 6].concat());
+    for r in &c.rows {
+        let cs: Vec<String> = cells(c, r)
+            .into_iter()
+            .map(|s| s.replace('|', "\\|"))
+            .collect();
+        let _ = writeln!(o, "| {} |", cs.join(" | "));
+    }
+    let _ = writeln!(o, "\n{}", UNCERTAINTY_METHOD);
+    if !c.notes.is_empty() {
+        let _ = writeln!(o, "\n**Where the difference comes from**\n");
+        for n in &c.notes {
+            let _ = writeln!(o, "- {n}");
+        }
+    }
+    o
+}
+
+/// Wraps `text` at `width` columns; the first line starts with `lead`, the rest are indented
+/// to match.
+fn wrap(text: &str, width: usize, lead: &str) -> String {
+    let indent = " ".repeat(lead.chars().count());
+    let mut out = String::new();
+    let mut line = lead.to_string();
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        if !empty && line.chars().count() + 1 + word.chars().count() > width {
+            out.push_str(&line);
+            out.push('\n');
+            line = indent.clone();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(&line);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{self, Phase, ScheduleOptions};
+    use crate::record::{Provenance, WorkerInfo};
+    use crate::util::now_utc;
+
+    fn workload(tp: u64) -> Workload {
+        let s = model::build(
+            &model::presets::preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        Workload::of(&s)
+    }
+
+    fn run(graph: bool, samples: &[f64]) -> VerifyRun {
+        let s = Summary::from_samples(samples).unwrap();
+        VerifyRun {
+            graph,
+            mode: Mode::Comm,
+            per_collective_us: s.median_us / 124.0,
+            per_verify: s,
+            breakdown: vec![],
+            wrong: 0,
+            iterations: samples.len() as u64,
+            warmup: 2,
+        }
+    }
+
+    fn entry(label: &str, backend: &str, tp: u64, eager: f64, graph: f64) -> Entry {
+        let jitter = |m: f64| (0..50).map(|i| m + (i % 7) as f64).collect::<Vec<_>>();
+        let mut p = Provenance::here(backend, now_utc());
+        p.nccl_version = Some("2.28.3".into());
+        p.workers = vec![WorkerInfo {
+            rank: 0,
+            pid: 1,
+            device: 0,
+            nccl_env: [("NCCL_NVLS_ENABLE".to_string(), "0".to_string())].into(),
+        }];
+        let r = Record::new(
+            Source::Measured,
+            p,
+            Body::Verify(VerifyResult {
+                workload: workload(tp),
+                runs: vec![run(false, &jitter(eager)), run(true, &jitter(graph))],
+                stream_gbps: None,
+                predicted_compute_us: None,
+            }),
+        );
+        super::entry(r, label.into(), Path::new(label)).unwrap()
+    }
+
+    #[test]
+    fn ratio_and_its_error() {
+        let a = Summary {
+            n: 100,
+            median_us: 100.0,
+            mean_us: 100.0,
+            stddev_us: 10.0,
+            min_us: 90.0,
+            max_us: 110.0,
+            p99_us: 109.0,
+            outliers: 0,
+        };
+        let b = Summary {
+            median_us: 200.0,
+            stddev_us: 20.0,
+            ..a.clone()
+        };
+        let (r, u) = ratio(&a, &b).unwrap();
+        assert_eq!(r, 2.0);
+        // each relative se = 1.2533 * 0.1 / 10 = 0.012533; combined sqrt(2) of that, times 2
+        assert!((u - 2.0 * 0.012533 * 2f64.sqrt()).abs() < 1e-9, "{u}");
+        let zero = Summary {
+            median_us: 0.0,
+            ..a.clone()
+        };
+        assert!(ratio(&zero, &b).is_none());
+    }
+
+    #[test]
+    fn rows_carry_ratios_against_the_first_entry() {
+        let c = compare(
+            vec![
+                entry("vb.json", "nccl", 2, 600.0, 400.0),
+                entry("torch.json", "torch", 2, 1800.0, 800.0),
+            ],
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.rows.len(), 4);
+        // eager rows first, base first within a run
+        assert_eq!((c.rows[0].graph, c.rows[0].entry), (false, 0));
+        assert_eq!(c.rows[0].ratio, Some(1.0));
+        let torch_eager = &c.rows[1];
+        assert!((torch_eager.ratio.unwrap() - 1803.0 / 603.0).abs() < 1e-9);
+        assert!(torch_eager.ratio_err.unwrap() > 0.0);
+        let t = render_table(&c);
+        assert!(t.contains("1 (base)") && t.contains("torch.json"), "{t}");
+        let notes = c.notes.join("\n");
+        assert!(notes.contains("beyond 2 standard errors"), "{notes}");
+        assert!(notes.contains("same NCCL_* environment"), "{notes}");
+        let m = render_markdown(&c);
+        assert!(
+            m.lines()
+                .any(|l| l.starts_with("| comm graph | torch.json")),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn different_schedules_need_force() {
+        let e = || {
+            vec![
+                entry("a.json", "nccl", 2, 600.0, 400.0),
+                entry("b.json", "nccl", 8, 600.0, 400.0),
+            ]
+        };
+        let err = compare(e(), false).unwrap_err();
+        assert_eq!(crate::error::exit_code(&err), 2);
+        assert!(err.to_string().contains("--force"), "{err}");
+        let c = compare(e(), true).unwrap();
+        assert!(c.notes[0].starts_with("different workloads"));
+    }
+
+    #[test]
+    fn setup_differences_are_named() {
+        let a = entry("a.json", "nccl", 2, 600.0, 400.0);
+        let mut b = entry("b.json", "torch", 2, 600.0, 400.0);
+        b.nccl_version = Some("2.21.5".into());
+        b.nccl_env.insert("NCCL_PROTO".into(), "LL".into());
+        let d = setup_differences(&a, &b).join("\n");
+        assert!(d.contains("NCCL 2.28.3 vs 2.21.5"), "{d}");
+        assert!(d.contains("NCCL_PROTO=unset vs LL"), "{d}");
+    }
+
+    #[test]
+    fn decimals_show_the_uncertainty() {
+        assert_eq!(decimals(0.2), 2);
+        assert_eq!(decimals(0.003), 3);
+        assert_eq!(decimals(0.0), 2);
+        assert_eq!(decimals(1e-9), 4);
+    }
+
+    #[test]
+    fn wrap_keeps_words_and_indents() {
+        let w = wrap("aaa bbb ccc ddd", 9, "- ");
+        assert_eq!(w, "- aaa bbb\n  ccc ddd");
+    }
+}
