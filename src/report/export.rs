@@ -152,6 +152,42 @@ pub fn to_csv(records: &[Record]) -> anyhow::Result<Vec<u8>> {
 }
 
 /// A Markdown table.
+/// Plain-text rendering of a table, columns aligned.
+pub fn text_table(t: &Table) -> String {
+    let mut w: Vec<usize> = t.headers.iter().map(|h| h.chars().count()).collect();
+    for r in &t.rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = w[i] - c.chars().count();
+            s.push_str(c);
+            if i + 1 < cells.len() {
+                s.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(&t.headers);
+    for r in &t.rows {
+        out.push_str(&line(r));
+    }
+    out
+}
+
+/// CSV rendering of a table, headers first.
+pub fn csv_table(t: &Table) -> anyhow::Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(vec![]);
+    w.write_record(&t.headers)?;
+    for r in &t.rows {
+        w.write_record(r)?;
+    }
+    Ok(w.into_inner()?)
+}
+
 pub fn markdown_table(t: &Table) -> String {
     let mut s = format!("| {} |\n", t.headers.join(" | "));
     s += &format!("|{}\n", "---|".repeat(t.headers.len()));

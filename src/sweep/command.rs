@@ -4,7 +4,7 @@
 //! ranking) in the sibling modules.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::matrix::{self, Point};
@@ -13,7 +13,7 @@ use super::runner::{MockRunner, PointRunner, SubprocessRunner};
 use super::{self as sw, env, known, mock, rank, signal, SweepConfig};
 use crate::costmodel::ModelSettings;
 use crate::record::{Mode, Record, Source, Workload};
-use crate::report::export::{markdown_table, Table};
+use crate::report::export::{csv_table, markdown_table, text_table, Table};
 use crate::report::Exports;
 use crate::request::{BackendKind, GpuSpec, GraphChoice, Launcher, Repeat};
 
@@ -103,41 +103,6 @@ pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<Strin
         v.extend(["--profile".into(), p.display().to_string()]);
     }
     v
-}
-
-/// Plain-text rendering of a table, columns aligned.
-pub fn text_table(t: &Table) -> String {
-    let mut w: Vec<usize> = t.headers.iter().map(|h| h.chars().count()).collect();
-    for r in &t.rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            let pad = w[i] - c.chars().count();
-            s.push_str(c);
-            if i + 1 < cells.len() {
-                s.push_str(&" ".repeat(pad + 2));
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut out = line(&t.headers);
-    for r in &t.rows {
-        out.push_str(&line(r));
-    }
-    out
-}
-
-fn write_table_csv(path: &Path, t: &Table) -> anyhow::Result<()> {
-    let mut w = csv::Writer::from_writer(vec![]);
-    w.write_record(&t.headers)?;
-    for r in &t.rows {
-        w.write_record(r)?;
-    }
-    crate::util::write_file(path, &w.into_inner()?)
 }
 
 /// Everything printed after the sweep: table, notes, failures, advice.
@@ -453,7 +418,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         crate::util::write_file(p, markdown_table(&table).as_bytes())?;
     }
     if let Some(p) = &a.export_table_csv {
-        write_table_csv(p, &table)?;
+        crate::util::write_file(p, &csv_table(&table)?)?;
     }
     if run.interrupted {
         eprintln!(
