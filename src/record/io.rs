@@ -1,10 +1,131 @@
-//! Reading records: one JSON record, a JSON array of records, or JSON lines, each checked for
-//! its schema version. Writing goes through [`crate::util::write_file`] (temp-and-rename).
+//! Reading and writing records, in one place: one JSON record, a JSON array of records, or
+//! JSON lines, each checked for its schema version; appending records as JSON lines
+//! ([`JsonLinesFile`]). Whole files are written through [`crate::util::write_file`]
+//! (temp-and-rename).
 
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 use super::{Record, SCHEMA_VERSION};
 use crate::error::usage;
+
+/// The JSON values of a text holding one value, an array of values, or JSON lines (blank lines
+/// skipped). The error is the 1-based number, counted among the non-blank lines, of the line
+/// that is not JSON, and why.
+pub fn json_values(text: &str) -> Result<Vec<serde_json::Value>, (usize, serde_json::Error)> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Array(a)) => Ok(a),
+        Ok(v) => Ok(vec![v]),
+        Err(_) => text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .enumerate()
+            .map(|(i, l)| serde_json::from_str(l).map_err(|e| (i + 1, e)))
+            .collect(),
+    }
+}
+
+/// Hands each record of a JSON-lines file, with its 0-based line number, to `each` in file
+/// order (an error of `each` ends the reading), and returns the warnings. A line that is not JSON is the torn end of a write cut short by a crash (later runs append after it): it
+/// is skipped with a warning. A line that is not a record of this schema version is an error
+/// naming the file and line. `what` names the file in the error when it cannot be read.
+pub fn read_record_lines(
+    path: &Path,
+    what: &str,
+    mut each: impl FnMut(usize, Record) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("cannot read {what} '{}': {e}", path.display())))?;
+    let mut warnings = vec![];
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                warnings.push(format!(
+                    "'{}' line {}: incomplete line ignored (a write cut short?): {e}",
+                    path.display(),
+                    i + 1
+                ));
+                continue;
+            }
+        };
+        let rec: Record = serde_json::from_value(value).map_err(|e| {
+            usage(format!(
+                "'{}' line {} is not a verifybench record: {e}",
+                path.display(),
+                i + 1
+            ))
+        })?;
+        if rec.schema_version != SCHEMA_VERSION {
+            return Err(usage(format!(
+                "'{}' line {} has schema_version {}; this verifybench reads version {}",
+                path.display(),
+                i + 1,
+                rec.schema_version,
+                SCHEMA_VERSION
+            )));
+        }
+        each(i, rec)?;
+    }
+    Ok(warnings)
+}
+
+/// A JSON-lines file of records, open for appending: each record is written as one line, then
+/// flushed and fsynced, so a crash loses at most the line being written (the sweep's results).
+pub struct JsonLinesFile {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl JsonLinesFile {
+    /// Opens (creating) `path` for appending; ends a torn last line first.
+    pub fn open(path: &Path) -> anyhow::Result<JsonLinesFile> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating directory '{}'", dir.display()))?;
+        }
+        let torn = std::fs::read(path)
+            .map(|b| !b.is_empty() && b.last() != Some(&b'\n'))
+            .unwrap_or(false);
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| {
+                usage(format!(
+                    "cannot write results file '{}': {e}",
+                    path.display()
+                ))
+            })?;
+        if torn {
+            file.write_all(b"\n")?;
+        }
+        Ok(JsonLinesFile {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one record as a line, then flushes and fsyncs it.
+    pub fn append(&mut self, r: &Record) -> anyhow::Result<()> {
+        let mut line = serde_json::to_string(r)?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|_| self.file.flush())
+            .and_then(|_| self.file.sync_data())
+            .with_context(|| format!("appending to '{}'", self.path.display()))
+    }
+}
 
 /// Reads records from a file holding one JSON record, a JSON array of records, or JSON lines.
 /// Refuses other schema versions with a message naming the file.
@@ -15,24 +136,12 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
             path.display()
         ))
     })?;
-    let values: Vec<serde_json::Value> = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(serde_json::Value::Array(a)) => a,
-        Ok(v) => vec![v],
-        Err(_) => text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .enumerate()
-            .map(|(i, l)| {
-                serde_json::from_str(l).map_err(|e| {
-                    usage(format!(
-                        "results file '{}' line {}: not JSON: {e}",
-                        path.display(),
-                        i + 1
-                    ))
-                })
-            })
-            .collect::<anyhow::Result<_>>()?,
-    };
+    let values = json_values(&text).map_err(|(line, e)| {
+        usage(format!(
+            "results file '{}' line {line}: not JSON: {e}",
+            path.display()
+        ))
+    })?;
     values
         .into_iter()
         .map(|v| {

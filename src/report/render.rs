@@ -43,15 +43,7 @@ impl LoadedFile {
     /// set aside. Any other failure is an error.
     fn read_lenient(path: &Path) -> anyhow::Result<LoadedFile> {
         let text = std::fs::read_to_string(path)?;
-        let values: Vec<serde_json::Value> = match serde_json::from_str(&text) {
-            Ok(serde_json::Value::Array(a)) => a,
-            Ok(v) => vec![v],
-            Err(_) => text
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(serde_json::from_str)
-                .collect::<Result<_, _>>()?,
-        };
+        let values = record::io::json_values(&text).map_err(|(_, e)| e)?;
         let mut records = vec![];
         let mut unknown_kinds = vec![];
         for v in values {

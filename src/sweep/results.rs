@@ -3,10 +3,8 @@
 //! it back and skips what is there.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::env::EnvCheck;
@@ -115,99 +113,13 @@ impl SweepPoint {
     }
 }
 
-/// The results file, open for appending.
-pub struct ResultsFile {
-    path: PathBuf,
-    file: std::fs::File,
-}
-
-impl ResultsFile {
-    /// Opens (creating) `path` for appending; ends a torn last line first.
-    pub fn open(path: &Path) -> anyhow::Result<ResultsFile> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating directory '{}'", dir.display()))?;
-        }
-        let torn = std::fs::read(path)
-            .map(|b| !b.is_empty() && b.last() != Some(&b'\n'))
-            .unwrap_or(false);
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| {
-                usage(format!(
-                    "cannot write results file '{}': {e}",
-                    path.display()
-                ))
-            })?;
-        if torn {
-            file.write_all(b"\n")?;
-        }
-        Ok(ResultsFile {
-            path: path.to_path_buf(),
-            file,
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Appends one record as a line, then flushes and fsyncs it.
-    pub fn append(&mut self, r: &Record) -> anyhow::Result<()> {
-        let mut line = serde_json::to_string(r)?;
-        line.push('\n');
-        self.file
-            .write_all(line.as_bytes())
-            .and_then(|_| self.file.flush())
-            .and_then(|_| self.file.sync_data())
-            .with_context(|| format!("appending to '{}'", self.path.display()))
-    }
-}
+pub use crate::record::io::JsonLinesFile as ResultsFile;
 
 /// Reads the sweep points of a results file. A torn line (a crash mid-write) is skipped with a
 /// warning; a record that is not a sweep point is an error naming the file and line.
 pub fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("cannot read resume file '{}': {e}", path.display())))?;
-    let lines: Vec<(usize, &str)> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .collect();
     let mut points = vec![];
-    let mut warnings = vec![];
-    for (i, line) in lines {
-        // A line that is not even JSON is the torn end of a write cut short by a crash (later
-        // runs append after it): skip it, say so.
-        let value: serde_json::Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                warnings.push(format!(
-                    "'{}' line {}: incomplete line ignored (a write cut short?): {e}",
-                    path.display(),
-                    i + 1
-                ));
-                continue;
-            }
-        };
-        let rec: Record = serde_json::from_value(value).map_err(|e| {
-            usage(format!(
-                "'{}' line {} is not a verifybench record: {e}",
-                path.display(),
-                i + 1
-            ))
-        })?;
-        if rec.schema_version != crate::record::SCHEMA_VERSION {
-            return Err(usage(format!(
-                "'{}' line {} has schema_version {}; this verifybench reads version {}",
-                path.display(),
-                i + 1,
-                rec.schema_version,
-                crate::record::SCHEMA_VERSION
-            )));
-        }
+    let warnings = crate::record::io::read_record_lines(path, "resume file", |i, rec| {
         match rec.body {
             Body::Other { name, data } if name == KIND => {
                 points.push(serde_json::from_value(data).map_err(|e| {
@@ -227,7 +139,8 @@ pub fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
                 )))
             }
         }
-    }
+        Ok(())
+    })?;
     Ok((points, warnings))
 }
 
