@@ -1,10 +1,15 @@
 //! verifybench: replays the collective pattern of a speculative-decoding verify step of a
 //! tensor-parallel model over NCCL, measures it, and turns it into a break-even.
 //!
-//! Data flows top to bottom: `cli` parses flags into a request; `model` turns a model into a
-//! schedule; `launch` starts ranks; `comm` (the only module that touches cudarc) runs
-//! collectives; `measure` times them; `sweep`, `costmodel`, `speculative` and `report` build on
-//! those. Pure logic never touches the GPU and is unit-tested on any machine.
+//! Data flows top to bottom. `cli` (with `main.rs`, the only code that names clap) parses flags
+//! into a plain request of [`request`] (or of the module that runs it: `sweep::command`,
+//! `compare`, `costmodel::ModelSettings`) and makes one call; [`commands`] turns a verify or
+//! collective request into a record through one [`backend`] (NCCL, the cost model, or a mock);
+//! `model` turns a model into a schedule; `launch` starts ranks; `comm` (the only module that
+//! touches cudarc) runs collectives; `measure` times them; `sweep`, `costmodel`, `speculative`,
+//! `compare` and `report` (renderers only) build on those; [`record`] (the result records and
+//! their files) and [`util`] (host, time, environment) sit at the bottom. Pure logic never
+//! touches the GPU and is unit-tested on any machine.
 
 pub mod backend;
 pub mod cli;

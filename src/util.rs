@@ -1,6 +1,7 @@
-//! Small operating-system helpers every layer may use: host name, time, the NCCL_* environment,
-//! /proc stat parsing and writing a file by temp-and-rename. Nothing here knows the record
-//! types, the command line or the GPU.
+//! Small helpers every layer may use: host name, time, the NCCL_* environment, writing a file
+//! by temp-and-rename, and [`Named`] enums (one name per value, parsed back by `FromStr`).
+//! Nothing here knows the record types, the command line or the GPU. (Parsers of /proc files
+//! live with their user, [`crate::inspect::procfs`].)
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -49,7 +49,7 @@ impl Backend for MockBackend {
         let s = a
             .workload
             .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
-        let ncoll = s.n_collectives().max(1) as u64;
+        let ncoll = s.n_collectives().max(1);
         let runs = a
             .runs()
             .into_iter()

@@ -11,6 +11,8 @@
 //! - [`findings`]: missing, disagreeing and unknown variables; the `--expect` gate.
 //! - [`nccl_vars`]: the names NCCL reads, reusable by other commands.
 //! - [`render`]: table and JSON.
+//!
+//! Not here: the flags (`cli/inspect.rs`).
 
 pub mod findings;
 pub mod nccl_vars;

@@ -6,6 +6,14 @@
 //! Nothing hangs: workers report progress after each configuration and the parent gives up on
 //! a run when a worker says nothing for `--timeout` seconds; a worker that fails makes the
 //! parent kill the others (they would wait forever in NCCL), reap them, and name the rank.
+//!
+//! - [`run`]: the threads and processes launchers and the records of their jobs.
+//! - [`job`]: what a rank runs; [`worker`]: the hidden `__rank` worker process.
+//! - [`external`], [`rendezvous`], [`external_worker`]: ranks of an external launcher, their
+//!   TCP rendezvous, and one such rank's run (watchdog, rank 0's gathering).
+//!
+//! Not here: choosing between NCCL and the cost model ([`crate::backend`]), flags (`cli/`),
+//! cudarc ([`crate::comm`]).
 
 pub mod external;
 pub mod external_worker;

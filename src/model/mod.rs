@@ -5,6 +5,9 @@
 //! all-reduce; then the LM head and an all-gather of the vocab-parallel logits. Between the
 //! collectives each rank streams its shard of the weights. The schedule is pure data: the NCCL
 //! backend replays it, the cost model prices it, `plan` prints it.
+//!
+//! Not here: the workload flags and their defaults ([`crate::request::Workload`] builds a
+//! schedule from them), running a schedule ([`crate::launch`]).
 
 pub mod config;
 pub mod presets;

@@ -3,6 +3,10 @@
 //! A record carries its provenance (tool version, commit, command line, host, GPUs, driver,
 //! NCCL version and library path, the NCCL_* environment each worker saw, timestamps) and says
 //! whether its numbers are `measured` or `modeled`. Readers check `schema_version`.
+//!
+//! The bottom layer: every module may use it, it uses only `model` and `measure` types and
+//! [`crate::util`]. Reading and writing of records, arrays and JSON lines is in [`io`];
+//! rendering them is [`crate::report`]'s.
 
 use std::collections::BTreeMap;
 

@@ -15,6 +15,11 @@
 //! - [`runner`]: running a point (real child processes, or a mock).
 //! - [`results`]: the JSON-lines results file and resume.
 //! - [`rank`]: ranking and advice.
+//! - [`command`]: the driver of `verifybench sweep` ([`command::SweepRequest`]): resume merge,
+//!   runner wiring, progress lines, the table and its exports.
+//!
+//! Not here: the flags (`cli/sweep.rs`), the fault hooks for children
+//! ([`crate::backend::fault`]), reading and appending records ([`crate::record::io`]).
 
 pub mod command;
 pub mod env;
