@@ -99,3 +99,57 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Sweep(a) => sweep::run(&a),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn library_enums_parse_by_name_and_refuse_the_rest() {
+        let ok = Cli::try_parse_from([
+            "verifybench",
+            "verify",
+            "--backend",
+            "model",
+            "--launcher",
+            "threads",
+            "-G",
+            "on",
+            "--mode",
+            "comm,full",
+            "--phase",
+            "draft",
+            "--routing",
+            "worst",
+            "--logits",
+            "none",
+        ]);
+        let Ok(Cli {
+            command: Command::Verify(v),
+        }) = ok
+        else {
+            panic!("parses: {ok:?}")
+        };
+        let r = crate::request::VerifyRequest::from(&v);
+        assert_eq!(r.backend, crate::request::BackendKind::Model);
+        assert_eq!(r.gpu.launcher, crate::request::Launcher::Threads);
+        assert_eq!(
+            r.runs(),
+            vec![
+                (true, crate::record::Mode::Comm),
+                (true, crate::record::Mode::Full)
+            ]
+        );
+        assert_eq!(r.workload.phase, crate::model::Phase::Draft);
+        // the mock backend is for tests only: not a value of --backend
+        let e = Cli::try_parse_from(["verifybench", "verify", "--backend", "mock"]).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("possible values: auto, nccl, model"), "{msg}");
+    }
+}
