@@ -1,12 +1,12 @@
 //! `verifybench model fit`: calibrate the cost model on measured results and write a profile.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::Subcommand;
 
-use crate::costmodel::fit::{self, FitReport};
+use crate::costmodel::fit;
 use crate::costmodel::profile::{self, ProfileFile, PROFILE_KIND, PROFILE_SCHEMA_VERSION};
+use crate::report::fit::table;
 
 /// `verifybench model ...`
 #[derive(Debug, Clone, clap::Args)]
@@ -49,68 +49,6 @@ pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
     match &c.cmd {
         ModelSub::Fit(a) => fit_cmd(a),
     }
-}
-
-fn pct(x: f64) -> String {
-    format!("{:+.1}%", x * 100.0)
-}
-
-/// The fit as a table: parameters, then one row per point, then the medians.
-pub fn table(r: &FitReport, base: &str, files: usize) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "# verifybench model fit: {} measured points from {files} file{}, {} parameters, starting from {base}",
-        r.points.len(),
-        if files == 1 { "" } else { "s" },
-        r.params.len()
-    );
-    let _ = writeln!(o, "# {:<32} {:>12} {:>12}", "parameter", "base", "fitted");
-    for p in &r.params {
-        let _ = writeln!(o, "  {:<32} {:>12.4} {:>12.4}", p.name, p.base, p.fitted);
-    }
-    let _ = writeln!(o, "#");
-    let _ = writeln!(
-        o,
-        "# {:<48} {:>12} {:>12} {:>8} {:>12} {:>8}",
-        "point", "measured_us", "fitted_us", "error", "loo_us", "loo_err"
-    );
-    for p in &r.points {
-        let _ = writeln!(
-            o,
-            "  {:<48} {:>12.2} {:>12.2} {:>8} {:>12} {:>8}",
-            p.label,
-            p.measured_us,
-            p.fitted_us,
-            pct(p.rel_err),
-            p.loo_us
-                .map(|x| format!("{x:.2}"))
-                .unwrap_or_else(|| "-".into()),
-            p.loo_rel_err.map(pct).unwrap_or_else(|| "-".into())
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# median |error| of the fit: {:.1}%",
-        r.median_abs_err * 100.0
-    );
-    match r.median_abs_loo_err {
-        Some(l) => {
-            let _ = writeln!(
-                o,
-                "# median |error| leave-one-out (refit without the point, predict it): {:.1}%",
-                l * 100.0
-            );
-        }
-        None => {
-            let _ = writeln!(
-                o,
-                "# leave-one-out needs at least {} points (one more than the parameters)",
-                r.params.len() + 1
-            );
-        }
-    }
-    o
 }
 
 fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {

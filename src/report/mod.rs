@@ -3,7 +3,10 @@
 //! Only rendering lives here. The record types and their reading live in [`crate::record`]
 //! (below every other module), OS helpers such as `write_file` in [`crate::util`].
 
+pub mod breakeven;
 pub mod export;
+pub mod fit;
+pub mod plan;
 pub mod plots;
 
 pub mod render;

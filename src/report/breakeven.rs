@@ -1,0 +1,191 @@
+//! The human-readable break-even of `verifybench breakeven` (its number formats included),
+//! and writing text to stdout that ends quietly on a closed pipe.
+
+use std::fmt::Write as _;
+
+use crate::speculative::analysis::Analysis;
+use crate::speculative::inputs::Labelled;
+
+/// Writes to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
+pub fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+fn ms(l: &Labelled) -> String {
+    format!("{:>8.2} ms", l.value)
+}
+
+/// Up to 3 decimals, trailing zeros dropped: 2.5, 2.496, 4.
+pub fn num(x: f64) -> String {
+    let s = format!("{x:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+/// The constant rate column: a number, `any` (tau* <= 1), or `unreachable` (tau* > k+1).
+pub fn rate_cell(tau_star: f64, rate: Option<f64>) -> String {
+    match rate {
+        None => "unreachable".into(),
+        Some(_) if tau_star <= 1.0 => "any".into(),
+        Some(r) => format!("{r:.3}"),
+    }
+}
+
+/// The human-readable break-even.
+pub fn render(a: &Analysis) -> String {
+    let i = &a.inputs;
+    let k = i.draft_steps;
+    let mut o = String::new();
+    let _ = writeln!(o, "# verifybench breakeven");
+    let _ = writeln!(o, "# assumption: {}", a.assumption);
+    if a.modeled {
+        let _ = writeln!(
+            o,
+            "# MODELED: rows marked 'modeled' use times from the cost model, so their outputs are modeled"
+        );
+    }
+    let _ = writeln!(o, "\nInputs");
+    let _ = writeln!(
+        o,
+        "  {:<14}{}   {}",
+        "T_decode",
+        ms(&i.decode_ms),
+        i.decode_ms.origin
+    );
+    let _ = writeln!(
+        o,
+        "  {:<14}{}   {}",
+        "T_draft",
+        ms(&i.draft_ms),
+        i.draft_ms.origin
+    );
+    let _ = writeln!(
+        o,
+        "  {:<14}{:>8}      {}; the verify covers k+1 = {} tokens",
+        "draft steps k",
+        k,
+        i.draft_steps_origin,
+        k + 1
+    );
+    let _ = writeln!(
+        o,
+        "  {:<14}{}   {}",
+        "overhead",
+        ms(&i.overhead_ms),
+        i.overhead_ms.origin
+    );
+    if let Some(t) = &i.accept_length {
+        let _ = writeln!(
+            o,
+            "  {:<14}{:>8.3}      {}",
+            "accept length", t.value, t.origin
+        );
+    }
+    for (n, v) in i.verify_ms.iter().enumerate() {
+        let name = if n == 0 { "T_verify" } else { "" };
+        let _ = writeln!(o, "  {:<14}{}   {}", name, ms(v), v.origin);
+    }
+    for note in &i.notes {
+        let _ = writeln!(o, "  note: {note}");
+    }
+
+    let _ = writeln!(
+        o,
+        "\nWithout speculation: {:.2} tok/s (1000 / T_decode)",
+        a.baseline_tokens_per_s
+    );
+
+    let _ = writeln!(
+        o,
+        "\nBreak-even (cycle = k x T_draft + T_verify + overhead; tau* = cycle / T_decode; alpha* = constant acceptance rate with expected tokens tau*)"
+    );
+    let at = i.accept_length.as_ref().map(|t| t.value);
+    let mut head = format!(
+        "  {:>11}  {:<9} {:>9} {:>7} {:>12}",
+        "T_verify ms", "source", "cycle ms", "tau*", "alpha*"
+    );
+    if let Some(t) = at {
+        let _ = write!(
+            head,
+            " {:>16} {:>8}",
+            format!("tok/s @ tau={}", num(t)),
+            "speedup"
+        );
+    }
+    let _ = writeln!(o, "{head}");
+    for r in &a.rows {
+        let mut line = format!(
+            "  {:>11.2}  {:<9} {:>9.2} {:>7.3} {:>12}",
+            r.verify_ms.value,
+            if r.modeled {
+                "modeled"
+            } else {
+                r.verify_ms.origin.kind()
+            },
+            r.cycle_ms,
+            r.breakeven_accept_length,
+            rate_cell(r.breakeven_accept_length, r.breakeven_accept_rate)
+        );
+        if let Some(p) = &r.at_accept_length {
+            let _ = write!(
+                line,
+                " {:>16.2} {:>7.2}x{}",
+                p.tokens_per_s,
+                p.speedup,
+                if p.beats_baseline { " *" } else { "" }
+            );
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    if a.rows.iter().any(|r| r.breakeven_accept_length <= 1.0) {
+        let _ = writeln!(
+            o,
+            "  (alpha* any: tau* <= 1, the cycle is shorter than one decode step, so speculation pays at any acceptance)"
+        );
+    }
+    if a.rows.iter().any(|r| !r.reachable) {
+        let _ = writeln!(
+            o,
+            "  (unreachable: tau* > k+1 = {}, no acceptance can pay for this cycle)",
+            k + 1
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\nTokens/s by verify time (rows) and accept length (columns); * beats {:.2} tok/s without speculation",
+        a.baseline_tokens_per_s
+    );
+    let mut head = format!("  {:>11}", "T_verify ms");
+    for t in &i.table_accept_lengths {
+        let _ = write!(head, " {:>9}", format!("tau={}", num(*t)));
+    }
+    let _ = writeln!(o, "{head}");
+    for r in &a.rows {
+        let mut line = format!("  {:>11.2}", r.verify_ms.value);
+        for p in &r.grid {
+            let cell = format!(
+                "{:.1}{}",
+                p.tokens_per_s,
+                if p.beats_baseline { "*" } else { " " }
+            );
+            let _ = write!(line, " {cell:>9}");
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    let _ = writeln!(
+        o,
+        "\nOutputs are computed from the inputs above{}.",
+        if a.modeled {
+            "; rows marked 'modeled' are modeled"
+        } else {
+            "; none of them is modeled"
+        }
+    );
+    o
+}

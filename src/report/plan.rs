@@ -1,0 +1,157 @@
+//! The table of `verifybench plan`: a schedule's collectives, bytes and ops, and its one-line
+//! summary.
+
+use std::fmt::Write as _;
+
+use crate::model::{Op, Phase, Schedule};
+use crate::units::{grouped, human_bytes};
+
+fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Verify => "verify",
+        Phase::Decode => "decode",
+        Phase::Draft => "EAGLE-3 draft step",
+    }
+}
+
+/// One summary line of a schedule.
+pub fn one_line(s: &Schedule) -> String {
+    let colls: Vec<String> = s
+        .collective_groups()
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {} of {} B",
+                g.n,
+                g.kind.name(),
+                grouped(g.bytes_per_rank)
+            )
+        })
+        .collect();
+    format!(
+        "{} (T={}): {}; {} of weights per rank",
+        phase_name(s.phase),
+        s.tokens,
+        colls.join(" + "),
+        human_bytes(s.total_weight_bytes())
+    )
+}
+
+/// The human-readable plan.
+pub fn render(s: &Schedule, ops: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# verifybench plan: {} {}, TP={}, {} token{}, {}, routing {}",
+        s.model,
+        phase_name(s.phase),
+        s.tp,
+        s.tokens,
+        if s.tokens == 1 { "" } else { "s" },
+        s.dtype.name(),
+        s.routing.name()
+    );
+    if s.experts_per_layer > 0.0 {
+        let _ = writeln!(
+            o,
+            "# {:.2} distinct routed experts per MoE layer for {} tokens",
+            s.experts_per_layer, s.tokens
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# schedule {} : {} ops on each rank\n",
+        s.hash(),
+        s.ops.len()
+    );
+    let _ = writeln!(o, "Collectives per forward (each rank)");
+    let _ = writeln!(
+        o,
+        "  {:<14} {:>5} {:>6} {:>12} {:>14} {:>14}",
+        "op", "dtype", "count", "elements", "bytes/rank", "bytes out"
+    );
+    for g in s.collective_groups() {
+        let _ = writeln!(
+            o,
+            "  {:<14} {:>5} {:>6} {:>12} {:>14} {:>14}",
+            g.kind.name(),
+            g.dtype.name(),
+            g.n,
+            grouped(g.count),
+            grouped(g.bytes_per_rank),
+            grouped(g.bytes_out)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  total: {} collectives, {} B contributed per rank\n",
+        s.n_collectives(),
+        grouped(s.total_collective_bytes())
+    );
+    let _ = writeln!(o, "Weights streamed per forward (each rank)");
+    let _ = writeln!(
+        o,
+        "  {:<16} {:>5} {:>18} {:>11} {:>7}",
+        "op", "ops", "bytes", "", "share"
+    );
+    let total = s.total_weight_bytes().max(1);
+    for (k, b) in s.weight_bytes_by_kind() {
+        let n = s
+            .ops
+            .iter()
+            .filter(|op| matches!(op, Op::Compute { kind, .. } if *kind == k))
+            .count();
+        let _ = writeln!(
+            o,
+            "  {:<16} {:>5} {:>18} {:>11} {:>6.1}%",
+            k.name(),
+            n,
+            grouped(b),
+            human_bytes(b),
+            100.0 * b as f64 / total as f64
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  total {:>35} {:>11}",
+        grouped(s.total_weight_bytes()),
+        human_bytes(s.total_weight_bytes())
+    );
+    if ops {
+        let _ = writeln!(o, "\nOperations in order");
+        for (i, op) in s.ops.iter().enumerate() {
+            let layer = |l: &Option<u64>| l.map(|l| format!("layer {l}")).unwrap_or_default();
+            let _ = match op {
+                Op::Collective {
+                    kind,
+                    bytes_per_rank,
+                    site,
+                    layer: l,
+                    ..
+                } => writeln!(
+                    o,
+                    "  {i:>4}  {:<14} {:>12} B  {site} {}",
+                    kind.name(),
+                    grouped(*bytes_per_rank),
+                    layer(l)
+                ),
+                Op::Compute {
+                    kind,
+                    weight_bytes,
+                    layer: l,
+                } => writeln!(
+                    o,
+                    "  {i:>4}  {:<14} {:>12} B  weights {}",
+                    k_name(kind.name()),
+                    grouped(*weight_bytes),
+                    layer(l)
+                ),
+            };
+        }
+    }
+    o
+}
+
+fn k_name(s: &str) -> String {
+    s.replace(' ', "_")
+}
