@@ -13,14 +13,15 @@ use crate::request::{GpuSpec, Launcher, Repeat, Workload};
 use crate::util::Named;
 
 /// The clap parser of a library enum: accepts `T::ALL` by name and lists them (with their help
-/// lines) in `--help`.
+/// lines, a final period dropped as clap drops it from doc comments) in `--help`.
 pub fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
     PossibleValuesParser::new(T::ALL.iter().map(|v| {
         let p = PossibleValue::new(v.name());
-        if v.help().is_empty() {
+        let help = v.help();
+        if help.is_empty() {
             p
         } else {
-            p.help(v.help())
+            p.help(help.strip_suffix('.').unwrap_or(help))
         }
     }))
     .map(|s| crate::util::parse_named::<T>(&s).expect("clap checked the possible values"))
