@@ -20,6 +20,7 @@ pub mod costmodel;
 pub mod error;
 pub mod inspect;
 pub mod launch;
+pub mod machine;
 pub mod measure;
 pub mod model;
 pub mod nccl_list;

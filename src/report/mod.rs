@@ -4,6 +4,7 @@
 //! (below every other module), OS helpers such as `write_file` in [`crate::util`].
 
 pub mod breakeven;
+pub mod env;
 pub mod export;
 pub mod fit;
 pub mod plan;

@@ -1,0 +1,104 @@
+//! What this machine offers a run (`verifybench env`): GPUs, peer access, driver, NCCL and
+//! NVRTC libraries, and the NCCL_* environment each worker process really sees. Rendering is
+//! [`crate::report::env`]'s, the flags `cli/env.rs`'s.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::comm;
+use crate::launch::{run::run_job, Job, LaunchSpec};
+use crate::record::{GpuInfo, WorkerInfo};
+use crate::request::GpuSpec;
+
+/// What `env` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvReport {
+    pub host: String,
+    pub driver_version: Option<String>,
+    pub cuda_driver_api: Option<String>,
+    pub gpus: Vec<GpuInfo>,
+    /// peer[i][j]: GPU i can access GPU j's memory directly.
+    pub peer_access: Vec<Vec<bool>>,
+    pub nccl_version: Option<String>,
+    pub nccl_library: Option<String>,
+    pub nvrtc_available: bool,
+    pub nvrtc_library: Option<String>,
+    /// NCCL_* variables of this process.
+    pub nccl_env: BTreeMap<String, String>,
+    /// What each worker process (started like a real run's workers) saw.
+    pub workers: Vec<WorkerInfo>,
+    pub problems: Vec<String>,
+}
+
+/// Looks at this machine: devices, peer access, libraries, and (with 2+ GPUs) what workers
+/// started as `gpu` says see.
+pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
+    let mut r = EnvReport {
+        host: crate::util::hostname(),
+        driver_version: comm::device::driver_version(),
+        cuda_driver_api: None,
+        gpus: vec![],
+        peer_access: vec![],
+        nccl_version: None,
+        nccl_library: None,
+        nvrtc_available: false,
+        nvrtc_library: None,
+        nccl_env: crate::util::nccl_env(),
+        workers: vec![],
+        problems: vec![],
+    };
+    let n = comm::device_count();
+    if n == 0 {
+        r.problems
+            .push("no CUDA driver or no GPU: only --backend model can run here".into());
+        return Ok(r);
+    }
+    if let Err(e) = comm::libs::prepare(gpu.nccl_lib.as_deref()) {
+        r.problems.push(format!("{e:#}"));
+    }
+    r.cuda_driver_api = comm::device::driver_cuda_version();
+    for i in 0..n {
+        match comm::device::info(i) {
+            Ok(g) => r.gpus.push(g),
+            Err(e) => r.problems.push(e.to_string()),
+        }
+    }
+    r.peer_access = (0..n)
+        .map(|i| {
+            (0..n)
+                .map(|j| i == j || comm::device::can_access_peer(i, j).unwrap_or(false))
+                .collect()
+        })
+        .collect();
+    r.nccl_version = comm::nccl::version();
+    r.nccl_library = comm::libs::loaded_path("libnccl");
+    r.nvrtc_available = comm::libs::nvrtc_present();
+    if r.nvrtc_available {
+        let _ = comm::kernels::nvrtc_version();
+        r.nvrtc_library = comm::libs::loaded_path("libnvrtc");
+    }
+    if n >= 2 {
+        let devices = crate::launch::run::select_devices(gpu, None, n)?;
+        let spec = LaunchSpec::new(devices, gpu.launcher, gpu.timeout);
+        let res = run_job(&spec, &Job::Env)?;
+        r.workers = res
+            .iter()
+            .map(|x| WorkerInfo {
+                rank: x.rank,
+                pid: x.pid,
+                device: x.device,
+                nccl_env: x.nccl_env.clone(),
+            })
+            .collect();
+        for w in &r.workers {
+            if w.nccl_env != r.nccl_env {
+                r.problems.push(format!(
+                    "worker of rank {} sees different NCCL_* variables than this process",
+                    w.rank
+                ));
+            }
+        }
+    }
+    Ok(r)
+}

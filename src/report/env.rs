@@ -1,0 +1,99 @@
+//! The table of `verifybench env`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::machine::EnvReport;
+
+pub fn render(r: &EnvReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "host            {}", r.host);
+    let _ = writeln!(
+        o,
+        "driver          {}{}",
+        r.driver_version.as_deref().unwrap_or("?"),
+        r.cuda_driver_api
+            .as_deref()
+            .map(|c| format!(" (CUDA {c})"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        o,
+        "NCCL            {} from {}",
+        r.nccl_version.as_deref().unwrap_or("not loaded"),
+        r.nccl_library.as_deref().unwrap_or("?")
+    );
+    let _ = writeln!(
+        o,
+        "NVRTC           {}",
+        if r.nvrtc_available {
+            r.nvrtc_library.as_deref().unwrap_or("available")
+        } else {
+            "not found (needed only for --mode compute/full)"
+        }
+    );
+    let _ = writeln!(o, "\nGPUs");
+    for g in &r.gpus {
+        let _ = writeln!(
+            o,
+            "  {:>2}  {:<24} {:<14} {:>8.1} GiB",
+            g.index,
+            g.name,
+            g.pci_bus_id,
+            g.memory_bytes as f64 / (1u64 << 30) as f64
+        );
+    }
+    if r.peer_access.len() > 1 {
+        let _ = writeln!(
+            o,
+            "\nPeer access (P2P) matrix: row can read column's memory"
+        );
+        let _ = write!(o, "     ");
+        for j in 0..r.peer_access.len() {
+            let _ = write!(o, "{j:>4}");
+        }
+        let _ = writeln!(o);
+        for (i, row) in r.peer_access.iter().enumerate() {
+            let _ = write!(o, "  {i:>2} ");
+            for (j, &p) in row.iter().enumerate() {
+                let _ = write!(
+                    o,
+                    "{:>4}",
+                    if i == j {
+                        "-"
+                    } else if p {
+                        "yes"
+                    } else {
+                        "no"
+                    }
+                );
+            }
+            let _ = writeln!(o);
+        }
+    }
+    let env_line = |m: &BTreeMap<String, String>| {
+        if m.is_empty() {
+            "(none)".to_string()
+        } else {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    };
+    let _ = writeln!(o, "\nNCCL_* in this process: {}", env_line(&r.nccl_env));
+    for w in &r.workers {
+        let _ = writeln!(
+            o,
+            "NCCL_* seen by the worker of rank {} (pid {}, GPU {}): {}",
+            w.rank,
+            w.pid,
+            w.device,
+            env_line(&w.nccl_env)
+        );
+    }
+    for p in &r.problems {
+        let _ = writeln!(o, "problem: {p}");
+    }
+    o
+}
