@@ -313,6 +313,26 @@ def human_line(label, run):
 # ---------------------------------------------------------------------------------------------
 
 
+def busy_wait(seconds):
+    """Spends `seconds` of CPU time before a launch, as a busy engine's host code does (a sleep
+    would be far coarser than the microseconds asked for)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def parse_host_delay(text):
+    """`RANK:US` -> (rank, microseconds)."""
+    try:
+        r, us = text.split(":")
+        r, us = int(r), float(us)
+    except ValueError:
+        raise UsageError(f"--host-delay-us takes RANK:US, e.g. 1:200 (got '{text}')")
+    if r < 0 or not (0 <= us <= 1e6):
+        raise UsageError(f"--host-delay-us {text}: the rank must be >= 0 and US within 0..1e6")
+    return r, us
+
+
 def torch_dtype(torch, name, cpu_gloo):
     if cpu_gloo:
         return torch.float32  # gloo's bf16 support varies by version; the test mode needs none
@@ -322,11 +342,17 @@ def torch_dtype(torch, name, cpu_gloo):
 class Replay:
     """Preallocated buffers (one per collective) and the calls that replay the schedule."""
 
-    def __init__(self, torch, dist, schedule, rank, device, cpu_gloo):
+    def __init__(self, torch, dist, schedule, rank, world, device, cpu_gloo, host_delay=None):
         self.torch, self.dist = torch, dist
-        self.tp = schedule["tp"]
+        # Gathers and checks follow the ranks present; message sizes follow the schedule
+        # (with --world smaller than the schedule's tp, each rank sends the per-rank sizes of
+        # the schedule's tp).
+        self.tp = world
         self.rank = rank
         self.cpu_gloo = cpu_gloo
+        # (rank, seconds): that rank busy-waits before every collective it launches eagerly.
+        self.delay_s = host_delay[1] / 1e6 if host_delay and host_delay[0] == rank else 0.0
+        self.capturing = False
         self.ops = []
         for op in collectives(schedule):
             dt = torch_dtype(torch, op["dtype"], cpu_gloo)
@@ -357,6 +383,8 @@ class Replay:
     def run(self):
         dist = self.dist
         for kind, a, b in self.ops:
+            if self.delay_s and not self.capturing:
+                busy_wait(self.delay_s)
             if kind == "all_reduce":
                 dist.all_reduce(a)
             elif kind == "all_gather":
@@ -434,7 +462,7 @@ def worker(local_rank, args, schedule, world, rank_offset, port):
 
 
 def replay_all(torch, dist, args, schedule, rank, world, device, cpu):
-    r = Replay(torch, dist, schedule, rank, device, cpu)
+    r = Replay(torch, dist, schedule, rank, world, device, cpu, args.host_delay)
     ncoll = len(r.ops)
     s_expected = float(world * (world + 1) // 2)
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.graph]
@@ -505,8 +533,10 @@ def replay_all(torch, dist, args, schedule, rank, world, device, cpu):
             sync()
             dist.barrier()
             graph = torch.cuda.CUDAGraph()
+            r.capturing = True
             with torch.cuda.graph(graph):
                 r.run()
+            r.capturing = False
             sync()
             r.fill()
             graph.replay()
@@ -519,6 +549,10 @@ def replay_all(torch, dist, args, schedule, rank, world, device, cpu):
             samples = timed(graph.replay)
             sync()
             bad += r.wrong(0.0)
+        if args.profile:
+            profile_steps(torch, args, rank, "graph" if g else "eager",
+                          graph.replay if g else r.run, sync)
+            dist.barrier()
         per_verify = gather_samples(samples)
         runs[g] = verify_run(g, per_verify, total_wrong(bad), args.iters, args.warmup, ncoll)
     if graph is not None:
@@ -534,6 +568,29 @@ def replay_all(torch, dist, args, schedule, rank, world, device, cpu):
     workers = [None] * world
     dist.all_gather_object(workers, info)
     return {"runs": [runs[g] for g in modes], "workers": workers}
+
+
+def profile_steps(torch, args, rank, mode, step, sync):
+    """Runs --profile-steps replays under torch.profiler (CPU and CUDA activity, record_shapes,
+    so c10d's record_param_comms events carry the collective's arguments), each replay inside
+    a record_function("verify_step"), and writes a gzipped Kineto trace per rank:
+    DIR/<mode>-rank-<rank>.trace.json.gz."""
+    import gzip
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    os.makedirs(args.profile, exist_ok=True)
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        for _ in range(args.profile_steps):
+            with record_function("verify_step"):
+                step()
+        sync()
+    raw = os.path.join(args.profile, f"{mode}-rank-{rank}.trace.json")
+    prof.export_chrome_trace(raw)
+    with open(raw, "rb") as f, gzip.open(raw + ".gz", "wb") as g:
+        shutil.copyfileobj(f, g)
+    os.remove(raw)
 
 
 def gpu_infos(torch, world):
@@ -570,6 +627,11 @@ def write_result(torch, args, schedule, result, started, world, cpu):
     torch_env = sorted({f"{k}={v}" for w in result["workers"] for k, v in w["torch_env"].items()})
     if torch_env:
         notes.append("TORCH_NCCL_* seen by the workers: " + " ".join(torch_env))
+    if world != schedule["tp"]:
+        notes.append(f"--world {world}: {world} rank(s) replayed the per-rank message sizes of the TP-{schedule['tp']} schedule")
+    if args.host_delay:
+        notes.append(f"--host-delay-us {args.host_delay[0]}:{args.host_delay[1]:g}: rank {args.host_delay[0]} "
+                     "busy-waited that long before every eager collective")
     if cpu:
         notes.append("--cpu-gloo test mode: gloo on CPU, f32 buffers, wall-clock timing; not comparable to GPU runs")
     nccl = None
@@ -714,6 +776,13 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true",
                    help="no torch: write a record from synthetic samples, labelled modeled (tests the format)")
     p.add_argument("--self-test", action="store_true", help="check the pure parts (no torch) and exit")
+    p.add_argument("--world", type=int,
+                   help="ranks to run (default: the schedule's tp); fewer replay the per-rank sizes of the schedule's tp")
+    p.add_argument("--profile", metavar="DIR",
+                   help="after timing, profile --profile-steps replays per mode with torch.profiler into DIR")
+    p.add_argument("--profile-steps", type=int, default=3, help="replays recorded by --profile")
+    p.add_argument("--host-delay-us", metavar="RANK:US",
+                   help="rank RANK busy-waits US microseconds before every collective it launches eagerly (a late rank)")
     p.add_argument("--summarize", action="store_true",
                    help="print the statistics summary of numbers read from stdin as JSON and exit")
     p.add_argument("--print-workload", action="store_true",
@@ -725,6 +794,11 @@ def parse_args(argv):
         raise UsageError("-w/--warmup must be at least 0")
     if a.tp is not None and a.tp < 1:
         raise UsageError("--tp must be at least 1")
+    if a.world is not None and a.world < 1:
+        raise UsageError("--world must be at least 1")
+    if a.profile_steps < 1:
+        raise UsageError("--profile-steps must be at least 1")
+    a.host_delay = parse_host_delay(a.host_delay_us) if a.host_delay_us else None
     return a
 
 
@@ -760,7 +834,13 @@ def main(argv):
         raise UsageError("torch is not installed (pip install torch); --self-test and --dry-run need none")
     if not dist.is_available():
         raise UsageError("this torch build has no torch.distributed")
-    world = schedule["tp"]
+    world = a.world or schedule["tp"]
+    if a.world and a.world > schedule["tp"]:
+        raise UsageError(f"--world {a.world} exceeds the schedule's tp {schedule['tp']}")
+    if a.host_delay and a.host_delay[0] >= world:
+        raise UsageError(f"--host-delay-us names rank {a.host_delay[0]}, but there are {world} ranks")
+    if world != schedule["tp"] and any(op["kind"] == "reduce_scatter" for op in collectives(schedule)):
+        raise UsageError("--world smaller than the schedule's tp cannot replay a reduce_scatter")
     if not a.cpu_gloo:
         if not torch.cuda.is_available():
             raise UsageError("no CUDA device visible to torch (use --cpu-gloo to test on CPU)")

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# What one GPU can prove, in one go (results/h200x1/).
+#
+#   scripts/h200x1.sh [BINARY] [OUTDIR]     (defaults: target/release/verifybench, $OUT or ./out)
+#   ONLY="traces" scripts/h200x1.sh ...     (a subset of the parts below)
+#
+# traces: real torch.profiler traces and NCCL COLL logs of the PyTorch peer replaying the
+#         Kimi-K2.5 verify schedule on one rank (world size 1: real record_param_comms events;
+#         the one-rank all-reduce launches no NCCL kernel), eager and CUDA graph, with and
+#         without a host delay; the fixtures of the `trace` tests.
+# Each part ends in a tarball under OUTDIR, so a run stopped half way still returns the parts done.
+set -uo pipefail
+VB=${1:-target/release/verifybench}
+OUTDIR=${2:-${OUT:-out}}
+mkdir -p "$OUTDIR"
+OUTDIR=$(realpath "$OUTDIR")
+VB=$(realpath "$VB")
+W=$(mktemp -d)
+export NCCL_NVLS_ENABLE=0   # never enable NVLink multicast, in any process started here
+ONLY=${ONLY:-traces}
+want() { [[ " $ONLY " == *" $1 "* ]]; }
+step() { echo; echo "=== $*"; }
+pack() { (cd "$W" && tar czf "$OUTDIR/$1.tar.gz" "$1") && echo "packed $1"; }
+
+if want traces; then
+  T=$W/traces; mkdir -p "$T"
+  step "traces: PyTorch peer under torch.profiler, world size 1"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$T/gpu.txt"
+  python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' | tee -a "$T/gpu.txt"
+  for tp in 1 2; do
+    $VB plan --format json --model kimi-k2.5 --tp $tp --tokens 3 > "$T/plan-kimi-tp$tp-t3.json"
+  done
+  # tp1: the natural one-rank schedule; tp2 on one rank: the per-rank sizes of the TP-2 schedule.
+  for tp in 1 2; do
+    d=$T/kimi-tp$tp-world1
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL NCCL_DEBUG_FILE="$d-nccl-coll.%h.%p.log" \
+      python3 scripts/torch_baseline.py --schedule "$T/plan-kimi-tp$tp-t3.json" --world 1 \
+        -n 20 -w 5 --profile "$d" --profile-steps 3 --out "$d.json" 2>&1 | tee "$d.txt"
+  done
+  d=$T/kimi-tp1-world1-delay
+  python3 scripts/torch_baseline.py --schedule "$T/plan-kimi-tp1-t3.json" --world 1 --graph off \
+      --host-delay-us 0:50 -n 20 -w 5 --profile "$d" --profile-steps 3 --out "$d.json" 2>&1 | tee "$d.txt"
+  ls -la "$T" "$T"/*/ | tee "$T/ls.txt"
+  pack traces
+fi
+echo; echo "=== done"; ls -la "$OUTDIR"
