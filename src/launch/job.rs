@@ -150,7 +150,7 @@ impl Coll {
         let data = pattern::send_bytes(kind, dtype, count, n, rank, salt);
         let mut send = gpu.alloc(data.len())?;
         gpu.upload(&mut send, &data)?;
-        let recv = gpu.alloc(pattern::recv_elems(kind, count, n) * dtype.size() as usize)?;
+        let recv = gpu.alloc(kind.ops().recv_elems(count, n) * dtype.size() as usize)?;
         Ok(Coll {
             kind,
             dtype,
@@ -162,7 +162,7 @@ impl Coll {
     }
 
     fn enqueue(&self, comm: &mut Communicator, gpu: &Gpu) -> anyhow::Result<()> {
-        // SAFETY: send and recv were sized by pattern::{send,recv}_elems for this kind, count and
+        // SAFETY: send and recv were sized by the collective table for this kind, count and
         // rank count; both live as long as self, which outlives every use of the stream here
         // (runs synchronise before buffers drop).
         unsafe {
@@ -512,7 +512,7 @@ fn check_memory(gpu: &Gpu, s: &Schedule, n: usize) -> anyhow::Result<()> {
         } = op
         {
             let c = *count as usize;
-            need += ((pattern::send_elems(*kind, c, n) + pattern::recv_elems(*kind, c, n))
+            need += ((kind.ops().send_elems(c, n) + kind.ops().recv_elems(c, n))
                 * dtype.size() as usize) as u64;
         }
     }

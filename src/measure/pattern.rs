@@ -3,6 +3,7 @@
 
 use half::{bf16, f16};
 
+use crate::model::collective::Source;
 use crate::model::{CollectiveKind, DType};
 
 /// Input value of element `i` on `rank` for the collective with salt `op` (its index in the
@@ -33,22 +34,6 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> f32 {
     }
 }
 
-/// Elements in the send buffer of `kind` for NCCL count `count` over `nranks` ranks.
-pub fn send_elems(kind: CollectiveKind, count: usize, nranks: usize) -> usize {
-    match kind {
-        CollectiveKind::AllReduce | CollectiveKind::AllGather => count,
-        CollectiveKind::ReduceScatter => count * nranks,
-    }
-}
-
-/// Elements in the receive buffer.
-pub fn recv_elems(kind: CollectiveKind, count: usize, nranks: usize) -> usize {
-    match kind {
-        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter => count,
-        CollectiveKind::AllGather => count * nranks,
-    }
-}
-
 /// The send buffer of `rank`, encoded.
 pub fn send_bytes(
     kind: CollectiveKind,
@@ -58,7 +43,7 @@ pub fn send_bytes(
     rank: usize,
     op: usize,
 ) -> Vec<u8> {
-    let n = send_elems(kind, count, nranks);
+    let n = kind.ops().send_elems(count, nranks);
     encode(dtype, (0..n).map(|i| input_value(rank, i, op)))
 }
 
@@ -71,12 +56,9 @@ pub fn expected(
     i: usize,
     op: usize,
 ) -> f32 {
-    match kind {
-        CollectiveKind::AllReduce => (0..nranks).map(|r| input_value(r, i, op)).sum(),
-        CollectiveKind::AllGather => input_value(i / count, i % count, op),
-        CollectiveKind::ReduceScatter => (0..nranks)
-            .map(|r| input_value(r, rank * count + i, op))
-            .sum(),
+    match kind.ops().source(count, nranks, rank, i) {
+        Source::Sum { elem } => (0..nranks).map(|r| input_value(r, elem, op)).sum(),
+        Source::Copy { rank, elem } => input_value(rank, elem, op),
     }
 }
 
@@ -91,7 +73,7 @@ pub fn count_wrong(
     recv: &[u8],
 ) -> u64 {
     let sz = dtype.size() as usize;
-    let n = recv_elems(kind, count, nranks);
+    let n = kind.ops().recv_elems(count, nranks);
     (0..n)
         .filter(|&i| {
             let got = decode(dtype, &recv[i * sz..(i + 1) * sz]);
@@ -114,7 +96,7 @@ mod tests {
     ) -> Vec<Vec<u8>> {
         let sends: Vec<Vec<f32>> = (0..n)
             .map(|r| {
-                (0..send_elems(kind, count, n))
+                (0..kind.ops().send_elems(count, n))
                     .map(|i| input_value(r, i, op))
                     .collect()
             })

@@ -6,6 +6,7 @@
 //! collectives each rank streams its shard of the weights. The schedule is pure data: the NCCL
 //! backend replays it, the cost model prices it, `plan` prints it.
 
+pub mod collective;
 pub mod config;
 pub mod presets;
 pub mod schedule;
