@@ -15,6 +15,7 @@ pub mod launch;
 pub mod measure;
 pub mod model;
 pub mod report;
+pub mod selftest;
 pub mod speculative;
 pub mod sweep;
 pub mod units;
