@@ -1,16 +1,14 @@
 //! The CUDA kernels of `kernels/`, compiled at run time by NVRTC for the device's architecture.
 
-use std::sync::Arc;
-
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::device::{Buffer, Gpu};
 use crate::error::usage;
 
 /// The source of the weight-streaming and tiny kernels.
-pub const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
+const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
 /// Threads per block of `stream_weights` (THREADS in the source).
-pub const THREADS: u32 = 256;
+const THREADS: u32 = 256;
 /// Most tokens `stream_weights` handles (MAXT in the source).
 pub const MAXT: usize = 16;
 
@@ -252,8 +250,6 @@ pub fn sum_partials(bytes: &[u8], blocks: usize, tokens: usize) -> Vec<f64> {
         .map(|t| (0..blocks).map(|b| f(b * MAXT + t)).sum())
         .collect()
 }
-
-pub type SharedKernels = Arc<Kernels>;
 
 #[cfg(test)]
 mod tests {
