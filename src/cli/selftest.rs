@@ -38,18 +38,10 @@ fn spec(devices: &[usize], launcher: Launcher, timeout_s: f64) -> LaunchSpec {
 fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     let n = devices.len();
     let mut cases = vec![];
-    for op in [
-        CollectiveKind::AllReduce,
-        CollectiveKind::AllGather,
-        CollectiveKind::ReduceScatter,
-    ] {
+    for op in CollectiveKind::ALL {
         for dtype in [DType::Bf16, DType::F16, DType::F32] {
-            for bytes in [dtype.size() as usize * n, 43008, 1 << 20] {
-                let elems = bytes / dtype.size() as usize;
-                let count = match op {
-                    CollectiveKind::AllReduce => elems,
-                    _ => (elems / n).max(1),
-                };
+            for bytes in [dtype.size() * n as u64, 43008, 1 << 20] {
+                let count = op.ops().count_for_size(bytes, dtype.size(), n).max(1);
                 cases.push(CollCase { op, dtype, count });
             }
         }
