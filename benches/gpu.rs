@@ -35,10 +35,10 @@ struct Rank {
 impl Rank {
     fn new(device: usize, rank: usize, id: &comm::UniqueId) -> Rank {
         let gpu = Gpu::open(device).expect("open GPU");
-        let comm = Communicator::init(id, rank, 2).expect("NCCL init");
+        let comm = Communicator::init(&gpu, id, rank, 2).expect("NCCL init");
         let data = pattern::send_bytes(CollectiveKind::AllReduce, DType::Bf16, COUNT, 2, rank, 0);
-        let mut send = gpu.alloc(data.len()).expect("alloc");
-        gpu.upload(&mut send, &data).expect("upload");
+        let send = gpu.alloc(data.len()).expect("alloc");
+        gpu.upload(&send, &data).expect("upload");
         let recv = gpu.alloc(data.len()).expect("alloc");
         Rank {
             gpu,
@@ -48,48 +48,27 @@ impl Rank {
         }
     }
 
-    fn all_reduce(&mut self) {
-        // SAFETY: send and recv hold COUNT bf16 elements on this rank's GPU and outlive the
-        // stream work (every batch is synchronised before the buffers could drop).
-        unsafe {
-            self.comm
-                .enqueue(
-                    CollectiveKind::AllReduce,
-                    DType::Bf16,
-                    self.send.ptr(),
-                    self.recv.ptr(),
-                    COUNT,
-                    self.gpu.cu_stream(),
-                )
-                .expect("all-reduce")
-        };
+    fn all_reduce(&self) {
+        self.comm
+            .all_reduce(&self.send, &self.recv, COUNT, DType::Bf16, &self.gpu)
+            .expect("all-reduce");
     }
 
-    fn graph(&mut self) -> comm::Graph {
+    fn graph(&self) -> comm::Graph {
         for _ in 0..3 {
             self.all_reduce();
         }
         self.gpu.sync().expect("sync");
-        let (gpu, comm, s, r) = (&self.gpu, &mut self.comm, self.send.ptr(), self.recv.ptr());
-        gpu.capture(|| {
-            // SAFETY: as in all_reduce.
-            unsafe {
-                comm.enqueue(
-                    CollectiveKind::AllReduce,
-                    DType::Bf16,
-                    s,
-                    r,
-                    COUNT,
-                    gpu.cu_stream(),
-                )?
-            };
-            Ok(())
-        })
-        .expect("capture")
+        self.gpu
+            .capture(|| {
+                self.comm
+                    .all_reduce(&self.send, &self.recv, COUNT, DType::Bf16, &self.gpu)
+            })
+            .expect("capture")
     }
 
     /// Runs `n` operations in chunks; returns the host time spent enqueuing them.
-    fn run(&mut self, n: u64, graph: Option<&comm::Graph>) -> Duration {
+    fn run(&self, n: u64, graph: Option<&comm::Graph>) -> Duration {
         let mut spent = Duration::ZERO;
         let mut left = n;
         while left > 0 {
@@ -120,7 +99,7 @@ fn main() {
     let (tx, rx) = mpsc::channel::<Cmd>();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let peer = std::thread::spawn(move || {
-        let mut r = Rank::new(1, 1, &id);
+        let r = Rank::new(1, 1, &id);
         let g = r.graph();
         while let Ok(cmd) = rx.recv() {
             match cmd {
@@ -135,7 +114,7 @@ fn main() {
             done_tx.send(()).expect("done");
         }
     });
-    let mut r0 = Rank::new(0, 0, &id);
+    let r0 = Rank::new(0, 0, &id);
     let g0 = r0.graph();
     let mut c = Criterion::default()
         .measurement_time(Duration::from_secs(3))

@@ -27,6 +27,7 @@ pub mod nccl_list;
 pub mod record;
 pub mod report;
 pub mod request;
+pub mod selftest;
 pub mod speculative;
 pub mod sweep;
 pub mod units;

@@ -13,6 +13,7 @@ use crate::launch::{Job, LaunchSpec};
 use crate::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
 use crate::record::Mode;
 use crate::request::Launcher;
+use crate::selftest::Check;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SelftestArgs {
@@ -24,14 +25,6 @@ pub struct SelftestArgs {
     /// Write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<std::path::PathBuf>,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Check {
-    pub name: String,
-    pub launcher: String,
-    pub pass: bool,
-    pub detail: String,
 }
 
 fn spec(devices: &[usize], launcher: Launcher, timeout_s: f64) -> LaunchSpec {
@@ -46,18 +39,10 @@ fn spec(devices: &[usize], launcher: Launcher, timeout_s: f64) -> LaunchSpec {
 fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     let n = devices.len();
     let mut cases = vec![];
-    for op in [
-        CollectiveKind::AllReduce,
-        CollectiveKind::AllGather,
-        CollectiveKind::ReduceScatter,
-    ] {
+    for op in CollectiveKind::ALL {
         for dtype in [DType::Bf16, DType::F16, DType::F32] {
-            for bytes in [dtype.size() as usize * n, 43008, 1 << 20] {
-                let elems = bytes / dtype.size() as usize;
-                let count = match op {
-                    CollectiveKind::AllReduce => elems,
-                    _ => (elems / n).max(1),
-                };
+            for bytes in [dtype.size() * n as u64, 43008, 1 << 20] {
+                let count = op.ops().count_for_size(bytes, dtype.size(), n).max(1);
                 cases.push(CollCase { op, dtype, count });
             }
         }
@@ -284,54 +269,6 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
     });
 }
 
-/// The streaming kernel's result against a CPU reference (small sizes, exact inputs).
-fn kernel(device: usize, checks: &mut Vec<Check>) {
-    let r = (|| -> anyhow::Result<String> {
-        let gpu = comm::Gpu::open(device)?;
-        let k = comm::kernels::Kernels::load(&gpu)?;
-        let pool = comm::kernels::Pool::new(&gpu, 1 << 24)?;
-        let mut worst = 0f64;
-        for (tokens, start, nvec) in [
-            (1usize, 0u64, 1u64),
-            (3, 5, 1000),
-            (4, 1000, 300_000),
-            (16, 77, 1 << 20),
-        ] {
-            let act: Vec<f32> = (0..tokens * 8)
-                .map(|i| 0.25 * ((i % 5) as f32 + 1.0))
-                .collect();
-            let bytes: Vec<u8> = act.iter().flat_map(|x| x.to_le_bytes()).collect();
-            let mut a = gpu.alloc(bytes.len())?;
-            gpu.upload(&mut a, &bytes)?;
-            let partial = gpu.alloc(k.partial_bytes())?;
-            k.stream(&gpu, &pool, start, nvec, &a, tokens, &partial)?;
-            gpu.sync()?;
-            let blocks = k.blocks_for(nvec) as usize;
-            let got = comm::kernels::sum_partials(
-                &gpu.download(&partial, partial.len())?,
-                blocks,
-                tokens,
-            );
-            let want = comm::kernels::reference(pool.vecs, start, nvec, &act, tokens);
-            for (g, w) in got.iter().zip(&want) {
-                worst = worst.max((g - w).abs() / w.abs().max(1.0));
-            }
-        }
-        if worst > 1e-4 {
-            anyhow::bail!("relative error {worst:.2e} against the CPU reference");
-        }
-        Ok(format!(
-            "max relative error {worst:.1e} (fp32 accumulation order)"
-        ))
-    })();
-    checks.push(Check {
-        name: "streaming kernel vs CPU reference".into(),
-        launcher: "-".into(),
-        pass: r.is_ok(),
-        detail: r.unwrap_or_else(|e| format!("{e:#}")),
-    });
-}
-
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
     let devices = select_devices(&(&a.gpu).into(), None, comm::device_count())?;
@@ -350,7 +287,7 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
         fault(&devices, FaultKind::Exit, &mut checks);
         fault(&devices, FaultKind::Hang, &mut checks);
     }
-    kernel(devices[0], &mut checks);
+    checks.push(crate::selftest::streaming_kernel(devices[0]));
     let failed = checks.iter().filter(|c| !c.pass).count();
     println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");
     for c in &checks {

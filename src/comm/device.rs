@@ -1,5 +1,7 @@
-//! One rank's GPU: context, stream, device buffers, events, CUDA-graph capture.
+//! One rank's GPU: context, stream, device buffers, events, CUDA-graph capture. Every
+//! function that hands a buffer to CUDA checks that it lives on this GPU and is large enough.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self as cu, CUdeviceptr};
@@ -40,21 +42,30 @@ fn check(device: usize, what: &str, r: cu::CUresult) -> Result<(), CudaFailure> 
     }
 }
 
-/// A device buffer of raw bytes.
+/// A device buffer of raw bytes on one GPU. Only comm/ sees its address: everything that uses
+/// it goes through a function here, which checks the sizes and the GPU. The memory is freed in
+/// stream order (cudarc frees on the stream it was allocated on), and a captured graph that uses
+/// it keeps it alive, so neither a pending operation nor a graph replay can outlive it.
 pub struct Buffer {
-    slice: CudaSlice<u8>,
+    slice: Arc<CudaSlice<u8>>,
     ptr: CUdeviceptr,
+    device: usize,
 }
 
 impl Buffer {
-    pub fn ptr(&self) -> CUdeviceptr {
-        self.ptr
-    }
+    /// Size in bytes.
     pub fn len(&self) -> usize {
         self.slice.len()
     }
     pub fn is_empty(&self) -> bool {
         self.slice.is_empty()
+    }
+    /// The GPU it lives on.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+    pub(super) fn ptr(&self) -> CUdeviceptr {
+        self.ptr
     }
 }
 
@@ -62,7 +73,7 @@ impl Buffer {
 pub struct Event(CudaEvent);
 
 impl Event {
-    /// Milliseconds between `self` and a later event `end` (both completed).
+    /// Microseconds between `self` and a later event `end` (both completed).
     pub fn elapsed_us(&self, end: &Event) -> Result<f64, CudaFailure> {
         self.0
             .elapsed_ms(&end.0)
@@ -74,20 +85,32 @@ impl Event {
     }
 }
 
-/// A captured CUDA graph, replayable on its stream.
-pub struct Graph(CudaGraph);
+/// What a captured graph uses and must keep alive: buffers, communicators.
+pub(super) type Keep = Box<dyn std::any::Any>;
+
+/// A captured CUDA graph, replayable on its stream. It holds everything its nodes use (the
+/// buffers and communicators enqueued during the capture), so that no replay touches memory or
+/// a communicator that was freed.
+pub struct Graph {
+    graph: CudaGraph,
+    _keep: Vec<Keep>,
+}
 
 impl Graph {
     pub fn launch(&self) -> Result<(), CudaFailure> {
-        self.0.launch().map_err(fail(0, "cuGraphLaunch"))
+        self.graph.launch().map_err(fail(0, "cuGraphLaunch"))
     }
 }
 
-/// One GPU with its context and the stream all work goes to.
+/// One GPU with its context and the one stream all of a rank's work goes to, in order (the
+/// stream every enqueue of comm/ takes). Not `Send`: a rank's GPU stays in the rank's thread,
+/// as its communicator and graphs must.
 pub struct Gpu {
-    pub ordinal: usize,
-    pub ctx: Arc<CudaContext>,
-    pub stream: Arc<CudaStream>,
+    pub(super) ordinal: usize,
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    /// While a capture runs: what its graph will use.
+    capturing: RefCell<Option<Vec<Keep>>>,
 }
 
 impl Gpu {
@@ -108,11 +131,17 @@ impl Gpu {
             ordinal,
             ctx,
             stream,
+            capturing: RefCell::new(None),
         })
     }
 
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
     /// Binds this GPU's context to the calling thread.
-    pub fn bind(&self) -> Result<(), CudaFailure> {
+    pub(super) fn bind(&self) -> Result<(), CudaFailure> {
         self.ctx
             .bind_to_thread()
             .map_err(fail(self.ordinal, "binding the context"))
@@ -134,8 +163,24 @@ impl Gpu {
             .map_err(fail(self.ordinal, "cuMemGetInfo"))
     }
 
-    /// A zero-filled device buffer of `bytes` bytes.
+    /// Size of the L2 cache in bytes (0 when the driver does not say).
+    pub fn l2_bytes(&self) -> u64 {
+        self.ctx
+            .attribute(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+            .unwrap_or(0)
+            .max(0) as u64
+    }
+
+    /// A zero-filled device buffer of `bytes` bytes (at least one).
     pub fn alloc(&self, bytes: usize) -> Result<Buffer, CudaFailure> {
+        if self.capturing.borrow().is_some() {
+            // An allocation inside a capture would become graph-owned memory, valid only while
+            // the graph runs.
+            return Err(CudaFailure {
+                device: self.ordinal,
+                what: "cuMemAlloc: no allocation during a graph capture".into(),
+            });
+        }
         let slice = self
             .stream
             .alloc_zeros::<u8>(bytes.max(1))
@@ -144,40 +189,86 @@ impl Gpu {
             let (ptr, _sync) = slice.device_ptr(&self.stream);
             ptr
         };
-        Ok(Buffer { slice, ptr })
+        Ok(Buffer {
+            slice: Arc::new(slice),
+            ptr,
+            device: self.ordinal,
+        })
     }
 
-    /// Copies `data` into the start of `buf`.
-    pub fn upload(&self, buf: &mut Buffer, data: &[u8]) -> Result<(), CudaFailure> {
-        assert!(data.len() <= buf.len(), "upload larger than the buffer");
-        let mut view = buf.slice.slice_mut(0..data.len());
-        self.stream
-            .memcpy_htod(data, &mut view)
-            .map_err(fail(self.ordinal, "cuMemcpyHtoD"))
+    /// Fails unless `buf` lives on this GPU and holds `bytes` bytes from `off` (the check every
+    /// function that hands a buffer to CUDA or NCCL makes first).
+    pub(super) fn check_buffer(
+        &self,
+        buf: &Buffer,
+        what: &str,
+        off: usize,
+        bytes: usize,
+    ) -> Result<(), CudaFailure> {
+        if buf.device != self.ordinal {
+            return Err(CudaFailure {
+                device: self.ordinal,
+                what: format!("{what}: the buffer lives on GPU {}", buf.device),
+            });
+        }
+        if off.checked_add(bytes).is_none_or(|end| end > buf.len()) {
+            return Err(CudaFailure {
+                device: self.ordinal,
+                what: format!(
+                    "{what}: {bytes} B at offset {off} do not fit a buffer of {} B",
+                    buf.len()
+                ),
+            });
+        }
+        Ok(())
     }
 
-    /// Copies `data` into `buf` at byte offset `off`.
+    /// Inside a capture, keeps `buf` alive as long as the graph.
+    pub(super) fn keep_buffer(&self, buf: &Buffer) {
+        self.keep(|| Box::new(buf.slice.clone()));
+    }
+
+    /// Inside a capture, keeps what `k` makes alive as long as the graph. Outside one it does
+    /// nothing and costs nothing (eager enqueues are timed).
+    pub(super) fn keep(&self, k: impl FnOnce() -> Keep) {
+        if let Some(v) = self.capturing.borrow_mut().as_mut() {
+            v.push(k());
+        }
+    }
+
+    /// Copies `data` into the start of `buf` and waits for the copy.
+    pub fn upload(&self, buf: &Buffer, data: &[u8]) -> Result<(), CudaFailure> {
+        self.upload_at(buf, 0, data)
+    }
+
+    /// Copies `data` into `buf` at byte offset `off` and waits for the copy.
     pub fn upload_at(&self, buf: &Buffer, off: usize, data: &[u8]) -> Result<(), CudaFailure> {
-        assert!(
-            off + data.len() <= buf.len(),
-            "upload past the end of the buffer"
-        );
-        // SAFETY: the destination range lies inside a live allocation of this context (asserted)
-        // and the source is a host slice of exactly that length; the copy is synchronous.
+        self.check_buffer(buf, "upload", off, data.len())?;
+        // SAFETY: the destination range lies inside a live allocation on this GPU (checked) and
+        // the source is a host slice of exactly that length, which outlives the copy: the
+        // stream is synchronised before returning. Ordered on the rank's stream after any work
+        // already enqueued on the buffer.
         let r = unsafe {
-            cu::cuMemcpyHtoD_v2(buf.ptr + off as u64, data.as_ptr() as *const _, data.len())
+            cu::cuMemcpyHtoDAsync_v2(
+                buf.ptr + off as u64,
+                data.as_ptr() as *const _,
+                data.len(),
+                self.stream.cu_stream(),
+            )
         };
-        check(self.ordinal, "cuMemcpyHtoD", r)
+        check(self.ordinal, "cuMemcpyHtoDAsync", r)?;
+        self.sync()
     }
 
     /// Enqueues a device-to-device copy of `bytes` from `src` to `dst`.
     pub fn copy(&self, dst: &Buffer, src: &Buffer, bytes: usize) -> Result<(), CudaFailure> {
-        assert!(
-            bytes <= dst.len() && bytes <= src.len(),
-            "copy larger than a buffer"
-        );
-        // SAFETY: both ranges lie inside live allocations of this context (asserted); the copy is
-        // ordered on this rank's stream.
+        self.check_buffer(dst, "copy (destination)", 0, bytes)?;
+        self.check_buffer(src, "copy (source)", 0, bytes)?;
+        self.keep_buffer(dst);
+        self.keep_buffer(src);
+        // SAFETY: both ranges lie inside live allocations on this GPU (checked); the copy is
+        // ordered on this rank's stream, and the buffers are freed in stream order after it (or
+        // kept by the graph being captured).
         let r =
             unsafe { cu::cuMemcpyDtoDAsync_v2(dst.ptr, src.ptr, bytes, self.stream.cu_stream()) };
         check(self.ordinal, "cuMemcpyDtoDAsync", r)
@@ -185,6 +276,7 @@ impl Gpu {
 
     /// Copies the first `len` bytes of `buf` to the host (synchronous).
     pub fn download(&self, buf: &Buffer, len: usize) -> Result<Vec<u8>, CudaFailure> {
+        self.check_buffer(buf, "download", 0, len)?;
         let view = buf.slice.slice(0..len);
         self.stream
             .clone_dtoh(&view)
@@ -193,8 +285,10 @@ impl Gpu {
 
     /// Fills `buf` with `byte` on the stream (0xFF poisons bf16/f16/f32 as NaN).
     pub fn fill(&self, buf: &Buffer, byte: u8) -> Result<(), CudaFailure> {
-        // SAFETY: the pointer and length describe a live allocation of this context; the memset
-        // is ordered on this rank's stream like every other use of the buffer.
+        self.check_buffer(buf, "fill", 0, buf.len())?;
+        self.keep_buffer(buf);
+        // SAFETY: the pointer and length describe a live allocation on this GPU; the memset is
+        // ordered on this rank's stream like every other use of the buffer.
         let r = unsafe { cu::cuMemsetD8Async(buf.ptr, byte, buf.len(), self.stream.cu_stream()) };
         check(self.ordinal, "cuMemsetD8Async", r)
     }
@@ -221,15 +315,20 @@ impl Gpu {
 
     /// Captures everything `body` enqueues on the stream into a graph (thread-local capture
     /// mode: one thread per GPU). Nothing inside may allocate, free, synchronize or copy to
-    /// the host.
+    /// the host: CUDA refuses those during a capture and the capture fails with its error.
     pub fn capture<F>(&self, body: F) -> anyhow::Result<Graph>
     where
         F: FnOnce() -> anyhow::Result<()>,
     {
+        if self.capturing.borrow().is_some() {
+            anyhow::bail!("GPU {}: a capture is already running", self.ordinal);
+        }
         self.stream
             .begin_capture(cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(fail(self.ordinal, "cuStreamBeginCapture"))?;
+        *self.capturing.borrow_mut() = Some(vec![]);
         let res = body();
+        let keep = self.capturing.borrow_mut().take().unwrap_or_default();
         let graph = self
             .stream
             .end_capture(cu::CUgraphInstantiate_flags(0))
@@ -240,11 +339,10 @@ impl Gpu {
             what: "stream capture produced no graph".into(),
         })?;
         g.upload().map_err(fail(self.ordinal, "cuGraphUpload"))?;
-        Ok(Graph(g))
-    }
-
-    pub fn cu_stream(&self) -> cu::CUstream {
-        self.stream.cu_stream()
+        Ok(Graph {
+            graph: g,
+            _keep: keep,
+        })
     }
 }
 

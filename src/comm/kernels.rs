@@ -1,16 +1,14 @@
 //! The CUDA kernels of `kernels/`, compiled at run time by NVRTC for the device's architecture.
 
-use std::sync::Arc;
-
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::device::{Buffer, Gpu};
 use crate::error::usage;
 
 /// The source of the weight-streaming and tiny kernels.
-pub const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
+const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
 /// Threads per block of `stream_weights` (THREADS in the source).
-pub const THREADS: u32 = 256;
+const THREADS: u32 = 256;
 /// Most tokens `stream_weights` handles (MAXT in the source).
 pub const MAXT: usize = 16;
 
@@ -57,7 +55,7 @@ impl Kernels {
         let (major, minor) = gpu
             .ctx
             .compute_capability()
-            .map_err(|e| anyhow::anyhow!("GPU {}: compute capability: {e:?}", gpu.ordinal))?;
+            .map_err(|e| anyhow::anyhow!("GPU {}: compute capability: {e:?}", gpu.ordinal()))?;
         let opts = cudarc::nvrtc::CompileOptions {
             arch: Some(arch(major, minor)),
             options: vec!["--std=c++17".into()],
@@ -113,12 +111,29 @@ impl Kernels {
         if nvec == 0 {
             return Ok(());
         }
+        if tokens == 0 || tokens > MAXT {
+            anyhow::bail!(
+                "GPU {}: the streaming kernel takes 1..={MAXT} tokens, not {tokens}",
+                gpu.ordinal
+            );
+        }
         let blocks = self.blocks_for(nvec);
-        assert!(tokens <= MAXT && tokens > 0, "1..=16 tokens");
-        assert!(
-            partial.len() >= blocks as usize * MAXT * 4,
-            "partial buffer too small"
-        );
+        gpu.check_buffer(
+            &pool.buf,
+            "stream_weights (pool)",
+            0,
+            (pool.vecs * 16) as usize,
+        )?;
+        gpu.check_buffer(act, "stream_weights (activations)", 0, tokens * 8 * 4)?;
+        gpu.check_buffer(
+            partial,
+            "stream_weights (partial sums)",
+            0,
+            blocks as usize * MAXT * 4,
+        )?;
+        for b in [&pool.buf, act, partial] {
+            gpu.keep_buffer(b);
+        }
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (THREADS, 1, 1),
@@ -134,8 +149,10 @@ impl Kernels {
             .arg(&ap)
             .arg(&outp);
         // SAFETY: the argument list matches stream_weights_T's signature (pointers passed as
-        // 64-bit device addresses, u64 mask/start/count); every index is masked into the pool;
-        // act holds tokens*8 floats; partial holds blocks*MAXT floats (asserted).
+        // 64-bit device addresses, u64 mask/start/count); every index is masked into the pool
+        // (a power of two of vectors); act holds tokens*8 floats and partial blocks*MAXT floats,
+        // all on this GPU (checked); the buffers are freed in stream order after the launch or
+        // kept by the graph being captured.
         unsafe { b.launch(cfg) }
             .map_err(|e| anyhow::anyhow!("GPU {}: launching stream_weights: {e:?}", gpu.ordinal))?;
         Ok(())
@@ -148,10 +165,13 @@ impl Kernels {
             block_dim: (32, 1, 1),
             shared_mem_bytes: 0,
         };
+        gpu.check_buffer(scratch, "tiny (scratch)", 0, 4)?;
+        gpu.keep_buffer(scratch);
         let p = scratch.ptr();
         let mut b = gpu.stream.launch_builder(&self.tiny);
         b.arg(&p);
-        // SAFETY: tiny(float*) touches p[0] only; scratch holds at least 4 bytes.
+        // SAFETY: tiny(float*) touches p[0] only; scratch holds at least 4 bytes on this GPU
+        // (checked) and outlives the launch as above.
         unsafe { b.launch(cfg) }
             .map_err(|e| anyhow::anyhow!("GPU {}: launching tiny: {e:?}", gpu.ordinal))?;
         Ok(())
@@ -166,11 +186,21 @@ impl Kernels {
 /// The weight pool the streaming kernel reads: a power of two in 16-byte vectors, several times
 /// the L2 size, so that streaming it reads device memory.
 pub struct Pool {
-    pub buf: Buffer,
-    pub vecs: u64,
+    buf: Buffer,
+    vecs: u64,
 }
 
 impl Pool {
+    /// Size in 16-byte vectors (a power of two).
+    pub fn vecs(&self) -> u64 {
+        self.vecs
+    }
+
+    /// The pool's device buffer (`vecs x 16` bytes).
+    pub fn buffer(&self) -> &Buffer {
+        &self.buf
+    }
+
     /// Allocates `bytes` (rounded down to a power of two) and fills it with bf16 values of
     /// small integers (so that CPU references are exact to check).
     pub fn new(gpu: &Gpu, bytes: u64) -> anyhow::Result<Pool> {
@@ -220,8 +250,6 @@ pub fn sum_partials(bytes: &[u8], blocks: usize, tokens: usize) -> Vec<f64> {
         .map(|t| (0..blocks).map(|b| f(b * MAXT + t)).sum())
         .collect()
 }
-
-pub type SharedKernels = Arc<Kernels>;
 
 #[cfg(test)]
 mod tests {

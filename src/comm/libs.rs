@@ -274,11 +274,6 @@ pub fn nvrtc_present() -> bool {
     nvrtc_loadable_by_default()
 }
 
-/// The folder of the links made by [`prepare`], if this process was re-executed.
-pub fn prepared_dir() -> Option<PathBuf> {
-    std::env::var_os(REEXEC_MARK).map(PathBuf::from)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

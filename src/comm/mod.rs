@@ -1,8 +1,26 @@
 //! The only module that touches cudarc: library discovery and loading, devices, the NCCL
 //! communicator, collectives, CUDA-graph capture and replay, event timing, NVRTC kernels.
 //!
-//! Unsafe code stays in `nccl.rs` and `device.rs` (and `kernels.rs`), each block with the reason
-//! it is sound; everything above this module is safe Rust.
+//! cudarc's own discipline (sys -> result -> safe) continues here: unsafe code stays in
+//! `device.rs`, `nccl.rs`, `kernels.rs` and `libs.rs`, each block with the reason it is sound,
+//! and the public surface is safe functions over comm/'s own types. [`Buffer`] hides its device
+//! address; [`Gpu`] is one GPU with the one stream all of a rank's work goes to (every enqueue
+//! takes it); [`Communicator`]'s collectives check each buffer's size against the collective's
+//! table and that every buffer lives on the communicator's GPU; a [`Graph`] keeps alive the
+//! buffers and communicator its nodes use. Callers above comm/ carry no unsafe obligation.
+//!
+//! The cudarc facts this rests on (see `Gpu::open` and `Gpu::capture`): event tracking is
+//! disabled right after the context is created (it would break stream capture), the context is
+//! bound to the rank's thread before NCCL joins, work goes to a non-default stream (the default
+//! one cannot be captured), and captures run in thread-local mode, one thread per GPU.
+//!
+//! Outside comm/ the only unsafe code is process-level, each block with its SAFETY comment:
+//! - `main.rs`: SIGPIPE back to its default action before any thread exists, so that
+//!   `plan | head` ends quietly;
+//! - `launch/run.rs`: a `pre_exec` that calls `prctl(PR_SET_PDEATHSIG)`, so that a worker dies
+//!   with its parent instead of waiting forever inside NCCL;
+//! - `sweep/signal.rs`: the Ctrl-C handler (`sigaction`; the handler only stores an atomic);
+//! - `sweep/runner.rs`: `kill` of the process group a sweep child leads.
 
 pub mod device;
 pub mod kernels;

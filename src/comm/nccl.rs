@@ -1,13 +1,17 @@
-//! NCCL communicator and collectives on raw device pointers.
+//! NCCL communicator and collectives over comm/'s own buffers and GPU stream.
 //!
-//! Every unsafe call to NCCL lives in this file, each with the reason it is sound. Above this
-//! module everything is safe Rust.
+//! Every unsafe call to NCCL lives in this file, each with the reason it is sound; the public
+//! functions check what NCCL cannot (buffer sizes from the collective's table, which GPU each
+//! buffer lives on), so that callers carry no obligation.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::fmt;
+use std::rc::Rc;
 
-use cudarc::driver::sys::CUdeviceptr;
 use cudarc::nccl::sys;
+
+use super::device::{Buffer, Gpu};
 
 use crate::model::{CollectiveKind, DType};
 
@@ -96,18 +100,101 @@ fn nccl_dtype(d: DType) -> sys::ncclDataType_t {
     }
 }
 
-/// One rank's communicator. Destroyed on drop; aborted instead when a failure was seen.
+/// Which rank, of how many, on which GPU.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    rank: usize,
+    nranks: usize,
+    device: usize,
+}
+
+/// Fails unless buffers of `send` and `recv` (bytes, GPU) can hold what `kind` reads and writes
+/// for NCCL count `count` at `at`: the sizes come from the collective's table, every element
+/// count of which is at most `count x nranks` (checked first, so that no product overflows).
+fn check_buffers(
+    at: Place,
+    kind: CollectiveKind,
+    count: usize,
+    dtype: DType,
+    send: (usize, usize),
+    recv: (usize, usize),
+) -> anyhow::Result<()> {
+    let ops = kind.ops();
+    let esz = dtype.size() as usize;
+    if count
+        .checked_mul(at.nranks)
+        .and_then(|e| e.checked_mul(esz))
+        .is_none()
+    {
+        anyhow::bail!(
+            "rank {}: {} of count {count} {} on {} ranks: the buffers would exceed the address space",
+            at.rank,
+            ops.nccl_call(),
+            dtype.name(),
+            at.nranks
+        );
+    }
+    for ((len, device), elems, which) in [
+        (send, ops.send_elems(count, at.nranks), "send"),
+        (recv, ops.recv_elems(count, at.nranks), "receive"),
+    ] {
+        let bytes = elems * esz;
+        if bytes > len || device != at.device {
+            anyhow::bail!(
+                "rank {}: {} of count {count} {} on {} ranks needs a {which} buffer of {bytes} B on GPU {}; the one given holds {len} B on GPU {device}",
+                at.rank,
+                ops.nccl_call(),
+                dtype.name(),
+                at.nranks,
+                at.device,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The NCCL handle, shared by the communicator and every graph that captured a collective on
+/// it, so that it is destroyed only once nothing can launch work on it.
+struct Raw {
+    comm: sys::ncclComm_t,
+    /// A call failed: drop aborts (which never blocks on peers) instead of destroying.
+    failed: Cell<bool>,
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        if self.comm.is_null() {
+            return;
+        }
+        // SAFETY: comm is a live communicator created by ncclCommInitRank and dropped once (the
+        // last owner drops it). After a failure, abort (which never blocks on peers) instead of
+        // destroy. Errors at teardown are ignored: there is nothing left to do with them.
+        unsafe {
+            if self.failed.get() {
+                let _ = sys::ncclCommAbort(self.comm);
+            } else {
+                let _ = sys::ncclCommDestroy(self.comm);
+            }
+        }
+        self.comm = std::ptr::null_mut();
+    }
+}
+
+/// One rank's communicator, on one GPU. Destroyed on drop (once no captured graph uses it);
+/// aborted instead when a call failed.
 pub struct Communicator {
-    raw: sys::ncclComm_t,
-    pub rank: usize,
-    pub nranks: usize,
-    failed: bool,
+    raw: Rc<Raw>,
+    rank: usize,
+    nranks: usize,
+    device: usize,
 }
 
 impl Communicator {
-    /// Joins the communicator of `nranks` ranks identified by `id`. Blocks until every rank has
-    /// joined. The device current on the calling thread is the rank's device.
-    pub fn init(id: &UniqueId, rank: usize, nranks: usize) -> Result<Self, NcclFailure> {
+    /// Joins the communicator of `nranks` ranks identified by `id` as rank `rank` on `gpu`
+    /// (bound to the calling thread first: NCCL uses the thread's current device). Blocks
+    /// until every rank has joined.
+    pub fn init(gpu: &Gpu, id: &UniqueId, rank: usize, nranks: usize) -> anyhow::Result<Self> {
+        gpu.bind()?;
         let mut internal = [0 as std::ffi::c_char; 128];
         for (o, i) in internal.iter_mut().zip(id.iter()) {
             *o = *i as std::ffi::c_char;
@@ -119,99 +206,188 @@ impl Communicator {
         let r = unsafe { sys::ncclCommInitRank(&mut raw, nranks as i32, uid, rank as i32) };
         check(rank, "ncclCommInitRank", r)?;
         Ok(Communicator {
-            raw,
+            raw: Rc::new(Raw {
+                comm: raw,
+                failed: Cell::new(false),
+            }),
             rank,
             nranks,
-            failed: false,
+            device: gpu.ordinal(),
         })
     }
 
-    /// Enqueues one collective on `stream`. `count` is the element count NCCL takes: the
-    /// all-reduce's count, the all-gather's send count, the reduce-scatter's receive count.
-    ///
-    /// # Safety
-    /// `send` and `recv` must be device allocations on this rank's device, large enough for
-    /// the collective (`count` elements for send of all-reduce/all-gather, `count * nranks` for
-    /// the receive of all-gather and the send of reduce-scatter), alive until the stream
-    /// has executed the operation; `stream` must be a stream of this rank's context.
-    pub unsafe fn enqueue(
-        &mut self,
-        kind: CollectiveKind,
-        dtype: DType,
-        send: CUdeviceptr,
-        recv: CUdeviceptr,
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// Enqueues a sum all-reduce of `count` elements from `send` into `recv` on `gpu`'s stream.
+    pub fn all_reduce(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
         count: usize,
-        stream: cudarc::driver::sys::CUstream,
-    ) -> Result<(), NcclFailure> {
-        let dt = nccl_dtype(dtype);
-        let s = stream as sys::cudaStream_t;
-        let (call, r) = match kind {
-            CollectiveKind::AllReduce => (
-                "ncclAllReduce",
-                sys::ncclAllReduce(
-                    send as *const _,
-                    recv as *mut _,
-                    count,
-                    dt,
-                    sys::ncclRedOp_t::ncclSum,
-                    self.raw,
-                    s,
-                ),
-            ),
-            CollectiveKind::AllGather => (
-                "ncclAllGather",
-                sys::ncclAllGather(send as *const _, recv as *mut _, count, dt, self.raw, s),
-            ),
-            CollectiveKind::ReduceScatter => (
-                "ncclReduceScatter",
-                sys::ncclReduceScatter(
-                    send as *const _,
-                    recv as *mut _,
-                    count,
-                    dt,
-                    sys::ncclRedOp_t::ncclSum,
-                    self.raw,
-                    s,
-                ),
-            ),
-        };
-        let res = check(self.rank, call, r);
-        if res.is_err() {
-            self.failed = true;
+        dtype: DType,
+        gpu: &Gpu,
+    ) -> anyhow::Result<()> {
+        self.collective(CollectiveKind::AllReduce, send, recv, count, dtype, gpu)
+    }
+
+    /// Enqueues an all-gather of `count` elements per rank from `send` into `recv`
+    /// (`count x nranks` elements) on `gpu`'s stream.
+    pub fn all_gather(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
+        count: usize,
+        dtype: DType,
+        gpu: &Gpu,
+    ) -> anyhow::Result<()> {
+        self.collective(CollectiveKind::AllGather, send, recv, count, dtype, gpu)
+    }
+
+    /// Enqueues a sum reduce-scatter from `send` (`count x nranks` elements) into `recv`
+    /// (`count` elements) on `gpu`'s stream.
+    pub fn reduce_scatter(
+        &self,
+        send: &Buffer,
+        recv: &Buffer,
+        count: usize,
+        dtype: DType,
+        gpu: &Gpu,
+    ) -> anyhow::Result<()> {
+        self.collective(CollectiveKind::ReduceScatter, send, recv, count, dtype, gpu)
+    }
+
+    /// Enqueues one collective on `gpu`'s stream. `count` is the element count NCCL takes (see
+    /// [`crate::model::collective::CollectiveOps`]); the buffers' sizes come from the
+    /// collective's table and are checked, as is that `gpu`, `send` and `recv` are this rank's
+    /// GPU. Inside a capture the graph keeps the buffers and the communicator alive.
+    pub fn collective(
+        &self,
+        kind: CollectiveKind,
+        send: &Buffer,
+        recv: &Buffer,
+        count: usize,
+        dtype: DType,
+        gpu: &Gpu,
+    ) -> anyhow::Result<()> {
+        let ops = kind.ops();
+        if gpu.ordinal() != self.device {
+            anyhow::bail!(
+                "rank {}: {} on GPU {}, but the communicator is on GPU {}",
+                self.rank,
+                ops.nccl_call(),
+                gpu.ordinal(),
+                self.device
+            );
         }
-        res
+        let at = Place {
+            rank: self.rank,
+            nranks: self.nranks,
+            device: self.device,
+        };
+        check_buffers(
+            at,
+            kind,
+            count,
+            dtype,
+            (send.len(), send.device()),
+            (recv.len(), recv.device()),
+        )?;
+        gpu.keep_buffer(send);
+        gpu.keep_buffer(recv);
+        gpu.keep(|| Box::new(self.raw.clone()));
+        let dt = nccl_dtype(dtype);
+        let s = gpu.stream.cu_stream() as sys::cudaStream_t;
+        let (sp, rp, c) = (send.ptr() as *const _, recv.ptr() as *mut _, self.raw.comm);
+        // SAFETY: send and recv are live allocations on this communicator's GPU holding at least
+        // the elements this collective reads and writes for `count` on `nranks` ranks (checked
+        // above against the collective's table); they are freed in stream order after the
+        // operation, or kept alive by the graph being captured. The stream belongs to the same
+        // GPU's context and the communicator is live (a captured graph holds it too).
+        let r = unsafe {
+            match kind {
+                CollectiveKind::AllReduce => {
+                    sys::ncclAllReduce(sp, rp, count, dt, sys::ncclRedOp_t::ncclSum, c, s)
+                }
+                CollectiveKind::AllGather => sys::ncclAllGather(sp, rp, count, dt, c, s),
+                CollectiveKind::ReduceScatter => {
+                    sys::ncclReduceScatter(sp, rp, count, dt, sys::ncclRedOp_t::ncclSum, c, s)
+                }
+            }
+        };
+        let res = check(self.rank, ops.nccl_call(), r);
+        if res.is_err() {
+            self.raw.failed.set(true);
+        }
+        Ok(res?)
     }
 
     /// NCCL's asynchronous error state (network failures, a peer that died).
     pub fn async_error(&self) -> Result<(), NcclFailure> {
         let mut e = sys::ncclResult_t::ncclSuccess;
-        // SAFETY: raw is a live communicator; e is a valid out-pointer.
-        let r = unsafe { sys::ncclCommGetAsyncError(self.raw, &mut e) };
+        // SAFETY: comm is a live communicator; e is a valid out-pointer.
+        let r = unsafe { sys::ncclCommGetAsyncError(self.raw.comm, &mut e) };
         check(self.rank, "ncclCommGetAsyncError", r)?;
         check(self.rank, "a collective (asynchronous error)", e)
     }
-
-    /// Marks the communicator as failed so that drop aborts instead of destroying it.
-    pub fn mark_failed(&mut self) {
-        self.failed = true;
-    }
 }
 
-impl Drop for Communicator {
-    fn drop(&mut self) {
-        if self.raw.is_null() {
-            return;
-        }
-        // SAFETY: raw is a live communicator created by ncclCommInitRank and dropped once. After a
-        // failure, abort (which never blocks on peers) instead of destroy. Errors at teardown
-        // are ignored: there is nothing left to do with them.
-        unsafe {
-            if self.failed {
-                let _ = sys::ncclCommAbort(self.raw);
-            } else {
-                let _ = sys::ncclCommDestroy(self.raw);
-            }
-        }
-        self.raw = std::ptr::null_mut();
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AT: Place = Place {
+        rank: 1,
+        nranks: 8,
+        device: 1,
+    };
+
+    #[test]
+    fn buffers_of_the_tables_sizes_fit() {
+        // all-gather of 100 bf16 per rank on 8 ranks: 200 B in, 1600 B out
+        let ag = CollectiveKind::AllGather;
+        check_buffers(AT, ag, 100, DType::Bf16, (200, 1), (1600, 1)).unwrap();
+        // reduce-scatter of 100 f32 out: 3200 B in, 400 B out
+        let rs = CollectiveKind::ReduceScatter;
+        check_buffers(AT, rs, 100, DType::F32, (3200, 1), (400, 1)).unwrap();
+        let ar = CollectiveKind::AllReduce;
+        check_buffers(AT, ar, 100, DType::F16, (200, 1), (200, 1)).unwrap();
+    }
+
+    #[test]
+    fn a_buffer_one_byte_short_is_refused_naming_the_sizes() {
+        let ag = CollectiveKind::AllGather;
+        let e = check_buffers(AT, ag, 100, DType::Bf16, (200, 1), (1599, 1)).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("ncclAllGather")
+                && msg.contains("receive buffer of 1600 B")
+                && msg.contains("holds 1599 B"),
+            "{msg}"
+        );
+        let rs = CollectiveKind::ReduceScatter;
+        let e = check_buffers(AT, rs, 100, DType::F32, (3199, 1), (400, 1)).unwrap_err();
+        assert!(e.to_string().contains("send buffer of 3200 B"), "{e}");
+    }
+
+    #[test]
+    fn a_buffer_on_another_gpu_is_refused() {
+        let ar = CollectiveKind::AllReduce;
+        let e = check_buffers(AT, ar, 10, DType::F32, (40, 1), (40, 0)).unwrap_err();
+        assert!(e.to_string().contains("on GPU 0"), "{e}");
+    }
+
+    #[test]
+    fn a_count_whose_bytes_overflow_is_refused_before_any_product_wraps() {
+        let rs = CollectiveKind::ReduceScatter;
+        let huge = usize::MAX / 4;
+        let e =
+            check_buffers(AT, rs, huge, DType::Bf16, (usize::MAX, 1), (usize::MAX, 1)).unwrap_err();
+        assert!(e.to_string().contains("address space"), "{e}");
     }
 }

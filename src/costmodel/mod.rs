@@ -91,10 +91,7 @@ fn single(us: f64) -> Summary {
 
 /// nccl-tests size of a collective op: the larger buffer (all-gather: the output).
 pub fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
-    match kind {
-        CollectiveKind::AllGather => bytes_per_rank * n as u64,
-        _ => bytes_per_rank,
-    }
+    kind.ops().nccl_size(bytes_per_rank, n as u64)
 }
 
 fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {

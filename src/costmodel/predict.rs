@@ -117,10 +117,7 @@ fn nodes(p: &Profile, n: usize) -> (usize, usize) {
 
 /// Steps a ring takes (total, of which over the network) for `op` on `n` ranks.
 pub fn ring_steps(op: CollectiveKind, n: usize, nodes: usize) -> (usize, usize) {
-    match op {
-        CollectiveKind::AllReduce => (2 * (n - 1), if nodes > 1 { 2 * nodes } else { 0 }),
-        CollectiveKind::AllGather | CollectiveKind::ReduceScatter => (n - 1, nodes - 1),
-    }
+    op.ops().ring_steps(n, nodes)
 }
 
 /// Device time (us) of one `op` of nccl-tests size `size` bytes on `n` ranks with `algo` and
@@ -147,26 +144,18 @@ pub fn device_us(
         bw = bw.min(p.ll_max_gbps);
     }
     let size = size as f64;
-    let nf = n as f64;
     let (lat, bytes) = match algo {
         Algo::Ring => {
             let (steps, inter) = ring_steps(op, n, nn);
             let lat = base + (steps - inter) as f64 * intra_hop + inter as f64 * net_hop;
-            let bytes = match op {
-                CollectiveKind::AllReduce => 2.0 * (nf - 1.0) / nf * size,
-                _ => (nf - 1.0) / nf * size,
-            };
-            (lat, bytes)
+            (lat, op.ops().ring_bytes(size, n))
         }
         Algo::Tree => {
-            if op != CollectiveKind::AllReduce {
-                return None;
-            }
+            let bytes = op.ops().tree_bytes(size)?;
             // Within a node NCCL's tree is a chain; between nodes a binary tree; up and down.
             let lat =
                 base + 2.0 * ((per_node - 1) as f64 * intra_hop + (nn as f64).log2() * net_hop);
-            // NCCL: tree all-reduce busbw x 0.92, algbw = busbw / 2.
-            (lat, 2.0 * size / 0.92)
+            (lat, bytes)
         }
     };
     Some(lat + bytes / (bw * 1e3))

@@ -148,9 +148,9 @@ impl Coll {
         n: usize,
     ) -> anyhow::Result<Coll> {
         let data = pattern::send_bytes(kind, dtype, count, n, rank, salt);
-        let mut send = gpu.alloc(data.len())?;
-        gpu.upload(&mut send, &data)?;
-        let recv = gpu.alloc(pattern::recv_elems(kind, count, n) * dtype.size() as usize)?;
+        let send = gpu.alloc(data.len())?;
+        gpu.upload(&send, &data)?;
+        let recv = gpu.alloc(kind.ops().recv_elems(count, n) * dtype.size() as usize)?;
         Ok(Coll {
             kind,
             dtype,
@@ -161,21 +161,10 @@ impl Coll {
         })
     }
 
-    fn enqueue(&self, comm: &mut Communicator, gpu: &Gpu) -> anyhow::Result<()> {
-        // SAFETY: send and recv were sized by pattern::{send,recv}_elems for this kind, count and
-        // rank count; both live as long as self, which outlives every use of the stream here
-        // (runs synchronise before buffers drop).
-        unsafe {
-            comm.enqueue(
-                self.kind,
-                self.dtype,
-                self.send.ptr(),
-                self.recv.ptr(),
-                self.count,
-                gpu.cu_stream(),
-            )?
-        };
-        Ok(())
+    fn enqueue(&self, comm: &Communicator, gpu: &Gpu) -> anyhow::Result<()> {
+        comm.collective(
+            self.kind, &self.send, &self.recv, self.count, self.dtype, gpu,
+        )
     }
 
     fn wrong(&self, gpu: &Gpu, rank: usize, n: usize) -> anyhow::Result<u64> {
@@ -196,7 +185,7 @@ struct Rank {
 
 impl Rank {
     fn barrier(&mut self) -> anyhow::Result<()> {
-        self.barrier.enqueue(&mut self.comm, &self.gpu)?;
+        self.barrier.enqueue(&self.comm, &self.gpu)?;
         self.gpu.sync()?;
         Ok(())
     }
@@ -204,10 +193,10 @@ impl Rank {
     /// Times `iters` samples of `body` after `warmup` untimed ones.
     fn time<F>(&mut self, iters: u64, warmup: u64, mut body: F) -> anyhow::Result<Vec<f64>>
     where
-        F: FnMut(&mut Communicator, &Gpu) -> anyhow::Result<()>,
+        F: FnMut(&Communicator, &Gpu) -> anyhow::Result<()>,
     {
         for _ in 0..warmup {
-            body(&mut self.comm, &self.gpu)?;
+            body(&self.comm, &self.gpu)?;
         }
         self.gpu.sync()?;
         let (start, end) = (self.gpu.event()?, self.gpu.event()?);
@@ -215,7 +204,7 @@ impl Rank {
         for _ in 0..iters {
             self.barrier()?;
             self.gpu.record(&start)?;
-            body(&mut self.comm, &self.gpu)?;
+            body(&self.comm, &self.gpu)?;
             self.gpu.record(&end)?;
             self.gpu.sync()?;
             out.push(start.elapsed_us(&end)?);
@@ -268,7 +257,7 @@ pub fn run_rank(
     }
     let gpu = Gpu::open(setup.device)?;
     result.gpu = Some(gpu.info());
-    let comm = Communicator::init(&setup.id, setup.rank, setup.nranks)?;
+    let comm = Communicator::init(&gpu, &setup.id, setup.rank, setup.nranks)?;
     result.nccl_version = crate::comm::nccl::version();
     result.nccl_library = crate::comm::libs::loaded_path("libnccl");
     let n = setup.nranks;
@@ -317,7 +306,7 @@ pub fn run_rank(
                     let (samples, wrong) = if graph {
                         let g = rank.gpu.capture(|| {
                             for _ in 0..b {
-                                colls[0].enqueue(&mut rank.comm, &rank.gpu)?;
+                                colls[0].enqueue(&rank.comm, &rank.gpu)?;
                             }
                             Ok(())
                         });
@@ -336,7 +325,7 @@ pub fn run_rank(
                             Ok(())
                         })?;
                         poison(&colls, &rank.gpu)?;
-                        colls[0].enqueue(&mut rank.comm, &rank.gpu)?;
+                        colls[0].enqueue(&rank.comm, &rank.gpu)?;
                         rank.gpu.sync()?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     };
@@ -385,7 +374,7 @@ pub fn run_rank(
             };
             let steps = plan_steps(schedule, *launches_per_layer);
             for &(graph, mode) in runs {
-                let run = |comm: &mut Communicator, gpu: &Gpu| -> anyhow::Result<()> {
+                let run = |comm: &Communicator, gpu: &Gpu| -> anyhow::Result<()> {
                     let mut ci = 0;
                     for st in &steps {
                         match *st {
@@ -415,7 +404,7 @@ pub fn run_rank(
                 };
                 let (samples, wrong) = if graph {
                     let g = {
-                        let comm = &mut rank.comm;
+                        let comm = &rank.comm;
                         let gpu = &rank.gpu;
                         gpu.capture(|| run(comm, gpu))?
                     };
@@ -434,7 +423,7 @@ pub fn run_rank(
                 } else {
                     let s = rank.time(*iters, *warmup, |comm, gpu| run(comm, gpu))?;
                     poison(&colls, &rank.gpu)?;
-                    run(&mut rank.comm, &rank.gpu)?;
+                    run(&rank.comm, &rank.gpu)?;
                     rank.gpu.sync()?;
                     (
                         s,
@@ -512,7 +501,7 @@ fn check_memory(gpu: &Gpu, s: &Schedule, n: usize) -> anyhow::Result<()> {
         } = op
         {
             let c = *count as usize;
-            need += ((pattern::send_elems(*kind, c, n) + pattern::recv_elems(*kind, c, n))
+            need += ((kind.ops().send_elems(c, n) + kind.ops().recv_elems(c, n))
                 * dtype.size() as usize) as u64;
         }
     }
@@ -522,7 +511,7 @@ fn check_memory(gpu: &Gpu, s: &Schedule, n: usize) -> anyhow::Result<()> {
         return Err(crate::error::usage(format!(
             "the replay needs {} of GPU memory on GPU {} (collective buffers + {} weight pool), but only {} of {} is free",
             crate::units::human_bytes(need),
-            gpu.ordinal,
+            gpu.ordinal(),
             crate::units::human_bytes(POOL_BYTES),
             crate::units::human_bytes(free as u64),
             crate::units::human_bytes(total as u64)
@@ -556,8 +545,8 @@ impl Compute {
         let actv: Vec<u8> = (0..tokens * 8)
             .flat_map(|i| (0.25f32 * ((i % 5) as f32 + 1.0)).to_le_bytes())
             .collect();
-        let mut act = gpu.alloc(actv.len())?;
-        gpu.upload(&mut act, &actv)?;
+        let act = gpu.alloc(actv.len())?;
+        gpu.upload(&act, &actv)?;
         let partial = gpu.alloc(kernels.partial_bytes())?;
         Ok(Compute {
             kernels,
@@ -600,7 +589,7 @@ impl Compute {
                 gpu,
                 &self.pool,
                 0,
-                self.pool.vecs,
+                self.pool.vecs(),
                 &self.act,
                 self.tokens,
                 &self.partial,
@@ -609,7 +598,7 @@ impl Compute {
             gpu.sync()?;
             best = best.min(a.elapsed_us(&b)?);
         }
-        Ok((self.pool.vecs * 16) as f64 / (best * 1e3))
+        Ok((self.pool.vecs() * 16) as f64 / (best * 1e3))
     }
 }
 

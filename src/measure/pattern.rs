@@ -1,14 +1,56 @@
-//! Exact-result checks: each rank's input is small integers (exact in bf16, f16 and f32), so
-//! every collective's output is known exactly and any differing element counts as wrong.
+//! Exact-result checks: each rank's input is small integers, chosen so that every collective's
+//! output is known exactly in bf16, f16 and f32 whatever order the reduction adds in, and any
+//! differing element counts as wrong.
+//!
+//! Why it is exact for every rank count (up to 1024 and beyond) and every dtype: on `n` ranks
+//! element `i` of a send buffer is non-zero on at most [`ACTIVE`] = 16 ranks (those with
+//! `(rank + i + op) % d == 0`, `d = ceil(n / 16)`), where it is the integer
+//! `rank / d + 1 + (i + op) % 7`, at most 16 + 6. So every value is a non-negative integer and
+//! the values summed into one output element total at most `(1 + ... + 16) + 16 x 6 = 232`.
+//! Any partial sum NCCL may form (any subset of ranks, in any grouping: ring segments, tree
+//! subtrees, a switch's reduction) is then a non-negative integer of at most 232; bf16 holds
+//! every integer up to 256 (8 significant bits), f16 up to 2048, f32 up to 2^24. Every addition
+//! is therefore exact, whether done in the element type or in a wider one and rounded, and the
+//! result equals the exact sum, which the check computes in f32 (also exact).
+//!
+//! Up to 16 ranks `d` is 1: every rank contributes to every element, with the same values as
+//! before the sparse layout existed. Beyond, each rank contributes to one element in `d`, so a
+//! buffer of at least `d` elements checks every rank's data; the offsets move with `op` (the
+//! collective's salt), so that one op's output landing in another's buffer is caught.
 
 use half::{bf16, f16};
 
+use crate::model::collective::Source;
 use crate::model::{CollectiveKind, DType};
 
-/// Input value of element `i` on `rank` for the collective with salt `op` (its index in the
-/// schedule, so that one op's output landing in another's buffer is caught).
-pub fn input_value(rank: usize, i: usize, op: usize) -> f32 {
-    ((rank + 1) + (i + op) % 7) as f32
+/// Most ranks whose inputs one output element sums.
+pub const ACTIVE: usize = 16;
+
+/// The stride `d` of the layout on `nranks` ranks: rank `r` contributes to element `i` when
+/// `(r + i + op) % d == 0`.
+pub fn stride(nranks: usize) -> usize {
+    nranks.div_ceil(ACTIVE).max(1)
+}
+
+/// Input value of element `i` on `rank` of `nranks` for the collective with salt `op` (its
+/// index in the schedule).
+pub fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f32 {
+    let d = stride(nranks);
+    if (rank + i + op) % d != 0 {
+        return 0.0;
+    }
+    ((rank / d + 1) + (i + op) % 7) as f32
+}
+
+/// The exact sum over all `nranks` ranks of send element `i` (only the ranks that contribute
+/// are visited: at most [`ACTIVE`]).
+pub fn sum_value(i: usize, op: usize, nranks: usize) -> f32 {
+    let d = stride(nranks);
+    let first = (d - (i + op) % d) % d;
+    (first..nranks)
+        .step_by(d)
+        .map(|r| input_value(r, i, op, nranks))
+        .sum()
 }
 
 /// Encodes values in `dtype`.
@@ -33,22 +75,6 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> f32 {
     }
 }
 
-/// Elements in the send buffer of `kind` for NCCL count `count` over `nranks` ranks.
-pub fn send_elems(kind: CollectiveKind, count: usize, nranks: usize) -> usize {
-    match kind {
-        CollectiveKind::AllReduce | CollectiveKind::AllGather => count,
-        CollectiveKind::ReduceScatter => count * nranks,
-    }
-}
-
-/// Elements in the receive buffer.
-pub fn recv_elems(kind: CollectiveKind, count: usize, nranks: usize) -> usize {
-    match kind {
-        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter => count,
-        CollectiveKind::AllGather => count * nranks,
-    }
-}
-
 /// The send buffer of `rank`, encoded.
 pub fn send_bytes(
     kind: CollectiveKind,
@@ -58,8 +84,8 @@ pub fn send_bytes(
     rank: usize,
     op: usize,
 ) -> Vec<u8> {
-    let n = send_elems(kind, count, nranks);
-    encode(dtype, (0..n).map(|i| input_value(rank, i, op)))
+    let n = kind.ops().send_elems(count, nranks);
+    encode(dtype, (0..n).map(|i| input_value(rank, i, op, nranks)))
 }
 
 /// Expected value of receive element `i` on `rank`.
@@ -71,12 +97,9 @@ pub fn expected(
     i: usize,
     op: usize,
 ) -> f32 {
-    match kind {
-        CollectiveKind::AllReduce => (0..nranks).map(|r| input_value(r, i, op)).sum(),
-        CollectiveKind::AllGather => input_value(i / count, i % count, op),
-        CollectiveKind::ReduceScatter => (0..nranks)
-            .map(|r| input_value(r, rank * count + i, op))
-            .sum(),
+    match kind.ops().source(count, nranks, rank, i) {
+        Source::Sum { elem } => sum_value(elem, op, nranks),
+        Source::Copy { rank, elem } => input_value(rank, elem, op, nranks),
     }
 }
 
@@ -91,7 +114,7 @@ pub fn count_wrong(
     recv: &[u8],
 ) -> u64 {
     let sz = dtype.size() as usize;
-    let n = recv_elems(kind, count, nranks);
+    let n = kind.ops().recv_elems(count, nranks);
     (0..n)
         .filter(|&i| {
             let got = decode(dtype, &recv[i * sz..(i + 1) * sz]);
@@ -114,8 +137,8 @@ mod tests {
     ) -> Vec<Vec<u8>> {
         let sends: Vec<Vec<f32>> = (0..n)
             .map(|r| {
-                (0..send_elems(kind, count, n))
-                    .map(|i| input_value(r, i, op))
+                (0..kind.ops().send_elems(count, n))
+                    .map(|i| input_value(r, i, op, n))
                     .collect()
             })
             .collect();
@@ -197,13 +220,203 @@ mod tests {
     }
 
     #[test]
-    fn bf16_is_exact_for_the_largest_sum() {
-        // 8 ranks: max sum 36 + 8 * 6 = 84, well inside bf16's exact integers (<= 256)
-        let v = (0..8).map(|r| input_value(r, 6, 0)).sum::<f32>();
-        assert_eq!(v, 84.0);
-        assert_eq!(
-            decode(DType::Bf16, &encode(DType::Bf16, [v].into_iter())),
-            84.0
+    fn up_to_16_ranks_every_rank_feeds_every_element_as_before() {
+        // d = 1: the dense values (rank + 1) + (i + op) % 7
+        for n in 2..=16 {
+            assert_eq!(stride(n), 1);
+            for r in 0..n {
+                for i in 0..9 {
+                    assert_eq!(input_value(r, i, 3, n), ((r + 1) + (i + 3) % 7) as f32);
+                }
+            }
+        }
+        // 8 ranks: the largest sum 36 + 8 * 6 = 84
+        assert_eq!(sum_value(6, 0, 8), 84.0);
+        assert_eq!(stride(17), 2);
+        assert_eq!(stride(1024), 64);
+    }
+
+    /// `x` rounded to `dtype` (round to nearest even, as the device's conversions do).
+    fn round(dtype: DType, x: f32) -> f32 {
+        match dtype {
+            DType::Bf16 => bf16::from_f32(x).to_f32(),
+            DType::F16 => f16::from_f32(x).to_f32(),
+            DType::F32 => x,
+        }
+    }
+
+    /// Adds `vals` one after another as a device does in `dtype`: each partial sum rounded to
+    /// the element type.
+    fn add_in(dtype: DType, vals: impl Iterator<Item = f32>) -> f32 {
+        vals.fold(0.0f32, |acc, v| round(dtype, acc + round(dtype, v)))
+    }
+
+    /// Pairwise (tree) sum, each partial rounded to `dtype`.
+    fn tree_in(dtype: DType, vals: &[f32]) -> f32 {
+        let mut v: Vec<f32> = vals.iter().map(|&x| round(dtype, x)).collect();
+        while v.len() > 1 {
+            v = v
+                .chunks(2)
+                .map(|c| round(dtype, c.iter().sum::<f32>()))
+                .collect();
+        }
+        v.first().copied().unwrap_or(0.0)
+    }
+
+    /// The proof in the module comment, checked for every rank count up to 1024: every value a
+    /// non-negative integer exactly representable in bf16, and the values summed into any one
+    /// element totalling at most 256, so that every subset of them (every partial sum of any
+    /// summation order) is an integer bf16, f16 and f32 hold exactly.
+    #[test]
+    fn every_partial_sum_is_representable_up_to_1024_ranks() {
+        for n in 2..=1024usize {
+            let d = stride(n);
+            // the d residues of (i + op) are every layout an element can have; 7 covers the
+            // value offsets (i + op) % 7
+            let op = n % 5;
+            for i in 0..d.max(7) {
+                let (mut nonzero, mut total) = (0, 0.0f32);
+                for r in 0..n {
+                    let v = input_value(r, i, op, n);
+                    assert!(v >= 0.0 && v.fract() == 0.0 && v <= 256.0);
+                    nonzero += (v != 0.0) as usize;
+                    total += v;
+                }
+                assert!((1..=ACTIVE).contains(&nonzero), "n {n} i {i}: {nonzero}");
+                assert!(total <= 256.0, "n {n} i {i}: total {total}");
+                assert_eq!(sum_value(i, op, n), total, "n {n} i {i}");
+            }
+        }
+    }
+
+    /// The reduction computed in each dtype's own rounding, in ring orders starting at several
+    /// ranks, in reverse, in a shuffled order and as a tree, equals the expected value exactly,
+    /// for every rank count from 2 to 1024. (Adding a zero changes no partial sum, so each
+    /// order, and the tree, is followed through the ranks that contribute.)
+    #[test]
+    fn reductions_in_the_dtypes_own_rounding_are_exact_up_to_1024_ranks() {
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        for n in 2..=1024usize {
+            let d = stride(n);
+            let op = n % 11;
+            let mut shuffled: Vec<usize> = (0..n).collect();
+            for k in (1..n).rev() {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                shuffled.swap(k, (seed % (k as u64 + 1)) as usize);
+            }
+            let reverse: Vec<usize> = (0..n).rev().collect();
+            let ring_mid: Vec<usize> = (0..n).map(|k| (k + n / 2) % n).collect();
+            let ring_last: Vec<usize> = (0..n).map(|k| (k + n - 1) % n).collect();
+            // position of each rank in each order
+            let orders: Vec<Vec<usize>> = [&shuffled, &reverse, &ring_mid, &ring_last]
+                .iter()
+                .map(|o| {
+                    let mut pos = vec![0; n];
+                    for (p, &r) in o.iter().enumerate() {
+                        pos[r] = p;
+                    }
+                    pos
+                })
+                .collect();
+            // one element per layout (residue of i + op)
+            for i in 0..d {
+                // the ranks the module comment says contribute: (r + i + op) % d == 0
+                let contributing: Vec<usize> = ((d - (i + op) % d) % d..n).step_by(d).collect();
+                assert!(contributing
+                    .iter()
+                    .all(|&r| input_value(r, i, op, n) != 0.0));
+                let want = sum_value(i, op, n);
+                for dtype in [DType::Bf16, DType::F16, DType::F32] {
+                    for pos in &orders {
+                        let mut rs = contributing.clone();
+                        rs.sort_by_key(|&r| pos[r]);
+                        let got = add_in(dtype, rs.iter().map(|&r| input_value(r, i, op, n)));
+                        assert_eq!(got, want, "{dtype:?} n {n} i {i}");
+                    }
+                    let vals: Vec<f32> = contributing
+                        .iter()
+                        .map(|&r| input_value(r, i, op, n))
+                        .collect();
+                    assert_eq!(tree_in(dtype, &vals), want, "{dtype:?} n {n} i {i} tree");
+                }
+            }
+        }
+    }
+
+    /// The whole check (send buffers as encoded, receive buffers, count_wrong) at rank counts
+    /// that broke the dense layout in bf16, with the reductions summed in each dtype's own
+    /// rounding in ring order.
+    #[test]
+    fn no_wrong_elements_at_18_to_1024_ranks_in_every_dtype() {
+        for n in [18, 64, 100, 256, 1000, 1024] {
+            let count = 2 * stride(n) + 3;
+            for dtype in [DType::Bf16, DType::F16, DType::F32] {
+                for kind in CollectiveKind::ALL {
+                    let ops = kind.ops();
+                    for rank in [0, n / 2, n - 1] {
+                        // what this rank sends is the pattern, exactly
+                        let sent: Vec<f32> = send_bytes(kind, dtype, count, n, rank, 4)
+                            .chunks(dtype.size() as usize)
+                            .map(|c| decode(dtype, c))
+                            .collect();
+                        assert_eq!(sent.len(), ops.send_elems(count, n));
+                        for (i, v) in sent.iter().enumerate() {
+                            assert_eq!(*v, input_value(rank, i, 4, n));
+                        }
+                        let sent_by =
+                            |r: usize, elem: usize| round(dtype, input_value(r, elem, 4, n));
+                        let vals = (0..ops.recv_elems(count, n)).map(|i| {
+                            match ops.source(count, n, rank, i) {
+                                Source::Sum { elem } => {
+                                    add_in(dtype, (0..n).map(|k| sent_by((k + 1) % n, elem)))
+                                }
+                                Source::Copy { rank: r, elem } => sent_by(r, elem),
+                            }
+                        });
+                        let recv = encode(dtype, vals);
+                        assert_eq!(
+                            count_wrong(kind, dtype, count, n, rank, 4, &recv),
+                            0,
+                            "{kind:?} {dtype:?} {n} ranks, rank {rank}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the dense layout got wrong: at 18 ranks its largest bf16 sum (279) rounds, so the
+    /// check the tests above pass would have failed (this keeps the tests honest).
+    #[test]
+    fn the_dense_layout_was_not_exact_in_bf16_at_18_ranks() {
+        let dense: f32 = (0..18).map(|r| ((r + 1) + 6) as f32).sum();
+        assert_eq!(dense, 279.0);
+        assert_ne!(
+            decode(DType::Bf16, &encode(DType::Bf16, [dense].into_iter())),
+            dense
         );
+        assert!(sum_value(6, 0, 18) <= 256.0);
+    }
+
+    #[test]
+    fn at_1024_ranks_every_rank_is_checked_by_a_buffer_of_stride_elements() {
+        let n = 1024;
+        let d = stride(n);
+        for op in [0, 7] {
+            let mut fed = vec![false; n];
+            for i in 0..d {
+                for (r, f) in fed.iter_mut().enumerate() {
+                    *f |= input_value(r, i, op, n) != 0.0;
+                }
+            }
+            assert!(fed.iter().all(|&f| f), "op {op}");
+        }
+        // a different salt changes the values of most elements
+        let differ = (0..256)
+            .filter(|&i| (0..n).any(|r| input_value(r, i, 0, n) != input_value(r, i, 1, n)))
+            .count();
+        assert_eq!(differ, 256);
     }
 }

@@ -55,21 +55,14 @@ pub enum CollectiveKind {
 }
 
 impl CollectiveKind {
+    /// The name records and tables use (`all_reduce`); see [`CollectiveKind::ops`].
     pub fn name(self) -> &'static str {
-        match self {
-            CollectiveKind::AllReduce => "all_reduce",
-            CollectiveKind::AllGather => "all_gather",
-            CollectiveKind::ReduceScatter => "reduce_scatter",
-        }
+        self.ops().name()
     }
 
     /// nccl-tests' bus-bandwidth factor for `n` ranks.
     pub fn bus_factor(self, n: usize) -> f64 {
-        let n = n as f64;
-        match self {
-            CollectiveKind::AllReduce => 2.0 * (n - 1.0) / n,
-            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => (n - 1.0) / n,
-        }
+        self.ops().bus_factor(n)
     }
 }
 
@@ -255,11 +248,7 @@ impl Schedule {
                 }) {
                     g.n += 1;
                 } else {
-                    let out = match kind {
-                        CollectiveKind::AllGather => bytes_per_rank * self.tp,
-                        CollectiveKind::ReduceScatter => bytes_per_rank / self.tp.max(1),
-                        CollectiveKind::AllReduce => *bytes_per_rank,
-                    };
+                    let out = kind.ops().bytes_out(*bytes_per_rank, self.tp);
                     groups.push(CollectiveGroup {
                         kind: *kind,
                         dtype: *dtype,

@@ -1,0 +1,165 @@
+//! Each collective's knowledge in one place, the way nccl-tests gives every collective one
+//! table of functions: element counts of the send and receive buffers, the nccl-tests size and
+//! bus-bandwidth factor, where every output element comes from (which the exact-result check
+//! turns into expected values), the NCCL entry point, and the cost model's ring and tree terms.
+//!
+//! One file per collective holds its [`CollectiveOps`]; [`CollectiveKind::ops`] finds it. A new
+//! collective is a new file here, its variant of [`CollectiveKind`] with one arm in `ops`, and
+//! (NCCL's entry points being unsafe foreign calls) its binding in `comm::nccl`. Everything here
+//! is pure: the NCCL backend, the exact check and the cost model all read it, with or without a
+//! GPU.
+
+mod all_gather;
+mod all_reduce;
+mod reduce_scatter;
+
+use super::CollectiveKind;
+
+/// Where one element of a rank's receive buffer comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The sum over all ranks of send element `elem`.
+    Sum { elem: usize },
+    /// Send element `elem` of rank `rank`, copied.
+    Copy { rank: usize, elem: usize },
+}
+
+/// One collective's table. `count` is always the element count NCCL's call takes: the
+/// all-reduce's count, the all-gather's send count, the reduce-scatter's receive count.
+pub trait CollectiveOps: Sync {
+    /// The name records and tables use (`all_reduce`).
+    fn name(&self) -> &'static str;
+    /// NCCL's function for it (`ncclAllReduce`).
+    fn nccl_call(&self) -> &'static str;
+    /// Elements of each rank's send buffer.
+    fn send_elems(&self, count: usize, nranks: usize) -> usize;
+    /// Elements of each rank's receive buffer.
+    fn recv_elems(&self, count: usize, nranks: usize) -> usize;
+    /// NCCL's `count` for an operation of nccl-tests size `size_bytes` (rounded down).
+    fn count_for_size(&self, size_bytes: u64, elem_bytes: u64, nranks: usize) -> usize;
+    /// nccl-tests size (the larger buffer) of an operation in which each rank contributes
+    /// `bytes_per_rank` bytes.
+    fn nccl_size(&self, bytes_per_rank: u64, nranks: u64) -> u64;
+    /// Bytes each rank holds afterwards when each contributed `bytes_per_rank`.
+    fn bytes_out(&self, bytes_per_rank: u64, nranks: u64) -> u64;
+    /// nccl-tests' bus-bandwidth factor: busbw = algbw x factor.
+    fn bus_factor(&self, nranks: usize) -> f64;
+    /// Where receive element `i` of `rank` comes from.
+    fn source(&self, count: usize, nranks: usize, rank: usize, i: usize) -> Source;
+    /// Steps a ring takes (total, of which over the network) on `nranks` ranks over `nodes`
+    /// nodes.
+    fn ring_steps(&self, nranks: usize, nodes: usize) -> (usize, usize);
+    /// Bytes each rank moves over its slowest link in a ring for nccl-tests size `size`: the
+    /// bus factor's definition.
+    fn ring_bytes(&self, size: f64, nranks: usize) -> f64 {
+        self.bus_factor(nranks) * size
+    }
+    /// Bytes a tree moves for nccl-tests size `size`, or `None` where NCCL has no tree for this
+    /// collective.
+    fn tree_bytes(&self, size: f64) -> Option<f64>;
+}
+
+impl CollectiveKind {
+    /// Every collective, in the order tables list them.
+    pub const ALL: [CollectiveKind; 3] = [
+        CollectiveKind::AllReduce,
+        CollectiveKind::AllGather,
+        CollectiveKind::ReduceScatter,
+    ];
+
+    /// This collective's table.
+    pub fn ops(self) -> &'static dyn CollectiveOps {
+        match self {
+            CollectiveKind::AllReduce => &all_reduce::AllReduce,
+            CollectiveKind::AllGather => &all_gather::AllGather,
+            CollectiveKind::ReduceScatter => &reduce_scatter::ReduceScatter,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every receive element's source lies inside the send buffers, for each collective.
+    #[test]
+    fn sources_lie_inside_the_send_buffers() {
+        for kind in CollectiveKind::ALL {
+            let ops = kind.ops();
+            for n in [2, 3, 8] {
+                let count = 5;
+                let send = ops.send_elems(count, n);
+                for rank in 0..n {
+                    for i in 0..ops.recv_elems(count, n) {
+                        match ops.source(count, n, rank, i) {
+                            Source::Sum { elem } => assert!(elem < send, "{kind:?}"),
+                            Source::Copy { rank: r, elem } => {
+                                assert!(r < n && elem < send, "{kind:?}")
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every send element of every rank reaches some output (nothing NCCL moves goes
+    /// unchecked): all-gather's copies cover every (rank, element) once, the reductions every
+    /// element.
+    #[test]
+    fn every_send_element_is_checked_somewhere() {
+        for kind in CollectiveKind::ALL {
+            let ops = kind.ops();
+            let (n, count) = (4, 3);
+            let mut seen = std::collections::BTreeSet::new();
+            for rank in 0..n {
+                for i in 0..ops.recv_elems(count, n) {
+                    match ops.source(count, n, rank, i) {
+                        Source::Sum { elem } => {
+                            for r in 0..n {
+                                seen.insert((r, elem));
+                            }
+                        }
+                        Source::Copy { rank: r, elem } => {
+                            seen.insert((r, elem));
+                        }
+                    }
+                }
+            }
+            assert_eq!(seen.len(), n * ops.send_elems(count, n), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_counts_and_factors_agree_with_nccl_tests() {
+        let (ar, ag, rs) = (
+            CollectiveKind::AllReduce.ops(),
+            CollectiveKind::AllGather.ops(),
+            CollectiveKind::ReduceScatter.ops(),
+        );
+        // 8 ranks, bf16: 43,008 B all-reduce is 21,504 elements in and out
+        assert_eq!(ar.count_for_size(43008, 2, 8), 21504);
+        assert_eq!(
+            (ar.send_elems(21504, 8), ar.recv_elems(21504, 8)),
+            (21504, 21504)
+        );
+        // an all-gather of nccl-tests size 983,040 B sends 61,440 elements per rank
+        assert_eq!(ag.count_for_size(983040, 2, 8), 61440);
+        assert_eq!(ag.recv_elems(61440, 8), 491520);
+        assert_eq!(ag.nccl_size(122880, 8), 983040);
+        assert_eq!(rs.send_elems(10, 8), 80);
+        assert_eq!(rs.bytes_out(160, 8), 20);
+        assert_eq!(ar.bus_factor(8), 1.75);
+        assert_eq!(ag.bus_factor(8), 0.875);
+        assert_eq!(rs.bus_factor(8), 0.875);
+        assert_eq!(ar.ring_steps(8, 1), (14, 0));
+        assert_eq!(ag.ring_steps(8, 1), (7, 0));
+        assert_eq!(ar.ring_steps(16, 2), (30, 4));
+        assert!(ar.tree_bytes(1.0).is_some());
+        assert!(ag.tree_bytes(1.0).is_none() && rs.tree_bytes(1.0).is_none());
+        for k in CollectiveKind::ALL {
+            assert_eq!(k.ops().name(), k.name());
+            assert_eq!(k.ops().name().parse::<CollectiveKind>(), Ok(k));
+        }
+    }
+}
