@@ -7,6 +7,7 @@
 //! a run when a worker says nothing for `--timeout` seconds; a worker that fails makes the
 //! parent kill the others (they would wait forever in NCCL), reap them, and name the rank.
 
+pub mod affinity;
 pub mod external;
 pub mod job;
 pub mod rendezvous;

@@ -15,6 +15,7 @@
 //! - [`runner`]: running a point (real child processes, or a mock).
 //! - [`results`]: the JSON-lines results file and resume.
 //! - [`rank`]: ranking and advice.
+//! - [`rounds`]: interleaved rounds, paired ratios, the measured noise floor.
 
 pub mod env;
 pub mod known;
@@ -22,6 +23,7 @@ pub mod matrix;
 pub mod mock;
 pub mod ncclog;
 pub mod rank;
+pub mod rounds;
 pub mod results;
 pub mod runner;
 pub mod signal;
