@@ -337,7 +337,10 @@ pub struct HeldParam {
 }
 
 fn list(v: &BTreeSet<usize>) -> String {
-    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The parameters the points touch but cannot pin down, held at their `base` values, with
@@ -397,7 +400,8 @@ pub fn held_params(
     out.push(HeldParam {
         name: "launch_graph_us".into(),
         value: base.launch_graph_us,
-        reason: "never fitted: in graph replay it is indistinguishable from the base latency".into(),
+        reason: "never fitted: in graph replay it is indistinguishable from the base latency"
+            .into(),
     });
     Ok(out)
 }
@@ -796,15 +800,11 @@ mod tests {
         for pf in &r.params {
             // At n = 2 a ring all-reduce takes 2 steps: base + 2 hop is what the data pins
             // down, so the base absorbs twice the hop's departure from the table.
-            let hop = |p: Proto| {
-                t.intra.hop_lat_us.ring.get(p) - base.intra.hop_lat_us.ring.get(p)
-            };
+            let hop = |p: Proto| t.intra.hop_lat_us.ring.get(p) - base.intra.hop_lat_us.ring.get(p);
             let want = match pf.name.as_str() {
                 "base_lat_us.ring.LL" => t.base_lat_us.ring.ll + 2.0 * hop(Proto::Ll),
                 "base_lat_us.ring.LL128" => t.base_lat_us.ring.ll128 + 2.0 * hop(Proto::Ll128),
-                "base_lat_us.ring.Simple" => {
-                    t.base_lat_us.ring.simple + 2.0 * hop(Proto::Simple)
-                }
+                "base_lat_us.ring.Simple" => t.base_lat_us.ring.simple + 2.0 * hop(Proto::Simple),
                 n => Param::all_named(n).get(&t),
             };
             assert!(
@@ -891,22 +891,38 @@ mod tests {
         let h = &r.held[0];
         assert_eq!(h.value, base.intra.hop_lat_us.ring.ll);
         assert!(
-            h.reason.starts_with("held at its table value: the data has one rank count for Ring LL (n = 2)"),
+            h.reason.starts_with(
+                "held at its table value: the data has one rank count for Ring LL (n = 2)"
+            ),
             "{}",
             h.reason
         );
         let lines = r.param_lines();
-        assert!(lines.iter().any(|l| l.starts_with("fitted base_lat_us.ring.LL:")));
-        assert!(lines.iter().any(|l| l.starts_with("held intra.hop_lat_us.ring.Simple = 3.4000: held at its table value")), "{lines:?}");
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("fitted base_lat_us.ring.LL:")));
+        assert!(
+            lines.iter().any(|l| l.starts_with(
+                "held intra.hop_lat_us.ring.Simple = 3.4000: held at its table value"
+            )),
+            "{lines:?}"
+        );
         // Several rank counts: the hops are fitted, only the graph launch cost is held.
         let r = calibrate(&base, &sweep(&t, &[2, 4, 8], 0.0)).unwrap();
         let held: Vec<&str> = r.held.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(held, ["launch_graph_us"]);
         assert_eq!(r.rank_counts, [2, 4, 8]);
         // Eager points only: the eager launch cost is held too, with its reason.
-        let eager: Vec<Point> = sweep(&t, &[2, 4], 0.0).into_iter().filter(|p| !p.graph).collect();
+        let eager: Vec<Point> = sweep(&t, &[2, 4], 0.0)
+            .into_iter()
+            .filter(|p| !p.graph)
+            .collect();
         let r = calibrate(&base, &eager).unwrap();
-        let l = r.held.iter().find(|h| h.name == "launch_eager_us.processes").unwrap();
+        let l = r
+            .held
+            .iter()
+            .find(|h| h.name == "launch_eager_us.processes")
+            .unwrap();
         assert!(l.reason.contains("without graph points"), "{}", l.reason);
         assert!(!r.params.iter().any(|p| p.name.starts_with("launch_eager")));
     }

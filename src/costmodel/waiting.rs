@@ -226,7 +226,11 @@ pub fn predict_resync(
     graph: bool,
 ) -> WaitingPrediction {
     let st = stretches(gaps, launches);
-    assert_eq!(st.len(), transfer_us.len(), "one transfer time per collective");
+    assert_eq!(
+        st.len(),
+        transfer_us.len(),
+        "one transfer time per collective"
+    );
     let n = nranks.max(1);
     let late = gaps.late.filter(|_| !graph);
     let mut per = vec![];
@@ -434,24 +438,42 @@ mod tests {
     fn order_statistics_agree_with_monte_carlo() {
         // 200:50 gaps: shape 16, scale 12.5; one gap per stretch and a layer of 4 (shape 64).
         let (k, th) = gamma_params(200.0, 50.0);
-        for (n, units, lag) in [(2, 1, 0.0), (4, 1, 0.0), (8, 1, 0.0), (8, 4, 0.0), (8, 1, 100.0), (2, 1, 30.0)] {
+        for (n, units, lag) in [
+            (2, 1, 0.0),
+            (4, 1, 0.0),
+            (8, 1, 0.0),
+            (8, 4, 0.0),
+            (8, 1, 100.0),
+            (2, 1, 30.0),
+        ] {
             let shape = k * units as f64;
             let exact = expected_max(n, shape, th, lag) - shape * th;
             let mc = mc_wait(n, shape, th, lag, 200_000);
-            assert!((exact / mc - 1.0).abs() < 0.01, "n {n} units {units} lag {lag}: {exact} vs {mc}");
+            assert!(
+                (exact / mc - 1.0).abs() < 0.01,
+                "n {n} units {units} lag {lag}: {exact} vs {mc}"
+            );
         }
         // Exponential gaps (sd = mean): E[max of n] = mean H_n exactly.
         let h8: f64 = (1..=8).map(|i| 1.0 / i as f64).sum();
         assert!((expected_max(8, 1.0, 100.0, 0.0) - 100.0 * h8).abs() < 1e-3);
         // Two normals-ish: for n = 2 and large shape, E|X1 - X2| / 2 -> sd / sqrt(pi).
         let w2 = expected_max(2, 400.0, 0.5, 0.0) - 200.0;
-        assert!((w2 / (10.0 / std::f64::consts::PI.sqrt()) - 1.0).abs() < 0.01, "{w2}");
+        assert!(
+            (w2 / (10.0 / std::f64::consts::PI.sqrt()) - 1.0).abs() < 0.01,
+            "{w2}"
+        );
     }
 
     fn ops(layers: u64) -> Vec<(Option<u64>, bool)> {
         let mut v = vec![(None, true)];
         for l in 0..layers {
-            v.extend([(Some(l), false), (Some(l), true), (Some(l), false), (Some(l), true)]);
+            v.extend([
+                (Some(l), false),
+                (Some(l), true),
+                (Some(l), false),
+                (Some(l), true),
+            ]);
         }
         v.extend([(None, false), (None, true)]);
         v
@@ -477,7 +499,9 @@ mod tests {
         let total: f64 = (0..iters)
             .into_par_iter()
             .map(|it| {
-                let gs: Vec<Vec<f64>> = (0..n).map(|r| g.iteration_gaps(false, r, it, launches)).collect();
+                let gs: Vec<Vec<f64>> = (0..n)
+                    .map(|r| g.iteration_gaps(false, r, it, launches))
+                    .collect();
                 let mut t = vec![0.0; n];
                 let mut w = 0.0;
                 for (j, l) in launches.iter().enumerate() {
@@ -510,7 +534,11 @@ mod tests {
             let ncoll = l.iter().filter(|x| x.collective).count();
             let p = predict_resync(&g, &l, &vec![7.0; ncoll], n, false);
             let sim = simulate_resync(&g, &l, n, 5_000);
-            assert!((p.waiting_us / sim - 1.0).abs() < 0.02, "{n} {per:?} {late:?}: {} vs {sim}", p.waiting_us);
+            assert!(
+                (p.waiting_us / sim - 1.0).abs() < 0.02,
+                "{n} {per:?} {late:?}: {} vs {sim}",
+                p.waiting_us
+            );
             assert!((p.in_collective_us - p.waiting_us - 7.0 * ncoll as f64).abs() < 1e-9);
             let mean_rank = p.waiting_per_rank_us.iter().sum::<f64>() / n as f64;
             assert!((mean_rank - p.waiting_us).abs() < 1e-6);
@@ -554,7 +582,12 @@ mod tests {
         let ncoll = l.len();
         let a = simulate(&g, &l, &vec![GpuWork { us: 7.0 }; ncoll], 2, 4000);
         let b = predict_resync(&g, &l, &vec![7.0; ncoll], 2, false);
-        assert!(a.waiting_us > 1.5 * b.waiting_us, "{} vs {}", a.waiting_us, b.waiting_us);
+        assert!(
+            a.waiting_us > 1.5 * b.waiting_us,
+            "{} vs {}",
+            a.waiting_us,
+            b.waiting_us
+        );
         assert!(a.waiting_se_us > 0.0 && a.waiting_se_us < 0.05 * a.waiting_us);
     }
 }

@@ -275,7 +275,10 @@ mod tests {
 
     #[test]
     fn cpu_lists_parse_and_print_back() {
-        assert_eq!(parse_cpulist("0-3,8,10-11\n").unwrap(), [0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(
+            parse_cpulist("0-3,8,10-11\n").unwrap(),
+            [0, 1, 2, 3, 8, 10, 11]
+        );
         assert_eq!(parse_cpulist("0-7:2").unwrap(), [0, 2, 4, 6]);
         assert_eq!(parse_cpulist("3,1,1").unwrap(), [1, 3]);
         assert_eq!(format_cpulist(&[16, 17, 18, 0, 1, 2, 3, 5]), "0-3,5,16-18");
@@ -290,7 +293,10 @@ mod tests {
             "0-1".parse::<CpuAffinity>().unwrap(),
             CpuAffinity::List(vec![0, 1])
         );
-        assert!("numa".parse::<CpuAffinity>().unwrap_err().contains("auto, none"));
+        assert!("numa"
+            .parse::<CpuAffinity>()
+            .unwrap_err()
+            .contains("auto, none"));
     }
 
     fn sysfs(dir: &Path, bus: &str, node: &str, cpulist: Option<&str>) {
@@ -319,12 +325,18 @@ mod tests {
         assert_eq!((f.cpus, f.numa_node), (None, None));
         assert!(f.note.contains("no NUMA node"), "{}", f.note);
         let f = resolve(&CpuAffinity::Auto, root, Some("0000:99:00.0"));
-        assert!(f.cpus.is_none() && f.note.contains("cannot read"), "{}", f.note);
+        assert!(
+            f.cpus.is_none() && f.note.contains("cannot read"),
+            "{}",
+            f.note
+        );
         let f = resolve(&CpuAffinity::Auto, root, None);
         assert!(f.cpus.is_none() && f.note.contains("bus id is unknown"));
         let f = resolve(&CpuAffinity::List(vec![2, 3, 4]), root, None);
         assert_eq!(f.cpus.as_deref(), Some("2-4"));
-        assert!(resolve(&CpuAffinity::None, root, Some("0000:19:00.0")).cpus.is_none());
+        assert!(resolve(&CpuAffinity::None, root, Some("0000:19:00.0"))
+            .cpus
+            .is_none());
         assert_eq!(sysfs_bus_id("0001:19:00.0"), "0001:19:00.0");
     }
 
@@ -333,7 +345,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         assert_eq!(governors(root), None);
-        for (i, g) in ["performance", "performance", "powersave"].iter().enumerate() {
+        for (i, g) in ["performance", "performance", "powersave"]
+            .iter()
+            .enumerate()
+        {
             let d = root.join(format!("sys/devices/system/cpu/cpu{i}/cpufreq"));
             std::fs::create_dir_all(&d).unwrap();
             std::fs::write(d.join("scaling_governor"), format!("{g}\n")).unwrap();

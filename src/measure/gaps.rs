@@ -336,7 +336,11 @@ impl HostGaps {
                         v.len()
                     );
                 }
-                if let Some((i, x)) = v.iter().enumerate().find(|(_, x)| check_us("", **x).is_err()) {
+                if let Some((i, x)) = v
+                    .iter()
+                    .enumerate()
+                    .find(|(_, x)| check_us("", **x).is_err())
+                {
                     crate::usage_bail!(
                         "--host-gap-from '{f}': host gap {i} is {x} us: gaps must be finite, non-negative and at most {MAX_GAP_US} us"
                     );
@@ -486,7 +490,9 @@ mod tests {
             }
         );
         assert_eq!("80".parse::<HostGap>().unwrap().jitter_us, 0.0);
-        for bad in ["-5", "200:-1", "NaN", "inf", "2e6", "200:2e6", "abc", "0:10", "", "1:2:3"] {
+        for bad in [
+            "-5", "200:-1", "NaN", "inf", "2e6", "200:2e6", "abc", "0:10", "", "1:2:3",
+        ] {
             let e = bad.parse::<HostGap>().unwrap_err();
             assert!(!e.is_empty(), "{bad}");
         }
@@ -502,9 +508,17 @@ mod tests {
         let l: LateRank = "0:100".parse().unwrap();
         assert_eq!((l.rank, l.us), (0, 100.0));
         l.validate(2).unwrap();
-        let e = "8:100".parse::<LateRank>().unwrap().validate(8).unwrap_err();
+        let e = "8:100"
+            .parse::<LateRank>()
+            .unwrap()
+            .validate(8)
+            .unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
-        assert!(e.to_string().starts_with("--late-rank 8:100: rank 8 is outside"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("--late-rank 8:100: rank 8 is outside"),
+            "{e}"
+        );
         for bad in ["-1:5", "1", "1:-5", "x:5", "1:1e9"] {
             assert!(bad.parse::<LateRank>().is_err(), "{bad}");
         }
@@ -567,14 +581,26 @@ mod tests {
         sorted.sort_by(f64::total_cmp);
         assert!(crate::measure::stats::quantile_sorted(&sorted, 0.5) < m);
         // Same seed, same gaps, in any order of asking; another rank or seed, others.
-        assert_eq!(g.gap_us(false, 1, 7, &l[3]), g.iteration_gaps(false, 1, 7, &l)[3]);
+        assert_eq!(
+            g.gap_us(false, 1, 7, &l[3]),
+            g.iteration_gaps(false, 1, 7, &l)[3]
+        );
         assert_ne!(g.gap_us(false, 1, 7, &l[3]), g.gap_us(false, 2, 7, &l[3]));
-        let other = HostGaps { seed: 1, ..g.clone() };
-        assert_ne!(g.gap_us(false, 1, 7, &l[3]), other.gap_us(false, 1, 7, &l[3]));
+        let other = HostGaps {
+            seed: 1,
+            ..g.clone()
+        };
+        assert_ne!(
+            g.gap_us(false, 1, 7, &l[3]),
+            other.gap_us(false, 1, 7, &l[3])
+        );
         // Graph replay: none.
         assert!(g.iteration_gaps(true, 1, 7, &l).iter().all(|x| *x == 0.0));
         let d = g.describe();
-        assert!(d.contains("gamma") && d.contains("seed 0x5eed9a95") && d.contains("sd 50"), "{d}");
+        assert!(
+            d.contains("gamma") && d.contains("seed 0x5eed9a95") && d.contains("sd 50"),
+            "{d}"
+        );
     }
 
     #[test]
@@ -588,10 +614,18 @@ mod tests {
         let l = launches_of(&ops(), true);
         let r0 = g.iteration_gaps(false, 0, 0, &l);
         let r2 = g.iteration_gaps(false, 2, 0, &l);
-        assert_eq!(r0, [300.0, 300.0, 0.0, 0.0, 0.0, 300.0, 0.0, 0.0, 0.0, 300.0, 0.0]);
+        assert_eq!(
+            r0,
+            [300.0, 300.0, 0.0, 0.0, 0.0, 300.0, 0.0, 0.0, 0.0, 300.0, 0.0]
+        );
         let diff: Vec<f64> = r2.iter().zip(&r0).map(|(a, b)| a - b).collect();
-        assert_eq!(diff, [100.0, 100.0, 0.0, 0.0, 0.0, 100.0, 0.0, 0.0, 0.0, 100.0, 0.0]);
-        assert!(g.describe().contains("late rank 2 starts each layer 100 us later"));
+        assert_eq!(
+            diff,
+            [100.0, 100.0, 0.0, 0.0, 0.0, 100.0, 0.0, 0.0, 0.0, 100.0, 0.0]
+        );
+        assert!(g
+            .describe()
+            .contains("late rank 2 starts each layer 100 us later"));
     }
 
     #[test]

@@ -173,7 +173,10 @@ mod tests {
     #[test]
     fn summary_of_few_repetitions_by_hand() {
         let r = Repetitions::from_medians(&[910.0, 901.0, 920.0]).unwrap();
-        assert_eq!((r.used, r.median_us, r.min_us, r.max_us), (3, 910.0, 901.0, 920.0));
+        assert_eq!(
+            (r.used, r.median_us, r.min_us, r.max_us),
+            (3, 910.0, 901.0, 920.0)
+        );
         let i = r.interval.as_ref().unwrap();
         // mean 910.333, s = 9.504, t(2) = 4.3027.
         let (m, s) = mean_sd(&[910.0, 901.0, 920.0]);
@@ -188,7 +191,10 @@ mod tests {
         // Seven repetitions: order statistics, k = 1 (coverage 1 - 2/128).
         let r = Repetitions::from_medians(&[7.0, 3.0, 5.0, 1.0, 2.0, 6.0, 4.0]).unwrap();
         let i = r.interval.unwrap();
-        assert_eq!((i.lo_us, i.hi_us, i.method.as_str()), (1.0, 7.0, "order statistics"));
+        assert_eq!(
+            (i.lo_us, i.hi_us, i.method.as_str()),
+            (1.0, 7.0, "order statistics")
+        );
         assert!((i.coverage - (1.0 - 2.0 / 128.0)).abs() < 1e-12);
     }
 
@@ -197,7 +203,11 @@ mod tests {
         let r = Repetitions::from_medians(&[1404.0, 960.0, 954.0, 965.0, 958.0]).unwrap();
         let c = r.cold_start.as_ref().expect("a cold start");
         assert_eq!(c.value_us, 1404.0);
-        assert!(c.reason.contains("above") && c.reason.contains("other 4"), "{}", c.reason);
+        assert!(
+            c.reason.contains("above") && c.reason.contains("other 4"),
+            "{}",
+            c.reason
+        );
         assert_eq!(r.repetitions_us.len(), 5);
         assert_eq!((r.used, r.max_us), (4, 965.0));
         assert!(r.line().contains("cold start"));
@@ -219,7 +229,9 @@ mod tests {
         let noise = Normal::new(0.0, 0.01).unwrap();
         let mut n = 0;
         for _ in 0..trials {
-            let v: Vec<f64> = (0..r).map(|_| 1000.0 * (1.0 + noise.sample(&mut rng))).collect();
+            let v: Vec<f64> = (0..r)
+                .map(|_| 1000.0 * (1.0 + noise.sample(&mut rng)))
+                .collect();
             n += hit(&v) as usize;
         }
         n as f64 / trials as f64

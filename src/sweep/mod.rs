@@ -23,8 +23,8 @@ pub mod matrix;
 pub mod mock;
 pub mod ncclog;
 pub mod rank;
-pub mod rounds;
 pub mod results;
+pub mod rounds;
 pub mod runner;
 pub mod signal;
 

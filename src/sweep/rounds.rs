@@ -156,12 +156,7 @@ pub struct RoundTiming {
 
 impl RoundTiming {
     fn get(&self, graph: bool) -> Option<f64> {
-        if graph {
-            self.graph_us
-        } else {
-            self.eager_us
-        }
-        .filter(|x| x.is_finite() && *x > 0.0)
+        if graph { self.graph_us } else { self.eager_us }.filter(|x| x.is_finite() && *x > 0.0)
     }
 }
 
@@ -240,10 +235,7 @@ pub fn noise_floor(t: &[RoundTiming], baseline: &str, graph: bool) -> Option<Noi
     }
     b.sort_by(f64::total_cmp);
     let med = quantile_sorted(&b, 0.5);
-    let rel = b
-        .iter()
-        .map(|x| (x / med - 1.0).abs())
-        .fold(0.0, f64::max);
+    let rel = b.iter().map(|x| (x / med - 1.0).abs()).fold(0.0, f64::max);
     Some(NoiseFloor {
         rel,
         rounds: b.len(),
@@ -432,7 +424,10 @@ mod tests {
         // half-width 4.3027 x 0.0055144 / sqrt 3 = 0.013698.
         assert!((pr.ratio - 0.973_383_5).abs() < 1e-6, "{}", pr.ratio);
         let (lo, hi) = pr.interval.unwrap();
-        assert!((lo - 0.960_140_3).abs() < 1e-6 && (hi - 0.986_809_3).abs() < 1e-6, "{lo} {hi}");
+        assert!(
+            (lo - 0.960_140_3).abs() < 1e-6 && (hi - 0.986_809_3).abs() < 1e-6,
+            "{lo} {hi}"
+        );
         assert_eq!(pr.per_round.len(), 3);
         // The baseline moved 2% from its median 100: the bar is 0.98, which 0.9868 misses.
         let nf = noise_floor(&t, "base", true).unwrap();
@@ -449,13 +444,21 @@ mod tests {
         assert!(e.sentence.contains("fewer than 2 rounds"), "{}", e.sentence);
         // A round where the point failed is left out of its pairs.
         t.retain(|x| !(x.key.point_id == "x" && x.key.round == 1));
-        assert_eq!(paired_ratio(&t, "x", "base", true).unwrap().per_round.len(), 2);
+        assert_eq!(
+            paired_ratio(&t, "x", "base", true).unwrap().per_round.len(),
+            2
+        );
     }
 
     /// A deterministic timing source: point `i` of `truth` in round `r` takes
     /// truth[i] x (1 + u) with u uniform in [-noise, noise], a seeded function of
     /// (seed, point, round, mode). Nothing in it knows the rule under test.
-    fn fake(truth: &[(&str, f64, f64)], rounds: usize, noise: (f64, f64), seed: u64) -> Vec<RoundTiming> {
+    fn fake(
+        truth: &[(&str, f64, f64)],
+        rounds: usize,
+        noise: (f64, f64),
+        seed: u64,
+    ) -> Vec<RoundTiming> {
         let pts: Vec<String> = truth.iter().map(|t| t.0.to_string()).collect();
         let plan = RoundPlan::new(&pts, truth[0].0, rounds, seed).unwrap();
         plan.order
@@ -487,7 +490,10 @@ mod tests {
         let mut n = 0;
         for s in 0..seeds {
             let t = fake(truth, rounds, (noise, noise), s);
-            n += (judge(&t, &points(truth), "base", true).recommended.as_deref() == Some("gain")) as usize;
+            n += (judge(&t, &points(truth), "base", true)
+                .recommended
+                .as_deref()
+                == Some("gain")) as usize;
         }
         n as f64 / seeds as f64
     }
@@ -503,7 +509,13 @@ mod tests {
         let t = fake(&truth, 8, (0.01, 0.01), DEFAULT_SEED);
         let v = judge(&t, &points(&truth), "base", true);
         assert_eq!(v.recommended.as_deref(), Some("gain"), "{}", v.sentence);
-        assert!(v.sentence.starts_with("graph replay: gain beats the defaults beyond the noise measured here (±"), "{}", v.sentence);
+        assert!(
+            v.sentence.starts_with(
+                "graph replay: gain beats the defaults beyond the noise measured here (±"
+            ),
+            "{}",
+            v.sentence
+        );
         let r = v.ratios.iter().find(|r| r.point_id == "gain").unwrap();
         assert!((r.ratio - 0.97).abs() < 0.01, "{}", r.ratio);
         assert!(v.noise.as_ref().unwrap().rel <= 0.01 + 1e-12);
@@ -521,7 +533,9 @@ mod tests {
             let t = fake(&truth, rounds, (0.02, 0.02), DEFAULT_SEED);
             let v = judge(&t, &points(&truth), "base", true);
             assert_eq!(v.recommended, None, "{rounds}: {}", v.sentence);
-            assert!(v.sentence.contains("no setting beats the defaults beyond the noise measured here (±"));
+            assert!(v
+                .sentence
+                .contains("no setting beats the defaults beyond the noise measured here (±"));
             // Over many seeds a false recommendation stays rare.
             assert!(recommended_rate(&truth, rounds, 0.02, 500) < 0.03);
         }
