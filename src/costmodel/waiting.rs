@@ -386,6 +386,37 @@ pub fn simulate(
     }
 }
 
+/// Default Monte-Carlo iterations of [`predict`] with [`Sync::Iteration`].
+pub const DEFAULT_ITERATIONS: u64 = 2000;
+
+/// The waiting of one replay, by the model `sync` names: graph replay waits for nothing (no
+/// host gaps); [`Sync::Collective`] is [`predict_resync`] (transfer = the `work` of the
+/// collectives); [`Sync::Iteration`] is [`simulate`] over `iterations` iterations. `work`
+/// has one entry per launch (`gaps::schedule_launches`): a compute kernel's device time, or a
+/// collective's transfer.
+pub fn predict(
+    gaps: &HostGaps,
+    launches: &[Launch],
+    work: &[GpuWork],
+    nranks: usize,
+    graph: bool,
+    sync: Sync,
+    iterations: u64,
+) -> WaitingPrediction {
+    assert_eq!(launches.len(), work.len(), "one GPU work entry per launch");
+    let transfer: Vec<f64> = launches
+        .iter()
+        .zip(work)
+        .filter(|(l, _)| l.collective)
+        .map(|(_, w)| w.us)
+        .collect();
+    match sync {
+        _ if graph || gaps.is_none() => predict_resync(gaps, launches, &transfer, nranks, graph),
+        Sync::Collective => predict_resync(gaps, launches, &transfer, nranks, false),
+        Sync::Iteration => simulate(gaps, launches, work, nranks, iterations),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -589,5 +620,16 @@ mod tests {
             b.waiting_us
         );
         assert!(a.waiting_se_us > 0.0 && a.waiting_se_us < 0.05 * a.waiting_us);
+        // The dispatcher: the same numbers, and none in graph replay.
+        let w = vec![GpuWork { us: 7.0 }; ncoll];
+        let via = predict(&g, &l, &w, 2, false, Sync::Iteration, 4000);
+        assert_eq!(via.waiting_us, a.waiting_us);
+        let via = predict(&g, &l, &w, 2, false, Sync::Collective, 0);
+        assert_eq!(via.waiting_us, b.waiting_us);
+        let graph = predict(&g, &l, &w, 2, true, Sync::Iteration, 4000);
+        assert_eq!(
+            (graph.waiting_us, graph.transfer_us),
+            (0.0, 7.0 * ncoll as f64)
+        );
     }
 }
