@@ -103,26 +103,29 @@ pub fn gamma_p(a: f64, x: f64) -> f64 {
 }
 
 /// E[max(X_1, ..., X_{n-1}, X_n + lag)] for iid gamma X of shape `shape` and scale `scale`
-/// (n >= 1; `lag` >= 0 is the late rank's delay, 0 without one): the integral of
-/// P(max > x) = 1 - F(x)^(n-1) F(x - lag), which is 1 below `lag`, by Simpson's rule above it
-/// (4,000 panels up to where 1 - F < 1e-15).
+/// (n >= 1; `lag` >= 0 is the late rank's delay, 0 without one): the integral over x >= 0 of
+/// P(max > x) = 1 - F(x)^(n-1) F(x - lag). The integrand is 1 wherever a factor is 0: below
+/// `lag`, and (to 1e-30) below 12 standard deviations under the mean; the rest, up to where
+/// 1 - F < 1e-15, by Simpson's rule on 4,000 panels (so that a narrow distribution far from 0
+/// is resolved as finely as a wide one).
 pub fn expected_max(n: usize, shape: f64, scale: f64, lag: f64) -> f64 {
     assert!(n >= 1 && shape > 0.0 && scale > 0.0 && lag >= 0.0);
     let f = |x: f64| gamma_p(shape, x / scale);
     let (mean, sd) = (shape * scale, shape.sqrt() * scale);
     let mut top = mean + 10.0 * sd;
     while 1.0 - f(top) > 1e-15 {
-        top *= 1.5;
+        top += 10.0 * sd;
     }
+    let lo = lag.max(mean - 12.0 * sd);
     let hi = lag + top;
     let g = |x: f64| 1.0 - f(x).powi(n as i32 - 1) * f(x - lag);
     const N: usize = 4000;
-    let h = (hi - lag) / N as f64;
-    let mut s = g(lag) + g(hi);
+    let h = (hi - lo) / N as f64;
+    let mut s = g(lo) + g(hi);
     for i in 1..N {
-        s += g(lag + i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+        s += g(lo + i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
     }
-    lag + s * h / 3.0
+    lo + s * h / 3.0
 }
 
 /// Where the ranks' hosts meet again (see the module comment).
@@ -469,20 +472,28 @@ mod tests {
     fn order_statistics_agree_with_monte_carlo() {
         // 200:50 gaps: shape 16, scale 12.5; one gap per stretch and a layer of 4 (shape 64).
         let (k, th) = gamma_params(200.0, 50.0);
-        for (n, units, lag) in [
-            (2, 1, 0.0),
-            (4, 1, 0.0),
-            (8, 1, 0.0),
-            (8, 4, 0.0),
-            (8, 1, 100.0),
-            (2, 1, 30.0),
+        // Also: sd above the mean (shape 0.44), and a narrow gap far from 0 (200:2, shape
+        // 10,000) with a late rank.
+        // (n, shape, scale, lag, draws, tolerance): the cases at 200,000 draws and 1%,
+        // the extra ones at 100,000 and 1.5% (3 standard errors of the simulation).
+        let (k6, th6) = gamma_params(200.0, 300.0);
+        for (n, shape, scale, lag, draws, tol) in [
+            (2, k, th, 0.0, 200_000, 0.01),
+            (4, k, th, 0.0, 200_000, 0.01),
+            (8, k, th, 0.0, 200_000, 0.01),
+            (8, 4.0 * k, th, 0.0, 200_000, 0.01),
+            (8, k, th, 100.0, 200_000, 0.01),
+            (2, k, th, 30.0, 200_000, 0.01),
+            (2, k6, th6, 0.0, 100_000, 0.015),
+            (4, k6, th6, 50.0, 100_000, 0.015),
+            (8, 10_000.0, 0.02, 0.0, 100_000, 0.015),
+            (8, 10_000.0, 0.02, 3.0, 100_000, 0.015),
         ] {
-            let shape = k * units as f64;
-            let exact = expected_max(n, shape, th, lag) - shape * th;
-            let mc = mc_wait(n, shape, th, lag, 200_000);
+            let exact = expected_max(n, shape, scale, lag) - shape * scale;
+            let mc = mc_wait(n, shape, scale, lag, draws);
             assert!(
-                (exact / mc - 1.0).abs() < 0.01,
-                "n {n} units {units} lag {lag}: {exact} vs {mc}"
+                (exact / mc - 1.0).abs() < tol,
+                "n {n} shape {shape} lag {lag}: {exact} vs {mc}"
             );
         }
         // Exponential gaps (sd = mean): E[max of n] = mean H_n exactly.
