@@ -5,7 +5,7 @@
 //! a collective is transfer (the cost model's device time) plus waiting. Two models, because
 //! where ranks meet again decides how waiting adds up:
 //!
-//! - [`Sync::Collective`]: every rank's host leaves each collective together (a host that
+//! - [`HostSync::Collective`]: every rank's host leaves each collective together (a host that
 //!   blocks on the collective's completion, or whose own launch waits for the GPU). Then the
 //!   arrival offsets at a collective are the sums of each rank's gaps since the previous one, and
 //!   waiting does not carry over from one collective to the next: per collective, rank i waits
@@ -13,7 +13,7 @@
 //!   computed from order statistics: E[max] = integral of 1 - F(x)^(n-1) F(x - lag), with F the
 //!   gamma CDF of the sum and `lag` the late rank's delay (F(x - lag): the late rank's arrival),
 //!   integrated numerically ([`expected_max`]).
-//! - [`Sync::Iteration`]: launches are asynchronous, as in CUDA and in verifybench's eager
+//! - [`HostSync::Iteration`]: launches are asynchronous, as in CUDA and in verifybench's eager
 //!   replay: NCCL makes the GPU stream wait, never the host. Hosts meet only at the start of
 //!   each iteration (verifybench's barrier; a server's sampling step), so a rank whose host runs
 //!   ahead has its kernels queued and its GPU waits in each collective for the slowest host;
@@ -130,7 +130,7 @@ pub fn expected_max(n: usize, shape: f64, scale: f64, lag: f64) -> f64 {
 
 /// Where the ranks' hosts meet again (see the module comment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sync {
+pub enum HostSync {
     /// Hosts leave every collective together: waiting per collective only.
     Collective,
     /// Hosts meet only at the start of each iteration: asynchronous launches (verifybench's
@@ -201,7 +201,7 @@ pub struct CollectiveWait {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct WaitingPrediction {
     pub nranks: usize,
-    /// Per collective, in launch order (empty for [`Sync::Iteration`], which is simulated).
+    /// Per collective, in launch order (empty for [`HostSync::Iteration`], which is simulated).
     pub per_collective: Vec<CollectiveWait>,
     /// Transfer per verify (the cost model's device time of the collectives), us.
     pub transfer_us: f64,
@@ -218,7 +218,7 @@ pub struct WaitingPrediction {
     pub method: String,
 }
 
-/// [`Sync::Collective`]: expected waiting per collective by order statistics; `transfer_us`
+/// [`HostSync::Collective`]: expected waiting per collective by order statistics; `transfer_us`
 /// is the cost model's device time of each collective, in launch order. Graph replay has no
 /// host gaps and so no waiting. `gaps` must have been validated for `nranks`.
 pub fn predict_resync(
@@ -313,7 +313,7 @@ pub struct GpuWork {
     pub us: f64,
 }
 
-/// [`Sync::Iteration`]: replays the GPU timeline of `iterations` iterations with the gaps
+/// [`HostSync::Iteration`]: replays the GPU timeline of `iterations` iterations with the gaps
 /// `gaps` draws (the launcher's own generator, so the same seed gives the same gaps), in
 /// parallel, and averages. Per rank and launch: the host launches at the sum of its gaps
 /// since the iteration began; a kernel starts when launched and its GPU is free; a collective
@@ -389,12 +389,12 @@ pub fn simulate(
     }
 }
 
-/// Default Monte-Carlo iterations of [`predict`] with [`Sync::Iteration`].
+/// Default Monte-Carlo iterations of [`predict`] with [`HostSync::Iteration`].
 pub const DEFAULT_ITERATIONS: u64 = 2000;
 
 /// The waiting of one replay, by the model `sync` names: graph replay waits for nothing (no
-/// host gaps); [`Sync::Collective`] is [`predict_resync`] (transfer = the `work` of the
-/// collectives); [`Sync::Iteration`] is [`simulate`] over `iterations` iterations. `work`
+/// host gaps); [`HostSync::Collective`] is [`predict_resync`] (transfer = the `work` of the
+/// collectives); [`HostSync::Iteration`] is [`simulate`] over `iterations` iterations. `work`
 /// has one entry per launch (`gaps::schedule_launches`): a compute kernel's device time, or a
 /// collective's transfer.
 pub fn predict(
@@ -403,7 +403,7 @@ pub fn predict(
     work: &[GpuWork],
     nranks: usize,
     graph: bool,
-    sync: Sync,
+    sync: HostSync,
     iterations: u64,
 ) -> WaitingPrediction {
     assert_eq!(launches.len(), work.len(), "one GPU work entry per launch");
@@ -415,8 +415,8 @@ pub fn predict(
         .collect();
     match sync {
         _ if graph || gaps.is_none() => predict_resync(gaps, launches, &transfer, nranks, graph),
-        Sync::Collective => predict_resync(gaps, launches, &transfer, nranks, false),
-        Sync::Iteration => simulate(gaps, launches, work, nranks, iterations),
+        HostSync::Collective => predict_resync(gaps, launches, &transfer, nranks, false),
+        HostSync::Iteration => simulate(gaps, launches, work, nranks, iterations),
     }
 }
 
@@ -633,11 +633,11 @@ mod tests {
         assert!(a.waiting_se_us > 0.0 && a.waiting_se_us < 0.05 * a.waiting_us);
         // The dispatcher: the same numbers, and none in graph replay.
         let w = vec![GpuWork { us: 7.0 }; ncoll];
-        let via = predict(&g, &l, &w, 2, false, Sync::Iteration, 4000);
+        let via = predict(&g, &l, &w, 2, false, HostSync::Iteration, 4000);
         assert_eq!(via.waiting_us, a.waiting_us);
-        let via = predict(&g, &l, &w, 2, false, Sync::Collective, 0);
+        let via = predict(&g, &l, &w, 2, false, HostSync::Collective, 0);
         assert_eq!(via.waiting_us, b.waiting_us);
-        let graph = predict(&g, &l, &w, 2, true, Sync::Iteration, 4000);
+        let graph = predict(&g, &l, &w, 2, true, HostSync::Iteration, 4000);
         assert_eq!(
             (graph.waiting_us, graph.transfer_us),
             (0.0, 7.0 * ncoll as f64)
