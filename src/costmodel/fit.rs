@@ -1,10 +1,17 @@
 //! Calibration: least squares on measured records, in log space (relative error), with
 //! leave-one-out.
 //!
-//! Only parameters the data can tell apart are fitted: with one rank count, the base latency
-//! and the per-hop latency of a protocol move every point alike, so only the hop latency is
-//! free; with graph points only, the graph launch cost is indistinguishable from the latency
-//! and stays fixed, and the eager launch cost is fitted as the eager-minus-graph difference.
+//! Only parameters the data can tell apart are fitted, and the report says which were held
+//! and why ([`FitReport::held`]):
+//! - with one rank count (one number of algorithm steps), the base latency and the per-hop
+//!   latency of a protocol move every point alike: the per-hop term stays at its table value
+//!   (NCCL's hwLat) and the base latency absorbs the difference; both are fitted once several
+//!   rank counts are present;
+//! - the graph launch cost is indistinguishable from the base latency and is never fitted; the
+//!   eager launch cost is fitted as the eager-minus-graph difference when graph points exist.
+//!
+//! A fitted profile records the rank counts it was fitted on; used at another, it extrapolates
+//! ([`extrapolation_note`]).
 //! The optimizer is a plain Levenberg-Marquardt on the logarithms of the parameters (they stay
 //! positive), with a numerical Jacobian: deterministic, no dependencies.
 
@@ -248,45 +255,175 @@ pub fn free_params(base: &Profile, points: &[Point]) -> anyhow::Result<Vec<Param
             set.push(p);
         }
     };
-    let mut steps: std::collections::BTreeMap<(Algo, Proto), BTreeSet<usize>> = Default::default();
+    let u = usage_of(base, points)?;
     let any_graph = points.iter().any(|p| p.graph);
     for pt in points {
-        let multi = base.inter.is_some() && base.gpus_per_node.is_some_and(|g| pt.n > g);
-        for t in &pt.terms {
-            let (a, pr, _) = predict::choose(base, t.op, t.size, pt.n, &pt.force)?;
-            let eff = pr.efficiency();
-            let ll_capped =
-                pr == Proto::Ll && base.ll_max_gbps < base.intra.bw_gbps * eff && !multi;
-            add(
-                &mut set,
-                if ll_capped {
-                    Param::LlMax
-                } else {
-                    Param::IntraBw
-                },
-            );
-            add(&mut set, Param::IntraHop(a, pr));
-            if multi {
-                add(&mut set, Param::NetBw);
-                add(&mut set, Param::NetHop(a, pr));
-            }
-            steps.entry((a, pr)).or_default().insert(match a {
-                Algo::Ring => predict::ring_steps(t.op, pt.n, 1).0,
-                Algo::Tree => pt.n,
-            });
-        }
         if !pt.graph && any_graph {
             add(&mut set, Param::LaunchEager(pt.launcher));
         }
     }
-    for ((a, pr), s) in steps {
+    if u.ll_capped {
+        add(&mut set, Param::LlMax);
+    }
+    if u.intra_bw {
+        add(&mut set, Param::IntraBw);
+    }
+    if !u.net.is_empty() {
+        add(&mut set, Param::NetBw);
+    }
+    for (&(a, pr), s) in &u.steps {
+        add(&mut set, Param::Base(a, pr));
         if s.len() >= 2 {
-            add(&mut set, Param::Base(a, pr));
+            add(&mut set, Param::IntraHop(a, pr));
+        }
+    }
+    for (&(a, pr), ns) in &u.net {
+        if ns.len() >= 2 {
+            add(&mut set, Param::NetHop(a, pr));
         }
     }
     // A stable order, whatever the order of the points.
     set.sort_by_key(|p| p.name());
     Ok(set)
+}
+
+/// What the points use at the `base` profile's choices.
+struct Usage {
+    /// Step counts per (algorithm, protocol) used (one per rank count and collective).
+    steps: std::collections::BTreeMap<(Algo, Proto), BTreeSet<usize>>,
+    /// Rank counts per (algorithm, protocol) used across nodes.
+    net: std::collections::BTreeMap<(Algo, Proto), BTreeSet<usize>>,
+    ll_capped: bool,
+    intra_bw: bool,
+}
+
+fn usage_of(base: &Profile, points: &[Point]) -> anyhow::Result<Usage> {
+    let mut u = Usage {
+        steps: Default::default(),
+        net: Default::default(),
+        ll_capped: false,
+        intra_bw: false,
+    };
+    for pt in points {
+        let multi = base.inter.is_some() && base.gpus_per_node.is_some_and(|g| pt.n > g);
+        for t in &pt.terms {
+            let (a, pr, _) = predict::choose(base, t.op, t.size, pt.n, &pt.force)?;
+            let capped = pr == Proto::Ll
+                && base.ll_max_gbps < base.intra.bw_gbps * pr.efficiency()
+                && !multi;
+            if capped {
+                u.ll_capped = true;
+            } else {
+                u.intra_bw = true;
+            }
+            if multi {
+                u.net.entry((a, pr)).or_default().insert(pt.n);
+            }
+            u.steps.entry((a, pr)).or_default().insert(match a {
+                Algo::Ring => predict::ring_steps(t.op, pt.n, 1).0,
+                Algo::Tree => pt.n,
+            });
+        }
+    }
+    Ok(u)
+}
+
+/// A parameter the fit left at the starting profile's value, and why.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct HeldParam {
+    pub name: String,
+    pub value: f64,
+    pub reason: String,
+}
+
+fn list(v: &BTreeSet<usize>) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The parameters the points touch but cannot pin down, held at their `base` values, with
+/// the reason for each (`fitted`: the parameters actually fitted, which are never listed).
+pub fn held_params(
+    base: &Profile,
+    points: &[Point],
+    fitted: &[Param],
+) -> anyhow::Result<Vec<HeldParam>> {
+    let u = usage_of(base, points)?;
+    let counts: BTreeSet<usize> = points.iter().map(|p| p.n).collect();
+    let mut out = vec![];
+    let mut hold = |p: Param, reason: String| {
+        if !fitted.contains(&p) && !out.iter().any(|h: &HeldParam| h.name == p.name()) {
+            out.push(HeldParam {
+                name: p.name(),
+                value: p.get(base),
+                reason,
+            });
+        }
+    };
+    for (&(a, pr), s) in &u.steps {
+        if s.len() < 2 {
+            hold(
+                Param::IntraHop(a, pr),
+                format!(
+                    "held at its table value: the data has one rank count for {} {} (n = {}), where base latency and per-hop latency move every point alike, so the base latency absorbs both; measure at several rank counts to fit it",
+                    a.name(),
+                    pr.name(),
+                    list(&counts)
+                ),
+            );
+        }
+    }
+    for (&(a, pr), ns) in &u.net {
+        if ns.len() < 2 {
+            hold(
+                Param::NetHop(a, pr),
+                format!(
+                    "held at its table value: one multi-node rank count for {} {} (n = {}), indistinguishable from the base latency",
+                    a.name(),
+                    pr.name(),
+                    list(ns)
+                ),
+            );
+        }
+    }
+    if !points.iter().any(|p| p.graph) {
+        for l in points.iter().map(|p| p.launcher) {
+            hold(
+                Param::LaunchEager(l),
+                "held: without graph points the eager launch cost cannot be told from the base latency".into(),
+            );
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.push(HeldParam {
+        name: "launch_graph_us".into(),
+        value: base.launch_graph_us,
+        reason: "never fitted: in graph replay it is indistinguishable from the base latency"
+            .into(),
+    });
+    Ok(out)
+}
+
+/// A note for modeled results at `nranks` ranks from a profile fitted at other rank counts;
+/// `None` for built-in profiles and for rank counts the fit saw.
+pub fn extrapolation_note(p: &Profile, nranks: usize) -> Option<String> {
+    let counts = p.fitted_rank_counts.as_ref()?;
+    if counts.contains(&nranks) {
+        return None;
+    }
+    let set: BTreeSet<usize> = counts.iter().copied().collect();
+    Some(format!(
+        "profile '{}' was fitted on measurements at {} ranks only: at {nranks} ranks it extrapolates{}",
+        p.name,
+        list(&set),
+        if set.len() < 2 {
+            " (with one rank count its per-hop latencies were held at NCCL's table values, so the change with the rank count is NCCL's, not measured)"
+        } else {
+            ""
+        }
+    ))
 }
 
 fn residuals(base: &Profile, params: &[Param], theta: &[f64], pts: &[Point]) -> Option<Vec<f64>> {
@@ -470,6 +607,27 @@ pub struct FitReport {
     pub median_abs_err: f64,
     /// `None` when there are too few points to leave one out.
     pub median_abs_loo_err: Option<f64>,
+    /// Parameters the data touches but cannot pin down, held at the starting values.
+    pub held: Vec<HeldParam>,
+    /// Rank counts of the points (also recorded in the fitted profile).
+    pub rank_counts: Vec<usize>,
+}
+
+impl FitReport {
+    /// One line per parameter, fitted or held, for the fit table.
+    pub fn param_lines(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| format!("fitted {}: {:.4} -> {:.4}", p.name, p.base, p.fitted))
+            .collect();
+        v.extend(
+            self.held
+                .iter()
+                .map(|h| format!("held {} = {:.4}: {}", h.name, h.value, h.reason)),
+        );
+        v
+    }
 }
 
 /// Median of absolute values.
@@ -534,6 +692,15 @@ pub fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitReport> {
     } else {
         None
     };
+    let held = held_params(base, pts, &params)?;
+    let rank_counts: Vec<usize> = pts
+        .iter()
+        .map(|p| p.n)
+        .collect::<BTreeSet<usize>>()
+        .into_iter()
+        .collect();
+    let mut fitted = fitted;
+    fitted.fitted_rank_counts = Some(rank_counts.clone());
     Ok(FitReport {
         params: params
             .iter()
@@ -544,6 +711,8 @@ pub fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitReport> {
             })
             .collect(),
         profile: fitted,
+        held,
+        rank_counts,
         points,
         median_abs_err,
         median_abs_loo_err,
@@ -616,19 +785,26 @@ mod tests {
         let pts = sweep(&t, &[2], 0.0);
         let r = calibrate(&base, &pts).unwrap();
         let names: Vec<&str> = r.params.iter().map(|p| p.name.as_str()).collect();
-        // One rank count: hop latencies are free, base latencies are not.
-        assert!(names.contains(&"intra.hop_lat_us.ring.LL"), "{names:?}");
+        // One rank count: base latencies are fitted, hop latencies held at the table.
+        assert!(names.contains(&"base_lat_us.ring.LL"), "{names:?}");
         assert!(
-            !names.iter().any(|n| n.starts_with("base_lat")),
+            !names.iter().any(|n| n.starts_with("intra.hop_lat")),
             "{names:?}"
         );
+        assert_eq!(r.rank_counts, [2]);
+        assert_eq!(r.profile.fitted_rank_counts.as_deref(), Some(&[2][..]));
+        assert_eq!(
+            r.profile.intra.hop_lat_us.ring.ll,
+            base.intra.hop_lat_us.ring.ll
+        );
         for pf in &r.params {
+            // At n = 2 a ring all-reduce takes 2 steps: base + 2 hop is what the data pins
+            // down, so the base absorbs twice the hop's departure from the table.
+            let hop = |p: Proto| t.intra.hop_lat_us.ring.get(p) - base.intra.hop_lat_us.ring.get(p);
             let want = match pf.name.as_str() {
-                // At n = 2, base + 2 hop is what the data pins down: the hop absorbs the base.
-                "intra.hop_lat_us.ring.Simple" => {
-                    (t.base_lat_us.ring.simple - base.base_lat_us.ring.simple) / 2.0
-                        + t.intra.hop_lat_us.ring.simple
-                }
+                "base_lat_us.ring.LL" => t.base_lat_us.ring.ll + 2.0 * hop(Proto::Ll),
+                "base_lat_us.ring.LL128" => t.base_lat_us.ring.ll128 + 2.0 * hop(Proto::Ll128),
+                "base_lat_us.ring.Simple" => t.base_lat_us.ring.simple + 2.0 * hop(Proto::Simple),
                 n => Param::all_named(n).get(&t),
             };
             assert!(
@@ -679,7 +855,7 @@ mod tests {
     fn too_few_points_is_refused_with_the_number_needed() {
         let base = builtin("nvlink-h200").unwrap();
         let pts = sweep(&truth(), &[2], 0.0);
-        // Two LL and two Simple points: five parameters (LL ceiling, bus bandwidth, two hop
+        // Two LL and two Simple points: five parameters (LL ceiling, bus bandwidth, two base
         // latencies, eager launch) from four points.
         let ll = pts.iter().filter(|p| p.label.starts_with("LL ")).take(2);
         let simple = pts.iter().filter(|p| p.label.starts_with("Simple")).take(2);
@@ -695,6 +871,81 @@ mod tests {
             "{e}"
         );
         assert!(calibrate(&base, &[]).is_err());
+    }
+
+    #[test]
+    fn held_parameters_are_named_with_the_reason() {
+        let t = truth();
+        let base = builtin("nvlink-h200").unwrap();
+        let r = calibrate(&base, &sweep(&t, &[2], 0.0)).unwrap();
+        let held: Vec<&str> = r.held.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(
+            held,
+            [
+                "intra.hop_lat_us.ring.LL",
+                "intra.hop_lat_us.ring.LL128",
+                "intra.hop_lat_us.ring.Simple",
+                "launch_graph_us"
+            ]
+        );
+        let h = &r.held[0];
+        assert_eq!(h.value, base.intra.hop_lat_us.ring.ll);
+        assert!(
+            h.reason.starts_with(
+                "held at its table value: the data has one rank count for Ring LL (n = 2)"
+            ),
+            "{}",
+            h.reason
+        );
+        let lines = r.param_lines();
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("fitted base_lat_us.ring.LL:")));
+        assert!(
+            lines.iter().any(|l| l.starts_with(
+                "held intra.hop_lat_us.ring.Simple = 3.4000: held at its table value"
+            )),
+            "{lines:?}"
+        );
+        // Several rank counts: the hops are fitted, only the graph launch cost is held.
+        let r = calibrate(&base, &sweep(&t, &[2, 4, 8], 0.0)).unwrap();
+        let held: Vec<&str> = r.held.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(held, ["launch_graph_us"]);
+        assert_eq!(r.rank_counts, [2, 4, 8]);
+        // Eager points only: the eager launch cost is held too, with its reason.
+        let eager: Vec<Point> = sweep(&t, &[2, 4], 0.0)
+            .into_iter()
+            .filter(|p| !p.graph)
+            .collect();
+        let r = calibrate(&base, &eager).unwrap();
+        let l = r
+            .held
+            .iter()
+            .find(|h| h.name == "launch_eager_us.processes")
+            .unwrap();
+        assert!(l.reason.contains("without graph points"), "{}", l.reason);
+        assert!(!r.params.iter().any(|p| p.name.starts_with("launch_eager")));
+    }
+
+    #[test]
+    fn a_profile_used_at_another_rank_count_says_it_extrapolates() {
+        let base = builtin("nvlink-h200").unwrap();
+        assert_eq!(extrapolation_note(&base, 8), None);
+        let r = calibrate(&base, &sweep(&truth(), &[2], 0.0)).unwrap();
+        let mut p = r.profile;
+        p.name = "h200x2".into();
+        assert_eq!(extrapolation_note(&p, 2), None);
+        let n = extrapolation_note(&p, 8).unwrap();
+        assert!(
+            n.starts_with("profile 'h200x2' was fitted on measurements at 2 ranks only: at 8 ranks it extrapolates (with one rank count"),
+            "{n}"
+        );
+        p.fitted_rank_counts = Some(vec![2, 4]);
+        let n = extrapolation_note(&p, 8).unwrap();
+        assert!(n.ends_with("at 8 ranks it extrapolates"), "{n}");
+        // The rank counts survive the profile file.
+        let back: Profile = serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        assert_eq!(back.fitted_rank_counts, Some(vec![2, 4]));
     }
 
     impl Param {

@@ -9,10 +9,12 @@
 //! - [`profile`]: the parameters (built-in link profiles with their sources, fitted files).
 //! - [`predict`]: time of one collective, and NCCL's choice of algorithm and protocol.
 //! - [`fit`]: least-squares calibration on measured records, with leave-one-out.
+//! - [`waiting`]: the waiting of collectives for the slowest rank under host gaps.
 
 pub mod fit;
 pub mod predict;
 pub mod profile;
+pub mod waiting;
 
 use std::path::PathBuf;
 

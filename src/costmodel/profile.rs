@@ -213,6 +213,11 @@ pub struct Profile {
     pub kernel_launch_eager_us: f64,
     /// Achieved HBM streaming bandwidth of one GPU, GB/s (compute = weight bytes / this).
     pub hbm_gbps: f64,
+    /// Rank counts of the measurements a fitted profile was fitted on (`None`: built in or
+    /// hand-written); used at another count, the profile extrapolates
+    /// ([`crate::costmodel::fit::extrapolation_note`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted_rank_counts: Option<Vec<usize>>,
 }
 
 /// NCCL's Ring/Tree base latencies (LL, LL128, Simple), with LL calibrated (see module docs).
@@ -271,6 +276,7 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
         launch_graph_us: LAUNCH_GRAPH_US,
         kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
         hbm_gbps,
+        fitted_rank_counts: None,
     }
 }
 
@@ -292,6 +298,7 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
         launch_graph_us: LAUNCH_GRAPH_US,
         kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
         hbm_gbps,
+        fitted_rank_counts: None,
     }
 }
 

@@ -15,6 +15,7 @@
 //! Not here: choosing between NCCL and the cost model ([`crate::backend`]), flags (`cli/`),
 //! cudarc ([`crate::comm`]).
 
+pub mod affinity;
 pub mod external;
 pub mod external_worker;
 pub mod job;

@@ -2,7 +2,10 @@
 //! outputs of the exact-result check ([`pattern`]). How often to repeat is [`crate::request::Repeat`].
 
 pub mod bandwidth;
+pub mod gaps;
+pub mod interval;
 pub mod pattern;
+pub mod repeat;
 pub mod stats;
 
 pub use stats::Summary;

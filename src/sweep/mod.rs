@@ -15,6 +15,7 @@
 //! - [`runner`]: running a point (real child processes, or a mock).
 //! - [`results`]: the JSON-lines results file and resume.
 //! - [`rank`]: ranking and advice.
+//! - [`rounds`]: interleaved rounds, paired ratios, the measured noise floor.
 //! - [`command`]: the driver of `verifybench sweep` ([`command::SweepRequest`]): resume merge,
 //!   runner wiring, progress lines, the table and its exports.
 //!
@@ -29,6 +30,7 @@ pub mod mock;
 pub mod ncclog;
 pub mod rank;
 pub mod results;
+pub mod rounds;
 pub mod runner;
 pub mod signal;
 
