@@ -17,4 +17,5 @@ pub mod model;
 pub mod report;
 pub mod speculative;
 pub mod sweep;
+pub mod trace;
 pub mod units;

@@ -1,5 +1,6 @@
 //! Timing statistics (pure) and measurement settings.
 
+pub mod attribution;
 pub mod pattern;
 pub mod stats;
 

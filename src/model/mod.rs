@@ -9,6 +9,7 @@
 pub mod config;
 pub mod presets;
 pub mod schedule;
+pub mod schedule_file;
 pub mod shape;
 
 pub use schedule::{
