@@ -58,6 +58,22 @@ pub struct StepSummary {
     pub eager_steps: usize,
     pub graph_steps: usize,
     pub unknown_mode_steps: usize,
+    /// The step whose time is the median, whole: its parts add up (medians of parts do not).
+    pub typical: TypicalStep,
+}
+
+/// One step's figures (mean over ranks), chosen as the step of median duration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TypicalStep {
+    /// Index among the steps.
+    pub index: usize,
+    pub step_us: f64,
+    /// Mean over ranks of the collectives' in-kernel time (= transfer + waiting when split).
+    pub collectives_us: f64,
+    pub transfer_us: Option<f64>,
+    pub waiting_us: Option<f64>,
+    pub compute_us: f64,
+    pub idle_us: f64,
 }
 
 impl StepSummary {
@@ -295,7 +311,7 @@ pub fn analyse(
         let coll: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.collectives_us, k)).collect();
         let comp: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.compute_us, k)).collect();
         let idle: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.idle_us, k)).collect();
-        let (mut tr, mut wa) = (Vec::new(), Vec::new());
+        let (mut tr, mut wa, mut ik) = (Vec::new(), Vec::new(), Vec::new());
         if attribution.is_some() {
             for s in &r0.steps {
                 let items: Vec<Attribution> =
@@ -303,8 +319,22 @@ pub fn analyse(
                 let g = aggregate(&items, n);
                 tr.push(g.transfer_us);
                 wa.push(g.mean_waiting_us());
+                ik.push(g.mean_in_kernel_us());
             }
         }
+        let med = Spread::of(&dur).expect("steps").median;
+        let k = (0..nsteps)
+            .min_by(|&a, &b| (dur[a] - med).abs().total_cmp(&(dur[b] - med).abs()))
+            .expect("steps");
+        let typical = TypicalStep {
+            index: k,
+            step_us: dur[k],
+            collectives_us: ik.get(k).copied().unwrap_or(coll[k]),
+            transfer_us: tr.get(k).copied(),
+            waiting_us: wa.get(k).copied(),
+            compute_us: comp[k],
+            idle_us: idle[k],
+        };
         let count = |m: StepMode| r0.steps.iter().filter(|s| s.mode == m).count();
         let one = &r0.collectives[r0.steps[0].first..r0.steps[0].end];
         Some(StepSummary {
@@ -320,6 +350,7 @@ pub fn analyse(
             eager_steps: count(StepMode::Eager),
             graph_steps: count(StepMode::Graph),
             unknown_mode_steps: count(StepMode::Unknown),
+            typical,
         })
     } else {
         None
@@ -421,19 +452,21 @@ pub fn diagnose(a: &Analysis) -> Vec<String> {
         return d;
     };
     let straggler = a.attribution.as_ref().and_then(|t| t.straggler.clone());
+    let ty = &s.typical;
     let mut head = format!(
-        "Per step (median of {} steps, measured from the trace): step {}; collectives {} in-kernel",
+        "Median step (step {} of {}, measured from the trace): step {}; collectives {} in-kernel",
+        ty.index + 1,
         s.steps,
-        ms(s.step_us.median),
-        ms(s.collectives_us.median)
+        ms(ty.step_us),
+        ms(ty.collectives_us)
     );
-    if let (Some(t), Some(w)) = (&s.transfer_us, &s.waiting_us) {
-        head += &format!(" = {} transfer + {} waiting", ms(t.median), ms(w.median));
+    if let (Some(t), Some(w)) = (ty.transfer_us, ty.waiting_us) {
+        head += &format!(" = {} transfer + {} waiting", ms(t), ms(w));
     }
     head += &format!(
         "; compute kernels {}; GPU idle {}; {}",
-        ms(s.compute_us.median),
-        ms(s.idle_us.median),
+        ms(ty.compute_us),
+        ms(ty.idle_us),
         s.mode_words()
     );
     if let Some(st) = &straggler {
@@ -447,17 +480,17 @@ pub fn diagnose(a: &Analysis) -> Vec<String> {
     head.push('.');
     d.push(head);
     let eager = s.eager_steps > 0 && s.graph_steps == 0;
-    match (&s.transfer_us, &s.waiting_us) {
+    match (ty.transfer_us, ty.waiting_us) {
         (Some(t), Some(w)) => {
-            let share = if s.collectives_us.median > 0.0 {
-                w.median / s.collectives_us.median
+            let share = if ty.collectives_us > 0.0 {
+                w / ty.collectives_us
             } else {
                 0.0
             };
             d.push(format!(
                 "NCCL settings can change at most the transfer share ({} of {}).",
-                ms(t.median),
-                ms(s.step_us.median)
+                ms(t),
+                ms(ty.step_us)
             ));
             if share >= 0.5 && eager {
                 d.push("The waiting comes from ranks launching at different times: run the verify from a CUDA graph (SGLang: check that the verify batch size is among the captured sizes; the decode log's `cuda graph: False` means it ran eagerly).".into());
