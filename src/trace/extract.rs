@@ -249,8 +249,11 @@ pub fn extract(
             let mut c = collective_from(Some(&op.args), None, None);
             c.launch_us = Some(op.ts);
             c.launch_end_us = Some(op.ts + op.dur);
+            // GPU work launched inside the op (one rank's all-gather is a device copy).
             if let Some(g) = op.external_id.and_then(|e| by_ext.get(&e)) {
                 c.graph = launch_of(g.correlation).map(|l| l.kind == LaunchKind::Graph);
+                c.gpu_start_us = Some(g.ts);
+                c.gpu_dur_us = Some(g.dur);
             }
             colls.push(c);
         }
@@ -265,7 +268,7 @@ pub fn extract(
         let mut filled = 0;
         for c in colls.iter_mut().filter(|c| c.elements.is_none()) {
             let n = c.group_size.map(|g| g as u32);
-            if let Some(s) = log.only_size(&c.op, n) {
+            if let Some((s, _)) = log.likely_size(&c.op, c.dtype.as_deref(), n) {
                 c.elements = Some(s.count);
                 if c.dtype.is_none() {
                     c.dtype = s.dtype.clone();
@@ -337,10 +340,12 @@ pub fn extract(
         if dur <= 0.0 {
             continue;
         }
+        // + 0.0: an empty f64 sum is -0.0
         let collectives_us = colls[first_i..end_i]
             .iter()
             .filter_map(|c| c.gpu_dur_us)
-            .sum();
+            .sum::<f64>()
+            + 0.0;
         let busy = all.within(a, b);
         let mode = {
             let m = mode_in(a, b);

@@ -119,8 +119,18 @@ fn unusable(t: &reader::TraceData) -> Option<String> {
         ));
     }
     if t.comms.is_empty() && !t.gpu.iter().any(|g| g.kind == reader::GpuKind::Nccl) {
+        let graphs = t
+            .runtime
+            .iter()
+            .filter(|r| r.kind == reader::LaunchKind::Graph)
+            .count();
+        let why = if graphs > 0 {
+            format!(" ({graphs} cudaGraphLaunch calls: the collectives ran inside CUDA graphs captured before profiling, and a one-rank graph holds no NCCL kernel)")
+        } else {
+            String::new()
+        };
         return Some(format!(
-            "'{}': no collectives (no NCCL kernel and no record_param_comms op)",
+            "'{}': no collectives (no NCCL kernel and no record_param_comms op){why}",
             t.path.display()
         ));
     }

@@ -162,6 +162,35 @@ impl LogSummary {
         it.next().is_none().then_some(first)
     }
 
+    /// The size a kernel of `op` (of `dtype` when the kernel name says it) most likely had:
+    /// the only size, or one size with at least 90% of the calls (set-up calls of one element
+    /// around it are common). Without a dtype (all-gather kernels name none) only floating-point
+    /// calls count: torch's own set-up gathers move integers and bytes. Returns the size and its
+    /// share of the calls.
+    pub fn likely_size(
+        &self,
+        op: &str,
+        dtype: Option<&str>,
+        nranks: Option<u32>,
+    ) -> Option<(&LogSize, f64)> {
+        let c: Vec<&LogSize> = self
+            .sizes
+            .iter()
+            .filter(|s| s.op == op && nranks.is_none_or(|n| s.nranks == n))
+            .filter(|s| match dtype {
+                Some(d) => s.dtype.as_deref() == Some(d),
+                None => matches!(
+                    s.dtype.as_deref(),
+                    Some("bf16" | "f16" | "f32" | "f8e4m3" | "f8e5m2")
+                ),
+            })
+            .collect();
+        let total: u64 = c.iter().map(|s| s.calls).sum();
+        let best = c.iter().max_by_key(|s| s.calls)?;
+        let share = best.calls as f64 / total as f64;
+        (share >= 0.9).then_some((*best, share))
+    }
+
     /// Calls of `op` per process (what each rank logged).
     pub fn calls_per_process(&self, op: &str) -> f64 {
         let n: u64 = self.sizes.iter().filter(|s| s.op == op).map(|s| s.calls).sum();
@@ -204,6 +233,21 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
         assert_eq!(s.only_size("all_reduce", Some(1)).unwrap().count, 21504);
         assert_eq!(s.only_size("all_gather", None).unwrap().count, 61440);
         assert!((s.calls_per_process("all_reduce") - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn real_coll_log_gives_the_verify_sizes() {
+        // NCCL 2.28.9, one H200, torch replaying the Kimi-K2.5 TP1 verify (trimmed; see
+        // tests/data/traces/README.md)
+        let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/traces/kimi-tp1-world1-nccl-coll.log");
+        let calls = read(Path::new(p)).unwrap();
+        assert!(calls.iter().all(|c| c.nranks == 1 && c.host == "vm"));
+        let s = LogSummary::of(&calls);
+        assert!(s.only_size("all_reduce", None).is_none(), "set-up calls of 1 element");
+        let (ar, share) = s.likely_size("all_reduce", Some("bf16"), Some(1)).unwrap();
+        assert_eq!((ar.count, ar.dtype.as_deref(), share), (21504, Some("bf16"), 1.0));
+        let (ag, _) = s.likely_size("all_gather", None, Some(1)).unwrap();
+        assert_eq!((ag.count, ag.dtype.as_deref()), (491520, Some("bf16")));
     }
 
     #[test]

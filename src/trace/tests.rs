@@ -271,3 +271,131 @@ fn a_partly_readable_folder_skips_the_bad_files() {
     let e = err(vec![dir.path().join("rank-1.json")]);
     assert_eq!(crate::error::exit_code(&e), 2);
 }
+
+// ---- real traces: torch.profiler on one H200 (tests/data/traces/README.md) ----
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/traces")
+        .join(name)
+}
+
+fn real(name: &str) -> Analysis {
+    analyse(&TraceRequest::new(vec![fixture(name)])).unwrap()
+}
+
+fn expect_kimi_sequence(a: &Analysis, ag_elements: u64) {
+    let st = a.step.as_ref().unwrap();
+    assert_eq!(st.steps, 3, "three profiled replays");
+    assert_eq!(st.pattern, "123 all_reduce + 1 all_gather");
+    assert_eq!(a.sequence.len(), 2, "{:?}", a.sequence);
+    let (ar, ag) = (&a.sequence[0], &a.sequence[1]);
+    assert_eq!(
+        (ar.op.as_str(), ar.dtype.as_deref(), ar.elements, ar.bytes, ar.per_step, ar.group_size),
+        ("all_reduce", Some("bf16"), Some(21504), Some(43008), 123, Some(1))
+    );
+    assert_eq!(
+        (ag.op.as_str(), ag.dtype.as_deref(), ag.elements, ag.bytes, ag.per_step),
+        ("all_gather", Some("bf16"), Some(ag_elements), Some(2 * ag_elements), 1)
+    );
+    // every collective of the trace, not only the first step's
+    let r = &a.rank_traces[0];
+    assert_eq!(r.collectives.len(), 3 * 124);
+    assert!(r.collectives.iter().all(|c| c.size_from == extract::SizeFrom::Trace));
+    assert_eq!(st.eager_steps, 3);
+}
+
+#[test]
+fn real_eager_tp1_trace_collectives_and_steps() {
+    let a = real("kimi-tp1-world1-eager-rank-0.trace.json.gz");
+    expect_kimi_sequence(&a, 491520);
+    assert_eq!(a.world_size, Some(1));
+    let diff = against::against_plan(&a, &kimi_plan(1)).unwrap();
+    assert!(diff.same, "{diff:?}");
+    // the all-gather's device copy is its GPU side
+    let ag = a.rank_traces[0].collectives.iter().find(|c| c.op == "all_gather").unwrap();
+    assert!(ag.gpu_dur_us.unwrap() > 0.0 && ag.gpu_dur_us.unwrap() < 100.0);
+}
+
+#[test]
+fn real_eager_tp2_trace_exports_the_plans_ops() {
+    let a = real("kimi-tp2-world1-eager-rank-0.trace.json.gz");
+    expect_kimi_sequence(&a, 245760);
+    let plan = kimi_plan(2);
+    let f = against::schedule_file(&a, 3).unwrap();
+    let planned: Vec<_> = plan
+        .ops
+        .iter()
+        .filter(|o| matches!(o, crate::model::Op::Collective { .. }))
+        .map(|o| match o {
+            crate::model::Op::Collective { kind, dtype, count, bytes_per_rank, .. } => (*kind, *dtype, *count, *bytes_per_rank),
+            _ => unreachable!(),
+        })
+        .collect();
+    let got: Vec<_> = f
+        .schedule
+        .ops
+        .iter()
+        .map(|o| match o {
+            crate::model::Op::Collective { kind, dtype, count, bytes_per_rank, .. } => (*kind, *dtype, *count, *bytes_per_rank),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(planned, got);
+}
+
+#[test]
+fn real_traces_step_label_gives_the_same_steps() {
+    let mut req = TraceRequest::new(vec![fixture("kimi-tp1-world1-eager-rank-0.trace.json.gz")]);
+    req.step_label = Some("verify_step".into());
+    let a = analyse(&req).unwrap();
+    let st = a.step.as_ref().unwrap();
+    assert_eq!((st.steps, st.collectives_per_step), (3, 124));
+    assert!(a.step_rule.contains("verify_step"));
+}
+
+#[test]
+fn real_delay_trace_shows_the_50_us_host_delay() {
+    let median_gap = |name: &str| {
+        let a = real(name);
+        let g: Vec<f64> = a.rank_traces[0].host_gaps_us[1..].to_vec();
+        crate::measure::attribution::Spread::of(&g).unwrap().median
+    };
+    let plain = median_gap("kimi-tp1-world1-eager-rank-0.trace.json.gz");
+    let late = median_gap("kimi-tp1-world1-delay-eager-rank-0.trace.json.gz");
+    assert!(
+        (late - plain - 50.0).abs() < 15.0,
+        "host gap {plain:.1} us without, {late:.1} us with the 50 us delay"
+    );
+}
+
+#[test]
+fn real_graph_trace_without_collectives_says_why() {
+    let e = analyse(&TraceRequest::new(vec![fixture(
+        "kimi-tp1-world1-graph-rank-0.trace.json.gz",
+    )]))
+    .unwrap_err();
+    assert_eq!(crate::error::exit_code(&e), 2);
+    assert!(e.to_string().contains("cudaGraphLaunch"), "{e}");
+}
+
+#[test]
+fn old_style_kernel_names_only_with_the_nccl_log_fill_in() {
+    // synthetic kernels without arguments + the real log of the TP1 run
+    let s = SynthSpec {
+        with_args: false,
+        ranks: 1,
+        steps: 2,
+        ar_elements: 21504,
+        ag_elements: 491520,
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    synth::write_dir(&s, dir.path(), false).unwrap();
+    let mut req = TraceRequest::new(vec![dir.path().into()]);
+    req.nccl_logs = vec![fixture("kimi-tp1-world1-nccl-coll.log")];
+    let a = analyse(&req).unwrap();
+    assert_eq!(a.sequence[0].elements, Some(21504));
+    assert_eq!(a.sequence[1].elements, Some(491520));
+    assert_eq!(a.sequence[1].size_from, extract::SizeFrom::NcclLog);
+}
