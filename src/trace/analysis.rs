@@ -37,6 +37,8 @@ pub struct RankSummary {
     pub waiting_median_us: Option<f64>,
     /// Collectives in which this rank started last.
     pub times_last: usize,
+    /// Median host time between the end of one collective's launch and the next launch.
+    pub host_gap_median_us: Option<f64>,
 }
 
 /// The step, median and spread over the steps in the trace (mean over ranks per step).
@@ -388,6 +390,8 @@ pub fn analyse(
                 step_median_us: Spread::of(&st).map(|s| s.median),
                 in_kernel_median_us: Spread::of(&ik).map(|s| s.median),
                 waiting_median_us: Spread::of(&wa).map(|s| s.median),
+                host_gap_median_us: Spread::of(r.host_gaps_us.get(1..).unwrap_or(&[]))
+                    .map(|s| s.median),
                 times_last: attribution
                     .as_ref()
                     .map(|a| a.total.last_counts[pos])

@@ -202,6 +202,8 @@ pub fn extract(
 
     let launch_of = |corr: Option<i64>| corr.and_then(|c| runtime.get(&c)).map(|&i| &t.runtime[i]);
     let mut colls = Vec::new();
+    // GPU events that are a collective's own work (not compute).
+    let mut coll_gpu: HashSet<usize> = HashSet::new();
     let nccl: Vec<_> = gpu.iter().filter(|g| g.kind == GpuKind::Nccl).collect();
     let gpu_timed = !nccl.is_empty();
     if gpu_timed {
@@ -237,9 +239,10 @@ pub fn extract(
         let mut seen = HashSet::new();
         let mut comms: Vec<_> = t.comms.iter().collect();
         comms.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-        let by_ext: HashMap<i64, &super::reader::GpuEvent> = gpu
+        let by_ext: HashMap<i64, usize> = gpu
             .iter()
-            .filter_map(|g| g.external_id.map(|e| (e, *g)))
+            .enumerate()
+            .filter_map(|(i, g)| g.external_id.map(|e| (e, i)))
             .collect();
         for op in comms {
             let key = (op.args.pg_name.clone(), op.args.seq);
@@ -250,7 +253,9 @@ pub fn extract(
             c.launch_us = Some(op.ts);
             c.launch_end_us = Some(op.ts + op.dur);
             // GPU work launched inside the op (one rank's all-gather is a device copy).
-            if let Some(g) = op.external_id.and_then(|e| by_ext.get(&e)) {
+            if let Some(&i) = op.external_id.and_then(|e| by_ext.get(&e)) {
+                coll_gpu.insert(i);
+                let g = gpu[i];
                 c.graph = launch_of(g.correlation).map(|l| l.kind == LaunchKind::Graph);
                 c.gpu_start_us = Some(g.ts);
                 c.gpu_dur_us = Some(g.dur);
@@ -300,8 +305,9 @@ pub fn extract(
     let all = Coverage::new(gpu.iter().map(|g| (g.ts, g.ts + g.dur)).collect());
     let compute = Coverage::new(
         gpu.iter()
-            .filter(|g| g.kind != GpuKind::Nccl)
-            .map(|g| (g.ts, g.ts + g.dur))
+            .enumerate()
+            .filter(|(i, g)| g.kind != GpuKind::Nccl && !coll_gpu.contains(i))
+            .map(|(_, g)| (g.ts, g.ts + g.dur))
             .collect(),
     );
     let first = gpu.first().map(|g| g.ts).unwrap_or(0.0);

@@ -95,8 +95,8 @@ pub fn render(a: &Analysis) -> String {
     let _ = writeln!(o, "\nPer rank");
     let _ = writeln!(
         o,
-        "  {:>4}  {:>6} {:>7} {:>11} {:>11} {:>11} {:>6}  file",
-        "rank", "colls", "steps", "step", "in-kernel", "waiting", "last"
+        "  {:>4}  {:>6} {:>7} {:>11} {:>11} {:>11} {:>6} {:>10}  file",
+        "rank", "colls", "steps", "step", "in-kernel", "waiting", "last", "host gap"
     );
     let total_last: usize = a.ranks.iter().map(|r| r.times_last).sum();
     for r in &a.ranks {
@@ -108,7 +108,7 @@ pub fn render(a: &Analysis) -> String {
         };
         let _ = writeln!(
             o,
-            "  {:>4}  {:>6} {:>7} {:>11} {:>11} {:>11} {:>6}  {}",
+            "  {:>4}  {:>6} {:>7} {:>11} {:>11} {:>11} {:>6} {:>10}  {}",
             r.rank,
             r.collectives,
             r.steps,
@@ -116,6 +116,7 @@ pub fn render(a: &Analysis) -> String {
             f(r.in_kernel_median_us),
             f(r.waiting_median_us),
             last,
+            f(r.host_gap_median_us),
             r.file
         );
     }
@@ -131,6 +132,10 @@ pub fn render(a: &Analysis) -> String {
             t.matched
         );
     }
+    let _ = writeln!(
+        o,
+        "  (per rank: medians over steps; host gap: host time between consecutive collective launches)"
+    );
     let _ = writeln!(o, "\nDiagnosis");
     for d in &a.diagnosis {
         let _ = writeln!(o, "  {d}");
