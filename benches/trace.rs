@@ -27,7 +27,10 @@ fn spec(ranks: usize, steps: usize) -> SynthSpec {
 fn small(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let paths = synth::write_dir(&spec(2, 200), dir.path(), true).unwrap();
-    let bytes: u64 = paths.iter().map(|p| std::fs::metadata(p).unwrap().len()).sum();
+    let bytes: u64 = paths
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
     let mut g = c.benchmark_group("trace");
     g.sample_size(10);
     g.throughput(Throughput::Bytes(bytes));
@@ -51,10 +54,17 @@ fn big() {
         std::fs::create_dir_all(&dir).unwrap();
         let t = Instant::now();
         synth::write_dir(&spec(8, steps), &dir, true).unwrap();
-        eprintln!("generated 8 ranks x {steps} steps in {:.1} s", t.elapsed().as_secs_f64());
+        eprintln!(
+            "generated 8 ranks x {steps} steps in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
     }
     let sizes: Vec<u64> = (0..8)
-        .map(|r| std::fs::metadata(dir.join(format!("rank-{r}.json.gz"))).unwrap().len())
+        .map(|r| {
+            std::fs::metadata(dir.join(format!("rank-{r}.json.gz")))
+                .unwrap()
+                .len()
+        })
         .collect();
     let t = Instant::now();
     let a = analyse(&TraceRequest::new(vec![dir.clone()])).unwrap();

@@ -47,7 +47,18 @@ fn json_record_and_exports() {
     let rec = out.path().join("trace.json");
     let sched = out.path().join("schedule.json");
     let o = vb()
-        .args(["trace", "--format", "json", "--against-plan", "--model", "kimi-k2.5", "--tp", "2", "--tokens", "3"])
+        .args([
+            "trace",
+            "--format",
+            "json",
+            "--against-plan",
+            "--model",
+            "kimi-k2.5",
+            "--tp",
+            "2",
+            "--tokens",
+            "3",
+        ])
         .arg(d.path())
         .arg("--export-json")
         .arg(&rec)
@@ -58,7 +69,10 @@ fn json_record_and_exports() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     // the record envelope: `other` payloads carry their name and data
-    assert_eq!((v["kind"].as_str(), v["result"]["name"].as_str()), (Some("other"), Some("trace")));
+    assert_eq!(
+        (v["kind"].as_str(), v["result"]["name"].as_str()),
+        (Some("other"), Some("trace"))
+    );
     assert_eq!(v["source"], "measured");
     let r = &v["result"]["data"];
     assert_eq!(r["step"]["steps"], 4);
@@ -82,7 +96,10 @@ fn bad_input_exits_2_with_one_line_naming_the_file() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("cut.json") && err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("cut.json") && err.contains("truncated"),
+        "{err}"
+    );
 
     let empty = d.path().join("none");
     std::fs::create_dir(&empty).unwrap();

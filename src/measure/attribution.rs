@@ -37,7 +37,10 @@ pub struct Attribution {
 /// Splits one collective. `per_rank` must not be empty; `same_clock` says whether the start
 /// times of different ranks can be compared.
 pub fn attribute(per_rank: &[RankTiming], same_clock: bool) -> Attribution {
-    assert!(!per_rank.is_empty(), "attribution of a collective seen by no rank");
+    assert!(
+        !per_rank.is_empty(),
+        "attribution of a collective seen by no rank"
+    );
     let transfer = per_rank
         .iter()
         .map(|t| t.dur_us)

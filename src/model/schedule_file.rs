@@ -42,7 +42,11 @@ impl ScheduleFile {
                     self.schedule.ops.len()
                 ));
             }
-            if let Some((i, x)) = g.iter().enumerate().find(|(_, x)| !x.is_finite() || **x < 0.0) {
+            if let Some((i, x)) = g
+                .iter()
+                .enumerate()
+                .find(|(_, x)| !x.is_finite() || **x < 0.0)
+            {
                 return Err(format!("host_gaps_us[{i}] is {x} (gaps are >= 0 us)"));
             }
         }
@@ -79,9 +83,8 @@ impl ScheduleFile {
                 path.display()
             ))
         })?;
-        f.validate().map_err(|m| {
-            usage(format!("schedule file '{}': {m}", path.display()))
-        })?;
+        f.validate()
+            .map_err(|m| usage(format!("schedule file '{}': {m}", path.display())))?;
         Ok(f)
     }
 
@@ -135,7 +138,10 @@ mod tests {
             std::fs::write(&p, text).unwrap();
             let e = ScheduleFile::load(&p).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2);
-            assert!(e.to_string().contains("bad.json") && e.to_string().contains(needle), "{e}");
+            assert!(
+                e.to_string().contains("bad.json") && e.to_string().contains(needle),
+                "{e}"
+            );
         }
         let f = ScheduleFile {
             schedule: kimi(),

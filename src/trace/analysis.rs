@@ -10,7 +10,9 @@ use serde::Serialize;
 use super::extract::{describe_period, Collective, RankTrace, SizeFrom, StepMode};
 use super::nccl_log::LogSummary;
 use super::reader::RankSource;
-use crate::measure::attribution::{aggregate, attribute, Aggregate, Attribution, RankTiming, Spread, Straggler};
+use crate::measure::attribution::{
+    aggregate, attribute, Aggregate, Attribution, RankTiming, Spread, Straggler,
+};
 
 /// One file that was not analysed, and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -165,7 +167,13 @@ fn keys(r: &RankTrace) -> Vec<(String, usize)> {
 fn matches(ranks: &[RankTrace]) -> Vec<Vec<Option<usize>>> {
     let maps: Vec<HashMap<(String, usize), usize>> = ranks
         .iter()
-        .map(|r| keys(r).into_iter().enumerate().map(|(i, k)| (k, i)).collect())
+        .map(|r| {
+            keys(r)
+                .into_iter()
+                .enumerate()
+                .map(|(i, k)| (k, i))
+                .collect()
+        })
         .collect();
     keys(&ranks[0])
         .into_iter()
@@ -243,61 +251,65 @@ pub fn analyse(
     let n = ranks.len();
     let all_timed = ranks.iter().all(|r| r.gpu_timed);
     let mut same_clock = !multi_host;
-    let (per_coll, attribution): (Vec<Option<Attribution>>, Option<TraceAttribution>) =
-        if n >= 2 && all_timed {
-            let m = matches(&ranks);
-            let mut timings: Vec<Option<Vec<RankTiming>>> = m
-                .iter()
-                .map(|idx| {
-                    idx.iter()
-                        .enumerate()
-                        .map(|(r, i)| i.and_then(|i| timing(&ranks[r].collectives[i])))
-                        .collect()
-                })
-                .collect();
-            // Clocks far apart cannot be one host's.
-            let skews: Vec<f64> = timings
-                .iter()
-                .flatten()
-                .map(|t| {
-                    let lo = t.iter().map(|x| x.start_us).fold(f64::INFINITY, f64::min);
-                    let hi = t.iter().map(|x| x.start_us).fold(f64::NEG_INFINITY, f64::max);
-                    hi - lo
-                })
-                .collect();
-            if same_clock && Spread::of(&skews).is_some_and(|s| s.median > 1e6) {
-                same_clock = false;
-                notes.push("the ranks' clocks differ by more than a second: treated as different hosts (durations only, skew unknown)".into());
-            }
-            let per: Vec<Option<Attribution>> = timings
-                .iter_mut()
-                .map(|t| t.as_ref().map(|t| attribute(t, same_clock)))
-                .collect();
-            let got: Vec<Attribution> = per.iter().flatten().cloned().collect();
-            let total = aggregate(&got, n);
-            let straggler = total.straggler.clone().map(|mut s| {
-                s.rank = ranks[s.rank].rank;
-                s
-            });
-            let unmatched = per.len() - got.len();
-            if unmatched > 0 {
-                notes.push(format!(
-                    "{unmatched} collectives of rank {} have no counterpart on every rank",
-                    ranks[0].rank
-                ));
-            }
-            (
-                per,
-                Some(TraceAttribution {
-                    matched: got.len(),
-                    ranks: ranks.iter().map(|r| r.rank).collect(),
-                    total,
-                    straggler,
-                }),
-            )
-        } else {
-            (Vec::new(), None)
-        };
+    let (per_coll, attribution): (Vec<Option<Attribution>>, Option<TraceAttribution>) = if n >= 2
+        && all_timed
+    {
+        let m = matches(&ranks);
+        let mut timings: Vec<Option<Vec<RankTiming>>> = m
+            .iter()
+            .map(|idx| {
+                idx.iter()
+                    .enumerate()
+                    .map(|(r, i)| i.and_then(|i| timing(&ranks[r].collectives[i])))
+                    .collect()
+            })
+            .collect();
+        // Clocks far apart cannot be one host's.
+        let skews: Vec<f64> = timings
+            .iter()
+            .flatten()
+            .map(|t| {
+                let lo = t.iter().map(|x| x.start_us).fold(f64::INFINITY, f64::min);
+                let hi = t
+                    .iter()
+                    .map(|x| x.start_us)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                hi - lo
+            })
+            .collect();
+        if same_clock && Spread::of(&skews).is_some_and(|s| s.median > 1e6) {
+            same_clock = false;
+            notes.push("the ranks' clocks differ by more than a second: treated as different hosts (durations only, skew unknown)".into());
+        }
+        let per: Vec<Option<Attribution>> = timings
+            .iter_mut()
+            .map(|t| t.as_ref().map(|t| attribute(t, same_clock)))
+            .collect();
+        let got: Vec<Attribution> = per.iter().flatten().cloned().collect();
+        let total = aggregate(&got, n);
+        let straggler = total.straggler.clone().map(|mut s| {
+            s.rank = ranks[s.rank].rank;
+            s
+        });
+        let unmatched = per.len() - got.len();
+        if unmatched > 0 {
+            notes.push(format!(
+                "{unmatched} collectives of rank {} have no counterpart on every rank",
+                ranks[0].rank
+            ));
+        }
+        (
+            per,
+            Some(TraceAttribution {
+                matched: got.len(),
+                ranks: ranks.iter().map(|r| r.rank).collect(),
+                total,
+                straggler,
+            }),
+        )
+    } else {
+        (Vec::new(), None)
+    };
     if !same_clock {
         notes.push("ranks on different hosts: start skew and the last rank are unknown; transfer and waiting come from durations".into());
     }
@@ -310,8 +322,12 @@ pub fn analyse(
     };
     let step = if nsteps > 0 {
         let dur: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.dur_us, k)).collect();
-        let coll: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.collectives_us, k)).collect();
-        let comp: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.compute_us, k)).collect();
+        let coll: Vec<f64> = (0..nsteps)
+            .map(|k| mean_over(&|s| s.collectives_us, k))
+            .collect();
+        let comp: Vec<f64> = (0..nsteps)
+            .map(|k| mean_over(&|s| s.compute_us, k))
+            .collect();
         let idle: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.idle_us, k)).collect();
         let (mut tr, mut wa, mut ik) = (Vec::new(), Vec::new(), Vec::new());
         if attribution.is_some() {
@@ -429,7 +445,10 @@ fn sequence_of(r: &RankTrace) -> Vec<SeqGroup> {
     let mut g: Vec<SeqGroup> = Vec::new();
     for c in one {
         match g.iter_mut().find(|x| {
-            x.op == c.op && x.dtype == c.dtype && x.elements == c.elements && x.group_size == c.group_size
+            x.op == c.op
+                && x.dtype == c.dtype
+                && x.elements == c.elements
+                && x.group_size == c.group_size
         }) {
             Some(x) => x.per_step += 1,
             None => g.push(SeqGroup {
@@ -529,7 +548,12 @@ pub fn diagnose(a: &Analysis) -> Vec<String> {
         let in_trace = a
             .rank_traces
             .first()
-            .map(|r| r.collectives.iter().filter(|c| c.op == "all_reduce").count() as f64)
+            .map(|r| {
+                r.collectives
+                    .iter()
+                    .filter(|c| c.op == "all_reduce")
+                    .count() as f64
+            })
             .unwrap_or(0.0);
         if in_trace > 0.0 && per_proc < 0.5 * in_trace && s.graph_steps > 0 {
             d.push(format!("The NCCL log has {per_proc:.0} all-reduce calls per process against {in_trace:.0} kernels in the trace: NCCL logged them once, at CUDA graph capture."));

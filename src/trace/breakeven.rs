@@ -92,7 +92,10 @@ pub fn parse_accept_log(text: &str) -> Option<AcceptLog> {
 /// Reads the mean accept length from a server log (for `breakeven --accept-from-log`).
 pub fn accept_from_log(path: &Path) -> anyhow::Result<AcceptLog> {
     let bytes = std::fs::read(path).map_err(|e| {
-        crate::error::usage(format!("--accept-from-log '{}': cannot read: {e}", path.display()))
+        crate::error::usage(format!(
+            "--accept-from-log '{}': cannot read: {e}",
+            path.display()
+        ))
     })?;
     parse_accept_log(&String::from_utf8_lossy(&bytes)).ok_or_else(|| {
         crate::error::usage(format!(
@@ -117,7 +120,9 @@ mod tests {
         let a = parse_accept_log(text).unwrap();
         assert!((a.mean_accept_len - 2.5).abs() < 1e-9);
         assert_eq!((a.lines, a.cuda_graph_true, a.cuda_graph_false), (2, 2, 1));
-        assert!(parse_accept_log("[x TP0] Decode batch. #running-req: 1, cuda graph: True").is_none());
+        assert!(
+            parse_accept_log("[x TP0] Decode batch. #running-req: 1, cuda graph: True").is_none()
+        );
     }
 
     #[test]

@@ -111,19 +111,32 @@ pub fn write<W: Write>(tracks: &[RankTrack], world_size: usize, out: W) -> std::
     let mut corr: u64 = 1;
     for t in tracks {
         let pid = t.rank;
-        emit(&mut w, json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":format!("rank {}", t.rank)}}))?;
-        emit(&mut w, json!({"ph":"M","name":"thread_name","pid":pid,"tid":0,"args":{"name":"host"}}))?;
-        emit(&mut w, json!({"ph":"M","name":"thread_name","pid":pid,"tid":1,"args":{"name":"stream 1"}}))?;
+        emit(
+            &mut w,
+            json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":format!("rank {}", t.rank)}}),
+        )?;
+        emit(
+            &mut w,
+            json!({"ph":"M","name":"thread_name","pid":pid,"tid":0,"args":{"name":"host"}}),
+        )?;
+        emit(
+            &mut w,
+            json!({"ph":"M","name":"thread_name","pid":pid,"tid":1,"args":{"name":"stream 1"}}),
+        )?;
         for s in &t.slices {
             match s.kind {
                 SliceKind::HostGap => {
-                    emit(&mut w, json!({"ph":"X","cat":"user_annotation","name":s.name,"pid":pid,"tid":0,
-                        "ts":s.start_us,"dur":s.dur_us,"args":{"rank":t.rank}}))?;
+                    emit(
+                        &mut w,
+                        json!({"ph":"X","cat":"user_annotation","name":s.name,"pid":pid,"tid":0,
+                        "ts":s.start_us,"dur":s.dur_us,"args":{"rank":t.rank}}),
+                    )?;
                 }
                 SliceKind::Collective | SliceKind::Compute => {
                     let c = corr;
                     corr += 1;
-                    let mut args = json!({"rank":t.rank,"correlation":c,"External id":c,"stream":1});
+                    let mut args =
+                        json!({"rank":t.rank,"correlation":c,"External id":c,"stream":1});
                     let name = match &s.collective {
                         Some(col) => {
                             let a = args.as_object_mut().expect("object");
@@ -143,12 +156,22 @@ pub fn write<W: Write>(tracks: &[RankTrack], world_size: usize, out: W) -> std::
                         }
                         None => s.name.clone(),
                     };
-                    emit(&mut w, json!({"ph":"X","cat":"kernel","name":name,"pid":pid,"tid":1,
-                        "ts":s.start_us,"dur":s.dur_us,"args":args}))?;
+                    emit(
+                        &mut w,
+                        json!({"ph":"X","cat":"kernel","name":name,"pid":pid,"tid":1,
+                        "ts":s.start_us,"dur":s.dur_us,"args":args}),
+                    )?;
                     if let Some((ls, ld)) = s.launch {
-                        let rt = if s.graph { "cudaGraphLaunch" } else { "cudaLaunchKernel" };
-                        emit(&mut w, json!({"ph":"X","cat":"cuda_runtime","name":rt,"pid":pid,"tid":0,
-                            "ts":ls,"dur":ld,"args":{"rank":t.rank,"correlation":c,"External id":c}}))?;
+                        let rt = if s.graph {
+                            "cudaGraphLaunch"
+                        } else {
+                            "cudaLaunchKernel"
+                        };
+                        emit(
+                            &mut w,
+                            json!({"ph":"X","cat":"cuda_runtime","name":rt,"pid":pid,"tid":0,
+                            "ts":ls,"dur":ld,"args":{"rank":t.rank,"correlation":c,"External id":c}}),
+                        )?;
                     }
                 }
             }
@@ -185,9 +208,7 @@ pub fn tracks_of(ranks: &[super::extract::RankTrace]) -> Vec<RankTrack> {
                         kind: SliceKind::Collective,
                         start_us: c.gpu_start_us?,
                         dur_us: c.gpu_dur_us?,
-                        launch: c
-                            .launch_us
-                            .map(|s| (s, c.launch_end_us.unwrap_or(s) - s)),
+                        launch: c.launch_us.map(|s| (s, c.launch_end_us.unwrap_or(s) - s)),
                         graph: c.graph.unwrap_or(false),
                         collective: Some(SliceCollective {
                             op: c.op.clone(),

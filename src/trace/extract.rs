@@ -215,14 +215,11 @@ pub fn extract(
                 algo: None,
                 proto: None,
             });
-            let args = g
-                .comm
-                .as_deref()
-                .or_else(|| {
-                    g.external_id
-                        .and_then(|e| comms_by_ext.get(&e))
-                        .map(|&i| &t.comms[i].args)
-                });
+            let args = g.comm.as_deref().or_else(|| {
+                g.external_id
+                    .and_then(|e| comms_by_ext.get(&e))
+                    .map(|&i| &t.comms[i].args)
+            });
             let l = launch_of(g.correlation);
             let mut c = collective_from(args, k.op.clone(), k.dtype.clone());
             c.algo = k.algo;
@@ -288,7 +285,10 @@ pub fn extract(
             notes.push(format!("{filled} collective sizes taken from the NCCL log"));
         }
     }
-    let unknown = colls.iter().filter(|c| c.size_from == SizeFrom::Unknown).count();
+    let unknown = colls
+        .iter()
+        .filter(|c| c.size_from == SizeFrom::Unknown)
+        .count();
     if unknown > 0 {
         notes.push(format!(
             "{unknown} of {} collectives carry no size (no record_param_comms arguments, e.g. NCCL called directly or inside a CUDA graph): op and dtype come from the kernel name; give --nccl-log for sizes",
@@ -357,7 +357,10 @@ pub fn extract(
             let m = mode_in(a, b);
             if m == StepMode::Unknown {
                 // host-side fallback: how this step's collectives were launched
-                let g: Vec<bool> = colls[first_i..end_i].iter().filter_map(|c| c.graph).collect();
+                let g: Vec<bool> = colls[first_i..end_i]
+                    .iter()
+                    .filter_map(|c| c.graph)
+                    .collect();
                 if g.is_empty() {
                     StepMode::Unknown
                 } else if 2 * g.iter().filter(|x| **x).count() > g.len() {
@@ -521,10 +524,14 @@ fn step_ranges(
             };
             out.push((0, b[0] + 1, a, colls[b[0]].end_us()));
         }
-        out.extend(
-            b.windows(2)
-                .map(|x| (x[0] + 1, x[1] + 1, colls[x[0]].end_us(), colls[x[1]].end_us())),
-        );
+        out.extend(b.windows(2).map(|x| {
+            (
+                x[0] + 1,
+                x[1] + 1,
+                colls[x[0]].end_us(),
+                colls[x[1]].end_us(),
+            )
+        }));
         let e = *b.last().expect("a period has a boundary");
         let desc = describe_period(&colls[(e + 1).saturating_sub(p.len)..=e]);
         return (
@@ -537,7 +544,14 @@ fn step_ranges(
         notes.push("the collective sequence does not repeat exactly: steps end at each occurrence of its rarest collective".into());
         let out = b
             .windows(2)
-            .map(|x| (x[0] + 1, x[1] + 1, colls[x[0]].end_us(), colls[x[1]].end_us()))
+            .map(|x| {
+                (
+                    x[0] + 1,
+                    x[1] + 1,
+                    colls[x[0]].end_us(),
+                    colls[x[1]].end_us(),
+                )
+            })
             .collect();
         return (out, "split at the rarest collective".into(), None);
     }

@@ -275,7 +275,10 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     }
     if let (Some(p), Some(s)) = (&req.export_schedule, &schedule) {
         s.save(p)?;
-        eprintln!("verifybench: schedule of one step written to {}", p.display());
+        eprintln!(
+            "verifybench: schedule of one step written to {}",
+            p.display()
+        );
     }
     if let Some(p) = &req.export_json {
         crate::report::record::write_file(p, (rec.to_json_pretty() + "\n").as_bytes())?;

@@ -29,7 +29,15 @@ pub fn is_nccl_kernel(name: &str) -> bool {
 
 const ALGOS: &[&str] = &["RING", "TREE", "COLLNET", "NVLS", "PAT", "DIRECT", "CHAIN"];
 const PROTOS: &[&str] = &["LL", "LL128", "SIMPLE"];
-const REDOPS: &[&str] = &["Sum", "Prod", "Min", "Max", "PreMulSum", "SumPostDiv", "Avg"];
+const REDOPS: &[&str] = &[
+    "Sum",
+    "Prod",
+    "Min",
+    "Max",
+    "PreMulSum",
+    "SumPostDiv",
+    "Avg",
+];
 
 /// Parses an NCCL kernel name; `None` if it is not one.
 pub fn parse_kernel(name: &str) -> Option<KernelInfo> {
@@ -37,9 +45,7 @@ pub fn parse_kernel(name: &str) -> Option<KernelInfo> {
     let rest = base
         .strip_prefix("ncclDevKernel_")
         .or_else(|| base.strip_prefix("ncclKernel_"))
-        .or_else(|| {
-            (base == "ncclDevKernel" || base == "ncclKernel").then_some("")
-        })?;
+        .or_else(|| (base == "ncclDevKernel" || base == "ncclKernel").then_some(""))?;
     let mut toks = rest.split('_').filter(|t| !t.is_empty());
     let func = toks.next().unwrap_or("");
     let op = match func {
@@ -200,7 +206,14 @@ pub fn schedule_dtype(d: &str) -> Option<DType> {
 mod tests {
     use super::*;
 
-    fn k(name: &str) -> (Option<String>, Option<String>, Option<String>, Option<String>) {
+    fn k(
+        name: &str,
+    ) -> (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ) {
         let i = parse_kernel(name).unwrap();
         (i.op, i.dtype, i.algo, i.proto)
     }

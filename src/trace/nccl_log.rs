@@ -37,7 +37,10 @@ pub struct LogCall {
 
 impl LogCall {
     pub fn bytes(&self) -> Option<u64> {
-        self.dtype.as_deref().and_then(dtype_size).map(|s| s * self.count)
+        self.dtype
+            .as_deref()
+            .and_then(dtype_size)
+            .map(|s| s * self.count)
     }
 }
 
@@ -193,7 +196,12 @@ impl LogSummary {
 
     /// Calls of `op` per process (what each rank logged).
     pub fn calls_per_process(&self, op: &str) -> f64 {
-        let n: u64 = self.sizes.iter().filter(|s| s.op == op).map(|s| s.calls).sum();
+        let n: u64 = self
+            .sizes
+            .iter()
+            .filter(|s| s.op == op)
+            .map(|s| s.calls)
+            .sum();
         n as f64 / self.processes.max(1) as f64
     }
 }
@@ -215,14 +223,25 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
         let c = parse(LINES);
         assert_eq!(c.len(), 3);
         assert_eq!(
-            (c[0].op.as_str(), c[0].count, c[0].dtype.as_deref(), c[0].nranks),
+            (
+                c[0].op.as_str(),
+                c[0].count,
+                c[0].dtype.as_deref(),
+                c[0].nranks
+            ),
             ("all_reduce", 21504, Some("bf16"), 1)
         );
         assert_eq!(c[0].bytes(), Some(43008));
-        assert_eq!((c[0].host.as_str(), c[0].pid, c[0].device), ("vm", 462, Some(0)));
+        assert_eq!(
+            (c[0].host.as_str(), c[0].pid, c[0].device),
+            ("vm", 462, Some(0))
+        );
         assert_eq!(c[1].op, "all_gather");
         assert_eq!(c[1].stream, "0x5581");
-        assert_eq!((c[2].op_count, c[2].dtype.as_deref(), c[2].comm.as_str()), (0x2a, Some("f32"), "0xabc"));
+        assert_eq!(
+            (c[2].op_count, c[2].dtype.as_deref(), c[2].comm.as_str()),
+            (0x2a, Some("f32"), "0xabc")
+        );
     }
 
     #[test]
@@ -239,13 +258,22 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
     fn real_coll_log_gives_the_verify_sizes() {
         // NCCL 2.28.9, one H200, torch replaying the Kimi-K2.5 TP1 verify (trimmed; see
         // tests/data/traces/README.md)
-        let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/traces/kimi-tp1-world1-nccl-coll.log");
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/traces/kimi-tp1-world1-nccl-coll.log"
+        );
         let calls = read(Path::new(p)).unwrap();
         assert!(calls.iter().all(|c| c.nranks == 1 && c.host == "vm"));
         let s = LogSummary::of(&calls);
-        assert!(s.only_size("all_reduce", None).is_none(), "set-up calls of 1 element");
+        assert!(
+            s.only_size("all_reduce", None).is_none(),
+            "set-up calls of 1 element"
+        );
         let (ar, share) = s.likely_size("all_reduce", Some("bf16"), Some(1)).unwrap();
-        assert_eq!((ar.count, ar.dtype.as_deref(), share), (21504, Some("bf16"), 1.0));
+        assert_eq!(
+            (ar.count, ar.dtype.as_deref(), share),
+            (21504, Some("bf16"), 1.0)
+        );
         let (ag, _) = s.likely_size("all_gather", None, Some(1)).unwrap();
         assert_eq!((ag.count, ag.dtype.as_deref()), (491520, Some("bf16")));
     }

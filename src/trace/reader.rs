@@ -136,9 +136,21 @@ impl CommArgs {
     fn from_raw(a: &RawArgs) -> Option<CommArgs> {
         let c = CommArgs {
             collective_name: a.collective_name.clone(),
-            in_nelems: a.in_nelems.as_ref().and_then(Lenient::as_f64).map(|x| x as u64),
-            out_nelems: a.out_nelems.as_ref().and_then(Lenient::as_f64).map(|x| x as u64),
-            group_size: a.group_size.as_ref().and_then(Lenient::as_f64).map(|x| x as u64),
+            in_nelems: a
+                .in_nelems
+                .as_ref()
+                .and_then(Lenient::as_f64)
+                .map(|x| x as u64),
+            out_nelems: a
+                .out_nelems
+                .as_ref()
+                .and_then(Lenient::as_f64)
+                .map(|x| x as u64),
+            group_size: a
+                .group_size
+                .as_ref()
+                .and_then(Lenient::as_f64)
+                .map(|x| x as u64),
             dtype: a.dtype.as_ref().map(Lenient::as_string),
             pg_name: a.pg_name.as_ref().map(Lenient::as_string),
             seq: a.seq.as_ref().and_then(Lenient::as_i64),
@@ -281,7 +293,11 @@ impl Sink<'_> {
         let corr = args.correlation.as_ref().and_then(Lenient::as_i64);
         let ext = args.external_id.as_ref().and_then(Lenient::as_i64);
         let cat = e.cat.as_deref().unwrap_or("");
-        let rank = args.rank.as_ref().and_then(Lenient::as_i64).map(|r| r as u32);
+        let rank = args
+            .rank
+            .as_ref()
+            .and_then(Lenient::as_i64)
+            .map(|r| r as u32);
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" | "Kernel" | "Memcpy" | "Memset" => {
                 let kind = match cat {
@@ -429,7 +445,10 @@ pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceDa
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
     let reader: Box<dyn Read> = if gz {
-        Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, f)))
+        Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+            1 << 20,
+            f,
+        )))
     } else {
         Box::new(f)
     };
@@ -461,9 +480,24 @@ pub fn split_by_rank(t: TraceData) -> Vec<TraceData> {
             rank: Some(r as usize),
             world_size: t.world_size,
             rank_from_info: true,
-            gpu: t.gpu.iter().filter(|g| g.rank == Some(r)).cloned().collect(),
-            runtime: t.runtime.iter().filter(|x| x.rank == Some(r)).copied().collect(),
-            comms: t.comms.iter().filter(|x| x.rank == Some(r)).cloned().collect(),
+            gpu: t
+                .gpu
+                .iter()
+                .filter(|g| g.rank == Some(r))
+                .cloned()
+                .collect(),
+            runtime: t
+                .runtime
+                .iter()
+                .filter(|x| x.rank == Some(r))
+                .copied()
+                .collect(),
+            comms: t
+                .comms
+                .iter()
+                .filter(|x| x.rank == Some(r))
+                .cloned()
+                .collect(),
             labels: t
                 .labels
                 .iter()
@@ -500,8 +534,16 @@ pub fn read_from<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> anyhow::Resu
         );
     }
     if let Some(i) = info {
-        data.world_size = i.world_size.as_ref().and_then(Lenient::as_i64).map(|x| x as usize);
-        data.rank = i.rank.as_ref().and_then(Lenient::as_i64).map(|x| x as usize);
+        data.world_size = i
+            .world_size
+            .as_ref()
+            .and_then(Lenient::as_i64)
+            .map(|x| x as usize);
+        data.rank = i
+            .rank
+            .as_ref()
+            .and_then(Lenient::as_i64)
+            .map(|x| x as usize);
         data.rank_from_info = data.rank.is_some();
     }
     if data.rank.is_none() {
@@ -552,15 +594,24 @@ mod tests {
             ],"traceName":"x"}"#,
         )
         .unwrap();
-        assert_eq!((t.rank, t.world_size, t.rank_from_info), (Some(3), Some(8), true));
+        assert_eq!(
+            (t.rank, t.world_size, t.rank_from_info),
+            (Some(3), Some(8), true)
+        );
         assert_eq!(t.events_seen, 7);
         assert_eq!(t.gpu.len(), 1);
         let k = &t.gpu[0];
-        assert_eq!((k.kind, k.ts, k.dur, k.correlation), (GpuKind::Nccl, 100.5, 20.0, Some(11)));
+        assert_eq!(
+            (k.kind, k.ts, k.dur, k.correlation),
+            (GpuKind::Nccl, 100.5, 20.0, Some(11))
+        );
         let c = k.comm.as_ref().unwrap();
         assert_eq!(c.in_nelems, Some(21504));
         assert_eq!(c.dtype.as_deref(), Some("BFloat16"));
-        assert_eq!((c.pg_name.as_deref(), c.seq, c.group_size), (Some("0"), Some(4), Some(8)));
+        assert_eq!(
+            (c.pg_name.as_deref(), c.seq, c.group_size),
+            (Some("0"), Some(4), Some(8))
+        );
         assert_eq!(t.runtime.len(), 1, "only launches are kept");
         assert_eq!(t.comms.len(), 1);
     }
@@ -575,7 +626,10 @@ mod tests {
         .unwrap();
         assert_eq!((t.gpu.len(), t.rank, t.rank_from_info), (1, Some(5), false));
         assert_eq!(rank_from_file_name(Path::new("x/rank-12.json")), Some(12));
-        assert_eq!(rank_from_file_name(Path::new("worker_rank3.pt.trace.json")), Some(3));
+        assert_eq!(
+            rank_from_file_name(Path::new("worker_rank3.pt.trace.json")),
+            Some(3)
+        );
         assert_eq!(rank_from_file_name(Path::new("trace.json")), None);
     }
 

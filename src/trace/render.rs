@@ -48,8 +48,8 @@ pub fn render(a: &Analysis) -> String {
     );
     let _ = writeln!(
         o,
-        "  {:<14} {:>6} {:>6} {:>12} {:>12} {:>6}  {:<9} {}",
-        "op", "dtype", "count", "elements", "bytes/rank", "group", "size from", "algo/proto"
+        "  {:<14} {:>6} {:>6} {:>12} {:>12} {:>6}  {:<9} algo/proto",
+        "op", "dtype", "count", "elements", "bytes/rank", "group", "size from"
     );
     for g in &a.sequence {
         let from = match g.size_from {
@@ -71,7 +71,9 @@ pub fn render(a: &Analysis) -> String {
             g.per_step,
             opt_n(g.elements),
             opt_n(g.bytes),
-            g.group_size.map(|x| x.to_string()).unwrap_or_else(|| "?".into()),
+            g.group_size
+                .map(|x| x.to_string())
+                .unwrap_or_else(|| "?".into()),
             from,
             ap
         );
@@ -163,11 +165,18 @@ pub fn render(a: &Analysis) -> String {
                 grouped(r.bytes_per_rank),
                 r.plan,
                 r.trace,
-                if r.plan != r.trace { "  <- differs" } else { "" }
+                if r.plan != r.trace {
+                    "  <- differs"
+                } else {
+                    ""
+                }
             );
         }
         if let Some((i, x, y)) = &p.first_difference {
-            let _ = writeln!(o, "  first difference at collective {i}: plan {x}, trace {y}");
+            let _ = writeln!(
+                o,
+                "  first difference at collective {i}: plan {x}, trace {y}"
+            );
         }
     }
     if !a.notes.is_empty() {

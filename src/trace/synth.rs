@@ -74,9 +74,27 @@ impl Lcg {
 
 /// One event of one rank, before formatting.
 enum Ev {
-    Cpu { name: &'static str, ts: f64, dur: f64, ext: u64, coll: Option<(bool, u64)> },
-    Runtime { graph: bool, ts: f64, dur: f64, corr: u64, ext: u64 },
-    Kernel { coll: Option<(bool, u64, u64)>, ts: f64, dur: f64, corr: u64, ext: u64 },
+    Cpu {
+        name: &'static str,
+        ts: f64,
+        dur: f64,
+        ext: u64,
+        coll: Option<(bool, u64)>,
+    },
+    Runtime {
+        graph: bool,
+        ts: f64,
+        dur: f64,
+        corr: u64,
+        ext: u64,
+    },
+    Kernel {
+        coll: Option<(bool, u64, u64)>,
+        ts: f64,
+        dur: f64,
+        corr: u64,
+        ext: u64,
+    },
 }
 
 const LAUNCH_US: f64 = 4.0;
@@ -103,7 +121,13 @@ fn step(
             host[r] += s.host_gap_us + late(r);
             *ids += 1;
             graph_corr[r] = *ids;
-            out[r].push(Ev::Runtime { graph: true, ts: host[r], dur: LAUNCH_US * 2.0, corr: *ids, ext: *ids });
+            out[r].push(Ev::Runtime {
+                graph: true,
+                ts: host[r],
+                dur: LAUNCH_US * 2.0,
+                corr: *ids,
+                ext: *ids,
+            });
             gpu[r] = gpu[r].max(host[r] + LAUNCH_US * 2.0);
             host[r] += LAUNCH_US * 2.0;
         }
@@ -120,14 +144,38 @@ fn step(
             if !s.graph {
                 host[r] += s.host_gap_us + s.jitter_us * rng.next();
                 for _ in 0..s.filler_cpu_ops {
-                    out[r].push(Ev::Cpu { name: "aten::view", ts: host[r], dur: 1.0, ext: id, coll: None });
+                    out[r].push(Ev::Cpu {
+                        name: "aten::view",
+                        ts: host[r],
+                        dur: 1.0,
+                        ext: id,
+                        coll: None,
+                    });
                 }
-                out[r].push(Ev::Cpu { name: "aten::mm", ts: host[r], dur: LAUNCH_US + 2.0, ext: id, coll: None });
-                out[r].push(Ev::Runtime { graph: false, ts: host[r] + 1.0, dur: LAUNCH_US, corr, ext: id });
+                out[r].push(Ev::Cpu {
+                    name: "aten::mm",
+                    ts: host[r],
+                    dur: LAUNCH_US + 2.0,
+                    ext: id,
+                    coll: None,
+                });
+                out[r].push(Ev::Runtime {
+                    graph: false,
+                    ts: host[r] + 1.0,
+                    dur: LAUNCH_US,
+                    corr,
+                    ext: id,
+                });
                 host[r] += LAUNCH_US + 2.0;
             }
             let k0 = gpu[r].max(if s.graph { 0.0 } else { host[r] - 1.0 });
-            out[r].push(Ev::Kernel { coll: None, ts: k0, dur: s.compute_us, corr, ext: id });
+            out[r].push(Ev::Kernel {
+                coll: None,
+                ts: k0,
+                dur: s.compute_us,
+                corr,
+                ext: id,
+            });
             gpu[r] = k0 + s.compute_us;
             // collective launch
             *ids += 1;
@@ -141,12 +189,30 @@ fn step(
                 } else {
                     ("pynccl_all_reduce", None)
                 };
-                out[r].push(Ev::Cpu { name, ts: host[r], dur: LAUNCH_US + 2.0, ext: id, coll });
-                out[r].push(Ev::Runtime { graph: false, ts: host[r] + 1.0, dur: LAUNCH_US, corr, ext: id });
+                out[r].push(Ev::Cpu {
+                    name,
+                    ts: host[r],
+                    dur: LAUNCH_US + 2.0,
+                    ext: id,
+                    coll,
+                });
+                out[r].push(Ev::Runtime {
+                    graph: false,
+                    ts: host[r] + 1.0,
+                    dur: LAUNCH_US,
+                    corr,
+                    ext: id,
+                });
                 host[r] += LAUNCH_US + 2.0;
             }
             starts[r] = gpu[r].max(if s.graph { 0.0 } else { host[r] - 1.0 });
-            out[r].push(Ev::Kernel { coll: Some((ag, elements, seq)), ts: starts[r], dur: 0.0, corr, ext: id });
+            out[r].push(Ev::Kernel {
+                coll: Some((ag, elements, seq)),
+                ts: starts[r],
+                dur: 0.0,
+                corr,
+                ext: id,
+            });
         }
         let end = starts.iter().cloned().fold(f64::MIN, f64::max) + s.transfer_us;
         for r in 0..s.ranks {
@@ -207,13 +273,10 @@ fn write_ev<W: Write>(w: &mut W, s: &SynthSpec, rank: usize, e: &Ev) -> std::io:
 
 /// Writes every rank's trace through `open(rank)`, simulating all ranks step by step so that
 /// memory stays bounded however many steps are written.
-pub fn write_all<W: Write>(
-    s: &SynthSpec,
-    mut writers: Vec<W>,
-) -> std::io::Result<Vec<W>> {
+pub fn write_all<W: Write>(s: &SynthSpec, mut writers: Vec<W>) -> std::io::Result<Vec<W>> {
     assert_eq!(writers.len(), s.ranks);
     for (r, w) in writers.iter_mut().enumerate() {
-        write!(w, "{{\"schemaVersion\":1,\"deviceProperties\":[{{\"id\":{r},\"name\":\"synthetic\"}}],\"distributedInfo\":{{\"backend\":\"nccl\",\"rank\":{r},\"world_size\":{}}},\"record_shapes\":1,\"traceEvents\":[\n", s.ranks)?;
+        writeln!(w, "{{\"schemaVersion\":1,\"deviceProperties\":[{{\"id\":{r},\"name\":\"synthetic\"}}],\"distributedInfo\":{{\"backend\":\"nccl\",\"rank\":{r},\"world_size\":{}}},\"record_shapes\":1,\"traceEvents\":[", s.ranks)?;
         write!(w, "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{r},\"tid\":0,\"args\":{{\"name\":\"synthetic\"}}}}")?;
     }
     let mut host = vec![0.0; s.ranks];

@@ -28,15 +28,28 @@ fn synthetic_two_ranks_injected_delay_is_recovered_within_10_percent() {
     let st = t.straggler.as_ref().unwrap();
     assert_eq!(st.rank, 1);
     assert!(st.share > 0.95, "{}", st.share);
-    assert!((st.median_lag_us - 300.0).abs() < 30.0, "lag {}", st.median_lag_us);
+    assert!(
+        (st.median_lag_us - 300.0).abs() < 30.0,
+        "lag {}",
+        st.median_lag_us
+    );
     let per_coll_wait0 = t.total.waiting_us[0] / t.matched as f64;
-    assert!((per_coll_wait0 - 300.0).abs() < 30.0, "waiting {per_coll_wait0}");
+    assert!(
+        (per_coll_wait0 - 300.0).abs() < 30.0,
+        "waiting {per_coll_wait0}"
+    );
     let per_coll_transfer = t.total.transfer_us / t.matched as f64;
-    assert!((per_coll_transfer - s.transfer_us).abs() < 0.5, "{per_coll_transfer}");
+    assert!(
+        (per_coll_transfer - s.transfer_us).abs() < 0.5,
+        "{per_coll_transfer}"
+    );
     let step = a.step.as_ref().unwrap();
     assert_eq!(step.eager_steps, step.steps);
     let text = a.diagnosis.join(" ");
-    assert!(text.contains("rank 1 last in 100% of collectives"), "{text}");
+    assert!(
+        text.contains("rank 1 last in 100% of collectives"),
+        "{text}"
+    );
     assert!(text.contains("run the verify from a CUDA graph"), "{text}");
 }
 
@@ -54,18 +67,30 @@ fn synthetic_steps_found_and_counted() {
     assert_eq!(st.pattern, "123 all_reduce + 1 all_gather");
     assert_eq!(a.sequence.len(), 2);
     assert_eq!(
-        (a.sequence[0].op.as_str(), a.sequence[0].per_step, a.sequence[0].bytes),
+        (
+            a.sequence[0].op.as_str(),
+            a.sequence[0].per_step,
+            a.sequence[0].bytes
+        ),
         ("all_reduce", 123, Some(43008))
     );
     assert_eq!(
-        (a.sequence[1].op.as_str(), a.sequence[1].elements, a.sequence[1].dtype.as_deref()),
+        (
+            a.sequence[1].op.as_str(),
+            a.sequence[1].elements,
+            a.sequence[1].dtype.as_deref()
+        ),
         ("all_gather", Some(61440), Some("bf16"))
     );
     // one rank: no split, and the diagnosis says why
     assert!(st.transfer_us.is_none());
     assert!(a.diagnosis.iter().any(|d| d.contains("One rank's trace")));
     // step = host-bound: 124 x (gap + launches) at least
-    assert!(st.step_us.median > 124.0 * s.host_gap_us, "{}", st.step_us.median);
+    assert!(
+        st.step_us.median > 124.0 * s.host_gap_us,
+        "{}",
+        st.step_us.median
+    );
 }
 
 #[test]
@@ -95,7 +120,10 @@ fn synthetic_kernel_names_only_give_op_and_dtype_and_the_log_gives_sizes() {
     synth::write_dir(&s, dir.path(), false).unwrap();
     let a = analyse(&TraceRequest::new(vec![dir.path().to_path_buf()])).unwrap();
     let g = &a.sequence[0];
-    assert_eq!((g.op.as_str(), g.dtype.as_deref(), g.elements), ("all_reduce", Some("bf16"), None));
+    assert_eq!(
+        (g.op.as_str(), g.dtype.as_deref(), g.elements),
+        ("all_reduce", Some("bf16"), None)
+    );
     assert_eq!(g.size_from, extract::SizeFrom::Unknown);
     assert!(a.diagnosis.iter().any(|d| d.contains("sizes are unknown")));
     let log = dir.path().join("nccl.log");
@@ -104,7 +132,10 @@ fn synthetic_kernel_names_only_give_op_and_dtype_and_the_log_gives_sizes() {
     req.nccl_logs = vec![log];
     let a = analyse(&req).unwrap();
     let g = &a.sequence[0];
-    assert_eq!((g.elements, g.bytes, g.size_from), (Some(21504), Some(43008), extract::SizeFrom::NcclLog));
+    assert_eq!(
+        (g.elements, g.bytes, g.size_from),
+        (Some(21504), Some(43008), extract::SizeFrom::NcclLog)
+    );
     assert_eq!(a.sequence[1].elements, Some(61440));
 }
 
@@ -126,7 +157,10 @@ fn chrome_writer_round_trips_through_the_reader() {
         assert_eq!(x.rank, y.rank);
         assert_eq!(x.collectives.len(), y.collectives.len());
         for (c, d) in x.collectives.iter().zip(&y.collectives) {
-            assert_eq!((&c.op, &c.dtype, c.elements, c.group_size), (&d.op, &d.dtype, d.elements, d.group_size));
+            assert_eq!(
+                (&c.op, &c.dtype, c.elements, c.group_size),
+                (&d.op, &d.dtype, d.elements, d.group_size)
+            );
             assert!((c.gpu_dur_us.unwrap() - d.gpu_dur_us.unwrap()).abs() < 1e-6);
             assert_eq!(c.launch_us, d.launch_us);
         }
@@ -175,7 +209,13 @@ fn synthetic_kimi_step_exports_the_plans_collectives() {
         .iter()
         .filter(|o| matches!(o, crate::model::Op::Collective { .. }))
         .map(|o| match o {
-            crate::model::Op::Collective { kind, dtype, count, bytes_per_rank, .. } => (*kind, *dtype, *count, *bytes_per_rank),
+            crate::model::Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } => (*kind, *dtype, *count, *bytes_per_rank),
             _ => unreachable!(),
         })
         .collect();
@@ -184,7 +224,13 @@ fn synthetic_kimi_step_exports_the_plans_collectives() {
         .ops
         .iter()
         .map(|o| match o {
-            crate::model::Op::Collective { kind, dtype, count, bytes_per_rank, .. } => (*kind, *dtype, *count, *bytes_per_rank),
+            crate::model::Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } => (*kind, *dtype, *count, *bytes_per_rank),
             _ => panic!("compute ops are left out"),
         })
         .collect();
@@ -197,7 +243,10 @@ fn synthetic_kimi_step_exports_the_plans_collectives() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("s.json");
     f.save(&p).unwrap();
-    assert_eq!(crate::model::schedule_file::ScheduleFile::load(&p).unwrap(), f);
+    assert_eq!(
+        crate::model::schedule_file::ScheduleFile::load(&p).unwrap(),
+        f
+    );
     // against TP 8 the all-reduces are the same (T x hidden) but the logits all-gather is not
     let d8 = against::against_plan(&a, &kimi_plan(8)).unwrap();
     assert!(!d8.same);
@@ -234,30 +283,59 @@ fn bad_inputs_are_usage_errors_naming_the_file() {
     assert_eq!(crate::error::exit_code(&e), 2);
     assert!(e.to_string().contains("no traces in this folder"), "{e}");
     let other = d.join("browser.json");
-    std::fs::write(&other, r#"{"traceEvents":[{"ph":"X","cat":"blink","name":"Paint","ts":1,"dur":2}]}"#).unwrap();
+    std::fs::write(
+        &other,
+        r#"{"traceEvents":[{"ph":"X","cat":"blink","name":"Paint","ts":1,"dur":2}]}"#,
+    )
+    .unwrap();
     let e = err(vec![other]);
-    assert!(e.to_string().contains("browser.json") && e.to_string().contains("no GPU events"), "{e}");
+    assert!(
+        e.to_string().contains("browser.json") && e.to_string().contains("no GPU events"),
+        "{e}"
+    );
     // different world sizes
-    let a = synth::to_strings(&SynthSpec { ranks: 2, steps: 2, ..Default::default() });
-    let b = synth::to_strings(&SynthSpec { ranks: 4, steps: 2, ..Default::default() });
+    let a = synth::to_strings(&SynthSpec {
+        ranks: 2,
+        steps: 2,
+        ..Default::default()
+    });
+    let b = synth::to_strings(&SynthSpec {
+        ranks: 4,
+        steps: 2,
+        ..Default::default()
+    });
     let runs = d.join("runs");
     std::fs::create_dir(&runs).unwrap();
     std::fs::write(runs.join("rank-0.json"), &a[0]).unwrap();
     std::fs::write(runs.join("rank-1.json"), &b[1]).unwrap();
     let e = err(vec![runs.clone()]);
     assert_eq!(crate::error::exit_code(&e), 2);
-    assert!(e.to_string().contains("world size") && e.to_string().contains("different runs"), "{e}");
+    assert!(
+        e.to_string().contains("world size") && e.to_string().contains("different runs"),
+        "{e}"
+    );
     // different step counts
-    let c = synth::to_strings(&SynthSpec { ranks: 2, steps: 3, ..Default::default() });
+    let c = synth::to_strings(&SynthSpec {
+        ranks: 2,
+        steps: 3,
+        ..Default::default()
+    });
     std::fs::write(runs.join("rank-1.json"), &c[1]).unwrap();
     let e = err(vec![runs.clone()]);
-    assert!(e.to_string().contains("steps") && e.to_string().contains("different runs"), "{e}");
+    assert!(
+        e.to_string().contains("steps") && e.to_string().contains("different runs"),
+        "{e}"
+    );
 }
 
 #[test]
 fn a_partly_readable_folder_skips_the_bad_files() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SynthSpec { ranks: 2, steps: 2, ..Default::default() };
+    let s = SynthSpec {
+        ranks: 2,
+        steps: 2,
+        ..Default::default()
+    };
     synth::write_dir(&s, dir.path(), false).unwrap();
     let full = std::fs::read_to_string(dir.path().join("rank-1.json")).unwrap();
     std::fs::write(dir.path().join("rank-1.json"), &full[..full.len() / 2]).unwrap();
@@ -265,8 +343,14 @@ fn a_partly_readable_folder_skips_the_bad_files() {
     let a = analyse(&TraceRequest::new(vec![dir.path().into()])).unwrap();
     assert_eq!(a.ranks.len(), 1);
     assert_eq!(a.skipped.len(), 2);
-    assert!(a.skipped.iter().any(|s| s.reason.contains("rank-1.json") && s.reason.contains("truncated")));
-    assert!(a.skipped.iter().any(|s| s.reason.contains("notes.json") && s.reason.contains("not JSON")));
+    assert!(a
+        .skipped
+        .iter()
+        .any(|s| s.reason.contains("rank-1.json") && s.reason.contains("truncated")));
+    assert!(a
+        .skipped
+        .iter()
+        .any(|s| s.reason.contains("notes.json") && s.reason.contains("not JSON")));
     // named directly, the same file is fatal
     let e = err(vec![dir.path().join("rank-1.json")]);
     assert_eq!(crate::error::exit_code(&e), 2);
@@ -291,17 +375,46 @@ fn expect_kimi_sequence(a: &Analysis, ag_elements: u64) {
     assert_eq!(a.sequence.len(), 2, "{:?}", a.sequence);
     let (ar, ag) = (&a.sequence[0], &a.sequence[1]);
     assert_eq!(
-        (ar.op.as_str(), ar.dtype.as_deref(), ar.elements, ar.bytes, ar.per_step, ar.group_size),
-        ("all_reduce", Some("bf16"), Some(21504), Some(43008), 123, Some(1))
+        (
+            ar.op.as_str(),
+            ar.dtype.as_deref(),
+            ar.elements,
+            ar.bytes,
+            ar.per_step,
+            ar.group_size
+        ),
+        (
+            "all_reduce",
+            Some("bf16"),
+            Some(21504),
+            Some(43008),
+            123,
+            Some(1)
+        )
     );
     assert_eq!(
-        (ag.op.as_str(), ag.dtype.as_deref(), ag.elements, ag.bytes, ag.per_step),
-        ("all_gather", Some("bf16"), Some(ag_elements), Some(2 * ag_elements), 1)
+        (
+            ag.op.as_str(),
+            ag.dtype.as_deref(),
+            ag.elements,
+            ag.bytes,
+            ag.per_step
+        ),
+        (
+            "all_gather",
+            Some("bf16"),
+            Some(ag_elements),
+            Some(2 * ag_elements),
+            1
+        )
     );
     // every collective of the trace, not only the first step's
     let r = &a.rank_traces[0];
     assert_eq!(r.collectives.len(), 3 * 124);
-    assert!(r.collectives.iter().all(|c| c.size_from == extract::SizeFrom::Trace));
+    assert!(r
+        .collectives
+        .iter()
+        .all(|c| c.size_from == extract::SizeFrom::Trace));
     assert_eq!(st.eager_steps, 3);
 }
 
@@ -313,7 +426,11 @@ fn real_eager_tp1_trace_collectives_and_steps() {
     let diff = against::against_plan(&a, &kimi_plan(1)).unwrap();
     assert!(diff.same, "{diff:?}");
     // the all-gather's device copy is its GPU side
-    let ag = a.rank_traces[0].collectives.iter().find(|c| c.op == "all_gather").unwrap();
+    let ag = a.rank_traces[0]
+        .collectives
+        .iter()
+        .find(|c| c.op == "all_gather")
+        .unwrap();
     assert!(ag.gpu_dur_us.unwrap() > 0.0 && ag.gpu_dur_us.unwrap() < 100.0);
 }
 
@@ -328,7 +445,13 @@ fn real_eager_tp2_trace_exports_the_plans_ops() {
         .iter()
         .filter(|o| matches!(o, crate::model::Op::Collective { .. }))
         .map(|o| match o {
-            crate::model::Op::Collective { kind, dtype, count, bytes_per_rank, .. } => (*kind, *dtype, *count, *bytes_per_rank),
+            crate::model::Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } => (*kind, *dtype, *count, *bytes_per_rank),
             _ => unreachable!(),
         })
         .collect();
@@ -337,7 +460,13 @@ fn real_eager_tp2_trace_exports_the_plans_ops() {
         .ops
         .iter()
         .map(|o| match o {
-            crate::model::Op::Collective { kind, dtype, count, bytes_per_rank, .. } => (*kind, *dtype, *count, *bytes_per_rank),
+            crate::model::Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } => (*kind, *dtype, *count, *bytes_per_rank),
             _ => unreachable!(),
         })
         .collect();
