@@ -143,10 +143,38 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
     let opts = reader::ReadOptions {
         step_label: req.step_label.clone(),
     };
-    let parsed: Vec<(PathBuf, bool, anyhow::Result<Vec<reader::TraceData>>)> = files
+    let log = if req.nccl_logs.is_empty() {
+        None
+    } else {
+        let mut calls = Vec::new();
+        for p in &req.nccl_logs {
+            calls.extend(nccl_log::read(p)?);
+        }
+        Some(nccl_log::LogSummary::of(&calls))
+    };
+    let eopt = extract::ExtractOptions {
+        step_label: req.step_label.clone(),
+    };
+    // Each file is read and reduced to its rank's collectives and steps in one go, so that only
+    // as many raw event sets are alive as there are threads.
+    type Got = Vec<Result<(extract::RankTrace, Option<usize>, bool), String>>;
+    let parsed: Vec<(PathBuf, bool, Result<Got, String>)> = files
         .into_par_iter()
         .map(|(p, direct)| {
-            let r = reader::read_trace(&p, &opts);
+            let r = reader::read_trace(&p, &opts)
+                .map_err(|e| e.to_string())
+                .map(|ts| {
+                    ts.into_iter()
+                        .map(|t| match unusable(&t) {
+                            Some(w) => Err(w),
+                            None => Ok((
+                                extract::extract(&t, t.rank.unwrap_or(0), log.as_ref(), &eopt),
+                                t.rank,
+                                t.rank_from_info,
+                            )),
+                        })
+                        .collect()
+                });
             (p, direct, r)
         })
         .collect();
@@ -154,13 +182,13 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
     let mut traces = Vec::new();
     for (p, direct, r) in parsed {
         let reason = match r {
-            Err(e) => Some(e.to_string()),
+            Err(e) => Some(e),
             Ok(ts) => {
                 let mut why = None;
                 for t in ts {
-                    match unusable(&t) {
-                        Some(w) => why = Some(w),
-                        None => traces.push(t),
+                    match t {
+                        Err(w) => why = Some(w),
+                        Ok(t) => traces.push(t),
                     }
                 }
                 why
@@ -186,41 +214,27 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
     // Ranks: distributedInfo, else the file name, else the order.
     let mut sources = Vec::new();
     let mut seen: std::collections::HashMap<usize, String> = Default::default();
-    for (i, t) in traces.iter_mut().enumerate() {
-        let src = if t.rank_from_info {
+    let mut ranks = Vec::new();
+    for (i, (mut r, rank, from_info)) in traces.into_iter().enumerate() {
+        let src = if from_info {
             reader::RankSource::DistributedInfo
-        } else if t.rank.is_some() {
+        } else if rank.is_some() {
             reader::RankSource::FileName
         } else {
-            t.rank = Some(i);
             reader::RankSource::Order
         };
+        r.rank = rank.unwrap_or(i);
         sources.push(src);
-        let r = t.rank.expect("set");
-        if let Some(other) = seen.insert(r, t.path.display().to_string()) {
+        if let Some(other) = seen.insert(r.rank, r.file.clone()) {
             crate::usage_bail!(
-                "'{}' and '{}' both hold rank {r}: traces of different runs? give one trace per rank",
+                "'{}' and '{}' both hold rank {}: traces of different runs? give one trace per rank",
                 other,
-                t.path.display()
+                r.file,
+                r.rank
             );
         }
+        ranks.push(r);
     }
-    let log = if req.nccl_logs.is_empty() {
-        None
-    } else {
-        let mut calls = Vec::new();
-        for p in &req.nccl_logs {
-            calls.extend(nccl_log::read(p)?);
-        }
-        Some(nccl_log::LogSummary::of(&calls))
-    };
-    let eopt = extract::ExtractOptions {
-        step_label: req.step_label.clone(),
-    };
-    let ranks: Vec<extract::RankTrace> = traces
-        .par_iter()
-        .map(|t| extract::extract(t, t.rank.expect("set"), log.as_ref(), &eopt))
-        .collect();
     if let Some(label) = &req.step_label {
         if ranks.iter().all(|r| r.steps.is_empty()) {
             crate::usage_bail!(
