@@ -46,10 +46,16 @@ fn big() {
         return;
     };
     let dir = PathBuf::from(dir);
+    // Steps for ~200 MB of gzip per rank, from a small calibration run (unless given).
     let steps: usize = std::env::var("VERIFYBENCH_TRACE_BIG_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(6000);
+        .unwrap_or_else(|| {
+            let t = tempfile::tempdir().unwrap();
+            let p = synth::write_dir(&spec(8, 20), t.path(), true).unwrap();
+            let per_step = std::fs::metadata(&p[0]).unwrap().len() as f64 / 20.0;
+            (200e6 / per_step).ceil() as usize
+        });
     if !dir.join("rank-7.json.gz").exists() {
         std::fs::create_dir_all(&dir).unwrap();
         let t = Instant::now();

@@ -150,14 +150,21 @@ pub fn ms(us: f64) -> String {
     }
 }
 
+/// The identity of each collective across ranks: (communicator, c10d's sequence number) when
+/// the trace has it (the same on every rank, even if the profiles start at different
+/// collectives), else (communicator, position among that communicator's collectives).
 fn keys(r: &RankTrace) -> Vec<(String, usize)> {
     let mut ord: HashMap<&str, usize> = HashMap::new();
+    let use_seq = r.collectives.iter().all(|c| c.seq.is_some());
     r.collectives
         .iter()
         .map(|c| {
             let k = ord.entry(c.comm.as_str()).or_insert(0);
             *k += 1;
-            (c.comm.clone(), *k - 1)
+            match (use_seq, c.seq) {
+                (true, Some(q)) => (c.comm.clone(), q as usize),
+                _ => (c.comm.clone(), *k - 1),
+            }
         })
         .collect()
 }
