@@ -30,5 +30,6 @@ pub mod request;
 pub mod selftest;
 pub mod speculative;
 pub mod sweep;
+pub mod trace;
 pub mod units;
 pub mod util;

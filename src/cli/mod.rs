@@ -18,6 +18,7 @@ pub mod rank;
 pub mod report;
 pub mod selftest;
 pub mod sweep;
+pub mod trace;
 pub mod verify;
 pub mod worker;
 
@@ -77,6 +78,9 @@ pub enum Command {
     /// Verify results side by side (verifybench and the PyTorch peer): per-verify and
     /// per-collective times, ratios with uncertainty, and where the difference comes from.
     Compare(compare::CompareArgs),
+    /// Read a server's profiler traces (Kineto JSON, one per rank): collectives, steps, transfer
+    /// vs waiting across ranks, and what to change. Needs no GPU.
+    Trace(trace::TraceArgs),
 }
 
 /// Parses the command line and runs the command; the value is the process exit code.
@@ -97,6 +101,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Model(c) => modelfit::run(&c),
         Command::Compare(a) => compare::run(&a),
         Command::Sweep(a) => sweep::run(&a),
+        Command::Trace(a) => trace::run(&a),
     }
 }
 

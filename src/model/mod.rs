@@ -13,6 +13,7 @@ pub mod collective;
 pub mod config;
 pub mod presets;
 pub mod schedule;
+pub mod schedule_file;
 pub mod shape;
 
 pub use schedule::{

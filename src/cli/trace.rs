@@ -1,0 +1,70 @@
+//! `verifybench trace`: flags -> [`crate::trace::TraceRequest`] -> [`crate::trace::run`].
+
+use std::path::PathBuf;
+
+use crate::cli::args::WorkloadArgs;
+use crate::trace::{TraceFormat, TraceRequest};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TraceArgs {
+    /// PyTorch profiler traces (.json, .json.gz), one per rank, or folders of them.
+    #[arg(required = true, value_name = "FILE|DIR")]
+    pub inputs: Vec<PathBuf>,
+    /// Output format (JSON: the result record).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Also write the result record to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<PathBuf>,
+    /// Write one step's collective sequence (and its host gaps) as a schedule file.
+    #[arg(long, value_name = "FILE")]
+    pub export_schedule: Option<PathBuf>,
+    /// A record_function label whose spans are the steps (else the repeating period is found).
+    #[arg(long, value_name = "NAME")]
+    pub step_label: Option<String>,
+    /// NCCL logs with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL (one per process) for sizes the
+    /// trace lacks.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub nccl_log: Vec<PathBuf>,
+    /// The ranks ran on more than one host: compare kernel durations only (skew unknown).
+    #[arg(long)]
+    pub multi_host: bool,
+    /// Diff the trace's step against the schedule of the workload flags (--model, --tp, --tokens).
+    #[arg(long)]
+    pub against_plan: bool,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+}
+
+impl TraceArgs {
+    pub fn request(&self) -> anyhow::Result<TraceRequest> {
+        let against_plan = if self.against_plan {
+            Some(crate::request::Workload::from(&self.workload).schedule(8)?)
+        } else {
+            None
+        };
+        Ok(TraceRequest {
+            inputs: self.inputs.clone(),
+            step_label: self.step_label.clone(),
+            nccl_logs: self.nccl_log.clone(),
+            multi_host: self.multi_host,
+            format: match self.format {
+                Format::Table => TraceFormat::Table,
+                Format::Json => TraceFormat::Json,
+            },
+            export_json: self.export_json.clone(),
+            export_schedule: self.export_schedule.clone(),
+            against_plan,
+        })
+    }
+}
+
+pub fn run(a: &TraceArgs) -> anyhow::Result<i32> {
+    crate::trace::run(&a.request()?)
+}

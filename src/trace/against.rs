@@ -1,0 +1,223 @@
+//! The trace as a workload: one step's collective sequence as a verifybench schedule file
+//! (`trace --export-schedule`), and its difference from the config-derived schedule
+//! (`trace --against-plan`), which checks `plan` against what a real server ran.
+//!
+//! A trace has no weights, so the exported schedule holds the collectives only (no compute
+//! ops); its host gaps are aligned with those collectives: the host time between the end of
+//! one collective's launch and the start of the next (which includes the server's own compute
+//! launches in between), median over the steps.
+
+use serde::Serialize;
+
+use super::analysis::Analysis;
+use super::extract::{Collective, SizeFrom};
+use super::names::{schedule_dtype, schedule_kind};
+use crate::error::usage;
+use crate::measure::attribution::Spread;
+use crate::model::schedule_file::ScheduleFile;
+use crate::model::{CollectiveKind, DType, Op, Phase, Routing, Schedule};
+
+/// The first rank's collectives of its median-length step (the first complete step).
+fn one_step(a: &Analysis) -> anyhow::Result<(&[Collective], usize)> {
+    let r = a
+        .rank_traces
+        .first()
+        .ok_or_else(|| usage("no rank to take a step from"))?;
+    let s = r
+        .steps
+        .first()
+        .ok_or_else(|| usage(format!("'{}': no complete step found to export", r.file)))?;
+    Ok((&r.collectives[s.first..s.end], s.first))
+}
+
+/// One step of the trace as schedule ops (collectives only).
+pub fn schedule_ops(a: &Analysis) -> anyhow::Result<Vec<Op>> {
+    let (colls, _) = one_step(a)?;
+    colls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let kind = schedule_kind(&c.op).ok_or_else(|| {
+                usage(format!(
+                    "collective {i} of the step is a {}, which verifybench schedules cannot replay (all_reduce, all_gather, reduce_scatter)",
+                    c.op
+                ))
+            })?;
+            let dtype = c.dtype.as_deref().and_then(schedule_dtype).ok_or_else(|| {
+                usage(format!(
+                    "collective {i} of the step has dtype {}, which verifybench schedules cannot replay (bf16, f16, f32)",
+                    c.dtype.as_deref().unwrap_or("unknown")
+                ))
+            })?;
+            let count = match (c.elements, c.size_from) {
+                (Some(n), s) if s != SizeFrom::Unknown => n,
+                _ => {
+                    return Err(usage(format!(
+                        "collective {i} of the step ({}) has no known size; give --nccl-log so that the schedule can carry sizes",
+                        c.op
+                    )))
+                }
+            };
+            Ok(Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank: count * dtype.size(),
+                site: "trace".into(),
+                layer: None,
+            })
+        })
+        .collect()
+}
+
+/// The schedule file of one step: collectives, per-op host gaps (median over steps), origin.
+/// `tokens`: the tokens per forward when known (the trace does not say; 0 = unknown).
+pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> {
+    let ops = schedule_ops(a)?;
+    let r = &a.rank_traces[0];
+    let len = ops.len();
+    let gaps: Vec<f64> = (0..len)
+        .map(|j| {
+            let v: Vec<f64> = r
+                .steps
+                .iter()
+                .filter(|s| s.end - s.first == len)
+                .map(|s| r.host_gaps_us[s.first + j])
+                .collect();
+            Spread::of(&v).map(|s| s.median).unwrap_or(0.0)
+        })
+        .collect();
+    let dtype = ops
+        .iter()
+        .find_map(|o| match o {
+            Op::Collective {
+                kind: CollectiveKind::AllReduce,
+                dtype,
+                ..
+            } => Some(*dtype),
+            _ => None,
+        })
+        .unwrap_or(DType::Bf16);
+    let tp = r
+        .collectives
+        .iter()
+        .find_map(|c| c.group_size)
+        .or(a.world_size.map(|w| w as u64))
+        .unwrap_or(1);
+    let file = std::path::Path::new(&r.file)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| r.file.clone());
+    Ok(ScheduleFile {
+        schedule: Schedule {
+            model: format!("trace:{file}"),
+            phase: Phase::Verify,
+            tp,
+            tokens,
+            dtype,
+            routing: Routing::Uniform,
+            experts_per_layer: 0.0,
+            ops,
+        },
+        host_gaps_us: Some(gaps),
+        origin: Some(format!(
+            "collectives of one step of rank {} in {file} ({} steps in the trace); compute ops left out (a trace has no weight sizes); host gaps: median over the steps of the host time between consecutive collective launches",
+            r.rank,
+            r.steps.len()
+        )),
+    })
+}
+
+/// One (op, dtype, bytes) group on either side of the diff.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DiffRow {
+    pub op: String,
+    pub dtype: String,
+    pub bytes_per_rank: u64,
+    pub plan: usize,
+    pub trace: usize,
+}
+
+/// The trace's step against the config-derived schedule.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanDiff {
+    pub plan: String,
+    pub plan_collectives: usize,
+    pub trace_collectives: usize,
+    pub rows: Vec<DiffRow>,
+    /// First position where the sequences differ: (index, plan's op, trace's op).
+    pub first_difference: Option<(usize, String, String)>,
+    pub same: bool,
+}
+
+fn key(o: &Op) -> Option<(String, String, u64)> {
+    match o {
+        Op::Collective {
+            kind,
+            dtype,
+            bytes_per_rank,
+            ..
+        } => Some((kind.name().into(), dtype.name().into(), *bytes_per_rank)),
+        _ => None,
+    }
+}
+
+fn trace_key(c: &Collective) -> (String, String, u64) {
+    (
+        c.op.clone(),
+        c.dtype.clone().unwrap_or_else(|| "?".into()),
+        c.bytes.unwrap_or(0),
+    )
+}
+
+/// Diffs one step of the trace against `plan` (counts, sizes, order).
+pub fn against_plan(a: &Analysis, plan: &Schedule) -> anyhow::Result<PlanDiff> {
+    let (colls, _) = one_step(a)?;
+    let p: Vec<(String, String, u64)> = plan.ops.iter().filter_map(key).collect();
+    let t: Vec<(String, String, u64)> = colls.iter().map(trace_key).collect();
+    let mut rows: Vec<DiffRow> = Vec::new();
+    for (k, side) in p.iter().map(|k| (k, 0)).chain(t.iter().map(|k| (k, 1))) {
+        let row = match rows
+            .iter_mut()
+            .find(|r| r.op == k.0 && r.dtype == k.1 && r.bytes_per_rank == k.2)
+        {
+            Some(r) => r,
+            None => {
+                rows.push(DiffRow {
+                    op: k.0.clone(),
+                    dtype: k.1.clone(),
+                    bytes_per_rank: k.2,
+                    plan: 0,
+                    trace: 0,
+                });
+                rows.last_mut().expect("pushed")
+            }
+        };
+        if side == 0 {
+            row.plan += 1;
+        } else {
+            row.trace += 1;
+        }
+    }
+    let fmt = |k: &(String, String, u64)| format!("{} {} {} B", k.0, k.1, k.2);
+    let first_difference = (0..p.len().max(t.len())).find_map(|i| match (p.get(i), t.get(i)) {
+        (Some(x), Some(y)) if x == y => None,
+        (x, y) => Some((
+            i,
+            x.map(fmt).unwrap_or_else(|| "(end)".into()),
+            y.map(fmt).unwrap_or_else(|| "(end)".into()),
+        )),
+    });
+    Ok(PlanDiff {
+        plan: format!(
+            "{} TP={} T={} {:?}",
+            plan.model, plan.tp, plan.tokens, plan.phase
+        )
+        .to_lowercase(),
+        plan_collectives: p.len(),
+        trace_collectives: t.len(),
+        same: first_difference.is_none(),
+        first_difference,
+        rows,
+    })
+}

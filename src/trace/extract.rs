@@ -1,0 +1,596 @@
+//! One rank's trace turned into what the diagnosis needs: its collectives in order (op, dtype,
+//! elements, bytes, communicator, group size, GPU start and duration, host-side launch), its
+//! steps (period of the collective sequence, or the spans of a `record_function` label) with
+//! GPU busy, idle and compute time per step, and whether each step ran eagerly or from a CUDA
+//! graph.
+//!
+//! Where the collective's size comes from, in order: the arguments Kineto copies onto the NCCL
+//! kernel; the `record_param_comms` op of the same `External id`; the NCCL COLL log when it
+//! shows one size for that op; else the size is unknown and said to be. Without any NCCL kernel
+//! (one rank: NCCL launches none for an all-reduce of one rank) the `record_param_comms` ops
+//! themselves are the sequence, timed on the host.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::names::{self, dtype_size, parse_kernel};
+use super::nccl_log::LogSummary;
+use super::reader::{GpuKind, LaunchKind, TraceData};
+use super::steps;
+
+/// Where a collective's size came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SizeFrom {
+    /// The trace's `record_param_comms` arguments.
+    Trace,
+    /// The NCCL COLL log.
+    NcclLog,
+    /// Nowhere: only the kernel name (op, dtype) is known.
+    Unknown,
+}
+
+/// One collective as one rank ran it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Collective {
+    /// Normalised op (`all_reduce`).
+    pub op: String,
+    pub dtype: Option<String>,
+    /// Elements each rank contributes (`In msg nelems`, NCCL's `count`).
+    pub elements: Option<u64>,
+    pub bytes: Option<u64>,
+    /// Communicator: the process group's name, else `default`.
+    pub comm: String,
+    pub group_size: Option<u64>,
+    pub seq: Option<i64>,
+    pub algo: Option<String>,
+    pub proto: Option<String>,
+    pub size_from: SizeFrom,
+    pub gpu_start_us: Option<f64>,
+    pub gpu_dur_us: Option<f64>,
+    /// Host-side launch (the runtime call correlated to the kernel, else the c10d op).
+    pub launch_us: Option<f64>,
+    pub launch_end_us: Option<f64>,
+    /// Launched by `cudaGraphLaunch` (true) or by an individual launch (false).
+    pub graph: Option<bool>,
+}
+
+impl Collective {
+    /// Where the step boundary lies on this rank's timeline: the kernel's end, else the
+    /// host-side end.
+    fn end_us(&self) -> f64 {
+        match (self.gpu_start_us, self.gpu_dur_us) {
+            (Some(s), Some(d)) => s + d,
+            _ => self.launch_end_us.or(self.launch_us).unwrap_or(0.0),
+        }
+    }
+    fn host_us(&self) -> Option<f64> {
+        self.launch_us
+    }
+}
+
+/// How a step ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepMode {
+    Eager,
+    Graph,
+    Unknown,
+}
+
+impl StepMode {
+    pub fn words(self) -> &'static str {
+        match self {
+            StepMode::Eager => "eager (no CUDA graph)",
+            StepMode::Graph => "CUDA graph",
+            StepMode::Unknown => "launch mode unknown",
+        }
+    }
+}
+
+/// One step of one rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// Index range of its collectives in [`RankTrace::collectives`] (`first..end`).
+    pub first: usize,
+    pub end: usize,
+    pub start_us: f64,
+    pub dur_us: f64,
+    /// Sum of its collectives' kernel durations.
+    pub collectives_us: f64,
+    /// Time non-NCCL GPU work (kernels, copies) was running.
+    pub compute_us: f64,
+    /// Time no GPU work was running.
+    pub idle_us: f64,
+    pub mode: StepMode,
+}
+
+/// What one rank's trace says.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankTrace {
+    pub file: String,
+    pub rank: usize,
+    pub world_size: Option<usize>,
+    pub collectives: Vec<Collective>,
+    pub steps: Vec<Step>,
+    /// How the steps were found.
+    pub step_rule: String,
+    /// Collectives per step (the period), when a period was found.
+    pub period: Option<usize>,
+    pub gpu_span_us: f64,
+    pub gpu_busy_us: f64,
+    pub gpu_idle_us: f64,
+    /// Host time between the end of one collective's launch and the start of the next (us),
+    /// aligned with `collectives` (0 for the first).
+    pub host_gaps_us: Vec<f64>,
+    /// Whether collectives were timed on the GPU (NCCL kernels) or only on the host.
+    pub gpu_timed: bool,
+    pub notes: Vec<String>,
+}
+
+/// Options of the extraction.
+#[derive(Debug, Clone, Default)]
+pub struct ExtractOptions {
+    pub step_label: Option<String>,
+}
+
+/// Merged, sorted intervals with prefix sums, to measure coverage of any window.
+struct Coverage {
+    iv: Vec<(f64, f64)>,
+    prefix: Vec<f64>,
+}
+
+impl Coverage {
+    fn new(mut v: Vec<(f64, f64)>) -> Coverage {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut iv: Vec<(f64, f64)> = Vec::new();
+        for (s, e) in v {
+            match iv.last_mut() {
+                Some(l) if s <= l.1 => l.1 = l.1.max(e),
+                _ => iv.push((s, e)),
+            }
+        }
+        let mut prefix = vec![0.0];
+        for (s, e) in &iv {
+            prefix.push(prefix.last().unwrap() + (e - s));
+        }
+        Coverage { iv, prefix }
+    }
+    fn total(&self) -> f64 {
+        *self.prefix.last().unwrap()
+    }
+    /// Covered time within [a, b].
+    fn within(&self, a: f64, b: f64) -> f64 {
+        if b <= a || self.iv.is_empty() {
+            return 0.0;
+        }
+        let i = self.iv.partition_point(|x| x.1 <= a);
+        let j = self.iv.partition_point(|x| x.0 < b);
+        if i >= j {
+            return 0.0;
+        }
+        let mut t = self.prefix[j] - self.prefix[i];
+        t -= (a - self.iv[i].0).max(0.0);
+        t -= (self.iv[j - 1].1 - b).max(0.0);
+        t.max(0.0)
+    }
+}
+
+/// Extracts one rank. `rank` is the rank the caller settled on; `log` fills unknown sizes.
+pub fn extract(
+    t: &TraceData,
+    rank: usize,
+    log: Option<&LogSummary>,
+    opt: &ExtractOptions,
+) -> RankTrace {
+    let mut notes = Vec::new();
+    let runtime: HashMap<i64, usize> = t
+        .runtime
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.correlation.map(|c| (c, i)))
+        .collect();
+    let comms_by_ext: HashMap<i64, usize> = t
+        .comms
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.external_id.map(|e| (e, i)))
+        .collect();
+    let mut gpu: Vec<&super::reader::GpuEvent> = t.gpu.iter().collect();
+    gpu.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+
+    let launch_of = |corr: Option<i64>| corr.and_then(|c| runtime.get(&c)).map(|&i| &t.runtime[i]);
+    let mut colls = Vec::new();
+    // GPU events that are a collective's own work (not compute).
+    let mut coll_gpu: HashSet<usize> = HashSet::new();
+    let nccl: Vec<_> = gpu.iter().filter(|g| g.kind == GpuKind::Nccl).collect();
+    let gpu_timed = !nccl.is_empty();
+    if gpu_timed {
+        for g in &nccl {
+            let kname = &t.names[g.name as usize];
+            let k = parse_kernel(kname).unwrap_or(names::KernelInfo {
+                op: None,
+                dtype: None,
+                algo: None,
+                proto: None,
+            });
+            let args = g.comm.as_deref().or_else(|| {
+                g.external_id
+                    .and_then(|e| comms_by_ext.get(&e))
+                    .map(|&i| &t.comms[i].args)
+            });
+            let l = launch_of(g.correlation);
+            let mut c = collective_from(args, k.op.clone(), k.dtype.clone());
+            c.algo = k.algo;
+            c.proto = k.proto;
+            c.gpu_start_us = Some(g.ts);
+            c.gpu_dur_us = Some(g.dur);
+            c.launch_us = l.map(|l| l.ts);
+            c.launch_end_us = l.map(|l| l.ts + l.dur);
+            c.graph = l.map(|l| l.kind == LaunchKind::Graph);
+            colls.push(c);
+        }
+    } else {
+        // One rank, or NCCL kernels not captured: the c10d ops are the sequence.
+        let mut seen = HashSet::new();
+        let mut comms: Vec<_> = t.comms.iter().collect();
+        comms.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        let by_ext: HashMap<i64, usize> = gpu
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| g.external_id.map(|e| (e, i)))
+            .collect();
+        for op in comms {
+            let key = (op.args.pg_name.clone(), op.args.seq);
+            if op.args.seq.is_some() && !seen.insert(key) {
+                continue;
+            }
+            let mut c = collective_from(Some(&op.args), None, None);
+            c.launch_us = Some(op.ts);
+            c.launch_end_us = Some(op.ts + op.dur);
+            // GPU work launched inside the op (one rank's all-gather is a device copy).
+            if let Some(&i) = op.external_id.and_then(|e| by_ext.get(&e)) {
+                coll_gpu.insert(i);
+                let g = gpu[i];
+                c.graph = launch_of(g.correlation).map(|l| l.kind == LaunchKind::Graph);
+                c.gpu_start_us = Some(g.ts);
+                c.gpu_dur_us = Some(g.dur);
+            }
+            colls.push(c);
+        }
+        if !colls.is_empty() {
+            notes.push(
+                "no NCCL kernels in the trace (a single rank launches none for an all-reduce): the collective sequence comes from record_param_comms and its times are host-side".into(),
+            );
+        }
+    }
+    // Sizes from the NCCL log where the trace has none.
+    if let Some(log) = log {
+        let mut filled = 0;
+        for c in colls.iter_mut().filter(|c| c.elements.is_none()) {
+            let n = c.group_size.map(|g| g as u32);
+            if let Some((s, _)) = log.likely_size(&c.op, c.dtype.as_deref(), n) {
+                c.elements = Some(s.count);
+                if c.dtype.is_none() {
+                    c.dtype = s.dtype.clone();
+                }
+                c.bytes = c.dtype.as_deref().and_then(dtype_size).map(|b| b * s.count);
+                c.group_size = c.group_size.or(Some(s.nranks as u64));
+                c.size_from = SizeFrom::NcclLog;
+                filled += 1;
+            }
+        }
+        if filled > 0 {
+            notes.push(format!("{filled} collective sizes taken from the NCCL log"));
+        }
+    }
+    let unknown = colls
+        .iter()
+        .filter(|c| c.size_from == SizeFrom::Unknown)
+        .count();
+    if unknown > 0 {
+        notes.push(format!(
+            "{unknown} of {} collectives carry no size (no record_param_comms arguments, e.g. NCCL called directly or inside a CUDA graph): op and dtype come from the kernel name; give --nccl-log for sizes",
+            colls.len()
+        ));
+    }
+    colls.sort_by(|a, b| {
+        let ka = a.gpu_start_us.or(a.launch_us).unwrap_or(0.0);
+        let kb = b.gpu_start_us.or(b.launch_us).unwrap_or(0.0);
+        ka.total_cmp(&kb)
+    });
+
+    // GPU coverage.
+    let all = Coverage::new(gpu.iter().map(|g| (g.ts, g.ts + g.dur)).collect());
+    let compute = Coverage::new(
+        gpu.iter()
+            .enumerate()
+            .filter(|(i, g)| g.kind != GpuKind::Nccl && !coll_gpu.contains(i))
+            .map(|(_, g)| (g.ts, g.ts + g.dur))
+            .collect(),
+    );
+    let first = gpu.first().map(|g| g.ts).unwrap_or(0.0);
+    let last = gpu.iter().map(|g| g.ts + g.dur).fold(first, f64::max);
+    let span = last - first;
+    // Launch kind of each GPU event, as (ts, graph?) for the step mode.
+    let kinds: Vec<(f64, bool)> = gpu
+        .iter()
+        .filter_map(|g| launch_of(g.correlation).map(|l| (g.ts, l.kind == LaunchKind::Graph)))
+        .collect();
+    let graph_prefix: Vec<usize> = std::iter::once(0)
+        .chain(kinds.iter().scan(0, |acc, k| {
+            *acc += k.1 as usize;
+            Some(*acc)
+        }))
+        .collect();
+    let mode_in = |a: f64, b: f64| -> StepMode {
+        let i = kinds.partition_point(|k| k.0 < a);
+        let j = kinds.partition_point(|k| k.0 < b);
+        if j <= i {
+            return StepMode::Unknown;
+        }
+        let g = graph_prefix[j] - graph_prefix[i];
+        if 2 * g > j - i {
+            StepMode::Graph
+        } else {
+            StepMode::Eager
+        }
+    };
+
+    // Steps.
+    let (ranges, rule, period) = step_ranges(&colls, t, opt, first, &mut notes);
+    let mut steps = Vec::new();
+    for (first_i, end_i, a, b) in ranges {
+        let dur = b - a;
+        if dur <= 0.0 {
+            continue;
+        }
+        // + 0.0: an empty f64 sum is -0.0
+        let collectives_us = colls[first_i..end_i]
+            .iter()
+            .filter_map(|c| c.gpu_dur_us)
+            .sum::<f64>()
+            + 0.0;
+        let busy = all.within(a, b);
+        let mode = {
+            let m = mode_in(a, b);
+            if m == StepMode::Unknown {
+                // host-side fallback: how this step's collectives were launched
+                let g: Vec<bool> = colls[first_i..end_i]
+                    .iter()
+                    .filter_map(|c| c.graph)
+                    .collect();
+                if g.is_empty() {
+                    StepMode::Unknown
+                } else if 2 * g.iter().filter(|x| **x).count() > g.len() {
+                    StepMode::Graph
+                } else {
+                    StepMode::Eager
+                }
+            } else {
+                m
+            }
+        };
+        steps.push(Step {
+            first: first_i,
+            end: end_i,
+            start_us: a,
+            dur_us: dur,
+            collectives_us,
+            compute_us: compute.within(a, b),
+            idle_us: (dur - busy).max(0.0),
+            mode,
+        });
+    }
+
+    let mut host_gaps_us = Vec::with_capacity(colls.len());
+    let mut prev_end: Option<f64> = None;
+    for c in &colls {
+        host_gaps_us.push(match (prev_end, c.host_us()) {
+            (Some(p), Some(s)) => (s - p).max(0.0),
+            _ => 0.0,
+        });
+        if let Some(e) = c.launch_end_us.or(c.launch_us) {
+            prev_end = Some(e);
+        }
+    }
+    RankTrace {
+        file: t.path.display().to_string(),
+        rank,
+        world_size: t.world_size,
+        collectives: colls,
+        steps,
+        step_rule: rule,
+        period,
+        gpu_span_us: span,
+        gpu_busy_us: all.total(),
+        gpu_idle_us: (span - all.total()).max(0.0),
+        host_gaps_us,
+        gpu_timed,
+        notes,
+    }
+}
+
+fn collective_from(
+    args: Option<&super::reader::CommArgs>,
+    kernel_op: Option<String>,
+    kernel_dtype: Option<String>,
+) -> Collective {
+    let op = args
+        .and_then(|a| a.collective_name.as_deref())
+        .map(names::op_from_collective_name)
+        .or(kernel_op)
+        .unwrap_or_else(|| "unknown".into());
+    let dtype = args
+        .and_then(|a| a.dtype.as_deref())
+        .and_then(names::dtype_from_torch)
+        .map(str::to_string)
+        .or(kernel_dtype);
+    let elements = args.and_then(|a| a.in_nelems);
+    let bytes = match (elements, dtype.as_deref().and_then(dtype_size)) {
+        (Some(n), Some(s)) => Some(n * s),
+        _ => None,
+    };
+    Collective {
+        op,
+        dtype,
+        elements,
+        bytes,
+        comm: args
+            .and_then(|a| a.pg_name.clone())
+            .unwrap_or_else(|| "default".into()),
+        group_size: args.and_then(|a| a.group_size),
+        seq: args.and_then(|a| a.seq),
+        algo: None,
+        proto: None,
+        size_from: if elements.is_some() {
+            SizeFrom::Trace
+        } else {
+            SizeFrom::Unknown
+        },
+        gpu_start_us: None,
+        gpu_dur_us: None,
+        launch_us: None,
+        launch_end_us: None,
+        graph: None,
+    }
+}
+
+/// A signature per collective (op, dtype, elements), for the period search.
+pub fn signatures(colls: &[Collective]) -> (Vec<u32>, Vec<u64>) {
+    let mut ids: HashMap<(&str, Option<&str>, Option<u64>), u32> = HashMap::new();
+    let mut weights = Vec::new();
+    let sigs = colls
+        .iter()
+        .map(|c| {
+            let key = (c.op.as_str(), c.dtype.as_deref(), c.elements);
+            let n = ids.len() as u32;
+            *ids.entry(key).or_insert_with(|| {
+                weights.push(c.bytes.or(c.elements).unwrap_or(0));
+                n
+            })
+        })
+        .collect();
+    (sigs, weights)
+}
+
+type Ranges = Vec<(usize, usize, f64, f64)>;
+
+fn step_ranges(
+    colls: &[Collective],
+    t: &TraceData,
+    opt: &ExtractOptions,
+    first_gpu_us: f64,
+    notes: &mut Vec<String>,
+) -> (Ranges, String, Option<usize>) {
+    if let Some(label) = &opt.step_label {
+        let mut spans = t.labels.clone();
+        spans.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        let mut out = Vec::new();
+        for s in &spans {
+            let (a, b) = (s.ts, s.ts + s.dur);
+            let idx: Vec<usize> = colls
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.host_us().is_some_and(|h| h >= a && h < b))
+                .map(|(i, _)| i)
+                .collect();
+            let (Some(&f), Some(&l)) = (idx.first(), idx.last()) else {
+                continue;
+            };
+            // GPU window: from the first collective's kernel start (or the span) to the last's end.
+            let start = colls[f].gpu_start_us.unwrap_or(a);
+            let end = colls[l].end_us().max(start);
+            out.push((f, l + 1, start.min(end), end));
+        }
+        return (
+            out,
+            format!("spans of the step label '{label}' ({} found)", spans.len()),
+            None,
+        );
+    }
+    let (sigs, w) = signatures(colls);
+    if let Some(p) = steps::find_period(&sigs, |s| w[s as usize]) {
+        let b = &p.boundaries;
+        let mut out: Ranges = Vec::new();
+        // The first step is whole when the trace starts with it; it began with the trace's
+        // first GPU work (or the first collective's launch when collectives are host-timed).
+        if p.start == 0 && b[0] + 1 == p.len {
+            let a = if colls[0].gpu_start_us.is_some() {
+                first_gpu_us.min(colls[0].gpu_start_us.unwrap_or(first_gpu_us))
+            } else {
+                colls[0].launch_us.unwrap_or(0.0)
+            };
+            out.push((0, b[0] + 1, a, colls[b[0]].end_us()));
+        }
+        out.extend(b.windows(2).map(|x| {
+            (
+                x[0] + 1,
+                x[1] + 1,
+                colls[x[0]].end_us(),
+                colls[x[1]].end_us(),
+            )
+        }));
+        let e = *b.last().expect("a period has a boundary");
+        let desc = describe_period(&colls[(e + 1).saturating_sub(p.len)..=e]);
+        return (
+            out,
+            format!("period of the collective sequence: {desc}"),
+            Some(p.len),
+        );
+    }
+    if let Some(b) = steps::split_at_rarest(&sigs, |s| w[s as usize]) {
+        notes.push("the collective sequence does not repeat exactly: steps end at each occurrence of its rarest collective".into());
+        let out = b
+            .windows(2)
+            .map(|x| {
+                (
+                    x[0] + 1,
+                    x[1] + 1,
+                    colls[x[0]].end_us(),
+                    colls[x[1]].end_us(),
+                )
+            })
+            .collect();
+        return (out, "split at the rarest collective".into(), None);
+    }
+    if !colls.is_empty() {
+        notes.push("no repeating step found: the whole trace is one step".into());
+        let a = colls[0].gpu_start_us.or(colls[0].launch_us).unwrap_or(0.0);
+        let b = colls[colls.len() - 1].end_us();
+        return (vec![(0, colls.len(), a, b)], "whole trace".into(), None);
+    }
+    (Vec::new(), "no collectives".into(), None)
+}
+
+/// `123 all_reduce + 1 all_gather`.
+pub fn describe_period(one: &[Collective]) -> String {
+    let mut parts: Vec<(String, usize)> = Vec::new();
+    for c in one {
+        match parts.iter_mut().find(|p| p.0 == c.op) {
+            Some(p) => p.1 += 1,
+            None => parts.push((c.op.clone(), 1)),
+        }
+    }
+    parts
+        .iter()
+        .map(|(op, n)| format!("{n} {op}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coverage_of_windows() {
+        let c = Coverage::new(vec![(0.0, 10.0), (5.0, 15.0), (20.0, 30.0)]);
+        assert_eq!(c.total(), 25.0);
+        assert_eq!(c.within(0.0, 100.0), 25.0);
+        assert_eq!(c.within(12.0, 22.0), 5.0);
+        assert_eq!(c.within(16.0, 19.0), 0.0);
+        assert_eq!(c.within(25.0, 27.0), 2.0);
+    }
+}

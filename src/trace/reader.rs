@@ -1,0 +1,647 @@
+//! Streaming reader of Kineto / Chrome traces (`.json`, `.json.gz`).
+//!
+//! A real 8-rank profile is gigabytes of JSON, so nothing here holds the document or a
+//! `serde_json::Value` of it: a visitor walks the top-level object, and `traceEvents` is walked
+//! one event at a time into [`RawEvent`], which names only the fields the analysis needs (every
+//! other field and argument is skipped unread by serde as `IgnoredAny`). Each event is then
+//! kept, in a compact form, only if the analysis uses it: GPU kernels, copies and sets; the
+//! runtime calls that launch work; `record_param_comms` CPU ops; spans of a named step label.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::names::is_nccl_kernel;
+
+/// A number that some writers spell as a string (`"ts": "123.5"`, `"pid": "Spans"`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lenient {
+    Num(f64),
+    Str(String),
+}
+
+impl Lenient {
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Lenient::Num(x) => Some(*x),
+            Lenient::Str(s) => s.trim().parse().ok(),
+        }
+    }
+    pub fn as_i64(&self) -> Option<i64> {
+        self.as_f64().map(|x| x as i64)
+    }
+    pub fn as_string(&self) -> String {
+        match self {
+            Lenient::Num(x) if x.fract() == 0.0 => format!("{}", *x as i64),
+            Lenient::Num(x) => x.to_string(),
+            Lenient::Str(s) => s.clone(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Lenient {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Lenient;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Lenient, E> {
+                Ok(Lenient::Num(v as f64))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Lenient, E> {
+                Ok(Lenient::Num(v as f64))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Lenient, E> {
+                Ok(Lenient::Num(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Lenient, E> {
+                Ok(Lenient::Str(v.to_string()))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Lenient, E> {
+                Ok(Lenient::Num(v as u8 as f64))
+            }
+            fn visit_unit<E>(self) -> Result<Lenient, E> {
+                Ok(Lenient::Str(String::new()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The arguments of an event the analysis reads; all others are skipped.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawArgs {
+    #[serde(rename = "Collective name")]
+    pub collective_name: Option<String>,
+    #[serde(rename = "In msg nelems")]
+    pub in_nelems: Option<Lenient>,
+    #[serde(rename = "Out msg nelems")]
+    pub out_nelems: Option<Lenient>,
+    #[serde(rename = "Group size")]
+    pub group_size: Option<Lenient>,
+    pub dtype: Option<Lenient>,
+    #[serde(rename = "Process Group Name")]
+    pub pg_name: Option<Lenient>,
+    #[serde(rename = "Seq")]
+    pub seq: Option<Lenient>,
+    #[serde(rename = "External id")]
+    pub external_id: Option<Lenient>,
+    pub correlation: Option<Lenient>,
+    pub stream: Option<Lenient>,
+    /// The rank of a multi-rank trace written by verifybench (one pid per rank).
+    pub rank: Option<Lenient>,
+}
+
+/// One trace event, as far as the analysis reads it.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawEvent {
+    pub ph: Option<String>,
+    pub name: Option<String>,
+    pub cat: Option<String>,
+    pub ts: Option<Lenient>,
+    pub dur: Option<Lenient>,
+    pub pid: Option<Lenient>,
+    pub tid: Option<Lenient>,
+    pub id: Option<Lenient>,
+    pub args: Option<RawArgs>,
+}
+
+/// `distributedInfo` of a Kineto trace.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct DistributedInfo {
+    pub rank: Option<Lenient>,
+    pub world_size: Option<Lenient>,
+    pub backend: Option<String>,
+}
+
+/// The collective arguments Kineto copies from `record_param_comms` (normalised later).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommArgs {
+    pub collective_name: Option<String>,
+    pub in_nelems: Option<u64>,
+    pub out_nelems: Option<u64>,
+    pub group_size: Option<u64>,
+    pub dtype: Option<String>,
+    pub pg_name: Option<String>,
+    pub seq: Option<i64>,
+}
+
+impl CommArgs {
+    fn from_raw(a: &RawArgs) -> Option<CommArgs> {
+        let c = CommArgs {
+            collective_name: a.collective_name.clone(),
+            in_nelems: a
+                .in_nelems
+                .as_ref()
+                .and_then(Lenient::as_f64)
+                .map(|x| x as u64),
+            out_nelems: a
+                .out_nelems
+                .as_ref()
+                .and_then(Lenient::as_f64)
+                .map(|x| x as u64),
+            group_size: a
+                .group_size
+                .as_ref()
+                .and_then(Lenient::as_f64)
+                .map(|x| x as u64),
+            dtype: a.dtype.as_ref().map(Lenient::as_string),
+            pg_name: a.pg_name.as_ref().map(Lenient::as_string),
+            seq: a.seq.as_ref().and_then(Lenient::as_i64),
+        };
+        c.collective_name.is_some().then_some(c)
+    }
+}
+
+/// What a GPU-side event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuKind {
+    /// A kernel NCCL launched.
+    Nccl,
+    /// Any other kernel.
+    Kernel,
+    Memcpy,
+    Memset,
+}
+
+/// One event on a GPU stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuEvent {
+    pub ts: f64,
+    pub dur: f64,
+    pub kind: GpuKind,
+    /// Index into [`TraceData::names`].
+    pub name: u32,
+    pub correlation: Option<i64>,
+    pub external_id: Option<i64>,
+    pub stream: Option<i64>,
+    /// Collective arguments Kineto put on the kernel itself (recent PyTorch).
+    pub comm: Option<Box<CommArgs>>,
+    /// `args.rank` of a multi-rank trace.
+    pub rank: Option<u32>,
+}
+
+/// What a host-side runtime call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchKind {
+    /// `cudaLaunchKernel` and friends, `cuLaunchKernel`.
+    Kernel,
+    /// `cudaGraphLaunch`.
+    Graph,
+    /// Asynchronous copies and sets.
+    Copy,
+}
+
+/// A runtime call that puts work on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RuntimeEvent {
+    pub ts: f64,
+    pub dur: f64,
+    pub kind: LaunchKind,
+    pub correlation: Option<i64>,
+    pub external_id: Option<i64>,
+    pub rank: Option<u32>,
+}
+
+/// A `record_param_comms` CPU op: the collective as c10d issued it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommOp {
+    pub ts: f64,
+    pub dur: f64,
+    pub external_id: Option<i64>,
+    pub args: CommArgs,
+    pub rank: Option<u32>,
+}
+
+/// A span of the user's step label (`record_function`), host time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Span {
+    pub ts: f64,
+    pub dur: f64,
+    pub rank: Option<u32>,
+}
+
+/// Where the rank came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankSource {
+    DistributedInfo,
+    FileName,
+    /// Neither said: the position among the files given.
+    Order,
+}
+
+/// What one trace file holds, reduced to what the analysis needs.
+#[derive(Debug, Clone, Default)]
+pub struct TraceData {
+    pub path: PathBuf,
+    pub rank: Option<usize>,
+    pub world_size: Option<usize>,
+    pub rank_from_info: bool,
+    pub gpu: Vec<GpuEvent>,
+    pub runtime: Vec<RuntimeEvent>,
+    pub comms: Vec<CommOp>,
+    pub labels: Vec<Span>,
+    /// Interned GPU event names.
+    pub names: Vec<String>,
+    /// Events read in all (kept or not).
+    pub events_seen: u64,
+    /// Whether the document had a `traceEvents` array (or was a bare event array).
+    pub had_events: bool,
+}
+
+/// What to keep besides the fixed set.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// A `record_function` / annotation name whose spans mark steps.
+    pub step_label: Option<String>,
+}
+
+struct Sink<'a> {
+    data: &'a mut TraceData,
+    opts: &'a ReadOptions,
+    intern: HashMap<String, u32>,
+}
+
+impl Sink<'_> {
+    fn name_id(&mut self, name: String) -> u32 {
+        if let Some(&i) = self.intern.get(&name) {
+            return i;
+        }
+        let i = self.data.names.len() as u32;
+        self.data.names.push(name.clone());
+        self.intern.insert(name, i);
+        i
+    }
+
+    fn push(&mut self, e: RawEvent) {
+        self.data.events_seen += 1;
+        if e.ph.as_deref() != Some("X") {
+            return;
+        }
+        let (Some(ts), Some(name)) = (e.ts.as_ref().and_then(Lenient::as_f64), e.name) else {
+            return;
+        };
+        let dur = e.dur.as_ref().and_then(Lenient::as_f64).unwrap_or(0.0);
+        let args = e.args.unwrap_or_default();
+        let corr = args.correlation.as_ref().and_then(Lenient::as_i64);
+        let ext = args.external_id.as_ref().and_then(Lenient::as_i64);
+        let cat = e.cat.as_deref().unwrap_or("");
+        let rank = args
+            .rank
+            .as_ref()
+            .and_then(Lenient::as_i64)
+            .map(|r| r as u32);
+        match cat {
+            "kernel" | "gpu_memcpy" | "gpu_memset" | "Kernel" | "Memcpy" | "Memset" => {
+                let kind = match cat {
+                    "gpu_memcpy" | "Memcpy" => GpuKind::Memcpy,
+                    "gpu_memset" | "Memset" => GpuKind::Memset,
+                    _ if is_nccl_kernel(&name) => GpuKind::Nccl,
+                    _ => GpuKind::Kernel,
+                };
+                let stream = args
+                    .stream
+                    .as_ref()
+                    .and_then(Lenient::as_i64)
+                    .or_else(|| e.tid.as_ref().and_then(Lenient::as_i64));
+                let comm = CommArgs::from_raw(&args).map(Box::new);
+                let name = self.name_id(name);
+                self.data.gpu.push(GpuEvent {
+                    ts,
+                    dur,
+                    kind,
+                    name,
+                    correlation: corr,
+                    external_id: ext,
+                    stream,
+                    comm,
+                    rank,
+                });
+            }
+            "cuda_runtime" | "cuda_driver" | "Runtime" | "Driver" => {
+                let kind = if name.contains("GraphLaunch") {
+                    LaunchKind::Graph
+                } else if name.contains("LaunchKernel") || name.contains("LaunchCooperative") {
+                    LaunchKind::Kernel
+                } else if name.contains("Memcpy") || name.contains("Memset") {
+                    LaunchKind::Copy
+                } else {
+                    return;
+                };
+                self.data.runtime.push(RuntimeEvent {
+                    ts,
+                    dur,
+                    kind,
+                    correlation: corr,
+                    external_id: ext,
+                    rank,
+                });
+            }
+            _ => {
+                if self.opts.step_label.as_deref() == Some(name.as_str()) {
+                    self.data.labels.push(Span { ts, dur, rank });
+                }
+                if name == "record_param_comms" || args.collective_name.is_some() {
+                    if let Some(c) = CommArgs::from_raw(&args) {
+                        self.data.comms.push(CommOp {
+                            ts,
+                            dur,
+                            external_id: ext,
+                            args: c,
+                            rank,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct EventsSeed<'a, 'b>(&'a mut Sink<'b>);
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.0.data.had_events = true;
+        while let Some(e) = seq.next_element::<RawEvent>()? {
+            self.0.push(e);
+        }
+        Ok(())
+    }
+}
+
+struct TopVisitor<'a, 'b>(&'a mut Sink<'b>);
+
+impl<'de> Visitor<'de> for TopVisitor<'_, '_> {
+    type Value = Option<DistributedInfo>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Chrome trace (an object with traceEvents, or an array of events)")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut info = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "traceEvents" => map.next_value_seed(EventsSeed(self.0))?,
+                "distributedInfo" => info = map.next_value::<Option<DistributedInfo>>()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(info)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        EventsSeed(self.0).visit_seq(seq)?;
+        Ok(None)
+    }
+}
+
+/// The rank a file name states: SGLang `<time>-TP-<rank>.trace.json.gz`, `rank-<n>`,
+/// `rank<n>`, `rank_<n>`.
+pub fn rank_from_file_name(path: &Path) -> Option<usize> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    let re = regex::Regex::new(r"(?:-tp-|rank[-_]?)(\d+)").expect("valid regex");
+    re.captures_iter(&name)
+        .last()
+        .and_then(|c| c[1].parse().ok())
+}
+
+/// Whether a path looks like a trace (`.json` or `.json.gz`, the `.pt.trace.json` of
+/// torch.profiler included).
+pub fn is_trace_name(path: &Path) -> bool {
+    let n = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    n.ends_with(".json") || n.ends_with(".json.gz")
+}
+
+/// Reads one trace file: one [`TraceData`] per rank it holds (Kineto writes one rank per file;
+/// verifybench's own multi-rank traces carry `args.rank`). Errors are one line naming the
+/// file (the caller decides whether they are fatal).
+pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
+    let f = std::fs::File::open(path)
+        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
+    let gz = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    let reader: Box<dyn Read> = if gz {
+        Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+            1 << 20,
+            f,
+        )))
+    } else {
+        Box::new(f)
+    };
+    read_from(BufReader::with_capacity(1 << 20, reader), path, opts).map(split_by_rank)
+}
+
+/// Splits a trace whose events carry `args.rank` into one trace per rank.
+pub fn split_by_rank(t: TraceData) -> Vec<TraceData> {
+    let mut ranks: Vec<u32> = t
+        .gpu
+        .iter()
+        .filter_map(|g| g.rank)
+        .chain(t.runtime.iter().filter_map(|r| r.rank))
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    if ranks.len() <= 1 {
+        let mut t = t;
+        if let (Some(&r), false) = (ranks.first(), t.rank_from_info) {
+            t.rank = Some(r as usize);
+            t.rank_from_info = true;
+        }
+        return vec![t];
+    }
+    ranks
+        .iter()
+        .map(|&r| TraceData {
+            path: t.path.clone(),
+            rank: Some(r as usize),
+            world_size: t.world_size,
+            rank_from_info: true,
+            gpu: t
+                .gpu
+                .iter()
+                .filter(|g| g.rank == Some(r))
+                .cloned()
+                .collect(),
+            runtime: t
+                .runtime
+                .iter()
+                .filter(|x| x.rank == Some(r))
+                .copied()
+                .collect(),
+            comms: t
+                .comms
+                .iter()
+                .filter(|x| x.rank == Some(r))
+                .cloned()
+                .collect(),
+            labels: t
+                .labels
+                .iter()
+                .filter(|x| x.rank.is_none_or(|y| y == r))
+                .copied()
+                .collect(),
+            names: t.names.clone(),
+            events_seen: t.events_seen,
+            had_events: true,
+        })
+        .collect()
+}
+
+/// Reads a trace from any reader (`path` only names it in messages and in the result).
+pub fn read_from<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> anyhow::Result<TraceData> {
+    let mut data = TraceData {
+        path: path.to_path_buf(),
+        ..Default::default()
+    };
+    let mut sink = Sink {
+        data: &mut data,
+        opts,
+        intern: HashMap::new(),
+    };
+    let mut de = serde_json::Deserializer::from_reader(r);
+    let info = de
+        .deserialize_any(TopVisitor(&mut sink))
+        .and_then(|i| de.end().map(|_| i))
+        .map_err(|e| describe_json_error(path, &e))?;
+    if !data.had_events {
+        anyhow::bail!(
+            "'{}': not a Chrome/Kineto trace (no traceEvents array)",
+            path.display()
+        );
+    }
+    if let Some(i) = info {
+        data.world_size = i
+            .world_size
+            .as_ref()
+            .and_then(Lenient::as_i64)
+            .map(|x| x as usize);
+        data.rank = i
+            .rank
+            .as_ref()
+            .and_then(Lenient::as_i64)
+            .map(|x| x as usize);
+        data.rank_from_info = data.rank.is_some();
+    }
+    if data.rank.is_none() {
+        data.rank = rank_from_file_name(path);
+    }
+    Ok(data)
+}
+
+fn describe_json_error(path: &Path, e: &serde_json::Error) -> anyhow::Error {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Eof => "truncated (the JSON ends early; was the file copied while written?)",
+        Category::Syntax => "not JSON",
+        Category::Data => "not a Chrome/Kineto trace",
+        Category::Io => {
+            if e.to_string().contains("invalid gzip") || e.to_string().contains("corrupt") {
+                "not a readable gzip file"
+            } else {
+                "cannot be read"
+            }
+        }
+    };
+    anyhow::anyhow!("'{}': {what}: {e}", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(s: &str) -> anyhow::Result<TraceData> {
+        read_from(s.as_bytes(), Path::new("t.json"), &ReadOptions::default())
+    }
+
+    #[test]
+    fn keeps_only_what_the_analysis_reads() {
+        let t = read(
+            r#"{"schemaVersion":1,"distributedInfo":{"rank":3,"world_size":8,"backend":"nccl"},
+            "deviceProperties":[{"id":0,"name":"H200"}],
+            "traceEvents":[
+             {"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)","pid":0,"tid":7,"ts":100.5,"dur":20,
+              "args":{"correlation":11,"External id":5,"stream":7,"grid":[1,1,1],"Collective name":"allreduce","In msg nelems":21504,"Out msg nelems":21504,"Group size":8,"dtype":"BFloat16","Process Group Name":"0","Seq":4}},
+             {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":90,"dur":5,"args":{"correlation":11,"External id":5}},
+             {"ph":"X","cat":"cuda_runtime","name":"cudaStreamSynchronize","pid":1,"tid":1,"ts":95,"dur":5,"args":{"correlation":12}},
+             {"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":80,"dur":5,"args":{"Input Dims":[[1,2]]}},
+             {"ph":"X","cat":"cpu_op","name":"record_param_comms","pid":1,"tid":"t1","ts":88,"dur":7,"args":{"Collective name":"allreduce","In msg nelems":21504,"dtype":"BFloat16"}},
+             {"ph":"M","name":"process_name","pid":"Spans","args":{"name":"x"}},
+             {"ph":"s","id":1,"pid":1,"tid":1,"ts":90,"cat":"ac2g","name":"ac2g"}
+            ],"traceName":"x"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (t.rank, t.world_size, t.rank_from_info),
+            (Some(3), Some(8), true)
+        );
+        assert_eq!(t.events_seen, 7);
+        assert_eq!(t.gpu.len(), 1);
+        let k = &t.gpu[0];
+        assert_eq!(
+            (k.kind, k.ts, k.dur, k.correlation),
+            (GpuKind::Nccl, 100.5, 20.0, Some(11))
+        );
+        let c = k.comm.as_ref().unwrap();
+        assert_eq!(c.in_nelems, Some(21504));
+        assert_eq!(c.dtype.as_deref(), Some("BFloat16"));
+        assert_eq!(
+            (c.pg_name.as_deref(), c.seq, c.group_size),
+            (Some("0"), Some(4), Some(8))
+        );
+        assert_eq!(t.runtime.len(), 1, "only launches are kept");
+        assert_eq!(t.comms.len(), 1);
+    }
+
+    #[test]
+    fn bare_event_arrays_and_ranks_from_names() {
+        let t = read_from(
+            r#"[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2}]"#.as_bytes(),
+            Path::new("1712345-TP-5.trace.json.gz"),
+            &ReadOptions::default(),
+        )
+        .unwrap();
+        assert_eq!((t.gpu.len(), t.rank, t.rank_from_info), (1, Some(5), false));
+        assert_eq!(rank_from_file_name(Path::new("x/rank-12.json")), Some(12));
+        assert_eq!(
+            rank_from_file_name(Path::new("worker_rank3.pt.trace.json")),
+            Some(3)
+        );
+        assert_eq!(rank_from_file_name(Path::new("trace.json")), None);
+    }
+
+    #[test]
+    fn bad_documents_say_why() {
+        let trunc = read(r#"{"traceEvents":[{"ph":"X","name":"k""#).unwrap_err();
+        assert!(trunc.to_string().contains("truncated"), "{trunc}");
+        let junk = read("hello").unwrap_err();
+        assert!(junk.to_string().contains("not JSON"), "{junk}");
+        let other = read(r#"{"a":1}"#).unwrap_err();
+        assert!(other.to_string().contains("no traceEvents"), "{other}");
+        let wrong = read(r#"{"traceEvents":{"a":1}}"#).unwrap_err();
+        assert!(wrong.to_string().contains("not a Chrome"), "{wrong}");
+    }
+}

@@ -1,0 +1,530 @@
+//! Tests of the whole pipeline on SYNTHETIC traces ([`super::synth`]): no two-GPU machine is
+//! available to profile, so the known answers (an injected delay, a step count, eager or
+//! graph) come from the simulation, not from a real run.
+
+use std::path::PathBuf;
+
+use super::synth::{self, SynthSpec};
+use super::*;
+
+fn analyse_spec(s: &SynthSpec) -> (tempfile::TempDir, Analysis) {
+    let dir = tempfile::tempdir().unwrap();
+    synth::write_dir(s, dir.path(), false).unwrap();
+    let a = analyse(&TraceRequest::new(vec![dir.path().to_path_buf()])).unwrap();
+    (dir, a)
+}
+
+#[test]
+fn synthetic_two_ranks_injected_delay_is_recovered_within_10_percent() {
+    // Rank 1 is 300 us late before every collective; the GPU work is shorter than the host
+    // gaps, so rank 0's kernel waits ~300 us in each collective.
+    let s = SynthSpec {
+        late_rank: Some((1, 300.0)),
+        jitter_us: 0.0,
+        ..Default::default()
+    };
+    let (_d, a) = analyse_spec(&s);
+    let t = a.attribution.as_ref().unwrap();
+    let st = t.straggler.as_ref().unwrap();
+    assert_eq!(st.rank, 1);
+    assert!(st.share > 0.95, "{}", st.share);
+    assert!(
+        (st.median_lag_us - 300.0).abs() < 30.0,
+        "lag {}",
+        st.median_lag_us
+    );
+    let per_coll_wait0 = t.total.waiting_us[0] / t.matched as f64;
+    assert!(
+        (per_coll_wait0 - 300.0).abs() < 30.0,
+        "waiting {per_coll_wait0}"
+    );
+    let per_coll_transfer = t.total.transfer_us / t.matched as f64;
+    assert!(
+        (per_coll_transfer - s.transfer_us).abs() < 0.5,
+        "{per_coll_transfer}"
+    );
+    let step = a.step.as_ref().unwrap();
+    assert_eq!(step.eager_steps, step.steps);
+    let text = a.diagnosis.join(" ");
+    assert!(
+        text.contains("rank 1 last in 100% of collectives"),
+        "{text}"
+    );
+    assert!(text.contains("run the verify from a CUDA graph"), "{text}");
+}
+
+#[test]
+fn synthetic_steps_found_and_counted() {
+    let s = SynthSpec {
+        ranks: 1,
+        steps: 6,
+        ..Default::default()
+    };
+    let (_d, a) = analyse_spec(&s);
+    let st = a.step.as_ref().unwrap();
+    assert_eq!(st.steps, 6);
+    assert_eq!(st.collectives_per_step, 124);
+    assert_eq!(st.pattern, "123 all_reduce + 1 all_gather");
+    assert_eq!(a.sequence.len(), 2);
+    assert_eq!(
+        (
+            a.sequence[0].op.as_str(),
+            a.sequence[0].per_step,
+            a.sequence[0].bytes
+        ),
+        ("all_reduce", 123, Some(43008))
+    );
+    assert_eq!(
+        (
+            a.sequence[1].op.as_str(),
+            a.sequence[1].elements,
+            a.sequence[1].dtype.as_deref()
+        ),
+        ("all_gather", Some(61440), Some("bf16"))
+    );
+    // one rank: no split, and the diagnosis says why
+    assert!(st.transfer_us.is_none());
+    assert!(a.diagnosis.iter().any(|d| d.contains("One rank's trace")));
+    // step = host-bound: 124 x (gap + launches) at least
+    assert!(
+        st.step_us.median > 124.0 * s.host_gap_us,
+        "{}",
+        st.step_us.median
+    );
+}
+
+#[test]
+fn synthetic_graph_steps_are_told_from_eager_ones() {
+    let s = SynthSpec {
+        graph: true,
+        steps: 3,
+        ..Default::default()
+    };
+    let (_d, a) = analyse_spec(&s);
+    let st = a.step.as_ref().unwrap();
+    assert_eq!((st.graph_steps, st.eager_steps), (3, 0));
+    assert_eq!(st.mode_words(), "CUDA graph");
+    // graph: kernels back to back, ranks together, so no waiting
+    assert!(st.waiting_us.unwrap().median < 1.0);
+}
+
+#[test]
+fn synthetic_kernel_names_only_give_op_and_dtype_and_the_log_gives_sizes() {
+    let s = SynthSpec {
+        with_args: false,
+        ranks: 1,
+        steps: 3,
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    synth::write_dir(&s, dir.path(), false).unwrap();
+    let a = analyse(&TraceRequest::new(vec![dir.path().to_path_buf()])).unwrap();
+    let g = &a.sequence[0];
+    assert_eq!(
+        (g.op.as_str(), g.dtype.as_deref(), g.elements),
+        ("all_reduce", Some("bf16"), None)
+    );
+    assert_eq!(g.size_from, extract::SizeFrom::Unknown);
+    assert!(a.diagnosis.iter().any(|d| d.contains("sizes are unknown")));
+    let log = dir.path().join("nccl.log");
+    std::fs::write(&log, "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 21504 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\nh:1:1 [0] NCCL INFO AllGather: opCount 0 sendbuff 0x1 recvbuff 0x1 count 61440 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n").unwrap();
+    let mut req = TraceRequest::new(vec![dir.path().join("rank-0.json")]);
+    req.nccl_logs = vec![log];
+    let a = analyse(&req).unwrap();
+    let g = &a.sequence[0];
+    assert_eq!(
+        (g.elements, g.bytes, g.size_from),
+        (Some(21504), Some(43008), extract::SizeFrom::NcclLog)
+    );
+    assert_eq!(a.sequence[1].elements, Some(61440));
+}
+
+#[test]
+fn chrome_writer_round_trips_through_the_reader() {
+    let s = SynthSpec {
+        late_rank: Some((0, 100.0)),
+        steps: 3,
+        ..Default::default()
+    };
+    let (_d, a) = analyse_spec(&s);
+    let tracks = chrome::tracks_of(&a.rank_traces);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("replay.json");
+    chrome::write_file(&tracks, 2, &p).unwrap();
+    let back = analyse(&TraceRequest::new(vec![p.clone()])).unwrap();
+    assert_eq!(back.ranks.len(), 2);
+    for (x, y) in a.rank_traces.iter().zip(&back.rank_traces) {
+        assert_eq!(x.rank, y.rank);
+        assert_eq!(x.collectives.len(), y.collectives.len());
+        for (c, d) in x.collectives.iter().zip(&y.collectives) {
+            assert_eq!(
+                (&c.op, &c.dtype, c.elements, c.group_size),
+                (&d.op, &d.dtype, d.elements, d.group_size)
+            );
+            assert!((c.gpu_dur_us.unwrap() - d.gpu_dur_us.unwrap()).abs() < 1e-6);
+            assert_eq!(c.launch_us, d.launch_us);
+        }
+        assert_eq!(x.host_gaps_us, y.host_gaps_us);
+    }
+    let (s0, s1) = (a.attribution.unwrap(), back.attribution.unwrap());
+    assert_eq!(s0.straggler.unwrap().rank, 0);
+    assert_eq!(s1.straggler.unwrap().rank, 0);
+    assert!((s0.total.transfer_us - s1.total.transfer_us).abs() < 1e-3);
+}
+
+fn kimi_tp2_spec() -> SynthSpec {
+    // Kimi-K2.5 TP2, 3 tokens: all-reduce 3 x 7168, all-gather 3 x 163840 / 2
+    SynthSpec {
+        ranks: 2,
+        steps: 3,
+        ar_elements: 3 * 7168,
+        ag_elements: 3 * 163840 / 2,
+        ..Default::default()
+    }
+}
+
+fn kimi_plan(tp: u64) -> crate::model::Schedule {
+    let opt = crate::model::ScheduleOptions {
+        tp,
+        tokens: 3,
+        ..Default::default()
+    };
+    crate::model::build(
+        &crate::model::presets::preset("kimi-k2.5").unwrap(),
+        &opt,
+        crate::model::Phase::Verify,
+    )
+    .unwrap()
+}
+
+#[test]
+fn synthetic_kimi_step_exports_the_plans_collectives() {
+    let (_d, a) = analyse_spec(&kimi_tp2_spec());
+    let plan = kimi_plan(2);
+    let diff = against::against_plan(&a, &plan).unwrap();
+    assert!(diff.same, "{diff:?}");
+    let f = against::schedule_file(&a, 3).unwrap();
+    let planned: Vec<_> = plan
+        .ops
+        .iter()
+        .filter(|o| matches!(o, crate::model::Op::Collective { .. }))
+        .map(|o| match o {
+            crate::model::Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } => (*kind, *dtype, *count, *bytes_per_rank),
+            _ => unreachable!(),
+        })
+        .collect();
+    let got: Vec<_> = f
+        .schedule
+        .ops
+        .iter()
+        .map(|o| match o {
+            crate::model::Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } => (*kind, *dtype, *count, *bytes_per_rank),
+            _ => panic!("compute ops are left out"),
+        })
+        .collect();
+    assert_eq!(planned, got);
+    assert_eq!(f.schedule.tp, 2);
+    let gaps = f.host_gaps_us.as_ref().unwrap();
+    assert_eq!(gaps.len(), got.len());
+    // between consecutive collective launches: the compute op's host gap and launch
+    assert!(gaps[5] > kimi_tp2_spec().host_gap_us, "{}", gaps[5]);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.json");
+    f.save(&p).unwrap();
+    assert_eq!(
+        crate::model::schedule_file::ScheduleFile::load(&p).unwrap(),
+        f
+    );
+    // against TP 8 the all-reduces are the same (T x hidden) but the logits all-gather is not
+    let d8 = against::against_plan(&a, &kimi_plan(8)).unwrap();
+    assert!(!d8.same);
+    assert_eq!(d8.first_difference.as_ref().unwrap().0, 123);
+}
+
+#[test]
+fn gzip_traces_read_like_plain_ones() {
+    let s = SynthSpec {
+        steps: 2,
+        ..Default::default()
+    };
+    let d1 = tempfile::tempdir().unwrap();
+    let d2 = tempfile::tempdir().unwrap();
+    synth::write_dir(&s, d1.path(), false).unwrap();
+    synth::write_dir(&s, d2.path(), true).unwrap();
+    let a = analyse(&TraceRequest::new(vec![d1.path().into()])).unwrap();
+    let b = analyse(&TraceRequest::new(vec![d2.path().into()])).unwrap();
+    assert_eq!(a.step, b.step);
+    assert_eq!(a.sequence, b.sequence);
+}
+
+fn err(inputs: Vec<PathBuf>) -> anyhow::Error {
+    analyse(&TraceRequest::new(inputs)).unwrap_err()
+}
+
+#[test]
+fn bad_inputs_are_usage_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let empty = d.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let e = err(vec![empty.clone()]);
+    assert_eq!(crate::error::exit_code(&e), 2);
+    assert!(e.to_string().contains("no traces in this folder"), "{e}");
+    let other = d.join("browser.json");
+    std::fs::write(
+        &other,
+        r#"{"traceEvents":[{"ph":"X","cat":"blink","name":"Paint","ts":1,"dur":2}]}"#,
+    )
+    .unwrap();
+    let e = err(vec![other]);
+    assert!(
+        e.to_string().contains("browser.json") && e.to_string().contains("no GPU events"),
+        "{e}"
+    );
+    // different world sizes
+    let a = synth::to_strings(&SynthSpec {
+        ranks: 2,
+        steps: 2,
+        ..Default::default()
+    });
+    let b = synth::to_strings(&SynthSpec {
+        ranks: 4,
+        steps: 2,
+        ..Default::default()
+    });
+    let runs = d.join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    std::fs::write(runs.join("rank-0.json"), &a[0]).unwrap();
+    std::fs::write(runs.join("rank-1.json"), &b[1]).unwrap();
+    let e = err(vec![runs.clone()]);
+    assert_eq!(crate::error::exit_code(&e), 2);
+    assert!(
+        e.to_string().contains("world size") && e.to_string().contains("different runs"),
+        "{e}"
+    );
+    // different step counts
+    let c = synth::to_strings(&SynthSpec {
+        ranks: 2,
+        steps: 3,
+        ..Default::default()
+    });
+    std::fs::write(runs.join("rank-1.json"), &c[1]).unwrap();
+    let e = err(vec![runs.clone()]);
+    assert!(
+        e.to_string().contains("steps") && e.to_string().contains("different runs"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_partly_readable_folder_skips_the_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SynthSpec {
+        ranks: 2,
+        steps: 2,
+        ..Default::default()
+    };
+    synth::write_dir(&s, dir.path(), false).unwrap();
+    let full = std::fs::read_to_string(dir.path().join("rank-1.json")).unwrap();
+    std::fs::write(dir.path().join("rank-1.json"), &full[..full.len() / 2]).unwrap();
+    std::fs::write(dir.path().join("notes.json"), "not json").unwrap();
+    let a = analyse(&TraceRequest::new(vec![dir.path().into()])).unwrap();
+    assert_eq!(a.ranks.len(), 1);
+    assert_eq!(a.skipped.len(), 2);
+    assert!(a
+        .skipped
+        .iter()
+        .any(|s| s.reason.contains("rank-1.json") && s.reason.contains("truncated")));
+    assert!(a
+        .skipped
+        .iter()
+        .any(|s| s.reason.contains("notes.json") && s.reason.contains("not JSON")));
+    // named directly, the same file is fatal
+    let e = err(vec![dir.path().join("rank-1.json")]);
+    assert_eq!(crate::error::exit_code(&e), 2);
+}
+
+// ---- real traces: torch.profiler on one H200 (tests/data/traces/README.md) ----
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/traces")
+        .join(name)
+}
+
+fn real(name: &str) -> Analysis {
+    analyse(&TraceRequest::new(vec![fixture(name)])).unwrap()
+}
+
+fn expect_kimi_sequence(a: &Analysis, ag_elements: u64) {
+    let st = a.step.as_ref().unwrap();
+    assert_eq!(st.steps, 3, "three profiled replays");
+    assert_eq!(st.pattern, "123 all_reduce + 1 all_gather");
+    assert_eq!(a.sequence.len(), 2, "{:?}", a.sequence);
+    let (ar, ag) = (&a.sequence[0], &a.sequence[1]);
+    assert_eq!(
+        (
+            ar.op.as_str(),
+            ar.dtype.as_deref(),
+            ar.elements,
+            ar.bytes,
+            ar.per_step,
+            ar.group_size
+        ),
+        (
+            "all_reduce",
+            Some("bf16"),
+            Some(21504),
+            Some(43008),
+            123,
+            Some(1)
+        )
+    );
+    assert_eq!(
+        (
+            ag.op.as_str(),
+            ag.dtype.as_deref(),
+            ag.elements,
+            ag.bytes,
+            ag.per_step
+        ),
+        (
+            "all_gather",
+            Some("bf16"),
+            Some(ag_elements),
+            Some(2 * ag_elements),
+            1
+        )
+    );
+    // every collective of the trace, not only the first step's
+    let r = &a.rank_traces[0];
+    assert_eq!(r.collectives.len(), 3 * 124);
+    assert!(r
+        .collectives
+        .iter()
+        .all(|c| c.size_from == extract::SizeFrom::Trace));
+    assert_eq!(st.eager_steps, 3);
+}
+
+#[test]
+fn real_eager_tp1_trace_collectives_and_steps() {
+    let a = real("kimi-tp1-world1-eager-rank-0.trace.json.gz");
+    expect_kimi_sequence(&a, 491520);
+    assert_eq!(a.world_size, Some(1));
+    let diff = against::against_plan(&a, &kimi_plan(1)).unwrap();
+    assert!(diff.same, "{diff:?}");
+    // the all-gather's device copy is its GPU side
+    let ag = a.rank_traces[0]
+        .collectives
+        .iter()
+        .find(|c| c.op == "all_gather")
+        .unwrap();
+    assert!(ag.gpu_dur_us.unwrap() > 0.0 && ag.gpu_dur_us.unwrap() < 100.0);
+}
+
+#[test]
+fn real_eager_tp2_trace_exports_the_plans_ops() {
+    let a = real("kimi-tp2-world1-eager-rank-0.trace.json.gz");
+    expect_kimi_sequence(&a, 245760);
+    let plan = kimi_plan(2);
+    let f = against::schedule_file(&a, 3).unwrap();
+    let planned: Vec<_> = plan
+        .ops
+        .iter()
+        .filter(|o| matches!(o, crate::model::Op::Collective { .. }))
+        .map(|o| match o {
+            crate::model::Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } => (*kind, *dtype, *count, *bytes_per_rank),
+            _ => unreachable!(),
+        })
+        .collect();
+    let got: Vec<_> = f
+        .schedule
+        .ops
+        .iter()
+        .map(|o| match o {
+            crate::model::Op::Collective {
+                kind,
+                dtype,
+                count,
+                bytes_per_rank,
+                ..
+            } => (*kind, *dtype, *count, *bytes_per_rank),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(planned, got);
+}
+
+#[test]
+fn real_traces_step_label_gives_the_same_steps() {
+    let mut req = TraceRequest::new(vec![fixture("kimi-tp1-world1-eager-rank-0.trace.json.gz")]);
+    req.step_label = Some("verify_step".into());
+    let a = analyse(&req).unwrap();
+    let st = a.step.as_ref().unwrap();
+    assert_eq!((st.steps, st.collectives_per_step), (3, 124));
+    assert!(a.step_rule.contains("verify_step"));
+}
+
+#[test]
+fn real_delay_trace_shows_the_50_us_host_delay() {
+    let median_gap = |name: &str| {
+        let a = real(name);
+        let g: Vec<f64> = a.rank_traces[0].host_gaps_us[1..].to_vec();
+        crate::measure::attribution::Spread::of(&g).unwrap().median
+    };
+    let plain = median_gap("kimi-tp1-world1-eager-rank-0.trace.json.gz");
+    let late = median_gap("kimi-tp1-world1-delay-eager-rank-0.trace.json.gz");
+    assert!(
+        (late - plain - 50.0).abs() < 15.0,
+        "host gap {plain:.1} us without, {late:.1} us with the 50 us delay"
+    );
+}
+
+#[test]
+fn real_graph_trace_without_collectives_says_why() {
+    let e = analyse(&TraceRequest::new(vec![fixture(
+        "kimi-tp1-world1-graph-rank-0.trace.json.gz",
+    )]))
+    .unwrap_err();
+    assert_eq!(crate::error::exit_code(&e), 2);
+    assert!(e.to_string().contains("cudaGraphLaunch"), "{e}");
+}
+
+#[test]
+fn old_style_kernel_names_only_with_the_nccl_log_fill_in() {
+    // synthetic kernels without arguments + the real log of the TP1 run
+    let s = SynthSpec {
+        with_args: false,
+        ranks: 1,
+        steps: 2,
+        ar_elements: 21504,
+        ag_elements: 491520,
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    synth::write_dir(&s, dir.path(), false).unwrap();
+    let mut req = TraceRequest::new(vec![dir.path().into()]);
+    req.nccl_logs = vec![fixture("kimi-tp1-world1-nccl-coll.log")];
+    let a = analyse(&req).unwrap();
+    assert_eq!(a.sequence[0].elements, Some(21504));
+    assert_eq!(a.sequence[1].elements, Some(491520));
+    assert_eq!(a.sequence[1].size_from, extract::SizeFrom::NcclLog);
+}
