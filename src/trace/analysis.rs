@@ -153,17 +153,19 @@ pub fn ms(us: f64) -> String {
 /// The identity of each collective across ranks: (communicator, c10d's sequence number) when
 /// the trace has it (the same on every rank, even if the profiles start at different
 /// collectives), else (communicator, position among that communicator's collectives).
-fn keys(r: &RankTrace) -> Vec<(String, usize)> {
-    let mut ord: HashMap<&str, usize> = HashMap::new();
+fn keys<'a>(r: &'a RankTrace, comms: &mut HashMap<&'a str, u32>) -> Vec<(u32, u64)> {
+    let mut ord: HashMap<u32, u64> = HashMap::new();
     let use_seq = r.collectives.iter().all(|c| c.seq.is_some());
     r.collectives
         .iter()
         .map(|c| {
-            let k = ord.entry(c.comm.as_str()).or_insert(0);
+            let n = comms.len() as u32;
+            let id = *comms.entry(c.comm.as_str()).or_insert(n);
+            let k = ord.entry(id).or_insert(0);
             *k += 1;
             match (use_seq, c.seq) {
-                (true, Some(q)) => (c.comm.clone(), q as usize),
-                _ => (c.comm.clone(), *k - 1),
+                (true, Some(q)) => (id, q as u64),
+                _ => (id, *k - 1),
             }
         })
         .collect()
@@ -172,17 +174,19 @@ fn keys(r: &RankTrace) -> Vec<(String, usize)> {
 /// Matches collectives across ranks: for each collective of the first rank, its index on every
 /// rank (None where a rank lacks it).
 fn matches(ranks: &[RankTrace]) -> Vec<Vec<Option<usize>>> {
-    let maps: Vec<HashMap<(String, usize), usize>> = ranks
+    let mut comms: HashMap<&str, u32> = HashMap::new();
+    let first = keys(&ranks[0], &mut comms);
+    let maps: Vec<HashMap<(u32, u64), usize>> = ranks
         .iter()
         .map(|r| {
-            keys(r)
+            keys(r, &mut comms)
                 .into_iter()
                 .enumerate()
                 .map(|(i, k)| (k, i))
                 .collect()
         })
         .collect();
-    keys(&ranks[0])
+    first
         .into_iter()
         .map(|k| maps.iter().map(|m| m.get(&k).copied()).collect())
         .collect()
