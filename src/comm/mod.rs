@@ -4,10 +4,12 @@
 //! Unsafe code stays in `nccl.rs` and `device.rs` (and `kernels.rs`), each block with the reason
 //! it is sound; everything above this module is safe Rust.
 
+pub mod compile;
 pub mod device;
 pub mod kernels;
 pub mod libs;
 pub mod nccl;
+pub mod p2p;
 
 pub use device::{Buffer, CudaFailure, Event, Gpu, Graph};
 pub use nccl::{Communicator, NcclFailure, UniqueId};
