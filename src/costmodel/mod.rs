@@ -8,8 +8,10 @@
 //!
 //! - [`profile`]: the parameters (built-in link profiles with their sources, fitted files).
 //! - [`predict`]: time of one collective, and NCCL's choice of algorithm and protocol.
+//! - [`custom`]: time of the custom P2P all-reduces (one-shot, two-shot) beside NCCL's.
 //! - [`fit`]: least-squares calibration on measured records, with leave-one-out.
 
+pub mod custom;
 pub mod fit;
 pub mod predict;
 pub mod profile;
