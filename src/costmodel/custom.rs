@@ -85,11 +85,13 @@ pub fn unavailable() -> P2pLink {
 /// The P2P parameters of `p`: its own, or for a profile file written before they existed, the
 /// built-in values of its link kind.
 pub fn params(p: &Profile) -> P2pLink {
-    p.p2p.clone().unwrap_or_else(|| match p.intra.kind.as_str() {
-        "nvlink" => nvlink4(),
-        "shm" => unavailable(),
-        _ => pcie_gen5(),
-    })
+    p.p2p
+        .clone()
+        .unwrap_or_else(|| match p.intra.kind.as_str() {
+            "nvlink" => nvlink4(),
+            "shm" => unavailable(),
+            _ => pcie_gen5(),
+        })
 }
 
 /// Every parameter finite and in range.
@@ -153,7 +155,13 @@ impl CustomTime {
 
 /// [`device_us`] plus the launch: the graph node gap, or one eager kernel launch (a plain
 /// `cudaLaunchKernel`, the same from threads and processes).
-pub fn op_time(p: &Profile, imp: Impl, size: u64, n: usize, graph: bool) -> anyhow::Result<CustomTime> {
+pub fn op_time(
+    p: &Profile,
+    imp: Impl,
+    size: u64,
+    n: usize,
+    graph: bool,
+) -> anyhow::Result<CustomTime> {
     Ok(CustomTime {
         device_us: device_us(p, imp, size, n)?,
         launch_us: if graph {
@@ -192,7 +200,9 @@ mod tests {
         assert!((22.0..=25.0).contains(&nccl), "{nccl}");
         assert!(one < 0.6 * nccl, "one-shot {one} vs NCCL {nccl}");
         // large messages: 7 full reads through one link lose to the ring
-        let big = op_time(&p, Impl::OneShot, 4 << 20, 8, true).unwrap().total();
+        let big = op_time(&p, Impl::OneShot, 4 << 20, 8, true)
+            .unwrap()
+            .total();
         let ring = predict::op_time(
             &p,
             CollectiveKind::AllReduce,
@@ -217,12 +227,21 @@ mod tests {
         let two = device_us(&p, Impl::TwoShot, s, 4).unwrap();
         assert!((two - (2.0 * l.signal_us + 1.5 * s as f64 / 50e3)).abs() < 1e-9);
         // two-shot moves less and signals more: it wins large on many ranks, loses small
-        assert!(device_us(&p, Impl::TwoShot, 1024, 8).unwrap() > device_us(&p, Impl::OneShot, 1024, 8).unwrap());
-        assert!(device_us(&p, Impl::TwoShot, 4 << 20, 8).unwrap() < device_us(&p, Impl::OneShot, 4 << 20, 8).unwrap());
+        assert!(
+            device_us(&p, Impl::TwoShot, 1024, 8).unwrap()
+                > device_us(&p, Impl::OneShot, 1024, 8).unwrap()
+        );
+        assert!(
+            device_us(&p, Impl::TwoShot, 4 << 20, 8).unwrap()
+                < device_us(&p, Impl::OneShot, 4 << 20, 8).unwrap()
+        );
         // eager pays a kernel launch, graph the node gap
         let e = op_time(&p, Impl::OneShot, s, 4, false).unwrap();
         assert_eq!(e.launch_us, p.kernel_launch_eager_us);
-        assert_eq!(op_time(&p, Impl::OneShot, s, 4, true).unwrap().launch_us, p.launch_graph_us);
+        assert_eq!(
+            op_time(&p, Impl::OneShot, s, 4, true).unwrap().launch_us,
+            p.launch_graph_us
+        );
     }
 
     #[test]
@@ -244,7 +263,10 @@ mod tests {
     fn every_builtin_says_where_its_p2p_numbers_come_from() {
         for n in crate::costmodel::profile::BUILTIN {
             let p = builtin(n).unwrap();
-            let l = p.p2p.clone().expect("built-in profiles carry P2P parameters");
+            let l = p
+                .p2p
+                .clone()
+                .expect("built-in profiles carry P2P parameters");
             assert!(!l.source.is_empty());
             check(&l).unwrap();
         }

@@ -122,7 +122,10 @@ impl P2pKernels {
             Impl::TwoShot => &self.twoshot[dtype_index(dtype)],
             Impl::Nccl => anyhow::bail!("nccl is not a P2P kernel"),
         };
-        assert!((1..=super::MAX_BLOCKS).contains(&grid), "grid of {grid} blocks");
+        assert!(
+            (1..=super::MAX_BLOCKS).contains(&grid),
+            "grid of {grid} blocks"
+        );
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
             block_dim: (THREADS, 1, 1),

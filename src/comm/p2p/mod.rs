@@ -58,6 +58,12 @@ pub const ERRORS_OFF: usize = 6400;
 pub const DATA_OFF: usize = 8192;
 /// Set in the first error word when a wait timed out (ERR_TIMEOUT).
 pub const ERR_TIMEOUT: u32 = 0x8000_0000;
+// The workspace regions do not overlap: flags, then epochs, then 4 error words, then data
+// (checked when compiling).
+const _: () = assert!(FLAGS_OFF + ROUNDS * MAX_BLOCKS as usize * MAX_RANKS * 4 <= EPOCHS_OFF);
+const _: () = assert!(EPOCHS_OFF + MAX_BLOCKS as usize * 4 <= ERRORS_OFF);
+const _: () = assert!(ERRORS_OFF + 16 <= DATA_OFF && DATA_OFF % 256 == 0);
+
 /// Vectors each thread handles per call before a grid gets another block.
 const VECTORS_PER_THREAD: u64 = 2;
 
@@ -126,10 +132,7 @@ impl std::str::FromStr for Impl {
             "nccl" => Ok(Impl::Nccl),
             "oneshot" | "one-shot" => Ok(Impl::OneShot),
             "twoshot" | "two-shot" => Ok(Impl::TwoShot),
-            _ => Err(format!(
-                "unknown implementation '{s}' (valid: {})",
-                valid()
-            )),
+            _ => Err(format!("unknown implementation '{s}' (valid: {})", valid())),
         }
     }
 }

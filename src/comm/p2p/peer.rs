@@ -100,7 +100,11 @@ impl P2pUnavailable {
     /// The line to print when `imps` are skipped for this reason, e.g. "GPU 0 cannot access
     /// GPU 1 (P2P disabled or across sockets without P2P): oneshot, twoshot skipped".
     pub fn skipped(&self, imps: &[Impl]) -> String {
-        let names: Vec<&str> = imps.iter().filter(|i| i.is_p2p()).map(|i| i.name()).collect();
+        let names: Vec<&str> = imps
+            .iter()
+            .filter(|i| i.is_p2p())
+            .map(|i| i.name())
+            .collect();
         format!("{}: {} skipped", self.reason, names.join(", "))
     }
 }
@@ -194,7 +198,13 @@ impl Handle {
         let mut v = Vec::with_capacity(HANDLE_BYTES);
         v.extend_from_slice(MAGIC);
         v.extend_from_slice(&self.host.to_le_bytes());
-        for x in [self.pid, self.device, self.rank, self.nranks, self.max_blocks] {
+        for x in [
+            self.pid,
+            self.device,
+            self.rank,
+            self.nranks,
+            self.max_blocks,
+        ] {
             v.extend_from_slice(&x.to_le_bytes());
         }
         v.extend_from_slice(&self.capacity.to_le_bytes());
@@ -235,11 +245,9 @@ impl Handle {
 /// FNV-1a of the host name: ranks of one host only share pointers or IPC handles.
 fn host_id() -> u64 {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    name.trim()
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
-            (h ^ c as u64).wrapping_mul(0x0100_0000_01b3)
-        })
+    name.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+        (h ^ c as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// This rank's workspace before the ranks are connected.
@@ -546,8 +554,16 @@ impl P2pAllReduce {
             return Ok(());
         }
         let grid = self.blocks(imp, count, dtype);
-        self.kernels
-            .launch(gpu, imp, dtype, &self.arg, input, output, count as u64, grid)
+        self.kernels.launch(
+            gpu,
+            imp,
+            dtype,
+            &self.arg,
+            input,
+            output,
+            count as u64,
+            grid,
+        )
     }
 
     /// Enqueues a barrier: every rank waits until every other rank has reached it.
@@ -663,9 +679,10 @@ pub fn file_exchange(
         for (r, slot) in got.iter_mut().enumerate() {
             if slot.is_none() {
                 if let Ok(text) = std::fs::read_to_string(path(r)) {
-                    *slot = Some(super::from_hex(&text).map_err(|e| {
-                        anyhow::anyhow!("{}: {e}", path(r).display())
-                    })?);
+                    *slot = Some(
+                        super::from_hex(&text)
+                            .map_err(|e| anyhow::anyhow!("{}: {e}", path(r).display()))?,
+                    );
                 }
             }
         }
@@ -710,9 +727,8 @@ pub(super) fn download_raw(gpu: &Gpu, src: CUdeviceptr, len: usize) -> anyhow::R
     gpu.bind()?;
     // SAFETY: the caller passes a source range of `len` bytes inside a live allocation of this
     // context; out holds len bytes; the stream is synchronised before the vector is read.
-    let r = unsafe {
-        cu::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, src, len, gpu.cu_stream())
-    };
+    let r =
+        unsafe { cu::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, src, len, gpu.cu_stream()) };
     cu_check("cuMemcpyDtoHAsync", gpu.ordinal, r)?;
     gpu.sync()?;
     Ok(out)

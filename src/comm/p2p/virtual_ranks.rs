@@ -8,9 +8,13 @@
 //!
 //! Residency: a waiting block spins until its peers' blocks signal, so all N grids must be on
 //! the GPU at once. The grid cap is chosen so that N x cap blocks fit the device at the
-//! kernels' occupancy (SMs x blocks per SM), and calls are enqueued call by call across the
-//! virtual ranks (rank 0..N-1 for call c, then call c+1), so no stream's call c+1 is ahead of a
-//! peer's call c in any hardware queue two streams might share.
+//! kernels' occupancy (SMs x blocks per SM). The checks enqueue breadth-first: one step (a
+//! kernel, a copy, a graph replay) for every virtual rank before the next step of any, so even
+//! where two streams share one hardware queue, nothing a kernel waits for is queued behind an
+//! operation that waits for that kernel. (The timings use one host thread per rank and
+//! 100-call graphs, as real ranks do; they rely on each of the N <= 8 streams having its own
+//! hardware queue, CUDA's default of 8 connections. Should a timing ever time out,
+//! CUDA_DEVICE_MAX_CONNECTIONS=32 gives every stream its own.)
 
 use std::time::{Duration, Instant};
 
@@ -163,12 +167,24 @@ pub fn virtual_rank_checks(gpu: usize, ranks: &[usize]) -> anyhow::Result<Vec<Ch
         let group = Group::open(gpu, n, cfg);
         for imp in [Impl::OneShot, Impl::TwoShot] {
             let name = format!("p2p {n} virtual ranks: {imp} exact");
-            out.push(verdict(name, group.as_ref().map_err(clone_err).and_then(|g| exact(g, imp))));
+            out.push(verdict(
+                name,
+                group
+                    .as_ref()
+                    .map_err(clone_err)
+                    .and_then(|g| exact(g, imp)),
+            ));
         }
         let name = format!("p2p {n} virtual ranks: reuse, eager");
-        out.push(verdict(name, group.as_ref().map_err(clone_err).and_then(reuse_eager)));
+        out.push(verdict(
+            name,
+            group.as_ref().map_err(clone_err).and_then(reuse_eager),
+        ));
         let name = format!("p2p {n} virtual ranks: reuse, graph");
-        out.push(verdict(name, group.as_ref().map_err(clone_err).and_then(reuse_graph)));
+        out.push(verdict(
+            name,
+            group.as_ref().map_err(clone_err).and_then(reuse_graph),
+        ));
         drop(group);
         for imp in [Impl::OneShot, Impl::TwoShot] {
             let name = format!("p2p {n} virtual ranks: {imp}, rank {} absent", n - 1);
@@ -247,8 +263,8 @@ fn exact(g: &Group, imp: Impl) -> anyhow::Result<String> {
                     }
                     ptrs.push((inp, outp));
                 }
-                for r in 0..n {
-                    g.ars[r].enqueue_raw(&g.gpus[r], imp, ptrs[r].0, ptrs[r].1, count, dtype)?;
+                for (r, &(inp, outp)) in ptrs.iter().enumerate() {
+                    g.ars[r].enqueue_raw(&g.gpus[r], imp, inp, outp, count, dtype)?;
                 }
                 g.check()?;
                 for (r, &(_, outp)) in ptrs.iter().enumerate() {
@@ -295,8 +311,14 @@ fn reuse_inputs(g: &Group) -> anyhow::Result<Vec<Vec<Buffer>>> {
         let mut per = vec![];
         for salt in 0..3 {
             let b = g.gpus[r].alloc(bytes)?;
-            let data =
-                pattern::send_bytes(CollectiveKind::AllReduce, DType::Bf16, REUSE_COUNT, n, r, salt);
+            let data = pattern::send_bytes(
+                CollectiveKind::AllReduce,
+                DType::Bf16,
+                REUSE_COUNT,
+                n,
+                r,
+                salt,
+            );
             upload_raw(&g.gpus[r], b.ptr(), &data)?;
             per.push(b);
         }
@@ -341,10 +363,28 @@ fn reuse_eager(g: &Group) -> anyhow::Result<String> {
     let outs = g.alloc(bytes)?;
     let hist = g.alloc(REUSE_CALLS * bytes)?;
     for c in 0..REUSE_CALLS {
-        let imp = if c % 2 == 0 { Impl::OneShot } else { Impl::TwoShot };
+        let imp = if c % 2 == 0 {
+            Impl::OneShot
+        } else {
+            Impl::TwoShot
+        };
         for r in 0..n {
-            g.ars[r].enqueue(&g.gpus[r], imp, &inputs[r][c % 3], &outs[r], REUSE_COUNT, DType::Bf16)?;
-            copy_raw(&g.gpus[r], hist[r].ptr() + (c * bytes) as u64, outs[r].ptr(), bytes)?;
+            g.ars[r].enqueue(
+                &g.gpus[r],
+                imp,
+                &inputs[r][c % 3],
+                &outs[r],
+                REUSE_COUNT,
+                DType::Bf16,
+            )?;
+        }
+        for r in 0..n {
+            copy_raw(
+                &g.gpus[r],
+                hist[r].ptr() + (c * bytes) as u64,
+                outs[r].ptr(),
+                bytes,
+            )?;
         }
     }
     g.check()?;
@@ -362,9 +402,9 @@ fn reuse_eager(g: &Group) -> anyhow::Result<String> {
     ))
 }
 
-/// One CUDA graph per rank (a one-shot and a two-shot call on one input buffer), replayed with
-/// the input changed before each replay: the frozen kernel arguments reuse the workspace and
-/// the epochs advance on the device.
+/// Two CUDA graphs per rank (a one-shot call, a two-shot call, on one input buffer), replayed
+/// with the input changed before each replay: the frozen kernel arguments reuse the workspace
+/// and the epochs advance on the device.
 fn reuse_graph(g: &Group) -> anyhow::Result<String> {
     let n = g.n();
     let bytes = REUSE_COUNT * 2;
@@ -374,22 +414,44 @@ fn reuse_graph(g: &Group) -> anyhow::Result<String> {
     let out_b = g.alloc(bytes)?;
     let hist_a = g.alloc(REUSE_REPLAYS * bytes)?;
     let hist_b = g.alloc(REUSE_REPLAYS * bytes)?;
-    let mut graphs = vec![];
+    let (mut one, mut two) = (vec![], vec![]);
     for r in 0..n {
         let (gpu, ar) = (&g.gpus[r], &g.ars[r]);
-        graphs.push(gpu.capture(|| {
-            ar.enqueue(gpu, Impl::OneShot, &cur[r], &out_a[r], REUSE_COUNT, DType::Bf16)?;
-            ar.enqueue(gpu, Impl::TwoShot, &cur[r], &out_b[r], REUSE_COUNT, DType::Bf16)
+        one.push(gpu.capture(|| {
+            ar.enqueue(
+                gpu,
+                Impl::OneShot,
+                &cur[r],
+                &out_a[r],
+                REUSE_COUNT,
+                DType::Bf16,
+            )
+        })?);
+        two.push(gpu.capture(|| {
+            ar.enqueue(
+                gpu,
+                Impl::TwoShot,
+                &cur[r],
+                &out_b[r],
+                REUSE_COUNT,
+                DType::Bf16,
+            )
         })?);
     }
     for c in 0..REUSE_REPLAYS {
         for r in 0..n {
-            let gpu = &g.gpus[r];
-            copy_raw(gpu, cur[r].ptr(), inputs[r][c % 3].ptr(), bytes)?;
-            graphs[r].launch()?;
-            let at = (c * bytes) as u64;
-            copy_raw(gpu, hist_a[r].ptr() + at, out_a[r].ptr(), bytes)?;
-            copy_raw(gpu, hist_b[r].ptr() + at, out_b[r].ptr(), bytes)?;
+            copy_raw(&g.gpus[r], cur[r].ptr(), inputs[r][c % 3].ptr(), bytes)?;
+        }
+        for graph in &one {
+            graph.launch()?;
+        }
+        for graph in &two {
+            graph.launch()?;
+        }
+        let at = (c * bytes) as u64;
+        for r in 0..n {
+            copy_raw(&g.gpus[r], hist_a[r].ptr() + at, out_a[r].ptr(), bytes)?;
+            copy_raw(&g.gpus[r], hist_b[r].ptr() + at, out_b[r].ptr(), bytes)?;
         }
     }
     g.check()?;
@@ -405,7 +467,7 @@ fn reuse_graph(g: &Group) -> anyhow::Result<String> {
         }
     }
     Ok(format!(
-        "{REUSE_REPLAYS} replays of a one-shot + two-shot graph, input changed between replays, every output exact"
+        "{REUSE_REPLAYS} replays of a one-shot and a two-shot graph, input changed between replays, every output exact"
     ))
 }
 
@@ -477,9 +539,8 @@ pub fn virtual_rank_timings(
         let g = Group::open(gpu, n, cfg)?;
         let ins = g.alloc(count * 2)?;
         let outs = g.alloc(count * 2)?;
-        let call = |r: usize| {
-            g.ars[r].enqueue(&g.gpus[r], imp, &ins[r], &outs[r], count, DType::Bf16)
-        };
+        let call =
+            |r: usize| g.ars[r].enqueue(&g.gpus[r], imp, &ins[r], &outs[r], count, DType::Bf16);
         for _ in 0..20 {
             for r in 0..n {
                 call(r)?;
@@ -506,7 +567,10 @@ pub fn virtual_rank_timings(
                 })
                 .collect();
             hs.into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("timing thread panicked"))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("timing thread panicked")))
+                })
                 .collect::<anyhow::Result<Vec<f64>>>()
         })?;
         g.check()?;
