@@ -69,14 +69,16 @@ const VECTORS_PER_THREAD: u64 = 2;
 
 /// A collective implementation: NCCL's, or one of the custom P2P all-reduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
 pub enum Impl {
     /// NCCL's collective (the reference).
+    #[serde(rename = "nccl")]
     Nccl,
     /// Copy in, one signal round, n-1 peer reads per rank.
+    #[serde(rename = "oneshot")]
     OneShot,
     /// Reduce-scatter then all-gather through peer buffers: two signal rounds, 2(n-1)/n of the
     /// message over the links.
+    #[serde(rename = "twoshot")]
     TwoShot,
 }
 

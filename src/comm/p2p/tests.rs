@@ -29,6 +29,9 @@ fn impl_names_and_lists() {
         2
     );
     assert!(!Impl::Nccl.is_p2p() && Impl::OneShot.is_p2p());
+    // records spell them as the flag does
+    assert_eq!(serde_json::to_string(&Impl::TwoShot).unwrap(), "\"twoshot\"");
+    assert_eq!(serde_json::from_str::<Impl>("\"oneshot\"").unwrap(), Impl::OneShot);
 }
 
 /// `#define NAME value` of the kernel source.
