@@ -128,7 +128,12 @@ fn no_access(a: usize, b: usize) -> P2pUnavailable {
 /// `NCCL_P2P_DISABLE=1` in the environment: the custom kernels would use the very path NCCL was
 /// told not to, so they refuse too rather than compare unlike things.
 fn p2p_disabled_by_env() -> Option<P2pUnavailable> {
-    let v = std::env::var("NCCL_P2P_DISABLE").ok()?;
+    p2p_disabled(std::env::var("NCCL_P2P_DISABLE").ok())
+}
+
+/// [`p2p_disabled_by_env`] for a given value of `NCCL_P2P_DISABLE`.
+pub(super) fn p2p_disabled(value: Option<String>) -> Option<P2pUnavailable> {
+    let v = value?;
     let on = matches!(v.trim(), "1" | "true" | "TRUE" | "yes");
     on.then(|| P2pUnavailable {
         reason: format!(

@@ -30,8 +30,14 @@ fn impl_names_and_lists() {
     );
     assert!(!Impl::Nccl.is_p2p() && Impl::OneShot.is_p2p());
     // records spell them as the flag does
-    assert_eq!(serde_json::to_string(&Impl::TwoShot).unwrap(), "\"twoshot\"");
-    assert_eq!(serde_json::from_str::<Impl>("\"oneshot\"").unwrap(), Impl::OneShot);
+    assert_eq!(
+        serde_json::to_string(&Impl::TwoShot).unwrap(),
+        "\"twoshot\""
+    );
+    assert_eq!(
+        serde_json::from_str::<Impl>("\"oneshot\"").unwrap(),
+        Impl::OneShot
+    );
 }
 
 /// `#define NAME value` of the kernel source.
@@ -185,6 +191,10 @@ fn unavailable_names_what_is_skipped() {
         u.skipped(&[Impl::Nccl, Impl::OneShot]),
         "GPU 0 cannot access GPU 1 (P2P disabled or across sockets without P2P): oneshot skipped"
     );
+    let off = peer::p2p_disabled(Some("1".into())).unwrap();
+    assert!(off.reason.starts_with("NCCL_P2P_DISABLE=1 is set"), "{off}");
+    assert!(peer::p2p_disabled(Some("0".into())).is_none());
+    assert!(peer::p2p_disabled(None).is_none());
     assert!(check_topology(&[0]).is_err());
     assert!(check_topology(&[0; 9]).is_err());
 }
