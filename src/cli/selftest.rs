@@ -1,7 +1,8 @@
 //! `verifybench selftest`: exact-result checks of every collective, dtype, launcher and graph
 //! mode on this machine's GPUs, the worker environment round trip, clean failure of a dead or
-//! hung rank, and the streaming kernel against a CPU reference. Prints a pass/fail table;
-//! exits 1 when anything fails. Needs at least two GPUs (one for the kernel check).
+//! hung rank, the streaming kernel against a CPU reference, and the P2P all-reduce protocol on
+//! virtual ranks of one GPU. Prints a pass/fail table; exits 1 when anything fails. On a machine
+//! with one GPU only the checks that need one run (streaming kernel, P2P virtual ranks).
 
 use std::time::Instant;
 
@@ -269,25 +270,63 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
     });
 }
 
+/// The P2P all-reduce protocol on 2, 4 and 8 virtual ranks of one GPU (`comm::p2p`), and the
+/// one-shot's per-call time there (43,008 B bf16), returned as lines that say what it is: not a
+/// P2P measurement.
+fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
+    let ranks = [2, 4, 8];
+    let failed = |name: &str, e: anyhow::Error| Check {
+        name: name.into(),
+        launcher: "virtual".into(),
+        pass: false,
+        detail: format!("{e:#}"),
+    };
+    match comm::p2p::virtual_rank_checks(device, &ranks) {
+        Ok(v) => checks.extend(v.into_iter().map(|c| Check {
+            name: c.name,
+            launcher: "virtual".into(),
+            pass: c.pass,
+            detail: c.detail,
+        })),
+        Err(e) => checks.push(failed("p2p virtual ranks", e)),
+    }
+    match comm::p2p::virtual_rank_timings(device, &ranks, comm::p2p::Impl::OneShot, 21504) {
+        Ok(t) => t.iter().map(ToString::to_string).collect(),
+        Err(e) => {
+            checks.push(failed("p2p virtual ranks: one-shot timing", e));
+            vec![]
+        }
+    }
+}
+
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let devices = select_devices(&(&a.gpu).into(), None, comm::device_count())?;
+    // One GPU proves what one GPU can: the streaming kernel and the P2P protocol on virtual ranks.
+    let one_gpu = comm::device_count() == 1 && a.gpu.gpus.is_none() && a.gpu.devices.is_none();
+    let devices = if one_gpu {
+        vec![0]
+    } else {
+        select_devices(&(&a.gpu).into(), None, comm::device_count())?
+    };
     let mut checks = vec![];
     eprintln!(
         "selftest on GPUs {:?} (NCCL {})",
         devices,
         comm::nccl::version().unwrap_or_default()
     );
-    for l in [Launcher::Threads, Launcher::Processes] {
-        collectives(&devices, l, &mut checks);
-        verify(&devices, l, &mut checks);
-    }
-    env_round_trip(&devices, &mut checks);
-    if !a.no_faults {
-        fault(&devices, FaultKind::Exit, &mut checks);
-        fault(&devices, FaultKind::Hang, &mut checks);
+    if !one_gpu {
+        for l in [Launcher::Threads, Launcher::Processes] {
+            collectives(&devices, l, &mut checks);
+            verify(&devices, l, &mut checks);
+        }
+        env_round_trip(&devices, &mut checks);
+        if !a.no_faults {
+            fault(&devices, FaultKind::Exit, &mut checks);
+            fault(&devices, FaultKind::Hang, &mut checks);
+        }
     }
     checks.push(crate::selftest::streaming_kernel(devices[0]));
+    let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
     let failed = checks.iter().filter(|c| !c.pass).count();
     println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");
     for c in &checks {
@@ -298,6 +337,9 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
             if c.pass { "PASS" } else { "FAIL" },
             c.detail
         );
+    }
+    for line in &p2p_times {
+        println!("{line}");
     }
     println!(
         "selftest: {} passed, {} failed",
