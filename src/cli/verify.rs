@@ -35,6 +35,12 @@ pub struct VerifyArgs {
     /// Testing only: make a rank fail ("exit", "hang" or "abort", optionally ":RANK").
     #[arg(long, hide = true)]
     pub inject_fault: Option<String>,
+    /// All-reduce implementations to replay the schedule with, comma-separated: nccl, oneshot,
+    /// twoshot (the P2P all-reduces; 2 to 8 GPUs with peer access). Only the all-reduces change:
+    /// the logits all-gather stays on NCCL. Prints the comm time per verify with each and the
+    /// saving against NCCL.
+    #[arg(long = "impl", value_name = "LIST", value_parser = crate::cli::collective::impl_list, default_value = "nccl")]
+    pub impls: crate::cli::collective::ImplList,
 }
 
 impl From<&VerifyArgs> for VerifyRequest {
@@ -51,6 +57,7 @@ impl From<&VerifyArgs> for VerifyRequest {
             export: (&a.export).into(),
             quiet: a.quiet,
             inject_fault: a.inject_fault.clone(),
+            impls: a.impls.0.clone(),
         }
     }
 }

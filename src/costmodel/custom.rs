@@ -17,6 +17,11 @@ use serde::{Deserialize, Serialize};
 use super::profile::Profile;
 use crate::comm::p2p::{Impl, MAX_RANKS};
 use crate::error::usage;
+use crate::measure::Summary;
+use crate::model::{CollectiveKind, Schedule};
+use crate::record::{
+    algbw_gbps, CollTiming, CollectiveResult, ImplRun, ImplTiming, Mode, VerifyRun,
+};
 
 /// The P2P parameters of a link profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,6 +175,90 @@ pub fn op_time(
             p.kernel_launch_eager_us
         },
     })
+}
+
+/// Why the custom all-reduces cannot run on profile `p` at all (no peer-to-peer), if so: the
+/// model's counterpart of a GPU pair without peer access.
+pub fn unavailable_reason(p: &Profile) -> Option<String> {
+    let l = params(p);
+    (!l.available).then(|| format!("profile {}: {}", p.name, l.source))
+}
+
+/// Adds the modeled rows of the custom implementations `imps` to every size of `res` (graph
+/// and/or eager as `graphs` says).
+pub fn collective_rows(
+    p: &Profile,
+    imps: &[Impl],
+    res: &mut CollectiveResult,
+    graphs: &[bool],
+) -> anyhow::Result<()> {
+    let n = res.nranks;
+    for row in &mut res.rows {
+        for &imp in imps {
+            let timing = |graph: bool| -> anyhow::Result<CollTiming> {
+                let us = op_time(p, imp, row.size_bytes, n, graph)?.total();
+                let alg = algbw_gbps(row.size_bytes, us);
+                Ok(CollTiming {
+                    time_us: us,
+                    summary: Summary::from_samples(&[us]).expect("modeled times are finite"),
+                    algbw_gbps: alg,
+                    busbw_gbps: alg * res.op.bus_factor(n),
+                    wrong: 0,
+                })
+            };
+            row.p2p.push(ImplTiming {
+                imp,
+                eager: if graphs.contains(&false) {
+                    Some(timing(false)?)
+                } else {
+                    None
+                },
+                graph: if graphs.contains(&true) {
+                    Some(timing(true)?)
+                } else {
+                    None
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The modeled verify runs with the all-reduces on `imp`: each NCCL run of `runs` with its
+/// all-reduce part replaced by `imp`'s time for the same messages (the all-gather and the
+/// compute stay as modeled for NCCL).
+pub fn verify_runs(
+    p: &Profile,
+    s: &Schedule,
+    nranks: usize,
+    imp: Impl,
+    runs: &[VerifyRun],
+) -> anyhow::Result<Vec<ImplRun>> {
+    let ar = CollectiveKind::AllReduce;
+    let mut out = vec![];
+    for r in runs {
+        let mut run = r.clone();
+        if r.mode != Mode::Compute {
+            let mut us = 0.0;
+            for g in s.collective_groups().iter().filter(|g| g.kind == ar) {
+                let size = super::nccl_size(ar, g.bytes_per_rank, nranks);
+                us += op_time(p, imp, size, nranks, r.graph)?.total() * g.n as f64;
+            }
+            if let Some(part) = run.breakdown.iter_mut().find(|pt| pt.name == ar.name()) {
+                part.us = us;
+            }
+            let total: f64 = run.breakdown.iter().map(|pt| pt.us).sum();
+            run.per_verify = Summary::from_samples(&[total]).expect("modeled times are finite");
+            let ncoll = s.n_collectives();
+            run.per_collective_us = if ncoll == 0 {
+                0.0
+            } else {
+                total / ncoll as f64
+            };
+        }
+        out.push(ImplRun { imp, run });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

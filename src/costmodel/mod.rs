@@ -223,6 +223,7 @@ pub fn verify(
             // Modeled runs have no measured streaming bandwidth to predict from.
             stream_gbps: None,
             predicted_compute_us: None,
+            p2p: vec![],
         },
         profile: label,
         notes,
@@ -262,6 +263,7 @@ pub fn collective(
             count: size / dtype.size(),
             eager: None,
             graph: None,
+            p2p: vec![],
         };
         for &g in graphs {
             let t = predict::op_time(&p, op, size, nranks, g, launcher, &force)?;

@@ -564,6 +564,7 @@ fn verify_record_with(
             stream_gbps,
             predicted_compute_us: stream_gbps
                 .map(|g| schedule.total_weight_bytes() as f64 / (g * 1e3)),
+            p2p: vec![],
         }),
     ))
 }
@@ -605,6 +606,7 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
             count: size / esz,
             eager: None,
             graph: None,
+            p2p: vec![],
         };
         for &g in &graphs {
             let (s, wrong) = it.next().expect("one result per configuration");

@@ -236,6 +236,7 @@ mod tests {
                     count: 21504,
                     eager: None,
                     graph: Some(t),
+                    p2p: vec![],
                 }],
             }),
         )
