@@ -1,5 +1,5 @@
 //! Fault injection for tests, in one place: the hidden `verify --inject-fault KIND[:RANK]`
-//! (KIND exit, hang or abort) and the environment hooks through which `sweep` hands it to
+//! (KIND exit, hang, abort, or p2p-silent: the rank makes none of its P2P all-reduce calls) and the environment hooks through which `sweep` hands it to
 //! its children.
 //!
 //! With the NCCL backend the fault goes into one rank (the launchers carry it to the worker);

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use crate::cli::args::GpuArgs;
 use crate::comm;
+use crate::comm::p2p::Impl;
 use crate::launch::job::{CollCase, Fault, FaultKind};
 use crate::launch::run::{combine, run_job, select_devices};
 use crate::launch::{Job, LaunchSpec};
@@ -44,7 +45,12 @@ fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
         for dtype in [DType::Bf16, DType::F16, DType::F32] {
             for bytes in [dtype.size() * n as u64, 43008, 1 << 20] {
                 let count = op.ops().count_for_size(bytes, dtype.size(), n).max(1);
-                cases.push(CollCase { op, dtype, count });
+                cases.push(CollCase {
+                    op,
+                    dtype,
+                    count,
+                    imp: Default::default(),
+                });
             }
         }
     }
@@ -86,6 +92,125 @@ fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     }
 }
 
+/// The P2P all-reduces (one-shot, two-shot) through the same harness as NCCL's: every dtype at
+/// one element per rank, the verify's 43,008 B and 1 MiB, eager and graph, exact results. Where
+/// two GPUs cannot reach each other the line says which and the checks are skipped.
+fn p2p_collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
+    if let Err(u) = comm::p2p::check_topology(devices) {
+        checks.push(Check {
+            name: "p2p all-reduces".into(),
+            launcher: launcher.name().into(),
+            pass: true,
+            detail: format!("SKIPPED: {}", u.skipped(&[Impl::OneShot, Impl::TwoShot])),
+        });
+        return;
+    }
+    let n = devices.len();
+    let mut cases = vec![];
+    for imp in [Impl::OneShot, Impl::TwoShot] {
+        for dtype in [DType::Bf16, DType::F16, DType::F32] {
+            for bytes in [dtype.size() * n as u64, 43008, 1 << 20] {
+                let count = (bytes / dtype.size()) as usize;
+                cases.push(CollCase {
+                    op: CollectiveKind::AllReduce,
+                    dtype,
+                    count,
+                    imp,
+                });
+            }
+        }
+    }
+    let job = Job::Collective {
+        cases: cases.clone(),
+        graphs: vec![false, true],
+        iters: 3,
+        warmup: 1,
+        batch: 2,
+    };
+    let res =
+        run_job(&spec(devices, launcher, 60.0), &job).and_then(|r| combine(&r, job.configs()));
+    match res {
+        Ok(c) => {
+            for (i, case) in cases.iter().enumerate() {
+                for (g, graph) in [false, true].iter().enumerate() {
+                    let (sum, wrong) = (&c[i * 2 + g].0, c[i * 2 + g].1);
+                    checks.push(Check {
+                        name: format!(
+                            "{} {} count {} {}",
+                            case.imp,
+                            case.dtype.name(),
+                            case.count,
+                            if *graph { "graph" } else { "eager" }
+                        ),
+                        launcher: launcher.name().into(),
+                        pass: wrong == 0,
+                        detail: format!("{wrong} wrong elements, {:.1} us", sum.median_us),
+                    });
+                }
+            }
+        }
+        Err(e) => checks.push(Check {
+            name: "p2p all-reduces".into(),
+            launcher: launcher.name().into(),
+            pass: false,
+            detail: format!("{e:#}"),
+        }),
+    }
+}
+
+/// A rank that never makes its P2P calls: its peers' waits must time out naming it (rank 1),
+/// the run must end within the signal timeout plus the launcher's, and leave no worker behind.
+fn p2p_fault(devices: &[usize], checks: &mut Vec<Check>) {
+    if comm::p2p::check_topology(devices).is_err() {
+        return; // p2p_collectives said why
+    }
+    let timeout = 30.0;
+    let mut sp = spec(devices, Launcher::Processes, timeout);
+    sp.fault = Some(Fault {
+        kind: FaultKind::P2pSilent,
+        rank: 1,
+    });
+    let job = Job::Collective {
+        cases: vec![CollCase {
+            op: CollectiveKind::AllReduce,
+            dtype: DType::Bf16,
+            count: 21504,
+            imp: Impl::OneShot,
+        }],
+        graphs: vec![false],
+        iters: 3,
+        warmup: 1,
+        batch: 1,
+    };
+    let t0 = Instant::now();
+    let res = run_job(&sp, &job);
+    let took = t0.elapsed().as_secs_f64();
+    let orphans = live_children();
+    let (pass, detail) = match res {
+        Ok(_) => (
+            false,
+            "the run succeeded although rank 1 never signalled".to_string(),
+        ),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            (
+                msg.contains("rank 1 never signalled") && took <= timeout && orphans.is_empty(),
+                format!(
+                    "ended in {took:.1} s, {} left behind: {}",
+                    orphans.len(),
+                    msg.lines().next().unwrap_or("")
+                ),
+            )
+        }
+    };
+    checks.push(Check {
+        name: "rank 1 p2p-silent: peers name it".into(),
+        launcher: "processes".into(),
+        pass,
+        detail,
+    });
+}
+
 /// The Kimi-K2.5 verify schedule (comm and full), eager and graph: exact results in both.
 fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     let shape = model::presets::preset("kimi-k2.5").expect("preset");
@@ -117,6 +242,7 @@ fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
         iters: 3,
         warmup: 1,
         launches_per_layer: 2,
+        run_impls: vec![],
     };
     match run_job(&spec(devices, launcher, 120.0), &job).and_then(|r| combine(&r, runs.len())) {
         Ok(c) => {
@@ -233,6 +359,7 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
         iters: 5,
         warmup: 1,
         launches_per_layer: 0,
+        run_impls: vec![],
     };
     let t0 = Instant::now();
     let res = run_job(&sp, &job);
@@ -317,12 +444,14 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
     if !one_gpu {
         for l in [Launcher::Threads, Launcher::Processes] {
             collectives(&devices, l, &mut checks);
+            p2p_collectives(&devices, l, &mut checks);
             verify(&devices, l, &mut checks);
         }
         env_round_trip(&devices, &mut checks);
         if !a.no_faults {
             fault(&devices, FaultKind::Exit, &mut checks);
             fault(&devices, FaultKind::Hang, &mut checks);
+            p2p_fault(&devices, &mut checks);
         }
     }
     checks.push(crate::selftest::streaming_kernel(devices[0]));

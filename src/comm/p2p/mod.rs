@@ -68,9 +68,12 @@ const _: () = assert!(ERRORS_OFF + 16 <= DATA_OFF && DATA_OFF % 256 == 0);
 const VECTORS_PER_THREAD: u64 = 2;
 
 /// A collective implementation: NCCL's, or one of the custom P2P all-reduces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub enum Impl {
     /// NCCL's collective (the reference).
+    #[default]
     #[serde(rename = "nccl")]
     Nccl,
     /// Copy in, one signal round, n-1 peer reads per rank.
