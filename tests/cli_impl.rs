@@ -377,3 +377,56 @@ fn mock_verify_without_nccl_has_only_custom_runs() {
     let table = verifybench::report::text::verify_table(&rec);
     assert!(table.contains("twoshot  comm"), "{table}");
 }
+
+#[test]
+fn model_fit_calibrates_the_p2p_terms_on_the_p2p_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("x.json");
+    // Timings with known P2P terms (the pcie-gen5 profile's), relabelled as measurements so
+    // that the fit reads them: it must recover the terms they were made with.
+    ok(&[
+        "collective",
+        "--backend",
+        "model",
+        "--link",
+        "pcie-gen5",
+        "--gpus",
+        "8",
+        "--impl",
+        "nccl,oneshot,twoshot",
+        "-b",
+        "1K",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+        "--export-json",
+        json.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&json).unwrap();
+    std::fs::write(
+        &json,
+        text.replace("\"source\": \"modeled\"", "\"source\": \"measured\""),
+    )
+    .unwrap();
+    let prof = dir.path().join("fitted.json");
+    let out = ok(&[
+        "model",
+        "fit",
+        json.to_str().unwrap(),
+        "--base",
+        "pcie-gen5",
+        "-o",
+        prof.to_str().unwrap(),
+    ]);
+    assert!(out.contains("fitted p2p.signal_us"), "{out}");
+    assert!(out.contains("fitted p2p.read_gbps"), "{out}");
+    assert!(out.contains("fitted on the 24 P2P rows only"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&prof).unwrap()).unwrap();
+    let p2p = &v["profile"]["p2p"];
+    let signal = p2p["signal_us"].as_f64().unwrap();
+    let read = p2p["read_gbps"].as_f64().unwrap();
+    assert!((signal - 6.36).abs() < 0.05, "{p2p}");
+    assert!((read - 50.0).abs() < 0.5, "{p2p}");
+}

@@ -20,8 +20,10 @@ use crate::error::usage;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, Schedule};
 use crate::record::{
-    algbw_gbps, CollTiming, CollectiveResult, ImplRun, ImplTiming, Mode, VerifyRun,
+    algbw_gbps, Body, CollTiming, CollectiveResult, ImplRun, ImplTiming, Mode, Record, Source,
+    VerifyRun,
 };
+use std::collections::BTreeSet;
 
 /// The P2P parameters of a link profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -261,6 +263,177 @@ pub fn verify_runs(
     Ok(out)
 }
 
+/// One measured time of a custom all-reduce (a `collective --impl` record's P2P row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct P2pPoint {
+    pub label: String,
+    pub imp: Impl,
+    pub size: u64,
+    pub n: usize,
+    pub graph: bool,
+    pub measured_us: f64,
+}
+
+/// The P2P rows of the measured collective records of `records` (modeled ones are left out;
+/// NCCL's own rows are the NCCL fit's, not these).
+pub fn p2p_points(records: &[Record]) -> Vec<P2pPoint> {
+    let mut out = vec![];
+    for r in records.iter().filter(|r| r.source == Source::Measured) {
+        let Body::Collective(c) = &r.body else {
+            continue;
+        };
+        for row in &c.rows {
+            for t in &row.p2p {
+                for (graph, x) in [(false, &t.eager), (true, &t.graph)] {
+                    if let Some(x) = x {
+                        out.push(P2pPoint {
+                            label: format!(
+                                "{} {} B n={} {}",
+                                t.imp,
+                                row.size_bytes,
+                                c.nranks,
+                                if graph { "graph" } else { "eager" }
+                            ),
+                            imp: t.imp,
+                            size: row.size_bytes,
+                            n: c.nranks,
+                            graph,
+                            measured_us: x.time_us,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The outcome of fitting the P2P terms.
+#[derive(Debug, Clone)]
+pub struct P2pFit {
+    pub link: P2pLink,
+    /// One line per parameter: fitted (base -> fitted) or held (and why).
+    pub lines: Vec<String>,
+    /// Per point: label, measured, fitted (us).
+    pub points: Vec<(String, f64, f64)>,
+    pub median_abs_err: f64,
+}
+
+/// Fits `p2p.signal_us` (the intercept) and `p2p.read_gbps` (the slope over size) of `base` to
+/// the P2P points, by least squares on relative error. The terms are linear in `signal_us` and
+/// `1 / read_gbps` once the launch is taken off: `t - launch = k * signal + c * size / read`
+/// (one-shot k = 1, c = n-1; two-shot k = 2, c = 2(n-1)/n). With one size the slope cannot be
+/// told from the intercept: `read_gbps` is held and only `signal_us` is fitted.
+pub fn fit_p2p(base: &Profile, pts: &[P2pPoint]) -> anyhow::Result<P2pFit> {
+    if pts.is_empty() {
+        crate::usage_bail!("no measured P2P rows (collective --impl oneshot/twoshot) to fit");
+    }
+    let start = params(base);
+    let rows: Vec<(f64, f64, f64, f64)> = pts
+        .iter()
+        .map(|p| {
+            let launch = if p.graph {
+                base.launch_graph_us
+            } else {
+                base.kernel_launch_eager_us
+            };
+            let nf = p.n as f64;
+            let (k, c) = match p.imp {
+                Impl::TwoShot => (2.0, 2.0 * (nf - 1.0) / nf),
+                _ => (1.0, nf - 1.0),
+            };
+            // weight 1/measured: relative error
+            let w = 1.0 / p.measured_us;
+            (
+                k * w,
+                c * p.size as f64 * w,
+                (p.measured_us - launch) * w,
+                w,
+            )
+        })
+        .collect();
+    let sizes: BTreeSet<u64> = pts.iter().map(|p| p.size).collect();
+    let mut lines = vec![];
+    let (signal, read_gbps) = if sizes.len() >= 2 {
+        let (mut aa, mut ab, mut bb, mut ay, mut by) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for &(a, b, y, _) in &rows {
+            aa += a * a;
+            ab += a * b;
+            bb += b * b;
+            ay += a * y;
+            by += b * y;
+        }
+        let det = aa * bb - ab * ab;
+        if det.abs() <= 1e-12 * aa * bb {
+            crate::usage_bail!("the P2P points cannot separate the signal round from the reads");
+        }
+        let signal = (ay * bb - by * ab) / det;
+        let inv_bw = (aa * by - ab * ay) / det; // us per byte
+        if signal <= 0.0 || inv_bw <= 0.0 {
+            crate::usage_bail!(
+                "fitting the P2P terms gave a signal round of {signal:.2} us and {} us per MB of reads: the measurements do not follow signal + reads (check them for noise)",
+                inv_bw * 1e6
+            );
+        }
+        let read = 1.0 / inv_bw / 1e3;
+        lines.push(format!(
+            "fitted p2p.signal_us: {:.4} -> {signal:.4}",
+            start.signal_us
+        ));
+        lines.push(format!(
+            "fitted p2p.read_gbps: {:.4} -> {read:.4}",
+            start.read_gbps
+        ));
+        (signal, read)
+    } else {
+        let inv_bw = 1.0 / (start.read_gbps * 1e3);
+        let (mut num, mut den) = (0.0, 0.0);
+        for &(a, b, y, _) in &rows {
+            num += a * (y - b * inv_bw);
+            den += a * a;
+        }
+        let signal = num / den;
+        if signal <= 0.0 {
+            crate::usage_bail!(
+                "fitting p2p.signal_us gave {signal:.2} us: the measurements are faster than the held read bandwidth allows"
+            );
+        }
+        lines.push(format!(
+            "fitted p2p.signal_us: {:.4} -> {signal:.4}",
+            start.signal_us
+        ));
+        lines.push(format!(
+            "held p2p.read_gbps = {:.4}: one message size only, where the reads cannot be told from the signal round; measure two or more sizes to fit it",
+            start.read_gbps
+        ));
+        (signal, start.read_gbps)
+    };
+    let link = P2pLink {
+        available: true,
+        signal_us: signal,
+        read_gbps,
+        source: format!(
+            "fitted by `verifybench model fit` on {} measured P2P points",
+            pts.len()
+        ),
+    };
+    let mut fitted = base.clone();
+    fitted.p2p = Some(link.clone());
+    let mut points = vec![];
+    let mut errs = vec![];
+    for p in pts {
+        let f = op_time(&fitted, p.imp, p.size, p.n, p.graph)?.total();
+        errs.push(f / p.measured_us - 1.0);
+        points.push((p.label.clone(), p.measured_us, f));
+    }
+    Ok(P2pFit {
+        link,
+        lines,
+        points,
+        median_abs_err: super::fit::median_abs(&errs),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +557,44 @@ mod tests {
         std::fs::write(&path, v.to_string()).unwrap();
         let e = crate::costmodel::profile::load(&path).unwrap_err();
         assert!(e.to_string().contains("read_gbps"), "{e}");
+    }
+
+    fn points(p: &Profile, imp: Impl, sizes: &[u64], n: usize) -> Vec<P2pPoint> {
+        sizes
+            .iter()
+            .map(|&size| P2pPoint {
+                label: format!("{imp} {size}"),
+                imp,
+                size,
+                n,
+                graph: true,
+                measured_us: op_time(p, imp, size, n, true).unwrap().total(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_p2p_fit_recovers_the_terms_it_was_made_from() {
+        // "measurements" made by a profile with other P2P terms than the base
+        let base = builtin("pcie-gen5").unwrap();
+        let mut truth = base.clone();
+        truth.p2p = Some(P2pLink {
+            signal_us: 4.0,
+            read_gbps: 80.0,
+            ..pcie_gen5()
+        });
+        let mut pts = points(&truth, Impl::OneShot, &[1024, 43008, 1 << 20], 8);
+        pts.extend(points(&truth, Impl::TwoShot, &[43008, 1 << 20], 8));
+        let f = fit_p2p(&base, &pts).unwrap();
+        assert!((f.link.signal_us - 4.0).abs() < 1e-6, "{:?}", f.link);
+        assert!((f.link.read_gbps - 80.0).abs() < 1e-4, "{:?}", f.link);
+        assert!(f.median_abs_err < 1e-9);
+        assert!(f.lines.iter().all(|l| l.starts_with("fitted")));
+        // one size: the read bandwidth is held at the base value, and said so
+        let one = points(&truth, Impl::OneShot, &[43008], 8);
+        let f = fit_p2p(&base, &one).unwrap();
+        assert_eq!(f.link.read_gbps, params(&base).read_gbps);
+        assert!(f.lines.iter().any(|l| l.starts_with("held p2p.read_gbps")));
+        assert!(fit_p2p(&base, &[]).is_err());
     }
 }
