@@ -799,6 +799,80 @@ mod tests {
     use crate::model::{build, presets::preset, Phase, ScheduleOptions};
 
     #[test]
+    fn p2p_jobs_size_their_workspace_and_old_jobs_still_parse() {
+        let case = |count, imp| CollCase {
+            op: CollectiveKind::AllReduce,
+            dtype: DType::Bf16,
+            count,
+            imp,
+        };
+        let job = |cases| Job::Collective {
+            cases,
+            graphs: vec![true],
+            iters: 1,
+            warmup: 0,
+            batch: 1,
+        };
+        // only the P2P cases size the workspace; none: no peer memory at all
+        let j = job(vec![case(1 << 20, Impl::Nccl), case(21504, Impl::OneShot)]);
+        assert_eq!(j.p2p_bytes(), 43008);
+        assert_eq!(job(vec![case(1 << 20, Impl::Nccl)]).p2p_bytes(), 0);
+        // a job written before --impl: every case is NCCL's, every run's too
+        let old = r#"{"Collective":{"cases":[{"op":"all_reduce","dtype":"bf16","count":8}],"graphs":[false],"iters":1,"warmup":0,"batch":1}}"#;
+        let Job::Collective { cases, .. } = serde_json::from_str::<Job>(old).unwrap() else {
+            panic!("a collective job")
+        };
+        assert_eq!(cases[0].imp, Impl::Nccl);
+        let s = build(
+            &preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp: 8,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let v = |run_impls| Job::Verify {
+            schedule: s.clone(),
+            runs: vec![(true, Mode::Comm)],
+            iters: 1,
+            warmup: 0,
+            launches_per_layer: 0,
+            run_impls,
+        };
+        assert_eq!(v(vec![Impl::Nccl]).p2p_bytes(), 0);
+        assert_eq!(
+            v(vec![Impl::TwoShot]).p2p_bytes() as u64,
+            crate::impls::largest_all_reduce(&s)
+        );
+        assert!(v(vec![Impl::TwoShot]).p2p_bytes() > 0);
+    }
+
+    #[test]
+    fn the_p2p_fault_parses_and_travels_by_name() {
+        let f: Fault = "p2p-silent:1".parse().unwrap();
+        assert_eq!((f.kind, f.rank), (FaultKind::P2pSilent, 1));
+        for k in [
+            FaultKind::Exit,
+            FaultKind::Hang,
+            FaultKind::Abort,
+            FaultKind::P2pSilent,
+        ] {
+            let back: Fault = format!("{}:0", k.name()).parse().unwrap();
+            assert_eq!(back.kind, k);
+        }
+        assert!("p2p-loud".parse::<Fault>().is_err());
+        let dir = std::path::Path::new("/tmp/verifybench-job-Ab3x");
+        match P2pExchange::beside(&dir.join("job.json")) {
+            P2pExchange::Files { dir: d, token } => {
+                assert_eq!(d, dir);
+                assert_eq!(token, "verifybench-job-Ab3x");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn steps_keep_schedule_order_and_merge_adjacent_compute() {
         let s = build(
             &preset("kimi-k2.5").unwrap(),
