@@ -430,3 +430,31 @@ fn model_fit_calibrates_the_p2p_terms_on_the_p2p_rows() {
     assert!((signal - 6.36).abs() < 0.05, "{p2p}");
     assert!((read - 50.0).abs() < 0.5, "{p2p}");
 }
+
+#[test]
+fn an_injected_silent_rank_is_named_and_needs_a_p2p_impl() {
+    vb().args([
+        "verify",
+        "--backend",
+        "model",
+        "--impl",
+        "nccl,oneshot",
+        "--inject-fault",
+        "p2p-silent:1",
+    ])
+    .assert()
+    .code(1)
+    .stderr(predicate::str::contains("rank 1 never signalled"));
+    vb().args([
+        "verify",
+        "--backend",
+        "model",
+        "--inject-fault",
+        "p2p-silent:1",
+    ])
+    .assert()
+    .code(2)
+    .stderr(predicate::str::contains(
+        "--inject-fault p2p-silent needs a P2P implementation",
+    ));
+}

@@ -59,6 +59,7 @@ impl Backend for ModelBackend {
     fn verify(&self, a: &VerifyRequest) -> anyhow::Result<Record> {
         let started = now_utc();
         // The model backend has no worker to break: an injected fault fails the process.
+        fault::check_p2p_fault(a.inject_fault.as_deref(), impls::p2p(&a.impls).len())?;
         fault::process_fault(a.inject_fault.as_deref());
         let s = a
             .workload

@@ -32,7 +32,8 @@ pub struct VerifyArgs {
     /// Print nothing but errors (the JSON export still happens).
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// Testing only: make a rank fail ("exit", "hang" or "abort", optionally ":RANK").
+    /// Testing only: make a rank fail ("exit", "hang", "abort", or "p2p-silent": it makes no
+    /// P2P all-reduce call; optionally ":RANK").
     #[arg(long, hide = true)]
     pub inject_fault: Option<String>,
     /// All-reduce implementations to replay the schedule with, comma-separated: nccl, oneshot,

@@ -461,13 +461,10 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     let fault = crate::backend::fault::rank_fault(a.inject_fault.as_deref())?;
     let mut notes = vec![];
     let run_on = runnable(&a.impls, &devices, &mut notes)?;
-    if fault.is_some_and(|f| f.kind == super::job::FaultKind::P2pSilent)
-        && !run_on.iter().any(|i| i.is_p2p())
-    {
-        crate::usage_bail!(
-            "--inject-fault p2p-silent needs a P2P implementation that runs here in --impl (oneshot or twoshot)"
-        );
-    }
+    crate::backend::fault::check_p2p_fault(
+        a.inject_fault.as_deref(),
+        run_on.iter().filter(|i| i.is_p2p()).count(),
+    )?;
     // every requested implementation replays every (graph, mode) run, NCCL's first
     let mut runs = vec![];
     let mut run_impls = vec![];
