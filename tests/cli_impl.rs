@@ -458,3 +458,31 @@ fn an_injected_silent_rank_is_named_and_needs_a_p2p_impl() {
         "--inject-fault p2p-silent needs a P2P implementation",
     ));
 }
+
+#[test]
+fn csv_export_carries_the_impl_rows_in_a_table_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("x.csv");
+    ok(&[
+        "collective",
+        "--backend",
+        "model",
+        "--impl",
+        "nccl,twoshot",
+        "-b",
+        "8K",
+        "-e",
+        "16K",
+        "--export-csv",
+        csv.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let tables: Vec<&str> = text.split("\n\n").collect();
+    assert_eq!(tables.len(), 2, "{text}");
+    assert!(!tables[0].contains("twoshot"), "NCCL's table as before");
+    let mut lines = tables[1].lines();
+    assert!(lines.next().unwrap().contains(",count,impl,eager_time_us"));
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.contains(",twoshot,")), "{rows:?}");
+}
