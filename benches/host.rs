@@ -71,6 +71,7 @@ fn verify_record() -> Record {
             runs: vec![run(false), run(true)],
             stream_gbps: None,
             predicted_compute_us: None,
+            p2p: vec![],
         }),
     )
 }

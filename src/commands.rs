@@ -29,7 +29,8 @@ pub fn verify_with(b: &dyn Backend, a: &VerifyRequest) -> anyhow::Result<i32> {
     let Body::Verify(v) = &record.body else {
         unreachable!("verify produces verify records")
     };
-    let wrong: u64 = v.runs.iter().map(|r| r.wrong).sum();
+    let wrong: u64 = v.runs.iter().map(|r| r.wrong).sum::<u64>()
+        + v.p2p.iter().map(|r| r.run.wrong).sum::<u64>();
     if wrong > 0 {
         anyhow::bail!("{wrong} elements of the collectives' results were wrong");
     }
@@ -52,7 +53,11 @@ pub fn collective_with(b: &dyn Backend, a: &CollectiveRequest) -> anyhow::Result
     let wrong: u64 = c
         .rows
         .iter()
-        .flat_map(|r| [&r.eager, &r.graph])
+        .flat_map(|r| {
+            [&r.eager, &r.graph]
+                .into_iter()
+                .chain(r.p2p.iter().flat_map(|t| [&t.eager, &t.graph]))
+        })
         .flatten()
         .map(|t| t.wrong)
         .sum();
@@ -91,6 +96,7 @@ mod tests {
             },
             quiet: true,
             inject_fault: None,
+            impls: vec![],
         }
     }
 

@@ -9,6 +9,7 @@
 
 use std::path::PathBuf;
 
+pub use crate::comm::p2p::Impl;
 use crate::costmodel::ModelSettings;
 use crate::launch::rendezvous::Endpoint;
 use crate::model::{
@@ -266,6 +267,9 @@ pub struct VerifyRequest {
     /// Testing only: make a rank (or, with the model backend, the process) fail; see
     /// [`crate::backend::fault`].
     pub inject_fault: Option<String>,
+    /// The all-reduce implementations to replay the schedule with (`--impl`; empty: NCCL
+    /// only). The all-gather stays on NCCL.
+    pub impls: Vec<Impl>,
 }
 
 impl VerifyRequest {
@@ -291,6 +295,8 @@ pub struct CollectiveRequest {
     pub repeat: Repeat,
     pub model: ModelSettings,
     pub export: Exports,
+    /// The implementations to run side by side (`--impl`; empty: NCCL only).
+    pub impls: Vec<Impl>,
 }
 
 impl CollectiveRequest {
@@ -371,6 +377,7 @@ mod tests {
             repeat: Repeat::default(),
             model: ModelSettings::default(),
             export: Exports::default(),
+            impls: vec![],
         }
     }
 

@@ -52,6 +52,7 @@ fn collective(proto: &str, base_us: f64) -> Record {
                 count: size / 2,
                 eager: Some(timing(base_us + 8.0 + size as f64 / 2e4, size)),
                 graph: Some(timing(base_us + size as f64 / 2e4, size)),
+                p2p: vec![],
             }
         })
         .collect();
@@ -94,6 +95,7 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
             ],
             stream_gbps: None,
             predicted_compute_us: None,
+            p2p: vec![],
         }),
     )
 }

@@ -1,5 +1,5 @@
 //! Fault injection for tests, in one place: the hidden `verify --inject-fault KIND[:RANK]`
-//! (KIND exit, hang or abort) and the environment hooks through which `sweep` hands it to
+//! (KIND exit, hang, abort, or p2p-silent: the rank makes none of its P2P all-reduce calls) and the environment hooks through which `sweep` hands it to
 //! its children.
 //!
 //! With the NCCL backend the fault goes into one rank (the launchers carry it to the worker);
@@ -31,8 +31,29 @@ pub fn process_fault(spec: Option<&str>) {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
         Some("abort") => std::process::abort(),
+        Some("p2p-silent") => {
+            let rank = spec
+                .and_then(|f| f.split_once(':'))
+                .map(|x| x.1)
+                .unwrap_or("1");
+            eprintln!(
+                "Error: injected fault p2p-silent: rank {rank} never signalled its peers (model backend: no kernel ran, the process fails as the run would)"
+            );
+            std::process::exit(1);
+        }
         _ => {}
     }
+}
+
+/// `--inject-fault p2p-silent` needs a P2P implementation to silence: a usage error otherwise
+/// (the same on every backend).
+pub fn check_p2p_fault(spec: Option<&str>, p2p_impls: usize) -> anyhow::Result<()> {
+    if spec.is_some_and(|f| f.starts_with("p2p-silent")) && p2p_impls == 0 {
+        crate::usage_bail!(
+            "--inject-fault p2p-silent needs a P2P implementation that runs here in --impl (oneshot or twoshot)"
+        );
+    }
+    Ok(())
 }
 
 /// The sweep's extra child arguments and their condition, from the environment.

@@ -6,11 +6,20 @@
 use super::Backend;
 use crate::measure::Summary;
 use crate::record::{
-    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Provenance, Record, Source,
-    VerifyResult, VerifyRun, Workload,
+    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Impl, ImplRun, ImplTiming, Mode,
+    Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
 };
 use crate::request::{BackendKind, CollectiveRequest, VerifyRequest};
 use crate::util::now_utc;
+
+/// The fake P2P all-reduce's per-collective time as a fraction of the fake NCCL one.
+fn fake_factor(imp: Impl) -> f64 {
+    match imp {
+        Impl::Nccl => 1.0,
+        Impl::OneShot => 0.5,
+        Impl::TwoShot => 0.7,
+    }
+}
 
 /// The note every mock record carries.
 pub const FAKE_NOTE: &str = "mock backend: FAKE numbers, nothing ran";
@@ -49,36 +58,60 @@ impl Backend for MockBackend {
         let s = a
             .workload
             .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
+        crate::impls::check_verify(&a.impls, &s)?;
         let ncoll = s.n_collectives().max(1);
-        let runs = a
-            .runs()
-            .into_iter()
-            .map(|(graph, mode)| {
-                let per = if graph { 7.0 } else { 9.0 };
-                let seed = crate::model::schedule::fnv1a(
-                    format!("{}-{}-{graph}", s.hash(), mode.name()).as_bytes(),
-                );
-                let sum = samples(seed, per * ncoll as f64, a.repeat.iters);
-                VerifyRun {
-                    graph,
-                    mode,
-                    per_collective_us: sum.median_us / ncoll as f64,
-                    per_verify: sum,
-                    breakdown: vec![],
-                    wrong: 0,
-                    iterations: a.repeat.iters.max(1),
-                    warmup: a.repeat.warmup,
-                }
-            })
-            .collect();
+        let run = |imp: Impl, graph: bool, mode: Mode| {
+            let per = if graph { 7.0 } else { 9.0 } * fake_factor(imp);
+            let key = match imp {
+                Impl::Nccl => format!("{}-{}-{graph}", s.hash(), mode.name()),
+                _ => format!("{}-{}-{graph}-{imp}", s.hash(), mode.name()),
+            };
+            let sum = samples(
+                crate::model::schedule::fnv1a(key.as_bytes()),
+                per * ncoll as f64,
+                a.repeat.iters,
+            );
+            VerifyRun {
+                graph,
+                mode,
+                per_collective_us: sum.median_us / ncoll as f64,
+                per_verify: sum,
+                breakdown: vec![],
+                wrong: 0,
+                iterations: a.repeat.iters.max(1),
+                warmup: a.repeat.warmup,
+            }
+        };
+        let runs = if crate::impls::has_nccl(&a.impls) {
+            a.runs()
+                .into_iter()
+                .map(|(g, m)| run(Impl::Nccl, g, m))
+                .collect()
+        } else {
+            vec![]
+        };
+        let mut p2p = vec![];
+        for imp in crate::impls::p2p(&a.impls) {
+            for (g, m) in a.runs() {
+                p2p.push(ImplRun {
+                    imp,
+                    run: run(imp, g, m),
+                });
+            }
+        }
+        let mut prov = provenance(a.gpu.launcher.name());
+        if !p2p.is_empty() {
+            prov.notes.push(crate::impls::VERIFY_NOTE.into());
+        }
         Ok(Record::new(
             Source::Modeled,
-            provenance(a.gpu.launcher.name()),
+            prov,
             Body::Verify(VerifyResult {
                 workload: Workload::of(&s),
                 runs,
                 stream_gbps: None,
                 predicted_compute_us: None,
+                p2p,
             }),
         ))
     }
@@ -86,13 +119,26 @@ impl Backend for MockBackend {
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
         let n = a.gpu.gpus.unwrap_or(8);
         let esz = a.dtype.size();
-        let rows = a
-            .sizes(n)?
+        let sizes = a.sizes(n)?;
+        crate::impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;
+        let rows = sizes
             .into_iter()
             .map(|size| {
-                let timing = |graph: bool| {
-                    let center = if graph { 5.0 } else { 8.0 } + size as f64 / 100e3;
-                    let s = samples(size ^ u64::from(graph), center, a.repeat.iters);
+                let timing = |imp: Impl, graph: bool| {
+                    // fake crossover: the P2P kernels start lower and grow faster with size
+                    let (base, slope) = match imp {
+                        Impl::Nccl => (1.0, 100e3),
+                        Impl::OneShot => (0.5, 20e3),
+                        Impl::TwoShot => (0.7, 40e3),
+                    };
+                    let center = if graph { 5.0 } else { 8.0 } * base + size as f64 / slope;
+                    let seed = match imp {
+                        Impl::Nccl => size ^ u64::from(graph),
+                        _ => crate::model::schedule::fnv1a(
+                            format!("{size}-{graph}-{imp}").as_bytes(),
+                        ),
+                    };
+                    let s = samples(seed, center, a.repeat.iters);
                     let alg = algbw_gbps(size, s.median_us);
                     CollTiming {
                         time_us: s.median_us,
@@ -103,11 +149,20 @@ impl Backend for MockBackend {
                     }
                 };
                 let modes = a.graph.modes();
+                let nccl = crate::impls::has_nccl(&a.impls);
                 CollectiveRow {
                     size_bytes: size,
                     count: size / esz,
-                    eager: modes.contains(&false).then(|| timing(false)),
-                    graph: modes.contains(&true).then(|| timing(true)),
+                    eager: (nccl && modes.contains(&false)).then(|| timing(Impl::Nccl, false)),
+                    graph: (nccl && modes.contains(&true)).then(|| timing(Impl::Nccl, true)),
+                    p2p: crate::impls::p2p(&a.impls)
+                        .into_iter()
+                        .map(|imp| ImplTiming {
+                            imp,
+                            eager: modes.contains(&false).then(|| timing(imp, false)),
+                            graph: modes.contains(&true).then(|| timing(imp, true)),
+                        })
+                        .collect(),
                 }
             })
             .collect();

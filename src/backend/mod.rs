@@ -15,6 +15,7 @@
 pub mod fault;
 mod mock;
 
+use crate::impls;
 use crate::record::{Body, Provenance, Record, Source};
 use crate::request::{BackendKind, CollectiveRequest, VerifyRequest};
 use crate::util::now_utc;
@@ -58,34 +59,87 @@ impl Backend for ModelBackend {
     fn verify(&self, a: &VerifyRequest) -> anyhow::Result<Record> {
         let started = now_utc();
         // The model backend has no worker to break: an injected fault fails the process.
+        fault::check_p2p_fault(a.inject_fault.as_deref(), impls::p2p(&a.impls).len())?;
         fault::process_fault(a.inject_fault.as_deref());
         let s = a
             .workload
             .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
+        impls::check_verify(&a.impls, &s)?;
         let m = crate::costmodel::verify(&s, s.tp as usize, &a.runs(), a.gpu.launcher, &a.model)?;
+        let (mut result, mut notes) = (m.result, m.notes);
+        let custom = impls::p2p(&a.impls);
+        if !custom.is_empty() {
+            let (prof, _) = a.model.resolve()?;
+            match crate::costmodel::custom::unavailable_reason(&prof) {
+                Some(why) => impls::skip(&a.impls, &why, &mut notes)?,
+                None => {
+                    for imp in custom {
+                        result.p2p.extend(crate::costmodel::custom::verify_runs(
+                            &prof,
+                            &s,
+                            s.tp as usize,
+                            imp,
+                            &result.runs,
+                        )?);
+                    }
+                    notes.push(impls::VERIFY_NOTE.into());
+                    notes.push(p2p_model_note(&prof));
+                }
+            }
+            impls::drop_unasked_nccl_runs(&a.impls, &mut result);
+        }
         let mut p = Provenance::here(self.kind().name(), started);
         p.launcher = Some(a.gpu.launcher.name().into());
         p.model_profile = Some(m.profile);
-        p.notes = m.notes;
-        Ok(Record::new(Source::Modeled, p, Body::Verify(m.result)))
+        p.notes = notes;
+        Ok(Record::new(Source::Modeled, p, Body::Verify(result)))
     }
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
         let started = now_utc();
         let n = a.gpu.gpus.unwrap_or(8);
+        let sizes = a.sizes(n)?;
+        impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;
         let m = crate::costmodel::collective(
             a.op,
             a.dtype,
-            &a.sizes(n)?,
+            &sizes,
             n,
             &a.graph.modes(),
             a.gpu.launcher,
             &a.model,
         )?;
+        let (mut result, mut notes) = (m.result, m.notes);
+        let custom = impls::p2p(&a.impls);
+        if !custom.is_empty() {
+            let (prof, _) = a.model.resolve()?;
+            match crate::costmodel::custom::unavailable_reason(&prof) {
+                Some(why) => impls::skip(&a.impls, &why, &mut notes)?,
+                None => {
+                    crate::costmodel::custom::collective_rows(
+                        &prof,
+                        &custom,
+                        &mut result,
+                        &a.graph.modes(),
+                    )?;
+                    notes.push(p2p_model_note(&prof));
+                }
+            }
+            impls::drop_unasked_nccl(&a.impls, &mut result);
+        }
         let mut p = Provenance::here(self.kind().name(), started);
         p.model_profile = Some(m.profile);
-        p.notes = m.notes;
-        Ok(Record::new(Source::Modeled, p, Body::Collective(m.result)))
+        p.notes = notes;
+        Ok(Record::new(Source::Modeled, p, Body::Collective(result)))
     }
+}
+
+/// Where the modeled one-shot and two-shot times come from.
+fn p2p_model_note(p: &crate::costmodel::profile::Profile) -> String {
+    let l = crate::costmodel::custom::params(p);
+    format!(
+        "oneshot/twoshot MODELED (costmodel::custom): signal round {:.2} us, peer reads {:.0} GB/s ({})",
+        l.signal_us, l.read_gbps, l.source
+    )
 }
 
 /// Resolves `auto` (NCCL when at least two GPUs are present, else the cost model, saying so

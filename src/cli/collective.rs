@@ -2,7 +2,7 @@
 
 use crate::cli::args::{named, ExportArgs, GpuArgs, ModelArgs, RepeatArgs};
 use crate::model::{CollectiveKind, DType};
-use crate::request::{BackendKind, CollectiveRequest, GraphChoice};
+use crate::request::{BackendKind, CollectiveRequest, GraphChoice, Impl};
 use crate::units::size_arg;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -38,6 +38,26 @@ pub struct CollectiveArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub export: ExportArgs,
+    /// Implementations to run side by side, comma-separated: nccl (NCCL's collective),
+    /// oneshot and twoshot (the P2P all-reduces of kernels/allreduce.cu; --op all_reduce only,
+    /// messages up to 4 MiB, 2 to 8 GPUs with peer access). Prints a crossover table.
+    #[arg(long = "impl", value_name = "LIST", value_parser = impl_list, default_value = "nccl")]
+    pub impls: ImplList,
+}
+
+/// `--impl`'s parsed list (clap needs one value type for the whole list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImplList(pub Vec<Impl>);
+
+/// Parses `--impl nccl,oneshot,twoshot`: an unknown name is an error naming `--impl` and the
+/// valid names.
+pub fn impl_list(s: &str) -> Result<ImplList, String> {
+    Impl::parse_list(s).map(ImplList).map_err(|e| {
+        let m = format!("{e:#}");
+        m.strip_prefix(&format!("--impl '{s}': "))
+            .unwrap_or(&m)
+            .to_string()
+    })
 }
 
 impl From<&CollectiveArgs> for CollectiveRequest {
@@ -55,6 +75,7 @@ impl From<&CollectiveArgs> for CollectiveRequest {
             repeat: (&a.repeat).into(),
             model: (&a.model).into(),
             export: (&a.export).into(),
+            impls: a.impls.0.clone(),
         }
     }
 }

@@ -65,9 +65,11 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
         }
     };
     let mut pts = vec![];
+    let mut p2p_pts = vec![];
     let mut sources = vec![];
     for f in &a.results {
         let recs = crate::record::read_records(f)?;
+        p2p_pts.extend(crate::costmodel::custom::p2p_points(&recs));
         let name = f.display().to_string();
         let (p, skipped) = fit::points_of(&name, &recs)?;
         for s in skipped {
@@ -84,6 +86,14 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
             .unwrap_or_else(|| "fitted".into())
     });
     let mut prof = r.profile.clone();
+    // The P2P terms: fitted on the P2P rows only, from the NCCL-fitted launch costs.
+    let p2p_fit = if p2p_pts.is_empty() {
+        None
+    } else {
+        let f = crate::costmodel::custom::fit_p2p(&prof, &p2p_pts)?;
+        prof.p2p = Some(f.link.clone());
+        Some(f)
+    };
     prof.name = name;
     prof.description = format!(
         "fitted by `verifybench model fit` to {} measured points from {}, starting from {base_name} ({}); median error {:.1}%{}",
@@ -107,12 +117,20 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
             "points": r.points,
             "median_abs_rel_err": r.median_abs_err,
             "median_abs_loo_rel_err": r.median_abs_loo_err,
+            "p2p": p2p_fit.as_ref().map(|f| serde_json::json!({
+                "parameters": f.lines,
+                "points": f.points,
+                "median_abs_rel_err": f.median_abs_err,
+            })),
         })),
     };
     let json = serde_json::to_string_pretty(&file)?;
     crate::util::write_file(&a.output, json.as_bytes())?;
     if !a.quiet {
         print!("{}", table(&r, &base_name, a.results.len()));
+        if let Some(f) = &p2p_fit {
+            print!("{}", crate::report::fit::p2p_table(f));
+        }
         println!(
             "# wrote profile '{}' to {}: use it with --backend model --profile {}",
             file.profile.name,

@@ -1,12 +1,14 @@
 //! `verifybench selftest`: exact-result checks of every collective, dtype, launcher and graph
 //! mode on this machine's GPUs, the worker environment round trip, clean failure of a dead or
-//! hung rank, and the streaming kernel against a CPU reference. Prints a pass/fail table;
-//! exits 1 when anything fails. Needs at least two GPUs (one for the kernel check).
+//! hung rank, the streaming kernel against a CPU reference, and the P2P all-reduce protocol on
+//! virtual ranks of one GPU. Prints a pass/fail table; exits 1 when anything fails. On a machine
+//! with one GPU only the checks that need one run (streaming kernel, P2P virtual ranks).
 
 use std::time::Instant;
 
 use crate::cli::args::GpuArgs;
 use crate::comm;
+use crate::comm::p2p::Impl;
 use crate::launch::job::{CollCase, Fault, FaultKind};
 use crate::launch::run::{combine, run_job, select_devices};
 use crate::launch::{Job, LaunchSpec};
@@ -43,7 +45,12 @@ fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
         for dtype in [DType::Bf16, DType::F16, DType::F32] {
             for bytes in [dtype.size() * n as u64, 43008, 1 << 20] {
                 let count = op.ops().count_for_size(bytes, dtype.size(), n).max(1);
-                cases.push(CollCase { op, dtype, count });
+                cases.push(CollCase {
+                    op,
+                    dtype,
+                    count,
+                    imp: Default::default(),
+                });
             }
         }
     }
@@ -85,6 +92,125 @@ fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     }
 }
 
+/// The P2P all-reduces (one-shot, two-shot) through the same harness as NCCL's: every dtype at
+/// one element per rank, the verify's 43,008 B and 1 MiB, eager and graph, exact results. Where
+/// two GPUs cannot reach each other the line says which and the checks are skipped.
+fn p2p_collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
+    if let Err(u) = comm::p2p::check_topology(devices) {
+        checks.push(Check {
+            name: "p2p all-reduces".into(),
+            launcher: launcher.name().into(),
+            pass: true,
+            detail: format!("SKIPPED: {}", u.skipped(&[Impl::OneShot, Impl::TwoShot])),
+        });
+        return;
+    }
+    let n = devices.len();
+    let mut cases = vec![];
+    for imp in [Impl::OneShot, Impl::TwoShot] {
+        for dtype in [DType::Bf16, DType::F16, DType::F32] {
+            for bytes in [dtype.size() * n as u64, 43008, 1 << 20] {
+                let count = (bytes / dtype.size()) as usize;
+                cases.push(CollCase {
+                    op: CollectiveKind::AllReduce,
+                    dtype,
+                    count,
+                    imp,
+                });
+            }
+        }
+    }
+    let job = Job::Collective {
+        cases: cases.clone(),
+        graphs: vec![false, true],
+        iters: 3,
+        warmup: 1,
+        batch: 2,
+    };
+    let res =
+        run_job(&spec(devices, launcher, 60.0), &job).and_then(|r| combine(&r, job.configs()));
+    match res {
+        Ok(c) => {
+            for (i, case) in cases.iter().enumerate() {
+                for (g, graph) in [false, true].iter().enumerate() {
+                    let (sum, wrong) = (&c[i * 2 + g].0, c[i * 2 + g].1);
+                    checks.push(Check {
+                        name: format!(
+                            "{} {} count {} {}",
+                            case.imp,
+                            case.dtype.name(),
+                            case.count,
+                            if *graph { "graph" } else { "eager" }
+                        ),
+                        launcher: launcher.name().into(),
+                        pass: wrong == 0,
+                        detail: format!("{wrong} wrong elements, {:.1} us", sum.median_us),
+                    });
+                }
+            }
+        }
+        Err(e) => checks.push(Check {
+            name: "p2p all-reduces".into(),
+            launcher: launcher.name().into(),
+            pass: false,
+            detail: format!("{e:#}"),
+        }),
+    }
+}
+
+/// A rank that never makes its P2P calls: its peers' waits must time out naming it (rank 1),
+/// the run must end within the signal timeout plus the launcher's, and leave no worker behind.
+fn p2p_fault(devices: &[usize], checks: &mut Vec<Check>) {
+    if comm::p2p::check_topology(devices).is_err() {
+        return; // p2p_collectives said why
+    }
+    let timeout = 30.0;
+    let mut sp = spec(devices, Launcher::Processes, timeout);
+    sp.fault = Some(Fault {
+        kind: FaultKind::P2pSilent,
+        rank: 1,
+    });
+    let job = Job::Collective {
+        cases: vec![CollCase {
+            op: CollectiveKind::AllReduce,
+            dtype: DType::Bf16,
+            count: 21504,
+            imp: Impl::OneShot,
+        }],
+        graphs: vec![false],
+        iters: 3,
+        warmup: 1,
+        batch: 1,
+    };
+    let t0 = Instant::now();
+    let res = run_job(&sp, &job);
+    let took = t0.elapsed().as_secs_f64();
+    let orphans = live_children();
+    let (pass, detail) = match res {
+        Ok(_) => (
+            false,
+            "the run succeeded although rank 1 never signalled".to_string(),
+        ),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            (
+                msg.contains("rank 1 never signalled") && took <= timeout && orphans.is_empty(),
+                format!(
+                    "ended in {took:.1} s, {} left behind: {}",
+                    orphans.len(),
+                    msg.lines().next().unwrap_or("")
+                ),
+            )
+        }
+    };
+    checks.push(Check {
+        name: "rank 1 p2p-silent: peers name it".into(),
+        launcher: "processes".into(),
+        pass,
+        detail,
+    });
+}
+
 /// The Kimi-K2.5 verify schedule (comm and full), eager and graph: exact results in both.
 fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     let shape = model::presets::preset("kimi-k2.5").expect("preset");
@@ -116,6 +242,7 @@ fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
         iters: 3,
         warmup: 1,
         launches_per_layer: 2,
+        run_impls: vec![],
     };
     match run_job(&spec(devices, launcher, 120.0), &job).and_then(|r| combine(&r, runs.len())) {
         Ok(c) => {
@@ -232,6 +359,7 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
         iters: 5,
         warmup: 1,
         launches_per_layer: 0,
+        run_impls: vec![],
     };
     let t0 = Instant::now();
     let res = run_job(&sp, &job);
@@ -269,25 +397,65 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
     });
 }
 
+/// The P2P all-reduce protocol on 2, 4 and 8 virtual ranks of one GPU (`comm::p2p`), and the
+/// one-shot's per-call time there (43,008 B bf16), returned as lines that say what it is: not a
+/// P2P measurement.
+fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
+    let ranks = [2, 4, 8];
+    let failed = |name: &str, e: anyhow::Error| Check {
+        name: name.into(),
+        launcher: "virtual".into(),
+        pass: false,
+        detail: format!("{e:#}"),
+    };
+    match comm::p2p::virtual_rank_checks(device, &ranks) {
+        Ok(v) => checks.extend(v.into_iter().map(|c| Check {
+            name: c.name,
+            launcher: "virtual".into(),
+            pass: c.pass,
+            detail: c.detail,
+        })),
+        Err(e) => checks.push(failed("p2p virtual ranks", e)),
+    }
+    match comm::p2p::virtual_rank_timings(device, &ranks, comm::p2p::Impl::OneShot, 21504) {
+        Ok(t) => t.iter().map(ToString::to_string).collect(),
+        Err(e) => {
+            checks.push(failed("p2p virtual ranks: one-shot timing", e));
+            vec![]
+        }
+    }
+}
+
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let devices = select_devices(&(&a.gpu).into(), None, comm::device_count())?;
+    // One GPU proves what one GPU can: the streaming kernel and the P2P protocol on virtual ranks.
+    let one_gpu = comm::device_count() == 1 && a.gpu.gpus.is_none() && a.gpu.devices.is_none();
+    let devices = if one_gpu {
+        vec![0]
+    } else {
+        select_devices(&(&a.gpu).into(), None, comm::device_count())?
+    };
     let mut checks = vec![];
     eprintln!(
         "selftest on GPUs {:?} (NCCL {})",
         devices,
         comm::nccl::version().unwrap_or_default()
     );
-    for l in [Launcher::Threads, Launcher::Processes] {
-        collectives(&devices, l, &mut checks);
-        verify(&devices, l, &mut checks);
-    }
-    env_round_trip(&devices, &mut checks);
-    if !a.no_faults {
-        fault(&devices, FaultKind::Exit, &mut checks);
-        fault(&devices, FaultKind::Hang, &mut checks);
+    if !one_gpu {
+        for l in [Launcher::Threads, Launcher::Processes] {
+            collectives(&devices, l, &mut checks);
+            p2p_collectives(&devices, l, &mut checks);
+            verify(&devices, l, &mut checks);
+        }
+        env_round_trip(&devices, &mut checks);
+        if !a.no_faults {
+            fault(&devices, FaultKind::Exit, &mut checks);
+            fault(&devices, FaultKind::Hang, &mut checks);
+            p2p_fault(&devices, &mut checks);
+        }
     }
     checks.push(crate::selftest::streaming_kernel(devices[0]));
+    let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
     let failed = checks.iter().filter(|c| !c.pass).count();
     println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");
     for c in &checks {
@@ -298,6 +466,9 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
             if c.pass { "PASS" } else { "FAIL" },
             c.detail
         );
+    }
+    for line in &p2p_times {
+        println!("{line}");
     }
     println!(
         "selftest: {} passed, {} failed",

@@ -32,9 +32,16 @@ pub struct VerifyArgs {
     /// Print nothing but errors (the JSON export still happens).
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// Testing only: make a rank fail ("exit", "hang" or "abort", optionally ":RANK").
+    /// Testing only: make a rank fail ("exit", "hang", "abort", or "p2p-silent": it makes no
+    /// P2P all-reduce call; optionally ":RANK").
     #[arg(long, hide = true)]
     pub inject_fault: Option<String>,
+    /// All-reduce implementations to replay the schedule with, comma-separated: nccl, oneshot,
+    /// twoshot (the P2P all-reduces; 2 to 8 GPUs with peer access). Only the all-reduces change:
+    /// the logits all-gather stays on NCCL. Prints the comm time per verify with each and the
+    /// saving against NCCL.
+    #[arg(long = "impl", value_name = "LIST", value_parser = crate::cli::collective::impl_list, default_value = "nccl")]
+    pub impls: crate::cli::collective::ImplList,
 }
 
 impl From<&VerifyArgs> for VerifyRequest {
@@ -51,6 +58,7 @@ impl From<&VerifyArgs> for VerifyRequest {
             export: (&a.export).into(),
             quiet: a.quiet,
             inject_fault: a.inject_fault.clone(),
+            impls: a.impls.0.clone(),
         }
     }
 }

@@ -346,6 +346,21 @@ impl Gpu {
     }
 }
 
+/// What the P2P all-reduces (comm/p2p/) need of a rank's GPU: the context their kernels and
+/// peer mappings live in, and the stream they launch on.
+impl Gpu {
+    pub(super) fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+    pub(super) fn cuda_stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    /// The raw handle of the rank's stream, for the driver calls comm/p2p/ makes itself.
+    pub(super) fn raw_stream(&self) -> cu::CUstream {
+        self.stream.cu_stream()
+    }
+}
+
 /// Name, PCI bus id and memory of device `ordinal`, without creating a context.
 pub fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
     cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;

@@ -6,7 +6,7 @@ use super::device::{Buffer, Gpu};
 use crate::error::usage;
 
 /// The source of the weight-streaming and tiny kernels.
-const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
+pub(super) const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
 /// Threads per block of `stream_weights` (THREADS in the source).
 const THREADS: u32 = 256;
 /// Most tokens `stream_weights` handles (MAXT in the source).
@@ -21,19 +21,6 @@ pub fn nvrtc_version() -> Option<String> {
     // SAFETY: two valid out-pointers.
     let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b) };
     (r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then(|| format!("{a}.{b}"))
-}
-
-fn arch(major: i32, minor: i32) -> &'static str {
-    // NVRTC takes a 'static string; the few architectures are spelled out.
-    match (major, minor) {
-        (10, _) => "compute_100",
-        (9, _) => "compute_90",
-        (8, 9) => "compute_89",
-        (8, 6) => "compute_86",
-        (8, _) => "compute_80",
-        (7, 5) => "compute_75",
-        _ => "compute_70",
-    }
 }
 
 /// The compiled kernels on one GPU.
@@ -57,7 +44,7 @@ impl Kernels {
             .compute_capability()
             .map_err(|e| anyhow::anyhow!("GPU {}: compute capability: {e:?}", gpu.ordinal()))?;
         let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(arch(major, minor)),
+            arch: Some(super::compile::arch(major, minor)),
             options: vec!["--std=c++17".into()],
             ..Default::default()
         };

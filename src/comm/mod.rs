@@ -2,7 +2,7 @@
 //! communicator, collectives, CUDA-graph capture and replay, event timing, NVRTC kernels.
 //!
 //! cudarc's own discipline (sys -> result -> safe) continues here: unsafe code stays in
-//! `device.rs`, `nccl.rs`, `kernels.rs` and `libs.rs`, each block with the reason it is sound,
+//! `device.rs`, `nccl.rs`, `kernels.rs`, `libs.rs` and `p2p/`, each block with the reason it is sound,
 //! and the public surface is safe functions over comm/'s own types. [`Buffer`] hides its device
 //! address; [`Gpu`] is one GPU with the one stream all of a rank's work goes to (every enqueue
 //! takes it); [`Communicator`]'s collectives check each buffer's size against the collective's
@@ -22,10 +22,12 @@
 //! - `sweep/signal.rs`: the Ctrl-C handler (`sigaction`; the handler only stores an atomic);
 //! - `sweep/runner.rs`: `kill` of the process group a sweep child leads.
 
+pub mod compile;
 pub mod device;
 pub mod kernels;
 pub mod libs;
 pub mod nccl;
+pub mod p2p;
 
 pub use device::{Buffer, CudaFailure, Event, Gpu, Graph};
 pub use nccl::{Communicator, NcclFailure, UniqueId};

@@ -644,6 +644,7 @@ mod tests {
                 runs: vec![run(false, &jitter(eager)), run(true, &jitter(graph))],
                 stream_gbps: None,
                 predicted_compute_us: None,
+                p2p: vec![],
             }),
         );
         super::entry(r, label.into(), Path::new(label)).unwrap()

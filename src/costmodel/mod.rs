@@ -8,9 +8,11 @@
 //!
 //! - [`profile`]: the parameters (built-in link profiles with their sources, fitted files).
 //! - [`predict`]: time of one collective, and NCCL's choice of algorithm and protocol.
+//! - [`custom`]: time of the custom P2P all-reduces (one-shot, two-shot) beside NCCL's.
 //! - [`fit`]: least-squares calibration on measured records, with leave-one-out.
 //! - [`waiting`]: the waiting of collectives for the slowest rank under host gaps.
 
+pub mod custom;
 pub mod fit;
 pub mod predict;
 pub mod profile;
@@ -221,6 +223,7 @@ pub fn verify(
             // Modeled runs have no measured streaming bandwidth to predict from.
             stream_gbps: None,
             predicted_compute_us: None,
+            p2p: vec![],
         },
         profile: label,
         notes,
@@ -260,6 +263,7 @@ pub fn collective(
             count: size / dtype.size(),
             eager: None,
             graph: None,
+            p2p: vec![],
         };
         for &g in graphs {
             let t = predict::op_time(&p, op, size, nranks, g, launcher, &force)?;

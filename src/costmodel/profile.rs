@@ -218,6 +218,10 @@ pub struct Profile {
     /// ([`crate::costmodel::fit::extrapolation_note`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fitted_rank_counts: Option<Vec<usize>>,
+    /// The custom P2P all-reduces' parameters (absent in files written before them: then
+    /// `custom::params` takes the built-in values of the link kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<super::custom::P2pLink>,
 }
 
 /// NCCL's Ring/Tree base latencies (LL, LL128, Simple), with LL calibrated (see module docs).
@@ -277,6 +281,7 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
         kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
         hbm_gbps,
         fitted_rank_counts: None,
+        p2p: Some(super::custom::nvlink4()),
     }
 }
 
@@ -299,6 +304,7 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
         kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
         hbm_gbps,
         fitted_rank_counts: None,
+        p2p: Some(super::custom::pcie_gen5()),
     }
 }
 
@@ -330,12 +336,16 @@ pub fn builtin(name: &str) -> Option<Profile> {
         ),
         // PCIe 4.0 x16: 31.5 GB/s per direction, ~22 GB/s NCCL ring busbw through a switch
         // (A100/L40 PCIe class). HBM2e A100 PCIe 1.9 TB/s spec, ~1.5 achieved.
-        "pcie-gen4" => pcie(
-            "pcie-gen4",
-            "PCIe 4.0 x16 with peer-to-peer (A100 PCIe class): NCCL PCI latency tables, busbw 22 GB/s, LL128 off as NCCL does on PCIe, HBM ~1.5 TB/s achieved",
-            22.0,
-            1500.0,
-        ),
+        "pcie-gen4" => {
+            let mut p = pcie(
+                "pcie-gen4",
+                "PCIe 4.0 x16 with peer-to-peer (A100 PCIe class): NCCL PCI latency tables, busbw 22 GB/s, LL128 off as NCCL does on PCIe, HBM ~1.5 TB/s achieved",
+                22.0,
+                1500.0,
+            );
+            p.p2p = Some(super::custom::pcie_gen4());
+            p
+        }
         // PCIe 5.0 x16: 63 GB/s per direction, ~42 GB/s NCCL ring busbw through a switch
         // (H100 PCIe / RTX PRO 6000 class). Memory ~1.6 TB/s achieved.
         "pcie-gen5" => pcie(
@@ -356,6 +366,7 @@ pub fn builtin(name: &str) -> Option<Profile> {
                 1600.0,
             );
             p.intra.kind = "shm".into();
+            p.p2p = Some(super::custom::unavailable());
             p.intra.hop_lat_us = PerAlgo {
                 tree: PerProto::new(2.25, 3.2, 6.8),
                 ring: PerProto::new(2.25, 4.2, 9.7),
@@ -475,6 +486,9 @@ impl Profile {
         }
         if self.gpus_per_node == Some(0) {
             return Err("gpus_per_node must be at least 1".into());
+        }
+        if let Some(l) = &self.p2p {
+            super::custom::check(l)?;
         }
         Ok(())
     }

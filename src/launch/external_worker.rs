@@ -58,6 +58,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         iters: a.repeat.iters.max(1),
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
+        run_impls: vec![],
     };
     let hello = Hello::here(job_hash(&job), info.rank, info.world_size);
     let rdv_timeout = Duration::from_secs_f64(a.rendezvous_timeout.max(1.0));
@@ -105,6 +106,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
             device: info.gpu,
             id,
             fault: None,
+            p2p: Default::default(),
         };
         let mine = match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => r,
@@ -138,6 +140,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
             device: info.gpu,
             id: *client.id(),
             fault: None,
+            p2p: Default::default(),
         };
         match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => {

@@ -6,11 +6,16 @@
 //! takes, per iteration, the slowest rank's time.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::comm::kernels::{Kernels, Pool};
+use crate::comm::p2p::{
+    file_exchange, Impl, InProcessExchange, P2pAllReduce, P2pConfig, Workspace,
+};
 use crate::comm::{Buffer, Communicator, Gpu, UniqueId};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
@@ -25,6 +30,21 @@ pub enum FaultKind {
     Hang,
     /// The rank's process aborts (SIGABRT).
     Abort,
+    /// The rank makes none of its P2P all-reduce calls, so it never signals its peers (they
+    /// must time out naming it; NCCL calls go on as usual).
+    P2pSilent,
+}
+
+impl FaultKind {
+    /// The name `--inject-fault` and the worker's `--fault` take.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Exit => "exit",
+            FaultKind::Hang => "hang",
+            FaultKind::Abort => "abort",
+            FaultKind::P2pSilent => "p2p-silent",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +61,12 @@ impl std::str::FromStr for Fault {
             "exit" => FaultKind::Exit,
             "hang" => FaultKind::Hang,
             "abort" => FaultKind::Abort,
-            _ => return Err(format!("unknown fault '{k}' (exit, hang, abort)")),
+            "p2p-silent" => FaultKind::P2pSilent,
+            _ => {
+                return Err(format!(
+                    "unknown fault '{k}' (exit, hang, abort, p2p-silent)"
+                ))
+            }
         };
         let rank = r.parse().map_err(|_| format!("bad fault rank '{r}'"))?;
         Ok(Fault { kind, rank })
@@ -67,6 +92,10 @@ pub enum Job {
         iters: u64,
         warmup: u64,
         launches_per_layer: u32,
+        /// Per run of `runs`: the implementation of its all-reduces (empty: NCCL for all; the
+        /// all-gather is NCCL's whatever this says).
+        #[serde(default)]
+        run_impls: Vec<Impl>,
     },
     /// Report the environment only (no NCCL).
     Env,
@@ -90,6 +119,77 @@ pub struct CollCase {
     pub op: CollectiveKind,
     pub dtype: DType,
     pub count: usize,
+    /// NCCL's collective, or a custom P2P all-reduce.
+    #[serde(default)]
+    pub imp: Impl,
+}
+
+impl Job {
+    /// The largest message (bytes) a custom P2P all-reduce of this job carries; 0 when the job
+    /// runs none (then no rank sets up peer memory).
+    pub fn p2p_bytes(&self) -> usize {
+        match self {
+            Job::Collective { cases, .. } => cases
+                .iter()
+                .filter(|c| c.imp.is_p2p())
+                .map(|c| c.count * c.dtype.size() as usize)
+                .max()
+                .unwrap_or(0),
+            Job::Verify {
+                schedule,
+                run_impls,
+                ..
+            } if run_impls.iter().any(|i| i.is_p2p()) => {
+                crate::impls::largest_all_reduce(schedule) as usize
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// How the ranks of one job swap their P2P workspace handles.
+#[derive(Clone, Default)]
+pub enum P2pExchange {
+    /// No way to (a launcher whose ranks may be on several hosts): a job with P2P cases fails.
+    #[default]
+    None,
+    /// Ranks are threads of this process: peer access between their contexts.
+    Threads(Arc<InProcessExchange>),
+    /// Ranks are processes of this host: CUDA IPC handles through files in the job's folder.
+    Files { dir: PathBuf, token: String },
+}
+
+impl std::fmt::Debug for P2pExchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            P2pExchange::None => f.write_str("None"),
+            P2pExchange::Threads(_) => f.write_str("Threads"),
+            P2pExchange::Files { dir, token } => write!(f, "Files({}, {token})", dir.display()),
+        }
+    }
+}
+
+impl P2pExchange {
+    /// The file exchange beside a worker's job file: its folder, named after the job's
+    /// temporary folder (letters, digits and '-' only).
+    pub fn beside(job_file: &Path) -> P2pExchange {
+        let dir = job_file.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let token: String = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        P2pExchange::Files {
+            dir,
+            token: if token.is_empty() {
+                "job".into()
+            } else {
+                token
+            },
+        }
+    }
 }
 
 /// What one rank reports back.
@@ -125,6 +225,8 @@ pub struct RankSetup {
     pub device: usize,
     pub id: UniqueId,
     pub fault: Option<Fault>,
+    /// How to swap P2P handles with the other ranks (used only by jobs with P2P cases).
+    pub p2p: P2pExchange,
 }
 
 /// One collective instance with its own buffers.
@@ -167,6 +269,27 @@ impl Coll {
         )
     }
 
+    /// Enqueues the collective on `imp`: NCCL's, or (all-reduces only) the custom P2P kernel
+    /// of `p2p`. A rank with the `p2p-silent` fault skips its P2P calls.
+    fn enqueue_on(
+        &self,
+        comm: &Communicator,
+        gpu: &Gpu,
+        imp: Impl,
+        p2p: &RankP2p,
+    ) -> anyhow::Result<()> {
+        if !imp.is_p2p() || self.kind != CollectiveKind::AllReduce {
+            return self.enqueue(comm, gpu);
+        }
+        let Some(ar) = &p2p.ar else {
+            anyhow::bail!("{imp}: this rank has no P2P connection");
+        };
+        if p2p.silent {
+            return Ok(());
+        }
+        ar.enqueue(gpu, imp, &self.send, &self.recv, self.count, self.dtype)
+    }
+
     fn wrong(&self, gpu: &Gpu, rank: usize, n: usize) -> anyhow::Result<u64> {
         let bytes = gpu.download(&self.recv, self.recv.len())?;
         Ok(pattern::count_wrong(
@@ -175,23 +298,66 @@ impl Coll {
     }
 }
 
+/// A rank's custom P2P all-reduce, when its job runs one.
+#[derive(Default)]
+struct RankP2p {
+    ar: Option<P2pAllReduce>,
+    /// The `p2p-silent` fault: this rank never makes its P2P calls.
+    silent: bool,
+}
+
+impl RankP2p {
+    /// Fails with the wait that timed out (which rank never signalled), if one did. Only
+    /// after a synchronisation: the error words are read from the device.
+    fn check(&self, gpu: &Gpu) -> anyhow::Result<()> {
+        match &self.ar {
+            Some(ar) => ar.check(gpu),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Per the P2P recipe: a workspace for messages up to `bytes`, its handle swapped with every
+/// other rank's through `setup.p2p`, then the connection (peer access between threads, CUDA IPC
+/// between processes). Every rank calls this at the same point of the job.
+fn connect_p2p(gpu: &Gpu, setup: &RankSetup, bytes: usize) -> anyhow::Result<P2pAllReduce> {
+    let cfg = P2pConfig {
+        capacity: bytes.max(1),
+        ..Default::default()
+    };
+    let ws = Workspace::new(gpu, setup.rank, setup.nranks, cfg)?;
+    let mine = ws.export();
+    let timeout = Duration::from_secs(60);
+    let all = match &setup.p2p {
+        P2pExchange::Threads(x) => x.exchange(setup.rank, mine, timeout)?,
+        P2pExchange::Files { dir, token } => {
+            file_exchange(dir, token, setup.rank, setup.nranks, &mine, timeout)?
+        }
+        P2pExchange::None => anyhow::bail!(
+            "the P2P all-reduces need every rank on this host (--launcher threads or processes)"
+        ),
+    };
+    ws.connect(gpu, &all)
+}
+
 /// Everything a rank holds while running.
 struct Rank {
     setup: RankSetup,
     gpu: Gpu,
     comm: Communicator,
     barrier: Coll,
+    p2p: RankP2p,
 }
 
 impl Rank {
-    fn barrier(&mut self) -> anyhow::Result<()> {
+    fn barrier(&self) -> anyhow::Result<()> {
         self.barrier.enqueue(&self.comm, &self.gpu)?;
         self.gpu.sync()?;
         Ok(())
     }
 
     /// Times `iters` samples of `body` after `warmup` untimed ones.
-    fn time<F>(&mut self, iters: u64, warmup: u64, mut body: F) -> anyhow::Result<Vec<f64>>
+    fn time<F>(&self, iters: u64, warmup: u64, mut body: F) -> anyhow::Result<Vec<f64>>
     where
         F: FnMut(&Communicator, &Gpu) -> anyhow::Result<()>,
     {
@@ -199,6 +365,7 @@ impl Rank {
             body(&self.comm, &self.gpu)?;
         }
         self.gpu.sync()?;
+        self.p2p.check(&self.gpu)?;
         let (start, end) = (self.gpu.event()?, self.gpu.event()?);
         let mut out = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
@@ -207,6 +374,8 @@ impl Rank {
             body(&self.comm, &self.gpu)?;
             self.gpu.record(&end)?;
             self.gpu.sync()?;
+            // a peer that never signalled ends the run here, naming it, not after every sample
+            self.p2p.check(&self.gpu)?;
             out.push(start.elapsed_us(&end)?);
         }
         self.comm.async_error()?;
@@ -275,6 +444,7 @@ pub fn run_rank(
         gpu,
         comm,
         barrier,
+        p2p: RankP2p::default(),
     };
     rank.barrier()?;
     result.init_s = t0.elapsed().as_secs_f64();
@@ -286,7 +456,14 @@ pub fn run_rank(
             FaultKind::Hang => loop {
                 std::thread::sleep(Duration::from_secs(3600));
             },
+            FaultKind::P2pSilent => rank.p2p.silent = true,
         }
+    }
+    let p2p_bytes = job.p2p_bytes();
+    if p2p_bytes > 0 {
+        rank.p2p.ar = Some(connect_p2p(&rank.gpu, &rank.setup, p2p_bytes)?);
+        // every rank connected before any rank's first P2P call
+        rank.barrier()?;
     }
     let me = rank.setup.rank;
     match job {
@@ -306,7 +483,7 @@ pub fn run_rank(
                     let (samples, wrong) = if graph {
                         let g = rank.gpu.capture(|| {
                             for _ in 0..b {
-                                colls[0].enqueue(&rank.comm, &rank.gpu)?;
+                                colls[0].enqueue_on(&rank.comm, &rank.gpu, case.imp, &rank.p2p)?;
                             }
                             Ok(())
                         });
@@ -315,18 +492,20 @@ pub fn run_rank(
                         poison(&colls, &rank.gpu)?;
                         g.launch()?;
                         rank.gpu.sync()?;
+                        rank.p2p.check(&rank.gpu)?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     } else {
-                        let c = &colls;
+                        let (c, p2p) = (&colls, &rank.p2p);
                         let s = rank.time(*iters, *warmup, |comm, gpu| {
                             for _ in 0..b {
-                                c[0].enqueue(comm, gpu)?;
+                                c[0].enqueue_on(comm, gpu, case.imp, p2p)?;
                             }
                             Ok(())
                         })?;
                         poison(&colls, &rank.gpu)?;
-                        colls[0].enqueue(&rank.comm, &rank.gpu)?;
+                        colls[0].enqueue_on(&rank.comm, &rank.gpu, case.imp, &rank.p2p)?;
                         rank.gpu.sync()?;
+                        rank.p2p.check(&rank.gpu)?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     };
                     result
@@ -343,6 +522,7 @@ pub fn run_rank(
             iters,
             warmup,
             launches_per_layer,
+            run_impls,
         } => {
             check_memory(&rank.gpu, schedule, n)?;
             let mut colls = vec![];
@@ -373,14 +553,16 @@ pub fn run_rank(
                 None
             };
             let steps = plan_steps(schedule, *launches_per_layer);
-            for &(graph, mode) in runs {
+            for (ri, &(graph, mode)) in runs.iter().enumerate() {
+                let imp = run_impls.get(ri).copied().unwrap_or_default();
+                let p2p = &rank.p2p;
                 let run = |comm: &Communicator, gpu: &Gpu| -> anyhow::Result<()> {
                     let mut ci = 0;
                     for st in &steps {
                         match *st {
                             Step::Coll => {
                                 if mode != Mode::Compute {
-                                    colls[ci].enqueue(comm, gpu)?;
+                                    colls[ci].enqueue_on(comm, gpu, imp, p2p)?;
                                 }
                                 ci += 1;
                             }
@@ -412,6 +594,7 @@ pub fn run_rank(
                     poison(&colls, &rank.gpu)?;
                     g.launch()?;
                     rank.gpu.sync()?;
+                    rank.p2p.check(&rank.gpu)?;
                     (
                         s,
                         if mode == Mode::Compute {
@@ -425,6 +608,7 @@ pub fn run_rank(
                     poison(&colls, &rank.gpu)?;
                     run(&rank.comm, &rank.gpu)?;
                     rank.gpu.sync()?;
+                    rank.p2p.check(&rank.gpu)?;
                     (
                         s,
                         if mode == Mode::Compute {
@@ -442,6 +626,13 @@ pub fn run_rank(
         Job::Env => unreachable!("handled above"),
     }
     rank.comm.async_error()?;
+    if rank.p2p.ar.is_some() {
+        // peers read this rank's workspace until their last call: drop it only after all are done
+        rank.gpu.sync()?;
+        rank.p2p.check(&rank.gpu)?;
+        rank.barrier()?;
+        rank.p2p.ar = None;
+    }
     Ok(result)
 }
 
@@ -606,6 +797,80 @@ impl Compute {
 mod tests {
     use super::*;
     use crate::model::{build, presets::preset, Phase, ScheduleOptions};
+
+    #[test]
+    fn p2p_jobs_size_their_workspace_and_old_jobs_still_parse() {
+        let case = |count, imp| CollCase {
+            op: CollectiveKind::AllReduce,
+            dtype: DType::Bf16,
+            count,
+            imp,
+        };
+        let job = |cases| Job::Collective {
+            cases,
+            graphs: vec![true],
+            iters: 1,
+            warmup: 0,
+            batch: 1,
+        };
+        // only the P2P cases size the workspace; none: no peer memory at all
+        let j = job(vec![case(1 << 20, Impl::Nccl), case(21504, Impl::OneShot)]);
+        assert_eq!(j.p2p_bytes(), 43008);
+        assert_eq!(job(vec![case(1 << 20, Impl::Nccl)]).p2p_bytes(), 0);
+        // a job written before --impl: every case is NCCL's, every run's too
+        let old = r#"{"Collective":{"cases":[{"op":"all_reduce","dtype":"bf16","count":8}],"graphs":[false],"iters":1,"warmup":0,"batch":1}}"#;
+        let Job::Collective { cases, .. } = serde_json::from_str::<Job>(old).unwrap() else {
+            panic!("a collective job")
+        };
+        assert_eq!(cases[0].imp, Impl::Nccl);
+        let s = build(
+            &preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp: 8,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let v = |run_impls| Job::Verify {
+            schedule: s.clone(),
+            runs: vec![(true, Mode::Comm)],
+            iters: 1,
+            warmup: 0,
+            launches_per_layer: 0,
+            run_impls,
+        };
+        assert_eq!(v(vec![Impl::Nccl]).p2p_bytes(), 0);
+        assert_eq!(
+            v(vec![Impl::TwoShot]).p2p_bytes() as u64,
+            crate::impls::largest_all_reduce(&s)
+        );
+        assert!(v(vec![Impl::TwoShot]).p2p_bytes() > 0);
+    }
+
+    #[test]
+    fn the_p2p_fault_parses_and_travels_by_name() {
+        let f: Fault = "p2p-silent:1".parse().unwrap();
+        assert_eq!((f.kind, f.rank), (FaultKind::P2pSilent, 1));
+        for k in [
+            FaultKind::Exit,
+            FaultKind::Hang,
+            FaultKind::Abort,
+            FaultKind::P2pSilent,
+        ] {
+            let back: Fault = format!("{}:0", k.name()).parse().unwrap();
+            assert_eq!(back.kind, k);
+        }
+        assert!("p2p-loud".parse::<Fault>().is_err());
+        let dir = std::path::Path::new("/tmp/verifybench-job-Ab3x");
+        match P2pExchange::beside(&dir.join("job.json")) {
+            P2pExchange::Files { dir: d, token } => {
+                assert_eq!(d, dir);
+                assert_eq!(token, "verifybench-job-Ab3x");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn steps_keep_schedule_order_and_merge_adjacent_compute() {

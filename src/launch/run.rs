@@ -10,17 +10,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::job::{run_rank, CollCase, Fault, Job, RankResult, RankSetup};
+use super::job::{run_rank, CollCase, Fault, Job, P2pExchange, RankResult, RankSetup};
 use super::worker::{hex, Message};
 use crate::comm;
 use crate::error::usage;
+use crate::impls;
 use crate::measure::Summary;
 use crate::model::CollectiveKind;
 use crate::record::{
-    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, Provenance, Record,
-    Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
+    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, ImplRun, ImplTiming, Mode, Part,
+    Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };
-use crate::request::{CollectiveRequest, GpuSpec, Launcher, VerifyRequest};
+use crate::request::{CollectiveRequest, GpuSpec, Impl, Launcher, VerifyRequest};
 
 /// Operations per timed sample of `collective` (as nccl-tests times many back-to-back
 /// operations): amortises the first operation's start-up and, in graph mode, the graph launch.
@@ -144,6 +145,11 @@ fn run_threads(
     }
     let n = spec.devices.len();
     let (tx, rx) = mpsc::channel::<(usize, Event)>();
+    let p2p = if job.p2p_bytes() > 0 {
+        P2pExchange::Threads(comm::p2p::InProcessExchange::new(n))
+    } else {
+        P2pExchange::None
+    };
     for (rank, &device) in spec.devices.iter().enumerate() {
         let tx = tx.clone();
         let job = job.clone();
@@ -153,6 +159,7 @@ fn run_threads(
             device,
             id,
             fault: spec.fault,
+            p2p: p2p.clone(),
         };
         std::thread::Builder::new()
             .name(format!("rank{rank}"))
@@ -261,12 +268,7 @@ fn run_processes(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(f) = spec.fault {
-            let kind = match f.kind {
-                super::job::FaultKind::Exit => "exit",
-                super::job::FaultKind::Hang => "hang",
-                super::job::FaultKind::Abort => "abort",
-            };
-            cmd.args(["--fault", &format!("{kind}:{}", f.rank)]);
+            cmd.args(["--fault", &format!("{}:{}", f.kind.name(), f.rank)]);
         }
         // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
         // which is async-signal-safe. It makes the worker die with its parent, so a killed
@@ -455,18 +457,72 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
         comm::device_count(),
     )?;
     let schedule = a.workload.schedule(devices.len() as u64)?;
+    impls::check_verify(&a.impls, &schedule)?;
     let fault = crate::backend::fault::rank_fault(a.inject_fault.as_deref())?;
-    let runs = a.runs();
+    let mut notes = vec![];
+    let run_on = runnable(&a.impls, &devices, &mut notes)?;
+    crate::backend::fault::check_p2p_fault(
+        a.inject_fault.as_deref(),
+        run_on.iter().filter(|i| i.is_p2p()).count(),
+    )?;
+    // every requested implementation replays every (graph, mode) run, NCCL's first
+    let mut runs = vec![];
+    let mut run_impls = vec![];
+    for &imp in &run_on {
+        for r in a.runs() {
+            runs.push(r);
+            run_impls.push(imp);
+        }
+    }
     let job = Job::Verify {
         schedule: schedule.clone(),
-        runs: runs.clone(),
+        runs,
         iters: a.repeat.iters.max(1),
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
+        run_impls: run_impls.clone(),
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
-    verify_record(&job, &results, spec.launcher.name(), started)
+    let mut rec = verify_record(&job, &results, spec.launcher.name(), started)?;
+    if run_impls.iter().any(|i| i.is_p2p()) {
+        notes.push(impls::VERIFY_NOTE.into());
+    }
+    rec.provenance.notes.extend(notes);
+    if let Body::Verify(v) = &mut rec.body {
+        // the runs of the custom implementations move to their own list
+        let all = std::mem::take(&mut v.runs);
+        for (run, imp) in all.into_iter().zip(&run_impls) {
+            if imp.is_p2p() {
+                v.p2p.push(ImplRun { imp: *imp, run });
+            } else {
+                v.runs.push(run);
+            }
+        }
+    }
+    Ok(rec)
+}
+
+/// The implementations of `asked` that run on `devices`, in order: NCCL when asked, and the
+/// P2P ones unless two of the GPUs cannot reach each other; then they are skipped with a line
+/// naming the pair (on stderr and in `notes`), never replaced in silence.
+fn runnable(
+    asked: &[Impl],
+    devices: &[usize],
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Vec<Impl>> {
+    let mut out = vec![];
+    if impls::has_nccl(asked) {
+        out.push(Impl::Nccl);
+    }
+    let custom = impls::p2p(asked);
+    if !custom.is_empty() {
+        match comm::p2p::check_topology(devices) {
+            Ok(()) => out.extend(custom),
+            Err(u) => impls::skip(asked, &u.to_string(), notes)?,
+        }
+    }
+    Ok(out)
 }
 
 /// The verify record of a finished verify job.
@@ -564,6 +620,7 @@ fn verify_record_with(
             stream_gbps,
             predicted_compute_us: stream_gbps
                 .map(|g| schedule.total_weight_bytes() as f64 / (g * 1e3)),
+            p2p: vec![],
         }),
     ))
 }
@@ -574,16 +631,25 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
     let devices = select_devices(&a.gpu, None, comm::device_count())?;
     let n = devices.len();
     let sizes = a.sizes(n)?;
+    impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;
+    let mut notes = vec![];
+    let run_on = runnable(&a.impls, &devices, &mut notes)?;
     let esz = a.dtype.size();
+    // per size, every implementation (NCCL first), in one run of one rank set
     let cases: Vec<CollCase> = sizes
         .iter()
-        .map(|&s| CollCase {
-            op: a.op,
-            dtype: a.dtype,
-            count: match a.op {
-                CollectiveKind::AllReduce => (s / esz) as usize,
-                CollectiveKind::AllGather | CollectiveKind::ReduceScatter => (s / esz) as usize / n,
-            },
+        .flat_map(|&s| {
+            run_on.iter().map(move |&imp| CollCase {
+                op: a.op,
+                dtype: a.dtype,
+                count: match a.op {
+                    CollectiveKind::AllReduce => (s / esz) as usize,
+                    CollectiveKind::AllGather | CollectiveKind::ReduceScatter => {
+                        (s / esz) as usize / n
+                    }
+                },
+                imp,
+            })
         })
         .collect();
     let graphs = a.graph.modes();
@@ -605,26 +671,36 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
             count: size / esz,
             eager: None,
             graph: None,
+            p2p: vec![],
         };
-        for &g in &graphs {
-            let (s, wrong) = it.next().expect("one result per configuration");
-            let alg = algbw_gbps(size, s.median_us);
-            let t = CollTiming {
-                time_us: s.median_us,
-                algbw_gbps: alg,
-                busbw_gbps: alg * a.op.bus_factor(n),
-                wrong,
-                summary: s,
-            };
-            if g {
-                row.graph = Some(t);
+        for &imp in &run_on {
+            let (mut eager, mut graph) = (None, None);
+            for &g in &graphs {
+                let (s, wrong) = it.next().expect("one result per configuration");
+                let alg = algbw_gbps(size, s.median_us);
+                let t = CollTiming {
+                    time_us: s.median_us,
+                    algbw_gbps: alg,
+                    busbw_gbps: alg * a.op.bus_factor(n),
+                    wrong,
+                    summary: s,
+                };
+                if g {
+                    graph = Some(t);
+                } else {
+                    eager = Some(t);
+                }
+            }
+            if imp.is_p2p() {
+                row.p2p.push(ImplTiming { imp, eager, graph });
             } else {
-                row.eager = Some(t);
+                (row.eager, row.graph) = (eager, graph);
             }
         }
         rows.push(row);
     }
-    let p = provenance(spec.launcher.name(), started, &results);
+    let mut p = provenance(spec.launcher.name(), started, &results);
+    p.notes.extend(notes);
     Ok(Record::new(
         Source::Measured,
         p,
@@ -695,6 +771,7 @@ mod tests {
             iters: 3,
             warmup: 1,
             launches_per_layer: 0,
+            run_impls: vec![],
         };
         let r = [
             rank(

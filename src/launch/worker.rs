@@ -67,6 +67,7 @@ pub fn run(a: &RankRequest) -> anyhow::Result<i32> {
         device: a.device,
         id: unhex(&a.id)?,
         fault: a.fault,
+        p2p: super::job::P2pExchange::beside(&a.job),
     };
     match run_rank(setup, &job, |k| send(&Message::Progress(k))) {
         Ok(r) => {

@@ -4,14 +4,15 @@
 //! NCCL version and library path, the NCCL_* environment each worker saw, timestamps) and says
 //! whether its numbers are `measured` or `modeled`. Readers check `schema_version`.
 //!
-//! The bottom layer: every module may use it, it uses only `model` and `measure` types and
-//! [`crate::util`]. Reading and writing of records, arrays and JSON lines is in [`io`];
+//! The bottom layer: every module may use it, it uses only `model` and `measure` types,
+//! [`crate::util`] and the plain implementation name [`Impl`] (defined beside the kernels). Reading and writing of records, arrays and JSON lines is in [`io`];
 //! rendering them is [`crate::report`]'s.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::comm::p2p::Impl;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Phase, Schedule};
 use crate::util::{hostname, now_utc};
@@ -211,6 +212,18 @@ pub struct VerifyResult {
     /// by `stream_gbps` (us).
     #[serde(default)]
     pub predicted_compute_us: Option<f64>,
+    /// The same replays with the all-reduces on a custom P2P implementation (`--impl`), in
+    /// the order asked; the all-gather stays NCCL's. Empty in records without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub p2p: Vec<ImplRun>,
+}
+
+/// One replay of the verify schedule with its all-reduces on implementation `imp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImplRun {
+    pub imp: Impl,
+    #[serde(flatten)]
+    pub run: VerifyRun,
 }
 
 impl VerifyResult {
@@ -242,6 +255,20 @@ pub struct CollectiveRow {
     pub size_bytes: u64,
     /// Elements of that buffer.
     pub count: u64,
+    #[serde(default)]
+    pub eager: Option<CollTiming>,
+    #[serde(default)]
+    pub graph: Option<CollTiming>,
+    /// The custom P2P all-reduces at this size (`--impl`), in the order asked; `eager`/`graph`
+    /// above stay NCCL's. Empty in records without them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub p2p: Vec<ImplTiming>,
+}
+
+/// One custom implementation's timing of one collective size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImplTiming {
+    pub imp: Impl,
     #[serde(default)]
     pub eager: Option<CollTiming>,
     #[serde(default)]
@@ -349,6 +376,7 @@ mod tests {
                 }],
                 stream_gbps: None,
                 predicted_compute_us: None,
+                p2p: vec![],
             }),
         )
     }

@@ -74,9 +74,43 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
         .to_vec(),
         rows: vec![],
     };
+    // The custom P2P implementations' rows (`--impl`), in tables of their own so that files
+    // without them export exactly as before.
+    let mut coll_impl = Table {
+        headers: {
+            let mut h = coll.headers.clone();
+            h.insert(6, "impl".into());
+            h
+        },
+        rows: vec![],
+    };
+    let mut ver_impl = Table {
+        headers: {
+            let mut h = ver.headers.clone();
+            h.insert(5, "impl".into());
+            h
+        },
+        rows: vec![],
+    };
     for r in records {
         match &r.body {
             Body::Collective(c) => {
+                for row in &c.rows {
+                    for t in &row.p2p {
+                        let mut cells = vec![
+                            r.source.label().to_string(),
+                            c.op.name().to_string(),
+                            c.nranks.to_string(),
+                            c.dtype.name().to_string(),
+                            row.size_bytes.to_string(),
+                            row.count.to_string(),
+                            t.imp.name().to_string(),
+                        ];
+                        cells.extend(timing_cells(&t.eager));
+                        cells.extend(timing_cells(&t.graph));
+                        coll_impl.rows.push(cells);
+                    }
+                }
                 for row in &c.rows {
                     let mut cells = vec![
                         r.source.label().to_string(),
@@ -93,6 +127,27 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
             }
             Body::Verify(v) => {
                 let w = &v.workload;
+                for ir in &v.p2p {
+                    let run = &ir.run;
+                    ver_impl.rows.push(vec![
+                        r.source.label().to_string(),
+                        w.model.clone(),
+                        w.phase.name().to_string(),
+                        w.tp.to_string(),
+                        w.tokens.to_string(),
+                        ir.imp.name().to_string(),
+                        run.mode.name().to_string(),
+                        run.graph.to_string(),
+                        f2(run.per_verify.median_us),
+                        f2(run.per_verify.p99_us),
+                        f2(run.per_verify.mean_us),
+                        f2(run.per_verify.stddev_us),
+                        run.per_verify.n.to_string(),
+                        f2(run.per_collective_us),
+                        (w.n_all_reduce + w.n_all_gather).to_string(),
+                        run.wrong.to_string(),
+                    ]);
+                }
                 for run in &v.runs {
                     ver.rows.push(vec![
                         r.source.label().to_string(),
@@ -122,6 +177,12 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
     }
     if !ver.rows.is_empty() {
         out.push(("verify".to_string(), ver));
+    }
+    if !coll_impl.rows.is_empty() {
+        out.push(("collective by implementation".to_string(), coll_impl));
+    }
+    if !ver_impl.rows.is_empty() {
+        out.push(("verify by implementation".to_string(), ver_impl));
     }
     out
 }
@@ -236,6 +297,7 @@ mod tests {
                     count: 21504,
                     eager: None,
                     graph: Some(t),
+                    p2p: vec![],
                 }],
             }),
         )

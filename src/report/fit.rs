@@ -66,3 +66,38 @@ pub fn table(r: &FitReport, base: &str, files: usize) -> String {
     }
     o
 }
+
+/// The P2P part of a fit: which of `p2p.signal_us` / `p2p.read_gbps` were fitted or held, and
+/// every P2P point with its error.
+pub fn p2p_table(f: &crate::costmodel::custom::P2pFit) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# P2P all-reduce terms, fitted on the {} P2P rows only:",
+        f.points.len()
+    );
+    for l in &f.lines {
+        let _ = writeln!(o, "  {l}");
+    }
+    let _ = writeln!(
+        o,
+        "# {:<48} {:>12} {:>12} {:>8}",
+        "point", "measured_us", "fitted_us", "error"
+    );
+    for (label, m, fit) in &f.points {
+        let _ = writeln!(
+            o,
+            "  {:<48} {:>12.2} {:>12.2} {:>8}",
+            label,
+            m,
+            fit,
+            pct(fit / m - 1.0)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# median |error| of the P2P fit: {:.1}%",
+        f.median_abs_err * 100.0
+    );
+    o
+}

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::record::{Body, CollTiming, Record, Source};
+use crate::record::{Body, CollTiming, Impl, Record, Source};
 use crate::units::grouped;
 
 /// `#` header lines shared by every measuring command: source, backend, devices, NCCL.
@@ -98,6 +98,9 @@ pub fn collective_table(r: &Record) -> String {
     let Body::Collective(c) = &r.body else {
         return String::new();
     };
+    if c.rows.iter().any(|row| !row.p2p.is_empty()) {
+        return crossover_table(r);
+    }
     let mut o = header(r);
     let _ = writeln!(o, "#");
     let _ = writeln!(o, "# {:>41}  {:^32}  {:^32}", "", "eager", "graph");
@@ -276,11 +279,169 @@ pub fn verify_table(r: &Record) -> String {
         }
         let _ = writeln!(o);
     }
+    o.push_str(&impl_comparison(v));
     let outl: usize = v.runs.iter().map(|r| r.per_verify.outliers).sum();
     if outl > 0 {
         let _ = writeln!(
             o,
             "# warning: {outl} outlier replays (MAD); p99 may reflect interference from other work on this machine"
+        );
+    }
+    o
+}
+
+/// The crossover table of a collective record with custom implementations (`--impl`), in
+/// nccl-tests' column style: per size, each implementation's eager and graph time (us) and
+/// #wrong, the fastest of each launch mode marked `*`, and the fastest in graph replay (else
+/// eager) named in the last column.
+pub fn crossover_table(r: &Record) -> String {
+    let Body::Collective(c) = &r.body else {
+        return String::new();
+    };
+    let Some(first) = c.rows.first() else {
+        return header(r);
+    };
+    // The implementations as the first row has them: NCCL when its columns are there.
+    let mut imps: Vec<Impl> = vec![];
+    if first.eager.is_some() || first.graph.is_some() {
+        imps.push(Impl::Nccl);
+    }
+    imps.extend(first.p2p.iter().map(|t| t.imp));
+    let timing = |row: &crate::record::CollectiveRow, imp: Impl, graph: bool| {
+        let t = if imp == Impl::Nccl {
+            if graph {
+                &row.graph
+            } else {
+                &row.eager
+            }
+        } else {
+            match row.p2p.iter().find(|t| t.imp == imp) {
+                Some(t) if graph => &t.graph,
+                Some(t) => &t.eager,
+                None => &None,
+            }
+        };
+        t.clone()
+    };
+    let mut o = header(r);
+    let _ = writeln!(o, "#");
+    let _ = write!(o, "# {:>10} {:>12} {:>8} {:>6}", "", "", "", "");
+    for imp in &imps {
+        let _ = write!(o, "  {:^28}", imp.name());
+    }
+    let _ = writeln!(o);
+    let _ = write!(
+        o,
+        "# {:>10} {:>12} {:>8} {:>6}",
+        "size", "count", "type", "redop"
+    );
+    for _ in &imps {
+        let _ = write!(o, "  {:>10} {:>10} {:>6}", "eager", "graph", "#wrong");
+    }
+    let _ = writeln!(o, "  fastest");
+    let _ = write!(
+        o,
+        "# {:>10} {:>12} {:>8} {:>6}",
+        "(B)", "(elements)", "", ""
+    );
+    for _ in &imps {
+        let _ = write!(o, "  {:>10} {:>10} {:>6}", "(us)", "(us)", "");
+    }
+    let _ = writeln!(o);
+    let mut wrong_total = 0;
+    for row in &c.rows {
+        let best = |graph: bool| {
+            imps.iter()
+                .filter_map(|&i| timing(row, i, graph).map(|t| (i, t.time_us)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|x| x.0)
+        };
+        let (best_e, best_g) = (best(false), best(true));
+        let _ = write!(
+            o,
+            "  {:>10} {:>12} {:>8} {:>6}",
+            row.size_bytes,
+            row.count,
+            c.dtype.name(),
+            "sum"
+        );
+        for &imp in &imps {
+            let cell = |graph: bool, best: Option<Impl>| match timing(row, imp, graph) {
+                Some(t) => format!(
+                    "{:>9.2}{}",
+                    t.time_us,
+                    if best == Some(imp) { "*" } else { " " }
+                ),
+                None => format!("{:>9} ", "-"),
+            };
+            let wrong: u64 = [false, true]
+                .iter()
+                .filter_map(|&g| timing(row, imp, g))
+                .map(|t| t.wrong)
+                .sum();
+            wrong_total += wrong;
+            let _ = write!(
+                o,
+                "  {:>10} {:>10} {:>6}",
+                cell(false, best_e),
+                cell(true, best_g),
+                wrong
+            );
+        }
+        let _ = writeln!(
+            o,
+            "  {}",
+            best_g
+                .map(|i| format!("{i} (graph)"))
+                .or(best_e.map(|i| format!("{i} (eager)")))
+                .unwrap_or_else(|| "-".into())
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# Out of bounds values : {wrong_total} {}",
+        if wrong_total == 0 { "OK" } else { "WRONG" }
+    );
+    let _ = writeln!(o, "# * fastest of the implementations in that launch mode");
+    o
+}
+
+/// The `--impl` part of a verify record: comm time per verify with each implementation of the
+/// all-reduces and the saving per verify against NCCL's run of the same launch mode and mode.
+pub fn impl_comparison(v: &crate::record::VerifyResult) -> String {
+    let mut o = String::new();
+    if v.p2p.is_empty() {
+        return o;
+    }
+    let _ = writeln!(
+        o,
+        "# --impl: the all-reduces on each implementation (the logits all-gather stays on NCCL)"
+    );
+    let _ = writeln!(
+        o,
+        "  {:<8} {:<8} {:<6} {:>12} {:>12} {:>7} {:>22}",
+        "impl", "mode", "launch", "median_us", "per_coll_us", "#wrong", "saving_vs_nccl_us"
+    );
+    let nccl = v.runs.iter().map(|r| (Impl::Nccl, r));
+    let others = v.p2p.iter().map(|r| (r.imp, &r.run));
+    for (imp, run) in nccl.chain(others) {
+        let saving = match (imp, v.run(run.graph, run.mode)) {
+            (Impl::Nccl, _) | (_, None) => "-".to_string(),
+            (_, Some(n)) => {
+                let (a, b) = (n.per_verify.median_us, run.per_verify.median_us);
+                format!("{:.1} ({:+.0}%)", a - b, 100.0 * (b - a) / a.max(1e-9))
+            }
+        };
+        let _ = writeln!(
+            o,
+            "  {:<8} {:<8} {:<6} {:>12.1} {:>12.2} {:>7} {:>22}",
+            imp.name(),
+            run.mode.name(),
+            if run.graph { "graph" } else { "eager" },
+            run.per_verify.median_us,
+            run.per_collective_us,
+            run.wrong,
+            saving
         );
     }
     o

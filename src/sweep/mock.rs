@@ -154,6 +154,7 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
             runs,
             stream_gbps: None,
             predicted_compute_us: None,
+            p2p: vec![],
         }),
     ));
     Ok(out)

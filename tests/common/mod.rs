@@ -61,6 +61,7 @@ pub fn verify_record(
             runs,
             stream_gbps: None,
             predicted_compute_us: None,
+            p2p: vec![],
         }),
     )
 }

@@ -1,0 +1,451 @@
+// P2P all-reduce (sum) without NCCL: one-shot and two-shot, bf16, f16 and f32.
+//
+// Every rank owns one workspace (see the layout below) that its peers can address: through peer
+// access between the contexts of one process, or through CUDA IPC between processes. A call:
+//
+// - one-shot: copy the input into the rank's own staging buffer, signal every peer, wait for
+//   every peer's signal, read the staging buffers of all ranks and sum them (n-1 peer reads).
+// - two-shot: copy in and signal as above; then rank r sums partition r of every rank's staging
+//   (reduce-scatter) into its own result buffer, signals again, waits, and reads partition p from
+//   rank p's result buffer (all-gather).
+//
+// Signals: per-block flag slots in the RECEIVER's workspace (polling stays local), written by the
+// sender with st.release.sys after a __syncthreads that orders the block's data writes, and read
+// with ld.acquire.sys by one thread per peer before a __syncthreads that orders the block's data
+// reads. The flag value is the call's epoch: a counter in the workspace that every call
+// increments on the device (kernel arguments are frozen inside a CUDA graph, so the count cannot
+// be an argument). A slot holds the latest epoch its sender reached, so a wait passes on
+// "flag >= epoch" (signed difference: wrap-around safe).
+//
+// Why nothing is overwritten while a peer still reads it:
+// - staging is double-buffered by epoch parity. A rank writes the half of call e+2 only after
+//   the waits of call e+1, which see every peer's call-e+1 signal; a peer sends those only from
+//   its kernel e+1, which starts after its kernel e (every read of call e) has finished.
+// - the result buffer (two-shot) is written after the first wait of a call, which sees every
+//   peer's signal of that call, so every peer's previous kernel (its gather reads) has finished.
+// - the block that reads a region of a peer's staging or result buffer has the same index as
+//   the block that wrote it there: the partition depends only on (count, dtype, ranks, grid),
+//   never on the alignment of the caller's pointers, so it is the same on every rank.
+//
+// Epochs stay in lock-step over grids of different sizes: block b of a grid of G blocks sets the
+// counters of blocks b, b+G, b+2G, ... (all MAXB of them per call), and only block b writes
+// counter b in a call, so no block races another.
+//
+// A wait is bounded by %globaltimer: after timeout_ns the waiting thread records which rank
+// never signalled in the workspace's error words (first failure wins) and the kernel returns. A
+// workspace with an error is sticky: later calls return at once, so nothing hangs behind a dead
+// peer; the host reads the error words after synchronising.
+//
+// No NVLink multicast (multimem / NVLS) anywhere: plain loads and stores through peer mappings.
+// No headers: NVRTC compiles this without the CUDA include folder (conversions in inline PTX).
+
+#define MAXR 8          // most ranks
+#define MAXB 64         // most blocks per call (flag slots per round)
+#define THREADS 512     // threads per block
+#define ROUNDS 3        // flag rounds: 0 copy-in, 1 two-shot all-gather, 2 barrier
+
+// Workspace layout (bytes from the base). FLAGS: u32 [ROUNDS][MAXB][MAXR]; EPOCHS: u32 [MAXB];
+// ERRORS: u32 [4] (code, epoch, block, spare); DATA: two staging halves of `capacity` bytes;
+// RESULT: one buffer of `capacity` bytes (two-shot's reduced partitions).
+#define FLAGS_OFF 0
+#define EPOCHS_OFF 6144
+#define ERRORS_OFF 6400
+#define DATA_OFF 8192
+
+#define ERR_TIMEOUT 0x80000000u
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+// What every call of a rank needs: the workspaces of all ranks as this rank addresses them.
+struct Peers {
+    u64 base[MAXR];
+    u64 capacity;    // bytes of one staging half (a multiple of 256)
+    u64 timeout_ns;  // bound of every wait
+    u32 rank;
+    u32 nranks;
+    u32 pad0;
+    u32 pad1;
+};
+
+// ---- memory-model primitives ------------------------------------------------------------------
+
+__device__ __forceinline__ void st_release_sys(u32* p, u32 v)
+{
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u32 ld_acquire_sys(const u32* p)
+{
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u32 ld_volatile(const u32* p)
+{
+    u32 v;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u64 globaltimer()
+{
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// ---- element types (accumulation in f32) ------------------------------------------------------
+
+__device__ __forceinline__ float bf16_to_f(u32 h) { return __uint_as_float(h << 16); }
+
+__device__ __forceinline__ u32 f_to_bf16(float f)
+{
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                                // round to nearest even
+    return u >> 16;
+}
+
+__device__ __forceinline__ float f16_to_f(u32 h)
+{
+    float f;
+    u16 x = (u16)h;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+
+__device__ __forceinline__ u32 f_to_f16(float f)
+{
+    u16 x;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return (u32)x;
+}
+
+// One element type: size, 16-byte vector <-> 8 or 4 floats, one element <-> float.
+struct Bf16 {
+    enum { SIZE = 2, PER = 8 };
+    __device__ static void add(float* acc, uint4 v)
+    {
+        u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            acc[2 * k] += bf16_to_f(w[k] & 0xffffu);
+            acc[2 * k + 1] += bf16_to_f(w[k] >> 16);
+        }
+    }
+    __device__ static uint4 pack(const float* acc)
+    {
+        u32 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = f_to_bf16(acc[2 * k]) | (f_to_bf16(acc[2 * k + 1]) << 16);
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    __device__ static float one(u32 bits) { return bf16_to_f(bits); }
+    __device__ static u32 bits(float f) { return f_to_bf16(f); }
+};
+
+struct F16 {
+    enum { SIZE = 2, PER = 8 };
+    __device__ static void add(float* acc, uint4 v)
+    {
+        u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            acc[2 * k] += f16_to_f(w[k] & 0xffffu);
+            acc[2 * k + 1] += f16_to_f(w[k] >> 16);
+        }
+    }
+    __device__ static uint4 pack(const float* acc)
+    {
+        u32 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = f_to_f16(acc[2 * k]) | (f_to_f16(acc[2 * k + 1]) << 16);
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    __device__ static float one(u32 bits) { return f16_to_f(bits); }
+    __device__ static u32 bits(float f) { return f_to_f16(f); }
+};
+
+struct F32 {
+    enum { SIZE = 4, PER = 4 };
+    __device__ static void add(float* acc, uint4 v)
+    {
+        acc[0] += __uint_as_float(v.x);
+        acc[1] += __uint_as_float(v.y);
+        acc[2] += __uint_as_float(v.z);
+        acc[3] += __uint_as_float(v.w);
+    }
+    __device__ static uint4 pack(const float* acc)
+    {
+        return make_uint4(__float_as_uint(acc[0]), __float_as_uint(acc[1]), __float_as_uint(acc[2]),
+                          __float_as_uint(acc[3]));
+    }
+    __device__ static float one(u32 bits) { return __uint_as_float(bits); }
+    __device__ static u32 bits(float f) { return __float_as_uint(f); }
+};
+
+// ---- caller buffers: 16-byte vectors when the pointer allows, elements otherwise --------------
+
+template <int SIZE>
+__device__ __forceinline__ uint4 load_vec(const char* p, u64 i, bool aligned)
+{
+    if (aligned) return ((const uint4*)p)[i];
+    const char* q = p + i * 16;
+    if (SIZE == 4) {
+        const u32* e = (const u32*)q;
+        return make_uint4(e[0], e[1], e[2], e[3]);
+    }
+    const u16* e = (const u16*)q;
+    return make_uint4(e[0] | ((u32)e[1] << 16), e[2] | ((u32)e[3] << 16), e[4] | ((u32)e[5] << 16),
+                      e[6] | ((u32)e[7] << 16));
+}
+
+template <int SIZE>
+__device__ __forceinline__ void store_vec(char* p, u64 i, uint4 v, bool aligned)
+{
+    if (aligned) {
+        ((uint4*)p)[i] = v;
+        return;
+    }
+    char* q = p + i * 16;
+    if (SIZE == 4) {
+        u32* e = (u32*)q;
+        e[0] = v.x; e[1] = v.y; e[2] = v.z; e[3] = v.w;
+        return;
+    }
+    u16* e = (u16*)q;
+    u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        e[2 * k] = (u16)(w[k] & 0xffffu);
+        e[2 * k + 1] = (u16)(w[k] >> 16);
+    }
+}
+
+template <int SIZE>
+__device__ __forceinline__ u32 load_elem(const char* p, u64 i)
+{
+    return SIZE == 4 ? ((const u32*)p)[i] : (u32)((const u16*)p)[i];
+}
+
+template <int SIZE>
+__device__ __forceinline__ u32 load_elem_cg(const char* p, u64 i)
+{
+    return SIZE == 4 ? __ldcg((const u32*)p + i) : (u32)__ldcg((const u16*)p + i);
+}
+
+template <int SIZE>
+__device__ __forceinline__ void store_elem(char* p, u64 i, u32 bits)
+{
+    if (SIZE == 4) ((u32*)p)[i] = bits;
+    else ((u16*)p)[i] = (u16)bits;
+}
+
+// ---- workspace access -------------------------------------------------------------------------
+
+__device__ __forceinline__ u32* flag_slot(u64 base, int round, int block, int src)
+{
+    return (u32*)(base + FLAGS_OFF) + ((round * MAXB + block) * MAXR + src);
+}
+
+__device__ __forceinline__ char* staging(const Peers& a, int rank, u32 epoch)
+{
+    return (char*)(a.base[rank] + DATA_OFF + (u64)(epoch & 1u) * a.capacity);
+}
+
+__device__ __forceinline__ char* result(const Peers& a, int rank)
+{
+    return (char*)(a.base[rank] + DATA_OFF + 2 * a.capacity);
+}
+
+// Start of a call: this block's epoch (all counters advance in lock-step) and whether the
+// workspace already holds an error (then every thread returns false).
+__device__ __forceinline__ bool begin(const Peers& a, u32* epoch_out)
+{
+    __shared__ u32 s_epoch;
+    __shared__ int s_dead;
+    u64 mine = a.base[a.rank];
+    if (threadIdx.x == 0) {
+        u32* ep = (u32*)(mine + EPOCHS_OFF);
+        u32 e = ld_volatile(ep + blockIdx.x) + 1u;
+        for (u32 j = blockIdx.x; j < MAXB; j += gridDim.x) ep[j] = e;
+        s_epoch = e;
+        s_dead = ld_volatile((u32*)(mine + ERRORS_OFF)) != 0u;
+    }
+    __syncthreads();
+    *epoch_out = s_epoch;
+    return !s_dead;
+}
+
+// Signal every peer for (round, this block, epoch), then wait for every peer's signal. Returns
+// false (in every thread) when a wait timed out or another block already recorded an error.
+__device__ bool exchange(const Peers& a, int round, u32 epoch)
+{
+    __shared__ int s_fail;
+    const int t = threadIdx.x;
+    const int n = (int)a.nranks, me = (int)a.rank;
+    u64 mine = a.base[me];
+    u32* err = (u32*)(mine + ERRORS_OFF);
+    if (t == 0) s_fail = 0;
+    __syncthreads();  // every data write of this block precedes the releases below
+    if (t < n && t != me) {
+        st_release_sys(flag_slot(a.base[t], round, blockIdx.x, me), epoch);
+        const u32* slot = flag_slot(mine, round, blockIdx.x, t);
+        u64 t0 = globaltimer();
+        u32 spins = 0;
+        while ((int)(ld_acquire_sys(slot) - epoch) < 0) {
+            if ((++spins & 63u) == 0u) {
+                if (ld_volatile(err) != 0u) {  // another block gave up already
+                    s_fail = 1;
+                    break;
+                }
+                if (globaltimer() - t0 > a.timeout_ns) {
+                    u32 code = ERR_TIMEOUT | ((u32)round << 8) | (u32)t;
+                    if (atomicCAS(err, 0u, code) == 0u) {
+                        err[1] = epoch;
+                        err[2] = blockIdx.x;
+                        __threadfence_system();
+                    }
+                    s_fail = 1;
+                    break;
+                }
+            }
+        }
+    }
+    __syncthreads();  // the acquires above precede every data read of this block
+    return s_fail == 0;
+}
+
+// ---- the partition every rank computes alike ---------------------------------------------------
+
+struct Range {
+    u64 lo, hi;
+};
+
+__device__ __forceinline__ u64 div_up(u64 a, u64 b) { return (a + b - 1) / b; }
+
+// Vectors [lo, hi) of partition p (of `parts`) that block b (of G) handles, over nvec vectors.
+__device__ __forceinline__ Range block_range(u64 nvec, u32 parts, u32 p, u32 b, u32 G)
+{
+    u64 per = div_up(nvec, parts);
+    u64 plo = (u64)p * per, phi = plo + per < nvec ? plo + per : nvec;
+    u64 chunk = div_up(per, G);
+    u64 lo = plo + (u64)b * chunk, hi = lo + chunk;
+    if (hi > phi) hi = phi;
+    if (lo > hi) lo = hi;
+    Range r = {lo, hi};
+    return r;
+}
+
+// Sums vector i over the staging buffers of ranks 0..n-1, in that order.
+template <class D>
+__device__ __forceinline__ uint4 sum_vec(const Peers& a, u32 epoch, u64 i)
+{
+    float acc[D::PER];
+#pragma unroll
+    for (int k = 0; k < D::PER; ++k) acc[k] = 0.f;
+    for (u32 p = 0; p < a.nranks; ++p) D::add(acc, __ldcg((const uint4*)staging(a, p, epoch) + i));
+    return D::pack(acc);
+}
+
+// The element tail (count not a multiple of the vector) is copied in by the last block and
+// summed one-shot style by the same block on every rank.
+template <class D>
+__device__ __forceinline__ void tail_in(const Peers& a, u32 epoch, const char* in, u64 first, u64 count)
+{
+    if (blockIdx.x != gridDim.x - 1) return;
+    char* st = staging(a, a.rank, epoch);
+    for (u64 i = first + threadIdx.x; i < count; i += blockDim.x)
+        store_elem<D::SIZE>(st, i, load_elem<D::SIZE>(in, i));
+}
+
+template <class D>
+__device__ __forceinline__ void tail_sum(const Peers& a, u32 epoch, char* out, u64 first, u64 count)
+{
+    if (blockIdx.x != gridDim.x - 1) return;
+    for (u64 i = first + threadIdx.x; i < count; i += blockDim.x) {
+        float acc = 0.f;
+        for (u32 p = 0; p < a.nranks; ++p) acc += D::one(load_elem_cg<D::SIZE>(staging(a, p, epoch), i));
+        store_elem<D::SIZE>(out, i, D::bits(acc));
+    }
+}
+
+// ---- the implementations ----------------------------------------------------------------------
+
+template <class D>
+__device__ void oneshot(const Peers& a, const char* in, char* out, u64 count)
+{
+    u32 epoch;
+    if (!begin(a, &epoch)) return;
+    const bool aligned = (((u64)in | (u64)out) & 15u) == 0;
+    const u64 nvec = count / D::PER, first_tail = nvec * D::PER;
+    Range r = block_range(nvec, 1, 0, blockIdx.x, gridDim.x);
+    uint4* st = (uint4*)staging(a, a.rank, epoch);
+    for (u64 i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) st[i] = load_vec<D::SIZE>(in, i, aligned);
+    tail_in<D>(a, epoch, in, first_tail, count);
+    if (!exchange(a, 0, epoch)) return;
+    for (u64 i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x)
+        store_vec<D::SIZE>(out, i, sum_vec<D>(a, epoch, i), aligned);
+    tail_sum<D>(a, epoch, out, first_tail, count);
+}
+
+template <class D>
+__device__ void twoshot(const Peers& a, const char* in, char* out, u64 count)
+{
+    u32 epoch;
+    if (!begin(a, &epoch)) return;
+    const bool aligned = (((u64)in | (u64)out) & 15u) == 0;
+    const u64 nvec = count / D::PER, first_tail = nvec * D::PER;
+    const u32 n = a.nranks, me = a.rank;
+    uint4* st = (uint4*)staging(a, me, epoch);
+    // copy in this block's chunk of every partition
+    for (u32 p = 0; p < n; ++p) {
+        Range r = block_range(nvec, n, p, blockIdx.x, gridDim.x);
+        for (u64 i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) st[i] = load_vec<D::SIZE>(in, i, aligned);
+    }
+    tail_in<D>(a, epoch, in, first_tail, count);
+    if (!exchange(a, 0, epoch)) return;
+    // reduce-scatter: this rank's partition, from every rank's staging, into its result buffer
+    Range mine = block_range(nvec, n, me, blockIdx.x, gridDim.x);
+    uint4* res = (uint4*)result(a, me);
+    for (u64 i = mine.lo + threadIdx.x; i < mine.hi; i += blockDim.x) {
+        uint4 v = sum_vec<D>(a, epoch, i);
+        res[i] = v;
+        store_vec<D::SIZE>(out, i, v, aligned);
+    }
+    tail_sum<D>(a, epoch, out, first_tail, count);
+    if (!exchange(a, 1, epoch)) return;
+    // all-gather: partition p from rank p's result buffer
+    for (u32 p = 0; p < n; ++p) {
+        if (p == me) continue;
+        Range r = block_range(nvec, n, p, blockIdx.x, gridDim.x);
+        const uint4* src = (const uint4*)result(a, p);
+        for (u64 i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x)
+            store_vec<D::SIZE>(out, i, __ldcg(src + i), aligned);
+    }
+}
+
+#define ENTRY(NAME, IMPL, TYPE)                                                                   \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                        \
+    NAME(Peers a, const char* in, char* out, u64 count)                                          \
+    {                                                                                            \
+        IMPL<TYPE>(a, in, out, count);                                                           \
+    }
+ENTRY(oneshot_bf16, oneshot, Bf16)
+ENTRY(oneshot_f16, oneshot, F16)
+ENTRY(oneshot_f32, oneshot, F32)
+ENTRY(twoshot_bf16, twoshot, Bf16)
+ENTRY(twoshot_f16, twoshot, F16)
+ENTRY(twoshot_f32, twoshot, F32)
+
+// Every rank waits until every other rank has reached the same call (one block, no data): the
+// end-of-job barrier before a workspace is freed, and a start line for timing.
+extern "C" __global__ void __launch_bounds__(THREADS) p2p_barrier(Peers a)
+{
+    u32 epoch;
+    if (!begin(a, &epoch)) return;
+    exchange(a, 2, epoch);
+}

@@ -1,0 +1,160 @@
+//! The P2P all-reduce kernels of kernels/allreduce.cu on one GPU: compiled by NVRTC once per
+//! architecture and process, loaded per context, launched on a rank's stream.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::{Impl, MAX_RANKS, THREADS};
+use crate::comm::device::Gpu;
+use crate::model::DType;
+
+/// The source of the P2P all-reduce kernels.
+pub const ALLREDUCE_SRC: &str = include_str!("../../../kernels/allreduce.cu");
+
+/// `struct Peers` of the kernel source, passed by value to every launch.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeersArg {
+    pub base: [u64; MAX_RANKS],
+    pub capacity: u64,
+    pub timeout_ns: u64,
+    pub rank: u32,
+    pub nranks: u32,
+    pub pad: [u32; 2],
+}
+
+// SAFETY: PeersArg is repr(C), Copy, without pointers into host memory, and its layout is the
+// kernel's `struct Peers` (8 x u64, 2 x u64, 4 x u32: 96 bytes, checked by a test).
+unsafe impl DeviceRepr for PeersArg {}
+
+/// PTX per architecture: NVRTC takes about a second per compile, and the virtual-rank checks
+/// open the same GPU many times.
+fn ptx_for(arch: &'static str) -> anyhow::Result<cudarc::nvrtc::Ptx> {
+    static CACHE: OnceLock<Mutex<HashMap<&'static str, cudarc::nvrtc::Ptx>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(p) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(arch) {
+        return Ok(p.clone());
+    }
+    let ptx = crate::comm::compile::compile("allreduce.cu", ALLREDUCE_SRC, arch)?;
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(arch, ptx.clone());
+    Ok(ptx)
+}
+
+/// The loaded kernels on one context, and how many blocks of them an SM holds at once.
+pub(crate) struct P2pKernels {
+    /// bf16, f16, f32
+    oneshot: [CudaFunction; 3],
+    twoshot: [CudaFunction; 3],
+    barrier: CudaFunction,
+    /// Blocks of THREADS threads one SM runs at once (the smaller of the two kernels').
+    pub blocks_per_sm: u32,
+    pub sms: u32,
+}
+
+fn dtype_index(d: DType) -> usize {
+    match d {
+        DType::Bf16 => 0,
+        DType::F16 => 1,
+        DType::F32 => 2,
+    }
+}
+
+impl P2pKernels {
+    pub fn load(gpu: &Gpu) -> anyhow::Result<P2pKernels> {
+        let ctx = gpu.context();
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| anyhow::anyhow!("GPU {}: compute capability: {e:?}", gpu.ordinal))?;
+        let ptx = ptx_for(crate::comm::compile::arch(major, minor))?;
+        let module = ctx
+            .load_module(ptx)
+            .map_err(|e| anyhow::anyhow!("GPU {}: loading allreduce.cu: {e:?}", gpu.ordinal))?;
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
+        };
+        let oneshot = [f("oneshot_bf16")?, f("oneshot_f16")?, f("oneshot_f32")?];
+        let twoshot = [f("twoshot_bf16")?, f("twoshot_f16")?, f("twoshot_f32")?];
+        let mut blocks_per_sm = u32::MAX;
+        for k in oneshot.iter().chain(&twoshot) {
+            let b = k
+                .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+                .map_err(|e| anyhow::anyhow!("GPU {}: occupancy query: {e:?}", gpu.ordinal))?;
+            blocks_per_sm = blocks_per_sm.min(b);
+        }
+        let sms = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|e| anyhow::anyhow!("GPU {}: SM count: {e:?}", gpu.ordinal))?
+            as u32;
+        Ok(P2pKernels {
+            oneshot,
+            twoshot,
+            barrier: f("p2p_barrier")?,
+            blocks_per_sm,
+            sms,
+        })
+    }
+
+    /// Enqueues one call of `imp` over `grid` blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        gpu: &Gpu,
+        imp: Impl,
+        dtype: DType,
+        arg: &PeersArg,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: u64,
+        grid: u32,
+    ) -> anyhow::Result<()> {
+        let f = match imp {
+            Impl::OneShot => &self.oneshot[dtype_index(dtype)],
+            Impl::TwoShot => &self.twoshot[dtype_index(dtype)],
+            Impl::Nccl => anyhow::bail!("nccl is not a P2P kernel"),
+        };
+        assert!(
+            (1..=super::MAX_BLOCKS).contains(&grid),
+            "grid of {grid} blocks"
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = gpu.cuda_stream().launch_builder(f);
+        b.arg(arg).arg(&input).arg(&output).arg(&count);
+        // SAFETY: the arguments match `NAME(Peers a, const char* in, char* out, u64 count)`;
+        // every base in `arg` is a live workspace of `capacity` staging bytes mapped into this
+        // context (the caller, P2pAllReduce, owns the mappings); input and output hold `count`
+        // elements on this device (checked by the caller); grid <= MAXB (asserted).
+        unsafe { b.launch(cfg) }
+            .map_err(|e| anyhow::anyhow!("GPU {}: launching {imp}: {e:?}", gpu.ordinal))?;
+        Ok(())
+    }
+
+    /// Enqueues the barrier kernel (one block).
+    pub fn barrier(&self, gpu: &Gpu, arg: &PeersArg) -> anyhow::Result<()> {
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = gpu.cuda_stream().launch_builder(&self.barrier);
+        b.arg(arg);
+        // SAFETY: p2p_barrier(Peers a) takes exactly this argument; it touches only flag, epoch
+        // and error words of the live workspaces in `arg`; 32 threads cover MAXR peers.
+        unsafe { b.launch(cfg) }
+            .map_err(|e| anyhow::anyhow!("GPU {}: launching p2p_barrier: {e:?}", gpu.ordinal))?;
+        Ok(())
+    }
+}

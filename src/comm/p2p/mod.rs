@@ -1,0 +1,337 @@
+//! Custom all-reduces over peer memory, beside NCCL: one-shot and two-shot (kernels/allreduce.cu).
+//!
+//! Why: for the verify step's small all-reduces (8 B to a few MB) NCCL's ring pays a latency per
+//! hop; a one-shot all-reduce pays one signal round and n-1 peer reads. Running both in the same
+//! harness shows how far NCCL is from what the links allow.
+//!
+//! How a rank gets one ([`Workspace`] -> handle bytes -> [`P2pAllReduce`]):
+//! 1. `Workspace::new` allocates this rank's peer-visible workspace (flags, epoch counters, error
+//!    words, staging) with `cuMemAlloc` (pool allocations can be neither shared over CUDA IPC
+//!    nor reached through `cuCtxEnablePeerAccess`) and zeroes its control words.
+//! 2. `Workspace::export` gives bytes (hex with [`to_hex`]) that name it to the peers: its device
+//!    pointer for ranks of the same process, a CUDA IPC handle for other processes.
+//! 3. The bytes of all ranks are exchanged: [`InProcessExchange`] between threads,
+//!    [`file_exchange`] through a job folder between processes, or any channel the caller has.
+//! 4. `Workspace::connect` enables peer access (threads), opens the IPC handles with lazy peer
+//!    access (processes), or uses the pointers as they are (virtual ranks on one GPU).
+//!
+//! Then [`P2pAllReduce::enqueue`] runs one all-reduce on the rank's stream: one kernel launch,
+//! no allocation, no synchronisation, no host copy, so it can be captured in a CUDA graph; the
+//! workspace is reused by every call (epochs on the device). After synchronising, the host asks
+//! [`P2pAllReduce::check`] whether a wait timed out, and which rank never signalled.
+//!
+//! Never NVLink multicast: no NVLS, no `cuMulticast*`, only loads and stores through peer
+//! mappings. Where two GPUs cannot reach each other, [`check_topology`] and `connect` say which
+//! pair; nothing falls back silently.
+//!
+//! [`virtual_ranks`] proves the protocol on one GPU (N workspaces, N streams, resident grids).
+
+pub mod kernels;
+pub mod peer;
+pub mod virtual_ranks;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::usage;
+use crate::model::DType;
+
+pub use peer::{
+    check_topology, file_exchange, InProcessExchange, P2pAllReduce, P2pUnavailable, Workspace,
+};
+pub use virtual_ranks::{virtual_rank_checks, virtual_rank_timings, Check, VirtualTiming};
+
+/// Most ranks (MAXR in kernels/allreduce.cu).
+pub const MAX_RANKS: usize = 8;
+/// Most blocks of one call (MAXB).
+pub const MAX_BLOCKS: u32 = 64;
+/// Threads per block (THREADS).
+pub const THREADS: u32 = 512;
+/// Flag rounds (ROUNDS): copy-in, two-shot all-gather, barrier.
+pub const ROUNDS: usize = 3;
+/// Workspace offsets (FLAGS_OFF, EPOCHS_OFF, ERRORS_OFF, DATA_OFF).
+pub const FLAGS_OFF: usize = 0;
+pub const EPOCHS_OFF: usize = 6144;
+pub const ERRORS_OFF: usize = 6400;
+pub const DATA_OFF: usize = 8192;
+/// Set in the first error word when a wait timed out (ERR_TIMEOUT).
+pub const ERR_TIMEOUT: u32 = 0x8000_0000;
+// The workspace regions do not overlap: flags, then epochs, then 4 error words, then data
+// (checked when compiling).
+const _: () = assert!(FLAGS_OFF + ROUNDS * MAX_BLOCKS as usize * MAX_RANKS * 4 <= EPOCHS_OFF);
+const _: () = assert!(EPOCHS_OFF + MAX_BLOCKS as usize * 4 <= ERRORS_OFF);
+const _: () = assert!(ERRORS_OFF + 16 <= DATA_OFF && DATA_OFF % 256 == 0);
+
+/// Vectors each thread handles per call before a grid gets another block.
+const VECTORS_PER_THREAD: u64 = 2;
+
+/// A collective implementation: NCCL's, or one of the custom P2P all-reduces.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub enum Impl {
+    /// NCCL's collective (the reference).
+    #[default]
+    #[serde(rename = "nccl")]
+    Nccl,
+    /// Copy in, one signal round, n-1 peer reads per rank.
+    #[serde(rename = "oneshot")]
+    OneShot,
+    /// Reduce-scatter then all-gather through peer buffers: two signal rounds, 2(n-1)/n of the
+    /// message over the links.
+    #[serde(rename = "twoshot")]
+    TwoShot,
+}
+
+impl Impl {
+    pub const ALL: [Impl; 3] = [Impl::Nccl, Impl::OneShot, Impl::TwoShot];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Nccl => "nccl",
+            Impl::OneShot => "oneshot",
+            Impl::TwoShot => "twoshot",
+        }
+    }
+
+    /// Whether the implementation is one of the custom P2P kernels (needs peer memory).
+    pub fn is_p2p(self) -> bool {
+        self != Impl::Nccl
+    }
+
+    /// Parses `--impl`'s comma list (`nccl,oneshot,twoshot`), in the given order, repeats
+    /// dropped. An unknown name is a usage error that lists the valid ones.
+    pub fn parse_list(s: &str) -> anyhow::Result<Vec<Impl>> {
+        let mut out = vec![];
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let i: Impl = part
+                .parse()
+                .map_err(|e: String| usage(format!("--impl '{s}': {e}")))?;
+            if !out.contains(&i) {
+                out.push(i);
+            }
+        }
+        if out.is_empty() {
+            crate::usage_bail!("--impl '{s}' names no implementation (valid: {})", valid());
+        }
+        Ok(out)
+    }
+}
+
+fn valid() -> String {
+    Impl::ALL.map(Impl::name).join(", ")
+}
+
+impl fmt::Display for Impl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Impl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "nccl" => Ok(Impl::Nccl),
+            "oneshot" | "one-shot" => Ok(Impl::OneShot),
+            "twoshot" | "two-shot" => Ok(Impl::TwoShot),
+            _ => Err(format!("unknown implementation '{s}' (valid: {})", valid())),
+        }
+    }
+}
+
+/// Settings every rank of one group must share (they are checked at connect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct P2pConfig {
+    /// Largest message in bytes (the size of one staging half).
+    pub capacity: usize,
+    /// Most blocks of one call (at most [`MAX_BLOCKS`]).
+    pub max_blocks: u32,
+    /// Bound of every wait for a peer's signal.
+    pub timeout: Duration,
+}
+
+impl Default for P2pConfig {
+    fn default() -> Self {
+        P2pConfig {
+            capacity: 4 << 20,
+            max_blocks: 32,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl P2pConfig {
+    /// The staging size as the kernel sees it: `capacity` rounded up to 256 bytes.
+    pub fn staging_bytes(&self) -> usize {
+        self.capacity.max(1).div_ceil(256) * 256
+    }
+
+    /// Bytes of one workspace: control words, two staging halves, one result buffer.
+    pub fn workspace_bytes(&self) -> usize {
+        DATA_OFF + 3 * self.staging_bytes()
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.max_blocks == 0 || self.max_blocks > MAX_BLOCKS {
+            crate::usage_bail!(
+                "P2P all-reduce: max_blocks {} is outside 1..={MAX_BLOCKS}",
+                self.max_blocks
+            );
+        }
+        if self.timeout.is_zero() {
+            crate::usage_bail!("P2P all-reduce: the signal timeout must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// Why an implementation refuses a message, or `Ok` when it runs it. Both custom kernels take
+/// any element count from 1 up to the staging capacity: counts that are not a multiple of the
+/// 16-byte vector end in an element tail, two-shot's partitions are the vectors split as evenly
+/// as possible (the last one shorter or empty), and unaligned buffers are read element-wise.
+pub fn supports(
+    imp: Impl,
+    count: usize,
+    dtype: DType,
+    nranks: usize,
+    cfg: &P2pConfig,
+) -> Result<(), String> {
+    if !imp.is_p2p() {
+        return Err(format!("{imp} is not a P2P implementation"));
+    }
+    if !(2..=MAX_RANKS).contains(&nranks) {
+        return Err(format!(
+            "{imp} runs on 2 to {MAX_RANKS} ranks (got {nranks})"
+        ));
+    }
+    let bytes = count * dtype.size() as usize;
+    if bytes > cfg.staging_bytes() {
+        return Err(format!(
+            "{imp}: {bytes} B is more than the P2P staging capacity of {} B",
+            cfg.staging_bytes()
+        ));
+    }
+    Ok(())
+}
+
+/// Elements of `dtype` in one 16-byte vector.
+pub fn per_vector(dtype: DType) -> u64 {
+    16 / dtype.size()
+}
+
+/// Blocks of one call: one per 1024 vectors (16 KiB) of the work one block's partition holds,
+/// at least one, at most `max_blocks`. Every rank computes the same number (it decides which
+/// flag slots and staging regions a block uses), from values every rank shares.
+pub fn blocks(imp: Impl, count: usize, dtype: DType, nranks: usize, max_blocks: u32) -> u32 {
+    let nvec = count as u64 / per_vector(dtype);
+    let units = match imp {
+        Impl::TwoShot => nvec.div_ceil(nranks.max(1) as u64),
+        _ => nvec,
+    };
+    let want = units.div_ceil(THREADS as u64 * VECTORS_PER_THREAD).max(1);
+    want.min(max_blocks.clamp(1, MAX_BLOCKS) as u64) as u32
+}
+
+/// Vectors `[lo, hi)` of partition `p` of `parts` that block `b` of `g` handles (the kernel's
+/// `block_range`, mirrored for the tests that prove every vector is handled exactly once).
+pub fn block_range(nvec: u64, parts: u64, p: u64, b: u64, g: u64) -> (u64, u64) {
+    let per = nvec.div_ceil(parts);
+    let plo = p * per;
+    let phi = (plo + per).min(nvec);
+    let chunk = per.div_ceil(g);
+    let lo = plo + b * chunk;
+    let hi = (lo + chunk).min(phi);
+    (lo.min(hi), hi)
+}
+
+/// A wait that ran out: rank `silent` never signalled rank `rank`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalTimeout {
+    pub rank: usize,
+    pub silent: usize,
+    /// Device of the waiting rank and of the silent one.
+    pub gpu: usize,
+    pub silent_gpu: usize,
+    /// Flag round (0 copy-in, 1 two-shot all-gather, 2 barrier).
+    pub round: u32,
+    /// The call's epoch (1 for the first call of a workspace).
+    pub call: u32,
+    pub block: u32,
+    pub timeout: Duration,
+}
+
+impl SignalTimeout {
+    /// Decodes the error words a kernel wrote, or `None` when they hold no error.
+    pub fn decode(
+        words: [u32; 4],
+        rank: usize,
+        devices: &[usize],
+        timeout: Duration,
+    ) -> Option<SignalTimeout> {
+        let code = words[0];
+        if code & ERR_TIMEOUT == 0 {
+            return None;
+        }
+        let silent = (code & 0xff) as usize;
+        Some(SignalTimeout {
+            rank,
+            silent,
+            gpu: devices.get(rank).copied().unwrap_or(usize::MAX),
+            silent_gpu: devices.get(silent).copied().unwrap_or(usize::MAX),
+            round: (code >> 8) & 0xff,
+            call: words[1],
+            block: words[2],
+            timeout,
+        })
+    }
+
+    fn phase(&self) -> &'static str {
+        match self.round {
+            0 => "copy-in signal",
+            1 => "two-shot all-gather signal",
+            _ => "barrier",
+        }
+    }
+}
+
+impl fmt::Display for SignalTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rank {} never signalled rank {} within {:.0} ms (GPU {} <- GPU {}; {}, call {}, block {})",
+            self.silent,
+            self.rank,
+            self.timeout.as_secs_f64() * 1e3,
+            self.gpu,
+            self.silent_gpu,
+            self.phase(),
+            self.call,
+            self.block
+        )
+    }
+}
+
+impl std::error::Error for SignalTimeout {}
+
+/// Lower-case hex of `bytes` (handles travel as text over the worker channel and in files).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of [`to_hex`]'s text.
+pub fn from_hex(s: &str) -> anyhow::Result<Vec<u8>> {
+    let s = s.trim();
+    if s.len() % 2 != 0 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        anyhow::bail!("P2P handle is not hex ({} characters)", s.len());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(anyhow::Error::from))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,770 @@
+//! Peer memory for the P2P all-reduces: this rank's workspace, the handle bytes that name it to
+//! the other ranks, peer access between the contexts of one process, CUDA IPC between
+//! processes, and the exchanges that carry the handles.
+//!
+//! Every unsafe driver call of the P2P code lives in this file or in `kernels.rs`, each with the
+//! reason it is sound.
+
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{self as cu, CUdeviceptr};
+use cudarc::driver::CudaContext;
+
+use super::kernels::{P2pKernels, PeersArg};
+use super::{supports, Impl, P2pConfig, SignalTimeout, DATA_OFF, ERRORS_OFF, MAX_RANKS};
+use crate::comm::device::{Buffer, Gpu};
+use crate::error::usage;
+use crate::model::DType;
+
+fn cu_check(what: &str, device: usize, r: cu::CUresult) -> anyhow::Result<()> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        anyhow::bail!("GPU {device}: {what}: {r:?}")
+    }
+}
+
+/// Device memory from `cuMemAlloc` (not a stream-ordered pool: only such memory can be shared
+/// over CUDA IPC and reached through context peer access). Freed on drop.
+struct DeviceMem {
+    ptr: CUdeviceptr,
+    ctx: Arc<CudaContext>,
+}
+
+impl DeviceMem {
+    fn new(gpu: &Gpu, bytes: usize) -> anyhow::Result<DeviceMem> {
+        gpu.bind()?;
+        let mut ptr: CUdeviceptr = 0;
+        // SAFETY: ptr is a valid out-pointer; the rank's context is current on this thread.
+        let r = unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) };
+        cu_check("cuMemAlloc of the P2P workspace", gpu.ordinal, r)?;
+        Ok(DeviceMem {
+            ptr,
+            ctx: gpu.context().clone(),
+        })
+    }
+}
+
+impl Drop for DeviceMem {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from cuMemAlloc in ctx and is freed once; the owner (P2pAllReduce)
+        // documents that every rank must be past its last call before a workspace drops.
+        // Errors at teardown are ignored: there is nothing left to do with them.
+        unsafe {
+            let _ = self.ctx.bind_to_thread();
+            let _ = cu::cuMemFree_v2(self.ptr);
+        }
+    }
+}
+
+/// A peer's workspace opened from its CUDA IPC handle; closed on drop.
+struct IpcMapping {
+    ptr: CUdeviceptr,
+    ctx: Arc<CudaContext>,
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr was returned by cuIpcOpenMemHandle in ctx and is closed once.
+        unsafe {
+            let _ = self.ctx.bind_to_thread();
+            let _ = cu::cuIpcCloseMemHandle(self.ptr);
+        }
+    }
+}
+
+/// A retained primary context of a peer device: peer access to it lasts as long as it lives.
+struct PeerCtx {
+    dev: cu::CUdevice,
+}
+
+impl Drop for PeerCtx {
+    fn drop(&mut self) {
+        // SAFETY: the primary context of dev was retained once by enable_peer and is released
+        // once here.
+        unsafe {
+            let _ = cu::cuDevicePrimaryCtxRelease_v2(self.dev);
+        }
+    }
+}
+
+/// Why the P2P implementations cannot run on these GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct P2pUnavailable {
+    pub reason: String,
+}
+
+impl P2pUnavailable {
+    /// The line to print when `imps` are skipped for this reason, e.g. "GPU 0 cannot access
+    /// GPU 1 (P2P disabled or across sockets without P2P): oneshot, twoshot skipped".
+    pub fn skipped(&self, imps: &[Impl]) -> String {
+        let names: Vec<&str> = imps
+            .iter()
+            .filter(|i| i.is_p2p())
+            .map(|i| i.name())
+            .collect();
+        format!("{}: {} skipped", self.reason, names.join(", "))
+    }
+}
+
+impl std::fmt::Display for P2pUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for P2pUnavailable {}
+
+fn no_access(a: usize, b: usize) -> P2pUnavailable {
+    P2pUnavailable {
+        reason: format!(
+            "GPU {a} cannot access GPU {b} (P2P disabled or across sockets without P2P)"
+        ),
+    }
+}
+
+/// `NCCL_P2P_DISABLE=1` in the environment: the custom kernels would use the very path NCCL was
+/// told not to, so they refuse too rather than compare unlike things.
+fn p2p_disabled_by_env() -> Option<P2pUnavailable> {
+    p2p_disabled(std::env::var("NCCL_P2P_DISABLE").ok())
+}
+
+/// [`p2p_disabled_by_env`] for a given value of `NCCL_P2P_DISABLE`.
+pub(super) fn p2p_disabled(value: Option<String>) -> Option<P2pUnavailable> {
+    let v = value?;
+    let on = matches!(v.trim(), "1" | "true" | "TRUE" | "yes");
+    on.then(|| P2pUnavailable {
+        reason: format!(
+            "NCCL_P2P_DISABLE={v} is set: the P2P all-reduces use the peer-to-peer path it disables (unset it to run them)"
+        ),
+    })
+}
+
+/// Whether every pair of `devices` can reach each other's memory (the same device twice, as
+/// with virtual ranks, needs no peer access). Call it before starting ranks to decide which
+/// implementations to skip; `connect` checks the same again.
+pub fn check_topology(devices: &[usize]) -> Result<(), P2pUnavailable> {
+    if !(2..=MAX_RANKS).contains(&devices.len()) {
+        return Err(P2pUnavailable {
+            reason: format!(
+                "the P2P all-reduces run on 2 to {MAX_RANKS} ranks (got {})",
+                devices.len()
+            ),
+        });
+    }
+    let distinct = devices.iter().any(|&d| d != devices[0]);
+    if distinct {
+        if let Some(e) = p2p_disabled_by_env() {
+            return Err(e);
+        }
+    }
+    for &a in devices {
+        for &b in devices {
+            if a == b {
+                continue;
+            }
+            match crate::comm::device::can_access_peer(a, b) {
+                Ok(true) => {}
+                Ok(false) => return Err(no_access(a, b)),
+                Err(e) => {
+                    return Err(P2pUnavailable {
+                        reason: format!("asking whether GPU {a} can access GPU {b}: {e}"),
+                    })
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What one rank publishes about its workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handle {
+    pub host: u64,
+    pub pid: u32,
+    pub device: u32,
+    pub rank: u32,
+    pub nranks: u32,
+    pub capacity: u64,
+    pub max_blocks: u32,
+    pub timeout_ns: u64,
+    pub ptr: u64,
+    /// The CUDA IPC handle, when the driver gave one.
+    pub ipc: Option<[u8; 64]>,
+}
+
+const MAGIC: &[u8; 8] = b"VBP2P001";
+const HANDLE_BYTES: usize = 8 + 8 + 4 * 5 + 8 + 8 + 8 + 4 + 64;
+
+impl Handle {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HANDLE_BYTES);
+        v.extend_from_slice(MAGIC);
+        v.extend_from_slice(&self.host.to_le_bytes());
+        for x in [
+            self.pid,
+            self.device,
+            self.rank,
+            self.nranks,
+            self.max_blocks,
+        ] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v.extend_from_slice(&self.capacity.to_le_bytes());
+        v.extend_from_slice(&self.timeout_ns.to_le_bytes());
+        v.extend_from_slice(&self.ptr.to_le_bytes());
+        v.extend_from_slice(&(self.ipc.is_some() as u32).to_le_bytes());
+        v.extend_from_slice(&self.ipc.unwrap_or([0; 64]));
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> anyhow::Result<Handle> {
+        if b.len() != HANDLE_BYTES || &b[..8] != MAGIC {
+            anyhow::bail!(
+                "not a P2P workspace handle of this verifybench ({} bytes)",
+                b.len()
+            );
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let has_ipc = u32_at(60) != 0;
+        let mut ipc = [0u8; 64];
+        ipc.copy_from_slice(&b[64..128]);
+        Ok(Handle {
+            host: u64_at(8),
+            pid: u32_at(16),
+            device: u32_at(20),
+            rank: u32_at(24),
+            nranks: u32_at(28),
+            max_blocks: u32_at(32),
+            capacity: u64_at(36),
+            timeout_ns: u64_at(44),
+            ptr: u64_at(52),
+            ipc: has_ipc.then_some(ipc),
+        })
+    }
+}
+
+/// FNV-1a of the host name: ranks of one host only share pointers or IPC handles.
+fn host_id() -> u64 {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    name.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+        (h ^ c as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// This rank's workspace before the ranks are connected.
+pub struct Workspace {
+    mem: DeviceMem,
+    rank: usize,
+    nranks: usize,
+    device: usize,
+    cfg: P2pConfig,
+}
+
+impl Workspace {
+    /// Allocates and zeroes the workspace of `rank` of `nranks` on `gpu`. The control words are
+    /// zero before this returns, so a peer that learns the address can signal at once.
+    pub fn new(gpu: &Gpu, rank: usize, nranks: usize, cfg: P2pConfig) -> anyhow::Result<Workspace> {
+        cfg.validate()?;
+        if !(2..=MAX_RANKS).contains(&nranks) || rank >= nranks {
+            crate::usage_bail!(
+                "the P2P all-reduces run on 2 to {MAX_RANKS} ranks (rank {rank} of {nranks})"
+            );
+        }
+        let mem = DeviceMem::new(gpu, cfg.workspace_bytes())?;
+        // SAFETY: the range [ptr, ptr + DATA_OFF) lies inside the allocation just made; the
+        // memset runs on the legacy stream and the context synchronisation below waits for it.
+        let r = unsafe { cu::cuMemsetD8_v2(mem.ptr, 0, DATA_OFF) };
+        cu_check("zeroing the P2P workspace", gpu.ordinal, r)?;
+        gpu.context()
+            .synchronize()
+            .map_err(|e| anyhow::anyhow!("GPU {}: cuCtxSynchronize: {e:?}", gpu.ordinal))?;
+        Ok(Workspace {
+            mem,
+            rank,
+            nranks,
+            device: gpu.ordinal,
+            cfg,
+        })
+    }
+
+    /// The bytes that name this workspace to the other ranks (see [`super::to_hex`]).
+    pub fn export(&self) -> Vec<u8> {
+        let mut h = cu::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: h is a valid out-pointer; mem.ptr is the base of a cuMemAlloc allocation.
+        let r = unsafe {
+            let _ = self.mem.ctx.bind_to_thread();
+            cu::cuIpcGetMemHandle(&mut h, self.mem.ptr)
+        };
+        let ipc = (r == cu::CUresult::CUDA_SUCCESS).then(|| h.reserved.map(|c| c as u8));
+        Handle {
+            host: host_id(),
+            pid: std::process::id(),
+            device: self.device as u32,
+            rank: self.rank as u32,
+            nranks: self.nranks as u32,
+            capacity: self.cfg.staging_bytes() as u64,
+            max_blocks: self.cfg.max_blocks,
+            timeout_ns: self.cfg.timeout.as_nanos() as u64,
+            ptr: self.mem.ptr,
+            ipc,
+        }
+        .encode()
+    }
+
+    /// Connects to the peers from every rank's handle bytes (`all[r]` from rank r, this rank's
+    /// own included) and loads the kernels. Same process: peer access between the contexts (or
+    /// nothing, on one device); another process: CUDA IPC with lazy peer access.
+    pub fn connect(self, gpu: &Gpu, all: &[Vec<u8>]) -> anyhow::Result<P2pAllReduce> {
+        if all.len() != self.nranks {
+            anyhow::bail!(
+                "P2P connect: {} handles for {} ranks",
+                all.len(),
+                self.nranks
+            );
+        }
+        let handles: Vec<Handle> = all
+            .iter()
+            .enumerate()
+            .map(|(r, b)| Handle::decode(b).map_err(|e| anyhow::anyhow!("rank {r}'s handle: {e}")))
+            .collect::<anyhow::Result<_>>()?;
+        let me = &handles[self.rank];
+        for (r, h) in handles.iter().enumerate() {
+            if h.rank as usize != r
+                || h.nranks as usize != self.nranks
+                || h.capacity != me.capacity
+                || h.max_blocks != me.max_blocks
+                || h.timeout_ns != me.timeout_ns
+            {
+                anyhow::bail!(
+                    "P2P connect: rank {r}'s handle disagrees (rank {} of {}, {} B, {} blocks, timeout {} ns; this rank: {} of {}, {} B, {} blocks, {} ns)",
+                    h.rank, h.nranks, h.capacity, h.max_blocks, h.timeout_ns,
+                    me.rank, me.nranks, me.capacity, me.max_blocks, me.timeout_ns
+                );
+            }
+        }
+        let devices: Vec<usize> = handles.iter().map(|h| h.device as usize).collect();
+        gpu.bind()?;
+        let mut bases = [0u64; MAX_RANKS];
+        let mut ipc = vec![];
+        let mut peer_ctx = vec![];
+        for (r, h) in handles.iter().enumerate() {
+            if r == self.rank {
+                bases[r] = self.mem.ptr;
+                continue;
+            }
+            let peer_dev = h.device as usize;
+            if h.host != me.host {
+                return Err(P2pUnavailable {
+                    reason: format!(
+                        "rank {r} runs on another host: the P2P all-reduces need every rank on one machine"
+                    ),
+                }
+                .into());
+            }
+            if peer_dev != self.device {
+                if let Some(e) = p2p_disabled_by_env() {
+                    return Err(e.into());
+                }
+                if !crate::comm::device::can_access_peer(self.device, peer_dev)? {
+                    return Err(no_access(self.device, peer_dev).into());
+                }
+            }
+            if h.pid == me.pid {
+                if peer_dev != self.device {
+                    let dev = cu_dev(peer_dev)?;
+                    if !peer_ctx.iter().any(|p: &PeerCtx| p.dev == dev) {
+                        peer_ctx.push(enable_peer(gpu, peer_dev)?);
+                    }
+                }
+                bases[r] = h.ptr;
+            } else {
+                let Some(handle) = h.ipc else {
+                    return Err(P2pUnavailable {
+                        reason: format!(
+                            "rank {r} (GPU {peer_dev}) could not export a CUDA IPC handle for its workspace"
+                        ),
+                    }
+                    .into());
+                };
+                let m = open_ipc(gpu, handle, self.device, peer_dev)?;
+                bases[r] = m.ptr;
+                ipc.push(m);
+            }
+        }
+        let kernels = P2pKernels::load(gpu)?;
+        let arg = PeersArg {
+            base: bases,
+            capacity: me.capacity,
+            timeout_ns: me.timeout_ns,
+            rank: self.rank as u32,
+            nranks: self.nranks as u32,
+            pad: [0; 2],
+        };
+        Ok(P2pAllReduce(Arc::new(Connected {
+            kernels,
+            arg,
+            devices,
+            _ipc: ipc,
+            _peer_ctx: peer_ctx,
+            ws: self,
+        })))
+    }
+}
+
+fn cu_dev(ordinal: usize) -> anyhow::Result<cu::CUdevice> {
+    cudarc::driver::result::device::get(ordinal as i32)
+        .map_err(|e| anyhow::anyhow!("GPU {ordinal}: cuDeviceGet: {e:?}"))
+}
+
+/// Lets `gpu`'s context address every allocation of `peer`'s primary context.
+fn enable_peer(gpu: &Gpu, peer: usize) -> anyhow::Result<PeerCtx> {
+    let dev = cu_dev(peer)?;
+    let mut pctx: cu::CUcontext = std::ptr::null_mut();
+    // SAFETY: pctx is a valid out-pointer and dev a valid device; the retain is released by
+    // PeerCtx's drop.
+    let r = unsafe { cu::cuDevicePrimaryCtxRetain(&mut pctx, dev) };
+    cu_check(&format!("retaining GPU {peer}'s context"), gpu.ordinal, r)?;
+    let keep = PeerCtx { dev };
+    gpu.bind()?;
+    // SAFETY: pctx is a live context (retained above); the current context is this rank's.
+    let r = unsafe { cu::cuCtxEnablePeerAccess(pctx, 0) };
+    match r {
+        cu::CUresult::CUDA_SUCCESS | cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+            Ok(keep)
+        }
+        other => Err(P2pUnavailable {
+            reason: format!(
+                "GPU {} cannot access GPU {peer}: cuCtxEnablePeerAccess failed ({other:?}; P2P disabled or across sockets without P2P)",
+                gpu.ordinal
+            ),
+        }
+        .into()),
+    }
+}
+
+fn open_ipc(gpu: &Gpu, handle: [u8; 64], me: usize, peer: usize) -> anyhow::Result<IpcMapping> {
+    let h = cu::CUipcMemHandle_st {
+        reserved: handle.map(|b| b as std::ffi::c_char),
+    };
+    let mut ptr: CUdeviceptr = 0;
+    gpu.bind()?;
+    // SAFETY: ptr is a valid out-pointer; h is a handle another process made with
+    // cuIpcGetMemHandle (the driver rejects anything else); the mapping is closed on drop.
+    let r = unsafe {
+        cu::cuIpcOpenMemHandle_v2(
+            &mut ptr,
+            h,
+            cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+        )
+    };
+    if r != cu::CUresult::CUDA_SUCCESS {
+        return Err(P2pUnavailable {
+            reason: format!(
+                "GPU {me} cannot open GPU {peer}'s workspace over CUDA IPC ({r:?}; P2P disabled or across sockets without P2P)"
+            ),
+        }
+        .into());
+    }
+    Ok(IpcMapping {
+        ptr,
+        ctx: gpu.context().clone(),
+    })
+}
+
+/// One rank's connected P2P all-reduce. Drop it only once every rank is past its last call
+/// (synchronise, then a barrier: [`P2pAllReduce::barrier`] or the harness's own), since peers
+/// read this rank's staging and write its flags until they finish. A CUDA graph that captured
+/// one of its calls keeps the connection (workspace, mappings, kernels) alive as long as it.
+pub struct P2pAllReduce(Arc<Connected>);
+
+/// What a connected rank holds; shared with the graphs that captured its calls.
+pub struct Connected {
+    kernels: P2pKernels,
+    arg: PeersArg,
+    devices: Vec<usize>,
+    _ipc: Vec<IpcMapping>,
+    _peer_ctx: Vec<PeerCtx>,
+    // last: the peers' mappings close before this rank's own memory is freed
+    ws: Workspace,
+}
+
+impl std::ops::Deref for P2pAllReduce {
+    type Target = Connected;
+    fn deref(&self) -> &Connected {
+        &self.0
+    }
+}
+
+impl P2pAllReduce {
+    pub fn rank(&self) -> usize {
+        self.ws.rank
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.ws.nranks
+    }
+
+    pub fn config(&self) -> &P2pConfig {
+        &self.ws.cfg
+    }
+
+    /// Why `imp` refuses this message, if it does.
+    pub fn supports(&self, imp: Impl, count: usize, dtype: DType) -> Result<(), String> {
+        supports(imp, count, dtype, self.ws.nranks, &self.ws.cfg)
+    }
+
+    /// Blocks a call of `imp` on `count` elements uses.
+    pub fn blocks(&self, imp: Impl, count: usize, dtype: DType) -> u32 {
+        super::blocks(imp, count, dtype, self.ws.nranks, self.ws.cfg.max_blocks)
+    }
+
+    /// Enqueues one all-reduce (sum) of `count` elements from `input` into `output` (they may
+    /// be the same buffer) on `gpu`'s stream. One kernel launch: no allocation, no
+    /// synchronisation, no host copy, so it may be captured in a CUDA graph and replayed. Every
+    /// rank must make the same sequence of calls (implementation, count, dtype).
+    pub fn enqueue(
+        &self,
+        gpu: &Gpu,
+        imp: Impl,
+        input: &Buffer,
+        output: &Buffer,
+        count: usize,
+        dtype: DType,
+    ) -> anyhow::Result<()> {
+        let bytes = count * dtype.size() as usize;
+        if input.len() < bytes || output.len() < bytes {
+            anyhow::bail!(
+                "{imp}: {bytes} B all-reduce on buffers of {} B (input) and {} B (output)",
+                input.len(),
+                output.len()
+            );
+        }
+        // static names: no allocation in the eager enqueue path (its host time is timed)
+        gpu.check_buffer(input, "P2P all-reduce (input)", 0, bytes)?;
+        gpu.check_buffer(output, "P2P all-reduce (output)", 0, bytes)?;
+        gpu.keep_buffer(input);
+        gpu.keep_buffer(output);
+        self.enqueue_raw(gpu, imp, input.ptr(), output.ptr(), count, dtype)
+    }
+
+    /// [`P2pAllReduce::enqueue`] on raw pointers of this rank's device, for the virtual-rank
+    /// checks (unaligned and in-place buffers); the caller guarantees `count` elements fit.
+    pub(super) fn enqueue_raw(
+        &self,
+        gpu: &Gpu,
+        imp: Impl,
+        input: CUdeviceptr,
+        output: CUdeviceptr,
+        count: usize,
+        dtype: DType,
+    ) -> anyhow::Result<()> {
+        if gpu.ordinal != self.ws.device {
+            anyhow::bail!(
+                "rank {}'s P2P all-reduce lives on GPU {}, not GPU {}",
+                self.ws.rank,
+                self.ws.device,
+                gpu.ordinal
+            );
+        }
+        self.supports(imp, count, dtype).map_err(usage)?;
+        if count == 0 {
+            return Ok(());
+        }
+        let grid = self.blocks(imp, count, dtype);
+        gpu.keep(|| Box::new(self.0.clone()));
+        self.kernels.launch(
+            gpu,
+            imp,
+            dtype,
+            &self.arg,
+            input,
+            output,
+            count as u64,
+            grid,
+        )
+    }
+
+    /// Enqueues a barrier: every rank waits until every other rank has reached it.
+    pub fn barrier(&self, gpu: &Gpu) -> anyhow::Result<()> {
+        self.kernels.barrier(gpu, &self.arg)
+    }
+
+    /// Synchronises the stream and reads the error words: the wait that timed out, if any. Not
+    /// inside a capture.
+    pub fn fault(&self, gpu: &Gpu) -> anyhow::Result<Option<SignalTimeout>> {
+        gpu.sync()?;
+        let mut words = [0u32; 4];
+        gpu.bind()?;
+        // SAFETY: the 16 bytes at ERRORS_OFF lie inside this rank's workspace; the stream has
+        // finished every kernel that writes them (synchronised above); words holds 16 bytes.
+        let r = unsafe {
+            cu::cuMemcpyDtoH_v2(
+                words.as_mut_ptr() as *mut _,
+                self.ws.mem.ptr + ERRORS_OFF as u64,
+                16,
+            )
+        };
+        cu_check("reading the P2P error words", gpu.ordinal, r)?;
+        Ok(SignalTimeout::decode(
+            words,
+            self.ws.rank,
+            &self.devices,
+            self.ws.cfg.timeout,
+        ))
+    }
+
+    /// [`P2pAllReduce::fault`] as an error.
+    pub fn check(&self, gpu: &Gpu) -> anyhow::Result<()> {
+        match self.fault(gpu)? {
+            Some(t) => Err(t.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Carries the handle bytes between the ranks of one process (threads launcher).
+pub struct InProcessExchange {
+    slots: Mutex<Vec<Option<Vec<u8>>>>,
+    cv: Condvar,
+}
+
+impl InProcessExchange {
+    pub fn new(nranks: usize) -> Arc<InProcessExchange> {
+        Arc::new(InProcessExchange {
+            slots: Mutex::new(vec![None; nranks]),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// Publishes `mine` as rank `rank`'s and waits (at most `timeout`) for every other rank's.
+    pub fn exchange(
+        &self,
+        rank: usize,
+        mine: Vec<u8>,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        s[rank] = Some(mine);
+        self.cv.notify_all();
+        loop {
+            if s.iter().all(Option::is_some) {
+                return Ok(s.iter().map(|x| x.clone().unwrap_or_default()).collect());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<String> = s
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, x)| x.is_none())
+                    .map(|(r, _)| r.to_string())
+                    .collect();
+                anyhow::bail!(
+                    "rank {rank}: rank(s) {} published no P2P handle within {:.0} s",
+                    missing.join(", "),
+                    timeout.as_secs_f64()
+                );
+            }
+            s = self
+                .cv
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Exchanges handle bytes through files in `dir` (a folder every rank of the job sees): rank r
+/// writes `p2p-<token>-rank<r>.hex` (temp and rename, so a reader never sees half a file) and
+/// waits, at most `timeout`, for every other rank's. `token` tells jobs sharing a folder apart.
+pub fn file_exchange(
+    dir: &Path,
+    token: &str,
+    rank: usize,
+    nranks: usize,
+    mine: &[u8],
+    timeout: Duration,
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    if token.is_empty() || !token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        anyhow::bail!("P2P exchange token '{token}' must be letters, digits and '-'");
+    }
+    let path = |r: usize| dir.join(format!("p2p-{token}-rank{r}.hex"));
+    crate::util::write_file(&path(rank), super::to_hex(mine).as_bytes())?;
+    let deadline = Instant::now() + timeout;
+    let mut got: Vec<Option<Vec<u8>>> = vec![None; nranks];
+    got[rank] = Some(mine.to_vec());
+    loop {
+        for (r, slot) in got.iter_mut().enumerate() {
+            if slot.is_none() {
+                if let Ok(text) = std::fs::read_to_string(path(r)) {
+                    *slot = Some(
+                        super::from_hex(&text)
+                            .map_err(|e| anyhow::anyhow!("{}: {e}", path(r).display()))?,
+                    );
+                }
+            }
+        }
+        if got.iter().all(Option::is_some) {
+            return Ok(got.into_iter().map(Option::unwrap_or_default).collect());
+        }
+        if Instant::now() >= deadline {
+            let missing: Vec<String> = got
+                .iter()
+                .enumerate()
+                .filter(|(_, x)| x.is_none())
+                .map(|(r, _)| r.to_string())
+                .collect();
+            anyhow::bail!(
+                "rank {rank}: rank(s) {} wrote no P2P handle into '{}' within {:.0} s",
+                missing.join(", "),
+                dir.display(),
+                timeout.as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Copies `data` to device address `dst` of `gpu` on its stream and waits.
+pub(super) fn upload_raw(gpu: &Gpu, dst: CUdeviceptr, data: &[u8]) -> anyhow::Result<()> {
+    gpu.bind()?;
+    // SAFETY: the caller passes a destination range of `data.len()` bytes inside a live
+    // allocation of this context; the copy is ordered on the rank's stream and waited for before
+    // `data` can go away.
+    let r = unsafe {
+        cu::cuMemcpyHtoDAsync_v2(dst, data.as_ptr() as *const _, data.len(), gpu.raw_stream())
+    };
+    cu_check("cuMemcpyHtoDAsync", gpu.ordinal, r)?;
+    gpu.sync()?;
+    Ok(())
+}
+
+/// Copies `len` bytes from device address `src` of `gpu` after its stream's work.
+pub(super) fn download_raw(gpu: &Gpu, src: CUdeviceptr, len: usize) -> anyhow::Result<Vec<u8>> {
+    let mut out = vec![0u8; len];
+    gpu.bind()?;
+    // SAFETY: the caller passes a source range of `len` bytes inside a live allocation of this
+    // context; out holds len bytes; the stream is synchronised before the vector is read.
+    let r =
+        unsafe { cu::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, src, len, gpu.raw_stream()) };
+    cu_check("cuMemcpyDtoHAsync", gpu.ordinal, r)?;
+    gpu.sync()?;
+    Ok(out)
+}
+
+/// Enqueues a device copy of `bytes` from `src` to `dst` (both on `gpu`) on its stream.
+pub(super) fn copy_raw(
+    gpu: &Gpu,
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    bytes: usize,
+) -> anyhow::Result<()> {
+    // SAFETY: the caller passes two ranges of `bytes` inside live allocations of this context;
+    // the copy is ordered on the rank's stream.
+    let r = unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, gpu.raw_stream()) };
+    cu_check("cuMemcpyDtoDAsync", gpu.ordinal, r)
+}

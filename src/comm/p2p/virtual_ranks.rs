@@ -1,0 +1,625 @@
+//! The P2P protocol proven on one GPU: N "virtual ranks", each with its own workspace and
+//! stream on the same device, run the real kernels concurrently. Peer reads are then local
+//! memory reads, so nothing here measures a link; what it proves is the protocol: signalling,
+//! reuse of the buffers across many calls (epochs, eager and CUDA graph, one-shot and two-shot
+//! interleaved), exact sums for bf16, f16 and f32 from 8 B to 4 MiB (element tails, unaligned
+//! and in-place buffers), and that a rank that never launches is named within the timeout
+//! instead of hanging the others.
+//!
+//! Residency: a waiting block spins until its peers' blocks signal, so all N grids must be on
+//! the GPU at once. The grid cap is chosen so that N x cap blocks fit the device at the
+//! kernels' occupancy (SMs x blocks per SM). The checks enqueue breadth-first: one step (a
+//! kernel, a copy, a graph replay) for every virtual rank before the next step of any, so even
+//! where two streams share one hardware queue, nothing a kernel waits for is queued behind an
+//! operation that waits for that kernel. (The timings use one host thread per rank and
+//! 100-call graphs, as real ranks do; they rely on each of the N <= 8 streams having its own
+//! hardware queue, CUDA's default of 8 connections. Should a timing ever time out,
+//! CUDA_DEVICE_MAX_CONNECTIONS=32 gives every stream its own.)
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::peer::{copy_raw, download_raw, upload_raw};
+use super::{Impl, P2pAllReduce, P2pConfig, Workspace};
+use crate::comm::device::{Buffer, Gpu};
+use crate::measure::pattern;
+use crate::model::{CollectiveKind, DType};
+
+/// One named check with its verdict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub pass: bool,
+    pub detail: String,
+}
+
+/// Per-call time of one implementation on N virtual ranks of one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VirtualTiming {
+    pub nranks: usize,
+    pub imp: Impl,
+    pub dtype: DType,
+    pub bytes: usize,
+    pub blocks: u32,
+    /// Calls enqueued one by one, one host thread per virtual rank (the slowest rank), us per
+    /// call.
+    pub eager_us: f64,
+    /// Calls replayed from one CUDA graph per virtual rank, us per call.
+    pub graph_us: f64,
+}
+
+impl std::fmt::Display for VirtualTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "virtual ranks on one GPU: not a P2P measurement: {} {} B {}, {} ranks x {} blocks: eager {:.1} us, graph {:.1} us per call",
+            self.imp,
+            crate::units::grouped(self.bytes as u64),
+            self.dtype.name(),
+            self.nranks,
+            self.blocks,
+            self.eager_us,
+            self.graph_us
+        )
+    }
+}
+
+/// Message sizes of the exactness checks, bytes (tails: 24 and 4100 are not multiples of 16).
+const SIZES: [usize; 6] = [8, 24, 4100, 43008, 1 << 20, 4 << 20];
+/// Elements of the reuse checks: the 43,008 B verify all-reduce plus a 3-element tail.
+const REUSE_COUNT: usize = 21507;
+/// Eager calls and graph replays of the reuse checks.
+const REUSE_CALLS: usize = 60;
+const REUSE_REPLAYS: usize = 30;
+/// Timeout of the fault checks: short, since a rank is absent on purpose.
+const FAULT_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// N ranks on one GPU, connected.
+struct Group {
+    // first: the connections drop (and free their workspaces) before the streams go
+    ars: Vec<P2pAllReduce>,
+    gpus: Vec<Gpu>,
+    /// Blocks per SM at the kernels' occupancy times SMs.
+    resident: u32,
+}
+
+impl Group {
+    fn open(ordinal: usize, n: usize, cfg: P2pConfig) -> anyhow::Result<Group> {
+        let gpus: Vec<Gpu> = (0..n)
+            .map(|_| Gpu::open(ordinal))
+            .collect::<Result<_, _>>()?;
+        let ws: Vec<Workspace> = gpus
+            .iter()
+            .enumerate()
+            .map(|(r, g)| Workspace::new(g, r, n, cfg))
+            .collect::<anyhow::Result<_>>()?;
+        let handles: Vec<Vec<u8>> = ws.iter().map(Workspace::export).collect();
+        let ars: Vec<P2pAllReduce> = ws
+            .into_iter()
+            .zip(&gpus)
+            .map(|(w, g)| w.connect(g, &handles))
+            .collect::<anyhow::Result<_>>()?;
+        let resident = {
+            let k = super::kernels::P2pKernels::load(&gpus[0])?;
+            k.blocks_per_sm * k.sms
+        };
+        let g = Group {
+            ars,
+            gpus,
+            resident,
+        };
+        let need = n as u32 * cfg.max_blocks;
+        if need > g.resident {
+            anyhow::bail!(
+                "{n} virtual ranks x {} blocks = {need} blocks do not fit the GPU at once ({} resident)",
+                cfg.max_blocks,
+                g.resident
+            );
+        }
+        Ok(g)
+    }
+
+    fn n(&self) -> usize {
+        self.ars.len()
+    }
+
+    fn alloc(&self, bytes: usize) -> anyhow::Result<Vec<Buffer>> {
+        self.gpus
+            .iter()
+            .map(|g| g.alloc(bytes).map_err(anyhow::Error::from))
+            .collect()
+    }
+
+    /// Synchronises every rank and returns the first recorded timeout as an error.
+    fn check(&self) -> anyhow::Result<()> {
+        for (a, g) in self.ars.iter().zip(&self.gpus) {
+            a.check(g)?;
+        }
+        Ok(())
+    }
+}
+
+/// The grid cap for `n` virtual ranks on `ordinal`: every rank's largest grid resident at once.
+fn config_for(ordinal: usize, n: usize) -> anyhow::Result<P2pConfig> {
+    let gpu = Gpu::open(ordinal)?;
+    let k = super::kernels::P2pKernels::load(&gpu)?;
+    let resident = k.blocks_per_sm * k.sms;
+    let cap = (resident / n as u32).min(32);
+    if cap == 0 {
+        anyhow::bail!(
+            "GPU {ordinal} holds {resident} blocks of {} threads at once: too few for {n} virtual ranks",
+            super::THREADS
+        );
+    }
+    Ok(P2pConfig {
+        max_blocks: cap,
+        ..P2pConfig::default()
+    })
+}
+
+/// Runs every virtual-rank check for each N of `ranks` (2..=8) on GPU `gpu`. An error means the
+/// checks could not start (no NVRTC, no GPU); a failed check is a `Check` with `pass: false`.
+pub fn virtual_rank_checks(gpu: usize, ranks: &[usize]) -> anyhow::Result<Vec<Check>> {
+    let mut out = vec![];
+    for &n in ranks {
+        let cfg = config_for(gpu, n)?;
+        let group = Group::open(gpu, n, cfg);
+        for imp in [Impl::OneShot, Impl::TwoShot] {
+            let name = format!("p2p {n} virtual ranks: {imp} exact");
+            out.push(verdict(
+                name,
+                group
+                    .as_ref()
+                    .map_err(clone_err)
+                    .and_then(|g| exact(g, imp)),
+            ));
+        }
+        let name = format!("p2p {n} virtual ranks: reuse, eager");
+        out.push(verdict(
+            name,
+            group.as_ref().map_err(clone_err).and_then(reuse_eager),
+        ));
+        let name = format!("p2p {n} virtual ranks: reuse, graph");
+        out.push(verdict(
+            name,
+            group.as_ref().map_err(clone_err).and_then(reuse_graph),
+        ));
+        drop(group);
+        for imp in [Impl::OneShot, Impl::TwoShot] {
+            let name = format!("p2p {n} virtual ranks: {imp}, rank {} absent", n - 1);
+            let cfg = P2pConfig {
+                timeout: FAULT_TIMEOUT,
+                ..cfg
+            };
+            out.push(verdict(name, fault(gpu, n, cfg, imp)));
+        }
+    }
+    Ok(out)
+}
+
+fn clone_err(e: &anyhow::Error) -> anyhow::Error {
+    anyhow::anyhow!("{e:#}")
+}
+
+fn verdict(name: String, r: anyhow::Result<String>) -> Check {
+    match r {
+        Ok(detail) => Check {
+            name,
+            pass: true,
+            detail,
+        },
+        Err(e) => Check {
+            name,
+            pass: false,
+            detail: format!("{e:#}"),
+        },
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Aligned,
+    Unaligned,
+    InPlace,
+}
+
+/// Every dtype x size x layout once: inputs of the exact pattern, outputs poisoned with NaN,
+/// every element of every rank's output compared with the exact sum.
+fn exact(g: &Group, imp: Impl) -> anyhow::Result<String> {
+    let n = g.n();
+    let cap = g.ars[0].config().staging_bytes();
+    let ins = g.alloc(cap + 64)?;
+    let outs = g.alloc(cap + 64)?;
+    let (mut cases, mut elems) = (0usize, 0u64);
+    for dtype in [DType::Bf16, DType::F16, DType::F32] {
+        let size = dtype.size() as usize;
+        for bytes in SIZES {
+            let count = bytes / size;
+            let layouts: &[Layout] = if bytes < (1 << 20) {
+                &[Layout::Aligned, Layout::Unaligned, Layout::InPlace]
+            } else {
+                &[Layout::Aligned]
+            };
+            for &layout in layouts {
+                let salt = cases;
+                let (in_off, out_off) = match layout {
+                    Layout::Aligned | Layout::InPlace => (0u64, 0u64),
+                    Layout::Unaligned => (size as u64, 3 * size as u64),
+                };
+                let mut ptrs = vec![];
+                for r in 0..n {
+                    let inp = ins[r].ptr() + in_off;
+                    let outp = if layout == Layout::InPlace {
+                        inp
+                    } else {
+                        outs[r].ptr() + out_off
+                    };
+                    let data =
+                        pattern::send_bytes(CollectiveKind::AllReduce, dtype, count, n, r, salt);
+                    upload_raw(&g.gpus[r], inp, &data)?;
+                    if layout != Layout::InPlace {
+                        g.gpus[r].fill(&outs[r], 0xFF)?;
+                    }
+                    ptrs.push((inp, outp));
+                }
+                for (r, &(inp, outp)) in ptrs.iter().enumerate() {
+                    g.ars[r].enqueue_raw(&g.gpus[r], imp, inp, outp, count, dtype)?;
+                }
+                g.check()?;
+                for (r, &(_, outp)) in ptrs.iter().enumerate() {
+                    let got = download_raw(&g.gpus[r], outp, count * size)?;
+                    let wrong = pattern::count_wrong(
+                        CollectiveKind::AllReduce,
+                        dtype,
+                        count,
+                        n,
+                        r,
+                        salt,
+                        &got,
+                    );
+                    if wrong > 0 {
+                        anyhow::bail!(
+                            "{wrong} of {count} elements wrong on rank {r}: {} {} B{}",
+                            dtype.name(),
+                            bytes,
+                            match layout {
+                                Layout::Aligned => "",
+                                Layout::Unaligned => ", unaligned buffers",
+                                Layout::InPlace => ", in place",
+                            }
+                        );
+                    }
+                }
+                cases += 1;
+                elems += (count * n) as u64;
+            }
+        }
+    }
+    Ok(format!(
+        "{cases} cases (bf16/f16/f32, 8 B to 4 MiB, tails, unaligned, in place), {elems} elements exact, up to {} blocks",
+        g.ars[0].blocks(imp, cap / 2, DType::Bf16)
+    ))
+}
+
+/// Three inputs per rank (salts 0, 1, 2) of `REUSE_COUNT` bf16 elements.
+fn reuse_inputs(g: &Group) -> anyhow::Result<Vec<Vec<Buffer>>> {
+    let n = g.n();
+    let bytes = REUSE_COUNT * 2;
+    let mut v = vec![];
+    for r in 0..n {
+        let mut per = vec![];
+        for salt in 0..3 {
+            let b = g.gpus[r].alloc(bytes)?;
+            let data = pattern::send_bytes(
+                CollectiveKind::AllReduce,
+                DType::Bf16,
+                REUSE_COUNT,
+                n,
+                r,
+                salt,
+            );
+            upload_raw(&g.gpus[r], b.ptr(), &data)?;
+            per.push(b);
+        }
+        v.push(per);
+    }
+    Ok(v)
+}
+
+/// Wrong elements in `calls` consecutive results of rank `r` stored in `hist`, result c
+/// expected from input salt c % 3.
+fn wrong_in_history(
+    g: &Group,
+    r: usize,
+    hist: &Buffer,
+    calls: usize,
+) -> anyhow::Result<Vec<(usize, u64)>> {
+    let bytes = REUSE_COUNT * 2;
+    let all = download_raw(&g.gpus[r], hist.ptr(), calls * bytes)?;
+    Ok((0..calls)
+        .map(|c| {
+            let w = pattern::count_wrong(
+                CollectiveKind::AllReduce,
+                DType::Bf16,
+                REUSE_COUNT,
+                g.n(),
+                r,
+                c % 3,
+                &all[c * bytes..(c + 1) * bytes],
+            );
+            (c, w)
+        })
+        .filter(|(_, w)| *w > 0)
+        .collect())
+}
+
+/// Eager calls alternating one-shot and two-shot on rotating inputs; every call's output is
+/// copied aside and checked, so a call that read a peer's previous data is caught.
+fn reuse_eager(g: &Group) -> anyhow::Result<String> {
+    let n = g.n();
+    let bytes = REUSE_COUNT * 2;
+    let inputs = reuse_inputs(g)?;
+    let outs = g.alloc(bytes)?;
+    let hist = g.alloc(REUSE_CALLS * bytes)?;
+    for c in 0..REUSE_CALLS {
+        let imp = if c % 2 == 0 {
+            Impl::OneShot
+        } else {
+            Impl::TwoShot
+        };
+        for r in 0..n {
+            g.ars[r].enqueue(
+                &g.gpus[r],
+                imp,
+                &inputs[r][c % 3],
+                &outs[r],
+                REUSE_COUNT,
+                DType::Bf16,
+            )?;
+        }
+        for r in 0..n {
+            copy_raw(
+                &g.gpus[r],
+                hist[r].ptr() + (c * bytes) as u64,
+                outs[r].ptr(),
+                bytes,
+            )?;
+        }
+    }
+    g.check()?;
+    for (r, h) in hist.iter().enumerate() {
+        let bad = wrong_in_history(g, r, h, REUSE_CALLS)?;
+        if let Some((c, w)) = bad.first() {
+            anyhow::bail!(
+                "rank {r}: {} of {REUSE_CALLS} calls wrong, first call {c} ({w} elements)",
+                bad.len()
+            );
+        }
+    }
+    Ok(format!(
+        "{REUSE_CALLS} calls, one-shot/two-shot alternating, 3 inputs rotating, every output exact"
+    ))
+}
+
+/// Two CUDA graphs per rank (a one-shot call, a two-shot call, on one input buffer), replayed
+/// with the input changed before each replay: the frozen kernel arguments reuse the workspace
+/// and the epochs advance on the device.
+fn reuse_graph(g: &Group) -> anyhow::Result<String> {
+    let n = g.n();
+    let bytes = REUSE_COUNT * 2;
+    let inputs = reuse_inputs(g)?;
+    let cur = g.alloc(bytes)?;
+    let out_a = g.alloc(bytes)?;
+    let out_b = g.alloc(bytes)?;
+    let hist_a = g.alloc(REUSE_REPLAYS * bytes)?;
+    let hist_b = g.alloc(REUSE_REPLAYS * bytes)?;
+    let (mut one, mut two) = (vec![], vec![]);
+    for r in 0..n {
+        let (gpu, ar) = (&g.gpus[r], &g.ars[r]);
+        one.push(gpu.capture(|| {
+            ar.enqueue(
+                gpu,
+                Impl::OneShot,
+                &cur[r],
+                &out_a[r],
+                REUSE_COUNT,
+                DType::Bf16,
+            )
+        })?);
+        two.push(gpu.capture(|| {
+            ar.enqueue(
+                gpu,
+                Impl::TwoShot,
+                &cur[r],
+                &out_b[r],
+                REUSE_COUNT,
+                DType::Bf16,
+            )
+        })?);
+    }
+    for c in 0..REUSE_REPLAYS {
+        for r in 0..n {
+            copy_raw(&g.gpus[r], cur[r].ptr(), inputs[r][c % 3].ptr(), bytes)?;
+        }
+        for graph in &one {
+            graph.launch()?;
+        }
+        for graph in &two {
+            graph.launch()?;
+        }
+        let at = (c * bytes) as u64;
+        for r in 0..n {
+            copy_raw(&g.gpus[r], hist_a[r].ptr() + at, out_a[r].ptr(), bytes)?;
+            copy_raw(&g.gpus[r], hist_b[r].ptr() + at, out_b[r].ptr(), bytes)?;
+        }
+    }
+    g.check()?;
+    for r in 0..n {
+        for (what, h) in [("one-shot", &hist_a[r]), ("two-shot", &hist_b[r])] {
+            let bad = wrong_in_history(g, r, h, REUSE_REPLAYS)?;
+            if let Some((c, w)) = bad.first() {
+                anyhow::bail!(
+                    "rank {r}, {what}: {} of {REUSE_REPLAYS} replays wrong, first replay {c} ({w} elements)",
+                    bad.len()
+                );
+            }
+        }
+    }
+    Ok(format!(
+        "{REUSE_REPLAYS} replays of a one-shot and a two-shot graph, input changed between replays, every output exact"
+    ))
+}
+
+/// Rank n-1 never launches: every other rank must name it within the timeout, and the next
+/// call on the failed workspace must return at once.
+fn fault(gpu: usize, n: usize, cfg: P2pConfig, imp: Impl) -> anyhow::Result<String> {
+    let g = Group::open(gpu, n, cfg)?;
+    let silent = n - 1;
+    let count = 21504;
+    let ins = g.alloc(count * 2)?;
+    let outs = g.alloc(count * 2)?;
+    let t0 = Instant::now();
+    for r in 0..silent {
+        g.ars[r].enqueue(&g.gpus[r], imp, &ins[r], &outs[r], count, DType::Bf16)?;
+    }
+    let mut first = None;
+    for r in 0..silent {
+        match g.ars[r].fault(&g.gpus[r])? {
+            Some(t) if t.silent == silent => {
+                first.get_or_insert(t);
+            }
+            Some(t) => anyhow::bail!("rank {r} named the wrong rank: {t}"),
+            None => anyhow::bail!("rank {r} finished although rank {silent} never launched"),
+        }
+    }
+    let took = t0.elapsed();
+    let t1 = Instant::now();
+    g.ars[0].enqueue(&g.gpus[0], imp, &ins[0], &outs[0], count, DType::Bf16)?;
+    let still = g.ars[0].fault(&g.gpus[0])?;
+    let again = t1.elapsed();
+    let limit = cfg.timeout + Duration::from_secs(2);
+    if took > limit {
+        anyhow::bail!(
+            "the waiting ranks took {:.2} s (limit {:.1} s)",
+            took.as_secs_f64(),
+            limit.as_secs_f64()
+        );
+    }
+    if still.is_none() || again > cfg.timeout / 2 {
+        anyhow::bail!(
+            "the call after the failure ran {:.1} ms and {} the error",
+            again.as_secs_f64() * 1e3,
+            if still.is_some() { "kept" } else { "lost" }
+        );
+    }
+    let first = first.expect("at least one waiting rank");
+    Ok(format!(
+        "{} ({silent} of {silent} ranks named it in {:.2} s; next call returned in {:.1} ms)",
+        first,
+        took.as_secs_f64(),
+        again.as_secs_f64() * 1e3
+    ))
+}
+
+/// Times `imp` on `count` bf16 elements per call for each N of `ranks`: eager (one host thread
+/// per virtual rank) and CUDA graph. Virtual ranks share one GPU's memory, so these numbers
+/// say what the kernel and its signalling cost there, not what a link costs.
+pub fn virtual_rank_timings(
+    gpu: usize,
+    ranks: &[usize],
+    imp: Impl,
+    count: usize,
+) -> anyhow::Result<Vec<VirtualTiming>> {
+    const EAGER: usize = 200;
+    const GRAPH: usize = 100;
+    let mut out = vec![];
+    for &n in ranks {
+        let cfg = config_for(gpu, n)?;
+        let g = Group::open(gpu, n, cfg)?;
+        let ins = g.alloc(count * 2)?;
+        let outs = g.alloc(count * 2)?;
+        let call =
+            |r: usize| g.ars[r].enqueue(&g.gpus[r], imp, &ins[r], &outs[r], count, DType::Bf16);
+        for _ in 0..20 {
+            for r in 0..n {
+                call(r)?;
+            }
+        }
+        g.check()?;
+        let start = std::sync::Barrier::new(n);
+        // A `Gpu` stays in its thread: each timing thread opens its own handle on the same
+        // device (the same primary context, so the connection's kernels and mappings are valid
+        // there) with its own stream; the warm-up above has finished on the group's streams.
+        let eager: Vec<f64> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let (start, ar, input, output) = (&start, &g.ars[r], &ins[r], &outs[r]);
+                    s.spawn(move || -> anyhow::Result<f64> {
+                        let opened = Gpu::open(gpu);
+                        // every thread reaches the barrier, even one whose open failed
+                        let (events, gpu) = match opened {
+                            Ok(gpu) => (gpu.event().and_then(|a| Ok((a, gpu.event()?))), gpu),
+                            Err(e) => {
+                                start.wait();
+                                return Err(e.into());
+                            }
+                        };
+                        start.wait();
+                        let (a, b) = events?;
+                        gpu.record(&a)?;
+                        for _ in 0..EAGER {
+                            ar.enqueue(&gpu, imp, input, output, count, DType::Bf16)?;
+                        }
+                        gpu.record(&b)?;
+                        gpu.sync()?;
+                        Ok(a.elapsed_us(&b)? / EAGER as f64)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("timing thread panicked")))
+                })
+                .collect::<anyhow::Result<Vec<f64>>>()
+        })?;
+        g.check()?;
+        let mut graphs = vec![];
+        for r in 0..n {
+            graphs.push(g.gpus[r].capture(|| {
+                for _ in 0..GRAPH {
+                    call(r)?;
+                }
+                Ok(())
+            })?);
+        }
+        for gr in &graphs {
+            gr.launch()?; // warm-up replay, every rank before any timed one
+        }
+        let mut events = vec![];
+        for (r, gr) in graphs.iter().enumerate() {
+            let gpu = &g.gpus[r];
+            let (a, b) = (gpu.event()?, gpu.event()?);
+            gpu.record(&a)?;
+            gr.launch()?;
+            gpu.record(&b)?;
+            events.push((a, b));
+        }
+        g.check()?;
+        let mut graph_us = 0f64;
+        for (a, b) in &events {
+            graph_us = graph_us.max(a.elapsed_us(b)? / GRAPH as f64);
+        }
+        out.push(VirtualTiming {
+            nranks: n,
+            imp,
+            dtype: DType::Bf16,
+            bytes: count * 2,
+            blocks: g.ars[0].blocks(imp, count, DType::Bf16),
+            eager_us: eager.iter().cloned().fold(0.0, f64::max),
+            graph_us,
+        });
+    }
+    Ok(out)
+}
