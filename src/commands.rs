@@ -91,6 +91,8 @@ mod tests {
             },
             quiet: true,
             inject_fault: None,
+            host_gaps: Default::default(),
+            export_trace: None,
         }
     }
 

@@ -68,6 +68,7 @@ impl Backend for MockBackend {
                     wrong: 0,
                     iterations: a.repeat.iters.max(1),
                     warmup: a.repeat.warmup,
+                    in_collective: None,
                 }
             })
             .collect();

@@ -212,6 +212,7 @@ pub fn verify(
             wrong: 0,
             iterations: 0,
             warmup: 0,
+            in_collective: None,
         });
     }
     Ok(Modeled {

@@ -21,6 +21,7 @@ pub mod external_worker;
 pub mod job;
 pub mod rendezvous;
 pub mod run;
+pub mod timeline;
 pub mod worker;
 
 pub use job::{Fault, Job, RankResult};

@@ -530,6 +530,7 @@ fn verify_record_with(
                 wrong,
                 iterations: *iters,
                 warmup: *warmup,
+                in_collective: None,
             }
         })
         .collect();
