@@ -116,6 +116,8 @@ fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
         iters: 3,
         warmup: 1,
         launches_per_layer: 2,
+        host_gaps: Default::default(),
+        timing_pass: 0,
     };
     match run_job(&spec(devices, launcher, 120.0), &job).and_then(|r| combine(&r, runs.len())) {
         Ok(c) => {
@@ -232,6 +234,8 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
         iters: 5,
         warmup: 1,
         launches_per_layer: 0,
+        host_gaps: Default::default(),
+        timing_pass: 0,
     };
     let t0 = Instant::now();
     let res = run_job(&sp, &job);

@@ -23,6 +23,12 @@ use crate::trace::chrome::{RankTrack, Slice, SliceCollective, SliceKind};
 /// How the ranks' start times are aligned (printed with every measured pass).
 pub const ALIGNMENT: &str = "starts are aligned across ranks at the end of the per-iteration barrier all-reduce (each rank times from an event recorded right after it; the barrier kernels of all ranks end within a few us of each other), so start skew is approximate; durations are exact";
 
+/// Verifies the per-collective pass times after `iters` headline iterations: as many, at most 20
+/// (enough for a median; the pass reads back hundreds of events per verify).
+pub fn pass_iterations(iters: u64) -> u64 {
+    iters.clamp(1, 20)
+}
+
 /// One rank's timings of one verify of the pass, in us from the rank's reference event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PassIteration {
