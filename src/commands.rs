@@ -16,7 +16,11 @@ pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
             a.launches_per_layer
         );
     }
-    verify_with(&*backend::resolve(a.backend, a.quiet), a)
+    let compute_only = a.mode.iter().all(|m| *m == crate::record::Mode::Compute);
+    verify_with(
+        &*backend::resolve_min(a.backend, a.quiet, if compute_only { 1 } else { 2 }),
+        a,
+    )
 }
 
 /// `verify` on a given backend.

@@ -6,8 +6,8 @@
 use super::Backend;
 use crate::measure::Summary;
 use crate::record::{
-    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Provenance, Record, Source,
-    VerifyResult, VerifyRun, Workload,
+    algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Mode, Provenance, Record,
+    Source, VerifyResult, VerifyRun, Workload,
 };
 use crate::request::{BackendKind, CollectiveRequest, VerifyRequest};
 use crate::util::now_utc;
@@ -50,6 +50,21 @@ impl Backend for MockBackend {
             .workload
             .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
         let ncoll = s.n_collectives().max(1);
+        let n = s.tp as usize;
+        let gaps = a.host_gaps.resolve(&s, n)?;
+        let pass_iters = crate::launch::timeline::pass_iterations(a.repeat.iters) as usize;
+        // The per-collective pass, faked: every collective 7 us (graph) or 9 us (eager) long,
+        // the late rank (eager only) starting each one its lag late.
+        let pass = |graph: bool| {
+            let late = gaps.late.filter(|_| !graph).map(|l| (l.rank, l.us));
+            let per = if graph { 7.0 } else { 9.0 };
+            crate::launch::timeline::fake_pass(&s, n, pass_iters, per, late)
+        };
+        if let Some(p) = &a.export_trace {
+            let graph = !a.runs().iter().any(|(g, m)| !*g && *m != Mode::Compute);
+            let tracks = crate::launch::timeline::chrome_tracks(&pass(graph), &s, graph);
+            crate::trace::chrome::write_file(&tracks, n, p)?;
+        }
         let runs = a
             .runs()
             .into_iter()
@@ -68,13 +83,21 @@ impl Backend for MockBackend {
                     wrong: 0,
                     iterations: a.repeat.iters.max(1),
                     warmup: a.repeat.warmup,
-                    in_collective: None,
+                    in_collective: (mode != Mode::Compute)
+                        .then(|| {
+                            crate::launch::timeline::attribute_pass(&pass(graph), FAKE_NOTE.into())
+                        })
+                        .flatten(),
                 }
             })
             .collect();
+        let mut prov = provenance(a.gpu.launcher.name());
+        if !gaps.is_none() {
+            prov.notes.push(gaps.describe());
+        }
         Ok(Record::new(
             Source::Modeled,
-            provenance(a.gpu.launcher.name()),
+            prov,
             Body::Verify(VerifyResult {
                 workload: Workload::of(&s),
                 runs,
