@@ -16,7 +16,14 @@ fn json(path: &Path) -> serde_json::Value {
 fn modeled(dir: &Path, gpus: &str, extra: &[&str]) -> serde_json::Value {
     let j = dir.join("v.json");
     let out = vb()
-        .args(["verify", "--backend", "model", "--gpus", gpus, "--export-json"])
+        .args([
+            "verify",
+            "--backend",
+            "model",
+            "--gpus",
+            gpus,
+            "--export-json",
+        ])
         .arg(&j)
         .args(extra)
         .output()
@@ -73,10 +80,20 @@ fn model_predicts_waiting_from_host_gaps_and_graph_waits_for_nothing() {
     let w2 = f(&in_coll(&two, false)["waiting_us"]);
     // fewer ranks wait less for the slowest of them
     assert!(w2 < f(&e["waiting_us"]));
-    let late = modeled(dir.path(), "2", &["--host-gap-us", "200:50", "--late-rank", "1:100"]);
+    let late = modeled(
+        dir.path(),
+        "2",
+        &["--host-gap-us", "200:50", "--late-rank", "1:100"],
+    );
     assert!(f(&in_coll(&late, false)["waiting_us"]) > w2);
-    let seeded = modeled(dir.path(), "2", &["--host-gap-us", "200:50", "--gap-seed", "7"]);
-    assert!(seeded["provenance"]["notes"].to_string().contains("seed 0x7"));
+    let seeded = modeled(
+        dir.path(),
+        "2",
+        &["--host-gap-us", "200:50", "--gap-seed", "7"],
+    );
+    assert!(seeded["provenance"]["notes"]
+        .to_string()
+        .contains("seed 0x7"));
     assert_ne!(f(&in_coll(&seeded, false)["waiting_us"]), w2);
 }
 
@@ -99,7 +116,10 @@ fn fails(args: &[&str], flag: &str) {
     assert_eq!(out.status.code(), Some(2), "{args:?}");
     let e = String::from_utf8_lossy(&out.stderr);
     // one error line, naming the flag (clap adds its usual hint after invalid values)
-    let errors: Vec<&str> = e.lines().filter(|l| l.starts_with("error") || l.starts_with("Error")).collect();
+    let errors: Vec<&str> = e
+        .lines()
+        .filter(|l| l.starts_with("error") || l.starts_with("Error"))
+        .collect();
     assert_eq!(errors.len(), 1, "{args:?}: {e}");
     assert!(errors[0].contains(flag), "{args:?}: {e}");
     if errors[0].starts_with("Error") {
@@ -132,7 +152,15 @@ fn bad_host_gap_values_exit_2_naming_the_flag() {
 fn host_gap_from_takes_a_schedule_file_of_this_schedule_only() {
     let dir = tempfile::tempdir().unwrap();
     let plan = vb()
-        .args(["plan", "--model", "kimi-k2.5", "--tp", "2", "--format", "json"])
+        .args([
+            "plan",
+            "--model",
+            "kimi-k2.5",
+            "--tp",
+            "2",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
     assert!(plan.status.success());
@@ -152,7 +180,11 @@ fn host_gap_from_takes_a_schedule_file_of_this_schedule_only() {
         .arg(&traced)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rec = json(&j);
     let rec = rec.as_array().map_or(rec.clone(), |a| a[0].clone());
     assert!(rec["provenance"]["notes"]
@@ -164,14 +196,28 @@ fn host_gap_from_takes_a_schedule_file_of_this_schedule_only() {
     let t = traced.to_str().unwrap();
     let b = bare.to_str().unwrap();
     let m = ["verify", "--backend", "model"];
-    fails(&[&m[..], &["--tp", "8", "--host-gap-from", t]].concat(), "another schedule");
-    fails(&[&m[..], &["--tp", "2", "--host-gap-from", b]].concat(), "no host_gaps_us");
     fails(
-        &[&m[..], &["--tp", "2", "--host-gap-from", t, "--host-gap-us", "5"]].concat(),
+        &[&m[..], &["--tp", "8", "--host-gap-from", t]].concat(),
+        "another schedule",
+    );
+    fails(
+        &[&m[..], &["--tp", "2", "--host-gap-from", b]].concat(),
+        "no host_gaps_us",
+    );
+    fails(
+        &[
+            &m[..],
+            &["--tp", "2", "--host-gap-from", t, "--host-gap-us", "5"],
+        ]
+        .concat(),
         "--host-gap-from",
     );
     fails(
-        &[&m[..], &["--tp", "2", "--host-gap-from", "/nonexistent/s.json"]].concat(),
+        &[
+            &m[..],
+            &["--tp", "2", "--host-gap-from", "/nonexistent/s.json"],
+        ]
+        .concat(),
         "/nonexistent/s.json",
     );
 }

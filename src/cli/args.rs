@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 
 use crate::costmodel::ModelSettings;
+use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
 use crate::model::{DType, Logits, Phase, Routing};
 use crate::report::Exports;
-use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
 use crate::request::{GpuSpec, HostGapFlags, Launcher, Repeat, Workload};
 use crate::util::Named;
 

@@ -330,7 +330,11 @@ impl Gpu {
                 cu::CUevent_record_flags_enum::CU_EVENT_RECORD_EXTERNAL as std::ffi::c_uint,
             )
         };
-        check(self.ordinal, "cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)", r)
+        check(
+            self.ordinal,
+            "cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)",
+            r,
+        )
     }
 
     /// Captures everything `body` enqueues on the stream into a graph (thread-local capture

@@ -86,9 +86,7 @@ impl Job {
     /// compute only (one GPU measuring one rank's share).
     pub fn needs_communicator(&self, nranks: usize) -> bool {
         match self {
-            Job::Verify { runs, .. } => {
-                nranks > 1 || runs.iter().any(|(_, m)| *m != Mode::Compute)
-            }
+            Job::Verify { runs, .. } => nranks > 1 || runs.iter().any(|(_, m)| *m != Mode::Compute),
             Job::Collective { .. } => true,
             Job::Env => false,
         }
@@ -211,7 +209,9 @@ struct Rank {
 
 impl Rank {
     fn comm(&self) -> &Communicator {
-        self.comm.as_ref().expect("a job with collectives has a communicator")
+        self.comm
+            .as_ref()
+            .expect("a job with collectives has a communicator")
     }
 
     /// Every rank's barrier all-reduce enqueued (none without a communicator); `then` is
@@ -564,7 +564,11 @@ pub fn run_rank(
                 };
                 // The pass's events: every step that launches something in this mode, but
                 // the tiny launch-load kernels.
-                let pass_iters = if mode == Mode::Compute { 0 } else { *timing_pass };
+                let pass_iters = if mode == Mode::Compute {
+                    0
+                } else {
+                    *timing_pass
+                };
                 let mut probe = if pass_iters > 0 {
                     let mut events = vec![];
                     for st in &steps {

@@ -483,9 +483,9 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
         _ => e,
     })?;
     let one = devices.len() == 1;
-    if !one {
-        comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    }
+    // Also for one GPU: it makes NVRTC loadable for the streaming kernel (no communicator is
+    // created then).
+    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
     let schedule = a.workload.schedule(devices.len() as u64)?;
     let host_gaps = a.host_gaps.resolve(&schedule, devices.len())?;
     let fault = crate::backend::fault::rank_fault(a.inject_fault.as_deref())?;
@@ -521,11 +521,19 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
 
 /// Writes the per-collective pass of the first run that has one (eager before graph) as a
 /// Chrome trace.
-pub fn export_trace(job: &Job, results: &[RankResult], path: &std::path::Path) -> anyhow::Result<()> {
+pub fn export_trace(
+    job: &Job,
+    results: &[RankResult],
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
     let Job::Verify { schedule, runs, .. } = job else {
         anyhow::bail!("not a verify job");
     };
-    let Some(c) = (0..runs.len()).find(|&c| results.iter().all(|r| r.passes.get(c).is_some_and(|p| !p.is_empty()))) else {
+    let Some(c) = (0..runs.len()).find(|&c| {
+        results
+            .iter()
+            .all(|r| r.passes.get(c).is_some_and(|p| !p.is_empty()))
+    }) else {
         crate::usage_bail!(
             "--export-trace '{}': no run timed collectives per rank (mode compute, or one GPU); add --mode comm or full",
             path.display()
@@ -627,8 +635,10 @@ fn verify_record_with(
     if !host_gaps.is_none() {
         p.notes.push(host_gaps.describe());
         if runs.iter().any(|r| r.0) {
-            p.notes
-                .push("graph replay: no host gaps (a CUDA graph launches every kernel from the device)".into());
+            p.notes.push(
+                "graph replay: no host gaps (a CUDA graph launches every kernel from the device)"
+                    .into(),
+            );
         }
     }
     let fixed = results
@@ -876,6 +886,22 @@ mod tests {
         assert!(usage(select_devices(&gpus(Some(8), None), None, 4)).starts_with("--gpus 8"));
         assert!(usage(select_devices(&gpus(None, None), Some(8), 4)).starts_with("--tp 8"));
         assert!(usage(select_devices(&gpus(None, None), None, 1)).contains("at least 2 GPUs"));
+        // one rank's compute: one GPU for a workload of any --tp
+        assert_eq!(
+            select_devices_min(&gpus(Some(1), None), Some(8), 1, 1).unwrap(),
+            vec![0]
+        );
+        assert_eq!(
+            select_devices_min(&gpus(None, Some(vec![3])), Some(8), 4, 1).unwrap(),
+            vec![3]
+        );
+        assert!(
+            usage(select_devices_min(&gpus(Some(1), None), Some(8), 1, 2))
+                .contains("at least 2 GPUs")
+        );
+        assert!(
+            usage(select_devices_min(&gpus(Some(2), None), Some(8), 2, 1)).starts_with("--tp 8")
+        );
         assert!(usage(select_devices(&gpus(Some(2), None), Some(4), 8))
             .contains("--tp 4 needs 4 ranks, but 2 GPUs were selected"));
     }

@@ -247,7 +247,10 @@ mod tests {
         let per_rank = vec![
             vec![it([0.0, 50.0], [30.0, 20.0]), it([0.0, 50.0], [30.0, 20.0])],
             vec![it([5.0, 52.0], [25.0, 18.0]), it([5.0, 52.0], [25.0, 18.0])],
-            vec![it([20.0, 60.0], [10.0, 10.0]), it([20.0, 60.0], [10.0, 10.0])],
+            vec![
+                it([20.0, 60.0], [10.0, 10.0]),
+                it([20.0, 60.0], [10.0, 10.0]),
+            ],
         ];
         let a = attribute_pass(&per_rank, "test".into()).unwrap();
         // transfer per verify = the shortest duration of each collective: 10 + 10
