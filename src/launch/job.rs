@@ -4,6 +4,12 @@
 //! (a one-element all-reduce), so all ranks start together; events on the stream bracket the
 //! iteration (including the host's enqueue time, which is what eager mode pays). The parent
 //! takes, per iteration, the slowest rank's time.
+//!
+//! Host gaps ([`crate::measure::gaps`]): in eager replay each rank busy-waits its drawn gap
+//! before each launch; the gaps of every iteration are drawn before the timed loop. After a
+//! run's headline timing, a separate per-collective pass ([`super::timeline`]) times each
+//! collective and compute launch with events (event-record nodes inside a graph). A job of one
+//! rank without collectives (one GPU, `--mode compute`) opens no communicator.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -483,6 +483,12 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
         _ => e,
     })?;
     let one = devices.len() == 1;
+    if let (Some(p), true) = (&a.export_trace, compute_only || one) {
+        crate::usage_bail!(
+            "--export-trace '{}': only runs with collectives on two or more GPUs have a per-collective pass; add --mode comm or full",
+            p.display()
+        );
+    }
     // Also for one GPU: it makes NVRTC loadable for the streaming kernel (no communicator is
     // created then).
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
