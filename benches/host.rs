@@ -62,6 +62,7 @@ fn verify_record() -> Record {
         wrong: 0,
         iterations: 1000,
         warmup: 20,
+        in_collective: None,
     };
     Record::new(
         Source::Measured,

@@ -2,8 +2,17 @@
 # What one GPU can prove, in one go (results/h200x1/).
 #
 #   scripts/h200x1.sh [BINARY] [OUTDIR]     (defaults: target/release/verifybench, $OUT or ./out)
-#   ONLY="traces" scripts/h200x1.sh ...     (a subset of the parts below)
+#   ONLY="selftest compute" scripts/h200x1.sh ...   (a subset of: env selftest bandwidth compute traces)
 #
+# env:       what `verifybench env` sees on one GPU.
+# selftest:  one GPU proves what one GPU can: the streaming kernel against a CPU reference and
+#            the P2P one-shot/two-shot protocol on 2, 4 and 8 virtual ranks (signalling, reuse
+#            across calls, exactness, a rank that never signals); the virtual-rank timings are
+#            labelled "not a P2P measurement".
+# bandwidth: device copy vs the streaming kernel, same run.
+# compute:   one rank's share of a TP=8 verify streamed on one GPU (--gpus 1 --tp 8 --mode
+#            compute): the per-rank compute of an 8-GPU machine of this GPU, against the
+#            schedule's bytes / measured streaming bandwidth; with fresh runs for the spread.
 # traces: real torch.profiler traces and NCCL COLL logs of the PyTorch peer replaying the
 #         Kimi-K2.5 verify schedule on one rank (world size 1: real record_param_comms events;
 #         the one-rank all-reduce launches no NCCL kernel), eager and CUDA graph, with and
@@ -17,11 +26,41 @@ OUTDIR=$(realpath "$OUTDIR")
 VB=$(realpath "$VB")
 W=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0   # never enable NVLink multicast, in any process started here
-ONLY=${ONLY:-traces}
+ONLY=${ONLY:-env selftest bandwidth compute}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 step() { echo; echo "=== $*"; }
 pack() { (cd "$W" && tar czf "$OUTDIR/$1.tar.gz" "$1") && echo "packed $1"; }
 
+if want env; then
+  mkdir -p "$W/env"; step "env"
+  $VB env > "$W/env/env.txt" 2>&1; $VB env --format json > "$W/env/env.json" 2>/dev/null; cat "$W/env/env.txt"
+  pack env
+fi
+if want selftest; then
+  mkdir -p "$W/selftest"; step "selftest (one GPU)"
+  $VB selftest --export-json "$W/selftest/selftest.json" 2>&1 | tee "$W/selftest/selftest.txt"
+  pack selftest
+fi
+if want bandwidth; then
+  mkdir -p "$W/bandwidth"; step "bandwidth"
+  $VB bandwidth --export-json "$W/bandwidth/bandwidth.json" 2>&1 | tee "$W/bandwidth/bandwidth.txt"
+  pack bandwidth
+fi
+if want compute; then
+  C=$W/compute; mkdir -p "$C"
+  for m in kimi-k2.5 deepseek-v3; do
+    for t in 3 4; do
+      step "verify --backend nccl --gpus 1 --tp 8 --mode compute --model $m --tokens $t"
+      $VB verify --backend nccl --gpus 1 --tp 8 --mode compute --model $m --tokens $t --graph both \
+          -n 200 -w 20 --export-json "$C/verify-$m-tp8-t$t-compute-1gpu.json" 2>&1 | tee "$C/verify-$m-tp8-t$t-compute-1gpu.txt"
+    done
+  done
+  step "the same, Kimi-K2.5 T=3, 5 fresh runs (between-run spread)"
+  $VB verify --backend nccl --gpus 1 --tp 8 --mode compute --model kimi-k2.5 --tokens 3 --graph both \
+      -n 200 -w 20 --fresh-runs 5 --export-json "$C/verify-kimi-k2.5-tp8-t3-compute-1gpu-fresh5.json" 2>&1 \
+      | tee "$C/verify-kimi-k2.5-tp8-t3-compute-1gpu-fresh5.txt"
+  pack compute
+fi
 if want traces; then
   T=$W/traces; mkdir -p "$T"
   step "traces: PyTorch peer under torch.profiler, world size 1"

@@ -16,7 +16,11 @@ pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
             a.launches_per_layer
         );
     }
-    verify_with(&*backend::resolve(a.backend, a.quiet), a)
+    let compute_only = a.mode.iter().all(|m| *m == crate::record::Mode::Compute);
+    verify_with(
+        &*backend::resolve_min(a.backend, a.quiet, if compute_only { 1 } else { 2 }),
+        a,
+    )
 }
 
 /// `verify` on a given backend.
@@ -97,7 +101,43 @@ mod tests {
             quiet: true,
             inject_fault: None,
             impls: vec![],
+            host_gaps: Default::default(),
+            export_trace: None,
         }
+    }
+
+    #[test]
+    fn mock_per_collective_pass_reaches_the_table_and_the_trace_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = verify_request(dir.path());
+        a.host_gaps.gaps.late = Some(crate::measure::gaps::LateRank { rank: 1, us: 50.0 });
+        let tp = dir.path().join("pass.json");
+        a.export_trace = Some(tp.clone());
+        assert_eq!(verify_with(&MockBackend, &a).unwrap(), 0);
+        let rec = MockBackend.verify(&a).unwrap();
+        let Body::Verify(v) = &rec.body else {
+            panic!("a verify record")
+        };
+        let eager = v.run(false, crate::record::Mode::Comm).unwrap();
+        let c = eager.in_collective.as_ref().unwrap();
+        assert!(c.how.contains("FAKE"));
+        assert_eq!(c.straggler.as_ref().unwrap().rank, 1);
+        assert!(c.waiting_us > 0.0 && c.in_collective_us > c.transfer_us);
+        // graph replay: no late rank, no waiting
+        let g = v.run(true, crate::record::Mode::Comm).unwrap();
+        assert_eq!(g.in_collective.as_ref().unwrap().waiting_us, 0.0);
+        let table = text::verify_table(&rec);
+        assert!(table.contains("in collectives per verify"), "{table}");
+        assert!(table.contains("rank 1 last in 100%"), "{table}");
+        // the exported pass reads back through `trace` with the same split
+        let back = crate::trace::analyse(&crate::trace::TraceRequest::new(vec![tp])).unwrap();
+        assert_eq!(back.ranks.len(), 2);
+        let at = back.attribution.unwrap();
+        assert_eq!(at.straggler.unwrap().rank, 1);
+        let s = a.workload.schedule(2).unwrap();
+        assert_eq!(at.matched as u64, s.n_collectives() * c.iterations);
+        let per_verify = at.total.transfer_us / c.iterations as f64;
+        assert!((per_verify - c.transfer_us).abs() < 1e-6 * c.transfer_us);
     }
 
     #[test]

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 pub use crate::comm::p2p::Impl;
 use crate::costmodel::ModelSettings;
 use crate::launch::rendezvous::Endpoint;
+use crate::measure::gaps::{HostGapRequest, HostGaps};
+use crate::model::schedule_file::ScheduleFile;
 use crate::model::{
     self, CollectiveKind, DType, Logits, Phase, Routing, Schedule, ScheduleOptions,
 };
@@ -249,6 +251,87 @@ pub fn runs(modes: &[Mode], graph: GraphChoice) -> Vec<(bool, Mode)> {
     v
 }
 
+/// The host-gap flags of `verify`, `sweep` and `worker` (`--host-gap-us`, `--host-gap-per`,
+/// `--late-rank`, `--gap-seed` in [`HostGapRequest`]; `--host-gap-from` as the file's path,
+/// read when the schedule is known).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostGapFlags {
+    pub gaps: HostGapRequest,
+    /// `--host-gap-from SCHEDULE`: a schedule file with `host_gaps_us`.
+    pub from: Option<PathBuf>,
+}
+
+impl HostGapFlags {
+    /// Validates the flags for `schedule` on `nranks` ranks: usage errors (exit 2, one line
+    /// naming the flag or file) for a late rank outside the world, a schedule file that is not
+    /// of this schedule or has no host gaps, both `--host-gap-us` and `--host-gap-from`.
+    pub fn resolve(&self, schedule: &Schedule, nranks: usize) -> anyhow::Result<HostGaps> {
+        let mut req = self.gaps.clone();
+        if let Some(p) = &self.from {
+            let f = ScheduleFile::load(p)?;
+            let name = p.display().to_string();
+            let Some(g) = f.host_gaps_us else {
+                crate::usage_bail!(
+                    "--host-gap-from '{name}': the file has no host_gaps_us; write it with `verifybench trace ... --export-schedule`"
+                );
+            };
+            if let Some(why) = other_schedule(&f.schedule, schedule) {
+                crate::usage_bail!(
+                    "--host-gap-from '{name}' was traced for another schedule ({why}); give the workload flags it was traced with (or --schedule it)"
+                );
+            }
+            req.from_schedule = Some((g, name));
+        }
+        HostGaps::from_request(&req, nranks, schedule.ops.len())
+    }
+
+    /// The flags that reproduce these settings on a child's command line (sweep points).
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![];
+        let g = &self.gaps;
+        if let Some(x) = &g.gap {
+            a.extend(["--host-gap-us".into(), x.to_string()]);
+        }
+        if let Some(p) = g.per {
+            a.extend(["--host-gap-per".into(), p.name().into()]);
+        }
+        if let Some(l) = &g.late {
+            a.extend(["--late-rank".into(), format!("{}:{}", l.rank, l.us)]);
+        }
+        if let Some(p) = &self.from {
+            a.extend(["--host-gap-from".into(), p.display().to_string()]);
+        }
+        if let Some(s) = g.seed {
+            a.extend(["--gap-seed".into(), s.to_string()]);
+        }
+        a
+    }
+}
+
+/// Why `file` is not the schedule `want` (op count, or the first op whose kind, collective or
+/// size differs), or `None` when it is.
+pub fn other_schedule(file: &Schedule, want: &Schedule) -> Option<String> {
+    if file.ops.len() != want.ops.len() {
+        return Some(format!(
+            "{} ops, this schedule has {}",
+            file.ops.len(),
+            want.ops.len()
+        ));
+    }
+    let sig = |o: &model::Op| match o {
+        model::Op::Collective {
+            kind, dtype, count, ..
+        } => format!("{} of {count} {}", kind.name(), dtype.name()),
+        model::Op::Compute { .. } => "compute".to_string(),
+    };
+    file.ops
+        .iter()
+        .zip(&want.ops)
+        .enumerate()
+        .find(|(_, (a, b))| sig(a) != sig(b))
+        .map(|(i, (a, b))| format!("op {i} is {} in the file, {} here", sig(a), sig(b)))
+}
+
 /// `verify`: replay the verify schedule.
 #[derive(Debug, Clone)]
 pub struct VerifyRequest {
@@ -270,6 +353,10 @@ pub struct VerifyRequest {
     /// The all-reduce implementations to replay the schedule with (`--impl`; empty: NCCL
     /// only). The all-gather stays on NCCL.
     pub impls: Vec<Impl>,
+    /// Host time before each launch in eager replay, a late rank (issue 17).
+    pub host_gaps: HostGapFlags,
+    /// `--export-trace FILE`: the per-collective timing pass as a Chrome trace.
+    pub export_trace: Option<PathBuf>,
 }
 
 impl VerifyRequest {
@@ -357,6 +444,8 @@ pub struct WorkerRequest {
     pub timeout: f64,
     pub nccl_lib: Option<PathBuf>,
     pub export: Exports,
+    /// Host time before each launch in eager replay, a late rank.
+    pub host_gaps: HostGapFlags,
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
                     wrong: 0,
                     iterations: 1,
                     warmup: 0,
+                    in_collective: None,
                 },
                 VerifyRun {
                     graph: true,
@@ -58,6 +59,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
                     wrong: 0,
                     iterations: 3,
                     warmup: 1,
+                    in_collective: None,
                 },
             ],
             stream_gbps: None,

@@ -32,6 +32,7 @@ fn run(graph: bool, median: f64) -> VerifyRun {
         wrong: 0,
         iterations: 100,
         warmup: 10,
+        in_collective: None,
     }
 }
 

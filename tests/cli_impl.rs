@@ -368,6 +368,8 @@ fn mock_verify_without_nccl_has_only_custom_runs() {
         quiet: true,
         inject_fault: None,
         impls: vec![Impl::TwoShot],
+        host_gaps: Default::default(),
+        export_trace: None,
     };
     let rec = MockBackend.verify(&req).unwrap();
     let Body::Verify(v) = &rec.body else { panic!() };

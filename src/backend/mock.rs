@@ -60,6 +60,21 @@ impl Backend for MockBackend {
             .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
         crate::impls::check_verify(&a.impls, &s)?;
         let ncoll = s.n_collectives().max(1);
+        let n = s.tp as usize;
+        let gaps = a.host_gaps.resolve(&s, n)?;
+        let pass_iters = crate::launch::timeline::pass_iterations(a.repeat.iters) as usize;
+        // The per-collective pass, faked: every collective 7 us (graph) or 9 us (eager) long,
+        // the late rank (eager only) starting each one its lag late.
+        let pass = |graph: bool| {
+            let late = gaps.late.filter(|_| !graph).map(|l| (l.rank, l.us));
+            let per = if graph { 7.0 } else { 9.0 };
+            crate::launch::timeline::fake_pass(&s, n, pass_iters, per, late)
+        };
+        if let Some(p) = &a.export_trace {
+            let graph = !a.runs().iter().any(|(g, m)| !*g && *m != Mode::Compute);
+            let tracks = crate::launch::timeline::chrome_tracks(&pass(graph), &s, graph);
+            crate::trace::chrome::write_file(&tracks, n, p)?;
+        }
         let run = |imp: Impl, graph: bool, mode: Mode| {
             let per = if graph { 7.0 } else { 9.0 } * fake_factor(imp);
             let key = match imp {
@@ -80,6 +95,11 @@ impl Backend for MockBackend {
                 wrong: 0,
                 iterations: a.repeat.iters.max(1),
                 warmup: a.repeat.warmup,
+                in_collective: (imp == Impl::Nccl && mode != Mode::Compute)
+                    .then(|| {
+                        crate::launch::timeline::attribute_pass(&pass(graph), FAKE_NOTE.into())
+                    })
+                    .flatten(),
             }
         };
         let runs = if crate::impls::has_nccl(&a.impls) {
@@ -100,6 +120,9 @@ impl Backend for MockBackend {
             }
         }
         let mut prov = provenance(a.gpu.launcher.name());
+        if !gaps.is_none() {
+            prov.notes.push(gaps.describe());
+        }
         if !p2p.is_empty() {
             prov.notes.push(crate::impls::VERIFY_NOTE.into());
         }

@@ -16,7 +16,7 @@ pub mod fault;
 mod mock;
 
 use crate::impls;
-use crate::record::{Body, Provenance, Record, Source};
+use crate::record::{Body, Mode, Provenance, Record, Source};
 use crate::request::{BackendKind, CollectiveRequest, VerifyRequest};
 use crate::util::now_utc;
 
@@ -65,7 +65,28 @@ impl Backend for ModelBackend {
             .workload
             .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
         impls::check_verify(&a.impls, &s)?;
-        let m = crate::costmodel::verify(&s, s.tp as usize, &a.runs(), a.gpu.launcher, &a.model)?;
+        let n = s.tp as usize;
+        let gaps = a.host_gaps.resolve(&s, n)?;
+        if let Some(f) = &a.export_trace {
+            crate::usage_bail!(
+                "--export-trace '{}' writes the measured per-collective pass; the model backend times nothing (use --backend nccl)",
+                f.display()
+            );
+        }
+        let mut m = crate::costmodel::verify(&s, n, &a.runs(), a.gpu.launcher, &a.model)?;
+        if n >= 2 {
+            for r in m.result.runs.iter_mut().filter(|r| r.mode != Mode::Compute) {
+                r.in_collective = Some(crate::costmodel::in_collective(
+                    &s,
+                    n,
+                    r.graph,
+                    r.mode,
+                    &gaps,
+                    a.gpu.launcher,
+                    &a.model,
+                )?);
+            }
+        }
         let (mut result, mut notes) = (m.result, m.notes);
         let custom = impls::p2p(&a.impls);
         if !custom.is_empty() {
@@ -92,6 +113,10 @@ impl Backend for ModelBackend {
         p.launcher = Some(a.gpu.launcher.name().into());
         p.model_profile = Some(m.profile);
         p.notes = notes;
+        if !gaps.is_none() {
+            p.notes.push(gaps.describe());
+            p.notes.push("host gaps: the in-collective time (transfer + waiting) is modeled with them; the per-verify time above them is not (it is the device and launch time only)".into());
+        }
         Ok(Record::new(Source::Modeled, p, Body::Verify(result)))
     }
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
@@ -146,6 +171,15 @@ fn p2p_model_note(p: &crate::costmodel::profile::Profile) -> String {
 /// on stderr unless `quiet`) and returns the backend of that kind.
 pub fn resolve(requested: BackendKind, quiet: bool) -> Box<dyn Backend> {
     resolve_with(requested, quiet, crate::comm::device_count)
+}
+
+/// [`resolve`] for a job that needs at least `min_gpus` GPUs for `auto` to pick NCCL: 1 for
+/// compute only (one GPU streams one rank's share), else 2.
+pub fn resolve_min(requested: BackendKind, quiet: bool, min_gpus: usize) -> Box<dyn Backend> {
+    if requested == BackendKind::Auto && min_gpus == 1 && crate::comm::device_count() == 1 {
+        return Box::new(NcclBackend);
+    }
+    resolve(requested, quiet)
 }
 
 /// [`resolve`] with the GPU count from `count` (tests inject it).

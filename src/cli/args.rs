@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 
 use crate::costmodel::ModelSettings;
+use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
 use crate::model::{DType, Logits, Phase, Routing};
 use crate::report::Exports;
-use crate::request::{GpuSpec, Launcher, Repeat, Workload};
+use crate::request::{GpuSpec, HostGapFlags, Launcher, Repeat, Workload};
 use crate::util::Named;
 
 /// The clap parser of a library enum: accepts `T::ALL` by name and lists them (with their help
@@ -183,6 +184,46 @@ impl From<&ExportArgs> for Exports {
             export_json: a.export_json.clone(),
             export_csv: a.export_csv.clone(),
             export_markdown: a.export_markdown.clone(),
+        }
+    }
+}
+
+/// The host-gap flags of `verify`, `sweep` and `worker`: a server's CPU time between
+/// launches and a late rank, replayed in eager mode (a CUDA-graph replay has none).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct HostGapArgs {
+    /// Host (CPU) time busy-waited before each launch in eager replay: mean US and standard
+    /// deviation JITTER in microseconds (0..=1000000 each; gamma-distributed, drawn per rank
+    /// and per op or layer), e.g. 200:50. A CUDA-graph replay has no host gaps.
+    #[arg(long, value_name = "US[:JITTER]")]
+    pub host_gap_us: Option<HostGap>,
+    /// Where a gap is spent: before every launch (op, default) or once per layer.
+    #[arg(long, value_name = "op|layer")]
+    pub host_gap_per: Option<GapPer>,
+    /// One rank starts each layer US microseconds later (0..=1000000; RANK below the world
+    /// size), as rank 0 is when it samples, e.g. 1:100.
+    #[arg(long, value_name = "RANK:US")]
+    pub late_rank: Option<LateRank>,
+    /// The per-op host gaps a trace measured: a schedule file of this schedule with
+    /// host_gaps_us (`verifybench trace ... --export-schedule`).
+    #[arg(long, value_name = "SCHEDULE", conflicts_with = "host_gap_us")]
+    pub host_gap_from: Option<PathBuf>,
+    /// Seed of the gap generator (any u64; recorded with the result).
+    #[arg(long, value_name = "N")]
+    pub gap_seed: Option<u64>,
+}
+
+impl From<&HostGapArgs> for HostGapFlags {
+    fn from(a: &HostGapArgs) -> HostGapFlags {
+        HostGapFlags {
+            gaps: HostGapRequest {
+                gap: a.host_gap_us,
+                per: a.host_gap_per,
+                late: a.late_rank,
+                from_schedule: None,
+                seed: a.gap_seed,
+            },
+            from: a.host_gap_from.clone(),
         }
     }
 }

@@ -243,8 +243,60 @@ fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
         warmup: 1,
         launches_per_layer: 2,
         run_impls: vec![],
+        // Small jittered host gaps exercise the eager busy-wait; the exact-result checks hold
+        // with them as without.
+        host_gaps: crate::measure::gaps::HostGaps::from_request(
+            &crate::measure::gaps::HostGapRequest {
+                gap: Some(crate::measure::gaps::HostGap {
+                    mean_us: 20.0,
+                    jitter_us: 5.0,
+                }),
+                ..Default::default()
+            },
+            devices.len(),
+            s.ops.len(),
+        )
+        .expect("valid host gaps"),
+        timing_pass: 2,
     };
-    match run_job(&spec(devices, launcher, 120.0), &job).and_then(|r| combine(&r, runs.len())) {
+    let results = run_job(&spec(devices, launcher, 120.0), &job);
+    if let Ok(r) = &results {
+        // The per-collective pass: every rank, every run, each verify's collectives timed.
+        for (c, (graph, mode)) in runs.iter().enumerate() {
+            let per_rank: Vec<_> = r
+                .iter()
+                .map(|x| x.passes.get(c).cloned().unwrap_or_default())
+                .collect();
+            let ok_rank = |p: &Vec<crate::launch::timeline::PassIteration>| {
+                p.len() == 2
+                    && p.iter().all(|it| {
+                        it.collectives.len() as u64 == s.n_collectives()
+                            && it
+                                .collectives
+                                .iter()
+                                .all(|t| t.dur_us > 0.0 && t.start_us >= 0.0)
+                    })
+            };
+            let a = crate::launch::timeline::attribute_pass(&per_rank, String::new());
+            checks.push(Check {
+                name: format!(
+                    "per-collective pass {} {}",
+                    mode.name(),
+                    if *graph { "graph" } else { "eager" }
+                ),
+                launcher: launcher.name().into(),
+                pass: per_rank.iter().all(ok_rank)
+                    && a.as_ref().is_some_and(|a| a.transfer_us > 0.0),
+                detail: a.map_or("no attribution".into(), |a| {
+                    format!(
+                        "in collectives {:.0} us = transfer {:.0} + waiting {:.0} us per verify",
+                        a.in_collective_us, a.transfer_us, a.waiting_us
+                    )
+                }),
+            });
+        }
+    }
+    match results.and_then(|r| combine(&r, runs.len())) {
         Ok(c) => {
             for ((graph, mode), (sum, wrong)) in runs.iter().zip(c) {
                 checks.push(Check {
@@ -360,6 +412,8 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
         warmup: 1,
         launches_per_layer: 0,
         run_impls: vec![],
+        host_gaps: Default::default(),
+        timing_pass: 0,
     };
     let t0 = Instant::now();
     let res = run_job(&sp, &job);

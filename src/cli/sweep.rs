@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 
-use crate::cli::args::{named, ExportArgs, GpuArgs, ModelArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::args::{
+    named, ExportArgs, GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
+};
 use crate::record::Mode;
 use crate::request::{BackendKind, GraphChoice};
 use crate::sweep::command::SweepRequest;
@@ -93,6 +95,8 @@ pub struct SweepArgs {
     pub no_probe: bool,
     #[command(flatten)]
     pub export: ExportArgs,
+    #[command(flatten)]
+    pub host_gaps: HostGapArgs,
     /// Write the ranking table as Markdown to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_table_markdown: Option<PathBuf>,
@@ -132,6 +136,7 @@ impl From<&SweepArgs> for SweepRequest {
             repeat: (&a.repeat).into(),
             model: (&a.model).into(),
             export: (&a.export).into(),
+            host_gaps: (&a.host_gaps).into(),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! `verifybench verify`: the flags; the replay itself is [`crate::commands::verify`].
 
-use crate::cli::args::{named, ExportArgs, GpuArgs, ModelArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::args::{
+    named, ExportArgs, GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
+};
 use crate::record::Mode;
 use crate::request::{BackendKind, GraphChoice, VerifyRequest};
 
@@ -29,6 +31,13 @@ pub struct VerifyArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub export: ExportArgs,
+    #[command(flatten)]
+    pub host_gaps: HostGapArgs,
+    /// Write the per-collective timing pass (one verify, every rank) as a Chrome trace to FILE:
+    /// one track per rank with collectives, compute and host gaps; Perfetto and
+    /// `verifybench trace FILE` read it.
+    #[arg(long, value_name = "FILE")]
+    pub export_trace: Option<std::path::PathBuf>,
     /// Print nothing but errors (the JSON export still happens).
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -59,6 +68,8 @@ impl From<&VerifyArgs> for VerifyRequest {
             quiet: a.quiet,
             inject_fault: a.inject_fault.clone(),
             impls: a.impls.0.clone(),
+            host_gaps: (&a.host_gaps).into(),
+            export_trace: a.export_trace.clone(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `verifybench worker`: the flags of one externally launched rank; the rank itself runs in
 //! [`crate::launch::external_worker`].
 
-use crate::cli::args::{named, ExportArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::args::{named, ExportArgs, HostGapArgs, RepeatArgs, WorkloadArgs};
 use crate::launch::rendezvous::{endpoint_arg, Endpoint};
 use crate::record::Mode;
 use crate::request::{GraphChoice, WorkerRequest};
@@ -42,6 +42,8 @@ pub struct WorkerArgs {
     pub nccl_lib: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub export: ExportArgs,
+    #[command(flatten)]
+    pub host_gaps: HostGapArgs,
 }
 
 impl From<&WorkerArgs> for WorkerRequest {
@@ -60,6 +62,7 @@ impl From<&WorkerArgs> for WorkerRequest {
             timeout: a.timeout,
             nccl_lib: a.nccl_lib.clone(),
             export: (&a.export).into(),
+            host_gaps: (&a.host_gaps).into(),
         }
     }
 }

@@ -313,6 +313,30 @@ impl Gpu {
             .map_err(fail(self.ordinal, "cuEventRecord"))
     }
 
+    /// Records `ev` as a timestamp: on the stream as [`Gpu::record`] outside a capture; inside
+    /// a capture as an event-record node of the graph (`CU_EVENT_RECORD_EXTERNAL`), so that
+    /// every replay of the graph records it again, where a plain record would only order work.
+    pub fn record_timestamp(&self, ev: &Event) -> Result<(), CudaFailure> {
+        if self.capturing.borrow().is_none() {
+            return self.record(ev);
+        }
+        // SAFETY: the event and the stream are live handles of this GPU's context (the event
+        // lives as long as the caller keeps it; a graph that records it must be replayed only
+        // while the event lives, which the job guarantees by keeping both together).
+        let r = unsafe {
+            cu::cuEventRecordWithFlags(
+                ev.0.cu_event(),
+                self.stream.cu_stream(),
+                cu::CUevent_record_flags_enum::CU_EVENT_RECORD_EXTERNAL as std::ffi::c_uint,
+            )
+        };
+        check(
+            self.ordinal,
+            "cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)",
+            r,
+        )
+    }
+
     /// Captures everything `body` enqueues on the stream into a graph (thread-local capture
     /// mode: one thread per GPU). Nothing inside may allocate, free, synchronize or copy to
     /// the host: CUDA refuses those during a capture and the capture fails with its error.

@@ -623,6 +623,7 @@ mod tests {
             wrong: 0,
             iterations: samples.len() as u64,
             warmup: 2,
+            in_collective: None,
         }
     }
 

@@ -116,6 +116,76 @@ fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
     v
 }
 
+/// Modeled time inside the collectives of one verify with host gaps `gaps` ([`waiting`]):
+/// transfer = the device time of each collective, waiting from the asynchronous timeline
+/// ([`waiting::HostSync::Iteration`], what the eager replay does), and as the lower bound the
+/// hosts re-synchronised at every collective. Graph replay: no host gaps, no waiting.
+pub fn in_collective(
+    schedule: &Schedule,
+    nranks: usize,
+    graph: bool,
+    mode: Mode,
+    gaps: &crate::measure::gaps::HostGaps,
+    launcher: Launcher,
+    m: &ModelSettings,
+) -> anyhow::Result<crate::record::InCollective> {
+    use waiting::{predict, GpuWork, HostSync, DEFAULT_ITERATIONS};
+    let (p, _) = m.resolve()?;
+    let force = m.force()?;
+    let launches = crate::measure::gaps::schedule_launches(schedule, mode != Mode::Comm);
+    let mut work = Vec::with_capacity(launches.len());
+    for l in &launches {
+        let us = match &schedule.ops[l.op] {
+            Op::Collective {
+                kind,
+                bytes_per_rank,
+                ..
+            } => {
+                let size = nccl_size(*kind, *bytes_per_rank, nranks);
+                predict::op_time(&p, *kind, size, nranks, graph, launcher, &force)?.device_us
+            }
+            Op::Compute { weight_bytes, .. } => *weight_bytes as f64 / (p.hbm_gbps * 1e3),
+        };
+        work.push(GpuWork { us });
+    }
+    let asy = predict(
+        gaps,
+        &launches,
+        &work,
+        nranks,
+        graph,
+        HostSync::Iteration,
+        DEFAULT_ITERATIONS,
+    );
+    let low = predict(
+        gaps,
+        &launches,
+        &work,
+        nranks,
+        graph,
+        HostSync::Collective,
+        0,
+    );
+    Ok(crate::record::InCollective {
+        in_collective_us: asy.in_collective_us,
+        transfer_us: asy.transfer_us,
+        waiting_us: asy.waiting_us,
+        waiting_per_rank_us: asy.waiting_per_rank_us,
+        median_skew_us: None,
+        straggler: None,
+        lower_bound_us: Some(low.in_collective_us),
+        iterations: 0,
+        how: if graph || gaps.is_none() {
+            "modeled: no host gaps (graph replay, or none given), so no waiting: transfer = the device time of the collectives".into()
+        } else {
+            format!(
+                "modeled: asynchronous launches, the ranks' hosts meeting only at the per-iteration barrier, GPU timeline simulated over {DEFAULT_ITERATIONS} verifies (standard error {:.1} us); lower bound: hosts re-synchronised at every collective (order statistics of the gaps)",
+                asy.waiting_se_us
+            )
+        },
+    })
+}
+
 /// Predicts a verify replay of `schedule` on `nranks` ranks, one run per (graph, mode).
 pub fn verify(
     schedule: &Schedule,
@@ -214,6 +284,7 @@ pub fn verify(
             wrong: 0,
             iterations: 0,
             warmup: 0,
+            in_collective: None,
         });
     }
     Ok(Modeled {

@@ -52,13 +52,17 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         );
     }
     let runs = crate::request::runs(&a.mode, a.graph);
+    let host_gaps = a.host_gaps.resolve(&schedule, info.world_size)?;
+    let iters = a.repeat.iters.max(1);
     let job = Job::Verify {
         schedule,
         runs,
-        iters: a.repeat.iters.max(1),
+        iters,
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: vec![],
+        host_gaps,
+        timing_pass: super::timeline::pass_iterations(iters),
     };
     let hello = Hello::here(job_hash(&job), info.rank, info.world_size);
     let rdv_timeout = Duration::from_secs_f64(a.rendezvous_timeout.max(1.0));

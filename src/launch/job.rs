@@ -4,6 +4,12 @@
 //! (a one-element all-reduce), so all ranks start together; events on the stream bracket the
 //! iteration (including the host's enqueue time, which is what eager mode pays). The parent
 //! takes, per iteration, the slowest rank's time.
+//!
+//! Host gaps ([`crate::measure::gaps`]): in eager replay each rank busy-waits its drawn gap
+//! before each launch; the gaps of every iteration are drawn before the timed loop. After a
+//! run's headline timing, a separate per-collective pass ([`super::timeline`]) times each
+//! collective and compute launch with events (event-record nodes inside a graph). A job of one
+//! rank without collectives (one GPU, `--mode compute`) opens no communicator.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +22,9 @@ use crate::comm::kernels::{Kernels, Pool};
 use crate::comm::p2p::{
     file_exchange, Impl, InProcessExchange, P2pAllReduce, P2pConfig, Workspace,
 };
-use crate::comm::{Buffer, Communicator, Gpu, UniqueId};
+use crate::comm::{Buffer, Communicator, Event, Gpu, UniqueId};
+use crate::measure::attribution::RankTiming;
+use crate::measure::gaps::{busy_wait_us, schedule_launches, HostGaps};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::{GpuInfo, Mode};
@@ -96,12 +104,29 @@ pub enum Job {
         /// all-gather is NCCL's whatever this says).
         #[serde(default)]
         run_impls: Vec<Impl>,
+        /// Host time before each launch in eager replay (none in graph replay).
+        #[serde(default)]
+        host_gaps: HostGaps,
+        /// Verifies of the per-collective timing pass after each run's headline timing (0:
+        /// no pass).
+        #[serde(default)]
+        timing_pass: u64,
     },
     /// Report the environment only (no NCCL).
     Env,
 }
 
 impl Job {
+    /// Whether `nranks` ranks of this job need an NCCL communicator: not one rank replaying
+    /// compute only (one GPU measuring one rank's share).
+    pub fn needs_communicator(&self, nranks: usize) -> bool {
+        match self {
+            Job::Verify { runs, .. } => nranks > 1 || runs.iter().any(|(_, m)| *m != Mode::Compute),
+            Job::Collective { .. } => true,
+            Job::Env => false,
+        }
+    }
+
     /// Number of configurations (each gives one sample series).
     pub fn configs(&self) -> usize {
         match self {
@@ -215,6 +240,10 @@ pub struct RankResult {
     /// compute operation, when compute ran.
     #[serde(default)]
     pub stream_fixed_us: Option<f64>,
+    /// Per configuration: the per-collective timing pass, one entry per verify (empty when
+    /// the configuration had none).
+    #[serde(default)]
+    pub passes: Vec<Vec<super::timeline::PassIteration>>,
 }
 
 /// Where a rank stands.
@@ -340,46 +369,112 @@ fn connect_p2p(gpu: &Gpu, setup: &RankSetup, bytes: usize) -> anyhow::Result<P2p
     ws.connect(gpu, &all)
 }
 
-/// Everything a rank holds while running.
+/// Everything a rank holds while running. A job of one rank without collectives (one GPU,
+/// compute only) has no communicator: its barrier is a stream synchronisation.
 struct Rank {
     setup: RankSetup,
     gpu: Gpu,
-    comm: Communicator,
-    barrier: Coll,
+    comm: Option<Communicator>,
+    barrier: Option<Coll>,
     p2p: RankP2p,
 }
 
 impl Rank {
-    fn barrier(&self) -> anyhow::Result<()> {
-        self.barrier.enqueue(&self.comm, &self.gpu)?;
+    fn comm(&self) -> &Communicator {
+        self.comm
+            .as_ref()
+            .expect("a job with collectives has a communicator")
+    }
+
+    /// Every rank's barrier all-reduce enqueued (none without a communicator); `then` is
+    /// recorded right after it, before the host waits for the stream.
+    fn barrier_then(&self, then: Option<&Event>) -> anyhow::Result<()> {
+        if let (Some(b), Some(c)) = (&self.barrier, &self.comm) {
+            b.enqueue(c, &self.gpu)?;
+        }
+        if let Some(e) = then {
+            self.gpu.record(e)?;
+        }
         self.gpu.sync()?;
         Ok(())
     }
 
-    /// Times `iters` samples of `body` after `warmup` untimed ones.
+    fn barrier(&self) -> anyhow::Result<()> {
+        self.barrier_then(None)
+    }
+
+    fn async_error(&self) -> anyhow::Result<()> {
+        if let Some(c) = &self.comm {
+            c.async_error()?;
+        }
+        Ok(())
+    }
+
+    /// Times `iters` samples of `body` after `warmup` untimed ones; `body` gets the iteration's
+    /// index (warm-up iterations first).
     fn time<F>(&self, iters: u64, warmup: u64, mut body: F) -> anyhow::Result<Vec<f64>>
     where
-        F: FnMut(&Communicator, &Gpu) -> anyhow::Result<()>,
+        F: FnMut(u64) -> anyhow::Result<()>,
     {
-        for _ in 0..warmup {
-            body(&self.comm, &self.gpu)?;
+        for it in 0..warmup {
+            body(it)?;
         }
         self.gpu.sync()?;
         self.p2p.check(&self.gpu)?;
         let (start, end) = (self.gpu.event()?, self.gpu.event()?);
         let mut out = Vec::with_capacity(iters as usize);
-        for _ in 0..iters {
+        for it in 0..iters {
             self.barrier()?;
             self.gpu.record(&start)?;
-            body(&self.comm, &self.gpu)?;
+            body(warmup + it)?;
             self.gpu.record(&end)?;
             self.gpu.sync()?;
             // a peer that never signalled ends the run here, naming it, not after every sample
             self.p2p.check(&self.gpu)?;
             out.push(start.elapsed_us(&end)?);
         }
-        self.comm.async_error()?;
+        self.async_error()?;
         Ok(out)
+    }
+}
+
+/// The events and host times of one verify of the per-collective timing pass.
+struct Probe {
+    /// Start and end event of each step that launches something in this mode.
+    events: Vec<Option<(Event, Event)>>,
+    /// Recorded right after the barrier all-reduce: the rank's time origin.
+    reference: Event,
+    /// When the host saw the barrier end (the origin of host times).
+    host_ref: std::time::Instant,
+    host_gaps: Vec<RankTiming>,
+    launches: Vec<RankTiming>,
+}
+
+impl Probe {
+    fn host_us(&self, t: std::time::Instant) -> f64 {
+        t.saturating_duration_since(self.host_ref).as_secs_f64() * 1e6
+    }
+
+    /// The pass iteration from the completed events; `steps` say which were collectives.
+    fn read(&mut self, steps: &[Step]) -> anyhow::Result<super::timeline::PassIteration> {
+        let mut it = super::timeline::PassIteration {
+            host_gaps: std::mem::take(&mut self.host_gaps),
+            launches: std::mem::take(&mut self.launches),
+            ..Default::default()
+        };
+        for (st, ev) in steps.iter().zip(&self.events) {
+            if let Some((a, b)) = ev {
+                let t = RankTiming {
+                    start_us: self.reference.elapsed_us(a)?,
+                    dur_us: a.elapsed_us(b)?,
+                };
+                match st {
+                    Step::Coll => it.collectives.push(t),
+                    _ => it.compute.push(t),
+                }
+            }
+        }
+        Ok(it)
     }
 }
 
@@ -419,6 +514,7 @@ pub fn run_rank(
         init_s: 0.0,
         stream_gbps: None,
         stream_fixed_us: None,
+        passes: vec![],
     };
     if let Job::Env = job {
         result.gpu = crate::comm::device::info(setup.device).ok();
@@ -426,19 +522,24 @@ pub fn run_rank(
     }
     let gpu = Gpu::open(setup.device)?;
     result.gpu = Some(gpu.info());
-    let comm = Communicator::init(&gpu, &setup.id, setup.rank, setup.nranks)?;
-    result.nccl_version = crate::comm::nccl::version();
-    result.nccl_library = crate::comm::libs::loaded_path("libnccl");
     let n = setup.nranks;
-    let barrier = Coll::new(
-        &gpu,
-        CollectiveKind::AllReduce,
-        DType::F32,
-        1,
-        0,
-        setup.rank,
-        n,
-    )?;
+    let (comm, barrier) = if job.needs_communicator(n) {
+        let comm = Communicator::init(&gpu, &setup.id, setup.rank, setup.nranks)?;
+        result.nccl_version = crate::comm::nccl::version();
+        result.nccl_library = crate::comm::libs::loaded_path("libnccl");
+        let barrier = Coll::new(
+            &gpu,
+            CollectiveKind::AllReduce,
+            DType::F32,
+            1,
+            0,
+            setup.rank,
+            n,
+        )?;
+        (Some(comm), Some(barrier))
+    } else {
+        (None, None)
+    };
     let mut rank = Rank {
         setup,
         gpu,
@@ -483,12 +584,12 @@ pub fn run_rank(
                     let (samples, wrong) = if graph {
                         let g = rank.gpu.capture(|| {
                             for _ in 0..b {
-                                colls[0].enqueue_on(&rank.comm, &rank.gpu, case.imp, &rank.p2p)?;
+                                colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p)?;
                             }
                             Ok(())
                         });
                         let g = g?;
-                        let s = rank.time(*iters, *warmup, |_, _| Ok(g.launch()?))?;
+                        let s = rank.time(*iters, *warmup, |_| Ok(g.launch()?))?;
                         poison(&colls, &rank.gpu)?;
                         g.launch()?;
                         rank.gpu.sync()?;
@@ -496,14 +597,14 @@ pub fn run_rank(
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     } else {
                         let (c, p2p) = (&colls, &rank.p2p);
-                        let s = rank.time(*iters, *warmup, |comm, gpu| {
+                        let s = rank.time(*iters, *warmup, |_| {
                             for _ in 0..b {
-                                c[0].enqueue_on(comm, gpu, case.imp, p2p)?;
+                                c[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, p2p)?;
                             }
                             Ok(())
                         })?;
                         poison(&colls, &rank.gpu)?;
-                        colls[0].enqueue_on(&rank.comm, &rank.gpu, case.imp, &rank.p2p)?;
+                        colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p)?;
                         rank.gpu.sync()?;
                         rank.p2p.check(&rank.gpu)?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
@@ -512,6 +613,7 @@ pub fn run_rank(
                         .samples
                         .push(samples.into_iter().map(|s| s / b as f64).collect());
                     result.wrong.push(wrong);
+                    result.passes.push(vec![]);
                     progress(result.samples.len());
                 }
             }
@@ -523,13 +625,19 @@ pub fn run_rank(
             warmup,
             launches_per_layer,
             run_impls,
+            host_gaps,
+            timing_pass,
         } => {
-            check_memory(&rank.gpu, schedule, n)?;
+            let with_colls = rank.comm.is_some();
+            check_memory(&rank.gpu, schedule, n, with_colls)?;
             let mut colls = vec![];
             for (i, op) in schedule.ops.iter().enumerate() {
-                if let Op::Collective {
-                    kind, dtype, count, ..
-                } = op
+                if let (
+                    Op::Collective {
+                        kind, dtype, count, ..
+                    },
+                    true,
+                ) = (op, with_colls)
                 {
                     colls.push(Coll::new(
                         &rank.gpu,
@@ -552,17 +660,56 @@ pub fn run_rank(
             } else {
                 None
             };
-            let steps = plan_steps(schedule, *launches_per_layer);
+            let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
+            let zeros = vec![0.0; steps.len()];
             for (ri, &(graph, mode)) in runs.iter().enumerate() {
                 let imp = run_impls.get(ri).copied().unwrap_or_default();
                 let p2p = &rank.p2p;
-                let run = |comm: &Communicator, gpu: &Gpu| -> anyhow::Result<()> {
+                // Host gaps per step, drawn before the timed loop (the generator stays out of it).
+                let launches = schedule_launches(schedule, mode != Mode::Comm);
+                let gaps_of = |it: u64| -> Vec<f64> {
+                    let mut g = vec![0.0; steps.len()];
+                    if !graph && !host_gaps.is_none() {
+                        let drawn = host_gaps.iteration_gaps(false, me, it, &launches);
+                        for (l, us) in launches.iter().zip(drawn) {
+                            g[step_of_op[l.op]] += us;
+                        }
+                    }
+                    g
+                };
+                let launched = |st: &Step| match st {
+                    Step::Coll => mode != Mode::Compute,
+                    Step::Stream { .. } | Step::Tiny => mode != Mode::Comm,
+                };
+                // One verify: per step, the host gap (busy-waited), then the launch; with a
+                // probe, timestamps around each launch and the host times.
+                let replay = |gaps: &[f64], mut probe: Option<&mut Probe>| -> anyhow::Result<()> {
+                    let gpu = &rank.gpu;
                     let mut ci = 0;
-                    for st in &steps {
+                    for (i, st) in steps.iter().enumerate() {
+                        if gaps[i] > 0.0 {
+                            let t0 = std::time::Instant::now();
+                            busy_wait_us(gaps[i]);
+                            if let Some(p) = probe.as_deref_mut() {
+                                let s = p.host_us(t0);
+                                p.host_gaps.push(RankTiming {
+                                    start_us: s,
+                                    dur_us: t0.elapsed().as_secs_f64() * 1e6,
+                                });
+                            }
+                        }
+                        let ev = probe
+                            .as_deref()
+                            .and_then(|p| p.events[i].as_ref())
+                            .filter(|_| launched(st));
+                        if let Some((a, _)) = ev {
+                            gpu.record_timestamp(a)?;
+                        }
+                        let t0 = std::time::Instant::now();
                         match *st {
                             Step::Coll => {
                                 if mode != Mode::Compute {
-                                    colls[ci].enqueue_on(comm, gpu, imp, p2p)?;
+                                    colls[ci].enqueue_on(rank.comm(), gpu, imp, p2p)?;
                                 }
                                 ci += 1;
                             }
@@ -581,51 +728,119 @@ pub fn run_rank(
                                 }
                             }
                         }
+                        if let Some((_, b)) = ev {
+                            gpu.record_timestamp(b)?;
+                        }
+                        if let (Some(p), Step::Coll, true) =
+                            (probe.as_deref_mut(), st, mode != Mode::Compute)
+                        {
+                            let s = p.host_us(t0);
+                            p.launches.push(RankTiming {
+                                start_us: s,
+                                dur_us: t0.elapsed().as_secs_f64() * 1e6,
+                            });
+                        }
                     }
                     Ok(())
                 };
+                let check = |rank: &Rank| -> anyhow::Result<u64> {
+                    if mode == Mode::Compute {
+                        Ok(0)
+                    } else {
+                        check_wrong(&colls, &rank.gpu, me, n)
+                    }
+                };
+                // The pass's events: every step that launches something in this mode, but
+                // the tiny launch-load kernels.
+                let pass_iters = if mode == Mode::Compute {
+                    0
+                } else {
+                    *timing_pass
+                };
+                let mut probe = if pass_iters > 0 {
+                    let mut events = vec![];
+                    for st in &steps {
+                        events.push(if launched(st) && *st != Step::Tiny {
+                            Some((rank.gpu.event()?, rank.gpu.event()?))
+                        } else {
+                            None
+                        });
+                    }
+                    Some(Probe {
+                        events,
+                        reference: rank.gpu.event()?,
+                        host_ref: std::time::Instant::now(),
+                        host_gaps: vec![],
+                        launches: vec![],
+                    })
+                } else {
+                    None
+                };
+                let first_pass_it = *warmup + *iters;
+                let mut pass = vec![];
                 let (samples, wrong) = if graph {
-                    let g = {
-                        let comm = &rank.comm;
-                        let gpu = &rank.gpu;
-                        gpu.capture(|| run(comm, gpu))?
-                    };
-                    let s = rank.time(*iters, *warmup, |_, _| Ok(g.launch()?))?;
+                    // The headline graph has no event nodes; the pass captures its own.
+                    let g = rank.gpu.capture(|| replay(&zeros, None))?;
+                    let s = rank.time(*iters, *warmup, |_| Ok(g.launch()?))?;
                     poison(&colls, &rank.gpu)?;
                     g.launch()?;
                     rank.gpu.sync()?;
                     rank.p2p.check(&rank.gpu)?;
-                    (
-                        s,
-                        if mode == Mode::Compute {
-                            0
-                        } else {
-                            check_wrong(&colls, &rank.gpu, me, n)?
-                        },
-                    )
+                    let wrong = check(&rank)?;
+                    if let Some(p) = probe.as_mut() {
+                        let gp = rank.gpu.capture(|| replay(&zeros, Some(&mut *p)))?;
+                        p.host_gaps.clear();
+                        p.launches.clear();
+                        gp.launch()?;
+                        rank.gpu.sync()?;
+                        rank.p2p.check(&rank.gpu)?;
+                        for _ in 0..pass_iters {
+                            rank.barrier_then(Some(&p.reference))?;
+                            p.host_ref = std::time::Instant::now();
+                            let t0 = std::time::Instant::now();
+                            gp.launch()?;
+                            let l = RankTiming {
+                                start_us: p.host_us(t0),
+                                dur_us: t0.elapsed().as_secs_f64() * 1e6,
+                            };
+                            rank.gpu.sync()?;
+                            let mut it = p.read(&steps)?;
+                            it.launches = vec![l; it.collectives.len()];
+                            pass.push(it);
+                        }
+                        drop(gp);
+                    }
+                    (s, wrong)
                 } else {
-                    let s = rank.time(*iters, *warmup, |comm, gpu| run(comm, gpu))?;
+                    let all: Vec<Vec<f64>> = (0..*warmup + *iters).map(gaps_of).collect();
+                    let s = rank.time(*iters, *warmup, |it| replay(&all[it as usize], None))?;
                     poison(&colls, &rank.gpu)?;
-                    run(&rank.comm, &rank.gpu)?;
+                    replay(&zeros, None)?;
                     rank.gpu.sync()?;
                     rank.p2p.check(&rank.gpu)?;
-                    (
-                        s,
-                        if mode == Mode::Compute {
-                            0
-                        } else {
-                            check_wrong(&colls, &rank.gpu, me, n)?
-                        },
-                    )
+                    let wrong = check(&rank)?;
+                    if let Some(p) = probe.as_mut() {
+                        for k in 0..pass_iters {
+                            let g = gaps_of(first_pass_it + k);
+                            rank.barrier_then(Some(&p.reference))?;
+                            p.host_ref = std::time::Instant::now();
+                            replay(&g, Some(&mut *p))?;
+                            rank.gpu.sync()?;
+                            pass.push(p.read(&steps)?);
+                        }
+                    }
+                    (s, wrong)
                 };
+                rank.async_error()?;
                 result.samples.push(samples);
                 result.wrong.push(wrong);
+                result.passes.push(pass);
                 progress(result.samples.len());
             }
         }
         Job::Env => unreachable!("handled above"),
     }
-    rank.comm.async_error()?;
+    rank.async_error()?;
     if rank.p2p.ar.is_some() {
         // peers read this rank's workspace until their last call: drop it only after all are done
         rank.gpu.sync()?;
@@ -654,7 +869,14 @@ pub enum Step {
 /// one launch: the weights a rank reads between two collectives are what the replay models; the
 /// launch load of a real layer's many kernels is `launches_per_layer`.
 pub fn plan_steps(s: &Schedule, launches_per_layer: u32) -> Vec<Step> {
+    plan_steps_of_ops(s, launches_per_layer).0
+}
+
+/// [`plan_steps`] and, for each op of the schedule, the index of the step that launches it
+/// (adjacent compute ops share one streaming step).
+pub fn plan_steps_of_ops(s: &Schedule, launches_per_layer: u32) -> (Vec<Step>, Vec<usize>) {
     let mut steps = vec![];
+    let mut step_of_op = Vec::with_capacity(s.ops.len());
     let mut cursor = 0u64;
     let mut last_layer = None;
     for op in &s.ops {
@@ -679,14 +901,15 @@ pub fn plan_steps(s: &Schedule, launches_per_layer: u32) -> Vec<Step> {
                 cursor = cursor.wrapping_add(nvec);
             }
         }
+        step_of_op.push(steps.len() - 1);
     }
-    steps
+    (steps, step_of_op)
 }
 
-/// Refuses a schedule whose collective buffers (plus the compute pool) do not fit.
-fn check_memory(gpu: &Gpu, s: &Schedule, n: usize) -> anyhow::Result<()> {
+/// Refuses a schedule whose collective buffers (`with_colls`) plus the compute pool do not fit.
+fn check_memory(gpu: &Gpu, s: &Schedule, n: usize, with_colls: bool) -> anyhow::Result<()> {
     let mut need: u64 = 0;
-    for op in &s.ops {
+    for op in s.ops.iter().filter(|_| with_colls) {
         if let Op::Collective {
             kind, dtype, count, ..
         } = op
@@ -839,6 +1062,8 @@ mod tests {
             warmup: 0,
             launches_per_layer: 0,
             run_impls,
+            host_gaps: Default::default(),
+            timing_pass: 0,
         };
         assert_eq!(v(vec![Impl::Nccl]).p2p_bytes(), 0);
         assert_eq!(

@@ -8,7 +8,8 @@
 //! parent kill the others (they would wait forever in NCCL), reap them, and name the rank.
 //!
 //! - [`run`]: the threads and processes launchers and the records of their jobs.
-//! - [`job`]: what a rank runs; [`worker`]: the hidden `__rank` worker process.
+//! - [`job`]: what a rank runs; [`worker`]: the hidden `__rank` worker process;
+//!   [`timeline`]: the per-collective pass's rank timings, their attribution and Chrome trace.
 //! - [`external`], [`rendezvous`], [`external_worker`]: ranks of an external launcher, their
 //!   TCP rendezvous, and one such rank's run (watchdog, rank 0's gathering).
 //!
@@ -21,6 +22,7 @@ pub mod external_worker;
 pub mod job;
 pub mod rendezvous;
 pub mod run;
+pub mod timeline;
 pub mod worker;
 
 pub use job::{Fault, Job, RankResult};

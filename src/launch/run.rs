@@ -64,6 +64,18 @@ pub fn select_devices(
     wanted: Option<usize>,
     present: usize,
 ) -> anyhow::Result<Vec<usize>> {
+    select_devices_min(g, wanted, present, 2)
+}
+
+/// [`select_devices`] for a job that needs at least `min` GPUs. With `min` 1 (one rank's
+/// compute, no collectives), a single GPU replays one rank's share of a workload of any
+/// --tp, so `wanted` is not checked then.
+pub fn select_devices_min(
+    g: &GpuSpec,
+    wanted: Option<usize>,
+    present: usize,
+    min: usize,
+) -> anyhow::Result<Vec<usize>> {
     if present == 0 {
         return Err(usage(
             "no GPU found (no CUDA driver or no device): the NCCL backend needs at least 2 GPUs; use --backend model for the cost model",
@@ -94,6 +106,9 @@ pub fn select_devices(
         }
         (0..n).collect()
     };
+    if min == 1 && devices.len() == 1 {
+        return Ok(devices);
+    }
     if devices.len() < 2 {
         return Err(usage(format!(
             "the NCCL backend needs at least 2 GPUs (got {}); use --backend model for the cost model",
@@ -118,7 +133,12 @@ enum Event {
 
 /// Runs `job` on every rank and returns the ranks' results, in rank order.
 pub fn run_job(spec: &LaunchSpec, job: &Job) -> anyhow::Result<Vec<RankResult>> {
-    let id = comm::nccl::unique_id().map_err(anyhow::Error::new)?;
+    // One rank without collectives needs no communicator, hence no NCCL id.
+    let id = if job.needs_communicator(spec.devices.len()) {
+        comm::nccl::unique_id().map_err(anyhow::Error::new)?
+    } else {
+        [0; 128]
+    };
     match spec.launcher {
         Launcher::Threads => run_threads(spec, job, id),
         Launcher::Processes => run_processes(spec, job, id),
@@ -450,17 +470,41 @@ fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) 
 
 /// `verify --backend nccl`.
 pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
-    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let devices = select_devices(
+    let compute_only = a.mode.iter().all(|m| *m == Mode::Compute);
+    let present = comm::device_count();
+    let devices = select_devices_min(
         &a.gpu,
         a.workload.tp.map(|t| t as usize),
-        comm::device_count(),
-    )?;
+        present,
+        if compute_only { 1 } else { 2 },
+    )
+    .map_err(|e| match (compute_only, a.gpu.gpus, present) {
+        (false, Some(1), _) | (false, None, 1) => usage(
+            "--mode comm and full replay collectives between ranks: they need at least two GPUs; on one GPU use --mode compute (one rank's share of the --tp workload)",
+        ),
+        _ => e,
+    })?;
+    let one = devices.len() == 1;
+    if let (Some(p), true) = (&a.export_trace, compute_only || one) {
+        crate::usage_bail!(
+            "--export-trace '{}': only runs with collectives on two or more GPUs have a per-collective pass; add --mode comm or full",
+            p.display()
+        );
+    }
+    // Also for one GPU: it makes NVRTC loadable for the streaming kernel (no communicator is
+    // created then).
+    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
     let schedule = a.workload.schedule(devices.len() as u64)?;
     impls::check_verify(&a.impls, &schedule)?;
+    let host_gaps = a.host_gaps.resolve(&schedule, devices.len())?;
     let fault = crate::backend::fault::rank_fault(a.inject_fault.as_deref())?;
     let mut notes = vec![];
-    let run_on = runnable(&a.impls, &devices, &mut notes)?;
+    // one GPU has no peers: only its compute share runs
+    let run_on = if one {
+        vec![Impl::Nccl]
+    } else {
+        runnable(&a.impls, &devices, &mut notes)?
+    };
     crate::backend::fault::check_p2p_fault(
         a.inject_fault.as_deref(),
         run_on.iter().filter(|i| i.is_p2p()).count(),
@@ -474,17 +518,33 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
             run_impls.push(imp);
         }
     }
+    let iters = a.repeat.iters.max(1);
     let job = Job::Verify {
         schedule: schedule.clone(),
         runs,
-        iters: a.repeat.iters.max(1),
+        iters,
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: run_impls.clone(),
+        host_gaps,
+        timing_pass: if one {
+            0
+        } else {
+            super::timeline::pass_iterations(iters)
+        },
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
     let mut rec = verify_record(&job, &results, spec.launcher.name(), started)?;
+    if one {
+        rec.provenance.notes.push(format!(
+            "one GPU: rank 0's share of the TP={} workload (its weight bytes streamed), no communicator, no collectives",
+            schedule.tp
+        ));
+    }
+    if let Some(p) = &a.export_trace {
+        export_trace(&job, &results, p)?;
+    }
     if run_impls.iter().any(|i| i.is_p2p()) {
         notes.push(impls::VERIFY_NOTE.into());
     }
@@ -525,6 +585,31 @@ fn runnable(
     Ok(out)
 }
 
+/// Writes the per-collective pass of the first run that has one (eager before graph) as a
+/// Chrome trace.
+pub fn export_trace(
+    job: &Job,
+    results: &[RankResult],
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let Job::Verify { schedule, runs, .. } = job else {
+        anyhow::bail!("not a verify job");
+    };
+    let Some(c) = (0..runs.len()).find(|&c| {
+        results
+            .iter()
+            .all(|r| r.passes.get(c).is_some_and(|p| !p.is_empty()))
+    }) else {
+        crate::usage_bail!(
+            "--export-trace '{}': no run timed collectives per rank (mode compute, or one GPU); add --mode comm or full",
+            path.display()
+        );
+    };
+    let per_rank: Vec<_> = results.iter().map(|r| r.passes[c].clone()).collect();
+    let tracks = super::timeline::chrome_tracks(&per_rank, schedule, runs[c].0);
+    crate::trace::chrome::write_file(&tracks, results.len(), path)
+}
+
 /// The verify record of a finished verify job.
 pub fn verify_record(
     job: &Job,
@@ -552,13 +637,18 @@ fn verify_record_with(
         anyhow::bail!("not a verify job");
     };
     let combined = combine(results, runs.len())?;
+    let host_gaps = match job {
+        Job::Verify { host_gaps, .. } => host_gaps.clone(),
+        _ => Default::default(),
+    };
     let ncoll = schedule.n_collectives().max(1) as f64;
     let weights = schedule.weight_bytes_by_kind();
     let total_w = schedule.total_weight_bytes().max(1) as f64;
     let vruns = runs
         .iter()
         .zip(combined)
-        .map(|(&(graph, mode), (s, wrong))| {
+        .enumerate()
+        .map(|(c, (&(graph, mode), (s, wrong)))| {
             // Compute time per op kind, apportioned by the bytes each kind streams (the
             // kernels are memory-bound); the collectives are timed as a whole.
             let breakdown = if mode == Mode::Compute {
@@ -586,6 +676,20 @@ fn verify_record_with(
                 wrong,
                 iterations: *iters,
                 warmup: *warmup,
+                in_collective: {
+                    let per_rank: Vec<_> = results
+                        .iter()
+                        .map(|r| r.passes.get(c).cloned().unwrap_or_default())
+                        .collect();
+                    super::timeline::attribute_pass(
+                        &per_rank,
+                        format!(
+                            "measured in a separate pass after the headline timing (events around each collective{}); {}",
+                            if graph { ", event-record nodes inside the graph" } else { "" },
+                            super::timeline::ALIGNMENT
+                        ),
+                    )
+                },
             }
         })
         .collect();
@@ -594,6 +698,15 @@ fn verify_record_with(
         .filter_map(|r| r.stream_gbps)
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
     let mut p = provenance();
+    if !host_gaps.is_none() {
+        p.notes.push(host_gaps.describe());
+        if runs.iter().any(|r| r.0) {
+            p.notes.push(
+                "graph replay: no host gaps (a CUDA graph launches every kernel from the device)"
+                    .into(),
+            );
+        }
+    }
     let fixed = results
         .iter()
         .filter_map(|r| r.stream_fixed_us)
@@ -732,6 +845,7 @@ mod tests {
             init_s: 0.5 + rank as f64,
             stream_gbps: None,
             stream_fixed_us: None,
+            passes: vec![],
         }
     }
 
@@ -772,6 +886,8 @@ mod tests {
             warmup: 1,
             launches_per_layer: 0,
             run_impls: vec![],
+            host_gaps: Default::default(),
+            timing_pass: 0,
         };
         let r = [
             rank(
@@ -857,6 +973,22 @@ mod tests {
         assert!(usage(select_devices(&gpus(Some(8), None), None, 4)).starts_with("--gpus 8"));
         assert!(usage(select_devices(&gpus(None, None), Some(8), 4)).starts_with("--tp 8"));
         assert!(usage(select_devices(&gpus(None, None), None, 1)).contains("at least 2 GPUs"));
+        // one rank's compute: one GPU for a workload of any --tp
+        assert_eq!(
+            select_devices_min(&gpus(Some(1), None), Some(8), 1, 1).unwrap(),
+            vec![0]
+        );
+        assert_eq!(
+            select_devices_min(&gpus(None, Some(vec![3])), Some(8), 4, 1).unwrap(),
+            vec![3]
+        );
+        assert!(
+            usage(select_devices_min(&gpus(Some(1), None), Some(8), 1, 2))
+                .contains("at least 2 GPUs")
+        );
+        assert!(
+            usage(select_devices_min(&gpus(Some(2), None), Some(8), 2, 1)).starts_with("--tp 8")
+        );
         assert!(usage(select_devices(&gpus(Some(2), None), Some(4), 8))
             .contains("--tp 4 needs 4 ranks, but 2 GPUs were selected"));
     }

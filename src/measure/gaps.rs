@@ -74,7 +74,7 @@ fn parse_us(what: &str, s: &str) -> Result<f64, String> {
 }
 
 /// `--host-gap-us US[:JITTER]`: mean and standard deviation of one gap, in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HostGap {
     pub mean_us: f64,
     /// Standard deviation; 0: every gap is exactly `mean_us`.
@@ -111,7 +111,7 @@ impl fmt::Display for HostGap {
 }
 
 /// `--host-gap-per`: where a drawn gap is spent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum GapPer {
     /// Before every launch (compute kernels and collectives alike in full mode).
     #[default]
@@ -141,7 +141,7 @@ impl GapPer {
 }
 
 /// `--late-rank RANK:US`: one rank starts each layer US later than the others.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LateRank {
     pub rank: usize,
     pub us: f64,
@@ -179,7 +179,7 @@ impl LateRank {
 }
 
 /// Where the gaps come from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum GapSource {
     /// No host gaps (the tight launch loop).
     None,
@@ -205,7 +205,7 @@ pub struct HostGapRequest {
 }
 
 /// Validated host-gap settings and the seeded generator.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HostGaps {
     pub source: GapSource,
     pub per: GapPer,

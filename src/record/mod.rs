@@ -197,6 +197,37 @@ pub struct VerifyRun {
     pub wrong: u64,
     pub iterations: u64,
     pub warmup: u64,
+    /// What a profiler would show inside the collectives of one verify, split into transfer and
+    /// waiting: measured in a separate per-collective pass, or modeled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_collective: Option<InCollective>,
+}
+
+/// Time inside the collectives of one verify (the mean over ranks of every collective's
+/// duration): transfer = the shortest rank's duration per collective, waiting = the rest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InCollective {
+    /// Transfer + waiting per verify, us (what a profiler shows in the collectives).
+    pub in_collective_us: f64,
+    /// Sum over the collectives of the shortest rank's duration, per verify, us.
+    pub transfer_us: f64,
+    /// Waiting per verify averaged over ranks, us.
+    pub waiting_us: f64,
+    /// Waiting per verify of each rank, us.
+    pub waiting_per_rank_us: Vec<f64>,
+    /// Median start skew of a collective (latest - earliest start), us; `None` when unknown.
+    #[serde(default)]
+    pub median_skew_us: Option<f64>,
+    /// The rank most often last to start a collective.
+    #[serde(default)]
+    pub straggler: Option<crate::measure::attribution::Straggler>,
+    /// A lower bound of `in_collective_us` (modeled: hosts re-synchronised at every collective).
+    #[serde(default)]
+    pub lower_bound_us: Option<f64>,
+    /// Verifies the pass timed (0 when modeled).
+    pub iterations: u64,
+    /// `measured`, `modeled` or `FAKE`, and how (alignment of the ranks' clocks, model).
+    pub how: String,
 }
 
 /// `verify`: a replay of the schedule.
@@ -373,6 +404,7 @@ mod tests {
                     wrong: 0,
                     iterations: 3,
                     warmup: 1,
+                    in_collective: None,
                 }],
                 stream_gbps: None,
                 predicted_compute_us: None,

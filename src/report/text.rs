@@ -161,6 +161,66 @@ pub fn collective_table(r: &Record) -> String {
     o
 }
 
+/// The in-collective rows of a verify table: per run, what a profiler would show inside the
+/// collectives of one verify (transfer + waiting) and the top straggler, then how each was
+/// obtained (measured pass, modeled, FAKE).
+fn in_collective_lines(o: &mut String, v: &crate::record::VerifyResult) {
+    let rows: Vec<_> = v
+        .runs
+        .iter()
+        .filter_map(|r| r.in_collective.as_ref().map(|c| (r, c)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "# in collectives per verify (what a profiler shows) = transfer (shortest rank per collective) + waiting (mean over ranks):"
+    );
+    let _ = writeln!(
+        o,
+        "  {:<8} {:<6} {:>13} {:>12} {:>11} {:>9} {:>12}  straggler",
+        "mode", "launch", "in_coll_us", "transfer_us", "waiting_us", "skew_us", "lower_bound"
+    );
+    let mut hows: Vec<&str> = vec![];
+    for (r, c) in &rows {
+        let straggler = match &c.straggler {
+            Some(s) => format!(
+                "rank {} last in {:.0}% (median lag {:.1} us)",
+                s.rank,
+                100.0 * s.share,
+                s.median_lag_us
+            ),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "  {:<8} {:<6} {:>13.1} {:>12.1} {:>11.1} {:>9} {:>12}  {straggler}",
+            r.mode.name(),
+            if r.graph { "graph" } else { "eager" },
+            c.in_collective_us,
+            c.transfer_us,
+            c.waiting_us,
+            c.median_skew_us
+                .map_or("-".to_string(), |x| format!("{x:.1}")),
+            c.lower_bound_us
+                .map_or("-".to_string(), |x| format!("{x:.1}")),
+        );
+        if !hows.contains(&c.how.as_str()) {
+            hows.push(&c.how);
+        }
+    }
+    for h in hows {
+        let _ = writeln!(o, "#   {h}");
+    }
+    if v.runs.iter().any(|r| r.graph && r.in_collective.is_some()) {
+        let _ = writeln!(
+            o,
+            "#   graph replay has no host gaps: a CUDA graph launches every kernel from the device"
+        );
+    }
+}
+
 /// Table of a verify record: one row per (mode, graph) run, the eager/graph ratio, and the
 /// comm/compute split when the runs allow it.
 pub fn verify_table(r: &Record) -> String {
@@ -212,6 +272,7 @@ pub fn verify_table(r: &Record) -> String {
             run.wrong
         );
     }
+    in_collective_lines(&mut o, v);
     for mode in [
         crate::record::Mode::Comm,
         crate::record::Mode::Compute,

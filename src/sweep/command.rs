@@ -48,6 +48,8 @@ pub struct SweepRequest {
     pub quiet: bool,
     /// Fake every point in process (no child, no GPU): the mock backend.
     pub debug_mode: bool,
+    /// Host gaps and a late rank, passed to every child.
+    pub host_gaps: crate::request::HostGapFlags,
 }
 
 fn default_tp(a: &SweepRequest, backend: BackendKind) -> u64 {
@@ -98,6 +100,7 @@ pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<Strin
         v.extend(["--nccl-lib".into(), p.display().to_string()]);
     }
     v.extend(["--timeout".into(), a.gpu.timeout.to_string()]);
+    v.extend(a.host_gaps.to_args());
     v.extend(["--link".into(), a.model.link.clone()]);
     if let Some(p) = &a.model.profile {
         v.extend(["--profile".into(), p.display().to_string()]);

@@ -133,6 +133,7 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
             wrong: 0,
             iterations: spec.iters,
             warmup: spec.warmup,
+            in_collective: None,
         });
     }
     let mut prov = Provenance::here("mock", crate::util::now_utc());

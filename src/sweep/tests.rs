@@ -61,6 +61,7 @@ fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
             wrong,
             iterations: 50,
             warmup: 5,
+            in_collective: None,
         }
     };
     let mut prov = Provenance::here("nccl", crate::util::now_utc());

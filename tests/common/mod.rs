@@ -43,6 +43,7 @@ pub fn verify_run(graph: bool, mode: Mode, samples: &[f64], ncoll: f64, warmup: 
         wrong: 0,
         iterations: samples.len() as u64,
         warmup,
+        in_collective: None,
     }
 }
 
