@@ -227,7 +227,7 @@ pub fn table(r: &Ranking) -> Table {
     Table { headers, rows }
 }
 
-fn label(p: &SweepPoint) -> String {
+pub fn label(p: &SweepPoint) -> String {
     if p.overrides.is_empty() {
         "(defaults)".into()
     } else {

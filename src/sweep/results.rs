@@ -73,6 +73,10 @@ impl Effective {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepPoint {
     pub point_id: String,
+    /// The round (0-based) of `sweep --rounds`; files written before rounds existed hold one
+    /// round, read as round 0.
+    #[serde(default)]
+    pub round: usize,
     /// (name, value) as requested, in dimension order; empty for the baseline.
     pub overrides: Vec<(String, String)>,
     pub key: PointKey,

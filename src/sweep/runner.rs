@@ -26,6 +26,8 @@ pub struct Probe {
 #[derive(Debug, Clone)]
 pub struct PointJob {
     pub point: Point,
+    /// The round (0-based) of `sweep --rounds` this run belongs to.
+    pub round: usize,
     /// Environment of the timed run (complete: the child's environment is cleared first).
     pub env: Env,
     /// The probe run, unless disabled (or meaningless: the cost model has no NCCL log).
