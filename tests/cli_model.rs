@@ -345,3 +345,50 @@ fn fit_bad_input() {
         .code(2)
         .stderr(predicate::str::contains("unknown link profile 'pcie-gen7'"));
 }
+
+#[test]
+fn fit_says_what_it_held_and_a_profile_used_elsewhere_says_it_extrapolates() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("pcie.json");
+    synthetic_measurement(&data, &["-b", "8K", "-e", "1M"]);
+    let prof = dir.path().join("fitted.json");
+    let t = ok(&[
+        "model",
+        "fit",
+        data.to_str().unwrap(),
+        "-o",
+        prof.to_str().unwrap(),
+    ]);
+    // One rank count: the fit says so, and which parameters it fitted and which it held.
+    assert!(t.contains("# fitted on 1 rank count(s): 2"), "{t}");
+    assert!(t.lines().any(|l| l.starts_with("#   fitted ")), "{t}");
+    assert!(t.lines().any(|l| l.starts_with("#   held ")), "{t}");
+    let p = json(&prof);
+    assert_eq!(p["profile"]["fitted_rank_counts"], serde_json::json!([2]));
+    // Used at the rank count it was fitted on: no note; at 4 ranks: it extrapolates.
+    let notes = |gpus: &str| -> Vec<String> {
+        let out = dir.path().join(format!("c{gpus}.json"));
+        vb().args(["collective", "--backend", "model", "--gpus", gpus])
+            .args(["-b", "43008", "-e", "43008", "--profile"])
+            .arg(&prof)
+            .arg("--export-json")
+            .arg(&out)
+            .assert()
+            .success();
+        let v = json(&out);
+        let rec = if v.is_array() { v[0].clone() } else { v };
+        rec["provenance"]["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(!notes("2").iter().any(|n| n.contains("extrapolates")));
+    let n4 = notes("4");
+    let n = n4
+        .iter()
+        .find(|n| n.contains("extrapolates"))
+        .unwrap_or_else(|| panic!("{n4:?}"));
+    assert!(n.contains("fitted on measurements at 2 ranks only: at 4 ranks"), "{n}");
+}
