@@ -266,6 +266,10 @@ pub struct VerifyRequest {
     /// Testing only: make a rank (or, with the model backend, the process) fail; see
     /// [`crate::backend::fault`].
     pub inject_fault: Option<String>,
+    /// `--fresh-runs R` (1 to [`MAX_FRESH_RUNS`]): R repetitions, each in fresh workers.
+    pub fresh_runs: usize,
+    /// Which repetition this request is (0-based; set by the repetition loop).
+    pub fresh_run: usize,
 }
 
 impl VerifyRequest {
@@ -291,7 +295,14 @@ pub struct CollectiveRequest {
     pub repeat: Repeat,
     pub model: ModelSettings,
     pub export: Exports,
+    /// `--fresh-runs R` (1 to [`MAX_FRESH_RUNS`]): R repetitions, each in fresh workers.
+    pub fresh_runs: usize,
+    /// Which repetition this request is (0-based; set by the repetition loop).
+    pub fresh_run: usize,
 }
+
+/// Largest `--fresh-runs`.
+pub const MAX_FRESH_RUNS: usize = 100;
 
 impl CollectiveRequest {
     /// The sizes to run: min, min*f, ... <= max, plus the explicit ones, each rounded down to a
@@ -371,6 +382,8 @@ mod tests {
             repeat: Repeat::default(),
             model: ModelSettings::default(),
             export: Exports::default(),
+            fresh_runs: 1,
+            fresh_run: 0,
         }
     }
 

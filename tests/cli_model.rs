@@ -392,3 +392,38 @@ fn fit_says_what_it_held_and_a_profile_used_elsewhere_says_it_extrapolates() {
         .unwrap_or_else(|| panic!("{n4:?}"));
     assert!(n.contains("fitted on measurements at 2 ranks only: at 4 ranks"), "{n}");
 }
+
+#[test]
+fn fresh_runs_of_the_model_say_there_is_no_between_run_noise() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("v.json");
+    let t = ok(&[
+        "verify",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "--fresh-runs",
+        "3",
+        "--export-json",
+        out.to_str().unwrap(),
+    ]);
+    assert!(t.contains("# modeled: no between-run noise"), "{t}");
+    let v = json(&out);
+    let rec = if v.is_array() { v[0].clone() } else { v };
+    assert!(rec.get("repetitions").is_none(), "no invented spread: {rec}");
+    let t = ok(&[
+        "collective", "--backend", "model", "--gpus", "2", "-b", "8K", "-e", "16K",
+        "--fresh-runs", "2",
+    ]);
+    assert!(t.contains("# modeled: no between-run noise"), "{t}");
+    for bad in ["0", "101"] {
+        for cmd in [&["verify", "--tp", "2"][..], &["collective", "--gpus", "2"][..]] {
+            vb().args(cmd)
+                .args(["--backend", "model", "--fresh-runs", bad])
+                .assert()
+                .code(2)
+                .stderr(predicate::str::contains("--fresh-runs must be 1 to 100"));
+        }
+    }
+}

@@ -33,10 +33,32 @@ fn samples(seed: u64, center_us: f64, iters: u64) -> Summary {
     Summary::from_samples(&v).expect("finite samples")
 }
 
-fn provenance(launcher: &str) -> Provenance {
+/// The FAKE between-run factor of repetition `run` of `fresh_runs` (`--fresh-runs`):
+/// 1 + 2% x u, u uniform in [-1, 1], seeded by the run; exactly 1 for a single run, so one
+/// run's numbers do not depend on it. Deterministic, so tests can check the statistics.
+pub fn between_run_factor(fresh_runs: usize, run: usize) -> f64 {
+    if fresh_runs <= 1 {
+        return 1.0;
+    }
+    let mut st = crate::model::schedule::fnv1a(format!("fresh-run-{run}").as_bytes());
+    st = st
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let u = (st >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+    1.0 + 0.02 * u
+}
+
+/// The note of mock records of repeated runs.
+pub const FAKE_SPREAD_NOTE: &str =
+    "mock backend: the spread between fresh runs is FAKE too (seeded, +-2%)";
+
+fn provenance(launcher: &str, fresh_runs: usize) -> Provenance {
     let mut p = Provenance::here(BackendKind::Mock.name(), now_utc());
     p.launcher = Some(launcher.into());
     p.notes.push(FAKE_NOTE.into());
+    if fresh_runs > 1 {
+        p.notes.push(FAKE_SPREAD_NOTE.into());
+    }
     p
 }
 
@@ -58,7 +80,8 @@ impl Backend for MockBackend {
                 let seed = crate::model::schedule::fnv1a(
                     format!("{}-{}-{graph}", s.hash(), mode.name()).as_bytes(),
                 );
-                let sum = samples(seed, per * ncoll as f64, a.repeat.iters);
+                let f = between_run_factor(a.fresh_runs, a.fresh_run);
+                let sum = samples(seed, per * ncoll as f64 * f, a.repeat.iters);
                 VerifyRun {
                     graph,
                     mode,
@@ -73,7 +96,7 @@ impl Backend for MockBackend {
             .collect();
         Ok(Record::new(
             Source::Modeled,
-            provenance(a.gpu.launcher.name()),
+            provenance(a.gpu.launcher.name(), a.fresh_runs),
             Body::Verify(VerifyResult {
                 workload: Workload::of(&s),
                 runs,
@@ -91,7 +114,8 @@ impl Backend for MockBackend {
             .into_iter()
             .map(|size| {
                 let timing = |graph: bool| {
-                    let center = if graph { 5.0 } else { 8.0 } + size as f64 / 100e3;
+                    let center = (if graph { 5.0 } else { 8.0 } + size as f64 / 100e3)
+                        * between_run_factor(a.fresh_runs, a.fresh_run);
                     let s = samples(size ^ u64::from(graph), center, a.repeat.iters);
                     let alg = algbw_gbps(size, s.median_us);
                     CollTiming {
@@ -113,7 +137,7 @@ impl Backend for MockBackend {
             .collect();
         Ok(Record::new(
             Source::Modeled,
-            provenance(a.gpu.launcher.name()),
+            provenance(a.gpu.launcher.name(), a.fresh_runs),
             Body::Collective(CollectiveResult {
                 op: a.op,
                 dtype: a.dtype,

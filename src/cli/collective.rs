@@ -38,6 +38,11 @@ pub struct CollectiveArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub export: ExportArgs,
+    /// Repetitions, each in fresh workers (processes launcher: new worker processes; threads:
+    /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
+    /// their min-max and a 95% interval; a cold first repetition is named and left out.
+    #[arg(long, default_value_t = 1, value_name = "R")]
+    pub fresh_runs: usize,
 }
 
 impl From<&CollectiveArgs> for CollectiveRequest {
@@ -55,6 +60,8 @@ impl From<&CollectiveArgs> for CollectiveRequest {
             repeat: (&a.repeat).into(),
             model: (&a.model).into(),
             export: (&a.export).into(),
+            fresh_runs: a.fresh_runs,
+            fresh_run: 0,
         }
     }
 }

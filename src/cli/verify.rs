@@ -35,6 +35,11 @@ pub struct VerifyArgs {
     /// Testing only: make a rank fail ("exit", "hang" or "abort", optionally ":RANK").
     #[arg(long, hide = true)]
     pub inject_fault: Option<String>,
+    /// Repetitions, each in fresh workers (processes launcher: new worker processes; threads:
+    /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
+    /// their min-max and a 95% interval; a cold first repetition is named and left out.
+    #[arg(long, default_value_t = 1, value_name = "R")]
+    pub fresh_runs: usize,
 }
 
 impl From<&VerifyArgs> for VerifyRequest {
@@ -51,6 +56,8 @@ impl From<&VerifyArgs> for VerifyRequest {
             export: (&a.export).into(),
             quiet: a.quiet,
             inject_fault: a.inject_fault.clone(),
+            fresh_runs: a.fresh_runs,
+            fresh_run: 0,
         }
     }
 }
