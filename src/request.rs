@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use crate::costmodel::ModelSettings;
+use crate::launch::affinity::CpuAffinity;
 use crate::launch::rendezvous::Endpoint;
 use crate::model::{
     self, CollectiveKind, DType, Logits, Phase, Routing, Schedule, ScheduleOptions,
@@ -178,6 +179,8 @@ pub struct GpuSpec {
     pub nccl_lib: Option<PathBuf>,
     /// Seconds any rendezvous, collective or worker may take before the run is aborted.
     pub timeout: f64,
+    /// `--cpu-affinity auto|none|LIST`: each rank pinned to its GPU's NUMA node (auto).
+    pub cpu_affinity: CpuAffinity,
 }
 
 impl Default for GpuSpec {
@@ -188,6 +191,7 @@ impl Default for GpuSpec {
             launcher: Launcher::Processes,
             nccl_lib: None,
             timeout: 60.0,
+            cpu_affinity: CpuAffinity::Auto,
         }
     }
 }
@@ -351,6 +355,8 @@ pub struct WorkerRequest {
     pub rendezvous: Option<Endpoint>,
     /// Seconds a rank waits for the others to join the rendezvous.
     pub rendezvous_timeout: f64,
+    /// `--cpu-affinity` of this rank.
+    pub cpu_affinity: CpuAffinity,
     pub rank: Option<usize>,
     pub world_size: Option<usize>,
     pub local_rank: Option<usize>,

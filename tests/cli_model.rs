@@ -427,3 +427,45 @@ fn fresh_runs_of_the_model_say_there_is_no_between_run_noise() {
         }
     }
 }
+
+#[test]
+fn cpu_affinity_is_taken_everywhere_and_bad_values_exit_2() {
+    // Valid values on every command that starts ranks (the model backend starts none, so
+    // these check the flag's parsing and its passing to the sweep's children).
+    for aff in ["auto", "none", "0"] {
+        vb().args(["verify", "--backend", "model", "--tp", "2", "-q", "--cpu-affinity", aff])
+            .assert()
+            .success();
+        vb().args(["collective", "--backend", "model", "--gpus", "2", "-b", "8K", "-e", "8K"])
+            .args(["--cpu-affinity", aff])
+            .assert()
+            .success();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    vb().args(["sweep", "--backend", "model", "--tp", "2", "-n", "5", "--rounds", "1"])
+        .args(["-L", "NCCL_PROTO=LL", "--cpu-affinity", "0", "-q", "--results"])
+        .arg(dir.path().join("r.jsonl"))
+        .assert()
+        .success();
+    let child_args = std::fs::read_to_string(dir.path().join("r.jsonl")).unwrap();
+    assert_eq!(child_args.lines().count(), 2, "both points ran with the flag");
+    for cmd in [
+        &["verify", "--backend", "model", "--tp", "2"][..],
+        &["collective", "--backend", "model", "--gpus", "2"][..],
+        &["sweep", "--backend", "model", "--tp", "2", "-L", "NCCL_PROTO=LL"][..],
+        &["worker", "--rank", "0", "--world-size", "2"][..],
+    ] {
+        for (bad, why) in [
+            ("0-x", "not a CPU number or range"),
+            ("", "empty CPU list"),
+            ("1000", "not allowed to this process"),
+            ("1000000", "beyond the 1024 CPUs"),
+        ] {
+            vb().args(cmd)
+                .args(["--cpu-affinity", bad])
+                .assert()
+                .code(2)
+                .stderr(predicate::str::contains("--cpu-affinity").and(predicate::str::contains(why)));
+        }
+    }
+}

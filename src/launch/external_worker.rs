@@ -105,6 +105,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
             device: info.gpu,
             id,
             fault: None,
+            affinity: a.cpu_affinity.clone(),
         };
         let mine = match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => r,
@@ -138,6 +139,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
             device: info.gpu,
             id: *client.id(),
             fault: None,
+            affinity: a.cpu_affinity.clone(),
         };
         match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => {

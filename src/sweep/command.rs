@@ -103,6 +103,7 @@ pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<Strin
         v.extend(["--nccl-lib".into(), p.display().to_string()]);
     }
     v.extend(["--timeout".into(), a.gpu.timeout.to_string()]);
+    v.extend(["--cpu-affinity".into(), a.gpu.cpu_affinity.arg()]);
     v.extend(["--link".into(), a.model.link.clone()]);
     if let Some(p) = &a.model.profile {
         v.extend(["--profile".into(), p.display().to_string()]);
