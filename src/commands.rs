@@ -13,8 +13,11 @@ use crate::request::{BackendKind, CollectiveRequest, VerifyRequest, MAX_FRESH_RU
 pub const MODELED_NO_NOISE: &str =
     "modeled: no between-run noise (the cost model gives the same numbers in every run, so --fresh-runs repeats nothing)";
 
-/// The figures of a record that repetitions summarise: (what, graph, collective size, median).
-fn figures(r: &Record) -> Vec<(String, bool, Option<u64>, f64)> {
+/// One figure of a record: (what, graph, collective size, median us).
+type Figure = (String, bool, Option<u64>, f64);
+
+/// The figures of a record that repetitions summarise.
+fn figures(r: &Record) -> Vec<Figure> {
     match &r.body {
         Body::Verify(v) => v
             .runs
@@ -81,7 +84,7 @@ pub fn repeated(
     for i in 0..fresh_runs {
         records.push(one(i)?);
     }
-    let figs: Vec<Vec<(String, bool, Option<u64>, f64)>> = records.iter().map(figures).collect();
+    let figs: Vec<Vec<Figure>> = records.iter().map(figures).collect();
     let mut last = records.pop().expect("2 or more repetitions");
     for (k, (what, graph, size, _)) in figs[0].iter().enumerate() {
         let medians: Option<Vec<f64>> = figs
@@ -91,7 +94,8 @@ pub fn repeated(
         let Some(medians) = medians else {
             anyhow::bail!("the fresh runs did not all measure '{what}'");
         };
-        let reps = Repetitions::from_medians(&medians).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        let reps =
+            Repetitions::from_medians(&medians).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
         last.repetitions.push(Repeated {
             what: what.clone(),
             graph: *graph,
@@ -284,9 +288,16 @@ mod tests {
             assert_eq!(iv.method, "order statistics");
             assert!(s[0] < s[5], "the FAKE spread is not zero");
         }
-        assert!(r.provenance.notes.iter().any(|n| n == crate::backend::FAKE_SPREAD_NOTE));
+        assert!(r
+            .provenance
+            .notes
+            .iter()
+            .any(|n| n == crate::backend::FAKE_SPREAD_NOTE));
         let lines = repetition_lines(r);
-        assert!(lines.contains("per verify, graph, comm: median of 6 fresh runs"), "{lines}");
+        assert!(
+            lines.contains("per verify, graph, comm: median of 6 fresh runs"),
+            "{lines}"
+        );
         // One run: no repetitions, numbers unchanged by the repetition machinery.
         a.fresh_runs = 1;
         let one = repeated(BackendKind::Mock, 1, |_| MockBackend.verify(&a)).unwrap();

@@ -384,11 +384,21 @@ fn nccl_tests_output(graph: u32, us_8k: f64, us_43k: f64) -> String {
 fn nccl_tests_side_by_side_gives_the_ratio_per_size_and_mode() {
     let dir = tempfile::tempdir().unwrap();
     let vbj = dir.path().join("vb.json");
-    vb().args(["collective", "--backend", "model", "--gpus", "2", "-b", "8K", "-e", "8K"])
-        .args(["--sizes", "43008", "-d", "bf16", "--export-json"])
-        .arg(&vbj)
-        .assert()
-        .success();
+    vb().args([
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "-b",
+        "8K",
+        "-e",
+        "8K",
+    ])
+    .args(["--sizes", "43008", "-d", "bf16", "--export-json"])
+    .arg(&vbj)
+    .assert()
+    .success();
     let rec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&vbj).unwrap()).unwrap();
     let rec = if rec.is_array() { rec[0].clone() } else { rec };
@@ -418,13 +428,20 @@ fn nccl_tests_side_by_side_gives_the_ratio_per_size_and_mode() {
         .stdout
         .clone();
     let out = String::from_utf8(out).unwrap();
-    for (size, mode, nt) in [(8192, "graph", 6.5), (43008, "graph", 7.1), (43008, "eager", 10.25)] {
+    for (size, mode, nt) in [
+        (8192, "graph", 6.5),
+        (43008, "graph", 7.1),
+        (43008, "eager", 10.25),
+    ] {
         let want = time(size, mode) / nt;
         let line = out
             .lines()
             .find(|l| l.trim_start().starts_with(&size.to_string()) && l.contains(mode))
             .unwrap_or_else(|| panic!("{size} {mode}: {out}"));
-        assert!(line.trim_end().ends_with(&format!("{want:.3}")), "{line} vs {want}");
+        assert!(
+            line.trim_end().ends_with(&format!("{want:.3}")),
+            "{line} vs {want}"
+        );
     }
     // Not nccl-tests output, or no collective record: exit 2, one line naming the file.
     std::fs::write(dir.path().join("x.txt"), "hello\n").unwrap();

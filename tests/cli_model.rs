@@ -390,7 +390,10 @@ fn fit_says_what_it_held_and_a_profile_used_elsewhere_says_it_extrapolates() {
         .iter()
         .find(|n| n.contains("extrapolates"))
         .unwrap_or_else(|| panic!("{n4:?}"));
-    assert!(n.contains("fitted on measurements at 2 ranks only: at 4 ranks"), "{n}");
+    assert!(
+        n.contains("fitted on measurements at 2 ranks only: at 4 ranks"),
+        "{n}"
+    );
 }
 
 #[test]
@@ -411,14 +414,29 @@ fn fresh_runs_of_the_model_say_there_is_no_between_run_noise() {
     assert!(t.contains("# modeled: no between-run noise"), "{t}");
     let v = json(&out);
     let rec = if v.is_array() { v[0].clone() } else { v };
-    assert!(rec.get("repetitions").is_none(), "no invented spread: {rec}");
+    assert!(
+        rec.get("repetitions").is_none(),
+        "no invented spread: {rec}"
+    );
     let t = ok(&[
-        "collective", "--backend", "model", "--gpus", "2", "-b", "8K", "-e", "16K",
-        "--fresh-runs", "2",
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "-b",
+        "8K",
+        "-e",
+        "16K",
+        "--fresh-runs",
+        "2",
     ]);
     assert!(t.contains("# modeled: no between-run noise"), "{t}");
     for bad in ["0", "101"] {
-        for cmd in [&["verify", "--tp", "2"][..], &["collective", "--gpus", "2"][..]] {
+        for cmd in [
+            &["verify", "--tp", "2"][..],
+            &["collective", "--gpus", "2"][..],
+        ] {
             vb().args(cmd)
                 .args(["--backend", "model", "--fresh-runs", bad])
                 .assert()
@@ -433,26 +451,74 @@ fn cpu_affinity_is_taken_everywhere_and_bad_values_exit_2() {
     // Valid values on every command that starts ranks (the model backend starts none, so
     // these check the flag's parsing and its passing to the sweep's children).
     for aff in ["auto", "none", "0"] {
-        vb().args(["verify", "--backend", "model", "--tp", "2", "-q", "--cpu-affinity", aff])
-            .assert()
-            .success();
-        vb().args(["collective", "--backend", "model", "--gpus", "2", "-b", "8K", "-e", "8K"])
-            .args(["--cpu-affinity", aff])
-            .assert()
-            .success();
-    }
-    let dir = tempfile::tempdir().unwrap();
-    vb().args(["sweep", "--backend", "model", "--tp", "2", "-n", "5", "--rounds", "1"])
-        .args(["-L", "NCCL_PROTO=LL", "--cpu-affinity", "0", "-q", "--results"])
-        .arg(dir.path().join("r.jsonl"))
+        vb().args([
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "-q",
+            "--cpu-affinity",
+            aff,
+        ])
         .assert()
         .success();
+        vb().args([
+            "collective",
+            "--backend",
+            "model",
+            "--gpus",
+            "2",
+            "-b",
+            "8K",
+            "-e",
+            "8K",
+        ])
+        .args(["--cpu-affinity", aff])
+        .assert()
+        .success();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    vb().args([
+        "sweep",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "-n",
+        "5",
+        "--rounds",
+        "1",
+    ])
+    .args([
+        "-L",
+        "NCCL_PROTO=LL",
+        "--cpu-affinity",
+        "0",
+        "-q",
+        "--results",
+    ])
+    .arg(dir.path().join("r.jsonl"))
+    .assert()
+    .success();
     let child_args = std::fs::read_to_string(dir.path().join("r.jsonl")).unwrap();
-    assert_eq!(child_args.lines().count(), 2, "both points ran with the flag");
+    assert_eq!(
+        child_args.lines().count(),
+        2,
+        "both points ran with the flag"
+    );
     for cmd in [
         &["verify", "--backend", "model", "--tp", "2"][..],
         &["collective", "--backend", "model", "--gpus", "2"][..],
-        &["sweep", "--backend", "model", "--tp", "2", "-L", "NCCL_PROTO=LL"][..],
+        &[
+            "sweep",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+        ][..],
         &["worker", "--rank", "0", "--world-size", "2"][..],
     ] {
         for (bad, why) in [
@@ -465,7 +531,9 @@ fn cpu_affinity_is_taken_everywhere_and_bad_values_exit_2() {
                 .args(["--cpu-affinity", bad])
                 .assert()
                 .code(2)
-                .stderr(predicate::str::contains("--cpu-affinity").and(predicate::str::contains(why)));
+                .stderr(
+                    predicate::str::contains("--cpu-affinity").and(predicate::str::contains(why)),
+                );
         }
     }
 }

@@ -86,7 +86,16 @@ fn debug_sweep_ranks_fails_global_tree_with_a_hint_and_exports() {
     let csv = dir.path().join("t.csv");
     let json = dir.path().join("v.json");
     let out = vb()
-        .args(["sweep", "--debug-mode", "--tp", "2", "-n", "30", "--rounds", "1"])
+        .args([
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-n",
+            "30",
+            "--rounds",
+            "1",
+        ])
         // No between-run noise: the ranking below is of the mock's settings factors.
         .env("VERIFYBENCH_MOCK_NOISE", "0")
         .args(["-L", "NCCL_PROTO=LL,Simple", "-L", "NCCL_ALGO=Ring,Tree"])
@@ -225,28 +234,48 @@ fn resume_skips_finished_points_and_refuses_another_workload() {
     .assert()
     .success();
     assert_eq!(lines(&res).len(), 3);
-    vb().args(["sweep", "--debug-mode", "--tp", "2", "-n", "20", "--rounds", "1"])
-        .args(["-L", "NCCL_PROTO=LL,Simple,LL128"])
-        .arg("--resume")
-        .arg(&res)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains(
-            "4 points x 1 round(s)",
-        ).and(predicate::str::contains("4 runs (1 to run, 3 already in the resume file)")));
+    vb().args([
+        "sweep",
+        "--debug-mode",
+        "--tp",
+        "2",
+        "-n",
+        "20",
+        "--rounds",
+        "1",
+    ])
+    .args(["-L", "NCCL_PROTO=LL,Simple,LL128"])
+    .arg("--resume")
+    .arg(&res)
+    .assert()
+    .success()
+    .stdout(
+        predicate::str::contains("4 points x 1 round(s)").and(predicate::str::contains(
+            "4 runs (1 to run, 3 already in the resume file)",
+        )),
+    );
     let v = lines(&res);
     assert_eq!(v.len(), 4);
     assert_eq!(v[3]["result"]["data"]["overrides"][0][1], "LL128");
-    vb().args(["sweep", "--debug-mode", "--tp", "2", "--tokens", "4", "--rounds", "1"])
-        .args(["-L", "NCCL_PROTO=LL"])
-        .arg("--resume")
-        .arg(&res)
-        .assert()
-        .code(2)
-        .stderr(
-            predicate::str::contains("refusing to resume")
-                .and(predicate::str::contains("another workload")),
-        );
+    vb().args([
+        "sweep",
+        "--debug-mode",
+        "--tp",
+        "2",
+        "--tokens",
+        "4",
+        "--rounds",
+        "1",
+    ])
+    .args(["-L", "NCCL_PROTO=LL"])
+    .arg("--resume")
+    .arg(&res)
+    .assert()
+    .code(2)
+    .stderr(
+        predicate::str::contains("refusing to resume")
+            .and(predicate::str::contains("another workload")),
+    );
     assert_eq!(lines(&res).len(), 4, "a refused resume writes nothing");
 }
 
@@ -363,7 +392,12 @@ fn ctrl_c_stops_cleanly_and_keeps_finished_points() {
             "1",
         ])
         .args(["-L", "NCCL_PROTO=LL,Simple", "--point-timeout", "60"])
-        .args(["--rounds", "1", "--seed", &baseline_first_seed().to_string()])
+        .args([
+            "--rounds",
+            "1",
+            "--seed",
+            &baseline_first_seed().to_string(),
+        ])
         .arg("--results")
         .arg(&res)
         .env("VERIFYBENCH_SWEEP_EXTRA_ARGS", "--inject-fault hang")
@@ -443,12 +477,24 @@ fn planted_sweep(
     let dir = tempfile::tempdir().unwrap();
     let res = dir.path().join("r.jsonl");
     let mut cmd = vb();
-    cmd.args(["sweep", "--debug-mode", "--tp", "2", "-n", "20", "--rounds", rounds])
-        .args(["-L", "NCCL_NTHREADS=256,512"])
-        .arg("--results")
-        .arg(&res)
-        .env("VERIFYBENCH_MOCK_PLANT", format!("NCCL_NTHREADS=512:{gain}"))
-        .env("VERIFYBENCH_MOCK_NOISE", noise);
+    cmd.args([
+        "sweep",
+        "--debug-mode",
+        "--tp",
+        "2",
+        "-n",
+        "20",
+        "--rounds",
+        rounds,
+    ])
+    .args(["-L", "NCCL_NTHREADS=256,512"])
+    .arg("--results")
+    .arg(&res)
+    .env(
+        "VERIFYBENCH_MOCK_PLANT",
+        format!("NCCL_NTHREADS=512:{gain}"),
+    )
+    .env("VERIFYBENCH_MOCK_NOISE", noise);
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
@@ -467,9 +513,7 @@ fn graph_median_of(v: &[serde_json::Value], prefix: &str, round: u64) -> f64 {
     let d = v
         .iter()
         .map(|r| &r["result"]["data"])
-        .find(|d| {
-            d["point_id"].as_str().unwrap().starts_with(prefix) && d["round"] == round
-        })
+        .find(|d| d["point_id"].as_str().unwrap().starts_with(prefix) && d["round"] == round)
         .unwrap_or_else(|| panic!("no {prefix} round {round}"));
     d["verify"]["result"]["runs"]
         .as_array()
@@ -505,8 +549,14 @@ fn rounds_recommend_a_planted_3_percent_gain_under_1_percent_noise() {
             .map(|d| d["point_id"].as_str().unwrap().to_string())
             .collect()
     };
-    assert!((1..8).any(|r| order(r) != order(0)), "every round in one order");
-    assert!(out.contains("Recommendation (graph replay, held over 8 rounds): NCCL_NTHREADS=512"), "{out}");
+    assert!(
+        (1..8).any(|r| order(r) != order(0)),
+        "every round in one order"
+    );
+    assert!(
+        out.contains("Recommendation (graph replay, held over 8 rounds): NCCL_NTHREADS=512"),
+        "{out}"
+    );
     assert!(out.contains("export NCCL_NTHREADS=512"), "{out}");
     assert!(out.contains("graph replay: p02-"), "{out}");
     assert!(out.contains("eager replay: "), "eager judged too: {out}");
@@ -520,14 +570,24 @@ fn rounds_recommend_a_planted_3_percent_gain_under_1_percent_noise() {
         .lines()
         .find(|l| l.contains("p02-") && l.contains('['))
         .unwrap_or_else(|| panic!("no ratio row: {out}"));
-    let graph_cell = row.split("  ").filter(|c| !c.trim().is_empty()).nth(2).unwrap();
-    assert!(graph_cell.trim().starts_with(&format!("{ratio:.3} [")), "{row} vs {ratio}");
+    let graph_cell = row
+        .split("  ")
+        .filter(|c| !c.trim().is_empty())
+        .nth(2)
+        .unwrap();
+    assert!(
+        graph_cell.trim().starts_with(&format!("{ratio:.3} [")),
+        "{row} vs {ratio}"
+    );
     // The measured noise floor is printed (not a constant).
     let base: Vec<f64> = (0..8).map(|r| graph_median_of(&v, "p00", r)).collect();
     let mut sorted = base.clone();
     sorted.sort_by(f64::total_cmp);
     let med = (sorted[3] + sorted[4]) / 2.0;
-    let floor = base.iter().map(|b| (b / med - 1.0).abs()).fold(0.0, f64::max);
+    let floor = base
+        .iter()
+        .map(|b| (b / med - 1.0).abs())
+        .fold(0.0, f64::max);
     assert!(
         out.contains(&format!("noise floor (graph): ±{:.1}%", floor * 100.0)),
         "{out}"
@@ -555,22 +615,40 @@ fn rounds_do_not_recommend_a_half_percent_gain_under_2_percent_noise() {
         let (code, out, _v, _d) = planted_sweep("0.995", "0.02", rounds, &[]);
         assert_eq!(code, 0, "{out}");
         assert!(
-            out.contains("graph replay: no setting beats the defaults beyond the noise measured here (±"),
+            out.contains(
+                "graph replay: no setting beats the defaults beyond the noise measured here (±"
+            ),
             "{rounds}: {out}"
         );
-        assert!(out.contains("Recommendation: keep NCCL's defaults"), "{out}");
+        assert!(
+            out.contains("Recommendation: keep NCCL's defaults"),
+            "{out}"
+        );
     }
 }
 
 #[test]
 fn an_interrupted_sweep_of_rounds_resumes_per_point_and_round() {
-    let (code, _out, v, dir) =
-        planted_sweep("0.97", "0.01", "3", &[("VERIFYBENCH_MOCK_INTERRUPT_AFTER", "4")]);
+    let (code, _out, v, dir) = planted_sweep(
+        "0.97",
+        "0.01",
+        "3",
+        &[("VERIFYBENCH_MOCK_INTERRUPT_AFTER", "4")],
+    );
     assert_eq!(code, 130);
     assert_eq!(v.len(), 4, "only the 4 finished pairs are kept");
     let res = dir.path().join("r.jsonl");
     let out = vb()
-        .args(["sweep", "--debug-mode", "--tp", "2", "-n", "20", "--rounds", "3"])
+        .args([
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-n",
+            "20",
+            "--rounds",
+            "3",
+        ])
         .args(["-L", "NCCL_NTHREADS=256,512"])
         .arg("--resume")
         .arg(&res)
@@ -591,7 +669,12 @@ fn an_interrupted_sweep_of_rounds_resumes_per_point_and_round() {
     let mut pairs: Vec<(String, u64)> = all
         .iter()
         .map(|r| &r["result"]["data"])
-        .map(|d| (d["point_id"].as_str().unwrap().to_string(), d["round"].as_u64().unwrap()))
+        .map(|d| {
+            (
+                d["point_id"].as_str().unwrap().to_string(),
+                d["round"].as_u64().unwrap(),
+            )
+        })
         .collect();
     // The first 4 lines are the interrupted run's, unchanged.
     assert_eq!(all[..4], v[..]);
@@ -605,8 +688,14 @@ fn bad_rounds_and_margins_are_usage_errors() {
     for (args, want) in [
         (vec!["--rounds", "0"], "--rounds must be 1 to 100"),
         (vec!["--rounds", "101"], "--rounds must be 1 to 100"),
-        (vec!["--noise-margin", "0.7"], "--noise-margin must be a fraction"),
-        (vec!["--noise-floor=-0.1"], "--noise-margin must be a fraction"),
+        (
+            vec!["--noise-margin", "0.7"],
+            "--noise-margin must be a fraction",
+        ),
+        (
+            vec!["--noise-floor=-0.1"],
+            "--noise-margin must be a fraction",
+        ),
     ] {
         vb().args(["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL"])
             .args(&args)

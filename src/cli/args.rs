@@ -124,7 +124,11 @@ pub fn affinity_arg(s: &str) -> Result<crate::launch::affinity::CpuAffinity, Str
     let a: CpuAffinity = s.parse()?;
     if let (CpuAffinity::List(want), Some(allowed)) = (&a, allowed_cpus(std::path::Path::new("/")))
     {
-        let bad: Vec<usize> = want.iter().copied().filter(|c| !allowed.contains(c)).collect();
+        let bad: Vec<usize> = want
+            .iter()
+            .copied()
+            .filter(|c| !allowed.contains(c))
+            .collect();
         if !bad.is_empty() {
             return Err(format!(
                 "CPUs {} are not allowed to this process (allowed: {})",

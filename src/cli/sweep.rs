@@ -82,7 +82,12 @@ pub struct SweepArgs {
     /// An extra margin, a fraction in [0, 0.5), added to the measured noise floor before a
     /// setting counts as faster (default 0: the measured floor alone). The old --noise-floor
     /// (a constant floor) is accepted as this margin.
-    #[arg(long, alias = "noise-floor", default_value_t = 0.0, value_name = "FRACTION")]
+    #[arg(
+        long,
+        alias = "noise-floor",
+        default_value_t = 0.0,
+        value_name = "FRACTION"
+    )]
     pub noise_margin: f64,
     /// Seconds one child (probe or timed run, workers included) may take before it is killed
     /// and the point recorded as failed.

@@ -357,8 +357,10 @@ pub fn clocks_khz(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
         .map_err(fail(ordinal, "cuDeviceGet"))?;
     // SAFETY: dev is a device handle just returned by cuDeviceGet; cuDeviceGetAttribute only
     // writes one integer, which get_attribute owns.
-    let sm = unsafe { cudarc::driver::result::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE) }
-        .map_err(fail(ordinal, "cuDeviceGetAttribute(CLOCK_RATE)"))?;
+    let sm = unsafe {
+        cudarc::driver::result::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
+    }
+    .map_err(fail(ordinal, "cuDeviceGetAttribute(CLOCK_RATE)"))?;
     // SAFETY: as above.
     let mem = unsafe {
         cudarc::driver::result::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)

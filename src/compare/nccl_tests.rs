@@ -77,8 +77,9 @@ pub fn parse(text: &str) -> Result<NcclTestsRun, String> {
         let t = line.trim();
         if let Some(h) = t.strip_prefix('#') {
             if h.trim_start().starts_with("nThread") {
-                let g: Option<u32> =
-                    header_value(h, "graph:").map(|v| num(v, "graph", n)).transpose()?;
+                let g: Option<u32> = header_value(h, "graph:")
+                    .map(|v| num(v, "graph", n))
+                    .transpose()?;
                 // Several runs concatenated must share one launch mode.
                 if let (Some(a), Some(b)) = (graph_launches, g) {
                     if (a >= 1) != (b >= 1) {
@@ -88,7 +89,9 @@ pub fn parse(text: &str) -> Result<NcclTestsRun, String> {
                     }
                 }
                 graph_launches = g.or(graph_launches);
-                ngpus = header_value(h, "nGpus").map(|v| num(v, "nGpus", n)).transpose()?;
+                ngpus = header_value(h, "nGpus")
+                    .map(|v| num(v, "nGpus", n))
+                    .transpose()?;
             }
             continue;
         }
@@ -264,7 +267,10 @@ mod tests {
         assert_eq!(r.rows.len(), 4);
         let row = &r.rows[2];
         assert_eq!((row.size_bytes, row.count), (43008, 21504));
-        assert_eq!((row.dtype.as_str(), row.redop.as_str()), ("bfloat16", "sum"));
+        assert_eq!(
+            (row.dtype.as_str(), row.redop.as_str()),
+            ("bfloat16", "sum")
+        );
         assert_eq!((row.oop_us, row.ip_us), (7.10, 7.02));
         assert_eq!(row.oop_busbw_gbps, 6.06);
         assert_eq!(row.oop_wrong, Some(0.0));
@@ -290,7 +296,9 @@ mod tests {
         let two = format!("{SAMPLE}{SAMPLE}");
         assert_eq!(parse(&two).unwrap().rows.len(), 8);
         let bad = SAMPLE.replace("18.40", "fast");
-        assert!(parse(&bad).unwrap_err().contains("time 'fast' is not a number"));
+        assert!(parse(&bad)
+            .unwrap_err()
+            .contains("time 'fast' is not a number"));
     }
 
     fn timing(us: f64) -> Option<CollTiming> {
@@ -324,11 +332,18 @@ mod tests {
         let rows = side_by_side(&vb, &[graph, eager]);
         // Sizes in both: 8192 and 43008 (16384 and 1 MiB only in nccl-tests, 65536 only here).
         assert_eq!(rows.len(), 4);
-        let at = |s: u64, g: bool| rows.iter().find(|r| r.size_bytes == s && r.graph == g).unwrap();
+        let at = |s: u64, g: bool| {
+            rows.iter()
+                .find(|r| r.size_bytes == s && r.graph == g)
+                .unwrap()
+        };
         assert!((at(43008, true).ratio - 7.81 / 7.10).abs() < 1e-12);
         assert!((at(8192, false).ratio - 9.0 / 6.51).abs() < 1e-12);
-        assert_eq!(rows[0].graph, false, "eager first");
+        assert!(!rows[0].graph, "eager first");
         let t = render(&rows);
-        assert!(t.contains("     43008  graph            7.81            7.10    1.100"), "{t}");
+        assert!(
+            t.contains("     43008  graph            7.81            7.10    1.100"),
+            "{t}"
+        );
     }
 }

@@ -723,7 +723,11 @@ mod tests {
             "CPU affinity per rank: rank 0: 0-31 (the CPUs of NUMA node 0, the node of GPU 0000:19:00.0); rank 1: not reported"
         );
         assert_eq!(n[1], "CPU frequency governor: performance x 64");
-        assert!(n[2].ends_with("rank 0: 1980 / 3201; rank 1: not available"), "{}", n[2]);
+        assert!(
+            n[2].ends_with("rank 0: 1980 / 3201; rank 1: not available"),
+            "{}",
+            n[2]
+        );
         assert!(host_notes(&[], None)[1].contains("not available"));
     }
 

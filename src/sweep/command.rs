@@ -195,7 +195,13 @@ pub fn render(
     if r.rows.iter().all(|x| x.wrong > 0) {
         out.push_str("No point ran without errors: nothing to recommend.\n");
     } else {
-        out.push_str(&rounds_block(points, pairs, r.primary_graph, rounds, margin));
+        out.push_str(&rounds_block(
+            points,
+            pairs,
+            r.primary_graph,
+            rounds,
+            margin,
+        ));
     }
     (out, full)
 }
@@ -227,11 +233,7 @@ pub fn rounds_block(
             return "-".into();
         };
         match r.interval {
-            Some((lo, hi)) => format!(
-                "{:.3} [{lo:.3}, {hi:.3}] ({})",
-                r.ratio,
-                r.per_round.len()
-            ),
+            Some((lo, hi)) => format!("{:.3} [{lo:.3}, {hi:.3}] ({})", r.ratio, r.per_round.len()),
             None => format!("{:.3} (1)", r.ratio),
         }
     };
@@ -267,6 +269,11 @@ pub fn rounds_block(
                 nf.rel * 100.0,
                 nf.rounds,
                 nf.baseline_median_us
+            ));
+        }
+        if v.noise.as_ref().is_some_and(|nf| nf.rel == 0.0) {
+            out.push_str(&format!(
+                "noise floor ({mode}): the baseline's rounds are identical: numbers without between-run noise (modeled), so any ratio below 1 passes\n"
             ));
         }
     }
@@ -335,10 +342,15 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         crate::usage_bail!("-n/--iters must be at least 1");
     }
     if !(a.rounds >= 1 && a.rounds <= MAX_ROUNDS) {
-        crate::usage_bail!("--rounds must be 1 to {MAX_ROUNDS} (default {})", rounds::DEFAULT_ROUNDS);
+        crate::usage_bail!(
+            "--rounds must be 1 to {MAX_ROUNDS} (default {})",
+            rounds::DEFAULT_ROUNDS
+        );
     }
     if !(0.0..0.5).contains(&a.noise_margin) {
-        crate::usage_bail!("--noise-margin must be a fraction in [0, 0.5), e.g. 0.01 for 1% (default 0)");
+        crate::usage_bail!(
+            "--noise-margin must be a fraction in [0, 0.5), e.g. 0.01 for 1% (default 0)"
+        );
     }
     let dims = matrix::dimensions(&a.lists, &a.sets)?;
     let preset = a.preset.as_deref().map(matrix::preset).transpose()?;
@@ -426,9 +438,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     let stored = |id: &str, round: usize| -> Option<&SweepPoint> {
         let p = points.iter().find(|p| p.id == id)?;
         let k = cfg.key(p);
-        done.iter()
-            .rev()
-            .find(|d| d.key == k && d.round == round)
+        done.iter().rev().find(|d| d.key == k && d.round == round)
     };
     let done_keys: BTreeSet<rounds::RoundKey> = plan
         .order
@@ -484,7 +494,9 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             );
         }
         if a.debug_mode {
-            println!("# DEBUG MODE: no verify runs; every number is FAKE (between-run noise included)");
+            println!(
+                "# DEBUG MODE: no verify runs; every number is FAKE (between-run noise included)"
+            );
         }
     }
 
@@ -588,7 +600,11 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
                         time_line(sp, split)
                     )
                 }
-                Some(why) => format!("[{i}/{n_todo}] round {} {}: FAILED: {why}", k.round + 1, p.id),
+                Some(why) => format!(
+                    "[{i}/{n_todo}] round {} {}: FAILED: {why}",
+                    k.round + 1,
+                    p.id
+                ),
             };
             if show_lines {
                 if bar.is_hidden() {

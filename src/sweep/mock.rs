@@ -28,6 +28,9 @@ pub const MOCK_PLANT_ENV: &str = "VERIFYBENCH_MOCK_PLANT";
 /// Stop (as Ctrl-C would) when this many pairs have run in this process.
 pub const MOCK_INTERRUPT_AFTER_ENV: &str = "VERIFYBENCH_MOCK_INTERRUPT_AFTER";
 
+/// A planted true gain: (override name, value, time factor).
+pub type Plant = (String, String, f64);
+
 /// Default between-run noise of the mock.
 pub const MOCK_NOISE: f64 = 0.005;
 
@@ -43,14 +46,14 @@ pub struct MockSpec<'a> {
     pub noise: f64,
     /// Seed of the between-run noise (the sweep's round seed).
     pub seed: u64,
-    /// (override name, value, factor): a planted true gain.
-    pub plant: Option<(String, String, f64)>,
+    /// A planted true gain.
+    pub plant: Option<Plant>,
 }
 
 impl MockSpec<'_> {
     /// Reads the test hooks [`MOCK_NOISE_ENV`] and [`MOCK_PLANT_ENV`] (bad values are usage
     /// errors naming the variable).
-    pub fn hooks_from_env() -> anyhow::Result<(f64, Option<(String, String, f64)>)> {
+    pub fn hooks_from_env() -> anyhow::Result<(f64, Option<Plant>)> {
         let noise = match std::env::var(MOCK_NOISE_ENV) {
             Ok(v) => match v.parse::<f64>() {
                 Ok(x) if (0.0..0.5).contains(&x) => x,

@@ -6,8 +6,11 @@
 //!    algorithm, protocol and transport NCCL used and that it read the variables;
 //! 2. the timed run with NCCL_DEBUG unset, so logging cannot distort the timing.
 //!
-//! Each finished point is appended to the results file at once; the ranking, the advice and
-//! the exports are computed from the file's points (earlier runs included when resuming).
+//! With `--rounds R` every point runs once per round, each round in its own shuffled order,
+//! the probe in the first round only ([`run_pairs`]). Each finished (point, round) is appended
+//! to the results file at once; the ranking (first round), the rounds' judgement
+//! ([`rounds`]), and the exports are computed from the file's pairs (earlier runs included
+//! when resuming).
 //!
 //! - [`matrix`]: `-L`/`--set`/`--preset` -> points.
 //! - [`env`]: each child's environment, and the check that workers saw it.

@@ -617,7 +617,10 @@ mod tests {
                 assert!(half(3) > nf);
                 let n = (4..=200).find(|&n| half(n) <= nf).unwrap();
                 assert!(line.contains(&format!("--rounds {n} would")), "{line}");
-                assert!(line.starts_with("graph replay: 3 rounds are too few"), "{line}");
+                assert!(
+                    line.starts_with("graph replay: 3 rounds are too few"),
+                    "{line}"
+                );
             }
             None => assert!(half(3) <= nf),
         }
@@ -628,9 +631,15 @@ mod tests {
         let t8 = fake(&truth, 8, (0.01, 0.01), DEFAULT_SEED);
         let m = judge_with_margin(&t8, &points(&truth), "base", true, 0.10);
         assert_eq!(m.recommended, None, "{}", m.sentence);
-        assert!(m.sentence.contains("plus the --noise-margin of 10.0%"), "{}", m.sentence);
+        assert!(
+            m.sentence.contains("plus the --noise-margin of 10.0%"),
+            "{}",
+            m.sentence
+        );
         assert_eq!(
-            judge(&t8, &points(&truth), "base", true).recommended.as_deref(),
+            judge(&t8, &points(&truth), "base", true)
+                .recommended
+                .as_deref(),
             Some("gain")
         );
     }
