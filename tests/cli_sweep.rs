@@ -461,6 +461,11 @@ fn model_backend_sweep_runs_every_point_in_a_fresh_child() {
         );
     let v = lines(&res);
     assert_eq!(v.len(), 6);
+    // Each (point, round) keeps its own child record in the log folder.
+    let logs = res.with_extension("logs");
+    for f in ["p00-baseline.json", "p00-baseline.round2.json"] {
+        assert!(logs.join(f).exists(), "{f} missing");
+    }
     assert!(v.iter().all(|r| r["result"]["data"]["status"] == "ok"));
     assert!(v.iter().all(|r| r["source"] == "modeled"));
 }
