@@ -288,6 +288,7 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
         fault(&devices, FaultKind::Hang, &mut checks);
     }
     checks.push(crate::selftest::streaming_kernel(devices[0]));
+    checks.push(crate::selftest::clocks_and_affinity(devices[0]));
     let failed = checks.iter().filter(|c| !c.pass).count();
     println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");
     for c in &checks {
