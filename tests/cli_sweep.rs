@@ -558,6 +558,12 @@ fn rounds_recommend_a_planted_3_percent_gain_under_1_percent_noise() {
         (1..8).any(|r| order(r) != order(0)),
         "every round in one order"
     );
+    // The seed of the shuffles is recorded with every pair.
+    let seeds: std::collections::BTreeSet<u64> = v
+        .iter()
+        .map(|x| x["result"]["data"]["seed"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seeds.len(), 1);
     assert!(
         out.contains("Recommendation (graph replay, held over 8 rounds): NCCL_NTHREADS=512"),
         "{out}"

@@ -393,6 +393,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         .clone()
         .unwrap_or_else(|| results_path.with_extension("logs"));
     let cfg = SweepConfig {
+        seed: a.seed,
         workload: workload.clone(),
         graph: a.graph.name().into(),
         launcher: a.gpu.launcher.name().into(),

@@ -64,6 +64,8 @@ pub struct SweepConfig {
     pub probe: bool,
     pub timeout: Duration,
     pub source: Source,
+    /// Seed of the rounds' shuffled orders (`--seed`), recorded with every pair.
+    pub seed: u64,
 }
 
 impl SweepConfig {
@@ -223,6 +225,7 @@ pub fn assemble_in_round(
     SweepPoint {
         point_id: p.id.clone(),
         round,
+        seed: Some(cfg.seed),
         overrides: p.overrides.clone(),
         key: cfg.key(p),
         workload: cfg.workload.clone(),

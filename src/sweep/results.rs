@@ -77,6 +77,9 @@ pub struct SweepPoint {
     /// round, read as round 0.
     #[serde(default)]
     pub round: usize,
+    /// The `--seed` of the rounds' shuffled orders (absent in files before rounds existed).
+    #[serde(default)]
+    pub seed: Option<u64>,
     /// (name, value) as requested, in dimension order; empty for the baseline.
     pub overrides: Vec<(String, String)>,
     pub key: PointKey,
