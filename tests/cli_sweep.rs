@@ -696,6 +696,7 @@ fn an_interrupted_sweep_of_rounds_resumes_per_point_and_round() {
 
 #[test]
 fn bad_rounds_and_margins_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
     for (args, want) in [
         (vec!["--rounds", "0"], "--rounds must be 1 to 100"),
         (vec!["--rounds", "101"], "--rounds must be 1 to 100"),
@@ -716,7 +717,13 @@ fn bad_rounds_and_margins_are_usage_errors() {
     }
     vb().args(["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL"])
         .env("VERIFYBENCH_MOCK_NOISE", "lots")
+        .current_dir(dir.path())
         .assert()
         .code(2)
         .stderr(predicate::str::contains("VERIFYBENCH_MOCK_NOISE='lots'"));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a refused sweep writes nothing"
+    );
 }

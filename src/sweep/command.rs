@@ -501,6 +501,12 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         }
     }
 
+    // Test hooks of the mock: bad values are refused before anything is written.
+    let (noise, plant) = if a.debug_mode {
+        mock::MockSpec::hooks_from_env()?
+    } else {
+        (0.0, None)
+    };
     signal::install()?;
     let mut file = ResultsFile::open(&results_path)?;
     let (extra_args, extra_when) = crate::backend::fault::sweep_extra_args();
@@ -513,11 +519,6 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         extra_args,
         extra_when,
         interrupted: &signal::INTERRUPTED,
-    };
-    let (noise, plant) = if a.debug_mode {
-        mock::MockSpec::hooks_from_env()?
-    } else {
-        (0.0, None)
     };
     let spec = mock::MockSpec {
         schedule: &schedule,
