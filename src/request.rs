@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 pub use crate::comm::p2p::Impl;
 use crate::costmodel::ModelSettings;
+use crate::launch::affinity::CpuAffinity;
 use crate::launch::rendezvous::Endpoint;
 use crate::measure::gaps::{HostGapRequest, HostGaps};
 use crate::model::schedule_file::ScheduleFile;
@@ -181,6 +182,8 @@ pub struct GpuSpec {
     pub nccl_lib: Option<PathBuf>,
     /// Seconds any rendezvous, collective or worker may take before the run is aborted.
     pub timeout: f64,
+    /// `--cpu-affinity auto|none|LIST`: each rank pinned to its GPU's NUMA node (auto).
+    pub cpu_affinity: CpuAffinity,
 }
 
 impl Default for GpuSpec {
@@ -191,6 +194,7 @@ impl Default for GpuSpec {
             launcher: Launcher::Processes,
             nccl_lib: None,
             timeout: 60.0,
+            cpu_affinity: CpuAffinity::Auto,
         }
     }
 }
@@ -357,6 +361,10 @@ pub struct VerifyRequest {
     pub host_gaps: HostGapFlags,
     /// `--export-trace FILE`: the per-collective timing pass as a Chrome trace.
     pub export_trace: Option<PathBuf>,
+    /// `--fresh-runs R` (1 to [`MAX_FRESH_RUNS`]): R repetitions, each in fresh workers.
+    pub fresh_runs: usize,
+    /// Which repetition this request is (0-based; set by the repetition loop).
+    pub fresh_run: usize,
 }
 
 impl VerifyRequest {
@@ -384,7 +392,14 @@ pub struct CollectiveRequest {
     pub export: Exports,
     /// The implementations to run side by side (`--impl`; empty: NCCL only).
     pub impls: Vec<Impl>,
+    /// `--fresh-runs R` (1 to [`MAX_FRESH_RUNS`]): R repetitions, each in fresh workers.
+    pub fresh_runs: usize,
+    /// Which repetition this request is (0-based; set by the repetition loop).
+    pub fresh_run: usize,
 }
+
+/// Largest `--fresh-runs`.
+pub const MAX_FRESH_RUNS: usize = 100;
 
 impl CollectiveRequest {
     /// The sizes to run: min, min*f, ... <= max, plus the explicit ones, each rounded down to a
@@ -433,6 +448,8 @@ pub struct WorkerRequest {
     pub rendezvous: Option<Endpoint>,
     /// Seconds a rank waits for the others to join the rendezvous.
     pub rendezvous_timeout: f64,
+    /// `--cpu-affinity` of this rank.
+    pub cpu_affinity: CpuAffinity,
     pub rank: Option<usize>,
     pub world_size: Option<usize>,
     pub local_rank: Option<usize>,
@@ -467,6 +484,8 @@ mod tests {
             model: ModelSettings::default(),
             export: Exports::default(),
             impls: vec![],
+            fresh_runs: 1,
+            fresh_run: 0,
         }
     }
 

@@ -60,3 +60,46 @@ pub fn streaming_kernel(device: usize) -> Check {
         detail: r.unwrap_or_else(|e| format!("{e:#}")),
     }
 }
+
+/// The GPU's rated clocks are read through the driver (both positive), and `--cpu-affinity
+/// auto` resolves for this GPU and, when sysfs names its NUMA node, pins a thread to exactly
+/// those CPUs (checked in /proc/thread-self/status).
+pub fn clocks_and_affinity(device: usize) -> Check {
+    use crate::launch::affinity::{self, CpuAffinity};
+    let r = (|| -> anyhow::Result<String> {
+        let (sm, mem) = comm::device::clocks_khz(device)?;
+        if sm <= 0 || mem <= 0 {
+            anyhow::bail!("rated clocks SM {sm} kHz, memory {mem} kHz: not positive");
+        }
+        let bus = comm::device::info(device)?.pci_bus_id;
+        let root = std::path::Path::new("/");
+        let f = affinity::resolve(&CpuAffinity::Auto, root, Some(&bus));
+        let pinned = match f.cpus.as_deref() {
+            None => format!("auto left the affinity alone: {}", f.note),
+            Some(list) => {
+                let want = affinity::parse_cpulist(list).map_err(anyhow::Error::msg)?;
+                let w = want.clone();
+                let got = std::thread::spawn(move || {
+                    affinity::apply(&w).map(|_| affinity::allowed_cpus(std::path::Path::new("/")))
+                })
+                .join()
+                .map_err(|_| anyhow::anyhow!("the pinning thread panicked"))??;
+                if got.as_ref() != Some(&want) {
+                    anyhow::bail!("pinned to {list}, the thread may run on {got:?}");
+                }
+                format!("pinned a thread to {list} ({})", f.note)
+            }
+        };
+        Ok(format!(
+            "SM {} MHz, memory {} MHz; {pinned}",
+            sm / 1000,
+            mem / 1000
+        ))
+    })();
+    Check {
+        name: "GPU clocks and CPU affinity".into(),
+        launcher: "-".into(),
+        pass: r.is_ok(),
+        detail: r.unwrap_or_else(|e| format!("{e:#}")),
+    }
+}

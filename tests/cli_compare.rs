@@ -366,3 +366,90 @@ fn script_bad_input_exits_2() {
         );
     }
 }
+
+/// nccl-tests 2.19's table layout (util.cu), numbers written for this test.
+fn nccl_tests_output(graph: u32, us_8k: f64, us_43k: f64) -> String {
+    format!(
+        "\
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 2 minBytes 8192 maxBytes 65536 step: 2(factor) warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: {graph} unalign: 0
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+        8192          4096  bfloat16     sum      -1  {us_8k:7.2}    1.26    1.26       0     6.42    1.28    1.28       0
+       43008         21504  bfloat16     sum      -1  {us_43k:7.2}    6.06    6.06       0     7.02    6.13    6.13       0
+# Out of bounds values : 0 OK
+"
+    )
+}
+
+#[test]
+fn nccl_tests_side_by_side_gives_the_ratio_per_size_and_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let vbj = dir.path().join("vb.json");
+    vb().args([
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "-b",
+        "8K",
+        "-e",
+        "8K",
+    ])
+    .args(["--sizes", "43008", "-d", "bf16", "--export-json"])
+    .arg(&vbj)
+    .assert()
+    .success();
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&vbj).unwrap()).unwrap();
+    let rec = if rec.is_array() { rec[0].clone() } else { rec };
+    let time = |size: u64, mode: &str| -> f64 {
+        rec["result"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["size_bytes"] == size)
+            .unwrap()[mode]["time_us"]
+            .as_f64()
+            .unwrap()
+    };
+    let g = dir.path().join("graph.txt");
+    let e = dir.path().join("eager.txt");
+    std::fs::write(&g, nccl_tests_output(20, 6.5, 7.1)).unwrap();
+    std::fs::write(&e, nccl_tests_output(0, 9.5, 10.25)).unwrap();
+    let out = vb()
+        .args(["compare", "--nccl-tests"])
+        .arg(&g)
+        .arg("--nccl-tests")
+        .arg(&e)
+        .arg(&vbj)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    for (size, mode, nt) in [
+        (8192, "graph", 6.5),
+        (43008, "graph", 7.1),
+        (43008, "eager", 10.25),
+    ] {
+        let want = time(size, mode) / nt;
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&size.to_string()) && l.contains(mode))
+            .unwrap_or_else(|| panic!("{size} {mode}: {out}"));
+        assert!(
+            line.trim_end().ends_with(&format!("{want:.3}")),
+            "{line} vs {want}"
+        );
+    }
+    // Not nccl-tests output, or no collective record: exit 2, one line naming the file.
+    std::fs::write(dir.path().join("x.txt"), "hello\n").unwrap();
+    vb().args(["compare", "--nccl-tests"])
+        .arg(dir.path().join("x.txt"))
+        .arg(&vbj)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("x.txt").and(predicate::str::contains("nThread")));
+}

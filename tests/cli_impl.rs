@@ -272,6 +272,8 @@ fn mock_collective(impls: Vec<Impl>, op: CollectiveKind, max: u64) -> Collective
         model: Default::default(),
         export: Default::default(),
         impls,
+        fresh_runs: 1,
+        fresh_run: 0,
     }
 }
 
@@ -370,6 +372,8 @@ fn mock_verify_without_nccl_has_only_custom_runs() {
         impls: vec![Impl::TwoShot],
         host_gaps: Default::default(),
         export_trace: None,
+        fresh_runs: 1,
+        fresh_run: 0,
     };
     let rec = MockBackend.verify(&req).unwrap();
     let Body::Verify(v) = &rec.body else { panic!() };

@@ -345,3 +345,195 @@ fn fit_bad_input() {
         .code(2)
         .stderr(predicate::str::contains("unknown link profile 'pcie-gen7'"));
 }
+
+#[test]
+fn fit_says_what_it_held_and_a_profile_used_elsewhere_says_it_extrapolates() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("pcie.json");
+    synthetic_measurement(&data, &["-b", "8K", "-e", "1M"]);
+    let prof = dir.path().join("fitted.json");
+    let t = ok(&[
+        "model",
+        "fit",
+        data.to_str().unwrap(),
+        "-o",
+        prof.to_str().unwrap(),
+    ]);
+    // One rank count: the fit says so, and which parameters it fitted and which it held.
+    assert!(t.contains("# fitted on 1 rank count(s): 2"), "{t}");
+    assert!(t.lines().any(|l| l.starts_with("#   fitted ")), "{t}");
+    assert!(t.lines().any(|l| l.starts_with("#   held ")), "{t}");
+    let p = json(&prof);
+    assert_eq!(p["profile"]["fitted_rank_counts"], serde_json::json!([2]));
+    // Used at the rank count it was fitted on: no note; at 4 ranks: it extrapolates.
+    let notes = |gpus: &str| -> Vec<String> {
+        let out = dir.path().join(format!("c{gpus}.json"));
+        vb().args(["collective", "--backend", "model", "--gpus", gpus])
+            .args(["-b", "43008", "-e", "43008", "--profile"])
+            .arg(&prof)
+            .arg("--export-json")
+            .arg(&out)
+            .assert()
+            .success();
+        let v = json(&out);
+        let rec = if v.is_array() { v[0].clone() } else { v };
+        rec["provenance"]["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(!notes("2").iter().any(|n| n.contains("extrapolates")));
+    let n4 = notes("4");
+    let n = n4
+        .iter()
+        .find(|n| n.contains("extrapolates"))
+        .unwrap_or_else(|| panic!("{n4:?}"));
+    assert!(
+        n.contains("fitted on measurements at 2 ranks only: at 4 ranks"),
+        "{n}"
+    );
+}
+
+#[test]
+fn fresh_runs_of_the_model_say_there_is_no_between_run_noise() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("v.json");
+    let t = ok(&[
+        "verify",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "--fresh-runs",
+        "3",
+        "--export-json",
+        out.to_str().unwrap(),
+    ]);
+    assert!(t.contains("# modeled: no between-run noise"), "{t}");
+    let v = json(&out);
+    let rec = if v.is_array() { v[0].clone() } else { v };
+    assert!(
+        rec.get("repetitions").is_none(),
+        "no invented spread: {rec}"
+    );
+    let t = ok(&[
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "-b",
+        "8K",
+        "-e",
+        "16K",
+        "--fresh-runs",
+        "2",
+    ]);
+    assert!(t.contains("# modeled: no between-run noise"), "{t}");
+    for bad in ["0", "101"] {
+        for cmd in [
+            &["verify", "--tp", "2"][..],
+            &["collective", "--gpus", "2"][..],
+        ] {
+            vb().args(cmd)
+                .args(["--backend", "model", "--fresh-runs", bad])
+                .assert()
+                .code(2)
+                .stderr(predicate::str::contains("--fresh-runs must be 1 to 100"));
+        }
+    }
+}
+
+#[test]
+fn cpu_affinity_is_taken_everywhere_and_bad_values_exit_2() {
+    // Valid values on every command that starts ranks (the model backend starts none, so
+    // these check the flag's parsing and its passing to the sweep's children).
+    for aff in ["auto", "none", "0"] {
+        vb().args([
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "-q",
+            "--cpu-affinity",
+            aff,
+        ])
+        .assert()
+        .success();
+        vb().args([
+            "collective",
+            "--backend",
+            "model",
+            "--gpus",
+            "2",
+            "-b",
+            "8K",
+            "-e",
+            "8K",
+        ])
+        .args(["--cpu-affinity", aff])
+        .assert()
+        .success();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    vb().args([
+        "sweep",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "-n",
+        "5",
+        "--rounds",
+        "1",
+    ])
+    .args([
+        "-L",
+        "NCCL_PROTO=LL",
+        "--cpu-affinity",
+        "0",
+        "-q",
+        "--results",
+    ])
+    .arg(dir.path().join("r.jsonl"))
+    .assert()
+    .success();
+    let child_args = std::fs::read_to_string(dir.path().join("r.jsonl")).unwrap();
+    assert_eq!(
+        child_args.lines().count(),
+        2,
+        "both points ran with the flag"
+    );
+    for cmd in [
+        &["verify", "--backend", "model", "--tp", "2"][..],
+        &["collective", "--backend", "model", "--gpus", "2"][..],
+        &[
+            "sweep",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+        ][..],
+        &["worker", "--rank", "0", "--world-size", "2"][..],
+    ] {
+        for (bad, why) in [
+            ("0-x", "not a CPU number or range"),
+            ("", "empty CPU list"),
+            ("1000", "not allowed to this process"),
+            ("1000000", "beyond the 1024 CPUs"),
+        ] {
+            vb().args(cmd)
+                .args(["--cpu-affinity", bad])
+                .assert()
+                .code(2)
+                .stderr(
+                    predicate::str::contains("--cpu-affinity").and(predicate::str::contains(why)),
+                );
+        }
+    }
+}

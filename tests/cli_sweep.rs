@@ -61,6 +61,8 @@ fn misspelt_variable_warns_and_runs_anyway() {
         "2",
         "-n",
         "20",
+        "--rounds",
+        "1",
         "-L",
         "NCCL_PRTO=LL",
     ])
@@ -84,7 +86,18 @@ fn debug_sweep_ranks_fails_global_tree_with_a_hint_and_exports() {
     let csv = dir.path().join("t.csv");
     let json = dir.path().join("v.json");
     let out = vb()
-        .args(["sweep", "--debug-mode", "--tp", "2", "-n", "30"])
+        .args([
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-n",
+            "30",
+            "--rounds",
+            "1",
+        ])
+        // No between-run noise: the ranking below is of the mock's settings factors.
+        .env("VERIFYBENCH_MOCK_NOISE", "0")
         .args(["-L", "NCCL_PROTO=LL,Simple", "-L", "NCCL_ALGO=Ring,Tree"])
         .args(["--set", "NCCL_ALGO=ring;allreduce:tree"])
         .arg("--results")
@@ -211,6 +224,8 @@ fn resume_skips_finished_points_and_refuses_another_workload() {
         "2",
         "-n",
         "20",
+        "--rounds",
+        "1",
         "-L",
         "NCCL_PROTO=LL,Simple",
     ])
@@ -219,34 +234,54 @@ fn resume_skips_finished_points_and_refuses_another_workload() {
     .assert()
     .success();
     assert_eq!(lines(&res).len(), 3);
-    vb().args(["sweep", "--debug-mode", "--tp", "2", "-n", "20"])
-        .args(["-L", "NCCL_PROTO=LL,Simple,LL128"])
-        .arg("--resume")
-        .arg(&res)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains(
-            "4 points (1 to run, 3 already in the resume file)",
-        ));
+    vb().args([
+        "sweep",
+        "--debug-mode",
+        "--tp",
+        "2",
+        "-n",
+        "20",
+        "--rounds",
+        "1",
+    ])
+    .args(["-L", "NCCL_PROTO=LL,Simple,LL128"])
+    .arg("--resume")
+    .arg(&res)
+    .assert()
+    .success()
+    .stdout(
+        predicate::str::contains("4 points x 1 round(s)").and(predicate::str::contains(
+            "4 runs (1 to run, 3 already in the resume file)",
+        )),
+    );
     let v = lines(&res);
     assert_eq!(v.len(), 4);
     assert_eq!(v[3]["result"]["data"]["overrides"][0][1], "LL128");
-    vb().args(["sweep", "--debug-mode", "--tp", "2", "--tokens", "4"])
-        .args(["-L", "NCCL_PROTO=LL"])
-        .arg("--resume")
-        .arg(&res)
-        .assert()
-        .code(2)
-        .stderr(
-            predicate::str::contains("refusing to resume")
-                .and(predicate::str::contains("another workload")),
-        );
+    vb().args([
+        "sweep",
+        "--debug-mode",
+        "--tp",
+        "2",
+        "--tokens",
+        "4",
+        "--rounds",
+        "1",
+    ])
+    .args(["-L", "NCCL_PROTO=LL"])
+    .arg("--resume")
+    .arg(&res)
+    .assert()
+    .code(2)
+    .stderr(
+        predicate::str::contains("refusing to resume")
+            .and(predicate::str::contains("another workload")),
+    );
     assert_eq!(lines(&res).len(), 4, "a refused resume writes nothing");
 }
 
 /// A sweep whose LL point's child exits or hangs: that point is recorded as failed with its
 /// reason and the sweep goes on to the next point.
-fn faulty_sweep(fault: &str, timeout: &str) -> (Vec<serde_json::Value>, Duration) {
+fn faulty_sweep(fault: &str, timeout: &str, rounds: &str) -> (Vec<serde_json::Value>, Duration) {
     let dir = tempfile::tempdir().unwrap();
     let res = dir.path().join("r.jsonl");
     let t = Instant::now();
@@ -264,6 +299,7 @@ fn faulty_sweep(fault: &str, timeout: &str) -> (Vec<serde_json::Value>, Duration
         "1",
     ])
     .args(["-L", "NCCL_PROTO=LL,Simple", "--point-timeout", timeout])
+    .args(["--rounds", rounds])
     .arg("--results")
     .arg(&res)
     .env(
@@ -279,8 +315,23 @@ fn faulty_sweep(fault: &str, timeout: &str) -> (Vec<serde_json::Value>, Duration
 
 #[test]
 fn worker_that_exits_mid_point_is_recorded_and_the_sweep_goes_on() {
-    let (v, _) = faulty_sweep("exit", "30");
-    assert_eq!(v.len(), 3);
+    // Two rounds: the failed point's second round is not run (its first failed), the other
+    // points run in both.
+    let (v, _) = faulty_sweep("exit", "30", "2");
+    assert_eq!(v.len(), 5);
+    let rounds_of = |prefix: &str| -> Vec<u64> {
+        let mut r: Vec<u64> = v
+            .iter()
+            .map(|r| &r["result"]["data"])
+            .filter(|d| d["point_id"].as_str().unwrap().starts_with(prefix))
+            .map(|d| d["round"].as_u64().unwrap())
+            .collect();
+        r.sort();
+        r
+    };
+    assert_eq!(rounds_of("p01"), vec![0]);
+    assert_eq!(rounds_of("p00"), vec![0, 1]);
+    assert_eq!(rounds_of("p02"), vec![0, 1]);
     let ll = point(&v, "p01");
     assert_eq!(ll["status"], "failed");
     let why = ll["reason"].as_str().unwrap();
@@ -299,12 +350,29 @@ fn worker_that_exits_mid_point_is_recorded_and_the_sweep_goes_on() {
 
 #[test]
 fn worker_that_hangs_is_killed_at_the_point_timeout() {
-    let (v, took) = faulty_sweep("hang", "1");
+    let (v, took) = faulty_sweep("hang", "1", "1");
     assert_eq!(v.len(), 3);
     let ll = point(&v, "p01");
     assert_eq!(ll["status"], "failed");
     assert!(ll["reason"].as_str().unwrap().contains("--point-timeout"));
     assert!(took < Duration::from_secs(30), "{took:?}");
+}
+
+/// A seed whose first round runs the baseline first and the LL point second (rounds are
+/// shuffled), so that the baseline is recorded before the LL point hangs.
+fn baseline_first_seed() -> u64 {
+    use verifybench::sweep::{matrix, rounds::RoundPlan};
+    let dims = matrix::dimensions(&["NCCL_PROTO=LL,Simple".to_string()], &[]).unwrap();
+    let ids: Vec<String> = matrix::points(&dims, None)
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    (0..1000)
+        .find(|&s| {
+            let plan = RoundPlan::new(&ids, &ids[0], 1, s).unwrap();
+            plan.order[0].point_id == ids[0] && plan.order[1].point_id.starts_with("p01")
+        })
+        .expect("some seed puts the baseline first")
 }
 
 #[test]
@@ -324,6 +392,12 @@ fn ctrl_c_stops_cleanly_and_keeps_finished_points() {
             "1",
         ])
         .args(["-L", "NCCL_PROTO=LL,Simple", "--point-timeout", "60"])
+        .args([
+            "--rounds",
+            "1",
+            "--seed",
+            &baseline_first_seed().to_string(),
+        ])
         .arg("--results")
         .arg(&res)
         .env("VERIFYBENCH_SWEEP_EXTRA_ARGS", "--inject-fault hang")
@@ -375,17 +449,281 @@ fn model_backend_sweep_runs_every_point_in_a_fresh_child() {
     let dir = tempfile::tempdir().unwrap();
     let res = dir.path().join("r.jsonl");
     vb().args(["sweep", "--backend", "model", "--tp", "2", "-n", "20"])
-        .args(["-L", "NCCL_PROTO=LL,Simple"])
+        .args(["-L", "NCCL_PROTO=LL,Simple", "--rounds", "2"])
         .arg("--results")
         .arg(&res)
         .assert()
         .success()
         .stdout(
             predicate::str::contains("modeled numbers")
-                .and(predicate::str::contains("Recommendation")),
+                .and(predicate::str::contains("Recommendation"))
+                .and(predicate::str::contains("noise floor (graph): ±0.0%")),
         );
     let v = lines(&res);
-    assert_eq!(v.len(), 3);
+    assert_eq!(v.len(), 6);
+    // Each (point, round) keeps its own child record in the log folder.
+    let logs = res.with_extension("logs");
+    for f in ["p00-baseline.json", "p00-baseline.round2.json"] {
+        assert!(logs.join(f).exists(), "{f} missing");
+    }
     assert!(v.iter().all(|r| r["result"]["data"]["status"] == "ok"));
     assert!(v.iter().all(|r| r["source"] == "modeled"));
+}
+
+/// A debug-mode sweep of rounds with a planted gain on NCCL_NTHREADS=512 and between-run
+/// noise of `noise` (both FAKE, through the mock's test hooks); returns stdout and the
+/// results file's lines.
+fn planted_sweep(
+    gain: &str,
+    noise: &str,
+    rounds: &str,
+    extra_env: &[(&str, &str)],
+) -> (i32, String, Vec<serde_json::Value>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path().join("r.jsonl");
+    let mut cmd = vb();
+    cmd.args([
+        "sweep",
+        "--debug-mode",
+        "--tp",
+        "2",
+        "-n",
+        "20",
+        "--rounds",
+        rounds,
+    ])
+    .args(["-L", "NCCL_NTHREADS=256,512"])
+    .arg("--results")
+    .arg(&res)
+    .env(
+        "VERIFYBENCH_MOCK_PLANT",
+        format!("NCCL_NTHREADS=512:{gain}"),
+    )
+    .env("VERIFYBENCH_MOCK_NOISE", noise);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let v = if res.exists() { lines(&res) } else { vec![] };
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        v,
+        dir,
+    )
+}
+
+/// The graph-replay per-verify median of (point, round) in the results file.
+fn graph_median_of(v: &[serde_json::Value], prefix: &str, round: u64) -> f64 {
+    let d = v
+        .iter()
+        .map(|r| &r["result"]["data"])
+        .find(|d| d["point_id"].as_str().unwrap().starts_with(prefix) && d["round"] == round)
+        .unwrap_or_else(|| panic!("no {prefix} round {round}"));
+    d["verify"]["result"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["graph"] == true)
+        .unwrap()["per_verify"]["median_us"]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn rounds_recommend_a_planted_3_percent_gain_under_1_percent_noise() {
+    let (code, out, v, _d) = planted_sweep("0.97", "0.01", "8", &[]);
+    assert_eq!(code, 0, "{out}");
+    // 3 points x 8 rounds, each pair once, the baseline in every round.
+    assert_eq!(v.len(), 24);
+    for prefix in ["p00", "p01", "p02"] {
+        let mut rounds: Vec<u64> = v
+            .iter()
+            .map(|r| &r["result"]["data"])
+            .filter(|d| d["point_id"].as_str().unwrap().starts_with(prefix))
+            .map(|d| d["round"].as_u64().unwrap())
+            .collect();
+        rounds.sort();
+        assert_eq!(rounds, (0..8).collect::<Vec<u64>>(), "{prefix}");
+    }
+    // Shuffled: the rounds do not all run in the same order.
+    let order = |r: u64| -> Vec<String> {
+        v.iter()
+            .map(|x| &x["result"]["data"])
+            .filter(|d| d["round"] == r)
+            .map(|d| d["point_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        (1..8).any(|r| order(r) != order(0)),
+        "every round in one order"
+    );
+    // The seed of the shuffles is recorded with every pair.
+    let seeds: std::collections::BTreeSet<u64> = v
+        .iter()
+        .map(|x| x["result"]["data"]["seed"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seeds.len(), 1);
+    assert!(
+        out.contains("Recommendation (graph replay, held over 8 rounds): NCCL_NTHREADS=512"),
+        "{out}"
+    );
+    assert!(out.contains("export NCCL_NTHREADS=512"), "{out}");
+    assert!(out.contains("graph replay: p02-"), "{out}");
+    assert!(out.contains("eager replay: "), "eager judged too: {out}");
+    // The printed paired ratio follows from the file: the geometric mean of the per-round
+    // ratios of the point's graph median to the baseline's.
+    let logs: f64 = (0..8)
+        .map(|r| (graph_median_of(&v, "p02", r) / graph_median_of(&v, "p00", r)).ln())
+        .sum();
+    let ratio = (logs / 8.0).exp();
+    let row = out
+        .lines()
+        .find(|l| l.contains("p02-") && l.contains('['))
+        .unwrap_or_else(|| panic!("no ratio row: {out}"));
+    let graph_cell = row
+        .split("  ")
+        .filter(|c| !c.trim().is_empty())
+        .nth(2)
+        .unwrap();
+    assert!(
+        graph_cell.trim().starts_with(&format!("{ratio:.3} [")),
+        "{row} vs {ratio}"
+    );
+    // The measured noise floor is printed (not a constant).
+    let base: Vec<f64> = (0..8).map(|r| graph_median_of(&v, "p00", r)).collect();
+    let mut sorted = base.clone();
+    sorted.sort_by(f64::total_cmp);
+    let med = (sorted[3] + sorted[4]) / 2.0;
+    let floor = base
+        .iter()
+        .map(|b| (b / med - 1.0).abs())
+        .fold(0.0, f64::max);
+    assert!(
+        out.contains(&format!("noise floor (graph): ±{:.1}%", floor * 100.0)),
+        "{out}"
+    );
+    // Where the time goes, and the wall time of the whole sweep.
+    assert!(out.contains("wall time: "), "{out}");
+}
+
+#[test]
+fn three_rounds_either_recommend_the_gain_or_say_how_many_rounds_would() {
+    let (code, out, v, _d) = planted_sweep("0.97", "0.01", "3", &[]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(v.len(), 9);
+    assert!(
+        out.contains("Recommendation (graph replay, held over 3 rounds): NCCL_NTHREADS=512")
+            || (out.contains("3 rounds are too few to resolve gains near the noise floor")
+                && out.contains("--rounds ")),
+        "{out}"
+    );
+}
+
+#[test]
+fn rounds_do_not_recommend_a_half_percent_gain_under_2_percent_noise() {
+    for rounds in ["3", "8"] {
+        let (code, out, _v, _d) = planted_sweep("0.995", "0.02", rounds, &[]);
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains(
+                "graph replay: no setting beats the defaults beyond the noise measured here (±"
+            ),
+            "{rounds}: {out}"
+        );
+        assert!(
+            out.contains("Recommendation: keep NCCL's defaults"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn an_interrupted_sweep_of_rounds_resumes_per_point_and_round() {
+    let (code, _out, v, dir) = planted_sweep(
+        "0.97",
+        "0.01",
+        "3",
+        &[("VERIFYBENCH_MOCK_INTERRUPT_AFTER", "4")],
+    );
+    assert_eq!(code, 130);
+    assert_eq!(v.len(), 4, "only the 4 finished pairs are kept");
+    let res = dir.path().join("r.jsonl");
+    let out = vb()
+        .args([
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-n",
+            "20",
+            "--rounds",
+            "3",
+        ])
+        .args(["-L", "NCCL_NTHREADS=256,512"])
+        .arg("--resume")
+        .arg(&res)
+        .env("VERIFYBENCH_MOCK_PLANT", "NCCL_NTHREADS=512:0.97")
+        .env("VERIFYBENCH_MOCK_NOISE", "0.01")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("9 runs (5 to run, 4 already in the resume file)"),
+        "{out}"
+    );
+    let all = lines(&res);
+    assert_eq!(all.len(), 9);
+    let mut pairs: Vec<(String, u64)> = all
+        .iter()
+        .map(|r| &r["result"]["data"])
+        .map(|d| {
+            (
+                d["point_id"].as_str().unwrap().to_string(),
+                d["round"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // The first 4 lines are the interrupted run's, unchanged.
+    assert_eq!(all[..4], v[..]);
+    pairs.sort();
+    pairs.dedup();
+    assert_eq!(pairs.len(), 9, "a (point, round) pair ran twice");
+}
+
+#[test]
+fn bad_rounds_and_margins_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, want) in [
+        (vec!["--rounds", "0"], "--rounds must be 1 to 100"),
+        (vec!["--rounds", "101"], "--rounds must be 1 to 100"),
+        (
+            vec!["--noise-margin", "0.7"],
+            "--noise-margin must be a fraction",
+        ),
+        (
+            vec!["--noise-floor=-0.1"],
+            "--noise-margin must be a fraction",
+        ),
+    ] {
+        vb().args(["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL"])
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(want));
+    }
+    vb().args(["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL"])
+        .env("VERIFYBENCH_MOCK_NOISE", "lots")
+        .current_dir(dir.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("VERIFYBENCH_MOCK_NOISE='lots'"));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a refused sweep writes nothing"
+    );
 }

@@ -42,10 +42,32 @@ fn samples(seed: u64, center_us: f64, iters: u64) -> Summary {
     Summary::from_samples(&v).expect("finite samples")
 }
 
-fn provenance(launcher: &str) -> Provenance {
+/// The FAKE between-run factor of repetition `run` of `fresh_runs` (`--fresh-runs`):
+/// 1 + 2% x u, u uniform in [-1, 1], seeded by the run; exactly 1 for a single run, so one
+/// run's numbers do not depend on it. Deterministic, so tests can check the statistics.
+pub fn between_run_factor(fresh_runs: usize, run: usize) -> f64 {
+    if fresh_runs <= 1 {
+        return 1.0;
+    }
+    let mut st = crate::model::schedule::fnv1a(format!("fresh-run-{run}").as_bytes());
+    st = st
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let u = (st >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+    1.0 + 0.02 * u
+}
+
+/// The note of mock records of repeated runs.
+pub const FAKE_SPREAD_NOTE: &str =
+    "mock backend: the spread between fresh runs is FAKE too (seeded, +-2%)";
+
+fn provenance(launcher: &str, fresh_runs: usize) -> Provenance {
     let mut p = Provenance::here(BackendKind::Mock.name(), now_utc());
     p.launcher = Some(launcher.into());
     p.notes.push(FAKE_NOTE.into());
+    if fresh_runs > 1 {
+        p.notes.push(FAKE_SPREAD_NOTE.into());
+    }
     p
 }
 
@@ -76,7 +98,9 @@ impl Backend for MockBackend {
             crate::trace::chrome::write_file(&tracks, n, p)?;
         }
         let run = |imp: Impl, graph: bool, mode: Mode| {
-            let per = if graph { 7.0 } else { 9.0 } * fake_factor(imp);
+            let per = if graph { 7.0 } else { 9.0 }
+                * fake_factor(imp)
+                * between_run_factor(a.fresh_runs, a.fresh_run);
             let key = match imp {
                 Impl::Nccl => format!("{}-{}-{graph}", s.hash(), mode.name()),
                 _ => format!("{}-{}-{graph}-{imp}", s.hash(), mode.name()),
@@ -119,7 +143,7 @@ impl Backend for MockBackend {
                 });
             }
         }
-        let mut prov = provenance(a.gpu.launcher.name());
+        let mut prov = provenance(a.gpu.launcher.name(), a.fresh_runs);
         if !gaps.is_none() {
             prov.notes.push(gaps.describe());
         }
@@ -154,7 +178,8 @@ impl Backend for MockBackend {
                         Impl::OneShot => (0.5, 20e3),
                         Impl::TwoShot => (0.7, 40e3),
                     };
-                    let center = if graph { 5.0 } else { 8.0 } * base + size as f64 / slope;
+                    let center = (if graph { 5.0 } else { 8.0 } * base + size as f64 / slope)
+                        * between_run_factor(a.fresh_runs, a.fresh_run);
                     let seed = match imp {
                         Impl::Nccl => size ^ u64::from(graph),
                         _ => crate::model::schedule::fnv1a(
@@ -191,7 +216,7 @@ impl Backend for MockBackend {
             .collect();
         Ok(Record::new(
             Source::Modeled,
-            provenance(a.gpu.launcher.name()),
+            provenance(a.gpu.launcher.name(), a.fresh_runs),
             Body::Collective(CollectiveResult {
                 op: a.op,
                 dtype: a.dtype,

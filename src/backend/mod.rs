@@ -20,7 +20,7 @@ use crate::record::{Body, Mode, Provenance, Record, Source};
 use crate::request::{BackendKind, CollectiveRequest, VerifyRequest};
 use crate::util::now_utc;
 
-pub use mock::MockBackend;
+pub use mock::{between_run_factor, MockBackend, FAKE_SPREAD_NOTE};
 
 /// Turns a request into a result record.
 pub trait Backend {

@@ -99,6 +99,11 @@ pub struct GpuArgs {
     /// Seconds any rendezvous, collective or worker may take before the run is aborted.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
+    /// Pin each rank (worker process, or rank thread of --launcher threads) to CPUs: auto (the
+    /// CPUs of its GPU's NUMA node, as numactl does in serving deployments; left alone when
+    /// sysfs does not tell the node), none (as inherited), or a Linux CPU list (0-7,16-23).
+    #[arg(long, value_name = "auto|none|LIST", default_value = "auto", value_parser = affinity_arg)]
+    pub cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 
 impl From<&GpuArgs> for GpuSpec {
@@ -109,8 +114,31 @@ impl From<&GpuArgs> for GpuSpec {
             launcher: a.launcher,
             nccl_lib: a.nccl_lib.clone(),
             timeout: a.timeout,
+            cpu_affinity: a.cpu_affinity.clone(),
         }
     }
+}
+
+/// `--cpu-affinity`: auto, none or a CPU list whose CPUs this process may run on.
+pub fn affinity_arg(s: &str) -> Result<crate::launch::affinity::CpuAffinity, String> {
+    use crate::launch::affinity::{allowed_cpus, format_cpulist, CpuAffinity};
+    let a: CpuAffinity = s.parse()?;
+    if let (CpuAffinity::List(want), Some(allowed)) = (&a, allowed_cpus(std::path::Path::new("/")))
+    {
+        let bad: Vec<usize> = want
+            .iter()
+            .copied()
+            .filter(|c| !allowed.contains(c))
+            .collect();
+        if !bad.is_empty() {
+            return Err(format!(
+                "CPUs {} are not allowed to this process (allowed: {})",
+                format_cpulist(&bad),
+                format_cpulist(&allowed)
+            ));
+        }
+    }
+    Ok(a)
 }
 
 /// `-w/--warmup` and `-n/--iters`, as nccl-tests and hyperfine name them.

@@ -43,6 +43,11 @@ pub struct CollectiveArgs {
     /// messages up to 4 MiB, 2 to 8 GPUs with peer access). Prints a crossover table.
     #[arg(long = "impl", value_name = "LIST", value_parser = impl_list, default_value = "nccl")]
     pub impls: ImplList,
+    /// Repetitions, each in fresh workers (processes launcher: new worker processes; threads:
+    /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
+    /// their min-max and a 95% interval; a cold first repetition is named and left out.
+    #[arg(long, default_value_t = 1, value_name = "R")]
+    pub fresh_runs: usize,
 }
 
 /// `--impl`'s parsed list (clap needs one value type for the whole list).
@@ -76,6 +81,8 @@ impl From<&CollectiveArgs> for CollectiveRequest {
             model: (&a.model).into(),
             export: (&a.export).into(),
             impls: a.impls.0.clone(),
+            fresh_runs: a.fresh_runs,
+            fresh_run: 0,
         }
     }
 }

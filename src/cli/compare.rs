@@ -17,6 +17,12 @@ pub struct CompareArgs {
     /// Output format.
     #[arg(long, value_parser = named::<Format>(), default_value = "table")]
     pub format: Format,
+    /// The text output of an nccl-tests binary (2.19; e.g. all_reduce_perf ... -G 20 for graph
+    /// mode, -G 0 for eager); repeatable, one launch mode each. FILE is then the
+    /// --export-json of `verifybench collective` on the same sizes, and the output is the
+    /// ratio verifybench / nccl-tests per size and mode.
+    #[arg(long = "nccl-tests", value_name = "OUTPUT")]
+    pub nccl_tests: Vec<PathBuf>,
 }
 
 impl From<&CompareArgs> for CompareRequest {
@@ -25,6 +31,7 @@ impl From<&CompareArgs> for CompareRequest {
             files: a.files.clone(),
             force: a.force,
             format: a.format,
+            nccl_tests: a.nccl_tests.clone(),
         }
     }
 }

@@ -21,6 +21,9 @@ pub struct RankArgs {
     pub id: String,
     #[arg(long)]
     pub fault: Option<Fault>,
+    /// auto, none or a CPU list (the launcher's --cpu-affinity).
+    #[arg(long, default_value = "auto", value_parser = crate::cli::args::affinity_arg)]
+    pub cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 
 impl From<&RankArgs> for RankRequest {
@@ -32,6 +35,7 @@ impl From<&RankArgs> for RankRequest {
             device: a.device,
             id: a.id.clone(),
             fault: a.fault,
+            cpu_affinity: a.cpu_affinity.clone(),
         }
     }
 }

@@ -510,6 +510,7 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
     }
     checks.push(crate::selftest::streaming_kernel(devices[0]));
     let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
+    checks.push(crate::selftest::clocks_and_affinity(devices[0]));
     let failed = checks.iter().filter(|c| !c.pass).count();
     println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");
     for c in &checks {

@@ -20,13 +20,21 @@ Values:
                        --set 'NCCL_ALGO=ring;allreduce:tree' (Tree for all-reduce, Ring otherwise)
   --preset pcie        one-at-a-time variations of NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL,
                        NCCL_P2P_DISABLE, NCCL_MIN/MAX_NCHANNELS, NCCL_NTHREADS, NCCL_BUFFSIZE
-The baseline (nothing overridden) always runs first. Variables held fixed for every point,
+The baseline (nothing overridden) runs in every round. Variables held fixed for every point,
 baseline included: export them before running (they pass through to every worker).
 
-Each point: a probe run (-n 2 -w 1, NCCL_DEBUG=INFO into <log-dir>/<point>.%h.%p.log) proves
-which algorithm, protocol and transport NCCL used; then the timed run, with NCCL_DEBUG unset so
-that logging cannot distort the timing. Every finished point is appended to --results at once;
---resume FILE skips the points already there.
+Rounds (--rounds R, default 3): every round runs every point once, in its own shuffled order
+(--seed); a point's ratio to the baseline is taken per round (paired) and its 95% interval
+comes from the rounds. The noise floor is measured: the largest deviation of the baseline's
+rounds from their median, printed. A setting is recommended only when its whole interval lies
+below 1 - floor (- --noise-margin); eager and graph replay are judged separately. With too few
+rounds to resolve gains near the floor, the output says how many would.
+
+Each point: a probe run (-n 2 -w 1, NCCL_DEBUG=INFO into <log-dir>/<point>.%h.%p.log), once, in
+the first round, proves which algorithm, protocol and transport NCCL used; then the timed runs,
+one per round, with NCCL_DEBUG unset so that logging cannot distort the timing. Every finished
+(point, round) is appended to --results at once; --resume FILE skips the pairs already there
+(files of sweeps before rounds existed hold round 1).
 
 Examples:
   verifybench sweep --model kimi-k2.5 --tp 2 --tokens 3 -L NCCL_PROTO=LL,LL128,Simple -L NCCL_ALGO=Ring --set 'NCCL_ALGO=ring;allreduce:tree'
@@ -66,11 +74,23 @@ pub struct SweepArgs {
     pub repeat: RepeatArgs,
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Smallest relative gain over the baseline that counts as real. Fresh worker processes with
-    /// identical settings differ by about 1% (2x H200: 909.6 to 917.7 us per verify for the
-    /// defaults across four sweeps), more than the standard error within one run shows.
-    #[arg(long, default_value_t = crate::sweep::rank::NOISE_FLOOR, value_name = "FRACTION")]
-    pub noise_floor: f64,
+    /// Rounds, 1 to 100: every round runs every point once in a shuffled order, the baseline
+    /// included. 1 round measures no noise and recommends nothing.
+    #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_ROUNDS, value_name = "R")]
+    pub rounds: usize,
+    /// Seed of the rounds' shuffled orders (any unsigned 64-bit number).
+    #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_SEED, value_name = "N")]
+    pub seed: u64,
+    /// An extra margin, a fraction in [0, 0.5), added to the measured noise floor before a
+    /// setting counts as faster (default 0: the measured floor alone). The old --noise-floor
+    /// (a constant floor) is accepted as this margin.
+    #[arg(
+        long,
+        alias = "noise-floor",
+        default_value_t = 0.0,
+        value_name = "FRACTION"
+    )]
+    pub noise_margin: f64,
     /// Seconds one child (probe or timed run, workers included) may take before it is killed
     /// and the point recorded as failed.
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
@@ -121,7 +141,9 @@ impl From<&SweepArgs> for SweepRequest {
             graph: a.graph,
             mode: a.mode,
             backend: a.backend,
-            noise_floor: a.noise_floor,
+            rounds: a.rounds,
+            seed: a.seed,
+            noise_margin: a.noise_margin,
             point_timeout: a.point_timeout,
             results: a.results.clone(),
             resume: a.resume.clone(),

@@ -51,6 +51,11 @@ pub struct VerifyArgs {
     /// saving against NCCL.
     #[arg(long = "impl", value_name = "LIST", value_parser = crate::cli::collective::impl_list, default_value = "nccl")]
     pub impls: crate::cli::collective::ImplList,
+    /// Repetitions, each in fresh workers (processes launcher: new worker processes; threads:
+    /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
+    /// their min-max and a 95% interval; a cold first repetition is named and left out.
+    #[arg(long, default_value_t = 1, value_name = "R")]
+    pub fresh_runs: usize,
 }
 
 impl From<&VerifyArgs> for VerifyRequest {
@@ -70,6 +75,8 @@ impl From<&VerifyArgs> for VerifyRequest {
             impls: a.impls.0.clone(),
             host_gaps: (&a.host_gaps).into(),
             export_trace: a.export_trace.clone(),
+            fresh_runs: a.fresh_runs,
+            fresh_run: 0,
         }
     }
 }

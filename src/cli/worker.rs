@@ -40,6 +40,9 @@ pub struct WorkerArgs {
     /// libnccl.so to load.
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
     pub nccl_lib: Option<std::path::PathBuf>,
+    /// Pin this rank to CPUs: auto (its GPU's NUMA node), none, or a CPU list (0-7,16-23).
+    #[arg(long, value_name = "auto|none|LIST", default_value = "auto", value_parser = crate::cli::args::affinity_arg)]
+    pub cpu_affinity: crate::launch::affinity::CpuAffinity,
     #[command(flatten)]
     pub export: ExportArgs,
     #[command(flatten)]
@@ -52,6 +55,7 @@ impl From<&WorkerArgs> for WorkerRequest {
             workload: (&a.workload).into(),
             rendezvous: a.rendezvous.clone(),
             rendezvous_timeout: a.rendezvous_timeout,
+            cpu_affinity: a.cpu_affinity.clone(),
             rank: a.rank,
             world_size: a.world_size,
             local_rank: a.local_rank,

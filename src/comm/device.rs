@@ -386,6 +386,28 @@ impl Gpu {
 }
 
 /// Name, PCI bus id and memory of device `ordinal`, without creating a context.
+/// Peak SM and memory clocks of device `ordinal`, kHz: the driver attributes
+/// CU_DEVICE_ATTRIBUTE_CLOCK_RATE and CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE (the rated
+/// maxima, not the clocks of the moment).
+pub fn clocks_khz(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
+    let dev = cudarc::driver::result::device::get(ordinal as i32)
+        .map_err(fail(ordinal, "cuDeviceGet"))?;
+    // SAFETY: dev is a device handle just returned by cuDeviceGet; cuDeviceGetAttribute only
+    // writes one integer, which get_attribute owns.
+    let sm = unsafe {
+        cudarc::driver::result::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
+    }
+    .map_err(fail(ordinal, "cuDeviceGetAttribute(CLOCK_RATE)"))?;
+    // SAFETY: as above.
+    let mem = unsafe {
+        cudarc::driver::result::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
+    }
+    .map_err(fail(ordinal, "cuDeviceGetAttribute(MEMORY_CLOCK_RATE)"))?;
+    Ok((sm, mem))
+}
+
 pub fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
     cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
     let dev = cudarc::driver::result::device::get(ordinal as i32)

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub mod nccl_tests;
+
 use crate::error::usage;
 use crate::measure::Summary;
 use crate::record::{read_records, Mode, VerifyResult, VerifyRun, Workload};
@@ -37,6 +39,8 @@ pub struct CompareRequest {
     pub files: Vec<PathBuf>,
     pub force: bool,
     pub format: Format,
+    /// nccl-tests outputs to set beside the one `collective` record of `files`.
+    pub nccl_tests: Vec<PathBuf>,
 }
 
 /// How the ratio uncertainty is computed (printed under every table).
@@ -100,6 +104,14 @@ pub struct Comparison {
 
 /// Loads, compares and prints; the value is the exit code.
 pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
+    if !a.nccl_tests.is_empty() {
+        if a.files.len() != 1 {
+            crate::usage_bail!(
+                "--nccl-tests takes exactly one FILE: the --export-json of `verifybench collective` on the same sizes"
+            );
+        }
+        return nccl_tests::run(&a.files[0], &a.nccl_tests);
+    }
     let mut entries = Vec::new();
     for f in &a.files {
         entries.extend(load(f)?);

@@ -203,6 +203,8 @@ pub fn verify(
     }
     let groups = schedule.collective_groups();
     let mut notes = common_notes(&p, &force, m);
+    // A fitted profile used at a rank count it was not fitted on says that it extrapolates.
+    notes.extend(fit::extrapolation_note(&p, nranks));
     for g in &groups {
         let size = nccl_size(g.kind, g.bytes_per_rank, nranks);
         let t = predict::op_time(&p, g.kind, size, nranks, true, launcher, &force)?;
@@ -319,6 +321,8 @@ pub fn collective(
         );
     }
     let mut notes = common_notes(&p, &force, m);
+    // A fitted profile used at a rank count it was not fitted on says that it extrapolates.
+    notes.extend(fit::extrapolation_note(&p, nranks));
     notes.push(format!(
         "eager times assume ranks as {}",
         match launcher {

@@ -30,6 +30,17 @@ pub enum CpuAffinity {
     List(Vec<usize>),
 }
 
+impl CpuAffinity {
+    /// The command-line form (`auto`, `none`, `0-7,16-23`), for a worker's arguments.
+    pub fn arg(&self) -> String {
+        match self {
+            CpuAffinity::Auto => "auto".into(),
+            CpuAffinity::None => "none".into(),
+            CpuAffinity::List(v) => format_cpulist(v),
+        }
+    }
+}
+
 /// Parses a Linux CPU list (`0-7,16-23`, `3`, `0-15:2` with a stride), as sysfs writes it and
 /// as numactl and taskset take it. Sorted, without duplicates; empty input is an error.
 pub fn parse_cpulist(s: &str) -> Result<Vec<usize>, String> {

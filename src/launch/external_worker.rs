@@ -111,6 +111,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
             id,
             fault: None,
             p2p: Default::default(),
+            affinity: a.cpu_affinity.clone(),
         };
         let mine = match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => r,
@@ -145,6 +146,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
             id: *client.id(),
             fault: None,
             p2p: Default::default(),
+            affinity: a.cpu_affinity.clone(),
         };
         match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => {

@@ -244,6 +244,13 @@ pub struct RankResult {
     /// the configuration had none).
     #[serde(default)]
     pub passes: Vec<Vec<super::timeline::PassIteration>>,
+    /// What the rank's CPU affinity came to.
+    #[serde(default)]
+    pub affinity: Option<super::affinity::AffinityFacts>,
+    /// Peak SM and memory clocks of the rank's GPU, kHz (driver attributes); `None` when the
+    /// driver did not say.
+    #[serde(default)]
+    pub clocks_khz: Option<(i32, i32)>,
 }
 
 /// Where a rank stands.
@@ -256,6 +263,8 @@ pub struct RankSetup {
     pub fault: Option<Fault>,
     /// How to swap P2P handles with the other ranks (used only by jobs with P2P cases).
     pub p2p: P2pExchange,
+    /// `--cpu-affinity`: applied to the rank's thread before its GPU is opened.
+    pub affinity: super::affinity::CpuAffinity,
 }
 
 /// One collective instance with its own buffers.
@@ -493,6 +502,25 @@ fn poison(colls: &[Coll], gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Resolves and applies the rank's `--cpu-affinity` on the calling thread (the rank's thread
+/// of the threads launcher, the main thread of a worker process). Pinning that fails is
+/// reported in the facts, never fatal: it is an improvement of the timing, not a condition.
+fn pin(setup: &RankSetup) -> super::affinity::AffinityFacts {
+    use super::affinity::{apply, parse_cpulist, resolve};
+    let bus = crate::comm::device::info(setup.device)
+        .ok()
+        .map(|g| g.pci_bus_id)
+        .filter(|b| !b.is_empty());
+    let mut f = resolve(&setup.affinity, std::path::Path::new("/"), bus.as_deref());
+    if let Some(cpus) = f.cpus.as_deref().and_then(|c| parse_cpulist(c).ok()) {
+        if let Err(e) = apply(&cpus) {
+            f.note = format!("{}; pinning failed ({e}), left as inherited", f.note);
+            f.cpus = None;
+        }
+    }
+    f
+}
+
 /// Runs `job` as rank `setup.rank`. `progress` is called after each configuration.
 pub fn run_rank(
     setup: RankSetup,
@@ -515,11 +543,16 @@ pub fn run_rank(
         stream_gbps: None,
         stream_fixed_us: None,
         passes: vec![],
+        affinity: None,
+        clocks_khz: None,
     };
     if let Job::Env = job {
         result.gpu = crate::comm::device::info(setup.device).ok();
         return Ok(result);
     }
+    // Pin first: the threads CUDA and NCCL start from here on inherit the mask.
+    result.affinity = Some(pin(&setup));
+    result.clocks_khz = crate::comm::device::clocks_khz(setup.device).ok();
     let gpu = Gpu::open(setup.device)?;
     result.gpu = Some(gpu.info());
     let n = setup.nranks;

@@ -39,6 +39,8 @@ pub struct LaunchSpec {
     pub fault: Option<Fault>,
     /// Forward workers' stderr to ours.
     pub echo_stderr: bool,
+    /// `--cpu-affinity` of every rank.
+    pub affinity: super::affinity::CpuAffinity,
 }
 
 impl LaunchSpec {
@@ -52,6 +54,7 @@ impl LaunchSpec {
             env_overrides: BTreeMap::new(),
             fault: None,
             echo_stderr: true,
+            affinity: super::affinity::CpuAffinity::Auto,
         }
     }
 }
@@ -180,6 +183,7 @@ fn run_threads(
             id,
             fault: spec.fault,
             p2p: p2p.clone(),
+            affinity: spec.affinity.clone(),
         };
         std::thread::Builder::new()
             .name(format!("rank{rank}"))
@@ -282,6 +286,7 @@ fn run_processes(
             .args(["--nranks", &n.to_string()])
             .args(["--device", &device.to_string()])
             .args(["--id", &id_hex])
+            .args(["--cpu-affinity", &spec.affinity.arg()])
             .env_clear()
             .envs(&env)
             .stdin(Stdio::null())
@@ -457,13 +462,53 @@ fn worker_provenance(launcher: &str, started: String, results: &[RankResult]) ->
     let init: Vec<String> = results.iter().map(|r| format!("{:.2}", r.init_s)).collect();
     p.notes
         .push(format!("NCCL init per rank (s): {}", init.join(", ")));
+    p.notes.extend(host_notes(
+        results,
+        super::affinity::governors(std::path::Path::new("/")),
+    ));
     p
+}
+
+/// The provenance notes on what makes timings noisy at the source: each rank's CPU affinity,
+/// the CPU frequency governor and the GPUs' rated clocks (or that they are not available).
+pub fn host_notes(results: &[RankResult], governor: Option<String>) -> Vec<String> {
+    let aff: Vec<String> = results
+        .iter()
+        .map(|r| match &r.affinity {
+            Some(f) => format!(
+                "rank {}: {} ({})",
+                r.rank,
+                f.cpus.as_deref().unwrap_or("inherited"),
+                f.note
+            ),
+            None => format!("rank {}: not reported", r.rank),
+        })
+        .collect();
+    let clocks: Vec<String> = results
+        .iter()
+        .map(|r| match r.clocks_khz {
+            Some((sm, mem)) => format!("rank {}: {} / {}", r.rank, sm / 1000, mem / 1000),
+            None => format!("rank {}: not available", r.rank),
+        })
+        .collect();
+    vec![
+        format!("CPU affinity per rank: {}", aff.join("; ")),
+        format!(
+            "CPU frequency governor: {}",
+            governor.unwrap_or_else(|| "not available (no cpufreq in sysfs)".into())
+        ),
+        format!(
+            "GPU rated clocks per rank, SM / memory MHz (driver attributes CLOCK_RATE / MEMORY_CLOCK_RATE): {}",
+            clocks.join("; ")
+        ),
+    ]
 }
 
 fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) -> LaunchSpec {
     LaunchSpec {
         fault,
         echo_stderr: !quiet,
+        affinity: g.cpu_affinity.clone(),
         ..LaunchSpec::new(devices, g.launcher, g.timeout)
     }
 }
@@ -846,7 +891,34 @@ mod tests {
             stream_gbps: None,
             stream_fixed_us: None,
             passes: vec![],
+            affinity: None,
+            clocks_khz: None,
         }
+    }
+
+    #[test]
+    fn host_notes_name_affinity_governor_and_clocks_per_rank() {
+        let mut a = rank(0, vec![], vec![]);
+        a.affinity = Some(super::super::affinity::AffinityFacts {
+            requested: "auto".into(),
+            cpus: Some("0-31".into()),
+            numa_node: Some(0),
+            note: "the CPUs of NUMA node 0, the node of GPU 0000:19:00.0".into(),
+        });
+        a.clocks_khz = Some((1_980_000, 3_201_000));
+        let b = rank(1, vec![], vec![]);
+        let n = host_notes(&[a, b], Some("performance x 64".into()));
+        assert_eq!(
+            n[0],
+            "CPU affinity per rank: rank 0: 0-31 (the CPUs of NUMA node 0, the node of GPU 0000:19:00.0); rank 1: not reported"
+        );
+        assert_eq!(n[1], "CPU frequency governor: performance x 64");
+        assert!(
+            n[2].ends_with("rank 0: 1980 / 3201; rank 1: not available"),
+            "{}",
+            n[2]
+        );
+        assert!(host_notes(&[], None)[1].contains("not available"));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub struct RankRequest {
     /// NCCL unique id, hex.
     pub id: String,
     pub fault: Option<Fault>,
+    pub cpu_affinity: super::affinity::CpuAffinity,
 }
 
 /// One line of the worker protocol.
@@ -68,6 +69,7 @@ pub fn run(a: &RankRequest) -> anyhow::Result<i32> {
         id: unhex(&a.id)?,
         fault: a.fault,
         p2p: super::job::P2pExchange::beside(&a.job),
+        affinity: a.cpu_affinity.clone(),
     };
     match run_rank(setup, &job, |k| send(&Message::Progress(k))) {
         Ok(r) => {

@@ -357,6 +357,22 @@ pub struct Record {
     pub provenance: Provenance,
     #[serde(flatten)]
     pub body: Body,
+    /// `--fresh-runs R`: every repetition's median of each figure (absent in records of one
+    /// run, and in files written before repetitions existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repetitions: Vec<Repeated>,
+}
+
+/// One figure of a record measured in R fresh sets of workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repeated {
+    /// What the figure is: `per verify, graph, comm` or `43008 B, eager`.
+    pub what: String,
+    pub graph: bool,
+    /// The collective size of a `collective` row; `None` for a verify run.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    pub reps: crate::measure::repeat::Repetitions,
 }
 
 impl Record {
@@ -366,6 +382,7 @@ impl Record {
             source,
             provenance,
             body,
+            repetitions: vec![],
         }
     }
 

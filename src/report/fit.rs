@@ -23,6 +23,20 @@ pub fn table(r: &FitReport, base: &str, files: usize) -> String {
     for p in &r.params {
         let _ = writeln!(o, "  {:<32} {:>12.4} {:>12.4}", p.name, p.base, p.fitted);
     }
+    // What the data could tell: which parameters were fitted and which held, and why.
+    let _ = writeln!(
+        o,
+        "# fitted on {} rank count(s): {}",
+        r.rank_counts.len(),
+        r.rank_counts
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for line in r.param_lines() {
+        let _ = writeln!(o, "#   {line}");
+    }
     let _ = writeln!(o, "#");
     let _ = writeln!(
         o,

@@ -3,14 +3,15 @@
 //! The flags live in `cli/sweep.rs`; the pieces (matrix, environments, runner, log parsing,
 //! ranking) in the sibling modules.
 
+use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::matrix::{self, Point};
+use super::matrix;
 use super::results::{self, ResultsFile, SweepPoint};
 use super::runner::{MockRunner, PointRunner, SubprocessRunner};
-use super::{self as sw, env, known, mock, rank, signal, SweepConfig};
+use super::{self as sw, env, known, mock, rank, rounds, signal, SweepConfig};
 use crate::costmodel::ModelSettings;
 use crate::record::{Mode, Record, Source, Workload};
 use crate::report::export::{csv_table, markdown_table, text_table, Table};
@@ -33,8 +34,12 @@ pub struct SweepRequest {
     pub gpu: GpuSpec,
     pub repeat: Repeat,
     pub model: ModelSettings,
-    /// Smallest relative gain over the baseline that counts as real.
-    pub noise_floor: f64,
+    /// Rounds (`--rounds`, >= 1): every round runs every point once, in its own shuffled order.
+    pub rounds: usize,
+    /// Seed of the rounds' shuffles (recorded in every pair's results line via its round).
+    pub seed: u64,
+    /// Extra relative margin on top of the measured noise floor (`--noise-margin`, default 0).
+    pub noise_margin: f64,
     /// Seconds one child may take before it is killed and the point recorded as failed.
     pub point_timeout: f64,
     pub results: Option<PathBuf>,
@@ -101,6 +106,7 @@ pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<Strin
     }
     v.extend(["--timeout".into(), a.gpu.timeout.to_string()]);
     v.extend(a.host_gaps.to_args());
+    v.extend(["--cpu-affinity".into(), a.gpu.cpu_affinity.arg()]);
     v.extend(["--link".into(), a.model.link.clone()]);
     if let Some(p) = &a.model.profile {
         v.extend(["--profile".into(), p.display().to_string()]);
@@ -108,8 +114,15 @@ pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<Strin
     v
 }
 
-/// Everything printed after the sweep: table, notes, failures, advice.
-pub fn render(points: &[SweepPoint], mode: Mode, noise_floor: f64) -> (String, Table) {
+/// Everything printed after the sweep: the first round's table, notes, failures, then the
+/// rounds' judgement ([`rounds_block`]) from `pairs` (every finished pair, all rounds).
+pub fn render(
+    points: &[SweepPoint],
+    pairs: &[SweepPoint],
+    mode: Mode,
+    rounds: usize,
+    margin: f64,
+) -> (String, Table) {
     let r = rank::rank(points, mode);
     let full = rank::table(&r);
     let notes_col = full.headers.len() - 1;
@@ -126,8 +139,13 @@ pub fn render(points: &[SweepPoint], mode: Mode, noise_floor: f64) -> (String, T
         "none" => "no point was timed".to_string(),
         s => format!("{s} numbers"),
     };
+    let first = if rounds > 1 {
+        format!("round 1 of {rounds}, ")
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "# per-verify time in us (median ± standard error), {source}; ratios are to the baseline (defaults)\n"
+        "# {first}per-verify time in us (median ± standard error within the run), {source}; ratios are to the baseline (defaults)\n"
     ));
     out.push_str(&text_table(&shown));
     let mut notes = String::new();
@@ -177,8 +195,145 @@ pub fn render(points: &[SweepPoint], mode: Mode, noise_floor: f64) -> (String, T
         out.push_str(&notes);
     }
     out.push('\n');
-    out.push_str(&rank::advice_with(&r, noise_floor));
+    if r.rows.iter().all(|x| x.wrong > 0) {
+        out.push_str("No point ran without errors: nothing to recommend.\n");
+    } else {
+        out.push_str(&rounds_block(
+            points,
+            pairs,
+            r.primary_graph,
+            rounds,
+            margin,
+        ));
+    }
     (out, full)
+}
+
+/// The judgement of the rounds: per point the paired ratio to the baseline and its 95%
+/// interval (eager and graph), the measured noise floor of each mode, each mode's verdict,
+/// a line when the rounds are too few, and the recommendation of the primary mode.
+pub fn rounds_block(
+    points: &[SweepPoint],
+    pairs: &[SweepPoint],
+    primary_graph: bool,
+    rounds: usize,
+    margin: f64,
+) -> String {
+    use super::rounds as rd;
+    let timings: Vec<rd::RoundTiming> = pairs.iter().map(sw::round_timing).collect();
+    let Some(base) = points.iter().find(|p| p.overrides.is_empty()) else {
+        return "No baseline point: nothing to pair with, nothing recommended.\n".into();
+    };
+    let ids: Vec<String> = points.iter().map(|p| p.point_id.clone()).collect();
+    let verdicts: Vec<rd::Verdict> = [false, true]
+        .into_iter()
+        .map(|g| rd::judge_with_margin(&timings, &ids, &base.point_id, g, margin))
+        .filter(|v| v.noise.is_some() || !v.ratios.is_empty())
+        .collect();
+    let mut out = String::new();
+    let cell = |v: Option<&rd::Verdict>, id: &str| -> String {
+        let Some(r) = v.and_then(|v| v.ratios.iter().find(|r| r.point_id == id)) else {
+            return "-".into();
+        };
+        match r.interval {
+            Some((lo, hi)) => format!("{:.3} [{lo:.3}, {hi:.3}] ({})", r.ratio, r.per_round.len()),
+            None => format!("{:.3} (1)", r.ratio),
+        }
+    };
+    let eager = verdicts.iter().find(|v| !v.graph);
+    let graph = verdicts.iter().find(|v| v.graph);
+    let table = Table {
+        headers: vec![
+            "point".into(),
+            "eager ratio [95%] (rounds)".into(),
+            "graph ratio [95%] (rounds)".into(),
+        ],
+        rows: points
+            .iter()
+            .filter(|p| p.point_id != base.point_id)
+            .map(|p| {
+                vec![
+                    p.point_id.clone(),
+                    cell(eager, &p.point_id),
+                    cell(graph, &p.point_id),
+                ]
+            })
+            .collect(),
+    };
+    out.push_str(&format!(
+        "# paired ratios to the baseline over {rounds} round(s) (geometric mean of the per-round ratios, t interval on their logs)\n"
+    ));
+    out.push_str(&text_table(&table));
+    for v in &verdicts {
+        let mode = if v.graph { "graph" } else { "eager" };
+        if let Some(nf) = &v.noise {
+            out.push_str(&format!(
+                "noise floor ({mode}): ±{:.1}%, the largest deviation of the baseline's {} rounds from their median {:.1} us\n",
+                nf.rel * 100.0,
+                nf.rounds,
+                nf.baseline_median_us
+            ));
+        }
+        if v.noise.as_ref().is_some_and(|nf| nf.rel == 0.0) {
+            out.push_str(&format!(
+                "noise floor ({mode}): the baseline's rounds are identical: numbers without between-run noise (modeled), so any ratio below 1 passes\n"
+            ));
+        }
+    }
+    for v in &verdicts {
+        out.push_str(&v.sentence);
+        out.push('\n');
+        if let Some(line) = rd::rounds_advice(v, rounds) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    let primary = verdicts
+        .iter()
+        .find(|v| v.graph == primary_graph)
+        .or(verdicts.first());
+    let rec = primary.and_then(|v| {
+        let id = v.recommended.as_ref()?;
+        Some((v, points.iter().find(|p| &p.point_id == id)?))
+    });
+    match rec {
+        Some((v, p)) => {
+            let mode = if v.graph { "graph" } else { "eager" };
+            out.push_str(&format!(
+                "Recommendation ({mode} replay, held over {rounds} rounds): {}\n",
+                rank::label(p)
+            ));
+            for (k, val) in &p.overrides {
+                out.push_str(&format!("  export {k}={}\n", rank::shell_quote(val)));
+            }
+        }
+        None => out.push_str(&format!(
+            "Recommendation: keep NCCL's defaults ({} replay): no setting's whole interval lies below 1 minus the measured noise floor\n",
+            if primary.map_or(primary_graph, |v| v.graph) { "graph" } else { "eager" }
+        )),
+    }
+    out
+}
+
+/// Largest `--rounds`.
+pub const MAX_ROUNDS: usize = 100;
+
+/// Where a pair's child time went, for its progress line.
+fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
+    let probe = if sp.probe_wall_s > 0.0 {
+        format!("probe {:.1} s, ", sp.probe_wall_s)
+    } else {
+        String::new()
+    };
+    match split {
+        Some((init, timed)) => format!(
+            "{probe}timed child {:.1} s: NCCL init {}, timed loops ~{timed:.2} s, worker start and the rest {:.1} s",
+            sp.timed_wall_s,
+            init.map_or("n/a".into(), |x| format!("{x:.2} s")),
+            (sp.timed_wall_s - init.unwrap_or(0.0) - timed).max(0.0)
+        ),
+        None => format!("{probe}timed child {:.1} s", sp.timed_wall_s),
+    }
 }
 
 /// Runs the sweep; the value is the exit code (130 when interrupted).
@@ -188,6 +343,17 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     }
     if a.repeat.iters == 0 {
         crate::usage_bail!("-n/--iters must be at least 1");
+    }
+    if !(a.rounds >= 1 && a.rounds <= MAX_ROUNDS) {
+        crate::usage_bail!(
+            "--rounds must be 1 to {MAX_ROUNDS} (default {})",
+            rounds::DEFAULT_ROUNDS
+        );
+    }
+    if !(0.0..0.5).contains(&a.noise_margin) {
+        crate::usage_bail!(
+            "--noise-margin must be a fraction in [0, 0.5), e.g. 0.01 for 1% (default 0)"
+        );
     }
     let dims = matrix::dimensions(&a.lists, &a.sets)?;
     let preset = a.preset.as_deref().map(matrix::preset).transpose()?;
@@ -230,6 +396,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         .clone()
         .unwrap_or_else(|| results_path.with_extension("logs"));
     let cfg = SweepConfig {
+        seed: a.seed,
         workload: workload.clone(),
         graph: a.graph.name().into(),
         launcher: a.gpu.launcher.name().into(),
@@ -246,7 +413,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         },
     };
 
-    // Resume: skip finished points of the same workload and settings.
+    // Resume: skip the finished (point, round) pairs of the same workload and settings.
     let mut done: Vec<SweepPoint> = vec![];
     if let Some(rp) = &a.resume {
         let (pts, warnings) = results::load(rp)?;
@@ -264,18 +431,32 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         }
         done = pts;
     }
-    let finished_key = |p: &Point| {
-        let k = cfg.key(p);
-        done.iter()
-            .rev()
-            .find(|d| d.key == k)
-            .is_some_and(|d| d.ok() || !a.retry_failed)
-    };
-    let todo: Vec<Point> = points
+    let ids: Vec<String> = points.iter().map(|p| p.id.clone()).collect();
+    let baseline_id = points
         .iter()
-        .filter(|p| !finished_key(p))
+        .find(|p| p.overrides.is_empty())
+        .map(|p| p.id.clone())
+        .unwrap_or_else(|| ids[0].clone());
+    let plan = rounds::RoundPlan::new(&ids, &baseline_id, a.rounds, a.seed)?;
+    // The newest stored result of each (point, round) of this sweep's settings.
+    let stored = |id: &str, round: usize| -> Option<&SweepPoint> {
+        let p = points.iter().find(|p| p.id == id)?;
+        let k = cfg.key(p);
+        done.iter().rev().find(|d| d.key == k && d.round == round)
+    };
+    let done_keys: BTreeSet<rounds::RoundKey> = plan
+        .order
+        .iter()
+        .filter(|k| stored(&k.point_id, k.round).is_some_and(|d| d.ok() || !a.retry_failed))
         .cloned()
         .collect();
+    let failed_first: BTreeSet<String> = ids
+        .iter()
+        .filter(|id| done_keys.iter().any(|k| &k.point_id == *id && k.round == 0))
+        .filter(|id| stored(id, 0).is_some_and(|d| !d.ok()))
+        .cloned()
+        .collect();
+    let n_todo = plan.remaining(&done_keys).len();
 
     if !a.quiet {
         println!(
@@ -294,15 +475,18 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             cfg.mode
         );
         println!(
-            "# {} points ({} to run, {} already in the resume file); results: {}; logs: {}",
+            "# {} points x {} round(s), each round in its own shuffled order (seed {:#x}), the baseline in every round: {} runs ({} to run, {} already in the resume file); results: {}; logs: {}",
             points.len(),
-            todo.len(),
-            points.len() - todo.len(),
+            a.rounds,
+            a.seed,
+            plan.order.len(),
+            n_todo,
+            plan.order.len() - n_todo,
             results_path.display(),
             log_dir.display()
         );
         if cfg.probe {
-            println!("# timed runs have NCCL_DEBUG unset; NCCL's algorithm/protocol/transport come from a separate probe run (-n 2 -w 1, NCCL_DEBUG=INFO)");
+            println!("# timed runs have NCCL_DEBUG unset; NCCL's algorithm/protocol/transport come from a separate probe run (-n 2 -w 1, NCCL_DEBUG=INFO), once per point (round 1)");
         } else {
             println!(
                 "# no probe run ({}): NCCL's choices are not checked",
@@ -314,10 +498,18 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             );
         }
         if a.debug_mode {
-            println!("# DEBUG MODE: no verify runs; every number is FAKE");
+            println!(
+                "# DEBUG MODE: no verify runs; every number is FAKE (between-run noise included)"
+            );
         }
     }
 
+    // Test hooks of the mock: bad values are refused before anything is written.
+    let (noise, plant) = if a.debug_mode {
+        mock::MockSpec::hooks_from_env()?
+    } else {
+        (0.0, None)
+    };
     signal::install()?;
     let mut file = ResultsFile::open(&results_path)?;
     let (extra_args, extra_when) = crate::backend::fault::sweep_extra_args();
@@ -338,83 +530,141 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         iters: a.repeat.iters,
         warmup: a.repeat.warmup,
         threads: a.gpu.launcher == Launcher::Threads,
+        noise,
+        seed: a.seed,
+        plant,
     };
-    let fake = MockRunner(|job: &super::runner::PointJob| mock::outcome(job, &spec));
+    let stop_after = if a.debug_mode {
+        mock::interrupt_after_from_env()
+    } else {
+        None
+    };
+    let ran = std::cell::Cell::new(0usize);
+    let fake = MockRunner(|job: &super::runner::PointJob| {
+        if stop_after.is_some_and(|n| ran.get() >= n) {
+            return Ok(super::runner::PointOutcome {
+                interrupted: true,
+                ..Default::default()
+            });
+        }
+        ran.set(ran.get() + 1);
+        mock::outcome(job, &spec)
+    });
     let runner: &dyn PointRunner = if a.debug_mode { &fake } else { &sub };
 
     let bar = if a.quiet || !std::io::stderr().is_terminal() {
         indicatif::ProgressBar::hidden()
     } else {
-        let b = indicatif::ProgressBar::new(todo.len() as u64);
+        let b = indicatif::ProgressBar::new(n_todo as u64);
         b.set_style(
             indicatif::ProgressStyle::with_template(
-                "{bar:30} {pos}/{len} points  {elapsed} elapsed, ETA {eta}  {msg}",
+                "{bar:30} {pos}/{len} runs  {elapsed} elapsed, ETA {eta}  {msg}",
             )
             .expect("valid template"),
         );
         b
     };
     let show_lines = !a.quiet;
-    let n_todo = todo.len();
     let mut i = 0;
-    let run = sw::run_points(
+    let wall = std::time::Instant::now();
+    let (mut probe_s, mut child_s, mut init_s, mut timed_s) = (0.0, 0.0, 0.0, 0.0);
+    let run = sw::run_pairs(
         &cfg,
-        &todo,
+        &plan,
+        &points,
+        &done_keys,
+        &failed_first,
         runner,
         &mut file,
         &signal::INTERRUPTED,
-        |p, sp| {
+        |p, k, sp| {
             i += 1;
-            if let Some(sp) = sp {
-                let line = match &sp.reason {
-                    None => {
-                        let t = rank::rank(std::slice::from_ref(sp), a.mode);
-                        let r = &t.rows[0];
-                        let c = r.graph.as_ref().or(r.eager.as_ref());
-                        let eff = sp
-                            .effective
-                            .as_ref()
-                            .map(|e| format!(", NCCL {} via {}", e.algo_proto(), e.transport()))
-                            .unwrap_or_default();
-                        format!(
-                            "[{i}/{n_todo}] {}: ok, {:.1} us per verify ({}){eff}",
-                            p.id,
-                            c.map_or(f64::NAN, |c| c.median_us),
-                            if r.graph.is_some() { "graph" } else { "eager" }
-                        )
-                    }
-                    Some(why) => format!("[{i}/{n_todo}] {}: FAILED: {why}", p.id),
-                };
-                if show_lines {
-                    if bar.is_hidden() {
-                        eprintln!("{line}");
-                    } else {
-                        bar.println(line);
-                    }
+            probe_s += sp.probe_wall_s;
+            child_s += sp.timed_wall_s;
+            let split = sw::time_split(sp);
+            if let Some((init, timed)) = split {
+                init_s += init.unwrap_or(0.0);
+                timed_s += timed;
+            }
+            let line = match &sp.reason {
+                None => {
+                    let t = rank::rank(std::slice::from_ref(sp), a.mode);
+                    let r = &t.rows[0];
+                    let c = r.graph.as_ref().or(r.eager.as_ref());
+                    let eff = sp
+                        .effective
+                        .as_ref()
+                        .map(|e| format!(", NCCL {} via {}", e.algo_proto(), e.transport()))
+                        .unwrap_or_default();
+                    format!(
+                        "[{i}/{n_todo}] round {} {}: ok, {:.1} us per verify ({}){eff}; {}",
+                        k.round + 1,
+                        p.id,
+                        c.map_or(f64::NAN, |c| c.median_us),
+                        if r.graph.is_some() { "graph" } else { "eager" },
+                        time_line(sp, split)
+                    )
+                }
+                Some(why) => format!(
+                    "[{i}/{n_todo}] round {} {}: FAILED: {why}",
+                    k.round + 1,
+                    p.id
+                ),
+            };
+            if show_lines {
+                if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
                 }
             }
             bar.inc(1);
         },
     )?;
     bar.finish_and_clear();
+    let wall_s = wall.elapsed().as_secs_f64();
+    for k in &run.skipped {
+        if show_lines {
+            eprintln!(
+                "round {} {}: not run (its first round failed)",
+                k.round + 1,
+                k.point_id
+            );
+        }
+    }
 
-    // The ranking covers this sweep's points: the newest result of each.
-    let mut all: Vec<SweepPoint> = vec![];
-    for p in &points {
-        let k = cfg.key(p);
+    // Every stored pair of this sweep: the newest result of each (point, round).
+    let mut pairs: Vec<SweepPoint> = vec![];
+    for k in &plan.order {
         if let Some(sp) = run
             .finished
             .iter()
             .rev()
-            .find(|s| s.key == k)
-            .or_else(|| done.iter().rev().find(|s| s.key == k))
+            .find(|s| s.point_id == k.point_id && s.round == k.round)
+            .or_else(|| stored(&k.point_id, k.round))
         {
-            all.push(sp.clone());
+            pairs.push(sp.clone());
         }
     }
-    let (text, table) = render(&all, a.mode, a.noise_floor);
+    // The table covers round 0 (the round with the probe): the newest result of each point.
+    let all: Vec<SweepPoint> = points
+        .iter()
+        .filter_map(|p| {
+            pairs
+                .iter()
+                .find(|s| s.point_id == p.id && s.round == 0)
+                .cloned()
+        })
+        .collect();
+    let (text, table) = render(&all, &pairs, a.mode, a.rounds, a.noise_margin);
     println!();
     print!("{text}");
+    if !a.quiet && !run.finished.is_empty() {
+        println!(
+            "wall time: {wall_s:.1} s for {} runs: probe children {probe_s:.1} s, timed children {child_s:.1} s (of which NCCL init {init_s:.1} s, timed loops ~{timed_s:.1} s, the rest worker start and teardown)",
+            run.finished.len()
+        );
+    }
     let verify_records: Vec<Record> = all.iter().filter_map(|p| p.verify.clone()).collect();
     a.export.write(&verify_records)?;
     if let Some(p) = &a.export_table_markdown {
@@ -425,14 +675,14 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     }
     if run.interrupted {
         eprintln!(
-            "interrupted: {} finished point(s) are in '{}'; continue with --resume {}",
-            all.len(),
+            "interrupted: {} finished run(s) are in '{}'; continue with --resume {}",
+            pairs.len(),
             file.path().display(),
             file.path().display()
         );
         return Ok(130);
     }
-    if !all.iter().any(|p| p.ok()) {
+    if !pairs.iter().any(|p| p.ok()) {
         anyhow::bail!(
             "every point failed (see the reasons above and '{}')",
             file.path().display()

@@ -3,6 +3,12 @@
 //! `mock`) and a synthetic NCCL 2.28 log that imitates what NCCL does with NCCL_PROTO,
 //! NCCL_ALGO (a global Tree fails the all-gather), NCCL_P2P_DISABLE and NCCL_SHM_DISABLE.
 //! It exercises the whole pipeline: environments, log parsing, checks, ranking, resume.
+//!
+//! Rounds (`--rounds`): each (point, round) gets a seeded FAKE between-run factor
+//! 1 + noise x u, u uniform in [-1, 1] (noise 0.5% unless [`MOCK_NOISE_ENV`] says otherwise),
+//! so the measured noise floor and the paired ratios have something to measure. Tests plant
+//! a true gain on one point through [`MOCK_PLANT_ENV`] and interrupt a sweep after a number
+//! of pairs through [`MOCK_INTERRUPT_AFTER_ENV`].
 
 use std::fmt::Write as _;
 
@@ -14,6 +20,20 @@ use crate::record::{
     Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };
 
+/// Relative amplitude of the mock's between-run noise (a fraction, default 0.005).
+pub const MOCK_NOISE_ENV: &str = "VERIFYBENCH_MOCK_NOISE";
+/// A planted true gain: `NAME=VALUE:FACTOR` multiplies the times of the points with that
+/// override by FACTOR (e.g. `NCCL_NTHREADS=512:0.97`, 3% faster).
+pub const MOCK_PLANT_ENV: &str = "VERIFYBENCH_MOCK_PLANT";
+/// Stop (as Ctrl-C would) when this many pairs have run in this process.
+pub const MOCK_INTERRUPT_AFTER_ENV: &str = "VERIFYBENCH_MOCK_INTERRUPT_AFTER";
+
+/// A planted true gain: (override name, value, time factor).
+pub type Plant = (String, String, f64);
+
+/// Default between-run noise of the mock.
+pub const MOCK_NOISE: f64 = 0.005;
+
 /// What the mock needs besides the job.
 pub struct MockSpec<'a> {
     pub schedule: &'a Schedule,
@@ -22,6 +42,52 @@ pub struct MockSpec<'a> {
     pub iters: u64,
     pub warmup: u64,
     pub threads: bool,
+    /// Between-run noise amplitude (fraction).
+    pub noise: f64,
+    /// Seed of the between-run noise (the sweep's round seed).
+    pub seed: u64,
+    /// A planted true gain.
+    pub plant: Option<Plant>,
+}
+
+impl MockSpec<'_> {
+    /// Reads the test hooks [`MOCK_NOISE_ENV`] and [`MOCK_PLANT_ENV`] (bad values are usage
+    /// errors naming the variable).
+    pub fn hooks_from_env() -> anyhow::Result<(f64, Option<Plant>)> {
+        let noise = match std::env::var(MOCK_NOISE_ENV) {
+            Ok(v) => match v.parse::<f64>() {
+                Ok(x) if (0.0..0.5).contains(&x) => x,
+                _ => crate::usage_bail!(
+                    "{MOCK_NOISE_ENV}='{v}': expected a fraction in [0, 0.5), e.g. 0.01"
+                ),
+            },
+            Err(_) => MOCK_NOISE,
+        };
+        let plant = match std::env::var(MOCK_PLANT_ENV) {
+            Ok(v) => {
+                let parsed = v.rsplit_once(':').and_then(|(kv, f)| {
+                    let (k, val) = kv.split_once('=')?;
+                    let f = f.parse::<f64>().ok().filter(|f| *f > 0.0)?;
+                    Some((k.to_string(), val.to_string(), f))
+                });
+                match parsed {
+                    Some(p) => Some(p),
+                    None => crate::usage_bail!(
+                        "{MOCK_PLANT_ENV}='{v}': expected NAME=VALUE:FACTOR, e.g. NCCL_NTHREADS=512:0.97"
+                    ),
+                }
+            }
+            Err(_) => None,
+        };
+        Ok((noise, plant))
+    }
+}
+
+/// The mock's interrupt hook: the number of pairs after which to stop, if set.
+pub fn interrupt_after_from_env() -> Option<usize> {
+    std::env::var(MOCK_INTERRUPT_AFTER_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
 }
 
 fn seed(s: &str) -> u64 {
@@ -110,10 +176,24 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
         };
     let ncoll = spec.schedule.count_collectives(CollectiveKind::AllReduce)
         + spec.schedule.count_collectives(CollectiveKind::AllGather);
+    let planted = spec
+        .plant
+        .as_ref()
+        .filter(|(k, v, _)| job.point.get(k) == Some(v.as_str()))
+        .map_or(1.0, |p| p.2);
     let mut state = seed(&job.point.id);
     let mut runs = vec![];
     for &graph in &spec.graphs {
-        let per = if graph { 7.2 } else { 9.0 } * factor;
+        // Between-run factor of this (point, round, mode): seeded, FAKE.
+        let mut between = seed(&format!(
+            "{}/{}/{}/{}",
+            spec.seed, job.point.id, job.round, graph
+        ));
+        between = between
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = (between >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+        let per = if graph { 7.2 } else { 9.0 } * factor * planted * (1.0 + spec.noise * u);
         let samples: Vec<f64> = (0..spec.iters.max(1))
             .map(|_| {
                 state = state

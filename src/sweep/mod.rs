@@ -6,8 +6,11 @@
 //!    algorithm, protocol and transport NCCL used and that it read the variables;
 //! 2. the timed run with NCCL_DEBUG unset, so logging cannot distort the timing.
 //!
-//! Each finished point is appended to the results file at once; the ranking, the advice and
-//! the exports are computed from the file's points (earlier runs included when resuming).
+//! With `--rounds R` every point runs once per round, each round in its own shuffled order,
+//! the probe in the first round only ([`run_pairs`]). Each finished (point, round) is appended
+//! to the results file at once; the ranking (first round), the rounds' judgement
+//! ([`rounds`]), and the exports are computed from the file's pairs (earlier runs included
+//! when resuming).
 //!
 //! - [`matrix`]: `-L`/`--set`/`--preset` -> points.
 //! - [`env`]: each child's environment, and the check that workers saw it.
@@ -61,6 +64,8 @@ pub struct SweepConfig {
     pub probe: bool,
     pub timeout: Duration,
     pub source: Source,
+    /// Seed of the rounds' shuffled orders (`--seed`), recorded with every pair.
+    pub seed: u64,
 }
 
 impl SweepConfig {
@@ -86,13 +91,20 @@ impl SweepConfig {
 
     /// The job of a point: its environments and limits.
     pub fn job(&self, p: &Point) -> PointJob {
+        self.job_in_round(p, 0)
+    }
+
+    /// The job of a point in `round`: the NCCL-log probe runs in round 0 only (NCCL's choices
+    /// do not change between rounds, and the probe costs a second child per point).
+    pub fn job_in_round(&self, p: &Point, round: usize) -> PointJob {
         let timed = env::timed_env(&self.parent_env, p);
-        let probe = self.probe.then(|| Probe {
+        let probe = (self.probe && round == 0).then(|| Probe {
             env: env::probe_env(&timed, &self.log_dir.join(format!("{}.%h.%p.log", p.id))),
             log_dir: self.log_dir.clone(),
         });
         PointJob {
             point: p.clone(),
+            round,
             env: timed,
             probe,
             timeout: self.timeout,
@@ -164,6 +176,16 @@ pub fn hint(p: &Point, reason: &str, warnings: &[String]) -> Option<String> {
 
 /// Builds the stored point from a runner's outcome (pure: tests call it directly).
 pub fn assemble(cfg: &SweepConfig, p: &Point, out: PointOutcome) -> SweepPoint {
+    assemble_in_round(cfg, p, 0, out)
+}
+
+/// [`assemble`] for a run of `round`.
+pub fn assemble_in_round(
+    cfg: &SweepConfig,
+    p: &Point,
+    round: usize,
+    out: PointOutcome,
+) -> SweepPoint {
     let log = (!out.probe_logs.is_empty())
         .then(|| NcclLog::parse_files(&out.probe_logs).unwrap_or_default());
     let effective = log.as_ref().map(|l| Effective {
@@ -202,6 +224,8 @@ pub fn assemble(cfg: &SweepConfig, p: &Point, out: PointOutcome) -> SweepPoint {
     let hint = reason.as_deref().and_then(|r| hint(p, r, &warnings));
     SweepPoint {
         point_id: p.id.clone(),
+        round,
+        seed: Some(cfg.seed),
         overrides: p.overrides.clone(),
         key: cfg.key(p),
         workload: cfg.workload.clone(),
@@ -298,6 +322,116 @@ pub fn run_points(
         finished,
         interrupted: false,
     })
+}
+
+/// How a sweep of rounds ended.
+#[derive(Debug)]
+pub struct PairsRun {
+    /// (point, round) results finished in this run, in order.
+    pub finished: Vec<SweepPoint>,
+    /// Pairs not run because the point's first round failed.
+    pub skipped: Vec<rounds::RoundKey>,
+    pub interrupted: bool,
+}
+
+/// Runs the (point, round) pairs of `plan` not in `done`, in plan order, appending each
+/// finished one to `file` at once (so resume works per pair). A point whose round 0 failed
+/// (in `failed_first` or in this run) is not run in later rounds. `each` is told about every
+/// finished pair.
+#[allow(clippy::too_many_arguments)]
+pub fn run_pairs(
+    cfg: &SweepConfig,
+    plan: &rounds::RoundPlan,
+    points: &[Point],
+    done: &std::collections::BTreeSet<rounds::RoundKey>,
+    failed_first: &std::collections::BTreeSet<String>,
+    runner: &dyn PointRunner,
+    file: &mut ResultsFile,
+    interrupted: &AtomicBool,
+    mut each: impl FnMut(&Point, &rounds::RoundKey, &SweepPoint),
+) -> anyhow::Result<PairsRun> {
+    let mut finished: Vec<SweepPoint> = vec![];
+    let mut skipped = vec![];
+    let mut failed = failed_first.clone();
+    let r = rounds::run_rounds(
+        plan,
+        done,
+        |k| {
+            let p = points
+                .iter()
+                .find(|p| p.id == k.point_id)
+                .expect("the plan is made of these points");
+            if k.round > 0 && failed.contains(&p.id) {
+                skipped.push(k.clone());
+                return Ok(true);
+            }
+            let started = crate::util::now_utc();
+            let out = runner.run(&cfg.job_in_round(p, k.round))?;
+            if out.interrupted || interrupted.load(Ordering::SeqCst) {
+                return Ok(false);
+            }
+            let sp = assemble_in_round(cfg, p, k.round, out);
+            file.append(&to_record(cfg, &sp, started))?;
+            if k.round == 0 && !sp.ok() {
+                failed.insert(p.id.clone());
+            }
+            each(p, k, &sp);
+            finished.push(sp);
+            Ok(true)
+        },
+        || interrupted.load(Ordering::SeqCst),
+    )?;
+    Ok(PairsRun {
+        finished,
+        skipped,
+        interrupted: r.interrupted,
+    })
+}
+
+/// The per-verify medians of a finished pair, eager and graph (`None` for a failed one).
+pub fn round_timing(sp: &SweepPoint) -> rounds::RoundTiming {
+    let mut t = rounds::RoundTiming {
+        key: rounds::RoundKey {
+            point_id: sp.point_id.clone(),
+            round: sp.round,
+        },
+        eager_us: None,
+        graph_us: None,
+    };
+    if let (true, Some(Body::Verify(v))) = (sp.ok(), sp.verify.as_ref().map(|r| &r.body)) {
+        for run in &v.runs {
+            let m = Some(run.per_verify.median_us);
+            if run.graph {
+                t.graph_us = m;
+            } else {
+                t.eager_us = m;
+            }
+        }
+    }
+    t
+}
+
+/// Where a pair's wall time went: (NCCL init, timed loops), in seconds, from the timed
+/// child's record: the largest per-rank NCCL init of its provenance note, and the per-verify
+/// medians times the iterations and warm-ups run. The rest of the child's wall time is
+/// process and worker start (and the record's writing).
+pub fn time_split(sp: &SweepPoint) -> Option<(Option<f64>, f64)> {
+    let rec = sp.verify.as_ref()?;
+    let init = rec.provenance.notes.iter().find_map(|n| {
+        let list = n.strip_prefix("NCCL init per rank (s): ")?;
+        list.split(", ")
+            .filter_map(|x| x.trim().parse::<f64>().ok())
+            .reduce(f64::max)
+    });
+    let Body::Verify(v) = &rec.body else {
+        return None;
+    };
+    let timed = v
+        .runs
+        .iter()
+        .map(|r| r.per_verify.median_us * (r.iterations + r.warmup) as f64 * 1e-6)
+        .sum();
+    Some((init, timed))
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //!
 //! Uncertainty of a median: [`Summary::median_se`](crate::measure::Summary::median_se), the
 //! normal approximation sqrt(pi/2) stddev / sqrt(n). Ratio r = m / m0 has relative error
-//! sqrt((e/m)^2 + (e0/m0)^2). A gain counts only beyond 2 sigma_r and beyond `--noise-floor`.
+//! sqrt((e/m)^2 + (e0/m0)^2). [`advice_with`] counts a gain only beyond 2 sigma_r and a given
+//! floor; `sweep` itself recommends from its rounds instead ([`super::rounds`], a measured
+//! floor), and this table is its first round.
 
 use super::results::SweepPoint;
 use crate::record::{Body, Mode, VerifyRun};
@@ -227,7 +229,7 @@ pub fn table(r: &Ranking) -> Table {
     Table { headers, rows }
 }
 
-fn label(p: &SweepPoint) -> String {
+pub fn label(p: &SweepPoint) -> String {
     if p.overrides.is_empty() {
         "(defaults)".into()
     } else {

@@ -73,6 +73,13 @@ impl Effective {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepPoint {
     pub point_id: String,
+    /// The round (0-based) of `sweep --rounds`; files written before rounds existed hold one
+    /// round, read as round 0.
+    #[serde(default)]
+    pub round: usize,
+    /// The `--seed` of the rounds' shuffled orders (absent in files before rounds existed).
+    #[serde(default)]
+    pub seed: Option<u64>,
     /// (name, value) as requested, in dimension order; empty for the baseline.
     pub overrides: Vec<(String, String)>,
     pub key: PointKey,

@@ -260,6 +260,18 @@ pub struct Verdict {
 /// Judges `points` (the baseline may be among them; it is skipped) against `baseline` in
 /// `graph` (or eager) replay by the rule of the module comment.
 pub fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph: bool) -> Verdict {
+    judge_with_margin(t, points, baseline, graph, 0.0)
+}
+
+/// [`judge`] with an extra relative `margin` (`sweep --noise-margin`) added to the measured
+/// floor: the bar becomes 1 - (floor + margin).
+pub fn judge_with_margin(
+    t: &[RoundTiming],
+    points: &[String],
+    baseline: &str,
+    graph: bool,
+    margin: f64,
+) -> Verdict {
     let mode = if graph { "graph" } else { "eager" };
     let noise = noise_floor(t, baseline, graph);
     let ratios: Vec<PairedRatio> = points
@@ -278,7 +290,16 @@ pub fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph: bool) 
             ),
         };
     };
-    let bar = 1.0 - nf.rel;
+    let bar = 1.0 - nf.rel - margin;
+    let noise_text = if margin > 0.0 {
+        format!(
+            "±{:.1}%, plus the --noise-margin of {:.1}%",
+            nf.rel * 100.0,
+            margin * 100.0
+        )
+    } else {
+        format!("±{:.1}%", nf.rel * 100.0)
+    };
     let best = ratios
         .iter()
         .filter(|r| r.interval.is_some_and(|(_, hi)| hi < bar))
@@ -287,17 +308,15 @@ pub fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph: bool) 
         Some(r) => {
             let (lo, hi) = r.interval.expect("filtered on the interval");
             format!(
-                "{mode} replay: {} beats the defaults beyond the noise measured here (±{:.1}%): {:.1}% faster, paired ratio {:.3} (95% interval {lo:.3}-{hi:.3} over {} rounds)",
+                "{mode} replay: {} beats the defaults beyond the noise measured here ({noise_text}): {:.1}% faster, paired ratio {:.3} (95% interval {lo:.3}-{hi:.3} over {} rounds)",
                 r.point_id,
-                nf.rel * 100.0,
                 (1.0 - r.ratio) * 100.0,
                 r.ratio,
                 r.per_round.len()
             )
         }
         None => format!(
-            "{mode} replay: no setting beats the defaults beyond the noise measured here (±{:.1}%)",
-            nf.rel * 100.0
+            "{mode} replay: no setting beats the defaults beyond the noise measured here ({noise_text})"
         ),
     };
     Verdict {
@@ -307,6 +326,49 @@ pub fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph: bool) 
         recommended: best.map(|r| r.point_id.clone()),
         sentence,
     }
+}
+
+/// The pooled standard deviation of the per-round log ratios of the points with 2 or more
+/// paired rounds (how much a ratio moves between rounds here); `None` without such a point.
+pub fn ratio_spread(v: &Verdict) -> Option<f64> {
+    let vars: Vec<f64> = v
+        .ratios
+        .iter()
+        .filter(|r| r.per_round.len() >= 2)
+        .map(|r| {
+            let logs: Vec<f64> = r.per_round.iter().map(|(_, x)| x.ln()).collect();
+            mean_sd(&logs).1.powi(2)
+        })
+        .collect();
+    (!vars.is_empty()).then(|| (vars.iter().sum::<f64>() / vars.len() as f64).sqrt())
+}
+
+/// When `rounds` are too few to resolve gains near the noise floor: one line saying so and
+/// how many rounds would. "Resolve" means the 95% half-width of a ratio's interval (t quantile
+/// x pooled spread / sqrt(rounds)) is no wider than the floor itself, so a gain of twice the
+/// floor clears the bar. `None` when the rounds suffice, or nothing was measured to tell.
+pub fn rounds_advice(v: &Verdict, rounds: usize) -> Option<String> {
+    let mode = if v.graph { "graph" } else { "eager" };
+    let floor = v.noise.as_ref()?.rel;
+    let s = ratio_spread(v)?;
+    if rounds < 2 || floor <= 0.0 || s <= 0.0 {
+        return None;
+    }
+    let half = |n: usize| t_quantile(Level::P95, n - 1) * s / (n as f64).sqrt();
+    let h = (half(rounds).exp() - 1.0) * 100.0;
+    if half(rounds) <= floor {
+        return None;
+    }
+    let need = (rounds + 1..=200).find(|&n| half(n) <= floor);
+    let more = match need {
+        Some(n) => format!("--rounds {n} would resolve gains of twice the floor"),
+        None => "even 200 rounds would not resolve gains of twice the floor".into(),
+    };
+    Some(format!(
+        "{mode} replay: {rounds} rounds are too few to resolve gains near the noise floor (±{:.1}%): a ratio's 95% interval is ±{h:.1}% wide here, so only gains above about {:.1}% can be recommended; {more}",
+        floor * 100.0,
+        floor * 100.0 + h
+    ))
 }
 
 #[cfg(test)]
@@ -540,6 +602,46 @@ mod tests {
             // Over many seeds a false recommendation stays rare.
             assert!(recommended_rate(&truth, rounds, 0.02, 500) < 0.03);
         }
+    }
+
+    #[test]
+    fn too_few_rounds_say_how_many_would_do_and_a_margin_raises_the_bar() {
+        let truth = [("base", 1000.0, 900.0), ("gain", 1000.0, 900.0 * 0.97)];
+        let t = fake(&truth, 3, (0.01, 0.01), DEFAULT_SEED);
+        let v = judge(&t, &points(&truth), "base", true);
+        let s = ratio_spread(&v).unwrap();
+        let nf = v.noise.as_ref().unwrap().rel;
+        let half = |n: usize| t_quantile(Level::P95, n - 1) * s / (n as f64).sqrt();
+        match rounds_advice(&v, 3) {
+            Some(line) => {
+                assert!(half(3) > nf);
+                let n = (4..=200).find(|&n| half(n) <= nf).unwrap();
+                assert!(line.contains(&format!("--rounds {n} would")), "{line}");
+                assert!(
+                    line.starts_with("graph replay: 3 rounds are too few"),
+                    "{line}"
+                );
+            }
+            None => assert!(half(3) <= nf),
+        }
+        // Enough rounds for this spread: no line.
+        let big = (4..=200).find(|&n| half(n) <= nf).unwrap();
+        assert_eq!(rounds_advice(&v, big), None);
+        // A margin of 10% on top of the floor: a 3% gain can no longer clear it.
+        let t8 = fake(&truth, 8, (0.01, 0.01), DEFAULT_SEED);
+        let m = judge_with_margin(&t8, &points(&truth), "base", true, 0.10);
+        assert_eq!(m.recommended, None, "{}", m.sentence);
+        assert!(
+            m.sentence.contains("plus the --noise-margin of 10.0%"),
+            "{}",
+            m.sentence
+        );
+        assert_eq!(
+            judge(&t8, &points(&truth), "base", true)
+                .recommended
+                .as_deref(),
+            Some("gain")
+        );
     }
 
     #[test]

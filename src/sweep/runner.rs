@@ -26,6 +26,8 @@ pub struct Probe {
 #[derive(Debug, Clone)]
 pub struct PointJob {
     pub point: Point,
+    /// The round (0-based) of `sweep --rounds` this run belongs to.
+    pub round: usize,
     /// Environment of the timed run (complete: the child's environment is cleared first).
     pub env: Env,
     /// The probe run, unless disabled (or meaningless: the cost model has no NCCL log).
@@ -65,7 +67,7 @@ impl<F: Fn(&PointJob) -> anyhow::Result<PointOutcome>> PointRunner for MockRunne
     }
 }
 
-/// The real runner: `<exe> verify <args> -n N -w W --export-json <dir>/<id>.json --quiet`.
+/// The real runner: `<exe> verify <args> -n N -w W --export-json <dir>/<id>[.roundR].json --quiet`.
 pub struct SubprocessRunner<'a> {
     pub exe: PathBuf,
     /// `verify` and every flag that fixes the workload, backend, launcher, graph and mode.
@@ -254,7 +256,12 @@ impl PointRunner for SubprocessRunner<'_> {
             }
         }
         std::fs::create_dir_all(&self.work_dir)?;
-        let json = self.work_dir.join(format!("{}.json", p.id));
+        // One file per (point, round): round 1 keeps the name of sweeps before rounds.
+        let json = self.work_dir.join(if job.round == 0 {
+            format!("{}.json", p.id)
+        } else {
+            format!("{}.round{}.json", p.id, job.round + 1)
+        });
         let _ = std::fs::remove_file(&json);
         let mut args = self.verify_args.clone();
         args.extend([

@@ -32,6 +32,7 @@ fn schedule(tokens: u64) -> model::Schedule {
 
 fn cfg(dir: &std::path::Path) -> SweepConfig {
     SweepConfig {
+        seed: super::rounds::DEFAULT_SEED,
         workload: Workload::of(&schedule(3)),
         graph: "both".into(),
         launcher: "processes".into(),

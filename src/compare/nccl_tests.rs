@@ -1,0 +1,350 @@
+//! nccl-tests beside verifybench: a reader of nccl-tests' text output (`all_reduce_perf` and
+//! friends, version 2.19) and the ratio verifybench / nccl-tests per size and launch mode
+//! (`verifybench compare --nccl-tests FILE COLLECTIVE.json`).
+//!
+//! nccl-tests' table, as its `util.cu` writes it: a header line
+//! `# nThread 1 nGpus 2 minBytes 8192 maxBytes 1048576 step: 2(factor) warmup iters: 1 iters: 20
+//! agg iters: 1 validation: 1 graph: 20 unalign: 0`, then one row per size:
+//! `size count type redop root` followed by two groups `time algbw busbw #wrong`, out-of-place
+//! then in-place (`#wrong` is `N/A` without `-c 1`). Times are microseconds per operation, the
+//! mean over the timed iterations (`-n`), averaged over ranks. With `-G N` (N >= 1) every
+//! timed operation is a CUDA-graph replay, both groups included: one run of nccl-tests gives
+//! one launch mode, so eager and graph need two runs (`-G 0` and `-G 20`).
+//!
+//! verifybench's `collective` reports the median per operation; the ratio compares that median
+//! to nccl-tests' out-of-place mean (the verify step's all-reduces are out of place).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::usage;
+use crate::record::{Body, CollectiveResult};
+
+/// One size row of nccl-tests' table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NcclTestsRow {
+    pub size_bytes: u64,
+    pub count: u64,
+    pub dtype: String,
+    pub redop: String,
+    /// Out-of-place time per operation, us (mean over the iterations).
+    pub oop_us: f64,
+    pub oop_busbw_gbps: f64,
+    /// `None` when nccl-tests did not check (`N/A`).
+    pub oop_wrong: Option<f64>,
+    pub ip_us: f64,
+    pub ip_busbw_gbps: f64,
+    pub ip_wrong: Option<f64>,
+}
+
+/// One run of an nccl-tests binary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NcclTestsRun {
+    /// `graph:` of the header: CUDA-graph launches per timed step; 0 = eager launches.
+    pub graph_launches: u32,
+    /// `nGpus` of the header (per thread/process).
+    pub ngpus: Option<usize>,
+    pub rows: Vec<NcclTestsRow>,
+}
+
+impl NcclTestsRun {
+    pub fn graph(&self) -> bool {
+        self.graph_launches >= 1
+    }
+}
+
+fn num<T: std::str::FromStr>(s: &str, what: &str, line: usize) -> Result<T, String> {
+    s.parse()
+        .map_err(|_| format!("line {line}: {what} '{s}' is not a number"))
+}
+
+fn header_value<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let i = line.find(key)?;
+    line[i + key.len()..].split_whitespace().next()
+}
+
+/// Parses nccl-tests' text output (see the module comment). Lines that are neither the
+/// `# nThread` header nor a size row (device lists, the footer, NCCL's own log lines) are
+/// skipped; a row with the wrong number of columns is an error naming its line.
+pub fn parse(text: &str) -> Result<NcclTestsRun, String> {
+    let mut graph_launches = None;
+    let mut ngpus = None;
+    let mut rows = vec![];
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let t = line.trim();
+        if let Some(h) = t.strip_prefix('#') {
+            if h.trim_start().starts_with("nThread") {
+                let g: Option<u32> = header_value(h, "graph:")
+                    .map(|v| num(v, "graph", n))
+                    .transpose()?;
+                // Several runs concatenated must share one launch mode.
+                if let (Some(a), Some(b)) = (graph_launches, g) {
+                    if (a >= 1) != (b >= 1) {
+                        return Err(format!(
+                            "line {n}: a run with graph: {b} after one with graph: {a}; give eager (-G 0) and graph (-G N) runs as separate files"
+                        ));
+                    }
+                }
+                graph_launches = g.or(graph_launches);
+                ngpus = header_value(h, "nGpus")
+                    .map(|v| num(v, "nGpus", n))
+                    .transpose()?;
+            }
+            continue;
+        }
+        let f: Vec<&str> = t.split_whitespace().collect();
+        // A size row starts with two integers (size, count); anything else is not one.
+        if f.len() < 2 || f[0].parse::<u64>().is_err() || f[1].parse::<u64>().is_err() {
+            continue;
+        }
+        if f.len() != 13 {
+            return Err(format!(
+                "line {n}: a size row has {} columns, nccl-tests 2.19 writes 13 (size count type redop root, then time algbw busbw #wrong out of place and in place); per-iteration output (-I 1) is not read",
+                f.len()
+            ));
+        }
+        let wrong = |s: &str| -> Result<Option<f64>, String> {
+            if s == "N/A" {
+                Ok(None)
+            } else {
+                num(s, "#wrong", n).map(Some)
+            }
+        };
+        rows.push(NcclTestsRow {
+            size_bytes: num(f[0], "size", n)?,
+            count: num(f[1], "count", n)?,
+            dtype: f[2].to_string(),
+            redop: f[3].to_string(),
+            oop_us: num(f[5], "time", n)?,
+            oop_busbw_gbps: num(f[7], "busbw", n)?,
+            oop_wrong: wrong(f[8])?,
+            ip_us: num(f[9], "time", n)?,
+            ip_busbw_gbps: num(f[11], "busbw", n)?,
+            ip_wrong: wrong(f[12])?,
+        });
+    }
+    let Some(graph_launches) = graph_launches else {
+        return Err("no '# nThread ... graph: N' header line: is this the output of an nccl-tests binary (2.19)?".into());
+    };
+    if rows.is_empty() {
+        return Err("no size rows".into());
+    }
+    Ok(NcclTestsRun {
+        graph_launches,
+        ngpus,
+        rows,
+    })
+}
+
+/// One size and launch mode side by side.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SideBySide {
+    pub size_bytes: u64,
+    pub graph: bool,
+    /// verifybench's median per operation, us.
+    pub verifybench_us: f64,
+    /// nccl-tests' out-of-place mean per operation, us.
+    pub nccl_tests_us: f64,
+    /// verifybench / nccl-tests.
+    pub ratio: f64,
+}
+
+/// The sizes both measured, per launch mode of each nccl-tests run.
+pub fn side_by_side(vb: &CollectiveResult, runs: &[NcclTestsRun]) -> Vec<SideBySide> {
+    let mut out = vec![];
+    for run in runs {
+        for nt in &run.rows {
+            let Some(row) = vb.rows.iter().find(|r| r.size_bytes == nt.size_bytes) else {
+                continue;
+            };
+            let t = if run.graph() { &row.graph } else { &row.eager };
+            if let Some(t) = t {
+                out.push(SideBySide {
+                    size_bytes: nt.size_bytes,
+                    graph: run.graph(),
+                    verifybench_us: t.time_us,
+                    nccl_tests_us: nt.oop_us,
+                    ratio: t.time_us / nt.oop_us,
+                });
+            }
+        }
+    }
+    out.sort_by_key(|x| (x.graph, x.size_bytes));
+    out
+}
+
+/// The side-by-side table.
+pub fn render(rows: &[SideBySide]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# verifybench collective (median per op) / nccl-tests (out-of-place mean per op)"
+    );
+    let _ = writeln!(
+        o,
+        "{:>10}  {:>5}  {:>14}  {:>14}  {:>7}",
+        "size_B", "mode", "verifybench_us", "nccl_tests_us", "ratio"
+    );
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "{:>10}  {:>5}  {:>14.2}  {:>14.2}  {:>7.3}",
+            r.size_bytes,
+            if r.graph { "graph" } else { "eager" },
+            r.verifybench_us,
+            r.nccl_tests_us,
+            r.ratio
+        );
+    }
+    o
+}
+
+/// `compare --nccl-tests FILE... COLLECTIVE.json`: reads the files, prints the table.
+pub fn run(collective: &Path, nccl_tests: &[std::path::PathBuf]) -> anyhow::Result<i32> {
+    let recs = crate::record::read_records(collective)?;
+    let Some(vb) = recs.iter().find_map(|r| match &r.body {
+        Body::Collective(c) => Some(c),
+        _ => None,
+    }) else {
+        return Err(usage(format!(
+            "'{}' holds no collective record: --nccl-tests compares with the --export-json of `verifybench collective`",
+            collective.display()
+        )));
+    };
+    let mut runs = vec![];
+    for f in nccl_tests {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;
+        runs.push(parse(&text).map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?);
+    }
+    let rows = side_by_side(vb, &runs);
+    if rows.is_empty() {
+        return Err(usage(
+            "no size and launch mode measured by both: give the same sizes (-b/-e/-f) and the launch modes nccl-tests ran (-G 0: eager, -G N: graph)",
+        ));
+    }
+    print!("{}", render(&rows));
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{CollTiming, CollectiveRow};
+
+    /// The layout of nccl-tests 2.19's util.cu (header, two column groups, footer), with
+    /// numbers written for this test (bf16 all-reduce on 2 GPUs, graph mode).
+    const SAMPLE: &str = "\
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 2 minBytes 8192 maxBytes 1048576 step: 2(factor) warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: 20 unalign: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  12345 on    host1 device  0 [0000:18:00] NVIDIA H200
+#  Rank  1 Group  0 Pid  12345 on    host1 device  1 [0000:2a:00] NVIDIA H200
+#
+#                                                              out-of-place                       in-place          
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong 
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         
+        8192          4096  bfloat16     sum      -1     6.51    1.26    1.26       0     6.42    1.28    1.28       0
+       16384          8192  bfloat16     sum      -1     6.60    2.48    2.48       0     6.55    2.50    2.50       0
+       43008         21504  bfloat16     sum      -1     7.10    6.06    6.06       0     7.02    6.13    6.13       0
+     1048576        524288  bfloat16     sum      -1    18.40   56.99   56.99       0    18.10   57.93   57.93       0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 16.7 
+#
+# Collective test concluded: all_reduce_perf
+";
+
+    #[test]
+    fn reads_the_table_of_nccl_tests_2_19() {
+        let r = parse(SAMPLE).unwrap();
+        assert_eq!(r.graph_launches, 20);
+        assert!(r.graph());
+        assert_eq!(r.ngpus, Some(2));
+        assert_eq!(r.rows.len(), 4);
+        let row = &r.rows[2];
+        assert_eq!((row.size_bytes, row.count), (43008, 21504));
+        assert_eq!(
+            (row.dtype.as_str(), row.redop.as_str()),
+            ("bfloat16", "sum")
+        );
+        assert_eq!((row.oop_us, row.ip_us), (7.10, 7.02));
+        assert_eq!(row.oop_busbw_gbps, 6.06);
+        assert_eq!(row.oop_wrong, Some(0.0));
+        // Without -c 1 the #wrong columns read N/A; -G 0 is eager.
+        let eager = SAMPLE
+            .replace("graph: 20", "graph: 0")
+            .replace("       0     ", "     N/A     ")
+            .replace("       0\n", "     N/A\n");
+        let e = parse(&eager).unwrap();
+        assert!(!e.graph());
+        assert_eq!(e.rows[0].oop_wrong, None);
+        assert_eq!(e.rows[0].ip_wrong, None);
+    }
+
+    #[test]
+    fn malformed_output_is_refused_with_the_line() {
+        assert!(parse("hello\n").unwrap_err().contains("no '# nThread"));
+        let cut = SAMPLE.replace("    6.42    1.28    1.28       0", "");
+        let e = parse(&cut).unwrap_err();
+        assert!(e.starts_with("line 11: a size row has 9 columns"), "{e}");
+        let mixed = format!("{SAMPLE}{}", SAMPLE.replace("graph: 20", "graph: 0"));
+        assert!(parse(&mixed).unwrap_err().contains("separate files"));
+        let two = format!("{SAMPLE}{SAMPLE}");
+        assert_eq!(parse(&two).unwrap().rows.len(), 8);
+        let bad = SAMPLE.replace("18.40", "fast");
+        assert!(parse(&bad)
+            .unwrap_err()
+            .contains("time 'fast' is not a number"));
+    }
+
+    fn timing(us: f64) -> Option<CollTiming> {
+        Some(CollTiming {
+            time_us: us,
+            summary: crate::measure::Summary::from_samples(&[us]).unwrap(),
+            algbw_gbps: 0.0,
+            busbw_gbps: 0.0,
+            wrong: 0,
+        })
+    }
+
+    #[test]
+    fn ratios_pair_sizes_and_launch_modes() {
+        let vb = CollectiveResult {
+            op: crate::model::CollectiveKind::AllReduce,
+            dtype: crate::model::DType::Bf16,
+            nranks: 2,
+            rows: [(8192u64, 9.0, 7.0), (43008, 10.0, 7.81), (65536, 11.0, 8.0)]
+                .into_iter()
+                .map(|(s, e, g)| CollectiveRow {
+                    size_bytes: s,
+                    count: s / 2,
+                    eager: timing(e),
+                    graph: timing(g),
+                    p2p: vec![],
+                })
+                .collect(),
+        };
+        let graph = parse(SAMPLE).unwrap();
+        let eager = parse(&SAMPLE.replace("graph: 20", "graph: 0")).unwrap();
+        let rows = side_by_side(&vb, &[graph, eager]);
+        // Sizes in both: 8192 and 43008 (16384 and 1 MiB only in nccl-tests, 65536 only here).
+        assert_eq!(rows.len(), 4);
+        let at = |s: u64, g: bool| {
+            rows.iter()
+                .find(|r| r.size_bytes == s && r.graph == g)
+                .unwrap()
+        };
+        assert!((at(43008, true).ratio - 7.81 / 7.10).abs() < 1e-12);
+        assert!((at(8192, false).ratio - 9.0 / 6.51).abs() < 1e-12);
+        assert!(!rows[0].graph, "eager first");
+        let t = render(&rows);
+        assert!(
+            t.contains("     43008  graph            7.81            7.10    1.100"),
+            "{t}"
+        );
+    }
+}
