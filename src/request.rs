@@ -192,6 +192,13 @@ impl Default for GpuSpec {
     }
 }
 
+impl GpuSpec {
+    /// The rank count the flags fix: the `--devices` listed, else `--gpus`.
+    pub fn ranks(&self) -> Option<usize> {
+        self.devices.as_ref().map(|d| d.len()).or(self.gpus)
+    }
+}
+
 /// Timed and warm-up iterations (nccl-tests' and hyperfine's `-n`/`-w`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repeat {

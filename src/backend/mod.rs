@@ -61,7 +61,7 @@ impl Backend for ModelBackend {
         fault::process_fault(a.inject_fault.as_deref());
         let s = a
             .workload
-            .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
+            .schedule(a.gpu.ranks().map(|g| g as u64).unwrap_or(8))?;
         let m = crate::costmodel::verify(&s, s.tp as usize, &a.runs(), a.gpu.launcher, &a.model)?;
         let mut p = Provenance::here(self.kind().name(), started);
         p.launcher = Some(a.gpu.launcher.name().into());
@@ -71,7 +71,7 @@ impl Backend for ModelBackend {
     }
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
         let started = now_utc();
-        let n = a.gpu.gpus.unwrap_or(8);
+        let n = a.gpu.ranks().unwrap_or(8);
         let m = crate::costmodel::collective(
             a.op,
             a.dtype,

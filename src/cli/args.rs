@@ -152,6 +152,14 @@ pub struct ModelArgs {
     pub algo: Option<String>,
 }
 
+/// Whether a flag's value came from its environment variable (the flag is not on the command
+/// line, and the variable holds the value).
+fn from_env(value: &Option<String>, var: &str, flag: &str) -> bool {
+    value.is_some()
+        && std::env::var(var).ok() == *value
+        && !std::env::args().any(|x| x == flag || x.starts_with(&format!("{flag}=")))
+}
+
 impl From<&ModelArgs> for ModelSettings {
     fn from(a: &ModelArgs) -> ModelSettings {
         ModelSettings {
@@ -159,6 +167,8 @@ impl From<&ModelArgs> for ModelSettings {
             profile: a.profile.clone(),
             proto: a.proto.clone(),
             algo: a.algo.clone(),
+            proto_from_env: from_env(&a.proto, "NCCL_PROTO", "--proto"),
+            algo_from_env: from_env(&a.algo, "NCCL_ALGO", "--algo"),
         }
     }
 }

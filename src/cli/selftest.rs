@@ -270,6 +270,9 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
 }
 
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
+    if let Some(p) = &a.export_json {
+        crate::util::check_outputs(&[("--export-json", p)], &[])?;
+    }
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
     let devices = select_devices(&(&a.gpu).into(), None, comm::device_count())?;
     let mut checks = vec![];

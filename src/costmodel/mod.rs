@@ -41,6 +41,10 @@ pub struct ModelSettings {
     pub proto: Option<String>,
     /// Algorithms the model may pick, in NCCL_ALGO syntax; `None`: the fastest.
     pub algo: Option<String>,
+    /// `proto` came from the NCCL_PROTO environment variable, not `--proto` (for messages).
+    pub proto_from_env: bool,
+    /// `algo` came from the NCCL_ALGO environment variable, not `--algo` (for messages).
+    pub algo_from_env: bool,
 }
 
 impl Default for ModelSettings {
@@ -50,6 +54,8 @@ impl Default for ModelSettings {
             profile: None,
             proto: None,
             algo: None,
+            proto_from_env: false,
+            algo_from_env: false,
         }
     }
 }
@@ -72,7 +78,19 @@ impl ModelSettings {
     }
 
     pub fn force(&self) -> anyhow::Result<Force> {
-        Force::parse(self.proto.as_deref(), self.algo.as_deref())
+        let name = |from_env: bool, flag: &'static str, var: &'static str| {
+            if from_env {
+                var
+            } else {
+                flag
+            }
+        };
+        Force::parse_named(
+            self.proto.as_deref(),
+            name(self.proto_from_env, "--proto", "NCCL_PROTO (from the environment)"),
+            self.algo.as_deref(),
+            name(self.algo_from_env, "--algo", "NCCL_ALGO (from the environment)"),
+        )
     }
 }
 

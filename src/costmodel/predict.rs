@@ -65,15 +65,26 @@ fn parse_list<T: Copy + Ord>(
 impl Force {
     /// From `--proto`/`--algo` values in NCCL's syntax; `None` or empty: no restriction.
     pub fn parse(proto: Option<&str>, algo: Option<&str>) -> anyhow::Result<Force> {
+        Force::parse_named(proto, "--proto", algo, "--algo")
+    }
+
+    /// [`Force::parse`] with the names messages give each value's origin (a flag, or the
+    /// environment variable it came from).
+    pub fn parse_named(
+        proto: Option<&str>,
+        proto_origin: &str,
+        algo: Option<&str>,
+        algo_origin: &str,
+    ) -> anyhow::Result<Force> {
         Ok(Force {
             proto: match proto {
                 Some(s) => {
-                    parse_list("--proto", s, &Proto::ALL, Proto::parse, "LL, LL128, Simple")?
+                    parse_list(proto_origin, s, &Proto::ALL, Proto::parse, "LL, LL128, Simple")?
                 }
                 None => vec![],
             },
             algo: match algo {
-                Some(s) => parse_list("--algo", s, &Algo::ALL, Algo::parse, "Ring and Tree")?,
+                Some(s) => parse_list(algo_origin, s, &Algo::ALL, Algo::parse, "Ring and Tree")?,
                 None => vec![],
             },
         })

@@ -39,12 +39,21 @@ pub fn read_record_lines(
     let text = std::fs::read_to_string(path)
         .map_err(|e| usage(format!("cannot read {what} '{}': {e}", path.display())))?;
     let mut warnings = vec![];
+    let mut records = 0;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         let value: serde_json::Value = match serde_json::from_str(line) {
             Ok(v) => v,
+            // A torn line is the start of a record: anything else is not a JSON-lines file.
+            Err(e) if !line.trim_start().starts_with('{') => {
+                return Err(usage(format!(
+                    "{what} '{}' line {} is not a JSON record ({e}): not a results file of verifybench",
+                    path.display(),
+                    i + 1
+                )))
+            }
             Err(e) => {
                 warnings.push(format!(
                     "'{}' line {}: incomplete line ignored (a write cut short?): {e}",
@@ -71,6 +80,13 @@ pub fn read_record_lines(
             )));
         }
         each(i, rec)?;
+        records += 1;
+    }
+    if records == 0 && !warnings.is_empty() {
+        return Err(usage(format!(
+            "{what} '{}' holds no complete record: not a results file of verifybench",
+            path.display()
+        )));
     }
     Ok(warnings)
 }
@@ -85,10 +101,6 @@ pub struct JsonLinesFile {
 impl JsonLinesFile {
     /// Opens (creating) `path` for appending; ends a torn last line first.
     pub fn open(path: &Path) -> anyhow::Result<JsonLinesFile> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating directory '{}'", dir.display()))?;
-        }
         let torn = std::fs::read(path)
             .map(|b| !b.is_empty() && b.last() != Some(&b'\n'))
             .unwrap_or(false);

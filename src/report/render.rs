@@ -549,6 +549,14 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
 /// Writes `report.md` and the SVGs into `dir` (created if needed); returns the paths written.
 pub fn write(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = vec![];
+    if !dir.is_dir() {
+        std::fs::create_dir(dir).map_err(|e| {
+            crate::error::usage(format!(
+                "-o/--out '{}': cannot create the directory ({e})",
+                dir.display()
+            ))
+        })?;
+    }
     for (name, svg) in &report.svgs {
         let p = dir.join(name);
         crate::util::write_file(&p, svg.as_bytes())?;
