@@ -28,12 +28,9 @@ fn row(table: &str, mode: &str, launch: &str) -> (f64, f64) {
             w.len() > 5 && w[0] == mode && w[1] == launch
         })
         .unwrap_or_else(|| panic!("no {mode} {launch} row in\n{table}"));
-    let w: Vec<f64> = line
-        .split_whitespace()
-        .skip(2)
-        .map(|x| x.parse().unwrap())
-        .collect();
-    (w[0], w[3])
+    // modeled rows show "-" for what was not measured (p99, stddev, n, outliers, #wrong)
+    let w: Vec<&str> = line.split_whitespace().collect();
+    (w[2].parse().unwrap(), w[5].parse().unwrap())
 }
 
 fn graph_eager_comm(args: &[&str]) -> (f64, f64, f64) {

@@ -82,11 +82,14 @@ fn env_line(m: &std::collections::BTreeMap<String, String>) -> String {
         .join(" ")
 }
 
-fn cells(t: &Option<CollTiming>) -> String {
+fn cells(source: Source, t: &Option<CollTiming>) -> String {
     match t {
         Some(t) => format!(
             "{:>9.2} {:>7.2} {:>7.2} {:>6}",
-            t.time_us, t.algbw_gbps, t.busbw_gbps, t.wrong
+            t.time_us,
+            t.algbw_gbps,
+            t.busbw_gbps,
+            crate::report::export::if_measured(source, t.wrong.to_string())
         ),
         None => format!("{:>9} {:>7} {:>7} {:>6}", "-", "-", "-", "-"),
     }
@@ -99,6 +102,18 @@ pub fn collective_table(r: &Record) -> String {
         return String::new();
     };
     let mut o = header(r);
+    let _ = writeln!(
+        o,
+        "# {} of {} on {} ranks{}",
+        c.op.name(),
+        c.dtype.name(),
+        c.nranks,
+        if r.source == Source::Modeled {
+            " (modeled; --gpus N picks another rank count)"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(o, "#");
     let _ = writeln!(o, "# {:>41}  {:^32}  {:^32}", "", "eager", "graph");
     let _ = writeln!(
@@ -136,8 +151,8 @@ pub fn collective_table(r: &Record) -> String {
             row.count,
             c.dtype.name(),
             redop,
-            cells(&row.eager),
-            cells(&row.graph)
+            cells(r.source, &row.eager),
+            cells(r.source, &row.graph)
         );
         for t in [&row.eager, &row.graph].into_iter().flatten() {
             bw.push(t.busbw_gbps);
@@ -149,11 +164,15 @@ pub fn collective_table(r: &Record) -> String {
     } else {
         bw.iter().sum::<f64>() / bw.len() as f64
     };
-    let _ = writeln!(
-        o,
-        "# Out of bounds values : {wrong} {}",
-        if wrong == 0 { "OK" } else { "WRONG" }
-    );
+    if r.source == Source::Modeled {
+        let _ = writeln!(o, "# Out of bounds values : - (modeled: nothing was checked)");
+    } else {
+        let _ = writeln!(
+            o,
+            "# Out of bounds values : {wrong} {}",
+            if wrong == 0 { "OK" } else { "WRONG" }
+        );
+    }
     let _ = writeln!(o, "# Avg bus bandwidth    : {avg:.3} GB/s");
     o
 }
@@ -193,20 +212,21 @@ pub fn verify_table(r: &Record) -> String {
         "outliers",
         "#wrong"
     );
+    use crate::report::export::{if_collectives, if_measured};
     for run in &v.runs {
         let s = &run.per_verify;
         let _ = writeln!(
             o,
-            "  {:<8} {:<6} {:>12.1} {:>12.1} {:>10.1} {:>12.2} {:>6} {:>8} {:>7}",
+            "  {:<8} {:<6} {:>12.1} {:>12} {:>10} {:>12} {:>6} {:>8} {:>7}",
             run.mode.name(),
             if run.graph { "graph" } else { "eager" },
             s.median_us,
-            s.p99_us,
-            s.stddev_us,
-            run.per_collective_us,
-            s.n,
-            s.outliers,
-            run.wrong
+            if_measured(r.source, format!("{:.1}", s.p99_us)),
+            if_measured(r.source, format!("{:.1}", s.stddev_us)),
+            if_collectives(run.mode, format!("{:.2}", run.per_collective_us)),
+            if_measured(r.source, s.n.to_string()),
+            if_measured(r.source, s.outliers.to_string()),
+            if_measured(r.source, if_collectives(run.mode, run.wrong.to_string()))
         );
     }
     for mode in [
