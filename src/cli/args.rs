@@ -36,11 +36,12 @@ pub struct WorkloadArgs {
     /// A Hugging Face config.json instead of a preset (DeepSeek-V3/Kimi-K2, Llama, Qwen3-MoE).
     #[arg(long, value_name = "PATH")]
     pub model_config: Option<PathBuf>,
-    /// Tensor-parallel size (ranks). Defaults to the number of GPUs used, or 8 without GPUs.
+    /// Tensor-parallel size (ranks), 1 to 1024. Defaults to the number of GPUs used, or 8
+    /// without GPUs.
     #[arg(long)]
     pub tp: Option<u64>,
     /// Tokens per verify forward. SGLang verifies num_steps+1 tokens when topk=1
-    /// (--speculative-num-steps 3 means 4).
+    /// (--speculative-num-steps 3 means 4). 1 to 65536.
     #[arg(long, default_value_t = 3)]
     pub tokens: u64,
     /// Activation and collective element type.
@@ -55,7 +56,7 @@ pub struct WorkloadArgs {
     /// What happens to the vocab-parallel logits.
     #[arg(long, value_parser = named::<Logits>(), default_value = "gather")]
     pub logits: Logits,
-    /// Vocabulary of the EAGLE-3 draft head (the draft phase).
+    /// Vocabulary of the EAGLE-3 draft head (the draft phase), at least 1.
     #[arg(long, default_value_t = 32000)]
     pub draft_vocab: u64,
     /// Which forward: the verify of T tokens, one decode step, or one EAGLE-3 draft step.
@@ -83,7 +84,7 @@ impl From<&WorkloadArgs> for Workload {
 /// Which GPUs and how to reach NCCL.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GpuArgs {
-    /// Number of GPUs (ranks) to use: the first N visible devices.
+    /// Number of GPUs (ranks) to use: the first N visible devices, 1 to 1024.
     #[arg(long)]
     pub gpus: Option<usize>,
     /// Exact device ordinals to use, e.g. 0,1.

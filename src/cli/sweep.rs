@@ -67,7 +67,8 @@ pub struct SweepArgs {
     /// Smallest relative gain over the baseline that counts as real. Fresh worker processes with
     /// identical settings differ by about 1% (2x H200: 909.6 to 917.7 us per verify for the
     /// defaults across four sweeps), more than the standard error within one run shows.
-    #[arg(long, default_value_t = crate::sweep::rank::NOISE_FLOOR, value_name = "FRACTION")]
+    /// 0 to 0.5.
+    #[arg(long, default_value_t = crate::sweep::rank::NOISE_FLOOR, value_name = "FRACTION", allow_negative_numbers = true)]
     pub noise_floor: f64,
     /// Seconds one child (probe or timed run, workers included) may take before it is killed
     /// and the point recorded as failed.

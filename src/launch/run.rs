@@ -63,6 +63,16 @@ pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<Option<us
     if g.gpus == Some(0) {
         return Err(usage("--gpus 0: give at least 1 GPU (2 or more for NCCL)"));
     }
+    let max = crate::request::MAX_RANKS;
+    if let Some(n) = g.gpus.filter(|&n| n > max) {
+        return Err(usage(format!("--gpus {n}: give 1 to {max} GPUs")));
+    }
+    if let Some(d) = g.devices.as_ref().filter(|d| d.len() > max) {
+        return Err(usage(format!(
+            "--devices lists {} GPUs: give 1 to {max}",
+            d.len()
+        )));
+    }
     if let Some(d) = &g.devices {
         if d.is_empty() {
             return Err(usage("--devices is empty: list GPU ordinals, e.g. --devices 0,1"));

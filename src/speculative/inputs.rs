@@ -339,6 +339,12 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             "--draft-steps 0: speculation needs at least one draft step",
         ));
     }
+    if draft_steps > super::MAX_DRAFT_STEPS {
+        return Err(usage(format!(
+            "--draft-steps {draft_steps}: give 1 to {} draft steps per cycle",
+            super::MAX_DRAFT_STEPS
+        )));
+    }
     for t in &rec_verify {
         if t.tokens != draft_steps + 1 {
             notes.push(format!(

@@ -281,6 +281,12 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     if a.repeat.iters == 0 {
         crate::usage_bail!("-n/--iters must be at least 1");
     }
+    if !(0.0..=0.5).contains(&a.noise_floor) {
+        crate::usage_bail!(
+            "--noise-floor {}: give a fraction from 0 to 0.5 (0.01 is a 1% gain)",
+            a.noise_floor
+        );
+    }
     crate::launch::run::check_gpu_flags(&a.gpu, a.workload.tp)?;
     let dims = matrix::dimensions(&a.lists, &a.sets)?;
     let preset = a.preset.as_deref().map(matrix::preset).transpose()?;
