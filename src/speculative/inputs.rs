@@ -416,6 +416,22 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
     })
 }
 
+/// "17 'sweep_point' records, 1 'collective' record": each kind once, with its count.
+fn counted_kinds(kinds: &[String]) -> String {
+    let mut counts: Vec<(&str, usize)> = vec![];
+    for k in kinds {
+        match counts.iter_mut().find(|(x, _)| x == k) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((k, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{n} '{k}' record{}", if *n == 1 { "" } else { "s" }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Reads results files for a break-even: every file must hold at least one verify record
 /// (kind "verify"); other kinds next to them are skipped and named in the notes.
 pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, Vec<String>)> {
@@ -428,7 +444,7 @@ pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, 
             let kinds = if skipped.is_empty() {
                 "no records".to_string()
             } else {
-                format!("kind {}", skipped.join(", "))
+                format!("only {}", counted_kinds(&skipped))
             };
             return Err(usage(format!(
                 "results file '{}' holds {kinds}; breakeven reads verify records (kind \"verify\", from `verifybench verify`)",
@@ -437,10 +453,9 @@ pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, 
         }
         if !skipped.is_empty() {
             notes.push(format!(
-                "{}: skipped {} record(s) of kind {}",
+                "{}: skipped {}",
                 short_name(p),
-                skipped.len(),
-                skipped.join(", ")
+                counted_kinds(&skipped)
             ));
         }
         all.extend(times);
