@@ -137,8 +137,9 @@ impl From<&RepeatArgs> for Repeat {
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
     /// Link profile the cost model assumes (`--backend model`): nvlink-h100, nvlink-h200,
-    /// pcie-gen4, pcie-gen5, pcie-gen5-no-p2p, ib-ndr.
-    #[arg(long, default_value = "nvlink-h200")]
+    /// pcie-gen4, pcie-gen5 (default: 8 PCIe GPUs behind switches), pcie-gen5-no-p2p,
+    /// pcie-gen5-dual-socket, ib-ndr.
+    #[arg(long, default_value = "pcie-gen5")]
     pub link: String,
     /// Calibrated profile file written by `verifybench model fit` (overrides --link).
     #[arg(long, value_name = "FILE")]

@@ -50,7 +50,7 @@ pub struct ModelSettings {
 impl Default for ModelSettings {
     fn default() -> Self {
         ModelSettings {
-            link: "nvlink-h200".into(),
+            link: "pcie-gen5".into(),
             profile: None,
             proto: None,
             algo: None,

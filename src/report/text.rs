@@ -9,6 +9,15 @@ use crate::units::grouped;
 pub fn header(r: &Record) -> String {
     let p = &r.provenance;
     let mut o = String::new();
+    let pick = p
+        .model_profile
+        .as_deref()
+        .filter(|_| r.source == Source::Modeled)
+        .map(|m| {
+            format!(
+                "# link profile {m}: pick another with --link NAME (--help lists them) or --profile FILE (from `model fit`)\n"
+            )
+        });
     let label = match r.source {
         Source::Measured => "measured".to_string(),
         Source::Modeled => format!(
@@ -28,6 +37,9 @@ pub fn header(r: &Record) -> String {
             .map(|l| format!(", launcher {l}"))
             .unwrap_or_default()
     );
+    if let Some(line) = pick {
+        o.push_str(&line);
+    }
     if let Some(v) = &p.nccl_version {
         let _ = writeln!(
             o,
