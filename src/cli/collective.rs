@@ -31,6 +31,8 @@ pub struct CollectiveArgs {
     /// Eager launches, CUDA-graph replay, or both.
     #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
     pub graph: GraphChoice,
+    /// nccl: real GPUs (2 or more); model: the cost model, anywhere (every number labelled
+    /// modeled); auto: nccl with 2+ GPUs, else model.
     #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
     pub backend: BackendKind,
     #[command(flatten)]

@@ -110,6 +110,27 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// Every flag of every command has help text (issue 15 item 15).
+    #[test]
+    fn every_flag_has_help() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                if a.is_hide_set() || matches!(a.get_id().as_str(), "help" | "version") {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", a.get_id()));
+                }
+            }
+            for s in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+                walk(s, &format!("{path} {}", s.get_name()), missing);
+            }
+        }
+        let mut missing = vec![];
+        walk(&Cli::command(), "verifybench", &mut missing);
+        assert!(missing.is_empty(), "flags without help: {missing:?}");
+    }
+
     #[test]
     fn library_enums_parse_by_name_and_refuse_the_rest() {
         let ok = Cli::try_parse_from([

@@ -270,6 +270,7 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
 }
 
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
+    crate::launch::run::check_gpu_flags(&(&a.gpu).into(), None)?;
     if let Some(p) = &a.export_json {
         crate::util::check_outputs(&[("--export-json", p)], &[])?;
     }
