@@ -171,6 +171,7 @@ impl From<&ModelArgs> for ModelSettings {
             algo: a.algo.clone(),
             proto_from_env: from_env(&a.proto, "NCCL_PROTO", "--proto"),
             algo_from_env: from_env(&a.algo, "NCCL_ALGO", "--algo"),
+            nccl_env: crate::util::nccl_env(),
         }
     }
 }

@@ -359,6 +359,58 @@ fn pcie_gen5(name: &str, description: &str) -> Profile {
     p
 }
 
+/// The NCCL_* variables the cost model expresses (or that change nothing it prices: logging).
+pub const MODELED_NCCL_VARS: &[&str] = &[
+    "NCCL_PROTO",
+    "NCCL_ALGO",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+];
+
+/// NCCL's network transport within one node (P2P and SHM both off): ring hop latencies set to
+/// the measured 2x H200 verify over NET/Socket (15.9 ms Simple / 11.1 ms LL per 124
+/// collectives, i.e. ~128 / ~90 us per 43,008 B all-reduce), 10 GB/s.
+const HW_NET_LOCAL: PerAlgo = PerAlgo {
+    tree: PerProto::new(37.6, 57.0, 57.0),
+    ring: PerProto::new(37.6, 57.0, 57.0),
+};
+
+/// The path `env` makes NCCL take, priced: NCCL_P2P_DISABLE=1 moves the ranks of one node to
+/// the host-memory (SHM) path, with `pcie-gen5-no-p2p`'s link; with NCCL_SHM_DISABLE=1 too, to
+/// the network transport. The label says what changed; other profiles' inter-node links stay.
+pub fn apply_transport_env(
+    mut p: Profile,
+    label: String,
+    env: &std::collections::BTreeMap<String, String>,
+) -> (Profile, String) {
+    let on = |k: &str| env.get(k).is_some_and(|v| v.trim() == "1");
+    if !on("NCCL_P2P_DISABLE") {
+        return (p, label);
+    }
+    let (link, what) = if on("NCCL_SHM_DISABLE") {
+        (
+            Link {
+                kind: "net".into(),
+                hop_lat_us: HW_NET_LOCAL,
+                bw_gbps: 10.0,
+            },
+            "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the network transport (hop latency set to the measured 2x H200 NET/Socket run)",
+        )
+    } else {
+        (
+            builtin("pcie-gen5-no-p2p").expect("built in").intra,
+            "NCCL_P2P_DISABLE=1: the host-memory (SHM) path, pcie-gen5-no-p2p's link",
+        )
+    };
+    p.intra = link;
+    p.ll_fitted = None;
+    p.ll128_default = false;
+    (p, format!("{label} + {what}"))
+}
+
 /// Names of the built-in profiles.
 pub const BUILTIN: [&str; 7] = [
     "nvlink-h100",
