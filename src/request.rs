@@ -344,9 +344,12 @@ impl CollectiveRequest {
         if self.step_factor < 2 {
             crate::usage_bail!("-f/--stepfactor must be at least 2");
         }
-        for (flag, s) in [("-b/--minbytes", self.min_bytes), ("-e/--maxbytes", self.max_bytes)]
-            .into_iter()
-            .chain(self.sizes.iter().map(|&s| ("--sizes", s)))
+        for (flag, s) in [
+            ("-b/--minbytes", self.min_bytes),
+            ("-e/--maxbytes", self.max_bytes),
+        ]
+        .into_iter()
+        .chain(self.sizes.iter().map(|&s| ("--sizes", s)))
         {
             if s > MAX_COLLECTIVE_BYTES {
                 crate::usage_bail!(

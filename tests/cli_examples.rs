@@ -128,7 +128,11 @@ fn run_all(examples: &[String]) {
         let err = String::from_utf8_lossy(&out.stderr);
         let ok = out.status.success()
             || out.status.code() == Some(2) && ALLOWED_REFUSALS.iter().any(|m| err.contains(m));
-        assert!(ok, "example `{ex}` (run as `{cmd}`) failed: {:?}\n{err}", out.status.code());
+        assert!(
+            ok,
+            "example `{ex}` (run as `{cmd}`) failed: {:?}\n{err}",
+            out.status.code()
+        );
         // An example that measures on GPUs feeds the next ones measured records: its modeled
         // stand-in's export is relabelled measured (as the cost-model tests' synthetic data).
         if ex.contains("--backend nccl") {
@@ -146,12 +150,32 @@ fn run_all(examples: &[String]) {
 fn every_help_example_runs() {
     // wide enough that clap does not wrap an example line
     let help = |args: &[&str]| {
-        String::from_utf8(vb().env("COLUMNS", "500").args(args).output().unwrap().stdout).unwrap()
+        String::from_utf8(
+            vb().env("COLUMNS", "500")
+                .args(args)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
     };
     let top = help(&["--help"]);
     let mut examples = help_examples(&top);
     assert!(examples.len() >= 5, "{top}");
-    let subs = ["plan", "collective", "verify", "sweep", "breakeven", "report", "bandwidth", "env", "inspect", "selftest", "worker", "compare"];
+    let subs = [
+        "plan",
+        "collective",
+        "verify",
+        "sweep",
+        "breakeven",
+        "report",
+        "bandwidth",
+        "env",
+        "inspect",
+        "selftest",
+        "worker",
+        "compare",
+    ];
     for s in subs {
         examples.extend(help_examples(&help(&[s, "--help"])));
     }
@@ -162,7 +186,8 @@ fn every_help_example_runs() {
 
 #[test]
 fn every_readme_example_runs() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let examples = readme_examples(&readme);
     assert!(examples.len() >= 10, "{examples:?}");
     run_all(&examples);

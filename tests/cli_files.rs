@@ -15,8 +15,19 @@ fn s(p: &std::path::Path) -> &str {
 fn collective_file(dir: &std::path::Path) -> std::path::PathBuf {
     let p = dir.join("coll.json");
     vb().args([
-        "collective", "--backend", "model", "--gpus", "2", "-b", "8K", "-e", "1M", "-f", "4",
-        "--export-json", s(&p),
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "-b",
+        "8K",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+        "--export-json",
+        s(&p),
     ])
     .assert()
     .success();
@@ -33,16 +44,32 @@ fn sweep_refuses_to_append_to_a_file_that_is_not_its_results_file() {
     let d = dir.path();
     // a verify record
     let verify = d.join("verify.json");
-    vb().args(["verify", "--backend", "model", "--tp", "2", "--export-json", s(&verify)])
-        .assert()
-        .success();
+    vb().args([
+        "verify",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "--export-json",
+        s(&verify),
+    ])
+    .assert()
+    .success();
     // a text file
     let text = d.join("notes.json");
     std::fs::write(&text, "hello\nworld\n").unwrap();
     // the sweep of another workload
     let other = d.join("other.jsonl");
     vb().args([
-        "sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL", "--results", s(&other), "-q",
+        "sweep",
+        "--debug-mode",
+        "--tp",
+        "2",
+        "-L",
+        "NCCL_PROTO=LL",
+        "--results",
+        s(&other),
+        "-q",
     ])
     .assert()
     .success();
@@ -58,15 +85,32 @@ fn sweep_refuses_to_append_to_a_file_that_is_not_its_results_file() {
     ] {
         refused(
             &[
-                "sweep", "--debug-mode", "--tp", "2", "--tokens", "5", "-L", "NCCL_PROTO=LL",
-                "--results", s(f),
+                "sweep",
+                "--debug-mode",
+                "--tp",
+                "2",
+                "--tokens",
+                "5",
+                "-L",
+                "NCCL_PROTO=LL",
+                "--results",
+                s(f),
             ],
             &["--results", s(f), why, "--resume"],
         );
     }
     // --resume of a text file is refused too (it used to warn and append)
     refused(
-        &["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL", "--resume", s(&text)],
+        &[
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            s(&text),
+        ],
         &[s(&text), "not a JSON record"],
     );
     for (p, b) in before {
@@ -75,7 +119,14 @@ fn sweep_refuses_to_append_to_a_file_that_is_not_its_results_file() {
     assert_eq!(listing(d), names, "nothing new in the folder");
     // the same workload's file is appended to, as before
     vb().args([
-        "sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=Simple", "--results", s(&other),
+        "sweep",
+        "--debug-mode",
+        "--tp",
+        "2",
+        "-L",
+        "NCCL_PROTO=Simple",
+        "--results",
+        s(&other),
         "-q",
     ])
     .assert()
@@ -87,7 +138,17 @@ fn default_sweep_names_are_unique_and_never_reuse_a_logs_folder() {
     let dir = tempfile::tempdir().unwrap();
     let run = |model: &str| {
         vb().current_dir(dir.path())
-            .args(["sweep", "--debug-mode", "--tp", "2", "--model", model, "-L", "NCCL_PROTO=LL", "-q"])
+            .args([
+                "sweep",
+                "--debug-mode",
+                "--tp",
+                "2",
+                "--model",
+                model,
+                "-L",
+                "NCCL_PROTO=LL",
+                "-q",
+            ])
             .assert()
             .success();
     };
@@ -104,7 +165,16 @@ fn default_sweep_names_are_unique_and_never_reuse_a_logs_folder() {
     refused_in(
         Some(dir.path()),
         &[],
-        &["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL", "--results", "fresh.jsonl"],
+        &[
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--results",
+            "fresh.jsonl",
+        ],
         &["fresh.logs", "already exists", "--log-dir"],
     );
     assert!(!dir.path().join("fresh.jsonl").exists());
@@ -130,15 +200,30 @@ fn outputs_never_overwrite_inputs_or_each_other() {
     let out = d.join("out.json");
     refused(
         &[
-            "verify", "--backend", "model", "--tp", "2", "--export-json", s(&out), "--export-csv",
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--export-json",
+            s(&out),
+            "--export-csv",
             s(&out),
         ],
         &["--export-csv", "also given to --export-json"],
     );
     refused(
         &[
-            "sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL", "--results", s(&out),
-            "--export-table-csv", s(&out),
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--results",
+            s(&out),
+            "--export-table-csv",
+            s(&out),
         ],
         &["--export-table-csv", "also given to --results"],
     );
@@ -154,35 +239,87 @@ fn unwritable_outputs_fail_before_the_work_and_leave_nothing() {
     let missing = d.join("nonexistent").join("x.json");
     for (args, wants) in [
         (
-            vec!["verify", "--backend", "model", "--tp", "2", "--export-json", s(&adir)],
+            vec![
+                "verify",
+                "--backend",
+                "model",
+                "--tp",
+                "2",
+                "--export-json",
+                s(&adir),
+            ],
             vec!["--export-json", "is a directory"],
         ),
         (
-            vec!["collective", "--backend", "model", "--gpus", "2", "--export-csv", s(&missing)],
+            vec![
+                "collective",
+                "--backend",
+                "model",
+                "--gpus",
+                "2",
+                "--export-csv",
+                s(&missing),
+            ],
             vec!["--export-csv", "does not exist"],
         ),
         (
-            vec!["verify", "--backend", "model", "--tp", "2", "--export-json", "/proc/x.json"],
-            vec!["--export-json", "/proc/x.json", "cannot write into folder '/proc'"],
+            vec![
+                "verify",
+                "--backend",
+                "model",
+                "--tp",
+                "2",
+                "--export-json",
+                "/proc/x.json",
+            ],
+            vec![
+                "--export-json",
+                "/proc/x.json",
+                "cannot write into folder '/proc'",
+            ],
         ),
         (
             vec![
-                "sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL", "--results",
-                "r.jsonl", "--log-dir", "/proc/logs",
+                "sweep",
+                "--debug-mode",
+                "--tp",
+                "2",
+                "-L",
+                "NCCL_PROTO=LL",
+                "--results",
+                "r.jsonl",
+                "--log-dir",
+                "/proc/logs",
             ],
             vec!["--log-dir", "/proc/logs"],
         ),
         (
             vec![
-                "sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL", "--results",
-                "r.jsonl", "--export-json", "/proc/x.json",
+                "sweep",
+                "--debug-mode",
+                "--tp",
+                "2",
+                "-L",
+                "NCCL_PROTO=LL",
+                "--results",
+                "r.jsonl",
+                "--export-json",
+                "/proc/x.json",
             ],
             vec!["--export-json", "/proc/x.json"],
         ),
         (
             vec![
-                "sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL", "--results",
-                "r.jsonl", "--export-table-csv", s(&missing),
+                "sweep",
+                "--debug-mode",
+                "--tp",
+                "2",
+                "-L",
+                "NCCL_PROTO=LL",
+                "--results",
+                "r.jsonl",
+                "--export-table-csv",
+                s(&missing),
             ],
             vec!["--export-table-csv", "does not exist"],
         ),
@@ -195,7 +332,10 @@ fn unwritable_outputs_fail_before_the_work_and_leave_nothing() {
         refused_in(Some(d), &[], &args, &wants);
         assert_eq!(listing(d), before, "{args:?} left something behind");
         assert_eq!(listing(&adir), Vec::<String>::new());
-        assert!(!missing.parent().unwrap().exists(), "{args:?} created a folder");
+        assert!(
+            !missing.parent().unwrap().exists(),
+            "{args:?} created a folder"
+        );
     }
     // model fit into a directory leaves no temp file
     let coll = collective_file(d);

@@ -11,9 +11,13 @@ use common::{listing, refused, refused_in, vb};
 
 /// Whether this machine has a CUDA driver (then the no-driver refusals cannot be seen here).
 fn has_driver() -> bool {
-    ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1", "/usr/lib/libcuda.so.1"]
-        .iter()
-        .any(|p| std::path::Path::new(p).exists())
+    [
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/usr/lib64/libcuda.so.1",
+        "/usr/lib/libcuda.so.1",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists())
 }
 
 #[test]
@@ -25,14 +29,29 @@ fn sweep_on_nccl_without_a_driver_is_refused_before_anything_is_written() {
     refused_in(
         Some(dir.path()),
         &[],
-        &["sweep", "--backend", "nccl", "--tp", "2", "-L", "NCCL_PROTO=LL,Simple"],
+        &[
+            "sweep",
+            "--backend",
+            "nccl",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL,Simple",
+        ],
         &["no CUDA driver", "--backend model"],
     );
     refused_in(
         Some(dir.path()),
         &[],
         &[
-            "sweep", "--backend", "nccl", "--tp", "2", "-L", "NCCL_PROTO=LL", "--results",
+            "sweep",
+            "--backend",
+            "nccl",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--results",
             "r.jsonl",
         ],
         &["no CUDA driver"],
@@ -43,7 +62,18 @@ fn sweep_on_nccl_without_a_driver_is_refused_before_anything_is_written() {
 #[test]
 fn hints_name_what_the_user_gave() {
     if !has_driver() {
-        for cmd in [vec!["selftest"], vec!["worker", "--rank", "0", "--world-size", "2", "--rendezvous", "127.0.0.1:1"]] {
+        for cmd in [
+            vec!["selftest"],
+            vec![
+                "worker",
+                "--rank",
+                "0",
+                "--world-size",
+                "2",
+                "--rendezvous",
+                "127.0.0.1:1",
+            ],
+        ] {
             let out = vb().args(&cmd).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{cmd:?}: {err}");
@@ -63,33 +93,91 @@ fn hints_name_what_the_user_gave() {
     );
     assert!(!line.contains("--proto"), "{line}");
     refused(
-        &["verify", "--backend", "model", "--tp", "2", "--proto", "bogus"],
+        &[
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--proto",
+            "bogus",
+        ],
         &["--proto 'bogus'"],
     );
 }
 
 #[test]
 fn conflicting_gpu_flags_are_refused() {
-    refused(&["verify", "--backend", "model", "--gpus", "8", "--tp", "2"], &["--tp 2", "--gpus", "disagree"]);
-    refused(&["verify", "--backend", "model", "--gpus", "2", "--tp", "8"], &["--tp 8", "--gpus", "disagree"]);
-    refused(&["verify", "--backend", "model", "--devices", "0,0"], &["--devices", "GPU 0 twice"]);
     refused(
-        &["verify", "--backend", "model", "--devices", "0,1,2,3", "--tp", "8"],
+        &["verify", "--backend", "model", "--gpus", "8", "--tp", "2"],
+        &["--tp 2", "--gpus", "disagree"],
+    );
+    refused(
+        &["verify", "--backend", "model", "--gpus", "2", "--tp", "8"],
+        &["--tp 8", "--gpus", "disagree"],
+    );
+    refused(
+        &["verify", "--backend", "model", "--devices", "0,0"],
+        &["--devices", "GPU 0 twice"],
+    );
+    refused(
+        &[
+            "verify",
+            "--backend",
+            "model",
+            "--devices",
+            "0,1,2,3",
+            "--tp",
+            "8",
+        ],
         &["--tp 8", "--devices", "disagree"],
     );
-    refused(&["collective", "--backend", "model", "--devices", "3"], &["at least 2 ranks"]);
     refused(
-        &["verify", "--backend", "model", "--tp", "2", "--nccl-lib", "/nonexistent"],
+        &["collective", "--backend", "model", "--devices", "3"],
+        &["at least 2 ranks"],
+    );
+    refused(
+        &[
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--nccl-lib",
+            "/nonexistent",
+        ],
         &["--nccl-lib", "/nonexistent"],
     );
-    refused(&["env", "--nccl-lib", "/nonexistent"], &["--nccl-lib", "/nonexistent"]);
     refused(
-        &["sweep", "--debug-mode", "--gpus", "8", "--tp", "2", "-L", "NCCL_PROTO=LL"],
+        &["env", "--nccl-lib", "/nonexistent"],
+        &["--nccl-lib", "/nonexistent"],
+    );
+    refused(
+        &[
+            "sweep",
+            "--debug-mode",
+            "--gpus",
+            "8",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+        ],
         &["disagree"],
     );
     // --devices fixes the rank count of the model too, and collective says how many it modeled
     let out = vb()
-        .args(["collective", "--backend", "model", "--devices", "0,1,2,3", "-b", "8K", "-e", "8K"])
+        .args([
+            "collective",
+            "--backend",
+            "model",
+            "--devices",
+            "0,1,2,3",
+            "-b",
+            "8K",
+            "-e",
+            "8K",
+        ])
         .assert()
         .success();
     let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
@@ -106,7 +194,14 @@ fn modeled_rows_show_dashes_where_nothing_was_measured_or_checked() {
     let csv = dir.path().join("v.csv");
     let out = vb()
         .args([
-            "verify", "--backend", "model", "--tp", "2", "--mode", "comm,compute", "--export-csv",
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--mode",
+            "comm,compute",
+            "--export-csv",
             csv.to_str().unwrap(),
         ])
         .assert()
@@ -129,24 +224,49 @@ fn modeled_rows_show_dashes_where_nothing_was_measured_or_checked() {
     assert_ne!(comm[5], "-");
     assert_eq!(&comm[6..9], ["-", "-", "-"], "{comm:?}");
     let compute = row("compute", "graph");
-    assert_eq!(compute[5], "-", "compute-only rows have no collectives: {compute:?}");
+    assert_eq!(
+        compute[5], "-",
+        "compute-only rows have no collectives: {compute:?}"
+    );
     let csv = std::fs::read_to_string(&csv).unwrap();
     let compute_line = csv.lines().find(|l| l.contains(",compute,")).unwrap();
     assert!(!compute_line.contains(",124,"), "{compute_line}");
     // the collective table of the model checks nothing
-    vb().args(["collective", "--backend", "model", "--gpus", "2", "-b", "8K", "-e", "8K"])
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("Out of bounds values : - (modeled"));
+    vb().args([
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "-b",
+        "8K",
+        "-e",
+        "8K",
+    ])
+    .assert()
+    .success()
+    .stdout(predicate::str::contains(
+        "Out of bounds values : - (modeled",
+    ));
     // compare does not explain a compute-only difference by collectives
     let v = dir.path().join("v.json");
     vb().args([
-        "verify", "--backend", "model", "--tp", "2", "--mode", "compute", "--export-json",
+        "verify",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "--mode",
+        "compute",
+        "--export-json",
         v.to_str().unwrap(),
     ])
     .assert()
     .success();
-    let out = vb().args(["compare", v.to_str().unwrap()]).assert().success();
+    let out = vb()
+        .args(["compare", v.to_str().unwrap()])
+        .assert()
+        .success();
     let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
     assert!(!text.contains("kernel launch per collective"), "{text}");
     assert!(text.contains("this mode has no collectives"), "{text}");
@@ -154,12 +274,22 @@ fn modeled_rows_show_dashes_where_nothing_was_measured_or_checked() {
 
 #[test]
 fn env_without_a_gpu_says_what_is_missing_and_catches_misspelt_variables() {
-    let out = vb().env("NCCL_PROTOCOL", "LL").args(["env"]).assert().success();
+    let out = vb()
+        .env("NCCL_PROTOCOL", "LL")
+        .args(["env"])
+        .assert()
+        .success();
     let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-    assert!(text.contains("NCCL_PROTOCOL is not a variable NCCL knows (did you mean NCCL_PROTO?)"), "{text}");
+    assert!(
+        text.contains("NCCL_PROTOCOL is not a variable NCCL knows (did you mean NCCL_PROTO?)"),
+        "{text}"
+    );
     if !has_driver() {
         assert!(!text.contains("driver          ?"), "{text}");
         assert!(!text.contains("from ?"), "{text}");
-        assert!(text.contains("not found (no CUDA driver library)"), "{text}");
+        assert!(
+            text.contains("not found (no CUDA driver library)"),
+            "{text}"
+        );
     }
 }

@@ -73,8 +73,17 @@ fn verify_without_gpu_is_modeled_and_says_so() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("MODELED"), "{stderr}");
     // the default profile is 8 PCIe gen5 GPUs, and the table says how to pick another
-    assert!(stdout.contains("MODELED by the cost model (profile pcie-gen5)"), "{stdout}");
-    assert!(stdout.lines().take(3).any(|l| l.contains("pick another with --link")), "{stdout}");
+    assert!(
+        stdout.contains("MODELED by the cost model (profile pcie-gen5)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .take(3)
+            .any(|l| l.contains("pick another with --link")),
+        "{stdout}"
+    );
     let (e, _) = row(&stdout, "comm", "eager");
     let (g, per) = row(&stdout, "comm", "graph");
     assert!(g < e, "graph {g} eager {e}");

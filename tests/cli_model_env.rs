@@ -14,10 +14,22 @@ fn graph_comm_us(env: &[(&str, &str)]) -> (f64, String) {
         c.env(k, v);
     }
     let out = c
-        .args(["verify", "--backend", "model", "--tp", "2", "--export-json", j.to_str().unwrap()])
+        .args([
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--export-json",
+            j.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let line = text
         .lines()
@@ -48,10 +60,25 @@ fn a_model_sweep_marks_the_points_it_cannot_price() {
     let dir = tempfile::tempdir().unwrap();
     let r = dir.path().join("r.jsonl");
     let out = vb()
-        .args(["sweep", "--backend", "model", "--tp", "2", "--preset", "pcie", "-q", "--results", r.to_str().unwrap()])
+        .args([
+            "sweep",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--preset",
+            "pcie",
+            "-q",
+            "--results",
+            r.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let note = |id: &str| {
         text.lines()
@@ -59,10 +86,19 @@ fn a_model_sweep_marks_the_points_it_cannot_price() {
             .unwrap_or("")
             .to_string()
     };
-    assert!(note("p15-BUFFSIZE-1048576").contains("not modeled: NCCL_BUFFSIZE=1048576"), "{text}");
-    assert!(note("p12-NTHREADS-128").contains("not modeled: NCCL_NTHREADS=128"), "{text}");
+    assert!(
+        note("p15-BUFFSIZE-1048576").contains("not modeled: NCCL_BUFFSIZE=1048576"),
+        "{text}"
+    );
+    assert!(
+        note("p12-NTHREADS-128").contains("not modeled: NCCL_NTHREADS=128"),
+        "{text}"
+    );
     assert_eq!(note("p00-baseline"), "", "{text}");
     // P2P off is priced, not a copy of the baseline
-    let row = text.lines().find(|l| l.contains("p08-P2P-DISABLE-1")).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.contains("p08-P2P-DISABLE-1"))
+        .unwrap();
     assert!(!row.contains("1.000 ± 0.000"), "{row}");
 }

@@ -108,9 +108,17 @@ impl ModelSettings {
         };
         Force::parse_named(
             self.proto.as_deref(),
-            name(self.proto_from_env, "--proto", "NCCL_PROTO (from the environment)"),
+            name(
+                self.proto_from_env,
+                "--proto",
+                "NCCL_PROTO (from the environment)",
+            ),
             self.algo.as_deref(),
-            name(self.algo_from_env, "--algo", "NCCL_ALGO (from the environment)"),
+            name(
+                self.algo_from_env,
+                "--algo",
+                "NCCL_ALGO (from the environment)",
+            ),
         )
     }
 }

@@ -78,9 +78,13 @@ impl Force {
     ) -> anyhow::Result<Force> {
         Ok(Force {
             proto: match proto {
-                Some(s) => {
-                    parse_list(proto_origin, s, &Proto::ALL, Proto::parse, "LL, LL128, Simple")?
-                }
+                Some(s) => parse_list(
+                    proto_origin,
+                    s,
+                    &Proto::ALL,
+                    Proto::parse,
+                    "LL, LL128, Simple",
+                )?,
                 None => vec![],
             },
             algo: match algo {
@@ -320,9 +324,16 @@ mod tests {
                 .total()
         };
         // (size, measured us): 8x RTX PRO 6000 Blackwell behind PCIe switches, NCCL 2.28
-        for (size, measured, tol) in [(256, 24.1, 0.01), (65536, 24.6, 0.015), (262144, 28.0, 0.005)] {
+        for (size, measured, tol) in [
+            (256, 24.1, 0.01),
+            (65536, 24.6, 0.015),
+            (262144, 28.0, 0.005),
+        ] {
             let m = t("pcie-gen5", size);
-            assert!((m / measured - 1.0).abs() < tol, "{size} B: {m} vs {measured}");
+            assert!(
+                (m / measured - 1.0).abs() < tol,
+                "{size} B: {m} vs {measured}"
+            );
         }
         let m = t("pcie-gen5", 32768);
         assert!((24.1..=24.6).contains(&m), "{m}");

@@ -75,7 +75,9 @@ pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<Option<us
     }
     if let Some(d) = &g.devices {
         if d.is_empty() {
-            return Err(usage("--devices is empty: list GPU ordinals, e.g. --devices 0,1"));
+            return Err(usage(
+                "--devices is empty: list GPU ordinals, e.g. --devices 0,1",
+            ));
         }
         let mut seen = d.clone();
         seen.sort_unstable();
@@ -97,7 +99,11 @@ pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<Option<us
     let ranks = from_devices.or(g.gpus);
     if let (Some(n), Some(t)) = (ranks, tp) {
         if n as u64 != t {
-            let flag = if from_devices.is_some() { "--devices" } else { "--gpus" };
+            let flag = if from_devices.is_some() {
+                "--devices"
+            } else {
+                "--gpus"
+            };
             return Err(usage(format!(
                 "--tp {t} and {flag} ({n} GPUs) disagree: one rank per GPU, so give the same number (or only one of them)"
             )));

@@ -177,7 +177,10 @@ pub fn collective_table(r: &Record) -> String {
         bw.iter().sum::<f64>() / bw.len() as f64
     };
     if r.source == Source::Modeled {
-        let _ = writeln!(o, "# Out of bounds values : - (modeled: nothing was checked)");
+        let _ = writeln!(
+            o,
+            "# Out of bounds values : - (modeled: nothing was checked)"
+        );
     } else {
         let _ = writeln!(
             o,

@@ -96,7 +96,10 @@ pub fn refused_in(
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     let last = lines.last().copied().unwrap_or("");
     for w in wants {
-        assert!(last.contains(w), "{args:?}: '{last}' lacks '{w}' (stderr: {err})");
+        assert!(
+            last.contains(w),
+            "{args:?}: '{last}' lacks '{w}' (stderr: {err})"
+        );
     }
     last.to_string()
 }
