@@ -47,11 +47,13 @@ pub fn read_record_lines(
         let value: serde_json::Value = match serde_json::from_str(line) {
             Ok(v) => v,
             // A torn line is the start of a record: anything else is not a JSON-lines file.
-            Err(e) if !line.trim_start().starts_with('{') => return Err(usage(format!(
+            Err(e) if !line.trim_start().starts_with('{') => {
+                return Err(usage(format!(
                 "{what} '{}' line {} is not a JSON record ({e}): not a results file of verifybench",
                 path.display(),
                 i + 1
-            ))),
+            )))
+            }
             Err(e) => {
                 warnings.push(format!(
                     "'{}' line {}: incomplete line ignored (a write cut short?): {e}",

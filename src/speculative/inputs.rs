@@ -122,6 +122,8 @@ pub struct RecordTime {
     pub ms: Labelled,
     /// Tokens of the forward (k + 1 for a verify).
     pub tokens: u64,
+    /// What the run replayed: only a full run (collectives and compute) is a whole forward.
+    pub mode: Mode,
 }
 
 /// The times of the verify records of one file, in file order, and the kinds it skipped.
@@ -168,6 +170,7 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
                 origin,
             },
             tokens: w.tokens,
+            mode: run.mode,
         });
     }
     (times, skipped)
@@ -480,6 +483,7 @@ mod tests {
                 },
             },
             tokens,
+            mode: Mode::Full,
         }
     }
 
