@@ -11,13 +11,7 @@ use common::{listing, refused, refused_in, vb};
 
 /// Whether this machine has a CUDA driver (then the no-driver refusals cannot be seen here).
 fn has_driver() -> bool {
-    [
-        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
-        "/usr/lib64/libcuda.so.1",
-        "/usr/lib/libcuda.so.1",
-    ]
-    .iter()
-    .any(|p| std::path::Path::new(p).exists())
+    verifybench::comm::libs::cuda_present()
 }
 
 #[test]
