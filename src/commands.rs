@@ -131,6 +131,8 @@ pub fn repetition_lines(r: &Record) -> String {
 
 /// `verifybench verify` with the backend `resolve` picks.
 pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
+    a.export.check(&[])?;
+    crate::launch::run::check_gpu_flags(&a.gpu, a.workload.tp)?;
     if a.launches_per_layer > 10_000 {
         crate::usage_bail!(
             "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",
@@ -169,6 +171,8 @@ pub fn verify_with(b: &dyn Backend, a: &VerifyRequest) -> anyhow::Result<i32> {
 
 /// `verifybench collective` with the backend `resolve` picks.
 pub fn collective(a: &CollectiveRequest) -> anyhow::Result<i32> {
+    a.export.check(&[])?;
+    crate::launch::run::check_gpu_flags(&a.gpu, None)?;
     collective_with(&*backend::resolve(a.backend, false), a)
 }
 

@@ -34,6 +34,7 @@ pub struct EnvReport {
 /// Looks at this machine: devices, peer access, libraries, and (with 2+ GPUs) what workers
 /// started as `gpu` says see.
 pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
+    crate::launch::run::check_gpu_flags(gpu, None)?;
     let mut r = EnvReport {
         host: crate::util::hostname(),
         driver_version: comm::device::driver_version(),
@@ -48,10 +49,21 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
         workers: vec![],
         problems: vec![],
     };
+    for k in r.nccl_env.keys() {
+        if !crate::inspect::nccl_vars::is_known_nccl_var(k) {
+            let hint = match crate::inspect::nccl_vars::suggest(k) {
+                Some(s) => format!(" (did you mean {s}?)"),
+                None => String::new(),
+            };
+            r.problems.push(format!(
+                "{k} is not a variable NCCL knows{hint}: NCCL ignores it"
+            ));
+        }
+    }
     let n = comm::device_count();
     if n == 0 {
         r.problems
-            .push("no CUDA driver or no GPU: only --backend model can run here".into());
+            .push("no CUDA driver or no GPU: only the cost model (--backend model of verify, collective and sweep) can run here".into());
         return Ok(r);
     }
     if let Err(e) = comm::libs::prepare(gpu.nccl_lib.as_deref()) {

@@ -76,8 +76,31 @@ impl Workload {
 
     /// The schedule of the chosen phase, with `default_tp` when `tp` is absent.
     pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+        self.check_bounds()?;
         let shape = self.shape()?;
         model::build(&shape, &self.options(default_tp), self.phase)
+    }
+
+    /// The documented ranges of the workload flags: --tp 1..=1024, --tokens 1..=65536,
+    /// --draft-vocab at least 1.
+    pub fn check_bounds(&self) -> anyhow::Result<()> {
+        if let Some(tp) = self.tp {
+            if !(1..=MAX_RANKS as u64).contains(&tp) {
+                crate::usage_bail!("--tp {tp}: give 1 to {MAX_RANKS} ranks");
+            }
+        }
+        if !(1..=MAX_TOKENS).contains(&self.tokens) {
+            crate::usage_bail!(
+                "--tokens {}: give 1 to {MAX_TOKENS} tokens per forward (a verify is a few, a prefill chunk at most thousands)",
+                self.tokens
+            );
+        }
+        if self.draft_vocab == 0 {
+            crate::usage_bail!(
+                "--draft-vocab 0: the draft head needs a vocabulary of at least 1 (EAGLE-3 heads use 32000)"
+            );
+        }
+        Ok(())
     }
 
     /// The flags that reproduce this workload on another command line (sweep children).
@@ -196,6 +219,20 @@ impl Default for GpuSpec {
             timeout: 60.0,
             cpu_affinity: CpuAffinity::Auto,
         }
+    }
+}
+
+/// The most ranks (--tp, --gpus, --devices) any command accepts.
+pub const MAX_RANKS: usize = 1024;
+/// The most tokens per forward (--tokens).
+pub const MAX_TOKENS: u64 = 65536;
+/// The largest collective size (-b, -e, --sizes): 16 GiB.
+pub const MAX_COLLECTIVE_BYTES: u64 = 16 << 30;
+
+impl GpuSpec {
+    /// The rank count the flags fix: the `--devices` listed, else `--gpus`.
+    pub fn ranks(&self) -> Option<usize> {
+        self.devices.as_ref().map(|d| d.len()).or(self.gpus)
     }
 }
 
@@ -415,6 +452,19 @@ impl CollectiveRequest {
         if self.step_factor < 2 {
             crate::usage_bail!("-f/--stepfactor must be at least 2");
         }
+        for (flag, s) in [
+            ("-b/--minbytes", self.min_bytes),
+            ("-e/--maxbytes", self.max_bytes),
+        ]
+        .into_iter()
+        .chain(self.sizes.iter().map(|&s| ("--sizes", s)))
+        {
+            if s > MAX_COLLECTIVE_BYTES {
+                crate::usage_bail!(
+                    "{flag} {s}: at most 16G ({MAX_COLLECTIVE_BYTES} bytes) per collective"
+                );
+            }
+        }
         let unit = self.dtype.size() * nranks as u64;
         let mut out = vec![];
         let mut s = self.min_bytes;
@@ -426,11 +476,24 @@ impl CollectiveRequest {
             };
         }
         out.extend(&self.sizes);
-        let mut v: Vec<u64> = out
-            .into_iter()
-            .map(|s| s / unit * unit)
-            .filter(|&s| s > 0)
-            .collect();
+        let mut v: Vec<u64> = vec![];
+        for s in out {
+            let r = s / unit * unit;
+            if r == 0 {
+                eprintln!(
+                    "verifybench: size {s} dropped: smaller than one {} element per rank ({unit} bytes on {nranks} ranks)",
+                    self.dtype.name()
+                );
+            } else {
+                if r != s {
+                    eprintln!(
+                        "verifybench: size {s} rounded down to {r} (whole {} elements per rank on {nranks} ranks)",
+                        self.dtype.name()
+                    );
+                }
+                v.push(r);
+            }
+        }
         v.sort_unstable();
         v.dedup();
         if v.is_empty() {

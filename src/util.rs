@@ -1,5 +1,5 @@
 //! Small helpers every layer may use: host name, time, the NCCL_* environment, writing a file
-//! by temp-and-rename, and [`Named`] enums (one name per value, parsed back by `FromStr`).
+//! by temp-and-rename and checking output paths before any work, and [`Named`] enums (one name per value, parsed back by `FromStr`).
 //! Nothing here knows the record types, the command line or the GPU. (Parsers of /proc files
 //! live with their user, [`crate::inspect::procfs`].)
 
@@ -27,24 +27,122 @@ pub fn nccl_env() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Writes `bytes` to `path` atomically enough for results: a temporary file, fsync, rename.
+/// Writes `bytes` to `path` atomically enough for results: a temporary file in the same folder,
+/// fsync, rename. The folder must exist (nothing is created silently); on any failure the
+/// temporary file is removed and the error names `path`.
 pub fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use anyhow::Context;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating directory '{}'", dir.display()))?;
+    let dir = parent_dir(path);
+    if !dir.is_dir() {
+        return Err(crate::error::usage(format!(
+            "cannot write '{}': folder '{}' does not exist; create it first",
+            path.display(),
+            dir.display()
+        )));
     }
-    let tmp = path.with_extension(format!(
-        "{}.tmp{}",
-        path.extension().and_then(|e| e.to_str()).unwrap_or(""),
-        std::process::id()
-    ));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("cannot write '{}'", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write '{}'", path.display()))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(
+            ".{}.",
+            path.file_name().and_then(|n| n.to_str()).unwrap_or("out")
+        ))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write '{}'", path.display()))?;
+    tmp.write_all(bytes)
+        .and_then(|_| tmp.as_file().sync_all())
+        .with_context(|| format!("cannot write '{}'", path.display()))?;
+    tmp.persist(path)
+        .map_err(|e| anyhow::anyhow!("cannot write '{}': {}", path.display(), e.error))?;
     Ok(())
+}
+
+/// The folder `path` lives in (`.` for a bare file name).
+pub fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// What a path names, for comparing an output with inputs and other outputs: the canonical path
+/// of an existing file, else the canonical folder joined with the file name.
+pub fn identity(path: &Path) -> Option<std::path::PathBuf> {
+    if let Ok(c) = std::fs::canonicalize(path) {
+        return Some(c);
+    }
+    let dir = std::fs::canonicalize(parent_dir(path)).ok()?;
+    Some(dir.join(path.file_name()?))
+}
+
+/// Whether a file can be created in `dir` (tried for real, and removed at once).
+fn check_writable_dir(flag: &str, target: &Path, dir: &Path) -> anyhow::Result<()> {
+    if !dir.is_dir() {
+        return Err(crate::error::usage(format!(
+            "{flag} '{}': folder '{}' does not exist; create it first or give another path",
+            target.display(),
+            dir.display()
+        )));
+    }
+    tempfile::Builder::new()
+        .prefix(".verifybench-check")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| {
+            crate::error::usage(format!(
+                "{flag} '{}': cannot write into folder '{}' ({e}); give a writable path",
+                target.display(),
+                dir.display()
+            ))
+        })
+}
+
+/// Checks before any work that each output file (flag, path) can be written: its folder exists
+/// and is writable, it is not a directory, and it is not the same file as any of `inputs` or
+/// another output. Exit code 2 with one line naming the flag otherwise.
+pub fn check_outputs(outputs: &[(&str, &Path)], inputs: &[&Path]) -> anyhow::Result<()> {
+    let mut seen: Vec<(&str, std::path::PathBuf)> = vec![];
+    for &(flag, path) in outputs {
+        if path.is_dir() {
+            return Err(crate::error::usage(format!(
+                "{flag} '{}' is a directory; give a file path",
+                path.display()
+            )));
+        }
+        check_writable_dir(flag, path, parent_dir(path))?;
+        let id = identity(path).unwrap_or_else(|| path.to_path_buf());
+        for input in inputs {
+            if identity(input).as_ref() == Some(&id) {
+                return Err(crate::error::usage(format!(
+                    "{flag} '{}' is also an input; writing it would replace the input: give another output path",
+                    path.display()
+                )));
+            }
+        }
+        if let Some((other, _)) = seen.iter().find(|(_, p)| *p == id) {
+            return Err(crate::error::usage(format!(
+                "{flag} '{}' is also given to {other}; give each output its own path",
+                path.display()
+            )));
+        }
+        seen.push((flag, id));
+    }
+    Ok(())
+}
+
+/// Checks before any work that `dir` (named by `flag`) can hold output files: an existing
+/// writable directory, or a new one whose parent folder exists and is writable (it is created
+/// later, when the work writes into it).
+pub fn check_output_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        if !dir.is_dir() {
+            return Err(crate::error::usage(format!(
+                "{flag} '{}' is a file, not a directory; give a directory path",
+                dir.display()
+            )));
+        }
+        return check_writable_dir(flag, dir, dir);
+    }
+    check_writable_dir(flag, dir, parent_dir(dir))
 }
 
 /// An enum with a fixed set of command-line names (the `name()` printed in records, tables and

@@ -63,7 +63,7 @@ impl Backend for ModelBackend {
         fault::process_fault(a.inject_fault.as_deref());
         let s = a
             .workload
-            .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
+            .schedule(a.gpu.ranks().map(|g| g as u64).unwrap_or(8))?;
         impls::check_verify(&a.impls, &s)?;
         let n = s.tp as usize;
         let gaps = a.host_gaps.resolve(&s, n)?;
@@ -121,7 +121,7 @@ impl Backend for ModelBackend {
     }
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
         let started = now_utc();
-        let n = a.gpu.gpus.unwrap_or(8);
+        let n = a.gpu.ranks().unwrap_or(8);
         let sizes = a.sizes(n)?;
         impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;
         let m = crate::costmodel::collective(

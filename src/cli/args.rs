@@ -37,11 +37,12 @@ pub struct WorkloadArgs {
     /// A Hugging Face config.json instead of a preset (DeepSeek-V3/Kimi-K2, Llama, Qwen3-MoE).
     #[arg(long, value_name = "PATH")]
     pub model_config: Option<PathBuf>,
-    /// Tensor-parallel size (ranks). Defaults to the number of GPUs used, or 8 without GPUs.
+    /// Tensor-parallel size (ranks), 1 to 1024. Defaults to the number of GPUs used, or 8
+    /// without GPUs.
     #[arg(long)]
     pub tp: Option<u64>,
     /// Tokens per verify forward. SGLang verifies num_steps+1 tokens when topk=1
-    /// (--speculative-num-steps 3 means 4).
+    /// (--speculative-num-steps 3 means 4). 1 to 65536.
     #[arg(long, default_value_t = 3)]
     pub tokens: u64,
     /// Activation and collective element type.
@@ -56,7 +57,7 @@ pub struct WorkloadArgs {
     /// What happens to the vocab-parallel logits.
     #[arg(long, value_parser = named::<Logits>(), default_value = "gather")]
     pub logits: Logits,
-    /// Vocabulary of the EAGLE-3 draft head (the draft phase).
+    /// Vocabulary of the EAGLE-3 draft head (the draft phase), at least 1.
     #[arg(long, default_value_t = 32000)]
     pub draft_vocab: u64,
     /// Which forward: the verify of T tokens, one decode step, or one EAGLE-3 draft step.
@@ -84,7 +85,7 @@ impl From<&WorkloadArgs> for Workload {
 /// Which GPUs and how to reach NCCL.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GpuArgs {
-    /// Number of GPUs (ranks) to use: the first N visible devices.
+    /// Number of GPUs (ranks) to use: the first N visible devices, 1 to 1024.
     #[arg(long)]
     pub gpus: Option<usize>,
     /// Exact device ordinals to use, e.g. 0,1.
@@ -165,8 +166,9 @@ impl From<&RepeatArgs> for Repeat {
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
     /// Link profile the cost model assumes (`--backend model`): nvlink-h100, nvlink-h200,
-    /// pcie-gen4, pcie-gen5, pcie-gen5-no-p2p, ib-ndr.
-    #[arg(long, default_value = "nvlink-h200")]
+    /// pcie-gen4, pcie-gen5 (default: 8 PCIe GPUs behind switches), pcie-gen5-no-p2p,
+    /// pcie-gen5-dual-socket, ib-ndr.
+    #[arg(long, default_value = "pcie-gen5")]
     pub link: String,
     /// Calibrated profile file written by `verifybench model fit` (overrides --link).
     #[arg(long, value_name = "FILE")]
@@ -181,6 +183,14 @@ pub struct ModelArgs {
     pub algo: Option<String>,
 }
 
+/// Whether a flag's value came from its environment variable (the flag is not on the command
+/// line, and the variable holds the value).
+fn from_env(value: &Option<String>, var: &str, flag: &str) -> bool {
+    value.is_some()
+        && std::env::var(var).ok() == *value
+        && !std::env::args().any(|x| x == flag || x.starts_with(&format!("{flag}=")))
+}
+
 impl From<&ModelArgs> for ModelSettings {
     fn from(a: &ModelArgs) -> ModelSettings {
         ModelSettings {
@@ -188,6 +198,9 @@ impl From<&ModelArgs> for ModelSettings {
             profile: a.profile.clone(),
             proto: a.proto.clone(),
             algo: a.algo.clone(),
+            proto_from_env: from_env(&a.proto, "NCCL_PROTO", "--proto"),
+            algo_from_env: from_env(&a.algo, "NCCL_ALGO", "--algo"),
+            nccl_env: crate::util::nccl_env(),
         }
     }
 }

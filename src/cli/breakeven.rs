@@ -16,15 +16,15 @@ pub enum Format {
 /// The times of one speculation cycle besides the verify: shared by `breakeven` and `report`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CycleArgs {
-    /// One plain decode step of the target model (T = 1), in ms; tokens/s without speculation
-    /// is 1000 / this. Else from a decode record (`verify --phase decode`).
+    /// One plain decode step of the target model (T = 1), in ms (above 0, at most 1000000);
+    /// tokens/s without speculation is 1000 / this. Else from a decode record (`verify --phase decode`).
     #[arg(long, value_name = "MS", allow_negative_numbers = true)]
     pub decode_ms: Option<f64>,
-    /// One draft step, in ms (EAGLE-3: one draft-head forward). Else from a draft record
+    /// One draft step, in ms, 0 to 1000000 (EAGLE-3: one draft-head forward). Else from a draft record
     /// (`verify --phase draft`), else 0 (free drafting, said in the output).
     #[arg(long, value_name = "MS", allow_negative_numbers = true)]
     pub draft_ms: Option<f64>,
-    /// Draft steps k per cycle; the verify forward covers k+1 tokens. Else the number of
+    /// Draft steps k per cycle, 1 to 64; the verify forward covers k+1 tokens. Else the number of
     /// --accept-rates (breakeven), else T-1 of the verify record.
     #[arg(long, value_name = "K")]
     pub draft_steps: Option<u64>,
@@ -49,7 +49,7 @@ impl CycleArgs {
 pub struct BreakevenArgs {
     #[command(flatten)]
     pub cycle: CycleArgs,
-    /// The verify forward of k+1 tokens, in ms. Repeat it or give a comma list for one row
+    /// The verify forward of k+1 tokens, in ms (above 0, at most 1000000). Repeat it or give a comma list for one row
     /// per verify time (e.g. 30,19,12).
     #[arg(
         long,

@@ -10,16 +10,19 @@ pub struct CollectiveArgs {
     /// The collective to time.
     #[arg(long, default_value = "all_reduce")]
     pub op: CollectiveKind,
-    /// Smallest size in bytes (K/M/G suffixes), nccl-tests' -b.
+    /// Smallest size in bytes (K/M/G suffixes), nccl-tests' -b. Sizes are 1 to 16G, rounded
+    /// down to whole elements per rank (said on stderr).
     #[arg(short = 'b', long = "minbytes", default_value = "8K", value_parser = size_arg)]
     pub min_bytes: u64,
-    /// Largest size in bytes, nccl-tests' -e.
+    /// Largest size in bytes, nccl-tests' -e (at most 16G).
     #[arg(short = 'e', long = "maxbytes", default_value = "1M", value_parser = size_arg)]
     pub max_bytes: u64,
     /// Multiplication factor between sizes, nccl-tests' -f.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     pub step_factor: u64,
-    /// Extra exact sizes to include, e.g. 43008,57344 (the verify step's all-reduce).
+    /// Extra exact sizes to include, e.g. 43008,57344 (the verify step's all-reduce); each is
+    /// rounded down to whole elements per rank, and one below an element per rank is dropped
+    /// (both said on stderr).
     #[arg(long, value_delimiter = ',', value_parser = size_arg)]
     pub sizes: Vec<u64>,
     /// Element type, nccl-tests' -d.
@@ -28,6 +31,8 @@ pub struct CollectiveArgs {
     /// Eager launches, CUDA-graph replay, or both.
     #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
     pub graph: GraphChoice,
+    /// nccl: real GPUs (2 or more); model: the cost model, anywhere (every number labelled
+    /// modeled); auto: nccl with 2+ GPUs, else model.
     #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
     pub backend: BackendKind,
     #[command(flatten)]

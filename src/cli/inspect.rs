@@ -22,7 +22,7 @@ pub struct InspectArgs {
     #[arg(long)]
     pub pid: Option<u32>,
     /// Find the server by command line (a regular expression, or plain text such as
-    /// `sglang.launch_server`); every matching process tree is inspected.
+    /// `sglang.launch_server`); every matching process tree is inspected. Must not be empty.
     #[arg(long = "match", value_name = "PATTERN")]
     pub pattern: Option<String>,
     /// NAME=VALUE that every GPU-holding process (every process when none holds a GPU) must have
@@ -47,6 +47,9 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<i32> {
     let table = inspect::snapshot(&src)?;
     let roots = match (&a.pid, &a.pattern) {
         (Some(pid), _) => vec![*pid],
+        (None, Some(p)) if p.trim().is_empty() => crate::usage_bail!(
+            "--match '': an empty pattern matches every process; give part of the server's command line, e.g. --match sglang.launch_server"
+        ),
         (None, Some(p)) => {
             let re = regex::Regex::new(p)
                 .map_err(|e| crate::error::usage(format!("--match {p:?}: {e}")))?;

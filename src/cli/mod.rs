@@ -29,11 +29,11 @@ Examples:
   verifybench plan --model kimi-k2.5 --tp 8 --tokens 3
   verifybench verify --model kimi-k2.5 --tp 2 --tokens 3 --graph both
   verifybench collective --op all_reduce -b 8K -e 1M -f 2 -d bf16 --graph both
-  verifybench sweep --tp 2 -L NCCL_PROTO=LL,LL128,Simple -L NCCL_ALGO=Ring,Tree --graph both
+  verifybench sweep --tp 2 -L NCCL_PROTO=LL,LL128,Simple --set 'NCCL_ALGO=ring;allreduce:tree' --graph both
   verifybench breakeven --decode-ms 12.2 --verify-ms 19 --draft-ms 1.5 --draft-steps 3 --accept-length 2.5
   verifybench inspect --match sglang.launch_server --expect NCCL_PROTO=LL
   verifybench verify --backend model --gpus 8 --link pcie-gen5
-  verifybench model fit results/h200x2-collective.json -o h200x2.profile.json
+  verifybench model fit results/h200x2/collective-allreduce-default-threads.json -o h200x2.profile.json
 ";
 
 /// Replays the collective pattern of a speculative-decoding verify step over NCCL, measures it,
@@ -113,6 +113,27 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// Every flag of every command has help text (issue 15 item 15).
+    #[test]
+    fn every_flag_has_help() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                if a.is_hide_set() || matches!(a.get_id().as_str(), "help" | "version") {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", a.get_id()));
+                }
+            }
+            for s in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+                walk(s, &format!("{path} {}", s.get_name()), missing);
+            }
+        }
+        let mut missing = vec![];
+        walk(&Cli::command(), "verifybench", &mut missing);
+        assert!(missing.is_empty(), "flags without help: {missing:?}");
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
 }
 
 fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
+    let mut inputs: Vec<&std::path::Path> = a.results.iter().map(|p| p.as_path()).collect();
+    inputs.extend(a.base_profile.as_deref());
+    crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
     let (base, base_name) = match &a.base_profile {
         Some(p) => {
             let prof = profile::load(p)?;

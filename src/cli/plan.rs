@@ -24,6 +24,7 @@ pub struct PlanArgs {
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<i32> {
     let w = crate::request::Workload::from(&a.workload);
+    w.check_bounds()?;
     let shape = w.shape()?;
     let opt = w.options(8);
     let s = model::build(&shape, &opt, w.phase)?;

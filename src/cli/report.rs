@@ -10,7 +10,8 @@ pub struct ReportArgs {
     /// Results files (JSON record, JSON array or JSON lines) from collective, verify or sweep.
     #[arg(value_name = "RESULTS", required = true)]
     pub results: Vec<PathBuf>,
-    /// Directory to write report.md and its SVG plots into (created if missing).
+    /// Directory to write report.md and its SVG plots into (created if missing; its parent folder
+    /// must exist).
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: PathBuf,
     /// Break-even inputs for the tokens/s plot (verify times come from the verify records).
@@ -19,6 +20,7 @@ pub struct ReportArgs {
 }
 
 pub fn run(a: &ReportArgs) -> anyhow::Result<i32> {
+    crate::util::check_output_dir("-o/--out", &a.out)?;
     let files = a
         .results
         .iter()

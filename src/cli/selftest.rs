@@ -481,6 +481,10 @@ fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
 }
 
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
+    crate::launch::run::check_gpu_flags(&(&a.gpu).into(), None)?;
+    if let Some(p) = &a.export_json {
+        crate::util::check_outputs(&[("--export-json", p)], &[])?;
+    }
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
     // One GPU proves what one GPU can: the streaming kernel and the P2P protocol on virtual ranks.
     let one_gpu = comm::device_count() == 1 && a.gpu.gpus.is_none() && a.gpu.devices.is_none();

@@ -62,7 +62,8 @@ pub struct SweepArgs {
     /// Eager launches, CUDA-graph replay, or both (one child runs both: one column each).
     #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
     pub graph: GraphChoice,
-    /// What each point replays: the collectives only (comm), or collectives and compute (full).
+    /// What each point replays: the collectives only (comm), the weight-streaming compute only
+    /// (compute), or collectives and compute interleaved (full).
     #[arg(long, value_parser = named::<Mode>(), default_value = "comm")]
     pub mode: Mode,
     /// nccl: real GPUs; model: the cost model (no NCCL log, so no probe); auto: nccl with 2+ GPUs.

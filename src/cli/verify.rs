@@ -19,8 +19,11 @@ pub struct VerifyArgs {
     pub mode: Vec<Mode>,
     /// Tiny kernels launched per layer to model a real layer's many small kernels (norms,
     /// rotary, router, quantization): eager mode pays their launch cost, graph mode does not.
+    /// 0 to 10000.
     #[arg(long, default_value_t = 0)]
     pub launches_per_layer: u32,
+    /// nccl: real GPUs (2 or more); model: the cost model, anywhere (every number labelled
+    /// modeled); auto: nccl with 2+ GPUs, else model.
     #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
     pub backend: BackendKind,
     #[command(flatten)]

@@ -25,11 +25,14 @@ pub struct WorkerArgs {
     /// GPU ordinal on this host (else from the launcher's environment).
     #[arg(long)]
     pub local_rank: Option<usize>,
+    /// Eager launches, CUDA-graph replay, or both (one column each).
     #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
     pub graph: GraphChoice,
     /// What to replay (comma-separated): comm, compute, full.
     #[arg(long, value_parser = named::<Mode>(), value_delimiter = ',', default_value = "comm")]
     pub mode: Vec<Mode>,
+    /// Tiny kernels launched per layer to model a real layer's many small kernels (as verify's
+    /// flag): eager mode pays their launch cost, graph mode does not. 0 to 10000.
     #[arg(long, default_value_t = 0)]
     pub launches_per_layer: u32,
     #[command(flatten)]

@@ -194,7 +194,7 @@ fn find_nvrtc() -> Option<Found> {
 pub fn prepare(nccl_explicit: Option<&Path>) -> anyhow::Result<()> {
     if !cuda_present() {
         return Err(usage(
-            "no CUDA driver library (libcuda.so) found: this machine has no NVIDIA driver, or its folder is not on LD_LIBRARY_PATH. Use --backend model to run the cost model instead",
+            "no CUDA driver library (libcuda.so) found: this machine has no NVIDIA driver, or its folder is not on LD_LIBRARY_PATH; this command needs a GPU (verify, collective and sweep can run the cost model instead: --backend model)",
         ));
     }
     if std::env::var_os(REEXEC_MARK).is_some() {
@@ -247,7 +247,7 @@ pub fn prepare(nccl_explicit: Option<&Path>) -> anyhow::Result<()> {
 fn nccl_missing_message() -> String {
     "no NCCL library found (searched: libnccl.so by the loader's path, libnccl.so.2 on \
      LD_LIBRARY_PATH, system folders, CUDA toolkits and Python's nvidia/nccl/lib): install NCCL, \
-     or point to it with --nccl-lib PATH (a libnccl.so* file or its folder), or use --backend model"
+     or point to it with --nccl-lib PATH (a libnccl.so* file or its folder); verify, collective and sweep can run the cost model instead (--backend model)"
         .into()
 }
 

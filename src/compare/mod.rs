@@ -17,6 +17,7 @@ use crate::error::usage;
 use crate::measure::Summary;
 use crate::record::{read_records, Mode, VerifyResult, VerifyRun, Workload};
 use crate::record::{Body, Record, Source};
+use crate::report::export::{if_collectives, if_measured};
 
 /// The output of `compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -328,6 +329,14 @@ pub fn explain(entries: &[Entry], rows: &[Row]) -> Vec<String> {
                     .find(|r| r.entry == i && r.mode == mode && r.graph == g)
             };
             if let (Some(ea), Some(gr)) = (find(false), find(true)) {
+                if mode == Mode::Compute {
+                    notes.push(format!(
+                        "'{}' compute: eager − graph = {:+.1} us per verify: the launch cost of the compute kernels a graph replay no longer pays (this mode has no collectives)",
+                        e.label,
+                        ea.median_us - gr.median_us
+                    ));
+                    continue;
+                }
                 let per = (ea.median_us - gr.median_us) / n_collectives(&e.result.workload) as f64;
                 notes.push(format!(
                     "'{}' {}: eager − graph = {:+.1} us per verify, {:+.2} us per collective: the host-side enqueue cost a graph replay no longer pays{}",
@@ -501,10 +510,10 @@ fn cells(c: &Comparison, r: &Row) -> Vec<String> {
         e.backend.clone(),
         e.source.label().to_string(),
         format!("{:.1}", r.median_us),
-        format!("{:.1}", r.p99_us),
-        format!("{:.2}", r.per_collective_us),
-        r.n.to_string(),
-        r.wrong.to_string(),
+        if_measured(e.source, format!("{:.1}", r.p99_us)),
+        if_collectives(r.mode, format!("{:.2}", r.per_collective_us)),
+        if_measured(e.source, r.n.to_string()),
+        if_measured(e.source, if_collectives(r.mode, r.wrong.to_string())),
         ratio_text(r),
     ]
 }

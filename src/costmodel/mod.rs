@@ -43,15 +43,26 @@ pub struct ModelSettings {
     pub proto: Option<String>,
     /// Algorithms the model may pick, in NCCL_ALGO syntax; `None`: the fastest.
     pub algo: Option<String>,
+    /// `proto` came from the NCCL_PROTO environment variable, not `--proto` (for messages).
+    pub proto_from_env: bool,
+    /// `algo` came from the NCCL_ALGO environment variable, not `--algo` (for messages).
+    pub algo_from_env: bool,
+    /// The NCCL_* environment the run would give NCCL: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE
+    /// change the path the model prices ([`profile::apply_transport_env`]); every other
+    /// variable (NCCL_PROTO/NCCL_ALGO come as `proto`/`algo`) is said to be not modeled.
+    pub nccl_env: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for ModelSettings {
     fn default() -> Self {
         ModelSettings {
-            link: "nvlink-h200".into(),
+            link: "pcie-gen5".into(),
             profile: None,
             proto: None,
             algo: None,
+            proto_from_env: false,
+            algo_from_env: false,
+            nccl_env: Default::default(),
         }
     }
 }
@@ -59,6 +70,22 @@ impl Default for ModelSettings {
 impl ModelSettings {
     /// The profile these flags select: the file if given, else the built-in link profile.
     pub fn resolve(&self) -> anyhow::Result<(Profile, String)> {
+        let (p, label) = self.resolve_file_or_link()?;
+        Ok(profile::apply_transport_env(p, label, &self.nccl_env))
+    }
+
+    /// The NCCL_* variables of `nccl_env` the model does not express (names with values).
+    pub fn not_modeled(&self) -> Vec<String> {
+        self.nccl_env
+            .iter()
+            .filter(|(k, _)| !profile::MODELED_NCCL_VARS.contains(&k.as_str()))
+            // the model has no NVLink multicast: NVLS off is what it prices
+            .filter(|(k, v)| !(k.as_str() == "NCCL_NVLS_ENABLE" && v.trim() == "0"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect()
+    }
+
+    fn resolve_file_or_link(&self) -> anyhow::Result<(Profile, String)> {
         match &self.profile {
             Some(p) => {
                 let prof = profile::load(p)?;
@@ -74,7 +101,27 @@ impl ModelSettings {
     }
 
     pub fn force(&self) -> anyhow::Result<Force> {
-        Force::parse(self.proto.as_deref(), self.algo.as_deref())
+        let name = |from_env: bool, flag: &'static str, var: &'static str| {
+            if from_env {
+                var
+            } else {
+                flag
+            }
+        };
+        Force::parse_named(
+            self.proto.as_deref(),
+            name(
+                self.proto_from_env,
+                "--proto",
+                "NCCL_PROTO (from the environment)",
+            ),
+            self.algo.as_deref(),
+            name(
+                self.algo_from_env,
+                "--algo",
+                "NCCL_ALGO (from the environment)",
+            ),
+        )
     }
 }
 
@@ -100,6 +147,13 @@ pub fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
 
 fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
     let mut v = vec![format!("profile {}: {}", p.name, p.description)];
+    let not = m.not_modeled();
+    if !not.is_empty() {
+        v.push(format!(
+            "not modeled: {} (the cost model prices these numbers as if unset)",
+            not.join(", ")
+        ));
+    }
     if force.is_empty() {
         v.push("algorithm and protocol: the fastest per collective, as NCCL's tuner picks".into());
     } else {

@@ -222,6 +222,32 @@ pub struct Profile {
     /// `custom::params` takes the built-in values of the link kind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p2p: Option<super::custom::P2pLink>,
+    /// The LL protocol's bandwidth over the sizes where it was measured (instead of the link's
+    /// bandwidth x LL efficiency). `None`: link x efficiency at every size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ll_fitted: Option<LlFit>,
+    /// GPUs split over CPU sockets: the steps that cross from one socket to the other pay an
+    /// extra latency. `None`: one socket (or a switch that hides it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_socket: Option<CrossSocket>,
+}
+
+/// LL's effective bandwidth fitted on small messages, where NCCL's pipelined ring hides most of
+/// the transfer behind the latency: the first `up_to_bus_bytes` bus bytes of a collective move
+/// at `gbps`, the rest at the link's LL bandwidth (so large messages still go to Simple).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LlFit {
+    pub gbps: f64,
+    pub up_to_bus_bytes: f64,
+}
+
+/// GPUs behind two or more CPU sockets: the ring and the tree chain cross between them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CrossSocket {
+    /// GPUs under one socket; ranks fill the sockets in order.
+    pub gpus_per_socket: usize,
+    /// Extra latency of one step that crosses sockets, us.
+    pub extra_hop_us: f64,
 }
 
 /// NCCL's Ring/Tree base latencies (LL, LL128, Simple), with LL calibrated (see module docs).
@@ -282,6 +308,8 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
         hbm_gbps,
         fitted_rank_counts: None,
         p2p: Some(super::custom::nvlink4()),
+        ll_fitted: None,
+        cross_socket: None,
     }
 }
 
@@ -305,17 +333,99 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
         hbm_gbps,
         fitted_rank_counts: None,
         p2p: Some(super::custom::pcie_gen5()),
+        ll_fitted: None,
+        cross_socket: None,
     }
 }
 
+/// PCIe gen5 recalibrated on public NCCL 2.28 all-reduce times of 8x RTX PRO 6000 Blackwell
+/// behind PCIe switches (8 ranks, CUDA graph): 24.1 us at 256 B, 24.1-24.6 us up to 64 KB,
+/// 28.0 us at 256 KB. A least-squares line through them gives 23.9 us + bus bytes / 113 GB/s:
+/// Ring/LL hop latency (23.9 - 4.7 base - 1.0 launch) / 14 steps = 1.30 us, LL bandwidth
+/// 113 GB/s. Modeled: 23.9 us at 256 B (-0.8%), 24.4 us at 32 KB (in the measured range),
+/// 24.9 us at 64 KB (+1.3%), 28.0 us at 256 KB (-0.1%). Beyond the measured 256 KB (8 ranks:
+/// 458,752 bus bytes) LL moves at the link's LL bandwidth, so Simple takes over at large sizes.
+pub const PCIE_GEN5_HOP_LL_US: f64 = 1.30;
+/// See [`PCIE_GEN5_HOP_LL_US`].
+pub const PCIE_GEN5_LL_GBPS: f64 = 113.0;
+
+/// Extra latency of a step across CPU sockets in `pcie-gen5-dual-socket`: with it the model's
+/// 8-rank all-reduce of 32 KB (graph) is the public 48.2 us (NCCL's tuner then prefers the tree,
+/// whose chain crosses sockets twice, over the ring, whose steps cross 3.5 times).
+pub const DUAL_SOCKET_EXTRA_HOP_US: f64 = 11.7;
+
+fn pcie_gen5(name: &str, description: &str) -> Profile {
+    let mut p = pcie(name, description, 42.0, 1600.0);
+    p.intra.hop_lat_us.ring.ll = PCIE_GEN5_HOP_LL_US;
+    p.intra.hop_lat_us.tree.ll = PCIE_GEN5_HOP_LL_US;
+    p.ll_fitted = Some(LlFit {
+        gbps: PCIE_GEN5_LL_GBPS,
+        up_to_bus_bytes: 458_752.0,
+    });
+    p
+}
+
+/// The NCCL_* variables the cost model expresses (or that change nothing it prices: logging).
+pub const MODELED_NCCL_VARS: &[&str] = &[
+    "NCCL_PROTO",
+    "NCCL_ALGO",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DEBUG_FILE",
+];
+
+/// NCCL's network transport within one node (P2P and SHM both off): ring hop latencies set to
+/// the measured 2x H200 verify over NET/Socket (15.9 ms Simple / 11.1 ms LL per 124
+/// collectives, i.e. ~128 / ~90 us per 43,008 B all-reduce), 10 GB/s.
+const HW_NET_LOCAL: PerAlgo = PerAlgo {
+    tree: PerProto::new(37.6, 57.0, 57.0),
+    ring: PerProto::new(37.6, 57.0, 57.0),
+};
+
+/// The path `env` makes NCCL take, priced: NCCL_P2P_DISABLE=1 moves the ranks of one node to
+/// the host-memory (SHM) path, with `pcie-gen5-no-p2p`'s link; with NCCL_SHM_DISABLE=1 too, to
+/// the network transport. The label says what changed; other profiles' inter-node links stay.
+pub fn apply_transport_env(
+    mut p: Profile,
+    label: String,
+    env: &std::collections::BTreeMap<String, String>,
+) -> (Profile, String) {
+    let on = |k: &str| env.get(k).is_some_and(|v| v.trim() == "1");
+    if !on("NCCL_P2P_DISABLE") {
+        return (p, label);
+    }
+    let (link, what) = if on("NCCL_SHM_DISABLE") {
+        (
+            Link {
+                kind: "net".into(),
+                hop_lat_us: HW_NET_LOCAL,
+                bw_gbps: 10.0,
+            },
+            "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the network transport (hop latency set to the measured 2x H200 NET/Socket run)",
+        )
+    } else {
+        (
+            builtin("pcie-gen5-no-p2p").expect("built in").intra,
+            "NCCL_P2P_DISABLE=1: the host-memory (SHM) path, pcie-gen5-no-p2p's link",
+        )
+    };
+    p.intra = link;
+    p.ll_fitted = None;
+    p.ll128_default = false;
+    (p, format!("{label} + {what}"))
+}
+
 /// Names of the built-in profiles.
-pub const BUILTIN: [&str; 6] = [
+pub const BUILTIN: [&str; 7] = [
     "nvlink-h100",
     "nvlink-h200",
     "pcie-gen4",
     "pcie-gen5",
     "pcie-gen5-no-p2p",
     "ib-ndr",
+    "pcie-gen5-dual-socket",
 ];
 
 /// A built-in profile by name.
@@ -348,12 +458,25 @@ pub fn builtin(name: &str) -> Option<Profile> {
         }
         // PCIe 5.0 x16: 63 GB/s per direction, ~42 GB/s NCCL ring busbw through a switch
         // (H100 PCIe / RTX PRO 6000 class). Memory ~1.6 TB/s achieved.
-        "pcie-gen5" => pcie(
+        "pcie-gen5" => pcie_gen5(
             "pcie-gen5",
-            "PCIe 5.0 x16 with peer-to-peer (H100 PCIe / RTX PRO 6000 class): NCCL PCI latency tables, busbw 42 GB/s, LL128 off as NCCL does on PCIe, memory ~1.6 TB/s achieved",
-            42.0,
-            1600.0,
+            "PCIe 5.0 x16 with peer-to-peer behind PCIe switches (H100 PCIe / RTX PRO 6000 class): Ring/LL hop 1.30 us and LL 113 GB/s fitted to public NCCL 2.28 all-reduce times of 8x RTX PRO 6000 Blackwell (modeled vs measured, 8 ranks, graph: 256 B 23.9 vs 24.1 us -0.8%, 32 KB 24.4 vs 24.1-24.6 us, 64 KB 24.9 vs 24.6 us +1.3%, 256 KB 28.0 vs 28.0 us -0.1%), Simple busbw 42 GB/s, LL128 off as NCCL does on PCIe, memory ~1.6 TB/s achieved",
         ),
+        // The same GPUs in a dual-socket host (4 per socket), NCCL without a topology file:
+        // the ring steps that cross sockets pay an extra latency, set to the public 48.2 us at
+        // 32 KB (8 ranks). With a topology file (NCCL_GRAPH_FILE) the public figure is 26.2 us,
+        // which `pcie-gen5` models as 24.4 us (-6.8%).
+        "pcie-gen5-dual-socket" => {
+            let mut p = pcie_gen5(
+                "pcie-gen5-dual-socket",
+                "PCIe 5.0 GPUs under two CPU sockets (4 per socket), NCCL without a topology file: pcie-gen5 plus an extra latency per step across sockets, set to the public 8x RTX PRO 6000 Blackwell all-reduce of 48.2 us at 32 KB (modeled 48.1 us, -0.1%; the only public point, error elsewhere unknown). With NCCL_GRAPH_FILE the same host measured 26.2 us: use pcie-gen5 (24.4 us, -6.8%)",
+            );
+            p.cross_socket = Some(CrossSocket {
+                gpus_per_socket: 4,
+                extra_hop_us: DUAL_SOCKET_EXTRA_HOP_US,
+            });
+            p
+        }
         // No peer-to-peer (NCCL_P2P_DISABLE=1, or GPUs under different root complexes): NCCL's
         // SHM transport copies through pinned host memory, two PCIe crossings per hop. Hop
         // latency 2.25 us and busbw 20 GB/s reproduce the ~14.5 us per 43,008 B all-reduce

@@ -24,6 +24,16 @@ fn job_hash(job: &Job) -> String {
 /// Runs this rank of an externally launched verify replay.
 pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
+    a.export.check(&[])?;
+    if a.launches_per_layer > 10_000 {
+        crate::usage_bail!(
+            "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",
+            a.launches_per_layer
+        );
+    }
+    if let Some(p) = &a.nccl_lib {
+        comm::libs::find_nccl(Some(p))?;
+    }
     let info = detect(
         &env_map(),
         &ExplicitRank {

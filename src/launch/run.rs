@@ -59,6 +59,78 @@ impl LaunchSpec {
     }
 }
 
+/// Checks the GPU flags against each other and the workload's `tp`, before any work and on
+/// any backend: `--gpus` at least 1, no GPU twice in `--devices`, `--gpus` and `--devices`
+/// (and `--tp`) naming the same number of ranks, `--nccl-lib` an existing library or folder.
+/// Returns the rank count the flags fix, if any.
+pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<Option<usize>> {
+    if g.gpus == Some(0) {
+        return Err(usage("--gpus 0: give at least 1 GPU (2 or more for NCCL)"));
+    }
+    let max = crate::request::MAX_RANKS;
+    if let Some(n) = g.gpus.filter(|&n| n > max) {
+        return Err(usage(format!("--gpus {n}: give 1 to {max} GPUs")));
+    }
+    if let Some(d) = g.devices.as_ref().filter(|d| d.len() > max) {
+        return Err(usage(format!(
+            "--devices lists {} GPUs: give 1 to {max}",
+            d.len()
+        )));
+    }
+    if let Some(d) = &g.devices {
+        if d.is_empty() {
+            return Err(usage(
+                "--devices is empty: list GPU ordinals, e.g. --devices 0,1",
+            ));
+        }
+        let mut seen = d.clone();
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(usage(format!(
+                "--devices lists GPU {} twice: each rank needs its own GPU",
+                w[0]
+            )));
+        }
+    }
+    let from_devices = g.devices.as_ref().map(|d| d.len());
+    if let (Some(n), Some(m)) = (g.gpus, from_devices) {
+        if n != m {
+            return Err(usage(format!(
+                "--gpus {n} and --devices (listing {m} GPUs) disagree: give one of them"
+            )));
+        }
+    }
+    let ranks = from_devices.or(g.gpus);
+    if let (Some(n), Some(t)) = (ranks, tp) {
+        if n as u64 != t {
+            let flag = if from_devices.is_some() {
+                "--devices"
+            } else {
+                "--gpus"
+            };
+            return Err(usage(format!(
+                "--tp {t} and {flag} ({n} GPUs) disagree: one rank per GPU, so give the same number (or only one of them)"
+            )));
+        }
+    }
+    if let Some(p) = &g.nccl_lib {
+        comm::libs::find_nccl(Some(p))?;
+    }
+    Ok(ranks)
+}
+
+/// The checks `verify` makes before it starts workers, for commands that start them later
+/// (`sweep` runs each point in child processes): a CUDA driver, and enough GPUs for the ranks.
+pub fn preflight(g: &GpuSpec, wanted: Option<usize>) -> anyhow::Result<Vec<usize>> {
+    check_gpu_flags(g, wanted.map(|w| w as u64))?;
+    if !comm::libs::cuda_present() {
+        return Err(usage(
+            "no CUDA driver library (libcuda.so) found: --backend nccl needs GPUs with their driver; use --backend model for the cost model",
+        ));
+    }
+    select_devices(g, wanted, comm::device_count())
+}
+
 /// Checks the GPU flags against a machine with `present` GPUs (usually
 /// [`comm::device_count`]) and returns the device ordinals to use.
 /// `wanted` is the rank count the workload needs (its --tp), if fixed.
@@ -81,7 +153,7 @@ pub fn select_devices_min(
 ) -> anyhow::Result<Vec<usize>> {
     if present == 0 {
         return Err(usage(
-            "no GPU found (no CUDA driver or no device): the NCCL backend needs at least 2 GPUs; use --backend model for the cost model",
+            "no GPU found (no CUDA driver or no device): this needs at least 2 GPUs (verify, collective and sweep can run the cost model instead: --backend model)",
         ));
     }
     let devices: Vec<usize> = if let Some(d) = &g.devices {
@@ -114,7 +186,7 @@ pub fn select_devices_min(
     }
     if devices.len() < 2 {
         return Err(usage(format!(
-            "the NCCL backend needs at least 2 GPUs (got {}); use --backend model for the cost model",
+            "the NCCL backend needs at least 2 GPUs (got {}); verify, collective and sweep can run the cost model instead (--backend model)",
             devices.len()
         )));
     }

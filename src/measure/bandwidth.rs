@@ -141,6 +141,9 @@ pub fn measure(
 /// Measures every requested GPU, prints one table row per GPU as it goes, and writes the JSON
 /// export if asked. Returns the exit code.
 pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
+    if let Some(p) = &a.export_json {
+        crate::util::check_outputs(&[("--export-json", p)], &[])?;
+    }
     if !comm::libs::cuda_present() || comm::device_count() == 0 {
         crate::usage_bail!("no GPU found: bandwidth measures a GPU's memory and needs one");
     }

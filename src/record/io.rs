@@ -39,12 +39,21 @@ pub fn read_record_lines(
     let text = std::fs::read_to_string(path)
         .map_err(|e| usage(format!("cannot read {what} '{}': {e}", path.display())))?;
     let mut warnings = vec![];
+    let mut records = 0;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         let value: serde_json::Value = match serde_json::from_str(line) {
             Ok(v) => v,
+            // A torn line is the start of a record: anything else is not a JSON-lines file.
+            Err(e) if !line.trim_start().starts_with('{') => {
+                return Err(usage(format!(
+                "{what} '{}' line {} is not a JSON record ({e}): not a results file of verifybench",
+                path.display(),
+                i + 1
+            )))
+            }
             Err(e) => {
                 warnings.push(format!(
                     "'{}' line {}: incomplete line ignored (a write cut short?): {e}",
@@ -71,6 +80,13 @@ pub fn read_record_lines(
             )));
         }
         each(i, rec)?;
+        records += 1;
+    }
+    if records == 0 && !warnings.is_empty() {
+        return Err(usage(format!(
+            "{what} '{}' holds no complete record: not a results file of verifybench",
+            path.display()
+        )));
     }
     Ok(warnings)
 }
@@ -85,10 +101,6 @@ pub struct JsonLinesFile {
 impl JsonLinesFile {
     /// Opens (creating) `path` for appending; ends a torn last line first.
     pub fn open(path: &Path) -> anyhow::Result<JsonLinesFile> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating directory '{}'", dir.display()))?;
-        }
         let torn = std::fs::read(path)
             .map(|b| !b.is_empty() && b.last() != Some(&b'\n'))
             .unwrap_or(false);
@@ -127,6 +139,42 @@ impl JsonLinesFile {
     }
 }
 
+/// What a JSON value written by this tool is, in words, for messages: "a cost-model profile
+/// (from `verifybench model fit`)", "a JSON array of 3 'verify' records", ...
+pub fn describe(v: &serde_json::Value) -> String {
+    fn one(v: &serde_json::Value) -> String {
+        match v.get("kind").and_then(|k| k.as_str()) {
+            Some(PROFILE_KIND) => "a cost-model profile (from `verifybench model fit`)".into(),
+            Some(k) => format!("a '{k}' record"),
+            None => "a JSON value that is not a verifybench record".into(),
+        }
+    }
+    match v {
+        serde_json::Value::Array(a) => {
+            let kinds: std::collections::BTreeSet<String> = a
+                .iter()
+                .map(|x| {
+                    x.get("kind")
+                        .and_then(|k| k.as_str())
+                        .unwrap_or("?")
+                        .to_string()
+                })
+                .collect();
+            let kinds: Vec<String> = kinds.into_iter().collect();
+            format!(
+                "a JSON array of {} record(s) of kind '{}'",
+                a.len(),
+                kinds.join("', '")
+            )
+        }
+        v => one(v),
+    }
+}
+
+/// The `kind` of a cost-model profile file (`costmodel::profile::PROFILE_KIND`; the record layer
+/// knows it only to say what such a file is).
+const PROFILE_KIND: &str = "verifybench-cost-profile";
+
 /// Reads records from a file holding one JSON record, a JSON array of records, or JSON lines.
 /// Refuses other schema versions with a message naming the file.
 pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
@@ -145,6 +193,12 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
     values
         .into_iter()
         .map(|v| {
+            if v.get("kind").and_then(|k| k.as_str()) == Some(PROFILE_KIND) {
+                return Err(usage(format!(
+                    "'{}' is a cost-model profile (from `verifybench model fit`), not a results file: give it to --profile of verify, collective or sweep (--backend model), or to --base-profile of model fit",
+                    path.display()
+                )));
+            }
             let ver = v.get("schema_version").and_then(|x| x.as_u64());
             match ver {
                 Some(x) if x == SCHEMA_VERSION as u64 => {}

@@ -11,18 +11,23 @@ pub fn render(r: &EnvReport) -> String {
     let _ = writeln!(
         o,
         "driver          {}{}",
-        r.driver_version.as_deref().unwrap_or("?"),
+        r.driver_version
+            .as_deref()
+            .unwrap_or("not found (no CUDA driver library)"),
         r.cuda_driver_api
             .as_deref()
             .map(|c| format!(" (CUDA {c})"))
             .unwrap_or_default()
     );
-    let _ = writeln!(
-        o,
-        "NCCL            {} from {}",
-        r.nccl_version.as_deref().unwrap_or("not loaded"),
-        r.nccl_library.as_deref().unwrap_or("?")
-    );
+    let _ = match (&r.nccl_version, &r.nccl_library) {
+        (Some(v), Some(l)) => writeln!(o, "NCCL            {v} from {l}"),
+        (Some(v), None) => writeln!(o, "NCCL            {v} (library path unknown)"),
+        (None, _) if r.driver_version.is_none() => writeln!(
+            o,
+            "NCCL            not loaded (it is loaded only where a CUDA driver is)"
+        ),
+        (None, _) => writeln!(o, "NCCL            not loaded (see the problems below)"),
+    };
     let _ = writeln!(
         o,
         "NVRTC           {}",

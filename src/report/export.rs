@@ -1,7 +1,7 @@
 //! Pure exporters: records -> bytes. The caller writes the files (after every result, so a
 //! later failure loses nothing).
 
-use crate::record::{Body, CollTiming, Record};
+use crate::record::{Body, CollTiming, Mode, Record, Source};
 
 /// A flat table: what CSV and Markdown both render.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,14 +14,31 @@ fn f2(x: f64) -> String {
     format!("{x:.2}")
 }
 
-fn timing_cells(t: &Option<CollTiming>) -> Vec<String> {
+/// `s` for a measured record, "-" for a modeled one: a spread, a sample count or a `#wrong`
+/// exists only where something was timed and checked.
+pub fn if_measured(source: Source, s: String) -> String {
+    match source {
+        Source::Measured => s,
+        Source::Modeled => "-".into(),
+    }
+}
+
+/// `s` for a run with collectives, "-" for a compute-only run (it has none).
+pub fn if_collectives(mode: Mode, s: String) -> String {
+    match mode {
+        Mode::Compute => "-".into(),
+        _ => s,
+    }
+}
+
+fn timing_cells(source: Source, t: &Option<CollTiming>) -> Vec<String> {
     match t {
         Some(t) => vec![
             f2(t.time_us),
-            f2(t.summary.p99_us),
+            if_measured(source, f2(t.summary.p99_us)),
             f2(t.algbw_gbps),
             f2(t.busbw_gbps),
-            t.wrong.to_string(),
+            if_measured(source, t.wrong.to_string()),
         ],
         None => vec![String::new(); 5],
     }
@@ -106,8 +123,8 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
                             row.count.to_string(),
                             t.imp.name().to_string(),
                         ];
-                        cells.extend(timing_cells(&t.eager));
-                        cells.extend(timing_cells(&t.graph));
+                        cells.extend(timing_cells(r.source, &t.eager));
+                        cells.extend(timing_cells(r.source, &t.graph));
                         coll_impl.rows.push(cells);
                     }
                 }
@@ -120,8 +137,8 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
                         row.size_bytes.to_string(),
                         row.count.to_string(),
                     ];
-                    cells.extend(timing_cells(&row.eager));
-                    cells.extend(timing_cells(&row.graph));
+                    cells.extend(timing_cells(r.source, &row.eager));
+                    cells.extend(timing_cells(r.source, &row.graph));
                     coll.rows.push(cells);
                 }
             }
@@ -158,13 +175,13 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
                         run.mode.name().to_string(),
                         run.graph.to_string(),
                         f2(run.per_verify.median_us),
-                        f2(run.per_verify.p99_us),
+                        if_measured(r.source, f2(run.per_verify.p99_us)),
                         f2(run.per_verify.mean_us),
-                        f2(run.per_verify.stddev_us),
-                        run.per_verify.n.to_string(),
-                        f2(run.per_collective_us),
-                        (w.n_all_reduce + w.n_all_gather).to_string(),
-                        run.wrong.to_string(),
+                        if_measured(r.source, f2(run.per_verify.stddev_us)),
+                        if_measured(r.source, run.per_verify.n.to_string()),
+                        if_collectives(run.mode, f2(run.per_collective_us)),
+                        if_collectives(run.mode, (w.n_all_reduce + w.n_all_gather).to_string()),
+                        if_measured(r.source, if_collectives(run.mode, run.wrong.to_string())),
                     ]);
                 }
             }

@@ -54,8 +54,10 @@ pub fn render(s: &Schedule, ops: bool) -> String {
     if s.experts_per_layer > 0.0 {
         let _ = writeln!(
             o,
-            "# {:.2} distinct routed experts per MoE layer for {} tokens",
-            s.experts_per_layer, s.tokens
+            "# {:.2} distinct routed experts per MoE layer for {} token{}",
+            s.experts_per_layer,
+            s.tokens,
+            if s.tokens == 1 { "" } else { "s" }
         );
     }
     let _ = writeln!(

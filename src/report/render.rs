@@ -436,6 +436,26 @@ fn breakeven_of(flags: &Flags, times: &[RecordTime]) -> anyhow::Result<Result<An
             "no verify-phase verify record in the results files.".into()
         ));
     }
+    // Only whole forwards compare with a decode step: a collectives-only (or compute-only)
+    // verify time against a full decode would overstate what speculation gains.
+    let full: Vec<RecordTime> = times
+        .iter()
+        .filter(|t| t.mode == crate::record::Mode::Full)
+        .cloned()
+        .collect();
+    if !full.iter().any(|t| t.phase == Phase::Verify) {
+        return Ok(Err(
+            "the verify records hold no full run (collectives and compute, `verify --mode full`);              a collectives-only or compute-only time is not a whole verify forward, so it is not              compared with a decode step."
+                .into(),
+        ));
+    }
+    if flags.decode_ms.is_none() && !full.iter().any(|t| t.phase == Phase::Decode) {
+        return Ok(Err(
+            "no full-mode decode record (`verify --phase decode --mode full`) and no              `--decode-ms`: a decode time that is not a whole forward is not compared."
+                .into(),
+        ));
+    }
+    let times = &full[..];
     let i = inputs::resolve(flags, times, true)?;
     Ok(Ok(analyse(i)))
 }
@@ -549,6 +569,14 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
 /// Writes `report.md` and the SVGs into `dir` (created if needed); returns the paths written.
 pub fn write(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = vec![];
+    if !dir.is_dir() {
+        std::fs::create_dir(dir).map_err(|e| {
+            crate::error::usage(format!(
+                "-o/--out '{}': cannot create the directory ({e})",
+                dir.display()
+            ))
+        })?;
+    }
     for (name, svg) in &report.svgs {
         let p = dir.join(name);
         crate::util::write_file(&p, svg.as_bytes())?;

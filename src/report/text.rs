@@ -9,6 +9,15 @@ use crate::units::grouped;
 pub fn header(r: &Record) -> String {
     let p = &r.provenance;
     let mut o = String::new();
+    let pick = p
+        .model_profile
+        .as_deref()
+        .filter(|_| r.source == Source::Modeled)
+        .map(|m| {
+            format!(
+                "# link profile {m}: pick another with --link NAME (--help lists them) or --profile FILE (from `model fit`)\n"
+            )
+        });
     let label = match r.source {
         Source::Measured => "measured".to_string(),
         Source::Modeled => format!(
@@ -28,6 +37,9 @@ pub fn header(r: &Record) -> String {
             .map(|l| format!(", launcher {l}"))
             .unwrap_or_default()
     );
+    if let Some(line) = pick {
+        o.push_str(&line);
+    }
     if let Some(v) = &p.nccl_version {
         let _ = writeln!(
             o,
@@ -82,11 +94,14 @@ fn env_line(m: &std::collections::BTreeMap<String, String>) -> String {
         .join(" ")
 }
 
-fn cells(t: &Option<CollTiming>) -> String {
+fn cells(source: Source, t: &Option<CollTiming>) -> String {
     match t {
         Some(t) => format!(
             "{:>9.2} {:>7.2} {:>7.2} {:>6}",
-            t.time_us, t.algbw_gbps, t.busbw_gbps, t.wrong
+            t.time_us,
+            t.algbw_gbps,
+            t.busbw_gbps,
+            crate::report::export::if_measured(source, t.wrong.to_string())
         ),
         None => format!("{:>9} {:>7} {:>7} {:>6}", "-", "-", "-", "-"),
     }
@@ -102,6 +117,18 @@ pub fn collective_table(r: &Record) -> String {
         return crossover_table(r);
     }
     let mut o = header(r);
+    let _ = writeln!(
+        o,
+        "# {} of {} on {} ranks{}",
+        c.op.name(),
+        c.dtype.name(),
+        c.nranks,
+        if r.source == Source::Modeled {
+            " (modeled; --gpus N picks another rank count)"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(o, "#");
     let _ = writeln!(o, "# {:>41}  {:^32}  {:^32}", "", "eager", "graph");
     let _ = writeln!(
@@ -139,8 +166,8 @@ pub fn collective_table(r: &Record) -> String {
             row.count,
             c.dtype.name(),
             redop,
-            cells(&row.eager),
-            cells(&row.graph)
+            cells(r.source, &row.eager),
+            cells(r.source, &row.graph)
         );
         for t in [&row.eager, &row.graph].into_iter().flatten() {
             bw.push(t.busbw_gbps);
@@ -152,11 +179,18 @@ pub fn collective_table(r: &Record) -> String {
     } else {
         bw.iter().sum::<f64>() / bw.len() as f64
     };
-    let _ = writeln!(
-        o,
-        "# Out of bounds values : {wrong} {}",
-        if wrong == 0 { "OK" } else { "WRONG" }
-    );
+    if r.source == Source::Modeled {
+        let _ = writeln!(
+            o,
+            "# Out of bounds values : - (modeled: nothing was checked)"
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "# Out of bounds values : {wrong} {}",
+            if wrong == 0 { "OK" } else { "WRONG" }
+        );
+    }
     let _ = writeln!(o, "# Avg bus bandwidth    : {avg:.3} GB/s");
     o
 }
@@ -256,20 +290,21 @@ pub fn verify_table(r: &Record) -> String {
         "outliers",
         "#wrong"
     );
+    use crate::report::export::{if_collectives, if_measured};
     for run in &v.runs {
         let s = &run.per_verify;
         let _ = writeln!(
             o,
-            "  {:<8} {:<6} {:>12.1} {:>12.1} {:>10.1} {:>12.2} {:>6} {:>8} {:>7}",
+            "  {:<8} {:<6} {:>12.1} {:>12} {:>10} {:>12} {:>6} {:>8} {:>7}",
             run.mode.name(),
             if run.graph { "graph" } else { "eager" },
             s.median_us,
-            s.p99_us,
-            s.stddev_us,
-            run.per_collective_us,
-            s.n,
-            s.outliers,
-            run.wrong
+            if_measured(r.source, format!("{:.1}", s.p99_us)),
+            if_measured(r.source, format!("{:.1}", s.stddev_us)),
+            if_collectives(run.mode, format!("{:.2}", run.per_collective_us)),
+            if_measured(r.source, s.n.to_string()),
+            if_measured(r.source, s.outliers.to_string()),
+            if_measured(r.source, if_collectives(run.mode, run.wrong.to_string()))
         );
     }
     in_collective_lines(&mut o, v);

@@ -122,6 +122,8 @@ pub struct RecordTime {
     pub ms: Labelled,
     /// Tokens of the forward (k + 1 for a verify).
     pub tokens: u64,
+    /// What the run replayed: only a full run (collectives and compute) is a whole forward.
+    pub mode: Mode,
 }
 
 /// The times of the verify records of one file, in file order, and the kinds it skipped.
@@ -168,6 +170,7 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
                 origin,
             },
             tokens: w.tokens,
+            mode: run.mode,
         });
     }
     (times, skipped)
@@ -339,6 +342,12 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             "--draft-steps 0: speculation needs at least one draft step",
         ));
     }
+    if draft_steps > super::MAX_DRAFT_STEPS {
+        return Err(usage(format!(
+            "--draft-steps {draft_steps}: give 1 to {} draft steps per cycle",
+            super::MAX_DRAFT_STEPS
+        )));
+    }
     for t in &rec_verify {
         if t.tokens != draft_steps + 1 {
             notes.push(format!(
@@ -410,6 +419,22 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
     })
 }
 
+/// "17 'sweep_point' records, 1 'collective' record": each kind once, with its count.
+fn counted_kinds(kinds: &[String]) -> String {
+    let mut counts: Vec<(&str, usize)> = vec![];
+    for k in kinds {
+        match counts.iter_mut().find(|(x, _)| x == k) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((k, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{n} '{k}' record{}", if *n == 1 { "" } else { "s" }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Reads results files for a break-even: every file must hold at least one verify record
 /// (kind "verify"); other kinds next to them are skipped and named in the notes.
 pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, Vec<String>)> {
@@ -422,7 +447,7 @@ pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, 
             let kinds = if skipped.is_empty() {
                 "no records".to_string()
             } else {
-                format!("kind {}", skipped.join(", "))
+                format!("only {}", counted_kinds(&skipped))
             };
             return Err(usage(format!(
                 "results file '{}' holds {kinds}; breakeven reads verify records (kind \"verify\", from `verifybench verify`)",
@@ -431,10 +456,9 @@ pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, 
         }
         if !skipped.is_empty() {
             notes.push(format!(
-                "{}: skipped {} record(s) of kind {}",
+                "{}: skipped {}",
                 short_name(p),
-                skipped.len(),
-                skipped.join(", ")
+                counted_kinds(&skipped)
             ));
         }
         all.extend(times);
@@ -459,6 +483,7 @@ mod tests {
                 },
             },
             tokens,
+            mode: Mode::Full,
         }
     }
 

@@ -116,14 +116,19 @@ pub fn default_accept_lengths(k: u64) -> Vec<f64> {
         .collect()
 }
 
-/// A time flag must be a finite number; `positive` ones (decode, verify) must be > 0, the
+/// The longest time any break-even input may be: 1000 s (a decode step takes milliseconds).
+pub const MAX_TIME_MS: f64 = 1e6;
+/// The most draft steps per cycle (--draft-steps): speculative decoding drafts a handful.
+pub const MAX_DRAFT_STEPS: u64 = 64;
+
+/// A time flag must be a finite number of at most [`MAX_TIME_MS`]; `positive` ones (decode, verify) must be > 0, the
 /// others (draft, overhead) >= 0.
 pub fn check_time(name: &str, v: f64, positive: bool) -> anyhow::Result<f64> {
-    if !v.is_finite() || v < 0.0 || (positive && v == 0.0) {
+    if !v.is_finite() || v < 0.0 || (positive && v == 0.0) || v > MAX_TIME_MS {
         let need = if positive {
-            "a time in milliseconds greater than 0"
+            "a time in milliseconds greater than 0 and at most 1000000 (1000 s)"
         } else {
-            "a time in milliseconds, 0 or more"
+            "a time in milliseconds, 0 to 1000000 (1000 s)"
         };
         return Err(usage(format!("{name} {v}: need {need}")));
     }

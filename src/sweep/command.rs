@@ -336,6 +336,101 @@ fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
     }
 }
 
+/// The results file and the logs folder: the flags', or fresh default names
+/// (`sweep-<timestamp>-<pid>[-<n>].jsonl` and its `.logs` folder, neither of which exists).
+fn output_paths(a: &SweepRequest) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let results = a.results.clone().or_else(|| a.resume.clone());
+    let results = match results {
+        Some(r) => r,
+        None => {
+            let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string();
+            let pid = std::process::id();
+            (0..)
+                .map(|n| match n {
+                    0 => PathBuf::from(format!("sweep-{stamp}-{pid}.jsonl")),
+                    n => PathBuf::from(format!("sweep-{stamp}-{pid}-{n}.jsonl")),
+                })
+                .find(|p| {
+                    !p.exists() && (a.log_dir.is_some() || !p.with_extension("logs").exists())
+                })
+                .expect("some name is free")
+        }
+    };
+    let log_dir = a
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| results.with_extension("logs"));
+    Ok((results, log_dir))
+}
+
+/// Every output of the sweep checked before any point runs: the results file (an existing one
+/// must be a sweep of this workload), the logs folder, the exports.
+fn check_outputs(
+    a: &SweepRequest,
+    results_path: &std::path::Path,
+    log_dir: &std::path::Path,
+    workload: &Workload,
+) -> anyhow::Result<()> {
+    let results_flag = if a.results.is_some() {
+        "--results"
+    } else if a.resume.is_some() {
+        "--resume"
+    } else {
+        "the default results file"
+    };
+    let mut outputs = vec![(results_flag, results_path)];
+    outputs.extend(a.export.outputs());
+    if let Some(p) = &a.export_table_markdown {
+        outputs.push(("--export-table-markdown", p));
+    }
+    if let Some(p) = &a.export_table_csv {
+        outputs.push(("--export-table-csv", p));
+    }
+    crate::util::check_outputs(&outputs, &[])?;
+    let log_flag = if a.log_dir.is_some() {
+        "--log-dir"
+    } else {
+        "the default logs folder"
+    };
+    crate::util::check_output_dir(log_flag, log_dir)?;
+    if a.resume.is_none() {
+        if let Some(rp) = &a.results {
+            let existing = std::fs::metadata(rp).map(|m| m.len() > 0).unwrap_or(false);
+            if existing {
+                let refuse = |why: String| {
+                    crate::error::usage(format!(
+                        "--results '{}' exists and {why}; sweep appends only to its own results file of the same workload: give a new path, or --resume FILE to continue a sweep",
+                        rp.display()
+                    ))
+                };
+                let (pts, _) = results::load(rp)
+                    .map_err(|e| refuse(format!("is not a sweep results file ({e})")))?;
+                if let Some(p) = pts
+                    .iter()
+                    .find(|p| p.key.schedule_hash != workload.schedule_hash)
+                {
+                    let w = &p.workload;
+                    return Err(refuse(format!(
+                        "holds points of another workload ({} {} tp {} tokens {} {})",
+                        w.model,
+                        w.phase.name(),
+                        w.tp,
+                        w.tokens,
+                        w.dtype.name()
+                    )));
+                }
+            } else if a.log_dir.is_none() && log_dir.exists() {
+                crate::usage_bail!(
+                    "the default logs folder '{}' of --results '{}' already exists (another sweep's?); give --log-dir DIR or another --results path",
+                    log_dir.display(),
+                    rp.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs the sweep; the value is the exit code (130 when interrupted).
 pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     if !(a.point_timeout > 0.0 && a.point_timeout.is_finite()) {
@@ -355,6 +450,8 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             "--noise-margin must be a fraction in [0, 0.5), e.g. 0.01 for 1% (default 0)"
         );
     }
+
+    crate::launch::run::check_gpu_flags(&a.gpu, a.workload.tp)?;
     let dims = matrix::dimensions(&a.lists, &a.sets)?;
     let preset = a.preset.as_deref().map(matrix::preset).transpose()?;
     if dims.is_empty() && preset.is_none() {
@@ -385,16 +482,13 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     let schedule = w.schedule(tp)?;
     let workload = Workload::of(&schedule);
 
-    let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string();
-    let results_path = a
-        .results
-        .clone()
-        .or_else(|| a.resume.clone())
-        .unwrap_or_else(|| PathBuf::from(format!("sweep-{stamp}.jsonl")));
-    let log_dir = a
-        .log_dir
-        .clone()
-        .unwrap_or_else(|| results_path.with_extension("logs"));
+    let (results_path, log_dir) = output_paths(a)?;
+    check_outputs(a, &results_path, &log_dir, &workload)?;
+    if backend == BackendKind::Nccl && !a.debug_mode {
+        // The same preflight as `verify`: no point runs (and nothing is written) on a machine
+        // that cannot run one.
+        crate::launch::run::preflight(&a.gpu, Some(tp as usize))?;
+    }
     let cfg = SweepConfig {
         seed: a.seed,
         workload: workload.clone(),

@@ -186,6 +186,16 @@ pub fn table(r: &Ranking) -> Table {
         for u in &p.unknown_vars {
             notes.push(format!("{u} unknown to NCCL"));
         }
+        // The cost model's own word on what it did not price (its record's notes).
+        if let Some(v) = &p.verify {
+            notes.extend(
+                v.provenance
+                    .notes
+                    .iter()
+                    .filter_map(|n| n.strip_prefix("not modeled: "))
+                    .map(|n| format!("not modeled: {}", n.split(" (").next().unwrap_or(n))),
+            );
+        }
         if !p.ok() {
             notes.push(p.reason.clone().unwrap_or_default());
         }

@@ -125,6 +125,19 @@ pub use crate::record::io::JsonLinesFile as ResultsFile;
 /// Reads the sweep points of a results file. A torn line (a crash mid-write) is skipped with a
 /// warning; a record that is not a sweep point is an error naming the file and line.
 pub fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
+    // A whole-file JSON export (one record or an array: `--export-json`, a profile) is not
+    // the JSON lines of a sweep; say what it is instead of where its lines fail to parse.
+    if let Ok(text) = std::fs::read_to_string(path) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            if text.trim_end().lines().count() > 1 || v.is_array() {
+                return Err(usage(format!(
+                    "'{}' is {}, not a sweep's results file (JSON lines of sweep points written by `verifybench sweep --results`)",
+                    path.display(),
+                    crate::record::io::describe(&v)
+                )));
+            }
+        }
+    }
     let mut points = vec![];
     let warnings = crate::record::io::read_record_lines(path, "resume file", |i, rec| {
         match rec.body {
@@ -163,10 +176,10 @@ pub fn check_same_workload(
     {
         let w = &p.workload;
         return Err(usage(format!(
-            "refusing to resume from '{}': it holds points of another workload ({} {:?} tp {} tokens {} {}, schedule {}) than this sweep ({} {:?} tp {} tokens {} {}, schedule {}); give the same workload flags, or a new --results file",
+            "refusing to resume from '{}': it holds points of another workload ({} {} tp {} tokens {} {}, schedule {}) than this sweep ({} {} tp {} tokens {} {}, schedule {}); give the same workload flags, or a new --results file",
             path.display(),
-            w.model, w.phase, w.tp, w.tokens, w.dtype.name(), w.schedule_hash,
-            current.model, current.phase, current.tp, current.tokens, current.dtype.name(), current.schedule_hash
+            w.model, w.phase.name(), w.tp, w.tokens, w.dtype.name(), w.schedule_hash,
+            current.model, current.phase.name(), current.tp, current.tokens, current.dtype.name(), current.schedule_hash
         )));
     }
     Ok(())

@@ -71,3 +71,47 @@ pub fn verify_record(
 pub fn write_records(path: &Path, records: &[Record]) {
     write_file(path, &serde_json::to_vec_pretty(records).unwrap()).unwrap();
 }
+
+/// Runs verifybench with `args` and checks it is refused as bad input: exit code 2 and one
+/// line on stderr, which contains every one of `wants`. Returns the line.
+pub fn refused(args: &[&str], wants: &[&str]) -> String {
+    refused_in(None, &[], args, wants)
+}
+
+/// [`refused`] run in folder `dir` (if given) with extra environment variables `env`.
+pub fn refused_in(
+    dir: Option<&Path>,
+    env: &[(&str, &str)],
+    args: &[&str],
+    wants: &[&str],
+) -> String {
+    let mut c = vb();
+    if let Some(d) = dir {
+        c.current_dir(d);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    let last = lines.last().copied().unwrap_or("");
+    for w in wants {
+        assert!(
+            last.contains(w),
+            "{args:?}: '{last}' lacks '{w}' (stderr: {err})"
+        );
+    }
+    last.to_string()
+}
+
+/// The names in folder `dir`, sorted (hidden files included: nothing may be left behind).
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}

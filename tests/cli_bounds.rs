@@ -1,0 +1,126 @@
+//! End-to-end tests of the documented range of every numeric flag (issue 15, item 14): a value
+//! outside it exits 2 with one line naming the flag and its range, and rounding is said on
+//! stderr. Through the cost model and pure commands: no GPU needed.
+
+use predicates::prelude::*;
+
+mod common;
+use common::{refused, vb};
+
+#[test]
+fn values_outside_the_documented_ranges_are_refused() {
+    for (args, wants) in [
+        (
+            vec![
+                "collective",
+                "--backend",
+                "model",
+                "-e",
+                "18446744073709551615",
+            ],
+            vec!["-e/--maxbytes", "at most 16G"],
+        ),
+        (
+            vec!["collective", "--backend", "model", "--sizes", "32G"],
+            vec!["--sizes", "at most 16G"],
+        ),
+        (
+            vec!["collective", "--backend", "model", "--gpus", "100000"],
+            vec!["--gpus 100000", "1 to 1024"],
+        ),
+        (
+            vec!["plan", "--tokens", "100000000"],
+            vec!["--tokens 100000000", "1 to 65536"],
+        ),
+        (vec!["plan", "--tokens", "0"], vec!["--tokens 0"]),
+        (vec!["plan", "--tp", "4096"], vec!["--tp 4096", "1 to 1024"]),
+        (
+            vec!["plan", "--phase", "draft", "--draft-vocab", "0"],
+            vec!["--draft-vocab 0"],
+        ),
+        (
+            vec![
+                "breakeven",
+                "--decode-ms",
+                "12",
+                "--verify-ms",
+                "1e308",
+                "--draft-steps",
+                "3",
+                "--accept-length",
+                "2",
+            ],
+            vec!["--verify-ms", "at most 1000000"],
+        ),
+        (
+            vec![
+                "breakeven",
+                "--decode-ms",
+                "12",
+                "--verify-ms",
+                "19",
+                "--draft-steps",
+                "100000",
+                "--accept-length",
+                "2",
+            ],
+            vec!["--draft-steps 100000", "1 to 64"],
+        ),
+        (
+            vec![
+                "sweep",
+                "--debug-mode",
+                "--tp",
+                "2",
+                "-L",
+                "NCCL_PROTO=LL",
+                "--noise-floor",
+                "-1",
+            ],
+            vec!["--noise-floor -1", "0 to 0.5"],
+        ),
+        (
+            vec![
+                "sweep",
+                "--debug-mode",
+                "--tp",
+                "2",
+                "-L",
+                "NCCL_PROTO=LL",
+                "--noise-floor",
+                "5",
+            ],
+            vec!["--noise-floor 5", "0 to 0.5"],
+        ),
+        (
+            vec!["inspect", "--match", ""],
+            vec!["--match ''", "every process"],
+        ),
+    ] {
+        refused(&args, &wants);
+    }
+}
+
+#[test]
+fn rounded_and_dropped_sizes_are_said() {
+    vb().args([
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "8",
+        "-b",
+        "8K",
+        "-e",
+        "8K",
+        "--sizes",
+        "43009,7",
+    ])
+    .assert()
+    .success()
+    .stderr(predicate::str::contains(
+        "size 43009 rounded down to 43008 (whole bf16 elements per rank on 8 ranks)",
+    ))
+    .stderr(predicate::str::contains("size 7 dropped"))
+    .stdout(predicate::str::contains("43008"));
+}

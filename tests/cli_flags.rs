@@ -1,0 +1,289 @@
+//! End-to-end tests of flags that conflict, hints that must name the right thing, and output
+//! that must not pretend (issue 15, items 5, 10, 12, 13 and 17). Through the cost model and on
+//! this machine as it is: the GPU-only paths are checked where they refuse, on a machine
+//! without a CUDA driver (on a machine with one, those checks are skipped: there the real path
+//! runs, and `selftest` is its check).
+
+use predicates::prelude::*;
+
+mod common;
+use common::{listing, refused, refused_in, vb};
+
+/// Whether this machine has a CUDA driver (then the no-driver refusals cannot be seen here).
+fn has_driver() -> bool {
+    verifybench::comm::libs::cuda_present()
+}
+
+#[test]
+fn sweep_on_nccl_without_a_driver_is_refused_before_anything_is_written() {
+    if has_driver() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    refused_in(
+        Some(dir.path()),
+        &[],
+        &[
+            "sweep",
+            "--backend",
+            "nccl",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL,Simple",
+        ],
+        &["no CUDA driver", "--backend model"],
+    );
+    refused_in(
+        Some(dir.path()),
+        &[],
+        &[
+            "sweep",
+            "--backend",
+            "nccl",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--results",
+            "r.jsonl",
+        ],
+        &["no CUDA driver"],
+    );
+    assert_eq!(listing(dir.path()), Vec::<String>::new(), "nothing written");
+}
+
+#[test]
+fn hints_name_what_the_user_gave() {
+    if !has_driver() {
+        for cmd in [
+            vec!["selftest"],
+            vec![
+                "worker",
+                "--rank",
+                "0",
+                "--world-size",
+                "2",
+                "--rendezvous",
+                "127.0.0.1:1",
+            ],
+        ] {
+            let out = vb().args(&cmd).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{cmd:?}: {err}");
+            assert!(!err.contains("use --backend model"), "{cmd:?}: {err}");
+            assert!(err.contains("this command needs a GPU"), "{cmd:?}: {err}");
+        }
+    }
+    refused(
+        &["verify", "--backend", "model", "--gpus", "0"],
+        &["--gpus 0", "at least 1"],
+    );
+    let line = refused_in(
+        None,
+        &[("NCCL_PROTO", "bogus")],
+        &["verify", "--backend", "model", "--tp", "2"],
+        &["NCCL_PROTO (from the environment)", "bogus"],
+    );
+    assert!(!line.contains("--proto"), "{line}");
+    refused(
+        &[
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--proto",
+            "bogus",
+        ],
+        &["--proto 'bogus'"],
+    );
+}
+
+#[test]
+fn conflicting_gpu_flags_are_refused() {
+    refused(
+        &["verify", "--backend", "model", "--gpus", "8", "--tp", "2"],
+        &["--tp 2", "--gpus", "disagree"],
+    );
+    refused(
+        &["verify", "--backend", "model", "--gpus", "2", "--tp", "8"],
+        &["--tp 8", "--gpus", "disagree"],
+    );
+    refused(
+        &["verify", "--backend", "model", "--devices", "0,0"],
+        &["--devices", "GPU 0 twice"],
+    );
+    refused(
+        &[
+            "verify",
+            "--backend",
+            "model",
+            "--devices",
+            "0,1,2,3",
+            "--tp",
+            "8",
+        ],
+        &["--tp 8", "--devices", "disagree"],
+    );
+    refused(
+        &["collective", "--backend", "model", "--devices", "3"],
+        &["at least 2 ranks"],
+    );
+    refused(
+        &[
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--nccl-lib",
+            "/nonexistent",
+        ],
+        &["--nccl-lib", "/nonexistent"],
+    );
+    refused(
+        &["env", "--nccl-lib", "/nonexistent"],
+        &["--nccl-lib", "/nonexistent"],
+    );
+    refused(
+        &[
+            "sweep",
+            "--debug-mode",
+            "--gpus",
+            "8",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+        ],
+        &["disagree"],
+    );
+    // --devices fixes the rank count of the model too, and collective says how many it modeled
+    let out = vb()
+        .args([
+            "collective",
+            "--backend",
+            "model",
+            "--devices",
+            "0,1,2,3",
+            "-b",
+            "8K",
+            "-e",
+            "8K",
+        ])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(text.contains("on 4 ranks"), "{text}");
+    vb().args(["verify", "--backend", "model", "--devices", "0,1,2,3"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("TP=4"));
+}
+
+#[test]
+fn modeled_rows_show_dashes_where_nothing_was_measured_or_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("v.csv");
+    let out = vb()
+        .args([
+            "verify",
+            "--backend",
+            "model",
+            "--tp",
+            "2",
+            "--mode",
+            "comm,compute",
+            "--export-csv",
+            csv.to_str().unwrap(),
+        ])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let row = |mode: &str, launch: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 2 && f[0] == mode && f[1] == launch
+            })
+            .unwrap_or_else(|| panic!("no {mode} {launch} row: {text}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    // mode launch median p99 stddev per_coll n outliers #wrong
+    let comm = row("comm", "graph");
+    assert_eq!(&comm[3..5], ["-", "-"], "{comm:?}");
+    assert_ne!(comm[5], "-");
+    assert_eq!(&comm[6..9], ["-", "-", "-"], "{comm:?}");
+    let compute = row("compute", "graph");
+    assert_eq!(
+        compute[5], "-",
+        "compute-only rows have no collectives: {compute:?}"
+    );
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    let compute_line = csv.lines().find(|l| l.contains(",compute,")).unwrap();
+    assert!(!compute_line.contains(",124,"), "{compute_line}");
+    // the collective table of the model checks nothing
+    vb().args([
+        "collective",
+        "--backend",
+        "model",
+        "--gpus",
+        "2",
+        "-b",
+        "8K",
+        "-e",
+        "8K",
+    ])
+    .assert()
+    .success()
+    .stdout(predicate::str::contains(
+        "Out of bounds values : - (modeled",
+    ));
+    // compare does not explain a compute-only difference by collectives
+    let v = dir.path().join("v.json");
+    vb().args([
+        "verify",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "--mode",
+        "compute",
+        "--export-json",
+        v.to_str().unwrap(),
+    ])
+    .assert()
+    .success();
+    let out = vb()
+        .args(["compare", v.to_str().unwrap()])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(!text.contains("kernel launch per collective"), "{text}");
+    assert!(text.contains("this mode has no collectives"), "{text}");
+}
+
+#[test]
+fn env_without_a_gpu_says_what_is_missing_and_catches_misspelt_variables() {
+    let out = vb()
+        .env("NCCL_PROTOCOL", "LL")
+        .args(["env"])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        text.contains("NCCL_PROTOCOL is not a variable NCCL knows (did you mean NCCL_PROTO?)"),
+        "{text}"
+    );
+    if !has_driver() {
+        assert!(!text.contains("driver          ?"), "{text}");
+        assert!(!text.contains("from ?"), "{text}");
+        assert!(
+            text.contains("not found (no CUDA driver library)"),
+            "{text}"
+        );
+    }
+}
