@@ -347,7 +347,11 @@ fn events_key(b: &[u8], eof: bool) -> Option<Option<usize>> {
     const KEY: &[u8] = b"\"traceEvents\"";
     let need = |eof: bool| if eof { Some(None) } else { None };
     if b.len() < KEY.len() {
-        return if KEY.starts_with(b) { need(eof) } else { Some(None) };
+        return if KEY.starts_with(b) {
+            need(eof)
+        } else {
+            Some(None)
+        };
     }
     if &b[..KEY.len()] != KEY {
         return Some(None);
@@ -487,8 +491,15 @@ mod tests {
         let t = r#"{"traceEvents":[{"cat":"kernel"},{"cat":"cpu_op","name":"x"#;
         assert_eq!(filter(t, None, 4).0, t);
         // A non-object element: the rest passes unread, after a comma if one is owed.
-        let (s, _) = filter(r#"{"traceEvents":[{"cat":"kernel"},1,{"cat":"cpu_op"}]}"#, None, 3);
-        assert_eq!(s, r#"{"traceEvents":[{"cat":"kernel"},1,{"cat":"cpu_op"}]}"#);
+        let (s, _) = filter(
+            r#"{"traceEvents":[{"cat":"kernel"},1,{"cat":"cpu_op"}]}"#,
+            None,
+            3,
+        );
+        assert_eq!(
+            s,
+            r#"{"traceEvents":[{"cat":"kernel"},1,{"cat":"cpu_op"}]}"#
+        );
         for junk in ["hello", r#"{"a":1}"#, "", r#"{"traceEvents":{"a":1}}"#] {
             assert_eq!(filter(junk, None, 2).0, junk);
         }

@@ -549,7 +549,10 @@ fn same_read(bytes: &[u8], path: &Path, label: Option<&str>) {
         (b.rank, b.world_size, b.rank_from_info),
         "{what}"
     );
-    assert!(!a.gpu.is_empty() || !a.comms.is_empty(), "{what}: nothing read");
+    assert!(
+        !a.gpu.is_empty() || !a.comms.is_empty(),
+        "{what}: nothing read"
+    );
 }
 
 #[test]
