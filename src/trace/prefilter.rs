@@ -41,8 +41,12 @@ enum State {
     /// Inside `traceEvents`; `depth` is the depth to return to after its `]`.
     Events {
         depth: u32,
+        /// Whether an event was kept (a comma is owed before the next one kept).
         emitted: bool,
+        /// Whether the last thing read was an element (a comma or `]` must follow).
         after_elem: bool,
+        /// Whether any element was read (a `]` right after a comma is then invalid).
+        any: bool,
     },
     /// Everything from here on passes through unread.
     Pass,
@@ -146,11 +150,11 @@ impl<R: Read> EventFilter<R> {
                 None => return true,
             }
         }
+        // With a label, any escape may spell its name differently (`\/`): keep the event.
         self.keys.iter().any(|k| k.find(ev).is_some())
-            || self
-                .label
-                .as_deref()
-                .is_some_and(|l| memmem::find(ev, l).is_some())
+            || self.label.as_deref().is_some_and(|l| {
+                memmem::find(ev, l).is_some() || memchr::memchr(b'\\', ev).is_some()
+            })
     }
 
     fn step(&mut self) -> Step {
@@ -201,6 +205,7 @@ impl<R: Read> EventFilter<R> {
                                         depth: 1,
                                         emitted: false,
                                         after_elem: false,
+                                        any: false,
                                     };
                                     return Step::Progress;
                                 }
@@ -215,6 +220,7 @@ impl<R: Read> EventFilter<R> {
                                 depth: 0,
                                 emitted: false,
                                 after_elem: false,
+                                any: false,
                             };
                             return Step::Progress;
                         }
@@ -238,6 +244,7 @@ impl<R: Read> EventFilter<R> {
                 depth,
                 emitted,
                 after_elem,
+                any,
             } => {
                 let mut i = 0;
                 while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
@@ -252,8 +259,10 @@ impl<R: Read> EventFilter<R> {
                     }
                     return Step::NeedMore;
                 };
+                // The rest goes through unread; a comma already consumed is given back when
+                // an element was kept before it, or when the parser must see it to reject `,]`.
                 let pass = |s: &mut Self| {
-                    if emitted && !after_elem {
+                    if any && !after_elem && (emitted || c == b']') {
                         s.out.push(b',');
                     }
                     s.state = State::Pass;
@@ -266,10 +275,11 @@ impl<R: Read> EventFilter<R> {
                             depth,
                             emitted,
                             after_elem: false,
+                            any,
                         };
                         Step::Progress
                     }
-                    b']' if after_elem || !emitted => {
+                    b']' if after_elem || !any => {
                         self.out.push(b']');
                         self.pos += 1;
                         self.state = State::Prelude {
@@ -296,6 +306,7 @@ impl<R: Read> EventFilter<R> {
                                 depth,
                                 emitted: emitted || keep,
                                 after_elem: true,
+                                any: true,
                             };
                             Step::Progress
                         }
@@ -468,12 +479,19 @@ mod tests {
                 .iter()
                 .map(|e| e["cat"].as_str().unwrap().to_string())
                 .collect();
+            // With a label, the event with escapes in it is kept (they could spell the label).
             assert_eq!(
                 names,
-                ["kernel", "cpu_op", "user_annotation", "cpu_op"],
+                [
+                    "python_function",
+                    "kernel",
+                    "cpu_op",
+                    "user_annotation",
+                    "cpu_op"
+                ],
                 "chunk {chunk}"
             );
-            assert_eq!(dropped, 2);
+            assert_eq!(dropped, 1);
             assert_eq!(v["distributedInfo"]["rank"], 1);
             assert_eq!(v["a"], "traceEvents");
         }
@@ -499,6 +517,12 @@ mod tests {
         assert_eq!(
             s,
             r#"{"traceEvents":[{"cat":"kernel"},1,{"cat":"cpu_op"}]}"#
+        );
+        // A trailing comma stays for the parser to reject.
+        let (s, _) = filter(r#"{"traceEvents":[{"cat":"cpu_op"},]}"#, None, 3);
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&s).is_err(),
+            "{s}"
         );
         for junk in ["hello", r#"{"a":1}"#, "", r#"{"traceEvents":{"a":1}}"#] {
             assert_eq!(filter(junk, None, 2).0, junk);
