@@ -14,19 +14,26 @@ use criterion::{Criterion, Throughput};
 use verifybench::trace::synth::{self, SynthSpec};
 use verifybench::trace::{analyse, TraceRequest};
 
+/// A server-like mix per verify step: 124 collectives, 20 compute kernels before each (2,480),
+/// each with its cpu op, runtime launch, flow arrows and 4 `python_function` events.
+/// `VERIFYBENCH_TRACE_MIX=collectives` gives the earlier, collective-heavy mix (1 compute
+/// kernel per collective, 3 filler cpu ops, no Python events).
 fn spec(ranks: usize, steps: usize) -> SynthSpec {
+    let heavy = std::env::var("VERIFYBENCH_TRACE_MIX").is_ok_and(|m| m == "collectives");
     SynthSpec {
         ranks,
         steps,
         late_rank: Some((1, 80.0)),
-        filler_cpu_ops: 3,
+        filler_cpu_ops: if heavy { 3 } else { 1 },
+        kernels_per_collective: if heavy { 1 } else { 20 },
+        python_functions: if heavy { 0 } else { 4 },
         ..Default::default()
     }
 }
 
 fn small(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let paths = synth::write_dir(&spec(2, 200), dir.path(), true).unwrap();
+    let paths = synth::write_dir(&spec(2, 20), dir.path(), true).unwrap();
     let bytes: u64 = paths
         .iter()
         .map(|p| std::fs::metadata(p).unwrap().len())
@@ -34,9 +41,10 @@ fn small(c: &mut Criterion) {
     let mut g = c.benchmark_group("trace");
     g.sample_size(10);
     g.throughput(Throughput::Bytes(bytes));
-    g.bench_function("analyse 2 ranks x 200 Kimi verify steps (gzip)", |b| {
-        b.iter(|| analyse(&TraceRequest::new(vec![dir.path().to_path_buf()])).unwrap())
-    });
+    g.bench_function(
+        "analyse 2 ranks x 20 server-like verify steps (gzip)",
+        |b| b.iter(|| analyse(&TraceRequest::new(vec![dir.path().to_path_buf()])).unwrap()),
+    );
     g.finish();
 }
 
@@ -47,25 +55,33 @@ fn big() {
     };
     let dir = PathBuf::from(dir);
     // Steps for ~200 MB of gzip per rank, from a small calibration run (unless given).
+    let per_rank_mb: f64 = std::env::var("VERIFYBENCH_TRACE_BIG_MB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200.0);
+    let ranks: usize = std::env::var("VERIFYBENCH_TRACE_BIG_RANKS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
     let steps: usize = std::env::var("VERIFYBENCH_TRACE_BIG_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
             let t = tempfile::tempdir().unwrap();
-            let p = synth::write_dir(&spec(8, 20), t.path(), true).unwrap();
-            let per_step = std::fs::metadata(&p[0]).unwrap().len() as f64 / 20.0;
-            (200e6 / per_step).ceil() as usize
+            let p = synth::write_dir(&spec(ranks, 4), t.path(), true).unwrap();
+            let per_step = std::fs::metadata(&p[0]).unwrap().len() as f64 / 4.0;
+            (per_rank_mb * 1e6 / per_step).ceil() as usize
         });
-    if !dir.join("rank-7.json.gz").exists() {
+    if !dir.join(format!("rank-{}.json.gz", ranks - 1)).exists() {
         std::fs::create_dir_all(&dir).unwrap();
         let t = Instant::now();
-        synth::write_dir(&spec(8, steps), &dir, true).unwrap();
+        synth::write_dir(&spec(ranks, steps), &dir, true).unwrap();
         eprintln!(
-            "generated 8 ranks x {steps} steps in {:.1} s",
+            "generated {ranks} ranks x {steps} steps in {:.1} s",
             t.elapsed().as_secs_f64()
         );
     }
-    let sizes: Vec<u64> = (0..8)
+    let sizes: Vec<u64> = (0..ranks)
         .map(|r| {
             std::fs::metadata(dir.join(format!("rank-{r}.json.gz")))
                 .unwrap()
@@ -77,9 +93,9 @@ fn big() {
     let s = t.elapsed().as_secs_f64();
     let total: u64 = sizes.iter().sum();
     println!(
-        "trace/big: 8 ranks, {:.0} MB gzip in all ({:.0} MB per rank), {} steps, {} collectives per rank: {s:.1} s ({:.0} MB/s of gzip)",
+        "trace/big: {ranks} ranks, {:.0} MB gzip in all ({:.0} MB per rank), {} steps, {} collectives per rank: {s:.1} s ({:.0} MB/s of gzip)",
         total as f64 / 1e6,
-        total as f64 / 8e6,
+        total as f64 / 1e6 / ranks as f64,
         a.step.as_ref().map(|x| x.steps).unwrap_or(0),
         a.ranks[0].collectives,
         total as f64 / 1e6 / s

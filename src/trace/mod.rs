@@ -20,6 +20,7 @@ pub mod chrome;
 pub mod extract;
 pub mod names;
 pub mod nccl_log;
+pub mod prefilter;
 pub mod reader;
 pub mod render;
 pub mod steps;

@@ -16,6 +16,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::Deserialize;
 
 use super::names::is_nccl_kernel;
+use super::prefilter::EventFilter;
 
 /// A number that some writers spell as a string (`"ts": "123.5"`, `"pid": "Spans"`).
 #[derive(Debug, Clone, PartialEq)]
@@ -452,7 +453,17 @@ pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceDa
     } else {
         Box::new(f)
     };
-    read_from(BufReader::with_capacity(1 << 20, reader), path, opts).map(split_by_rank)
+    read_filtered(reader, path, opts).map(split_by_rank)
+}
+
+/// [`read_from`] behind [`EventFilter`]: events that cannot matter are skipped before serde
+/// sees them (same result, most of a profile never tokenized).
+pub fn read_filtered<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> anyhow::Result<TraceData> {
+    let f = EventFilter::new(r, opts.step_label.as_deref());
+    let dropped = f.dropped();
+    let mut t = read_from(BufReader::with_capacity(1 << 16, f), path, opts)?;
+    t.events_seen += dropped.get();
+    Ok(t)
 }
 
 /// Splits a trace whose events carry `args.rank` into one trace per rank.

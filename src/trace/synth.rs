@@ -37,6 +37,13 @@ pub struct SynthSpec {
     /// Extra cpu ops per compute op that the reader must skip (to make large traces
     /// realistic in composition).
     pub filler_cpu_ops: usize,
+    /// Compute kernels (each with its cpu op and runtime launch) before each collective; the
+    /// compute time and host gap are shared among them. A server's step has a few thousand
+    /// kernels for its ~124 collectives (about 20 per collective).
+    pub kernels_per_collective: usize,
+    /// `python_function` events (long names, Python ids) around each compute op, as
+    /// `with_stack` profiles of a Python server hold them; none are read by the analysis.
+    pub python_functions: usize,
     pub seed: u64,
 }
 
@@ -56,6 +63,8 @@ impl Default for SynthSpec {
             graph: false,
             with_args: true,
             filler_cpu_ops: 0,
+            kernels_per_collective: 1,
+            python_functions: 0,
             seed: 7,
         }
     }
@@ -74,6 +83,11 @@ impl Lcg {
 
 /// One event of one rank, before formatting.
 enum Ev {
+    Py {
+        name: &'static str,
+        ts: f64,
+        id: u64,
+    },
     Cpu {
         name: &'static str,
         ts: f64,
@@ -98,6 +112,18 @@ enum Ev {
 }
 
 const LAUNCH_US: f64 = 4.0;
+
+/// Names of the kind a Python server's stack profile holds.
+const PY_NAMES: &[&str] = &[
+    "sglang/srt/model_executor/model_runner.py(1688): forward_decode",
+    "sglang/srt/models/deepseek_v2.py(2034): forward",
+    "nn.Module: DeepseekV2DecoderLayer_17",
+    "sglang/srt/layers/linear.py(1402): forward",
+    "torch/nn/modules/module.py(1784): _call_impl",
+    "sglang/srt/layers/moe/fused_moe_triton/layer.py(901): forward",
+    "sglang/srt/layers/communicator.py(512): prepare_attn",
+    "<built-in method empty of type object at 0x7f3e2c5a8f20>",
+];
 const T0: f64 = 1_700_000_000_000_000.0;
 
 /// Simulates one step for all ranks; `host` and `gpu` are each rank's clocks.
@@ -137,46 +163,56 @@ fn step(
         let seq = (step_i * n_coll + i) as u64;
         let mut starts = vec![0.0; s.ranks];
         for r in 0..s.ranks {
-            // compute op
-            *ids += 1;
-            let id = *ids;
-            let corr = if s.graph { graph_corr[r] } else { id };
-            if !s.graph {
-                host[r] += s.host_gap_us + s.jitter_us * rng.next();
-                for _ in 0..s.filler_cpu_ops {
+            // compute ops
+            let k = s.kernels_per_collective.max(1);
+            for _ in 0..k {
+                *ids += 1;
+                let id = *ids;
+                let corr = if s.graph { graph_corr[r] } else { id };
+                if !s.graph {
+                    host[r] += (s.host_gap_us + s.jitter_us * rng.next()) / k as f64;
+                    for j in 0..s.python_functions {
+                        out[r].push(Ev::Py {
+                            name: PY_NAMES[(id as usize + j) % PY_NAMES.len()],
+                            ts: host[r],
+                            id: id * 64 + j as u64,
+                        });
+                    }
+                    for _ in 0..s.filler_cpu_ops {
+                        out[r].push(Ev::Cpu {
+                            name: "aten::view",
+                            ts: host[r],
+                            dur: 1.0,
+                            ext: id,
+                            coll: None,
+                        });
+                    }
                     out[r].push(Ev::Cpu {
-                        name: "aten::view",
+                        name: "aten::mm",
                         ts: host[r],
-                        dur: 1.0,
+                        dur: LAUNCH_US + 2.0,
                         ext: id,
                         coll: None,
                     });
+                    out[r].push(Ev::Runtime {
+                        graph: false,
+                        ts: host[r] + 1.0,
+                        dur: LAUNCH_US,
+                        corr,
+                        ext: id,
+                    });
+                    host[r] += LAUNCH_US + 2.0;
                 }
-                out[r].push(Ev::Cpu {
-                    name: "aten::mm",
-                    ts: host[r],
-                    dur: LAUNCH_US + 2.0,
-                    ext: id,
+                let k0 = gpu[r].max(if s.graph { 0.0 } else { host[r] - 1.0 });
+                out[r].push(Ev::Kernel {
                     coll: None,
-                });
-                out[r].push(Ev::Runtime {
-                    graph: false,
-                    ts: host[r] + 1.0,
-                    dur: LAUNCH_US,
+                    ts: k0,
+                    dur: s.compute_us / k as f64,
                     corr,
                     ext: id,
                 });
-                host[r] += LAUNCH_US + 2.0;
+                gpu[r] = k0 + s.compute_us / k as f64;
             }
-            let k0 = gpu[r].max(if s.graph { 0.0 } else { host[r] - 1.0 });
-            out[r].push(Ev::Kernel {
-                coll: None,
-                ts: k0,
-                dur: s.compute_us,
-                corr,
-                ext: id,
-            });
-            gpu[r] = k0 + s.compute_us;
             // collective launch
             *ids += 1;
             let id = *ids;
@@ -235,6 +271,12 @@ fn write_ev<W: Write>(w: &mut W, s: &SynthSpec, rank: usize, e: &Ev) -> std::io:
         )
     };
     match e {
+        Ev::Py { name, ts, id } => write!(
+            w,
+            "{{\"ph\":\"X\",\"cat\":\"python_function\",\"name\":\"{name}\",\"pid\":{pid},\"tid\":{pid},\"ts\":{:.3},\"dur\":0.500,\"args\":{{\"Python parent id\":{},\"Python id\":{id},\"Python thread\":0}}}}",
+            T0 + ts,
+            id.saturating_sub(1)
+        ),
         Ev::Cpu { name, ts, dur, ext, coll } => {
             let extra = coll.map(|(ag, n)| coll_args(ag, n)).unwrap_or_default();
             write!(w, "{{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"{name}\",\"pid\":{pid},\"tid\":{pid},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"External id\":{ext},\"Record function id\":0,\"Input Dims\":[[3,7168],[7168,2304]],\"Input type\":[\"c10::BFloat16\",\"c10::BFloat16\"],\"Ev Idx\":{ext}{extra}}}}}", T0 + ts, dur)

@@ -2,7 +2,7 @@
 //! available to profile, so the known answers (an injected delay, a step count, eager or
 //! graph) come from the simulation, not from a real run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::synth::{self, SynthSpec};
 use super::*;
@@ -527,4 +527,68 @@ fn old_style_kernel_names_only_with_the_nccl_log_fill_in() {
     assert_eq!(a.sequence[0].elements, Some(21504));
     assert_eq!(a.sequence[1].elements, Some(491520));
     assert_eq!(a.sequence[1].size_from, extract::SizeFrom::NcclLog);
+}
+
+// ---- the event prefilter reads exactly what the reference serde path reads ----
+
+fn same_read(bytes: &[u8], path: &Path, label: Option<&str>) {
+    let opts = reader::ReadOptions {
+        step_label: label.map(str::to_string),
+    };
+    let a = reader::read_from(bytes, path, &opts).unwrap();
+    let b = reader::read_filtered(bytes, path, &opts).unwrap();
+    let what = path.display();
+    assert_eq!(a.gpu, b.gpu, "{what}");
+    assert_eq!(a.runtime, b.runtime, "{what}");
+    assert_eq!(a.comms, b.comms, "{what}");
+    assert_eq!(a.labels, b.labels, "{what}");
+    assert_eq!(a.names, b.names, "{what}");
+    assert_eq!(a.events_seen, b.events_seen, "{what}");
+    assert_eq!(
+        (a.rank, a.world_size, a.rank_from_info),
+        (b.rank, b.world_size, b.rank_from_info),
+        "{what}"
+    );
+    assert!(
+        !a.gpu.is_empty() || !a.comms.is_empty(),
+        "{what}: nothing read"
+    );
+}
+
+#[test]
+fn prefilter_gives_the_reference_result_on_fixtures_and_synthetic_traces() {
+    use std::io::Read;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/traces");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if !reader::is_trace_name(&p) {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        let f = std::fs::File::open(&p).unwrap();
+        if p.extension().is_some_and(|x| x == "gz") {
+            flate2::read::MultiGzDecoder::new(f)
+                .read_to_end(&mut bytes)
+                .unwrap();
+        } else {
+            std::io::BufReader::new(f).read_to_end(&mut bytes).unwrap();
+        }
+        same_read(&bytes, &p, None);
+        same_read(&bytes, &p, Some("verify_step"));
+        n += 1;
+    }
+    assert!(n >= 3, "fixtures found: {n}");
+    for graph in [false, true] {
+        let s = SynthSpec {
+            ranks: 2,
+            steps: 3,
+            graph,
+            filler_cpu_ops: 2,
+            ..Default::default()
+        };
+        for (r, doc) in synth::to_strings(&s).iter().enumerate() {
+            same_read(doc.as_bytes(), Path::new(&format!("rank-{r}.json")), None);
+        }
+    }
 }
