@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use crate::costmodel::ModelSettings;
 use crate::launch::rendezvous::Endpoint;
 use crate::model::{
-    self, CollectiveKind, DType, Logits, Phase, Routing, Schedule, ScheduleOptions,
+    self, schedule_file::ScheduleFile, CollectiveKind, DType, Logits, Phase, Routing, Schedule,
+    ScheduleOptions,
 };
 use crate::record::Mode;
 use crate::report::Exports;
@@ -33,6 +34,10 @@ pub struct Workload {
     pub logits: Logits,
     pub draft_vocab: u64,
     pub phase: Phase,
+    /// A schedule file (`plan --format json`, `trace --export-schedule`) whose exact op
+    /// sequence replaces the config-derived schedule; the fields above other than `tp` are
+    /// then unused, and `tp`, when given, must equal the file's.
+    pub schedule_file: Option<PathBuf>,
 }
 
 impl Default for Workload {
@@ -49,6 +54,7 @@ impl Default for Workload {
             logits: Logits::Gather,
             draft_vocab: 32000,
             phase: Phase::Verify,
+            schedule_file: None,
         }
     }
 }
@@ -70,15 +76,59 @@ impl Workload {
         model::resolve(&self.model, self.model_config.as_deref())
     }
 
-    /// The schedule of the chosen phase, with `default_tp` when `tp` is absent.
+    /// The schedule of the chosen phase, with `default_tp` when `tp` is absent; with a
+    /// schedule file, the file's schedule (its own tp; `default_tp` is unused).
     pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+        if let Some(f) = self.load_schedule_file()? {
+            return Ok(f.schedule);
+        }
         let shape = self.shape()?;
         model::build(&shape, &self.options(default_tp), self.phase)
+    }
+
+    /// The schedule file, loaded and checked against `tp` (`None` without `--schedule`).
+    /// A `tp` other than the file's is a usage error naming both: the file's per-rank sizes
+    /// belong to its tp, so replaying them at another would measure a different workload.
+    pub fn load_schedule_file(&self) -> anyhow::Result<Option<ScheduleFile>> {
+        let Some(p) = &self.schedule_file else {
+            return Ok(None);
+        };
+        let f = ScheduleFile::load(p)?;
+        if let Some(tp) = self.tp {
+            if tp != f.schedule.tp {
+                crate::usage_bail!(
+                    "--tp {tp} but --schedule '{}' is a TP{} schedule: drop --tp (it is taken from the file) or give --tp {}",
+                    p.display(),
+                    f.schedule.tp,
+                    f.schedule.tp
+                );
+            }
+        }
+        Ok(Some(f))
+    }
+
+    /// The tp the user asked for: `--tp`, else the schedule file's, else `None` (the
+    /// caller's default). Loads and checks the schedule file when there is one.
+    pub fn requested_tp(&self) -> anyhow::Result<Option<u64>> {
+        Ok(match self.load_schedule_file()? {
+            Some(f) => Some(f.schedule.tp),
+            None => self.tp,
+        })
     }
 
     /// The flags that reproduce this workload on another command line (sweep children).
     pub fn to_args(&self) -> Vec<String> {
         let mut a = vec![];
+        if let Some(p) = &self.schedule_file {
+            // The other workload flags conflict with --schedule; the path is made absolute
+            // so that a child started in another directory reads the same file.
+            let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+            a.extend(["--schedule".into(), abs.display().to_string()]);
+            if let Some(tp) = self.tp {
+                a.extend(["--tp".into(), tp.to_string()]);
+            }
+            return a;
+        }
         match &self.model_config {
             Some(p) => a.extend(["--model-config".into(), p.display().to_string()]),
             None => a.extend(["--model".into(), self.model.clone()]),

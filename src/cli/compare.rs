@@ -17,6 +17,10 @@ pub struct CompareArgs {
     /// Output format.
     #[arg(long, value_parser = named::<Format>(), default_value = "table")]
     pub format: Format,
+    /// A schedule file (`plan --format json`, `trace --export-schedule`): check that every
+    /// record replayed exactly its schedule (same schedule hash), else exit 2 (with --force: a note).
+    #[arg(long, value_name = "FILE")]
+    pub schedule: Option<PathBuf>,
 }
 
 impl From<&CompareArgs> for CompareRequest {
@@ -25,6 +29,7 @@ impl From<&CompareArgs> for CompareRequest {
             files: a.files.clone(),
             force: a.force,
             format: a.format,
+            schedule: a.schedule.clone(),
         }
     }
 }

@@ -449,9 +449,10 @@ fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) 
 /// `verify --backend nccl`.
 pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
+    // `--tp`, else a schedule file's tp, picks how many GPUs to use.
     let devices = select_devices(
         &a.gpu,
-        a.workload.tp.map(|t| t as usize),
+        a.workload.requested_tp()?.map(|t| t as usize),
         comm::device_count(),
     )?;
     let schedule = a.workload.schedule(devices.len() as u64)?;
