@@ -457,6 +457,20 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_file_goes_to_children_as_an_absolute_path_alone() {
+        let w = Workload {
+            schedule_file: Some(PathBuf::from("rel/s.json")),
+            tp: Some(2),
+            ..Default::default()
+        };
+        let a = w.to_args();
+        assert_eq!(a.len(), 4, "{a:?}");
+        assert_eq!((a[0].as_str(), a[2].as_str(), a[3].as_str()), ("--schedule", "--tp", "2"));
+        let p = PathBuf::from(&a[1]);
+        assert!(p.is_absolute() && p.ends_with("rel/s.json"), "{a:?}");
+    }
+
+    #[test]
     fn workload_names_parse_back() {
         use crate::util::Named;
         for p in Phase::ALL {
