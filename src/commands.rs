@@ -16,34 +16,8 @@ pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
             a.launches_per_layer
         );
     }
-    check_schedule_file(a)?;
+    a.workload.check_schedule_modes(&a.mode)?;
     verify_with(&*backend::resolve(a.backend, a.quiet), a)
-}
-
-/// With `--schedule FILE`: the file loads, its tp agrees with `--tp`, and a collectives-only
-/// file (a trace export) is not asked for compute it does not have.
-pub fn check_schedule_file(a: &VerifyRequest) -> anyhow::Result<()> {
-    let Some(f) = a.workload.load_schedule_file()? else {
-        return Ok(());
-    };
-    let has_compute = f
-        .schedule
-        .ops
-        .iter()
-        .any(|o| matches!(o, crate::model::Op::Compute { .. }));
-    if let Some(m) = a
-        .mode
-        .iter()
-        .find(|m| **m != crate::record::Mode::Comm)
-        .filter(|_| !has_compute)
-    {
-        crate::usage_bail!(
-            "--mode {} but --schedule '{}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm",
-            m.name(),
-            a.workload.schedule_file.as_deref().unwrap_or_else(|| std::path::Path::new("")).display()
-        );
-    }
-    Ok(())
 }
 
 /// `verify` on a given backend.

@@ -107,6 +107,27 @@ impl Workload {
         Ok(Some(f))
     }
 
+    /// With a schedule file: refuses `modes` other than comm when the file has no compute ops
+    /// (a trace export holds the collectives only). Without one: nothing to check.
+    pub fn check_schedule_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
+        let (Some(p), Some(f)) = (&self.schedule_file, self.load_schedule_file()?) else {
+            return Ok(());
+        };
+        let compute = f
+            .schedule
+            .ops
+            .iter()
+            .any(|o| matches!(o, model::Op::Compute { .. }));
+        if let Some(m) = modes.iter().find(|m| **m != Mode::Comm).filter(|_| !compute) {
+            crate::usage_bail!(
+                "--mode {} but --schedule '{}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm",
+                m.name(),
+                p.display()
+            );
+        }
+        Ok(())
+    }
+
     /// The tp the user asked for: `--tp`, else the schedule file's, else `None` (the
     /// caller's default). Loads and checks the schedule file when there is one.
     pub fn requested_tp(&self) -> anyhow::Result<Option<u64>> {

@@ -38,7 +38,8 @@ pub struct TraceArgs {
     /// The ranks ran on more than one host: compare kernel durations only (skew unknown).
     #[arg(long)]
     pub multi_host: bool,
-    /// Diff the trace's step against the schedule of the workload flags (--model, --tp, --tokens).
+    /// Diff the trace's step against the schedule of the workload flags (--model, --tp, --tokens),
+    /// or of a schedule file (--schedule FILE).
     #[arg(long)]
     pub against_plan: bool,
     #[command(flatten)]

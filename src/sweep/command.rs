@@ -218,19 +218,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     let mut w = a.workload.clone();
     w.tp = Some(tp);
     let schedule = w.schedule(tp)?;
-    if let Some(p) = &w.schedule_file {
-        let compute = schedule
-            .ops
-            .iter()
-            .any(|o| matches!(o, crate::model::Op::Compute { .. }));
-        if a.mode != Mode::Comm && !compute {
-            crate::usage_bail!(
-                "--mode {} but --schedule '{}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm",
-                a.mode.name(),
-                p.display()
-            );
-        }
-    }
+    w.check_schedule_modes(&[a.mode])?;
     let workload = Workload::of(&schedule);
 
     let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string();
