@@ -113,7 +113,8 @@ mod tests {
         }
         .schedule(8)
         .unwrap();
-        s.ops.retain(|o| matches!(o, crate::model::Op::Collective { .. }));
+        s.ops
+            .retain(|o| matches!(o, crate::model::Op::Collective { .. }));
         s.ops.truncate(3);
         let path = dir.path().join("s.json");
         ScheduleFile {

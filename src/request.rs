@@ -118,7 +118,11 @@ impl Workload {
             .ops
             .iter()
             .any(|o| matches!(o, model::Op::Compute { .. }));
-        if let Some(m) = modes.iter().find(|m| **m != Mode::Comm).filter(|_| !compute) {
+        if let Some(m) = modes
+            .iter()
+            .find(|m| **m != Mode::Comm)
+            .filter(|_| !compute)
+        {
             crate::usage_bail!(
                 "--mode {} but --schedule '{}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm",
                 m.name(),
@@ -486,7 +490,10 @@ mod tests {
         };
         let a = w.to_args();
         assert_eq!(a.len(), 4, "{a:?}");
-        assert_eq!((a[0].as_str(), a[2].as_str(), a[3].as_str()), ("--schedule", "--tp", "2"));
+        assert_eq!(
+            (a[0].as_str(), a[2].as_str(), a[3].as_str()),
+            ("--schedule", "--tp", "2")
+        );
         let p = PathBuf::from(&a[1]);
         assert!(p.is_absolute() && p.ends_with("rel/s.json"), "{a:?}");
     }

@@ -11,7 +11,9 @@ mod common;
 use common::vb;
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
 }
 
 fn trace() -> PathBuf {
@@ -28,7 +30,11 @@ fn json(args: &[String]) -> serde_json::Value {
         .args(args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -42,7 +48,10 @@ fn the_trace_gives_the_verify_time_and_the_log_the_accept_length() {
         .unwrap();
     assert!(t.status.success());
     let rec: serde_json::Value = serde_json::from_slice(&t.stdout).unwrap();
-    let step_ms = rec["result"]["data"]["step"]["step_us"]["median"].as_f64().unwrap() / 1000.0;
+    let step_ms = rec["result"]["data"]["step"]["step_us"]["median"]
+        .as_f64()
+        .unwrap()
+        / 1000.0;
 
     let v = json(&[
         "--from-trace".into(),
@@ -56,15 +65,24 @@ fn the_trace_gives_the_verify_time_and_the_log_the_accept_length() {
     ]);
     let i = &v["inputs"];
     let tv = &i["verify_ms"][0];
-    assert!((tv["value"].as_f64().unwrap() - step_ms).abs() < 1e-9, "{tv}");
+    assert!(
+        (tv["value"].as_f64().unwrap() - step_ms).abs() < 1e-9,
+        "{tv}"
+    );
     assert_eq!(tv["origin"], "measured");
-    assert!(tv["detail"].as_str().unwrap().contains("measured from the trace"));
+    assert!(tv["detail"]
+        .as_str()
+        .unwrap()
+        .contains("measured from the trace"));
     assert_eq!(tv["file"], "kimi-tp1-world1-eager-rank-0.trace.json.gz");
     // (2.40 + 2.60 + 2.20) / 3; the 0.00 line (no speculation) is left out
     let tau = &i["accept_length"];
     assert!((tau["value"].as_f64().unwrap() - 2.4).abs() < 1e-9, "{tau}");
     assert_eq!(tau["origin"], "measured");
-    assert!(tau["detail"].as_str().unwrap().contains("measured from the log"));
+    assert!(tau["detail"]
+        .as_str()
+        .unwrap()
+        .contains("measured from the log"));
     let notes = i["notes"].to_string();
     assert!(notes.contains("cuda graph: False"), "{notes}");
 }
@@ -102,7 +120,9 @@ fn bad_traces_roles_and_logs_exit_2_naming_the_file() {
         .arg(role("verify", &graph))
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("kimi-tp1-world1-graph-rank-0.trace.json.gz"));
+        .stderr(predicate::str::contains(
+            "kimi-tp1-world1-graph-rank-0.trace.json.gz",
+        ));
     // not a trace
     let d = tempfile::tempdir().unwrap();
     let junk = d.path().join("junk.json");
@@ -128,7 +148,13 @@ fn bad_traces_roles_and_logs_exit_2_naming_the_file() {
         .stderr(predicate::str::contains("missing.log"));
     // one acceptance source only
     vb().args(base)
-        .args(["--verify-ms", "20", "--accept-length", "2", "--accept-from-log"])
+        .args([
+            "--verify-ms",
+            "20",
+            "--accept-length",
+            "2",
+            "--accept-from-log",
+        ])
         .arg(data("sglang-decode-eagle3.log"))
         .assert()
         .code(2)

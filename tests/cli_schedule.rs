@@ -85,13 +85,11 @@ fn the_export_holds_the_plans_collectives_and_verify_replays_it() {
         .any(|n| n.contains("kimi-tp2-world1-eager-rank-0.trace.json.gz")));
     // the same collectives priced from the config: the same comm times
     let planned = d.path().join("p.json");
-    vb().args([
-        "verify", "--backend", "model", "--tp", "2", "--tokens", "3",
-    ])
-    .arg("--export-json")
-    .arg(&planned)
-    .assert()
-    .success();
+    vb().args(["verify", "--backend", "model", "--tp", "2", "--tokens", "3"])
+        .arg("--export-json")
+        .arg(&planned)
+        .assert()
+        .success();
     let p = read_records(&planned).unwrap();
     let (Body::Verify(a), Body::Verify(b)) = (&r[0].body, &p[0].body) else {
         panic!("verify records")
@@ -111,7 +109,9 @@ fn the_export_holds_the_plans_collectives_and_verify_replays_it() {
         .arg(&file)
         .assert()
         .success()
-        .stdout(predicate::str::contains("every record replays the schedule"));
+        .stdout(predicate::str::contains(
+            "every record replays the schedule",
+        ));
     vb().arg("compare")
         .arg(&planned)
         .arg("--schedule")
@@ -129,15 +129,23 @@ fn sweep_children_replay_the_file() {
     let res = d.path().join("r.jsonl");
     let json = d.path().join("v.json");
     // real child processes (`verify --backend model --schedule ABS`), not the debug mock
-    vb().args(["sweep", "--backend", "model", "-n", "3", "-L", "NCCL_PROTO=LL,Simple"])
-        .arg("--schedule")
-        .arg(&file)
-        .arg("--results")
-        .arg(&res)
-        .arg("--export-json")
-        .arg(&json)
-        .assert()
-        .success();
+    vb().args([
+        "sweep",
+        "--backend",
+        "model",
+        "-n",
+        "3",
+        "-L",
+        "NCCL_PROTO=LL,Simple",
+    ])
+    .arg("--schedule")
+    .arg(&file)
+    .arg("--results")
+    .arg(&res)
+    .arg("--export-json")
+    .arg(&json)
+    .assert()
+    .success();
     let hash = ScheduleFile::load(&file).unwrap().schedule.hash();
     let recs = read_records(&json).unwrap();
     assert_eq!(recs.len(), 3);
@@ -145,7 +153,10 @@ fn sweep_children_replay_the_file() {
         let Body::Verify(v) = &r.body else {
             panic!("verify records")
         };
-        assert_eq!((v.workload.schedule_hash.as_str(), v.workload.tp), (hash.as_str(), 2));
+        assert_eq!(
+            (v.workload.schedule_hash.as_str(), v.workload.tp),
+            (hash.as_str(), 2)
+        );
     }
     // and the in-process mock of --debug-mode
     vb().args(["sweep", "--debug-mode", "-n", "3", "-L", "NCCL_PROTO=LL"])
@@ -220,24 +231,39 @@ fn conflicting_flags_and_missing_compute_are_usage_errors() {
         .stderr(predicate::str::contains("--tp 4"))
         .stderr(predicate::str::contains("TP2 schedule"));
     // --tp equal to the file's is accepted
-    vb().args(["verify", "--backend", "model", "--tp", "2", "-q", "--schedule"])
-        .arg(&file)
-        .assert()
-        .success();
+    vb().args([
+        "verify",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "-q",
+        "--schedule",
+    ])
+    .arg(&file)
+    .assert()
+    .success();
     for mode in ["full", "compute"] {
         vb().args(["verify", "--backend", "model", "--mode", mode, "--schedule"])
             .arg(&file)
             .assert()
             .code(2)
             .stderr(predicate::str::contains("no compute ops"));
-        vb().args(["sweep", "--debug-mode", "-L", "NCCL_PROTO=LL", "--mode", mode])
-            .arg("--schedule")
-            .arg(&file)
-            .arg("--results")
-            .arg(d.path().join("x.jsonl"))
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains("no compute ops"));
+        vb().args([
+            "sweep",
+            "--debug-mode",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--mode",
+            mode,
+        ])
+        .arg("--schedule")
+        .arg(&file)
+        .arg("--results")
+        .arg(d.path().join("x.jsonl"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no compute ops"));
     }
     vb().args(["verify", "--backend", "model", "--schedule"])
         .arg(d.path().join("missing.json"))

@@ -173,7 +173,12 @@ pub fn render_file(f: &crate::model::schedule_file::ScheduleFile, ops: bool) -> 
             g.len()
         );
     }
-    if !f.schedule.ops.iter().any(|op| matches!(op, Op::Compute { .. })) {
+    if !f
+        .schedule
+        .ops
+        .iter()
+        .any(|op| matches!(op, Op::Compute { .. }))
+    {
         let _ = writeln!(
             o,
             "# collectives only: no compute ops, so `verify --mode compute|full` has nothing to replay"

@@ -498,11 +498,7 @@ pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>
             .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
         let st = crate::trace::breakeven::step_time(&a)
             .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
-        let files: Vec<String> = st
-            .files
-            .iter()
-            .map(|f| short_name(Path::new(f)))
-            .collect();
+        let files: Vec<String> = st.files.iter().map(|f| short_name(Path::new(f))).collect();
         out.push(RecordTime {
             phase: t.phase,
             ms: Labelled {
