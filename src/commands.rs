@@ -139,6 +139,7 @@ pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
             a.launches_per_layer
         );
     }
+    a.workload.check_schedule_modes(&a.mode)?;
     let compute_only = a.mode.iter().all(|m| *m == crate::record::Mode::Compute);
     verify_with(
         &*backend::resolve_min(a.backend, a.quiet, if compute_only { 1 } else { 2 }),
@@ -148,11 +149,18 @@ pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
 
 /// `verify` on a given backend.
 pub fn verify_with(b: &dyn Backend, a: &VerifyRequest) -> anyhow::Result<i32> {
-    let record = repeated(b.kind(), a.fresh_runs, |i| {
+    let mut record = repeated(b.kind(), a.fresh_runs, |i| {
         let mut r = a.clone();
         r.fresh_run = i;
         b.verify(&r)
     })?;
+    if let (Some(p), Some(f)) = (&a.workload.schedule_file, a.workload.load_schedule_file()?) {
+        record.provenance.notes.push(format!(
+            "schedule from the file {}: {}",
+            p.display(),
+            f.origin.as_deref().unwrap_or("no origin recorded")
+        ));
+    }
     a.export.write(std::slice::from_ref(&record))?;
     if !a.quiet {
         print!("{}", text::verify_table(&record));
@@ -275,6 +283,56 @@ mod tests {
         assert_eq!(at.matched as u64, s.n_collectives() * c.iterations);
         let per_verify = at.total.transfer_us / c.iterations as f64;
         assert!((per_verify - c.transfer_us).abs() < 1e-6 * c.transfer_us);
+    }
+
+    #[test]
+    fn the_mock_backend_replays_a_schedule_file_and_says_where_it_came_from() {
+        use crate::model::schedule_file::ScheduleFile;
+        let dir = tempfile::tempdir().unwrap();
+        // a collectives-only file (as a trace exports): 3 all-reduces of 43,008 B at TP2
+        let mut s = Workload {
+            tp: Some(2),
+            ..Default::default()
+        }
+        .schedule(8)
+        .unwrap();
+        s.ops
+            .retain(|o| matches!(o, crate::model::Op::Collective { .. }));
+        s.ops.truncate(3);
+        let path = dir.path().join("s.json");
+        ScheduleFile {
+            schedule: s.clone(),
+            host_gaps_us: None,
+            origin: Some("three all-reduces".into()),
+        }
+        .save(&path)
+        .unwrap();
+        let mut a = verify_request(dir.path());
+        a.workload = Workload {
+            schedule_file: Some(path.clone()),
+            ..Default::default()
+        };
+        assert_eq!(verify_with(&MockBackend, &a).unwrap(), 0);
+        let recs = crate::record::read_records(&dir.path().join("v.json")).unwrap();
+        let Body::Verify(v) = &recs[0].body else {
+            panic!("a verify record")
+        };
+        assert_eq!(v.workload.schedule_hash, s.hash());
+        assert_eq!((v.workload.tp, v.workload.n_all_reduce), (2, 3));
+        assert!(recs[0]
+            .provenance
+            .notes
+            .iter()
+            .any(|n| n.contains("three all-reduces")));
+        // no compute to replay in --mode full, and a --tp other than the file's
+        a.mode = vec![crate::record::Mode::Full];
+        let e = verify(&a).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("no compute ops"), "{e}");
+        a.mode = vec![crate::record::Mode::Comm];
+        a.workload.tp = Some(4);
+        let e = MockBackend.verify(&a).unwrap_err();
+        assert!(e.to_string().contains("--tp 4"), "{e}");
     }
 
     #[test]

@@ -14,9 +14,9 @@ use crate::costmodel::ModelSettings;
 use crate::launch::affinity::CpuAffinity;
 use crate::launch::rendezvous::Endpoint;
 use crate::measure::gaps::{HostGapRequest, HostGaps};
-use crate::model::schedule_file::ScheduleFile;
 use crate::model::{
-    self, CollectiveKind, DType, Logits, Phase, Routing, Schedule, ScheduleOptions,
+    self, schedule_file::ScheduleFile, CollectiveKind, DType, Logits, Phase, Routing, Schedule,
+    ScheduleOptions,
 };
 use crate::record::Mode;
 use crate::report::Exports;
@@ -37,6 +37,10 @@ pub struct Workload {
     pub logits: Logits,
     pub draft_vocab: u64,
     pub phase: Phase,
+    /// A schedule file (`plan --format json`, `trace --export-schedule`) whose exact op
+    /// sequence replaces the config-derived schedule; the fields above other than `tp` are
+    /// then unused, and `tp`, when given, must equal the file's.
+    pub schedule_file: Option<PathBuf>,
 }
 
 impl Default for Workload {
@@ -53,6 +57,7 @@ impl Default for Workload {
             logits: Logits::Gather,
             draft_vocab: 32000,
             phase: Phase::Verify,
+            schedule_file: None,
         }
     }
 }
@@ -74,9 +79,13 @@ impl Workload {
         model::resolve(&self.model, self.model_config.as_deref())
     }
 
-    /// The schedule of the chosen phase, with `default_tp` when `tp` is absent.
+    /// The schedule of the chosen phase, with `default_tp` when `tp` is absent; with a
+    /// schedule file, the file's schedule (its own tp; `default_tp` is unused).
     pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
         self.check_bounds()?;
+        if let Some(f) = self.load_schedule_file()? {
+            return Ok(f.schedule);
+        }
         let shape = self.shape()?;
         model::build(&shape, &self.options(default_tp), self.phase)
     }
@@ -103,9 +112,74 @@ impl Workload {
         Ok(())
     }
 
+    /// The schedule file, loaded and checked against `tp` (`None` without `--schedule`).
+    /// A `tp` other than the file's is a usage error naming both: the file's per-rank sizes
+    /// belong to its tp, so replaying them at another would measure a different workload.
+    pub fn load_schedule_file(&self) -> anyhow::Result<Option<ScheduleFile>> {
+        let Some(p) = &self.schedule_file else {
+            return Ok(None);
+        };
+        let f = ScheduleFile::load(p)?;
+        if let Some(tp) = self.tp {
+            if tp != f.schedule.tp {
+                crate::usage_bail!(
+                    "--tp {tp} but --schedule '{}' is a TP{} schedule: drop --tp (it is taken from the file) or give --tp {}",
+                    p.display(),
+                    f.schedule.tp,
+                    f.schedule.tp
+                );
+            }
+        }
+        Ok(Some(f))
+    }
+
+    /// With a schedule file: refuses `modes` other than comm when the file has no compute ops
+    /// (a trace export holds the collectives only). Without one: nothing to check.
+    pub fn check_schedule_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
+        let (Some(p), Some(f)) = (&self.schedule_file, self.load_schedule_file()?) else {
+            return Ok(());
+        };
+        let compute = f
+            .schedule
+            .ops
+            .iter()
+            .any(|o| matches!(o, model::Op::Compute { .. }));
+        if let Some(m) = modes
+            .iter()
+            .find(|m| **m != Mode::Comm)
+            .filter(|_| !compute)
+        {
+            crate::usage_bail!(
+                "--mode {} but --schedule '{}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm",
+                m.name(),
+                p.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// The tp the user asked for: `--tp`, else the schedule file's, else `None` (the
+    /// caller's default). Loads and checks the schedule file when there is one.
+    pub fn requested_tp(&self) -> anyhow::Result<Option<u64>> {
+        Ok(match self.load_schedule_file()? {
+            Some(f) => Some(f.schedule.tp),
+            None => self.tp,
+        })
+    }
+
     /// The flags that reproduce this workload on another command line (sweep children).
     pub fn to_args(&self) -> Vec<String> {
         let mut a = vec![];
+        if let Some(p) = &self.schedule_file {
+            // The other workload flags conflict with --schedule; the path is made absolute
+            // so that a child started in another directory reads the same file.
+            let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+            a.extend(["--schedule".into(), abs.display().to_string()]);
+            if let Some(tp) = self.tp {
+                a.extend(["--tp".into(), tp.to_string()]);
+            }
+            return a;
+        }
         match &self.model_config {
             Some(p) => a.extend(["--model-config".into(), p.display().to_string()]),
             None => a.extend(["--model".into(), self.model.clone()]),
@@ -582,6 +656,23 @@ mod tests {
             runs(&[Mode::Comm], GraphChoice::On),
             vec![(true, Mode::Comm)]
         );
+    }
+
+    #[test]
+    fn a_schedule_file_goes_to_children_as_an_absolute_path_alone() {
+        let w = Workload {
+            schedule_file: Some(PathBuf::from("rel/s.json")),
+            tp: Some(2),
+            ..Default::default()
+        };
+        let a = w.to_args();
+        assert_eq!(a.len(), 4, "{a:?}");
+        assert_eq!(
+            (a[0].as_str(), a[2].as_str(), a[3].as_str()),
+            ("--schedule", "--tp", "2")
+        );
+        let p = PathBuf::from(&a[1]);
+        assert!(p.is_absolute() && p.ends_with("rel/s.json"), "{a:?}");
     }
 
     #[test]

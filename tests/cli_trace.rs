@@ -155,3 +155,44 @@ fn a_schedule_file_of_another_shape_and_a_bad_nccl_log_are_refused() {
         .code(2)
         .stderr(predicate::str::contains("no_such_label"));
 }
+
+#[test]
+fn nccl_log_takes_one_file_so_trace_paths_may_follow_it() {
+    let d = tempfile::tempdir().unwrap();
+    synthetic_run(d.path(), None);
+    let log = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/traces/kimi-tp1-world1-nccl-coll.log");
+    vb().arg("trace")
+        .arg("--nccl-log")
+        .arg(&log)
+        .arg(d.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("123 all_reduce + 1 all_gather"));
+    // repeated, one file per flag
+    vb().arg("trace")
+        .arg("--nccl-log")
+        .arg(&log)
+        .arg("--nccl-log")
+        .arg(&log)
+        .arg(d.path())
+        .assert()
+        .success();
+}
+
+#[test]
+fn export_tp_must_match_a_real_group_size() {
+    let d = tempfile::tempdir().unwrap();
+    synthetic_run(d.path(), None);
+    let out = tempfile::tempdir().unwrap();
+    let sched = out.path().join("s.json");
+    vb().arg("trace")
+        .arg(d.path())
+        .args(["--tp", "4", "--export-schedule"])
+        .arg(&sched)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--tp 4"))
+        .stderr(predicate::str::contains("group size 2"));
+    assert!(!sched.exists(), "nothing written on failure");
+}

@@ -63,6 +63,14 @@ pub struct WorkloadArgs {
     /// Which forward: the verify of T tokens, one decode step, or one EAGLE-3 draft step.
     #[arg(long, value_parser = named::<Phase>(), default_value = "verify")]
     pub phase: Phase,
+    /// Replay exactly the ops of a schedule file (`plan --format json` or `trace
+    /// --export-schedule`) instead of the schedule of --model/--tokens/...; --tp is taken from
+    /// the file (if given, it must equal the file's).
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "model", "model_config", "tokens", "dtype", "routing", "no_embedding_allreduce",
+        "logits", "draft_vocab", "phase",
+    ])]
+    pub schedule: Option<PathBuf>,
 }
 
 impl From<&WorkloadArgs> for Workload {
@@ -78,6 +86,7 @@ impl From<&WorkloadArgs> for Workload {
             logits: a.logits,
             draft_vocab: a.draft_vocab,
             phase: a.phase,
+            schedule_file: a.schedule.clone(),
         }
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::report::breakeven::{print_out, render};
 use crate::speculative::analysis::analyse;
-use crate::speculative::inputs::{self, Acceptance, Flags};
+use crate::speculative::inputs::{self, Acceptance, Flags, TraceInput};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -81,6 +81,16 @@ pub struct BreakevenArgs {
     /// T_draft from decode- and draft-phase records. Repeatable; flags win over records.
     #[arg(long, value_name = "RESULTS.json")]
     pub from: Vec<PathBuf>,
+    /// A profiler trace (file or folder, as `verifybench trace` reads) whose median step time is
+    /// T_verify, T_decode or T_draft: ROLE=PATH with ROLE verify, decode or draft (the trace does
+    /// not say which forward it profiled). Repeatable; one decode and one draft at most; the
+    /// times are labelled measured from the trace.
+    #[arg(long, value_name = "ROLE=PATH")]
+    pub from_trace: Vec<TraceInput>,
+    /// SGLang's server log: the mean accept length is the mean of its `Decode batch. ...
+    /// accept len: X` lines above 0, labelled measured from the log.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["accept_length", "accept_rates", "accept_rate"])]
+    pub accept_from_log: Option<PathBuf>,
     /// Accept lengths of the table's columns (default 1.5,2,...,4 up to k+1).
     #[arg(
         long,
@@ -113,8 +123,15 @@ impl BreakevenArgs {
 }
 
 pub fn run(a: &BreakevenArgs) -> anyhow::Result<i32> {
-    let (times, file_notes) = inputs::read_verify_files(&a.from)?;
-    let mut inputs = inputs::resolve(&a.flags(), &times, true)?;
+    let (mut times, mut file_notes) = inputs::read_verify_files(&a.from)?;
+    times.extend(inputs::read_trace_times(&a.from_trace)?);
+    let mut flags = a.flags();
+    if let Some(p) = &a.accept_from_log {
+        let (tau, notes) = inputs::read_accept_log(p)?;
+        flags.measured_accept_length = Some(tau);
+        file_notes.extend(notes);
+    }
+    let mut inputs = inputs::resolve(&flags, &times, true)?;
     inputs.notes.extend(file_notes);
     let analysis = analyse(inputs);
     let text = match a.format {

@@ -23,6 +23,10 @@ pub struct CompareArgs {
     /// ratio verifybench / nccl-tests per size and mode.
     #[arg(long = "nccl-tests", value_name = "OUTPUT")]
     pub nccl_tests: Vec<PathBuf>,
+    /// A schedule file (`plan --format json`, `trace --export-schedule`): check that every
+    /// record replayed exactly its schedule (same schedule hash), else exit 2 (with --force: a note).
+    #[arg(long, value_name = "FILE")]
+    pub schedule: Option<PathBuf>,
 }
 
 impl From<&CompareArgs> for CompareRequest {
@@ -32,6 +36,7 @@ impl From<&CompareArgs> for CompareRequest {
             force: a.force,
             format: a.format,
             nccl_tests: a.nccl_tests.clone(),
+            schedule: a.schedule.clone(),
         }
     }
 }

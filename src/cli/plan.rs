@@ -25,6 +25,14 @@ pub struct PlanArgs {
 pub fn run(a: &PlanArgs) -> anyhow::Result<i32> {
     let w = crate::request::Workload::from(&a.workload);
     w.check_bounds()?;
+    if let Some(f) = w.load_schedule_file()? {
+        // `plan --schedule FILE`: the file's schedule, checked, as `verify --schedule` replays it.
+        match a.format {
+            Format::Json => println!("{}", serde_json::to_string_pretty(&f)?),
+            Format::Table => print!("{}", crate::report::plan::render_file(&f, a.ops)),
+        }
+        return Ok(0);
+    }
     let shape = w.shape()?;
     let opt = w.options(8);
     let s = model::build(&shape, &opt, w.phase)?;

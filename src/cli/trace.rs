@@ -22,7 +22,9 @@ pub struct TraceArgs {
     /// Also write the result record to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<PathBuf>,
-    /// Write one step's collective sequence (and its host gaps) as a schedule file.
+    /// Write one step's collective sequence (and its host gaps) as a schedule file, for
+    /// `verify/sweep/plan/compare --schedule`. Its tp is the collectives' group size; a trace of
+    /// one rank (group size 1) takes --tp N, and --against-plan's --tokens labels its tokens.
     #[arg(long, value_name = "FILE")]
     pub export_schedule: Option<PathBuf>,
     /// A record_function label whose spans are the steps (else the repeating period is found).
@@ -30,12 +32,14 @@ pub struct TraceArgs {
     pub step_label: Option<String>,
     /// NCCL logs with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL (one per process) for sizes the
     /// trace lacks.
-    #[arg(long, value_name = "FILE", num_args = 1..)]
+    /// One file per flag: repeat the flag for several (`--nccl-log a.log --nccl-log b.log`).
+    #[arg(long, value_name = "FILE")]
     pub nccl_log: Vec<PathBuf>,
     /// The ranks ran on more than one host: compare kernel durations only (skew unknown).
     #[arg(long)]
     pub multi_host: bool,
-    /// Diff the trace's step against the schedule of the workload flags (--model, --tp, --tokens).
+    /// Diff the trace's step against the schedule of the workload flags (--model, --tp, --tokens),
+    /// or of a schedule file (--schedule FILE).
     #[arg(long)]
     pub against_plan: bool,
     #[command(flatten)]
@@ -61,6 +65,7 @@ impl TraceArgs {
             export_json: self.export_json.clone(),
             export_schedule: self.export_schedule.clone(),
             against_plan,
+            export_tp: self.workload.tp,
         })
     }
 }

@@ -42,6 +42,9 @@ pub struct CompareRequest {
     pub format: Format,
     /// nccl-tests outputs to set beside the one `collective` record of `files`.
     pub nccl_tests: Vec<PathBuf>,
+    /// A schedule file every record must have replayed (its hash equals the records'
+    /// schedule_hash): checks that results of `verify --schedule FILE` come from that file.
+    pub schedule: Option<PathBuf>,
 }
 
 /// How the ratio uncertainty is computed (printed under every table).
@@ -117,13 +120,53 @@ pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
     for f in &a.files {
         entries.extend(load(f)?);
     }
-    let c = compare(entries, a.force)?;
+    let schedule_note = match &a.schedule {
+        Some(p) => Some(against_schedule_file(&entries, p, a.force)?),
+        None => None,
+    };
+    let mut c = compare(entries, a.force)?;
+    c.notes.extend(schedule_note.into_iter().flatten());
     match a.format {
         Format::Table => print!("{}", render_table(&c)),
         Format::Markdown => print!("{}", render_markdown(&c)),
         Format::Json => println!("{}", serde_json::to_string_pretty(&c)?),
     }
     Ok(0)
+}
+
+/// `compare --schedule FILE`: every entry must have replayed the file's schedule (same
+/// schedule_hash); with `force`, the ones that did not are named in notes instead.
+pub fn against_schedule_file(
+    entries: &[Entry],
+    path: &Path,
+    force: bool,
+) -> anyhow::Result<Vec<String>> {
+    let f = crate::model::schedule_file::ScheduleFile::load(path)?;
+    let hash = f.schedule.hash();
+    let mut notes = vec![];
+    for e in entries {
+        let w = &e.result.workload;
+        if w.schedule_hash == hash {
+            continue;
+        }
+        let msg = format!(
+            "'{}' replays {}, not the schedule of --schedule '{}' (schedule {hash})",
+            e.label,
+            describe(w),
+            path.display()
+        );
+        if !force {
+            return Err(usage(format!("{msg}; pass --force to compare anyway")));
+        }
+        notes.push(format!("{msg} (--force)"));
+    }
+    if notes.is_empty() {
+        notes.push(format!(
+            "every record replays the schedule of '{}' (schedule {hash})",
+            path.display()
+        ));
+    }
+    Ok(notes)
 }
 
 /// The verify records of one file as entries; any other kind of record is a usage error.

@@ -53,6 +53,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
     let ep = info.require_rendezvous()?.clone();
     eprintln!("verifybench worker: {}", info.describe_rendezvous());
     comm::libs::prepare(a.nccl_lib.as_deref())?;
+    a.workload.check_schedule_modes(&a.mode)?;
     let schedule = a.workload.schedule(info.world_size as u64)?;
     if schedule.tp as usize != info.world_size {
         crate::usage_bail!(

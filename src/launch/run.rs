@@ -591,7 +591,7 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     let present = comm::device_count();
     let devices = select_devices_min(
         &a.gpu,
-        a.workload.tp.map(|t| t as usize),
+        a.workload.requested_tp()?.map(|t| t as usize),
         present,
         if compute_only { 1 } else { 2 },
     )

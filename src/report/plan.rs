@@ -157,3 +157,35 @@ pub fn render(s: &Schedule, ops: bool) -> String {
 fn k_name(s: &str) -> String {
     s.replace(' ', "_")
 }
+
+/// `plan --schedule FILE`: where the file's schedule came from, its host gaps, whether it has
+/// compute to replay, then the plan of its schedule.
+pub fn render_file(f: &crate::model::schedule_file::ScheduleFile, ops: bool) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# schedule file: {}",
+        f.origin.as_deref().unwrap_or("no origin recorded")
+    );
+    if let Some(g) = &f.host_gaps_us {
+        let total: f64 = g.iter().sum();
+        let _ = writeln!(
+            o,
+            "# host gaps: {} (one per op), {total:.1} us in all, as the file's source measured them",
+            g.len()
+        );
+    }
+    if !f
+        .schedule
+        .ops
+        .iter()
+        .any(|op| matches!(op, Op::Compute { .. }))
+    {
+        let _ = writeln!(
+            o,
+            "# collectives only: no compute ops, so `verify --mode compute|full` has nothing to replay"
+        );
+    }
+    o.push_str(&render(&f.schedule, ops));
+    o
+}

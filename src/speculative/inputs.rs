@@ -206,6 +206,9 @@ pub struct Flags {
     pub acceptance: Option<Acceptance>,
     /// Accept lengths of the table's columns (empty: the default 1.5..4.0 capped at k + 1).
     pub table_accept_lengths: Vec<f64>,
+    /// A mean accept length measured elsewhere (`--accept-from-log`), used when `acceptance`
+    /// is absent.
+    pub measured_accept_length: Option<Labelled>,
 }
 
 /// Validated, labelled inputs of a break-even.
@@ -349,7 +352,8 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
         )));
     }
     for t in &rec_verify {
-        if t.tokens != draft_steps + 1 {
+        // tokens 0: unknown (a trace's step does not say how many tokens it verified)
+        if t.tokens != 0 && t.tokens != draft_steps + 1 {
             notes.push(format!(
                 "a verify record covers T={} tokens but k={draft_steps} draft steps verify {}",
                 t.tokens,
@@ -367,7 +371,13 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
 
     let k = draft_steps;
     let accept_length = match &flags.acceptance {
-        None => None,
+        None => match &flags.measured_accept_length {
+            Some(l) => {
+                check_accept_length("--accept-from-log", l.value, k)?;
+                Some(l.clone())
+            }
+            None => None,
+        },
         Some(Acceptance::Length(t)) => Some(Labelled::given(
             check_accept_length("--accept-length", *t, k)?,
             "--accept-length",
@@ -464,6 +474,113 @@ pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, 
         all.extend(times);
     }
     Ok((all, notes))
+}
+
+/// One trace of `breakeven --from-trace ROLE=PATH`: which forward its steps are (`verify`,
+/// `decode` or `draft`) and the trace file or folder of traces (one per rank).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceInput {
+    pub phase: Phase,
+    pub path: PathBuf,
+}
+
+impl std::str::FromStr for TraceInput {
+    type Err = String;
+    /// `verify=PATH`, `decode=PATH` or `draft=PATH`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (role, path) = s.split_once('=').ok_or_else(|| {
+            format!("'{s}' names no role: write verify=PATH, decode=PATH or draft=PATH")
+        })?;
+        let phase = match role {
+            "verify" => Phase::Verify,
+            "decode" => Phase::Decode,
+            "draft" => Phase::Draft,
+            _ => {
+                return Err(format!(
+                    "role '{role}' is not one of verify, decode, draft (write ROLE=PATH)"
+                ))
+            }
+        };
+        if path.is_empty() {
+            return Err(format!("'{s}' names no trace file or folder after '='"));
+        }
+        Ok(TraceInput {
+            phase,
+            path: PathBuf::from(path),
+        })
+    }
+}
+
+/// The step times of `--from-trace` traces, labelled measured from the trace (median step
+/// over the trace's steps). A trace that cannot be read, or has no complete step, is a usage
+/// error naming the flag and the file. Tokens are unknown (0): a trace does not say them.
+pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>> {
+    let mut out = vec![];
+    for t in inputs {
+        let name = format!("{}={}", phase_role(t.phase), t.path.display());
+        let a = crate::trace::analyse(&crate::trace::TraceRequest::new(vec![t.path.clone()]))
+            .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
+        let st = crate::trace::breakeven::step_time(&a)
+            .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
+        let files: Vec<String> = st.files.iter().map(|f| short_name(Path::new(f))).collect();
+        // a trace's step is the whole forward as the server ran it: collectives and compute
+        out.push(RecordTime {
+            mode: Mode::Full,
+            phase: t.phase,
+            ms: Labelled {
+                value: st.median_ms,
+                origin: Origin::Measured {
+                    file: files.join(", "),
+                    detail: format!(
+                        "{} step measured from the trace: median of {} steps ({:.3}..{:.3} ms), {}",
+                        phase_word(t.phase),
+                        st.steps,
+                        st.min_ms,
+                        st.max_ms,
+                        st.mode
+                    ),
+                },
+            },
+            tokens: 0,
+        });
+    }
+    Ok(out)
+}
+
+fn phase_role(p: Phase) -> &'static str {
+    match p {
+        Phase::Verify => "verify",
+        Phase::Decode => "decode",
+        Phase::Draft => "draft",
+    }
+}
+
+/// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines), labelled
+/// measured from the log, and a note when some of those lines ran without a CUDA graph.
+pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
+    let log = crate::trace::breakeven::accept_from_log(path)?;
+    let file = short_name(path);
+    let mut notes = vec![];
+    if log.cuda_graph_false > 0 {
+        notes.push(format!(
+            "{file}: {} of {} decode lines say `cuda graph: False` (those iterations ran eagerly)",
+            log.cuda_graph_false,
+            log.cuda_graph_false + log.cuda_graph_true
+        ));
+    }
+    Ok((
+        Labelled {
+            value: log.mean_accept_len,
+            origin: Origin::Measured {
+                file,
+                detail: format!(
+                    "mean `accept len` of {} SGLang decode lines measured from the log ({:.2}..{:.2})",
+                    log.lines, log.spread.min, log.spread.max
+                ),
+            },
+        },
+        notes,
+    ))
 }
 
 #[cfg(test)]

@@ -476,10 +476,15 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     } else {
         crate::backend::resolve(a.backend, a.quiet).kind()
     };
-    let tp = default_tp(a, backend);
+    // With --schedule the file's tp (checked against --tp) wins over the GPU count.
+    let tp = match a.workload.requested_tp()? {
+        Some(tp) => tp,
+        None => default_tp(a, backend),
+    };
     let mut w = a.workload.clone();
     w.tp = Some(tp);
     let schedule = w.schedule(tp)?;
+    w.check_schedule_modes(&[a.mode])?;
     let workload = Workload::of(&schedule);
 
     let (results_path, log_dir) = output_paths(a)?;

@@ -128,6 +128,35 @@ pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> 
     })
 }
 
+/// [`schedule_file`] with the tp the user gives (`trace --tp N`): it must equal the trace's
+/// group size when that is above 1; a one-rank trace (group size 1, e.g. a TP-N schedule's
+/// per-rank sizes replayed on one GPU) takes it, and its origin says so.
+pub fn schedule_file_at_tp(
+    a: &Analysis,
+    tokens: u64,
+    tp: Option<u64>,
+) -> anyhow::Result<ScheduleFile> {
+    let mut f = schedule_file(a, tokens)?;
+    let Some(tp) = tp else {
+        return Ok(f);
+    };
+    if f.schedule.tp > 1 && f.schedule.tp != tp {
+        return Err(usage(format!(
+            "--tp {tp} but the trace's collectives have group size {}: drop --tp (the exported schedule takes the trace's)",
+            f.schedule.tp
+        )));
+    }
+    if f.schedule.tp != tp {
+        f.schedule.tp = tp;
+        if let Some(o) = &mut f.origin {
+            o.push_str(&format!(
+                "; tp {tp} from --tp (the trace ran its collectives on one rank)"
+            ));
+        }
+    }
+    Ok(f)
+}
+
 /// One (op, dtype, bytes) group on either side of the diff.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DiffRow {

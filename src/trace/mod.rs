@@ -62,6 +62,10 @@ pub struct TraceRequest {
     pub export_schedule: Option<PathBuf>,
     /// The config-derived schedule to diff the trace against (`--against-plan`).
     pub against_plan: Option<Schedule>,
+    /// The tp of the exported schedule (`trace --tp N`): must equal the collectives' group
+    /// size when that is above 1; sets it when the trace ran on one rank (group size 1, e.g.
+    /// a TP-N schedule's per-rank sizes replayed on one GPU).
+    pub export_tp: Option<u64>,
 }
 
 impl TraceRequest {
@@ -76,6 +80,7 @@ impl TraceRequest {
             export_json: None,
             export_schedule: None,
             against_plan: None,
+            export_tp: None,
         }
     }
 }
@@ -278,9 +283,10 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     }
     // Build every export before writing any, so that a failure writes nothing.
     let schedule = match &req.export_schedule {
-        Some(_) => Some(against::schedule_file(
+        Some(_) => Some(against::schedule_file_at_tp(
             &a,
             req.against_plan.as_ref().map(|p| p.tokens).unwrap_or(0),
+            req.export_tp,
         )?),
         None => None,
     };

@@ -1,0 +1,169 @@
+//! End-to-end tests of `breakeven --from-trace ROLE=PATH` and `--accept-from-log FILE`
+//! through the real binary, on the committed real trace
+//! tests/data/traces/kimi-tp1-world1-eager-rank-0.trace.json.gz (see its README) and on
+//! tests/data/sglang-decode-eagle3.log, written by hand in SGLang's log format.
+
+use std::path::{Path, PathBuf};
+
+use predicates::prelude::*;
+
+mod common;
+use common::vb;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn trace() -> PathBuf {
+    data("traces/kimi-tp1-world1-eager-rank-0.trace.json.gz")
+}
+
+fn role(r: &str, p: &Path) -> String {
+    format!("{r}={}", p.display())
+}
+
+fn json(args: &[String]) -> serde_json::Value {
+    let out = vb()
+        .args(["breakeven", "--format", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_trace_gives_the_verify_time_and_the_log_the_accept_length() {
+    // the step time `trace` reports for the same file
+    let t = vb()
+        .args(["trace", "--format", "json"])
+        .arg(trace())
+        .output()
+        .unwrap();
+    assert!(t.status.success());
+    let rec: serde_json::Value = serde_json::from_slice(&t.stdout).unwrap();
+    let step_ms = rec["result"]["data"]["step"]["step_us"]["median"]
+        .as_f64()
+        .unwrap()
+        / 1000.0;
+
+    let v = json(&[
+        "--from-trace".into(),
+        role("verify", &trace()),
+        "--decode-ms".into(),
+        "12".into(),
+        "--draft-steps".into(),
+        "3".into(),
+        "--accept-from-log".into(),
+        data("sglang-decode-eagle3.log").display().to_string(),
+    ]);
+    let i = &v["inputs"];
+    let tv = &i["verify_ms"][0];
+    assert!(
+        (tv["value"].as_f64().unwrap() - step_ms).abs() < 1e-9,
+        "{tv}"
+    );
+    assert_eq!(tv["origin"], "measured");
+    assert!(tv["detail"]
+        .as_str()
+        .unwrap()
+        .contains("measured from the trace"));
+    assert_eq!(tv["file"], "kimi-tp1-world1-eager-rank-0.trace.json.gz");
+    // (2.40 + 2.60 + 2.20) / 3; the 0.00 line (no speculation) is left out
+    let tau = &i["accept_length"];
+    assert!((tau["value"].as_f64().unwrap() - 2.4).abs() < 1e-9, "{tau}");
+    assert_eq!(tau["origin"], "measured");
+    assert!(tau["detail"]
+        .as_str()
+        .unwrap()
+        .contains("measured from the log"));
+    let notes = i["notes"].to_string();
+    assert!(notes.contains("cuda graph: False"), "{notes}");
+}
+
+#[test]
+fn a_decode_trace_gives_the_decode_time_and_the_table_labels_it() {
+    vb().args(["breakeven", "--verify-ms", "30", "--draft-steps", "3"])
+        .args(["--accept-length", "2.5", "--from-trace"])
+        .arg(role("decode", &trace()))
+        .assert()
+        .success()
+        .stdout(predicate::str::is_match(r"T_decode +[0-9.]+ ms +measured \(kimi-tp1-world1-eager-rank-0.trace.json.gz: decode step measured from the trace").unwrap());
+}
+
+#[test]
+fn bad_traces_roles_and_logs_exit_2_naming_the_file() {
+    let base = ["breakeven", "--decode-ms", "12", "--draft-steps", "3"];
+    // no role
+    vb().args(base)
+        .arg("--from-trace")
+        .arg(trace())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--from-trace"))
+        .stderr(predicate::str::contains("verify=PATH"));
+    vb().args(base)
+        .args(["--from-trace", "prefill=x.json"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("role 'prefill'"));
+    // a trace without collectives (a CUDA graph captured before profiling): no step
+    let graph = data("traces/kimi-tp1-world1-graph-rank-0.trace.json.gz");
+    vb().args(base)
+        .arg("--from-trace")
+        .arg(role("verify", &graph))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "kimi-tp1-world1-graph-rank-0.trace.json.gz",
+        ));
+    // not a trace
+    let d = tempfile::tempdir().unwrap();
+    let junk = d.path().join("junk.json");
+    std::fs::write(&junk, "not json").unwrap();
+    vb().args(base)
+        .arg("--from-trace")
+        .arg(role("verify", &junk))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("junk.json"));
+    // a log without accept lengths, a missing log
+    vb().args(base)
+        .args(["--verify-ms", "20", "--accept-from-log"])
+        .arg(data("traces/kimi-tp1-world1-nccl-coll.log"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("kimi-tp1-world1-nccl-coll.log"));
+    vb().args(base)
+        .args(["--verify-ms", "20", "--accept-from-log"])
+        .arg(d.path().join("missing.log"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("missing.log"));
+    // one acceptance source only
+    vb().args(base)
+        .args([
+            "--verify-ms",
+            "20",
+            "--accept-length",
+            "2",
+            "--accept-from-log",
+        ])
+        .arg(data("sglang-decode-eagle3.log"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--accept-length"));
+    // a measured accept length above k+1 is refused like a given one
+    vb().args(["breakeven", "--decode-ms", "12", "--draft-steps", "1"])
+        .args(["--verify-ms", "20", "--accept-from-log"])
+        .arg(data("sglang-decode-eagle3.log"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--accept-from-log"));
+}
