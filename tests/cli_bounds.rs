@@ -74,10 +74,10 @@ fn values_outside_the_documented_ranges_are_refused() {
                 "2",
                 "-L",
                 "NCCL_PROTO=LL",
-                "--noise-floor",
+                "--noise-margin",
                 "-1",
             ],
-            vec!["--noise-floor -1", "0 to 0.5"],
+            vec!["--noise-margin -1", "0 to 0.5"],
         ),
         (
             vec![
@@ -90,7 +90,7 @@ fn values_outside_the_documented_ranges_are_refused() {
                 "--noise-floor",
                 "5",
             ],
-            vec!["--noise-floor 5", "0 to 0.5"],
+            vec!["--noise-margin 5", "0 to 0.5"],
         ),
         (
             vec!["inspect", "--match", ""],

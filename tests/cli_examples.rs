@@ -111,6 +111,8 @@ fn run_all(examples: &[String]) {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&repo.join("results"), &dir.path().join("results"));
+    // examples that read the committed trace fixtures name them from the repository root
+    copy_dir(&repo.join("tests/data"), &dir.path().join("tests/data"));
     let bin = assert_cmd::cargo::cargo_bin("verifybench");
     let path = format!(
         "{}:{}",

@@ -23,6 +23,8 @@ fn messages_name_the_workload_and_the_file_kind() {
         "2",
         "-L",
         "NCCL_PROTO=LL,Simple",
+        "--rounds",
+        "1",
         "--results",
         s(&sweep),
         "-q",

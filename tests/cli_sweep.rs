@@ -702,11 +702,11 @@ fn bad_rounds_and_margins_are_usage_errors() {
         (vec!["--rounds", "101"], "--rounds must be 1 to 100"),
         (
             vec!["--noise-margin", "0.7"],
-            "--noise-margin must be a fraction",
+            "--noise-margin 0.7: give a fraction",
         ),
         (
             vec!["--noise-floor=-0.1"],
-            "--noise-margin must be a fraction",
+            "--noise-margin -0.1: give a fraction",
         ),
     ] {
         vb().args(["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL"])

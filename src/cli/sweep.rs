@@ -89,7 +89,8 @@ pub struct SweepArgs {
         long,
         alias = "noise-floor",
         default_value_t = 0.0,
-        value_name = "FRACTION"
+        value_name = "FRACTION",
+        allow_negative_numbers = true
     )]
     pub noise_margin: f64,
     /// Seconds one child (probe or timed run, workers included) may take before it is killed

@@ -447,7 +447,8 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     }
     if !(0.0..0.5).contains(&a.noise_margin) {
         crate::usage_bail!(
-            "--noise-margin must be a fraction in [0, 0.5), e.g. 0.01 for 1% (default 0)"
+            "--noise-margin {}: give a fraction from 0 to 0.5 (0.5 excluded), e.g. 0.01 for 1% (default 0)",
+            a.noise_margin
         );
     }
 
