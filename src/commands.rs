@@ -132,7 +132,11 @@ pub fn repetition_lines(r: &Record) -> String {
 /// `verifybench verify` with the backend `resolve` picks.
 pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
     a.export.check(&[])?;
-    crate::launch::run::check_gpu_flags(&a.gpu, a.workload.tp)?;
+    let compute_only = a.mode.iter().all(|m| *m == crate::record::Mode::Compute);
+    // One GPU streams one rank's share of a larger --tp in compute mode (`--gpus 1 --tp 8`);
+    // everywhere else one rank runs per GPU, so --tp and the GPU count must agree.
+    let one_rank_share = compute_only && a.gpu.ranks() == Some(1);
+    crate::launch::run::check_gpu_flags(&a.gpu, if one_rank_share { None } else { a.workload.tp })?;
     if a.launches_per_layer > 10_000 {
         crate::usage_bail!(
             "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",
@@ -140,7 +144,6 @@ pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
         );
     }
     a.workload.check_schedule_modes(&a.mode)?;
-    let compute_only = a.mode.iter().all(|m| *m == crate::record::Mode::Compute);
     verify_with(
         &*backend::resolve_min(a.backend, a.quiet, if compute_only { 1 } else { 2 }),
         a,

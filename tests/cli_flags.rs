@@ -287,3 +287,37 @@ fn env_without_a_gpu_says_what_is_missing_and_catches_misspelt_variables() {
         );
     }
 }
+
+#[test]
+fn one_gpu_streams_one_ranks_share_of_a_larger_tp_in_compute_mode_only() {
+    // compute mode: one GPU stands for one rank of a TP=8 machine
+    vb().args([
+        "verify",
+        "--backend",
+        "model",
+        "--gpus",
+        "1",
+        "--tp",
+        "8",
+        "--mode",
+        "compute",
+        "-q",
+    ])
+    .assert()
+    .success();
+    // with collectives one rank per GPU still holds: --tp and --gpus must agree
+    refused(
+        &[
+            "verify",
+            "--backend",
+            "model",
+            "--gpus",
+            "1",
+            "--tp",
+            "8",
+            "--mode",
+            "comm",
+        ],
+        &["--tp 8 and --gpus (1 GPUs) disagree"],
+    );
+}

@@ -481,6 +481,14 @@ fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
 }
 
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
+    // The P2P checks on virtual ranks run up to 8 kernels that wait for each other on 8
+    // streams of one GPU: with CUDA's default of 8 hardware queues two of those streams can
+    // share a queue, and a kernel then waits behind a peer that waits for it. 32 queues (CUDA's
+    // maximum) keep them apart. Set before any CUDA call, while this process has one thread;
+    // a value the user set is kept.
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
+    }
     crate::launch::run::check_gpu_flags(&(&a.gpu).into(), None)?;
     if let Some(p) = &a.export_json {
         crate::util::check_outputs(&[("--export-json", p)], &[])?;
