@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn short_commands() {
         assert_eq!(
-            short_command("/root/.venv/bin/python3 -m sglang.launch_server --tp 8"),
+            short_command("/srv/venv/bin/python3 -m sglang.launch_server --tp 8"),
             "python3 -m sglang.launch_server --tp 8"
         );
         assert_eq!(
