@@ -375,7 +375,7 @@ pub fn verify_table(r: &Record) -> String {
         }
         let _ = writeln!(o);
     }
-    o.push_str(&impl_comparison(v));
+    o.push_str(&impl_comparison(r.source, v));
     let outl: usize = v.runs.iter().map(|r| r.per_verify.outliers).sum();
     if outl > 0 {
         let _ = writeln!(
@@ -481,7 +481,7 @@ pub fn crossover_table(r: &Record) -> String {
                 "  {:>10} {:>10} {:>6}",
                 cell(false, best_e),
                 cell(true, best_g),
-                wrong
+                crate::report::export::if_measured(r.source, wrong.to_string())
             );
         }
         let _ = writeln!(
@@ -493,18 +493,25 @@ pub fn crossover_table(r: &Record) -> String {
                 .unwrap_or_else(|| "-".into())
         );
     }
-    let _ = writeln!(
-        o,
-        "# Out of bounds values : {wrong_total} {}",
-        if wrong_total == 0 { "OK" } else { "WRONG" }
-    );
+    if r.source == crate::record::Source::Measured {
+        let _ = writeln!(
+            o,
+            "# Out of bounds values : {wrong_total} {}",
+            if wrong_total == 0 { "OK" } else { "WRONG" }
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "# Out of bounds values : - (modeled: nothing was checked)"
+        );
+    }
     let _ = writeln!(o, "# * fastest of the implementations in that launch mode");
     o
 }
 
 /// The `--impl` part of a verify record: comm time per verify with each implementation of the
 /// all-reduces and the saving per verify against NCCL's run of the same launch mode and mode.
-pub fn impl_comparison(v: &crate::record::VerifyResult) -> String {
+pub fn impl_comparison(source: crate::record::Source, v: &crate::record::VerifyResult) -> String {
     let mut o = String::new();
     if v.p2p.is_empty() {
         return o;
@@ -536,7 +543,7 @@ pub fn impl_comparison(v: &crate::record::VerifyResult) -> String {
             if run.graph { "graph" } else { "eager" },
             run.per_verify.median_us,
             run.per_collective_us,
-            run.wrong,
+            crate::report::export::if_measured(source, run.wrong.to_string()),
             saving
         );
     }
