@@ -132,10 +132,9 @@ pub fn repetition_lines(r: &Record) -> String {
 /// `verifybench verify` with the backend `resolve` picks.
 pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
     a.export.check(&[])?;
-    let compute_only = a.mode.iter().all(|m| *m == crate::record::Mode::Compute);
     // One GPU streams one rank's share of a larger --tp in compute mode (`--gpus 1 --tp 8`);
     // everywhere else one rank runs per GPU, so --tp and the GPU count must agree.
-    let one_rank_share = compute_only && a.gpu.ranks() == Some(1);
+    let one_rank_share = a.compute_only() && a.gpu.ranks() == Some(1);
     crate::launch::run::check_gpu_flags(&a.gpu, if one_rank_share { None } else { a.workload.tp })?;
     if a.launches_per_layer > 10_000 {
         crate::usage_bail!(
@@ -145,7 +144,7 @@ pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
     }
     a.workload.check_schedule_modes(&a.mode)?;
     verify_with(
-        &*backend::resolve_min(a.backend, a.quiet, if compute_only { 1 } else { 2 }),
+        &*backend::resolve_min(a.backend, a.quiet, if a.compute_only() { 1 } else { 2 }),
         a,
     )
 }

@@ -479,6 +479,11 @@ pub struct VerifyRequest {
 }
 
 impl VerifyRequest {
+    /// Whether every requested mode is compute only (no collective is replayed).
+    pub fn compute_only(&self) -> bool {
+        self.mode.iter().all(|m| *m == Mode::Compute)
+    }
+
     /// The (graph, mode) runs requested, eager first, in mode order.
     pub fn runs(&self) -> Vec<(bool, Mode)> {
         runs(&self.mode, self.graph)

@@ -236,32 +236,6 @@ impl Communicator {
         self.collective(CollectiveKind::AllReduce, send, recv, count, dtype, gpu)
     }
 
-    /// Enqueues an all-gather of `count` elements per rank from `send` into `recv`
-    /// (`count x nranks` elements) on `gpu`'s stream.
-    pub fn all_gather(
-        &self,
-        send: &Buffer,
-        recv: &Buffer,
-        count: usize,
-        dtype: DType,
-        gpu: &Gpu,
-    ) -> anyhow::Result<()> {
-        self.collective(CollectiveKind::AllGather, send, recv, count, dtype, gpu)
-    }
-
-    /// Enqueues a sum reduce-scatter from `send` (`count x nranks` elements) into `recv`
-    /// (`count` elements) on `gpu`'s stream.
-    pub fn reduce_scatter(
-        &self,
-        send: &Buffer,
-        recv: &Buffer,
-        count: usize,
-        dtype: DType,
-        gpu: &Gpu,
-    ) -> anyhow::Result<()> {
-        self.collective(CollectiveKind::ReduceScatter, send, recv, count, dtype, gpu)
-    }
-
     /// Enqueues one collective on `gpu`'s stream. `count` is the element count NCCL takes (see
     /// [`crate::model::collective::CollectiveOps`]); the buffers' sizes come from the
     /// collective's table and are checked, as is that `gpu`, `send` and `recv` are this rank's

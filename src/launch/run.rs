@@ -587,7 +587,7 @@ fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) 
 
 /// `verify --backend nccl`.
 pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
-    let compute_only = a.mode.iter().all(|m| *m == Mode::Compute);
+    let compute_only = a.compute_only();
     let present = comm::device_count();
     let devices = select_devices_min(
         &a.gpu,
