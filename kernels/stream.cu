@@ -9,6 +9,14 @@
 // repeated replays read from device memory, not from L2.
 //
 // Compiled at run time by NVRTC for the device's architecture.
+//
+// stream_weights_pdl_T is the same pass for programmatic dependent launch (PDL, compute
+// capability 9.0 and newer), as an engine that enables PDL launches its GEMMs: the kernel lets
+// the next launch's blocks be scheduled as its own retire (griddepcontrol.launch_dependents),
+// issues its first weight loads, which depend on no earlier kernel, and only then waits for the
+// previous kernel to finish (griddepcontrol.wait) before it reads the activations that kernel
+// wrote. The host launches it with the programmatic-stream-serialization attribute; without that
+// attribute, or after a kernel that never triggers (an NCCL collective), it runs as a plain launch.
 
 #define MAXT 16
 #define THREADS 256
@@ -18,44 +26,62 @@ __device__ __forceinline__ float hi_bf16(unsigned int u) { return __uint_as_floa
 
 // The body for a fixed token count T: the activations live in registers, so the inner loop is
 // 8 x T fused multiply-adds per 16-byte load with no per-token branch.
+// Eight bf16 weights of one 16-byte load, multiply-accumulated against T activation rows.
 template <int T>
+__device__ __forceinline__ void fma_vec(const uint4& v, const float* a, float* acc)
+{
+    float w[8] = {lo_bf16(v.x), hi_bf16(v.x), lo_bf16(v.y), hi_bf16(v.y),
+                  lo_bf16(v.z), hi_bf16(v.z), lo_bf16(v.w), hi_bf16(v.w)};
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[t] = fmaf(w[j], a[t * 8 + j], acc[t]);
+}
+
+template <int T, bool PDL>
 __device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsigned long long mask,
                                             unsigned long long start, unsigned long long nvec,
                                             const float* __restrict__ act, float* __restrict__ partial)
 {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    uint4 first[4];
+    bool prefetched = false;
+    if (PDL) {
+#if __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.launch_dependents;");
+#endif
+        // The weights depend on no earlier kernel: load the first four before waiting.
+        if (i + 3 * stride < nvec) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) first[k] = __ldcs(&pool[(start + i + k * stride) & mask]);
+            prefetched = true;
+        }
+#if __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    }
     float a[T * 8];
 #pragma unroll
-    for (int i = 0; i < T * 8; ++i) a[i] = act[i];
+    for (int k = 0; k < T * 8; ++k) a[k] = act[k];
     float acc[T];
 #pragma unroll
     for (int t = 0; t < T; ++t) acc[t] = 0.f;
+    if (PDL && prefetched) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) fma_vec<T>(first[k], a, acc);
+        i += 4 * stride;
+    }
 
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     // four independent 16-byte loads in flight per thread
     for (; i + 3 * stride < nvec; i += 4 * stride) {
         uint4 v[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) v[k] = __ldcs(&pool[(start + i + k * stride) & mask]);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            float w[8] = {lo_bf16(v[k].x), hi_bf16(v[k].x), lo_bf16(v[k].y), hi_bf16(v[k].y),
-                          lo_bf16(v[k].z), hi_bf16(v[k].z), lo_bf16(v[k].w), hi_bf16(v[k].w)};
-#pragma unroll
-            for (int t = 0; t < T; ++t)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) acc[t] = fmaf(w[j], a[t * 8 + j], acc[t]);
-        }
+        for (int k = 0; k < 4; ++k) fma_vec<T>(v[k], a, acc);
     }
-    for (; i < nvec; i += stride) {
-        uint4 v = __ldcs(&pool[(start + i) & mask]);
-        float w[8] = {lo_bf16(v.x), hi_bf16(v.x), lo_bf16(v.y), hi_bf16(v.y),
-                      lo_bf16(v.z), hi_bf16(v.z), lo_bf16(v.w), hi_bf16(v.w)};
-#pragma unroll
-        for (int t = 0; t < T; ++t)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[t] = fmaf(w[j], a[t * 8 + j], acc[t]);
-    }
+    for (; i < nvec; i += stride) fma_vec<T>(__ldcs(&pool[(start + i) & mask]), a, acc);
 
     // block reduction per token: warp shuffles, then one value per warp in shared memory
     __shared__ float red[THREADS / 32][T];
@@ -74,8 +100,9 @@ __device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsi
     }
 }
 
-// One kernel per token count, stream_weights_1 .. stream_weights_16, so that each gets the
-// registers its own T needs (one kernel switching over T would be compiled for the largest).
+// One kernel per token count, stream_weights_1 .. stream_weights_16 and their _pdl_ twins, so
+// that each gets the registers its own T needs (one kernel switching over T would be compiled
+// for the largest).
 // act: tokens x 8 floats (one activation per weight lane and token); partial: one sum per block
 // and token (MAXT floats per block).
 #define STREAM_KERNEL(T)                                                                         \
@@ -84,7 +111,14 @@ __device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsi
                        unsigned long long start, unsigned long long nvec,                        \
                        const float* __restrict__ act, float* __restrict__ partial)               \
     {                                                                                            \
-        stream_body<T>(pool, mask, start, nvec, act, partial);                                   \
+        stream_body<T, false>(pool, mask, start, nvec, act, partial);                            \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                        \
+    stream_weights_pdl_##T(const uint4* __restrict__ pool, unsigned long long mask,              \
+                           unsigned long long start, unsigned long long nvec,                    \
+                           const float* __restrict__ act, float* __restrict__ partial)           \
+    {                                                                                            \
+        stream_body<T, true>(pool, mask, start, nvec, act, partial);                             \
     }
 STREAM_KERNEL(1) STREAM_KERNEL(2) STREAM_KERNEL(3) STREAM_KERNEL(4)
 STREAM_KERNEL(5) STREAM_KERNEL(6) STREAM_KERNEL(7) STREAM_KERNEL(8)

@@ -2,7 +2,7 @@
 # What one GPU can prove, in one go (results/h200x1/).
 #
 #   scripts/h200x1.sh [BINARY] [OUTDIR]     (defaults: target/release/verifybench, $OUT or ./out)
-#   ONLY="selftest compute" scripts/h200x1.sh ...   (a subset of: env selftest bandwidth compute traces)
+#   ONLY="selftest compute" scripts/h200x1.sh ...   (a subset of: env selftest bandwidth compute pdl traces)
 #
 # env:       what `verifybench env` sees on one GPU.
 # selftest:  one GPU proves what one GPU can: the streaming kernel against a CPU reference and
@@ -13,6 +13,8 @@
 # compute:   one rank's share of a TP=8 verify streamed on one GPU (--gpus 1 --tp 8 --mode
 #            compute): the per-rank compute of an 8-GPU machine of this GPU, against the
 #            schedule's bytes / measured streaming bandwidth; with fresh runs for the spread.
+# pdl:       the same with --pdl (programmatic dependent launch of the streaming kernels), in
+#            the same order, so that plain and PDL launches of one workload sit side by side.
 # traces: real torch.profiler traces and NCCL COLL logs of the PyTorch peer replaying the
 #         Kimi-K2.5 verify schedule on one rank (world size 1: real record_param_comms events;
 #         the one-rank all-reduce launches no NCCL kernel), eager and CUDA graph, with and
@@ -60,6 +62,24 @@ if want compute; then
       -n 200 -w 20 --fresh-runs 5 --export-json "$C/verify-kimi-k2.5-tp8-t3-compute-1gpu-fresh5.json" 2>&1 \
       | tee "$C/verify-kimi-k2.5-tp8-t3-compute-1gpu-fresh5.txt"
   pack compute
+fi
+if want pdl; then
+  C=$W/pdl; mkdir -p "$C"
+  for m in kimi-k2.5 deepseek-v3; do
+    for t in 3 4; do
+      for p in "" "--pdl"; do
+        tag=$([ -n "$p" ] && echo pdl || echo plain)
+        step "verify --backend nccl --gpus 1 --tp 8 --mode compute --model $m --tokens $t $p"
+        $VB verify --backend nccl --gpus 1 --tp 8 --mode compute --model $m --tokens $t --graph both $p \
+            -n 200 -w 20 --export-json "$C/verify-$m-tp8-t$t-compute-1gpu-$tag.json" 2>&1 | tee "$C/verify-$m-tp8-t$t-compute-1gpu-$tag.txt"
+      done
+    done
+  done
+  step "Kimi-K2.5 T=3 --pdl, 5 fresh runs (between-run spread)"
+  $VB verify --backend nccl --gpus 1 --tp 8 --mode compute --model kimi-k2.5 --tokens 3 --graph both --pdl \
+      -n 200 -w 20 --fresh-runs 5 --export-json "$C/verify-kimi-k2.5-tp8-t3-compute-1gpu-pdl-fresh5.json" 2>&1 \
+      | tee "$C/verify-kimi-k2.5-tp8-t3-compute-1gpu-pdl-fresh5.txt"
+  pack pdl
 fi
 if want traces; then
   T=$W/traces; mkdir -p "$T"

@@ -142,6 +142,11 @@ pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
             a.launches_per_layer
         );
     }
+    if a.pdl && a.mode.iter().all(|m| *m == crate::record::Mode::Comm) {
+        crate::usage_bail!(
+            "--pdl changes how the compute kernels are launched: add --mode compute or full (--mode comm launches none)"
+        );
+    }
     a.workload.check_schedule_modes(&a.mode)?;
     verify_with(
         &*backend::resolve_min(a.backend, a.quiet, if a.compute_only() { 1 } else { 2 }),
@@ -232,6 +237,7 @@ mod tests {
             graph: GraphChoice::Both,
             mode: vec![crate::record::Mode::Comm],
             launches_per_layer: 0,
+            pdl: false,
             backend: BackendKind::Mock,
             gpu: GpuSpec::default(),
             repeat: Repeat {

@@ -455,6 +455,8 @@ pub struct VerifyRequest {
     pub mode: Vec<Mode>,
     /// Tiny kernels launched per layer (eager mode pays their launch cost).
     pub launches_per_layer: u32,
+    /// Launch the streaming (compute) kernels with programmatic dependent launch.
+    pub pdl: bool,
     pub backend: BackendKind,
     pub gpu: GpuSpec,
     pub repeat: Repeat,
@@ -598,6 +600,8 @@ pub struct WorkerRequest {
     pub graph: GraphChoice,
     pub mode: Vec<Mode>,
     pub launches_per_layer: u32,
+    /// Launch the streaming (compute) kernels with programmatic dependent launch.
+    pub pdl: bool,
     pub repeat: Repeat,
     /// Seconds without progress after which this rank gives up and exits.
     pub timeout: f64,

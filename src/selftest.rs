@@ -13,12 +13,14 @@ pub struct Check {
     pub detail: String,
 }
 
-/// The streaming kernel's result against a CPU reference (small sizes, exact inputs).
+/// The streaming kernel's result against a CPU reference (small sizes, exact inputs), as a
+/// plain launch and, where the GPU has it, with programmatic dependent launch.
 pub fn streaming_kernel(device: usize) -> Check {
     let r = (|| -> anyhow::Result<String> {
         let gpu = comm::Gpu::open(device)?;
         let k = comm::kernels::Kernels::load(&gpu)?;
         let pool = comm::kernels::Pool::new(&gpu, 1 << 24)?;
+        let pdl = streaming_pdl(&gpu, &pool)?;
         let mut worst = 0f64;
         for (tokens, start, nvec) in [
             (1usize, 0u64, 1u64),
@@ -50,7 +52,7 @@ pub fn streaming_kernel(device: usize) -> Check {
             anyhow::bail!("relative error {worst:.2e} against the CPU reference");
         }
         Ok(format!(
-            "max relative error {worst:.1e} (fp32 accumulation order)"
+            "max relative error {worst:.1e} (fp32 accumulation order); {pdl}"
         ))
     })();
     Check {
@@ -59,6 +61,68 @@ pub fn streaming_kernel(device: usize) -> Check {
         pass: r.is_ok(),
         detail: r.unwrap_or_else(|e| format!("{e:#}")),
     }
+}
+
+/// The PDL streaming kernels (`--pdl`): back-to-back launches into one partial-sum buffer, eager
+/// and replayed from a CUDA graph; the buffer must hold the last launch's sums, which holds
+/// only if each launch waited for the one before it to finish before writing.
+fn streaming_pdl(gpu: &comm::Gpu, pool: &comm::kernels::Pool) -> anyhow::Result<String> {
+    use comm::kernels::{reference, sum_partials, Kernels};
+    let (major, minor) = gpu.compute_capability()?;
+    if major < 9 {
+        return Ok(format!(
+            "programmatic dependent launch not checked (compute capability {major}.{minor}, needs 9.0)"
+        ));
+    }
+    let k = Kernels::load_with(gpu, true)?;
+    let tokens = 3usize;
+    let act: Vec<f32> = (0..tokens * 8)
+        .map(|i| 0.25 * ((i % 5) as f32 + 1.0))
+        .collect();
+    let bytes: Vec<u8> = act.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let a = gpu.alloc(bytes.len())?;
+    gpu.upload(&a, &bytes)?;
+    let partial = gpu.alloc(k.partial_bytes())?;
+    // Same block count for every launch, so that each writes every block's slot.
+    let nvec = 1u64 << 20;
+    let blocks = k.blocks_for(nvec) as usize;
+    let launches: Vec<u64> = (0..6u64).map(|i| 1000 * i + 7).collect();
+    let want = reference(pool.vecs(), *launches.last().unwrap(), nvec, &act, tokens);
+    let mut worst = 0f64;
+    let mut check = |label: &str| -> anyhow::Result<()> {
+        let got = sum_partials(&gpu.download(&partial, partial.len())?, blocks, tokens);
+        for (g, w) in got.iter().zip(&want) {
+            let e = (g - w).abs() / w.abs().max(1.0);
+            if e > 1e-4 {
+                anyhow::bail!(
+                    "programmatic dependent launch ({label}): relative error {e:.2e} against the last launch's CPU reference"
+                );
+            }
+            worst = worst.max(e);
+        }
+        Ok(())
+    };
+    gpu.fill(&partial, 0)?;
+    for &s in &launches {
+        k.stream(gpu, pool, s, nvec, &a, tokens, &partial)?;
+    }
+    gpu.sync()?;
+    check("eager")?;
+    let graph = gpu.capture(|| {
+        for &s in &launches {
+            k.stream(gpu, pool, s, nvec, &a, tokens, &partial)?;
+        }
+        Ok(())
+    })?;
+    gpu.fill(&partial, 0)?;
+    gpu.sync()?;
+    graph.launch()?;
+    gpu.sync()?;
+    check("CUDA graph")?;
+    Ok(format!(
+        "programmatic dependent launch: {} back-to-back launches, eager and from a graph, max relative error {worst:.1e}",
+        launches.len()
+    ))
 }
 
 /// The GPU's rated clocks are read through the driver (both positive), and `--cpu-affinity

@@ -360,6 +360,7 @@ fn mock_verify_without_nccl_has_only_custom_runs() {
         graph: GraphChoice::Both,
         mode: vec![Mode::Comm],
         launches_per_layer: 0,
+        pdl: false,
         backend: BackendKind::Mock,
         gpu: GpuSpec::default(),
         repeat: Repeat {

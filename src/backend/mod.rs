@@ -113,6 +113,9 @@ impl Backend for ModelBackend {
         p.launcher = Some(a.gpu.launcher.name().into());
         p.model_profile = Some(m.profile);
         p.notes = notes;
+        if a.pdl {
+            p.notes.push("--pdl: not modeled: the cost model's compute is the schedule's bytes / streaming bandwidth, with no per-launch start-up or drain for PDL to overlap".into());
+        }
         if !gaps.is_none() {
             p.notes.push(gaps.describe());
             p.notes.push("host gaps: the in-collective time (transfer + waiting) is modeled with them; the per-verify time above them is not (it is the device and launch time only)".into());

@@ -258,6 +258,7 @@ fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
         )
         .expect("valid host gaps"),
         timing_pass: 2,
+        pdl: false,
     };
     let results = run_job(&spec(devices, launcher, 120.0), &job);
     if let Ok(r) = &results {
@@ -414,6 +415,7 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
         run_impls: vec![],
         host_gaps: Default::default(),
         timing_pass: 0,
+        pdl: false,
     };
     let t0 = Instant::now();
     let res = run_job(&sp, &job);

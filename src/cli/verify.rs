@@ -22,6 +22,11 @@ pub struct VerifyArgs {
     /// 0 to 10000.
     #[arg(long, default_value_t = 0)]
     pub launches_per_layer: u32,
+    /// Launch the compute (weight-streaming) kernels with programmatic dependent launch, as an
+    /// engine that enables PDL does: each may start, and issue its first weight loads, while
+    /// the kernel before it drains. Needs compute capability 9.0 or newer; off: plain launches.
+    #[arg(long)]
+    pub pdl: bool,
     /// nccl: real GPUs (2 or more); model: the cost model, anywhere (every number labelled
     /// modeled); auto: nccl with 2+ GPUs, else model.
     #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
@@ -68,6 +73,7 @@ impl From<&VerifyArgs> for VerifyRequest {
             graph: a.graph,
             mode: a.mode.clone(),
             launches_per_layer: a.launches_per_layer,
+            pdl: a.pdl,
             backend: a.backend,
             gpu: (&a.gpu).into(),
             repeat: (&a.repeat).into(),

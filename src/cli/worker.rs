@@ -35,6 +35,9 @@ pub struct WorkerArgs {
     /// flag): eager mode pays their launch cost, graph mode does not. 0 to 10000.
     #[arg(long, default_value_t = 0)]
     pub launches_per_layer: u32,
+    /// Launch the compute kernels with programmatic dependent launch (as verify's flag).
+    #[arg(long)]
+    pub pdl: bool,
     #[command(flatten)]
     pub repeat: RepeatArgs,
     /// Seconds without progress after which this rank gives up and exits.
@@ -65,6 +68,7 @@ impl From<&WorkerArgs> for WorkerRequest {
             graph: a.graph,
             mode: a.mode.clone(),
             launches_per_layer: a.launches_per_layer,
+            pdl: a.pdl,
             repeat: (&a.repeat).into(),
             timeout: a.timeout,
             nccl_lib: a.nccl_lib.clone(),

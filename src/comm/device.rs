@@ -136,6 +136,13 @@ impl Gpu {
     }
 
     /// The device ordinal.
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> Result<(i32, i32), CudaFailure> {
+        self.ctx
+            .compute_capability()
+            .map_err(fail(self.ordinal, "reading the compute capability"))
+    }
+
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }

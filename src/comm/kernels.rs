@@ -27,13 +27,24 @@ pub fn nvrtc_version() -> Option<String> {
 pub struct Kernels {
     /// stream_weights_T for T = 1..=MAXT (index T - 1).
     stream: Vec<CudaFunction>,
+    /// stream_weights_pdl_T, the same for programmatic dependent launch.
+    stream_pdl: Vec<CudaFunction>,
     tiny: CudaFunction,
     sms: u32,
+    /// Launch the streaming kernels with programmatic dependent launch (see `kernels/stream.cu`).
+    pdl: bool,
 }
 
 impl Kernels {
-    /// Compiles `kernels/stream.cu` for `gpu`'s architecture and loads it.
+    /// Compiles `kernels/stream.cu` for `gpu`'s architecture and loads it; streaming launches
+    /// are plain launches.
     pub fn load(gpu: &Gpu) -> anyhow::Result<Kernels> {
+        Kernels::load_with(gpu, false)
+    }
+
+    /// As [`Kernels::load`]; with `pdl`, every streaming launch uses programmatic dependent
+    /// launch, which needs compute capability 9.0 or newer (a usage error otherwise).
+    pub fn load_with(gpu: &Gpu, pdl: bool) -> anyhow::Result<Kernels> {
         if !super::libs::nvrtc_present() {
             return Err(usage(
                 "NVRTC (libnvrtc.so) not found: it compiles the compute kernels for --mode compute/full. Install the CUDA toolkit's NVRTC or pip's nvidia-cuda-nvrtc, or put its folder on LD_LIBRARY_PATH",
@@ -43,6 +54,12 @@ impl Kernels {
             .ctx
             .compute_capability()
             .map_err(|e| anyhow::anyhow!("GPU {}: compute capability: {e:?}", gpu.ordinal()))?;
+        if pdl && major < 9 {
+            return Err(usage(format!(
+                "--pdl: programmatic dependent launch needs compute capability 9.0 or newer; GPU {} is {major}.{minor}: leave --pdl off",
+                gpu.ordinal()
+            )));
+        }
         let opts = cudarc::nvrtc::CompileOptions {
             arch: Some(super::compile::arch(major, minor)),
             options: vec!["--std=c++17".into()],
@@ -69,8 +86,12 @@ impl Kernels {
             stream: (1..=MAXT)
                 .map(|t| f(&format!("stream_weights_{t}")))
                 .collect::<anyhow::Result<_>>()?,
+            stream_pdl: (1..=MAXT)
+                .map(|t| f(&format!("stream_weights_pdl_{t}")))
+                .collect::<anyhow::Result<_>>()?,
             tiny: f("tiny")?,
             sms,
+            pdl,
         })
     }
 
@@ -128,6 +149,9 @@ impl Kernels {
         };
         let (pp, ap, outp) = (pool.buf.ptr(), act.ptr(), partial.ptr());
         let mask = pool.vecs - 1;
+        if self.pdl {
+            return self.stream_pdl(gpu, blocks, tokens, [pp, mask, start, nvec, ap, outp]);
+        }
         let mut b = gpu.stream.launch_builder(&self.stream[tokens - 1]);
         b.arg(&pp)
             .arg(&mask)
@@ -143,6 +167,68 @@ impl Kernels {
         unsafe { b.launch(cfg) }
             .map_err(|e| anyhow::anyhow!("GPU {}: launching stream_weights: {e:?}", gpu.ordinal))?;
         Ok(())
+    }
+
+    /// The launch of [`Kernels::stream`] with programmatic dependent launch: `cuLaunchKernelEx`
+    /// with the programmatic-stream-serialization attribute (cudarc's builder takes no launch
+    /// attributes). `args` are stream_weights_pdl_T's six arguments in order, checked by the
+    /// caller.
+    fn stream_pdl(
+        &self,
+        gpu: &Gpu,
+        blocks: u32,
+        tokens: usize,
+        mut args: [u64; 6],
+    ) -> anyhow::Result<()> {
+        use cudarc::driver::sys;
+        let fail =
+            |what: &str, e: sys::CUresult| anyhow::anyhow!("GPU {}: {what}: {e:?}", gpu.ordinal);
+        gpu.ctx
+            .bind_to_thread()
+            .map_err(|e| anyhow::anyhow!("GPU {}: binding the context: {e:?}", gpu.ordinal))?;
+        // SAFETY: a zeroed attribute value is a valid bit pattern of the plain-data union; the
+        // field set is the one the attribute id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: blocks,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: THREADS,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: gpu.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut params: Vec<*mut std::ffi::c_void> = args
+            .iter_mut()
+            .map(|a| a as *mut u64 as *mut std::ffi::c_void)
+            .collect();
+        // SAFETY: `params` points at six u64 values that live across the call, matching
+        // stream_weights_pdl_T's (pointer, u64, u64, u64, pointer, pointer) signature (device
+        // pointers are 64-bit addresses); the caller checked every buffer's size and device as
+        // for `stream`; `cfg` and `attr` outlive the call, which copies them; the function
+        // belongs to this GPU's context, bound above.
+        let r = unsafe {
+            sys::cuLaunchKernelEx(
+                &cfg,
+                self.stream_pdl[tokens - 1].cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(fail("launching stream_weights_pdl (cuLaunchKernelEx)", r));
+        }
+        Ok(())
+    }
+
+    /// Whether streaming launches use programmatic dependent launch.
+    pub fn pdl(&self) -> bool {
+        self.pdl
     }
 
     /// Enqueues one tiny kernel (launch-overhead emulation) writing into `scratch`.

@@ -74,6 +74,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         run_impls: vec![],
         host_gaps,
         timing_pass: super::timeline::pass_iterations(iters),
+        pdl: a.pdl,
     };
     let hello = Hello::here(job_hash(&job), info.rank, info.world_size);
     let rdv_timeout = Duration::from_secs_f64(a.rendezvous_timeout.max(1.0));
@@ -139,7 +140,10 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         }
         results.sort_by_key(|r| r.rank);
         let launcher = format!("external ({})", info.source.name());
-        let rec = super::run::verify_record(&job, &results, &launcher, started)?;
+        let mut rec = super::run::verify_record(&job, &results, &launcher, started)?;
+        if a.pdl {
+            rec.provenance.notes.push(super::run::PDL_NOTE.into());
+        }
         a.export.write(std::slice::from_ref(&rec))?;
         print!("{}", text::verify_table(&rec));
         Ok(0)

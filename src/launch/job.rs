@@ -111,6 +111,9 @@ pub enum Job {
         /// no pass).
         #[serde(default)]
         timing_pass: u64,
+        /// Launch the streaming kernels with programmatic dependent launch (`--pdl`).
+        #[serde(default)]
+        pdl: bool,
     },
     /// Report the environment only (no NCCL).
     Env,
@@ -236,8 +239,8 @@ pub struct RankResult {
     /// Read bandwidth of the streaming kernel on this rank (GB/s), when compute ran.
     #[serde(default)]
     pub stream_gbps: Option<f64>,
-    /// Time of a minimal streaming launch (16 bytes) on this rank (us): the fixed cost of one
-    /// compute operation, when compute ran.
+    /// The cost of one streaming launch beyond its bytes on this rank (us), from back-to-back
+    /// launches of the schedule's mean size, when compute ran.
     #[serde(default)]
     pub stream_fixed_us: Option<f64>,
     /// Per configuration: the per-collective timing pass, one entry per verify (empty when
@@ -660,6 +663,7 @@ pub fn run_rank(
             run_impls,
             host_gaps,
             timing_pass,
+            pdl,
         } => {
             let with_colls = rank.comm.is_some();
             check_memory(&rank.gpu, schedule, n, with_colls)?;
@@ -685,15 +689,21 @@ pub fn run_rank(
             }
             let needs_compute =
                 runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
+            let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
             let compute = if needs_compute {
-                let c = Compute::new(&rank.gpu, schedule.tokens as usize)?;
+                let c = Compute::new(&rank.gpu, schedule.tokens as usize, *pdl)?;
                 result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
-                result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu)?);
+                let (n, sum) = steps.iter().fold((0u64, 0u64), |(n, s), st| match st {
+                    Step::Stream { nvec, .. } => (n + 1, s + nvec),
+                    _ => (n, s),
+                });
+                if n > 0 {
+                    result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, sum / n)?);
+                }
                 Some(c)
             } else {
                 None
             };
-            let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
             let zeros = vec![0.0; steps.len()];
             for (ri, &(graph, mode)) in runs.iter().enumerate() {
                 let imp = run_impls.get(ri).copied().unwrap_or_default();
@@ -980,14 +990,14 @@ struct Compute {
 }
 
 impl Compute {
-    fn new(gpu: &Gpu, tokens: usize) -> anyhow::Result<Compute> {
+    fn new(gpu: &Gpu, tokens: usize, pdl: bool) -> anyhow::Result<Compute> {
         if tokens > crate::comm::kernels::MAXT {
             crate::usage_bail!(
                 "--tokens {tokens}: the streaming kernel handles at most {} tokens",
                 crate::comm::kernels::MAXT
             );
         }
-        let kernels = Kernels::load(gpu)?;
+        let kernels = Kernels::load_with(gpu, pdl)?;
         let pool = Pool::new(gpu, POOL_BYTES)?;
         let actv: Vec<u8> = (0..tokens * 8)
             .flat_map(|i| (0.25f32 * ((i % 5) as f32 + 1.0)).to_le_bytes())
@@ -1004,26 +1014,40 @@ impl Compute {
         })
     }
 
-    /// Time of a minimal streaming launch (one 16-byte vector), median of 50, us.
-    fn measure_fixed_us(&self, gpu: &Gpu) -> anyhow::Result<f64> {
+    /// The cost of one streaming launch beyond its bytes, us: `K` back-to-back launches of
+    /// `nvec` vectors each (the schedule's mean launch) against one launch of `K x nvec`, each
+    /// timed with events around the whole train, best of five:
+    /// `(t_train - t_one) / (K - 1)`, at least 0. It holds the start-up, the drain and the gap
+    /// between two launches that follow each other on the stream, as the replay's do (with
+    /// `--pdl`, the PDL launches).
+    fn measure_fixed_us(&self, gpu: &Gpu, nvec: u64) -> anyhow::Result<f64> {
+        const K: u64 = 32;
+        let nvec = nvec.clamp(1, self.pool.vecs() / K);
         let (a, b) = (gpu.event()?, gpu.event()?);
-        let mut t = vec![];
-        for i in 0..50u64 {
-            gpu.record(&a)?;
-            self.kernels.stream(
-                gpu,
-                &self.pool,
-                i * 4096,
-                1,
-                &self.act,
-                self.tokens,
-                &self.partial,
-            )?;
-            gpu.record(&b)?;
-            gpu.sync()?;
-            t.push(a.elapsed_us(&b)?);
-        }
-        Ok(crate::measure::Summary::from_samples(&t).map_or(0.0, |s| s.median_us))
+        let time = |launches: u64, each: u64| -> anyhow::Result<f64> {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                gpu.record(&a)?;
+                for i in 0..launches {
+                    self.kernels.stream(
+                        gpu,
+                        &self.pool,
+                        i * each,
+                        each,
+                        &self.act,
+                        self.tokens,
+                        &self.partial,
+                    )?;
+                }
+                gpu.record(&b)?;
+                gpu.sync()?;
+                best = best.min(a.elapsed_us(&b)?);
+            }
+            Ok(best)
+        };
+        let train = time(K, nvec)?;
+        let one = time(1, K * nvec)?;
+        Ok(((train - one) / (K - 1) as f64).max(0.0))
     }
 
     /// Read bandwidth of one pass over the whole pool (best of three), GB/s.
@@ -1097,6 +1121,7 @@ mod tests {
             run_impls,
             host_gaps: Default::default(),
             timing_pass: 0,
+            pdl: false,
         };
         assert_eq!(v(vec![Impl::Nccl]).p2p_bytes(), 0);
         assert_eq!(

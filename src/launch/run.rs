@@ -585,6 +585,9 @@ fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) 
     }
 }
 
+/// The provenance note of a replay with `--pdl`.
+pub const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl): each streaming kernel lets the next be scheduled as its blocks retire and issues its first weight loads before it waits for the kernel before it; after a collective (which never triggers early) it starts as a plain launch";
+
 /// `verify --backend nccl`.
 pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     let compute_only = a.compute_only();
@@ -649,10 +652,14 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
         } else {
             super::timeline::pass_iterations(iters)
         },
+        pdl: a.pdl,
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
     let mut rec = verify_record(&job, &results, spec.launcher.name(), started)?;
+    if a.pdl {
+        rec.provenance.notes.push(PDL_NOTE.into());
+    }
     if one {
         rec.provenance.notes.push(format!(
             "one GPU: rank 0's share of the TP={} workload (its weight bytes streamed), no communicator, no collectives",
@@ -836,7 +843,7 @@ fn verify_record_with(
             .filter(|s| matches!(s, crate::launch::job::Step::Stream { .. }))
             .count();
         p.notes.push(format!(
-            "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us (a minimal streaming launch, same run) = {:.1} us",
+            "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us (32 back-to-back launches of the mean size against one launch of their bytes, same run) = {:.1} us",
             schedule.total_weight_bytes(),
             schedule.total_weight_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
         ));
@@ -1032,6 +1039,7 @@ mod tests {
             run_impls: vec![],
             host_gaps: Default::default(),
             timing_pass: 0,
+            pdl: false,
         };
         let r = [
             rank(
