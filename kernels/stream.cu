@@ -45,29 +45,28 @@ __device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsi
 {
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+#if __CUDA_ARCH__ >= 900
+    if (PDL) asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    // The weights depend on no earlier kernel: the first four loads are issued before the
+    // activations are read (with PDL, before the wait for the kernel that wrote them). Both
+    // variants share this order, so that they differ in the launch alone.
     uint4 first[4];
-    bool prefetched = false;
-    if (PDL) {
-#if __CUDA_ARCH__ >= 900
-        asm volatile("griddepcontrol.launch_dependents;");
-#endif
-        // The weights depend on no earlier kernel: load the first four before waiting.
-        if (i + 3 * stride < nvec) {
+    const bool prefetched = i + 3 * stride < nvec;
+    if (prefetched) {
 #pragma unroll
-            for (int k = 0; k < 4; ++k) first[k] = __ldcs(&pool[(start + i + k * stride) & mask]);
-            prefetched = true;
-        }
-#if __CUDA_ARCH__ >= 900
-        asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+        for (int k = 0; k < 4; ++k) first[k] = __ldcs(&pool[(start + i + k * stride) & mask]);
     }
+#if __CUDA_ARCH__ >= 900
+    if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     float a[T * 8];
 #pragma unroll
     for (int k = 0; k < T * 8; ++k) a[k] = act[k];
     float acc[T];
 #pragma unroll
     for (int t = 0; t < T; ++t) acc[t] = 0.f;
-    if (PDL && prefetched) {
+    if (prefetched) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) fma_vec<T>(first[k], a, acc);
         i += 4 * stride;
