@@ -80,7 +80,17 @@ __device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsi
 #pragma unroll
         for (int k = 0; k < 4; ++k) fma_vec<T>(v[k], a, acc);
     }
-    for (; i < nvec; i += stride) fma_vec<T>(__ldcs(&pool[(start + i) & mask]), a, acc);
+    // The last, partial round (i + 3 * stride >= nvec here): up to three loads per thread, all
+    // issued before any is used, so the tail costs one memory round trip, not one per load.
+    {
+        uint4 v[3];
+#pragma unroll
+        for (int k = 0; k < 3; ++k)
+            if (i + k * stride < nvec) v[k] = __ldcs(&pool[(start + i + k * stride) & mask]);
+#pragma unroll
+        for (int k = 0; k < 3; ++k)
+            if (i + k * stride < nvec) fma_vec<T>(v[k], a, acc);
+    }
 
     // block reduction per token: warp shuffles, then one value per warp in shared memory
     __shared__ float red[THREADS / 32][T];
