@@ -13,6 +13,7 @@ pub mod compare;
 pub mod env;
 pub mod inspect;
 pub mod modelfit;
+pub mod output;
 pub mod plan;
 pub mod rank;
 pub mod report;
@@ -83,9 +84,35 @@ pub enum Command {
     Trace(trace::TraceArgs),
 }
 
+impl Command {
+    /// The command's `--format` and `-q/--quiet` (`None`: `report`, whose output is files, and
+    /// the hidden `__rank`).
+    pub fn output(&self) -> Option<output::Output> {
+        match self {
+            Command::Plan(a) => Some((&a.output).into()),
+            Command::Collective(a) => Some((&a.output).into()),
+            Command::Verify(a) => Some((&a.output).into()),
+            Command::Sweep(a) => Some((&a.output).into()),
+            Command::Breakeven(a) => Some((&a.output).into()),
+            Command::Bandwidth(a) => Some((&a.output).into()),
+            Command::Env(a) => Some((&a.output).into()),
+            Command::Inspect(a) => Some((&a.output).into()),
+            Command::Selftest(a) => Some((&a.output).into()),
+            Command::Worker(a) => Some((&a.output).into()),
+            Command::Model(c) => match &c.cmd {
+                modelfit::ModelSub::Fit(a) => Some((&a.print).into()),
+            },
+            Command::Compare(a) => Some((&a.output).into()),
+            Command::Trace(a) => Some((&a.output).into()),
+            Command::Report(_) | Command::Rank(_) => None,
+        }
+    }
+}
+
 /// Parses the command line and runs the command; the value is the process exit code.
 pub fn main() -> anyhow::Result<i32> {
     let cli = Cli::parse();
+    crate::output::set_quiet(cli.command.output().is_some_and(|o| o.quiet));
     match cli.command {
         Command::Plan(a) => plan::run(&a),
         Command::Collective(a) => collective::run(&a),
