@@ -50,24 +50,38 @@ pub struct Cli {
 pub enum Command {
     /// The verify schedule of a model: every collective with its bytes per rank, and the weight
     /// bytes each rank streams between them. Needs no GPU.
+    ///
+    /// --format json prints the schedule itself (the input of scripts/torch_baseline.py and of
+    /// --schedule FILE).
     Plan(plan::PlanArgs),
     /// One collective over a size range, nccl-tests style (time, algbw, busbw, #wrong).
     Collective(collective::CollectiveArgs),
     /// Replay the verify schedule: per-verify median/p99, eager vs CUDA graph.
     Verify(verify::VerifyArgs),
     /// A cross product of NCCL settings, each in fresh workers, proven from NCCL's log, ranked.
+    ///
+    /// --format json prints, at the end, the verify records --export-json writes (the header
+    /// and per-point lines then go to stderr).
     Sweep(sweep::SweepArgs),
     /// Speculative-decoding break-even from measured or given times.
+    ///
+    /// --format json carries every input with its origin and every output.
     Breakeven(breakeven::BreakevenArgs),
     /// Markdown report with SVG plots from results files.
     Report(report::ReportArgs),
     /// Device copy bandwidth and the weight-streaming kernel's bandwidth, in the same run.
+    ///
+    /// --format json prints, after the last GPU, the array --export-json writes.
     Bandwidth(bandwidth::BandwidthArgs),
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
     Env(env::EnvArgs),
     /// The NCCL_* environment of every process of a running server, with findings.
+    ///
+    /// --format json: the processes, findings and expectation results as one document.
     Inspect(inspect::InspectArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
+    ///
+    /// --format json prints the checks --export-json writes.
     Selftest(selftest::SelftestArgs),
     /// One rank started by an external launcher (torchrun, Slurm, MPI), joined over TCP.
     Worker(worker::WorkerArgs),
@@ -81,6 +95,8 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Read a server's profiler traces (Kineto JSON, one per rank): collectives, steps, transfer
     /// vs waiting across ranks, and what to change. Needs no GPU.
+    ///
+    /// --format json prints the result record --export-json writes.
     Trace(trace::TraceArgs),
 }
 

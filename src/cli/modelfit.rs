@@ -20,6 +20,8 @@ pub struct ModelCmd {
 pub enum ModelSub {
     /// Fit the cost model's parameters to measured collective and verify results, print the
     /// error per point and leave-one-out, and write a profile for `--profile FILE`.
+    ///
+    /// --format json prints the profile -o writes.
     Fit(FitArgs),
 }
 

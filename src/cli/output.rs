@@ -14,7 +14,10 @@ fn formats(formats: &'static [Format]) -> impl TypedValueParser<Value = Format> 
             .iter()
             .map(|f| PossibleValue::new(f.name()).help(crate::util::Named::help(*f))),
     )
-    .map(|s| s.parse::<Format>().expect("clap checked the possible values"))
+    .map(|s| {
+        s.parse::<Format>()
+            .expect("clap checked the possible values")
+    })
 }
 
 /// `--format table|json` and `-q/--quiet`.

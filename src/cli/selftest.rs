@@ -7,6 +7,7 @@
 use std::time::Instant;
 
 use crate::cli::args::GpuArgs;
+use crate::cli::output::OutputArgs;
 use crate::comm;
 use crate::comm::p2p::Impl;
 use crate::launch::job::{CollCase, Fault, FaultKind};
@@ -15,7 +16,6 @@ use crate::launch::{Job, LaunchSpec};
 use crate::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
 use crate::record::Mode;
 use crate::request::Launcher;
-use crate::cli::output::OutputArgs;
 use crate::selftest::Check;
 
 #[derive(Debug, Clone, clap::Args)]

@@ -2,8 +2,8 @@
 //! [`crate::launch::external_worker`].
 
 use crate::cli::args::{named, ExportArgs, HostGapArgs, RepeatArgs, WorkloadArgs};
-use crate::launch::rendezvous::{endpoint_arg, Endpoint};
 use crate::cli::output::OutputArgsMd;
+use crate::launch::rendezvous::{endpoint_arg, Endpoint};
 use crate::record::Mode;
 use crate::request::{GraphChoice, WorkerRequest};
 
