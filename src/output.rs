@@ -10,8 +10,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What a command prints on stdout.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Format {
     /// A readable table (the default).
     #[default]
