@@ -129,6 +129,29 @@ pub fn repetition_lines(r: &Record) -> String {
     o
 }
 
+/// Prints a record on stdout: with `--format json` (`markdown`) exactly what `--export-json`
+/// (`--export-markdown`) writes, else its table (`table`) and the repetitions' lines.
+pub fn print_result(
+    format: crate::output::Format,
+    record: &Record,
+    table: fn(&Record) -> String,
+) -> anyhow::Result<()> {
+    let records = std::slice::from_ref(record);
+    match format {
+        crate::output::Format::Json => {
+            crate::output::print_document(&crate::report::export::to_json(records)?)?
+        }
+        crate::output::Format::Markdown => {
+            crate::output::print_document(&crate::report::export::to_markdown(records)?)?
+        }
+        crate::output::Format::Table => {
+            print!("{}", table(record));
+            print!("{}", repetition_lines(record));
+        }
+    }
+    Ok(())
+}
+
 /// `verifybench verify` with the backend `resolve` picks.
 pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
     a.export.check(&[])?;
@@ -169,10 +192,7 @@ pub fn verify_with(b: &dyn Backend, a: &VerifyRequest) -> anyhow::Result<i32> {
         ));
     }
     a.export.write(std::slice::from_ref(&record))?;
-    if !a.quiet {
-        print!("{}", text::verify_table(&record));
-        print!("{}", repetition_lines(&record));
-    }
+    print_result(a.format, &record, text::verify_table)?;
     let Body::Verify(v) = &record.body else {
         unreachable!("verify produces verify records")
     };
@@ -188,7 +208,7 @@ pub fn verify_with(b: &dyn Backend, a: &VerifyRequest) -> anyhow::Result<i32> {
 pub fn collective(a: &CollectiveRequest) -> anyhow::Result<i32> {
     a.export.check(&[])?;
     crate::launch::run::check_gpu_flags(&a.gpu, None)?;
-    collective_with(&*backend::resolve(a.backend, false), a)
+    collective_with(&*backend::resolve(a.backend, crate::output::quiet()), a)
 }
 
 /// `collective` on a given backend.
@@ -199,8 +219,7 @@ pub fn collective_with(b: &dyn Backend, a: &CollectiveRequest) -> anyhow::Result
         b.collective(&r)
     })?;
     a.export.write(std::slice::from_ref(&record))?;
-    print!("{}", text::collective_table(&record));
-    print!("{}", repetition_lines(&record));
+    print_result(a.format, &record, text::collective_table)?;
     let Body::Collective(c) = &record.body else {
         unreachable!("collective produces collective records")
     };
@@ -249,6 +268,7 @@ mod tests {
                 export_json: Some(dir.join("v.json")),
                 ..Default::default()
             },
+            format: Default::default(),
             quiet: true,
             inject_fault: None,
             impls: vec![],
@@ -444,6 +464,7 @@ mod tests {
             },
             impls: vec![],
             model: Default::default(),
+            format: Default::default(),
             export: crate::report::Exports {
                 export_json: Some(dir.path().join("c.json")),
                 ..Default::default()

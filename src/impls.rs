@@ -134,7 +134,7 @@ pub fn skip(impls: &[Impl], why: &str, notes: &mut Vec<String>) -> anyhow::Resul
             names(impls)
         )));
     }
-    eprintln!("verifybench: {line}");
+    crate::note!("verifybench: {line}");
     notes.push(line);
     Ok(())
 }

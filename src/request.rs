@@ -462,7 +462,9 @@ pub struct VerifyRequest {
     pub repeat: Repeat,
     pub model: ModelSettings,
     pub export: Exports,
-    /// Print nothing but errors.
+    /// What stdout gets: the table, or the record as `--export-json` writes it.
+    pub format: crate::output::Format,
+    /// No progress or notes on stderr (the ranks' stderr is not echoed either).
     pub quiet: bool,
     /// Testing only: make a rank (or, with the model backend, the process) fail; see
     /// [`crate::backend::fault`].
@@ -508,6 +510,8 @@ pub struct CollectiveRequest {
     pub repeat: Repeat,
     pub model: ModelSettings,
     pub export: Exports,
+    /// What stdout gets: the table, or the record as `--export-json` writes it.
+    pub format: crate::output::Format,
     /// The implementations to run side by side (`--impl`; empty: NCCL only).
     pub impls: Vec<Impl>,
     /// `--fresh-runs R` (1 to [`MAX_FRESH_RUNS`]): R repetitions, each in fresh workers.
@@ -561,13 +565,13 @@ impl CollectiveRequest {
         for s in out {
             let r = s / unit * unit;
             if r == 0 {
-                eprintln!(
+                crate::note!(
                     "verifybench: size {s} dropped: smaller than one {} element per rank ({unit} bytes on {nranks} ranks)",
                     self.dtype.name()
                 );
             } else {
                 if r != s {
-                    eprintln!(
+                    crate::note!(
                         "verifybench: size {s} rounded down to {r} (whole {} elements per rank on {nranks} ranks)",
                         self.dtype.name()
                     );
@@ -607,6 +611,8 @@ pub struct WorkerRequest {
     pub timeout: f64,
     pub nccl_lib: Option<PathBuf>,
     pub export: Exports,
+    /// What rank 0 prints on stdout: the table, or the record as `--export-json` writes it.
+    pub format: crate::output::Format,
     /// Host time before each launch in eager replay, a late rank.
     pub host_gaps: HostGapFlags,
 }
@@ -629,6 +635,7 @@ mod tests {
             repeat: Repeat::default(),
             model: ModelSettings::default(),
             export: Exports::default(),
+            format: Default::default(),
             impls: vec![],
             fresh_runs: 1,
             fresh_run: 0,

@@ -2,6 +2,7 @@
 //! kernel's achieved bandwidth, measured in the same run on each GPU: the ceiling the compute
 //! of a verify step is held to. The flags only; the measurement is `measure::bandwidth`.
 
+use crate::cli::output::OutputArgs;
 use crate::measure::bandwidth::BandwidthRequest;
 use crate::units::size_arg;
 
@@ -24,6 +25,8 @@ pub struct BandwidthArgs {
     /// Write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 pub fn run(a: &BandwidthArgs) -> anyhow::Result<i32> {
@@ -33,5 +36,6 @@ pub fn run(a: &BandwidthArgs) -> anyhow::Result<i32> {
         iters: a.iters,
         op_sizes: a.op_sizes.clone(),
         export_json: a.export_json.clone(),
+        format: a.output.format,
     })
 }

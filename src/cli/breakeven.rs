@@ -3,15 +3,10 @@
 
 use std::path::PathBuf;
 
+use crate::cli::output::OutputArgs;
 use crate::report::breakeven::{print_out, render};
 use crate::speculative::analysis::analyse;
 use crate::speculative::inputs::{self, Acceptance, Flags, TraceInput};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 /// The times of one speculation cycle besides the verify: shared by `breakeven` and `report`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -99,9 +94,9 @@ pub struct BreakevenArgs {
         allow_negative_numbers = true
     )]
     pub table_accept_lengths: Vec<f64>,
-    /// Output format: a readable table, or JSON (every input with its origin, every output).
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    // --format json: every input with its origin, every output.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 impl BreakevenArgs {
@@ -134,9 +129,10 @@ pub fn run(a: &BreakevenArgs) -> anyhow::Result<i32> {
     let mut inputs = inputs::resolve(&flags, &times, true)?;
     inputs.notes.extend(file_notes);
     let analysis = analyse(inputs);
-    let text = match a.format {
-        Format::Json => serde_json::to_string_pretty(&analysis)? + "\n",
-        Format::Table => render(&analysis),
+    let text = if a.output.format.is_json() {
+        serde_json::to_string_pretty(&analysis)? + "\n"
+    } else {
+        render(&analysis)
     };
     print_out(&text)?;
     Ok(0)

@@ -1,6 +1,7 @@
 //! `verifybench collective`: the flags; the run itself is [`crate::commands::collective`].
 
 use crate::cli::args::{named, ExportArgs, GpuArgs, ModelArgs, RepeatArgs};
+use crate::cli::output::OutputArgsMd;
 use crate::model::{CollectiveKind, DType};
 use crate::request::{BackendKind, CollectiveRequest, GraphChoice, Impl};
 use crate::units::size_arg;
@@ -43,6 +44,8 @@ pub struct CollectiveArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub export: ExportArgs,
+    #[command(flatten)]
+    pub output: OutputArgsMd,
     /// Implementations to run side by side, comma-separated: nccl (NCCL's collective),
     /// oneshot and twoshot (the P2P all-reduces of kernels/allreduce.cu; --op all_reduce only,
     /// messages up to 4 MiB, 2 to 8 GPUs with peer access). Prints a crossover table.
@@ -85,6 +88,7 @@ impl From<&CollectiveArgs> for CollectiveRequest {
             repeat: (&a.repeat).into(),
             model: (&a.model).into(),
             export: (&a.export).into(),
+            format: a.output.format,
             impls: a.impls.0.clone(),
             fresh_runs: a.fresh_runs,
             fresh_run: 0,

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::cli::args::named;
-use crate::compare::{CompareRequest, Format};
+use crate::cli::output::OutputArgsMd;
+use crate::compare::CompareRequest;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CompareArgs {
@@ -14,9 +14,8 @@ pub struct CompareArgs {
     /// Compare even when the files replay different schedules (their schedule_hash differs).
     #[arg(long)]
     pub force: bool,
-    /// Output format.
-    #[arg(long, value_parser = named::<Format>(), default_value = "table")]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgsMd,
     /// The text output of an nccl-tests binary (2.19; e.g. all_reduce_perf ... -G 20 for graph
     /// mode, -G 0 for eager); repeatable, one launch mode each. FILE is then the
     /// --export-json of `verifybench collective` on the same sizes, and the output is the
@@ -34,7 +33,7 @@ impl From<&CompareArgs> for CompareRequest {
         CompareRequest {
             files: a.files.clone(),
             force: a.force,
-            format: a.format,
+            format: a.output.format,
             nccl_tests: a.nccl_tests.clone(),
             schedule: a.schedule.clone(),
         }

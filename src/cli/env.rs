@@ -2,6 +2,7 @@
 //! each worker process really sees: the flags; the look is [`crate::machine::gather`].
 
 use crate::cli::args::GpuArgs;
+use crate::cli::output::OutputArgs;
 use crate::machine::gather;
 use crate::report::env::render;
 
@@ -9,16 +10,16 @@ use crate::report::env::render;
 pub struct EnvArgs {
     #[command(flatten)]
     pub gpu: GpuArgs,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = crate::cli::plan::Format::Table)]
-    pub format: crate::cli::plan::Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 pub fn run(a: &EnvArgs) -> anyhow::Result<i32> {
     let r = gather(&(&a.gpu).into())?;
-    match a.format {
-        crate::cli::plan::Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
-        crate::cli::plan::Format::Table => print!("{}", render(&r)),
+    if a.output.format.is_json() {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", render(&r));
     }
     Ok(0)
 }

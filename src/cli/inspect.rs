@@ -5,15 +5,8 @@
 //! Exit codes: 0 when every expectation holds (or none was given), 1 when one fails, 2 for bad
 //! input (a pid that does not exist, a pattern that matches nothing, a malformed --expect).
 
+use crate::cli::output::OutputArgs;
 use crate::inspect::{self, procfs::ProcFs, render, Expect, WalkError};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Each process with its variables, then findings and expectations.
-    Table,
-    /// One JSON document: processes, findings, expectation results (for scripts).
-    Json,
-}
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "pattern"])))]
@@ -29,9 +22,10 @@ pub struct InspectArgs {
     /// exactly; repeatable. Exit code 1 when one does not hold.
     #[arg(long, value_name = "NAME=VALUE")]
     pub expect: Vec<String>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    // --format table: each process with its variables, then findings and expectations;
+    // json: processes, findings, expectation results.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 pub fn run(a: &InspectArgs) -> anyhow::Result<i32> {
@@ -68,9 +62,10 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<i32> {
         WalkError::NoSuchProcess(_) => crate::error::usage(e.to_string()),
         WalkError::Proc(_) => anyhow::Error::new(e),
     })?;
-    match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Format::Table => print!("{}", render::render_table(&report)),
+    if a.output.format.is_json() {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render::render_table(&report));
     }
     Ok(if report.ok { 0 } else { 1 })
 }

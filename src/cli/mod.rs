@@ -13,6 +13,7 @@ pub mod compare;
 pub mod env;
 pub mod inspect;
 pub mod modelfit;
+pub mod output;
 pub mod plan;
 pub mod rank;
 pub mod report;
@@ -49,24 +50,38 @@ pub struct Cli {
 pub enum Command {
     /// The verify schedule of a model: every collective with its bytes per rank, and the weight
     /// bytes each rank streams between them. Needs no GPU.
+    ///
+    /// --format json prints the schedule itself (the input of scripts/torch_baseline.py and of
+    /// --schedule FILE).
     Plan(plan::PlanArgs),
     /// One collective over a size range, nccl-tests style (time, algbw, busbw, #wrong).
     Collective(collective::CollectiveArgs),
     /// Replay the verify schedule: per-verify median/p99, eager vs CUDA graph.
     Verify(verify::VerifyArgs),
     /// A cross product of NCCL settings, each in fresh workers, proven from NCCL's log, ranked.
+    ///
+    /// --format json prints, at the end, the verify records --export-json writes (the header
+    /// and per-point lines then go to stderr).
     Sweep(sweep::SweepArgs),
     /// Speculative-decoding break-even from measured or given times.
+    ///
+    /// --format json carries every input with its origin and every output.
     Breakeven(breakeven::BreakevenArgs),
     /// Markdown report with SVG plots from results files.
     Report(report::ReportArgs),
     /// Device copy bandwidth and the weight-streaming kernel's bandwidth, in the same run.
+    ///
+    /// --format json prints, after the last GPU, the array --export-json writes.
     Bandwidth(bandwidth::BandwidthArgs),
     /// GPUs, links, NCCL/driver/library paths, and the NCCL_* environment workers see.
     Env(env::EnvArgs),
     /// The NCCL_* environment of every process of a running server, with findings.
+    ///
+    /// --format json: the processes, findings and expectation results as one document.
     Inspect(inspect::InspectArgs),
     /// Exact-result checks of every collective, launcher and graph mode on this machine's GPUs.
+    ///
+    /// --format json prints the checks --export-json writes.
     Selftest(selftest::SelftestArgs),
     /// One rank started by an external launcher (torchrun, Slurm, MPI), joined over TCP.
     Worker(worker::WorkerArgs),
@@ -80,12 +95,40 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Read a server's profiler traces (Kineto JSON, one per rank): collectives, steps, transfer
     /// vs waiting across ranks, and what to change. Needs no GPU.
+    ///
+    /// --format json prints the result record --export-json writes.
     Trace(trace::TraceArgs),
+}
+
+impl Command {
+    /// The command's `--format` and `-q/--quiet` (`None`: `report`, whose output is files, and
+    /// the hidden `__rank`).
+    pub fn output(&self) -> Option<output::Output> {
+        match self {
+            Command::Plan(a) => Some((&a.output).into()),
+            Command::Collective(a) => Some((&a.output).into()),
+            Command::Verify(a) => Some((&a.output).into()),
+            Command::Sweep(a) => Some((&a.output).into()),
+            Command::Breakeven(a) => Some((&a.output).into()),
+            Command::Bandwidth(a) => Some((&a.output).into()),
+            Command::Env(a) => Some((&a.output).into()),
+            Command::Inspect(a) => Some((&a.output).into()),
+            Command::Selftest(a) => Some((&a.output).into()),
+            Command::Worker(a) => Some((&a.output).into()),
+            Command::Model(c) => match &c.cmd {
+                modelfit::ModelSub::Fit(a) => Some((&a.print).into()),
+            },
+            Command::Compare(a) => Some((&a.output).into()),
+            Command::Trace(a) => Some((&a.output).into()),
+            Command::Report(_) | Command::Rank(_) => None,
+        }
+    }
 }
 
 /// Parses the command line and runs the command; the value is the process exit code.
 pub fn main() -> anyhow::Result<i32> {
     let cli = Cli::parse();
+    crate::output::set_quiet(cli.command.output().is_some_and(|o| o.quiet));
     match cli.command {
         Command::Plan(a) => plan::run(&a),
         Command::Collective(a) => collective::run(&a),

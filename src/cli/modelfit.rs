@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use crate::cli::output::OutputArgs;
 use crate::costmodel::fit;
 use crate::costmodel::profile::{self, ProfileFile, PROFILE_KIND, PROFILE_SCHEMA_VERSION};
 use crate::report::fit::table;
@@ -19,6 +20,8 @@ pub struct ModelCmd {
 pub enum ModelSub {
     /// Fit the cost model's parameters to measured collective and verify results, print the
     /// error per point and leave-one-out, and write a profile for `--profile FILE`.
+    ///
+    /// --format json prints the profile -o writes.
     Fit(FitArgs),
 }
 
@@ -40,9 +43,9 @@ pub struct FitArgs {
     /// Name of the fitted profile (default: the output file's stem).
     #[arg(long)]
     pub name: Option<String>,
-    /// Print nothing but errors (the profile is still written).
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
+    // --format json: the profile file -o writes.
+    #[command(flatten)]
+    pub print: OutputArgs,
 }
 
 pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
@@ -76,7 +79,7 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
         let name = f.display().to_string();
         let (p, skipped) = fit::points_of(&name, &recs)?;
         for s in skipped {
-            eprintln!("verifybench: left out {s}");
+            crate::note!("verifybench: left out {s}");
         }
         pts.extend(p);
         sources.push(name);
@@ -129,7 +132,9 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
     };
     let json = serde_json::to_string_pretty(&file)?;
     crate::util::write_file(&a.output, json.as_bytes())?;
-    if !a.quiet {
+    if a.print.format.is_json() {
+        crate::output::print_document(json.as_bytes())?;
+    } else {
         print!("{}", table(&r, &base_name, a.results.len()));
         if let Some(f) = &p2p_fit {
             print!("{}", crate::report::fit::p2p_table(f));

@@ -1,22 +1,17 @@
 //! `verifybench plan`: the schedule of a model, as a table or JSON. Needs no GPU.
 
 use crate::cli::args::WorkloadArgs;
+use crate::cli::output::OutputArgs;
 use crate::model::{self, Phase};
 use crate::report::plan::{one_line, render};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct PlanArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Output format. JSON is the schedule itself (the input of scripts/torch_baseline.py).
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    // --format json: the schedule itself (the input of scripts/torch_baseline.py).
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Also list every operation in order.
     #[arg(long)]
     pub ops: bool,
@@ -27,18 +22,19 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<i32> {
     w.check_bounds()?;
     if let Some(f) = w.load_schedule_file()? {
         // `plan --schedule FILE`: the file's schedule, checked, as `verify --schedule` replays it.
-        match a.format {
-            Format::Json => println!("{}", serde_json::to_string_pretty(&f)?),
-            Format::Table => print!("{}", crate::report::plan::render_file(&f, a.ops)),
+        if a.output.format.is_json() {
+            println!("{}", serde_json::to_string_pretty(&f)?);
+        } else {
+            print!("{}", crate::report::plan::render_file(&f, a.ops));
         }
         return Ok(0);
     }
     let shape = w.shape()?;
     let opt = w.options(8);
     let s = model::build(&shape, &opt, w.phase)?;
-    match a.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&s)?),
-        Format::Table => {
+    match a.output.format.is_json() {
+        true => println!("{}", serde_json::to_string_pretty(&s)?),
+        false => {
             print!("{}", render(&s, a.ops));
             if w.phase == Phase::Verify {
                 println!("\nOther phases with the same flags (break-even needs all three):");

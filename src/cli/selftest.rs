@@ -7,6 +7,7 @@
 use std::time::Instant;
 
 use crate::cli::args::GpuArgs;
+use crate::cli::output::OutputArgs;
 use crate::comm;
 use crate::comm::p2p::Impl;
 use crate::launch::job::{CollCase, Fault, FaultKind};
@@ -27,6 +28,8 @@ pub struct SelftestArgs {
     /// Write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 fn spec(devices: &[usize], launcher: Launcher, timeout_s: f64) -> LaunchSpec {
@@ -504,7 +507,7 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
         select_devices(&(&a.gpu).into(), None, comm::device_count())?
     };
     let mut checks = vec![];
-    eprintln!(
+    crate::note!(
         "selftest on GPUs {:?} (NCCL {})",
         devices,
         comm::nccl::version().unwrap_or_default()
@@ -526,6 +529,14 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
     let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
     checks.push(crate::selftest::clocks_and_affinity(devices[0]));
     let failed = checks.iter().filter(|c| !c.pass).count();
+    let json = serde_json::to_string_pretty(&checks)?;
+    if let Some(p) = &a.export_json {
+        crate::util::write_file(p, json.as_bytes())?;
+    }
+    if a.output.format.is_json() {
+        crate::output::print_document(json.as_bytes())?;
+        return Ok(if failed == 0 { 0 } else { 1 });
+    }
     println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");
     for c in &checks {
         println!(
@@ -544,8 +555,5 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
         checks.len() - failed,
         failed
     );
-    if let Some(p) = &a.export_json {
-        crate::util::write_file(p, serde_json::to_string_pretty(&checks)?.as_bytes())?;
-    }
     Ok(if failed == 0 { 0 } else { 1 })
 }

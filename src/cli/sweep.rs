@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use crate::cli::args::{
     named, ExportArgs, GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
 };
+use crate::cli::output::OutputArgs;
 use crate::record::Mode;
 use crate::request::{BackendKind, GraphChoice};
 use crate::sweep::command::SweepRequest;
@@ -125,9 +126,10 @@ pub struct SweepArgs {
     /// Write the ranking table as CSV to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_table_csv: Option<PathBuf>,
-    /// Print only the ranking and the recommendation (no progress, no per-point lines).
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
+    // --format json: the verify records --export-json writes, printed at the end (progress
+    // stays on stderr); -q: only the ranking and the recommendation (or the JSON).
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Testing only: fake every point (no child process, no GPU), FAKE numbers.
     #[arg(long, hide = true)]
     pub debug_mode: bool,
@@ -154,7 +156,8 @@ impl From<&SweepArgs> for SweepRequest {
             no_probe: a.no_probe,
             export_table_markdown: a.export_table_markdown.clone(),
             export_table_csv: a.export_table_csv.clone(),
-            quiet: a.quiet,
+            format: a.output.format,
+            quiet: a.output.quiet,
             debug_mode: a.debug_mode,
             gpu: (&a.gpu).into(),
             repeat: (&a.repeat).into(),

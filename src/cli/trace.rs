@@ -3,22 +3,17 @@
 use std::path::PathBuf;
 
 use crate::cli::args::WorkloadArgs;
+use crate::cli::output::OutputArgs;
 use crate::trace::{TraceFormat, TraceRequest};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TraceArgs {
     /// PyTorch profiler traces (.json, .json.gz), one per rank, or folders of them.
     #[arg(required = true, value_name = "FILE|DIR")]
     pub inputs: Vec<PathBuf>,
-    /// Output format (JSON: the result record).
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    // --format json: the result record, as --export-json writes it.
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Also write the result record to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<PathBuf>,
@@ -58,9 +53,10 @@ impl TraceArgs {
             step_label: self.step_label.clone(),
             nccl_logs: self.nccl_log.clone(),
             multi_host: self.multi_host,
-            format: match self.format {
-                Format::Table => TraceFormat::Table,
-                Format::Json => TraceFormat::Json,
+            format: if self.output.format.is_json() {
+                TraceFormat::Json
+            } else {
+                TraceFormat::Table
             },
             export_json: self.export_json.clone(),
             export_schedule: self.export_schedule.clone(),

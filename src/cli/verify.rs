@@ -3,6 +3,7 @@
 use crate::cli::args::{
     named, ExportArgs, GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
 };
+use crate::cli::output::OutputArgsMd;
 use crate::record::Mode;
 use crate::request::{BackendKind, GraphChoice, VerifyRequest};
 
@@ -46,9 +47,8 @@ pub struct VerifyArgs {
     /// `verifybench trace FILE` read it.
     #[arg(long, value_name = "FILE")]
     pub export_trace: Option<std::path::PathBuf>,
-    /// Print nothing but errors (the JSON export still happens).
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub output: OutputArgsMd,
     /// Testing only: make a rank fail ("exit", "hang", "abort", or "p2p-silent": it makes no
     /// P2P all-reduce call; optionally ":RANK").
     #[arg(long, hide = true)]
@@ -79,7 +79,8 @@ impl From<&VerifyArgs> for VerifyRequest {
             repeat: (&a.repeat).into(),
             model: (&a.model).into(),
             export: (&a.export).into(),
-            quiet: a.quiet,
+            format: a.output.format,
+            quiet: a.output.quiet,
             inject_fault: a.inject_fault.clone(),
             impls: a.impls.0.clone(),
             host_gaps: (&a.host_gaps).into(),

@@ -2,6 +2,7 @@
 //! [`crate::launch::external_worker`].
 
 use crate::cli::args::{named, ExportArgs, HostGapArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::output::OutputArgsMd;
 use crate::launch::rendezvous::{endpoint_arg, Endpoint};
 use crate::record::Mode;
 use crate::request::{GraphChoice, WorkerRequest};
@@ -52,6 +53,8 @@ pub struct WorkerArgs {
     #[command(flatten)]
     pub export: ExportArgs,
     #[command(flatten)]
+    pub output: OutputArgsMd,
+    #[command(flatten)]
     pub host_gaps: HostGapArgs,
 }
 
@@ -73,6 +76,7 @@ impl From<&WorkerArgs> for WorkerRequest {
             timeout: a.timeout,
             nccl_lib: a.nccl_lib.clone(),
             export: (&a.export).into(),
+            format: a.output.format,
             host_gaps: (&a.host_gaps).into(),
         }
     }

@@ -19,19 +19,8 @@ use crate::record::{read_records, Mode, VerifyResult, VerifyRun, Workload};
 use crate::record::{Body, Record, Source};
 use crate::report::export::{if_collectives, if_measured};
 
-/// The output of `compare`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Table,
-    Json,
-    Markdown,
-}
-
-crate::named_enum!(Format {
-    Table => "table": "",
-    Json => "json": "",
-    Markdown => "markdown": "",
-});
+/// The output of `compare`: the format every command shares; compare offers all three.
+pub use crate::output::Format;
 
 /// `compare`: the files (the first is the base of the ratios), whether to compare different
 /// schedules, and the output format.
@@ -114,7 +103,7 @@ pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
                 "--nccl-tests takes exactly one FILE: the --export-json of `verifybench collective` on the same sizes"
             );
         }
-        return nccl_tests::run(&a.files[0], &a.nccl_tests);
+        return nccl_tests::run(&a.files[0], &a.nccl_tests, a.format);
     }
     let mut entries = Vec::new();
     for f in &a.files {

@@ -203,7 +203,11 @@ pub fn render(rows: &[SideBySide]) -> String {
 }
 
 /// `compare --nccl-tests FILE... COLLECTIVE.json`: reads the files, prints the table.
-pub fn run(collective: &Path, nccl_tests: &[std::path::PathBuf]) -> anyhow::Result<i32> {
+pub fn run(
+    collective: &Path,
+    nccl_tests: &[std::path::PathBuf],
+    format: crate::output::Format,
+) -> anyhow::Result<i32> {
     let recs = crate::record::read_records(collective)?;
     let Some(vb) = recs.iter().find_map(|r| match &r.body {
         Body::Collective(c) => Some(c),
@@ -226,7 +230,11 @@ pub fn run(collective: &Path, nccl_tests: &[std::path::PathBuf]) -> anyhow::Resu
             "no size and launch mode measured by both: give the same sizes (-b/-e/-f) and the launch modes nccl-tests ran (-G 0: eager, -G N: graph)",
         ));
     }
-    print!("{}", render(&rows));
+    if format.is_json() {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", render(&rows));
+    }
     Ok(0)
 }
 

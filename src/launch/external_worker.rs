@@ -43,7 +43,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
             rendezvous: a.rendezvous.clone(),
         },
     )?;
-    eprintln!("verifybench worker: {}", info.describe());
+    crate::note!("verifybench worker: {}", info.describe());
     if info.world_size < 2 {
         crate::usage_bail!(
             "a worker run needs at least 2 ranks (world size {})",
@@ -51,7 +51,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         );
     }
     let ep = info.require_rendezvous()?.clone();
-    eprintln!("verifybench worker: {}", info.describe_rendezvous());
+    crate::note!("verifybench worker: {}", info.describe_rendezvous());
     comm::libs::prepare(a.nccl_lib.as_deref())?;
     a.workload.check_schedule_modes(&a.mode)?;
     let schedule = a.workload.schedule(info.world_size as u64)?;
@@ -111,7 +111,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         );
         let peers = server.serve_id(&id, rdv_timeout)?;
         tick(&last);
-        eprintln!(
+        crate::note!(
             "verifybench worker: {} ranks joined in {:.1} s",
             peers.len() + 1,
             wait.elapsed().as_secs_f64()
@@ -145,7 +145,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
             rec.provenance.notes.push(super::run::PDL_NOTE.into());
         }
         a.export.write(std::slice::from_ref(&rec))?;
-        print!("{}", text::verify_table(&rec));
+        crate::commands::print_result(a.format, &rec, text::verify_table)?;
         Ok(0)
     } else {
         last.store(
@@ -166,7 +166,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => {
                 client.send_result(&serde_json::to_vec(&r)?, rdv_timeout)?;
-                eprintln!(
+                crate::note!(
                     "verifybench worker: rank {} sent its timings to rank 0",
                     info.rank
                 );

@@ -897,7 +897,7 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
         warmup: a.repeat.warmup,
         batch: COLLECTIVE_BATCH,
     };
-    let spec = spec_of(&a.gpu, devices, None, false);
+    let spec = spec_of(&a.gpu, devices, None, crate::output::quiet());
     let results = run_job(&spec, &job)?;
     let combined = combine(&results, job.configs())?;
     let mut rows = vec![];

@@ -24,6 +24,9 @@ pub struct BandwidthRequest {
     pub op_sizes: Vec<u64>,
     /// Where to write the results as JSON.
     pub export_json: Option<PathBuf>,
+    /// What stdout gets: the table as each GPU is measured, or (json) at the end what
+    /// `--export-json` writes.
+    pub format: crate::output::Format,
 }
 
 /// One GPU's figures (GB/s = 1e9 bytes per second).
@@ -138,8 +141,9 @@ pub fn measure(
     })
 }
 
-/// Measures every requested GPU, prints one table row per GPU as it goes, and writes the JSON
-/// export if asked. Returns the exit code.
+/// Measures every requested GPU, prints one table row per GPU as it goes (or, with
+/// `--format json`, the export at the end), and writes the JSON export if asked. Returns the
+/// exit code.
 pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
     if let Some(p) = &a.export_json {
         crate::util::check_outputs(&[("--export-json", p)], &[])?;
@@ -152,42 +156,56 @@ pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
         .devices
         .clone()
         .unwrap_or_else(|| (0..comm::device_count()).collect());
+    let table = !a.format.is_json();
+    if table {
+        println!(
+            "# verifybench bandwidth (measured; best of {} passes; GB/s = 1e9 B/s)",
+            a.iters
+        );
+        println!(
+            "  {:>3} {:<14} {:>10} {:>8} {:>13} {:>14}  streaming kernel, bytes read (tokens: GB/s, % of copy read+write)",
+            "gpu", "name", "bytes", "L2", "copy r+w", "copy read"
+        );
+    }
     let mut all = vec![];
-    println!(
-        "# verifybench bandwidth (measured; best of {} passes; GB/s = 1e9 B/s)",
-        a.iters
-    );
-    println!(
-        "  {:>3} {:<14} {:>10} {:>8} {:>13} {:>14}  streaming kernel, bytes read (tokens: GB/s, % of copy read+write)",
-        "gpu", "name", "bytes", "L2", "copy r+w", "copy read"
-    );
     for &d in &devices {
         let b = measure(d, a.bytes, a.iters, &a.op_sizes)?;
-        let s: Vec<String> = b
-            .stream_gbps
-            .iter()
-            .map(|(t, g)| format!("T={t}: {g:.0} ({:.0}%)", 100.0 * g / b.copy_rw_gbps))
-            .collect();
-        println!(
-            "  {:>3} {:<14} {:>10} {:>8} {:>8.0} GB/s {:>9.0} GB/s  {}",
-            b.device,
-            b.name,
-            human_bytes(b.bytes),
-            human_bytes(b.l2_bytes),
-            b.copy_rw_gbps,
-            b.copy_read_gbps,
-            s.join(", ")
-        );
-        let ops: Vec<String> = b
-            .per_op
-            .iter()
-            .map(|(bytes, us, g)| format!("{}: {us:.1} us ({g:.0} GB/s)", human_bytes(*bytes)))
-            .collect();
-        println!("      single operations, 3 tokens: {}", ops.join(", "));
+        if table {
+            print_row(&b);
+        }
         all.push(b);
     }
+    let json = serde_json::to_string_pretty(&all)?;
     if let Some(p) = &a.export_json {
-        crate::util::write_file(p, serde_json::to_string_pretty(&all)?.as_bytes())?;
+        crate::util::write_file(p, json.as_bytes())?;
+    }
+    if !table {
+        crate::output::print_document(json.as_bytes())?;
     }
     Ok(0)
+}
+
+/// One GPU's table row and the line of its single operations.
+fn print_row(b: &Bandwidth) {
+    let s: Vec<String> = b
+        .stream_gbps
+        .iter()
+        .map(|(t, g)| format!("T={t}: {g:.0} ({:.0}%)", 100.0 * g / b.copy_rw_gbps))
+        .collect();
+    println!(
+        "  {:>3} {:<14} {:>10} {:>8} {:>8.0} GB/s {:>9.0} GB/s  {}",
+        b.device,
+        b.name,
+        human_bytes(b.bytes),
+        human_bytes(b.l2_bytes),
+        b.copy_rw_gbps,
+        b.copy_read_gbps,
+        s.join(", ")
+    );
+    let ops: Vec<String> = b
+        .per_op
+        .iter()
+        .map(|(bytes, us, g)| format!("{}: {us:.1} us ({g:.0} GB/s)", human_bytes(*bytes)))
+        .collect();
+    println!("      single operations, 3 tokens: {}", ops.join(", "));
 }

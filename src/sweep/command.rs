@@ -50,6 +50,10 @@ pub struct SweepRequest {
     pub export: Exports,
     pub export_table_markdown: Option<PathBuf>,
     pub export_table_csv: Option<PathBuf>,
+    /// What stdout gets at the end: the ranking, or (json) the verify records `--export-json`
+    /// writes; with json the header and summary lines go to stderr.
+    pub format: crate::output::Format,
+    /// No progress, no per-point lines and no notes (the ranking or JSON is still printed).
     pub quiet: bool,
     /// Fake every point in process (no child, no GPU): the mock backend.
     pub debug_mode: bool,
@@ -558,8 +562,18 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         .collect();
     let n_todo = plan.remaining(&done_keys).len();
 
+    // The header and the summary line: on stdout above the ranking, on stderr with --format
+    // json (stdout then holds the JSON alone).
+    let json = a.format.is_json();
+    let say = |line: String| {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     if !a.quiet {
-        println!(
+        say(format!(
             "# verifybench sweep: {} {} tp {} tokens {} {} ({} all-reduces of {} B, {} all-gather(s)), backend {}, launcher {}, graph {}, mode {}",
             workload.model,
             workload.phase.name(),
@@ -573,8 +587,8 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             cfg.launcher,
             cfg.graph,
             cfg.mode
-        );
-        println!(
+        ));
+        say(format!(
             "# {} points x {} round(s), each round in its own shuffled order (seed {:#x}), the baseline in every round: {} runs ({} to run, {} already in the resume file); results: {}; logs: {}",
             points.len(),
             a.rounds,
@@ -584,22 +598,23 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             plan.order.len() - n_todo,
             results_path.display(),
             log_dir.display()
-        );
+        ));
         if cfg.probe {
-            println!("# timed runs have NCCL_DEBUG unset; NCCL's algorithm/protocol/transport come from a separate probe run (-n 2 -w 1, NCCL_DEBUG=INFO), once per point (round 1)");
+            say("# timed runs have NCCL_DEBUG unset; NCCL's algorithm/protocol/transport come from a separate probe run (-n 2 -w 1, NCCL_DEBUG=INFO), once per point (round 1)".into());
         } else {
-            println!(
+            say(format!(
                 "# no probe run ({}): NCCL's choices are not checked",
                 if a.no_probe {
                     "--no-probe"
                 } else {
                     "the cost model has no NCCL log"
                 }
-            );
+            ));
         }
         if a.debug_mode {
-            println!(
+            say(
                 "# DEBUG MODE: no verify runs; every number is FAKE (between-run noise included)"
+                    .into(),
             );
         }
     }
@@ -757,15 +772,19 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         })
         .collect();
     let (text, table) = render(&all, &pairs, a.mode, a.rounds, a.noise_margin);
-    println!();
-    print!("{text}");
+    let verify_records: Vec<Record> = all.iter().filter_map(|p| p.verify.clone()).collect();
+    if json {
+        crate::output::print_document(&crate::report::export::to_json(&verify_records)?)?;
+    } else {
+        println!();
+        print!("{text}");
+    }
     if !a.quiet && !run.finished.is_empty() {
-        println!(
+        say(format!(
             "wall time: {wall_s:.1} s for {} runs: probe children {probe_s:.1} s, timed children {child_s:.1} s (of which NCCL init {init_s:.1} s, timed loops ~{timed_s:.1} s, the rest worker start and teardown)",
             run.finished.len()
-        );
+        ));
     }
-    let verify_records: Vec<Record> = all.iter().filter_map(|p| p.verify.clone()).collect();
     a.export.write(&verify_records)?;
     if let Some(p) = &a.export_table_markdown {
         crate::util::write_file(p, markdown_table(&table).as_bytes())?;

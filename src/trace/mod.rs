@@ -279,7 +279,7 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     let started = now_utc();
     let a = analyse(req)?;
     for s in &a.skipped {
-        eprintln!("verifybench: skipped {}", s.reason);
+        crate::note!("verifybench: skipped {}", s.reason);
     }
     // Build every export before writing any, so that a failure writes nothing.
     let schedule = match &req.export_schedule {
@@ -297,7 +297,7 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     }
     if let (Some(p), Some(s)) = (&req.export_schedule, &schedule) {
         s.save(p)?;
-        eprintln!(
+        crate::note!(
             "verifybench: schedule of one step written to {}",
             p.display()
         );
