@@ -321,3 +321,38 @@ fn one_gpu_streams_one_ranks_share_of_a_larger_tp_in_compute_mode_only() {
         &["--tp 8 and --gpus (1 GPUs) disagree"],
     );
 }
+
+/// `--pdl` changes how compute kernels launch: with collectives only it has nothing to change
+/// (exit 2, naming the flag), and the cost model, which has no per-launch cost, says it does
+/// not model it rather than printing a figure as if it had.
+#[test]
+fn pdl_without_compute_is_refused_and_the_model_says_it_does_not_model_it() {
+    refused(
+        &["verify", "--backend", "model", "--pdl", "--mode", "comm"],
+        &["--pdl", "--mode compute or full"],
+    );
+    let out = vb()
+        .args([
+            "verify",
+            "--backend",
+            "model",
+            "--pdl",
+            "--mode",
+            "compute",
+            "--tp",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("--pdl: not modeled"), "{all}");
+}
