@@ -18,6 +18,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde::Serialize;
 
 use super::peer::{copy_raw, download_raw, upload_raw};
@@ -583,8 +584,10 @@ pub fn virtual_rank_timings(
                         .unwrap_or_else(|_| Err(anyhow::anyhow!("timing thread panicked")))
                 })
                 .collect::<anyhow::Result<Vec<f64>>>()
-        })?;
-        g.check()?;
+        })
+        .with_context(|| format!("{n} virtual ranks, eager timing"))?;
+        g.check()
+            .with_context(|| format!("{n} virtual ranks, eager timing"))?;
         let mut graphs = vec![];
         for r in 0..n {
             graphs.push(g.gpus[r].capture(|| {
@@ -606,7 +609,8 @@ pub fn virtual_rank_timings(
             gpu.record(&b)?;
             events.push((a, b));
         }
-        g.check()?;
+        g.check()
+            .with_context(|| format!("{n} virtual ranks, graph timing"))?;
         let mut graph_us = 0f64;
         for (a, b) in &events {
             graph_us = graph_us.max(a.elapsed_us(b)? / GRAPH as f64);
