@@ -5,12 +5,15 @@
 //! The criterion part times one gzipped 2-rank trace (Kimi-K2.5 verify steps). The large case
 //! (8 ranks of ~200 MB gzip each) is too big for criterion's repetitions: set
 //! `VERIFYBENCH_TRACE_BIG=DIR` to generate it in DIR once (kept for later runs) and time one
-//! full analysis of it; see benches/README.md for the figure.
+//! full analysis of it; see benches/README.md for the figure. `VERIFYBENCH_TRACE_BIG_PASS=inflate`
+//! (decompression into a sink) or `scan` (decompression and the event scanner, kept events
+//! counted, not parsed) time the reader's first stages on the same files instead.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
+use verifybench::trace::prefilter;
 use verifybench::trace::synth::{self, SynthSpec};
 use verifybench::trace::{analyse, TraceRequest};
 
@@ -88,10 +91,62 @@ fn big() {
                 .len()
         })
         .collect();
+    let total: u64 = sizes.iter().sum();
+    // VERIFYBENCH_TRACE_BIG_PASS=inflate or scan: only the first stages of the reader, ranks
+    // in parallel as the analysis reads them, to show where the time goes.
+    if let Ok(pass) = std::env::var("VERIFYBENCH_TRACE_BIG_PASS") {
+        use rayon::prelude::*;
+        use std::io::Read;
+        let t = Instant::now();
+        let (json, kept): (u64, u64) = (0..ranks)
+            .into_par_iter()
+            .map(|r| {
+                let f = std::fs::File::open(dir.join(format!("rank-{r}.json.gz"))).unwrap();
+                let mut gz = flate2::read::MultiGzDecoder::new(std::io::BufReader::with_capacity(
+                    1 << 20,
+                    f,
+                ));
+                match pass.as_str() {
+                    "inflate" => {
+                        let mut buf = vec![0u8; 1 << 20];
+                        let mut n = 0u64;
+                        loop {
+                            match gz.read(&mut buf).unwrap() {
+                                0 => break (n, 0),
+                                k => n += k as u64,
+                            }
+                        }
+                    }
+                    "scan" => {
+                        let (mut n, mut kept) = (0u64, 0u64);
+                        prefilter::scan(gz, None, |ev| {
+                            n += ev.len() as u64;
+                            kept += 1;
+                            true
+                        })
+                        .expect("the scanner reads the synthetic trace");
+                        (n, kept)
+                    }
+                    other => panic!("VERIFYBENCH_TRACE_BIG_PASS={other}: inflate or scan"),
+                }
+            })
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        println!(
+            "trace/big {pass}: {ranks} ranks, {:.0} MB gzip in all: {:.1} s ({} MB {}, {kept} events kept)",
+            total as f64 / 1e6,
+            t.elapsed().as_secs_f64(),
+            json / 1_000_000,
+            if pass == "inflate" {
+                "of JSON"
+            } else {
+                "of kept events"
+            }
+        );
+        return;
+    }
     let t = Instant::now();
     let a = analyse(&TraceRequest::new(vec![dir.clone()])).unwrap();
     let s = t.elapsed().as_secs_f64();
-    let total: u64 = sizes.iter().sum();
     println!(
         "trace/big: {ranks} ranks, {:.0} MB gzip in all ({:.0} MB per rank), {} steps, {} collectives per rank: {s:.1} s ({:.0} MB/s of gzip)",
         total as f64 / 1e6,

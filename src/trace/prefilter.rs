@@ -1,24 +1,23 @@
-//! A byte-level filter in front of the JSON parser: drops trace events the analysis can never
-//! use before anything tokenizes them.
+//! A byte-level scanner in front of the JSON parser: finds the trace events the analysis can
+//! use and hands each one to serde as its own slice; the others are never tokenized.
 //!
 //! A server's profile is mostly host-side events (`python_function`, `cpu_op`, flow arrows)
-//! that [`super::reader`] skips after serde has tokenized every one of their fields. This
-//! filter passes the document through unchanged except inside the `traceEvents` array, where it
-//! finds each event object's extent (strings, escapes and brace depth tracked, `memchr` to jump
-//! between the bytes that matter) and looks at its raw bytes only: an event is kept when its
-//! `"cat"` is a GPU or runtime category, when it mentions `record_param_comms` or
-//! `Collective name` or the step label, or whenever the cheap look cannot be sure (a second
-//! `"cat"`, an escaped category, any `\u` escape). Kept events are rejoined with commas, so the
-//! parser sees a valid, shorter array and applies the same rules as without the filter; the
-//! filter only decides what it may skip. Anything it does not expect (a non-object element, a
-//! missing comma, a truncated event) makes it pass the rest through untouched, so errors read
-//! as they would without it.
+//! that [`super::reader`] would skip after serde had tokenized every one of their fields. The
+//! scanner reads the decompressed document in large chunks and, inside the `traceEvents`
+//! array, finds each event object's extent in one pass over its bytes (strings, escapes and
+//! nesting tracked, eight bytes at a time inside strings) and decides on its raw bytes only:
+//! an event is kept when its top-level `"cat"` is a GPU or runtime category, when one of its
+//! strings is exactly `record_param_comms`, `Collective name` or the step label, or whenever
+//! the cheap look cannot be sure (a second top-level `"cat"`, an escaped or non-string
+//! category, any `\u` escape; with a step label, any escape). Kept events go to a callback as slices of
+//! the chunk (no copy); everything outside `traceEvents` (`distributedInfo` and the like) is
+//! kept as a small skeleton document whose event array is empty, for serde to read whole.
+//! The scanner only decides what may be skipped. Anything it does not expect (a non-object
+//! element, a missing comma, a truncated event or stream, a read error, a skeleton above
+//! [`MAX_SKELETON`]) makes it give up, and the caller reads the document again with the plain
+//! serde reader, so results and errors are those of that reader.
 
-use std::cell::Cell;
 use std::io::{self, Read};
-use std::rc::Rc;
-
-use memchr::memmem;
 
 /// Categories of the events the reader keeps (GPU work and runtime calls).
 const KEEP_CATS: &[&[u8]] = &[
@@ -34,141 +33,166 @@ const KEEP_CATS: &[&[u8]] = &[
     b"Driver",
 ];
 
+/// Bytes read from the stream at a time (the buffer grows only for a larger event).
+const CHUNK: usize = 1 << 20;
+
+/// The most the document outside `traceEvents` may hold before the scanner gives up (a real
+/// trace's is a few KB; a document with no event array at all is left to the plain reader).
+pub const MAX_SKELETON: usize = 16 << 20;
+
 #[derive(Debug, Clone, Copy)]
 enum State {
-    /// Outside `traceEvents`: bytes pass through, structure tracked.
+    /// Outside `traceEvents`: bytes go to the skeleton, structure tracked.
     Prelude { depth: u32, in_str: bool, esc: bool },
     /// Inside `traceEvents`; `depth` is the depth to return to after its `]`.
     Events {
         depth: u32,
-        /// Whether an event was kept (a comma is owed before the next one kept).
-        emitted: bool,
         /// Whether the last thing read was an element (a comma or `]` must follow).
         after_elem: bool,
         /// Whether any element was read (a `]` right after a comma is then invalid).
         any: bool,
     },
-    /// Everything from here on passes through unread.
-    Pass,
+    /// The stream ended outside `traceEvents`.
+    End,
 }
 
 /// What one step of the scanner did.
 enum Step {
-    /// Consumed input (maybe emitting output); call again.
+    /// Consumed input; call again.
     Progress,
+    /// An event to keep: `buf[start..end]`, braces included.
+    Keep(usize, usize),
     /// The next decision needs more input than is buffered.
     NeedMore,
+    /// Something the scanner does not expect: leave the document to the plain reader.
+    GiveUp,
 }
 
-/// Wraps a reader of a trace document; reads as the same document less the events that cannot
-/// matter. `dropped()` counts the events it skipped.
-pub struct EventFilter<R> {
+/// What a completed scan leaves for the parser.
+#[derive(Debug)]
+pub struct Skeleton {
+    /// The document less the events of its `traceEvents` array (`"traceEvents":[]`).
+    pub doc: Vec<u8>,
+    /// Events looked at and skipped (not handed to the callback).
+    pub dropped: u64,
+}
+
+/// Scans a trace document from `r`: each event that may matter is handed to `on_event` (its
+/// raw bytes, braces included, in document order), the rest is counted. `step_label`: spans of
+/// this name are kept too. `None` when the scanner gave up or `on_event` returned false: the
+/// caller must then read the document with the plain reader.
+pub fn scan<R: Read>(
+    r: R,
+    step_label: Option<&str>,
+    on_event: impl FnMut(&[u8]) -> bool,
+) -> Option<Skeleton> {
+    scan_chunked(r, step_label, CHUNK, on_event)
+}
+
+/// [`scan`] with `chunk` bytes of buffer to start with (small in tests, to cross every
+/// boundary).
+fn scan_chunked<R: Read>(
+    r: R,
+    step_label: Option<&str>,
+    chunk: usize,
+    mut on_event: impl FnMut(&[u8]) -> bool,
+) -> Option<Skeleton> {
+    let mut s = Scanner::new(r, step_label, chunk.max(1));
+    loop {
+        match s.step() {
+            Step::Progress => {
+                if matches!(s.state, State::End) {
+                    break;
+                }
+            }
+            Step::Keep(a, b) => {
+                if !on_event(&s.buf[a..b]) {
+                    return None;
+                }
+            }
+            Step::NeedMore => {
+                if s.eof || s.fill().is_err() {
+                    return None;
+                }
+            }
+            Step::GiveUp => return None,
+        }
+        if s.out.len() > MAX_SKELETON {
+            return None;
+        }
+    }
+    Some(Skeleton {
+        doc: s.out,
+        dropped: s.dropped,
+    })
+}
+
+struct Scanner<R> {
     inner: R,
+    /// `buf[pos..end]` is read and not yet consumed; the buffer is zeroed once, not per read.
     buf: Vec<u8>,
     pos: usize,
+    end: usize,
     eof: bool,
     out: Vec<u8>,
-    out_pos: usize,
     state: State,
     label: Option<Vec<u8>>,
-    cat: memmem::Finder<'static>,
-    keys: [memmem::Finder<'static>; 3],
-    dropped: Rc<Cell<u64>>,
+    dropped: u64,
 }
 
-impl<R: Read> EventFilter<R> {
-    /// `step_label`: spans of this name are kept too.
-    pub fn new(inner: R, step_label: Option<&str>) -> Self {
+impl<R: Read> Scanner<R> {
+    fn new(inner: R, step_label: Option<&str>, chunk: usize) -> Self {
         // The label as it appears inside a JSON string (without the quotes).
         let label = step_label.map(|l| {
             let s = serde_json::to_string(l).expect("a string serializes");
             s.as_bytes()[1..s.len() - 1].to_vec()
         });
-        EventFilter {
+        Scanner {
             inner,
-            buf: Vec::with_capacity(1 << 20),
+            buf: vec![0; chunk],
             pos: 0,
+            end: 0,
             eof: false,
-            out: Vec::with_capacity(1 << 16),
-            out_pos: 0,
+            out: Vec::with_capacity(1 << 12),
             state: State::Prelude {
                 depth: 0,
                 in_str: false,
                 esc: false,
             },
             label,
-            cat: memmem::Finder::new(b"\"cat\""),
-            keys: [
-                memmem::Finder::new(b"record_param_comms"),
-                memmem::Finder::new(b"Collective name"),
-                memmem::Finder::new(b"\\u"),
-            ],
-            dropped: Rc::new(Cell::new(0)),
+            dropped: 0,
         }
     }
 
-    /// A handle on the count of events dropped so far (readable after the filter is consumed).
-    pub fn dropped(&self) -> Rc<Cell<u64>> {
-        self.dropped.clone()
-    }
-
+    /// Moves the unconsumed bytes to the front and reads until the buffer is full or the
+    /// stream ends (the buffer doubles when one event fills it).
     fn fill(&mut self) -> io::Result<()> {
-        if self.pos > 0 && self.pos * 2 >= self.buf.len() {
-            self.buf.drain(..self.pos);
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.end -= self.pos;
             self.pos = 0;
         }
-        let old = self.buf.len();
-        let want = (1 << 20).max(old / 2);
-        self.buf.resize(old + want, 0);
-        let n = loop {
-            match self.inner.read(&mut self.buf[old..]) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.buf.truncate(old);
-                    return Err(e);
+        if self.end == self.buf.len() {
+            self.buf.resize(2 * self.buf.len(), 0);
+        }
+        while self.end < self.buf.len() {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
                 }
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-        };
-        self.buf.truncate(old + n);
-        if n == 0 {
-            self.eof = true;
         }
         Ok(())
     }
 
-    /// Whether an event (its raw bytes, braces included) may matter to the reader.
-    fn keep(&self, ev: &[u8]) -> bool {
-        if let Some(p) = self.cat.find(ev) {
-            let rest = &ev[p + 5..];
-            if self.cat.find(rest).is_some() {
-                return true;
-            }
-            match string_value(rest) {
-                Some(v) if KEEP_CATS.contains(&v) => return true,
-                Some(_) => {}
-                None => return true,
-            }
-        }
-        // With a label, any escape may spell its name differently (`\/`): keep the event.
-        self.keys.iter().any(|k| k.find(ev).is_some())
-            || self.label.as_deref().is_some_and(|l| {
-                memmem::find(ev, l).is_some() || memchr::memchr(b'\\', ev).is_some()
-            })
-    }
-
     fn step(&mut self) -> Step {
-        let b = &self.buf[self.pos..];
+        let b = &self.buf[self.pos..self.end];
         match self.state {
-            State::Pass => {
-                self.out.extend_from_slice(b);
-                self.pos = self.buf.len();
-                if self.eof {
-                    Step::Progress
-                } else {
-                    Step::NeedMore
-                }
-            }
+            State::End => Step::Progress,
             State::Prelude {
                 mut depth,
                 mut in_str,
@@ -203,7 +227,6 @@ impl<R: Read> EventFilter<R> {
                                     self.pos += i + n;
                                     self.state = State::Events {
                                         depth: 1,
-                                        emitted: false,
                                         after_elem: false,
                                         any: false,
                                     };
@@ -218,7 +241,6 @@ impl<R: Read> EventFilter<R> {
                             self.pos += i + 1;
                             self.state = State::Events {
                                 depth: 0,
-                                emitted: false,
                                 after_elem: false,
                                 any: false,
                             };
@@ -231,18 +253,17 @@ impl<R: Read> EventFilter<R> {
                     i += 1;
                 }
                 self.out.extend_from_slice(b);
-                self.pos = self.buf.len();
-                self.state = State::Prelude { depth, in_str, esc };
+                self.pos = self.end;
                 if self.eof {
-                    self.state = State::Pass;
+                    self.state = State::End;
                     Step::Progress
                 } else {
+                    self.state = State::Prelude { depth, in_str, esc };
                     Step::NeedMore
                 }
             }
             State::Events {
                 depth,
-                emitted,
                 after_elem,
                 any,
             } => {
@@ -251,29 +272,15 @@ impl<R: Read> EventFilter<R> {
                     i += 1;
                 }
                 self.pos += i;
-                let b = &self.buf[self.pos..];
+                let b = &self.buf[self.pos..self.end];
                 let Some(&c) = b.first() else {
-                    if self.eof {
-                        self.state = State::Pass;
-                        return Step::Progress;
-                    }
                     return Step::NeedMore;
-                };
-                // The rest goes through unread; a comma already consumed is given back when
-                // an element was kept before it, or when the parser must see it to reject `,]`.
-                let pass = |s: &mut Self| {
-                    if any && !after_elem && (emitted || c == b']') {
-                        s.out.push(b',');
-                    }
-                    s.state = State::Pass;
-                    Step::Progress
                 };
                 match c {
                     b',' if after_elem => {
                         self.pos += 1;
                         self.state = State::Events {
                             depth,
-                            emitted,
                             after_elem: false,
                             any,
                         };
@@ -289,65 +296,28 @@ impl<R: Read> EventFilter<R> {
                         };
                         Step::Progress
                     }
-                    b'{' if !after_elem => match object_end(b) {
-                        Some(end) => {
-                            let ev = &b[..end];
-                            let keep = self.keep(ev);
-                            if keep {
-                                if emitted {
-                                    self.out.push(b',');
-                                }
-                                self.out.extend_from_slice(ev);
-                            } else {
-                                self.dropped.set(self.dropped.get() + 1);
-                            }
+                    b'{' if !after_elem => match scan_event(b, self.label.as_deref()) {
+                        Some((end, keep)) => {
+                            let start = self.pos;
                             self.pos += end;
                             self.state = State::Events {
                                 depth,
-                                emitted: emitted || keep,
                                 after_elem: true,
                                 any: true,
                             };
-                            Step::Progress
+                            if keep {
+                                Step::Keep(start, start + end)
+                            } else {
+                                self.dropped += 1;
+                                Step::Progress
+                            }
                         }
-                        None if self.eof => pass(self),
                         None => Step::NeedMore,
                     },
-                    _ => pass(self),
+                    _ => Step::GiveUp,
                 }
             }
         }
-    }
-}
-
-impl<R: Read> Read for EventFilter<R> {
-    fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        while self.out_pos == self.out.len() {
-            self.out.clear();
-            self.out_pos = 0;
-            if self.eof && self.pos == self.buf.len() {
-                return Ok(0);
-            }
-            // Work through what is buffered, then read more (bounded output per call).
-            while self.out.len() < (1 << 16) {
-                match self.step() {
-                    Step::Progress if self.eof && self.pos == self.buf.len() => break,
-                    Step::Progress => {}
-                    Step::NeedMore => {
-                        if self.eof {
-                            // Nothing more will come: hand the rest over unread.
-                            self.state = State::Pass;
-                        } else {
-                            self.fill()?;
-                        }
-                    }
-                }
-            }
-        }
-        let n = dst.len().min(self.out.len() - self.out_pos);
-        dst[..n].copy_from_slice(&self.out[self.out_pos..self.out_pos + n]);
-        self.out_pos += n;
-        Ok(n)
     }
 }
 
@@ -381,83 +351,138 @@ fn events_key(b: &[u8], eof: bool) -> Option<Option<usize>> {
     need(eof)
 }
 
-/// The length of the JSON object that `b` starts with (`b[0] == b'{'`), or `None` when it does
-/// not end within `b`.
-fn object_end(b: &[u8]) -> Option<usize> {
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `w` equal to `c` (exact up to the first one; enough to find
+/// the first).
+#[inline(always)]
+fn bytes_equal(w: u64, c: u8) -> u64 {
+    let x = w ^ (ONES * c as u64);
+    x.wrapping_sub(ONES) & !x & HIGH
+}
+
+/// The index of the first `"` or `\` in `b` at or after `i`, eight bytes at a time.
+#[inline(always)]
+fn string_stop(b: &[u8], mut i: usize) -> Option<usize> {
+    while let Some(w) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        let m = bytes_equal(w, b'"') | bytes_equal(w, b'\\');
+        if m != 0 {
+            return Some(i + (m.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    b.get(i..)?
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\')
+        .map(|p| i + p)
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// One event object at the start of `b` (`b[0] == b'{'`): its length, and whether the reader
+/// may use it. `None` when the object does not end within `b`.
+///
+/// One pass over its bytes (strings, escapes and nesting tracked): it is kept when a top-level
+/// `"cat"` names a GPU or runtime category, or is not a plain string, or appears twice; when
+/// any string is exactly `record_param_comms`, `Collective name` or the step label; when it
+/// holds a `\u` escape (which can spell any of these differently), and with a label when it
+/// holds any escape. Everything else the reader would skip.
+fn scan_event(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
     let mut depth = 0u32;
     let mut i = 0;
-    loop {
-        i += memchr::memchr3(b'"', b'{', b'}', &b[i..])?;
+    let mut keep = false;
+    let mut cats = 0u32;
+    let mut cat_value = false;
+    let mut backslash = false;
+    while i < b.len() {
         match b[i] {
             b'"' => {
-                // Skip the string: find its closing quote, stepping over escapes.
-                i += 1;
+                let s = i + 1;
+                let mut j = s;
+                let mut esc = false;
                 loop {
-                    i += memchr::memchr2(b'"', b'\\', &b[i..])?;
-                    if b[i] == b'\\' {
-                        i += 2;
-                        if i > b.len() {
-                            return None;
-                        }
-                    } else {
+                    j = string_stop(b, j)?;
+                    if b[j] != b'\\' {
                         break;
                     }
+                    esc = true;
+                    keep |= b.get(j + 1) == Some(&b'u');
+                    j += 2;
                 }
+                backslash |= esc;
+                let text = &b[s..j];
+                i = j + 1;
+                if cat_value {
+                    cat_value = false;
+                    keep |= esc || KEEP_CATS.contains(&text);
+                } else if depth == 1 && text == b"cat" {
+                    let k = skip_ws(b, i);
+                    if b.get(k) == Some(&b':') {
+                        cats += 1;
+                        let k = skip_ws(b, k + 1);
+                        match b.get(k) {
+                            Some(b'"') => {
+                                cat_value = true;
+                                i = k;
+                            }
+                            Some(_) => keep = true,
+                            None => return None,
+                        }
+                    }
+                } else {
+                    keep |= text == b"record_param_comms"
+                        || text == b"Collective name"
+                        || label.is_some_and(|l| text == l);
+                }
+                continue;
             }
-            b'{' => depth += 1,
-            _ => {
-                depth -= 1;
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
                 if depth == 0 {
-                    return Some(i + 1);
+                    let keep = keep || cats > 1 || (label.is_some() && backslash);
+                    return Some((i + 1, keep));
                 }
             }
+            _ => {}
         }
         i += 1;
     }
-}
-
-/// After a key: the raw bytes of a string value without escapes (`: "v"` -> `v`), or `None`
-/// when the value is not such a string.
-fn string_value(b: &[u8]) -> Option<&[u8]> {
-    let mut i = 0;
-    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
-        i += 1;
-    }
-    if b.get(i) != Some(&b':') {
-        return None;
-    }
-    i += 1;
-    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
-        i += 1;
-    }
-    if b.get(i) != Some(&b'"') {
-        return None;
-    }
-    let s = &b[i + 1..];
-    let end = memchr::memchr2(b'"', b'\\', s)?;
-    (s[end] == b'"').then_some(&s[..end])
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn filter(doc: &str, label: Option<&str>, chunk: usize) -> (String, u64) {
-        // A reader that hands out `chunk` bytes at a time, to cross every boundary.
-        struct Slow<'a>(&'a [u8], usize);
-        impl Read for Slow<'_> {
-            fn read(&mut self, d: &mut [u8]) -> io::Result<usize> {
-                let n = self.0.len().min(self.1).min(d.len());
-                d[..n].copy_from_slice(&self.0[..n]);
-                self.0 = &self.0[n..];
-                Ok(n)
-            }
-        }
-        let mut f = EventFilter::new(Slow(doc.as_bytes(), chunk), label);
-        let dropped = f.dropped();
-        let mut s = String::new();
-        f.read_to_string(&mut s).unwrap();
-        (s, dropped.get())
+    /// The skeleton and the kept events, reading `chunk` bytes at a time.
+    fn scan_doc(
+        doc: &str,
+        label: Option<&str>,
+        chunk: usize,
+    ) -> Option<(String, Vec<String>, u64)> {
+        let mut kept = Vec::new();
+        let s = scan_chunked(doc.as_bytes(), label, chunk, |ev| {
+            kept.push(String::from_utf8(ev.to_vec()).unwrap());
+            true
+        })?;
+        Some((String::from_utf8(s.doc).unwrap(), kept, s.dropped))
+    }
+
+    fn cats(kept: &[String]) -> Vec<String> {
+        kept.iter()
+            .map(|e| {
+                let v: serde_json::Value = serde_json::from_str(e).expect(e);
+                v["cat"].as_str().unwrap_or("").to_string()
+            })
+            .collect()
     }
 
     #[test]
@@ -468,64 +493,114 @@ mod tests {
  {"ph":"f","cat":"ac2g","id":1},
  {"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":3},
  {"ph":"X","cat":"user_annotation","name":"verify","ts":4},
- {"ph":"X","cat":"cpu_op","args":{"cat":"kernel"}}
+ {"ph":"X","cat":"cpu_op","args":{"cat":"kernel","Collective nam":"record_param_comm"}},
+ {"ph":"X","cat":"cpu_op","name":"c","args":{"Collective name":"allreduce"}},
+ {"ph":"X","cat":"cpu_op","cat" : "Runtime"},
+ {"ph":"X","cat":null,"name":"n"},
+ {"ph":"X","cat" :
+   "cuda_runtime"}
 ],"distributedInfo":{"rank":1}}"#;
         for chunk in [1, 3, 7, 4096] {
-            let (s, dropped) = filter(doc, Some("verify"), chunk);
-            let v: serde_json::Value = serde_json::from_str(&s).expect(&s);
-            let names: Vec<_> = v["traceEvents"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|e| e["cat"].as_str().unwrap().to_string())
-                .collect();
+            let (sk, kept, dropped) = scan_doc(doc, Some("verify"), chunk).unwrap();
             // With a label, the event with escapes in it is kept (they could spell the label).
+            // A `cat` inside args is not the event's; near misses of the keys do not count; a
+            // second or a non-string category is left to serde.
             assert_eq!(
-                names,
+                cats(&kept),
                 [
                     "python_function",
                     "kernel",
                     "cpu_op",
                     "user_annotation",
-                    "cpu_op"
+                    "cpu_op",
+                    "Runtime",
+                    "",
+                    "cuda_runtime"
                 ],
                 "chunk {chunk}"
             );
-            assert_eq!(dropped, 1);
+            assert_eq!(dropped, 2);
+            let v: serde_json::Value = serde_json::from_str(&sk).expect(&sk);
+            assert_eq!(v["traceEvents"], serde_json::json!([]), "{sk}");
             assert_eq!(v["distributedInfo"]["rank"], 1);
             assert_eq!(v["a"], "traceEvents");
+            // Each kept event is its exact bytes in the document.
+            assert!(kept.iter().all(|e| doc.contains(e.as_str())));
         }
-        // Without the label its span goes too.
-        assert_eq!(filter(doc, None, 5).1, 3);
+        // Without the label its span and the escaped name go too.
+        assert_eq!(scan_doc(doc, None, 5).unwrap().2, 4);
     }
 
     #[test]
-    fn bare_arrays_and_bad_documents_pass_through() {
-        let (s, d) = filter(r#"[{"cat":"cpu_op"},{"cat":"Kernel"}]"#, None, 2);
-        assert_eq!((s.as_str(), d), (r#"[{"cat":"Kernel"}]"#, 1));
-        let (s, d) = filter(r#"[{"cat":"cpu_op"}]"#, None, 2);
-        assert_eq!((s.as_str(), d), ("[]", 1));
-        // Truncated: the partial event comes through as it was.
-        let t = r#"{"traceEvents":[{"cat":"kernel"},{"cat":"cpu_op","name":"x"#;
-        assert_eq!(filter(t, None, 4).0, t);
-        // A non-object element: the rest passes unread, after a comma if one is owed.
-        let (s, _) = filter(
-            r#"{"traceEvents":[{"cat":"kernel"},1,{"cat":"cpu_op"}]}"#,
-            None,
-            3,
-        );
-        assert_eq!(
-            s,
-            r#"{"traceEvents":[{"cat":"kernel"},1,{"cat":"cpu_op"}]}"#
-        );
-        // A trailing comma stays for the parser to reject.
-        let (s, _) = filter(r#"{"traceEvents":[{"cat":"cpu_op"},]}"#, None, 3);
-        assert!(
-            serde_json::from_str::<serde_json::Value>(&s).is_err(),
-            "{s}"
-        );
-        for junk in ["hello", r#"{"a":1}"#, "", r#"{"traceEvents":{"a":1}}"#] {
-            assert_eq!(filter(junk, None, 2).0, junk);
+    fn strings_escapes_and_chunk_boundaries() {
+        // Braces and escaped quotes inside strings, unicode escapes (one spelling `}`), an
+        // escaped backslash right before a closing quote, and an event far larger than the
+        // first buffer.
+        let big = "x".repeat(3 << 20);
+        let events = [
+            r#"{"cat":"kernel","name":"a \"}{\" b","ts":1}"#.to_string(),
+            r#"{"cat":"cpu_op","name":"f\u007d\u00e9 {","ts":2}"#.to_string(),
+            r#"{"cat":"kernel","name":"back\\","args":{"s":"}\\\""}}"#.to_string(),
+            format!(r#"{{"cat":"Kernel","name":"{big}"}}"#),
+            r#"{"name":"caf\u00e9","cat":"python_function"}"#.to_string(),
+            r#"{"cat":"python_function","name":"}\\"}"#.to_string(),
+        ];
+        let doc = format!("{{\"traceEvents\":[{}],\"x\":1}}", events.join(",\n"));
+        for chunk in [1, 2, 5, 64, 1 << 20] {
+            let (sk, kept, dropped) = scan_doc(&doc, None, chunk).unwrap();
+            assert_eq!(sk, r#"{"traceEvents":[],"x":1}"#, "chunk {chunk}");
+            // The unicode escapes make the scanner keep events whose category it cannot read
+            // from the bytes alone; the last one it can, and drops.
+            assert_eq!(kept, events[..5], "chunk {chunk}");
+            assert_eq!(dropped, 1);
+            for e in &kept {
+                serde_json::from_str::<serde_json::Value>(e).expect(e);
+            }
         }
+    }
+
+    #[test]
+    fn bare_arrays_and_documents_without_events() {
+        let (sk, kept, d) = scan_doc(r#"[{"cat":"cpu_op"},{"cat":"Kernel"}]"#, None, 2).unwrap();
+        assert_eq!(
+            (sk.as_str(), kept.as_slice(), d),
+            ("[]", &[r#"{"cat":"Kernel"}"#.to_string()][..], 1)
+        );
+        let (sk, kept, d) = scan_doc(" [ ] ", None, 2).unwrap();
+        assert_eq!((sk.as_str(), kept.len(), d), (" [] ", 0, 0));
+        // No event array: the whole (small) document is the skeleton, for serde to judge.
+        for junk in ["hello", r#"{"a":1}"#, "", r#"{"traceEvents":{"a":1}}"#] {
+            assert_eq!(scan_doc(junk, None, 2).unwrap().0, junk);
+        }
+    }
+
+    #[test]
+    fn gives_up_on_what_it_does_not_expect() {
+        for doc in [
+            // truncated inside an event, and after one
+            r#"{"traceEvents":[{"cat":"kernel"},{"cat":"cpu_op","name":"x"#,
+            r#"{"traceEvents":[{"cat":"kernel"}"#,
+            // a non-object element, a missing comma, a trailing and a leading comma
+            r#"{"traceEvents":[{"cat":"kernel"},1,{"cat":"cpu_op"}]}"#,
+            r#"{"traceEvents":[{"cat":"kernel"} {"cat":"cpu_op"}]}"#,
+            r#"{"traceEvents":[{"cat":"cpu_op"},]}"#,
+            r#"{"traceEvents":[,{"cat":"cpu_op"}]}"#,
+        ] {
+            for chunk in [1, 3, 4096] {
+                assert!(scan_doc(doc, None, chunk).is_none(), "{doc} chunk {chunk}");
+            }
+        }
+        // The callback refuses an event.
+        let doc = r#"{"traceEvents":[{"cat":"kernel"}]}"#;
+        assert!(scan(doc.as_bytes(), None, |_| false).is_none());
+        assert!(scan(doc.as_bytes(), None, |_| true).is_some());
+        // A read error.
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("broken"))
+            }
+        }
+        assert!(scan(Broken, None, |_| true).is_none());
     }
 }

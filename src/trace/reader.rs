@@ -6,7 +6,13 @@
 //! other field and argument is skipped unread by serde as `IgnoredAny`). Each event is then
 //! kept, in a compact form, only if the analysis uses it: GPU kernels, copies and sets; the
 //! runtime calls that launch work; `record_param_comms` CPU ops; spans of a named step label.
+//!
+//! [`read_trace`] puts [`super::prefilter`] in front: the events that may matter reach serde
+//! one slice each, the others are never tokenized. Where that scanner gives up (anything
+//! unusual, any error), the file is read again by the plain streaming reader ([`read_from`]),
+//! which is the reference: a test checks that both give the same result.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufReader, Read};
@@ -16,7 +22,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::Deserialize;
 
 use super::names::is_nccl_kernel;
-use super::prefilter::EventFilter;
+use super::prefilter;
 
 /// A number that some writers spell as a string (`"ts": "123.5"`, `"pid": "Spans"`).
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +81,38 @@ impl<'de> Deserialize<'de> for Lenient {
     }
 }
 
+/// A string field, borrowed from the input where it can be (read from a slice, no escape in it).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl Text<'_> {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// The arguments of an event the analysis reads; all others are skipped.
 #[derive(Debug, Default, Deserialize)]
 pub struct RawArgs {
@@ -101,10 +139,13 @@ pub struct RawArgs {
 
 /// One trace event, as far as the analysis reads it.
 #[derive(Debug, Default, Deserialize)]
-pub struct RawEvent {
-    pub ph: Option<String>,
-    pub name: Option<String>,
-    pub cat: Option<String>,
+pub struct RawEvent<'a> {
+    #[serde(borrow)]
+    pub ph: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub name: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub cat: Option<Text<'a>>,
     pub ts: Option<Lenient>,
     pub dur: Option<Lenient>,
     pub pid: Option<Lenient>,
@@ -271,29 +312,30 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
-    fn name_id(&mut self, name: String) -> u32 {
-        if let Some(&i) = self.intern.get(&name) {
+    fn name_id(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.intern.get(name) {
             return i;
         }
         let i = self.data.names.len() as u32;
-        self.data.names.push(name.clone());
-        self.intern.insert(name, i);
+        self.data.names.push(name.to_string());
+        self.intern.insert(name.to_string(), i);
         i
     }
 
     fn push(&mut self, e: RawEvent) {
         self.data.events_seen += 1;
-        if e.ph.as_deref() != Some("X") {
+        if e.ph.as_ref().map(Text::as_str) != Some("X") {
             return;
         }
         let (Some(ts), Some(name)) = (e.ts.as_ref().and_then(Lenient::as_f64), e.name) else {
             return;
         };
+        let name = name.as_str();
         let dur = e.dur.as_ref().and_then(Lenient::as_f64).unwrap_or(0.0);
         let args = e.args.unwrap_or_default();
         let corr = args.correlation.as_ref().and_then(Lenient::as_i64);
         let ext = args.external_id.as_ref().and_then(Lenient::as_i64);
-        let cat = e.cat.as_deref().unwrap_or("");
+        let cat = e.cat.as_ref().map(Text::as_str).unwrap_or("");
         let rank = args
             .rank
             .as_ref()
@@ -304,7 +346,7 @@ impl Sink<'_> {
                 let kind = match cat {
                     "gpu_memcpy" | "Memcpy" => GpuKind::Memcpy,
                     "gpu_memset" | "Memset" => GpuKind::Memset,
-                    _ if is_nccl_kernel(&name) => GpuKind::Nccl,
+                    _ if is_nccl_kernel(name) => GpuKind::Nccl,
                     _ => GpuKind::Kernel,
                 };
                 let stream = args
@@ -346,7 +388,7 @@ impl Sink<'_> {
                 });
             }
             _ => {
-                if self.opts.step_label.as_deref() == Some(name.as_str()) {
+                if self.opts.step_label.as_deref() == Some(name) {
                     self.data.labels.push(Span { ts, dur, rank });
                 }
                 if name == "record_param_comms" || args.collective_name.is_some() {
@@ -439,31 +481,62 @@ pub fn is_trace_name(path: &Path) -> bool {
 /// verifybench's own multi-rank traces carry `args.rank`). Errors are one line naming the
 /// file (the caller decides whether they are fatal).
 pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
-    let f = std::fs::File::open(path)
-        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
     let gz = path
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
-    let reader: Box<dyn Read> = if gz {
-        Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
-            1 << 20,
-            f,
-        )))
-    } else {
-        Box::new(f)
+    let open = || -> anyhow::Result<Box<dyn Read>> {
+        let f = std::fs::File::open(path)
+            .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
+        Ok(if gz {
+            Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+                1 << 20,
+                f,
+            )))
+        } else {
+            Box::new(f)
+        })
     };
-    read_filtered(reader, path, opts).map(split_by_rank)
+    if let Some(t) = read_fast(open()?, path, opts) {
+        return Ok(split_by_rank(t));
+    }
+    // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
+    read_from(BufReader::with_capacity(1 << 16, open()?), path, opts).map(split_by_rank)
 }
 
-/// [`read_from`] behind [`EventFilter`]: events that cannot matter are skipped before serde
-/// sees them (same result, most of a profile never tokenized).
-pub fn read_filtered<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> anyhow::Result<TraceData> {
-    let f = EventFilter::new(r, opts.step_label.as_deref());
-    let dropped = f.dropped();
-    let mut t = read_from(BufReader::with_capacity(1 << 16, f), path, opts)?;
-    t.events_seen += dropped.get();
-    Ok(t)
+/// The same as [`read_from`] through [`prefilter::scan`]: only the events that may matter are
+/// deserialized, each from its own slice; `None` where the scanner gave up or anything failed,
+/// and the caller must read the document with [`read_from`] (which then gives the result, or
+/// the error message, of the reference reader).
+pub fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<TraceData> {
+    let mut data = TraceData {
+        path: path.to_path_buf(),
+        ..Default::default()
+    };
+    let mut sink = Sink {
+        data: &mut data,
+        opts,
+        intern: HashMap::new(),
+    };
+    let sk = prefilter::scan(
+        r,
+        opts.step_label.as_deref(),
+        |ev| match serde_json::from_slice::<RawEvent>(ev) {
+            Ok(e) => {
+                sink.push(e);
+                true
+            }
+            Err(_) => false,
+        },
+    )?;
+    // The document outside the event array, with `"traceEvents":[]`.
+    let mut de = serde_json::Deserializer::from_slice(&sk.doc);
+    let info = de
+        .deserialize_any(TopVisitor(&mut sink))
+        .and_then(|i| de.end().map(|_| i))
+        .ok()?;
+    data.events_seen += sk.dropped;
+    finish(data, info, path).ok()
 }
 
 /// Splits a trace whose events carry `args.rank` into one trace per rank.
@@ -538,6 +611,15 @@ pub fn read_from<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> anyhow::Resu
         .deserialize_any(TopVisitor(&mut sink))
         .and_then(|i| de.end().map(|_| i))
         .map_err(|e| describe_json_error(path, &e))?;
+    finish(data, info, path)
+}
+
+/// The rank and world size of a document read whole.
+fn finish(
+    mut data: TraceData,
+    info: Option<DistributedInfo>,
+    path: &Path,
+) -> anyhow::Result<TraceData> {
     if !data.had_events {
         anyhow::bail!(
             "'{}': not a Chrome/Kineto trace (no traceEvents array)",
