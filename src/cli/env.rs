@@ -15,9 +15,15 @@ pub struct EnvArgs {
 }
 
 pub fn run(a: &EnvArgs) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
     let r = gather(&(&a.gpu).into())?;
     match a.format {
-        crate::cli::plan::Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
+        crate::cli::plan::Format::Json => {
+            println!(
+                "{}",
+                crate::machine::env_record(&r, started).to_json_pretty()
+            )
+        }
         crate::cli::plan::Format::Table => print!("{}", render(&r)),
     }
     Ok(0)

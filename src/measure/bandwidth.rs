@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::comm::kernels::{Kernels, Pool};
 use crate::comm::{self, Gpu};
@@ -26,8 +26,9 @@ pub struct BandwidthRequest {
     pub export_json: Option<PathBuf>,
 }
 
-/// One GPU's figures (GB/s = 1e9 bytes per second).
-#[derive(Debug, Clone, Serialize)]
+/// One GPU's figures (GB/s = 1e9 bytes per second): the payload of a `bandwidth` record is a
+/// list of these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bandwidth {
     pub device: usize,
     pub name: String,
@@ -141,6 +142,7 @@ pub fn measure(
 /// Measures every requested GPU, prints one table row per GPU as it goes, and writes the JSON
 /// export if asked. Returns the exit code.
 pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
     if let Some(p) = &a.export_json {
         crate::util::check_outputs(&[("--export-json", p)], &[])?;
     }
@@ -187,7 +189,14 @@ pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
         all.push(b);
     }
     if let Some(p) = &a.export_json {
-        crate::util::write_file(p, serde_json::to_string_pretty(&all)?.as_bytes())?;
+        let prov = crate::machine::provenance("cuda", started, &devices);
+        let rec = crate::record::Record::other(
+            crate::record::Source::Measured,
+            prov,
+            crate::record::kinds::BANDWIDTH,
+            &all,
+        )?;
+        crate::util::write_file(p, rec.to_json_pretty().as_bytes())?;
     }
     Ok(0)
 }
