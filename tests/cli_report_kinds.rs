@@ -416,6 +416,23 @@ fn env_and_compare_json_carry_the_envelope_and_old_files_are_still_named() {
     assert_eq!(v["result"]["name"], kinds::ENV);
     assert!(v["result"]["data"]["problems"].is_array());
     assert!(v["provenance"]["host"].is_string());
+    // Given to --resume, it is named for what it is.
+    let dir0 = tempfile::tempdir().unwrap();
+    let env = dir0.path().join("env.json");
+    std::fs::write(&env, &o.stdout).unwrap();
+    common::refused(
+        &[
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            env.to_str().unwrap(),
+        ],
+        &["is a machine description (from `verifybench env --format json`"],
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.json");

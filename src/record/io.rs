@@ -144,8 +144,7 @@ impl JsonLinesFile {
 pub fn describe(v: &serde_json::Value) -> String {
     fn one(v: &serde_json::Value) -> String {
         match other_name(v).or_else(|| v.get("kind").and_then(|k| k.as_str())) {
-            Some(k) if k == kinds::PROFILE => kinds::describe(k),
-            Some(k) => format!("a '{k}' record"),
+            Some(k) => kinds::describe(k),
             None => match legacy_kind(v) {
                 Some(k) => kinds::describe(k),
                 None => "a JSON value that is not a verifybench record".into(),
