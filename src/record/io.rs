@@ -1,7 +1,8 @@
 //! Reading and writing records, in one place: one JSON record, a JSON array of records, or
 //! JSON lines, each checked for its schema version; appending records as JSON lines
-//! ([`JsonLinesFile`]). Whole files are written through [`crate::util::write_file`]
-//! (temp-and-rename).
+//! ([`JsonLinesFile`]); one record of a [`super::kinds`] kind, or the envelope-less form such
+//! files had before ([`legacy_kind`], [`read_other`]). Whole files are written through
+//! [`crate::util::write_file`] (temp-and-rename).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
