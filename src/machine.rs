@@ -8,8 +8,37 @@ use serde::Serialize;
 
 use crate::comm;
 use crate::launch::{run::run_job, Job, LaunchSpec};
-use crate::record::{GpuInfo, WorkerInfo};
+use crate::record::{kinds, GpuInfo, Provenance, Record, Source, WorkerInfo};
 use crate::request::GpuSpec;
+
+/// The provenance of a record made on this machine's GPUs `devices` without workers (bandwidth,
+/// selftest, env): this process, the GPUs as the driver names them, the driver, and NCCL's
+/// version and library when NCCL is loaded. A GPU the driver cannot describe is left out.
+pub fn provenance(backend: &str, started: String, devices: &[usize]) -> Provenance {
+    let mut p = Provenance::here(backend, started);
+    p.gpus = devices
+        .iter()
+        .filter_map(|&d| comm::device::info(d).ok())
+        .collect();
+    p.driver_version = comm::device::driver_version();
+    p.nccl_library = comm::libs::loaded_path("libnccl");
+    if p.nccl_library.is_some() {
+        p.nccl_version = comm::nccl::version();
+    }
+    p
+}
+
+/// `env --format json`: the report as a record of kind `env` (source `measured`: it was read
+/// from this machine), with the workers' NCCL_* environment in its provenance too.
+pub fn env_record(r: &EnvReport, started: String) -> Record {
+    let mut p = Provenance::here("none", started);
+    p.gpus = r.gpus.clone();
+    p.driver_version = r.driver_version.clone();
+    p.nccl_version = r.nccl_version.clone();
+    p.nccl_library = r.nccl_library.clone();
+    p.workers = r.workers.clone();
+    Record::other(Source::Measured, p, kinds::ENV, r).expect("env reports serialize")
+}
 
 /// What `env` found.
 #[derive(Debug, Clone, Serialize)]

@@ -93,7 +93,9 @@ fn json_and_markdown_formats() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rec["result"]["name"], "compare", "a record of kind compare");
+    let v = &rec["result"]["data"];
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
     assert_eq!(rows[0]["ratio"], 1.0);

@@ -434,7 +434,7 @@ fn model_fit_calibrates_the_p2p_terms_on_the_p2p_rows() {
     assert!(out.contains("fitted on the 24 P2P rows only"), "{out}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&prof).unwrap()).unwrap();
-    let p2p = &v["profile"]["p2p"];
+    let p2p = &v["result"]["data"]["profile"]["p2p"];
     let signal = p2p["signal_us"].as_f64().unwrap();
     let read = p2p["read_gbps"].as_f64().unwrap();
     assert!((signal - 6.36).abs() < 0.05, "{p2p}");

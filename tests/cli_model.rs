@@ -254,9 +254,10 @@ fn fit_recovers_a_known_profile_and_its_file_is_usable() {
         t.contains("# median |error| leave-one-out (refit without the point, predict it): 0.0%"),
         "{t}"
     );
-    let p = json(&prof);
-    assert_eq!(p["kind"], "verifybench-cost-profile");
-    assert_eq!(p["schema_version"], 1);
+    let rec = json(&prof);
+    assert_eq!(rec["result"]["name"], "verifybench-cost-profile");
+    assert_eq!(rec["schema_version"], 1);
+    let p = &rec["result"]["data"];
     assert_eq!(p["profile"]["name"], "fitted");
     assert_eq!(p["fit"]["points"].as_array().unwrap().len(), 16);
     // The fitted profile predicts what pcie-gen5-no-p2p predicts, for a size it never saw.
@@ -374,7 +375,10 @@ fn fit_says_what_it_held_and_a_profile_used_elsewhere_says_it_extrapolates() {
     assert!(t.lines().any(|l| l.starts_with("#   fitted ")), "{t}");
     assert!(t.lines().any(|l| l.starts_with("#   held ")), "{t}");
     let p = json(&prof);
-    assert_eq!(p["profile"]["fitted_rank_counts"], serde_json::json!([2]));
+    assert_eq!(
+        p["result"]["data"]["profile"]["fitted_rank_counts"],
+        serde_json::json!([2])
+    );
     // Used at the rank count it was fitted on: no note; at 4 ranks: it extrapolates.
     let notes = |gpus: &str| -> Vec<String> {
         let out = dir.path().join(format!("c{gpus}.json"));

@@ -141,7 +141,9 @@ fn report_writes_markdown_and_three_plots() {
     .assert()
     .success()
     .stdout(predicate::str::contains("report.md"))
-    .stderr(predicate::str::contains("sweep_point"));
+    .stderr(predicate::str::contains(
+        "verify.json record 4: a malformed sweep point",
+    ));
 
     let md = read(&out.join("report.md"));
     for t in [
@@ -151,7 +153,7 @@ fn report_writes_markdown_and_three_plots() {
         "2 x NVIDIA H200",
         "2.28.3",
         "NCCL_PROTO=Simple",
-        "kind `sweep_point`",
+        "- verify.json record 4: a malformed sweep point",
         "## Collective latency",
         "](collective_latency.svg)",
         "| source | op | nranks |",

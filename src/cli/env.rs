@@ -15,9 +15,13 @@ pub struct EnvArgs {
 }
 
 pub fn run(a: &EnvArgs) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
     let r = gather(&(&a.gpu).into())?;
     if a.output.format.is_json() {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        println!(
+            "{}",
+            crate::machine::env_record(&r, started).to_json_pretty()
+        );
     } else {
         print!("{}", render(&r));
     }

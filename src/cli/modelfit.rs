@@ -6,7 +6,7 @@ use clap::Subcommand;
 
 use crate::cli::output::OutputArgs;
 use crate::costmodel::fit;
-use crate::costmodel::profile::{self, ProfileFile, PROFILE_KIND, PROFILE_SCHEMA_VERSION};
+use crate::costmodel::profile::{self, ProfileBody};
 use crate::report::fit::table;
 
 /// `verifybench model ...`
@@ -55,6 +55,7 @@ pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
 }
 
 fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
     let mut inputs: Vec<&std::path::Path> = a.results.iter().map(|p| p.as_path()).collect();
     inputs.extend(a.base_profile.as_deref());
     crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
@@ -111,9 +112,7 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
             .map(|l| format!(", leave-one-out {:.1}%", l * 100.0))
             .unwrap_or_default()
     );
-    let file = ProfileFile {
-        schema_version: PROFILE_SCHEMA_VERSION,
-        kind: PROFILE_KIND.into(),
+    let file = ProfileBody {
         profile: prof,
         fit: Some(serde_json::json!({
             "base": base_name,
@@ -130,7 +129,9 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
             })),
         })),
     };
-    let json = serde_json::to_string_pretty(&file)?;
+    let json = file
+        .to_record(crate::record::Provenance::here("none", started))
+        .to_json_pretty();
     crate::util::write_file(&a.output, json.as_bytes())?;
     if a.print.format.is_json() {
         crate::output::print_document(json.as_bytes())?;

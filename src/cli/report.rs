@@ -7,7 +7,11 @@ use crate::report::render::{self, LoadedFile};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
-    /// Results files (JSON record, JSON array or JSON lines) from collective, verify or sweep.
+    /// Results files (JSON record, JSON array or JSON lines). Rendered: collective and verify
+    /// records (plots, tables, break-even), sweep results (`sweep --results`: the ranking as
+    /// sweep prints it), bandwidth and selftest exports. Named and skipped with a note: env,
+    /// compare and model-fit profiles, unknown kinds, empty files, `[]`; exit 2 when nothing at
+    /// all is renderable.
     #[arg(value_name = "RESULTS", required = true)]
     pub results: Vec<PathBuf>,
     /// Directory to write report.md and its SVG plots into (created if missing; its parent folder
@@ -28,7 +32,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<i32> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let report = render::build(&files, &a.cycle.flags())?;
     for s in &report.skipped {
-        eprintln!("note: skipped {s} (not rendered by this version)");
+        eprintln!("note: skipped {s}");
     }
     for p in render::write(&report, &a.out)? {
         println!("wrote {}", p.display());

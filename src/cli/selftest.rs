@@ -486,6 +486,7 @@ fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
 }
 
 pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
     // The P2P checks on virtual ranks run up to 8 kernels that wait for each other on 8
     // streams of one GPU: with CUDA's default of 8 hardware queues two of those streams can
     // share a queue, and a kernel then waits behind a peer that waits for it. 32 queues (CUDA's
@@ -529,7 +530,17 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
     let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
     checks.push(crate::selftest::clocks_and_affinity(devices[0]));
     let failed = checks.iter().filter(|c| !c.pass).count();
-    let json = serde_json::to_string_pretty(&checks)?;
+    let mut prov = crate::machine::provenance("nccl", started, &devices);
+    if !one_gpu {
+        prov.launcher = Some("threads, processes".into());
+    }
+    let rec = crate::record::Record::other(
+        crate::record::Source::Measured,
+        prov,
+        crate::record::kinds::SELFTEST,
+        &checks,
+    )?;
+    let json = rec.to_json_pretty();
     if let Some(p) = &a.export_json {
         crate::util::write_file(p, json.as_bytes())?;
     }

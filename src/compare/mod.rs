@@ -97,6 +97,7 @@ pub struct Comparison {
 
 /// Loads, compares and prints; the value is the exit code.
 pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
     if !a.nccl_tests.is_empty() {
         if a.files.len() != 1 {
             crate::usage_bail!(
@@ -118,9 +119,29 @@ pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
     match a.format {
         Format::Table => print!("{}", render_table(&c)),
         Format::Markdown => print!("{}", render_markdown(&c)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&c)?),
+        Format::Json => println!("{}", record_of(&c, started)?.to_json_pretty()),
     }
     Ok(0)
+}
+
+/// `compare --format json`: the comparison as a record of kind `compare`, modeled when any
+/// entry is.
+pub fn record_of(c: &Comparison, started: String) -> anyhow::Result<Record> {
+    let source = if c.entries.iter().any(|e| e.source == Source::Modeled) {
+        Source::Modeled
+    } else {
+        Source::Measured
+    };
+    let mut p = crate::record::Provenance::here("none", started);
+    p.notes.push(format!(
+        "compares {}",
+        c.entries
+            .iter()
+            .map(|e| e.file.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    Record::other(source, p, crate::record::kinds::COMPARE, c)
 }
 
 /// `compare --schedule FILE`: every entry must have replayed the file's schedule (same

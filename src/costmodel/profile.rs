@@ -526,7 +526,31 @@ pub fn builtin_or_usage(name: &str) -> anyhow::Result<Profile> {
     })
 }
 
-/// A profile file as `verifybench model fit` writes it.
+/// The payload of a profile record (`"kind": "other"`, name [`PROFILE_KIND`]): what
+/// `verifybench model fit` writes, inside the record envelope with its provenance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileBody {
+    pub profile: Profile,
+    /// How the parameters were fitted.
+    #[serde(default)]
+    pub fit: Option<serde_json::Value>,
+}
+
+impl ProfileBody {
+    /// The profile as a record (source `modeled`: its numbers are the model's parameters).
+    pub fn to_record(&self, provenance: crate::record::Provenance) -> crate::record::Record {
+        crate::record::Record::other(
+            crate::record::Source::Modeled,
+            provenance,
+            PROFILE_KIND,
+            self,
+        )
+        .expect("profiles serialize")
+    }
+}
+
+/// A profile file as `verifybench model fit` wrote it before profiles carried the record
+/// envelope (committed profiles, hand-written ones): still read by [`load`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProfileFile {
     pub schema_version: u32,
@@ -551,6 +575,19 @@ pub fn load(path: &Path) -> anyhow::Result<Profile> {
             path.display()
         ))
     })?;
+    if crate::record::io::other_name(&v) == Some(PROFILE_KIND) {
+        let (_, data) = crate::record::io::read_other(path, PROFILE_KIND, "profile file")?;
+        let b: ProfileBody = serde_json::from_value(data).map_err(|e| {
+            usage(format!(
+                "profile file '{}' is not a valid profile: {e}",
+                path.display()
+            ))
+        })?;
+        b.profile
+            .check()
+            .map_err(|e| usage(format!("profile file '{}': {e}", path.display())))?;
+        return Ok(b.profile);
+    }
     if v.get("kind").and_then(|k| k.as_str()) != Some(PROFILE_KIND) {
         return Err(usage(format!(
             "'{}' is not a cost-model profile (no \"kind\": \"{PROFILE_KIND}\"); write one with `verifybench model fit`",

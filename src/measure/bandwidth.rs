@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::comm::kernels::{Kernels, Pool};
 use crate::comm::{self, Gpu};
@@ -29,8 +29,9 @@ pub struct BandwidthRequest {
     pub format: crate::output::Format,
 }
 
-/// One GPU's figures (GB/s = 1e9 bytes per second).
-#[derive(Debug, Clone, Serialize)]
+/// One GPU's figures (GB/s = 1e9 bytes per second): the payload of a `bandwidth` record is a
+/// list of these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bandwidth {
     pub device: usize,
     pub name: String,
@@ -145,6 +146,7 @@ pub fn measure(
 /// `--format json`, the export at the end), and writes the JSON export if asked. Returns the
 /// exit code.
 pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
     if let Some(p) = &a.export_json {
         crate::util::check_outputs(&[("--export-json", p)], &[])?;
     }
@@ -175,7 +177,14 @@ pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
         }
         all.push(b);
     }
-    let json = serde_json::to_string_pretty(&all)?;
+    let prov = crate::machine::provenance("cuda", started, &devices);
+    let rec = crate::record::Record::other(
+        crate::record::Source::Measured,
+        prov,
+        crate::record::kinds::BANDWIDTH,
+        &all,
+    )?;
+    let json = rec.to_json_pretty();
     if let Some(p) = &a.export_json {
         crate::util::write_file(p, json.as_bytes())?;
     }

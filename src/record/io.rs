@@ -1,14 +1,15 @@
 //! Reading and writing records, in one place: one JSON record, a JSON array of records, or
 //! JSON lines, each checked for its schema version; appending records as JSON lines
-//! ([`JsonLinesFile`]). Whole files are written through [`crate::util::write_file`]
-//! (temp-and-rename).
+//! ([`JsonLinesFile`]); one record of a [`super::kinds`] kind, or the envelope-less form such
+//! files had before ([`legacy_kind`], [`read_other`]). Whole files are written through
+//! [`crate::util::write_file`] (temp-and-rename).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::{Record, SCHEMA_VERSION};
+use super::{kinds, Record, SCHEMA_VERSION};
 use crate::error::usage;
 
 /// The JSON values of a text holding one value, an array of values, or JSON lines (blank lines
@@ -143,19 +144,24 @@ impl JsonLinesFile {
 /// (from `verifybench model fit`)", "a JSON array of 3 'verify' records", ...
 pub fn describe(v: &serde_json::Value) -> String {
     fn one(v: &serde_json::Value) -> String {
-        match v.get("kind").and_then(|k| k.as_str()) {
-            Some(PROFILE_KIND) => "a cost-model profile (from `verifybench model fit`)".into(),
-            Some(k) => format!("a '{k}' record"),
-            None => "a JSON value that is not a verifybench record".into(),
+        match other_name(v).or_else(|| v.get("kind").and_then(|k| k.as_str())) {
+            Some(k) => kinds::describe(k),
+            None => match legacy_kind(v) {
+                Some(k) => kinds::describe(k),
+                None => "a JSON value that is not a verifybench record".into(),
+            },
         }
+    }
+    if let Some(k) = legacy_kind(v) {
+        return kinds::describe(k);
     }
     match v {
         serde_json::Value::Array(a) => {
             let kinds: std::collections::BTreeSet<String> = a
                 .iter()
                 .map(|x| {
-                    x.get("kind")
-                        .and_then(|k| k.as_str())
+                    other_name(x)
+                        .or_else(|| x.get("kind").and_then(|k| k.as_str()))
                         .unwrap_or("?")
                         .to_string()
                 })
@@ -173,7 +179,99 @@ pub fn describe(v: &serde_json::Value) -> String {
 
 /// The `kind` of a cost-model profile file (`costmodel::profile::PROFILE_KIND`; the record layer
 /// knows it only to say what such a file is).
-const PROFILE_KIND: &str = "verifybench-cost-profile";
+const PROFILE_KIND: &str = kinds::PROFILE;
+
+/// The name of a [`super::Body::Other`] record (`"kind": "other"`, `"result": {"name": ..}`)
+/// seen as raw JSON.
+pub fn other_name(v: &serde_json::Value) -> Option<&str> {
+    if v.get("kind").and_then(|k| k.as_str()) != Some("other") {
+        return None;
+    }
+    v.get("result")?.get("name")?.as_str()
+}
+
+/// The kind of a JSON file that this tool wrote before every file carried the record envelope
+/// (committed results keep that form), recognised by its shape: a bare bandwidth array, selftest
+/// array, `env` or `compare` object, or a profile file (`"kind": "verifybench-cost-profile"`
+/// beside a `"profile"` object). `None` for records and for anything else.
+pub fn legacy_kind(v: &serde_json::Value) -> Option<&'static str> {
+    use serde_json::Value;
+    let has = |o: &Value, keys: &[&str]| keys.iter().all(|k| o.get(*k).is_some());
+    if v.get("schema_version").is_some() && v.get("provenance").is_some() {
+        return None;
+    }
+    match v {
+        Value::Array(a) if !a.is_empty() => {
+            if a.iter()
+                .all(|x| has(x, &["device", "copy_rw_gbps", "stream_gbps"]))
+            {
+                Some(kinds::BANDWIDTH)
+            } else if a
+                .iter()
+                .all(|x| has(x, &["name", "launcher", "pass", "detail"]))
+            {
+                Some(kinds::SELFTEST)
+            } else {
+                None
+            }
+        }
+        Value::Object(_) if v.get("kind").and_then(|k| k.as_str()) == Some(PROFILE_KIND) => {
+            has(v, &["profile"]).then_some(kinds::PROFILE)
+        }
+        Value::Object(_) if has(v, &["host", "gpus", "peer_access", "nccl_env", "problems"]) => {
+            Some(kinds::ENV)
+        }
+        Value::Object(_) if has(v, &["workload", "entries", "rows", "uncertainty"]) => {
+            Some(kinds::COMPARE)
+        }
+        _ => None,
+    }
+}
+
+/// A file holding one record of kind `name` ([`kinds`]), or that file as written before the
+/// envelope ([`legacy_kind`]): the record's provenance (`None` for the old form) and its payload.
+/// Anything else is a usage error saying what the file is; `what` names the file in it.
+pub fn read_other(
+    path: &Path,
+    name: &str,
+    what: &str,
+) -> anyhow::Result<(Option<super::Provenance>, serde_json::Value)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("cannot read {what} '{}': {e}", path.display())))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| usage(format!("{what} '{}' is not JSON: {e}", path.display())))?;
+    if legacy_kind(&v) == Some(name) {
+        return Ok((None, v));
+    }
+    if other_name(&v) == Some(name) {
+        match v.get("schema_version").and_then(|x| x.as_u64()) {
+            Some(x) if x == SCHEMA_VERSION as u64 => {}
+            other => {
+                return Err(usage(format!(
+                    "{what} '{}' has schema_version {}; this verifybench reads version {SCHEMA_VERSION}",
+                    path.display(),
+                    other.map_or("(none)".into(), |x| x.to_string())
+                )))
+            }
+        }
+        let rec: Record = serde_json::from_value(v).map_err(|e| {
+            usage(format!(
+                "{what} '{}' is not a valid record: {e}",
+                path.display()
+            ))
+        })?;
+        let super::Body::Other { data, .. } = rec.body else {
+            unreachable!("other_name matched a Body::Other record")
+        };
+        return Ok((Some(rec.provenance), data));
+    }
+    Err(usage(format!(
+        "{what} '{}' is {}, not {}",
+        path.display(),
+        describe(&v),
+        kinds::describe(name)
+    )))
+}
 
 /// Reads records from a file holding one JSON record, a JSON array of records, or JSON lines.
 /// Refuses other schema versions with a message naming the file.
@@ -184,6 +282,15 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
             path.display()
         ))
     })?;
+    if let Ok(whole) = serde_json::from_str::<serde_json::Value>(&text) {
+        if let Some(k) = legacy_kind(&whole).filter(|k| *k != kinds::PROFILE) {
+            return Err(usage(format!(
+                "'{}' is {}, not a results file of collective, verify or sweep",
+                path.display(),
+                kinds::describe(k)
+            )));
+        }
+    }
     let values = json_values(&text).map_err(|(line, e)| {
         usage(format!(
             "results file '{}' line {line}: not JSON: {e}",
@@ -193,7 +300,9 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
     values
         .into_iter()
         .map(|v| {
-            if v.get("kind").and_then(|k| k.as_str()) == Some(PROFILE_KIND) {
+            if v.get("kind").and_then(|k| k.as_str()) == Some(PROFILE_KIND)
+                || other_name(&v) == Some(PROFILE_KIND)
+            {
                 return Err(usage(format!(
                     "'{}' is a cost-model profile (from `verifybench model fit`), not a results file: give it to --profile of verify, collective or sweep (--backend model), or to --base-profile of model fit",
                     path.display()

@@ -70,7 +70,8 @@ pub struct Provenance {
     pub host: String,
     pub started_utc: String,
     pub finished_utc: String,
-    /// `nccl`, `model`, `torch` (the PyTorch peer), or `none` for pure computations.
+    /// `nccl`, `model`, `torch` (the PyTorch peer), `cuda` (one-GPU measurements without NCCL:
+    /// `bandwidth`), or `none` for pure computations.
     pub backend: String,
     #[serde(default)]
     pub launcher: Option<String>,
@@ -330,12 +331,41 @@ pub enum Body {
     Collective(CollectiveResult),
     Verify(VerifyResult),
     /// Records of other kinds keep their own typed struct and store it here as JSON until they
-    /// earn a variant; today only sweep points (`sweep_point`). Break-even, bandwidth and
-    /// selftest write their own JSON, not records.
+    /// earn a variant: sweep points, bandwidth, selftest, env, compare and cost-model profiles
+    /// (the names in [`kinds`]).
     Other {
         name: String,
         data: serde_json::Value,
     },
+}
+
+/// The names of the [`Body::Other`] records this version writes, and which command writes each.
+pub mod kinds {
+    /// One finished point of `sweep --results` (JSON lines).
+    pub const SWEEP_POINT: &str = "sweep_point";
+    /// `bandwidth --export-json`: one entry per GPU.
+    pub const BANDWIDTH: &str = "bandwidth";
+    /// `selftest --export-json`: one entry per check.
+    pub const SELFTEST: &str = "selftest";
+    /// `env --format json`: the machine as `env` found it.
+    pub const ENV: &str = "env";
+    /// `compare --format json`: the comparison of verify records.
+    pub const COMPARE: &str = "compare";
+    /// `model fit -o`: a cost-model profile (`costmodel::profile::PROFILE_KIND`).
+    pub const PROFILE: &str = "verifybench-cost-profile";
+
+    /// What a file of kind `name` is and which command reads it, for messages.
+    pub fn describe(name: &str) -> String {
+        match name {
+            SWEEP_POINT => "sweep points (from `verifybench sweep --results`; read by `sweep --resume` and `report`)".into(),
+            BANDWIDTH => "a bandwidth measurement (from `verifybench bandwidth --export-json`; read by `report`)".into(),
+            SELFTEST => "selftest results (from `verifybench selftest --export-json`; read by `report`)".into(),
+            ENV => "a machine description (from `verifybench env --format json`; no command reads it back)".into(),
+            COMPARE => "a comparison (from `verifybench compare --format json`; no command reads it back: compare its input records again)".into(),
+            PROFILE => "a cost-model profile (from `verifybench model fit`; read by --profile of verify, collective and sweep, and --base-profile of model fit)".into(),
+            k => format!("a '{k}' record"),
+        }
+    }
 }
 
 impl Body {
@@ -383,6 +413,31 @@ impl Record {
             provenance,
             body,
             repetitions: vec![],
+        }
+    }
+
+    /// A record of a kind without its own variant ([`kinds`]): `data` serialized as its payload.
+    pub fn other(
+        source: Source,
+        provenance: Provenance,
+        name: &str,
+        data: &impl Serialize,
+    ) -> anyhow::Result<Record> {
+        Ok(Record::new(
+            source,
+            provenance,
+            Body::Other {
+                name: name.into(),
+                data: serde_json::to_value(data)?,
+            },
+        ))
+    }
+
+    /// The payload of a [`Body::Other`] record of kind `name`.
+    pub fn other_data(&self, name: &str) -> Option<&serde_json::Value> {
+        match &self.body {
+            Body::Other { name: n, data } if n == name => Some(data),
+            _ => None,
         }
     }
 

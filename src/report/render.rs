@@ -1,8 +1,11 @@
 //! `report`: results files -> a Markdown report with SVG plots.
 //!
 //! [`build`] is pure (records in, Markdown and SVG text out); [`write`] puts them in a
-//! directory. Record kinds this version does not render (sweep points, later kinds) are listed
-//! as skipped rather than refused, so an old report binary still reads new results files.
+//! directory. It renders collective and verify records (plots and tables), sweep points (the
+//! ranking `sweep` prints), bandwidth and selftest results, in the record envelope or in the
+//! older envelope-less form of committed files. What it cannot render (env, compare, profiles,
+//! kinds a later version writes, an empty file, `[]`) is named with what it is, not refused, so
+//! an old report binary still reads new results files; nothing renderable at all is an error.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -15,26 +18,63 @@ use crate::record::{self, Body, Mode, Record, Source, VerifyResult};
 use crate::speculative::analysis::{analyse, Analysis};
 use crate::speculative::inputs::{self, Flags, RecordTime};
 
-/// The records of one results file, and the records it holds of kinds this version does not
-/// know (listed, not refused).
+/// The records of one results file, and what in it this version does not render.
 #[derive(Debug, Clone)]
 pub struct LoadedFile {
     pub path: PathBuf,
     pub records: Vec<Record>,
     /// Kinds of records that were not understood, in file order.
     pub unknown_kinds: Vec<String>,
+    /// A file written before every file carried the record envelope (bandwidth, selftest, env,
+    /// compare or a profile, [`record::io::legacy_kind`]): its kind and JSON, no provenance.
+    pub bare: Option<(&'static str, serde_json::Value)>,
+    /// A file that holds nothing, and what it is (an empty file, `[]`).
+    pub empty: Option<String>,
 }
 
 impl LoadedFile {
     /// Reads a results file (one record, an array, or JSON lines). A record of another
-    /// schema version is refused; a record of a kind this version does not know is kept aside.
+    /// schema version is refused; a record of a kind this version does not know is kept aside;
+    /// an empty file, `[]` and the old envelope-less files are kept to be named in the report.
     pub fn read(path: &Path) -> anyhow::Result<LoadedFile> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            crate::error::usage(format!(
+                "cannot read results file '{}': {e}",
+                path.display()
+            ))
+        })?;
+        let mut f = LoadedFile {
+            path: path.to_path_buf(),
+            records: vec![],
+            unknown_kinds: vec![],
+            bare: None,
+            empty: None,
+        };
+        if text.trim().is_empty() {
+            f.empty = Some("an empty file".into());
+            return Ok(f);
+        }
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            if v.as_array().is_some_and(|a| a.is_empty()) {
+                f.empty = Some("an empty JSON array (`[]`): no records".into());
+                return Ok(f);
+            }
+            if let Some(k) = record::io::legacy_kind(&v) {
+                f.bare = Some((k, v));
+                return Ok(f);
+            }
+            if record::io::other_name(&v) == Some(record::kinds::PROFILE) {
+                // read_records refuses profiles; the report names them instead.
+                let (_, data) = record::io::read_other(path, record::kinds::PROFILE, "profile")?;
+                f.bare = Some((record::kinds::PROFILE, data));
+                return Ok(f);
+            }
+        }
         match record::read_records(path) {
-            Ok(records) => Ok(LoadedFile {
-                path: path.to_path_buf(),
-                records,
-                unknown_kinds: vec![],
-            }),
+            Ok(records) => {
+                f.records = records;
+                Ok(f)
+            }
             Err(e) => Self::read_lenient(path).map_err(|_| e),
         }
     }
@@ -66,7 +106,24 @@ impl LoadedFile {
             path: path.to_path_buf(),
             records,
             unknown_kinds,
+            bare: None,
+            empty: None,
         })
+    }
+
+    /// The payloads of kind `name` in this file: each record's, or the old-form file's.
+    fn payloads(&self, name: &str) -> Vec<(Option<&Record>, &serde_json::Value)> {
+        let mut out: Vec<(Option<&Record>, &serde_json::Value)> = self
+            .records
+            .iter()
+            .filter_map(|r| r.other_data(name).map(|d| (Some(r), d)))
+            .collect();
+        if let Some((k, v)) = &self.bare {
+            if *k == name {
+                out.push((None, v));
+            }
+        }
+        out
     }
 }
 
@@ -115,17 +172,24 @@ fn nccl_env_cell(r: &Record) -> String {
     }
 }
 
-/// The NCCL protocol and algorithm settings of a record, for legends.
-fn settings_label(r: &Record) -> String {
-    let env = r
-        .provenance
-        .workers
-        .first()
-        .map(|w| w.nccl_env.clone())
-        .unwrap_or_default();
-    let picked: Vec<String> = ["NCCL_PROTO", "NCCL_ALGO"]
+/// NCCL_* variables that say nothing about a series' settings: NCCL's own version variable
+/// and the logging ones. `NCCL_NVLS_ENABLE=0` is left out too: every run of this tool sets it.
+fn is_noise_var(k: &str, v: &str) -> bool {
+    k == "NCCL_VERSION" || k.starts_with("NCCL_DEBUG") || (k == "NCCL_NVLS_ENABLE" && v == "0")
+}
+
+/// The NCCL settings of a record for legends and tables: every NCCL_* variable its lowest rank's
+/// worker saw, as `K=V`, less [`is_noise_var`]'s; "NCCL defaults" when nothing else was set,
+/// "NCCL_* not recorded" for a record without workers (modeled records).
+pub fn settings_label(r: &Record) -> String {
+    let Some(w) = r.provenance.workers.iter().min_by_key(|w| w.rank) else {
+        return "NCCL_* not recorded".into();
+    };
+    let picked: Vec<String> = w
+        .nccl_env
         .iter()
-        .filter_map(|k| env.get(*k).map(|v| format!("{}={v}", &k[5..])))
+        .filter(|(k, v)| !is_noise_var(k, v))
+        .map(|(k, v)| format!("{k}={v}"))
         .collect();
     if picked.is_empty() {
         "NCCL defaults".into()
@@ -184,6 +248,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
         .to_vec(),
         rows: vec![],
     };
+    let mut renderable = 0usize;
     for f in files {
         let name = inputs::short_name(&f.path);
         for (i, r) in f.records.iter().enumerate() {
@@ -206,22 +271,71 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                 .map(|s| cell(s))
                 .collect(),
             );
+            let at = if f.records.len() == 1 {
+                name.clone()
+            } else {
+                format!("{name} record {}", i + 1)
+            };
             match &r.body {
-                Body::Collective(_) | Body::Verify(_) => rendered.push(r),
-                Body::Other { name: kind, .. } => {
-                    skipped.push(format!("{name} record {}: kind `{kind}`", i + 1))
+                Body::Collective(_) | Body::Verify(_) => {
+                    rendered.push(r);
+                    renderable += 1;
                 }
+                Body::Other { name: kind, data } if kind == record::kinds::SWEEP_POINT => {
+                    match serde_json::from_value::<crate::sweep::results::SweepPoint>(data.clone())
+                    {
+                        Ok(_) => renderable += 1,
+                        Err(e) => skipped
+                            .push(format!("{at}: a malformed sweep point ({e}), not rendered")),
+                    }
+                }
+                Body::Other { name: kind, .. } if RENDERED_KINDS.contains(&kind.as_str()) => {
+                    renderable += 1
+                }
+                Body::Other { name: kind, .. } => skipped.push(format!(
+                    "{at}: {}, not rendered",
+                    record::kinds::describe(kind)
+                )),
             }
         }
         for k in &f.unknown_kinds {
-            skipped.push(format!("{name}: kind `{k}`"));
+            skipped.push(format!(
+                "{name}: a '{k}' record, a kind this version does not know"
+            ));
+        }
+        if let Some((k, _)) = &f.bare {
+            inputs_t.rows.push(
+                [name.clone(), "1".into(), format!("{k} (no envelope)")]
+                    .into_iter()
+                    .chain(std::iter::repeat_n("-".to_string(), 8))
+                    .map(|s| cell(&s))
+                    .collect(),
+            );
+            if RENDERED_KINDS.contains(k) {
+                renderable += 1;
+            } else {
+                skipped.push(format!(
+                    "{name}: {}, not rendered",
+                    record::kinds::describe(k)
+                ));
+            }
+        }
+        if let Some(why) = &f.empty {
+            skipped.push(format!("{name}: {why}"));
         }
         let (t, _) = inputs::times_of(&f.path, &f.records);
         times.extend(t);
     }
+    if renderable == 0 {
+        return Err(crate::error::usage(format!(
+            "nothing to render in the {} file(s): {}; report renders collective, verify, sweep, bandwidth and selftest results",
+            files.len(),
+            skipped.join("; ")
+        )));
+    }
     let _ = writeln!(md, "## Inputs\n\n{}", markdown_table(&inputs_t));
     if !skipped.is_empty() {
-        let _ = writeln!(md, "Skipped (not rendered by this version):\n");
+        let _ = writeln!(md, "Skipped (nothing this report renders):\n");
         for s in &skipped {
             let _ = writeln!(md, "- {s}");
         }
@@ -240,7 +354,18 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                 continue;
             };
             any_modeled |= r.source == Source::Modeled;
-            let mut base = format!("{} {} ranks, {}", c.op.name(), c.nranks, settings_label(r));
+            let launcher = r
+                .provenance
+                .launcher
+                .as_deref()
+                .map(|l| format!("{l}, "))
+                .unwrap_or_default();
+            let mut base = format!(
+                "{} {} ranks, {launcher}{}",
+                c.op.name(),
+                c.nranks,
+                settings_label(r)
+            );
             if r.source == Source::Modeled {
                 base += " (modeled)";
             }
@@ -288,9 +413,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
             "## Collective latency\n\nMedian time per operation against message size; solid lines \
              are CUDA-graph replays, dashed lines eager launches.\n\n![{title}]({LATENCY_SVG})\n"
         );
-        if let Some(t) = tabs.get("collective") {
-            let _ = writeln!(md, "{}", markdown_table(t));
-        }
+        let _ = writeln!(md, "{}", markdown_table(&collective_table(&rendered)));
     }
 
     // (b) Verify time per record.
@@ -302,7 +425,9 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                 continue;
             };
             any_modeled |= r.source == Source::Modeled;
-            groups.push(bar_group(&f.path, r.source, v));
+            let mut g = bar_group(&f.path, r.source, v);
+            g.label.push(settings_label(r));
+            groups.push(g);
         }
     }
     if !groups.is_empty() {
@@ -326,6 +451,11 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
             let _ = writeln!(md, "{}", markdown_table(t));
         }
     }
+
+    // Sweep rankings, bandwidth, selftest.
+    md += &sweep_sections(files);
+    md += &bandwidth_section(files);
+    md += &selftest_section(files);
 
     // (c) Break-even.
     let _ = writeln!(md, "## Speculative-decoding break-even\n");
@@ -392,6 +522,240 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
         svgs,
         skipped,
     })
+}
+
+/// The [`Body::Other`] kinds the report renders (besides collective and verify records).
+const RENDERED_KINDS: &[&str] = &[
+    record::kinds::SWEEP_POINT,
+    record::kinds::BANDWIDTH,
+    record::kinds::SELFTEST,
+];
+
+/// The collective records' rows, with the NCCL settings of each series beside its rank count.
+fn collective_table(rendered: &[&Record]) -> Table {
+    let mut out: Option<Table> = None;
+    for r in rendered {
+        if !matches!(r.body, Body::Collective(_)) {
+            continue;
+        }
+        let Some((_, mut t)) = tables(std::slice::from_ref(*r))
+            .into_iter()
+            .find(|(k, _)| k == "collective")
+        else {
+            continue;
+        };
+        let at = t
+            .headers
+            .iter()
+            .position(|h| h == "nranks")
+            .map_or(0, |i| i + 1);
+        let label = settings_label(r);
+        t.headers.insert(at, "NCCL settings".into());
+        for row in &mut t.rows {
+            row.insert(at, cell(&label));
+        }
+        match &mut out {
+            None => out = Some(t),
+            Some(o) => o.rows.extend(t.rows),
+        }
+    }
+    out.unwrap_or(Table {
+        headers: vec![],
+        rows: vec![],
+    })
+}
+
+/// `--noise-margin` as the sweep's command line gave it (0 when it did not).
+fn noise_margin_of(command_line: &[String]) -> f64 {
+    let mut it = command_line.iter();
+    while let Some(a) = it.next() {
+        let v = match a.strip_prefix("--noise-margin=") {
+            Some(v) => Some(v.to_string()),
+            None if a == "--noise-margin" => it.next().cloned(),
+            None => None,
+        };
+        if let Some(x) = v.and_then(|v| v.parse::<f64>().ok()) {
+            return x;
+        }
+    }
+    0.0
+}
+
+/// One section per file of sweep points: the points ranked as `sweep` prints them (first
+/// round's table, notes, the rounds' paired ratios, noise floor, verdicts, recommendation),
+/// from the stored points alone.
+fn sweep_sections(files: &[LoadedFile]) -> String {
+    use crate::sweep::results::SweepPoint;
+    let mut md = String::new();
+    for f in files {
+        let found = f.payloads(record::kinds::SWEEP_POINT);
+        if found.is_empty() {
+            continue;
+        }
+        let name = inputs::short_name(&f.path);
+        // Malformed points are named in the skipped list already.
+        let stored: Vec<SweepPoint> = found
+            .iter()
+            .filter_map(|(_, d)| serde_json::from_value::<SweepPoint>((*d).clone()).ok())
+            .collect();
+        if stored.is_empty() {
+            continue;
+        }
+        // The newest result of each (point, round), in the order first seen; the table is
+        // round 1's, as `sweep` prints it.
+        let mut pairs: Vec<SweepPoint> = vec![];
+        for sp in stored {
+            match pairs
+                .iter_mut()
+                .find(|p| p.point_id == sp.point_id && p.round == sp.round)
+            {
+                Some(p) => *p = sp,
+                None => pairs.push(sp),
+            }
+        }
+        // In the sweep's own point order (`p00-baseline`, `p01-...`), not the shuffled order
+        // the rounds ran in.
+        let mut points: Vec<SweepPoint> = pairs.iter().filter(|p| p.round == 0).cloned().collect();
+        points.sort_by_key(|p| {
+            let n: String = p
+                .point_id
+                .chars()
+                .skip(1)
+                .take_while(char::is_ascii_digit)
+                .collect();
+            (n.parse::<u64>().unwrap_or(u64::MAX), p.point_id.clone())
+        });
+        let rounds = pairs.iter().map(|p| p.round + 1).max().unwrap_or(1);
+        let mode = pairs
+            .first()
+            .and_then(|p| p.key.mode.parse::<Mode>().ok())
+            .unwrap_or(Mode::Comm);
+        let last = found.iter().rev().find_map(|(r, _)| *r);
+        let margin = last.map_or(0.0, |r| noise_margin_of(&r.provenance.command_line));
+        let source = last.map_or("?", |r| r.source.label());
+        let (text, _) = crate::sweep::command::render(&points, &pairs, mode, rounds, margin);
+        if md.is_empty() {
+            let _ = writeln!(md, "## Sweep rankings\n");
+        }
+        let w = &points.first().or(pairs.first()).map(|p| p.workload.clone());
+        let _ = writeln!(
+            md,
+            "### {name}: {} point(s), {rounds} round(s), mode {}, noise margin {margin}, {source}\n",
+            points.len(),
+            mode.name()
+        );
+        if let Some(w) = w {
+            let _ = writeln!(
+                md,
+                "Workload: {} {} TP={} T={} {}, schedule {}.\n",
+                w.model,
+                phase_word(w.phase),
+                w.tp,
+                w.tokens,
+                w.dtype.name(),
+                w.schedule_hash
+            );
+        }
+        let _ = writeln!(md, "```text\n{}```\n", text);
+    }
+    md
+}
+
+fn num(v: &serde_json::Value, k: &str) -> Option<f64> {
+    v.get(k).and_then(|x| x.as_f64())
+}
+
+/// The bandwidth files as one table: per GPU the device copy and the streaming kernel.
+fn bandwidth_section(files: &[LoadedFile]) -> String {
+    let mut t = Table {
+        headers: [
+            "file",
+            "GPU",
+            "name",
+            "copy r+w (GB/s)",
+            "copy read (GB/s)",
+            "streaming kernel, bytes read (tokens: GB/s, % of copy r+w)",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for f in files {
+        let name = inputs::short_name(&f.path);
+        for (_, data) in f.payloads(record::kinds::BANDWIDTH) {
+            for g in data.as_array().into_iter().flatten() {
+                let rw = num(g, "copy_rw_gbps").unwrap_or(f64::NAN);
+                let stream: Vec<String> = g
+                    .get("stream_gbps")
+                    .and_then(|x| x.as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| Some((p.get(0)?.as_u64()?, p.get(1)?.as_f64()?)))
+                    .map(|(t, x)| format!("T={t}: {x:.0} ({:.0}%)", 100.0 * x / rw))
+                    .collect();
+                t.rows.push(vec![
+                    cell(&name),
+                    g.get("device").map_or("?".into(), |d| d.to_string()),
+                    cell(g.get("name").and_then(|x| x.as_str()).unwrap_or("?")),
+                    format!("{rw:.0}"),
+                    format!("{:.0}", num(g, "copy_read_gbps").unwrap_or(f64::NAN)),
+                    stream.join(", "),
+                ]);
+            }
+        }
+    }
+    if t.rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "## Memory bandwidth (measured)\n\nBest of the timed passes per GPU (`verifybench bandwidth`); GB/s = 1e9 B/s.\n\n{}\n",
+        markdown_table(&t)
+    )
+}
+
+/// The selftest files: passed and failed checks, and the failed checks by name.
+fn selftest_section(files: &[LoadedFile]) -> String {
+    let mut t = Table {
+        headers: ["file", "checks", "passed", "failed", "failed checks"]
+            .map(String::from)
+            .to_vec(),
+        rows: vec![],
+    };
+    for f in files {
+        let name = inputs::short_name(&f.path);
+        for (_, data) in f.payloads(record::kinds::SELFTEST) {
+            let checks: Vec<&serde_json::Value> = data.as_array().into_iter().flatten().collect();
+            let failed: Vec<String> = checks
+                .iter()
+                .filter(|c| c.get("pass").and_then(|x| x.as_bool()) != Some(true))
+                .map(|c| {
+                    format!(
+                        "{} ({})",
+                        c.get("name").and_then(|x| x.as_str()).unwrap_or("?"),
+                        c.get("launcher").and_then(|x| x.as_str()).unwrap_or("?")
+                    )
+                })
+                .collect();
+            t.rows.push(vec![
+                cell(&name),
+                checks.len().to_string(),
+                (checks.len() - failed.len()).to_string(),
+                failed.len().to_string(),
+                if failed.is_empty() {
+                    "-".into()
+                } else {
+                    cell(&failed.join(", "))
+                },
+            ]);
+        }
+    }
+    if t.rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "## Selftest (measured)\n\nExact-result checks of `verifybench selftest` on the GPUs.\n\n{}\n",
+        markdown_table(&t)
+    )
 }
 
 fn bar_group(path: &Path, source: Source, v: &VerifyResult) -> BarGroup {
@@ -592,20 +956,24 @@ pub fn write(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 mod tests {
     use super::*;
 
+    fn other(name: &str, data: serde_json::Value) -> Record {
+        Record::new(
+            Source::Measured,
+            record::Provenance::here("none", crate::util::now_utc()),
+            Body::Other {
+                name: name.into(),
+                data,
+            },
+        )
+    }
+
     #[test]
     fn unknown_kinds_are_set_aside_not_refused() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("mixed.jsonl");
-        let known = Record::new(
-            Source::Measured,
-            record::Provenance::here("none", crate::util::now_utc()),
-            Body::Other {
-                name: "sweep_point".into(),
-                data: serde_json::json!({}),
-            },
-        );
+        let known = other("sweep_point", serde_json::json!({}));
         let mut future = serde_json::to_value(&known).unwrap();
-        future["kind"] = "bandwidth".into();
+        future["kind"] = "future_kind".into();
         std::fs::write(
             &p,
             format!("{}\n{}\n", serde_json::to_string(&known).unwrap(), future),
@@ -613,11 +981,36 @@ mod tests {
         .unwrap();
         let f = LoadedFile::read(&p).unwrap();
         assert_eq!(f.records.len(), 1);
-        assert_eq!(f.unknown_kinds, vec!["bandwidth".to_string()]);
-        let r = build(&[f], &Flags::default()).unwrap();
-        assert_eq!(r.skipped.len(), 2);
+        assert_eq!(f.unknown_kinds, vec!["future_kind".to_string()]);
+        // Alone, nothing in it renders: an error naming both.
+        let e = build(std::slice::from_ref(&f), &Flags::default()).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("'future_kind'"), "{e}");
+        // Beside a renderable file (selftest results of the envelope-less form) both are named.
+        let st = dir.path().join("selftest.json");
+        std::fs::write(
+            &st,
+            r#"[{"name": "c", "launcher": "threads", "pass": true, "detail": "0 wrong"}]"#,
+        )
+        .unwrap();
+        let r = build(&[f, LoadedFile::read(&st).unwrap()], &Flags::default()).unwrap();
+        assert_eq!(r.skipped.len(), 2, "{:?}", r.skipped);
+        assert!(
+            r.markdown.contains("| selftest.json | 1 | 1 | 0 | - |"),
+            "{}",
+            r.markdown
+        );
         assert!(r.svgs.is_empty());
-        assert!(r.markdown.contains("kind `bandwidth`"));
+        assert!(
+            r.markdown.contains("a 'future_kind' record"),
+            "{}",
+            r.markdown
+        );
+        assert!(
+            r.markdown.contains("mixed.jsonl: a malformed sweep point"),
+            "{}",
+            r.markdown
+        );
         assert!(r.markdown.contains("Not drawn"));
 
         // A malformed record of a known kind is still an error.
@@ -625,5 +1018,86 @@ mod tests {
         bad["result"] = serde_json::json!(5);
         std::fs::write(&p, bad.to_string()).unwrap();
         assert!(LoadedFile::read(&p).is_err());
+    }
+
+    #[test]
+    fn only_unrenderable_kinds_are_an_error_naming_each_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = dir.path().join("env.json");
+        std::fs::write(&env, other("env", serde_json::json!({})).to_json_pretty()).unwrap();
+        let empty = dir.path().join("empty.json");
+        std::fs::write(&empty, "\n").unwrap();
+        let files: Vec<LoadedFile> = [&env, &empty]
+            .iter()
+            .map(|p| LoadedFile::read(p).unwrap())
+            .collect();
+        let e = build(&files, &Flags::default()).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        let m = e.to_string();
+        assert!(m.contains("env.json: a machine description"), "{m}");
+        assert!(m.contains("empty.json: an empty file"), "{m}");
+        assert_eq!(m.lines().count(), 1);
+    }
+
+    fn with_env(vars: &[(&str, &str)]) -> Record {
+        let mut r = other("x", serde_json::json!({}));
+        r.provenance.workers = vec![record::WorkerInfo {
+            rank: 0,
+            pid: 1,
+            device: 0,
+            nccl_env: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }];
+        r
+    }
+
+    #[test]
+    fn settings_labels_leave_out_what_every_run_has_and_tell_settings_apart() {
+        let always = [
+            ("NCCL_NVLS_ENABLE", "0"),
+            ("NCCL_VERSION", "2.28.3-1"),
+            ("NCCL_DEBUG", "INFO"),
+            ("NCCL_DEBUG_FILE", "/x/%h.%p.log"),
+            ("NCCL_DEBUG_SUBSYS", "INIT"),
+        ];
+        let label = |extra: &[(&str, &str)]| {
+            let mut v = always.to_vec();
+            v.extend_from_slice(extra);
+            settings_label(&with_env(&v))
+        };
+        assert_eq!(label(&[]), "NCCL defaults");
+        assert_eq!(label(&[("NCCL_PROTO", "LL")]), "NCCL_PROTO=LL");
+        assert_eq!(
+            label(&[("NCCL_P2P_DISABLE", "1"), ("NCCL_ALGO", "Tree")]),
+            "NCCL_ALGO=Tree NCCL_P2P_DISABLE=1"
+        );
+        // NVLS switched on is a setting; an unknown variable is one too.
+        assert_eq!(
+            settings_label(&with_env(&[("NCCL_NVLS_ENABLE", "1")])),
+            "NCCL_NVLS_ENABLE=1"
+        );
+        assert_eq!(
+            label(&[("NCCL_BUFFSIZE", "4194304")]),
+            "NCCL_BUFFSIZE=4194304"
+        );
+        let mut modeled = with_env(&[]);
+        modeled.provenance.workers.clear();
+        assert_eq!(settings_label(&modeled), "NCCL_* not recorded");
+    }
+
+    #[test]
+    fn noise_margin_comes_from_the_sweeps_command_line() {
+        let cl = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            noise_margin_of(&cl(&["vb", "sweep", "--noise-margin", "0.02"])),
+            0.02
+        );
+        assert_eq!(
+            noise_margin_of(&cl(&["vb", "sweep", "--noise-margin=0.01"])),
+            0.01
+        );
+        assert_eq!(noise_margin_of(&cl(&["vb", "sweep", "--rounds", "3"])), 0.0);
     }
 }
