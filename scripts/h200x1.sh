@@ -2,7 +2,7 @@
 # What one GPU can prove, in one go (results/h200x1/).
 #
 #   scripts/h200x1.sh [BINARY] [OUTDIR]     (defaults: target/release/verifybench, $OUT or ./out)
-#   ONLY="selftest compute" scripts/h200x1.sh ...   (a subset of: env selftest bandwidth compute pdl traces)
+#   ONLY="selftest compute" scripts/h200x1.sh ...   (a subset of: env selftest bandwidth compute pdl formats traces)
 #
 # env:       what `verifybench env` sees on one GPU.
 # selftest:  one GPU proves what one GPU can: the streaming kernel against a CPU reference and
@@ -13,6 +13,9 @@
 # compute:   one rank's share of a TP=8 verify streamed on one GPU (--gpus 1 --tp 8 --mode
 #            compute): the per-rank compute of an 8-GPU machine of this GPU, against the
 #            schedule's bytes / measured streaming bandwidth; with fresh runs for the spread.
+# formats:   --format json and -q of bandwidth, selftest and env on a GPU (stdout is exactly
+#            what --export-json writes, stderr empty), `report` over those records, and three
+#            more selftest runs (their summary lines: how often a check fails on this machine).
 # pdl:       the same with --pdl (programmatic dependent launch of the streaming kernels), in
 #            the same order, so that plain and PDL launches of one workload sit side by side.
 # traces: real torch.profiler traces and NCCL COLL logs of the PyTorch peer replaying the
@@ -80,6 +83,21 @@ if want pdl; then
       -n 200 -w 20 --fresh-runs 5 --export-json "$C/verify-kimi-k2.5-tp8-t3-compute-1gpu-pdl-fresh5.json" 2>&1 \
       | tee "$C/verify-kimi-k2.5-tp8-t3-compute-1gpu-pdl-fresh5.txt"
   pack pdl
+fi
+if want formats; then
+  F=$W/formats; mkdir -p "$F"; step "formats"
+  {
+    $VB bandwidth --format json -q --export-json "$F/bw-export.json" > "$F/bw-stdout.json" 2> "$F/bw-stderr.txt"
+    echo "bandwidth rc=$? stdout==export: $(cmp -s "$F/bw-stdout.json" "$F/bw-export.json" && echo yes || echo no) stderr bytes: $(stat -c %s "$F/bw-stderr.txt")"
+    $VB selftest --format json -q --export-json "$F/st-export.json" > "$F/st-stdout.json" 2> "$F/st-stderr.txt"
+    echo "selftest rc=$? stdout==export: $(cmp -s "$F/st-stdout.json" "$F/st-export.json" && echo yes || echo no) stderr bytes: $(stat -c %s "$F/st-stderr.txt")"
+    $VB env --format json -q > "$F/env.json" 2> "$F/env-stderr.txt"
+    echo "env rc=$? stderr bytes: $(stat -c %s "$F/env-stderr.txt")"
+    $VB report "$F/bw-export.json" "$F/st-export.json" "$F/env.json" -o "$F/report" 2>&1
+    echo "report rc=$?"
+    for i in 1 2 3; do $VB selftest 2>&1 | grep -E "FAIL|selftest:" | sed "s/^/selftest repeat $i: /"; done
+  } 2>&1 | tee "$F/formats.txt"
+  pack formats
 fi
 if want traces; then
   T=$W/traces; mkdir -p "$T"
