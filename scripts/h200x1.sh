@@ -14,7 +14,7 @@
 #            compute): the per-rank compute of an 8-GPU machine of this GPU, against the
 #            schedule's bytes / measured streaming bandwidth; with fresh runs for the spread.
 # formats:   --format json and -q of bandwidth, selftest and env on a GPU (stdout is exactly
-#            what --export-json writes, stderr empty), `report` over those records, and three
+#            what --export-json writes, stderr empty), `report` over those records, and five
 #            more selftest runs (their summary lines: how often a check fails on this machine).
 # pdl:       the same with --pdl (programmatic dependent launch of the streaming kernels), in
 #            the same order, so that plain and PDL launches of one workload sit side by side.
@@ -88,14 +88,14 @@ if want formats; then
   F=$W/formats; mkdir -p "$F"; step "formats"
   {
     $VB bandwidth --format json -q --export-json "$F/bw-export.json" > "$F/bw-stdout.json" 2> "$F/bw-stderr.txt"
-    echo "bandwidth rc=$? stdout==export: $(cmp -s "$F/bw-stdout.json" "$F/bw-export.json" && echo yes || echo no) stderr bytes: $(stat -c %s "$F/bw-stderr.txt")"
+    echo "bandwidth rc=$? stdout == export + newline: $(cmp -s "$F/bw-stdout.json" <(cat "$F/bw-export.json"; echo) && echo yes || echo no) stderr bytes: $(stat -c %s "$F/bw-stderr.txt")"
     $VB selftest --format json -q --export-json "$F/st-export.json" > "$F/st-stdout.json" 2> "$F/st-stderr.txt"
-    echo "selftest rc=$? stdout==export: $(cmp -s "$F/st-stdout.json" "$F/st-export.json" && echo yes || echo no) stderr bytes: $(stat -c %s "$F/st-stderr.txt")"
+    echo "selftest rc=$? stdout == export + newline: $(cmp -s "$F/st-stdout.json" <(cat "$F/st-export.json"; echo) && echo yes || echo no) stderr bytes: $(stat -c %s "$F/st-stderr.txt")"
     $VB env --format json -q > "$F/env.json" 2> "$F/env-stderr.txt"
     echo "env rc=$? stderr bytes: $(stat -c %s "$F/env-stderr.txt")"
     $VB report "$F/bw-export.json" "$F/st-export.json" "$F/env.json" -o "$F/report" 2>&1
     echo "report rc=$?"
-    for i in 1 2 3; do $VB selftest 2>&1 | grep -E "FAIL|selftest:" | sed "s/^/selftest repeat $i: /"; done
+    for i in 1 2 3 4 5; do $VB selftest 2>&1 | grep -E "FAIL|selftest:" | sed "s/^/selftest repeat $i: /"; done
   } 2>&1 | tee "$F/formats.txt"
   pack formats
 fi

@@ -11,10 +11,12 @@
 //! kernels' occupancy (SMs x blocks per SM). The checks enqueue breadth-first: one step (a
 //! kernel, a copy, a graph replay) for every virtual rank before the next step of any, so even
 //! where two streams share one hardware queue, nothing a kernel waits for is queued behind an
-//! operation that waits for that kernel. (The timings use one host thread per rank and
-//! 100-call graphs, as real ranks do; they rely on each of the N <= 8 streams having its own
-//! hardware queue, CUDA's default of 8 connections. Should a timing ever time out,
-//! CUDA_DEVICE_MAX_CONNECTIONS=32 gives every stream its own.)
+//! operation that waits for that kernel. The timings use one host thread per rank, each on a
+//! stream of its own, as real ranks do, but in lockstep (a host barrier before each call):
+//! free-running threads timed out now and then on one H200 even with
+//! CUDA_DEVICE_MAX_CONNECTIONS=32 (a rank's first eager call never ran, as if queued behind a
+//! peer's next call), so the eager figure includes a host barrier per call. The graph timing
+//! replays one 100-call graph per rank.
 
 use std::time::{Duration, Instant};
 
@@ -43,8 +45,8 @@ pub struct VirtualTiming {
     pub dtype: DType,
     pub bytes: usize,
     pub blocks: u32,
-    /// Calls enqueued one by one, one host thread per virtual rank (the slowest rank), us per
-    /// call.
+    /// Calls enqueued one by one, one host thread per virtual rank in lockstep (a host barrier
+    /// before each call; the slowest rank), us per call.
     pub eager_us: f64,
     /// Calls replayed from one CUDA graph per virtual rank, us per call.
     pub graph_us: f64,
@@ -549,13 +551,15 @@ pub fn virtual_rank_timings(
         }
         g.check()?;
         let start = std::sync::Barrier::new(n);
+        let step = std::sync::Barrier::new(n);
         // A `Gpu` stays in its thread: each timing thread opens its own handle on the same
         // device (the same primary context, so the connection's kernels and mappings are valid
         // there) with its own stream; the warm-up above has finished on the group's streams.
         let eager: Vec<f64> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..n)
                 .map(|r| {
-                    let (start, ar, input, output) = (&start, &g.ars[r], &ins[r], &outs[r]);
+                    let (start, step, ar, input, output) =
+                        (&start, &step, &g.ars[r], &ins[r], &outs[r]);
                     s.spawn(move || -> anyhow::Result<f64> {
                         let opened = Gpu::open(gpu);
                         // every thread reaches the barrier, even one whose open failed
@@ -570,6 +574,10 @@ pub fn virtual_rank_timings(
                         let (a, b) = events?;
                         gpu.record(&a)?;
                         for _ in 0..EAGER {
+                            // Lockstep: call k of every rank is enqueued before call k + 1 of
+                            // any, so that where two of these fresh streams share a hardware
+                            // queue no kernel sits behind a peer's next call that waits for it.
+                            step.wait();
                             ar.enqueue(&gpu, imp, input, output, count, DType::Bf16)?;
                         }
                         gpu.record(&b)?;
