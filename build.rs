@@ -23,4 +23,20 @@ fn main() {
     println!("cargo:rustc-env=VERIFYBENCH_GIT_COMMIT={value}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+    // On a branch, HEAD names a ref that moves with each commit (an amend need not touch the
+    // index): watch the ref itself, and packed-refs where refs end up.
+    let git_dir = Command::new("git")
+        .args(["rev-parse", "--git-dir"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(dir) = git_dir {
+        if let Ok(head) = std::fs::read_to_string(format!("{dir}/HEAD")) {
+            if let Some(r) = head.trim().strip_prefix("ref: ") {
+                println!("cargo:rerun-if-changed={dir}/{r}");
+            }
+        }
+        println!("cargo:rerun-if-changed={dir}/packed-refs");
+    }
 }
