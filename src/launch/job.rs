@@ -697,8 +697,8 @@ pub fn run_rank(
                     Step::Stream { nvec, .. } => (n + 1, s + nvec),
                     _ => (n, s),
                 });
-                if n > 0 {
-                    result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, sum / n)?);
+                if let Some(mean) = sum.checked_div(n) {
+                    result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, mean)?);
                 }
                 Some(c)
             } else {
