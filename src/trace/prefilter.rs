@@ -450,40 +450,40 @@ fn scan_event(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
     let mut backslash = false;
     let mut stops = Stops::new(b);
     while let Some(p) = stops.next() {
-        match b[p] {
-            b'"' => {}
-            b'{' | b'[' => {
-                depth += 1;
-                continue;
-            }
-            b'}' | b']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    let keep = keep || cats > 1 || (label.is_some() && backslash);
-                    return Some((p + 1, keep));
+        // Tests in the order of frequency (a jump table here would be an indirect branch).
+        let c = b[p];
+        if c != b'"' {
+            match c | 0x20 {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        let keep = keep || cats > 1 || (label.is_some() && backslash);
+                        return Some((p + 1, keep));
+                    }
                 }
-                continue;
+                // A `\\` between strings is no delimiter (nor valid JSON): a byte like others.
+                _ => {}
             }
-            // A `\\` between strings is no delimiter (nor valid JSON): a byte like others.
-            _ => continue,
+            continue;
         }
         // A string: on to its closing quote, past escapes (brackets and braces in it are text).
         let s = p + 1;
         let mut esc = false;
         let end = loop {
             let q = stops.next()?;
-            match b[q] {
-                b'"' => break q,
-                b'\\' => {
-                    esc = true;
-                    let next = *b.get(q + 1)?;
-                    keep |= next == b'u';
-                    // The escaped byte, when it is a stop, is the very next one.
-                    if matches!(next, b'"' | b'\\' | b'{' | b'}' | b'[' | b']') {
-                        stops.next();
-                    }
+            let c = b[q];
+            if c == b'"' {
+                break q;
+            }
+            if c == b'\\' {
+                esc = true;
+                let next = *b.get(q + 1)?;
+                keep |= next == b'u';
+                // The escaped byte, when it is a stop, is the very next one.
+                if matches!(next, b'"' | b'\\' | b'{' | b'}' | b'[' | b']') {
+                    stops.next();
                 }
-                _ => {}
             }
         };
         backslash |= esc;
