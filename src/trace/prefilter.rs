@@ -705,6 +705,39 @@ mod tests {
     }
 
     #[test]
+    fn documents_of_random_events_agree_with_the_stepwise_scan() {
+        // Many events one after another, so that events begin at every offset of a classified
+        // block and end in the next, read at several chunk sizes.
+        let mut seed = 0x2545_f491_4f6c_dd1d;
+        let mut events = Vec::new();
+        while events.len() < 400 {
+            let e = random_event(&mut seed);
+            // Only inputs that are one whole object for the reference scan.
+            if let Some((n, _)) = scan_event_stepwise(&e, None) {
+                events.push(String::from_utf8(e[..n].to_vec()).expect("ASCII pieces"));
+            }
+        }
+        let doc = format!("{{\"traceEvents\":[{}],\"x\":1}}", events.join(",\n"));
+        for label in [None, Some("verify")] {
+            let want: Vec<&String> = events
+                .iter()
+                .filter(|e| {
+                    scan_event_stepwise(e.as_bytes(), label.map(str::as_bytes))
+                        .unwrap()
+                        .1
+                })
+                .collect();
+            for chunk in [1, 7, 63, 64, 65, 200, 1 << 20] {
+                let (sk, kept, dropped) = scan_doc(&doc, label, chunk).unwrap();
+                assert_eq!(sk, r#"{"traceEvents":[],"x":1}"#);
+                assert_eq!(kept.iter().collect::<Vec<_>>(), want, "chunk {chunk}");
+                assert_eq!(dropped as usize, events.len() - want.len());
+            }
+            assert!(!want.is_empty() && want.len() < events.len());
+        }
+    }
+
+    #[test]
     fn quote_or_backslash_at_a_chunk_end() {
         // Events whose quotes, escapes and escaped bytes fall on every chunk boundary (chunk
         // sizes 1 to 9 against strings of every length up to 9), read whole.
