@@ -4,8 +4,9 @@
 //! A server's profile is mostly host-side events (`python_function`, `cpu_op`, flow arrows)
 //! that [`super::reader`] would skip after serde had tokenized every one of their fields. The
 //! scanner reads the decompressed document in large chunks and, inside the `traceEvents`
-//! array, finds each event object's extent in one pass over its bytes (strings, escapes and
-//! nesting tracked, eight bytes at a time inside strings) and decides on its raw bytes only:
+//! array, finds each event object's extent in one pass (strings, escapes and nesting tracked,
+//! jumping from one quote, backslash, bracket or brace to the next through a bit mask of each
+//! 64-byte block) and decides on its raw bytes only:
 //! an event is kept when its top-level `"cat"` is a GPU or runtime category, when one of its
 //! strings is exactly `record_param_comms`, `Collective name` or the step label, or whenever
 //! the cheap look cannot be sure (a second top-level `"cat"`, an escaped or non-string
