@@ -4,8 +4,9 @@
 //! A server's profile is mostly host-side events (`python_function`, `cpu_op`, flow arrows)
 //! that [`super::reader`] would skip after serde had tokenized every one of their fields. The
 //! scanner reads the decompressed document in large chunks and, inside the `traceEvents`
-//! array, finds each event object's extent in one pass over its bytes (strings, escapes and
-//! nesting tracked, eight bytes at a time inside strings) and decides on its raw bytes only:
+//! array, finds each event object's extent in one pass (strings, escapes and nesting tracked,
+//! jumping from one quote, backslash, bracket or brace to the next through a bit mask of each
+//! 64-byte block) and decides on its raw bytes only:
 //! an event is kept when its top-level `"cat"` is a GPU or runtime category, when one of its
 //! strings is exactly `record_param_comms`, `Collective name` or the step label, or whenever
 //! the cheap look cannot be sure (a second top-level `"cat"`, an escaped or non-string
@@ -351,39 +352,84 @@ fn events_key(b: &[u8], eof: bool) -> Option<Option<usize>> {
     need(eof)
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGH: u64 = 0x8080_8080_8080_8080;
-
-/// The high bit of each byte of `w` equal to `c` (exact up to the first one; enough to find
-/// the first).
-#[inline(always)]
-fn bytes_equal(w: u64, c: u8) -> u64 {
-    let x = w ^ (ONES * c as u64);
-    x.wrapping_sub(ONES) & !x & HIGH
-}
-
-/// The index of the first `"` or `\` in `b` at or after `i`, eight bytes at a time.
-#[inline(always)]
-fn string_stop(b: &[u8], mut i: usize) -> Option<usize> {
-    while let Some(w) = b.get(i..i + 8) {
-        let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
-        let m = bytes_equal(w, b'"') | bytes_equal(w, b'\\');
-        if m != 0 {
-            return Some(i + (m.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    b.get(i..)?
-        .iter()
-        .position(|&c| c == b'"' || c == b'\\')
-        .map(|p| i + p)
-}
-
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
         i += 1;
     }
     i
+}
+
+/// The positions in `b` of every `"`, `\\`, `{`, `[`, `}` and `]`, in order: each 64-byte block
+/// is classified at once, eight bytes per word operation, into a bit mask whose set bits are
+/// then read off one by one (the scanner jumps from one to the next).
+struct Stops<'a> {
+    b: &'a [u8],
+    /// Offset of the block `mask` describes.
+    base: usize,
+    mask: u64,
+}
+
+impl<'a> Stops<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Stops {
+            b,
+            base: 0,
+            mask: block_mask(b),
+        }
+    }
+}
+
+impl Iterator for Stops<'_> {
+    type Item = usize;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<usize> {
+        while self.mask == 0 {
+            self.base += 64;
+            if self.base >= self.b.len() {
+                return None;
+            }
+            self.mask = block_mask(&self.b[self.base..]);
+        }
+        let p = self.base + self.mask.trailing_zeros() as usize;
+        self.mask &= self.mask - 1;
+        Some(p)
+    }
+}
+
+/// Bit `k` set when byte `k` of the first 64 of `b` (fewer at its end) is `"`, `\\`, a bracket
+/// or a brace.
+#[inline(always)]
+fn block_mask(b: &[u8]) -> u64 {
+    const L: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    /// 0x80 in each zero byte of `x`, 0 in the others (exact: no borrow between bytes).
+    #[inline(always)]
+    fn zero_bytes(x: u64) -> u64 {
+        !((x & L).wrapping_add(L) | x | L)
+    }
+    let mut tail = [0u8; 64];
+    let blk: &[u8] = match b.get(..64) {
+        Some(blk) => blk,
+        None => {
+            // Zero bytes match nothing.
+            tail[..b.len()].copy_from_slice(b);
+            &tail
+        }
+    };
+    let mut m = 0;
+    for (k, w) in blk.chunks_exact(8).enumerate() {
+        let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        // `{` and `[` differ only in bit 5 (0x20), as do `}` and `]`.
+        let lw = w | (ONES * 0x20);
+        let z = zero_bytes(w ^ (ONES * b'"' as u64))
+            | zero_bytes(w ^ (ONES * b'\\' as u64))
+            | zero_bytes(lw ^ (ONES * b'{' as u64))
+            | zero_bytes(lw ^ (ONES * b'}' as u64));
+        // Gathers the eight 0x80 bits into one byte (no two partial products overlap).
+        m |= ((z >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k);
+    }
+    m
 }
 
 /// One event object at the start of `b` (`b[0] == b'{'`): its length, and whether the reader
@@ -394,66 +440,75 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 /// any string is exactly `record_param_comms`, `Collective name` or the step label; when it
 /// holds a `\u` escape (which can spell any of these differently), and with a label when it
 /// holds any escape. Everything else the reader would skip.
+///
+/// The pass jumps from one quote, backslash, bracket or brace to the next ([`Stops`]); the
+/// bytes between them (letters, digits, colons, commas) are never looked at one by one.
 fn scan_event(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
     let mut depth = 0u32;
-    let mut i = 0;
     let mut keep = false;
     let mut cats = 0u32;
     let mut cat_value = false;
     let mut backslash = false;
-    while i < b.len() {
-        match b[i] {
-            b'"' => {
-                let s = i + 1;
-                let mut j = s;
-                let mut esc = false;
-                loop {
-                    j = string_stop(b, j)?;
-                    if b[j] != b'\\' {
-                        break;
+    let mut stops = Stops::new(b);
+    while let Some(p) = stops.next() {
+        // Tests in the order of frequency (a jump table here would be an indirect branch).
+        let c = b[p];
+        if c != b'"' {
+            match c | 0x20 {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        let keep = keep || cats > 1 || (label.is_some() && backslash);
+                        return Some((p + 1, keep));
                     }
-                    esc = true;
-                    keep |= b.get(j + 1) == Some(&b'u');
-                    j += 2;
                 }
-                backslash |= esc;
-                let text = &b[s..j];
-                i = j + 1;
-                if cat_value {
-                    cat_value = false;
-                    keep |= esc || KEEP_CATS.contains(&text);
-                } else if depth == 1 && text == b"cat" {
-                    let k = skip_ws(b, i);
-                    if b.get(k) == Some(&b':') {
-                        cats += 1;
-                        let k = skip_ws(b, k + 1);
-                        match b.get(k) {
-                            Some(b'"') => {
-                                cat_value = true;
-                                i = k;
-                            }
-                            Some(_) => keep = true,
-                            None => return None,
-                        }
-                    }
-                } else {
-                    keep |= text == b"record_param_comms"
-                        || text == b"Collective name"
-                        || label.is_some_and(|l| text == l);
-                }
-                continue;
+                // A `\\` between strings is no delimiter (nor valid JSON): a byte like others.
+                _ => {}
             }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    let keep = keep || cats > 1 || (label.is_some() && backslash);
-                    return Some((i + 1, keep));
-                }
-            }
-            _ => {}
+            continue;
         }
-        i += 1;
+        // A string: on to its closing quote, past escapes (brackets and braces in it are text).
+        let s = p + 1;
+        let mut esc = false;
+        let end = loop {
+            let q = stops.next()?;
+            let c = b[q];
+            if c == b'"' {
+                break q;
+            }
+            if c == b'\\' {
+                esc = true;
+                let next = *b.get(q + 1)?;
+                keep |= next == b'u';
+                // The escaped byte, when it is a stop, is the very next one.
+                if matches!(next, b'"' | b'\\' | b'{' | b'}' | b'[' | b']') {
+                    stops.next();
+                }
+            }
+        };
+        backslash |= esc;
+        let text = &b[s..end];
+        if cat_value {
+            cat_value = false;
+            keep |= esc || KEEP_CATS.contains(&text);
+        } else if depth == 1 && text == b"cat" {
+            let k = skip_ws(b, end + 1);
+            if b.get(k) == Some(&b':') {
+                cats += 1;
+                let k = skip_ws(b, k + 1);
+                match b.get(k) {
+                    // The next string is the value (only the colon and blanks lie between).
+                    Some(b'"') => cat_value = true,
+                    Some(_) => keep = true,
+                    None => return None,
+                }
+            }
+        } else {
+            keep |= text == b"record_param_comms"
+                || text == b"Collective name"
+                || label.is_some_and(|l| text == l);
+        }
     }
     None
 }
@@ -461,6 +516,250 @@ fn scan_event(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The scanner as it was before it jumped with `memchr` (one byte at a time outside strings,
+    // eight inside): the reference the jumping one must agree with on every input.
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+
+    /// The high bit of each byte of `w` equal to `c` (exact up to the first one; enough to find
+    /// the first).
+    #[inline(always)]
+    fn bytes_equal(w: u64, c: u8) -> u64 {
+        let x = w ^ (ONES * c as u64);
+        x.wrapping_sub(ONES) & !x & HIGH
+    }
+
+    /// The index of the first `"` or `\` in `b` at or after `i`, eight bytes at a time.
+    #[inline(always)]
+    fn string_stop(b: &[u8], mut i: usize) -> Option<usize> {
+        while let Some(w) = b.get(i..i + 8) {
+            let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+            let m = bytes_equal(w, b'"') | bytes_equal(w, b'\\');
+            if m != 0 {
+                return Some(i + (m.trailing_zeros() / 8) as usize);
+            }
+            i += 8;
+        }
+        b.get(i..)?
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\')
+            .map(|p| i + p)
+    }
+
+    /// One event object at the start of `b` (`b[0] == b'{'`): its length, and whether the reader
+    /// may use it. `None` when the object does not end within `b`.
+    ///
+    /// One pass over its bytes (strings, escapes and nesting tracked): it is kept when a top-level
+    /// `"cat"` names a GPU or runtime category, or is not a plain string, or appears twice; when
+    /// any string is exactly `record_param_comms`, `Collective name` or the step label; when it
+    /// holds a `\u` escape (which can spell any of these differently), and with a label when it
+    /// holds any escape. Everything else the reader would skip.
+    fn scan_event_stepwise(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
+        let mut depth = 0u32;
+        let mut i = 0;
+        let mut keep = false;
+        let mut cats = 0u32;
+        let mut cat_value = false;
+        let mut backslash = false;
+        while i < b.len() {
+            match b[i] {
+                b'"' => {
+                    let s = i + 1;
+                    let mut j = s;
+                    let mut esc = false;
+                    loop {
+                        j = string_stop(b, j)?;
+                        if b[j] != b'\\' {
+                            break;
+                        }
+                        esc = true;
+                        keep |= b.get(j + 1) == Some(&b'u');
+                        j += 2;
+                    }
+                    backslash |= esc;
+                    let text = &b[s..j];
+                    i = j + 1;
+                    if cat_value {
+                        cat_value = false;
+                        keep |= esc || KEEP_CATS.contains(&text);
+                    } else if depth == 1 && text == b"cat" {
+                        let k = skip_ws(b, i);
+                        if b.get(k) == Some(&b':') {
+                            cats += 1;
+                            let k = skip_ws(b, k + 1);
+                            match b.get(k) {
+                                Some(b'"') => {
+                                    cat_value = true;
+                                    i = k;
+                                }
+                                Some(_) => keep = true,
+                                None => return None,
+                            }
+                        }
+                    } else {
+                        keep |= text == b"record_param_comms"
+                            || text == b"Collective name"
+                            || label.is_some_and(|l| text == l);
+                    }
+                    continue;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        let keep = keep || cats > 1 || (label.is_some() && backslash);
+                        return Some((i + 1, keep));
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// A pseudo-random event-like byte string: structural bytes, quotes, escapes, blanks and
+    /// the words the scanner compares, in any order (valid JSON or not).
+    fn random_event(seed: &mut u64) -> Vec<u8> {
+        const PIECES: &[&[u8]] = &[
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b"\"",
+            b"\\",
+            b"\\u",
+            b"\\\"",
+            b":",
+            b",",
+            b" ",
+            b"\n",
+            b"cat",
+            b"\"cat\"",
+            b"\"cat\" : ",
+            b"\"kernel\"",
+            b"\"cpu_op\"",
+            b"Runtime",
+            b"record_param_comms",
+            b"\"record_param_comms\"",
+            b"\"Collective name\"",
+            b"\"verify\"",
+            b"verify",
+            b"12.5",
+            b"x",
+            b"\"name\":\"",
+            b"null",
+        ];
+        let mut next = || {
+            // xorshift64
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed
+        };
+        let n = 1 + (next() % 40) as usize;
+        let mut v = b"{".to_vec();
+        for _ in 0..n {
+            v.extend_from_slice(PIECES[(next() % PIECES.len() as u64) as usize]);
+        }
+        v
+    }
+
+    #[test]
+    fn jumping_scan_agrees_with_the_stepwise_one() {
+        // Every prefix of each input, so that a quote, a backslash or an escaped byte falls as
+        // the last byte of the buffer and strings run past its end, with and without a label.
+        let mut seed = 0x9e37_79b9_7f4a_7c15;
+        let mut inputs: Vec<Vec<u8>> = (0..3000).map(|_| random_event(&mut seed)).collect();
+        inputs.extend(
+            [
+                r#"{"cat":"kernel","name":"a \"}{\" b","ts":1}"#,
+                r#"{"cat":"cpu_op","name":"f\u007d\u00e9 {","ts":2}"#,
+                r#"{"cat":"kernel","name":"back\\","args":{"s":"}\\\""}}"#,
+                r#"{"ph":"X","cat" :
+   "cuda_runtime"}"#,
+                r#"{"ph":"X","cat":"cpu_op","cat" : "Runtime"}"#,
+                r#"{"a":[{"cat":"kernel"}],"b":["cat",1]}"#,
+                r#"{"x":"\\"} \ {"#,
+                r#"{"cat":"python_function","args":{"Collective name":"allreduce"}}"#,
+            ]
+            .map(|s| s.as_bytes().to_vec()),
+        );
+        let mut ends = 0;
+        for b in &inputs {
+            for n in 1..=b.len() {
+                for label in [None, Some(&b"verify"[..])] {
+                    let got = scan_event(&b[..n], label);
+                    assert_eq!(
+                        got,
+                        scan_event_stepwise(&b[..n], label),
+                        "{:?} label {label:?}",
+                        String::from_utf8_lossy(&b[..n])
+                    );
+                    ends += got.is_some() as usize;
+                }
+            }
+        }
+        // Both outcomes are exercised (objects that end, and ones that need more input).
+        assert!(ends > 1000, "{ends}");
+    }
+
+    #[test]
+    fn documents_of_random_events_agree_with_the_stepwise_scan() {
+        // Many events one after another, so that events begin at every offset of a classified
+        // block and end in the next, read at several chunk sizes.
+        let mut seed = 0x2545_f491_4f6c_dd1d;
+        let mut events = Vec::new();
+        while events.len() < 400 {
+            let e = random_event(&mut seed);
+            // Only inputs that are one whole object for the reference scan.
+            if let Some((n, _)) = scan_event_stepwise(&e, None) {
+                events.push(String::from_utf8(e[..n].to_vec()).expect("ASCII pieces"));
+            }
+        }
+        let doc = format!("{{\"traceEvents\":[{}],\"x\":1}}", events.join(",\n"));
+        for label in [None, Some("verify")] {
+            let want: Vec<&String> = events
+                .iter()
+                .filter(|e| {
+                    scan_event_stepwise(e.as_bytes(), label.map(str::as_bytes))
+                        .unwrap()
+                        .1
+                })
+                .collect();
+            for chunk in [1, 7, 63, 64, 65, 200, 1 << 20] {
+                let (sk, kept, dropped) = scan_doc(&doc, label, chunk).unwrap();
+                assert_eq!(sk, r#"{"traceEvents":[],"x":1}"#);
+                assert_eq!(kept.iter().collect::<Vec<_>>(), want, "chunk {chunk}");
+                assert_eq!(dropped as usize, events.len() - want.len());
+            }
+            assert!(!want.is_empty() && want.len() < events.len());
+        }
+    }
+
+    #[test]
+    fn quote_or_backslash_at_a_chunk_end() {
+        // Events whose quotes, escapes and escaped bytes fall on every chunk boundary (chunk
+        // sizes 1 to 9 against strings of every length up to 9), read whole.
+        let mut events = Vec::new();
+        for n in 0..10 {
+            let s = "a".repeat(n);
+            events.push(format!(r#"{{"cat":"cpu_op","name":"{s}\\","x":"{s}\""}}"#));
+            events.push(format!(r#"{{"cat":"kernel","name":"{s}\"}}\"{s}"}}"#));
+            events.push(format!(
+                r#"{{"name":"{s}","cat":"cpu_op","args":{{"{s}":[1]}}}}"#
+            ));
+        }
+        let doc = format!("{{\"traceEvents\":[{}]}}", events.join(","));
+        for chunk in 1..10 {
+            let (sk, kept, dropped) = scan_doc(&doc, None, chunk).unwrap();
+            assert_eq!(sk, r#"{"traceEvents":[]}"#);
+            let want: Vec<String> = events.iter().skip(1).step_by(3).cloned().collect();
+            assert_eq!(kept, want, "chunk {chunk}");
+            assert_eq!(dropped, 20);
+        }
+    }
 
     /// The skeleton and the kept events, reading `chunk` bytes at a time.
     fn scan_doc(
