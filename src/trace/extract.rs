@@ -11,6 +11,7 @@
 //! themselves are the sequence, timed on the host.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
@@ -18,6 +19,34 @@ use super::names::{self, dtype_size, parse_kernel};
 use super::nccl_log::LogSummary;
 use super::reader::{GpuKind, LaunchKind, TraceData};
 use super::steps;
+
+/// A hasher for the integer ids of a trace (correlation, `External id`): one multiply per key
+/// instead of SipHash, for maps built and probed once per GPU event. Trace ids are not chosen
+/// by an adversary, and these maps are only probed, never iterated, so their order is moot.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        // Folded 128-bit multiply: every bit of the key reaches the high and the low bits.
+        let m = u128::from(self.0 ^ x) * 0x9e37_79b9_7f4a_7c15_u128;
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+    fn write_i64(&mut self, x: i64) {
+        self.write_u64(x as u64);
+    }
+}
+
+/// A map keyed by a trace id.
+type IdMap<V> = HashMap<i64, V, BuildHasherDefault<IdHasher>>;
 
 /// Where a collective's size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -185,13 +214,13 @@ pub fn extract(
     opt: &ExtractOptions,
 ) -> RankTrace {
     let mut notes = Vec::new();
-    let runtime: HashMap<i64, usize> = t
+    let runtime: IdMap<usize> = t
         .runtime
         .iter()
         .enumerate()
         .filter_map(|(i, r)| r.correlation.map(|c| (c, i)))
         .collect();
-    let comms_by_ext: HashMap<i64, usize> = t
+    let comms_by_ext: IdMap<usize> = t
         .comms
         .iter()
         .enumerate()
@@ -236,7 +265,7 @@ pub fn extract(
         let mut seen = HashSet::new();
         let mut comms: Vec<_> = t.comms.iter().collect();
         comms.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-        let by_ext: HashMap<i64, usize> = gpu
+        let by_ext: IdMap<usize> = gpu
             .iter()
             .enumerate()
             .filter_map(|(i, g)| g.external_id.map(|e| (e, i)))
