@@ -28,12 +28,7 @@ pub fn streaming_kernel(device: usize) -> Check {
             (4, 1000, 300_000),
             (16, 77, 1 << 20),
         ] {
-            let act: Vec<f32> = (0..tokens * 8)
-                .map(|i| 0.25 * ((i % 5) as f32 + 1.0))
-                .collect();
-            let bytes: Vec<u8> = act.iter().flat_map(|x| x.to_le_bytes()).collect();
-            let a = gpu.alloc(bytes.len())?;
-            gpu.upload(&a, &bytes)?;
+            let (act, a) = activations(&gpu, tokens)?;
             let partial = gpu.alloc(k.partial_bytes())?;
             k.stream(&gpu, &pool, start, nvec, &a, tokens, &partial)?;
             gpu.sync()?;
@@ -63,6 +58,17 @@ pub fn streaming_kernel(device: usize) -> Check {
     }
 }
 
+/// `tokens` activation rows of small exact values, on the host and uploaded.
+fn activations(gpu: &comm::Gpu, tokens: usize) -> anyhow::Result<(Vec<f32>, comm::Buffer)> {
+    let act: Vec<f32> = (0..tokens * 8)
+        .map(|i| 0.25 * ((i % 5) as f32 + 1.0))
+        .collect();
+    let bytes: Vec<u8> = act.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let a = gpu.alloc(bytes.len())?;
+    gpu.upload(&a, &bytes)?;
+    Ok((act, a))
+}
+
 /// The PDL streaming kernels (`--pdl`): back-to-back launches into one partial-sum buffer, eager
 /// and replayed from a CUDA graph; the buffer must hold the last launch's sums, which holds
 /// only if each launch waited for the one before it to finish before writing.
@@ -76,12 +82,7 @@ fn streaming_pdl(gpu: &comm::Gpu, pool: &comm::kernels::Pool) -> anyhow::Result<
     }
     let k = Kernels::load_with(gpu, true)?;
     let tokens = 3usize;
-    let act: Vec<f32> = (0..tokens * 8)
-        .map(|i| 0.25 * ((i % 5) as f32 + 1.0))
-        .collect();
-    let bytes: Vec<u8> = act.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let a = gpu.alloc(bytes.len())?;
-    gpu.upload(&a, &bytes)?;
+    let (act, a) = activations(gpu, tokens)?;
     let partial = gpu.alloc(k.partial_bytes())?;
     // Same block count for every launch, so that each writes every block's slot.
     let nvec = 1u64 << 20;

@@ -135,7 +135,6 @@ impl Gpu {
         })
     }
 
-    /// The device ordinal.
     /// Compute capability (major, minor).
     pub fn compute_capability(&self) -> Result<(i32, i32), CudaFailure> {
         self.ctx
@@ -143,6 +142,7 @@ impl Gpu {
             .map_err(fail(self.ordinal, "reading the compute capability"))
     }
 
+    /// The device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }

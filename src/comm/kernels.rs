@@ -50,10 +50,7 @@ impl Kernels {
                 "NVRTC (libnvrtc.so) not found: it compiles the compute kernels for --mode compute/full. Install the CUDA toolkit's NVRTC or pip's nvidia-cuda-nvrtc, or put its folder on LD_LIBRARY_PATH",
             ));
         }
-        let (major, minor) = gpu
-            .ctx
-            .compute_capability()
-            .map_err(|e| anyhow::anyhow!("GPU {}: compute capability: {e:?}", gpu.ordinal()))?;
+        let (major, minor) = gpu.compute_capability()?;
         if pdl && major < 9 {
             return Err(usage(format!(
                 "--pdl: programmatic dependent launch needs compute capability 9.0 or newer; GPU {} is {major}.{minor}: leave --pdl off",
@@ -181,8 +178,6 @@ impl Kernels {
         mut args: [u64; 6],
     ) -> anyhow::Result<()> {
         use cudarc::driver::sys;
-        let fail =
-            |what: &str, e: sys::CUresult| anyhow::anyhow!("GPU {}: {what}: {e:?}", gpu.ordinal);
         gpu.ctx
             .bind_to_thread()
             .map_err(|e| anyhow::anyhow!("GPU {}: binding the context: {e:?}", gpu.ordinal))?;
@@ -203,10 +198,10 @@ impl Kernels {
             attrs: &mut attr,
             numAttrs: 1,
         };
-        let mut params: Vec<*mut std::ffi::c_void> = args
-            .iter_mut()
-            .map(|a| a as *mut u64 as *mut std::ffi::c_void)
-            .collect();
+        // No allocation: this is on the eager replay's launch path.
+        let mut params = args
+            .each_mut()
+            .map(|a| a as *mut u64 as *mut std::ffi::c_void);
         // SAFETY: `params` points at six u64 values that live across the call, matching
         // stream_weights_pdl_T's (pointer, u64, u64, u64, pointer, pointer) signature (device
         // pointers are 64-bit addresses); the caller checked every buffer's size and device as
@@ -221,14 +216,12 @@ impl Kernels {
             )
         };
         if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(fail("launching stream_weights_pdl (cuLaunchKernelEx)", r));
+            anyhow::bail!(
+                "GPU {}: launching stream_weights_pdl (cuLaunchKernelEx): {r:?}",
+                gpu.ordinal
+            );
         }
         Ok(())
-    }
-
-    /// Whether streaming launches use programmatic dependent launch.
-    pub fn pdl(&self) -> bool {
-        self.pdl
     }
 
     /// Enqueues one tiny kernel (launch-overhead emulation) writing into `scratch`.
