@@ -576,7 +576,7 @@ pub fn load(path: &Path) -> anyhow::Result<Profile> {
         ))
     })?;
     if crate::record::io::other_name(&v) == Some(PROFILE_KIND) {
-        let (_, data) = crate::record::io::read_other(path, PROFILE_KIND, "profile file")?;
+        let (_, data) = crate::record::io::other_of(v, path, PROFILE_KIND, "profile file")?;
         let b: ProfileBody = serde_json::from_value(data).map_err(|e| {
             usage(format!(
                 "profile file '{}' is not a valid profile: {e}",

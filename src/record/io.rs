@@ -1,7 +1,7 @@
 //! Reading and writing records, in one place: one JSON record, a JSON array of records, or
 //! JSON lines, each checked for its schema version; appending records as JSON lines
 //! ([`JsonLinesFile`]); one record of a [`super::kinds`] kind, or the envelope-less form such
-//! files had before ([`legacy_kind`], [`read_other`]). Whole files are written through
+//! files had before ([`legacy_kind`], [`other_of`]). Whole files are written through
 //! [`crate::util::write_file`] (temp-and-rename).
 
 use std::io::Write;
@@ -228,18 +228,16 @@ pub fn legacy_kind(v: &serde_json::Value) -> Option<&'static str> {
     }
 }
 
-/// A file holding one record of kind `name` ([`kinds`]), or that file as written before the
-/// envelope ([`legacy_kind`]): the record's provenance (`None` for the old form) and its payload.
-/// Anything else is a usage error saying what the file is; `what` names the file in it.
-pub fn read_other(
+/// The JSON read from `path` as one record of kind `name` ([`kinds`]), or as such a file was
+/// written before the envelope ([`legacy_kind`]): the record's provenance (`None` for the old
+/// form) and its payload. Anything else is a usage error saying what the file is; `what` and
+/// `path` name the file in it.
+pub fn other_of(
+    v: serde_json::Value,
     path: &Path,
     name: &str,
     what: &str,
 ) -> anyhow::Result<(Option<super::Provenance>, serde_json::Value)> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("cannot read {what} '{}': {e}", path.display())))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| usage(format!("{what} '{}' is not JSON: {e}", path.display())))?;
     if legacy_kind(&v) == Some(name) {
         return Ok((None, v));
     }

@@ -65,7 +65,7 @@ impl LoadedFile {
             }
             if record::io::other_name(&v) == Some(record::kinds::PROFILE) {
                 // read_records refuses profiles; the report names them instead.
-                let (_, data) = record::io::read_other(path, record::kinds::PROFILE, "profile")?;
+                let (_, data) = record::io::other_of(v, path, record::kinds::PROFILE, "profile")?;
                 f.bare = Some((record::kinds::PROFILE, data));
                 return Ok(f);
             }
