@@ -17,6 +17,7 @@ pub mod against;
 pub mod analysis;
 pub mod breakeven;
 pub mod chrome;
+pub mod event;
 pub mod extract;
 pub mod names;
 pub mod nccl_log;

@@ -7,8 +7,9 @@
 //! kept, in a compact form, only if the analysis uses it: GPU kernels, copies and sets; the
 //! runtime calls that launch work; `record_param_comms` CPU ops; spans of a named step label.
 //!
-//! [`read_trace`] puts [`super::prefilter`] in front: the events that may matter reach serde
-//! one slice each, the others are never tokenized. Where that scanner gives up (anything
+//! [`read_trace`] puts [`super::prefilter`] in front: the events that may matter reach the
+//! direct parser of [`super::event`] one slice each (and serde where that parser leaves one to
+//! it), the others are never tokenized. Where that scanner gives up (anything
 //! unusual, any error), the file is read again by the plain streaming reader ([`read_from`]),
 //! which is the reference: a test checks that both give the same result.
 
@@ -322,17 +323,18 @@ impl Sink<'_> {
         i
     }
 
-    fn push(&mut self, e: RawEvent) {
+    fn push(&mut self, e: &RawEvent) {
         self.data.events_seen += 1;
         if e.ph.as_ref().map(Text::as_str) != Some("X") {
             return;
         }
-        let (Some(ts), Some(name)) = (e.ts.as_ref().and_then(Lenient::as_f64), e.name) else {
+        let (Some(ts), Some(name)) = (e.ts.as_ref().and_then(Lenient::as_f64), &e.name) else {
             return;
         };
         let name = name.as_str();
         let dur = e.dur.as_ref().and_then(Lenient::as_f64).unwrap_or(0.0);
-        let args = e.args.unwrap_or_default();
+        let no_args = RawArgs::default();
+        let args = e.args.as_ref().unwrap_or(&no_args);
         let corr = args.correlation.as_ref().and_then(Lenient::as_i64);
         let ext = args.external_id.as_ref().and_then(Lenient::as_i64);
         let cat = e.cat.as_ref().map(Text::as_str).unwrap_or("");
@@ -354,7 +356,7 @@ impl Sink<'_> {
                     .as_ref()
                     .and_then(Lenient::as_i64)
                     .or_else(|| e.tid.as_ref().and_then(Lenient::as_i64));
-                let comm = CommArgs::from_raw(&args).map(Box::new);
+                let comm = CommArgs::from_raw(args).map(Box::new);
                 let name = self.name_id(name);
                 self.data.gpu.push(GpuEvent {
                     ts,
@@ -392,7 +394,7 @@ impl Sink<'_> {
                     self.data.labels.push(Span { ts, dur, rank });
                 }
                 if name == "record_param_comms" || args.collective_name.is_some() {
-                    if let Some(c) = CommArgs::from_raw(&args) {
+                    if let Some(c) = CommArgs::from_raw(args) {
                         self.data.comms.push(CommOp {
                             ts,
                             dur,
@@ -424,7 +426,7 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         self.0.data.had_events = true;
         while let Some(e) = seq.next_element::<RawEvent>()? {
-            self.0.push(e);
+            self.0.push(&e);
         }
         Ok(())
     }
@@ -522,17 +524,26 @@ pub fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<Trace
         r,
         opts.step_label.as_deref(),
         // One UTF-8 check of the whole event (fast on ASCII) instead of one per string: on a
-        // `&str` serde does not check again. The same parse either way; bytes that are not
-        // UTF-8 go to `from_slice` as before.
-        |ev| match std::str::from_utf8(ev).map_or_else(
-            |_| serde_json::from_slice(ev),
-            serde_json::from_str::<RawEvent>,
-        ) {
-            Ok(e) => {
-                sink.push(e);
-                true
+        // `&str` serde does not check again. Most events are then read by the direct parser,
+        // which gives what serde gives or leaves the event to serde; bytes that are not UTF-8
+        // go to `from_slice` as before.
+        |ev| {
+            let s = std::str::from_utf8(ev);
+            if let Ok(s) = s {
+                if super::event::parse_then(s, false, |e| sink.push(e)).is_some() {
+                    return true;
+                }
             }
-            Err(_) => false,
+            match s.map_or_else(
+                |_| serde_json::from_slice(ev),
+                serde_json::from_str::<RawEvent>,
+            ) {
+                Ok(e) => {
+                    sink.push(&e);
+                    true
+                }
+                Err(_) => false,
+            }
         },
     )?;
     // The document outside the event array, with `"traceEvents":[]`.
