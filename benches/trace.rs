@@ -119,7 +119,7 @@ fn big() {
                     }
                     "scan" => {
                         let (mut n, mut kept) = (0u64, 0u64);
-                        prefilter::scan(gz, None, |ev| {
+                        prefilter::scan(gz, None, |ev, _| {
                             n += ev.len() as u64;
                             kept += 1;
                             true

@@ -1,12 +1,16 @@
 //! A byte-level scanner in front of the JSON parser: finds the trace events the analysis can
-//! use and hands each one to serde as its own slice; the others are never tokenized.
+//! use and hands each one to the reader as its own slice; the others are never tokenized.
 //!
 //! A server's profile is mostly host-side events (`python_function`, `cpu_op`, flow arrows)
 //! that [`super::reader`] would skip after serde had tokenized every one of their fields. The
 //! scanner reads the decompressed document in large chunks and, inside the `traceEvents`
-//! array, finds each event object's extent in one pass (strings, escapes and nesting tracked,
-//! jumping from one quote, backslash, bracket or brace to the next through a bit mask of each
-//! 64-byte block) and decides on its raw bytes only:
+//! array, finds each event object's extent in one pass and decides on its raw bytes only. An
+//! event without a backslash (nearly all) is read a 64-byte block at a time: vector compares
+//! give the block's quotes, brackets and braces as bit masks, the running parity of the quotes
+//! says which bytes lie inside strings, the brackets outside them give the nesting and the
+//! end, and only strings that begin with a letter the decision looks for are read. Any other
+//! event is read string by string (strings, escapes and nesting tracked, jumping from one
+//! quote, backslash, bracket or brace to the next). Either way:
 //! an event is kept when its top-level `"cat"` is a GPU or runtime category, when one of its
 //! strings is exactly `record_param_comms`, `Collective name` or the step label, or whenever
 //! the cheap look cannot be sure (a second top-level `"cat"`, an escaped or non-string
@@ -61,8 +65,9 @@ enum State {
 enum Step {
     /// Consumed input; call again.
     Progress,
-    /// An event to keep: `buf[start..end]`, braces included.
-    Keep(usize, usize),
+    /// An event to keep: `buf[start..end]`, braces included, and whether it is known to hold
+    /// no backslash.
+    Keep(usize, usize, bool),
     /// The next decision needs more input than is buffered.
     NeedMore,
     /// Something the scanner does not expect: leave the document to the plain reader.
@@ -79,13 +84,14 @@ pub struct Skeleton {
 }
 
 /// Scans a trace document from `r`: each event that may matter is handed to `on_event` (its
-/// raw bytes, braces included, in document order), the rest is counted. `step_label`: spans of
+/// raw bytes, braces included, in document order, and whether the event is known to hold no
+/// backslash), the rest is counted. `step_label`: spans of
 /// this name are kept too. `None` when the scanner gave up or `on_event` returned false: the
 /// caller must then read the document with the plain reader.
 pub fn scan<R: Read>(
     r: R,
     step_label: Option<&str>,
-    on_event: impl FnMut(&[u8]) -> bool,
+    on_event: impl FnMut(&[u8], bool) -> bool,
 ) -> Option<Skeleton> {
     scan_chunked(r, step_label, CHUNK, on_event)
 }
@@ -96,7 +102,7 @@ fn scan_chunked<R: Read>(
     r: R,
     step_label: Option<&str>,
     chunk: usize,
-    mut on_event: impl FnMut(&[u8]) -> bool,
+    mut on_event: impl FnMut(&[u8], bool) -> bool,
 ) -> Option<Skeleton> {
     let mut s = Scanner::new(r, step_label, chunk.max(1));
     loop {
@@ -106,8 +112,8 @@ fn scan_chunked<R: Read>(
                     break;
                 }
             }
-            Step::Keep(a, b) => {
-                if !on_event(&s.buf[a..b]) {
+            Step::Keep(a, b, plain) => {
+                if !on_event(&s.buf[a..b], plain) {
                     return None;
                 }
             }
@@ -298,7 +304,7 @@ impl<R: Read> Scanner<R> {
                         Step::Progress
                     }
                     b'{' if !after_elem => match scan_event(b, self.label.as_deref()) {
-                        Some((end, keep)) => {
+                        Some((end, keep, plain)) => {
                             let start = self.pos;
                             self.pos += end;
                             self.state = State::Events {
@@ -307,7 +313,7 @@ impl<R: Read> Scanner<R> {
                                 any: true,
                             };
                             if keep {
-                                Step::Keep(start, start + end)
+                                Step::Keep(start, start + end, plain)
                             } else {
                                 self.dropped += 1;
                                 Step::Progress
@@ -435,6 +441,262 @@ fn block_mask(b: &[u8]) -> u64 {
 /// One event object at the start of `b` (`b[0] == b'{'`): its length, and whether the reader
 /// may use it. `None` when the object does not end within `b`.
 ///
+/// An event with no backslash (nearly all of them) is read by [`scan_plain`]; any other by
+/// [`scan_event_exact`]. Both give the same answer on every input (a test checks it on
+/// random ones against the byte-stepping reference). The third value: whether the event is
+/// known to hold no backslash (it was read by the block scan).
+fn scan_event(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool, bool)> {
+    match scan_plain(b, label) {
+        Plain::Done(end, keep) => Some((end, keep, true)),
+        Plain::NeedMore => None,
+        Plain::Escaped => scan_event_exact(b, label).map(|(end, keep)| (end, keep, false)),
+    }
+}
+
+/// What [`scan_plain`] found.
+#[derive(Debug, PartialEq)]
+enum Plain {
+    /// The event's length, and whether to keep it.
+    Done(usize, bool),
+    /// The event does not end within the buffer.
+    NeedMore,
+    /// A backslash came first: the event is left to [`scan_event_exact`].
+    Escaped,
+}
+
+/// The masks of one 64-byte block (bit `k` for byte `k`; bytes past the buffer's end match
+/// nothing).
+#[derive(Debug, Default, Clone, Copy)]
+struct Masks {
+    quote: u64,
+    backslash: u64,
+    /// `{` and `[`.
+    open: u64,
+    /// `}` and `]`.
+    close: u64,
+    /// The first letters of the strings the decision looks at: `c`/`C` (`cat`, `Collective
+    /// name`), `r`/`R` (`record_param_comms`) and the step label's first byte.
+    first: u64,
+}
+
+/// The 64 bytes at the start of `b` (zero-padded at its end).
+#[inline(always)]
+fn block64(b: &[u8], tail: &mut [u8; 64]) -> [u8; 64] {
+    match b.get(..64) {
+        Some(blk) => blk.try_into().expect("64 bytes"),
+        None => {
+            tail[..b.len()].copy_from_slice(b);
+            *tail
+        }
+    }
+}
+
+/// [`Masks`] of the block at the start of `b`, sixteen bytes per vector compare (SSE2, part of
+/// every x86-64 CPU).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn classify(b: &[u8], label0: u8) -> Masks {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+    };
+    let mut tail = [0u8; 64];
+    let blk: &[u8] = match b.get(..64) {
+        Some(blk) => blk,
+        None => {
+            tail[..b.len()].copy_from_slice(b);
+            &tail
+        }
+    };
+    let mut m = Masks::default();
+    // SAFETY: these intrinsics need SSE2 only, which every x86-64 target has enabled; each
+    // load reads 16 bytes at an offset of at most 48 into `blk`, which holds 64.
+    unsafe {
+        let bits = |x: __m128i| _mm_movemask_epi8(x) as u16 as u64;
+        let label = _mm_set1_epi8(label0 as i8);
+        for k in 0..4 {
+            let v = _mm_loadu_si128(blk.as_ptr().add(16 * k).cast::<__m128i>());
+            // `{`/`[`, `}`/`]`, `c`/`C` and `r`/`R` differ only in bit 5 (0x20).
+            let lower = _mm_or_si128(v, _mm_set1_epi8(0x20));
+            let sh = 16 * k;
+            m.quote |= bits(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8))) << sh;
+            m.backslash |= bits(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8))) << sh;
+            m.open |= bits(_mm_cmpeq_epi8(lower, _mm_set1_epi8(b'{' as i8))) << sh;
+            m.close |= bits(_mm_cmpeq_epi8(lower, _mm_set1_epi8(b'}' as i8))) << sh;
+            let first = _mm_or_si128(
+                _mm_or_si128(
+                    _mm_cmpeq_epi8(lower, _mm_set1_epi8(b'c' as i8)),
+                    _mm_cmpeq_epi8(lower, _mm_set1_epi8(b'r' as i8)),
+                ),
+                _mm_cmpeq_epi8(v, label),
+            );
+            m.first |= bits(first) << sh;
+        }
+    }
+    m
+}
+
+/// [`Masks`] of the block at the start of `b`, eight bytes per word operation (where SSE2 is
+/// not there; on x86-64 the reference of a test).
+#[cfg(not(target_arch = "x86_64"))]
+use classify_words as classify;
+
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+#[inline(always)]
+fn classify_words(b: &[u8], label0: u8) -> Masks {
+    const L: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // The eight bytes' "equal to c" bits (exact: no borrow between bytes), gathered into one.
+    let eq = |x: u64, c: u8| {
+        let x = x ^ (ONES * c as u64);
+        let z = !((x & L).wrapping_add(L) | x | L);
+        (z >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
+    };
+    let blk = block64(b, &mut [0u8; 64]);
+    let mut m = Masks::default();
+    for (k, w) in blk.chunks_exact(8).enumerate() {
+        let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        let lower = w | (ONES * 0x20);
+        let sh = 8 * k;
+        m.quote |= eq(w, b'"') << sh;
+        m.backslash |= eq(w, b'\\') << sh;
+        m.open |= eq(lower, b'{') << sh;
+        m.close |= eq(lower, b'}') << sh;
+        m.first |= (eq(lower, b'c') | eq(lower, b'r') | eq(w, label0)) << sh;
+    }
+    m
+}
+
+/// Bit `k` of the result is the parity of the bits `0..=k` of `x`.
+#[inline(always)]
+fn prefix_xor(mut x: u64) -> u64 {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    x
+}
+
+/// Whether the string whose text starts at `text` is exactly `word` (no backslash in the
+/// event, so the string ends at its next quote; `word` holds none).
+#[inline(always)]
+fn is_string(text: &[u8], word: &[u8]) -> bool {
+    text.len() > word.len() && text[word.len()] == b'"' && text.starts_with(word)
+}
+
+/// [`scan_event_exact`] for an event with no backslash, a block at a time instead of a string
+/// at a time.
+///
+/// Without a backslash every quote delimits a string, so a block's in-string bits are the
+/// running parity of its quotes, and its brackets and braces outside strings give the nesting
+/// and the event's end without looking at a single string. Of the strings, only those whose
+/// first letter can begin a word the decision looks at are read (`c`, `r`, the label's first
+/// byte: two or three of the fourteen to twenty strings of a typical event), each at its
+/// nesting depth (the block's depth and the brackets before it): a `"cat"` key at the top
+/// level and its value, `record_param_comms`, `Collective name` and the label, exactly as
+/// the exact scan compares them. A block with a backslash in it gives up
+/// ([`Plain::Escaped`]); so does an empty label (no first byte to look for).
+fn scan_plain(b: &[u8], label: Option<&[u8]>) -> Plain {
+    let label0 = match label {
+        None => 0,
+        Some([]) => return Plain::Escaped,
+        Some(l) => l[0],
+    };
+    // Depth before the block, and whether the block starts inside a string.
+    let mut depth = 0u32;
+    let mut in_str = 0u64;
+    // An opening quote as the previous block's last byte (its first letter is this block's
+    // first byte).
+    let mut open_carry = 0u64;
+    let mut keep = false;
+    let mut cats = 0u32;
+    // The opening quote of the top-level `"cat"` value: compared as the value only.
+    let mut value_at = usize::MAX;
+    let mut base = 0;
+    while base < b.len() {
+        let m = classify(&b[base..], label0);
+        if m.backslash != 0 {
+            return Plain::Escaped;
+        }
+        // Set at each opening quote and inside strings, clear at closing quotes and outside.
+        let inside = prefix_xor(m.quote) ^ in_str;
+        let opens = m.open & !inside;
+        let closes = m.close & !inside;
+        // The nesting at each bracket, up to the event's end (the first `}`/`]` back at 0;
+        // `b[0]` is the event's `{`, so the depth never drops below 1 before that).
+        let mut d = depth;
+        let mut end_bit = None;
+        let mut st = opens | closes;
+        while st != 0 {
+            let t = st.trailing_zeros();
+            if opens >> t & 1 != 0 {
+                d += 1;
+            } else {
+                d -= 1;
+                if d == 0 {
+                    end_bit = Some(t);
+                    break;
+                }
+            }
+            st &= st - 1;
+        }
+        let opening = m.quote & inside;
+        let mut cand = ((opening << 1) | open_carry) & m.first;
+        if let Some(t) = end_bit {
+            cand &= (1u64 << t) - 1;
+        }
+        open_carry = opening >> 63;
+        while cand != 0 {
+            let t = cand.trailing_zeros();
+            cand &= cand - 1;
+            // The string's opening quote (for bit 0, the previous block's last byte).
+            let q = base + t as usize - 1;
+            if q == value_at {
+                continue;
+            }
+            let below = (1u64 << t) - 1;
+            let at_depth = depth + (opens & below).count_ones() - (closes & below).count_ones();
+            let text = &b[q + 1..];
+            if at_depth == 1 && is_string(text, b"cat") {
+                let k = skip_ws(b, q + 5);
+                match b.get(k) {
+                    Some(b':') => {}
+                    Some(_) => continue,
+                    None => return Plain::NeedMore,
+                }
+                cats += 1;
+                let k = skip_ws(b, k + 1);
+                match b.get(k) {
+                    Some(b'"') => {
+                        value_at = k;
+                        let Some(n) = memchr::memchr(b'"', &b[k + 1..]) else {
+                            return Plain::NeedMore;
+                        };
+                        keep |= KEEP_CATS.contains(&&b[k + 1..k + 1 + n]);
+                    }
+                    Some(_) => keep = true,
+                    None => return Plain::NeedMore,
+                }
+            } else {
+                keep |= is_string(text, b"record_param_comms")
+                    || is_string(text, b"Collective name")
+                    || label.is_some_and(|l| is_string(text, l));
+            }
+        }
+        if let Some(t) = end_bit {
+            return Plain::Done(base + t as usize + 1, keep || cats > 1);
+        }
+        depth = d;
+        in_str = 0u64.wrapping_sub(inside >> 63);
+        base += 64;
+    }
+    Plain::NeedMore
+}
+
+/// One event object at the start of `b` (`b[0] == b'{'`): its length, and whether the reader
+/// may use it. `None` when the object does not end within `b`.
+///
 /// One pass over its bytes (strings, escapes and nesting tracked): it is kept when a top-level
 /// `"cat"` names a GPU or runtime category, or is not a plain string, or appears twice; when
 /// any string is exactly `record_param_comms`, `Collective name` or the step label; when it
@@ -443,7 +705,7 @@ fn block_mask(b: &[u8]) -> u64 {
 ///
 /// The pass jumps from one quote, backslash, bracket or brace to the next ([`Stops`]); the
 /// bytes between them (letters, digits, colons, commas) are never looked at one by one.
-fn scan_event(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
+fn scan_event_exact(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
     let mut depth = 0u32;
     let mut keep = false;
     let mut cats = 0u32;
@@ -622,6 +884,11 @@ mod tests {
     /// A pseudo-random event-like byte string: structural bytes, quotes, escapes, blanks and
     /// the words the scanner compares, in any order (valid JSON or not).
     fn random_event(seed: &mut u64) -> Vec<u8> {
+        random_event_of(seed, 40, true)
+    }
+
+    /// [`random_event`] of up to `pieces` pieces, with or without backslashes.
+    fn random_event_of(seed: &mut u64, pieces: u64, escapes: bool) -> Vec<u8> {
         const PIECES: &[&[u8]] = &[
             b"{",
             b"}",
@@ -658,12 +925,93 @@ mod tests {
             *seed ^= *seed << 17;
             *seed
         };
-        let n = 1 + (next() % 40) as usize;
+        let n = 1 + (next() % pieces) as usize;
         let mut v = b"{".to_vec();
-        for _ in 0..n {
-            v.extend_from_slice(PIECES[(next() % PIECES.len() as u64) as usize]);
+        let mut added = 0;
+        while added < n {
+            let piece = PIECES[(next() % PIECES.len() as u64) as usize];
+            if escapes || !piece.contains(&b'\\') {
+                v.extend_from_slice(piece);
+                added += 1;
+            }
         }
         v
+    }
+
+    #[test]
+    fn block_scan_of_plain_events_agrees_with_the_exact_one() {
+        // Events without backslashes (the block scan's own case) of up to ~10 blocks, every
+        // prefix of each (so that quotes, first letters and brackets fall on every block
+        // boundary), with and without a label, and a label of each first letter it looks for.
+        let mut seed = 0x5851_f42d_4c95_7f2d;
+        let mut inputs: Vec<Vec<u8>> = (0..500)
+            .map(|_| random_event_of(&mut seed, 120, false))
+            .collect();
+        inputs.push(
+            format!(
+                "{{{}\"cat\":\"kernel\",\"x\":\"{}\"}}",
+                " ".repeat(58),
+                "c".repeat(70)
+            )
+            .into_bytes(),
+        );
+        let mut done = 0;
+        for b in &inputs {
+            for n in 1..=b.len() {
+                for label in [None, Some(&b"verify"[..]), Some(b"cat"), Some(b"x")] {
+                    let plain = scan_plain(&b[..n], label);
+                    let exact = scan_event_exact(&b[..n], label);
+                    match plain {
+                        Plain::Done(end, keep) => {
+                            assert_eq!(
+                                Some((end, keep)),
+                                exact,
+                                "{:?}",
+                                String::from_utf8_lossy(&b[..n])
+                            );
+                            done += 1;
+                        }
+                        Plain::NeedMore => assert_eq!(exact, None),
+                        Plain::Escaped => {
+                            panic!("no backslash in {:?}", String::from_utf8_lossy(b))
+                        }
+                    }
+                }
+            }
+        }
+        assert!(done > 5_000, "{done}");
+        // A backslash anywhere in a block leaves the event to the exact scan.
+        assert_eq!(scan_plain(br#"{"a":"\""}"#, None), Plain::Escaped);
+        assert_eq!(scan_plain(br#"{"a":1}"#, Some(b"")), Plain::Escaped);
+    }
+
+    #[test]
+    fn vector_and_word_classification_agree() {
+        let mut seed = 0xda94_2042_e4dd_58b5u64;
+        let alphabet = b"\"\\{}[]cCrRvV:, a0\n";
+        for _ in 0..20_000 {
+            let len = (seed % 80) as usize;
+            let b: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    if seed % 5 == 0 {
+                        (seed >> 8) as u8
+                    } else {
+                        alphabet[(seed >> 8) as usize % alphabet.len()]
+                    }
+                })
+                .collect();
+            for label0 in [0, b'v', b'c'] {
+                let (v, w) = (classify(&b, label0), classify_words(&b, label0));
+                assert_eq!(
+                    (v.quote, v.backslash, v.open, v.close, v.first),
+                    (w.quote, w.backslash, w.open, w.close, w.first),
+                    "{b:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -690,7 +1038,7 @@ mod tests {
         for b in &inputs {
             for n in 1..=b.len() {
                 for label in [None, Some(&b"verify"[..])] {
-                    let got = scan_event(&b[..n], label);
+                    let got = scan_event(&b[..n], label).map(|(end, keep, _)| (end, keep));
                     assert_eq!(
                         got,
                         scan_event_stepwise(&b[..n], label),
@@ -768,7 +1116,13 @@ mod tests {
         chunk: usize,
     ) -> Option<(String, Vec<String>, u64)> {
         let mut kept = Vec::new();
-        let s = scan_chunked(doc.as_bytes(), label, chunk, |ev| {
+        let s = scan_chunked(doc.as_bytes(), label, chunk, |ev, plain| {
+            // What the reader relies on: an event said to be plain holds no backslash.
+            assert!(
+                !plain || !ev.contains(&b'\\'),
+                "{:?}",
+                String::from_utf8_lossy(ev)
+            );
             kept.push(String::from_utf8(ev.to_vec()).unwrap());
             true
         })?;
@@ -891,8 +1245,8 @@ mod tests {
         }
         // The callback refuses an event.
         let doc = r#"{"traceEvents":[{"cat":"kernel"}]}"#;
-        assert!(scan(doc.as_bytes(), None, |_| false).is_none());
-        assert!(scan(doc.as_bytes(), None, |_| true).is_some());
+        assert!(scan(doc.as_bytes(), None, |_, _| false).is_none());
+        assert!(scan(doc.as_bytes(), None, |_, _| true).is_some());
         // A read error.
         struct Broken;
         impl Read for Broken {
@@ -900,6 +1254,6 @@ mod tests {
                 Err(io::Error::other("broken"))
             }
         }
-        assert!(scan(Broken, None, |_| true).is_none());
+        assert!(scan(Broken, None, |_, _| true).is_none());
     }
 }

@@ -527,10 +527,10 @@ pub fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<Trace
         // `&str` serde does not check again. Most events are then read by the direct parser,
         // which gives what serde gives or leaves the event to serde; bytes that are not UTF-8
         // go to `from_slice` as before.
-        |ev| {
+        |ev, plain| {
             let s = std::str::from_utf8(ev);
             if let Ok(s) = s {
-                if super::event::parse_then(s, false, |e| sink.push(e)).is_some() {
+                if super::event::parse_then(s, plain, |e| sink.push(e)).is_some() {
                     return true;
                 }
             }
