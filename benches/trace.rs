@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
-use verifybench::trace::prefilter;
 use verifybench::trace::synth::{self, SynthSpec};
 use verifybench::trace::{analyse, TraceRequest};
+use verifybench::trace::{prefilter, reader};
 
 /// A server-like mix per verify step: 124 collectives, 20 compute kernels before each (2,480),
 /// each with its cpu op, runtime launch, flow arrows and 4 `python_function` events.
@@ -101,11 +101,8 @@ fn big() {
         let (json, kept): (u64, u64) = (0..ranks)
             .into_par_iter()
             .map(|r| {
-                let f = std::fs::File::open(dir.join(format!("rank-{r}.json.gz"))).unwrap();
-                let mut gz = flate2::read::MultiGzDecoder::new(std::io::BufReader::with_capacity(
-                    1 << 20,
-                    f,
-                ));
+                let mut gz =
+                    reader::open_trace(&dir.join(format!("rank-{r}.json.gz")), true).unwrap();
                 match pass.as_str() {
                     "inflate" => {
                         let mut buf = vec![0u8; 1 << 20];

@@ -15,6 +15,7 @@
 
 use std::borrow::Cow;
 
+use super::prefilter::skip_ws;
 use super::reader::{Lenient, RawArgs, RawEvent, Text};
 
 /// Powers of ten as serde_json's table holds them (each exact in an f64 up to 1e22).
@@ -38,15 +39,10 @@ fn serde_divides() -> bool {
 /// limit is 128).
 const MAX_DEPTH: u32 = 64;
 
-/// `serde_json::from_str::<RawEvent>(s)` where that is sure to give `Ok`, else `None`.
-pub fn parse(s: &str) -> Option<RawEvent<'_>> {
-    let mut e = RawEvent::default();
-    parse_into(s, false, &mut e).then_some(e)
-}
-
-/// [`parse`], handing the event to `f` by reference (it is large; nothing is moved); `None`,
-/// without calling `f`, where the event is left to serde. `plain`: the caller knows that `s`
-/// holds no backslash (the scanner's block scan read it), so it is not looked for again.
+/// `serde_json::from_str::<RawEvent>(s)` where that is sure to give `Ok`, handed to `f` by
+/// reference (the event is large; nothing is moved); `None`, without calling `f`, where the
+/// event is left to serde. `plain`: the caller knows that `s` holds no backslash (the
+/// scanner's block scan read it), so it is not looked for again.
 #[inline]
 pub fn parse_then<R>(s: &str, plain: bool, f: impl FnOnce(&RawEvent) -> R) -> Option<R> {
     let mut e = RawEvent::default();
@@ -103,9 +99,7 @@ fn quote_or_control(w: u64) -> bool {
 impl<'a> P<'a> {
     #[inline]
     fn ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(self.i) {
-            self.i += 1;
-        }
+        self.i = skip_ws(self.b, self.i);
     }
 
     #[inline]
@@ -119,8 +113,8 @@ impl<'a> P<'a> {
     }
 
     /// A string at `i` (its opening quote); its text. No backslash can occur (the whole event
-    /// was checked, or the scanner knows); a control character makes serde fail, so it gives `None`. A plain
-    /// loop: the strings are short (a call to `memchr` per string costs more than it skips).
+    /// was checked, or the scanner knows); a control character makes serde fail, so it gives
+    /// `None`. No `memchr`: the strings are short (a call per string costs more than it skips).
     #[inline]
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
@@ -283,80 +277,30 @@ impl<'a> P<'a> {
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'[' | b'{' if depth >= MAX_DEPTH => None,
-            b'[' => {
-                self.i += 1;
-                self.ws();
-                if self.eat(b']').is_some() {
-                    return Some(());
-                }
-                loop {
-                    self.skip(depth + 1)?;
-                    self.ws();
-                    match self.peek()? {
-                        b',' => {
-                            self.i += 1;
-                            self.ws();
-                        }
-                        b']' => {
-                            self.i += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
-            b'{' => {
-                self.i += 1;
-                self.ws();
-                if self.eat(b'}').is_some() {
-                    return Some(());
-                }
-                loop {
-                    self.string()?;
-                    self.ws();
-                    self.eat(b':')?;
-                    self.ws();
-                    self.skip(depth + 1)?;
-                    self.ws();
-                    match self.peek()? {
-                        b',' => {
-                            self.i += 1;
-                            self.ws();
-                        }
-                        b'}' => {
-                            self.i += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
+            b'[' => self.sequence(b']', |p| p.skip(depth + 1)),
+            b'{' => self.members(|p, _| p.skip(depth + 1)),
             _ => self.number_token().map(drop),
         }
     }
 
-    /// The members of an object at `i` (its `{`), each key handed to `field` with the parser
-    /// at its value; `field` returns `None` to give up.
+    /// The items of an array or object whose opening bracket is at `i`, up to `close`, each
+    /// read by `item` (with the parser at the item); `None` to give up.
     #[inline]
-    fn members(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
+    fn sequence(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.i += 1;
         self.ws();
-        if self.eat(b'}').is_some() {
+        if self.eat(close).is_some() {
             return Some(());
         }
         loop {
-            let key = self.string()?;
-            self.ws();
-            self.eat(b':')?;
-            self.ws();
-            field(self, key)?;
+            item(self)?;
             self.ws();
             match self.peek()? {
                 b',' => {
                     self.i += 1;
                     self.ws();
                 }
-                b'}' => {
+                c if c == close => {
                     self.i += 1;
                     return Some(());
                 }
@@ -365,50 +309,52 @@ impl<'a> P<'a> {
         }
     }
 
+    /// The members of an object at `i` (its `{`), each key handed to `field` with the parser
+    /// at its value; `field` returns `None` to give up.
+    #[inline]
+    fn members(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        if self.peek()? != b'{' {
+            return None;
+        }
+        self.sequence(b'}', |p| {
+            let key = p.string()?;
+            p.ws();
+            p.eat(b':')?;
+            p.ws();
+            field(p, key)
+        })
+    }
+
     fn event(&mut self, e: &mut RawEvent<'a>) -> Option<()> {
         let mut seen = 0u32;
         self.members(|p, key| {
-            match key {
-                "ph" => {
-                    once(&mut seen, 0)?;
-                    e.ph = p.opt_text()?;
-                }
-                "name" => {
-                    once(&mut seen, 1)?;
-                    e.name = p.opt_text()?;
-                }
-                "cat" => {
-                    once(&mut seen, 2)?;
-                    e.cat = p.opt_text()?;
-                }
-                "ts" => {
-                    once(&mut seen, 3)?;
-                    e.ts = p.opt_lenient()?;
-                }
-                "dur" => {
-                    once(&mut seen, 4)?;
-                    e.dur = p.opt_lenient()?;
-                }
-                "pid" => {
-                    once(&mut seen, 5)?;
-                    e.pid = p.opt_lenient()?;
-                }
-                "tid" => {
-                    once(&mut seen, 6)?;
-                    e.tid = p.opt_lenient()?;
-                }
-                "id" => {
-                    once(&mut seen, 7)?;
-                    e.id = p.opt_lenient()?;
+            let (bit, slot) = match key {
+                "ph" | "name" | "cat" => {
+                    let (bit, slot) = match key {
+                        "ph" => (0, &mut e.ph),
+                        "name" => (1, &mut e.name),
+                        _ => (2, &mut e.cat),
+                    };
+                    once(&mut seen, bit)?;
+                    *slot = p.opt_text()?;
+                    return Some(());
                 }
                 "args" => {
-                    once(&mut seen, 8)?;
+                    once(&mut seen, 3)?;
                     if !p.null()? {
                         p.args(e.args.insert(RawArgs::default()))?;
                     }
+                    return Some(());
                 }
-                _ => p.skip(1)?,
-            }
+                "ts" => (4, &mut e.ts),
+                "dur" => (5, &mut e.dur),
+                "pid" => (6, &mut e.pid),
+                "tid" => (7, &mut e.tid),
+                "id" => (8, &mut e.id),
+                _ => return p.skip(1),
+            };
+            once(&mut seen, bit)?;
+            *slot = p.opt_lenient()?;
             Some(())
         })
     }
@@ -447,6 +393,9 @@ impl<'a> P<'a> {
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
     use super::*;
 
     /// What serde gives, in a comparable form (`Ok` with the event's fields, or that it failed).
@@ -457,7 +406,7 @@ mod tests {
     }
 
     fn fast_view(s: &str) -> Option<String> {
-        parse(s).map(|e| format!("{e:?}"))
+        parse_then(s, false, |e| format!("{e:?}"))
     }
 
     /// The parser either agrees with serde exactly or leaves the event to it.
@@ -485,11 +434,13 @@ mod tests {
           }
         }"#;
         assert!(check(nccl));
-        let e = parse(nccl).unwrap();
-        let a = e.args.unwrap();
-        assert_eq!(a.collective_name.as_deref(), Some("allreduce"));
-        assert_eq!(a.in_nelems, Some(Lenient::Num(21504.0)));
-        assert_eq!(a.pg_name, Some(Lenient::Str("0".into())));
+        parse_then(nccl, false, |e| {
+            let a = e.args.as_ref().unwrap();
+            assert_eq!(a.collective_name.as_deref(), Some("allreduce"));
+            assert_eq!(a.in_nelems, Some(Lenient::Num(21504.0)));
+            assert_eq!(a.pg_name, Some(Lenient::Str("0".into())));
+        })
+        .unwrap();
         let rt = r#"{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1000,"tid":1000,"ts":1700000000000004.250,"dur":4.000,"args":{"External id":1,"cbid":211,"correlation":1}}"#;
         assert!(check(rt));
         // Fields of other shapes than usual, all read as serde reads them.
@@ -535,17 +486,14 @@ mod tests {
 
     #[test]
     fn word_test_finds_quotes_and_control_characters_exactly() {
-        let mut seed = 0x853c_49e6_748f_ea9bu64;
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
         for k in 0..200_000u64 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
             // Random words, and words of one byte value among printable ones.
             let w = if k < 256 * 8 {
                 let (byte, at) = (k % 256, k / 256);
                 (0x4141_4141_4141_4141u64 & !(0xff << (8 * at))) | (byte << (8 * at))
             } else {
-                seed
+                rng.random()
             };
             let naive = w.to_le_bytes().iter().any(|&c| c == b'"' || c < 0x20);
             assert_eq!(quote_or_control(w), naive, "{w:#018x}");
@@ -557,13 +505,8 @@ mod tests {
     /// read as serde reads them.
     #[test]
     fn numbers_round_as_serde_rounds_them() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let mut next = move || rng.random::<u64>();
         let mut tokens: Vec<String> = [
             "0",
             "-0",
@@ -622,13 +565,8 @@ mod tests {
     /// exactly those serde reads, and reads them the same.
     #[test]
     fn random_events_agree_with_serde() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut next = move |n: usize| rng.random_range(0..n);
         let keys = [
             "ph", "name", "cat", "ts", "dur", "pid", "tid", "id", "args", "bp", "s", "grid",
         ];

@@ -274,11 +274,7 @@ impl<R: Read> Scanner<R> {
                 after_elem,
                 any,
             } => {
-                let mut i = 0;
-                while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
-                    i += 1;
-                }
-                self.pos += i;
+                self.pos += skip_ws(b, 0);
                 let b = &self.buf[self.pos..self.end];
                 let Some(&c) = b.first() else {
                     return Step::NeedMore;
@@ -358,7 +354,8 @@ fn events_key(b: &[u8], eof: bool) -> Option<Option<usize>> {
     need(eof)
 }
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+/// The index of the first byte at or after `i` that is not JSON whitespace.
+pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
         i += 1;
     }
@@ -366,8 +363,8 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// The positions in `b` of every `"`, `\\`, `{`, `[`, `}` and `]`, in order: each 64-byte block
-/// is classified at once, eight bytes per word operation, into a bit mask whose set bits are
-/// then read off one by one (the scanner jumps from one to the next).
+/// is classified at once ([`classify`]) into a bit mask whose set bits are then read off one by
+/// one (the scanner jumps from one to the next).
 struct Stops<'a> {
     b: &'a [u8],
     /// Offset of the block `mask` describes.
@@ -407,35 +404,8 @@ impl Iterator for Stops<'_> {
 /// or a brace.
 #[inline(always)]
 fn block_mask(b: &[u8]) -> u64 {
-    const L: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    /// 0x80 in each zero byte of `x`, 0 in the others (exact: no borrow between bytes).
-    #[inline(always)]
-    fn zero_bytes(x: u64) -> u64 {
-        !((x & L).wrapping_add(L) | x | L)
-    }
-    let mut tail = [0u8; 64];
-    let blk: &[u8] = match b.get(..64) {
-        Some(blk) => blk,
-        None => {
-            // Zero bytes match nothing.
-            tail[..b.len()].copy_from_slice(b);
-            &tail
-        }
-    };
-    let mut m = 0;
-    for (k, w) in blk.chunks_exact(8).enumerate() {
-        let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
-        // `{` and `[` differ only in bit 5 (0x20), as do `}` and `]`.
-        let lw = w | (ONES * 0x20);
-        let z = zero_bytes(w ^ (ONES * b'"' as u64))
-            | zero_bytes(w ^ (ONES * b'\\' as u64))
-            | zero_bytes(lw ^ (ONES * b'{' as u64))
-            | zero_bytes(lw ^ (ONES * b'}' as u64));
-        // Gathers the eight 0x80 bits into one byte (no two partial products overlap).
-        m |= ((z >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k);
-    }
-    m
+    let m = classify(b, 0);
+    m.quote | m.backslash | m.open | m.close
 }
 
 /// One event object at the start of `b` (`b[0] == b'{'`): its length, and whether the reader
@@ -479,14 +449,15 @@ struct Masks {
     first: u64,
 }
 
-/// The 64 bytes at the start of `b` (zero-padded at its end).
+/// The 64 bytes at the start of `b`: `b` itself, or near its end a copy in `tail`, zero-padded
+/// (zero bytes match nothing the masks look for).
 #[inline(always)]
-fn block64(b: &[u8], tail: &mut [u8; 64]) -> [u8; 64] {
+fn block64<'a>(b: &'a [u8], tail: &'a mut [u8; 64]) -> &'a [u8] {
     match b.get(..64) {
-        Some(blk) => blk.try_into().expect("64 bytes"),
+        Some(blk) => blk,
         None => {
             tail[..b.len()].copy_from_slice(b);
-            *tail
+            tail
         }
     }
 }
@@ -500,13 +471,7 @@ fn classify(b: &[u8], label0: u8) -> Masks {
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
     };
     let mut tail = [0u8; 64];
-    let blk: &[u8] = match b.get(..64) {
-        Some(blk) => blk,
-        None => {
-            tail[..b.len()].copy_from_slice(b);
-            &tail
-        }
-    };
+    let blk = block64(b, &mut tail);
     let mut m = Masks::default();
     // SAFETY: these intrinsics need SSE2 only, which every x86-64 target has enabled; each
     // load reads 16 bytes at an offset of at most 48 into `blk`, which holds 64.
@@ -551,7 +516,8 @@ fn classify_words(b: &[u8], label0: u8) -> Masks {
         let z = !((x & L).wrapping_add(L) | x | L);
         (z >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
     };
-    let blk = block64(b, &mut [0u8; 64]);
+    let mut tail = [0u8; 64];
+    let blk = block64(b, &mut tail);
     let mut m = Masks::default();
     for (k, w) in blk.chunks_exact(8).enumerate() {
         let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
@@ -659,29 +625,21 @@ fn scan_plain(b: &[u8], label: Option<&[u8]>) -> Plain {
             let at_depth = depth + (opens & below).count_ones() - (closes & below).count_ones();
             let text = &b[q + 1..];
             if at_depth == 1 && is_string(text, b"cat") {
-                let k = skip_ws(b, q + 5);
-                match b.get(k) {
-                    Some(b':') => {}
-                    Some(_) => continue,
-                    None => return Plain::NeedMore,
-                }
-                cats += 1;
-                let k = skip_ws(b, k + 1);
-                match b.get(k) {
-                    Some(b'"') => {
+                match cat_key(b, q + 4) {
+                    CatKey::NotKey => continue,
+                    CatKey::NeedMore => return Plain::NeedMore,
+                    CatKey::NotString => keep = true,
+                    CatKey::Value(k) => {
                         value_at = k;
                         let Some(n) = memchr::memchr(b'"', &b[k + 1..]) else {
                             return Plain::NeedMore;
                         };
                         keep |= KEEP_CATS.contains(&&b[k + 1..k + 1 + n]);
                     }
-                    Some(_) => keep = true,
-                    None => return Plain::NeedMore,
                 }
+                cats += 1;
             } else {
-                keep |= is_string(text, b"record_param_comms")
-                    || is_string(text, b"Collective name")
-                    || label.is_some_and(|l| is_string(text, l));
+                keep |= is_kept_word(|w| is_string(text, w), label);
             }
         }
         if let Some(t) = end_bit {
@@ -755,28 +713,62 @@ fn scan_event_exact(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
             cat_value = false;
             keep |= esc || KEEP_CATS.contains(&text);
         } else if depth == 1 && text == b"cat" {
-            let k = skip_ws(b, end + 1);
-            if b.get(k) == Some(&b':') {
-                cats += 1;
-                let k = skip_ws(b, k + 1);
-                match b.get(k) {
-                    // The next string is the value (only the colon and blanks lie between).
-                    Some(b'"') => cat_value = true,
-                    Some(_) => keep = true,
-                    None => return None,
-                }
+            match cat_key(b, end) {
+                CatKey::NotKey => continue,
+                CatKey::NeedMore => return None,
+                // The next string is the value (only the colon and blanks lie between).
+                CatKey::Value(_) => cat_value = true,
+                CatKey::NotString => keep = true,
             }
+            cats += 1;
         } else {
-            keep |= text == b"record_param_comms"
-                || text == b"Collective name"
-                || label.is_some_and(|l| text == l);
+            keep |= is_kept_word(|w| text == w, label);
         }
     }
     None
 }
 
+/// What follows a `"cat"` string at the top level of an event, whose closing quote is at
+/// `close`.
+enum CatKey {
+    /// No colon: it is not a key.
+    NotKey,
+    /// The key's value is a string, its opening quote here.
+    Value(usize),
+    /// The key's value is something else (the event is kept: the reader must judge it).
+    NotString,
+    /// The buffer ends first.
+    NeedMore,
+}
+
+fn cat_key(b: &[u8], close: usize) -> CatKey {
+    let k = skip_ws(b, close + 1);
+    match b.get(k) {
+        Some(b':') => {}
+        Some(_) => return CatKey::NotKey,
+        None => return CatKey::NeedMore,
+    }
+    let k = skip_ws(b, k + 1);
+    match b.get(k) {
+        Some(b'"') => CatKey::Value(k),
+        Some(_) => CatKey::NotString,
+        None => CatKey::NeedMore,
+    }
+}
+
+/// Whether a string that `is` says equals some word is one of those that keep an event:
+/// `record_param_comms`, `Collective name` or the step label. (The block scan looks only at
+/// strings beginning with their first letters: keep [`classify`]'s `first` in step.)
+#[inline(always)]
+fn is_kept_word(is: impl Fn(&[u8]) -> bool, label: Option<&[u8]>) -> bool {
+    is(b"record_param_comms") || is(b"Collective name") || label.is_some_and(is)
+}
+
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
     use super::*;
 
     // The scanner as it was before it jumped with `memchr` (one byte at a time outside strings,
@@ -883,12 +875,12 @@ mod tests {
 
     /// A pseudo-random event-like byte string: structural bytes, quotes, escapes, blanks and
     /// the words the scanner compares, in any order (valid JSON or not).
-    fn random_event(seed: &mut u64) -> Vec<u8> {
-        random_event_of(seed, 40, true)
+    fn random_event(rng: &mut ChaCha8Rng) -> Vec<u8> {
+        random_event_of(rng, 40, true)
     }
 
     /// [`random_event`] of up to `pieces` pieces, with or without backslashes.
-    fn random_event_of(seed: &mut u64, pieces: u64, escapes: bool) -> Vec<u8> {
+    fn random_event_of(rng: &mut ChaCha8Rng, pieces: u64, escapes: bool) -> Vec<u8> {
         const PIECES: &[&[u8]] = &[
             b"{",
             b"}",
@@ -918,13 +910,7 @@ mod tests {
             b"\"name\":\"",
             b"null",
         ];
-        let mut next = || {
-            // xorshift64
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            *seed
-        };
+        let mut next = || rng.random::<u64>();
         let n = 1 + (next() % pieces) as usize;
         let mut v = b"{".to_vec();
         let mut added = 0;
@@ -943,9 +929,9 @@ mod tests {
         // Events without backslashes (the block scan's own case) of up to ~10 blocks, every
         // prefix of each (so that quotes, first letters and brackets fall on every block
         // boundary), with and without a label, and a label of each first letter it looks for.
-        let mut seed = 0x5851_f42d_4c95_7f2d;
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
         let mut inputs: Vec<Vec<u8>> = (0..500)
-            .map(|_| random_event_of(&mut seed, 120, false))
+            .map(|_| random_event_of(&mut rng, 120, false))
             .collect();
         inputs.push(
             format!(
@@ -987,19 +973,16 @@ mod tests {
 
     #[test]
     fn vector_and_word_classification_agree() {
-        let mut seed = 0xda94_2042_e4dd_58b5u64;
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
         let alphabet = b"\"\\{}[]cCrRvV:, a0\n";
         for _ in 0..20_000 {
-            let len = (seed % 80) as usize;
+            let len = rng.random_range(0..80);
             let b: Vec<u8> = (0..len)
                 .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    if seed % 5 == 0 {
-                        (seed >> 8) as u8
+                    if rng.random_range(0..5) == 0 {
+                        rng.random()
                     } else {
-                        alphabet[(seed >> 8) as usize % alphabet.len()]
+                        alphabet[rng.random_range(0..alphabet.len())]
                     }
                 })
                 .collect();
@@ -1018,8 +1001,8 @@ mod tests {
     fn jumping_scan_agrees_with_the_stepwise_one() {
         // Every prefix of each input, so that a quote, a backslash or an escaped byte falls as
         // the last byte of the buffer and strings run past its end, with and without a label.
-        let mut seed = 0x9e37_79b9_7f4a_7c15;
-        let mut inputs: Vec<Vec<u8>> = (0..3000).map(|_| random_event(&mut seed)).collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut inputs: Vec<Vec<u8>> = (0..3000).map(|_| random_event(&mut rng)).collect();
         inputs.extend(
             [
                 r#"{"cat":"kernel","name":"a \"}{\" b","ts":1}"#,
@@ -1057,10 +1040,10 @@ mod tests {
     fn documents_of_random_events_agree_with_the_stepwise_scan() {
         // Many events one after another, so that events begin at every offset of a classified
         // block and end in the next, read at several chunk sizes.
-        let mut seed = 0x2545_f491_4f6c_dd1d;
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
         let mut events = Vec::new();
         while events.len() < 400 {
-            let e = random_event(&mut seed);
+            let e = random_event(&mut rng);
             // Only inputs that are one whole object for the reference scan.
             if let Some((n, _)) = scan_event_stepwise(&e, None) {
                 events.push(String::from_utf8(e[..n].to_vec()).expect("ASCII pieces"));

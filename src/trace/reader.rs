@@ -333,8 +333,14 @@ impl Sink<'_> {
         };
         let name = name.as_str();
         let dur = e.dur.as_ref().and_then(Lenient::as_f64).unwrap_or(0.0);
-        let no_args = RawArgs::default();
-        let args = e.args.as_ref().unwrap_or(&no_args);
+        let no_args;
+        let args = match &e.args {
+            Some(a) => a,
+            None => {
+                no_args = RawArgs::default();
+                &no_args
+            }
+        };
         let corr = args.correlation.as_ref().and_then(Lenient::as_i64);
         let ext = args.external_id.as_ref().and_then(Lenient::as_i64);
         let cat = e.cat.as_ref().map(Text::as_str).unwrap_or("");
@@ -479,6 +485,21 @@ pub fn is_trace_name(path: &Path) -> bool {
     n.ends_with(".json") || n.ends_with(".json.gz")
 }
 
+/// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer); the error is
+/// one line naming the file.
+pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
+    let f = std::fs::File::open(path)
+        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
+    Ok(if gz {
+        Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+            1 << 20,
+            f,
+        )))
+    } else {
+        Box::new(f)
+    })
+}
+
 /// Reads one trace file: one [`TraceData`] per rank it holds (Kineto writes one rank per file;
 /// verifybench's own multi-rank traces carry `args.rank`). Errors are one line naming the
 /// file (the caller decides whether they are fatal).
@@ -487,18 +508,7 @@ pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceDa
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
-    let open = || -> anyhow::Result<Box<dyn Read>> {
-        let f = std::fs::File::open(path)
-            .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
-        Ok(if gz {
-            Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
-                1 << 20,
-                f,
-            )))
-        } else {
-            Box::new(f)
-        })
-    };
+    let open = || open_trace(path, gz);
     if let Some(t) = read_fast(open()?, path, opts) {
         return Ok(split_by_rank(t));
     }
