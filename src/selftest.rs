@@ -20,7 +20,7 @@ pub fn streaming_kernel(device: usize) -> Check {
         let gpu = comm::Gpu::open(device)?;
         let k = comm::kernels::Kernels::load(&gpu)?;
         let pool = comm::kernels::Pool::new(&gpu, 1 << 24)?;
-        let pdl = streaming_pdl(&gpu, &pool)?;
+        let pdl = streaming_pdl(&gpu, &pool, &k)?;
         let mut worst = 0f64;
         for (tokens, start, nvec) in [
             (1usize, 0u64, 1u64),
@@ -39,9 +39,7 @@ pub fn streaming_kernel(device: usize) -> Check {
                 tokens,
             );
             let want = comm::kernels::reference(pool.vecs(), start, nvec, &act, tokens);
-            for (g, w) in got.iter().zip(&want) {
-                worst = worst.max((g - w).abs() / w.abs().max(1.0));
-            }
+            worst = worst.max(relative_error(&got, &want));
         }
         if worst > 1e-4 {
             anyhow::bail!("relative error {worst:.2e} against the CPU reference");
@@ -58,6 +56,15 @@ pub fn streaming_kernel(device: usize) -> Check {
     }
 }
 
+/// The largest relative error of the GPU's sums against the CPU reference's (relative to at
+/// least 1).
+fn relative_error(got: &[f64], want: &[f64]) -> f64 {
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
+        .fold(0.0, f64::max)
+}
+
 /// `tokens` activation rows of small exact values, on the host and uploaded.
 fn activations(gpu: &comm::Gpu, tokens: usize) -> anyhow::Result<(Vec<f32>, comm::Buffer)> {
     let act: Vec<f32> = (0..tokens * 8)
@@ -72,15 +79,19 @@ fn activations(gpu: &comm::Gpu, tokens: usize) -> anyhow::Result<(Vec<f32>, comm
 /// The PDL streaming kernels (`--pdl`): back-to-back launches into one partial-sum buffer, eager
 /// and replayed from a CUDA graph; the buffer must hold the last launch's sums, which holds
 /// only if each launch waited for the one before it to finish before writing.
-fn streaming_pdl(gpu: &comm::Gpu, pool: &comm::kernels::Pool) -> anyhow::Result<String> {
-    use comm::kernels::{reference, sum_partials, Kernels};
+fn streaming_pdl(
+    gpu: &comm::Gpu,
+    pool: &comm::kernels::Pool,
+    plain: &comm::kernels::Kernels,
+) -> anyhow::Result<String> {
+    use comm::kernels::{reference, sum_partials};
     let (major, minor) = gpu.compute_capability()?;
     if major < 9 {
         return Ok(format!(
             "programmatic dependent launch not checked (compute capability {major}.{minor}, needs 9.0)"
         ));
     }
-    let k = Kernels::load_with(gpu, true)?;
+    let k = plain.with_pdl(gpu)?;
     let tokens = 3usize;
     let (act, a) = activations(gpu, tokens)?;
     let partial = gpu.alloc(k.partial_bytes())?;
@@ -92,15 +103,13 @@ fn streaming_pdl(gpu: &comm::Gpu, pool: &comm::kernels::Pool) -> anyhow::Result<
     let mut worst = 0f64;
     let mut check = |label: &str| -> anyhow::Result<()> {
         let got = sum_partials(&gpu.download(&partial, partial.len())?, blocks, tokens);
-        for (g, w) in got.iter().zip(&want) {
-            let e = (g - w).abs() / w.abs().max(1.0);
-            if e > 1e-4 {
-                anyhow::bail!(
-                    "programmatic dependent launch ({label}): relative error {e:.2e} against the last launch's CPU reference"
-                );
-            }
-            worst = worst.max(e);
+        let e = relative_error(&got, &want);
+        if e > 1e-4 {
+            anyhow::bail!(
+                "programmatic dependent launch ({label}): relative error {e:.2e} against the last launch's CPU reference"
+            );
         }
+        worst = worst.max(e);
         Ok(())
     };
     gpu.fill(&partial, 0)?;

@@ -10,13 +10,10 @@ use std::path::Path;
 /// `verifybench report results/h200x2/*.json -o report/` (a shell glob in the C locale). Among
 /// them are files the report cannot render (env, the model profile), named in it as skipped.
 fn inputs(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+    common::listing(dir)
+        .into_iter()
         .filter(|n| n.ends_with(".json"))
-        .collect();
-    v.sort();
-    v
+        .collect()
 }
 
 const OUTPUTS: &[&str] = &[

@@ -31,7 +31,7 @@ fn fail<E: std::fmt::Debug>(device: usize, what: &str) -> impl FnOnce(E) -> Cuda
     }
 }
 
-fn check(device: usize, what: &str, r: cu::CUresult) -> Result<(), CudaFailure> {
+pub(super) fn check(device: usize, what: &str, r: cu::CUresult) -> Result<(), CudaFailure> {
     if r == cu::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {

@@ -24,6 +24,7 @@ pub fn nvrtc_version() -> Option<String> {
 }
 
 /// The compiled kernels on one GPU.
+#[derive(Clone)]
 pub struct Kernels {
     /// stream_weights_T for T = 1..=MAXT (index T - 1).
     stream: Vec<CudaFunction>,
@@ -45,18 +46,37 @@ impl Kernels {
     /// As [`Kernels::load`]; with `pdl`, every streaming launch uses programmatic dependent
     /// launch, which needs compute capability 9.0 or newer (a usage error otherwise).
     pub fn load_with(gpu: &Gpu, pdl: bool) -> anyhow::Result<Kernels> {
+        let k = Kernels::compile(gpu)?;
+        if pdl {
+            k.with_pdl(gpu)
+        } else {
+            Ok(k)
+        }
+    }
+
+    /// The same kernels (no second compile), their streaming launches using programmatic
+    /// dependent launch; a usage error below compute capability 9.0.
+    pub fn with_pdl(&self, gpu: &Gpu) -> anyhow::Result<Kernels> {
+        let (major, minor) = gpu.compute_capability()?;
+        if major < 9 {
+            return Err(usage(format!(
+                "--pdl: programmatic dependent launch needs compute capability 9.0 or newer; GPU {} is {major}.{minor}: leave --pdl off",
+                gpu.ordinal()
+            )));
+        }
+        Ok(Kernels {
+            pdl: true,
+            ..self.clone()
+        })
+    }
+
+    fn compile(gpu: &Gpu) -> anyhow::Result<Kernels> {
         if !super::libs::nvrtc_present() {
             return Err(usage(
                 "NVRTC (libnvrtc.so) not found: it compiles the compute kernels for --mode compute/full. Install the CUDA toolkit's NVRTC or pip's nvidia-cuda-nvrtc, or put its folder on LD_LIBRARY_PATH",
             ));
         }
         let (major, minor) = gpu.compute_capability()?;
-        if pdl && major < 9 {
-            return Err(usage(format!(
-                "--pdl: programmatic dependent launch needs compute capability 9.0 or newer; GPU {} is {major}.{minor}: leave --pdl off",
-                gpu.ordinal()
-            )));
-        }
         let opts = cudarc::nvrtc::CompileOptions {
             arch: Some(super::compile::arch(major, minor)),
             options: vec!["--std=c++17".into()],
@@ -88,7 +108,7 @@ impl Kernels {
                 .collect::<anyhow::Result<_>>()?,
             tiny: f("tiny")?,
             sms,
-            pdl,
+            pdl: false,
         })
     }
 
@@ -178,9 +198,7 @@ impl Kernels {
         mut args: [u64; 6],
     ) -> anyhow::Result<()> {
         use cudarc::driver::sys;
-        gpu.ctx
-            .bind_to_thread()
-            .map_err(|e| anyhow::anyhow!("GPU {}: binding the context: {e:?}", gpu.ordinal))?;
+        gpu.bind()?;
         // SAFETY: a zeroed attribute value is a valid bit pattern of the plain-data union; the
         // field set is the one the attribute id names.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -215,12 +233,11 @@ impl Kernels {
                 std::ptr::null_mut(),
             )
         };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            anyhow::bail!(
-                "GPU {}: launching stream_weights_pdl (cuLaunchKernelEx): {r:?}",
-                gpu.ordinal
-            );
-        }
+        super::device::check(
+            gpu.ordinal,
+            "launching stream_weights_pdl (cuLaunchKernelEx)",
+            r,
+        )?;
         Ok(())
     }
 

@@ -140,10 +140,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         }
         results.sort_by_key(|r| r.rank);
         let launcher = format!("external ({})", info.source.name());
-        let mut rec = super::run::verify_record(&job, &results, &launcher, started)?;
-        if a.pdl {
-            rec.provenance.notes.push(super::run::PDL_NOTE.into());
-        }
+        let rec = super::run::verify_record(&job, &results, &launcher, started)?;
         a.export.write(std::slice::from_ref(&rec))?;
         crate::commands::print_result(a.format, &rec, text::verify_table)?;
         Ok(0)

@@ -693,10 +693,7 @@ pub fn run_rank(
             let compute = if needs_compute {
                 let c = Compute::new(&rank.gpu, schedule.tokens as usize, *pdl)?;
                 result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
-                let (n, sum) = steps.iter().fold((0u64, 0u64), |(n, s), st| match st {
-                    Step::Stream { nvec, .. } => (n + 1, s + nvec),
-                    _ => (n, s),
-                });
+                let (n, sum) = stream_launches(&steps);
                 if let Some(mean) = sum.checked_div(n) {
                     result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, mean)?);
                 }
@@ -915,6 +912,17 @@ pub fn plan_steps(s: &Schedule, launches_per_layer: u32) -> Vec<Step> {
     plan_steps_of_ops(s, launches_per_layer).0
 }
 
+/// The streaming launches among `steps`: how many, and their vectors in all.
+pub fn stream_launches(steps: &[Step]) -> (u64, u64) {
+    steps.iter().fold((0, 0), |(n, sum), st| match st {
+        Step::Stream { nvec, .. } => (n + 1, sum + nvec),
+        _ => (n, sum),
+    })
+}
+
+/// Back-to-back launches the per-launch cost is measured from ([`Compute::measure_fixed_us`]).
+pub const FIXED_COST_LAUNCHES: u64 = 32;
+
 /// [`plan_steps`] and, for each op of the schedule, the index of the step that launches it
 /// (adjacent compute ops share one streaming step).
 pub fn plan_steps_of_ops(s: &Schedule, launches_per_layer: u32) -> (Vec<Step>, Vec<usize>) {
@@ -1021,7 +1029,7 @@ impl Compute {
     /// between two launches that follow each other on the stream, as the replay's do (with
     /// `--pdl`, the PDL launches).
     fn measure_fixed_us(&self, gpu: &Gpu, nvec: u64) -> anyhow::Result<f64> {
-        const K: u64 = 32;
+        const K: u64 = FIXED_COST_LAUNCHES;
         let nvec = nvec.clamp(1, self.pool.vecs() / K);
         let (a, b) = (gpu.event()?, gpu.event()?);
         let time = |launches: u64, each: u64| -> anyhow::Result<f64> {

@@ -586,7 +586,7 @@ fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) 
 }
 
 /// The provenance note of a replay with `--pdl`.
-pub const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl): each streaming kernel lets the next be scheduled as its blocks retire and issues its first weight loads before it waits for the kernel before it; after a collective (which never triggers early) it starts as a plain launch";
+const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl): each streaming kernel lets the next be scheduled as its blocks retire and issues its first weight loads before it waits for the kernel before it; after a collective (which never triggers early) it starts as a plain launch";
 
 /// `verify --backend nccl`.
 pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
@@ -657,9 +657,6 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
     let mut rec = verify_record(&job, &results, spec.launcher.name(), started)?;
-    if a.pdl {
-        rec.provenance.notes.push(PDL_NOTE.into());
-    }
     if one {
         rec.provenance.notes.push(format!(
             "one GPU: rank 0's share of the TP={} workload (its weight bytes streamed), no communicator, no collectives",
@@ -755,16 +752,14 @@ fn verify_record_with(
         runs,
         iters,
         warmup,
+        host_gaps,
+        pdl,
         ..
     } = job
     else {
         anyhow::bail!("not a verify job");
     };
     let combined = combine(results, runs.len())?;
-    let host_gaps = match job {
-        Job::Verify { host_gaps, .. } => host_gaps.clone(),
-        _ => Default::default(),
-    };
     let ncoll = schedule.n_collectives().max(1) as f64;
     let weights = schedule.weight_bytes_by_kind();
     let total_w = schedule.total_weight_bytes().max(1) as f64;
@@ -838,15 +833,16 @@ fn verify_record_with(
             Some(m.map_or(x, |m: f64| m.max(x)))
         });
     if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
-        let nops = crate::launch::job::plan_steps(schedule, 0)
-            .iter()
-            .filter(|s| matches!(s, crate::launch::job::Step::Stream { .. }))
-            .count();
+        use crate::launch::job::{plan_steps, stream_launches, FIXED_COST_LAUNCHES};
+        let nops = stream_launches(&plan_steps(schedule, 0)).0;
         p.notes.push(format!(
-            "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us (32 back-to-back launches of the mean size against one launch of their bytes, same run) = {:.1} us",
+            "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us ({FIXED_COST_LAUNCHES} back-to-back launches of the mean size against one launch of their bytes, same run) = {:.1} us",
             schedule.total_weight_bytes(),
             schedule.total_weight_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
         ));
+    }
+    if *pdl {
+        p.notes.push(PDL_NOTE.into());
     }
     Ok(Record::new(
         Source::Measured,

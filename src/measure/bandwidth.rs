@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::comm::kernels::{Kernels, Pool};
 use crate::comm::{self, Gpu};
@@ -31,7 +31,7 @@ pub struct BandwidthRequest {
 
 /// One GPU's figures (GB/s = 1e9 bytes per second): the payload of a `bandwidth` record is a
 /// list of these.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Bandwidth {
     pub device: usize,
     pub name: String,

@@ -68,9 +68,7 @@ fn dtype_index(d: DType) -> usize {
 impl P2pKernels {
     pub fn load(gpu: &Gpu) -> anyhow::Result<P2pKernels> {
         let ctx = gpu.context();
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| anyhow::anyhow!("GPU {}: compute capability: {e:?}", gpu.ordinal))?;
+        let (major, minor) = gpu.compute_capability()?;
         let ptx = ptx_for(crate::comm::compile::arch(major, minor))?;
         let module = ctx
             .load_module(ptx)

@@ -550,35 +550,47 @@ pub fn virtual_rank_timings(
             }
         }
         g.check()?;
-        let start = std::sync::Barrier::new(n);
-        let step = std::sync::Barrier::new(n);
+        let barrier = std::sync::Barrier::new(n);
         // A `Gpu` stays in its thread: each timing thread opens its own handle on the same
         // device (the same primary context, so the connection's kernels and mappings are valid
         // there) with its own stream; the warm-up above has finished on the group's streams.
         let eager: Vec<f64> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..n)
                 .map(|r| {
-                    let (start, step, ar, input, output) =
-                        (&start, &step, &g.ars[r], &ins[r], &outs[r]);
+                    let (barrier, ar, input, output) = (&barrier, &g.ars[r], &ins[r], &outs[r]);
                     s.spawn(move || -> anyhow::Result<f64> {
-                        let opened = Gpu::open(gpu);
-                        // every thread reaches the barrier, even one whose open failed
-                        let (events, gpu) = match opened {
-                            Ok(gpu) => (gpu.event().and_then(|a| Ok((a, gpu.event()?))), gpu),
+                        let setup = || -> anyhow::Result<_> {
+                            let gpu = Gpu::open(gpu)?;
+                            let events = (gpu.event()?, gpu.event()?);
+                            Ok((gpu, events))
+                        };
+                        let setup = setup();
+                        // Every thread reaches every barrier, even one that failed: the others
+                        // would wait for it forever.
+                        barrier.wait();
+                        let (gpu, (a, b)) = match setup {
+                            Ok(x) => x,
                             Err(e) => {
-                                start.wait();
-                                return Err(e.into());
+                                for _ in 0..EAGER {
+                                    barrier.wait();
+                                }
+                                return Err(e);
                             }
                         };
-                        start.wait();
-                        let (a, b) = events?;
-                        gpu.record(&a)?;
+                        let mut failed = gpu.record(&a).err().map(anyhow::Error::from);
                         for _ in 0..EAGER {
                             // Lockstep: call k of every rank is enqueued before call k + 1 of
                             // any, so that where two of these fresh streams share a hardware
                             // queue no kernel sits behind a peer's next call that waits for it.
-                            step.wait();
-                            ar.enqueue(&gpu, imp, input, output, count, DType::Bf16)?;
+                            barrier.wait();
+                            if failed.is_none() {
+                                failed = ar
+                                    .enqueue(&gpu, imp, input, output, count, DType::Bf16)
+                                    .err();
+                            }
+                        }
+                        if let Some(e) = failed {
+                            return Err(e);
                         }
                         gpu.record(&b)?;
                         gpu.sync()?;
