@@ -68,6 +68,22 @@ pub fn print_document(doc: &[u8]) -> std::io::Result<()> {
     out.flush()
 }
 
+/// A result document written to its file (`--export-json`, when given) and, with `print`
+/// (`--format json`), printed on stdout: the same bytes both times.
+pub fn write_and_print(
+    doc: &str,
+    export: Option<&std::path::Path>,
+    print: bool,
+) -> anyhow::Result<()> {
+    if let Some(p) = export {
+        crate::util::write_file(p, doc.as_bytes())?;
+    }
+    if print {
+        print_document(doc.as_bytes())?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

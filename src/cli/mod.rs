@@ -101,26 +101,26 @@ pub enum Command {
 }
 
 impl Command {
-    /// The command's `--format` and `-q/--quiet` (`None`: `report`, whose output is files, and
-    /// the hidden `__rank`).
-    pub fn output(&self) -> Option<output::Output> {
+    /// The command's `-q/--quiet` (never for `report`, whose output is files, nor for the
+    /// hidden `__rank`).
+    pub fn quiet(&self) -> bool {
         match self {
-            Command::Plan(a) => Some((&a.output).into()),
-            Command::Collective(a) => Some((&a.output).into()),
-            Command::Verify(a) => Some((&a.output).into()),
-            Command::Sweep(a) => Some((&a.output).into()),
-            Command::Breakeven(a) => Some((&a.output).into()),
-            Command::Bandwidth(a) => Some((&a.output).into()),
-            Command::Env(a) => Some((&a.output).into()),
-            Command::Inspect(a) => Some((&a.output).into()),
-            Command::Selftest(a) => Some((&a.output).into()),
-            Command::Worker(a) => Some((&a.output).into()),
+            Command::Plan(a) => a.output.quiet,
+            Command::Collective(a) => a.output.quiet,
+            Command::Verify(a) => a.output.quiet,
+            Command::Sweep(a) => a.output.quiet,
+            Command::Breakeven(a) => a.output.quiet,
+            Command::Bandwidth(a) => a.output.quiet,
+            Command::Env(a) => a.output.quiet,
+            Command::Inspect(a) => a.output.quiet,
+            Command::Selftest(a) => a.output.quiet,
+            Command::Worker(a) => a.output.quiet,
             Command::Model(c) => match &c.cmd {
-                modelfit::ModelSub::Fit(a) => Some((&a.print).into()),
+                modelfit::ModelSub::Fit(a) => a.print.quiet,
             },
-            Command::Compare(a) => Some((&a.output).into()),
-            Command::Trace(a) => Some((&a.output).into()),
-            Command::Report(_) | Command::Rank(_) => None,
+            Command::Compare(a) => a.output.quiet,
+            Command::Trace(a) => a.output.quiet,
+            Command::Report(_) | Command::Rank(_) => false,
         }
     }
 }
@@ -128,7 +128,7 @@ impl Command {
 /// Parses the command line and runs the command; the value is the process exit code.
 pub fn main() -> anyhow::Result<i32> {
     let cli = Cli::parse();
-    crate::output::set_quiet(cli.command.output().is_some_and(|o| o.quiet));
+    crate::output::set_quiet(cli.command.quiet());
     match cli.command {
         Command::Plan(a) => plan::run(&a),
         Command::Collective(a) => collective::run(&a),

@@ -132,10 +132,8 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
     let json = file
         .to_record(crate::record::Provenance::here("none", started))
         .to_json_pretty();
-    crate::util::write_file(&a.output, json.as_bytes())?;
-    if a.print.format.is_json() {
-        crate::output::print_document(json.as_bytes())?;
-    } else {
+    crate::output::write_and_print(&json, Some(&a.output), a.print.format.is_json())?;
+    if !a.print.format.is_json() {
         print!("{}", table(&r, &base_name, a.results.len()));
         if let Some(f) = &p2p_fit {
             print!("{}", crate::report::fit::p2p_table(f));

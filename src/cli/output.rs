@@ -43,28 +43,3 @@ pub struct OutputArgsMd {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 }
-
-/// The output flags of a command, whichever group it flattens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Output {
-    pub format: Format,
-    pub quiet: bool,
-}
-
-impl From<&OutputArgs> for Output {
-    fn from(a: &OutputArgs) -> Output {
-        Output {
-            format: a.format,
-            quiet: a.quiet,
-        }
-    }
-}
-
-impl From<&OutputArgsMd> for Output {
-    fn from(a: &OutputArgsMd) -> Output {
-        Output {
-            format: a.format,
-            quiet: a.quiet,
-        }
-    }
-}

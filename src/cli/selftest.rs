@@ -540,12 +540,12 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
         crate::record::kinds::SELFTEST,
         &checks,
     )?;
-    let json = rec.to_json_pretty();
-    if let Some(p) = &a.export_json {
-        crate::util::write_file(p, json.as_bytes())?;
-    }
+    crate::output::write_and_print(
+        &rec.to_json_pretty(),
+        a.export_json.as_deref(),
+        a.output.format.is_json(),
+    )?;
     if a.output.format.is_json() {
-        crate::output::print_document(json.as_bytes())?;
         return Ok(if failed == 0 { 0 } else { 1 });
     }
     println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::cli::args::WorkloadArgs;
 use crate::cli::output::OutputArgs;
-use crate::trace::{TraceFormat, TraceRequest};
+use crate::trace::TraceRequest;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TraceArgs {
@@ -53,11 +53,7 @@ impl TraceArgs {
             step_label: self.step_label.clone(),
             nccl_logs: self.nccl_log.clone(),
             multi_host: self.multi_host,
-            format: if self.output.format.is_json() {
-                TraceFormat::Json
-            } else {
-                TraceFormat::Table
-            },
+            format: self.output.format,
             export_json: self.export_json.clone(),
             export_schedule: self.export_schedule.clone(),
             against_plan,

@@ -25,7 +25,7 @@ use crate::error::usage;
 /// Version of the profile file format; files of another version are refused.
 pub const PROFILE_SCHEMA_VERSION: u32 = 1;
 /// The `kind` field of a profile file, so a results file is not mistaken for one.
-pub const PROFILE_KIND: &str = "verifybench-cost-profile";
+pub const PROFILE_KIND: &str = crate::record::kinds::PROFILE;
 
 /// The measured reference the built-in launch costs and LL base latency are set to.
 pub const REFERENCE_H200: &str = "2x H200 NVLink, NCCL, 43,008 B bf16 all-reduce: a CUDA graph of the verify step's 123 all-reduces replays at 7.0-7.4 us per all-reduce; eager launches cost ~8.4 us each from threads and ~11 us from processes; with NCCL_P2P_DISABLE=1 (SHM through host memory) ~14-15 us; PyTorch c10d ~17 us graph / 28 us eager";

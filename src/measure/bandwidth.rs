@@ -184,13 +184,7 @@ pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
         crate::record::kinds::BANDWIDTH,
         &all,
     )?;
-    let json = rec.to_json_pretty();
-    if let Some(p) = &a.export_json {
-        crate::util::write_file(p, json.as_bytes())?;
-    }
-    if !table {
-        crate::output::print_document(json.as_bytes())?;
-    }
+    crate::output::write_and_print(&rec.to_json_pretty(), a.export_json.as_deref(), !table)?;
     Ok(0)
 }
 

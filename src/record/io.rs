@@ -16,10 +16,18 @@ use crate::error::usage;
 /// skipped). The error is the 1-based number, counted among the non-blank lines, of the line
 /// that is not JSON, and why.
 pub fn json_values(text: &str) -> Result<Vec<serde_json::Value>, (usize, serde_json::Error)> {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Array(a)) => Ok(a),
-        Ok(v) => Ok(vec![v]),
-        Err(_) => text
+    values_of(serde_json::from_str(text).ok(), text)
+}
+
+/// [`json_values`] given the whole text's parse (`None` when it is not one JSON document).
+fn values_of(
+    whole: Option<serde_json::Value>,
+    text: &str,
+) -> Result<Vec<serde_json::Value>, (usize, serde_json::Error)> {
+    match whole {
+        Some(serde_json::Value::Array(a)) => Ok(a),
+        Some(v) => Ok(vec![v]),
+        None => text
             .lines()
             .filter(|l| !l.trim().is_empty())
             .enumerate()
@@ -146,10 +154,8 @@ pub fn describe(v: &serde_json::Value) -> String {
     fn one(v: &serde_json::Value) -> String {
         match other_name(v).or_else(|| v.get("kind").and_then(|k| k.as_str())) {
             Some(k) => kinds::describe(k),
-            None => match legacy_kind(v) {
-                Some(k) => kinds::describe(k),
-                None => "a JSON value that is not a verifybench record".into(),
-            },
+            // (an old form was recognised above)
+            None => "a JSON value that is not a verifybench record".into(),
         }
     }
     if let Some(k) = legacy_kind(v) {
@@ -176,10 +182,6 @@ pub fn describe(v: &serde_json::Value) -> String {
         v => one(v),
     }
 }
-
-/// The `kind` of a cost-model profile file (`costmodel::profile::PROFILE_KIND`; the record layer
-/// knows it only to say what such a file is).
-const PROFILE_KIND: &str = kinds::PROFILE;
 
 /// The name of a [`super::Body::Other`] record (`"kind": "other"`, `"result": {"name": ..}`)
 /// seen as raw JSON.
@@ -215,7 +217,7 @@ pub fn legacy_kind(v: &serde_json::Value) -> Option<&'static str> {
                 None
             }
         }
-        Value::Object(_) if v.get("kind").and_then(|k| k.as_str()) == Some(PROFILE_KIND) => {
+        Value::Object(_) if v.get("kind").and_then(|k| k.as_str()) == Some(kinds::PROFILE) => {
             has(v, &["profile"]).then_some(kinds::PROFILE)
         }
         Value::Object(_) if has(v, &["host", "gpus", "peer_access", "nccl_env", "problems"]) => {
@@ -280,16 +282,24 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
             path.display()
         ))
     })?;
-    if let Ok(whole) = serde_json::from_str::<serde_json::Value>(&text) {
-        if let Some(k) = legacy_kind(&whole).filter(|k| *k != kinds::PROFILE) {
-            return Err(usage(format!(
-                "'{}' is {}, not a results file of collective, verify or sweep",
-                path.display(),
-                kinds::describe(k)
-            )));
-        }
+    records_of_text(path, &text)
+}
+
+/// [`read_records`] of a file's text already read (`path` names it in messages).
+pub fn records_of_text(path: &Path, text: &str) -> anyhow::Result<Vec<Record>> {
+    let whole = serde_json::from_str::<serde_json::Value>(text).ok();
+    if let Some(k) = whole
+        .as_ref()
+        .and_then(legacy_kind)
+        .filter(|k| *k != kinds::PROFILE)
+    {
+        return Err(usage(format!(
+            "'{}' is {}, not a results file of collective, verify or sweep",
+            path.display(),
+            kinds::describe(k)
+        )));
     }
-    let values = json_values(&text).map_err(|(line, e)| {
+    let values = values_of(whole, text).map_err(|(line, e)| {
         usage(format!(
             "results file '{}' line {line}: not JSON: {e}",
             path.display()
@@ -298,8 +308,8 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
     values
         .into_iter()
         .map(|v| {
-            if v.get("kind").and_then(|k| k.as_str()) == Some(PROFILE_KIND)
-                || other_name(&v) == Some(PROFILE_KIND)
+            if v.get("kind").and_then(|k| k.as_str()) == Some(kinds::PROFILE)
+                || other_name(&v) == Some(kinds::PROFILE)
             {
                 return Err(usage(format!(
                     "'{}' is a cost-model profile (from `verifybench model fit`), not a results file: give it to --profile of verify, collective or sweep (--backend model), or to --base-profile of model fit",

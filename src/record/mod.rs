@@ -351,7 +351,7 @@ pub mod kinds {
     pub const ENV: &str = "env";
     /// `compare --format json`: the comparison of verify records.
     pub const COMPARE: &str = "compare";
-    /// `model fit -o`: a cost-model profile (`costmodel::profile::PROFILE_KIND`).
+    /// `model fit -o`: a cost-model profile (`costmodel::profile::PROFILE_KIND` is this).
     pub const PROFILE: &str = "verifybench-cost-profile";
 
     /// What a file of kind `name` is and which command reads it, for messages.

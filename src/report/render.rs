@@ -70,20 +70,19 @@ impl LoadedFile {
                 return Ok(f);
             }
         }
-        match record::read_records(path) {
+        match record::io::records_of_text(path, &text) {
             Ok(records) => {
                 f.records = records;
                 Ok(f)
             }
-            Err(e) => Self::read_lenient(path).map_err(|_| e),
+            Err(e) => Self::read_lenient(path, &text).map_err(|_| e),
         }
     }
 
     /// Record by record: records that do not parse but carry a `kind` no variant knows are
     /// set aside. Any other failure is an error.
-    fn read_lenient(path: &Path) -> anyhow::Result<LoadedFile> {
-        let text = std::fs::read_to_string(path)?;
-        let values = record::io::json_values(&text).map_err(|(_, e)| e)?;
+    fn read_lenient(path: &Path, text: &str) -> anyhow::Result<LoadedFile> {
+        let values = record::io::json_values(text).map_err(|(_, e)| e)?;
         let mut records = vec![];
         let mut unknown_kinds = vec![];
         for v in values {
@@ -198,14 +197,6 @@ pub fn settings_label(r: &Record) -> String {
     }
 }
 
-fn phase_word(p: Phase) -> &'static str {
-    match p {
-        Phase::Verify => "verify",
-        Phase::Decode => "decode",
-        Phase::Draft => "draft",
-    }
-}
-
 fn cell(x: &str) -> String {
     x.replace('|', "\\|")
 }
@@ -282,8 +273,10 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                     renderable += 1;
                 }
                 Body::Other { name: kind, data } if kind == record::kinds::SWEEP_POINT => {
-                    match serde_json::from_value::<crate::sweep::results::SweepPoint>(data.clone())
-                    {
+                    // Checked here without a copy (deserialized from the value in place).
+                    match <crate::sweep::results::SweepPoint as serde::Deserialize>::deserialize(
+                        data,
+                    ) {
                         Ok(_) => renderable += 1,
                         Err(e) => skipped
                             .push(format!("{at}: a malformed sweep point ({e}), not rendered")),
@@ -596,7 +589,7 @@ fn sweep_sections(files: &[LoadedFile]) -> String {
         // Malformed points are named in the skipped list already.
         let stored: Vec<SweepPoint> = found
             .iter()
-            .filter_map(|(_, d)| serde_json::from_value::<SweepPoint>((*d).clone()).ok())
+            .filter_map(|(_, d)| <SweepPoint as serde::Deserialize>::deserialize(*d).ok())
             .collect();
         if stored.is_empty() {
             continue;
@@ -649,7 +642,7 @@ fn sweep_sections(files: &[LoadedFile]) -> String {
                 md,
                 "Workload: {} {} TP={} T={} {}, schedule {}.\n",
                 w.model,
-                phase_word(w.phase),
+                w.phase.name(),
                 w.tp,
                 w.tokens,
                 w.dtype.name(),
@@ -770,13 +763,7 @@ fn bar_group(path: &Path, source: Source, v: &VerifyResult) -> BarGroup {
     };
     BarGroup {
         label: vec![
-            format!(
-                "{} {} TP={} T={}",
-                w.model,
-                phase_word(w.phase),
-                w.tp,
-                w.tokens
-            ),
+            format!("{} {} TP={} T={}", w.model, w.phase.name(), w.tp, w.tokens),
             format!("{} ({})", inputs::short_name(path), source.label()),
         ],
         eager: stack(false),

@@ -40,13 +40,6 @@ use crate::util::now_utc;
 
 pub use analysis::Analysis;
 
-/// Output format of `trace`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TraceFormat {
-    Table,
-    Json,
-}
-
 /// Everything `verifybench trace` needs, free of any command-line parser.
 #[derive(Debug, Clone)]
 pub struct TraceRequest {
@@ -58,7 +51,7 @@ pub struct TraceRequest {
     pub nccl_logs: Vec<PathBuf>,
     /// Ranks ran on more than one host: compare durations only.
     pub multi_host: bool,
-    pub format: TraceFormat,
+    pub format: crate::output::Format,
     pub export_json: Option<PathBuf>,
     pub export_schedule: Option<PathBuf>,
     /// The config-derived schedule to diff the trace against (`--against-plan`).
@@ -77,7 +70,7 @@ impl TraceRequest {
             step_label: None,
             nccl_logs: Vec::new(),
             multi_host: false,
-            format: TraceFormat::Table,
+            format: crate::output::Format::Table,
             export_json: None,
             export_schedule: None,
             against_plan: None,
@@ -292,9 +285,10 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
         None => None,
     };
     let rec = record(&a, started);
-    match req.format {
-        TraceFormat::Json => println!("{}", rec.to_json_pretty()),
-        TraceFormat::Table => print!("{}", render::render(&a)),
+    if req.format.is_json() {
+        println!("{}", rec.to_json_pretty());
+    } else {
+        print!("{}", render::render(&a));
     }
     if let (Some(p), Some(s)) = (&req.export_schedule, &schedule) {
         s.save(p)?;
