@@ -4,11 +4,7 @@
 use std::path::Path;
 
 mod common;
-use common::vb;
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use common::{read_json as json, vb};
 
 /// Runs a modeled verify and returns its record.
 /// (The eager Monte-Carlo of 2000 verifies is slow in a debug build: the variants run on 2

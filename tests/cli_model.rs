@@ -6,7 +6,7 @@ use std::path::Path;
 use predicates::prelude::*;
 
 mod common;
-use common::vb;
+use common::{read_json as json, vb};
 
 /// Runs and returns stdout, failing with stderr on a non-zero exit.
 fn ok(args: &[&str]) -> String {
@@ -38,10 +38,6 @@ fn graph_eager_comm(args: &[&str]) -> (f64, f64, f64) {
     let (e, _) = row(&t, "comm", "eager");
     let (g, per) = row(&t, "comm", "graph");
     (e, g, per)
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! End-to-end tests of `verifybench report` through the real binary.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use predicates::prelude::*;
 use verifybench::measure::Summary;
@@ -10,7 +9,7 @@ use verifybench::record::*;
 use verifybench::util::now_utc;
 
 mod common;
-use common::vb;
+use common::{read_text as read, vb};
 
 fn provenance(proto: &str) -> Provenance {
     let mut p = Provenance::here("nccl", now_utc());
@@ -101,10 +100,6 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
 }
 
 use common::write_records as write;
-
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
 
 #[test]
 fn report_writes_markdown_and_three_plots() {

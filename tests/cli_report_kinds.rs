@@ -14,20 +14,12 @@ use verifybench::record::*;
 use verifybench::util::now_utc;
 
 mod common;
-use common::vb;
+use common::{read_json as json, read_text as read, vb};
 
 fn committed(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("results")
         .join(p)
-}
-
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn json(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&read(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 /// The worker environment every run of the tool has, plus `extra`.

@@ -115,3 +115,13 @@ pub fn listing(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// A file's text (a panic naming the file if it cannot be read).
+pub fn read_text(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A file's JSON (a panic naming the file if it cannot be read or parsed).
+pub fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&read_text(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
