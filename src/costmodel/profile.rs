@@ -549,19 +549,10 @@ impl ProfileBody {
     }
 }
 
-/// A profile file as `verifybench model fit` wrote it before profiles carried the record
-/// envelope (committed profiles, hand-written ones): still read by [`load`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProfileFile {
-    pub schema_version: u32,
-    pub kind: String,
-    pub profile: Profile,
-    /// How the parameters were fitted (absent in hand-written files).
-    #[serde(default)]
-    pub fit: Option<serde_json::Value>,
-}
-
-/// Reads a profile file; a file of another kind or schema version is a usage error.
+/// Reads a profile file; a file of another kind or schema version is a usage error. Both forms
+/// are read: the record [`ProfileBody::to_record`] writes, and the form `verifybench model fit`
+/// wrote before profiles carried the record envelope (committed profiles, hand-written ones:
+/// `schema_version`, `kind` and the body's fields side by side).
 pub fn load(path: &Path) -> anyhow::Result<Profile> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         usage(format!(
@@ -575,19 +566,27 @@ pub fn load(path: &Path) -> anyhow::Result<Profile> {
             path.display()
         ))
     })?;
-    if crate::record::io::other_name(&v) == Some(PROFILE_KIND) {
-        let (_, data) = crate::record::io::other_of(v, path, PROFILE_KIND, "profile file")?;
-        let b: ProfileBody = serde_json::from_value(data).map_err(|e| {
-            usage(format!(
-                "profile file '{}' is not a valid profile: {e}",
-                path.display()
-            ))
-        })?;
-        b.profile
-            .check()
-            .map_err(|e| usage(format!("profile file '{}': {e}", path.display())))?;
-        return Ok(b.profile);
-    }
+    let body = if crate::record::io::other_name(&v) == Some(PROFILE_KIND) {
+        crate::record::io::other_of(v, path, PROFILE_KIND, "profile file")?.1
+    } else {
+        check_old_form(&v, path)?;
+        // The body's fields; `schema_version` and `kind` beside them are ignored.
+        v
+    };
+    let b: ProfileBody = serde_json::from_value(body).map_err(|e| {
+        usage(format!(
+            "profile file '{}' is not a valid profile: {e}",
+            path.display()
+        ))
+    })?;
+    b.profile
+        .check()
+        .map_err(|e| usage(format!("profile file '{}': {e}", path.display())))?;
+    Ok(b.profile)
+}
+
+/// The kind and schema version of a profile file of the form before the record envelope.
+fn check_old_form(v: &serde_json::Value, path: &Path) -> anyhow::Result<()> {
     if v.get("kind").and_then(|k| k.as_str()) != Some(PROFILE_KIND) {
         return Err(usage(format!(
             "'{}' is not a cost-model profile (no \"kind\": \"{PROFILE_KIND}\"); write one with `verifybench model fit`",
@@ -604,16 +603,7 @@ pub fn load(path: &Path) -> anyhow::Result<Profile> {
             )))
         }
     }
-    let f: ProfileFile = serde_json::from_value(v).map_err(|e| {
-        usage(format!(
-            "profile file '{}' is not a valid profile: {e}",
-            path.display()
-        ))
-    })?;
-    f.profile
-        .check()
-        .map_err(|e| usage(format!("profile file '{}': {e}", path.display())))?;
-    Ok(f.profile)
+    Ok(())
 }
 
 impl Profile {
@@ -668,6 +658,15 @@ mod tests {
         let e = builtin_or_usage("nvlink-h300").unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("pcie-gen5-no-p2p"));
+    }
+
+    /// A profile file of the form before the record envelope.
+    #[derive(Serialize)]
+    struct ProfileFile {
+        schema_version: u32,
+        kind: String,
+        profile: Profile,
+        fit: Option<serde_json::Value>,
     }
 
     #[test]
