@@ -4,7 +4,7 @@
 
 use predicates::prelude::*;
 
-mod common;
+use crate::common;
 use common::{refused, vb};
 
 #[test]

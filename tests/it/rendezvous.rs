@@ -338,7 +338,12 @@ fn child_orders(port: u16, rank: usize, world: usize, workload: &str) -> String 
 
 fn spawn_child(orders: &str) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["rendezvous_child", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "rendezvous::rendezvous_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(CHILD_VAR, orders)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

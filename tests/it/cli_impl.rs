@@ -14,7 +14,7 @@ use verifybench::request::{
     BackendKind, CollectiveRequest, GpuSpec, GraphChoice, Repeat, VerifyRequest, Workload,
 };
 
-mod common;
+use crate::common;
 use common::vb;
 
 fn ok(args: &[&str]) -> String {

@@ -67,3 +67,41 @@ fn nothing_outside_cli_and_main_names_clap_or_cli() {
         bad.join("\n")
     );
 }
+
+/// The files git tracks outside `results/` (an empty list where git or the checkout's history is
+/// not there, as in a source archive).
+fn tracked_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("git")
+        .args(["ls-files", "-z", "--", ".", ":!results"])
+        .current_dir(root)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => o
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| root.join(String::from_utf8_lossy(s).as_ref()))
+            .collect(),
+        _ => vec![],
+    }
+}
+
+#[test]
+fn no_empty_file_is_tracked_outside_results() {
+    let files = tracked_files();
+    if files.is_empty() {
+        // Not a git checkout: nothing to check, and say so rather than pass in silence.
+        eprintln!("not a git checkout: the empty-file check has nothing to read");
+        return;
+    }
+    let empty: Vec<_> = files
+        .iter()
+        .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.is_file() && m.len() == 0))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        empty.is_empty(),
+        "empty files are tracked (litter a run left behind?): {empty:?}"
+    );
+}

@@ -4,7 +4,7 @@
 //! a file that is not its own results file, and its default names never collide. Through the
 //! cost model, the `--debug-mode` sweep and `model fit` on files: no GPU needed.
 
-mod common;
+use crate::common;
 use common::{listing, refused, refused_in, vb};
 
 fn s(p: &std::path::Path) -> &str {

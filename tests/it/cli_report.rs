@@ -8,7 +8,7 @@ use verifybench::model::{CollectiveKind, DType, Phase};
 use verifybench::record::*;
 use verifybench::util::now_utc;
 
-mod common;
+use crate::common;
 use common::{read_text as read, vb};
 
 fn provenance(proto: &str) -> Provenance {

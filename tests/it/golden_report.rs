@@ -2,7 +2,7 @@
 //! README's command gives them) renders exactly the committed Markdown and SVGs
 //! (results/h200x2/report/), except the line naming the build that rendered them. Guards every renderer and the record reader against an unnoticed change of output.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-mod common;
+use crate::common;
 use common::{read_json as json, vb};
 
 /// Runs a modeled verify and returns its record.

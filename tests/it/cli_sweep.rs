@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use predicates::prelude::*;
 
-mod common;
+use crate::common;
 use common::vb;
 
 fn lines(p: &Path) -> Vec<serde_json::Value> {

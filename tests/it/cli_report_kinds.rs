@@ -13,7 +13,7 @@ use verifybench::model::{CollectiveKind, DType, Phase};
 use verifybench::record::*;
 use verifybench::util::now_utc;
 
-mod common;
+use crate::common;
 use common::{read_json as json, read_text as read, vb};
 
 fn committed(p: &str) -> PathBuf {

@@ -10,7 +10,7 @@ use verifybench::model::schedule_file::ScheduleFile;
 use verifybench::model::{Op, Phase};
 use verifybench::record::{read_records, Body};
 
-mod common;
+use crate::common;
 use common::vb;
 
 fn fixture(name: &str) -> PathBuf {

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 use common::vb;
 
 /// The example lines (`verifybench ...`) of a help text's "Examples:" section.

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use predicates::prelude::*;
 
-mod common;
+use crate::common;
 use common::{read_json as json, vb};
 
 /// Runs and returns stdout, failing with stderr on a non-zero exit.

@@ -2,7 +2,7 @@
 //! records (collectives and compute) are compared with a decode step; without one the report
 //! says why there is no break-even. Through the cost model: no GPU needed.
 
-mod common;
+use crate::common;
 use common::vb;
 
 #[test]

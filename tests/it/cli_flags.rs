@@ -6,7 +6,7 @@
 
 use predicates::prelude::*;
 
-mod common;
+use crate::common;
 use common::{listing, refused, refused_in, vb};
 
 /// Whether this machine has a CUDA driver (then the no-driver refusals cannot be seen here).

@@ -13,7 +13,7 @@ use verifybench::record::{
 };
 use verifybench::util::now_utc;
 
-mod common;
+use crate::common;
 use common::vb;
 
 fn kimi(tp: u64) -> Schedule {

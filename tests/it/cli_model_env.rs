@@ -3,7 +3,7 @@
 //! path, NCCL_PROTO/NCCL_ALGO restrict the choice, anything else is marked "not modeled" in
 //! the table and the record. Through `verify --backend model` and a model-backend sweep.
 
-mod common;
+use crate::common;
 use common::vb;
 
 fn graph_comm_us(env: &[(&str, &str)]) -> (f64, String) {

@@ -8,7 +8,7 @@ use verifybench::model::{self, Phase};
 use verifybench::record::*;
 use verifybench::util::now_utc;
 
-mod common;
+use crate::common;
 use common::vb;
 
 fn json(args: &[&str]) -> serde_json::Value {

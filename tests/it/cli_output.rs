@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use clap::CommandFactory;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::vb;
 
 /// Commands without the convention, and why.
@@ -196,7 +196,7 @@ fn case(name: &str, d: &Path, n: usize) -> Option<Case> {
             export: Some("--export-json"),
         },
         _ if NEED_A_GPU.contains(&name) => return None,
-        _ => panic!("no case for `verifybench {name}`: add one to tests/cli_output.rs"),
+        _ => panic!("no case for `verifybench {name}`: add one to tests/it/cli_output.rs"),
     };
     Some(c)
 }

@@ -1,0 +1,29 @@
+//! All integration tests as modules of one test binary: one link of the library instead of one
+//! per file. Each module is one area of the command line; `common` holds their shared helpers.
+
+mod cli_bounds;
+mod cli_breakeven;
+mod cli_breakeven_evidence;
+mod cli_compare;
+mod cli_examples;
+mod cli_files;
+mod cli_flags;
+mod cli_hostgaps;
+mod cli_impl;
+mod cli_inspect;
+mod cli_messages;
+mod cli_model;
+mod cli_model_env;
+mod cli_output;
+mod cli_plan;
+mod cli_report;
+mod cli_report_breakeven;
+mod cli_report_kinds;
+mod cli_schedule;
+mod cli_sweep;
+mod cli_trace;
+mod common;
+mod golden_report;
+mod layering;
+mod rendezvous;
+mod schedule_hashes;
