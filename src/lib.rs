@@ -29,7 +29,6 @@ pub mod output;
 pub mod record;
 pub mod report;
 pub mod request;
-pub mod selftest;
 pub mod speculative;
 pub mod sweep;
 pub mod trace;

@@ -9,17 +9,13 @@
 
 use std::path::PathBuf;
 
-pub use crate::comm::p2p::Impl;
-use crate::costmodel::ModelSettings;
-use crate::launch::affinity::CpuAffinity;
-use crate::launch::rendezvous::Endpoint;
 use crate::measure::gaps::{HostGapRequest, HostGaps};
 use crate::model::{
     self, schedule_file::ScheduleFile, CollectiveKind, DType, Logits, Phase, Routing, Schedule,
     ScheduleOptions,
 };
+pub use crate::record::Impl;
 use crate::record::Mode;
-use crate::report::Exports;
 
 /// Which model, parallelism and token count: the workload every command replays or prices.
 #[derive(Debug, Clone, PartialEq)]
@@ -615,6 +611,94 @@ pub struct WorkerRequest {
     pub format: crate::output::Format,
     /// Host time before each launch in eager replay, a late rank.
     pub host_gaps: HostGapFlags,
+}
+
+/// Settings of the cost model (`--link`, `--profile`, `--proto`, `--algo`). The command line
+/// fills `proto`/`algo` from NCCL_PROTO/NCCL_ALGO when the flags are absent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSettings {
+    /// Built-in link profile name.
+    pub link: String,
+    /// Calibrated profile file written by `verifybench model fit` (overrides `link`).
+    pub profile: Option<PathBuf>,
+    /// Protocols the model may pick, in NCCL_PROTO syntax; `None`: the fastest.
+    pub proto: Option<String>,
+    /// Algorithms the model may pick, in NCCL_ALGO syntax; `None`: the fastest.
+    pub algo: Option<String>,
+    /// `proto` came from the NCCL_PROTO environment variable, not `--proto` (for messages).
+    pub proto_from_env: bool,
+    /// `algo` came from the NCCL_ALGO environment variable, not `--algo` (for messages).
+    pub algo_from_env: bool,
+    /// The NCCL_* environment the run would give NCCL: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE
+    /// change the path the model prices ([`profile::apply_transport_env`]); every other
+    /// variable (NCCL_PROTO/NCCL_ALGO come as `proto`/`algo`) is said to be not modeled.
+    pub nccl_env: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for ModelSettings {
+    fn default() -> Self {
+        ModelSettings {
+            link: "pcie-gen5".into(),
+            profile: None,
+            proto: None,
+            algo: None,
+            proto_from_env: false,
+            algo_from_env: false,
+            nccl_env: Default::default(),
+        }
+    }
+}
+
+/// `--cpu-affinity`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CpuAffinity {
+    /// The CPUs of the GPU's NUMA node (default).
+    #[default]
+    Auto,
+    /// Leave the affinity as inherited.
+    None,
+    /// These CPUs.
+    List(Vec<usize>),
+}
+
+/// `host:port` of the rendezvous, as given by `--rendezvous` or `MASTER_ADDR`/`MASTER_PORT`.
+/// The host is resolved on every connection attempt (a name may resolve only once its node is
+/// up).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+/// The export files of a measuring command (`--export-json/--export-csv/--export-markdown`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Exports {
+    /// The results as JSON records (the source of truth).
+    pub export_json: Option<PathBuf>,
+    /// The results as CSV.
+    pub export_csv: Option<PathBuf>,
+    /// The results as a Markdown table.
+    pub export_markdown: Option<PathBuf>,
+}
+
+impl Exports {
+    /// The requested export files with the flag naming each.
+    pub fn outputs(&self) -> Vec<(&'static str, &std::path::Path)> {
+        [
+            ("--export-json", &self.export_json),
+            ("--export-csv", &self.export_csv),
+            ("--export-markdown", &self.export_markdown),
+        ]
+        .into_iter()
+        .filter_map(|(f, p)| p.as_deref().map(|p| (f, p)))
+        .collect()
+    }
+
+    /// Checks before any work that every export can be written and none is an input or another
+    /// export ([`crate::util::check_outputs`]).
+    pub fn check(&self, inputs: &[&std::path::Path]) -> anyhow::Result<()> {
+        crate::util::check_outputs(&self.outputs(), inputs)
+    }
 }
 
 #[cfg(test)]

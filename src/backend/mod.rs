@@ -12,7 +12,6 @@
 //! injection for tests lives in [`fault`]. What a command does with the record (export, print,
 //! exit code) lives in [`crate::commands`], not here.
 
-pub mod fault;
 mod mock;
 
 use crate::impls;
@@ -59,8 +58,11 @@ impl Backend for ModelBackend {
     fn verify(&self, a: &VerifyRequest) -> anyhow::Result<Record> {
         let started = now_utc();
         // The model backend has no worker to break: an injected fault fails the process.
-        fault::check_p2p_fault(a.inject_fault.as_deref(), impls::p2p(&a.impls).len())?;
-        fault::process_fault(a.inject_fault.as_deref());
+        crate::launch::fault::check_p2p_fault(
+            a.inject_fault.as_deref(),
+            impls::p2p(&a.impls).len(),
+        )?;
+        crate::launch::fault::process_fault(a.inject_fault.as_deref());
         let s = a
             .workload
             .schedule(a.gpu.ranks().map(|g| g as u64).unwrap_or(8))?;

@@ -3,7 +3,7 @@
 //! of a verify step is held to. The flags only; the measurement is `measure::bandwidth`.
 
 use crate::cli::output::OutputArgs;
-use crate::measure::bandwidth::BandwidthRequest;
+use crate::commands::bandwidth::BandwidthRequest;
 use crate::units::size_arg;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -30,7 +30,7 @@ pub struct BandwidthArgs {
 }
 
 pub fn run(a: &BandwidthArgs) -> anyhow::Result<i32> {
-    crate::measure::bandwidth::run(&BandwidthRequest {
+    crate::commands::bandwidth::run(&BandwidthRequest {
         bytes: a.bytes,
         devices: a.devices.clone(),
         iters: a.iters,

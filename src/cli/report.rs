@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::cli::breakeven::CycleArgs;
-use crate::report::render::{self, LoadedFile};
+use crate::commands::report::{self as render, LoadedFile};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {

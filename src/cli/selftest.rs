@@ -10,13 +10,13 @@ use crate::cli::args::GpuArgs;
 use crate::cli::output::OutputArgs;
 use crate::comm;
 use crate::comm::p2p::Impl;
+use crate::commands::selftest::Check;
 use crate::launch::job::{CollCase, Fault, FaultKind};
 use crate::launch::run::{combine, run_job, select_devices};
 use crate::launch::{Job, LaunchSpec};
 use crate::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
 use crate::record::Mode;
 use crate::request::Launcher;
-use crate::selftest::Check;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SelftestArgs {
@@ -526,9 +526,9 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
             p2p_fault(&devices, &mut checks);
         }
     }
-    checks.push(crate::selftest::streaming_kernel(devices[0]));
+    checks.push(crate::commands::selftest::streaming_kernel(devices[0]));
     let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
-    checks.push(crate::selftest::clocks_and_affinity(devices[0]));
+    checks.push(crate::commands::selftest::clocks_and_affinity(devices[0]));
     let failed = checks.iter().filter(|c| !c.pass).count();
     let mut prov = crate::machine::provenance("nccl", started, &devices);
     if !one_gpu {

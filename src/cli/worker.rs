@@ -83,5 +83,5 @@ impl From<&WorkerArgs> for WorkerRequest {
 }
 
 pub fn run(a: &WorkerArgs) -> anyhow::Result<i32> {
-    crate::launch::external_worker::run(&a.into())
+    crate::commands::worker(&a.into())
 }

@@ -4,6 +4,11 @@
 
 use crate::error::usage;
 
+/// `kernels/stream.cu`: the weight-streaming stand-in for a rank's compute.
+pub const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
+/// `kernels/allreduce.cu`: the one-shot and two-shot P2P all-reduces.
+pub const ALLREDUCE_SRC: &str = include_str!("../../kernels/allreduce.cu");
+
 /// A kernel source file of `kernels/`, embedded in the binary.
 pub struct Source {
     pub file: &'static str,
@@ -14,11 +19,11 @@ pub struct Source {
 pub const SOURCES: &[Source] = &[
     Source {
         file: "stream.cu",
-        text: super::kernels::STREAM_SRC,
+        text: STREAM_SRC,
     },
     Source {
         file: "allreduce.cu",
-        text: super::p2p::kernels::ALLREDUCE_SRC,
+        text: ALLREDUCE_SRC,
     },
 ];
 

@@ -2,11 +2,10 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
+use super::compile::STREAM_SRC;
 use super::device::{Buffer, Gpu};
 use crate::error::usage;
 
-/// The source of the weight-streaming and tiny kernels.
-pub(super) const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
 /// Threads per block of `stream_weights` (THREADS in the source).
 const THREADS: u32 = 256;
 /// Most tokens `stream_weights` handles (MAXT in the source).

@@ -18,8 +18,6 @@ pub mod predict;
 pub mod profile;
 pub mod waiting;
 
-use std::path::PathBuf;
-
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::{
@@ -27,45 +25,10 @@ use crate::record::{
     Workload,
 };
 use crate::request::Launcher;
+pub use crate::request::ModelSettings;
 
 pub use predict::Force;
 pub use profile::Profile;
-
-/// Settings of the cost model (`--link`, `--profile`, `--proto`, `--algo`). The command line
-/// fills `proto`/`algo` from NCCL_PROTO/NCCL_ALGO when the flags are absent.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelSettings {
-    /// Built-in link profile name.
-    pub link: String,
-    /// Calibrated profile file written by `verifybench model fit` (overrides `link`).
-    pub profile: Option<PathBuf>,
-    /// Protocols the model may pick, in NCCL_PROTO syntax; `None`: the fastest.
-    pub proto: Option<String>,
-    /// Algorithms the model may pick, in NCCL_ALGO syntax; `None`: the fastest.
-    pub algo: Option<String>,
-    /// `proto` came from the NCCL_PROTO environment variable, not `--proto` (for messages).
-    pub proto_from_env: bool,
-    /// `algo` came from the NCCL_ALGO environment variable, not `--algo` (for messages).
-    pub algo_from_env: bool,
-    /// The NCCL_* environment the run would give NCCL: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE
-    /// change the path the model prices ([`profile::apply_transport_env`]); every other
-    /// variable (NCCL_PROTO/NCCL_ALGO come as `proto`/`algo`) is said to be not modeled.
-    pub nccl_env: std::collections::BTreeMap<String, String>,
-}
-
-impl Default for ModelSettings {
-    fn default() -> Self {
-        ModelSettings {
-            link: "pcie-gen5".into(),
-            profile: None,
-            proto: None,
-            algo: None,
-            proto_from_env: false,
-            algo_from_env: false,
-            nccl_env: Default::default(),
-        }
-    }
-}
 
 impl ModelSettings {
     /// The profile these flags select: the file if given, else the built-in link profile.

@@ -18,17 +18,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// `--cpu-affinity`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum CpuAffinity {
-    /// The CPUs of the GPU's NUMA node (default).
-    #[default]
-    Auto,
-    /// Leave the affinity as inherited.
-    None,
-    /// These CPUs.
-    List(Vec<usize>),
-}
+pub use crate::request::CpuAffinity;
 
 impl CpuAffinity {
     /// The command-line form (`auto`, `none`, `0-7,16-23`), for a worker's arguments.

@@ -12,7 +12,7 @@ use super::job::{run_rank, RankSetup};
 use super::rendezvous::{Client, Hello, Server};
 use super::{Job, RankResult};
 use crate::comm;
-use crate::report::text;
+use crate::record::Record;
 use crate::request::WorkerRequest;
 
 /// FNV-1a of the job's JSON: every rank must replay exactly the same job.
@@ -21,8 +21,10 @@ fn job_hash(job: &Job) -> String {
     format!("{:016x}", crate::model::schedule::fnv1a(text.as_bytes()))
 }
 
-/// Runs this rank of an externally launched verify replay.
-pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
+/// Runs this rank of an externally launched verify replay. Rank 0 returns the gathered record
+/// for the caller to export and print; the other ranks return `None` once rank 0 has their
+/// timings.
+pub fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
     let started = crate::util::now_utc();
     a.export.check(&[])?;
     if a.launches_per_layer > 10_000 {
@@ -140,10 +142,9 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
         }
         results.sort_by_key(|r| r.rank);
         let launcher = format!("external ({})", info.source.name());
-        let rec = super::run::verify_record(&job, &results, &launcher, started)?;
-        a.export.write(std::slice::from_ref(&rec))?;
-        crate::commands::print_result(a.format, &rec, text::verify_table)?;
-        Ok(0)
+        Ok(Some(super::run::verify_record(
+            &job, &results, &launcher, started,
+        )?))
     } else {
         last.store(
             (t0.elapsed().as_secs_f64() + a.rendezvous_timeout).to_bits(),
@@ -167,7 +168,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
                     "verifybench worker: rank {} sent its timings to rank 0",
                     info.rank
                 );
-                Ok(0)
+                Ok(None)
             }
             Err(e) => {
                 let _ = client.send_failure(&format!("{e:#}"), rdv_timeout);

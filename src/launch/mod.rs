@@ -19,6 +19,7 @@
 pub mod affinity;
 pub mod external;
 pub mod external_worker;
+pub mod fault;
 pub mod job;
 pub mod rendezvous;
 pub mod run;

@@ -29,6 +29,7 @@ use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::error::usage;
+pub use crate::request::Endpoint;
 
 /// Size of an NCCL unique id (`ncclUniqueId`, `NCCL_UNIQUE_ID_BYTES`).
 pub const ID_BYTES: usize = 128;
@@ -42,15 +43,6 @@ const HEADER_BYTES: usize = 11;
 const MAX_FRAME_BYTES: u32 = 64 << 20;
 /// How long an accepted connection may take to say hello before it is dropped as a stranger.
 const HELLO_WAIT: Duration = Duration::from_secs(10);
-
-/// `host:port` of the rendezvous, as given by `--rendezvous` or `MASTER_ADDR`/`MASTER_PORT`.
-/// The host is resolved on every connection attempt (a name may resolve only once its node is
-/// up).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    pub host: String,
-    pub port: u16,
-}
 
 impl Endpoint {
     pub fn new(host: impl Into<String>, port: u16) -> Endpoint {

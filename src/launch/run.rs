@@ -617,7 +617,7 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     let schedule = a.workload.schedule(devices.len() as u64)?;
     impls::check_verify(&a.impls, &schedule)?;
     let host_gaps = a.host_gaps.resolve(&schedule, devices.len())?;
-    let fault = crate::backend::fault::rank_fault(a.inject_fault.as_deref())?;
+    let fault = crate::launch::fault::rank_fault(a.inject_fault.as_deref())?;
     let mut notes = vec![];
     // one GPU has no peers: only its compute share runs
     let run_on = if one {
@@ -625,7 +625,7 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     } else {
         runnable(&a.impls, &devices, &mut notes)?
     };
-    crate::backend::fault::check_p2p_fault(
+    crate::launch::fault::check_p2p_fault(
         a.inject_fault.as_deref(),
         run_on.iter().filter(|i| i.is_p2p()).count(),
     )?;

@@ -13,6 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::stats::quantile_sorted;
+pub use crate::record::vocab::Straggler;
 
 /// One rank's view of one collective: when its kernel started and how long it ran (us).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -95,18 +96,6 @@ impl Spread {
             n: v.len(),
         })
     }
-}
-
-/// How often and by how much one rank arrived last.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Straggler {
-    pub rank: usize,
-    /// Collectives in which it started last.
-    pub times_last: usize,
-    /// Its share of the collectives with a known last rank.
-    pub share: f64,
-    /// Median of (its start - the earliest start) over the collectives it was last in.
-    pub median_lag_us: f64,
 }
 
 /// Many collectives summed up, e.g. every collective of one step, or of a whole trace.

@@ -2,7 +2,6 @@
 //! outputs of the exact-result check ([`pattern`]). How often to repeat is [`crate::request::Repeat`].
 
 pub mod attribution;
-pub mod bandwidth;
 pub mod gaps;
 pub mod interval;
 pub mod pattern;

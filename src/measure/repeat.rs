@@ -23,49 +23,12 @@
 //! interval is so wide (t = 63.7) that only gross cold starts show; 4 or more repetitions are
 //! what makes the test useful.
 
-use serde::{Deserialize, Serialize};
-
 use super::interval::{mean_sd, median_order_interval, t_interval, t_quantile, Level};
 use super::stats::quantile_sorted;
+pub use crate::record::vocab::{ColdStart, RepInterval, Repetitions};
 
 /// Smallest relative difference a cold start must have from the others.
 pub const COLD_START_MIN_REL: f64 = 0.01;
-
-/// A 95% interval of a repeated measurement.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RepInterval {
-    pub lo_us: f64,
-    pub hi_us: f64,
-    /// `order statistics` or `t`.
-    pub method: String,
-    /// Nominal coverage: exact binomial for order statistics, 0.95 for t.
-    pub coverage: f64,
-}
-
-/// A first repetition left out of the statistics.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ColdStart {
-    pub value_us: f64,
-    pub reason: String,
-}
-
-/// R repetitions' medians and their summary, as a record carries them.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Repetitions {
-    /// Every repetition's median (us), in run order, a cold start included.
-    pub repetitions_us: Vec<f64>,
-    /// Repetitions the statistics below use (all but a cold start).
-    pub used: usize,
-    /// Median of the used repetitions, us.
-    pub median_us: f64,
-    pub min_us: f64,
-    pub max_us: f64,
-    /// 95% interval; `None` for a single used repetition.
-    pub interval: Option<RepInterval>,
-    /// The first repetition, when it was a cold start.
-    pub cold_start: Option<ColdStart>,
-}
 
 /// Whether the first of `medians` is a cold start, and why (see the module comment).
 pub fn cold_start(medians: &[f64]) -> Option<ColdStart> {

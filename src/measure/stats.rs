@@ -1,23 +1,6 @@
 //! Summary statistics over microsecond samples.
 
-use serde::{Deserialize, Serialize};
-
-/// Summary of a sample set (all values in microseconds).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
-    /// Number of samples.
-    pub n: usize,
-    pub median_us: f64,
-    pub mean_us: f64,
-    /// Sample standard deviation (n - 1); 0 for a single sample.
-    pub stddev_us: f64,
-    pub min_us: f64,
-    pub max_us: f64,
-    /// 99th percentile (linear interpolation between closest ranks).
-    pub p99_us: f64,
-    /// Samples further than 3.5 modified z-scores (MAD-based) from the median.
-    pub outliers: usize,
-}
+pub use crate::record::vocab::Summary;
 
 /// Quantile `q` in [0, 1] of sorted data, interpolating linearly (the "R-7" rule).
 pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {

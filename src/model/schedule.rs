@@ -7,52 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::shape::*;
 use crate::error::usage;
-
-/// Element type of activations and collective buffers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DType {
-    Bf16,
-    F16,
-    F32,
-}
-
-impl DType {
-    pub fn size(self) -> u64 {
-        match self {
-            DType::Bf16 | DType::F16 => 2,
-            DType::F32 => 4,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::Bf16 => "bf16",
-            DType::F16 => "f16",
-            DType::F32 => "f32",
-        }
-    }
-}
-
-impl std::str::FromStr for DType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "bf16" | "bfloat16" => Ok(DType::Bf16),
-            "f16" | "fp16" | "half" | "float16" => Ok(DType::F16),
-            "f32" | "fp32" | "float" | "float32" => Ok(DType::F32),
-            _ => Err(format!("unknown dtype '{s}' (use bf16, f16 or f32)")),
-        }
-    }
-}
-
-/// Collective operations the schedule uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CollectiveKind {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-}
+pub use crate::record::vocab::{CollectiveKind, DType, Phase};
 
 impl CollectiveKind {
     /// The name records and tables use (`all_reduce`); see [`CollectiveKind::ops`].
@@ -63,20 +18,6 @@ impl CollectiveKind {
     /// nccl-tests' bus-bandwidth factor for `n` ranks.
     pub fn bus_factor(self, n: usize) -> f64 {
         self.ops().bus_factor(n)
-    }
-}
-
-impl std::str::FromStr for CollectiveKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().replace('-', "_").as_str() {
-            "all_reduce" | "allreduce" => Ok(CollectiveKind::AllReduce),
-            "all_gather" | "allgather" => Ok(CollectiveKind::AllGather),
-            "reduce_scatter" | "reducescatter" => Ok(CollectiveKind::ReduceScatter),
-            _ => Err(format!(
-                "unknown collective '{s}' (use all_reduce, all_gather or reduce_scatter)"
-            )),
-        }
     }
 }
 
@@ -129,24 +70,6 @@ pub enum Op {
         layer: Option<u64>,
     },
 }
-
-/// Which forward the schedule describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// The target model's verify forward of T tokens.
-    Verify,
-    /// One normal decode step of the target model (T = 1).
-    Decode,
-    /// One EAGLE-3 draft step (one decoder layer, draft vocabulary, 1 token).
-    Draft,
-}
-
-crate::named_enum!(Phase {
-    Verify => "verify": "The target model's verify forward of T tokens.",
-    Decode => "decode": "One normal decode step of the target model (T = 1).",
-    Draft => "draft": "One EAGLE-3 draft step (one decoder layer, draft vocabulary, 1 token).",
-});
 
 /// How the routed experts selected by T tokens are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -593,6 +516,32 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
         experts_per_layer: experts,
         ops,
     })
+}
+
+/// The workload line a record carries, from the schedule it ran.
+impl crate::record::Workload {
+    pub fn of(s: &Schedule) -> crate::record::Workload {
+        let first = |k: CollectiveKind| {
+            s.collective_groups()
+                .into_iter()
+                .find(|g| g.kind == k)
+                .map(|g| g.bytes_per_rank)
+                .unwrap_or(0)
+        };
+        crate::record::Workload {
+            model: s.model.clone(),
+            phase: s.phase,
+            tp: s.tp,
+            tokens: s.tokens,
+            dtype: s.dtype,
+            schedule_hash: s.hash(),
+            n_all_reduce: s.count_collectives(CollectiveKind::AllReduce),
+            n_all_gather: s.count_collectives(CollectiveKind::AllGather),
+            all_reduce_bytes_per_rank: first(CollectiveKind::AllReduce),
+            all_gather_bytes_per_rank: first(CollectiveKind::AllGather),
+            weight_bytes_per_rank: s.total_weight_bytes(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::comm::p2p::Impl;
-use crate::measure::Summary;
-use crate::model::{CollectiveKind, DType, Phase, Schedule};
+pub mod vocab;
+
 use crate::util::{hostname, now_utc};
+pub use vocab::{CollectiveKind, DType, Impl, Phase, Repetitions, Straggler, Summary};
 
 pub mod io;
 pub use io::read_records;
@@ -131,31 +131,6 @@ pub struct Workload {
     pub weight_bytes_per_rank: u64,
 }
 
-impl Workload {
-    pub fn of(s: &Schedule) -> Workload {
-        let first = |k: CollectiveKind| {
-            s.collective_groups()
-                .into_iter()
-                .find(|g| g.kind == k)
-                .map(|g| g.bytes_per_rank)
-                .unwrap_or(0)
-        };
-        Workload {
-            model: s.model.clone(),
-            phase: s.phase,
-            tp: s.tp,
-            tokens: s.tokens,
-            dtype: s.dtype,
-            schedule_hash: s.hash(),
-            n_all_reduce: s.count_collectives(CollectiveKind::AllReduce),
-            n_all_gather: s.count_collectives(CollectiveKind::AllGather),
-            all_reduce_bytes_per_rank: first(CollectiveKind::AllReduce),
-            all_gather_bytes_per_rank: first(CollectiveKind::AllGather),
-            weight_bytes_per_rank: s.total_weight_bytes(),
-        }
-    }
-}
-
 /// What a verify replay contained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -221,7 +196,7 @@ pub struct InCollective {
     pub median_skew_us: Option<f64>,
     /// The rank most often last to start a collective.
     #[serde(default)]
-    pub straggler: Option<crate::measure::attribution::Straggler>,
+    pub straggler: Option<Straggler>,
     /// A lower bound of `in_collective_us` (modeled: hosts re-synchronised at every collective).
     #[serde(default)]
     pub lower_bound_us: Option<f64>,
@@ -402,7 +377,7 @@ pub struct Repeated {
     /// The collective size of a `collective` row; `None` for a verify run.
     #[serde(default)]
     pub size_bytes: Option<u64>,
-    pub reps: crate::measure::repeat::Repetitions,
+    pub reps: Repetitions,
 }
 
 impl Record {

@@ -10,43 +10,14 @@ pub mod fit;
 pub mod plan;
 pub mod plots;
 
-pub mod render;
 pub mod text;
 
 use crate::record::Record;
 
-use std::path::PathBuf;
+pub use crate::request::Exports;
 
-/// The export files of a measuring command (`--export-json/--export-csv/--export-markdown`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Exports {
-    /// The results as JSON records (the source of truth).
-    pub export_json: Option<PathBuf>,
-    /// The results as CSV.
-    pub export_csv: Option<PathBuf>,
-    /// The results as a Markdown table.
-    pub export_markdown: Option<PathBuf>,
-}
-
+/// Writing the exports is rendering: it lives here, beside the renderers.
 impl Exports {
-    /// The requested export files with the flag naming each.
-    pub fn outputs(&self) -> Vec<(&'static str, &std::path::Path)> {
-        [
-            ("--export-json", &self.export_json),
-            ("--export-csv", &self.export_csv),
-            ("--export-markdown", &self.export_markdown),
-        ]
-        .into_iter()
-        .filter_map(|(f, p)| p.as_deref().map(|p| (f, p)))
-        .collect()
-    }
-
-    /// Checks before any work that every export can be written and none is an input or another
-    /// export ([`crate::util::check_outputs`]).
-    pub fn check(&self, inputs: &[&std::path::Path]) -> anyhow::Result<()> {
-        crate::util::check_outputs(&self.outputs(), inputs)
-    }
-
     /// Writes every requested export of `records`. Called after each result so that a later
     /// failure loses nothing already measured.
     pub fn write(&self, records: &[Record]) -> anyhow::Result<()> {

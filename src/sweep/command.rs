@@ -627,7 +627,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     };
     signal::install()?;
     let mut file = ResultsFile::open(&results_path)?;
-    let (extra_args, extra_when) = crate::backend::fault::sweep_extra_args();
+    let (extra_args, extra_when) = crate::launch::fault::sweep_extra_args();
     let sub = SubprocessRunner {
         exe: std::env::current_exe()?,
         verify_args: verify_args(a, backend, tp),

@@ -8,11 +8,9 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::{Impl, MAX_RANKS, THREADS};
+pub use crate::comm::compile::ALLREDUCE_SRC;
 use crate::comm::device::Gpu;
 use crate::model::DType;
-
-/// The source of the P2P all-reduce kernels.
-pub const ALLREDUCE_SRC: &str = include_str!("../../../kernels/allreduce.cu");
 
 /// `struct Peers` of the kernel source, passed by value to every launch.
 #[repr(C)]

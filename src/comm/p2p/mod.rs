@@ -33,11 +33,9 @@ pub mod virtual_ranks;
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::error::usage;
 use crate::model::DType;
 
+pub use crate::record::vocab::Impl;
 pub use peer::{
     check_topology, file_exchange, InProcessExchange, P2pAllReduce, P2pUnavailable, Workspace,
 };
@@ -66,81 +64,6 @@ const _: () = assert!(ERRORS_OFF + 16 <= DATA_OFF && DATA_OFF % 256 == 0);
 
 /// Vectors each thread handles per call before a grid gets another block.
 const VECTORS_PER_THREAD: u64 = 2;
-
-/// A collective implementation: NCCL's, or one of the custom P2P all-reduces.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-pub enum Impl {
-    /// NCCL's collective (the reference).
-    #[default]
-    #[serde(rename = "nccl")]
-    Nccl,
-    /// Copy in, one signal round, n-1 peer reads per rank.
-    #[serde(rename = "oneshot")]
-    OneShot,
-    /// Reduce-scatter then all-gather through peer buffers: two signal rounds, 2(n-1)/n of the
-    /// message over the links.
-    #[serde(rename = "twoshot")]
-    TwoShot,
-}
-
-impl Impl {
-    pub const ALL: [Impl; 3] = [Impl::Nccl, Impl::OneShot, Impl::TwoShot];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Impl::Nccl => "nccl",
-            Impl::OneShot => "oneshot",
-            Impl::TwoShot => "twoshot",
-        }
-    }
-
-    /// Whether the implementation is one of the custom P2P kernels (needs peer memory).
-    pub fn is_p2p(self) -> bool {
-        self != Impl::Nccl
-    }
-
-    /// Parses `--impl`'s comma list (`nccl,oneshot,twoshot`), in the given order, repeats
-    /// dropped. An unknown name is a usage error that lists the valid ones.
-    pub fn parse_list(s: &str) -> anyhow::Result<Vec<Impl>> {
-        let mut out = vec![];
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let i: Impl = part
-                .parse()
-                .map_err(|e: String| usage(format!("--impl '{s}': {e}")))?;
-            if !out.contains(&i) {
-                out.push(i);
-            }
-        }
-        if out.is_empty() {
-            crate::usage_bail!("--impl '{s}' names no implementation (valid: {})", valid());
-        }
-        Ok(out)
-    }
-}
-
-fn valid() -> String {
-    Impl::ALL.map(Impl::name).join(", ")
-}
-
-impl fmt::Display for Impl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Impl {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "nccl" => Ok(Impl::Nccl),
-            "oneshot" | "one-shot" => Ok(Impl::OneShot),
-            "twoshot" | "two-shot" => Ok(Impl::TwoShot),
-            _ => Err(format!("unknown implementation '{s}' (valid: {})", valid())),
-        }
-    }
-}
 
 /// Settings every rank of one group must share (they are checked at connect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

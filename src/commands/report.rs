@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::export::{markdown_table, tables, Table};
-use super::plots::{self, BarGroup, Series, SpeedLine, Stack};
 use crate::model::Phase;
 use crate::record::{self, Body, Mode, Record, Source, VerifyResult};
+use crate::report::export::{markdown_table, tables, Table};
+use crate::report::plots::{self, BarGroup, Series, SpeedLine, Stack};
 use crate::speculative::analysis::{analyse, Analysis};
 use crate::speculative::inputs::{self, Flags, RecordTime};
 

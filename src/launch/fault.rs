@@ -6,8 +6,8 @@
 //! the model backend has no worker to break, so the whole process fails the way a crashed or
 //! stuck worker would.
 
+use super::job::Fault;
 use crate::error::usage;
-use crate::launch::Fault;
 
 /// Extra arguments `sweep` appends to every child's command line (e.g. `--inject-fault exit`).
 pub const SWEEP_EXTRA_ARGS_ENV: &str = "VERIFYBENCH_SWEEP_EXTRA_ARGS";

@@ -3,11 +3,17 @@
 //! request and calls one function here; `sweep` and `worker` have their own homes
 //! ([`crate::sweep::command`], [`crate::launch::external_worker`]).
 
+pub mod bandwidth;
+pub mod report;
+pub mod selftest;
+
 use crate::backend::{self, Backend};
 use crate::measure::repeat::Repetitions;
 use crate::record::{Body, Record, Repeated};
 use crate::report::text;
-use crate::request::{BackendKind, CollectiveRequest, VerifyRequest, MAX_FRESH_RUNS};
+use crate::request::{
+    BackendKind, CollectiveRequest, VerifyRequest, WorkerRequest, MAX_FRESH_RUNS,
+};
 
 /// The note of a modeled record asked for fresh runs.
 pub const MODELED_NO_NOISE: &str =
@@ -150,6 +156,16 @@ pub fn print_result(
         }
     }
     Ok(())
+}
+
+/// `verifybench worker`: this rank of an externally launched replay; rank 0 exports and prints
+/// the gathered record.
+pub fn worker(a: &WorkerRequest) -> anyhow::Result<i32> {
+    if let Some(rec) = crate::launch::external_worker::run(a)? {
+        a.export.write(std::slice::from_ref(&rec))?;
+        print_result(a.format, &rec, text::verify_table)?;
+    }
+    Ok(0)
 }
 
 /// `verifybench verify` with the backend `resolve` picks.

@@ -1,0 +1,228 @@
+//! The plain vocabulary every record speaks: element types, collective kinds, phases, the
+//! collective implementation, and the statistics a record carries (a sample summary, repeated
+//! runs, the straggler). Only the data lives here, at the bottom; what computes them stays with
+//! the code that does (`model`, `measure`, `comm::p2p`), which re-exports these names.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::usage;
+
+/// Element type of activations and collective buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl DType {
+    pub fn size(self) -> u64 {
+        match self {
+            DType::Bf16 | DType::F16 => 2,
+            DType::F32 => 4,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+        }
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "bf16" | "bfloat16" => Ok(DType::Bf16),
+            "f16" | "fp16" | "half" | "float16" => Ok(DType::F16),
+            "f32" | "fp32" | "float" | "float32" => Ok(DType::F32),
+            _ => Err(format!("unknown dtype '{s}' (use bf16, f16 or f32)")),
+        }
+    }
+}
+
+/// Collective operations the schedule uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveKind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+impl std::str::FromStr for CollectiveKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "all_reduce" | "allreduce" => Ok(CollectiveKind::AllReduce),
+            "all_gather" | "allgather" => Ok(CollectiveKind::AllGather),
+            "reduce_scatter" | "reducescatter" => Ok(CollectiveKind::ReduceScatter),
+            _ => Err(format!(
+                "unknown collective '{s}' (use all_reduce, all_gather or reduce_scatter)"
+            )),
+        }
+    }
+}
+
+/// Which forward the schedule describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The target model's verify forward of T tokens.
+    Verify,
+    /// One normal decode step of the target model (T = 1).
+    Decode,
+    /// One EAGLE-3 draft step (one decoder layer, draft vocabulary, 1 token).
+    Draft,
+}
+
+crate::named_enum!(Phase {
+    Verify => "verify": "The target model's verify forward of T tokens.",
+    Decode => "decode": "One normal decode step of the target model (T = 1).",
+    Draft => "draft": "One EAGLE-3 draft step (one decoder layer, draft vocabulary, 1 token).",
+});
+
+/// A collective implementation: NCCL's, or one of the custom P2P all-reduces.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub enum Impl {
+    /// NCCL's collective (the reference).
+    #[default]
+    #[serde(rename = "nccl")]
+    Nccl,
+    /// Copy in, one signal round, n-1 peer reads per rank.
+    #[serde(rename = "oneshot")]
+    OneShot,
+    /// Reduce-scatter then all-gather through peer buffers: two signal rounds, 2(n-1)/n of the
+    /// message over the links.
+    #[serde(rename = "twoshot")]
+    TwoShot,
+}
+
+impl Impl {
+    pub const ALL: [Impl; 3] = [Impl::Nccl, Impl::OneShot, Impl::TwoShot];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Nccl => "nccl",
+            Impl::OneShot => "oneshot",
+            Impl::TwoShot => "twoshot",
+        }
+    }
+
+    /// Whether the implementation is one of the custom P2P kernels (needs peer memory).
+    pub fn is_p2p(self) -> bool {
+        self != Impl::Nccl
+    }
+
+    /// Parses `--impl`'s comma list (`nccl,oneshot,twoshot`), in the given order, repeats
+    /// dropped. An unknown name is a usage error that lists the valid ones.
+    pub fn parse_list(s: &str) -> anyhow::Result<Vec<Impl>> {
+        let mut out = vec![];
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let i: Impl = part
+                .parse()
+                .map_err(|e: String| usage(format!("--impl '{s}': {e}")))?;
+            if !out.contains(&i) {
+                out.push(i);
+            }
+        }
+        if out.is_empty() {
+            crate::usage_bail!("--impl '{s}' names no implementation (valid: {})", valid());
+        }
+        Ok(out)
+    }
+}
+
+fn valid() -> String {
+    Impl::ALL.map(Impl::name).join(", ")
+}
+
+impl fmt::Display for Impl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Impl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "nccl" => Ok(Impl::Nccl),
+            "oneshot" | "one-shot" => Ok(Impl::OneShot),
+            "twoshot" | "two-shot" => Ok(Impl::TwoShot),
+            _ => Err(format!("unknown implementation '{s}' (valid: {})", valid())),
+        }
+    }
+}
+
+/// Summary of a sample set (all values in microseconds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Number of samples.
+    pub n: usize,
+    pub median_us: f64,
+    pub mean_us: f64,
+    /// Sample standard deviation (n - 1); 0 for a single sample.
+    pub stddev_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+    /// 99th percentile (linear interpolation between closest ranks).
+    pub p99_us: f64,
+    /// Samples further than 3.5 modified z-scores (MAD-based) from the median.
+    pub outliers: usize,
+}
+
+/// A 95% interval of a repeated measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepInterval {
+    pub lo_us: f64,
+    pub hi_us: f64,
+    /// `order statistics` or `t`.
+    pub method: String,
+    /// Nominal coverage: exact binomial for order statistics, 0.95 for t.
+    pub coverage: f64,
+}
+
+/// A first repetition left out of the statistics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColdStart {
+    pub value_us: f64,
+    pub reason: String,
+}
+
+/// R repetitions' medians and their summary, as a record carries them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Repetitions {
+    /// Every repetition's median (us), in run order, a cold start included.
+    pub repetitions_us: Vec<f64>,
+    /// Repetitions the statistics below use (all but a cold start).
+    pub used: usize,
+    /// Median of the used repetitions, us.
+    pub median_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+    /// 95% interval; `None` for a single used repetition.
+    pub interval: Option<RepInterval>,
+    /// The first repetition, when it was a cold start.
+    pub cold_start: Option<ColdStart>,
+}
+
+/// How often and by how much one rank arrived last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Straggler {
+    pub rank: usize,
+    /// Collectives in which it started last.
+    pub times_last: usize,
+    /// Its share of the collectives with a known last rank.
+    pub share: f64,
+    /// Median of (its start - the earliest start) over the collectives it was last in.
+    pub median_lag_us: f64,
+}
