@@ -1,6 +1,16 @@
-//! The layering rule, checked on the sources: only `src/cli/` and `src/main.rs` may name clap
-//! or import from `crate::cli`; every other module works on the library's plain requests.
+//! The layering rules, checked on the sources:
+//! - only `src/cli/` and `src/main.rs` name clap or import from `crate::cli`; every other module
+//!   works on the library's plain requests;
+//! - every import between the top-level modules points down [`TABLE`]: each module may import
+//!   only the modules its row names, and every row names only modules below it (so the modules
+//!   form no circle);
+//! - no two files import each other in a circle (a `pub use` re-export is a folder's interface,
+//!   not a dependency, and is not counted).
+//!
+//! Test code (`#[cfg(test)] mod tests` at the end of a file, and `tests.rs` files) may use any
+//! module: it is not part of the library's dependency structure.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -103,5 +113,303 @@ fn no_empty_file_is_tracked_outside_results() {
     assert!(
         empty.is_empty(),
         "empty files are tracked (litter a run left behind?): {empty:?}"
+    );
+}
+
+/// The top-level modules of `src/`, top to bottom, each with the modules it may import. A
+/// module added to `src/` needs a row; a new import between modules needs its name in the
+/// importing row, and may only point down.
+#[rustfmt::skip]
+const TABLE: &[(&str, &[&str])] = &[
+    ("main", &["cli", "error"]),
+    ("cli", &["commands", "sweep", "compare", "report", "speculative", "machine", "backend",
+        "launch", "impls", "costmodel", "trace", "request", "comm", "measure", "model", "inspect",
+        "output", "nccl_list", "record", "units", "util", "error"]),
+    ("commands", &["sweep", "report", "speculative", "machine", "backend", "launch", "request",
+        "comm", "measure", "model", "output", "record", "units", "util", "error"]),
+    ("sweep", &["report", "backend", "launch", "costmodel", "request", "comm", "measure", "model",
+        "inspect", "output", "nccl_list", "record", "units", "util", "error"]),
+    ("compare", &["report", "measure", "model", "output", "record", "units", "util", "error"]),
+    ("report", &["speculative", "machine", "costmodel", "request", "measure", "model", "record",
+        "units", "util", "error"]),
+    ("speculative", &["trace", "model", "record", "units", "util", "error"]),
+    ("machine", &["launch", "request", "comm", "inspect", "record", "util", "error"]),
+    ("backend", &["launch", "impls", "costmodel", "trace", "request", "comm", "measure", "model",
+        "record", "util", "error"]),
+    ("launch", &["impls", "trace", "request", "comm", "measure", "model", "output", "record",
+        "units", "util", "error"]),
+    ("impls", &["comm", "model", "record", "error"]),
+    ("costmodel", &["request", "comm", "measure", "model", "nccl_list", "record", "units", "util",
+        "error"]),
+    ("trace", &["measure", "model", "output", "record", "units", "util", "error"]),
+    ("request", &["measure", "model", "output", "record", "units", "util", "error"]),
+    ("comm", &["measure", "model", "record", "units", "util", "error"]),
+    ("measure", &["model", "record", "units", "util", "error"]),
+    ("model", &["record", "units", "util", "error"]),
+    ("inspect", &["util", "error"]),
+    ("output", &["util", "error"]),
+    ("nccl_list", &[]),
+    ("record", &["util", "error"]),
+    ("units", &["error"]),
+    ("util", &["error"]),
+    ("error", &[]),
+];
+
+/// A source file's library code: comments blanked, and the trailing `#[cfg(test)] mod` cut.
+fn library_code(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod ") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module path of a file of `src/` (`comm/p2p/mod.rs` -> `[comm, p2p]`).
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs");
+    if !matches!(stem, "mod" | "lib" | "main") {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// Expands a `use` tree (`a::{b, c::{d, e}}`) into its paths.
+fn expand_use(tree: &str) -> Vec<String> {
+    // White space kept only inside `X as Y`.
+    let words: Vec<&str> = tree.split_whitespace().collect();
+    let mut t = String::new();
+    for w in words {
+        let joins = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if joins(t.chars().last()) && joins(w.chars().next()) {
+            t.push(' ');
+        }
+        t.push_str(w);
+    }
+    let Some(open) = t.find("::{") else {
+        return vec![t];
+    };
+    let (prefix, body) = (&t[..open], &t[open + 3..t.len().saturating_sub(1)]);
+    let (mut parts, mut depth, mut cur) = (vec![], 0i32, String::new());
+    for c in body.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        if c == ',' && depth == 0 {
+            parts.push(std::mem::take(&mut cur));
+        } else {
+            cur.push(c);
+        }
+    }
+    parts.push(cur);
+    parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| expand_use(p))
+        .map(|p| format!("{prefix}::{p}"))
+        .collect()
+}
+
+/// Every path a file's library code names through `crate::`, `super::` or `self::` (or a child
+/// module), outside `pub use` re-exports, each as written.
+fn named_paths(code: &str, children: &BTreeSet<String>) -> Vec<String> {
+    static USE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    static PATH: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let use_re = USE.get_or_init(|| {
+        regex::Regex::new(r"(?s)(\bpub(?:\([a-z]+\))?\s+)?\buse\s+([^;]+);").unwrap()
+    });
+    let path_re = PATH.get_or_init(|| {
+        regex::Regex::new(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)").unwrap()
+    });
+    let mut out = vec![];
+    for c in use_re.captures_iter(code) {
+        if c.get(1).is_some() {
+            continue;
+        }
+        for p in expand_use(&c[2]) {
+            let first = p.split("::").next().unwrap_or("");
+            if matches!(first, "crate" | "super" | "self") || children.contains(first) {
+                out.push(p);
+            }
+        }
+    }
+    let rest = use_re.replace_all(code, "");
+    out.extend(path_re.captures_iter(&rest).map(|c| c[1].to_string()));
+    out
+}
+
+/// The files of `src/` (as module paths) that a path named in `from` refers to: the longest
+/// prefix of the path that is a module with a file.
+fn resolve(
+    from: &[String],
+    path: &str,
+    files: &BTreeMap<Vec<String>, PathBuf>,
+) -> Option<Vec<String>> {
+    let segs: Vec<&str> = path
+        .split("::")
+        .map(|s| s.split(" as ").next().unwrap_or(s))
+        .collect();
+    let mut base: Vec<String> = from.to_vec();
+    let mut rest = &segs[..];
+    match rest.first() {
+        Some(&"crate") => {
+            base.clear();
+            rest = &rest[1..];
+        }
+        Some(&"self") => rest = &rest[1..],
+        Some(&"super") => {
+            while rest.first() == Some(&"super") {
+                base.pop();
+                rest = &rest[1..];
+            }
+        }
+        _ => {}
+    }
+    let full: Vec<String> = base
+        .into_iter()
+        .chain(rest.iter().map(|s| s.to_string()))
+        .collect();
+    (0..=full.len())
+        .rev()
+        .map(|k| full[..k].to_vec())
+        .find(|m| files.contains_key(m))
+}
+
+/// The library's files of `src/` (module path -> file), test-only `tests.rs` files left out.
+fn library_files() -> BTreeMap<Vec<String>, PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = vec![];
+    rust_files(&src, &mut all);
+    all.into_iter()
+        .filter(|f| f.file_name().is_some_and(|n| n != "tests.rs"))
+        .map(|f| (module_of(f.strip_prefix(&src).unwrap()), f))
+        .collect()
+}
+
+/// File -> the files it imports.
+fn file_graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let files = library_files();
+    let mut g = BTreeMap::new();
+    for (m, f) in &files {
+        let children: BTreeSet<String> = files
+            .keys()
+            .filter(|k| k.len() == m.len() + 1 && k.starts_with(m))
+            .map(|k| k[m.len()].clone())
+            .collect();
+        let code = library_code(&std::fs::read_to_string(f).unwrap());
+        let deps: BTreeSet<Vec<String>> = named_paths(&code, &children)
+            .iter()
+            .filter_map(|p| resolve(m, p, &files))
+            .filter(|t| t != m)
+            .collect();
+        g.insert(m.clone(), deps);
+    }
+    g
+}
+
+fn show(m: &[String]) -> String {
+    if m.is_empty() {
+        "lib.rs".into()
+    } else {
+        m.join("/")
+    }
+}
+
+#[test]
+fn the_path_reader_resolves_use_trees_and_relative_paths() {
+    assert_eq!(
+        expand_use("crate::a::{b, c::{d, E as F}}"),
+        ["crate::a::b", "crate::a::c::d", "crate::a::c::E as F"]
+    );
+    let children: BTreeSet<String> = ["child".to_string()].into();
+    let code = "use crate::x::Y;\npub use child::Z;\nuse child::W;\nfn f() { super::q::r(); }";
+    assert_eq!(
+        named_paths(code, &children),
+        ["crate::x::Y", "child::W", "super::q::r"]
+    );
+    let files: BTreeMap<Vec<String>, PathBuf> = [
+        vec![],
+        vec!["a".into()],
+        vec!["a".into(), "b".into()],
+        vec!["c".into()],
+    ]
+    .into_iter()
+    .map(|k| (k, PathBuf::new()))
+    .collect();
+    let ab = vec!["a".to_string(), "b".to_string()];
+    assert_eq!(resolve(&ab, "super::Thing", &files), Some(vec!["a".into()]));
+    assert_eq!(
+        resolve(&ab, "crate::c::d::E", &files),
+        Some(vec!["c".into()])
+    );
+    assert_eq!(resolve(&ab, "self::x", &files), Some(ab.clone()));
+    assert_eq!(
+        resolve(&ab, "crate::a::Z as W", &files),
+        Some(vec!["a".into()])
+    );
+    assert_eq!(
+        library_code("use a; // use b;\n#[cfg(test)]\nmod tests { use c; }"),
+        "use a; "
+    );
+}
+
+#[test]
+fn the_table_points_down_and_names_every_module() {
+    let order: Vec<&str> = TABLE.iter().map(|(m, _)| *m).collect();
+    for (i, (m, allowed)) in TABLE.iter().enumerate() {
+        for a in *allowed {
+            let j = order.iter().position(|o| o == a);
+            assert!(
+                j.is_some_and(|j| j > i),
+                "the table lets {m} import {a}, which is not below it"
+            );
+        }
+    }
+    let tops: BTreeSet<String> = library_files()
+        .keys()
+        .filter_map(|k| k.first().cloned())
+        .collect();
+    for t in &tops {
+        assert!(
+            order.contains(&t.as_str()),
+            "src/{t} has no row in the layering table"
+        );
+    }
+}
+
+#[test]
+fn every_import_between_modules_points_down_the_table() {
+    let rows: BTreeMap<&str, &[&str]> = TABLE.iter().copied().collect();
+    let mut bad = vec![];
+    for (file, deps) in file_graph() {
+        let Some(from) = file.first() else { continue };
+        for d in deps {
+            let Some(to) = d.first() else { continue };
+            if to != from
+                && !rows
+                    .get(from.as_str())
+                    .is_some_and(|r| r.contains(&to.as_str()))
+            {
+                bad.push(format!("{} imports {}", show(&file), show(&d)));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "imports the layering table does not allow (point them down, or add the module to the \
+         importing row if it lies below):\n{}",
+        bad.join("\n")
     );
 }
