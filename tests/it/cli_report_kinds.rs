@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use verifybench::measure::bandwidth::Bandwidth;
+use verifybench::commands::bandwidth::Bandwidth;
 use verifybench::measure::Summary;
 use verifybench::model::{CollectiveKind, DType, Phase};
 use verifybench::record::*;
