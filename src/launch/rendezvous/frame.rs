@@ -1,0 +1,183 @@
+//! The frames of the rendezvous protocol (see the parent module): the fixed header, the
+//! message kinds, and reads and writes that each keep a deadline.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+pub(super) const MAGIC: [u8; 4] = *b"VBRZ";
+/// Version of the frame layout and message kinds (not of the crate).
+pub(super) const PROTOCOL: u16 = 1;
+pub(super) const HEADER_BYTES: usize = 11;
+/// Largest frame accepted: a result of per-rank timings is far smaller; anything bigger is
+/// not our peer.
+pub(super) const MAX_FRAME_BYTES: u32 = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Hello = 1,
+    Id = 2,
+    Refused = 3,
+    Abort = 4,
+    Result = 5,
+    Failed = 6,
+    Ack = 7,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Hello,
+            2 => Kind::Id,
+            3 => Kind::Refused,
+            4 => Kind::Abort,
+            5 => Kind::Result,
+            6 => Kind::Failed,
+            7 => Kind::Ack,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a frame could not be read or written.
+#[derive(Debug)]
+pub(super) enum FrameError {
+    Timeout,
+    Closed,
+    Io(io::Error),
+    NotOurs([u8; 4]),
+    Protocol(u16),
+    BadKind(u8),
+    TooLarge(u32),
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::Timeout => f.write_str("timed out"),
+            FrameError::Closed => f.write_str("the connection was closed"),
+            FrameError::Io(e) => write!(f, "{e}"),
+            FrameError::NotOurs(m) => write!(
+                f,
+                "the other side is not a verifybench rendezvous (it sent {:?}): is the port used by another program?",
+                String::from_utf8_lossy(m)
+            ),
+            FrameError::Protocol(p) => write!(
+                f,
+                "the other side speaks rendezvous protocol {p}, this build {PROTOCOL}: start every rank with the same binary"
+            ),
+            FrameError::BadKind(k) => write!(f, "unknown message kind {k}"),
+            FrameError::TooLarge(n) => write!(f, "a {n}-byte message is larger than any rendezvous message"),
+        }
+    }
+}
+
+pub(super) fn io_err(e: io::Error) -> FrameError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => FrameError::Timeout,
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => FrameError::Closed,
+        _ => FrameError::Io(e),
+    }
+}
+
+pub(super) fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
+
+pub(super) fn read_exact_by(
+    s: &mut TcpStream,
+    mut buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), FrameError> {
+    while !buf.is_empty() {
+        let left = remaining(deadline).ok_or(FrameError::Timeout)?;
+        s.set_read_timeout(Some(left)).map_err(FrameError::Io)?;
+        match s.read(buf) {
+            Ok(0) => return Err(FrameError::Closed),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn write_all_by(
+    s: &mut TcpStream,
+    mut buf: &[u8],
+    deadline: Instant,
+) -> Result<(), FrameError> {
+    while !buf.is_empty() {
+        let left = remaining(deadline).ok_or(FrameError::Timeout)?;
+        s.set_write_timeout(Some(left)).map_err(FrameError::Io)?;
+        match s.write(buf) {
+            Ok(0) => return Err(FrameError::Closed),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn encode(kind: Kind, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_BYTES + payload.len());
+    v.extend_from_slice(&MAGIC);
+    v.extend_from_slice(&PROTOCOL.to_be_bytes());
+    v.push(kind as u8);
+    v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+pub(super) fn write_frame(
+    s: &mut TcpStream,
+    kind: Kind,
+    payload: &[u8],
+    deadline: Instant,
+) -> Result<(), FrameError> {
+    if payload.len() > MAX_FRAME_BYTES as usize {
+        return Err(FrameError::TooLarge(payload.len() as u32));
+    }
+    write_all_by(s, &encode(kind, payload), deadline)
+}
+
+pub(super) fn read_frame(
+    s: &mut TcpStream,
+    deadline: Instant,
+) -> Result<(Kind, Vec<u8>), FrameError> {
+    let mut h = [0u8; HEADER_BYTES];
+    read_exact_by(s, &mut h, deadline)?;
+    let magic = [h[0], h[1], h[2], h[3]];
+    if magic != MAGIC {
+        return Err(FrameError::NotOurs(magic));
+    }
+    let proto = u16::from_be_bytes([h[4], h[5]]);
+    if proto != PROTOCOL {
+        return Err(FrameError::Protocol(proto));
+    }
+    let kind = Kind::from_u8(h[6]).ok_or(FrameError::BadKind(h[6]))?;
+    let len = u32::from_be_bytes([h[7], h[8], h[9], h[10]]);
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut payload = vec![0u8; len as usize];
+    read_exact_by(s, &mut payload, deadline)?;
+    Ok((kind, payload))
+}
+
+/// Best effort: tell a peer why the rendezvous ended, without waiting long for it.
+pub(super) fn send_quietly(s: &mut TcpStream, kind: Kind, msg: &str) {
+    let _ = write_frame(
+        s,
+        kind,
+        msg.as_bytes(),
+        Instant::now() + Duration::from_secs(2),
+    );
+}
