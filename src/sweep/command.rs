@@ -809,3 +809,134 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sweep of the default workload with every flag at its default.
+    fn request() -> SweepRequest {
+        SweepRequest {
+            workload: crate::request::Workload::default(),
+            lists: vec![],
+            sets: vec![],
+            preset: None,
+            graph: GraphChoice::Both,
+            mode: Mode::Comm,
+            backend: BackendKind::Model,
+            gpu: GpuSpec::default(),
+            repeat: Repeat::default(),
+            model: ModelSettings::default(),
+            rounds: 1,
+            seed: 0,
+            noise_margin: 0.0,
+            point_timeout: 600.0,
+            results: None,
+            resume: None,
+            retry_failed: false,
+            log_dir: None,
+            no_probe: false,
+            export: Exports::default(),
+            export_table_markdown: None,
+            export_table_csv: None,
+            format: crate::output::Format::Table,
+            quiet: true,
+            debug_mode: false,
+            host_gaps: Default::default(),
+        }
+    }
+
+    /// The value after `flag` in `args`.
+    fn after<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+        let i = args.iter().position(|a| a == flag)?;
+        args.get(i + 1).map(String::as_str)
+    }
+
+    #[test]
+    fn the_rank_count_comes_from_tp_then_the_gpu_flags_then_the_users_machine() {
+        let mut a = request();
+        // the model's default machine: 8 GPUs
+        assert_eq!(default_tp(&a, BackendKind::Model), 8);
+        a.gpu.devices = Some(vec![0, 2, 5]);
+        assert_eq!(default_tp(&a, BackendKind::Model), 3);
+        a.gpu.gpus = Some(4);
+        assert_eq!(default_tp(&a, BackendKind::Model), 4);
+        a.workload.tp = Some(2);
+        assert_eq!(default_tp(&a, BackendKind::Model), 2);
+    }
+
+    #[test]
+    fn every_child_gets_the_workload_backend_launcher_and_gpu_flags() {
+        let mut a = request();
+        a.gpu.devices = Some(vec![1, 3]);
+        a.gpu.timeout = 42.5;
+        a.mode = Mode::Full;
+        a.graph = GraphChoice::Off;
+        a.model.link = "pcie-gen4".into();
+        let args = verify_args(&a, BackendKind::Nccl, 2);
+        assert_eq!(args[0], "verify");
+        assert_eq!(after(&args, "--tp"), Some("2"));
+        assert_eq!(after(&args, "--backend"), Some("nccl"));
+        assert_eq!(after(&args, "--launcher"), Some(a.gpu.launcher.name()));
+        assert_eq!(after(&args, "--graph"), Some("off"));
+        assert_eq!(after(&args, "--mode"), Some("full"));
+        assert_eq!(after(&args, "--devices"), Some("1,3"));
+        assert_eq!(after(&args, "--timeout"), Some("42.5"));
+        assert_eq!(after(&args, "--link"), Some("pcie-gen4"));
+        assert_eq!(after(&args, "--gpus"), None);
+        assert_eq!(after(&args, "--profile"), None);
+        // the request's own --tp is not what the children get: the resolved one is
+        assert_eq!(a.workload.tp, None);
+    }
+
+    #[test]
+    fn default_outputs_are_fresh_names_and_the_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = request();
+        let cwd = std::env::current_dir().unwrap();
+        let (r, logs) = output_paths(&a).unwrap();
+        let name = r.to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("sweep-") && name.ends_with(".jsonl"),
+            "{name}"
+        );
+        assert!(!cwd.join(&r).exists());
+        assert_eq!(logs, r.with_extension("logs"));
+        let mut b = request();
+        b.results = Some(dir.path().join("mine.jsonl"));
+        b.log_dir = Some(dir.path().join("logs"));
+        assert_eq!(
+            output_paths(&b).unwrap(),
+            (dir.path().join("mine.jsonl"), dir.path().join("logs"))
+        );
+        // --resume names the results file when --results does not
+        let mut c = request();
+        c.resume = Some(dir.path().join("old.jsonl"));
+        assert_eq!(output_paths(&c).unwrap().0, dir.path().join("old.jsonl"));
+    }
+
+    #[test]
+    fn an_existing_results_file_that_is_not_a_sweep_is_refused_before_any_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("r.jsonl");
+        std::fs::write(&f, "not a sweep\n").unwrap();
+        let mut a = request();
+        a.results = Some(f.clone());
+        let sched = a.workload.schedule(8).unwrap();
+        let w = Workload::of(&sched);
+        let e = check_outputs(&a, &f, &dir.path().join("logs"), &w).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("--results") && msg.contains("is not a sweep results file"),
+            "{msg}"
+        );
+        // an empty file is a fresh start, and the default logs folder of a new results file
+        // must not exist already
+        std::fs::write(&f, "").unwrap();
+        check_outputs(&a, &f, &dir.path().join("logs"), &w).unwrap();
+        std::fs::create_dir(dir.path().join("taken")).unwrap();
+        let e = check_outputs(&a, &f, &dir.path().join("taken"), &w).unwrap_err();
+        assert!(e.to_string().contains("already exists"), "{e}");
+    }
+}
