@@ -12,8 +12,9 @@
 //! crossing the link, the peer's poll seeing it). The launch is that of one plain kernel: the
 //! graph-replay node gap, or `cudaLaunchKernel`'s host cost when eager (no NCCL enqueue).
 
-use serde::{Deserialize, Serialize};
 
+use super::predict::nccl_size;
+pub use super::profile::P2pLink;
 use super::profile::Profile;
 use crate::comm::p2p::{Impl, MAX_RANKS};
 use crate::error::usage;
@@ -25,91 +26,16 @@ use crate::record::{
 };
 use std::collections::BTreeSet;
 
-/// The P2P parameters of a link profile.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct P2pLink {
-    /// Whether the GPUs of one node can address each other's memory (false: the custom
-    /// all-reduces cannot run; NCCL goes through host memory instead).
-    pub available: bool,
-    /// One signal round with the kernel's fixed device cost, us.
-    pub signal_us: f64,
-    /// Bandwidth at which one GPU reads its peers' memory, GB/s.
-    pub read_gbps: f64,
-    /// Where the numbers come from.
-    pub source: String,
-}
-
-/// PCIe 5.0 x16 through switches. Public measurements of a one-shot P2P all-reduce on 8x RTX
-/// PRO 6000 behind PCIe switches give 7.5 us at 1 KB (and 9.2 us at 64 KB). The signal round is
-/// set so that 1 KB gives 7.5 us in graph replay (1.0 us node gap + 6.36 us + 7 KB read); the
-/// read bandwidth is what one x16 gen5 link delivers to reads (~50 of 63 GB/s). This model then
-/// gives 8.5 us at 8 KB and 16.5 us at 64 KB, above the published 9.2 us: the published kernel
-/// grows less with size than 7 full reads through one link would. `model fit` on measurements
-/// of the machine settles it; NCCL's ring costs ~24 us at 43 KB on the same class of machine.
-pub fn pcie_gen5() -> P2pLink {
-    P2pLink {
-        available: true,
-        signal_us: 6.36,
-        read_gbps: 50.0,
-        source: "signal round from public one-shot measurements on 8x RTX PRO 6000 behind PCIe switches (7.5 us at 1 KB); read bandwidth ~50 GB/s of a PCIe 5.0 x16 link".into(),
-    }
-}
-
-/// PCIe 4.0 x16: the signal round of gen5 (switch and flag latency, not link speed, dominate
-/// it), half the read bandwidth.
-pub fn pcie_gen4() -> P2pLink {
-    P2pLink {
-        available: true,
-        signal_us: 6.36,
-        read_gbps: 25.0,
-        source: "signal round as pcie-gen5 (public 8x RTX PRO 6000 one-shot measurements); read bandwidth ~25 GB/s of a PCIe 4.0 x16 link".into(),
-    }
-}
-
-/// NVLink 4 through NVSwitch. An estimate, not a measurement: a flag store crossing NVLink and
-/// a poll seeing it take ~1 us, the kernel's copy-in and launch on the device ~1 us; reads at
-/// ~300 of NVLink 4's 450 GB/s per direction. The 2-GPU H200 measurement replaces it.
-pub fn nvlink4() -> P2pLink {
-    P2pLink {
-        available: true,
-        signal_us: 2.0,
-        read_gbps: 300.0,
-        source: "estimate (no measurement yet): ~1 us NVLink flag round trip + ~1 us kernel fixed cost; reads ~300 GB/s of NVLink 4's 450 GB/s".into(),
-    }
-}
-
-/// No peer-to-peer between the GPUs (NCCL_P2P_DISABLE, or GPUs under different root
-/// complexes without P2P): the custom all-reduces cannot run.
-pub fn unavailable() -> P2pLink {
-    P2pLink {
-        available: false,
-        signal_us: 0.0,
-        read_gbps: 1.0,
-        source: "no peer-to-peer between the GPUs".into(),
-    }
-}
-
 /// The P2P parameters of `p`: its own, or for a profile file written before they existed, the
 /// built-in values of its link kind.
 pub fn params(p: &Profile) -> P2pLink {
     p.p2p
         .clone()
         .unwrap_or_else(|| match p.intra.kind.as_str() {
-            "nvlink" => nvlink4(),
-            "shm" => unavailable(),
-            _ => pcie_gen5(),
+            "nvlink" => P2pLink::nvlink4(),
+            "shm" => P2pLink::unavailable(),
+            _ => P2pLink::pcie_gen5(),
         })
-}
-
-/// Every parameter finite and in range.
-pub fn check(l: &P2pLink) -> Result<(), String> {
-    if !l.signal_us.is_finite() || l.signal_us < 0.0 {
-        return Err("p2p.signal_us is negative or not a number".into());
-    }
-    if !l.read_gbps.is_finite() || l.read_gbps <= 0.0 {
-        return Err("p2p.read_gbps is not positive".into());
-    }
-    Ok(())
 }
 
 /// Device time (us) of one custom all-reduce of `size` bytes on `n` ranks: signal rounds plus
@@ -243,7 +169,7 @@ pub fn verify_runs(
         if r.mode != Mode::Compute {
             let mut us = 0.0;
             for g in s.collective_groups().iter().filter(|g| g.kind == ar) {
-                let size = super::nccl_size(ar, g.bytes_per_rank, nranks);
+                let size = nccl_size(ar, g.bytes_per_rank, nranks);
                 us += op_time(p, imp, size, nranks, r.graph)?.total() * g.n as f64;
             }
             if let Some(part) = run.breakdown.iter_mut().find(|pt| pt.name == ar.name()) {
@@ -430,7 +356,7 @@ pub fn fit_p2p(base: &Profile, pts: &[P2pPoint]) -> anyhow::Result<P2pFit> {
         link,
         lines,
         points,
-        median_abs_err: super::fit::median_abs(&errs),
+        median_abs_err: crate::measure::stats::median_abs(&errs),
     })
 }
 
@@ -530,7 +456,7 @@ mod tests {
                 .clone()
                 .expect("built-in profiles carry P2P parameters");
             assert!(!l.source.is_empty());
-            check(&l).unwrap();
+            l.check().unwrap();
         }
     }
 
@@ -547,11 +473,11 @@ mod tests {
         std::fs::write(&path, v.to_string()).unwrap();
         let p = crate::costmodel::profile::load(&path).unwrap();
         assert_eq!(p.p2p, None);
-        assert_eq!(params(&p), nvlink4());
+        assert_eq!(params(&p), P2pLink::nvlink4());
         // and a bad value in a new file is refused
         v["profile"]["p2p"] = serde_json::to_value(P2pLink {
             read_gbps: 0.0,
-            ..pcie_gen5()
+            ..P2pLink::pcie_gen5()
         })
         .unwrap();
         std::fs::write(&path, v.to_string()).unwrap();
@@ -581,7 +507,7 @@ mod tests {
         truth.p2p = Some(P2pLink {
             signal_us: 4.0,
             read_gbps: 80.0,
-            ..pcie_gen5()
+            ..P2pLink::pcie_gen5()
         });
         let mut pts = points(&truth, Impl::OneShot, &[1024, 43008, 1 << 20], 8);
         pts.extend(points(&truth, Impl::TwoShot, &[43008, 1 << 20], 8));

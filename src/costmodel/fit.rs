@@ -630,13 +630,6 @@ impl FitReport {
     }
 }
 
-/// Median of absolute values.
-pub fn median_abs(v: &[f64]) -> f64 {
-    let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
-    a.sort_by(f64::total_cmp);
-    crate::measure::stats::quantile_sorted(&a, 0.5)
-}
-
 /// Fits `base` to `pts`, then refits without each point in turn and predicts it.
 pub fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitReport> {
     if pts.is_empty() {
@@ -681,9 +674,10 @@ pub fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitReport> {
             loo_rel_err: loo.map(|l| l / pt.measured_us - 1.0),
         });
     }
-    let median_abs_err = median_abs(&points.iter().map(|p| p.rel_err).collect::<Vec<_>>());
+    let median_abs_err =
+        crate::measure::stats::median_abs(&points.iter().map(|p| p.rel_err).collect::<Vec<_>>());
     let median_abs_loo_err = if loo_ok {
-        Some(median_abs(
+        Some(crate::measure::stats::median_abs(
             &points
                 .iter()
                 .filter_map(|p| p.loo_rel_err)

@@ -27,7 +27,7 @@ use crate::record::{
 use crate::request::Launcher;
 pub use crate::request::ModelSettings;
 
-pub use predict::Force;
+pub use predict::{nccl_size, Force};
 pub use profile::Profile;
 
 impl ModelSettings {
@@ -101,11 +101,6 @@ pub struct Modeled<T> {
 /// A single modeled value as a summary of one sample (median = mean = min = max = p99).
 fn single(us: f64) -> Summary {
     Summary::from_samples(&[us]).expect("modeled times are finite")
-}
-
-/// nccl-tests size of a collective op: the larger buffer (all-gather: the output).
-pub fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
-    kind.ops().nccl_size(bytes_per_rank, n as u64)
 }
 
 fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {

@@ -119,6 +119,11 @@ impl Force {
     }
 }
 
+/// nccl-tests size of a collective op: the larger buffer (all-gather: the output).
+pub fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
+    kind.ops().nccl_size(bytes_per_rank, n as u64)
+}
+
 /// How the ranks split over nodes.
 fn nodes(p: &Profile, n: usize) -> (usize, usize) {
     match (p.gpus_per_node, &p.inter) {

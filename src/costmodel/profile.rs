@@ -221,7 +221,7 @@ pub struct Profile {
     /// The custom P2P all-reduces' parameters (absent in files written before them: then
     /// `custom::params` takes the built-in values of the link kind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p2p: Option<super::custom::P2pLink>,
+    pub p2p: Option<P2pLink>,
     /// The LL protocol's bandwidth over the sizes where it was measured (instead of the link's
     /// bandwidth x LL efficiency). `None`: link x efficiency at every size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,6 +248,83 @@ pub struct CrossSocket {
     pub gpus_per_socket: usize,
     /// Extra latency of one step that crosses sockets, us.
     pub extra_hop_us: f64,
+}
+
+/// The P2P parameters of a link profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct P2pLink {
+    /// Whether the GPUs of one node can address each other's memory (false: the custom
+    /// all-reduces cannot run; NCCL goes through host memory instead).
+    pub available: bool,
+    /// One signal round with the kernel's fixed device cost, us.
+    pub signal_us: f64,
+    /// Bandwidth at which one GPU reads its peers' memory, GB/s.
+    pub read_gbps: f64,
+    /// Where the numbers come from.
+    pub source: String,
+}
+
+impl P2pLink {
+    /// PCIe 5.0 x16 through switches. Public measurements of a one-shot P2P all-reduce on 8x RTX
+    /// PRO 6000 behind PCIe switches give 7.5 us at 1 KB (and 9.2 us at 64 KB). The signal round is
+    /// set so that 1 KB gives 7.5 us in graph replay (1.0 us node gap + 6.36 us + 7 KB read); the
+    /// read bandwidth is what one x16 gen5 link delivers to reads (~50 of 63 GB/s). This model then
+    /// gives 8.5 us at 8 KB and 16.5 us at 64 KB, above the published 9.2 us: the published kernel
+    /// grows less with size than 7 full reads through one link would. `model fit` on measurements
+    /// of the machine settles it; NCCL's ring costs ~24 us at 43 KB on the same class of machine.
+    pub fn pcie_gen5() -> P2pLink {
+        P2pLink {
+            available: true,
+            signal_us: 6.36,
+            read_gbps: 50.0,
+            source: "signal round from public one-shot measurements on 8x RTX PRO 6000 behind PCIe switches (7.5 us at 1 KB); read bandwidth ~50 GB/s of a PCIe 5.0 x16 link".into(),
+        }
+    }
+
+    /// PCIe 4.0 x16: the signal round of gen5 (switch and flag latency, not link speed, dominate
+    /// it), half the read bandwidth.
+    pub fn pcie_gen4() -> P2pLink {
+        P2pLink {
+            available: true,
+            signal_us: 6.36,
+            read_gbps: 25.0,
+            source: "signal round as pcie-gen5 (public 8x RTX PRO 6000 one-shot measurements); read bandwidth ~25 GB/s of a PCIe 4.0 x16 link".into(),
+        }
+    }
+
+    /// NVLink 4 through NVSwitch. An estimate, not a measurement: a flag store crossing NVLink and
+    /// a poll seeing it take ~1 us, the kernel's copy-in and launch on the device ~1 us; reads at
+    /// ~300 of NVLink 4's 450 GB/s per direction. The 2-GPU H200 measurement replaces it.
+    pub fn nvlink4() -> P2pLink {
+        P2pLink {
+            available: true,
+            signal_us: 2.0,
+            read_gbps: 300.0,
+            source: "estimate (no measurement yet): ~1 us NVLink flag round trip + ~1 us kernel fixed cost; reads ~300 GB/s of NVLink 4's 450 GB/s".into(),
+        }
+    }
+
+    /// No peer-to-peer between the GPUs (NCCL_P2P_DISABLE, or GPUs under different root
+    /// complexes without P2P): the custom all-reduces cannot run.
+    pub fn unavailable() -> P2pLink {
+        P2pLink {
+            available: false,
+            signal_us: 0.0,
+            read_gbps: 1.0,
+            source: "no peer-to-peer between the GPUs".into(),
+        }
+    }
+
+    /// Every parameter finite and in range.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.signal_us.is_finite() || self.signal_us < 0.0 {
+            return Err("p2p.signal_us is negative or not a number".into());
+        }
+        if !self.read_gbps.is_finite() || self.read_gbps <= 0.0 {
+            return Err("p2p.read_gbps is not positive".into());
+        }
+        Ok(())
+    }
 }
 
 /// NCCL's Ring/Tree base latencies (LL, LL128, Simple), with LL calibrated (see module docs).
@@ -307,7 +384,7 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
         kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
         hbm_gbps,
         fitted_rank_counts: None,
-        p2p: Some(super::custom::nvlink4()),
+        p2p: Some(P2pLink::nvlink4()),
         ll_fitted: None,
         cross_socket: None,
     }
@@ -332,7 +409,7 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
         kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
         hbm_gbps,
         fitted_rank_counts: None,
-        p2p: Some(super::custom::pcie_gen5()),
+        p2p: Some(P2pLink::pcie_gen5()),
         ll_fitted: None,
         cross_socket: None,
     }
@@ -453,7 +530,7 @@ pub fn builtin(name: &str) -> Option<Profile> {
                 22.0,
                 1500.0,
             );
-            p.p2p = Some(super::custom::pcie_gen4());
+            p.p2p = Some(P2pLink::pcie_gen4());
             p
         }
         // PCIe 5.0 x16: 63 GB/s per direction, ~42 GB/s NCCL ring busbw through a switch
@@ -489,7 +566,7 @@ pub fn builtin(name: &str) -> Option<Profile> {
                 1600.0,
             );
             p.intra.kind = "shm".into();
-            p.p2p = Some(super::custom::unavailable());
+            p.p2p = Some(P2pLink::unavailable());
             p.intra.hop_lat_us = PerAlgo {
                 tree: PerProto::new(2.25, 3.2, 6.8),
                 ring: PerProto::new(2.25, 4.2, 9.7),
@@ -638,7 +715,7 @@ impl Profile {
             return Err("gpus_per_node must be at least 1".into());
         }
         if let Some(l) = &self.p2p {
-            super::custom::check(l)?;
+            l.check()?;
         }
         Ok(())
     }

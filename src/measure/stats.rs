@@ -84,6 +84,13 @@ pub fn ratio_with_error(num: (f64, f64), den: (f64, f64)) -> Option<(f64, f64)> 
     Some((r, r * (rn * rn + rd * rd).sqrt()))
 }
 
+/// Median of absolute values.
+pub fn median_abs(v: &[f64]) -> f64 {
+    let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
+    a.sort_by(f64::total_cmp);
+    quantile_sorted(&a, 0.5)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
