@@ -2,7 +2,8 @@
 //!
 //! The pipeline, one file per stage: [`reader`] streams Kineto / Chrome traces (`.json`,
 //! `.json.gz`, a folder of them, one rank per file, ranks parsed in parallel) into the few
-//! events the analysis needs; [`names`] maps NCCL kernel names, Kineto's collective arguments
+//! events the analysis needs ([`raw`] is one event as read, [`event`] its direct parser);
+//! [`names`] maps NCCL kernel names, Kineto's collective arguments
 //! and NCCL's datatype numbers to one vocabulary; [`nccl_log`] reads NCCL's COLL log for the
 //! sizes a trace lacks; [`extract`] turns one rank into its collectives, launches and steps
 //! ([`steps`] finds the period); [`analysis`] matches collectives across ranks, splits their
@@ -22,6 +23,7 @@ pub mod extract;
 pub mod names;
 pub mod nccl_log;
 pub mod prefilter;
+pub mod raw;
 pub mod reader;
 pub mod render;
 pub mod steps;
