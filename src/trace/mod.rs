@@ -8,7 +8,8 @@
 //! sizes a trace lacks; [`extract`] turns one rank into its collectives, launches and steps
 //! ([`steps`] finds the period); [`analysis`] matches collectives across ranks, splits their
 //! time into transfer and waiting and words the diagnosis; [`render`] prints it; [`against`]
-//! exports one step as a schedule file and diffs it against `plan`; [`breakeven`] gives the
+//! exports one step as a schedule file and diffs it against `plan` (the diff itself, plain data,
+//! is [`plan_diff`]); [`breakeven`] gives the
 //! step time and SGLang's accept length to the break-even; [`chrome`] writes Chrome traces the
 //! reader reads back; [`synth`] makes synthetic traces for tests and benchmarks.
 //!
@@ -22,6 +23,7 @@ pub mod event;
 pub mod extract;
 pub mod names;
 pub mod nccl_log;
+pub mod plan_diff;
 pub mod prefilter;
 pub mod raw;
 pub mod reader;
