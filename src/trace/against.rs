@@ -7,8 +7,6 @@
 //! one collective's launch and the start of the next (which includes the server's own compute
 //! launches in between), median over the steps.
 
-use serde::Serialize;
-
 use super::analysis::Analysis;
 use super::extract::{Collective, SizeFrom};
 use super::names::{schedule_dtype, schedule_kind};
@@ -16,6 +14,8 @@ use crate::error::usage;
 use crate::measure::attribution::Spread;
 use crate::model::schedule_file::ScheduleFile;
 use crate::model::{CollectiveKind, DType, Op, Phase, Routing, Schedule};
+
+pub use super::plan_diff::{DiffRow, PlanDiff};
 
 /// The first rank's collectives of its median-length step (the first complete step).
 fn one_step(a: &Analysis) -> anyhow::Result<(&[Collective], usize)> {
@@ -155,28 +155,6 @@ pub fn schedule_file_at_tp(
         }
     }
     Ok(f)
-}
-
-/// One (op, dtype, bytes) group on either side of the diff.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DiffRow {
-    pub op: String,
-    pub dtype: String,
-    pub bytes_per_rank: u64,
-    pub plan: usize,
-    pub trace: usize,
-}
-
-/// The trace's step against the config-derived schedule.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PlanDiff {
-    pub plan: String,
-    pub plan_collectives: usize,
-    pub trace_collectives: usize,
-    pub rows: Vec<DiffRow>,
-    /// First position where the sequences differ: (index, plan's op, trace's op).
-    pub first_difference: Option<(usize, String, String)>,
-    pub same: bool,
 }
 
 fn key(o: &Op) -> Option<(String, String, u64)> {

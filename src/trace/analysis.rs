@@ -134,7 +134,7 @@ pub struct Analysis {
     pub notes: Vec<String>,
     pub nccl_log: Option<LogSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub against_plan: Option<super::against::PlanDiff>,
+    pub against_plan: Option<super::plan_diff::PlanDiff>,
     #[serde(skip)]
     pub rank_traces: Vec<RankTrace>,
 }

@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 
 use super::prefilter::skip_ws;
-use super::reader::{Lenient, RawArgs, RawEvent, Text};
+use super::raw::{Lenient, RawArgs, RawEvent, Text};
 
 /// Powers of ten as serde_json's table holds them (each exact in an f64 up to 1e22).
 const POW10: [f64; 20] = [

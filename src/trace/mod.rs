@@ -2,12 +2,14 @@
 //!
 //! The pipeline, one file per stage: [`reader`] streams Kineto / Chrome traces (`.json`,
 //! `.json.gz`, a folder of them, one rank per file, ranks parsed in parallel) into the few
-//! events the analysis needs; [`names`] maps NCCL kernel names, Kineto's collective arguments
+//! events the analysis needs ([`raw`] is one event as read, [`event`] its direct parser);
+//! [`names`] maps NCCL kernel names, Kineto's collective arguments
 //! and NCCL's datatype numbers to one vocabulary; [`nccl_log`] reads NCCL's COLL log for the
 //! sizes a trace lacks; [`extract`] turns one rank into its collectives, launches and steps
 //! ([`steps`] finds the period); [`analysis`] matches collectives across ranks, splits their
 //! time into transfer and waiting and words the diagnosis; [`render`] prints it; [`against`]
-//! exports one step as a schedule file and diffs it against `plan`; [`breakeven`] gives the
+//! exports one step as a schedule file and diffs it against `plan` (the diff itself, plain data,
+//! is [`plan_diff`]); [`breakeven`] gives the
 //! step time and SGLang's accept length to the break-even; [`chrome`] writes Chrome traces the
 //! reader reads back; [`synth`] makes synthetic traces for tests and benchmarks.
 //!
@@ -21,7 +23,9 @@ pub mod event;
 pub mod extract;
 pub mod names;
 pub mod nccl_log;
+pub mod plan_diff;
 pub mod prefilter;
+pub mod raw;
 pub mod reader;
 pub mod render;
 pub mod steps;

@@ -13,7 +13,6 @@
 //! unusual, any error), the file is read again by the plain streaming reader ([`read_from`]),
 //! which is the reference: a test checks that both give the same result.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufReader, Read};
@@ -24,136 +23,7 @@ use serde::Deserialize;
 
 use super::names::is_nccl_kernel;
 use super::prefilter;
-
-/// A number that some writers spell as a string (`"ts": "123.5"`, `"pid": "Spans"`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Lenient {
-    Num(f64),
-    Str(String),
-}
-
-impl Lenient {
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            Lenient::Num(x) => Some(*x),
-            Lenient::Str(s) => s.trim().parse().ok(),
-        }
-    }
-    pub fn as_i64(&self) -> Option<i64> {
-        self.as_f64().map(|x| x as i64)
-    }
-    pub fn as_string(&self) -> String {
-        match self {
-            Lenient::Num(x) if x.fract() == 0.0 => format!("{}", *x as i64),
-            Lenient::Num(x) => x.to_string(),
-            Lenient::Str(s) => s.clone(),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Lenient {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Lenient;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number or a string")
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Lenient, E> {
-                Ok(Lenient::Num(v as f64))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Lenient, E> {
-                Ok(Lenient::Num(v as f64))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Lenient, E> {
-                Ok(Lenient::Num(v))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Lenient, E> {
-                Ok(Lenient::Str(v.to_string()))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Lenient, E> {
-                Ok(Lenient::Num(v as u8 as f64))
-            }
-            fn visit_unit<E>(self) -> Result<Lenient, E> {
-                Ok(Lenient::Str(String::new()))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A string field, borrowed from the input where it can be (read from a slice, no escape in it).
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Text<'a>(pub Cow<'a, str>);
-
-impl Text<'_> {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// The arguments of an event the analysis reads; all others are skipped.
-#[derive(Debug, Default, Deserialize)]
-pub struct RawArgs {
-    #[serde(rename = "Collective name")]
-    pub collective_name: Option<String>,
-    #[serde(rename = "In msg nelems")]
-    pub in_nelems: Option<Lenient>,
-    #[serde(rename = "Out msg nelems")]
-    pub out_nelems: Option<Lenient>,
-    #[serde(rename = "Group size")]
-    pub group_size: Option<Lenient>,
-    pub dtype: Option<Lenient>,
-    #[serde(rename = "Process Group Name")]
-    pub pg_name: Option<Lenient>,
-    #[serde(rename = "Seq")]
-    pub seq: Option<Lenient>,
-    #[serde(rename = "External id")]
-    pub external_id: Option<Lenient>,
-    pub correlation: Option<Lenient>,
-    pub stream: Option<Lenient>,
-    /// The rank of a multi-rank trace written by verifybench (one pid per rank).
-    pub rank: Option<Lenient>,
-}
-
-/// One trace event, as far as the analysis reads it.
-#[derive(Debug, Default, Deserialize)]
-pub struct RawEvent<'a> {
-    #[serde(borrow)]
-    pub ph: Option<Text<'a>>,
-    #[serde(borrow)]
-    pub name: Option<Text<'a>>,
-    #[serde(borrow)]
-    pub cat: Option<Text<'a>>,
-    pub ts: Option<Lenient>,
-    pub dur: Option<Lenient>,
-    pub pid: Option<Lenient>,
-    pub tid: Option<Lenient>,
-    pub id: Option<Lenient>,
-    pub args: Option<RawArgs>,
-}
+pub use super::raw::{Lenient, RawArgs, RawEvent, Text};
 
 /// `distributedInfo` of a Kineto trace.
 #[derive(Debug, Default, Clone, Deserialize)]
