@@ -413,3 +413,68 @@ fn every_import_between_modules_points_down_the_table() {
         bad.join("\n")
     );
 }
+#[test]
+fn no_files_import_each_other_in_a_circle() {
+    let g = file_graph();
+    // Tarjan's strongly connected components; a component of more than one file is a circle.
+    struct State<'a> {
+        g: &'a BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        index: BTreeMap<&'a Vec<String>, usize>,
+        low: BTreeMap<&'a Vec<String>, usize>,
+        stack: Vec<&'a Vec<String>>,
+        circles: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a Vec<String>) {
+        let n = s.index.len();
+        s.index.insert(v, n);
+        s.low.insert(v, n);
+        s.stack.push(v);
+        for w in s.g.get(v).into_iter().flatten() {
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let lw = s.low[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if s.stack.contains(&w) {
+                let iw = s.index[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut comp = vec![];
+            loop {
+                let w = s.stack.pop().unwrap();
+                comp.push(show(w));
+                if w == v {
+                    break;
+                }
+            }
+            if comp.len() > 1 {
+                comp.sort();
+                s.circles.push(comp);
+            }
+        }
+    }
+    let mut s = State {
+        g: &g,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: vec![],
+        circles: vec![],
+    };
+    for v in g.keys() {
+        if !s.index.contains_key(v) {
+            visit(&mut s, v);
+        }
+    }
+    assert!(
+        s.circles.is_empty(),
+        "files that import each other in a circle:\n{}",
+        s.circles
+            .iter()
+            .map(|c| c.join(" <-> "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
