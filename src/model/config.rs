@@ -529,6 +529,42 @@ mod tests {
     }
 
     #[test]
+    fn python_json_reads_infinity_and_nan_outside_strings_only() {
+        let t = r#"{"a": [0.0, Infinity, -Infinity, NaN], "s": "Infinity \" NaN"}"#;
+        let v: Value = serde_json::from_str(&python_json(t)).unwrap();
+        assert_eq!(v["a"], json!([0.0, null, null, null]));
+        assert_eq!(v["s"], "Infinity \" NaN");
+    }
+
+    #[test]
+    fn glob_and_parent_ignore_rules() {
+        let g = IgnoreRule::new("model.layers.*.self_attn").unwrap();
+        assert!(g.matches("model.layers.1.self_attn.o_proj"));
+        assert!(!g.matches("model.layers.1.mlp.experts.0.down_proj"));
+        let n = IgnoreRule::new("self_attn").unwrap();
+        assert!(n.matches("model.layers.1.self_attn.o_proj"));
+        assert!(!n.matches("model.layers.1.mlp.down_proj"));
+    }
+
+    #[test]
+    fn nvfp4_and_awq_formats() {
+        let q = json!({"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4",
+            "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}});
+        let p = precision_from_quant(&q).unwrap();
+        assert_eq!(
+            (p.routed_experts, p.attention, p.lm_head),
+            (WeightFormat::Nvfp4, WeightFormat::Bf16, WeightFormat::Bf16)
+        );
+        let q = json!({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true});
+        assert_eq!(
+            precision_from_quant(&q).unwrap().dense_mlp,
+            WeightFormat::Int4GroupZero { group: 128 }
+        );
+        let e = precision_from_quant(&json!({"quant_method": "hqq"})).unwrap_err();
+        assert!(e.contains("hqq"), "{e}");
+    }
+
+    #[test]
     fn load_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("config.json");
