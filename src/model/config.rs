@@ -132,6 +132,11 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         None => None,
     };
     let mut weights_known = read.is_some();
+    // read before the unread keys are listed: the collectives-only path and the draft use it
+    let heads = c
+        .u64("num_attention_heads")
+        .filter(|h| *h > 0)
+        .unwrap_or((hidden / 128).max(1));
     let not_understood = c.not_understood();
     match (&read, entry) {
         (Some(r), _) => {
@@ -160,10 +165,6 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
             Precision::uniform(WeightFormat::Bf16)
         }
     };
-    let heads = c
-        .u64("num_attention_heads")
-        .filter(|h| *h > 0)
-        .unwrap_or((hidden / 128).max(1));
     let r = read.unwrap_or(arch::Read {
         blocks: vec![],
         attention: Attention::gqa(heads, heads, hidden / heads),
