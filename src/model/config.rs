@@ -127,8 +127,15 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
     };
 
     let entry = arch::find(model_type);
-    let read = match entry {
-        Some(a) => Some(arch::read(a, &c, layers, hidden)?),
+    let read = match entry.map(|a| arch::read(a, &c, layers, hidden)) {
+        Some(Ok(r)) => Some(r),
+        // the layers, hidden size and vocabulary were read: the collectives can still be planned
+        Some(Err(e)) => {
+            warnings.push(format!(
+                "{e}: collectives planned from num_hidden_layers, hidden_size and vocab_size, weight bytes unknown"
+            ));
+            None
+        }
         None => None,
     };
     let mut weights_known = read.is_some();
@@ -148,7 +155,8 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
                 ));
             }
         }
-        (None, _) => warnings.push(format!(
+        (None, Some(_)) => {}
+        (None, None) => warnings.push(format!(
             "model_type '{model_type}' is not in the architecture table: collectives planned from num_hidden_layers, hidden_size and vocab_size, weight bytes unknown{}",
             if not_understood.is_empty() {
                 String::new()
@@ -563,6 +571,24 @@ mod tests {
         );
         let e = precision_from_quant(&json!({"quant_method": "hqq"})).unwrap_err();
         assert!(e.contains("hqq"), "{e}");
+    }
+
+    #[test]
+    fn a_known_architecture_missing_a_key_keeps_its_collectives() {
+        let c = json!({"model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 1024,
+            "vocab_size": 8000, "num_attention_heads": 8, "num_local_experts": 8,
+            "intermediate_size": 2048});
+        let s = from_json(&c, "m.json").unwrap();
+        assert!(!s.weights_known);
+        let w = s.warnings.join(" ");
+        assert!(
+            w.contains("num_experts_per_tok") && w.contains("collectives"),
+            "{w}"
+        );
+        let opt = crate::model::ScheduleOptions::default();
+        let sch = crate::model::build(&s, &opt, crate::model::Phase::Verify).unwrap();
+        assert_eq!(sch.n_collectives(), 1 + 2 * 4 + 1);
+        assert_eq!(sch.total_weight_bytes(), 0);
     }
 
     #[test]
