@@ -130,10 +130,11 @@ impl Workload {
     }
 
     /// With a schedule file: refuses `modes` other than comm when the file has no compute ops
-    /// (a trace export holds the collectives only). Without one: nothing to check.
+    /// (a trace export holds the collectives only). Without one: the same for a `--model-config`
+    /// whose weights are unknown.
     pub fn check_schedule_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
         let (Some(p), Some(f)) = (&self.schedule_file, self.load_schedule_file()?) else {
-            return Ok(());
+            return self.check_config_modes(modes);
         };
         let compute = f
             .schedule
@@ -149,6 +150,28 @@ impl Workload {
                 "--mode {} but --schedule '{}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm",
                 m.name(),
                 p.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// With `--model-config` whose weights are not known (architecture or weight format not
+    /// understood): refuses `modes` other than comm, naming why.
+    fn check_config_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
+        let Some(p) = &self.model_config else {
+            return Ok(());
+        };
+        let shape = self.shape()?;
+        if let Some(m) = modes
+            .iter()
+            .find(|m| **m != Mode::Comm)
+            .filter(|_| !shape.weights_known)
+        {
+            crate::usage_bail!(
+                "--mode {} but the weight bytes of --model-config '{}' are unknown ({}): use --mode comm",
+                m.name(),
+                p.display(),
+                shape.warnings.join("; ")
             );
         }
         Ok(())

@@ -42,6 +42,13 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<i32> {
                     let o = model::build(&shape, &opt, ph)?;
                     println!("  {}", one_line(&o));
                 }
+                if let Some((total, active)) = model::schedule::parameter_counts(&shape) {
+                    println!(
+                        "\nParameters as the shape counts them (modeled; compare with the model card): {:.2} billion total, {:.2} billion active per token",
+                        total as f64 / 1e9,
+                        active as f64 / 1e9
+                    );
+                }
             }
         }
     }

@@ -1,15 +1,18 @@
 //! Reads a Hugging Face `config.json` into a [`ModelShape`].
 //!
-//! Supported families: DeepSeek-V3 / Kimi-K2 (MLA + MoE; flat, or nested under `text_config`
-//! as Kimi-K2.5 ships it), Llama (GQA, dense) and Qwen3-MoE (GQA + MoE). Storage precision comes
-//! from `quantization_config`: fp8 with `weight_block_size`, or compressed-tensors with an int4
-//! group scheme and an `ignore` list (modules kept in bf16).
+//! The architectures and their keys are in [`super::arch`] (one table, each entry citing the
+//! engine code it follows). Storage precision comes from `quantization_config`: fp8 (block or
+//! per-tensor), compressed-tensors (int4 groups, 8-bit channels, fp8 blocks, nvfp4, mxfp4),
+//! mxfp4 (gpt-oss), ModelOpt (FP8, NVFP4), AWQ and GPTQ, each with its list of modules kept in
+//! bf16. A `model_type` or a weight format that is not understood still gives the collectives,
+//! with the weights marked unknown and a warning that says why.
 
 use std::path::Path;
 
 use regex::Regex;
 use serde_json::{Map, Value};
 
+use super::arch::{self, Cfg};
 use super::shape::*;
 use crate::error::usage;
 
@@ -21,125 +24,271 @@ pub fn load(path: &Path) -> anyhow::Result<ModelShape> {
             path.display()
         ))
     })?;
-    let json: Value = serde_json::from_str(&text).map_err(|e| {
+    let json: Value = serde_json::from_str(&python_json(&text)).map_err(|e| {
         usage(format!(
             "model config '{}' is not valid JSON: {e}",
             path.display()
         ))
     })?;
-    let name = path
-        .parent()
-        .and_then(|p| p.file_name())
+    let file = path
+        .file_name()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "config".into());
-    from_json(&json, &name).map_err(|e| usage(format!("model config '{}': {e}", path.display())))
+        .unwrap_or_else(|| "config.json".into());
+    from_json(&json, &file).map_err(|e| usage(format!("model config '{}': {e}", path.display())))
 }
 
-fn get_u64(obj: &Map<String, Value>, key: &str) -> Option<u64> {
-    obj.get(key).and_then(Value::as_u64)
+/// The JSON that Python's `json` module (and so every Hugging Face tool) reads: the bare
+/// tokens `NaN`, `Infinity` and `-Infinity` outside strings become `null` (Nemotron-H's
+/// config holds `"time_step_limit": [0.0, Infinity]`). No key the plan reads takes them.
+pub(crate) fn python_json(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("NaN") && !text.contains("Infinity") {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut in_str = false;
+    let mut escaped = false;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_str {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_str = false;
+            }
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let token = ["-Infinity", "Infinity", "NaN"]
+            .into_iter()
+            .find(|t| rest.starts_with(t));
+        match token {
+            Some(t) => {
+                out.push_str("null");
+                rest = &rest[t.len()..];
+            }
+            None => {
+                if c == '"' {
+                    in_str = true;
+                }
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
-fn need_u64(obj: &Map<String, Value>, key: &str) -> Result<u64, String> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Err(format!("missing key '{key}'")),
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| format!("key '{key}' must be a non-negative integer, found {v}")),
+/// How the plan names a config: `_name_or_path`, `model_type` and the file name, so that two
+/// configs in one folder print different names.
+fn display_name(root: &Map<String, Value>, cfg: &Map<String, Value>, file: &str) -> String {
+    let s = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+    let model_type = s(cfg, "model_type")
+        .or_else(|| s(root, "model_type"))
+        .unwrap_or_else(|| "no model_type".into());
+    match s(root, "_name_or_path").or_else(|| s(cfg, "_name_or_path")) {
+        Some(n) if !n.is_empty() => format!("{n} ({model_type}, {file})"),
+        _ => format!("{file} ({model_type})"),
     }
 }
 
-/// Builds the shape from parsed JSON. Errors are plain strings; [`load`] adds the file name.
-pub fn from_json(root: &Value, name: &str) -> Result<ModelShape, String> {
+/// Builds the shape from parsed JSON; `file` is the config's file name (for the model's name).
+/// Errors are plain strings; [`load`] adds the path.
+pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
     let root = root
         .as_object()
         .ok_or_else(|| "top level must be a JSON object".to_string())?;
-    // Kimi-K2.5 nests the language model under text_config.
-    let cfg = match root.get("text_config").and_then(Value::as_object) {
+    // Kimi-K2.5, Llama-4, Qwen3.5 and Gemma-4 nest the language model under text_config.
+    let obj = match root.get("text_config").and_then(Value::as_object) {
         Some(t) => t,
         None => root,
     };
-    let layers = need_u64(cfg, "num_hidden_layers")?;
-    let hidden = need_u64(cfg, "hidden_size")?;
-    let vocab = need_u64(cfg, "vocab_size")?;
-    let heads = need_u64(cfg, "num_attention_heads")?;
-
-    let attention = if cfg.contains_key("kv_lora_rank") {
-        Attention::Mla {
-            heads,
-            q_lora_rank: get_u64(cfg, "q_lora_rank"),
-            kv_lora_rank: need_u64(cfg, "kv_lora_rank")?,
-            qk_nope_head_dim: need_u64(cfg, "qk_nope_head_dim")?,
-            qk_rope_head_dim: need_u64(cfg, "qk_rope_head_dim")?,
-            v_head_dim: need_u64(cfg, "v_head_dim")?,
-        }
-    } else {
-        if heads == 0 {
-            return Err("key 'num_attention_heads' must be positive".into());
-        }
-        Attention::Gqa {
-            heads,
-            kv_heads: get_u64(cfg, "num_key_value_heads").unwrap_or(heads),
-            head_dim: get_u64(cfg, "head_dim").unwrap_or(hidden / heads),
-        }
-    };
-
-    let routed = get_u64(cfg, "n_routed_experts").or_else(|| get_u64(cfg, "num_experts"));
-    let moe = match routed {
-        Some(e) if e > 0 => Some(Moe {
-            routed_experts: e,
-            experts_per_token: need_u64(cfg, "num_experts_per_tok")?,
-            shared_experts: get_u64(cfg, "n_shared_experts").unwrap_or(0),
-            moe_intermediate: need_u64(cfg, "moe_intermediate_size")?,
-        }),
-        _ => None,
-    };
-    let first_dense = match moe {
-        None => layers,
-        Some(_) => get_u64(cfg, "first_k_dense_replace").unwrap_or(0),
-    };
-    let intermediate = if first_dense > 0 {
-        need_u64(cfg, "intermediate_size")?
-    } else {
-        get_u64(cfg, "intermediate_size").unwrap_or(0)
-    };
-
-    let quant = cfg
-        .get("quantization_config")
-        .or_else(|| root.get("quantization_config"));
-    let precision = match quant {
-        None | Some(Value::Null) => Precision::uniform(WeightFormat::Bf16),
-        Some(q) => precision_from_quant(q)?,
-    };
-
-    let model_type = cfg
+    let name = display_name(root, obj, file);
+    let c = Cfg::new(obj);
+    let layers = c.need("num_hidden_layers")?;
+    let hidden = c.need("hidden_size")?;
+    let vocab = c.need("vocab_size")?;
+    let model_type = obj
         .get("model_type")
+        .or_else(|| root.get("model_type"))
         .and_then(Value::as_str)
-        .unwrap_or("model");
-    Ok(ModelShape {
-        name: format!("{name} ({model_type})"),
+        .unwrap_or("");
+    let mut warnings = Vec::new();
+
+    let quant = obj
+        .get("quantization_config")
+        .or_else(|| root.get("quantization_config"))
+        .filter(|q| !q.is_null());
+    let precision = match quant {
+        None => Ok(Precision::uniform(WeightFormat::Bf16)),
+        Some(q) => precision_from_quant(q),
+    };
+
+    let entry = arch::find(model_type);
+    let read = match entry.map(|a| arch::read(a, &c, layers, hidden)) {
+        Some(Ok(r)) => Some(r),
+        // the layers, hidden size and vocabulary were read: the collectives can still be planned
+        Some(Err(e)) => {
+            warnings.push(format!(
+                "{e}: collectives planned from num_hidden_layers, hidden_size and vocab_size, weight bytes unknown"
+            ));
+            None
+        }
+        None => None,
+    };
+    let mut weights_known = read.is_some();
+    // read before the unread keys are listed: the collectives-only path and the draft use it
+    let heads = c
+        .u64("num_attention_heads")
+        .filter(|h| *h > 0)
+        .unwrap_or((hidden / 128).max(1));
+    let not_understood = c.not_understood();
+    match (&read, entry) {
+        (Some(r), _) => {
+            warnings.extend(r.notes.iter().cloned());
+            if !not_understood.is_empty() {
+                warnings.push(format!(
+                    "keys not understood (the weight figures may be off): {}",
+                    not_understood.join(", ")
+                ));
+            }
+        }
+        (None, Some(_)) => {}
+        (None, None) => warnings.push(format!(
+            "model_type '{model_type}' is not in the architecture table: collectives planned from num_hidden_layers, hidden_size and vocab_size, weight bytes unknown{}",
+            if not_understood.is_empty() {
+                String::new()
+            } else {
+                format!("; keys not understood: {}", not_understood.join(", "))
+            }
+        )),
+    }
+    let precision = match precision {
+        Ok(p) => p,
+        Err(e) => {
+            weights_known = false;
+            warnings.push(format!("{e}: collectives planned, weight bytes unknown"));
+            Precision::uniform(WeightFormat::Bf16)
+        }
+    };
+    let r = read.unwrap_or(arch::Read {
+        blocks: vec![],
+        attention: Attention::gqa(heads, heads, hidden / heads),
+        intermediate: c.u64("intermediate_size").unwrap_or(0),
+        moe: None,
+        first_dense: layers,
+        tied: false,
+        notes: vec![],
+    });
+    let mut shape = ModelShape {
+        name,
         layers,
         hidden,
         vocab,
-        first_dense,
-        intermediate,
-        moe,
-        attention,
+        first_dense: r.first_dense,
+        intermediate: r.intermediate,
+        moe: r.moe,
+        attention: r.attention,
         precision,
+        blocks: r.blocks,
+        weights_known,
+        tied_embeddings: r.tied,
+        warnings,
+        read_as: entry.map(|a| format!("model_type '{model_type}' as {}", a.source)),
+    };
+    // a shape the uniform fields describe exactly keeps no per-layer list
+    if !shape.blocks.is_empty() {
+        let blocks = std::mem::take(&mut shape.blocks);
+        if shape.layer_blocks() != blocks {
+            shape.blocks = blocks;
+        }
+    }
+    Ok(shape)
+}
+
+/// Representative module names of each weight group, as the checkpoints of the table's
+/// families name them; a group is kept in bf16 when an ignore rule matches any of its names.
+const GROUP_MODULES: [(&str, &[&str]); 5] = [
+    (
+        "attention",
+        &[
+            "model.layers.1.self_attn.o_proj",
+            "model.layers.1.linear_attn.out_proj",
+            "backbone.layers.1.mixer.out_proj",
+        ],
+    ),
+    (
+        "dense_mlp",
+        &[
+            "model.layers.0.mlp.down_proj",
+            "model.layers.0.feed_forward.down_proj",
+        ],
+    ),
+    (
+        "routed_experts",
+        &[
+            "model.layers.1.mlp.experts.0.down_proj",
+            "model.layers.1.block_sparse_moe.experts.0.w2",
+            "model.layers.1.feed_forward.experts.0.down_proj",
+        ],
+    ),
+    (
+        "shared_experts",
+        &[
+            "model.layers.1.mlp.shared_experts.down_proj",
+            "model.layers.1.mlp.shared_expert.down_proj",
+            "model.layers.1.feed_forward.shared_expert.down_proj",
+        ],
+    ),
+    ("lm_head", &["lm_head"]),
+];
+
+fn block_of(v: Option<&Value>) -> Option<u64> {
+    v.and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_u64)
+}
+
+/// One compressed-tensors weight scheme (`config_groups.*.weights`).
+fn compressed_tensors_format(w: &Map<String, Value>, fmt: &str) -> Result<WeightFormat, String> {
+    let bits = w
+        .get("num_bits")
+        .and_then(Value::as_u64)
+        .ok_or("quantization_config weights lack key 'num_bits'")?;
+    let kind = w.get("type").and_then(Value::as_str).unwrap_or("int");
+    let strategy = w.get("strategy").and_then(Value::as_str).unwrap_or("");
+    let group = w.get("group_size").and_then(Value::as_u64);
+    let symmetric = w.get("symmetric").and_then(Value::as_bool).unwrap_or(true);
+    Ok(match (bits, kind) {
+        (4, "int") => {
+            let group = group.ok_or("quantization_config weights lack key 'group_size'")? as u32;
+            if symmetric {
+                WeightFormat::Int4Group { group }
+            } else {
+                WeightFormat::Int4GroupZero { group }
+            }
+        }
+        // nvfp4-pack-quantized: group 16 with fp8 scales; mxfp4: group 32 with e8m0 scales
+        (4, "float") if group == Some(32) || fmt.contains("mxfp4") => WeightFormat::Mxfp4,
+        (4, "float") => WeightFormat::Nvfp4,
+        (8, "float") if strategy == "block" || w.contains_key("block_structure") => {
+            WeightFormat::Fp8Block {
+                block: block_of(w.get("block_structure")).unwrap_or(128) as u32,
+            }
+        }
+        (8, _) => WeightFormat::Int8Channel,
+        _ => {
+            return Err(format!(
+                "compressed-tensors scheme {bits}-bit {kind} is not understood (known: 4-bit int groups, 4-bit float nvfp4/mxfp4, 8-bit float or int)"
+            ))
+        }
     })
 }
 
-/// Representative module names of each weight group, as DeepSeek-style checkpoints name them.
-const GROUP_MODULES: [(&str, &str); 5] = [
-    ("attention", "model.layers.1.self_attn.o_proj"),
-    ("dense_mlp", "model.layers.0.mlp.down_proj"),
-    ("routed_experts", "model.layers.1.mlp.experts.0.down_proj"),
-    (
-        "shared_experts",
-        "model.layers.1.mlp.shared_experts.down_proj",
-    ),
-    ("lm_head", "lm_head"),
-];
-
+/// The storage precision of each weight group, from `quantization_config`. An error says
+/// which format was not understood (the caller plans the collectives and warns).
 fn precision_from_quant(q: &Value) -> Result<Precision, String> {
     let q = q
         .as_object()
@@ -148,23 +297,17 @@ fn precision_from_quant(q: &Value) -> Result<Precision, String> {
         .get("quant_method")
         .and_then(Value::as_str)
         .ok_or("quantization_config lacks key 'quant_method'")?;
-    let (format, ignore) = match method {
+    let mut ignore = string_list(q.get("modules_to_not_convert"));
+    let format = match method {
+        // DeepSeek-V3, MiniMax-M2, Qwen3-FP8: 128x128 blocks; without weight_block_size one
+        // scale per tensor (counted per row, a few bytes too many)
         "fp8" => {
-            let block = q
-                .get("weight_block_size")
-                .and_then(Value::as_array)
-                .and_then(|a| a.first())
-                .and_then(Value::as_u64)
-                .ok_or("quantization_config (fp8) lacks key 'weight_block_size'")?;
-            let mut ignore = string_list(q.get("modules_to_not_convert"));
             // fp8 checkpoints keep lm_head (and embeddings) in bf16.
             ignore.push("lm_head".into());
-            (
-                WeightFormat::Fp8Block {
-                    block: block as u32,
-                },
-                ignore,
-            )
+            match block_of(q.get("weight_block_size")) {
+                Some(b) => WeightFormat::Fp8Block { block: b as u32 },
+                None => WeightFormat::Int8Channel,
+            }
         }
         "compressed-tensors" => {
             let groups = q
@@ -176,41 +319,51 @@ fn precision_from_quant(q: &Value) -> Result<Precision, String> {
                 .find_map(|g| g.get("weights"))
                 .and_then(Value::as_object)
                 .ok_or("quantization_config.config_groups has no group with 'weights'")?;
-            let bits = weights
-                .get("num_bits")
+            let fmt = q.get("format").and_then(Value::as_str).unwrap_or("");
+            ignore.extend(string_list(q.get("ignore")));
+            compressed_tensors_format(weights, fmt)?
+        }
+        // gpt-oss: experts in MXFP4, the rest (modules_to_not_convert) bf16
+        // (HF transformers integrations/mxfp4.py)
+        "mxfp4" => WeightFormat::Mxfp4,
+        // NVIDIA ModelOpt (hf_quant_config.json folded into config.json)
+        "modelopt" => {
+            let inner = q.get("quantization").and_then(Value::as_object).unwrap_or(q);
+            let algo = inner
+                .get("quant_algo")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            ignore.extend(string_list(inner.get("exclude_modules")));
+            match algo.to_ascii_uppercase().as_str() {
+                "FP8" | "FP8_PER_CHANNEL_PER_TOKEN" => WeightFormat::Int8Channel,
+                "FP8_BLOCK" | "FP8_PB_WO" => WeightFormat::Fp8Block { block: 128 },
+                "NVFP4" => WeightFormat::Nvfp4,
+                "MXFP4" => WeightFormat::Mxfp4,
+                other => return Err(format!("ModelOpt quant_algo '{other}' is not understood")),
+            }
+        }
+        "awq" | "gptq" | "auto-round" => {
+            let bits = q
+                .get("bits")
+                .or_else(|| q.get("w_bit"))
                 .and_then(Value::as_u64)
-                .ok_or("quantization_config weights lack key 'num_bits'")?;
-            let kind = weights.get("type").and_then(Value::as_str).unwrap_or("int");
-            let format = match (bits, kind) {
-                (4, "int") => WeightFormat::Int4Group {
-                    group: weights
-                        .get("group_size")
-                        .and_then(Value::as_u64)
-                        .ok_or("quantization_config weights lack key 'group_size'")?
-                        as u32,
-                },
-                (8, "float") => {
-                    let block = weights
-                        .get("block_structure")
-                        .and_then(Value::as_array)
-                        .and_then(|a| a.first())
-                        .and_then(Value::as_u64)
-                        .unwrap_or(128);
-                    WeightFormat::Fp8Block {
-                        block: block as u32,
-                    }
-                }
-                _ => {
-                    return Err(format!(
-                        "unsupported compressed-tensors scheme: {bits}-bit {kind} (supported: 4-bit int groups, 8-bit float blocks)"
-                    ))
-                }
-            };
-            (format, string_list(q.get("ignore")))
+                .unwrap_or(4);
+            let group = q
+                .get("group_size")
+                .or_else(|| q.get("q_group_size"))
+                .and_then(Value::as_u64)
+                .unwrap_or(128) as u32;
+            let sym = q.get("sym").and_then(Value::as_bool).unwrap_or(method == "gptq");
+            match bits {
+                4 if sym => WeightFormat::Int4Group { group },
+                4 => WeightFormat::Int4GroupZero { group },
+                8 => WeightFormat::Int8Channel,
+                b => return Err(format!("{method} with {b}-bit weights is not understood")),
+            }
         }
         other => {
             return Err(format!(
-                "unsupported quant_method '{other}' (supported: fp8, compressed-tensors)"
+                "quant_method '{other}' is not understood (known: fp8, compressed-tensors, mxfp4, modelopt, awq, gptq)"
             ))
         }
     };
@@ -218,12 +371,18 @@ fn precision_from_quant(q: &Value) -> Result<Precision, String> {
         .iter()
         .map(|p| IgnoreRule::new(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let pick = |module: &str| {
-        let prefixed = format!("language_model.{module}");
-        if matchers
-            .iter()
-            .any(|m| m.matches(module) || m.matches(&prefixed))
-        {
+    let pick = |modules: &[&str]| {
+        let hit = modules.iter().any(|module| {
+            let prefixed = format!("language_model.{module}");
+            let model_prefixed = format!(
+                "model.language_model.{}",
+                module.trim_start_matches("model.")
+            );
+            matchers
+                .iter()
+                .any(|m| m.matches(module) || m.matches(&prefixed) || m.matches(&model_prefixed))
+        });
+        if hit {
             WeightFormat::Bf16
         } else {
             format
@@ -251,7 +410,9 @@ fn string_list(v: Option<&Value>) -> Vec<String> {
 }
 
 /// One entry of an `ignore` list: `re:PATTERN` (matched from the start of the module name, as
-/// compressed-tensors does) or a module name (matched exactly or as a dotted suffix).
+/// compressed-tensors does), a glob with `*` (`model.layers.*.self_attn`, as gpt-oss and
+/// ModelOpt write them; matches the module or any module below it) or a module name (matched
+/// exactly, as a dotted suffix, or as a parent of the module).
 enum IgnoreRule {
     Regex(Regex),
     Name(String),
@@ -263,6 +424,12 @@ impl IgnoreRule {
             Some(pat) => Regex::new(&format!("^(?:{pat})"))
                 .map(IgnoreRule::Regex)
                 .map_err(|e| format!("ignore pattern '{p}' is not a valid regex: {e}")),
+            None if p.contains('*') => {
+                let pat = regex::escape(p).replace("\\*", ".*");
+                Regex::new(&format!("^(?:.*\\.)?{pat}(?:\\..*)?$"))
+                    .map(IgnoreRule::Regex)
+                    .map_err(|e| format!("ignore pattern '{p}' is not a valid glob: {e}"))
+            }
             None => Ok(IgnoreRule::Name(p.to_string())),
         }
     }
@@ -270,7 +437,12 @@ impl IgnoreRule {
     fn matches(&self, module: &str) -> bool {
         match self {
             IgnoreRule::Regex(r) => r.is_match(module),
-            IgnoreRule::Name(n) => module == n || module.ends_with(&format!(".{n}")),
+            IgnoreRule::Name(n) => {
+                module == n
+                    || module.ends_with(&format!(".{n}"))
+                    || module.starts_with(&format!("{n}."))
+                    || module.contains(&format!(".{n}."))
+            }
         }
     }
 }
@@ -341,14 +513,7 @@ mod tests {
         let s = from_json(&l, "l").unwrap();
         assert_eq!(s.moe, None);
         assert_eq!(s.dense_layers(), 80);
-        assert_eq!(
-            s.attention,
-            Attention::Gqa {
-                heads: 64,
-                kv_heads: 8,
-                head_dim: 128
-            }
-        );
+        assert_eq!(s.attention, Attention::gqa(64, 8, 128));
         let q = json!({"model_type": "qwen3_moe", "num_hidden_layers": 94, "hidden_size": 4096,
             "vocab_size": 151936, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
             "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
@@ -370,6 +535,60 @@ mod tests {
             .remove("hidden_size");
         let e = from_json(&c, "k").unwrap_err();
         assert!(e.contains("hidden_size"), "{e}");
+    }
+
+    #[test]
+    fn python_json_reads_infinity_and_nan_outside_strings_only() {
+        let t = r#"{"a": [0.0, Infinity, -Infinity, NaN], "s": "Infinity \" NaN"}"#;
+        let v: Value = serde_json::from_str(&python_json(t)).unwrap();
+        assert_eq!(v["a"], json!([0.0, null, null, null]));
+        assert_eq!(v["s"], "Infinity \" NaN");
+    }
+
+    #[test]
+    fn glob_and_parent_ignore_rules() {
+        let g = IgnoreRule::new("model.layers.*.self_attn").unwrap();
+        assert!(g.matches("model.layers.1.self_attn.o_proj"));
+        assert!(!g.matches("model.layers.1.mlp.experts.0.down_proj"));
+        let n = IgnoreRule::new("self_attn").unwrap();
+        assert!(n.matches("model.layers.1.self_attn.o_proj"));
+        assert!(!n.matches("model.layers.1.mlp.down_proj"));
+    }
+
+    #[test]
+    fn nvfp4_and_awq_formats() {
+        let q = json!({"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4",
+            "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}});
+        let p = precision_from_quant(&q).unwrap();
+        assert_eq!(
+            (p.routed_experts, p.attention, p.lm_head),
+            (WeightFormat::Nvfp4, WeightFormat::Bf16, WeightFormat::Bf16)
+        );
+        let q = json!({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true});
+        assert_eq!(
+            precision_from_quant(&q).unwrap().dense_mlp,
+            WeightFormat::Int4GroupZero { group: 128 }
+        );
+        let e = precision_from_quant(&json!({"quant_method": "hqq"})).unwrap_err();
+        assert!(e.contains("hqq"), "{e}");
+    }
+
+    #[test]
+    fn a_known_architecture_missing_a_key_keeps_its_collectives() {
+        let c = json!({"model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 1024,
+            "vocab_size": 8000, "num_attention_heads": 8, "num_local_experts": 8,
+            "intermediate_size": 2048});
+        let s = from_json(&c, "m.json").unwrap();
+        assert!(!s.weights_known);
+        let w = s.warnings.join(" ");
+        assert!(
+            w.contains("num_experts_per_tok") && w.contains("collectives"),
+            "{w}"
+        );
+        let opt = crate::model::ScheduleOptions::default();
+        let sch = crate::model::build(&s, &opt, crate::model::Phase::Verify).unwrap();
+        assert_eq!(sch.n_collectives(), 1 + 2 * 4 + 1);
+        assert_eq!(sch.total_weight_bytes(), 0);
     }
 
     #[test]

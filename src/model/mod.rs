@@ -9,6 +9,7 @@
 //! Not here: the workload flags and their defaults ([`crate::request::Workload`] builds a
 //! schedule from them), running a schedule ([`crate::launch`]).
 
+pub(crate) mod arch;
 pub mod collective;
 pub mod config;
 pub mod presets;

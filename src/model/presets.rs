@@ -39,6 +39,7 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
                 experts_per_token: 8,
                 shared_experts: 1,
                 moe_intermediate: 2048,
+                shared_intermediate: None,
             }),
             attention: mla(64),
             precision: Precision {
@@ -48,6 +49,11 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
                 shared_experts: WeightFormat::Bf16,
                 lm_head: WeightFormat::Bf16,
             },
+            blocks: vec![],
+            weights_known: true,
+            tied_embeddings: false,
+            warnings: vec![],
+            read_as: None,
         },
         // deepseek-ai/DeepSeek-V3: fp8 e4m3 with 128x128 block scales; lm_head bf16.
         "deepseek-v3" | "deepseek-r1" => ModelShape {
@@ -62,12 +68,18 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
                 experts_per_token: 8,
                 shared_experts: 1,
                 moe_intermediate: 2048,
+                shared_intermediate: None,
             }),
             attention: mla(128),
             precision: Precision {
                 lm_head: WeightFormat::Bf16,
                 ..Precision::uniform(WeightFormat::Fp8Block { block: 128 })
             },
+            blocks: vec![],
+            weights_known: true,
+            tied_embeddings: false,
+            warnings: vec![],
+            read_as: None,
         },
         "llama-3.1-70b" => ModelShape {
             name: "llama-3.1-70b".into(),
@@ -77,12 +89,13 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             first_dense: 80,
             intermediate: 28672,
             moe: None,
-            attention: Attention::Gqa {
-                heads: 64,
-                kv_heads: 8,
-                head_dim: 128,
-            },
+            attention: Attention::gqa(64, 8, 128),
             precision: Precision::uniform(WeightFormat::Bf16),
+            blocks: vec![],
+            weights_known: true,
+            tied_embeddings: false,
+            warnings: vec![],
+            read_as: None,
         },
         "qwen3-235b-a22b" => ModelShape {
             name: "qwen3-235b-a22b".into(),
@@ -96,13 +109,15 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
                 experts_per_token: 8,
                 shared_experts: 0,
                 moe_intermediate: 1536,
+                shared_intermediate: None,
             }),
-            attention: Attention::Gqa {
-                heads: 64,
-                kv_heads: 4,
-                head_dim: 128,
-            },
+            attention: Attention::gqa(64, 4, 128),
             precision: Precision::uniform(WeightFormat::Bf16),
+            blocks: vec![],
+            weights_known: true,
+            tied_embeddings: false,
+            warnings: vec![],
+            read_as: None,
         },
         _ => {
             return Err(usage(format!(

@@ -26,6 +26,10 @@ impl CollectiveKind {
 #[serde(rename_all = "snake_case")]
 pub enum ComputeKind {
     Attention,
+    /// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5).
+    LinearAttention,
+    /// Mamba-2 state-space mixer (Nemotron-H).
+    Mamba,
     DenseMlp,
     Router,
     RoutedExperts,
@@ -38,6 +42,8 @@ impl ComputeKind {
     pub fn name(self) -> &'static str {
         match self {
             ComputeKind::Attention => "attention",
+            ComputeKind::LinearAttention => "linear attention",
+            ComputeKind::Mamba => "mamba mixer",
             ComputeKind::DenseMlp => "dense MLP",
             ComputeKind::Router => "router",
             ComputeKind::RoutedExperts => "routed experts",
@@ -139,6 +145,21 @@ pub struct Schedule {
     /// Expected distinct routed experts per MoE layer (0 for dense models).
     pub experts_per_layer: f64,
     pub ops: Vec<Op>,
+    /// How a `--model-config` was read and what it did not understand (shown by `plan`);
+    /// `None` for presets and schedule files. Not part of the hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_reading: Option<Box<ConfigReading>>,
+}
+
+/// How a model config became this schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigReading {
+    /// The architecture table's entry and the engine code it follows (`None`: not in the table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_as: Option<String>,
+    /// What the config did not say or the reading did not understand.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One row of the grouped collective summary.
@@ -271,29 +292,65 @@ pub fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Result<()>
     if opt.tokens == 0 {
         return Err(usage("--tokens must be at least 1"));
     }
-    check_divides(opt.tp, "attention heads", shape.attention.heads())?;
-    check_divides(opt.tp, "vocabulary", shape.vocab)?;
-    if shape.dense_layers() > 0 {
-        check_divides(opt.tp, "intermediate size", shape.intermediate)?;
+    if !shape.weights_known {
+        // collectives only: they depend on hidden size, vocabulary and TP alone
+        return check_divides(opt.tp, "vocabulary", shape.vocab);
     }
-    if let Some(m) = &shape.moe {
-        check_divides(opt.tp, "MoE intermediate size", m.moe_intermediate)?;
+    let tp = opt.tp;
+    check_divides(tp, "attention heads", shape.attention.heads())?;
+    check_divides(tp, "vocabulary", shape.vocab)?;
+    let blocks = shape.layer_blocks();
+    for b in &blocks {
+        match b.ffn {
+            Some(Ffn::Dense { intermediate, .. }) => {
+                check_divides(tp, "intermediate size", intermediate)?
+            }
+            Some(Ffn::Moe {
+                moe,
+                dense_intermediate,
+            }) => {
+                check_divides(tp, "MoE intermediate size", moe.moe_intermediate)?;
+                if moe.shared_experts > 0 {
+                    check_divides(
+                        tp,
+                        "shared expert intermediate size",
+                        moe.shared_intermediate(),
+                    )?;
+                }
+                check_divides(tp, "intermediate size", dense_intermediate)?;
+            }
+            Some(Ffn::Linear) | None => {}
+        }
     }
-    if let Attention::Gqa { kv_heads, .. } = shape.attention {
-        if kv_heads % opt.tp != 0 && opt.tp % kv_heads != 0 {
-            return Err(usage(format!(
-                "--tp {} and the {kv_heads} KV heads do not divide one another",
-                opt.tp
-            )));
+    for b in &blocks {
+        match b.mixer {
+            Some(Mixer::Attention(a)) => {
+                check_divides(tp, "attention heads", a.heads())?;
+                if let Attention::Gqa { kv_heads, .. } = a {
+                    if kv_heads == 0 || (kv_heads % tp != 0 && tp % kv_heads != 0) {
+                        return Err(usage(format!(
+                            "--tp {tp} and the {kv_heads} KV heads do not divide one another"
+                        )));
+                    }
+                }
+            }
+            Some(Mixer::GatedDeltaNet {
+                key_heads,
+                value_heads,
+                ..
+            }) => {
+                check_divides(tp, "linear-attention key heads", key_heads)?;
+                check_divides(tp, "linear-attention value heads", value_heads)?;
+            }
+            Some(Mixer::Mamba2 { heads, .. }) => check_divides(tp, "Mamba heads", heads)?,
+            Some(Mixer::Linear) | None => {}
         }
     }
     Ok(())
 }
 
-fn attention_bytes(shape: &ModelShape, tp: u64) -> u64 {
-    let f = shape.precision.attention;
-    let h = shape.hidden;
-    match shape.attention {
+fn attention_bytes(att: &Attention, f: WeightFormat, h: u64, tp: u64) -> u64 {
+    match *att {
         Attention::Mla {
             heads,
             q_lora_rank,
@@ -319,21 +376,171 @@ fn attention_bytes(shape: &ModelShape, tp: u64) -> u64 {
             heads,
             kv_heads,
             head_dim,
-        } => gqa_bytes(f, h, heads, kv_heads, head_dim, tp),
+            v_head_dim,
+            gated_q,
+        } => {
+            let v = v_head_dim.unwrap_or(head_dim);
+            let q_rows = heads / tp * head_dim * if gated_q { 2 } else { 1 };
+            let kv_local = if kv_heads >= tp { kv_heads / tp } else { 1 };
+            // fused qkv column-parallel (KV heads replicated when TP > KV heads), o row-parallel
+            let qkv = f.matrix_bytes(q_rows + kv_local * (head_dim + v), h);
+            let o = f.matrix_bytes(h, heads / tp * v);
+            qkv + o
+        }
     }
 }
 
 fn gqa_bytes(f: WeightFormat, h: u64, heads: u64, kv_heads: u64, head_dim: u64, tp: u64) -> u64 {
-    let kv_local = if kv_heads >= tp { kv_heads / tp } else { 1 };
-    let qkv = f.matrix_bytes((heads / tp + 2 * kv_local) * head_dim, h);
-    let o = f.matrix_bytes(h, heads / tp * head_dim);
-    qkv + o
+    attention_bytes(&Attention::gqa(heads, kv_heads, head_dim), f, h, tp)
+}
+
+/// The compute op a mixer stands for and the weight bytes one rank streams for it.
+fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u64) {
+    // depthwise conv weights are not Linear layers: bf16 in every checkpoint format
+    let conv = |channels: u64, kernel: u64| WeightFormat::Bf16.matrix_bytes(channels, kernel);
+    match *m {
+        Mixer::Attention(a) => (ComputeKind::Attention, attention_bytes(&a, f, h, tp)),
+        Mixer::GatedDeltaNet {
+            key_heads,
+            value_heads,
+            key_head_dim,
+            value_head_dim,
+            conv_kernel,
+        } => {
+            // vLLM qwen3_next.py: in_proj_qkvz (q, k, v, z) and in_proj_ba column-parallel,
+            // conv1d over q, k, v sharded the same way, out_proj row-parallel
+            let kd = key_heads * key_head_dim / tp;
+            let vd = value_heads * value_head_dim / tp;
+            let b = f.matrix_bytes(2 * kd + 2 * vd, h)
+                + f.matrix_bytes(2 * value_heads / tp, h)
+                + conv(2 * kd + vd, conv_kernel)
+                + f.matrix_bytes(h, vd);
+            (ComputeKind::LinearAttention, b)
+        }
+        Mixer::Mamba2 {
+            heads,
+            head_dim,
+            groups,
+            state,
+            conv_kernel,
+        } => {
+            // vLLM mamba_mixer2.py: in_proj (z, x, B, C, dt) column-parallel with the groups
+            // spread over the ranks (replicated when fewer than TP), conv1d over x, B, C,
+            // out_proj row-parallel
+            let il = heads * head_dim / tp;
+            let gl = groups.div_ceil(tp).max(1);
+            let b = f.matrix_bytes(2 * il + 2 * gl * state + heads / tp, h)
+                + conv(il + 2 * gl * state, conv_kernel)
+                + f.matrix_bytes(h, il);
+            (ComputeKind::Mamba, b)
+        }
+        // replicated: every rank reads the whole matrix
+        Mixer::Linear => (ComputeKind::Attention, f.matrix_bytes(h, h)),
+    }
 }
 
 /// gate_up (column-parallel) + down (row-parallel) of one MLP of `inter` intermediate size.
 fn mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
     let il = inter / tp;
     f.matrix_bytes(2 * il, h) + f.matrix_bytes(h, il)
+}
+
+/// up (column-parallel) + down (row-parallel), no gate (Nemotron-H's relu2 MLP).
+fn plain_mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
+    let il = inter / tp;
+    f.matrix_bytes(il, h) + f.matrix_bytes(h, il)
+}
+
+/// The compute ops of one feed-forward part, for `experts` distinct routed experts.
+fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: f64, l: u64) -> Vec<Op> {
+    let op = |kind, weight_bytes| Op::Compute {
+        kind,
+        weight_bytes,
+        layer: Some(l),
+    };
+    match *ffn {
+        Ffn::Dense {
+            intermediate,
+            gated,
+        } => {
+            let b = if gated {
+                mlp_bytes(p.dense_mlp, h, intermediate, tp)
+            } else {
+                plain_mlp_bytes(p.dense_mlp, h, intermediate, tp)
+            };
+            vec![op(ComputeKind::DenseMlp, b)]
+        }
+        Ffn::Linear => vec![op(ComputeKind::DenseMlp, p.dense_mlp.matrix_bytes(h, h))],
+        Ffn::Moe {
+            moe: m,
+            dense_intermediate,
+        } => {
+            let mut v = Vec::new();
+            if dense_intermediate > 0 {
+                v.push(op(
+                    ComputeKind::DenseMlp,
+                    mlp_bytes(p.dense_mlp, h, dense_intermediate, tp),
+                ));
+            }
+            let one = mlp_bytes(p.routed_experts, h, m.moe_intermediate, tp);
+            v.push(op(
+                ComputeKind::Router,
+                WeightFormat::Bf16.matrix_bytes(m.routed_experts, h),
+            ));
+            v.push(op(
+                ComputeKind::RoutedExperts,
+                (experts * one as f64).round() as u64,
+            ));
+            if m.shared_experts > 0 {
+                v.push(op(
+                    ComputeKind::SharedExperts,
+                    m.shared_experts * mlp_bytes(p.shared_experts, h, m.shared_intermediate(), tp),
+                ));
+            }
+            v
+        }
+    }
+}
+
+/// Parameters of the model as the config describes it, from the same per-layer shapes the
+/// schedule streams (at TP=1, every expert counted): `(total, active per token)`, embedding
+/// and LM head included (once when tied). `None` when the weights are not known.
+pub fn parameter_counts(shape: &ModelShape) -> Option<(u64, u64)> {
+    if !shape.weights_known {
+        return None;
+    }
+    let p = Precision::uniform(WeightFormat::Bf16);
+    let h = shape.hidden;
+    let mut total = 0u64;
+    let mut active = 0u64;
+    for (l, b) in shape.layer_blocks().iter().enumerate() {
+        if let Some(m) = &b.mixer {
+            let w = mixer_weights(m, WeightFormat::Bf16, h, 1).1 / 2;
+            total += w;
+            active += w;
+        }
+        if let Some(f) = &b.ffn {
+            let (all, k) = match f {
+                Ffn::Moe { moe, .. } => (moe.routed_experts as f64, moe.experts_per_token as f64),
+                _ => (0.0, 0.0),
+            };
+            let sum = |e: f64| -> u64 {
+                ffn_ops(f, &p, h, 1, e, l as u64)
+                    .iter()
+                    .map(|o| match o {
+                        Op::Compute { weight_bytes, .. } => weight_bytes / 2,
+                        _ => 0,
+                    })
+                    .sum()
+            };
+            total += sum(all);
+            active += sum(k);
+        }
+    }
+    let table = shape.vocab * h;
+    let head = if shape.tied_embeddings { 0 } else { table };
+    // the embedding is a lookup: one row per token is active, the LM head is read whole
+    Some((total + table + head, active + table))
 }
 
 fn collective(
@@ -435,72 +642,54 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
                 None,
             ));
         }
-        let attn = attention_bytes(shape, tp);
-        let dense = if shape.dense_layers() > 0 {
-            mlp_bytes(shape.precision.dense_mlp, h, shape.intermediate, tp)
-        } else {
-            0
-        };
-        for l in 0..shape.layers {
-            ops.push(Op::Compute {
-                kind: ComputeKind::Attention,
-                weight_bytes: attn,
-                layer: Some(l),
-            });
-            ops.push(collective(
-                CollectiveKind::AllReduce,
-                dt,
-                act,
-                "attention",
-                Some(l),
-            ));
-            match &shape.moe {
-                Some(m) if l >= shape.dense_layers() => {
-                    experts = distinct_experts(m, tokens, opt.routing);
-                    let one = mlp_bytes(shape.precision.routed_experts, h, m.moe_intermediate, tp);
-                    ops.push(Op::Compute {
-                        kind: ComputeKind::Router,
-                        weight_bytes: WeightFormat::Bf16.matrix_bytes(m.routed_experts, h),
-                        layer: Some(l),
-                    });
-                    ops.push(Op::Compute {
-                        kind: ComputeKind::RoutedExperts,
-                        weight_bytes: (experts * one as f64).round() as u64,
-                        layer: Some(l),
-                    });
-                    if m.shared_experts > 0 {
-                        ops.push(Op::Compute {
-                            kind: ComputeKind::SharedExperts,
-                            weight_bytes: m.shared_experts
-                                * mlp_bytes(
-                                    shape.precision.shared_experts,
-                                    h,
-                                    m.moe_intermediate,
-                                    tp,
-                                ),
-                            layer: Some(l),
-                        });
-                    }
-                }
-                _ => ops.push(Op::Compute {
-                    kind: ComputeKind::DenseMlp,
-                    weight_bytes: dense,
-                    layer: Some(l),
-                }),
-            }
-            ops.push(collective(
-                CollectiveKind::AllReduce,
-                dt,
-                act,
-                "mlp",
-                Some(l),
-            ));
+        let known = shape.weights_known;
+        if let Some(m) = shape.first_moe() {
+            experts = distinct_experts(&m, tokens, opt.routing);
         }
-        ops.push(Op::Compute {
-            kind: ComputeKind::LmHead,
-            weight_bytes: shape.precision.lm_head.matrix_bytes(shape.vocab / tp, h),
-            layer: None,
-        });
+        for (l, b) in shape.layer_blocks().iter().enumerate() {
+            let l = l as u64;
+            if let Some(m) = &b.mixer {
+                if known {
+                    let (kind, weight_bytes) = mixer_weights(m, shape.precision.attention, h, tp);
+                    ops.push(Op::Compute {
+                        kind,
+                        weight_bytes,
+                        layer: Some(l),
+                    });
+                }
+                // a replicated linear in place of attention needs no reduction
+                if *m != Mixer::Linear {
+                    ops.push(collective(
+                        CollectiveKind::AllReduce,
+                        dt,
+                        act,
+                        "attention",
+                        Some(l),
+                    ));
+                }
+            }
+            if let Some(f) = &b.ffn {
+                if known {
+                    ops.extend(ffn_ops(f, &shape.precision, h, tp, experts, l));
+                }
+                if *f != Ffn::Linear {
+                    ops.push(collective(
+                        CollectiveKind::AllReduce,
+                        dt,
+                        act,
+                        "mlp",
+                        Some(l),
+                    ));
+                }
+            }
+        }
+        if known {
+            ops.push(Op::Compute {
+                kind: ComputeKind::LmHead,
+                weight_bytes: shape.precision.lm_head.matrix_bytes(shape.vocab / tp, h),
+                layer: None,
+            });
+        }
         if opt.logits == Logits::Gather {
             let c = tokens * shape.vocab / tp;
             ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
@@ -515,6 +704,12 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
         routing: opt.routing,
         experts_per_layer: experts,
         ops,
+        config_reading: (shape.read_as.is_some() || !shape.warnings.is_empty()).then(|| {
+            Box::new(ConfigReading {
+                read_as: shape.read_as.clone(),
+                warnings: shape.warnings.clone(),
+            })
+        }),
     })
 }
 

@@ -4,15 +4,33 @@
 use serde::{Deserialize, Serialize};
 
 /// How a group of weights is stored in the checkpoint. Decides the bytes a rank streams.
+/// `matrix_bytes(rows, cols)` takes the output dimension first and the input dimension second
+/// (a `Linear(cols -> rows)`): group and block scales run along the input dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
 pub enum WeightFormat {
-    /// 2 bytes per weight.
+    /// 2 bytes per weight (bf16 or fp16).
     Bf16,
-    /// fp8 e4m3, 1 byte per weight, plus one fp32 scale per `block x block` tile.
+    /// fp8 e4m3, 1 byte per weight, plus one fp32 scale per `block x block` tile
+    /// (DeepSeek-V3 `weight_block_size`).
     Fp8Block { block: u32 },
-    /// int4 packed, half a byte per weight, plus one bf16 scale per `group` weights of a row.
+    /// int4 packed, half a byte per weight, plus one bf16 scale per `group` weights of a row
+    /// (compressed-tensors `pack-quantized`, symmetric).
     Int4Group { group: u32 },
+    /// 8-bit weights (fp8 e4m3 or int8), 1 byte per weight, plus one fp32 scale per output row
+    /// (compressed-tensors `strategy: channel`; per-tensor scales are counted the same way,
+    /// a few bytes too many).
+    Int8Channel,
+    /// int4 with one fp16 scale and one packed 4-bit zero point per `group` weights of a row
+    /// (AWQ, GPTQ).
+    Int4GroupZero { group: u32 },
+    /// OCP MXFP4: e2m1 4-bit weights, one e8m0 (1 byte) scale per 32 weights of a row
+    /// (gpt-oss, `quant_method: mxfp4`): 4.25 bits per weight.
+    Mxfp4,
+    /// NVFP4: e2m1 4-bit weights, one fp8 e4m3 scale per 16 weights of a row and one fp32
+    /// global scale per matrix (ModelOpt `NVFP4`, compressed-tensors `nvfp4-pack-quantized`):
+    /// 4.5 bits per weight.
+    Nvfp4,
 }
 
 impl WeightFormat {
@@ -28,6 +46,14 @@ impl WeightFormat {
                 let g = group.max(1) as u64;
                 (rows * cols).div_ceil(2) + 2 * rows * cols.div_ceil(g)
             }
+            WeightFormat::Int8Channel => rows * cols + 4 * rows,
+            WeightFormat::Int4GroupZero { group } => {
+                let g = group.max(1) as u64;
+                let groups = rows * cols.div_ceil(g);
+                (rows * cols).div_ceil(2) + 2 * groups + groups.div_ceil(2)
+            }
+            WeightFormat::Mxfp4 => (rows * cols).div_ceil(2) + rows * cols.div_ceil(32),
+            WeightFormat::Nvfp4 => (rows * cols).div_ceil(2) + rows * cols.div_ceil(16) + 4,
         }
     }
 
@@ -36,6 +62,10 @@ impl WeightFormat {
             WeightFormat::Bf16 => "bf16".into(),
             WeightFormat::Fp8Block { block } => format!("fp8 block {block}x{block}"),
             WeightFormat::Int4Group { group } => format!("int4 group {group}"),
+            WeightFormat::Int8Channel => "8-bit per channel".into(),
+            WeightFormat::Int4GroupZero { group } => format!("int4 group {group} with zero points"),
+            WeightFormat::Mxfp4 => "mxfp4".into(),
+            WeightFormat::Nvfp4 => "nvfp4".into(),
         }
     }
 }
@@ -76,11 +106,17 @@ pub enum Attention {
         qk_rope_head_dim: u64,
         v_head_dim: u64,
     },
-    /// Grouped-query attention (Llama, Qwen3).
+    /// Grouped-query attention (Llama, Qwen3); full or sliding-window, the weights are the same.
     Gqa {
         heads: u64,
         kv_heads: u64,
         head_dim: u64,
+        /// Value head size when it differs from `head_dim` (MiMo-V2-Flash: 192 / 128).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v_head_dim: Option<u64>,
+        /// q_proj also yields a per-head output gate, doubling its rows (Qwen3-Next, Qwen3.5).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        gated_q: bool,
     },
 }
 
@@ -88,6 +124,17 @@ impl Attention {
     pub fn heads(&self) -> u64 {
         match *self {
             Attention::Mla { heads, .. } | Attention::Gqa { heads, .. } => heads,
+        }
+    }
+
+    /// Plain GQA with `v_head_dim == head_dim` and no gate.
+    pub fn gqa(heads: u64, kv_heads: u64, head_dim: u64) -> Self {
+        Attention::Gqa {
+            heads,
+            kv_heads,
+            head_dim,
+            v_head_dim: None,
+            gated_q: false,
         }
     }
 }
@@ -99,6 +146,65 @@ pub struct Moe {
     pub experts_per_token: u64,
     pub shared_experts: u64,
     pub moe_intermediate: u64,
+    /// Intermediate size of each shared expert when it differs from `moe_intermediate`
+    /// (Qwen's `shared_expert_intermediate_size`, Llama-4's `intermediate_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_intermediate: Option<u64>,
+}
+
+impl Moe {
+    pub fn shared_intermediate(&self) -> u64 {
+        self.shared_intermediate.unwrap_or(self.moe_intermediate)
+    }
+}
+
+/// The token mixer of one layer (the part before the first all-reduce).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mixer", rename_all = "snake_case")]
+pub enum Mixer {
+    /// Softmax attention (full or sliding window).
+    Attention(Attention),
+    /// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): in_proj (q, k, v, z, b, a),
+    /// a depthwise causal conv over q, k, v, out_proj.
+    GatedDeltaNet {
+        key_heads: u64,
+        value_heads: u64,
+        key_head_dim: u64,
+        value_head_dim: u64,
+        conv_kernel: u64,
+    },
+    /// Mamba-2 state-space mixer (Nemotron-H): in_proj (z, x, B, C, dt), conv1d over x, B, C,
+    /// out_proj.
+    Mamba2 {
+        heads: u64,
+        head_dim: u64,
+        groups: u64,
+        state: u64,
+        conv_kernel: u64,
+    },
+    /// One `hidden x hidden` linear in place of attention (DeciLM `replace_with_linear`).
+    Linear,
+}
+
+/// The feed-forward part of one layer (the part before the second all-reduce).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "ffn", rename_all = "snake_case")]
+pub enum Ffn {
+    /// gate/up/down (`gated`) or up/down (Nemotron-H's relu2 MLP).
+    Dense { intermediate: u64, gated: bool },
+    /// Routed (and shared) experts; `dense_intermediate` > 0: a dense MLP of that size runs
+    /// beside the experts in the same block (Gemma-4 `enable_moe_block`).
+    Moe { moe: Moe, dense_intermediate: u64 },
+    /// One `hidden x hidden` linear in place of the MLP (DeciLM `replace_with_linear`).
+    Linear,
+}
+
+/// One decoder layer: a mixer and a feed-forward part, each followed by an all-reduce; either
+/// may be absent (Nemotron-H blocks hold one of the two, DeciLM `no_op` skips one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Block {
+    pub mixer: Option<Mixer>,
+    pub ffn: Option<Ffn>,
 }
 
 /// Everything the schedule needs to know about a model.
@@ -115,15 +221,72 @@ pub struct ModelShape {
     pub moe: Option<Moe>,
     pub attention: Attention,
     pub precision: Precision,
+    /// One entry per layer when the layers differ from what the fields above describe
+    /// (hybrid mixers, interleaved MoE, per-layer NAS blocks); empty: every layer has
+    /// `attention`, then a dense MLP for the first `first_dense` layers and `moe` after.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<Block>,
+    /// False when the architecture or the weight format is not understood: the schedule then
+    /// holds the collectives only (they depend on layers, hidden size, vocabulary and TP alone).
+    #[serde(default = "yes")]
+    pub weights_known: bool,
+    /// The LM head shares the embedding's matrix (`tie_word_embeddings`): counted once in the
+    /// parameter total, still streamed by every forward.
+    #[serde(default)]
+    pub tied_embeddings: bool,
+    /// What the reading guessed or did not understand, for the user to see.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Which entry of the architecture table read the config, and the source it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_as: Option<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ModelShape {
     /// Number of layers whose MLP is dense.
     pub fn dense_layers(&self) -> u64 {
-        match self.moe {
+        self.layer_blocks()
+            .iter()
+            .filter(|b| matches!(b.ffn, Some(Ffn::Dense { .. })))
+            .count() as u64
+    }
+
+    /// The blocks of every layer, in order.
+    pub fn layer_blocks(&self) -> Vec<Block> {
+        if !self.blocks.is_empty() {
+            return self.blocks.clone();
+        }
+        let dense = match self.moe {
             None => self.layers,
             Some(_) => self.first_dense.min(self.layers),
-        }
+        };
+        (0..self.layers)
+            .map(|l| Block {
+                mixer: Some(Mixer::Attention(self.attention)),
+                ffn: Some(match self.moe {
+                    Some(moe) if l >= dense => Ffn::Moe {
+                        moe,
+                        dense_intermediate: 0,
+                    },
+                    _ => Ffn::Dense {
+                        intermediate: self.intermediate,
+                        gated: true,
+                    },
+                }),
+            })
+            .collect()
+    }
+
+    /// The first MoE block's dimensions, if any layer is MoE.
+    pub fn first_moe(&self) -> Option<Moe> {
+        self.layer_blocks().iter().find_map(|b| match b.ffn {
+            Some(Ffn::Moe { moe, .. }) => Some(moe),
+            _ => None,
+        })
     }
 }
 
@@ -135,6 +298,19 @@ mod tests {
     fn int4_group_32_is_4_5_bits_per_weight() {
         let b = WeightFormat::Int4Group { group: 32 }.matrix_bytes(7168, 2048);
         assert_eq!(b * 8, 7168 * 2048 * 9 / 2);
+    }
+
+    #[test]
+    fn four_bit_formats_by_hand() {
+        // mxfp4: 4 bits + one byte per 32 weights = 4.25 bits
+        let b = WeightFormat::Mxfp4.matrix_bytes(2880, 2880);
+        assert_eq!(b * 8, 2880 * 2880 * 17 / 4);
+        // nvfp4: 4 bits + one byte per 16 weights = 4.5 bits, + one fp32 global scale
+        let b = WeightFormat::Nvfp4.matrix_bytes(4096, 4096);
+        assert_eq!(b, 4096 * 4096 * 9 / 16 + 4);
+        // AWQ group 128: 4 bits + 16-bit scale + 4-bit zero per 128 weights
+        let b = WeightFormat::Int4GroupZero { group: 128 }.matrix_bytes(4096, 4096);
+        assert_eq!(b, 4096 * 4096 / 2 + 4096 * 32 * 2 + 4096 * 32 / 2);
     }
 
     #[test]

@@ -60,6 +60,14 @@ pub fn render(s: &Schedule, ops: bool) -> String {
             if s.tokens == 1 { "" } else { "s" }
         );
     }
+    if let Some(c) = &s.config_reading {
+        if let Some(r) = &c.read_as {
+            let _ = writeln!(o, "# config read as {r}");
+        }
+        for w in &c.warnings {
+            let _ = writeln!(o, "# warning: {w}");
+        }
+    }
     let _ = writeln!(
         o,
         "# schedule {} : {} ops on each rank\n",
@@ -90,35 +98,42 @@ pub fn render(s: &Schedule, ops: bool) -> String {
         s.n_collectives(),
         grouped(s.total_collective_bytes())
     );
-    let _ = writeln!(o, "Weights streamed per forward (each rank)");
-    let _ = writeln!(
-        o,
-        "  {:<16} {:>5} {:>18} {:>11} {:>7}",
-        "op", "ops", "bytes", "", "share"
-    );
-    let total = s.total_weight_bytes().max(1);
-    for (k, b) in s.weight_bytes_by_kind() {
-        let n = s
-            .ops
-            .iter()
-            .filter(|op| matches!(op, Op::Compute { kind, .. } if *kind == k))
-            .count();
+    if !s.ops.iter().any(|op| matches!(op, Op::Compute { .. })) {
         let _ = writeln!(
             o,
-            "  {:<16} {:>5} {:>18} {:>11} {:>6.1}%",
-            k.name(),
-            n,
-            grouped(b),
-            human_bytes(b),
-            100.0 * b as f64 / total as f64
+            "Weights streamed per forward (each rank): unknown (see the warnings); collectives only"
+        );
+    } else {
+        let _ = writeln!(o, "Weights streamed per forward (each rank)");
+        let _ = writeln!(
+            o,
+            "  {:<16} {:>5} {:>18} {:>11} {:>7}",
+            "op", "ops", "bytes", "", "share"
+        );
+        let total = s.total_weight_bytes().max(1);
+        for (k, b) in s.weight_bytes_by_kind() {
+            let n = s
+                .ops
+                .iter()
+                .filter(|op| matches!(op, Op::Compute { kind, .. } if *kind == k))
+                .count();
+            let _ = writeln!(
+                o,
+                "  {:<16} {:>5} {:>18} {:>11} {:>6.1}%",
+                k.name(),
+                n,
+                grouped(b),
+                human_bytes(b),
+                100.0 * b as f64 / total as f64
+            );
+        }
+        let _ = writeln!(
+            o,
+            "  total {:>35} {:>11}",
+            grouped(s.total_weight_bytes()),
+            human_bytes(s.total_weight_bytes())
         );
     }
-    let _ = writeln!(
-        o,
-        "  total {:>35} {:>11}",
-        grouped(s.total_weight_bytes()),
-        human_bytes(s.total_weight_bytes())
-    );
     if ops {
         let _ = writeln!(o, "\nOperations in order");
         for (i, op) in s.ops.iter().enumerate() {

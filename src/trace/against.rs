@@ -118,6 +118,7 @@ pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> 
             routing: Routing::Uniform,
             experts_per_layer: 0.0,
             ops,
+            config_reading: None,
         },
         host_gaps_us: Some(gaps),
         origin: Some(format!(

@@ -25,5 +25,6 @@ mod cli_trace;
 mod common;
 mod golden_report;
 mod layering;
+mod plan_configs;
 mod rendezvous;
 mod schedule_hashes;

@@ -1,0 +1,366 @@
+//! `plan --model-config` on six real public configs (tests/data/configs/, see its README), and
+//! on configs the architecture table does not know.
+//!
+//! Expected weight bytes per rank are worked out by hand below, at TP=8 for T=3 tokens, from
+//! the config's dimensions with the sharding of MODELS.md (column/row-parallel matrices split
+//! over the 8 ranks, KV heads replicated when fewer than 8, router replicated, embedding not
+//! streamed, LM head vocab/8 rows), and routed experts touched under uniform routing,
+//! E x (1 - (1 - k/E)^3). The same dimensions summed at TP=1 are checked against each model's
+//! published parameter count first, so that a misread dimension shows there too.
+//! The arithmetic was run as this short script (its output is the numbers below):
+//! ```text
+//! touched = lambda E, k: E * (1 - (1 - k / E) ** 3)
+//! mixtral = 2 * (32*(4096*6144//8 + 512*4096) + 32*touched(8,2)*3*4096*14336/8
+//!                + 32*8*4096 + 4000*4096)                                 # 6,888,357,888
+//! scout   = 2 * (48*(5120*7168//8 + 640*5120) + 48*touched(16,1)*3*5120*8192/8
+//!                + 48*3*5120*8192/8 + 48*16*5120 + 25256*5120)            # 6,784,040,960
+//! gptoss  = 2 * 36*(2880*5120//8 + 512*2880) + 36*touched(128,4)*3*2880*2880/8*(4.25/8)
+//!           + 2 * (36*128*2880 + 25136*2880)                              # 1,101,965,929
+//! ```
+//! and likewise for the other three (written out at each test).
+
+use std::path::PathBuf;
+
+use crate::common::vb;
+
+fn config(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/configs")
+        .join(format!("{name}_config.json"))
+}
+
+fn plan(name: &str, tp: &str) -> serde_json::Value {
+    let p = config(name);
+    let out = vb()
+        .args(["plan", "--format", "json", "--tokens", "3", "--tp", tp])
+        .arg("--model-config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn weights_by_kind(v: &serde_json::Value) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for o in v["ops"].as_array().unwrap() {
+        if o["op"] == "compute" {
+            *m.entry(o["kind"].as_str().unwrap().to_string())
+                .or_insert(0) += o["weight_bytes"].as_u64().unwrap();
+        }
+    }
+    m
+}
+
+fn count(v: &serde_json::Value, kind: &str) -> usize {
+    v["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["op"] == "collective" && o["kind"] == kind)
+        .count()
+}
+
+fn warnings(v: &serde_json::Value) -> Vec<String> {
+    v["config_reading"]["warnings"]
+        .as_array()
+        .map(|a| a.iter().map(|w| w.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The plan's total weight bytes are within 2% of the hand figure, and the parameter count
+/// of the same shape within 2% of the published one.
+fn check(name: &str, hand_bytes: f64, published_params: f64) -> serde_json::Value {
+    let v = plan(name, "8");
+    let total: u64 = weights_by_kind(&v).values().sum();
+    let err = (total as f64 - hand_bytes).abs() / hand_bytes;
+    assert!(
+        err < 0.02,
+        "{name}: plan {total} B vs hand {hand_bytes} B ({:.2}%)",
+        100.0 * err
+    );
+    let shape = verifybench::model::config::load(&config(name)).unwrap();
+    let (params, _) = verifybench::model::schedule::parameter_counts(&shape).unwrap();
+    let err = (params as f64 - published_params).abs() / published_params;
+    assert!(
+        err < 0.02,
+        "{name}: {params} parameters vs {published_params} published ({:.2}%)",
+        100.0 * err
+    );
+    assert!(warnings(&v).is_empty(), "{name}: {:?}", warnings(&v));
+    v
+}
+
+#[test]
+fn mixtral_8x7b_is_moe() {
+    // 32 layers, hidden 4096, 8 experts (num_local_experts) of intermediate 14336, top-2.
+    // Published 46.7 B parameters: experts 32 x 8 x 3 x 4096 x 14336 = 45.10 B, attention
+    // 32 x (4096 x 6144 + 4096 x 4096) = 1.34 B, embedding + LM head 2 x 32000 x 4096 = 0.26 B.
+    // Per rank, T=3: touched experts 8 x (1 - 0.75^3) = 4.625; attention 1.34 B / 8,
+    // experts 32 x 4.625 x 176.2 M / 8, router 32 x 8 x 4096, LM head 4000 x 4096, all bf16:
+    // 6,888,357,888 B.
+    let v = check("mistralai--Mixtral-8x7B-v0.1", 6_888_357_888.0, 46.7e9);
+    let w = weights_by_kind(&v);
+    assert!(w.contains_key("routed_experts") && !w.contains_key("dense_mlp"));
+    assert_eq!((count(&v, "all_reduce"), count(&v, "all_gather")), (65, 1));
+    assert!((v["experts_per_layer"].as_f64().unwrap() - 4.625).abs() < 1e-9);
+}
+
+#[test]
+fn llama4_scout_has_routed_and_shared_experts() {
+    // text_config: 48 layers, hidden 5120, 16 experts (num_local_experts) of 8192, top-1,
+    // interleave_moe_layer_step 1 (every layer MoE) and one shared expert of 8192 per layer.
+    // Published 109 B (with the vision encoder): routed 48 x 16 x 3 x 5120 x 8192 = 96.6 B,
+    // shared 6.04 B, attention 48 x (5120 x 7168 + 5120 x 5120) = 3.02 B, embedding + LM
+    // head 2 x 202048 x 5120 = 2.07 B: 107.8 B of text model.
+    // Per rank: touched 16 x (1 - (15/16)^3) = 2.816; 6,784,040,960 B (bf16).
+    let v = check(
+        "meta-llama--Llama-4-Scout-17B-16E-Instruct",
+        6_784_040_960.0,
+        109e9,
+    );
+    let w = weights_by_kind(&v);
+    assert!(w["routed_experts"] > 0 && w["shared_experts"] > 0);
+    assert_eq!(count(&v, "all_reduce"), 97);
+}
+
+#[test]
+fn llama4_maverick_interleaves_moe_and_differs_from_scout() {
+    // Maverick's shape (its published config): 128 experts, interleave_moe_layer_step 2, so
+    // layers 1, 3, ..., 47 are MoE and the others dense with intermediate_size_mlp 16384.
+    let mut c: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(config("meta-llama--Llama-4-Scout-17B-16E-Instruct")).unwrap(),
+    )
+    .unwrap();
+    c["text_config"]["num_local_experts"] = 128.into();
+    c["text_config"]["interleave_moe_layer_step"] = 2.into();
+    let s = verifybench::model::config::from_json(&c, "maverick.json").unwrap();
+    let blocks = s.layer_blocks();
+    use verifybench::model::shape::Ffn;
+    assert!(matches!(
+        blocks[0].ffn,
+        Some(Ffn::Dense {
+            intermediate: 16384,
+            ..
+        })
+    ));
+    assert!(matches!(blocks[1].ffn, Some(Ffn::Moe { .. })));
+    assert_eq!(s.dense_layers(), 24);
+    // published 400 B: routed 24 x 128 x 125.8 M = 386.5 B, shared 3.0 B, dense 24 x 3 x
+    // 5120 x 16384 = 6.04 B, attention 3.02 B, embedding + LM head 2.07 B = 400.7 B
+    let (p, _) = verifybench::model::schedule::parameter_counts(&s).unwrap();
+    assert!((p as f64 - 400e9).abs() / 400e9 < 0.02, "{p}");
+}
+
+#[test]
+fn gpt_oss_120b_mxfp4_is_planned_not_refused() {
+    // 36 layers, hidden 2880, 128 experts of 2880, top-4, experts mxfp4 (4 bits + one e8m0
+    // byte per 32 weights = 4.25 bits); attention, router, LM head bf16 (modules_to_not_convert).
+    // Published 116.8 B: experts 36 x 128 x 3 x 2880^2 = 114.7 B, attention 36 x (2880 x 5120
+    // + 4096 x 2880) = 0.96 B, embedding + LM head 2 x 201088 x 2880 = 1.16 B.
+    // Per rank: attention 36 x (2880 x 640 + 512 x 2880) x 2 = 238,878,720; router
+    // 36 x 128 x 2880 x 2 = 26,542,080; LM head 25136 x 2880 x 2 = 144,783,360; experts
+    // 36 x 11.629 x 3,110,400 x 0.53125 = 691,761,769: 1,101,965,929 B.
+    let v = check("openai--gpt-oss-120b", 1_101_965_929.0, 116.8e9);
+    let w = weights_by_kind(&v);
+    assert_eq!(w["attention"], 238_878_720);
+    assert_eq!(w["lm_head"], 144_783_360);
+}
+
+#[test]
+fn qwen3_next_has_linear_attention_and_a_shared_expert() {
+    // 48 layers, full attention every 4th (full_attention_interval 4): 12 full, 36 Gated
+    // DeltaNet. Per rank, bf16:
+    //   full: q (gated) 16 x 256 x 2 / 8 = 1024 rows, k and v one replicated head of 256 each,
+    //     o 512 -> 2048: (1536 x 2048 + 2048 x 512) x 2 = 8,388,608; x 12 = 100,663,296
+    //   linear: in_proj_qkvz (2x2048 + 2x4096)/8 = 1536 rows, in_proj_ba 64/8 = 8 rows, conv
+    //     (2x2048 + 4096)/8 x 4, out 4096/8 -> 2048: 4,214,784 x 2 x 36 = 303,464,448
+    //   experts: 512 of 512, top-10: touched 512 x (1 - (502/512)^3) = 29.42;
+    //     48 x 29.42 x 3 x 2048 x 64 x 2 = 1,110,487,680 (to the byte, with 29.4217)
+    //   shared expert (shared_expert_intermediate_size 512): 48 x 3 x 2048 x 64 x 2 = 37,748,736
+    //   router 48 x 512 x 2048 x 2 = 100,663,296; LM head 18992 x 2048 x 2 = 77,791,232
+    // total 1,730,818,688 B. Published 80 B parameters (experts 48 x 512 x 3.1 M = 77.3 B).
+    let v = check("Qwen--Qwen3-Next-80B-A3B-Thinking", 1_730_818_688.0, 80e9);
+    let w = weights_by_kind(&v);
+    assert_eq!(w["linear_attention"], 303_464_448);
+    assert_eq!(w["attention"], 100_663_296);
+    assert_eq!(w["shared_experts"], 37_748_736);
+}
+
+#[test]
+fn nemotron_h_reads_infinity_and_its_hybrid_pattern() {
+    // hybrid_override_pattern: 54 'M' (Mamba-2), 10 '*' (attention), 54 '-' (relu2 MLP); one
+    // all-reduce per block: 118 + the embedding's. Per rank, bf16:
+    //   Mamba: in_proj (2 x 16384/8 + 2 x 1 group x 256 + 256/8) = 4640 rows x 8192, conv
+    //     (2048 + 512) x 4, out_proj 8192 x 2048: 54,798,336 x 2 x 54 = 5,918,220,288
+    //   attention: (1024 + 256) x 8192 + 8192 x 1024 = 18,874,368 x 2 x 10 = 377,487,360
+    //   MLP: 2 x 8192 x 4096 x 2 x 54 = 7,247,757,312; LM head 16384 x 8192 x 2 = 268,435,456
+    // total 13,811,900,416 B. Published 56 B parameters.
+    let v = check("nvidia--Nemotron-H-56B-Base-8K", 13_811_900_416.0, 56e9);
+    assert_eq!(count(&v, "all_reduce"), 119);
+    let w = weights_by_kind(&v);
+    assert_eq!(w["mamba"], 5_918_220_288);
+}
+
+#[test]
+fn nemotron_super_reads_block_configs() {
+    // block_configs: 49 layers with attention (n_heads_in_group 8: 8 KV heads), 31 no_op;
+    // FFN sizes int(2 x ffn_mult x 8192 / 3) rounded up to 256: 49 x 5.25 -> 28672,
+    // 6 x 2.625 -> 14336, 1 x 3.28125 -> 17920, 10 x 1.3125 -> 7168, 8 x 1.0 -> 5632,
+    // 6 x 0.5 -> 2816 (80 FFNs). Per rank, bf16:
+    //   attention (1024 + 2 x 128) x 8192 + 8192 x 1024 = 18,874,368 x 2 x 49 = 1,849,688,064
+    //   FFN 3 x 8192 x (sum of sizes)/8 x 2 = 10,091,495,424; LM head 16032 x 8192 x 2
+    //   = 262,668,288; total 12,203,851,776 B.
+    // Published 49.9 B parameters (the checkpoint's safetensors count).
+    let v = check(
+        "nvidia--Llama-3_3-Nemotron-Super-49B-v1",
+        12_203_851_776.0,
+        49.9e9,
+    );
+    // one all-reduce per attention that is not a no-op, one per FFN, plus the embedding's
+    assert_eq!(count(&v, "all_reduce"), 1 + 49 + 80);
+    let model = v["model"].as_str().unwrap();
+    assert!(
+        model.contains("llama_nemotron_super")
+            && model.contains("nemotron-nas")
+            && model.contains("Nemotron-Super-49B-v1_config.json"),
+        "{model}"
+    );
+}
+
+#[test]
+fn two_configs_in_one_folder_have_different_names() {
+    let a = plan("mistralai--Mixtral-8x7B-v0.1", "8");
+    let b = plan("openai--gpt-oss-120b", "8");
+    assert_ne!(a["model"], b["model"]);
+    assert!(a["model"].as_str().unwrap().contains("mixtral"));
+}
+
+fn write(dir: &std::path::Path, v: &serde_json::Value) -> PathBuf {
+    let p = dir.join("config.json");
+    std::fs::write(&p, v.to_string()).unwrap();
+    p
+}
+
+#[test]
+fn unknown_architecture_gets_collectives_and_names_the_keys() {
+    // a DeepSeek-V4-like config: not in the table, with keys nothing reads
+    let d = tempfile::tempdir().unwrap();
+    let p = write(
+        d.path(),
+        &serde_json::json!({"model_type": "deepseek_v4", "num_hidden_layers": 3,
+            "hidden_size": 1024, "vocab_size": 8192, "num_attention_heads": 16,
+            "hc_mult": 4, "compress_ratios": [0, 4, 128], "n_routed_experts": 64}),
+    );
+    let out = vb()
+        .args(["plan", "--format", "json", "--tokens", "3", "--tp", "8"])
+        .arg("--model-config")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 1 + 2 x 3 all-reduces of 3 x 1024 bf16, one all-gather of 3 x 8192/8
+    assert_eq!((count(&v, "all_reduce"), count(&v, "all_gather")), (7, 1));
+    assert!(weights_by_kind(&v).is_empty(), "no weight figures");
+    let w = warnings(&v).join(" ");
+    assert!(
+        w.contains("deepseek_v4") && w.contains("hc_mult") && w.contains("compress_ratios"),
+        "{w}"
+    );
+    // the table says so too, and --mode full is refused with the reason
+    vb().args(["plan", "--model-config"])
+        .arg(&p)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("unknown"))
+        .stdout(predicates::str::contains("# warning:"));
+    vb().args([
+        "verify",
+        "--backend",
+        "model",
+        "--mode",
+        "full",
+        "--model-config",
+    ])
+    .arg(&p)
+    .assert()
+    .code(2)
+    .stderr(predicates::str::contains("--mode comm"));
+}
+
+#[test]
+fn unknown_weight_format_warns_and_keeps_the_collectives() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(config("mistralai--Mixtral-8x7B-v0.1")).unwrap(),
+    )
+    .unwrap();
+    c["quantization_config"] =
+        serde_json::json!({"quant_method": "bitsandbytes", "load_in_4bit": true});
+    let p = write(d.path(), &c);
+    let out = vb()
+        .args(["plan", "--format", "json", "--model-config"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(count(&v, "all_reduce"), 65);
+    assert!(weights_by_kind(&v).is_empty());
+    assert!(warnings(&v).join(" ").contains("bitsandbytes"));
+}
+
+#[test]
+fn trace_against_plan_works_for_a_hybrid_config() {
+    // a synthetic 2-rank trace with Nemotron-H's collectives at TP=2: 119 all-reduces of
+    // 3 x 8192 bf16 and one all-gather of 3 x 131072/2
+    use verifybench::trace::synth::{self, SynthSpec};
+    let d = tempfile::tempdir().unwrap();
+    let s = SynthSpec {
+        ranks: 2,
+        steps: 3,
+        all_reduces: 119,
+        ar_elements: 3 * 8192,
+        ag_elements: 3 * 131072 / 2,
+        ..Default::default()
+    };
+    synth::write_dir(&s, d.path(), true).unwrap();
+    let out = vb()
+        .args([
+            "trace",
+            "--format",
+            "json",
+            "--against-plan",
+            "--tp",
+            "2",
+            "--tokens",
+            "3",
+        ])
+        .arg("--model-config")
+        .arg(config("nvidia--Nemotron-H-56B-Base-8K"))
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &v["result"]["data"]["against_plan"];
+    assert_eq!(a["same"], true, "{a}");
+    assert_eq!(a["plan_collectives"], 120);
+}
