@@ -12,7 +12,6 @@
 //! crossing the link, the peer's poll seeing it). The launch is that of one plain kernel: the
 //! graph-replay node gap, or `cudaLaunchKernel`'s host cost when eager (no NCCL enqueue).
 
-
 use super::predict::nccl_size;
 pub use super::profile::P2pLink;
 use super::profile::Profile;
