@@ -206,3 +206,46 @@ pub fn parse(text: &str) -> Result<NcclTestsRun, String> {
     }
     Ok(first)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_public_tables_old_and_new() {
+        // nccl-tests before 2.10 (no root column, `error` floats, no graph field): 3 runs of
+        // 25 sizes (8 B .. 128 MiB by 2x) on 4 GPUs, the binary named on the command line.
+        let s03 = include_str!(
+            "../tests/data/public-nccl/S03_sheffield_bessemer_4xV100PCIe_noNVLink.txt"
+        );
+        let runs = parse_runs(s03).unwrap();
+        assert_eq!(runs.len(), 3);
+        for r in &runs {
+            assert_eq!(r.rows.len(), 25);
+            assert_eq!(r.binary.as_deref(), Some("all_reduce_perf"));
+            assert_eq!((r.nranks(), r.graph()), (Some(4), false));
+        }
+        // Run C, 16 B: 183.5 us out of place, 16.04 in place (as published).
+        assert_eq!(
+            (runs[2].rows[1].oop_us, runs[2].rows[1].ip_us),
+            (183.5, 16.04)
+        );
+        // nccl-tests 2.x with rank lines: two runs of 8 ranks named by their device lines.
+        let s13 = include_str!(
+            "../tests/data/public-nccl/S13_chlc_8x4090_dualEPYC7542_SYS_p2p_off_on.txt"
+        );
+        let runs = parse_runs(s13).unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].devices.len(), 8);
+        assert_eq!(runs[0].devices[7], "NVIDIA GeForce RTX 4090");
+        assert_eq!(runs[1].rows[15].oop_us, 119.7);
+        // all_reduce then all_gather in one file, each named by a `## ..._perf` heading.
+        let s02 = include_str!(
+            "../tests/data/public-nccl/S02_anthonyhoo_2x2080ti_pcie3_switch_nop2p.txt"
+        );
+        let runs = parse_runs(s02).unwrap();
+        let bins: Vec<_> = runs.iter().map(|r| r.binary.clone().unwrap()).collect();
+        assert_eq!(bins, ["all_reduce_perf", "all_gather_perf"]);
+        assert_eq!((runs[0].rows.len(), runs[1].rows.len()), (28, 28));
+    }
+}

@@ -235,6 +235,21 @@ pub struct Profile {
     /// extra latency. `None`: one socket (or a switch that hides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_socket: Option<CrossSocket>,
+    /// NCCL's choice as measured (`model fit --nccl-tests`): at these collectives and rank
+    /// counts the protocol follows the measured switch, not the model's fastest pair.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed: Vec<ObservedChoice>,
+}
+
+/// Where NCCL switched from Ring/LL to Ring/Simple in measured tables: sizes up to
+/// `ll_up_to_bytes` (nccl-tests size) ran LL, larger ones Simple. NCCL's tuner decides by its
+/// own estimates, not by the real times, so the switch can cost time (a step up in a table),
+/// which a fastest-pair model cannot reproduce.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ObservedChoice {
+    pub op: crate::model::CollectiveKind,
+    pub nranks: usize,
+    pub ll_up_to_bytes: u64,
 }
 
 /// LL's effective bandwidth fitted on small messages, where NCCL's pipelined ring hides most of
@@ -393,6 +408,7 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
         p2p: Some(P2pLink::nvlink4()),
         ll_fitted: None,
         cross_socket: None,
+        observed: vec![],
     }
 }
 
@@ -419,6 +435,7 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
         p2p: Some(P2pLink::pcie_gen5()),
         ll_fitted: None,
         cross_socket: None,
+        observed: vec![],
     }
 }
 
