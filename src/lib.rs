@@ -25,6 +25,7 @@ pub mod machine;
 pub mod measure;
 pub mod model;
 pub mod nccl_list;
+pub mod nccl_tests;
 pub mod output;
 pub mod record;
 pub mod report;

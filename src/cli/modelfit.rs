@@ -29,8 +29,22 @@ pub enum ModelSub {
 pub struct FitArgs {
     /// Results files (JSON, JSON array or JSON lines) of measured `collective` and `verify`
     /// runs. Modeled records are left out.
-    #[arg(required = true, value_name = "RESULTS")]
+    #[arg(required_unless_present = "nccl_tests", value_name = "RESULTS")]
     pub results: Vec<PathBuf>,
+    /// Fit to the text output of nccl-tests instead (all_reduce_perf, all_gather_perf,
+    /// reduce_scatter_perf; eager or -G; several runs per file are read one by one): a profile
+    /// of the machine that printed it, bounded by the link's rate.
+    #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "results")]
+    pub nccl_tests: Vec<PathBuf>,
+    /// With --nccl-tests: the link's rate per direction, GB/s (default: the --base profile's;
+    /// PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by
+    /// it times the protocol's payload share (LL 1/2, LL128 120/128, Simple 1).
+    #[arg(long, value_name = "GB/s")]
+    pub link_gbps: Option<f64>,
+    /// With --nccl-tests: the measured peer-to-peer latency (p2pBandwidthLatencyTest), us; no
+    /// per-hop latency is fitted below it.
+    #[arg(long, value_name = "US")]
+    pub p2p_latency_us: Option<f64>,
     /// Where to write the fitted profile (JSON).
     #[arg(short = 'o', long, value_name = "PROFILE.json")]
     pub output: PathBuf,
@@ -57,6 +71,7 @@ pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
 fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
     let mut inputs: Vec<&std::path::Path> = a.results.iter().map(|p| p.as_path()).collect();
+    inputs.extend(a.nccl_tests.iter().map(|p| p.as_path()));
     inputs.extend(a.base_profile.as_deref());
     crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
     let (base, base_name) = match &a.base_profile {
@@ -71,6 +86,9 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
             (prof, n)
         }
     };
+    if !a.nccl_tests.is_empty() {
+        return nccl_tests_cmd(a, &base, &base_name, started);
+    }
     let mut pts = vec![];
     let mut p2p_pts = vec![];
     let mut sources = vec![];
@@ -138,6 +156,93 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
         if let Some(f) = &p2p_fit {
             print!("{}", crate::report::fit::p2p_table(f));
         }
+        println!(
+            "# wrote profile '{}' to {}: use it with --backend model --profile {}",
+            file.profile.name,
+            a.output.display(),
+            a.output.display()
+        );
+    }
+    Ok(0)
+}
+
+fn output_name(a: &FitArgs) -> String {
+    a.name.clone().unwrap_or_else(|| {
+        a.output
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "fitted".into())
+    })
+}
+
+/// `model fit --nccl-tests FILE...`.
+fn nccl_tests_cmd(
+    a: &FitArgs,
+    base: &profile::Profile,
+    base_name: &str,
+    started: String,
+) -> anyhow::Result<i32> {
+    use crate::costmodel::ntfit;
+    let mut tables = vec![];
+    let mut sources = vec![];
+    for f in &a.nccl_tests {
+        let name = f.display().to_string();
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
+        let runs = crate::nccl_tests::parse_runs(&text)
+            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
+        let (t, skipped) = ntfit::tables_of(&name, &runs);
+        for s in skipped {
+            crate::note!("verifybench: left out {s}");
+        }
+        tables.extend(t);
+        sources.push(name);
+    }
+    let rate = match a.link_gbps.or(base.intra.rate_gbps) {
+        Some(r) => r,
+        None => crate::usage_bail!(
+            "the base profile does not know its link's rate: give --link-gbps (PCIe 4.0 x16: 31.5, 5.0 x16: 63)"
+        ),
+    };
+    let phys = ntfit::Physics {
+        rate_gbps: rate,
+        p2p_lat_us: a.p2p_latency_us,
+    };
+    let f = ntfit::calibrate(base, &phys, &tables)?;
+    let r = &f.report;
+    let mut prof = r.profile.clone();
+    prof.name = output_name(a);
+    prof.description = format!(
+        "fitted by `verifybench model fit --nccl-tests` to {} sizes of {} table(s) from {}, link rate {rate} GB/s, starting from {base_name}; median error {:.1}%, leave-one-size-out {:.1}%",
+        r.points.len(),
+        tables.len(),
+        sources.join(", "),
+        r.median_abs_err * 100.0,
+        r.median_abs_loo_err.unwrap_or(f64::NAN) * 100.0
+    );
+    let file = ProfileBody {
+        profile: prof,
+        fit: Some(serde_json::json!({
+            "base": base_name,
+            "nccl_tests": sources,
+            "link_rate_gbps": rate,
+            "p2p_latency_us": a.p2p_latency_us,
+            "fitted_utc": crate::util::now_utc(),
+            "parameters": r.params,
+            "at_bound": f.at_bound,
+            "switches": f.switches,
+            "points": r.points,
+            "median_abs_rel_err": r.median_abs_err,
+            "median_abs_loo_rel_err": r.median_abs_loo_err,
+        })),
+    };
+    let json = file
+        .to_record(crate::record::Provenance::here("none", started))
+        .to_json_pretty();
+    crate::output::write_and_print(&json, Some(&a.output), a.print.format.is_json())?;
+    if !a.print.format.is_json() {
+        print!("{}", table(r, base_name, a.nccl_tests.len()));
+        print!("{}", crate::report::fit::nccl_tests_lines(&f));
         println!(
             "# wrote profile '{}' to {}: use it with --backend model --profile {}",
             file.profile.name,

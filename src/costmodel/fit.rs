@@ -199,6 +199,8 @@ pub fn points_of(source: &str, records: &[Record]) -> anyhow::Result<(Vec<Point>
 pub enum Param {
     IntraBw,
     LlMax,
+    /// The fitted LL rate ([`super::profile::LlFit`]).
+    LlFit,
     NetBw,
     Base(Algo, Proto),
     IntraHop(Algo, Proto),
@@ -212,6 +214,7 @@ impl Param {
         match self {
             Param::IntraBw => "intra.bw_gbps".into(),
             Param::LlMax => "ll_max_gbps".into(),
+            Param::LlFit => "ll_fitted.gbps".into(),
             Param::NetBw => "inter.bw_gbps".into(),
             Param::Base(a, p) => format!("base_lat_us.{}", ap(a, p)),
             Param::IntraHop(a, p) => format!("intra.hop_lat_us.{}", ap(a, p)),
@@ -224,6 +227,13 @@ impl Param {
         match self {
             Param::IntraBw => &mut p.intra.bw_gbps,
             Param::LlMax => &mut p.ll_max_gbps,
+            Param::LlFit => {
+                &mut p
+                    .ll_fitted
+                    .as_mut()
+                    .expect("LL fit params need ll_fitted")
+                    .gbps
+            }
             Param::NetBw => &mut p.inter.as_mut().expect("net params need a network").bw_gbps,
             Param::Base(a, pr) => p.base_lat_us.get_mut(a, pr),
             Param::IntraHop(a, pr) => p.intra.hop_lat_us.get_mut(a, pr),
@@ -475,8 +485,29 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 
 /// Levenberg-Marquardt on log-parameters, minimising the sum of squared log ratios.
 pub fn fit(base: &Profile, params: &[Param], pts: &[Point]) -> anyhow::Result<Profile> {
+    let free = vec![(0.0, f64::INFINITY); params.len()];
+    fit_bounded(base, params, &free, pts)
+}
+
+/// [`fit`] with every parameter kept within `[lo, hi]` (each step projected onto the box).
+pub fn fit_bounded(
+    base: &Profile,
+    params: &[Param],
+    bounds: &[(f64, f64)],
+    pts: &[Point],
+) -> anyhow::Result<Profile> {
     let k = params.len();
-    let mut theta: Vec<f64> = params.iter().map(|p| p.get(base).max(1e-3).ln()).collect();
+    let lnb: Vec<(f64, f64)> = bounds
+        .iter()
+        .map(|&(lo, hi)| (lo.max(1e-9).ln(), hi.ln()))
+        .collect();
+    let clamp = |t: Vec<f64>| -> Vec<f64> {
+        t.iter()
+            .zip(&lnb)
+            .map(|(x, &(lo, hi))| x.clamp(lo, hi))
+            .collect()
+    };
+    let mut theta: Vec<f64> = clamp(params.iter().map(|p| p.get(base).max(1e-3).ln()).collect());
     let mut r = residuals(base, params, &theta, pts)
         .ok_or_else(|| anyhow::anyhow!("the base profile cannot price every point"))?;
     let mut c = cost(&r);
@@ -521,11 +552,13 @@ pub fn fit(base: &Profile, params: &[Param], pts: &[Point]) -> anyhow::Result<Pr
                 continue;
             };
             // No step beyond a factor e^2 per iteration: the model is only piecewise smooth.
-            let cand: Vec<f64> = theta
-                .iter()
-                .zip(&step)
-                .map(|(t, s)| t + s.clamp(-2.0, 2.0))
-                .collect();
+            let cand: Vec<f64> = clamp(
+                theta
+                    .iter()
+                    .zip(&step)
+                    .map(|(t, s)| t + s.clamp(-2.0, 2.0))
+                    .collect(),
+            );
             match residuals(base, params, &cand, pts) {
                 Some(rc) if cost(&rc) < c => {
                     let dc = c - cost(&rc);

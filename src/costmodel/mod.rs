@@ -14,6 +14,7 @@
 
 pub mod custom;
 pub mod fit;
+pub mod ntfit;
 pub mod predict;
 pub mod profile;
 pub mod waiting;

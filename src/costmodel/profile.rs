@@ -159,6 +159,11 @@ pub struct Link {
     pub hop_lat_us: PerAlgo,
     /// Bus bandwidth one rank achieves on this link with the Simple protocol, GB/s.
     pub bw_gbps: f64,
+    /// The link's physical rate per direction, GB/s (PCIe 5.0 x16: 63, NVLink 4: 450): the
+    /// ceiling of every protocol's bandwidth times its payload share ([`Profile::bounds`]).
+    /// `None`: not known (profile files written before it), nothing is checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_gbps: Option<f64>,
 }
 
 /// Per-operation launch costs, by how ranks are started.
@@ -230,6 +235,21 @@ pub struct Profile {
     /// extra latency. `None`: one socket (or a switch that hides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_socket: Option<CrossSocket>,
+    /// NCCL's choice as measured (`model fit --nccl-tests`): at these collectives and rank
+    /// counts the protocol follows the measured switch, not the model's fastest pair.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed: Vec<ObservedChoice>,
+}
+
+/// Where NCCL switched from Ring/LL to Ring/Simple in measured tables: sizes up to
+/// `ll_up_to_bytes` (nccl-tests size) ran LL, larger ones Simple. NCCL's tuner decides by its
+/// own estimates, not by the real times, so the switch can cost time (a step up in a table),
+/// which a fastest-pair model cannot reproduce.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ObservedChoice {
+    pub op: crate::model::CollectiveKind,
+    pub nranks: usize,
+    pub ll_up_to_bytes: u64,
 }
 
 /// LL's effective bandwidth fitted on small messages, where NCCL's pipelined ring hides most of
@@ -374,6 +394,7 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
             kind: "nvlink".into(),
             hop_lat_us: HW_NVLINK,
             bw_gbps: 360.0,
+            rate_gbps: Some(NVLINK4_RATE_GBPS),
         },
         inter: None,
         gpus_per_node: None,
@@ -387,6 +408,7 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
         p2p: Some(P2pLink::nvlink4()),
         ll_fitted: None,
         cross_socket: None,
+        observed: vec![],
     }
 }
 
@@ -399,6 +421,7 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
             kind: "pci".into(),
             hop_lat_us: HW_PCI,
             bw_gbps,
+            rate_gbps: Some(PCIE5_X16_RATE_GBPS),
         },
         inter: None,
         gpus_per_node: None,
@@ -412,19 +435,32 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
         p2p: Some(P2pLink::pcie_gen5()),
         ll_fitted: None,
         cross_socket: None,
+        observed: vec![],
     }
 }
 
-/// PCIe gen5 recalibrated on public NCCL 2.28 all-reduce times of 8x RTX PRO 6000 Blackwell
-/// behind PCIe switches (8 ranks, CUDA graph): 24.1 us at 256 B, 24.1-24.6 us up to 64 KB,
-/// 28.0 us at 256 KB. A least-squares line through them gives 23.9 us + bus bytes / 113 GB/s:
-/// Ring/LL hop latency (23.9 - 4.7 base - 1.0 launch) / 14 steps = 1.30 us, LL bandwidth
-/// 113 GB/s. Modeled: 23.9 us at 256 B (-0.8%), 24.4 us at 32 KB (in the measured range),
-/// 24.9 us at 64 KB (+1.3%), 28.0 us at 256 KB (-0.1%). Beyond the measured 256 KB (8 ranks:
-/// 458,752 bus bytes) LL moves at the link's LL bandwidth, so Simple takes over at large sizes.
-pub const PCIE_GEN5_HOP_LL_US: f64 = 1.30;
-/// See [`PCIE_GEN5_HOP_LL_US`].
-pub const PCIE_GEN5_LL_GBPS: f64 = 113.0;
+/// Physical rates per direction, GB/s: PCIe 5.0 x16 32 GT/s x 16 lanes, 128b/130b (63.0);
+/// PCIe 4.0 x16 half of it; NVLink 4 on H100/H200 18 links x 25 GB/s; NDR InfiniBand 400 Gb/s.
+pub const PCIE5_X16_RATE_GBPS: f64 = 63.0;
+/// See [`PCIE5_X16_RATE_GBPS`].
+pub const PCIE4_X16_RATE_GBPS: f64 = 31.5;
+/// See [`PCIE5_X16_RATE_GBPS`].
+pub const NVLINK4_RATE_GBPS: f64 = 450.0;
+/// See [`PCIE5_X16_RATE_GBPS`].
+pub const NDR_RATE_GBPS: f64 = 50.0;
+
+/// PCIe gen5 fitted on public all-reduce times of 8x RTX PRO 6000 Blackwell behind PCIe
+/// switches (8 ranks, NCCL, one time per size: 24.6, 24.1, 24.2, 24.5, 24.1, 28.0 us at 256 B,
+/// 1 KB, 8 KB, 32 KB, 64 KB, 256 KB; tests/data/public-nccl/S10), with LL's bandwidth at its
+/// physical bound: half of PCIe 5.0 x16's 63 GB/s per direction (LL sends 4 flag bytes per 4
+/// data bytes), 31.5 GB/s. Time = 1.0 launch + 4.7 base + 14 hops x h + bus bytes / 31.5 GB/s;
+/// least squares on log time gives h = 1.19 us (python, a grid over h in 0.001 us steps:
+/// errors -9.0, -6.9, -5.7, -1.2, +7.9, +31.9%). An earlier fit let LL move 113 GB/s, more than
+/// the link carries, which matched these points to 1.3% and jumped from 28.0 us at 256 KB to
+/// 49.8 us at 512 KB where the fitted range ended; at the bound the model rises smoothly and
+/// misses 256 KB by +32%: the additive latency + bytes / bandwidth form cannot overlap LL's
+/// transfer with its latency as NCCL's pipelined ring does.
+pub const PCIE_GEN5_HOP_LL_US: f64 = 1.19;
 
 /// Extra latency of a step across CPU sockets in `pcie-gen5-dual-socket`: with it the model's
 /// 8-rank all-reduce of 32 KB (graph) is the public 48.2 us (NCCL's tuner then prefers the tree,
@@ -435,8 +471,10 @@ fn pcie_gen5(name: &str, description: &str) -> Profile {
     let mut p = pcie(name, description, 42.0, 1600.0);
     p.intra.hop_lat_us.ring.ll = PCIE_GEN5_HOP_LL_US;
     p.intra.hop_lat_us.tree.ll = PCIE_GEN5_HOP_LL_US;
+    p.ll_max_gbps = PCIE5_X16_RATE_GBPS * Proto::Ll.efficiency();
+    // LL at the link's bound: min(42 x 0.5, 31.5) would be 21 GB/s, so LL's rate is set apart.
     p.ll_fitted = Some(LlFit {
-        gbps: PCIE_GEN5_LL_GBPS,
+        gbps: PCIE5_X16_RATE_GBPS * Proto::Ll.efficiency(),
         up_to_bus_bytes: 458_752.0,
     });
     p
@@ -479,6 +517,7 @@ pub fn apply_transport_env(
                 kind: "net".into(),
                 hop_lat_us: HW_NET_LOCAL,
                 bw_gbps: 10.0,
+                rate_gbps: None,
             },
             "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the network transport (hop latency set to the measured 2x H200 NET/Socket run)",
         )
@@ -531,22 +570,23 @@ pub fn builtin(name: &str) -> Option<Profile> {
                 1500.0,
             );
             p.p2p = Some(P2pLink::pcie_gen4());
+            p.intra.rate_gbps = Some(PCIE4_X16_RATE_GBPS);
             p
         }
         // PCIe 5.0 x16: 63 GB/s per direction, ~42 GB/s NCCL ring busbw through a switch
         // (H100 PCIe / RTX PRO 6000 class). Memory ~1.6 TB/s achieved.
         "pcie-gen5" => pcie_gen5(
             "pcie-gen5",
-            "PCIe 5.0 x16 with peer-to-peer behind PCIe switches (H100 PCIe / RTX PRO 6000 class): Ring/LL hop 1.30 us and LL 113 GB/s fitted to public NCCL 2.28 all-reduce times of 8x RTX PRO 6000 Blackwell (modeled vs measured, 8 ranks, graph: 256 B 23.9 vs 24.1 us -0.8%, 32 KB 24.4 vs 24.1-24.6 us, 64 KB 24.9 vs 24.6 us +1.3%, 256 KB 28.0 vs 28.0 us -0.1%), Simple busbw 42 GB/s, LL128 off as NCCL does on PCIe, memory ~1.6 TB/s achieved",
+            "PCIe 5.0 x16 with peer-to-peer behind PCIe switches (H100 PCIe / RTX PRO 6000 class): Ring/LL hop 1.19 us fitted to public all-reduce times of 8x RTX PRO 6000 Blackwell (8 ranks) with LL at its physical bound of 31.5 GB/s (half of 63 GB/s per direction), Simple busbw 42 GB/s, LL128 off as NCCL does on PCIe, memory ~1.6 TB/s achieved",
         ),
         // The same GPUs in a dual-socket host (4 per socket), NCCL without a topology file:
         // the ring steps that cross sockets pay an extra latency, set to the public 48.2 us at
         // 32 KB (8 ranks). With a topology file (NCCL_GRAPH_FILE) the public figure is 26.2 us,
-        // which `pcie-gen5` models as 24.4 us (-6.8%).
+        // which `pcie-gen5` models as 24.2 us (-7.7%).
         "pcie-gen5-dual-socket" => {
             let mut p = pcie_gen5(
                 "pcie-gen5-dual-socket",
-                "PCIe 5.0 GPUs under two CPU sockets (4 per socket), NCCL without a topology file: pcie-gen5 plus an extra latency per step across sockets, set to the public 8x RTX PRO 6000 Blackwell all-reduce of 48.2 us at 32 KB (modeled 48.1 us, -0.1%; the only public point, error elsewhere unknown). With NCCL_GRAPH_FILE the same host measured 26.2 us: use pcie-gen5 (24.4 us, -6.8%)",
+                "PCIe 5.0 GPUs under two CPU sockets (4 per socket), NCCL without a topology file: pcie-gen5 plus an extra latency per step across sockets, set to the public 8x RTX PRO 6000 Blackwell all-reduce of 48.2 us at 32 KB (modeled 48.2 us; the only public point, error elsewhere unknown). With NCCL_GRAPH_FILE the same host measured 26.2 us: use pcie-gen5 (24.2 us, -7.7%)",
             );
             p.cross_socket = Some(CrossSocket {
                 gpus_per_socket: 4,
@@ -585,6 +625,7 @@ pub fn builtin(name: &str) -> Option<Profile> {
                 kind: "net".into(),
                 hop_lat_us: HW_NET,
                 bw_gbps: 45.0,
+                rate_gbps: Some(NDR_RATE_GBPS),
             });
             p.gpus_per_node = Some(8);
             p
@@ -683,7 +724,103 @@ fn check_old_form(v: &serde_json::Value, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One parameter against its physical bound.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Bound {
+    /// The parameter (`intra.bw_gbps`, `LL rate`, ...).
+    pub name: String,
+    pub value: f64,
+    /// The bound the value must not pass.
+    pub bound: f64,
+    /// `max` (value <= bound) or `min` (value >= bound).
+    pub side: &'static str,
+    /// Where the bound comes from.
+    pub why: String,
+}
+
+impl Bound {
+    pub fn holds(&self) -> bool {
+        // A value fitted onto its bound may sit a rounding error past it.
+        let tol = 1e-9 * self.bound.abs().max(1.0);
+        match self.side {
+            "max" => self.value <= self.bound + tol,
+            _ => self.value >= self.bound - tol,
+        }
+    }
+}
+
 impl Profile {
+    /// The bandwidth each protocol moves payload at on the link within a node, GB/s: Simple
+    /// and LL128 the link's Simple bandwidth times their payload share, LL the lower of that
+    /// and its ceiling, and the fitted LL rate where there is one.
+    pub fn proto_gbps(&self, proto: Proto) -> f64 {
+        let bw = self.intra.bw_gbps * proto.efficiency();
+        match proto {
+            Proto::Ll => {
+                let b = bw.min(self.ll_max_gbps);
+                self.ll_fitted.map(|f| f.gbps.max(b)).unwrap_or(b)
+            }
+            _ => bw,
+        }
+    }
+
+    /// Every bandwidth against the link's physical rate times the protocol's payload share
+    /// (LL 1/2, LL128 120/128, Simple 1), and, given the measured peer-to-peer latency
+    /// `p2p_lat_us`, every per-hop latency against it (a hop cannot cross faster than one
+    /// write reaches the peer). Empty where the profile does not know its link's rate.
+    pub fn bounds(&self, p2p_lat_us: Option<f64>) -> Vec<Bound> {
+        let mut out = vec![];
+        let links =
+            std::iter::once(("intra", &self.intra)).chain(self.inter.iter().map(|l| ("inter", l)));
+        for (which, l) in links {
+            let Some(rate) = l.rate_gbps else { continue };
+            let why = |p: Proto| {
+                format!(
+                    "{which} link rate {rate} GB/s per direction x {} payload share {}",
+                    p.name(),
+                    match p {
+                        Proto::Ll => "1/2",
+                        Proto::Ll128 => "120/128",
+                        Proto::Simple => "1",
+                    }
+                )
+            };
+            if which == "intra" {
+                for p in Proto::ALL {
+                    out.push(Bound {
+                        name: format!("{} rate (intra)", p.name()),
+                        value: self.proto_gbps(p),
+                        bound: rate * p.efficiency(),
+                        side: "max",
+                        why: why(p),
+                    });
+                }
+            } else {
+                out.push(Bound {
+                    name: "inter.bw_gbps".into(),
+                    value: l.bw_gbps,
+                    bound: rate,
+                    side: "max",
+                    why: why(Proto::Simple),
+                });
+            }
+        }
+        if let Some(lat) = p2p_lat_us {
+            for a in Algo::ALL {
+                for p in Proto::ALL {
+                    out.push(Bound {
+                        name: format!("intra.hop_lat_us.{}.{}", a.name().to_lowercase(), p.name()),
+                        value: self.intra.hop_lat_us.get(a, p),
+                        bound: lat,
+                        side: "min",
+                        why: format!("measured peer-to-peer latency {lat} us"),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Every parameter finite, latencies non-negative, bandwidths positive.
     pub fn check(&self) -> Result<(), String> {
         let mut lat = vec![
@@ -724,6 +861,45 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_builtin_is_within_its_physical_bounds() {
+        for n in BUILTIN {
+            let p = builtin(n).unwrap();
+            let b = p.bounds(None);
+            // Every built-in knows its link's rate (the SHM path is bounded by PCIe 5.0).
+            assert!(b.len() >= 3, "{n}: {b:?}");
+            for x in &b {
+                assert!(
+                    x.holds(),
+                    "{n}: {} = {} past its bound {} ({})",
+                    x.name,
+                    x.value,
+                    x.bound,
+                    x.why
+                );
+            }
+        }
+        // The check can fail: LL at 113 GB/s on PCIe 5.0 x16 (the old pcie-gen5 fit) is past
+        // 63 / 2 = 31.5 GB/s.
+        let mut p = builtin("pcie-gen5").unwrap();
+        p.ll_fitted.as_mut().unwrap().gbps = 113.0;
+        let bad: Vec<_> = p.bounds(None).into_iter().filter(|b| !b.holds()).collect();
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!(
+            (bad[0].name.as_str(), bad[0].bound),
+            ("LL rate (intra)", 31.5)
+        );
+        // A hop faster than the measured P2P latency is past its bound too.
+        let q = builtin("pcie-gen4").unwrap();
+        let low: Vec<_> = q
+            .bounds(Some(1.5))
+            .into_iter()
+            .filter(|b| !b.holds())
+            .collect();
+        // PCI table: LL hops 1.0 (ring and tree) are below 1.5; LL128 1.9/2.5, Simple 4.0/5.7 not.
+        assert_eq!(low.len(), 2, "{low:?}");
+    }
 
     #[test]
     fn every_builtin_is_valid_and_named_as_listed() {

@@ -115,3 +115,25 @@ pub fn p2p_table(f: &crate::costmodel::custom::P2pFit) -> String {
     );
     o
 }
+
+/// What a fit on nccl-tests adds to the table: the switch found per table and the parameters
+/// that ended on a physical bound.
+pub fn nccl_tests_lines(f: &crate::costmodel::ntfit::NtFit) -> String {
+    let mut o = String::new();
+    for s in &f.switches {
+        let _ = writeln!(
+            o,
+            "# switch {} n={}: Ring/LL up to {} B, Ring/Simple above",
+            s.op.name(),
+            s.nranks,
+            s.ll_up_to_bytes
+        );
+    }
+    if f.at_bound.is_empty() {
+        let _ = writeln!(o, "# no parameter on its physical bound");
+    }
+    for b in &f.at_bound {
+        let _ = writeln!(o, "# at bound: {b}");
+    }
+    o
+}

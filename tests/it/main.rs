@@ -14,6 +14,7 @@ mod cli_inspect;
 mod cli_messages;
 mod cli_model;
 mod cli_model_env;
+mod cli_model_nccl_tests;
 mod cli_output;
 mod cli_plan;
 mod cli_report;
