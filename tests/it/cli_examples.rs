@@ -5,7 +5,8 @@
 //! and `inspect` of a server that is not running must fail only with exit 2 and the message
 //! saying so. Examples run in order, by `sh`, in a scratch folder holding a copy of results/
 //! and tests/data/, so files one example writes feed the next. The output a document shows
-//! under a `$ ` command is checked against what the command prints, line by line.
+//! under a `$ ` command is checked against what the command prints, line by line, and the
+//! figures README quotes against the results files it names.
 
 use std::path::{Path, PathBuf};
 
@@ -349,4 +350,43 @@ fn shown_output_is_checked_line_by_line() {
         &banner,
         "# verifybench 0.1.0 (0123456789ab-dirty) MODELED\n",
     );
+}
+
+/// The figures README.md quotes: every bold figure (`**7.40**`) in a paragraph that names
+/// committed results files (`results/...`, the index results/README.md aside) appears literally
+/// in the first such file named after it, the file it comes from.
+#[test]
+fn readme_figures_are_in_the_results_files_it_names() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let path = regex::Regex::new(r"results/[A-Za-z0-9_./-]+\.(txt|json|jsonl|md)").unwrap();
+    let bold = regex::Regex::new(r"\*\*([^*]+)\*\*").unwrap();
+    let mut checked = 0;
+    for para in readme.split("\n\n") {
+        let files: Vec<(usize, &str)> = path
+            .find_iter(para)
+            .filter(|m| m.as_str() != "results/README.md")
+            .map(|m| (m.start(), m.as_str()))
+            .collect();
+        if files.is_empty() {
+            continue;
+        }
+        for b in bold.captures_iter(para) {
+            let fig = &b[1];
+            if !fig.chars().any(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            let at = b.get(0).unwrap().end();
+            let Some((_, file)) = files.iter().find(|(start, _)| *start > at) else {
+                panic!("README quotes {fig} without naming the results file after it");
+            };
+            let text = std::fs::read_to_string(repo().join(file))
+                .unwrap_or_else(|e| panic!("README names {file}, which cannot be read: {e}"));
+            assert!(
+                text.contains(fig),
+                "README quotes {fig}, which {file} (named after it) does not hold"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1, "README quotes no figure from a results file");
 }
