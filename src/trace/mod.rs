@@ -49,7 +49,8 @@ pub use analysis::Analysis;
 pub struct TraceRequest {
     /// Trace files and folders of traces.
     pub inputs: Vec<PathBuf>,
-    /// A `record_function` label whose spans are the steps (else the period is searched).
+    /// A `record_function` label (a name, or a pattern with `*`) whose spans are the steps;
+    /// without it `ProfilerStep#N` spans, else the period of the collectives.
     pub step_label: Option<String>,
     /// NCCL COLL logs (`NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`), one per process.
     pub nccl_logs: Vec<PathBuf>,

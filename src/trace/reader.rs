@@ -161,6 +161,9 @@ pub struct TraceData {
     pub runtime: Vec<RuntimeEvent>,
     pub comms: Vec<CommOp>,
     pub labels: Vec<Span>,
+    /// `ProfilerStep#N` spans (what `torch.profiler` with a schedule writes around each
+    /// step), read when no step label is given; host-side only (not `gpu_user_annotation`).
+    pub profiler_steps: Vec<Span>,
     /// Interned GPU event names.
     pub names: Vec<String>,
     /// Events read in all (kept or not).
@@ -172,8 +175,43 @@ pub struct TraceData {
 /// What to keep besides the fixed set.
 #[derive(Debug, Clone, Default)]
 pub struct ReadOptions {
-    /// A `record_function` / annotation name whose spans mark steps.
+    /// A `record_function` / annotation name whose spans mark steps: a name, or a pattern
+    /// where `*` stands for any text (`ProfilerStep#*`).
     pub step_label: Option<String>,
+}
+
+/// The name `torch.profiler` gives each step's span, followed by the step number.
+pub const PROFILER_STEP: &str = "ProfilerStep#";
+
+impl ReadOptions {
+    /// The text every kept span name begins with, for the scanner: the label up to its first
+    /// `*`, else [`PROFILER_STEP`].
+    pub fn label_prefix(&self) -> &str {
+        match &self.step_label {
+            Some(l) => l.split('*').next().unwrap_or(""),
+            None => PROFILER_STEP,
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, where each `*` stands for any text (none included).
+pub fn label_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, mid)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for p in mid {
+        match rest.find(p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 struct Sink<'a> {
@@ -265,9 +303,17 @@ impl Sink<'_> {
                     rank,
                 });
             }
+            // The GPU-side copy of an annotation repeats its host span: the host one counts.
+            "gpu_user_annotation" => {}
             _ => {
-                if self.opts.step_label.as_deref() == Some(name) {
-                    self.data.labels.push(Span { ts, dur, rank });
+                match self.opts.step_label.as_deref() {
+                    Some(l) if label_matches(l, name) => {
+                        self.data.labels.push(Span { ts, dur, rank })
+                    }
+                    None if name.starts_with(PROFILER_STEP) => {
+                        self.data.profiler_steps.push(Span { ts, dur, rank })
+                    }
+                    _ => {}
                 }
                 if name == "record_param_comms" || args.collective_name.is_some() {
                     if let Some(c) = CommArgs::from_raw(args) {
@@ -402,7 +448,7 @@ pub fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<Trace
     };
     let sk = prefilter::scan(
         r,
-        opts.step_label.as_deref(),
+        Some(opts.label_prefix()),
         // One UTF-8 check of the whole event (fast on ASCII) instead of one per string: on a
         // `&str` serde does not check again. Most events are then read by the direct parser,
         // which gives what serde gives or leaves the event to serde; bytes that are not UTF-8
@@ -481,6 +527,12 @@ pub fn split_by_rank(t: TraceData) -> Vec<TraceData> {
                 .collect(),
             labels: t
                 .labels
+                .iter()
+                .filter(|x| x.rank.is_none_or(|y| y == r))
+                .copied()
+                .collect(),
+            profiler_steps: t
+                .profiler_steps
                 .iter()
                 .filter(|x| x.rank.is_none_or(|y| y == r))
                 .copied()
@@ -565,6 +617,49 @@ mod tests {
 
     fn read(s: &str) -> anyhow::Result<TraceData> {
         read_from(s.as_bytes(), Path::new("t.json"), &ReadOptions::default())
+    }
+
+    #[test]
+    fn step_label_patterns() {
+        assert!(label_matches("ProfilerStep#*", "ProfilerStep#12"));
+        assert!(label_matches("ProfilerStep#*", "ProfilerStep#"));
+        assert!(!label_matches("ProfilerStep#*", "Profiler"));
+        assert!(label_matches("verify_step", "verify_step"));
+        assert!(!label_matches("verify_step", "verify_step_2"));
+        assert!(label_matches("*step*", "my_step_3"));
+        assert!(label_matches("a*c", "abc"));
+        assert!(!label_matches("a*c", "abcd"));
+        assert!(
+            !label_matches("ab*ba", "aba"),
+            "the two ends may not overlap"
+        );
+    }
+
+    #[test]
+    fn profiler_steps_are_read_without_a_label_and_gpu_copies_are_not() {
+        let doc = r#"{"traceEvents":[
+ {"ph":"X","cat":"user_annotation","name":"ProfilerStep#4","ts":10,"dur":100},
+ {"ph":"X","cat":"gpu_user_annotation","name":"ProfilerStep#4","ts":15,"dur":100},
+ {"ph":"X","cat":"user_annotation","name":"ProfilerStep#5","ts":110,"dur":90},
+ {"ph":"X","cat":"user_annotation","name":"Profiler","ts":110,"dur":90}
+]}"#;
+        for opts in [
+            ReadOptions::default(),
+            ReadOptions {
+                step_label: Some("ProfilerStep#*".into()),
+            },
+        ] {
+            let plain = read_from(doc.as_bytes(), Path::new("t.json"), &opts).unwrap();
+            let fast = read_fast(doc.as_bytes(), Path::new("t.json"), &opts).unwrap();
+            let got = if opts.step_label.is_some() {
+                (&plain.labels, &fast.labels)
+            } else {
+                (&plain.profiler_steps, &fast.profiler_steps)
+            };
+            assert_eq!(got.0, got.1);
+            let ts: Vec<(f64, f64)> = got.0.iter().map(|s| (s.ts, s.dur)).collect();
+            assert_eq!(ts, [(10.0, 100.0), (110.0, 90.0)], "{opts:?}");
+        }
     }
 
     #[test]

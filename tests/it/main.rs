@@ -27,3 +27,4 @@ mod golden_report;
 mod layering;
 mod rendezvous;
 mod schedule_hashes;
+mod trace_real;
