@@ -103,6 +103,8 @@ pub struct SeqGroup {
     pub size_from: SizeFrom,
     pub algo: Option<String>,
     pub proto: Option<String>,
+    /// `nccl` or the custom kernel that ran it.
+    pub implementation: String,
 }
 
 /// Attribution over the whole trace.
@@ -460,6 +462,7 @@ fn sequence_of(r: &RankTrace) -> Vec<SeqGroup> {
                 && x.dtype == c.dtype
                 && x.elements == c.elements
                 && x.group_size == c.group_size
+                && x.implementation == c.implementation
         }) {
             Some(x) => x.per_step += 1,
             None => g.push(SeqGroup {
@@ -472,6 +475,7 @@ fn sequence_of(r: &RankTrace) -> Vec<SeqGroup> {
                 size_from: c.size_from,
                 algo: c.algo.clone(),
                 proto: c.proto.clone(),
+                implementation: c.implementation.clone(),
             }),
         }
     }
@@ -549,6 +553,16 @@ pub fn diagnose(a: &Analysis) -> Vec<String> {
             if eager {
                 d.push("The steps ran eagerly: if the ranks drift, each collective waits for the slowest; a CUDA graph removes that.".into());
             }
+        }
+    }
+    if let Some(r) = a.rank_traces.first() {
+        if r.unknown_collective_kernels > r.collectives.len() {
+            d.push(format!(
+                "Most collective-looking kernels ({} against {} known collectives on rank {}) are neither NCCL's nor in the table of custom kernels: the sequence above is partial, and no schedule is exported from it.",
+                r.unknown_collective_kernels,
+                r.collectives.len(),
+                r.rank
+            ));
         }
     }
     if a.sequence.iter().any(|g| g.size_from == SizeFrom::Unknown) {

@@ -15,6 +15,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
+use super::kernels;
 use super::names::{self, dtype_size, parse_kernel};
 use super::nccl_log::LogSummary;
 use super::reader::{GpuKind, LaunchKind, TraceData};
@@ -83,6 +84,9 @@ pub struct Collective {
     pub launch_end_us: Option<f64>,
     /// Launched by `cudaGraphLaunch` (true) or by an individual launch (false).
     pub graph: Option<bool>,
+    /// What ran it: `nccl`, or the custom kernel's implementation
+    /// ([`super::kernels::KERNELS`]).
+    pub implementation: String,
 }
 
 impl Collective {
@@ -155,6 +159,9 @@ pub struct RankTrace {
     pub host_gaps_us: Vec<f64>,
     /// Whether collectives were timed on the GPU (NCCL kernels) or only on the host.
     pub gpu_timed: bool,
+    /// Kernels whose names say they communicate but that no table knows (not in
+    /// `collectives`).
+    pub unknown_collective_kernels: usize,
     pub notes: Vec<String>,
 }
 
@@ -233,11 +240,61 @@ pub fn extract(
     let mut colls = Vec::new();
     // GPU events that are a collective's own work (not compute).
     let mut coll_gpu: HashSet<usize> = HashSet::new();
-    let nccl: Vec<_> = gpu.iter().filter(|g| g.kind == GpuKind::Nccl).collect();
+    let nccl: Vec<_> = gpu.iter().filter(|g| g.kind.is_collective()).collect();
     let gpu_timed = !nccl.is_empty();
+    // CPU ops of custom collectives, by External id and in time order (for the op whose span
+    // holds the launch when ids are missing).
+    let ops_by_ext: IdMap<usize> = t
+        .cpu_ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| o.external_id.map(|e| (e, i)))
+        .collect();
+    let mut ops_by_ts: Vec<&super::reader::CpuOp> = t.cpu_ops.iter().collect();
+    ops_by_ts.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    let op_around = |ts: f64| -> Option<&super::reader::CpuOp> {
+        let i = ops_by_ts.partition_point(|o| o.ts <= ts);
+        ops_by_ts[..i]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|o| o.ts + o.dur >= ts)
+            .copied()
+    };
     if gpu_timed {
         for g in &nccl {
             let kname = &t.names[g.name as usize];
+            let l = launch_of(g.correlation);
+            if let GpuKind::Custom(i) = g.kind {
+                let k = &kernels::KERNELS[i as usize];
+                let op = g
+                    .external_id
+                    .and_then(|e| ops_by_ext.get(&e))
+                    .map(|&i| &t.cpu_ops[i])
+                    .or_else(|| l.and_then(|l| op_around(l.ts)));
+                let mut c = collective_from(
+                    None,
+                    Some(k.op.into()),
+                    kernels::kernel_dtype(kname)
+                        .or(op.and_then(|o| o.dtype))
+                        .map(str::to_string),
+                );
+                if let (Some(n), Some(o)) = (op.and_then(|o| o.elements), op) {
+                    if o.op == k.op {
+                        c.elements = Some(n);
+                        c.bytes = c.dtype.as_deref().and_then(dtype_size).map(|b| b * n);
+                        c.size_from = SizeFrom::Trace;
+                    }
+                }
+                c.implementation = k.implementation.into();
+                c.gpu_start_us = Some(g.ts);
+                c.gpu_dur_us = Some(g.dur);
+                c.launch_us = l.map(|l| l.ts);
+                c.launch_end_us = l.map(|l| l.ts + l.dur);
+                c.graph = l.map(|l| l.kind == LaunchKind::Graph);
+                colls.push(c);
+                continue;
+            }
             let k = parse_kernel(kname).unwrap_or(names::KernelInfo {
                 op: None,
                 dtype: None,
@@ -249,7 +306,6 @@ pub fn extract(
                     .and_then(|e| comms_by_ext.get(&e))
                     .map(|&i| &t.comms[i].args)
             });
-            let l = launch_of(g.correlation);
             let mut c = collective_from(args, k.op.clone(), k.dtype.clone());
             c.algo = k.algo;
             c.proto = k.proto;
@@ -294,6 +350,22 @@ pub fn extract(
             );
         }
     }
+    // Kernels that look like communication but that neither NCCL nor the table knows.
+    let mut unknown_kernels: Vec<&str> = gpu
+        .iter()
+        .filter(|g| g.kind == GpuKind::CommLike)
+        .map(|g| t.names[g.name as usize].as_str())
+        .collect();
+    let unknown_collective_kernels = unknown_kernels.len();
+    if unknown_collective_kernels > 0 {
+        unknown_kernels.sort_unstable();
+        unknown_kernels.dedup();
+        let shown: Vec<&str> = unknown_kernels.iter().take(3).copied().collect();
+        notes.push(format!(
+            "{unknown_collective_kernels} kernels look like collectives but are neither NCCL's nor in the table of custom kernels (left out of the sequence): {}",
+            shown.join("; ")
+        ));
+    }
     // Sizes from the NCCL log where the trace has none.
     if let Some(log) = log {
         let mut filled = 0;
@@ -335,7 +407,7 @@ pub fn extract(
     let compute = Coverage::new(
         gpu.iter()
             .enumerate()
-            .filter(|(i, g)| g.kind != GpuKind::Nccl && !coll_gpu.contains(i))
+            .filter(|(i, g)| !g.kind.is_collective() && !coll_gpu.contains(i))
             .map(|(_, g)| (g.ts, g.ts + g.dur))
             .collect(),
     );
@@ -437,6 +509,7 @@ pub fn extract(
         gpu_idle_us: (span - all.total()).max(0.0),
         host_gaps_us,
         gpu_timed,
+        unknown_collective_kernels,
         notes,
     }
 }
@@ -483,6 +556,7 @@ fn collective_from(
         launch_us: None,
         launch_end_us: None,
         graph: None,
+        implementation: "nccl".into(),
     }
 }
 

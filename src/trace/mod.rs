@@ -21,6 +21,7 @@ pub mod breakeven;
 pub mod chrome;
 pub mod event;
 pub mod extract;
+pub mod kernels;
 pub mod names;
 pub mod nccl_log;
 pub mod plan_diff;
@@ -124,7 +125,7 @@ fn unusable(t: &reader::TraceData) -> Option<String> {
             t.events_seen
         ));
     }
-    if t.comms.is_empty() && !t.gpu.iter().any(|g| g.kind == reader::GpuKind::Nccl) {
+    if t.comms.is_empty() && !t.gpu.iter().any(|g| g.kind.is_collective()) {
         let graphs = t
             .runtime
             .iter()
@@ -135,8 +136,18 @@ fn unusable(t: &reader::TraceData) -> Option<String> {
         } else {
             String::new()
         };
+        let unknown = t
+            .gpu
+            .iter()
+            .filter(|g| g.kind == reader::GpuKind::CommLike)
+            .count();
+        let why = if unknown > 0 {
+            format!("{why} ({unknown} kernels look like collectives but are neither NCCL's nor in the table of custom kernels)")
+        } else {
+            why
+        };
         return Some(format!(
-            "'{}': no collectives (no NCCL kernel and no record_param_comms op){why}",
+            "'{}': no collectives (no NCCL or known custom collective kernel and no record_param_comms op){why}",
             t.path.display()
         ));
     }
@@ -148,6 +159,7 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
     let files = expand_inputs(&req.inputs)?;
     let opts = reader::ReadOptions {
         step_label: req.step_label.clone(),
+        custom_ops: false,
     };
     let log = if req.nccl_logs.is_empty() {
         None

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::kernels;
 use super::names::is_nccl_kernel;
 use super::prefilter;
 pub use super::raw::{Lenient, RawArgs, RawEvent, Text};
@@ -68,7 +69,12 @@ impl CommArgs {
             pg_name: a.pg_name.as_ref().map(Lenient::as_string),
             seq: a.seq.as_ref().and_then(Lenient::as_i64),
         };
-        c.collective_name.is_some().then_some(c)
+        // c10d records the wait on a collective's work as a `record_param_comms` named
+        // `wait`: not a collective of its own.
+        c.collective_name
+            .as_deref()
+            .is_some_and(|n| n != "wait")
+            .then_some(c)
     }
 }
 
@@ -77,6 +83,10 @@ impl CommArgs {
 pub enum GpuKind {
     /// A kernel NCCL launched.
     Nccl,
+    /// A custom communication kernel: its index in [`super::kernels::KERNELS`].
+    Custom(u16),
+    /// A kernel whose name says it communicates but that neither NCCL nor the table knows.
+    CommLike,
     /// Any other kernel.
     Kernel,
     Memcpy,
@@ -97,6 +107,27 @@ pub struct GpuEvent {
     /// Collective arguments Kineto put on the kernel itself (recent PyTorch).
     pub comm: Option<Box<CommArgs>>,
     /// `args.rank` of a multi-rank trace.
+    pub rank: Option<u32>,
+}
+
+impl GpuKind {
+    /// A collective's own kernel (NCCL's or a custom one).
+    pub fn is_collective(self) -> bool {
+        matches!(self, GpuKind::Nccl | GpuKind::Custom(_))
+    }
+}
+
+/// A CPU op that launches a custom collective ([`super::kernels::OPS`]), with the size its
+/// first input gives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuOp {
+    pub ts: f64,
+    pub dur: f64,
+    pub external_id: Option<i64>,
+    pub op: &'static str,
+    /// Elements of the first input (the product of its `Input Dims`).
+    pub elements: Option<u64>,
+    pub dtype: Option<&'static str>,
     pub rank: Option<u32>,
 }
 
@@ -161,6 +192,8 @@ pub struct TraceData {
     pub runtime: Vec<RuntimeEvent>,
     pub comms: Vec<CommOp>,
     pub labels: Vec<Span>,
+    /// CPU ops of custom collectives (read only when [`ReadOptions::custom_ops`]).
+    pub cpu_ops: Vec<CpuOp>,
     /// `ProfilerStep#N` spans (what `torch.profiler` with a schedule writes around each
     /// step), read when no step label is given; host-side only (not `gpu_user_annotation`).
     pub profiler_steps: Vec<Span>,
@@ -178,6 +211,9 @@ pub struct ReadOptions {
     /// A `record_function` / annotation name whose spans mark steps: a name, or a pattern
     /// where `*` stands for any text (`ProfilerStep#*`).
     pub step_label: Option<String>,
+    /// Keep the CPU ops of custom collectives with their input shapes (a second, plain read
+    /// of a trace whose custom kernels need sizes).
+    pub custom_ops: bool,
 }
 
 /// The name `torch.profiler` gives each step's span, followed by the step number.
@@ -218,6 +254,37 @@ struct Sink<'a> {
     data: &'a mut TraceData,
     opts: &'a ReadOptions,
     intern: HashMap<String, u32>,
+    /// The kind of each interned kernel name (decided once per name).
+    kinds: Vec<GpuKind>,
+}
+
+/// What a kernel's name makes it.
+fn kernel_kind(name: &str) -> GpuKind {
+    if is_nccl_kernel(name) {
+        GpuKind::Nccl
+    } else if let Some((i, _)) = kernels::custom_kernel(name) {
+        GpuKind::Custom(i)
+    } else if kernels::looks_like_collective(name) {
+        GpuKind::CommLike
+    } else {
+        GpuKind::Kernel
+    }
+}
+
+/// The elements and dtype of a CPU op's first input.
+fn first_input(a: &RawArgs) -> (Option<u64>, Option<&'static str>) {
+    let dims = a
+        .input_dims
+        .as_ref()
+        .and_then(|d| d.as_array()?.first()?.as_array().cloned())
+        .and_then(|d| d.iter().map(|x| x.as_u64()).product::<Option<u64>>());
+    let dtype = a.input_type.as_ref().and_then(|t| {
+        t.as_array()?
+            .first()?
+            .as_str()
+            .and_then(kernels::input_type_dtype)
+    });
+    (dims, dtype)
 }
 
 impl Sink<'_> {
@@ -228,6 +295,7 @@ impl Sink<'_> {
         let i = self.data.names.len() as u32;
         self.data.names.push(name.to_string());
         self.intern.insert(name.to_string(), i);
+        self.kinds.push(kernel_kind(name));
         i
     }
 
@@ -259,12 +327,6 @@ impl Sink<'_> {
             .map(|r| r as u32);
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" | "Kernel" | "Memcpy" | "Memset" => {
-                let kind = match cat {
-                    "gpu_memcpy" | "Memcpy" => GpuKind::Memcpy,
-                    "gpu_memset" | "Memset" => GpuKind::Memset,
-                    _ if is_nccl_kernel(name) => GpuKind::Nccl,
-                    _ => GpuKind::Kernel,
-                };
                 let stream = args
                     .stream
                     .as_ref()
@@ -272,6 +334,11 @@ impl Sink<'_> {
                     .or_else(|| e.tid.as_ref().and_then(Lenient::as_i64));
                 let comm = CommArgs::from_raw(args).map(Box::new);
                 let name = self.name_id(name);
+                let kind = match cat {
+                    "gpu_memcpy" | "Memcpy" => GpuKind::Memcpy,
+                    "gpu_memset" | "Memset" => GpuKind::Memset,
+                    _ => self.kinds[name as usize],
+                };
                 self.data.gpu.push(GpuEvent {
                     ts,
                     dur,
@@ -314,6 +381,20 @@ impl Sink<'_> {
                         self.data.profiler_steps.push(Span { ts, dur, rank })
                     }
                     _ => {}
+                }
+                if self.opts.custom_ops {
+                    if let Some(o) = kernels::custom_op(name) {
+                        let (elements, dtype) = first_input(args);
+                        self.data.cpu_ops.push(CpuOp {
+                            ts,
+                            dur,
+                            external_id: ext,
+                            op: o.op,
+                            elements,
+                            dtype,
+                            rank,
+                        });
+                    }
                 }
                 if name == "record_param_comms" || args.collective_name.is_some() {
                     if let Some(c) = CommArgs::from_raw(args) {
@@ -425,11 +506,22 @@ pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceDa
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
     let open = || open_trace(path, gz);
-    if let Some(t) = read_fast(open()?, path, opts) {
-        return Ok(split_by_rank(t));
+    let t = match read_fast(open()?, path, opts) {
+        Some(t) => t,
+        // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
+        None => read_from(BufReader::with_capacity(1 << 16, open()?), path, opts)?,
+    };
+    // Custom collective kernels take their sizes from the CPU ops that launch them, which the
+    // scanner skips: such a trace is read once more, whole, keeping those ops.
+    if !opts.custom_ops && t.gpu.iter().any(|g| matches!(g.kind, GpuKind::Custom(_))) {
+        let with_ops = ReadOptions {
+            custom_ops: true,
+            ..opts.clone()
+        };
+        return read_from(BufReader::with_capacity(1 << 16, open()?), path, &with_ops)
+            .map(split_by_rank);
     }
-    // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
-    read_from(BufReader::with_capacity(1 << 16, open()?), path, opts).map(split_by_rank)
+    Ok(split_by_rank(t))
 }
 
 /// The same as [`read_from`] through [`prefilter::scan`]: only the events that may matter are
@@ -445,6 +537,7 @@ pub fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<Trace
         data: &mut data,
         opts,
         intern: HashMap::new(),
+        kinds: Vec::new(),
     };
     let sk = prefilter::scan(
         r,
@@ -531,6 +624,12 @@ pub fn split_by_rank(t: TraceData) -> Vec<TraceData> {
                 .filter(|x| x.rank.is_none_or(|y| y == r))
                 .copied()
                 .collect(),
+            cpu_ops: t
+                .cpu_ops
+                .iter()
+                .filter(|x| x.rank.is_none_or(|y| y == r))
+                .copied()
+                .collect(),
             profiler_steps: t
                 .profiler_steps
                 .iter()
@@ -554,6 +653,7 @@ pub fn read_from<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> anyhow::Resu
         data: &mut data,
         opts,
         intern: HashMap::new(),
+        kinds: Vec::new(),
     };
     let mut de = serde_json::Deserializer::from_reader(r);
     let info = de
@@ -620,6 +720,22 @@ mod tests {
     }
 
     #[test]
+    fn a_record_param_comms_named_wait_is_not_a_collective() {
+        let t = read(
+            r#"{"traceEvents":[
+ {"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":1,"dur":2,"args":{"Collective name":"wait","Seq":3}},
+ {"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":5,"dur":2,"args":{"Collective name":"allreduce","In msg nelems":8,"Seq":4}}
+]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.comms.len(), 1);
+        assert_eq!(
+            t.comms[0].args.collective_name.as_deref(),
+            Some("allreduce")
+        );
+    }
+
+    #[test]
     fn step_label_patterns() {
         assert!(label_matches("ProfilerStep#*", "ProfilerStep#12"));
         assert!(label_matches("ProfilerStep#*", "ProfilerStep#"));
@@ -647,6 +763,7 @@ mod tests {
             ReadOptions::default(),
             ReadOptions {
                 step_label: Some("ProfilerStep#*".into()),
+                custom_ops: false,
             },
         ] {
             let plain = read_from(doc.as_bytes(), Path::new("t.json"), &opts).unwrap();
