@@ -482,6 +482,60 @@ pub fn is_trace_name(path: &Path) -> bool {
     n.ends_with(".json") || n.ends_with(".json.gz")
 }
 
+/// Whether a path looks like a log (`.log`, `.txt`, `.out`, `.err`).
+pub fn is_log_name(path: &Path) -> bool {
+    let n = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    [".log", ".txt", ".out", ".err"]
+        .iter()
+        .any(|e| n.ends_with(e))
+}
+
+/// Whether a file is gzip-compressed, by its magic bytes (not its name).
+pub fn is_gzip(path: &Path) -> anyhow::Result<bool> {
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
+    let mut magic = [0u8; 2];
+    let n = read_up_to(&mut f, &mut magic)
+        .map_err(|e| anyhow::anyhow!("'{}': cannot read: {e}", path.display()))?;
+    Ok(n == 2 && magic == [0x1f, 0x8b])
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Whether a file holds JSON (its first non-blank byte, decompressed, is `{` or `[`): a
+/// trace; anything else may be a log.
+pub fn looks_like_json(path: &Path) -> anyhow::Result<bool> {
+    let mut r = open_trace(path, is_gzip(path)?)?;
+    let mut buf = [0u8; 4096];
+    let n = read_up_to(&mut r, &mut buf)
+        .map_err(|e| anyhow::anyhow!("'{}': cannot read: {e}", path.display()))?;
+    let first = buf[..n]
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map(|i| buf[i]);
+    // A UTF-8 byte-order mark before the document counts as blank.
+    let first = match (first, buf.get(..3)) {
+        (Some(0xef), Some([0xef, 0xbb, 0xbf])) => {
+            buf[3..n].iter().find(|b| !b.is_ascii_whitespace()).copied()
+        }
+        _ => first,
+    };
+    Ok(matches!(first, Some(b'{' | b'[')))
+}
+
 /// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer); the error is
 /// one line naming the file.
 pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
@@ -501,10 +555,7 @@ pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
 /// verifybench's own multi-rank traces carry `args.rank`). Errors are one line naming the
 /// file (the caller decides whether they are fatal).
 pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
-    let gz = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    let gz = is_gzip(path)?;
     let open = || open_trace(path, gz);
     let t = match read_fast(open()?, path, opts) {
         Some(t) => t,

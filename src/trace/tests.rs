@@ -126,10 +126,20 @@ fn synthetic_kernel_names_only_give_op_and_dtype_and_the_log_gives_sizes() {
     );
     assert_eq!(g.size_from, extract::SizeFrom::Unknown);
     assert!(a.diagnosis.iter().any(|d| d.contains("sizes are unknown")));
+    // One call of each: too few for 3 eager steps, a log of another run.
     let log = dir.path().join("nccl.log");
-    std::fs::write(&log, "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 21504 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\nh:1:1 [0] NCCL INFO AllGather: opCount 0 sendbuff 0x1 recvbuff 0x1 count 61440 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n").unwrap();
+    let ar = "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 21504 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n";
+    let ag = "h:1:1 [0] NCCL INFO AllGather: opCount 0 sendbuff 0x1 recvbuff 0x1 count 61440 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n";
+    std::fs::write(&log, format!("{ar}{ag}")).unwrap();
     let mut req = TraceRequest::new(vec![dir.path().join("rank-0.json")]);
-    req.nccl_logs = vec![log];
+    req.nccl_logs = vec![log.clone()];
+    let e = analyse(&req).unwrap_err().to_string();
+    assert!(
+        e.contains("1 all_gather calls per process") && e.contains("ran 3 all_gather"),
+        "{e}"
+    );
+    // What NCCL logs for 3 eager steps: every call.
+    std::fs::write(&log, format!("{}{ag}", ar.repeat(123)).repeat(3)).unwrap();
     let a = analyse(&req).unwrap();
     let g = &a.sequence[0];
     assert_eq!(

@@ -116,3 +116,92 @@ fn cli_says_which_method_found_the_steps() {
         ))
         .stdout(predicate::str::contains("median start skew 559.0 us"));
 }
+
+fn coll_log(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/nccl-coll-public")
+        .join(name)
+}
+
+#[test]
+fn a_log_alone_is_an_input_of_its_own() {
+    // pytorch/torchtitan#1369: two processes (pids 191369 and 191370) of one TP=2 job.
+    let o = common::vb()
+        .arg("trace")
+        .arg(coll_log("pytorch-torchtitan-issue1369_tp2.log"))
+        .assert()
+        .success();
+    let out = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    assert!(out.contains("NCCL COLL log, 7 calls"), "{out}");
+    assert!(
+        out.contains("hopper01:191369 [0] comm 0x55e290bd32d0 nranks 2"),
+        "{out}"
+    );
+    assert!(
+        out.contains("hopper01:191370 [1] comm 0x55fca23fc0f0 nranks 2"),
+        "{out}"
+    );
+    // the folder of all four logs, read recursively, as JSON
+    let o = common::vb()
+        .args(["trace", "--format", "json"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl-coll-public"))
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    // 7 + 4 + 7 + 7 lines with opCount in the four files (grep -c opCount)
+    assert_eq!(v["result"]["data"]["calls"], 25, "{v}");
+}
+
+#[test]
+fn a_log_of_another_run_is_refused_naming_both_sides() {
+    // HTA's trace ran 2,020 all-reduces eagerly on rank 1; the #203 log has 7 all-reduce calls
+    // in its one process.
+    let o = common::vb()
+        .arg("trace")
+        .arg(data("hta/df_index_resolver.json.gz"))
+        .arg("--nccl-log")
+        .arg(coll_log("NVIDIA-nccl-issue203_tf_2gpu.log"))
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    assert!(err.contains("7 all_reduce calls per process"), "{err}");
+    assert!(err.contains("2020 all_reduce collectives eagerly"), "{err}");
+    assert!(
+        err.contains("issue203") && err.contains("df_index_resolver"),
+        "{err}"
+    );
+    // PARAM's 8-rank job (world size 8; its send/recv pairs are groups of 2, so the 2-rank
+    // communicators of the log could be its own) against the torchtitan log: 2 AllReduce
+    // lines in its 2 processes (pids 191369, 191370), 1 per process, against 3 eager
+    // all-reduces on rank 0.
+    let o = common::vb()
+        .arg("trace")
+        .arg(data("param-dlrm-8ranks"))
+        .arg("--nccl-log")
+        .arg(coll_log("pytorch-torchtitan-issue1369_tp2.log"))
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    assert!(err.contains("1 all_reduce calls per process"), "{err}");
+    assert!(
+        err.contains("ran 3 all_reduce collectives eagerly"),
+        "{err}"
+    );
+    assert!(
+        err.contains("issue1369") && err.contains("worker0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_file_that_is_neither_says_why() {
+    // An INIT/TUNING log: NCCL lines but no COLL line.
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl-info-2.28.9.log");
+    common::vb()
+        .arg("trace")
+        .arg(p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("neither a trace"))
+        .stderr(predicate::str::contains("did not include COLL"));
+}
