@@ -454,6 +454,22 @@ pub fn record(a: &Analysis, started: String) -> Record {
 /// Runs `verifybench trace`: analyse, print, export. The value is the exit code.
 pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     let started = now_utc();
+    // Every output path is checked before any work: a folder, a missing folder, or one of the
+    // inputs (a trace in a folder given, a log) is an error, and nothing is overwritten.
+    let files: Vec<PathBuf> = expand_inputs(&req.inputs)?
+        .into_iter()
+        .map(|(p, _)| p)
+        .chain(req.nccl_logs.iter().cloned())
+        .collect();
+    let inputs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let outputs: Vec<(&str, &Path)> = [
+        ("--export-schedule", req.export_schedule.as_deref()),
+        ("--export-json", req.export_json.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(f, p)| p.map(|p| (f, p)))
+    .collect();
+    crate::util::check_outputs(&outputs, &inputs)?;
     let ins = classify(req)?;
     if ins.traces.is_empty() && !ins.logs.is_empty() {
         return run_logs(req, &ins, started);

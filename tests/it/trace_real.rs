@@ -205,3 +205,27 @@ fn a_file_that_is_neither_says_why() {
         .stderr(predicate::str::contains("neither a trace"))
         .stderr(predicate::str::contains("did not include COLL"));
 }
+
+#[test]
+fn an_export_never_replaces_an_input_and_bad_paths_exit_2_first() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("t.json.gz");
+    std::fs::copy(data("hta/df_index_resolver.json.gz"), &t).unwrap();
+    let before = std::fs::read(&t).unwrap();
+    for (flag, out) in [
+        ("--export-schedule", t.clone()),
+        ("--export-json", t.clone()),
+        ("--export-schedule", d.path().to_path_buf()),
+        ("--export-json", d.path().join("no/such/folder/x.json")),
+    ] {
+        common::vb()
+            .arg("trace")
+            .arg(&t)
+            .arg(flag)
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(flag));
+    }
+    assert_eq!(std::fs::read(&t).unwrap(), before, "the input is untouched");
+}
