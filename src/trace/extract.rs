@@ -162,6 +162,9 @@ pub struct RankTrace {
     /// Kernels whose names say they communicate but that no table knows (not in
     /// `collectives`).
     pub unknown_collective_kernels: usize,
+    /// Kernels of a backward pass or an optimizer step ran (`backward`, `bwd`, `wgrad`,
+    /// `dgrad`, Adam/SGD): a training job rather than an inference server.
+    pub training: bool,
     pub notes: Vec<String>,
 }
 
@@ -510,6 +513,13 @@ pub fn extract(
         host_gaps_us,
         gpu_timed,
         unknown_collective_kernels,
+        training: t.gpu.iter().any(|g| g.kind == GpuKind::Kernel)
+            && t.names.iter().any(|n| {
+                let l = n.to_ascii_lowercase();
+                ["backward", "bwd", "wgrad", "dgrad", "adam", "sgd_"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            }),
         notes,
     }
 }

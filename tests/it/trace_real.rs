@@ -229,3 +229,25 @@ fn an_export_never_replaces_an_input_and_bad_paths_exit_2_first() {
     }
     assert_eq!(std::fs::read(&t).unwrap(), before, "the input is untouched");
 }
+
+#[test]
+fn kernels_that_cannot_overlap_on_one_clock_are_counted_and_the_diagnosis_agrees_with_the_skew() {
+    // HTA's sampled_rank-{0,1}: pairing the k-th NCCL kernel of each rank (10 each), 6 pairs
+    // have min(end) < max(start) (Python over the files: sum(min(a.ts+a.dur, b.ts+b.dur) <
+    // max(a.ts, b.ts) for a, b in zip(k0, k1)) == 6).
+    let a = analyse(&TraceRequest::new(vec![data("hta-sampled")])).unwrap();
+    let t = a.attribution.as_ref().unwrap();
+    assert_eq!((t.matched, t.impossible_overlaps), (10, 6));
+    assert!(
+        a.notes.iter().any(|n| n.starts_with("6 of 10 matched")),
+        "{:?}",
+        a.notes
+    );
+    let d = a.diagnosis.join(" ");
+    // A 37.6 ms median skew with rank 1 last in 80%: never "the ranks arrive nearly together".
+    assert!(t.total.median_skew_us.unwrap() > 30_000.0);
+    assert!(!d.contains("nearly together"), "{d}");
+    assert!(d.contains("not reliable"), "{d}");
+    // backward kernels: the advice is a training job's, not SGLang's
+    assert!(d.contains("training job") && !d.contains("SGLang"), "{d}");
+}
