@@ -251,3 +251,82 @@ fn kernels_that_cannot_overlap_on_one_clock_are_counted_and_the_diagnosis_agrees
     // backward kernels: the advice is a training job's, not SGLang's
     assert!(d.contains("training job") && !d.contains("SGLang"), "{d}");
 }
+
+#[test]
+fn a_tp8_kimi_schedule_exported_from_eight_synthetic_ranks_replays_like_plan_tp8() {
+    use verifybench::record::{read_records, Body};
+    use verifybench::trace::synth::{self, SynthSpec};
+    // SYNTHETIC traces (a simulation, not a profile): 8 ranks, the Kimi-K2.5 TP=8 verify of 3
+    // tokens: 123 all-reduces of 3 x 7168 bf16 and one all-gather of 3 x 163840 / 8 per rank.
+    let d = tempfile::tempdir().unwrap();
+    let s = SynthSpec {
+        ranks: 8,
+        steps: 3,
+        ar_elements: 3 * 7168,
+        ag_elements: 3 * 163840 / 8,
+        ..Default::default()
+    };
+    synth::write_dir(&s, d.path(), true).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let sched = out.path().join("s.json");
+    common::vb()
+        .arg("trace")
+        .arg(d.path())
+        .args([
+            "--against-plan",
+            "--model",
+            "kimi-k2.5",
+            "--tp",
+            "8",
+            "--tokens",
+            "3",
+        ])
+        .arg("--export-schedule")
+        .arg(&sched)
+        .assert()
+        .success();
+    let rec = out.path().join("v.json");
+    common::vb()
+        .args(["verify", "--backend", "model", "--schedule"])
+        .arg(&sched)
+        .arg("--export-json")
+        .arg(&rec)
+        .assert()
+        .success();
+    let planned = out.path().join("p.json");
+    common::vb()
+        .args(["verify", "--backend", "model", "--tp", "8", "--tokens", "3"])
+        .arg("--export-json")
+        .arg(&planned)
+        .assert()
+        .success();
+    let (r, p) = (read_records(&rec).unwrap(), read_records(&planned).unwrap());
+    let (Body::Verify(a), Body::Verify(b)) = (&r[0].body, &p[0].body) else {
+        panic!("verify records")
+    };
+    assert_eq!((a.workload.tp, a.workload.n_all_reduce), (8, 123));
+    let medians = |v: &verifybench::record::VerifyResult| {
+        v.runs
+            .iter()
+            .map(|r| r.per_verify.median_us)
+            .collect::<Vec<_>>()
+    };
+    // the exported collectives priced by the cost model equal plan --tp 8's
+    assert_eq!(medians(a), medians(b));
+    // and the trace's step is plan's sequence, op for op
+    let o = common::vb()
+        .args([
+            "trace",
+            "--format",
+            "json",
+            "--against-plan",
+            "--model",
+            "kimi-k2.5",
+        ])
+        .args(["--tp", "8", "--tokens", "3"])
+        .arg(d.path())
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    assert_eq!(v["result"]["data"]["against_plan"]["same"], true, "{v}");
+}
