@@ -22,8 +22,10 @@ pub struct TraceArgs {
     /// one rank (group size 1) takes --tp N, and --against-plan's --tokens labels its tokens.
     #[arg(long, value_name = "FILE")]
     pub export_schedule: Option<PathBuf>,
-    /// A record_function label whose spans are the steps (else the repeating period is found).
-    #[arg(long, value_name = "NAME")]
+    /// A record_function label whose spans are the steps: a name, or a pattern where `*` is any
+    /// text (`ProfilerStep#*`). Without it the trace's ProfilerStep#N spans are the steps when
+    /// it has them, else the repeating period of the collectives is found.
+    #[arg(long, value_name = "NAME|PATTERN")]
     pub step_label: Option<String>,
     /// NCCL logs with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL (one per process) for sizes the
     /// trace lacks.

@@ -23,6 +23,14 @@ fn one_step(a: &Analysis) -> anyhow::Result<(&[Collective], usize)> {
         .rank_traces
         .first()
         .ok_or_else(|| usage("no rank to take a step from"))?;
+    if r.unknown_collective_kernels > r.collectives.len() {
+        return Err(usage(format!(
+            "'{}': {} kernels look like collectives but are neither NCCL's nor known custom kernels, against {} known collectives: a schedule of the known ones would be partial, so none is exported",
+            r.file,
+            r.unknown_collective_kernels,
+            r.collectives.len()
+        )));
+    }
     let s = r
         .steps
         .first()

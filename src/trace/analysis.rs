@@ -57,6 +57,8 @@ pub struct StepSummary {
     pub transfer_us: Option<Spread>,
     /// The part of it spent waiting for the last rank.
     pub waiting_us: Option<Spread>,
+    /// Waiting as a share of the collectives' in-kernel time, over every step.
+    pub waiting_share: Option<Spread>,
     pub compute_us: Spread,
     pub idle_us: Spread,
     pub eager_steps: usize,
@@ -103,6 +105,8 @@ pub struct SeqGroup {
     pub size_from: SizeFrom,
     pub algo: Option<String>,
     pub proto: Option<String>,
+    /// `nccl` or the custom kernel that ran it.
+    pub implementation: String,
 }
 
 /// Attribution over the whole trace.
@@ -115,6 +119,9 @@ pub struct TraceAttribution {
     pub total: Aggregate,
     /// The straggler with its real rank number.
     pub straggler: Option<Straggler>,
+    /// Matched collectives in which one rank's kernel ended before another rank's began:
+    /// impossible for one collective on one clock (clocks apart, or a wrong match).
+    pub impossible_overlaps: usize,
 }
 
 /// The whole analysis (the `result` of the JSON record).
@@ -292,6 +299,31 @@ pub fn analyse(
             same_clock = false;
             notes.push("the ranks' clocks differ by more than a second: treated as different hosts (durations only, skew unknown)".into());
         }
+        let impossible_overlaps = if same_clock {
+            timings
+                .iter()
+                .flatten()
+                .filter(|t| {
+                    let first_end = t
+                        .iter()
+                        .map(|x| x.start_us + x.dur_us)
+                        .fold(f64::INFINITY, f64::min);
+                    let last_start = t
+                        .iter()
+                        .map(|x| x.start_us)
+                        .fold(f64::NEG_INFINITY, f64::max);
+                    first_end < last_start
+                })
+                .count()
+        } else {
+            0
+        };
+        if impossible_overlaps > 0 {
+            notes.push(format!(
+                "{impossible_overlaps} of {} matched collectives have one rank's kernel ending before another rank's starts, which one collective on one clock cannot do: the ranks' clocks differ (give --multi-host) or the collectives are matched wrongly; start skew and the last rank are not to be trusted",
+                timings.iter().flatten().count()
+            ));
+        }
         let per: Vec<Option<Attribution>> = timings
             .iter_mut()
             .map(|t| t.as_ref().map(|t| attribute(t, same_clock)))
@@ -316,6 +348,7 @@ pub fn analyse(
                 ranks: ranks.iter().map(|r| r.rank).collect(),
                 total,
                 straggler,
+                impossible_overlaps,
             }),
         )
     } else {
@@ -374,6 +407,13 @@ pub fn analyse(
             collectives_us: Spread::of(&coll).expect("steps"),
             transfer_us: Spread::of(&tr),
             waiting_us: Spread::of(&wa),
+            waiting_share: Spread::of(
+                &wa.iter()
+                    .zip(&ik)
+                    .filter(|(_, k)| **k > 0.0)
+                    .map(|(w, k)| w / k)
+                    .collect::<Vec<f64>>(),
+            ),
             compute_us: Spread::of(&comp).expect("steps"),
             idle_us: Spread::of(&idle).expect("steps"),
             eager_steps: count(StepMode::Eager),
@@ -460,6 +500,7 @@ fn sequence_of(r: &RankTrace) -> Vec<SeqGroup> {
                 && x.dtype == c.dtype
                 && x.elements == c.elements
                 && x.group_size == c.group_size
+                && x.implementation == c.implementation
         }) {
             Some(x) => x.per_step += 1,
             None => g.push(SeqGroup {
@@ -472,6 +513,7 @@ fn sequence_of(r: &RankTrace) -> Vec<SeqGroup> {
                 size_from: c.size_from,
                 algo: c.algo.clone(),
                 proto: c.proto.clone(),
+                implementation: c.implementation.clone(),
             }),
         }
     }
@@ -526,9 +568,40 @@ pub fn diagnose(a: &Analysis) -> Vec<String> {
                 ms(t),
                 ms(ty.step_us)
             ));
-            if share >= 0.5 && eager {
+            // Judged over every step, and never against the skew figures printed above: the
+            // ranks arrive together only when no step waits for half its collective time and
+            // the median skew is below the median transfer per collective.
+            let (med, max) = s
+                .waiting_share
+                .as_ref()
+                .map_or((share, share), |x| (x.median, x.max));
+            let att = a.attribution.as_ref();
+            let per_transfer = att
+                .map(|t| t.total.transfer_us / t.matched.max(1) as f64)
+                .unwrap_or(0.0);
+            let skewed = att
+                .and_then(|t| t.total.median_skew_us)
+                .is_some_and(|k| k > per_transfer);
+            let training = a.rank_traces.iter().any(|r| r.training);
+            if a.attribution
+                .as_ref()
+                .is_some_and(|t| t.impossible_overlaps > 0)
+            {
+                d.push("Some matched kernels cannot overlap as they do on one clock (see the notes): the waiting and skew figures are not reliable until the clocks or the matching are fixed.".into());
+            }
+            if s.steps > 1 && (max >= 0.5) != (med >= 0.5) {
+                d.push(format!(
+                    "The waiting share varies over the steps: median {:.0}%, up to {:.0}% of the collectives' time.",
+                    100.0 * med,
+                    100.0 * max
+                ));
+            }
+            let share = med.max(share);
+            if (share >= 0.5 || skewed) && eager && training {
+                d.push("The waiting comes from ranks launching at different times: this is a training job (backward/optimizer kernels), so look at what the late rank's host does before its collectives (data loading, host syncs, uneven work per rank); CUDA graphs (torch.compile mode=\"reduce-overhead\") also remove launch drift.".into());
+            } else if (share >= 0.5 || skewed) && eager {
                 d.push("The waiting comes from ranks launching at different times: run the verify from a CUDA graph (SGLang: check that the verify batch size is among the captured sizes; the decode log's `cuda graph: False` means it ran eagerly).".into());
-            } else if share >= 0.5 {
+            } else if share >= 0.5 || skewed {
                 let who = straggler
                     .as_ref()
                     .map(|st| format!("rank {} starts late", st.rank))
@@ -549,6 +622,16 @@ pub fn diagnose(a: &Analysis) -> Vec<String> {
             if eager {
                 d.push("The steps ran eagerly: if the ranks drift, each collective waits for the slowest; a CUDA graph removes that.".into());
             }
+        }
+    }
+    if let Some(r) = a.rank_traces.first() {
+        if r.unknown_collective_kernels > r.collectives.len() {
+            d.push(format!(
+                "Most collective-looking kernels ({} against {} known collectives on rank {}) are neither NCCL's nor in the table of custom kernels: the sequence above is partial, and no schedule is exported from it.",
+                r.unknown_collective_kernels,
+                r.collectives.len(),
+                r.rank
+            ));
         }
     }
     if a.sequence.iter().any(|g| g.size_from == SizeFrom::Unknown) {

@@ -8,7 +8,8 @@
 //! doubt it does not guess: it returns `None` and the caller hands the event to serde, which
 //! then gives its result or its error. That covers any backslash, a duplicate field the
 //! structs name, a field of another JSON type than the usual one (`"args": [...]`, a number
-//! as `name`), control characters in strings and nesting deeper than [`MAX_DEPTH`]. Integers
+//! as `name`), control characters in strings, nesting deeper than [`MAX_DEPTH`] and the shape
+//! arguments (`Input Dims`, `Input type`). Integers
 //! and plain decimals of up to 19 digits are computed here the way serde_json computes them;
 //! every other number goes to serde_json's own number parser, so that it rounds the same.
 //! Tests compare it with serde on random events and on 50,000 random numbers.
@@ -382,6 +383,8 @@ impl<'a> P<'a> {
                 "correlation" => (8, &mut a.correlation),
                 "stream" => (9, &mut a.stream),
                 "rank" => (10, &mut a.rank),
+                // Shapes are left to serde (few events: the kept CPU ops).
+                "Input Dims" | "Input type" => return None,
                 _ => return p.skip(2),
             };
             once(&mut seen, bit)?;

@@ -15,6 +15,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
+use super::kernels;
 use super::names::{self, dtype_size, parse_kernel};
 use super::nccl_log::LogSummary;
 use super::reader::{GpuKind, LaunchKind, TraceData};
@@ -83,6 +84,9 @@ pub struct Collective {
     pub launch_end_us: Option<f64>,
     /// Launched by `cudaGraphLaunch` (true) or by an individual launch (false).
     pub graph: Option<bool>,
+    /// What ran it: `nccl`, or the custom kernel's implementation
+    /// ([`super::kernels::KERNELS`]).
+    pub implementation: String,
 }
 
 impl Collective {
@@ -155,6 +159,12 @@ pub struct RankTrace {
     pub host_gaps_us: Vec<f64>,
     /// Whether collectives were timed on the GPU (NCCL kernels) or only on the host.
     pub gpu_timed: bool,
+    /// Kernels whose names say they communicate but that no table knows (not in
+    /// `collectives`).
+    pub unknown_collective_kernels: usize,
+    /// Kernels of a backward pass or an optimizer step ran (`backward`, `bwd`, `wgrad`,
+    /// `dgrad`, Adam/SGD): a training job rather than an inference server.
+    pub training: bool,
     pub notes: Vec<String>,
 }
 
@@ -233,11 +243,61 @@ pub fn extract(
     let mut colls = Vec::new();
     // GPU events that are a collective's own work (not compute).
     let mut coll_gpu: HashSet<usize> = HashSet::new();
-    let nccl: Vec<_> = gpu.iter().filter(|g| g.kind == GpuKind::Nccl).collect();
+    let nccl: Vec<_> = gpu.iter().filter(|g| g.kind.is_collective()).collect();
     let gpu_timed = !nccl.is_empty();
+    // CPU ops of custom collectives, by External id and in time order (for the op whose span
+    // holds the launch when ids are missing).
+    let ops_by_ext: IdMap<usize> = t
+        .cpu_ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| o.external_id.map(|e| (e, i)))
+        .collect();
+    let mut ops_by_ts: Vec<&super::reader::CpuOp> = t.cpu_ops.iter().collect();
+    ops_by_ts.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    let op_around = |ts: f64| -> Option<&super::reader::CpuOp> {
+        let i = ops_by_ts.partition_point(|o| o.ts <= ts);
+        ops_by_ts[..i]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|o| o.ts + o.dur >= ts)
+            .copied()
+    };
     if gpu_timed {
         for g in &nccl {
             let kname = &t.names[g.name as usize];
+            let l = launch_of(g.correlation);
+            if let GpuKind::Custom(i) = g.kind {
+                let k = &kernels::KERNELS[i as usize];
+                let op = g
+                    .external_id
+                    .and_then(|e| ops_by_ext.get(&e))
+                    .map(|&i| &t.cpu_ops[i])
+                    .or_else(|| l.and_then(|l| op_around(l.ts)));
+                let mut c = collective_from(
+                    None,
+                    Some(k.op.into()),
+                    kernels::kernel_dtype(kname)
+                        .or(op.and_then(|o| o.dtype))
+                        .map(str::to_string),
+                );
+                if let (Some(n), Some(o)) = (op.and_then(|o| o.elements), op) {
+                    if o.op == k.op {
+                        c.elements = Some(n);
+                        c.bytes = c.dtype.as_deref().and_then(dtype_size).map(|b| b * n);
+                        c.size_from = SizeFrom::Trace;
+                    }
+                }
+                c.implementation = k.implementation.into();
+                c.gpu_start_us = Some(g.ts);
+                c.gpu_dur_us = Some(g.dur);
+                c.launch_us = l.map(|l| l.ts);
+                c.launch_end_us = l.map(|l| l.ts + l.dur);
+                c.graph = l.map(|l| l.kind == LaunchKind::Graph);
+                colls.push(c);
+                continue;
+            }
             let k = parse_kernel(kname).unwrap_or(names::KernelInfo {
                 op: None,
                 dtype: None,
@@ -249,7 +309,6 @@ pub fn extract(
                     .and_then(|e| comms_by_ext.get(&e))
                     .map(|&i| &t.comms[i].args)
             });
-            let l = launch_of(g.correlation);
             let mut c = collective_from(args, k.op.clone(), k.dtype.clone());
             c.algo = k.algo;
             c.proto = k.proto;
@@ -294,6 +353,22 @@ pub fn extract(
             );
         }
     }
+    // Kernels that look like communication but that neither NCCL nor the table knows.
+    let mut unknown_kernels: Vec<&str> = gpu
+        .iter()
+        .filter(|g| g.kind == GpuKind::CommLike)
+        .map(|g| t.names[g.name as usize].as_str())
+        .collect();
+    let unknown_collective_kernels = unknown_kernels.len();
+    if unknown_collective_kernels > 0 {
+        unknown_kernels.sort_unstable();
+        unknown_kernels.dedup();
+        let shown: Vec<&str> = unknown_kernels.iter().take(3).copied().collect();
+        notes.push(format!(
+            "{unknown_collective_kernels} kernels look like collectives but are neither NCCL's nor in the table of custom kernels (left out of the sequence): {}",
+            shown.join("; ")
+        ));
+    }
     // Sizes from the NCCL log where the trace has none.
     if let Some(log) = log {
         let mut filled = 0;
@@ -335,7 +410,7 @@ pub fn extract(
     let compute = Coverage::new(
         gpu.iter()
             .enumerate()
-            .filter(|(i, g)| g.kind != GpuKind::Nccl && !coll_gpu.contains(i))
+            .filter(|(i, g)| !g.kind.is_collective() && !coll_gpu.contains(i))
             .map(|(_, g)| (g.ts, g.ts + g.dur))
             .collect(),
     );
@@ -437,6 +512,14 @@ pub fn extract(
         gpu_idle_us: (span - all.total()).max(0.0),
         host_gaps_us,
         gpu_timed,
+        unknown_collective_kernels,
+        training: t.gpu.iter().any(|g| g.kind == GpuKind::Kernel)
+            && t.names.iter().any(|n| {
+                let l = n.to_ascii_lowercase();
+                ["backward", "bwd", "wgrad", "dgrad", "adam", "sgd_"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            }),
         notes,
     }
 }
@@ -483,6 +566,7 @@ fn collective_from(
         launch_us: None,
         launch_end_us: None,
         graph: None,
+        implementation: "nccl".into(),
     }
 }
 
@@ -506,6 +590,41 @@ pub fn signatures(colls: &[Collective]) -> (Vec<u32>, Vec<u64>) {
 
 type Ranges = Vec<(usize, usize, f64, f64)>;
 
+/// The steps that host-side spans mark: each span's collectives are those launched inside it
+/// (host launch, else the kernel's start, in `[start, end)`). `own_window`: the step is the
+/// span itself (`ProfilerStep#N`, which wraps one whole step); otherwise it runs from its
+/// first collective's kernel start to its last's end (a label around the collectives only).
+/// Spans without a collective are left out; the count is of all spans.
+fn span_ranges(
+    colls: &[Collective],
+    spans: &[super::reader::Span],
+    own_window: bool,
+) -> (Ranges, usize) {
+    let mut spans = spans.to_vec();
+    spans.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    let mut out = Vec::new();
+    for s in &spans {
+        let (a, b) = (s.ts, s.ts + s.dur);
+        let at = |c: &Collective| c.host_us().or(c.gpu_start_us);
+        let f = colls.partition_point(|c| at(c).is_some_and(|h| h < a));
+        let idx: Vec<usize> = (f..colls.len())
+            .filter(|&i| at(&colls[i]).is_some_and(|h| h >= a && h < b))
+            .collect();
+        let (Some(&f), Some(&l)) = (idx.first(), idx.last()) else {
+            continue;
+        };
+        if own_window {
+            out.push((f, l + 1, a, b));
+            continue;
+        }
+        // GPU window: from the first collective's kernel start (or the span) to the last's end.
+        let start = colls[f].gpu_start_us.unwrap_or(a);
+        let end = colls[l].end_us().max(start);
+        out.push((f, l + 1, start.min(end), end));
+    }
+    (out, spans.len())
+}
+
 fn step_ranges(
     colls: &[Collective],
     t: &TraceData,
@@ -514,33 +633,29 @@ fn step_ranges(
     notes: &mut Vec<String>,
 ) -> (Ranges, String, Option<usize>) {
     if let Some(label) = &opt.step_label {
-        let mut spans = t.labels.clone();
-        spans.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-        let mut out = Vec::new();
-        for s in &spans {
-            let (a, b) = (s.ts, s.ts + s.dur);
-            let idx: Vec<usize> = colls
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.host_us().is_some_and(|h| h >= a && h < b))
-                .map(|(i, _)| i)
-                .collect();
-            let (Some(&f), Some(&l)) = (idx.first(), idx.last()) else {
-                continue;
-            };
-            // GPU window: from the first collective's kernel start (or the span) to the last's end.
-            let start = colls[f].gpu_start_us.unwrap_or(a);
-            let end = colls[l].end_us().max(start);
-            out.push((f, l + 1, start.min(end), end));
-        }
+        let (out, found) = span_ranges(colls, &t.labels, false);
         return (
             out,
-            format!("spans of the step label '{label}' ({} found)", spans.len()),
+            format!("spans of the step label '{label}' ({found} found)"),
             None,
         );
     }
+    if !t.profiler_steps.is_empty() {
+        let (out, found) = span_ranges(colls, &t.profiler_steps, true);
+        if !out.is_empty() {
+            return (
+                out,
+                format!("the trace's ProfilerStep# spans ({found} found)"),
+                None,
+            );
+        }
+        notes.push(format!(
+            "{found} ProfilerStep# spans hold no collective: steps found from the period instead"
+        ));
+    }
     let (sigs, w) = signatures(colls);
     if let Some(p) = steps::find_period(&sigs, |s| w[s as usize]) {
+        let p = anchor_at_gaps(colls, p, notes);
         let b = &p.boundaries;
         let mut out: Ranges = Vec::new();
         // The first step is whole when the trace starts with it; it began with the trace's
@@ -593,6 +708,60 @@ fn step_ranges(
     (Vec::new(), "no collectives".into(), None)
 }
 
+/// The period's steps placed where the trace pauses: the boundary after which the next
+/// collective starts latest (median gap over the repetitions, on the kernels' clock, else the
+/// host's) wins over the rarest-collective boundary when its gap is clearly longer than the
+/// gap at every other position (1.5 times and 1 us more). A step then never starts in the middle of what the trace repeats, even when
+/// its rarest collective sits mid-step.
+fn anchor_at_gaps(
+    colls: &[Collective],
+    p: steps::Period,
+    notes: &mut Vec<String>,
+) -> steps::Period {
+    let n = colls.len();
+    let begin = |c: &Collective| c.gpu_start_us.or(c.launch_us);
+    let gap = |i: usize| -> Option<f64> { Some(begin(&colls[i + 1])? - colls[i].end_us()) };
+    let score = |first: usize| -> Option<f64> {
+        let g: Vec<f64> = (first..n.saturating_sub(1))
+            .step_by(p.len)
+            .filter_map(gap)
+            .collect();
+        crate::measure::attribution::Spread::of(&g).map(|s| s.median)
+    };
+    if p.len < 2 || p.boundaries.is_empty() {
+        return p;
+    }
+    let b0 = p.boundaries[0];
+    let Some(base) = score(b0) else {
+        return p;
+    };
+    let mut all: Vec<(usize, f64)> = (1..p.len)
+        .map(|phi| p.start + (b0 - p.start + phi) % p.len)
+        .filter_map(|f| score(f).map(|s| (f, s)))
+        .collect();
+    all.push((b0, base));
+    all.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // The longest pause must stand out from every other position of the period, not only
+    // from the rarest collective's.
+    let best = match all.as_slice() {
+        [(f, s), (_, next), ..] if *f != b0 && *s > 1.5 * next.max(0.0) + 1.0 => Some((*f, *s)),
+        _ => None,
+    };
+    match best {
+        Some((first, s)) => {
+            notes.push(format!(
+                "steps end at the longest pause of the period (median {s:.1} us before the next collective) rather than at its rarest collective ({base:.1} us)"
+            ));
+            steps::Period {
+                len: p.len,
+                start: p.start,
+                boundaries: (first..n).step_by(p.len).collect(),
+            }
+        }
+        _ => p,
+    }
+}
+
 /// `123 all_reduce + 1 all_gather`.
 pub fn describe_period(one: &[Collective]) -> String {
     let mut parts: Vec<(String, usize)> = Vec::new();
@@ -612,6 +781,46 @@ pub fn describe_period(one: &[Collective]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn coll(op: &str, start: f64, dur: f64) -> Collective {
+        let mut c = collective_from(None, Some(op.into()), Some("bf16".into()));
+        c.gpu_start_us = Some(start);
+        c.gpu_dur_us = Some(dur);
+        c
+    }
+
+    #[test]
+    fn period_steps_start_after_the_pause_not_at_the_rarest_collective() {
+        // Each step: all_reduce, all_gather (the rarest, mid-step), all_reduce, all_reduce;
+        // 10 us kernels 5 us apart, 500 us of pause between steps. The rarest-collective rule
+        // ends a step after the all_gather (index 1 of 4); the pause is after index 3.
+        let ops = ["all_reduce", "all_gather", "all_reduce", "all_reduce"];
+        let mut colls = Vec::new();
+        let mut t = 0.0;
+        for _ in 0..4 {
+            for op in ops {
+                colls.push(coll(op, t, 10.0));
+                t += 15.0;
+            }
+            t += 500.0;
+        }
+        let (sigs, w) = signatures(&colls);
+        let p = steps::find_period(&sigs, |s| w[s as usize]).unwrap();
+        assert_eq!((p.len, p.boundaries[0]), (4, 1), "the rarest rule");
+        let mut notes = Vec::new();
+        let q = anchor_at_gaps(&colls, p, &mut notes);
+        // Boundaries 3, 7, 11, 15: every step is [all_reduce, all_gather, all_reduce, all_reduce].
+        assert_eq!(q.boundaries, [3, 7, 11, 15]);
+        assert!(notes[0].contains("longest pause"), "{notes:?}");
+        // Evenly spaced collectives: no pause is clearly longer, the rarest rule stays.
+        let even: Vec<Collective> = (0..16)
+            .map(|i| coll(ops[i % 4], 15.0 * i as f64, 10.0))
+            .collect();
+        let (sigs, w) = signatures(&even);
+        let p = steps::find_period(&sigs, |s| w[s as usize]).unwrap();
+        let b = p.boundaries.clone();
+        assert_eq!(anchor_at_gaps(&even, p, &mut Vec::new()).boundaries, b);
+    }
 
     #[test]
     fn coverage_of_windows() {

@@ -21,6 +21,7 @@ pub mod breakeven;
 pub mod chrome;
 pub mod event;
 pub mod extract;
+pub mod kernels;
 pub mod names;
 pub mod nccl_log;
 pub mod plan_diff;
@@ -49,7 +50,8 @@ pub use analysis::Analysis;
 pub struct TraceRequest {
     /// Trace files and folders of traces.
     pub inputs: Vec<PathBuf>,
-    /// A `record_function` label whose spans are the steps (else the period is searched).
+    /// A `record_function` label (a name, or a pattern with `*`) whose spans are the steps;
+    /// without it `ProfilerStep#N` spans, else the period of the collectives.
     pub step_label: Option<String>,
     /// NCCL COLL logs (`NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`), one per process.
     pub nccl_logs: Vec<PathBuf>,
@@ -83,24 +85,35 @@ impl TraceRequest {
     }
 }
 
-/// The trace files named by `inputs` (folders expanded, sorted), each with whether it was named
-/// directly (its failure is fatal) or found in a folder (its failure skips it).
+/// The files named by `inputs` (folders searched recursively for traces and logs, sorted),
+/// each with whether it was named directly (its failure is fatal) or found in a folder (its
+/// failure skips it, and is named).
 pub fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, bool)>> {
     if inputs.is_empty() {
         crate::usage_bail!("give at least one trace file or folder");
     }
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+        let rd = std::fs::read_dir(dir)
+            .map_err(|e| usage(format!("'{}': cannot list: {e}", dir.display())))?;
+        for e in rd.filter_map(|e| e.ok()) {
+            let f = e.path();
+            if f.is_dir() {
+                walk(&f, out)?;
+            } else if f.is_file() && (reader::is_trace_name(&f) || reader::is_log_name(&f)) {
+                out.push(f);
+            }
+        }
+        Ok(())
+    }
     let mut out = Vec::new();
     for p in inputs {
         if p.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| usage(format!("'{}': cannot list: {e}", p.display())))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.is_file() && reader::is_trace_name(f))
-                .collect();
+            let mut found = Vec::new();
+            walk(p, &mut found)?;
             found.sort();
             if found.is_empty() {
                 crate::usage_bail!(
-                    "'{}': no traces in this folder (.json or .json.gz files)",
+                    "'{}': no traces in this folder or below, and no logs (.json, .json.gz, .log, .txt files)",
                     p.display()
                 );
             }
@@ -114,6 +127,68 @@ pub fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, bool)>>
     Ok(out)
 }
 
+/// The inputs sorted into traces and NCCL logs by their content (JSON or not), with the
+/// files of folders that are neither (named, with why).
+pub struct Inputs {
+    pub traces: Vec<(PathBuf, bool)>,
+    /// Logs with what their lines gave.
+    pub logs: Vec<(PathBuf, nccl_log::Parsed)>,
+    pub skipped: Vec<analysis::Skipped>,
+}
+
+/// Sorts `req`'s inputs and `--nccl-log` files; a file named directly that is neither a
+/// trace nor a COLL log is an error naming it.
+pub fn classify(req: &TraceRequest) -> anyhow::Result<Inputs> {
+    let mut ins = Inputs {
+        traces: Vec::new(),
+        logs: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for p in &req.nccl_logs {
+        let parsed = nccl_log::read_parsed(p).map_err(|e| usage(format!("--nccl-log: {e}")))?;
+        ins.logs.push((p.clone(), parsed));
+    }
+    for (p, direct) in expand_inputs(&req.inputs)? {
+        let json = reader::looks_like_json(&p);
+        match json {
+            Ok(true) => ins.traces.push((p, direct)),
+            Ok(false) => match nccl_log::read_parsed(&p) {
+                Ok(parsed) => ins.logs.push((p, parsed)),
+                Err(e) if direct => {
+                    crate::usage_bail!(
+                        "'{}': neither a trace (not JSON) nor an NCCL COLL log: {e}",
+                        p.display()
+                    )
+                }
+                Err(e) => ins.skipped.push(analysis::Skipped {
+                    file: p.display().to_string(),
+                    reason: format!(
+                        "'{}': neither a trace (not JSON) nor an NCCL COLL log: {e}",
+                        p.display()
+                    ),
+                }),
+            },
+            Err(e) if direct => return Err(usage(e.to_string())),
+            Err(e) => ins.skipped.push(analysis::Skipped {
+                file: p.display().to_string(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+    Ok(ins)
+}
+
+/// The report of NCCL logs given without any trace.
+pub fn log_report(ins: &Inputs) -> nccl_log::LogReport {
+    let files = ins
+        .logs
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    let parsed: Vec<nccl_log::Parsed> = ins.logs.iter().map(|(_, p)| p.clone()).collect();
+    nccl_log::report(files, &parsed)
+}
+
 /// Why a parsed trace cannot be analysed, if it cannot.
 fn unusable(t: &reader::TraceData) -> Option<String> {
     if t.gpu.is_empty() {
@@ -123,7 +198,7 @@ fn unusable(t: &reader::TraceData) -> Option<String> {
             t.events_seen
         ));
     }
-    if t.comms.is_empty() && !t.gpu.iter().any(|g| g.kind == reader::GpuKind::Nccl) {
+    if t.comms.is_empty() && !t.gpu.iter().any(|g| g.kind.is_collective()) {
         let graphs = t
             .runtime
             .iter()
@@ -134,8 +209,18 @@ fn unusable(t: &reader::TraceData) -> Option<String> {
         } else {
             String::new()
         };
+        let unknown = t
+            .gpu
+            .iter()
+            .filter(|g| g.kind == reader::GpuKind::CommLike)
+            .count();
+        let why = if unknown > 0 {
+            format!("{why} ({unknown} kernels look like collectives but are neither NCCL's nor in the table of custom kernels)")
+        } else {
+            why
+        };
         return Some(format!(
-            "'{}': no collectives (no NCCL kernel and no record_param_comms op){why}",
+            "'{}': no collectives (no NCCL or known custom collective kernel and no record_param_comms op){why}",
             t.path.display()
         ));
     }
@@ -144,17 +229,48 @@ fn unusable(t: &reader::TraceData) -> Option<String> {
 
 /// Reads, extracts and analyses the traces of `req` (no printing, no writing).
 pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
-    let files = expand_inputs(&req.inputs)?;
+    let ins = classify(req)?;
+    analyse_inputs(req, ins)
+}
+
+/// [`analyse`] of inputs already sorted.
+pub fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<Analysis> {
+    if ins.traces.is_empty() {
+        if !ins.logs.is_empty() {
+            crate::usage_bail!(
+                "only NCCL logs given ({}): `verifybench trace LOG...` reports them on their own; give the traces too for the collectives' timing",
+                ins.logs
+                    .iter()
+                    .map(|(p, _)| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let all: Vec<String> = ins
+            .skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.file, s.reason))
+            .collect();
+        crate::usage_bail!("no trace could be analysed: {}", all.join("; "));
+    }
+    let files = ins.traces;
     let opts = reader::ReadOptions {
         step_label: req.step_label.clone(),
+        custom_ops: false,
     };
-    let log = if req.nccl_logs.is_empty() {
+    let log_files: Vec<String> = ins
+        .logs
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    let log = if ins.logs.is_empty() {
         None
     } else {
-        let mut calls = Vec::new();
-        for p in &req.nccl_logs {
-            calls.extend(nccl_log::read(p)?);
-        }
+        let calls: Vec<nccl_log::LogCall> = ins
+            .logs
+            .iter()
+            .flat_map(|(_, p)| p.calls.iter().cloned())
+            .collect();
         Some(nccl_log::LogSummary::of(&calls))
     };
     let eopt = extract::ExtractOptions {
@@ -183,7 +299,7 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
             (p, direct, r)
         })
         .collect();
-    let mut skipped = Vec::new();
+    let mut skipped = ins.skipped;
     let mut traces = Vec::new();
     for (p, direct, r) in parsed {
         let reason = match r {
@@ -210,11 +326,9 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
         }
     }
     if traces.is_empty() {
-        let first = skipped
-            .first()
-            .map(|s| s.reason.clone())
-            .unwrap_or_else(|| "no traces".into());
-        crate::usage_bail!("no trace could be analysed: {first}");
+        // Every file that failed, each named (not only the first).
+        let all: Vec<String> = skipped.iter().map(|s| s.reason.clone()).collect();
+        crate::usage_bail!("no trace could be analysed: {}", all.join("; "));
     }
     // Ranks: distributedInfo, else the file name, else the order.
     let mut sources = Vec::new();
@@ -248,11 +362,76 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
             );
         }
     }
+    if let Some(l) = &log {
+        check_log_against(l, &log_files, &ranks)?;
+    }
     let mut a = analysis::analyse(ranks, &sources, skipped, req.multi_host, log)?;
+    if let Some(l) = &a.nccl_log {
+        let filled = a
+            .rank_traces
+            .iter()
+            .flat_map(|r| &r.collectives)
+            .any(|c| c.size_from == extract::SizeFrom::NcclLog);
+        if !filled {
+            a.notes.push(format!(
+                "the NCCL log ({}; {} calls) was read and checked against the trace, but gave no size: every known size came from the trace",
+                log_files.join(", "),
+                l.calls
+            ));
+        }
+    }
     if let Some(plan) = &req.against_plan {
         a.against_plan = Some(against::against_plan(&a, plan)?);
     }
     Ok(a)
+}
+
+/// A log of another run must not fill this run's sizes: its communicators' sizes must
+/// include the trace's world size (or the collectives' group size), and where the trace ran
+/// eagerly (NCCL then logs every call) the log must hold at least as many calls of each op
+/// per process as one rank's trace holds kernels. A mismatch is an error naming both sides.
+fn check_log_against(
+    log: &nccl_log::LogSummary,
+    log_files: &[String],
+    ranks: &[extract::RankTrace],
+) -> anyhow::Result<()> {
+    let Some(r) = ranks.first() else {
+        return Ok(());
+    };
+    let logs = log_files.join(", ");
+    let sizes: std::collections::BTreeSet<u64> = r
+        .collectives
+        .iter()
+        .filter_map(|c| c.group_size)
+        .chain(r.world_size.map(|w| w as u64))
+        .filter(|&n| n > 1)
+        .collect();
+    let nranks: std::collections::BTreeSet<u64> =
+        log.sizes.iter().map(|s| s.nranks as u64).collect();
+    if !sizes.is_empty() && sizes.is_disjoint(&nranks) {
+        crate::usage_bail!(
+            "the NCCL log ({logs}) has communicators of nranks {nranks:?}, but the trace '{}' has world/group size {sizes:?}: a log of another run? give the log of the traced run",
+            r.file
+        );
+    }
+    let eager = r.steps.iter().all(|s| s.mode != extract::StepMode::Graph);
+    if eager {
+        let mut ops: Vec<&str> = r.collectives.iter().map(|c| c.op.as_str()).collect();
+        ops.sort_unstable();
+        ops.dedup();
+        for op in ops {
+            let in_trace = r.collectives.iter().filter(|c| c.op == op).count();
+            let in_log = log.calls_per_process(op);
+            if (in_log + 1e-9) < in_trace as f64 {
+                crate::usage_bail!(
+                    "the NCCL log ({logs}) has {in_log:.0} {op} calls per process, but rank {} of the trace '{}' ran {in_trace} {op} collectives eagerly (NCCL logs every eager call): a log of another run? give the log of the traced run",
+                    r.rank,
+                    r.file
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The analysis in the record envelope (`kind: trace`, measured from the trace).
@@ -275,7 +454,27 @@ pub fn record(a: &Analysis, started: String) -> Record {
 /// Runs `verifybench trace`: analyse, print, export. The value is the exit code.
 pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     let started = now_utc();
-    let a = analyse(req)?;
+    // Every output path is checked before any work: a folder, a missing folder, or one of the
+    // inputs (a trace in a folder given, a log) is an error, and nothing is overwritten.
+    let files: Vec<PathBuf> = expand_inputs(&req.inputs)?
+        .into_iter()
+        .map(|(p, _)| p)
+        .chain(req.nccl_logs.iter().cloned())
+        .collect();
+    let inputs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let outputs: Vec<(&str, &Path)> = [
+        ("--export-schedule", req.export_schedule.as_deref()),
+        ("--export-json", req.export_json.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(f, p)| p.map(|p| (f, p)))
+    .collect();
+    crate::util::check_outputs(&outputs, &inputs)?;
+    let ins = classify(req)?;
+    if ins.traces.is_empty() && !ins.logs.is_empty() {
+        return run_logs(req, &ins, started);
+    }
+    let a = analyse_inputs(req, ins)?;
     for s in &a.skipped {
         crate::note!("verifybench: skipped {}", s.reason);
     }
@@ -300,6 +499,39 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
             "verifybench: schedule of one step written to {}",
             p.display()
         );
+    }
+    if let Some(p) = &req.export_json {
+        crate::util::write_file(p, (rec.to_json_pretty() + "\n").as_bytes())?;
+    }
+    Ok(0)
+}
+
+/// `verifybench trace LOG...`: NCCL COLL logs on their own.
+fn run_logs(req: &TraceRequest, ins: &Inputs, started: String) -> anyhow::Result<i32> {
+    if req.export_schedule.is_some() || req.against_plan.is_some() {
+        crate::usage_bail!(
+            "--export-schedule and --against-plan need a trace (a log has no timing and no host gaps); give the traces with the log"
+        );
+    }
+    for s in &ins.skipped {
+        crate::note!("verifybench: skipped {}: {}", s.file, s.reason);
+    }
+    let r = log_report(ins);
+    let mut p = Provenance::here("none", started);
+    p.notes
+        .push(format!("read from NCCL COLL logs: {}", r.files.join(", ")));
+    let rec = Record::new(
+        Source::Measured,
+        p,
+        Body::Other {
+            name: "nccl_log".into(),
+            data: serde_json::to_value(&r).expect("report serializes"),
+        },
+    );
+    if req.format.is_json() {
+        println!("{}", rec.to_json_pretty());
+    } else {
+        print!("{}", nccl_log::render(&r));
     }
     if let Some(p) = &req.export_json {
         crate::util::write_file(p, (rec.to_json_pretty() + "\n").as_bytes())?;

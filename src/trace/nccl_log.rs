@@ -59,53 +59,122 @@ fn op_name(f: &str) -> String {
     .into()
 }
 
-fn regex() -> regex::Regex {
-    regex::Regex::new(
-        r"^\s*([^:\s]+):(\d+):\d+\s+(?:\[(\d+)\]\s+)?NCCL INFO (\w+): opCount ([0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ root -?\d+ comm (\S+) \[nranks=(\d+)\] stream (\S+)",
-    )
-    .expect("valid regex")
+/// A COLL line anywhere in a physical line: whatever precedes `host:pid:tid` is a prefix of
+/// the launcher or the logger (Ray's `(RayTrainWorker pid=615, ip=...)`, torchrun's
+/// `[rank0]:` / `[default0]:`, srun's `0: `, timestamps), which the host field cannot begin
+/// with (no `:`, blank, bracket or parenthesis in it).
+fn regex() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        regex::Regex::new(
+            r"([^:\s\[\]()]+):(\d+):\d+\s+(?:\[(\d+)\]\s+)?NCCL INFO (\w+): opCount ([0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ root -?\d+ comm (\S+) \[nranks=(\d+)\] stream (\S+)",
+        )
+        .expect("valid regex")
+    })
+}
+
+fn call_of(l: &str) -> Option<LogCall> {
+    let c = regex().captures(l)?;
+    let datatype: u32 = c[7].parse().ok()?;
+    let oc = &c[5];
+    let op_count = u64::from_str_radix(oc.trim_start_matches("0x"), 16).unwrap_or(0);
+    Some(LogCall {
+        host: c[1].to_string(),
+        pid: c[2].parse().ok()?,
+        device: c.get(3).and_then(|d| d.as_str().parse().ok()),
+        op: op_name(&c[4]),
+        op_count,
+        count: c[6].parse().ok()?,
+        dtype: dtype_from_nccl(datatype).map(str::to_string),
+        datatype,
+        comm: c[8].to_string(),
+        nranks: c[9].parse().ok()?,
+        stream: c[10].to_string(),
+    })
+}
+
+/// What the lines of one log text gave.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub calls: Vec<LogCall>,
+    /// COLL lines that a line break had cut, read whole again by joining the next line.
+    pub joined: usize,
+    /// COLL lines (`NCCL INFO <Op>: opCount`) that could not be read, even joined.
+    pub unreadable: usize,
+    /// `NCCL INFO` lines of any kind (to tell a log without COLL lines from no NCCL log).
+    pub info_lines: usize,
+}
+
+/// Parses COLL lines out of a log text, joining a COLL line that a paste or a terminal
+/// wrapped with the line after it (with or without a blank where it was cut).
+pub fn parse_text(text: &str) -> Parsed {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Parsed::default();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        i += 1;
+        if l.contains("NCCL INFO") {
+            out.info_lines += 1;
+        }
+        if !l.contains("opCount") {
+            continue;
+        }
+        if let Some(c) = call_of(l) {
+            out.calls.push(c);
+            continue;
+        }
+        let next = lines.get(i).copied().unwrap_or("");
+        let joined = [format!("{l}{next}"), format!("{l} {}", next.trim_start())]
+            .into_iter()
+            .find_map(|j| call_of(&j));
+        match joined {
+            Some(c) if !next.is_empty() => {
+                out.calls.push(c);
+                out.joined += 1;
+                i += 1;
+            }
+            _ => out.unreadable += 1,
+        }
+    }
+    out
 }
 
 /// Parses COLL lines out of a log text.
 pub fn parse(text: &str) -> Vec<LogCall> {
-    let re = regex();
-    text.lines()
-        .filter(|l| l.contains("opCount"))
-        .filter_map(|l| {
-            let c = re.captures(l)?;
-            let datatype: u32 = c[7].parse().ok()?;
-            let oc = &c[5];
-            let op_count = u64::from_str_radix(oc.trim_start_matches("0x"), 16).unwrap_or(0);
-            Some(LogCall {
-                host: c[1].to_string(),
-                pid: c[2].parse().ok()?,
-                device: c.get(3).and_then(|d| d.as_str().parse().ok()),
-                op: op_name(&c[4]),
-                op_count,
-                count: c[6].parse().ok()?,
-                dtype: dtype_from_nccl(datatype).map(str::to_string),
-                datatype,
-                comm: c[8].to_string(),
-                nranks: c[9].parse().ok()?,
-                stream: c[10].to_string(),
-            })
-        })
-        .collect()
+    parse_text(text).calls
 }
 
-/// Reads one log file; a file with no COLL line is a usage error naming it.
+/// Reads one log file; a file with no COLL line is a usage error naming it and saying why
+/// (no NCCL line at all, NCCL lines of other subsystems only, or COLL lines none of which
+/// could be read).
 pub fn read(path: &Path) -> anyhow::Result<Vec<LogCall>> {
+    read_parsed(path).map(|p| p.calls)
+}
+
+/// [`read`] with the counts of joined and unreadable lines.
+pub fn read_parsed(path: &Path) -> anyhow::Result<Parsed> {
     let bytes = std::fs::read(path).map_err(|e| {
-        crate::error::usage(format!("--nccl-log '{}': cannot read: {e}", path.display()))
+        crate::error::usage(format!("NCCL log '{}': cannot read: {e}", path.display()))
     })?;
-    let calls = parse(&String::from_utf8_lossy(&bytes));
-    if calls.is_empty() {
-        crate::usage_bail!(
-            "--nccl-log '{}': no NCCL COLL lines (run the server with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL)",
-            path.display()
-        );
+    let p = parse_text(&String::from_utf8_lossy(&bytes));
+    if p.calls.is_empty() {
+        let why = if p.unreadable > 0 {
+            format!(
+                "{} COLL lines (`NCCL INFO <Op>: opCount ...`), none readable: cut or of an unknown format",
+                p.unreadable
+            )
+        } else if p.info_lines > 0 {
+            format!(
+                "{} NCCL INFO lines but no COLL line: NCCL_DEBUG_SUBSYS did not include COLL (run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL)",
+                p.info_lines
+            )
+        } else {
+            "no NCCL line at all (run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL)".into()
+        };
+        crate::usage_bail!("NCCL log '{}': {why}", path.display());
     }
-    Ok(calls)
+    Ok(p)
 }
 
 /// One (op, dtype, count) seen in the log, and how often.
@@ -206,6 +275,165 @@ impl LogSummary {
     }
 }
 
+/// The calls of one communicator as one process logged them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommSequence {
+    pub host: String,
+    pub pid: u32,
+    pub device: Option<u32>,
+    pub comm: String,
+    pub nranks: u32,
+    pub calls: usize,
+    /// The calls counted by op, in order of first appearance (`246 all_reduce + 2 all_gather`).
+    pub ops: String,
+    /// Calls per step: the period of the (op, count, dtype) sequence, when it repeats.
+    pub period: Option<usize>,
+    /// Whole steps of that period in the log.
+    pub steps: usize,
+    /// One step, counted by op and size (`123 all_reduce 21504 bf16 + 1 all_gather ...`).
+    pub step: Option<String>,
+}
+
+/// An NCCL COLL log (or several) read on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogReport {
+    pub files: Vec<String>,
+    pub calls: usize,
+    pub joined_lines: usize,
+    pub unreadable_lines: usize,
+    pub sequences: Vec<CommSequence>,
+}
+
+fn counted<'a>(items: impl Iterator<Item = String> + 'a) -> String {
+    let mut parts: Vec<(String, usize)> = Vec::new();
+    for k in items {
+        match parts.iter_mut().find(|p| p.0 == k) {
+            Some(p) => p.1 += 1,
+            None => parts.push((k, 1)),
+        }
+    }
+    parts
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// Per process (host, pid, device) and communicator, the sequence of calls and its period.
+pub fn report(files: Vec<String>, parsed: &[Parsed]) -> LogReport {
+    let mut by: BTreeMap<(String, u32, Option<u32>, String), Vec<&LogCall>> = BTreeMap::new();
+    for c in parsed.iter().flat_map(|p| &p.calls) {
+        by.entry((c.host.clone(), c.pid, c.device, c.comm.clone()))
+            .or_default()
+            .push(c);
+    }
+    let sequences =
+        by.into_iter()
+            .map(|((host, pid, device, comm), calls)| {
+                let mut ids: BTreeMap<(&str, u64, Option<&str>), u32> = BTreeMap::new();
+                let sigs: Vec<u32> = calls
+                    .iter()
+                    .map(|c| {
+                        let n = ids.len() as u32;
+                        *ids.entry((c.op.as_str(), c.count, c.dtype.as_deref()))
+                            .or_insert(n)
+                    })
+                    .collect();
+                let bytes: Vec<u64> = {
+                    let mut v = vec![0; ids.len()];
+                    for c in &calls {
+                        let k = ids[&(c.op.as_str(), c.count, c.dtype.as_deref())];
+                        v[k as usize] = c.bytes().unwrap_or(c.count);
+                    }
+                    v
+                };
+                let p = super::steps::find_period(&sigs, |s| bytes[s as usize]);
+                let step = p.as_ref().map(|p| {
+                    let e = *p.boundaries.last().expect("a period has a boundary");
+                    counted(calls[e + 1 - p.len..=e].iter().map(|c| {
+                        format!("{} {} {}", c.op, c.count, c.dtype.as_deref().unwrap_or("?"))
+                    }))
+                });
+                CommSequence {
+                    nranks: calls.iter().map(|c| c.nranks).max().unwrap_or(0),
+                    calls: calls.len(),
+                    ops: counted(calls.iter().map(|c| c.op.clone())),
+                    period: p.as_ref().map(|p| p.len),
+                    steps: p.as_ref().map_or(0, |p| p.boundaries.len()),
+                    step,
+                    host,
+                    pid,
+                    device,
+                    comm,
+                }
+            })
+            .collect();
+    LogReport {
+        files,
+        calls: parsed.iter().map(|p| p.calls.len()).sum(),
+        joined_lines: parsed.iter().map(|p| p.joined).sum(),
+        unreadable_lines: parsed.iter().map(|p| p.unreadable).sum(),
+        sequences,
+    }
+}
+
+/// The report as text.
+pub fn render(r: &LogReport) -> String {
+    let mut o = format!(
+        "# verifybench trace: NCCL COLL log, {} calls in {} file(s); every figure read from the log
+",
+        r.calls,
+        r.files.len()
+    );
+    if r.joined_lines > 0 {
+        o += &format!(
+            "# {} COLL lines cut by a line break were joined
+",
+            r.joined_lines
+        );
+    }
+    if r.unreadable_lines > 0 {
+        o += &format!(
+            "# {} COLL lines could not be read (cut or of an unknown format)
+",
+            r.unreadable_lines
+        );
+    }
+    o += "
+Per process and communicator
+";
+    for s in &r.sequences {
+        o += &format!(
+            "  {}:{}{} comm {} nranks {}: {} calls ({})
+",
+            s.host,
+            s.pid,
+            s.device.map(|d| format!(" [{d}]")).unwrap_or_default(),
+            s.comm,
+            s.nranks,
+            s.calls,
+            s.ops
+        );
+        match (&s.step, s.period) {
+            (Some(st), Some(p)) => {
+                o += &format!(
+                    "    steps: {} of {p} calls (period of the calls): {st}
+",
+                    s.steps
+                )
+            }
+            _ => {
+                o += "    steps: the calls do not repeat (one step, or set-up calls only)
+"
+            }
+        }
+    }
+    o += "
+NCCL logs a call when it is enqueued: under CUDA graphs only at capture, so calls that repeat step after step ran eagerly (or were captured that many times).
+";
+    o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +469,105 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
         assert_eq!(
             (c[2].op_count, c[2].dtype.as_deref(), c[2].comm.as_str()),
             (0x2a, Some("f32"), "0xabc")
+        );
+    }
+
+    /// A real line (pytorch/torchtitan#1369, tests/data/nccl-coll-public/).
+    const REAL: &str = "hopper01:191369:191420 [0] NCCL INFO ReduceScatter: opCount e sendbuff 0x7fdf57c00000 recvbuff 0x7fdf61a00000 count 2097152 datatype 7 op 0 root 0 comm 0x55e290bd32d0 [nranks=2] stream 0x55e29067e430";
+
+    #[test]
+    fn any_prefix_before_host_pid_tid_is_read() {
+        for prefix in [
+            "",
+            "(RayTrainWorker pid=615, ip=10.0.0.3) ",
+            "[rank0]:",
+            "[default0]:",
+            "0: ",
+            "2024-05-01 12:00:00.123 ",
+            "[2024-05-01T12:00:00Z] ",
+            "12:00:00 ",
+            "  ",
+        ] {
+            let c = parse(&format!("{prefix}{REAL}\n"));
+            assert_eq!(c.len(), 1, "prefix {prefix:?}");
+            let c = &c[0];
+            assert_eq!(
+                (
+                    c.host.as_str(),
+                    c.pid,
+                    c.device,
+                    c.op.as_str(),
+                    c.count,
+                    c.nranks
+                ),
+                ("hopper01", 191369, Some(0), "reduce_scatter", 2097152, 2),
+                "prefix {prefix:?}"
+            );
+            assert_eq!(c.dtype.as_deref(), Some("f32"));
+        }
+    }
+
+    #[test]
+    fn wrapped_lines_are_joined_or_counted_unreadable() {
+        // Cut inside a token (no blank at the cut) and at a blank (the blank lost).
+        let (a, b) = REAL.split_at(120);
+        let i = REAL.find(" comm ").unwrap();
+        let (c, d) = (&REAL[..i], &REAL[i + 1..]);
+        let text = format!("{a}\n{b}\nsome output\n{c}\n  {d}\n{}\n", &REAL[..90]);
+        let p = parse_text(&text);
+        assert_eq!(p.calls.len(), 2);
+        assert_eq!(p.joined, 2);
+        assert_eq!(
+            p.unreadable, 1,
+            "the last line is cut and nothing follows it"
+        );
+        assert!(p
+            .calls
+            .iter()
+            .all(|x| x.count == 2097152 && x.comm == "0x55e290bd32d0"));
+    }
+
+    #[test]
+    fn public_logs_per_process_and_communicator() {
+        // tests/data/nccl-coll-public/, counted by hand from the files: #203 is one process
+        // (pid 13135) driving two devices with one communicator each, 3 and 4 all-reduces.
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/nccl-coll-public/NVIDIA-nccl-issue203_tf_2gpu.log"
+        );
+        let parsed = read_parsed(Path::new(p)).unwrap();
+        assert_eq!((parsed.calls.len(), parsed.unreadable), (7, 0));
+        let r = report(vec![p.into()], &[parsed]);
+        let seq: Vec<(u32, Option<u32>, usize, u32)> = r
+            .sequences
+            .iter()
+            .map(|s| (s.pid, s.device, s.calls, s.nranks))
+            .collect();
+        assert_eq!(seq, [(13135, Some(0), 3, 2), (13135, Some(1), 4, 2)]);
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/nccl-coll-public/NVIDIA-nccl-issue531_allgather16.log"
+        );
+        let r = report(vec![p.into()], &[read_parsed(Path::new(p)).unwrap()]);
+        // four processes of a 16-rank all-gather, one call each
+        assert_eq!(r.sequences.len(), 4);
+        assert!(r
+            .sequences
+            .iter()
+            .all(|s| s.nranks == 16 && s.ops == "1 all_gather"));
+    }
+
+    #[test]
+    fn a_log_of_other_subsystems_says_coll_was_missing() {
+        // An INIT/TUNING log of a real run (tests/data/): NCCL lines, none of them COLL.
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/nccl-info-2.28.9.log"
+        );
+        let e = read(Path::new(p)).unwrap_err().to_string();
+        assert!(
+            e.contains("no COLL line") && e.contains("NCCL INFO lines"),
+            "{e}"
         );
     }
 

@@ -12,7 +12,8 @@
 //! event is read string by string (strings, escapes and nesting tracked, jumping from one
 //! quote, backslash, bracket or brace to the next). Either way:
 //! an event is kept when its top-level `"cat"` is a GPU or runtime category, when one of its
-//! strings is exactly `record_param_comms`, `Collective name` or the step label, or whenever
+//! strings is exactly `record_param_comms` or `Collective name`, or begins with the step label
+//! (a prefix: `ProfilerStep#` keeps every `ProfilerStep#N`; the reader matches exactly), or whenever
 //! the cheap look cannot be sure (a second top-level `"cat"`, an escaped or non-string
 //! category, any `\u` escape; with a step label, any escape). Kept events go to a callback as slices of
 //! the chunk (no copy); everything outside `traceEvents` (`distributedInfo` and the like) is
@@ -85,8 +86,8 @@ pub struct Skeleton {
 
 /// Scans a trace document from `r`: each event that may matter is handed to `on_event` (its
 /// raw bytes, braces included, in document order, and whether the event is known to hold no
-/// backslash), the rest is counted. `step_label`: spans of
-/// this name are kept too. `None` when the scanner gave up or `on_event` returned false: the
+/// backslash), the rest is counted. `step_label`: events with a
+/// string that begins with it are kept too (a prefix; the caller matches the name exactly). `None` when the scanner gave up or `on_event` returned false: the
 /// caller must then read the document with the plain reader.
 pub fn scan<R: Read>(
     r: R,
@@ -639,7 +640,7 @@ fn scan_plain(b: &[u8], label: Option<&[u8]>) -> Plain {
                 }
                 cats += 1;
             } else {
-                keep |= is_kept_word(|w| is_string(text, w), label);
+                keep |= is_kept_word(|w| is_string(text, w), text, label);
             }
         }
         if let Some(t) = end_bit {
@@ -722,7 +723,7 @@ fn scan_event_exact(b: &[u8], label: Option<&[u8]>) -> Option<(usize, bool)> {
             }
             cats += 1;
         } else {
-            keep |= is_kept_word(|w| text == w, label);
+            keep |= is_kept_word(|w| text == w, text, label);
         }
     }
     None
@@ -760,8 +761,10 @@ fn cat_key(b: &[u8], close: usize) -> CatKey {
 /// `record_param_comms`, `Collective name` or the step label. (The block scan looks only at
 /// strings beginning with their first letters: keep [`classify`]'s `first` in step.)
 #[inline(always)]
-fn is_kept_word(is: impl Fn(&[u8]) -> bool, label: Option<&[u8]>) -> bool {
-    is(b"record_param_comms") || is(b"Collective name") || label.is_some_and(is)
+fn is_kept_word(is: impl Fn(&[u8]) -> bool, text: &[u8], label: Option<&[u8]>) -> bool {
+    is(b"record_param_comms")
+        || is(b"Collective name")
+        || label.is_some_and(|l| text.starts_with(l))
 }
 
 #[cfg(test)]
@@ -854,7 +857,7 @@ mod tests {
                     } else {
                         keep |= text == b"record_param_comms"
                             || text == b"Collective name"
-                            || label.is_some_and(|l| text == l);
+                            || label.is_some_and(|l| text.starts_with(l));
                     }
                     continue;
                 }

@@ -120,6 +120,12 @@ pub struct RawArgs {
     pub stream: Option<Lenient>,
     /// The rank of a multi-rank trace written by verifybench (one pid per rank).
     pub rank: Option<Lenient>,
+    /// A CPU op's input shapes (`record_shapes`): read only from the ops that launch custom
+    /// collectives, whose first input is the tensor they reduce.
+    #[serde(rename = "Input Dims")]
+    pub input_dims: Option<serde_json::Value>,
+    #[serde(rename = "Input type")]
+    pub input_type: Option<serde_json::Value>,
 }
 
 /// One trace event, as far as the analysis reads it.

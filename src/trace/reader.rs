@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::kernels;
 use super::names::is_nccl_kernel;
 use super::prefilter;
 pub use super::raw::{Lenient, RawArgs, RawEvent, Text};
@@ -68,7 +69,12 @@ impl CommArgs {
             pg_name: a.pg_name.as_ref().map(Lenient::as_string),
             seq: a.seq.as_ref().and_then(Lenient::as_i64),
         };
-        c.collective_name.is_some().then_some(c)
+        // c10d records the wait on a collective's work as a `record_param_comms` named
+        // `wait`: not a collective of its own.
+        c.collective_name
+            .as_deref()
+            .is_some_and(|n| n != "wait")
+            .then_some(c)
     }
 }
 
@@ -77,6 +83,10 @@ impl CommArgs {
 pub enum GpuKind {
     /// A kernel NCCL launched.
     Nccl,
+    /// A custom communication kernel: its index in [`super::kernels::KERNELS`].
+    Custom(u16),
+    /// A kernel whose name says it communicates but that neither NCCL nor the table knows.
+    CommLike,
     /// Any other kernel.
     Kernel,
     Memcpy,
@@ -97,6 +107,27 @@ pub struct GpuEvent {
     /// Collective arguments Kineto put on the kernel itself (recent PyTorch).
     pub comm: Option<Box<CommArgs>>,
     /// `args.rank` of a multi-rank trace.
+    pub rank: Option<u32>,
+}
+
+impl GpuKind {
+    /// A collective's own kernel (NCCL's or a custom one).
+    pub fn is_collective(self) -> bool {
+        matches!(self, GpuKind::Nccl | GpuKind::Custom(_))
+    }
+}
+
+/// A CPU op that launches a custom collective ([`super::kernels::OPS`]), with the size its
+/// first input gives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuOp {
+    pub ts: f64,
+    pub dur: f64,
+    pub external_id: Option<i64>,
+    pub op: &'static str,
+    /// Elements of the first input (the product of its `Input Dims`).
+    pub elements: Option<u64>,
+    pub dtype: Option<&'static str>,
     pub rank: Option<u32>,
 }
 
@@ -161,6 +192,11 @@ pub struct TraceData {
     pub runtime: Vec<RuntimeEvent>,
     pub comms: Vec<CommOp>,
     pub labels: Vec<Span>,
+    /// CPU ops of custom collectives (read only when [`ReadOptions::custom_ops`]).
+    pub cpu_ops: Vec<CpuOp>,
+    /// `ProfilerStep#N` spans (what `torch.profiler` with a schedule writes around each
+    /// step), read when no step label is given; host-side only (not `gpu_user_annotation`).
+    pub profiler_steps: Vec<Span>,
     /// Interned GPU event names.
     pub names: Vec<String>,
     /// Events read in all (kept or not).
@@ -172,14 +208,83 @@ pub struct TraceData {
 /// What to keep besides the fixed set.
 #[derive(Debug, Clone, Default)]
 pub struct ReadOptions {
-    /// A `record_function` / annotation name whose spans mark steps.
+    /// A `record_function` / annotation name whose spans mark steps: a name, or a pattern
+    /// where `*` stands for any text (`ProfilerStep#*`).
     pub step_label: Option<String>,
+    /// Keep the CPU ops of custom collectives with their input shapes (a second, plain read
+    /// of a trace whose custom kernels need sizes).
+    pub custom_ops: bool,
+}
+
+/// The name `torch.profiler` gives each step's span, followed by the step number.
+pub const PROFILER_STEP: &str = "ProfilerStep#";
+
+impl ReadOptions {
+    /// The text every kept span name begins with, for the scanner: the label up to its first
+    /// `*`, else [`PROFILER_STEP`].
+    pub fn label_prefix(&self) -> &str {
+        match &self.step_label {
+            Some(l) => l.split('*').next().unwrap_or(""),
+            None => PROFILER_STEP,
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, where each `*` stands for any text (none included).
+pub fn label_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, mid)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for p in mid {
+        match rest.find(p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 struct Sink<'a> {
     data: &'a mut TraceData,
     opts: &'a ReadOptions,
     intern: HashMap<String, u32>,
+    /// The kind of each interned kernel name (decided once per name).
+    kinds: Vec<GpuKind>,
+}
+
+/// What a kernel's name makes it.
+fn kernel_kind(name: &str) -> GpuKind {
+    if is_nccl_kernel(name) {
+        GpuKind::Nccl
+    } else if let Some((i, _)) = kernels::custom_kernel(name) {
+        GpuKind::Custom(i)
+    } else if kernels::looks_like_collective(name) {
+        GpuKind::CommLike
+    } else {
+        GpuKind::Kernel
+    }
+}
+
+/// The elements and dtype of a CPU op's first input.
+fn first_input(a: &RawArgs) -> (Option<u64>, Option<&'static str>) {
+    let dims = a
+        .input_dims
+        .as_ref()
+        .and_then(|d| d.as_array()?.first()?.as_array().cloned())
+        .and_then(|d| d.iter().map(|x| x.as_u64()).product::<Option<u64>>());
+    let dtype = a.input_type.as_ref().and_then(|t| {
+        t.as_array()?
+            .first()?
+            .as_str()
+            .and_then(kernels::input_type_dtype)
+    });
+    (dims, dtype)
 }
 
 impl Sink<'_> {
@@ -190,6 +295,7 @@ impl Sink<'_> {
         let i = self.data.names.len() as u32;
         self.data.names.push(name.to_string());
         self.intern.insert(name.to_string(), i);
+        self.kinds.push(kernel_kind(name));
         i
     }
 
@@ -221,12 +327,6 @@ impl Sink<'_> {
             .map(|r| r as u32);
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" | "Kernel" | "Memcpy" | "Memset" => {
-                let kind = match cat {
-                    "gpu_memcpy" | "Memcpy" => GpuKind::Memcpy,
-                    "gpu_memset" | "Memset" => GpuKind::Memset,
-                    _ if is_nccl_kernel(name) => GpuKind::Nccl,
-                    _ => GpuKind::Kernel,
-                };
                 let stream = args
                     .stream
                     .as_ref()
@@ -234,6 +334,11 @@ impl Sink<'_> {
                     .or_else(|| e.tid.as_ref().and_then(Lenient::as_i64));
                 let comm = CommArgs::from_raw(args).map(Box::new);
                 let name = self.name_id(name);
+                let kind = match cat {
+                    "gpu_memcpy" | "Memcpy" => GpuKind::Memcpy,
+                    "gpu_memset" | "Memset" => GpuKind::Memset,
+                    _ => self.kinds[name as usize],
+                };
                 self.data.gpu.push(GpuEvent {
                     ts,
                     dur,
@@ -265,9 +370,31 @@ impl Sink<'_> {
                     rank,
                 });
             }
+            // The GPU-side copy of an annotation repeats its host span: the host one counts.
+            "gpu_user_annotation" => {}
             _ => {
-                if self.opts.step_label.as_deref() == Some(name) {
-                    self.data.labels.push(Span { ts, dur, rank });
+                match self.opts.step_label.as_deref() {
+                    Some(l) if label_matches(l, name) => {
+                        self.data.labels.push(Span { ts, dur, rank })
+                    }
+                    None if name.starts_with(PROFILER_STEP) => {
+                        self.data.profiler_steps.push(Span { ts, dur, rank })
+                    }
+                    _ => {}
+                }
+                if self.opts.custom_ops {
+                    if let Some(o) = kernels::custom_op(name) {
+                        let (elements, dtype) = first_input(args);
+                        self.data.cpu_ops.push(CpuOp {
+                            ts,
+                            dur,
+                            external_id: ext,
+                            op: o.op,
+                            elements,
+                            dtype,
+                            rank,
+                        });
+                    }
                 }
                 if name == "record_param_comms" || args.collective_name.is_some() {
                     if let Some(c) = CommArgs::from_raw(args) {
@@ -355,6 +482,60 @@ pub fn is_trace_name(path: &Path) -> bool {
     n.ends_with(".json") || n.ends_with(".json.gz")
 }
 
+/// Whether a path looks like a log (`.log`, `.txt`, `.out`, `.err`).
+pub fn is_log_name(path: &Path) -> bool {
+    let n = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    [".log", ".txt", ".out", ".err"]
+        .iter()
+        .any(|e| n.ends_with(e))
+}
+
+/// Whether a file is gzip-compressed, by its magic bytes (not its name).
+pub fn is_gzip(path: &Path) -> anyhow::Result<bool> {
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
+    let mut magic = [0u8; 2];
+    let n = read_up_to(&mut f, &mut magic)
+        .map_err(|e| anyhow::anyhow!("'{}': cannot read: {e}", path.display()))?;
+    Ok(n == 2 && magic == [0x1f, 0x8b])
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Whether a file holds JSON (its first non-blank byte, decompressed, is `{` or `[`): a
+/// trace; anything else may be a log.
+pub fn looks_like_json(path: &Path) -> anyhow::Result<bool> {
+    let mut r = open_trace(path, is_gzip(path)?)?;
+    let mut buf = [0u8; 4096];
+    let n = read_up_to(&mut r, &mut buf)
+        .map_err(|e| anyhow::anyhow!("'{}': cannot read: {e}", path.display()))?;
+    let first = buf[..n]
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map(|i| buf[i]);
+    // A UTF-8 byte-order mark before the document counts as blank.
+    let first = match (first, buf.get(..3)) {
+        (Some(0xef), Some([0xef, 0xbb, 0xbf])) => {
+            buf[3..n].iter().find(|b| !b.is_ascii_whitespace()).copied()
+        }
+        _ => first,
+    };
+    Ok(matches!(first, Some(b'{' | b'[')))
+}
+
 /// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer); the error is
 /// one line naming the file.
 pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
@@ -374,16 +555,24 @@ pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
 /// verifybench's own multi-rank traces carry `args.rank`). Errors are one line naming the
 /// file (the caller decides whether they are fatal).
 pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
-    let gz = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    let gz = is_gzip(path)?;
     let open = || open_trace(path, gz);
-    if let Some(t) = read_fast(open()?, path, opts) {
-        return Ok(split_by_rank(t));
+    let t = match read_fast(open()?, path, opts) {
+        Some(t) => t,
+        // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
+        None => read_from(BufReader::with_capacity(1 << 16, open()?), path, opts)?,
+    };
+    // Custom collective kernels take their sizes from the CPU ops that launch them, which the
+    // scanner skips: such a trace is read once more, whole, keeping those ops.
+    if !opts.custom_ops && t.gpu.iter().any(|g| matches!(g.kind, GpuKind::Custom(_))) {
+        let with_ops = ReadOptions {
+            custom_ops: true,
+            ..opts.clone()
+        };
+        return read_from(BufReader::with_capacity(1 << 16, open()?), path, &with_ops)
+            .map(split_by_rank);
     }
-    // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
-    read_from(BufReader::with_capacity(1 << 16, open()?), path, opts).map(split_by_rank)
+    Ok(split_by_rank(t))
 }
 
 /// The same as [`read_from`] through [`prefilter::scan`]: only the events that may matter are
@@ -399,10 +588,11 @@ pub fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<Trace
         data: &mut data,
         opts,
         intern: HashMap::new(),
+        kinds: Vec::new(),
     };
     let sk = prefilter::scan(
         r,
-        opts.step_label.as_deref(),
+        Some(opts.label_prefix()),
         // One UTF-8 check of the whole event (fast on ASCII) instead of one per string: on a
         // `&str` serde does not check again. Most events are then read by the direct parser,
         // which gives what serde gives or leaves the event to serde; bytes that are not UTF-8
@@ -485,6 +675,18 @@ pub fn split_by_rank(t: TraceData) -> Vec<TraceData> {
                 .filter(|x| x.rank.is_none_or(|y| y == r))
                 .copied()
                 .collect(),
+            cpu_ops: t
+                .cpu_ops
+                .iter()
+                .filter(|x| x.rank.is_none_or(|y| y == r))
+                .copied()
+                .collect(),
+            profiler_steps: t
+                .profiler_steps
+                .iter()
+                .filter(|x| x.rank.is_none_or(|y| y == r))
+                .copied()
+                .collect(),
             names: t.names.clone(),
             events_seen: t.events_seen,
             had_events: true,
@@ -502,6 +704,7 @@ pub fn read_from<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> anyhow::Resu
         data: &mut data,
         opts,
         intern: HashMap::new(),
+        kinds: Vec::new(),
     };
     let mut de = serde_json::Deserializer::from_reader(r);
     let info = de
@@ -565,6 +768,66 @@ mod tests {
 
     fn read(s: &str) -> anyhow::Result<TraceData> {
         read_from(s.as_bytes(), Path::new("t.json"), &ReadOptions::default())
+    }
+
+    #[test]
+    fn a_record_param_comms_named_wait_is_not_a_collective() {
+        let t = read(
+            r#"{"traceEvents":[
+ {"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":1,"dur":2,"args":{"Collective name":"wait","Seq":3}},
+ {"ph":"X","cat":"cpu_op","name":"record_param_comms","ts":5,"dur":2,"args":{"Collective name":"allreduce","In msg nelems":8,"Seq":4}}
+]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.comms.len(), 1);
+        assert_eq!(
+            t.comms[0].args.collective_name.as_deref(),
+            Some("allreduce")
+        );
+    }
+
+    #[test]
+    fn step_label_patterns() {
+        assert!(label_matches("ProfilerStep#*", "ProfilerStep#12"));
+        assert!(label_matches("ProfilerStep#*", "ProfilerStep#"));
+        assert!(!label_matches("ProfilerStep#*", "Profiler"));
+        assert!(label_matches("verify_step", "verify_step"));
+        assert!(!label_matches("verify_step", "verify_step_2"));
+        assert!(label_matches("*step*", "my_step_3"));
+        assert!(label_matches("a*c", "abc"));
+        assert!(!label_matches("a*c", "abcd"));
+        assert!(
+            !label_matches("ab*ba", "aba"),
+            "the two ends may not overlap"
+        );
+    }
+
+    #[test]
+    fn profiler_steps_are_read_without_a_label_and_gpu_copies_are_not() {
+        let doc = r#"{"traceEvents":[
+ {"ph":"X","cat":"user_annotation","name":"ProfilerStep#4","ts":10,"dur":100},
+ {"ph":"X","cat":"gpu_user_annotation","name":"ProfilerStep#4","ts":15,"dur":100},
+ {"ph":"X","cat":"user_annotation","name":"ProfilerStep#5","ts":110,"dur":90},
+ {"ph":"X","cat":"user_annotation","name":"Profiler","ts":110,"dur":90}
+]}"#;
+        for opts in [
+            ReadOptions::default(),
+            ReadOptions {
+                step_label: Some("ProfilerStep#*".into()),
+                custom_ops: false,
+            },
+        ] {
+            let plain = read_from(doc.as_bytes(), Path::new("t.json"), &opts).unwrap();
+            let fast = read_fast(doc.as_bytes(), Path::new("t.json"), &opts).unwrap();
+            let got = if opts.step_label.is_some() {
+                (&plain.labels, &fast.labels)
+            } else {
+                (&plain.profiler_steps, &fast.profiler_steps)
+            };
+            assert_eq!(got.0, got.1);
+            let ts: Vec<(f64, f64)> = got.0.iter().map(|s| (s.ts, s.dur)).collect();
+            assert_eq!(ts, [(10.0, 100.0), (110.0, 90.0)], "{opts:?}");
+        }
     }
 
     #[test]

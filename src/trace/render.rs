@@ -48,7 +48,7 @@ pub fn render(a: &Analysis) -> String {
     );
     let _ = writeln!(
         o,
-        "  {:<14} {:>6} {:>6} {:>12} {:>12} {:>6}  {:<9} algo/proto",
+        "  {:<14} {:>6} {:>6} {:>12} {:>12} {:>6}  {:<9} implementation",
         "op", "dtype", "count", "elements", "bytes/rank", "group", "size from"
     );
     for g in &a.sequence {
@@ -58,10 +58,11 @@ pub fn render(a: &Analysis) -> String {
             SizeFrom::Unknown => "unknown",
         };
         let ap = match (&g.algo, &g.proto) {
-            (Some(a), Some(p)) => format!("{a}/{p}"),
-            (Some(a), None) => a.clone(),
-            (None, Some(p)) => p.clone(),
-            _ => String::new(),
+            _ if g.implementation != "nccl" => g.implementation.clone(),
+            (Some(a), Some(p)) => format!("NCCL {a}/{p}"),
+            (Some(a), None) => format!("NCCL {a}"),
+            (None, Some(p)) => format!("NCCL {p}"),
+            _ => "NCCL".into(),
         };
         let _ = writeln!(
             o,

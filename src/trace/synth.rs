@@ -44,6 +44,10 @@ pub struct SynthSpec {
     /// `python_function` events (long names, Python ids) around each compute op, as
     /// `with_stack` profiles of a Python server hold them; none are read by the analysis.
     pub python_functions: usize,
+    /// Run the all-reduces through a custom kernel instead of NCCL: (the kernel's name as a
+    /// profile shows it, the CPU op that launches it), the op carrying the tensor's shape in
+    /// `Input Dims` and no `record_param_comms` (as engines' custom all-reduces do).
+    pub custom_all_reduce: Option<(&'static str, &'static str)>,
     pub seed: u64,
 }
 
@@ -65,6 +69,7 @@ impl Default for SynthSpec {
             filler_cpu_ops: 0,
             kernels_per_collective: 1,
             python_functions: 0,
+            custom_all_reduce: None,
             seed: 7,
         }
     }
@@ -94,6 +99,8 @@ enum Ev {
         dur: f64,
         ext: u64,
         coll: Option<(bool, u64)>,
+        /// The elements of the op's one input (a custom collective's op).
+        dims: Option<u64>,
     },
     Runtime {
         graph: bool,
@@ -185,6 +192,7 @@ fn step(
                             dur: 1.0,
                             ext: id,
                             coll: None,
+                            dims: None,
                         });
                     }
                     out[r].push(Ev::Cpu {
@@ -193,6 +201,7 @@ fn step(
                         dur: LAUNCH_US + 2.0,
                         ext: id,
                         coll: None,
+                        dims: None,
                     });
                     out[r].push(Ev::Runtime {
                         graph: false,
@@ -220,10 +229,10 @@ fn step(
             let elements = if ag { s.ag_elements } else { s.ar_elements };
             if !s.graph {
                 host[r] += late(r) + s.jitter_us * rng.next() * 0.1;
-                let (name, coll) = if s.with_args {
-                    ("record_param_comms", Some((ag, elements)))
-                } else {
-                    ("pynccl_all_reduce", None)
+                let (name, coll, dims) = match s.custom_all_reduce {
+                    Some((_, op)) if !ag => (op, None, Some(elements)),
+                    _ if s.with_args => ("record_param_comms", Some((ag, elements)), None),
+                    _ => ("pynccl_all_reduce", None, None),
                 };
                 out[r].push(Ev::Cpu {
                     name,
@@ -231,6 +240,7 @@ fn step(
                     dur: LAUNCH_US + 2.0,
                     ext: id,
                     coll,
+                    dims,
                 });
                 out[r].push(Ev::Runtime {
                     graph: false,
@@ -277,9 +287,13 @@ fn write_ev<W: Write>(w: &mut W, s: &SynthSpec, rank: usize, e: &Ev) -> std::io:
             T0 + ts,
             id.saturating_sub(1)
         ),
-        Ev::Cpu { name, ts, dur, ext, coll } => {
+        Ev::Cpu { name, ts, dur, ext, coll, dims } => {
             let extra = coll.map(|(ag, n)| coll_args(ag, n)).unwrap_or_default();
-            write!(w, "{{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"{name}\",\"pid\":{pid},\"tid\":{pid},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"External id\":{ext},\"Record function id\":0,\"Input Dims\":[[3,7168],[7168,2304]],\"Input type\":[\"c10::BFloat16\",\"c10::BFloat16\"],\"Ev Idx\":{ext}{extra}}}}}", T0 + ts, dur)
+            let shapes = match dims {
+                Some(n) => format!("[[{n}]],\"Input type\":[\"c10::BFloat16\"]"),
+                None => "[[3,7168],[7168,2304]],\"Input type\":[\"c10::BFloat16\",\"c10::BFloat16\"]".into(),
+            };
+            write!(w, "{{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"{name}\",\"pid\":{pid},\"tid\":{pid},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"External id\":{ext},\"Record function id\":0,\"Input Dims\":{shapes},\"Ev Idx\":{ext}{extra}}}}}", T0 + ts, dur)
         }
         Ev::Runtime { graph, ts, dur, corr, ext } => write!(
             w,
@@ -291,6 +305,10 @@ fn write_ev<W: Write>(w: &mut W, s: &SynthSpec, rank: usize, e: &Ev) -> std::io:
         ),
         Ev::Kernel { coll, ts, dur, corr, ext } => {
             let (name, extra) = match coll {
+                Some((false, _, _)) if s.custom_all_reduce.is_some() => (
+                    s.custom_all_reduce.map(|c| c.0).unwrap_or_default(),
+                    String::new(),
+                ),
                 Some((ag, n, seq)) => (
                     if *ag {
                         "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

@@ -126,10 +126,20 @@ fn synthetic_kernel_names_only_give_op_and_dtype_and_the_log_gives_sizes() {
     );
     assert_eq!(g.size_from, extract::SizeFrom::Unknown);
     assert!(a.diagnosis.iter().any(|d| d.contains("sizes are unknown")));
+    // One call of each: too few for 3 eager steps, a log of another run.
     let log = dir.path().join("nccl.log");
-    std::fs::write(&log, "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 21504 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\nh:1:1 [0] NCCL INFO AllGather: opCount 0 sendbuff 0x1 recvbuff 0x1 count 61440 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n").unwrap();
+    let ar = "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 21504 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n";
+    let ag = "h:1:1 [0] NCCL INFO AllGather: opCount 0 sendbuff 0x1 recvbuff 0x1 count 61440 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n";
+    std::fs::write(&log, format!("{ar}{ag}")).unwrap();
     let mut req = TraceRequest::new(vec![dir.path().join("rank-0.json")]);
-    req.nccl_logs = vec![log];
+    req.nccl_logs = vec![log.clone()];
+    let e = analyse(&req).unwrap_err().to_string();
+    assert!(
+        e.contains("1 all_gather calls per process") && e.contains("ran 3 all_gather"),
+        "{e}"
+    );
+    // What NCCL logs for 3 eager steps: every call.
+    std::fs::write(&log, format!("{}{ag}", ar.repeat(123)).repeat(3)).unwrap();
     let a = analyse(&req).unwrap();
     let g = &a.sequence[0];
     assert_eq!(
@@ -534,6 +544,7 @@ fn old_style_kernel_names_only_with_the_nccl_log_fill_in() {
 fn same_read(bytes: &[u8], path: &Path, label: Option<&str>) {
     let opts = reader::ReadOptions {
         step_label: label.map(str::to_string),
+        custom_ops: false,
     };
     let a = reader::read_from(bytes, path, &opts).unwrap();
     let b = reader::read_fast(bytes, path, &opts)
@@ -645,6 +656,7 @@ fn fast_reader_matches_the_reference_on_escapes_and_odd_events() {
         p,
         &reader::ReadOptions {
             step_label: Some("verify_step".into()),
+            custom_ops: false,
         },
     )
     .unwrap();
@@ -654,4 +666,122 @@ fn fast_reader_matches_the_reference_on_escapes_and_odd_events() {
     );
     assert_eq!(t.names[1], "k\\ {\"");
     assert_eq!(t.events_seen, 10);
+}
+
+/// A two-rank synthetic trace whose all-reduces run through `kernel` launched by `op`.
+fn custom_spec(kernel: &str, op: &'static str) -> SynthSpec {
+    SynthSpec {
+        ranks: 2,
+        steps: 3,
+        all_reduces: 5,
+        late_rank: Some((1, 200.0)),
+        jitter_us: 0.0,
+        // The name as a profile shows a template kernel (leaked: the spec holds &'static str).
+        custom_all_reduce: Some((
+            Box::leak(
+                format!("void engine::{kernel}<__nv_bfloat16, 2>(void**, int)").into_boxed_str(),
+            ),
+            op,
+        )),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn every_custom_kernel_family_is_a_collective_with_its_implementation_and_its_late_rank() {
+    // Each table entry in turn replaces NCCL's all-reduce (the all-gather stays NCCL's);
+    // the CPU op is vLLM's, whose Input Dims give the size of the all-reduces.
+    let (_n, nccl) = analyse_spec(&SynthSpec {
+        custom_all_reduce: None,
+        ..custom_spec("x", "y")
+    });
+    for k in super::kernels::KERNELS {
+        let s = custom_spec(k.name, "_C_custom_ar::all_reduce");
+        let (_d, a) = analyse_spec(&s);
+        let r = &a.rank_traces[0];
+        assert_eq!(r.collectives.len(), 3 * 6, "{}", k.name);
+        assert_eq!(r.steps.len(), 3, "{}: {}", k.name, a.step_rule);
+        let custom: Vec<_> = r
+            .collectives
+            .iter()
+            .filter(|c| c.implementation != "nccl")
+            .collect();
+        assert_eq!(custom.len(), 15, "{}", k.name);
+        for c in &custom {
+            assert_eq!(
+                (c.implementation.as_str(), c.op.as_str()),
+                (k.implementation, k.op)
+            );
+            assert_eq!(c.dtype.as_deref(), Some("bf16"), "{}", k.name);
+            if k.op == "all_reduce" {
+                // the op is an all-reduce: its Input Dims [[21504]] are the size
+                assert_eq!(
+                    (c.elements, c.bytes),
+                    (Some(21504), Some(43008)),
+                    "{}",
+                    k.name
+                );
+                assert_eq!(c.size_from, extract::SizeFrom::Trace);
+            } else {
+                // an all-to-all kernel under an all-reduce op: the op's size is not taken
+                assert_eq!(c.size_from, extract::SizeFrom::Unknown, "{}", k.name);
+            }
+        }
+        // Attribution across ranks: rank 1 is 200 us late before every collective, and the
+        // split is the one the same simulated run gives with NCCL's kernels.
+        let st = a.attribution.as_ref().unwrap().straggler.clone().unwrap();
+        assert_eq!(st.rank, 1, "{}", k.name);
+        assert_eq!(
+            Some(&st),
+            nccl.attribution.as_ref().unwrap().straggler.as_ref()
+        );
+        assert!(st.median_lag_us > 200.0, "{}: {}", k.name, st.median_lag_us);
+    }
+}
+
+#[test]
+fn every_custom_op_gives_the_size_of_its_kernel() {
+    for o in super::kernels::OPS {
+        let s = custom_spec("cross_device_reduce_1stage", o.name);
+        let (_d, a) = analyse_spec(&s);
+        let c = &a.rank_traces[0].collectives[0];
+        assert_eq!(
+            (c.op.as_str(), c.elements),
+            ("all_reduce", Some(21504)),
+            "{}",
+            o.name
+        );
+    }
+    // An op outside the table leaves the size unknown (and says so), the kernel still counts.
+    let s = custom_spec("cross_device_reduce_1stage", "my_engine::all_reduce");
+    let (_d, a) = analyse_spec(&s);
+    let c = &a.rank_traces[0].collectives[0];
+    assert_eq!(
+        (c.op.as_str(), c.size_from),
+        ("all_reduce", extract::SizeFrom::Unknown)
+    );
+    assert!(
+        a.notes.iter().any(|n| n.contains("carry no size")),
+        "{:?}",
+        a.notes
+    );
+}
+
+#[test]
+fn a_trace_of_mostly_unknown_collective_kernels_says_so_and_exports_nothing() {
+    let s = custom_spec("fancy_allreduce_kernel", "my_engine::all_reduce");
+    let (_d, a) = analyse_spec(&s);
+    let r = &a.rank_traces[0];
+    // 15 unknown all-reduce kernels, 3 NCCL all-gathers
+    assert_eq!((r.unknown_collective_kernels, r.collectives.len()), (15, 3));
+    assert!(
+        a.diagnosis
+            .iter()
+            .any(|d| d.contains("sequence above is partial")),
+        "{:?}",
+        a.diagnosis
+    );
+    let e = against::schedule_file(&a, 3).unwrap_err();
+    assert!(e.to_string().contains("would be partial"), "{e}");
+    assert_eq!(crate::error::exit_code(&e), 2);
 }

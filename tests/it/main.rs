@@ -29,3 +29,4 @@ mod layering;
 mod plan_configs;
 mod rendezvous;
 mod schedule_hashes;
+mod trace_real;

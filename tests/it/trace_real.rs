@@ -1,0 +1,332 @@
+//! `verifybench trace` on public traces that real jobs wrote (tests/data/traces/hta/ and
+//! tests/data/traces/param-dlrm-8ranks/, see tests/data/traces/README.md for their sources and
+//! licences). The expected values were computed independently of verifybench, by this Python
+//! script over the same files (json + gzip only):
+//!
+//! ```python
+//! import gzip, json, glob, collections, statistics
+//! def by_span(d):
+//!     ev = d['traceEvents']
+//!     spans = sorted([e for e in ev if e.get('cat') == 'user_annotation'
+//!                     and e['name'].startswith('ProfilerStep#')], key=lambda e: e['ts'])
+//!     rt = {e['args']['correlation']: e for e in ev
+//!           if e.get('cat') == 'cuda_runtime' and 'correlation' in e.get('args', {})}
+//!     ks = sorted([e for e in ev if e.get('cat') == 'kernel'
+//!                  and e['name'].startswith('nccl')], key=lambda e: e['ts'])
+//!     # a kernel belongs to the span its launch (the correlated runtime call) falls in
+//!     return [(s['name'], s['dur'], [k for k in ks
+//!              if s['ts'] <= rt[k['args']['correlation']]['ts'] < s['ts'] + s['dur']])]
+//!             for s in spans]
+//! ```
+//! HTA: spans #2..#6 of 345770, 365256, 346097, 344269, 336328 us, 404 NCCL all-reduce
+//! kernels each (median 345770 us). PARAM: one span `ProfilerStep#10` per rank, 8 kernels
+//! (5 SendRecv, 3 AllReduce); rank 0's span 14455 us; over the 8 collectives (the k-th kernel
+//! of each rank), the rank that starts last is 7 five times, 5 twice, 4 once; the median of
+//! (latest start - earliest start) is 559.0 us.
+
+use std::path::PathBuf;
+
+use predicates::prelude::*;
+use verifybench::trace::{analyse, TraceRequest};
+
+use crate::common;
+
+fn data(p: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/traces")
+        .join(p)
+}
+
+#[test]
+fn hta_steps_are_the_five_profiler_step_spans() {
+    let a = analyse(&TraceRequest::new(vec![data(
+        "hta/df_index_resolver.json.gz",
+    )]))
+    .unwrap();
+    assert!(a.step_rule.contains("ProfilerStep#"), "{}", a.step_rule);
+    let r = &a.rank_traces[0];
+    assert_eq!(r.rank, 1);
+    assert_eq!(a.world_size, Some(2));
+    assert_eq!(r.collectives.len(), 2020);
+    let per: Vec<usize> = r.steps.iter().map(|s| s.end - s.first).collect();
+    assert_eq!(per, [404; 5]);
+    let durs: Vec<f64> = r.steps.iter().map(|s| s.dur_us).collect();
+    assert_eq!(durs, [345770.0, 365256.0, 346097.0, 344269.0, 336328.0]);
+    let st = a.step.as_ref().unwrap();
+    assert_eq!(st.steps, 5);
+    assert_eq!(st.step_us.median, 345770.0);
+    assert!(a.sequence.iter().all(|g| g.op == "all_reduce"));
+}
+
+#[test]
+fn hta_step_label_glob_selects_the_same_spans() {
+    let mut req = TraceRequest::new(vec![data("hta/df_index_resolver.json.gz")]);
+    req.step_label = Some("ProfilerStep#*".into());
+    let a = analyse(&req).unwrap();
+    let per: Vec<usize> = a.rank_traces[0]
+        .steps
+        .iter()
+        .map(|s| s.end - s.first)
+        .collect();
+    // A label's step runs from its first collective to its last (not the span): only the
+    // counts are compared.
+    assert_eq!(per, [404; 5]);
+    assert!(
+        a.step_rule.contains("'ProfilerStep#*' (5 found)"),
+        "{}",
+        a.step_rule
+    );
+}
+
+#[test]
+fn param_dlrm_eight_ranks_one_step_and_the_straggler() {
+    let a = analyse(&TraceRequest::new(vec![data("param-dlrm-8ranks")])).unwrap();
+    assert_eq!(a.ranks.len(), 8);
+    assert_eq!(a.world_size, Some(8));
+    for r in &a.rank_traces {
+        assert_eq!(r.steps.len(), 1, "rank {}", r.rank);
+        assert_eq!(r.collectives.len(), 8, "rank {}", r.rank);
+        let sr = r.collectives.iter().filter(|c| c.op == "send_recv").count();
+        let ar = r
+            .collectives
+            .iter()
+            .filter(|c| c.op == "all_reduce")
+            .count();
+        assert_eq!((sr, ar), (5, 3), "rank {}", r.rank);
+    }
+    assert_eq!(a.rank_traces[0].steps[0].dur_us, 14455.0);
+    let t = a.attribution.as_ref().unwrap();
+    assert_eq!(t.matched, 8);
+    let st = t.straggler.as_ref().unwrap();
+    assert_eq!(st.rank, 7);
+    assert!((st.share - 5.0 / 8.0).abs() < 1e-9, "{}", st.share);
+    let last: Vec<usize> = a.ranks.iter().map(|r| r.times_last).collect();
+    assert_eq!(last, [0, 0, 0, 0, 1, 2, 0, 5]);
+}
+
+#[test]
+fn cli_says_which_method_found_the_steps() {
+    common::vb()
+        .arg("trace")
+        .arg(data("param-dlrm-8ranks"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "steps: the trace's ProfilerStep# spans (1 found)",
+        ))
+        .stdout(predicate::str::contains("median start skew 559.0 us"));
+}
+
+fn coll_log(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/nccl-coll-public")
+        .join(name)
+}
+
+#[test]
+fn a_log_alone_is_an_input_of_its_own() {
+    // pytorch/torchtitan#1369: two processes (pids 191369 and 191370) of one TP=2 job.
+    let o = common::vb()
+        .arg("trace")
+        .arg(coll_log("pytorch-torchtitan-issue1369_tp2.log"))
+        .assert()
+        .success();
+    let out = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    assert!(out.contains("NCCL COLL log, 7 calls"), "{out}");
+    assert!(
+        out.contains("hopper01:191369 [0] comm 0x55e290bd32d0 nranks 2"),
+        "{out}"
+    );
+    assert!(
+        out.contains("hopper01:191370 [1] comm 0x55fca23fc0f0 nranks 2"),
+        "{out}"
+    );
+    // the folder of all four logs, read recursively, as JSON
+    let o = common::vb()
+        .args(["trace", "--format", "json"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl-coll-public"))
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    // 7 + 4 + 7 + 7 lines with opCount in the four files (grep -c opCount)
+    assert_eq!(v["result"]["data"]["calls"], 25, "{v}");
+}
+
+#[test]
+fn a_log_of_another_run_is_refused_naming_both_sides() {
+    // HTA's trace ran 2,020 all-reduces eagerly on rank 1; the #203 log has 7 all-reduce calls
+    // in its one process.
+    let o = common::vb()
+        .arg("trace")
+        .arg(data("hta/df_index_resolver.json.gz"))
+        .arg("--nccl-log")
+        .arg(coll_log("NVIDIA-nccl-issue203_tf_2gpu.log"))
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    assert!(err.contains("7 all_reduce calls per process"), "{err}");
+    assert!(err.contains("2020 all_reduce collectives eagerly"), "{err}");
+    assert!(
+        err.contains("issue203") && err.contains("df_index_resolver"),
+        "{err}"
+    );
+    // PARAM's 8-rank job (world size 8; its send/recv pairs are groups of 2, so the 2-rank
+    // communicators of the log could be its own) against the torchtitan log: 2 AllReduce
+    // lines in its 2 processes (pids 191369, 191370), 1 per process, against 3 eager
+    // all-reduces on rank 0.
+    let o = common::vb()
+        .arg("trace")
+        .arg(data("param-dlrm-8ranks"))
+        .arg("--nccl-log")
+        .arg(coll_log("pytorch-torchtitan-issue1369_tp2.log"))
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    assert!(err.contains("1 all_reduce calls per process"), "{err}");
+    assert!(
+        err.contains("ran 3 all_reduce collectives eagerly"),
+        "{err}"
+    );
+    assert!(
+        err.contains("issue1369") && err.contains("worker0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_file_that_is_neither_says_why() {
+    // An INIT/TUNING log: NCCL lines but no COLL line.
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl-info-2.28.9.log");
+    common::vb()
+        .arg("trace")
+        .arg(p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("neither a trace"))
+        .stderr(predicate::str::contains("did not include COLL"));
+}
+
+#[test]
+fn an_export_never_replaces_an_input_and_bad_paths_exit_2_first() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("t.json.gz");
+    std::fs::copy(data("hta/df_index_resolver.json.gz"), &t).unwrap();
+    let before = std::fs::read(&t).unwrap();
+    for (flag, out) in [
+        ("--export-schedule", t.clone()),
+        ("--export-json", t.clone()),
+        ("--export-schedule", d.path().to_path_buf()),
+        ("--export-json", d.path().join("no/such/folder/x.json")),
+    ] {
+        common::vb()
+            .arg("trace")
+            .arg(&t)
+            .arg(flag)
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(flag));
+    }
+    assert_eq!(std::fs::read(&t).unwrap(), before, "the input is untouched");
+}
+
+#[test]
+fn kernels_that_cannot_overlap_on_one_clock_are_counted_and_the_diagnosis_agrees_with_the_skew() {
+    // HTA's sampled_rank-{0,1}: pairing the k-th NCCL kernel of each rank (10 each), 6 pairs
+    // have min(end) < max(start) (Python over the files: sum(min(a.ts+a.dur, b.ts+b.dur) <
+    // max(a.ts, b.ts) for a, b in zip(k0, k1)) == 6).
+    let a = analyse(&TraceRequest::new(vec![data("hta-sampled")])).unwrap();
+    let t = a.attribution.as_ref().unwrap();
+    assert_eq!((t.matched, t.impossible_overlaps), (10, 6));
+    assert!(
+        a.notes.iter().any(|n| n.starts_with("6 of 10 matched")),
+        "{:?}",
+        a.notes
+    );
+    let d = a.diagnosis.join(" ");
+    // A 37.6 ms median skew with rank 1 last in 80%: never "the ranks arrive nearly together".
+    assert!(t.total.median_skew_us.unwrap() > 30_000.0);
+    assert!(!d.contains("nearly together"), "{d}");
+    assert!(d.contains("not reliable"), "{d}");
+    // backward kernels: the advice is a training job's, not SGLang's
+    assert!(d.contains("training job") && !d.contains("SGLang"), "{d}");
+}
+
+#[test]
+fn a_tp8_kimi_schedule_exported_from_eight_synthetic_ranks_replays_like_plan_tp8() {
+    use verifybench::record::{read_records, Body};
+    use verifybench::trace::synth::{self, SynthSpec};
+    // SYNTHETIC traces (a simulation, not a profile): 8 ranks, the Kimi-K2.5 TP=8 verify of 3
+    // tokens: 123 all-reduces of 3 x 7168 bf16 and one all-gather of 3 x 163840 / 8 per rank.
+    let d = tempfile::tempdir().unwrap();
+    let s = SynthSpec {
+        ranks: 8,
+        steps: 3,
+        ar_elements: 3 * 7168,
+        ag_elements: 3 * 163840 / 8,
+        ..Default::default()
+    };
+    synth::write_dir(&s, d.path(), true).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let sched = out.path().join("s.json");
+    common::vb()
+        .arg("trace")
+        .arg(d.path())
+        .args([
+            "--against-plan",
+            "--model",
+            "kimi-k2.5",
+            "--tp",
+            "8",
+            "--tokens",
+            "3",
+        ])
+        .arg("--export-schedule")
+        .arg(&sched)
+        .assert()
+        .success();
+    let rec = out.path().join("v.json");
+    common::vb()
+        .args(["verify", "--backend", "model", "--schedule"])
+        .arg(&sched)
+        .arg("--export-json")
+        .arg(&rec)
+        .assert()
+        .success();
+    let planned = out.path().join("p.json");
+    common::vb()
+        .args(["verify", "--backend", "model", "--tp", "8", "--tokens", "3"])
+        .arg("--export-json")
+        .arg(&planned)
+        .assert()
+        .success();
+    let (r, p) = (read_records(&rec).unwrap(), read_records(&planned).unwrap());
+    let (Body::Verify(a), Body::Verify(b)) = (&r[0].body, &p[0].body) else {
+        panic!("verify records")
+    };
+    assert_eq!((a.workload.tp, a.workload.n_all_reduce), (8, 123));
+    let medians = |v: &verifybench::record::VerifyResult| {
+        v.runs
+            .iter()
+            .map(|r| r.per_verify.median_us)
+            .collect::<Vec<_>>()
+    };
+    // the exported collectives priced by the cost model equal plan --tp 8's
+    assert_eq!(medians(a), medians(b));
+    // and the trace's step is plan's sequence, op for op
+    let o = common::vb()
+        .args([
+            "trace",
+            "--format",
+            "json",
+            "--against-plan",
+            "--model",
+            "kimi-k2.5",
+        ])
+        .args(["--tp", "8", "--tokens", "3"])
+        .arg(d.path())
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    assert_eq!(v["result"]["data"]["against_plan"]["same"], true, "{v}");
+}
