@@ -335,6 +335,7 @@ const DOCUMENTS: &[&str] = &[
     "docs/guide/bandwidth.md",
     "docs/guide/compare.md",
     "docs/guide/trace.md",
+    "docs/trace.md",
     "docs/guide/worker.md",
     "docs/guide/model.md",
     "docs/guide/impl.md",
