@@ -4,7 +4,6 @@ use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::compile::STREAM_SRC;
 use super::device::{Buffer, Gpu};
-use crate::error::usage;
 
 /// Threads per block of `stream_weights` (THREADS in the source).
 const THREADS: u32 = 256;
@@ -31,6 +30,10 @@ pub struct Kernels {
     stream_pdl: Vec<CudaFunction>,
     tiny: CudaFunction,
     sms: u32,
+    /// Blocks of THREADS threads one SM holds at once, the fewest over every streaming kernel
+    /// (the driver's occupancy query: 8 on a 2048-thread SM, 6 on the 1536-thread SMs of
+    /// compute capability 8.6, 8.9 and 12.0, fewer where registers run out).
+    blocks_per_sm: u32,
     /// Launch the streaming kernels with programmatic dependent launch (see `kernels/stream.cu`).
     pdl: bool,
 }
@@ -57,12 +60,10 @@ impl Kernels {
     /// dependent launch; a usage error below compute capability 9.0.
     pub fn with_pdl(&self, gpu: &Gpu) -> anyhow::Result<Kernels> {
         let (major, minor) = gpu.compute_capability()?;
-        if major < 9 {
-            return Err(usage(format!(
-                "--pdl: programmatic dependent launch needs compute capability 9.0 or newer; GPU {} is {major}.{minor}: leave --pdl off",
-                gpu.ordinal()
-            )));
-        }
+        super::compile::check_pdl(
+            super::compile::arch(major, minor)?,
+            &format!("GPU {} (compute capability {major}.{minor})", gpu.ordinal()),
+        )?;
         Ok(Kernels {
             pdl: true,
             ..self.clone()
@@ -70,23 +71,15 @@ impl Kernels {
     }
 
     fn compile(gpu: &Gpu) -> anyhow::Result<Kernels> {
-        if !super::libs::nvrtc_present() {
-            return Err(usage(
-                "NVRTC (libnvrtc.so) not found: it compiles the compute kernels for --mode compute/full. Install the CUDA toolkit's NVRTC or pip's nvidia-cuda-nvrtc, or put its folder on LD_LIBRARY_PATH",
-            ));
-        }
         let (major, minor) = gpu.compute_capability()?;
-        let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(super::compile::arch(major, minor)),
-            options: vec!["--std=c++17".into()],
-            ..Default::default()
-        };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(STREAM_SRC, opts)
-            .map_err(|e| anyhow::anyhow!("NVRTC could not compile kernels/stream.cu: {e:?}"))?;
-        let module = gpu
-            .ctx
-            .load_module(ptx)
-            .map_err(|e| anyhow::anyhow!("loading the compiled kernels: {e:?}"))?;
+        let arch = super::compile::arch(major, minor)?;
+        let ptx = super::compile::ptx("stream.cu", STREAM_SRC, arch)?;
+        let module = gpu.ctx.load_module(ptx).map_err(|e| {
+            anyhow::anyhow!(
+                "GPU {}: loading kernels/stream.cu compiled for {arch} (the driver's JIT refused the PTX: {e:?}); `verifybench env` shows the NVRTC chosen and the driver",
+                gpu.ordinal
+            )
+        })?;
         let f = |name: &str| {
             module
                 .load_function(name)
@@ -97,25 +90,46 @@ impl Kernels {
             .attribute(
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
-            .unwrap_or(132) as u32;
+            .map_err(|e| anyhow::anyhow!("GPU {}: SM count: {e:?}", gpu.ordinal))?
+            as u32;
+        let stream: Vec<CudaFunction> = (1..=MAXT)
+            .map(|t| f(&format!("stream_weights_{t}")))
+            .collect::<anyhow::Result<_>>()?;
+        let stream_pdl: Vec<CudaFunction> = (1..=MAXT)
+            .map(|t| f(&format!("stream_weights_pdl_{t}")))
+            .collect::<anyhow::Result<_>>()?;
+        let mut blocks_per_sm = u32::MAX;
+        for k in stream.iter().chain(&stream_pdl) {
+            let b = k
+                .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+                .map_err(|e| anyhow::anyhow!("GPU {}: occupancy query: {e:?}", gpu.ordinal))?;
+            blocks_per_sm = blocks_per_sm.min(b);
+        }
+        if blocks_per_sm == 0 || sms == 0 {
+            anyhow::bail!(
+                "GPU {}: the driver says {sms} SMs of {blocks_per_sm} resident streaming blocks each",
+                gpu.ordinal
+            );
+        }
         Ok(Kernels {
-            stream: (1..=MAXT)
-                .map(|t| f(&format!("stream_weights_{t}")))
-                .collect::<anyhow::Result<_>>()?,
-            stream_pdl: (1..=MAXT)
-                .map(|t| f(&format!("stream_weights_pdl_{t}")))
-                .collect::<anyhow::Result<_>>()?,
+            stream,
+            stream_pdl,
             tiny: f("tiny")?,
             sms,
+            blocks_per_sm,
             pdl: false,
         })
     }
 
-    /// Blocks of a streaming launch over `nvec` vectors: enough to fill the GPU, no more than
-    /// the work needs.
+    /// Blocks of a streaming launch over `nvec` vectors: one wave that fills the GPU (SMs x
+    /// the blocks an SM holds, from the occupancy query), no more than the work needs.
     pub fn blocks_for(&self, nvec: u64) -> u32 {
-        let need = nvec.div_ceil(THREADS as u64).max(1);
-        need.min(self.sms as u64 * 8) as u32
+        grid_for(nvec, self.sms, self.blocks_per_sm)
+    }
+
+    /// The resident grid: SMs x blocks per SM.
+    pub fn resident_blocks(&self) -> u32 {
+        self.sms * self.blocks_per_sm
     }
 
     /// Enqueues a streaming pass over `nvec` 16-byte vectors of `pool` starting at vector
@@ -261,8 +275,15 @@ impl Kernels {
 
     /// Size of the partial-sum buffer a launch may need.
     pub fn partial_bytes(&self) -> usize {
-        self.sms as usize * 8 * MAXT * 4
+        self.resident_blocks() as usize * MAXT * 4
     }
+}
+
+/// Blocks of a grid-stride launch over `nvec` vectors (one per thread per step): at most one
+/// resident wave of `sms x blocks_per_sm` blocks, no more than the work needs, at least one.
+pub(crate) fn grid_for(nvec: u64, sms: u32, blocks_per_sm: u32) -> u32 {
+    let need = nvec.div_ceil(THREADS as u64).max(1);
+    need.min(sms as u64 * blocks_per_sm as u64).max(1) as u32
 }
 
 /// The weight pool the streaming kernel reads: a power of two in 16-byte vectors, several times
@@ -336,6 +357,18 @@ pub fn sum_partials(bytes: &[u8], blocks: usize, tokens: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grids_are_one_resident_wave_of_the_occupancy_query() {
+        // H200: 132 SMs x 8 blocks of 256 threads (2048 threads per SM) = 1056 blocks
+        assert_eq!(grid_for(1 << 30, 132, 8), 1056);
+        // RTX PRO 6000 (sm_120): 188 SMs x 6 blocks (1536 threads per SM) = 1128, where the
+        // former constant of 8 per SM gave 1504 blocks = 1.33 waves
+        assert_eq!(grid_for(1 << 30, 188, 6), 1128);
+        // small work: 1000 vectors need ceil(1000 / 256) = 4 blocks
+        assert_eq!(grid_for(1000, 132, 8), 4);
+        assert_eq!(grid_for(0, 132, 8), 1);
+    }
 
     #[test]
     fn reference_of_one_vector() {

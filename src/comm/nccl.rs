@@ -63,15 +63,19 @@ fn check(rank: usize, call: &'static str, r: sys::ncclResult_t) -> Result<(), Nc
 
 /// NCCL's version as "major.minor.patch".
 pub fn version() -> Option<String> {
+    version_number().map(|v| format!("{}.{}.{}", v.major, v.minor, v.patch))
+}
+
+/// NCCL's version as a number (also loads the library).
+pub fn version_number() -> Option<super::requirements::Version> {
     let mut v: std::ffi::c_int = 0;
     // SAFETY: ncclGetVersion writes one int through a valid pointer.
     let r = unsafe { sys::ncclGetVersion(&mut v) };
     if r != sys::ncclResult_t::ncclSuccess {
         return None;
     }
-    let v = v as i64;
     // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-    Some(format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100))
+    Some(super::requirements::Version::from_nccl_int(v))
 }
 
 /// A 128-byte NCCL unique id, as bytes (what travels between processes).
