@@ -300,6 +300,16 @@ impl Gpu {
         check(self.ordinal, "cuMemsetD8Async", r)
     }
 
+    /// Whether all work enqueued on the stream has finished (`cuStreamQuery`), without waiting.
+    pub fn done(&self) -> Result<bool, CudaFailure> {
+        // SAFETY: the stream belongs to this GPU's live context; cuStreamQuery only reads it.
+        let r = unsafe { cu::cuStreamQuery(self.stream.cu_stream()) };
+        if r == cu::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check(self.ordinal, "cuStreamQuery", r).map(|_| true)
+    }
+
     pub fn sync(&self) -> Result<(), CudaFailure> {
         self.stream
             .synchronize()

@@ -184,6 +184,26 @@ impl Drop for Raw {
     }
 }
 
+/// See [`Communicator::abort_guard`].
+pub struct AbortGuard {
+    raw: Option<Rc<Raw>>,
+}
+
+impl AbortGuard {
+    /// The work ended well: the communicator is destroyed normally.
+    pub fn disarm(mut self) {
+        self.raw = None;
+    }
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if let Some(r) = &self.raw {
+            r.failed.set(true);
+        }
+    }
+}
+
 /// One rank's communicator, on one GPU. Destroyed on drop (once no captured graph uses it);
 /// aborted instead when a call failed.
 pub struct Communicator {
@@ -310,8 +330,23 @@ impl Communicator {
         let mut e = sys::ncclResult_t::ncclSuccess;
         // SAFETY: comm is a live communicator; e is a valid out-pointer.
         let r = unsafe { sys::ncclCommGetAsyncError(self.raw.comm, &mut e) };
-        check(self.rank, "ncclCommGetAsyncError", r)?;
-        check(self.rank, "a collective (asynchronous error)", e)
+        let res = check(self.rank, "ncclCommGetAsyncError", r)
+            .and_then(|_| check(self.rank, "a collective (asynchronous error)", e));
+        if res.is_err() {
+            // a broken communicator is aborted at drop, never destroyed (which waits for
+            // outstanding work that will not finish)
+            self.raw.failed.set(true);
+        }
+        res
+    }
+
+    /// A guard that, unless disarmed, marks the communicator failed when dropped, so that its
+    /// drop aborts it (`ncclCommAbort`, which does not wait for peers) instead of destroying
+    /// it. A rank holds one while it works: every error out of it aborts.
+    pub fn abort_guard(&self) -> AbortGuard {
+        AbortGuard {
+            raw: Some(self.raw.clone()),
+        }
     }
 }
 

@@ -709,7 +709,10 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
                     let eff = sp
                         .effective
                         .as_ref()
-                        .map(|e| format!(", NCCL {} via {}", e.algo_proto(), e.transport()))
+                        .map(|e| match &e.one_rank {
+                            Some(proof) => format!("; {proof}"),
+                            None => format!(", NCCL {} via {}", e.algo_proto(), e.transport()),
+                        })
                         .unwrap_or_default();
                     format!(
                         "[{i}/{n_todo}] round {} {}: ok, {:.1} us per verify ({}){eff}; {}",
