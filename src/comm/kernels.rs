@@ -30,10 +30,11 @@ pub struct Kernels {
     stream_pdl: Vec<CudaFunction>,
     tiny: CudaFunction,
     sms: u32,
-    /// Blocks of THREADS threads one SM holds at once, the fewest over every streaming kernel
-    /// (the driver's occupancy query: 8 on a 2048-thread SM, 6 on the 1536-thread SMs of
-    /// compute capability 8.6, 8.9 and 12.0, fewer where registers run out).
-    blocks_per_sm: u32,
+    /// Blocks of THREADS threads one SM holds at once, per token count (index T - 1) and
+    /// launch kind (plain, PDL), from the driver's occupancy query: at most 8 on a 2048-thread
+    /// SM, 6 on the 1536-thread SMs of compute capability 8.6, 8.9 and 12.0, fewer where a
+    /// variant's registers run out.
+    blocks_per_sm: Vec<[u32; 2]>,
     /// Launch the streaming kernels with programmatic dependent launch (see `kernels/stream.cu`).
     pdl: bool,
 }
@@ -98,19 +99,23 @@ impl Kernels {
         let stream_pdl: Vec<CudaFunction> = (1..=MAXT)
             .map(|t| f(&format!("stream_weights_pdl_{t}")))
             .collect::<anyhow::Result<_>>()?;
-        let mut blocks_per_sm = u32::MAX;
-        for k in stream.iter().chain(&stream_pdl) {
+        let occ = |k: &CudaFunction| -> anyhow::Result<u32> {
             let b = k
                 .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
                 .map_err(|e| anyhow::anyhow!("GPU {}: occupancy query: {e:?}", gpu.ordinal))?;
-            blocks_per_sm = blocks_per_sm.min(b);
-        }
-        if blocks_per_sm == 0 || sms == 0 {
-            anyhow::bail!(
-                "GPU {}: the driver says {sms} SMs of {blocks_per_sm} resident streaming blocks each",
-                gpu.ordinal
-            );
-        }
+            if b == 0 || sms == 0 {
+                anyhow::bail!(
+                    "GPU {}: the driver says {sms} SMs of {b} resident streaming blocks each",
+                    gpu.ordinal
+                );
+            }
+            Ok(b)
+        };
+        let blocks_per_sm = stream
+            .iter()
+            .zip(&stream_pdl)
+            .map(|(a, b)| Ok([occ(a)?, occ(b)?]))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Kernels {
             stream,
             stream_pdl,
@@ -121,15 +126,43 @@ impl Kernels {
         })
     }
 
-    /// Blocks of a streaming launch over `nvec` vectors: one wave that fills the GPU (SMs x
-    /// the blocks an SM holds, from the occupancy query), no more than the work needs.
-    pub fn blocks_for(&self, nvec: u64) -> u32 {
-        grid_for(nvec, self.sms, self.blocks_per_sm)
+    /// Blocks of a streaming launch of `tokens` tokens over `nvec` vectors: one wave that
+    /// fills the GPU (SMs x the blocks an SM holds of that kernel, from the occupancy query),
+    /// no more than the work needs.
+    pub fn blocks_for(&self, nvec: u64, tokens: usize) -> u32 {
+        grid_for(nvec, self.sms, self.per_sm(tokens))
     }
 
-    /// The resident grid: SMs x blocks per SM.
+    fn per_sm(&self, tokens: usize) -> u32 {
+        self.blocks_per_sm[tokens.clamp(1, MAXT) - 1][self.pdl as usize]
+    }
+
+    /// The largest resident grid of any streaming kernel: SMs x blocks per SM.
     pub fn resident_blocks(&self) -> u32 {
-        self.sms * self.blocks_per_sm
+        let most = self
+            .blocks_per_sm
+            .iter()
+            .flatten()
+            .max()
+            .copied()
+            .unwrap_or(1);
+        self.sms * most
+    }
+
+    /// "T=1 1056 blocks (8 per SM x 132 SMs), ..." for the token counts given.
+    pub fn grid_summary(&self, tokens: &[usize]) -> String {
+        tokens
+            .iter()
+            .map(|&t| {
+                format!(
+                    "T={t} {} blocks ({} per SM x {} SMs)",
+                    self.sms * self.per_sm(t),
+                    self.per_sm(t),
+                    self.sms
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Enqueues a streaming pass over `nvec` 16-byte vectors of `pool` starting at vector
@@ -155,7 +188,7 @@ impl Kernels {
                 gpu.ordinal
             );
         }
-        let blocks = self.blocks_for(nvec);
+        let blocks = self.blocks_for(nvec, tokens);
         gpu.check_buffer(
             &pool.buf,
             "stream_weights (pool)",

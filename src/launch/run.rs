@@ -128,7 +128,8 @@ pub fn preflight(g: &GpuSpec, wanted: Option<usize>) -> anyhow::Result<Vec<usize
             "no CUDA driver library (libcuda.so) found: --backend nccl needs GPUs with their driver; use --backend model for the cost model",
         ));
     }
-    select_devices(g, wanted, comm::device_count())
+    let min = if g.ranks() == Some(1) { 1 } else { 2 };
+    select_devices_min(g, wanted, comm::device_count(), min)
 }
 
 /// Checks the GPU flags against a machine with `present` GPUs (usually
