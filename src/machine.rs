@@ -40,6 +40,26 @@ pub fn env_record(r: &EnvReport, started: String) -> Record {
     Record::other(Source::Measured, p, kinds::ENV, r).expect("env reports serialize")
 }
 
+/// The floors of [`comm::requirements`], as `env` prints them.
+fn requirement_lines() -> Vec<String> {
+    use comm::requirements as q;
+    vec![
+        format!(
+            "CUDA driver API {} or newer (driver {}+): cudarc's cuda-13000 bindings time events with cuEventElapsedTime_v2",
+            q::DRIVER_FLOOR,
+            q::DRIVER_FLOOR_BRANCH
+        ),
+        format!(
+            "NVRTC {} or newer (12.8 for compute_100/compute_120) and no newer than the driver's CUDA version (its JIT loads only PTX of its own version or older)",
+            q::NVRTC_FLOOR
+        ),
+        format!(
+            "NCCL {} or newer (the oldest per-collective log line the sweep reads)",
+            q::NCCL_FLOOR
+        ),
+    ]
+}
+
 /// What `env` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct EnvReport {
@@ -53,6 +73,12 @@ pub struct EnvReport {
     pub nccl_library: Option<String>,
     pub nvrtc_available: bool,
     pub nvrtc_library: Option<String>,
+    /// The NVRTC chosen for this run and why (the first in search order the driver can load).
+    pub nvrtc_choice: Option<String>,
+    /// Every NVRTC found, "path (version, where found)".
+    pub nvrtc_found: Vec<String>,
+    /// The floors this binary checks at start, one line each.
+    pub requirements: Vec<String>,
     /// NCCL_* variables of this process.
     pub nccl_env: BTreeMap<String, String>,
     /// What each worker process (started like a real run's workers) saw.
@@ -74,6 +100,9 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
         nccl_library: None,
         nvrtc_available: false,
         nvrtc_library: None,
+        nvrtc_choice: None,
+        nvrtc_found: vec![],
+        requirements: requirement_lines(),
         nccl_env: crate::util::nccl_env(),
         workers: vec![],
         problems: vec![],
@@ -114,10 +143,33 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
         .collect();
     r.nccl_version = comm::nccl::version();
     r.nccl_library = comm::libs::loaded_path("libnccl");
+    let sel = comm::libs::nvrtc_selection();
+    r.nvrtc_choice = Some(sel.why.clone());
+    r.nvrtc_found = sel
+        .candidates
+        .iter()
+        .map(|c| {
+            format!(
+                "{} ({}, {})",
+                c.path,
+                c.version
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "version unknown".into()),
+                c.how
+            )
+        })
+        .collect();
     r.nvrtc_available = comm::libs::nvrtc_present();
     if r.nvrtc_available {
         let _ = comm::kernels::nvrtc_version();
         r.nvrtc_library = comm::libs::loaded_path("libnvrtc");
+    }
+    if let Ok((major, minor)) = comm::device::compute_capability(0) {
+        if let Ok(arch) = comm::compile::arch(major, minor) {
+            if let Err(e) = comm::libs::check_nvrtc_for(arch) {
+                r.problems.push(format!("{e:#}"));
+            }
+        }
     }
     if n >= 2 {
         let devices = crate::launch::run::select_devices(gpu, None, n)?;

@@ -217,8 +217,13 @@ fn p2p_fault(devices: &[usize], checks: &mut Vec<Check>) {
 /// The Kimi-K2.5 verify schedule (comm and full), eager and graph: exact results in both.
 fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     let shape = model::presets::preset("kimi-k2.5").expect("preset");
+    // one rank replays the TP=8 schedule's per-rank collectives (TP=1 has none)
     let opt = ScheduleOptions {
-        tp: devices.len() as u64,
+        tp: if devices.len() == 1 {
+            8
+        } else {
+            devices.len() as u64
+        },
         ..Default::default()
     };
     let s = match model::build(&shape, &opt, Phase::Verify) {
@@ -525,6 +530,22 @@ pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
             fault(&devices, FaultKind::Hang, &mut checks);
             p2p_fault(&devices, &mut checks);
         }
+    } else {
+        // NCCL's own path on a communicator of one rank: every collective, dtype and size
+        // exact, eager and from a CUDA graph, and the verify replay with its per-collective
+        // pass, in threads and in processes. No transfer happens: the names say so.
+        let from = checks.len();
+        for l in [Launcher::Threads, Launcher::Processes] {
+            collectives(&devices, l, &mut checks);
+            verify(&devices, l, &mut checks);
+        }
+        for c in &mut checks[from..] {
+            c.name = format!("1 rank: {}", c.name);
+        }
+        crate::note!(
+            "{}: the NCCL checks run on a communicator of size 1",
+            crate::launch::run::ONE_RANK
+        );
     }
     checks.push(crate::commands::selftest::streaming_kernel(devices[0]));
     let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);

@@ -28,18 +28,75 @@ pub const SOURCES: &[Source] = &[
 ];
 
 /// The virtual architecture NVRTC compiles for on a device of compute capability
-/// `major.minor`. NVRTC takes a 'static string, so the few architectures are spelled out;
-/// CUDA 13's NVRTC knows nothing older than compute_75.
-pub fn arch(major: i32, minor: i32) -> &'static str {
-    match (major, minor) {
-        (12, _) => "compute_120",
-        (10, _) => "compute_100",
+/// `major.minor`: the newest baseline architecture (no `a`/`f` suffix, so the PTX JIT-compiles
+/// forward) at or below the device that NVRTC 12.8 and 13.x both know. NVRTC takes a 'static
+/// string, so the few architectures are spelled out. CC 11.x (Thor) gets compute_100: NVRTC
+/// 12.8/12.9 call it compute_101, 13.x compute_110, and compute_100 PTX runs on it either way.
+/// Below 7.5 nothing fits: NVRTC 13 knows nothing older than compute_75.
+pub fn arch(major: i32, minor: i32) -> anyhow::Result<&'static str> {
+    Ok(match (major, minor) {
+        (m, _) if m >= 12 => "compute_120",
+        (10 | 11, _) => "compute_100",
         (9, _) => "compute_90",
         (8, 9) => "compute_89",
+        (8, 7) => "compute_87",
         (8, 6) => "compute_86",
         (8, _) => "compute_80",
-        _ => "compute_75",
+        (7, m) if m >= 5 => "compute_75",
+        _ => {
+            return Err(usage(format!(
+                "a GPU of compute capability {major}.{minor}: the kernels of kernels/ need 7.5 or newer (the oldest architecture NVRTC 13 compiles for)"
+            )))
+        }
+    })
+}
+
+/// Whether PTX for `arch` has `griddepcontrol` (PTX ISA 7.8 for sm_90 and newer), which the
+/// programmatic-dependent-launch kernels wait with: below compute_90 `#if __CUDA_ARCH__ >= 900`
+/// compiles the wait away, and a launch serialized for PDL would then race on its inputs.
+pub fn has_griddepcontrol(arch: &str) -> bool {
+    arch.trim_start_matches("compute_")
+        .trim_end_matches(['a', 'f'])
+        .parse::<u32>()
+        .is_ok_and(|n| n >= 90)
+}
+
+/// Refuses programmatic dependent launch for a PTX target without `griddepcontrol`.
+pub fn check_pdl(arch: &str, what: &str) -> anyhow::Result<()> {
+    if has_griddepcontrol(arch) {
+        return Ok(());
     }
+    Err(usage(format!(
+        "--pdl: programmatic dependent launch needs PTX with griddepcontrol (compute_90 and newer); {what} compiles for {arch}: leave --pdl off"
+    )))
+}
+
+/// Compiles `src` (named `file` in messages) for `arch` once per process (NVRTC takes about a
+/// second per compile, and the virtual-rank checks open the same GPU many times).
+pub fn ptx(
+    file: &'static str,
+    src: &str,
+    arch: &'static str,
+) -> anyhow::Result<cudarc::nvrtc::Ptx> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Cache = Mutex<HashMap<(&'static str, &'static str), cudarc::nvrtc::Ptx>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(p) = cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(file, arch))
+    {
+        return Ok(p.clone());
+    }
+    super::libs::check_nvrtc_for(arch)?;
+    let p = compile(file, src, arch)?;
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert((file, arch), p.clone());
+    Ok(p)
 }
 
 /// Compiles `src` (named `file` in messages) for `arch` with the project's options; a compile
@@ -65,6 +122,10 @@ pub fn compile(file: &str, src: &str, arch: &'static str) -> anyhow::Result<cuda
     })
 }
 
+/// The targets CI compiles every kernel for: Hopper, datacenter Blackwell, and the users'
+/// RTX PRO 6000 (sm_120).
+pub const CI_TARGETS: &[&str] = &["compute_90", "compute_100", "compute_120"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,15 +150,52 @@ mod tests {
     }
 
     #[test]
-    fn architectures_nvrtc_13_accepts() {
-        assert_eq!(arch(9, 0), "compute_90");
-        assert_eq!(arch(8, 6), "compute_86");
-        assert_eq!(arch(7, 0), "compute_75");
+    fn architectures_nvrtc_12_8_and_13_accept() {
+        assert_eq!(arch(9, 0).unwrap(), "compute_90");
+        assert_eq!(arch(8, 6).unwrap(), "compute_86");
+        assert_eq!(arch(7, 5).unwrap(), "compute_75");
+        assert_eq!(arch(12, 0).unwrap(), "compute_120");
+        assert_eq!(arch(10, 3).unwrap(), "compute_100");
+        // Thor (11.0): compute_100 PTX, not the compute_75 that drops griddepcontrol
+        assert_eq!(arch(11, 0).unwrap(), "compute_100");
+        // V100 (7.0) cannot run compute_75 PTX: refused rather than mis-compiled
+        let e = arch(7, 0).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("7.5 or newer"), "{e}");
     }
 
-    /// Compiles every kernel file for sm_90 through the same path the GPU code uses. Needs
-    /// libnvrtc (no GPU): CI installs pip's nvidia-cuda-nvrtc and runs it by name; without the
-    /// library it fails rather than passing unchecked.
+    #[test]
+    fn pdl_only_where_the_ptx_target_has_griddepcontrol() {
+        for a in ["compute_90", "compute_100", "compute_120", "compute_90a"] {
+            assert!(has_griddepcontrol(a), "{a}");
+            check_pdl(a, "GPU 0").unwrap();
+        }
+        for a in [
+            "compute_75",
+            "compute_80",
+            "compute_86",
+            "compute_89",
+            "bogus",
+        ] {
+            assert!(!has_griddepcontrol(a), "{a}");
+            let e = check_pdl(a, "GPU 0").unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(e.to_string().contains(&format!("compiles for {a}")), "{e}");
+        }
+        // every compute capability from 9.0 up maps to a target with griddepcontrol, every
+        // one below to one without (so --pdl is refused there)
+        for (ma, mi) in [(9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)] {
+            assert!(has_griddepcontrol(arch(ma, mi).unwrap()), "{ma}.{mi}");
+        }
+        for (ma, mi) in [(7, 5), (8, 0), (8, 6), (8, 7), (8, 9)] {
+            assert!(!has_griddepcontrol(arch(ma, mi).unwrap()), "{ma}.{mi}");
+        }
+    }
+
+    /// Compiles every kernel file for every target of [`CI_TARGETS`] through the same path the
+    /// GPU code uses, and prints the NVRTC version and each target compiled (CI shows these
+    /// lines). Needs libnvrtc (no GPU): CI installs pip's nvidia-cuda-nvrtc wheels and runs it
+    /// by name once per wheel; without the library it fails rather than passing unchecked.
     #[test]
     #[ignore = "needs libnvrtc"]
     fn nvrtc_compiles_every_kernel_file() {
@@ -105,15 +203,32 @@ mod tests {
             crate::comm::libs::nvrtc_present(),
             "libnvrtc is not loadable: put its folder on LD_LIBRARY_PATH"
         );
+        let version = crate::comm::kernels::nvrtc_version().expect("nvrtcVersion");
         let mut failed = vec![];
-        for s in SOURCES {
-            match compile(s.file, s.text, "compute_90") {
-                Ok(ptx) => assert!(
-                    ptx.to_src().contains(".entry"),
-                    "{}: PTX without a kernel entry",
-                    s.file
-                ),
-                Err(e) => failed.push(format!("{e:#}")),
+        for arch in CI_TARGETS {
+            for s in SOURCES {
+                match compile(s.file, s.text, arch) {
+                    Ok(ptx) => {
+                        let src = ptx.to_src();
+                        assert!(
+                            src.contains(".entry"),
+                            "{}: PTX without a kernel entry",
+                            s.file
+                        );
+                        let target = format!(".target sm_{}", arch.trim_start_matches("compute_"));
+                        assert!(
+                            src.contains(&target),
+                            "{} for {arch}: no '{target}'",
+                            s.file
+                        );
+                        // the PDL kernels keep their wait on every CI target (all >= compute_90)
+                        if s.text.contains("griddepcontrol") {
+                            assert!(src.contains("griddepcontrol.wait"), "{} for {arch}", s.file);
+                        }
+                        println!("NVRTC {version}: kernels/{} compiles for {arch}", s.file);
+                    }
+                    Err(e) => failed.push(format!("{e:#}")),
+                }
             }
         }
         assert!(failed.is_empty(), "{}", failed.join("\n"));

@@ -300,6 +300,16 @@ impl Gpu {
         check(self.ordinal, "cuMemsetD8Async", r)
     }
 
+    /// Whether all work enqueued on the stream has finished (`cuStreamQuery`), without waiting.
+    pub fn done(&self) -> Result<bool, CudaFailure> {
+        // SAFETY: the stream belongs to this GPU's live context; cuStreamQuery only reads it.
+        let r = unsafe { cu::cuStreamQuery(self.stream.cu_stream()) };
+        if r == cu::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check(self.ordinal, "cuStreamQuery", r).map(|_| true)
+    }
+
     pub fn sync(&self) -> Result<(), CudaFailure> {
         self.stream
             .synchronize()
@@ -413,6 +423,23 @@ pub fn clocks_khz(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
     }
     .map_err(fail(ordinal, "cuDeviceGetAttribute(MEMORY_CLOCK_RATE)"))?;
     Ok((sm, mem))
+}
+
+/// Compute capability of device `ordinal` without creating a context.
+pub fn compute_capability(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
+    let dev = cudarc::driver::result::device::get(ordinal as i32)
+        .map_err(fail(ordinal, "cuDeviceGet"))?;
+    let attr = |a| {
+        // SAFETY: dev is a valid device handle; the attribute is a plain integer query.
+        unsafe { cudarc::driver::result::device::get_attribute(dev, a) }
+            .map_err(fail(ordinal, "cuDeviceGetAttribute"))
+    };
+    Ok((
+        attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    ))
 }
 
 pub fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {

@@ -4,7 +4,6 @@ use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::compile::STREAM_SRC;
 use super::device::{Buffer, Gpu};
-use crate::error::usage;
 
 /// Threads per block of `stream_weights` (THREADS in the source).
 const THREADS: u32 = 256;
@@ -31,6 +30,11 @@ pub struct Kernels {
     stream_pdl: Vec<CudaFunction>,
     tiny: CudaFunction,
     sms: u32,
+    /// Blocks of THREADS threads one SM holds at once, per token count (index T - 1) and
+    /// launch kind (plain, PDL), from the driver's occupancy query: at most 8 on a 2048-thread
+    /// SM, 6 on the 1536-thread SMs of compute capability 8.6, 8.9 and 12.0, fewer where a
+    /// variant's registers run out.
+    blocks_per_sm: Vec<[u32; 2]>,
     /// Launch the streaming kernels with programmatic dependent launch (see `kernels/stream.cu`).
     pdl: bool,
 }
@@ -57,12 +61,10 @@ impl Kernels {
     /// dependent launch; a usage error below compute capability 9.0.
     pub fn with_pdl(&self, gpu: &Gpu) -> anyhow::Result<Kernels> {
         let (major, minor) = gpu.compute_capability()?;
-        if major < 9 {
-            return Err(usage(format!(
-                "--pdl: programmatic dependent launch needs compute capability 9.0 or newer; GPU {} is {major}.{minor}: leave --pdl off",
-                gpu.ordinal()
-            )));
-        }
+        super::compile::check_pdl(
+            super::compile::arch(major, minor)?,
+            &format!("GPU {} (compute capability {major}.{minor})", gpu.ordinal()),
+        )?;
         Ok(Kernels {
             pdl: true,
             ..self.clone()
@@ -70,23 +72,15 @@ impl Kernels {
     }
 
     fn compile(gpu: &Gpu) -> anyhow::Result<Kernels> {
-        if !super::libs::nvrtc_present() {
-            return Err(usage(
-                "NVRTC (libnvrtc.so) not found: it compiles the compute kernels for --mode compute/full. Install the CUDA toolkit's NVRTC or pip's nvidia-cuda-nvrtc, or put its folder on LD_LIBRARY_PATH",
-            ));
-        }
         let (major, minor) = gpu.compute_capability()?;
-        let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(super::compile::arch(major, minor)),
-            options: vec!["--std=c++17".into()],
-            ..Default::default()
-        };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(STREAM_SRC, opts)
-            .map_err(|e| anyhow::anyhow!("NVRTC could not compile kernels/stream.cu: {e:?}"))?;
-        let module = gpu
-            .ctx
-            .load_module(ptx)
-            .map_err(|e| anyhow::anyhow!("loading the compiled kernels: {e:?}"))?;
+        let arch = super::compile::arch(major, minor)?;
+        let ptx = super::compile::ptx("stream.cu", STREAM_SRC, arch)?;
+        let module = gpu.ctx.load_module(ptx).map_err(|e| {
+            anyhow::anyhow!(
+                "GPU {}: loading kernels/stream.cu compiled for {arch} (the driver's JIT refused the PTX: {e:?}); `verifybench env` shows the NVRTC chosen and the driver",
+                gpu.ordinal
+            )
+        })?;
         let f = |name: &str| {
             module
                 .load_function(name)
@@ -97,25 +91,78 @@ impl Kernels {
             .attribute(
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
-            .unwrap_or(132) as u32;
+            .map_err(|e| anyhow::anyhow!("GPU {}: SM count: {e:?}", gpu.ordinal))?
+            as u32;
+        let stream: Vec<CudaFunction> = (1..=MAXT)
+            .map(|t| f(&format!("stream_weights_{t}")))
+            .collect::<anyhow::Result<_>>()?;
+        let stream_pdl: Vec<CudaFunction> = (1..=MAXT)
+            .map(|t| f(&format!("stream_weights_pdl_{t}")))
+            .collect::<anyhow::Result<_>>()?;
+        let occ = |k: &CudaFunction| -> anyhow::Result<u32> {
+            let b = k
+                .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+                .map_err(|e| anyhow::anyhow!("GPU {}: occupancy query: {e:?}", gpu.ordinal))?;
+            if b == 0 || sms == 0 {
+                anyhow::bail!(
+                    "GPU {}: the driver says {sms} SMs of {b} resident streaming blocks each",
+                    gpu.ordinal
+                );
+            }
+            Ok(b)
+        };
+        let blocks_per_sm = stream
+            .iter()
+            .zip(&stream_pdl)
+            .map(|(a, b)| Ok([occ(a)?, occ(b)?]))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Kernels {
-            stream: (1..=MAXT)
-                .map(|t| f(&format!("stream_weights_{t}")))
-                .collect::<anyhow::Result<_>>()?,
-            stream_pdl: (1..=MAXT)
-                .map(|t| f(&format!("stream_weights_pdl_{t}")))
-                .collect::<anyhow::Result<_>>()?,
+            stream,
+            stream_pdl,
             tiny: f("tiny")?,
             sms,
+            blocks_per_sm,
             pdl: false,
         })
     }
 
-    /// Blocks of a streaming launch over `nvec` vectors: enough to fill the GPU, no more than
-    /// the work needs.
-    pub fn blocks_for(&self, nvec: u64) -> u32 {
-        let need = nvec.div_ceil(THREADS as u64).max(1);
-        need.min(self.sms as u64 * 8) as u32
+    /// Blocks of a streaming launch of `tokens` tokens over `nvec` vectors: one wave that
+    /// fills the GPU (SMs x the blocks an SM holds of that kernel, from the occupancy query),
+    /// no more than the work needs.
+    pub fn blocks_for(&self, nvec: u64, tokens: usize) -> u32 {
+        grid_for(nvec, self.sms, self.per_sm(tokens))
+    }
+
+    fn per_sm(&self, tokens: usize) -> u32 {
+        self.blocks_per_sm[tokens.clamp(1, MAXT) - 1][self.pdl as usize]
+    }
+
+    /// The largest resident grid of any streaming kernel: SMs x blocks per SM.
+    pub fn resident_blocks(&self) -> u32 {
+        let most = self
+            .blocks_per_sm
+            .iter()
+            .flatten()
+            .max()
+            .copied()
+            .unwrap_or(1);
+        self.sms * most
+    }
+
+    /// "T=1 1056 blocks (8 per SM x 132 SMs), ..." for the token counts given.
+    pub fn grid_summary(&self, tokens: &[usize]) -> String {
+        tokens
+            .iter()
+            .map(|&t| {
+                format!(
+                    "T={t} {} blocks ({} per SM x {} SMs)",
+                    self.sms * self.per_sm(t),
+                    self.per_sm(t),
+                    self.sms
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Enqueues a streaming pass over `nvec` 16-byte vectors of `pool` starting at vector
@@ -141,7 +188,7 @@ impl Kernels {
                 gpu.ordinal
             );
         }
-        let blocks = self.blocks_for(nvec);
+        let blocks = self.blocks_for(nvec, tokens);
         gpu.check_buffer(
             &pool.buf,
             "stream_weights (pool)",
@@ -261,8 +308,15 @@ impl Kernels {
 
     /// Size of the partial-sum buffer a launch may need.
     pub fn partial_bytes(&self) -> usize {
-        self.sms as usize * 8 * MAXT * 4
+        self.resident_blocks() as usize * MAXT * 4
     }
+}
+
+/// Blocks of a grid-stride launch over `nvec` vectors (one per thread per step): at most one
+/// resident wave of `sms x blocks_per_sm` blocks, no more than the work needs, at least one.
+pub(crate) fn grid_for(nvec: u64, sms: u32, blocks_per_sm: u32) -> u32 {
+    let need = nvec.div_ceil(THREADS as u64).max(1);
+    need.min(sms as u64 * blocks_per_sm as u64).max(1) as u32
 }
 
 /// The weight pool the streaming kernel reads: a power of two in 16-byte vectors, several times
@@ -336,6 +390,18 @@ pub fn sum_partials(bytes: &[u8], blocks: usize, tokens: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grids_are_one_resident_wave_of_the_occupancy_query() {
+        // H200: 132 SMs x 8 blocks of 256 threads (2048 threads per SM) = 1056 blocks
+        assert_eq!(grid_for(1 << 30, 132, 8), 1056);
+        // RTX PRO 6000 (sm_120): 188 SMs x 6 blocks (1536 threads per SM) = 1128, where the
+        // former constant of 8 per SM gave 1504 blocks = 1.33 waves
+        assert_eq!(grid_for(1 << 30, 188, 6), 1128);
+        // small work: 1000 vectors need ceil(1000 / 256) = 4 blocks
+        assert_eq!(grid_for(1000, 132, 8), 4);
+        assert_eq!(grid_for(0, 132, 8), 1);
+    }
 
     #[test]
     fn reference_of_one_vector() {

@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::requirements::{self, choose_nvrtc, NvrtcCandidate, Version};
 use crate::error::usage;
 
 const REEXEC_MARK: &str = "VERIFYBENCH_LIBS_PREPARED";
@@ -176,40 +177,171 @@ pub fn find_nccl(explicit: Option<&Path>) -> anyhow::Result<Option<Found>> {
         .map(|(path, how)| Found { path, how }))
 }
 
-fn find_nvrtc() -> Option<Found> {
-    if nvrtc_loadable_by_default() {
-        return None;
+/// The NVRTC libraries on this machine in search order, each with its version: first the one
+/// the loader finds by cudarc's names (what would load without help), then every
+/// libnvrtc.so.13/.12 on LD_LIBRARY_PATH, system folders, CUDA toolkits and Python's wheels.
+/// Each is opened once to ask `nvrtcVersion` and closed again.
+fn nvrtc_candidates() -> Vec<NvrtcCandidate> {
+    let mut out: Vec<NvrtcCandidate> = vec![];
+    let mut push = |path: String, how: String, version: Option<Version>| {
+        let canon = std::fs::canonicalize(&path)
+            .map(|c| c.display().to_string())
+            .unwrap_or(path);
+        if !out.iter().any(|c| c.path == canon) {
+            out.push(NvrtcCandidate {
+                path: canon,
+                how,
+                version,
+            });
+        }
+    };
+    for name in ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"] {
+        if let Some((path, v)) = probe_nvrtc(name) {
+            push(path, "the loader's default".into(), Some(v));
+            break;
+        }
     }
-    candidates(
+    for (p, how) in candidates(
         &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
         &["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"],
-    )
-    .into_iter()
-    .find(|(p, _)| p.exists())
-    .map(|(path, how)| Found { path, how })
+    ) {
+        if p.exists() {
+            let s = p.display().to_string();
+            let v = probe_nvrtc(&s).map(|(_, v)| v);
+            push(s, how, v);
+        }
+    }
+    out
+}
+
+/// Opens an NVRTC library (a file path, or a name for the loader's search), asks its version
+/// and the file it was mapped from, and closes it.
+fn probe_nvrtc(name: &str) -> Option<(String, Version)> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: dlopen of a shared library by a NUL-terminated name; RTLD_LOCAL keeps its symbols
+    // out of the global namespace, so a second NVRTC opened later does not clash.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return None;
+    }
+    let mut res = None;
+    // SAFETY: h is a live handle; the symbol name is NUL-terminated.
+    let sym = unsafe { libc::dlsym(h, c"nvrtcVersion".as_ptr()) };
+    if !sym.is_null() {
+        type VersionFn = unsafe extern "C" fn(*mut i32, *mut i32) -> i32;
+        // SAFETY: nvrtcVersion has the signature nvrtcResult(int*, int*) in every NVRTC.
+        let f: VersionFn = unsafe { std::mem::transmute::<*mut libc::c_void, VersionFn>(sym) };
+        let (mut a, mut b) = (0, 0);
+        // SAFETY: two valid out-pointers.
+        if unsafe { f(&mut a, &mut b) } == 0 {
+            // SAFETY: a zeroed Dl_info is a valid out-parameter; sym lies in the library.
+            let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+            let path = if unsafe { libc::dladdr(sym, &mut info) } != 0 && !info.dli_fname.is_null()
+            {
+                // SAFETY: dladdr set dli_fname to a NUL-terminated string owned by the loader,
+                // valid while the library is open (copied here before dlclose).
+                unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+                    .to_string_lossy()
+                    .into_owned()
+            } else {
+                name.to_string()
+            };
+            res = Some((path, Version::new(a.max(0) as u32, b.max(0) as u32, 0)));
+        }
+    }
+    // SAFETY: h came from dlopen above and no pointer into the library outlives this call.
+    unsafe { libc::dlclose(h) };
+    res
+}
+
+/// The CUDA version of the driver's API (`cuDriverGetVersion`), None without a driver.
+pub fn driver_api_version() -> Option<Version> {
+    if !cuda_present() {
+        return None;
+    }
+    let mut v = 0;
+    // SAFETY: v is a valid out-pointer; cuDriverGetVersion needs no cuInit.
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then(|| Version::from_cuda_int(v))
+}
+
+/// NVRTC as chosen for this run: the libraries found, the choice and why (`env` shows it).
+#[derive(Debug, Clone)]
+pub struct NvrtcSelection {
+    pub candidates: Vec<NvrtcCandidate>,
+    pub chosen: Option<NvrtcCandidate>,
+    pub why: String,
+}
+
+const NVRTC_WHY: &str = "VERIFYBENCH_NVRTC_CHOICE";
+
+/// NVRTC's selection (computed once per process; after the re-execution that made the chosen
+/// library the loader's default, the reason recorded before it is kept).
+pub fn nvrtc_selection() -> NvrtcSelection {
+    static SEL: std::sync::OnceLock<NvrtcSelection> = std::sync::OnceLock::new();
+    SEL.get_or_init(|| {
+        let candidates = nvrtc_candidates();
+        let ch = choose_nvrtc(driver_api_version(), &candidates);
+        let why = match std::env::var(NVRTC_WHY) {
+            Ok(w) if !w.is_empty() && ch.chosen == Some(0) => w,
+            _ => ch.why,
+        };
+        NvrtcSelection {
+            chosen: ch.chosen.map(|i| candidates[i].clone()),
+            candidates,
+            why,
+        }
+    })
+    .clone()
+}
+
+/// Checks the NVRTC that will compile for `arch` against the driver (see
+/// [`super::requirements`]): an error that names the library to change and how.
+pub fn check_nvrtc_for(arch: &str) -> anyhow::Result<()> {
+    let sel = nvrtc_selection();
+    let Some(c) = sel.chosen else {
+        return Err(usage(format!("NVRTC compiles the kernels: {}", sel.why)));
+    };
+    let (Some(v), Some(d)) = (c.version, driver_api_version()) else {
+        return Ok(());
+    };
+    requirements::check_nvrtc(v, d, Some(arch), &c.path).map_err(usage)
 }
 
 /// Makes NCCL (and NVRTC) loadable under cudarc's names, re-executing this program once if the
-/// loader's search path must change. Returns an error when no NCCL or driver is found.
+/// loader's search path must change, and checks the driver and NCCL against the floors of
+/// [`super::requirements`] before any work. NVRTC is chosen here too (the first the driver can
+/// load, see [`nvrtc_selection`]) and checked where kernels are compiled
+/// ([`check_nvrtc_for`]), since runs without kernels do not need it. Returns an error when no
+/// driver or NCCL is found, or one is too old.
 pub fn prepare(nccl_explicit: Option<&Path>) -> anyhow::Result<()> {
     if !cuda_present() {
         return Err(usage(
             "no CUDA driver library (libcuda.so) found: this machine has no NVIDIA driver, or its folder is not on LD_LIBRARY_PATH; this command needs a GPU (verify, collective and sweep can run the cost model instead: --backend model)",
         ));
     }
+    if let Some(d) = driver_api_version() {
+        requirements::check_driver(d, super::device::driver_version().as_deref()).map_err(usage)?;
+    }
     if std::env::var_os(REEXEC_MARK).is_some() {
-        if !nccl_loadable_by_default() {
-            return Err(usage(nccl_missing_message()));
-        }
-        return Ok(());
+        return check_loaded_nccl();
     }
     let nccl = find_nccl(nccl_explicit)?;
     if nccl.is_none() && !nccl_loadable_by_default() {
         return Err(usage(nccl_missing_message()));
     }
-    let nvrtc = find_nvrtc();
+    let sel = nvrtc_selection();
+    // The chosen NVRTC needs a link only when the loader would take another one.
+    let nvrtc = sel
+        .chosen
+        .as_ref()
+        .filter(|c| sel.candidates.first().map(|f| &f.path) != Some(&c.path))
+        .map(|c| Found {
+            path: PathBuf::from(&c.path),
+            how: c.how.clone(),
+        });
     if nccl.is_none() && nvrtc.is_none() {
-        return Ok(());
+        return check_loaded_nccl();
     }
     let mut links = vec![];
     if let Some(f) = &nccl {
@@ -218,14 +350,23 @@ pub fn prepare(nccl_explicit: Option<&Path>) -> anyhow::Result<()> {
     if let Some(f) = &nvrtc {
         links.push(("libnvrtc.so", f));
     }
-    let dir = std::env::temp_dir().join(format!("verifybench-libs-{}", std::process::id()));
+    let targets: Vec<PathBuf> = links
+        .iter()
+        .map(|(_, f)| std::fs::canonicalize(&f.path).unwrap_or(f.path.clone()))
+        .collect();
+    let dir = link_dir(&targets);
     std::fs::create_dir_all(&dir)?;
     let mut path_dirs = vec![dir.clone()];
-    for (name, f) in &links {
+    for ((name, _), target) in links.iter().zip(&targets) {
         let link = dir.join(name);
-        let _ = std::fs::remove_file(&link);
-        let target = std::fs::canonicalize(&f.path).unwrap_or(f.path.clone());
-        std::os::unix::fs::symlink(&target, &link)?;
+        if std::fs::read_link(&link).ok().as_ref() != Some(target) {
+            // a link made under another name, then renamed: another run creating the same
+            // folder at the same time never sees a half-made link
+            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(target, &tmp)?;
+            std::fs::rename(&tmp, &link)?;
+        }
         if let Some(parent) = target.parent() {
             path_dirs.push(parent.to_path_buf());
         }
@@ -237,11 +378,31 @@ pub fn prepare(nccl_explicit: Option<&Path>) -> anyhow::Result<()> {
     let err = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
         .env("LD_LIBRARY_PATH", joined)
-        .env(REEXEC_MARK, dir)
+        .env(REEXEC_MARK, &dir)
+        .env(NVRTC_WHY, &sel.why)
         .exec();
     Err(anyhow::anyhow!(
         "re-executing with the NCCL library path failed: {err}"
     ))
+}
+
+/// The folder of links for one set of library targets: one per user and set (the same run
+/// again reuses it), not one per run.
+fn link_dir(targets: &[PathBuf]) -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    targets.hash(&mut h);
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("verifybench-libs-{uid}-{:016x}", h.finish()))
+}
+
+/// The NCCL the loader finds is present and new enough.
+fn check_loaded_nccl() -> anyhow::Result<()> {
+    if !nccl_loadable_by_default() {
+        return Err(usage(nccl_missing_message()));
+    }
+    requirements::check_nccl(super::nccl::version_number()).map_err(usage)
 }
 
 fn nccl_missing_message() -> String {

@@ -28,6 +28,7 @@ pub mod kernels;
 pub mod libs;
 pub mod nccl;
 pub mod p2p;
+pub mod requirements;
 
 pub use device::{Buffer, CudaFailure, Event, Gpu, Graph};
 pub use nccl::{Communicator, NcclFailure, UniqueId};

@@ -63,15 +63,19 @@ fn check(rank: usize, call: &'static str, r: sys::ncclResult_t) -> Result<(), Nc
 
 /// NCCL's version as "major.minor.patch".
 pub fn version() -> Option<String> {
+    version_number().map(|v| format!("{}.{}.{}", v.major, v.minor, v.patch))
+}
+
+/// NCCL's version as a number (also loads the library).
+pub fn version_number() -> Option<super::requirements::Version> {
     let mut v: std::ffi::c_int = 0;
     // SAFETY: ncclGetVersion writes one int through a valid pointer.
     let r = unsafe { sys::ncclGetVersion(&mut v) };
     if r != sys::ncclResult_t::ncclSuccess {
         return None;
     }
-    let v = v as i64;
     // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-    Some(format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100))
+    Some(super::requirements::Version::from_nccl_int(v))
 }
 
 /// A 128-byte NCCL unique id, as bytes (what travels between processes).
@@ -177,6 +181,26 @@ impl Drop for Raw {
             }
         }
         self.comm = std::ptr::null_mut();
+    }
+}
+
+/// See [`Communicator::abort_guard`].
+pub struct AbortGuard {
+    raw: Option<Rc<Raw>>,
+}
+
+impl AbortGuard {
+    /// The work ended well: the communicator is destroyed normally.
+    pub fn disarm(mut self) {
+        self.raw = None;
+    }
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if let Some(r) = &self.raw {
+            r.failed.set(true);
+        }
     }
 }
 
@@ -306,8 +330,23 @@ impl Communicator {
         let mut e = sys::ncclResult_t::ncclSuccess;
         // SAFETY: comm is a live communicator; e is a valid out-pointer.
         let r = unsafe { sys::ncclCommGetAsyncError(self.raw.comm, &mut e) };
-        check(self.rank, "ncclCommGetAsyncError", r)?;
-        check(self.rank, "a collective (asynchronous error)", e)
+        let res = check(self.rank, "ncclCommGetAsyncError", r)
+            .and_then(|_| check(self.rank, "a collective (asynchronous error)", e));
+        if res.is_err() {
+            // a broken communicator is aborted at drop, never destroyed (which waits for
+            // outstanding work that will not finish)
+            self.raw.failed.set(true);
+        }
+        res
+    }
+
+    /// A guard that, unless disarmed, marks the communicator failed when dropped, so that its
+    /// drop aborts it (`ncclCommAbort`, which does not wait for peers) instead of destroying
+    /// it. A rank holds one while it works: every error out of it aborts.
+    pub fn abort_guard(&self) -> AbortGuard {
+        AbortGuard {
+            raw: Some(self.raw.clone()),
+        }
     }
 }
 

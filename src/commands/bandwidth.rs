@@ -91,6 +91,10 @@ pub fn measure(
         Ok(gpu.copy(&dst, pool.buffer(), n as usize)?)
     })?;
     let partial = gpu.alloc(kernels.partial_bytes())?;
+    crate::note!(
+        "GPU {device}: streaming grid from the occupancy query: {}",
+        kernels.grid_summary(&[1, 3, 4, 8])
+    );
     let mut stream = vec![];
     for tokens in [1usize, 3, 4, 8] {
         let act: Vec<u8> = (0..tokens * 8)

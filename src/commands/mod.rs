@@ -171,9 +171,10 @@ pub fn worker(a: &WorkerRequest) -> anyhow::Result<i32> {
 /// `verifybench verify` with the backend `resolve` picks.
 pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
     a.export.check(&[])?;
-    // One GPU streams one rank's share of a larger --tp in compute mode (`--gpus 1 --tp 8`);
-    // everywhere else one rank runs per GPU, so --tp and the GPU count must agree.
-    let one_rank_share = a.compute_only() && a.gpu.ranks() == Some(1);
+    // One GPU runs one rank's share of a larger --tp (`--gpus 1 --tp 8`): its compute, and
+    // with --mode comm/full its collectives on a communicator of one rank; everywhere else
+    // one rank runs per GPU, so --tp and the GPU count must agree.
+    let one_rank_share = a.gpu.ranks() == Some(1);
     crate::launch::run::check_gpu_flags(&a.gpu, if one_rank_share { None } else { a.workload.tp })?;
     if a.launches_per_layer > 10_000 {
         crate::usage_bail!(

@@ -32,7 +32,7 @@ pub fn streaming_kernel(device: usize) -> Check {
             let partial = gpu.alloc(k.partial_bytes())?;
             k.stream(&gpu, &pool, start, nvec, &a, tokens, &partial)?;
             gpu.sync()?;
-            let blocks = k.blocks_for(nvec) as usize;
+            let blocks = k.blocks_for(nvec, tokens) as usize;
             let got = comm::kernels::sum_partials(
                 &gpu.download(&partial, partial.len())?,
                 blocks,
@@ -97,7 +97,7 @@ fn streaming_pdl(
     let partial = gpu.alloc(k.partial_bytes())?;
     // Same block count for every launch, so that each writes every block's slot.
     let nvec = 1u64 << 20;
-    let blocks = k.blocks_for(nvec) as usize;
+    let blocks = k.blocks_for(nvec, tokens) as usize;
     let launches: Vec<u64> = (0..6u64).map(|i| 1000 * i + 7).collect();
     let want = reference(pool.vecs(), *launches.last().unwrap(), nvec, &act, tokens);
     let mut worst = 0f64;

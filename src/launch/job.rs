@@ -407,8 +407,33 @@ impl Rank {
         if let Some(e) = then {
             self.gpu.record(e)?;
         }
-        self.gpu.sync()?;
-        Ok(())
+        self.wait()
+    }
+
+    /// Waits for the rank's stream as nccl-tests' `testStreamSynchronize` does: polls the
+    /// stream and, between polls, NCCL's asynchronous error, so that a dead peer or a broken
+    /// communicator ends the wait with NCCL's own error instead of a hang.
+    fn wait(&self) -> anyhow::Result<()> {
+        let Some(c) = &self.comm else {
+            self.gpu.sync()?;
+            return Ok(());
+        };
+        let mut polls = 0u64;
+        loop {
+            if self.gpu.done()? {
+                return Ok(());
+            }
+            polls += 1;
+            // NCCL's error state costs a call; the stream query alone is cheap
+            if polls % 64 == 0 {
+                c.async_error()?;
+            }
+            if polls > 4096 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     fn barrier(&self) -> anyhow::Result<()> {
@@ -440,7 +465,7 @@ impl Rank {
             self.gpu.record(&start)?;
             body(warmup + it)?;
             self.gpu.record(&end)?;
-            self.gpu.sync()?;
+            self.wait()?;
             // a peer that never signalled ends the run here, naming it, not after every sample
             self.p2p.check(&self.gpu)?;
             out.push(start.elapsed_us(&end)?);
@@ -576,6 +601,9 @@ pub fn run_rank(
     } else {
         (None, None)
     };
+    // Any error (or panic) from here on leaves through this guard, which marks the
+    // communicator failed: its drop then aborts it (ncclCommAbort) instead of destroying it.
+    let abort_guard = comm.as_ref().map(|c| c.abort_guard());
     let mut rank = Rank {
         setup,
         gpu,
@@ -887,6 +915,9 @@ pub fn run_rank(
         rank.p2p.check(&rank.gpu)?;
         rank.barrier()?;
         rank.p2p.ar = None;
+    }
+    if let Some(g) = abort_guard {
+        g.disarm();
     }
     Ok(result)
 }

@@ -128,7 +128,8 @@ pub fn preflight(g: &GpuSpec, wanted: Option<usize>) -> anyhow::Result<Vec<usize
             "no CUDA driver library (libcuda.so) found: --backend nccl needs GPUs with their driver; use --backend model for the cost model",
         ));
     }
-    select_devices(g, wanted, comm::device_count())
+    let min = if g.ranks() == Some(1) { 1 } else { 2 };
+    select_devices_min(g, wanted, comm::device_count(), min)
 }
 
 /// Checks the GPU flags against a machine with `present` GPUs (usually
@@ -153,7 +154,7 @@ pub fn select_devices_min(
 ) -> anyhow::Result<Vec<usize>> {
     if present == 0 {
         return Err(usage(
-            "no GPU found (no CUDA driver or no device): this needs at least 2 GPUs (verify, collective and sweep can run the cost model instead: --backend model)",
+            "no GPU found (no CUDA driver or no device): this needs a GPU (verify, collective and sweep can run the cost model instead: --backend model)",
         ));
     }
     let devices: Vec<usize> = if let Some(d) = &g.devices {
@@ -585,6 +586,8 @@ fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) 
     }
 }
 
+pub use crate::record::vocab::ONE_RANK;
+
 /// The provenance note of a replay with `--pdl`.
 const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl): each streaming kernel lets the next be scheduled as its blocks retire and issues its first weight loads before it waits for the kernel before it; after a collective (which never triggers early) it starts as a plain launch";
 
@@ -592,22 +595,18 @@ const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl):
 pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     let compute_only = a.compute_only();
     let present = comm::device_count();
+    // One GPU: rank 0's share of the --tp workload; with --mode comm/full its collectives run
+    // on a communicator of one rank (NCCL's own path, no transfer).
     let devices = select_devices_min(
         &a.gpu,
         a.workload.requested_tp()?.map(|t| t as usize),
         present,
-        if compute_only { 1 } else { 2 },
-    )
-    .map_err(|e| match (compute_only, a.gpu.gpus, present) {
-        (false, Some(1), _) | (false, None, 1) => usage(
-            "--mode comm and full replay collectives between ranks: they need at least two GPUs; on one GPU use --mode compute (one rank's share of the --tp workload)",
-        ),
-        _ => e,
-    })?;
+        1,
+    )?;
     let one = devices.len() == 1;
-    if let (Some(p), true) = (&a.export_trace, compute_only || one) {
+    if let (Some(p), true) = (&a.export_trace, compute_only) {
         crate::usage_bail!(
-            "--export-trace '{}': only runs with collectives on two or more GPUs have a per-collective pass; add --mode comm or full",
+            "--export-trace '{}': only runs with collectives have a per-collective pass; add --mode comm or full",
             p.display()
         );
     }
@@ -619,8 +618,15 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     let host_gaps = a.host_gaps.resolve(&schedule, devices.len())?;
     let fault = crate::launch::fault::rank_fault(a.inject_fault.as_deref())?;
     let mut notes = vec![];
-    // one GPU has no peers: only its compute share runs
+    // one GPU has no peers: NCCL only (the P2P kernels need two ranks)
     let run_on = if one {
+        if !impls::p2p(&a.impls).is_empty() {
+            impls::skip(
+                &a.impls,
+                "1 rank: the P2P all-reduces need two ranks",
+                &mut notes,
+            )?;
+        }
         vec![Impl::Nccl]
     } else {
         runnable(&a.impls, &devices, &mut notes)?
@@ -647,7 +653,7 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
         launches_per_layer: a.launches_per_layer,
         run_impls: run_impls.clone(),
         host_gaps,
-        timing_pass: if one {
+        timing_pass: if compute_only {
             0
         } else {
             super::timeline::pass_iterations(iters)
@@ -657,9 +663,14 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
     let mut rec = verify_record(&job, &results, spec.launcher.name(), started)?;
-    if one {
+    if one && compute_only {
         rec.provenance.notes.push(format!(
             "one GPU: rank 0's share of the TP={} workload (its weight bytes streamed), no communicator, no collectives",
+            schedule.tp
+        ));
+    } else if one {
+        rec.provenance.notes.push(format!(
+            "{ONE_RANK}: the TP={} schedule's per-rank collectives on a communicator of size 1 (NCCL copies in place or not at all; nothing crosses a link), with rank 0's compute share; what it measures is NCCL's launch and call cost, not a transfer",
             schedule.tp
         ));
     }
@@ -861,12 +872,26 @@ fn verify_record_with(
 /// `collective --backend nccl`.
 pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Record> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let devices = select_devices(&a.gpu, None, comm::device_count())?;
+    let devices = select_devices_min(&a.gpu, None, comm::device_count(), 1)?;
     let n = devices.len();
     let sizes = a.sizes(n)?;
-    impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;
     let mut notes = vec![];
-    let run_on = runnable(&a.impls, &devices, &mut notes)?;
+    let run_on = if n == 1 {
+        if !impls::p2p(&a.impls).is_empty() {
+            impls::skip(
+                &a.impls,
+                "1 rank: the P2P all-reduces need two ranks",
+                &mut notes,
+            )?;
+        }
+        notes.push(format!(
+            "{ONE_RANK}: a communicator of size 1 (NCCL copies in place or not at all; bus bandwidth is 0 by definition): the time is NCCL's launch and call cost"
+        ));
+        vec![Impl::Nccl]
+    } else {
+        impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;
+        runnable(&a.impls, &devices, &mut notes)?
+    };
     let esz = a.dtype.size();
     // per size, every implementation (NCCL first), in one run of one rank set
     let cases: Vec<CollCase> = sizes

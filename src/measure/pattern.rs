@@ -5,7 +5,7 @@
 //! Why it is exact for every rank count (up to 1024 and beyond) and every dtype: on `n` ranks
 //! element `i` of a send buffer is non-zero on at most [`ACTIVE`] = 16 ranks (those with
 //! `(rank + i + op) % d == 0`, `d = ceil(n / 16)`), where it is the integer
-//! `rank / d + 1 + (i + op) % 7`, at most 16 + 6. So every value is a non-negative integer and
+//! `rank / d + 1 + offset(i, op)`, with `offset` in 0..=6, so at most 16 + 6. So every value is a non-negative integer and
 //! the values summed into one output element total at most `(1 + ... + 16) + 16 x 6 = 232`.
 //! Any partial sum NCCL may form (any subset of ranks, in any grouping: ring segments, tree
 //! subtrees, a switch's reduction) is then a non-negative integer of at most 232; bf16 holds
@@ -17,7 +17,13 @@
 //! before the sparse layout existed. Beyond, each rank contributes to one element in `d`, so a
 //! buffer of at least `d` elements checks every rank's data; the offsets move with `op` (the
 //! collective's salt), so that one op's output landing in another's buffer is caught.
-
+//!
+//! No period: `offset(i, op) = (i + digit_k(op)) % 7` with `k = i % 6` and `digit_k` the k-th
+//! base-7 digit of `op`. Two salts below 7^6 = 117,649 differ in some digit `k`, so every
+//! element `i` with `i % 6 == k` that a rank feeds holds a different value under the two salts:
+//! two collectives of one schedule (salts = their indices) never get the same inputs, however
+//! far apart (the former `(i + op) % 7` repeated every 7 collectives). A test checks this for
+//! every schedule `plan` builds up to 1024 ranks, on every rank's expected output.
 use half::{bf16, f16};
 
 use crate::model::collective::Source;
@@ -32,6 +38,16 @@ pub fn stride(nranks: usize) -> usize {
     nranks.div_ceil(ACTIVE).max(1)
 }
 
+/// Salts below this get pairwise different inputs (see the module doc).
+pub const DISTINCT_SALTS: usize = 7usize.pow(6);
+
+/// The value offset of element `i` under salt `op`: in 0..=6, `(i + digit) % 7` with the
+/// `(i % 6)`-th base-7 digit of `op`.
+fn offset(i: usize, op: usize) -> usize {
+    let digit = (op / 7usize.pow((i % 6) as u32)) % 7;
+    (i + digit) % 7
+}
+
 /// Input value of element `i` on `rank` of `nranks` for the collective with salt `op` (its
 /// index in the schedule).
 pub fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f32 {
@@ -39,7 +55,7 @@ pub fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f32 {
     if (rank + i + op) % d != 0 {
         return 0.0;
     }
-    ((rank / d + 1) + (i + op) % 7) as f32
+    ((rank / d + 1) + offset(i, op)) as f32
 }
 
 /// The exact sum over all `nranks` ranks of send element `i` (only the ranks that contribute
@@ -220,17 +236,18 @@ mod tests {
     }
 
     #[test]
-    fn up_to_16_ranks_every_rank_feeds_every_element_as_before() {
-        // d = 1: the dense values (rank + 1) + (i + op) % 7
+    fn up_to_16_ranks_every_rank_feeds_every_element() {
+        // d = 1: the dense values (rank + 1) + offset; salt 3 has base-7 digits 3,0,0,0,0,0
         for n in 2..=16 {
             assert_eq!(stride(n), 1);
             for r in 0..n {
-                for i in 0..9 {
-                    assert_eq!(input_value(r, i, 3, n), ((r + 1) + (i + 3) % 7) as f32);
+                for i in 0..12 {
+                    let digit = if i % 6 == 0 { 3 } else { 0 };
+                    assert_eq!(input_value(r, i, 3, n), ((r + 1) + (i + digit) % 7) as f32);
                 }
             }
         }
-        // 8 ranks: the largest sum 36 + 8 * 6 = 84
+        // 8 ranks: the largest sum 36 + 8 * 6 = 84 (salt 0: offset i % 7, 6 at i = 6)
         assert_eq!(sum_value(6, 0, 8), 84.0);
         assert_eq!(stride(17), 2);
         assert_eq!(stride(1024), 64);
@@ -273,18 +290,20 @@ mod tests {
             let d = stride(n);
             // the d residues of (i + op) are every layout an element can have; 7 covers the
             // value offsets (i + op) % 7
-            let op = n % 5;
-            for i in 0..d.max(7) {
-                let (mut nonzero, mut total) = (0, 0.0f32);
-                for r in 0..n {
-                    let v = input_value(r, i, op, n);
-                    assert!(v >= 0.0 && v.fract() == 0.0 && v <= 256.0);
-                    nonzero += (v != 0.0) as usize;
-                    total += v;
+            // salts with non-zero high digits too: 7^5 * 6 + 7 * 3 + 2
+            for op in [n % 5, 6 * 7usize.pow(5) + 23] {
+                for i in 0..d.max(42) {
+                    let (mut nonzero, mut total) = (0, 0.0f32);
+                    for r in 0..n {
+                        let v = input_value(r, i, op, n);
+                        assert!(v >= 0.0 && v.fract() == 0.0 && v <= 256.0);
+                        nonzero += (v != 0.0) as usize;
+                        total += v;
+                    }
+                    assert!((1..=ACTIVE).contains(&nonzero), "n {n} i {i}: {nonzero}");
+                    assert!(total <= 256.0, "n {n} i {i}: total {total}");
+                    assert_eq!(sum_value(i, op, n), total, "n {n} i {i}");
                 }
-                assert!((1..=ACTIVE).contains(&nonzero), "n {n} i {i}: {nonzero}");
-                assert!(total <= 256.0, "n {n} i {i}: total {total}");
-                assert_eq!(sum_value(i, op, n), total, "n {n} i {i}");
             }
         }
     }
@@ -398,6 +417,109 @@ mod tests {
             dense
         );
         assert!(sum_value(6, 0, 18) <= 256.0);
+    }
+
+    /// Salts 7 apart (the former period) and salts differing only in a high base-7 digit get
+    /// different inputs on every rank.
+    #[test]
+    fn salts_seven_apart_and_far_apart_get_different_inputs() {
+        for n in [2, 8, 16] {
+            for (a, b) in [(0, 7), (3, 10), (1, 1 + 7usize.pow(5)), (5, 5 + 49 * 3)] {
+                for r in 0..n {
+                    let differ =
+                        (0..12).any(|i| input_value(r, i, a, n) != input_value(r, i, b, n));
+                    assert!(differ, "n {n} rank {r}: salts {a} and {b}");
+                }
+            }
+        }
+    }
+
+    /// The expected output of every rank differs between every two collectives of one kind and
+    /// size in every schedule `plan` builds (every preset, every phase, TP 1..=1024 where the
+    /// model allows it, verify of 1 and 8 tokens; the first and last rank), in every dtype: a collective reading or writing
+    /// another's buffer leaves wrong elements on every rank. Salts are the op's index, as the
+    /// runs use them.
+    #[test]
+    fn every_collective_of_every_schedule_gets_distinct_inputs() {
+        use crate::model::schedule::{build, validate, ScheduleOptions};
+        use crate::model::{Op, Phase};
+        let mut schedules = 0;
+        let mut pairs = 0u64;
+        for name in crate::model::presets::PRESETS {
+            let shape = crate::model::presets::preset(name).unwrap();
+            for tp in (0..=10).map(|k| 1u64 << k) {
+                {
+                    for (phase, tokens) in [
+                        (Phase::Verify, 1),
+                        (Phase::Verify, 8),
+                        (Phase::Decode, 1),
+                        (Phase::Draft, 1),
+                    ] {
+                        let opt = ScheduleOptions {
+                            tp,
+                            tokens,
+                            ..Default::default()
+                        };
+                        if validate(&shape, &opt).is_err() {
+                            continue;
+                        }
+                        let Ok(s) = build(&shape, &opt, phase) else {
+                            continue;
+                        };
+                        schedules += 1;
+                        let n = tp as usize;
+                        let colls: Vec<(usize, CollectiveKind, usize)> = s
+                            .ops
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(salt, op)| match op {
+                                Op::Collective { kind, count, .. } => {
+                                    Some((salt, *kind, *count as usize))
+                                }
+                                _ => None,
+                            })
+                            .collect();
+                        assert!(colls.iter().all(|c| c.0 < DISTINCT_SALTS));
+                        let mut ranks = vec![0, n - 1];
+                        ranks.dedup();
+                        for (x, &(sa, ka, ca)) in colls.iter().enumerate() {
+                            for &(sb, kb, cb) in &colls[x + 1..] {
+                                if (ka, ca) != (kb, cb) {
+                                    continue;
+                                }
+                                pairs += 1;
+                                let len = ka.ops().recv_elems(ca, n);
+                                for &r in &ranks {
+                                    let at = (0..len).find(|&i| {
+                                        expected(ka, ca, n, r, i, sa)
+                                            != expected(ka, ca, n, r, i, sb)
+                                    });
+                                    let Some(i) = at else {
+                                        panic!("{name} tp {tp} {phase:?}: ops {sa} and {sb} expect the same on rank {r}");
+                                    };
+                                    let (va, vb) = (
+                                        expected(ka, ca, n, r, i, sa),
+                                        expected(ka, ca, n, r, i, sb),
+                                    );
+                                    for dt in [DType::Bf16, DType::F16, DType::F32] {
+                                        assert_ne!(
+                                            encode(dt, [va].into_iter()),
+                                            encode(dt, [vb].into_iter()),
+                                            "{dt:?}"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // the loops really covered schedules with repeated collectives
+        assert!(
+            schedules >= 20 && pairs > 10_000,
+            "{schedules} schedules, {pairs} pairs"
+        );
     }
 
     #[test]

@@ -226,3 +226,6 @@ pub struct Straggler {
     /// Median of (its start - the earliest start) over the collectives it was last in.
     pub median_lag_us: f64,
 }
+
+/// How a run of one rank through NCCL (a communicator of size 1) is labelled.
+pub const ONE_RANK: &str = "1 rank: NCCL's path, no transfer";

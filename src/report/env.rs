@@ -37,6 +37,18 @@ pub fn render(r: &EnvReport) -> String {
             "not found (needed only for --mode compute/full)"
         }
     );
+    if let Some(w) = &r.nvrtc_choice {
+        let _ = writeln!(o, "NVRTC choice    {w}");
+    }
+    for f in &r.nvrtc_found {
+        let _ = writeln!(o, "  found         {f}");
+    }
+    if !r.requirements.is_empty() {
+        let _ = writeln!(o, "\nRequirements (checked at start)");
+        for l in &r.requirements {
+            let _ = writeln!(o, "  {l}");
+        }
+    }
     let _ = writeln!(o, "\nGPUs");
     for g in &r.gpus {
         let _ = writeln!(

@@ -456,7 +456,13 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         );
     }
 
-    crate::launch::run::check_gpu_flags(&a.gpu, a.workload.tp)?;
+    // one GPU replays one rank's share of any --tp (see `verify`)
+    let tp_check = if a.gpu.ranks() == Some(1) {
+        None
+    } else {
+        a.workload.tp
+    };
+    crate::launch::run::check_gpu_flags(&a.gpu, tp_check)?;
     let dims = matrix::dimensions(&a.lists, &a.sets)?;
     let preset = a.preset.as_deref().map(matrix::preset).transpose()?;
     if dims.is_empty() && preset.is_none() {
@@ -497,7 +503,9 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     if backend == BackendKind::Nccl && !a.debug_mode {
         // The same preflight as `verify`: no point runs (and nothing is written) on a machine
         // that cannot run one.
-        crate::launch::run::preflight(&a.gpu, Some(tp as usize))?;
+        // (one GPU: one rank's share of any --tp, through a communicator of one rank)
+        let wanted = (a.gpu.ranks() != Some(1)).then_some(tp as usize);
+        crate::launch::run::preflight(&a.gpu, wanted)?;
     }
     let cfg = SweepConfig {
         seed: a.seed,
@@ -709,7 +717,10 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
                     let eff = sp
                         .effective
                         .as_ref()
-                        .map(|e| format!(", NCCL {} via {}", e.algo_proto(), e.transport()))
+                        .map(|e| match &e.one_rank {
+                            Some(proof) => format!("; {proof}"),
+                            None => format!(", NCCL {} via {}", e.algo_proto(), e.transport()),
+                        })
                         .unwrap_or_default();
                     format!(
                         "[{i}/{n_todo}] round {} {}: ok, {:.1} us per verify ({}){eff}; {}",

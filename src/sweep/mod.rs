@@ -151,6 +151,36 @@ pub fn mismatches(p: &Point, log: &NcclLog) -> Vec<String> {
     out
 }
 
+/// What a probe log of one rank proves: that NCCL ran (its version), which of the point's
+/// variables NCCL reported as read, and that no algorithm, protocol or transport was chosen
+/// (NCCL has none to choose at one rank), so the setting's effect is not proven there.
+pub fn one_rank_proof(e: &Effective, confirmed: &[String]) -> String {
+    let version = e
+        .nccl_version
+        .as_deref()
+        .map_or("NCCL ran (version not logged)".to_string(), |v| {
+            format!("NCCL {v} ran")
+        });
+    let read = if confirmed.is_empty() {
+        "no variable of the point reported as set by environment".to_string()
+    } else {
+        format!("NCCL read {}", confirmed.join(", "))
+    };
+    let chose = if e.log.choices.is_empty() && e.transports.is_empty() {
+        "no algorithm, protocol or transport chosen (none exists at one rank), so the setting's effect cannot be proven here".to_string()
+    } else {
+        format!(
+            "the log still names {} via {}",
+            e.algo_proto(),
+            e.transport()
+        )
+    };
+    format!(
+        "{}: {version}; {read}; {chose}",
+        crate::record::vocab::ONE_RANK
+    )
+}
+
 /// What to try instead when NCCL refused a point.
 pub fn hint(p: &Point, reason: &str, warnings: &[String]) -> Option<String> {
     let no_algo = warnings
@@ -198,6 +228,7 @@ pub fn assemble_in_round(
         transports: l.transport_summary(),
         mismatches: mismatches(p, l),
         log: l.clone(),
+        one_rank: None,
     });
     let job = cfg.job(p);
     let requested = env::nccl_part(&job.env);
@@ -207,6 +238,12 @@ pub fn assemble_in_round(
         .map(|r| r.provenance.workers.clone())
         .unwrap_or_default();
     let env_check = env::check(&requested, &p.overrides, &workers, log.as_ref());
+    let mut effective = effective;
+    if workers.len() == 1 {
+        if let Some(e) = effective.as_mut() {
+            e.one_rank = Some(one_rank_proof(e, &env_check.nccl_confirmed));
+        }
+    }
     let warnings = log.as_ref().map(|l| l.warnings.clone()).unwrap_or_default();
     let mut reason = out.failure.clone();
     if let Some(r) = reason.as_mut() {

@@ -46,11 +46,19 @@ pub struct Effective {
     pub mismatches: Vec<String>,
     /// Everything parsed from the log.
     pub log: NcclLog,
+    /// At one rank (a communicator of size 1), what the probe's log proves there: NCCL picks
+    /// no algorithm, protocol or transport at one rank, so only that NCCL ran, which version,
+    /// and which variables it read.
+    #[serde(default)]
+    pub one_rank: Option<String>,
 }
 
 impl Effective {
     /// `RING/LL` of the all-reduce (plus the all-gather when it differs), or `?`.
     pub fn algo_proto(&self) -> String {
+        if self.one_rank.is_some() && self.all_reduce.is_none() && self.all_gather.is_none() {
+            return "none (1 rank)".into();
+        }
         let f = |c: &Choice| format!("{}/{}", c.algo, c.proto);
         match (&self.all_reduce, &self.all_gather) {
             (Some(a), Some(g)) if f(a) != f(g) => format!("AR {} AG {}", f(a), f(g)),
@@ -61,6 +69,9 @@ impl Effective {
     }
 
     pub fn transport(&self) -> String {
+        if self.one_rank.is_some() && self.transports.is_empty() {
+            return "no transport (1 rank)".into();
+        }
         if self.transports.is_empty() {
             "?".into()
         } else {

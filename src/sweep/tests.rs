@@ -461,3 +461,26 @@ fn a_variable_nccl_does_not_read_is_never_recommended() {
     assert!(advice.contains("keep NCCL's defaults"), "{advice}");
     assert!(!advice.contains("export NCCL_PRTO"), "{advice}");
 }
+
+#[test]
+fn one_rank_proof_says_what_the_log_can_and_cannot_prove() {
+    let e = results::Effective {
+        nccl_version: Some("2.28.3".into()),
+        one_rank: Some(String::new()),
+        ..Default::default()
+    };
+    let p = super::one_rank_proof(&e, &["NCCL_PROTO".to_string()]);
+    assert!(
+        p.starts_with("1 rank: NCCL's path, no transfer: NCCL 2.28.3 ran"),
+        "{p}"
+    );
+    assert!(p.contains("NCCL read NCCL_PROTO"), "{p}");
+    assert!(p.contains("cannot be proven here"), "{p}");
+    assert_eq!(e.algo_proto(), "none (1 rank)");
+    assert_eq!(e.transport(), "no transport (1 rank)");
+    let p = super::one_rank_proof(&results::Effective::default(), &[]);
+    assert!(
+        p.contains("version not logged") && p.contains("no variable"),
+        "{p}"
+    );
+}

@@ -1,9 +1,6 @@
 //! The P2P all-reduce kernels of kernels/allreduce.cu on one GPU: compiled by NVRTC once per
 //! architecture and process, loaded per context, launched on a rank's stream.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 
@@ -28,22 +25,6 @@ pub(crate) struct PeersArg {
 // kernel's `struct Peers` (8 x u64, 2 x u64, 4 x u32: 96 bytes, checked by a test).
 unsafe impl DeviceRepr for PeersArg {}
 
-/// PTX per architecture: NVRTC takes about a second per compile, and the virtual-rank checks
-/// open the same GPU many times.
-fn ptx_for(arch: &'static str) -> anyhow::Result<cudarc::nvrtc::Ptx> {
-    static CACHE: OnceLock<Mutex<HashMap<&'static str, cudarc::nvrtc::Ptx>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(p) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(arch) {
-        return Ok(p.clone());
-    }
-    let ptx = crate::comm::compile::compile("allreduce.cu", ALLREDUCE_SRC, arch)?;
-    cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(arch, ptx.clone());
-    Ok(ptx)
-}
-
 /// The loaded kernels on one context, and how many blocks of them an SM holds at once.
 pub(crate) struct P2pKernels {
     /// bf16, f16, f32
@@ -67,10 +48,14 @@ impl P2pKernels {
     pub fn load(gpu: &Gpu) -> anyhow::Result<P2pKernels> {
         let ctx = gpu.context();
         let (major, minor) = gpu.compute_capability()?;
-        let ptx = ptx_for(crate::comm::compile::arch(major, minor))?;
-        let module = ctx
-            .load_module(ptx)
-            .map_err(|e| anyhow::anyhow!("GPU {}: loading allreduce.cu: {e:?}", gpu.ordinal))?;
+        let arch = crate::comm::compile::arch(major, minor)?;
+        let ptx = crate::comm::compile::ptx("allreduce.cu", ALLREDUCE_SRC, arch)?;
+        let module = ctx.load_module(ptx).map_err(|e| {
+            anyhow::anyhow!(
+                "GPU {}: loading kernels/allreduce.cu compiled for {arch} (the driver's JIT refused the PTX: {e:?}); `verifybench env` shows the NVRTC chosen and the driver",
+                gpu.ordinal
+            )
+        })?;
         let f = |name: &str| {
             module
                 .load_function(name)
