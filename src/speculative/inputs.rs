@@ -211,6 +211,35 @@ pub struct Flags {
     pub measured_accept_length: Option<Labelled>,
 }
 
+impl Flags {
+    /// Checks every flag that was given, whether or not a break-even is drawn from it (`report`
+    /// draws one only when its inputs are complete; a value out of range is refused all the same,
+    /// exit 2, before any file is written).
+    pub fn check_given(&self) -> anyhow::Result<()> {
+        if let Some(v) = self.decode_ms {
+            super::check_time("--decode-ms", v, true)?;
+        }
+        if let Some(v) = self.draft_ms {
+            super::check_time("--draft-ms", v, false)?;
+        }
+        if let Some(v) = self.overhead_ms {
+            super::check_time("--overhead-ms", v, false)?;
+        }
+        for &v in &self.verify_ms {
+            super::check_time("--verify-ms", v, true)?;
+        }
+        if let Some(k) = self.draft_steps {
+            if k == 0 || k > super::MAX_DRAFT_STEPS {
+                return Err(usage(format!(
+                    "--draft-steps {k}: the number of draft tokens per cycle; give 1 to {}",
+                    super::MAX_DRAFT_STEPS
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Validated, labelled inputs of a break-even.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Inputs {
