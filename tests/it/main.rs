@@ -16,6 +16,7 @@ mod cli_messages;
 mod cli_model;
 mod cli_model_env;
 mod cli_output;
+mod cli_parts_add_up;
 mod cli_plan;
 mod cli_report;
 mod cli_report_breakeven;
