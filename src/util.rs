@@ -51,9 +51,100 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     tmp.write_all(bytes)
         .and_then(|_| tmp.as_file().sync_all())
         .with_context(|| format!("cannot write '{}'", path.display()))?;
+    // A temporary file is created mode 0600; the result is a file like any other the user
+    // writes, so it takes the mode `>` would give it: 0666 less the umask.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = 0o666 & !umask();
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot write '{}'", path.display()))?;
+    }
     tmp.persist(path)
         .map_err(|e| anyhow::anyhow!("cannot write '{}': {}", path.display(), e.error))?;
     Ok(())
+}
+
+/// This process's file-mode creation mask, read from /proc/self/status (Linux 4.7+); where that
+/// cannot be read, 0o022, the common default.
+pub fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// A number as a person reads it in a message: plain below 1e15 (`12.5`, `0`), else in
+/// scientific notation (`1e308`, not 309 digits).
+pub fn fmt_number(v: f64) -> String {
+    if v.is_finite() && v.abs() >= 1e15 {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Why a JSON text could not be read, in the user's words: a file that ends early is called
+/// truncated with where it ends; a syntax error says where; a value of the wrong shape says
+/// what JSON was expected, without the names of this program's types ("expected struct X"
+/// becomes "expected a JSON object").
+pub fn json_problem(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let (line, col) = (e.line(), e.column());
+    match e.classify() {
+        Category::Eof => format!(
+            "truncated: its JSON ends early, at line {line} column {col} (the end of the file; cut short, or copied while being written)"
+        ),
+        Category::Syntax => format!("not JSON: {}", plain_serde_message(&e.to_string())),
+        Category::Data => format!(
+            "not the expected JSON: {}",
+            plain_serde_message(&e.to_string())
+        ),
+        Category::Io => format!("cannot be read: {e}"),
+    }
+}
+
+/// serde's message with the program's type names replaced by JSON terms.
+fn plain_serde_message(m: &str) -> String {
+    let m = m
+        .replace("a sequence", "an array")
+        .replace("a map", "an object");
+    let mut out = String::with_capacity(m.len());
+    let mut words = m.split(' ').peekable();
+    let mut first = true;
+    while let Some(w) = words.next() {
+        if !first {
+            out.push(' ');
+        }
+        first = false;
+        match w {
+            "struct" | "enum" | "tuple" => {
+                // the type name follows: "struct ScheduleFile", "enum Phase", "tuple struct X"
+                let kind = if w == "enum" {
+                    "one of the accepted names"
+                } else {
+                    "a JSON object"
+                };
+                if w == "tuple" && words.peek() == Some(&"struct") {
+                    words.next();
+                }
+                let name = words.next().unwrap_or("");
+                let tail: String = name
+                    .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
+                    .to_string();
+                out.push_str(kind);
+                out.push_str(&tail);
+            }
+            "sequence," | "sequence" => out.push_str(&w.replace("sequence", "an array")),
+            "map," | "map" => out.push_str(&w.replace("map", "an object")),
+            _ => out.push_str(w),
+        }
+    }
+    out
 }
 
 /// The folder `path` lives in (`.` for a bare file name).
@@ -200,4 +291,59 @@ macro_rules! named_enum {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_numbers_are_short() {
+        assert_eq!(fmt_number(1e308), "1e308");
+        assert_eq!(fmt_number(-2.5e20), "-2.5e20");
+        assert_eq!(fmt_number(12.5), "12.5");
+        assert_eq!(fmt_number(0.0), "0");
+        assert_eq!(fmt_number(f64::NAN), "NaN");
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Thing {
+        a: u32,
+    }
+
+    #[test]
+    fn json_problems_speak_json_not_rust() {
+        let eof = serde_json::from_str::<Thing>("{\"a\": ").unwrap_err();
+        let m = json_problem(&eof);
+        assert!(
+            m.starts_with("truncated") && m.contains("line 1 column 6"),
+            "{m}"
+        );
+        let shape = serde_json::from_str::<Thing>("true").unwrap_err();
+        let m = json_problem(&shape);
+        assert!(
+            m.contains("invalid type: boolean `true`, expected a JSON object")
+                && !m.contains("Thing"),
+            "{m}"
+        );
+        let seq = serde_json::from_str::<Vec<u32>>("{}").unwrap_err();
+        let m = json_problem(&seq);
+        assert!(
+            m.contains("invalid type: an object, expected an array"),
+            "{m}"
+        );
+        let syn = serde_json::from_str::<Thing>("{a}").unwrap_err();
+        assert!(json_problem(&syn).starts_with("not JSON: key must be a string"));
+    }
+
+    #[test]
+    fn written_files_take_0666_less_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.txt");
+        write_file(&p, b"x").unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !umask());
+    }
 }

@@ -78,7 +78,7 @@ impl Backend for ModelBackend {
         let mut m = crate::costmodel::verify(&s, n, &a.runs(), a.gpu.launcher, &a.model)?;
         if n >= 2 {
             for r in m.result.runs.iter_mut().filter(|r| r.mode != Mode::Compute) {
-                r.in_collective = Some(crate::costmodel::in_collective(
+                let (ic, host_added) = crate::costmodel::in_collective(
                     &s,
                     n,
                     r.graph,
@@ -86,7 +86,11 @@ impl Backend for ModelBackend {
                     &gaps,
                     a.gpu.launcher,
                     &a.model,
-                )?);
+                )?;
+                r.in_collective = Some(ic);
+                if let Some(extra) = host_added {
+                    crate::costmodel::add_host_timeline(r, extra, s.n_collectives() as usize);
+                }
             }
         }
         let (mut result, mut notes) = (m.result, m.notes);
@@ -120,7 +124,7 @@ impl Backend for ModelBackend {
         }
         if !gaps.is_none() {
             p.notes.push(gaps.describe());
-            p.notes.push("host gaps: the in-collective time (transfer + waiting) is modeled with them; the per-verify time above them is not (it is the device and launch time only)".into());
+            p.notes.push("host gaps: the in-collective time (transfer + waiting) and the eager per-verify time are modeled with them (the per-verify time is the simulated host and GPU timeline plus the launch costs; its breakdown names the part the host gaps add), so verify >= in-collective >= transfer".into());
         }
         Ok(Record::new(Source::Modeled, p, Body::Verify(result)))
     }

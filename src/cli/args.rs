@@ -107,7 +107,7 @@ pub struct GpuArgs {
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
     pub nccl_lib: Option<PathBuf>,
     /// Seconds any rendezvous, collective or worker may take before the run is aborted.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 60.0, value_parser = timeout_arg)]
     pub timeout: f64,
     /// Pin each rank (worker process, or rank thread of --launcher threads) to CPUs: auto (the
     /// CPUs of its GPU's NUMA node, as numactl does in serving deployments; left alone when
@@ -151,11 +151,38 @@ pub fn affinity_arg(s: &str) -> Result<crate::launch::affinity::CpuAffinity, Str
     Ok(a)
 }
 
+/// `--timeout`: seconds, more than 0 (0 would abort every run before it starts) and finite.
+pub fn timeout_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds; give e.g. 60"))?;
+    if !v.is_finite() || v <= 0.0 || v > 1e6 {
+        return Err(format!(
+            "{}: the time any rendezvous, collective or worker may take is a number of seconds greater than 0 and at most 1000000; give e.g. 60 (the default)",
+            crate::util::fmt_number(v)
+        ));
+    }
+    Ok(v)
+}
+
+/// `-n/--iters`: at least one timed iteration (with 0 there is nothing to time or print).
+pub fn iters_arg(s: &str) -> Result<u64, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number of timed iterations; give e.g. 200"))?;
+    if v == 0 {
+        return Err(
+            "0 timed iterations leave nothing to measure; give 1 or more (default 200)".into(),
+        );
+    }
+    Ok(v)
+}
+
 /// `-w/--warmup` and `-n/--iters`, as nccl-tests and hyperfine name them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RepeatArgs {
     /// Timed iterations (replays) per configuration.
-    #[arg(short = 'n', long = "iters", default_value_t = 200)]
+    #[arg(short = 'n', long = "iters", default_value_t = 200, value_parser = iters_arg)]
     pub iters: u64,
     /// Untimed warm-up iterations before timing.
     #[arg(short = 'w', long = "warmup", default_value_t = 20)]

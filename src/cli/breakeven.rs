@@ -57,16 +57,30 @@ pub struct BreakevenArgs {
     /// "accept length"), between 1 and k+1.
     #[arg(long, value_name = "TAU", allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate"])]
     pub accept_length: Option<f64>,
-    /// Per-position acceptance rates, one per draft step, e.g. 0.8,0.6,0.45: expected tokens
-    /// per cycle = 1 + r1 + r1 r2 + r1 r2 r3 + ...
+    /// Conditional per-position acceptance rates, one per draft step, e.g. 0.8,0.6,0.45: r_i is
+    /// the chance that draft token i is accepted given that tokens 1..i-1 were; expected tokens
+    /// per cycle = 1 + r1 + r1 r2 + r1 r2 r3 + ... (vLLM's `Per-position acceptance rate` is a
+    /// different quantity, fractions of all drafts: give it to --accept-rates-of-drafts.)
     #[arg(
         long,
         value_name = "R1,R2,..",
         value_delimiter = ',',
         allow_negative_numbers = true,
-        conflicts_with = "accept_rate"
+        conflicts_with_all = ["accept_rate", "accept_rates_of_drafts"]
     )]
     pub accept_rates: Option<Vec<f64>>,
+    /// Per-position acceptance rates as vLLM prints them (`SpecDecoding metrics: ...
+    /// Per-position acceptance rate: 0.645, 0.393, 0.240`): a_i is the fraction of ALL drafts
+    /// whose token i was accepted (so a1 >= a2 >= ...); expected tokens per cycle = 1 + a1 + a2
+    /// + ..., vLLM's own mean acceptance length.
+    #[arg(
+        long,
+        value_name = "A1,A2,..",
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        conflicts_with_all = ["accept_rate", "accept_length"]
+    )]
+    pub accept_rates_of_drafts: Option<Vec<f64>>,
     /// One constant acceptance rate alpha for every position: expected tokens per cycle =
     /// (1 - alpha^(k+1)) / (1 - alpha).
     #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
@@ -82,9 +96,11 @@ pub struct BreakevenArgs {
     /// times are labelled measured from the trace.
     #[arg(long, value_name = "ROLE=PATH")]
     pub from_trace: Vec<TraceInput>,
-    /// SGLang's server log: the mean accept length is the mean of its `Decode batch. ...
-    /// accept len: X` lines above 0, labelled measured from the log.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["accept_length", "accept_rates", "accept_rate"])]
+    /// The server's log, SGLang's or vLLM's (told apart by their lines): SGLang's mean of its
+    /// `Decode batch. ... accept len: X` lines above 0; vLLM's `SpecDecoding metrics:` lines,
+    /// 1 + accepted tokens / drafts over all of them. Labelled measured from the log, with the
+    /// engine named.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["accept_length", "accept_rates", "accept_rate", "accept_rates_of_drafts"])]
     pub accept_from_log: Option<PathBuf>,
     /// Accept lengths of the table's columns (default 1.5,2,...,4 up to k+1).
     #[arg(
@@ -105,6 +121,8 @@ impl BreakevenArgs {
             Some(Acceptance::Length(t))
         } else if let Some(r) = &self.accept_rates {
             Some(Acceptance::Rates(r.clone()))
+        } else if let Some(r) = &self.accept_rates_of_drafts {
+            Some(Acceptance::DraftFractions(r.clone()))
         } else {
             self.accept_rate.map(Acceptance::Rate)
         };

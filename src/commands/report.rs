@@ -204,6 +204,7 @@ fn cell(x: &str) -> String {
 /// Builds the report of `files`. `flags` carries --decode-ms, --draft-ms, --draft-steps and
 /// --overhead-ms for the break-even section.
 pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
+    flags.check_given()?;
     let mut md = String::new();
     let mut svgs = vec![];
     let mut skipped = vec![];

@@ -106,9 +106,34 @@ pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
         }
         return nccl_tests::run(&a.files[0], &a.nccl_tests, a.format);
     }
+    for (i, f) in a.files.iter().enumerate() {
+        let id = crate::util::identity(f);
+        if let Some(first) = a.files[..i]
+            .iter()
+            .find(|g| id.is_some() && crate::util::identity(g) == id)
+        {
+            crate::usage_bail!(
+                "'{}' is given twice (also as '{}'): a file compared with itself says nothing; give each results file once",
+                f.display(),
+                first.display()
+            );
+        }
+    }
     let mut entries = Vec::new();
     for f in &a.files {
         entries.extend(load(f)?);
+    }
+    // One record with one run has nothing to be compared with (one record with eager and graph
+    // runs is compared with itself: eager - graph).
+    if let [only] = entries.as_slice() {
+        let launches: std::collections::BTreeSet<bool> =
+            only.result.runs.iter().map(|r| r.graph).collect();
+        if launches.len() < 2 {
+            crate::usage_bail!(
+                "'{}' holds one verify record with one launch mode: nothing to compare it with; give a second results file (another run's --export-json, or scripts/torch_baseline.py's output), or a record with eager and graph runs (verify --graph both)",
+                only.file
+            );
+        }
     }
     let schedule_note = match &a.schedule {
         Some(p) => Some(against_schedule_file(&entries, p, a.force)?),

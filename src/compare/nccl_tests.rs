@@ -102,11 +102,32 @@ pub fn run(
             collective.display()
         )));
     };
-    let mut runs = vec![];
+    let mut runs: Vec<NcclTestsRun> = vec![];
+    let mut seen: Vec<(&Path, Option<std::path::PathBuf>)> = vec![];
     for f in nccl_tests {
+        let id = crate::util::identity(f);
+        if let Some((first, _)) = seen.iter().find(|(_, other)| id.is_some() && *other == id) {
+            return Err(usage(format!(
+                "--nccl-tests '{}' is given twice (also as '{}'): give each nccl-tests output once, one per launch mode (-G 0 eager, -G N graph)",
+                f.display(),
+                first.display()
+            )));
+        }
+        seen.push((f.as_path(), id));
         let text = std::fs::read_to_string(f)
             .map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;
-        runs.push(parse(&text).map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?);
+        let run =
+            parse(&text).map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;
+        let graph = run.graph_launches > 0;
+        if let Some(i) = runs.iter().position(|r| (r.graph_launches > 0) == graph) {
+            return Err(usage(format!(
+                "--nccl-tests '{}' is a second {} run (as is '{}'): give one nccl-tests output per launch mode (-G 0 eager, -G N graph)",
+                f.display(),
+                if graph { "graph" } else { "eager" },
+                nccl_tests[i].display()
+            )));
+        }
+        runs.push(run);
     }
     let rows = side_by_side(vb, &runs);
     if rows.is_empty() {

@@ -216,6 +216,14 @@ pub struct WaitingPrediction {
     pub in_collective_us: f64,
     /// How it was computed, for the notes of a modeled result.
     pub method: String,
+    /// The simulated verify from the iteration's start to the end of the last rank's last
+    /// kernel (host gaps, the GPU waiting for its host, and waiting in collectives all in it),
+    /// mean over iterations, us; `None` for [`HostSync::Collective`], which has no timeline.
+    pub span_us: Option<f64>,
+    /// The rank last to start the most collectives in the simulation, with how often and its
+    /// median lag behind the earliest start (only collectives with one strictly last rank);
+    /// `None` when no collective had one, or for [`HostSync::Collective`].
+    pub last_rank: Option<(usize, usize, usize, f64)>,
 }
 
 /// [`HostSync::Collective`]: expected waiting per collective by order statistics; `transfer_us`
@@ -298,6 +306,8 @@ pub fn predict_resync(
         waiting_per_rank_us: per_rank,
         waiting_se_us: 0.0,
         in_collective_us: transfer + waiting,
+        span_us: None,
+        last_rank: None,
         method: format!(
             "modeled: hosts re-synchronised at every collective; per collective E[last arrival] - E[arrival] from order statistics of the gamma sums of the gaps ({}), {}",
             if graph { "graph replay: no host gaps" } else { "eager replay" },
@@ -328,7 +338,8 @@ pub fn simulate(
 ) -> WaitingPrediction {
     assert_eq!(launches.len(), work.len(), "one GPU work entry per launch");
     let n = nranks.max(1);
-    let per_iter: Vec<Vec<f64>> = (0..iterations)
+    type Iter = (Vec<f64>, f64, Vec<(usize, f64)>);
+    let sims: Vec<Iter> = (0..iterations)
         .into_par_iter()
         .map(|it| {
             let g: Vec<Vec<f64>> = (0..n)
@@ -338,6 +349,7 @@ pub fn simulate(
             let mut gpu_free = vec![0.0; n];
             let mut wait = vec![0.0; n];
             let mut start = vec![0.0; n];
+            let mut lasts = vec![];
             for (j, (l, w)) in launches.iter().zip(work).enumerate() {
                 for r in 0..n {
                     host[r] += g[r][j];
@@ -345,6 +357,11 @@ pub fn simulate(
                 }
                 if l.collective {
                     let last = start.iter().cloned().fold(f64::MIN, f64::max);
+                    let first = start.iter().cloned().fold(f64::MAX, f64::min);
+                    let at_last: Vec<usize> = (0..n).filter(|&r| start[r] == last).collect();
+                    if let [r] = at_last.as_slice() {
+                        lasts.push((*r, last - first));
+                    }
                     for r in 0..n {
                         wait[r] += last - start[r];
                         gpu_free[r] = last + w.us;
@@ -355,9 +372,33 @@ pub fn simulate(
                     }
                 }
             }
-            wait
+            let span = (0..n)
+                .map(|r| f64::max(gpu_free[r], host[r]))
+                .fold(0.0, f64::max);
+            (wait, span, lasts)
         })
         .collect();
+    let span_us = sims.iter().map(|s| s.1).sum::<f64>() / sims.len().max(1) as f64;
+    let mut counts = vec![0usize; n];
+    let mut total_last = 0;
+    for (_, _, lasts) in &sims {
+        for (r, _) in lasts {
+            counts[*r] += 1;
+            total_last += 1;
+        }
+    }
+    let last_rank = (0..n)
+        .max_by_key(|&r| counts[r])
+        .filter(|&r| counts[r] > 0)
+        .map(|r| {
+            let mut lags: Vec<f64> = sims
+                .iter()
+                .flat_map(|s| s.2.iter().filter(|(x, _)| *x == r).map(|(_, l)| *l))
+                .collect();
+            lags.sort_by(f64::total_cmp);
+            (r, counts[r], total_last, lags[lags.len() / 2])
+        });
+    let per_iter: Vec<Vec<f64>> = sims.into_iter().map(|s| s.0).collect();
     let its = per_iter.len().max(1) as f64;
     let per_rank: Vec<f64> = (0..n)
         .map(|r| per_iter.iter().map(|w| w[r]).sum::<f64>() / its)
@@ -381,6 +422,8 @@ pub fn simulate(
         waiting_per_rank_us: per_rank,
         waiting_se_us: sd / its.sqrt(),
         in_collective_us: transfer + m,
+        span_us: Some(span_us),
+        last_rank,
         method: format!(
             "modeled: asynchronous launches, hosts meeting only at the start of each iteration; GPU timeline simulated over {iterations} iterations (Monte-Carlo, standard error {:.2} us), {}",
             sd / its.sqrt(),

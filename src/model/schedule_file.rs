@@ -79,8 +79,9 @@ impl ScheduleFile {
         })?;
         let f: ScheduleFile = serde_json::from_str(&text).map_err(|e| {
             usage(format!(
-                "schedule file '{}' is not a verifybench schedule (the JSON of `plan --format json` or `trace --export-schedule`): {e}",
-                path.display()
+                "schedule file '{}' is {}; give the JSON of `plan --format json` or `trace --export-schedule`",
+                path.display(),
+                crate::util::json_problem(&e)
             ))
         })?;
         f.validate()
@@ -132,8 +133,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("bad.json");
         for (text, needle) in [
-            ("{\"ops\": 3}", "not a verifybench schedule"),
-            ("not json", "not a verifybench schedule"),
+            (
+                "{\"ops\": 3}",
+                "is not the expected JSON: invalid type: integer `3`, expected an array",
+            ),
+            ("not json", "is not JSON"),
+            ("{\"model\": ", "is truncated"),
         ] {
             std::fs::write(&p, text).unwrap();
             let e = ScheduleFile::load(&p).unwrap_err();

@@ -74,9 +74,10 @@ pub fn read_record_lines(
         };
         let rec: Record = serde_json::from_value(value).map_err(|e| {
             usage(format!(
-                "'{}' line {} is not a verifybench record: {e}",
+                "'{}' line {} is not a verifybench record ({})",
                 path.display(),
-                i + 1
+                i + 1,
+                crate::util::json_problem(&e)
             ))
         })?;
         if rec.schema_version != SCHEMA_VERSION {
@@ -300,9 +301,24 @@ pub fn records_of_text(path: &Path, text: &str) -> anyhow::Result<Vec<Record>> {
         )));
     }
     let values = values_of(whole, text).map_err(|(line, e)| {
+        // One document (a `[` or `{` spanning the file) that is cut short is a truncated file,
+        // not a bad first line of JSON lines.
+        let nonblank = text.lines().filter(|l| !l.trim().is_empty()).count();
+        if let Err(whole_err) = serde_json::from_str::<serde_json::Value>(text) {
+            if whole_err.classify() == serde_json::error::Category::Eof
+                && (nonblank <= 1 || text.trim_start().starts_with('['))
+            {
+                return usage(format!(
+                    "results file '{}' is {}; give the --export-json of collective, verify or sweep",
+                    path.display(),
+                    crate::util::json_problem(&whole_err)
+                ));
+            }
+        }
         usage(format!(
-            "results file '{}' line {line}: not JSON: {e}",
-            path.display()
+            "results file '{}' line {line}: {}; give the --export-json of collective, verify or sweep",
+            path.display(),
+            crate::util::json_problem(&e)
         ))
     })?;
     values
@@ -334,8 +350,9 @@ pub fn records_of_text(path: &Path, text: &str) -> anyhow::Result<Vec<Record>> {
             }
             serde_json::from_value(v).map_err(|e| {
                 usage(format!(
-                    "results file '{}' is not a valid verifybench record: {e}",
-                    path.display()
+                    "results file '{}' is not a valid verifybench record ({}): give the --export-json of collective, verify or sweep",
+                    path.display(),
+                    crate::util::json_problem(&e)
                 ))
             })
         })

@@ -189,8 +189,13 @@ fn phase_word(p: Phase) -> &'static str {
 pub enum Acceptance {
     /// Mean accept length tau (bonus token included).
     Length(f64),
-    /// Per-position acceptance rates, one per draft step.
+    /// Conditional per-position acceptance rates, one per draft step (r_i: token i accepted
+    /// given tokens 1..i-1 were).
     Rates(Vec<f64>),
+    /// Per-position acceptance rates as fractions of all drafts, as vLLM prints them
+    /// (vllm/v1/spec_decode/metrics.py: accepted count at position i / number of drafts), one
+    /// per draft step; the accept length is 1 + their sum.
+    DraftFractions(Vec<f64>),
     /// One constant acceptance rate.
     Rate(f64),
 }
@@ -209,6 +214,35 @@ pub struct Flags {
     /// A mean accept length measured elsewhere (`--accept-from-log`), used when `acceptance`
     /// is absent.
     pub measured_accept_length: Option<Labelled>,
+}
+
+impl Flags {
+    /// Checks every flag that was given, whether or not a break-even is drawn from it (`report`
+    /// draws one only when its inputs are complete; a value out of range is refused all the same,
+    /// exit 2, before any file is written).
+    pub fn check_given(&self) -> anyhow::Result<()> {
+        if let Some(v) = self.decode_ms {
+            super::check_time("--decode-ms", v, true)?;
+        }
+        if let Some(v) = self.draft_ms {
+            super::check_time("--draft-ms", v, false)?;
+        }
+        if let Some(v) = self.overhead_ms {
+            super::check_time("--overhead-ms", v, false)?;
+        }
+        for &v in &self.verify_ms {
+            super::check_time("--verify-ms", v, true)?;
+        }
+        if let Some(k) = self.draft_steps {
+            if k == 0 || k > super::MAX_DRAFT_STEPS {
+                return Err(usage(format!(
+                    "--draft-steps {k}: the number of draft tokens per cycle; give 1 to {}",
+                    super::MAX_DRAFT_STEPS
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Validated, labelled inputs of a break-even.
@@ -312,7 +346,7 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
     }
 
     let rates_len = match &flags.acceptance {
-        Some(Acceptance::Rates(r)) => Some(r.len() as u64),
+        Some(Acceptance::Rates(r)) | Some(Acceptance::DraftFractions(r)) => Some(r.len() as u64),
         _ => None,
     };
     let (draft_steps, draft_steps_origin) = match (flags.draft_steps, rates_len) {
@@ -325,7 +359,7 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
         (None, Some(n)) => (
             n,
             Origin::Derived {
-                from: "the number of --accept-rates".into(),
+                from: "the number of per-position rates given".into(),
             },
         ),
         (None, None) => match rec_verify.first() {
@@ -390,7 +424,35 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
                 value: super::expected_tokens_rates(rs),
                 origin: Origin::Derived {
                     from: format!(
-                        "--accept-rates {}",
+                        "--accept-rates {} (conditional rates: 1 + r1 + r1 r2 + ...)",
+                        rs.iter()
+                            .map(|r| r.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                },
+            })
+        }
+        Some(Acceptance::DraftFractions(rs)) => {
+            for &r in rs {
+                check_rate("--accept-rates-of-drafts", r)?;
+            }
+            if let Some(i) = (1..rs.len()).find(|&i| rs[i] > rs[i - 1] + 1e-12) {
+                return Err(usage(format!(
+                    "--accept-rates-of-drafts: position {} ({}) is above position {} ({}), but a draft whose token {} was accepted had token {} accepted too, so fractions of all drafts never rise; if these are conditional rates (each given the previous accepted), give them to --accept-rates",
+                    i + 1,
+                    crate::util::fmt_number(rs[i]),
+                    i,
+                    crate::util::fmt_number(rs[i - 1]),
+                    i + 1,
+                    i
+                )));
+            }
+            Some(Labelled {
+                value: 1.0 + rs.iter().sum::<f64>(),
+                origin: Origin::Derived {
+                    from: format!(
+                        "--accept-rates-of-drafts {} (fractions of all drafts, as vLLM prints them: 1 + their sum)",
                         rs.iter()
                             .map(|r| r.to_string())
                             .collect::<Vec<_>>()
@@ -555,9 +617,128 @@ fn phase_role(p: Phase) -> &'static str {
     }
 }
 
-/// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines), labelled
-/// measured from the log, and a note when some of those lines ran without a CUDA graph.
+/// The acceptance of a vLLM log: its `SpecDecoding metrics:` lines
+/// (vllm/v1/spec_decode/metrics.py, `SpecDecodingLogging.log`: "Mean acceptance length: %.2f,
+/// ... Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: %s, ...").
+#[derive(Debug, Clone, PartialEq)]
+pub struct VllmAcceptance {
+    /// Lines read.
+    pub lines: usize,
+    /// 1 + accepted tokens / drafts over all lines (each line weighted by its drafts).
+    pub mean_accept_len: f64,
+    /// Smallest and largest `Mean acceptance length` of one line.
+    pub min: f64,
+    pub max: f64,
+    /// Draft positions (the length of the per-position list), when printed.
+    pub positions: Option<usize>,
+}
+
+/// The number after `key` in `line` (up to the next space or comma).
+fn number_after(line: &str, key: &str) -> Option<f64> {
+    let rest = line[line.find(key)? + key.len()..].trim_start();
+    let end = rest
+        .find([',', ' ', '%'])
+        .unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+/// Reads vLLM's `SpecDecoding metrics:` lines from `text`; `None` when there are none.
+/// Drafts per line are accepted / (sum of the per-position rates) (each rate is accepted at
+/// that position / drafts, so the sum is accepted / drafts), else drafted / positions; lines
+/// with no draft are skipped.
+pub fn vllm_acceptance(text: &str) -> Result<Option<VllmAcceptance>, String> {
+    let (mut accepted, mut drafts, mut lines) = (0.0, 0.0, 0usize);
+    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut positions = None;
+    for (i, line) in text.lines().enumerate() {
+        if !line.contains("SpecDecoding metrics:") {
+            continue;
+        }
+        let mean = number_after(line, "Mean acceptance length:");
+        let acc = number_after(line, "Accepted:");
+        let drafted = number_after(line, "Drafted:");
+        let rates: Option<Vec<f64>> = line
+            .find("Per-position acceptance rate:")
+            .map(|p| &line[p + "Per-position acceptance rate:".len()..])
+            .map(|rest| {
+                rest.split(',')
+                    .map(|x| x.trim())
+                    .take_while(|x| x.parse::<f64>().is_ok())
+                    .map(|x| x.parse().unwrap())
+                    .collect()
+            });
+        let (Some(mean), Some(acc)) = (mean, acc) else {
+            return Err(format!(
+                "line {}: a `SpecDecoding metrics:` line without `Mean acceptance length:` and `Accepted: N tokens`",
+                i + 1
+            ));
+        };
+        let k = rates.as_ref().map(|r| r.len()).filter(|&k| k > 0);
+        let sum: f64 = rates.iter().flatten().sum();
+        let d = if sum > 0.0 {
+            acc / sum
+        } else {
+            match (drafted, k) {
+                (Some(dt), Some(k)) => dt / k as f64,
+                // no per-position list (older vLLM): accepted / (mean - 1)
+                _ if mean > 1.0 => acc / (mean - 1.0),
+                _ => 0.0,
+            }
+        };
+        if d.is_nan() || d <= 0.0 {
+            continue;
+        }
+        positions = positions.or(k);
+        accepted += acc;
+        drafts += d;
+        lines += 1;
+        min = min.min(mean);
+        max = max.max(mean);
+    }
+    if lines == 0 {
+        return Ok(None);
+    }
+    Ok(Some(VllmAcceptance {
+        lines,
+        mean_accept_len: 1.0 + accepted / drafts,
+        min,
+        max,
+        positions,
+    }))
+}
+
+/// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines, or vLLM's
+/// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, and a
+/// note when some SGLang lines ran without a CUDA graph.
 pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        usage(format!(
+            "--accept-from-log '{}': cannot read: {e}",
+            path.display()
+        ))
+    })?;
+    if let Some(v) = vllm_acceptance(&text)
+        .map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
+    {
+        return Ok((
+            Labelled {
+                value: v.mean_accept_len,
+                origin: Origin::Measured {
+                    file: short_name(path),
+                    detail: format!(
+                        "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
+                        v.lines,
+                        v.min,
+                        v.max,
+                        v.positions
+                            .map(|k| format!(", {k} draft positions"))
+                            .unwrap_or_default()
+                    ),
+                },
+            },
+            vec![],
+        ));
+    }
     let log = crate::trace::breakeven::accept_from_log(path)?;
     let file = short_name(path);
     let mut notes = vec![];
@@ -574,7 +755,7 @@ pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
             origin: Origin::Measured {
                 file,
                 detail: format!(
-                    "mean `accept len` of {} SGLang decode lines measured from the log ({:.2}..{:.2})",
+                    "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
                     log.lines, log.spread.min, log.spread.max
                 ),
             },
@@ -713,5 +894,60 @@ mod tests {
         ];
         let e = resolve(&f, &recs, true).unwrap_err();
         assert!(e.to_string().contains("--decode-ms"));
+    }
+
+    /// Lines in the layout of vllm/v1/spec_decode/metrics.py's `SpecDecodingLogging.log`,
+    /// numbers written for this test.
+    const VLLM_LOG: &str = "\
+INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.83, Accepted throughput: 10.00 tokens/s, Drafted throughput: 20.00 tokens/s, Accepted: 1830 tokens, Drafted: 3000 tokens, Per-position acceptance rate: 0.826, 0.652, 0.352, Avg Draft acceptance rate: 61.0%
+INFO 05-01 10:00:10 [loggers.py:120] Engine 000: Avg prompt throughput: 0.0 tokens/s
+INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.00, Accepted throughput: 5.00 tokens/s, Drafted throughput: 15.00 tokens/s, Accepted: 500 tokens, Drafted: 1500 tokens, Per-position acceptance rate: 0.600, 0.300, 0.100, Avg Draft acceptance rate: 33.3%
+";
+
+    #[test]
+    fn vllm_lines_give_one_plus_accepted_over_drafts() {
+        let v = vllm_acceptance(VLLM_LOG).unwrap().unwrap();
+        // line 1: sum of rates 1.830 -> drafts 1830 / 1.830 = 1000 (= 3000 drafted / 3)
+        // line 2: sum 1.000 -> drafts 500 (= 1500 / 3)
+        // 1 + (1830 + 500) / (1000 + 500) = 1 + 2330 / 1500 = 2.55333...
+        assert!(
+            (v.mean_accept_len - (1.0 + 2330.0 / 1500.0)).abs() < 1e-9,
+            "{v:?}"
+        );
+        assert_eq!((v.lines, v.positions), (2, Some(3)));
+        assert_eq!((v.min, v.max), (2.0, 2.83));
+        assert_eq!(
+            vllm_acceptance("Decode batch. accept len: 2.1").unwrap(),
+            None
+        );
+        assert!(vllm_acceptance("SpecDecoding metrics: nothing").is_err());
+    }
+
+    #[test]
+    fn fractions_of_drafts_add_conditional_rates_multiply() {
+        // A published Kimi-K2.6 run's vLLM rates 0.645, 0.393, 0.240 (issue 28):
+        // as fractions of all drafts 1 + 0.645 + 0.393 + 0.240 = 2.278;
+        // read as conditional rates 1 + 0.645 + 0.253485 + 0.0608364 = 1.9593214
+        let mut f = flags();
+        f.draft_steps = None;
+        f.acceptance = Some(Acceptance::DraftFractions(vec![0.645, 0.393, 0.240]));
+        let i = resolve(&f, &[], true).unwrap();
+        assert!((i.accept_length.as_ref().unwrap().value - 2.278).abs() < 1e-12);
+        assert!(i
+            .accept_length
+            .as_ref()
+            .unwrap()
+            .origin
+            .to_string()
+            .contains("fractions of all drafts"));
+        f.acceptance = Some(Acceptance::Rates(vec![0.645, 0.393, 0.240]));
+        let i = resolve(&f, &[], true).unwrap();
+        let cond = 1.0 + 0.645 + 0.645 * 0.393 + 0.645 * 0.393 * 0.240;
+        assert!((i.accept_length.as_ref().unwrap().value - cond).abs() < 1e-12);
+        // fractions of all drafts never rise from one position to the next
+        f.acceptance = Some(Acceptance::DraftFractions(vec![0.5, 0.6]));
+        let e = resolve(&f, &[], true).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("give them to --accept-rates"), "{e}");
     }
 }

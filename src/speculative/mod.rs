@@ -130,7 +130,10 @@ pub fn check_time(name: &str, v: f64, positive: bool) -> anyhow::Result<f64> {
         } else {
             "a time in milliseconds, 0 to 1000000 (1000 s)"
         };
-        return Err(usage(format!("{name} {v}: need {need}")));
+        return Err(usage(format!(
+            "{name} {}: need {need}",
+            crate::util::fmt_number(v)
+        )));
     }
     Ok(v)
 }
@@ -139,7 +142,8 @@ pub fn check_time(name: &str, v: f64, positive: bool) -> anyhow::Result<f64> {
 pub fn check_rate(name: &str, r: f64) -> anyhow::Result<f64> {
     if !(0.0..=1.0).contains(&r) {
         return Err(usage(format!(
-            "{name} {r}: an acceptance rate is a probability between 0 and 1"
+            "{name} {}: an acceptance rate is a probability between 0 and 1",
+            crate::util::fmt_number(r)
         )));
     }
     Ok(r)
@@ -150,7 +154,8 @@ pub fn check_rate(name: &str, r: f64) -> anyhow::Result<f64> {
 pub fn check_accept_length(name: &str, tau: f64, k: u64) -> anyhow::Result<f64> {
     if !(1.0..=(k + 1) as f64).contains(&tau) {
         return Err(usage(format!(
-            "{name} {tau}: the accept length (bonus token included) lies between 1 and k+1 = {} for {k} draft steps",
+            "{name} {}: the accept length (bonus token included) lies between 1 and k+1 = {} for {k} draft steps",
+            crate::util::fmt_number(tau),
             k + 1
         )));
     }

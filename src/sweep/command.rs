@@ -482,6 +482,35 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         }
     }
 
+    // A swept variable already set in this environment: the points that leave it out inherit
+    // it, so the baseline would not be NCCL's defaults although it is labelled so.
+    let env_now = crate::util::nccl_env();
+    for p in &points {
+        for (k, _) in &p.overrides {
+            if let Some(v) = env_now.get(k) {
+                crate::usage_bail!(
+                    "{k}={v} is set in this environment and the sweep varies {k}: every point that does not set {k} (the baseline \"(defaults)\" among them) would run with {k}={v}, not NCCL's default; unset it (`env -u {k} verifybench sweep ...`): the sweep itself sets {k} on the points that name it"
+                );
+            }
+        }
+    }
+    let inherited: Vec<String> = env_now
+        .iter()
+        .filter(|(k, _)| !env::DEBUG_VARS.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !inherited.is_empty() {
+        eprintln!(
+            "note: every point, the baseline \"(defaults)\" included, inherits {} from this environment",
+            inherited.join(" ")
+        );
+    }
+    if a.mode == Mode::Compute {
+        eprintln!(
+            "warning: --mode compute runs no collective, so NCCL settings cannot change it: every ratio is 1 by construction; sweep --mode comm or --mode full to rank NCCL settings"
+        );
+    }
+
     let backend = if a.debug_mode {
         BackendKind::Mock
     } else {

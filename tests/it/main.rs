@@ -1,6 +1,8 @@
 //! All integration tests as modules of one test binary: one link of the library instead of one
 //! per file. Each module is one area of the command line; `common` holds their shared helpers.
 
+mod cli_acceptance;
+mod cli_bad_input;
 mod cli_bounds;
 mod cli_breakeven;
 mod cli_breakeven_evidence;
@@ -16,6 +18,7 @@ mod cli_model;
 mod cli_model_env;
 mod cli_model_nccl_tests;
 mod cli_output;
+mod cli_parts_add_up;
 mod cli_plan;
 mod cli_report;
 mod cli_report_breakeven;
