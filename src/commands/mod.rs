@@ -172,9 +172,11 @@ pub fn worker(a: &WorkerRequest) -> anyhow::Result<i32> {
 pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
     a.export.check(&[])?;
     // One GPU runs one rank's share of a larger --tp (`--gpus 1 --tp 8`): its compute, and
-    // with --mode comm/full its collectives on a communicator of one rank; everywhere else
-    // one rank runs per GPU, so --tp and the GPU count must agree.
-    let one_rank_share = a.gpu.ranks() == Some(1);
+    // with --mode comm/full (NCCL only: the cost model has no one-rank collectives) its
+    // collectives on a communicator of one rank; everywhere else one rank runs per GPU, so
+    // --tp and the GPU count must agree.
+    let one_rank_share = a.gpu.ranks() == Some(1)
+        && (a.compute_only() || a.backend == crate::request::BackendKind::Nccl);
     crate::launch::run::check_gpu_flags(&a.gpu, if one_rank_share { None } else { a.workload.tp })?;
     if a.launches_per_layer > 10_000 {
         crate::usage_bail!(

@@ -305,7 +305,8 @@ fn one_gpu_streams_one_ranks_share_of_a_larger_tp_in_compute_mode_only() {
     ])
     .assert()
     .success();
-    // with collectives one rank per GPU still holds: --tp and --gpus must agree
+    // with collectives on the cost model one rank per GPU still holds: --tp and --gpus must
+    // agree (the NCCL backend runs them on a communicator of one rank instead)
     refused(
         &[
             "verify",
