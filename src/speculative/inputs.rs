@@ -636,9 +636,7 @@ pub struct VllmAcceptance {
 /// The number after `key` in `line` (up to the next space or comma).
 fn number_after(line: &str, key: &str) -> Option<f64> {
     let rest = line[line.find(key)? + key.len()..].trim_start();
-    let end = rest
-        .find([',', ' ', '%'])
-        .unwrap_or(rest.len());
+    let end = rest.find([',', ' ', '%']).unwrap_or(rest.len());
     rest[..end].trim().parse().ok()
 }
 
