@@ -323,11 +323,13 @@ fn every_help_example_runs() {
 const DOCUMENTS: &[&str] = &[
     "README.md",
     "docs/guide/output.md",
+    "docs/requirements.md",
     "docs/guide/plan.md",
     "docs/guide/collective.md",
     "docs/guide/verify.md",
     "docs/guide/sweep.md",
     "docs/guide/breakeven.md",
+    "docs/acceptance-and-bad-input.md",
     "docs/guide/report.md",
     "docs/guide/env.md",
     "docs/guide/inspect.md",
