@@ -26,6 +26,7 @@ mod cli_trace;
 mod common;
 mod golden_report;
 mod layering;
+mod model_validation;
 mod plan_configs;
 mod rendezvous;
 mod schedule_hashes;
