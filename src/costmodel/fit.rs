@@ -429,7 +429,7 @@ pub fn extrapolation_note(p: &Profile, nranks: usize) -> Option<String> {
         p.name,
         list(&set),
         if set.len() < 2 {
-            " (with one rank count its per-hop latencies were held at NCCL's table values, so the change with the rank count is NCCL's, not measured)"
+            " (with one rank count one of each protocol's base and per-hop latencies was held at NCCL's table value, as the fit's held lines say, so the change with the rank count is NCCL's, not measured)"
         } else {
             ""
         }

@@ -415,3 +415,67 @@ pub fn profile_errors(
         })
         .collect()
 }
+
+/// The public nccl-tests tables of PCIe hosts the built-in profiles are held against
+/// (`tests/data/public-nccl/`, with their sources there), embedded at build time.
+const PUBLIC_TABLES: [(&str, &str); 4] = [
+    (
+        "S01 8x RTX 5090",
+        include_str!("../../tests/data/public-nccl/S01_aikitoria_8x5090_p2p.txt"),
+    ),
+    (
+        "S02 2x RTX 2080 Ti",
+        include_str!("../../tests/data/public-nccl/S02_anthonyhoo_2x2080ti_pcie3_switch_nop2p.txt"),
+    ),
+    (
+        "S03 4x V100 PCIe",
+        include_str!("../../tests/data/public-nccl/S03_sheffield_bessemer_4xV100PCIe_noNVLink.txt"),
+    ),
+    (
+        "S13 8x RTX 4090",
+        include_str!(
+            "../../tests/data/public-nccl/S13_chlc_8x4090_dualEPYC7542_SYS_p2p_off_on.txt"
+        ),
+    ),
+];
+
+/// `(hosts, tables, median |error|)` of `prof` against the embedded public tables at
+/// `lo..=hi` bytes, computed now.
+pub(crate) fn public_spread(prof: &Profile, lo: u64, hi: u64) -> (usize, usize, f64) {
+    let (mut hosts, mut tables, mut errs) = (0, 0, vec![]);
+    for (name, text) in PUBLIC_TABLES {
+        let Ok(runs) = crate::nccl_tests::parse_runs(text) else {
+            continue;
+        };
+        let (ts, _) = tables_of(name, &runs);
+        let mut any = false;
+        for t in &ts {
+            if let Ok(e) = profile_errors(prof, t, lo, hi) {
+                if !e.is_empty() {
+                    any = true;
+                    tables += 1;
+                    errs.extend(e.iter().map(|x| x.2));
+                }
+            }
+        }
+        hosts += usize::from(any);
+    }
+    (hosts, tables, crate::measure::stats::median_abs(&errs))
+}
+
+/// The note a built-in profile prints: its spread against the public PCIe hosts (PCIe
+/// profiles), or that none of its link is in the public set.
+pub(crate) fn builtin_spread_note(prof: &Profile) -> String {
+    if !prof.name.starts_with("pcie") {
+        return format!(
+            "built-in {} (modeled, uncalibrated): the public set holds no nccl-tests table of its link, so its error on this machine is not known; calibrate with `model fit` on measured records or `model fit --nccl-tests`",
+            prof.name
+        );
+    }
+    let (hosts, tables, med) = public_spread(prof, 32 * 1024, 64 * 1024);
+    format!(
+        "built-in {} (modeled, uncalibrated) against {hosts} public PCIe hosts ({tables} nccl-tests tables): median |error| {:.0}% at 32-64 KB (`model validate` lists them); calibrate with `model fit --nccl-tests`",
+        prof.name,
+        med * 100.0
+    )
+}
