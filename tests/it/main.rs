@@ -24,6 +24,7 @@ mod cli_schedule;
 mod cli_sweep;
 mod cli_trace;
 mod common;
+mod figures;
 mod golden_report;
 mod layering;
 mod model_validation;
