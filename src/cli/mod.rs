@@ -117,6 +117,7 @@ impl Command {
             Command::Worker(a) => a.output.quiet,
             Command::Model(c) => match &c.cmd {
                 modelfit::ModelSub::Fit(a) => a.print.quiet,
+                modelfit::ModelSub::Validate(a) => a.print.quiet,
             },
             Command::Compare(a) => a.output.quiet,
             Command::Trace(a) => a.output.quiet,

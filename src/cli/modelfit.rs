@@ -23,6 +23,30 @@ pub enum ModelSub {
     ///
     /// --format json prints the profile -o writes.
     Fit(FitArgs),
+    /// Held-out validation on nccl-tests output: every table (one run of a file) fitted on its
+    /// own with every size left out in turn (the median and largest error of the left-out
+    /// sizes), every built-in profile's error at 32 KB-256 KB, and a fit at one rank count
+    /// predicting another of the same file where the file has two.
+    Validate(ValidateArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ValidateArgs {
+    /// nccl-tests text output (as for `model fit --nccl-tests`).
+    #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
+    pub nccl_tests: Vec<PathBuf>,
+    /// The link's rate per direction, GB/s: one for every file, or one per file in the order
+    /// of --nccl-tests (PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63).
+    #[arg(long, num_args = 1.., value_name = "GB/s")]
+    pub link_gbps: Vec<f64>,
+    /// Built-in profile the fits start from.
+    #[arg(long, default_value = "pcie-gen5")]
+    pub base: String,
+    /// The median leave-one-size-out error a table must stay within, percent.
+    #[arg(long, default_value_t = 10.0, value_name = "PCT")]
+    pub max_median_pct: f64,
+    #[command(flatten)]
+    pub print: OutputArgs,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -65,6 +89,7 @@ pub struct FitArgs {
 pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
     match &c.cmd {
         ModelSub::Fit(a) => fit_cmd(a),
+        ModelSub::Validate(a) => validate_cmd(a),
     }
 }
 
@@ -251,4 +276,176 @@ fn nccl_tests_cmd(
         );
     }
     Ok(0)
+}
+
+/// `model validate --nccl-tests FILE...`.
+fn validate_cmd(a: &ValidateArgs) -> anyhow::Result<i32> {
+    use crate::costmodel::ntfit;
+    use std::fmt::Write;
+    if a.link_gbps.len() > 1 && a.link_gbps.len() != a.nccl_tests.len() {
+        crate::usage_bail!(
+            "--link-gbps: give one rate, or one per --nccl-tests file ({} files, {} rates)",
+            a.nccl_tests.len(),
+            a.link_gbps.len()
+        );
+    }
+    let base = profile::builtin_or_usage(&a.base)?;
+    let mut files = vec![];
+    for (i, f) in a.nccl_tests.iter().enumerate() {
+        let name = f.display().to_string();
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
+        let runs = crate::nccl_tests::parse_runs(&text)
+            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
+        let (t, skipped) = ntfit::tables_of(&name, &runs);
+        for s in skipped {
+            crate::note!("verifybench: left out {s}");
+        }
+        let rate = match a
+            .link_gbps
+            .get(i)
+            .or(a.link_gbps.first())
+            .copied()
+            .or(base.intra.rate_gbps)
+        {
+            Some(r) => r,
+            None => {
+                crate::usage_bail!("--link-gbps: the base profile does not know its link's rate")
+            }
+        };
+        files.push((name, rate, t));
+    }
+    let mut out = String::new();
+    let mut failed = 0;
+    let mut json_rows = vec![];
+    let _ = writeln!(
+        out,
+        "# leave-one-size-out: each table fitted on its own (`model fit --nccl-tests`, from {}), each size left out in turn and predicted; |error| of the left-out sizes",
+        a.base
+    );
+    let _ = writeln!(
+        out,
+        "# table | collective | ranks | link GB/s | sizes | median | max | median <= {}%",
+        a.max_median_pct
+    );
+    for (_, rate, tables) in &files {
+        let phys = ntfit::Physics {
+            rate_gbps: *rate,
+            p2p_lat_us: None,
+        };
+        for t in tables {
+            let l = ntfit::loso_of_table(&base, &phys, t)?;
+            let ok = l.median_abs * 100.0 <= a.max_median_pct;
+            failed += usize::from(!ok);
+            json_rows.push(serde_json::json!({
+                "table": l.label,
+                "op": l.op.name(),
+                "nranks": l.nranks,
+                "link_rate_gbps": rate,
+                "loso_rel_err": l.errs.iter().map(|(s, e)| serde_json::json!({"size_bytes": s, "rel_err": e})).collect::<Vec<_>>(),
+                "median_abs_loso_rel_err": l.median_abs,
+                "max_abs_loso_rel_err": l.max_abs,
+                "within": ok,
+            }));
+            let _ = writeln!(
+                out,
+                "{} | {} | {} | {rate} | {} | {:.1}% | {:.1}% | {}",
+                l.label,
+                l.op.name(),
+                l.nranks,
+                l.errs.len(),
+                l.median_abs * 100.0,
+                l.max_abs * 100.0,
+                if ok { "yes" } else { "NO" }
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n# built-in profiles (modeled, uncalibrated) against each table at 32 KB-256 KB: predicted / measured - 1 per size; median |error|"
+    );
+    for (_, _, tables) in &files {
+        for t in tables {
+            let _ = writeln!(
+                out,
+                "{} ({} n={}, {}):",
+                t.label,
+                t.op.name(),
+                t.nranks,
+                t.device.as_deref().unwrap_or("GPU not listed")
+            );
+            for name in profile::BUILTIN {
+                let p = profile::builtin_or_usage(name)?;
+                let e = ntfit::profile_errors(&p, t, 32 * 1024, 256 * 1024)?;
+                if e.is_empty() {
+                    continue;
+                }
+                let med =
+                    crate::measure::stats::median_abs(&e.iter().map(|x| x.2).collect::<Vec<_>>());
+                let cells: Vec<String> = e
+                    .iter()
+                    .map(|(s, _, r)| format!("{} KB {:+.0}%", s / 1024, r * 100.0))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  {name:<22} median {:>5.1}%  {}",
+                    med * 100.0,
+                    cells.join(", ")
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n# fit at one rank count, predict another of the same file and collective"
+    );
+    let mut any = false;
+    for (name, rate, tables) in &files {
+        let phys = ntfit::Physics {
+            rate_gbps: *rate,
+            p2p_lat_us: None,
+        };
+        for fit_t in tables {
+            for pred_t in tables
+                .iter()
+                .filter(|t| t.op == fit_t.op && t.nranks != fit_t.nranks)
+            {
+                any = true;
+                let f = ntfit::calibrate(&base, &phys, std::slice::from_ref(fit_t))?;
+                let e = ntfit::profile_errors(&f.report.profile, pred_t, 0, u64::MAX)?;
+                let med =
+                    crate::measure::stats::median_abs(&e.iter().map(|x| x.2).collect::<Vec<_>>());
+                let _ = writeln!(
+                    out,
+                    "{name}: fit n={} ({}) -> predict n={} ({}): median |error| {:.1}%",
+                    fit_t.nranks,
+                    fit_t.label,
+                    pred_t.nranks,
+                    pred_t.label,
+                    med * 100.0
+                );
+            }
+        }
+    }
+    if !any {
+        let _ = writeln!(out, "none: no file holds one collective at two rank counts");
+    }
+    let _ = writeln!(
+        out,
+        "\n# {failed} table(s) above the {}% median",
+        a.max_median_pct
+    );
+    if a.print.format.is_json() {
+        // The leave-one-size-out part (the figure the acceptance bound is on), modeled.
+        let doc = serde_json::json!({
+            "source": "modeled",
+            "base": a.base,
+            "max_median_pct": a.max_median_pct,
+            "tables": json_rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{out}");
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
 }

@@ -429,7 +429,7 @@ pub fn extrapolation_note(p: &Profile, nranks: usize) -> Option<String> {
         p.name,
         list(&set),
         if set.len() < 2 {
-            " (with one rank count its per-hop latencies were held at NCCL's table values, so the change with the rank count is NCCL's, not measured)"
+            " (with one rank count one of each protocol's base and per-hop latencies was held at NCCL's table value, as the fit's held lines say, so the change with the rank count is NCCL's, not measured)"
         } else {
             ""
         }
@@ -453,6 +453,36 @@ fn residuals(base: &Profile, params: &[Param], theta: &[f64], pts: &[Point]) -> 
 
 fn cost(r: &[f64]) -> f64 {
     r.iter().map(|x| x * x).sum()
+}
+
+/// The Huber loss of the residuals `r` with threshold `delta` (quadratic within `delta`, linear
+/// beyond): `None` is the plain sum of squares.
+pub(crate) fn robust_cost(r: &[f64], delta: Option<f64>) -> f64 {
+    match delta {
+        None => cost(r),
+        Some(d) => r
+            .iter()
+            .map(|x| {
+                let a = x.abs();
+                if a <= d {
+                    a * a
+                } else {
+                    2.0 * d * a - d * d
+                }
+            })
+            .sum(),
+    }
+}
+
+/// The weights of iteratively reweighted least squares for the Huber loss: 1 within `delta`,
+/// `delta / |r|` beyond (a point far off counts linearly, not quadratically).
+fn huber_weights(r: &[f64], delta: Option<f64>) -> Vec<f64> {
+    r.iter()
+        .map(|x| match delta {
+            Some(d) if x.abs() > d => d / x.abs(),
+            _ => 1.0,
+        })
+        .collect()
 }
 
 /// Solves `a x = b` (small, symmetric positive definite after damping) by Gaussian elimination
@@ -496,6 +526,22 @@ pub fn fit_bounded(
     bounds: &[(f64, f64)],
     pts: &[Point],
 ) -> anyhow::Result<Profile> {
+    fit_bounded_robust(base, params, bounds, pts, None)
+}
+
+/// [`fit_bounded`] minimising the Huber loss of the log ratios with threshold `delta` (`None`:
+/// least squares): each Levenberg-Marquardt step solves the normal equations weighted by the
+/// Huber weights of the current residuals, and is taken only if the Huber loss falls. A
+/// published time far off its neighbours (a hiccup of the run) then pulls the fit linearly,
+/// not quadratically.
+pub(crate) fn fit_bounded_robust(
+    base: &Profile,
+    params: &[Param],
+    bounds: &[(f64, f64)],
+    pts: &[Point],
+    delta: Option<f64>,
+) -> anyhow::Result<Profile> {
+    let cost = |r: &[f64]| robust_cost(r, delta);
     let k = params.len();
     let lnb: Vec<(f64, f64)> = bounds
         .iter()
@@ -531,13 +577,14 @@ pub fn fit_bounded(
                 jac[i][j] = (ru[i] - rd[i]) / (2.0 * H);
             }
         }
+        let w = huber_weights(&r, delta);
         let mut jtj = vec![vec![0.0; k]; k];
         let mut jtr = vec![0.0; k];
         for (i, row) in jac.iter().enumerate() {
             for a in 0..k {
-                jtr[a] += row[a] * r[i];
+                jtr[a] += w[i] * row[a] * r[i];
                 for b in 0..k {
-                    jtj[a][b] += row[a] * row[b];
+                    jtj[a][b] += w[i] * row[a] * row[b];
                 }
             }
         }

@@ -106,6 +106,9 @@ fn single(us: f64) -> Summary {
 
 fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
     let mut v = vec![format!("profile {}: {}", p.name, p.description)];
+    if m.profile.is_none() {
+        v.push(ntfit::builtin_spread_note(p));
+    }
     let not = m.not_modeled();
     if !not.is_empty() {
         v.push(format!(

@@ -6,7 +6,7 @@
 //! above it ([`ObservedChoice`]): NCCL's tuner picks by its own estimates, and the measured
 //! switch can cost time (the step of 8x RTX 5090 from 24.5 us at 2 KB to 36.3 us at 4 KB),
 //! which a fastest-pair model cannot reproduce. The fit searches the switch of each table
-//! (every boundary between two measured sizes, and none) and, for each, fits by least squares
+//! (every boundary between two measured sizes, and none) and, for each, fits by a Huber loss
 //! on log time:
 //! - the LL and Simple per-hop latencies (with one rank count they absorb the base latency,
 //!   which stays at NCCL's table value, so the latency grows with the ring's steps at other
@@ -193,13 +193,20 @@ fn sizes_of(t: &[Point]) -> Vec<u64> {
     s.into_iter().collect()
 }
 
+/// The Huber threshold of the fit, on log time: errors within ~5% count quadratically, larger
+/// ones linearly, so one published hiccup (a size timed at 10x its neighbours) does not bend
+/// the whole fit.
+pub(crate) const HUBER_DELTA: f64 = 0.05;
+
 fn log_cost(p: &Profile, pts: &[Point]) -> f64 {
-    pts.iter()
+    let r: Option<Vec<f64>> = pts
+        .iter()
         .map(|pt| match fit::predict(p, pt) {
-            Ok(x) if x > 0.0 && x.is_finite() => (x / pt.measured_us).ln().powi(2),
-            _ => f64::INFINITY,
+            Ok(x) if x > 0.0 && x.is_finite() => Some((x / pt.measured_us).ln()),
+            _ => None,
         })
-        .sum()
+        .collect();
+    r.map_or(f64::INFINITY, |r| fit::robust_cost(&r, Some(HUBER_DELTA)))
 }
 
 /// Fits `pts` (grouped by collective and rank count): the switch of every group searched, the
@@ -238,7 +245,7 @@ fn fit_points(base: &Profile, phys: &Physics, pts: &[Point]) -> anyhow::Result<P
                 // the order of the search.
                 let mut s = start(base, phys, pts);
                 s.observed = q.observed.clone();
-                let f = fit::fit_bounded(&s, &ps, &bounds, pts)?;
+                let f = fit::fit_bounded_robust(&s, &ps, &bounds, pts, Some(HUBER_DELTA))?;
                 let cost = log_cost(&f, pts);
                 if best.as_ref().is_none_or(|b| cost < b.0 - 1e-12) {
                     best = Some((cost, f));
@@ -356,4 +363,119 @@ pub fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> anyhow::Re
         report,
         at_bound,
     })
+}
+
+/// The leave-one-size-out errors of one table fitted on its own.
+#[derive(Debug, Clone)]
+pub struct TableLoso {
+    pub label: String,
+    pub op: CollectiveKind,
+    pub nranks: usize,
+    /// `(size, leave-one-size-out relative error)`, in the table's order.
+    pub errs: Vec<(u64, f64)>,
+    pub median_abs: f64,
+    pub max_abs: f64,
+}
+
+/// Fits `table` on its own and leaves each size out in turn.
+pub fn loso_of_table(base: &Profile, phys: &Physics, table: &Table) -> anyhow::Result<TableLoso> {
+    let f = calibrate(base, phys, std::slice::from_ref(table))?;
+    let errs: Vec<(u64, f64)> = table
+        .points
+        .iter()
+        .zip(&f.report.points)
+        .map(|(pt, pf)| (pt.terms[0].size, pf.loo_rel_err.unwrap_or(f64::NAN)))
+        .collect();
+    let v: Vec<f64> = errs.iter().map(|e| e.1).collect();
+    Ok(TableLoso {
+        label: table.label.clone(),
+        op: table.op,
+        nranks: table.nranks,
+        median_abs: crate::measure::stats::median_abs(&v),
+        max_abs: v.iter().map(|x| x.abs()).fold(0.0, f64::max),
+        errs,
+    })
+}
+
+/// The relative error (predicted / measured - 1) of `prof` at each size of `table` within
+/// `[lo, hi]` bytes.
+pub fn profile_errors(
+    prof: &Profile,
+    table: &Table,
+    lo: u64,
+    hi: u64,
+) -> anyhow::Result<Vec<(u64, f64, f64)>> {
+    table
+        .points
+        .iter()
+        .filter(|p| (lo..=hi).contains(&p.terms[0].size))
+        .map(|p| {
+            let x = fit::predict(prof, p)?;
+            Ok((p.terms[0].size, x, x / p.measured_us - 1.0))
+        })
+        .collect()
+}
+
+/// The public nccl-tests tables of PCIe hosts the built-in profiles are held against
+/// (`tests/data/public-nccl/`, with their sources there), embedded at build time.
+const PUBLIC_TABLES: [(&str, &str); 4] = [
+    (
+        "S01 8x RTX 5090",
+        include_str!("../../tests/data/public-nccl/S01_aikitoria_8x5090_p2p.txt"),
+    ),
+    (
+        "S02 2x RTX 2080 Ti",
+        include_str!("../../tests/data/public-nccl/S02_anthonyhoo_2x2080ti_pcie3_switch_nop2p.txt"),
+    ),
+    (
+        "S03 4x V100 PCIe",
+        include_str!("../../tests/data/public-nccl/S03_sheffield_bessemer_4xV100PCIe_noNVLink.txt"),
+    ),
+    (
+        "S13 8x RTX 4090",
+        include_str!(
+            "../../tests/data/public-nccl/S13_chlc_8x4090_dualEPYC7542_SYS_p2p_off_on.txt"
+        ),
+    ),
+];
+
+/// `(hosts, tables, median |error|)` of `prof` against the embedded public tables at
+/// `lo..=hi` bytes, computed now.
+pub(crate) fn public_spread(prof: &Profile, lo: u64, hi: u64) -> (usize, usize, f64) {
+    let (mut hosts, mut tables, mut errs) = (0, 0, vec![]);
+    for (name, text) in PUBLIC_TABLES {
+        let Ok(runs) = crate::nccl_tests::parse_runs(text) else {
+            continue;
+        };
+        let (ts, _) = tables_of(name, &runs);
+        let mut any = false;
+        for t in &ts {
+            if let Ok(e) = profile_errors(prof, t, lo, hi) {
+                if !e.is_empty() {
+                    any = true;
+                    tables += 1;
+                    errs.extend(e.iter().map(|x| x.2));
+                }
+            }
+        }
+        hosts += usize::from(any);
+    }
+    (hosts, tables, crate::measure::stats::median_abs(&errs))
+}
+
+/// The note a built-in profile prints: its spread against the public PCIe hosts (PCIe
+/// profiles), or that none of its link is in the public set.
+pub(crate) fn builtin_spread_note(prof: &Profile) -> String {
+    if !prof.name.starts_with("pcie") {
+        return format!(
+            "built-in {} (modeled, uncalibrated): the public set holds no nccl-tests table of its link, so its error on this machine is not known; calibrate with `model fit` on measured records or `model fit --nccl-tests`",
+            prof.name
+        );
+    }
+    let (hosts, tables, med) = public_spread(prof, 32 * 1024, 64 * 1024);
+    format!(
+        "built-in {} (modeled, uncalibrated) against {hosts} public PCIe hosts ({tables} nccl-tests tables): median |error| {:.0}% at 32-64 KB (`model validate` lists them); calibrate with `model fit --nccl-tests`",
+        prof.name,
+        med * 100.0
+    )
 }

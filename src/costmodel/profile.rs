@@ -477,6 +477,8 @@ fn pcie_gen5(name: &str, description: &str) -> Profile {
         gbps: PCIE5_X16_RATE_GBPS * Proto::Ll.efficiency(),
         up_to_bus_bytes: 458_752.0,
     });
+    // Fitted at 8 ranks only (the public 8x RTX PRO 6000 points): at other counts it says so.
+    p.fitted_rank_counts = Some(vec![8]);
     p
 }
 

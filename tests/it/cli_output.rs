@@ -178,6 +178,29 @@ fn case(name: &str, d: &Path, n: usize) -> Option<Case> {
                 export: Some("-o"),
             }
         }
+        "model validate" => {
+            // 6 sizes of the public 8x RTX 5090 table (tests/data/public-nccl/S01), its header
+            // lines as published.
+            let f = d.join(format!("nt{n}.txt"));
+            let src = std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/data/public-nccl/S01_aikitoria_8x5090_p2p.txt"
+            ))
+            .unwrap();
+            let lines: Vec<&str> = src.lines().collect();
+            std::fs::write(
+                &f,
+                format!(
+                    "{}\n{}\n",
+                    lines[15..21].join("\n"),
+                    lines[31..37].join("\n")
+                ),
+            )
+            .unwrap();
+            let mut args = v(&["model", "validate", "--link-gbps", "63", "--nccl-tests"]);
+            args.push(s(&f));
+            Case { args, export: None }
+        }
         "compare" => {
             let mut args = v(&["compare"]);
             args.push(s(&verify_file(d, &format!("a{n}.json"))));
