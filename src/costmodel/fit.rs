@@ -731,12 +731,7 @@ pub fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitReport> {
     for (i, pt) in pts.iter().enumerate() {
         let f = predict(&fitted, pt)?;
         let loo = if loo_ok {
-            let rest: Vec<Point> = pts
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, p)| p.clone())
-                .collect();
+            let rest = all_but(pts, i);
             // The whole procedure again, from the base profile, without the point.
             let start = free_params(base, &rest)?;
             let (prof, _) = fit_active(base, start, &rest)?;
@@ -791,6 +786,15 @@ pub fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitReport> {
         median_abs_err,
         median_abs_loo_err,
     })
+}
+
+/// Every point but the `i`-th: the data a leave-one-out prediction of point `i` is fitted on.
+pub(crate) fn all_but(pts: &[Point], i: usize) -> Vec<Point> {
+    pts.iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(_, p)| p.clone())
+        .collect()
 }
 
 #[cfg(test)]

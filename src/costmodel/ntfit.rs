@@ -281,12 +281,7 @@ pub fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> anyhow::Re
     let mut points = vec![];
     for (i, pt) in pts.iter().enumerate() {
         let f = fit::predict(&fitted, pt)?;
-        let rest: Vec<Point> = pts
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, p)| p.clone())
-            .collect();
+        let rest = fit::all_but(&pts, i);
         let loo = fit::predict(&fit_points(base, phys, &rest)?, pt)?;
         points.push(fit::PointFit {
             source: pt.source.clone(),
