@@ -21,7 +21,7 @@ use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, ImplRun, ImplTiming, Mode, Part,
     Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };
-use crate::request::{CollectiveRequest, GpuSpec, Impl, Launcher, VerifyRequest};
+use crate::request::{CollectiveRequest, GpuSpec, Impl, Launcher, VerifyJob};
 
 /// Operations per timed sample of `collective` (as nccl-tests times many back-to-back
 /// operations): amortises the first operation's start-up and, in graph mode, the graph launch.
@@ -591,31 +591,13 @@ pub use crate::record::vocab::ONE_RANK;
 /// The provenance note of a replay with `--pdl`.
 const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl): each streaming kernel lets the next be scheduled as its blocks retire and issues its first weight loads before it waits for the kernel before it; after a collective (which never triggers early) it starts as a plain launch";
 
-/// `verify --backend nccl`.
-pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
+/// `verify --backend nccl`: the resolved job on its selected GPUs.
+pub fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
+    let a = &j.request;
     let compute_only = a.compute_only();
-    let present = comm::device_count();
-    // One GPU: rank 0's share of the --tp workload; with --mode comm/full its collectives run
-    // on a communicator of one rank (NCCL's own path, no transfer).
-    let devices = select_devices_min(
-        &a.gpu,
-        a.workload.requested_tp()?.map(|t| t as usize),
-        present,
-        1,
-    )?;
+    let devices = j.devices.clone();
     let one = devices.len() == 1;
-    if let (Some(p), true) = (&a.export_trace, compute_only) {
-        crate::usage_bail!(
-            "--export-trace '{}': only runs with collectives have a per-collective pass; add --mode comm or full",
-            p.display()
-        );
-    }
-    // Also for one GPU: it makes NVRTC loadable for the streaming kernel (no communicator is
-    // created then).
-    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let schedule = a.workload.schedule(devices.len() as u64)?;
-    impls::check_verify(&a.impls, &schedule)?;
-    let host_gaps = a.host_gaps.resolve(&schedule, devices.len())?;
+    let schedule = &j.schedule;
     let fault = crate::launch::fault::rank_fault(a.inject_fault.as_deref())?;
     let mut notes = vec![];
     // one GPU has no peers: NCCL only (the P2P kernels need two ranks)
@@ -652,7 +634,7 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: run_impls.clone(),
-        host_gaps,
+        host_gaps: j.host_gaps.clone(),
         timing_pass: if compute_only {
             0
         } else {
