@@ -22,7 +22,10 @@ pub fn verify_job(
     // --tp and the GPU count must agree.
     let one_rank_share =
         r.gpu.ranks() == Some(1) && (r.compute_only() || r.backend == BackendKind::Nccl);
-    crate::launch::run::check_gpu_flags(&r.gpu, if one_rank_share { None } else { r.workload.tp })?;
+    crate::launch::devices::check_gpu_flags(
+        &r.gpu,
+        if one_rank_share { None } else { r.workload.tp },
+    )?;
     if r.launches_per_layer > 10_000 {
         crate::usage_bail!(
             "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",
@@ -55,7 +58,7 @@ pub fn place(
         BackendKind::Nccl => {
             // One GPU: rank 0's share of the --tp workload; with --mode comm/full its
             // collectives run on a communicator of one rank (NCCL's own path, no transfer).
-            let devices = crate::launch::run::select_devices_min(
+            let devices = crate::launch::devices::select_devices_min(
                 &r.gpu,
                 w.requested_tp().map(|t| t as usize),
                 crate::comm::device_count(),
