@@ -2,7 +2,9 @@
 //!
 //! `cli/` turns flags into these structs (environment fallbacks such as `VERIFYBENCH_NCCL_LIB`,
 //! `NCCL_PROTO` and `NCCL_ALGO` are resolved there) and calls one library function with them.
-//! Nothing here knows clap. The cost-model settings live with the model
+//! Nothing here knows clap. What a request resolves to lives here too, so that the launchers
+//! below can take it: [`ResolvedWorkload`] (the workload's files read once) and [`VerifyJob`]
+//! (made once by [`crate::backend::verify_job`]). The cost-model settings live with the model
 //! ([`crate::costmodel::ModelSettings`]), the export files with the renderers
 //! ([`crate::report::Exports`]), a worker rank's own request with the launcher
 //! ([`crate::launch::worker::RankRequest`]).
@@ -76,14 +78,11 @@ impl Workload {
     }
 
     /// The schedule of the chosen phase, with `default_tp` when `tp` is absent; with a
-    /// schedule file, the file's schedule (its own tp; `default_tp` is unused).
+    /// schedule file, the file's schedule (its own tp; `default_tp` is unused). For a caller
+    /// that needs nothing else of the workload; a command resolves it once ([`Workload::resolve`]).
     pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
         self.check_bounds()?;
-        if let Some(f) = self.load_schedule_file()? {
-            return Ok(f.schedule);
-        }
-        let shape = self.shape()?;
-        model::build(&shape, &self.options(default_tp), self.phase)
+        self.resolve()?.build(default_tp)
     }
 
     /// The documented ranges of the workload flags: --tp 1..=1024, --tokens 1..=65536,
@@ -129,60 +128,20 @@ impl Workload {
         Ok(Some(f))
     }
 
-    /// With a schedule file: refuses `modes` other than comm when the file has no compute ops
-    /// (a trace export holds the collectives only). Without one: the same for a `--model-config`
-    /// whose weights are unknown.
-    pub fn check_schedule_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
-        let (Some(p), Some(f)) = (&self.schedule_file, self.load_schedule_file()?) else {
-            return self.check_config_modes(modes);
+    /// Reads the workload's files once: the schedule file (checked against `--tp`), else the
+    /// `--model-config` shape. What the commands need of them afterwards (the tp asked for,
+    /// the modes check, the schedule) comes from the returned value, never from the paths.
+    pub fn resolve(&self) -> anyhow::Result<ResolvedWorkload> {
+        let source = if let Some(f) = self.load_schedule_file()? {
+            WorkloadSource::File(f)
+        } else if self.model_config.is_some() {
+            WorkloadSource::Config(self.shape()?)
+        } else {
+            WorkloadSource::Preset
         };
-        let compute = f
-            .schedule
-            .ops
-            .iter()
-            .any(|o| matches!(o, model::Op::Compute { .. }));
-        if let Some(m) = modes
-            .iter()
-            .find(|m| **m != Mode::Comm)
-            .filter(|_| !compute)
-        {
-            crate::usage_bail!(
-                "--mode {} but --schedule '{}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm",
-                m.name(),
-                p.display()
-            );
-        }
-        Ok(())
-    }
-
-    /// With `--model-config` whose weights are not known (architecture or weight format not
-    /// understood): refuses `modes` other than comm, naming why.
-    fn check_config_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
-        let Some(p) = &self.model_config else {
-            return Ok(());
-        };
-        let shape = self.shape()?;
-        if let Some(m) = modes
-            .iter()
-            .find(|m| **m != Mode::Comm)
-            .filter(|_| !shape.weights_known)
-        {
-            crate::usage_bail!(
-                "--mode {} but the weight bytes of --model-config '{}' are unknown ({}): use --mode comm",
-                m.name(),
-                p.display(),
-                shape.warnings.join("; ")
-            );
-        }
-        Ok(())
-    }
-
-    /// The tp the user asked for: `--tp`, else the schedule file's, else `None` (the
-    /// caller's default). Loads and checks the schedule file when there is one.
-    pub fn requested_tp(&self) -> anyhow::Result<Option<u64>> {
-        Ok(match self.load_schedule_file()? {
-            Some(f) => Some(f.schedule.tp),
-            None => self.tp,
+        Ok(ResolvedWorkload {
+            flags: self.clone(),
+            source,
         })
     }
 
@@ -216,6 +175,110 @@ impl Workload {
         a.extend(["--draft-vocab".into(), self.draft_vocab.to_string()]);
         a.extend(["--phase".into(), self.phase.name().into()]);
         a
+    }
+}
+
+/// A [`Workload`] whose files have been read once ([`Workload::resolve`]): the schedule file,
+/// already checked against `--tp`, or the `--model-config` shape.
+#[derive(Debug, Clone)]
+pub struct ResolvedWorkload {
+    /// The flags as given (for the children's command lines and the messages).
+    pub flags: Workload,
+    source: WorkloadSource,
+}
+
+/// Where a resolved workload's schedule comes from.
+#[derive(Debug, Clone)]
+enum WorkloadSource {
+    /// `--schedule FILE`, as read.
+    File(ScheduleFile),
+    /// `--model-config FILE`, as read.
+    Config(model::ModelShape),
+    /// A built-in preset (`--model NAME`), looked up when the schedule is built.
+    Preset,
+}
+
+impl ResolvedWorkload {
+    /// The tp the user asked for: `--tp`, else the schedule file's, else `None` (the
+    /// caller's default).
+    pub fn requested_tp(&self) -> Option<u64> {
+        match &self.source {
+            WorkloadSource::File(f) => Some(f.schedule.tp),
+            _ => self.flags.tp,
+        }
+    }
+
+    /// With a schedule file: refuses `modes` other than comm when the file has no compute ops
+    /// (a trace export holds the collectives only). With a `--model-config` whose weights are
+    /// not known (architecture or weight format not understood): the same, naming why.
+    pub fn check_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
+        let other = || modes.iter().find(|m| **m != Mode::Comm);
+        match &self.source {
+            WorkloadSource::File(f) => {
+                let compute = f
+                    .schedule
+                    .ops
+                    .iter()
+                    .any(|o| matches!(o, model::Op::Compute { .. }));
+                if let (Some(m), false) = (other(), compute) {
+                    crate::usage_bail!(
+                        "--mode {} but --schedule '{}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm",
+                        m.name(),
+                        self.path().display()
+                    );
+                }
+            }
+            WorkloadSource::Config(shape) => {
+                if let (Some(m), false) = (other(), shape.weights_known) {
+                    crate::usage_bail!(
+                        "--mode {} but the weight bytes of --model-config '{}' are unknown ({}): use --mode comm",
+                        m.name(),
+                        self.path().display(),
+                        shape.warnings.join("; ")
+                    );
+                }
+            }
+            WorkloadSource::Preset => {}
+        }
+        Ok(())
+    }
+
+    /// The file the workload came from (`--schedule` or `--model-config`); empty for a preset.
+    fn path(&self) -> &std::path::Path {
+        let f = &self.flags;
+        f.schedule_file
+            .as_deref()
+            .or(f.model_config.as_deref())
+            .unwrap_or(std::path::Path::new(""))
+    }
+
+    /// The schedule of the chosen phase, with `default_tp` when `--tp` is absent (a schedule
+    /// file's own tp otherwise), after the range checks of the flags.
+    pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+        self.flags.check_bounds()?;
+        self.build(default_tp)
+    }
+
+    /// [`ResolvedWorkload::schedule`] without the range checks (the caller made them).
+    fn build(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+        let opt = self.flags.options(default_tp);
+        match &self.source {
+            WorkloadSource::File(f) => Ok(f.schedule.clone()),
+            WorkloadSource::Config(shape) => model::build(shape, &opt, self.flags.phase),
+            WorkloadSource::Preset => model::build(&self.flags.shape()?, &opt, self.flags.phase),
+        }
+    }
+
+    /// The provenance note of a schedule read from a file (`None` otherwise).
+    pub fn file_note(&self) -> Option<String> {
+        let WorkloadSource::File(f) = &self.source else {
+            return None;
+        };
+        Some(format!(
+            "schedule from the file {}: {}",
+            self.path().display(),
+            f.origin.as_deref().unwrap_or("no origin recorded")
+        ))
     }
 }
 
@@ -513,6 +576,26 @@ impl VerifyRequest {
     }
 }
 
+/// A `verify` request resolved once ([`crate::backend::verify_job`]): every flag checked, the
+/// backend picked, the GPUs selected, the schedule read or built, the host gaps drawn. The
+/// backends and the launchers take this and never go back to the request's files or re-check
+/// its values.
+#[derive(Debug, Clone)]
+pub struct VerifyJob {
+    /// The request as given (the run settings: modes, repeat, implementations, exports).
+    pub request: VerifyRequest,
+    /// The schedule replayed, at the tp it was resolved for.
+    pub schedule: Schedule,
+    /// "schedule from the file ...": the provenance note of a `--schedule` file.
+    pub file_note: Option<String>,
+    /// The GPU ordinals of the ranks (the NCCL backend; empty for the model and the mock).
+    pub devices: Vec<usize>,
+    /// The ranks that run: the devices selected, else the schedule's tp.
+    pub nranks: usize,
+    /// The host gaps and the late rank, validated for this schedule and rank count.
+    pub host_gaps: HostGaps,
+}
+
 /// `collective`: one collective over a size range, nccl-tests style.
 #[derive(Debug, Clone)]
 pub struct CollectiveRequest {
@@ -541,6 +624,14 @@ pub struct CollectiveRequest {
 
 /// Largest `--fresh-runs`.
 pub const MAX_FRESH_RUNS: usize = 100;
+
+/// `--fresh-runs R`: 1 to [`MAX_FRESH_RUNS`].
+pub fn check_fresh_runs(fresh_runs: usize) -> anyhow::Result<()> {
+    if !(1..=MAX_FRESH_RUNS).contains(&fresh_runs) {
+        crate::usage_bail!("--fresh-runs must be 1 to {MAX_FRESH_RUNS} (default 1)");
+    }
+    Ok(())
+}
 
 impl CollectiveRequest {
     /// The sizes to run: min, min*f, ... <= max, plus the explicit ones, each rounded down to a

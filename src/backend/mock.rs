@@ -9,7 +9,7 @@ use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Impl, ImplRun, ImplTiming, Mode,
     Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
 };
-use crate::request::{BackendKind, CollectiveRequest, VerifyRequest};
+use crate::request::{BackendKind, CollectiveRequest, VerifyJob};
 use crate::util::now_utc;
 
 /// The fake P2P all-reduce's per-collective time as a fraction of the fake NCCL one.
@@ -76,25 +76,20 @@ impl Backend for MockBackend {
         BackendKind::Mock
     }
 
-    fn verify(&self, a: &VerifyRequest) -> anyhow::Result<Record> {
-        let s = a
-            .workload
-            .schedule(a.gpu.gpus.map(|g| g as u64).unwrap_or(8))?;
-        crate::impls::check_verify(&a.impls, &s)?;
+    fn run_verify(&self, j: &VerifyJob) -> anyhow::Result<Record> {
+        let (a, s, n, gaps) = (&j.request, &j.schedule, j.nranks, &j.host_gaps);
         let ncoll = s.n_collectives().max(1);
-        let n = s.tp as usize;
-        let gaps = a.host_gaps.resolve(&s, n)?;
         let pass_iters = crate::launch::timeline::pass_iterations(a.repeat.iters) as usize;
         // The per-collective pass, faked: every collective 7 us (graph) or 9 us (eager) long,
         // the late rank (eager only) starting each one its lag late.
         let pass = |graph: bool| {
             let late = gaps.late.filter(|_| !graph).map(|l| (l.rank, l.us));
             let per = if graph { 7.0 } else { 9.0 };
-            crate::launch::timeline::fake_pass(&s, n, pass_iters, per, late)
+            crate::launch::timeline::fake_pass(s, n, pass_iters, per, late)
         };
         if let Some(p) = &a.export_trace {
             let graph = !a.runs().iter().any(|(g, m)| !*g && *m != Mode::Compute);
-            let tracks = crate::launch::timeline::chrome_tracks(&pass(graph), &s, graph);
+            let tracks = crate::launch::timeline::chrome_tracks(&pass(graph), s, graph);
             crate::trace::chrome::write_file(&tracks, n, p)?;
         }
         let run = |imp: Impl, graph: bool, mode: Mode| {
@@ -154,7 +149,7 @@ impl Backend for MockBackend {
             Source::Modeled,
             prov,
             Body::Verify(VerifyResult {
-                workload: Workload::of(&s),
+                workload: Workload::of(s),
                 runs,
                 stream_gbps: None,
                 predicted_compute_us: None,

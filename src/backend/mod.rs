@@ -8,25 +8,33 @@
 //! - [`MockBackend`]: deterministic FAKE numbers for tests, backend `mock` in the provenance,
 //!   labelled modeled, never measured.
 //!
-//! [`resolve`] is the only place that picks one (`auto` means NCCL with 2+ GPUs). Fault
+//! [`resolve`] is the only place that picks one (`auto` means NCCL with 2+ GPUs);
+//! [`verify_job`] resolves a verify request once into the job the backends run. Fault
 //! injection for tests lives in [`fault`]. What a command does with the record (export, print,
 //! exit code) lives in [`crate::commands`], not here.
 
+mod job;
 mod mock;
 
 use crate::impls;
 use crate::record::{Body, Mode, Provenance, Record, Source};
-use crate::request::{BackendKind, CollectiveRequest, VerifyRequest};
+use crate::request::{BackendKind, CollectiveRequest, VerifyJob, VerifyRequest};
 use crate::util::now_utc;
 
+pub use job::{place, verify_job};
 pub use mock::{between_run_factor, MockBackend, FAKE_SPREAD_NOTE};
 
 /// Turns a request into a result record.
 pub trait Backend {
     /// Which backend this is (its `name()` is the provenance's `backend`).
     fn kind(&self) -> BackendKind;
-    /// `verify`: the replay of the verify schedule.
-    fn verify(&self, r: &VerifyRequest) -> anyhow::Result<Record>;
+    /// `verify`: the replay of a resolved verify job.
+    fn run_verify(&self, j: &VerifyJob) -> anyhow::Result<Record>;
+    /// `verify` of a plain request on this backend: its workload resolved and the job placed
+    /// ([`place`]), then run.
+    fn verify(&self, r: &VerifyRequest) -> anyhow::Result<Record> {
+        self.run_verify(&place(self.kind(), r, r.workload.resolve()?)?)
+    }
     /// `collective`: one collective over a size range.
     fn collective(&self, r: &CollectiveRequest) -> anyhow::Result<Record>;
 }
@@ -39,8 +47,8 @@ impl Backend for NcclBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Nccl
     }
-    fn verify(&self, r: &VerifyRequest) -> anyhow::Result<Record> {
-        crate::launch::verify(r, now_utc())
+    fn run_verify(&self, j: &VerifyJob) -> anyhow::Result<Record> {
+        crate::launch::verify(j, now_utc())
     }
     fn collective(&self, r: &CollectiveRequest) -> anyhow::Result<Record> {
         crate::launch::collective(r, now_utc())
@@ -55,35 +63,24 @@ impl Backend for ModelBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Model
     }
-    fn verify(&self, a: &VerifyRequest) -> anyhow::Result<Record> {
+    fn run_verify(&self, j: &VerifyJob) -> anyhow::Result<Record> {
         let started = now_utc();
-        // The model backend has no worker to break: an injected fault fails the process.
-        crate::launch::fault::check_p2p_fault(
-            a.inject_fault.as_deref(),
-            impls::p2p(&a.impls).len(),
-        )?;
-        crate::launch::fault::process_fault(a.inject_fault.as_deref());
-        let s = a
-            .workload
-            .schedule(a.gpu.ranks().map(|g| g as u64).unwrap_or(8))?;
-        impls::check_verify(&a.impls, &s)?;
-        let n = s.tp as usize;
-        let gaps = a.host_gaps.resolve(&s, n)?;
+        let (a, s, n, gaps) = (&j.request, &j.schedule, j.nranks, &j.host_gaps);
         if let Some(f) = &a.export_trace {
             crate::usage_bail!(
                 "--export-trace '{}' writes the measured per-collective pass; the model backend times nothing (use --backend nccl)",
                 f.display()
             );
         }
-        let mut m = crate::costmodel::verify(&s, n, &a.runs(), a.gpu.launcher, &a.model)?;
+        let mut m = crate::costmodel::verify(s, n, &a.runs(), a.gpu.launcher, &a.model)?;
         if n >= 2 {
             for r in m.result.runs.iter_mut().filter(|r| r.mode != Mode::Compute) {
                 let (ic, host_added) = crate::costmodel::in_collective(
-                    &s,
+                    s,
                     n,
                     r.graph,
                     r.mode,
-                    &gaps,
+                    gaps,
                     a.gpu.launcher,
                     &a.model,
                 )?;
@@ -103,7 +100,7 @@ impl Backend for ModelBackend {
                     for imp in custom {
                         result.p2p.extend(crate::costmodel::custom::verify_runs(
                             &prof,
-                            &s,
+                            s,
                             s.tp as usize,
                             imp,
                             &result.runs,

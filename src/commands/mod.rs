@@ -11,9 +11,7 @@ use crate::backend::{self, Backend};
 use crate::measure::repeat::Repetitions;
 use crate::record::{Body, Record, Repeated};
 use crate::report::text;
-use crate::request::{
-    BackendKind, CollectiveRequest, VerifyRequest, WorkerRequest, MAX_FRESH_RUNS,
-};
+use crate::request::{BackendKind, CollectiveRequest, VerifyJob, VerifyRequest, WorkerRequest};
 
 /// The note of a modeled record asked for fresh runs.
 pub const MODELED_NO_NOISE: &str =
@@ -75,9 +73,7 @@ pub fn repeated(
     fresh_runs: usize,
     mut one: impl FnMut(usize) -> anyhow::Result<Record>,
 ) -> anyhow::Result<Record> {
-    if !(1..=MAX_FRESH_RUNS).contains(&fresh_runs) {
-        crate::usage_bail!("--fresh-runs must be 1 to {MAX_FRESH_RUNS} (default 1)");
-    }
+    crate::request::check_fresh_runs(fresh_runs)?;
     if fresh_runs == 1 {
         return one(0);
     }
@@ -168,47 +164,32 @@ pub fn worker(a: &WorkerRequest) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// `verifybench verify` with the backend `resolve` picks.
+/// `verifybench verify`: the request resolved once ([`backend::verify_job`], which picks the
+/// backend), then run.
 pub fn verify(a: &VerifyRequest) -> anyhow::Result<i32> {
-    a.export.check(&[])?;
-    // One GPU runs one rank's share of a larger --tp (`--gpus 1 --tp 8`): its compute, and
-    // with --mode comm/full (NCCL only: the cost model has no one-rank collectives) its
-    // collectives on a communicator of one rank; everywhere else one rank runs per GPU, so
-    // --tp and the GPU count must agree.
-    let one_rank_share = a.gpu.ranks() == Some(1)
-        && (a.compute_only() || a.backend == crate::request::BackendKind::Nccl);
-    crate::launch::run::check_gpu_flags(&a.gpu, if one_rank_share { None } else { a.workload.tp })?;
-    if a.launches_per_layer > 10_000 {
-        crate::usage_bail!(
-            "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",
-            a.launches_per_layer
-        );
-    }
-    if a.pdl && a.mode.iter().all(|m| *m == crate::record::Mode::Comm) {
-        crate::usage_bail!(
-            "--pdl changes how the compute kernels are launched: add --mode compute or full (--mode comm launches none)"
-        );
-    }
-    a.workload.check_schedule_modes(&a.mode)?;
-    verify_with(
-        &*backend::resolve_min(a.backend, a.quiet, if a.compute_only() { 1 } else { 2 }),
-        a,
-    )
+    let (b, job) = backend::verify_job(a, || {
+        backend::resolve_min(a.backend, a.quiet, if a.compute_only() { 1 } else { 2 })
+    })?;
+    verify_job_with(&*b, &job)
 }
 
-/// `verify` on a given backend.
+/// `verify` of a plain request on a given backend (its workload resolved and the job placed
+/// for that backend).
 pub fn verify_with(b: &dyn Backend, a: &VerifyRequest) -> anyhow::Result<i32> {
+    verify_job_with(b, &backend::place(b.kind(), a, a.workload.resolve()?)?)
+}
+
+/// `verify` of a resolved job on a given backend: its fresh runs, exports, table and exit
+/// code.
+pub fn verify_job_with(b: &dyn Backend, job: &VerifyJob) -> anyhow::Result<i32> {
+    let a = &job.request;
     let mut record = repeated(b.kind(), a.fresh_runs, |i| {
-        let mut r = a.clone();
-        r.fresh_run = i;
-        b.verify(&r)
+        let mut j = job.clone();
+        j.request.fresh_run = i;
+        b.run_verify(&j)
     })?;
-    if let (Some(p), Some(f)) = (&a.workload.schedule_file, a.workload.load_schedule_file()?) {
-        record.provenance.notes.push(format!(
-            "schedule from the file {}: {}",
-            p.display(),
-            f.origin.as_deref().unwrap_or("no origin recorded")
-        ));
+    if let Some(note) = &job.file_note {
+        record.provenance.notes.push(note.clone());
     }
     a.export.write(std::slice::from_ref(&record))?;
     print_result(a.format, &record, text::verify_table)?;

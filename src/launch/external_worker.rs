@@ -55,8 +55,10 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
     let ep = info.require_rendezvous()?.clone();
     crate::note!("verifybench worker: {}", info.describe_rendezvous());
     comm::libs::prepare(a.nccl_lib.as_deref())?;
-    a.workload.check_schedule_modes(&a.mode)?;
-    let schedule = a.workload.schedule(info.world_size as u64)?;
+    // the workload's files are read here, once
+    let workload = a.workload.resolve()?;
+    workload.check_modes(&a.mode)?;
+    let schedule = workload.schedule(info.world_size as u64)?;
     if schedule.tp as usize != info.world_size {
         crate::usage_bail!(
             "--tp {} but the launcher started {} ranks: make them equal",

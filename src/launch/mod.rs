@@ -7,7 +7,8 @@
 //! a run when a worker says nothing for `--timeout` seconds; a worker that fails makes the
 //! parent kill the others (they would wait forever in NCCL), reap them, and name the rank.
 //!
-//! - [`run`]: the threads and processes launchers and the records of their jobs.
+//! - [`run`]: the threads and processes launchers and the records of their jobs;
+//!   [`devices`]: the GPU flags checked and the GPUs selected.
 //! - [`job`]: what a rank runs; [`worker`]: the hidden `__rank` worker process;
 //!   [`timeline`]: the per-collective pass's rank timings, their attribution and Chrome trace.
 //! - [`external`], [`rendezvous`], [`external_worker`]: ranks of an external launcher, their
@@ -17,6 +18,7 @@
 //! cudarc ([`crate::comm`]).
 
 pub mod affinity;
+pub mod devices;
 pub mod external;
 pub mod external_worker;
 pub mod fault;

@@ -21,7 +21,9 @@ use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, ImplRun, ImplTiming, Mode, Part,
     Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };
-use crate::request::{CollectiveRequest, GpuSpec, Impl, Launcher, VerifyRequest};
+use crate::request::{CollectiveRequest, GpuSpec, Impl, Launcher, VerifyJob};
+
+pub use super::devices::{check_gpu_flags, preflight, select_devices, select_devices_min};
 
 /// Operations per timed sample of `collective` (as nccl-tests times many back-to-back
 /// operations): amortises the first operation's start-up and, in graph mode, the graph launch.
@@ -57,149 +59,6 @@ impl LaunchSpec {
             affinity: super::affinity::CpuAffinity::Auto,
         }
     }
-}
-
-/// Checks the GPU flags against each other and the workload's `tp`, before any work and on
-/// any backend: `--gpus` at least 1, no GPU twice in `--devices`, `--gpus` and `--devices`
-/// (and `--tp`) naming the same number of ranks, `--nccl-lib` an existing library or folder.
-/// Returns the rank count the flags fix, if any.
-pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<Option<usize>> {
-    if g.gpus == Some(0) {
-        return Err(usage("--gpus 0: give at least 1 GPU (2 or more for NCCL)"));
-    }
-    let max = crate::request::MAX_RANKS;
-    if let Some(n) = g.gpus.filter(|&n| n > max) {
-        return Err(usage(format!("--gpus {n}: give 1 to {max} GPUs")));
-    }
-    if let Some(d) = g.devices.as_ref().filter(|d| d.len() > max) {
-        return Err(usage(format!(
-            "--devices lists {} GPUs: give 1 to {max}",
-            d.len()
-        )));
-    }
-    if let Some(d) = &g.devices {
-        if d.is_empty() {
-            return Err(usage(
-                "--devices is empty: list GPU ordinals, e.g. --devices 0,1",
-            ));
-        }
-        let mut seen = d.clone();
-        seen.sort_unstable();
-        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-            return Err(usage(format!(
-                "--devices lists GPU {} twice: each rank needs its own GPU",
-                w[0]
-            )));
-        }
-    }
-    let from_devices = g.devices.as_ref().map(|d| d.len());
-    if let (Some(n), Some(m)) = (g.gpus, from_devices) {
-        if n != m {
-            return Err(usage(format!(
-                "--gpus {n} and --devices (listing {m} GPUs) disagree: give one of them"
-            )));
-        }
-    }
-    let ranks = from_devices.or(g.gpus);
-    if let (Some(n), Some(t)) = (ranks, tp) {
-        if n as u64 != t {
-            let flag = if from_devices.is_some() {
-                "--devices"
-            } else {
-                "--gpus"
-            };
-            return Err(usage(format!(
-                "--tp {t} and {flag} ({n} GPUs) disagree: one rank per GPU, so give the same number (or only one of them)"
-            )));
-        }
-    }
-    if let Some(p) = &g.nccl_lib {
-        comm::libs::find_nccl(Some(p))?;
-    }
-    Ok(ranks)
-}
-
-/// The checks `verify` makes before it starts workers, for commands that start them later
-/// (`sweep` runs each point in child processes): a CUDA driver, and enough GPUs for the ranks.
-pub fn preflight(g: &GpuSpec, wanted: Option<usize>) -> anyhow::Result<Vec<usize>> {
-    check_gpu_flags(g, wanted.map(|w| w as u64))?;
-    if !comm::libs::cuda_present() {
-        return Err(usage(
-            "no CUDA driver library (libcuda.so) found: --backend nccl needs GPUs with their driver; use --backend model for the cost model",
-        ));
-    }
-    let min = if g.ranks() == Some(1) { 1 } else { 2 };
-    select_devices_min(g, wanted, comm::device_count(), min)
-}
-
-/// Checks the GPU flags against a machine with `present` GPUs (usually
-/// [`comm::device_count`]) and returns the device ordinals to use.
-/// `wanted` is the rank count the workload needs (its --tp), if fixed.
-pub fn select_devices(
-    g: &GpuSpec,
-    wanted: Option<usize>,
-    present: usize,
-) -> anyhow::Result<Vec<usize>> {
-    select_devices_min(g, wanted, present, 2)
-}
-
-/// [`select_devices`] for a job that needs at least `min` GPUs. With `min` 1 (one rank's
-/// compute, no collectives), a single GPU replays one rank's share of a workload of any
-/// --tp, so `wanted` is not checked then.
-pub fn select_devices_min(
-    g: &GpuSpec,
-    wanted: Option<usize>,
-    present: usize,
-    min: usize,
-) -> anyhow::Result<Vec<usize>> {
-    if present == 0 {
-        return Err(usage(
-            "no GPU found (no CUDA driver or no device): this needs a GPU (verify, collective and sweep can run the cost model instead: --backend model)",
-        ));
-    }
-    let devices: Vec<usize> = if let Some(d) = &g.devices {
-        if let Some(bad) = d.iter().find(|&&x| x >= present) {
-            return Err(usage(format!(
-                "--devices names GPU {bad}, but this machine has {present} GPU{} (0..{})",
-                if present == 1 { "" } else { "s" },
-                present - 1
-            )));
-        }
-        let mut seen = d.clone();
-        seen.sort_unstable();
-        seen.dedup();
-        if seen.len() != d.len() {
-            return Err(usage("--devices lists a GPU twice"));
-        }
-        d.clone()
-    } else {
-        let n = g.gpus.or(wanted).unwrap_or(present);
-        if n > present {
-            let flag = if g.gpus.is_some() { "--gpus" } else { "--tp" };
-            return Err(usage(format!(
-                "{flag} {n} needs {n} GPUs, but this machine has {present}"
-            )));
-        }
-        (0..n).collect()
-    };
-    if min == 1 && devices.len() == 1 {
-        return Ok(devices);
-    }
-    if devices.len() < 2 {
-        return Err(usage(format!(
-            "the NCCL backend needs at least 2 GPUs (got {}); verify, collective and sweep can run the cost model instead (--backend model)",
-            devices.len()
-        )));
-    }
-    if let Some(w) = wanted {
-        if w != devices.len() {
-            return Err(usage(format!(
-                "--tp {w} needs {w} ranks, but {} GPUs were selected; make --tp match --gpus/--devices",
-                devices.len()
-            )));
-        }
-    }
-    Ok(devices)
 }
 
 enum Event {
@@ -591,31 +450,13 @@ pub use crate::record::vocab::ONE_RANK;
 /// The provenance note of a replay with `--pdl`.
 const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl): each streaming kernel lets the next be scheduled as its blocks retire and issues its first weight loads before it waits for the kernel before it; after a collective (which never triggers early) it starts as a plain launch";
 
-/// `verify --backend nccl`.
-pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
+/// `verify --backend nccl`: the resolved job on its selected GPUs.
+pub fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
+    let a = &j.request;
     let compute_only = a.compute_only();
-    let present = comm::device_count();
-    // One GPU: rank 0's share of the --tp workload; with --mode comm/full its collectives run
-    // on a communicator of one rank (NCCL's own path, no transfer).
-    let devices = select_devices_min(
-        &a.gpu,
-        a.workload.requested_tp()?.map(|t| t as usize),
-        present,
-        1,
-    )?;
+    let devices = j.devices.clone();
     let one = devices.len() == 1;
-    if let (Some(p), true) = (&a.export_trace, compute_only) {
-        crate::usage_bail!(
-            "--export-trace '{}': only runs with collectives have a per-collective pass; add --mode comm or full",
-            p.display()
-        );
-    }
-    // Also for one GPU: it makes NVRTC loadable for the streaming kernel (no communicator is
-    // created then).
-    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
-    let schedule = a.workload.schedule(devices.len() as u64)?;
-    impls::check_verify(&a.impls, &schedule)?;
-    let host_gaps = a.host_gaps.resolve(&schedule, devices.len())?;
+    let schedule = &j.schedule;
     let fault = crate::launch::fault::rank_fault(a.inject_fault.as_deref())?;
     let mut notes = vec![];
     // one GPU has no peers: NCCL only (the P2P kernels need two ranks)
@@ -652,7 +493,7 @@ pub fn verify(a: &VerifyRequest, started: String) -> anyhow::Result<Record> {
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: run_impls.clone(),
-        host_gaps,
+        host_gaps: j.host_gaps.clone(),
         timing_pass: if compute_only {
             0
         } else {
@@ -1104,66 +945,6 @@ mod tests {
         assert!(
             verify_record_with(&Job::Env, &r, || panic!("no provenance for a wrong job")).is_err()
         );
-    }
-
-    fn gpus(gpus: Option<usize>, devices: Option<Vec<usize>>) -> GpuSpec {
-        GpuSpec {
-            gpus,
-            devices,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn select_devices_checks_the_flags_against_the_machine() {
-        let usage = |r: anyhow::Result<Vec<usize>>| {
-            let e = r.unwrap_err();
-            assert_eq!(crate::error::exit_code(&e), 2, "{e}");
-            e.to_string()
-        };
-        assert_eq!(
-            select_devices(&gpus(None, None), None, 4).unwrap(),
-            vec![0, 1, 2, 3]
-        );
-        assert_eq!(
-            select_devices(&gpus(Some(2), None), None, 4).unwrap(),
-            vec![0, 1]
-        );
-        assert_eq!(
-            select_devices(&gpus(None, None), Some(2), 8).unwrap(),
-            vec![0, 1]
-        );
-        assert_eq!(
-            select_devices(&gpus(None, Some(vec![3, 1])), Some(2), 4).unwrap(),
-            vec![3, 1]
-        );
-        assert!(usage(select_devices(&gpus(None, None), None, 0)).contains("no GPU found"));
-        assert!(
-            usage(select_devices(&gpus(None, Some(vec![0, 4])), None, 4))
-                .contains("--devices names GPU 4, but this machine has 4 GPUs (0..3)")
-        );
-        assert!(usage(select_devices(&gpus(None, Some(vec![1, 1])), None, 4)).contains("twice"));
-        assert!(usage(select_devices(&gpus(Some(8), None), None, 4)).starts_with("--gpus 8"));
-        assert!(usage(select_devices(&gpus(None, None), Some(8), 4)).starts_with("--tp 8"));
-        assert!(usage(select_devices(&gpus(None, None), None, 1)).contains("at least 2 GPUs"));
-        // one rank's compute: one GPU for a workload of any --tp
-        assert_eq!(
-            select_devices_min(&gpus(Some(1), None), Some(8), 1, 1).unwrap(),
-            vec![0]
-        );
-        assert_eq!(
-            select_devices_min(&gpus(None, Some(vec![3])), Some(8), 4, 1).unwrap(),
-            vec![3]
-        );
-        assert!(
-            usage(select_devices_min(&gpus(Some(1), None), Some(8), 1, 2))
-                .contains("at least 2 GPUs")
-        );
-        assert!(
-            usage(select_devices_min(&gpus(Some(2), None), Some(8), 2, 1)).starts_with("--tp 8")
-        );
-        assert!(usage(select_devices(&gpus(Some(2), None), Some(4), 8))
-            .contains("--tp 4 needs 4 ranks, but 2 GPUs were selected"));
     }
 
     #[test]

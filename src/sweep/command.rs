@@ -517,14 +517,10 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         crate::backend::resolve(a.backend, a.quiet).kind()
     };
     // With --schedule the file's tp (checked against --tp) wins over the GPU count.
-    let tp = match a.workload.requested_tp()? {
-        Some(tp) => tp,
-        None => default_tp(a, backend),
-    };
-    let mut w = a.workload.clone();
-    w.tp = Some(tp);
+    let w = a.workload.resolve()?;
+    let tp = w.requested_tp().unwrap_or_else(|| default_tp(a, backend));
     let schedule = w.schedule(tp)?;
-    w.check_schedule_modes(&[a.mode])?;
+    w.check_modes(&[a.mode])?;
     let workload = Workload::of(&schedule);
 
     let (results_path, log_dir) = output_paths(a)?;

@@ -1,0 +1,268 @@
+//! The one resolution of a `verify` request: [`verify_job`] turns the plain request that `cli/`
+//! builds into a [`VerifyJob`] (every flag checked, the schedule file or config read once, the
+//! backend picked, the GPUs selected, the schedule built, the host gaps drawn). Everything
+//! below (the backends, the launchers, the workers) takes the job.
+
+use super::Backend;
+use crate::impls;
+use crate::request::{BackendKind, ResolvedWorkload, VerifyJob, VerifyRequest};
+
+/// Resolves `r` once, in the order users have always seen the errors: the export files and
+/// GPU flags, the run flags, the workload's files (`--tp` against a schedule file, the modes
+/// against what it holds), then the backend `pick` returns, then what that backend needs
+/// ([`place`]).
+pub fn verify_job(
+    r: &VerifyRequest,
+    pick: impl FnOnce() -> Box<dyn Backend>,
+) -> anyhow::Result<(Box<dyn Backend>, VerifyJob)> {
+    r.export.check(&[])?;
+    // One GPU runs one rank's share of a larger --tp (`--gpus 1 --tp 8`): its compute, and
+    // with --mode comm/full (NCCL only: the cost model has no one-rank collectives) its
+    // collectives on a communicator of one rank; everywhere else one rank runs per GPU, so
+    // --tp and the GPU count must agree.
+    let one_rank_share =
+        r.gpu.ranks() == Some(1) && (r.compute_only() || r.backend == BackendKind::Nccl);
+    crate::launch::devices::check_gpu_flags(
+        &r.gpu,
+        if one_rank_share { None } else { r.workload.tp },
+    )?;
+    if r.launches_per_layer > 10_000 {
+        crate::usage_bail!(
+            "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",
+            r.launches_per_layer
+        );
+    }
+    if r.pdl && r.mode.iter().all(|m| *m == crate::record::Mode::Comm) {
+        crate::usage_bail!(
+            "--pdl changes how the compute kernels are launched: add --mode compute or full (--mode comm launches none)"
+        );
+    }
+    let w = r.workload.resolve()?;
+    w.check_modes(&r.mode)?;
+    let b = pick();
+    crate::request::check_fresh_runs(r.fresh_runs)?;
+    let job = place(b.kind(), r, w)?;
+    Ok((b, job))
+}
+
+/// What a backend of `kind` needs before the schedule (the NCCL backend: the GPUs, selected
+/// against the tp asked for, and the libraries; the model: its injected faults), then the
+/// schedule at the rank count that runs, the implementations checked against it and the host
+/// gaps drawn for it.
+pub fn place(
+    kind: BackendKind,
+    r: &VerifyRequest,
+    w: ResolvedWorkload,
+) -> anyhow::Result<VerifyJob> {
+    let (default_tp, devices) = match kind {
+        BackendKind::Nccl => {
+            // One GPU: rank 0's share of the --tp workload; with --mode comm/full its
+            // collectives run on a communicator of one rank (NCCL's own path, no transfer).
+            let devices = crate::launch::devices::select_devices_min(
+                &r.gpu,
+                w.requested_tp().map(|t| t as usize),
+                crate::comm::device_count(),
+                1,
+            )?;
+            if let (Some(p), true) = (&r.export_trace, r.compute_only()) {
+                crate::usage_bail!(
+                    "--export-trace '{}': only runs with collectives have a per-collective pass; add --mode comm or full",
+                    p.display()
+                );
+            }
+            // Also for one GPU: it makes NVRTC loadable for the streaming kernel (no
+            // communicator is created then).
+            crate::comm::libs::prepare(r.gpu.nccl_lib.as_deref())?;
+            (devices.len() as u64, devices)
+        }
+        BackendKind::Model => {
+            // The model backend has no worker to break: an injected fault fails the process.
+            crate::launch::fault::check_p2p_fault(
+                r.inject_fault.as_deref(),
+                impls::p2p(&r.impls).len(),
+            )?;
+            crate::launch::fault::process_fault(r.inject_fault.as_deref());
+            (r.gpu.ranks().map(|g| g as u64).unwrap_or(8), vec![])
+        }
+        BackendKind::Mock => (r.gpu.gpus.map(|g| g as u64).unwrap_or(8), vec![]),
+        BackendKind::Auto => anyhow::bail!("the backend 'auto' is resolved before a job is placed"),
+    };
+    let schedule = w.schedule(default_tp)?;
+    impls::check_verify(&r.impls, &schedule)?;
+    let nranks = if devices.is_empty() {
+        schedule.tp as usize
+    } else {
+        devices.len()
+    };
+    let host_gaps = r.host_gaps.resolve(&schedule, nranks)?;
+    Ok(VerifyJob {
+        request: r.clone(),
+        file_note: w.file_note(),
+        schedule,
+        devices,
+        nranks,
+        host_gaps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MockBackend;
+    use crate::model::schedule_file::ScheduleFile;
+    use crate::record::Mode;
+    use crate::request::*;
+
+    fn request() -> VerifyRequest {
+        VerifyRequest {
+            workload: Workload::default(),
+            graph: GraphChoice::Both,
+            mode: vec![Mode::Comm],
+            launches_per_layer: 0,
+            pdl: false,
+            backend: BackendKind::Mock,
+            gpu: GpuSpec::default(),
+            repeat: Repeat {
+                iters: 5,
+                warmup: 1,
+            },
+            model: Default::default(),
+            export: Default::default(),
+            format: Default::default(),
+            quiet: true,
+            inject_fault: None,
+            impls: vec![],
+            host_gaps: Default::default(),
+            export_trace: None,
+            fresh_runs: 1,
+            fresh_run: 0,
+        }
+    }
+
+    /// Writes a collectives-only TP2 schedule of 3 all-reduces with host gaps (what a trace
+    /// exports) and returns it.
+    fn schedule_file(path: &std::path::Path) -> crate::model::Schedule {
+        let mut s = Workload {
+            tp: Some(2),
+            ..Default::default()
+        }
+        .schedule(8)
+        .unwrap();
+        s.ops
+            .retain(|o| matches!(o, crate::model::Op::Collective { .. }));
+        s.ops.truncate(3);
+        ScheduleFile {
+            schedule: s.clone(),
+            host_gaps_us: Some(vec![4.0, 5.0, 6.0]),
+            origin: Some("three all-reduces".into()),
+        }
+        .save(path)
+        .unwrap();
+        s
+    }
+
+    /// A change to the plain request.
+    type Edit<'a> = Box<dyn Fn(&mut VerifyRequest) + 'a>;
+
+    fn mock() -> Box<dyn Backend> {
+        Box::new(MockBackend)
+    }
+
+    #[test]
+    fn a_job_carries_its_schedule_and_never_goes_back_to_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        let want = schedule_file(&path);
+        let mut a = request();
+        a.workload.schedule_file = Some(path.clone());
+        a.host_gaps.from = Some(path.clone());
+        a.fresh_runs = 3;
+        a.export.export_json = Some(dir.path().join("v.json"));
+        let (b, job) = verify_job(&a, mock).unwrap();
+        assert_eq!(b.kind(), BackendKind::Mock);
+        assert_eq!(job.schedule, want);
+        assert_eq!((job.nranks, job.devices.len()), (2, 0));
+        assert!(!job.host_gaps.is_none());
+        assert_eq!(
+            job.file_note.as_deref(),
+            Some(
+                format!(
+                    "schedule from the file {}: three all-reduces",
+                    path.display()
+                )
+                .as_str()
+            )
+        );
+        // the file is gone: running the job (three fresh runs, export, table) reads nothing
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(crate::commands::verify_job_with(&*b, &job).unwrap(), 0);
+        let recs = crate::record::read_records(&dir.path().join("v.json")).unwrap();
+        let crate::record::Body::Verify(v) = &recs[0].body else {
+            panic!("a verify record")
+        };
+        assert_eq!((v.workload.tp, v.workload.n_all_reduce), (2, 3));
+        assert_eq!(v.workload.schedule_hash, want.hash());
+        // the plain request, by contrast, needs its file
+        assert!(MockBackend.verify(&a).is_err());
+    }
+
+    #[test]
+    fn the_resolver_makes_each_check_with_the_message_users_see() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        schedule_file(&path);
+        let shown = path.display();
+        let never = || -> Box<dyn Backend> { panic!("a flag error comes before the backend") };
+        let cases: Vec<(Edit, String, bool)> = vec![
+            (
+                Box::new(|a| a.launches_per_layer = 10_001),
+                "--launches-per-layer 10001 is absurd: a real layer launches tens of kernels; use at most 10000".into(),
+                false,
+            ),
+            (
+                Box::new(|a| a.pdl = true),
+                "--pdl changes how the compute kernels are launched: add --mode compute or full (--mode comm launches none)".into(),
+                false,
+            ),
+            (
+                Box::new(|a| {
+                    a.workload.tp = Some(4);
+                    a.workload.schedule_file = Some(path.clone());
+                }),
+                format!("--tp 4 but --schedule '{shown}' is a TP2 schedule: drop --tp (it is taken from the file) or give --tp 2"),
+                false,
+            ),
+            (
+                Box::new(|a| {
+                    a.mode = vec![Mode::Full];
+                    a.workload.schedule_file = Some(path.clone());
+                }),
+                format!("--mode full but --schedule '{shown}' has no compute ops to replay (a trace export holds the collectives only): use --mode comm"),
+                false,
+            ),
+            (
+                Box::new(|a| a.fresh_runs = 0),
+                "--fresh-runs must be 1 to 100 (default 1)".into(),
+                true,
+            ),
+            (
+                Box::new(|a| a.workload.tp = Some(0)),
+                "--tp 0: give 1 to 1024 ranks".into(),
+                true,
+            ),
+        ];
+        for (edit, want, after_pick) in cases {
+            let mut a = request();
+            edit(&mut a);
+            let e = if after_pick {
+                verify_job(&a, mock)
+            } else {
+                verify_job(&a, never)
+            }
+            .err()
+            .unwrap_or_else(|| panic!("'{want}' was not refused"));
+            assert_eq!(e.to_string(), want);
+            assert_eq!(crate::error::exit_code(&e), 2, "{want}");
+        }
+    }
+}
