@@ -250,12 +250,8 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     };
     if !a.quiet {
         say(format!(
-            "# verifybench sweep: {} {} tp {} tokens {} {} ({} all-reduces of {} B, {} all-gather(s)), backend {}, launcher {}, graph {}, mode {}",
-            workload.model,
-            workload.phase.name(),
-            workload.tp,
-            workload.tokens,
-            workload.dtype.name(),
+            "# verifybench sweep: {} ({} all-reduces of {} B, {} all-gather(s)), backend {}, launcher {}, graph {}, mode {}",
+            crate::report::text::workload_line(&workload),
             workload.n_all_reduce,
             workload.all_reduce_bytes_per_rank,
             workload.n_all_gather,

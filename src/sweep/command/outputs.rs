@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::SweepRequest;
 use crate::record::Workload;
+use crate::report::text::workload_line;
 use crate::sweep::results;
 
 /// The results file and the logs folder: the flags', or fresh default names
@@ -80,14 +81,9 @@ pub(super) fn check_outputs(
                     .iter()
                     .find(|p| p.key.schedule_hash != workload.schedule_hash)
                 {
-                    let w = &p.workload;
                     return Err(refuse(format!(
-                        "holds points of another workload ({} {} tp {} tokens {} {})",
-                        w.model,
-                        w.phase.name(),
-                        w.tp,
-                        w.tokens,
-                        w.dtype.name()
+                        "holds points of another workload ({})",
+                        workload_line(&p.workload)
                     )));
                 }
             } else if a.log_dir.is_none() && log_dir.exists() {
