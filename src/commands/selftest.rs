@@ -377,33 +377,15 @@ fn p2p_fault(devices: &[usize], checks: &mut Vec<Check>) {
         warmup: 1,
         batch: 1,
     };
-    let t0 = Instant::now();
-    let res = run_job(&sp, &job);
-    let took = t0.elapsed().as_secs_f64();
-    let orphans = live_children();
-    let (pass, detail) = match res {
-        Ok(_) => (
-            false,
-            "the run succeeded although rank 1 never signalled".to_string(),
-        ),
-        Err(e) => {
-            let msg = format!("{e:#}");
-            (
-                msg.contains("rank 1 never signalled") && took <= timeout && orphans.is_empty(),
-                format!(
-                    "ended in {took:.1} s, {} left behind: {}",
-                    orphans.len(),
-                    msg.lines().next().unwrap_or("")
-                ),
-            )
-        }
-    };
-    checks.push(Check {
-        name: "rank 1 p2p-silent: peers name it".into(),
-        launcher: "processes".into(),
-        pass,
-        detail,
-    });
+    checks.push(failing_run(
+        &sp,
+        &job,
+        "rank 1 p2p-silent: peers name it".into(),
+        "the run succeeded although rank 1 never signalled",
+        |msg| msg.contains("rank 1 never signalled"),
+        timeout,
+        String::new(),
+    ));
 }
 
 /// The Kimi-K2.5 verify schedule (comm and full), eager and graph: exact results in both.
@@ -617,40 +599,60 @@ fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
         timing_pass: 0,
         pdl: false,
     };
+    // An exiting rank is named; a hung rank stalls every rank, so the timeout names all silent
+    // ranks.
+    let names = |msg: &str| match kind {
+        FaultKind::Hang => msg.contains("made no progress"),
+        _ => msg.contains("rank 1"),
+    };
+    checks.push(failing_run(
+        &sp,
+        &job,
+        format!("rank 1 {:?}s: run ends cleanly", kind).to_lowercase(),
+        "the run succeeded although rank 1 failed",
+        names,
+        timeout + 5.0,
+        format!(" (limit {:.0} s)", timeout + 5.0),
+    ));
+}
+
+/// Runs `job` with a rank that fails on purpose: the check passes when the run fails with an
+/// error that `names` accepts, within `limit_s` seconds, and leaves no worker behind. The
+/// detail says how long it took (`limit_note` after it), how many workers were left and the
+/// error's first line.
+fn failing_run(
+    sp: &LaunchSpec,
+    job: &Job,
+    name: String,
+    succeeded: &str,
+    names: impl Fn(&str) -> bool,
+    limit_s: f64,
+    limit_note: String,
+) -> Check {
     let t0 = Instant::now();
-    let res = run_job(&sp, &job);
+    let res = run_job(sp, job);
     let took = t0.elapsed().as_secs_f64();
     let orphans = live_children();
     let (pass, detail) = match res {
-        Ok(_) => (
-            false,
-            "the run succeeded although rank 1 failed".to_string(),
-        ),
+        Ok(_) => (false, succeeded.to_string()),
         Err(e) => {
             let msg = format!("{e:#}");
-            // An exiting rank is named; a hung rank stalls every rank, so the timeout names
-            // all silent ranks.
-            let names = match kind {
-                FaultKind::Hang => msg.contains("made no progress"),
-                _ => msg.contains("rank 1"),
-            };
             (
-                names && took <= timeout + 5.0 && orphans.is_empty(),
+                names(&msg) && took <= limit_s && orphans.is_empty(),
                 format!(
-                    "ended in {took:.1} s (limit {:.0} s), {} left behind: {}",
-                    timeout + 5.0,
+                    "ended in {took:.1} s{limit_note}, {} left behind: {}",
                     orphans.len(),
                     msg.lines().next().unwrap_or("")
                 ),
             )
         }
     };
-    checks.push(Check {
-        name: format!("rank 1 {:?}s: run ends cleanly", kind).to_lowercase(),
+    Check {
+        name,
         launcher: "processes".into(),
         pass,
         detail,
-    });
+    }
 }
 
 /// The P2P all-reduce protocol on 2, 4 and 8 virtual ranks of one GPU (`comm::p2p`), and the
