@@ -25,7 +25,7 @@ use breakeven::breakeven_of;
 pub use loaded::LoadedFile;
 #[cfg(test)]
 use sections::noise_margin_of;
-use sections::{bandwidth_section, selftest_section, sweep_sections};
+use sections::{bandwidth_section, cell, selftest_section, sweep_sections};
 
 /// A rendered report: the Markdown and the SVG files it embeds (name, content).
 #[derive(Debug, Clone)]
@@ -96,10 +96,6 @@ pub fn settings_label(r: &Record) -> String {
     } else {
         picked.join(" ")
     }
-}
-
-pub(super) fn cell(x: &str) -> String {
-    x.replace('|', "\\|")
 }
 
 /// Builds the report of `files`. `flags` carries --decode-ms, --draft-ms, --draft-steps and

@@ -29,6 +29,7 @@ mod blocks;
 mod event;
 
 use event::scan_event;
+pub(super) use event::skip_ws;
 #[cfg(test)]
 use {
     blocks::{classify, classify_words},
@@ -349,14 +350,6 @@ fn events_key(b: &[u8], eof: bool) -> Option<Option<usize>> {
         i += 1;
     }
     need(eof)
-}
-
-/// The index of the first byte at or after `i` that is not JSON whitespace.
-pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
-        i += 1;
-    }
-    i
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::cell;
+use super::sections::cell;
 use crate::model::Phase;
 use crate::report::export::{markdown_table, Table};
 use crate::speculative::analysis::{analyse, Analysis};

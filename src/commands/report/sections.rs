@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{cell, LoadedFile};
+use super::loaded::LoadedFile;
 use crate::record::{self, Mode};
 use crate::report::export::{markdown_table, Table};
 use crate::speculative::inputs;
@@ -199,4 +199,8 @@ pub(super) fn selftest_section(files: &[LoadedFile]) -> String {
         "## Selftest (measured)\n\nExact-result checks of `verifybench selftest` on the GPUs.\n\n{}\n",
         markdown_table(&t)
     )
+}
+
+pub(super) fn cell(x: &str) -> String {
+    x.replace('|', "\\|")
 }

@@ -1,7 +1,7 @@
 //! What every child of a sweep is told: the `verify` command line of the workload, backend,
 //! launcher, graph, mode, GPU and model flags, and the rank count when none is given.
 
-use super::SweepRequest;
+use super::request::SweepRequest;
 use crate::request::BackendKind;
 
 pub(super) fn default_tp(a: &SweepRequest, backend: BackendKind) -> u64 {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::SweepRequest;
+use super::request::SweepRequest;
 use crate::record::Workload;
 use crate::report::text::workload_line;
 use crate::sweep::results;

@@ -113,7 +113,7 @@ pub fn rounds_block(
     rounds: usize,
     margin: f64,
 ) -> String {
-    use super::rounds as rd;
+    use crate::sweep::rounds as rd;
     let timings: Vec<rd::RoundTiming> = pairs.iter().map(sw::round_timing).collect();
     let Some(base) = points.iter().find(|p| p.overrides.is_empty()) else {
         return "No baseline point: nothing to pair with, nothing recommended.\n".into();

@@ -3,7 +3,6 @@
 //! same answer).
 
 use super::blocks::{classify, prefix_xor, Stops};
-use super::skip_ws;
 
 /// Categories of the events the reader keeps (GPU work and runtime calls).
 pub(super) const KEEP_CATS: &[&[u8]] = &[
@@ -264,4 +263,12 @@ fn is_kept_word(is: impl Fn(&[u8]) -> bool, text: &[u8], label: Option<&[u8]>) -
     is(b"record_param_comms")
         || is(b"Collective name")
         || label.is_some_and(|l| text.starts_with(l))
+}
+
+/// The index of the first byte at or after `i` that is not JSON whitespace.
+pub(in crate::trace) fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
+        i += 1;
+    }
+    i
 }
