@@ -172,15 +172,29 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
             })),
         })),
     };
+    write_profile(a, &file, started, || {
+        let mut s = table(&r, &base_name, a.results.len());
+        if let Some(f) = &p2p_fit {
+            s.push_str(&crate::report::fit::p2p_table(f));
+        }
+        s
+    })
+}
+
+/// Writes the fitted profile as a record to `--output` (and to stdout with `--format json`);
+/// in table format prints `tables()` and where the profile went. The value is the exit code.
+fn write_profile(
+    a: &FitArgs,
+    file: &ProfileBody,
+    started: String,
+    tables: impl FnOnce() -> String,
+) -> anyhow::Result<i32> {
     let json = file
         .to_record(crate::record::Provenance::here("none", started))
         .to_json_pretty();
     crate::output::write_and_print(&json, Some(&a.output), a.print.format.is_json())?;
     if !a.print.format.is_json() {
-        print!("{}", table(&r, &base_name, a.results.len()));
-        if let Some(f) = &p2p_fit {
-            print!("{}", crate::report::fit::p2p_table(f));
-        }
+        print!("{}", tables());
         println!(
             "# wrote profile '{}' to {}: use it with --backend model --profile {}",
             file.profile.name,
@@ -261,21 +275,11 @@ fn nccl_tests_cmd(
             "median_abs_loo_rel_err": r.median_abs_loo_err,
         })),
     };
-    let json = file
-        .to_record(crate::record::Provenance::here("none", started))
-        .to_json_pretty();
-    crate::output::write_and_print(&json, Some(&a.output), a.print.format.is_json())?;
-    if !a.print.format.is_json() {
-        print!("{}", table(r, base_name, a.nccl_tests.len()));
-        print!("{}", crate::report::fit::nccl_tests_lines(&f));
-        println!(
-            "# wrote profile '{}' to {}: use it with --backend model --profile {}",
-            file.profile.name,
-            a.output.display(),
-            a.output.display()
-        );
-    }
-    Ok(0)
+    write_profile(a, &file, started, || {
+        let mut s = table(r, base_name, a.nccl_tests.len());
+        s.push_str(&crate::report::fit::nccl_tests_lines(&f));
+        s
+    })
 }
 
 /// `model validate --nccl-tests FILE...`.

@@ -1,8 +1,36 @@
-//! The checks of `verifybench selftest` and what the GPU-level ones do. The command (in
-//! `cli/selftest.rs`) runs every check through the launchers and prints the table; the checks
-//! that drive a GPU directly, without ranks, live here.
+//! `verifybench selftest`: exact-result checks of every collective, dtype, launcher and graph
+//! mode on this machine's GPUs, the worker environment round trip, clean failure of a dead or
+//! hung rank, the streaming kernel against a CPU reference, and the P2P all-reduce protocol on
+//! virtual ranks of one GPU. Prints a pass/fail table; exits 1 when anything fails. On a machine
+//! with one GPU only the checks that need one run (streaming kernel, P2P virtual ranks). The
+//! flags live in `cli/selftest.rs`; this module takes a plain request.
+
+use std::path::PathBuf;
+use std::time::Instant;
 
 use crate::comm;
+use crate::comm::p2p::Impl;
+use crate::launch::job::{CollCase, Fault, FaultKind};
+use crate::launch::run::{combine, run_job, select_devices};
+use crate::launch::{Job, LaunchSpec};
+use crate::measure::Summary;
+use crate::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
+use crate::output::Format;
+use crate::record::Mode;
+use crate::request::{GpuSpec, Launcher};
+
+/// What to check.
+#[derive(Debug, Clone)]
+pub struct SelftestRequest {
+    /// The GPUs, launcher, NCCL library and timeout (`--gpus`, `--devices`, ...).
+    pub gpu: GpuSpec,
+    /// Skip the fault checks (a worker that exits or hangs on purpose).
+    pub no_faults: bool,
+    /// Where to write the table as JSON.
+    pub export_json: Option<PathBuf>,
+    /// What stdout gets: the table, or (json) the record `export_json` gets.
+    pub format: Format,
+}
 
 /// One line of the selftest table.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -176,4 +204,584 @@ pub fn clocks_and_affinity(device: usize) -> Check {
         pass: r.is_ok(),
         detail: r.unwrap_or_else(|e| format!("{e:#}")),
     }
+}
+
+fn spec(devices: &[usize], launcher: Launcher, timeout_s: f64) -> LaunchSpec {
+    LaunchSpec {
+        echo_stderr: false,
+        ..LaunchSpec::new(devices.to_vec(), launcher, timeout_s)
+    }
+}
+
+/// Every collective x dtype at three sizes (one element per rank, the verify's 43,008 B, 1 MiB),
+/// eager and graph, in one run of the launcher.
+fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
+    let n = devices.len();
+    let mut cases = vec![];
+    for op in CollectiveKind::ALL {
+        for dtype in [DType::Bf16, DType::F16, DType::F32] {
+            for bytes in [dtype.size() * n as u64, 43008, 1 << 20] {
+                let count = op.ops().count_for_size(bytes, dtype.size(), n).max(1);
+                cases.push(CollCase {
+                    op,
+                    dtype,
+                    count,
+                    imp: Default::default(),
+                });
+            }
+        }
+    }
+    run_cases(
+        devices,
+        launcher,
+        &cases,
+        "collectives",
+        |case, graph, _sum, wrong| {
+            (
+                format!(
+                    "{} {} count {} {}",
+                    case.op.name(),
+                    case.dtype.name(),
+                    case.count,
+                    eager_or_graph(graph)
+                ),
+                format!("{wrong} wrong elements"),
+            )
+        },
+        checks,
+    );
+}
+
+/// The P2P all-reduces (one-shot, two-shot) through the same harness as NCCL's: every dtype at
+/// one element per rank, the verify's 43,008 B and 1 MiB, eager and graph, exact results. Where
+/// two GPUs cannot reach each other the line says which and the checks are skipped.
+fn p2p_collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
+    if let Err(u) = comm::p2p::check_topology(devices) {
+        checks.push(Check {
+            name: "p2p all-reduces".into(),
+            launcher: launcher.name().into(),
+            pass: true,
+            detail: format!("SKIPPED: {}", u.skipped(&[Impl::OneShot, Impl::TwoShot])),
+        });
+        return;
+    }
+    let n = devices.len();
+    let mut cases = vec![];
+    for imp in [Impl::OneShot, Impl::TwoShot] {
+        for dtype in [DType::Bf16, DType::F16, DType::F32] {
+            for bytes in [dtype.size() * n as u64, 43008, 1 << 20] {
+                let count = (bytes / dtype.size()) as usize;
+                cases.push(CollCase {
+                    op: CollectiveKind::AllReduce,
+                    dtype,
+                    count,
+                    imp,
+                });
+            }
+        }
+    }
+    run_cases(
+        devices,
+        launcher,
+        &cases,
+        "p2p all-reduces",
+        |case, graph, sum, wrong| {
+            (
+                format!(
+                    "{} {} count {} {}",
+                    case.imp,
+                    case.dtype.name(),
+                    case.count,
+                    eager_or_graph(graph)
+                ),
+                format!("{wrong} wrong elements, {:.1} us", sum.median_us),
+            )
+        },
+        checks,
+    );
+}
+
+fn eager_or_graph(graph: bool) -> &'static str {
+    if graph {
+        "graph"
+    } else {
+        "eager"
+    }
+}
+
+/// One run of the launcher over `cases`, eager and graph (3 iterations after 1 warm-up, in
+/// batches of 2), and a check per case and mode: it passes when no element is wrong; `line`
+/// gives its name and detail. A run that fails is one failed check named `failed_name`.
+fn run_cases(
+    devices: &[usize],
+    launcher: Launcher,
+    cases: &[CollCase],
+    failed_name: &str,
+    line: impl Fn(&CollCase, bool, &Summary, u64) -> (String, String),
+    checks: &mut Vec<Check>,
+) {
+    let job = Job::Collective {
+        cases: cases.to_vec(),
+        graphs: vec![false, true],
+        iters: 3,
+        warmup: 1,
+        batch: 2,
+    };
+    let res =
+        run_job(&spec(devices, launcher, 60.0), &job).and_then(|r| combine(&r, job.configs()));
+    match res {
+        Ok(c) => {
+            for (i, case) in cases.iter().enumerate() {
+                for (g, graph) in [false, true].into_iter().enumerate() {
+                    let (sum, wrong) = (&c[i * 2 + g].0, c[i * 2 + g].1);
+                    let (name, detail) = line(case, graph, sum, wrong);
+                    checks.push(Check {
+                        name,
+                        launcher: launcher.name().into(),
+                        pass: wrong == 0,
+                        detail,
+                    });
+                }
+            }
+        }
+        Err(e) => checks.push(Check {
+            name: failed_name.into(),
+            launcher: launcher.name().into(),
+            pass: false,
+            detail: format!("{e:#}"),
+        }),
+    }
+}
+
+/// A rank that never makes its P2P calls: its peers' waits must time out naming it (rank 1),
+/// the run must end within the signal timeout plus the launcher's, and leave no worker behind.
+fn p2p_fault(devices: &[usize], checks: &mut Vec<Check>) {
+    if comm::p2p::check_topology(devices).is_err() {
+        return; // p2p_collectives said why
+    }
+    let timeout = 30.0;
+    let mut sp = spec(devices, Launcher::Processes, timeout);
+    sp.fault = Some(Fault {
+        kind: FaultKind::P2pSilent,
+        rank: 1,
+    });
+    let job = Job::Collective {
+        cases: vec![CollCase {
+            op: CollectiveKind::AllReduce,
+            dtype: DType::Bf16,
+            count: 21504,
+            imp: Impl::OneShot,
+        }],
+        graphs: vec![false],
+        iters: 3,
+        warmup: 1,
+        batch: 1,
+    };
+    checks.push(failing_run(
+        &sp,
+        &job,
+        "rank 1 p2p-silent: peers name it".into(),
+        "the run succeeded although rank 1 never signalled",
+        |msg| msg.contains("rank 1 never signalled"),
+        timeout,
+        String::new(),
+    ));
+}
+
+/// The Kimi-K2.5 verify schedule (comm and full), eager and graph: exact results in both.
+fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
+    let shape = model::presets::preset("kimi-k2.5").expect("preset");
+    // one rank replays the TP=8 schedule's per-rank collectives (TP=1 has none)
+    let opt = ScheduleOptions {
+        tp: if devices.len() == 1 {
+            8
+        } else {
+            devices.len() as u64
+        },
+        ..Default::default()
+    };
+    let s = match model::build(&shape, &opt, Phase::Verify) {
+        Ok(s) => s,
+        Err(e) => {
+            checks.push(Check {
+                name: "verify schedule".into(),
+                launcher: launcher.name().into(),
+                pass: false,
+                detail: format!("{e:#}"),
+            });
+            return;
+        }
+    };
+    let runs = vec![
+        (false, Mode::Comm),
+        (true, Mode::Comm),
+        (false, Mode::Full),
+        (true, Mode::Full),
+    ];
+    let job = Job::Verify {
+        schedule: s.clone(),
+        runs: runs.clone(),
+        iters: 3,
+        warmup: 1,
+        launches_per_layer: 2,
+        run_impls: vec![],
+        // Small jittered host gaps exercise the eager busy-wait; the exact-result checks hold
+        // with them as without.
+        host_gaps: crate::measure::gaps::HostGaps::from_request(
+            &crate::measure::gaps::HostGapRequest {
+                gap: Some(crate::measure::gaps::HostGap {
+                    mean_us: 20.0,
+                    jitter_us: 5.0,
+                }),
+                ..Default::default()
+            },
+            devices.len(),
+            s.ops.len(),
+        )
+        .expect("valid host gaps"),
+        timing_pass: 2,
+        pdl: false,
+    };
+    let results = run_job(&spec(devices, launcher, 120.0), &job);
+    if let Ok(r) = &results {
+        // The per-collective pass: every rank, every run, each verify's collectives timed.
+        for (c, (graph, mode)) in runs.iter().enumerate() {
+            let per_rank: Vec<_> = r
+                .iter()
+                .map(|x| x.passes.get(c).cloned().unwrap_or_default())
+                .collect();
+            let ok_rank = |p: &Vec<crate::launch::timeline::PassIteration>| {
+                p.len() == 2
+                    && p.iter().all(|it| {
+                        it.collectives.len() as u64 == s.n_collectives()
+                            && it
+                                .collectives
+                                .iter()
+                                .all(|t| t.dur_us > 0.0 && t.start_us >= 0.0)
+                    })
+            };
+            let a = crate::launch::timeline::attribute_pass(&per_rank, String::new());
+            checks.push(Check {
+                name: format!(
+                    "per-collective pass {} {}",
+                    mode.name(),
+                    if *graph { "graph" } else { "eager" }
+                ),
+                launcher: launcher.name().into(),
+                pass: per_rank.iter().all(ok_rank)
+                    && a.as_ref().is_some_and(|a| a.transfer_us > 0.0),
+                detail: a.map_or("no attribution".into(), |a| {
+                    format!(
+                        "in collectives {:.0} us = transfer {:.0} + waiting {:.0} us per verify",
+                        a.in_collective_us, a.transfer_us, a.waiting_us
+                    )
+                }),
+            });
+        }
+    }
+    match results.and_then(|r| combine(&r, runs.len())) {
+        Ok(c) => {
+            for ((graph, mode), (sum, wrong)) in runs.iter().zip(c) {
+                checks.push(Check {
+                    name: format!(
+                        "verify kimi-k2.5 {} {}",
+                        mode.name(),
+                        if *graph { "graph" } else { "eager" }
+                    ),
+                    launcher: launcher.name().into(),
+                    pass: wrong == 0,
+                    detail: format!(
+                        "{} collectives, {wrong} wrong elements, {:.0} us per verify",
+                        s.n_collectives(),
+                        sum.median_us
+                    ),
+                });
+            }
+        }
+        Err(e) => checks.push(Check {
+            name: "verify kimi-k2.5".into(),
+            launcher: launcher.name().into(),
+            pass: false,
+            detail: format!("{e:#}"),
+        }),
+    }
+}
+
+/// A variable set for the workers only must arrive in every worker.
+fn env_round_trip(devices: &[usize], checks: &mut Vec<Check>) {
+    let token = format!("selftest-{}", std::process::id());
+    let mut sp = spec(devices, Launcher::Processes, 60.0);
+    sp.env_overrides
+        .insert("NCCL_VERIFYBENCH_SELFTEST".into(), token.clone());
+    let res = run_job(&sp, &Job::Env);
+    let (pass, detail) = match res {
+        Ok(r) => {
+            let seen: Vec<String> = r
+                .iter()
+                .map(|w| {
+                    format!(
+                        "rank {}: {}",
+                        w.rank,
+                        w.nccl_env
+                            .get("NCCL_VERIFYBENCH_SELFTEST")
+                            .map(String::as_str)
+                            .unwrap_or("missing")
+                    )
+                })
+                .collect();
+            let ok = r.len() == devices.len()
+                && r.iter()
+                    .all(|w| w.nccl_env.get("NCCL_VERIFYBENCH_SELFTEST") == Some(&token));
+            let nvls_ok = match std::env::var("NCCL_NVLS_ENABLE") {
+                Ok(v) => r
+                    .iter()
+                    .all(|w| w.nccl_env.get("NCCL_NVLS_ENABLE") == Some(&v)),
+                Err(_) => true,
+            };
+            (ok && nvls_ok, seen.join("; "))
+        }
+        Err(e) => (false, format!("{e:#}")),
+    };
+    checks.push(Check {
+        name: "worker environment round trip".into(),
+        launcher: "processes".into(),
+        pass,
+        detail,
+    });
+}
+
+/// Processes of ours still alive whose parent is this process (there should be none).
+fn live_children() -> Vec<u32> {
+    let me = std::process::id();
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                // ppid is the 2nd field after the ')' that closes the command name
+                if let Some(rest) = stat.rsplit_once(')').map(|x| x.1) {
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    if f.get(2).and_then(|p| p.parse::<u32>().ok()) == Some(me) {
+                        out.push(pid);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A rank that exits (or hangs) after joining must end the run with an error naming it, within
+/// the timeout plus 5 s, and leave no worker behind.
+fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>) {
+    let timeout = 8.0;
+    let mut sp = spec(devices, Launcher::Processes, timeout);
+    sp.fault = Some(Fault { kind, rank: 1 });
+    let s = model::build(
+        &model::presets::preset("kimi-k2.5").expect("preset"),
+        &ScheduleOptions {
+            tp: devices.len() as u64,
+            ..Default::default()
+        },
+        Phase::Verify,
+    )
+    .expect("schedule");
+    let job = Job::Verify {
+        schedule: s,
+        runs: vec![(true, Mode::Comm)],
+        iters: 5,
+        warmup: 1,
+        launches_per_layer: 0,
+        run_impls: vec![],
+        host_gaps: Default::default(),
+        timing_pass: 0,
+        pdl: false,
+    };
+    // An exiting rank is named; a hung rank stalls every rank, so the timeout names all silent
+    // ranks.
+    let names = |msg: &str| match kind {
+        FaultKind::Hang => msg.contains("made no progress"),
+        _ => msg.contains("rank 1"),
+    };
+    checks.push(failing_run(
+        &sp,
+        &job,
+        format!("rank 1 {:?}s: run ends cleanly", kind).to_lowercase(),
+        "the run succeeded although rank 1 failed",
+        names,
+        timeout + 5.0,
+        format!(" (limit {:.0} s)", timeout + 5.0),
+    ));
+}
+
+/// Runs `job` with a rank that fails on purpose: the check passes when the run fails with an
+/// error that `names` accepts, within `limit_s` seconds, and leaves no worker behind. The
+/// detail says how long it took (`limit_note` after it), how many workers were left and the
+/// error's first line.
+fn failing_run(
+    sp: &LaunchSpec,
+    job: &Job,
+    name: String,
+    succeeded: &str,
+    names: impl Fn(&str) -> bool,
+    limit_s: f64,
+    limit_note: String,
+) -> Check {
+    let t0 = Instant::now();
+    let res = run_job(sp, job);
+    let took = t0.elapsed().as_secs_f64();
+    let orphans = live_children();
+    let (pass, detail) = match res {
+        Ok(_) => (false, succeeded.to_string()),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            (
+                names(&msg) && took <= limit_s && orphans.is_empty(),
+                format!(
+                    "ended in {took:.1} s{limit_note}, {} left behind: {}",
+                    orphans.len(),
+                    msg.lines().next().unwrap_or("")
+                ),
+            )
+        }
+    };
+    Check {
+        name,
+        launcher: "processes".into(),
+        pass,
+        detail,
+    }
+}
+
+/// The P2P all-reduce protocol on 2, 4 and 8 virtual ranks of one GPU (`comm::p2p`), and the
+/// one-shot's per-call time there (43,008 B bf16), returned as lines that say what it is: not a
+/// P2P measurement.
+fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
+    let ranks = [2, 4, 8];
+    let failed = |name: &str, e: anyhow::Error| Check {
+        name: name.into(),
+        launcher: "virtual".into(),
+        pass: false,
+        detail: format!("{e:#}"),
+    };
+    match comm::p2p::virtual_rank_checks(device, &ranks) {
+        Ok(v) => checks.extend(v.into_iter().map(|c| Check {
+            name: c.name,
+            launcher: "virtual".into(),
+            pass: c.pass,
+            detail: c.detail,
+        })),
+        Err(e) => checks.push(failed("p2p virtual ranks", e)),
+    }
+    match comm::p2p::virtual_rank_timings(device, &ranks, comm::p2p::Impl::OneShot, 21504) {
+        Ok(t) => t.iter().map(ToString::to_string).collect(),
+        Err(e) => {
+            checks.push(failed("p2p virtual ranks: one-shot timing", e));
+            vec![]
+        }
+    }
+}
+
+/// Runs every check the machine allows, writes the record (`export_json`, and stdout in json
+/// format) and prints the table; 0 when every check passed, 1 otherwise.
+pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
+    // The P2P checks on virtual ranks run up to 8 kernels that wait for each other on 8
+    // streams of one GPU: with CUDA's default of 8 hardware queues two of those streams can
+    // share a queue, and a kernel then waits behind a peer that waits for it. 32 queues (CUDA's
+    // maximum) keep them apart. Set before any CUDA call, while this process has one thread;
+    // a value the user set is kept.
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
+    }
+    crate::launch::run::check_gpu_flags(&a.gpu, None)?;
+    if let Some(p) = &a.export_json {
+        crate::util::check_outputs(&[("--export-json", p)], &[])?;
+    }
+    comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
+    // One GPU proves what one GPU can: the streaming kernel and the P2P protocol on virtual ranks.
+    let one_gpu = comm::device_count() == 1 && a.gpu.gpus.is_none() && a.gpu.devices.is_none();
+    let devices = if one_gpu {
+        vec![0]
+    } else {
+        select_devices(&a.gpu, None, comm::device_count())?
+    };
+    let mut checks = vec![];
+    crate::note!(
+        "selftest on GPUs {:?} (NCCL {})",
+        devices,
+        comm::nccl::version().unwrap_or_default()
+    );
+    if !one_gpu {
+        for l in [Launcher::Threads, Launcher::Processes] {
+            collectives(&devices, l, &mut checks);
+            p2p_collectives(&devices, l, &mut checks);
+            verify(&devices, l, &mut checks);
+        }
+        env_round_trip(&devices, &mut checks);
+        if !a.no_faults {
+            fault(&devices, FaultKind::Exit, &mut checks);
+            fault(&devices, FaultKind::Hang, &mut checks);
+            p2p_fault(&devices, &mut checks);
+        }
+    } else {
+        // NCCL's own path on a communicator of one rank: every collective, dtype and size
+        // exact, eager and from a CUDA graph, and the verify replay with its per-collective
+        // pass, in threads and in processes. No transfer happens: the names say so.
+        let from = checks.len();
+        for l in [Launcher::Threads, Launcher::Processes] {
+            collectives(&devices, l, &mut checks);
+            verify(&devices, l, &mut checks);
+        }
+        for c in &mut checks[from..] {
+            c.name = format!("1 rank: {}", c.name);
+        }
+        crate::note!(
+            "{}: the NCCL checks run on a communicator of size 1",
+            crate::launch::run::ONE_RANK
+        );
+    }
+    checks.push(streaming_kernel(devices[0]));
+    let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
+    checks.push(clocks_and_affinity(devices[0]));
+    let failed = checks.iter().filter(|c| !c.pass).count();
+    let mut prov = crate::machine::provenance("nccl", started, &devices);
+    if !one_gpu {
+        prov.launcher = Some("threads, processes".into());
+    }
+    let rec = crate::record::Record::other(
+        crate::record::Source::Measured,
+        prov,
+        crate::record::kinds::SELFTEST,
+        &checks,
+    )?;
+    crate::output::write_and_print(
+        &rec.to_json_pretty(),
+        a.export_json.as_deref(),
+        a.format.is_json(),
+    )?;
+    if a.format.is_json() {
+        return Ok(if failed == 0 { 0 } else { 1 });
+    }
+    println!("  {:<46} {:<10} {:<5} detail", "check", "launcher", "");
+    for c in &checks {
+        println!(
+            "  {:<46} {:<10} {:<5} {}",
+            c.name,
+            c.launcher,
+            if c.pass { "PASS" } else { "FAIL" },
+            c.detail
+        );
+    }
+    for line in &p2p_times {
+        println!("{line}");
+    }
+    println!(
+        "selftest: {} passed, {} failed",
+        checks.len() - failed,
+        failed
+    );
+    Ok(if failed == 0 { 0 } else { 1 })
 }

@@ -2,8 +2,21 @@
 
 use std::fmt::Write as _;
 
-use crate::record::{Body, CollTiming, Impl, Record, Source};
+use crate::record::{Body, CollTiming, Impl, Record, Source, Workload};
 use crate::units::grouped;
+
+/// A workload in one line, as sweep's header and messages name it: `kimi-k2.5 verify tp 8
+/// tokens 3 bf16`.
+pub fn workload_line(w: &Workload) -> String {
+    format!(
+        "{} {} tp {} tokens {} {}",
+        w.model,
+        w.phase.name(),
+        w.tp,
+        w.tokens,
+        w.dtype.name()
+    )
+}
 
 /// `#` header lines shared by every measuring command: source, backend, devices, NCCL.
 pub fn header(r: &Record) -> String {

@@ -26,11 +26,22 @@ fn cu_check(what: &str, device: usize, r: cu::CUresult) -> anyhow::Result<()> {
     }
 }
 
-/// Device memory from `cuMemAlloc` (not a stream-ordered pool: only such memory can be shared
-/// over CUDA IPC and reached through context peer access). Freed on drop.
+/// Device memory this rank holds through the driver, released in its context on drop: its
+/// own workspace from `cuMemAlloc` (not a stream-ordered pool: only such memory can be shared
+/// over CUDA IPC and reached through context peer access), freed; or a peer's workspace opened
+/// from its CUDA IPC handle, closed.
 struct DeviceMem {
     ptr: CUdeviceptr,
     ctx: Arc<CudaContext>,
+    from: Origin,
+}
+
+/// Which driver call gave a [`DeviceMem`] its pointer (and so which one releases it).
+enum Origin {
+    /// `cuMemAlloc`: freed with `cuMemFree`.
+    Alloc,
+    /// `cuIpcOpenMemHandle`: closed with `cuIpcCloseMemHandle`.
+    IpcOpen,
 }
 
 impl DeviceMem {
@@ -43,34 +54,23 @@ impl DeviceMem {
         Ok(DeviceMem {
             ptr,
             ctx: gpu.context().clone(),
+            from: Origin::Alloc,
         })
     }
 }
 
 impl Drop for DeviceMem {
     fn drop(&mut self) {
-        // SAFETY: ptr came from cuMemAlloc in ctx and is freed once; the owner (P2pAllReduce)
-        // documents that every rank must be past its last call before a workspace drops.
-        // Errors at teardown are ignored: there is nothing left to do with them.
+        // SAFETY: ptr came from the call `from` names, in ctx, and is released once by its
+        // counterpart; the owner (P2pAllReduce) documents that every rank must be past its last
+        // call before a workspace or a mapping drops. Errors at teardown are ignored: there is
+        // nothing left to do with them.
         unsafe {
             let _ = self.ctx.bind_to_thread();
-            let _ = cu::cuMemFree_v2(self.ptr);
-        }
-    }
-}
-
-/// A peer's workspace opened from its CUDA IPC handle; closed on drop.
-struct IpcMapping {
-    ptr: CUdeviceptr,
-    ctx: Arc<CudaContext>,
-}
-
-impl Drop for IpcMapping {
-    fn drop(&mut self) {
-        // SAFETY: ptr was returned by cuIpcOpenMemHandle in ctx and is closed once.
-        unsafe {
-            let _ = self.ctx.bind_to_thread();
-            let _ = cu::cuIpcCloseMemHandle(self.ptr);
+            let _ = match self.from {
+                Origin::Alloc => cu::cuMemFree_v2(self.ptr),
+                Origin::IpcOpen => cu::cuIpcCloseMemHandle(self.ptr),
+            };
         }
     }
 }
@@ -446,7 +446,7 @@ fn enable_peer(gpu: &Gpu, peer: usize) -> anyhow::Result<PeerCtx> {
     }
 }
 
-fn open_ipc(gpu: &Gpu, handle: [u8; 64], me: usize, peer: usize) -> anyhow::Result<IpcMapping> {
+fn open_ipc(gpu: &Gpu, handle: [u8; 64], me: usize, peer: usize) -> anyhow::Result<DeviceMem> {
     let h = cu::CUipcMemHandle_st {
         reserved: handle.map(|b| b as std::ffi::c_char),
     };
@@ -469,9 +469,10 @@ fn open_ipc(gpu: &Gpu, handle: [u8; 64], me: usize, peer: usize) -> anyhow::Resu
         }
         .into());
     }
-    Ok(IpcMapping {
+    Ok(DeviceMem {
         ptr,
         ctx: gpu.context().clone(),
+        from: Origin::IpcOpen,
     })
 }
 
@@ -486,7 +487,7 @@ pub struct Connected {
     kernels: P2pKernels,
     arg: PeersArg,
     devices: Vec<usize>,
-    _ipc: Vec<IpcMapping>,
+    _ipc: Vec<DeviceMem>,
     _peer_ctx: Vec<PeerCtx>,
     // last: the peers' mappings close before this rank's own memory is freed
     ws: Workspace,

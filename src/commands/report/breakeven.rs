@@ -1,0 +1,159 @@
+//! The report's break-even section: its inputs from the flags and the verify records, and the
+//! Markdown of the analysis.
+
+use std::fmt::Write as _;
+
+use super::sections::cell;
+use crate::model::Phase;
+use crate::report::export::{markdown_table, Table};
+use crate::speculative::analysis::{analyse, Analysis};
+use crate::speculative::inputs::{self, Flags, RecordTime};
+
+/// The break-even of the report, or why there is none (a missing input is not an error here:
+/// the rest of the report still renders).
+pub(super) fn breakeven_of(
+    flags: &Flags,
+    times: &[RecordTime],
+) -> anyhow::Result<Result<Analysis, String>> {
+    let has = |p: Phase| times.iter().any(|t| t.phase == p);
+    if flags.decode_ms.is_none() && !has(Phase::Decode) {
+        return Ok(Err(
+            "no decode time. Give `--decode-ms` (one plain decode step, ms) or a results file \
+             with a decode record to compare against plain decoding."
+                .into(),
+        ));
+    }
+    if !has(Phase::Verify) {
+        return Ok(Err(
+            "no verify-phase verify record in the results files.".into()
+        ));
+    }
+    // Only whole forwards compare with a decode step: a collectives-only (or compute-only)
+    // verify time against a full decode would overstate what speculation gains.
+    let full: Vec<RecordTime> = times
+        .iter()
+        .filter(|t| t.mode == crate::record::Mode::Full)
+        .cloned()
+        .collect();
+    if !full.iter().any(|t| t.phase == Phase::Verify) {
+        return Ok(Err(
+            "the verify records hold no full run (collectives and compute, `verify --mode full`);              a collectives-only or compute-only time is not a whole verify forward, so it is not              compared with a decode step."
+                .into(),
+        ));
+    }
+    if flags.decode_ms.is_none() && !full.iter().any(|t| t.phase == Phase::Decode) {
+        return Ok(Err(
+            "no full-mode decode record (`verify --phase decode --mode full`) and no              `--decode-ms`: a decode time that is not a whole forward is not compared."
+                .into(),
+        ));
+    }
+    let times = &full[..];
+    let i = inputs::resolve(flags, times, true)?;
+    Ok(Ok(analyse(i)))
+}
+
+/// The break-even as Markdown: inputs with their origins, the per-verify table, the grid.
+pub fn breakeven_markdown(a: &Analysis) -> String {
+    let i = &a.inputs;
+    let mut md = String::new();
+    let _ = writeln!(md, "Assumption: {}.\n", a.assumption);
+    if a.modeled {
+        let _ = writeln!(
+            md,
+            "**Modeled**: rows whose origin is *modeled* use times from the cost model, so their outputs are modeled.\n"
+        );
+    }
+    let _ = writeln!(md, "| input | value | origin |\n|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| T_decode | {:.2} ms | {} |",
+        i.decode_ms.value,
+        cell(&i.decode_ms.origin.to_string())
+    );
+    let _ = writeln!(
+        md,
+        "| T_draft | {:.2} ms | {} |",
+        i.draft_ms.value,
+        cell(&i.draft_ms.origin.to_string())
+    );
+    let _ = writeln!(
+        md,
+        "| draft steps k | {} | {} |",
+        i.draft_steps,
+        cell(&i.draft_steps_origin.to_string())
+    );
+    let _ = writeln!(
+        md,
+        "| overhead | {:.2} ms | {} |",
+        i.overhead_ms.value,
+        cell(&i.overhead_ms.origin.to_string())
+    );
+    for v in &i.verify_ms {
+        let _ = writeln!(
+            md,
+            "| T_verify | {:.2} ms | {} |",
+            v.value,
+            cell(&v.origin.to_string())
+        );
+    }
+    md.push('\n');
+    for n in &i.notes {
+        let _ = writeln!(md, "- note: {n}");
+    }
+    let _ = writeln!(
+        md,
+        "Without speculation: **{:.2} tok/s** (1000 / T_decode). Cycle = k x T_draft + T_verify + \
+         overhead; tau* = cycle / T_decode; alpha* = the constant acceptance rate whose expected \
+         tokens are tau*.\n",
+        a.baseline_tokens_per_s
+    );
+    let mut t = Table {
+        headers: ["T_verify (ms)", "origin", "cycle (ms)", "tau*", "alpha*"]
+            .map(String::from)
+            .to_vec(),
+        rows: vec![],
+    };
+    for r in &a.rows {
+        t.rows.push(vec![
+            format!("{:.2}", r.verify_ms.value),
+            if r.modeled {
+                "modeled".to_string()
+            } else {
+                r.verify_ms.origin.kind().to_string()
+            },
+            format!("{:.2}", r.cycle_ms),
+            format!("{:.3}", r.breakeven_accept_length),
+            match r.breakeven_accept_rate {
+                None => "unreachable (tau* > k+1)".into(),
+                Some(_) if r.breakeven_accept_length <= 1.0 => "any (tau* <= 1)".into(),
+                Some(x) => format!("{x:.3}"),
+            },
+        ]);
+    }
+    let _ = writeln!(md, "{}", markdown_table(&t));
+    let mut g = Table {
+        headers: std::iter::once("T_verify (ms)".to_string())
+            .chain(i.table_accept_lengths.iter().map(|x| format!("tau={x}")))
+            .collect(),
+        rows: vec![],
+    };
+    for r in &a.rows {
+        g.rows.push(
+            std::iter::once(format!("{:.2}", r.verify_ms.value))
+                .chain(r.grid.iter().map(|p| {
+                    if p.beats_baseline {
+                        format!("**{:.1}**", p.tokens_per_s)
+                    } else {
+                        format!("{:.1}", p.tokens_per_s)
+                    }
+                }))
+                .collect(),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "Tokens/s by verify time and accept length; **bold** beats plain decoding.\n\n{}",
+        markdown_table(&g)
+    );
+    md
+}

@@ -1,0 +1,335 @@
+//! What a sweep prints: the ranking table with its notes and hints, the rounds' judgement and
+//! recommendation, and the progress line's account of where a child's time went. Pure: points
+//! in, text out.
+
+use crate::record::Mode;
+use crate::report::export::{text_table, Table};
+use crate::sweep::rank;
+use crate::sweep::results::SweepPoint;
+use crate::sweep::{self as sw};
+
+/// Everything printed after the sweep: the first round's table, notes, failures, then the
+/// rounds' judgement ([`rounds_block`]) from `pairs` (every finished pair, all rounds).
+pub fn render(
+    points: &[SweepPoint],
+    pairs: &[SweepPoint],
+    mode: Mode,
+    rounds: usize,
+    margin: f64,
+) -> (String, Table) {
+    let r = rank::rank(points, mode);
+    let full = rank::table(&r);
+    let notes_col = full.headers.len() - 1;
+    let shown = Table {
+        headers: full.headers[..notes_col].to_vec(),
+        rows: full
+            .rows
+            .iter()
+            .map(|row| row[..notes_col].to_vec())
+            .collect(),
+    };
+    let mut out = String::new();
+    let source = match r.source.as_str() {
+        "none" => "no point was timed".to_string(),
+        s => format!("{s} numbers"),
+    };
+    let first = if rounds > 1 {
+        format!("round 1 of {rounds}, ")
+    } else {
+        String::new()
+    };
+    out.push_str(&format!(
+        "# {first}per-verify time in us (median ± standard error within the run), {source}; ratios are to the baseline (defaults)\n"
+    ));
+    out.push_str(&text_table(&shown));
+    let mut notes = String::new();
+    let mut hints: Vec<(String, Vec<String>)> = vec![];
+    for row in &full.rows {
+        let p = r
+            .rows
+            .iter()
+            .map(|x| x.point)
+            .chain(r.failed.iter().copied())
+            .find(|p| p.point_id == row[1]);
+        let note = match p {
+            Some(p) if !p.ok() => p.reason.clone().unwrap_or_default(),
+            _ => row[notes_col].clone(),
+        };
+        if !note.is_empty() {
+            notes.push_str(&format!("  {}: {note}\n", row[1]));
+        }
+        if let Some(h) = p.and_then(|p| p.hint.clone()) {
+            match hints.iter_mut().find(|(x, _)| *x == h) {
+                Some((_, ids)) => ids.push(row[1].clone()),
+                None => hints.push((h, vec![row[1].clone()])),
+            }
+        }
+    }
+    for p in &r.failed {
+        if let Some(t) = &p.stderr_tail {
+            let last = t.lines().last().unwrap_or("");
+            if !p.reason.as_deref().unwrap_or("").contains(last.trim()) {
+                notes.push_str(&format!("  {} stderr: {last}\n", p.point_id));
+            }
+        }
+        if !p.log_paths.is_empty() {
+            let paths: Vec<String> = p
+                .log_paths
+                .iter()
+                .map(|x| x.display().to_string())
+                .collect();
+            notes.push_str(&format!("  {} NCCL log: {}\n", p.point_id, paths.join(" ")));
+        }
+    }
+    for (h, ids) in hints {
+        notes.push_str(&format!("  HINT ({}): {h}\n", ids.join(", ")));
+    }
+    if !notes.is_empty() {
+        out.push_str("\nNotes:\n");
+        out.push_str(&notes);
+    }
+    out.push('\n');
+    if r.rows.iter().all(|x| x.wrong > 0) {
+        out.push_str("No point ran without errors: nothing to recommend.\n");
+    } else {
+        out.push_str(&rounds_block(
+            points,
+            pairs,
+            r.primary_graph,
+            rounds,
+            margin,
+        ));
+    }
+    (out, full)
+}
+
+/// The judgement of the rounds: per point the paired ratio to the baseline and its 95%
+/// interval (eager and graph), the measured noise floor of each mode, each mode's verdict,
+/// a line when the rounds are too few, and the recommendation of the primary mode.
+pub fn rounds_block(
+    points: &[SweepPoint],
+    pairs: &[SweepPoint],
+    primary_graph: bool,
+    rounds: usize,
+    margin: f64,
+) -> String {
+    use crate::sweep::rounds as rd;
+    let timings: Vec<rd::RoundTiming> = pairs.iter().map(sw::round_timing).collect();
+    let Some(base) = points.iter().find(|p| p.overrides.is_empty()) else {
+        return "No baseline point: nothing to pair with, nothing recommended.\n".into();
+    };
+    let ids: Vec<String> = points.iter().map(|p| p.point_id.clone()).collect();
+    let verdicts: Vec<rd::Verdict> = [false, true]
+        .into_iter()
+        .map(|g| rd::judge_with_margin(&timings, &ids, &base.point_id, g, margin))
+        .filter(|v| v.noise.is_some() || !v.ratios.is_empty())
+        .collect();
+    let mut out = String::new();
+    let cell = |v: Option<&rd::Verdict>, id: &str| -> String {
+        let Some(r) = v.and_then(|v| v.ratios.iter().find(|r| r.point_id == id)) else {
+            return "-".into();
+        };
+        match r.interval {
+            Some((lo, hi)) => format!("{:.3} [{lo:.3}, {hi:.3}] ({})", r.ratio, r.per_round.len()),
+            None => format!("{:.3} (1)", r.ratio),
+        }
+    };
+    let eager = verdicts.iter().find(|v| !v.graph);
+    let graph = verdicts.iter().find(|v| v.graph);
+    let table = Table {
+        headers: vec![
+            "point".into(),
+            "eager ratio [95%] (rounds)".into(),
+            "graph ratio [95%] (rounds)".into(),
+        ],
+        rows: points
+            .iter()
+            .filter(|p| p.point_id != base.point_id)
+            .map(|p| {
+                vec![
+                    p.point_id.clone(),
+                    cell(eager, &p.point_id),
+                    cell(graph, &p.point_id),
+                ]
+            })
+            .collect(),
+    };
+    out.push_str(&format!(
+        "# paired ratios to the baseline over {rounds} round(s) (geometric mean of the per-round ratios, t interval on their logs)\n"
+    ));
+    out.push_str(&text_table(&table));
+    for v in &verdicts {
+        let mode = if v.graph { "graph" } else { "eager" };
+        if let Some(nf) = &v.noise {
+            out.push_str(&format!(
+                "noise floor ({mode}): ±{:.1}%, the largest deviation of the baseline's {} rounds from their median {:.1} us\n",
+                nf.rel * 100.0,
+                nf.rounds,
+                nf.baseline_median_us
+            ));
+        }
+        if v.noise.as_ref().is_some_and(|nf| nf.rel == 0.0) {
+            out.push_str(&format!(
+                "noise floor ({mode}): the baseline's rounds are identical: numbers without between-run noise (modeled), so any ratio below 1 passes\n"
+            ));
+        }
+    }
+    for v in &verdicts {
+        out.push_str(&v.sentence);
+        out.push('\n');
+        if let Some(line) = rd::rounds_advice(v, rounds) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    let primary = verdicts
+        .iter()
+        .find(|v| v.graph == primary_graph)
+        .or(verdicts.first());
+    let rec = primary.and_then(|v| {
+        let id = v.recommended.as_ref()?;
+        Some((v, points.iter().find(|p| &p.point_id == id)?))
+    });
+    match rec {
+        Some((v, p)) => {
+            let mode = if v.graph { "graph" } else { "eager" };
+            out.push_str(&format!(
+                "Recommendation ({mode} replay, held over {rounds} rounds): {}\n",
+                rank::label(p)
+            ));
+            for (k, val) in &p.overrides {
+                out.push_str(&format!("  export {k}={}\n", rank::shell_quote(val)));
+            }
+        }
+        None => out.push_str(&format!(
+            "Recommendation: keep NCCL's defaults ({} replay): no setting's whole interval lies below 1 minus the measured noise floor\n",
+            if primary.map_or(primary_graph, |v| v.graph) { "graph" } else { "eager" }
+        )),
+    }
+    out
+}
+
+/// Where a pair's child time went, for its progress line.
+pub(super) fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
+    let probe = if sp.probe_wall_s > 0.0 {
+        format!("probe {:.1} s, ", sp.probe_wall_s)
+    } else {
+        String::new()
+    };
+    match split {
+        Some((init, timed)) => format!(
+            "{probe}timed child {:.1} s: NCCL init {}, timed loops ~{timed:.2} s, worker start and the rest {:.1} s",
+            sp.timed_wall_s,
+            init.map_or("n/a".into(), |x| format!("{x:.2} s")),
+            (sp.timed_wall_s - init.unwrap_or(0.0) - timed).max(0.0)
+        ),
+        None => format!("{probe}timed child {:.1} s", sp.timed_wall_s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::model::{self, Phase, ScheduleOptions};
+    use crate::record::{Source, Workload};
+    use crate::sweep::runner::PointOutcome;
+    use crate::sweep::{matrix, SweepConfig};
+
+    /// The stored points of a sweep of `lists` (the baseline first), none of them run.
+    fn points(lists: &[&str]) -> Vec<SweepPoint> {
+        let s = model::build(
+            &model::presets::preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp: 2,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let cfg = SweepConfig {
+            seed: 1,
+            workload: Workload::of(&s),
+            graph: "both".into(),
+            launcher: "processes".into(),
+            backend: "mock".into(),
+            mode: "comm".into(),
+            parent_env: Default::default(),
+            log_dir: "logs".into(),
+            probe: false,
+            timeout: Duration::from_secs(5),
+            source: Source::Modeled,
+        };
+        let l: Vec<String> = lists.iter().map(|s| s.to_string()).collect();
+        matrix::points(&matrix::dimensions(&l, &[]).unwrap(), None)
+            .iter()
+            .map(|p| sw::assemble(&cfg, p, PointOutcome::default()))
+            .collect()
+    }
+
+    #[test]
+    fn the_progress_line_says_where_the_childs_time_went() {
+        let mut sp = points(&[]).remove(0);
+        sp.timed_wall_s = 2.0;
+        assert_eq!(time_line(&sp, None), "timed child 2.0 s");
+        sp.probe_wall_s = 1.5;
+        sp.timed_wall_s = 10.0;
+        // the rest: 10 - 3 (init) - 4 (timed loops) = 3 s
+        assert_eq!(
+            time_line(&sp, Some((Some(3.0), 4.0))),
+            "probe 1.5 s, timed child 10.0 s: NCCL init 3.00 s, timed loops ~4.00 s, worker start and the rest 3.0 s"
+        );
+        // no init figure: 10 - 4 = 6 s
+        assert_eq!(
+            time_line(&sp, Some((None, 4.0))),
+            "probe 1.5 s, timed child 10.0 s: NCCL init n/a, timed loops ~4.00 s, worker start and the rest 6.0 s"
+        );
+        // a rest below zero is shown as zero
+        assert!(time_line(&sp, Some((Some(8.0), 4.0))).ends_with("the rest 0.0 s"));
+    }
+
+    #[test]
+    fn rounds_without_a_baseline_or_timings_recommend_nothing() {
+        let pts = points(&["NCCL_PROTO=LL,Simple"]);
+        assert_eq!(pts.len(), 3, "the baseline and two settings");
+        let settings: Vec<SweepPoint> = pts
+            .iter()
+            .filter(|p| !p.overrides.is_empty())
+            .cloned()
+            .collect();
+        assert_eq!(
+            rounds_block(&settings, &[], false, 1, 0.0),
+            "No baseline point: nothing to pair with, nothing recommended.\n"
+        );
+        let out = rounds_block(&pts, &[], true, 3, 0.0);
+        assert!(
+            out.starts_with("# paired ratios to the baseline over 3 round(s)"),
+            "{out}"
+        );
+        // one row per setting, no ratio in either mode
+        for p in &settings {
+            let row = out
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(p.point_id.as_str()))
+                .unwrap_or_else(|| panic!("a row for {}: {out}", p.point_id));
+            assert!(row.split_whitespace().skip(1).all(|c| c == "-"), "{row}");
+        }
+        assert!(
+            out.ends_with("Recommendation: keep NCCL's defaults (graph replay): no setting's whole interval lies below 1 minus the measured noise floor\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_sweep_whose_points_all_failed_recommends_nothing() {
+        let pts = points(&["NCCL_PROTO=LL"]);
+        let (text, table) = render(&pts, &pts, Mode::Comm, 1, 0.0);
+        assert_eq!(table.rows.len(), 2, "every point has a row");
+        assert!(
+            text.contains("No point ran without errors: nothing to recommend."),
+            "{text}"
+        );
+        assert!(!text.contains("Recommendation"), "{text}");
+    }
+}
