@@ -70,6 +70,7 @@ impl Workload {
             embedding_allreduce: !self.no_embedding_allreduce,
             logits: self.logits,
             draft_vocab: self.draft_vocab,
+            ..ScheduleOptions::default()
         }
     }
 

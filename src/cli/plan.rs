@@ -1,9 +1,9 @@
 //! `verifybench plan`: the schedule of a model, as a table or JSON. Needs no GPU.
 
-use crate::cli::args::WorkloadArgs;
+use crate::cli::args::{named, WorkloadArgs};
 use crate::cli::output::OutputArgs;
-use crate::model::{self, Phase};
-use crate::report::plan::{one_line, render};
+use crate::model::{self, Engine, Phase};
+use crate::report::plan::{json_with_engine, one_line, render_with};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct PlanArgs {
@@ -15,6 +15,16 @@ pub struct PlanArgs {
     /// Also list every operation in order.
     #[arg(long)]
     pub ops: bool,
+    /// The serving engine whose names for the collectives, fusions and profiler counts the
+    /// plan shows (the ops themselves are the same in both).
+    #[arg(long, value_parser = named::<Engine>(), default_value = "sglang")]
+    pub engine: Engine,
+    /// The engine fuses each all-reduce with the residual add and RMSNorm after it (SGLang
+    /// --enable-flashinfer-allreduce-fusion, which it turns on by itself on SM90/SM100 GPUs
+    /// for DeepSeek/Kimi, gpt-oss, GLM-4 MoE, Qwen3-MoE, Qwen3-Next; vLLM's
+    /// AllReduceFusionPass): the same collectives under other kernel names.
+    #[arg(long)]
+    pub allreduce_fusion: bool,
 }
 
 pub fn run(a: &PlanArgs) -> anyhow::Result<i32> {
@@ -30,12 +40,26 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let shape = w.shape()?;
-    let opt = w.options(8);
+    let opt = model::ScheduleOptions {
+        engine: a.engine,
+        allreduce_fusion: a.allreduce_fusion,
+        ..w.options(8)
+    };
     let s = model::build(&shape, &opt, w.phase)?;
+    let mut v = model::engine::view(&s, &shape, opt.engine, opt.allreduce_fusion);
+    if w.phase == Phase::Verify {
+        // a draft vocabulary TP does not divide is refused by the draft phase itself
+        if let Ok(d) = model::build(&shape, &opt, Phase::Draft) {
+            v.draft = Some(model::engine::view(&d, &shape, opt.engine, opt.allreduce_fusion).count);
+        }
+    }
     match a.output.format.is_json() {
-        true => println!("{}", serde_json::to_string_pretty(&s)?),
+        true => println!(
+            "{}",
+            serde_json::to_string_pretty(&json_with_engine(&s, &v)?)?
+        ),
         false => {
-            print!("{}", render(&s, a.ops));
+            print!("{}", render_with(&s, a.ops, Some(&v)));
             if w.phase == Phase::Verify {
                 println!("\nOther phases with the same flags (break-even needs all three):");
                 for ph in [Phase::Decode, Phase::Draft] {

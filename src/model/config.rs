@@ -197,6 +197,7 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         tied_embeddings: r.tied,
         warnings,
         read_as: entry.map(|a| format!("model_type '{model_type}' as {}", a.source)),
+        model_type: (!model_type.is_empty()).then(|| model_type.to_string()),
     };
     // a shape the uniform fields describe exactly keeps no per-layer list
     if !shape.blocks.is_empty() {

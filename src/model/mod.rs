@@ -12,11 +12,13 @@
 pub(crate) mod arch;
 pub mod collective;
 pub mod config;
+pub mod engine;
 pub mod presets;
 pub mod schedule;
 pub mod schedule_file;
 pub mod shape;
 
+pub use engine::Engine;
 pub use schedule::{
     build, CollectiveKind, ComputeKind, DType, Logits, Op, Phase, Routing, Schedule,
     ScheduleOptions,

@@ -54,6 +54,7 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             tied_embeddings: false,
             warnings: vec![],
             read_as: None,
+            model_type: Some("kimi_k2".into()),
         },
         // deepseek-ai/DeepSeek-V3: fp8 e4m3 with 128x128 block scales; lm_head bf16.
         "deepseek-v3" | "deepseek-r1" => ModelShape {
@@ -80,6 +81,7 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             tied_embeddings: false,
             warnings: vec![],
             read_as: None,
+            model_type: Some("deepseek_v3".into()),
         },
         "llama-3.1-70b" => ModelShape {
             name: "llama-3.1-70b".into(),
@@ -96,6 +98,7 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             tied_embeddings: false,
             warnings: vec![],
             read_as: None,
+            model_type: Some("llama".into()),
         },
         "qwen3-235b-a22b" => ModelShape {
             name: "qwen3-235b-a22b".into(),
@@ -118,6 +121,7 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             tied_embeddings: false,
             warnings: vec![],
             read_as: None,
+            model_type: Some("qwen3_moe".into()),
         },
         _ => {
             return Err(usage(format!(

@@ -107,6 +107,30 @@ crate::named_enum!(Logits {
     None => "none": "No collective for the logits.",
 });
 
+/// The serving engine whose names and fusions the plan follows ([`super::engine`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    #[default]
+    Sglang,
+    Vllm,
+}
+
+crate::named_enum!(Engine {
+    Sglang => "sglang": "SGLang (python/sglang/srt): its call names, its all-reduce fusion rules.",
+    Vllm => "vllm": "vLLM (vllm/model_executor): its call names, its compilation pass's fusions.",
+});
+
+impl Engine {
+    /// The engine's own spelling.
+    pub fn label(self) -> &'static str {
+        match self {
+            Engine::Sglang => "SGLang",
+            Engine::Vllm => "vLLM",
+        }
+    }
+}
+
 /// Knobs of a schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScheduleOptions {
@@ -117,6 +141,13 @@ pub struct ScheduleOptions {
     pub embedding_allreduce: bool,
     pub logits: Logits,
     pub draft_vocab: u64,
+    /// The serving engine whose names and fusions `plan` shows (the ops do not depend on it:
+    /// see [`super::engine`]).
+    pub engine: Engine,
+    /// The engine runs its all-reduce + residual + RMSNorm fusion (SGLang
+    /// `--enable-flashinfer-allreduce-fusion`, vLLM's `AllReduceFusionPass`): the same
+    /// collectives under other kernel names.
+    pub allreduce_fusion: bool,
 }
 
 impl Default for ScheduleOptions {
@@ -129,6 +160,8 @@ impl Default for ScheduleOptions {
             embedding_allreduce: true,
             logits: Logits::Gather,
             draft_vocab: 32000,
+            engine: Engine::Sglang,
+            allreduce_fusion: false,
         }
     }
 }

@@ -240,6 +240,10 @@ pub struct ModelShape {
     /// Which entry of the architecture table read the config, and the source it follows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_as: Option<String>,
+    /// The config's `model_type` (presets: their family's), which decides the engine's
+    /// fusion rules ([`super::engine`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_type: Option<String>,
 }
 
 fn yes() -> bool {

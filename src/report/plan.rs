@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use crate::model::engine::{profiler_lines, EngineView};
 use crate::model::{Op, Phase, Schedule};
 use crate::units::{grouped, human_bytes};
 
@@ -39,6 +40,12 @@ pub fn one_line(s: &Schedule) -> String {
 
 /// The human-readable plan.
 pub fn render(s: &Schedule, ops: bool) -> String {
+    render_with(s, ops, None)
+}
+
+/// The human-readable plan with an engine's names: its profiler counts after the
+/// collectives, and with `ops`, each collective's call and kernel in that engine.
+pub fn render_with(s: &Schedule, ops: bool, engine: Option<&EngineView>) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -98,6 +105,9 @@ pub fn render(s: &Schedule, ops: bool) -> String {
         s.n_collectives(),
         grouped(s.total_collective_bytes())
     );
+    if let Some(v) = engine {
+        o.push_str(&render_engine(s, v));
+    }
     if !s.ops.iter().any(|op| matches!(op, Op::Compute { .. })) {
         let _ = writeln!(
             o,
@@ -145,13 +155,22 @@ pub fn render(s: &Schedule, ops: bool) -> String {
                     site,
                     layer: l,
                     ..
-                } => writeln!(
-                    o,
-                    "  {i:>4}  {:<14} {:>12} B  {site} {}",
-                    kind.name(),
-                    grouped(*bytes_per_rank),
-                    layer(l)
-                ),
+                } => {
+                    let named = engine
+                        .and_then(|v| v.ops.get(i).cloned().flatten())
+                        .map(|e| match e.fused_with {
+                            Some(f) => format!("  fused with {f}: {}", e.kernel),
+                            None => format!("  {}", e.call),
+                        })
+                        .unwrap_or_default();
+                    writeln!(
+                        o,
+                        "  {i:>4}  {:<14} {:>12} B  {site} {}{named}",
+                        kind.name(),
+                        grouped(*bytes_per_rank),
+                        layer(l)
+                    )
+                }
                 Op::Compute {
                     kind,
                     weight_bytes,
@@ -203,4 +222,75 @@ pub fn render_file(f: &crate::model::schedule_file::ScheduleFile, ops: bool) -> 
     }
     o.push_str(&render(&f.schedule, ops));
     o
+}
+
+/// What the engine runs of the schedule's collectives: the profiler count and where each
+/// group of collectives comes from in the engine's code.
+pub fn render_engine(s: &Schedule, v: &EngineView) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "As {} runs it (all-reduce fusion {})",
+        v.engine.label(),
+        if v.fusion_applies {
+            "on"
+        } else if v.allreduce_fusion {
+            "asked for, not applicable"
+        } else {
+            "off"
+        }
+    );
+    for line in profiler_lines(s, v) {
+        let _ = writeln!(o, "  {line}");
+    }
+    // one row per (site, call, fused) in order of first appearance
+    let mut rows: Vec<(String, &str, Option<&str>, &str, u64)> = Vec::new();
+    for (op, e) in s.ops.iter().zip(&v.ops) {
+        let (Op::Collective { site, .. }, Some(e)) = (op, e) else {
+            continue;
+        };
+        match rows
+            .iter_mut()
+            .find(|r| r.0 == *site && r.1 == e.call && r.2 == e.fused_with)
+        {
+            Some(r) => r.4 += 1,
+            None => rows.push((site.clone(), e.call, e.fused_with, e.source, 1)),
+        }
+    }
+    for (site, call, fused, src, n) in rows {
+        let how = match fused {
+            Some(f) => format!("fused with {f}"),
+            None => call.to_string(),
+        };
+        let _ = writeln!(o, "  {n:>5} x {site:<9} {how}\n            ({src})");
+    }
+    o.push('\n');
+    o
+}
+
+/// `plan --format json`: the schedule, each collective with the engine's name for it
+/// (`engine_op`), and the engine's profiler count (`engine`). A schedule file reader ignores
+/// both, so the output stays a valid `--schedule` file.
+pub fn json_with_engine(s: &Schedule, v: &EngineView) -> serde_json::Result<serde_json::Value> {
+    let mut j = serde_json::to_value(s)?;
+    if let Some(ops) = j.get_mut("ops").and_then(|o| o.as_array_mut()) {
+        for (op, e) in ops.iter_mut().zip(&v.ops) {
+            if let (Some(obj), Some(e)) = (op.as_object_mut(), e) {
+                obj.insert("engine_op".into(), serde_json::to_value(e)?);
+            }
+        }
+    }
+    if let Some(obj) = j.as_object_mut() {
+        obj.insert(
+            "engine".into(),
+            serde_json::json!({
+                "engine": v.engine,
+                "allreduce_fusion": v.allreduce_fusion,
+                "fusion_applies": v.fusion_applies,
+                "profiler_count": v.count,
+                "profiler_lines": profiler_lines(s, v),
+            }),
+        );
+    }
+    Ok(j)
 }

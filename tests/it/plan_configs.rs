@@ -364,3 +364,136 @@ fn trace_against_plan_works_for_a_hybrid_config() {
     assert_eq!(a["same"], true, "{a}");
     assert_eq!(a["plan_collectives"], 120);
 }
+
+/// `plan --engine E [--allreduce-fusion]` on a preset (`--model NAME`) or a config file
+/// (`--model-config`), T=3, TP=8: (all-reduces, all-gathers) of the ops, and (plain, fused,
+/// all-gather) as the engine runs them, counted from each op's `engine_op`.
+fn engine_counts(model: &[&str], phase: &str, engine: &str, fusion: bool) -> [usize; 5] {
+    let mut cmd = vb();
+    cmd.args(["plan", "--format", "json", "--tokens", "3", "--tp", "8"])
+        .args(["--phase", phase, "--engine", engine]);
+    match model {
+        ["config", name] => cmd.arg("--model-config").arg(config(name)),
+        [name] => cmd.args(["--model", name]),
+        _ => unreachable!(),
+    };
+    if fusion {
+        cmd.arg("--allreduce-fusion");
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{model:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ops = v["ops"].as_array().unwrap();
+    let n = |f: &dyn Fn(&serde_json::Value) -> bool| ops.iter().filter(|o| f(o)).count();
+    let ar = |o: &serde_json::Value| o["op"] == "collective" && o["kind"] == "all_reduce";
+    let fused = |o: &serde_json::Value| !o["engine_op"]["fused_with"].is_null();
+    let counts = [
+        n(&ar),
+        n(&|o| o["op"] == "collective" && o["kind"] == "all_gather"),
+        n(&|o| ar(o) && !fused(o)),
+        n(&|o| ar(o) && fused(o)),
+        n(&|o| {
+            o["engine_op"]["call"]
+                .as_str()
+                .is_some_and(|c| c.contains("all_gather"))
+        }),
+    ];
+    // the summary the plan prints agrees with the ops
+    let c = &v["engine"]["profiler_count"];
+    assert_eq!(
+        [
+            c["all_reduce"].as_u64(),
+            c["fused_all_reduce"].as_u64(),
+            c["all_gather"].as_u64()
+        ],
+        [counts[2], counts[3], counts[4]].map(|x| Some(x as u64)),
+        "{model:?} {engine}"
+    );
+    counts
+}
+
+/// The count of each op kind per engine and architecture, at TP=8, worked out by hand from
+/// the layer counts: every layer reduces once after attention and once after its MLP/MoE
+/// (2 L), the embedding once (1), the logits are all-gathered once. Fused (with the residual
+/// add and RMSNorm after them): SGLang fuses, for the architectures it wires through
+/// LayerCommunicator, every attention all-reduce (L) and every MLP all-reduce but the last
+/// layer's (L - 1), leaving the embedding's and the last one plain (2); Llama and Mixtral
+/// stay plain. vLLM's compilation pass fuses all 2 L + 1. The EAGLE-3 draft step is
+/// 3 all-reduces (embedding, attention, MLP of its one layer) + 1 all-gather in both;
+/// SGLang's draft head stays plain, vLLM's fuses all 3.
+#[test]
+fn engine_counts_per_architecture() {
+    // (model, layers, SGLang fuses it)
+    let cases: [(&[&str], usize, bool); 6] = [
+        (&["kimi-k2.5"], 61, true),
+        (&["qwen3-235b-a22b"], 94, true),
+        (&["llama-3.1-70b"], 80, false),
+        (&["config", "mistralai--Mixtral-8x7B-v0.1"], 32, false),
+        (&["config", "openai--gpt-oss-120b"], 36, true),
+        (&["config", "Qwen--Qwen3-Next-80B-A3B-Thinking"], 48, true),
+    ];
+    for (model, l, sglang_fuses) in cases {
+        let all = 2 * l + 1;
+        for engine in ["sglang", "vllm"] {
+            // no fusion: every all-reduce is a collective of its own
+            assert_eq!(
+                engine_counts(model, "verify", engine, false),
+                [all, 1, all, 0, 1],
+                "{model:?} {engine}"
+            );
+        }
+        let sglang = if sglang_fuses {
+            [all, 1, 2, l + (l - 1), 1]
+        } else {
+            [all, 1, all, 0, 1]
+        };
+        assert_eq!(
+            engine_counts(model, "verify", "sglang", true),
+            sglang,
+            "{model:?}"
+        );
+        assert_eq!(
+            engine_counts(model, "verify", "vllm", true),
+            [all, 1, 0, all, 1],
+            "{model:?}"
+        );
+    }
+    let kimi: &[&str] = &["kimi-k2.5"];
+    assert_eq!(
+        engine_counts(kimi, "draft", "sglang", true),
+        [3, 1, 3, 0, 1]
+    );
+    assert_eq!(engine_counts(kimi, "draft", "vllm", true), [3, 1, 0, 3, 1]);
+    assert_eq!(engine_counts(kimi, "draft", "vllm", false), [3, 1, 3, 0, 1]);
+}
+
+/// The engine changes names, never the ops: the same schedule hash under both engines, with
+/// or without fusion.
+#[test]
+fn engine_leaves_the_schedule_hash_alone() {
+    let hash = |extra: &[&str]| {
+        let out = vb()
+            .args(["plan", "--model", "kimi-k2.5", "--tp", "8"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("# schedule "))
+            .unwrap()
+            .to_string()
+    };
+    let base = hash(&[]);
+    assert!(base.contains("2b1bbbf5b5e1eb16"), "{base}");
+    for extra in [
+        &["--engine", "vllm"][..],
+        &["--engine", "sglang", "--allreduce-fusion"],
+        &["--engine", "vllm", "--allreduce-fusion"],
+    ] {
+        assert_eq!(hash(extra), base, "{extra:?}");
+    }
+}
