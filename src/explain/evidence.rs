@@ -43,6 +43,10 @@ pub struct ServerLog {
     pub enforce_eager: Option<String>,
     /// The engines' `Custom allreduce is disabled ...` warning, as found.
     pub custom_ar_off: Option<String>,
+    /// Generation throughput of one running request as the engine printed it: (mean tok/s,
+    /// lines): SGLang's `gen throughput (token/s)` of `Decode batch.` lines with
+    /// `#running-req: 1`, vLLM's `Avg generation throughput` of lines with `Running: 1 reqs`.
+    pub batch1_tokens_per_s: Option<(f64, usize)>,
     pub notes: Vec<String>,
 }
 
@@ -95,6 +99,7 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
     };
     let enforce_eager = find("enforce_eager=True").map(|_| "enforce_eager=True".to_string());
     let custom_ar_off = find("Custom allreduce is disabled");
+    let batch1_tokens_per_s = batch1_throughput(&text);
     if engine.is_none() {
         crate::usage_bail!(
             "--server-log '{}': neither SGLang's log (`Decode batch.` lines) nor vLLM's (`SpecDecoding metrics:` lines, `vllm` in its lines); give the log the server printed",
@@ -109,8 +114,36 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
         cuda_graph_false: f,
         enforce_eager,
         custom_ar_off,
+        batch1_tokens_per_s,
         notes,
     })
+}
+
+/// The mean generation throughput of the log's lines with exactly one running request (batch
+/// 1, the break-even's assumption) and a throughput above 0: SGLang's `Decode batch.` lines
+/// (python/sglang/srt/managers/scheduler.py: `#running-req: N, ... gen throughput (token/s):
+/// X`) and vLLM's periodic stats (vllm/v1/metrics/loggers.py: `Avg generation throughput: X
+/// tokens/s, Running: N reqs`). `None` when no line qualifies.
+pub fn batch1_throughput(text: &str) -> Option<(f64, usize)> {
+    let sg_n = regex::Regex::new(r"#running-req: (\d+)").expect("regex");
+    let sg_t = regex::Regex::new(r"gen throughput \(token/s\): ([0-9.]+)").expect("regex");
+    let vl_t = regex::Regex::new(r"Avg generation throughput: ([0-9.]+) tokens/s").expect("regex");
+    let vl_n = regex::Regex::new(r"Running: (\d+) reqs").expect("regex");
+    let num = |re: &regex::Regex, l: &str| -> Option<f64> {
+        re.captures(l).and_then(|c| c[1].parse::<f64>().ok())
+    };
+    let v: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            let (n, t) = if l.contains("Decode batch.") {
+                (num(&sg_n, l)?, num(&sg_t, l)?)
+            } else {
+                (num(&vl_n, l)?, num(&vl_t, l)?)
+            };
+            (n == 1.0 && t > 0.0).then_some(t)
+        })
+        .collect();
+    (!v.is_empty()).then(|| (v.iter().sum::<f64>() / v.len() as f64, v.len()))
 }
 
 /// One NCCL log as text (INIT, GRAPH, ENV or COLL lines).

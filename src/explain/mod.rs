@@ -251,6 +251,12 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         a.world_size
             .or_else(|| (a.ranks.len() > 1).then_some(a.ranks.len()))
     });
+    if trace_world == Some(1) {
+        crate::usage_bail!(
+            "--trace {}: one rank's trace of a world of one: its collectives cannot be split into transfer and waiting; give every rank's trace of the same run (a TP-N server writes one per rank)",
+            g.trace.as_ref().map(|a| a.files.join(", ")).unwrap_or_default()
+        );
+    }
     let tp = req.workload.tp.map(|t| t as usize);
     let ranks = match (trace_world, req.gpus, tp) {
         (Some(w), Some(n), _) if w != n => crate::usage_bail!(
@@ -390,7 +396,14 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         ));
     }
 
-    let scenarios = scenarios(&base, &pricing, g.sweep.as_ref(), &cycle, &mut notes);
+    let mut scenarios = scenarios(&base, &pricing, g.sweep.as_ref(), &cycle, &mut notes);
+    if let Some(row) = g
+        .server_log
+        .as_ref()
+        .and_then(|l| logged_row(l, &cycle, &mut notes))
+    {
+        scenarios.insert(scenarios.len().min(1), row);
+    }
     let engine = req.engine.or(g.server_log.as_ref().and_then(|l| l.engine));
     let engines_gate = ranks > 2 && pricing.link_kind != "nvlink";
     let summary = summary(
@@ -835,6 +848,44 @@ fn with_cycle(name: &str, verify: Figure, c: &Cycle) -> Scenario {
         breakeven_tau: tau,
         verify,
     }
+}
+
+/// The verify as the server log's throughput implies it: one request at `tau` tokens per cycle
+/// and X tok/s takes tau / X per cycle, of which k draft steps and the overhead are not the
+/// verify. The tokens/s is the log's (measured); the verify time is derived from it.
+fn logged_row(l: &ServerLog, c: &Cycle, notes: &mut Vec<String>) -> Option<Scenario> {
+    let (tps, lines) = l.batch1_tokens_per_s?;
+    let Some(tau) = &c.accept_length else {
+        notes.push(format!(
+            "{}: {tps:.1} tok/s with one running request, but no accept length to turn it into a verify time",
+            l.file
+        ));
+        return None;
+    };
+    let cycle_ms = 1000.0 * tau.value / tps;
+    let verify_ms = cycle_ms - c.draft_steps as f64 * c.draft_ms.value - c.overhead_ms.value;
+    if verify_ms <= 0.0 {
+        notes.push(format!(
+            "{}: {tps:.1} tok/s at accept length {:.2} leaves no time for the verify after {} draft steps of {} ms: check --draft-ms",
+            l.file, tau.value, c.draft_steps, c.draft_ms.value
+        ));
+        return None;
+    }
+    let mut s = with_cycle(
+        "as the server log measured it",
+        fig(
+            verify_ms * 1000.0,
+            Src::Derived,
+            format!(
+                "{}: {tps:.1} tok/s measured (mean of {lines} lines with one running request), at accept length {:.2}: cycle {cycle_ms:.2} ms less the drafts and overhead",
+                l.file, tau.value
+            ),
+        ),
+        c,
+    );
+    s.tokens_per_s = Some(tps);
+    s.vs_baseline = c.baseline_tokens_per_s.map(|b| tps / b);
+    Some(s)
 }
 
 fn scenarios(

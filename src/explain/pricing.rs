@@ -28,7 +28,8 @@ pub struct Pricing {
     pub best_setting: String,
     pub best_transfer_us: f64,
     /// Transfer with every all-reduce run by the one-shot P2P kernel (the all-gather stays on
-    /// NCCL), or why it cannot run here.
+    /// NCCL), or why it cannot run here. JSON: `{"transfer_us": US}` or `{"unavailable": WHY}`.
+    #[serde(rename = "oneshot", serialize_with = "oneshot_json")]
     pub oneshot_transfer_us: Result<f64, String>,
     /// The weight streaming of the compute ops at the profile's HBM bandwidth (no launches);
     /// `None` when the schedule has no compute (a trace export).
@@ -37,6 +38,16 @@ pub struct Pricing {
     pub launch_graph_us: f64,
     /// The link between the GPUs (`nvlink`, `pcie`, `shm`).
     pub link_kind: String,
+}
+
+fn oneshot_json<S: serde::Serializer>(v: &Result<f64, String>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(1))?;
+    match v {
+        Ok(us) => m.serialize_entry("transfer_us", us)?,
+        Err(why) => m.serialize_entry("unavailable", why)?,
+    }
+    m.end()
 }
 
 impl Pricing {

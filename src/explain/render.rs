@@ -42,7 +42,7 @@ fn cycle_words(e: &Explanation) -> String {
     ));
     if let (Some(d), Some(b)) = (&c.decode_ms, c.baseline_tokens_per_s) {
         v.push(format!(
-            "without speculation {b:.2} tok/s (decode {} ms {})",
+            "without speculation {b:.1} tok/s (decode {} ms {})",
             crate::util::fmt_number(d.value),
             d.origin.kind()
         ));

@@ -168,3 +168,45 @@ INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
     let t = e.scenarios[0].tokens_per_s.unwrap();
     assert!((t - 2.278 / 0.030).abs() < 0.05, "{t}");
 }
+
+#[test]
+fn batch_one_throughput_is_read_from_both_engines_logs() {
+    let sg = "[x TP0] Decode batch. #running-req: 1, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0,\n\
+[x TP0] Decode batch. #running-req: 2, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 180.00, #queue-req: 0,\n\
+[x TP0] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0,\n\
+[x TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0,\n";
+    // the two lines of one running request: (100 + 80) / 2
+    assert_eq!(evidence::batch1_throughput(sg), Some((90.0, 2)));
+    let vl = "INFO 05-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 95.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n\
+INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n";
+    assert_eq!(evidence::batch1_throughput(vl), Some((95.6, 1)));
+    assert_eq!(evidence::batch1_throughput("nothing\n"), None);
+}
+
+#[test]
+fn the_logged_throughput_gives_a_derived_verify_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("sglang.log");
+    std::fs::write(
+        &p,
+        "[x TP0] Decode batch. #running-req: 1, #token: 64, token usage: 0.00, accept len: 2.50, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0,\n",
+    )
+    .unwrap();
+    let g = Gathered {
+        server_log: Some(evidence::read_server_log(&p).unwrap()),
+        ..none()
+    };
+    let mut r = req();
+    r.cycle.acceptance = None;
+    r.cycle.draft_ms = Some(1.0);
+    let e = explain(&r, &g).unwrap();
+    let row = e
+        .scenarios
+        .iter()
+        .find(|s| s.name == "as the server log measured it")
+        .unwrap();
+    // 2.5 tokens at 100 tok/s: a 25 ms cycle, less 2 draft steps of 1 ms: a 23 ms verify
+    assert!((row.verify.us - 23_000.0).abs() < 1e-6, "{}", row.verify.us);
+    assert_eq!(row.verify.source, Src::Derived);
+    assert_eq!(row.tokens_per_s, Some(100.0));
+}
