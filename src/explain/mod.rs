@@ -424,7 +424,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         &pricing,
     );
     let engine_flags = engine_flags(engine);
-    let traps = traps::check(&traps::Inputs {
+    let mut traps = traps::check(&traps::Inputs {
         trace: g.trace.as_ref(),
         server_log: g.server_log.as_ref(),
         nccl_logs: &g.nccl_logs,
@@ -432,6 +432,30 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         expect: &req.expect,
         pricing: &pricing,
     });
+    // NCCL's search at its floor across sockets: what a topology file is worth, as the model
+    // prices the same verify with and without the cross-socket penalty.
+    if let Some(t) = traps
+        .iter_mut()
+        .find(|t| t.rule.id == "nccl-graph-search-sys" && t.status == traps::Status::Found)
+    {
+        let with = |link: &str| {
+            let m = ModelSettings {
+                link: link.into(),
+                profile: None,
+                ..req.model.clone()
+            };
+            pricing::price(&schedule, ranks, &m).map(|p| p.transfer_us)
+        };
+        if let (Ok(without_file), Ok(with_file)) =
+            (with("pcie-gen5-dual-socket"), with("pcie-gen5"))
+        {
+            t.detail.push_str(&format!(
+                "; modeled transfer per verify {} without a topology file (pcie-gen5-dual-socket) against {} with one (pcie-gen5)",
+                ms(without_file),
+                ms(with_file)
+            ));
+        }
+    }
     Ok(Explanation {
         evidence,
         ranks,

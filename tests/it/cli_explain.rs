@@ -182,6 +182,68 @@ fn eight_rank_trace_with_a_late_rank_gives_the_measured_split() {
     assert!(t.contains("waiting for the last rank (measured)"), "{t}");
 }
 
+/// A dual-socket host's NCCL log whose graph search fell to bw 0.1 across SYS (the line as
+/// NCCL prints it, written here by hand): the trap is found and priced.
+#[test]
+fn the_graph_search_floor_is_a_found_trap_with_its_price() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("nccl.log");
+    std::fs::write(
+        &log,
+        "host:1:1 [0] NCCL INFO Pattern 4, crossNic 0, nChannels 2, bw 0.100000/0.100000, type SYS/SYS, sameChannels 1\n",
+    )
+    .unwrap();
+    let out = dir.path().join("explain.json");
+    let v = json(&[
+        "explain",
+        "--verify-ms",
+        "30",
+        "--gpus",
+        "8",
+        "--nccl-log",
+        log.to_str().unwrap(),
+        "--export-json",
+        out.to_str().unwrap(),
+    ]);
+    let t = v["result"]["data"]["traps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["rule"]["id"] == "nccl-graph-search-sys")
+        .unwrap()
+        .clone();
+    assert_eq!(t["status"], "found", "{t}");
+    let d = t["detail"].as_str().unwrap();
+    assert!(
+        d.contains("nChannels 2, bw 0.100000/0.100000, type SYS/SYS"),
+        "{d}"
+    );
+    assert!(d.contains("without a topology file"), "{d}");
+    // --export-json writes what --format json prints
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(written, v);
+    // --format markdown: the same answer as tables
+    let o = vb()
+        .args([
+            "explain",
+            "--verify-ms",
+            "30",
+            "--gpus",
+            "8",
+            "--format",
+            "markdown",
+        ])
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.contains("| part | time | share | source | how |"),
+        "{md}"
+    );
+    assert!(md.contains("| with a CUDA graph |"), "{md}");
+}
+
 #[test]
 fn bad_input_exits_2_with_what_to_give() {
     refused_flag(
