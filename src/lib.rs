@@ -18,6 +18,7 @@ pub mod commands;
 pub mod compare;
 pub mod costmodel;
 pub mod error;
+pub mod explain;
 pub mod impls;
 pub mod inspect;
 pub mod launch;

@@ -11,6 +11,7 @@ pub mod breakeven;
 pub mod collective;
 pub mod compare;
 pub mod env;
+pub mod explain;
 pub mod inspect;
 pub mod modelfit;
 pub mod output;
@@ -34,6 +35,7 @@ Examples:
   verifybench breakeven --decode-ms 12.2 --verify-ms 19 --draft-ms 1.5 --draft-steps 3 --accept-length 2.5
   verifybench inspect --match sglang.launch_server --expect NCCL_PROTO=LL
   verifybench verify --backend model --gpus 8 --link pcie-gen5
+  verifybench explain --observed 122x0.2ms --verify-ms 30 --decode-ms 12.2 --accept-length 2.5 --gpus 8
   verifybench model fit results/h200x2/collective-allreduce-default-threads.json -o h200x2.profile.json
 ";
 
@@ -98,6 +100,13 @@ pub enum Command {
     ///
     /// --format json prints the result record --export-json writes.
     Trace(trace::TraceArgs),
+    /// From the evidence (traces, logs, a sweep, or plain numbers such as --observed
+    /// 122x0.2ms) to the answer: the verify split into transfer, waiting, compute and idle;
+    /// what a CUDA graph, the best NCCL setting or the one-shot all-reduce gives in verify time
+    /// and tokens/s; what to run next; the known traps. Needs no GPU.
+    ///
+    /// --format json prints the result record --export-json writes.
+    Explain(explain::ExplainArgs),
 }
 
 impl Command {
@@ -121,6 +130,7 @@ impl Command {
             },
             Command::Compare(a) => a.output.quiet,
             Command::Trace(a) => a.output.quiet,
+            Command::Explain(a) => a.output.quiet,
             Command::Report(_) | Command::Rank(_) => false,
         }
     }
@@ -146,6 +156,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Compare(a) => compare::run(&a),
         Command::Sweep(a) => sweep::run(&a),
         Command::Trace(a) => trace::run(&a),
+        Command::Explain(a) => explain::run(&a),
     }
 }
 

@@ -4,6 +4,7 @@
 //! ([`crate::sweep::command`], [`crate::launch::external_worker`]).
 
 pub mod bandwidth;
+pub mod explain;
 pub mod report;
 pub mod selftest;
 

@@ -342,6 +342,7 @@ const DOCUMENTS: &[&str] = &[
     "docs/guide/model.md",
     "docs/guide/impl.md",
     "docs/guide/replay.md",
+    "docs/guide/explain.md",
     "docs/plan-configs.md",
     "docs/model.md",
     "docs/architecture.md",

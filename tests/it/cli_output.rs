@@ -218,6 +218,10 @@ fn case(name: &str, d: &Path, n: usize) -> Option<Case> {
             ],
             export: Some("--export-json"),
         },
+        "explain" => Case {
+            args: v(&["explain", "--verify-ms", "30", "--gpus", "8"]),
+            export: Some("--export-json"),
+        },
         _ if NEED_A_GPU.contains(&name) => return None,
         _ => panic!("no case for `verifybench {name}`: add one to tests/it/cli_output.rs"),
     };

@@ -122,11 +122,13 @@ fn no_empty_file_is_tracked_outside_results() {
 #[rustfmt::skip]
 const TABLE: &[(&str, &[&str])] = &[
     ("main", &["cli", "error"]),
-    ("cli", &["commands", "sweep", "compare", "report", "speculative", "machine", "backend",
+    ("cli", &["commands", "explain", "sweep", "compare", "report", "speculative", "machine", "backend",
         "launch", "impls", "costmodel", "trace", "request", "comm", "measure", "model", "inspect",
         "output", "nccl_list", "nccl_tests", "record", "units", "util", "error"]),
-    ("commands", &["sweep", "report", "speculative", "machine", "backend", "launch", "request",
+    ("commands", &["explain", "sweep", "report", "speculative", "machine", "backend", "launch", "request",
         "comm", "measure", "model", "output", "record", "units", "util", "error"]),
+    ("explain", &["sweep", "speculative", "costmodel", "trace", "request", "measure", "model",
+        "output", "record", "util", "error"]),
     ("sweep", &["report", "backend", "launch", "costmodel", "request", "comm", "measure", "model",
         "inspect", "output", "nccl_list", "record", "units", "util", "error"]),
     ("compare", &["report", "measure", "model", "output", "nccl_tests", "record", "units", "util",

@@ -1,0 +1,52 @@
+//! `verifybench explain`: reads the evidence ([`crate::explain::gather`]), explains it
+//! ([`crate::explain::explain`]), prints the table, Markdown or the JSON record, and writes
+//! `--export-json`. The value is the exit code.
+
+use crate::explain::{render, ExplainRequest, Explanation};
+use crate::record::{Body, Provenance, Record, Source};
+
+/// The explanation in the record envelope (`kind: other`, `name: explain`): measured when a
+/// trace was read, else modeled (every figure inside carries its own source).
+pub fn record(e: &Explanation, traced: bool, started: String) -> Record {
+    let mut p = Provenance::here("model", started);
+    p.notes
+        .push(format!("cost model profile {}", e.pricing.profile));
+    for ev in &e.evidence {
+        p.notes.push(format!("evidence: {ev}"));
+    }
+    Record::new(
+        if traced {
+            Source::Measured
+        } else {
+            Source::Modeled
+        },
+        p,
+        Body::Other {
+            name: "explain".into(),
+            data: serde_json::to_value(e).expect("the explanation serializes"),
+        },
+    )
+}
+
+/// Runs `verifybench explain`.
+pub fn run(req: &ExplainRequest) -> anyhow::Result<i32> {
+    let started = crate::util::now_utc();
+    if let Some(out) = &req.export_json {
+        let mut inputs: Vec<&std::path::Path> = req.traces.iter().map(|p| p.as_path()).collect();
+        inputs.extend(req.nccl_logs.iter().map(|p| p.as_path()));
+        inputs.extend(req.server_log.iter().map(|p| p.as_path()));
+        inputs.extend(req.sweep.iter().map(|p| p.as_path()));
+        crate::util::check_outputs(&[("--export-json", out.as_path())], &inputs)?;
+    }
+    let g = crate::explain::gather(req)?;
+    let e = crate::explain::explain(req, &g)?;
+    let rec = record(&e, g.trace.is_some(), started);
+    let doc = rec.to_json_pretty() + "\n";
+    match req.format {
+        crate::output::Format::Json => {}
+        crate::output::Format::Markdown => print!("{}", render::markdown(&e)),
+        crate::output::Format::Table => print!("{}", render::text(&e)),
+    }
+    crate::output::write_and_print(&doc, req.export_json.as_deref(), req.format.is_json())?;
+    Ok(0)
+}

@@ -1,0 +1,260 @@
+//! What the cost model says about the verify's collectives: the transfer with NCCL's default
+//! choice, with the model's best NCCL setting, and with the one-shot custom all-reduce
+//! ([`crate::costmodel::custom`]). Every figure here is modeled.
+
+use serde::Serialize;
+
+use crate::costmodel::custom;
+use crate::costmodel::predict::{self, Force};
+use crate::costmodel::{nccl_size, ModelSettings};
+use crate::model::{CollectiveKind, Op, Schedule};
+use crate::record::Impl;
+use crate::request::Launcher;
+
+/// The model's prices for one schedule on `nranks` ranks (device times, us).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pricing {
+    /// The profile's name (and file).
+    pub profile: String,
+    pub nranks: usize,
+    /// Device time of each collective of the schedule, in order, NCCL's default choice.
+    pub per_collective_us: Vec<f64>,
+    /// Their sum: the transfer of one verify.
+    pub transfer_us: f64,
+    /// NCCL's choice for the most frequent all-reduce (`Ring/LL`).
+    pub choice: String,
+    /// The fastest forced setting the model knows (`NCCL_PROTO=LL NCCL_ALGO=Ring`) and its
+    /// transfer; the default choice when nothing is faster.
+    pub best_setting: String,
+    pub best_transfer_us: f64,
+    /// Transfer with every all-reduce run by the one-shot P2P kernel (the all-gather stays on
+    /// NCCL), or why it cannot run here. JSON: `{"transfer_us": US}` or `{"unavailable": WHY}`.
+    #[serde(rename = "oneshot", serialize_with = "oneshot_json")]
+    pub oneshot_transfer_us: Result<f64, String>,
+    /// The weight streaming of the compute ops at the profile's HBM bandwidth (no launches);
+    /// `None` when the schedule has no compute (a trace export).
+    pub compute_us: Option<f64>,
+    /// The gap between two kernel nodes of a CUDA graph.
+    pub launch_graph_us: f64,
+    /// The link between the GPUs (`nvlink`, `pcie`, `shm`).
+    pub link_kind: String,
+}
+
+fn oneshot_json<S: serde::Serializer>(v: &Result<f64, String>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(1))?;
+    match v {
+        Ok(us) => m.serialize_entry("transfer_us", us)?,
+        Err(why) => m.serialize_entry("unavailable", why)?,
+    }
+    m.end()
+}
+
+impl Pricing {
+    /// Mean device time of one collective of the schedule.
+    pub fn per_collective_mean_us(&self) -> f64 {
+        self.transfer_us / self.per_collective_us.len().max(1) as f64
+    }
+
+    /// Best NCCL setting / default, as a ratio of transfers (1 when the default is the best).
+    pub fn best_ratio(&self) -> f64 {
+        self.best_transfer_us / self.transfer_us
+    }
+}
+
+/// Transfer of every collective of `s` under `force` (us each).
+fn transfers(
+    p: &crate::costmodel::Profile,
+    s: &Schedule,
+    n: usize,
+    force: &Force,
+) -> anyhow::Result<Vec<f64>> {
+    let mut out = vec![];
+    for op in &s.ops {
+        if let Op::Collective {
+            kind,
+            bytes_per_rank,
+            ..
+        } = op
+        {
+            let size = nccl_size(*kind, *bytes_per_rank, n);
+            out.push(predict::choose(p, *kind, size, n, force)?.2);
+        }
+    }
+    Ok(out)
+}
+
+/// Prices `s` on `nranks` ranks with the settings `m` (profile, forced protocol/algorithm).
+pub fn price(s: &Schedule, nranks: usize, m: &ModelSettings) -> anyhow::Result<Pricing> {
+    if nranks < 2 {
+        crate::usage_bail!(
+            "a verify with collectives needs at least 2 ranks (got {nranks}); give --gpus or --tp of 2 or more"
+        );
+    }
+    let (p, label) = m.resolve()?;
+    let force = m.force()?;
+    let per = transfers(&p, s, nranks, &force)?;
+    if per.is_empty() {
+        crate::usage_bail!("the schedule has no collective: nothing to explain");
+    }
+    let transfer: f64 = per.iter().sum();
+    let groups = s.collective_groups();
+    let main = groups
+        .iter()
+        .filter(|g| g.kind == CollectiveKind::AllReduce)
+        .max_by_key(|g| g.n)
+        .or(groups.first())
+        .expect("a collective");
+    let size = nccl_size(main.kind, main.bytes_per_rank, nranks);
+    let t = predict::op_time(
+        &p,
+        main.kind,
+        size,
+        nranks,
+        true,
+        Launcher::Processes,
+        &force,
+    )?;
+    let choice = format!("{}/{}", t.algo.name(), t.proto.name());
+    // The model's best setting: every protocol and algorithm NCCL has, forced in turn.
+    let (mut best_setting, mut best) = (format!("NCCL's default ({choice})"), transfer);
+    for proto in ["LL", "LL128", "Simple"] {
+        for algo in ["Ring", "Tree"] {
+            // The logits all-gather runs Ring only: force the algorithm on the all-reduce.
+            let algo_list = format!("allreduce:{algo}");
+            let f = Force::parse(Some(proto), Some(&algo_list))?;
+            let Ok(v) = transfers(&p, s, nranks, &f) else {
+                continue;
+            };
+            let sum: f64 = v.iter().sum();
+            if sum < best * (1.0 - 1e-3) {
+                best = sum;
+                best_setting = format!("NCCL_PROTO={proto} NCCL_ALGO='{algo_list}'");
+            }
+        }
+    }
+    let oneshot = match custom::unavailable_reason(&p) {
+        Some(why) => Err(why),
+        None => {
+            let mut sum = 0.0;
+            let mut err = None;
+            let mut k = 0;
+            for op in &s.ops {
+                if let Op::Collective {
+                    kind,
+                    bytes_per_rank,
+                    ..
+                } = op
+                {
+                    sum += if *kind == CollectiveKind::AllReduce {
+                        match custom::device_us(&p, Impl::OneShot, *bytes_per_rank, nranks) {
+                            Ok(v) => v,
+                            Err(e) => {
+                                err = Some(e.to_string());
+                                per[k]
+                            }
+                        }
+                    } else {
+                        per[k]
+                    };
+                    k += 1;
+                }
+            }
+            match err {
+                Some(e) => Err(e),
+                None => Ok(sum),
+            }
+        }
+    };
+    let compute: f64 = s
+        .ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::Compute { weight_bytes, .. } => Some(*weight_bytes as f64 / (p.hbm_gbps * 1e3)),
+            _ => None,
+        })
+        .sum();
+    let has_compute = s.ops.iter().any(|o| matches!(o, Op::Compute { .. }));
+    Ok(Pricing {
+        profile: label,
+        nranks,
+        per_collective_us: per,
+        transfer_us: transfer,
+        choice,
+        best_setting,
+        best_transfer_us: best,
+        oneshot_transfer_us: oneshot,
+        compute_us: has_compute.then_some(compute),
+        launch_graph_us: p.launch_graph_us,
+        link_kind: p.intra.kind.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Workload;
+
+    fn kimi(tp: u64) -> Schedule {
+        Workload {
+            tp: Some(tp),
+            ..Default::default()
+        }
+        .schedule(tp)
+        .unwrap()
+    }
+
+    #[test]
+    fn transfer_is_the_sum_of_the_model_device_times() {
+        let s = kimi(8);
+        let m = ModelSettings::default();
+        let pr = price(&s, 8, &m).unwrap();
+        assert_eq!(pr.per_collective_us.len(), s.n_collectives() as usize);
+        // Independently: the model's device time of one 43,008 B all-reduce on 8 ranks times
+        // the all-reduces, plus the all-gather's.
+        let (p, _) = m.resolve().unwrap();
+        let f = Force::default();
+        let ar = predict::choose(&p, CollectiveKind::AllReduce, 43008, 8, &f)
+            .unwrap()
+            .2;
+        let groups = s.collective_groups();
+        let ag = groups
+            .iter()
+            .find(|g| g.kind == CollectiveKind::AllGather)
+            .unwrap();
+        let ag_us = predict::choose(
+            &p,
+            CollectiveKind::AllGather,
+            nccl_size(CollectiveKind::AllGather, ag.bytes_per_rank, 8),
+            8,
+            &f,
+        )
+        .unwrap()
+        .2;
+        let want = 123.0 * ar + ag_us;
+        assert!(
+            (pr.transfer_us - want).abs() < 1e-6,
+            "{} vs {want}",
+            pr.transfer_us
+        );
+        // The best setting is never slower than the default.
+        assert!(pr.best_transfer_us <= pr.transfer_us + 1e-9);
+        // One-shot on pcie-gen5: 6.36 us signal + 7 x 43,008 B / 50 GB/s per all-reduce.
+        let one = 6.36 + 7.0 * 43008.0 / 50e3;
+        let want = 123.0 * one + ag_us;
+        let got = *pr.oneshot_transfer_us.as_ref().unwrap();
+        assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        assert!(pr.compute_us.unwrap() > 0.0);
+    }
+
+    #[test]
+    fn one_shot_is_unavailable_without_peer_access() {
+        let s = kimi(8);
+        let m = ModelSettings {
+            link: "pcie-gen5-no-p2p".into(),
+            ..Default::default()
+        };
+        let pr = price(&s, 8, &m).unwrap();
+        assert!(pr.oneshot_transfer_us.is_err());
+    }
+}

@@ -1,0 +1,254 @@
+//! The explanation as text (a table for people) or Markdown. Every figure is printed with its
+//! source word (measured, modeled, inferred, given, derived).
+
+use std::fmt::Write;
+
+use super::{Explanation, Part, Scenario};
+use crate::trace::analysis::ms;
+
+fn share(p: &Part, whole: Option<f64>) -> String {
+    match whole {
+        Some(w) if w > 0.0 => format!("{:.0}%", 100.0 * p.figure.us / w),
+        _ => "-".into(),
+    }
+}
+
+fn tps(s: &Scenario) -> (String, String) {
+    match (s.tokens_per_s, s.vs_baseline) {
+        (Some(t), Some(x)) => (format!("{t:.1}"), format!("{x:.2}x")),
+        _ => (
+            "-".into(),
+            s.breakeven_tau
+                .map(|t| format!("tau* {t:.2}"))
+                .unwrap_or_else(|| "-".into()),
+        ),
+    }
+}
+
+fn cycle_words(e: &Explanation) -> String {
+    let c = &e.cycle;
+    let mut v = vec![format!("k = {} draft steps", c.draft_steps)];
+    if let Some(t) = &c.accept_length {
+        v.push(format!(
+            "accept length {} {}",
+            crate::util::fmt_number((t.value * 1000.0).round() / 1000.0),
+            t.origin.kind()
+        ));
+    }
+    v.push(format!(
+        "draft {} ms {}",
+        crate::util::fmt_number(c.draft_ms.value),
+        c.draft_ms.origin.kind()
+    ));
+    if let (Some(d), Some(b)) = (&c.decode_ms, c.baseline_tokens_per_s) {
+        v.push(format!(
+            "without speculation {b:.1} tok/s (decode {} ms {})",
+            crate::util::fmt_number(d.value),
+            d.origin.kind()
+        ));
+    }
+    v.join(", ")
+}
+
+/// The text table.
+pub fn text(e: &Explanation) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# verifybench explain: {} ranks; the model prices {} (cost model {})",
+        e.ranks, e.schedule, e.pricing.profile
+    );
+    for ev in &e.evidence {
+        let _ = writeln!(s, "# evidence: {ev}");
+    }
+    let whole = e
+        .as_ran
+        .first()
+        .filter(|p| p.depth == 0)
+        .map(|p| p.figure.us);
+    let _ = writeln!(s, "\nThe verify as it ran");
+    let _ = writeln!(
+        s,
+        "  {:<22} {:>10} {:>6}  {:<9} how",
+        "part", "time", "share", "source"
+    );
+    for p in &e.as_ran {
+        let name = format!("{}{}", "  ".repeat(p.depth as usize), p.name);
+        let _ = writeln!(
+            s,
+            "  {:<22} {:>10} {:>6}  {:<9} {}",
+            name,
+            ms(p.figure.us),
+            share(p, whole),
+            p.figure.source.words(),
+            p.figure.how
+        );
+    }
+    if !e.scenarios.is_empty() {
+        let _ = writeln!(s, "\nWhat would change it ({})", cycle_words(e));
+        let _ = writeln!(
+            s,
+            "  {:<34} {:>10}  {:<9} {:>7} {:>10}  how",
+            "verify", "time", "source", "tok/s", "vs plain"
+        );
+        for sc in &e.scenarios {
+            let (t, x) = tps(sc);
+            let _ = writeln!(
+                s,
+                "  {:<34} {:>10}  {:<9} {:>7} {:>10}  {}",
+                sc.name,
+                ms(sc.verify.us),
+                sc.verify.source.words(),
+                t,
+                x,
+                sc.verify.how
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  (tok/s = accept length / (k x draft + verify + overhead); vs plain = over decoding without speculation; tau* = the accept length that breaks even)"
+        );
+    }
+    let _ = writeln!(s, "\nAnswer");
+    for l in &e.summary {
+        let _ = writeln!(s, "  {l}");
+    }
+    let _ = writeln!(s, "\nNext");
+    for n in &e.next {
+        let _ = writeln!(s, "  {}:", n.why);
+        let _ = writeln!(s, "    $ {}", n.command);
+    }
+    if !e.engine_flags.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nServer flags that decide whether the verify runs from a CUDA graph"
+        );
+        for f in &e.engine_flags {
+            let _ = writeln!(
+                s,
+                "  {:<7} {}: {} ({})",
+                f.engine.name(),
+                f.flag,
+                f.effect,
+                f.source
+            );
+        }
+    }
+    let _ = writeln!(s, "\nKnown traps");
+    for t in &e.traps {
+        let _ = writeln!(
+            s,
+            "  {:<12} {}: {}",
+            t.status.words(),
+            t.rule.name,
+            t.detail
+        );
+    }
+    let _ = writeln!(s, "  where each rule comes from:");
+    for t in &e.traps {
+        let _ = writeln!(s, "    {}: {}", t.rule.id, t.rule.source);
+    }
+    if let Some(f) = &e.fit {
+        let _ = writeln!(s, "\nFit: {}; mean from {}", f.method, f.mean_from);
+    }
+    if !e.notes.is_empty() {
+        let _ = writeln!(s, "\nNotes");
+        for n in &e.notes {
+            let _ = writeln!(s, "  - {n}");
+        }
+    }
+    s
+}
+
+fn md_escape(x: &str) -> String {
+    x.replace('|', "\\|")
+}
+
+/// The Markdown page.
+pub fn markdown(e: &Explanation) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "## verifybench explain\n\n{} ranks; the model prices {} (cost model {}).\n",
+        e.ranks, e.schedule, e.pricing.profile
+    );
+    for ev in &e.evidence {
+        let _ = writeln!(s, "- evidence: {}", md_escape(ev));
+    }
+    let whole = e
+        .as_ran
+        .first()
+        .filter(|p| p.depth == 0)
+        .map(|p| p.figure.us);
+    let _ = writeln!(s, "\n### The verify as it ran\n\n| part | time | share | source | how |\n|---|---:|---:|---|---|");
+    for p in &e.as_ran {
+        let _ = writeln!(
+            s,
+            "| {}{} | {} | {} | {} | {} |",
+            "&nbsp;&nbsp;".repeat(p.depth as usize),
+            p.name,
+            ms(p.figure.us),
+            share(p, whole),
+            p.figure.source.words(),
+            md_escape(&p.figure.how)
+        );
+    }
+    if !e.scenarios.is_empty() {
+        let _ = writeln!(s, "\n### What would change it\n\n{}\n\n| verify | time | source | tok/s | vs plain | how |\n|---|---:|---|---:|---:|---|", cycle_words(e));
+        for sc in &e.scenarios {
+            let (t, x) = tps(sc);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                sc.name,
+                ms(sc.verify.us),
+                sc.verify.source.words(),
+                t,
+                x,
+                md_escape(&sc.verify.how)
+            );
+        }
+    }
+    let _ = writeln!(s, "\n### Answer\n");
+    for l in &e.summary {
+        let _ = writeln!(s, "{l}");
+    }
+    let _ = writeln!(s, "\n### Next\n");
+    for n in &e.next {
+        let _ = writeln!(s, "- {}:\n  `{}`", n.why, n.command);
+    }
+    if !e.engine_flags.is_empty() {
+        let _ = writeln!(s, "\n### Server flags that decide the CUDA graph\n\n| engine | flag | effect | source |\n|---|---|---|---|");
+        for f in &e.engine_flags {
+            let _ = writeln!(
+                s,
+                "| {} | `{}` | {} | {} |",
+                f.engine.name(),
+                md_escape(f.flag),
+                md_escape(f.effect),
+                md_escape(f.source)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n### Known traps\n\n| status | trap | evidence | rule from |\n|---|---|---|---|"
+    );
+    for t in &e.traps {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            t.status.words(),
+            t.rule.name,
+            md_escape(&t.detail),
+            md_escape(t.rule.source)
+        );
+    }
+    if !e.notes.is_empty() {
+        let _ = writeln!(s, "\n### Notes\n");
+        for n in &e.notes {
+            let _ = writeln!(s, "- {}", md_escape(n));
+        }
+    }
+    s
+}

@@ -1,0 +1,212 @@
+//! Tests of the explanation on plain numbers (no files): the parts add up, the sources are
+//! labelled, and the counterfactuals follow from the figures by hand arithmetic.
+
+use super::*;
+
+fn req() -> ExplainRequest {
+    ExplainRequest {
+        observed: Some("122x0.2ms".parse().unwrap()),
+        verify_ms: Some(30.0),
+        cycle: Flags {
+            decode_ms: Some(12.2),
+            acceptance: Some(Acceptance::Length(2.5)),
+            ..Default::default()
+        },
+        gpus: Some(8),
+        ..Default::default()
+    }
+}
+
+fn none() -> Gathered {
+    Gathered {
+        trace: None,
+        server_log: None,
+        nccl_logs: vec![],
+        sweep: None,
+    }
+}
+
+#[test]
+fn observed_numbers_split_into_modeled_transfer_and_inferred_waiting() {
+    let e = explain(&req(), &none()).unwrap();
+    let part = |n: &str| {
+        e.as_ran
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap()
+            .figure
+            .clone()
+    };
+    // 122 x 200 us inside the collectives, given.
+    assert_eq!(part("in collectives").us, 24_400.0);
+    assert_eq!(part("in collectives").source, Src::Given);
+    // transfer = 122 x the model's mean collective; waiting = the rest, inferred.
+    let x = 122.0 * e.pricing.transfer_us / e.pricing.per_collective_us.len() as f64;
+    assert!((part("transfer").us - x).abs() < 1e-6);
+    assert_eq!(part("transfer").source, Src::Modeled);
+    assert!((part("waiting").us - (24_400.0 - x)).abs() < 1e-6);
+    assert_eq!(part("waiting").source, Src::Inferred);
+    // most of it is waiting
+    assert!(
+        part("waiting").us > 0.75 * 24_400.0,
+        "{}",
+        part("waiting").us
+    );
+    // 30 ms - 24.4 ms of compute and idle
+    assert!((part("compute + idle").us - 5_600.0).abs() < 1e-6);
+    // the graph row is the verify less the waiting; tokens/s = 2.5 / verify (k = 2, free drafting)
+    let g = e
+        .scenarios
+        .iter()
+        .find(|s| s.name == "with a CUDA graph")
+        .unwrap();
+    let want = 30_000.0 - (24_400.0 - x);
+    assert!((g.verify.us - want).abs() < 1e-6);
+    let tps = 1000.0 * 2.5 / (want / 1000.0);
+    assert!((g.tokens_per_s.unwrap() - tps).abs() < 1e-6);
+    assert!((g.vs_baseline.unwrap() - tps / (1000.0 / 12.2)).abs() < 1e-9);
+    // as it ran: 2.5 / 30 ms = 83.3 tok/s
+    assert!((e.scenarios[0].tokens_per_s.unwrap() - 83.333_333).abs() < 1e-3);
+    assert_eq!(e.cycle.draft_steps, 2);
+    assert!(e
+        .summary
+        .iter()
+        .any(|l| l.contains("inferred, not measured")));
+}
+
+#[test]
+fn no_evidence_and_contradictions_are_usage_errors() {
+    let r = ExplainRequest {
+        gpus: Some(8),
+        ..Default::default()
+    };
+    let e = explain(&r, &none()).unwrap_err();
+    assert_eq!(crate::error::exit_code(&e), 2);
+    assert!(e.to_string().contains("nothing to explain"), "{e}");
+    let r = ExplainRequest {
+        verify_ms: Some(20.0),
+        ..req()
+    };
+    let e = explain(&r, &none()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("below the time inside the collectives"),
+        "{e}"
+    );
+    let r = ExplainRequest {
+        gpus: Some(8),
+        workload: Workload {
+            tp: Some(4),
+            ..Default::default()
+        },
+        ..req()
+    };
+    let e = explain(&r, &none()).unwrap_err();
+    assert!(e.to_string().contains("--gpus 8 and --tp 4"), "{e}");
+}
+
+#[test]
+fn a_sweep_ratio_scales_the_transfer_of_the_nccl_rows() {
+    let mut g = none();
+    g.sweep = Some(SweepBest {
+        file: "s.jsonl".into(),
+        setting: "NCCL_PROTO=Simple".into(),
+        overrides: vec![("NCCL_PROTO".into(), "Simple".into())],
+        ratio: 0.8,
+        graph: true,
+        mode: "comm".into(),
+        source: "measured".into(),
+        points: 2,
+        tp: 8,
+    });
+    let e = explain(&req(), &g).unwrap();
+    let x = e
+        .as_ran
+        .iter()
+        .find(|p| p.name == "transfer")
+        .unwrap()
+        .figure
+        .us;
+    let row = |n: &str| e.scenarios.iter().find(|s| s.name == n).unwrap().verify.us;
+    // 20% of the transfer comes off the eager verify and off the graph verify alike.
+    assert!((row("best NCCL setting") - (30_000.0 - 0.2 * x)).abs() < 1e-6);
+    assert!(
+        (row("best NCCL setting + CUDA graph") - (row("with a CUDA graph") - 0.2 * x)).abs() < 1e-6
+    );
+    assert!(e.scenarios[2].verify.how.contains("s.jsonl"));
+}
+
+#[test]
+fn a_vllm_log_shows_its_engine_and_its_traps() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("vllm.log");
+    std::fs::write(
+        &p,
+        "INFO 05-01 09:59:00 [core.py:70] Initializing a V1 LLM engine with config: model='m', enforce_eager=True, tensor_parallel_size=8\n\
+(Worker pid=375) WARNING 05-01 09:59:30 [custom_all_reduce.py:154] Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence this warning, specify disable_custom_all_reduce=True explicitly.\n\
+INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.28, Accepted throughput: 10.00 tokens/s, Drafted throughput: 20.00 tokens/s, Accepted: 1278 tokens, Drafted: 3000 tokens, Per-position acceptance rate: 0.645, 0.393, 0.240, Avg Draft acceptance rate: 42.6%\n",
+    )
+    .unwrap();
+    let l = evidence::read_server_log(&p).unwrap();
+    assert_eq!(l.engine, Some(Engine::Vllm));
+    // vLLM's rates are fractions of all drafts: 1 + 0.645 + 0.393 + 0.240 = 2.278
+    assert!((l.accept_length.as_ref().unwrap().value - 2.278).abs() < 1e-3);
+    let mut r = req();
+    r.cycle.acceptance = None;
+    r.cycle.draft_steps = Some(3);
+    let g = Gathered {
+        server_log: Some(l),
+        ..none()
+    };
+    let e = explain(&r, &g).unwrap();
+    assert!(e.engine_flags.iter().all(|f| f.engine == Engine::Vllm));
+    let status = |id: &str| e.traps.iter().find(|t| t.rule.id == id).unwrap().status;
+    assert_eq!(status("eager-verify"), traps::Status::Found);
+    assert_eq!(status("engine-custom-ar-off"), traps::Status::Found);
+    assert_eq!(status("nccl-graph-search-sys"), traps::Status::NotChecked);
+    // the accept length of the log drives tokens/s: 2.278 / 30 ms
+    let t = e.scenarios[0].tokens_per_s.unwrap();
+    assert!((t - 2.278 / 0.030).abs() < 0.05, "{t}");
+}
+
+#[test]
+fn batch_one_throughput_is_read_from_both_engines_logs() {
+    let sg = "[x TP0] Decode batch. #running-req: 1, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0,\n\
+[x TP0] Decode batch. #running-req: 2, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 180.00, #queue-req: 0,\n\
+[x TP0] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0,\n\
+[x TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0,\n";
+    // the two lines of one running request: (100 + 80) / 2
+    assert_eq!(evidence::batch1_throughput(sg), Some((90.0, 2)));
+    let vl = "INFO 05-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 95.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n\
+INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n";
+    assert_eq!(evidence::batch1_throughput(vl), Some((95.6, 1)));
+    assert_eq!(evidence::batch1_throughput("nothing\n"), None);
+}
+
+#[test]
+fn the_logged_throughput_gives_a_derived_verify_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("sglang.log");
+    std::fs::write(
+        &p,
+        "[x TP0] Decode batch. #running-req: 1, #token: 64, token usage: 0.00, accept len: 2.50, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0,\n",
+    )
+    .unwrap();
+    let g = Gathered {
+        server_log: Some(evidence::read_server_log(&p).unwrap()),
+        ..none()
+    };
+    let mut r = req();
+    r.cycle.acceptance = None;
+    r.cycle.draft_ms = Some(1.0);
+    let e = explain(&r, &g).unwrap();
+    let row = e
+        .scenarios
+        .iter()
+        .find(|s| s.name == "as the server log measured it")
+        .unwrap();
+    // 2.5 tokens at 100 tok/s: a 25 ms cycle, less 2 draft steps of 1 ms: a 23 ms verify
+    assert!((row.verify.us - 23_000.0).abs() < 1e-6, "{}", row.verify.us);
+    assert_eq!(row.verify.source, Src::Derived);
+    assert_eq!(row.tokens_per_s, Some(100.0));
+}

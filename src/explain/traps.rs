@@ -1,0 +1,423 @@
+//! Known traps between "I set it" and "the verify got faster", each with the evidence that
+//! shows it and where its rule comes from. A trap is `found` only when its evidence is in what
+//! the user gave; otherwise `not found` (the evidence is there and clean) or `not checked`
+//! (with what to give).
+
+use serde::Serialize;
+
+use super::evidence::{NcclLogText, ServerLog, SweepBest};
+use super::pricing::Pricing;
+use crate::trace::Analysis;
+
+/// One trap: its rule, and where the rule comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rule {
+    pub id: &'static str,
+    pub name: &'static str,
+    /// What shows it.
+    pub evidence: &'static str,
+    /// Where the rule comes from (engine or library source, or a published measurement).
+    pub source: &'static str,
+    /// What to give when it cannot be checked.
+    pub give: &'static str,
+}
+
+/// The table of traps.
+pub const RULES: &[Rule] = &[
+    Rule {
+        id: "settings-not-applied",
+        name: "NCCL settings that never reached the workers",
+        evidence: "the server's NCCL log (NCCL_DEBUG=INFO) prints `NCCL_X set by environment to V` for every variable a worker read; a variable of the chosen setting missing there was not seen by NCCL",
+        source: "NCCL reads its variables in the process that creates the communicator and says so: NVIDIA/nccl src/misc/param.cc (integer parameters) and src/graph/tuning.cc (NCCL_PROTO, NCCL_ALGO) print `set by environment to`; serving engines spawn their workers with Python multiprocessing",
+        give: "the server's NCCL log (--nccl-log, NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV), or check the running server with `verifybench inspect --pid PID --expect NAME=VALUE`",
+    },
+    Rule {
+        id: "eager-verify",
+        name: "the verify ran eagerly (no CUDA graph)",
+        evidence: "no cudaGraphLaunch in the verify steps of the trace; SGLang's `Decode batch.` lines with `cuda graph: False`; vLLM's `enforce_eager=True`",
+        source: "SGLang python/sglang/srt/managers/scheduler.py logs `cuda graph:` per decode batch (python/sglang/srt/server_args.py: --disable-cuda-graph, --cuda-graph-max-bs); vLLM vllm/config/compilation.py (cudagraph_mode) and --enforce-eager",
+        give: "the server's traces (--trace) or its log (--server-log)",
+    },
+    Rule {
+        id: "nccl-graph-search-sys",
+        name: "NCCL's topology search fell to its slowest graph (dual-socket hosts)",
+        evidence: "an NCCL INIT/GRAPH log line `Pattern .., nChannels 2, bw 0.1/0.1, type SYS/SYS`: the rings cross the CPU sockets at the lowest bandwidth NCCL searches for",
+        source: "NVIDIA/nccl src/graph/search.cc (ncclTopoCompute lowers the bandwidth target until a graph fits, then prints the pattern, channels, bw and path type); published fix on 8 PCIe GPUs under two AMD sockets: an NCCL_GRAPH_FILE topology, 48 -> 26 us at 32 KB (the pcie-gen5-dual-socket profile of src/costmodel/profile.rs)",
+        give: "the server's NCCL log with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH (--nccl-log)",
+    },
+    Rule {
+        id: "custom-ar-slow",
+        name: "a custom all-reduce far slower than the P2P model expects",
+        evidence: "the trace's custom all-reduce kernels take more than 3x the modeled one-shot time per collective (transfer, the last rank's kernel)",
+        source: "the P2P model of src/costmodel/custom.rs (signal round + (n-1) peer reads); published measurements gathered in issue 28: a 64 KB one-shot at 503.9 us against NCCL's 67.8 us behind PCIe switches with a posted-write arbitration bug, 242 us against ~17 us where the driver stages P2P through system memory",
+        give: "the server's traces with its custom all-reduce kernels (--trace)",
+    },
+    Rule {
+        id: "engine-custom-ar-off",
+        name: "SGLang and vLLM turn their custom all-reduce off on more than two PCIe GPUs",
+        evidence: "the server log's `Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs`",
+        source: "sgl-project/sglang python/sglang/srt/distributed/device_communicators/custom_all_reduce.py and vllm-project/vllm vllm/distributed/device_communicators/custom_all_reduce.py: `world_size > 2 and not full_nvlink` disables it, and should_custom_ar keeps it for world size 2 or full NVLink only",
+        give: "the server log (--server-log)",
+    },
+];
+
+/// Whether a trap's evidence was there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Found,
+    NotFound,
+    NotChecked,
+}
+
+impl Status {
+    pub fn words(self) -> &'static str {
+        match self {
+            Status::Found => "found",
+            Status::NotFound => "not found",
+            Status::NotChecked => "not checked",
+        }
+    }
+}
+
+/// One trap as checked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub rule: Rule,
+    pub status: Status,
+    /// The evidence (found, not found) or what to give (not checked).
+    pub detail: String,
+}
+
+/// What the traps look at.
+pub struct Inputs<'a> {
+    pub trace: Option<&'a Analysis>,
+    pub server_log: Option<&'a ServerLog>,
+    pub nccl_logs: &'a [NcclLogText],
+    pub sweep: Option<&'a SweepBest>,
+    /// The NCCL settings the user gave the server.
+    pub expect: &'a [(String, String)],
+    pub pricing: &'a Pricing,
+}
+
+fn rule(id: &str) -> Rule {
+    *RULES.iter().find(|r| r.id == id).expect("a known trap")
+}
+
+fn finding(id: &str, status: Status, detail: String) -> Finding {
+    let r = rule(id);
+    let detail = if status == Status::NotChecked && detail.is_empty() {
+        format!("give {}", r.give)
+    } else {
+        detail
+    };
+    Finding {
+        rule: r,
+        status,
+        detail,
+    }
+}
+
+/// `NCCL_X set by environment to V` lines: the variables NCCL read.
+fn env_lines(logs: &[NcclLogText]) -> Vec<(String, String)> {
+    let re = regex::Regex::new(r"(NCCL_[A-Z0-9_]+) set by environment to (\S+)").expect("regex");
+    let mut out: Vec<(String, String)> = vec![];
+    for l in logs {
+        for c in re.captures_iter(&l.text) {
+            let kv = (c[1].to_string(), c[2].trim_end_matches('.').to_string());
+            // every rank prints its own line: each setting once
+            if !out.contains(&kv) {
+                out.push(kv);
+            }
+        }
+    }
+    out
+}
+
+/// The first graph-search line whose bandwidth is at NCCL's floor and whose path crosses the
+/// system (SYS) interconnect, with its file.
+pub fn sys_graph_line(logs: &[NcclLogText]) -> Option<(String, String)> {
+    let re = regex::Regex::new(
+        r"Pattern \d+, crossNic \d+, nChannels (\d+), bw ([0-9.]+)/([0-9.]+), type (\w+)/(\w+)",
+    )
+    .expect("regex");
+    for l in logs {
+        for line in l.text.lines() {
+            if let Some(c) = re.captures(line) {
+                let bw1: f64 = c[2].parse().unwrap_or(f64::INFINITY);
+                let bw2: f64 = c[3].parse().unwrap_or(f64::INFINITY);
+                if bw1 <= 0.1 + 1e-9 && bw2 <= 0.1 + 1e-9 && (&c[4] == "SYS" || &c[5] == "SYS") {
+                    return Some((l.name.clone(), line.trim().to_string()));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn graph_lines(logs: &[NcclLogText]) -> usize {
+    logs.iter()
+        .map(|l| l.text.matches("nChannels").count())
+        .sum()
+}
+
+/// Checks every trap of [`RULES`] against the evidence.
+pub fn check(i: &Inputs) -> Vec<Finding> {
+    let mut out = vec![];
+    // Settings that never reached the workers: what the user set (--expect) against the
+    // variables NCCL says it read.
+    let env = env_lines(i.nccl_logs);
+    let wanted: Vec<(String, String)> = i.expect.to_vec();
+    let words = |v: &[(String, String)]| {
+        v.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    out.push(if wanted.is_empty() {
+        let seen = words(&env);
+        let best = i
+            .sweep
+            .filter(|s| !s.overrides.is_empty())
+            .map(|s| format!(" (the sweep's best: {})", s.setting))
+            .unwrap_or_default();
+        finding(
+            "settings-not-applied",
+            Status::NotChecked,
+            format!(
+                "give the settings the server was started with, --expect NAME=VALUE{best}, with the server's NCCL log (--nccl-log){}, or check the running server with `verifybench inspect --pid PID --expect NAME=VALUE`",
+                if i.nccl_logs.is_empty() {
+                    String::new()
+                } else if seen.is_empty() {
+                    "; the log given shows no `set by environment` line".to_string()
+                } else {
+                    format!("; the log given shows {seen}")
+                }
+            ),
+        )
+    } else if i.nccl_logs.is_empty() {
+        finding(
+            "settings-not-applied",
+            Status::NotChecked,
+            format!(
+                "give the server's NCCL log (--nccl-log, NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV) to check {}, or run `verifybench inspect --pid PID --expect {}`",
+                words(&wanted),
+                words(&wanted[..1])
+            ),
+        )
+    } else {
+        let missing: Vec<(String, String)> = wanted
+            .iter()
+            .filter(|(k, v)| !env.iter().any(|(ek, ev)| ek == k && ev.eq_ignore_ascii_case(v)))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            finding(
+                "settings-not-applied",
+                Status::NotFound,
+                format!("the NCCL log shows every setting given: {}", words(&wanted)),
+            )
+        } else {
+            let instead: Vec<(String, String)> = env
+                .iter()
+                .filter(|(k, _)| missing.iter().any(|(m, _)| m == k))
+                .cloned()
+                .collect();
+            finding(
+                "settings-not-applied",
+                Status::Found,
+                format!(
+                    "{} not in the NCCL log's `set by environment` lines{}: NCCL in the server did not read it; check the workers with `verifybench inspect --pid PID --expect {}`",
+                    words(&missing),
+                    if instead.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (it read {})", words(&instead))
+                    },
+                    words(&missing[..1])
+                ),
+            )
+        }
+    });
+    // The verify ran eagerly.
+    let mut eager_evidence = vec![];
+    let mut graph_evidence = vec![];
+    if let Some(s) = i.trace.and_then(|a| a.step.as_ref()) {
+        if s.eager_steps > 0 {
+            eager_evidence.push(format!(
+                "{} of {} traced steps launched kernel by kernel (no cudaGraphLaunch)",
+                s.eager_steps, s.steps
+            ));
+        } else if s.graph_steps > 0 {
+            graph_evidence.push(format!(
+                "all {} traced steps ran from cudaGraphLaunch",
+                s.graph_steps
+            ));
+        }
+    }
+    if let Some(l) = i.server_log {
+        if l.cuda_graph_false > 0 {
+            eager_evidence.push(format!(
+                "{}: {} of {} decode lines say `cuda graph: False`",
+                l.file,
+                l.cuda_graph_false,
+                l.cuda_graph_false + l.cuda_graph_true
+            ));
+        } else if l.cuda_graph_true > 0 {
+            graph_evidence.push(format!(
+                "{}: every decode line says `cuda graph: True`",
+                l.file
+            ));
+        }
+        if let Some(line) = &l.enforce_eager {
+            eager_evidence.push(format!("{}: `{}`", l.file, line));
+        }
+    }
+    out.push(if !eager_evidence.is_empty() {
+        finding("eager-verify", Status::Found, eager_evidence.join("; "))
+    } else if !graph_evidence.is_empty() {
+        finding("eager-verify", Status::NotFound, graph_evidence.join("; "))
+    } else {
+        finding("eager-verify", Status::NotChecked, String::new())
+    });
+    // NCCL's graph search at its floor across sockets.
+    out.push(match sys_graph_line(i.nccl_logs) {
+        Some((file, line)) => finding(
+            "nccl-graph-search-sys",
+            Status::Found,
+            format!("{file}: `{line}`; give NCCL a topology file (NCCL_GRAPH_FILE) and price it with --link pcie-gen5-dual-socket against pcie-gen5"),
+        ),
+        None if graph_lines(i.nccl_logs) > 0 => finding(
+            "nccl-graph-search-sys",
+            Status::NotFound,
+            format!(
+                "{} graph-search lines, none at bw 0.1 across SYS",
+                graph_lines(i.nccl_logs)
+            ),
+        ),
+        None => finding(
+            "nccl-graph-search-sys",
+            Status::NotChecked,
+            if i.nccl_logs.is_empty() {
+                String::new()
+            } else {
+                "the NCCL log has no graph-search lines (`Pattern .., nChannels ..`): give one with NCCL_DEBUG_SUBSYS=INIT,GRAPH".into()
+            },
+        ),
+    });
+    // A custom all-reduce far slower than the model.
+    let custom = i.trace.and_then(|a| {
+        let g = a
+            .sequence
+            .iter()
+            .find(|g| g.op == "all_reduce" && g.implementation != "nccl")?;
+        Some((a, g.implementation.clone()))
+    });
+    out.push(match custom {
+        None if i.trace.is_some() => finding(
+            "custom-ar-slow",
+            Status::NotFound,
+            "the trace's all-reduces ran through NCCL (no custom all-reduce kernel)".into(),
+        ),
+        None => finding("custom-ar-slow", Status::NotChecked, String::new()),
+        Some((a, kernel)) => {
+            let per_coll = a
+                .attribution
+                .as_ref()
+                .filter(|t| t.matched > 0)
+                .map(|t| t.total.transfer_us / t.matched as f64);
+            let n_ar = i
+                .pricing
+                .per_collective_us
+                .len()
+                .saturating_sub(1)
+                .max(1) as f64;
+            let model_one = i.pricing.oneshot_transfer_us.as_ref().ok().map(|t| {
+                // the one-shot all-reduce alone: the sum less the all-gather (the last op)
+                (t - i.pricing.per_collective_us.last().copied().unwrap_or(0.0)) / n_ar
+            });
+            match (per_coll, model_one) {
+                (Some(m), Some(e)) if m > 3.0 * e => finding(
+                    "custom-ar-slow",
+                    Status::Found,
+                    format!("{kernel}: {m:.1} us per collective measured (transfer) against {e:.1} us modeled for the one-shot ({}): measure the links with `verifybench collective --impl nccl,oneshot` on the machine", i.pricing.profile),
+                ),
+                (Some(m), Some(e)) => finding(
+                    "custom-ar-slow",
+                    Status::NotFound,
+                    format!("{kernel}: {m:.1} us per collective measured, within 3x of the modeled {e:.1} us"),
+                ),
+                _ => finding(
+                    "custom-ar-slow",
+                    Status::NotChecked,
+                    format!("{kernel} ran, but its transfer needs every rank's trace (or the profile has no P2P model)"),
+                ),
+            }
+        }
+    });
+    // The engines' custom all-reduce off on more than two PCIe GPUs.
+    out.push(match i.server_log {
+        Some(l) => match &l.custom_ar_off {
+            Some(line) => finding(
+                "engine-custom-ar-off",
+                Status::Found,
+                format!(
+                    "{}: `{line}`: the one-shot rows need an engine built to allow it on PCIe",
+                    l.file
+                ),
+            ),
+            None => finding(
+                "engine-custom-ar-off",
+                Status::NotFound,
+                format!("{}: no `Custom allreduce is disabled` line", l.file),
+            ),
+        },
+        None => finding("engine-custom-ar-off", Status::NotChecked, String::new()),
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(text: &str) -> Vec<NcclLogText> {
+        vec![NcclLogText {
+            name: "n.log".into(),
+            text: text.into(),
+        }]
+    }
+
+    #[test]
+    fn the_sys_floor_line_is_found_and_a_healthy_search_is_not() {
+        let bad = log("host:1:1 [0] NCCL INFO Pattern 4, crossNic 0, nChannels 2, bw 0.100000/0.100000, type SYS/SYS, sameChannels 1\n");
+        assert!(sys_graph_line(&bad).is_some());
+        let good = log("vm:574:574 [1] NCCL INFO Pattern 4, crossNic 0, nChannels 12, bw 30.000000/30.000000, type NVL/PIX, sameChannels 1\n");
+        assert!(sys_graph_line(&good).is_none());
+        assert_eq!(graph_lines(&good), 1);
+        // A slow but not floor search across SYS is not the trap.
+        let slow = log("x [0] NCCL INFO Pattern 4, crossNic 0, nChannels 2, bw 6.000000/6.000000, type SYS/SYS, sameChannels 1\n");
+        assert!(sys_graph_line(&slow).is_none());
+    }
+
+    #[test]
+    fn env_lines_name_what_nccl_read() {
+        // integer parameters end with a period (src/misc/param.cc), NCCL_PROTO does not
+        let l = log("x [0] NCCL INFO NCCL_PROTO set by environment to LL\nx [1] NCCL INFO NCCL_PROTO set by environment to LL\nx [1] NCCL INFO NCCL_P2P_LEVEL set by environment to 2.\n");
+        assert_eq!(
+            env_lines(&l),
+            vec![
+                ("NCCL_PROTO".to_string(), "LL".to_string()),
+                ("NCCL_P2P_LEVEL".to_string(), "2".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn every_rule_cites_a_source_and_says_what_to_give() {
+        for r in RULES {
+            assert!(r.source.len() > 20, "{}", r.id);
+            assert!(!r.give.is_empty(), "{}", r.id);
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! End-to-end tests of `verifybench explain` through the real binary: plain numbers (no GPU,
+//! no trace), a SYNTHETIC trace set of 8 ranks with a known late rank (made by
+//! `verifybench::trace::synth`, not a profile of a real run), and bad input. Expected values are
+//! computed here by hand from the inputs.
+
+use crate::common::{refused, vb};
+use verifybench::trace::synth::{self, SynthSpec};
+
+/// Exit 2, and stderr holds every one of `wants` (clap's own errors end with a help line, so
+/// the whole of stderr is searched).
+fn refused_flag(args: &[&str], wants: &[&str]) {
+    let o = vb().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    for w in wants {
+        assert!(err.contains(w), "{args:?}: stderr lacks '{w}': {err}");
+    }
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let o = vb().args(args).args(["--format", "json"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn part<'a>(d: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    d["as_ran"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no part {name}: {d}"))
+}
+
+fn scenario<'a>(d: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    d["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no scenario {name}: {d}"))
+}
+
+const PLAIN: &[&str] = &[
+    "explain",
+    "--observed",
+    "122x0.2ms",
+    "--verify-ms",
+    "30",
+    "--decode-ms",
+    "12.2",
+    "--accept-length",
+    "2.5",
+    "--gpus",
+    "8",
+];
+
+/// The case: 122 all-reduces of 0.2 ms in a 30 ms verify on 8 PCIe GPUs, 82 tok/s
+/// without speculation.
+#[test]
+fn plain_numbers_attribute_most_of_the_collectives_to_waiting() {
+    let v = json(PLAIN);
+    assert_eq!(v["kind"], "other");
+    assert_eq!(v["result"]["name"], "explain");
+    let d = &v["result"]["data"];
+    // 122 x 0.2 ms = 24.4 ms inside the collectives, as given.
+    let in_coll = part(d, "in collectives");
+    assert_eq!(in_coll["figure"]["us"].as_f64().unwrap(), 24_400.0);
+    assert_eq!(in_coll["figure"]["source"], "given");
+    // transfer modeled, waiting inferred = 24.4 ms - transfer, most of it.
+    let x = part(d, "transfer")["figure"]["us"].as_f64().unwrap();
+    assert_eq!(part(d, "transfer")["figure"]["source"], "modeled");
+    let w = part(d, "waiting")["figure"]["us"].as_f64().unwrap();
+    assert_eq!(part(d, "waiting")["figure"]["source"], "inferred");
+    assert!((w - (24_400.0 - x)).abs() < 1e-6, "{w} {x}");
+    assert!(w > 0.5 * 24_400.0, "most of the 24.4 ms is waiting: {w}");
+    // 30 - 24.4 = 5.6 ms of compute and idle.
+    assert!((part(d, "compute + idle")["figure"]["us"].as_f64().unwrap() - 5_600.0).abs() < 1e-6);
+    // The CUDA-graph verify is the verify less the waiting; its tokens/s is tau / verify with
+    // k = 2 free draft steps: 2.5 tokens per cycle.
+    let g = scenario(d, "with a CUDA graph");
+    let g_us = g["verify"]["us"].as_f64().unwrap();
+    assert!((g_us - (30_000.0 - w)).abs() < 1e-6);
+    let tps = 2.5 / (g_us / 1e6);
+    assert!((g["tokens_per_s"].as_f64().unwrap() - tps).abs() < 1e-6);
+    // against 1000 / 12.2 = 81.97 tok/s without speculation
+    assert!((g["vs_baseline"].as_f64().unwrap() - tps / (1000.0 / 12.2)).abs() < 1e-9);
+    // as it ran: 2.5 / 30 ms = 83.33 tok/s
+    let now = &d["scenarios"][0];
+    assert!((now["tokens_per_s"].as_f64().unwrap() - 2.5 / 0.030).abs() < 1e-6);
+    // The fitted host gaps reproduce the observed per-collective time within a few percent:
+    // 200 us x the schedule's 124 collectives.
+    let f = &d["fit"];
+    assert_eq!(f["reached"], true);
+    assert_eq!(f["target_us"].as_f64().unwrap(), 200.0 * 124.0);
+    let rel = (f["modeled_us"].as_f64().unwrap() - 24_800.0).abs() / 24_800.0;
+    assert!(rel < 0.05, "{f}");
+    // mean gap: 30 ms over 124 collectives
+    assert!((f["mean_us"].as_f64().unwrap() - 30_000.0 / 124.0).abs() < 1e-9);
+}
+
+#[test]
+fn plain_numbers_table_says_inferred_and_names_the_commands() {
+    let o = vb().args(PLAIN).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "waiting inferred, not measured",
+        "with a CUDA graph",
+        "one-shot all-reduce + CUDA graph",
+        "verifybench verify --backend nccl --gpus 8 --model kimi-k2.5 --tp 8 --tokens 3 --host-gap-us",
+        "--graph both",
+        "verifybench sweep --backend nccl --gpus 8",
+        "verifybench inspect --pid SERVER_PID --expect",
+        "--disable-cuda-graph",
+        "--enforce-eager",
+        "not checked",
+    ] {
+        assert!(s.to_lowercase().contains(&want.to_lowercase()), "lacks '{want}':\n{s}");
+    }
+}
+
+/// 8 ranks, rank 5 late by 200 us before every collective, no jitter. Each rank's host spends
+/// 32 us + two launches of 4 + 2 us = 44 us per collective, as long as its GPU's work (20 us of
+/// compute + 24 us of transfer), so without the delay no rank waits and no GPU idles; with it,
+/// every other rank waits the 200 us in each of the 124 collectives of a step and the late one
+/// not at all: the mean over ranks is 124 x 200 x 7/8 = 21,700 us per step.
+#[test]
+fn eight_rank_trace_with_a_late_rank_gives_the_measured_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SynthSpec {
+        ranks: 8,
+        steps: 3,
+        late_rank: Some((5, 200.0)),
+        jitter_us: 0.0,
+        host_gap_us: 32.0,
+        compute_us: 20.0,
+        transfer_us: 24.0,
+        ar_elements: 3 * 7168,
+        ag_elements: 3 * 163840 / 8,
+        ..Default::default()
+    };
+    synth::write_dir(&s, dir.path(), true).unwrap();
+    let p = dir.path().to_str().unwrap();
+    let v = json(&[
+        "explain",
+        "--trace",
+        p,
+        "--decode-ms",
+        "12.2",
+        "--accept-length",
+        "2.5",
+    ]);
+    assert_eq!(v["source"], "measured");
+    let d = &v["result"]["data"];
+    assert_eq!(d["ranks"], 8);
+    let w = part(d, "waiting")["figure"].clone();
+    assert_eq!(w["source"], "measured");
+    let want = 124.0 * 200.0 * 7.0 / 8.0;
+    let got = w["us"].as_f64().unwrap();
+    assert!((got - want).abs() <= 0.1 * want, "waiting {got} vs {want}");
+    // transfer: 124 x the simulation's 24 us
+    let x = part(d, "transfer")["figure"]["us"].as_f64().unwrap();
+    assert!(
+        (x - 124.0 * 24.0).abs() <= 0.1 * 124.0 * 24.0,
+        "transfer {x}"
+    );
+    // No fit: nothing is inferred.
+    assert!(d["fit"].is_null());
+    let traps = d["traps"].as_array().unwrap();
+    let eager = traps
+        .iter()
+        .find(|t| t["rule"]["id"] == "eager-verify")
+        .unwrap();
+    assert_eq!(eager["status"], "found");
+    // The table says measured.
+    let o = vb()
+        .args(["explain", "--trace", p, "--decode-ms", "12.2"])
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("waiting for the last rank (measured)"), "{t}");
+}
+
+/// A dual-socket host's NCCL log whose graph search fell to bw 0.1 across SYS (the line as
+/// NCCL prints it, written here by hand): the trap is found and priced.
+#[test]
+fn the_graph_search_floor_is_a_found_trap_with_its_price() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("nccl.log");
+    std::fs::write(
+        &log,
+        "host:1:1 [0] NCCL INFO Pattern 4, crossNic 0, nChannels 2, bw 0.100000/0.100000, type SYS/SYS, sameChannels 1\n",
+    )
+    .unwrap();
+    let out = dir.path().join("explain.json");
+    let v = json(&[
+        "explain",
+        "--verify-ms",
+        "30",
+        "--gpus",
+        "8",
+        "--nccl-log",
+        log.to_str().unwrap(),
+        "--export-json",
+        out.to_str().unwrap(),
+    ]);
+    let t = v["result"]["data"]["traps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["rule"]["id"] == "nccl-graph-search-sys")
+        .unwrap()
+        .clone();
+    assert_eq!(t["status"], "found", "{t}");
+    let d = t["detail"].as_str().unwrap();
+    assert!(
+        d.contains("nChannels 2, bw 0.100000/0.100000, type SYS/SYS"),
+        "{d}"
+    );
+    assert!(d.contains("without a topology file"), "{d}");
+    // --export-json writes what --format json prints
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(written, v);
+    // --format markdown: the same answer as tables
+    let o = vb()
+        .args([
+            "explain",
+            "--verify-ms",
+            "30",
+            "--gpus",
+            "8",
+            "--format",
+            "markdown",
+        ])
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.contains("| part | time | share | source | how |"),
+        "{md}"
+    );
+    assert!(md.contains("| with a CUDA graph |"), "{md}");
+}
+
+#[test]
+fn bad_input_exits_2_with_what_to_give() {
+    refused_flag(
+        &["explain", "--observed", "122", "--gpus", "8"],
+        &["--observed", "COUNTxTIME", "122x0.2ms"],
+    );
+    refused_flag(
+        &["explain", "--observed", "122x0.2", "--gpus", "8"],
+        &["no unit", "ms or us"],
+    );
+    refused_flag(&["explain", "--observed", "0x0.2ms"], &["count 0"]);
+    refused(
+        &["explain", "--gpus", "8"],
+        &["nothing to explain", "--trace", "--observed"],
+    );
+    refused(
+        &["explain", "--observed", "122x0.2ms", "--verify-ms", "20"],
+        &["below the time inside the collectives"],
+    );
+    refused(
+        &["explain", "--verify-ms", "30", "--gpus", "1"],
+        &["2 to 1024 ranks"],
+    );
+    refused(&["explain", "--verify-ms", "-3"], &["--verify-ms"]);
+    refused(
+        &[
+            "explain",
+            "--verify-ms",
+            "30",
+            "--decode-ms",
+            "12.2",
+            "--accept-length",
+            "9",
+        ],
+        &["--accept-length 9", "k+1"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    std::fs::write(&log, "hello\n").unwrap();
+    refused(
+        &[
+            "explain",
+            "--verify-ms",
+            "30",
+            "--server-log",
+            log.to_str().unwrap(),
+        ],
+        &["server.log", "neither SGLang"],
+    );
+    refused(
+        &[
+            "explain",
+            "--trace",
+            dir.path().join("none").to_str().unwrap(),
+        ],
+        &["--trace", "no such file"],
+    );
+}
+
+/// The engines' one-stage custom all-reduce taking 200 us per collective on 8 ranks (the
+/// simulation's transfer), far above the P2P model's one-shot at 43,008 B on pcie-gen5:
+/// 6.36 us + 7 x 43,008 B / 50 GB/s = 12.4 us; 200 > 3 x 12.4, so the trap is found.
+#[test]
+fn a_custom_all_reduce_far_slower_than_the_model_is_a_found_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SynthSpec {
+        ranks: 8,
+        steps: 3,
+        transfer_us: 200.0,
+        jitter_us: 0.0,
+        ar_elements: 3 * 7168,
+        ag_elements: 3 * 163840 / 8,
+        custom_all_reduce: Some((
+            "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)",
+            "_C_custom_ar::all_reduce",
+        )),
+        ..Default::default()
+    };
+    synth::write_dir(&s, dir.path(), true).unwrap();
+    let v = json(&["explain", "--trace", dir.path().to_str().unwrap()]);
+    let d = &v["result"]["data"];
+    let t = d["traps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["rule"]["id"] == "custom-ar-slow")
+        .unwrap();
+    assert_eq!(t["status"], "found", "{t}");
+    assert!(
+        t["detail"].as_str().unwrap().contains("12.4 us modeled"),
+        "{t}"
+    );
+}
