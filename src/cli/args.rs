@@ -10,7 +10,7 @@ use crate::costmodel::ModelSettings;
 use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
 use crate::model::{DType, Logits, Phase, Routing};
 use crate::report::Exports;
-use crate::request::{GpuSpec, HostGapFlags, Launcher, Repeat, Workload};
+use crate::request::{BackendKind, GpuSpec, GraphChoice, HostGapFlags, Launcher, Repeat, Workload};
 use crate::util::Named;
 
 /// The clap parser of a library enum: accepts `T::ALL` by name and lists them (with their help
@@ -26,6 +26,25 @@ pub fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
         }
     }))
     .map(|s| crate::util::parse_named::<T>(&s).expect("clap checked the possible values"))
+}
+
+/// `-G/--graph` as `collective` and `verify` declare it. `sweep` and `worker` declare their own:
+/// their help says more (one child, or one worker, runs both modes, one column each).
+#[derive(Debug, Clone, clap::Args)]
+pub struct GraphArg {
+    /// Eager launches, CUDA-graph replay, or both.
+    #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
+    pub graph: GraphChoice,
+}
+
+/// `--backend` as `collective` and `verify` declare it. `sweep` declares its own: its help says
+/// that the model backend has no NCCL log, so a sweep point has no probe.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackendArg {
+    /// nccl: real GPUs (2 or more); model: the cost model, anywhere (every number labelled
+    /// modeled); auto: nccl with 2+ GPUs, else model.
+    #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
+    pub backend: BackendKind,
 }
 
 /// Which model, parallelism and token count: the workload every command replays or prices.

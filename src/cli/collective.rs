@@ -1,9 +1,9 @@
 //! `verifybench collective`: the flags; the run itself is [`crate::commands::collective`].
 
-use crate::cli::args::{named, ExportArgs, GpuArgs, ModelArgs, RepeatArgs};
+use crate::cli::args::{BackendArg, ExportArgs, GpuArgs, GraphArg, ModelArgs, RepeatArgs};
 use crate::cli::output::OutputArgsMd;
 use crate::model::{CollectiveKind, DType};
-use crate::request::{BackendKind, CollectiveRequest, GraphChoice, Impl};
+use crate::request::{CollectiveRequest, Impl};
 use crate::units::size_arg;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -29,13 +29,10 @@ pub struct CollectiveArgs {
     /// Element type, nccl-tests' -d.
     #[arg(short = 'd', long = "datatype", default_value = "bf16")]
     pub dtype: DType,
-    /// Eager launches, CUDA-graph replay, or both.
-    #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
-    pub graph: GraphChoice,
-    /// nccl: real GPUs (2 or more); model: the cost model, anywhere (every number labelled
-    /// modeled); auto: nccl with 2+ GPUs, else model.
-    #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
-    pub backend: BackendKind,
+    #[command(flatten)]
+    pub graph: GraphArg,
+    #[command(flatten)]
+    pub backend: BackendArg,
     #[command(flatten)]
     pub gpu: GpuArgs,
     #[command(flatten)]
@@ -82,8 +79,8 @@ impl From<&CollectiveArgs> for CollectiveRequest {
             step_factor: a.step_factor,
             sizes: a.sizes.clone(),
             dtype: a.dtype,
-            graph: a.graph,
-            backend: a.backend,
+            graph: a.graph.graph,
+            backend: a.backend.backend,
             gpu: (&a.gpu).into(),
             repeat: (&a.repeat).into(),
             model: (&a.model).into(),

@@ -1,19 +1,19 @@
 //! `verifybench verify`: the flags; the replay itself is [`crate::commands::verify`].
 
 use crate::cli::args::{
-    named, ExportArgs, GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
+    named, BackendArg, ExportArgs, GpuArgs, GraphArg, HostGapArgs, ModelArgs, RepeatArgs,
+    WorkloadArgs,
 };
 use crate::cli::output::OutputArgsMd;
 use crate::record::Mode;
-use crate::request::{BackendKind, GraphChoice, VerifyRequest};
+use crate::request::VerifyRequest;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Eager launches, CUDA-graph replay, or both.
-    #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
-    pub graph: GraphChoice,
+    #[command(flatten)]
+    pub graph: GraphArg,
     /// What to replay: the collectives only, the compute only, or both interleaved.
     /// Repeat or comma-separate to get several (e.g. comm,compute,full gives the split).
     #[arg(long, value_parser = named::<Mode>(), value_delimiter = ',', default_value = "comm")]
@@ -28,10 +28,8 @@ pub struct VerifyArgs {
     /// the kernel before it drains. Needs compute capability 9.0 or newer; off: plain launches.
     #[arg(long)]
     pub pdl: bool,
-    /// nccl: real GPUs (2 or more); model: the cost model, anywhere (every number labelled
-    /// modeled); auto: nccl with 2+ GPUs, else model.
-    #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
-    pub backend: BackendKind,
+    #[command(flatten)]
+    pub backend: BackendArg,
     #[command(flatten)]
     pub gpu: GpuArgs,
     #[command(flatten)]
@@ -70,11 +68,11 @@ impl From<&VerifyArgs> for VerifyRequest {
     fn from(a: &VerifyArgs) -> VerifyRequest {
         VerifyRequest {
             workload: (&a.workload).into(),
-            graph: a.graph,
+            graph: a.graph.graph,
             mode: a.mode.clone(),
             launches_per_layer: a.launches_per_layer,
             pdl: a.pdl,
-            backend: a.backend,
+            backend: a.backend.backend,
             gpu: (&a.gpu).into(),
             repeat: (&a.repeat).into(),
             model: (&a.model).into(),

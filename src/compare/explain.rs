@@ -103,7 +103,7 @@ pub fn explain(entries: &[Entry], rows: &[Row]) -> Vec<String> {
 }
 
 /// What differs between two runs' setups (NCCL version, NCCL_* environment, host, GPU).
-pub(crate) fn setup_differences(a: &Entry, b: &Entry) -> Vec<String> {
+pub(super) fn setup_differences(a: &Entry, b: &Entry) -> Vec<String> {
     let mut d = Vec::new();
     let mut same = Vec::new();
     match (&a.nccl_version, &b.nccl_version) {

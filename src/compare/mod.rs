@@ -16,9 +16,9 @@ mod render;
 
 pub use explain::explain;
 #[cfg(test)]
-pub(crate) use explain::setup_differences;
+use explain::setup_differences;
 #[cfg(test)]
-pub(crate) use render::{decimals, wrap};
+use render::{decimals, wrap};
 pub use render::{render_markdown, render_table};
 
 use crate::error::usage;

@@ -17,7 +17,7 @@ fn ratio_text(r: &Row) -> String {
 }
 
 /// Decimals that show the first significant digit of an uncertainty (2 to 4).
-pub(crate) fn decimals(u: f64) -> usize {
+pub(super) fn decimals(u: f64) -> usize {
     if u <= 0.0 || !u.is_finite() {
         return 2;
     }
@@ -135,7 +135,7 @@ pub fn render_markdown(c: &Comparison) -> String {
 
 /// Wraps `text` at `width` columns; the first line starts with `lead`, the rest are indented
 /// to match.
-pub(crate) fn wrap(text: &str, width: usize, lead: &str) -> String {
+pub(super) fn wrap(text: &str, width: usize, lead: &str) -> String {
     let indent = " ".repeat(lead.chars().count());
     let mut out = String::new();
     let mut line = lead.to_string();

@@ -7,8 +7,9 @@
 //! - no two files import each other in a circle (a `pub use` re-export is a folder's interface,
 //!   not a dependency, and is not counted).
 //!
-//! Test code (`#[cfg(test)] mod tests` at the end of a file, and `tests.rs` files) may use any
-//! module: it is not part of the library's dependency structure.
+//! Test code (every item marked `#[cfg(test)]`, wherever it stands in a file: a `mod tests`
+//! block, a `use` line that brings a private helper into a test module's reach; and `tests.rs`
+//! files) may use any module: it is not part of the library's dependency structure.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -159,19 +160,101 @@ const TABLE: &[(&str, &[&str])] = &[
     ("error", &[]),
 ];
 
-/// A source file's library code: comments blanked, and the trailing `#[cfg(test)] mod` cut.
+/// A source file's library code: comments blanked, and every item marked `#[cfg(test)]` cut
+/// (a `use` line, a `mod` block or `mod name;`, a helper `fn`), wherever it stands in the file.
 fn library_code(text: &str) -> String {
-    let text = match text.find("#[cfg(test)]\nmod ") {
-        Some(i) => &text[..i],
-        None => text,
-    };
-    text.lines()
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    const ATTR: &str = "#[cfg(test)]";
+    while let Some(i) = rest.find(ATTR) {
+        kept.push_str(&rest[..i]);
+        rest = &rest[i + ATTR.len()..];
+        // Only an attribute that starts its line (not one named in a comment or a string).
+        let line_start = kept.rfind('\n').map_or(0, |n| n + 1);
+        if kept[line_start..].trim().is_empty() {
+            rest = &rest[test_item_len(rest)..];
+        } else {
+            kept.push_str(ATTR);
+        }
+    }
+    kept.push_str(rest);
+    kept.lines()
         .map(|l| match l.find("//") {
             Some(i) => &l[..i],
             None => l,
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The length of the item that starts `code` (after its `#[cfg(test)]`): any further
+/// attributes, then everything up to the `;` or the closing `}` at the item's own depth (a
+/// `use a::{b, c};` ends at its `}`, which leaves a harmless `;`).
+/// Brackets inside string and character literals and comments are not counted; the item also
+/// ends before a bracket that closes one it did not open (an attribute on the last field of a
+/// struct).
+fn test_item_len(code: &str) -> usize {
+    let b = code.as_bytes();
+    let (mut i, mut depth) = (0usize, 0i32);
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                i = code[i..].find('\n').map_or(b.len(), |n| i + n);
+                continue;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i = code[i + 2..].find("*/").map_or(b.len(), |n| i + 2 + n + 2);
+                continue;
+            }
+            b'r' if matches!(b.get(i + 1), Some(b'#' | b'"'))
+                && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) =>
+            {
+                let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
+                if b.get(i + 1 + hashes) == Some(&b'"') {
+                    let close = format!("\"{}", "#".repeat(hashes));
+                    let from = i + 2 + hashes;
+                    i = code[from..]
+                        .find(&close)
+                        .map_or(b.len(), |n| from + n + close.len());
+                    continue;
+                }
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                continue;
+            }
+            b'\'' => {
+                // A character literal ('x', '\n', '\u{..}'), or else a lifetime.
+                if b.get(i + 1) == Some(&b'\\') {
+                    i = code[i + 3..].find('\'').map_or(b.len(), |n| i + 3 + n + 1);
+                    continue;
+                }
+                let c = code[i + 1..].chars().next().map_or(0, char::len_utf8);
+                if c > 0 && b.get(i + 1 + c) == Some(&b'\'') {
+                    i += c + 2;
+                    continue;
+                }
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => {
+                if depth == 0 {
+                    return i;
+                }
+                depth -= 1;
+                if depth == 0 && b[i] == b'}' {
+                    return i + 1;
+                }
+            }
+            b';' if depth == 0 => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
 }
 
 /// The module path of a file of `src/` (`comm/p2p/mod.rs` -> `[comm, p2p]`).
@@ -366,6 +449,40 @@ fn the_path_reader_resolves_use_trees_and_relative_paths() {
     assert_eq!(
         library_code("use a; // use b;\n#[cfg(test)]\nmod tests { use c; }"),
         "use a; "
+    );
+}
+
+#[test]
+fn test_only_items_anywhere_in_a_file_are_not_library_code() {
+    // A test-only `use` line between library imports, the `use` tree form, and a `mod` block
+    // in the middle of a file with brackets in strings, characters and comments inside it.
+    let text = "use crate::a::A;\n\
+                #[cfg(test)]\n\
+                use crate::b::{B, C};\n\
+                #[cfg(test)]\n\
+                use {\n    x::X,\n    y::Y,\n};\n\
+                use crate::c::D;\n\
+                #[cfg(test)]\n\
+                #[allow(dead_code)]\n\
+                mod helpers {\n    \
+                    use crate::e::E;\n    \
+                    fn f<'a>(s: &'a str) -> [u8; 2] { let _ = (\"}\", '}', '\\'', r#\"{\"#); [0; 2] } // }\n\
+                }\n\
+                #[cfg(test)]\n\
+                mod tests;\n\
+                /// Not `#[cfg(test)]` use crate::h::H;\n\
+                pub fn g() { crate::f::F::new() }\n";
+    let code = library_code(text);
+    let children = BTreeSet::new();
+    assert_eq!(
+        named_paths(&code, &children),
+        ["crate::a::A", "crate::c::D", "crate::f::F::new"],
+        "library code read as:\n{code}"
+    );
+    // A test-only field ends at its struct's closing brace, which stays.
+    assert_eq!(
+        library_code("struct S {\n    #[cfg(test)]\n    t: u8,\n}\nuse crate::g::G;"),
+        "struct S {\n    }\nuse crate::g::G;"
     );
 }
 

@@ -769,3 +769,151 @@ pub(super) fn copy_raw(
     let r = unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, gpu.raw_stream()) };
     cu_check("cuMemcpyDtoDAsync", gpu.ordinal, r)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The pure parts beside the driver calls: the handle's byte layout, the host id, the
+    //! refusals and their messages, and the file exchange's names and errors. (Round trips of
+    //! the handle and both exchanges with several ranks are in `p2p/tests.rs`.)
+    use super::*;
+
+    fn handle(ipc: Option<[u8; 64]>) -> Handle {
+        Handle {
+            host: 0x0102_0304_0506_0708,
+            pid: 0x1111_1111,
+            device: 0x2222_2222,
+            rank: 0x3333_3333,
+            nranks: 0x4444_4444,
+            capacity: 0x5555_5555_5555_5555,
+            max_blocks: 0x6666_6666,
+            timeout_ns: 0x7777_7777_7777_7777,
+            ptr: 0x8888_8888_8888_8888,
+            ipc,
+        }
+    }
+
+    #[test]
+    fn a_handle_is_128_bytes_at_fixed_little_endian_offsets() {
+        // magic 8 + host 8 + pid, device, rank, nranks, max_blocks 5 x 4 + capacity, timeout,
+        // ptr 3 x 8 + the IPC flag 4 + the IPC handle 64 = 128.
+        assert_eq!(HANDLE_BYTES, 128);
+        let mut ipc = [0u8; 64];
+        for (i, b) in ipc.iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        let b = handle(Some(ipc)).encode();
+        assert_eq!(b.len(), 128);
+        assert_eq!(&b[0..8], b"VBP2P001");
+        assert_eq!(b[8..16], [8, 7, 6, 5, 4, 3, 2, 1]);
+        for (off, byte) in [(16, 0x11), (20, 0x22), (24, 0x33), (28, 0x44), (32, 0x66)] {
+            assert_eq!(b[off..off + 4], [byte; 4], "u32 at {off}");
+        }
+        for (off, byte) in [(36, 0x55), (44, 0x77), (52, 0x88)] {
+            assert_eq!(b[off..off + 8], [byte; 8], "u64 at {off}");
+        }
+        assert_eq!(b[60..64], [1, 0, 0, 0]);
+        assert_eq!(b[64..128], ipc);
+        // Without an IPC handle: the flag is 0 and the 64 bytes are zeros.
+        let none = handle(None).encode();
+        assert_eq!(none[60..64], [0; 4]);
+        assert!(none[64..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn decoding_reads_the_flag_and_refuses_other_lengths_and_magic() {
+        let mut b = handle(None).encode();
+        // Bytes after a zero flag are not a handle.
+        b[64] = 9;
+        assert_eq!(Handle::decode(&b).unwrap().ipc, None);
+        // Any non-zero flag says an IPC handle follows.
+        b[63] = 0x80;
+        let mut want = [0u8; 64];
+        want[0] = 9;
+        assert_eq!(Handle::decode(&b).unwrap().ipc, Some(want));
+        let mut long = b.clone();
+        long.push(0);
+        let e = Handle::decode(&long).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "not a P2P workspace handle of this verifybench (129 bytes)"
+        );
+        let mut other = b.clone();
+        other[7] = b'2';
+        assert!(Handle::decode(&other)
+            .unwrap_err()
+            .to_string()
+            .contains("(128 bytes)"));
+    }
+
+    /// FNV-1a, 64 bits, written out from its definition.
+    fn fnv1a(s: &str) -> u64 {
+        let mut h: u64 = 14_695_981_039_346_656_037;
+        for c in s.bytes() {
+            h ^= u64::from(c);
+            h = h.wrapping_mul(1_099_511_628_211);
+        }
+        h
+    }
+
+    #[test]
+    fn the_host_id_is_fnv1a_of_the_host_name() {
+        // The published FNV-1a 64-bit test vectors.
+        assert_eq!(fnv1a(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a("foobar"), 0x8594_4171_f739_67e8);
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        assert_eq!(host_id(), fnv1a(name.trim()));
+        assert_eq!(host_id(), host_id());
+    }
+
+    #[test]
+    fn the_refusals_say_why() {
+        for on in ["1", "true", "TRUE", "yes", " 1\n"] {
+            assert!(p2p_disabled(Some(on.into())).is_some(), "{on:?}");
+        }
+        for off in ["0", "", "false", "no", "2"] {
+            assert!(p2p_disabled(Some(off.into())).is_none(), "{off:?}");
+        }
+        assert_eq!(
+            p2p_disabled(Some("yes".into())).unwrap().to_string(),
+            "NCCL_P2P_DISABLE=yes is set: the P2P all-reduces use the peer-to-peer path it \
+             disables (unset it to run them)"
+        );
+        assert_eq!(
+            no_access(2, 5).reason,
+            "GPU 2 cannot access GPU 5 (P2P disabled or across sockets without P2P)"
+        );
+        assert_eq!(
+            check_topology(&[0]).unwrap_err().reason,
+            "the P2P all-reduces run on 2 to 8 ranks (got 1)"
+        );
+        // Virtual ranks on one device ask the driver nothing, so this holds without a GPU.
+        assert_eq!(check_topology(&[3, 3, 3]), Ok(()));
+    }
+
+    #[test]
+    fn the_file_exchange_writes_hex_under_the_job_token_and_names_a_bad_file() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        // Rank 1's file is already there, and is not hex.
+        std::fs::write(dir.join("p2p-job-7-rank1.hex"), "zz").unwrap();
+        let e = file_exchange(dir, "job-7", 0, 2, &[0xab, 0x01], Duration::from_secs(5))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p2p-job-7-rank1.hex"), "{e}");
+        assert!(e.contains("not hex (2 characters)"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("p2p-job-7-rank0.hex")).unwrap(),
+            "ab01"
+        );
+        for token in ["", "a b", "x/y", "job_1"] {
+            let e = file_exchange(dir, token, 0, 2, &[1], Duration::from_millis(1))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("must be letters, digits and '-'"),
+                "{token:?}: {e}"
+            );
+        }
+    }
+}
