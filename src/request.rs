@@ -478,7 +478,9 @@ impl HostGapFlags {
                     "--host-gap-from '{name}' was traced for another schedule ({why}); give the workload flags it was traced with (or --schedule it)"
                 );
             }
-            req.from_schedule = Some((g, name));
+            // Each rank's own gaps where the trace had every rank; else one list for all.
+            let lists = f.host_gaps_per_rank_us.unwrap_or_else(|| vec![g]);
+            req.from_schedule = Some((lists, name));
         }
         HostGaps::from_request(&req, nranks, schedule.ops.len())
     }

@@ -154,6 +154,7 @@ mod tests {
         ScheduleFile {
             schedule: s.clone(),
             host_gaps_us: Some(vec![4.0, 5.0, 6.0]),
+            host_gaps_per_rank_us: None,
             origin: Some("three all-reduces".into()),
         }
         .save(path)

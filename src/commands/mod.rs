@@ -332,6 +332,7 @@ mod tests {
         ScheduleFile {
             schedule: s.clone(),
             host_gaps_us: None,
+            host_gaps_per_rank_us: None,
             origin: Some("three all-reduces".into()),
         }
         .save(&path)

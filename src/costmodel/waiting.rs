@@ -184,6 +184,25 @@ pub fn stretches(gaps: &HostGaps, launches: &[Launch]) -> Vec<Stretch> {
     out
 }
 
+/// Each rank's own measured gaps summed per stretch ([`GapSource::MeasuredPerRank`]): one
+/// entry per collective of `launches`, each with one sum per rank; empty for other sources.
+fn per_rank_fixed(gaps: &HostGaps, launches: &[Launch]) -> Vec<Vec<f64>> {
+    let GapSource::MeasuredPerRank(v) = &gaps.source else {
+        return vec![];
+    };
+    let mut out = vec![];
+    let mut cur = vec![0.0; v.len()];
+    for l in launches {
+        for (r, g) in v.iter().enumerate() {
+            cur[r] += l.host_ops.clone().map(|k| g[k]).sum::<f64>();
+        }
+        if l.collective {
+            out.push(std::mem::replace(&mut cur, vec![0.0; v.len()]));
+        }
+    }
+    out
+}
+
 /// The modeled waiting at one collective.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CollectiveWait {
@@ -247,8 +266,39 @@ pub fn predict_resync(
     let mut per = vec![];
     let mut per_rank = vec![0.0; n];
     let mut memo: Vec<((u32, u32), (f64, f64))> = vec![];
-    for s in &st {
+    let own = if graph {
+        vec![]
+    } else {
+        per_rank_fixed(gaps, launches)
+    };
+    for (ci, s) in st.iter().enumerate() {
         let lag = late.map_or(0.0, |l| l.us * s.layer_starts as f64);
+        // Each rank's own measured gaps: the arrivals are known, nothing to draw; every rank
+        // waits for the last one.
+        if let Some(fixed) = own.get(ci) {
+            let arrive: Vec<f64> = (0..n)
+                .map(|r| {
+                    fixed.get(r).copied().unwrap_or(0.0)
+                        + if late.is_some_and(|l| l.rank == r) {
+                            lag
+                        } else {
+                            0.0
+                        }
+                })
+                .collect();
+            let last = arrive.iter().cloned().fold(f64::MIN, f64::max);
+            let waits: Vec<f64> = arrive.iter().map(|a| last - a).collect();
+            for (w, x) in per_rank.iter_mut().zip(&waits) {
+                *w += x;
+            }
+            per.push(CollectiveWait {
+                launch: s.launch,
+                expected_last_us: last,
+                mean_wait_us: waits.iter().sum::<f64>() / n as f64,
+                on_time_rank_wait_us: waits.iter().cloned().fold(0.0, f64::max),
+            });
+            continue;
+        }
         let drawn = match (&gaps.source, graph) {
             (GapSource::Drawn(g), false) => Some(*g),
             _ => None,
@@ -643,6 +693,39 @@ mod tests {
         assert_eq!(p.waiting_per_rank_us, [160.0, 0.0, 160.0, 160.0]);
         assert!((p.waiting_us - 120.0).abs() < 1e-12);
         assert!(p.method.starts_with("modeled"));
+    }
+
+    #[test]
+    fn each_ranks_own_measured_gaps_by_hand() {
+        // 2 ranks, ops(1): collectives at ops 0, 2, 4, 6; rank 0 spends 10 us before every op,
+        // rank 1 (the slow host) 30 us. Stretch sums: rank 0 10, 20, 20, 20; rank 1 30, 60,
+        // 60, 60.
+        let o = ops(1);
+        let n = o.len();
+        let g = HostGaps::from_request(
+            &HostGapRequest {
+                from_schedule: Some((vec![vec![10.0; n], vec![30.0; n]], "s.json".into())),
+                ..Default::default()
+            },
+            2,
+            n,
+        )
+        .unwrap();
+        let l = launches_of(&o, false);
+        // Hosts re-synchronised: rank 0 waits 20 + 40 + 40 + 40.
+        let p = predict_resync(&g, &l, &[5.0; 4], 2, false);
+        assert_eq!(p.waiting_per_rank_us, [140.0, 0.0]);
+        assert_eq!(p.waiting_us, 70.0);
+        assert_eq!(p.per_collective[1].expected_last_us, 60.0);
+        // Asynchronous: hosts at rank 0 10, 30, 50, 70 and rank 1 30, 90, 150, 210; rank 0's
+        // GPU is free at 35, 95, 155 after each collective of 5 us, so it waits 20, 55, 55, 55.
+        let s = simulate(&g, &l, &[GpuWork { us: 5.0 }; 4], 2, 3);
+        assert_eq!(s.waiting_per_rank_us, [185.0, 0.0]);
+        assert_eq!(s.waiting_se_us, 0.0);
+        assert_eq!(s.last_rank.map(|x| (x.0, x.1)), Some((1, 12)));
+        // Graph replay: no host gaps, no waiting.
+        let gp = predict_resync(&g, &l, &[5.0; 4], 2, true);
+        assert_eq!(gp.waiting_us, 0.0);
     }
 
     #[test]

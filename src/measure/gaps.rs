@@ -11,8 +11,10 @@
 //!   coarse at these lengths);
 //! - `--host-gap-per op|layer`: before every launch (default), or once per layer;
 //! - `--late-rank RANK:US`: one rank later by US once per layer (as rank 0 is when it samples);
-//! - `--host-gap-from SCHEDULE`: the per-op gaps a trace measured (`host_gaps_us` of a
-//!   schedule file, one per op), replayed as they are on every rank.
+//! - `--host-gap-from SCHEDULE`: the per-op gaps a trace measured, replayed as they are: each
+//!   rank's own (`host_gaps_per_rank_us` of a schedule file exported from the traces of every
+//!   rank), so that the server's skew between ranks and the waiting it causes come back; or,
+//!   from a file without them, `host_gaps_us` alike on every rank.
 //!
 //! **Distribution.** Drawn gaps follow a gamma distribution with the given mean and standard
 //! deviation (shape k = mean^2 / sd^2, scale = sd^2 / mean). Host time is positive and skewed
@@ -185,8 +187,11 @@ pub enum GapSource {
     None,
     /// Drawn from the gamma distribution with this mean and standard deviation.
     Drawn(HostGap),
-    /// Measured per-op gaps (`host_gaps_us` of a schedule file), one per schedule op.
+    /// Measured per-op gaps (`host_gaps_us` of a schedule file), one per schedule op, the same
+    /// on every rank.
     Measured(Vec<f64>),
+    /// Each rank's own measured per-op gaps (`host_gaps_per_rank_us`), indexed by rank.
+    MeasuredPerRank(Vec<Vec<f64>>),
 }
 
 /// The host-gap flags as the command line gives them (plain values; cli/ fills it).
@@ -198,8 +203,9 @@ pub struct HostGapRequest {
     pub per: Option<GapPer>,
     /// `--late-rank`.
     pub late: Option<LateRank>,
-    /// `host_gaps_us` of the `--host-gap-from` schedule file, and the file's name for messages.
-    pub from_schedule: Option<(Vec<f64>, String)>,
+    /// The gaps of the `--host-gap-from` schedule file and the file's name for messages: one
+    /// list (`host_gaps_us`, every rank alike), or one per rank (`host_gaps_per_rank_us`).
+    pub from_schedule: Option<(Vec<Vec<f64>>, String)>,
     /// Seed of the generator; `None`: [`DEFAULT_SEED`].
     pub seed: Option<u64>,
 }
@@ -330,22 +336,40 @@ impl HostGaps {
                         "--host-gap-per layer does not apply to --host-gap-from '{f}': its gaps are measured per op; leave --host-gap-per out"
                     );
                 }
-                if v.len() != n_ops {
+                if v.len() > 1 && v.len() != nranks {
                     crate::usage_bail!(
-                        "--host-gap-from '{f}': the file has {} host gaps but this schedule has {n_ops} ops: it was traced for another schedule; give the workload flags it was traced with, or trace this one",
+                        "--host-gap-from '{f}': the file holds the host gaps of {} ranks but this replay runs {nranks}: give the rank count it was traced with (--tp {})",
+                        v.len(),
                         v.len()
                     );
                 }
-                if let Some((i, x)) = v
-                    .iter()
-                    .enumerate()
-                    .find(|(_, x)| check_us("", **x).is_err())
-                {
-                    crate::usage_bail!(
-                        "--host-gap-from '{f}': host gap {i} is {x} us: gaps must be finite, non-negative and at most {MAX_GAP_US} us"
-                    );
+                for (r, g) in v.iter().enumerate() {
+                    let whose = if v.len() > 1 {
+                        format!("rank {r}'s ")
+                    } else {
+                        String::new()
+                    };
+                    if g.len() != n_ops {
+                        crate::usage_bail!(
+                            "--host-gap-from '{f}': the file has {} {whose}host gaps but this schedule has {n_ops} ops: it was traced for another schedule; give the workload flags it was traced with, or trace this one",
+                            g.len()
+                        );
+                    }
+                    if let Some((i, x)) = g
+                        .iter()
+                        .enumerate()
+                        .find(|(_, x)| check_us("", **x).is_err())
+                    {
+                        crate::usage_bail!(
+                            "--host-gap-from '{f}': {whose}host gap {i} is {x} us: gaps must be finite, non-negative and at most {MAX_GAP_US} us"
+                        );
+                    }
                 }
-                GapSource::Measured(v.clone())
+                match v.as_slice() {
+                    [one] => GapSource::Measured(one.clone()),
+                    [] => crate::usage_bail!("--host-gap-from '{f}': the file has no host gaps"),
+                    _ => GapSource::MeasuredPerRank(v.clone()),
+                }
             }
             (None, None) => GapSource::None,
         };
@@ -376,6 +400,7 @@ impl HostGaps {
         let mut us = match &self.source {
             GapSource::None => 0.0,
             GapSource::Measured(v) => at.host_ops.clone().map(|i| v[i]).sum(),
+            GapSource::MeasuredPerRank(v) => at.host_ops.clone().map(|i| v[rank][i]).sum(),
             GapSource::Drawn(g) => {
                 // Per op: one draw for this launch. Per layer: one draw per layer that starts
                 // here (a sum of gammas of one scale is a gamma: one draw of shape s k).
@@ -435,6 +460,19 @@ impl HostGaps {
                 self.from_file.as_deref().unwrap_or("?"),
                 v.iter().sum::<f64>()
             ),
+            GapSource::MeasuredPerRank(v) => {
+                let totals: Vec<String> = v
+                    .iter()
+                    .map(|g| format!("{:.1}", g.iter().sum::<f64>()))
+                    .collect();
+                format!(
+                    "host gaps: each rank's own per-op gaps measured in '{}' ({} ranks, {} gaps each; total per verify {} us by rank), busy-waited before each launch in eager replay, none in graph replay",
+                    self.from_file.as_deref().unwrap_or("?"),
+                    v.len(),
+                    v.first().map_or(0, Vec::len),
+                    totals.join(", ")
+                )
+            }
         };
         if let Some(l) = &self.late {
             s.push_str(&format!(
@@ -632,7 +670,7 @@ mod tests {
     fn measured_gaps_are_replayed_and_checked_against_the_schedule() {
         let v: Vec<f64> = (0..ops().len()).map(|i| i as f64).collect();
         let req = HostGapRequest {
-            from_schedule: Some((v.clone(), "trace.schedule.json".into())),
+            from_schedule: Some((vec![v.clone()], "trace.schedule.json".into())),
             ..Default::default()
         };
         let g = gaps(req.clone());
@@ -655,7 +693,7 @@ mod tests {
         layer.per = Some(GapPer::Layer);
         assert!(HostGaps::from_request(&layer, 4, 11).is_err());
         let mut neg = req;
-        neg.from_schedule.as_mut().unwrap().0[4] = -1.0;
+        neg.from_schedule.as_mut().unwrap().0[0][4] = -1.0;
         let e = HostGaps::from_request(&neg, 4, 11).unwrap_err();
         assert!(e.to_string().contains("host gap 4 is -1"), "{e}");
         let late = HostGapRequest {
@@ -666,6 +704,42 @@ mod tests {
             crate::error::exit_code(&HostGaps::from_request(&late, 4, 11).unwrap_err()),
             2
         );
+    }
+
+    #[test]
+    fn per_rank_measured_gaps_give_each_rank_its_own() {
+        let n = ops().len();
+        let r0: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let r1: Vec<f64> = (0..n).map(|i| 100.0 + i as f64).collect();
+        let req = HostGapRequest {
+            from_schedule: Some((vec![r0, r1], "two.schedule.json".into())),
+            ..Default::default()
+        };
+        let g = HostGaps::from_request(&req, 2, n).unwrap();
+        let comm = launches_of(&ops(), false);
+        // The second collective (op 2) carries ops 1 and 2: 1 + 2 on rank 0, 101 + 102 on 1.
+        assert_eq!(g.gap_us(false, 0, 0, &comm[1]), 3.0);
+        assert_eq!(g.gap_us(false, 1, 5, &comm[1]), 203.0);
+        assert_eq!(g.gap_us(true, 1, 5, &comm[1]), 0.0);
+        let d = g.describe();
+        assert!(
+            d.contains("each rank's own") && d.contains("2 ranks"),
+            "{d}"
+        );
+        // Another rank count than the file's, a bad gap of one rank: usage errors naming it.
+        let e = HostGaps::from_request(&req, 4, n).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(
+            e.to_string()
+                .contains("host gaps of 2 ranks but this replay runs 4"),
+            "{e}"
+        );
+        let mut bad = req.clone();
+        bad.from_schedule.as_mut().unwrap().0[1][3] = f64::NAN;
+        let e = HostGaps::from_request(&bad, 2, n).unwrap_err();
+        assert!(e.to_string().contains("rank 1's host gap 3 is NaN"), "{e}");
+        let e = HostGaps::from_request(&req, 2, n + 1).unwrap_err();
+        assert!(e.to_string().contains("rank 0's host gaps"), "{e}");
     }
 
     #[test]

@@ -22,6 +22,13 @@ pub struct ScheduleFile {
     /// (median over its steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_gaps_us: Option<Vec<f64>>,
+    /// Each rank's own host time before each op (us), indexed by rank, each aligned with
+    /// `schedule.ops` (median over that rank's steps): written when the trace holds every rank
+    /// of the group, so that a replay gives each rank its own gaps and the server's skew (and
+    /// the waiting it causes) comes back. Files without it stay valid: every rank then replays
+    /// `host_gaps_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_gaps_per_rank_us: Option<Vec<Vec<f64>>>,
     /// Where the schedule came from (e.g. `trace of rank-0.json.gz, 12 steps`).
     #[serde(default)]
     pub origin: Option<String>,
@@ -34,12 +41,18 @@ impl ScheduleFile {
         if self.schedule.ops.is_empty() {
             return Err("it has no ops".into());
         }
-        if let Some(g) = &self.host_gaps_us {
-            if g.len() != self.schedule.ops.len() {
+        let n = self.schedule.ops.len();
+        let per_rank = self.host_gaps_per_rank_us.iter().flatten().enumerate();
+        let lists = self
+            .host_gaps_us
+            .iter()
+            .map(|g| ("host_gaps_us".to_string(), g))
+            .chain(per_rank.map(|(r, g)| (format!("host_gaps_per_rank_us[{r}]"), g)));
+        for (name, g) in lists {
+            if g.len() != n {
                 return Err(format!(
-                    "host_gaps_us has {} entries for {} ops (one per op)",
-                    g.len(),
-                    self.schedule.ops.len()
+                    "{name} has {} entries for {n} ops (one per op)",
+                    g.len()
                 ));
             }
             if let Some((i, x)) = g
@@ -47,8 +60,17 @@ impl ScheduleFile {
                 .enumerate()
                 .find(|(_, x)| !x.is_finite() || **x < 0.0)
             {
-                return Err(format!("host_gaps_us[{i}] is {x} (gaps are >= 0 us)"));
+                return Err(format!("{name}[{i}] is {x} (gaps are >= 0 us)"));
             }
+        }
+        if self
+            .host_gaps_per_rank_us
+            .as_ref()
+            .is_some_and(|v| v.is_empty())
+        {
+            return Err(
+                "host_gaps_per_rank_us is empty (one list per rank, or leave it out)".into(),
+            );
         }
         for (i, op) in self.schedule.ops.iter().enumerate() {
             if let Op::Collective {
@@ -120,6 +142,7 @@ mod tests {
         let n = f.schedule.ops.len();
         let with = ScheduleFile {
             host_gaps_us: Some(vec![12.5; n]),
+            host_gaps_per_rank_us: Some(vec![vec![12.5; n], vec![40.0; n]]),
             origin: Some("trace of x".into()),
             ..f
         };
@@ -151,11 +174,34 @@ mod tests {
         let f = ScheduleFile {
             schedule: kimi(),
             host_gaps_us: Some(vec![1.0; 3]),
+            host_gaps_per_rank_us: None,
             origin: None,
         };
         f.save(&p).unwrap();
         let e = ScheduleFile::load(&p).unwrap_err();
         assert!(e.to_string().contains("host_gaps_us has 3 entries"), "{e}");
+        // Per-rank lists are checked one by one, naming the rank.
+        let n = f.schedule.ops.len();
+        let mut bad = vec![vec![1.0; n], vec![1.0; n]];
+        bad[1][7] = -2.0;
+        for (per_rank, needle) in [
+            (bad, "host_gaps_per_rank_us[1][7] is -2"),
+            (
+                vec![vec![1.0; n], vec![1.0; 2]],
+                "host_gaps_per_rank_us[1] has 2 entries",
+            ),
+            (vec![], "host_gaps_per_rank_us is empty"),
+        ] {
+            let g = ScheduleFile {
+                host_gaps_us: Some(vec![1.0; n]),
+                host_gaps_per_rank_us: Some(per_rank),
+                ..f.clone()
+            };
+            g.save(&p).unwrap();
+            let e = ScheduleFile::load(&p).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(e.to_string().contains(needle), "{e}");
+        }
         let e = ScheduleFile::load(&dir.path().join("missing.json")).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
     }

@@ -5,10 +5,12 @@
 //! A trace has no weights, so the exported schedule holds the collectives only (no compute
 //! ops); its host gaps are aligned with those collectives: the host time between the end of
 //! one collective's launch and the start of the next (which includes the server's own compute
-//! launches in between), median over the steps.
+//! launches in between), median over the steps. With the traces of every rank of the group,
+//! each rank's own gaps are written too (`host_gaps_per_rank_us`), so that a replay keeps the
+//! skew between the ranks, and with it the waiting that skew causes.
 
 use super::analysis::Analysis;
-use super::extract::{Collective, SizeFrom};
+use super::extract::{Collective, RankTrace, SizeFrom};
 use super::names::{schedule_dtype, schedule_kind};
 use crate::error::usage;
 use crate::measure::attribution::Spread;
@@ -78,23 +80,55 @@ pub fn schedule_ops(a: &Analysis) -> anyhow::Result<Vec<Op>> {
         .collect()
 }
 
+/// One rank's host gap before each of the `len` collectives of a step, median over its steps of
+/// that length; `None` when it has no such step.
+fn rank_gaps(r: &RankTrace, len: usize) -> Option<Vec<f64>> {
+    let steps: Vec<_> = r.steps.iter().filter(|s| s.end - s.first == len).collect();
+    if steps.is_empty() {
+        return None;
+    }
+    Some(
+        (0..len)
+            .map(|j| {
+                let v: Vec<f64> = steps.iter().map(|s| r.host_gaps_us[s.first + j]).collect();
+                Spread::of(&v).map(|s| s.median).unwrap_or(0.0)
+            })
+            .collect(),
+    )
+}
+
+/// Every rank's own gaps, indexed by rank, when the traces are those of ranks 0..tp-1 of one
+/// group (tp >= 2), each once and each with a step of `len` collectives; else why not.
+fn per_rank_gaps(a: &Analysis, len: usize, tp: u64) -> Result<Vec<Vec<f64>>, String> {
+    let n = a.rank_traces.len();
+    if n < 2 {
+        return Err("one rank's trace".into());
+    }
+    let mut by_rank: Vec<&RankTrace> = a.rank_traces.iter().collect();
+    by_rank.sort_by_key(|r| r.rank);
+    if tp != n as u64 || by_rank.iter().enumerate().any(|(i, r)| r.rank != i) {
+        return Err(format!(
+            "the traces are of ranks {:?}, not of every rank 0..{} of the group",
+            by_rank.iter().map(|r| r.rank).collect::<Vec<_>>(),
+            tp.saturating_sub(1)
+        ));
+    }
+    by_rank
+        .iter()
+        .map(|r| {
+            rank_gaps(r, len)
+                .ok_or_else(|| format!("rank {} has no step of {len} collectives", r.rank))
+        })
+        .collect()
+}
+
 /// The schedule file of one step: collectives, per-op host gaps (median over steps), origin.
 /// `tokens`: the tokens per forward when known (the trace does not say; 0 = unknown).
 pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> {
     let ops = schedule_ops(a)?;
     let r = &a.rank_traces[0];
     let len = ops.len();
-    let gaps: Vec<f64> = (0..len)
-        .map(|j| {
-            let v: Vec<f64> = r
-                .steps
-                .iter()
-                .filter(|s| s.end - s.first == len)
-                .map(|s| r.host_gaps_us[s.first + j])
-                .collect();
-            Spread::of(&v).map(|s| s.median).unwrap_or(0.0)
-        })
-        .collect();
+    let gaps = rank_gaps(r, len).unwrap_or_else(|| vec![0.0; len]);
     let dtype = ops
         .iter()
         .find_map(|o| match o {
@@ -112,6 +146,7 @@ pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> 
         .find_map(|c| c.group_size)
         .or(a.world_size.map(|w| w as u64))
         .unwrap_or(1);
+    let per_rank = per_rank_gaps(a, len, tp);
     let file = std::path::Path::new(&r.file)
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -130,10 +165,15 @@ pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> 
         },
         host_gaps_us: Some(gaps),
         origin: Some(format!(
-            "collectives of one step of rank {} in {file} ({} steps in the trace); compute ops left out (a trace has no weight sizes); host gaps: median over the steps of the host time between consecutive collective launches",
+            "collectives of one step of rank {} in {file} ({} steps in the trace); compute ops left out (a trace has no weight sizes); host gaps: median over the steps of the host time between consecutive collective launches; {}",
             r.rank,
-            r.steps.len()
+            r.steps.len(),
+            match &per_rank {
+                Ok(v) => format!("each of the {} ranks' own gaps in host_gaps_per_rank_us (replayed per rank, so the skew between ranks comes back; the GPU compute between collectives is not in the schedule, so a replay's waiting also takes in the compute time the trace's early ranks spent before each collective)", v.len()),
+                Err(why) => format!("no per-rank gaps ({why}): every rank replays these"),
+            }
         )),
+        host_gaps_per_rank_us: per_rank.ok(),
     })
 }
 

@@ -25,6 +25,7 @@ mod cli_report;
 mod cli_report_breakeven;
 mod cli_report_kinds;
 mod cli_schedule;
+mod cli_skew_replay;
 mod cli_sweep;
 mod cli_trace;
 mod common;
