@@ -38,16 +38,46 @@ fn one_step(a: &Analysis) -> anyhow::Result<(&[Collective], usize)> {
     Ok((&r.collectives[s.first..s.end], s.first))
 }
 
+/// The schedule's `count` (NCCL's count, see [`crate::model::collective`]) of a collective
+/// whose `record_param_comms` gave `elements` (`In msg nelems`: the input tensor's elements)
+/// on a group of `group` ranks. PyTorch's all-to-all input holds one block per rank, so its
+/// per-peer count is `elements / group`; every other op's count is its input's.
+pub fn schedule_count(
+    kind: CollectiveKind,
+    elements: u64,
+    group: Option<u64>,
+) -> Result<u64, String> {
+    if kind != CollectiveKind::AllToAll {
+        return Ok(elements);
+    }
+    match group {
+        Some(g) if g >= 1 && elements % g == 0 => Ok(elements / g),
+        Some(g) if g >= 1 => Err(format!(
+            "an all-to-all of {elements} elements does not split into {g} equal blocks (an uneven all_to_all_single cannot be replayed)"
+        )),
+        _ => Err(
+            "an all-to-all whose group size the trace does not give (its per-peer count is unknown)"
+                .into(),
+        ),
+    }
+}
+
 /// One step of the trace as schedule ops (collectives only).
 pub fn schedule_ops(a: &Analysis) -> anyhow::Result<Vec<Op>> {
     let (colls, _) = one_step(a)?;
+    let world = a.world_size.map(|w| w as u64);
     colls
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let kind = schedule_kind(&c.op).ok_or_else(|| {
+                let why = if c.op == "send_recv" {
+                    " (a point-to-point send/recv whose peers the trace does not give; PyTorch's all_to_all is exported when its record_param_comms names it)"
+                } else {
+                    ""
+                };
                 usage(format!(
-                    "collective {i} of the step is a {}, which verifybench schedules cannot replay (all_reduce, all_gather, reduce_scatter)",
+                    "collective {i} of the step is a {}, which verifybench schedules cannot replay{why} (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all)",
                     c.op
                 ))
             })?;
@@ -57,7 +87,7 @@ pub fn schedule_ops(a: &Analysis) -> anyhow::Result<Vec<Op>> {
                     c.dtype.as_deref().unwrap_or("unknown")
                 ))
             })?;
-            let count = match (c.elements, c.size_from) {
+            let elements = match (c.elements, c.size_from) {
                 (Some(n), s) if s != SizeFrom::Unknown => n,
                 _ => {
                     return Err(usage(format!(
@@ -66,6 +96,8 @@ pub fn schedule_ops(a: &Analysis) -> anyhow::Result<Vec<Op>> {
                     )))
                 }
             };
+            let count = schedule_count(kind, elements, c.group_size.or(world))
+                .map_err(|m| usage(format!("collective {i} of the step ({}): {m}", c.op)))?;
             Ok(Op::Collective {
                 kind,
                 dtype,
