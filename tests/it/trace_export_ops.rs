@@ -35,17 +35,24 @@ const STEP: [(&str, &str, u64, u64); 3] = [
 ];
 
 /// One rank of an 8-rank job, `steps` ProfilerStep# spans of the three collectives above.
-fn write_trace(path: &Path, steps: usize, a2a_in: u64) {
+/// `sized`: the all-reduce's `record_param_comms` carries its element counts (false: no size,
+/// as when the profiler records no collective arguments).
+fn write_trace(path: &Path, steps: usize, a2a_in: u64, sized: bool) {
     let mut ev: Vec<String> = vec![];
     let (pid, mut t, mut id) = (4242, 1000.0_f64, 0u64);
     for step in 0..steps {
         let t0 = t;
         for (name, kernel, n_in, n_out) in STEP {
             let n_in = if name == "all_to_all" { a2a_in } else { n_in };
+            let sizes = if sized || name != "allreduce" {
+                format!(r#""In msg nelems":{n_in},"Out msg nelems":{n_out},"#)
+            } else {
+                String::new()
+            };
             id += 1;
             t += 40.0;
             ev.push(format!(
-                r#"{{"ph":"X","cat":"cpu_op","name":"record_param_comms","pid":{pid},"tid":{pid},"ts":{t:.1},"dur":8.0,"args":{{"External id":{id},"Collective name":"{name}","In msg nelems":{n_in},"Out msg nelems":{n_out},"Group size":8,"dtype":"BFloat16","Process Group Name":"0","Seq":{id}}}}}"#
+                r#"{{"ph":"X","cat":"cpu_op","name":"record_param_comms","pid":{pid},"tid":{pid},"ts":{t:.1},"dur":8.0,"args":{{"External id":{id},"Collective name":"{name}",{sizes}"Group size":8,"dtype":"BFloat16","Process Group Name":"0","Seq":{id}}}}}"#
             ));
             ev.push(format!(
                 r#"{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":{pid},"tid":{pid},"ts":{:.1},"dur":5.0,"args":{{"External id":{id},"correlation":{id}}}}}"#,
@@ -77,7 +84,7 @@ fn write_trace(path: &Path, steps: usize, a2a_in: u64) {
 fn broadcast_and_all_to_all_export_and_replay() {
     let d = tempfile::tempdir().unwrap();
     let trace = d.path().join("rank0.json");
-    write_trace(&trace, 3, 4096);
+    write_trace(&trace, 3, 4096, true);
     let sched = d.path().join("s.json");
     common::vb()
         .arg("trace")
@@ -172,7 +179,7 @@ fn an_uneven_all_to_all_is_refused_naming_its_position() {
     let d = tempfile::tempdir().unwrap();
     let trace = d.path().join("rank0.json");
     // 4100 elements do not split into 8 equal blocks
-    write_trace(&trace, 3, 4100);
+    write_trace(&trace, 3, 4100, true);
     let o = common::vb()
         .arg("trace")
         .arg(&trace)
@@ -187,4 +194,71 @@ fn an_uneven_all_to_all_is_refused_naming_its_position() {
         "{err}"
     );
     assert!(!d.path().join("s.json").exists());
+}
+
+#[test]
+fn unknown_sizes_are_named_by_position_and_assume_size_fills_them_saying_so() {
+    let d = tempfile::tempdir().unwrap();
+    let trace = d.path().join("rank0.json");
+    write_trace(&trace, 3, 4096, false);
+    let sched = d.path().join("s.json");
+    let o = common::vb()
+        .arg("trace")
+        .arg(&trace)
+        .arg("--export-schedule")
+        .arg(&sched)
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&o.get_output().stderr).to_string();
+    assert!(
+        err.contains(
+            "1 of the 3 collectives of the step have no known size (positions 0: all_reduce)"
+        ) && err.contains("--assume-size BYTES"),
+        "{err}"
+    );
+    assert!(!sched.exists());
+    // --assume-size 42K: 43,008 B of bf16 = 21,504 elements, at position 0 only
+    let o = common::vb()
+        .arg("trace")
+        .arg(&trace)
+        .args(["--assume-size", "42K", "--export-schedule"])
+        .arg(&sched)
+        .assert()
+        .success();
+    let err = String::from_utf8_lossy(&o.get_output().stderr).to_string();
+    assert!(
+        err.contains("1 of the 3 collectives of the exported step take the ASSUMED size --assume-size 43008 B (positions 0)"),
+        "{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sched).unwrap()).unwrap();
+    assert_eq!(
+        (v["ops"][0]["count"].as_u64(), v["ops"][1]["count"].as_u64()),
+        (Some(21504), Some(1024))
+    );
+    let origin = v["origin"].as_str().unwrap();
+    assert!(
+        origin.contains("sizes ASSUMED (--assume-size 43008 B, not in the trace) at positions 0"),
+        "{origin}"
+    );
+    // an assumed size that is no whole number of elements, and --assume-size without an export
+    common::vb()
+        .arg("trace")
+        .arg(&trace)
+        .args(["--assume-size", "43009", "--export-schedule"])
+        .arg(d.path().join("t.json"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "not a whole number of 2 B elements",
+        ));
+    common::vb()
+        .arg("trace")
+        .arg(&trace)
+        .args(["--assume-size", "42K"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "give --export-schedule FILE with it",
+        ));
 }
