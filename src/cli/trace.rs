@@ -32,6 +32,11 @@ pub struct TraceArgs {
     /// One file per flag: repeat the flag for several (`--nccl-log a.log --nccl-log b.log`).
     #[arg(long, value_name = "FILE")]
     pub nccl_log: Vec<PathBuf>,
+    /// With --export-schedule: the input bytes of each collective whose size neither the trace
+    /// nor --nccl-log gives (K/M/G suffixes); the export and the screen name the positions
+    /// that took it. Without it such a step is not exported.
+    #[arg(long, value_name = "BYTES", value_parser = crate::units::size_arg)]
+    pub assume_size: Option<u64>,
     /// The ranks ran on more than one host: compare kernel durations only (skew unknown).
     #[arg(long)]
     pub multi_host: bool,
@@ -60,6 +65,7 @@ impl TraceArgs {
             export_schedule: self.export_schedule.clone(),
             against_plan,
             export_tp: self.workload.tp,
+            assume_size: self.assume_size,
         })
     }
 }

@@ -316,6 +316,33 @@ impl Communicator {
                 CollectiveKind::ReduceScatter => {
                     sys::ncclReduceScatter(sp, rp, count, dt, sys::ncclRedOp_t::ncclSum, c, s)
                 }
+                CollectiveKind::Broadcast => {
+                    let root = crate::model::collective::broadcast::ROOT as i32;
+                    sys::ncclBroadcast(sp, rp, count, dt, root, c, s)
+                }
+                // As PyTorch's `all_to_all_single` (ProcessGroupNCCL) and nccl-tests'
+                // `src/alltoall.cu` issue it: inside one group, block p (`count` elements) of
+                // send to rank p and block p of recv from rank p, for every p (itself
+                // included); NCCL fuses the group into one SendRecv kernel. The group is always
+                // closed, so that a failed call leaves no open group; the first failure counts.
+                // The block offsets stay inside the buffers (p < nranks, checked sizes above).
+                CollectiveKind::AllToAll => {
+                    let ok = sys::ncclResult_t::ncclSuccess;
+                    let first = |a: sys::ncclResult_t, b| if a != ok { a } else { b };
+                    let block = count * dtype.size() as usize;
+                    let mut r = sys::ncclGroupStart();
+                    if r == ok {
+                        for p in 0..self.nranks {
+                            let off = p * block;
+                            let (sb, rb) = (sp.cast::<u8>().add(off), rp.cast::<u8>().add(off));
+                            let peer = p as i32;
+                            r = first(r, sys::ncclSend(sb.cast(), count, dt, peer, c, s));
+                            r = first(r, sys::ncclRecv(rb.cast(), count, dt, peer, c, s));
+                        }
+                        r = first(r, sys::ncclGroupEnd());
+                    }
+                    r
+                }
             }
         };
         let res = check(self.rank, ops.nccl_call(), r);
@@ -370,6 +397,13 @@ mod tests {
         check_buffers(AT, rs, 100, DType::F32, (3200, 1), (400, 1)).unwrap();
         let ar = CollectiveKind::AllReduce;
         check_buffers(AT, ar, 100, DType::F16, (200, 1), (200, 1)).unwrap();
+        // broadcast of 100 bf16: 200 B each side; all-to-all of 100 bf16 per peer on 8 ranks:
+        // 1600 B each side, and one byte less is refused
+        let bc = CollectiveKind::Broadcast;
+        check_buffers(AT, bc, 100, DType::Bf16, (200, 1), (200, 1)).unwrap();
+        let a2a = CollectiveKind::AllToAll;
+        check_buffers(AT, a2a, 100, DType::Bf16, (1600, 1), (1600, 1)).unwrap();
+        check_buffers(AT, a2a, 100, DType::Bf16, (1600, 1), (1599, 1)).unwrap_err();
     }
 
     #[test]

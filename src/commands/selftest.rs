@@ -507,6 +507,68 @@ fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     }
 }
 
+/// The schedule a trace exports when its step holds a broadcast and an all-to-all
+/// (`trace --export-schedule`): an all-reduce, a broadcast from rank 0 and an all-to-all of
+/// grouped sends and receives, replayed by `verify --schedule`'s job, eager and from a CUDA
+/// graph, every element checked exactly.
+fn exported_ops(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
+    let n = devices.len();
+    let coll = |kind: CollectiveKind, count: u64| model::Op::Collective {
+        kind,
+        dtype: DType::Bf16,
+        count,
+        bytes_per_rank: count * DType::Bf16.size(),
+        site: "trace".into(),
+        layer: None,
+    };
+    let schedule = model::Schedule {
+        model: "selftest:exported".into(),
+        phase: Phase::Verify,
+        tp: n as u64,
+        tokens: 0,
+        dtype: DType::Bf16,
+        routing: model::Routing::Uniform,
+        experts_per_layer: 0.0,
+        ops: vec![
+            coll(CollectiveKind::AllReduce, 21504),
+            coll(CollectiveKind::Broadcast, 21504),
+            coll(CollectiveKind::AllToAll, 2688),
+        ],
+        config_reading: None,
+    };
+    let runs = vec![(false, Mode::Comm), (true, Mode::Comm)];
+    let job = Job::Verify {
+        schedule,
+        runs: runs.clone(),
+        iters: 3,
+        warmup: 1,
+        launches_per_layer: 2,
+        run_impls: vec![],
+        host_gaps: Default::default(),
+        timing_pass: 0,
+        pdl: false,
+    };
+    let res = run_job(&spec(devices, launcher, 120.0), &job).and_then(|r| combine(&r, runs.len()));
+    match res {
+        Ok(c) => {
+            for ((graph, _), (_, wrong)) in runs.iter().zip(c) {
+                checks.push(Check {
+                    name: format!("exported broadcast + all-to-all {}", eager_or_graph(*graph)),
+                    launcher: launcher.name().into(),
+                    pass: wrong == 0,
+                    detail: format!("3 collectives, {wrong} wrong elements"),
+                });
+            }
+        }
+        Err(e) => checks.push(Check {
+            name: "exported broadcast + all-to-all".into(),
+            launcher: launcher.name().into(),
+            pass: false,
+            detail: format!("{e:#}"),
+        }),
+    }
+}
+
 /// A variable set for the workers only must arrive in every worker.
 fn env_round_trip(devices: &[usize], checks: &mut Vec<Check>) {
     let token = format!("selftest-{}", std::process::id());
@@ -719,6 +781,7 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
             collectives(&devices, l, &mut checks);
             p2p_collectives(&devices, l, &mut checks);
             verify(&devices, l, &mut checks);
+            exported_ops(&devices, l, &mut checks);
         }
         env_round_trip(&devices, &mut checks);
         if !a.no_faults {
@@ -734,6 +797,7 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
         for l in [Launcher::Threads, Launcher::Processes] {
             collectives(&devices, l, &mut checks);
             verify(&devices, l, &mut checks);
+            exported_ops(&devices, l, &mut checks);
         }
         for c in &mut checks[from..] {
             c.name = format!("1 rank: {}", c.name);

@@ -142,6 +142,17 @@ pub fn ring_steps(op: CollectiveKind, n: usize, nodes: usize) -> (usize, usize) 
 
 /// Device time (us) of one `op` of nccl-tests size `size` bytes on `n` ranks with `algo` and
 /// `proto`, or `None` when NCCL has no such algorithm for the collective (tree: all-reduce only).
+///
+/// Every collective is priced from its table ([`crate::model::collective`]): latency = base +
+/// ring steps x hop, bytes = bus factor x size over the slowest link. What that means for the
+/// two that are not reductions or gathers:
+/// - broadcast: a pipeline along the ring from the root, n-1 hops of latency (the last rank
+///   waits for the first chunk to cross every link), the whole message once over each link
+///   (bus factor 1); ring only, as in NCCL.
+/// - all-to-all: n-1 point-to-point transfers per rank (NCCL's grouped send/recv), each paying
+///   one hop of latency in turn, their (n-1)/n of the send buffer sharing the rank's link; the
+///   same protocol rules as a ring. This over-prices the latency where NCCL overlaps peers on
+///   separate channels, which the calibration of a real machine would show.
 pub fn device_us(
     p: &Profile,
     op: CollectiveKind,
@@ -243,7 +254,7 @@ pub fn choose(
     }
     best.ok_or_else(|| {
         usage(format!(
-            "--algo allows no algorithm NCCL has for {} (all-gather and reduce-scatter run Ring only)",
+            "--algo allows no algorithm NCCL has for {} (all-gather, reduce-scatter, broadcast and all-to-all run Ring only)",
             op.name()
         ))
     })
@@ -329,6 +340,30 @@ mod tests {
         let b = device_us(&p, AR, 2 << 20, 8, Algo::Ring, Proto::Simple).unwrap();
         assert!((b - a - (1u64 << 20) as f64 * 1.75 / 22e3).abs() < 1e-9);
         assert!(device_us(&p, CollectiveKind::AllGather, 8, 8, Algo::Tree, Proto::Ll).is_none());
+    }
+
+    #[test]
+    fn broadcast_is_a_ring_pipeline_and_all_to_all_n_minus_1_transfers() {
+        let p = builtin("pcie-gen4").unwrap();
+        let (bc, a2a) = (CollectiveKind::Broadcast, CollectiveKind::AllToAll);
+        // broadcast: 8 ranks against 2 add 6 hops of 1.0 us; the bytes (the whole message,
+        // bus factor 1) do not change with the ranks
+        let t2 = device_us(&p, bc, 43008, 2, Algo::Ring, Proto::Ll).unwrap();
+        let t8 = device_us(&p, bc, 43008, 8, Algo::Ring, Proto::Ll).unwrap();
+        assert!((t8 - t2 - 6.0).abs() < 1e-9, "{t8} {t2}");
+        // 1 MiB more of Simple costs 1 MiB / 22 GB/s
+        let a = device_us(&p, bc, 1 << 20, 8, Algo::Ring, Proto::Simple).unwrap();
+        let b = device_us(&p, bc, 2 << 20, 8, Algo::Ring, Proto::Simple).unwrap();
+        assert!((b - a - (1u64 << 20) as f64 / 22e3).abs() < 1e-9);
+        // all-to-all: 7 transfers against 1 (6 hops), 7/8 of the send buffer against 1/2 over
+        // the link at LL's 11 GB/s
+        let t2 = device_us(&p, a2a, 43008, 2, Algo::Ring, Proto::Ll).unwrap();
+        let t8 = device_us(&p, a2a, 43008, 8, Algo::Ring, Proto::Ll).unwrap();
+        let hand = 6.0 + 43008.0 * (7.0 / 8.0 - 1.0 / 2.0) / 11e3;
+        assert!((t8 - t2 - hand).abs() < 1e-9, "{}", t8 - t2);
+        // neither has a tree: NCCL runs both on rings / point-to-point only
+        let f = Force::parse(None, Some("tree")).unwrap();
+        assert!(choose(&p, bc, 8192, 8, &f).is_err() && choose(&p, a2a, 8192, 8, &f).is_err());
     }
 
     #[test]

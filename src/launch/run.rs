@@ -16,7 +16,6 @@ use crate::comm;
 use crate::error::usage;
 use crate::impls;
 use crate::measure::Summary;
-use crate::model::CollectiveKind;
 use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, ImplRun, ImplTiming, Mode, Part,
     Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
@@ -741,12 +740,7 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
             run_on.iter().map(move |&imp| CollCase {
                 op: a.op,
                 dtype: a.dtype,
-                count: match a.op {
-                    CollectiveKind::AllReduce => (s / esz) as usize,
-                    CollectiveKind::AllGather | CollectiveKind::ReduceScatter => {
-                        (s / esz) as usize / n
-                    }
-                },
+                count: a.op.ops().count_for_size(s, esz, n),
                 imp,
             })
         })

@@ -170,6 +170,12 @@ mod tests {
                     CollectiveKind::ReduceScatter => (0..count)
                         .map(|i| sends.iter().map(|s| s[rank * count + i]).sum())
                         .collect(),
+                    CollectiveKind::Broadcast => sends[0].clone(),
+                    // block p of the output: what rank p put in its block `rank`
+                    CollectiveKind::AllToAll => sends
+                        .iter()
+                        .flat_map(|s| s[rank * count..(rank + 1) * count].iter().copied())
+                        .collect(),
                 };
                 encode(dtype, vals.into_iter())
             })
@@ -178,11 +184,7 @@ mod tests {
 
     #[test]
     fn simulated_collectives_have_no_wrong_elements_up_to_8_ranks() {
-        for kind in [
-            CollectiveKind::AllReduce,
-            CollectiveKind::AllGather,
-            CollectiveKind::ReduceScatter,
-        ] {
+        for kind in CollectiveKind::ALL {
             for dtype in [DType::Bf16, DType::F16, DType::F32] {
                 for n in [2, 3, 8] {
                     let out = simulate(kind, dtype, 64, n, 5);

@@ -53,6 +53,10 @@ pub enum CollectiveKind {
     AllReduce,
     AllGather,
     ReduceScatter,
+    /// From rank 0 to every rank.
+    Broadcast,
+    /// Every rank sends one block to each rank (NCCL: grouped send/recv).
+    AllToAll,
 }
 
 impl std::str::FromStr for CollectiveKind {
@@ -62,8 +66,10 @@ impl std::str::FromStr for CollectiveKind {
             "all_reduce" | "allreduce" => Ok(CollectiveKind::AllReduce),
             "all_gather" | "allgather" => Ok(CollectiveKind::AllGather),
             "reduce_scatter" | "reducescatter" => Ok(CollectiveKind::ReduceScatter),
+            "broadcast" => Ok(CollectiveKind::Broadcast),
+            "all_to_all" | "alltoall" => Ok(CollectiveKind::AllToAll),
             _ => Err(format!(
-                "unknown collective '{s}' (use all_reduce, all_gather or reduce_scatter)"
+                "unknown collective '{s}' (use all_reduce, all_gather, reduce_scatter, broadcast or all_to_all)"
             )),
         }
     }

@@ -166,7 +166,9 @@ pub fn collective_table(r: &Record) -> String {
         "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
     );
     let redop = match c.op {
-        crate::model::CollectiveKind::AllGather => "none",
+        crate::model::CollectiveKind::AllGather
+        | crate::model::CollectiveKind::Broadcast
+        | crate::model::CollectiveKind::AllToAll => "none",
         _ => "sum",
     };
     let mut bw = vec![];

@@ -40,16 +40,83 @@ fn one_step(a: &Analysis) -> anyhow::Result<(&[Collective], usize)> {
     Ok((&r.collectives[s.first..s.end], s.first))
 }
 
-/// One step of the trace as schedule ops (collectives only).
-pub fn schedule_ops(a: &Analysis) -> anyhow::Result<Vec<Op>> {
+/// The schedule's `count` (NCCL's count, see [`crate::model::collective`]) of a collective
+/// whose `record_param_comms` gave `elements` (`In msg nelems`: the input tensor's elements)
+/// on a group of `group` ranks. PyTorch's all-to-all input holds one block per rank, so its
+/// per-peer count is `elements / group`; every other op's count is its input's.
+pub fn schedule_count(
+    kind: CollectiveKind,
+    elements: u64,
+    group: Option<u64>,
+) -> Result<u64, String> {
+    if kind != CollectiveKind::AllToAll {
+        return Ok(elements);
+    }
+    match group {
+        Some(g) if g >= 1 && elements % g == 0 => Ok(elements / g),
+        Some(g) if g >= 1 => Err(format!(
+            "an all-to-all of {elements} elements does not split into {g} equal blocks (an uneven all_to_all_single cannot be replayed)"
+        )),
+        _ => Err(
+            "an all-to-all whose group size the trace does not give (its per-peer count is unknown)"
+                .into(),
+        ),
+    }
+}
+
+/// Positions as a person reads a list: `0, 3 and 5`, at most 12 of them (`... and 40 more`).
+pub fn positions(p: &[usize]) -> String {
+    let shown: Vec<String> = p.iter().take(12).map(|i| i.to_string()).collect();
+    match (p.len(), shown.split_last()) {
+        (0, _) | (_, None) => String::new(),
+        (1, _) => shown[0].clone(),
+        (n, _) if n > 12 => format!("{} and {} more", shown.join(", "), n - 12),
+        (_, Some((last, rest))) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// One step of the trace as schedule ops (collectives only), and the positions whose size was
+/// `assume_size` (`--assume-size BYTES`: the bytes of each input tensor of unknown size).
+/// Collectives of unknown size without it refuse the export, all of them named by position.
+pub fn schedule_ops(
+    a: &Analysis,
+    assume_size: Option<u64>,
+) -> anyhow::Result<(Vec<Op>, Vec<usize>)> {
     let (colls, _) = one_step(a)?;
-    colls
+    let world = a.world_size.map(|w| w as u64);
+    let unknown: Vec<usize> = colls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.elements.is_none() || c.size_from == SizeFrom::Unknown)
+        .map(|(i, _)| i)
+        .collect();
+    if !unknown.is_empty() && assume_size.is_none() {
+        let ops: Vec<&str> = unknown
+            .iter()
+            .take(12)
+            .map(|&i| colls[i].op.as_str())
+            .collect();
+        return Err(usage(format!(
+            "{} of the {} collectives of the step have no known size (positions {}: {}{}); give --nccl-log (the run's NCCL COLL log) or --assume-size BYTES (the bytes of each one's input) so that the schedule can carry sizes",
+            unknown.len(),
+            colls.len(),
+            positions(&unknown),
+            ops.join(", "),
+            if unknown.len() > 12 { ", ..." } else { "" }
+        )));
+    }
+    let ops = colls
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let kind = schedule_kind(&c.op).ok_or_else(|| {
+                let why = if c.op == "send_recv" {
+                    " (a point-to-point send/recv whose peers the trace does not give; PyTorch's all_to_all is exported when its record_param_comms names it)"
+                } else {
+                    ""
+                };
                 usage(format!(
-                    "collective {i} of the step is a {}, which verifybench schedules cannot replay (all_reduce, all_gather, reduce_scatter)",
+                    "collective {i} of the step is a {}, which verifybench schedules cannot replay{why} (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all)",
                     c.op
                 ))
             })?;
@@ -59,15 +126,21 @@ pub fn schedule_ops(a: &Analysis) -> anyhow::Result<Vec<Op>> {
                     c.dtype.as_deref().unwrap_or("unknown")
                 ))
             })?;
-            let count = match (c.elements, c.size_from) {
-                (Some(n), s) if s != SizeFrom::Unknown => n,
-                _ => {
+            let elements = match (c.elements, c.size_from, assume_size) {
+                (Some(n), s, _) if s != SizeFrom::Unknown => n,
+                (_, _, Some(b)) if b > 0 && b % dtype.size() == 0 => b / dtype.size(),
+                (_, _, b) => {
                     return Err(usage(format!(
-                        "collective {i} of the step ({}) has no known size; give --nccl-log so that the schedule can carry sizes",
-                        c.op
+                        "collective {i} of the step ({}, {}): --assume-size {} B is not a whole number of {} B elements",
+                        c.op,
+                        dtype.name(),
+                        b.unwrap_or(0),
+                        dtype.size()
                     )))
                 }
             };
+            let count = schedule_count(kind, elements, c.group_size.or(world))
+                .map_err(|m| usage(format!("collective {i} of the step ({}): {m}", c.op)))?;
             Ok(Op::Collective {
                 kind,
                 dtype,
@@ -77,7 +150,8 @@ pub fn schedule_ops(a: &Analysis) -> anyhow::Result<Vec<Op>> {
                 layer: None,
             })
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<Op>>>()?;
+    Ok((ops, unknown))
 }
 
 /// One rank's host gap before each of the `len` collectives of a step, median over its steps of
@@ -125,7 +199,17 @@ fn per_rank_gaps(a: &Analysis, len: usize, tp: u64) -> Result<Vec<Vec<f64>>, Str
 /// The schedule file of one step: collectives, per-op host gaps (median over steps), origin.
 /// `tokens`: the tokens per forward when known (the trace does not say; 0 = unknown).
 pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> {
-    let ops = schedule_ops(a)?;
+    schedule_file_assuming(a, tokens, None).map(|(f, _)| f)
+}
+
+/// [`schedule_file`] with `--assume-size BYTES` for the collectives of unknown size, and the
+/// positions (in the step) it was taken for; the origin names them too.
+pub fn schedule_file_assuming(
+    a: &Analysis,
+    tokens: u64,
+    assume_size: Option<u64>,
+) -> anyhow::Result<(ScheduleFile, Vec<usize>)> {
+    let (ops, assumed) = schedule_ops(a, assume_size)?;
     let r = &a.rank_traces[0];
     let len = ops.len();
     let gaps = rank_gaps(r, len).unwrap_or_else(|| vec![0.0; len]);
@@ -151,7 +235,7 @@ pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> 
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_else(|| r.file.clone());
-    Ok(ScheduleFile {
+    Ok((ScheduleFile {
         schedule: Schedule {
             model: format!("trace:{file}"),
             phase: Phase::Verify,
@@ -165,29 +249,37 @@ pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> 
         },
         host_gaps_us: Some(gaps),
         origin: Some(format!(
-            "collectives of one step of rank {} in {file} ({} steps in the trace); compute ops left out (a trace has no weight sizes); host gaps: median over the steps of the host time between consecutive collective launches; {}",
+            "collectives of one step of rank {} in {file} ({} steps in the trace); compute ops left out (a trace has no weight sizes); host gaps: median over the steps of the host time between consecutive collective launches; {}{}",
             r.rank,
             r.steps.len(),
             match &per_rank {
                 Ok(v) => format!("each of the {} ranks' own gaps in host_gaps_per_rank_us (replayed per rank, so the skew between ranks comes back; the GPU compute between collectives is not in the schedule, so a replay's waiting also takes in the compute time the trace's early ranks spent before each collective)", v.len()),
                 Err(why) => format!("no per-rank gaps ({why}): every rank replays these"),
+            },
+            match (assumed.is_empty(), assume_size) {
+                (false, Some(b)) => format!(
+                    "; sizes ASSUMED (--assume-size {b} B, not in the trace) at positions {}",
+                    positions(&assumed)
+                ),
+                _ => String::new(),
             }
         )),
         host_gaps_per_rank_us: per_rank.ok(),
-    })
+    }, assumed))
 }
 
-/// [`schedule_file`] with the tp the user gives (`trace --tp N`): it must equal the trace's
+/// [`schedule_file_assuming`] with the tp the user gives (`trace --tp N`): it must equal the trace's
 /// group size when that is above 1; a one-rank trace (group size 1, e.g. a TP-N schedule's
 /// per-rank sizes replayed on one GPU) takes it, and its origin says so.
 pub fn schedule_file_at_tp(
     a: &Analysis,
     tokens: u64,
     tp: Option<u64>,
-) -> anyhow::Result<ScheduleFile> {
-    let mut f = schedule_file(a, tokens)?;
+    assume_size: Option<u64>,
+) -> anyhow::Result<(ScheduleFile, Vec<usize>)> {
+    let (mut f, assumed) = schedule_file_assuming(a, tokens, assume_size)?;
     let Some(tp) = tp else {
-        return Ok(f);
+        return Ok((f, assumed));
     };
     if f.schedule.tp > 1 && f.schedule.tp != tp {
         return Err(usage(format!(
@@ -203,7 +295,7 @@ pub fn schedule_file_at_tp(
             ));
         }
     }
-    Ok(f)
+    Ok((f, assumed))
 }
 
 fn key(o: &Op) -> Option<(String, String, u64)> {

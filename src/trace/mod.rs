@@ -66,6 +66,9 @@ pub struct TraceRequest {
     /// size when that is above 1; sets it when the trace ran on one rank (group size 1, e.g.
     /// a TP-N schedule's per-rank sizes replayed on one GPU).
     pub export_tp: Option<u64>,
+    /// `--assume-size BYTES`: the input bytes of every collective of the exported step whose
+    /// size neither the trace nor a log gives (named by position in the export and on screen).
+    pub assume_size: Option<u64>,
 }
 
 impl TraceRequest {
@@ -81,6 +84,7 @@ impl TraceRequest {
             export_schedule: None,
             against_plan: None,
             export_tp: None,
+            assume_size: None,
         }
     }
 }
@@ -454,6 +458,11 @@ pub fn record(a: &Analysis, started: String) -> Record {
 /// Runs `verifybench trace`: analyse, print, export. The value is the exit code.
 pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     let started = now_utc();
+    if req.assume_size.is_some() && req.export_schedule.is_none() {
+        crate::usage_bail!(
+            "--assume-size sizes the collectives of an exported schedule; give --export-schedule FILE with it (or drop it)"
+        );
+    }
     // Every output path is checked before any work: a folder, a missing folder, or one of the
     // inputs (a trace in a folder given, a log) is an error, and nothing is overwritten.
     let files: Vec<PathBuf> = expand_inputs(&req.inputs)?
@@ -484,6 +493,7 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
             &a,
             req.against_plan.as_ref().map(|p| p.tokens).unwrap_or(0),
             req.export_tp,
+            req.assume_size,
         )?),
         None => None,
     };
@@ -493,8 +503,16 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     } else {
         print!("{}", render::render(&a));
     }
-    if let (Some(p), Some(s)) = (&req.export_schedule, &schedule) {
+    if let (Some(p), Some((s, assumed))) = (&req.export_schedule, &schedule) {
         s.save(p)?;
+        if let (false, Some(b)) = (assumed.is_empty(), req.assume_size) {
+            crate::note!(
+                "verifybench: {} of the {} collectives of the exported step take the ASSUMED size --assume-size {b} B (positions {})",
+                assumed.len(),
+                s.schedule.ops.len(),
+                against::positions(assumed)
+            );
+        }
         crate::note!(
             "verifybench: schedule of one step written to {}",
             p.display()

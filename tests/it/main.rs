@@ -36,4 +36,5 @@ mod model_validation;
 mod plan_configs;
 mod rendezvous;
 mod schedule_hashes;
+mod trace_export_ops;
 mod trace_real;

@@ -11,6 +11,8 @@
 
 mod all_gather;
 mod all_reduce;
+mod all_to_all;
+pub mod broadcast;
 mod reduce_scatter;
 
 use super::CollectiveKind;
@@ -61,10 +63,12 @@ pub trait CollectiveOps: Sync {
 
 impl CollectiveKind {
     /// Every collective, in the order tables list them.
-    pub const ALL: [CollectiveKind; 3] = [
+    pub const ALL: [CollectiveKind; 5] = [
         CollectiveKind::AllReduce,
         CollectiveKind::AllGather,
         CollectiveKind::ReduceScatter,
+        CollectiveKind::Broadcast,
+        CollectiveKind::AllToAll,
     ];
 
     /// This collective's table.
@@ -73,6 +77,8 @@ impl CollectiveKind {
             CollectiveKind::AllReduce => &all_reduce::AllReduce,
             CollectiveKind::AllGather => &all_gather::AllGather,
             CollectiveKind::ReduceScatter => &reduce_scatter::ReduceScatter,
+            CollectiveKind::Broadcast => &broadcast::Broadcast,
+            CollectiveKind::AllToAll => &all_to_all::AllToAll,
         }
     }
 }
@@ -104,8 +110,8 @@ mod tests {
     }
 
     /// Every send element of every rank reaches some output (nothing NCCL moves goes
-    /// unchecked): all-gather's copies cover every (rank, element) once, the reductions every
-    /// element.
+    /// unchecked): all-gather's and all-to-all's copies cover every (rank, element) once, the
+    /// reductions every element; a broadcast moves the root's elements only.
     #[test]
     fn every_send_element_is_checked_somewhere() {
         for kind in CollectiveKind::ALL {
@@ -126,7 +132,12 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(seen.len(), n * ops.send_elems(count, n), "{kind:?}");
+            let senders = if kind == CollectiveKind::Broadcast {
+                1
+            } else {
+                n
+            };
+            assert_eq!(seen.len(), senders * ops.send_elems(count, n), "{kind:?}");
         }
     }
 
@@ -157,6 +168,29 @@ mod tests {
         assert_eq!(ar.ring_steps(16, 2), (30, 4));
         assert!(ar.tree_bytes(1.0).is_some());
         assert!(ag.tree_bytes(1.0).is_none() && rs.tree_bytes(1.0).is_none());
+        // nccl-tests' broadcast.cu: size = the message, busbw = algbw; alltoall.cu: count =
+        // size / nranks per peer, size = the whole send buffer, busbw = algbw x (n-1)/n
+        let (bc, a2a) = (
+            CollectiveKind::Broadcast.ops(),
+            CollectiveKind::AllToAll.ops(),
+        );
+        assert_eq!(bc.count_for_size(43008, 2, 8), 21504);
+        assert_eq!((bc.send_elems(7, 8), bc.recv_elems(7, 8)), (7, 7));
+        assert_eq!((bc.nccl_size(100, 8), bc.bytes_out(100, 8)), (100, 100));
+        assert_eq!(bc.bus_factor(8), 1.0);
+        assert_eq!(bc.ring_steps(8, 1), (7, 0));
+        // 1 MiB of bf16 over 8 ranks: 65,536 elements to each peer
+        assert_eq!(a2a.count_for_size(1 << 20, 2, 8), 65536);
+        assert_eq!(
+            (a2a.send_elems(65536, 8), a2a.recv_elems(65536, 8)),
+            (524288, 524288)
+        );
+        assert_eq!(a2a.nccl_size(131072, 8), 1 << 20);
+        assert_eq!(a2a.bus_factor(8), 0.875);
+        // rank 2 receives in block 5 what rank 5 sent to it: rank 5's block 2
+        assert_eq!(a2a.source(10, 8, 2, 53), Source::Copy { rank: 5, elem: 23 });
+        assert_eq!(bc.source(10, 8, 6, 4), Source::Copy { rank: 0, elem: 4 });
+        assert!(bc.tree_bytes(1.0).is_none() && a2a.tree_bytes(1.0).is_none());
         for k in CollectiveKind::ALL {
             assert_eq!(k.ops().name(), k.name());
             assert_eq!(k.ops().name().parse::<CollectiveKind>(), Ok(k));

@@ -1,0 +1,55 @@
+//! Broadcast from rank 0: every rank receives rank 0's `count` elements. Every rank passes a
+//! send buffer of `count` elements (NCCL reads only the root's).
+//!
+//! nccl-tests sizes it by the message and gives it a bus factor of 1 (`src/broadcast.cu`,
+//! `BroadcastGetBw`: "busBw = algBw"): each link of NCCL's ring pipeline carries the whole
+//! message once.
+
+use super::{CollectiveOps, Source};
+
+pub struct Broadcast;
+
+/// The root every broadcast of a schedule uses (PyTorch's `broadcast(src=0)` of a TP group).
+pub const ROOT: usize = 0;
+
+impl CollectiveOps for Broadcast {
+    fn name(&self) -> &'static str {
+        "broadcast"
+    }
+    fn nccl_call(&self) -> &'static str {
+        "ncclBroadcast"
+    }
+    fn send_elems(&self, count: usize, _nranks: usize) -> usize {
+        count
+    }
+    fn recv_elems(&self, count: usize, _nranks: usize) -> usize {
+        count
+    }
+    fn count_for_size(&self, size_bytes: u64, elem_bytes: u64, _nranks: usize) -> usize {
+        (size_bytes / elem_bytes) as usize
+    }
+    /// nccl-tests sizes a broadcast by its message.
+    fn nccl_size(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
+        bytes_per_rank
+    }
+    fn bytes_out(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
+        bytes_per_rank
+    }
+    fn bus_factor(&self, _nranks: usize) -> f64 {
+        1.0
+    }
+    fn source(&self, _count: usize, _nranks: usize, _rank: usize, i: usize) -> Source {
+        Source::Copy {
+            rank: ROOT,
+            elem: i,
+        }
+    }
+    /// A chain from the root: the message crosses n-1 links, pipelined in chunks.
+    fn ring_steps(&self, nranks: usize, nodes: usize) -> (usize, usize) {
+        (nranks - 1, nodes - 1)
+    }
+    /// NCCL runs broadcast on rings only (`src/enqueue.cc` has no tree for it).
+    fn tree_bytes(&self, _size: f64) -> Option<f64> {
+        None
+    }
+}
