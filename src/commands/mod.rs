@@ -262,6 +262,7 @@ mod tests {
             repeat: Repeat {
                 iters: 5,
                 warmup: 1,
+                ..Default::default()
             },
             model: Default::default(),
             export: crate::report::Exports {
@@ -461,6 +462,7 @@ mod tests {
             repeat: Repeat {
                 iters: 5,
                 warmup: 1,
+                ..Default::default()
             },
             impls: vec![],
             model: Default::default(),
