@@ -398,6 +398,8 @@ impl GpuSpec {
 pub struct Repeat {
     pub iters: u64,
     pub warmup: u64,
+    /// `--rank-time max|mean`: how the ranks' times of one sample become its time.
+    pub rank_time: crate::record::RankTime,
 }
 
 impl Default for Repeat {
@@ -405,6 +407,7 @@ impl Default for Repeat {
         Repeat {
             iters: 200,
             warmup: 20,
+            rank_time: crate::record::RankTime::Max,
         }
     }
 }

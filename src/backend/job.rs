@@ -125,6 +125,7 @@ mod tests {
             repeat: Repeat {
                 iters: 5,
                 warmup: 1,
+                ..Default::default()
             },
             model: Default::default(),
             export: Default::default(),

@@ -206,6 +206,10 @@ pub struct RepeatArgs {
     /// Untimed warm-up iterations before timing.
     #[arg(short = 'w', long = "warmup", default_value_t = 20)]
     pub warmup: u64,
+    /// How the ranks' times of one sample become its time: max (the slowest rank, which
+    /// bounds a verify step) or mean (over ranks, as nccl-tests reports with its default -a 1).
+    #[arg(long = "rank-time", default_value = "max", value_name = "max|mean")]
+    pub rank_time: crate::record::RankTime,
 }
 
 impl From<&RepeatArgs> for Repeat {
@@ -213,6 +217,7 @@ impl From<&RepeatArgs> for Repeat {
         Repeat {
             iters: a.iters,
             warmup: a.warmup,
+            rank_time: a.rank_time,
         }
     }
 }

@@ -69,8 +69,8 @@ impl Buffer {
     }
 }
 
-/// A timing event.
-pub struct Event(CudaEvent);
+/// A timing event, with the ordinal of the GPU it was created on (for errors).
+pub struct Event(CudaEvent, usize);
 
 impl Event {
     /// Microseconds between `self` and a later event `end` (both completed).
@@ -79,7 +79,7 @@ impl Event {
             .elapsed_ms(&end.0)
             .map(|ms| ms as f64 * 1e3)
             .map_err(|e| CudaFailure {
-                device: 0,
+                device: self.1,
                 what: format!("cuEventElapsedTime: {e:?}"),
             })
     }
@@ -94,11 +94,15 @@ pub(super) type Keep = Box<dyn std::any::Any>;
 pub struct Graph {
     graph: CudaGraph,
     _keep: Vec<Keep>,
+    /// The ordinal of the GPU it was captured on (for errors).
+    device: usize,
 }
 
 impl Graph {
     pub fn launch(&self) -> Result<(), CudaFailure> {
-        self.graph.launch().map_err(fail(0, "cuGraphLaunch"))
+        self.graph
+            .launch()
+            .map_err(fail(self.device, "cuGraphLaunch"))
     }
 }
 
@@ -320,7 +324,7 @@ impl Gpu {
     pub fn event(&self) -> Result<Event, CudaFailure> {
         self.ctx
             .new_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT))
-            .map(Event)
+            .map(|e| Event(e, self.ordinal))
             .map_err(fail(self.ordinal, "cuEventCreate"))
     }
 
@@ -383,6 +387,7 @@ impl Gpu {
         Ok(Graph {
             graph: g,
             _keep: keep,
+            device: self.ordinal,
         })
     }
 }

@@ -263,6 +263,7 @@ mod tests {
             repeat: Repeat {
                 iters: 5,
                 warmup: 1,
+                ..Default::default()
             },
             model: Default::default(),
             export: crate::report::Exports {
@@ -463,6 +464,7 @@ mod tests {
             repeat: Repeat {
                 iters: 5,
                 warmup: 1,
+                ..Default::default()
             },
             impls: vec![],
             model: Default::default(),

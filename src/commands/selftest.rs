@@ -16,7 +16,7 @@ use crate::launch::{Job, LaunchSpec};
 use crate::measure::Summary;
 use crate::model::{self, CollectiveKind, DType, Phase, ScheduleOptions};
 use crate::output::Format;
-use crate::record::Mode;
+use crate::record::{Mode, RankTime};
 use crate::request::{GpuSpec, Launcher};
 
 /// What to check.
@@ -327,8 +327,8 @@ fn run_cases(
         warmup: 1,
         batch: 2,
     };
-    let res =
-        run_job(&spec(devices, launcher, 60.0), &job).and_then(|r| combine(&r, job.configs()));
+    let res = run_job(&spec(devices, launcher, 60.0), &job)
+        .and_then(|r| combine(&r, job.configs(), RankTime::Max));
     match res {
         Ok(c) => {
             for (i, case) in cases.iter().enumerate() {
@@ -479,7 +479,7 @@ fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
             });
         }
     }
-    match results.and_then(|r| combine(&r, runs.len())) {
+    match results.and_then(|r| combine(&r, runs.len(), RankTime::Max)) {
         Ok(c) => {
             for ((graph, mode), (sum, wrong)) in runs.iter().zip(c) {
                 checks.push(Check {

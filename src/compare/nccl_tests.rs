@@ -13,6 +13,11 @@
 //!
 //! verifybench's `collective` reports the median per operation; the ratio compares that median
 //! to nccl-tests' out-of-place mean (the verify step's all-reduces are out of place).
+//!
+//! Ranks: nccl-tests averages each rank's time over the ranks (`-a 1`, its default: `Allreduce`
+//! with `average` in NVIDIA/nccl-tests `src/common.cu`); verifybench takes per sample the
+//! slowest rank unless the record was made with `--rank-time mean`. [`rank_line`] says which
+//! reduction each side used, and whether they are the same.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -21,7 +26,7 @@ use serde::Serialize;
 
 use crate::error::usage;
 pub use crate::nccl_tests::{parse, NcclTestsRow, NcclTestsRun};
-use crate::record::{Body, CollectiveResult};
+use crate::record::{Body, CollectiveResult, RankTime};
 
 /// One size and launch mode side by side.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -86,6 +91,20 @@ pub fn render(rows: &[SideBySide]) -> String {
     o
 }
 
+/// The header line that says how each side combined its ranks: `rank_time` from the collective
+/// record (`None`: a record from before `--rank-time`, which took the slowest rank), against
+/// nccl-tests' mean over ranks.
+pub fn rank_line(rank_time: Option<RankTime>, nranks: usize) -> String {
+    if nranks <= 1 {
+        return "# ranks: 1 rank: the slowest rank and the mean over ranks are the same time\n"
+            .into();
+    }
+    match rank_time.unwrap_or_default() {
+        RankTime::Mean => "# ranks: the same reduction on both sides, per sample the mean over ranks (verifybench --rank-time mean, nccl-tests -a 1)\n".into(),
+        RankTime::Max => "# ranks: NOT the same reduction: verifybench per sample the slowest rank (--rank-time max), nccl-tests the mean over ranks (-a 1, its default); the ratio includes the spread between ranks: record the collective with --rank-time mean to compare like with like\n".into(),
+    }
+}
+
 /// `compare --nccl-tests FILE... COLLECTIVE.json`: reads the files, prints the table.
 pub fn run(
     collective: &Path,
@@ -93,8 +112,8 @@ pub fn run(
     format: crate::output::Format,
 ) -> anyhow::Result<i32> {
     let recs = crate::record::read_records(collective)?;
-    let Some(vb) = recs.iter().find_map(|r| match &r.body {
-        Body::Collective(c) => Some(c),
+    let Some((vb, rank_time)) = recs.iter().find_map(|r| match &r.body {
+        Body::Collective(c) => Some((c, r.provenance.rank_time)),
         _ => None,
     }) else {
         return Err(usage(format!(
@@ -138,7 +157,7 @@ pub fn run(
     if format.is_json() {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        print!("{}", render(&rows));
+        print!("{}{}", rank_line(rank_time, vb.nranks), render(&rows));
     }
     Ok(0)
 }
@@ -258,6 +277,25 @@ mod tests {
         assert!(
             t.contains("     43008  graph            7.81            7.10    1.100"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn the_rank_reduction_of_each_side_is_said() {
+        // a record from before --rank-time took the slowest rank: not nccl-tests' mean
+        for rt in [None, Some(RankTime::Max)] {
+            let l = rank_line(rt, 2);
+            assert!(l.starts_with("# ranks: NOT the same reduction"), "{l}");
+            assert!(l.contains("--rank-time mean"), "{l}");
+        }
+        let l = rank_line(Some(RankTime::Mean), 8);
+        assert!(l.starts_with("# ranks: the same reduction"), "{l}");
+        assert!(l.contains("-a 1"), "{l}");
+        // one rank: max and mean are the same number, whatever the flag said
+        assert!(rank_line(None, 1).contains("1 rank"));
+        assert_eq!(
+            rank_line(Some(RankTime::Max), 1),
+            rank_line(Some(RankTime::Mean), 1)
         );
     }
 }

@@ -145,7 +145,11 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
         results.sort_by_key(|r| r.rank);
         let launcher = format!("external ({})", info.source.name());
         Ok(Some(super::run::verify_record(
-            &job, &results, &launcher, started,
+            &job,
+            &results,
+            &launcher,
+            started,
+            a.repeat.rank_time,
         )?))
     } else {
         last.store(

@@ -18,7 +18,7 @@ use crate::impls;
 use crate::measure::Summary;
 use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, ImplRun, ImplTiming, Mode, Part,
-    Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
+    Provenance, RankTime, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
 };
 use crate::request::{CollectiveRequest, GpuSpec, Impl, Launcher, VerifyJob};
 
@@ -330,8 +330,13 @@ fn run_processes(
     Ok(results.into_iter().map(Option::unwrap).collect())
 }
 
-/// Per configuration: the slowest rank's time per sample, and the wrong elements of all ranks.
-pub fn combine(results: &[RankResult], configs: usize) -> anyhow::Result<Vec<(Summary, u64)>> {
+/// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest
+/// rank, or their mean), and the wrong elements of all ranks.
+pub fn combine(
+    results: &[RankResult],
+    configs: usize,
+    rank_time: RankTime,
+) -> anyhow::Result<Vec<(Summary, u64)>> {
     let mut out = vec![];
     for c in 0..configs {
         let len = results
@@ -339,15 +344,13 @@ pub fn combine(results: &[RankResult], configs: usize) -> anyhow::Result<Vec<(Su
             .map(|r| r.samples.get(c).map_or(0, Vec::len))
             .min()
             .unwrap_or(0);
-        let worst: Vec<f64> = (0..len)
-            .map(|i| {
-                results
-                    .iter()
-                    .map(|r| r.samples[c][i])
-                    .fold(f64::MIN, f64::max)
+        let per_sample: Vec<f64> = (0..len)
+            .filter_map(|i| {
+                let ranks: Vec<f64> = results.iter().map(|r| r.samples[c][i]).collect();
+                rank_time.reduce(&ranks)
             })
             .collect();
-        let s = Summary::from_samples(&worst)
+        let s = Summary::from_samples(&per_sample)
             .ok_or_else(|| anyhow::anyhow!("configuration {c} produced no timing samples"))?;
         let wrong = results
             .iter()
@@ -356,6 +359,12 @@ pub fn combine(results: &[RankResult], configs: usize) -> anyhow::Result<Vec<(Su
         out.push((s, wrong));
     }
     Ok(out)
+}
+
+/// States `rank_time` in the record: its field, and a note the header prints.
+fn state_rank_time(p: &mut Provenance, rank_time: RankTime) {
+    p.rank_time = Some(rank_time);
+    p.notes.push(format!("rank time: {}", rank_time.describe()));
 }
 
 /// Provenance of a run on GPUs, from the parent and what every worker reported.
@@ -502,7 +511,13 @@ pub fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
-    let mut rec = verify_record(&job, &results, spec.launcher.name(), started)?;
+    let mut rec = verify_record(
+        &job,
+        &results,
+        spec.launcher.name(),
+        started,
+        a.repeat.rank_time,
+    )?;
     if one && compute_only {
         rec.provenance.notes.push(format!(
             "one GPU: rank 0's share of the TP={} workload (its weight bytes streamed), no communicator, no collectives",
@@ -588,14 +603,18 @@ pub fn verify_record(
     results: &[RankResult],
     launcher: &str,
     started: String,
+    rank_time: RankTime,
 ) -> anyhow::Result<Record> {
-    verify_record_with(job, results, || provenance(launcher, started, results))
+    verify_record_with(job, results, rank_time, || {
+        provenance(launcher, started, results)
+    })
 }
 
 /// [`verify_record`] with the provenance from `provenance` (called once, after the checks).
 fn verify_record_with(
     job: &Job,
     results: &[RankResult],
+    rank_time: RankTime,
     provenance: impl FnOnce() -> Provenance,
 ) -> anyhow::Result<Record> {
     let Job::Verify {
@@ -610,7 +629,7 @@ fn verify_record_with(
     else {
         anyhow::bail!("not a verify job");
     };
-    let combined = combine(results, runs.len())?;
+    let combined = combine(results, runs.len(), rank_time)?;
     let ncoll = schedule.n_collectives().max(1) as f64;
     let weights = schedule.weight_bytes_by_kind();
     let total_w = schedule.total_weight_bytes().max(1) as f64;
@@ -668,6 +687,7 @@ fn verify_record_with(
         .filter_map(|r| r.stream_gbps)
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
     let mut p = provenance();
+    state_rank_time(&mut p, rank_time);
     if !host_gaps.is_none() {
         p.notes.push(host_gaps.describe());
         if runs.iter().any(|r| r.0) {
@@ -755,7 +775,7 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
     };
     let spec = spec_of(&a.gpu, devices, None, crate::output::quiet());
     let results = run_job(&spec, &job)?;
-    let combined = combine(&results, job.configs())?;
+    let combined = combine(&results, job.configs(), a.repeat.rank_time)?;
     let mut rows = vec![];
     let mut it = combined.into_iter();
     for &size in &sizes {
@@ -774,7 +794,7 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
                 let t = CollTiming {
                     time_us: s.median_us,
                     algbw_gbps: alg,
-                    busbw_gbps: alg * a.op.bus_factor(n),
+                    busbw_gbps: alg * comm::p2p::bus_factor(imp, a.op, n),
                     wrong,
                     summary: s,
                 };
@@ -793,6 +813,7 @@ pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Reco
         rows.push(row);
     }
     let mut p = provenance(spec.launcher.name(), started, &results);
+    state_rank_time(&mut p, a.repeat.rank_time);
     p.notes.extend(notes);
     Ok(Record::new(
         Source::Measured,
@@ -862,7 +883,7 @@ mod tests {
             rank(0, vec![vec![10.0, 30.0, 20.0], vec![5.0]], vec![0, 2]),
             rank(1, vec![vec![12.0, 25.0, 21.0, 99.0], vec![6.0]], vec![1, 0]),
         ];
-        let c = combine(&r, 2).unwrap();
+        let c = combine(&r, 2, RankTime::Max).unwrap();
         assert_eq!(c.len(), 2);
         // per sample the maximum over ranks: 12, 30, 21 (rank 1's extra sample has no pair)
         assert_eq!(c[0].0.n, 3);
@@ -872,7 +893,33 @@ mod tests {
         assert_eq!(c[1].0.median_us, 6.0);
         assert_eq!(c[1].1, 2);
         // a configuration without samples is an error, not a zero
-        assert!(combine(&r, 3).is_err());
+        assert!(combine(&r, 3, RankTime::Max).is_err());
+        // --rank-time mean: per sample (10+12)/2 = 11, (30+25)/2 = 27.5, (20+21)/2 = 20.5;
+        // median 20.5, max 27.5; the second configuration (5+6)/2 = 5.5; wrong still summed
+        let m = combine(&r, 2, RankTime::Mean).unwrap();
+        assert_eq!(m[0].0.n, 3);
+        assert_eq!(m[0].0.median_us, 20.5);
+        assert_eq!(m[0].0.max_us, 27.5);
+        assert_eq!(m[0].0.min_us, 11.0);
+        assert_eq!(m[1].0.median_us, 5.5);
+        assert_eq!((m[0].1, m[1].1), (1, 2));
+    }
+
+    #[test]
+    fn the_rank_time_is_stated_in_the_record_and_its_header_note() {
+        let mut p = Provenance::here("nccl", crate::util::now_utc());
+        state_rank_time(&mut p, RankTime::Mean);
+        assert_eq!(p.rank_time, Some(RankTime::Mean));
+        assert_eq!(
+            p.notes,
+            ["rank time: per sample the mean over ranks, as nccl-tests -a 1 (--rank-time mean)"]
+        );
+        let back: Provenance = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back.rank_time, Some(RankTime::Mean));
+        assert!("median"
+            .parse::<RankTime>()
+            .unwrap_err()
+            .contains("give max"));
     }
 
     #[test]
@@ -909,7 +956,7 @@ mod tests {
                 vec![0, 3],
             ),
         ];
-        let rec = verify_record_with(&job, &r, || {
+        let rec = verify_record_with(&job, &r, RankTime::Max, || {
             worker_provenance("processes", crate::util::now_utc(), &r)
         })
         .unwrap();
@@ -936,9 +983,10 @@ mod tests {
         assert_eq!(v.runs[1].wrong, 3);
         assert_eq!((v.runs[1].iterations, v.runs[1].warmup), (3, 1));
         assert_eq!(rec.provenance.nccl_version.as_deref(), Some("2.28.3"));
-        assert!(
-            verify_record_with(&Job::Env, &r, || panic!("no provenance for a wrong job")).is_err()
-        );
+        assert!(verify_record_with(&Job::Env, &r, RankTime::Max, || panic!(
+            "no provenance for a wrong job"
+        ))
+        .is_err());
     }
 
     #[test]

@@ -90,6 +90,65 @@ pub struct Provenance {
     pub model_profile: Option<String>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// How the ranks' times of one sample became the sample's time (`--rank-time`); `None` in
+    /// records without ranks and in records written before the flag (then the slowest rank).
+    #[serde(default)]
+    pub rank_time: Option<RankTime>,
+}
+
+/// How the ranks' times of one timed sample become the sample's time (`--rank-time`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankTime {
+    /// The slowest rank's time: what bounds a verify step, which waits for every rank.
+    #[default]
+    Max,
+    /// The mean over ranks, as nccl-tests reports by default (`-a 1`).
+    Mean,
+}
+
+impl RankTime {
+    /// The name `--rank-time` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            RankTime::Max => "max",
+            RankTime::Mean => "mean",
+        }
+    }
+
+    /// The sample's time from the ranks' times of that sample (none: `None`).
+    pub fn reduce(self, ranks: &[f64]) -> Option<f64> {
+        if ranks.is_empty() {
+            return None;
+        }
+        Some(match self {
+            RankTime::Max => ranks.iter().copied().fold(f64::MIN, f64::max),
+            RankTime::Mean => ranks.iter().sum::<f64>() / ranks.len() as f64,
+        })
+    }
+
+    /// What the reduction is, for a header line.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RankTime::Max => "per sample the slowest rank's time (--rank-time max)",
+            RankTime::Mean => {
+                "per sample the mean over ranks, as nccl-tests -a 1 (--rank-time mean)"
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for RankTime {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "max" => Ok(RankTime::Max),
+            "mean" => Ok(RankTime::Mean),
+            _ => Err(format!(
+                "--rank-time '{s}': give max (the slowest rank, the default) or mean (as nccl-tests -a 1)"
+            )),
+        }
+    }
 }
 
 impl Provenance {
@@ -111,6 +170,7 @@ impl Provenance {
             workers: Vec::new(),
             model_profile: None,
             notes: Vec::new(),
+            rank_time: None,
         }
     }
 }

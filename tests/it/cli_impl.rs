@@ -268,6 +268,7 @@ fn mock_collective(impls: Vec<Impl>, op: CollectiveKind, max: u64) -> Collective
         repeat: Repeat {
             iters: 5,
             warmup: 1,
+            ..Default::default()
         },
         model: Default::default(),
         export: Default::default(),
@@ -367,6 +368,7 @@ fn mock_verify_without_nccl_has_only_custom_runs() {
         repeat: Repeat {
             iters: 5,
             warmup: 1,
+            ..Default::default()
         },
         model: Default::default(),
         export: Default::default(),

@@ -41,6 +41,25 @@ pub use peer::{
 };
 pub use virtual_ranks::{virtual_rank_checks, virtual_rank_timings, Check, VirtualTiming};
 
+/// The bus-bandwidth factor of `op` over `n` ranks on `imp`: busbw = algbw x factor, where the
+/// factor is the bytes each rank moves over its links per byte of the message (nccl-tests'
+/// definition, `all_reduce.cu` `AllReduceGetBw`, in NVIDIA/nccl-tests `src/all_reduce.cu`).
+/// - NCCL's all-reduce (ring): a reduce-scatter then an all-gather, each moving (n-1) chunks of
+///   S/n per rank: 2 (n-1) S / n, factor 2 (n-1) / n.
+/// - One-shot: every rank reads the whole message of each of the n-1 other ranks and reduces
+///   locally, so (n-1) S comes in per rank: factor n-1.
+/// - Two-shot: a reduce-scatter (each rank reads its chunk of S/n from the n-1 others) then an
+///   all-gather (each reads the n-1 other reduced chunks of S/n): 2 (n-1) S / n, factor
+///   2 (n-1) / n, the ring's.
+///
+/// The P2P kernels run only all-reduces; other collectives keep NCCL's factor.
+pub fn bus_factor(imp: Impl, op: crate::model::CollectiveKind, n: usize) -> f64 {
+    match (imp, op) {
+        (Impl::OneShot, crate::model::CollectiveKind::AllReduce) => n.saturating_sub(1) as f64,
+        _ => op.bus_factor(n),
+    }
+}
+
 /// Most ranks (MAXR in kernels/allreduce.cu).
 pub const MAX_RANKS: usize = 8;
 /// Most blocks of one call (MAXB).

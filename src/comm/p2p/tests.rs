@@ -427,3 +427,26 @@ fn protocol_model_never_reads_stale_or_overwritten_data() {
         });
     }
 }
+
+#[test]
+fn each_all_reduce_carries_its_own_bus_factor() {
+    use crate::model::CollectiveKind::{AllGather, AllReduce};
+    // 8 ranks, a 43,008 B message (the verify step's all-reduce) in 10 us: algbw 4.3008 GB/s.
+    let (n, bytes, us) = (8usize, 43_008.0f64, 10.0f64);
+    let alg = bytes / (us * 1e3);
+    // one-shot: each rank reads the 7 other ranks' whole messages: 7 x 43,008 B in 10 us
+    let one = alg * bus_factor(Impl::OneShot, AllReduce, n);
+    assert!((one - 7.0 * 43_008.0 / 10e3).abs() < 1e-9, "{one}");
+    // two-shot and NCCL's ring: 2 x 7/8 of the message per rank: 75,264 B in 10 us
+    for imp in [Impl::TwoShot, Impl::Nccl] {
+        let bus = alg * bus_factor(imp, AllReduce, n);
+        assert!((bus - 75_264.0 / 10e3).abs() < 1e-9, "{imp}: {bus}");
+    }
+    // two ranks: one-shot reads the one peer's message (1), the ring 2 x 1/2 (also 1)
+    assert_eq!(bus_factor(Impl::OneShot, AllReduce, 2), 1.0);
+    assert_eq!(bus_factor(Impl::TwoShot, AllReduce, 2), 1.0);
+    // one rank moves nothing over a link
+    assert_eq!(bus_factor(Impl::OneShot, AllReduce, 1), 0.0);
+    // collectives the P2P kernels do not run keep NCCL's factor: all-gather 7/8
+    assert_eq!(bus_factor(Impl::OneShot, AllGather, n), 7.0 / 8.0);
+}

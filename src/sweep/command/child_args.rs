@@ -52,6 +52,7 @@ pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<Strin
         v.extend(["--nccl-lib".into(), p.display().to_string()]);
     }
     v.extend(["--timeout".into(), a.gpu.timeout.to_string()]);
+    v.extend(["--rank-time".into(), a.repeat.rank_time.name().into()]);
     v.extend(a.host_gaps.to_args());
     v.extend(["--cpu-affinity".into(), a.gpu.cpu_affinity.arg()]);
     v.extend(["--link".into(), a.model.link.clone()]);

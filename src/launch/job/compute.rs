@@ -1,0 +1,139 @@
+//! The compute a rank replays between collectives: the streaming kernels over a weight pool,
+//! their read bandwidth and per-launch cost, and the memory check before a replay.
+
+use crate::comm::kernels::{Kernels, Pool};
+use crate::comm::{Buffer, Gpu};
+use crate::model::Op;
+use crate::model::Schedule;
+
+/// Refuses a schedule whose collective buffers (`with_colls`) plus the compute pool do not fit.
+pub(super) fn check_memory(
+    gpu: &Gpu,
+    s: &Schedule,
+    n: usize,
+    with_colls: bool,
+) -> anyhow::Result<()> {
+    let mut need: u64 = 0;
+    for op in s.ops.iter().filter(|_| with_colls) {
+        if let Op::Collective {
+            kind, dtype, count, ..
+        } = op
+        {
+            let c = *count as usize;
+            need += ((kind.ops().send_elems(c, n) + kind.ops().recv_elems(c, n))
+                * dtype.size() as usize) as u64;
+        }
+    }
+    need += POOL_BYTES;
+    let (free, total) = gpu.mem_info()?;
+    if need > free as u64 {
+        return Err(crate::error::usage(format!(
+            "the replay needs {} of GPU memory on GPU {} (collective buffers + {} weight pool), but only {} of {} is free",
+            crate::units::human_bytes(need),
+            gpu.ordinal(),
+            crate::units::human_bytes(POOL_BYTES),
+            crate::units::human_bytes(free as u64),
+            crate::units::human_bytes(total as u64)
+        )));
+    }
+    Ok(())
+}
+
+/// Back-to-back launches the per-launch cost is measured from ([`Compute::measure_fixed_us`]).
+pub const FIXED_COST_LAUNCHES: u64 = 32;
+
+/// Size of the weight pool the streaming kernel reads (many times any GPU's L2).
+pub const POOL_BYTES: u64 = 1 << 31;
+
+/// What compute needs on a rank.
+pub(super) struct Compute {
+    pub(super) kernels: Kernels,
+    pub(super) pool: Pool,
+    pub(super) act: Buffer,
+    pub(super) partial: Buffer,
+    pub(super) tokens: usize,
+}
+
+impl Compute {
+    pub(super) fn new(gpu: &Gpu, tokens: usize, pdl: bool) -> anyhow::Result<Compute> {
+        if tokens > crate::comm::kernels::MAXT {
+            crate::usage_bail!(
+                "--tokens {tokens}: the streaming kernel handles at most {} tokens",
+                crate::comm::kernels::MAXT
+            );
+        }
+        let kernels = Kernels::load_with(gpu, pdl)?;
+        let pool = Pool::new(gpu, POOL_BYTES)?;
+        let actv: Vec<u8> = (0..tokens * 8)
+            .flat_map(|i| (0.25f32 * ((i % 5) as f32 + 1.0)).to_le_bytes())
+            .collect();
+        let act = gpu.alloc(actv.len())?;
+        gpu.upload(&act, &actv)?;
+        let partial = gpu.alloc(kernels.partial_bytes())?;
+        Ok(Compute {
+            kernels,
+            pool,
+            act,
+            partial,
+            tokens,
+        })
+    }
+
+    /// The cost of one streaming launch beyond its bytes, us: `K` back-to-back launches of
+    /// `nvec` vectors each (the schedule's mean launch) against one launch of `K x nvec`, each
+    /// timed with events around the whole train, best of five:
+    /// `(t_train - t_one) / (K - 1)`, at least 0. It holds the start-up, the drain and the gap
+    /// between two launches that follow each other on the stream, as the replay's do (with
+    /// `--pdl`, the PDL launches).
+    pub(super) fn measure_fixed_us(&self, gpu: &Gpu, nvec: u64) -> anyhow::Result<f64> {
+        const K: u64 = FIXED_COST_LAUNCHES;
+        let nvec = nvec.clamp(1, self.pool.vecs() / K);
+        let (a, b) = (gpu.event()?, gpu.event()?);
+        let time = |launches: u64, each: u64| -> anyhow::Result<f64> {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                gpu.record(&a)?;
+                for i in 0..launches {
+                    self.kernels.stream(
+                        gpu,
+                        &self.pool,
+                        i * each,
+                        each,
+                        &self.act,
+                        self.tokens,
+                        &self.partial,
+                    )?;
+                }
+                gpu.record(&b)?;
+                gpu.sync()?;
+                best = best.min(a.elapsed_us(&b)?);
+            }
+            Ok(best)
+        };
+        let train = time(K, nvec)?;
+        let one = time(1, K * nvec)?;
+        Ok(((train - one) / (K - 1) as f64).max(0.0))
+    }
+
+    /// Read bandwidth of one pass over the whole pool (best of three), GB/s.
+    pub(super) fn measure_gbps(&self, gpu: &Gpu) -> anyhow::Result<f64> {
+        let (a, b) = (gpu.event()?, gpu.event()?);
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            gpu.record(&a)?;
+            self.kernels.stream(
+                gpu,
+                &self.pool,
+                0,
+                self.pool.vecs(),
+                &self.act,
+                self.tokens,
+                &self.partial,
+            )?;
+            gpu.record(&b)?;
+            gpu.sync()?;
+            best = best.min(a.elapsed_us(&b)?);
+        }
+        Ok((self.pool.vecs() * 16) as f64 / (best * 1e3))
+    }
+}

@@ -1,0 +1,667 @@
+//! The run of one rank: its GPU opened, the communicator joined, the job's configurations
+//! timed and checked exactly, the result reported.
+
+use std::time::Duration;
+
+use super::compute::{check_memory, Compute};
+use super::steps::{plan_steps_of_ops, stream_launches, Step};
+use super::{FaultKind, Job, P2pExchange, RankResult, RankSetup};
+use crate::comm::p2p::{file_exchange, Impl, P2pAllReduce, P2pConfig, Workspace};
+use crate::comm::{Buffer, Communicator, Event, Gpu};
+use crate::measure::attribution::RankTiming;
+use crate::measure::gaps::{busy_wait_us, schedule_launches};
+use crate::measure::pattern;
+use crate::model::{CollectiveKind, DType, Op};
+use crate::record::Mode;
+
+/// One collective instance with its own buffers.
+struct Coll {
+    kind: CollectiveKind,
+    dtype: DType,
+    count: usize,
+    salt: usize,
+    send: Buffer,
+    recv: Buffer,
+}
+
+impl Coll {
+    fn new(
+        gpu: &Gpu,
+        kind: CollectiveKind,
+        dtype: DType,
+        count: usize,
+        salt: usize,
+        rank: usize,
+        n: usize,
+    ) -> anyhow::Result<Coll> {
+        let data = pattern::send_bytes(kind, dtype, count, n, rank, salt);
+        let send = gpu.alloc(data.len())?;
+        gpu.upload(&send, &data)?;
+        let recv = gpu.alloc(kind.ops().recv_elems(count, n) * dtype.size() as usize)?;
+        Ok(Coll {
+            kind,
+            dtype,
+            count,
+            salt,
+            send,
+            recv,
+        })
+    }
+
+    fn enqueue(&self, comm: &Communicator, gpu: &Gpu) -> anyhow::Result<()> {
+        comm.collective(
+            self.kind, &self.send, &self.recv, self.count, self.dtype, gpu,
+        )
+    }
+
+    /// Enqueues the collective on `imp`: NCCL's, or (all-reduces only) the custom P2P kernel
+    /// of `p2p`. A rank with the `p2p-silent` fault skips its P2P calls.
+    fn enqueue_on(
+        &self,
+        comm: &Communicator,
+        gpu: &Gpu,
+        imp: Impl,
+        p2p: &RankP2p,
+    ) -> anyhow::Result<()> {
+        if !imp.is_p2p() || self.kind != CollectiveKind::AllReduce {
+            return self.enqueue(comm, gpu);
+        }
+        let Some(ar) = &p2p.ar else {
+            anyhow::bail!("{imp}: this rank has no P2P connection");
+        };
+        if p2p.silent {
+            return Ok(());
+        }
+        ar.enqueue(gpu, imp, &self.send, &self.recv, self.count, self.dtype)
+    }
+
+    fn wrong(&self, gpu: &Gpu, rank: usize, n: usize) -> anyhow::Result<u64> {
+        let bytes = gpu.download(&self.recv, self.recv.len())?;
+        Ok(pattern::count_wrong(
+            self.kind, self.dtype, self.count, n, rank, self.salt, &bytes,
+        ))
+    }
+}
+
+/// A rank's custom P2P all-reduce, when its job runs one.
+#[derive(Default)]
+struct RankP2p {
+    ar: Option<P2pAllReduce>,
+    /// The `p2p-silent` fault: this rank never makes its P2P calls.
+    silent: bool,
+}
+
+impl RankP2p {
+    /// Fails with the wait that timed out (which rank never signalled), if one did. Only
+    /// after a synchronisation: the error words are read from the device.
+    fn check(&self, gpu: &Gpu) -> anyhow::Result<()> {
+        match &self.ar {
+            Some(ar) => ar.check(gpu),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Per the P2P recipe: a workspace for messages up to `bytes`, its handle swapped with every
+/// other rank's through `setup.p2p`, then the connection (peer access between threads, CUDA IPC
+/// between processes). Every rank calls this at the same point of the job.
+fn connect_p2p(gpu: &Gpu, setup: &RankSetup, bytes: usize) -> anyhow::Result<P2pAllReduce> {
+    let cfg = P2pConfig {
+        capacity: bytes.max(1),
+        ..Default::default()
+    };
+    let ws = Workspace::new(gpu, setup.rank, setup.nranks, cfg)?;
+    let mine = ws.export();
+    let timeout = Duration::from_secs(60);
+    let all = match &setup.p2p {
+        P2pExchange::Threads(x) => x.exchange(setup.rank, mine, timeout)?,
+        P2pExchange::Files { dir, token } => {
+            file_exchange(dir, token, setup.rank, setup.nranks, &mine, timeout)?
+        }
+        P2pExchange::None => anyhow::bail!(
+            "the P2P all-reduces need every rank on this host (--launcher threads or processes)"
+        ),
+    };
+    ws.connect(gpu, &all)
+}
+
+/// Everything a rank holds while running. A job of one rank without collectives (one GPU,
+/// compute only) has no communicator: its barrier is a stream synchronisation.
+struct Rank {
+    setup: RankSetup,
+    gpu: Gpu,
+    comm: Option<Communicator>,
+    barrier: Option<Coll>,
+    p2p: RankP2p,
+}
+
+impl Rank {
+    fn comm(&self) -> &Communicator {
+        self.comm
+            .as_ref()
+            .expect("a job with collectives has a communicator")
+    }
+
+    /// Every rank's barrier all-reduce enqueued (none without a communicator); `then` is
+    /// recorded right after it, before the host waits for the stream.
+    fn barrier_then(&self, then: Option<&Event>) -> anyhow::Result<()> {
+        if let (Some(b), Some(c)) = (&self.barrier, &self.comm) {
+            b.enqueue(c, &self.gpu)?;
+        }
+        if let Some(e) = then {
+            self.gpu.record(e)?;
+        }
+        self.wait()
+    }
+
+    /// Waits for the rank's stream as nccl-tests' `testStreamSynchronize` does: polls the
+    /// stream and, between polls, NCCL's asynchronous error, so that a dead peer or a broken
+    /// communicator ends the wait with NCCL's own error instead of a hang.
+    fn wait(&self) -> anyhow::Result<()> {
+        let Some(c) = &self.comm else {
+            self.gpu.sync()?;
+            return Ok(());
+        };
+        let mut polls = 0u64;
+        loop {
+            if self.gpu.done()? {
+                return Ok(());
+            }
+            polls += 1;
+            // NCCL's error state costs a call; the stream query alone is cheap
+            if polls % 64 == 0 {
+                c.async_error()?;
+            }
+            if polls > 4096 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn barrier(&self) -> anyhow::Result<()> {
+        self.barrier_then(None)
+    }
+
+    fn async_error(&self) -> anyhow::Result<()> {
+        if let Some(c) = &self.comm {
+            c.async_error()?;
+        }
+        Ok(())
+    }
+
+    /// Times `iters` samples of `body` after `warmup` untimed ones; `body` gets the iteration's
+    /// index (warm-up iterations first).
+    fn time<F>(&self, iters: u64, warmup: u64, mut body: F) -> anyhow::Result<Vec<f64>>
+    where
+        F: FnMut(u64) -> anyhow::Result<()>,
+    {
+        for it in 0..warmup {
+            body(it)?;
+        }
+        self.gpu.sync()?;
+        self.p2p.check(&self.gpu)?;
+        let (start, end) = (self.gpu.event()?, self.gpu.event()?);
+        let mut out = Vec::with_capacity(iters as usize);
+        for it in 0..iters {
+            self.barrier()?;
+            self.gpu.record(&start)?;
+            body(warmup + it)?;
+            self.gpu.record(&end)?;
+            self.wait()?;
+            // a peer that never signalled ends the run here, naming it, not after every sample
+            self.p2p.check(&self.gpu)?;
+            out.push(start.elapsed_us(&end)?);
+        }
+        self.async_error()?;
+        Ok(out)
+    }
+}
+
+/// The events and host times of one verify of the per-collective timing pass.
+struct Probe {
+    /// Start and end event of each step that launches something in this mode.
+    events: Vec<Option<(Event, Event)>>,
+    /// Recorded right after the barrier all-reduce: the rank's time origin.
+    reference: Event,
+    /// When the host saw the barrier end (the origin of host times).
+    host_ref: std::time::Instant,
+    host_gaps: Vec<RankTiming>,
+    launches: Vec<RankTiming>,
+}
+
+impl Probe {
+    fn host_us(&self, t: std::time::Instant) -> f64 {
+        t.saturating_duration_since(self.host_ref).as_secs_f64() * 1e6
+    }
+
+    /// The pass iteration from the completed events; `steps` say which were collectives.
+    fn read(&mut self, steps: &[Step]) -> anyhow::Result<super::super::timeline::PassIteration> {
+        let mut it = super::super::timeline::PassIteration {
+            host_gaps: std::mem::take(&mut self.host_gaps),
+            launches: std::mem::take(&mut self.launches),
+            ..Default::default()
+        };
+        for (st, ev) in steps.iter().zip(&self.events) {
+            if let Some((a, b)) = ev {
+                let t = RankTiming {
+                    start_us: self.reference.elapsed_us(a)?,
+                    dur_us: a.elapsed_us(b)?,
+                };
+                match st {
+                    Step::Coll => it.collectives.push(t),
+                    _ => it.compute.push(t),
+                }
+            }
+        }
+        Ok(it)
+    }
+}
+
+fn check_wrong(colls: &[Coll], gpu: &Gpu, rank: usize, n: usize) -> anyhow::Result<u64> {
+    let mut w = 0;
+    for c in colls {
+        w += c.wrong(gpu, rank, n)?;
+    }
+    Ok(w)
+}
+
+fn poison(colls: &[Coll], gpu: &Gpu) -> anyhow::Result<()> {
+    for c in colls {
+        gpu.fill(&c.recv, 0xFF)?;
+    }
+    Ok(())
+}
+
+/// Resolves and applies the rank's `--cpu-affinity` on the calling thread (the rank's thread
+/// of the threads launcher, the main thread of a worker process). Pinning that fails is
+/// reported in the facts, never fatal: it is an improvement of the timing, not a condition.
+fn pin(setup: &RankSetup) -> super::super::affinity::AffinityFacts {
+    use super::super::affinity::{apply, parse_cpulist, resolve};
+    let bus = crate::comm::device::info(setup.device)
+        .ok()
+        .map(|g| g.pci_bus_id)
+        .filter(|b| !b.is_empty());
+    let mut f = resolve(&setup.affinity, std::path::Path::new("/"), bus.as_deref());
+    if let Some(cpus) = f.cpus.as_deref().and_then(|c| parse_cpulist(c).ok()) {
+        if let Err(e) = apply(&cpus) {
+            f.note = format!("{}; pinning failed ({e}), left as inherited", f.note);
+            f.cpus = None;
+        }
+    }
+    f
+}
+
+/// Runs `job` as rank `setup.rank`. `progress` is called after each configuration.
+pub fn run_rank(
+    setup: RankSetup,
+    job: &Job,
+    mut progress: impl FnMut(usize),
+) -> anyhow::Result<RankResult> {
+    let t0 = std::time::Instant::now();
+    let nccl_env = crate::util::nccl_env();
+    let mut result = RankResult {
+        rank: setup.rank,
+        pid: std::process::id(),
+        device: setup.device,
+        gpu: None,
+        nccl_env,
+        nccl_version: None,
+        nccl_library: None,
+        samples: vec![],
+        wrong: vec![],
+        init_s: 0.0,
+        stream_gbps: None,
+        stream_fixed_us: None,
+        passes: vec![],
+        affinity: None,
+        clocks_khz: None,
+    };
+    if let Job::Env = job {
+        result.gpu = crate::comm::device::info(setup.device).ok();
+        return Ok(result);
+    }
+    // Pin first: the threads CUDA and NCCL start from here on inherit the mask.
+    result.affinity = Some(pin(&setup));
+    result.clocks_khz = crate::comm::device::clocks_khz(setup.device).ok();
+    let gpu = Gpu::open(setup.device)?;
+    result.gpu = Some(gpu.info());
+    let n = setup.nranks;
+    let (comm, barrier) = if job.needs_communicator(n) {
+        let comm = Communicator::init(&gpu, &setup.id, setup.rank, setup.nranks)?;
+        result.nccl_version = crate::comm::nccl::version();
+        result.nccl_library = crate::comm::libs::loaded_path("libnccl");
+        let barrier = Coll::new(
+            &gpu,
+            CollectiveKind::AllReduce,
+            DType::F32,
+            1,
+            0,
+            setup.rank,
+            n,
+        )?;
+        (Some(comm), Some(barrier))
+    } else {
+        (None, None)
+    };
+    // Any error (or panic) from here on leaves through this guard, which marks the
+    // communicator failed: its drop then aborts it (ncclCommAbort) instead of destroying it.
+    let abort_guard = comm.as_ref().map(|c| c.abort_guard());
+    let mut rank = Rank {
+        setup,
+        gpu,
+        comm,
+        barrier,
+        p2p: RankP2p::default(),
+    };
+    rank.barrier()?;
+    result.init_s = t0.elapsed().as_secs_f64();
+    if let Some(f) = rank.setup.fault.filter(|f| f.rank == rank.setup.rank) {
+        eprintln!("rank {}: injecting fault {:?}", f.rank, f.kind);
+        match f.kind {
+            FaultKind::Exit => std::process::exit(3),
+            FaultKind::Abort => std::process::abort(),
+            FaultKind::Hang => loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            },
+            FaultKind::P2pSilent => rank.p2p.silent = true,
+        }
+    }
+    let p2p_bytes = job.p2p_bytes();
+    if p2p_bytes > 0 {
+        rank.p2p.ar = Some(connect_p2p(&rank.gpu, &rank.setup, p2p_bytes)?);
+        // every rank connected before any rank's first P2P call
+        rank.barrier()?;
+    }
+    let me = rank.setup.rank;
+    match job {
+        Job::Collective {
+            cases,
+            graphs,
+            iters,
+            warmup,
+            batch,
+        } => {
+            for (ci, case) in cases.iter().enumerate() {
+                let colls = vec![Coll::new(
+                    &rank.gpu, case.op, case.dtype, case.count, ci, me, n,
+                )?];
+                for &graph in graphs {
+                    let b = (*batch).max(1);
+                    let (samples, wrong) = if graph {
+                        let g = rank.gpu.capture(|| {
+                            for _ in 0..b {
+                                colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p)?;
+                            }
+                            Ok(())
+                        });
+                        let g = g?;
+                        let s = rank.time(*iters, *warmup, |_| Ok(g.launch()?))?;
+                        poison(&colls, &rank.gpu)?;
+                        g.launch()?;
+                        rank.gpu.sync()?;
+                        rank.p2p.check(&rank.gpu)?;
+                        (s, check_wrong(&colls, &rank.gpu, me, n)?)
+                    } else {
+                        let (c, p2p) = (&colls, &rank.p2p);
+                        let s = rank.time(*iters, *warmup, |_| {
+                            for _ in 0..b {
+                                c[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, p2p)?;
+                            }
+                            Ok(())
+                        })?;
+                        poison(&colls, &rank.gpu)?;
+                        colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p)?;
+                        rank.gpu.sync()?;
+                        rank.p2p.check(&rank.gpu)?;
+                        (s, check_wrong(&colls, &rank.gpu, me, n)?)
+                    };
+                    result
+                        .samples
+                        .push(samples.into_iter().map(|s| s / b as f64).collect());
+                    result.wrong.push(wrong);
+                    result.passes.push(vec![]);
+                    progress(result.samples.len());
+                }
+            }
+        }
+        Job::Verify {
+            schedule,
+            runs,
+            iters,
+            warmup,
+            launches_per_layer,
+            run_impls,
+            host_gaps,
+            timing_pass,
+            pdl,
+        } => {
+            let with_colls = rank.comm.is_some();
+            check_memory(&rank.gpu, schedule, n, with_colls)?;
+            let mut colls = vec![];
+            for (i, op) in schedule.ops.iter().enumerate() {
+                if let (
+                    Op::Collective {
+                        kind, dtype, count, ..
+                    },
+                    true,
+                ) = (op, with_colls)
+                {
+                    colls.push(Coll::new(
+                        &rank.gpu,
+                        *kind,
+                        *dtype,
+                        *count as usize,
+                        i,
+                        me,
+                        n,
+                    )?);
+                }
+            }
+            let needs_compute =
+                runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
+            let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
+            let compute = if needs_compute {
+                let c = Compute::new(&rank.gpu, schedule.tokens as usize, *pdl)?;
+                result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
+                let (n, sum) = stream_launches(&steps);
+                if let Some(mean) = sum.checked_div(n) {
+                    result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, mean)?);
+                }
+                Some(c)
+            } else {
+                None
+            };
+            let zeros = vec![0.0; steps.len()];
+            for (ri, &(graph, mode)) in runs.iter().enumerate() {
+                let imp = run_impls.get(ri).copied().unwrap_or_default();
+                let p2p = &rank.p2p;
+                // Host gaps per step, drawn before the timed loop (the generator stays out of it).
+                let launches = schedule_launches(schedule, mode != Mode::Comm);
+                let gaps_of = |it: u64| -> Vec<f64> {
+                    let mut g = vec![0.0; steps.len()];
+                    if !graph && !host_gaps.is_none() {
+                        let drawn = host_gaps.iteration_gaps(false, me, it, &launches);
+                        for (l, us) in launches.iter().zip(drawn) {
+                            g[step_of_op[l.op]] += us;
+                        }
+                    }
+                    g
+                };
+                let launched = |st: &Step| match st {
+                    Step::Coll => mode != Mode::Compute,
+                    Step::Stream { .. } | Step::Tiny => mode != Mode::Comm,
+                };
+                // One verify: per step, the host gap (busy-waited), then the launch; with a
+                // probe, timestamps around each launch and the host times.
+                let replay = |gaps: &[f64], mut probe: Option<&mut Probe>| -> anyhow::Result<()> {
+                    let gpu = &rank.gpu;
+                    let mut ci = 0;
+                    for (i, st) in steps.iter().enumerate() {
+                        if gaps[i] > 0.0 {
+                            let t0 = std::time::Instant::now();
+                            busy_wait_us(gaps[i]);
+                            if let Some(p) = probe.as_deref_mut() {
+                                let s = p.host_us(t0);
+                                p.host_gaps.push(RankTiming {
+                                    start_us: s,
+                                    dur_us: t0.elapsed().as_secs_f64() * 1e6,
+                                });
+                            }
+                        }
+                        let ev = probe
+                            .as_deref()
+                            .and_then(|p| p.events[i].as_ref())
+                            .filter(|_| launched(st));
+                        if let Some((a, _)) = ev {
+                            gpu.record_timestamp(a)?;
+                        }
+                        let t0 = std::time::Instant::now();
+                        match *st {
+                            Step::Coll => {
+                                if mode != Mode::Compute {
+                                    colls[ci].enqueue_on(rank.comm(), gpu, imp, p2p)?;
+                                }
+                                ci += 1;
+                            }
+                            Step::Stream { start, nvec } => {
+                                if mode != Mode::Comm {
+                                    let c = compute.as_ref().expect("compute loaded");
+                                    c.kernels.stream(
+                                        gpu, &c.pool, start, nvec, &c.act, c.tokens, &c.partial,
+                                    )?;
+                                }
+                            }
+                            Step::Tiny => {
+                                if mode != Mode::Comm {
+                                    let c = compute.as_ref().expect("compute loaded");
+                                    c.kernels.tiny(gpu, &c.partial)?;
+                                }
+                            }
+                        }
+                        if let Some((_, b)) = ev {
+                            gpu.record_timestamp(b)?;
+                        }
+                        if let (Some(p), Step::Coll, true) =
+                            (probe.as_deref_mut(), st, mode != Mode::Compute)
+                        {
+                            let s = p.host_us(t0);
+                            p.launches.push(RankTiming {
+                                start_us: s,
+                                dur_us: t0.elapsed().as_secs_f64() * 1e6,
+                            });
+                        }
+                    }
+                    Ok(())
+                };
+                let check = |rank: &Rank| -> anyhow::Result<u64> {
+                    if mode == Mode::Compute {
+                        Ok(0)
+                    } else {
+                        check_wrong(&colls, &rank.gpu, me, n)
+                    }
+                };
+                // The pass's events: every step that launches something in this mode, but
+                // the tiny launch-load kernels.
+                let pass_iters = if mode == Mode::Compute {
+                    0
+                } else {
+                    *timing_pass
+                };
+                let mut probe = if pass_iters > 0 {
+                    let mut events = vec![];
+                    for st in &steps {
+                        events.push(if launched(st) && *st != Step::Tiny {
+                            Some((rank.gpu.event()?, rank.gpu.event()?))
+                        } else {
+                            None
+                        });
+                    }
+                    Some(Probe {
+                        events,
+                        reference: rank.gpu.event()?,
+                        host_ref: std::time::Instant::now(),
+                        host_gaps: vec![],
+                        launches: vec![],
+                    })
+                } else {
+                    None
+                };
+                let first_pass_it = *warmup + *iters;
+                let mut pass = vec![];
+                let (samples, wrong) = if graph {
+                    // The headline graph has no event nodes; the pass captures its own.
+                    let g = rank.gpu.capture(|| replay(&zeros, None))?;
+                    let s = rank.time(*iters, *warmup, |_| Ok(g.launch()?))?;
+                    poison(&colls, &rank.gpu)?;
+                    g.launch()?;
+                    rank.gpu.sync()?;
+                    rank.p2p.check(&rank.gpu)?;
+                    let wrong = check(&rank)?;
+                    if let Some(p) = probe.as_mut() {
+                        let gp = rank.gpu.capture(|| replay(&zeros, Some(&mut *p)))?;
+                        p.host_gaps.clear();
+                        p.launches.clear();
+                        gp.launch()?;
+                        rank.gpu.sync()?;
+                        rank.p2p.check(&rank.gpu)?;
+                        for _ in 0..pass_iters {
+                            rank.barrier_then(Some(&p.reference))?;
+                            p.host_ref = std::time::Instant::now();
+                            let t0 = std::time::Instant::now();
+                            gp.launch()?;
+                            let l = RankTiming {
+                                start_us: p.host_us(t0),
+                                dur_us: t0.elapsed().as_secs_f64() * 1e6,
+                            };
+                            rank.gpu.sync()?;
+                            let mut it = p.read(&steps)?;
+                            it.launches = vec![l; it.collectives.len()];
+                            pass.push(it);
+                        }
+                        drop(gp);
+                    }
+                    (s, wrong)
+                } else {
+                    let all: Vec<Vec<f64>> = (0..*warmup + *iters).map(gaps_of).collect();
+                    let s = rank.time(*iters, *warmup, |it| replay(&all[it as usize], None))?;
+                    poison(&colls, &rank.gpu)?;
+                    replay(&zeros, None)?;
+                    rank.gpu.sync()?;
+                    rank.p2p.check(&rank.gpu)?;
+                    let wrong = check(&rank)?;
+                    if let Some(p) = probe.as_mut() {
+                        for k in 0..pass_iters {
+                            let g = gaps_of(first_pass_it + k);
+                            rank.barrier_then(Some(&p.reference))?;
+                            p.host_ref = std::time::Instant::now();
+                            replay(&g, Some(&mut *p))?;
+                            rank.gpu.sync()?;
+                            pass.push(p.read(&steps)?);
+                        }
+                    }
+                    (s, wrong)
+                };
+                rank.async_error()?;
+                result.samples.push(samples);
+                result.wrong.push(wrong);
+                result.passes.push(pass);
+                progress(result.samples.len());
+            }
+        }
+        Job::Env => unreachable!("handled above"),
+    }
+    rank.async_error()?;
+    if rank.p2p.ar.is_some() {
+        // peers read this rank's workspace until their last call: drop it only after all are done
+        rank.gpu.sync()?;
+        rank.p2p.check(&rank.gpu)?;
+        rank.barrier()?;
+        rank.p2p.ar = None;
+    }
+    if let Some(g) = abort_guard {
+        g.disarm();
+    }
+    Ok(result)
+}
