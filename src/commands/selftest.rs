@@ -548,7 +548,8 @@ fn exported_ops(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) 
         timing_pass: 0,
         pdl: false,
     };
-    let res = run_job(&spec(devices, launcher, 120.0), &job).and_then(|r| combine(&r, runs.len()));
+    let res = run_job(&spec(devices, launcher, 120.0), &job)
+        .and_then(|r| combine(&r, runs.len(), RankTime::Max));
     match res {
         Ok(c) => {
             for ((graph, _), (_, wrong)) in runs.iter().zip(c) {
