@@ -62,6 +62,10 @@ impl Compute {
                 crate::comm::kernels::MAXT
             );
         }
+        // A schedule exported from a trace does not know its tokens (0) and holds no weight
+        // streaming; the launches that stand in for the kernels between its collectives
+        // (`--launches-per-layer`) and the bandwidth measure stream as for one token.
+        let tokens = tokens.max(1);
         let kernels = Kernels::load_with(gpu, pdl)?;
         let pool = Pool::new(gpu, POOL_BYTES)?;
         let actv: Vec<u8> = (0..tokens * 8)
