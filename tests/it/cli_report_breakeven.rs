@@ -150,6 +150,21 @@ fn a_collectives_only_verify_is_shown_only_as_a_bound_in_report_and_breakeven() 
     .success();
     let md = std::fs::read_to_string(d.join("rep2/report.md")).unwrap();
     assert!(md.contains("beats plain decoding"), "{md}");
+    // beside a whole verify, the collectives-only bound of comm.json adds nothing: left out
+    vb().args([
+        "report",
+        &p("full.json"),
+        &p("comm.json"),
+        &p("decode.json"),
+        "-o",
+        &p("rep4"),
+    ])
+    .assert()
+    .success();
+    let md4 = std::fs::read_to_string(d.join("rep4/report.md")).unwrap();
+    assert!(md4.contains("| T_verify |"), "{md4}");
+    assert!(!md4.contains("lower bound"), "{md4}");
+    assert!(!md4.contains("| bound |"), "{md4}");
     vb().args([
         "report",
         &p("full.json"),

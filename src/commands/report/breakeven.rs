@@ -31,10 +31,13 @@ pub(super) fn breakeven_of(
     // The rule `breakeven` follows too (speculative::inputs::times_of): a verify record of
     // one part of the forward (collectives only, or compute only) is shown as a lower bound of
     // the verify, marked so; the decode and draft times must be whole forwards, since a part
-    // of them would overstate what speculation gains.
+    // of them would overstate what speculation gains. Beside a full verify record the bounds
+    // add nothing and are left out; without one they are what the report can show.
+    let is_full = |t: &RecordTime| t.mode == crate::record::Mode::Full;
+    let any_full_verify = times.iter().any(|t| t.phase == Phase::Verify && is_full(t));
     let full: Vec<RecordTime> = times
         .iter()
-        .filter(|t| t.phase == Phase::Verify || t.mode == crate::record::Mode::Full)
+        .filter(|t| is_full(t) || t.phase == Phase::Verify && !any_full_verify)
         .cloned()
         .collect();
     if flags.decode_ms.is_none() && !full.iter().any(|t| t.phase == Phase::Decode) {
