@@ -367,15 +367,20 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                 .take(MAX_SPEED_LINES)
                 .map(|r| SpeedLine {
                     label: format!(
-                        "T_verify {:.2} ms ({}), tau* {:.2}{}",
+                        "T_verify {:.2} ms ({}), tau* {}{:.2}{}",
                         r.verify_ms.value,
-                        if r.modeled {
+                        if r.bound {
+                            "lower bound: a part of the verify"
+                        } else if r.modeled {
                             "modeled"
                         } else {
                             r.verify_ms.origin.kind()
                         },
+                        if r.bound { ">=" } else { "" },
                         r.breakeven_accept_length,
-                        if r.breakeven_accept_length < 1.0 {
+                        if r.bound {
+                            ""
+                        } else if r.breakeven_accept_length < 1.0 {
                             " (< 1: pays at any acceptance)"
                         } else if !r.reachable {
                             " (> k+1: cannot pay)"

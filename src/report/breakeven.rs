@@ -120,32 +120,48 @@ pub fn render(a: &Analysis) -> String {
     let _ = writeln!(o, "{head}");
     for r in &a.rows {
         let mut line = format!(
-            "  {:>11.2}  {:<9} {:>9.2} {:>7.3} {:>12}",
+            "  {:>11.2}  {:<9} {:>9.2} {:>7} {:>12}",
             r.verify_ms.value,
-            if r.modeled {
+            if r.bound {
+                "bound"
+            } else if r.modeled {
                 "modeled"
             } else {
                 r.verify_ms.origin.kind()
             },
             r.cycle_ms,
-            r.breakeven_accept_length,
+            format!(
+                "{}{:.3}",
+                if r.bound { ">=" } else { "" },
+                r.breakeven_accept_length
+            ),
             rate_cell(r.breakeven_accept_length, r.breakeven_accept_rate)
         );
         if let Some(p) = &r.at_accept_length {
+            let le = if r.bound { "<=" } else { "" };
             let _ = write!(
                 line,
-                " {:>16.2} {:>7.2}x{}",
-                p.tokens_per_s,
-                p.speedup,
+                " {:>16} {:>7}x{}",
+                format!("{le}{:.2}", p.tokens_per_s),
+                format!("{le}{:.2}", p.speedup),
                 if p.beats_baseline { " *" } else { "" }
             );
         }
         let _ = writeln!(o, "{line}");
     }
-    if a.rows.iter().any(|r| r.breakeven_accept_length <= 1.0) {
+    if a.rows
+        .iter()
+        .any(|r| !r.bound && r.breakeven_accept_length <= 1.0)
+    {
         let _ = writeln!(
             o,
             "  (alpha* any: tau* <= 1, the cycle is shorter than one decode step, so speculation pays at any acceptance)"
+        );
+    }
+    if a.rows.iter().any(|r| r.bound) {
+        let _ = writeln!(
+            o,
+            "  (bound: T_verify is a part of the verify only, its other part is missing: tau* (>=) is a lower bound, tokens/s and speedup (<=) upper bounds, never a measured speedup)"
         );
     }
     if a.rows.iter().any(|r| !r.reachable) {
@@ -170,7 +186,8 @@ pub fn render(a: &Analysis) -> String {
         let mut line = format!("  {:>11.2}", r.verify_ms.value);
         for p in &r.grid {
             let cell = format!(
-                "{:.1}{}",
+                "{}{:.1}{}",
+                if r.bound { "<=" } else { "" },
                 p.tokens_per_s,
                 if p.beats_baseline { "*" } else { " " }
             );

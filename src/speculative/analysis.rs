@@ -16,7 +16,8 @@ pub struct Point {
     pub tokens_per_s: f64,
     /// Tokens/s with speculation over tokens/s without.
     pub speedup: f64,
-    /// True when speculation beats plain decoding here.
+    /// True when speculation beats plain decoding here; never for a row whose verify time is
+    /// a lower bound (its tokens/s are upper bounds, which prove no gain).
     pub beats_baseline: bool,
 }
 
@@ -39,6 +40,9 @@ pub struct Row {
     pub grid: Vec<Point>,
     /// True when this row uses a modeled time (its verify, the decode or the draft time).
     pub modeled: bool,
+    /// True when the verify time is a lower bound (a part of the verify only): tau* is then a
+    /// lower bound, tokens/s and speedups upper bounds.
+    pub bound: bool,
 }
 
 /// A whole break-even.
@@ -53,7 +57,8 @@ pub struct Analysis {
     pub modeled: bool,
 }
 
-fn point(i: &Inputs, verify_ms: f64, tau: f64, base: f64) -> Point {
+fn point(i: &Inputs, verify: &Labelled, tau: f64, base: f64) -> Point {
+    let verify_ms = verify.value;
     let tps = tokens_per_s(
         tau,
         verify_ms,
@@ -65,7 +70,7 @@ fn point(i: &Inputs, verify_ms: f64, tau: f64, base: f64) -> Point {
         accept_length: tau,
         tokens_per_s: tps,
         speedup: tps / base,
-        beats_baseline: tps > base,
+        beats_baseline: tps > base && !verify.origin.is_bound(),
     }
 }
 
@@ -95,13 +100,14 @@ pub fn analyse(inputs: Inputs) -> Analysis {
                 at_accept_length: inputs
                     .accept_length
                     .as_ref()
-                    .map(|t| point(&inputs, v.value, t.value, base)),
+                    .map(|t| point(&inputs, v, t.value, base)),
                 grid: inputs
                     .table_accept_lengths
                     .iter()
-                    .map(|&t| point(&inputs, v.value, t, base))
+                    .map(|&t| point(&inputs, v, t, base))
                     .collect(),
                 modeled: shared_modeled || v.origin.is_modeled(),
+                bound: v.origin.is_bound(),
             }
         })
         .collect();

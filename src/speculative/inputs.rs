@@ -25,6 +25,13 @@ pub enum Origin {
     Measured { file: String, detail: String },
     /// Predicted by the cost model, read from a results file.
     Modeled { file: String, detail: String },
+    /// A part of the forward only (collectives only, or compute only), measured or modeled:
+    /// a lower bound of the forward's time, never the time itself.
+    LowerBound {
+        modeled: bool,
+        file: String,
+        detail: String,
+    },
     /// Computed from other inputs (an accept length from acceptance rates).
     Derived { from: String },
 }
@@ -32,16 +39,25 @@ pub enum Origin {
 impl Origin {
     /// True for numbers that came from the cost model.
     pub fn is_modeled(&self) -> bool {
-        matches!(self, Origin::Modeled { .. })
+        matches!(
+            self,
+            Origin::Modeled { .. } | Origin::LowerBound { modeled: true, .. }
+        )
     }
 
-    /// A short label: `given`, `default`, `measured`, `modeled`, `derived`.
+    /// True for a lower bound (a part of the forward only).
+    pub fn is_bound(&self) -> bool {
+        matches!(self, Origin::LowerBound { .. })
+    }
+
+    /// A short label: `given`, `default`, `measured`, `modeled`, `bound`, `derived`.
     pub fn kind(&self) -> &'static str {
         match self {
             Origin::Given { .. } => "given",
             Origin::Default => "default",
             Origin::Measured { .. } => "measured",
             Origin::Modeled { .. } => "modeled",
+            Origin::LowerBound { .. } => "bound",
             Origin::Derived { .. } => "derived",
         }
     }
@@ -54,6 +70,15 @@ impl fmt::Display for Origin {
             Origin::Default => f.write_str("default"),
             Origin::Measured { file, detail } => write!(f, "measured ({file}: {detail})"),
             Origin::Modeled { file, detail } => write!(f, "modeled ({file}: {detail})"),
+            Origin::LowerBound {
+                modeled,
+                file,
+                detail,
+            } => write!(
+                f,
+                "lower bound, {} ({file}: {detail})",
+                if *modeled { "modeled" } else { "measured" }
+            ),
             Origin::Derived { from } => write!(f, "derived ({from})"),
         }
     }
@@ -84,7 +109,8 @@ impl Labelled {
 }
 
 /// The run of a verify record that stands for its time, best first: CUDA graph with compute,
-/// eager with compute, then comm-only runs (a lower bound), then compute-only.
+/// eager with compute, then comm-only runs, then compute-only (both only lower bounds of the
+/// forward: see [`times_of`]).
 pub fn representative_run(v: &VerifyResult) -> Option<&VerifyRun> {
     [
         (true, Mode::Full),
@@ -141,7 +167,7 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
             continue;
         };
         let w = &v.workload;
-        let mut detail = format!(
+        let detail = format!(
             "{} {} TP={} T={}, {}, median of {}",
             w.model,
             phase_word(w.phase),
@@ -150,15 +176,19 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
             run_words(run),
             run.per_verify.n
         );
-        if run.mode == Mode::Comm {
-            detail += "; collectives only, a lower bound";
-        }
-        let origin = match r.source {
-            Source::Measured => Origin::Measured {
+        // One rule for every command that reads records (breakeven, report, explain): a
+        // forward's part is a lower bound of the forward, shown as such, never as its time.
+        let origin = match (run.mode, r.source) {
+            (Mode::Comm | Mode::Compute, source) => Origin::LowerBound {
+                modeled: source == Source::Modeled,
+                file: file.clone(),
+                detail: detail + &format!("; {}", missing_part(run.mode)),
+            },
+            (Mode::Full, Source::Measured) => Origin::Measured {
                 file: file.clone(),
                 detail,
             },
-            Source::Modeled => Origin::Modeled {
+            (Mode::Full, Source::Modeled) => Origin::Modeled {
                 file: file.clone(),
                 detail,
             },
@@ -174,6 +204,15 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
         });
     }
     (times, skipped)
+}
+
+/// What a run of `mode` leaves out of the forward.
+fn missing_part(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Comm => "collectives only: the forward's compute is missing",
+        Mode::Compute => "compute only: the forward's collectives are missing",
+        Mode::Full => "",
+    }
 }
 
 fn phase_word(p: Phase) -> &'static str {
@@ -270,6 +309,10 @@ fn one_of(
 ) -> anyhow::Result<Option<(Labelled, u64)>> {
     match times {
         [] => Ok(None),
+        [t] if t.ms.origin.is_bound() => Err(usage(format!(
+            "the {what} time is only a part of the forward ({}): a lower bound of the {what} time would overstate what speculation gains; give {flag}, or a {what} record of a full run (`verify --mode full`)",
+            t.ms.origin
+        ))),
         [t] => Ok(Some((t.ms.clone(), t.tokens))),
         _ => Err(usage(format!(
             "the results files hold {} {what} records; keep one, or give {flag}",
@@ -337,6 +380,12 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
     }
     for t in &rec_verify {
         check_time("the verify record's time", t.ms.value, true)?;
+        if t.ms.origin.is_bound() {
+            notes.push(format!(
+                "T_verify {:.2} ms is a lower bound (see its origin): the verify's other part is missing, so its tau* is a lower bound and its tokens/s and speedups upper bounds, not a speedup to expect; give a full run (`verify --mode full`) or --verify-ms for the whole verify",
+                t.ms.value
+            ));
+        }
         verify_ms.push(t.ms.clone());
     }
     if need_verify && verify_ms.is_empty() {
@@ -574,7 +623,7 @@ impl std::str::FromStr for TraceInput {
 }
 
 /// The step times of `--from-trace` traces, labelled measured from the trace (median step
-/// over the trace's steps). A trace that cannot be read, or has no complete step, is a usage
+/// over the trace's steps), or a lower bound when the trace holds no compute kernel. A trace that cannot be read, or has no complete step, is a usage
 /// error naming the flag and the file. Tokens are unknown (0): a trace does not say them.
 pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>> {
     let mut out = vec![];
@@ -585,23 +634,45 @@ pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>
         let st = crate::trace::breakeven::step_time(&a)
             .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
         let files: Vec<String> = st.files.iter().map(|f| short_name(Path::new(f))).collect();
-        // a trace's step is the whole forward as the server ran it: collectives and compute
+        let detail = format!(
+            "{} step measured from the trace: median of {} steps ({:.3}..{:.3} ms), {}",
+            phase_word(t.phase),
+            st.steps,
+            st.min_ms,
+            st.max_ms,
+            st.mode
+        );
+        // A trace's step is the whole forward as the server ran it, collectives and compute,
+        // unless the trace holds no compute kernel at all (a collectives-only replay or
+        // stand-in): then it is a lower bound, as a collectives-only record is.
+        let collectives_only = a.step.as_ref().is_some_and(|s| s.compute_us.max <= 0.0);
+        let (mode, origin) = if collectives_only {
+            (
+                Mode::Comm,
+                Origin::LowerBound {
+                    modeled: false,
+                    file: files.join(", "),
+                    detail: format!(
+                        "{detail}; no compute kernel in the trace, {}",
+                        missing_part(Mode::Comm)
+                    ),
+                },
+            )
+        } else {
+            (
+                Mode::Full,
+                Origin::Measured {
+                    file: files.join(", "),
+                    detail,
+                },
+            )
+        };
         out.push(RecordTime {
-            mode: Mode::Full,
+            mode,
             phase: t.phase,
             ms: Labelled {
                 value: st.median_ms,
-                origin: Origin::Measured {
-                    file: files.join(", "),
-                    detail: format!(
-                        "{} step measured from the trace: median of {} steps ({:.3}..{:.3} ms), {}",
-                        phase_word(t.phase),
-                        st.steps,
-                        st.min_ms,
-                        st.max_ms,
-                        st.mode
-                    ),
-                },
+                origin,
             },
             tokens: 0,
         });
@@ -947,5 +1018,66 @@ INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
         let e = resolve(&f, &[], true).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("give them to --accept-rates"), "{e}");
+    }
+
+    /// A collectives-only record time (as `times_of` labels a `--mode comm` run).
+    fn bound(phase: Phase, ms: f64, tokens: u64) -> RecordTime {
+        RecordTime {
+            phase,
+            ms: Labelled {
+                value: ms,
+                origin: Origin::LowerBound {
+                    modeled: true,
+                    file: "c.json".into(),
+                    detail: "x".into(),
+                },
+            },
+            tokens,
+            mode: Mode::Comm,
+        }
+    }
+
+    #[test]
+    fn a_part_of_the_verify_is_a_bound_and_a_part_of_the_decode_is_refused() {
+        let o = bound(Phase::Verify, 3.0, 4).ms.origin;
+        assert!(o.is_bound() && o.is_modeled());
+        assert_eq!(o.kind(), "bound");
+        assert_eq!(o.to_string(), "lower bound, modeled (c.json: x)");
+        // the verify: kept, with a note saying it is a lower bound
+        let f = Flags {
+            verify_ms: vec![],
+            acceptance: Some(Acceptance::Length(2.5)),
+            ..flags()
+        };
+        let i = resolve(&f, &[bound(Phase::Verify, 3.0, 4)], true).unwrap();
+        assert_eq!(i.verify_ms.len(), 1);
+        assert!(i
+            .notes
+            .iter()
+            .any(|n| n.starts_with("T_verify 3.00 ms is a lower bound")));
+        // its row: tau* = 3 / 12.2 = 0.246 (a lower bound); at tau 2.5 the cycle of 3 ms gives
+        // 2.5 / 3 ms = 833.3 tok/s, far above 1000 / 12.2 = 82.0, yet no gain is claimed
+        let a = crate::speculative::analysis::analyse(i);
+        let r = &a.rows[0];
+        assert!(r.bound);
+        assert!((r.breakeven_accept_length - 3.0 / 12.2).abs() < 1e-12);
+        let p = r.at_accept_length.as_ref().unwrap();
+        assert!((p.tokens_per_s - 2.5 / 3.0 * 1000.0).abs() < 1e-9);
+        assert!(!p.beats_baseline);
+        assert!(r.grid.iter().all(|p| !p.beats_baseline));
+        // the decode: refused, the flag to give named
+        let f = Flags {
+            decode_ms: None,
+            ..flags()
+        };
+        let e = resolve(&f, &[bound(Phase::Decode, 5.0, 1)], true).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.starts_with(
+                "the decode time is only a part of the forward (lower bound, modeled (c.json: x))"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("give --decode-ms"), "{m}");
     }
 }

@@ -332,6 +332,13 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
                 timed_s += timed;
             }
             let line = match &sp.reason {
+                None if !rank::not_modeled(sp).is_empty() => format!(
+                    "[{i}/{n_todo}] round {} {}: ok, not modeled: {} (the cost model cannot price it: not ranked); {}",
+                    k.round + 1,
+                    p.id,
+                    rank::not_modeled(sp).join(", "),
+                    time_line(sp, split)
+                ),
                 None => {
                     let t = rank::rank(std::slice::from_ref(sp), a.mode);
                     let r = &t.rows[0];

@@ -36,6 +36,10 @@ pub struct Ranking<'a> {
     /// Points that ran, fastest first by the primary column.
     pub rows: Vec<Row<'a>>,
     pub failed: Vec<&'a SweepPoint>,
+    /// Points that ran through the cost model but set variables it cannot price: their
+    /// numbers are NCCL's defaults' under another name, so they are listed apart and never
+    /// ranked or recommended.
+    pub unpriced: Vec<&'a SweepPoint>,
     /// Graph replay when present (what serving engines use for decode), else eager.
     pub primary_graph: bool,
     pub mode: Mode,
@@ -72,16 +76,36 @@ fn cell(p: &SweepPoint, base: Option<&SweepPoint>, graph: bool, mode: Mode) -> O
     })
 }
 
-/// Ranks `points` (ok ones by time, failed ones listed apart) for replay mode `mode`.
+/// The settings of a point that the cost model could not price, from its record's notes
+/// ("not modeled: NCCL_NTHREADS=512, ..."); empty for a measured point or a priced one.
+pub fn not_modeled(p: &SweepPoint) -> Vec<String> {
+    let Some(v) = &p.verify else {
+        return vec![];
+    };
+    v.provenance
+        .notes
+        .iter()
+        .filter_map(|n| n.strip_prefix("not modeled: "))
+        .map(|n| n.split(" (").next().unwrap_or(n).to_string())
+        .collect()
+}
+
+/// Ranks `points` (ok ones by time; failed ones and the ones the cost model could not price
+/// listed apart) for replay mode `mode`.
 pub fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
     let base = points
         .iter()
         .find(|p| p.overrides.is_empty() && p.verify.is_some());
     let mut rows = vec![];
     let mut failed = vec![];
+    let mut unpriced = vec![];
     for p in points {
         if p.verify.is_none() || !p.ok() && p.wrong() == 0 {
             failed.push(p);
+            continue;
+        }
+        if !not_modeled(p).is_empty() {
+            unpriced.push(p);
             continue;
         }
         rows.push(Row {
@@ -123,6 +147,7 @@ pub fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
     Ranking {
         rows,
         failed,
+        unpriced,
         primary_graph,
         mode,
         source,
@@ -156,7 +181,11 @@ fn rat(c: &Option<Cell>, baseline: bool) -> String {
     }
 }
 
-/// The ranking as a flat table (also what `--export-table-*` writes).
+/// The rank cell of a point the cost model could not price.
+pub const UNPRICED: &str = "not modeled";
+
+/// The ranking as a flat table (also what `--export-table-*` writes): the ranked points, then
+/// the ones the cost model could not price, then the failed ones.
 pub fn table(r: &Ranking) -> Table {
     let headers = [
         "rank",
@@ -186,16 +215,6 @@ pub fn table(r: &Ranking) -> Table {
         for u in &p.unknown_vars {
             notes.push(format!("{u} unknown to NCCL"));
         }
-        // The cost model's own word on what it did not price (its record's notes).
-        if let Some(v) = &p.verify {
-            notes.extend(
-                v.provenance
-                    .notes
-                    .iter()
-                    .filter_map(|n| n.strip_prefix("not modeled: "))
-                    .map(|n| format!("not modeled: {}", n.split(" (").next().unwrap_or(n))),
-            );
-        }
         if !p.ok() {
             notes.push(p.reason.clone().unwrap_or_default());
         }
@@ -212,6 +231,25 @@ pub fn table(r: &Ranking) -> Table {
             row.wrong.to_string(),
             p.env_check.cell(),
             notes.join("; "),
+        ]);
+    }
+    for p in &r.unpriced {
+        rows.push(vec![
+            UNPRICED.into(),
+            p.point_id.clone(),
+            label(p),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "n/a".into(),
+            "n/a".into(),
+            p.wrong().to_string(),
+            p.env_check.cell(),
+            format!(
+                "not modeled: {} (the cost model cannot price it: not ranked)",
+                not_modeled(p).join(", ")
+            ),
         ]);
     }
     for p in &r.failed {

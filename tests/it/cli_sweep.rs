@@ -457,7 +457,10 @@ fn model_backend_sweep_runs_every_point_in_a_fresh_child() {
         .stdout(
             predicate::str::contains("modeled numbers")
                 .and(predicate::str::contains("Recommendation"))
-                .and(predicate::str::contains("noise floor (graph): ±0.0%")),
+                .and(predicate::str::contains(
+                    "noise floor: none measured: the numbers are modeled",
+                ))
+                .and(predicate::str::contains("noise floor (graph)").not()),
         );
     let v = lines(&res);
     assert_eq!(v.len(), 6);
@@ -515,6 +518,11 @@ fn planted_sweep(
 
 /// The graph-replay per-verify median of (point, round) in the results file.
 fn graph_median_of(v: &[serde_json::Value], prefix: &str, round: u64) -> f64 {
+    median_of(v, prefix, round, true)
+}
+
+/// The per-verify median of (point, round) in the results file, graph or eager replay.
+fn median_of(v: &[serde_json::Value], prefix: &str, round: u64, graph: bool) -> f64 {
     let d = v
         .iter()
         .map(|r| &r["result"]["data"])
@@ -524,7 +532,7 @@ fn graph_median_of(v: &[serde_json::Value], prefix: &str, round: u64) -> f64 {
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["graph"] == true)
+        .find(|r| r["graph"] == graph)
         .unwrap()["per_verify"]["median_us"]
         .as_f64()
         .unwrap()
@@ -726,4 +734,140 @@ fn bad_rounds_and_margins_are_usage_errors() {
         0,
         "a refused sweep writes nothing"
     );
+}
+
+/// The variables of `--preset pcie` that the cost model does not price (its
+/// `not modeled:` note), each in the id of the preset's points that set it.
+const UNPRICED_IN_IDS: [&str; 4] = ["P2P-LEVEL", "NCHANNELS", "NTHREADS", "BUFFSIZE"];
+
+#[test]
+fn a_model_sweep_lists_unpriced_points_apart_and_never_calls_its_numbers_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path().join("r.jsonl");
+    let csv = dir.path().join("rank.csv");
+    let out = vb()
+        .args([
+            "sweep",
+            "--backend",
+            "model",
+            "--model",
+            "kimi-k2.5",
+            "--tp",
+            "8",
+        ])
+        .args(["--preset", "pcie", "--rounds", "2", "--results"])
+        .arg(&res)
+        .arg("--export-table-csv")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let unpriced = |l: &str| UNPRICED_IN_IDS.iter().any(|u| l.contains(u));
+    // The ranking: from its header to the first blank line; no unpriced point in it.
+    let ranking: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("rank "))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    // the preset's 16 variations + the baseline = 17 points; 2 P2P_LEVEL + 3 channel pairs
+    // + 3 NTHREADS + 2 BUFFSIZE = 10 of them unpriced, so 7 ranked under the header
+    assert_eq!(ranking.len(), 1 + 7, "{text}");
+    assert!(!ranking.iter().any(|l| unpriced(l)), "{text}");
+    assert!(
+        text.contains("Not ranked: 10 point(s) set variables the cost model cannot price"),
+        "{text}"
+    );
+    let listed: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Not ranked:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert_eq!(listed.len(), 10, "{text}");
+    assert!(listed
+        .iter()
+        .all(|l| unpriced(l) && l.contains(": not modeled: NCCL_")));
+    // The rounds' table judges only priced points, and names the others apart.
+    let judged: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("# modeled ratios to the baseline over 2 round(s)"))
+        .skip(2)
+        .take_while(|l| l.starts_with('p'))
+        .collect();
+    assert_eq!(
+        judged.len(),
+        6,
+        "the 7 ranked points less the baseline: {text}"
+    );
+    assert!(!judged.iter().any(|l| unpriced(l)), "{text}");
+    assert!(
+        text.contains("not judged (the cost model cannot price their settings): p06-P2P-LEVEL-PHB")
+    );
+    // Nothing of a model sweep was measured: the word only appears to say so.
+    for l in text.lines().filter(|l| l.contains("measured")) {
+        assert!(
+            l.starts_with("noise floor: none measured: the numbers are modeled"),
+            "{l}"
+        );
+    }
+    assert!(text.contains(
+        "Recommendation: keep NCCL's defaults (graph replay): no setting the cost model prices has a modeled ratio below 1"
+    ));
+    // The exported ranking keeps every point: the unpriced ones with no rank and no timing.
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    let unranked: Vec<&str> = rows
+        .lines()
+        .filter(|l| l.starts_with("not modeled,"))
+        .collect();
+    assert_eq!(unranked.len(), 10, "{rows}");
+    assert!(
+        unranked
+            .iter()
+            .all(|l| unpriced(l) && l.contains(",-,-,-,-,")),
+        "{rows}"
+    );
+}
+
+#[test]
+fn host_gaps_take_effect_in_a_model_sweeps_eager_rows_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, gaps: &[&str]| {
+        let res = dir.path().join(name);
+        vb().args([
+            "sweep",
+            "--backend",
+            "model",
+            "--model",
+            "kimi-k2.5",
+            "--tp",
+            "8",
+        ])
+        .args(["-L", "NCCL_PROTO=LL", "--rounds", "1", "--graph", "both"])
+        .args(gaps)
+        .arg("--results")
+        .arg(&res)
+        .assert()
+        .success();
+        lines(&res)
+    };
+    let plain = run("plain.jsonl", &[]);
+    let gaps = run("gaps.jsonl", &["--host-gap-us", "200"]);
+    for id in ["p00-baseline", "p01-PROTO-LL"] {
+        let (e0, e1) = (
+            median_of(&plain, id, 0, false),
+            median_of(&gaps, id, 0, false),
+        );
+        // Kimi-K2.5 at TP 8 runs 123 all-reduces and 1 all-gather: at least 123 gaps of
+        // 200 us lie between their launches, so an eager verify with them takes at least
+        // 123 x 200 = 24,600 us of host time alone, far above the verify without them.
+        assert!(e1 >= 123.0 * 200.0, "{id}: eager with gaps {e1} us");
+        assert!(e0 < 123.0 * 200.0 / 2.0, "{id}: eager without gaps {e0} us");
+        // A CUDA graph replays without the host: its rows do not move.
+        assert_eq!(
+            median_of(&plain, id, 0, true),
+            median_of(&gaps, id, 0, true),
+            "{id}"
+        );
+    }
 }

@@ -28,22 +28,22 @@ pub(super) fn breakeven_of(
             "no verify-phase verify record in the results files.".into()
         ));
     }
-    // Only whole forwards compare with a decode step: a collectives-only (or compute-only)
-    // verify time against a full decode would overstate what speculation gains.
+    // The rule `breakeven` follows too (speculative::inputs::times_of): a verify record of
+    // one part of the forward (collectives only, or compute only) is shown as a lower bound of
+    // the verify, marked so; the decode and draft times must be whole forwards, since a part
+    // of them would overstate what speculation gains. Beside a full verify record the bounds
+    // add nothing and are left out; without one they are what the report can show.
+    let is_full = |t: &RecordTime| t.mode == crate::record::Mode::Full;
+    let any_full_verify = times.iter().any(|t| t.phase == Phase::Verify && is_full(t));
     let full: Vec<RecordTime> = times
         .iter()
-        .filter(|t| t.mode == crate::record::Mode::Full)
+        .filter(|t| is_full(t) || t.phase == Phase::Verify && !any_full_verify)
         .cloned()
         .collect();
-    if !full.iter().any(|t| t.phase == Phase::Verify) {
-        return Ok(Err(
-            "the verify records hold no full run (collectives and compute, `verify --mode full`);              a collectives-only or compute-only time is not a whole verify forward, so it is not              compared with a decode step."
-                .into(),
-        ));
-    }
     if flags.decode_ms.is_none() && !full.iter().any(|t| t.phase == Phase::Decode) {
         return Ok(Err(
-            "no full-mode decode record (`verify --phase decode --mode full`) and no              `--decode-ms`: a decode time that is not a whole forward is not compared."
+            "no full-mode decode record (`verify --phase decode --mode full`) and no \
+             `--decode-ms`: a decode time that is not a whole forward is not compared."
                 .into(),
         ));
     }
@@ -116,7 +116,9 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
     for r in &a.rows {
         t.rows.push(vec![
             format!("{:.2}", r.verify_ms.value),
-            if r.modeled {
+            if r.bound {
+                "bound".to_string()
+            } else if r.modeled {
                 "modeled".to_string()
             } else {
                 r.verify_ms.origin.kind().to_string()
@@ -131,6 +133,12 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
         ]);
     }
     let _ = writeln!(md, "{}", markdown_table(&t));
+    if a.rows.iter().any(|r| r.bound) {
+        let _ = writeln!(
+            md,
+            "*bound*: T_verify is a part of the verify only, its other part is missing: tau* is a lower bound and tokens/s (<=) upper bounds, never a measured speedup.\n"
+        );
+    }
     let mut g = Table {
         headers: std::iter::once("T_verify (ms)".to_string())
             .chain(i.table_accept_lengths.iter().map(|x| format!("tau={x}")))
@@ -141,7 +149,9 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
         g.rows.push(
             std::iter::once(format!("{:.2}", r.verify_ms.value))
                 .chain(r.grid.iter().map(|p| {
-                    if p.beats_baseline {
+                    if r.bound {
+                        format!("<={:.1}", p.tokens_per_s)
+                    } else if p.beats_baseline {
                         format!("**{:.1}**", p.tokens_per_s)
                     } else {
                         format!("{:.1}", p.tokens_per_s)

@@ -2,10 +2,11 @@
 //! recommendation, and the progress line's account of where a child's time went. Pure: points
 //! in, text out.
 
-use crate::record::Mode;
+use crate::record::{Mode, Source};
 use crate::report::export::{text_table, Table};
 use crate::sweep::rank;
 use crate::sweep::results::SweepPoint;
+use crate::sweep::rounds as rd;
 use crate::sweep::{self as sw};
 
 /// Everything printed after the sweep: the first round's table, notes, failures, then the
@@ -25,6 +26,7 @@ pub fn render(
         rows: full
             .rows
             .iter()
+            .filter(|row| row[0] != rank::UNPRICED)
             .map(|row| row[..notes_col].to_vec())
             .collect(),
     };
@@ -42,9 +44,22 @@ pub fn render(
         "# {first}per-verify time in us (median ± standard error within the run), {source}; ratios are to the baseline (defaults)\n"
     ));
     out.push_str(&text_table(&shown));
+    if !r.unpriced.is_empty() {
+        out.push_str(&format!(
+            "\nNot ranked: {} point(s) set variables the cost model cannot price (their numbers would be the defaults' under another name); measure them on the GPUs (--backend nccl):\n",
+            r.unpriced.len()
+        ));
+        for p in &r.unpriced {
+            out.push_str(&format!(
+                "  {}: not modeled: {}\n",
+                p.point_id,
+                rank::not_modeled(p).join(", ")
+            ));
+        }
+    }
     let mut notes = String::new();
     let mut hints: Vec<(String, Vec<String>)> = vec![];
-    for row in &full.rows {
+    for row in full.rows.iter().filter(|row| row[0] != rank::UNPRICED) {
         let p = r
             .rows
             .iter()
@@ -103,9 +118,62 @@ pub fn render(
     (out, full)
 }
 
+/// Whether every timed point of the sweep came from the cost model (not the debug mock): its
+/// numbers have no between-run noise, so nothing about them is "measured".
+fn all_modeled(points: &[SweepPoint]) -> bool {
+    let mut records = points.iter().filter_map(|p| p.verify.as_ref()).peekable();
+    records.peek().is_some()
+        && records.all(|r| r.source == Source::Modeled && r.provenance.backend != "mock")
+}
+
+/// The verdict of one replay mode over modeled numbers: no noise to measure, so the setting
+/// with the lowest modeled ratio below 1 (minus `margin`) is the one recommended.
+fn modeled_verdict(
+    t: &[rd::RoundTiming],
+    ids: &[String],
+    base: &str,
+    graph: bool,
+    margin: f64,
+) -> rd::Verdict {
+    let mode = if graph { "graph" } else { "eager" };
+    let ratios: Vec<rd::PairedRatio> = ids
+        .iter()
+        .filter(|p| *p != base)
+        .filter_map(|p| rd::paired_ratio(t, p, base, graph))
+        .collect();
+    let best = ratios
+        .iter()
+        .filter(|r| r.ratio < 1.0 - margin)
+        .min_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    let sentence = match best {
+        Some(r) => format!(
+            "{mode} replay (modeled): {} is {:.1}% faster than the defaults, modeled ratio {:.3}",
+            r.point_id,
+            (1.0 - r.ratio) * 100.0,
+            r.ratio
+        ),
+        None if margin > 0.0 => format!(
+            "{mode} replay (modeled): no setting the cost model prices is faster than the defaults by more than the --noise-margin of {:.1}%",
+            margin * 100.0
+        ),
+        None => format!(
+            "{mode} replay (modeled): no setting the cost model prices is faster than the defaults"
+        ),
+    };
+    rd::Verdict {
+        graph,
+        noise: None,
+        recommended: best.map(|r| r.point_id.clone()),
+        ratios,
+        sentence,
+    }
+}
+
 /// The judgement of the rounds: per point the paired ratio to the baseline and its 95%
 /// interval (eager and graph), the measured noise floor of each mode, each mode's verdict,
-/// a line when the rounds are too few, and the recommendation of the primary mode.
+/// a line when the rounds are too few, and the recommendation of the primary mode. Points the
+/// cost model could not price are named apart and never judged; over modeled numbers no noise
+/// floor is claimed and the lowest modeled ratio below 1 is recommended, labelled modeled.
 pub fn rounds_block(
     points: &[SweepPoint],
     pairs: &[SweepPoint],
@@ -113,16 +181,30 @@ pub fn rounds_block(
     rounds: usize,
     margin: f64,
 ) -> String {
-    use crate::sweep::rounds as rd;
     let timings: Vec<rd::RoundTiming> = pairs.iter().map(sw::round_timing).collect();
     let Some(base) = points.iter().find(|p| p.overrides.is_empty()) else {
         return "No baseline point: nothing to pair with, nothing recommended.\n".into();
     };
-    let ids: Vec<String> = points.iter().map(|p| p.point_id.clone()).collect();
+    let (unpriced, judged): (Vec<&SweepPoint>, Vec<&SweepPoint>) = points
+        .iter()
+        .partition(|p| !rank::not_modeled(p).is_empty());
+    let modeled = all_modeled(points);
+    let ids: Vec<String> = judged.iter().map(|p| p.point_id.clone()).collect();
     let verdicts: Vec<rd::Verdict> = [false, true]
         .into_iter()
-        .map(|g| rd::judge_with_margin(&timings, &ids, &base.point_id, g, margin))
-        .filter(|v| v.noise.is_some() || !v.ratios.is_empty())
+        .map(|g| {
+            if modeled {
+                modeled_verdict(&timings, &ids, &base.point_id, g, margin)
+            } else {
+                rd::judge_with_margin(&timings, &ids, &base.point_id, g, margin)
+            }
+        })
+        // A mode is judged when the baseline ran in it (its ratio to itself exists).
+        .filter(|v| {
+            v.noise.is_some()
+                || !v.ratios.is_empty()
+                || rd::paired_ratio(&timings, &base.point_id, &base.point_id, v.graph).is_some()
+        })
         .collect();
     let mut out = String::new();
     let cell = |v: Option<&rd::Verdict>, id: &str| -> String {
@@ -142,7 +224,7 @@ pub fn rounds_block(
             "eager ratio [95%] (rounds)".into(),
             "graph ratio [95%] (rounds)".into(),
         ],
-        rows: points
+        rows: judged
             .iter()
             .filter(|p| p.point_id != base.point_id)
             .map(|p| {
@@ -154,10 +236,28 @@ pub fn rounds_block(
             })
             .collect(),
     };
-    out.push_str(&format!(
-        "# paired ratios to the baseline over {rounds} round(s) (geometric mean of the per-round ratios, t interval on their logs)\n"
-    ));
+    if modeled {
+        out.push_str(&format!(
+            "# modeled ratios to the baseline over {rounds} round(s) (the cost model gives the same numbers in every round)\n"
+        ));
+    } else {
+        out.push_str(&format!(
+            "# paired ratios to the baseline over {rounds} round(s) (geometric mean of the per-round ratios, t interval on their logs)\n"
+        ));
+    }
     out.push_str(&text_table(&table));
+    if !unpriced.is_empty() {
+        let ids: Vec<&str> = unpriced.iter().map(|p| p.point_id.as_str()).collect();
+        out.push_str(&format!(
+            "not judged (the cost model cannot price their settings): {}\n",
+            ids.join(", ")
+        ));
+    }
+    if modeled && !verdicts.is_empty() {
+        out.push_str(
+            "noise floor: none measured: the numbers are modeled (no between-run noise), so a setting counts when its modeled ratio is below 1\n",
+        );
+    }
     for v in &verdicts {
         let mode = if v.graph { "graph" } else { "eager" };
         if let Some(nf) = &v.noise {
@@ -170,7 +270,7 @@ pub fn rounds_block(
         }
         if v.noise.as_ref().is_some_and(|nf| nf.rel == 0.0) {
             out.push_str(&format!(
-                "noise floor ({mode}): the baseline's rounds are identical: numbers without between-run noise (modeled), so any ratio below 1 passes\n"
+                "noise floor ({mode}): the baseline's rounds are identical: numbers without between-run noise, so any ratio below 1 passes\n"
             ));
         }
     }
@@ -190,20 +290,34 @@ pub fn rounds_block(
         let id = v.recommended.as_ref()?;
         Some((v, points.iter().find(|p| &p.point_id == id)?))
     });
+    let primary_mode = if primary.map_or(primary_graph, |v| v.graph) {
+        "graph"
+    } else {
+        "eager"
+    };
     match rec {
         Some((v, p)) => {
             let mode = if v.graph { "graph" } else { "eager" };
-            out.push_str(&format!(
-                "Recommendation ({mode} replay, held over {rounds} rounds): {}\n",
-                rank::label(p)
-            ));
+            if modeled {
+                out.push_str(&format!(
+                    "Recommendation ({mode} replay, modeled: confirm it on the GPUs with --backend nccl): {}\n",
+                    rank::label(p)
+                ));
+            } else {
+                out.push_str(&format!(
+                    "Recommendation ({mode} replay, held over {rounds} rounds): {}\n",
+                    rank::label(p)
+                ));
+            }
             for (k, val) in &p.overrides {
                 out.push_str(&format!("  export {k}={}\n", rank::shell_quote(val)));
             }
         }
+        None if modeled => out.push_str(&format!(
+            "Recommendation: keep NCCL's defaults ({primary_mode} replay): no setting the cost model prices has a modeled ratio below 1\n"
+        )),
         None => out.push_str(&format!(
-            "Recommendation: keep NCCL's defaults ({} replay): no setting's whole interval lies below 1 minus the measured noise floor\n",
-            if primary.map_or(primary_graph, |v| v.graph) { "graph" } else { "eager" }
+            "Recommendation: keep NCCL's defaults ({primary_mode} replay): no setting's whole interval lies below 1 minus the measured noise floor\n"
         )),
     }
     out
@@ -331,5 +445,53 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("Recommendation"), "{text}");
+    }
+
+    fn timing(point: &str, round: usize, eager: f64, graph: f64) -> rd::RoundTiming {
+        rd::RoundTiming {
+            key: rd::RoundKey {
+                point_id: point.into(),
+                round,
+            },
+            eager_us: Some(eager),
+            graph_us: Some(graph),
+        }
+    }
+
+    #[test]
+    fn modeled_numbers_recommend_the_lowest_ratio_below_1_without_a_noise_floor() {
+        // One round (a measured sweep would need 2 for a noise floor): base 100 us graph,
+        // "a" 97 us (ratio 0.97), "b" 99 us (0.99), "c" 104 us (1.04).
+        let t = [
+            timing("base", 0, 200.0, 100.0),
+            timing("a", 0, 200.0, 97.0),
+            timing("b", 0, 198.0, 99.0),
+            timing("c", 0, 210.0, 104.0),
+        ];
+        let ids: Vec<String> = ["base", "a", "b", "c"].map(String::from).to_vec();
+        let g = modeled_verdict(&t, &ids, "base", true, 0.0);
+        assert_eq!(g.noise, None);
+        assert_eq!(g.ratios.len(), 3, "every point but the baseline");
+        assert_eq!(g.recommended.as_deref(), Some("a"));
+        assert_eq!(
+            g.sentence,
+            "graph replay (modeled): a is 3.0% faster than the defaults, modeled ratio 0.970"
+        );
+        // A margin of 2%: the bar is 0.98; "a" (0.97) still passes.
+        let m = modeled_verdict(&t, &ids, "base", true, 0.02);
+        assert_eq!(m.recommended.as_deref(), Some("a"));
+        // A margin of 5%: the bar is 0.95, nothing passes.
+        let m = modeled_verdict(&t, &ids, "base", true, 0.05);
+        assert_eq!(m.recommended, None);
+        assert!(
+            m.sentence
+                .ends_with("by more than the --noise-margin of 5.0%"),
+            "{}",
+            m.sentence
+        );
+        // Eager: "b" is 198 / 200 = 0.99, the only ratio below 1.
+        let e = modeled_verdict(&t, &ids, "base", false, 0.0);
+        assert_eq!(e.recommended.as_deref(), Some("b"));
+        assert!(e.sentence.contains("b is 1.0% faster"), "{}", e.sentence);
     }
 }
