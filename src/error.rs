@@ -9,7 +9,7 @@ use std::fmt;
 /// Input the user can fix: a bad flag value, an unreadable or malformed file, a request the
 /// machine cannot satisfy (more GPUs than present). Exit code 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

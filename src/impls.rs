@@ -19,13 +19,13 @@ pub fn p2p(impls: &[Impl]) -> Vec<Impl> {
 }
 
 /// Whether NCCL's own collective is among `impls` (an empty list means NCCL only).
-pub fn has_nccl(impls: &[Impl]) -> bool {
+pub(crate) fn has_nccl(impls: &[Impl]) -> bool {
     impls.is_empty() || impls.contains(&Impl::Nccl)
 }
 
 /// The `--impl` list of `collective`, checked against the collective, the sizes and the rank
 /// count: a usage error (exit 2) naming `--impl` and what to do.
-pub fn check_collective(
+pub(crate) fn check_collective(
     impls: &[Impl],
     op: CollectiveKind,
     dtype: DType,
@@ -60,7 +60,7 @@ pub fn check_collective(
 
 /// The `--impl` list of `verify`, checked against the schedule's all-reduces (the
 /// all-gather stays on NCCL whatever the list says).
-pub fn check_verify(impls: &[Impl], s: &Schedule) -> anyhow::Result<()> {
+pub(crate) fn check_verify(impls: &[Impl], s: &Schedule) -> anyhow::Result<()> {
     let custom = p2p(impls);
     if custom.is_empty() {
         return Ok(());
@@ -84,7 +84,7 @@ pub fn check_verify(impls: &[Impl], s: &Schedule) -> anyhow::Result<()> {
 }
 
 /// The largest all-reduce message of `s` in bytes (what a P2P workspace must hold).
-pub fn largest_all_reduce(s: &Schedule) -> u64 {
+pub(crate) fn largest_all_reduce(s: &Schedule) -> u64 {
     s.collective_groups()
         .iter()
         .filter(|g| g.kind == CollectiveKind::AllReduce)
@@ -94,7 +94,7 @@ pub fn largest_all_reduce(s: &Schedule) -> u64 {
 }
 
 /// The line that says which implementations were skipped and why.
-pub fn skipped_line(skipped: &[Impl], why: &str) -> String {
+pub(crate) fn skipped_line(skipped: &[Impl], why: &str) -> String {
     format!("{why}: {} skipped", names(skipped))
 }
 
@@ -108,7 +108,7 @@ pub fn names(impls: &[Impl]) -> String {
 }
 
 /// Drops NCCL's own columns of a collective result when `impls` leaves NCCL out.
-pub fn drop_unasked_nccl(impls: &[Impl], res: &mut crate::record::CollectiveResult) {
+pub(crate) fn drop_unasked_nccl(impls: &[Impl], res: &mut crate::record::CollectiveResult) {
     if !has_nccl(impls) {
         for row in &mut res.rows {
             row.eager = None;
@@ -118,7 +118,7 @@ pub fn drop_unasked_nccl(impls: &[Impl], res: &mut crate::record::CollectiveResu
 }
 
 /// Drops NCCL's own runs of a verify result when `impls` leaves NCCL out.
-pub fn drop_unasked_nccl_runs(impls: &[Impl], res: &mut crate::record::VerifyResult) {
+pub(crate) fn drop_unasked_nccl_runs(impls: &[Impl], res: &mut crate::record::VerifyResult) {
     if !has_nccl(impls) {
         res.runs.clear();
     }
@@ -140,7 +140,7 @@ pub fn skip(impls: &[Impl], why: &str, notes: &mut Vec<String>) -> anyhow::Resul
 }
 
 /// The note a verify record with P2P runs carries.
-pub const VERIFY_NOTE: &str =
+pub(crate) const VERIFY_NOTE: &str =
     "--impl: only the all-reduces go to a P2P implementation; the logits all-gather stays on NCCL";
 
 #[cfg(test)]

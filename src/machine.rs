@@ -30,7 +30,7 @@ pub fn provenance(backend: &str, started: String, devices: &[usize]) -> Provenan
 
 /// `env --format json`: the report as a record of kind `env` (source `measured`: it was read
 /// from this machine), with the workers' NCCL_* environment in its provenance too.
-pub fn env_record(r: &EnvReport, started: String) -> Record {
+pub(crate) fn env_record(r: &EnvReport, started: String) -> Record {
     let mut p = Provenance::here("none", started);
     p.gpus = r.gpus.clone();
     p.driver_version = r.driver_version.clone();

@@ -97,7 +97,7 @@ fn rank_device(h: &str) -> Option<String> {
 /// that are neither a header, a rank line nor a size row (the footer, NCCL's own log lines,
 /// notes around a pasted table) are skipped; a row with the wrong number of columns is an
 /// error naming its line.
-pub fn parse_runs(text: &str) -> Result<Vec<NcclTestsRun>, String> {
+pub(crate) fn parse_runs(text: &str) -> Result<Vec<NcclTestsRun>, String> {
     let mut runs: Vec<NcclTestsRun> = vec![];
     let mut binary: Option<String> = None;
     for (i, line) in text.lines().enumerate() {

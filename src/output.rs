@@ -29,7 +29,7 @@ crate::named_enum!(Format {
 
 impl Format {
     /// Whether stdout gets JSON.
-    pub fn is_json(self) -> bool {
+    pub(crate) fn is_json(self) -> bool {
         self == Format::Json
     }
 }
@@ -37,7 +37,7 @@ impl Format {
 static QUIET: AtomicBool = AtomicBool::new(false);
 
 /// Sets the process-wide quiet switch (`-q/--quiet`): no progress and no notes on stderr.
-pub fn set_quiet(quiet: bool) {
+pub(crate) fn set_quiet(quiet: bool) {
     QUIET.store(quiet, Ordering::Relaxed);
 }
 
@@ -58,7 +58,7 @@ macro_rules! note {
 
 /// Prints `doc` (a JSON document or a Markdown table, as an export file holds it) on stdout,
 /// ending it with a newline.
-pub fn print_document(doc: &[u8]) -> std::io::Result<()> {
+pub(crate) fn print_document(doc: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     out.write_all(doc)?;
@@ -70,7 +70,7 @@ pub fn print_document(doc: &[u8]) -> std::io::Result<()> {
 
 /// A result document written to its file (`--export-json`, when given) and, with `print`
 /// (`--format json`), printed on stdout: the same bytes both times.
-pub fn write_and_print(
+pub(crate) fn write_and_print(
     doc: &str,
     export: Option<&std::path::Path>,
     print: bool,

@@ -61,7 +61,7 @@ impl Default for Workload {
 }
 
 impl Workload {
-    pub fn options(&self, default_tp: u64) -> ScheduleOptions {
+    pub(crate) fn options(&self, default_tp: u64) -> ScheduleOptions {
         ScheduleOptions {
             tp: self.tp.unwrap_or(default_tp),
             tokens: self.tokens,
@@ -88,7 +88,7 @@ impl Workload {
 
     /// The documented ranges of the workload flags: --tp 1..=1024, --tokens 1..=65536,
     /// --draft-vocab at least 1.
-    pub fn check_bounds(&self) -> anyhow::Result<()> {
+    pub(crate) fn check_bounds(&self) -> anyhow::Result<()> {
         if let Some(tp) = self.tp {
             if !(1..=MAX_RANKS as u64).contains(&tp) {
                 crate::usage_bail!("--tp {tp}: give 1 to {MAX_RANKS} ranks");
@@ -111,7 +111,7 @@ impl Workload {
     /// The schedule file, loaded and checked against `tp` (`None` without `--schedule`).
     /// A `tp` other than the file's is a usage error naming both: the file's per-rank sizes
     /// belong to its tp, so replaying them at another would measure a different workload.
-    pub fn load_schedule_file(&self) -> anyhow::Result<Option<ScheduleFile>> {
+    pub(crate) fn load_schedule_file(&self) -> anyhow::Result<Option<ScheduleFile>> {
         let Some(p) = &self.schedule_file else {
             return Ok(None);
         };
@@ -147,7 +147,7 @@ impl Workload {
     }
 
     /// The flags that reproduce this workload on another command line (sweep children).
-    pub fn to_args(&self) -> Vec<String> {
+    pub(crate) fn to_args(&self) -> Vec<String> {
         let mut a = vec![];
         if let Some(p) = &self.schedule_file {
             // The other workload flags conflict with --schedule; the path is made absolute
@@ -202,7 +202,7 @@ enum WorkloadSource {
 impl ResolvedWorkload {
     /// The tp the user asked for: `--tp`, else the schedule file's, else `None` (the
     /// caller's default).
-    pub fn requested_tp(&self) -> Option<u64> {
+    pub(crate) fn requested_tp(&self) -> Option<u64> {
         match &self.source {
             WorkloadSource::File(f) => Some(f.schedule.tp),
             _ => self.flags.tp,
@@ -212,7 +212,7 @@ impl ResolvedWorkload {
     /// With a schedule file: refuses `modes` other than comm when the file has no compute ops
     /// (a trace export holds the collectives only). With a `--model-config` whose weights are
     /// not known (architecture or weight format not understood): the same, naming why.
-    pub fn check_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
+    pub(crate) fn check_modes(&self, modes: &[Mode]) -> anyhow::Result<()> {
         let other = || modes.iter().find(|m| **m != Mode::Comm);
         match &self.source {
             WorkloadSource::File(f) => {
@@ -271,7 +271,7 @@ impl ResolvedWorkload {
     }
 
     /// The provenance note of a schedule read from a file (`None` otherwise).
-    pub fn file_note(&self) -> Option<String> {
+    pub(crate) fn file_note(&self) -> Option<String> {
         let WorkloadSource::File(f) = &self.source else {
             return None;
         };
@@ -380,11 +380,11 @@ impl Default for GpuSpec {
 }
 
 /// The most ranks (--tp, --gpus, --devices) any command accepts.
-pub const MAX_RANKS: usize = 1024;
+pub(crate) const MAX_RANKS: usize = 1024;
 /// The most tokens per forward (--tokens).
-pub const MAX_TOKENS: u64 = 65536;
+pub(crate) const MAX_TOKENS: u64 = 65536;
 /// The largest collective size (-b, -e, --sizes): 16 GiB.
-pub const MAX_COLLECTIVE_BYTES: u64 = 16 << 30;
+pub(crate) const MAX_COLLECTIVE_BYTES: u64 = 16 << 30;
 
 impl GpuSpec {
     /// The rank count the flags fix: the `--devices` listed, else `--gpus`.
@@ -489,7 +489,7 @@ impl HostGapFlags {
     }
 
     /// The flags that reproduce these settings on a child's command line (sweep points).
-    pub fn to_args(&self) -> Vec<String> {
+    pub(crate) fn to_args(&self) -> Vec<String> {
         let mut a = vec![];
         let g = &self.gaps;
         if let Some(x) = &g.gap {
@@ -513,7 +513,7 @@ impl HostGapFlags {
 
 /// Why `file` is not the schedule `want` (op count, or the first op whose kind, collective or
 /// size differs), or `None` when it is.
-pub fn other_schedule(file: &Schedule, want: &Schedule) -> Option<String> {
+pub(crate) fn other_schedule(file: &Schedule, want: &Schedule) -> Option<String> {
     if file.ops.len() != want.ops.len() {
         return Some(format!(
             "{} ops, this schedule has {}",
@@ -572,7 +572,7 @@ pub struct VerifyRequest {
 
 impl VerifyRequest {
     /// Whether every requested mode is compute only (no collective is replayed).
-    pub fn compute_only(&self) -> bool {
+    pub(crate) fn compute_only(&self) -> bool {
         self.mode.iter().all(|m| *m == Mode::Compute)
     }
 
@@ -629,10 +629,10 @@ pub struct CollectiveRequest {
 }
 
 /// Largest `--fresh-runs`.
-pub const MAX_FRESH_RUNS: usize = 100;
+pub(crate) const MAX_FRESH_RUNS: usize = 100;
 
 /// `--fresh-runs R`: 1 to [`MAX_FRESH_RUNS`].
-pub fn check_fresh_runs(fresh_runs: usize) -> anyhow::Result<()> {
+pub(crate) fn check_fresh_runs(fresh_runs: usize) -> anyhow::Result<()> {
     if !(1..=MAX_FRESH_RUNS).contains(&fresh_runs) {
         crate::usage_bail!("--fresh-runs must be 1 to {MAX_FRESH_RUNS} (default 1)");
     }

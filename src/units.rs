@@ -3,7 +3,7 @@
 use crate::error::usage;
 
 /// Parses `43008`, `8K`, `1M`, `2G`, `64KB`, `1MiB` into bytes (K = 1024).
-pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+pub(crate) fn parse_size(s: &str) -> anyhow::Result<u64> {
     let t = s.trim();
     let upper = t.to_ascii_uppercase();
     let stripped = upper
@@ -26,12 +26,12 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
 }
 
 /// clap value parser for sizes.
-pub fn size_arg(s: &str) -> Result<u64, String> {
+pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
 /// Formats bytes the way a person reads them: `43008` -> `42.0 KiB`.
-pub fn human_bytes(b: u64) -> String {
+pub(crate) fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut i = 0;

@@ -13,7 +13,7 @@ pub fn now_utc() -> String {
 }
 
 /// This machine's host name.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .or_else(|_| std::env::var("HOSTNAME"))
@@ -80,7 +80,7 @@ pub fn umask() -> u32 {
 
 /// A number as a person reads it in a message: plain below 1e15 (`12.5`, `0`), else in
 /// scientific notation (`1e308`, not 309 digits).
-pub fn fmt_number(v: f64) -> String {
+pub(crate) fn fmt_number(v: f64) -> String {
     if v.is_finite() && v.abs() >= 1e15 {
         format!("{v:e}")
     } else {
@@ -92,7 +92,7 @@ pub fn fmt_number(v: f64) -> String {
 /// truncated with where it ends; a syntax error says where; a value of the wrong shape says
 /// what JSON was expected, without the names of this program's types ("expected struct X"
 /// becomes "expected a JSON object").
-pub fn json_problem(e: &serde_json::Error) -> String {
+pub(crate) fn json_problem(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
     let (line, col) = (e.line(), e.column());
     match e.classify() {
@@ -148,7 +148,7 @@ fn plain_serde_message(m: &str) -> String {
 }
 
 /// The folder `path` lives in (`.` for a bare file name).
-pub fn parent_dir(path: &Path) -> &Path {
+pub(crate) fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -157,7 +157,7 @@ pub fn parent_dir(path: &Path) -> &Path {
 
 /// What a path names, for comparing an output with inputs and other outputs: the canonical path
 /// of an existing file, else the canonical folder joined with the file name.
-pub fn identity(path: &Path) -> Option<std::path::PathBuf> {
+pub(crate) fn identity(path: &Path) -> Option<std::path::PathBuf> {
     if let Ok(c) = std::fs::canonicalize(path) {
         return Some(c);
     }
@@ -190,7 +190,7 @@ fn check_writable_dir(flag: &str, target: &Path, dir: &Path) -> anyhow::Result<(
 /// Checks before any work that each output file (flag, path) can be written: its folder exists
 /// and is writable, it is not a directory, and it is not the same file as any of `inputs` or
 /// another output. Exit code 2 with one line naming the flag otherwise.
-pub fn check_outputs(outputs: &[(&str, &Path)], inputs: &[&Path]) -> anyhow::Result<()> {
+pub(crate) fn check_outputs(outputs: &[(&str, &Path)], inputs: &[&Path]) -> anyhow::Result<()> {
     let mut seen: Vec<(&str, std::path::PathBuf)> = vec![];
     for &(flag, path) in outputs {
         if path.is_dir() {
@@ -223,7 +223,7 @@ pub fn check_outputs(outputs: &[(&str, &Path)], inputs: &[&Path]) -> anyhow::Res
 /// Checks before any work that `dir` (named by `flag`) can hold output files: an existing
 /// writable directory, or a new one whose parent folder exists and is writable (it is created
 /// later, when the work writes into it).
-pub fn check_output_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn check_output_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
     if dir.exists() {
         if !dir.is_dir() {
             return Err(crate::error::usage(format!(
@@ -248,7 +248,7 @@ pub trait Named: Copy + Sized + Send + Sync + 'static {
 }
 
 /// Parses `s` as one of `T::ALL` by name; the error lists the accepted names.
-pub fn parse_named<T: Named>(s: &str) -> Result<T, String> {
+pub(crate) fn parse_named<T: Named>(s: &str) -> Result<T, String> {
     T::ALL
         .iter()
         .copied()

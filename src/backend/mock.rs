@@ -22,7 +22,7 @@ fn fake_factor(imp: Impl) -> f64 {
 }
 
 /// The note every mock record carries.
-pub const FAKE_NOTE: &str = "mock backend: FAKE numbers, nothing ran";
+pub(crate) const FAKE_NOTE: &str = "mock backend: FAKE numbers, nothing ran";
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MockBackend;

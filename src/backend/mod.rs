@@ -41,7 +41,7 @@ pub trait Backend {
 
 /// Real NCCL on real GPUs (the launchers of [`crate::launch`]).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NcclBackend;
+pub(crate) struct NcclBackend;
 
 impl Backend for NcclBackend {
     fn kind(&self) -> BackendKind {
@@ -57,7 +57,7 @@ impl Backend for NcclBackend {
 
 /// The calibrated cost model: runs anywhere, every number labelled modeled.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ModelBackend;
+pub(crate) struct ModelBackend;
 
 impl Backend for ModelBackend {
     fn kind(&self) -> BackendKind {
@@ -181,7 +181,11 @@ pub fn resolve(requested: BackendKind, quiet: bool) -> Box<dyn Backend> {
 
 /// [`resolve`] for a job that needs at least `min_gpus` GPUs for `auto` to pick NCCL: 1 for
 /// compute only (one GPU streams one rank's share), else 2.
-pub fn resolve_min(requested: BackendKind, quiet: bool, min_gpus: usize) -> Box<dyn Backend> {
+pub(crate) fn resolve_min(
+    requested: BackendKind,
+    quiet: bool,
+    min_gpus: usize,
+) -> Box<dyn Backend> {
     if requested == BackendKind::Auto && min_gpus == 1 && crate::comm::device_count() == 1 {
         return Box::new(NcclBackend);
     }
@@ -189,7 +193,7 @@ pub fn resolve_min(requested: BackendKind, quiet: bool, min_gpus: usize) -> Box<
 }
 
 /// [`resolve`] with the GPU count from `count` (tests inject it).
-pub fn resolve_with(
+pub(crate) fn resolve_with(
     requested: BackendKind,
     quiet: bool,
     count: impl FnOnce() -> usize,

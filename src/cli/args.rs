@@ -149,7 +149,7 @@ impl From<&GpuArgs> for GpuSpec {
 }
 
 /// `--cpu-affinity`: auto, none or a CPU list whose CPUs this process may run on.
-pub fn affinity_arg(s: &str) -> Result<crate::launch::affinity::CpuAffinity, String> {
+pub(crate) fn affinity_arg(s: &str) -> Result<crate::launch::affinity::CpuAffinity, String> {
     use crate::launch::affinity::{allowed_cpus, format_cpulist, CpuAffinity};
     let a: CpuAffinity = s.parse()?;
     if let (CpuAffinity::List(want), Some(allowed)) = (&a, allowed_cpus(std::path::Path::new("/")))
@@ -171,7 +171,7 @@ pub fn affinity_arg(s: &str) -> Result<crate::launch::affinity::CpuAffinity, Str
 }
 
 /// `--timeout`: seconds, more than 0 (0 would abort every run before it starts) and finite.
-pub fn timeout_arg(s: &str) -> Result<f64, String> {
+pub(crate) fn timeout_arg(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .parse()
         .map_err(|_| format!("'{s}' is not a number of seconds; give e.g. 60"))?;
@@ -185,7 +185,7 @@ pub fn timeout_arg(s: &str) -> Result<f64, String> {
 }
 
 /// `-n/--iters`: at least one timed iteration (with 0 there is nothing to time or print).
-pub fn iters_arg(s: &str) -> Result<u64, String> {
+pub(crate) fn iters_arg(s: &str) -> Result<u64, String> {
     let v: u64 = s
         .parse()
         .map_err(|_| format!("'{s}' is not a whole number of timed iterations; give e.g. 200"))?;

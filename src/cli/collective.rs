@@ -61,7 +61,7 @@ pub struct ImplList(pub Vec<Impl>);
 
 /// Parses `--impl nccl,oneshot,twoshot`: an unknown name is an error naming `--impl` and the
 /// valid names.
-pub fn impl_list(s: &str) -> Result<ImplList, String> {
+pub(crate) fn impl_list(s: &str) -> Result<ImplList, String> {
     Impl::parse_list(s).map(ImplList).map_err(|e| {
         let m = format!("{e:#}");
         m.strip_prefix(&format!("--impl '{s}': "))

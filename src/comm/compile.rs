@@ -5,7 +5,7 @@
 use crate::error::usage;
 
 /// `kernels/stream.cu`: the weight-streaming stand-in for a rank's compute.
-pub const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
+pub(crate) const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
 /// `kernels/allreduce.cu`: the one-shot and two-shot P2P all-reduces.
 pub const ALLREDUCE_SRC: &str = include_str!("../../kernels/allreduce.cu");
 
@@ -33,7 +33,7 @@ pub const SOURCES: &[Source] = &[
 /// string, so the few architectures are spelled out. CC 11.x (Thor) gets compute_100: NVRTC
 /// 12.8/12.9 call it compute_101, 13.x compute_110, and compute_100 PTX runs on it either way.
 /// Below 7.5 nothing fits: NVRTC 13 knows nothing older than compute_75.
-pub fn arch(major: i32, minor: i32) -> anyhow::Result<&'static str> {
+pub(crate) fn arch(major: i32, minor: i32) -> anyhow::Result<&'static str> {
     Ok(match (major, minor) {
         (m, _) if m >= 12 => "compute_120",
         (10 | 11, _) => "compute_100",
@@ -54,7 +54,7 @@ pub fn arch(major: i32, minor: i32) -> anyhow::Result<&'static str> {
 /// Whether PTX for `arch` has `griddepcontrol` (PTX ISA 7.8 for sm_90 and newer), which the
 /// programmatic-dependent-launch kernels wait with: below compute_90 `#if __CUDA_ARCH__ >= 900`
 /// compiles the wait away, and a launch serialized for PDL would then race on its inputs.
-pub fn has_griddepcontrol(arch: &str) -> bool {
+pub(crate) fn has_griddepcontrol(arch: &str) -> bool {
     arch.trim_start_matches("compute_")
         .trim_end_matches(['a', 'f'])
         .parse::<u32>()
@@ -62,7 +62,7 @@ pub fn has_griddepcontrol(arch: &str) -> bool {
 }
 
 /// Refuses programmatic dependent launch for a PTX target without `griddepcontrol`.
-pub fn check_pdl(arch: &str, what: &str) -> anyhow::Result<()> {
+pub(crate) fn check_pdl(arch: &str, what: &str) -> anyhow::Result<()> {
     if has_griddepcontrol(arch) {
         return Ok(());
     }
@@ -73,7 +73,7 @@ pub fn check_pdl(arch: &str, what: &str) -> anyhow::Result<()> {
 
 /// Compiles `src` (named `file` in messages) for `arch` once per process (NVRTC takes about a
 /// second per compile, and the virtual-rank checks open the same GPU many times).
-pub fn ptx(
+pub(crate) fn ptx(
     file: &'static str,
     src: &str,
     arch: &'static str,
@@ -101,7 +101,11 @@ pub fn ptx(
 
 /// Compiles `src` (named `file` in messages) for `arch` with the project's options; a compile
 /// error carries NVRTC's log.
-pub fn compile(file: &str, src: &str, arch: &'static str) -> anyhow::Result<cudarc::nvrtc::Ptx> {
+pub(crate) fn compile(
+    file: &str,
+    src: &str,
+    arch: &'static str,
+) -> anyhow::Result<cudarc::nvrtc::Ptx> {
     if !super::libs::nvrtc_present() {
         return Err(usage(format!(
             "NVRTC (libnvrtc.so) not found: it compiles kernels/{file}. Install the CUDA toolkit's NVRTC or pip's nvidia-cuda-nvrtc, or put its folder on LD_LIBRARY_PATH"

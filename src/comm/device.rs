@@ -74,7 +74,7 @@ pub struct Event(CudaEvent, usize);
 
 impl Event {
     /// Microseconds between `self` and a later event `end` (both completed).
-    pub fn elapsed_us(&self, end: &Event) -> Result<f64, CudaFailure> {
+    pub(crate) fn elapsed_us(&self, end: &Event) -> Result<f64, CudaFailure> {
         self.0
             .elapsed_ms(&end.0)
             .map(|ms| ms as f64 * 1e3)
@@ -140,14 +140,14 @@ impl Gpu {
     }
 
     /// Compute capability (major, minor).
-    pub fn compute_capability(&self) -> Result<(i32, i32), CudaFailure> {
+    pub(crate) fn compute_capability(&self) -> Result<(i32, i32), CudaFailure> {
         self.ctx
             .compute_capability()
             .map_err(fail(self.ordinal, "reading the compute capability"))
     }
 
     /// The device ordinal.
-    pub fn ordinal(&self) -> usize {
+    pub(crate) fn ordinal(&self) -> usize {
         self.ordinal
     }
 
@@ -168,7 +168,7 @@ impl Gpu {
     }
 
     /// Free and total device memory in bytes.
-    pub fn mem_info(&self) -> Result<(usize, usize), CudaFailure> {
+    pub(crate) fn mem_info(&self) -> Result<(usize, usize), CudaFailure> {
         self.ctx
             .mem_get_info()
             .map_err(fail(self.ordinal, "cuMemGetInfo"))
@@ -253,7 +253,12 @@ impl Gpu {
     }
 
     /// Copies `data` into `buf` at byte offset `off` and waits for the copy.
-    pub fn upload_at(&self, buf: &Buffer, off: usize, data: &[u8]) -> Result<(), CudaFailure> {
+    pub(crate) fn upload_at(
+        &self,
+        buf: &Buffer,
+        off: usize,
+        data: &[u8],
+    ) -> Result<(), CudaFailure> {
         self.check_buffer(buf, "upload", off, data.len())?;
         // SAFETY: the destination range lies inside a live allocation on this GPU (checked) and
         // the source is a host slice of exactly that length, which outlives the copy: the
@@ -286,7 +291,7 @@ impl Gpu {
     }
 
     /// Copies the first `len` bytes of `buf` to the host (synchronous).
-    pub fn download(&self, buf: &Buffer, len: usize) -> Result<Vec<u8>, CudaFailure> {
+    pub(crate) fn download(&self, buf: &Buffer, len: usize) -> Result<Vec<u8>, CudaFailure> {
         self.check_buffer(buf, "download", 0, len)?;
         let view = buf.slice.slice(0..len);
         self.stream
@@ -295,7 +300,7 @@ impl Gpu {
     }
 
     /// Fills `buf` with `byte` on the stream (0xFF poisons bf16/f16/f32 as NaN).
-    pub fn fill(&self, buf: &Buffer, byte: u8) -> Result<(), CudaFailure> {
+    pub(crate) fn fill(&self, buf: &Buffer, byte: u8) -> Result<(), CudaFailure> {
         self.check_buffer(buf, "fill", 0, buf.len())?;
         self.keep_buffer(buf);
         // SAFETY: the pointer and length describe a live allocation on this GPU; the memset is
@@ -337,7 +342,7 @@ impl Gpu {
     /// Records `ev` as a timestamp: on the stream as [`Gpu::record`] outside a capture; inside
     /// a capture as an event-record node of the graph (`CU_EVENT_RECORD_EXTERNAL`), so that
     /// every replay of the graph records it again, where a plain record would only order work.
-    pub fn record_timestamp(&self, ev: &Event) -> Result<(), CudaFailure> {
+    pub(crate) fn record_timestamp(&self, ev: &Event) -> Result<(), CudaFailure> {
         if self.capturing.borrow().is_none() {
             return self.record(ev);
         }
@@ -411,7 +416,7 @@ impl Gpu {
 /// Peak SM and memory clocks of device `ordinal`, kHz: the driver attributes
 /// CU_DEVICE_ATTRIBUTE_CLOCK_RATE and CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE (the rated
 /// maxima, not the clocks of the moment).
-pub fn clocks_khz(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
+pub(crate) fn clocks_khz(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
     let dev = cudarc::driver::result::device::get(ordinal as i32)
@@ -431,7 +436,7 @@ pub fn clocks_khz(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
 }
 
 /// Compute capability of device `ordinal` without creating a context.
-pub fn compute_capability(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
+pub(crate) fn compute_capability(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
     let dev = cudarc::driver::result::device::get(ordinal as i32)
@@ -473,7 +478,7 @@ pub fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
 }
 
 /// Whether device `a` can access device `b`'s memory directly (P2P).
-pub fn can_access_peer(a: usize, b: usize) -> Result<bool, CudaFailure> {
+pub(crate) fn can_access_peer(a: usize, b: usize) -> Result<bool, CudaFailure> {
     cudarc::driver::result::init().map_err(fail(a, "cuInit"))?;
     let da = cudarc::driver::result::device::get(a as i32).map_err(fail(a, "cuDeviceGet"))?;
     let db = cudarc::driver::result::device::get(b as i32).map_err(fail(b, "cuDeviceGet"))?;
@@ -485,7 +490,7 @@ pub fn can_access_peer(a: usize, b: usize) -> Result<bool, CudaFailure> {
 }
 
 /// The CUDA version the driver supports, e.g. "13.0".
-pub fn driver_cuda_version() -> Option<String> {
+pub(crate) fn driver_cuda_version() -> Option<String> {
     let mut v = 0;
     // SAFETY: v is a valid out-pointer.
     let r = unsafe { cu::cuDriverGetVersion(&mut v) };
@@ -493,7 +498,7 @@ pub fn driver_cuda_version() -> Option<String> {
 }
 
 /// The kernel driver's version line (e.g. "580.159.04"), where Linux exposes it.
-pub fn driver_version() -> Option<String> {
+pub(crate) fn driver_version() -> Option<String> {
     let s = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
     let line = s.lines().next()?;
     // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ..."

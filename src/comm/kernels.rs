@@ -8,10 +8,10 @@ use super::device::{Buffer, Gpu};
 /// Threads per block of `stream_weights` (THREADS in the source).
 const THREADS: u32 = 256;
 /// Most tokens `stream_weights` handles (MAXT in the source).
-pub const MAXT: usize = 16;
+pub(crate) const MAXT: usize = 16;
 
 /// NVRTC's version, e.g. "13.0" (also loads the library).
-pub fn nvrtc_version() -> Option<String> {
+pub(crate) fn nvrtc_version() -> Option<String> {
     if !super::libs::nvrtc_present() {
         return None;
     }
@@ -23,7 +23,7 @@ pub fn nvrtc_version() -> Option<String> {
 
 /// The compiled kernels on one GPU.
 #[derive(Clone)]
-pub struct Kernels {
+pub(crate) struct Kernels {
     /// stream_weights_T for T = 1..=MAXT (index T - 1).
     stream: Vec<CudaFunction>,
     /// stream_weights_pdl_T, the same for programmatic dependent launch.
@@ -48,7 +48,7 @@ impl Kernels {
 
     /// As [`Kernels::load`]; with `pdl`, every streaming launch uses programmatic dependent
     /// launch, which needs compute capability 9.0 or newer (a usage error otherwise).
-    pub fn load_with(gpu: &Gpu, pdl: bool) -> anyhow::Result<Kernels> {
+    pub(crate) fn load_with(gpu: &Gpu, pdl: bool) -> anyhow::Result<Kernels> {
         let k = Kernels::compile(gpu)?;
         if pdl {
             k.with_pdl(gpu)
@@ -59,7 +59,7 @@ impl Kernels {
 
     /// The same kernels (no second compile), their streaming launches using programmatic
     /// dependent launch; a usage error below compute capability 9.0.
-    pub fn with_pdl(&self, gpu: &Gpu) -> anyhow::Result<Kernels> {
+    pub(crate) fn with_pdl(&self, gpu: &Gpu) -> anyhow::Result<Kernels> {
         let (major, minor) = gpu.compute_capability()?;
         super::compile::check_pdl(
             super::compile::arch(major, minor)?,
@@ -129,7 +129,7 @@ impl Kernels {
     /// Blocks of a streaming launch of `tokens` tokens over `nvec` vectors: one wave that
     /// fills the GPU (SMs x the blocks an SM holds of that kernel, from the occupancy query),
     /// no more than the work needs.
-    pub fn blocks_for(&self, nvec: u64, tokens: usize) -> u32 {
+    pub(crate) fn blocks_for(&self, nvec: u64, tokens: usize) -> u32 {
         grid_for(nvec, self.sms, self.per_sm(tokens))
     }
 
@@ -138,7 +138,7 @@ impl Kernels {
     }
 
     /// The largest resident grid of any streaming kernel: SMs x blocks per SM.
-    pub fn resident_blocks(&self) -> u32 {
+    pub(crate) fn resident_blocks(&self) -> u32 {
         let most = self
             .blocks_per_sm
             .iter()
@@ -150,7 +150,7 @@ impl Kernels {
     }
 
     /// "T=1 1056 blocks (8 per SM x 132 SMs), ..." for the token counts given.
-    pub fn grid_summary(&self, tokens: &[usize]) -> String {
+    pub(crate) fn grid_summary(&self, tokens: &[usize]) -> String {
         tokens
             .iter()
             .map(|&t| {
@@ -288,7 +288,7 @@ impl Kernels {
     }
 
     /// Enqueues one tiny kernel (launch-overhead emulation) writing into `scratch`.
-    pub fn tiny(&self, gpu: &Gpu, scratch: &Buffer) -> anyhow::Result<()> {
+    pub(crate) fn tiny(&self, gpu: &Gpu, scratch: &Buffer) -> anyhow::Result<()> {
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (32, 1, 1),
@@ -307,7 +307,7 @@ impl Kernels {
     }
 
     /// Size of the partial-sum buffer a launch may need.
-    pub fn partial_bytes(&self) -> usize {
+    pub(crate) fn partial_bytes(&self) -> usize {
         self.resident_blocks() as usize * MAXT * 4
     }
 }
@@ -321,19 +321,19 @@ pub(crate) fn grid_for(nvec: u64, sms: u32, blocks_per_sm: u32) -> u32 {
 
 /// The weight pool the streaming kernel reads: a power of two in 16-byte vectors, several times
 /// the L2 size, so that streaming it reads device memory.
-pub struct Pool {
+pub(crate) struct Pool {
     buf: Buffer,
     vecs: u64,
 }
 
 impl Pool {
     /// Size in 16-byte vectors (a power of two).
-    pub fn vecs(&self) -> u64 {
+    pub(crate) fn vecs(&self) -> u64 {
         self.vecs
     }
 
     /// The pool's device buffer (`vecs x 16` bytes).
-    pub fn buffer(&self) -> &Buffer {
+    pub(crate) fn buffer(&self) -> &Buffer {
         &self.buf
     }
 
@@ -380,7 +380,7 @@ pub fn reference(pool_vecs: u64, start: u64, nvec: u64, act: &[f32], tokens: usi
 }
 
 /// Sums the per-block partials of a launch over `blocks` blocks.
-pub fn sum_partials(bytes: &[u8], blocks: usize, tokens: usize) -> Vec<f64> {
+pub(crate) fn sum_partials(bytes: &[u8], blocks: usize, tokens: usize) -> Vec<f64> {
     let f = |i: usize| f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap()) as f64;
     (0..tokens)
         .map(|t| (0..blocks).map(|b| f(b * MAXT + t)).sum())

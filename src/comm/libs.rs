@@ -145,7 +145,7 @@ pub struct Found {
 
 /// Finds NCCL: `--nccl-lib` (file or folder), else the names cudarc loads, else libnccl.so.2 on
 /// LD_LIBRARY_PATH, system folders, CUDA toolkits, Python's nvidia-nccl wheels.
-pub fn find_nccl(explicit: Option<&Path>) -> anyhow::Result<Option<Found>> {
+pub(crate) fn find_nccl(explicit: Option<&Path>) -> anyhow::Result<Option<Found>> {
     if let Some(p) = explicit {
         let file = if p.is_dir() {
             ["libnccl.so", "libnccl.so.2"]
@@ -255,7 +255,7 @@ fn probe_nvrtc(name: &str) -> Option<(String, Version)> {
 }
 
 /// The CUDA version of the driver's API (`cuDriverGetVersion`), None without a driver.
-pub fn driver_api_version() -> Option<Version> {
+pub(crate) fn driver_api_version() -> Option<Version> {
     if !cuda_present() {
         return None;
     }
@@ -267,7 +267,7 @@ pub fn driver_api_version() -> Option<Version> {
 
 /// NVRTC as chosen for this run: the libraries found, the choice and why (`env` shows it).
 #[derive(Debug, Clone)]
-pub struct NvrtcSelection {
+pub(crate) struct NvrtcSelection {
     pub candidates: Vec<NvrtcCandidate>,
     pub chosen: Option<NvrtcCandidate>,
     pub why: String,
@@ -277,7 +277,7 @@ const NVRTC_WHY: &str = "VERIFYBENCH_NVRTC_CHOICE";
 
 /// NVRTC's selection (computed once per process; after the re-execution that made the chosen
 /// library the loader's default, the reason recorded before it is kept).
-pub fn nvrtc_selection() -> NvrtcSelection {
+pub(crate) fn nvrtc_selection() -> NvrtcSelection {
     static SEL: std::sync::OnceLock<NvrtcSelection> = std::sync::OnceLock::new();
     SEL.get_or_init(|| {
         let candidates = nvrtc_candidates();
@@ -297,7 +297,7 @@ pub fn nvrtc_selection() -> NvrtcSelection {
 
 /// Checks the NVRTC that will compile for `arch` against the driver (see
 /// [`super::requirements`]): an error that names the library to change and how.
-pub fn check_nvrtc_for(arch: &str) -> anyhow::Result<()> {
+pub(crate) fn check_nvrtc_for(arch: &str) -> anyhow::Result<()> {
     let sel = nvrtc_selection();
     let Some(c) = sel.chosen else {
         return Err(usage(format!("NVRTC compiles the kernels: {}", sel.why)));
@@ -413,7 +413,7 @@ fn nccl_missing_message() -> String {
 }
 
 /// The file a loaded library was mapped from, read from /proc/self/maps.
-pub fn loaded_path(name_part: &str) -> Option<String> {
+pub(crate) fn loaded_path(name_part: &str) -> Option<String> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     maps.lines()
         .filter_map(|l| l.split_whitespace().nth(5))
@@ -431,7 +431,7 @@ pub fn loaded_path(name_part: &str) -> Option<String> {
 }
 
 /// Whether NVRTC can be loaded (for the compute kernels).
-pub fn nvrtc_present() -> bool {
+pub(crate) fn nvrtc_present() -> bool {
     nvrtc_loadable_by_default()
 }
 

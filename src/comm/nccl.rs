@@ -67,7 +67,7 @@ pub fn version() -> Option<String> {
 }
 
 /// NCCL's version as a number (also loads the library).
-pub fn version_number() -> Option<super::requirements::Version> {
+pub(crate) fn version_number() -> Option<super::requirements::Version> {
     let mut v: std::ffi::c_int = 0;
     // SAFETY: ncclGetVersion writes one int through a valid pointer.
     let r = unsafe { sys::ncclGetVersion(&mut v) };
@@ -185,13 +185,13 @@ impl Drop for Raw {
 }
 
 /// See [`Communicator::abort_guard`].
-pub struct AbortGuard {
+pub(crate) struct AbortGuard {
     raw: Option<Rc<Raw>>,
 }
 
 impl AbortGuard {
     /// The work ended well: the communicator is destroyed normally.
-    pub fn disarm(mut self) {
+    pub(crate) fn disarm(mut self) {
         self.raw = None;
     }
 }
@@ -353,7 +353,7 @@ impl Communicator {
     }
 
     /// NCCL's asynchronous error state (network failures, a peer that died).
-    pub fn async_error(&self) -> Result<(), NcclFailure> {
+    pub(crate) fn async_error(&self) -> Result<(), NcclFailure> {
         let mut e = sys::ncclResult_t::ncclSuccess;
         // SAFETY: comm is a live communicator; e is a valid out-pointer.
         let r = unsafe { sys::ncclCommGetAsyncError(self.raw.comm, &mut e) };
@@ -370,7 +370,7 @@ impl Communicator {
     /// A guard that, unless disarmed, marks the communicator failed when dropped, so that its
     /// drop aborts it (`ncclCommAbort`, which does not wait for peers) instead of destroying
     /// it. A rank holds one while it works: every error out of it aborts.
-    pub fn abort_guard(&self) -> AbortGuard {
+    pub(crate) fn abort_guard(&self) -> AbortGuard {
         AbortGuard {
             raw: Some(self.raw.clone()),
         }

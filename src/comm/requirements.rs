@@ -21,7 +21,7 @@ use std::fmt;
 
 /// A library version `major.minor.patch` (patch 0 where the library reports none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version {
+pub(crate) struct Version {
     pub major: u32,
     pub minor: u32,
     pub patch: u32,
@@ -37,13 +37,13 @@ impl Version {
     }
 
     /// From `cuDriverGetVersion`'s integer (`1000 * major + 10 * minor`: 12080 is CUDA 12.8).
-    pub fn from_cuda_int(v: i32) -> Version {
+    pub(crate) fn from_cuda_int(v: i32) -> Version {
         let v = v.max(0) as u32;
         Version::new(v / 1000, (v % 1000) / 10, 0)
     }
 
     /// From `ncclGetVersion`'s integer (NCCL >= 2.9: `10000 * major + 100 * minor + patch`).
-    pub fn from_nccl_int(v: i32) -> Version {
+    pub(crate) fn from_nccl_int(v: i32) -> Version {
         let v = v.max(0) as u32;
         Version::new(v / 10000, (v % 10000) / 100, v % 100)
     }
@@ -65,16 +65,16 @@ impl fmt::Display for Version {
 }
 
 /// The CUDA driver API the binary needs (see the module doc).
-pub const DRIVER_FLOOR: Version = Version::new(12, 8, 0);
+pub(crate) const DRIVER_FLOOR: Version = Version::new(12, 8, 0);
 /// The first driver branch with [`DRIVER_FLOOR`].
-pub const DRIVER_FLOOR_BRANCH: &str = "r570";
+pub(crate) const DRIVER_FLOOR_BRANCH: &str = "r570";
 /// The oldest NVRTC accepted for any architecture.
-pub const NVRTC_FLOOR: Version = Version::new(12, 0, 0);
+pub(crate) const NVRTC_FLOOR: Version = Version::new(12, 0, 0);
 /// The oldest NCCL accepted.
-pub const NCCL_FLOOR: Version = Version::new(2, 20, 0);
+pub(crate) const NCCL_FLOOR: Version = Version::new(2, 20, 0);
 
 /// The oldest NVRTC that compiles for the virtual architecture `arch` (`compute_120`).
-pub fn nvrtc_floor_for(arch: &str) -> Version {
+pub(crate) fn nvrtc_floor_for(arch: &str) -> Version {
     let n: u32 = arch
         .trim_start_matches("compute_")
         .parse()
@@ -90,7 +90,7 @@ pub fn nvrtc_floor_for(arch: &str) -> Version {
 }
 
 /// What pip names the NVRTC wheel of a CUDA version (the fix an error proposes).
-pub fn pip_nvrtc_for(cuda: Version) -> String {
+pub(crate) fn pip_nvrtc_for(cuda: Version) -> String {
     if cuda.major >= 13 {
         format!(
             "pip install \"nvidia-cuda-nvrtc=={}.{}.*\"",
@@ -106,7 +106,7 @@ pub fn pip_nvrtc_for(cuda: Version) -> String {
 
 /// Checks the driver: `driver` is `cuDriverGetVersion`'s CUDA version, `branch` the kernel
 /// module's version (e.g. "565.57.01") where known, for the message only.
-pub fn check_driver(driver: Version, branch: Option<&str>) -> Result<(), String> {
+pub(crate) fn check_driver(driver: Version, branch: Option<&str>) -> Result<(), String> {
     if driver >= DRIVER_FLOOR {
         return Ok(());
     }
@@ -118,7 +118,7 @@ pub fn check_driver(driver: Version, branch: Option<&str>) -> Result<(), String>
 
 /// Checks one NVRTC: it must be at least [`NVRTC_FLOOR`] (and, for `arch`, new enough to know
 /// it), and no newer than the driver's CUDA version, whose JIT must load its PTX.
-pub fn check_nvrtc(
+pub(crate) fn check_nvrtc(
     nvrtc: Version,
     driver: Version,
     arch: Option<&str>,
@@ -145,7 +145,7 @@ pub fn check_nvrtc(
 }
 
 /// Checks NCCL: present and at least [`NCCL_FLOOR`].
-pub fn check_nccl(nccl: Option<Version>) -> Result<(), String> {
+pub(crate) fn check_nccl(nccl: Option<Version>) -> Result<(), String> {
     match nccl {
         None => Err(
             "no NCCL library loaded: install NCCL (pip install nvidia-nccl-cu12, or the system's libnccl2), or point to it with --nccl-lib PATH (a libnccl.so* file or its folder)"
@@ -160,7 +160,7 @@ pub fn check_nccl(nccl: Option<Version>) -> Result<(), String> {
 
 /// One NVRTC library found: where, and its version (None when it could not be asked).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NvrtcCandidate {
+pub(crate) struct NvrtcCandidate {
     pub path: String,
     /// Where it was found (LD_LIBRARY_PATH, system, CUDA toolkit, Python site-packages, the
     /// loader's default).
@@ -170,7 +170,7 @@ pub struct NvrtcCandidate {
 
 /// Which NVRTC to use, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NvrtcChoice {
+pub(crate) struct NvrtcChoice {
     /// Index into the candidates; None when none fits.
     pub chosen: Option<usize>,
     pub why: String,
@@ -180,7 +180,7 @@ pub struct NvrtcChoice {
 /// system folders, CUDA toolkits, Python's wheels) that the driver can load and that is new
 /// enough; says which were passed over and why. With no driver version every candidate with
 /// a version counts as loadable (nothing to compare with).
-pub fn choose_nvrtc(driver: Option<Version>, candidates: &[NvrtcCandidate]) -> NvrtcChoice {
+pub(crate) fn choose_nvrtc(driver: Option<Version>, candidates: &[NvrtcCandidate]) -> NvrtcChoice {
     if candidates.is_empty() {
         return NvrtcChoice {
             chosen: None,

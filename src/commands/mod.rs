@@ -15,7 +15,7 @@ use crate::report::text;
 use crate::request::{BackendKind, CollectiveRequest, VerifyJob, VerifyRequest, WorkerRequest};
 
 /// The note of a modeled record asked for fresh runs.
-pub const MODELED_NO_NOISE: &str =
+pub(crate) const MODELED_NO_NOISE: &str =
     "modeled: no between-run noise (the cost model gives the same numbers in every run, so --fresh-runs repeats nothing)";
 
 /// One figure of a record: (what, graph, collective size, median us).
@@ -113,7 +113,7 @@ pub fn repeated(
 }
 
 /// The lines printed under the table for a record of repetitions (or the model's note).
-pub fn repetition_lines(r: &Record) -> String {
+pub(crate) fn repetition_lines(r: &Record) -> String {
     let mut o = String::new();
     if !r.repetitions.is_empty() {
         o.push_str(&format!(
@@ -134,7 +134,7 @@ pub fn repetition_lines(r: &Record) -> String {
 
 /// Prints a record on stdout: with `--format json` (`markdown`) exactly what `--export-json`
 /// (`--export-markdown`) writes, else its table (`table`) and the repetitions' lines.
-pub fn print_result(
+pub(crate) fn print_result(
     format: crate::output::Format,
     record: &Record,
     table: fn(&Record) -> String,
@@ -182,7 +182,7 @@ pub fn verify_with(b: &dyn Backend, a: &VerifyRequest) -> anyhow::Result<i32> {
 
 /// `verify` of a resolved job on a given backend: its fresh runs, exports, table and exit
 /// code.
-pub fn verify_job_with(b: &dyn Backend, job: &VerifyJob) -> anyhow::Result<i32> {
+pub(crate) fn verify_job_with(b: &dyn Backend, job: &VerifyJob) -> anyhow::Result<i32> {
     let a = &job.request;
     let mut record = repeated(b.kind(), a.fresh_runs, |i| {
         let mut j = job.clone();

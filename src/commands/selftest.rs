@@ -43,7 +43,7 @@ pub struct Check {
 
 /// The streaming kernel's result against a CPU reference (small sizes, exact inputs), as a
 /// plain launch and, where the GPU has it, with programmatic dependent launch.
-pub fn streaming_kernel(device: usize) -> Check {
+pub(crate) fn streaming_kernel(device: usize) -> Check {
     let r = (|| -> anyhow::Result<String> {
         let gpu = comm::Gpu::open(device)?;
         let k = comm::kernels::Kernels::load(&gpu)?;
@@ -166,7 +166,7 @@ fn streaming_pdl(
 /// The GPU's rated clocks are read through the driver (both positive), and `--cpu-affinity
 /// auto` resolves for this GPU and, when sysfs names its NUMA node, pins a thread to exactly
 /// those CPUs (checked in /proc/thread-self/status).
-pub fn clocks_and_affinity(device: usize) -> Check {
+pub(crate) fn clocks_and_affinity(device: usize) -> Check {
     use crate::launch::affinity::{self, CpuAffinity};
     let r = (|| -> anyhow::Result<String> {
         let (sm, mem) = comm::device::clocks_khz(device)?;

@@ -44,7 +44,7 @@ pub struct CompareRequest {
 }
 
 /// How the ratio uncertainty is computed (printed under every table).
-pub const UNCERTAINTY_METHOD: &str = "ratio = median / median of the first file; ± is one \
+pub(crate) const UNCERTAINTY_METHOD: &str = "ratio = median / median of the first file; ± is one \
 standard error of the ratio, R·sqrt((seA/mA)² + (seB/mB)²), with each median's standard error \
 taken as 1.2533·stddev/sqrt(n) (normal approximation; outliers widen stddev, so it errs large)";
 
@@ -158,7 +158,7 @@ pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
 
 /// `compare --format json`: the comparison as a record of kind `compare`, modeled when any
 /// entry is.
-pub fn record_of(c: &Comparison, started: String) -> anyhow::Result<Record> {
+pub(crate) fn record_of(c: &Comparison, started: String) -> anyhow::Result<Record> {
     let source = if c.entries.iter().any(|e| e.source == Source::Modeled) {
         Source::Modeled
     } else {
@@ -178,7 +178,7 @@ pub fn record_of(c: &Comparison, started: String) -> anyhow::Result<Record> {
 
 /// `compare --schedule FILE`: every entry must have replayed the file's schedule (same
 /// schedule_hash); with `force`, the ones that did not are named in notes instead.
-pub fn against_schedule_file(
+pub(crate) fn against_schedule_file(
     entries: &[Entry],
     path: &Path,
     force: bool,

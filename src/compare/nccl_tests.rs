@@ -42,7 +42,7 @@ pub struct SideBySide {
 }
 
 /// The sizes both measured, per launch mode of each nccl-tests run.
-pub fn side_by_side(vb: &CollectiveResult, runs: &[NcclTestsRun]) -> Vec<SideBySide> {
+pub(crate) fn side_by_side(vb: &CollectiveResult, runs: &[NcclTestsRun]) -> Vec<SideBySide> {
     let mut out = vec![];
     for run in runs {
         for nt in &run.rows {
@@ -94,7 +94,7 @@ pub fn render(rows: &[SideBySide]) -> String {
 /// The header line that says how each side combined its ranks: `rank_time` from the collective
 /// record (`None`: a record from before `--rank-time`, which took the slowest rank), against
 /// nccl-tests' mean over ranks.
-pub fn rank_line(rank_time: Option<RankTime>, nranks: usize) -> String {
+pub(crate) fn rank_line(rank_time: Option<RankTime>, nranks: usize) -> String {
     if nranks <= 1 {
         return "# ranks: 1 rank: the slowest rank and the mean over ranks are the same time\n"
             .into();

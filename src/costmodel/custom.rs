@@ -39,7 +39,7 @@ pub fn params(p: &Profile) -> P2pLink {
 
 /// Device time (us) of one custom all-reduce of `size` bytes on `n` ranks: signal rounds plus
 /// reads. A usage error when the profile has no P2P, the ranks span nodes, or `imp` is NCCL.
-pub fn device_us(p: &Profile, imp: Impl, size: u64, n: usize) -> anyhow::Result<f64> {
+pub(crate) fn device_us(p: &Profile, imp: Impl, size: u64, n: usize) -> anyhow::Result<f64> {
     let l = params(p);
     if !l.available {
         crate::usage_bail!(
@@ -74,7 +74,7 @@ pub fn device_us(p: &Profile, imp: Impl, size: u64, n: usize) -> anyhow::Result<
 
 /// One custom all-reduce as the application sees it: device time plus one kernel launch.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CustomTime {
+pub(crate) struct CustomTime {
     pub device_us: f64,
     pub launch_us: f64,
 }
@@ -87,7 +87,7 @@ impl CustomTime {
 
 /// [`device_us`] plus the launch: the graph node gap, or one eager kernel launch (a plain
 /// `cudaLaunchKernel`, the same from threads and processes).
-pub fn op_time(
+pub(crate) fn op_time(
     p: &Profile,
     imp: Impl,
     size: u64,
@@ -106,14 +106,14 @@ pub fn op_time(
 
 /// Why the custom all-reduces cannot run on profile `p` at all (no peer-to-peer), if so: the
 /// model's counterpart of a GPU pair without peer access.
-pub fn unavailable_reason(p: &Profile) -> Option<String> {
+pub(crate) fn unavailable_reason(p: &Profile) -> Option<String> {
     let l = params(p);
     (!l.available).then(|| format!("profile {}: {}", p.name, l.source))
 }
 
 /// Adds the modeled rows of the custom implementations `imps` to every size of `res` (graph
 /// and/or eager as `graphs` says).
-pub fn collective_rows(
+pub(crate) fn collective_rows(
     p: &Profile,
     imps: &[Impl],
     res: &mut CollectiveResult,
@@ -154,7 +154,7 @@ pub fn collective_rows(
 /// The modeled verify runs with the all-reduces on `imp`: each NCCL run of `runs` with its
 /// all-reduce part replaced by `imp`'s time for the same messages (the all-gather and the
 /// compute stay as modeled for NCCL).
-pub fn verify_runs(
+pub(crate) fn verify_runs(
     p: &Profile,
     s: &Schedule,
     nranks: usize,
@@ -190,7 +190,7 @@ pub fn verify_runs(
 
 /// One measured time of a custom all-reduce (a `collective --impl` record's P2P row).
 #[derive(Debug, Clone, PartialEq)]
-pub struct P2pPoint {
+pub(crate) struct P2pPoint {
     pub label: String,
     pub imp: Impl,
     pub size: u64,
@@ -201,7 +201,7 @@ pub struct P2pPoint {
 
 /// The P2P rows of the measured collective records of `records` (modeled ones are left out;
 /// NCCL's own rows are the NCCL fit's, not these).
-pub fn p2p_points(records: &[Record]) -> Vec<P2pPoint> {
+pub(crate) fn p2p_points(records: &[Record]) -> Vec<P2pPoint> {
     let mut out = vec![];
     for r in records.iter().filter(|r| r.source == Source::Measured) {
         let Body::Collective(c) = &r.body else {
@@ -235,7 +235,7 @@ pub fn p2p_points(records: &[Record]) -> Vec<P2pPoint> {
 
 /// The outcome of fitting the P2P terms.
 #[derive(Debug, Clone)]
-pub struct P2pFit {
+pub(crate) struct P2pFit {
     pub link: P2pLink,
     /// One line per parameter: fitted (base -> fitted) or held (and why).
     pub lines: Vec<String>,
@@ -249,7 +249,7 @@ pub struct P2pFit {
 /// `1 / read_gbps` once the launch is taken off: `t - launch = k * signal + c * size / read`
 /// (one-shot k = 1, c = n-1; two-shot k = 2, c = 2(n-1)/n). With one size the slope cannot be
 /// told from the intercept: `read_gbps` is held and only `signal_us` is fitted.
-pub fn fit_p2p(base: &Profile, pts: &[P2pPoint]) -> anyhow::Result<P2pFit> {
+pub(crate) fn fit_p2p(base: &Profile, pts: &[P2pPoint]) -> anyhow::Result<P2pFit> {
     if pts.is_empty() {
         crate::usage_bail!("no measured P2P rows (collective --impl oneshot/twoshot) to fit");
     }

@@ -74,7 +74,7 @@ pub struct FitReport {
 
 impl FitReport {
     /// One line per parameter, fitted or held, for the fit table.
-    pub fn param_lines(&self) -> Vec<String> {
+    pub(crate) fn param_lines(&self) -> Vec<String> {
         let mut v: Vec<String> = self
             .params
             .iter()
@@ -90,7 +90,7 @@ impl FitReport {
 }
 
 /// Fits `base` to `pts`, then refits without each point in turn and predicts it.
-pub fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitReport> {
+pub(crate) fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitReport> {
     if pts.is_empty() {
         crate::usage_bail!("no measured collective or verify timings to fit in the results files");
     }

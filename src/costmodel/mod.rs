@@ -39,7 +39,7 @@ impl ModelSettings {
     }
 
     /// The NCCL_* variables of `nccl_env` the model does not express (names with values).
-    pub fn not_modeled(&self) -> Vec<String> {
+    pub(crate) fn not_modeled(&self) -> Vec<String> {
         self.nccl_env
             .iter()
             .filter(|(k, _)| !profile::MODELED_NCCL_VARS.contains(&k.as_str()))
@@ -248,7 +248,7 @@ pub fn in_collective(
 /// Adds the host timeline of an eager replay with host gaps (`extra_us` from [`in_collective`])
 /// to a modeled verify run: its per-verify time and per-collective time grow by it, and its
 /// breakdown gets a part saying what it is.
-pub fn add_host_timeline(r: &mut VerifyRun, extra_us: f64, ncoll: usize) {
+pub(crate) fn add_host_timeline(r: &mut VerifyRun, extra_us: f64, ncoll: usize) {
     let total = r.per_verify.median_us + extra_us;
     r.per_verify = single(total);
     if r.mode != Mode::Compute && ncoll > 0 {

@@ -53,7 +53,7 @@ fn op_of_binary(b: &str) -> Option<CollectiveKind> {
 }
 
 /// The tables of `runs` (read from `source`), and one line per run left out.
-pub fn tables_of(source: &str, runs: &[NcclTestsRun]) -> (Vec<Table>, Vec<String>) {
+pub(crate) fn tables_of(source: &str, runs: &[NcclTestsRun]) -> (Vec<Table>, Vec<String>) {
     let mut out = vec![];
     let mut skipped = vec![];
     for (k, r) in runs.iter().enumerate() {
@@ -116,7 +116,7 @@ pub fn tables_of(source: &str, runs: &[NcclTestsRun]) -> (Vec<Table>, Vec<String
 
 /// What bounds the fit.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Physics {
+pub(crate) struct Physics {
     /// The link's rate per direction, GB/s.
     pub rate_gbps: f64,
     /// Measured peer-to-peer latency, us (a floor of every hop), where known.
@@ -125,7 +125,7 @@ pub struct Physics {
 
 /// The outcome of a fit on nccl-tests tables.
 #[derive(Debug, Clone)]
-pub struct NtFit {
+pub(crate) struct NtFit {
     pub report: fit::FitReport,
     /// One line per parameter that ended on its physical bound.
     pub at_bound: Vec<String>,
@@ -263,7 +263,7 @@ fn fit_points(base: &Profile, phys: &Physics, pts: &[Point]) -> anyhow::Result<P
 }
 
 /// Fits `base` to the tables, then leaves each size out in turn and predicts it.
-pub fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> anyhow::Result<NtFit> {
+pub(crate) fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> anyhow::Result<NtFit> {
     let pts: Vec<Point> = tables.iter().flat_map(|t| t.points.clone()).collect();
     if pts.len() < 5 {
         crate::usage_bail!(
@@ -362,7 +362,7 @@ pub fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> anyhow::Re
 
 /// The leave-one-size-out errors of one table fitted on its own.
 #[derive(Debug, Clone)]
-pub struct TableLoso {
+pub(crate) struct TableLoso {
     pub label: String,
     pub op: CollectiveKind,
     pub nranks: usize,
@@ -373,7 +373,11 @@ pub struct TableLoso {
 }
 
 /// Fits `table` on its own and leaves each size out in turn.
-pub fn loso_of_table(base: &Profile, phys: &Physics, table: &Table) -> anyhow::Result<TableLoso> {
+pub(crate) fn loso_of_table(
+    base: &Profile,
+    phys: &Physics,
+    table: &Table,
+) -> anyhow::Result<TableLoso> {
     let f = calibrate(base, phys, std::slice::from_ref(table))?;
     let errs: Vec<(u64, f64)> = table
         .points
@@ -394,7 +398,7 @@ pub fn loso_of_table(base: &Profile, phys: &Physics, table: &Table) -> anyhow::R
 
 /// The relative error (predicted / measured - 1) of `prof` at each size of `table` within
 /// `[lo, hi]` bytes.
-pub fn profile_errors(
+pub(crate) fn profile_errors(
     prof: &Profile,
     table: &Table,
     lo: u64,

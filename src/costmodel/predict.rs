@@ -70,7 +70,7 @@ impl Force {
 
     /// [`Force::parse`] with the names messages give each value's origin (a flag, or the
     /// environment variable it came from).
-    pub fn parse_named(
+    pub(crate) fn parse_named(
         proto: Option<&str>,
         proto_origin: &str,
         algo: Option<&str>,
@@ -136,7 +136,7 @@ fn nodes(p: &Profile, n: usize) -> (usize, usize) {
 }
 
 /// Steps a ring takes (total, of which over the network) for `op` on `n` ranks.
-pub fn ring_steps(op: CollectiveKind, n: usize, nodes: usize) -> (usize, usize) {
+pub(crate) fn ring_steps(op: CollectiveKind, n: usize, nodes: usize) -> (usize, usize) {
     op.ops().ring_steps(n, nodes)
 }
 
@@ -153,7 +153,7 @@ pub fn ring_steps(op: CollectiveKind, n: usize, nodes: usize) -> (usize, usize) 
 ///   one hop of latency in turn, their (n-1)/n of the send buffer sharing the rank's link; the
 ///   same protocol rules as a ring. This over-prices the latency where NCCL overlaps peers on
 ///   separate channels, which the calibration of a real machine would show.
-pub fn device_us(
+pub(crate) fn device_us(
     p: &Profile,
     op: CollectiveKind,
     size: u64,
@@ -214,7 +214,7 @@ pub fn device_us(
 }
 
 /// The (algorithm, protocol) NCCL would use for `op` under `force`, and its device time.
-pub fn choose(
+pub(crate) fn choose(
     p: &Profile,
     op: CollectiveKind,
     size: u64,
@@ -262,7 +262,7 @@ pub fn choose(
 
 /// Where one operation's time goes.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OpTime {
+pub(crate) struct OpTime {
     pub algo: Algo,
     pub proto: Proto,
     pub device_us: f64,
@@ -276,7 +276,7 @@ impl OpTime {
 }
 
 /// One collective as the application sees it: device time plus the launch cost of the mode.
-pub fn op_time(
+pub(crate) fn op_time(
     p: &Profile,
     op: CollectiveKind,
     size: u64,

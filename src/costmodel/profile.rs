@@ -23,9 +23,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::usage;
 
 /// Version of the profile file format; files of another version are refused.
-pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+pub(crate) const PROFILE_SCHEMA_VERSION: u32 = 1;
 /// The `kind` field of a profile file, so a results file is not mistaken for one.
-pub const PROFILE_KIND: &str = crate::record::kinds::PROFILE;
+pub(crate) const PROFILE_KIND: &str = crate::record::kinds::PROFILE;
 
 /// The measured reference the built-in launch costs and LL base latency are set to.
 pub const REFERENCE_H200: &str = "2x H200 NVLink, NCCL, 43,008 B bf16 all-reduce: a CUDA graph of the verify step's 123 all-reduces replays at 7.0-7.4 us per all-reduce; eager launches cost ~8.4 us each from threads and ~11 us from processes; with NCCL_P2P_DISABLE=1 (SHM through host memory) ~14-15 us; PyTorch c10d ~17 us graph / 28 us eager";
@@ -41,7 +41,7 @@ pub enum Proto {
 }
 
 impl Proto {
-    pub const ALL: [Proto; 3] = [Proto::Ll, Proto::Ll128, Proto::Simple];
+    pub(crate) const ALL: [Proto; 3] = [Proto::Ll, Proto::Ll128, Proto::Simple];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -53,7 +53,7 @@ impl Proto {
 
     /// Share of the link bandwidth the protocol delivers as payload: LL sends 8-byte lines of
     /// 4 data bytes and a 4-byte flag; LL128 128-byte lines with 8 bytes of flags; Simple all.
-    pub fn efficiency(self) -> f64 {
+    pub(crate) fn efficiency(self) -> f64 {
         match self {
             Proto::Ll => 0.5,
             Proto::Ll128 => 120.0 / 128.0,
@@ -79,7 +79,7 @@ pub enum Algo {
 }
 
 impl Algo {
-    pub const ALL: [Algo; 2] = [Algo::Ring, Algo::Tree];
+    pub(crate) const ALL: [Algo; 2] = [Algo::Ring, Algo::Tree];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -292,7 +292,7 @@ impl P2pLink {
     /// gives 8.5 us at 8 KB and 16.5 us at 64 KB, above the published 9.2 us: the published kernel
     /// grows less with size than 7 full reads through one link would. `model fit` on measurements
     /// of the machine settles it; NCCL's ring costs ~24 us at 43 KB on the same class of machine.
-    pub fn pcie_gen5() -> P2pLink {
+    pub(crate) fn pcie_gen5() -> P2pLink {
         P2pLink {
             available: true,
             signal_us: 6.36,
@@ -303,7 +303,7 @@ impl P2pLink {
 
     /// PCIe 4.0 x16: the signal round of gen5 (switch and flag latency, not link speed, dominate
     /// it), half the read bandwidth.
-    pub fn pcie_gen4() -> P2pLink {
+    pub(crate) fn pcie_gen4() -> P2pLink {
         P2pLink {
             available: true,
             signal_us: 6.36,
@@ -315,7 +315,7 @@ impl P2pLink {
     /// NVLink 4 through NVSwitch. An estimate, not a measurement: a flag store crossing NVLink and
     /// a poll seeing it take ~1 us, the kernel's copy-in and launch on the device ~1 us; reads at
     /// ~300 of NVLink 4's 450 GB/s per direction. The 2-GPU H200 measurement replaces it.
-    pub fn nvlink4() -> P2pLink {
+    pub(crate) fn nvlink4() -> P2pLink {
         P2pLink {
             available: true,
             signal_us: 2.0,
@@ -326,7 +326,7 @@ impl P2pLink {
 
     /// No peer-to-peer between the GPUs (NCCL_P2P_DISABLE, or GPUs under different root
     /// complexes without P2P): the custom all-reduces cannot run.
-    pub fn unavailable() -> P2pLink {
+    pub(crate) fn unavailable() -> P2pLink {
         P2pLink {
             available: false,
             signal_us: 0.0,
@@ -441,13 +441,13 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
 
 /// Physical rates per direction, GB/s: PCIe 5.0 x16 32 GT/s x 16 lanes, 128b/130b (63.0);
 /// PCIe 4.0 x16 half of it; NVLink 4 on H100/H200 18 links x 25 GB/s; NDR InfiniBand 400 Gb/s.
-pub const PCIE5_X16_RATE_GBPS: f64 = 63.0;
+pub(crate) const PCIE5_X16_RATE_GBPS: f64 = 63.0;
 /// See [`PCIE5_X16_RATE_GBPS`].
-pub const PCIE4_X16_RATE_GBPS: f64 = 31.5;
+pub(crate) const PCIE4_X16_RATE_GBPS: f64 = 31.5;
 /// See [`PCIE5_X16_RATE_GBPS`].
-pub const NVLINK4_RATE_GBPS: f64 = 450.0;
+pub(crate) const NVLINK4_RATE_GBPS: f64 = 450.0;
 /// See [`PCIE5_X16_RATE_GBPS`].
-pub const NDR_RATE_GBPS: f64 = 50.0;
+pub(crate) const NDR_RATE_GBPS: f64 = 50.0;
 
 /// PCIe gen5 fitted on public all-reduce times of 8x RTX PRO 6000 Blackwell behind PCIe
 /// switches (8 ranks, NCCL, one time per size: 24.6, 24.1, 24.2, 24.5, 24.1, 28.0 us at 256 B,
@@ -460,12 +460,12 @@ pub const NDR_RATE_GBPS: f64 = 50.0;
 /// 49.8 us at 512 KB where the fitted range ended; at the bound the model rises smoothly and
 /// misses 256 KB by +32%: the additive latency + bytes / bandwidth form cannot overlap LL's
 /// transfer with its latency as NCCL's pipelined ring does.
-pub const PCIE_GEN5_HOP_LL_US: f64 = 1.19;
+pub(crate) const PCIE_GEN5_HOP_LL_US: f64 = 1.19;
 
 /// Extra latency of a step across CPU sockets in `pcie-gen5-dual-socket`: with it the model's
 /// 8-rank all-reduce of 32 KB (graph) is the public 48.2 us (NCCL's tuner then prefers the tree,
 /// whose chain crosses sockets twice, over the ring, whose steps cross 3.5 times).
-pub const DUAL_SOCKET_EXTRA_HOP_US: f64 = 11.7;
+pub(crate) const DUAL_SOCKET_EXTRA_HOP_US: f64 = 11.7;
 
 fn pcie_gen5(name: &str, description: &str) -> Profile {
     let mut p = pcie(name, description, 42.0, 1600.0);
@@ -483,7 +483,7 @@ fn pcie_gen5(name: &str, description: &str) -> Profile {
 }
 
 /// The NCCL_* variables the cost model expresses (or that change nothing it prices: logging).
-pub const MODELED_NCCL_VARS: &[&str] = &[
+pub(crate) const MODELED_NCCL_VARS: &[&str] = &[
     "NCCL_PROTO",
     "NCCL_ALGO",
     "NCCL_P2P_DISABLE",
@@ -504,7 +504,7 @@ const HW_NET_LOCAL: PerAlgo = PerAlgo {
 /// The path `env` makes NCCL take, priced: NCCL_P2P_DISABLE=1 moves the ranks of one node to
 /// the host-memory (SHM) path, with `pcie-gen5-no-p2p`'s link; with NCCL_SHM_DISABLE=1 too, to
 /// the network transport. The label says what changed; other profiles' inter-node links stay.
-pub fn apply_transport_env(
+pub(crate) fn apply_transport_env(
     mut p: Profile,
     label: String,
     env: &std::collections::BTreeMap<String, String>,
@@ -536,7 +536,7 @@ pub fn apply_transport_env(
 }
 
 /// Names of the built-in profiles.
-pub const BUILTIN: [&str; 7] = [
+pub(crate) const BUILTIN: [&str; 7] = [
     "nvlink-h100",
     "nvlink-h200",
     "pcie-gen4",
@@ -547,7 +547,7 @@ pub const BUILTIN: [&str; 7] = [
 ];
 
 /// A built-in profile by name.
-pub fn builtin(name: &str) -> Option<Profile> {
+pub(crate) fn builtin(name: &str) -> Option<Profile> {
     Some(match name.to_ascii_lowercase().as_str() {
         // NVLink 4: 18 links x 25 GB/s = 450 GB/s per direction; NCCL all-reduce busbw on
         // H100 SXM reaches ~360 GB/s at large sizes. HBM3 3.35 TB/s spec, ~3.0 achieved.
@@ -637,7 +637,7 @@ pub fn builtin(name: &str) -> Option<Profile> {
 }
 
 /// The built-in profile `name`, or a usage error that lists the known ones.
-pub fn builtin_or_usage(name: &str) -> anyhow::Result<Profile> {
+pub(crate) fn builtin_or_usage(name: &str) -> anyhow::Result<Profile> {
     builtin(name).ok_or_else(|| {
         usage(format!(
             "unknown link profile '{name}' (known: {}; or a fitted file with --profile FILE)",
@@ -649,7 +649,7 @@ pub fn builtin_or_usage(name: &str) -> anyhow::Result<Profile> {
 /// The payload of a profile record (`"kind": "other"`, name [`PROFILE_KIND`]): what
 /// `verifybench model fit` writes, inside the record envelope with its provenance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProfileBody {
+pub(crate) struct ProfileBody {
     pub profile: Profile,
     /// How the parameters were fitted.
     #[serde(default)]
@@ -658,7 +658,7 @@ pub struct ProfileBody {
 
 impl ProfileBody {
     /// The profile as a record (source `modeled`: its numbers are the model's parameters).
-    pub fn to_record(&self, provenance: crate::record::Provenance) -> crate::record::Record {
+    pub(crate) fn to_record(&self, provenance: crate::record::Provenance) -> crate::record::Record {
         crate::record::Record::other(
             crate::record::Source::Modeled,
             provenance,
@@ -755,7 +755,7 @@ impl Profile {
     /// The bandwidth each protocol moves payload at on the link within a node, GB/s: Simple
     /// and LL128 the link's Simple bandwidth times their payload share, LL the lower of that
     /// and its ceiling, and the fitted LL rate where there is one.
-    pub fn proto_gbps(&self, proto: Proto) -> f64 {
+    pub(crate) fn proto_gbps(&self, proto: Proto) -> f64 {
         let bw = self.intra.bw_gbps * proto.efficiency();
         match proto {
             Proto::Ll => {

@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use crate::measure::gaps::{gamma_params, GapPer, GapSource, HostGaps, Launch};
 
 /// Natural log of the gamma function (Lanczos, g = 7, 9 terms; relative error ~1e-15).
-pub fn ln_gamma(x: f64) -> f64 {
+pub(crate) fn ln_gamma(x: f64) -> f64 {
     const C: [f64; 9] = [
         0.999_999_999_999_809_9,
         676.520_368_121_885_1,
@@ -57,7 +57,7 @@ pub fn ln_gamma(x: f64) -> f64 {
 
 /// Regularised lower incomplete gamma P(a, x) = CDF at x of a gamma of shape a, scale 1:
 /// the power series below a + 1, the continued fraction (modified Lentz) above.
-pub fn gamma_p(a: f64, x: f64) -> f64 {
+pub(crate) fn gamma_p(a: f64, x: f64) -> f64 {
     if x <= 0.0 {
         return 0.0;
     }
@@ -108,7 +108,7 @@ pub fn gamma_p(a: f64, x: f64) -> f64 {
 /// `lag`, and (to 1e-30) below 12 standard deviations under the mean; the rest, up to where
 /// 1 - F < 1e-15, by Simpson's rule on 4,000 panels (so that a narrow distribution far from 0
 /// is resolved as finely as a wide one).
-pub fn expected_max(n: usize, shape: f64, scale: f64, lag: f64) -> f64 {
+pub(crate) fn expected_max(n: usize, shape: f64, scale: f64, lag: f64) -> f64 {
     assert!(n >= 1 && shape > 0.0 && scale > 0.0 && lag >= 0.0);
     let f = |x: f64| gamma_p(shape, x / scale);
     let (mean, sd) = (shape * scale, shape.sqrt() * scale);
@@ -140,7 +140,7 @@ pub enum HostSync {
 
 /// What one rank's host spends between two collectives, as the model needs it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Stretch {
+pub(crate) struct Stretch {
     /// Launch index (into the replay's launches) of the collective that ends the stretch.
     pub launch: usize,
     /// Drawn gap units (gamma gaps of one scale) in the stretch: launches (per op) or layer
@@ -153,7 +153,7 @@ pub struct Stretch {
 }
 
 /// The stretches of host time before each collective of `launches`.
-pub fn stretches(gaps: &HostGaps, launches: &[Launch]) -> Vec<Stretch> {
+pub(crate) fn stretches(gaps: &HostGaps, launches: &[Launch]) -> Vec<Stretch> {
     let mut out = vec![];
     let mut cur = Stretch {
         launch: 0,
@@ -248,7 +248,7 @@ pub struct WaitingPrediction {
 /// [`HostSync::Collective`]: expected waiting per collective by order statistics; `transfer_us`
 /// is the cost model's device time of each collective, in launch order. Graph replay has no
 /// host gaps and so no waiting. `gaps` must have been validated for `nranks`.
-pub fn predict_resync(
+pub(crate) fn predict_resync(
     gaps: &HostGaps,
     launches: &[Launch],
     transfer_us: &[f64],
@@ -379,7 +379,7 @@ pub struct GpuWork {
 /// since the iteration began; a kernel starts when launched and its GPU is free; a collective
 /// starts on each rank at that point and ends `work.us` after the last rank's start. Waiting =
 /// end - transfer - own start. `work` has one entry per launch.
-pub fn simulate(
+pub(crate) fn simulate(
     gaps: &HostGaps,
     launches: &[Launch],
     work: &[GpuWork],
@@ -483,7 +483,7 @@ pub fn simulate(
 }
 
 /// Default Monte-Carlo iterations of [`predict`] with [`HostSync::Iteration`].
-pub const DEFAULT_ITERATIONS: u64 = 2000;
+pub(crate) const DEFAULT_ITERATIONS: u64 = 2000;
 
 /// The waiting of one replay, by the model `sync` names: graph replay waits for nothing (no
 /// host gaps); [`HostSync::Collective`] is [`predict_resync`] (transfer = the `work` of the

@@ -51,7 +51,7 @@ pub struct ServerLog {
 }
 
 /// Reads the server log of `--server-log`.
-pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
+pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
     let bytes = std::fs::read(path).map_err(|e| {
         usage(format!(
             "--server-log '{}': cannot read: {e}",
@@ -124,7 +124,7 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
 /// (python/sglang/srt/managers/scheduler.py: `#running-req: N, ... gen throughput (token/s):
 /// X`) and vLLM's periodic stats (vllm/v1/metrics/loggers.py: `Avg generation throughput: X
 /// tokens/s, Running: N reqs`). `None` when no line qualifies.
-pub fn batch1_throughput(text: &str) -> Option<(f64, usize)> {
+pub(crate) fn batch1_throughput(text: &str) -> Option<(f64, usize)> {
     let sg_n = regex::Regex::new(r"#running-req: (\d+)").expect("regex");
     let sg_t = regex::Regex::new(r"gen throughput \(token/s\): ([0-9.]+)").expect("regex");
     let vl_t = regex::Regex::new(r"Avg generation throughput: ([0-9.]+) tokens/s").expect("regex");
@@ -155,7 +155,7 @@ pub struct NcclLogText {
 }
 
 /// Reads `--nccl-log` files; one without any `NCCL` line is a usage error.
-pub fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogText>> {
+pub(crate) fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogText>> {
     paths
         .iter()
         .map(|p| {
@@ -198,7 +198,7 @@ pub struct SweepBest {
 /// Reads a sweep's results file and takes its fastest point (collectives-only runs when the
 /// sweep has them, else full runs); a file without a baseline or without a finished point is
 /// a usage error.
-pub fn read_sweep(path: &Path) -> anyhow::Result<SweepBest> {
+pub(crate) fn read_sweep(path: &Path) -> anyhow::Result<SweepBest> {
     let (points, _warnings) = crate::sweep::results::load(path)
         .map_err(|e| usage(format!("--sweep '{}': {e}", path.display())))?;
     let has = |m: Mode| {
@@ -250,7 +250,7 @@ pub fn read_sweep(path: &Path) -> anyhow::Result<SweepBest> {
 }
 
 /// Analyses the traces of `--trace` (files or folders, one trace per rank).
-pub fn read_traces(paths: &[PathBuf]) -> anyhow::Result<Analysis> {
+pub(crate) fn read_traces(paths: &[PathBuf]) -> anyhow::Result<Analysis> {
     let a = crate::trace::analyse(&TraceRequest::new(paths.to_vec()))
         .map_err(|e| usage(format!("--trace: {e}")))?;
     if a.step.is_none() {

@@ -16,11 +16,11 @@ use crate::measure::gaps::{schedule_launches, GapPer, GapSource, HostGap, HostGa
 use crate::model::Schedule;
 
 /// Monte-Carlo verifies per step of the bisection.
-pub const SEARCH_ITERATIONS: u64 = 24;
+pub(crate) const SEARCH_ITERATIONS: u64 = 24;
 /// Monte-Carlo verifies of the final figure.
-pub const FINAL_ITERATIONS: u64 = 100;
+pub(crate) const FINAL_ITERATIONS: u64 = 100;
 /// The bisection stops within this share of the target.
-pub const TOLERANCE: f64 = 0.01;
+pub(crate) const TOLERANCE: f64 = 0.01;
 
 /// The host gaps that reproduce an observed in-collective time (all modeled).
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1202,7 +1202,7 @@ fn next_steps(
 
 /// The engines' flags that decide whether the verify runs from a CUDA graph (and whether the
 /// custom all-reduce runs), each with the file it is defined in.
-pub const ENGINE_FLAGS: &[(Engine, &str, &str, &str)] = &[
+pub(crate) const ENGINE_FLAGS: &[(Engine, &str, &str, &str)] = &[
     (
         Engine::Sglang,
         "--disable-cuda-graph",

@@ -7,9 +7,9 @@ use std::str::FromStr;
 use serde::Serialize;
 
 /// The most collectives one verify may hold (a forward has a few hundred).
-pub const MAX_COUNT: u64 = 100_000;
+pub(crate) const MAX_COUNT: u64 = 100_000;
 /// The longest one collective may take: 1 s.
-pub const MAX_TIME_US: f64 = 1e6;
+pub(crate) const MAX_TIME_US: f64 = 1e6;
 
 /// COUNT collectives of TIME each, per verify.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -21,7 +21,7 @@ pub struct Observed {
 
 impl Observed {
     /// COUNT x TIME, us.
-    pub fn total_us(&self) -> f64 {
+    pub(crate) fn total_us(&self) -> f64 {
         self.count as f64 * self.time_us
     }
 }

@@ -52,12 +52,12 @@ fn oneshot_json<S: serde::Serializer>(v: &Result<f64, String>, s: S) -> Result<S
 
 impl Pricing {
     /// Mean device time of one collective of the schedule.
-    pub fn per_collective_mean_us(&self) -> f64 {
+    pub(crate) fn per_collective_mean_us(&self) -> f64 {
         self.transfer_us / self.per_collective_us.len().max(1) as f64
     }
 
     /// Best NCCL setting / default, as a ratio of transfers (1 when the default is the best).
-    pub fn best_ratio(&self) -> f64 {
+    pub(crate) fn best_ratio(&self) -> f64 {
         self.best_transfer_us / self.transfer_us
     }
 }
@@ -85,7 +85,7 @@ fn transfers(
 }
 
 /// Prices `s` on `nranks` ranks with the settings `m` (profile, forced protocol/algorithm).
-pub fn price(s: &Schedule, nranks: usize, m: &ModelSettings) -> anyhow::Result<Pricing> {
+pub(crate) fn price(s: &Schedule, nranks: usize, m: &ModelSettings) -> anyhow::Result<Pricing> {
     if nranks < 2 {
         crate::usage_bail!(
             "a verify with collectives needs at least 2 ranks (got {nranks}); give --gpus or --tp of 2 or more"

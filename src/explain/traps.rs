@@ -23,7 +23,7 @@ pub struct Rule {
 }
 
 /// The table of traps.
-pub const RULES: &[Rule] = &[
+pub(crate) const RULES: &[Rule] = &[
     Rule {
         id: "settings-not-applied",
         name: "NCCL settings that never reached the workers",
@@ -136,7 +136,7 @@ fn env_lines(logs: &[NcclLogText]) -> Vec<(String, String)> {
 
 /// The first graph-search line whose bandwidth is at NCCL's floor and whose path crosses the
 /// system (SYS) interconnect, with its file.
-pub fn sys_graph_line(logs: &[NcclLogText]) -> Option<(String, String)> {
+pub(crate) fn sys_graph_line(logs: &[NcclLogText]) -> Option<(String, String)> {
     let re = regex::Regex::new(
         r"Pattern \d+, crossNic \d+, nChannels (\d+), bw ([0-9.]+)/([0-9.]+), type (\w+)/(\w+)",
     )

@@ -101,7 +101,7 @@ pub enum Basis {
 }
 
 impl Basis {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Basis::GpuHolders => "the GPU-holding processes",
             Basis::AllProcesses => "every process of the tree, as none has a GPU open",
@@ -143,7 +143,7 @@ pub fn label(p: &ProcessInfo) -> String {
 }
 
 /// A value as shown in a sentence: `LL`, `""` for empty, `unset`.
-pub fn show_value(v: Option<&str>) -> String {
+pub(crate) fn show_value(v: Option<&str>) -> String {
     match v {
         None => "unset".into(),
         Some("") => "\"\"".into(),

@@ -8,7 +8,7 @@
 //! of values. Other commands (sweep, env) reuse [`is_known_nccl_var`] and [`suggest`].
 
 /// Every `NCCL_*` variable name verifybench knows NCCL to read, sorted.
-pub const KNOWN_NCCL_VARS: &[&str] = &[
+pub(crate) const KNOWN_NCCL_VARS: &[&str] = &[
     "NCCL_ALGO",
     "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
     "NCCL_BUFFSIZE",
@@ -163,7 +163,7 @@ pub const KNOWN_NCCL_VARS: &[&str] = &[
 
 /// `NCCL_*` names that PyTorch (not NCCL) reads: the old spellings of its `TORCH_NCCL_*`
 /// variables. They are not misspellings, but NCCL itself ignores them.
-pub const TORCH_LEGACY_NCCL_VARS: &[(&str, &str)] = &[
+pub(crate) const TORCH_LEGACY_NCCL_VARS: &[(&str, &str)] = &[
     (
         "NCCL_ASYNC_ERROR_HANDLING",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING",
@@ -179,7 +179,7 @@ pub fn is_known_nccl_var(name: &str) -> bool {
 }
 
 /// The `TORCH_NCCL_*` name of an `NCCL_*` variable that PyTorch reads under its old name.
-pub fn torch_legacy_alias(name: &str) -> Option<&'static str> {
+pub(crate) fn torch_legacy_alias(name: &str) -> Option<&'static str> {
     TORCH_LEGACY_NCCL_VARS
         .iter()
         .find(|(old, _)| *old == name)
@@ -224,7 +224,7 @@ pub fn suggest(name: &str) -> Option<&'static str> {
 }
 
 /// Levenshtein distance over bytes (variable names are ASCII).
-pub fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];

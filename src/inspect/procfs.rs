@@ -24,7 +24,7 @@ pub struct Stat {
 ///
 /// `comm` may contain spaces and `)` itself (a process may name itself `a) b`), so it runs from
 /// the first `(` to the LAST `)` of the line.
-pub fn parse_stat(line: &str) -> Result<Stat, String> {
+pub(crate) fn parse_stat(line: &str) -> Result<Stat, String> {
     let bad = || format!("malformed stat line: {:?}", truncate(line, 80));
     let open = line.find('(').ok_or_else(bad)?;
     let close = line.rfind(')').ok_or_else(bad)?;
@@ -46,7 +46,7 @@ pub fn parse_stat(line: &str) -> Result<Stat, String> {
 
 /// Splits `/proc/PID/environ` (NUL-separated `NAME=value` entries) into pairs. Entries without
 /// `=` are skipped; bytes that are not UTF-8 are replaced, not fatal.
-pub fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {
+pub(crate) fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {
     bytes
         .split(|&b| b == 0)
         .filter(|e| !e.is_empty())
@@ -61,7 +61,7 @@ pub fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {
 /// Splits `/proc/PID/cmdline` into arguments. A process that rewrote its title (Python's
 /// setproctitle, as SGLang does for `sglang::scheduler_TP0`) may present one string with
 /// spaces; that comes back as one argument. Empty for zombies and kernel threads.
-pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
+pub(crate) fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
     let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
     if bytes.is_empty() {
         return vec![];
@@ -75,7 +75,7 @@ pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
 /// The GPU index of a file-descriptor link target: `/dev/nvidia3` -> 3. The control and
 /// driver nodes every CUDA process also opens (`/dev/nvidiactl`, `/dev/nvidia-uvm`,
 /// `/dev/nvidia-caps/...`) are not GPUs and give `None`.
-pub fn gpu_of_fd_target(target: &str) -> Option<u32> {
+pub(crate) fn gpu_of_fd_target(target: &str) -> Option<u32> {
     let digits = target.strip_prefix("/dev/nvidia")?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -84,7 +84,7 @@ pub fn gpu_of_fd_target(target: &str) -> Option<u32> {
 }
 
 /// The distinct GPUs among a process's open file descriptors, sorted.
-pub fn gpus_of_fd_targets<S: AsRef<str>>(targets: &[S]) -> Vec<u32> {
+pub(crate) fn gpus_of_fd_targets<S: AsRef<str>>(targets: &[S]) -> Vec<u32> {
     let mut g: Vec<u32> = targets
         .iter()
         .filter_map(|t| gpu_of_fd_target(t.as_ref()))
@@ -97,7 +97,7 @@ pub fn gpus_of_fd_targets<S: AsRef<str>>(targets: &[S]) -> Vec<u32> {
 /// Whether an environment variable is one this command reports: NCCL's (`NCCL_*`, in any case,
 /// so a lower-case misspelling is caught), CUDA's (`CUDA_*`), and PyTorch's NCCL settings
 /// (`TORCH_NCCL_*`).
-pub fn is_reported_var(name: &str) -> bool {
+pub(crate) fn is_reported_var(name: &str) -> bool {
     let up = |p: &str| {
         name.len() >= p.len() && name.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
     };
@@ -106,7 +106,7 @@ pub fn is_reported_var(name: &str) -> bool {
 
 /// A command line as the table shows it: the program's file name without its directory, and
 /// Python multiprocessing's helper processes named by role instead of by their `-c` code.
-pub fn short_command(command: &str) -> String {
+pub(crate) fn short_command(command: &str) -> String {
     let (prog, rest) = command.split_once(' ').unwrap_or((command, ""));
     let prog = if prog.starts_with('/') {
         prog.rsplit('/').next().unwrap_or(prog)
@@ -158,7 +158,7 @@ pub trait ProcSource {
 
 /// The real /proc, or a directory laid out like it (tests).
 #[derive(Debug, Clone)]
-pub struct ProcFs {
+pub(crate) struct ProcFs {
     pub root: PathBuf,
 }
 
@@ -198,12 +198,12 @@ impl ProcSource for ProcFs {
 }
 
 /// Whether an error means the process no longer exists (exited, or exited and was reaped).
-pub fn is_gone(e: &io::Error) -> bool {
+pub(crate) fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
 /// A one-phrase description of why a file could not be read.
-pub fn describe_read_error(e: &io::Error) -> String {
+pub(crate) fn describe_read_error(e: &io::Error) -> String {
     if e.kind() == io::ErrorKind::PermissionDenied {
         "permission denied (another user's process: run as that user or as root)".to_string()
     } else {

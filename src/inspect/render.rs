@@ -29,8 +29,8 @@ pub struct Report {
     pub ok: bool,
 }
 
-pub const SCHEMA: &str = "verifybench.inspect/1";
-pub const SOURCE: &str = "/proc/PID/environ: the environment each process was started with";
+pub(crate) const SCHEMA: &str = "verifybench.inspect/1";
+pub(crate) const SOURCE: &str = "/proc/PID/environ: the environment each process was started with";
 
 impl Report {
     pub fn new(trees: Vec<TreeReport>) -> Report {

@@ -38,7 +38,7 @@ pub struct ProcessInfo {
 
 impl ProcessInfo {
     /// Whether the process has at least one GPU open (false when unknown).
-    pub fn holds_gpu(&self) -> bool {
+    pub(crate) fn holds_gpu(&self) -> bool {
         self.gpus.as_ref().is_some_and(|g| !g.is_empty())
     }
 }
@@ -102,7 +102,7 @@ pub fn snapshot(src: &dyn ProcSource) -> Result<HashMap<u32, Stat>, WalkError> {
 
 /// The command line of a process as one string, `[comm]` when the kernel has none; `None` when
 /// the process is gone.
-pub fn command_of(src: &dyn ProcSource, pid: u32, comm: &str) -> Option<String> {
+pub(crate) fn command_of(src: &dyn ProcSource, pid: u32, comm: &str) -> Option<String> {
     match src.read(pid, "cmdline") {
         Ok(b) => {
             let args = procfs::parse_cmdline(&b);

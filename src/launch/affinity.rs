@@ -33,7 +33,7 @@ impl CpuAffinity {
 
 /// Parses a Linux CPU list (`0-7,16-23`, `3`, `0-15:2` with a stride), as sysfs writes it and
 /// as numactl and taskset take it. Sorted, without duplicates; empty input is an error.
-pub fn parse_cpulist(s: &str) -> Result<Vec<usize>, String> {
+pub(crate) fn parse_cpulist(s: &str) -> Result<Vec<usize>, String> {
     let mut out = std::collections::BTreeSet::new();
     let t = s.trim();
     if t.is_empty() {
@@ -73,7 +73,7 @@ pub fn parse_cpulist(s: &str) -> Result<Vec<usize>, String> {
 }
 
 /// The compact form of a CPU set: `0-7,16-23`.
-pub fn format_cpulist(cpus: &[usize]) -> String {
+pub(crate) fn format_cpulist(cpus: &[usize]) -> String {
     let mut v = cpus.to_vec();
     v.sort_unstable();
     v.dedup();
@@ -95,7 +95,7 @@ pub fn format_cpulist(cpus: &[usize]) -> String {
 }
 
 /// CPUs a `cpu_set_t` holds.
-pub const MAX_CPUS: usize = libc::CPU_SETSIZE as usize;
+pub(crate) const MAX_CPUS: usize = libc::CPU_SETSIZE as usize;
 
 impl FromStr for CpuAffinity {
     type Err = String;
@@ -112,7 +112,7 @@ impl FromStr for CpuAffinity {
 
 /// The sysfs form of a PCI bus id: CUDA writes an 8-digit domain (`00000000:19:00.0`),
 /// sysfs a 4-digit one (`0000:19:00.0`), both lower case in sysfs.
-pub fn sysfs_bus_id(bus_id: &str) -> String {
+pub(crate) fn sysfs_bus_id(bus_id: &str) -> String {
     let b = bus_id.trim().to_ascii_lowercase();
     match b.split_once(':') {
         Some((dom, rest)) if dom.len() > 4 && dom[..dom.len() - 4].chars().all(|c| c == '0') => {
@@ -124,7 +124,7 @@ pub fn sysfs_bus_id(bus_id: &str) -> String {
 
 /// The NUMA node of the PCI device `bus_id` under `root`; `Ok(None)` when the kernel does not
 /// know it (-1, as on single-node machines and many VMs).
-pub fn numa_node(root: &Path, bus_id: &str) -> Result<Option<u32>, String> {
+pub(crate) fn numa_node(root: &Path, bus_id: &str) -> Result<Option<u32>, String> {
     let p = root
         .join("sys/bus/pci/devices")
         .join(sysfs_bus_id(bus_id))
@@ -138,7 +138,7 @@ pub fn numa_node(root: &Path, bus_id: &str) -> Result<Option<u32>, String> {
 }
 
 /// The CPUs of NUMA node `node` under `root`.
-pub fn node_cpus(root: &Path, node: u32) -> Result<Vec<usize>, String> {
+pub(crate) fn node_cpus(root: &Path, node: u32) -> Result<Vec<usize>, String> {
     let p = root.join(format!("sys/devices/system/node/node{node}/cpulist"));
     let s = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
     parse_cpulist(&s).map_err(|e| format!("{}: {e}", p.display()))
@@ -205,7 +205,7 @@ pub fn resolve(req: &CpuAffinity, root: &Path, bus_id: Option<&str>) -> Affinity
 }
 
 /// Pins the calling thread (and the threads it starts afterwards) to `cpus`.
-pub fn apply(cpus: &[usize]) -> std::io::Result<()> {
+pub(crate) fn apply(cpus: &[usize]) -> std::io::Result<()> {
     if cpus.is_empty() || cpus.iter().any(|&c| c >= MAX_CPUS) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -231,7 +231,7 @@ pub fn apply(cpus: &[usize]) -> std::io::Result<()> {
 
 /// The CPUs the calling thread may run on, from `<root>/proc/thread-self/status`
 /// (`Cpus_allowed_list`); `None` when unreadable.
-pub fn allowed_cpus(root: &Path) -> Option<Vec<usize>> {
+pub(crate) fn allowed_cpus(root: &Path) -> Option<Vec<usize>> {
     let s = std::fs::read_to_string(root.join("proc/thread-self/status")).ok()?;
     let line = s.lines().find(|l| l.starts_with("Cpus_allowed_list:"))?;
     parse_cpulist(line.split_once(':')?.1).ok()
@@ -241,7 +241,7 @@ pub fn allowed_cpus(root: &Path) -> Option<Vec<usize>> {
 /// (`sys/devices/system/cpu/cpu<N>/cpufreq/scaling_governor`), as one line:
 /// `performance (64 CPUs)`, or `powersave (32 CPUs), performance (32 CPUs)`; `None` where
 /// there is no cpufreq (many VMs and containers).
-pub fn governors(root: &Path) -> Option<String> {
+pub(crate) fn governors(root: &Path) -> Option<String> {
     let dir = root.join("sys/devices/system/cpu");
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     for e in std::fs::read_dir(&dir).ok()?.flatten() {

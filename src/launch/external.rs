@@ -20,7 +20,7 @@ use crate::launch::rendezvous::Endpoint;
 
 /// Where a worker's rank and world size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LauncherKind {
+pub(crate) enum LauncherKind {
     /// `--rank`, `--world-size` (and `--local-rank`) on the command line.
     Flags,
     /// torchrun / torch.distributed.run: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`.
@@ -91,7 +91,7 @@ const FAMILIES: [Family; 4] = [
 
 /// Values given on the command line; each one set wins over the environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ExplicitRank {
+pub(crate) struct ExplicitRank {
     /// `--rank`
     pub rank: Option<usize>,
     /// `--world-size`
@@ -104,7 +104,7 @@ pub struct ExplicitRank {
 
 /// Where the rendezvous address came from, with the address itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RendezvousAddr {
+pub(crate) struct RendezvousAddr {
     pub endpoint: Endpoint,
     /// Human-readable origin: `--rendezvous`, `MASTER_ADDR/MASTER_PORT`, ...
     pub source: String,
@@ -112,7 +112,7 @@ pub struct RendezvousAddr {
 
 /// Who this worker is in the job, and how that was found out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RankInfo {
+pub(crate) struct RankInfo {
     /// Global rank, `0..world_size`.
     pub rank: usize,
     /// Number of ranks in the job.
@@ -137,7 +137,7 @@ pub struct RankInfo {
 impl RankInfo {
     /// The line a worker prints about itself, e.g.
     /// `rank 1 of 2 (local GPU 1) from torchrun (RANK/WORLD_SIZE/LOCAL_RANK)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut s = format!(
             "rank {} of {} (local GPU {}) from {} ({})",
             self.rank, self.world_size, self.gpu, self.source, self.source_vars
@@ -154,7 +154,7 @@ impl RankInfo {
     }
 
     /// The line about the rendezvous, e.g. `rendezvous at node1:29500 from --rendezvous`.
-    pub fn describe_rendezvous(&self) -> String {
+    pub(crate) fn describe_rendezvous(&self) -> String {
         match &self.rendezvous {
             Some(r) => format!("rendezvous at {} from {}", r.endpoint, r.source),
             None => "no rendezvous address".into(),
@@ -163,7 +163,7 @@ impl RankInfo {
 
     /// The rendezvous address, or a usage error telling how to give one. A world of one rank
     /// needs none, so callers ask only when `world_size > 1`.
-    pub fn require_rendezvous(&self) -> Result<&Endpoint> {
+    pub(crate) fn require_rendezvous(&self) -> Result<&Endpoint> {
         self.rendezvous.as_ref().map(|r| &r.endpoint).ok_or_else(|| {
             usage(format!(
                 "rank {} of {} needs the address of rank 0: pass --rendezvous HOST:PORT \
@@ -176,7 +176,7 @@ impl RankInfo {
 
 /// The process environment as a map (variables that are not valid UTF-8 are left out: none
 /// of the names read here can be one of them).
-pub fn env_map() -> BTreeMap<String, String> {
+pub(crate) fn env_map() -> BTreeMap<String, String> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect()
@@ -256,7 +256,7 @@ fn read_family(env: &BTreeMap<String, String>, fam: &Family) -> Result<Option<Fo
 /// Errors (all usage errors, exit code 2): no rank anywhere, a launcher's variables half set
 /// (`RANK` without `WORLD_SIZE`), a value that is not a number, world size 0, rank or local
 /// rank not below the world size, `--rank` without `--world-size`, a bad `MASTER_PORT`.
-pub fn detect(env: &BTreeMap<String, String>, explicit: &ExplicitRank) -> Result<RankInfo> {
+pub(crate) fn detect(env: &BTreeMap<String, String>, explicit: &ExplicitRank) -> Result<RankInfo> {
     let mut shadowed = Vec::new();
     let (rank, world_size, local, source, source_vars) = match (explicit.rank, explicit.world_size)
     {

@@ -10,18 +10,18 @@ use super::job::Fault;
 use crate::error::usage;
 
 /// Extra arguments `sweep` appends to every child's command line (e.g. `--inject-fault exit`).
-pub const SWEEP_EXTRA_ARGS_ENV: &str = "VERIFYBENCH_SWEEP_EXTRA_ARGS";
+pub(crate) const SWEEP_EXTRA_ARGS_ENV: &str = "VERIFYBENCH_SWEEP_EXTRA_ARGS";
 /// Restricts [`SWEEP_EXTRA_ARGS_ENV`] to the points with this override (`NAME=VALUE`).
-pub const SWEEP_EXTRA_WHEN_ENV: &str = "VERIFYBENCH_SWEEP_EXTRA_ARGS_WHEN";
+pub(crate) const SWEEP_EXTRA_WHEN_ENV: &str = "VERIFYBENCH_SWEEP_EXTRA_ARGS_WHEN";
 
 /// The rank fault of `--inject-fault` for the launchers (bad input is a usage error).
-pub fn rank_fault(spec: Option<&str>) -> anyhow::Result<Option<Fault>> {
+pub(crate) fn rank_fault(spec: Option<&str>) -> anyhow::Result<Option<Fault>> {
     spec.map(str::parse::<Fault>).transpose().map_err(usage)
 }
 
 /// Fails this process as `--inject-fault` asks (the model backend): `exit` exits with code 3,
 /// `hang` sleeps forever, `abort` aborts. Anything else (or nothing) returns.
-pub fn process_fault(spec: Option<&str>) {
+pub(crate) fn process_fault(spec: Option<&str>) {
     match spec.map(|f| f.split(':').next().unwrap_or(f)) {
         Some("exit") => {
             eprintln!("verifybench: injected fault: exit");
@@ -47,7 +47,7 @@ pub fn process_fault(spec: Option<&str>) {
 
 /// `--inject-fault p2p-silent` needs a P2P implementation to silence: a usage error otherwise
 /// (the same on every backend).
-pub fn check_p2p_fault(spec: Option<&str>, p2p_impls: usize) -> anyhow::Result<()> {
+pub(crate) fn check_p2p_fault(spec: Option<&str>, p2p_impls: usize) -> anyhow::Result<()> {
     if spec.is_some_and(|f| f.starts_with("p2p-silent")) && p2p_impls == 0 {
         crate::usage_bail!(
             "--inject-fault p2p-silent needs a P2P implementation that runs here in --impl (oneshot or twoshot)"
@@ -57,7 +57,7 @@ pub fn check_p2p_fault(spec: Option<&str>, p2p_impls: usize) -> anyhow::Result<(
 }
 
 /// The sweep's extra child arguments and their condition, from the environment.
-pub fn sweep_extra_args() -> (Vec<String>, Option<(String, String)>) {
+pub(crate) fn sweep_extra_args() -> (Vec<String>, Option<(String, String)>) {
     let args = std::env::var(SWEEP_EXTRA_ARGS_ENV)
         .map(|s| s.split_whitespace().map(String::from).collect())
         .unwrap_or_default();

@@ -133,7 +133,7 @@ pub enum Job {
 impl Job {
     /// Whether `nranks` ranks of this job need an NCCL communicator: not one rank replaying
     /// compute only (one GPU measuring one rank's share).
-    pub fn needs_communicator(&self, nranks: usize) -> bool {
+    pub(crate) fn needs_communicator(&self, nranks: usize) -> bool {
         match self {
             Job::Verify { runs, .. } => nranks > 1 || runs.iter().any(|(_, m)| *m != Mode::Compute),
             Job::Collective { .. } => true,
@@ -166,7 +166,7 @@ pub struct CollCase {
 impl Job {
     /// The largest message (bytes) a custom P2P all-reduce of this job carries; 0 when the job
     /// runs none (then no rank sets up peer memory).
-    pub fn p2p_bytes(&self) -> usize {
+    pub(crate) fn p2p_bytes(&self) -> usize {
         match self {
             Job::Collective { cases, .. } => cases
                 .iter()

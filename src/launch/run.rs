@@ -26,7 +26,7 @@ pub use super::devices::{check_gpu_flags, preflight, select_devices, select_devi
 
 /// Operations per timed sample of `collective` (as nccl-tests times many back-to-back
 /// operations): amortises the first operation's start-up and, in graph mode, the graph launch.
-pub const COLLECTIVE_BATCH: u64 = 50;
+pub(crate) const COLLECTIVE_BATCH: u64 = 50;
 
 /// How to start the ranks.
 #[derive(Debug, Clone)]
@@ -66,7 +66,7 @@ enum Event {
 }
 
 /// Runs `job` on every rank and returns the ranks' results, in rank order.
-pub fn run_job(spec: &LaunchSpec, job: &Job) -> anyhow::Result<Vec<RankResult>> {
+pub(crate) fn run_job(spec: &LaunchSpec, job: &Job) -> anyhow::Result<Vec<RankResult>> {
     // One rank without collectives needs no communicator, hence no NCCL id.
     let id = if job.needs_communicator(spec.devices.len()) {
         comm::nccl::unique_id().map_err(anyhow::Error::new)?
@@ -332,7 +332,7 @@ fn run_processes(
 
 /// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest
 /// rank, or their mean), and the wrong elements of all ranks.
-pub fn combine(
+pub(crate) fn combine(
     results: &[RankResult],
     configs: usize,
     rank_time: RankTime,
@@ -411,7 +411,7 @@ fn worker_provenance(launcher: &str, started: String, results: &[RankResult]) ->
 
 /// The provenance notes on what makes timings noisy at the source: each rank's CPU affinity,
 /// the CPU frequency governor and the GPUs' rated clocks (or that they are not available).
-pub fn host_notes(results: &[RankResult], governor: Option<String>) -> Vec<String> {
+pub(crate) fn host_notes(results: &[RankResult], governor: Option<String>) -> Vec<String> {
     let aff: Vec<String> = results
         .iter()
         .map(|r| match &r.affinity {

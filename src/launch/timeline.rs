@@ -21,11 +21,11 @@ use crate::record::InCollective;
 use crate::trace::chrome::{RankTrack, Slice, SliceCollective, SliceKind};
 
 /// How the ranks' start times are aligned (printed with every measured pass).
-pub const ALIGNMENT: &str = "starts are aligned across ranks at the end of the per-iteration barrier all-reduce (each rank times from an event recorded right after it; the barrier kernels of all ranks end within a few us of each other), so start skew is approximate; durations are exact";
+pub(crate) const ALIGNMENT: &str = "starts are aligned across ranks at the end of the per-iteration barrier all-reduce (each rank times from an event recorded right after it; the barrier kernels of all ranks end within a few us of each other), so start skew is approximate; durations are exact";
 
 /// Verifies the per-collective pass times after `iters` headline iterations: as many, at most 20
 /// (enough for a median; the pass reads back hundreds of events per verify).
-pub fn pass_iterations(iters: u64) -> u64 {
+pub(crate) fn pass_iterations(iters: u64) -> u64 {
     iters.clamp(1, 20)
 }
 
@@ -44,7 +44,7 @@ pub struct PassIteration {
 
 /// Transfer vs waiting of a pass: `per_rank[r][i]` is rank r's iteration i. `None` when no
 /// iteration timed a collective on every rank.
-pub fn attribute_pass(per_rank: &[Vec<PassIteration>], how: String) -> Option<InCollective> {
+pub(crate) fn attribute_pass(per_rank: &[Vec<PassIteration>], how: String) -> Option<InCollective> {
     let n = per_rank.len();
     let iters = per_rank.iter().map(|p| p.len()).min()?;
     let mut items = vec![];
@@ -80,7 +80,7 @@ pub fn attribute_pass(per_rank: &[Vec<PassIteration>], how: String) -> Option<In
 /// shifted to start after the latest end of the previous one on any rank), collectives named
 /// and sized from `schedule`, compute launches, host gaps. `graph`: the collectives were
 /// replayed from a CUDA graph (one `cudaGraphLaunch` per verify).
-pub fn chrome_tracks(
+pub(crate) fn chrome_tracks(
     per_rank: &[Vec<PassIteration>],
     schedule: &Schedule,
     graph: bool,
@@ -182,7 +182,7 @@ pub fn chrome_tracks(
 /// schedule's collectives, each `transfer_us` long; rank `late` (if any) starts every collective
 /// `lag_us` late, so the others wait that long. Not a measurement: only for exercising the
 /// attribution, the table and the trace export end to end without a GPU.
-pub fn fake_pass(
+pub(crate) fn fake_pass(
     schedule: &Schedule,
     nranks: usize,
     iters: usize,

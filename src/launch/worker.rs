@@ -27,7 +27,7 @@ pub struct RankRequest {
 /// One line of the worker protocol.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Message {
+pub(crate) enum Message {
     Progress(usize),
     Result(Box<RankResult>),
     Error(String),
@@ -37,7 +37,7 @@ pub fn hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub fn unhex(s: &str) -> anyhow::Result<[u8; 128]> {
+pub(crate) fn unhex(s: &str) -> anyhow::Result<[u8; 128]> {
     let mut out = [0u8; 128];
     if s.len() != 256 {
         anyhow::bail!("NCCL id must be 256 hex digits");

@@ -118,11 +118,11 @@ pub struct Aggregate {
 
 impl Aggregate {
     /// Mean over ranks of the in-kernel time.
-    pub fn mean_in_kernel_us(&self) -> f64 {
+    pub(crate) fn mean_in_kernel_us(&self) -> f64 {
         mean(&self.in_kernel_us)
     }
     /// Mean over ranks of the waiting time.
-    pub fn mean_waiting_us(&self) -> f64 {
+    pub(crate) fn mean_waiting_us(&self) -> f64 {
         mean(&self.waiting_us)
     }
 }
@@ -136,7 +136,7 @@ fn mean(v: &[f64]) -> f64 {
 }
 
 /// Sums attributions of collectives seen by the same `n_ranks` ranks (in the same order).
-pub fn aggregate(items: &[Attribution], n_ranks: usize) -> Aggregate {
+pub(crate) fn aggregate(items: &[Attribution], n_ranks: usize) -> Aggregate {
     let mut waiting = vec![0.0; n_ranks];
     let mut in_kernel = vec![0.0; n_ranks];
     let mut last_counts = vec![0usize; n_ranks];

@@ -44,13 +44,13 @@ use crate::error::usage;
 use crate::model::{Op, Schedule};
 
 /// Largest gap, jitter or late-rank lag accepted (1 s): beyond it a run would take hours.
-pub const MAX_GAP_US: f64 = 1e6;
+pub(crate) const MAX_GAP_US: f64 = 1e6;
 
 /// The distribution drawn gaps follow, as printed in the provenance.
-pub const DISTRIBUTION: &str = "gamma with the given mean and standard deviation (shape mean^2/sd^2, scale sd^2/mean): host time is positive and right-skewed, and gamma gaps add up to a gamma";
+pub(crate) const DISTRIBUTION: &str = "gamma with the given mean and standard deviation (shape mean^2/sd^2, scale sd^2/mean): host time is positive and right-skewed, and gamma gaps add up to a gamma";
 
 /// Default seed of the gap generator (recorded with every run).
-pub const DEFAULT_SEED: u64 = 0x5eed_9a95;
+pub(crate) const DEFAULT_SEED: u64 = 0x5eed_9a95;
 
 fn check_us(what: &str, v: f64) -> Result<f64, String> {
     if !v.is_finite() {
@@ -247,7 +247,7 @@ pub struct Launch {
 
 /// The launches of one replay of `schedule`: every op when `with_compute` (modes compute and
 /// full), else only the collectives (mode comm).
-pub fn schedule_launches(schedule: &Schedule, with_compute: bool) -> Vec<Launch> {
+pub(crate) fn schedule_launches(schedule: &Schedule, with_compute: bool) -> Vec<Launch> {
     let ops: Vec<(Option<u64>, bool)> = schedule
         .ops
         .iter()
@@ -260,7 +260,7 @@ pub fn schedule_launches(schedule: &Schedule, with_compute: bool) -> Vec<Launch>
 }
 
 /// [`schedule_launches`] on (layer, is collective) per op.
-pub fn launches_of(ops: &[(Option<u64>, bool)], with_compute: bool) -> Vec<Launch> {
+pub(crate) fn launches_of(ops: &[(Option<u64>, bool)], with_compute: bool) -> Vec<Launch> {
     let mut out = vec![];
     let mut segment = 0usize;
     let mut pending_starts = 0u32;
@@ -304,7 +304,7 @@ pub(crate) fn stream(seed: u64, rank: usize, iteration: u64, key: u64) -> ChaCha
 }
 
 /// Gamma shape and scale for mean `m` and standard deviation `s` (both positive).
-pub fn gamma_params(m: f64, s: f64) -> (f64, f64) {
+pub(crate) fn gamma_params(m: f64, s: f64) -> (f64, f64) {
     (m * m / (s * s), s * s / m)
 }
 
@@ -323,7 +323,11 @@ impl HostGaps {
     /// Validates the request against a world of `nranks` ranks and a schedule of `n_ops` ops.
     /// Usage errors (exit 2) name the flag: both `--host-gap-us` and `--host-gap-from`, a late
     /// rank outside the world, a schedule file whose gap list does not match the schedule.
-    pub fn from_request(req: &HostGapRequest, nranks: usize, n_ops: usize) -> anyhow::Result<Self> {
+    pub(crate) fn from_request(
+        req: &HostGapRequest,
+        nranks: usize,
+        n_ops: usize,
+    ) -> anyhow::Result<Self> {
         let source = match (&req.gap, &req.from_schedule) {
             (Some(_), Some((_, f))) => crate::usage_bail!(
                 "--host-gap-us and --host-gap-from '{f}' both set the host gaps; give one of them"
@@ -393,7 +397,7 @@ impl HostGaps {
 
     /// The host time (us) `rank` spends before launch `at` in iteration `iteration` of the
     /// replay; 0 in graph replay (a CUDA graph has no host gaps, exactly as in a server).
-    pub fn gap_us(&self, graph: bool, rank: usize, iteration: u64, at: &Launch) -> f64 {
+    pub(crate) fn gap_us(&self, graph: bool, rank: usize, iteration: u64, at: &Launch) -> f64 {
         if graph {
             return 0.0;
         }
@@ -421,7 +425,7 @@ impl HostGaps {
 
     /// The gaps of one whole iteration (one verify) on `rank`, one per launch: draw them
     /// before the timed loop so that drawing costs no host time inside it.
-    pub fn iteration_gaps(
+    pub(crate) fn iteration_gaps(
         &self,
         graph: bool,
         rank: usize,
@@ -435,7 +439,7 @@ impl HostGaps {
     }
 
     /// One line for the provenance: the settings, the distribution and the seed.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut s = match &self.source {
             GapSource::None => "host gaps: none (tight launch loop)".to_string(),
             GapSource::Drawn(g) if g.jitter_us == 0.0 => format!(
@@ -502,7 +506,7 @@ fn draw(g: &HostGap, units: u32, rng: impl FnOnce() -> ChaCha8Rng) -> f64 {
 
 /// Busy-waits `us` microseconds on the monotonic clock: spins, never sleeps (a sleep wakes
 /// up 50 us or more late, coarser than the gaps it would stand for).
-pub fn busy_wait_us(us: f64) {
+pub(crate) fn busy_wait_us(us: f64) {
     if us.is_nan() || us <= 0.0 {
         return;
     }

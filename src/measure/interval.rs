@@ -22,7 +22,7 @@ const T995: [f64; 30] = [
 
 /// Two-sided confidence levels the t quantiles are tabulated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
+pub(crate) enum Level {
     /// 95%: intervals.
     P95,
     /// 99%: outlier (cold-start) tests, where a false alarm discards a good repetition.
@@ -41,7 +41,7 @@ impl Level {
 /// The two-sided `level` quantile of Student's t with `df` degrees of freedom (`df` >= 1):
 /// tabulated to 30, beyond that the Cornish-Fisher expansion around the normal quantile
 /// (error below 1e-4 at 31 degrees of freedom, smaller beyond).
-pub fn t_quantile(level: Level, df: usize) -> f64 {
+pub(crate) fn t_quantile(level: Level, df: usize) -> f64 {
     assert!(df >= 1, "a t quantile needs at least one degree of freedom");
     let table = match level {
         Level::P95 => &T975,
@@ -58,7 +58,7 @@ pub fn t_quantile(level: Level, df: usize) -> f64 {
 }
 
 /// Mean and sample standard deviation (n - 1); the deviation is 0 for one value.
-pub fn mean_sd(x: &[f64]) -> (f64, f64) {
+pub(crate) fn mean_sd(x: &[f64]) -> (f64, f64) {
     let n = x.len() as f64;
     let m = x.iter().sum::<f64>() / n;
     if x.len() < 2 {
@@ -69,7 +69,7 @@ pub fn mean_sd(x: &[f64]) -> (f64, f64) {
 }
 
 /// The 95% t interval for the mean of `x` (at least two values): mean +- t s / sqrt(n).
-pub fn t_interval(x: &[f64]) -> Option<(f64, f64)> {
+pub(crate) fn t_interval(x: &[f64]) -> Option<(f64, f64)> {
     if x.len() < 2 {
         return None;
     }
@@ -96,7 +96,7 @@ fn binom_half_cdf(n: usize, k: usize) -> f64 {
 /// `[x_(k), x_(n+1-k)]` (1-based order statistics) with the largest k whose coverage
 /// 1 - 2 P(Binomial(n, 1/2) <= k - 1) is still at least 95%. Returns the interval and its
 /// exact coverage, or `None` below 6 values (where even the full range covers less than 95%).
-pub fn median_order_interval(sorted: &[f64]) -> Option<(f64, f64, f64)> {
+pub(crate) fn median_order_interval(sorted: &[f64]) -> Option<(f64, f64, f64)> {
     let n = sorted.len();
     let mut best = None;
     for k in 1..=n / 2 {

@@ -30,11 +30,11 @@ use crate::model::collective::Source;
 use crate::model::{CollectiveKind, DType};
 
 /// Most ranks whose inputs one output element sums.
-pub const ACTIVE: usize = 16;
+pub(crate) const ACTIVE: usize = 16;
 
 /// The stride `d` of the layout on `nranks` ranks: rank `r` contributes to element `i` when
 /// `(r + i + op) % d == 0`.
-pub fn stride(nranks: usize) -> usize {
+pub(crate) fn stride(nranks: usize) -> usize {
     nranks.div_ceil(ACTIVE).max(1)
 }
 
@@ -50,7 +50,7 @@ fn offset(i: usize, op: usize) -> usize {
 
 /// Input value of element `i` on `rank` of `nranks` for the collective with salt `op` (its
 /// index in the schedule).
-pub fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f32 {
+pub(crate) fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f32 {
     let d = stride(nranks);
     if (rank + i + op) % d != 0 {
         return 0.0;
@@ -60,7 +60,7 @@ pub fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f32 {
 
 /// The exact sum over all `nranks` ranks of send element `i` (only the ranks that contribute
 /// are visited: at most [`ACTIVE`]).
-pub fn sum_value(i: usize, op: usize, nranks: usize) -> f32 {
+pub(crate) fn sum_value(i: usize, op: usize, nranks: usize) -> f32 {
     let d = stride(nranks);
     let first = (d - (i + op) % d) % d;
     (first..nranks)
@@ -70,7 +70,7 @@ pub fn sum_value(i: usize, op: usize, nranks: usize) -> f32 {
 }
 
 /// Encodes values in `dtype`.
-pub fn encode(dtype: DType, values: impl Iterator<Item = f32>) -> Vec<u8> {
+pub(crate) fn encode(dtype: DType, values: impl Iterator<Item = f32>) -> Vec<u8> {
     let mut out = Vec::new();
     for v in values {
         match dtype {
@@ -120,7 +120,7 @@ pub fn expected(
 }
 
 /// Number of elements of `recv` (encoded) that differ from the expected output.
-pub fn count_wrong(
+pub(crate) fn count_wrong(
     kind: CollectiveKind,
     dtype: DType,
     count: usize,

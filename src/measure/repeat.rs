@@ -28,10 +28,10 @@ use super::stats::quantile_sorted;
 pub use crate::record::vocab::{ColdStart, RepInterval, Repetitions};
 
 /// Smallest relative difference a cold start must have from the others.
-pub const COLD_START_MIN_REL: f64 = 0.01;
+pub(crate) const COLD_START_MIN_REL: f64 = 0.01;
 
 /// Whether the first of `medians` is a cold start, and why (see the module comment).
-pub fn cold_start(medians: &[f64]) -> Option<ColdStart> {
+pub(crate) fn cold_start(medians: &[f64]) -> Option<ColdStart> {
     if medians.len() < 3 {
         return None;
     }
@@ -58,7 +58,7 @@ pub fn cold_start(medians: &[f64]) -> Option<ColdStart> {
 impl Repetitions {
     /// Summarises the medians of R repetitions (in run order). Errors on none or a
     /// non-finite value.
-    pub fn from_medians(medians: &[f64]) -> Result<Repetitions, String> {
+    pub(crate) fn from_medians(medians: &[f64]) -> Result<Repetitions, String> {
         if medians.is_empty() {
             return Err("no repetitions to summarise".into());
         }

@@ -3,7 +3,7 @@
 pub use crate::record::vocab::Summary;
 
 /// Quantile `q` in [0, 1] of sorted data, interpolating linearly (the "R-7" rule).
-pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     assert!(!sorted.is_empty(), "quantile of an empty sample set");
     let q = q.clamp(0.0, 1.0);
     let pos = q * (sorted.len() - 1) as f64;
@@ -13,7 +13,7 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Median absolute deviation of sorted data.
-pub fn mad_sorted(sorted: &[f64]) -> f64 {
+pub(crate) fn mad_sorted(sorted: &[f64]) -> f64 {
     let med = quantile_sorted(sorted, 0.5);
     let mut dev: Vec<f64> = sorted.iter().map(|x| (x - med).abs()).collect();
     dev.sort_by(f64::total_cmp);
@@ -21,7 +21,7 @@ pub fn mad_sorted(sorted: &[f64]) -> f64 {
 }
 
 /// Outliers by modified z-score (Iglewicz and Hoaglin): |0.6745 (x - median) / MAD| > 3.5.
-pub fn mad_outliers(sorted: &[f64]) -> usize {
+pub(crate) fn mad_outliers(sorted: &[f64]) -> usize {
     let med = quantile_sorted(sorted, 0.5);
     let mad = mad_sorted(sorted);
     if mad == 0.0 {
@@ -63,7 +63,7 @@ impl Summary {
 
     /// Standard error of the median, sqrt(pi/2) * stddev / sqrt(n) (the normal approximation;
     /// outliers widen the stddev, so it errs large); 0 for fewer than two samples.
-    pub fn median_se(&self) -> f64 {
+    pub(crate) fn median_se(&self) -> f64 {
         if self.n < 2 {
             return 0.0;
         }
@@ -74,7 +74,7 @@ impl Summary {
 /// `num / den` of two (median, standard error) pairs, with the ratio's standard error from the
 /// relative errors in quadrature: R sqrt((e_n/m_n)^2 + (e_d/m_d)^2). None when either median is
 /// not positive. Both `compare` and the sweep's ranking use it (each says which is which).
-pub fn ratio_with_error(num: (f64, f64), den: (f64, f64)) -> Option<(f64, f64)> {
+pub(crate) fn ratio_with_error(num: (f64, f64), den: (f64, f64)) -> Option<(f64, f64)> {
     if num.0 <= 0.0 || den.0 <= 0.0 {
         return None;
     }
@@ -85,7 +85,7 @@ pub fn ratio_with_error(num: (f64, f64), den: (f64, f64)) -> Option<(f64, f64)> 
 }
 
 /// Median of absolute values.
-pub fn median_abs(v: &[f64]) -> f64 {
+pub(crate) fn median_abs(v: &[f64]) -> f64 {
     let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
     a.sort_by(f64::total_cmp);
     quantile_sorted(&a, 0.5)

@@ -227,7 +227,7 @@ impl<'a> Cfg<'a> {
     }
 
     /// The first of `keys` present (all of them count as read: they say the same thing).
-    pub fn first_u64(&self, keys: &[&str]) -> Option<u64> {
+    pub(crate) fn first_u64(&self, keys: &[&str]) -> Option<u64> {
         let all: Vec<Option<u64>> = keys.iter().map(|k| self.u64(k)).collect();
         all.into_iter().flatten().next()
     }
@@ -249,20 +249,20 @@ impl<'a> Cfg<'a> {
         self.get(key).and_then(Value::as_str)
     }
 
-    pub fn u64_list(&self, key: &str) -> Option<Vec<u64>> {
+    pub(crate) fn u64_list(&self, key: &str) -> Option<Vec<u64>> {
         self.get(key)
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_u64).collect())
     }
 
-    pub fn str_list(&self, key: &str) -> Option<Vec<&'a str>> {
+    pub(crate) fn str_list(&self, key: &str) -> Option<Vec<&'a str>> {
         self.get(key)
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_str).collect())
     }
 
     /// Shape-like keys that were not read and are not known to be irrelevant.
-    pub fn not_understood(&self) -> Vec<String> {
+    pub(crate) fn not_understood(&self) -> Vec<String> {
         let read = self.read.borrow();
         self.obj
             .iter()

@@ -72,7 +72,7 @@ const FUSED_AR: &str =
 
 /// What the engine calls one collective of the schedule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EngineOp {
+pub(crate) struct EngineOp {
     /// The engine code that issues it (class.method -> call).
     pub call: &'static str,
     /// The GPU kernel a profiler shows for it.
@@ -86,7 +86,7 @@ pub struct EngineOp {
 
 /// The counts a profiler shows for one forward, by kernel family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct ProfilerCount {
+pub(crate) struct ProfilerCount {
     /// All-reduces run as collective kernels of their own (NCCL, or a custom all-reduce).
     pub all_reduce: u64,
     /// All-reduces run fused with the residual add and RMSNorm after them.
@@ -96,7 +96,7 @@ pub struct ProfilerCount {
 
 /// The engine's view of a whole schedule: one entry per op (`None` for compute ops).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EngineView {
+pub(crate) struct EngineView {
     pub engine: Engine,
     pub allreduce_fusion: bool,
     /// Whether the engine fuses anything in this schedule (false when the architecture or
@@ -214,7 +214,7 @@ fn call(engine: Engine, site: &str, communicator: bool) -> &'static str {
 }
 
 /// The engine's names for every op of `s` (built from `shape`), and the profiler counts.
-pub fn view(
+pub(crate) fn view(
     s: &Schedule,
     shape: &ModelShape,
     engine: Engine,
@@ -296,7 +296,7 @@ fn at(s: &Schedule, site: &str) -> u64 {
 
 /// The sentences `plan` prints: which count a profiler shows for this forward in this engine,
 /// and how it splits by site.
-pub fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
+pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
     let c = v.count;
     let what = match s.phase {
         Phase::Verify => "verify forward",

@@ -4,7 +4,7 @@ use super::shape::*;
 use crate::error::usage;
 
 /// Names accepted by `--model`.
-pub const PRESETS: &[&str] = &[
+pub(crate) const PRESETS: &[&str] = &[
     "kimi-k2.5",
     "deepseek-v3",
     "llama-3.1-70b",

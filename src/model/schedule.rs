@@ -16,7 +16,7 @@ impl CollectiveKind {
     }
 
     /// nccl-tests' bus-bandwidth factor for `n` ranks.
-    pub fn bus_factor(self, n: usize) -> f64 {
+    pub(crate) fn bus_factor(self, n: usize) -> f64 {
         self.ops().bus_factor(n)
     }
 }
@@ -197,7 +197,7 @@ pub struct ConfigReading {
 
 /// One row of the grouped collective summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CollectiveGroup {
+pub(crate) struct CollectiveGroup {
     pub kind: CollectiveKind,
     pub dtype: DType,
     pub count: u64,
@@ -209,7 +209,7 @@ pub struct CollectiveGroup {
 
 impl Schedule {
     /// Collectives grouped by (kind, dtype, size), in order of first appearance.
-    pub fn collective_groups(&self) -> Vec<CollectiveGroup> {
+    pub(crate) fn collective_groups(&self) -> Vec<CollectiveGroup> {
         let mut groups: Vec<CollectiveGroup> = Vec::new();
         for op in &self.ops {
             if let Op::Collective {
@@ -240,7 +240,7 @@ impl Schedule {
         groups
     }
 
-    pub fn count_collectives(&self, kind: CollectiveKind) -> u64 {
+    pub(crate) fn count_collectives(&self, kind: CollectiveKind) -> u64 {
         self.ops
             .iter()
             .filter(|o| matches!(o, Op::Collective { kind: k, .. } if *k == kind))
@@ -255,7 +255,7 @@ impl Schedule {
     }
 
     /// Weight bytes per compute kind, summed over the forward.
-    pub fn weight_bytes_by_kind(&self) -> BTreeMap<ComputeKind, u64> {
+    pub(crate) fn weight_bytes_by_kind(&self) -> BTreeMap<ComputeKind, u64> {
         let mut m = BTreeMap::new();
         for op in &self.ops {
             if let Op::Compute {
@@ -268,11 +268,11 @@ impl Schedule {
         m
     }
 
-    pub fn total_weight_bytes(&self) -> u64 {
+    pub(crate) fn total_weight_bytes(&self) -> u64 {
         self.weight_bytes_by_kind().values().sum()
     }
 
-    pub fn total_collective_bytes(&self) -> u64 {
+    pub(crate) fn total_collective_bytes(&self) -> u64 {
         self.ops
             .iter()
             .map(|o| match o {
@@ -292,14 +292,14 @@ impl Schedule {
 }
 
 /// FNV-1a, 64 bits: a fingerprint stable across builds and platforms, unlike std's hasher.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
     })
 }
 
 /// Expected distinct routed experts per layer for `tokens` tokens.
-pub fn distinct_experts(moe: &Moe, tokens: u64, routing: Routing) -> f64 {
+pub(crate) fn distinct_experts(moe: &Moe, tokens: u64, routing: Routing) -> f64 {
     let e = moe.routed_experts as f64;
     let k = moe.experts_per_token as f64;
     match routing {

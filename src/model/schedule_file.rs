@@ -112,7 +112,7 @@ impl ScheduleFile {
     }
 
     /// Writes the file (temp-and-rename).
-    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+    pub(crate) fn save(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self).expect("schedules serialize") + "\n";
         crate::util::write_file(path, text.as_bytes())
     }

@@ -35,7 +35,7 @@ pub enum WeightFormat {
 
 impl WeightFormat {
     /// Bytes of a `rows x cols` matrix in this format, scales included.
-    pub fn matrix_bytes(self, rows: u64, cols: u64) -> u64 {
+    pub(crate) fn matrix_bytes(self, rows: u64, cols: u64) -> u64 {
         match self {
             WeightFormat::Bf16 => 2 * rows * cols,
             WeightFormat::Fp8Block { block } => {
@@ -128,7 +128,7 @@ impl Attention {
     }
 
     /// Plain GQA with `v_head_dim == head_dim` and no gate.
-    pub fn gqa(heads: u64, kv_heads: u64, head_dim: u64) -> Self {
+    pub(crate) fn gqa(heads: u64, kv_heads: u64, head_dim: u64) -> Self {
         Attention::Gqa {
             heads,
             kv_heads,
@@ -153,7 +153,7 @@ pub struct Moe {
 }
 
 impl Moe {
-    pub fn shared_intermediate(&self) -> u64 {
+    pub(crate) fn shared_intermediate(&self) -> u64 {
         self.shared_intermediate.unwrap_or(self.moe_intermediate)
     }
 }
@@ -286,7 +286,7 @@ impl ModelShape {
     }
 
     /// The first MoE block's dimensions, if any layer is MoE.
-    pub fn first_moe(&self) -> Option<Moe> {
+    pub(crate) fn first_moe(&self) -> Option<Moe> {
         self.layer_blocks().iter().find_map(|b| match b.ffn {
             Some(Ffn::Moe { moe, .. }) => Some(moe),
             _ => None,

@@ -15,7 +15,9 @@ use crate::error::usage;
 /// The JSON values of a text holding one value, an array of values, or JSON lines (blank lines
 /// skipped). The error is the 1-based number, counted among the non-blank lines, of the line
 /// that is not JSON, and why.
-pub fn json_values(text: &str) -> Result<Vec<serde_json::Value>, (usize, serde_json::Error)> {
+pub(crate) fn json_values(
+    text: &str,
+) -> Result<Vec<serde_json::Value>, (usize, serde_json::Error)> {
     values_of(serde_json::from_str(text).ok(), text)
 }
 
@@ -40,7 +42,7 @@ fn values_of(
 /// order (an error of `each` ends the reading), and returns the warnings. A line that is not JSON is the torn end of a write cut short by a crash (later runs append after it): it
 /// is skipped with a warning. A line that is not a record of this schema version is an error
 /// naming the file and line. `what` names the file in the error when it cannot be read.
-pub fn read_record_lines(
+pub(crate) fn read_record_lines(
     path: &Path,
     what: &str,
     mut each: impl FnMut(usize, Record) -> anyhow::Result<()>,
@@ -151,7 +153,7 @@ impl JsonLinesFile {
 
 /// What a JSON value written by this tool is, in words, for messages: "a cost-model profile
 /// (from `verifybench model fit`)", "a JSON array of 3 'verify' records", ...
-pub fn describe(v: &serde_json::Value) -> String {
+pub(crate) fn describe(v: &serde_json::Value) -> String {
     fn one(v: &serde_json::Value) -> String {
         match other_name(v).or_else(|| v.get("kind").and_then(|k| k.as_str())) {
             Some(k) => kinds::describe(k),
@@ -186,7 +188,7 @@ pub fn describe(v: &serde_json::Value) -> String {
 
 /// The name of a [`super::Body::Other`] record (`"kind": "other"`, `"result": {"name": ..}`)
 /// seen as raw JSON.
-pub fn other_name(v: &serde_json::Value) -> Option<&str> {
+pub(crate) fn other_name(v: &serde_json::Value) -> Option<&str> {
     if v.get("kind").and_then(|k| k.as_str()) != Some("other") {
         return None;
     }
@@ -197,7 +199,7 @@ pub fn other_name(v: &serde_json::Value) -> Option<&str> {
 /// (committed results keep that form), recognised by its shape: a bare bandwidth array, selftest
 /// array, `env` or `compare` object, or a profile file (`"kind": "verifybench-cost-profile"`
 /// beside a `"profile"` object). `None` for records and for anything else.
-pub fn legacy_kind(v: &serde_json::Value) -> Option<&'static str> {
+pub(crate) fn legacy_kind(v: &serde_json::Value) -> Option<&'static str> {
     use serde_json::Value;
     let has = |o: &Value, keys: &[&str]| keys.iter().all(|k| o.get(*k).is_some());
     if v.get("schema_version").is_some() && v.get("provenance").is_some() {
@@ -235,7 +237,7 @@ pub fn legacy_kind(v: &serde_json::Value) -> Option<&'static str> {
 /// written before the envelope ([`legacy_kind`]): the record's provenance (`None` for the old
 /// form) and its payload. Anything else is a usage error saying what the file is; `what` and
 /// `path` name the file in it.
-pub fn other_of(
+pub(crate) fn other_of(
     v: serde_json::Value,
     path: &Path,
     name: &str,
@@ -287,7 +289,7 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
 }
 
 /// [`read_records`] of a file's text already read (`path` names it in messages).
-pub fn records_of_text(path: &Path, text: &str) -> anyhow::Result<Vec<Record>> {
+pub(crate) fn records_of_text(path: &Path, text: &str) -> anyhow::Result<Vec<Record>> {
     let whole = serde_json::from_str::<serde_json::Value>(text).ok();
     if let Some(k) = whole
         .as_ref()

@@ -128,7 +128,7 @@ impl RankTime {
     }
 
     /// What the reduction is, for a header line.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             RankTime::Max => "per sample the slowest rank's time (--rank-time max)",
             RankTime::Mean => {
@@ -377,7 +377,7 @@ pub enum Body {
 /// The names of the [`Body::Other`] records this version writes, and which command writes each.
 pub mod kinds {
     /// One finished point of `sweep --results` (JSON lines).
-    pub const SWEEP_POINT: &str = "sweep_point";
+    pub(crate) const SWEEP_POINT: &str = "sweep_point";
     /// `bandwidth --export-json`: one entry per GPU.
     pub const BANDWIDTH: &str = "bandwidth";
     /// `selftest --export-json`: one entry per check.
@@ -390,7 +390,7 @@ pub mod kinds {
     pub const PROFILE: &str = "verifybench-cost-profile";
 
     /// What a file of kind `name` is and which command reads it, for messages.
-    pub fn describe(name: &str) -> String {
+    pub(crate) fn describe(name: &str) -> String {
         match name {
             SWEEP_POINT => "sweep points (from `verifybench sweep --results`; read by `sweep --resume` and `report`)".into(),
             BANDWIDTH => "a bandwidth measurement (from `verifybench bandwidth --export-json`; read by `report`)".into(),
@@ -469,7 +469,7 @@ impl Record {
     }
 
     /// The payload of a [`Body::Other`] record of kind `name`.
-    pub fn other_data(&self, name: &str) -> Option<&serde_json::Value> {
+    pub(crate) fn other_data(&self, name: &str) -> Option<&serde_json::Value> {
         match &self.body {
             Body::Other { name: n, data } if n == name => Some(data),
             _ => None,

@@ -112,7 +112,7 @@ pub enum Impl {
 }
 
 impl Impl {
-    pub const ALL: [Impl; 3] = [Impl::Nccl, Impl::OneShot, Impl::TwoShot];
+    pub(crate) const ALL: [Impl; 3] = [Impl::Nccl, Impl::OneShot, Impl::TwoShot];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -123,13 +123,13 @@ impl Impl {
     }
 
     /// Whether the implementation is one of the custom P2P kernels (needs peer memory).
-    pub fn is_p2p(self) -> bool {
+    pub(crate) fn is_p2p(self) -> bool {
         self != Impl::Nccl
     }
 
     /// Parses `--impl`'s comma list (`nccl,oneshot,twoshot`), in the given order, repeats
     /// dropped. An unknown name is a usage error that lists the valid ones.
-    pub fn parse_list(s: &str) -> anyhow::Result<Vec<Impl>> {
+    pub(crate) fn parse_list(s: &str) -> anyhow::Result<Vec<Impl>> {
         let mut out = vec![];
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let i: Impl = part

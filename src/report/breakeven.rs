@@ -7,7 +7,7 @@ use crate::speculative::analysis::Analysis;
 use crate::speculative::inputs::Labelled;
 
 /// Writes to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
-pub fn print_out(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
@@ -28,7 +28,7 @@ pub fn num(x: f64) -> String {
 }
 
 /// The constant rate column: a number, `any` (tau* <= 1), or `unreachable` (tau* > k+1).
-pub fn rate_cell(tau_star: f64, rate: Option<f64>) -> String {
+pub(crate) fn rate_cell(tau_star: f64, rate: Option<f64>) -> String {
     match rate {
         None => "unreachable".into(),
         Some(_) if tau_star <= 1.0 => "any".into(),

@@ -16,7 +16,7 @@ fn f2(x: f64) -> String {
 
 /// `s` for a measured record, "-" for a modeled one: a spread, a sample count or a `#wrong`
 /// exists only where something was timed and checked.
-pub fn if_measured(source: Source, s: String) -> String {
+pub(crate) fn if_measured(source: Source, s: String) -> String {
     match source {
         Source::Measured => s,
         Source::Modeled => "-".into(),
@@ -24,7 +24,7 @@ pub fn if_measured(source: Source, s: String) -> String {
 }
 
 /// `s` for a run with collectives, "-" for a compute-only run (it has none).
-pub fn if_collectives(mode: Mode, s: String) -> String {
+pub(crate) fn if_collectives(mode: Mode, s: String) -> String {
     match mode {
         Mode::Compute => "-".into(),
         _ => s,
@@ -205,7 +205,7 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
 }
 
 /// JSON: the records themselves (an array), pretty-printed.
-pub fn to_json(records: &[Record]) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn to_json(records: &[Record]) -> anyhow::Result<Vec<u8>> {
     let mut v = serde_json::to_vec_pretty(records)?;
     v.push(b'\n');
     Ok(v)
@@ -213,7 +213,7 @@ pub fn to_json(records: &[Record]) -> anyhow::Result<Vec<u8>> {
 
 /// CSV of the records' rows. Several record kinds become consecutive blocks, each with its
 /// own header, separated by an empty line.
-pub fn to_csv(records: &[Record]) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn to_csv(records: &[Record]) -> anyhow::Result<Vec<u8>> {
     let mut out = Vec::new();
     for (i, (_, t)) in tables(records).iter().enumerate() {
         if i > 0 {
@@ -231,7 +231,7 @@ pub fn to_csv(records: &[Record]) -> anyhow::Result<Vec<u8>> {
 
 /// A Markdown table.
 /// Plain-text rendering of a table, columns aligned.
-pub fn text_table(t: &Table) -> String {
+pub(crate) fn text_table(t: &Table) -> String {
     let mut w: Vec<usize> = t.headers.iter().map(|h| h.chars().count()).collect();
     for r in &t.rows {
         for (i, c) in r.iter().enumerate() {
@@ -257,7 +257,7 @@ pub fn text_table(t: &Table) -> String {
 }
 
 /// CSV rendering of a table, headers first.
-pub fn csv_table(t: &Table) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn csv_table(t: &Table) -> anyhow::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(vec![]);
     w.write_record(&t.headers)?;
     for r in &t.rows {
@@ -266,7 +266,7 @@ pub fn csv_table(t: &Table) -> anyhow::Result<Vec<u8>> {
     Ok(w.into_inner()?)
 }
 
-pub fn markdown_table(t: &Table) -> String {
+pub(crate) fn markdown_table(t: &Table) -> String {
     let mut s = format!("| {} |\n", t.headers.join(" | "));
     s += &format!("|{}\n", "---|".repeat(t.headers.len()));
     for r in &t.rows {
@@ -276,7 +276,7 @@ pub fn markdown_table(t: &Table) -> String {
 }
 
 /// Markdown: one section per record kind.
-pub fn to_markdown(records: &[Record]) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn to_markdown(records: &[Record]) -> anyhow::Result<Vec<u8>> {
     let mut s = String::new();
     for (name, t) in tables(records) {
         s += &format!("### {name}\n\n{}\n", markdown_table(&t));

@@ -83,7 +83,7 @@ pub fn table(r: &FitReport, base: &str, files: usize) -> String {
 
 /// The P2P part of a fit: which of `p2p.signal_us` / `p2p.read_gbps` were fitted or held, and
 /// every P2P point with its error.
-pub fn p2p_table(f: &crate::costmodel::custom::P2pFit) -> String {
+pub(crate) fn p2p_table(f: &crate::costmodel::custom::P2pFit) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -118,7 +118,7 @@ pub fn p2p_table(f: &crate::costmodel::custom::P2pFit) -> String {
 
 /// What a fit on nccl-tests adds to the table: the switch found per table and the parameters
 /// that ended on a physical bound.
-pub fn nccl_tests_lines(f: &crate::costmodel::ntfit::NtFit) -> String {
+pub(crate) fn nccl_tests_lines(f: &crate::costmodel::ntfit::NtFit) -> String {
     let mut o = String::new();
     for s in &f.switches {
         let _ = writeln!(

@@ -16,7 +16,7 @@ fn phase_name(p: Phase) -> &'static str {
 }
 
 /// One summary line of a schedule.
-pub fn one_line(s: &Schedule) -> String {
+pub(crate) fn one_line(s: &Schedule) -> String {
     let colls: Vec<String> = s
         .collective_groups()
         .iter()
@@ -45,7 +45,7 @@ pub fn render(s: &Schedule, ops: bool) -> String {
 
 /// The human-readable plan with an engine's names: its profiler counts after the
 /// collectives, and with `ops`, each collective's call and kernel in that engine.
-pub fn render_with(s: &Schedule, ops: bool, engine: Option<&EngineView>) -> String {
+pub(crate) fn render_with(s: &Schedule, ops: bool, engine: Option<&EngineView>) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -194,7 +194,7 @@ fn k_name(s: &str) -> String {
 
 /// `plan --schedule FILE`: where the file's schedule came from, its host gaps, whether it has
 /// compute to replay, then the plan of its schedule.
-pub fn render_file(f: &crate::model::schedule_file::ScheduleFile, ops: bool) -> String {
+pub(crate) fn render_file(f: &crate::model::schedule_file::ScheduleFile, ops: bool) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -226,7 +226,7 @@ pub fn render_file(f: &crate::model::schedule_file::ScheduleFile, ops: bool) -> 
 
 /// What the engine runs of the schedule's collectives: the profiler count and where each
 /// group of collectives comes from in the engine's code.
-pub fn render_engine(s: &Schedule, v: &EngineView) -> String {
+pub(crate) fn render_engine(s: &Schedule, v: &EngineView) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -271,7 +271,10 @@ pub fn render_engine(s: &Schedule, v: &EngineView) -> String {
 /// `plan --format json`: the schedule, each collective with the engine's name for it
 /// (`engine_op`), and the engine's profiler count (`engine`). A schedule file reader ignores
 /// both, so the output stays a valid `--schedule` file.
-pub fn json_with_engine(s: &Schedule, v: &EngineView) -> serde_json::Result<serde_json::Value> {
+pub(crate) fn json_with_engine(
+    s: &Schedule,
+    v: &EngineView,
+) -> serde_json::Result<serde_json::Value> {
     let mut j = serde_json::to_value(s)?;
     if let Some(ops) = j.get_mut("ops").and_then(|o| o.as_array_mut()) {
         for (op, e) in ops.iter_mut().zip(&v.ops) {

@@ -24,7 +24,7 @@ const PALETTE: [RGBColor; 10] = [
 ];
 
 /// The `i`-th colour of the palette (it wraps).
-pub fn colour(i: usize) -> RGBColor {
+pub(crate) fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
@@ -69,7 +69,7 @@ fn draw_legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
 
 /// Time per operation (µs) against message size (bytes), log-x; log-y too when the times
 /// span more than a factor of 20.
-pub fn latency_vs_size(title: &str, series: &[Series]) -> anyhow::Result<String> {
+pub(crate) fn latency_vs_size(title: &str, series: &[Series]) -> anyhow::Result<String> {
     let pts = || series.iter().flat_map(|s| s.points.iter().copied());
     let (xlo, xhi) = bounds(pts().map(|p| p.0).filter(|&x| x > 0.0)).unwrap_or((1.0, 1024.0));
     let (ylo, yhi) = bounds(pts().map(|p| p.1).filter(|&y| y > 0.0)).unwrap_or((1.0, 10.0));
@@ -182,7 +182,7 @@ where
 /// The parts of one bar (ms). With both `comm_ms` and `compute_ms` the bar is stacked and
 /// `full_ms` is drawn as a marker across it; otherwise the bar is the one time present.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Stack {
+pub(crate) struct Stack {
     pub comm_ms: Option<f64>,
     pub compute_ms: Option<f64>,
     pub full_ms: Option<f64>,
@@ -201,7 +201,7 @@ impl Stack {
 
 /// One group of the verify bar chart: an eager and a CUDA-graph bar side by side.
 #[derive(Debug, Clone, PartialEq)]
-pub struct BarGroup {
+pub(crate) struct BarGroup {
     /// Up to two lines under the group.
     pub label: Vec<String>,
     pub eager: Stack,
@@ -221,7 +221,7 @@ fn light(c: RGBColor) -> RGBColor {
 /// Verify time per record (or sweep point): eager and graph bars side by side; comm-only and
 /// compute-only runs stacked, the full run as a black marker (or a bar of its own when it is
 /// the only mode). Eager bars are lighter than graph bars.
-pub fn verify_bars(title: &str, groups: &[BarGroup]) -> anyhow::Result<String> {
+pub(crate) fn verify_bars(title: &str, groups: &[BarGroup]) -> anyhow::Result<String> {
     let n = groups.len().max(1);
     let width = (220 * n as u32 + 240).clamp(960, 4000);
     // Head room for the legend (up to seven entries) above the tallest bar.
@@ -390,7 +390,7 @@ fn draw_centred<DB: DrawingBackend>(
 
 /// One speculation setting of the tokens/s plot: tokens/s = 1000 tau / cycle_ms.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpeedLine {
+pub(crate) struct SpeedLine {
     pub label: String,
     pub cycle_ms: f64,
     /// tau* where the line crosses the baseline.
@@ -399,7 +399,7 @@ pub struct SpeedLine {
 
 /// Tokens/s against accept length tau in [1, k+1], one line per verify time, the plain-decode
 /// baseline as a dashed line, and each break-even point (tau*, baseline) marked.
-pub fn tokens_vs_accept(
+pub(crate) fn tokens_vs_accept(
     title: &str,
     lines: &[SpeedLine],
     baseline_tps: f64,

@@ -7,7 +7,7 @@ use crate::units::grouped;
 
 /// A workload in one line, as sweep's header and messages name it: `kimi-k2.5 verify tp 8
 /// tokens 3 bf16`.
-pub fn workload_line(w: &Workload) -> String {
+pub(crate) fn workload_line(w: &Workload) -> String {
     format!(
         "{} {} tp {} tokens {} {}",
         w.model,
@@ -405,7 +405,7 @@ pub fn verify_table(r: &Record) -> String {
 /// nccl-tests' column style: per size, each implementation's eager and graph time (us) and
 /// #wrong, the fastest of each launch mode marked `*`, and the fastest in graph replay (else
 /// eager) named in the last column.
-pub fn crossover_table(r: &Record) -> String {
+pub(crate) fn crossover_table(r: &Record) -> String {
     let Body::Collective(c) = &r.body else {
         return String::new();
     };
@@ -526,7 +526,10 @@ pub fn crossover_table(r: &Record) -> String {
 
 /// The `--impl` part of a verify record: comm time per verify with each implementation of the
 /// all-reduces and the saving per verify against NCCL's run of the same launch mode and mode.
-pub fn impl_comparison(source: crate::record::Source, v: &crate::record::VerifyResult) -> String {
+pub(crate) fn impl_comparison(
+    source: crate::record::Source,
+    v: &crate::record::VerifyResult,
+) -> String {
     let mut o = String::new();
     if v.p2p.is_empty() {
         return o;

@@ -44,7 +44,7 @@ fn one_step(a: &Analysis) -> anyhow::Result<(&[Collective], usize)> {
 /// whose `record_param_comms` gave `elements` (`In msg nelems`: the input tensor's elements)
 /// on a group of `group` ranks. PyTorch's all-to-all input holds one block per rank, so its
 /// per-peer count is `elements / group`; every other op's count is its input's.
-pub fn schedule_count(
+pub(crate) fn schedule_count(
     kind: CollectiveKind,
     elements: u64,
     group: Option<u64>,
@@ -78,7 +78,7 @@ pub fn positions(p: &[usize]) -> String {
 /// One step of the trace as schedule ops (collectives only), and the positions whose size was
 /// `assume_size` (`--assume-size BYTES`: the bytes of each input tensor of unknown size).
 /// Collectives of unknown size without it refuse the export, all of them named by position.
-pub fn schedule_ops(
+pub(crate) fn schedule_ops(
     a: &Analysis,
     assume_size: Option<u64>,
 ) -> anyhow::Result<(Vec<Op>, Vec<usize>)> {
@@ -204,7 +204,7 @@ pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> 
 
 /// [`schedule_file`] with `--assume-size BYTES` for the collectives of unknown size, and the
 /// positions (in the step) it was taken for; the origin names them too.
-pub fn schedule_file_assuming(
+pub(crate) fn schedule_file_assuming(
     a: &Analysis,
     tokens: u64,
     assume_size: Option<u64>,
@@ -271,7 +271,7 @@ pub fn schedule_file_assuming(
 /// [`schedule_file_assuming`] with the tp the user gives (`trace --tp N`): it must equal the trace's
 /// group size when that is above 1; a one-rank trace (group size 1, e.g. a TP-N schedule's
 /// per-rank sizes replayed on one GPU) takes it, and its origin says so.
-pub fn schedule_file_at_tp(
+pub(crate) fn schedule_file_at_tp(
     a: &Analysis,
     tokens: u64,
     tp: Option<u64>,

@@ -83,7 +83,7 @@ pub struct TypicalStep {
 }
 
 impl StepSummary {
-    pub fn mode_words(&self) -> String {
+    pub(crate) fn mode_words(&self) -> String {
         match (self.eager_steps, self.graph_steps) {
             (e, 0) if e > 0 => StepMode::Eager.words().into(),
             (0, g) if g > 0 => StepMode::Graph.words().into(),
@@ -521,7 +521,7 @@ fn sequence_of(r: &RankTrace) -> Vec<SeqGroup> {
 }
 
 /// The sentences of the diagnosis.
-pub fn diagnose(a: &Analysis) -> Vec<String> {
+pub(crate) fn diagnose(a: &Analysis) -> Vec<String> {
     let mut d = Vec::new();
     let Some(s) = &a.step else {
         d.push("No complete step found in the trace: nothing to diagnose per step.".into());

@@ -20,7 +20,7 @@ use crate::measure::attribution::Spread;
 
 /// A step time measured from a trace (ms).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TraceStepTime {
+pub(crate) struct TraceStepTime {
     pub median_ms: f64,
     pub min_ms: f64,
     pub max_ms: f64,
@@ -32,7 +32,7 @@ pub struct TraceStepTime {
 
 /// The step time of an analysed trace (for `breakeven --from-trace`); a usage error when the
 /// trace holds no complete step.
-pub fn step_time(a: &Analysis) -> anyhow::Result<TraceStepTime> {
+pub(crate) fn step_time(a: &Analysis) -> anyhow::Result<TraceStepTime> {
     let s = a.step.as_ref().ok_or_else(|| {
         crate::error::usage(format!(
             "{}: no complete step found, so no step time",
@@ -51,7 +51,7 @@ pub fn step_time(a: &Analysis) -> anyhow::Result<TraceStepTime> {
 
 /// What SGLang's decode log says about acceptance.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AcceptLog {
+pub(crate) struct AcceptLog {
     /// Mean over the lines with speculative decoding of `accept len`.
     pub mean_accept_len: f64,
     pub spread: Spread,
@@ -63,7 +63,7 @@ pub struct AcceptLog {
 }
 
 /// Parses SGLang decode log text; `None` when no line has an accept length above 0.
-pub fn parse_accept_log(text: &str) -> Option<AcceptLog> {
+pub(crate) fn parse_accept_log(text: &str) -> Option<AcceptLog> {
     let acc = regex::Regex::new(r"accept len: ([0-9]+(?:\.[0-9]+)?)").expect("valid regex");
     let graph = regex::Regex::new(r"cuda graph: (True|False)").expect("valid regex");
     let (mut v, mut t, mut f) = (Vec::new(), 0, 0);
@@ -90,7 +90,7 @@ pub fn parse_accept_log(text: &str) -> Option<AcceptLog> {
 }
 
 /// Reads the mean accept length from a server log (for `breakeven --accept-from-log`).
-pub fn accept_from_log(path: &Path) -> anyhow::Result<AcceptLog> {
+pub(crate) fn accept_from_log(path: &Path) -> anyhow::Result<AcceptLog> {
     let bytes = std::fs::read(path).map_err(|e| {
         crate::error::usage(format!(
             "--accept-from-log '{}': cannot read: {e}",

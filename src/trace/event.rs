@@ -45,7 +45,7 @@ const MAX_DEPTH: u32 = 64;
 /// event is left to serde. `plain`: the caller knows that `s` holds no backslash (the
 /// scanner's block scan read it), so it is not looked for again.
 #[inline]
-pub fn parse_then<R>(s: &str, plain: bool, f: impl FnOnce(&RawEvent) -> R) -> Option<R> {
+pub(crate) fn parse_then<R>(s: &str, plain: bool, f: impl FnOnce(&RawEvent) -> R) -> Option<R> {
     let mut e = RawEvent::default();
     parse_into(s, plain, &mut e).then(|| f(&e))
 }

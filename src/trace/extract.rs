@@ -170,7 +170,7 @@ pub struct RankTrace {
 
 /// Options of the extraction.
 #[derive(Debug, Clone, Default)]
-pub struct ExtractOptions {
+pub(crate) struct ExtractOptions {
     pub step_label: Option<String>,
 }
 
@@ -217,7 +217,7 @@ impl Coverage {
 }
 
 /// Extracts one rank. `rank` is the rank the caller settled on; `log` fills unknown sizes.
-pub fn extract(
+pub(crate) fn extract(
     t: &TraceData,
     rank: usize,
     log: Option<&LogSummary>,
@@ -571,7 +571,7 @@ fn collective_from(
 }
 
 /// A signature per collective (op, dtype, elements), for the period search.
-pub fn signatures(colls: &[Collective]) -> (Vec<u32>, Vec<u64>) {
+pub(crate) fn signatures(colls: &[Collective]) -> (Vec<u32>, Vec<u64>) {
     let mut ids: HashMap<(&str, Option<&str>, Option<u64>), u32> = HashMap::new();
     let mut weights = Vec::new();
     let sigs = colls
@@ -763,7 +763,7 @@ fn anchor_at_gaps(
 }
 
 /// `123 all_reduce + 1 all_gather`.
-pub fn describe_period(one: &[Collective]) -> String {
+pub(crate) fn describe_period(one: &[Collective]) -> String {
     let mut parts: Vec<(String, usize)> = Vec::new();
     for c in one {
         match parts.iter_mut().find(|p| p.0 == c.op) {

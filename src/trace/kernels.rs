@@ -11,7 +11,7 @@
 
 /// One custom communication kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CustomKernel {
+pub(crate) struct CustomKernel {
     /// The function name as it appears in the kernel's name (with its namespace where the
     /// bare name is too common, e.g. DeepEP's `dispatch`).
     pub name: &'static str,
@@ -34,7 +34,7 @@ const DEEPEP_INTER: &str = "deepseek-ai/DeepEP csrc/kernels/internode.cu";
 const DEEPEP_LL: &str = "deepseek-ai/DeepEP csrc/kernels/internode_ll.cu";
 
 /// The custom communication kernels, by family.
-pub const KERNELS: &[CustomKernel] = &[
+pub(crate) const KERNELS: &[CustomKernel] = &[
     // vLLM's custom all-reduce (SGLang carries the same kernels): one-shot and two-shot over
     // P2P/IPC buffers.
     CustomKernel {
@@ -156,14 +156,14 @@ pub const KERNELS: &[CustomKernel] = &[
 /// One CPU op that launches a custom collective: its first input is the tensor reduced, so
 /// its `Input Dims` and `Input type` give the size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CustomOp {
+pub(crate) struct CustomOp {
     pub name: &'static str,
     pub op: &'static str,
     pub source: &'static str,
 }
 
 /// CPU ops around the custom kernels (what `record_shapes` sizes).
-pub const OPS: &[CustomOp] = &[
+pub(crate) const OPS: &[CustomOp] = &[
     CustomOp {
         name: "_C_custom_ar::all_reduce",
         op: "all_reduce",
@@ -227,7 +227,7 @@ fn at_identifier(hay: &str, word: &str) -> bool {
 }
 
 /// The table's entry for a GPU kernel name, if it is a custom communication kernel.
-pub fn custom_kernel(name: &str) -> Option<(u16, &'static CustomKernel)> {
+pub(crate) fn custom_kernel(name: &str) -> Option<(u16, &'static CustomKernel)> {
     KERNELS
         .iter()
         .enumerate()
@@ -236,14 +236,14 @@ pub fn custom_kernel(name: &str) -> Option<(u16, &'static CustomKernel)> {
 }
 
 /// The table's entry for a CPU op name.
-pub fn custom_op(name: &str) -> Option<&'static CustomOp> {
+pub(crate) fn custom_op(name: &str) -> Option<&'static CustomOp> {
     OPS.iter().find(|o| o.name == name)
 }
 
 /// A kernel whose name says it communicates (all-reduce, all-gather, reduce-scatter,
 /// all-to-all) but which is neither NCCL's nor in the table: counted, so that a trace made
 /// mostly of such kernels says so instead of giving a partial sequence.
-pub fn looks_like_collective(name: &str) -> bool {
+pub(crate) fn looks_like_collective(name: &str) -> bool {
     let l = name.to_ascii_lowercase();
     [
         "allreduce",
@@ -261,7 +261,7 @@ pub fn looks_like_collective(name: &str) -> bool {
 
 /// The element type of a custom kernel, from its template arguments (`__nv_bfloat16`,
 /// `c10::BFloat16`, `__half`, `float`), when it names exactly one.
-pub fn kernel_dtype(name: &str) -> Option<&'static str> {
+pub(crate) fn kernel_dtype(name: &str) -> Option<&'static str> {
     // The template arguments only (the parameter list may name other types).
     let open = name.find('<')?;
     let mut depth = 0usize;
@@ -296,7 +296,7 @@ pub fn kernel_dtype(name: &str) -> Option<&'static str> {
 }
 
 /// The dtype of a CPU op's `Input type` entry (`c10::BFloat16`, `float`, `c10::Half`).
-pub fn input_type_dtype(t: &str) -> Option<&'static str> {
+pub(crate) fn input_type_dtype(t: &str) -> Option<&'static str> {
     Some(match t.trim() {
         "c10::BFloat16" | "BFloat16" => "bf16",
         "c10::Half" | "Half" => "f16",

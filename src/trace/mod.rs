@@ -92,7 +92,7 @@ impl TraceRequest {
 /// The files named by `inputs` (folders searched recursively for traces and logs, sorted),
 /// each with whether it was named directly (its failure is fatal) or found in a folder (its
 /// failure skips it, and is named).
-pub fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, bool)>> {
+pub(crate) fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, bool)>> {
     if inputs.is_empty() {
         crate::usage_bail!("give at least one trace file or folder");
     }
@@ -142,7 +142,7 @@ pub struct Inputs {
 
 /// Sorts `req`'s inputs and `--nccl-log` files; a file named directly that is neither a
 /// trace nor a COLL log is an error naming it.
-pub fn classify(req: &TraceRequest) -> anyhow::Result<Inputs> {
+pub(crate) fn classify(req: &TraceRequest) -> anyhow::Result<Inputs> {
     let mut ins = Inputs {
         traces: Vec::new(),
         logs: Vec::new(),
@@ -183,7 +183,7 @@ pub fn classify(req: &TraceRequest) -> anyhow::Result<Inputs> {
 }
 
 /// The report of NCCL logs given without any trace.
-pub fn log_report(ins: &Inputs) -> nccl_log::LogReport {
+pub(crate) fn log_report(ins: &Inputs) -> nccl_log::LogReport {
     let files = ins
         .logs
         .iter()
@@ -238,7 +238,7 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
 }
 
 /// [`analyse`] of inputs already sorted.
-pub fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<Analysis> {
+pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<Analysis> {
     if ins.traces.is_empty() {
         if !ins.logs.is_empty() {
             crate::usage_bail!(

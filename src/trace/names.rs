@@ -10,7 +10,7 @@ use crate::model::{CollectiveKind, DType};
 
 /// What an NCCL kernel's name says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelInfo {
+pub(crate) struct KernelInfo {
     /// Normalised op (`all_reduce`); `None` for NCCL's generic kernels that name no function.
     pub op: Option<String>,
     /// Element type, only for reducing ops (others move bytes; their type in the name is not
@@ -23,7 +23,7 @@ pub struct KernelInfo {
 }
 
 /// True for kernels NCCL launches (both naming schemes and the generic kernels).
-pub fn is_nccl_kernel(name: &str) -> bool {
+pub(crate) fn is_nccl_kernel(name: &str) -> bool {
     name.starts_with("ncclDevKernel") || name.starts_with("ncclKernel")
 }
 
@@ -40,7 +40,7 @@ const REDOPS: &[&str] = &[
 ];
 
 /// Parses an NCCL kernel name; `None` if it is not one.
-pub fn parse_kernel(name: &str) -> Option<KernelInfo> {
+pub(crate) fn parse_kernel(name: &str) -> Option<KernelInfo> {
     let base = name.split('(').next().unwrap_or(name).trim();
     let rest = base
         .strip_prefix("ncclDevKernel_")
@@ -122,7 +122,7 @@ fn dtype_from_kernel(t: &str) -> Option<&'static str> {
 
 /// Kineto's "Collective name" (`allreduce`, `_allgather_base`, `all_gather_into_tensor`,
 /// `reduce_scatter_tensor`, `send`, ...) -> the normalised op.
-pub fn op_from_collective_name(s: &str) -> String {
+pub(crate) fn op_from_collective_name(s: &str) -> String {
     let mut n = s.trim().trim_start_matches('_').to_ascii_lowercase();
     for suffix in ["_coalesced", "_base", "_into_tensor", "_tensor"] {
         if let Some(x) = n.strip_suffix(suffix) {
@@ -140,7 +140,7 @@ pub fn op_from_collective_name(s: &str) -> String {
 }
 
 /// Kineto's "dtype" (`BFloat16`, `Float`, `Half`, ...) -> the normalised dtype.
-pub fn dtype_from_torch(s: &str) -> Option<&'static str> {
+pub(crate) fn dtype_from_torch(s: &str) -> Option<&'static str> {
     Some(match s.trim() {
         "BFloat16" | "bfloat16" => "bf16",
         "Half" | "float16" => "f16",
@@ -158,7 +158,7 @@ pub fn dtype_from_torch(s: &str) -> Option<&'static str> {
 }
 
 /// NCCL's `ncclDataType_t` number (COLL log `datatype N`) -> the normalised dtype.
-pub fn dtype_from_nccl(n: u32) -> Option<&'static str> {
+pub(crate) fn dtype_from_nccl(n: u32) -> Option<&'static str> {
     Some(match n {
         0 => "i8",
         1 => "u8",
@@ -177,7 +177,7 @@ pub fn dtype_from_nccl(n: u32) -> Option<&'static str> {
 }
 
 /// Bytes per element of a normalised dtype.
-pub fn dtype_size(d: &str) -> Option<u64> {
+pub(crate) fn dtype_size(d: &str) -> Option<u64> {
     Some(match d {
         "i8" | "u8" | "f8e4m3" | "f8e5m2" => 1,
         "bf16" | "f16" | "i16" => 2,
@@ -188,12 +188,12 @@ pub fn dtype_size(d: &str) -> Option<u64> {
 }
 
 /// The schedule's collective kind of a normalised op, if the schedule has one.
-pub fn schedule_kind(op: &str) -> Option<CollectiveKind> {
+pub(crate) fn schedule_kind(op: &str) -> Option<CollectiveKind> {
     op.parse().ok()
 }
 
 /// The schedule's dtype of a normalised dtype, if the schedule has one.
-pub fn schedule_dtype(d: &str) -> Option<DType> {
+pub(crate) fn schedule_dtype(d: &str) -> Option<DType> {
     match d {
         "bf16" => Some(DType::Bf16),
         "f16" => Some(DType::F16),

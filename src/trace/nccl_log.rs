@@ -239,7 +239,7 @@ impl LogSummary {
     /// around it are common). Without a dtype (all-gather kernels name none) only floating-point
     /// calls count: torch's own set-up gathers move integers and bytes. Returns the size and its
     /// share of the calls.
-    pub fn likely_size(
+    pub(crate) fn likely_size(
         &self,
         op: &str,
         dtype: Option<&str>,
@@ -264,7 +264,7 @@ impl LogSummary {
     }
 
     /// Calls of `op` per process (what each rank logged).
-    pub fn calls_per_process(&self, op: &str) -> f64 {
+    pub(crate) fn calls_per_process(&self, op: &str) -> f64 {
         let n: u64 = self
             .sizes
             .iter()

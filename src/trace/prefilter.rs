@@ -41,7 +41,7 @@ const CHUNK: usize = 1 << 20;
 
 /// The most the document outside `traceEvents` may hold before the scanner gives up (a real
 /// trace's is a few KB; a document with no event array at all is left to the plain reader).
-pub const MAX_SKELETON: usize = 16 << 20;
+pub(crate) const MAX_SKELETON: usize = 16 << 20;
 
 #[derive(Debug, Clone, Copy)]
 enum State {

@@ -23,10 +23,10 @@ impl Lenient {
             Lenient::Str(s) => s.trim().parse().ok(),
         }
     }
-    pub fn as_i64(&self) -> Option<i64> {
+    pub(crate) fn as_i64(&self) -> Option<i64> {
         self.as_f64().map(|x| x as i64)
     }
-    pub fn as_string(&self) -> String {
+    pub(crate) fn as_string(&self) -> String {
         match self {
             Lenient::Num(x) if x.fract() == 0.0 => format!("{}", *x as i64),
             Lenient::Num(x) => x.to_string(),

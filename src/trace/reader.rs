@@ -112,7 +112,7 @@ pub struct GpuEvent {
 
 impl GpuKind {
     /// A collective's own kernel (NCCL's or a custom one).
-    pub fn is_collective(self) -> bool {
+    pub(crate) fn is_collective(self) -> bool {
         matches!(self, GpuKind::Nccl | GpuKind::Custom(_))
     }
 }
@@ -207,7 +207,7 @@ pub struct TraceData {
 
 /// What to keep besides the fixed set.
 #[derive(Debug, Clone, Default)]
-pub struct ReadOptions {
+pub(crate) struct ReadOptions {
     /// A `record_function` / annotation name whose spans mark steps: a name, or a pattern
     /// where `*` stands for any text (`ProfilerStep#*`).
     pub step_label: Option<String>,
@@ -217,12 +217,12 @@ pub struct ReadOptions {
 }
 
 /// The name `torch.profiler` gives each step's span, followed by the step number.
-pub const PROFILER_STEP: &str = "ProfilerStep#";
+pub(crate) const PROFILER_STEP: &str = "ProfilerStep#";
 
 impl ReadOptions {
     /// The text every kept span name begins with, for the scanner: the label up to its first
     /// `*`, else [`PROFILER_STEP`].
-    pub fn label_prefix(&self) -> &str {
+    pub(crate) fn label_prefix(&self) -> &str {
         match &self.step_label {
             Some(l) => l.split('*').next().unwrap_or(""),
             None => PROFILER_STEP,
@@ -231,7 +231,7 @@ impl ReadOptions {
 }
 
 /// Whether `name` matches `pattern`, where each `*` stands for any text (none included).
-pub fn label_matches(pattern: &str, name: &str) -> bool {
+pub(crate) fn label_matches(pattern: &str, name: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or("");
     let Some(mut rest) = name.strip_prefix(first) else {
@@ -463,7 +463,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_, '_> {
 
 /// The rank a file name states: SGLang `<time>-TP-<rank>.trace.json.gz`, `rank-<n>`,
 /// `rank<n>`, `rank_<n>`.
-pub fn rank_from_file_name(path: &Path) -> Option<usize> {
+pub(crate) fn rank_from_file_name(path: &Path) -> Option<usize> {
     let name = path.file_name()?.to_str()?.to_ascii_lowercase();
     let re = regex::Regex::new(r"(?:-tp-|rank[-_]?)(\d+)").expect("valid regex");
     re.captures_iter(&name)
@@ -473,7 +473,7 @@ pub fn rank_from_file_name(path: &Path) -> Option<usize> {
 
 /// Whether a path looks like a trace (`.json` or `.json.gz`, the `.pt.trace.json` of
 /// torch.profiler included).
-pub fn is_trace_name(path: &Path) -> bool {
+pub(crate) fn is_trace_name(path: &Path) -> bool {
     let n = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -483,7 +483,7 @@ pub fn is_trace_name(path: &Path) -> bool {
 }
 
 /// Whether a path looks like a log (`.log`, `.txt`, `.out`, `.err`).
-pub fn is_log_name(path: &Path) -> bool {
+pub(crate) fn is_log_name(path: &Path) -> bool {
     let n = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -495,7 +495,7 @@ pub fn is_log_name(path: &Path) -> bool {
 }
 
 /// Whether a file is gzip-compressed, by its magic bytes (not its name).
-pub fn is_gzip(path: &Path) -> anyhow::Result<bool> {
+pub(crate) fn is_gzip(path: &Path) -> anyhow::Result<bool> {
     let mut f = std::fs::File::open(path)
         .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
     let mut magic = [0u8; 2];
@@ -517,7 +517,7 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// Whether a file holds JSON (its first non-blank byte, decompressed, is `{` or `[`): a
 /// trace; anything else may be a log.
-pub fn looks_like_json(path: &Path) -> anyhow::Result<bool> {
+pub(crate) fn looks_like_json(path: &Path) -> anyhow::Result<bool> {
     let mut r = open_trace(path, is_gzip(path)?)?;
     let mut buf = [0u8; 4096];
     let n = read_up_to(&mut r, &mut buf)
@@ -554,7 +554,7 @@ pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
 /// Reads one trace file: one [`TraceData`] per rank it holds (Kineto writes one rank per file;
 /// verifybench's own multi-rank traces carry `args.rank`). Errors are one line naming the
 /// file (the caller decides whether they are fatal).
-pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
+pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
     let gz = is_gzip(path)?;
     let open = || open_trace(path, gz);
     let t = match read_fast(open()?, path, opts) {
@@ -579,7 +579,7 @@ pub fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceDa
 /// deserialized, each from its own slice; `None` where the scanner gave up or anything failed,
 /// and the caller must read the document with [`read_from`] (which then gives the result, or
 /// the error message, of the reference reader).
-pub fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<TraceData> {
+pub(crate) fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<TraceData> {
     let mut data = TraceData {
         path: path.to_path_buf(),
         ..Default::default()
@@ -627,7 +627,7 @@ pub fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<Trace
 }
 
 /// Splits a trace whose events carry `args.rank` into one trace per rank.
-pub fn split_by_rank(t: TraceData) -> Vec<TraceData> {
+pub(crate) fn split_by_rank(t: TraceData) -> Vec<TraceData> {
     let mut ranks: Vec<u32> = t
         .gpu
         .iter()
@@ -695,7 +695,11 @@ pub fn split_by_rank(t: TraceData) -> Vec<TraceData> {
 }
 
 /// Reads a trace from any reader (`path` only names it in messages and in the result).
-pub fn read_from<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> anyhow::Result<TraceData> {
+pub(crate) fn read_from<R: Read>(
+    r: R,
+    path: &Path,
+    opts: &ReadOptions,
+) -> anyhow::Result<TraceData> {
     let mut data = TraceData {
         path: path.to_path_buf(),
         ..Default::default()

@@ -10,7 +10,7 @@
 
 /// The repeating part of a signature sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Period {
+pub(crate) struct Period {
     /// Collectives per step.
     pub len: usize,
     /// First index of the periodic region.
@@ -31,7 +31,7 @@ fn shortest_period(sigs: &[u32], from: usize) -> Option<usize> {
 
 /// Finds the step. `weight` breaks ties between equally rare signatures (larger wins, e.g.
 /// the byte size: the logits all-gather is the largest collective of a verify).
-pub fn find_period(sigs: &[u32], weight: impl Fn(u32) -> u64) -> Option<Period> {
+pub(crate) fn find_period(sigs: &[u32], weight: impl Fn(u32) -> u64) -> Option<Period> {
     let n = sigs.len();
     if n < 2 {
         return None;
@@ -65,7 +65,7 @@ pub fn find_period(sigs: &[u32], weight: impl Fn(u32) -> u64) -> Option<Period> 
 
 /// Without a period: every occurrence of the rarest signature that occurs at least twice ends a
 /// step. `None` if no signature occurs twice.
-pub fn split_at_rarest(sigs: &[u32], weight: impl Fn(u32) -> u64) -> Option<Vec<usize>> {
+pub(crate) fn split_at_rarest(sigs: &[u32], weight: impl Fn(u32) -> u64) -> Option<Vec<usize>> {
     let mut counts = std::collections::HashMap::new();
     for &s in sigs {
         *counts.entry(s).or_insert(0usize) += 1;

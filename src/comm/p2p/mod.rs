@@ -53,7 +53,7 @@ pub use virtual_ranks::{virtual_rank_checks, virtual_rank_timings, Check, Virtua
 ///   2 (n-1) / n, the ring's.
 ///
 /// The P2P kernels run only all-reduces; other collectives keep NCCL's factor.
-pub fn bus_factor(imp: Impl, op: crate::model::CollectiveKind, n: usize) -> f64 {
+pub(crate) fn bus_factor(imp: Impl, op: crate::model::CollectiveKind, n: usize) -> f64 {
     match (imp, op) {
         (Impl::OneShot, crate::model::CollectiveKind::AllReduce) => n.saturating_sub(1) as f64,
         _ => op.bus_factor(n),
@@ -61,20 +61,20 @@ pub fn bus_factor(imp: Impl, op: crate::model::CollectiveKind, n: usize) -> f64 
 }
 
 /// Most ranks (MAXR in kernels/allreduce.cu).
-pub const MAX_RANKS: usize = 8;
+pub(crate) const MAX_RANKS: usize = 8;
 /// Most blocks of one call (MAXB).
-pub const MAX_BLOCKS: u32 = 64;
+pub(crate) const MAX_BLOCKS: u32 = 64;
 /// Threads per block (THREADS).
-pub const THREADS: u32 = 512;
+pub(crate) const THREADS: u32 = 512;
 /// Flag rounds (ROUNDS): copy-in, two-shot all-gather, barrier.
-pub const ROUNDS: usize = 3;
+pub(crate) const ROUNDS: usize = 3;
 /// Workspace offsets (FLAGS_OFF, EPOCHS_OFF, ERRORS_OFF, DATA_OFF).
-pub const FLAGS_OFF: usize = 0;
-pub const EPOCHS_OFF: usize = 6144;
-pub const ERRORS_OFF: usize = 6400;
-pub const DATA_OFF: usize = 8192;
+pub(crate) const FLAGS_OFF: usize = 0;
+pub(crate) const EPOCHS_OFF: usize = 6144;
+pub(crate) const ERRORS_OFF: usize = 6400;
+pub(crate) const DATA_OFF: usize = 8192;
 /// Set in the first error word when a wait timed out (ERR_TIMEOUT).
-pub const ERR_TIMEOUT: u32 = 0x8000_0000;
+pub(crate) const ERR_TIMEOUT: u32 = 0x8000_0000;
 // The workspace regions do not overlap: flags, then epochs, then 4 error words, then data
 // (checked when compiling).
 const _: () = assert!(FLAGS_OFF + ROUNDS * MAX_BLOCKS as usize * MAX_RANKS * 4 <= EPOCHS_OFF);
@@ -107,12 +107,12 @@ impl Default for P2pConfig {
 
 impl P2pConfig {
     /// The staging size as the kernel sees it: `capacity` rounded up to 256 bytes.
-    pub fn staging_bytes(&self) -> usize {
+    pub(crate) fn staging_bytes(&self) -> usize {
         self.capacity.max(1).div_ceil(256) * 256
     }
 
     /// Bytes of one workspace: control words, two staging halves, one result buffer.
-    pub fn workspace_bytes(&self) -> usize {
+    pub(crate) fn workspace_bytes(&self) -> usize {
         DATA_OFF + 3 * self.staging_bytes()
     }
 
@@ -134,7 +134,7 @@ impl P2pConfig {
 /// any element count from 1 up to the staging capacity: counts that are not a multiple of the
 /// 16-byte vector end in an element tail, two-shot's partitions are the vectors split as evenly
 /// as possible (the last one shorter or empty), and unaligned buffers are read element-wise.
-pub fn supports(
+pub(crate) fn supports(
     imp: Impl,
     count: usize,
     dtype: DType,
@@ -160,7 +160,7 @@ pub fn supports(
 }
 
 /// Elements of `dtype` in one 16-byte vector.
-pub fn per_vector(dtype: DType) -> u64 {
+pub(crate) fn per_vector(dtype: DType) -> u64 {
     16 / dtype.size()
 }
 
@@ -259,12 +259,12 @@ impl fmt::Display for SignalTimeout {
 impl std::error::Error for SignalTimeout {}
 
 /// Lower-case hex of `bytes` (handles travel as text over the worker channel and in files).
-pub fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The bytes of [`to_hex`]'s text.
-pub fn from_hex(s: &str) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn from_hex(s: &str) -> anyhow::Result<Vec<u8>> {
     let s = s.trim();
     if s.len() % 2 != 0 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
         anyhow::bail!("P2P handle is not hex ({} characters)", s.len());

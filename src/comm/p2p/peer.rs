@@ -514,7 +514,7 @@ impl P2pAllReduce {
     }
 
     /// Why `imp` refuses this message, if it does.
-    pub fn supports(&self, imp: Impl, count: usize, dtype: DType) -> Result<(), String> {
+    pub(crate) fn supports(&self, imp: Impl, count: usize, dtype: DType) -> Result<(), String> {
         supports(imp, count, dtype, self.ws.nranks, &self.ws.cfg)
     }
 
@@ -642,7 +642,7 @@ impl InProcessExchange {
     }
 
     /// Publishes `mine` as rank `rank`'s and waits (at most `timeout`) for every other rank's.
-    pub fn exchange(
+    pub(crate) fn exchange(
         &self,
         rank: usize,
         mine: Vec<u8>,

@@ -81,7 +81,7 @@ impl Endpoint {
 
     /// Where rank 0 listens: every interface on the rendezvous port (the host name others use
     /// may not be an address rank 0 can bind, e.g. behind NAT or with several interfaces).
-    pub fn listen_addr(&self) -> SocketAddr {
+    pub(crate) fn listen_addr(&self) -> SocketAddr {
         match self.host.parse::<IpAddr>() {
             Ok(IpAddr::V6(_)) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), self.port),
             _ => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), self.port),
@@ -106,7 +106,7 @@ impl fmt::Display for Endpoint {
 }
 
 /// clap value parser for `--rendezvous`.
-pub fn endpoint_arg(s: &str) -> Result<Endpoint, String> {
+pub(crate) fn endpoint_arg(s: &str) -> Result<Endpoint, String> {
     Endpoint::parse(s).map_err(|e| e.to_string())
 }
 
@@ -151,7 +151,7 @@ pub struct PeerInfo {
 }
 
 /// `1, 2, 5-9` for a sorted list of ranks.
-pub fn rank_list(ranks: &[usize]) -> String {
+pub(crate) fn rank_list(ranks: &[usize]) -> String {
     let mut parts = Vec::new();
     let mut i = 0;
     while i < ranks.len() {

@@ -10,7 +10,7 @@
 
 use super::{CollectiveOps, Source};
 
-pub struct AllToAll;
+pub(crate) struct AllToAll;
 
 impl CollectiveOps for AllToAll {
     fn name(&self) -> &'static str {

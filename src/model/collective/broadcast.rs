@@ -7,7 +7,7 @@
 
 use super::{CollectiveOps, Source};
 
-pub struct Broadcast;
+pub(crate) struct Broadcast;
 
 /// The root every broadcast of a schedule uses (PyTorch's `broadcast(src=0)` of a TP group).
 pub const ROOT: usize = 0;

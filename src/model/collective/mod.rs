@@ -63,7 +63,7 @@ pub trait CollectiveOps: Sync {
 
 impl CollectiveKind {
     /// Every collective, in the order tables list them.
-    pub const ALL: [CollectiveKind; 5] = [
+    pub(crate) const ALL: [CollectiveKind; 5] = [
         CollectiveKind::AllReduce,
         CollectiveKind::AllGather,
         CollectiveKind::ReduceScatter,

@@ -3,7 +3,7 @@
 
 use super::{CollectiveOps, Source};
 
-pub struct ReduceScatter;
+pub(crate) struct ReduceScatter;
 
 impl CollectiveOps for ReduceScatter {
     fn name(&self) -> &'static str {
