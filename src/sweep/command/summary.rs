@@ -295,6 +295,17 @@ pub fn rounds_block(
     } else {
         "eager"
     };
+    // At one rank NCCL chooses no algorithm, protocol or transport (it copies): no setting can
+    // act there, so a ratio below 1 is the between-run spread, not an effect to export.
+    let one_rank = points
+        .iter()
+        .any(|p| p.effective.as_ref().is_some_and(|e| e.one_rank.is_some()));
+    if one_rank {
+        out.push_str(&format!(
+            "Recommendation: none at one rank ({primary_mode} replay): NCCL chooses no algorithm, protocol or transport on a communicator of size 1, so no ratio here is a setting's effect; sweep across the real ranks (--gpus N) to choose\n"
+        ));
+        return out;
+    }
     match rec {
         Some((v, p)) => {
             let mode = if v.graph { "graph" } else { "eager" };
@@ -433,6 +444,29 @@ mod tests {
             out.ends_with("Recommendation: keep NCCL's defaults (graph replay): no setting's whole interval lies below 1 minus the measured noise floor\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_one_rank_sweep_recommends_no_setting() {
+        // At one rank NCCL chooses nothing: whatever the rounds say, no setting is exported.
+        let mut pts = points(&["NCCL_PROTO=LL,Simple"]);
+        let before = rounds_block(&pts, &[], true, 3, 0.0);
+        assert!(
+            before.contains("Recommendation: keep NCCL's defaults"),
+            "{before}"
+        );
+        for p in &mut pts {
+            p.effective = Some(crate::sweep::results::Effective {
+                one_rank: Some("NCCL ran at 1 rank".into()),
+                ..Default::default()
+            });
+        }
+        let out = rounds_block(&pts, &[], true, 3, 0.0);
+        assert!(
+            out.ends_with("Recommendation: none at one rank (graph replay): NCCL chooses no algorithm, protocol or transport on a communicator of size 1, so no ratio here is a setting's effect; sweep across the real ranks (--gpus N) to choose\n"),
+            "{out}"
+        );
+        assert!(!out.contains("export NCCL_"), "{out}");
     }
 
     #[test]
