@@ -301,6 +301,20 @@ pub fn shell_quote(v: &str) -> String {
     }
 }
 
+/// At one rank NCCL chooses no algorithm, protocol or transport (it copies): no setting can act
+/// there, so a ratio below 1 is the between-run spread, not an effect to export. The line that
+/// says so in place of a recommendation, when any point ran on a communicator of one rank.
+pub fn one_rank_recommendation<'a>(
+    mut points: impl Iterator<Item = &'a SweepPoint>,
+    mode: &str,
+) -> Option<String> {
+    points
+        .any(|p| p.effective.as_ref().is_some_and(|e| e.one_rank.is_some()))
+        .then(|| format!(
+            "Recommendation: none at one rank ({mode} replay): NCCL chooses no algorithm, protocol or transport on a communicator of size 1, so no ratio here is a setting's effect; sweep across the real ranks (--gpus N) to choose\n"
+        ))
+}
+
 /// Default smallest relative gain that counts (see `--noise-floor`).
 pub const NOISE_FLOOR: f64 = 0.01;
 
@@ -330,6 +344,10 @@ pub fn advice_with(r: &Ranking, noise_floor: f64) -> String {
     }
     let best = *clean.iter().find(|x| !inert(x.point)).unwrap_or(&clean[0]);
     let col = if r.primary_graph { "graph" } else { "eager" };
+    if let Some(line) = one_rank_recommendation(clean.iter().map(|x| x.point), col) {
+        out.push_str(&line);
+        return out;
+    }
     let cell = if r.primary_graph {
         &best.graph
     } else {

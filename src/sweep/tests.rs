@@ -228,6 +228,19 @@ fn pipeline_records_every_point_and_proves_what_nccl_did() {
     let t = rank::table(&r);
     assert_eq!(t.rows.len(), stored.len());
     assert_eq!(t.rows.last().unwrap()[0], "failed");
+
+    // The same numbers on a communicator of one rank: NCCL chooses nothing there, so LL128's
+    // lead is not exported, in the single-round ranking as in the rounds' block.
+    let mut one = stored.clone();
+    for p in &mut one {
+        p.effective.get_or_insert_with(Default::default).one_rank = Some("1 rank".into());
+    }
+    let advice = rank::advice(&rank::rank(&one, Mode::Comm));
+    assert!(
+        advice.contains("Recommendation: none at one rank (graph replay)"),
+        "{advice}"
+    );
+    assert!(!advice.contains("export NCCL_"), "{advice}");
 }
 
 #[test]

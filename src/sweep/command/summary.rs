@@ -295,15 +295,8 @@ pub fn rounds_block(
     } else {
         "eager"
     };
-    // At one rank NCCL chooses no algorithm, protocol or transport (it copies): no setting can
-    // act there, so a ratio below 1 is the between-run spread, not an effect to export.
-    let one_rank = points
-        .iter()
-        .any(|p| p.effective.as_ref().is_some_and(|e| e.one_rank.is_some()));
-    if one_rank {
-        out.push_str(&format!(
-            "Recommendation: none at one rank ({primary_mode} replay): NCCL chooses no algorithm, protocol or transport on a communicator of size 1, so no ratio here is a setting's effect; sweep across the real ranks (--gpus N) to choose\n"
-        ));
+    if let Some(line) = rank::one_rank_recommendation(points.iter(), primary_mode) {
+        out.push_str(&line);
         return out;
     }
     match rec {
