@@ -92,52 +92,40 @@ impl Compute {
     pub(super) fn measure_fixed_us(&self, gpu: &Gpu, nvec: u64) -> anyhow::Result<f64> {
         const K: u64 = FIXED_COST_LAUNCHES;
         let nvec = nvec.clamp(1, self.pool.vecs() / K);
-        let (a, b) = (gpu.event()?, gpu.event()?);
-        let time = |launches: u64, each: u64| -> anyhow::Result<f64> {
-            let mut best = f64::MAX;
-            for _ in 0..5 {
-                gpu.record(&a)?;
-                for i in 0..launches {
-                    self.kernels.stream(
-                        gpu,
-                        &self.pool,
-                        i * each,
-                        each,
-                        &self.act,
-                        self.tokens,
-                        &self.partial,
-                    )?;
-                }
-                gpu.record(&b)?;
-                gpu.sync()?;
-                best = best.min(a.elapsed_us(&b)?);
-            }
-            Ok(best)
-        };
-        let train = time(K, nvec)?;
-        let one = time(1, K * nvec)?;
+        let train = self.best_us(gpu, 5, K, nvec)?;
+        let one = self.best_us(gpu, 5, 1, K * nvec)?;
         Ok(((train - one) / (K - 1) as f64).max(0.0))
     }
 
     /// Read bandwidth of one pass over the whole pool (best of three), GB/s.
     pub(super) fn measure_gbps(&self, gpu: &Gpu) -> anyhow::Result<f64> {
+        let best = self.best_us(gpu, 3, 1, self.pool.vecs())?;
+        Ok((self.pool.vecs() * 16) as f64 / (best * 1e3))
+    }
+
+    /// The fastest of `passes` timings (events around the whole train), us, of `launches`
+    /// back-to-back streaming launches of `each` vectors, each launch starting where the
+    /// previous one ended in the pool.
+    fn best_us(&self, gpu: &Gpu, passes: usize, launches: u64, each: u64) -> anyhow::Result<f64> {
         let (a, b) = (gpu.event()?, gpu.event()?);
         let mut best = f64::MAX;
-        for _ in 0..3 {
+        for _ in 0..passes {
             gpu.record(&a)?;
-            self.kernels.stream(
-                gpu,
-                &self.pool,
-                0,
-                self.pool.vecs(),
-                &self.act,
-                self.tokens,
-                &self.partial,
-            )?;
+            for i in 0..launches {
+                self.kernels.stream(
+                    gpu,
+                    &self.pool,
+                    i * each,
+                    each,
+                    &self.act,
+                    self.tokens,
+                    &self.partial,
+                )?;
+            }
             gpu.record(&b)?;
             gpu.sync()?;
             best = best.min(a.elapsed_us(&b)?);
         }
-        Ok((self.pool.vecs() * 16) as f64 / (best * 1e3))
+        Ok(best)
     }
 }
