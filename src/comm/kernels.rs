@@ -30,11 +30,14 @@ pub(crate) struct Kernels {
     stream_pdl: Vec<CudaFunction>,
     tiny: CudaFunction,
     sms: u32,
-    /// Blocks of THREADS threads one SM holds at once, per token count (index T - 1) and
-    /// launch kind (plain, PDL), from the driver's occupancy query: at most 8 on a 2048-thread
-    /// SM, 6 on the 1536-thread SMs of compute capability 8.6, 8.9 and 12.0, fewer where a
-    /// variant's registers run out.
+    /// Blocks of THREADS threads per SM in a streaming grid, per token count (index T - 1) and
+    /// launch kind (plain, PDL): whole waves of the driver's occupancy query that cover the
+    /// SM's thread capacity ([`per_sm_grid`]): 8 on a 2048-thread SM, 6 on the 1536-thread SMs
+    /// of compute capability 8.6, 8.9 and 12.0; where a variant's registers hold fewer blocks
+    /// at once, two or more waves of them.
     blocks_per_sm: Vec<[u32; 2]>,
+    /// The occupancy query's resident blocks per SM, as `blocks_per_sm` (shown, not launched).
+    resident_per_sm: Vec<[u32; 2]>,
     /// Launch the streaming kernels with programmatic dependent launch (see `kernels/stream.cu`).
     pdl: bool,
 }
@@ -93,6 +96,13 @@ impl Kernels {
             )
             .map_err(|e| anyhow::anyhow!("GPU {}: SM count: {e:?}", gpu.ordinal))?
             as u32;
+        let threads_per_sm = gpu
+            .ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+            )
+            .map_err(|e| anyhow::anyhow!("GPU {}: threads per SM: {e:?}", gpu.ordinal))?
+            as u32;
         let stream: Vec<CudaFunction> = (1..=MAXT)
             .map(|t| f(&format!("stream_weights_{t}")))
             .collect::<anyhow::Result<_>>()?;
@@ -111,24 +121,29 @@ impl Kernels {
             }
             Ok(b)
         };
-        let blocks_per_sm = stream
+        let resident_per_sm = stream
             .iter()
             .zip(&stream_pdl)
             .map(|(a, b)| Ok([occ(a)?, occ(b)?]))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let blocks_per_sm = resident_per_sm
+            .iter()
+            .map(|r| r.map(|b| per_sm_grid(b, threads_per_sm, THREADS)))
+            .collect();
         Ok(Kernels {
             stream,
             stream_pdl,
             tiny: f("tiny")?,
             sms,
             blocks_per_sm,
+            resident_per_sm,
             pdl: false,
         })
     }
 
-    /// Blocks of a streaming launch of `tokens` tokens over `nvec` vectors: one wave that
-    /// fills the GPU (SMs x the blocks an SM holds of that kernel, from the occupancy query),
-    /// no more than the work needs.
+    /// Blocks of a streaming launch of `tokens` tokens over `nvec` vectors: whole waves that
+    /// fill every SM's threads (SMs x [`per_sm_grid`] of the occupancy query), no more than the
+    /// work needs.
     pub(crate) fn blocks_for(&self, nvec: u64, tokens: usize) -> u32 {
         grid_for(nvec, self.sms, self.per_sm(tokens))
     }
@@ -137,7 +152,7 @@ impl Kernels {
         self.blocks_per_sm[tokens.clamp(1, MAXT) - 1][self.pdl as usize]
     }
 
-    /// The largest resident grid of any streaming kernel: SMs x blocks per SM.
+    /// The largest grid of any streaming kernel: SMs x blocks per SM.
     pub(crate) fn resident_blocks(&self) -> u32 {
         let most = self
             .blocks_per_sm
@@ -149,15 +164,22 @@ impl Kernels {
         self.sms * most
     }
 
-    /// "T=1 1056 blocks (8 per SM x 132 SMs), ..." for the token counts given.
+    /// "T=1 1056 blocks (8 per SM x 132 SMs), ..., T=8 1056 blocks (2 waves of 4 per SM x 132
+    /// SMs)" for the token counts given.
     pub(crate) fn grid_summary(&self, tokens: &[usize]) -> String {
         tokens
             .iter()
             .map(|&t| {
+                let per_sm = self.per_sm(t);
+                let resident = self.resident_per_sm[t.clamp(1, MAXT) - 1][self.pdl as usize];
+                let how = if per_sm == resident {
+                    format!("{per_sm} per SM")
+                } else {
+                    format!("{} waves of {resident} per SM", per_sm / resident)
+                };
                 format!(
-                    "T={t} {} blocks ({} per SM x {} SMs)",
-                    self.sms * self.per_sm(t),
-                    self.per_sm(t),
+                    "T={t} {} blocks ({how} x {} SMs)",
+                    self.sms * per_sm,
                     self.sms
                 )
             })
@@ -312,8 +334,22 @@ impl Kernels {
     }
 }
 
-/// Blocks of a grid-stride launch over `nvec` vectors (one per thread per step): at most one
-/// resident wave of `sms x blocks_per_sm` blocks, no more than the work needs, at least one.
+/// Blocks per SM of a streaming grid: whole waves of the `resident` blocks the occupancy query
+/// lets one SM hold at once, enough waves that the grid offers every one of the SM's
+/// `threads_per_sm` threads a block (`ceil(threads_per_sm / threads / resident)` waves). Where
+/// the query allows the SM's full thread count (8 blocks of 256 on a 2048-thread SM, 6 on a
+/// 1536-thread one) this is one wave; where registers hold fewer (4 of 256 on a 2048-thread SM)
+/// the grid keeps the thread count's blocks in 2 waves: measured on an H200 at 8 tokens, one wave
+/// of 4 per SM streamed 4421-4432 GB/s against 4417-4448 for 2 waves, lower in 3 of 4 pairs
+/// (results/h200x1/bandwidth-ab-aaacb07-c25d825/summary.txt).
+pub(crate) fn per_sm_grid(resident: u32, threads_per_sm: u32, threads: u32) -> u32 {
+    let resident = resident.max(1);
+    let fill = threads_per_sm.div_ceil(threads.max(1)).max(1);
+    resident * fill.div_ceil(resident)
+}
+
+/// Blocks of a grid-stride launch over `nvec` vectors (one per thread per step): at most
+/// `sms x blocks_per_sm` blocks, no more than the work needs, at least one.
 pub(crate) fn grid_for(nvec: u64, sms: u32, blocks_per_sm: u32) -> u32 {
     let need = nvec.div_ceil(THREADS as u64).max(1);
     need.min(sms as u64 * blocks_per_sm as u64).max(1) as u32
@@ -390,6 +426,22 @@ pub(crate) fn sum_partials(bytes: &[u8], blocks: usize, tokens: usize) -> Vec<f6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grids_are_whole_waves_that_cover_the_sms_threads() {
+        // H200, 2048 threads per SM, blocks of 256: 2048 / 256 = 8 blocks fill an SM
+        assert_eq!(per_sm_grid(8, 2048, 256), 8);
+        // a variant whose registers allow 4 at once: 8 / 4 = 2 waves of 4
+        assert_eq!(per_sm_grid(4, 2048, 256), 8);
+        // sm_120, 1536 threads per SM: 1536 / 256 = 6 in one wave
+        assert_eq!(per_sm_grid(6, 1536, 256), 6);
+        // 4 resident there: 6 / 4 = 1.5, so 2 whole waves = 8 (never a partial wave)
+        assert_eq!(per_sm_grid(4, 1536, 256), 8);
+        // 5 resident: 6 / 5 -> 2 waves of 5 = 10
+        assert_eq!(per_sm_grid(5, 1536, 256), 10);
+        // a query above the thread count (cannot happen; kept as is): one wave
+        assert_eq!(per_sm_grid(16, 2048, 256), 16);
+    }
 
     #[test]
     fn grids_are_one_resident_wave_of_the_occupancy_query() {

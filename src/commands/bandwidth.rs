@@ -92,7 +92,7 @@ pub fn measure(
     })?;
     let partial = gpu.alloc(kernels.partial_bytes())?;
     crate::note!(
-        "GPU {device}: streaming grid from the occupancy query: {}",
+        "GPU {device}: streaming grid from the occupancy query and threads per SM: {}",
         kernels.grid_summary(&[1, 3, 4, 8])
     );
     let mut stream = vec![];
