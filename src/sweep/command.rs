@@ -313,6 +313,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     let mut i = 0;
     let wall = std::time::Instant::now();
     let (mut probe_s, mut child_s, mut init_s, mut timed_s) = (0.0, 0.0, 0.0, 0.0);
+    let mut measured_runs = 0usize;
     let run = sw::run_pairs(
         &cfg,
         &plan,
@@ -328,6 +329,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             child_s += sp.timed_wall_s;
             let split = sw::time_split(sp);
             if let Some((init, timed)) = split {
+                measured_runs += 1;
                 init_s += init.unwrap_or(0.0);
                 timed_s += timed;
             }
@@ -420,8 +422,14 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         print!("{text}");
     }
     if !a.quiet && !run.finished.is_empty() {
+        // The split covers only measured runs: a modeled child ran no NCCL and no timed loop.
+        let split = if measured_runs > 0 {
+            format!(" (of which NCCL init {init_s:.1} s, timed loops ~{timed_s:.1} s, the rest worker start and teardown)")
+        } else {
+            " (modeled runs: no NCCL init, no timed loop)".into()
+        };
         say(format!(
-            "wall time: {wall_s:.1} s for {} runs: probe children {probe_s:.1} s, timed children {child_s:.1} s (of which NCCL init {init_s:.1} s, timed loops ~{timed_s:.1} s, the rest worker start and teardown)",
+            "wall time: {wall_s:.1} s for {} runs: probe children {probe_s:.1} s, timed children {child_s:.1} s{split}",
             run.finished.len()
         ));
     }

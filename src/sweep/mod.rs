@@ -451,9 +451,13 @@ pub fn round_timing(sp: &SweepPoint) -> rounds::RoundTiming {
 /// Where a pair's wall time went: (NCCL init, timed loops), in seconds, from the timed
 /// child's record: the largest per-rank NCCL init of its provenance note, and the per-verify
 /// medians times the iterations and warm-ups run. The rest of the child's wall time is
-/// process and worker start (and the record's writing).
+/// process and worker start (and the record's writing). `None` for a record that is not
+/// measured (the cost model's: its medians are modeled, no loop ran to take that time).
 pub fn time_split(sp: &SweepPoint) -> Option<(Option<f64>, f64)> {
     let rec = sp.verify.as_ref()?;
+    if rec.source != crate::record::Source::Measured {
+        return None;
+    }
     let init = rec.provenance.notes.iter().find_map(|n| {
         let list = n.strip_prefix("NCCL init per rank (s): ")?;
         list.split(", ")

@@ -497,3 +497,27 @@ fn one_rank_proof_says_what_the_log_can_and_cannot_prove() {
         "{p}"
     );
 }
+
+#[test]
+fn the_time_split_is_given_for_measured_runs_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg(dir.path());
+    let p = points(&[]).remove(0);
+    let mut outcome = PointOutcome {
+        record: Some(record(1000.0, &env::Env::default(), 0)),
+        ..Default::default()
+    };
+    let sp = assemble(&c, &p, outcome.clone());
+    // timed loops: eager 1300 us + graph 1000 us medians, each x (50 iterations + 5 warm-ups)
+    let (init, timed) = time_split(&sp).expect("a measured record has a split");
+    assert_eq!(init, None, "the record has no NCCL init note");
+    let median = |m: f64| {
+        let v: Vec<f64> = (0..50).map(|i| m * (0.99 + 0.0004 * i as f64)).collect();
+        Summary::from_samples(&v).unwrap().median_us
+    };
+    let expect = (median(1300.0) + median(1000.0)) * 55.0 * 1e-6;
+    assert!((timed - expect).abs() < 1e-12, "{timed} vs {expect}");
+    // the cost model's record: no loop ran, so no split
+    outcome.record.as_mut().unwrap().source = Source::Modeled;
+    assert_eq!(time_split(&assemble(&c, &p, outcome)), None);
+}
