@@ -61,9 +61,12 @@ pub enum Op {
     Collective {
         kind: CollectiveKind,
         dtype: DType,
-        /// Elements each rank contributes (the all-gather's send count).
+        /// NCCL's `count` of the call: the buffer's elements for all-reduce and broadcast,
+        /// each rank's send count for all-gather, the elements sent to each peer for
+        /// all-to-all (a rank's send buffer holds `count x nranks`; see the collective's
+        /// `send_elems`).
         count: u64,
-        /// Bytes each rank contributes (`count * dtype size`).
+        /// `count * dtype size`: the bytes NCCL's count stands for (for all-to-all, per peer).
         bytes_per_rank: u64,
         /// Where in the model it sits: `embedding`, `attention`, `mlp`, `logits`.
         site: String,
