@@ -1,16 +1,18 @@
 //! `verifybench selftest`: exact-result checks of every collective, dtype, launcher and graph
-//! mode on this machine's GPUs, the worker environment round trip, clean failure of a dead or
-//! hung rank, the streaming kernel against a CPU reference, and the P2P all-reduce protocol on
-//! virtual ranks of one GPU. Prints a pass/fail table; exits 1 when anything fails. On a machine
-//! with one GPU only the checks that need one run (streaming kernel, P2P virtual ranks). The
-//! flags live in `cli/selftest.rs`; this module takes a plain request.
+//! mode on this machine's GPUs (every buffer slot of every collective written and checked), the
+//! worker environment round trip, clean failure of a dead or hung rank, the streaming kernel
+//! against a CPU reference, and the P2P all-reduce protocol on virtual ranks of one GPU. Prints
+//! a pass/fail table; exits 1 when anything fails. On a machine with one GPU the NCCL checks run
+//! on a communicator of one rank (no transfer), beside the streaming kernel and the P2P virtual
+//! ranks. The flags live in `cli/selftest.rs`; this module takes a plain request.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::comm;
 use crate::comm::p2p::Impl;
-use crate::launch::job::{CollCase, Fault, FaultKind};
+use crate::launch::job::slots::SLOTS;
+use crate::launch::job::{CollCase, Fault, FaultKind, RankResult};
 use crate::launch::run::{combine, run_job, select_devices};
 use crate::launch::{Job, LaunchSpec};
 use crate::measure::Summary;
@@ -327,8 +329,17 @@ fn run_cases(
         warmup: 1,
         batch: 2,
     };
-    let res = run_job(&spec(devices, launcher, 60.0), &job)
-        .and_then(|r| combine(&r, job.configs(), RankTime::Max));
+    let raw = run_job(&spec(devices, launcher, 60.0), &job);
+    if let Ok(r) = &raw {
+        let n = devices.len();
+        // per case, eager then graph: every slot's output
+        let want: Vec<u64> = cases
+            .iter()
+            .flat_map(|c| [(SLOTS * c.op.ops().recv_elems(c.count, n)) as u64; 2])
+            .collect();
+        checks.push(slot_coverage(r, &want, failed_name, launcher));
+    }
+    let res = raw.and_then(|r| combine(&r, job.configs(), RankTime::Max));
     match res {
         Ok(c) => {
             for (i, case) in cases.iter().enumerate() {
@@ -350,6 +361,41 @@ fn run_cases(
             pass: false,
             detail: format!("{e:#}"),
         }),
+    }
+}
+
+/// The moving buffers: every rank's exact check compared, per configuration, `want` elements
+/// ([`SLOTS`] x the outputs' elements, 0 for compute only). With every slot's output poisoned
+/// before the check, a slot that no launch wrote counts as wrong, so this and `#wrong = 0`
+/// together say that every slot was written and checked.
+fn slot_coverage(results: &[RankResult], want: &[u64], what: &str, launcher: Launcher) -> Check {
+    let mut bad = vec![];
+    for r in results {
+        if r.checked != want {
+            let at = (0..want.len().max(r.checked.len()))
+                .find(|&c| r.checked.get(c) != want.get(c))
+                .unwrap_or(0);
+            bad.push(format!(
+                "rank {} configuration {at}: {:?} elements checked, {:?} wanted",
+                r.rank,
+                r.checked.get(at),
+                want.get(at)
+            ));
+        }
+    }
+    let total: u64 = want.iter().sum();
+    Check {
+        name: format!("{what}: every buffer slot checked"),
+        launcher: launcher.name().into(),
+        pass: bad.is_empty() && !results.is_empty(),
+        detail: if bad.is_empty() {
+            format!(
+                "{SLOTS} buffer slots per collective, {total} elements checked on each of {} ranks",
+                results.len()
+            )
+        } else {
+            bad.join("; ")
+        },
     }
 }
 
@@ -444,6 +490,25 @@ fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     };
     let results = run_job(&spec(devices, launcher, 120.0), &job);
     if let Ok(r) = &results {
+        let n = devices.len();
+        let outputs: usize = s
+            .ops
+            .iter()
+            .map(|op| match op {
+                model::Op::Collective { kind, count, .. } => {
+                    kind.ops().recv_elems(*count as usize, n)
+                }
+                _ => 0,
+            })
+            .sum();
+        let want: Vec<u64> = runs
+            .iter()
+            .map(|(_, m)| match m {
+                Mode::Compute => 0,
+                _ => (SLOTS * outputs) as u64,
+            })
+            .collect();
+        checks.push(slot_coverage(r, &want, "verify kimi-k2.5", launcher));
         // The per-collective pass: every rank, every run, each verify's collectives timed.
         for (c, (graph, mode)) in runs.iter().enumerate() {
             let per_rank: Vec<_> = r
@@ -849,4 +914,55 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
         failed
     );
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(r: usize, checked: &[u64]) -> RankResult {
+        serde_json::from_value(serde_json::json!({
+            "rank": r, "pid": 1, "device": r, "gpu": null, "nccl_env": {},
+            "nccl_version": null, "nccl_library": null, "samples": [[1.0], [1.0]],
+            "wrong": [0, 0], "checked": checked, "init_s": 0.1
+        }))
+        .unwrap()
+    }
+
+    /// An output of 16 elements per configuration: 3 slots x 16 = 48 checked on every rank
+    /// passes; a rank that checked one slot fewer, or a worker that reports no count, fails
+    /// and is named.
+    #[test]
+    fn slot_coverage_wants_every_slot_on_every_rank() {
+        let want = [3 * 16, 3 * 16];
+        let ok = slot_coverage(
+            &[rank(0, &[48, 48]), rank(1, &[48, 48])],
+            &want,
+            "collectives",
+            Launcher::Threads,
+        );
+        assert!(ok.pass, "{}", ok.detail);
+        assert_eq!(ok.name, "collectives: every buffer slot checked");
+        assert!(ok.detail.contains("96 elements"), "{}", ok.detail);
+        let short = slot_coverage(
+            &[rank(0, &[48, 48]), rank(1, &[48, 32])],
+            &want,
+            "collectives",
+            Launcher::Threads,
+        );
+        assert!(!short.pass);
+        assert!(
+            short.detail.contains("rank 1 configuration 1: Some(32)"),
+            "{}",
+            short.detail
+        );
+        let old = slot_coverage(&[rank(0, &[])], &want, "x", Launcher::Processes);
+        assert!(!old.pass);
+        assert!(
+            old.detail.contains("rank 0 configuration 0: None"),
+            "{}",
+            old.detail
+        );
+        assert!(!slot_coverage(&[], &want, "x", Launcher::Threads).pass);
+    }
 }

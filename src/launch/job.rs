@@ -15,6 +15,8 @@
 //!   [`RankResult`], the injected [`Fault`]s);
 //! - [`rank`]: the run of one rank ([`run_rank`]): its GPU, communicator, barrier, timing
 //!   loop, P2P connection and exact check;
+//! - [`slots`]: which buffer slot each launch of a collective uses (buffers that move between
+//!   iterations, as nccl-tests moves its offsets), eager and graph;
 //! - [`steps`]: a schedule turned into replay steps (collectives, streaming ranges, tiny
 //!   kernels);
 //! - [`compute`]: the streaming kernels a rank replays between collectives, and their
@@ -22,6 +24,7 @@
 
 pub mod compute;
 pub mod rank;
+pub mod slots;
 pub mod steps;
 
 pub use compute::{FIXED_COST_LAUNCHES, POOL_BYTES};
@@ -245,6 +248,11 @@ pub struct RankResult {
     pub samples: Vec<Vec<f64>>,
     /// Per configuration: wrong elements in the checked output.
     pub wrong: Vec<u64>,
+    /// Per configuration: elements the exact check compared, over every buffer slot of every
+    /// collective ([`slots::SLOTS`] x the outputs' elements; 0 for compute only). Empty from a
+    /// worker that predates the slots.
+    #[serde(default)]
+    pub checked: Vec<u64>,
     /// Seconds from start to communicator ready.
     pub init_s: f64,
     /// Read bandwidth of the streaming kernel on this rank (GB/s), when compute ran.

@@ -843,6 +843,7 @@ mod tests {
             nccl_library: Some("/lib/libnccl.so.2".into()),
             samples,
             wrong,
+            checked: vec![],
             init_s: 0.5 + rank as f64,
             stream_gbps: None,
             stream_fixed_us: None,

@@ -21,9 +21,11 @@
 //! No period: `offset(i, op) = (i + digit_k(op)) % 7` with `k = i % 6` and `digit_k` the k-th
 //! base-7 digit of `op`. Two salts below 7^6 = 117,649 differ in some digit `k`, so every
 //! element `i` with `i % 6 == k` that a rank feeds holds a different value under the two salts:
-//! two collectives of one schedule (salts = their indices) never get the same inputs, however
-//! far apart (the former `(i + op) % 7` repeated every 7 collectives). A test checks this for
-//! every schedule `plan` builds up to 1024 ranks, on every rank's expected output.
+//! two collectives of one schedule never get the same inputs, however far apart (the former
+//! `(i + op) % 7` repeated every 7 collectives), nor two buffer slots of one collective: the
+//! salt comes from the operation's index and the slot ([`salt`], [`SLOTS`]). A test checks this
+//! for every slot of every collective of every schedule `plan` builds up to 1024 ranks, on every
+//! rank's expected output.
 use half::{bf16, f16};
 
 use crate::model::collective::Source;
@@ -40,6 +42,47 @@ pub(crate) fn stride(nranks: usize) -> usize {
 
 /// Salts below this get pairwise different inputs (see the module doc).
 pub const DISTINCT_SALTS: usize = 7usize.pow(6);
+
+/// Buffer slots of every collective a run checks: launch `j` of a collective runs on slot
+/// `j % SLOTS`, each slot with its own send and receive buffers and its own inputs (salt
+/// [`salt`]), as nccl-tests moves its buffer offsets every iteration "to catch race conditions"
+/// (`startColl`: `shift = totalnbytes * (iter % steps)`, NVIDIA/nccl-tests `src/common.cu`).
+/// Data that lands in, or is read from, the buffers of another launch then differs from what
+/// this launch expects and counts as wrong.
+///
+/// Why 3 and not 2: a stale pointer to the previous launch's buffers (a graph or a registration
+/// that kept an old address, NCCL's exchanged peer pointers, the two-shot kernel's one result
+/// buffer) is one launch old, which any count from 2 on catches. But the P2P kernels' staging is
+/// double-buffered by epoch parity (`kernels/allreduce.cu`): a rank that reads a peer's staging
+/// before the peer copied this call's input in reads the input of the launch two before, which
+/// with 2 slots ran on the same slot with the same values and would pass. 3 slots divide
+/// neither 1 nor 2: data one or two launches old always comes from another slot.
+pub const SLOTS: usize = 3;
+
+/// Indices (a schedule's operations, a `collective` run's cases) whose slots all get distinct
+/// salts: `index * SLOTS + slot` stays below [`DISTINCT_SALTS`].
+pub const SALTED_INDICES: usize = DISTINCT_SALTS / SLOTS;
+
+/// The salt of slot `slot` of the collective at `index` (its operation's index in the schedule,
+/// or its case's in a `collective` run): distinct for every (index, slot) with `index` below
+/// [`SALTED_INDICES`] and `slot` below [`SLOTS`], so every slot of every collective gets
+/// inputs of its own.
+pub fn salt(index: usize, slot: usize) -> usize {
+    debug_assert!(slot < SLOTS);
+    index * SLOTS + slot
+}
+
+/// Refuses `indices` operations whose salts would not all be distinct (see [`salt`]).
+pub fn check_salted(indices: usize) -> anyhow::Result<()> {
+    if indices > SALTED_INDICES {
+        return Err(crate::error::usage(format!(
+            "the exact check gives distinct inputs to at most {SALTED_INDICES} operations of one \
+             schedule ({SLOTS} buffer slots each), and this one has {indices}: replay a shorter \
+             schedule (a schedule file with fewer operations)"
+        )));
+    }
+    Ok(())
+}
 
 /// The value offset of element `i` under salt `op`: in 0..=6, `(i + digit) % 7` with the
 /// `(i % 6)`-th base-7 digit of `op`.
@@ -436,80 +479,81 @@ mod tests {
         }
     }
 
-    /// The expected output of every rank differs between every two collectives of one kind and
-    /// size in every schedule `plan` builds (every preset, every phase, TP 1..=1024 where the
-    /// model allows it, verify of 1 and 8 tokens; the first and last rank), in every dtype: a collective reading or writing
-    /// another's buffer leaves wrong elements on every rank. Salts are the op's index, as the
-    /// runs use them.
+    /// The expected output of every rank differs between every two (collective, slot) pairs of
+    /// one kind and size in every schedule `plan` builds (every preset, every phase, TP
+    /// 1..=1024 where the model allows it, verify of 1 and 8 tokens; the first and last rank),
+    /// in every dtype: a collective reading or writing another's buffers, or another slot's of
+    /// its own, leaves wrong elements on every rank. Salts are [`salt`] of the op's index and
+    /// the slot, as the runs use them.
+    ///
+    /// Each output is keyed by its first 64 elements encoded in the dtype; outputs with equal
+    /// keys are compared whole, so the prefix only makes the test fast, never weaker.
     #[test]
-    fn every_collective_of_every_schedule_gets_distinct_inputs() {
+    fn every_slot_of_every_collective_of_every_schedule_gets_distinct_inputs() {
         use crate::model::schedule::{build, validate, ScheduleOptions};
         use crate::model::{Op, Phase};
-        let mut schedules = 0;
-        let mut pairs = 0u64;
+        use std::collections::{BTreeMap, HashMap};
+        let dtypes = [DType::Bf16, DType::F16, DType::F32];
+        let (mut schedules, mut pairs, mut whole) = (0, 0u64, 0u64);
         for name in crate::model::presets::PRESETS {
             let shape = crate::model::presets::preset(name).unwrap();
             for tp in (0..=10).map(|k| 1u64 << k) {
-                {
-                    for (phase, tokens) in [
-                        (Phase::Verify, 1),
-                        (Phase::Verify, 8),
-                        (Phase::Decode, 1),
-                        (Phase::Draft, 1),
-                    ] {
-                        let opt = ScheduleOptions {
-                            tp,
-                            tokens,
-                            ..Default::default()
-                        };
-                        if validate(&shape, &opt).is_err() {
-                            continue;
+                for (phase, tokens) in [
+                    (Phase::Verify, 1),
+                    (Phase::Verify, 8),
+                    (Phase::Decode, 1),
+                    (Phase::Draft, 1),
+                ] {
+                    let opt = ScheduleOptions {
+                        tp,
+                        tokens,
+                        ..Default::default()
+                    };
+                    if validate(&shape, &opt).is_err() {
+                        continue;
+                    }
+                    let Ok(s) = build(&shape, &opt, phase) else {
+                        continue;
+                    };
+                    schedules += 1;
+                    let n = tp as usize;
+                    check_salted(s.ops.len()).unwrap();
+                    // the salts of every slot of every collective, grouped by kind and size
+                    let mut groups: BTreeMap<(CollectiveKind, usize), Vec<usize>> = BTreeMap::new();
+                    for (i, op) in s.ops.iter().enumerate() {
+                        if let Op::Collective { kind, count, .. } = op {
+                            let g = groups.entry((*kind, *count as usize)).or_default();
+                            g.extend((0..SLOTS).map(|slot| salt(i, slot)));
                         }
-                        let Ok(s) = build(&shape, &opt, phase) else {
-                            continue;
+                    }
+                    let mut ranks = vec![0, n - 1];
+                    ranks.dedup();
+                    for ((kind, count), salts) in &groups {
+                        assert!(salts.iter().all(|&x| x < DISTINCT_SALTS));
+                        pairs += (salts.len() * (salts.len() - 1) / 2) as u64;
+                        let len = kind.ops().recv_elems(*count, n);
+                        let out = |r: usize, x: usize, upto: usize| -> Vec<f32> {
+                            (0..upto)
+                                .map(|i| expected(*kind, *count, n, r, i, x))
+                                .collect()
                         };
-                        schedules += 1;
-                        let n = tp as usize;
-                        let colls: Vec<(usize, CollectiveKind, usize)> = s
-                            .ops
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(salt, op)| match op {
-                                Op::Collective { kind, count, .. } => {
-                                    Some((salt, *kind, *count as usize))
-                                }
-                                _ => None,
-                            })
-                            .collect();
-                        assert!(colls.iter().all(|c| c.0 < DISTINCT_SALTS));
-                        let mut ranks = vec![0, n - 1];
-                        ranks.dedup();
-                        for (x, &(sa, ka, ca)) in colls.iter().enumerate() {
-                            for &(sb, kb, cb) in &colls[x + 1..] {
-                                if (ka, ca) != (kb, cb) {
-                                    continue;
-                                }
-                                pairs += 1;
-                                let len = ka.ops().recv_elems(ca, n);
-                                for &r in &ranks {
-                                    let at = (0..len).find(|&i| {
-                                        expected(ka, ca, n, r, i, sa)
-                                            != expected(ka, ca, n, r, i, sb)
-                                    });
-                                    let Some(i) = at else {
-                                        panic!("{name} tp {tp} {phase:?}: ops {sa} and {sb} expect the same on rank {r}");
+                        for &r in &ranks {
+                            let mut seen: HashMap<Vec<u8>, usize> = HashMap::new();
+                            for &x in salts {
+                                let head = out(r, x, len.min(64));
+                                for (d, dt) in dtypes.iter().enumerate() {
+                                    let mut key = encode(*dt, head.iter().copied());
+                                    key.push(d as u8);
+                                    let Some(&y) = seen.get(&key) else {
+                                        seen.insert(key, x);
+                                        continue;
                                     };
-                                    let (va, vb) = (
-                                        expected(ka, ca, n, r, i, sa),
-                                        expected(ka, ca, n, r, i, sb),
+                                    whole += 1;
+                                    assert_ne!(
+                                        encode(*dt, out(r, x, len).into_iter()),
+                                        encode(*dt, out(r, y, len).into_iter()),
+                                        "{name} tp {tp} {phase:?} {dt:?}: salts {x} and {y} expect the same on rank {r}"
                                     );
-                                    for dt in [DType::Bf16, DType::F16, DType::F32] {
-                                        assert_ne!(
-                                            encode(dt, [va].into_iter()),
-                                            encode(dt, [vb].into_iter()),
-                                            "{dt:?}"
-                                        );
-                                    }
                                 }
                             }
                         }
@@ -517,11 +561,43 @@ mod tests {
                 }
             }
         }
-        // the loops really covered schedules with repeated collectives
+        // the loops really covered schedules with many repeated collectives
         assert!(
-            schedules >= 20 && pairs > 10_000,
-            "{schedules} schedules, {pairs} pairs"
+            schedules >= 20 && pairs > 90_000,
+            "{schedules} schedules, {pairs} pairs ({whole} compared whole)"
         );
+    }
+
+    /// The slot salts: distinct over every (index, slot) up to the limit, all below
+    /// DISTINCT_SALTS, and one index past the limit refused.
+    #[test]
+    fn slot_salts_are_distinct_up_to_the_limit_and_refused_beyond() {
+        let mut seen = vec![false; DISTINCT_SALTS];
+        for index in 0..SALTED_INDICES {
+            for slot in 0..SLOTS {
+                let x = salt(index, slot);
+                assert!(x < DISTINCT_SALTS, "index {index} slot {slot}: {x}");
+                assert!(!seen[x], "salt {x} given twice");
+                seen[x] = true;
+            }
+        }
+        // 117,649 / 3 = 39,216 (remainder 1)
+        assert_eq!(SALTED_INDICES, 39_216);
+        assert!(check_salted(39_216).is_ok());
+        let e = check_salted(39_217).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(format!("{e}").contains("39217"), "{e}");
+        // two slots of one collective get different inputs on every rank
+        for n in [2, 8, 1024] {
+            for r in [0, n - 1] {
+                for (a, b) in [(0, 1), (1, 2), (0, 2)] {
+                    let differ = (0..64 * stride(n)).any(|i| {
+                        input_value(r, i, salt(5, a), n) != input_value(r, i, salt(5, b), n)
+                    });
+                    assert!(differ, "n {n} rank {r}: slots {a} and {b}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@ use crate::comm::{Buffer, Gpu};
 use crate::model::Op;
 use crate::model::Schedule;
 
-/// Refuses a schedule whose collective buffers (`with_colls`) plus the compute pool do not fit.
+/// Refuses a schedule whose collective buffers (`with_colls`: send and receive buffers of
+/// every buffer slot, [`super::slots::SLOTS`] per collective) plus the compute pool do not fit.
 pub(super) fn check_memory(
     gpu: &Gpu,
     s: &Schedule,
@@ -21,16 +22,18 @@ pub(super) fn check_memory(
         {
             let c = *count as usize;
             need += ((kind.ops().send_elems(c, n) + kind.ops().recv_elems(c, n))
-                * dtype.size() as usize) as u64;
+                * dtype.size() as usize
+                * super::slots::SLOTS) as u64;
         }
     }
     need += POOL_BYTES;
     let (free, total) = gpu.mem_info()?;
     if need > free as u64 {
         return Err(crate::error::usage(format!(
-            "the replay needs {} of GPU memory on GPU {} (collective buffers + {} weight pool), but only {} of {} is free",
+            "the replay needs {} of GPU memory on GPU {} (collective buffers, {} slots each, + {} weight pool), but only {} of {} is free",
             crate::units::human_bytes(need),
             gpu.ordinal(),
+            super::slots::SLOTS,
             crate::units::human_bytes(POOL_BYTES),
             crate::units::human_bytes(free as u64),
             crate::units::human_bytes(total as u64)

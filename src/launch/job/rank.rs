@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::compute::{check_memory, Compute};
+use super::slots::{self, SLOTS};
 use super::steps::{plan_steps_of_ops, stream_launches, Step};
 use super::{FaultKind, Job, P2pExchange, RankResult, RankSetup};
 use crate::comm::p2p::{file_exchange, Impl, P2pAllReduce, P2pConfig, Workspace};
@@ -14,57 +15,85 @@ use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op};
 use crate::record::Mode;
 
-/// One collective instance with its own buffers.
-struct Coll {
-    kind: CollectiveKind,
-    dtype: DType,
-    count: usize,
+/// One slot of a collective: its own buffers and inputs.
+struct Slot {
     salt: usize,
     send: Buffer,
     recv: Buffer,
 }
 
+/// One collective instance with its buffer slots (launch `j` on slot `j % slots`, see
+/// [`super::slots`]).
+struct Coll {
+    kind: CollectiveKind,
+    dtype: DType,
+    count: usize,
+    slots: Vec<Slot>,
+}
+
+/// What the exact check saw: wrong elements, and elements checked (every slot's output).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Checked {
+    wrong: u64,
+    elements: u64,
+}
+
+impl std::ops::AddAssign for Checked {
+    fn add_assign(&mut self, o: Checked) {
+        self.wrong += o.wrong;
+        self.elements += o.elements;
+    }
+}
+
 impl Coll {
+    /// The collective at `index` (its operation's in the schedule, its case's in a run) with
+    /// `slots` buffer slots, slot `s` filled with the inputs of salt `pattern::salt(index, s)`.
+    #[allow(clippy::too_many_arguments)]
     fn new(
         gpu: &Gpu,
         kind: CollectiveKind,
         dtype: DType,
         count: usize,
-        salt: usize,
+        index: usize,
+        slots: usize,
         rank: usize,
         n: usize,
     ) -> anyhow::Result<Coll> {
-        let data = pattern::send_bytes(kind, dtype, count, n, rank, salt);
-        let send = gpu.alloc(data.len())?;
-        gpu.upload(&send, &data)?;
-        let recv = gpu.alloc(kind.ops().recv_elems(count, n) * dtype.size() as usize)?;
+        let recv_bytes = kind.ops().recv_elems(count, n) * dtype.size() as usize;
+        let mut out = Vec::with_capacity(slots);
+        for s in 0..slots {
+            let salt = pattern::salt(index, s);
+            let data = pattern::send_bytes(kind, dtype, count, n, rank, salt);
+            let send = gpu.alloc(data.len())?;
+            gpu.upload(&send, &data)?;
+            let recv = gpu.alloc(recv_bytes)?;
+            out.push(Slot { salt, send, recv });
+        }
         Ok(Coll {
             kind,
             dtype,
             count,
-            salt,
-            send,
-            recv,
+            slots: out,
         })
     }
 
-    fn enqueue(&self, comm: &Communicator, gpu: &Gpu) -> anyhow::Result<()> {
-        comm.collective(
-            self.kind, &self.send, &self.recv, self.count, self.dtype, gpu,
-        )
+    fn enqueue(&self, comm: &Communicator, gpu: &Gpu, slot: usize) -> anyhow::Result<()> {
+        let s = &self.slots[slot];
+        comm.collective(self.kind, &s.send, &s.recv, self.count, self.dtype, gpu)
     }
 
-    /// Enqueues the collective on `imp`: NCCL's, or (all-reduces only) the custom P2P kernel
-    /// of `p2p`. A rank with the `p2p-silent` fault skips its P2P calls.
+    /// Enqueues the collective on `imp`, on buffer slot `slot`: NCCL's, or (all-reduces only)
+    /// the custom P2P kernel of `p2p`. A rank with the `p2p-silent` fault skips its P2P calls.
     fn enqueue_on(
         &self,
         comm: &Communicator,
         gpu: &Gpu,
         imp: Impl,
         p2p: &RankP2p,
+        slot: usize,
     ) -> anyhow::Result<()> {
         if !imp.is_p2p() || self.kind != CollectiveKind::AllReduce {
-            return self.enqueue(comm, gpu);
+            return self.enqueue(comm, gpu, slot);
         }
         let Some(ar) = &p2p.ar else {
             anyhow::bail!("{imp}: this rank has no P2P connection");
@@ -72,14 +101,20 @@ impl Coll {
         if p2p.silent {
             return Ok(());
         }
-        ar.enqueue(gpu, imp, &self.send, &self.recv, self.count, self.dtype)
+        let s = &self.slots[slot];
+        ar.enqueue(gpu, imp, &s.send, &s.recv, self.count, self.dtype)
     }
 
-    fn wrong(&self, gpu: &Gpu, rank: usize, n: usize) -> anyhow::Result<u64> {
-        let bytes = gpu.download(&self.recv, self.recv.len())?;
-        Ok(pattern::count_wrong(
-            self.kind, self.dtype, self.count, n, rank, self.salt, &bytes,
-        ))
+    /// Every slot's output against its own expected values.
+    fn wrong(&self, gpu: &Gpu, rank: usize, n: usize) -> anyhow::Result<Checked> {
+        let mut c = Checked::default();
+        for s in &self.slots {
+            let bytes = gpu.download(&s.recv, s.recv.len())?;
+            c.wrong +=
+                pattern::count_wrong(self.kind, self.dtype, self.count, n, rank, s.salt, &bytes);
+            c.elements += self.kind.ops().recv_elems(self.count, n) as u64;
+        }
+        Ok(c)
     }
 }
 
@@ -146,7 +181,7 @@ impl Rank {
     /// recorded right after it, before the host waits for the stream.
     fn barrier_then(&self, then: Option<&Event>) -> anyhow::Result<()> {
         if let (Some(b), Some(c)) = (&self.barrier, &self.comm) {
-            b.enqueue(c, &self.gpu)?;
+            b.enqueue(c, &self.gpu, 0)?;
         }
         if let Some(e) = then {
             self.gpu.record(e)?;
@@ -259,17 +294,21 @@ impl Probe {
     }
 }
 
-fn check_wrong(colls: &[Coll], gpu: &Gpu, rank: usize, n: usize) -> anyhow::Result<u64> {
-    let mut w = 0;
+fn check_wrong(colls: &[Coll], gpu: &Gpu, rank: usize, n: usize) -> anyhow::Result<Checked> {
+    let mut w = Checked::default();
     for c in colls {
         w += c.wrong(gpu, rank, n)?;
     }
     Ok(w)
 }
 
+/// Every slot's output set to NaN (0xFF bytes in every dtype), so that a slot the check run
+/// does not write counts as wrong.
 fn poison(colls: &[Coll], gpu: &Gpu) -> anyhow::Result<()> {
     for c in colls {
-        gpu.fill(&c.recv, 0xFF)?;
+        for s in &c.slots {
+            gpu.fill(&s.recv, 0xFF)?;
+        }
     }
     Ok(())
 }
@@ -311,6 +350,7 @@ pub fn run_rank(
         nccl_library: None,
         samples: vec![],
         wrong: vec![],
+        checked: vec![],
         init_s: 0.0,
         stream_gbps: None,
         stream_fixed_us: None,
@@ -332,12 +372,14 @@ pub fn run_rank(
         let comm = Communicator::init(&gpu, &setup.id, setup.rank, setup.nranks)?;
         result.nccl_version = crate::comm::nccl::version();
         result.nccl_library = crate::comm::libs::loaded_path("libnccl");
+        // one slot: the barrier's output is never checked
         let barrier = Coll::new(
             &gpu,
             CollectiveKind::AllReduce,
             DType::F32,
             1,
             0,
+            1,
             setup.rank,
             n,
         )?;
@@ -385,34 +427,39 @@ pub fn run_rank(
         } => {
             for (ci, case) in cases.iter().enumerate() {
                 let colls = vec![Coll::new(
-                    &rank.gpu, case.op, case.dtype, case.count, ci, me, n,
+                    &rank.gpu, case.op, case.dtype, case.count, ci, SLOTS, me, n,
                 )?];
+                let b = (*batch).max(1);
+                // Sample `it`: its `b` launches, each on its slot.
+                let sample = |it: u64| -> anyhow::Result<()> {
+                    for s in slots::sample_slots(it, b) {
+                        colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p, s)?;
+                    }
+                    Ok(())
+                };
+                let done = *warmup + *iters;
                 for &graph in graphs {
-                    let b = (*batch).max(1);
-                    let (samples, wrong) = if graph {
-                        let g = rank.gpu.capture(|| {
-                            for _ in 0..b {
-                                colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p)?;
-                            }
-                            Ok(())
-                        });
-                        let g = g?;
-                        let s = rank.time(*iters, *warmup, |_| Ok(g.launch()?))?;
+                    let (samples, checked) = if graph {
+                        // one graph per slot pattern: graph g holds sample g's launches
+                        let mut gs = Vec::with_capacity(SLOTS);
+                        for g in 0..SLOTS as u64 {
+                            gs.push(rank.gpu.capture(|| sample(g))?);
+                        }
+                        let s =
+                            rank.time(*iters, *warmup, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
                         poison(&colls, &rank.gpu)?;
-                        g.launch()?;
+                        for it in slots::check_samples(done) {
+                            gs[slots::graph_of(it)].launch()?;
+                        }
                         rank.gpu.sync()?;
                         rank.p2p.check(&rank.gpu)?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     } else {
-                        let (c, p2p) = (&colls, &rank.p2p);
-                        let s = rank.time(*iters, *warmup, |_| {
-                            for _ in 0..b {
-                                c[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, p2p)?;
-                            }
-                            Ok(())
-                        })?;
+                        let s = rank.time(*iters, *warmup, &sample)?;
                         poison(&colls, &rank.gpu)?;
-                        colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p)?;
+                        for it in slots::check_samples(done) {
+                            sample(it)?;
+                        }
                         rank.gpu.sync()?;
                         rank.p2p.check(&rank.gpu)?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
@@ -420,7 +467,8 @@ pub fn run_rank(
                     result
                         .samples
                         .push(samples.into_iter().map(|s| s / b as f64).collect());
-                    result.wrong.push(wrong);
+                    result.wrong.push(checked.wrong);
+                    result.checked.push(checked.elements);
                     result.passes.push(vec![]);
                     progress(result.samples.len());
                 }
@@ -438,6 +486,9 @@ pub fn run_rank(
             pdl,
         } => {
             let with_colls = rank.comm.is_some();
+            if with_colls {
+                pattern::check_salted(schedule.ops.len())?;
+            }
             check_memory(&rank.gpu, schedule, n, with_colls)?;
             let mut colls = vec![];
             for (i, op) in schedule.ops.iter().enumerate() {
@@ -454,6 +505,7 @@ pub fn run_rank(
                         *dtype,
                         *count as usize,
                         i,
+                        SLOTS,
                         me,
                         n,
                     )?);
@@ -493,9 +545,13 @@ pub fn run_rank(
                     Step::Coll => mode != Mode::Compute,
                     Step::Stream { .. } | Step::Tiny => mode != Mode::Comm,
                 };
-                // One verify: per step, the host gap (busy-waited), then the launch; with a
-                // probe, timestamps around each launch and the host times.
-                let replay = |gaps: &[f64], mut probe: Option<&mut Probe>| -> anyhow::Result<()> {
+                // One verify: per step, the host gap (busy-waited), then the launch (every
+                // collective on buffer slot `slot`); with a probe, timestamps around each launch
+                // and the host times.
+                let replay = |gaps: &[f64],
+                              mut probe: Option<&mut Probe>,
+                              slot: usize|
+                 -> anyhow::Result<()> {
                     let gpu = &rank.gpu;
                     let mut ci = 0;
                     for (i, st) in steps.iter().enumerate() {
@@ -521,7 +577,7 @@ pub fn run_rank(
                         match *st {
                             Step::Coll => {
                                 if mode != Mode::Compute {
-                                    colls[ci].enqueue_on(rank.comm(), gpu, imp, p2p)?;
+                                    colls[ci].enqueue_on(rank.comm(), gpu, imp, p2p, slot)?;
                                 }
                                 ci += 1;
                             }
@@ -555,9 +611,9 @@ pub fn run_rank(
                     }
                     Ok(())
                 };
-                let check = |rank: &Rank| -> anyhow::Result<u64> {
+                let check = |rank: &Rank| -> anyhow::Result<Checked> {
                     if mode == Mode::Compute {
-                        Ok(0)
+                        Ok(Checked::default())
                     } else {
                         check_wrong(&colls, &rank.gpu, me, n)
                     }
@@ -588,25 +644,43 @@ pub fn run_rank(
                 } else {
                     None
                 };
-                let first_pass_it = *warmup + *iters;
+                // Verify `it` (one launch of each collective) runs on slot `it % SLOTS`: the
+                // warm-up and timed verifies, then the check's, then the pass's.
+                let done = *warmup + *iters;
+                let first_pass_it = done;
+                let pass_slot = |k: u64| slots::slot(done + SLOTS as u64 + k);
                 let mut pass = vec![];
-                let (samples, wrong) = if graph {
-                    // The headline graph has no event nodes; the pass captures its own.
-                    let g = rank.gpu.capture(|| replay(&zeros, None))?;
-                    let s = rank.time(*iters, *warmup, |_| Ok(g.launch()?))?;
+                let (samples, checked) = if graph {
+                    // The headline graphs have no event nodes; the pass captures its own. One
+                    // graph per slot, graph g replaying verify g: one graph is one verify.
+                    let mut gs = Vec::with_capacity(SLOTS);
+                    for g in 0..SLOTS {
+                        gs.push(rank.gpu.capture(|| replay(&zeros, None, g))?);
+                    }
+                    let s =
+                        rank.time(*iters, *warmup, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
                     poison(&colls, &rank.gpu)?;
-                    g.launch()?;
+                    for it in slots::check_samples(done) {
+                        gs[slots::graph_of(it)].launch()?;
+                    }
                     rank.gpu.sync()?;
                     rank.p2p.check(&rank.gpu)?;
-                    let wrong = check(&rank)?;
+                    let checked = check(&rank)?;
+                    drop(gs);
                     if let Some(p) = probe.as_mut() {
-                        let gp = rank.gpu.capture(|| replay(&zeros, Some(&mut *p)))?;
+                        let mut gps = Vec::with_capacity(SLOTS);
+                        for g in 0..SLOTS {
+                            gps.push(rank.gpu.capture(|| replay(&zeros, Some(&mut *p), g))?);
+                        }
                         p.host_gaps.clear();
                         p.launches.clear();
-                        gp.launch()?;
+                        for gp in &gps {
+                            gp.launch()?;
+                        }
                         rank.gpu.sync()?;
                         rank.p2p.check(&rank.gpu)?;
-                        for _ in 0..pass_iters {
+                        for k in 0..pass_iters {
+                            let gp = &gps[pass_slot(k)];
                             rank.barrier_then(Some(&p.reference))?;
                             p.host_ref = std::time::Instant::now();
                             let t0 = std::time::Instant::now();
@@ -620,32 +694,37 @@ pub fn run_rank(
                             it.launches = vec![l; it.collectives.len()];
                             pass.push(it);
                         }
-                        drop(gp);
+                        drop(gps);
                     }
-                    (s, wrong)
+                    (s, checked)
                 } else {
-                    let all: Vec<Vec<f64>> = (0..*warmup + *iters).map(gaps_of).collect();
-                    let s = rank.time(*iters, *warmup, |it| replay(&all[it as usize], None))?;
+                    let all: Vec<Vec<f64>> = (0..done).map(gaps_of).collect();
+                    let s = rank.time(*iters, *warmup, |it| {
+                        replay(&all[it as usize], None, slots::slot(it))
+                    })?;
                     poison(&colls, &rank.gpu)?;
-                    replay(&zeros, None)?;
+                    for it in slots::check_samples(done) {
+                        replay(&zeros, None, slots::slot(it))?;
+                    }
                     rank.gpu.sync()?;
                     rank.p2p.check(&rank.gpu)?;
-                    let wrong = check(&rank)?;
+                    let checked = check(&rank)?;
                     if let Some(p) = probe.as_mut() {
                         for k in 0..pass_iters {
                             let g = gaps_of(first_pass_it + k);
                             rank.barrier_then(Some(&p.reference))?;
                             p.host_ref = std::time::Instant::now();
-                            replay(&g, Some(&mut *p))?;
+                            replay(&g, Some(&mut *p), pass_slot(k))?;
                             rank.gpu.sync()?;
                             pass.push(p.read(&steps)?);
                         }
                     }
-                    (s, wrong)
+                    (s, checked)
                 };
                 rank.async_error()?;
                 result.samples.push(samples);
-                result.wrong.push(wrong);
+                result.wrong.push(checked.wrong);
+                result.checked.push(checked.elements);
                 result.passes.push(pass);
                 progress(result.samples.len());
             }
