@@ -351,3 +351,128 @@ fn the_real_pair_matches_and_a_real_trace_of_another_process_does_not() {
     );
     assert!(err.contains("pid 546"), "{err}");
 }
+
+/// COLL lines of one process and communicator: for each (count, times), `times` steps of
+/// 3 all-reduces of `count` bf16 and one all-gather of `count * 8`.
+fn steps_log(shape: &[(u64, usize)]) -> String {
+    let mut s = String::new();
+    for &(count, times) in shape {
+        for _ in 0..times {
+            for _ in 0..3 {
+                s += &format!("h:7:7 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count {count} datatype 9 op 0 root 0 comm 0xa [nranks=2] stream 0x1\n");
+            }
+            s += &format!("h:7:7 [0] NCCL INFO AllGather: opCount 0 sendbuff 0x1 recvbuff 0x1 count {} datatype 9 op 0 root 0 comm 0xa [nranks=2] stream 0x1\n", count * 8);
+        }
+    }
+    s
+}
+
+fn judged(text: &str) -> (String, String) {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "coll.log", text);
+    let v = json(&[p.as_os_str()]);
+    let s = &v["result"]["data"]["sequences"][0];
+    (
+        s["mode"].as_str().unwrap().to_string(),
+        s["mode_why"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn a_log_alone_says_eager_captured_or_cannot_tell() {
+    // 2 set-up all-reduces of 1 element, then 5 steps of 7168-element calls: the first step
+    // holds the set-up calls, the other 4 are the same, back to back: 4 > 3 -> eager.
+    let setup = "h:7:7 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x1\n".repeat(2);
+    let (m, why) = judged(&(setup.clone() + &steps_log(&[(7168, 5)])));
+    assert_eq!(m, "eager", "{why}");
+    assert!(why.starts_with("the same step of 4 calls logged 4 times in a row (steps end at all_gather; from step 2)"), "{why}");
+    // SGLang's capture: batch sizes 4, 2, 1 (largest first), each run twice and captured
+    // (3 steps alike), then nothing: captured.
+    let (m, why) = judged(&steps_log(&[(4 * 7168, 3), (2 * 7168, 3), (7168, 3)]));
+    assert_eq!(m, "captured", "{why}");
+    assert!(why.starts_with("3 different steps"), "{why}");
+    // 3 steps alike: the warm-up runs and capture of one size, or a short eager run.
+    let (m, why) = judged(&steps_log(&[(7168, 3)]));
+    assert_eq!((m.as_str(), why.as_str()), ("cannot_tell", "3 step(s) (steps end at all_gather): an eager run this short looks like the warm-up runs and capture of one graph"));
+    // The sweep, then a step of a size already seen: not captured only.
+    let (m, _) = judged(&steps_log(&[
+        (4 * 7168, 3),
+        (2 * 7168, 3),
+        (7168, 3),
+        (2 * 7168, 1),
+    ]));
+    assert_eq!(m, "cannot_tell");
+    // All-reduces only: no step boundary.
+    let (m, why) = judged(&lines("h", 7, 50, 7168, 2));
+    assert_eq!(
+        (m.as_str(), why.as_str()),
+        (
+            "cannot_tell",
+            "one kind of call only: the log shows no step boundary"
+        )
+    );
+}
+
+#[test]
+fn the_samples_logs_judged() {
+    // kimi-tp1-world1-nccl-coll.log (its first 400 lines, then torch's set-up calls), by
+    // `uniq -c` of op/count/datatype: 3 x (123 AllReduce 21504 bf16 + 1 AllGather 491520), 27
+    // AllReduce 21504, then set-up calls: AllReduce 1 f32, AllGather 20 f64, AllReduce 1 i64,
+    // 2 AllReduce 1 f32, AllGather 20 f64, AllReduce 1 i64, AllGather 1 i64, AllGather 253 u8,
+    // AllReduce 1 f32. All-gathers (7) are rarer than all-reduces (402): 7 steps end at them,
+    // the verify step 3 times in a row (not more than a capture's 3), and the set-up steps are
+    // no sweep of sizes (16 B then 253 B grows after shrinking).
+    let o = common::vb()
+        .arg("trace")
+        .arg(data("traces/kimi-tp1-world1-nccl-coll.log"))
+        .arg("--format")
+        .arg("json")
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    let s = &v["result"]["data"]["sequences"][0];
+    assert_eq!(s["mode"], "cannot_tell", "{s}");
+    assert_eq!(s["mode_why"], "7 steps (steps end at all_gather), at most 3 alike in a row, not one sweep of sizes: neither eager repetition nor a capture");
+    // The public logs (tests/data/nccl-coll-public/, read by hand): #203 all-reduces only;
+    // #531 one all-gather per process; #584 one communicator of 4 sends of 2,420,736 f32 then
+    // a recv (the send is the rarer op called twice: 4 one-call steps, no other op between)
+    // and one of 2 sends; torchtitan hopper01:191369 ReduceScatter, AllGather, AllReduce,
+    // AllReduce (the all-reduce is the only op called twice: 2 steps) and hopper01:191370
+    // AllGather, ReduceScatter, AllGather (2 steps).
+    let o = common::vb()
+        .arg("trace")
+        .arg(data("nccl-coll-public"))
+        .arg("--format")
+        .arg("json")
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    let got: Vec<(String, String, String)> = v["result"]["data"]["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                format!("{}:{}", s["host"].as_str().unwrap(), s["pid"]),
+                s["mode"].as_str().unwrap().into(),
+                s["mode_why"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    for (p, m, why) in &got {
+        assert_eq!(m, "cannot_tell", "{p}: {why}");
+    }
+    let why = |p: &str| {
+        got.iter()
+            .filter(|g| g.0 == p)
+            .map(|g| g.2.as_str())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        why("gpu1:13135"),
+        ["one kind of call only: the log shows no step boundary"; 2]
+    );
+    assert_eq!(why("hopper01:191369"), ["2 step(s) (steps end at all_reduce): an eager run this short looks like the warm-up runs and capture of one graph"]);
+    assert_eq!(why("ubuntu:199574")[0], "the same call (send) logged 4 times in a row, with no other op between: calls of one op back to back may be one step's own, so no step boundary shows");
+    assert_eq!(why("hopper01:191370"), ["2 step(s) (steps end at all_gather): an eager run this short looks like the warm-up runs and capture of one graph"]);
+}
