@@ -149,10 +149,24 @@ pub struct Analysis {
     pub diagnosis: Vec<String>,
     pub notes: Vec<String>,
     pub nccl_log: Option<LogSummary>,
+    /// Known traps (the table `explain` checks) that this trace's own evidence proves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub traps: Vec<TrapFound>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub against_plan: Option<super::plan_diff::PlanDiff>,
     #[serde(skip)]
     pub rank_traces: Vec<RankTrace>,
+}
+
+/// A known trap found in a trace: one row of `explain`'s table with the evidence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrapFound {
+    pub id: String,
+    pub name: String,
+    /// The evidence, from this trace.
+    pub detail: String,
+    /// Where the trap's rule comes from.
+    pub source: String,
 }
 
 /// Formats microseconds as ms (or us below 1 ms).
@@ -492,6 +506,7 @@ pub fn analyse(
         diagnosis: Vec::new(),
         notes,
         nccl_log: log,
+        traps: Vec::new(),
         against_plan: None,
         rank_traces: ranks,
     };

@@ -45,7 +45,7 @@ use crate::model::Schedule;
 use crate::record::{Body, Provenance, Record, Source};
 use crate::util::now_utc;
 
-pub use analysis::Analysis;
+pub use analysis::{Analysis, TrapFound};
 
 /// Everything `verifybench trace` needs, free of any command-line parser.
 #[derive(Debug, Clone)]
@@ -418,6 +418,15 @@ pub fn record(a: &Analysis, started: String) -> Record {
 
 /// Runs `verifybench trace`: analyse, print, export. The value is the exit code.
 pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
+    run_with(req, &|_| Vec::new())
+}
+
+/// [`run`], with `traps` naming the known traps the analysis proves (the table lives with
+/// `explain`, above this module, which passes its check in).
+pub fn run_with(
+    req: &TraceRequest,
+    traps: &dyn Fn(&Analysis) -> Vec<TrapFound>,
+) -> anyhow::Result<i32> {
     let started = now_utc();
     if req.assume_size.is_some() && req.export_schedule.is_none() {
         crate::usage_bail!(
@@ -444,7 +453,8 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     if ins.traces.is_empty() && !ins.logs.is_empty() {
         return run_logs(req, &ins, started);
     }
-    let a = analyse_inputs(req, ins)?;
+    let mut a = analyse_inputs(req, ins)?;
+    a.traps = traps(&a);
     for s in &a.skipped {
         crate::note!("verifybench: skipped {}", s.reason);
     }

@@ -476,3 +476,41 @@ fn the_samples_logs_judged() {
     assert_eq!(why("ubuntu:199574")[0], "the same call (send) logged 4 times in a row, with no other op between: calls of one op back to back may be one step's own, so no step boundary shows");
     assert_eq!(why("hopper01:191370"), ["2 step(s) (steps end at all_gather): an eager run this short looks like the warm-up runs and capture of one graph"]);
 }
+
+#[test]
+fn trace_shows_the_known_traps_its_own_evidence_proves() {
+    // The delay trace's 3 steps were launched kernel by kernel (cudaLaunchKernel, no
+    // cudaGraphLaunch: tests/data/traces/README.md, "eager"): explain's eager-verify trap,
+    // with its source from explain's table.
+    let o = common::vb()
+        .arg("trace")
+        .arg(data(
+            "traces/kimi-tp1-world1-delay-eager-rank-0.trace.json.gz",
+        ))
+        .assert()
+        .success();
+    let out = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    assert!(
+        out.contains("\n  found: the verify ran eagerly (no CUDA graph): 3 of 3 traced steps launched kernel by kernel (no cudaGraphLaunch) (source: SGLang python/sglang/srt/managers/scheduler.py"),
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("\n  found: ").count(),
+        1,
+        "one line per trap found: {out}"
+    );
+    let v = json(&[data("traces/kimi-tp1-world1-delay-eager-rank-0.trace.json.gz").as_os_str()]);
+    let traps = v["result"]["data"]["traps"].as_array().unwrap();
+    assert_eq!(traps.len(), 1);
+    assert_eq!(traps[0]["id"], "eager-verify");
+    // PARAM's DLRM step is training (backward kernels): it runs no verify, so no verify trap,
+    // though it ran eagerly.
+    let o = common::vb()
+        .arg("trace")
+        .arg(data("traces/param-dlrm-8ranks"))
+        .assert()
+        .success();
+    let out = String::from_utf8_lossy(&o.get_output().stdout).into_owned();
+    assert!(out.contains("eager"), "{out}");
+    assert!(!out.contains("Known traps"), "{out}");
+}
