@@ -9,7 +9,7 @@
 //! single-node communicators since 2.27, so it is read but never relied on. Other lines
 //! (the program's own output, other NCCL subsystems) are skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::Serialize;
@@ -334,7 +334,8 @@ pub const CAPTURE_REPEATS: usize = 3;
 /// Steps: the calls are cut after each call of the communicator's rarest op that occurs twice
 /// or more (the logits all-gather of a forward; by op only, so that steps of other sizes cut
 /// alike), and two steps are the same when their calls have the same ops, counts and dtypes.
-/// - the same step (of two ops or more) logged more than [`CAPTURE_REPEATS`] times in a row:
+/// - the same step (of two ops or more) logged more than [`CAPTURE_REPEATS`] times in a row,
+///   or more than twice that in all (between other steps: batch sizes that come and go):
 ///   eager;
 /// - at least three different steps, each logged at most [`CAPTURE_REPEATS`] times in a row
 ///   and never again, in steadily decreasing (or increasing) size, with no whole step after
@@ -414,16 +415,41 @@ pub fn judge(calls: &[&LogCall]) -> (LogMode, String) {
             ),
         );
     }
-    let bytes = |s: &[&LogCall]| -> u64 { s.iter().map(|c| c.bytes().unwrap_or(c.count)).sum() };
-    let sweep = |runs: &[(usize, usize)]| -> bool {
-        let distinct = runs
+    // The same step logged again after others (an eager server's batch sizes come and go):
+    // more than an engine logs one graph in all while capturing it, in two passes at most.
+    // a step's calls as (op, count, datatype) -> (its first step, how many times)
+    type Shape<'a> = Vec<(&'a str, u64, u32)>;
+    let mut seen: HashMap<Shape, (usize, usize)> = HashMap::new();
+    for (i, st) in steps.iter().enumerate() {
+        if kinds(st) < 2 {
+            continue;
+        }
+        let key = st
             .iter()
-            .enumerate()
-            .all(|(i, a)| runs[..i].iter().all(|b| !same(steps[a.0], steps[b.0])));
+            .map(|c| (c.op.as_str(), c.count, c.datatype))
+            .collect();
+        seen.entry(key).or_insert((i, 0)).1 += 1;
+    }
+    if let Some(&(first, n)) = seen.values().max_by_key(|v| (v.1, std::cmp::Reverse(v.0))) {
+        if n > 2 * CAPTURE_REPEATS {
+            return (
+                LogMode::Eager,
+                format!(
+                    "the same step of {} calls logged {n} times in all, between others (steps end at {delim}; first at step {}): NCCL logs every call it enqueues, and an engine logs a captured step at most {CAPTURE_REPEATS} times per capture pass (vLLM makes two when it keeps full and piecewise graphs)",
+                    steps[first].len(),
+                    first + 1
+                ),
+            );
+        }
+    }
+    let bytes = |s: &[&LogCall]| -> u64 { s.iter().map(|c| c.bytes().unwrap_or(c.count)).sum() };
+    // Strictly monotone sizes make the steps all different (each size logged in one run only),
+    // checked in one pass: a long eager log of varying sizes costs no pairwise comparison.
+    let sweep = |runs: &[(usize, usize)]| -> bool {
         let b: Vec<u64> = runs.iter().map(|r| bytes(steps[r.0])).collect();
         let down = b.windows(2).all(|w| w[0] > w[1]);
         let up = b.windows(2).all(|w| w[0] < w[1]);
-        runs.len() >= 3 && distinct && (down || up) && runs.iter().all(|r| kinds(steps[r.0]) >= 2)
+        runs.len() >= 3 && (down || up) && runs.iter().all(|r| kinds(steps[r.0]) >= 2)
     };
     let last_len = steps.last().map_or(0, |s| s.len());
     let swept = sweep(&runs) || (runs.len() > 1 && runs[0].1 == 1 && sweep(&runs[1..]));
@@ -772,6 +798,44 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
         );
         let (ag, _) = s.likely_size("all_gather", None, Some(1)).unwrap();
         assert_eq!((ag.count, ag.dtype.as_deref()), (491520, Some("bf16")));
+    }
+
+    #[test]
+    fn varying_eager_steps_are_judged_in_one_pass() {
+        // 20,000 steps of 3 all-reduces and an all-gather, the batch size going 1..=7 in turn:
+        // no two alike steps in a row, but each size logged about 20,000 / 7 times in all, far
+        // above 2 x 3 -> eager (and quickly: no comparison of every pair of steps).
+        let call = |op: &str, count: u64| LogCall {
+            host: "h".into(),
+            pid: 7,
+            device: Some(0),
+            op: op.into(),
+            op_count: 0,
+            count,
+            dtype: Some("bf16".into()),
+            datatype: 9,
+            comm: "0xa".into(),
+            nranks: 2,
+            stream: "0x1".into(),
+        };
+        let mut calls = Vec::new();
+        for i in 0..20_000u64 {
+            let bs = 1 + i % 7;
+            for _ in 0..3 {
+                calls.push(call("all_reduce", bs * 7168));
+            }
+            calls.push(call("all_gather", bs * 8));
+        }
+        let refs: Vec<&LogCall> = calls.iter().collect();
+        let t = std::time::Instant::now();
+        let (m, why) = judge(&refs);
+        assert_eq!(m, LogMode::Eager, "{why}");
+        // 20,000 = 7 x 2,857 + 1: batch size 1 (steps 1, 8, ...) is logged 2,858 times
+        assert!(
+            why.starts_with("the same step of 4 calls logged 2858 times in all, between others (steps end at all_gather; first at step 1)"),
+            "{why}"
+        );
+        assert!(t.elapsed().as_secs_f64() < 5.0, "{:?}", t.elapsed());
     }
 
     #[test]

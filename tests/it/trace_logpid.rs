@@ -402,6 +402,14 @@ fn a_log_alone_says_eager_captured_or_cannot_tell() {
         (2 * 7168, 1),
     ]));
     assert_eq!(m, "cannot_tell");
+    // Batch sizes 1 and 2 in turn, 7 steps each: never two alike in a row, but one step
+    // logged 7 times in all, more than 2 x 3 (an engine's capture passes) -> eager; with 6
+    // each, 6 <= 6 -> cannot tell.
+    let turns = |n: usize| steps_log(&[(7168, 1), (2 * 7168, 1)].repeat(n));
+    let (m, why) = judged(&turns(7));
+    assert_eq!(m, "eager", "{why}");
+    assert!(why.starts_with("the same step of 4 calls logged 7 times in all, between others (steps end at all_gather; first at step 1)"), "{why}");
+    assert_eq!(judged(&turns(6)).0, "cannot_tell");
     // All-reduces only: no step boundary.
     let (m, why) = judged(&lines("h", 7, 50, 7168, 2));
     assert_eq!(
