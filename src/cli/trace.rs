@@ -1,4 +1,5 @@
-//! `verifybench trace`: flags -> [`crate::trace::TraceRequest`] -> [`crate::trace::run`].
+//! `verifybench trace`: flags -> [`crate::trace::TraceRequest`] -> [`crate::trace::run_with`]
+//! (with `explain`'s check of the known traps a trace shows).
 
 use std::path::PathBuf;
 
@@ -71,5 +72,5 @@ impl TraceArgs {
 }
 
 pub fn run(a: &TraceArgs) -> anyhow::Result<i32> {
-    crate::trace::run(&a.request()?)
+    crate::trace::run_with(&a.request()?, &crate::explain::traps::in_trace)
 }

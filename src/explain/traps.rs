@@ -161,6 +161,45 @@ fn graph_lines(logs: &[NcclLogText]) -> usize {
         .sum()
 }
 
+/// What a trace's steps say of the eager-verify trap: (launched eagerly, ran from graphs).
+fn trace_launches(a: &Analysis) -> (Option<String>, Option<String>) {
+    match a.step.as_ref() {
+        Some(s) if s.eager_steps > 0 => (
+            Some(format!(
+                "{} of {} traced steps launched kernel by kernel (no cudaGraphLaunch)",
+                s.eager_steps, s.steps
+            )),
+            None,
+        ),
+        Some(s) if s.graph_steps > 0 => (
+            None,
+            Some(format!(
+                "all {} traced steps ran from cudaGraphLaunch",
+                s.graph_steps
+            )),
+        ),
+        _ => (None, None),
+    }
+}
+
+/// The traps of [`RULES`] that a trace's own evidence proves, for `verifybench trace`: only
+/// those found (the others need what a trace does not hold: the server's logs, a cost model).
+/// A training job runs no verify, so its eager steps are no verify trap.
+pub fn in_trace(a: &Analysis) -> Vec<crate::trace::TrapFound> {
+    let training = a.rank_traces.iter().any(|r| r.training);
+    let mut out = vec![];
+    if let (Some(detail), false) = (trace_launches(a).0, training) {
+        let r = rule("eager-verify");
+        out.push(crate::trace::TrapFound {
+            id: r.id.into(),
+            name: r.name.into(),
+            detail,
+            source: r.source.into(),
+        });
+    }
+    out
+}
+
 /// Checks every trap of [`RULES`] against the evidence.
 pub fn check(i: &Inputs) -> Vec<Finding> {
     let mut out = vec![];
@@ -242,18 +281,10 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
     // The verify ran eagerly.
     let mut eager_evidence = vec![];
     let mut graph_evidence = vec![];
-    if let Some(s) = i.trace.and_then(|a| a.step.as_ref()) {
-        if s.eager_steps > 0 {
-            eager_evidence.push(format!(
-                "{} of {} traced steps launched kernel by kernel (no cudaGraphLaunch)",
-                s.eager_steps, s.steps
-            ));
-        } else if s.graph_steps > 0 {
-            graph_evidence.push(format!(
-                "all {} traced steps ran from cudaGraphLaunch",
-                s.graph_steps
-            ));
-        }
+    if let Some(a) = i.trace {
+        let (eager, graph) = trace_launches(a);
+        eager_evidence.extend(eager);
+        graph_evidence.extend(graph);
     }
     if let Some(l) = i.server_log {
         if l.cuda_graph_false > 0 {

@@ -41,6 +41,15 @@ pub struct RankSummary {
     pub times_last: usize,
     /// Median host time between the end of one collective's launch and the next launch.
     pub host_gap_median_us: Option<f64>,
+    /// The traced process's OS pid(s), from its CPU events.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub host_pids: Vec<u32>,
+    /// Its host, from a `<host>_<pid>.<time>.pt.trace.json` file name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The NCCL log's process matched to it by pid (`host:pid`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_process: Option<String>,
 }
 
 /// The step, median and spread over the steps in the trace (mean over ranks per step).
@@ -140,10 +149,24 @@ pub struct Analysis {
     pub diagnosis: Vec<String>,
     pub notes: Vec<String>,
     pub nccl_log: Option<LogSummary>,
+    /// Known traps (the table `explain` checks) that this trace's own evidence proves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub traps: Vec<TrapFound>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub against_plan: Option<super::plan_diff::PlanDiff>,
     #[serde(skip)]
     pub rank_traces: Vec<RankTrace>,
+}
+
+/// A known trap found in a trace: one row of `explain`'s table with the evidence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrapFound {
+    pub id: String,
+    pub name: String,
+    /// The evidence, from this trace.
+    pub detail: String,
+    /// Where the trap's rule comes from.
+    pub source: String,
 }
 
 /// Formats microseconds as ms (or us below 1 ms).
@@ -459,6 +482,9 @@ pub fn analyse(
                 waiting_median_us: Spread::of(&wa).map(|s| s.median),
                 host_gap_median_us: Spread::of(r.host_gaps_us.get(1..).unwrap_or(&[]))
                     .map(|s| s.median),
+                host_pids: r.host_pids.clone(),
+                host: r.host.clone(),
+                log_process: r.log_process.clone(),
                 times_last: attribution
                     .as_ref()
                     .map(|a| a.total.last_counts[pos])
@@ -480,6 +506,7 @@ pub fn analyse(
         diagnosis: Vec::new(),
         notes,
         nccl_log: log,
+        traps: Vec::new(),
         against_plan: None,
         rank_traces: ranks,
     };
@@ -638,7 +665,15 @@ pub(crate) fn diagnose(a: &Analysis) -> Vec<String> {
         d.push("Some collective sizes are unknown (the trace has no record_param_comms arguments for them); give NCCL's log (--nccl-log, NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL) for sizes.".into());
     }
     if let (Some(log), Some(s)) = (&a.nccl_log, &a.step) {
-        let per_proc = log.calls_per_process("all_reduce");
+        // rank 0's own process when the log holds it (matched by pid), else the mean
+        let per_proc = match a.rank_traces.first().filter(|r| r.log_process.is_some()) {
+            Some(r) => r
+                .log_calls
+                .iter()
+                .find(|(o, _)| o == "all_reduce")
+                .map_or(0.0, |x| x.1 as f64),
+            None => log.calls_per_process("all_reduce"),
+        };
         let in_trace = a
             .rank_traces
             .first()

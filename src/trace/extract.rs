@@ -165,6 +165,14 @@ pub struct RankTrace {
     /// Kernels of a backward pass or an optimizer step ran (`backward`, `bwd`, `wgrad`,
     /// `dgrad`, Adam/SGD): a training job rather than an inference server.
     pub training: bool,
+    /// The OS pids of the traced process ([`super::reader::TraceData::host_pids`]).
+    pub host_pids: Vec<u32>,
+    /// Its host, where the file name gives it (`<host>_<pid>.<time>.pt.trace.json`).
+    pub host: Option<String>,
+    /// The NCCL log's process (`host:pid`) matched to this rank by pid, if any.
+    pub log_process: Option<String>,
+    /// That process's logged calls, counted by op.
+    pub log_calls: Vec<(String, u64)>,
     pub notes: Vec<String>,
 }
 
@@ -520,6 +528,10 @@ pub(crate) fn extract(
                     .iter()
                     .any(|w| l.contains(w))
             }),
+        host_pids: t.host_pids.clone(),
+        host: super::reader::host_from_file_name(&t.path, &t.host_pids),
+        log_process: None,
+        log_calls: Vec::new(),
         notes,
     }
 }

@@ -5,7 +5,8 @@
 //! events the analysis needs ([`raw`] is one event as read, [`event`] its direct parser);
 //! [`names`] maps NCCL kernel names, Kineto's collective arguments
 //! and NCCL's datatype numbers to one vocabulary; [`nccl_log`] reads NCCL's COLL log for the
-//! sizes a trace lacks; [`extract`] turns one rank into its collectives, launches and steps
+//! sizes a trace lacks (and, given alone, says per process how the calls ran), and
+//! [`logmatch`] matches its processes to the traced ranks by pid; [`extract`] turns one rank into its collectives, launches and steps
 //! ([`steps`] finds the period); [`analysis`] matches collectives across ranks, splits their
 //! time into transfer and waiting and words the diagnosis; [`render`] prints it; [`against`]
 //! exports one step as a schedule file and diffs it against `plan` (the diff itself, plain data,
@@ -22,6 +23,7 @@ pub mod chrome;
 pub mod event;
 pub mod extract;
 pub mod kernels;
+pub(crate) mod logmatch;
 pub mod names;
 pub mod nccl_log;
 pub mod plan_diff;
@@ -43,7 +45,7 @@ use crate::model::Schedule;
 use crate::record::{Body, Provenance, Record, Source};
 use crate::util::now_utc;
 
-pub use analysis::Analysis;
+pub use analysis::{Analysis, TrapFound};
 
 /// Everything `verifybench trace` needs, free of any command-line parser.
 #[derive(Debug, Clone)]
@@ -267,16 +269,12 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
         .iter()
         .map(|(p, _)| p.display().to_string())
         .collect();
-    let log = if ins.logs.is_empty() {
-        None
-    } else {
-        let calls: Vec<nccl_log::LogCall> = ins
-            .logs
-            .iter()
-            .flat_map(|(_, p)| p.calls.iter().cloned())
-            .collect();
-        Some(nccl_log::LogSummary::of(&calls))
-    };
+    let log_calls: Vec<nccl_log::LogCall> = ins
+        .logs
+        .iter()
+        .flat_map(|(_, p)| p.calls.iter().cloned())
+        .collect();
+    let log = (!ins.logs.is_empty()).then(|| nccl_log::LogSummary::of(&log_calls));
     let eopt = extract::ExtractOptions {
         step_label: req.step_label.clone(),
     };
@@ -292,11 +290,20 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
                     ts.into_iter()
                         .map(|t| match unusable(&t) {
                             Some(w) => Err(w),
-                            None => Ok((
-                                extract::extract(&t, t.rank.unwrap_or(0), log.as_ref(), &eopt),
-                                t.rank,
-                                t.rank_from_info,
-                            )),
+                            None => {
+                                // The sizes a trace lacks come from its own process's calls
+                                // when the log holds it (matched by pid), else from every call.
+                                let host = reader::host_from_file_name(&t.path, &t.host_pids);
+                                let own = log.as_ref().and_then(|_| {
+                                    logmatch::own_summary(&log_calls, &t.host_pids, host.as_deref())
+                                });
+                                let sizes = own.as_ref().or(log.as_ref());
+                                Ok((
+                                    extract::extract(&t, t.rank.unwrap_or(0), sizes, &eopt),
+                                    t.rank,
+                                    t.rank_from_info,
+                                ))
+                            }
                         })
                         .collect()
                 });
@@ -366,10 +373,12 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
             );
         }
     }
-    if let Some(l) = &log {
-        check_log_against(l, &log_files, &ranks)?;
-    }
+    let log_notes = match &log {
+        Some(_) => logmatch::check(&log_calls, &log_files, &mut ranks)?,
+        None => Vec::new(),
+    };
     let mut a = analysis::analyse(ranks, &sources, skipped, req.multi_host, log)?;
+    a.notes.extend(log_notes);
     if let Some(l) = &a.nccl_log {
         let filled = a
             .rank_traces
@@ -388,54 +397,6 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
         a.against_plan = Some(against::against_plan(&a, plan)?);
     }
     Ok(a)
-}
-
-/// A log of another run must not fill this run's sizes: its communicators' sizes must
-/// include the trace's world size (or the collectives' group size), and where the trace ran
-/// eagerly (NCCL then logs every call) the log must hold at least as many calls of each op
-/// per process as one rank's trace holds kernels. A mismatch is an error naming both sides.
-fn check_log_against(
-    log: &nccl_log::LogSummary,
-    log_files: &[String],
-    ranks: &[extract::RankTrace],
-) -> anyhow::Result<()> {
-    let Some(r) = ranks.first() else {
-        return Ok(());
-    };
-    let logs = log_files.join(", ");
-    let sizes: std::collections::BTreeSet<u64> = r
-        .collectives
-        .iter()
-        .filter_map(|c| c.group_size)
-        .chain(r.world_size.map(|w| w as u64))
-        .filter(|&n| n > 1)
-        .collect();
-    let nranks: std::collections::BTreeSet<u64> =
-        log.sizes.iter().map(|s| s.nranks as u64).collect();
-    if !sizes.is_empty() && sizes.is_disjoint(&nranks) {
-        crate::usage_bail!(
-            "the NCCL log ({logs}) has communicators of nranks {nranks:?}, but the trace '{}' has world/group size {sizes:?}: a log of another run? give the log of the traced run",
-            r.file
-        );
-    }
-    let eager = r.steps.iter().all(|s| s.mode != extract::StepMode::Graph);
-    if eager {
-        let mut ops: Vec<&str> = r.collectives.iter().map(|c| c.op.as_str()).collect();
-        ops.sort_unstable();
-        ops.dedup();
-        for op in ops {
-            let in_trace = r.collectives.iter().filter(|c| c.op == op).count();
-            let in_log = log.calls_per_process(op);
-            if (in_log + 1e-9) < in_trace as f64 {
-                crate::usage_bail!(
-                    "the NCCL log ({logs}) has {in_log:.0} {op} calls per process, but rank {} of the trace '{}' ran {in_trace} {op} collectives eagerly (NCCL logs every eager call): a log of another run? give the log of the traced run",
-                    r.rank,
-                    r.file
-                );
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The analysis in the record envelope (`kind: trace`, measured from the trace).
@@ -457,6 +418,15 @@ pub fn record(a: &Analysis, started: String) -> Record {
 
 /// Runs `verifybench trace`: analyse, print, export. The value is the exit code.
 pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
+    run_with(req, &|_| Vec::new())
+}
+
+/// [`run`], with `traps` naming the known traps the analysis proves (the table lives with
+/// `explain`, above this module, which passes its check in).
+pub fn run_with(
+    req: &TraceRequest,
+    traps: &dyn Fn(&Analysis) -> Vec<TrapFound>,
+) -> anyhow::Result<i32> {
     let started = now_utc();
     if req.assume_size.is_some() && req.export_schedule.is_none() {
         crate::usage_bail!(
@@ -483,7 +453,8 @@ pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     if ins.traces.is_empty() && !ins.logs.is_empty() {
         return run_logs(req, &ins, started);
     }
-    let a = analyse_inputs(req, ins)?;
+    let mut a = analyse_inputs(req, ins)?;
+    a.traps = traps(&a);
     for s in &a.skipped {
         crate::note!("verifybench: skipped {}", s.reason);
     }

@@ -9,7 +9,7 @@
 //! single-node communicators since 2.27, so it is read but never relied on. Other lines
 //! (the program's own output, other NCCL subsystems) are skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::Serialize;
@@ -292,6 +292,192 @@ pub struct CommSequence {
     pub steps: usize,
     /// One step, counted by op and size (`123 all_reduce 21504 bf16 + 1 all_gather ...`).
     pub step: Option<String>,
+    /// How the calls ran as far as the log can tell (inferred, [`judge`]).
+    pub mode: LogMode,
+    /// What the judgement rests on.
+    pub mode_why: String,
+}
+
+/// How a communicator's calls ran, as far as its log can tell: inferred from the pattern of
+/// the lines, never measured (see [`judge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogMode {
+    Eager,
+    Captured,
+    CannotTell,
+}
+
+impl LogMode {
+    pub fn words(self) -> &'static str {
+        match self {
+            LogMode::Eager => "eager (logged at every call)",
+            LogMode::Captured => "captured into CUDA graphs (logged at capture only)",
+            LogMode::CannotTell => "cannot tell",
+        }
+    }
+}
+
+/// The most times a serving engine logs one graph's calls while capturing it: SGLang runs each
+/// batch size twice before capturing it (sgl-project/sglang
+/// python/sglang/srt/model_executor/cuda_graph_runner.py, `capture_one_batch_size`: two
+/// `run_once()` then `torch.cuda.graph`), so three logged steps; vLLM runs
+/// `cudagraph_num_of_warmups` (vllm/config/compilation.py, 0 by default) before each capture.
+pub const CAPTURE_REPEATS: usize = 3;
+
+/// How one communicator's calls (in log order) ran, inferred from NCCL's behaviour: NCCL
+/// writes a COLL line when a call is enqueued (NVIDIA/nccl src/enqueue.cc, `ncclEnqueueCheck`),
+/// and a CUDA graph replays the captured kernels without calling NCCL, so a captured sequence
+/// is logged only while it is captured. `opCount` cannot say it: it stays 0 on single-node
+/// communicators since 2.27.
+///
+/// Steps: the calls are cut after each call of the communicator's rarest op that occurs twice
+/// or more (the logits all-gather of a forward; by op only, so that steps of other sizes cut
+/// alike), and two steps are the same when their calls have the same ops, counts and dtypes.
+/// - the same step (of two ops or more) logged more than [`CAPTURE_REPEATS`] times in a row,
+///   or more than twice that in all (between other steps: batch sizes that come and go):
+///   eager;
+/// - at least three different steps, each logged at most [`CAPTURE_REPEATS`] times in a row
+///   and never again, in steadily decreasing (or increasing) size, with no whole step after
+///   them (after the first step, which may hold set-up calls): the batch sizes an engine
+///   captures at start-up, then replays unlogged: captured;
+/// - anything else: cannot tell (one kind of op only, too few steps, steps of varying sizes).
+pub fn judge(calls: &[&LogCall]) -> (LogMode, String) {
+    let mut ops: Vec<&str> = calls.iter().map(|c| c.op.as_str()).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    if ops.len() < 2 {
+        return (
+            LogMode::CannotTell,
+            "one kind of call only: the log shows no step boundary".into(),
+        );
+    }
+    let count = |op: &str| calls.iter().filter(|c| c.op == op).count();
+    let Some(delim) = ops
+        .iter()
+        .filter(|o| count(o) >= 2)
+        .min_by_key(|o| count(o))
+        .copied()
+    else {
+        return (
+            LogMode::CannotTell,
+            "no op is called twice: one step at most".into(),
+        );
+    };
+    // Steps: each ends at a call of `delim`; the calls after the last one are a partial step.
+    let mut steps: Vec<&[&LogCall]> = Vec::new();
+    let mut from = 0;
+    for (i, c) in calls.iter().enumerate() {
+        if c.op == delim {
+            steps.push(&calls[from..=i]);
+            from = i + 1;
+        }
+    }
+    let tail = calls.len() - from;
+    let same = |a: &[&LogCall], b: &[&LogCall]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.op == y.op && x.count == y.count && x.datatype == y.datatype)
+    };
+    // Runs of the same step back to back: (first step, length).
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for i in 0..steps.len() {
+        match runs.last_mut() {
+            Some((f, n)) if same(steps[*f], steps[i]) => *n += 1,
+            _ => runs.push((i, 1)),
+        }
+    }
+    let (best_first, best_len) = *runs.iter().max_by_key(|r| r.1).expect("a step");
+    // A step of one op only (a call of the delimiter alone) is no evidence of a step: calls of
+    // one op back to back may be one forward's own (one per layer).
+    let kinds = |s: &[&LogCall]| {
+        let mut o: Vec<&str> = s.iter().map(|c| c.op.as_str()).collect();
+        o.sort_unstable();
+        o.dedup();
+        o.len()
+    };
+    if best_len > CAPTURE_REPEATS && kinds(steps[best_first]) < 2 {
+        return (
+            LogMode::CannotTell,
+            format!(
+                "the same call ({delim}) logged {best_len} times in a row, with no other op between: calls of one op back to back may be one step's own, so no step boundary shows"
+            ),
+        );
+    }
+    if best_len > CAPTURE_REPEATS {
+        return (
+            LogMode::Eager,
+            format!(
+                "the same step of {} calls logged {best_len} times in a row (steps end at {delim}; from step {}): NCCL logs every call it enqueues, and an engine logs a captured step at most {CAPTURE_REPEATS} times",
+                steps[best_first].len(),
+                best_first + 1
+            ),
+        );
+    }
+    // The same step logged again after others (an eager server's batch sizes come and go):
+    // more than an engine logs one graph in all while capturing it, in two passes at most.
+    // a step's calls as (op, count, datatype) -> (its first step, how many times)
+    type Shape<'a> = Vec<(&'a str, u64, u32)>;
+    let mut seen: HashMap<Shape, (usize, usize)> = HashMap::new();
+    for (i, st) in steps.iter().enumerate() {
+        if kinds(st) < 2 {
+            continue;
+        }
+        let key = st
+            .iter()
+            .map(|c| (c.op.as_str(), c.count, c.datatype))
+            .collect();
+        seen.entry(key).or_insert((i, 0)).1 += 1;
+    }
+    if let Some(&(first, n)) = seen.values().max_by_key(|v| (v.1, std::cmp::Reverse(v.0))) {
+        if n > 2 * CAPTURE_REPEATS {
+            return (
+                LogMode::Eager,
+                format!(
+                    "the same step of {} calls logged {n} times in all, between others (steps end at {delim}; first at step {}): NCCL logs every call it enqueues, and an engine logs a captured step at most {CAPTURE_REPEATS} times per capture pass (vLLM makes two when it keeps full and piecewise graphs)",
+                    steps[first].len(),
+                    first + 1
+                ),
+            );
+        }
+    }
+    let bytes = |s: &[&LogCall]| -> u64 { s.iter().map(|c| c.bytes().unwrap_or(c.count)).sum() };
+    // Strictly monotone sizes make the steps all different (each size logged in one run only),
+    // checked in one pass: a long eager log of varying sizes costs no pairwise comparison.
+    let sweep = |runs: &[(usize, usize)]| -> bool {
+        let b: Vec<u64> = runs.iter().map(|r| bytes(steps[r.0])).collect();
+        let down = b.windows(2).all(|w| w[0] > w[1]);
+        let up = b.windows(2).all(|w| w[0] < w[1]);
+        runs.len() >= 3 && (down || up) && runs.iter().all(|r| kinds(steps[r.0]) >= 2)
+    };
+    let last_len = steps.last().map_or(0, |s| s.len());
+    let swept = sweep(&runs) || (runs.len() > 1 && runs[0].1 == 1 && sweep(&runs[1..]));
+    if swept && tail < last_len {
+        let n = if sweep(&runs) {
+            runs.len()
+        } else {
+            runs.len() - 1
+        };
+        return (
+            LogMode::Captured,
+            format!(
+                "{n} different steps (steps end at {delim}), each logged at most {CAPTURE_REPEATS} times in a row and never again, in steadily changing size, then no whole step: the batch sizes an engine captures at start-up; their replays are not logged"
+            ),
+        );
+    }
+    let why = if steps.len() <= CAPTURE_REPEATS {
+        format!(
+            "{} step(s) (steps end at {delim}): an eager run this short looks like the warm-up runs and capture of one graph",
+            steps.len()
+        )
+    } else {
+        format!(
+            "{} steps (steps end at {delim}), at most {best_len} alike in a row, not one sweep of sizes: neither eager repetition nor a capture",
+            steps.len()
+        )
+    };
+    (LogMode::CannotTell, why)
 }
 
 /// An NCCL COLL log (or several) read on its own.
@@ -354,7 +540,10 @@ pub fn report(files: Vec<String>, parsed: &[Parsed]) -> LogReport {
                         format!("{} {} {}", c.op, c.count, c.dtype.as_deref().unwrap_or("?"))
                     }))
                 });
+                let (mode, mode_why) = judge(&calls);
                 CommSequence {
+                    mode,
+                    mode_why,
                     nranks: calls.iter().map(|c| c.nranks).max().unwrap_or(0),
                     calls: calls.len(),
                     ops: counted(calls.iter().map(|c| c.op.clone())),
@@ -427,9 +616,15 @@ Per process and communicator
 "
             }
         }
+        o += &format!(
+            "    ran: {} (inferred): {}
+",
+            s.mode.words(),
+            s.mode_why
+        );
     }
     o += "
-NCCL logs a call when it is enqueued: under CUDA graphs only at capture, so calls that repeat step after step ran eagerly (or were captured that many times).
+NCCL logs a call when it is enqueued: under CUDA graphs only at capture. `ran` is inferred from that: the same step logged again and again ran eagerly; a sweep of sizes logged a few times each and then nothing was captured.
 ";
     o
 }
@@ -603,6 +798,44 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
         );
         let (ag, _) = s.likely_size("all_gather", None, Some(1)).unwrap();
         assert_eq!((ag.count, ag.dtype.as_deref()), (491520, Some("bf16")));
+    }
+
+    #[test]
+    fn varying_eager_steps_are_judged_in_one_pass() {
+        // 20,000 steps of 3 all-reduces and an all-gather, the batch size going 1..=7 in turn:
+        // no two alike steps in a row, but each size logged about 20,000 / 7 times in all, far
+        // above 2 x 3 -> eager (and quickly: no comparison of every pair of steps).
+        let call = |op: &str, count: u64| LogCall {
+            host: "h".into(),
+            pid: 7,
+            device: Some(0),
+            op: op.into(),
+            op_count: 0,
+            count,
+            dtype: Some("bf16".into()),
+            datatype: 9,
+            comm: "0xa".into(),
+            nranks: 2,
+            stream: "0x1".into(),
+        };
+        let mut calls = Vec::new();
+        for i in 0..20_000u64 {
+            let bs = 1 + i % 7;
+            for _ in 0..3 {
+                calls.push(call("all_reduce", bs * 7168));
+            }
+            calls.push(call("all_gather", bs * 8));
+        }
+        let refs: Vec<&LogCall> = calls.iter().collect();
+        let t = std::time::Instant::now();
+        let (m, why) = judge(&refs);
+        assert_eq!(m, LogMode::Eager, "{why}");
+        // 20,000 = 7 x 2,857 + 1: batch size 1 (steps 1, 8, ...) is logged 2,858 times
+        assert!(
+            why.starts_with("the same step of 4 calls logged 2858 times in all, between others (steps end at all_gather; first at step 1)"),
+            "{why}"
+        );
+        assert!(t.elapsed().as_secs_f64() < 5.0, "{:?}", t.elapsed());
     }
 
     #[test]

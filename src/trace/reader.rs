@@ -197,6 +197,11 @@ pub struct TraceData {
     /// `ProfilerStep#N` spans (what `torch.profiler` with a schedule writes around each
     /// step), read when no step label is given; host-side only (not `gpu_user_annotation`).
     pub profiler_steps: Vec<Span>,
+    /// The OS process ids of the host side: the `pid` Kineto writes on every CPU event, read
+    /// from the runtime calls (`cuda_runtime`, `cuda_driver`: the CPU side of every launch);
+    /// GPU events carry the device index as their pid and are not read. Empty for a trace
+    /// whose events carry `args.rank` (verifybench's own, one track per rank, not a process).
+    pub host_pids: Vec<u32>,
     /// Interned GPU event names.
     pub names: Vec<String>,
     /// Events read in all (kept or not).
@@ -352,6 +357,15 @@ impl Sink<'_> {
                 });
             }
             "cuda_runtime" | "cuda_driver" | "Runtime" | "Driver" => {
+                // The process that launched: every runtime call is kept by the scanner too,
+                // so both readers see the same pids.
+                if let (None, Some(pid)) = (rank, e.pid.as_ref().and_then(Lenient::as_i64)) {
+                    if let Ok(pid) = u32::try_from(pid) {
+                        if pid > 0 && !self.data.host_pids.contains(&pid) {
+                            self.data.host_pids.push(pid);
+                        }
+                    }
+                }
                 let kind = if name.contains("GraphLaunch") {
                     LaunchKind::Graph
                 } else if name.contains("LaunchKernel") || name.contains("LaunchCooperative") {
@@ -469,6 +483,22 @@ pub(crate) fn rank_from_file_name(path: &Path) -> Option<usize> {
     re.captures_iter(&name)
         .last()
         .and_then(|c| c[1].parse().ok())
+}
+
+/// The host and pid `torch.profiler.tensorboard_trace_handler` names its files with by default:
+/// `<hostname>_<pid>.<time>.pt.trace.json[.gz]` (pytorch/pytorch torch/profiler/profiler.py:
+/// `worker_name = f"{socket.gethostname()}_{os.getpid()}"`). The host is kept only when that pid
+/// is one of the trace's own (`pids`), so that a name such as `worker0_step_12.<time>...` gives
+/// nothing.
+pub(crate) fn host_from_file_name(path: &Path, pids: &[u32]) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(r"^(.+)_(\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$").expect("valid regex")
+    });
+    let c = re.captures(name)?;
+    let pid: u32 = c[2].parse().ok()?;
+    pids.contains(&pid).then(|| c[1].to_string())
 }
 
 /// Whether a path looks like a trace (`.json` or `.json.gz`, the `.pt.trace.json` of
@@ -687,6 +717,8 @@ pub(crate) fn split_by_rank(t: TraceData) -> Vec<TraceData> {
                 .filter(|x| x.rank.is_none_or(|y| y == r))
                 .copied()
                 .collect(),
+            // a track per rank, not an OS process
+            host_pids: Vec::new(),
             names: t.names.clone(),
             events_seen: t.events_seen,
             had_events: true,
@@ -888,6 +920,43 @@ mod tests {
             Some(3)
         );
         assert_eq!(rank_from_file_name(Path::new("trace.json")), None);
+    }
+
+    #[test]
+    fn host_from_a_tensorboard_file_name_with_the_traces_own_pid() {
+        let p = Path::new("d/node-7.cluster_4242.1712345678901234567.pt.trace.json.gz");
+        assert_eq!(
+            host_from_file_name(p, &[4242]).as_deref(),
+            Some("node-7.cluster")
+        );
+        assert_eq!(host_from_file_name(p, &[4243]), None, "another pid");
+        // PARAM's names: `worker0_step` and 12 are no host and pid of the trace
+        let q = Path::new("worker0_step_12.1694128201545.pt.trace.json.gz");
+        assert_eq!(host_from_file_name(q, &[59811]), None);
+    }
+
+    #[test]
+    fn host_pids_come_from_runtime_calls_not_gpu_events_or_rank_tracks() {
+        let doc = r#"{"traceEvents":[
+ {"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":10,"dur":2,"args":{"correlation":1}},
+ {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":4242,"tid":1,"ts":5,"dur":2,"args":{"correlation":1}},
+ {"ph":"X","cat":"cuda_runtime","name":"cudaStreamSynchronize","pid":4242,"tid":1,"ts":8,"dur":1,"args":{}}
+]}"#;
+        let opts = ReadOptions::default();
+        let plain = read_from(doc.as_bytes(), Path::new("t.json"), &opts).unwrap();
+        let fast = read_fast(doc.as_bytes(), Path::new("t.json"), &opts).unwrap();
+        assert_eq!(plain.host_pids, vec![4242]);
+        assert_eq!(fast.host_pids, plain.host_pids);
+        // verifybench's own tracks carry args.rank: their pid is the rank, no process
+        let own = doc.replace(
+            r#""args":{"correlation":1}}"#,
+            r#""args":{"correlation":1,"rank":0}}"#,
+        );
+        let t = read_from(own.as_bytes(), Path::new("t.json"), &opts).unwrap();
+        assert_eq!(t.host_pids, vec![4242], "the synchronize call has no rank");
+        let own = own.replace(r#""args":{}"#, r#""args":{"rank":0}"#);
+        let t = read_from(own.as_bytes(), Path::new("t.json"), &opts).unwrap();
+        assert!(t.host_pids.is_empty(), "{:?}", t.host_pids);
     }
 
     #[test]

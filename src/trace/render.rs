@@ -180,6 +180,19 @@ pub fn render(a: &Analysis) -> String {
             );
         }
     }
+    if !a.traps.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nKnown traps this trace shows (`verifybench explain` checks them all)"
+        );
+        for t in &a.traps {
+            let _ = writeln!(
+                o,
+                "  found: {}: {} (source: {})",
+                t.name, t.detail, t.source
+            );
+        }
+    }
     if !a.notes.is_empty() {
         let _ = writeln!(o, "\nNotes");
         for n in &a.notes {

@@ -126,16 +126,17 @@ fn synthetic_kernel_names_only_give_op_and_dtype_and_the_log_gives_sizes() {
     );
     assert_eq!(g.size_from, extract::SizeFrom::Unknown);
     assert!(a.diagnosis.iter().any(|d| d.contains("sizes are unknown")));
-    // One call of each: too few for 3 eager steps, a log of another run.
+    // One call of each by the traced process (the synthetic rank 0 is pid 1000): too few for
+    // 3 eager steps, a log cut short or of another run.
     let log = dir.path().join("nccl.log");
-    let ar = "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 21504 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n";
-    let ag = "h:1:1 [0] NCCL INFO AllGather: opCount 0 sendbuff 0x1 recvbuff 0x1 count 61440 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n";
+    let ar = "h:1000:1000 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 21504 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n";
+    let ag = "h:1000:1000 [0] NCCL INFO AllGather: opCount 0 sendbuff 0x1 recvbuff 0x1 count 61440 datatype 9 op 0 root 0 comm 0x5 [nranks=1] stream 0x2\n";
     std::fs::write(&log, format!("{ar}{ag}")).unwrap();
     let mut req = TraceRequest::new(vec![dir.path().join("rank-0.json")]);
     req.nccl_logs = vec![log.clone()];
     let e = analyse(&req).unwrap_err().to_string();
     assert!(
-        e.contains("1 all_gather calls per process") && e.contains("ran 3 all_gather"),
+        e.contains("1 all_gather calls of process h:1000") && e.contains("ran 3 all_gather"),
         "{e}"
     );
     // What NCCL logs for 3 eager steps: every call.
@@ -531,8 +532,17 @@ fn old_style_kernel_names_only_with_the_nccl_log_fill_in() {
     };
     let dir = tempfile::tempdir().unwrap();
     synth::write_dir(&s, dir.path(), false).unwrap();
+    // The log's lines as if the synthetic process (pid 1000) had written them: a log of
+    // another process is refused (matched by pid).
+    let real = std::fs::read_to_string(fixture("kimi-tp1-world1-nccl-coll.log")).unwrap();
     let mut req = TraceRequest::new(vec![dir.path().into()]);
     req.nccl_logs = vec![fixture("kimi-tp1-world1-nccl-coll.log")];
+    let e = analyse(&req).unwrap_err().to_string();
+    assert!(e.contains("holds processes vm:485, but none"), "{e}");
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("coll.log");
+    std::fs::write(&log, real.replace("vm:485:", "vm:1000:")).unwrap();
+    req.nccl_logs = vec![log];
     let a = analyse(&req).unwrap();
     assert_eq!(a.sequence[0].elements, Some(21504));
     assert_eq!(a.sequence[1].elements, Some(491520));

@@ -156,11 +156,12 @@ fn a_schedule_file_of_another_shape_and_a_bad_nccl_log_are_refused() {
         .stderr(predicate::str::contains("no_such_label"));
 }
 
-/// An NCCL COLL log that matches [`synthetic_run`]: for each of 2 processes, 4 steps of 123
-/// all-reduces of 21,504 bf16 and one all-gather of 122,880 (what NCCL would log eagerly).
+/// An NCCL COLL log that matches [`synthetic_run`]: for each of 2 processes (the synthetic
+/// traces' pids, 1000 + rank), 4 steps of 123 all-reduces of 21,504 bf16 and one all-gather of
+/// 122,880 (what NCCL would log eagerly).
 fn synthetic_log(dir: &Path) -> std::path::PathBuf {
     let mut s = String::new();
-    for pid in [100, 101] {
+    for pid in [1000, 1001] {
         for _ in 0..4 {
             for i in 0..124 {
                 let (op, n) = if i == 123 {
@@ -168,7 +169,7 @@ fn synthetic_log(dir: &Path) -> std::path::PathBuf {
                 } else {
                     ("AllReduce", 3 * 7168)
                 };
-                s += &format!("[rank{}]:host:{pid}:{pid} [{}] NCCL INFO {op}: opCount 0 sendbuff 0x1 recvbuff 0x1 count {n} datatype 9 op 0 root 0 comm 0xc{pid} [nranks=2] stream 0x1\n", pid - 100, pid - 100);
+                s += &format!("[rank{}]:host:{pid}:{pid} [{}] NCCL INFO {op}: opCount 0 sendbuff 0x1 recvbuff 0x1 count {n} datatype 9 op 0 root 0 comm 0xc{pid} [nranks=2] stream 0x1\n", pid - 1000, pid - 1000);
             }
         }
     }

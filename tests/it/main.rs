@@ -37,4 +37,5 @@ mod plan_configs;
 mod rendezvous;
 mod schedule_hashes;
 mod trace_export_ops;
+mod trace_logpid;
 mod trace_real;

@@ -154,8 +154,10 @@ fn a_log_alone_is_an_input_of_its_own() {
 
 #[test]
 fn a_log_of_another_run_is_refused_naming_both_sides() {
-    // HTA's trace ran 2,020 all-reduces eagerly on rank 1; the #203 log has 7 all-reduce calls
-    // in its one process.
+    // HTA's trace is rank 1 of a world of 2, its CPU events all of pid 783658 (read with json +
+    // gzip: every event of `cat` cpu_op, cuda_runtime or user_annotation has it); the #203
+    // log's 7 lines all begin `gpu1:13135:`. Both sides know their process, and none is the
+    // other's.
     let o = common::vb()
         .arg("trace")
         .arg(data("hta/df_index_resolver.json.gz"))
@@ -164,16 +166,19 @@ fn a_log_of_another_run_is_refused_naming_both_sides() {
         .assert()
         .code(2);
     let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
-    assert!(err.contains("7 all_reduce calls per process"), "{err}");
-    assert!(err.contains("2020 all_reduce collectives eagerly"), "{err}");
+    assert!(
+        err.contains("holds processes gpu1:13135, but none of them is a traced process"),
+        "{err}"
+    );
+    assert!(err.contains("pid 783658"), "{err}");
     assert!(
         err.contains("issue203") && err.contains("df_index_resolver"),
         "{err}"
     );
     // PARAM's 8-rank job (world size 8; its send/recv pairs are groups of 2, so the 2-rank
-    // communicators of the log could be its own) against the torchtitan log: 2 AllReduce
-    // lines in its 2 processes (pids 191369, 191370), 1 per process, against 3 eager
-    // all-reduces on rank 0.
+    // communicators of the log could be its own) against the torchtitan log: its ranks' CPU
+    // events are pids 59811..59818 (rank r: 59811 + r), the log's processes hopper01:191369
+    // and hopper01:191370.
     let o = common::vb()
         .arg("trace")
         .arg(data("param-dlrm-8ranks"))
@@ -182,11 +187,17 @@ fn a_log_of_another_run_is_refused_naming_both_sides() {
         .assert()
         .code(2);
     let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
-    assert!(err.contains("1 all_reduce calls per process"), "{err}");
     assert!(
-        err.contains("ran 3 all_reduce collectives eagerly"),
+        err.contains("holds processes hopper01:191369, hopper01:191370, but none"),
         "{err}"
     );
+    for r in 0..8 {
+        assert!(err.contains(&format!("rank {r} ")), "rank {r}: {err}");
+        assert!(
+            err.contains(&format!("pid {}", 59811 + r)),
+            "rank {r}: {err}"
+        );
+    }
     assert!(
         err.contains("issue1369") && err.contains("worker0"),
         "{err}"
