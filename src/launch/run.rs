@@ -201,7 +201,20 @@ pub(crate) fn supervise<T: Send + 'static>(
                 let progress = Box::new(move |_| {
                     let _ = ptx.send((rank, Event::Progress));
                 });
-                let r = run(rank, w.clone(), progress);
+                // a panic is this rank's failure like any error (its guards have dropped)
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run(rank, w.clone(), progress)
+                }))
+                .unwrap_or_else(|p| {
+                    let what = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(anyhow::anyhow!(
+                        "rank {rank}: the rank thread panicked: {what}"
+                    ))
+                });
                 if r.is_err() {
                     // the other ranks stop at their next poll, before the launcher hears of it
                     w.stop();
@@ -1371,6 +1384,24 @@ mod tests {
         );
         assert_eq!(stops.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert!(watch.stopped());
+    }
+
+    #[test]
+    fn a_panicking_rank_thread_fails_the_run_at_once() {
+        let watch = comm::nccl::Watch::new(Some(Duration::from_secs(30)));
+        let run = body(|rank, w, _| {
+            if rank == 0 {
+                panic!("no CUDA driver");
+            }
+            spin_until_stopped(rank, w)
+        });
+        let t0 = Instant::now();
+        let e = supervise(2, Duration::from_secs(30), &watch, &|| (), &gpu_name, run).unwrap_err();
+        assert!(t0.elapsed() < GRACE, "{:?}", t0.elapsed());
+        assert_eq!(
+            format!("{e:#}"),
+            "rank 0 (GPU 4) failed; the run is aborted: rank 0: the rank thread panicked: no CUDA driver"
+        );
     }
 
     #[test]
