@@ -771,6 +771,11 @@ impl InProcessExchange {
         }
     }
 
+    /// How many connections are kept.
+    pub(crate) fn kept(&self) -> usize {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Publishes `mine` as rank `rank`'s and waits (at most `timeout`) for every other rank's.
     pub(crate) fn exchange(
         &self,
