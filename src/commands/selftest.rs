@@ -748,13 +748,14 @@ fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
 }
 
 /// The threads launcher's abort path on virtual P2P ranks of one GPU
-/// ([`crate::launch::fault::threads_drill`], 4 rank threads, 3 of them spinning in a one-shot
+/// ([`crate::launch::run::threads_drill`], 4 rank threads, 3 of them spinning in a one-shot
 /// kernel on the last one's signal): when the last rank fails, the run must end with its error,
 /// and when it hangs, with the others' `--timeout` deadline; both within the timeout plus 2 s,
 /// every rank thread joined (the exchange's last holder is the drill) and every connection kept
 /// until then.
 fn threads_abort(device: usize, checks: &mut Vec<Check>) {
-    use crate::launch::fault::{threads_drill, Drill, DRILL_FAILURE};
+    use crate::launch::fault::{Drill, DRILL_FAILURE};
+    use crate::launch::run::threads_drill;
     let (n, timeout) = (4, std::time::Duration::from_secs(5));
     let limit = timeout.as_secs_f64() + 2.0;
     for drill in [Drill::Fail, Drill::Hang] {

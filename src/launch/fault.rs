@@ -1,15 +1,15 @@
 //! Fault injection for tests, in one place: the hidden `verify --inject-fault KIND[:RANK]`
 //! (KIND exit, hang, abort, or p2p-silent: the rank makes none of its P2P all-reduce calls),
-//! the environment hooks through which `sweep` hands it to its children, and the threads
-//! launcher's abort drill on virtual P2P ranks of one GPU ([`threads_drill`], a selftest check).
+//! the environment hooks through which `sweep` hands it to its children, and the ranks of the
+//! threads launcher's abort drill on virtual P2P ranks of one GPU ([`drill_rank`], run by
+//! `run::threads_drill` for a selftest check).
 //!
 //! With the NCCL backend the fault goes into one rank (the launchers carry it to the worker);
 //! the model backend has no worker to break, so the whole process fails the way a crashed or
 //! stuck worker would.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::job::Fault;
 use crate::comm::nccl::{wait_stream, AbortGuard, Stopped, Watch};
@@ -77,7 +77,7 @@ pub(crate) fn sweep_extra_args() -> (Vec<String>, Option<(String, String)>) {
     (args, when)
 }
 
-/// What the last rank of [`threads_drill`] does while the others wait in a P2P kernel for its
+/// What the last rank of the drill does while the others wait in a P2P kernel for its
 /// signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Drill {
@@ -88,7 +88,7 @@ pub(crate) enum Drill {
     Hang,
 }
 
-/// What [`threads_drill`] saw.
+/// What the drill saw.
 #[derive(Debug)]
 pub(crate) struct DrillOutcome {
     /// From the start of the run to its error.
@@ -105,45 +105,12 @@ pub(crate) struct DrillOutcome {
 pub(crate) const DRILL_FAILURE: &str = "injected fault: failed after connecting";
 
 /// Elements of the drill's one-shot all-reduce (bf16): the verify step's 43,008 B.
-const DRILL_COUNT: usize = 21504;
+pub(crate) const DRILL_COUNT: usize = 21504;
 
-/// The threads launcher's abort path on one GPU: `nranks` rank threads (virtual ranks of
-/// `device`, through the same supervisor as `--launcher threads`) connect a P2P all-reduce
-/// through one in-process exchange; every rank but the last enqueues a one-shot call and waits
-/// for it as the job's ranks do (stream query, stop flag, deadline), spinning in the kernel on
-/// the last rank's signal, which never comes ([`Drill`] says what the last rank does). The
-/// kernels' own signal bound is 120 s, far beyond `timeout`: only the host's abort (the run's
-/// stop flag, then the P2P stop word) can end the spins within the run's time.
-pub(crate) fn threads_drill(
-    device: usize,
-    nranks: usize,
-    drill: Drill,
-    timeout: Duration,
-) -> DrillOutcome {
-    let x = InProcessExchange::new(nranks);
-    let xr = x.clone();
-    let connected = Arc::new(AtomicUsize::new(0));
-    let run = Arc::new(
-        move |rank: usize, watch: Watch, _progress: super::run::Progress| {
-            drill_rank(device, rank, nranks, drill, (&xr, &connected), &watch)
-        },
-    );
-    let watch = Watch::new(Some(timeout));
-    let stop = || x.stop_all();
-    let name = |rank: usize| format!("virtual rank {rank} (GPU {device})");
-    let t0 = Instant::now();
-    let r = super::run::supervise(nranks, timeout, &watch, &stop, &name, run);
-    let took = t0.elapsed();
-    DrillOutcome {
-        took,
-        error: r.err().map(|e| format!("{e:#}")),
-        kept: x.kept(),
-        holders: Arc::strong_count(&x),
-    }
-}
-
-/// One rank thread of [`threads_drill`].
-fn drill_rank(
+/// One rank thread of the drill ([`super::run::threads_drill`]): connects through `x`, waits
+/// until `connected` counts every rank, then fails or hangs as the last rank, or enqueues a
+/// one-shot call and waits for it as the others.
+pub(crate) fn drill_rank(
     device: usize,
     rank: usize,
     nranks: usize,

@@ -164,6 +164,41 @@ fn tail_notes(notes: &[String]) -> String {
     }
 }
 
+/// The threads launcher's abort path on one GPU: `nranks` rank threads (virtual ranks of
+/// `device`, through the same supervisor as `--launcher threads`) connect a P2P all-reduce
+/// through one in-process exchange; every rank but the last enqueues a one-shot call and waits
+/// for it as the job's ranks do (stream query, stop flag, deadline), spinning in the kernel on
+/// the last rank's signal, which never comes ([`super::fault::Drill`] says what the last rank does). The
+/// kernels' own signal bound is 120 s, far beyond `timeout`: only the host's abort (the run's
+/// stop flag, then the P2P stop word) can end the spins within the run's time.
+pub(crate) fn threads_drill(
+    device: usize,
+    nranks: usize,
+    drill: super::fault::Drill,
+    timeout: Duration,
+) -> super::fault::DrillOutcome {
+    let x = comm::p2p::InProcessExchange::new(nranks);
+    let xr = x.clone();
+    let connected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let run = Arc::new(
+        move |rank: usize, watch: comm::nccl::Watch, _progress: Progress| {
+            super::fault::drill_rank(device, rank, nranks, drill, (&xr, &connected), &watch)
+        },
+    );
+    let watch = comm::nccl::Watch::new(Some(timeout));
+    let stop = || x.stop_all();
+    let name = |rank: usize| format!("virtual rank {rank} (GPU {device})");
+    let t0 = Instant::now();
+    let r = supervise(nranks, timeout, &watch, &stop, &name, run);
+    let took = t0.elapsed();
+    super::fault::DrillOutcome {
+        took,
+        error: r.err().map(|e| format!("{e:#}")),
+        kept: x.kept(),
+        holders: Arc::strong_count(&x),
+    }
+}
+
 /// A rank thread's progress callback (its argument: configurations done).
 pub(crate) type Progress = Box<dyn FnMut(usize) + Send>;
 
