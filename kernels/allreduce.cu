@@ -38,10 +38,11 @@
 //
 // The host can end every wait sooner: `stop` points at a word of pinned host memory mapped into
 // the device (0: none). When the run fails elsewhere (another rank's error, the run's deadline)
-// the host writes 1 there; a waiting thread reads it every 64 spins, records ERR_STOPPED in the
-// error words (unless an error is there already) and returns, and later calls return at once.
-// So a rank whose peer will never signal leaves its kernels within microseconds of the host's
-// word, not after timeout_ns, and its workspace can be freed once every rank has left.
+// the host writes 1 there; a waiting thread reads it every 64 spins (never on a call's fast
+// path: a read of host memory costs a PCIe round trip), records ERR_STOPPED in the error words
+// (unless an error is there already) and returns, and later calls return at once. So a rank
+// whose peer will never signal leaves its kernels within microseconds of the host's word, not
+// after timeout_ns, and its workspace can be freed once every rank has left.
 //
 // No NVLink multicast (multimem / NVLS) anywhere: plain loads and stores through peer mappings.
 // No headers: NVRTC compiles this without the CUDA include folder (conversions in inline PTX).
@@ -296,9 +297,7 @@ __device__ __forceinline__ bool begin(const Peers& a, u32* epoch_out)
         u32 e = ld_volatile(ep + blockIdx.x) + 1u;
         for (u32 j = blockIdx.x; j < MAXB; j += gridDim.x) ep[j] = e;
         s_epoch = e;
-        u32* err = (u32*)(mine + ERRORS_OFF);
-        if (ld_volatile(err) == 0u && host_stopped(a)) record_stop(err, 0, (int)a.rank, e);
-        s_dead = ld_volatile(err) != 0u;
+        s_dead = ld_volatile((u32*)(mine + ERRORS_OFF)) != 0u;
     }
     __syncthreads();
     *epoch_out = s_epoch;
