@@ -1446,7 +1446,8 @@ mod tests {
             0 => anyhow::bail!("rank 0: injected"),
             1 => spin_until_stopped(rank, w),
             _ => {
-                std::thread::sleep(GRACE + Duration::from_millis(700));
+                // as a thread stuck inside a driver call: it leaves long after the grace
+                std::thread::sleep(Duration::from_secs(6));
                 Ok(())
             }
         });
@@ -1454,7 +1455,7 @@ mod tests {
         let e = supervise(3, Duration::from_secs(30), &watch, &|| (), &gpu_name, run).unwrap_err();
         let took = t0.elapsed();
         assert!(
-            took >= GRACE && took < GRACE + Duration::from_millis(500),
+            took >= GRACE && took < GRACE + Duration::from_secs(2),
             "{took:?}"
         );
         let msg = format!("{e:#}");
