@@ -36,6 +36,14 @@
 // workspace with an error is sticky: later calls return at once, so nothing hangs behind a dead
 // peer; the host reads the error words after synchronising.
 //
+// The host can end every wait sooner: `stop` points at a word of pinned host memory mapped into
+// the device (0: none). When the run fails elsewhere (another rank's error, the run's deadline)
+// the host writes 1 there; a waiting thread reads it every 64 spins (never on a call's fast
+// path: a read of host memory costs a PCIe round trip), records ERR_STOPPED in the error words
+// (unless an error is there already) and returns, and later calls return at once. So a rank
+// whose peer will never signal leaves its kernels within microseconds of the host's word, not
+// after timeout_ns, and its workspace can be freed once every rank has left.
+//
 // No NVLink multicast (multimem / NVLS) anywhere: plain loads and stores through peer mappings.
 // No headers: NVRTC compiles this without the CUDA include folder (conversions in inline PTX).
 
@@ -53,6 +61,7 @@
 #define DATA_OFF 8192
 
 #define ERR_TIMEOUT 0x80000000u
+#define ERR_STOPPED 0x40000000u
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -65,8 +74,7 @@ struct Peers {
     u64 timeout_ns;  // bound of every wait
     u32 rank;
     u32 nranks;
-    u32 pad0;
-    u32 pad1;
+    u64 stop;        // device address of the host's stop word (pinned, mapped), 0 for none
 };
 
 // ---- memory-model primitives ------------------------------------------------------------------
@@ -95,6 +103,22 @@ __device__ __forceinline__ u64 globaltimer()
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
+}
+
+// Whether the host raised the stop word (see the top of this file).
+__device__ __forceinline__ bool host_stopped(const Peers& a)
+{
+    return a.stop != 0ull && ld_acquire_sys((const u32*)a.stop) != 0u;
+}
+
+// Records ERR_STOPPED in the error words, unless an error is there already.
+__device__ __forceinline__ void record_stop(u32* err, int round, int peer, u32 epoch)
+{
+    if (atomicCAS(err, 0u, ERR_STOPPED | ((u32)round << 8) | (u32)peer) == 0u) {
+        err[1] = epoch;
+        err[2] = blockIdx.x;
+        __threadfence_system();
+    }
 }
 
 // ---- element types (accumulation in f32) ------------------------------------------------------
@@ -299,6 +323,11 @@ __device__ bool exchange(const Peers& a, int round, u32 epoch)
         while ((int)(ld_acquire_sys(slot) - epoch) < 0) {
             if ((++spins & 63u) == 0u) {
                 if (ld_volatile(err) != 0u) {  // another block gave up already
+                    s_fail = 1;
+                    break;
+                }
+                if (host_stopped(a)) {  // the run failed elsewhere: the host said stop
+                    record_stop(err, round, t, epoch);
                     s_fail = 1;
                     break;
                 }

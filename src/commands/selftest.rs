@@ -812,6 +812,51 @@ fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
     }
 }
 
+/// The threads launcher's abort path on virtual P2P ranks of one GPU
+/// ([`crate::launch::run::threads_drill`], 4 rank threads, 3 of them spinning in a one-shot
+/// kernel on the last one's signal): when the last rank fails, the run must end with its error,
+/// and when it hangs, with the others' `--timeout` deadline; both within the timeout plus 2 s,
+/// every rank thread joined (the exchange's last holder is the drill) and every connection kept
+/// until then.
+fn threads_abort(device: usize, checks: &mut Vec<Check>) {
+    use crate::launch::fault::{Drill, DRILL_FAILURE};
+    use crate::launch::run::threads_drill;
+    let (n, timeout) = (4, std::time::Duration::from_secs(5));
+    let limit = timeout.as_secs_f64() + 2.0;
+    for drill in [Drill::Fail, Drill::Hang] {
+        let o = threads_drill(device, n, drill, timeout);
+        let msg = o.error.clone().unwrap_or_default();
+        let named = match drill {
+            Drill::Fail => msg.contains(DRILL_FAILURE),
+            Drill::Hang => msg.contains("no progress by the --timeout deadline (5 s)"),
+        };
+        let took = o.took.as_secs_f64();
+        let pass = o.error.is_some()
+            && named
+            && took <= limit
+            && o.kept == n
+            && o.holders == 1
+            && !msg.contains("did not leave");
+        checks.push(Check {
+            name: format!(
+                "threads abort: last rank {}s, peers spin",
+                format!("{drill:?}").to_lowercase()
+            ),
+            launcher: "threads".into(),
+            pass,
+            detail: match &o.error {
+                None => "the run succeeded although a rank failed".into(),
+                Some(e) => format!(
+                    "ended in {took:.1} s (limit {limit:.0} s), {} of {n} connections kept, {} holder(s) left: {}",
+                    o.kept,
+                    o.holders,
+                    e.lines().next().unwrap_or("")
+                ),
+            },
+        });
+    }
+}
+
 /// Runs every check the machine allows, writes the record (`export_json`, and stdout in json
 /// format) and prints the table; 0 when every check passed, 1 otherwise.
 pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
@@ -875,6 +920,9 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
     }
     checks.push(streaming_kernel(devices[0]));
     let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
+    if !a.no_faults {
+        threads_abort(devices[0], &mut checks);
+    }
     checks.push(clocks_and_affinity(devices[0]));
     let failed = checks.iter().filter(|c| !c.pass).count();
     let mut prov = crate::machine::provenance("nccl", started, &devices);

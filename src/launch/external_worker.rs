@@ -128,6 +128,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
             fault: None,
             p2p: Default::default(),
             affinity: a.cpu_affinity.clone(),
+            watch: Default::default(),
         };
         let mine = match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => r,
@@ -166,6 +167,7 @@ pub fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
             fault: None,
             p2p: Default::default(),
             affinity: a.cpu_affinity.clone(),
+            watch: Default::default(),
         };
         match run_rank(setup, &job, |_| tick(&last)) {
             Ok(r) => {

@@ -287,6 +287,8 @@ pub struct RankSetup {
     pub p2p: P2pExchange,
     /// `--cpu-affinity`: applied to the rank's thread before its GPU is opened.
     pub affinity: super::affinity::CpuAffinity,
+    /// The run's stop flag and this rank's `--timeout` deadline, polled by every wait.
+    pub watch: crate::comm::nccl::Watch,
 }
 
 #[cfg(test)]

@@ -10,6 +10,22 @@ use serde::{Deserialize, Serialize};
 
 use super::job::{run_rank, Fault, Job, RankResult, RankSetup};
 
+/// The `--timeout` of the run, in seconds, as the parent hands it to every worker it starts
+/// (set in the environment it builds for them): each wait of the worker's rank polls the
+/// deadline it gives.
+pub(crate) const RANK_TIMEOUT_ENV: &str = "VERIFYBENCH_RANK_TIMEOUT_S";
+
+/// The worker's [`crate::comm::nccl::Watch`]: its own stop flag (the parent ends the other
+/// workers) and the deadline of `timeout` (the value of [`RANK_TIMEOUT_ENV`]; none when unset
+/// or not a positive number of seconds).
+pub(crate) fn watch_of(timeout: Option<&str>) -> crate::comm::nccl::Watch {
+    let t = timeout
+        .and_then(|t| t.trim().parse::<f64>().ok())
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map(std::time::Duration::from_secs_f64);
+    crate::comm::nccl::Watch::new(t)
+}
+
 /// What one worker process runs (`verifybench __rank --job FILE --rank R ...`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RankRequest {
@@ -70,6 +86,7 @@ pub fn run(a: &RankRequest) -> anyhow::Result<i32> {
         fault: a.fault,
         p2p: super::job::P2pExchange::beside(&a.job),
         affinity: a.cpu_affinity.clone(),
+        watch: watch_of(std::env::var(RANK_TIMEOUT_ENV).ok().as_deref()),
     };
     match run_rank(setup, &job, |k| send(&Message::Progress(k))) {
         Ok(r) => {
@@ -95,6 +112,26 @@ mod tests {
         }
         assert_eq!(unhex(&hex(&id)).unwrap(), id);
         assert!(unhex("abc").is_err());
+    }
+
+    #[test]
+    fn the_rank_timeout_comes_from_the_parents_variable() {
+        let w = watch_of(Some("2.5"));
+        assert_eq!(w.timeout(), Some(std::time::Duration::from_millis(2500)));
+        // the deadline counts from the worker's start: 2.5 s later, not before
+        let now = std::time::Instant::now();
+        assert!(!w.past_deadline(now));
+        assert!(w.past_deadline(now + std::time::Duration::from_millis(2501)));
+        for bad in [
+            None,
+            Some(""),
+            Some("0"),
+            Some("-1"),
+            Some("inf"),
+            Some("ten"),
+        ] {
+            assert_eq!(watch_of(bad).timeout(), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -18,11 +18,15 @@ pub(crate) struct PeersArg {
     pub timeout_ns: u64,
     pub rank: u32,
     pub nranks: u32,
-    pub pad: [u32; 2],
+    /// Device address of the connection's stop word (pinned host memory mapped into the
+    /// device; see `StopWord` in peer.rs), 0 for none.
+    pub stop: u64,
 }
 
-// SAFETY: PeersArg is repr(C), Copy, without pointers into host memory, and its layout is the
-// kernel's `struct Peers` (8 x u64, 2 x u64, 4 x u32: 96 bytes, checked by a test).
+// SAFETY: PeersArg is repr(C), Copy, and its layout is the kernel's `struct Peers` (8 x u64,
+// 2 x u64, 2 x u32, 1 x u64: 96 bytes, checked by a test). Its addresses are device addresses
+// (the stop word's is a device mapping of pinned host memory), valid while the connection
+// that made it lives.
 unsafe impl DeviceRepr for PeersArg {}
 
 /// The loaded kernels on one context, and how many blocks of them an SM holds at once.

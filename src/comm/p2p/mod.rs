@@ -75,6 +75,8 @@ pub(crate) const ERRORS_OFF: usize = 6400;
 pub(crate) const DATA_OFF: usize = 8192;
 /// Set in the first error word when a wait timed out (ERR_TIMEOUT).
 pub(crate) const ERR_TIMEOUT: u32 = 0x8000_0000;
+/// Set in the first error word when the host's stop word ended a wait (ERR_STOPPED).
+pub(crate) const ERR_STOPPED: u32 = 0x4000_0000;
 // The workspace regions do not overlap: flags, then epochs, then 4 error words, then data
 // (checked when compiling).
 const _: () = assert!(FLAGS_OFF + ROUNDS * MAX_BLOCKS as usize * MAX_RANKS * 4 <= EPOCHS_OFF);

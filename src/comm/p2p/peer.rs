@@ -6,6 +6,7 @@
 //! reason it is sound.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,9 @@ use cudarc::driver::sys::{self as cu, CUdeviceptr};
 use cudarc::driver::CudaContext;
 
 use super::kernels::{P2pKernels, PeersArg};
-use super::{supports, Impl, P2pConfig, SignalTimeout, DATA_OFF, ERRORS_OFF, MAX_RANKS};
+use super::{
+    supports, Impl, P2pConfig, SignalTimeout, DATA_OFF, ERRORS_OFF, ERR_STOPPED, MAX_RANKS,
+};
 use crate::comm::device::{Buffer, Gpu};
 use crate::error::usage;
 use crate::model::DType;
@@ -86,6 +89,73 @@ impl Drop for PeerCtx {
         // once here.
         unsafe {
             let _ = cu::cuDevicePrimaryCtxRelease_v2(self.dev);
+        }
+    }
+}
+
+/// One word of pinned host memory mapped into the device: the host's way to end every P2P wait
+/// of a connection at once (kernels/allreduce.cu reads it every 64 spins). Raised when the run
+/// fails elsewhere, so that a rank whose peer will never signal leaves its kernels within
+/// microseconds instead of after the signal timeout. Host memory, not device memory: raising it
+/// is a plain store that needs no CUDA call, no stream and no working context.
+struct StopWord {
+    host: *mut u32,
+    dev: CUdeviceptr,
+    /// The context it was allocated in (bound again to free it).
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the word is pinned host memory owned by this value until its drop; the host touches
+// it only through `AtomicU32` (raise, read), so sharing and sending it between threads is sound.
+unsafe impl Send for StopWord {}
+unsafe impl Sync for StopWord {}
+
+impl StopWord {
+    fn new(gpu: &Gpu) -> anyhow::Result<StopWord> {
+        gpu.bind()?;
+        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+        let flags = cu::CU_MEMHOSTALLOC_PORTABLE | cu::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: host is a valid out-pointer for 4 bytes of pinned memory, freed by Drop.
+        let r = unsafe { cu::cuMemHostAlloc(&mut host, 4, flags) };
+        cu_check("cuMemHostAlloc of the P2P stop word", gpu.ordinal, r)?;
+        // owned from here: an error below frees it
+        let word = StopWord {
+            host: host.cast(),
+            dev: 0,
+            ctx: gpu.context().clone(),
+        };
+        // SAFETY: host points at 4 bytes of pinned memory just allocated, 4-byte aligned (pinned
+        // allocations are page-aligned); nothing else knows the word yet.
+        unsafe { AtomicU32::from_ptr(word.host).store(0, Ordering::SeqCst) };
+        let mut word = word;
+        // SAFETY: dev is a valid out-pointer; host is a DEVICEMAP allocation of this process.
+        let r = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut word.dev, host, 0) };
+        cu_check("mapping the P2P stop word", gpu.ordinal, r)?;
+        Ok(word)
+    }
+
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: host points at a live, aligned u32 of pinned memory for as long as self lives,
+        // and every host access goes through this atomic.
+        unsafe { AtomicU32::from_ptr(self.host) }
+    }
+
+    fn raise(&self) {
+        self.word().store(1, Ordering::SeqCst);
+    }
+
+    fn raised(&self) -> bool {
+        self.word().load(Ordering::SeqCst) != 0
+    }
+}
+
+impl Drop for StopWord {
+    fn drop(&mut self) {
+        // SAFETY: host came from cuMemHostAlloc and is freed once; the owner (Connected) drops
+        // only once no kernel that reads the word can still run. Errors at teardown are ignored.
+        unsafe {
+            let _ = self.ctx.bind_to_thread();
+            let _ = cu::cuMemFreeHost(self.host.cast());
         }
     }
 }
@@ -396,18 +466,20 @@ impl Workspace {
             }
         }
         let kernels = P2pKernels::load(gpu)?;
+        let stop = StopWord::new(gpu)?;
         let arg = PeersArg {
             base: bases,
             capacity: me.capacity,
             timeout_ns: me.timeout_ns,
             rank: self.rank as u32,
             nranks: self.nranks as u32,
-            pad: [0; 2],
+            stop: stop.dev,
         };
         Ok(P2pAllReduce(Arc::new(Connected {
             kernels,
             arg,
             devices,
+            stop,
             _ipc: ipc,
             _peer_ctx: peer_ctx,
             ws: self,
@@ -480,6 +552,10 @@ fn open_ipc(gpu: &Gpu, handle: [u8; 64], me: usize, peer: usize) -> anyhow::Resu
 /// (synchronise, then a barrier: [`P2pAllReduce::barrier`] or the harness's own), since peers
 /// read this rank's staging and write its flags until they finish. A CUDA graph that captured
 /// one of its calls keeps the connection (workspace, mappings, kernels) alive as long as it.
+/// When a run fails instead, [`P2pAllReduce::stop`] ends every wait of its kernels, and the
+/// ranks of one process leave their connections to [`InProcessExchange::keep`], which frees
+/// them only once every rank thread has left.
+#[derive(Clone)]
 pub struct P2pAllReduce(Arc<Connected>);
 
 /// What a connected rank holds; shared with the graphs that captured its calls.
@@ -487,6 +563,7 @@ pub struct Connected {
     kernels: P2pKernels,
     arg: PeersArg,
     devices: Vec<usize>,
+    stop: StopWord,
     _ipc: Vec<DeviceMem>,
     _peer_ctx: Vec<PeerCtx>,
     // last: the peers' mappings close before this rank's own memory is freed
@@ -594,9 +671,30 @@ impl P2pAllReduce {
         self.kernels.barrier(gpu, &self.arg)
     }
 
+    /// Ends every wait of this connection's kernels, now and in later calls (they return at
+    /// once): the run failed elsewhere and no peer may signal again. A store into pinned host
+    /// memory: safe from any thread, whatever state the GPU is in.
+    pub fn stop(&self) {
+        self.stop.raise();
+    }
+
+    /// Whether [`P2pAllReduce::stop`] was called.
+    pub fn stopped(&self) -> bool {
+        self.stop.raised()
+    }
+
     /// Synchronises the stream and reads the error words: the wait that timed out, if any. Not
     /// inside a capture.
     pub fn fault(&self, gpu: &Gpu) -> anyhow::Result<Option<SignalTimeout>> {
+        Ok(self.decode(self.error_words(gpu)?))
+    }
+
+    fn decode(&self, words: [u32; 4]) -> Option<SignalTimeout> {
+        SignalTimeout::decode(words, self.ws.rank, &self.devices, self.ws.cfg.timeout)
+    }
+
+    /// Synchronises the stream and reads the four error words.
+    fn error_words(&self, gpu: &Gpu) -> anyhow::Result<[u32; 4]> {
         gpu.sync()?;
         let mut words = [0u32; 4];
         gpu.bind()?;
@@ -610,27 +708,39 @@ impl P2pAllReduce {
             )
         };
         cu_check("reading the P2P error words", gpu.ordinal, r)?;
-        Ok(SignalTimeout::decode(
-            words,
-            self.ws.rank,
-            &self.devices,
-            self.ws.cfg.timeout,
-        ))
+        Ok(words)
     }
 
-    /// [`P2pAllReduce::fault`] as an error.
+    /// [`P2pAllReduce::fault`] as an error; a connection whose waits the host stopped fails
+    /// too, saying so.
     pub fn check(&self, gpu: &Gpu) -> anyhow::Result<()> {
-        match self.fault(gpu)? {
-            Some(t) => Err(t.into()),
-            None => Ok(()),
+        let words = self.error_words(gpu)?;
+        if let Some(t) = self.decode(words) {
+            return Err(t.into());
         }
+        if words[0] & ERR_STOPPED != 0 {
+            anyhow::bail!(
+                "rank {}: its P2P all-reduce was stopped by the host (call {}): the run is aborting",
+                self.ws.rank,
+                words[1]
+            );
+        }
+        Ok(())
     }
 }
 
-/// Carries the handle bytes between the ranks of one process (threads launcher).
+/// Carries the handle bytes between the ranks of one process (threads launcher), and keeps
+/// every rank's connection alive for as long as it lives: a rank thread that fails drops its
+/// own handle, but its workspace, which its peers' kernels may still write into, is freed only
+/// when the last holder of the exchange drops it, i.e. once every rank thread has left (the
+/// launcher holds one and drops it after joining them; a thread it could not join holds one
+/// until it ends).
 pub struct InProcessExchange {
     slots: Mutex<Vec<Option<Vec<u8>>>>,
     cv: Condvar,
+    kept: Mutex<Vec<P2pAllReduce>>,
+    /// [`InProcessExchange::stop_all`] was called: connections kept later are stopped at once.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl InProcessExchange {
@@ -638,7 +748,32 @@ impl InProcessExchange {
         Arc::new(InProcessExchange {
             slots: Mutex::new(vec![None; nranks]),
             cv: Condvar::new(),
+            kept: Mutex::new(vec![]),
+            stopped: Default::default(),
         })
+    }
+
+    /// Keeps `ar` (a rank's connection) alive as long as this exchange; a stop already raised
+    /// on the others is raised on it too.
+    pub(crate) fn keep(&self, ar: &P2pAllReduce) {
+        let mut k = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if self.stopped.load(Ordering::SeqCst) {
+            ar.stop();
+        }
+        k.push(ar.clone());
+    }
+
+    /// Stops every kept connection's waits ([`P2pAllReduce::stop`]): the run failed.
+    pub(crate) fn stop_all(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        for ar in self.kept.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            ar.stop();
+        }
+    }
+
+    /// How many connections are kept.
+    pub(crate) fn kept(&self) -> usize {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Publishes `mine` as rank `rank`'s and waits (at most `timeout`) for every other rank's.

@@ -64,8 +64,12 @@ fn layout_agrees_with_the_kernel_source() {
     assert_eq!(define("ERRORS_OFF"), ERRORS_OFF as u64);
     assert_eq!(define("DATA_OFF"), DATA_OFF as u64);
     assert_eq!(define("ERR_TIMEOUT"), ERR_TIMEOUT as u64);
-    // struct Peers: 8 bases, capacity, timeout, rank, nranks, 2 pads
-    assert_eq!(std::mem::size_of::<PeersArg>(), 8 * 8 + 8 + 8 + 4 * 4);
+    assert_eq!(define("ERR_STOPPED"), ERR_STOPPED as u64);
+    assert_eq!(ERR_STOPPED & ERR_TIMEOUT, 0);
+    // struct Peers: 8 bases, capacity, timeout, rank, nranks, the stop word's address
+    assert_eq!(std::mem::size_of::<PeersArg>(), 8 * 8 + 8 + 8 + 4 * 2 + 8);
+    assert_eq!(std::mem::offset_of!(PeersArg, stop), 88);
+    assert!(ALLREDUCE_SRC.contains("    u32 nranks;\n    u64 stop;"));
     assert!(ALLREDUCE_SRC.contains("u64 base[MAXR];"));
     // never NVLink multicast: no multimem instruction, no multicast object
     assert!(!ALLREDUCE_SRC.contains("multimem."));
@@ -178,6 +182,12 @@ fn a_timeout_names_the_silent_rank_and_the_gpus() {
     assert!(s.contains("all-gather") && s.contains("call 17"), "{s}");
     assert_eq!(
         SignalTimeout::decode([0; 4], 0, &[0, 1], Duration::from_secs(1)),
+        None
+    );
+    // a wait the host stopped is not a timeout: no rank is named as silent
+    let stopped = [ERR_STOPPED | (2 << 8) | 1, 5, 0, 0];
+    assert_eq!(
+        SignalTimeout::decode(stopped, 0, &[0, 1], Duration::from_secs(1)),
         None
     );
 }

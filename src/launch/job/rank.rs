@@ -157,7 +157,12 @@ fn connect_p2p(gpu: &Gpu, setup: &RankSetup, bytes: usize) -> anyhow::Result<P2p
             "the P2P all-reduces need every rank on this host (--launcher threads or processes)"
         ),
     };
-    ws.connect(gpu, &all)
+    let ar = ws.connect(gpu, &all)?;
+    if let P2pExchange::Threads(x) = &setup.p2p {
+        // the exchange frees the workspace only once every rank thread has left
+        x.keep(&ar);
+    }
+    Ok(ar)
 }
 
 /// Everything a rank holds while running. A job of one rank without collectives (one GPU,
@@ -190,29 +195,12 @@ impl Rank {
     }
 
     /// Waits for the rank's stream as nccl-tests' `testStreamSynchronize` does: polls the
-    /// stream and, between polls, NCCL's asynchronous error, so that a dead peer or a broken
-    /// communicator ends the wait with NCCL's own error instead of a hang.
+    /// stream and, between polls, NCCL's asynchronous error, the run's stop flag and the rank's
+    /// `--timeout` deadline, so that a dead peer, a broken communicator or a failed run ends the
+    /// wait with NCCL's own error (or the deadline's) instead of a hang.
     fn wait(&self) -> anyhow::Result<()> {
-        let Some(c) = &self.comm else {
-            self.gpu.sync()?;
-            return Ok(());
-        };
-        let mut polls = 0u64;
-        loop {
-            if self.gpu.done()? {
-                return Ok(());
-            }
-            polls += 1;
-            // NCCL's error state costs a call; the stream query alone is cheap
-            if polls % 64 == 0 {
-                c.async_error()?;
-            }
-            if polls > 4096 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        let w = &self.setup.watch;
+        crate::comm::nccl::wait_stream(&self.gpu, self.comm.as_ref(), w, self.setup.rank)
     }
 
     fn barrier(&self) -> anyhow::Result<()> {
@@ -235,7 +223,7 @@ impl Rank {
         for it in 0..warmup {
             body(it)?;
         }
-        self.gpu.sync()?;
+        self.wait()?;
         self.p2p.check(&self.gpu)?;
         let (start, end) = (self.gpu.event()?, self.gpu.event()?);
         let mut out = Vec::with_capacity(iters as usize);
@@ -338,6 +326,12 @@ pub fn run_rank(
     job: &Job,
     mut progress: impl FnMut(usize),
 ) -> anyhow::Result<RankResult> {
+    let watch = setup.watch.clone();
+    // each configuration's progress also moves the rank's deadline
+    let mut progress = move |k| {
+        watch.progress();
+        progress(k)
+    };
     let t0 = std::time::Instant::now();
     let nccl_env = crate::util::nccl_env();
     let mut result = RankResult {
@@ -387,15 +381,19 @@ pub fn run_rank(
     } else {
         (None, None)
     };
-    // Any error (or panic) from here on leaves through this guard, which marks the
-    // communicator failed: its drop then aborts it (ncclCommAbort) instead of destroying it.
-    let abort_guard = comm.as_ref().map(|c| c.abort_guard());
     let mut rank = Rank {
         setup,
         gpu,
         comm,
         barrier,
         p2p: RankP2p::default(),
+    };
+    // Any error (or panic) from here on leaves through this guard, declared after the rank so
+    // that it drops first: it aborts the communicator (ncclCommAbort, never a destroy that
+    // waits for peers) and stops the P2P kernels' waits before anything is freed.
+    let mut abort_guard = match &rank.comm {
+        Some(c) => c.abort_guard(),
+        None => crate::comm::nccl::AbortGuard::without_communicator(),
     };
     rank.barrier()?;
     result.init_s = t0.elapsed().as_secs_f64();
@@ -404,15 +402,23 @@ pub fn run_rank(
         match f.kind {
             FaultKind::Exit => std::process::exit(3),
             FaultKind::Abort => std::process::abort(),
+            // a hung rank of a threads run leaves once the run is aborted (a worker process
+            // is killed by its parent)
             FaultKind::Hang => loop {
-                std::thread::sleep(Duration::from_secs(3600));
+                std::thread::sleep(Duration::from_millis(20));
+                if rank.setup.watch.stopped() {
+                    let stopped = crate::comm::nccl::Stopped { rank: f.rank };
+                    return Err(anyhow::Error::new(stopped).context("injected hang"));
+                }
             },
             FaultKind::P2pSilent => rank.p2p.silent = true,
         }
     }
     let p2p_bytes = job.p2p_bytes();
     if p2p_bytes > 0 {
-        rank.p2p.ar = Some(connect_p2p(&rank.gpu, &rank.setup, p2p_bytes)?);
+        let ar = connect_p2p(&rank.gpu, &rank.setup, p2p_bytes)?;
+        abort_guard.cover(&ar);
+        rank.p2p.ar = Some(ar);
         // every rank connected before any rank's first P2P call
         rank.barrier()?;
     }
@@ -451,7 +457,7 @@ pub fn run_rank(
                         for it in slots::check_samples(done) {
                             gs[slots::graph_of(it)].launch()?;
                         }
-                        rank.gpu.sync()?;
+                        rank.wait()?;
                         rank.p2p.check(&rank.gpu)?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     } else {
@@ -460,7 +466,7 @@ pub fn run_rank(
                         for it in slots::check_samples(done) {
                             sample(it)?;
                         }
-                        rank.gpu.sync()?;
+                        rank.wait()?;
                         rank.p2p.check(&rank.gpu)?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     };
@@ -663,7 +669,7 @@ pub fn run_rank(
                     for it in slots::check_samples(done) {
                         gs[slots::graph_of(it)].launch()?;
                     }
-                    rank.gpu.sync()?;
+                    rank.wait()?;
                     rank.p2p.check(&rank.gpu)?;
                     let checked = check(&rank)?;
                     drop(gs);
@@ -677,7 +683,7 @@ pub fn run_rank(
                         for gp in &gps {
                             gp.launch()?;
                         }
-                        rank.gpu.sync()?;
+                        rank.wait()?;
                         rank.p2p.check(&rank.gpu)?;
                         for k in 0..pass_iters {
                             let gp = &gps[pass_slot(k)];
@@ -689,7 +695,7 @@ pub fn run_rank(
                                 start_us: p.host_us(t0),
                                 dur_us: t0.elapsed().as_secs_f64() * 1e6,
                             };
-                            rank.gpu.sync()?;
+                            rank.wait()?;
                             let mut it = p.read(&steps)?;
                             it.launches = vec![l; it.collectives.len()];
                             pass.push(it);
@@ -706,7 +712,7 @@ pub fn run_rank(
                     for it in slots::check_samples(done) {
                         replay(&zeros, None, slots::slot(it))?;
                     }
-                    rank.gpu.sync()?;
+                    rank.wait()?;
                     rank.p2p.check(&rank.gpu)?;
                     let checked = check(&rank)?;
                     if let Some(p) = probe.as_mut() {
@@ -715,7 +721,7 @@ pub fn run_rank(
                             rank.barrier_then(Some(&p.reference))?;
                             p.host_ref = std::time::Instant::now();
                             replay(&g, Some(&mut *p), pass_slot(k))?;
-                            rank.gpu.sync()?;
+                            rank.wait()?;
                             pass.push(p.read(&steps)?);
                         }
                     }
@@ -734,13 +740,11 @@ pub fn run_rank(
     rank.async_error()?;
     if rank.p2p.ar.is_some() {
         // peers read this rank's workspace until their last call: drop it only after all are done
-        rank.gpu.sync()?;
+        rank.wait()?;
         rank.p2p.check(&rank.gpu)?;
         rank.barrier()?;
         rank.p2p.ar = None;
     }
-    if let Some(g) = abort_guard {
-        g.disarm();
-    }
+    abort_guard.disarm();
     Ok(result)
 }
