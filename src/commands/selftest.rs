@@ -828,7 +828,9 @@ fn threads_abort(device: usize, checks: &mut Vec<Check>) {
         let msg = o.error.clone().unwrap_or_default();
         let named = match drill {
             Drill::Fail => msg.contains(DRILL_FAILURE),
-            Drill::Hang => msg.contains("no progress by the --timeout deadline (5 s)"),
+            // the run's error names the silent ranks and the timeout, whether the launcher's
+            // watch or a rank's own wait saw the deadline first (both end the run at 5 s)
+            Drill::Hang => msg.contains("made no progress for 5 s (--timeout)"),
         };
         let took = o.took.as_secs_f64();
         let pass = o.error.is_some()
