@@ -582,6 +582,38 @@ impl VerifyRequest {
     }
 }
 
+#[cfg(test)]
+impl VerifyRequest {
+    /// The request the unit tests start from and edit: a quiet collectives-only replay of the
+    /// default workload on the mock backend, eager and graph, 5 iterations after 1 warm-up.
+    pub(crate) fn mock() -> VerifyRequest {
+        VerifyRequest {
+            workload: Workload::default(),
+            graph: GraphChoice::Both,
+            mode: vec![Mode::Comm],
+            launches_per_layer: 0,
+            pdl: false,
+            backend: BackendKind::Mock,
+            gpu: GpuSpec::default(),
+            repeat: Repeat {
+                iters: 5,
+                warmup: 1,
+                ..Default::default()
+            },
+            model: Default::default(),
+            export: Default::default(),
+            format: Default::default(),
+            quiet: true,
+            inject_fault: None,
+            impls: vec![],
+            host_gaps: Default::default(),
+            export_trace: None,
+            fresh_runs: 1,
+            fresh_run: 0,
+        }
+    }
+}
+
 /// A `verify` request resolved once ([`crate::backend::verify_job`]): every flag checked, the
 /// backend picked, the GPUs selected, the schedule read or built, the host gaps drawn. The
 /// backends and the launchers take this and never go back to the request's files or re-check

@@ -113,33 +113,6 @@ mod tests {
     use crate::record::Mode;
     use crate::request::*;
 
-    fn request() -> VerifyRequest {
-        VerifyRequest {
-            workload: Workload::default(),
-            graph: GraphChoice::Both,
-            mode: vec![Mode::Comm],
-            launches_per_layer: 0,
-            pdl: false,
-            backend: BackendKind::Mock,
-            gpu: GpuSpec::default(),
-            repeat: Repeat {
-                iters: 5,
-                warmup: 1,
-                ..Default::default()
-            },
-            model: Default::default(),
-            export: Default::default(),
-            format: Default::default(),
-            quiet: true,
-            inject_fault: None,
-            impls: vec![],
-            host_gaps: Default::default(),
-            export_trace: None,
-            fresh_runs: 1,
-            fresh_run: 0,
-        }
-    }
-
     /// Writes a collectives-only TP2 schedule of 3 all-reduces with host gaps (what a trace
     /// exports) and returns it.
     fn schedule_file(path: &std::path::Path) -> crate::model::Schedule {
@@ -175,7 +148,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.json");
         let want = schedule_file(&path);
-        let mut a = request();
+        let mut a = VerifyRequest::mock();
         a.workload.schedule_file = Some(path.clone());
         a.host_gaps.from = Some(path.clone());
         a.fresh_runs = 3;
@@ -254,7 +227,7 @@ mod tests {
             ),
         ];
         for (edit, want, after_pick) in cases {
-            let mut a = request();
+            let mut a = VerifyRequest::mock();
             edit(&mut a);
             let e = if after_pick {
                 verify_job(&a, mock)

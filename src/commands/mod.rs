@@ -248,37 +248,12 @@ mod tests {
     use crate::record::Source;
     use crate::request::*;
 
+    /// The mock request at TP 2, its record exported to `dir/v.json`.
     fn verify_request(dir: &std::path::Path) -> VerifyRequest {
-        VerifyRequest {
-            workload: Workload {
-                tp: Some(2),
-                ..Default::default()
-            },
-            graph: GraphChoice::Both,
-            mode: vec![crate::record::Mode::Comm],
-            launches_per_layer: 0,
-            pdl: false,
-            backend: BackendKind::Mock,
-            gpu: GpuSpec::default(),
-            repeat: Repeat {
-                iters: 5,
-                warmup: 1,
-                ..Default::default()
-            },
-            model: Default::default(),
-            export: crate::report::Exports {
-                export_json: Some(dir.join("v.json")),
-                ..Default::default()
-            },
-            format: Default::default(),
-            quiet: true,
-            inject_fault: None,
-            impls: vec![],
-            host_gaps: Default::default(),
-            export_trace: None,
-            fresh_runs: 1,
-            fresh_run: 0,
-        }
+        let mut r = VerifyRequest::mock();
+        r.workload.tp = Some(2);
+        r.export.export_json = Some(dir.join("v.json"));
+        r
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::speculative::analysis::Analysis;
+use crate::speculative::analysis::{Analysis, Row};
 use crate::speculative::inputs::Labelled;
 
 /// Writes to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
@@ -13,6 +13,19 @@ pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
+    }
+}
+
+/// The origin cell of a row of the per-verify table (text and Markdown alike): `bound` for a
+/// part of the verify, `modeled` for a row drawn from modeled times, else the verify time's
+/// own origin.
+pub(crate) fn origin_cell(r: &Row) -> &'static str {
+    if r.bound {
+        "bound"
+    } else if r.modeled {
+        "modeled"
+    } else {
+        r.verify_ms.origin.kind()
     }
 }
 
@@ -122,13 +135,7 @@ pub fn render(a: &Analysis) -> String {
         let mut line = format!(
             "  {:>11.2}  {:<9} {:>9.2} {:>7} {:>12}",
             r.verify_ms.value,
-            if r.bound {
-                "bound"
-            } else if r.modeled {
-                "modeled"
-            } else {
-                r.verify_ms.origin.kind()
-            },
+            origin_cell(r),
             r.cycle_ms,
             format!(
                 "{}{:.3}",

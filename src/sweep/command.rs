@@ -333,15 +333,14 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
                 init_s += init.unwrap_or(0.0);
                 timed_s += timed;
             }
-            let line = match &sp.reason {
-                None if !rank::not_modeled(sp).is_empty() => format!(
-                    "[{i}/{n_todo}] round {} {}: ok, not modeled: {} (the cost model cannot price it: not ranked); {}",
+            let line = match (&sp.reason, rank::unpriced_note(sp)) {
+                (None, Some(note)) => format!(
+                    "[{i}/{n_todo}] round {} {}: ok, {note}; {}",
                     k.round + 1,
                     p.id,
-                    rank::not_modeled(sp).join(", "),
                     time_line(sp, split)
                 ),
-                None => {
+                (None, None) => {
                     let t = rank::rank(std::slice::from_ref(sp), a.mode);
                     let r = &t.rows[0];
                     let c = r.graph.as_ref().or(r.eager.as_ref());
@@ -362,7 +361,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
                         time_line(sp, split)
                     )
                 }
-                Some(why) => format!(
+                (Some(why), _) => format!(
                     "[{i}/{n_todo}] round {} {}: FAILED: {why}",
                     k.round + 1,
                     p.id

@@ -90,6 +90,18 @@ pub fn not_modeled(p: &SweepPoint) -> Vec<String> {
         .collect()
 }
 
+/// What a point the cost model could not price says in place of a timing (its note in the
+/// table, its progress line), or `None` for a priced or measured point.
+pub(crate) fn unpriced_note(p: &SweepPoint) -> Option<String> {
+    let vars = not_modeled(p);
+    (!vars.is_empty()).then(|| {
+        format!(
+            "not modeled: {} (the cost model cannot price it: not ranked)",
+            vars.join(", ")
+        )
+    })
+}
+
 /// Ranks `points` (ok ones by time; failed ones and the ones the cost model could not price
 /// listed apart) for replay mode `mode`.
 pub fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
@@ -246,10 +258,7 @@ pub fn table(r: &Ranking) -> Table {
             "n/a".into(),
             p.wrong().to_string(),
             p.env_check.cell(),
-            format!(
-                "not modeled: {} (the cost model cannot price it: not ranked)",
-                not_modeled(p).join(", ")
-            ),
+            unpriced_note(p).unwrap_or_default(),
         ]);
     }
     for p in &r.failed {

@@ -11,46 +11,29 @@ fn a_collectives_only_verify_is_shown_only_as_a_bound_in_report_and_breakeven() 
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let p = |n: &str| d.join(n).to_str().unwrap().to_string();
-    vb().args([
-        "verify",
-        "--backend",
-        "model",
-        "--tp",
-        "2",
-        "--mode",
-        "comm",
-        "--export-json",
-        &p("comm.json"),
-    ])
-    .assert()
-    .success();
-    vb().args([
-        "verify",
-        "--backend",
-        "model",
-        "--tp",
-        "2",
-        "--tokens",
-        "1",
-        "--phase",
-        "decode",
-        "--mode",
-        "full",
-        "--export-json",
-        &p("decode.json"),
-    ])
-    .assert()
-    .success();
-    vb().args([
-        "report",
-        &p("comm.json"),
-        &p("decode.json"),
-        "-o",
-        &p("rep"),
-    ])
-    .assert()
-    .success();
-    let md = std::fs::read_to_string(d.join("rep/report.md")).unwrap();
+    // `verify` through the cost model at TP 2 with `flags`, its record written to `name`
+    let verify = |flags: &[&str], name: &str| {
+        vb().args(["verify", "--backend", "model", "--tp", "2"])
+            .args(flags)
+            .args(["--export-json", &p(name)])
+            .assert()
+            .success();
+    };
+    // `report` of the records `names` into the folder `out`: its report.md
+    let report = |names: &[&str], out: &str| {
+        vb().arg("report")
+            .args(names.iter().map(|n| p(n)))
+            .args(["-o", &p(out)])
+            .assert()
+            .success();
+        std::fs::read_to_string(d.join(out).join("report.md")).unwrap()
+    };
+    verify(&["--mode", "comm"], "comm.json");
+    verify(
+        &["--tokens", "1", "--phase", "decode", "--mode", "full"],
+        "decode.json",
+    );
+    let md = report(&["comm.json", "decode.json"], "rep");
     // the row's origin column says bound; every tokens/s cell is an upper bound, none bold
     let row = md
         .lines()
@@ -96,23 +79,10 @@ fn a_collectives_only_verify_is_shown_only_as_a_bound_in_report_and_breakeven() 
     assert!(text.contains("never a measured speedup"), "{text}");
     // a collectives-only decode record is refused by both: a decode time below the real one
     // would overstate what speculation gains
-    vb().args([
-        "verify",
-        "--backend",
-        "model",
-        "--tp",
-        "2",
-        "--tokens",
-        "1",
-        "--phase",
-        "decode",
-        "--mode",
-        "comm",
-        "--export-json",
-        &p("decode-comm.json"),
-    ])
-    .assert()
-    .success();
+    verify(
+        &["--tokens", "1", "--phase", "decode", "--mode", "comm"],
+        "decode-comm.json",
+    );
     vb().args([
         "breakeven",
         "--from",
@@ -126,55 +96,15 @@ fn a_collectives_only_verify_is_shown_only_as_a_bound_in_report_and_breakeven() 
         "the decode time is only a part of the forward",
     ));
     // with a full verify record the break-even is drawn from it
-    vb().args([
-        "verify",
-        "--backend",
-        "model",
-        "--tp",
-        "2",
-        "--mode",
-        "comm,full",
-        "--export-json",
-        &p("full.json"),
-    ])
-    .assert()
-    .success();
-    vb().args([
-        "report",
-        &p("full.json"),
-        &p("decode.json"),
-        "-o",
-        &p("rep2"),
-    ])
-    .assert()
-    .success();
-    let md = std::fs::read_to_string(d.join("rep2/report.md")).unwrap();
+    verify(&["--mode", "comm,full"], "full.json");
+    let md = report(&["full.json", "decode.json"], "rep2");
     assert!(md.contains("beats plain decoding"), "{md}");
     // beside a whole verify, the collectives-only bound of comm.json adds nothing: left out
-    vb().args([
-        "report",
-        &p("full.json"),
-        &p("comm.json"),
-        &p("decode.json"),
-        "-o",
-        &p("rep4"),
-    ])
-    .assert()
-    .success();
-    let md4 = std::fs::read_to_string(d.join("rep4/report.md")).unwrap();
+    let md4 = report(&["full.json", "comm.json", "decode.json"], "rep4");
     assert!(md4.contains("| T_verify |"), "{md4}");
     assert!(!md4.contains("lower bound"), "{md4}");
     assert!(!md4.contains("| bound |"), "{md4}");
-    vb().args([
-        "report",
-        &p("full.json"),
-        &p("decode-comm.json"),
-        "-o",
-        &p("rep3"),
-    ])
-    .assert()
-    .success();
-    let md3 = std::fs::read_to_string(d.join("rep3/report.md")).unwrap();
+    let md3 = report(&["full.json", "decode-comm.json"], "rep3");
     assert!(md3.contains("no full-mode decode record"), "{md3}");
     assert!(!md3.contains("beats plain decoding"), "{md3}");
 }

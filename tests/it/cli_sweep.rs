@@ -736,6 +736,21 @@ fn bad_rounds_and_margins_are_usage_errors() {
     );
 }
 
+/// `sweep` of Kimi-K2.5 at TP 8 through the cost model; the test adds the rest.
+fn kimi_model_sweep() -> assert_cmd::Command {
+    let mut c = vb();
+    c.args([
+        "sweep",
+        "--backend",
+        "model",
+        "--model",
+        "kimi-k2.5",
+        "--tp",
+        "8",
+    ]);
+    c
+}
+
 /// The variables of `--preset pcie` that the cost model does not price (its
 /// `not modeled:` note), each in the id of the preset's points that set it.
 const UNPRICED_IN_IDS: [&str; 4] = ["P2P-LEVEL", "NCHANNELS", "NTHREADS", "BUFFSIZE"];
@@ -745,16 +760,7 @@ fn a_model_sweep_lists_unpriced_points_apart_and_never_calls_its_numbers_measure
     let dir = tempfile::tempdir().unwrap();
     let res = dir.path().join("r.jsonl");
     let csv = dir.path().join("rank.csv");
-    let out = vb()
-        .args([
-            "sweep",
-            "--backend",
-            "model",
-            "--model",
-            "kimi-k2.5",
-            "--tp",
-            "8",
-        ])
+    let out = kimi_model_sweep()
         .args(["--preset", "pcie", "--rounds", "2", "--results"])
         .arg(&res)
         .arg("--export-table-csv")
@@ -834,21 +840,13 @@ fn host_gaps_take_effect_in_a_model_sweeps_eager_rows_only() {
     let dir = tempfile::tempdir().unwrap();
     let run = |name: &str, gaps: &[&str]| {
         let res = dir.path().join(name);
-        vb().args([
-            "sweep",
-            "--backend",
-            "model",
-            "--model",
-            "kimi-k2.5",
-            "--tp",
-            "8",
-        ])
-        .args(["-L", "NCCL_PROTO=LL", "--rounds", "1", "--graph", "both"])
-        .args(gaps)
-        .arg("--results")
-        .arg(&res)
-        .assert()
-        .success();
+        kimi_model_sweep()
+            .args(["-L", "NCCL_PROTO=LL", "--rounds", "1", "--graph", "both"])
+            .args(gaps)
+            .arg("--results")
+            .arg(&res)
+            .assert()
+            .success();
         lines(&res)
     };
     let plain = run("plain.jsonl", &[]);

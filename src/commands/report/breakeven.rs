@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::sections::cell;
 use crate::model::Phase;
+use crate::report::breakeven::origin_cell;
 use crate::report::export::{markdown_table, Table};
 use crate::speculative::analysis::{analyse, Analysis};
 use crate::speculative::inputs::{self, Flags, RecordTime};
@@ -116,13 +117,7 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
     for r in &a.rows {
         t.rows.push(vec![
             format!("{:.2}", r.verify_ms.value),
-            if r.bound {
-                "bound".to_string()
-            } else if r.modeled {
-                "modeled".to_string()
-            } else {
-                r.verify_ms.origin.kind().to_string()
-            },
+            origin_cell(r).to_string(),
             format!("{:.2}", r.cycle_ms),
             format!("{:.3}", r.breakeven_accept_length),
             match r.breakeven_accept_rate {
