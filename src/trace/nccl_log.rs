@@ -197,10 +197,12 @@ pub struct LogSummary {
 }
 
 impl LogSummary {
-    pub fn of(calls: &[LogCall]) -> LogSummary {
+    pub fn of<'a>(calls: impl IntoIterator<Item = &'a LogCall>) -> LogSummary {
         let mut m: BTreeMap<(String, Option<String>, u64, u32), u64> = BTreeMap::new();
         let mut procs = std::collections::BTreeSet::new();
+        let mut n = 0u64;
         for c in calls {
+            n += 1;
             *m.entry((c.op.clone(), c.dtype.clone(), c.count, c.nranks))
                 .or_default() += 1;
             procs.insert((c.host.clone(), c.pid));
@@ -217,7 +219,7 @@ impl LogSummary {
             .collect();
         sizes.sort_by(|a, b| a.op.cmp(&b.op).then(b.calls.cmp(&a.calls)));
         LogSummary {
-            calls: calls.len() as u64,
+            calls: n,
             processes: procs.len(),
             sizes,
         }
@@ -263,15 +265,18 @@ impl LogSummary {
         (share >= 0.9).then_some((*best, share))
     }
 
-    /// Calls of `op` per process (what each rank logged).
-    pub(crate) fn calls_per_process(&self, op: &str) -> f64 {
-        let n: u64 = self
-            .sizes
+    /// Calls of `op` in all.
+    pub(crate) fn calls_of(&self, op: &str) -> u64 {
+        self.sizes
             .iter()
             .filter(|s| s.op == op)
             .map(|s| s.calls)
-            .sum();
-        n as f64 / self.processes.max(1) as f64
+            .sum()
+    }
+
+    /// Calls of `op` per process (what each rank logged).
+    pub(crate) fn calls_per_process(&self, op: &str) -> f64 {
+        self.calls_of(op) as f64 / self.processes.max(1) as f64
     }
 }
 
