@@ -27,7 +27,7 @@ type Proc = (String, u32);
 pub(crate) type Processes<'a> = BTreeMap<Proc, Vec<&'a LogCall>>;
 
 /// The calls of each logged process.
-pub(crate) fn processes(calls: &[LogCall]) -> Processes<'_> {
+pub(crate) fn processes<'a>(calls: impl IntoIterator<Item = &'a LogCall>) -> Processes<'a> {
     let mut m: Processes = BTreeMap::new();
     for c in calls {
         m.entry((c.host.clone(), c.pid)).or_default().push(c);

@@ -269,13 +269,9 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
         .iter()
         .map(|(p, _)| p.display().to_string())
         .collect();
-    let log_calls: Vec<nccl_log::LogCall> = ins
-        .logs
-        .iter()
-        .flat_map(|(_, p)| p.calls.iter().cloned())
-        .collect();
-    let log = (!ins.logs.is_empty()).then(|| nccl_log::LogSummary::of(&log_calls));
-    let log_procs = logmatch::processes(&log_calls);
+    let log_calls = || ins.logs.iter().flat_map(|(_, p)| &p.calls);
+    let log = (!ins.logs.is_empty()).then(|| nccl_log::LogSummary::of(log_calls()));
+    let log_procs = logmatch::processes(log_calls());
     let eopt = extract::ExtractOptions {
         step_label: req.step_label.clone(),
     };
