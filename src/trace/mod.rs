@@ -412,13 +412,9 @@ pub fn record(a: &Analysis, started: String) -> Record {
     )
 }
 
-/// Runs `verifybench trace`: analyse, print, export. The value is the exit code.
-pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
-    run_with(req, &|_| Vec::new())
-}
-
-/// [`run`], with `traps` naming the known traps the analysis proves (the table lives with
-/// `explain`, above this module, which passes its check in).
+/// Runs `verifybench trace`: analyse, print, export; `traps` names the known traps the
+/// analysis proves (the table lives with `explain`, above this module, which passes its check
+/// in). The value is the exit code.
 pub fn run_with(
     req: &TraceRequest,
     traps: &dyn Fn(&Analysis) -> Vec<TrapFound>,
