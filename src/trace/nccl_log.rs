@@ -348,21 +348,22 @@ pub const CAPTURE_REPEATS: usize = 3;
 ///   captures at start-up, then replays unlogged: captured;
 /// - anything else: cannot tell (one kind of op only, too few steps, steps of varying sizes).
 pub fn judge(calls: &[&LogCall]) -> (LogMode, String) {
-    let mut ops: Vec<&str> = calls.iter().map(|c| c.op.as_str()).collect();
-    ops.sort_unstable();
-    ops.dedup();
+    // calls per op, in op order
+    let mut ops: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in calls {
+        *ops.entry(c.op.as_str()).or_default() += 1;
+    }
     if ops.len() < 2 {
         return (
             LogMode::CannotTell,
             "one kind of call only: the log shows no step boundary".into(),
         );
     }
-    let count = |op: &str| calls.iter().filter(|c| c.op == op).count();
     let Some(delim) = ops
         .iter()
-        .filter(|o| count(o) >= 2)
-        .min_by_key(|o| count(o))
-        .copied()
+        .filter(|(_, &n)| n >= 2)
+        .min_by_key(|(_, &n)| n)
+        .map(|(&o, _)| o)
     else {
         return (
             LogMode::CannotTell,
@@ -457,13 +458,10 @@ pub fn judge(calls: &[&LogCall]) -> (LogMode, String) {
         runs.len() >= 3 && (down || up) && runs.iter().all(|r| kinds(steps[r.0]) >= 2)
     };
     let last_len = steps.last().map_or(0, |s| s.len());
-    let swept = sweep(&runs) || (runs.len() > 1 && runs[0].1 == 1 && sweep(&runs[1..]));
+    let all_runs = sweep(&runs);
+    let swept = all_runs || (runs.len() > 1 && runs[0].1 == 1 && sweep(&runs[1..]));
     if swept && tail < last_len {
-        let n = if sweep(&runs) {
-            runs.len()
-        } else {
-            runs.len() - 1
-        };
+        let n = if all_runs { runs.len() } else { runs.len() - 1 };
         return (
             LogMode::Captured,
             format!(
