@@ -666,12 +666,8 @@ pub(crate) fn diagnose(a: &Analysis) -> Vec<String> {
     }
     if let (Some(log), Some(s)) = (&a.nccl_log, &a.step) {
         // rank 0's own process when the log holds it (matched by pid), else the mean
-        let per_proc = match a.rank_traces.first().filter(|r| r.log_process.is_some()) {
-            Some(r) => r
-                .log_calls
-                .iter()
-                .find(|(o, _)| o == "all_reduce")
-                .map_or(0.0, |x| x.1 as f64),
+        let per_proc = match a.rank_traces.first().and_then(|r| r.log_own.as_ref()) {
+            Some(own) => own.calls_of("all_reduce") as f64,
             None => log.calls_per_process("all_reduce"),
         };
         let in_trace = a

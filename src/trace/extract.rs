@@ -169,10 +169,11 @@ pub struct RankTrace {
     pub host_pids: Vec<u32>,
     /// Its host, where the file name gives it (`<host>_<pid>.<time>.pt.trace.json`).
     pub host: Option<String>,
-    /// The NCCL log's process (`host:pid`) matched to this rank by pid, if any.
+    /// The NCCL log's process (`host:pid`) matched to this rank by pid, if any (set by the
+    /// caller, with [`Self::log_own`]).
     pub log_process: Option<String>,
-    /// That process's logged calls, counted by op.
-    pub log_calls: Vec<(String, u64)>,
+    /// That process's logged calls, summarised.
+    pub log_own: Option<LogSummary>,
     pub notes: Vec<String>,
 }
 
@@ -529,9 +530,9 @@ pub(crate) fn extract(
                     .any(|w| l.contains(w))
             }),
         host_pids: t.host_pids.clone(),
-        host: super::reader::host_from_file_name(&t.path, &t.host_pids),
+        host: t.host.clone(),
         log_process: None,
-        log_calls: Vec::new(),
+        log_own: None,
         notes,
     }
 }

@@ -23,9 +23,12 @@ use super::nccl_log::{LogCall, LogSummary};
 /// A logged process: (host, pid).
 type Proc = (String, u32);
 
+/// The calls of each logged process, grouped once per analysis.
+pub(crate) type Processes<'a> = BTreeMap<Proc, Vec<&'a LogCall>>;
+
 /// The calls of each logged process.
-fn processes(calls: &[LogCall]) -> BTreeMap<Proc, Vec<&LogCall>> {
-    let mut m: BTreeMap<Proc, Vec<&LogCall>> = BTreeMap::new();
+pub(crate) fn processes<'a>(calls: impl IntoIterator<Item = &'a LogCall>) -> Processes<'a> {
+    let mut m: Processes = BTreeMap::new();
     for c in calls {
         m.entry((c.host.clone(), c.pid)).or_default().push(c);
     }
@@ -48,24 +51,19 @@ fn matching<'a>(
         .collect()
 }
 
-/// The summary of the calls of the one logged process that is this trace's (for the sizes a
-/// trace lacks); `None` when the trace knows no pid or the log holds none (or several) of its
-/// processes.
-pub(crate) fn own_summary(
-    calls: &[LogCall],
+/// The one logged process that is this trace's (`host:pid`) and the summary of its calls (for
+/// the sizes a trace lacks, and to check the rank against); `None` when the trace knows no pid
+/// or the log holds none (or several) of its processes.
+pub(crate) fn own_process(
+    procs: &Processes,
     pids: &[u32],
     host: Option<&str>,
-) -> Option<LogSummary> {
+) -> Option<(String, LogSummary)> {
     if pids.is_empty() {
         return None;
     }
-    let procs = processes(calls);
-    let m = matching(procs.keys(), pids, host);
-    match m.as_slice() {
-        [one] => {
-            let own: Vec<LogCall> = procs[*one].iter().map(|c| (*c).clone()).collect();
-            Some(LogSummary::of(&own))
-        }
+    match matching(procs.keys(), pids, host).as_slice() {
+        [one] => Some((name(one), LogSummary::of(procs[*one].iter().copied()))),
         _ => None,
     }
 }
@@ -98,20 +96,20 @@ fn traced(r: &RankTrace) -> String {
     )
 }
 
-/// Checks the log against the ranks, matches each rank to its logged process (setting
-/// [`RankTrace::log_process`] and [`RankTrace::log_calls`]), and returns the notes. A log that
-/// cannot be this run's is an error naming both sides: communicators of other sizes than the
-/// trace's; no traced process among the logged ones (both sides knowing their pids); or fewer
-/// calls of an op than the rank ran eagerly (NCCL logs every eager call).
+/// Checks the log against the ranks (each already matched to its logged process by
+/// [`own_process`], [`RankTrace::log_process`]) and returns the notes. A log that cannot be
+/// this run's is an error naming both sides: communicators of other sizes than the trace's;
+/// no traced process among the logged ones (both sides knowing their pids); or fewer calls of
+/// an op than the rank ran eagerly (NCCL logs every eager call).
 pub(crate) fn check(
-    calls: &[LogCall],
+    log: &LogSummary,
+    procs: &Processes,
     log_files: &[String],
-    ranks: &mut [RankTrace],
+    ranks: &[RankTrace],
 ) -> anyhow::Result<Vec<String>> {
     let Some(first) = ranks.first() else {
         return Ok(Vec::new());
     };
-    let log = LogSummary::of(calls);
     let logs = log_files.join(", ");
     let sizes: std::collections::BTreeSet<u64> = first
         .collectives
@@ -128,31 +126,23 @@ pub(crate) fn check(
             first.file
         );
     }
-    let procs = processes(calls);
     let proc_names: Vec<String> = procs.keys().map(name).collect();
     let pids_known = ranks.iter().any(|r| !r.host_pids.is_empty());
     let mut notes = Vec::new();
     if pids_known {
-        let mut used: Vec<&Proc> = Vec::new();
-        for r in ranks.iter_mut() {
+        let used: Vec<&String> = ranks
+            .iter()
+            .filter_map(|r| r.log_process.as_ref())
+            .collect();
+        for r in ranks.iter().filter(|r| r.log_process.is_none()) {
             let m = matching(procs.keys(), &r.host_pids, r.host.as_deref());
-            match m.as_slice() {
-                [one] => {
-                    let mut by_op: BTreeMap<String, u64> = BTreeMap::new();
-                    for c in &procs[*one] {
-                        *by_op.entry(c.op.clone()).or_default() += 1;
-                    }
-                    r.log_process = Some(name(one));
-                    r.log_calls = by_op.into_iter().collect();
-                    used.push(one);
-                }
-                [] => {}
-                several => notes.push(format!(
+            if m.len() > 1 {
+                notes.push(format!(
                     "rank {} (pid {:?}) is logged on several hosts ({}): not matched; a trace file named <host>_<pid> (torch.profiler's default) gives its host",
                     r.rank,
                     r.host_pids,
-                    several.iter().map(|p| name(p)).collect::<Vec<_>>().join(", ")
-                )),
+                    m.iter().map(|p| name(p)).collect::<Vec<_>>().join(", ")
+                ));
             }
         }
         if used.is_empty() {
@@ -190,10 +180,10 @@ pub(crate) fn check(
                 listed(&unmatched, 8)
             ));
         }
-        let unused: Vec<String> = procs
-            .keys()
+        let unused: Vec<String> = proc_names
+            .iter()
             .filter(|p| !used.contains(p))
-            .map(name)
+            .cloned()
             .collect();
         if !unused.is_empty() {
             notes.push(format!(
@@ -218,9 +208,9 @@ pub(crate) fn check(
         ops.dedup();
         for op in ops {
             let in_trace = r.collectives.iter().filter(|c| c.op == op).count();
-            match &r.log_process {
-                Some(p) => {
-                    let in_log = r.log_calls.iter().find(|(o, _)| o == op).map_or(0, |x| x.1);
+            match r.log_process.as_ref().zip(r.log_own.as_ref()) {
+                Some((p, own)) => {
+                    let in_log = own.calls_of(op);
                     if in_log < in_trace as u64 {
                         crate::usage_bail!(
                             "the NCCL log ({logs}) has {in_log} {op} calls of process {p}, but rank {} of the trace '{}' (the same pid) ran {in_trace} {op} collectives eagerly (NCCL logs every eager call): a log cut short, or of another run? give the whole log of the traced run",

@@ -269,12 +269,9 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
         .iter()
         .map(|(p, _)| p.display().to_string())
         .collect();
-    let log_calls: Vec<nccl_log::LogCall> = ins
-        .logs
-        .iter()
-        .flat_map(|(_, p)| p.calls.iter().cloned())
-        .collect();
-    let log = (!ins.logs.is_empty()).then(|| nccl_log::LogSummary::of(&log_calls));
+    let log_calls = || ins.logs.iter().flat_map(|(_, p)| &p.calls);
+    let log = (!ins.logs.is_empty()).then(|| nccl_log::LogSummary::of(log_calls()));
+    let log_procs = logmatch::processes(log_calls());
     let eopt = extract::ExtractOptions {
         step_label: req.step_label.clone(),
     };
@@ -293,16 +290,15 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
                             None => {
                                 // The sizes a trace lacks come from its own process's calls
                                 // when the log holds it (matched by pid), else from every call.
-                                let host = reader::host_from_file_name(&t.path, &t.host_pids);
-                                let own = log.as_ref().and_then(|_| {
-                                    logmatch::own_summary(&log_calls, &t.host_pids, host.as_deref())
-                                });
-                                let sizes = own.as_ref().or(log.as_ref());
-                                Ok((
-                                    extract::extract(&t, t.rank.unwrap_or(0), sizes, &eopt),
-                                    t.rank,
-                                    t.rank_from_info,
-                                ))
+                                let own = logmatch::own_process(
+                                    &log_procs,
+                                    &t.host_pids,
+                                    t.host.as_deref(),
+                                );
+                                let sizes = own.as_ref().map(|(_, s)| s).or(log.as_ref());
+                                let mut r = extract::extract(&t, t.rank.unwrap_or(0), sizes, &eopt);
+                                (r.log_process, r.log_own) = own.unzip();
+                                Ok((r, t.rank, t.rank_from_info))
                             }
                         })
                         .collect()
@@ -374,7 +370,7 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
         }
     }
     let log_notes = match &log {
-        Some(_) => logmatch::check(&log_calls, &log_files, &mut ranks)?,
+        Some(l) => logmatch::check(l, &log_procs, &log_files, &ranks)?,
         None => Vec::new(),
     };
     let mut a = analysis::analyse(ranks, &sources, skipped, req.multi_host, log)?;
@@ -416,13 +412,9 @@ pub fn record(a: &Analysis, started: String) -> Record {
     )
 }
 
-/// Runs `verifybench trace`: analyse, print, export. The value is the exit code.
-pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
-    run_with(req, &|_| Vec::new())
-}
-
-/// [`run`], with `traps` naming the known traps the analysis proves (the table lives with
-/// `explain`, above this module, which passes its check in).
+/// Runs `verifybench trace`: analyse, print, export; `traps` names the known traps the
+/// analysis proves (the table lives with `explain`, above this module, which passes its check
+/// in). The value is the exit code.
 pub fn run_with(
     req: &TraceRequest,
     traps: &dyn Fn(&Analysis) -> Vec<TrapFound>,

@@ -197,10 +197,12 @@ pub struct LogSummary {
 }
 
 impl LogSummary {
-    pub fn of(calls: &[LogCall]) -> LogSummary {
+    pub fn of<'a>(calls: impl IntoIterator<Item = &'a LogCall>) -> LogSummary {
         let mut m: BTreeMap<(String, Option<String>, u64, u32), u64> = BTreeMap::new();
         let mut procs = std::collections::BTreeSet::new();
+        let mut n = 0u64;
         for c in calls {
+            n += 1;
             *m.entry((c.op.clone(), c.dtype.clone(), c.count, c.nranks))
                 .or_default() += 1;
             procs.insert((c.host.clone(), c.pid));
@@ -217,7 +219,7 @@ impl LogSummary {
             .collect();
         sizes.sort_by(|a, b| a.op.cmp(&b.op).then(b.calls.cmp(&a.calls)));
         LogSummary {
-            calls: calls.len() as u64,
+            calls: n,
             processes: procs.len(),
             sizes,
         }
@@ -263,15 +265,18 @@ impl LogSummary {
         (share >= 0.9).then_some((*best, share))
     }
 
-    /// Calls of `op` per process (what each rank logged).
-    pub(crate) fn calls_per_process(&self, op: &str) -> f64 {
-        let n: u64 = self
-            .sizes
+    /// Calls of `op` in all.
+    pub(crate) fn calls_of(&self, op: &str) -> u64 {
+        self.sizes
             .iter()
             .filter(|s| s.op == op)
             .map(|s| s.calls)
-            .sum();
-        n as f64 / self.processes.max(1) as f64
+            .sum()
+    }
+
+    /// Calls of `op` per process (what each rank logged).
+    pub(crate) fn calls_per_process(&self, op: &str) -> f64 {
+        self.calls_of(op) as f64 / self.processes.max(1) as f64
     }
 }
 
@@ -343,21 +348,22 @@ pub const CAPTURE_REPEATS: usize = 3;
 ///   captures at start-up, then replays unlogged: captured;
 /// - anything else: cannot tell (one kind of op only, too few steps, steps of varying sizes).
 pub fn judge(calls: &[&LogCall]) -> (LogMode, String) {
-    let mut ops: Vec<&str> = calls.iter().map(|c| c.op.as_str()).collect();
-    ops.sort_unstable();
-    ops.dedup();
+    // calls per op, in op order
+    let mut ops: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in calls {
+        *ops.entry(c.op.as_str()).or_default() += 1;
+    }
     if ops.len() < 2 {
         return (
             LogMode::CannotTell,
             "one kind of call only: the log shows no step boundary".into(),
         );
     }
-    let count = |op: &str| calls.iter().filter(|c| c.op == op).count();
     let Some(delim) = ops
         .iter()
-        .filter(|o| count(o) >= 2)
-        .min_by_key(|o| count(o))
-        .copied()
+        .filter(|(_, &n)| n >= 2)
+        .min_by_key(|(_, &n)| n)
+        .map(|(&o, _)| o)
     else {
         return (
             LogMode::CannotTell,
@@ -452,13 +458,10 @@ pub fn judge(calls: &[&LogCall]) -> (LogMode, String) {
         runs.len() >= 3 && (down || up) && runs.iter().all(|r| kinds(steps[r.0]) >= 2)
     };
     let last_len = steps.last().map_or(0, |s| s.len());
-    let swept = sweep(&runs) || (runs.len() > 1 && runs[0].1 == 1 && sweep(&runs[1..]));
+    let all_runs = sweep(&runs);
+    let swept = all_runs || (runs.len() > 1 && runs[0].1 == 1 && sweep(&runs[1..]));
     if swept && tail < last_len {
-        let n = if sweep(&runs) {
-            runs.len()
-        } else {
-            runs.len() - 1
-        };
+        let n = if all_runs { runs.len() } else { runs.len() - 1 };
         return (
             LogMode::Captured,
             format!(

@@ -202,6 +202,9 @@ pub struct TraceData {
     /// GPU events carry the device index as their pid and are not read. Empty for a trace
     /// whose events carry `args.rank` (verifybench's own, one track per rank, not a process).
     pub host_pids: Vec<u32>,
+    /// The host, where the file name gives it with one of [`Self::host_pids`]
+    /// ([`host_from_file_name`]); set by [`read_trace`].
+    pub host: Option<String>,
     /// Interned GPU event names.
     pub names: Vec<String>,
     /// Events read in all (kept or not).
@@ -594,15 +597,20 @@ pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<
     };
     // Custom collective kernels take their sizes from the CPU ops that launch them, which the
     // scanner skips: such a trace is read once more, whole, keeping those ops.
-    if !opts.custom_ops && t.gpu.iter().any(|g| matches!(g.kind, GpuKind::Custom(_))) {
+    let t = if !opts.custom_ops && t.gpu.iter().any(|g| matches!(g.kind, GpuKind::Custom(_))) {
         let with_ops = ReadOptions {
             custom_ops: true,
             ..opts.clone()
         };
-        return read_from(BufReader::with_capacity(1 << 16, open()?), path, &with_ops)
-            .map(split_by_rank);
+        read_from(BufReader::with_capacity(1 << 16, open()?), path, &with_ops)?
+    } else {
+        t
+    };
+    let mut ts = split_by_rank(t);
+    for t in &mut ts {
+        t.host = host_from_file_name(&t.path, &t.host_pids);
     }
-    Ok(split_by_rank(t))
+    Ok(ts)
 }
 
 /// The same as [`read_from`] through [`prefilter::scan`]: only the events that may matter are
@@ -719,6 +727,7 @@ pub(crate) fn split_by_rank(t: TraceData) -> Vec<TraceData> {
                 .collect(),
             // a track per rank, not an OS process
             host_pids: Vec::new(),
+            host: None,
             names: t.names.clone(),
             events_seen: t.events_seen,
             had_events: true,

@@ -61,6 +61,14 @@ fn trace(
     p
 }
 
+/// [`trace`] of rank `rank` of 2 with 8 all-reduces, launched by `pid` and named as
+/// `tensorboard_trace_handler` names it: `<host>_<pid>.<time>.pt.trace.json`.
+fn named_trace(dir: &Path, host: &str, pid: u32, rank: usize, sizes: bool) -> PathBuf {
+    let time = 1_700_000_000_000_000_000u64 + rank as u64;
+    let file = format!("{host}_{pid}.{time}.pt.trace.json");
+    trace(dir, &file, rank, 2, Some(pid), 8, sizes)
+}
+
 /// `n` COLL lines of all-reduces of `count` bf16 by `host:pid` on a communicator of `nranks`.
 fn lines(host: &str, pid: u32, n: usize, count: u64, nranks: u32) -> String {
     (0..n)
@@ -84,6 +92,12 @@ fn json(args: &[&std::ffi::OsStr]) -> serde_json::Value {
     serde_json::from_slice(&o.get_output().stdout).unwrap()
 }
 
+/// The stderr of `trace ARGS`, which must exit 2.
+fn refused(args: &[&std::ffi::OsStr]) -> String {
+    let o = common::vb().arg("trace").args(args).assert().code(2);
+    String::from_utf8_lossy(&o.get_output().stderr).into_owned()
+}
+
 fn notes(v: &serde_json::Value) -> Vec<String> {
     v["result"]["data"]["notes"]
         .as_array()
@@ -96,24 +110,8 @@ fn notes(v: &serde_json::Value) -> Vec<String> {
 #[test]
 fn each_rank_is_matched_to_its_own_process_and_checked_against_its_calls() {
     let d = tempfile::tempdir().unwrap();
-    let t0 = trace(
-        d.path(),
-        "hostA.example.com_4242.1700000000000000000.pt.trace.json",
-        0,
-        2,
-        Some(4242),
-        8,
-        true,
-    );
-    let t1 = trace(
-        d.path(),
-        "hostA.example.com_4243.1700000000000000001.pt.trace.json",
-        1,
-        2,
-        Some(4243),
-        8,
-        true,
-    );
+    let t0 = named_trace(d.path(), "hostA.example.com", 4242, 0, true);
+    let t1 = named_trace(d.path(), "hostA.example.com", 4243, 1, true);
     // Each traced process logged its 8 calls; a third process (another job on the host)
     // logged 1. Over the three, 17 / 3 = 5.7 calls per process, fewer than the 8 each rank
     // ran: only the matching by pid tells that the log is this run's.
@@ -156,15 +154,12 @@ fn each_rank_is_matched_to_its_own_process_and_checked_against_its_calls() {
             + &lines("hostA", 4243, 3, 21504, 2)
             + &lines("hostA", 9999, 20, 21504, 2)),
     );
-    let o = common::vb()
-        .arg("trace")
-        .arg(&t0)
-        .arg(&t1)
-        .arg("--nccl-log")
-        .arg(&short)
-        .assert()
-        .code(2);
-    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    let err = refused(&[
+        t0.as_os_str(),
+        t1.as_os_str(),
+        "--nccl-log".as_ref(),
+        short.as_os_str(),
+    ]);
     assert!(
         err.contains(&format!(
             "has 3 all_reduce calls of process hostA:4243, but rank 1 of the trace '{}' (the same pid) ran 8 all_reduce collectives eagerly",
@@ -177,30 +172,19 @@ fn each_rank_is_matched_to_its_own_process_and_checked_against_its_calls() {
 #[test]
 fn a_log_of_other_processes_is_refused_with_both_sides_named() {
     let d = tempfile::tempdir().unwrap();
-    let t0 = trace(
-        d.path(),
-        "hostA_4242.1700000000000000000.pt.trace.json",
-        0,
-        2,
-        Some(4242),
-        8,
-        true,
-    );
+    let t0 = named_trace(d.path(), "hostA", 4242, 0, true);
     let t1 = trace(d.path(), "rank1.json", 1, 2, Some(4243), 8, true);
     let log = write(
         d.path(),
         "other.log",
         &(lines("hostB", 77, 8, 21504, 2) + &lines("hostB", 78, 8, 21504, 2)),
     );
-    let o = common::vb()
-        .arg("trace")
-        .arg(&t0)
-        .arg(&t1)
-        .arg("--nccl-log")
-        .arg(&log)
-        .assert()
-        .code(2);
-    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    let err = refused(&[
+        t0.as_os_str(),
+        t1.as_os_str(),
+        "--nccl-log".as_ref(),
+        log.as_os_str(),
+    ]);
     let want = format!(
         "Error: the NCCL log ({}) holds processes hostB:77, hostB:78, but none of them is a traced process (rank 0 '{}' pid 4242 host hostA, rank 1 '{}' pid 4243): a log of another run? give the log of the traced run (NCCL begins each line with host:pid; the trace's pid is on its CPU events)\n",
         log.display(),
@@ -210,14 +194,7 @@ fn a_log_of_other_processes_is_refused_with_both_sides_named() {
     assert_eq!(err, want);
     // The same pid on another host is another process: the file name gives the trace's host.
     let log = write(d.path(), "samepid.log", &lines("hostB", 4242, 8, 21504, 2));
-    let o = common::vb()
-        .arg("trace")
-        .arg(&t0)
-        .arg("--nccl-log")
-        .arg(&log)
-        .assert()
-        .code(2);
-    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    let err = refused(&[t0.as_os_str(), "--nccl-log".as_ref(), log.as_os_str()]);
     assert!(
         err.contains("holds processes hostB:4242, but none"),
         "{err}"
@@ -230,24 +207,8 @@ fn a_partial_log_is_used_for_the_ranks_it_holds_and_the_rest_is_said() {
     // Sizes only in the log: rank 0's process logged 21,504 elements, another process on the
     // host logged as many calls of 999. Over the whole log neither size has 90% of the calls;
     // rank 0's own calls give 21,504.
-    let t0 = trace(
-        d.path(),
-        "hostA_4242.1700000000000000000.pt.trace.json",
-        0,
-        2,
-        Some(4242),
-        8,
-        false,
-    );
-    let t1 = trace(
-        d.path(),
-        "hostA_4243.1700000000000000001.pt.trace.json",
-        1,
-        2,
-        Some(4243),
-        8,
-        false,
-    );
+    let t0 = named_trace(d.path(), "hostA", 4242, 0, false);
+    let t1 = named_trace(d.path(), "hostA", 4243, 1, false);
     let log = write(
         d.path(),
         "part.log",
@@ -294,14 +255,7 @@ fn without_pids_the_calls_per_process_of_the_whole_log_are_checked() {
         "n.log",
         &(lines("h", 1, 5, 21504, 2) + &lines("h", 2, 3, 21504, 2)),
     );
-    let o = common::vb()
-        .arg("trace")
-        .arg(&t0)
-        .arg("--nccl-log")
-        .arg(&log)
-        .assert()
-        .code(2);
-    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    let err = refused(&[t0.as_os_str(), "--nccl-log".as_ref(), log.as_os_str()]);
     assert!(
         err.contains("has 4 all_reduce calls per process, but rank 0"),
         "{err}"
@@ -337,14 +291,11 @@ fn the_real_pair_matches_and_a_real_trace_of_another_process_does_not() {
         serde_json::json!([485])
     );
     // the TP2 sizes replayed by another process (pid 546): not this log's
-    let o = common::vb()
-        .arg("trace")
-        .arg(data("traces/kimi-tp2-world1-eager-rank-0.trace.json.gz"))
-        .arg("--nccl-log")
-        .arg(&log)
-        .assert()
-        .code(2);
-    let err = String::from_utf8_lossy(&o.get_output().stderr).into_owned();
+    let err = refused(&[
+        data("traces/kimi-tp2-world1-eager-rank-0.trace.json.gz").as_os_str(),
+        "--nccl-log".as_ref(),
+        log.as_os_str(),
+    ]);
     assert!(
         err.contains("holds processes vm:485, but none of them is a traced process"),
         "{err}"
