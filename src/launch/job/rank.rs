@@ -402,15 +402,12 @@ pub fn run_rank(
         match f.kind {
             FaultKind::Exit => std::process::exit(3),
             FaultKind::Abort => std::process::abort(),
-            // a hung rank of a threads run leaves once the run is aborted (a worker process
-            // is killed by its parent)
-            FaultKind::Hang => loop {
-                std::thread::sleep(Duration::from_millis(20));
-                if rank.setup.watch.stopped() {
-                    let stopped = crate::comm::nccl::Stopped { rank: f.rank };
-                    return Err(anyhow::Error::new(stopped).context("injected hang"));
-                }
-            },
+            FaultKind::Hang => {
+                return Err(super::super::fault::hang_until_stopped(
+                    &rank.setup.watch,
+                    f.rank,
+                ))
+            }
             FaultKind::P2pSilent => rank.p2p.silent = true,
         }
     }
