@@ -19,7 +19,7 @@ use super::device::{Buffer, Gpu};
 use crate::model::{CollectiveKind, DType};
 
 /// An NCCL failure with NCCL's own message and the rank it happened on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NcclFailure {
     pub rank: usize,
     pub call: &'static str,
@@ -414,12 +414,6 @@ enum Poll {
     Nccl(NcclFailure),
     Stopped,
     PastDeadline,
-}
-
-impl PartialEq for NcclFailure {
-    fn eq(&self, o: &Self) -> bool {
-        (self.rank, self.call, self.code, &self.message) == (o.rank, o.call, o.code, &o.message)
-    }
 }
 
 /// The verdict of one poll from what it saw. NCCL's own error wins (its text is what the user

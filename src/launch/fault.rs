@@ -77,6 +77,18 @@ pub(crate) fn sweep_extra_args() -> (Vec<String>, Option<(String, String)>) {
     (args, when)
 }
 
+/// The injected `hang` of a rank thread (a job's rank, or the drill's last rank): it never
+/// calls again and leaves only once the run is aborted, with the error of a stopped wait (a
+/// worker process that hangs so is killed by its parent).
+pub(crate) fn hang_until_stopped(watch: &Watch, rank: usize) -> anyhow::Error {
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        if watch.stopped() {
+            return anyhow::Error::new(Stopped { rank }).context("injected hang");
+        }
+    }
+}
+
 /// What the last rank of the drill does while the others wait in a P2P kernel for its
 /// signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,12 +158,7 @@ pub(crate) fn drill_rank(
             Drill::Fail => {
                 anyhow::bail!("rank {rank}: {DRILL_FAILURE}, while its peers wait for its signal")
             }
-            Drill::Hang => loop {
-                std::thread::sleep(Duration::from_millis(20));
-                if watch.stopped() {
-                    return Err(anyhow::Error::new(Stopped { rank }).context("injected hang"));
-                }
-            },
+            Drill::Hang => return Err(hang_until_stopped(watch, rank)),
         }
     }
     let input = gpu.alloc(bytes)?;

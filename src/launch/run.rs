@@ -268,62 +268,31 @@ pub(crate) fn supervise<T: Send + 'static>(
         }
     }
     drop(tx);
-    let mut results: Vec<Option<T>> = (0..n).map(|_| None).collect();
-    let mut left = vec![false; n];
-    let mut failures: Vec<(usize, Cause, anyhow::Error)> = vec![];
-    let mut deadline = Instant::now() + timeout;
-    let mut give_up: Option<Instant> = None;
-    let mut timed_out = false;
-    let stop = |give_up: &mut Option<Instant>| {
-        if give_up.is_none() {
-            watch.stop();
-            on_stop();
-            *give_up = Some(Instant::now() + GRACE);
-        }
+    let mut l = Listen::new(n, timeout);
+    let stop = || {
+        watch.stop();
+        on_stop();
     };
-    while left.iter().any(|l| !l) {
-        let until = give_up.unwrap_or(deadline);
-        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-            Ok((_, Event::Progress)) => {
-                if give_up.is_none() {
-                    deadline = Instant::now() + timeout;
-                }
-            }
-            Ok((rank, Event::Done(r))) => {
-                left[rank] = true;
-                match *r {
-                    Ok(res) => {
-                        results[rank] = Some(res);
-                        deadline = Instant::now() + timeout;
-                    }
-                    Err(e) => {
-                        failures.push((rank, Cause::of(&e), e));
-                        stop(&mut give_up);
-                    }
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) if give_up.is_none() => {
-                timed_out = true;
-                stop(&mut give_up);
-            }
+    while l.waiting() {
+        match rx.recv_timeout(l.wait_for()) {
+            Ok((_, Event::Progress)) => l.progress(),
+            Ok((rank, Event::Done(r))) => match *r {
+                Ok(res) => l.result(rank, res),
+                Err(e) => l.failed(rank, Cause::of(&e), e, stop),
+            },
+            Err(mpsc::RecvTimeoutError::Timeout) if !l.ending() => l.silent(stop),
             Err(_) => break,
         }
     }
     let mut stuck = vec![];
     for (rank, h) in handles.iter_mut().enumerate() {
         match h.take() {
-            Some(h) if left[rank] || h.is_finished() => {
+            Some(h) if l.left[rank] || h.is_finished() => {
                 let _ = h.join();
             }
             Some(_) => stuck.push(rank.to_string()),
             None => {}
         }
-    }
-    if failures.is_empty() && !timed_out {
-        return Ok(results
-            .into_iter()
-            .map(|r| r.expect("every rank reported"))
-            .collect());
     }
     let mut notes = vec![];
     if !stuck.is_empty() {
@@ -333,14 +302,112 @@ pub(crate) fn supervise<T: Send + 'static>(
             GRACE.as_secs_f64()
         ));
     }
-    Err(run_error(
-        failures,
-        &missing(&results),
-        timeout,
-        name,
-        "the run is aborted",
-        &notes,
-    ))
+    l.end(name, "the run is aborted", &notes)
+}
+
+/// What a launcher has heard from its ranks, and until when it listens: one set of rules for
+/// both launchers. A result moves the deadline to now plus the timeout, and so does progress
+/// until the run starts ending. The run's first failure (a rank's error or death), or no
+/// message by the deadline, starts the [`GRACE`] during which the other ranks may still report.
+struct Listen<T> {
+    timeout: Duration,
+    results: Vec<Option<T>>,
+    /// The ranks that have reported their end (a result, an error, a death).
+    left: Vec<bool>,
+    /// (rank, cause, error) in order of arrival.
+    failures: Vec<(usize, Cause, anyhow::Error)>,
+    /// The deadline passed with no message.
+    timed_out: bool,
+    deadline: Instant,
+    /// The end of the grace, once the run is ending.
+    give_up: Option<Instant>,
+}
+
+impl<T> Listen<T> {
+    fn new(n: usize, timeout: Duration) -> Listen<T> {
+        Listen {
+            timeout,
+            results: (0..n).map(|_| None).collect(),
+            left: vec![false; n],
+            failures: vec![],
+            timed_out: false,
+            deadline: Instant::now() + timeout,
+            give_up: None,
+        }
+    }
+
+    /// Whether a rank has yet to report its end.
+    fn waiting(&self) -> bool {
+        self.left.iter().any(|l| !l)
+    }
+
+    /// How long to wait for the next message: to the deadline, or to the end of the grace.
+    fn wait_for(&self) -> Duration {
+        let until = self.give_up.unwrap_or(self.deadline);
+        until.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the run is ending (the grace has started).
+    fn ending(&self) -> bool {
+        self.give_up.is_some()
+    }
+
+    fn progress(&mut self) {
+        if self.give_up.is_none() {
+            self.deadline = Instant::now() + self.timeout;
+        }
+    }
+
+    fn result(&mut self, rank: usize, r: T) {
+        self.results[rank] = Some(r);
+        self.left[rank] = true;
+        self.deadline = Instant::now() + self.timeout;
+    }
+
+    /// Rank `rank` failed and left; the first failure calls `first` and starts the grace.
+    fn failed(&mut self, rank: usize, cause: Cause, e: anyhow::Error, first: impl FnOnce()) {
+        self.left[rank] = true;
+        self.failures.push((rank, cause, e));
+        self.start_grace(first);
+    }
+
+    /// No message by the deadline: calls `first` and starts the grace.
+    fn silent(&mut self, first: impl FnOnce()) {
+        self.timed_out = true;
+        self.start_grace(first);
+    }
+
+    fn start_grace(&mut self, first: impl FnOnce()) {
+        if self.give_up.is_none() {
+            first();
+            self.give_up = Some(Instant::now() + GRACE);
+        }
+    }
+
+    /// The results in rank order, or the run's error ([`run_error`], with `name`, `ended` and
+    /// `notes`).
+    fn end(
+        self,
+        name: &dyn Fn(usize) -> String,
+        ended: &str,
+        notes: &[String],
+    ) -> anyhow::Result<Vec<T>> {
+        if self.failures.is_empty() && !self.timed_out {
+            return Ok(self
+                .results
+                .into_iter()
+                .map(|r| r.expect("every rank reported"))
+                .collect());
+        }
+        Err(run_error(
+            self.failures,
+            &missing(&self.results),
+            self.timeout,
+            name,
+            ended,
+            notes,
+        ))
+    }
 }
 
 /// Runs `job` on every rank and returns the ranks' results, in rank order.
@@ -546,76 +613,36 @@ fn run_processes(
     // progress for --timeout) listen for GRACE more, so that the other workers can report
     // NCCL's own error or their deadline, then stop every worker and show the most telling
     // failure.
-    let mut results: Vec<Option<RankResult>> = (0..n).map(|_| None).collect();
-    let mut left = vec![false; n];
-    let mut failures: Vec<(usize, Cause, anyhow::Error)> = vec![];
-    let mut timed_out = false;
-    let mut deadline = Instant::now() + spec.timeout;
-    let mut give_up: Option<Instant> = None;
-    let grace = |g: &mut Option<Instant>| {
-        g.get_or_insert_with(|| Instant::now() + GRACE);
-    };
-    while left.iter().any(|l| !l) {
-        let until = give_up.unwrap_or(deadline);
-        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-            Ok((_, Some(Message::Progress(_)))) => {
-                if give_up.is_none() {
-                    deadline = Instant::now() + spec.timeout;
-                }
-            }
-            Ok((rank, Some(Message::Result(r)))) => {
-                results[rank] = Some(*r);
-                left[rank] = true;
-                deadline = Instant::now() + spec.timeout;
-            }
+    let mut l = Listen::new(n, spec.timeout);
+    while l.waiting() {
+        match rx.recv_timeout(l.wait_for()) {
+            Ok((_, Some(Message::Progress(_)))) => l.progress(),
+            Ok((rank, Some(Message::Result(r)))) => l.result(rank, *r),
             Ok((rank, Some(Message::Error(e)))) => {
-                left[rank] = true;
                 let cause = Cause::of_text(&e);
-                failures.push((rank, cause, anyhow::anyhow!("{e}{}", tail_of(rank))));
-                grace(&mut give_up);
+                l.failed(rank, cause, anyhow::anyhow!("{e}{}", tail_of(rank)), || ());
             }
             Ok((rank, None)) => {
-                if !left[rank] {
-                    left[rank] = true;
+                if !l.left[rank] {
                     let status = children.0[rank]
                         .wait()
                         .map(|s| s.to_string())
                         .unwrap_or_else(|e| e.to_string());
                     let pid = children.0[rank].id();
-                    failures.push((
-                        rank,
-                        Cause::Own,
-                        anyhow::anyhow!(
-                            "pid {pid} died before reporting ({status}){}",
-                            tail_of(rank)
-                        ),
-                    ));
-                    grace(&mut give_up);
+                    let e = anyhow::anyhow!(
+                        "pid {pid} died before reporting ({status}){}",
+                        tail_of(rank)
+                    );
+                    l.failed(rank, Cause::Own, e, || ());
                 }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) if give_up.is_none() => {
-                timed_out = true;
-                grace(&mut give_up);
-            }
+            Err(mpsc::RecvTimeoutError::Timeout) if !l.ending() => l.silent(|| ()),
             Err(_) => break,
         }
     }
     drop(children);
-    if failures.is_empty() && !timed_out {
-        return Ok(results
-            .into_iter()
-            .map(|r| r.expect("every rank reported"))
-            .collect());
-    }
     let name = |rank: usize| format!("rank {rank} (GPU {})", spec.devices[rank]);
-    Err(run_error(
-        failures,
-        &missing(&results),
-        spec.timeout,
-        &name,
-        "all workers were stopped",
-        &[],
-    ))
+    l.end(&name, "all workers were stopped", &[])
 }
 
 /// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest

@@ -143,10 +143,6 @@ impl StopWord {
     fn raise(&self) {
         self.word().store(1, Ordering::SeqCst);
     }
-
-    fn raised(&self) -> bool {
-        self.word().load(Ordering::SeqCst) != 0
-    }
 }
 
 impl Drop for StopWord {
@@ -676,11 +672,6 @@ impl P2pAllReduce {
     /// memory: safe from any thread, whatever state the GPU is in.
     pub fn stop(&self) {
         self.stop.raise();
-    }
-
-    /// Whether [`P2pAllReduce::stop`] was called.
-    pub fn stopped(&self) -> bool {
-        self.stop.raised()
     }
 
     /// Synchronises the stream and reads the error words: the wait that timed out, if any. Not

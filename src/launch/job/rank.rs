@@ -207,6 +207,25 @@ impl Rank {
         self.barrier_then(None)
     }
 
+    /// Waits for the stream, then fails with the P2P wait that timed out, if one did.
+    fn settle(&self) -> anyhow::Result<()> {
+        self.wait()?;
+        self.p2p.check(&self.gpu)
+    }
+
+    /// Runs the exact check's samples after `done` ones ([`slots::check_samples`]) through
+    /// `sample`, every slot's output of `colls` poisoned before, and settles the stream.
+    fn run_check<F>(&self, colls: &[Coll], done: u64, mut sample: F) -> anyhow::Result<()>
+    where
+        F: FnMut(u64) -> anyhow::Result<()>,
+    {
+        poison(colls, &self.gpu)?;
+        for it in slots::check_samples(done) {
+            sample(it)?;
+        }
+        self.settle()
+    }
+
     fn async_error(&self) -> anyhow::Result<()> {
         if let Some(c) = &self.comm {
             c.async_error()?;
@@ -223,8 +242,7 @@ impl Rank {
         for it in 0..warmup {
             body(it)?;
         }
-        self.wait()?;
-        self.p2p.check(&self.gpu)?;
+        self.settle()?;
         let (start, end) = (self.gpu.event()?, self.gpu.event()?);
         let mut out = Vec::with_capacity(iters as usize);
         for it in 0..iters {
@@ -232,9 +250,8 @@ impl Rank {
             self.gpu.record(&start)?;
             body(warmup + it)?;
             self.gpu.record(&end)?;
-            self.wait()?;
             // a peer that never signalled ends the run here, naming it, not after every sample
-            self.p2p.check(&self.gpu)?;
+            self.settle()?;
             out.push(start.elapsed_us(&end)?);
         }
         self.async_error()?;
@@ -402,15 +419,12 @@ pub fn run_rank(
         match f.kind {
             FaultKind::Exit => std::process::exit(3),
             FaultKind::Abort => std::process::abort(),
-            // a hung rank of a threads run leaves once the run is aborted (a worker process
-            // is killed by its parent)
-            FaultKind::Hang => loop {
-                std::thread::sleep(Duration::from_millis(20));
-                if rank.setup.watch.stopped() {
-                    let stopped = crate::comm::nccl::Stopped { rank: f.rank };
-                    return Err(anyhow::Error::new(stopped).context("injected hang"));
-                }
-            },
+            FaultKind::Hang => {
+                return Err(super::super::fault::hang_until_stopped(
+                    &rank.setup.watch,
+                    f.rank,
+                ))
+            }
             FaultKind::P2pSilent => rank.p2p.silent = true,
         }
     }
@@ -453,21 +467,11 @@ pub fn run_rank(
                         }
                         let s =
                             rank.time(*iters, *warmup, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
-                        poison(&colls, &rank.gpu)?;
-                        for it in slots::check_samples(done) {
-                            gs[slots::graph_of(it)].launch()?;
-                        }
-                        rank.wait()?;
-                        rank.p2p.check(&rank.gpu)?;
+                        rank.run_check(&colls, done, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     } else {
                         let s = rank.time(*iters, *warmup, &sample)?;
-                        poison(&colls, &rank.gpu)?;
-                        for it in slots::check_samples(done) {
-                            sample(it)?;
-                        }
-                        rank.wait()?;
-                        rank.p2p.check(&rank.gpu)?;
+                        rank.run_check(&colls, done, &sample)?;
                         (s, check_wrong(&colls, &rank.gpu, me, n)?)
                     };
                     result
@@ -665,12 +669,7 @@ pub fn run_rank(
                     }
                     let s =
                         rank.time(*iters, *warmup, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
-                    poison(&colls, &rank.gpu)?;
-                    for it in slots::check_samples(done) {
-                        gs[slots::graph_of(it)].launch()?;
-                    }
-                    rank.wait()?;
-                    rank.p2p.check(&rank.gpu)?;
+                    rank.run_check(&colls, done, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
                     let checked = check(&rank)?;
                     drop(gs);
                     if let Some(p) = probe.as_mut() {
@@ -683,8 +682,7 @@ pub fn run_rank(
                         for gp in &gps {
                             gp.launch()?;
                         }
-                        rank.wait()?;
-                        rank.p2p.check(&rank.gpu)?;
+                        rank.settle()?;
                         for k in 0..pass_iters {
                             let gp = &gps[pass_slot(k)];
                             rank.barrier_then(Some(&p.reference))?;
@@ -708,12 +706,7 @@ pub fn run_rank(
                     let s = rank.time(*iters, *warmup, |it| {
                         replay(&all[it as usize], None, slots::slot(it))
                     })?;
-                    poison(&colls, &rank.gpu)?;
-                    for it in slots::check_samples(done) {
-                        replay(&zeros, None, slots::slot(it))?;
-                    }
-                    rank.wait()?;
-                    rank.p2p.check(&rank.gpu)?;
+                    rank.run_check(&colls, done, |it| replay(&zeros, None, slots::slot(it)))?;
                     let checked = check(&rank)?;
                     if let Some(p) = probe.as_mut() {
                         for k in 0..pass_iters {
@@ -740,8 +733,7 @@ pub fn run_rank(
     rank.async_error()?;
     if rank.p2p.ar.is_some() {
         // peers read this rank's workspace until their last call: drop it only after all are done
-        rank.wait()?;
-        rank.p2p.check(&rank.gpu)?;
+        rank.settle()?;
         rank.barrier()?;
         rank.p2p.ar = None;
     }
