@@ -30,14 +30,12 @@ pub(crate) struct Kernels {
     stream_pdl: Vec<CudaFunction>,
     tiny: CudaFunction,
     sms: u32,
-    /// Blocks of THREADS threads per SM in a streaming grid, per token count (index T - 1) and
-    /// launch kind (plain, PDL): whole waves of the driver's occupancy query that cover the
-    /// SM's thread capacity ([`per_sm_grid`]): 8 on a 2048-thread SM, 6 on the 1536-thread SMs
-    /// of compute capability 8.6, 8.9 and 12.0; where a variant's registers hold fewer blocks
-    /// at once, two or more waves of them.
-    blocks_per_sm: Vec<[u32; 2]>,
-    /// The occupancy query's resident blocks per SM, as `blocks_per_sm` (shown, not launched).
+    /// Blocks of THREADS threads one SM holds at once, per token count (index T - 1) and
+    /// launch kind (plain, PDL), from the driver's occupancy query. A grid launches whole waves
+    /// of them covering the SM's `threads_per_sm` ([`per_sm_grid`]).
     resident_per_sm: Vec<[u32; 2]>,
+    /// The device's threads per SM (2048 on an H200, 1536 on compute capability 8.6, 8.9, 12.0).
+    threads_per_sm: u32,
     /// Launch the streaming kernels with programmatic dependent launch (see `kernels/stream.cu`).
     pdl: bool,
 }
@@ -126,17 +124,13 @@ impl Kernels {
             .zip(&stream_pdl)
             .map(|(a, b)| Ok([occ(a)?, occ(b)?]))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let blocks_per_sm = resident_per_sm
-            .iter()
-            .map(|r| r.map(|b| per_sm_grid(b, threads_per_sm, THREADS)))
-            .collect();
         Ok(Kernels {
             stream,
             stream_pdl,
             tiny: f("tiny")?,
             sms,
-            blocks_per_sm,
             resident_per_sm,
+            threads_per_sm,
             pdl: false,
         })
     }
@@ -148,18 +142,25 @@ impl Kernels {
         grid_for(nvec, self.sms, self.per_sm(tokens))
     }
 
+    /// Blocks per SM of a streaming grid of `tokens` tokens: whole waves of the resident
+    /// blocks that cover the SM's threads ([`per_sm_grid`]).
     fn per_sm(&self, tokens: usize) -> u32 {
-        self.blocks_per_sm[tokens.clamp(1, MAXT) - 1][self.pdl as usize]
+        per_sm_grid(self.resident(tokens), self.threads_per_sm, THREADS)
+    }
+
+    /// The occupancy query's resident blocks per SM of the kernel launched for `tokens`.
+    fn resident(&self, tokens: usize) -> u32 {
+        self.resident_per_sm[tokens.clamp(1, MAXT) - 1][self.pdl as usize]
     }
 
     /// The largest grid of any streaming kernel: SMs x blocks per SM.
     pub(crate) fn resident_blocks(&self) -> u32 {
         let most = self
-            .blocks_per_sm
+            .resident_per_sm
             .iter()
             .flatten()
+            .map(|&b| per_sm_grid(b, self.threads_per_sm, THREADS))
             .max()
-            .copied()
             .unwrap_or(1);
         self.sms * most
     }
@@ -171,7 +172,7 @@ impl Kernels {
             .iter()
             .map(|&t| {
                 let per_sm = self.per_sm(t);
-                let resident = self.resident_per_sm[t.clamp(1, MAXT) - 1][self.pdl as usize];
+                let resident = self.resident(t);
                 let how = if per_sm == resident {
                     format!("{per_sm} per SM")
                 } else {
