@@ -786,8 +786,21 @@ pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
             path.display()
         ))
     })?;
-    if let Some(v) = vllm_acceptance(&text)
-        .map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
+    accept_of_log(path, vllm_acceptance(&text), || {
+        crate::trace::breakeven::accept_from_log(path)
+    })
+}
+
+/// [`read_accept_log`] on a log already parsed: its vLLM lines as [`vllm_acceptance`] read
+/// them, else its SGLang lines (`sglang`, called only then), so that a caller that has the
+/// text parses and reads it once.
+pub(crate) fn accept_of_log(
+    path: &Path,
+    vllm: Result<Option<VllmAcceptance>, String>,
+    sglang: impl FnOnce() -> anyhow::Result<crate::trace::breakeven::AcceptLog>,
+) -> anyhow::Result<(Labelled, Vec<String>)> {
+    if let Some(v) =
+        vllm.map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
     {
         return Ok((
             Labelled {
@@ -808,7 +821,7 @@ pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
             vec![],
         ));
     }
-    let log = crate::trace::breakeven::accept_from_log(path)?;
+    let log = sglang()?;
     let file = short_name(path);
     let mut notes = vec![];
     if log.cuda_graph_false > 0 {
