@@ -8,26 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::usage;
+use crate::model::Engine;
 use crate::record::{Body, Mode};
 use crate::speculative::inputs::{self, short_name, Labelled};
 use crate::trace::{Analysis, TraceRequest};
-
-/// Which engine the server log came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Engine {
-    Sglang,
-    Vllm,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Sglang => "SGLang",
-            Engine::Vllm => "vLLM",
-        }
-    }
-}
 
 /// What the server log says.
 #[derive(Debug, Clone, PartialEq, Serialize)]
