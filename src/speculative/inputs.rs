@@ -239,6 +239,27 @@ pub enum Acceptance {
     Rate(f64),
 }
 
+impl Acceptance {
+    /// The acceptance flag given, first of `--accept-length`, `--accept-rates`,
+    /// `--accept-rates-of-drafts` and `--accept-rate` (the parser lets one through).
+    pub fn from_flags(
+        length: Option<f64>,
+        rates: Option<&Vec<f64>>,
+        rates_of_drafts: Option<&Vec<f64>>,
+        rate: Option<f64>,
+    ) -> Option<Acceptance> {
+        if let Some(t) = length {
+            Some(Acceptance::Length(t))
+        } else if let Some(r) = rates {
+            Some(Acceptance::Rates(r.clone()))
+        } else if let Some(r) = rates_of_drafts {
+            Some(Acceptance::DraftFractions(r.clone()))
+        } else {
+            rate.map(Acceptance::Rate)
+        }
+    }
+}
+
 /// The flags of a break-even, before validation (every field optional).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Flags {
