@@ -117,15 +117,12 @@ pub struct BreakevenArgs {
 
 impl BreakevenArgs {
     fn flags(&self) -> Flags {
-        let acceptance = if let Some(t) = self.accept_length {
-            Some(Acceptance::Length(t))
-        } else if let Some(r) = &self.accept_rates {
-            Some(Acceptance::Rates(r.clone()))
-        } else if let Some(r) = &self.accept_rates_of_drafts {
-            Some(Acceptance::DraftFractions(r.clone()))
-        } else {
-            self.accept_rate.map(Acceptance::Rate)
-        };
+        let acceptance = Acceptance::from_flags(
+            self.accept_length,
+            self.accept_rates.as_ref(),
+            self.accept_rates_of_drafts.as_ref(),
+            self.accept_rate,
+        );
         Flags {
             verify_ms: self.verify_ms.clone(),
             acceptance,

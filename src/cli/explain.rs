@@ -107,15 +107,12 @@ pub struct ExplainArgs {
 
 impl From<&ExplainArgs> for ExplainRequest {
     fn from(a: &ExplainArgs) -> ExplainRequest {
-        let acceptance = if let Some(t) = a.accept_length {
-            Some(Acceptance::Length(t))
-        } else if let Some(r) = &a.accept_rates {
-            Some(Acceptance::Rates(r.clone()))
-        } else if let Some(r) = &a.accept_rates_of_drafts {
-            Some(Acceptance::DraftFractions(r.clone()))
-        } else {
-            a.accept_rate.map(Acceptance::Rate)
-        };
+        let acceptance = Acceptance::from_flags(
+            a.accept_length,
+            a.accept_rates.as_ref(),
+            a.accept_rates_of_drafts.as_ref(),
+            a.accept_rate,
+        );
         let workload = crate::request::Workload {
             model: a.model.clone(),
             model_config: a.model_config.clone(),

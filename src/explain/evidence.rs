@@ -8,26 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::usage;
+use crate::model::Engine;
 use crate::record::{Body, Mode};
 use crate::speculative::inputs::{self, short_name, Labelled};
 use crate::trace::{Analysis, TraceRequest};
-
-/// Which engine the server log came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Engine {
-    Sglang,
-    Vllm,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Sglang => "SGLang",
-            Engine::Vllm => "vLLM",
-        }
-    }
-}
 
 /// What the server log says.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -61,7 +45,8 @@ pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
     let text = String::from_utf8_lossy(&bytes);
     let file = short_name(path);
     let sg = crate::trace::breakeven::parse_accept_log(&text);
-    let vl = inputs::vllm_acceptance(&text).ok().flatten();
+    let vl_read = inputs::vllm_acceptance(&text);
+    let vl = vl_read.clone().ok().flatten();
     // The engines' own lines first (a log of one may name the other in an import warning).
     let engine = if vl.is_some() {
         Some(Engine::Vllm)
@@ -76,7 +61,14 @@ pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
     };
     let mut notes = vec![];
     let accept_length = if sg.is_some() || vl.is_some() {
-        let (l, n) = inputs::read_accept_log(path)?;
+        let (l, n) = match &text {
+            // The text read and parsed above, once.
+            std::borrow::Cow::Borrowed(_) => inputs::accept_of_log(path, vl_read, || {
+                Ok(sg.clone().expect("SGLang's lines when vLLM's are absent"))
+            })?,
+            // A log that is not UTF-8: refused as `breakeven --accept-from-log` refuses it.
+            std::borrow::Cow::Owned(_) => inputs::read_accept_log(path)?,
+        };
         notes.extend(n);
         Some(l)
     } else {

@@ -29,11 +29,11 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
+pub use crate::model::Engine;
 use crate::output::Format;
 use crate::request::Workload;
 use crate::speculative::inputs::{Acceptance, Flags, Labelled};
 use crate::trace::Analysis;
-pub use evidence::Engine;
 use evidence::{NcclLogText, ServerLog, SweepBest};
 pub use observed::Observed;
 use pricing::Pricing;
@@ -370,7 +370,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         evidence.push(format!(
             "server log: {} ({})",
             l.file,
-            l.engine.map_or("engine unknown", |e| e.name())
+            l.engine.map_or("engine unknown", |e| e.label())
         ));
         notes.extend(l.notes.iter().cloned());
     }

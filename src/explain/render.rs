@@ -127,7 +127,7 @@ pub fn text(e: &Explanation) -> String {
             let _ = writeln!(
                 s,
                 "  {:<7} {}: {} ({})",
-                f.engine.name(),
+                f.engine.label(),
                 f.flag,
                 f.effect,
                 f.source
@@ -223,7 +223,7 @@ pub fn markdown(e: &Explanation) -> String {
             let _ = writeln!(
                 s,
                 "| {} | `{}` | {} | {} |",
-                f.engine.name(),
+                f.engine.label(),
                 md_escape(f.flag),
                 md_escape(f.effect),
                 md_escape(f.source)

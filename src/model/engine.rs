@@ -222,10 +222,8 @@ pub(crate) fn view(
 ) -> EngineView {
     let applies = allreduce_fusion && fusion_applies(engine, shape, s.phase);
     let model_type = shape.model_type.as_deref();
-    // SGLang's models that route their all-reduces through LayerCommunicator
-    let communicator = engine == Engine::Sglang
-        && s.phase != Phase::Draft
-        && model_type.is_some_and(|t| SGLANG_FUSED.contains(&t));
+    // SGLang's models that route their all-reduces through LayerCommunicator: those it fuses
+    let communicator = engine == Engine::Sglang && fusion_applies(engine, shape, s.phase);
     // the last layer's MLP all-reduce: SGLang leaves it plain (`not self.is_last_layer`)
     let last_mlp = s.ops.iter().rposition(
         |o| matches!(o, Op::Collective { kind: CollectiveKind::AllReduce, site, .. } if site == "mlp"),

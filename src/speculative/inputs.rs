@@ -239,6 +239,27 @@ pub enum Acceptance {
     Rate(f64),
 }
 
+impl Acceptance {
+    /// The acceptance flag given, first of `--accept-length`, `--accept-rates`,
+    /// `--accept-rates-of-drafts` and `--accept-rate` (the parser lets one through).
+    pub fn from_flags(
+        length: Option<f64>,
+        rates: Option<&Vec<f64>>,
+        rates_of_drafts: Option<&Vec<f64>>,
+        rate: Option<f64>,
+    ) -> Option<Acceptance> {
+        if let Some(t) = length {
+            Some(Acceptance::Length(t))
+        } else if let Some(r) = rates {
+            Some(Acceptance::Rates(r.clone()))
+        } else if let Some(r) = rates_of_drafts {
+            Some(Acceptance::DraftFractions(r.clone()))
+        } else {
+            rate.map(Acceptance::Rate)
+        }
+    }
+}
+
 /// The flags of a break-even, before validation (every field optional).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Flags {
@@ -786,8 +807,21 @@ pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
             path.display()
         ))
     })?;
-    if let Some(v) = vllm_acceptance(&text)
-        .map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
+    accept_of_log(path, vllm_acceptance(&text), || {
+        crate::trace::breakeven::accept_from_log(path)
+    })
+}
+
+/// [`read_accept_log`] on a log already parsed: its vLLM lines as [`vllm_acceptance`] read
+/// them, else its SGLang lines (`sglang`, called only then), so that a caller that has the
+/// text parses and reads it once.
+pub(crate) fn accept_of_log(
+    path: &Path,
+    vllm: Result<Option<VllmAcceptance>, String>,
+    sglang: impl FnOnce() -> anyhow::Result<crate::trace::breakeven::AcceptLog>,
+) -> anyhow::Result<(Labelled, Vec<String>)> {
+    if let Some(v) =
+        vllm.map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
     {
         return Ok((
             Labelled {
@@ -808,7 +842,7 @@ pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
             vec![],
         ));
     }
-    let log = crate::trace::breakeven::accept_from_log(path)?;
+    let log = sglang()?;
     let file = short_name(path);
     let mut notes = vec![];
     if log.cuda_graph_false > 0 {
