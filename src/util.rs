@@ -147,6 +147,25 @@ fn plain_serde_message(m: &str) -> String {
     out
 }
 
+/// Whether the first bytes of a file (decompressed) open a JSON document rather than a log,
+/// decided by content, not by the first byte alone: one detector for every reader that takes
+/// either (traces and NCCL logs in `trace`, `explain --nccl-log`). A document opens with `{`,
+/// or with `[` followed by what may begin a trace's element (`{`, `[`, `]`, `"`). Launchers
+/// put their own tag before every line of a log and some of them open with a bracket too:
+/// torchrun `[rank0]:` and `[default0]:`, mpirun `[1,0]<stdout>:`, a bracketed timestamp
+/// `[2024-05-01 12:00:00]`; a bracket followed by a letter or a digit is such a tag. Others
+/// (`0: ` of srun, `rank0: `, `(RayWorkerWrapper pid=...)`, a bare timestamp) open with no
+/// bracket at all. A UTF-8 byte-order mark and blanks before the document do not count.
+pub(crate) fn looks_like_json(head: &[u8]) -> bool {
+    let head = head.strip_prefix(&[0xef, 0xbb, 0xbf]).unwrap_or(head);
+    let mut it = head.iter().copied().filter(|b| !b.is_ascii_whitespace());
+    match it.next() {
+        Some(b'{') => true,
+        Some(b'[') => matches!(it.next(), None | Some(b'{' | b'[' | b']' | b'"')),
+        _ => false,
+    }
+}
+
 /// The folder `path` lives in (`.` for a bare file name).
 pub(crate) fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
@@ -335,6 +354,36 @@ mod tests {
         );
         let syn = serde_json::from_str::<Thing>("{a}").unwrap_err();
         assert!(json_problem(&syn).starts_with("not JSON: key must be a string"));
+    }
+
+    #[test]
+    fn json_is_told_from_logs_by_content() {
+        for json in [
+            "{\"traceEvents\": []}",
+            "  \n[{\"ph\": \"X\"}]",
+            "[\n  {\"ph\": \"X\"}",
+            "[]",
+            "[",
+            "\u{feff}{\"a\": 1}",
+        ] {
+            assert!(looks_like_json(json.as_bytes()), "{json:?}");
+        }
+        let coll = "hopper01:191369:191420 [0] NCCL INFO AllReduce: opCount 0";
+        for prefix in [
+            "[rank0]:",
+            "[default0]:",
+            "[1,0]<stdout>:",
+            "[2024-05-01 12:00:00] ",
+            "0: ",
+            "rank0: ",
+            "(RayWorkerWrapper pid=4121) ",
+            "2024-05-01 12:00:00.123 ",
+            "",
+        ] {
+            let line = format!("{prefix}{coll}\n");
+            assert!(!looks_like_json(line.as_bytes()), "{prefix:?}");
+        }
+        assert!(!looks_like_json(b""));
     }
 
     #[test]

@@ -154,6 +154,12 @@ pub(crate) fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogTex
             let bytes = std::fs::read(p).map_err(|e| {
                 usage(format!("--nccl-log '{}': cannot read: {e}", p.display()))
             })?;
+            if crate::util::looks_like_json(&bytes[..bytes.len().min(4096)]) {
+                crate::usage_bail!(
+                    "--nccl-log '{}' is a JSON document (a profiler trace?), not an NCCL log: give traces to --trace and the log NCCL writes with NCCL_DEBUG=INFO to --nccl-log",
+                    p.display()
+                );
+            }
             let text = String::from_utf8_lossy(&bytes).into_owned();
             if !text.contains("NCCL") {
                 crate::usage_bail!(

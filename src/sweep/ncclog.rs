@@ -272,6 +272,32 @@ mod tests {
     }
 
     #[test]
+    fn launcher_prefixes_before_every_line_are_read() {
+        // the same lines as a worker started by torchrun, mpirun, srun or Ray writes them
+        for prefix in [
+            "[rank0]:",
+            "[default0]:",
+            "[1,0]<stdout>:",
+            "0: ",
+            "rank0: ",
+            "(RayWorkerWrapper pid=4121) ",
+            "2024-05-01 12:00:00.123 ",
+        ] {
+            let l = NcclLog::parse(&format!(
+                "{prefix}vm:573:573 [0] NCCL INFO NCCL version 2.28.3+cuda13.0\n\
+                 {prefix}vm:573:573 [0] NCCL INFO NCCL_PROTO set by environment to LL128\n\
+                 {prefix}vm:573:573 [0] NCCL INFO AllReduce: 43008 Bytes -> Algo RING proto LL128 channel{{Lo..Hi}}={{0..4}}\n\
+                 {prefix}vm:573:580 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+            ));
+            assert_eq!(l.version.as_deref(), Some("2.28.3+cuda13.0"), "{prefix:?}");
+            assert_eq!(l.env_set["NCCL_PROTO"], "LL128", "{prefix:?}");
+            let c = l.main_choice(Some("AllReduce")).expect(prefix);
+            assert_eq!((c.bytes, c.proto.as_str()), (43008, "LL128"), "{prefix:?}");
+            assert_eq!(l.transport_summary(), ["P2P/CUMEM"], "{prefix:?}");
+        }
+    }
+
+    #[test]
     fn format_2_23_numbers() {
         let l = NcclLog::parse(
             "host:1:1 [0] NCCL INFO AllReduce: 43008 Bytes -> Algo 0 proto 1 time 12.345600",

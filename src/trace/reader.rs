@@ -548,25 +548,15 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Whether a file holds JSON (its first non-blank byte, decompressed, is `{` or `[`): a
-/// trace; anything else may be a log.
+/// Whether a file holds JSON (a trace) rather than a log, by the content of its first 4 KiB,
+/// decompressed ([`crate::util::looks_like_json`]: a launcher's `[rank0]:` before every log
+/// line is not a JSON array).
 pub(crate) fn looks_like_json(path: &Path) -> anyhow::Result<bool> {
     let mut r = open_trace(path, is_gzip(path)?)?;
     let mut buf = [0u8; 4096];
     let n = read_up_to(&mut r, &mut buf)
         .map_err(|e| anyhow::anyhow!("'{}': cannot read: {e}", path.display()))?;
-    let first = buf[..n]
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .map(|i| buf[i]);
-    // A UTF-8 byte-order mark before the document counts as blank.
-    let first = match (first, buf.get(..3)) {
-        (Some(0xef), Some([0xef, 0xbb, 0xbf])) => {
-            buf[3..n].iter().find(|b| !b.is_ascii_whitespace()).copied()
-        }
-        _ => first,
-    };
-    Ok(matches!(first, Some(b'{' | b'[')))
+    Ok(crate::util::looks_like_json(&buf[..n]))
 }
 
 /// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer); the error is

@@ -153,6 +153,42 @@ fn a_log_alone_is_an_input_of_its_own() {
 }
 
 #[test]
+fn a_log_with_a_launcher_prefix_on_every_line_is_read_as_a_log() {
+    // The public torchtitan#1369 log as torchrun --tee / --local-ranks-filter writes it: the
+    // prefix is added here, line by line, to the unchanged public lines (the thread pasted
+    // them without one). A file that opens with `[rank0]:` is a log, not a JSON array.
+    let text = std::fs::read_to_string(coll_log("pytorch-torchtitan-issue1369_tp2.log")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, prefix) in [
+        ("rank.log", "[rank0]:"),
+        ("default.log", "[default0]:"),
+        ("mpirun.log", "[1,0]<stdout>:"),
+        ("srun.log", "0: "),
+        ("ray.log", "(RayWorkerWrapper pid=4121) "),
+    ] {
+        let p = dir.path().join(name);
+        let lines: String = text.lines().map(|l| format!("{prefix}{l}\n")).collect();
+        std::fs::write(&p, lines).unwrap();
+        let o = common::vb()
+            .args(["trace", "--format", "json"])
+            .arg(&p)
+            .assert()
+            .success();
+        let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+        // the file's 7 lines, all read; the two processes of the job, not phantom ones
+        let d = &v["result"]["data"];
+        assert_eq!(d["calls"], 7, "{prefix}: {v}");
+        let procs: Vec<String> = d["sequences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| format!("{}:{}", s["host"].as_str().unwrap(), s["pid"]))
+            .collect();
+        assert_eq!(procs, ["hopper01:191369", "hopper01:191370"], "{prefix}");
+    }
+}
+
+#[test]
 fn a_log_of_another_run_is_refused_naming_both_sides() {
     // HTA's trace is rank 1 of a world of 2, its CPU events all of pid 783658 (read with json +
     // gzip: every event of `cat` cpu_op, cuda_runtime or user_annotation has it); the #203
