@@ -74,11 +74,16 @@ fn regex() -> &'static regex::Regex {
 }
 
 fn call_of(l: &str) -> Option<LogCall> {
+    call_at(l).map(|(c, _)| c)
+}
+
+/// The call of a line and where its match lies in it.
+fn call_at(l: &str) -> Option<(LogCall, std::ops::Range<usize>)> {
     let c = regex().captures(l)?;
     let datatype: u32 = c[7].parse().ok()?;
     let oc = &c[5];
     let op_count = u64::from_str_radix(oc.trim_start_matches("0x"), 16).unwrap_or(0);
-    Some(LogCall {
+    let call = LogCall {
         host: c[1].to_string(),
         pid: c[2].parse().ok()?,
         device: c.get(3).and_then(|d| d.as_str().parse().ok()),
@@ -90,7 +95,28 @@ fn call_of(l: &str) -> Option<LogCall> {
         comm: c[8].to_string(),
         nranks: c[9].parse().ok()?,
         stream: c[10].to_string(),
-    })
+    };
+    Some((call, c.get(0).expect("the whole match").range()))
+}
+
+/// A COLL line that could not be read: where it is and how it begins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BadLine {
+    /// The file (set by the caller that knows it; empty in [`parse_text`]).
+    pub file: String,
+    /// 1-based line number.
+    pub line: usize,
+    /// The line's first characters.
+    pub text: String,
+}
+
+fn bad_line(i: usize, l: &str) -> BadLine {
+    let text: String = l.trim().chars().take(100).collect();
+    BadLine {
+        file: String::new(),
+        line: i + 1,
+        text,
+    }
 }
 
 /// What the lines of one log text gave.
@@ -99,17 +125,27 @@ pub struct Parsed {
     pub calls: Vec<LogCall>,
     /// COLL lines that a line break had cut, read whole again by joining the next line.
     pub joined: usize,
-    /// COLL lines (`NCCL INFO <Op>: opCount`) that could not be read, even joined.
-    pub unreadable: usize,
+    /// COLL lines (`NCCL INFO <Op>: opCount`) that could not be read, even joined, or that
+    /// carried other text glued before their host field; each named.
+    pub unreadable: Vec<BadLine>,
     /// `NCCL INFO` lines of any kind (to tell a log without COLL lines from no NCCL log).
     pub info_lines: usize,
 }
 
 /// Parses COLL lines out of a log text, joining a COLL line that a paste or a terminal
 /// wrapped with the line after it (with or without a blank where it was cut).
+///
+/// A join must give one call that begins in the cut line and ends in the next, and the next
+/// line must not be an NCCL line of its own: a half-line followed by a whole COLL line is
+/// one unreadable line and one call, never a call whose host field holds the half-line's
+/// tail (`0x7f9vm:485`). Likewise a call whose host is another host of the same pid with
+/// something glued before it (`99vm` beside `vm`, pid 485) is junk written into the line
+/// without a break: it is counted unreadable, not made into a process of its own.
 pub fn parse_text(text: &str) -> Parsed {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Parsed::default();
+    // calls with the index of the line they came from
+    let mut calls: Vec<(usize, LogCall)> = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let l = lines[i];
@@ -121,22 +157,48 @@ pub fn parse_text(text: &str) -> Parsed {
             continue;
         }
         if let Some(c) = call_of(l) {
-            out.calls.push(c);
+            calls.push((i - 1, c));
             continue;
         }
         let next = lines.get(i).copied().unwrap_or("");
-        let joined = [format!("{l}{next}"), format!("{l} {}", next.trim_start())]
-            .into_iter()
-            .find_map(|j| call_of(&j));
+        let joined = if next.trim().is_empty() || next.contains("NCCL INFO") {
+            None
+        } else {
+            let rest = next.trim_start();
+            [format!("{l}{next}"), format!("{l} {rest}")]
+                .into_iter()
+                .find_map(|j| call_at(&j).filter(|(_, r)| r.start < l.len() && r.end > l.len()))
+        };
         match joined {
-            Some(c) if !next.is_empty() => {
-                out.calls.push(c);
+            Some((c, _)) => {
+                calls.push((i - 1, c));
                 out.joined += 1;
                 i += 1;
             }
-            _ => out.unreadable += 1,
+            None => out.unreadable.push(bad_line(i - 1, l)),
         }
     }
+    // calls per (pid, host), to find junk glued before a host field: a host that ends with a
+    // host of the same pid seen more often
+    let mut hosts: HashMap<(u32, &str), usize> = HashMap::new();
+    for (_, c) in &calls {
+        *hosts.entry((c.pid, c.host.as_str())).or_default() += 1;
+    }
+    let glued = |c: &LogCall| {
+        let n = hosts[&(c.pid, c.host.as_str())];
+        hosts.iter().any(|(&(pid, h), &m)| {
+            pid == c.pid && h.len() < c.host.len() && c.host.ends_with(h) && m > n
+        })
+    };
+    let glued_at: Vec<bool> = calls.iter().map(|(_, c)| glued(c)).collect();
+    for ((li, c), g) in calls.into_iter().zip(glued_at) {
+        if g {
+            out.unreadable.push(bad_line(li, lines[li]));
+        } else {
+            out.calls.push(c);
+        }
+    }
+    out.unreadable.sort_by_key(|b| b.line);
     out
 }
 
@@ -157,12 +219,17 @@ pub fn read_parsed(path: &Path) -> anyhow::Result<Parsed> {
     let bytes = std::fs::read(path).map_err(|e| {
         crate::error::usage(format!("NCCL log '{}': cannot read: {e}", path.display()))
     })?;
-    let p = parse_text(&String::from_utf8_lossy(&bytes));
+    let mut p = parse_text(&String::from_utf8_lossy(&bytes));
+    for b in &mut p.unreadable {
+        b.file = path.display().to_string();
+    }
     if p.calls.is_empty() {
-        let why = if p.unreadable > 0 {
+        let why = if !p.unreadable.is_empty() {
             format!(
-                "{} COLL lines (`NCCL INFO <Op>: opCount ...`), none readable: cut or of an unknown format",
-                p.unreadable
+                "{} COLL lines (`NCCL INFO <Op>: opCount ...`), none readable: cut or of an unknown format (line {}: {})",
+                p.unreadable.len(),
+                p.unreadable[0].line,
+                p.unreadable[0].text
             )
         } else if p.info_lines > 0 {
             format!(
@@ -483,6 +550,9 @@ pub fn judge(calls: &[&LogCall]) -> (LogMode, String) {
     (LogMode::CannotTell, why)
 }
 
+/// How many unreadable lines a report names (the count covers them all).
+pub const NAMED_BAD_LINES: usize = 5;
+
 /// An NCCL COLL log (or several) read on its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LogReport {
@@ -490,6 +560,9 @@ pub struct LogReport {
     pub calls: usize,
     pub joined_lines: usize,
     pub unreadable_lines: usize,
+    /// The first unreadable lines, named (at most [`NAMED_BAD_LINES`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<BadLine>,
     pub sequences: Vec<CommSequence>,
 }
 
@@ -564,7 +637,12 @@ pub fn report(files: Vec<String>, parsed: &[Parsed]) -> LogReport {
         files,
         calls: parsed.iter().map(|p| p.calls.len()).sum(),
         joined_lines: parsed.iter().map(|p| p.joined).sum(),
-        unreadable_lines: parsed.iter().map(|p| p.unreadable).sum(),
+        unreadable_lines: parsed.iter().map(|p| p.unreadable.len()).sum(),
+        unreadable: parsed
+            .iter()
+            .flat_map(|p| p.unreadable.iter().cloned())
+            .take(NAMED_BAD_LINES)
+            .collect(),
         sequences,
     }
 }
@@ -586,10 +664,19 @@ pub fn render(r: &LogReport) -> String {
     }
     if r.unreadable_lines > 0 {
         o += &format!(
-            "# {} COLL lines could not be read (cut or of an unknown format)
+            "# {} COLL lines could not be read (cut, of an unknown format, or with text glued before the host field); none was counted as a call:
 ",
             r.unreadable_lines
         );
+        for b in &r.unreadable {
+            o += &format!("#   {}:{}: {}\n", b.file, b.line, b.text);
+        }
+        if r.unreadable_lines > r.unreadable.len() {
+            o += &format!(
+                "#   ... and {} more\n",
+                r.unreadable_lines - r.unreadable.len()
+            );
+        }
     }
     o += "
 Per process and communicator
@@ -716,13 +803,47 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
         assert_eq!(p.calls.len(), 2);
         assert_eq!(p.joined, 2);
         assert_eq!(
-            p.unreadable, 1,
+            p.unreadable.len(),
+            1,
             "the last line is cut and nothing follows it"
         );
+        // line 6 of the text: a, b, some output, c, d, then the cut line
+        assert_eq!(p.unreadable[0].line, 6);
         assert!(p
             .calls
             .iter()
             .all(|x| x.count == 2097152 && x.comm == "0x55e290bd32d0"));
+    }
+
+    #[test]
+    fn junk_and_half_lines_never_make_a_process() {
+        // One process (vm, pid 485) of three whole calls, among: a half-line cut after
+        // `sendbuff 0x7f9` followed by a whole call (joining them would read a host
+        // `0x7f9vm`), and junk glued before a host field with no line break (`99vm`).
+        let whole = |op_count: u32| {
+            format!("vm:485:485 [0] NCCL INFO AllReduce: opCount {op_count} sendbuff 0x7f90 recvbuff 0x7f90 count 21504 datatype 9 op 0 root 0 comm 0xc0 [nranks=2] stream 0x1")
+        };
+        let text = format!(
+            "{}\nvm:485:485 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x7f9\n{}\n99{}\n{}\n",
+            whole(0),
+            whole(2),
+            whole(3),
+            whole(4)
+        );
+        let p = parse_text(&text);
+        let procs: std::collections::BTreeSet<(String, u32)> =
+            p.calls.iter().map(|c| (c.host.clone(), c.pid)).collect();
+        assert_eq!(procs.into_iter().collect::<Vec<_>>(), [("vm".to_string(), 485)]);
+        // opCount 0, 2 and 4 read; the half-line (line 2) and the glued line (line 4) named
+        let counts: Vec<u64> = p.calls.iter().map(|c| c.op_count).collect();
+        assert_eq!(counts, [0, 2, 4]);
+        assert_eq!(p.joined, 0);
+        let lines: Vec<usize> = p.unreadable.iter().map(|b| b.line).collect();
+        assert_eq!(lines, [2, 4]);
+        assert!(p.unreadable[1].text.starts_with("99vm:485:485"));
+        let r = report(vec!["x.log".into()], &[p]);
+        assert_eq!((r.sequences.len(), r.unreadable_lines), (1, 2));
+        assert!(render(&r).contains(":4: 99vm:485:485"), "{}", render(&r));
     }
 
     #[test]
@@ -734,7 +855,7 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
             "/tests/data/nccl-coll-public/NVIDIA-nccl-issue203_tf_2gpu.log"
         );
         let parsed = read_parsed(Path::new(p)).unwrap();
-        assert_eq!((parsed.calls.len(), parsed.unreadable), (7, 0));
+        assert_eq!((parsed.calls.len(), parsed.unreadable.len()), (7, 0));
         let r = report(vec![p.into()], &[parsed]);
         let seq: Vec<(u32, Option<u32>, usize, u32)> = r
             .sequences
