@@ -18,6 +18,7 @@ pub mod commands;
 pub mod compare;
 pub mod costmodel;
 pub mod error;
+pub mod evidence;
 pub mod explain;
 pub mod impls;
 pub mod inspect;

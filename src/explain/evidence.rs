@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::usage;
+use crate::evidence::Labelled;
 use crate::model::Engine;
 use crate::record::{Body, Mode};
-use crate::speculative::inputs::{self, short_name, Labelled};
+use crate::speculative::inputs::{self, short_name};
 use crate::trace::{Analysis, TraceRequest};
 
 /// What the server log says.

@@ -29,10 +29,11 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
+use crate::evidence::{Labelled, Source};
 pub use crate::model::Engine;
 use crate::output::Format;
 use crate::request::Workload;
-use crate::speculative::inputs::{Acceptance, Flags, Labelled};
+use crate::speculative::inputs::{Acceptance, Flags};
 use crate::trace::Analysis;
 use evidence::{NcclLogText, ServerLog, SweepBest};
 pub use observed::Observed;
@@ -71,43 +72,15 @@ pub struct ExplainRequest {
     pub export_json: Option<PathBuf>,
 }
 
-/// Where a figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Src {
-    /// Read from a trace or log.
-    Measured,
-    /// The cost model's.
-    Modeled,
-    /// The remainder of a given or measured figure after a modeled one (not measured).
-    Inferred,
-    /// A flag.
-    Given,
-    /// Arithmetic on the figures above it.
-    Derived,
-}
-
-impl Src {
-    pub fn words(self) -> &'static str {
-        match self {
-            Src::Measured => "measured",
-            Src::Modeled => "modeled",
-            Src::Inferred => "inferred",
-            Src::Given => "given",
-            Src::Derived => "derived",
-        }
-    }
-}
-
 /// One figure, us, with its source and how it was obtained.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Figure {
     pub us: f64,
-    pub source: Src,
+    pub source: Source,
     pub how: String,
 }
 
-fn fig(us: f64, source: Src, how: impl Into<String>) -> Figure {
+fn fig(us: f64, source: Source, how: impl Into<String>) -> Figure {
     Figure {
         us,
         source,
@@ -546,14 +519,14 @@ fn from_trace(a: &Analysis, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
     parts.push(Part {
         name: "verify step".into(),
         depth: 0,
-        figure: fig(t.step_us, Src::Measured, step_how),
+        figure: fig(t.step_us, Source::Measured, step_how),
     });
     parts.push(Part {
         name: "in collectives".into(),
         depth: 1,
         figure: fig(
             t.collectives_us,
-            Src::Measured,
+            Source::Measured,
             format!(
                 "{} collectives' kernels, mean over ranks",
                 s.collectives_per_step
@@ -564,12 +537,12 @@ fn from_trace(a: &Analysis, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
         (Some(x), Some(w)) => (
             fig(
                 x,
-                Src::Measured,
+                Source::Measured,
                 "the shortest rank's kernel per collective (the last to arrive waits for no one)",
             ),
             fig(
                 w,
-                Src::Measured,
+                Source::Measured,
                 "each rank's kernel less the transfer, mean over ranks",
             ),
         ),
@@ -579,7 +552,7 @@ fn from_trace(a: &Analysis, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
             (
                 fig(
                     x,
-                    Src::Modeled,
+                    Source::Modeled,
                     format!(
                         "{ncoll} x {:.1} us, the model's mean collective ({})",
                         p.per_collective_mean_us(),
@@ -588,7 +561,7 @@ fn from_trace(a: &Analysis, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
                 ),
                 fig(
                     (t.collectives_us - x).max(0.0),
-                    Src::Inferred,
+                    Source::Inferred,
                     "in collectives less the modeled transfer",
                 ),
             )
@@ -609,7 +582,7 @@ fn from_trace(a: &Analysis, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
         depth: 1,
         figure: fig(
             t.compute_us,
-            Src::Measured,
+            Source::Measured,
             "every other kernel's time, mean over ranks",
         ),
     });
@@ -618,7 +591,7 @@ fn from_trace(a: &Analysis, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
         depth: 1,
         figure: fig(
             t.idle_us,
-            Src::Measured,
+            Source::Measured,
             "no kernel running, mean over ranks",
         ),
     });
@@ -626,24 +599,24 @@ fn from_trace(a: &Analysis, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
     let graph = if already_graph {
         fig(
             t.step_us,
-            Src::Measured,
+            Source::Measured,
             "the traced steps already ran from a CUDA graph",
         )
     } else {
         let us = transfer.us + t.compute_us + ncoll * p.launch_graph_us;
         fig(
             us,
-            Src::Modeled,
+            Source::Modeled,
             format!(
                 "{} transfer + compute as measured, plus {:.1} us of graph node gap per collective ({}); the waiting and the GPU idle left out: a graph launches every kernel from the device",
-                transfer.source.words(),
+                transfer.source.label(),
                 p.launch_graph_us,
                 p.profile
             ),
         )
     };
     Base {
-        verify: Some(fig(t.step_us, Src::Measured, "the median step")),
+        verify: Some(fig(t.step_us, Source::Measured, "the median step")),
         transfer,
         waiting: Some(waiting),
         graph: Some(graph),
@@ -673,7 +646,7 @@ fn from_observed(
         parts.push(Part {
             name: "verify step".into(),
             depth: 0,
-            figure: fig(v, Src::Given, "--verify-ms"),
+            figure: fig(v, Source::Given, "--verify-ms"),
         });
     }
     let nsched = p.per_collective_us.len();
@@ -688,11 +661,11 @@ fn from_observed(
     parts.push(Part {
         name: "in collectives".into(),
         depth: 1,
-        figure: fig(in_coll, Src::Given, format!("--observed {o}")),
+        figure: fig(in_coll, Source::Given, format!("--observed {o}")),
     });
     let transfer = fig(
         x,
-        Src::Modeled,
+        Source::Modeled,
         format!(
             "{} x {:.1} us, the model's mean collective ({}, {})",
             o.count,
@@ -717,7 +690,7 @@ fn from_observed(
         ));
         fig(
             0.0,
-            Src::Inferred,
+            Source::Inferred,
             "in collectives less the modeled transfer (none left)",
         )
     } else {
@@ -749,7 +722,7 @@ fn from_observed(
             )
         };
         fitted = Some(f);
-        fig(w, Src::Inferred, how)
+        fig(w, Source::Inferred, how)
     };
     parts.push(Part {
         name: "waiting".into(),
@@ -762,13 +735,13 @@ fn from_observed(
             depth: 1,
             figure: fig(
                 v - in_coll,
-                Src::Derived,
+                Source::Derived,
                 "the verify less its collectives (not split without traces)",
             ),
         });
         fig(
             v - waiting.us,
-            Src::Modeled,
+            Source::Modeled,
             "as it ran less the inferred waiting; compute and idle kept whole (an upper bound: a graph removes the launch gaps too)",
         )
     });
@@ -777,7 +750,7 @@ fn from_observed(
     }
     Ok((
         Base {
-            verify: verify_us.map(|v| fig(v, Src::Given, "--verify-ms")),
+            verify: verify_us.map(|v| fig(v, Source::Given, "--verify-ms")),
             transfer,
             waiting: Some(waiting),
             graph,
@@ -792,11 +765,11 @@ fn from_verify_only(v: f64, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
     parts.push(Part {
         name: "verify step".into(),
         depth: 0,
-        figure: fig(v, Src::Given, "--verify-ms"),
+        figure: fig(v, Source::Given, "--verify-ms"),
     });
     let transfer = fig(
         p.transfer_us,
-        Src::Modeled,
+        Source::Modeled,
         format!(
             "the schedule's {n} collectives, {} ({})",
             p.choice, p.profile
@@ -814,7 +787,7 @@ fn from_verify_only(v: f64, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
             depth: 1,
             figure: fig(
                 compute,
-                Src::Modeled,
+                Source::Modeled,
                 "the weight shards streamed at the profile's HBM bandwidth",
             ),
         });
@@ -825,7 +798,7 @@ fn from_verify_only(v: f64, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
         depth: 1,
         figure: fig(
             rest.max(0.0),
-            Src::Inferred,
+            Source::Inferred,
             "the verify less the modeled transfer and compute; not split without --observed or traces",
         ),
     });
@@ -839,12 +812,12 @@ fn from_verify_only(v: f64, p: &Pricing, parts: &mut Vec<Part>, notes: &mut Vec<
     }
     let graph = p.transfer_us + compute + n * p.launch_graph_us;
     Base {
-        verify: Some(fig(v, Src::Given, "--verify-ms")),
+        verify: Some(fig(v, Source::Given, "--verify-ms")),
         transfer,
         waiting: None,
         graph: Some(fig(
             graph.min(v),
-            Src::Modeled,
+            Source::Modeled,
             format!(
                 "modeled transfer + compute + {:.1} us of graph node gap per collective",
                 p.launch_graph_us
@@ -899,7 +872,7 @@ fn logged_row(l: &ServerLog, c: &Cycle, notes: &mut Vec<String>) -> Option<Scena
         "as the server log measured it",
         fig(
             verify_ms * 1000.0,
-            Src::Derived,
+            Source::Derived,
             format!(
                 "{}: {tps:.1} tok/s measured (mean of {lines} lines with one running request), at accept length {:.2}: cycle {cycle_ms:.2} ms less the drafts and overhead",
                 l.file, tau.value
@@ -945,9 +918,9 @@ fn scenarios(
             s.ratio,
             s.setting.clone(),
             if s.source == "measured" {
-                Src::Derived
+                Source::Derived
             } else {
-                Src::Modeled
+                Source::Modeled
             },
             format!(
                 "{} ({}, {} {} runs)",
@@ -960,7 +933,7 @@ fn scenarios(
         None => (
             p.best_ratio(),
             p.best_setting.clone(),
-            Src::Modeled,
+            Source::Modeled,
             format!("the model's best ({})", p.profile),
         ),
     };
@@ -985,7 +958,7 @@ fn scenarios(
             } else {
                 "best NCCL setting + CUDA graph"
             },
-            fig(gr.us - cut, src.max_modeled(), nccl_how("the graph row")),
+            fig(gr.us - cut, modeled_from(src), nccl_how("the graph row")),
             c,
         ));
     }
@@ -1002,14 +975,14 @@ fn scenarios(
             if !b.already_graph {
                 out.push(with_cycle(
                     "one-shot all-reduce",
-                    fig(v.us - cut1, Src::Modeled, how("as it ran")),
+                    fig(v.us - cut1, Source::Modeled, how("as it ran")),
                     c,
                 ));
             }
             if let Some(gr) = &graph {
                 out.push(with_cycle(
                     "one-shot all-reduce + CUDA graph",
-                    fig(gr.us - cut1, Src::Modeled, how("the graph row")),
+                    fig(gr.us - cut1, Source::Modeled, how("the graph row")),
                     c,
                 ));
             }
@@ -1019,13 +992,11 @@ fn scenarios(
     out
 }
 
-impl Src {
-    /// A figure computed from this one by the model is modeled (measured stays derived).
-    fn max_modeled(self) -> Src {
-        match self {
-            Src::Measured | Src::Given | Src::Derived => Src::Derived,
-            _ => Src::Modeled,
-        }
+/// A figure computed by the model from one of `source` is modeled (measured stays derived).
+fn modeled_from(source: Source) -> Source {
+    match source {
+        Source::Measured | Source::Given | Source::Derived => Source::Derived,
+        _ => Source::Modeled,
     }
 }
 
@@ -1053,13 +1024,13 @@ fn summary(
             ms(in_coll),
             ms(w.us),
             pct(w.us, in_coll),
-            if traced && w.source == Src::Measured {
+            if traced && w.source == Source::Measured {
                 "measured".to_string()
             } else {
                 "inferred, not measured".to_string()
             },
             ms(b.transfer.us),
-            b.transfer.source.words()
+            b.transfer.source.label()
         ));
     }
     if let Some(f) = f {
@@ -1088,7 +1059,7 @@ fn summary(
             "A CUDA graph removes the waiting: verify {} -> {} ({}){}{}.",
             ms(now.verify.us),
             ms(g.verify.us),
-            g.verify.source.words(),
+            g.verify.source.label(),
             tps(g),
             match (now.tokens_per_s, c.baseline_tokens_per_s) {
                 (Some(t), Some(bl)) => format!(
@@ -1107,7 +1078,7 @@ fn summary(
         (Some(now), Some(n)) => out.push(format!(
             "The best NCCL setting saves {} per verify ({}).",
             ms((now.verify.us - n.verify.us).max(0.0)),
-            n.verify.source.words()
+            n.verify.source.label()
         )),
         (Some(_), None) => out.push(
             "NCCL's default choice is already the best setting the evidence knows: NCCL settings change nothing here (a sweep of the real machine, --sweep, may know better).".into(),

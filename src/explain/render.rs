@@ -80,7 +80,7 @@ pub fn text(e: &Explanation) -> String {
             name,
             ms(p.figure.us),
             share(p, whole),
-            p.figure.source.words(),
+            p.figure.source.label(),
             p.figure.how
         );
     }
@@ -98,7 +98,7 @@ pub fn text(e: &Explanation) -> String {
                 "  {:<34} {:>10}  {:<9} {:>7} {:>10}  {}",
                 sc.name,
                 ms(sc.verify.us),
-                sc.verify.source.words(),
+                sc.verify.source.label(),
                 t,
                 x,
                 sc.verify.how
@@ -189,7 +189,7 @@ pub fn markdown(e: &Explanation) -> String {
             p.name,
             ms(p.figure.us),
             share(p, whole),
-            p.figure.source.words(),
+            p.figure.source.label(),
             md_escape(&p.figure.how)
         );
     }
@@ -202,7 +202,7 @@ pub fn markdown(e: &Explanation) -> String {
                 "| {} | {} | {} | {} | {} | {} |",
                 sc.name,
                 ms(sc.verify.us),
-                sc.verify.source.words(),
+                sc.verify.source.label(),
                 t,
                 x,
                 md_escape(&sc.verify.how)

@@ -39,13 +39,13 @@ fn observed_numbers_split_into_modeled_transfer_and_inferred_waiting() {
     };
     // 122 x 200 us inside the collectives, given.
     assert_eq!(part("in collectives").us, 24_400.0);
-    assert_eq!(part("in collectives").source, Src::Given);
+    assert_eq!(part("in collectives").source, Source::Given);
     // transfer = 122 x the model's mean collective; waiting = the rest, inferred.
     let x = 122.0 * e.pricing.transfer_us / e.pricing.per_collective_us.len() as f64;
     assert!((part("transfer").us - x).abs() < 1e-6);
-    assert_eq!(part("transfer").source, Src::Modeled);
+    assert_eq!(part("transfer").source, Source::Modeled);
     assert!((part("waiting").us - (24_400.0 - x)).abs() < 1e-6);
-    assert_eq!(part("waiting").source, Src::Inferred);
+    assert_eq!(part("waiting").source, Source::Inferred);
     // most of it is waiting
     assert!(
         part("waiting").us > 0.75 * 24_400.0,
@@ -207,6 +207,6 @@ fn the_logged_throughput_gives_a_derived_verify_row() {
         .unwrap();
     // 2.5 tokens at 100 tok/s: a 25 ms cycle, less 2 draft steps of 1 ms: a 23 ms verify
     assert!((row.verify.us - 23_000.0).abs() < 1e-6, "{}", row.verify.us);
-    assert_eq!(row.verify.source, Src::Derived);
+    assert_eq!(row.verify.source, Source::Derived);
     assert_eq!(row.tokens_per_s, Some(100.0));
 }

@@ -15,32 +15,13 @@ use serde::{Deserialize, Serialize};
 pub mod vocab;
 
 use crate::util::{hostname, now_utc};
-pub use vocab::{CollectiveKind, DType, Impl, Phase, Repetitions, Straggler, Summary};
+pub use vocab::{CollectiveKind, DType, Impl, Phase, Repetitions, Source, Straggler, Summary};
 
 pub mod io;
 pub use io::read_records;
 
 /// Bumped whenever a field changes meaning or a required field is added.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// Where the numbers of a record come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// Timed on real GPUs.
-    Measured,
-    /// Predicted by the cost model; never mistaken for a measurement.
-    Modeled,
-}
-
-impl Source {
-    pub fn label(self) -> &'static str {
-        match self {
-            Source::Measured => "measured",
-            Source::Modeled => "modeled",
-        }
-    }
-}
 
 /// One GPU as the driver reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -417,7 +398,8 @@ impl Body {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub schema_version: u32,
-    /// `measured` or `modeled`.
+    /// `measured` or `modeled` (a record is never given, inferred or derived).
+    #[serde(deserialize_with = "vocab::measured_or_modeled")]
     pub source: Source,
     pub provenance: Provenance,
     #[serde(flatten)]

@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
+use crate::evidence::Labelled;
 use crate::speculative::analysis::{Analysis, Row};
-use crate::speculative::inputs::Labelled;
 
 /// Writes to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
 pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {

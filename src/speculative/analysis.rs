@@ -3,11 +3,12 @@
 
 use serde::Serialize;
 
-use super::inputs::{Inputs, Labelled};
+use super::inputs::Inputs;
 use super::{
     baseline_tokens_per_s, breakeven_accept_length, cycle_ms, rate_for_accept_length, tokens_per_s,
     ASSUMPTION,
 };
+use crate::evidence::Labelled;
 
 /// Tokens/s at one accept length.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -4,109 +4,14 @@
 //! Verify records carry the forward they timed in `workload.phase`: a `verify` record gives
 //! T_verify, a `decode` record T_decode, a `draft` record T_draft (one EAGLE-3 draft step).
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::usage;
+use crate::evidence::{Labelled, Origin};
 use crate::model::Phase;
 use crate::record::{Body, Mode, Record, Source, VerifyResult, VerifyRun};
-
-/// Where one number came from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "origin", rename_all = "snake_case")]
-pub enum Origin {
-    /// A command-line flag.
-    Given { flag: String },
-    /// Not given: the documented default.
-    Default,
-    /// Timed on real GPUs, read from a results file.
-    Measured { file: String, detail: String },
-    /// Predicted by the cost model, read from a results file.
-    Modeled { file: String, detail: String },
-    /// A part of the forward only (collectives only, or compute only), measured or modeled:
-    /// a lower bound of the forward's time, never the time itself.
-    LowerBound {
-        modeled: bool,
-        file: String,
-        detail: String,
-    },
-    /// Computed from other inputs (an accept length from acceptance rates).
-    Derived { from: String },
-}
-
-impl Origin {
-    /// True for numbers that came from the cost model.
-    pub fn is_modeled(&self) -> bool {
-        matches!(
-            self,
-            Origin::Modeled { .. } | Origin::LowerBound { modeled: true, .. }
-        )
-    }
-
-    /// True for a lower bound (a part of the forward only).
-    pub fn is_bound(&self) -> bool {
-        matches!(self, Origin::LowerBound { .. })
-    }
-
-    /// A short label: `given`, `default`, `measured`, `modeled`, `bound`, `derived`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Origin::Given { .. } => "given",
-            Origin::Default => "default",
-            Origin::Measured { .. } => "measured",
-            Origin::Modeled { .. } => "modeled",
-            Origin::LowerBound { .. } => "bound",
-            Origin::Derived { .. } => "derived",
-        }
-    }
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Origin::Given { flag } => write!(f, "given ({flag})"),
-            Origin::Default => f.write_str("default"),
-            Origin::Measured { file, detail } => write!(f, "measured ({file}: {detail})"),
-            Origin::Modeled { file, detail } => write!(f, "modeled ({file}: {detail})"),
-            Origin::LowerBound {
-                modeled,
-                file,
-                detail,
-            } => write!(
-                f,
-                "lower bound, {} ({file}: {detail})",
-                if *modeled { "modeled" } else { "measured" }
-            ),
-            Origin::Derived { from } => write!(f, "derived ({from})"),
-        }
-    }
-}
-
-/// A number with its origin.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Labelled {
-    pub value: f64,
-    #[serde(flatten)]
-    pub origin: Origin,
-}
-
-impl Labelled {
-    pub fn given(value: f64, flag: &str) -> Labelled {
-        Labelled {
-            value,
-            origin: Origin::Given { flag: flag.into() },
-        }
-    }
-
-    pub fn default(value: f64) -> Labelled {
-        Labelled {
-            value,
-            origin: Origin::Default,
-        }
-    }
-}
 
 /// The run of a verify record that stands for its time, best first: CUDA graph with compute,
 /// eager with compute, then comm-only runs, then compute-only (both only lower bounds of the
@@ -178,20 +83,13 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
         );
         // One rule for every command that reads records (breakeven, report, explain): a
         // forward's part is a lower bound of the forward, shown as such, never as its time.
-        let origin = match (run.mode, r.source) {
-            (Mode::Comm | Mode::Compute, source) => Origin::LowerBound {
-                modeled: source == Source::Modeled,
-                file: file.clone(),
-                detail: detail + &format!("; {}", missing_part(run.mode)),
-            },
-            (Mode::Full, Source::Measured) => Origin::Measured {
-                file: file.clone(),
-                detail,
-            },
-            (Mode::Full, Source::Modeled) => Origin::Modeled {
-                file: file.clone(),
-                detail,
-            },
+        let origin = match run.mode {
+            Mode::Comm | Mode::Compute => Origin::lower_bound(
+                r.source == Source::Modeled,
+                file.clone(),
+                detail + &format!("; {}", missing_part(run.mode)),
+            ),
+            Mode::Full => Origin::read(r.source, file.clone(), detail),
         };
         times.push(RecordTime {
             phase: w.phase,
@@ -420,24 +318,12 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
         _ => None,
     };
     let (draft_steps, draft_steps_origin) = match (flags.draft_steps, rates_len) {
-        (Some(k), _) => (
-            k,
-            Origin::Given {
-                flag: "--draft-steps".into(),
-            },
-        ),
-        (None, Some(n)) => (
-            n,
-            Origin::Derived {
-                from: "the number of per-position rates given".into(),
-            },
-        ),
+        (Some(k), _) => (k, Origin::given("--draft-steps")),
+        (None, Some(n)) => (n, Origin::derived("the number of per-position rates given")),
         (None, None) => match rec_verify.first() {
             Some(t) if t.tokens >= 2 => (
                 t.tokens - 1,
-                Origin::Derived {
-                    from: format!("T={} of the verify record", t.tokens),
-                },
+                Origin::derived(format!("T={} of the verify record", t.tokens)),
             ),
             _ => return Err(usage(
                 "no draft step count: give --draft-steps (k; the verify forward covers k+1 tokens)",
@@ -492,15 +378,13 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             }
             Some(Labelled {
                 value: super::expected_tokens_rates(rs),
-                origin: Origin::Derived {
-                    from: format!(
-                        "--accept-rates {} (conditional rates: 1 + r1 + r1 r2 + ...)",
-                        rs.iter()
-                            .map(|r| r.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ),
-                },
+                origin: Origin::derived(format!(
+                    "--accept-rates {} (conditional rates: 1 + r1 + r1 r2 + ...)",
+                    rs.iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )),
             })
         }
         Some(Acceptance::DraftFractions(rs)) => {
@@ -520,22 +404,18 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             }
             Some(Labelled {
                 value: 1.0 + rs.iter().sum::<f64>(),
-                origin: Origin::Derived {
-                    from: format!(
+                origin: Origin::derived(format!(
                         "--accept-rates-of-drafts {} (fractions of all drafts, as vLLM prints them: 1 + their sum)",
                         rs.iter()
                             .map(|r| r.to_string())
                             .collect::<Vec<_>>()
                             .join(",")
-                    ),
-                },
+                    )),
             })
         }
         Some(Acceptance::Rate(a)) => Some(Labelled {
             value: super::expected_tokens_const_rate(check_rate("--accept-rate", *a)?, k),
-            origin: Origin::Derived {
-                from: format!("--accept-rate {a}, k={k}"),
-            },
+            origin: Origin::derived(format!("--accept-rate {a}, k={k}")),
         }),
     };
 
@@ -670,22 +550,19 @@ pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>
         let (mode, origin) = if collectives_only {
             (
                 Mode::Comm,
-                Origin::LowerBound {
-                    modeled: false,
-                    file: files.join(", "),
-                    detail: format!(
+                Origin::lower_bound(
+                    false,
+                    files.join(", "),
+                    format!(
                         "{detail}; no compute kernel in the trace, {}",
                         missing_part(Mode::Comm)
                     ),
-                },
+                ),
             )
         } else {
             (
                 Mode::Full,
-                Origin::Measured {
-                    file: files.join(", "),
-                    detail,
-                },
+                Origin::read(Source::Measured, files.join(", "), detail),
             )
         };
         out.push(RecordTime {
@@ -826,9 +703,10 @@ pub(crate) fn accept_of_log(
         return Ok((
             Labelled {
                 value: v.mean_accept_len,
-                origin: Origin::Measured {
-                    file: short_name(path),
-                    detail: format!(
+                origin: Origin::read(
+                    Source::Measured,
+                    short_name(path),
+                    format!(
                         "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
                         v.lines,
                         v.min,
@@ -837,7 +715,7 @@ pub(crate) fn accept_of_log(
                             .map(|k| format!(", {k} draft positions"))
                             .unwrap_or_default()
                     ),
-                },
+                ),
             },
             vec![],
         ));
@@ -855,13 +733,14 @@ pub(crate) fn accept_of_log(
     Ok((
         Labelled {
             value: log.mean_accept_len,
-            origin: Origin::Measured {
+            origin: Origin::read(
+                Source::Measured,
                 file,
-                detail: format!(
+                format!(
                     "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
                     log.lines, log.spread.min, log.spread.max
                 ),
-            },
+            ),
         },
         notes,
     ))
@@ -878,9 +757,9 @@ mod tests {
             ms: Labelled {
                 value: ms,
                 origin: if modeled {
-                    Origin::Modeled { file, detail }
+                    Origin::read(Source::Modeled, file, detail)
                 } else {
-                    Origin::Measured { file, detail }
+                    Origin::read(Source::Measured, file, detail)
                 },
             },
             tokens,
@@ -1060,11 +939,7 @@ INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
             phase,
             ms: Labelled {
                 value: ms,
-                origin: Origin::LowerBound {
-                    modeled: true,
-                    file: "c.json".into(),
-                    detail: "x".into(),
-                },
+                origin: Origin::lower_bound(true, "c.json".into(), "x".into()),
             },
             tokens,
             mode: Mode::Comm,
