@@ -137,7 +137,7 @@ pub fn run(a: &BreakevenArgs) -> anyhow::Result<i32> {
     times.extend(inputs::read_trace_times(&a.from_trace)?);
     let mut flags = a.flags();
     if let Some(p) = &a.accept_from_log {
-        let (tau, notes) = inputs::read_accept_log(p)?;
+        let (tau, notes) = crate::evidence::read_accept_log(p)?;
         flags.measured_accept_length = Some(tau);
         file_notes.extend(notes);
     }

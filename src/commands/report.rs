@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::evidence;
 use crate::record::{self, Body, Mode, Record, Source, VerifyResult};
 use crate::report::export::{markdown_table, tables, Table};
 use crate::report::plots::{self, BarGroup, Series, SpeedLine, Stack};
@@ -139,7 +140,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
     };
     let mut renderable = 0usize;
     for f in files {
-        let name = inputs::short_name(&f.path);
+        let name = evidence::short_name(&f.path);
         for (i, r) in f.records.iter().enumerate() {
             let p = &r.provenance;
             inputs_t.rows.push(
@@ -263,7 +264,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
             let n = seen.entry(base.clone()).or_default();
             *n += 1;
             if *n > 1 {
-                base = format!("{base} [{}]", inputs::short_name(&f.path));
+                base = format!("{base} [{}]", evidence::short_name(&f.path));
             }
             let colour = series.len() / 2;
             for graph in [true, false] {
@@ -474,7 +475,7 @@ fn bar_group(path: &Path, source: Source, v: &VerifyResult) -> BarGroup {
     BarGroup {
         label: vec![
             format!("{} {} TP={} T={}", w.model, w.phase.name(), w.tp, w.tokens),
-            format!("{} ({})", inputs::short_name(path), source.label()),
+            format!("{} ({})", evidence::short_name(path), source.label()),
         ],
         eager: stack(false),
         graph: stack(true),

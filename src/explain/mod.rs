@@ -17,8 +17,8 @@
 //!
 //! Every figure carries its source: measured, modeled, inferred, given or derived.
 
-pub mod evidence;
 pub mod fit;
+pub mod gather;
 pub mod observed;
 pub mod pricing;
 pub mod render;
@@ -29,13 +29,15 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
+use crate::evidence::ServerLog;
 use crate::evidence::{Labelled, Source};
 pub use crate::model::Engine;
 use crate::output::Format;
 use crate::request::Workload;
 use crate::speculative::inputs::{Acceptance, Flags};
 use crate::trace::Analysis;
-use evidence::{NcclLogText, ServerLog, SweepBest};
+pub use gather::Gathered;
+use gather::SweepBest;
 pub use observed::Observed;
 use pricing::Pricing;
 
@@ -159,28 +161,20 @@ pub struct Explanation {
     pub notes: Vec<String>,
 }
 
-/// The evidence once read.
-pub struct Gathered {
-    pub trace: Option<Analysis>,
-    pub server_log: Option<ServerLog>,
-    pub nccl_logs: Vec<NcclLogText>,
-    pub sweep: Option<SweepBest>,
-}
-
 /// Reads every file of `req` (no printing).
 pub fn gather(req: &ExplainRequest) -> anyhow::Result<Gathered> {
     let trace = if req.traces.is_empty() {
         None
     } else {
-        Some(evidence::read_traces(&req.traces)?)
+        Some(gather::read_traces(&req.traces)?)
     };
     let server_log = match &req.server_log {
-        Some(p) => Some(evidence::read_server_log(p)?),
+        Some(p) => Some(crate::evidence::read_server_log(p)?),
         None => None,
     };
-    let nccl_logs = evidence::read_nccl_logs(&req.nccl_logs)?;
+    let nccl_logs = crate::evidence::read_nccl_logs(&req.nccl_logs)?;
     let sweep = match &req.sweep {
-        Some(p) => Some(evidence::read_sweep(p)?),
+        Some(p) => Some(gather::read_sweep(p)?),
         None => None,
     };
     Ok(Gathered {

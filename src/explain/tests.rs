@@ -147,7 +147,7 @@ fn a_vllm_log_shows_its_engine_and_its_traps() {
 INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.28, Accepted throughput: 10.00 tokens/s, Drafted throughput: 20.00 tokens/s, Accepted: 1278 tokens, Drafted: 3000 tokens, Per-position acceptance rate: 0.645, 0.393, 0.240, Avg Draft acceptance rate: 42.6%\n",
     )
     .unwrap();
-    let l = evidence::read_server_log(&p).unwrap();
+    let l = crate::evidence::read_server_log(&p).unwrap();
     assert_eq!(l.engine, Some(Engine::Vllm));
     // vLLM's rates are fractions of all drafts: 1 + 0.645 + 0.393 + 0.240 = 2.278
     assert!((l.accept_length.as_ref().unwrap().value - 2.278).abs() < 1e-3);
@@ -170,20 +170,6 @@ INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
 }
 
 #[test]
-fn batch_one_throughput_is_read_from_both_engines_logs() {
-    let sg = "[x TP0] Decode batch. #running-req: 1, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0,\n\
-[x TP0] Decode batch. #running-req: 2, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 180.00, #queue-req: 0,\n\
-[x TP0] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0,\n\
-[x TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0,\n";
-    // the two lines of one running request: (100 + 80) / 2
-    assert_eq!(evidence::batch1_throughput(sg), Some((90.0, 2)));
-    let vl = "INFO 05-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 95.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n\
-INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n";
-    assert_eq!(evidence::batch1_throughput(vl), Some((95.6, 1)));
-    assert_eq!(evidence::batch1_throughput("nothing\n"), None);
-}
-
-#[test]
 fn the_logged_throughput_gives_a_derived_verify_row() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("sglang.log");
@@ -193,7 +179,7 @@ fn the_logged_throughput_gives_a_derived_verify_row() {
     )
     .unwrap();
     let g = Gathered {
-        server_log: Some(evidence::read_server_log(&p).unwrap()),
+        server_log: Some(crate::evidence::read_server_log(&p).unwrap()),
         ..none()
     };
     let mut r = req();

@@ -5,8 +5,9 @@
 
 use serde::Serialize;
 
-use super::evidence::{NcclLogText, ServerLog, SweepBest};
+use super::gather::SweepBest;
 use super::pricing::Pricing;
+use crate::evidence::{NcclLogText, ServerLog};
 use crate::trace::Analysis;
 
 /// One trap: its rule, and where the rule comes from.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::usage;
-use crate::evidence::{Labelled, Origin};
+use crate::evidence::{short_name, Labelled, Origin};
 use crate::model::Phase;
 use crate::record::{Body, Mode, Record, Source, VerifyResult, VerifyRun};
 
@@ -37,13 +37,6 @@ pub fn run_words(run: &VerifyRun) -> String {
         Mode::Comm => format!("{g}, comm only"),
         Mode::Compute => format!("{g}, compute only"),
     }
-}
-
-/// The file name a label shows (the last path component).
-pub fn short_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string())
 }
 
 /// One time read from a verify record.
@@ -586,166 +579,6 @@ fn phase_role(p: Phase) -> &'static str {
     }
 }
 
-/// The acceptance of a vLLM log: its `SpecDecoding metrics:` lines
-/// (vllm/v1/spec_decode/metrics.py, `SpecDecodingLogging.log`: "Mean acceptance length: %.2f,
-/// ... Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: %s, ...").
-#[derive(Debug, Clone, PartialEq)]
-pub struct VllmAcceptance {
-    /// Lines read.
-    pub lines: usize,
-    /// 1 + accepted tokens / drafts over all lines (each line weighted by its drafts).
-    pub mean_accept_len: f64,
-    /// Smallest and largest `Mean acceptance length` of one line.
-    pub min: f64,
-    pub max: f64,
-    /// Draft positions (the length of the per-position list), when printed.
-    pub positions: Option<usize>,
-}
-
-/// The number after `key` in `line` (up to the next space or comma).
-fn number_after(line: &str, key: &str) -> Option<f64> {
-    let rest = line[line.find(key)? + key.len()..].trim_start();
-    let end = rest.find([',', ' ', '%']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
-}
-
-/// Reads vLLM's `SpecDecoding metrics:` lines from `text`; `None` when there are none.
-/// Drafts per line are accepted / (sum of the per-position rates) (each rate is accepted at
-/// that position / drafts, so the sum is accepted / drafts), else drafted / positions; lines
-/// with no draft are skipped.
-pub fn vllm_acceptance(text: &str) -> Result<Option<VllmAcceptance>, String> {
-    let (mut accepted, mut drafts, mut lines) = (0.0, 0.0, 0usize);
-    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
-    let mut positions = None;
-    for (i, line) in text.lines().enumerate() {
-        if !line.contains("SpecDecoding metrics:") {
-            continue;
-        }
-        let mean = number_after(line, "Mean acceptance length:");
-        let acc = number_after(line, "Accepted:");
-        let drafted = number_after(line, "Drafted:");
-        let rates: Option<Vec<f64>> = line
-            .find("Per-position acceptance rate:")
-            .map(|p| &line[p + "Per-position acceptance rate:".len()..])
-            .map(|rest| {
-                rest.split(',')
-                    .map(|x| x.trim())
-                    .take_while(|x| x.parse::<f64>().is_ok())
-                    .map(|x| x.parse().unwrap())
-                    .collect()
-            });
-        let (Some(mean), Some(acc)) = (mean, acc) else {
-            return Err(format!(
-                "line {}: a `SpecDecoding metrics:` line without `Mean acceptance length:` and `Accepted: N tokens`",
-                i + 1
-            ));
-        };
-        let k = rates.as_ref().map(|r| r.len()).filter(|&k| k > 0);
-        let sum: f64 = rates.iter().flatten().sum();
-        let d = if sum > 0.0 {
-            acc / sum
-        } else {
-            match (drafted, k) {
-                (Some(dt), Some(k)) => dt / k as f64,
-                // no per-position list (older vLLM): accepted / (mean - 1)
-                _ if mean > 1.0 => acc / (mean - 1.0),
-                _ => 0.0,
-            }
-        };
-        if d.is_nan() || d <= 0.0 {
-            continue;
-        }
-        positions = positions.or(k);
-        accepted += acc;
-        drafts += d;
-        lines += 1;
-        min = min.min(mean);
-        max = max.max(mean);
-    }
-    if lines == 0 {
-        return Ok(None);
-    }
-    Ok(Some(VllmAcceptance {
-        lines,
-        mean_accept_len: 1.0 + accepted / drafts,
-        min,
-        max,
-        positions,
-    }))
-}
-
-/// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines, or vLLM's
-/// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, and a
-/// note when some SGLang lines ran without a CUDA graph.
-pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        usage(format!(
-            "--accept-from-log '{}': cannot read: {e}",
-            path.display()
-        ))
-    })?;
-    accept_of_log(path, vllm_acceptance(&text), || {
-        crate::trace::breakeven::accept_from_log(path)
-    })
-}
-
-/// [`read_accept_log`] on a log already parsed: its vLLM lines as [`vllm_acceptance`] read
-/// them, else its SGLang lines (`sglang`, called only then), so that a caller that has the
-/// text parses and reads it once.
-pub(crate) fn accept_of_log(
-    path: &Path,
-    vllm: Result<Option<VllmAcceptance>, String>,
-    sglang: impl FnOnce() -> anyhow::Result<crate::trace::breakeven::AcceptLog>,
-) -> anyhow::Result<(Labelled, Vec<String>)> {
-    if let Some(v) =
-        vllm.map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
-    {
-        return Ok((
-            Labelled {
-                value: v.mean_accept_len,
-                origin: Origin::read(
-                    Source::Measured,
-                    short_name(path),
-                    format!(
-                        "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
-                        v.lines,
-                        v.min,
-                        v.max,
-                        v.positions
-                            .map(|k| format!(", {k} draft positions"))
-                            .unwrap_or_default()
-                    ),
-                ),
-            },
-            vec![],
-        ));
-    }
-    let log = sglang()?;
-    let file = short_name(path);
-    let mut notes = vec![];
-    if log.cuda_graph_false > 0 {
-        notes.push(format!(
-            "{file}: {} of {} decode lines say `cuda graph: False` (those iterations ran eagerly)",
-            log.cuda_graph_false,
-            log.cuda_graph_false + log.cuda_graph_true
-        ));
-    }
-    Ok((
-        Labelled {
-            value: log.mean_accept_len,
-            origin: Origin::read(
-                Source::Measured,
-                file,
-                format!(
-                    "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
-                    log.lines, log.spread.min, log.spread.max
-                ),
-            ),
-        },
-        notes,
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -876,33 +709,6 @@ mod tests {
         ];
         let e = resolve(&f, &recs, true).unwrap_err();
         assert!(e.to_string().contains("--decode-ms"));
-    }
-
-    /// Lines in the layout of vllm/v1/spec_decode/metrics.py's `SpecDecodingLogging.log`,
-    /// numbers written for this test.
-    const VLLM_LOG: &str = "\
-INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.83, Accepted throughput: 10.00 tokens/s, Drafted throughput: 20.00 tokens/s, Accepted: 1830 tokens, Drafted: 3000 tokens, Per-position acceptance rate: 0.826, 0.652, 0.352, Avg Draft acceptance rate: 61.0%
-INFO 05-01 10:00:10 [loggers.py:120] Engine 000: Avg prompt throughput: 0.0 tokens/s
-INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.00, Accepted throughput: 5.00 tokens/s, Drafted throughput: 15.00 tokens/s, Accepted: 500 tokens, Drafted: 1500 tokens, Per-position acceptance rate: 0.600, 0.300, 0.100, Avg Draft acceptance rate: 33.3%
-";
-
-    #[test]
-    fn vllm_lines_give_one_plus_accepted_over_drafts() {
-        let v = vllm_acceptance(VLLM_LOG).unwrap().unwrap();
-        // line 1: sum of rates 1.830 -> drafts 1830 / 1.830 = 1000 (= 3000 drafted / 3)
-        // line 2: sum 1.000 -> drafts 500 (= 1500 / 3)
-        // 1 + (1830 + 500) / (1000 + 500) = 1 + 2330 / 1500 = 2.55333...
-        assert!(
-            (v.mean_accept_len - (1.0 + 2330.0 / 1500.0)).abs() < 1e-9,
-            "{v:?}"
-        );
-        assert_eq!((v.lines, v.positions), (2, Some(3)));
-        assert_eq!((v.min, v.max), (2.0, 2.83));
-        assert_eq!(
-            vllm_acceptance("Decode batch. accept len: 2.1").unwrap(),
-            None
-        );
-        assert!(vllm_acceptance("SpecDecoding metrics: nothing").is_err());
     }
 
     #[test]
