@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use crate::cli::output::OutputArgs;
 use crate::report::breakeven::{print_out, render};
 use crate::speculative::analysis::analyse;
-use crate::speculative::inputs::{self, Acceptance, Flags, TraceInput};
+use crate::speculative::inputs::{self, Acceptance, Flags};
+use crate::trace::breakeven::TraceInput;
 
 /// The times of one speculation cycle besides the verify: shared by `breakeven` and `report`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -133,8 +134,8 @@ impl BreakevenArgs {
 }
 
 pub fn run(a: &BreakevenArgs) -> anyhow::Result<i32> {
-    let (mut times, mut file_notes) = inputs::read_verify_files(&a.from)?;
-    times.extend(inputs::read_trace_times(&a.from_trace)?);
+    let (mut times, mut file_notes) = crate::evidence::read_verify_files(&a.from)?;
+    times.extend(crate::trace::breakeven::read_trace_times(&a.from_trace)?);
     let mut flags = a.flags();
     if let Some(p) = &a.accept_from_log {
         let (tau, notes) = crate::evidence::read_accept_log(p)?;

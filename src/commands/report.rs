@@ -12,10 +12,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::evidence;
+use crate::evidence::RecordTime;
 use crate::record::{self, Body, Mode, Record, Source, VerifyResult};
 use crate::report::export::{markdown_table, tables, Table};
 use crate::report::plots::{self, BarGroup, Series, SpeedLine, Stack};
-use crate::speculative::inputs::{self, Flags, RecordTime};
+use crate::speculative::inputs::Flags;
 
 mod breakeven;
 mod loaded;
@@ -215,7 +216,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
         if let Some(why) = &f.empty {
             skipped.push(format!("{name}: {why}"));
         }
-        let (t, _) = inputs::times_of(&f.path, &f.records);
+        let (t, _) = evidence::times_of(&f.path, &f.records);
         times.extend(t);
     }
     if renderable == 0 {

@@ -6,6 +6,7 @@
 //! `explain`, `report` and the commands take their inputs from here.
 
 pub mod provenance;
+pub mod records;
 pub mod server_log;
 pub mod sglang;
 pub mod vllm;
@@ -18,6 +19,7 @@ use serde::Serialize;
 
 use crate::error::usage;
 pub use provenance::{Labelled, Origin, Source};
+pub use records::{read_verify_files, times_of, RecordTime};
 pub use server_log::{read_accept_log, read_server_log, ServerLog};
 
 /// The file name a label shows (the last path component).

@@ -11,7 +11,7 @@
 //! time into transfer and waiting and words the diagnosis; [`render`] prints it; [`against`]
 //! exports one step as a schedule file and diffs it against `plan` (the diff itself, plain data,
 //! is [`plan_diff`]); [`breakeven`] gives the
-//! step time and SGLang's accept length to the break-even; [`chrome`] writes Chrome traces the
+//! step time to the break-even; [`chrome`] writes Chrome traces the
 //! reader reads back; [`synth`] makes synthetic traces for tests and benchmarks.
 //!
 //! Nothing here needs a GPU. Every figure printed is measured from the trace.

@@ -137,7 +137,7 @@ const TABLE: &[(&str, &[&str])] = &[
         "error"]),
     ("report", &["speculative", "machine", "costmodel", "evidence", "request", "measure", "model",
         "record", "units", "util", "error"]),
-    ("speculative", &["trace", "evidence", "model", "record", "units", "util", "error"]),
+    ("speculative", &["evidence", "model", "record", "units", "util", "error"]),
     ("machine", &["launch", "request", "comm", "inspect", "record", "util", "error"]),
     ("backend", &["launch", "impls", "costmodel", "trace", "request", "comm", "measure", "model",
         "record", "util", "error"]),

@@ -4,11 +4,12 @@
 use std::fmt::Write as _;
 
 use super::sections::cell;
+use crate::evidence::RecordTime;
 use crate::model::Phase;
 use crate::report::breakeven::origin_cell;
 use crate::report::export::{markdown_table, Table};
 use crate::speculative::analysis::{analyse, Analysis};
-use crate::speculative::inputs::{self, Flags, RecordTime};
+use crate::speculative::inputs::{self, Flags};
 
 /// The break-even of the report, or why there is none (a missing input is not an error here:
 /// the rest of the report still renders).
@@ -29,7 +30,7 @@ pub(super) fn breakeven_of(
             "no verify-phase verify record in the results files.".into()
         ));
     }
-    // The rule `breakeven` follows too (speculative::inputs::times_of): a verify record of
+    // The rule `breakeven` follows too (evidence::times_of): a verify record of
     // one part of the forward (collectives only, or compute only) is shown as a lower bound of
     // the verify, marked so; the decode and draft times must be whole forwards, since a part
     // of them would overstate what speculation gains. Beside a full verify record the bounds
