@@ -1,5 +1,4 @@
-//! `verifybench trace`: flags -> [`crate::trace::TraceRequest`] -> [`crate::trace::run_with`]
-//! (with `explain`'s check of the known traps a trace shows).
+//! `verifybench trace`: flags -> [`crate::trace::TraceRequest`] -> [`crate::trace::run`].
 
 use std::path::PathBuf;
 
@@ -72,5 +71,5 @@ impl TraceArgs {
 }
 
 pub fn run(a: &TraceArgs) -> anyhow::Result<i32> {
-    crate::trace::run_with(&a.request()?, &crate::explain::traps::in_trace)
+    crate::trace::run(&a.request()?)
 }

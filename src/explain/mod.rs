@@ -22,7 +22,6 @@ pub mod gather;
 pub mod observed;
 pub mod pricing;
 pub mod render;
-pub mod traps;
 
 use std::path::PathBuf;
 
@@ -35,7 +34,7 @@ pub use crate::model::Engine;
 use crate::output::Format;
 use crate::request::Workload;
 use crate::speculative::inputs::{Acceptance, Flags};
-use crate::trace::Analysis;
+use crate::trace::{traps, Analysis};
 pub use gather::Gathered;
 use gather::SweepBest;
 pub use observed::Observed;
@@ -395,9 +394,14 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         trace: g.trace.as_ref(),
         server_log: g.server_log.as_ref(),
         nccl_logs: &g.nccl_logs,
-        sweep: g.sweep.as_ref(),
+        sweep_best: g
+            .sweep
+            .as_ref()
+            .filter(|s| !s.overrides.is_empty())
+            .map(|s| s.setting.as_str()),
         expect: &req.expect,
-        pricing: &pricing,
+        oneshot_us: pricing.oneshot_per_all_reduce_us(),
+        profile: &pricing.profile,
     });
     // NCCL's search at its floor across sockets: what a topology file is worth, as the model
     // prices the same verify with and without the cross-socket penalty.

@@ -35,6 +35,7 @@ pub mod steps;
 pub mod synth;
 #[cfg(test)]
 mod tests;
+pub mod traps;
 
 use std::path::{Path, PathBuf};
 
@@ -412,13 +413,9 @@ pub fn record(a: &Analysis, started: String) -> Record {
     )
 }
 
-/// Runs `verifybench trace`: analyse, print, export; `traps` names the known traps the
-/// analysis proves (the table lives with `explain`, above this module, which passes its check
-/// in). The value is the exit code.
-pub fn run_with(
-    req: &TraceRequest,
-    traps: &dyn Fn(&Analysis) -> Vec<TrapFound>,
-) -> anyhow::Result<i32> {
+/// Runs `verifybench trace`: analyse, print (with the known traps the analysis proves),
+/// export. The value is the exit code.
+pub fn run(req: &TraceRequest) -> anyhow::Result<i32> {
     let started = now_utc();
     if req.assume_size.is_some() && req.export_schedule.is_none() {
         crate::usage_bail!(
@@ -446,7 +443,7 @@ pub fn run_with(
         return run_logs(req, &ins, started);
     }
     let mut a = analyse_inputs(req, ins)?;
-    a.traps = traps(&a);
+    a.traps = traps::in_trace(&a);
     for s in &a.skipped {
         crate::note!("verifybench: skipped {}", s.reason);
     }
