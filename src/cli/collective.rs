@@ -93,10 +93,6 @@ impl From<&CollectiveArgs> for CollectiveRequest {
     }
 }
 
-pub fn run(a: &CollectiveArgs) -> anyhow::Result<i32> {
-    crate::commands::collective(&a.into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,8 @@ pub mod worker;
 
 use clap::{Parser, Subcommand};
 
+use crate::commands;
+
 const EXAMPLES: &str = "\
 Examples:
   verifybench plan --model kimi-k2.5 --tp 8 --tokens 3
@@ -141,18 +143,21 @@ pub fn main() -> anyhow::Result<i32> {
     let cli = Cli::parse();
     crate::output::set_quiet(cli.command.quiet());
     match cli.command {
-        Command::Plan(a) => plan::run(&a),
-        Command::Collective(a) => collective::run(&a),
-        Command::Verify(a) => verify::run(&a),
-        Command::Env(a) => env::run(&a),
+        Command::Plan(a) => commands::plan::run(&(&a).into()),
+        Command::Collective(a) => commands::collective::run(&(&a).into()),
+        Command::Verify(a) => commands::verify::run(&(&a).into()),
+        Command::Env(a) => commands::env::run(&(&a).into()),
         Command::Bandwidth(a) => bandwidth::run(&a),
-        Command::Inspect(a) => inspect::run(&a),
-        Command::Breakeven(a) => breakeven::run(&a),
-        Command::Report(a) => report::run(&a),
+        Command::Inspect(a) => commands::inspect::run(&(&a).into()),
+        Command::Breakeven(a) => commands::breakeven::run(&(&a).into()),
+        Command::Report(a) => commands::report::run(&(&a).into()),
         Command::Selftest(a) => selftest::run(&a),
         Command::Rank(a) => rank::run(&a),
-        Command::Worker(a) => worker::run(&a),
-        Command::Model(c) => modelfit::run(&c),
+        Command::Worker(a) => commands::worker::run(&(&a).into()),
+        Command::Model(c) => match &c.cmd {
+            modelfit::ModelSub::Fit(a) => commands::model::fit(&a.into()),
+            modelfit::ModelSub::Validate(a) => commands::model::validate(&a.into()),
+        },
         Command::Compare(a) => compare::run(&a),
         Command::Sweep(a) => sweep::run(&a),
         Command::Trace(a) => trace::run(&a),

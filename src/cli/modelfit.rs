@@ -1,13 +1,12 @@
-//! `verifybench model fit`: calibrate the cost model on measured results and write a profile.
+//! `verifybench model fit` and `model validate`: the flags; the fit and the validation are
+//! [`crate::commands::model`].
 
 use std::path::PathBuf;
 
 use clap::Subcommand;
 
 use crate::cli::output::OutputArgs;
-use crate::costmodel::fit;
-use crate::costmodel::profile::{self, ProfileBody};
-use crate::report::fit::table;
+use crate::commands::model::{FitRequest, ValidateRequest};
 
 /// `verifybench model ...`
 #[derive(Debug, Clone, clap::Args)]
@@ -86,370 +85,30 @@ pub struct FitArgs {
     pub print: OutputArgs,
 }
 
-pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
-    match &c.cmd {
-        ModelSub::Fit(a) => fit_cmd(a),
-        ModelSub::Validate(a) => validate_cmd(a),
+impl From<&FitArgs> for FitRequest {
+    fn from(a: &FitArgs) -> FitRequest {
+        FitRequest {
+            results: a.results.clone(),
+            nccl_tests: a.nccl_tests.clone(),
+            link_gbps: a.link_gbps,
+            p2p_latency_us: a.p2p_latency_us,
+            output: a.output.clone(),
+            base: a.base.clone(),
+            base_profile: a.base_profile.clone(),
+            name: a.name.clone(),
+            format: a.print.format,
+        }
     }
 }
 
-fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
-    let started = crate::util::now_utc();
-    let mut inputs: Vec<&std::path::Path> = a.results.iter().map(|p| p.as_path()).collect();
-    inputs.extend(a.nccl_tests.iter().map(|p| p.as_path()));
-    inputs.extend(a.base_profile.as_deref());
-    crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
-    let (base, base_name) = match &a.base_profile {
-        Some(p) => {
-            let prof = profile::load(p)?;
-            let n = format!("{} (file {})", prof.name, p.display());
-            (prof, n)
-        }
-        None => {
-            let prof = profile::builtin_or_usage(&a.base)?;
-            let n = prof.name.clone();
-            (prof, n)
-        }
-    };
-    if !a.nccl_tests.is_empty() {
-        return nccl_tests_cmd(a, &base, &base_name, started);
-    }
-    let mut pts = vec![];
-    let mut p2p_pts = vec![];
-    let mut sources = vec![];
-    for f in &a.results {
-        let recs = crate::record::read_records(f)?;
-        p2p_pts.extend(crate::costmodel::custom::p2p_points(&recs));
-        let name = f.display().to_string();
-        let (p, skipped) = fit::points_of(&name, &recs)?;
-        for s in skipped {
-            crate::note!("verifybench: left out {s}");
-        }
-        pts.extend(p);
-        sources.push(name);
-    }
-    let r = fit::calibrate(&base, &pts)?;
-    let name = a.name.clone().unwrap_or_else(|| {
-        a.output
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "fitted".into())
-    });
-    let mut prof = r.profile.clone();
-    // The P2P terms: fitted on the P2P rows only, from the NCCL-fitted launch costs.
-    let p2p_fit = if p2p_pts.is_empty() {
-        None
-    } else {
-        let f = crate::costmodel::custom::fit_p2p(&prof, &p2p_pts)?;
-        prof.p2p = Some(f.link.clone());
-        Some(f)
-    };
-    prof.name = name;
-    prof.description = format!(
-        "fitted by `verifybench model fit` to {} measured points from {}, starting from {base_name} ({}); median error {:.1}%{}",
-        r.points.len(),
-        sources.join(", "),
-        base.description,
-        r.median_abs_err * 100.0,
-        r.median_abs_loo_err
-            .map(|l| format!(", leave-one-out {:.1}%", l * 100.0))
-            .unwrap_or_default()
-    );
-    let file = ProfileBody {
-        profile: prof,
-        fit: Some(serde_json::json!({
-            "base": base_name,
-            "sources": sources,
-            "fitted_utc": crate::util::now_utc(),
-            "parameters": r.params,
-            "points": r.points,
-            "median_abs_rel_err": r.median_abs_err,
-            "median_abs_loo_rel_err": r.median_abs_loo_err,
-            "p2p": p2p_fit.as_ref().map(|f| serde_json::json!({
-                "parameters": f.lines,
-                "points": f.points,
-                "median_abs_rel_err": f.median_abs_err,
-            })),
-        })),
-    };
-    write_profile(a, &file, started, || {
-        let mut s = table(&r, &base_name, a.results.len());
-        if let Some(f) = &p2p_fit {
-            s.push_str(&crate::report::fit::p2p_table(f));
-        }
-        s
-    })
-}
-
-/// Writes the fitted profile as a record to `--output` (and to stdout with `--format json`);
-/// in table format prints `tables()` and where the profile went. The value is the exit code.
-fn write_profile(
-    a: &FitArgs,
-    file: &ProfileBody,
-    started: String,
-    tables: impl FnOnce() -> String,
-) -> anyhow::Result<i32> {
-    let json = file
-        .to_record(crate::record::Provenance::here("none", started))
-        .to_json_pretty();
-    crate::output::write_and_print(&json, Some(&a.output), a.print.format.is_json())?;
-    if !a.print.format.is_json() {
-        print!("{}", tables());
-        println!(
-            "# wrote profile '{}' to {}: use it with --backend model --profile {}",
-            file.profile.name,
-            a.output.display(),
-            a.output.display()
-        );
-    }
-    Ok(0)
-}
-
-fn output_name(a: &FitArgs) -> String {
-    a.name.clone().unwrap_or_else(|| {
-        a.output
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "fitted".into())
-    })
-}
-
-/// `model fit --nccl-tests FILE...`.
-fn nccl_tests_cmd(
-    a: &FitArgs,
-    base: &profile::Profile,
-    base_name: &str,
-    started: String,
-) -> anyhow::Result<i32> {
-    use crate::costmodel::ntfit;
-    let mut tables = vec![];
-    let mut sources = vec![];
-    for f in &a.nccl_tests {
-        let name = f.display().to_string();
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
-        let runs = crate::nccl_tests::parse_runs(&text)
-            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
-        let (t, skipped) = ntfit::tables_of(&name, &runs);
-        for s in skipped {
-            crate::note!("verifybench: left out {s}");
-        }
-        tables.extend(t);
-        sources.push(name);
-    }
-    let rate = match a.link_gbps.or(base.intra.rate_gbps) {
-        Some(r) => r,
-        None => crate::usage_bail!(
-            "the base profile does not know its link's rate: give --link-gbps (PCIe 4.0 x16: 31.5, 5.0 x16: 63)"
-        ),
-    };
-    let phys = ntfit::Physics {
-        rate_gbps: rate,
-        p2p_lat_us: a.p2p_latency_us,
-    };
-    let f = ntfit::calibrate(base, &phys, &tables)?;
-    let r = &f.report;
-    let mut prof = r.profile.clone();
-    prof.name = output_name(a);
-    prof.description = format!(
-        "fitted by `verifybench model fit --nccl-tests` to {} sizes of {} table(s) from {}, link rate {rate} GB/s, starting from {base_name}; median error {:.1}%, leave-one-size-out {:.1}%",
-        r.points.len(),
-        tables.len(),
-        sources.join(", "),
-        r.median_abs_err * 100.0,
-        r.median_abs_loo_err.unwrap_or(f64::NAN) * 100.0
-    );
-    let file = ProfileBody {
-        profile: prof,
-        fit: Some(serde_json::json!({
-            "base": base_name,
-            "nccl_tests": sources,
-            "link_rate_gbps": rate,
-            "p2p_latency_us": a.p2p_latency_us,
-            "fitted_utc": crate::util::now_utc(),
-            "parameters": r.params,
-            "at_bound": f.at_bound,
-            "switches": f.switches,
-            "points": r.points,
-            "median_abs_rel_err": r.median_abs_err,
-            "median_abs_loo_rel_err": r.median_abs_loo_err,
-        })),
-    };
-    write_profile(a, &file, started, || {
-        let mut s = table(r, base_name, a.nccl_tests.len());
-        s.push_str(&crate::report::fit::nccl_tests_lines(&f));
-        s
-    })
-}
-
-/// `model validate --nccl-tests FILE...`.
-fn validate_cmd(a: &ValidateArgs) -> anyhow::Result<i32> {
-    use crate::costmodel::ntfit;
-    use std::fmt::Write;
-    if a.link_gbps.len() > 1 && a.link_gbps.len() != a.nccl_tests.len() {
-        crate::usage_bail!(
-            "--link-gbps: give one rate, or one per --nccl-tests file ({} files, {} rates)",
-            a.nccl_tests.len(),
-            a.link_gbps.len()
-        );
-    }
-    let base = profile::builtin_or_usage(&a.base)?;
-    let mut files = vec![];
-    for (i, f) in a.nccl_tests.iter().enumerate() {
-        let name = f.display().to_string();
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
-        let runs = crate::nccl_tests::parse_runs(&text)
-            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
-        let (t, skipped) = ntfit::tables_of(&name, &runs);
-        for s in skipped {
-            crate::note!("verifybench: left out {s}");
-        }
-        let rate = match a
-            .link_gbps
-            .get(i)
-            .or(a.link_gbps.first())
-            .copied()
-            .or(base.intra.rate_gbps)
-        {
-            Some(r) => r,
-            None => {
-                crate::usage_bail!("--link-gbps: the base profile does not know its link's rate")
-            }
-        };
-        files.push((name, rate, t));
-    }
-    let mut out = String::new();
-    let mut failed = 0;
-    let mut json_rows = vec![];
-    let _ = writeln!(
-        out,
-        "# leave-one-size-out: each table fitted on its own (`model fit --nccl-tests`, from {}), each size left out in turn and predicted; |error| of the left-out sizes",
-        a.base
-    );
-    let _ = writeln!(
-        out,
-        "# table | collective | ranks | link GB/s | sizes | median | max | median <= {}%",
-        a.max_median_pct
-    );
-    for (_, rate, tables) in &files {
-        let phys = ntfit::Physics {
-            rate_gbps: *rate,
-            p2p_lat_us: None,
-        };
-        for t in tables {
-            let l = ntfit::loso_of_table(&base, &phys, t)?;
-            let ok = l.median_abs * 100.0 <= a.max_median_pct;
-            failed += usize::from(!ok);
-            json_rows.push(serde_json::json!({
-                "table": l.label,
-                "op": l.op.name(),
-                "nranks": l.nranks,
-                "link_rate_gbps": rate,
-                "loso_rel_err": l.errs.iter().map(|(s, e)| serde_json::json!({"size_bytes": s, "rel_err": e})).collect::<Vec<_>>(),
-                "median_abs_loso_rel_err": l.median_abs,
-                "max_abs_loso_rel_err": l.max_abs,
-                "within": ok,
-            }));
-            let _ = writeln!(
-                out,
-                "{} | {} | {} | {rate} | {} | {:.1}% | {:.1}% | {}",
-                l.label,
-                l.op.name(),
-                l.nranks,
-                l.errs.len(),
-                l.median_abs * 100.0,
-                l.max_abs * 100.0,
-                if ok { "yes" } else { "NO" }
-            );
+impl From<&ValidateArgs> for ValidateRequest {
+    fn from(a: &ValidateArgs) -> ValidateRequest {
+        ValidateRequest {
+            nccl_tests: a.nccl_tests.clone(),
+            link_gbps: a.link_gbps.clone(),
+            base: a.base.clone(),
+            max_median_pct: a.max_median_pct,
+            format: a.print.format,
         }
     }
-    let _ = writeln!(
-        out,
-        "\n# built-in profiles (modeled, uncalibrated) against each table at 32 KB-256 KB: predicted / measured - 1 per size; median |error|"
-    );
-    for (_, _, tables) in &files {
-        for t in tables {
-            let _ = writeln!(
-                out,
-                "{} ({} n={}, {}):",
-                t.label,
-                t.op.name(),
-                t.nranks,
-                t.device.as_deref().unwrap_or("GPU not listed")
-            );
-            for name in profile::BUILTIN {
-                let p = profile::builtin_or_usage(name)?;
-                let e = ntfit::profile_errors(&p, t, 32 * 1024, 256 * 1024)?;
-                if e.is_empty() {
-                    continue;
-                }
-                let med =
-                    crate::measure::stats::median_abs(&e.iter().map(|x| x.2).collect::<Vec<_>>());
-                let cells: Vec<String> = e
-                    .iter()
-                    .map(|(s, _, r)| format!("{} KB {:+.0}%", s / 1024, r * 100.0))
-                    .collect();
-                let _ = writeln!(
-                    out,
-                    "  {name:<22} median {:>5.1}%  {}",
-                    med * 100.0,
-                    cells.join(", ")
-                );
-            }
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\n# fit at one rank count, predict another of the same file and collective"
-    );
-    let mut any = false;
-    for (name, rate, tables) in &files {
-        let phys = ntfit::Physics {
-            rate_gbps: *rate,
-            p2p_lat_us: None,
-        };
-        for fit_t in tables {
-            for pred_t in tables
-                .iter()
-                .filter(|t| t.op == fit_t.op && t.nranks != fit_t.nranks)
-            {
-                any = true;
-                let f = ntfit::calibrate(&base, &phys, std::slice::from_ref(fit_t))?;
-                let e = ntfit::profile_errors(&f.report.profile, pred_t, 0, u64::MAX)?;
-                let med =
-                    crate::measure::stats::median_abs(&e.iter().map(|x| x.2).collect::<Vec<_>>());
-                let _ = writeln!(
-                    out,
-                    "{name}: fit n={} ({}) -> predict n={} ({}): median |error| {:.1}%",
-                    fit_t.nranks,
-                    fit_t.label,
-                    pred_t.nranks,
-                    pred_t.label,
-                    med * 100.0
-                );
-            }
-        }
-    }
-    if !any {
-        let _ = writeln!(out, "none: no file holds one collective at two rank counts");
-    }
-    let _ = writeln!(
-        out,
-        "\n# {failed} table(s) above the {}% median",
-        a.max_median_pct
-    );
-    if a.print.format.is_json() {
-        // The leave-one-size-out part (the figure the acceptance bound is on), modeled.
-        let doc = serde_json::json!({
-            "source": "modeled",
-            "base": a.base,
-            "max_median_pct": a.max_median_pct,
-            "tables": json_rows,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        print!("{out}");
-    }
-    Ok(if failed > 0 { 1 } else { 0 })
 }

@@ -88,7 +88,3 @@ impl From<&VerifyArgs> for VerifyRequest {
         }
     }
 }
-
-pub fn run(a: &VerifyArgs) -> anyhow::Result<i32> {
-    crate::commands::verify(&a.into())
-}

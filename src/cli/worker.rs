@@ -81,7 +81,3 @@ impl From<&WorkerArgs> for WorkerRequest {
         }
     }
 }
-
-pub fn run(a: &WorkerArgs) -> anyhow::Result<i32> {
-    crate::commands::worker(&a.into())
-}
