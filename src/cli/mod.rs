@@ -152,15 +152,15 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Breakeven(a) => commands::breakeven::run(&(&a).into()),
         Command::Report(a) => commands::report::run(&(&a).into()),
         Command::Selftest(a) => selftest::run(&a),
-        Command::Rank(a) => rank::run(&a),
+        Command::Rank(a) => commands::rank::run(&(&a).into()),
         Command::Worker(a) => commands::worker::run(&(&a).into()),
         Command::Model(c) => match &c.cmd {
             modelfit::ModelSub::Fit(a) => commands::model::fit(&a.into()),
             modelfit::ModelSub::Validate(a) => commands::model::validate(&a.into()),
         },
-        Command::Compare(a) => compare::run(&a),
+        Command::Compare(a) => commands::compare::run(&(&a).into()),
         Command::Sweep(a) => sweep::run(&a),
-        Command::Trace(a) => trace::run(&a),
+        Command::Trace(a) => commands::trace::run(&(&a).into()),
         Command::Explain(a) => explain::run(&a),
     }
 }

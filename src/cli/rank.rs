@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::launch::worker::RankRequest;
+use crate::commands::rank::RankRequest;
 use crate::launch::Fault;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -38,8 +38,4 @@ impl From<&RankArgs> for RankRequest {
             cpu_affinity: a.cpu_affinity.clone(),
         }
     }
-}
-
-pub fn run(a: &RankArgs) -> anyhow::Result<i32> {
-    crate::launch::worker::run(&a.into())
 }

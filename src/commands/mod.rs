@@ -7,13 +7,16 @@
 pub mod bandwidth;
 pub mod breakeven;
 pub mod collective;
+pub mod compare;
 pub mod env;
 pub mod explain;
 pub mod inspect;
 pub mod model;
 pub mod plan;
+pub mod rank;
 pub mod report;
 pub mod selftest;
+pub mod trace;
 pub mod verify;
 pub mod worker;
 

@@ -128,7 +128,7 @@ const TABLE: &[(&str, &[&str])] = &[
         "output", "nccl_list", "nccl_tests", "record", "units", "util", "error"]),
     ("commands", &["explain", "sweep", "report", "speculative", "machine", "backend", "launch", "request",
         "comm", "measure", "model", "output", "record", "units", "util", "error", "costmodel", "inspect",
-        "nccl_tests"]),
+        "nccl_tests", "compare", "trace"]),
     ("explain", &["sweep", "speculative", "costmodel", "trace", "request", "measure", "model",
         "output", "record", "util", "error"]),
     ("sweep", &["report", "backend", "launch", "costmodel", "request", "comm", "measure", "model",
