@@ -159,7 +159,7 @@ pub fn main() -> anyhow::Result<i32> {
             modelfit::ModelSub::Validate(a) => commands::model::validate(&a.into()),
         },
         Command::Compare(a) => commands::compare::run(&(&a).into()),
-        Command::Sweep(a) => sweep::run(&a),
+        Command::Sweep(a) => commands::sweep::run(&(&a).into()),
         Command::Trace(a) => commands::trace::run(&(&a).into()),
         Command::Explain(a) => explain::run(&a),
     }

@@ -16,6 +16,7 @@ pub mod plan;
 pub mod rank;
 pub mod report;
 pub mod selftest;
+pub mod sweep;
 pub mod trace;
 pub mod verify;
 pub mod worker;
