@@ -1,7 +1,8 @@
 //! `verifybench plan`: the flags; the schedule itself is [`crate::commands::plan`].
 
-use crate::cli::args::{named, WorkloadArgs};
+use crate::cli::args::WorkloadArgs;
 use crate::cli::output::OutputArgs;
+use crate::cli::values::named;
 use crate::commands::plan::PlanRequest;
 use crate::model::Engine;
 

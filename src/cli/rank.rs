@@ -22,7 +22,7 @@ pub struct RankArgs {
     #[arg(long)]
     pub fault: Option<Fault>,
     /// auto, none or a CPU list (the launcher's --cpu-affinity).
-    #[arg(long, default_value = "auto", value_parser = crate::cli::args::affinity_arg)]
+    #[arg(long, default_value = "auto", value_parser = crate::cli::values::affinity_arg)]
     pub cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 

@@ -4,10 +4,9 @@
 
 use std::path::PathBuf;
 
-use crate::cli::args::{
-    named, ExportArgs, GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
-};
-use crate::cli::output::OutputArgs;
+use crate::cli::args::{GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::output::{ExportArgs, OutputArgs};
+use crate::cli::values::named;
 use crate::commands::sweep::SweepRequest;
 use crate::record::Mode;
 use crate::request::{BackendKind, GraphChoice};
