@@ -8,18 +8,14 @@ use crate::report::breakeven::{print_out, render};
 use crate::speculative::analysis::analyse;
 use crate::speculative::inputs::{self, Flags, TraceInput};
 
-/// The times and acceptance `breakeven` works from, and how it prints.
+/// `breakeven`: the times and acceptance given as flags (`flags`), and the files the flags
+/// of the same names read them from.
 #[derive(Debug, Clone)]
 pub struct BreakevenRequest {
-    /// The times and acceptance given as flags.
     pub flags: Flags,
-    /// Results files whose verify records give the times (flags win).
     pub from: Vec<PathBuf>,
-    /// Profiler traces whose median step gives a time, each with its role.
     pub from_trace: Vec<TraceInput>,
-    /// The server's log, for the measured accept length.
     pub accept_from_log: Option<PathBuf>,
-    /// json: every input with its origin, every output.
     pub format: Format,
 }
 

@@ -8,14 +8,11 @@
 use crate::inspect::{self, procfs::ProcFs, render, Expect, WalkError};
 use crate::output::Format;
 
-/// Which processes `inspect` looks at, what it expects of them, and how it prints.
+/// `inspect`: `--pid`, `--match` (`pattern`), `--expect` as given, and the format.
 #[derive(Debug, Clone)]
 pub struct InspectRequest {
-    /// The server's top process.
     pub pid: Option<u32>,
-    /// A pattern of the server's command line (when no pid is given).
     pub pattern: Option<String>,
-    /// NAME=VALUE expectations, as given.
     pub expect: Vec<String>,
     pub format: Format,
 }

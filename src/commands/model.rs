@@ -8,39 +8,26 @@ use crate::costmodel::{fit, ntfit};
 use crate::output::Format;
 use crate::report::fit::table;
 
-/// What `model fit` fits to, from where, and where the profile goes.
+/// `model fit`: the flags of the same names (see `verifybench model fit --help`).
 #[derive(Debug, Clone)]
 pub struct FitRequest {
-    /// Results files of measured `collective` and `verify` runs.
     pub results: Vec<PathBuf>,
-    /// nccl-tests text output to fit to instead.
     pub nccl_tests: Vec<PathBuf>,
-    /// With `nccl_tests`: the link's rate per direction, GB/s.
     pub link_gbps: Option<f64>,
-    /// With `nccl_tests`: the measured peer-to-peer latency, us.
     pub p2p_latency_us: Option<f64>,
-    /// Where to write the fitted profile.
     pub output: PathBuf,
-    /// Built-in link profile to start from.
     pub base: String,
-    /// A profile file to start from instead.
     pub base_profile: Option<PathBuf>,
-    /// Name of the fitted profile (default: the output file's stem).
     pub name: Option<String>,
-    /// json: the profile `output` gets, on stdout too.
     pub format: Format,
 }
 
-/// What `model validate` validates on.
+/// `model validate`: the flags of the same names (see `verifybench model validate --help`).
 #[derive(Debug, Clone)]
 pub struct ValidateRequest {
-    /// nccl-tests text output.
     pub nccl_tests: Vec<PathBuf>,
-    /// The link's rate per direction, GB/s: one for every file, or one per file.
     pub link_gbps: Vec<f64>,
-    /// Built-in profile the fits start from.
     pub base: String,
-    /// The median leave-one-size-out error a table must stay within, percent.
     pub max_median_pct: f64,
     pub format: Format,
 }

@@ -6,17 +6,13 @@ use crate::output::Format;
 use crate::report::plan::{json_with_engine, one_line, render_with};
 use crate::request::Workload;
 
-/// What `plan` shows.
+/// `plan`: the workload and the flags of the same names.
 #[derive(Debug, Clone)]
 pub struct PlanRequest {
     pub workload: Workload,
-    /// json: the schedule itself (the input of scripts/torch_baseline.py and `--schedule`).
     pub format: Format,
-    /// Also list every operation in order.
     pub ops: bool,
-    /// The engine whose names for the collectives, fusions and profiler counts are shown.
     pub engine: Engine,
-    /// The engine fuses each all-reduce with the residual add and RMSNorm after it.
     pub allreduce_fusion: bool,
 }
 

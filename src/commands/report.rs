@@ -36,14 +36,12 @@ pub struct Report {
     pub skipped: Vec<String>,
 }
 
-/// What `report` renders, and where.
+/// `report`: the results files, the folder of the report (`out`), and the break-even inputs
+/// of the tokens/s plot (verify times come from the verify records).
 #[derive(Debug, Clone)]
 pub struct ReportRequest {
-    /// Results files (JSON record, JSON array or JSON lines).
     pub results: Vec<PathBuf>,
-    /// Directory to write report.md and its SVG plots into.
     pub out: PathBuf,
-    /// Break-even inputs for the tokens/s plot (verify times come from the verify records).
     pub cycle: Flags,
 }
 

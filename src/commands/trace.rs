@@ -4,10 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::record::{Body, Provenance, Record, Source};
+use crate::record::{Provenance, Record, Source};
 use crate::request::Workload;
 use crate::trace::{against, analyse_inputs, classify, expand_inputs, log_report, nccl_log};
-use crate::trace::{render, Analysis, Inputs, TraceRequest};
+use crate::trace::{render, Inputs, TraceRequest};
 use crate::util::now_utc;
 
 /// What `verifybench trace` runs: the trace request, and the workload whose schedule
@@ -18,21 +18,32 @@ pub struct TraceCommand {
     pub against_plan: Option<Workload>,
 }
 
-/// The analysis in the record envelope (`kind: trace`, measured from the trace).
-fn record(a: &Analysis, started: String) -> Record {
+/// The record of what was read (`kind: name`, measured, `note` saying from what), printed: the
+/// record itself with `--format json`, else `text`.
+fn print_record(
+    req: &TraceRequest,
+    (name, note): (&str, String),
+    data: &impl serde::Serialize,
+    started: String,
+    text: impl FnOnce() -> String,
+) -> anyhow::Result<Record> {
     let mut p = Provenance::here("none", started);
-    p.notes.push(format!(
-        "measured from profiler traces: {}",
-        a.files.join(", ")
-    ));
-    Record::new(
-        Source::Measured,
-        p,
-        Body::Other {
-            name: "trace".into(),
-            data: serde_json::to_value(a).expect("analysis serializes"),
-        },
-    )
+    p.notes.push(note);
+    let rec = Record::other(Source::Measured, p, name, data)?;
+    if req.format.is_json() {
+        println!("{}", rec.to_json_pretty());
+    } else {
+        print!("{}", text());
+    }
+    Ok(rec)
+}
+
+/// `--export-json`: the record as printed with `--format json`.
+fn export(req: &TraceRequest, rec: &Record) -> anyhow::Result<i32> {
+    if let Some(p) = &req.export_json {
+        crate::util::write_file(p, (rec.to_json_pretty() + "\n").as_bytes())?;
+    }
+    Ok(0)
 }
 
 /// Runs `verifybench trace`: analyse, print, export, with the known traps the analysis proves
@@ -84,12 +95,8 @@ pub fn run(c: &TraceCommand) -> anyhow::Result<i32> {
         )?),
         None => None,
     };
-    let rec = record(&a, started);
-    if req.format.is_json() {
-        println!("{}", rec.to_json_pretty());
-    } else {
-        print!("{}", render::render(&a));
-    }
+    let note = format!("measured from profiler traces: {}", a.files.join(", "));
+    let rec = print_record(req, ("trace", note), &a, started, || render::render(&a))?;
     if let (Some(p), Some((s, assumed))) = (&req.export_schedule, &schedule) {
         s.save(p)?;
         if let (false, Some(b)) = (assumed.is_empty(), req.assume_size) {
@@ -105,10 +112,7 @@ pub fn run(c: &TraceCommand) -> anyhow::Result<i32> {
             p.display()
         );
     }
-    if let Some(p) = &req.export_json {
-        crate::util::write_file(p, (rec.to_json_pretty() + "\n").as_bytes())?;
-    }
-    Ok(0)
+    export(req, &rec)
 }
 
 /// `verifybench trace LOG...`: NCCL COLL logs on their own.
@@ -122,24 +126,9 @@ fn run_logs(req: &TraceRequest, ins: &Inputs, started: String) -> anyhow::Result
         crate::note!("verifybench: skipped {}: {}", s.file, s.reason);
     }
     let r = log_report(ins);
-    let mut p = Provenance::here("none", started);
-    p.notes
-        .push(format!("read from NCCL COLL logs: {}", r.files.join(", ")));
-    let rec = Record::new(
-        Source::Measured,
-        p,
-        Body::Other {
-            name: "nccl_log".into(),
-            data: serde_json::to_value(&r).expect("report serializes"),
-        },
-    );
-    if req.format.is_json() {
-        println!("{}", rec.to_json_pretty());
-    } else {
-        print!("{}", nccl_log::render(&r));
-    }
-    if let Some(p) = &req.export_json {
-        crate::util::write_file(p, (rec.to_json_pretty() + "\n").as_bytes())?;
-    }
-    Ok(0)
+    let note = format!("read from NCCL COLL logs: {}", r.files.join(", "));
+    let rec = print_record(req, ("nccl_log", note), &r, started, || {
+        nccl_log::render(&r)
+    })?;
+    export(req, &rec)
 }
