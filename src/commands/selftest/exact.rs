@@ -58,12 +58,12 @@ pub(super) fn collectives(devices: &[usize], launcher: Launcher, checks: &mut Ve
 /// two GPUs cannot reach each other the line says which and the checks are skipped.
 pub(super) fn p2p_collectives(devices: &[usize], launcher: Launcher, checks: &mut Vec<Check>) {
     if let Err(u) = comm::p2p::check_topology(devices) {
-        checks.push(Check {
-            name: "p2p all-reduces".into(),
-            launcher: launcher.name().into(),
-            pass: true,
-            detail: format!("SKIPPED: {}", u.skipped(&[Impl::OneShot, Impl::TwoShot])),
-        });
+        checks.push(Check::new(
+            "p2p all-reduces",
+            launcher.name(),
+            true,
+            format!("SKIPPED: {}", u.skipped(&[Impl::OneShot, Impl::TwoShot])),
+        ));
         return;
     }
     let n = devices.len();
@@ -137,21 +137,11 @@ fn run_cases(
                 for (g, graph) in [false, true].into_iter().enumerate() {
                     let (sum, wrong) = (&c[i * 2 + g].0, c[i * 2 + g].1);
                     let (name, detail) = line(case, graph, sum, wrong);
-                    checks.push(Check {
-                        name,
-                        launcher: launcher.name().into(),
-                        pass: wrong == 0,
-                        detail,
-                    });
+                    checks.push(Check::new(name, launcher.name(), wrong == 0, detail));
                 }
             }
         }
-        Err(e) => checks.push(Check {
-            name: failed_name.into(),
-            launcher: launcher.name().into(),
-            pass: false,
-            detail: format!("{e:#}"),
-        }),
+        Err(e) => checks.push(Check::of(failed_name, launcher.name(), Err(e))),
     }
 }
 
@@ -210,12 +200,7 @@ pub(super) fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Che
     let s = match model::build(&shape, &opt, Phase::Verify) {
         Ok(s) => s,
         Err(e) => {
-            checks.push(Check {
-                name: "verify schedule".into(),
-                launcher: launcher.name().into(),
-                pass: false,
-                detail: format!("{e:#}"),
-            });
+            checks.push(Check::of("verify schedule", launcher.name(), Err(e)));
             return;
         }
     };
@@ -324,12 +309,7 @@ pub(super) fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Che
                 });
             }
         }
-        Err(e) => checks.push(Check {
-            name: "verify kimi-k2.5".into(),
-            launcher: launcher.name().into(),
-            pass: false,
-            detail: format!("{e:#}"),
-        }),
+        Err(e) => checks.push(Check::of("verify kimi-k2.5", launcher.name(), Err(e))),
     }
 }
 
@@ -379,20 +359,19 @@ pub(super) fn exported_ops(devices: &[usize], launcher: Launcher, checks: &mut V
     match res {
         Ok(c) => {
             for ((graph, _), (_, wrong)) in runs.iter().zip(c) {
-                checks.push(Check {
-                    name: format!("exported broadcast + all-to-all {}", eager_or_graph(*graph)),
-                    launcher: launcher.name().into(),
-                    pass: wrong == 0,
-                    detail: format!("3 collectives, {wrong} wrong elements"),
-                });
+                checks.push(Check::new(
+                    format!("exported broadcast + all-to-all {}", eager_or_graph(*graph)),
+                    launcher.name(),
+                    wrong == 0,
+                    format!("3 collectives, {wrong} wrong elements"),
+                ));
             }
         }
-        Err(e) => checks.push(Check {
-            name: "exported broadcast + all-to-all".into(),
-            launcher: launcher.name().into(),
-            pass: false,
-            detail: format!("{e:#}"),
-        }),
+        Err(e) => checks.push(Check::of(
+            "exported broadcast + all-to-all",
+            launcher.name(),
+            Err(e),
+        )),
     }
 }
 

@@ -40,12 +40,7 @@ pub(super) fn streaming_kernel(device: usize) -> Check {
             "max relative error {worst:.1e} (fp32 accumulation order); {pdl}"
         ))
     })();
-    Check {
-        name: "streaming kernel vs CPU reference".into(),
-        launcher: "-".into(),
-        pass: r.is_ok(),
-        detail: r.unwrap_or_else(|e| format!("{e:#}")),
-    }
+    Check::of("streaming kernel vs CPU reference", "-", r)
 }
 
 /// The largest relative error of the GPU's sums against the CPU reference's (relative to at
@@ -132,19 +127,12 @@ fn streaming_pdl(
 /// P2P measurement.
 pub(super) fn p2p_virtual_ranks(device: usize, checks: &mut Vec<Check>) -> Vec<String> {
     let ranks = [2, 4, 8];
-    let failed = |name: &str, e: anyhow::Error| Check {
-        name: name.into(),
-        launcher: "virtual".into(),
-        pass: false,
-        detail: format!("{e:#}"),
-    };
+    let failed = |name: &str, e: anyhow::Error| Check::of(name, "virtual", Err(e));
     match comm::p2p::virtual_rank_checks(device, &ranks) {
-        Ok(v) => checks.extend(v.into_iter().map(|c| Check {
-            name: c.name,
-            launcher: "virtual".into(),
-            pass: c.pass,
-            detail: c.detail,
-        })),
+        Ok(v) => checks.extend(
+            v.into_iter()
+                .map(|c| Check::new(c.name, "virtual", c.pass, c.detail)),
+        ),
         Err(e) => checks.push(failed("p2p virtual ranks", e)),
     }
     match comm::p2p::virtual_rank_timings(device, &ranks, comm::p2p::Impl::OneShot, 21504) {
@@ -191,10 +179,5 @@ pub(super) fn clocks_and_affinity(device: usize) -> Check {
             mem / 1000
         ))
     })();
-    Check {
-        name: "GPU clocks and CPU affinity".into(),
-        launcher: "-".into(),
-        pass: r.is_ok(),
-        detail: r.unwrap_or_else(|e| format!("{e:#}")),
-    }
+    Check::of("GPU clocks and CPU affinity", "-", r)
 }

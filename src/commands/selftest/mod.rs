@@ -42,6 +42,25 @@ pub struct Check {
     pub detail: String,
 }
 
+impl Check {
+    /// The check `name` through `launcher`: it passed when `pass`, `detail` says what it saw.
+    fn new(name: impl Into<String>, launcher: &str, pass: bool, detail: String) -> Check {
+        let (name, launcher) = (name.into(), launcher.into());
+        Check {
+            name,
+            launcher,
+            pass,
+            detail,
+        }
+    }
+
+    /// A check that passed with `r`'s line, or failed with its error.
+    fn of(name: impl Into<String>, launcher: &str, r: anyhow::Result<String>) -> Check {
+        let pass = r.is_ok();
+        Check::new(name, launcher, pass, r.unwrap_or_else(|e| format!("{e:#}")))
+    }
+}
+
 /// The launch of the checks on `devices`: the workers' stderr kept off the terminal.
 fn spec(devices: &[usize], launcher: Launcher, timeout_s: f64) -> LaunchSpec {
     LaunchSpec {

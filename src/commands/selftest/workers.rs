@@ -49,12 +49,12 @@ pub(super) fn env_round_trip(devices: &[usize], checks: &mut Vec<Check>) {
         }
         Err(e) => (false, format!("{e:#}")),
     };
-    checks.push(Check {
-        name: "worker environment round trip".into(),
-        launcher: "processes".into(),
+    checks.push(Check::new(
+        "worker environment round trip",
+        "processes",
         pass,
         detail,
-    });
+    ));
 }
 
 /// A rank that exits (or hangs) after joining must end the run with an error naming it, within
@@ -166,12 +166,7 @@ fn failing_run(
             )
         }
     };
-    Check {
-        name,
-        launcher: "processes".into(),
-        pass,
-        detail,
-    }
+    Check::new(name, "processes", pass, detail)
 }
 
 /// Processes of ours still alive whose parent is this process (there should be none).
