@@ -6,8 +6,8 @@
 //! below can take it: [`ResolvedWorkload`] (the workload's files read once) and [`VerifyJob`]
 //! (made once by [`crate::backend::verify_job`]). The cost-model settings live with the model
 //! ([`crate::costmodel::ModelSettings`]), the export files with the renderers
-//! ([`crate::report::Exports`]), a worker rank's own request with the launcher
-//! ([`crate::launch::worker::RankRequest`]).
+//! ([`crate::report::Exports`]); the requests of the other commands with the command
+//! (`commands::<name>`).
 
 use std::path::PathBuf;
 

@@ -170,7 +170,7 @@ mod tests {
         );
         // the file is gone: running the job (three fresh runs, export, table) reads nothing
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(crate::commands::verify_job_with(&*b, &job).unwrap(), 0);
+        assert_eq!(crate::commands::verify::run_job(&*b, &job).unwrap(), 0);
         let recs = crate::record::read_records(&dir.path().join("v.json")).unwrap();
         let crate::record::Body::Verify(v) = &recs[0].body else {
             panic!("a verify record")

@@ -1,5 +1,5 @@
-//! `verifybench explain`: flags -> [`crate::explain::ExplainRequest`] ->
-//! [`crate::commands::explain::run`].
+//! `verifybench explain`: the flags -> [`crate::explain::ExplainRequest`]; the command is
+//! [`crate::commands::explain`].
 
 use std::path::PathBuf;
 
@@ -146,8 +146,4 @@ impl From<&ExplainArgs> for ExplainRequest {
             export_json: a.export_json.clone(),
         }
     }
-}
-
-pub fn run(a: &ExplainArgs) -> anyhow::Result<i32> {
-    crate::commands::explain::run(&a.into())
 }

@@ -18,11 +18,13 @@ pub struct SelftestArgs {
     pub output: OutputArgs,
 }
 
-pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
-    crate::commands::selftest::run(&SelftestRequest {
-        gpu: (&a.gpu).into(),
-        no_faults: a.no_faults,
-        export_json: a.export_json.clone(),
-        format: a.output.format,
-    })
+impl From<&SelftestArgs> for SelftestRequest {
+    fn from(a: &SelftestArgs) -> SelftestRequest {
+        SelftestRequest {
+            gpu: (&a.gpu).into(),
+            no_faults: a.no_faults,
+            export_json: a.export_json.clone(),
+            format: a.output.format,
+        }
+    }
 }

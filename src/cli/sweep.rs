@@ -1,16 +1,15 @@
 //! `verifybench sweep`: NCCL settings x graph on/off, each point in fresh worker processes,
 //! proven from NCCL's own log, ranked, resumable: the flags. The sweep itself is
-//! [`crate::sweep::command::run`].
+//! [`crate::commands::sweep`].
 
 use std::path::PathBuf;
 
-use crate::cli::args::{
-    named, ExportArgs, GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
-};
-use crate::cli::output::OutputArgs;
+use crate::cli::args::{GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::output::{ExportArgs, OutputArgs};
+use crate::cli::values::named;
+use crate::commands::sweep::SweepRequest;
 use crate::record::Mode;
 use crate::request::{BackendKind, GraphChoice};
-use crate::sweep::command::SweepRequest;
 
 const AFTER_HELP: &str = "\
 Values:
@@ -166,8 +165,4 @@ impl From<&SweepArgs> for SweepRequest {
             host_gaps: (&a.host_gaps).into(),
         }
     }
-}
-
-pub fn run(a: &SweepArgs) -> anyhow::Result<i32> {
-    crate::sweep::command::run(&a.into())
 }

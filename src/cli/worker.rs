@@ -1,8 +1,9 @@
 //! `verifybench worker`: the flags of one externally launched rank; the rank itself runs in
 //! [`crate::launch::external_worker`].
 
-use crate::cli::args::{named, ExportArgs, HostGapArgs, RepeatArgs, WorkloadArgs};
-use crate::cli::output::OutputArgsMd;
+use crate::cli::args::{HostGapArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::output::{ExportArgs, OutputArgsMd};
+use crate::cli::values::named;
 use crate::launch::rendezvous::{endpoint_arg, Endpoint};
 use crate::record::Mode;
 use crate::request::{GraphChoice, WorkerRequest};
@@ -48,7 +49,7 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
     pub nccl_lib: Option<std::path::PathBuf>,
     /// Pin this rank to CPUs: auto (its GPU's NUMA node), none, or a CPU list (0-7,16-23).
-    #[arg(long, value_name = "auto|none|LIST", default_value = "auto", value_parser = crate::cli::args::affinity_arg)]
+    #[arg(long, value_name = "auto|none|LIST", default_value = "auto", value_parser = crate::cli::values::affinity_arg)]
     pub cpu_affinity: crate::launch::affinity::CpuAffinity,
     #[command(flatten)]
     pub export: ExportArgs,
@@ -80,8 +81,4 @@ impl From<&WorkerArgs> for WorkerRequest {
             host_gaps: (&a.host_gaps).into(),
         }
     }
-}
-
-pub fn run(a: &WorkerArgs) -> anyhow::Result<i32> {
-    crate::commands::worker(&a.into())
 }

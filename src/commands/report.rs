@@ -38,6 +38,33 @@ pub struct Report {
     pub skipped: Vec<String>,
 }
 
+/// `report`: the results files, the folder of the report (`out`), and the break-even inputs
+/// of the tokens/s plot (verify times come from the verify records).
+#[derive(Debug, Clone)]
+pub struct ReportRequest {
+    pub results: Vec<PathBuf>,
+    pub out: PathBuf,
+    pub cycle: Flags,
+}
+
+/// Runs `verifybench report`: results files -> `out`/report.md with SVG plots. Needs no GPU.
+pub fn run(a: &ReportRequest) -> anyhow::Result<i32> {
+    crate::util::check_output_dir("-o/--out", &a.out)?;
+    let files = a
+        .results
+        .iter()
+        .map(|p| LoadedFile::read(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let report = build(&files, &a.cycle)?;
+    for s in &report.skipped {
+        eprintln!("note: skipped {s}");
+    }
+    for p in write(&report, &a.out)? {
+        println!("wrote {}", p.display());
+    }
+    Ok(0)
+}
+
 pub const LATENCY_SVG: &str = "collective_latency.svg";
 pub const VERIFY_SVG: &str = "verify_time.svg";
 pub const TOKENS_SVG: &str = "tokens_per_s.svg";

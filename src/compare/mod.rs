@@ -3,10 +3,10 @@
 //! difference comes from. Reads only files; needs no GPU.
 //!
 //! Here: the entries and rows, the comparison and its explanation, and the table and Markdown
-//! renderers of a comparison. The flags live in `cli/compare.rs`.
+//! renderers of a comparison. The command itself is `commands::compare`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -28,20 +28,6 @@ use crate::record::{Body, Record, Source};
 
 /// The output of `compare`: the format every command shares; compare offers all three.
 pub use crate::output::Format;
-
-/// `compare`: the files (the first is the base of the ratios), whether to compare different
-/// schedules, and the output format.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CompareRequest {
-    pub files: Vec<PathBuf>,
-    pub force: bool,
-    pub format: Format,
-    /// nccl-tests outputs to set beside the one `collective` record of `files`.
-    pub nccl_tests: Vec<PathBuf>,
-    /// A schedule file every record must have replayed (its hash equals the records'
-    /// schedule_hash): checks that results of `verify --schedule FILE` come from that file.
-    pub schedule: Option<PathBuf>,
-}
 
 /// How the ratio uncertainty is computed (printed under every table).
 pub(crate) const UNCERTAINTY_METHOD: &str = "ratio = median / median of the first file; ± is one \
@@ -100,80 +86,6 @@ pub struct Comparison {
     pub uncertainty: &'static str,
     /// Where the difference comes from, one finding per line.
     pub notes: Vec<String>,
-}
-
-/// Loads, compares and prints; the value is the exit code.
-pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
-    let started = crate::util::now_utc();
-    if !a.nccl_tests.is_empty() {
-        if a.files.len() != 1 {
-            crate::usage_bail!(
-                "--nccl-tests takes exactly one FILE: the --export-json of `verifybench collective` on the same sizes"
-            );
-        }
-        return nccl_tests::run(&a.files[0], &a.nccl_tests, a.format);
-    }
-    for (i, f) in a.files.iter().enumerate() {
-        let id = crate::util::identity(f);
-        if let Some(first) = a.files[..i]
-            .iter()
-            .find(|g| id.is_some() && crate::util::identity(g) == id)
-        {
-            crate::usage_bail!(
-                "'{}' is given twice (also as '{}'): a file compared with itself says nothing; give each results file once",
-                f.display(),
-                first.display()
-            );
-        }
-    }
-    let mut entries = Vec::new();
-    for f in &a.files {
-        entries.extend(load(f)?);
-    }
-    // One record with one run has nothing to be compared with (one record with eager and graph
-    // runs is compared with itself: eager - graph).
-    if let [only] = entries.as_slice() {
-        let launches: std::collections::BTreeSet<bool> =
-            only.result.runs.iter().map(|r| r.graph).collect();
-        if launches.len() < 2 {
-            crate::usage_bail!(
-                "'{}' holds one verify record with one launch mode: nothing to compare it with; give a second results file (another run's --export-json, or scripts/torch_baseline.py's output), or a record with eager and graph runs (verify --graph both)",
-                only.file
-            );
-        }
-    }
-    let schedule_note = match &a.schedule {
-        Some(p) => Some(against_schedule_file(&entries, p, a.force)?),
-        None => None,
-    };
-    let mut c = compare(entries, a.force)?;
-    c.notes.extend(schedule_note.into_iter().flatten());
-    match a.format {
-        Format::Table => print!("{}", render_table(&c)),
-        Format::Markdown => print!("{}", render_markdown(&c)),
-        Format::Json => println!("{}", record_of(&c, started)?.to_json_pretty()),
-    }
-    Ok(0)
-}
-
-/// `compare --format json`: the comparison as a record of kind `compare`, modeled when any
-/// entry is.
-pub(crate) fn record_of(c: &Comparison, started: String) -> anyhow::Result<Record> {
-    let source = if c.entries.iter().any(|e| e.source == Source::Modeled) {
-        Source::Modeled
-    } else {
-        Source::Measured
-    };
-    let mut p = crate::record::Provenance::here("none", started);
-    p.notes.push(format!(
-        "compares {}",
-        c.entries
-            .iter()
-            .map(|e| e.file.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
-    Record::other(source, p, crate::record::kinds::COMPARE, c)
 }
 
 /// `compare --schedule FILE`: every entry must have replayed the file's schedule (same

@@ -19,13 +19,13 @@
 //! - [`results`]: the JSON-lines results file and resume.
 //! - [`rank`]: ranking and advice.
 //! - [`rounds`]: interleaved rounds, paired ratios, the measured noise floor.
-//! - [`command`]: the driver of `verifybench sweep` ([`command::SweepRequest`]): resume merge,
-//!   runner wiring, progress lines, the table and its exports.
+//! - [`summary`]: what a sweep prints: the ranking table, the rounds' judgement, the progress
+//!   line's account of a child's time.
 //!
-//! Not here: the flags (`cli/sweep.rs`), the fault hooks for children
+//! Not here: the command's driver (`commands::sweep`: resume merge, runner wiring, progress
+//! lines, the table and its exports), the flags (`cli/sweep.rs`), the fault hooks for children
 //! ([`crate::backend::fault`]), reading and appending records ([`crate::record::io`]).
 
-pub mod command;
 pub mod env;
 pub mod known;
 pub mod matrix;
@@ -36,6 +36,7 @@ pub mod results;
 pub mod rounds;
 pub mod runner;
 pub mod signal;
+pub mod summary;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -79,6 +79,45 @@ fn nothing_outside_cli_and_main_names_clap_or_cli() {
     );
 }
 
+/// Every subcommand of the command line, hidden ones included (`__rank` as `rank`), has its
+/// home in `src/commands/` (`<name>.rs` or `<name>/mod.rs`), and everything there besides
+/// `mod.rs` is the home of a subcommand.
+#[test]
+fn every_subcommand_has_its_home_in_commands() {
+    use clap::CommandFactory;
+    let names: BTreeSet<String> = verifybench::cli::Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().trim_start_matches('_').to_string())
+        .collect();
+    for expected in ["plan", "verify", "model", "rank", "worker", "explain"] {
+        assert!(names.contains(expected), "{expected} in {names:?}");
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|n| !dir.join(format!("{n}.rs")).is_file() && !dir.join(n).join("mod.rs").is_file())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "subcommands without a home in src/commands/: {missing:?}"
+    );
+    let strays: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .filter(|n| n != "mod" && !names.contains(n))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "src/commands/ holds what no subcommand is: {strays:?}"
+    );
+}
+
 /// The files git tracks outside `results/` (an empty list where git or the checkout's history is
 /// not there, as in a source archive).
 fn tracked_files() -> Vec<PathBuf> {
@@ -128,7 +167,7 @@ const TABLE: &[(&str, &[&str])] = &[
         "inspect", "output", "nccl_list", "nccl_tests", "record", "units", "util", "error"]),
     ("commands", &["explain", "sweep", "report", "speculative", "machine", "backend", "launch",
         "evidence", "request", "comm", "measure", "model", "output", "record", "units", "util",
-        "error"]),
+        "error", "costmodel", "inspect", "nccl_tests", "compare", "trace"]),
     ("explain", &["sweep", "speculative", "costmodel", "trace", "evidence", "request", "measure",
         "model", "output", "record", "util", "error"]),
     ("sweep", &["report", "backend", "launch", "costmodel", "request", "comm", "measure", "model",

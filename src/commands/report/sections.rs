@@ -76,7 +76,7 @@ pub(super) fn sweep_sections(files: &[LoadedFile]) -> String {
         let last = found.iter().rev().find_map(|(r, _)| *r);
         let margin = last.map_or(0.0, |r| noise_margin_of(&r.provenance.command_line));
         let source = last.map_or("?", |r| r.source.label());
-        let (text, _) = crate::sweep::command::render(&points, &pairs, mode, rounds, margin);
+        let (text, _) = crate::sweep::summary::render(&points, &pairs, mode, rounds, margin);
         if md.is_empty() {
             let _ = writeln!(md, "## Sweep rankings\n");
         }

@@ -10,7 +10,7 @@ use super::{FaultKind, Job, P2pExchange, RankResult, RankSetup};
 use crate::comm::p2p::{file_exchange, Impl, P2pAllReduce, P2pConfig, Workspace};
 use crate::comm::{Buffer, Communicator, Event, Gpu};
 use crate::measure::attribution::RankTiming;
-use crate::measure::gaps::{busy_wait_us, schedule_launches};
+use crate::measure::gaps::{busy_wait_us, schedule_launches, Launch};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op};
 use crate::record::Mode;
@@ -337,6 +337,30 @@ fn pin(setup: &RankSetup) -> super::super::affinity::AffinityFacts {
     f
 }
 
+/// Whether step `st` launches something in `mode`: a collective unless the mode is compute
+/// only, a compute kernel (streaming or tiny) unless it is comm only.
+fn launches_in(st: &Step, mode: Mode) -> bool {
+    match st {
+        Step::Coll => mode != Mode::Compute,
+        Step::Stream { .. } | Step::Tiny => mode != Mode::Comm,
+    }
+}
+
+/// One verify's host gaps per step (`n_steps` of them): each launch's drawn gap (`drawn`, one
+/// per launch, or none at all) added to the step that launches its op.
+fn gaps_by_step(
+    n_steps: usize,
+    step_of_op: &[usize],
+    launches: &[Launch],
+    drawn: &[f64],
+) -> Vec<f64> {
+    let mut g = vec![0.0; n_steps];
+    for (l, us) in launches.iter().zip(drawn) {
+        g[step_of_op[l.op]] += us;
+    }
+    g
+}
+
 /// Runs `job` as rank `setup.rank`. `progress` is called after each configuration.
 pub fn run_rank(
     setup: RankSetup,
@@ -542,19 +566,14 @@ pub fn run_rank(
                 // Host gaps per step, drawn before the timed loop (the generator stays out of it).
                 let launches = schedule_launches(schedule, mode != Mode::Comm);
                 let gaps_of = |it: u64| -> Vec<f64> {
-                    let mut g = vec![0.0; steps.len()];
-                    if !graph && !host_gaps.is_none() {
-                        let drawn = host_gaps.iteration_gaps(false, me, it, &launches);
-                        for (l, us) in launches.iter().zip(drawn) {
-                            g[step_of_op[l.op]] += us;
-                        }
-                    }
-                    g
+                    let drawn = if !graph && !host_gaps.is_none() {
+                        host_gaps.iteration_gaps(false, me, it, &launches)
+                    } else {
+                        vec![]
+                    };
+                    gaps_by_step(steps.len(), &step_of_op, &launches, &drawn)
                 };
-                let launched = |st: &Step| match st {
-                    Step::Coll => mode != Mode::Compute,
-                    Step::Stream { .. } | Step::Tiny => mode != Mode::Comm,
-                };
+                let launched = |st: &Step| launches_in(st, mode);
                 // One verify: per step, the host gap (busy-waited), then the launch (every
                 // collective on buffer slot `slot`); with a probe, timestamps around each launch
                 // and the host times.
@@ -739,4 +758,52 @@ pub fn run_rank(
     }
     abort_guard.disarm();
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_mode_launches_its_own_steps() {
+        let steps = [Step::Coll, Step::Stream { start: 0, nvec: 4 }, Step::Tiny];
+        let row = |m| steps.iter().map(|s| launches_in(s, m)).collect::<Vec<_>>();
+        assert_eq!(row(Mode::Comm), [true, false, false]);
+        assert_eq!(row(Mode::Compute), [false, true, true]);
+        assert_eq!(row(Mode::Full), [true, true, true]);
+    }
+
+    #[test]
+    fn host_gaps_land_on_the_steps_of_their_ops() {
+        // ops 0 and 1 stream in step 0 (one range), op 2 is step 1, op 3 step 2; launches of
+        // ops 0, 1 and 3 (op 2 not launched in this mode)
+        let launch = |op| Launch {
+            op,
+            host_ops: op..op + 1,
+            segment: 0,
+            segment_starts: 0,
+            collective: false,
+        };
+        let launches = [launch(0), launch(1), launch(3)];
+        let g = gaps_by_step(3, &[0, 0, 1, 2], &launches, &[1.0, 2.0, 4.0]);
+        // step 0: 1 + 2; step 1: nothing launched; step 2: 4
+        assert_eq!(g, [3.0, 0.0, 4.0]);
+        // no gaps drawn (graph replay, no --host-gap-us): every step 0
+        assert_eq!(gaps_by_step(3, &[0, 0, 1, 2], &launches, &[]), [0.0; 3]);
+        let mut c = Checked {
+            wrong: 1,
+            elements: 10,
+        };
+        c += Checked {
+            wrong: 2,
+            elements: 5,
+        };
+        assert_eq!(
+            c,
+            Checked {
+                wrong: 3,
+                elements: 15
+            }
+        );
+    }
 }

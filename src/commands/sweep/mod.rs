@@ -1,19 +1,20 @@
-//! The `sweep` command's driver: resume merge, runner wiring (subprocess children or the
-//! in-process mock of `--debug-mode`), progress lines, the ranking table and its exports.
-//! The flags live in `cli/sweep.rs`; the pieces (matrix, environments, runner, log parsing,
-//! ranking) in the sibling modules.
+//! `verifybench sweep`: resume merge, runner wiring (subprocess children or the in-process
+//! mock of `--debug-mode`), progress lines, the ranking table and its exports. The pieces
+//! (matrix, environments, runner, log parsing, ranking, what a sweep prints) live in
+//! [`crate::sweep`].
 
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use super::matrix;
-use super::results::{self, ResultsFile, SweepPoint};
-use super::runner::{MockRunner, PointRunner, SubprocessRunner};
-use super::{self as sw, env, known, mock, rank, rounds, signal, SweepConfig};
 use crate::record::{Mode, Record, Source, Workload};
 use crate::report::export::{csv_table, markdown_table};
 use crate::request::{BackendKind, Launcher};
+use crate::sweep::matrix;
+use crate::sweep::results::{self, ResultsFile, SweepPoint};
+use crate::sweep::runner::{MockRunner, PointJob, PointOutcome, PointRunner, SubprocessRunner};
+use crate::sweep::summary::{render, time_line};
+use crate::sweep::{self as sw, env, known, mock, rank, rounds, signal, SweepConfig};
 #[cfg(test)]
 use {
     crate::costmodel::ModelSettings,
@@ -24,19 +25,16 @@ use {
 mod child_args;
 mod outputs;
 mod request;
-mod summary;
 
 use child_args::default_tp;
 pub use child_args::verify_args;
 use outputs::{check_outputs, output_paths};
 pub use request::SweepRequest;
-use summary::time_line;
-pub use summary::{render, rounds_block};
 
 /// Largest `--rounds`.
 pub const MAX_ROUNDS: usize = 100;
 
-/// Runs the sweep; the value is the exit code (130 when interrupted).
+/// Runs `verifybench sweep`; the value is the exit code (130 when interrupted).
 pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     if !(a.point_timeout > 0.0 && a.point_timeout.is_finite()) {
         crate::usage_bail!("--point-timeout must be a positive number of seconds");
@@ -285,9 +283,9 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         None
     };
     let ran = std::cell::Cell::new(0usize);
-    let fake = MockRunner(|job: &super::runner::PointJob| {
+    let fake = MockRunner(|job: &PointJob| {
         if stop_after.is_some_and(|n| ran.get() >= n) {
-            return Ok(super::runner::PointOutcome {
+            return Ok(PointOutcome {
                 interrupted: true,
                 ..Default::default()
             });

@@ -328,7 +328,7 @@ pub fn rounds_block(
 }
 
 /// Where a pair's child time went, for its progress line.
-pub(super) fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
+pub fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
     let probe = if sp.probe_wall_s > 0.0 {
         format!("probe {:.1} s, ", sp.probe_wall_s)
     } else {
