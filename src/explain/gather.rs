@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::request::ExplainRequest;
 use crate::error::usage;
 use crate::evidence::{short_name, NcclLogText, ServerLog};
 use crate::record::{Body, Mode};
@@ -17,6 +18,30 @@ pub struct Gathered {
     pub server_log: Option<ServerLog>,
     pub nccl_logs: Vec<NcclLogText>,
     pub sweep: Option<SweepBest>,
+}
+
+/// Reads every file of `req` (no printing).
+pub fn gather(req: &ExplainRequest) -> anyhow::Result<Gathered> {
+    let trace = if req.traces.is_empty() {
+        None
+    } else {
+        Some(read_traces(&req.traces)?)
+    };
+    let server_log = match &req.server_log {
+        Some(p) => Some(crate::evidence::read_server_log(p)?),
+        None => None,
+    };
+    let nccl_logs = crate::evidence::read_nccl_logs(&req.nccl_logs)?;
+    let sweep = match &req.sweep {
+        Some(p) => Some(read_sweep(p)?),
+        None => None,
+    };
+    Ok(Gathered {
+        trace,
+        server_log,
+        nccl_logs,
+        sweep,
+    })
 }
 
 /// The best point of a sweep's results file against its baseline (NCCL's defaults).

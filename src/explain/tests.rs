@@ -1,7 +1,10 @@
 //! Tests of the explanation on plain numbers (no files): the parts add up, the sources are
 //! labelled, and the counterfactuals follow from the figures by hand arithmetic.
 
+use super::gather::SweepBest;
 use super::*;
+use crate::evidence::Source;
+use crate::request::Workload;
 
 fn req() -> ExplainRequest {
     ExplainRequest {
