@@ -100,7 +100,12 @@ pub fn analyse(inputs: Inputs) -> Analysis {
         .iter()
         .map(|v| {
             let held = hold(v.value, Some(&floor));
-            if held.at_floor {
+            if held.at_floor && v.origin.is_bound() {
+                warnings.push(format!(
+                    "T_verify {:.2} ms is a part of the verify only and below T_decode {:.2} ms: the row is held at T_decode, the tighter lower bound (a verify is never faster than a decode step of the same model on the same machine)",
+                    v.value, inputs.decode_ms.value
+                ));
+            } else if held.at_floor {
                 warnings.push(format!(
                     "T_verify {:.2} ms ({}) is faster than T_decode {:.2} ms ({}): {}; was one of them run from a CUDA graph and the other eagerly? The row is held at T_decode",
                     v.value,

@@ -34,7 +34,12 @@ impl Floor {
     }
 
     /// The decode step plus what the verify's extra tokens add (never less than the decode).
-    pub fn decode_plus(decode_ms: f64, decode_words: &str, extra_ms: f64, extra_words: &str) -> Floor {
+    pub fn decode_plus(
+        decode_ms: f64,
+        decode_words: &str,
+        extra_ms: f64,
+        extra_words: &str,
+    ) -> Floor {
         let extra = extra_ms.max(0.0);
         Floor {
             ms: decode_ms + extra,
