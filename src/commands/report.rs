@@ -396,7 +396,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                 .take(MAX_SPEED_LINES)
                 .map(|r| SpeedLine {
                     label: format!(
-                        "T_verify {:.2} ms ({}), tau* {}{:.2}{}",
+                        "T_verify {:.2} ms ({}{}), tau* {}{:.2}{}",
                         r.verify_ms.value,
                         if r.bound {
                             "lower bound: a part of the verify"
@@ -404,6 +404,11 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                             "modeled"
                         } else {
                             r.verify_ms.origin.kind()
+                        },
+                        if r.at_floor {
+                            format!(", held at the decode step {:.2} ms", r.held_verify_ms)
+                        } else {
+                            String::new()
                         },
                         if r.bound { ">=" } else { "" },
                         r.breakeven_accept_length,

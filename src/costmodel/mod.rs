@@ -31,6 +31,14 @@ pub use crate::request::ModelSettings;
 pub use predict::{nccl_size, Force};
 pub use profile::Profile;
 
+/// The relative error the model states for its prices, and where it comes from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StatedError {
+    /// Median |predicted / measured - 1|.
+    pub rel: f64,
+    pub how: String,
+}
+
 impl ModelSettings {
     /// The profile these flags select: the file if given, else the built-in link profile.
     pub fn resolve(&self) -> anyhow::Result<(Profile, String)> {
@@ -62,6 +70,41 @@ impl ModelSettings {
                 Ok((prof, label))
             }
         }
+    }
+
+    /// The error the model states for prices with these settings: for a fitted profile its
+    /// fit's leave-one-out median error, for a built-in PCIe profile its median error against
+    /// the public PCIe hosts at 32-64 KB; `None` where neither is known (NVLink, a file
+    /// without a leave-one-out error).
+    pub fn stated_error(&self) -> anyhow::Result<Option<StatedError>> {
+        if let Some(path) = &self.profile {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let fit = v.get("data").and_then(|d| d.get("fit")).or(v.get("fit"));
+            return Ok(fit
+                .and_then(|f| f.get("median_abs_loo_rel_err"))
+                .and_then(|e| e.as_f64())
+                .map(|rel| StatedError {
+                    rel,
+                    how: format!(
+                        "the leave-one-out median error of the fit of {}",
+                        path.display()
+                    ),
+                }));
+        }
+        let (prof, _) = self.resolve()?;
+        if !prof.name.starts_with("pcie") {
+            return Ok(None);
+        }
+        let (hosts, tables, med) = ntfit::public_spread(&prof, 32 * 1024, 64 * 1024);
+        Ok((tables > 0).then(|| StatedError {
+            rel: med,
+            how: format!(
+                "the median |error| of built-in {} against {hosts} public PCIe hosts ({tables} nccl-tests tables) at 32-64 KB",
+                prof.name
+            ),
+        }))
     }
 
     pub fn force(&self) -> anyhow::Result<Force> {

@@ -130,6 +130,7 @@ pub(crate) fn from_trace(
         waiting: Some(waiting),
         graph: Some(graph),
         already_graph,
+        graph_modeled_whole: false,
     }
 }
 
@@ -264,6 +265,7 @@ pub(crate) fn from_observed(
             waiting: Some(waiting),
             graph,
             already_graph: false,
+            graph_modeled_whole: false,
         },
         fitted,
     ))
@@ -338,5 +340,6 @@ pub(crate) fn from_verify_only(
             ),
         )),
         already_graph: false,
+        graph_modeled_whole: true,
     }
 }

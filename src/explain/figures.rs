@@ -41,6 +41,17 @@ pub struct Scenario {
     pub vs_baseline: Option<f64>,
     /// The accept length at which this verify breaks even (needs --decode-ms).
     pub breakeven_tau: Option<f64>,
+    /// True when the row's own figure fell below the floor of a verify on this machine and
+    /// the row is held at it ([`crate::speculative::bound`]).
+    pub at_floor: bool,
+    /// Low and high of the verify from the model's stated error on the row's modeled part, us
+    /// (`None`: nothing modeled in it, or the error is not known).
+    pub range_us: Option<[f64; 2]>,
+    /// Tokens/s at the high and low ends of `range_us`.
+    pub tokens_per_s_range: Option<[f64; 2]>,
+    /// The plain decode step the row is compared with, ms: the given one, less what the
+    /// row's change (an NCCL setting, the one-shot all-reduce) would save on the decode too.
+    pub plain_decode_ms: Option<f64>,
 }
 
 /// The speculation cycle as resolved (for tokens/s).
@@ -64,4 +75,6 @@ pub(crate) struct Base {
     /// The verify from a CUDA graph.
     pub graph: Option<Figure>,
     pub already_graph: bool,
+    /// The graph figure is the model's price of the whole forward (no measured part in it).
+    pub graph_modeled_whole: bool,
 }

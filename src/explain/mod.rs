@@ -24,6 +24,7 @@
 
 pub mod advice;
 pub mod as_ran;
+pub mod calibration;
 pub mod figures;
 pub mod fit;
 pub mod gather;
@@ -36,6 +37,7 @@ pub mod scenarios;
 use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
+use crate::evidence::Source;
 pub use crate::model::Engine;
 use crate::speculative::inputs::{Acceptance, Flags};
 use crate::trace::analysis::ms;
@@ -59,6 +61,8 @@ pub struct Explanation {
     pub as_ran: Vec<Part>,
     pub scenarios: Vec<Scenario>,
     pub cycle: Cycle,
+    /// The model held to the user's decode, the floor of every row, the stated error.
+    pub calibration: Option<calibration::Calibration>,
     pub fit: Option<fit::JitterFit>,
     /// The few sentences of the answer.
     pub summary: Vec<String>,
@@ -231,11 +235,37 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         ));
     }
 
-    let mut scenarios = scenarios::scenarios(&base, &pricing, g.sweep.as_ref(), &cycle, &mut notes);
+    let calibration = calibration::calibrate(
+        &workload,
+        ranks,
+        &req.model,
+        &pricing,
+        cycle.decode_ms.as_ref().map(|d| d.value),
+        req.decode_eager,
+    )?;
+    if let (Some(v), Some(d)) = (
+        base.verify.as_ref().filter(|v| v.source != Source::Modeled),
+        cycle.decode_ms.as_ref(),
+    ) {
+        if v.us / 1000.0 < d.value {
+            notes.push(format!(
+                "warning: the verify ({}, {}) is faster than the decode step ({:.2} ms, {}): a verify is never faster than a decode step of the same model on the same machine; was one of them run from a CUDA graph and the other eagerly?",
+                ms(v.us),
+                v.source.label(),
+                d.value,
+                d.origin.kind()
+            ));
+        }
+    }
+    let frame = scenarios::Frame {
+        cycle: &cycle,
+        calib: calibration.as_ref(),
+    };
+    let mut scenarios = scenarios::scenarios(&base, &pricing, g.sweep.as_ref(), &frame, &mut notes);
     if let Some(row) = g
         .server_log
         .as_ref()
-        .and_then(|l| scenarios::logged_row(l, &cycle, &mut notes))
+        .and_then(|l| scenarios::logged_row(l, &frame, &mut notes))
     {
         scenarios.insert(scenarios.len().min(1), row);
     }
@@ -304,6 +334,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         as_ran,
         scenarios,
         cycle,
+        calibration,
         fit: fit_result,
         summary,
         next,

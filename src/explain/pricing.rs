@@ -68,6 +68,14 @@ impl Pricing {
             .map(|t| (t - all_gather) / n_ar)
     }
 
+    /// The model's forward from a CUDA graph: transfer + compute + one graph node gap per
+    /// collective (`None` without compute in the schedule).
+    pub(crate) fn graph_forward_us(&self) -> Option<f64> {
+        self.compute_us.map(|c| {
+            self.transfer_us + c + self.per_collective_us.len() as f64 * self.launch_graph_us
+        })
+    }
+
     pub(crate) fn best_ratio(&self) -> f64 {
         self.best_transfer_us / self.transfer_us
     }

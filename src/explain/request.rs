@@ -28,6 +28,9 @@ pub struct ExplainRequest {
     /// Decode, draft, draft steps, overhead and acceptance, as `breakeven` takes them
     /// (`verify_ms` unused here).
     pub cycle: Flags,
+    /// The given decode step ran eagerly (else it is taken as run from a CUDA graph, the
+    /// engines' default).
+    pub decode_eager: bool,
     /// Ranks (GPUs of the tensor-parallel group).
     pub gpus: Option<usize>,
     /// Model, tp and tokens of the verify (the schedule the model prices).

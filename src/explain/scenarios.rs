@@ -2,29 +2,100 @@
 //! verify, each as verify time and tokens/s through the break-even, and the few sentences that
 //! say it.
 
+use super::calibration::Calibration;
 use super::figures::{fig, Base, Cycle, Figure, Scenario};
 use super::fit::JitterFit;
 use super::gather::SweepBest;
 use super::pricing::Pricing;
 use crate::evidence::{ServerLog, Source};
+use crate::speculative::bound::{hold, Floor};
 use crate::trace::analysis::ms;
 
-fn with_cycle(name: &str, verify: Figure, c: &Cycle) -> Scenario {
-    let v_ms = verify.us / 1000.0;
-    let (k, d, o) = (c.draft_steps, c.draft_ms.value, c.overhead_ms.value);
-    let tps = match (&c.accept_length, c.baseline_tokens_per_s) {
-        (Some(t), Some(_)) => Some(crate::speculative::tokens_per_s(t.value, v_ms, d, k, o)),
-        _ => None,
+/// What every row is held to and priced against: the cycle, and the model held to the
+/// user's decode.
+pub(crate) struct Frame<'a> {
+    pub cycle: &'a Cycle,
+    pub calib: Option<&'a Calibration>,
+}
+
+/// A row: `verify` (its own figure, of which `modeled_us` is the model's) held to the floor
+/// less `decode_cut_us` (what the row's change saves on the decode too), with its range and its
+/// tokens/s against plain decoding with the same change.
+fn row(name: &str, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame) -> Scenario {
+    let c = f.cycle;
+    let floor_us = f.calib.map(|cal| cal.floor_ms.ms * 1000.0 - decode_cut_us);
+    let held = hold(
+        verify.us / 1000.0,
+        floor_us
+            .map(|u| Floor {
+                ms: u / 1000.0,
+                how: String::new(),
+            })
+            .as_ref(),
+    );
+    let verify = if held.at_floor {
+        let cal = f.calib.expect("a floor comes from the calibration");
+        Figure {
+            us: held.ms * 1000.0,
+            source: if cal.given_decode_us.is_some() {
+                Source::Derived
+            } else {
+                Source::Modeled
+            },
+            how: format!(
+                "at the bound: {}{}; {} gave {}, below it",
+                cal.floor_ms.how,
+                if decode_cut_us > 0.0 {
+                    format!(
+                        ", less the {} the same change saves on the decode (modeled)",
+                        ms(decode_cut_us)
+                    )
+                } else {
+                    String::new()
+                },
+                verify.how,
+                ms(verify.us)
+            ),
+        }
+    } else {
+        verify
     };
-    let tau = c
+    let err = f.calib.and_then(|cal| cal.error.as_ref()).map(|e| e.rel);
+    let range_us = err.filter(|_| modeled_us > 0.0).map(|e| {
+        let own = if held.at_floor {
+            floor_us.unwrap_or(verify.us)
+        } else {
+            verify.us
+        };
+        let lo = (own - e * modeled_us).max(floor_us.unwrap_or(0.0)).max(0.0);
+        [lo, (own + e * modeled_us).max(lo)]
+    });
+    let (k, d, o) = (c.draft_steps, c.draft_ms.value, c.overhead_ms.value);
+    let plain_ms = c
         .decode_ms
         .as_ref()
-        .map(|dm| crate::speculative::breakeven_accept_length(v_ms, d, k, o, dm.value));
+        .map(|dm| (dm.value - decode_cut_us / 1000.0).max(1e-9));
+    let tps_of = |us: f64| {
+        c.accept_length
+            .as_ref()
+            .filter(|_| c.baseline_tokens_per_s.is_some())
+            .map(|t| crate::speculative::tokens_per_s(t.value, us / 1000.0, d, k, o))
+    };
+    let tps = tps_of(verify.us);
+    let tau = plain_ms
+        .map(|pm| crate::speculative::breakeven_accept_length(verify.us / 1000.0, d, k, o, pm));
     Scenario {
         name: name.into(),
-        vs_baseline: tps.zip(c.baseline_tokens_per_s).map(|(a, b)| a / b),
+        vs_baseline: tps
+            .zip(plain_ms)
+            .map(|(a, pm)| a / crate::speculative::baseline_tokens_per_s(pm)),
         tokens_per_s: tps,
         breakeven_tau: tau,
+        at_floor: held.at_floor,
+        tokens_per_s_range: range_us
+            .and_then(|[lo, hi]| tps_of(hi).zip(tps_of(lo)).map(|(a, b)| [a, b])),
+        range_us,
+        plain_decode_ms: plain_ms,
         verify,
     }
 }
@@ -32,7 +103,8 @@ fn with_cycle(name: &str, verify: Figure, c: &Cycle) -> Scenario {
 /// The verify as the server log's throughput implies it: one request at `tau` tokens per cycle
 /// and X tok/s takes tau / X per cycle, of which k draft steps and the overhead are not the
 /// verify. The tokens/s is the log's (measured); the verify time is derived from it.
-pub(crate) fn logged_row(l: &ServerLog, c: &Cycle, notes: &mut Vec<String>) -> Option<Scenario> {
+pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> Option<Scenario> {
+    let c = f.cycle;
     let (tps, lines) = l.batch1_tokens_per_s?;
     let Some(tau) = &c.accept_length else {
         notes.push(format!(
@@ -50,7 +122,7 @@ pub(crate) fn logged_row(l: &ServerLog, c: &Cycle, notes: &mut Vec<String>) -> O
         ));
         return None;
     }
-    let mut s = with_cycle(
+    let mut s = row(
         "as the server log measured it",
         fig(
             verify_ms * 1000.0,
@@ -60,10 +132,14 @@ pub(crate) fn logged_row(l: &ServerLog, c: &Cycle, notes: &mut Vec<String>) -> O
                 l.file, tau.value
             ),
         ),
-        c,
+        0.0,
+        0.0,
+        f,
     );
-    s.tokens_per_s = Some(tps);
-    s.vs_baseline = c.baseline_tokens_per_s.map(|b| tps / b);
+    if !s.at_floor {
+        s.tokens_per_s = Some(tps);
+        s.vs_baseline = c.baseline_tokens_per_s.map(|b| tps / b);
+    }
     Some(s)
 }
 
@@ -71,26 +147,47 @@ pub(crate) fn scenarios(
     b: &Base,
     p: &Pricing,
     sweep: Option<&SweepBest>,
-    c: &Cycle,
+    f: &Frame,
     notes: &mut Vec<String>,
 ) -> Vec<Scenario> {
     let Some(v) = &b.verify else {
         return vec![];
     };
     let x = b.transfer.us;
-    let mut out = vec![with_cycle(
+    let mut out = vec![row(
         if b.already_graph {
             "as it ran (CUDA graph)"
         } else {
             "as it ran (eager)"
         },
         v.clone(),
-        c,
+        0.0,
+        0.0,
+        f,
     )];
-    let graph = b.graph.clone();
+    // A graph priced whole by the model gets the per-forward time the model does not see (the
+    // given decode less the model's); one derived from the given verify already holds it.
+    let not_modeled = f.calib.and_then(|cal| cal.not_modeled_us).unwrap_or(0.0);
+    let graph = b.graph.clone().map(|mut gr| {
+        if b.graph_modeled_whole && not_modeled != 0.0 {
+            gr.us = (gr.us + not_modeled).max(0.0);
+            gr.how.push_str(&format!(
+                " + {} per forward the model does not see (the given decode less the model's)",
+                ms(not_modeled)
+            ));
+        }
+        gr
+    });
+    // The model's part of the graph figure: all of it when priced whole, the transfer when
+    // the waiting it removes was inferred against the modeled transfer, nothing when measured.
+    let graph_modeled = match (&graph, &b.waiting) {
+        (Some(gr), _) if b.graph_modeled_whole => gr.us,
+        (_, Some(w)) if w.source == Source::Measured => 0.0,
+        _ => x,
+    };
     if let Some(gr) = &graph {
         if !b.already_graph {
-            out.push(with_cycle("with a CUDA graph", gr.clone(), c));
+            out.push(row("with a CUDA graph", gr.clone(), graph_modeled, 0.0, f));
         }
     }
     // The best NCCL setting: the sweep's when given (measured or modeled as it says), else
@@ -120,6 +217,7 @@ pub(crate) fn scenarios(
         ),
     };
     let cut = x * (1.0 - ratio);
+    let dcut = f.calib.map_or(0.0, |cal| cal.decode_cut_us(ratio));
     if ratio >= 0.999 {
         notes.push(format!(
             "no NCCL setting row: {setting} is already the best ({from}); NCCL settings leave the verify as it is"
@@ -127,27 +225,32 @@ pub(crate) fn scenarios(
     }
     let nccl_how = |base: &str| format!("{base} with the transfer x {ratio:.3}: {setting}, {from}");
     if !b.already_graph && ratio < 0.999 {
-        out.push(with_cycle(
+        out.push(row(
             "best NCCL setting",
             fig(v.us - cut, src, nccl_how("as it ran")),
-            c,
+            cut,
+            dcut,
+            f,
         ));
     }
     if let Some(gr) = graph.as_ref().filter(|_| ratio < 0.999) {
-        out.push(with_cycle(
+        out.push(row(
             if b.already_graph {
                 "best NCCL setting (graph)"
             } else {
                 "best NCCL setting + CUDA graph"
             },
             fig(gr.us - cut, modeled_from(src), nccl_how("the graph row")),
-            c,
+            graph_modeled + cut,
+            dcut,
+            f,
         ));
     }
     match &p.oneshot_transfer_us {
         Ok(one) => {
             let r1 = one / p.transfer_us;
             let cut1 = x * (1.0 - r1);
+            let dcut1 = f.calib.map_or(0.0, |cal| cal.decode_oneshot_cut_us());
             let how = |base: &str| {
                 format!(
                     "{base} with the transfer x {r1:.3}: the all-reduces by the one-shot P2P kernel, the all-gather on NCCL (modeled, {})",
@@ -155,17 +258,21 @@ pub(crate) fn scenarios(
                 )
             };
             if !b.already_graph {
-                out.push(with_cycle(
+                out.push(row(
                     "one-shot all-reduce",
                     fig(v.us - cut1, Source::Modeled, how("as it ran")),
-                    c,
+                    cut1,
+                    dcut1,
+                    f,
                 ));
             }
             if let Some(gr) = &graph {
-                out.push(with_cycle(
+                out.push(row(
                     "one-shot all-reduce + CUDA graph",
                     fig(gr.us - cut1, Source::Modeled, how("the graph row")),
-                    c,
+                    graph_modeled + cut1,
+                    dcut1,
+                    f,
                 ));
             }
         }
@@ -238,10 +345,15 @@ pub(crate) fn summary(
     };
     if let (Some(now), Some(g)) = (sc.first(), row("with a CUDA graph")) {
         out.push(format!(
-            "A CUDA graph removes the waiting: verify {} -> {} ({}){}{}.",
+            "A CUDA graph removes the waiting: verify {} -> {} ({}{}){}{}.",
             ms(now.verify.us),
             ms(g.verify.us),
             g.verify.source.label(),
+            if g.at_floor {
+                ", at the floor: never faster than this machine's decode step plus what the extra tokens add"
+            } else {
+                ""
+            },
             tps(g),
             match (now.tokens_per_s, c.baseline_tokens_per_s) {
                 (Some(t), Some(bl)) => format!(
@@ -269,8 +381,10 @@ pub(crate) fn summary(
     }
     if let Some(o) = row("one-shot all-reduce + CUDA graph") {
         out.push(format!(
-            "The one-shot all-reduce with a CUDA graph: verify {} (modeled){}{}",
+            "The one-shot all-reduce with a CUDA graph: verify {} ({}{}){}{}",
             ms(o.verify.us),
+            o.verify.source.label(),
+            if o.at_floor { ", at the floor" } else { "" },
             tps(o),
             if engines_gate {
                 "; SGLang and vLLM keep their custom all-reduce off on more than two GPUs without full NVLink, so this row needs an engine change."

@@ -57,17 +57,27 @@ fn observed_numbers_split_into_modeled_transfer_and_inferred_waiting() {
     );
     // 30 ms - 24.4 ms of compute and idle
     assert!((part("compute + idle").us - 5_600.0).abs() < 1e-6);
-    // the graph row is the verify less the waiting; tokens/s = 2.5 / verify (k = 2, free drafting)
+    // the graph row would be the verify less the waiting (8.5 ms), faster than the given
+    // decode step of 12.2 ms: it is held at the floor, the decode step plus what the model says
+    // 3 tokens add over 1; tokens/s = 2.5 / verify (k = 2, free drafting)
     let g = e
         .scenarios
         .iter()
         .find(|s| s.name == "with a CUDA graph")
         .unwrap();
-    let want = 30_000.0 - (24_400.0 - x);
-    assert!((g.verify.us - want).abs() < 1e-6);
-    let tps = 1000.0 * 2.5 / (want / 1000.0);
+    let candidate = 30_000.0 - (24_400.0 - x);
+    let cal = e.calibration.as_ref().unwrap();
+    let floor = 12_200.0 + (cal.model_verify_us - cal.model_decode_us).max(0.0);
+    assert!(candidate < 12_200.0 && floor >= 12_200.0);
+    assert!((cal.floor_ms.ms * 1000.0 - floor).abs() < 1e-6);
+    assert!(g.at_floor);
+    assert!((g.verify.us - floor).abs() < 1e-6);
+    let tps = 1000.0 * 2.5 / (floor / 1000.0);
     assert!((g.tokens_per_s.unwrap() - tps).abs() < 1e-6);
     assert!((g.vs_baseline.unwrap() - tps / (1000.0 / 12.2)).abs() < 1e-9);
+    assert!(g.vs_baseline.unwrap() <= 2.5);
+    // the model's own decode is shown beside the given one, the rest not modeled
+    assert!((cal.not_modeled_us.unwrap() - (12_200.0 - cal.model_decode_us)).abs() < 1e-6);
     // as it ran: 2.5 / 30 ms = 83.3 tok/s
     assert!((e.scenarios[0].tokens_per_s.unwrap() - 83.333_333).abs() < 1e-3);
     assert_eq!(e.cycle.draft_steps, 2);
@@ -131,11 +141,20 @@ fn a_sweep_ratio_scales_the_transfer_of_the_nccl_rows() {
         .figure
         .us;
     let row = |n: &str| e.scenarios.iter().find(|s| s.name == n).unwrap().verify.us;
-    // 20% of the transfer comes off the eager verify and off the graph verify alike.
+    // 20% of the transfer comes off the eager verify; the graph row sits at the floor, and a
+    // setting that cuts the transfer by 20% cuts the decode's too: its floor is 20% of the
+    // decode's transfer lower.
     assert!((row("best NCCL setting") - (30_000.0 - 0.2 * x)).abs() < 1e-6);
+    let cal = e.calibration.as_ref().unwrap();
+    let floor = cal.floor_ms.ms * 1000.0;
+    assert!((row("with a CUDA graph") - floor).abs() < 1e-6);
     assert!(
-        (row("best NCCL setting + CUDA graph") - (row("with a CUDA graph") - 0.2 * x)).abs() < 1e-6
+        (row("best NCCL setting + CUDA graph") - (floor - 0.2 * cal.decode_transfer_us)).abs()
+            < 1e-6
     );
+    for sc in &e.scenarios {
+        assert!(sc.vs_baseline.unwrap() <= 2.5 + 1e-9, "{}", sc.name);
+    }
     assert!(e.scenarios[2].verify.how.contains("s.jsonl"));
 }
 
@@ -198,4 +217,56 @@ fn the_logged_throughput_gives_a_derived_verify_row() {
     assert!((row.verify.us - 23_000.0).abs() < 1e-6, "{}", row.verify.us);
     assert_eq!(row.verify.source, Source::Derived);
     assert_eq!(row.tokens_per_s, Some(100.0));
+}
+
+#[test]
+fn no_row_beats_the_decode_step_or_gains_more_than_the_accept_length() {
+    // The bounds hold for other accept lengths and draft costs: every row's verify is at least
+    // the given decode step (less what the row's change saves on the decode too, against which
+    // its gain is taken), and no row gains more than the accept length over plain decoding.
+    for verify_ms in [30.0, 13.0, 6.0] {
+        for tau in [1.2, 1.8, 2.5, 3.4, 4.0] {
+            for draft in [0.0, 0.5, 3.0] {
+                let r = ExplainRequest {
+                    observed: None,
+                    verify_ms: Some(verify_ms),
+                    cycle: Flags {
+                        decode_ms: Some(12.2),
+                        draft_ms: Some(draft),
+                        draft_steps: Some(3),
+                        acceptance: Some(Acceptance::Length(tau)),
+                        ..Default::default()
+                    },
+                    ..req()
+                };
+                let e = explain(&r, &none()).unwrap();
+                let cal = e.calibration.as_ref().unwrap();
+                assert!(cal.floor_ms.ms >= 12.2);
+                for sc in &e.scenarios {
+                    let plain = sc.plain_decode_ms.unwrap();
+                    assert!(plain <= 12.2 + 1e-9, "{}", sc.name);
+                    assert!(
+                        sc.verify.us / 1000.0 >= plain - 1e-9,
+                        "verify {verify_ms} tau {tau} draft {draft}: {} at {} us, faster than its decode {plain} ms",
+                        sc.name,
+                        sc.verify.us
+                    );
+                    assert!(
+                        sc.vs_baseline.unwrap() <= tau + 1e-9,
+                        "verify {verify_ms} tau {tau} draft {draft}: {} gains {}",
+                        sc.name,
+                        sc.vs_baseline.unwrap()
+                    );
+                    // the row's tokens/s is tau over its own cycle
+                    let cycle = 3.0 * draft + sc.verify.us / 1000.0;
+                    assert!((sc.tokens_per_s.unwrap() - 1000.0 * tau / cycle).abs() < 1e-6);
+                }
+                // a given verify below the given decode is warned about
+                assert_eq!(
+                    e.notes.iter().any(|n| n.starts_with("warning: the verify")),
+                    verify_ms < 12.2
+                );
+            }
+        }
+    }
 }

@@ -19,6 +19,7 @@
 //! and traces ([`crate::evidence`] reads them) into labelled inputs.
 
 pub mod analysis;
+pub mod bound;
 pub mod inputs;
 
 use crate::error::usage;

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::sections::cell;
 use crate::evidence::RecordTime;
 use crate::model::Phase;
-use crate::report::breakeven::origin_cell;
+use crate::report::breakeven::{origin_cell, verify_cell};
 use crate::report::export::{markdown_table, Table};
 use crate::speculative::analysis::{analyse, Analysis};
 use crate::speculative::inputs::{self, Flags};
@@ -102,6 +102,9 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
     for n in &i.notes {
         let _ = writeln!(md, "- note: {n}");
     }
+    for w in &a.warnings {
+        let _ = writeln!(md, "- warning: {w}");
+    }
     let _ = writeln!(
         md,
         "Without speculation: **{:.2} tok/s** (1000 / T_decode). Cycle = k x T_draft + T_verify + \
@@ -117,7 +120,7 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
     };
     for r in &a.rows {
         t.rows.push(vec![
-            format!("{:.2}", r.verify_ms.value),
+            verify_cell(r),
             origin_cell(r).to_string(),
             format!("{:.2}", r.cycle_ms),
             format!("{:.3}", r.breakeven_accept_length),
@@ -129,6 +132,13 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
         ]);
     }
     let _ = writeln!(md, "{}", markdown_table(&t));
+    if a.rows.iter().any(|r| r.at_floor) {
+        let _ = writeln!(
+            md,
+            "^ held at the floor {:.2} ms: {}; the given time is below it.\n",
+            a.floor.ms, a.floor.how
+        );
+    }
     if a.rows.iter().any(|r| r.bound) {
         let _ = writeln!(
             md,
@@ -143,7 +153,7 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
     };
     for r in &a.rows {
         g.rows.push(
-            std::iter::once(format!("{:.2}", r.verify_ms.value))
+            std::iter::once(verify_cell(r))
                 .chain(r.grid.iter().map(|p| {
                     if r.bound {
                         format!("<={:.1}", p.tokens_per_s)
