@@ -141,7 +141,7 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
         None
     } else {
         let f = crate::costmodel::custom::fit_p2p(&prof, &p2p_pts)?;
-        prof.p2p = Some(f.link.clone());
+        f.apply_to(&mut prof);
         Some(f)
     };
     prof.name = name;

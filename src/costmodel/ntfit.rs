@@ -337,6 +337,8 @@ pub(crate) fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> any
     let rank_counts: Vec<usize> = counts.into_iter().collect();
     let mut profile = fitted.clone();
     profile.fitted_rank_counts = Some(rank_counts.clone());
+    let moved: Vec<Param> = pb.iter().map(|(p, _)| *p).collect();
+    profile.fit_scope = Some(fit::scope_of(&base.name, &moved, &held, &pts));
     let report = fit::FitReport {
         params: pb
             .iter()
