@@ -60,9 +60,9 @@ pub struct FitArgs {
     /// of the machine that printed it, bounded by the link's rate.
     #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "results")]
     pub nccl_tests: Vec<PathBuf>,
-    /// With --nccl-tests: the link's rate per direction, GB/s (default: the --base profile's;
-    /// PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by
-    /// it times the protocol's payload share (LL 1/2, LL128 120/128, Simple 1).
+    /// With --nccl-tests: the link's rate per direction, GB/s (default: the base's; PCIe 3.0
+    /// x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by it times
+    /// the protocol's payload share (LL 1/2, LL128 120/128, Simple 1); a row past it is refused.
     #[arg(long, value_name = "GB/s")]
     pub link_gbps: Option<f64>,
     /// With --nccl-tests: the measured peer-to-peer latency (p2pBandwidthLatencyTest), us; no
@@ -72,9 +72,11 @@ pub struct FitArgs {
     /// Where to write the fitted profile (JSON).
     #[arg(short = 'o', long, value_name = "PROFILE.json")]
     pub output: PathBuf,
-    /// Built-in link profile to start from; parameters the data cannot pin down keep its values.
-    #[arg(long, default_value = "nvlink-h200")]
-    pub base: String,
+    /// Built-in link profile to start from; parameters the data cannot pin down keep its values
+    /// (default: with --nccl-tests, taken from the tables: PCIe generation or NVLink from their
+    /// best bus bandwidth or --link-gbps, P2P from NCCL's log lines; else nvlink-h200).
+    #[arg(long)]
+    pub base: Option<String>,
     /// Start from a profile file instead of a built-in one (overrides --base).
     #[arg(long, value_name = "FILE")]
     pub base_profile: Option<PathBuf>,
@@ -99,21 +101,30 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
     inputs.extend(a.nccl_tests.iter().map(|p| p.as_path()));
     inputs.extend(a.base_profile.as_deref());
     crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
-    let (base, base_name) = match &a.base_profile {
-        Some(p) => {
+    let given = match (&a.base_profile, &a.base) {
+        (Some(p), _) => {
             let prof = profile::load(p)?;
             let n = format!("{} (file {})", prof.name, p.display());
-            (prof, n)
+            Some((prof, n, "--base-profile"))
         }
-        None => {
-            let prof = profile::builtin_or_usage(&a.base)?;
+        (None, Some(b)) => {
+            let prof = profile::builtin_or_usage(b)?;
             let n = prof.name.clone();
-            (prof, n)
+            Some((prof, n, "--base"))
         }
+        (None, None) => None,
     };
     if !a.nccl_tests.is_empty() {
-        return nccl_tests_cmd(a, &base, &base_name, started);
+        return nccl_tests_cmd(a, given, started);
     }
+    let (base, base_name, _) = match given {
+        Some(g) => g,
+        None => {
+            let prof = profile::builtin_or_usage("nvlink-h200")?;
+            let n = prof.name.clone();
+            (prof, n, "--base")
+        }
+    };
     let mut pts = vec![];
     let mut p2p_pts = vec![];
     let mut sources = vec![];
@@ -217,8 +228,7 @@ fn output_name(a: &FitArgs) -> String {
 /// `model fit --nccl-tests FILE...`.
 fn nccl_tests_cmd(
     a: &FitArgs,
-    base: &profile::Profile,
-    base_name: &str,
+    given: Option<(profile::Profile, String, &'static str)>,
     started: String,
 ) -> anyhow::Result<i32> {
     use crate::costmodel::ntfit;
@@ -237,16 +247,16 @@ fn nccl_tests_cmd(
         tables.extend(t);
         sources.push(name);
     }
-    let rate = match a.link_gbps.or(base.intra.rate_gbps) {
-        Some(r) => r,
-        None => crate::usage_bail!(
-            "the base profile does not know its link's rate: give --link-gbps (PCIe 4.0 x16: 31.5, 5.0 x16: 63)"
-        ),
-    };
+    let choice = ntfit::choose_base(given, a.link_gbps, &tables)?;
+    let (base, base_name, rate) = (&choice.profile, &choice.name, choice.link_rate_gbps);
     let phys = ntfit::Physics {
         rate_gbps: rate,
         p2p_lat_us: a.p2p_latency_us,
     };
+    let warnings = ntfit::warnings(&tables);
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let f = ntfit::calibrate(base, &phys, &tables)?;
     let r = &f.report;
     let mut prof = r.profile.clone();
@@ -263,6 +273,8 @@ fn nccl_tests_cmd(
         profile: prof,
         fit: Some(serde_json::json!({
             "base": base_name,
+            "base_choice": choice,
+            "warnings": warnings,
             "nccl_tests": sources,
             "link_rate_gbps": rate,
             "p2p_latency_us": a.p2p_latency_us,
@@ -277,7 +289,7 @@ fn nccl_tests_cmd(
     };
     write_profile(a, &file, started, || {
         let mut s = table(r, base_name, a.nccl_tests.len());
-        s.push_str(&crate::report::fit::nccl_tests_lines(&f));
+        s.push_str(&crate::report::fit::nccl_tests_lines(&f, &choice));
         s
     })
 }
