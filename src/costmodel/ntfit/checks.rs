@@ -131,8 +131,14 @@ pub(crate) fn choose_base(
                 "the base profile does not know its link's rate: give --link-gbps (PCIe 4.0 x16: 31.5, 5.0 x16: 63)"
             );
         };
+        // Where the tables point to another kind of link, say so beside the given base.
+        let other = choose_base(None, None, tables)
+            .ok()
+            .filter(|t| (t.profile.intra.kind == "nvlink") != (profile.intra.kind == "nvlink"))
+            .map(|t| format!(" (the table alone gives {}: {})", t.name, t.reason))
+            .unwrap_or_default();
         return Ok(BaseChoice {
-            reason: format!("{from} given; link rate {rate} GB/s per direction"),
+            reason: format!("{from} given; link rate {rate} GB/s per direction{other}"),
             profile,
             name,
             from,
@@ -452,6 +458,16 @@ mod tests {
         let nv = profile::builtin("nvlink-h200").unwrap();
         let c = choose_base(Some((nv.clone(), "nvlink-h200".into(), "--base")), None, &t).unwrap();
         assert_eq!((c.from, c.link_rate_gbps), ("--base", 450.0));
+        // ... and says the table points to PCIe.
+        assert!(
+            c.reason
+                .contains("(the table alone gives pcie-gen5: chosen from the table"),
+            "{}",
+            c.reason
+        );
+        let pcie5 = profile::builtin("pcie-gen5").unwrap();
+        let c = choose_base(Some((pcie5, "pcie-gen5".into(), "--base")), None, &t).unwrap();
+        assert_eq!(c.reason, "--base given; link rate 63 GB/s per direction");
         let c = choose_base(Some((nv, "nvlink-h200".into(), "--base")), Some(63.0), &t).unwrap();
         assert_eq!(c.link_rate_gbps, 63.0);
         // NCCL's log lines naming SHM only: no P2P, the host-memory base at the generation.
