@@ -59,9 +59,9 @@ pub struct FitArgs {
     /// of the machine that printed it, bounded by the link's rate.
     #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "results")]
     pub nccl_tests: Vec<PathBuf>,
-    /// With --nccl-tests: the link's rate per direction, GB/s (default: the --base profile's;
-    /// PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by
-    /// it times the protocol's payload share (LL 1/2, LL128 120/128, Simple 1).
+    /// With --nccl-tests: the link's rate per direction, GB/s (default: the base's; PCIe 3.0
+    /// x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by it times
+    /// the protocol's payload share (LL 1/2, LL128 120/128, Simple 1); a row past it is refused.
     #[arg(long, value_name = "GB/s")]
     pub link_gbps: Option<f64>,
     /// With --nccl-tests: the measured peer-to-peer latency (p2pBandwidthLatencyTest), us; no
@@ -71,9 +71,11 @@ pub struct FitArgs {
     /// Where to write the fitted profile (JSON).
     #[arg(short = 'o', long, value_name = "PROFILE.json")]
     pub output: PathBuf,
-    /// Built-in link profile to start from; parameters the data cannot pin down keep its values.
-    #[arg(long, default_value = "nvlink-h200")]
-    pub base: String,
+    /// Built-in link profile to start from; parameters the data cannot pin down keep its values
+    /// (default: with --nccl-tests, taken from the tables: PCIe generation or NVLink from their
+    /// best bus bandwidth or --link-gbps, P2P from NCCL's log lines; else nvlink-h200).
+    #[arg(long)]
+    pub base: Option<String>,
     /// Start from a profile file instead of a built-in one (overrides --base).
     #[arg(long, value_name = "FILE")]
     pub base_profile: Option<PathBuf>,

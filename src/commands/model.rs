@@ -16,7 +16,7 @@ pub struct FitRequest {
     pub link_gbps: Option<f64>,
     pub p2p_latency_us: Option<f64>,
     pub output: PathBuf,
-    pub base: String,
+    pub base: Option<String>,
     pub base_profile: Option<PathBuf>,
     pub name: Option<String>,
     pub format: Format,
@@ -39,21 +39,30 @@ pub fn fit(a: &FitRequest) -> anyhow::Result<i32> {
     inputs.extend(a.nccl_tests.iter().map(|p| p.as_path()));
     inputs.extend(a.base_profile.as_deref());
     crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
-    let (base, base_name) = match &a.base_profile {
-        Some(p) => {
+    let given = match (&a.base_profile, &a.base) {
+        (Some(p), _) => {
             let prof = profile::load(p)?;
             let n = format!("{} (file {})", prof.name, p.display());
-            (prof, n)
+            Some((prof, n, "--base-profile"))
         }
-        None => {
-            let prof = profile::builtin_or_usage(&a.base)?;
+        (None, Some(b)) => {
+            let prof = profile::builtin_or_usage(b)?;
             let n = prof.name.clone();
-            (prof, n)
+            Some((prof, n, "--base"))
         }
+        (None, None) => None,
     };
     if !a.nccl_tests.is_empty() {
-        return nccl_tests_cmd(a, &base, &base_name, started);
+        return nccl_tests_cmd(a, given, started);
     }
+    let (base, base_name, _) = match given {
+        Some(g) => g,
+        None => {
+            let prof = profile::builtin_or_usage("nvlink-h200")?;
+            let n = prof.name.clone();
+            (prof, n, "--base")
+        }
+    };
     let mut pts = vec![];
     let mut p2p_pts = vec![];
     let mut sources = vec![];
@@ -75,7 +84,7 @@ pub fn fit(a: &FitRequest) -> anyhow::Result<i32> {
         None
     } else {
         let f = crate::costmodel::custom::fit_p2p(&prof, &p2p_pts)?;
-        prof.p2p = Some(f.link.clone());
+        f.apply_to(&mut prof);
         Some(f)
     };
     prof.name = output_name(a);
@@ -165,8 +174,7 @@ fn nccl_tests_tables(f: &std::path::Path) -> anyhow::Result<(String, Vec<ntfit::
 /// `model fit --nccl-tests FILE...`.
 fn nccl_tests_cmd(
     a: &FitRequest,
-    base: &profile::Profile,
-    base_name: &str,
+    given: Option<(profile::Profile, String, &'static str)>,
     started: String,
 ) -> anyhow::Result<i32> {
     let mut tables = vec![];
@@ -176,16 +184,16 @@ fn nccl_tests_cmd(
         tables.extend(t);
         sources.push(name);
     }
-    let rate = match a.link_gbps.or(base.intra.rate_gbps) {
-        Some(r) => r,
-        None => crate::usage_bail!(
-            "the base profile does not know its link's rate: give --link-gbps (PCIe 4.0 x16: 31.5, 5.0 x16: 63)"
-        ),
-    };
+    let choice = ntfit::choose_base(given, a.link_gbps, &tables)?;
+    let (base, base_name, rate) = (&choice.profile, &choice.name, choice.link_rate_gbps);
     let phys = ntfit::Physics {
         rate_gbps: rate,
         p2p_lat_us: a.p2p_latency_us,
     };
+    let warnings = ntfit::warnings(&tables);
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let f = ntfit::calibrate(base, &phys, &tables)?;
     let r = &f.report;
     let mut prof = r.profile.clone();
@@ -202,6 +210,8 @@ fn nccl_tests_cmd(
         profile: prof,
         fit: Some(serde_json::json!({
             "base": base_name,
+            "base_choice": choice,
+            "warnings": warnings,
             "nccl_tests": sources,
             "link_rate_gbps": rate,
             "p2p_latency_us": a.p2p_latency_us,
@@ -216,7 +226,7 @@ fn nccl_tests_cmd(
     };
     write_profile(a, &file, started, || {
         let mut s = table(r, base_name, a.nccl_tests.len());
-        s.push_str(&crate::report::fit::nccl_tests_lines(&f));
+        s.push_str(&crate::report::fit::nccl_tests_lines(&f, &choice));
         s
     })
 }

@@ -10,6 +10,7 @@
 //! - [`predict`]: time of one collective, and NCCL's choice of algorithm and protocol.
 //! - [`custom`]: time of the custom P2P all-reduces (one-shot, two-shot) beside NCCL's.
 //! - [`fit`]: least-squares calibration on measured records, with leave-one-out.
+//! - [`scope`]: what a fit pinned down, as the fitted profile records it.
 //! - [`waiting`]: the waiting of collectives for the slowest rank under host gaps.
 
 pub mod custom;
@@ -17,6 +18,7 @@ pub mod fit;
 pub mod ntfit;
 pub mod predict;
 pub mod profile;
+pub mod scope;
 pub mod waiting;
 
 use crate::measure::Summary;
@@ -321,8 +323,14 @@ pub fn verify(
     }
     let groups = schedule.collective_groups();
     let mut notes = common_notes(&p, &force, m);
-    // A fitted profile used at a rank count it was not fitted on says that it extrapolates.
+    // A fitted profile used at a rank count or a size it was not fitted on says that it
+    // extrapolates.
     notes.extend(fit::extrapolation_note(&p, nranks));
+    let sizes: Vec<u64> = groups
+        .iter()
+        .map(|g| nccl_size(g.kind, g.bytes_per_rank, nranks))
+        .collect();
+    notes.extend(fit::range_note(&p, &sizes));
     for g in &groups {
         let size = nccl_size(g.kind, g.bytes_per_rank, nranks);
         let t = predict::op_time(&p, g.kind, size, nranks, true, launcher, &force)?;
@@ -439,8 +447,10 @@ pub fn collective(
         );
     }
     let mut notes = common_notes(&p, &force, m);
-    // A fitted profile used at a rank count it was not fitted on says that it extrapolates.
+    // A fitted profile used at a rank count or a size it was not fitted on says that it
+    // extrapolates.
     notes.extend(fit::extrapolation_note(&p, nranks));
+    notes.extend(fit::range_note(&p, sizes));
     notes.push(format!(
         "eager times assume ranks as {}",
         match launcher {
