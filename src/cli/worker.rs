@@ -15,9 +15,13 @@ pub struct WorkerArgs {
     /// Where rank 0 serves the NCCL id: HOST:PORT (default from MASTER_ADDR/MASTER_PORT).
     #[arg(long, value_parser = endpoint_arg)]
     pub rendezvous: Option<Endpoint>,
-    /// Seconds a rank waits for the others to join the rendezvous.
-    #[arg(long, default_value_t = 120.0)]
-    pub rendezvous_timeout: f64,
+    /// Seconds a rank waits for the others to join the rendezvous (default: --timeout).
+    #[arg(long)]
+    pub rendezvous_timeout: Option<f64>,
+    /// A file (mode 0600) holding the run's secret: only ranks that prove it join (else from
+    /// VERIFYBENCH_RENDEZVOUS_TOKEN; neither: any host that reaches the port may join).
+    #[arg(long, value_name = "FILE")]
+    pub rendezvous_token_file: Option<std::path::PathBuf>,
     /// This rank (else from the launcher's environment).
     #[arg(long)]
     pub rank: Option<usize>,
@@ -42,7 +46,7 @@ pub struct WorkerArgs {
     pub pdl: bool,
     #[command(flatten)]
     pub repeat: RepeatArgs,
-    /// Seconds without progress after which this rank gives up and exits.
+    /// Seconds without progress after which this rank aborts its communicator and exits.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
     /// libnccl.so to load.
@@ -65,6 +69,7 @@ impl From<&WorkerArgs> for WorkerRequest {
             workload: (&a.workload).into(),
             rendezvous: a.rendezvous.clone(),
             rendezvous_timeout: a.rendezvous_timeout,
+            rendezvous_token_file: a.rendezvous_token_file.clone(),
             cpu_affinity: a.cpu_affinity.clone(),
             rank: a.rank,
             world_size: a.world_size,
