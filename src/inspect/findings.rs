@@ -38,6 +38,10 @@ pub enum Kind {
     ForkedCopy,
     /// No `NCCL_*` variable anywhere in the tree.
     NoNcclSettings,
+    /// Processes that should agree map different NCCL library files.
+    NcclLibrariesDiffer,
+    /// A process maps another NCCL than the one its `VLLM_NCCL_SO_PATH` names.
+    NcclNotTheOneNamed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -378,6 +382,9 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
         }
     }
 
+    // 4b. The NCCL libraries the processes have mapped.
+    out.extend(super::ncclmaps::findings(tree));
+
     // 5. What could not be seen.
     let unreadable: Vec<&ProcessInfo> = tree.processes.iter().filter(|p| p.env.is_none()).collect();
     if !unreadable.is_empty() {
@@ -488,6 +495,9 @@ mod tests {
                     .collect(),
             ),
             env_error: None,
+            nccl: Some(vec![]),
+            nccl_error: None,
+            nccl_so_path: None,
         }
     }
 
