@@ -53,7 +53,8 @@ impl MappedNccl {
     }
 }
 
-const FROM_NAME: &str = "from the file name";
+/// Where the version comes from when the file name tells it.
+pub const FROM_NAME: &str = "from the file name";
 
 /// Whether a file name is NCCL's library or one of its plugins: `libnccl*.so*`.
 pub fn is_nccl_file_name(name: &str) -> bool {
