@@ -388,8 +388,9 @@ pub fn advice_with(r: &Ranking, noise_floor: f64) -> String {
         r.source,
         label(p)
     ));
-    for (k, v) in &p.overrides {
-        out.push_str(&format!("  export {k}={}\n", shell_quote(v)));
+    out.push_str(&super::library::exports(p));
+    if let Some(line) = super::library::build_line(p, false) {
+        out.push_str(&line);
     }
     match ratio {
         Some((ratio, err)) if ratio.is_finite() => {
