@@ -1,20 +1,17 @@
 //! Which NCCL a process has mapped: the `libnccl*.so*` files of `/proc/PID/maps`, each with
 //! the version its name tells (`libnccl.so.2.28.3`), or the pip wheel that installed it
-//! (PyTorch's `nvidia/nccl/lib/libnccl.so.2` is only `.so.2`); and what that shows in a
-//! process tree: workers that map different builds, or a build other than the one
-//! `VLLM_NCCL_SO_PATH` names ("the engine picked up the wheel's NCCL, not the patched one").
+//! (PyTorch's `nvidia/nccl/lib/libnccl.so.2` is only `.so.2`). What that shows in a process
+//! tree (workers that map different builds, or a build other than the one `VLLM_NCCL_SO_PATH`
+//! names: "the engine picked up the wheel's NCCL, not the patched one") is found in
+//! [`super::findings`].
 //!
 //! The version from a name is what the file is called, not what NCCL reports: a build copied
 //! under another name says what its name says. Where NCCL itself can be asked (a run's workers:
 //! `ncclGetVersion`), its answer is what counts.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-
-use super::findings::{Finding, Kind, Severity};
-use super::walk::{ProcessInfo, Tree};
 
 /// The variable vLLM loads its NCCL from (the path of a libnccl.so* file).
 pub const SO_PATH_VAR: &str = "VLLM_NCCL_SO_PATH";
@@ -163,92 +160,6 @@ pub(crate) fn mapped(maps: &str) -> Vec<MappedNccl> {
         .collect()
 }
 
-/// The NCCL library itself among a process's mapped files (not a plugin such as
-/// `libnccl-net.so`): the file names that start `libnccl.so`.
-fn library_of(libs: &[MappedNccl]) -> Vec<&MappedNccl> {
-    libs.iter()
-        .filter(|m| {
-            m.path
-                .rsplit('/')
-                .next()
-                .is_some_and(|n| n.starts_with("libnccl.so"))
-        })
-        .collect()
-}
-
-/// What the mapped libraries show: processes of the tree that map different NCCL builds (the
-/// GPU-holding ones when any holds a GPU), and a process that maps another NCCL than the one its
-/// `VLLM_NCCL_SO_PATH` names (`so_path_resolved`: that variable's value with links resolved,
-/// as [`super::walk`] read it).
-pub fn findings(tree: &Tree) -> Vec<Finding> {
-    let mut out = vec![];
-    let any_gpu = tree.processes.iter().any(|p| p.holds_gpu());
-    let group: Vec<&ProcessInfo> = tree
-        .processes
-        .iter()
-        .filter(|p| !any_gpu || p.holds_gpu())
-        .collect();
-    let mut by_lib: BTreeMap<String, Vec<&ProcessInfo>> = BTreeMap::new();
-    for p in &group {
-        for m in library_of(p.nccl.as_deref().unwrap_or_default()) {
-            by_lib.entry(m.describe()).or_default().push(p);
-        }
-    }
-    if by_lib.len() >= 2 {
-        let parts: Vec<String> = by_lib
-            .iter()
-            .map(|(lib, ps)| {
-                let who: Vec<String> = ps.iter().map(|p| super::findings::label(p)).collect();
-                format!("{lib} in {}", who.join(", "))
-            })
-            .collect();
-        out.push(Finding {
-            kind: Kind::NcclLibrariesDiffer,
-            severity: Severity::Warning,
-            variable: None,
-            pids: group.iter().map(|p| p.pid).collect(),
-            message: format!(
-                "{} map different NCCL libraries: {}",
-                if any_gpu {
-                    "the GPU-holding processes"
-                } else {
-                    "the processes"
-                },
-                parts.join("; ")
-            ),
-        });
-    }
-    for p in &tree.processes {
-        let (Some(env), Some(libs)) = (&p.env, &p.nccl) else {
-            continue;
-        };
-        let Some(asked) = env.get(SO_PATH_VAR) else {
-            continue;
-        };
-        let own = library_of(libs);
-        if own.is_empty() {
-            continue;
-        }
-        let want = p.nccl_so_path.as_deref().unwrap_or(asked);
-        if own.iter().any(|m| m.path == want || m.path == *asked) {
-            continue;
-        }
-        let maps: Vec<String> = own.iter().map(|m| m.describe()).collect();
-        out.push(Finding {
-            kind: Kind::NcclNotTheOneNamed,
-            severity: Severity::Warning,
-            variable: Some(SO_PATH_VAR.into()),
-            pids: vec![p.pid],
-            message: format!(
-                "{} was started with {SO_PATH_VAR}={asked} but maps {}: the NCCL it runs is not the one named",
-                super::findings::label(p),
-                maps.join(" and ")
-            ),
-        });
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,7 +264,7 @@ mod tests {
 
 #[cfg(test)]
 mod tree_tests {
-    use super::*;
+    use crate::inspect::findings::{Finding, Kind};
     use crate::inspect::procfs::ProcFs;
     use crate::inspect::walk::tests::Mock;
     use crate::inspect::{inspect, render, snapshot};
