@@ -47,7 +47,6 @@ Examples:
   NCCL_P2P_DISABLE=1 verifybench sweep --tp 2 -L NCCL_PROTO=LL,Simple
   verifybench sweep --tp 2 --preset pcie --results pcie.jsonl
   verifybench sweep --tp 2 --preset pcie --resume pcie.jsonl
-  verifybench sweep --tp 2 --nccl-lib /usr/lib/x86_64-linux-gnu/libnccl.so.2,/opt/nccl-2.29/lib -L NCCL_PROTO=LL,Simple
 ";
 
 #[derive(Debug, Clone, clap::Args)]
