@@ -78,7 +78,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             "nothing to sweep: give -L NAME=a,b, --set NAME=VALUE, --preset pcie or two NCCL libraries (--nccl-lib A,B) (see --help)"
         );
     }
-    let libraries = library::Libraries::from_dims(&dims)?;
+    let libraries = matrix::libraries(&dims)?;
     let mut warned = std::collections::BTreeSet::new();
     for p in &points {
         for (k, _) in &p.overrides {
@@ -176,7 +176,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         let other = pts.iter().filter(|p| !keys.contains(&p.key)).count();
         if other > 0 && !a.quiet {
             eprintln!(
-                "note: {other} point(s) in '{}' ran with other settings (graph, launcher, backend, mode or inherited NCCL_* variables) and are not reused",
+                "note: {other} point(s) in '{}' ran with other settings (graph, launcher, backend, mode, NCCL library or inherited NCCL_* variables) and are not reused",
                 rp.display()
             );
         }

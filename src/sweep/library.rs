@@ -14,13 +14,12 @@
 //! paths compared), or whose log names another version than its workers, is refused: marked
 //! failed with the reason.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::env::Env;
-use super::matrix::{Dimension, Point};
-use super::results::SweepPoint;
 use crate::error::usage;
 use crate::record::{Record, WorkerNccl};
 
@@ -65,14 +64,11 @@ pub fn lists(lists: &[String], nccl_lib: Option<&Path>) -> anyhow::Result<Vec<St
 }
 
 impl Libraries {
-    /// The libraries of the `NCCL_LIB` dimension, each resolved (a folder to its
+    /// The libraries of the `NCCL_LIB` dimension's `values`, each resolved (a folder to its
     /// libnccl.so*, links followed); a value that names no library is a usage error.
-    pub fn from_dims(dims: &[Dimension]) -> anyhow::Result<Libraries> {
-        let Some(d) = dims.iter().find(|d| d.name == NAME) else {
-            return Ok(Libraries::default());
-        };
+    pub fn from_values(values: &[String]) -> anyhow::Result<Libraries> {
         let mut out = vec![];
-        for given in &d.values {
+        for given in values {
             let found = crate::comm::libs::find_nccl(Some(Path::new(given)))
                 .map_err(|_| {
                     usage(format!(
@@ -96,9 +92,10 @@ impl Libraries {
         Ok(Libraries(out))
     }
 
-    /// The library a point asks for: its `NCCL_LIB`, else the first (the baseline's).
-    pub fn of(&self, p: &Point) -> Option<&Library> {
-        match p.get(NAME) {
+    /// The library of a point whose `NCCL_LIB` is `asked`: that one, else (none asked) the
+    /// first, the baseline's.
+    pub fn of(&self, asked: Option<&str>) -> Option<&Library> {
+        match asked {
             Some(v) => self.0.iter().find(|l| l.given == v),
             None => self.0.first(),
         }
@@ -127,10 +124,10 @@ impl Libraries {
 
     /// Points the library to a child's environment: `VERIFYBENCH_NCCL_LIB` set, the markers
     /// of the parent's own library preparation removed.
-    pub fn apply(lib: &Library, env: &mut Env) {
+    pub fn apply(lib: &Library, env: &mut BTreeMap<OsString, OsString>) {
         env.insert(ENV.into(), lib.path.as_os_str().into());
         for v in crate::comm::libs::PREPARED_VARS {
-            env.remove(&std::ffi::OsString::from(v));
+            env.remove(&OsString::from(v));
         }
     }
 }
@@ -252,99 +249,6 @@ pub fn prove(lib: &Library, record: Option<&Record>, log_version: Option<&str>) 
     }
 }
 
-/// The libraries block under a sweep's table: per library, the version its points' workers
-/// reported and which points ran on it; every refused point with its reason. Empty when the
-/// sweep named no library.
-pub fn block(points: &[SweepPoint]) -> String {
-    let mut libs: Vec<(&str, Vec<&SweepPoint>)> = vec![];
-    for p in points {
-        let Some(l) = &p.library else { continue };
-        match libs.iter_mut().find(|(path, _)| *path == l.path) {
-            Some((_, v)) => v.push(p),
-            None => libs.push((&l.path, vec![p])),
-        }
-    }
-    if libs.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from(
-        "\nNCCL libraries (what each point's workers reported: ncclGetVersion and the file they mapped):\n",
-    );
-    for (i, (path, ps)) in libs.iter().enumerate() {
-        let proofs: Vec<&LibraryProof> = ps.iter().filter_map(|p| p.library.as_ref()).collect();
-        let mut versions: Vec<String> = proofs.iter().filter_map(|l| l.version()).collect();
-        versions.sort();
-        versions.dedup();
-        let logs: Vec<&str> = {
-            let mut v: Vec<&str> = proofs
-                .iter()
-                .filter_map(|l| l.log_version.as_deref())
-                .collect();
-            v.sort();
-            v.dedup();
-            v
-        };
-        let ok = proofs.iter().filter(|l| l.status == "ok").count();
-        let version = if versions.is_empty() {
-            "version not reported".to_string()
-        } else {
-            format!("NCCL {}", versions.join(" and "))
-        };
-        let log = if logs.is_empty() {
-            String::new()
-        } else {
-            format!(" (log: {})", logs.join(", "))
-        };
-        let ids: Vec<&str> = ps.iter().map(|p| p.point_id.as_str()).collect();
-        out.push_str(&format!(
-            "  L{} {path}: {version}{log}; proven in {ok} of {} point(s): {}\n",
-            i + 1,
-            ps.len(),
-            ids.join(", ")
-        ));
-    }
-    for p in points {
-        if let Some(l) = p.library.as_ref().filter(|l| l.status == "refused") {
-            out.push_str(&format!(
-                "  REFUSED {}: {}\n",
-                p.point_id,
-                l.problems.join("; ")
-            ));
-        }
-    }
-    out
-}
-
-/// The `export` lines of a recommended point: its NCCL variables (the library is no
-/// variable: it is named by [`build_line`]).
-pub fn exports(p: &SweepPoint) -> String {
-    p.overrides
-        .iter()
-        .filter(|(k, _)| k != NAME)
-        .map(|(k, v)| format!("  export {k}={}\n", super::rank::shell_quote(v)))
-        .collect()
-}
-
-/// The line that names the build of the winner (the recommended point, or the baseline when
-/// the defaults are kept) with its version; None when the sweep named no library.
-pub fn build_line(winner: &SweepPoint, kept_defaults: bool) -> Option<String> {
-    let l = winner.library.as_ref()?;
-    let version = l
-        .version()
-        .map(|v| format!("NCCL {v}"))
-        .unwrap_or_else(|| "NCCL (version not reported)".into());
-    let whose = if kept_defaults {
-        "the baseline's library"
-    } else {
-        "the library of the recommended point"
-    };
-    let q = super::rank::shell_quote(&l.path);
-    Some(format!(
-        "  build: {version} from {} ({whose}, the version its workers reported); a vLLM server loads it with export VLLM_NCCL_SO_PATH={q}\n",
-        l.path
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,18 +295,18 @@ mod tests {
         let sys = d.path().join("libnccl.so.2.28.3");
         std::fs::write(&sys, b"x").unwrap();
         std::os::unix::fs::symlink(&sys, d.path().join("libnccl.so.2")).unwrap();
-        let dim = |v: &[&Path]| Dimension {
-            name: NAME.into(),
-            values: v.iter().map(|p| p.display().to_string()).collect(),
-        };
+        let dim =
+            |v: &[&Path]| -> Vec<String> { v.iter().map(|p| p.display().to_string()).collect() };
         // the folder resolves to its libnccl.so.2, which links to the versioned file
-        let libs = Libraries::from_dims(&[dim(&[d.path()])]).unwrap();
+        let libs = Libraries::from_values(&dim(&[d.path()])).unwrap();
         assert_eq!(libs.0[0].path, std::fs::canonicalize(&sys).unwrap());
-        let e = Libraries::from_dims(&[dim(&[&d.path().join("nope.so")])]).unwrap_err();
+        assert_eq!(libs.of(None), libs.0.first());
+        assert_eq!(libs.of(Some("elsewhere")), None);
+        let e = Libraries::from_values(&dim(&[&d.path().join("nope.so")])).unwrap_err();
         assert!(e.to_string().contains("no such NCCL library"), "{e}");
-        let e = Libraries::from_dims(&[dim(&[d.path(), &sys])]).unwrap_err();
+        let e = Libraries::from_values(&dim(&[d.path(), &sys])).unwrap_err();
         assert!(e.to_string().contains("are the same file"), "{e}");
-        assert_eq!(Libraries::from_dims(&[]).unwrap(), Libraries::default());
+        assert_eq!(Libraries::from_values(&[]).unwrap(), Libraries::default());
     }
 
     #[test]

@@ -300,6 +300,16 @@ fn settings_of(dims: &[&Dimension], preset: Option<&Preset>) -> Vec<Vec<(String,
     sets
 }
 
+/// The libraries of the sweep: the values of its `NCCL_LIB` dimension, resolved (none when it
+/// has none).
+pub fn libraries(dims: &[Dimension]) -> anyhow::Result<super::library::Libraries> {
+    let values = dims
+        .iter()
+        .find(|d| d.name == super::library::NAME)
+        .map_or(&[][..], |d| &d.values[..]);
+    super::library::Libraries::from_values(values)
+}
+
 /// NCCL's list syntax ([`crate::nccl_list`]) for NCCL_ALGO and NCCL_PROTO: `a,b` (only these),
 /// `^a,b` (all but these), and since NCCL 2.24 per-function entries separated by `;`, e.g.
 /// `ring;allreduce:tree` (Ring for everything, Tree for all-reduce). Returns whether `name` (an algorithm or protocol) is

@@ -75,6 +75,11 @@ pub struct SweepConfig {
 }
 
 impl SweepConfig {
+    /// The library a point asks for ([`library`]): its `NCCL_LIB`, else the first.
+    pub fn library(&self, p: &Point) -> Option<&library::Library> {
+        self.libraries.of(p.get(library::NAME))
+    }
+
     pub fn key(&self, p: &Point) -> PointKey {
         let mut base = env::nccl_part(&env::timed_env(
             &self.parent_env,
@@ -92,7 +97,7 @@ impl SweepConfig {
             mode: self.mode.clone(),
             schedule_hash: self.workload.schedule_hash.clone(),
             base_nccl_env: base,
-            nccl_lib: self.libraries.of(p).map(|l| l.path.display().to_string()),
+            nccl_lib: self.library(p).map(|l| l.path.display().to_string()),
         }
     }
 
@@ -105,7 +110,7 @@ impl SweepConfig {
     /// do not change between rounds, and the probe costs a second child per point).
     pub fn job_in_round(&self, p: &Point, round: usize) -> PointJob {
         let mut timed = env::timed_env(&self.parent_env, p);
-        if let Some(lib) = self.libraries.of(p) {
+        if let Some(lib) = self.library(p) {
             library::Libraries::apply(lib, &mut timed);
         }
         let probe = (self.probe && round == 0).then(|| Probe {
@@ -269,7 +274,7 @@ pub fn assemble_in_round(
         reason = Some(format!("{wrong} elements of the results were wrong"));
     }
     // The library asked against what the workers mapped: another one refuses the point.
-    let library = cfg.libraries.of(p).map(|lib| {
+    let library = cfg.library(p).map(|lib| {
         library::prove(
             lib,
             out.record.as_ref(),

@@ -564,7 +564,7 @@ fn library_sweep(
     l.extend(lists.iter().map(|s| s.to_string()));
     let dims = matrix::dimensions(&l, &[]).unwrap();
     let mut c = cfg(dir);
-    c.libraries = library::Libraries::from_dims(&dims).unwrap();
+    c.libraries = matrix::libraries(&dims).unwrap();
     (c, matrix::points(&dims, None))
 }
 
@@ -628,7 +628,7 @@ fn a_two_library_sweep_runs_every_point_on_each_and_records_what_its_workers_loa
     // the stored record carries every worker's NCCL
     let (stored, _) = results::load(&dir.path().join("r.jsonl")).unwrap();
     assert_eq!(stored[4].library, run.finished[4].library);
-    let text = library::block(&run.finished);
+    let text = rank::library_block(&run.finished);
     assert!(
         text.contains(&format!(
             "L2 {}: NCCL 2.28.9 (log: 2.28.9+cuda13.0); proven in 3 of 3 point(s): p03-LIB-2, p04-LIB-2_PROTO-LL, p05-LIB-2_PROTO-Simple",
@@ -684,5 +684,7 @@ fn a_point_whose_worker_mapped_another_library_is_refused() {
     );
     let r = rank::rank(&run.finished, Mode::Comm);
     assert_eq!(r.failed.len(), 1, "listed apart, never ranked");
-    assert!(library::block(&run.finished).contains(&format!("REFUSED {}: {want}", bad.point_id)));
+    assert!(
+        rank::library_block(&run.finished).contains(&format!("REFUSED {}: {want}", bad.point_id))
+    );
 }

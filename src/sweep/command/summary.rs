@@ -103,7 +103,7 @@ pub fn render(
         out.push_str("\nNotes:\n");
         out.push_str(&notes);
     }
-    out.push_str(&crate::sweep::library::block(points));
+    out.push_str(&rank::library_block(points));
     out.push('\n');
     if r.rows.iter().all(|x| x.wrong > 0) {
         out.push_str("No point ran without errors: nothing to recommend.\n");
@@ -314,7 +314,7 @@ pub fn rounds_block(
                     rank::label(p)
                 ));
             }
-            out.push_str(&crate::sweep::library::exports(p));
+            out.push_str(&rank::exports(p));
         }
         None if modeled => out.push_str(&format!(
             "Recommendation: keep NCCL's defaults ({primary_mode} replay): no setting the cost model prices has a modeled ratio below 1\n"
@@ -324,7 +324,7 @@ pub fn rounds_block(
         )),
     }
     let winner = rec.map_or(base, |(_, p)| p);
-    if let Some(line) = crate::sweep::library::build_line(winner, rec.is_none()) {
+    if let Some(line) = rank::build_line(winner, rec.is_none()) {
         out.push_str(&line);
     }
     out
