@@ -124,12 +124,12 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     } else {
         crate::backend::resolve(a.backend, a.quiet).kind()
     };
-    // With --schedule the file's tp (checked against --tp) wins over the GPU count.
     if backend == BackendKind::Model && libraries.0.len() > 1 {
         crate::usage_bail!(
             "--backend model: the cost model loads no NCCL, so it cannot compare libraries; sweep them on the GPUs (--backend nccl)"
         );
     }
+    // With --schedule the file's tp (checked against --tp) wins over the GPU count.
     let w = a.workload.resolve()?;
     let tp = w.requested_tp().unwrap_or_else(|| default_tp(a, backend));
     let schedule = w.schedule(tp)?;
