@@ -20,6 +20,11 @@ Values:
                        --set 'NCCL_ALGO=ring;allreduce:tree' (Tree for all-reduce, Ring otherwise)
   --preset pcie        one-at-a-time variations of NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL,
                        NCCL_P2P_DISABLE, NCCL_MIN/MAX_NCHANNELS, NCCL_NTHREADS, NCCL_BUFFSIZE
+  --nccl-lib A,B       NCCL library builds (libnccl.so* files or their folders), also spelt
+                       -L NCCL_LIB=A,B: every point runs on each library, the first one the
+                       baseline's; each point's workers report the version NCCL gives and the
+                       file they mapped, and a point whose workers mapped another file is
+                       refused (failed, with the reason)
 The baseline (nothing overridden) runs in every round. Variables held fixed for every point,
 baseline included: export them before running (they pass through to every worker).
 

@@ -45,6 +45,8 @@ pub struct Entry {
     pub source: Source,
     pub tool_version: String,
     pub nccl_version: Option<String>,
+    /// The NCCL library file the workers mapped.
+    pub nccl_library: Option<String>,
     pub host: String,
     pub gpu: Option<String>,
     /// NCCL_* environment of rank 0 (all ranks of one run normally agree).
@@ -170,6 +172,7 @@ fn entry(r: Record, label: String, path: &Path) -> anyhow::Result<Entry> {
         source: r.source,
         tool_version: p.tool_version,
         nccl_version: p.nccl_version,
+        nccl_library: p.nccl_library,
         host: p.host,
         gpu: p.gpus.first().map(|g| g.name.clone()),
         nccl_env: p
@@ -440,6 +443,25 @@ mod tests {
         let d = setup_differences(&a, &b).join("\n");
         assert!(d.contains("NCCL 2.28.3 vs 2.21.5"), "{d}");
         assert!(d.contains("NCCL_PROTO=unset vs LL"), "{d}");
+    }
+
+    #[test]
+    fn different_libraries_are_named_with_their_versions() {
+        let mut a = entry("a.json", "nccl", 2, 600.0, 400.0);
+        let mut b = entry("b.json", "nccl", 2, 600.0, 400.0);
+        a.nccl_library = Some("/usr/lib/libnccl.so.2.28.3".into());
+        b.nccl_library = Some("/site/nvidia/nccl/lib/libnccl.so.2".into());
+        let d = setup_differences(&a, &b).join("\n");
+        assert!(
+            d.contains("NCCL 2.28.3 in both, from two library files: /usr/lib/libnccl.so.2.28.3 vs /site/nvidia/nccl/lib/libnccl.so.2"),
+            "{d}"
+        );
+        b.nccl_version = Some("2.28.9".into());
+        let d = setup_differences(&a, &b).join("\n");
+        assert!(
+            d.contains("NCCL 2.28.3 (/usr/lib/libnccl.so.2.28.3) vs 2.28.9 (/site/nvidia/nccl/lib/libnccl.so.2)"),
+            "{d}"
+        );
     }
 
     #[test]

@@ -42,6 +42,17 @@ pub struct WorkerInfo {
     pub nccl_env: BTreeMap<String, String>,
 }
 
+/// The NCCL one worker (rank) loaded, as it reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerNccl {
+    pub rank: usize,
+    pub pid: u32,
+    /// The version `ncclGetVersion` returned in the worker ("2.28.3").
+    pub version: Option<String>,
+    /// The library file the worker mapped (resolved path, from its own /proc/self/maps).
+    pub library: Option<String>,
+}
+
 /// Who made a record, where, when and with what.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
@@ -66,6 +77,10 @@ pub struct Provenance {
     pub nccl_library: Option<String>,
     #[serde(default)]
     pub workers: Vec<WorkerInfo>,
+    /// The NCCL each worker loaded, rank by rank: what `nccl_version` and `nccl_library` say
+    /// of the first rank alone (empty in records of runs without NCCL, and in older records).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_nccl: Vec<WorkerNccl>,
     /// Cost-model profile the numbers came from (modeled records).
     #[serde(default)]
     pub model_profile: Option<String>,
@@ -149,6 +164,7 @@ impl Provenance {
             nccl_version: None,
             nccl_library: None,
             workers: Vec::new(),
+            worker_nccl: Vec::new(),
             model_profile: None,
             notes: Vec::new(),
             rank_time: None,

@@ -28,6 +28,24 @@ pub fn render(r: &EnvReport) -> String {
         ),
         (None, _) => writeln!(o, "NCCL            not loaded (see the problems below)"),
     };
+    let _ = if r.nccl_found.is_empty() {
+        writeln!(
+            o,
+            "NCCL found      none (searched: the loader's path, LD_LIBRARY_PATH, system folders, CUDA toolkits, Python's nvidia/nccl/lib)"
+        )
+    } else {
+        writeln!(o, "NCCL found      (* the one this run loads)")
+    };
+    for f in &r.nccl_found {
+        let _ = writeln!(
+            o,
+            "  {} {}  {}  [{}]",
+            if f.chosen { "*" } else { " " },
+            f.path,
+            f.version_text(),
+            f.how
+        );
+    }
     let _ = writeln!(
         o,
         "NVRTC           {}",

@@ -23,7 +23,7 @@ pub use super::devices::{check_gpu_flags, preflight, select_devices, select_devi
 pub(crate) use record::combine;
 use record::state_rank_time;
 pub use record::{export_trace, provenance, verify_record};
-pub(crate) use supervise::threads_drill;
+pub(crate) use supervise::{threads_drill, GRACE};
 
 /// Operations per timed sample of `collective` (as nccl-tests times many back-to-back
 /// operations): amortises the first operation's start-up and, in graph mode, the graph launch.

@@ -70,6 +70,7 @@ fn worker_provenance(launcher: &str, started: String, results: &[RankResult]) ->
     p.gpus = results.iter().filter_map(|r| r.gpu.clone()).collect();
     p.nccl_version = results.first().and_then(|r| r.nccl_version.clone());
     p.nccl_library = results.first().and_then(|r| r.nccl_library.clone());
+    p.worker_nccl = results.iter().map(RankResult::nccl).collect();
     p.workers = results
         .iter()
         .map(|r| WorkerInfo {
