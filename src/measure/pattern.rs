@@ -362,7 +362,9 @@ mod tests {
         // beyond 16 ranks the slots feed the same elements, with different values
         for n in [17, 100, 1024] {
             for i in 0..2 * stride(n) {
-                let v: Vec<f32> = (0..SLOTS).map(|s| input_value(5, i, salt(9, s), n)).collect();
+                let v: Vec<f32> = (0..SLOTS)
+                    .map(|s| input_value(5, i, salt(9, s), n))
+                    .collect();
                 let fed = v[0] != 0.0;
                 assert!(v.iter().all(|&x| (x != 0.0) == fed), "n {n} i {i}");
                 if fed {
@@ -464,8 +466,7 @@ mod tests {
             for i in 0..d {
                 // the ranks the module comment says contribute: (r + i + index) % d == 0
                 let index = op / SLOTS;
-                let contributing: Vec<usize> =
-                    ((d - (i + index) % d) % d..n).step_by(d).collect();
+                let contributing: Vec<usize> = ((d - (i + index) % d) % d..n).step_by(d).collect();
                 assert!(contributing
                     .iter()
                     .all(|&r| input_value(r, i, op, n) != 0.0));
