@@ -867,7 +867,9 @@ pub fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
 
 /// The implementations of `asked` that run on `devices`, in order: NCCL when asked, and the
 /// P2P ones unless two of the GPUs cannot reach each other; then they are skipped with a line
-/// naming the pair (on stderr and in `notes`), never replaced in silence.
+/// naming the pair (on stderr and in `notes`), never replaced in silence. Where the driver says
+/// they can but the real access check fails (`comm::p2p::check_access`), the run is refused
+/// (exit 2) naming the pair and the likely cause.
 fn runnable(
     asked: &[Impl],
     devices: &[usize],
@@ -880,7 +882,10 @@ fn runnable(
     let custom = impls::p2p(asked);
     if !custom.is_empty() {
         match comm::p2p::check_topology(devices) {
-            Ok(()) => out.extend(custom),
+            Ok(()) => {
+                comm::p2p::check_access(devices)?;
+                out.extend(custom)
+            }
             Err(u) => impls::skip(asked, &u.to_string(), notes)?,
         }
     }
