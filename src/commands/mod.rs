@@ -7,6 +7,7 @@ pub mod bandwidth;
 pub mod explain;
 pub mod report;
 pub mod selftest;
+mod selftest_stress;
 
 use crate::backend::{self, Backend};
 use crate::measure::repeat::Repetitions;

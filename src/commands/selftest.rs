@@ -1,8 +1,9 @@
 //! `verifybench selftest`: exact-result checks of every collective, dtype, launcher and graph
 //! mode on this machine's GPUs (every buffer slot of every collective written and checked), the
 //! worker environment round trip, clean failure of a dead or hung rank, the streaming kernel
-//! against a CPU reference, and the P2P all-reduce protocol on virtual ranks of one GPU. Prints
-//! a pass/fail table; exits 1 when anything fails. On a machine with one GPU the NCCL checks run
+//! against a CPU reference, the P2P all-reduce protocol on virtual ranks of one GPU, and the P2P
+//! access check and stress test (`selftest_stress.rs`). Prints a pass/fail table; exits 1 when
+//! anything fails. On a machine with one GPU the NCCL checks run
 //! on a communicator of one rank (no transfer), beside the streaming kernel and the P2P virtual
 //! ranks. The flags live in `cli/selftest.rs`; this module takes a plain request.
 
@@ -28,6 +29,8 @@ pub struct SelftestRequest {
     pub gpu: GpuSpec,
     /// Skip the fault checks (a worker that exits or hangs on purpose).
     pub no_faults: bool,
+    /// Skip the P2P stress test and its negative controls.
+    pub no_stress: bool,
     /// Where to write the table as JSON.
     pub export_json: Option<PathBuf>,
     /// What stdout gets: the table, or (json) the record `export_json` gets.
@@ -41,6 +44,17 @@ pub struct Check {
     pub launcher: String,
     pub pass: bool,
     pub detail: String,
+}
+
+impl From<super::selftest_stress::Line> for Check {
+    fn from(l: super::selftest_stress::Line) -> Check {
+        Check {
+            name: l.name,
+            launcher: l.launcher.into(),
+            pass: l.pass,
+            detail: l.detail,
+        }
+    }
 }
 
 /// The streaming kernel's result against a CPU reference (small sizes, exact inputs), as a
@@ -890,9 +904,13 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
         comm::nccl::version().unwrap_or_default()
     );
     if !one_gpu {
+        let (access, p2p) = super::selftest_stress::p2p_access(&devices);
+        checks.extend(access.map(Check::from));
         for l in [Launcher::Threads, Launcher::Processes] {
             collectives(&devices, l, &mut checks);
-            p2p_collectives(&devices, l, &mut checks);
+            if p2p {
+                p2p_collectives(&devices, l, &mut checks);
+            }
             verify(&devices, l, &mut checks);
             exported_ops(&devices, l, &mut checks);
         }
@@ -900,7 +918,16 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
         if !a.no_faults {
             fault(&devices, FaultKind::Exit, &mut checks);
             fault(&devices, FaultKind::Hang, &mut checks);
-            p2p_fault(&devices, &mut checks);
+            if p2p {
+                p2p_fault(&devices, &mut checks);
+            }
+        }
+        if p2p && !a.no_stress {
+            checks.extend(
+                super::selftest_stress::p2p_stress(&devices)
+                    .into_iter()
+                    .map(Check::from),
+            );
         }
     } else {
         // NCCL's own path on a communicator of one rank: every collective, dtype and size
@@ -922,6 +949,13 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
     }
     checks.push(streaming_kernel(devices[0]));
     let p2p_times = p2p_virtual_ranks(devices[0], &mut checks);
+    if one_gpu && !a.no_stress {
+        checks.extend(
+            super::selftest_stress::p2p_stress(&devices)
+                .into_iter()
+                .map(Check::from),
+        );
+    }
     if !a.no_faults {
         threads_abort(devices[0], &mut checks);
     }
