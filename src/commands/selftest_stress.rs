@@ -21,7 +21,7 @@ pub(crate) fn p2p_access(devices: &[usize]) -> (Option<Line>, bool) {
     }
     let r = comm::p2p::check_access(devices);
     let (pass, detail) = match &r {
-        Ok(pairs) => {
+        Ok((pairs, _)) => {
             let cached = pairs.iter().filter(|p| p.cached).count();
             (
                 true,

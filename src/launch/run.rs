@@ -883,7 +883,9 @@ fn runnable(
     if !custom.is_empty() {
         match comm::p2p::check_topology(devices) {
             Ok(()) => {
-                comm::p2p::check_access(devices)?;
+                for n in comm::p2p::check_access(devices)?.1 {
+                    crate::note!("verifybench: {n}");
+                }
                 out.extend(custom)
             }
             Err(u) => impls::skip(asked, &u.to_string(), notes)?,

@@ -109,13 +109,14 @@ fn refuse(checks: &[PairCheck], buses: &[String], cache: &AccessCache) -> anyhow
 /// starts: from this boot's cache, or probed now in this process (a buffer on the target GPU,
 /// peer access from the writer, the probe kernel). A failed pair refuses the P2P all-reduces
 /// with a usage error (exit 2) naming it and its likely causes. Virtual ranks (one GPU) need
-/// no check.
-pub fn check_access(devices: &[usize]) -> anyhow::Result<Vec<PairCheck>> {
+/// no check. Returns every pair's outcome and the notes to print (pairs probed now, a cache
+/// that could not be written).
+pub fn check_access(devices: &[usize]) -> anyhow::Result<(Vec<PairCheck>, Vec<String>)> {
     let mut distinct = devices.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
     if distinct.len() < 2 {
-        return Ok(vec![]);
+        return Ok((vec![], vec![]));
     }
     let gpus: Vec<(usize, String)> = distinct.iter().map(|&d| (d, bus(d))).collect();
     let mut cache = AccessCache::here();
@@ -154,12 +155,17 @@ pub fn check_access(devices: &[usize]) -> anyhow::Result<Vec<PairCheck>> {
     if leak {
         std::mem::forget(opened);
     }
-    if let Some(n) = note {
-        crate::note!("verifybench: {n}");
+    let mut notes: Vec<String> = note.into_iter().collect();
+    let probed = checks.iter().filter(|c| !c.cached).count();
+    if probed > 0 {
+        notes.push(format!(
+            "P2P access checked for {probed} ordered GPU pairs (kept for this boot in '{}')",
+            cache.path().display()
+        ));
     }
     let buses: Vec<String> = gpus.into_iter().map(|g| g.1).collect();
     refuse(&checks, &buses, &cache)?;
-    Ok(checks)
+    Ok((checks, notes))
 }
 
 /// The access check at connect: every peer on another GPU, from this boot's cache or probed now
@@ -206,9 +212,9 @@ pub(super) fn check_peers(
             cached,
         });
     }
-    if let Err(e) = cache.record(&new) {
-        crate::note!("verifybench: the P2P access check could not be cached: {e:#}");
-    }
+    // a cache that cannot be written costs a probe at the next connect, nothing else (the
+    // launcher's check, which runs first, says so)
+    let _ = cache.record(&new);
     let mut buses = vec![my_bus];
     buses.extend(checks.iter().map(|c| c.to_bus.clone()));
     refuse(&checks, &buses, &cache)
