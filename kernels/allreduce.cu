@@ -47,8 +47,8 @@
 // never signal leaves its kernels within microseconds of the host's word, not after timeout_ns,
 // and its workspace can be freed once every rank has left.
 //
-// Test-only builds (never in a run's kernels): P2P_SELFTEST adds the stress test's helper kernels
-// (comm/p2p/stress.rs); P2P_FAULT=1 releases the copy-in flag before the copy-in, P2P_FAULT=2
+// Test-only builds (never in a run's kernels): P2P_SELFTEST adds the stress test's support
+// kernels (comm/p2p/stress.rs); P2P_FAULT=1 releases the copy-in flag before the copy-in, P2P_FAULT=2
 // uses one staging half for every call: the negative controls the stress test must catch.
 //
 // No NVLink multicast (multimem / NVLS) anywhere: plain loads and stores through peer mappings.
@@ -608,7 +608,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) p2p_probe(u64 peer, u32* o
 }
 
 #ifdef P2P_SELFTEST
-// ---- the stress test's helpers (comm/p2p/stress.rs), compiled only for selftest ----------------
+// ---- the stress test's support kernels (comm/p2p/stress.rs), compiled only for selftest ------
 //
 // Each virtual rank's stream runs batches of calls: a fill per call (its input of salt
 // ctr[0] + j, its output poisoned), per call a delay then the all-reduce (or the barrier), a

@@ -29,7 +29,7 @@ pub const SOURCES: &[Source] = &[
 
 /// Test-only builds of a kernel file (a preprocessor define passed to NVRTC), compiled only by
 /// `selftest`; CI compiles them with the files. `allreduce.cu` with `P2P_SELFTEST` adds the
-/// stress test's helper kernels; with `P2P_FAULT=1` and `P2P_FAULT=2` it is the stress test's
+/// stress test's support kernels; with `P2P_FAULT=1` and `P2P_FAULT=2` it is the stress test's
 /// negative controls (see the top of the file).
 pub const TEST_BUILDS: &[(&str, &[&str])] = &[
     ("allreduce.cu", &["P2P_SELFTEST"]),

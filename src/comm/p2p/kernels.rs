@@ -200,7 +200,7 @@ impl P2pKernels {
     }
 }
 
-/// The stress test's helper kernels (kernels/allreduce.cu built with `P2P_SELFTEST`, see
+/// The stress test's support kernels (kernels/allreduce.cu built with `P2P_SELFTEST`, see
 /// `stress.rs`): inputs filled and outputs checked on the device, per-rank delays, and the salt
 /// counter that moves the inputs from one CUDA graph replay to the next.
 pub(crate) struct StressKernels {
