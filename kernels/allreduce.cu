@@ -48,8 +48,9 @@
 // and its workspace can be freed once every rank has left.
 //
 // Test-only builds (never in a run's kernels): P2P_SELFTEST adds the stress test's support
-// kernels (comm/p2p/stress.rs); P2P_FAULT=1 releases the copy-in flag before the copy-in, P2P_FAULT=2
-// uses one staging half for every call: the negative controls the stress test must catch.
+// kernels (comm/p2p/stress.rs); P2P_FAULT=1 releases the copy-in flag before the copy-in,
+// P2P_FAULT=2 uses one staging half for every call: the negative controls the stress test must
+// catch.
 //
 // No NVLink multicast (multimem / NVLS) anywhere: plain loads and stores through peer mappings.
 // No headers: NVRTC compiles this without the CUDA include folder (conversions in inline PTX).
