@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::comm;
+/// What the platform does to peer traffic (`env`'s P2P section).
+pub use crate::comm::p2p::sysfs::Platform as P2pPlatform;
 use crate::launch::{run::run_job, Job, LaunchSpec};
 use crate::record::{kinds, GpuInfo, Provenance, Record, Source, WorkerInfo};
 use crate::request::GpuSpec;
@@ -69,6 +71,12 @@ pub struct EnvReport {
     pub gpus: Vec<GpuInfo>,
     /// peer[i][j]: GPU i can access GPU j's memory directly.
     pub peer_access: Vec<Vec<bool>>,
+    /// What the platform does to peer traffic, read from sysfs: the IOMMU, each GPU's ports
+    /// and their ACS controls, each pair's PCIe path and NCCL's P2P verdict on it.
+    pub p2p_platform: Option<P2pPlatform>,
+    /// The P2P access checks of this boot (from the cache; `env` probes nothing): "from -> to:
+    /// outcome" by PCI bus id.
+    pub p2p_access: Vec<String>,
     pub nccl_version: Option<String>,
     pub nccl_library: Option<String>,
     pub nvrtc_available: bool,
@@ -170,6 +178,8 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
         cuda_driver_api: None,
         gpus: vec![],
         peer_access: vec![],
+        p2p_platform: None,
+        p2p_access: vec![],
         nccl_version: None,
         nccl_library: None,
         nvrtc_available: false,
@@ -215,6 +225,26 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
             (0..n)
                 .map(|j| i == j || comm::device::can_access_peer(i, j).unwrap_or(false))
                 .collect()
+        })
+        .collect();
+    let buses: Vec<String> = r.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+    let (disable, level) = (
+        std::env::var("NCCL_P2P_DISABLE").ok(),
+        std::env::var("NCCL_P2P_LEVEL").ok(),
+    );
+    r.p2p_platform = Some(comm::p2p::sysfs::platform(
+        std::path::Path::new("/"),
+        &buses,
+        disable.as_deref(),
+        level.as_deref(),
+    ));
+    let cache = comm::p2p::access::AccessCache::here();
+    r.p2p_access = cache
+        .entries()
+        .into_iter()
+        .map(|(a, b, p)| {
+            let what = p.describe(comm::p2p::access::PROBE_BOUND_MS);
+            format!("{a} -> {b}: {}", if what.is_empty() { "ok" } else { &what })
         })
         .collect();
     r.nccl_version = comm::nccl::version();

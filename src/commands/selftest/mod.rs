@@ -1,11 +1,12 @@
 //! `verifybench selftest`: exact-result checks of every collective, dtype, launcher and graph
 //! mode on this machine's GPUs (every buffer slot of every collective written and checked), the
 //! worker environment round trip, clean failure of a dead or hung rank, the streaming kernel
-//! against a CPU reference, and the P2P all-reduce protocol on virtual ranks of one GPU. Prints
-//! a pass/fail table; exits 1 when anything fails. On a machine with one GPU the NCCL checks run
-//! on a communicator of one rank (no transfer), beside the streaming kernel and the P2P virtual
-//! ranks. Here the request, the order of the checks, the record and the table; the checks
-//! themselves are in [`exact`], [`kernels`] and [`workers`].
+//! against a CPU reference, the P2P all-reduce protocol on virtual ranks of one GPU, and the P2P
+//! access check and stress test. Prints a pass/fail table; exits 1 when anything fails. On a
+//! machine with one GPU the NCCL checks run on a communicator of one rank (no transfer), beside
+//! the streaming kernel and the P2P virtual ranks. Here the request, the order of the checks,
+//! the record and the table; the checks themselves are in [`exact`], [`kernels`], [`stress`] and
+//! [`workers`].
 
 use std::path::PathBuf;
 
@@ -18,6 +19,7 @@ use crate::request::{GpuSpec, Launcher};
 
 mod exact;
 mod kernels;
+mod stress;
 mod workers;
 
 /// What to check.
@@ -27,6 +29,8 @@ pub struct SelftestRequest {
     pub gpu: GpuSpec,
     /// Skip the fault checks (a worker that exits or hangs on purpose).
     pub no_faults: bool,
+    /// Skip the P2P stress test and its negative controls.
+    pub no_stress: bool,
     /// Where to write the table as JSON.
     pub export_json: Option<PathBuf>,
     /// What stdout gets: the table, or (json) the record `export_json` gets.
@@ -44,7 +48,7 @@ pub struct Check {
 
 impl Check {
     /// The check `name` through `launcher`: it passed when `pass`, `detail` says what it saw.
-    fn new(name: impl Into<String>, launcher: &str, pass: bool, detail: String) -> Check {
+    pub(super) fn new(name: impl Into<String>, launcher: &str, pass: bool, detail: String) -> Check {
         let (name, launcher) = (name.into(), launcher.into());
         Check {
             name,
@@ -108,9 +112,13 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
         comm::nccl::version().unwrap_or_default()
     );
     if !one_gpu {
+        let (access, p2p) = stress::p2p_access(&devices);
+        checks.extend(access);
         for l in [Launcher::Threads, Launcher::Processes] {
             exact::collectives(&devices, l, &mut checks);
-            exact::p2p_collectives(&devices, l, &mut checks);
+            if p2p {
+                exact::p2p_collectives(&devices, l, &mut checks);
+            }
             exact::verify(&devices, l, &mut checks);
             exact::exported_ops(&devices, l, &mut checks);
         }
@@ -118,7 +126,12 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
         if !a.no_faults {
             workers::fault(&devices, FaultKind::Exit, &mut checks);
             workers::fault(&devices, FaultKind::Hang, &mut checks);
-            workers::p2p_fault(&devices, &mut checks);
+            if p2p {
+                workers::p2p_fault(&devices, &mut checks);
+            }
+        }
+        if p2p && !a.no_stress {
+            checks.extend(stress::p2p_stress(&devices));
         }
     } else {
         // NCCL's own path on a communicator of one rank: every collective, dtype and size
@@ -140,6 +153,9 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
     }
     checks.push(kernels::streaming_kernel(devices[0]));
     let p2p_times = kernels::p2p_virtual_ranks(devices[0], &mut checks);
+    if one_gpu && !a.no_stress {
+        checks.extend(stress::p2p_stress(&devices));
+    }
     if !a.no_faults {
         workers::threads_abort(devices[0], &mut checks);
     }

@@ -139,10 +139,16 @@ impl RankP2p {
 
 /// Per the P2P recipe: a workspace for messages up to `bytes`, its handle swapped with every
 /// other rank's through `setup.p2p`, then the connection (peer access between threads, CUDA IPC
-/// between processes). Every rank calls this at the same point of the job.
+/// between processes). Every rank calls this at the same point of the job. The kernels' bound
+/// on a wait for a peer's signal follows the run's `--timeout`: half of it (the default's bound
+/// without one). The ranks are aligned before every warm-up ([`Rank::time`]), so within a
+/// configuration a peer lags by host work of microseconds to milliseconds; a wait of half the
+/// run's deadline is a peer that will not come, and the kernel names it before the run's
+/// deadline ends the run without a name.
 fn connect_p2p(gpu: &Gpu, setup: &RankSetup, bytes: usize) -> anyhow::Result<P2pAllReduce> {
     let cfg = P2pConfig {
         capacity: bytes.max(1),
+        timeout: signal_bound(setup.watch.timeout()),
         ..Default::default()
     };
     let ws = Workspace::new(gpu, setup.rank, setup.nranks, cfg)?;
@@ -163,6 +169,12 @@ fn connect_p2p(gpu: &Gpu, setup: &RankSetup, bytes: usize) -> anyhow::Result<P2p
         x.keep(&ar);
     }
     Ok(ar)
+}
+
+/// The P2P kernels' bound on one wait for a run whose `--timeout` is `run` (see
+/// [`connect_p2p`]).
+fn signal_bound(run: Option<Duration>) -> Duration {
+    run.map_or(P2pConfig::default().timeout, |t| t / 2)
 }
 
 /// Everything a rank holds while running. A job of one rank without collectives (one GPU,
@@ -234,11 +246,14 @@ impl Rank {
     }
 
     /// Times `iters` samples of `body` after `warmup` untimed ones; `body` gets the iteration's
-    /// index (warm-up iterations first).
+    /// index (warm-up iterations first). The ranks are aligned first (the barrier returns on a
+    /// rank only once every rank's host has enqueued it): a rank's warm-up must not start, and
+    /// spin in a P2P wait, while a peer's host still checks the previous configuration.
     fn time<F>(&self, iters: u64, warmup: u64, mut body: F) -> anyhow::Result<Vec<f64>>
     where
         F: FnMut(u64) -> anyhow::Result<()>,
     {
+        self.barrier()?;
         for it in 0..warmup {
             body(it)?;
         }
@@ -697,6 +712,8 @@ pub fn run_rank(
                         }
                         p.host_gaps.clear();
                         p.launches.clear();
+                        // aligned after the exact check's host work, before the warm-up
+                        rank.barrier()?;
                         for gp in &gps {
                             gp.launch()?;
                         }
@@ -804,5 +821,20 @@ mod tests {
                 elements: 15
             }
         );
+    }
+
+    /// Half the run's --timeout: 60 s -> 30 s, 10 s -> 5 s; without a deadline the default
+    /// bound (10 s).
+    #[test]
+    fn the_signal_bound_is_half_the_runs_timeout() {
+        assert_eq!(
+            signal_bound(Some(Duration::from_secs(60))),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            signal_bound(Some(Duration::from_secs(10))),
+            Duration::from_secs(5)
+        );
+        assert_eq!(signal_bound(None), Duration::from_secs(10));
     }
 }

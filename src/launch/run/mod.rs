@@ -168,7 +168,9 @@ pub fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
 
 /// The implementations of `asked` that run on `devices`, in order: NCCL when asked, and the
 /// P2P ones unless two of the GPUs cannot reach each other; then they are skipped with a line
-/// naming the pair (on stderr and in `notes`), never replaced in silence. One GPU has no peers:
+/// naming the pair (on stderr and in `notes`), never replaced in silence. Where the driver says
+/// they can but the real access check fails (`comm::p2p::check_access`), the run is refused
+/// (exit 2) naming the pair and the likely cause. One GPU has no peers:
 /// NCCL only (the P2P kernels need two ranks), the P2P ones skipped with a line that says so.
 fn runnable(
     asked: &[Impl],
@@ -188,7 +190,12 @@ fn runnable(
     let custom = impls::p2p(asked);
     if !custom.is_empty() {
         match comm::p2p::check_topology(devices) {
-            Ok(()) => out.extend(custom),
+            Ok(()) => {
+                for n in comm::p2p::check_access(devices)?.1 {
+                    crate::note!("verifybench: {n}");
+                }
+                out.extend(custom)
+            }
             Err(u) => impls::skip(asked, &u.to_string(), notes)?,
         }
     }
