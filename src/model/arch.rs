@@ -51,6 +51,10 @@ pub(crate) const ARCHS: &[Arch] = &[
         "vLLM model_executor/models/deepseek_v2.py; SGLang models/deepseek_v2.py",
     ),
     arch(
+        &["deepseek_v4"],
+        "vLLM model_executor/models/deepseek_v4.py and SGLang models/deepseek_v4.py (DeepseekV4Attention / MQALayer: fused wq_a+wkv replicated, wq_b and grouped wo_a column-parallel, wo_b row-parallel; DeepseekV4MoE on every layer)",
+    ),
+    arch(
         &["llama", "mistral", "qwen2", "qwen3", "granite", "phi3", "olmo2", "internlm3"],
         "HF transformers models/llama/modeling_llama.py (and the Qwen2/Qwen3 copies)",
     ),
@@ -129,6 +133,76 @@ pub(crate) fn find(model_type: &str) -> Option<&'static Arch> {
     ARCHS.iter().find(|a| a.model_types.contains(&model_type))
 }
 
+/// What a `model_type` the table lacks is read as: the keys every family of the table shares
+/// (`n_routed_experts` / `num_local_experts` / `num_experts`, `num_experts_per_tok`,
+/// `moe_intermediate_size`, `n_shared_experts`, `shared_expert_intermediate_size`,
+/// `first_k_dense_replace`, `moe_layer_freq`, `decoder_sparse_step`, `mlp_only_layers`,
+/// `layer_types`, MLA's `kv_lora_rank`, ...), read as the table's entries read them. The
+/// routed experts' size is in `intermediate_size` when `moe_intermediate_size` is absent
+/// (Mixtral's form). A guess: the caller warns and names the keys it rests on.
+pub(crate) const GENERIC_SOURCE: &str =
+    "the keys the table's families share (not in the table: a guess)";
+
+pub(crate) fn generic(obj: &Map<String, Value>) -> Arch {
+    Arch {
+        expert_size_in_intermediate: !obj.contains_key("moe_intermediate_size"),
+        ..arch(&[], GENERIC_SOURCE)
+    }
+}
+
+/// The most a real model has of a dimension, and why: about eight times the largest
+/// published one, so that the next model still passes while a value no model has (a layer
+/// count of 10^12, a hidden size of 2^40: a typo, a corrupted file, a hostile one) is refused
+/// before anything is sized by it. Keys are grouped by their name: the layer count, the hidden
+/// size and the vocabulary on their own, then every `*intermediate*` size, every expert count,
+/// every LoRA rank, every head count, every head or state dimension, and the rest of the
+/// integers the reading uses (interval and frequency keys, group counts, kernel widths).
+pub(crate) fn bound(key: &str) -> (u64, &'static str) {
+    if key == "num_hidden_layers" {
+        (1_024, "Llama-3.1-405B, among the deepest, has 126 layers")
+    } else if key == "hidden_size" {
+        (131_072, "Llama-3.1-405B, among the widest, has 16,384")
+    } else if key == "vocab_size" {
+        (
+            4_194_304,
+            "Gemma-3, among the largest vocabularies, has 262,144 tokens",
+        )
+    } else if key.contains("intermediate") {
+        (
+            1_048_576,
+            "Llama-3.1-405B's MLP, among the widest, is 53,248",
+        )
+    } else if key.contains("experts") {
+        (65_536, "Qwen3-Next, among the most, has 512 routed experts")
+    } else if key.ends_with("lora_rank") {
+        (131_072, "a LoRA rank is below the hidden size")
+    } else if key.ends_with("heads") || key.contains("heads_") {
+        (4_096, "Llama-3.1-405B has 128 attention heads")
+    } else if key.ends_with("_dim") || key.contains("state_size") {
+        (
+            16_384,
+            "the widest heads published (DeepSeek-V4, Gemma) are 512",
+        )
+    } else {
+        (
+            1_048_576,
+            "no dimension of a published model but its vocabulary reaches this",
+        )
+    }
+}
+
+/// `key`'s value checked against [`bound`]; the error says what the value is and what a
+/// model has.
+pub(crate) fn check_bound(key: &str, v: u64) -> Result<(), String> {
+    let (max, why) = bound(key);
+    if v > max {
+        return Err(format!(
+            "key '{key}' is {v}, more than a real model has (at most {max}: {why}); give the model's own config.json"
+        ));
+    }
+    Ok(())
+}
+
 /// Keys that decide nothing about the weights a verify forward streams: positions, norms,
 /// routing numerics, dropout, training knobs, token ids, MTP heads (not part of the target's
 /// forward).
@@ -144,6 +218,7 @@ const IRRELEVANT: &[&str] = &[
     "rotary_dim",
     "rope_theta",
     "swa_rope_theta",
+    "compress_rope_theta",
     "rope_scaling",
     "rope_parameters",
     "initial_context_length",
@@ -261,6 +336,27 @@ impl<'a> Cfg<'a> {
             .map(|a| a.iter().filter_map(Value::as_str).collect())
     }
 
+    /// Every integer the reading used, checked against [`bound`].
+    pub(crate) fn check_bounds(&self) -> Result<(), String> {
+        let read = self.read.borrow();
+        for (k, v) in self.obj {
+            if let (true, Some(n)) = (read.contains(k.as_str()), v.as_u64()) {
+                check_bound(k, n)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The keys that were read and are present, in the config's order: what a reading rests on.
+    pub(crate) fn keys_used(&self) -> Vec<String> {
+        let read = self.read.borrow();
+        self.obj
+            .iter()
+            .filter(|(k, v)| read.contains(k.as_str()) && !v.is_null())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Shape-like keys that were not read and are not known to be irrelevant.
     pub(crate) fn not_understood(&self) -> Vec<String> {
         let read = self.read.borrow();
@@ -306,7 +402,33 @@ pub(crate) fn read(a: &Arch, c: &Cfg, layers: u64, hidden: u64) -> Result<Read, 
         "qwen3_5_text",
         "qwen3_5",
     ]) || c.bool("attn_output_gate").unwrap_or(false);
-    let full = if c.obj.contains_key("kv_lora_rank") {
+    let full = if !c.obj.contains_key("kv_lora_rank") && c.obj.contains_key("o_lora_rank") {
+        // DeepSeek-V4 (vLLM deepseek_v4.py DeepseekV4Attention)
+        let groups = c.u64("o_groups").unwrap_or(1);
+        if groups == 0 {
+            return Err("key 'o_groups' must be positive".into());
+        }
+        // read: what they shape is named in the note, not guessed away silently
+        for k in [
+            "compress_ratios",
+            "hc_mult",
+            "hc_sinkhorn_iters",
+            "num_hash_layers",
+            "qk_rope_head_dim",
+        ] {
+            c.get(k);
+        }
+        notes.push(
+            "DeepSeek-V4 attention: the compressor and indexer of the compressed-attention layers (compress_ratios) and the hyper-connection mixers (hc_mult) are not counted; the first num_hash_layers MoE layers route by a token-id table and are counted like the others".into(),
+        );
+        Attention::LatentMqa {
+            heads,
+            head_dim: c.need("head_dim")?,
+            q_lora_rank: c.need("q_lora_rank")?,
+            o_lora_rank: c.need("o_lora_rank")?,
+            o_groups: groups,
+        }
+    } else if c.obj.contains_key("kv_lora_rank") {
         Attention::Mla {
             heads,
             q_lora_rank: c.u64("q_lora_rank"),
@@ -340,6 +462,11 @@ pub(crate) fn read(a: &Arch, c: &Cfg, layers: u64, hidden: u64) -> Result<Read, 
             let k = c
                 .first_u64(&["num_experts_per_tok", "top_k_experts", "moe_topk", "experts_per_token"])
                 .ok_or("MoE config (expert count given) lacks the experts per token: none of 'num_experts_per_tok', 'top_k_experts', 'moe_topk', 'experts_per_token'")?;
+            if k == 0 || k > e {
+                return Err(format!(
+                    "{k} experts per token of {e} routed experts: give 1 to {e}"
+                ));
+            }
             let inter = match c.u64("moe_intermediate_size") {
                 Some(i) => i,
                 None if a.expert_size_in_intermediate => c.need("intermediate_size")?,
@@ -662,6 +789,8 @@ fn nemotron_h(c: &Cfg, layers: u64, att: Attention, inter: u64) -> Result<Vec<Bl
 /// `int(2 * ffn_mult * hidden / 3)` rounded up to a multiple of 256.
 fn block_configs(v: &Value, heads: u64, head_dim: u64, hidden: u64) -> Result<Vec<Block>, String> {
     let list = v.as_array().ok_or("block_configs must be a list")?;
+    check_bound("num_hidden_layers", list.len() as u64)
+        .map_err(|e| format!("block_configs lists {} layers: {e}", list.len()))?;
     list.iter()
         .enumerate()
         .map(|(i, b)| {
@@ -691,9 +820,15 @@ fn block_configs(v: &Value, heads: u64, head_dim: u64, hidden: u64) -> Result<Ve
                     .get("ffn_mult")
                     .and_then(Value::as_f64)
                     .ok_or(format!("block_configs[{i}].ffn lacks 'ffn_mult'"))?;
-                let i = (2.0 * m * hidden as f64 / 3.0) as u64;
+                let size = (2.0 * m * hidden as f64 / 3.0) as u64;
+                if m.is_nan() || m <= 0.0 || check_bound("intermediate_size", size).is_err() {
+                    return Err(format!(
+                        "block_configs[{i}].ffn.ffn_mult {m} gives an MLP no model has (at most {} wide)",
+                        bound("intermediate_size").0
+                    ));
+                }
                 Some(Ffn::Dense {
-                    intermediate: i.div_ceil(256) * 256,
+                    intermediate: size.div_ceil(256) * 256,
                     gated: true,
                 })
             };

@@ -18,16 +18,13 @@ use crate::error::usage;
 
 /// Parses the file at `path`. Every error names the file, and a missing key is named.
 pub fn load(path: &Path) -> anyhow::Result<ModelShape> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        usage(format!(
-            "cannot read model config '{}': {e}",
-            path.display()
-        ))
-    })?;
+    let text =
+        crate::util::read_text(path, "model config", "the model's Hugging Face config.json")?;
     let json: Value = serde_json::from_str(&python_json(&text)).map_err(|e| {
         usage(format!(
-            "model config '{}' is not valid JSON: {e}",
-            path.display()
+            "model config '{}' is {}; give the model's Hugging Face config.json",
+            path.display(),
+            crate::util::json_problem(&e)
         ))
     })?;
     let file = path
@@ -94,9 +91,30 @@ fn display_name(root: &Map<String, Value>, cfg: &Map<String, Value>, file: &str)
     }
 }
 
+/// What a JSON document this tool writes is, when one is given as a config: a record of any
+/// kind, or a schedule (`plan --format json`, `trace --export-schedule`).
+fn not_a_config(v: &Value) -> Option<String> {
+    let has = |k: &str| v.get(k).is_some();
+    if has("num_hidden_layers") || has("text_config") {
+        return None;
+    }
+    if (has("schema_version") && has("provenance")) || v.is_array() {
+        return Some(crate::record::io::describe(v));
+    }
+    if has("ops") && (has("phase") || has("schedule")) {
+        return Some("a schedule (the output of `verifybench plan --format json` or `trace --export-schedule`)".into());
+    }
+    None
+}
+
 /// Builds the shape from parsed JSON; `file` is the config's file name (for the model's name).
 /// Errors are plain strings; [`load`] adds the path.
 pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
+    if let Some(what) = not_a_config(root) {
+        return Err(format!(
+            "the file is {what}, not a model's config.json: give the Hugging Face config.json of the model (a schedule goes to --schedule)"
+        ));
+    }
     let root = root
         .as_object()
         .ok_or_else(|| "top level must be a JSON object".to_string())?;
@@ -110,6 +128,17 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
     let layers = c.need("num_hidden_layers")?;
     let hidden = c.need("hidden_size")?;
     let vocab = c.need("vocab_size")?;
+    // before anything is sized by them
+    for (k, v) in [
+        ("num_hidden_layers", layers),
+        ("hidden_size", hidden),
+        ("vocab_size", vocab),
+    ] {
+        if v == 0 {
+            return Err(format!("key '{k}' is 0: a model has at least one"));
+        }
+        arch::check_bound(k, v)?;
+    }
     let model_type = obj
         .get("model_type")
         .or_else(|| root.get("model_type"))
@@ -127,43 +156,68 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
     };
 
     let entry = arch::find(model_type);
-    let read = match entry.map(|a| arch::read(a, &c, layers, hidden)) {
-        Some(Ok(r)) => Some(r),
+    // a model_type the table lacks is read by the keys the table's families share
+    let generic = arch::generic(obj);
+    let reading = entry.unwrap_or(&generic);
+    let read = match arch::read(reading, &c, layers, hidden) {
+        Ok(r) => Some(r),
         // the layers, hidden size and vocabulary were read: the collectives can still be planned
-        Some(Err(e)) => {
+        Err(e) => {
+            let what = match entry {
+                Some(_) => String::new(),
+                None => format!(
+                    "model_type '{model_type}' is not in the architecture table and its generic keys do not describe it: "
+                ),
+            };
             warnings.push(format!(
-                "{e}: collectives planned from num_hidden_layers, hidden_size and vocab_size, weight bytes unknown"
+                "{what}{e}: collectives planned from num_hidden_layers, hidden_size and vocab_size, weight bytes unknown"
             ));
             None
         }
-        None => None,
     };
-    let mut weights_known = read.is_some();
+    let read_ok = read.is_some();
+    let mut weights_known = read_ok;
     // read before the unread keys are listed: the collectives-only path and the draft use it
     let heads = c
         .u64("num_attention_heads")
         .filter(|h| *h > 0)
         .unwrap_or((hidden / 128).max(1));
+    // DeepSeek-V4 checkpoints store the routed experts in MXFP4 unless `expert_dtype` says
+    // fp8 (vLLM deepseek_v4.py DeepseekV4FP8Config: "fp4" when the key is absent)
+    let precision = match (precision, model_type, quant) {
+        (Ok(mut p), "deepseek_v4", Some(q))
+            if q.get("quant_method").and_then(Value::as_str) == Some("fp8") =>
+        {
+            if c.str("expert_dtype").unwrap_or("fp4") == "fp4" {
+                p.routed_experts = WeightFormat::Mxfp4;
+            }
+            Ok(p)
+        }
+        (p, _, _) => p,
+    };
+    c.check_bounds()?;
     let not_understood = c.not_understood();
-    match (&read, entry) {
-        (Some(r), _) => {
-            warnings.extend(r.notes.iter().cloned());
-            if !not_understood.is_empty() {
+    let unread = |w: &mut Vec<String>| {
+        if !not_understood.is_empty() {
+            w.push(format!(
+                "keys not understood (the weight figures may be off): {}",
+                not_understood.join(", ")
+            ));
+        }
+    };
+    match &read {
+        Some(r) => {
+            if entry.is_none() {
                 warnings.push(format!(
-                    "keys not understood (the weight figures may be off): {}",
-                    not_understood.join(", ")
+                    "model_type '{model_type}' is not in the architecture table: read as a guess from its generic keys ({}); the keys it rests on: {}; check the weight figures against the model card",
+                    guessed(r),
+                    c.keys_used().join(", ")
                 ));
             }
+            warnings.extend(r.notes.iter().cloned());
+            unread(&mut warnings);
         }
-        (None, Some(_)) => {}
-        (None, None) => warnings.push(format!(
-            "model_type '{model_type}' is not in the architecture table: collectives planned from num_hidden_layers, hidden_size and vocab_size, weight bytes unknown{}",
-            if not_understood.is_empty() {
-                String::new()
-            } else {
-                format!("; keys not understood: {}", not_understood.join(", "))
-            }
-        )),
+        None => unread(&mut warnings),
     }
     let precision = match precision {
         Ok(p) => p,
@@ -182,6 +236,10 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         tied: false,
         notes: vec![],
     });
+    let read_as = match entry {
+        Some(a) => format!("model_type '{model_type}' as {}", a.source),
+        None => format!("model_type '{model_type}' by {}", arch::GENERIC_SOURCE),
+    };
     let mut shape = ModelShape {
         name,
         layers,
@@ -196,7 +254,7 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         weights_known,
         tied_embeddings: r.tied,
         warnings,
-        read_as: entry.map(|a| format!("model_type '{model_type}' as {}", a.source)),
+        read_as: (entry.is_some() || read_ok).then_some(read_as),
         model_type: (!model_type.is_empty()).then(|| model_type.to_string()),
     };
     // a shape the uniform fields describe exactly keeps no per-layer list
@@ -207,6 +265,37 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         }
     }
     Ok(shape)
+}
+
+/// What a generic reading made of a config, in words: the MoE it found (or none), and the
+/// attention.
+fn guessed(r: &arch::Read) -> String {
+    let moe = match r.moe {
+        Some(m) => {
+            let moe_layers = r
+                .blocks
+                .iter()
+                .filter(|b| matches!(b.ffn, Some(Ffn::Moe { .. })))
+                .count();
+            format!(
+                "MoE of {} routed experts, {} per token, of intermediate size {}{}, on {moe_layers} layers",
+                m.routed_experts,
+                m.experts_per_token,
+                m.moe_intermediate,
+                match m.shared_experts {
+                    0 => String::new(),
+                    n => format!(", with {n} shared expert(s) of size {}", m.shared_intermediate()),
+                }
+            )
+        }
+        None => "dense: no expert count among its keys".into(),
+    };
+    let att = match r.attention {
+        Attention::Mla { .. } => "MLA attention",
+        Attention::LatentMqa { .. } => "DeepSeek-V4 attention",
+        Attention::Gqa { .. } => "GQA attention",
+    };
+    format!("{moe}; {att}")
 }
 
 /// Representative module names of each weight group, as the checkpoints of the table's
@@ -592,16 +681,194 @@ mod tests {
         assert_eq!(sch.total_weight_bytes(), 0);
     }
 
+    /// A config with the keys vLLM's DeepSeek-V4 classes read (deepseek_v4.py), sizes chosen
+    /// small for the hand calculation (not a published model's).
+    fn dsv4(quant: bool) -> Value {
+        let mut c = json!({"model_type": "deepseek_v4", "num_hidden_layers": 4,
+            "hidden_size": 1024, "vocab_size": 8192, "num_attention_heads": 16,
+            "num_key_value_heads": 1, "head_dim": 128, "qk_rope_head_dim": 32,
+            "q_lora_rank": 256, "o_lora_rank": 128, "o_groups": 8,
+            "n_routed_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+            "n_shared_experts": 1, "num_hash_layers": 1, "compress_ratios": [0, 4, 128, 4],
+            "hc_mult": 2, "hc_sinkhorn_iters": 20, "index_n_heads": 4, "index_head_dim": 32,
+            "index_topk": 64, "expert_dtype": "fp4", "sliding_window": 128});
+        if quant {
+            c["quantization_config"] =
+                json!({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]});
+        }
+        c
+    }
+
+    #[test]
+    fn deepseek_v4_is_planned_as_moe_with_its_own_attention() {
+        let s = from_json(&dsv4(false), "dsv4").unwrap();
+        assert!(s.weights_known);
+        // every layer MoE (no first_k_dense_replace), one shared expert of the experts' size
+        assert_eq!(s.dense_layers(), 0);
+        assert_eq!(
+            s.moe,
+            Some(Moe {
+                routed_experts: 16,
+                experts_per_token: 2,
+                shared_experts: 1,
+                moe_intermediate: 256,
+                shared_intermediate: None
+            })
+        );
+        assert!(matches!(
+            s.attention,
+            Attention::LatentMqa { o_groups: 8, .. }
+        ));
+        let w = s.warnings.join(" ");
+        assert!(
+            w.contains("compress_ratios") && w.contains("hc_mult"),
+            "{w}"
+        );
+        assert!(!w.contains("not understood"), "{w}");
+        // attention per layer per rank at TP=8, bf16 (vLLM deepseek_v4.py):
+        //   fused_wqa_wkv replicated (256 + 128) x 1024 = 393,216
+        //   wq_b 16/8 x 128 = 256 rows x 256 = 65,536
+        //   wo_a 8/8 x 128 = 128 rows x 16 x 128 / 8 = 256 cols = 32,768
+        //   wo_b 1024 x 128 = 131,072
+        // 622,592 weights x 2 B = 1,245,184 B per layer
+        let opt = crate::model::ScheduleOptions::default();
+        let sch = crate::model::build(&s, &opt, crate::model::Phase::Verify).unwrap();
+        let att: Vec<u64> = sch
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                crate::model::Op::Compute {
+                    kind: crate::model::ComputeKind::Attention,
+                    weight_bytes,
+                    ..
+                } => Some(*weight_bytes),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(att, [1_245_184; 4]);
+        // 1 + 2 x 4 all-reduces and the logits all-gather
+        assert_eq!(sch.n_collectives(), 10);
+        // fp8 blocks everywhere, the routed experts in MXFP4 (expert_dtype fp4), LM head bf16
+        let q = from_json(&dsv4(true), "dsv4").unwrap();
+        assert_eq!(q.precision.routed_experts, WeightFormat::Mxfp4);
+        assert_eq!(q.precision.attention, WeightFormat::Fp8Block { block: 128 });
+        assert_eq!(
+            q.precision.shared_experts,
+            WeightFormat::Fp8Block { block: 128 }
+        );
+        assert_eq!(q.precision.lm_head, WeightFormat::Bf16);
+        let mut f8 = dsv4(true);
+        f8["expert_dtype"] = "fp8".into();
+        let q = from_json(&f8, "dsv4").unwrap();
+        assert_eq!(
+            q.precision.routed_experts,
+            WeightFormat::Fp8Block { block: 128 }
+        );
+        // o_groups that TP does not divide is refused by the schedule
+        let opt = crate::model::ScheduleOptions {
+            tp: 16,
+            ..Default::default()
+        };
+        let mut g = dsv4(false);
+        g["num_attention_heads"] = 32.into();
+        let s = from_json(&g, "dsv4").unwrap();
+        let e = crate::model::build(&s, &opt, crate::model::Phase::Verify).unwrap_err();
+        assert!(e.to_string().contains("o_groups"), "{e}");
+    }
+
+    #[test]
+    fn a_new_model_type_with_generic_moe_keys_keeps_its_layer_pattern() {
+        // Qwen3-MoE's keys under a name the table lacks: experts on every 2nd layer
+        // ((l + 1) % 2 == 0) except those in mlp_only_layers: of 6 layers, 1, 3, 5 by the step,
+        // less 3: MoE on layers 1 and 5, dense (intermediate_size) on 0, 2, 3, 4
+        let c = json!({"model_type": "qwen_next_next", "num_hidden_layers": 6,
+            "hidden_size": 1024, "vocab_size": 8192, "num_attention_heads": 16,
+            "num_key_value_heads": 4, "head_dim": 64, "num_experts": 32,
+            "num_experts_per_tok": 4, "moe_intermediate_size": 256, "intermediate_size": 2048,
+            "decoder_sparse_step": 2, "mlp_only_layers": [3]});
+        let s = from_json(&c, "q").unwrap();
+        let moe: Vec<bool> = s
+            .layer_blocks()
+            .iter()
+            .map(|b| matches!(b.ffn, Some(Ffn::Moe { .. })))
+            .collect();
+        assert_eq!(moe, [false, true, false, false, false, true]);
+        assert_eq!(s.dense_layers(), 4);
+        let w = s.warnings.join(" ");
+        assert!(
+            w.contains("not in the architecture table")
+                && w.contains("a guess")
+                && w.contains("on 2 layers")
+                && w.contains("decoder_sparse_step")
+                && w.contains("mlp_only_layers"),
+            "{w}"
+        );
+        assert!(s.read_as.as_deref().unwrap().contains("a guess"));
+    }
+
+    #[test]
+    fn fields_beyond_any_real_model_are_refused_before_anything_is_sized() {
+        let base = || {
+            json!({"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 1024,
+                "vocab_size": 8000, "num_attention_heads": 8, "intermediate_size": 2048})
+        };
+        for (key, value, says) in [
+            (
+                "num_hidden_layers",
+                json!(1_000_000_000_000u64),
+                "at most 1024",
+            ),
+            ("num_hidden_layers", json!(100_000), "at most 1024"),
+            ("hidden_size", json!(1u64 << 40), "at most 131072"),
+            ("vocab_size", json!(0), "is 0"),
+            ("intermediate_size", json!(1u64 << 30), "at most 1048576"),
+            ("num_attention_heads", json!(1 << 20), "at most 4096"),
+        ] {
+            let mut c = base();
+            c[key] = value.clone();
+            let e = from_json(&c, "c").unwrap_err();
+            assert!(e.contains(key) && e.contains(says), "{key} {value}: {e}");
+        }
+        // the same bound holds for a model_type the table lacks (collectives-only path)
+        let mut c = base();
+        c["model_type"] = "mystery".into();
+        c["num_hidden_layers"] = json!(1u64 << 40);
+        assert!(from_json(&c, "c")
+            .unwrap_err()
+            .contains("num_hidden_layers"));
+        // more experts per token than experts
+        let mut c = base();
+        c["model_type"] = "mixtral".into();
+        c["num_local_experts"] = 8.into();
+        c["num_experts_per_tok"] = 9.into();
+        let s = from_json(&c, "c").unwrap();
+        assert!(!s.weights_known);
+        assert!(s.warnings.join(" ").contains("give 1 to 8"));
+    }
+
+    #[test]
+    fn a_record_or_a_schedule_given_as_a_config_is_named() {
+        let rec = json!({"schema_version": 1, "kind": "verify", "provenance": {}, "result": {}});
+        let e = from_json(&rec, "v.json").unwrap_err();
+        assert!(
+            e.contains("not a model's config.json") && e.contains("'verify'"),
+            "{e}"
+        );
+        let plan = json!({"model": "kimi", "phase": "verify", "tp": 8, "ops": []});
+        let e = from_json(&plan, "plan.json").unwrap_err();
+        assert!(
+            e.contains("a schedule") && e.contains("plan --format json"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn load_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("config.json");
         std::fs::write(&p, "{not json").unwrap();
         let e = load(&p).unwrap_err().to_string();
-        assert!(
-            e.contains("config.json") && e.contains("not valid JSON"),
-            "{e}"
-        );
+        assert!(e.contains("config.json") && e.contains("not JSON"), "{e}");
         let e = load(&dir.path().join("absent.json"))
             .unwrap_err()
             .to_string();

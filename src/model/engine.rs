@@ -130,7 +130,9 @@ fn fusion_applies(engine: Engine, shape: &ModelShape, phase: Phase) -> bool {
 /// issued, unfused).
 fn model_file(engine: Engine, model_type: Option<&str>) -> &'static str {
     let t = model_type.unwrap_or("");
-    let family = if t.starts_with("deepseek") || t == "kimi_k2" {
+    let family = if t == "deepseek_v4" {
+        t
+    } else if t.starts_with("deepseek") || t == "kimi_k2" {
         "deepseek_v2"
     } else {
         t
@@ -138,6 +140,9 @@ fn model_file(engine: Engine, model_type: Option<&str>) -> &'static str {
     match (engine, family) {
         (Engine::Sglang, "deepseek_v2") => {
             "sgl-project/sglang python/sglang/srt/models/deepseek_v2.py"
+        }
+        (Engine::Sglang, "deepseek_v4") => {
+            "sgl-project/sglang python/sglang/srt/models/deepseek_v4.py"
         }
         (Engine::Sglang, "llama") => "sgl-project/sglang python/sglang/srt/models/llama.py",
         (Engine::Sglang, "mixtral") => "sgl-project/sglang python/sglang/srt/models/mixtral.py",
@@ -148,6 +153,9 @@ fn model_file(engine: Engine, model_type: Option<&str>) -> &'static str {
         }
         (Engine::Vllm, "deepseek_v2") => {
             "vllm-project/vllm vllm/model_executor/models/deepseek_v2.py"
+        }
+        (Engine::Vllm, "deepseek_v4") => {
+            "vllm-project/vllm vllm/model_executor/models/deepseek_v4.py"
         }
         (Engine::Vllm, "llama") => "vllm-project/vllm vllm/model_executor/models/llama.py",
         (Engine::Vllm, "mixtral") => "vllm-project/vllm vllm/model_executor/models/mixtral.py",

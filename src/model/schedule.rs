@@ -271,6 +271,15 @@ impl Schedule {
         m
     }
 
+    /// The weight bytes one rank streams per forward; `None` when the schedule holds no
+    /// compute op (the weights are unknown: collectives only), never 0 for unknown.
+    pub fn weight_bytes(&self) -> Option<u64> {
+        self.ops
+            .iter()
+            .any(|o| matches!(o, Op::Compute { .. }))
+            .then(|| self.total_weight_bytes())
+    }
+
     pub(crate) fn total_weight_bytes(&self) -> u64 {
         self.weight_bytes_by_kind().values().sum()
     }
@@ -362,6 +371,9 @@ pub fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Result<()>
         match b.mixer {
             Some(Mixer::Attention(a)) => {
                 check_divides(tp, "attention heads", a.heads())?;
+                if let Attention::LatentMqa { o_groups, .. } = a {
+                    check_divides(tp, "output groups (o_groups)", o_groups)?;
+                }
                 if let Attention::Gqa { kv_heads, .. } = a {
                     if kv_heads == 0 || (kv_heads % tp != 0 && tp % kv_heads != 0) {
                         return Err(usage(format!(
@@ -407,6 +419,23 @@ fn attention_bytes(att: &Attention, f: WeightFormat, h: u64, tp: u64) -> u64 {
                 + f.matrix_bytes(hl * (qk_nope_head_dim + v_head_dim), kv_lora_rank);
             let o = f.matrix_bytes(h, hl * v_head_dim);
             q + kv + o
+        }
+        Attention::LatentMqa {
+            heads,
+            head_dim,
+            q_lora_rank,
+            o_lora_rank,
+            o_groups,
+        } => {
+            // vLLM deepseek_v4.py: fused_wqa_wkv replicated (H -> q_lora_rank + head_dim),
+            // wq_b column-parallel (q_lora_rank -> heads/TP x head_dim), wo_a column-parallel
+            // over the groups (heads x head_dim / groups -> groups/TP x o_lora_rank), wo_b
+            // row-parallel (groups/TP x o_lora_rank -> H)
+            let gl = o_groups / tp;
+            f.matrix_bytes(q_lora_rank + head_dim, h)
+                + f.matrix_bytes(heads / tp * head_dim, q_lora_rank)
+                + f.matrix_bytes(gl * o_lora_rank, heads * head_dim / o_groups.max(1))
+                + f.matrix_bytes(h, gl * o_lora_rank)
         }
         Attention::Gqa {
             heads,
@@ -613,7 +642,9 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
     if phase == Phase::Draft {
         check_divides(tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
         // EAGLE-3 head: own embedding, replicated fc over three target features, one
-        // Llama-style decoder layer at the target's hidden size, own LM head.
+        // Llama-style decoder layer at the target's hidden size, own LM head. Its sizes are the
+        // target's (heads, intermediate): unknown when the target's are, then collectives only.
+        let known = shape.weights_known;
         let (heads, head_dim) = (shape.attention.heads(), 128);
         let kv_heads = 8.min(heads).max(1);
         let inter = if shape.intermediate > 0 {
@@ -630,16 +661,20 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
                 None,
             ));
         }
-        ops.push(Op::Compute {
-            kind: ComputeKind::DraftFc,
-            weight_bytes: WeightFormat::Bf16.matrix_bytes(h, 3 * h),
-            layer: Some(0),
-        });
-        ops.push(Op::Compute {
-            kind: ComputeKind::Attention,
-            weight_bytes: gqa_bytes(WeightFormat::Bf16, h, heads, kv_heads, head_dim, tp),
-            layer: Some(0),
-        });
+        if known {
+            ops.push(Op::Compute {
+                kind: ComputeKind::DraftFc,
+                weight_bytes: WeightFormat::Bf16.matrix_bytes(h, 3 * h),
+                layer: Some(0),
+            });
+        }
+        if known {
+            ops.push(Op::Compute {
+                kind: ComputeKind::Attention,
+                weight_bytes: gqa_bytes(WeightFormat::Bf16, h, heads, kv_heads, head_dim, tp),
+                layer: Some(0),
+            });
+        }
         ops.push(collective(
             CollectiveKind::AllReduce,
             dt,
@@ -647,11 +682,13 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
             "attention",
             Some(0),
         ));
-        ops.push(Op::Compute {
-            kind: ComputeKind::DenseMlp,
-            weight_bytes: mlp_bytes(WeightFormat::Bf16, h, inter - inter % tp, tp),
-            layer: Some(0),
-        });
+        if known {
+            ops.push(Op::Compute {
+                kind: ComputeKind::DenseMlp,
+                weight_bytes: mlp_bytes(WeightFormat::Bf16, h, inter - inter % tp, tp),
+                layer: Some(0),
+            });
+        }
         ops.push(collective(
             CollectiveKind::AllReduce,
             dt,
@@ -659,11 +696,13 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
             "mlp",
             Some(0),
         ));
-        ops.push(Op::Compute {
-            kind: ComputeKind::LmHead,
-            weight_bytes: WeightFormat::Bf16.matrix_bytes(opt.draft_vocab / tp, h),
-            layer: None,
-        });
+        if known {
+            ops.push(Op::Compute {
+                kind: ComputeKind::LmHead,
+                weight_bytes: WeightFormat::Bf16.matrix_bytes(opt.draft_vocab / tp, h),
+                layer: None,
+            });
+        }
         if opt.logits == Logits::Gather {
             let c = tokens * opt.draft_vocab / tp;
             ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
@@ -770,7 +809,7 @@ impl crate::record::Workload {
             n_all_gather: s.count_collectives(CollectiveKind::AllGather),
             all_reduce_bytes_per_rank: first(CollectiveKind::AllReduce),
             all_gather_bytes_per_rank: first(CollectiveKind::AllGather),
-            weight_bytes_per_rank: s.total_weight_bytes(),
+            weight_bytes_per_rank: s.weight_bytes(),
         }
     }
 }

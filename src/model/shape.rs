@@ -118,12 +118,24 @@ pub enum Attention {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         gated_q: bool,
     },
+    /// DeepSeek-V4's attention (vLLM deepseek_v4.py `DeepseekV4Attention`): one K/V head of
+    /// `head_dim` shared by every query head, a low-rank query (`q_lora_rank`) and a low-rank
+    /// output in `o_groups` groups of `o_lora_rank`.
+    LatentMqa {
+        heads: u64,
+        head_dim: u64,
+        q_lora_rank: u64,
+        o_lora_rank: u64,
+        o_groups: u64,
+    },
 }
 
 impl Attention {
     pub fn heads(&self) -> u64 {
         match *self {
-            Attention::Mla { heads, .. } | Attention::Gqa { heads, .. } => heads,
+            Attention::Mla { heads, .. }
+            | Attention::Gqa { heads, .. }
+            | Attention::LatentMqa { heads, .. } => heads,
         }
     }
 

@@ -185,7 +185,9 @@ pub struct Workload {
     pub n_all_gather: u64,
     pub all_reduce_bytes_per_rank: u64,
     pub all_gather_bytes_per_rank: u64,
-    pub weight_bytes_per_rank: u64,
+    /// `null` when the model's weights are not known (a config the table could not read: the
+    /// schedule holds the collectives only); never 0 for unknown.
+    pub weight_bytes_per_rank: Option<u64>,
 }
 
 /// What a verify replay contained.

@@ -29,12 +29,15 @@ pub(crate) fn one_line(s: &Schedule) -> String {
             )
         })
         .collect();
+    let weights = match s.weight_bytes() {
+        Some(b) => format!("{} of weights per rank", human_bytes(b)),
+        None => "weights per rank unknown (see the warnings)".into(),
+    };
     format!(
-        "{} (T={}): {}; {} of weights per rank",
+        "{} (T={}): {}; {weights}",
         phase_name(s.phase),
         s.tokens,
-        colls.join(" + "),
-        human_bytes(s.total_weight_bytes())
+        colls.join(" + ")
     )
 }
 

@@ -375,7 +375,8 @@ pub fn verify_table(r: &Record) -> String {
         let _ = write!(
             o,
             "# compute prediction: {} B / {bw:.0} GB/s (streaming kernel, same run) = {pred:.1} us",
-            grouped(w.weight_bytes_per_rank)
+            w.weight_bytes_per_rank
+                .map_or_else(|| "unknown".into(), grouped)
         );
         for graph in [true, false] {
             if let Some(c) = v.run(graph, Mode::Compute) {

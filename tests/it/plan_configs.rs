@@ -248,11 +248,12 @@ fn write(dir: &std::path::Path, v: &serde_json::Value) -> PathBuf {
 
 #[test]
 fn unknown_architecture_gets_collectives_and_names_the_keys() {
-    // a DeepSeek-V4-like config: not in the table, with keys nothing reads
+    // a config of a model_type the table lacks whose keys do not describe its MoE (an expert
+    // count, no experts per token), with keys nothing reads
     let d = tempfile::tempdir().unwrap();
     let p = write(
         d.path(),
-        &serde_json::json!({"model_type": "deepseek_v4", "num_hidden_layers": 3,
+        &serde_json::json!({"model_type": "mystery_lm", "num_hidden_layers": 3,
             "hidden_size": 1024, "vocab_size": 8192, "num_attention_heads": 16,
             "hc_mult": 4, "compress_ratios": [0, 4, 128], "n_routed_experts": 64}),
     );
@@ -273,16 +274,35 @@ fn unknown_architecture_gets_collectives_and_names_the_keys() {
     assert!(weights_by_kind(&v).is_empty(), "no weight figures");
     let w = warnings(&v).join(" ");
     assert!(
-        w.contains("deepseek_v4") && w.contains("hc_mult") && w.contains("compress_ratios"),
+        w.contains("mystery_lm")
+            && w.contains("num_experts_per_tok")
+            && w.contains("hc_mult")
+            && w.contains("compress_ratios"),
         "{w}"
     );
-    // the table says so too, and --mode full is refused with the reason
-    vb().args(["plan", "--model-config"])
+    // the expert count was read (as an MoE lacking its experts per token), not "not understood"
+    assert!(
+        !w.contains("n_routed_experts,") && !w.ends_with("n_routed_experts"),
+        "{w}"
+    );
+    // the table says so too, every phase's line calls the weights unknown (never "0 B"), and
+    // --mode full is refused with the reason
+    let out = vb()
+        .args(["plan", "--model-config"])
         .arg(&p)
-        .assert()
-        .success()
-        .stdout(predicates::str::contains("unknown"))
-        .stdout(predicates::str::contains("# warning:"));
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("unknown") && text.contains("# warning:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("decode (T=1): 7 all_reduce")
+            && text.contains("weights per rank unknown (see the warnings)"),
+        "{text}"
+    );
+    assert!(!text.contains("0 B of weights"), "{text}");
     vb().args([
         "verify",
         "--backend",
@@ -295,6 +315,86 @@ fn unknown_architecture_gets_collectives_and_names_the_keys() {
     .assert()
     .code(2)
     .stderr(predicates::str::contains("--mode comm"));
+}
+
+/// A public config with its `model_type` changed on purpose to a name the table lacks: the
+/// generic keys must carry the reading.
+fn renamed(name: &str, new_type: &str) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(config(name)).unwrap()).unwrap();
+    c["model_type"] = new_type.into();
+    let p = write(d.path(), &c);
+    (d, p)
+}
+
+fn plan_file(p: &std::path::Path) -> serde_json::Value {
+    let out = vb()
+        .args(["plan", "--format", "json", "--tokens", "3", "--tp", "8"])
+        .arg("--model-config")
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_mixtral_config_under_a_new_type_name_is_planned_with_its_experts() {
+    // Mixtral-8x7B's public config, model_type renamed (on purpose) to one the table lacks:
+    // num_local_experts 8, num_experts_per_tok 2 and no moe_intermediate_size (the experts'
+    // size is intermediate_size, Mixtral's form) give the same plan as the table's mixtral
+    // entry, byte for byte (6,888,357,888 B per rank by hand, see mixtral_8x7b_is_moe).
+    let (_d, p) = renamed("mistralai--Mixtral-8x7B-v0.1", "mixtral_next");
+    let v = plan_file(&p);
+    let known = plan("mistralai--Mixtral-8x7B-v0.1", "8");
+    assert_eq!(weights_by_kind(&v), weights_by_kind(&known));
+    assert_eq!(weights_by_kind(&v).values().sum::<u64>(), 6_888_357_888);
+    assert!(weights_by_kind(&v).contains_key("routed_experts"));
+    assert_eq!(v["experts_per_layer"], known["experts_per_layer"]);
+    let w = warnings(&v).join(" ");
+    assert!(
+        w.contains("model_type 'mixtral_next' is not in the architecture table")
+            && w.contains("a guess")
+            && w.contains("MoE of 8 routed experts, 2 per token, of intermediate size 14336")
+            && w.contains("num_local_experts")
+            && w.contains("num_experts_per_tok"),
+        "{w}"
+    );
+    assert!(!w.contains("not understood"), "{w}");
+}
+
+#[test]
+fn a_qwen3_next_config_under_a_new_type_name_keeps_experts_and_layer_pattern() {
+    // Qwen3-Next-80B's public config, model_type renamed on purpose: num_experts 512, top-10,
+    // moe_intermediate_size 512, shared_expert_intermediate_size 512, full attention every
+    // 4th layer (full_attention_interval). The experts, the shared expert and the 36 linear-
+    // attention layers are read by their keys alone: the same bytes as under qwen3_next
+    // (see qwen3_next_has_linear_attention_and_a_shared_expert). The output gate of its
+    // attention is Qwen3-Next's own (the table's entry says so, no key does): the generic
+    // reading counts a plain q_proj, 16 x 256 / 8 = 512 rows instead of 1024, so attention
+    // is (1024 x 2048 + 2048 x 512) x 2 = 6,291,456 per full layer, x 12 = 75,497,472.
+    let (_d, p) = renamed("Qwen--Qwen3-Next-80B-A3B-Thinking", "qwen_future_moe");
+    let v = plan_file(&p);
+    let known = plan("Qwen--Qwen3-Next-80B-A3B-Thinking", "8");
+    let (w, k) = (weights_by_kind(&v), weights_by_kind(&known));
+    for kind in ["routed_experts", "shared_experts", "linear_attention"] {
+        assert_eq!(w[kind], k[kind], "{kind}");
+    }
+    assert_eq!(w["attention"], 75_497_472);
+    assert_eq!(count(&v, "all_reduce"), count(&known, "all_reduce"));
+    let warn = warnings(&v).join(" ");
+    assert!(
+        warn.contains("qwen_future_moe")
+            && warn.contains("MoE of 512 routed experts, 10 per token")
+            && warn.contains("shared_expert_intermediate_size")
+            && warn.contains("full_attention_interval"),
+        "{warn}"
+    );
 }
 
 #[test]
@@ -496,4 +596,64 @@ fn engine_leaves_the_schedule_hash_alone() {
     ] {
         assert_eq!(hash(extra), base, "{extra:?}");
     }
+}
+
+#[test]
+fn deepseek_v4_flash_is_planned_as_moe_as_the_engines_read_it() {
+    // DeepSeek-V4-Flash's public config (model_type deepseek_v4): 43 layers, hidden 4096,
+    // 256 routed experts (n_routed_experts) of 2048, top-6, one shared expert, every layer MoE;
+    // attention as vLLM's and SGLang's deepseek_v4.py shard it: fused wq_a+wkv replicated
+    // (4096 -> 1024 + 512), wq_b column-parallel (1024 -> 64/8 x 512), wo_a column-parallel
+    // over the 8 groups (64 x 512 / 8 -> 8/8 x 1024), wo_b row-parallel (1024 -> 4096).
+    // FP8 blocks of 128 (1 B a weight + a 4 B scale a block), the routed experts MXFP4
+    // (expert_dtype fp4: 4.25 bits a weight), router and LM head bf16. By hand, at TP=8, T=3:
+    // ```text
+    // touched = lambda E, k: E * (1 - (1 - k / E) ** 3)                    # 17.58 experts
+    // fp8 = lambda r, c: r*c + 4*((r+127)//128)*((c+127)//128)
+    // att    = 43*(fp8(1536,4096) + fp8(4096,1024) + fp8(1024,4096) + fp8(4096,1024))
+    //                                                                       # 811,795,968
+    // router = 43*256*4096*2                                                # 90,177,536
+    // routed = 43*touched(256,6)*3*4096*2048/8*(4.25/8)                    # 1,263,404,844
+    // shared = 43*(fp8(512,4096) + fp8(4096,256))                          # 135,299,328
+    // head   = 2*(129280/8)*4096                                            # 132,382,720
+    // ```
+    // 2,433,060,396 B in all. Parameters at TP=1, 43 x (attention 54,525,952 + experts
+    // 256 x 3 x 4096 x 2048 + shared 3 x 4096 x 2048 + router 256 x 4096) + 2 x 129280 x 4096
+    // = 283.8 B; the model card publishes 284 B total (13 B active).
+    let p = config("deepseek-ai--DeepSeek-V4-Flash");
+    let v = plan("deepseek-ai--DeepSeek-V4-Flash", "8");
+    let w = weights_by_kind(&v);
+    assert_eq!(w["attention"], 811_795_968);
+    assert_eq!(w["router"], 90_177_536);
+    assert_eq!(w["shared_experts"], 135_299_328);
+    assert_eq!(w["lm_head"], 132_382_720);
+    let routed = w["routed_experts"] as f64;
+    assert!((routed - 1_263_404_844.0).abs() < 2.0, "{routed}");
+    assert!(!w.contains_key("dense_mlp"), "every layer is MoE: {w:?}");
+    // 1 + 2 x 43 all-reduces, the logits' all-gather of 129280 / 8 x 3 elements
+    assert_eq!((count(&v, "all_reduce"), count(&v, "all_gather")), (87, 1));
+    let ag = v["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "all_gather")
+        .unwrap();
+    assert_eq!(ag["count"], 16_160 * 3);
+    let shape = verifybench::model::config::load(&p).unwrap();
+    let (params, _) = verifybench::model::schedule::parameter_counts(&shape).unwrap();
+    assert!(
+        (params as f64 - 284e9).abs() / 284e9 < 0.02,
+        "{params} parameters"
+    );
+    // what is not counted is said, and nothing is left unread
+    let warn = warnings(&v).join(" ");
+    assert!(
+        warn.contains("compress_ratios") && warn.contains("hc_mult"),
+        "{warn}"
+    );
+    assert!(!warn.contains("not understood"), "{warn}");
+    assert!(v["config_reading"]["read_as"]
+        .as_str()
+        .unwrap()
+        .contains("deepseek_v4.py"));
 }
