@@ -57,7 +57,9 @@ pub struct RankSummary {
 pub struct StepSummary {
     pub steps: usize,
     pub collectives_per_step: usize,
-    /// `123 all_reduce + 1 all_gather`.
+    /// `123 all_reduce + 1 all_gather`, for the text; the JSON carries the same as numbers
+    /// (the analysis's `sequence`, each op with its `per_step` count).
+    #[serde(skip)]
     pub pattern: String,
     pub step_us: Spread,
     /// Collective kernels' time (in-kernel, what a profiler shows).
@@ -143,6 +145,9 @@ pub struct Analysis {
     /// Whether start times are comparable across ranks (one host).
     pub same_clock: bool,
     pub step_rule: String,
+    /// The engine's step marker that cut the steps (no `ProfilerStep#` span), when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_marker: Option<super::extract::StepMarkerUsed>,
     pub step: Option<StepSummary>,
     pub sequence: Vec<SeqGroup>,
     pub attribution: Option<TraceAttribution>,
@@ -501,6 +506,7 @@ pub fn analyse(
         ranks: summaries,
         same_clock,
         step_rule: r0.step_rule.clone(),
+        step_marker: r0.step_marker.clone(),
         step,
         sequence,
         attribution,

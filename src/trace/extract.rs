@@ -149,6 +149,8 @@ pub struct RankTrace {
     pub steps: Vec<Step>,
     /// How the steps were found.
     pub step_rule: String,
+    /// The engine's step marker that cut the steps, when one did.
+    pub step_marker: Option<StepMarkerUsed>,
     /// Collectives per step (the period), when a period was found.
     pub period: Option<usize>,
     pub gpu_span_us: f64,
@@ -175,6 +177,32 @@ pub struct RankTrace {
     /// That process's logged calls, summarised.
     pub log_own: Option<LogSummary>,
     pub notes: Vec<String>,
+}
+
+/// The engine's step marker a trace's steps were cut at (a trace without `ProfilerStep#`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepMarkerUsed {
+    pub engine: &'static str,
+    pub marker: &'static str,
+    /// The engine file that writes it.
+    pub source: &'static str,
+    /// Its spans in the trace (nested ones counted once).
+    pub spans: usize,
+    /// Those that hold a collective: the steps.
+    pub steps: usize,
+}
+
+/// The spans not inside another one, in time order (a marker's nested calls count once).
+fn outermost(mut spans: Vec<super::reader::Span>) -> Vec<super::reader::Span> {
+    spans.sort_by(|a, b| a.ts.total_cmp(&b.ts).then(b.dur.total_cmp(&a.dur)));
+    let mut out: Vec<super::reader::Span> = Vec::new();
+    for s in spans {
+        match out.last() {
+            Some(o) if s.ts >= o.ts && s.ts + s.dur <= o.ts + o.dur => {}
+            _ => out.push(s),
+        }
+    }
+    out
 }
 
 /// Options of the extraction.
@@ -452,7 +480,8 @@ pub(crate) fn extract(
     };
 
     // Steps.
-    let (ranges, rule, period) = step_ranges(&colls, t, opt, first, &mut notes);
+    let mut step_marker = None;
+    let (ranges, rule, period) = step_ranges(&colls, t, opt, first, &mut notes, &mut step_marker);
     let mut steps = Vec::new();
     for (first_i, end_i, a, b) in ranges {
         let dur = b - a;
@@ -515,6 +544,7 @@ pub(crate) fn extract(
         collectives: colls,
         steps,
         step_rule: rule,
+        step_marker,
         period,
         gpu_span_us: span,
         gpu_busy_us: all.total(),
@@ -644,6 +674,7 @@ fn step_ranges(
     opt: &ExtractOptions,
     first_gpu_us: f64,
     notes: &mut Vec<String>,
+    marker: &mut Option<StepMarkerUsed>,
 ) -> (Ranges, String, Option<usize>) {
     if let Some(label) = &opt.step_label {
         let (out, found) = span_ranges(colls, &t.labels, false);
@@ -665,6 +696,40 @@ fn step_ranges(
         notes.push(format!(
             "{found} ProfilerStep# spans hold no collective: steps found from the period instead"
         ));
+    }
+    // No ProfilerStep#: the engine's own step marker (vLLM's execute_model, SGLang's
+    // run_batch, ...), the first of the table whose spans hold collectives. Each span is one
+    // step, as a ProfilerStep# span is.
+    for (i, m) in super::names::STEP_MARKERS.iter().enumerate() {
+        let spans = outermost(
+            t.engine_steps
+                .iter()
+                .filter(|(k, _)| *k == i)
+                .map(|(_, s)| *s)
+                .collect(),
+        );
+        if spans.is_empty() {
+            continue;
+        }
+        let (out, found) = span_ranges(colls, &spans, true);
+        if out.is_empty() {
+            continue;
+        }
+        *marker = Some(StepMarkerUsed {
+            engine: m.engine,
+            marker: m.name,
+            source: m.source,
+            spans: found,
+            steps: out.len(),
+        });
+        return (
+            out,
+            format!(
+                "{}'s step marker {} ({found} found, no ProfilerStep# span; {})",
+                m.engine, m.name, m.source
+            ),
+            None,
+        );
     }
     let (sigs, w) = signatures(colls);
     if let Some(p) = steps::find_period(&sigs, |s| w[s as usize]) {

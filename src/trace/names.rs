@@ -202,6 +202,85 @@ pub(crate) fn schedule_dtype(d: &str) -> Option<DType> {
     }
 }
 
+/// A span a serving engine puts around each of its steps (one scheduler iteration, one
+/// forward of the model), by which a trace without `ProfilerStep#` spans is cut into steps.
+#[derive(Debug)]
+pub(crate) struct StepMarker {
+    /// `vLLM`, `SGLang`, `TensorRT-LLM`.
+    pub engine: &'static str,
+    /// The marker as the output names it.
+    pub name: &'static str,
+    /// The engine file that writes it.
+    pub source: &'static str,
+    /// Whether an event's name is this marker.
+    pub matches: fn(&str) -> bool,
+}
+
+/// `name` is the Python function `function` as torch.profiler's stack tracing writes it
+/// (`path/to/file.py(123): function`, category `python_function`), or a span of that name.
+fn python_function(name: &str, function: &str) -> bool {
+    name == function
+        || name
+            .strip_suffix(function)
+            .is_some_and(|head| head.ends_with("): "))
+}
+
+/// The engines' step markers, most specific first: where a trace holds several (an
+/// annotation around a Python function of the same step), the first that holds collectives
+/// cuts the steps. Nested spans of one marker (vLLM's worker and model runner both name
+/// their method `execute_model`) count once, by the outermost.
+pub(crate) const STEP_MARKERS: &[StepMarker] = &[
+    StepMarker {
+        engine: "vLLM",
+        name: "execute_context_<n>(<tokens>)_generation_<m>(<tokens>)",
+        source: "vllm-project/vllm vllm/v1/worker/gpu_worker.py (Worker.annotate_profile: one annotation per execute_model)",
+        matches: |n| n.starts_with("execute_context_") && n.contains("_generation_"),
+    },
+    StepMarker {
+        engine: "vLLM",
+        name: "execute_new_<n>_cached_<m>",
+        source: "vllm-project/vllm vllm/v1/worker/gpu_worker.py (Worker.annotate_profile, other versions)",
+        matches: |n| n.starts_with("execute_new_") && n.contains("_cached_"),
+    },
+    StepMarker {
+        engine: "vLLM",
+        name: "execute_model",
+        source: "vllm-project/vllm vllm/v1/worker/gpu_worker.py, gpu_model_runner.py (execute_model, a python_function event: vLLM's profiler records stacks by default)",
+        matches: |n| python_function(n, "execute_model"),
+    },
+    StepMarker {
+        engine: "SGLang",
+        name: "run_batch",
+        source: "sgl-project/sglang python/sglang/srt/managers/scheduler.py (Scheduler.run_batch, a python_function event: /start_profile records stacks by default, scheduler_profiler_mixin.py)",
+        matches: |n| python_function(n, "run_batch"),
+    },
+    StepMarker {
+        engine: "SGLang",
+        name: "forward_batch_generation",
+        source: "sgl-project/sglang python/sglang/srt/managers/tp_worker.py (TpModelWorker.forward_batch_generation)",
+        matches: |n| python_function(n, "forward_batch_generation"),
+    },
+    StepMarker {
+        engine: "TensorRT-LLM",
+        name: "_forward_step",
+        source: "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py (PyExecutor._forward_step and its range `[Executor] _forward_step <iter>: ...`)",
+        matches: |n| n.starts_with("[Executor] _forward_step") || python_function(n, "_forward_step"),
+    },
+];
+
+/// The index in [`STEP_MARKERS`] of the marker `name` is, if any.
+pub(crate) fn step_marker(name: &str) -> Option<usize> {
+    // every marker name holds one of these: most events are rejected by one search
+    if !(name.contains("execute_")
+        || name.contains("run_batch")
+        || name.contains("forward_batch_generation")
+        || name.contains("_forward_step"))
+    {
+        return None;
+    }
+    STEP_MARKERS.iter().position(|m| (m.matches)(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,5 +363,44 @@ mod tests {
         assert_eq!(dtype_size("bf16"), Some(2));
         assert_eq!(schedule_kind("all_gather"), Some(CollectiveKind::AllGather));
         assert_eq!(schedule_kind("send_recv"), None);
+    }
+
+    #[test]
+    fn engine_step_markers_by_name() {
+        let engine =
+            |n: &str| step_marker(n).map(|i| (STEP_MARKERS[i].engine, STEP_MARKERS[i].name));
+        assert_eq!(
+            engine("execute_context_1(888)_generation_0(0)"),
+            Some((
+                "vLLM",
+                "execute_context_<n>(<tokens>)_generation_<m>(<tokens>)"
+            ))
+        );
+        assert_eq!(engine("execute_new_2_cached_30").unwrap().0, "vLLM");
+        assert_eq!(
+            engine("vllm/v1/worker/gpu_model_runner.py(1502): execute_model"),
+            Some(("vLLM", "execute_model"))
+        );
+        assert_eq!(engine("execute_model"), Some(("vLLM", "execute_model")));
+        assert_eq!(
+            engine("sglang/srt/managers/scheduler.py(1650): run_batch"),
+            Some(("SGLang", "run_batch"))
+        );
+        assert_eq!(
+            engine("[Executor] _forward_step 12: 0 ctx reqs, 32 gen reqs")
+                .unwrap()
+                .0,
+            "TensorRT-LLM"
+        );
+        // a function whose name merely ends the same way, and other ops, are not markers
+        for n in [
+            "my_execute_model",
+            "vllm/x.py(3): pre_execute_model",
+            "aten::mm",
+            "ProfilerStep#3",
+            "execute_context",
+        ] {
+            assert_eq!(step_marker(n), None, "{n}");
+        }
     }
 }

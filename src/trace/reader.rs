@@ -197,6 +197,9 @@ pub struct TraceData {
     /// `ProfilerStep#N` spans (what `torch.profiler` with a schedule writes around each
     /// step), read when no step label is given; host-side only (not `gpu_user_annotation`).
     pub profiler_steps: Vec<Span>,
+    /// Spans of the engines' step markers ([`super::names::STEP_MARKERS`], by index), read
+    /// when no step label is given: the steps of a trace without `ProfilerStep#` spans.
+    pub engine_steps: Vec<(usize, Span)>,
     /// The OS process ids of the host side: the `pid` Kineto writes on every CPU event, read
     /// from the runtime calls (`cuda_runtime`, `cuda_driver`: the CPU side of every launch);
     /// GPU events carry the device index as their pid and are not read. Empty for a trace
@@ -397,6 +400,11 @@ impl Sink<'_> {
                     None if name.starts_with(PROFILER_STEP) => {
                         self.data.profiler_steps.push(Span { ts, dur, rank })
                     }
+                    None => {
+                        if let Some(i) = super::names::step_marker(name) {
+                            self.data.engine_steps.push((i, Span { ts, dur, rank }))
+                        }
+                    }
                     _ => {}
                 }
                 if self.opts.custom_ops {
@@ -551,12 +559,39 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 /// Whether a file holds JSON (a trace) rather than a log, by the content of its first 4 KiB,
 /// decompressed ([`crate::util::looks_like_json`]: a launcher's `[rank0]:` before every log
 /// line is not a JSON array).
+/// An empty file (or one that decompresses to nothing) is an error that says so.
 pub(crate) fn looks_like_json(path: &Path) -> anyhow::Result<bool> {
-    let mut r = open_trace(path, is_gzip(path)?)?;
+    let gz = is_gzip(path)?;
+    let mut r = open_trace(path, gz)?;
     let mut buf = [0u8; 4096];
-    let n = read_up_to(&mut r, &mut buf)
-        .map_err(|e| anyhow::anyhow!("'{}': cannot read: {e}", path.display()))?;
+    let n = read_up_to(&mut r, &mut buf).map_err(|e| {
+        let m = e.to_string();
+        let what = gzip_problem(&m).unwrap_or("cannot be read");
+        anyhow::anyhow!("'{}': {what}: {m}", path.display())
+    })?;
+    if buf[..n].iter().all(u8::is_ascii_whitespace) {
+        let what = match (gz, n) {
+            (true, _) => "a gzip file that holds nothing",
+            (false, 0) => "empty (0 bytes)",
+            (false, _) => "blank (white space only)",
+        };
+        anyhow::bail!(
+            "'{}' is {what}: give a profiler trace (.json or .json.gz) or an NCCL COLL log",
+            path.display()
+        );
+    }
     Ok(crate::util::looks_like_json(&buf[..n]))
+}
+
+/// What a gzip reader's error says of the file, in words: cut short, or not gzip at all.
+fn gzip_problem(m: &str) -> Option<&'static str> {
+    if m.contains("deflate") || m.contains("unexpected end") || m.contains("UnexpectedEof") {
+        Some("a truncated gzip file (its compressed stream ends early: cut short, or copied while being written)")
+    } else if m.contains("invalid gzip") || m.contains("corrupt") {
+        Some("not a readable gzip file")
+    } else {
+        None
+    }
 }
 
 /// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer); the error is
@@ -580,19 +615,31 @@ pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
 pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
     let gz = is_gzip(path)?;
     let open = || open_trace(path, gz);
-    let t = match read_fast(open()?, path, opts) {
-        Some(t) => t,
+    let (t, whole) = match read_fast(open()?, path, opts) {
+        Some(t) => (t, false),
         // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
-        None => read_from(BufReader::with_capacity(1 << 16, open()?), path, opts)?,
+        None => (
+            read_from(BufReader::with_capacity(1 << 16, open()?), path, opts)?,
+            true,
+        ),
     };
     // Custom collective kernels take their sizes from the CPU ops that launch them, which the
-    // scanner skips: such a trace is read once more, whole, keeping those ops.
-    let t = if !opts.custom_ops && t.gpu.iter().any(|g| matches!(g.kind, GpuKind::Custom(_))) {
-        let with_ops = ReadOptions {
-            custom_ops: true,
+    // scanner skips: such a trace is read once more, whole, keeping those ops. So is a trace
+    // with collectives and no `ProfilerStep#` span: the engines' step markers (Python
+    // functions and annotations of many names) are among the events the scanner skips.
+    let custom = !opts.custom_ops && t.gpu.iter().any(|g| matches!(g.kind, GpuKind::Custom(_)));
+    let markers = !whole
+        && opts.step_label.is_none()
+        && t.profiler_steps.is_empty()
+        && t.gpu
+            .iter()
+            .any(|g| !matches!(g.kind, GpuKind::Kernel | GpuKind::Memcpy | GpuKind::Memset));
+    let t = if custom || markers {
+        let again = ReadOptions {
+            custom_ops: opts.custom_ops || custom,
             ..opts.clone()
         };
-        read_from(BufReader::with_capacity(1 << 16, open()?), path, &with_ops)?
+        read_from(BufReader::with_capacity(1 << 16, open()?), path, &again)?
     } else {
         t
     };
@@ -715,6 +762,12 @@ pub(crate) fn split_by_rank(t: TraceData) -> Vec<TraceData> {
                 .filter(|x| x.rank.is_none_or(|y| y == r))
                 .copied()
                 .collect(),
+            engine_steps: t
+                .engine_steps
+                .iter()
+                .filter(|x| x.1.rank.is_none_or(|y| y == r))
+                .copied()
+                .collect(),
             // a track per rank, not an OS process
             host_pids: Vec::new(),
             host: None,
@@ -786,13 +839,7 @@ fn describe_json_error(path: &Path, e: &serde_json::Error) -> anyhow::Error {
         Category::Eof => "truncated (the JSON ends early; was the file copied while written?)",
         Category::Syntax => "not JSON",
         Category::Data => "not a Chrome/Kineto trace",
-        Category::Io => {
-            if e.to_string().contains("invalid gzip") || e.to_string().contains("corrupt") {
-                "not a readable gzip file"
-            } else {
-                "cannot be read"
-            }
-        }
+        Category::Io => gzip_problem(&e.to_string()).unwrap_or("cannot be read"),
     };
     anyhow::anyhow!("'{}': {what}: {e}", path.display())
 }

@@ -795,3 +795,78 @@ fn a_trace_of_mostly_unknown_collective_kernels_says_so_and_exports_nothing() {
     assert!(e.to_string().contains("would be partial"), "{e}");
     assert_eq!(crate::error::exit_code(&e), 2);
 }
+
+/// A SYNTHETIC vLLM trace of one TP rank (no public vLLM trace without `ProfilerStep#` is at
+/// hand, so it is built here after the form vLLM's profiler writes): `execute_model` twice
+/// nested (the worker's and the model runner's, python_function events), holding 73
+/// all-reduces through PyTorch's symmetric-memory kernel (one of the embedding, two per
+/// layer of 36), sized by their CPU op's Input Dims (888 tokens x 2880, bf16); `steps` such
+/// executions one after the other; `marker` false leaves the execute_model events out.
+fn vllm_trace(steps: usize, marker: bool) -> String {
+    let mut ev: Vec<String> = Vec::new();
+    let mut id = 0u64;
+    for s in 0..steps {
+        let t0 = 20_000.0 * s as f64;
+        if marker {
+            ev.push(format!(r#"{{"ph":"X","cat":"python_function","name":"vllm/v1/worker/gpu_worker.py(412): execute_model","pid":77,"tid":77,"ts":{t0},"dur":15000}}"#));
+            ev.push(format!(r#"{{"ph":"X","cat":"python_function","name":"vllm/v1/worker/gpu_model_runner.py(1502): execute_model","pid":77,"tid":77,"ts":{},"dur":14900}}"#, t0 + 50.0));
+        }
+        for i in 0..73 {
+            id += 1;
+            let h = t0 + 100.0 + 150.0 * i as f64;
+            ev.push(format!(r#"{{"ph":"X","cat":"cpu_op","name":"symm_mem::two_shot_all_reduce_","pid":77,"tid":77,"ts":{h},"dur":20,"args":{{"External id":{id},"Input Dims":[[888,2880]],"Input type":["c10::BFloat16"]}}}}"#));
+            ev.push(format!(r#"{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":77,"tid":77,"ts":{},"dur":5,"args":{{"External id":{id},"correlation":{id}}}}}"#, h + 5.0));
+            ev.push(format!(r#"{{"ph":"X","cat":"kernel","name":"void c10d::symmetric_memory::two_shot_all_reduce_kernel<c10::BFloat16, 16, 8>(c10::BFloat16**, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned long, unsigned long)","pid":0,"tid":7,"ts":{},"dur":40,"args":{{"External id":{id},"correlation":{id},"device":0,"stream":7}}}}"#, h + 12.0));
+        }
+    }
+    format!(
+        r#"{{"distributedInfo":{{"backend":"nccl","rank":0,"world_size":8}},"traceEvents":[{}]}}"#,
+        ev.join(",\n")
+    )
+}
+
+#[test]
+fn a_vllm_trace_without_profiler_steps_is_cut_at_execute_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("vllm-rank-0.json");
+    std::fs::write(&p, vllm_trace(1, true)).unwrap();
+    let a = analyse(&TraceRequest::new(vec![p.clone()])).unwrap();
+    let r = &a.rank_traces[0];
+    assert_eq!(r.collectives.len(), 73);
+    assert!(r
+        .collectives
+        .iter()
+        .all(|c| c.op == "all_reduce" && c.elements == Some(888 * 2880)));
+    // one step: the whole forward's 73 all-reduces, not 73 or 36 "steps" of a period
+    assert_eq!(r.steps.len(), 1, "{}", a.step_rule);
+    assert_eq!(r.steps[0].end - r.steps[0].first, 73);
+    let m = a.step_marker.as_ref().expect("the marker is named");
+    // the two nested execute_model spans count once
+    assert_eq!(
+        (m.engine, m.marker, m.spans, m.steps),
+        ("vLLM", "execute_model", 1, 1)
+    );
+    assert!(
+        a.step_rule
+            .starts_with("vLLM's step marker execute_model (1 found"),
+        "{}",
+        a.step_rule
+    );
+    let v = serde_json::to_value(&a).unwrap();
+    assert_eq!(v["step_marker"]["engine"], "vLLM");
+    assert_eq!(v["step_marker"]["steps"], 1);
+    // three executions: three steps of 73
+    std::fs::write(&p, vllm_trace(3, true)).unwrap();
+    let a = analyse(&TraceRequest::new(vec![p.clone()])).unwrap();
+    let steps: Vec<usize> = a.rank_traces[0]
+        .steps
+        .iter()
+        .map(|s| s.end - s.first)
+        .collect();
+    assert_eq!(steps, [73, 73, 73]);
+    // the same trace without the marker is cut by another rule, and names no marker
+    std::fs::write(&p, vllm_trace(1, false)).unwrap();
+    let a = analyse(&TraceRequest::new(vec![p])).unwrap();
+    assert!(a.step_marker.is_none());
+    assert_ne!(a.rank_traces[0].steps.len(), 1, "{}", a.step_rule);
+}

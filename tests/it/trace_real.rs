@@ -58,6 +58,133 @@ fn hta_steps_are_the_five_profiler_step_spans() {
     assert!(a.sequence.iter().all(|g| g.op == "all_reduce"));
 }
 
+/// A public trace (`file` under tests/data/traces) with its `ProfilerStep#N` spans (`steps`)
+/// renamed to `name(N)` of category `cat`, written into `dir`: the same spans, timestamps and
+/// kernels, held by an engine's step marker instead. No public vLLM trace without
+/// `ProfilerStep#` is stored here under a clear licence (those trace-analysis projects keep
+/// are compressed binaries out of this repository's reach), so the closest public traces
+/// stand in: real ones whose steps are known from their `ProfilerStep#` spans.
+fn with_marker(
+    dir: &std::path::Path,
+    file: &str,
+    steps: std::ops::RangeInclusive<usize>,
+    cat: &str,
+    name: &dyn Fn(usize) -> String,
+) -> PathBuf {
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(data(file)).unwrap()),
+        &mut text,
+    )
+    .unwrap();
+    for n in steps {
+        let from = format!(r#""cat": "user_annotation", "name": "ProfilerStep#{n}""#);
+        assert_eq!(text.matches(&from).count(), 1, "{from}");
+        text = text.replace(&from, &format!(r#""cat": "{cat}", "name": "{}""#, name(n)));
+    }
+    assert!(!text.contains("ProfilerStep#"));
+    let p = dir.join("marked.json");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// `trace --format json` of `p`: the analysis.
+fn trace_json(p: &std::path::Path) -> serde_json::Value {
+    let o = common::vb()
+        .args(["trace", "--format", "json"])
+        .arg(p)
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    v["result"]["data"].clone()
+}
+
+#[test]
+fn a_trace_without_profiler_steps_is_cut_at_the_engines_step_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    // HTA's trace (5 ProfilerStep# spans, #2..#6) with vLLM's annotation (Worker.annotate_profile)
+    // in their place: the steps of the unchanged trace (hta_steps_are_the_five_profiler_step_spans),
+    // 5 of 404 all-reduces, median 345,770 us, and the marker named
+    let vllm = "execute_context_<n>(<tokens>)_generation_<m>(<tokens>)";
+    let p = with_marker(
+        dir.path(),
+        "hta/df_index_resolver.json.gz",
+        2..=6,
+        "user_annotation",
+        &|n| format!("execute_context_0(0)_generation_16({n})"),
+    );
+    let d = trace_json(&p);
+    assert_eq!(
+        (&d["step_marker"]["engine"], &d["step_marker"]["marker"]),
+        (&"vLLM".into(), &vllm.into())
+    );
+    assert_eq!(
+        (&d["step_marker"]["spans"], &d["step_marker"]["steps"]),
+        (&5.into(), &5.into())
+    );
+    assert_eq!(d["step"]["steps"], 5);
+    assert_eq!(d["step"]["collectives_per_step"], 404);
+    assert_eq!(d["step"]["step_us"]["median"], 345770.0);
+    common::vb()
+        .arg("trace")
+        .arg(&p)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!(
+            "vLLM's step marker {vllm} (5 found, no ProfilerStep# span"
+        )));
+    // PARAM's DLRM rank 0 (one ProfilerStep#10 of 8 collectives, 14,455 us) under each
+    // engine's other markers, as their profilers write them
+    let param = "param-dlrm-8ranks/worker0_step_12.1694128201545.pt.trace.json.gz";
+    type Namer<'a> = &'a dyn Fn(usize) -> String;
+    let cases: [(&str, Namer, &str, &str); 3] = [
+        (
+            "python_function",
+            &|n| format!("vllm/v1/worker/gpu_model_runner.py({n}): execute_model"),
+            "vLLM",
+            "execute_model",
+        ),
+        (
+            "python_function",
+            &|n| format!("sglang/srt/managers/scheduler.py({n}): run_batch"),
+            "SGLang",
+            "run_batch",
+        ),
+        (
+            "user_annotation",
+            &|n| format!("[Executor] _forward_step {n}: 0 ctx reqs, 16 gen reqs"),
+            "TensorRT-LLM",
+            "_forward_step",
+        ),
+    ];
+    for (cat, name, engine, marker) in cases {
+        let d = trace_json(&with_marker(dir.path(), param, 10..=10, cat, name));
+        assert_eq!(d["step_marker"]["engine"], engine, "{marker}");
+        assert_eq!(d["step_marker"]["marker"], marker);
+        assert!(
+            d["step_rule"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{engine}'s step marker {marker} (1 found")),
+            "{}",
+            d["step_rule"]
+        );
+        assert_eq!(d["step"]["steps"], 1);
+        assert_eq!(d["step"]["collectives_per_step"], 8);
+        assert_eq!(d["step"]["step_us"]["median"], 14455.0);
+    }
+    // a name that is no engine's marker names none
+    let d = trace_json(&with_marker(
+        dir.path(),
+        param,
+        10..=10,
+        "user_annotation",
+        &|n| format!("my_step_{n}"),
+    ));
+    assert!(d.get("step_marker").is_none(), "{d}");
+    assert!(!d["step_rule"].as_str().unwrap().contains("step marker"));
+}
+
 #[test]
 fn hta_step_label_glob_selects_the_same_spans() {
     let mut req = TraceRequest::new(vec![data("hta/df_index_resolver.json.gz")]);
@@ -165,6 +292,9 @@ fn a_log_with_a_launcher_prefix_on_every_line_is_read_as_a_log() {
         ("mpirun.log", "[1,0]<stdout>:"),
         ("srun.log", "0: "),
         ("ray.log", "(RayWorkerWrapper pid=4121) "),
+        ("rank-colon.log", "rank0: "),
+        ("ts.log", "2024-05-01 12:00:00.123 "),
+        ("bts.log", "[2024-05-01 12:00:00] "),
     ] {
         let p = dir.path().join(name);
         let lines: String = text.lines().map(|l| format!("{prefix}{l}\n")).collect();
@@ -186,6 +316,12 @@ fn a_log_with_a_launcher_prefix_on_every_line_is_read_as_a_log() {
             .collect();
         assert_eq!(procs, ["hopper01:191369", "hopper01:191370"], "{prefix}");
     }
+    // explain --nccl-log reads the same torchrun-prefixed file as a log, not as JSON
+    common::vb()
+        .args(["explain", "--verify-ms", "20", "--nccl-log"])
+        .arg(dir.path().join("rank.log"))
+        .assert()
+        .success();
 }
 
 #[test]
