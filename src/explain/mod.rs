@@ -57,6 +57,8 @@ pub struct Explanation {
     pub ranks: usize,
     /// The schedule the model priced (`kimi-k2.5 verify, TP=8, 3 tokens: 124 collectives`).
     pub schedule: String,
+    /// The same, as fields: model, phase, TP, tokens, collective counts and bytes.
+    pub workload: crate::record::Workload,
     pub pricing: Pricing,
     pub as_ran: Vec<Part>,
     pub scenarios: Vec<Scenario>,
@@ -330,6 +332,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         evidence,
         ranks,
         schedule: schedule_words,
+        workload: crate::record::Workload::of(&schedule),
         pricing,
         as_ran,
         scenarios,

@@ -356,14 +356,14 @@ pub struct CommSequence {
     pub comm: String,
     pub nranks: u32,
     pub calls: usize,
-    /// The calls counted by op, in order of first appearance (`246 all_reduce + 2 all_gather`).
-    pub ops: String,
+    /// The calls counted by op, in order of first appearance.
+    pub ops: Vec<OpCalls>,
     /// Calls per step: the period of the (op, count, dtype) sequence, when it repeats.
     pub period: Option<usize>,
     /// Whole steps of that period in the log.
     pub steps: usize,
-    /// One step, counted by op and size (`123 all_reduce 21504 bf16 + 1 all_gather ...`).
-    pub step: Option<String>,
+    /// One step, counted by op and size (empty when the calls do not repeat).
+    pub step: Vec<StepEntry>,
     /// How the calls ran as far as the log can tell (inferred, [`judge`]).
     pub mode: LogMode,
     /// What the judgement rests on.
@@ -566,19 +566,85 @@ pub struct LogReport {
     pub sequences: Vec<CommSequence>,
 }
 
-fn counted<'a>(items: impl Iterator<Item = String> + 'a) -> String {
-    let mut parts: Vec<(String, usize)> = Vec::new();
-    for k in items {
-        match parts.iter_mut().find(|p| p.0 == k) {
-            Some(p) => p.1 += 1,
-            None => parts.push((k, 1)),
-        }
-    }
-    parts
-        .iter()
-        .map(|(k, n)| format!("{n} {k}"))
+/// The calls of one op, in a communicator's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpCalls {
+    /// Normalised op (`all_reduce`).
+    pub op: String,
+    pub calls: usize,
+}
+
+/// One (op, size) of a step: how many calls of it the step holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepEntry {
+    pub op: String,
+    pub calls: usize,
+    /// Elements per call (NCCL's `count`).
+    pub elements: u64,
+    /// Normalised dtype; `None` for a `datatype` number NCCL's table lacks.
+    pub dtype: Option<String>,
+    /// Bytes per call (`None` when the dtype is unknown).
+    pub bytes: Option<u64>,
+}
+
+/// `246 all_reduce + 2 all_gather`.
+fn ops_words(ops: &[OpCalls]) -> String {
+    ops.iter()
+        .map(|o| format!("{} {}", o.calls, o.op))
         .collect::<Vec<_>>()
         .join(" + ")
+}
+
+/// `123 all_reduce 21504 bf16 + 1 all_gather 245760 bf16`.
+fn step_words(step: &[StepEntry]) -> String {
+    step.iter()
+        .map(|e| {
+            format!(
+                "{} {} {} {}",
+                e.calls,
+                e.op,
+                e.elements,
+                e.dtype.as_deref().unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// Calls of each op, in order of first appearance.
+fn op_calls(calls: &[&LogCall]) -> Vec<OpCalls> {
+    let mut out: Vec<OpCalls> = Vec::new();
+    for c in calls {
+        match out.iter_mut().find(|o| o.op == c.op) {
+            Some(o) => o.calls += 1,
+            None => out.push(OpCalls {
+                op: c.op.clone(),
+                calls: 1,
+            }),
+        }
+    }
+    out
+}
+
+/// The calls of one step counted by (op, elements, dtype), in order of first appearance.
+fn step_entries(calls: &[&LogCall]) -> Vec<StepEntry> {
+    let mut out: Vec<StepEntry> = Vec::new();
+    for c in calls {
+        match out
+            .iter_mut()
+            .find(|e| e.op == c.op && e.elements == c.count && e.dtype == c.dtype)
+        {
+            Some(e) => e.calls += 1,
+            None => out.push(StepEntry {
+                op: c.op.clone(),
+                calls: 1,
+                elements: c.count,
+                dtype: c.dtype.clone(),
+                bytes: c.bytes(),
+            }),
+        }
+    }
+    out
 }
 
 /// Per process (host, pid, device) and communicator, the sequence of calls and its period.
@@ -589,50 +655,48 @@ pub fn report(files: Vec<String>, parsed: &[Parsed]) -> LogReport {
             .or_default()
             .push(c);
     }
-    let sequences =
-        by.into_iter()
-            .map(|((host, pid, device, comm), calls)| {
-                let mut ids: BTreeMap<(&str, u64, Option<&str>), u32> = BTreeMap::new();
-                let sigs: Vec<u32> = calls
-                    .iter()
-                    .map(|c| {
-                        let n = ids.len() as u32;
-                        *ids.entry((c.op.as_str(), c.count, c.dtype.as_deref()))
-                            .or_insert(n)
-                    })
-                    .collect();
-                let bytes: Vec<u64> = {
-                    let mut v = vec![0; ids.len()];
-                    for c in &calls {
-                        let k = ids[&(c.op.as_str(), c.count, c.dtype.as_deref())];
-                        v[k as usize] = c.bytes().unwrap_or(c.count);
-                    }
-                    v
-                };
-                let p = super::steps::find_period(&sigs, |s| bytes[s as usize]);
-                let step = p.as_ref().map(|p| {
-                    let e = *p.boundaries.last().expect("a period has a boundary");
-                    counted(calls[e + 1 - p.len..=e].iter().map(|c| {
-                        format!("{} {} {}", c.op, c.count, c.dtype.as_deref().unwrap_or("?"))
-                    }))
-                });
-                let (mode, mode_why) = judge(&calls);
-                CommSequence {
-                    mode,
-                    mode_why,
-                    nranks: calls.iter().map(|c| c.nranks).max().unwrap_or(0),
-                    calls: calls.len(),
-                    ops: counted(calls.iter().map(|c| c.op.clone())),
-                    period: p.as_ref().map(|p| p.len),
-                    steps: p.as_ref().map_or(0, |p| p.boundaries.len()),
-                    step,
-                    host,
-                    pid,
-                    device,
-                    comm,
+    let sequences = by
+        .into_iter()
+        .map(|((host, pid, device, comm), calls)| {
+            let mut ids: BTreeMap<(&str, u64, Option<&str>), u32> = BTreeMap::new();
+            let sigs: Vec<u32> = calls
+                .iter()
+                .map(|c| {
+                    let n = ids.len() as u32;
+                    *ids.entry((c.op.as_str(), c.count, c.dtype.as_deref()))
+                        .or_insert(n)
+                })
+                .collect();
+            let bytes: Vec<u64> = {
+                let mut v = vec![0; ids.len()];
+                for c in &calls {
+                    let k = ids[&(c.op.as_str(), c.count, c.dtype.as_deref())];
+                    v[k as usize] = c.bytes().unwrap_or(c.count);
                 }
-            })
-            .collect();
+                v
+            };
+            let p = super::steps::find_period(&sigs, |s| bytes[s as usize]);
+            let step = p.as_ref().map_or(Vec::new(), |p| {
+                let e = *p.boundaries.last().expect("a period has a boundary");
+                step_entries(&calls[e + 1 - p.len..=e])
+            });
+            let (mode, mode_why) = judge(&calls);
+            CommSequence {
+                mode,
+                mode_why,
+                nranks: calls.iter().map(|c| c.nranks).max().unwrap_or(0),
+                calls: calls.len(),
+                ops: op_calls(&calls),
+                period: p.as_ref().map(|p| p.len),
+                steps: p.as_ref().map_or(0, |p| p.boundaries.len()),
+                step,
+                host,
+                pid,
+                device,
+                comm,
+            }
+        })
+        .collect();
     LogReport {
         files,
         calls: parsed.iter().map(|p| p.calls.len()).sum(),
@@ -691,10 +755,10 @@ Per process and communicator
             s.comm,
             s.nranks,
             s.calls,
-            s.ops
+            ops_words(&s.ops)
         );
-        match (&s.step, s.period) {
-            (Some(st), Some(p)) => {
+        match (step_words(&s.step), s.period) {
+            (st, Some(p)) if !st.is_empty() => {
                 o += &format!(
                     "    steps: {} of {p} calls (period of the calls): {st}
 ",
@@ -816,6 +880,32 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
     }
 
     #[test]
+    fn a_step_is_fields_and_numbers_not_a_sentence() {
+        // 4 steps of 2 all-reduces (21504 bf16) and one all-gather (61440 bf16)
+        let line = |op: &str, count: u64| {
+            format!("vm:7:7 [0] NCCL INFO {op}: opCount 0 sendbuff 0x1 recvbuff 0x1 count {count} datatype 9 op 0 root 0 comm 0xa [nranks=2] stream 0x1\n")
+        };
+        let step = line("AllReduce", 21504) + &line("AllReduce", 21504) + &line("AllGather", 61440);
+        let r = report(vec!["x.log".into()], &[parse_text(&step.repeat(4))]);
+        let s = &r.sequences[0];
+        assert_eq!((s.period, s.steps), (Some(3), 4));
+        let v = serde_json::to_value(s).unwrap();
+        assert_eq!(
+            v["step"],
+            serde_json::json!([
+                // bf16: 2 bytes an element
+                {"op": "all_reduce", "calls": 2, "elements": 21504, "dtype": "bf16", "bytes": 43008},
+                {"op": "all_gather", "calls": 1, "elements": 61440, "dtype": "bf16", "bytes": 122880}
+            ])
+        );
+        assert_eq!(
+            v["ops"],
+            serde_json::json!([{"op": "all_reduce", "calls": 8}, {"op": "all_gather", "calls": 4}])
+        );
+        assert!(render(&r).contains("2 all_reduce 21504 bf16 + 1 all_gather 61440 bf16"));
+    }
+
+    #[test]
     fn junk_and_half_lines_never_make_a_process() {
         // One process (vm, pid 485) of three whole calls, among: a half-line cut after
         // `sendbuff 0x7f9` followed by a whole call (joining them would read a host
@@ -833,7 +923,10 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
         let p = parse_text(&text);
         let procs: std::collections::BTreeSet<(String, u32)> =
             p.calls.iter().map(|c| (c.host.clone(), c.pid)).collect();
-        assert_eq!(procs.into_iter().collect::<Vec<_>>(), [("vm".to_string(), 485)]);
+        assert_eq!(
+            procs.into_iter().collect::<Vec<_>>(),
+            [("vm".to_string(), 485)]
+        );
         // opCount 0, 2 and 4 read; the half-line (line 2) and the glued line (line 4) named
         let counts: Vec<u64> = p.calls.iter().map(|c| c.op_count).collect();
         assert_eq!(counts, [0, 2, 4]);
@@ -873,7 +966,7 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
         assert!(r
             .sequences
             .iter()
-            .all(|s| s.nranks == 16 && s.ops == "1 all_gather"));
+            .all(|s| s.nranks == 16 && ops_words(&s.ops) == "1 all_gather"));
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod cli_trace;
 mod common;
 mod figures;
 mod golden_report;
+mod json_numbers;
 mod layering;
 mod model_validation;
 mod plan_configs;
