@@ -147,6 +147,30 @@ fn plain_serde_message(m: &str) -> String {
     out
 }
 
+/// The text of a file the user gave as `what` ("model config", "results file"). A refusal is
+/// one line that names the file, says what it is and what to give instead (`give`): a file
+/// that cannot be read, an empty one, a gzip-compressed one, one that is not UTF-8 text.
+pub(crate) fn read_text(path: &Path, what: &str, give: &str) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        crate::error::usage(format!("cannot read {what} '{}': {e}", path.display()))
+    })?;
+    let p = path.display();
+    if bytes.is_empty() {
+        crate::usage_bail!("{what} '{p}' is empty (0 bytes): give {give}");
+    }
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        crate::usage_bail!(
+            "{what} '{p}' is gzip-compressed: decompress it (gunzip) and give {give}"
+        );
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        crate::error::usage(format!(
+            "{what} '{p}' is not text (byte {} is not UTF-8: a binary or compressed file?): give {give}",
+            e.utf8_error().valid_up_to() + 1
+        ))
+    })
+}
+
 /// Whether the first bytes of a file (decompressed) open a JSON document rather than a log,
 /// decided by content, not by the first byte alone: one detector for every reader that takes
 /// either (traces and NCCL logs in `trace`, `explain --nccl-log`). A document opens with `{`,

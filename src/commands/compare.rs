@@ -52,17 +52,15 @@ pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
     for f in &a.files {
         entries.extend(load(f)?);
     }
-    // One record with one run has nothing to be compared with (one record with eager and graph
-    // runs is compared with itself: eager - graph).
-    if let [only] = entries.as_slice() {
-        let launches: std::collections::BTreeSet<bool> =
-            only.result.runs.iter().map(|r| r.graph).collect();
-        if launches.len() < 2 {
-            crate::usage_bail!(
-                "'{}' holds one verify record with one launch mode: nothing to compare it with; give a second results file (another run's --export-json, or scripts/torch_baseline.py's output), or a record with eager and graph runs (verify --graph both)",
-                only.file
-            );
-        }
+    // One file has nothing to be compared with: its table would be the base alone (every
+    // ratio 1). Its eager and graph runs stand side by side in its own report. With
+    // --schedule, one file is checked against the schedule: that check is the answer.
+    if let ([only], None) = (a.files.as_slice(), &a.schedule) {
+        crate::usage_bail!(
+            "'{}' is the only results file: compare sets each file against the first, so one file gives a table of the base alone; give a second results file (another run's --export-json, or scripts/torch_baseline.py's output); one record's eager and graph runs are side by side in `verifybench report {}`",
+            only.display(),
+            only.display()
+        );
     }
     let schedule_note = match &a.schedule {
         Some(p) => Some(against_schedule_file(&entries, p, a.force)?),
@@ -126,8 +124,11 @@ fn nccl_tests(
             )));
         }
         seen.push((f.as_path(), id));
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;
+        let text = crate::util::read_text(
+            f,
+            "--nccl-tests file",
+            "the text output of nccl-tests (all_reduce_perf and the like)",
+        )?;
         let run =
             parse(&text).map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;
         let graph = run.graph_launches > 0;

@@ -160,8 +160,11 @@ fn output_name(a: &FitRequest) -> String {
 /// One `--nccl-tests` file: its name and its tables (the runs left out noted).
 fn nccl_tests_tables(f: &std::path::Path) -> anyhow::Result<(String, Vec<ntfit::Table>)> {
     let name = f.display().to_string();
-    let text = std::fs::read_to_string(f)
-        .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
+    let text = crate::util::read_text(
+        f,
+        "--nccl-tests file",
+        "the text output of nccl-tests (all_reduce_perf and the like)",
+    )?;
     let runs = crate::nccl_tests::parse_runs(&text)
         .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
     let (t, skipped) = ntfit::tables_of(&name, &runs);

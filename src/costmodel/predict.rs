@@ -254,7 +254,7 @@ pub(crate) fn choose(
     }
     best.ok_or_else(|| {
         usage(format!(
-            "--algo allows no algorithm NCCL has for {} (all-gather, reduce-scatter, broadcast and all-to-all run Ring only)",
+            "--algo (or NCCL_ALGO) allows no algorithm NCCL has for {} (all-gather, reduce-scatter, broadcast and all-to-all run Ring only)",
             op.name()
         ))
     })

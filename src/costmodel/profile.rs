@@ -682,12 +682,11 @@ impl ProfileBody {
 /// wrote before profiles carried the record envelope (committed profiles, hand-written ones:
 /// `schema_version`, `kind` and the body's fields side by side).
 pub fn load(path: &Path) -> anyhow::Result<Profile> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        usage(format!(
-            "cannot read profile file '{}': {e}",
-            path.display()
-        ))
-    })?;
+    let text = crate::util::read_text(
+        path,
+        "profile file",
+        "a cost-model profile (`verifybench model fit -o FILE`)",
+    )?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         usage(format!(
             "profile file '{}' is not JSON: {e}",

@@ -135,10 +135,11 @@ pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, 
         let records = crate::record::read_records(p)?;
         let (times, skipped) = times_of(p, &records);
         if times.is_empty() {
+            // what the file is, not "only 1 record" (which reads as if more would do)
             let kinds = if skipped.is_empty() {
-                "no records".to_string()
+                "no record".to_string()
             } else {
-                format!("only {}", counted_kinds(&skipped))
+                format!("{} and no verify record", counted_kinds(&skipped))
             };
             return Err(usage(format!(
                 "results file '{}' holds {kinds}; breakeven reads verify records (kind \"verify\", from `verifybench verify`)",

@@ -39,7 +39,7 @@ fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
 /// A log that is not UTF-8, refused where its accept length is wanted.
 fn not_utf8(path: &Path) -> anyhow::Error {
     usage(format!(
-        "--accept-from-log '{}': cannot read: stream did not contain valid UTF-8",
+        "--accept-from-log '{}' is not text (not UTF-8: a binary or compressed file?): give the log a vLLM or SGLang server wrote (its `SpecDecoding metrics:` or decode lines)",
         path.display()
     ))
 }

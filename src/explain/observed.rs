@@ -56,12 +56,19 @@ impl FromStr for Observed {
         let (c, time) = t
             .split_once(['x', 'X', '*'])
             .ok_or_else(|| format!("'{s}' is not COUNTxTIME: {example}"))?;
-        let count: u64 = c
-            .parse()
-            .map_err(|_| format!("'{s}': the count '{c}' is not a whole number: {example}"))?;
+        // `1e9` or 123456789012345678901 is a whole number, too large: say so, not "not whole"
+        let count: u64 = match (c.parse::<u64>(), c.parse::<f64>()) {
+            (Ok(n), _) => n,
+            (Err(_), Ok(f)) if f.is_finite() && f.fract() == 0.0 && f >= 1.0 => u64::MAX,
+            _ => {
+                return Err(format!(
+                    "'{s}': the count '{c}' is not a whole number: {example}"
+                ))
+            }
+        };
         if !(1..=MAX_COUNT).contains(&count) {
             return Err(format!(
-                "'{s}': the count {count} is outside 1..={MAX_COUNT} collectives per verify"
+                "'{s}': the count {c} is outside 1..={MAX_COUNT} collectives per verify"
             ));
         }
         let lower = time.to_ascii_lowercase();
@@ -117,6 +124,8 @@ mod tests {
             ("122", "not COUNTxTIME"),
             ("x0.2ms", "not a whole number"),
             ("1.5x0.2ms", "not a whole number"),
+            ("1e9x1ms", "the count 1e9 is outside 1..="),
+            ("99999999999999999999999x1ms", "is outside 1..="),
             ("0x0.2ms", "outside 1..="),
             ("122x0.2", "has no unit"),
             ("122xfastms", "not a number"),

@@ -93,12 +93,11 @@ impl ScheduleFile {
 
     /// Reads a schedule file; every problem is a usage error (exit 2) naming the file.
     pub fn load(path: &Path) -> anyhow::Result<ScheduleFile> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            usage(format!(
-                "schedule file '{}': cannot read: {e}",
-                path.display()
-            ))
-        })?;
+        let text = crate::util::read_text(
+            path,
+            "schedule file",
+            "a schedule (`verifybench plan --format json`, `trace --export-schedule`)",
+        )?;
         let f: ScheduleFile = serde_json::from_str(&text).map_err(|e| {
             usage(format!(
                 "schedule file '{}' is {}; give the JSON of `plan --format json` or `trace --export-schedule`",

@@ -47,9 +47,9 @@ pub(crate) fn read_record_lines(
     what: &str,
     mut each: impl FnMut(usize, Record) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("cannot read {what} '{}': {e}", path.display())))?;
+    let text = crate::util::read_text(path, what, "the results file a sweep wrote (--results)")?;
     let mut warnings = vec![];
+    let mut torn = None;
     let mut records = 0;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -67,10 +67,12 @@ pub(crate) fn read_record_lines(
             }
             Err(e) => {
                 warnings.push(format!(
-                    "'{}' line {}: incomplete line ignored (a write cut short?): {e}",
+                    "'{}' line {} is truncated and was ignored (a write cut short): {}",
                     path.display(),
-                    i + 1
+                    i + 1,
+                    crate::util::json_problem(&e)
                 ));
+                torn.get_or_insert(i + 1);
                 continue;
             }
         };
@@ -94,9 +96,9 @@ pub(crate) fn read_record_lines(
         each(i, rec)?;
         records += 1;
     }
-    if records == 0 && !warnings.is_empty() {
+    if let (0, Some(line)) = (records, torn) {
         return Err(usage(format!(
-            "{what} '{}' holds no complete record: not a results file of verifybench",
+            "{what} '{}' is truncated: line {line} ends early and no line before it is a whole record; give the results file a sweep wrote (--results), or start afresh without --resume",
             path.display()
         )));
     }
@@ -276,21 +278,43 @@ pub(crate) fn other_of(
     )))
 }
 
+/// What a JSON document given as a results file is when it is none of this tool's records but
+/// a file the user has at hand: a model's config.json (`--model-config`), a schedule
+/// (`--schedule`).
+pub(crate) fn foreign(v: &serde_json::Value) -> Option<&'static str> {
+    let has = |k: &str| v.get(k).is_some();
+    if has("schema_version") {
+        return None;
+    }
+    if has("num_hidden_layers") || has("text_config") || has("model_type") {
+        return Some("a model's config.json (give it to --model-config)");
+    }
+    if has("ops") && (has("phase") || has("schedule")) {
+        return Some("a schedule (give it to --schedule)");
+    }
+    None
+}
+
 /// Reads records from a file holding one JSON record, a JSON array of records, or JSON lines.
 /// Refuses other schema versions with a message naming the file.
 pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        usage(format!(
-            "cannot read results file '{}': {e}",
-            path.display()
-        ))
-    })?;
+    let text = crate::util::read_text(
+        path,
+        "results file",
+        "the --export-json of collective, verify or sweep",
+    )?;
     records_of_text(path, &text)
 }
 
 /// [`read_records`] of a file's text already read (`path` names it in messages).
 pub(crate) fn records_of_text(path: &Path, text: &str) -> anyhow::Result<Vec<Record>> {
     let whole = serde_json::from_str::<serde_json::Value>(text).ok();
+    if let Some(what) = whole.as_ref().and_then(foreign) {
+        return Err(usage(format!(
+            "'{}' is {what}, not a results file: give the --export-json of collective, verify or sweep",
+            path.display()
+        )));
+    }
     if let Some(k) = whole
         .as_ref()
         .and_then(legacy_kind)

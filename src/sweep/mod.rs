@@ -199,10 +199,11 @@ pub fn one_rank_proof(e: &Effective, confirmed: &[String]) -> String {
 
 /// What to try instead when NCCL refused a point.
 pub fn hint(p: &Point, reason: &str, warnings: &[String]) -> Option<String> {
-    let no_algo = warnings
-        .iter()
-        .any(|w| w.contains("no algorithm/protocol available"))
-        || reason.contains("no algorithm/protocol available");
+    // NCCL's own words, and the cost model's (a `--backend model` sweep refuses the same point)
+    let says_no_algo = |s: &str| {
+        s.contains("no algorithm/protocol available") || s.contains("allows no algorithm")
+    };
+    let no_algo = warnings.iter().any(|w| says_no_algo(w)) || says_no_algo(reason);
     let global_tree = p
         .get("NCCL_ALGO")
         .is_some_and(|v| !v.contains(':') && v.to_ascii_lowercase().contains("tree"));

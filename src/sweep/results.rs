@@ -147,6 +147,12 @@ pub fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
     // the JSON lines of a sweep; say what it is instead of where its lines fail to parse.
     if let Ok(text) = std::fs::read_to_string(path) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            if let Some(what) = crate::record::io::foreign(&v) {
+                return Err(usage(format!(
+                    "'{}' is {what}, not a sweep's results file (JSON lines of sweep points written by `verifybench sweep --results`)",
+                    path.display()
+                )));
+            }
             if text.trim_end().lines().count() > 1 || v.is_array() {
                 return Err(usage(format!(
                     "'{}' is {}, not a sweep's results file (JSON lines of sweep points written by `verifybench sweep --results`)",

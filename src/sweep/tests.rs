@@ -415,7 +415,7 @@ fn resume_file_of_another_workload_is_refused_and_torn_lines_skipped() {
         .unwrap();
     let (done, warnings) = results::load(&path).unwrap();
     assert_eq!(done.len(), 2);
-    assert!(warnings[0].contains("incomplete line"));
+    assert!(warnings[0].contains("is truncated and was ignored"));
     // Appending after a torn line starts a new line.
     let mut file = ResultsFile::open(&path).unwrap();
     let sp = &done[0];
@@ -687,4 +687,30 @@ fn a_point_whose_worker_mapped_another_library_is_refused() {
     assert!(
         rank::library_block(&run.finished).contains(&format!("REFUSED {}: {want}", bad.point_id))
     );
+}
+
+#[test]
+fn a_global_tree_refused_by_the_cost_model_gets_the_per_function_hint() {
+    // what `sweep --backend model -L NCCL_ALGO=Tree` records for the point: the cost model's
+    // refusal of the all-gather, with no NCCL log
+    let p = matrix::Point {
+        id: "p01-ALGO-Tree".into(),
+        overrides: vec![("NCCL_ALGO".into(), "Tree".into())],
+    };
+    let prof = crate::costmodel::profile::builtin("pcie-gen5").unwrap();
+    let force = crate::costmodel::Force::parse(None, Some("Tree")).unwrap();
+    let reason =
+        crate::costmodel::predict::choose(&prof, model::CollectiveKind::AllGather, 8192, 8, &force)
+            .unwrap_err()
+            .to_string();
+    let h = hint(&p, &reason, &[]).expect("a hint");
+    assert!(h.contains("NCCL_ALGO=ring;allreduce:tree"), "{h}");
+    // the per-function form itself is not told to use the per-function form
+    let p = matrix::Point {
+        id: "p02".into(),
+        overrides: vec![("NCCL_ALGO".into(), "ring;allreduce:tree".into())],
+    };
+    assert!(!hint(&p, &reason, &[])
+        .unwrap()
+        .contains("NCCL_ALGO=ring;allreduce:tree"));
 }

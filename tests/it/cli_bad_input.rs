@@ -215,13 +215,24 @@ fn compare_refuses_one_file_the_same_file_twice_and_two_runs_of_one_mode() {
         &[],
         &["compare", "eager.json"],
         &[
-            "holds one verify record with one launch mode",
+            "'eager.json' is the only results file",
             "give a second results file",
         ],
     );
-    // one record with eager and graph runs is compared with itself (eager - graph)
+    // one record with eager and graph runs too: its table would be the base alone (each mode
+    // against itself); its two modes are in its own report
+    exit2(
+        d,
+        &[],
+        &["compare", "v.json"],
+        &[
+            "a table of the base alone",
+            "give a second results file",
+            "verifybench report v.json",
+        ],
+    );
     vb().current_dir(dir.path())
-        .args(["compare", "v.json"])
+        .args(["compare", "v.json", "eager.json"])
         .assert()
         .success();
     exit2(
@@ -361,4 +372,419 @@ fn exported_files_follow_the_umask() {
         assert_ne!(mode & 0o044, 0, "group/other may read it: {mode:o}");
     }
     let _ = common::listing(dir.path());
+}
+
+#[test]
+fn config_fields_beyond_any_real_model_are_refused_not_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Some(dir.path());
+    let base = || {
+        serde_json::json!({"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 1024,
+            "vocab_size": 8000, "num_attention_heads": 8, "intermediate_size": 2048})
+    };
+    for (key, value, says) in [
+        // 10^12 layers used to ask for 10^12 bytes and abort (SIGABRT)
+        (
+            "num_hidden_layers",
+            serde_json::json!(1_000_000_000_000u64),
+            "at most 1024",
+        ),
+        (
+            "num_hidden_layers",
+            serde_json::json!(100_000),
+            "at most 1024",
+        ),
+        (
+            "hidden_size",
+            serde_json::json!(1u64 << 40),
+            "at most 131072",
+        ),
+    ] {
+        let mut c = base();
+        c[key] = value;
+        std::fs::write(dir.path().join("config.json"), c.to_string()).unwrap();
+        exit2(
+            d,
+            &[],
+            &["plan", "--model-config", "config.json"],
+            &[
+                "model config 'config.json'",
+                key,
+                says,
+                "more than a real model has",
+            ],
+        );
+    }
+}
+
+#[test]
+fn files_of_the_wrong_kind_are_named_as_what_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Some(dir.path());
+    verify_export(dir.path(), "v.json");
+    vb().current_dir(dir.path())
+        .args(["plan", "--format", "json", "--tp", "2"])
+        .output()
+        .map(|o| std::fs::write(dir.path().join("plan.json"), o.stdout).unwrap())
+        .unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 1024, "vocab_size": 8000, "num_attention_heads": 8, "intermediate_size": 2048}"#,
+    )
+    .unwrap();
+    // a results record and a plan given as a config
+    exit2(
+        d,
+        &[],
+        &["plan", "--model-config", "v.json"],
+        &["'v.json'", "'verify'", "not a model's config.json"],
+    );
+    exit2(
+        d,
+        &[],
+        &["plan", "--model-config", "plan.json"],
+        &["'plan.json'", "a schedule", "--schedule"],
+    );
+    // a config given as a result, to compare, report and sweep --resume
+    for args in [
+        &["compare", "config.json", "v.json"][..],
+        &["report", "config.json", "-o", "out"][..],
+    ] {
+        exit2(
+            d,
+            &[],
+            args,
+            &["'config.json' is a model's config.json", "--model-config"],
+        );
+    }
+    exit2(
+        d,
+        &[],
+        &[
+            "sweep",
+            "--backend",
+            "model",
+            "--gpus",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            "config.json",
+        ],
+        &[
+            "'config.json' is a model's config.json",
+            "not a sweep's results file",
+        ],
+    );
+    // not text at all, empty, compressed
+    std::fs::write(dir.path().join("bin.json"), [0xff, 0xfe, 0x00, 0x41]).unwrap();
+    exit2(
+        d,
+        &[],
+        &["plan", "--model-config", "bin.json"],
+        &[
+            "model config 'bin.json' is not text",
+            "give the model's Hugging Face config.json",
+        ],
+    );
+    exit2(
+        d,
+        &[],
+        &["report", "bin.json", "-o", "out"],
+        &["'bin.json' is not text", "give the --export-json"],
+    );
+    std::fs::write(dir.path().join("empty.json"), "").unwrap();
+    exit2(
+        d,
+        &[],
+        &["compare", "empty.json", "v.json"],
+        &["'empty.json' is empty (0 bytes)", "give the --export-json"],
+    );
+}
+
+#[test]
+fn truncated_and_empty_traces_and_resume_files_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Some(dir.path());
+    // a 0-byte file named .gz is empty, not "no NCCL line"
+    std::fs::write(dir.path().join("t.json.gz"), "").unwrap();
+    exit2(
+        d,
+        &[],
+        &["trace", "t.json.gz"],
+        &["'t.json.gz' is empty (0 bytes)", "profiler trace"],
+    );
+    // a gzip cut short: the public HTA trace's first 20,000 compressed bytes
+    let whole = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/traces/hta/df_index_resolver.json.gz"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("cut.json.gz"), &whole[..20_000]).unwrap();
+    let err = exit2(
+        d,
+        &[],
+        &["trace", "cut.json.gz"],
+        &["'cut.json.gz'", "truncated gzip file"],
+    );
+    assert!(
+        !err.contains("incomplete deflate stream:") || err.contains("truncated"),
+        "{err}"
+    );
+    // a sweep's results file cut mid-line, its only line
+    std::fs::write(dir.path().join("r.jsonl"), "{\"schema_version\": 1, \"sou").unwrap();
+    exit2(
+        d,
+        &[],
+        &[
+            "sweep",
+            "--backend",
+            "model",
+            "--gpus",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            "r.jsonl",
+        ],
+        &["'r.jsonl' is truncated", "line 1 ends early"],
+    );
+}
+
+#[test]
+fn explain_takes_a_trace_given_as_an_nccl_log_for_what_it_is() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/traces/kimi-tp1-world1-eager-rank-0.trace.json.gz");
+    let dir = tempfile::tempdir().unwrap();
+    // decompressed, as a user would give it
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(&trace).unwrap()),
+        &mut text,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("t.json"), text).unwrap();
+    exit2(
+        Some(dir.path()),
+        &[],
+        &["explain", "--nccl-log", "t.json", "--verify-ms", "20"],
+        &[
+            "--nccl-log 't.json' is a JSON document",
+            "give traces to --trace",
+        ],
+    );
+}
+
+#[test]
+fn observed_counts_too_large_are_called_too_large() {
+    exit2(
+        None,
+        &[],
+        &["explain", "--observed", "1e9x1ms", "--verify-ms", "20"],
+        &["the count 1e9 is outside 1..="],
+    );
+}
+
+#[test]
+fn a_global_tree_point_of_a_model_sweep_points_to_the_per_function_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = vb()
+        .current_dir(dir.path())
+        .args([
+            "sweep",
+            "--backend",
+            "model",
+            "--gpus",
+            "8",
+            "-L",
+            "NCCL_ALGO=Tree",
+            "--format",
+            "json",
+        ])
+        .args(["--results", "r.jsonl"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("NCCL_ALGO=ring;allreduce:tree"), "{text}");
+}
+
+#[test]
+fn a_link_beside_a_profile_is_said_to_be_unused() {
+    // --profile replaces the whole link model; a --link beside it is named as unused (not
+    // dropped silently, not refused: a sweep hands both to every point)
+    // the profile fitted on the H200 pair, committed with its results
+    let prof =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("results/h200x2/model-profile-h200x2.json");
+    let out = vb()
+        .args([
+            "verify",
+            "--backend",
+            "model",
+            "--gpus",
+            "2",
+            "-n",
+            "3",
+            "-w",
+            "1",
+        ])
+        .args(["--link", "nvlink-h100", "--profile"])
+        .arg(&prof)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // the notes head the table on stdout
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            &format!("# note: --link nvlink-h100 is not used: --profile {} sets every parameter of the model", prof.display())
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_results_file_without_a_verify_record_is_named_by_what_it_holds() {
+    // one collective record: "holds 1 'collective' record and no verify record", not "only 1
+    // record" (as if a second would do)
+    let dir = tempfile::tempdir().unwrap();
+    vb().current_dir(dir.path())
+        .args([
+            "collective",
+            "--backend",
+            "model",
+            "--gpus",
+            "2",
+            "-b",
+            "8K",
+            "-e",
+            "8K",
+        ])
+        .args(["-q", "--export-json", "c.json"])
+        .assert()
+        .success();
+    let err = exit2(
+        Some(dir.path()),
+        &[],
+        &[
+            "breakeven",
+            "--from",
+            "c.json",
+            "--decode-ms",
+            "20",
+            "--draft-ms",
+            "2",
+            "--draft-steps",
+            "3",
+            "--accept-length",
+            "2",
+        ],
+        &[
+            "'c.json' holds 1 'collective' record and no verify record",
+            "from `verifybench verify`",
+        ],
+    );
+    assert!(!err.contains("only"), "{err}");
+}
+
+#[test]
+fn binary_files_are_called_not_text_by_every_reader() {
+    // bytes that are not UTF-8, given where text is read: each reader names the file, says it
+    // is not text and what to give (never "stream did not contain valid UTF-8")
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bin.txt"),
+        [0x4e, 0x43, 0xff, 0xfe, 0x00, 0x80],
+    )
+    .unwrap();
+    for (args, give) in [
+        (
+            &[
+                "model",
+                "validate",
+                "--link-gbps",
+                "63",
+                "--nccl-tests",
+                "bin.txt",
+            ][..],
+            "the text output of nccl-tests",
+        ),
+        (
+            &["verify", "--backend", "model", "--schedule", "bin.txt"][..],
+            "a schedule",
+        ),
+        (&["plan", "--model-config", "bin.txt"][..], "config.json"),
+        (
+            &[
+                "collective",
+                "--backend",
+                "model",
+                "--gpus",
+                "2",
+                "--profile",
+                "bin.txt",
+            ][..],
+            "model fit",
+        ),
+    ] {
+        let err = exit2(
+            Some(dir.path()),
+            &[],
+            args,
+            &["'bin.txt' is not text", give],
+        );
+        assert!(!err.contains("valid UTF-8"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_coll_log_with_junk_and_half_lines_keeps_its_two_processes() {
+    // the public torchtitan#1369 log (7 calls of 2 processes, hopper01:191369 and :191370)
+    // with a line of junk before it, its 2nd line also written cut after `sendbuff 0x7f9`, and
+    // its 4th line glued to junk (`99hopper01:...`): still 2 processes; the half-line and the
+    // glued line are counted and named (file lines 3 and 6), never joined into a process id;
+    // 7 - 1 glued = 6 calls read
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/nccl-coll-public/pytorch-torchtitan-issue1369_tp2.log"),
+    )
+    .unwrap();
+    let mut out = vec!["garbage ### not a log line".to_string()];
+    for (i, l) in text.lines().enumerate() {
+        if i == 1 {
+            let cut = l.find("sendbuff").unwrap() + "sendbuff 0x7f9".len();
+            out.push(l[..cut].to_string());
+        }
+        out.push(if i == 3 {
+            format!("99{l}")
+        } else {
+            l.to_string()
+        });
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("junk.log"), out.join("\n") + "\n").unwrap();
+    let o = vb()
+        .current_dir(dir.path())
+        .args(["trace", "--format", "json", "junk.log"])
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
+    let d = &v["result"]["data"];
+    let procs: Vec<String> = d["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| format!("{}:{}", s["host"].as_str().unwrap(), s["pid"]))
+        .collect();
+    assert_eq!(procs, ["hopper01:191369", "hopper01:191370"]);
+    assert_eq!(d["calls"], 6);
+    assert_eq!(d["unreadable_lines"], 2);
+    let lines: Vec<u64> = d["unreadable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [3, 6]);
 }

@@ -257,8 +257,11 @@ fn modeled_rows_show_dashes_where_nothing_was_measured_or_checked() {
     ])
     .assert()
     .success();
+    // a second file: one file alone is refused (a table of the base only)
+    let w = dir.path().join("w.json");
+    std::fs::copy(&v, &w).unwrap();
     let out = vb()
-        .args(["compare", v.to_str().unwrap()])
+        .args(["compare", v.to_str().unwrap(), w.to_str().unwrap()])
         .assert()
         .success();
     let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();

@@ -122,7 +122,7 @@ fn bad_input_is_one_line_and_exit_2() {
     std::fs::write(&bad, "{ this is not json").unwrap();
     fails_with(
         &["plan", "--model-config", bad.to_str().unwrap()],
-        "not valid JSON",
+        "is not JSON",
     );
     let mut v: serde_json::Value = serde_json::from_str(&kimi_config_json()).unwrap();
     v["text_config"]

@@ -24,12 +24,15 @@ impl LoadedFile {
     /// schema version is refused; a record of a kind this version does not know is kept aside;
     /// an empty file, `[]` and the old envelope-less files are kept to be named in the report.
     pub fn read(path: &Path) -> anyhow::Result<LoadedFile> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            crate::error::usage(format!(
-                "cannot read results file '{}': {e}",
-                path.display()
-            ))
-        })?;
+        // an empty file is named in the report; one that is not text is refused
+        let text = match std::fs::metadata(path) {
+            Ok(m) if m.len() == 0 => String::new(),
+            _ => crate::util::read_text(
+                path,
+                "results file",
+                "the --export-json of collective, verify or sweep",
+            )?,
+        };
         let mut f = LoadedFile {
             path: path.to_path_buf(),
             records: vec![],

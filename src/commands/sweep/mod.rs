@@ -435,6 +435,18 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     let verify_records: Vec<Record> = all.iter().filter_map(|p| p.verify.clone()).collect();
     if json {
         crate::output::print_document(&crate::report::export::to_json(&verify_records)?)?;
+        // stdout holds the records of the points that ran; why the others failed, and what
+        // to try instead, go to stderr as the text output says them
+        for p in all.iter().filter(|p| !p.ok()) {
+            eprintln!(
+                "{}: FAILED: {}",
+                p.point_id,
+                p.reason.as_deref().unwrap_or("?")
+            );
+            if let Some(h) = &p.hint {
+                eprintln!("HINT ({}): {h}", p.point_id);
+            }
+        }
     } else {
         println!();
         print!("{text}");
