@@ -137,6 +137,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     }
     let schedule = workload.schedule(ranks as u64)?;
     let pricing = pricing::price(&schedule, ranks, &req.model)?;
+    notes.extend(pricing.held.iter().cloned());
     let nsched = pricing.per_collective_us.len();
     let schedule_words = format!(
         "{} {}, TP={}, {} tokens: {} collectives ({})",

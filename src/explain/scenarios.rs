@@ -252,8 +252,12 @@ pub(crate) fn scenarios(
             let cut1 = x * (1.0 - r1);
             let dcut1 = f.calib.map_or(0.0, |cal| cal.decode_oneshot_cut_us());
             let how = |base: &str| {
+                let held = p
+                    .oneshot_held
+                    .as_ref()
+                    .map_or(String::new(), |h| format!("; {h}"));
                 format!(
-                    "{base} with the transfer x {r1:.3}: the all-reduces by the one-shot P2P kernel, the all-gather on NCCL (modeled, {})",
+                    "{base} with the transfer x {r1:.3}: the all-reduces by the one-shot P2P kernel, the all-gather on NCCL (modeled, {}{held})",
                     p.profile
                 )
             };

@@ -157,6 +157,37 @@ fn a_cut_table_is_warned_about_and_its_fit_prices_outside_its_range_saying_so() 
         "{out}"
     );
     assert!(!price("64").contains("outside the fitted range"));
+    // `explain` with that profile recommends nothing from what the fit held: a fit on one
+    // nccl-tests table at one rank count pins down Ring/LL and Ring/Simple only, so the best
+    // NCCL setting is chosen among those two and the other four pairs are named as left out;
+    // the one-shot rows say their P2P terms are the base's; the verify's sizes (43008 B and the
+    // logits all-gather, 163840 vocab x 3 tokens x 2 B = 983040 B in all) lie outside 8-128 B;
+    // the rows carry the fit's leave-one-out error as their range.
+    let o = common::vb()
+        .args(["explain", "--observed", "122x0.2ms", "--verify-ms", "30"])
+        .args([
+            "--decode-ms",
+            "12.2",
+            "--accept-length",
+            "2.5",
+            "--gpus",
+            "8",
+        ])
+        .arg("--profile")
+        .arg(&prof)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    for want in [
+        "best NCCL setting: chosen among the settings profile 'cut' fitted; not considered, their parameters held at pcie-gen5's values: Tree/LL, Ring/LL128, Tree/LL128, Tree/Simple",
+        &format!("outside the fitted range: profile 'cut' was fitted on sizes 8-128 B; at {verify}, 983040 B it extrapolates"),
+        "one-shot rows: modeled from parameters profile 'cut' held at pcie-gen5's values, not fitted: p2p.signal_us, p2p.read_gbps",
+    ] {
+        assert!(out.contains(want), "{want}\n{out}");
+    }
+    assert!(!out.contains("NCCL_ALGO='allreduce:Tree'"), "{out}");
+    assert!(!out.contains("error: not known for this profile"), "{out}");
 }
 
 #[test]
