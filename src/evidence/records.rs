@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{short_name, Labelled, Origin, Source};
+use super::{short_name, Labelled, Origin};
 use crate::error::usage;
 use crate::model::Phase;
 use crate::record::{Body, Mode, Record, VerifyResult, VerifyRun};
@@ -73,19 +73,20 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
         // One rule for every command that reads records (breakeven, report, explain): a
         // forward's part is a lower bound of the forward, shown as such, never as its time.
         let origin = match run.mode {
-            Mode::Comm | Mode::Compute => Origin::lower_bound(
-                r.source == Source::Modeled,
-                file.clone(),
-                detail + &format!("; {}", missing_part(run.mode)),
-            ),
+            Mode::Comm | Mode::Compute => Origin {
+                bound: true,
+                ..Origin::read(
+                    r.source,
+                    file.clone(),
+                    detail + "; " + missing_part(run.mode),
+                )
+            },
             Mode::Full => Origin::read(r.source, file.clone(), detail),
         };
+        let value = run.per_verify.median_us / 1000.0;
         times.push(RecordTime {
             phase: w.phase,
-            ms: Labelled {
-                value: run.per_verify.median_us / 1000.0,
-                origin,
-            },
+            ms: Labelled { value, origin },
             tokens: w.tokens,
             mode: run.mode,
         });
