@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::usage;
-use crate::evidence::records::{missing_part, phase_word, RecordTime};
-use crate::evidence::{short_name, Labelled, Origin, Source};
+use crate::evidence::records::{phase_word, run_origin, RecordTime};
+use crate::evidence::{short_name, Labelled, Source};
 use crate::model::Phase;
 use crate::record::Mode;
 
@@ -65,21 +65,13 @@ pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>
         // A trace's step is the whole forward as the server ran it, collectives and compute,
         // unless the trace holds no compute kernel at all (a collectives-only replay or
         // stand-in): then it is a lower bound, as a collectives-only record is.
-        let whole = Origin::read(Source::Measured, files.join(", "), detail.clone());
-        let (mode, origin) = if s.compute_us.max <= 0.0 {
-            let detail = format!(
-                "{detail}; no compute kernel in the trace, {}",
-                missing_part(Mode::Comm)
-            );
-            let bound = Origin {
-                bound: true,
-                detail,
-                ..whole
-            };
-            (Mode::Comm, bound)
+        let mode = if s.compute_us.max <= 0.0 {
+            Mode::Comm
         } else {
-            (Mode::Full, whole)
+            Mode::Full
         };
+        let why = "no compute kernel in the trace, ";
+        let origin = run_origin(Source::Measured, files.join(", "), detail, mode, why);
         let value = s.step_us.median / 1000.0;
         let ms = Labelled { value, origin };
         out.push(RecordTime {
