@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use regex::Regex;
-use serde::Serialize;
 
 use crate::error::usage;
 pub use provenance::{Labelled, Origin, Source};
@@ -29,6 +28,11 @@ pub fn short_name(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
+/// A file's bytes; one that cannot be read is a usage error naming the flag.
+fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| usage(format!("{flag} '{}': cannot read: {e}", path.display())))
+}
+
 /// The number that `pattern`'s first group captures in `line` (the pattern compiled once, in
 /// `cell`).
 fn captured(cell: &'static OnceLock<Regex>, pattern: &str, line: &str) -> Option<f64> {
@@ -37,10 +41,9 @@ fn captured(cell: &'static OnceLock<Regex>, pattern: &str, line: &str) -> Option
 }
 
 /// One NCCL log as text (INIT, GRAPH, ENV or COLL lines).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NcclLogText {
     pub name: String,
-    #[serde(skip)]
     pub text: String,
 }
 
@@ -49,10 +52,7 @@ pub fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogText>> {
     paths
         .iter()
         .map(|p| {
-            let bytes = std::fs::read(p).map_err(|e| {
-                usage(format!("--nccl-log '{}': cannot read: {e}", p.display()))
-            })?;
-            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let text = String::from_utf8_lossy(&read(p, "--nccl-log")?).into_owned();
             if !text.contains("NCCL") {
                 crate::usage_bail!(
                     "--nccl-log '{}': no NCCL line in it; give a log written with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV)",

@@ -5,14 +5,12 @@
 
 use std::path::Path;
 
-use serde::Serialize;
-
-use super::{sglang, short_name, vllm, Labelled, Origin, Source};
+use super::{read, sglang, short_name, vllm, Labelled, Origin, Source};
 use crate::error::usage;
 use crate::model::Engine;
 
 /// What the server log says.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerLog {
     pub file: String,
     pub engine: Option<Engine>,
@@ -30,10 +28,6 @@ pub struct ServerLog {
     /// `#running-req: 1`, vLLM's `Avg generation throughput` of lines with `Running: 1 reqs`.
     pub batch1_tokens_per_s: Option<(f64, usize)>,
     pub notes: Vec<String>,
-}
-
-fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| usage(format!("{flag} '{}': cannot read: {e}", path.display())))
 }
 
 /// A log that is not UTF-8, refused where its accept length is wanted.
@@ -72,14 +66,11 @@ fn accept_length(
                 .map(|k| format!(", {k} draft positions"))
                 .unwrap_or_default()
         );
-        let origin = Origin::read(Source::Measured, file, detail);
-        return Ok((
-            Labelled {
-                value: v.mean_accept_len,
-                origin,
-            },
-            vec![],
-        ));
+        let (value, origin) = (
+            v.mean_accept_len,
+            Origin::read(Source::Measured, file, detail),
+        );
+        return Ok((Labelled { value, origin }, vec![]));
     }
     let log = sglang().ok_or_else(|| {
         usage(format!(
@@ -99,14 +90,11 @@ fn accept_length(
         "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
         log.lines, log.spread.min, log.spread.max
     );
-    let origin = Origin::read(Source::Measured, file, detail);
-    Ok((
-        Labelled {
-            value: log.mean_accept_len,
-            origin,
-        },
-        notes,
-    ))
+    let (value, origin) = (
+        log.mean_accept_len,
+        Origin::read(Source::Measured, file, detail),
+    );
+    Ok((Labelled { value, origin }, notes))
 }
 
 /// Reads the server log of `--server-log`.

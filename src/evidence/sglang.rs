@@ -13,7 +13,6 @@
 use std::sync::OnceLock;
 
 use regex::Regex;
-use serde::Serialize;
 
 use super::captured;
 use crate::measure::attribution::Spread;
@@ -22,7 +21,7 @@ use crate::measure::attribution::Spread;
 pub(crate) const DECODE_LINE: &str = "Decode batch.";
 
 /// What SGLang's decode log says about acceptance.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AcceptLog {
     /// Mean over the lines with speculative decoding of `accept len`.
     pub mean_accept_len: f64,

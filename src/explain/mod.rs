@@ -115,10 +115,11 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         );
     }
     // Draft steps k and tokens k + 1.
-    let rates = match &req.cycle.acceptance {
-        Some(Acceptance::Rates(r)) | Some(Acceptance::DraftFractions(r)) => Some(r.len() as u64),
-        _ => None,
-    };
+    let rates = req
+        .cycle
+        .acceptance
+        .as_ref()
+        .and_then(Acceptance::positions);
     let k = match (req.cycle.draft_steps, rates, req.tokens_given) {
         (Some(k), _, _) => k,
         (None, Some(n), _) => n,
@@ -365,39 +366,30 @@ fn resolve_cycle(
     {
         notes.push("the acceptance flag wins over the server log's accept length".into());
     }
-    if flags.decode_ms.is_none() {
+    let decode_given = flags.decode_ms.is_some();
+    if !decode_given {
         notes.push(
             "no --decode-ms: no baseline without speculation, so no tokens/s (give one plain decode step, ms)"
                 .into(),
         );
-        // Validate what was given all the same.
-        let probe = Flags {
-            decode_ms: Some(1.0),
-            ..flags.clone()
-        };
-        let i = crate::speculative::inputs::resolve(&probe, &[], false)?;
-        return Ok(Cycle {
-            decode_ms: None,
-            baseline_tokens_per_s: None,
-            accept_length: i.accept_length,
-            draft_ms: i.draft_ms,
-            draft_steps: i.draft_steps,
-            overhead_ms: i.overhead_ms,
-        });
     }
+    // Without --decode-ms what was given is validated all the same, with a stand-in decode time.
+    let flags = Flags {
+        decode_ms: flags.decode_ms.or(Some(1.0)),
+        ..flags
+    };
     let i = crate::speculative::inputs::resolve(&flags, &[], false)?;
-    if i.accept_length.is_none() {
-        notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
+    if decode_given {
+        if i.accept_length.is_none() {
+            notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
+        }
+        let free_drafts = i.notes.iter().filter(|n| n.starts_with("no --draft-ms"));
+        notes.extend(free_drafts.cloned());
     }
-    notes.extend(
-        i.notes
-            .iter()
-            .filter(|n| n.starts_with("no --draft-ms"))
-            .cloned(),
-    );
     Ok(Cycle {
-        baseline_tokens_per_s: Some(crate::speculative::baseline_tokens_per_s(i.decode_ms.value)),
-        decode_ms: Some(i.decode_ms),
+        baseline_tokens_per_s: decode_given
+            .then(|| crate::speculative::baseline_tokens_per_s(i.decode_ms.value)),
+        decode_ms: decode_given.then_some(i.decode_ms),
         accept_length: i.accept_length,
         draft_ms: i.draft_ms,
         draft_steps: i.draft_steps,

@@ -6,8 +6,10 @@ use std::fmt::Write;
 use super::{Explanation, Part, Scenario};
 use crate::trace::analysis::ms;
 
-fn share(p: &Part, whole: Option<f64>) -> String {
-    match whole {
+/// A part's share of the verify (the first line, when it is a whole).
+fn share(p: &Part, e: &Explanation) -> String {
+    let whole = e.as_ran.first().filter(|p| p.depth == 0);
+    match whole.map(|p| p.figure.us) {
         Some(w) if w > 0.0 => format!("{:.0}%", 100.0 * p.figure.us / w),
         _ => "-".into(),
     }
@@ -77,11 +79,6 @@ pub fn text(e: &Explanation) -> String {
     for ev in &e.evidence {
         let _ = writeln!(s, "# evidence: {ev}");
     }
-    let whole = e
-        .as_ran
-        .first()
-        .filter(|p| p.depth == 0)
-        .map(|p| p.figure.us);
     let _ = writeln!(s, "\nThe verify as it ran");
     let _ = writeln!(
         s,
@@ -95,7 +92,7 @@ pub fn text(e: &Explanation) -> String {
             "  {:<22} {:>10} {:>6}  {:<9} {}",
             name,
             ms(p.figure.us),
-            share(p, whole),
+            share(p, e),
             p.figure.source.label(),
             p.figure.how
         );
@@ -198,11 +195,6 @@ pub fn markdown(e: &Explanation) -> String {
     for ev in &e.evidence {
         let _ = writeln!(s, "- evidence: {}", md_escape(ev));
     }
-    let whole = e
-        .as_ran
-        .first()
-        .filter(|p| p.depth == 0)
-        .map(|p| p.figure.us);
     let _ = writeln!(s, "\n### The verify as it ran\n\n| part | time | share | source | how |\n|---|---:|---:|---|---|");
     for p in &e.as_ran {
         let _ = writeln!(
@@ -211,7 +203,7 @@ pub fn markdown(e: &Explanation) -> String {
             "&nbsp;&nbsp;".repeat(p.depth as usize),
             p.name,
             ms(p.figure.us),
-            share(p, whole),
+            share(p, e),
             p.figure.source.label(),
             md_escape(&p.figure.how)
         );
