@@ -5,6 +5,7 @@
 //! `trace` builds on this layer (the traps table beside its analysis), and `speculative`,
 //! `explain`, `report` and the commands take their inputs from here.
 
+pub mod checks;
 pub mod nccl;
 pub mod provenance;
 pub mod records;

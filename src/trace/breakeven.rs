@@ -87,6 +87,15 @@ pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>
         let name = format!("{}={}", t.phase.name(), t.path.display());
         let a = super::analyse(&super::TraceRequest::new(vec![t.path.clone()]))
             .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
+        // A training job's step is no forward of a server: refused, not priced as one.
+        let p = t.phase.name();
+        crate::evidence::checks::serving_step(
+            &super::against::traced_step(&a),
+            &format!("--from-trace {p}="),
+            &format!(
+                "the trace of the serving engine's {p} steps, or the {p} step's time (--{p}-ms)"
+            ),
+        )?;
         let st = step_time(&a).map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
         let files: Vec<String> = st.files.iter().map(|f| short_name(Path::new(f))).collect();
         let detail = format!(
