@@ -121,9 +121,10 @@ pub const GIVE_VERIFY: &str = "the traces of the serving engine's verify steps (
 
 /// Refuses a traced step that is no forward of a serving engine: one whose kernels say that
 /// it trained (backward, optimizer). `flag` names the input as the message names it
-/// (`--trace` or `--from-trace verify=`), `instead` what to give instead. Runs before anything else is read from the
-/// trace, so that no figure of another job is priced.
-pub fn serving_step(t: &TracedStep, flag: &str, instead: &str) -> anyhow::Result<()> {
+/// (`--trace` or `--from-trace verify=`), `step` the forward it was given as (`verify`,
+/// `decode`, `draft`), `instead` what to give instead. Runs before anything else is read from
+/// the trace, so that no figure of another job is priced.
+pub fn serving_step(t: &TracedStep, flag: &str, step: &str, instead: &str) -> anyhow::Result<()> {
     let Some(kernel) = &t.training else {
         return Ok(());
     };
@@ -140,7 +141,7 @@ pub fn serving_step(t: &TracedStep, flag: &str, instead: &str) -> anyhow::Result
     // `--trace DIR`, `--from-trace verify=DIR`
     let sep = if flag.ends_with('=') { "" } else { " " };
     crate::usage_bail!(
-        "{flag}{sep}{}: a training trace, not a verify: {colls}{world} and backward or optimizer kernels (`{shown}`), where a verify is one forward pass of the served model. Give {instead}",
+        "{flag}{sep}{}: a training trace, not a {step}: {colls}{world} and backward or optimizer kernels (`{shown}`), where a {step} step is one forward pass of the served model. Give {instead}",
         t.name
     );
 }
@@ -417,10 +418,10 @@ mod tests {
             group("send_recv", 5, None),
             group("all_reduce", 3, None),
         ]);
-        assert!(serving_step(&t, "--trace", GIVE_VERIFY).is_ok());
+        assert!(serving_step(&t, "--trace", "verify", GIVE_VERIFY).is_ok());
         t.training = Some("MulBackward0".into());
         t.world_size = Some(8);
-        let e = serving_step(&t, "--trace", GIVE_VERIFY).unwrap_err();
+        let e = serving_step(&t, "--trace", "verify", GIVE_VERIFY).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         let m = e.to_string();
         // 5 + 3 = 8 collectives, the larger kind first
@@ -435,11 +436,11 @@ mod tests {
         // a training trace without collectives is still one
         let mut t = step(vec![]);
         t.training = Some("adam_kernel".into());
-        let m = serving_step(&t, "--from-trace verify=", "--verify-ms")
+        let m = serving_step(&t, "--from-trace decode=", "decode", "--decode-ms")
             .unwrap_err()
             .to_string();
         assert!(
-            m.starts_with("--from-trace verify=t: a training trace"),
+            m.starts_with("--from-trace decode=t: a training trace, not a decode:"),
             "{m}"
         );
         assert!(m.contains("no collective and backward"), "{m}");

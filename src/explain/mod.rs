@@ -89,7 +89,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     // A trace of another kind of job (training) is refused before anything is read from it.
     let traced = g.trace.as_ref().map(crate::trace::against::traced_step);
     if let Some(t) = &traced {
-        checks::serving_step(t, "--trace", checks::GIVE_VERIFY)?;
+        checks::serving_step(t, "--trace", "verify", checks::GIVE_VERIFY)?;
     }
     // Ranks: the trace's world, else --gpus, else --tp, else 8.
     let trace_world = g.trace.as_ref().and_then(|a| {

@@ -92,6 +92,7 @@ pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>
         crate::evidence::checks::serving_step(
             &super::against::traced_step(&a),
             &format!("--from-trace {p}="),
+            p,
             &format!(
                 "the trace of the serving engine's {p} steps, or the {p} step's time (--{p}-ms)"
             ),
