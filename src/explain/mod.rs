@@ -37,6 +37,7 @@ pub mod scenarios;
 use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
+use crate::evidence::checks;
 use crate::evidence::Source;
 pub use crate::model::Engine;
 use crate::speculative::inputs::{Acceptance, Flags};
@@ -85,6 +86,11 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     req.cycle.check_given()?;
     let mut notes = vec![];
     let mut evidence = vec![];
+    // A trace of another kind of job (training) is refused before anything is read from it.
+    let traced = g.trace.as_ref().map(crate::trace::against::traced_step);
+    if let Some(t) = &traced {
+        checks::serving_step(t, "--trace", "verify", checks::GIVE_VERIFY)?;
+    }
     // Ranks: the trace's world, else --gpus, else --tp, else 8.
     let trace_world = g.trace.as_ref().and_then(|a| {
         a.world_size
@@ -137,6 +143,10 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         ));
     }
     let schedule = workload.schedule(ranks as u64)?;
+    // Evidence of another workload is refused before anything is priced from it.
+    if let Some(t) = &traced {
+        notes.extend(checks::trace_against_schedule(t, &schedule, ranks)?);
+    }
     let pricing = pricing::price(&schedule, ranks, &req.model)?;
     notes.extend(pricing.held.iter().cloned());
     let nsched = pricing.per_collective_us.len();
@@ -209,14 +219,33 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     };
     if let Some(l) = &g.server_log {
         evidence.push(format!(
-            "server log: {} ({})",
+            "server log: {} ({}{}{})",
             l.file,
-            l.engine.map_or("engine unknown", |e| e.label())
+            l.engine.map_or("engine unknown", |e| e.label()),
+            l.model
+                .as_ref()
+                .map(|m| format!(", model {m}"))
+                .unwrap_or_default(),
+            l.launch
+                .as_ref()
+                .map(|x| format!(", the verify ran {}", x.mode.words()))
+                .unwrap_or_default()
         ));
-        notes.extend(l.notes.iter().cloned());
+        let names = [req.workload.model.as_str(), schedule.model.as_str()];
+        notes.extend(l.model.as_ref().and_then(|m| {
+            checks::server_model_against(&l.file, m, &names, req.workload.model_config.as_deref())
+        }));
     }
     for l in &g.nccl_logs {
-        evidence.push(format!("NCCL log: {}", l.name));
+        let m = crate::evidence::nccl::machine(l);
+        evidence.push(format!("NCCL log: {} ({})", l.name, m.words()));
+        notes.extend(checks::nccl_log_against(
+            &l.name,
+            &m,
+            ranks,
+            &pricing.link_kind,
+            &pricing.profile,
+        ));
     }
     if let Some(s) = g.sweep.as_ref().filter(|s| s.tp as usize != ranks) {
         notes.push(format!(
@@ -271,9 +300,36 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     {
         scenarios.insert(scenarios.len().min(1), row);
     }
+    // The server log's word on the verify's launch, where no trace measured it: the row of the
+    // verify as it ran says it, the answer quotes it; a graphed verify gains nothing from the
+    // graph rows.
+    let launch = g
+        .server_log
+        .as_ref()
+        .and_then(|l| Some((l, l.launch.as_ref()?)));
+    let mut launch_sentence = None;
+    if let (Some((l, x)), None) = (launch, &g.trace) {
+        if let Some(row) = scenarios
+            .first_mut()
+            .filter(|r| r.name.starts_with("as it ran"))
+        {
+            row.name = x.row_name();
+            row.verify
+                .how
+                .push_str(&format!("; ran {} ({})", x.mode.words(), l.file));
+        }
+        if x.mode == crate::evidence::LaunchMode::Graph {
+            notes.push(format!(
+                "{}: `{}`: {}; the CUDA-graph rows price a graph over an eager verify, which this one was not",
+                l.file, x.line, x.meaning
+            ));
+        } else {
+            launch_sentence = Some(x.sentence(&l.file));
+        }
+    }
     let engine = req.engine.or(g.server_log.as_ref().and_then(|l| l.engine));
     let engines_gate = ranks > 2 && pricing.link_kind != "nvlink";
-    let summary = scenarios::summary(
+    let mut summary = scenarios::summary(
         &base,
         &scenarios,
         &cycle,
@@ -281,6 +337,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         g.trace.is_some(),
         engines_gate,
     );
+    summary.splice(0..0, launch_sentence);
     let next = advice::next_steps(
         req,
         &workload,

@@ -47,6 +47,16 @@ pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>
         let name = format!("{}={}", t.phase.name(), t.path.display());
         let a = super::analyse(&super::TraceRequest::new(vec![t.path.clone()]))
             .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
+        // A training job's step is no forward of a server: refused, not priced as one.
+        let p = t.phase.name();
+        crate::evidence::checks::serving_step(
+            &super::against::traced_step(&a),
+            &format!("--from-trace {p}="),
+            p,
+            &format!(
+                "the trace of the serving engine's {p} steps, or the {p} step's time (--{p}-ms)"
+            ),
+        )?;
         let Some(s) = a.step.as_ref() else {
             crate::usage_bail!(
                 "--from-trace {name}: {}: no complete step found, so no step time",

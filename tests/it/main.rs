@@ -9,6 +9,7 @@ mod cli_breakeven_evidence;
 mod cli_compare;
 mod cli_examples;
 mod cli_explain;
+mod cli_explain_evidence;
 mod cli_files;
 mod cli_flags;
 mod cli_hostgaps;
