@@ -273,3 +273,57 @@ pub(crate) fn from_verify_only(
         graph_modeled_whole: true,
     }
 }
+
+/// No verify given, only the decode step: the model's verify of the workload from a CUDA
+/// graph, priced whole; the rows hold it to the given decode (the per-forward time the model
+/// does not see added, never below the floor), so it is a prediction, not a split.
+pub(crate) fn predicted(p: &Pricing, parts: &mut Vec<Part>) -> Base {
+    let n = p.per_collective_us.len() as f64;
+    let compute = p.compute_us.unwrap_or(0.0);
+    let graph = p.transfer_us + compute + n * p.launch_graph_us;
+    let how = format!(
+        "modeled transfer + compute + {:.1} us of graph node gap per collective",
+        p.launch_graph_us
+    );
+    parts.push(Part {
+        name: "verify step".into(),
+        depth: 0,
+        figure: fig(
+            graph,
+            Source::Modeled,
+            format!("not given: the model's verify from a CUDA graph ({how}); predicted below, held to the given decode"),
+        ),
+    });
+    let transfer = fig(
+        p.transfer_us,
+        Source::Modeled,
+        format!(
+            "the schedule's {n} collectives, {} ({})",
+            p.choice, p.profile
+        ),
+    );
+    parts.push(Part {
+        name: "transfer".into(),
+        depth: 1,
+        figure: transfer.clone(),
+    });
+    if p.compute_us.is_some() {
+        parts.push(Part {
+            name: "compute".into(),
+            depth: 1,
+            figure: fig(
+                compute,
+                Source::Modeled,
+                "the weight shards streamed at the profile's HBM bandwidth",
+            ),
+        });
+    }
+    Base {
+        verify: None,
+        transfer,
+        waiting: None,
+        graph: Some(fig(graph, Source::Modeled, how)),
+        already_graph: false,
+        graph_modeled_whole: true,
+    }
+}

@@ -75,9 +75,10 @@ pub struct Explanation {
 
 /// Validates the request and explains the evidence.
 pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation> {
-    if g.trace.is_none() && req.observed.is_none() && req.verify_ms.is_none() {
+    let predict = g.trace.is_none() && req.observed.is_none() && req.verify_ms.is_none();
+    if predict && req.cycle.decode_ms.is_none() {
         crate::usage_bail!(
-            "nothing to explain: give the server's traces (--trace DIR, one trace per rank), what the profiler shows inside the collectives of one verify (--observed 122x0.2ms), or the verify time (--verify-ms 30)"
+            "nothing to explain: give the server's traces (--trace DIR, one trace per rank), what the profiler shows inside the collectives of one verify (--observed 122x0.2ms), the verify time (--verify-ms 30), or the plain decode step alone (--decode-ms 12.2) to have the verify predicted"
         );
     }
     if let Some(v) = req.verify_ms {
@@ -209,13 +210,15 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         )?;
         fit_result = f;
         b
-    } else {
-        let v = req.verify_ms.expect("checked above");
+    } else if let Some(v) = req.verify_ms {
         evidence.push(format!(
             "--verify-ms {} (given)",
             crate::util::fmt_number(v)
         ));
         as_ran::from_verify_only(v * 1000.0, &pricing, &mut as_ran, &mut notes)
+    } else {
+        evidence.push("no verify given: predicted from the decode step (--decode-ms)".into());
+        as_ran::predicted(&pricing, &mut as_ran)
     };
     if let Some(l) = &g.server_log {
         evidence.push(format!(

@@ -68,6 +68,19 @@ fn cycle_words(e: &Explanation) -> String {
     v.join(", ")
 }
 
+/// The first section's title: the verify as it ran, or as the model prices it where no verify
+/// was given (the rows then predict it).
+fn as_ran_title(e: &Explanation) -> &'static str {
+    if e.scenarios
+        .first()
+        .is_some_and(|sc| sc.name == super::scenarios::PREDICTED)
+    {
+        "The verify as the model prices it (not given)"
+    } else {
+        "The verify as it ran"
+    }
+}
+
 /// The text table.
 pub fn text(e: &Explanation) -> String {
     let mut s = String::new();
@@ -79,7 +92,7 @@ pub fn text(e: &Explanation) -> String {
     for ev in &e.evidence {
         let _ = writeln!(s, "# evidence: {ev}");
     }
-    let _ = writeln!(s, "\nThe verify as it ran");
+    let _ = writeln!(s, "\n{}", as_ran_title(e));
     let _ = writeln!(
         s,
         "  {:<22} {:>10} {:>6}  {:<9} how",
@@ -195,7 +208,11 @@ pub fn markdown(e: &Explanation) -> String {
     for ev in &e.evidence {
         let _ = writeln!(s, "- evidence: {}", md_escape(ev));
     }
-    let _ = writeln!(s, "\n### The verify as it ran\n\n| part | time | share | source | how |\n|---|---:|---:|---|---|");
+    let _ = writeln!(
+        s,
+        "\n### {}\n\n| part | time | share | source | how |\n|---|---:|---:|---|---|",
+        as_ran_title(e)
+    );
     for p in &e.as_ran {
         let _ = writeln!(
             s,

@@ -35,6 +35,7 @@ mod golden_report;
 mod layering;
 mod model_validation;
 mod plan_configs;
+mod published_runs;
 mod rendezvous;
 mod schedule_hashes;
 mod trace_export_ops;
