@@ -2,9 +2,10 @@
 //! tensor-parallel model over NCCL, measures it, and turns it into a break-even.
 //!
 //! Data flows top to bottom. `cli` (with `main.rs`, the only code that names clap) parses flags
-//! into a plain request of [`request`] (or of the module that runs it: `sweep::command`,
-//! `compare`, `costmodel::ModelSettings`) and makes one call; [`commands`] turns a verify or
-//! collective request into a record through one [`backend`] (NCCL, the cost model, or a mock);
+//! into a plain request of [`request`] (or of the command that runs it, `commands::<name>`, or
+//! `costmodel::ModelSettings`) and makes one call into [`commands`], the one home of every
+//! command (a verify or collective request becomes a record through one [`backend`]: NCCL,
+//! the cost model, or a mock);
 //! `model` turns a model into a schedule; `launch` starts ranks; `comm` (the only module that
 //! touches cudarc) runs collectives; `measure` times them; `sweep`, `costmodel`, `speculative`,
 //! `compare` and `report` (renderers only) build on those; [`record`] (the result records and
@@ -18,6 +19,7 @@ pub mod commands;
 pub mod compare;
 pub mod costmodel;
 pub mod error;
+pub mod evidence;
 pub mod explain;
 pub mod impls;
 pub mod inspect;

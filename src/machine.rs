@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::comm;
+/// What the platform does to peer traffic (`env`'s P2P section).
+pub use crate::comm::p2p::sysfs::Platform as P2pPlatform;
 use crate::launch::{run::run_job, Job, LaunchSpec};
 use crate::record::{kinds, GpuInfo, Provenance, Record, Source, WorkerInfo};
 use crate::request::GpuSpec;
@@ -69,6 +71,12 @@ pub struct EnvReport {
     pub gpus: Vec<GpuInfo>,
     /// peer[i][j]: GPU i can access GPU j's memory directly.
     pub peer_access: Vec<Vec<bool>>,
+    /// What the platform does to peer traffic, read from sysfs: the IOMMU, each GPU's ports
+    /// and their ACS controls, each pair's PCIe path and NCCL's P2P verdict on it.
+    pub p2p_platform: Option<P2pPlatform>,
+    /// The P2P access checks of this boot (from the cache; `env` probes nothing): "from -> to:
+    /// outcome" by PCI bus id.
+    pub p2p_access: Vec<String>,
     pub nccl_version: Option<String>,
     pub nccl_library: Option<String>,
     pub nvrtc_available: bool,
@@ -79,11 +87,85 @@ pub struct EnvReport {
     pub nvrtc_found: Vec<String>,
     /// The floors this binary checks at start, one line each.
     pub requirements: Vec<String>,
+    /// Every NCCL library the search knows on this machine, in search order, the one this run
+    /// loads (or would load) marked.
+    pub nccl_found: Vec<NcclFound>,
     /// NCCL_* variables of this process.
     pub nccl_env: BTreeMap<String, String>,
     /// What each worker process (started like a real run's workers) saw.
     pub workers: Vec<WorkerInfo>,
     pub problems: Vec<String>,
+}
+
+/// One NCCL library file on this machine.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NcclFound {
+    /// The file, links resolved.
+    pub path: String,
+    /// The version its name (or its pip wheel) tells.
+    pub version: Option<String>,
+    /// Where the version comes from, or that the name does not tell it.
+    pub version_from: String,
+    /// Where the search found it (`the loader's default`, `LD_LIBRARY_PATH`, `system`, ...).
+    pub how: String,
+    /// The one this run loads: the one loaded, else `--nccl-lib`'s, else the first found.
+    pub chosen: bool,
+}
+
+impl NcclFound {
+    /// `2.28.3`, `2.28.9 (from the wheel nvidia-nccl-cu13 2.28.9)`, or why it is not known.
+    pub fn version_text(&self) -> String {
+        match &self.version {
+            Some(v) if self.version_from == crate::inspect::ncclmaps::FROM_NAME => v.clone(),
+            Some(v) => format!("{v} ({})", self.version_from),
+            None => self.version_from.clone(),
+        }
+    }
+}
+
+/// Marks the chosen library among `found` (in search order): `loaded` (what this process
+/// mapped), else `explicit` (`--nccl-lib`, added when the search did not find it), else the
+/// first, which is what the search takes.
+fn mark_nccl(
+    found: Vec<comm::libs::Found>,
+    explicit: Option<std::path::PathBuf>,
+    loaded: Option<&str>,
+) -> Vec<NcclFound> {
+    let mut list: Vec<(std::path::PathBuf, String)> =
+        found.into_iter().map(|f| (f.path, f.how)).collect();
+    let want = loaded.map(std::path::PathBuf::from).or(explicit.clone());
+    if let Some(e) = &explicit {
+        if !list.iter().any(|(p, _)| p == e) {
+            list.insert(0, (e.clone(), "--nccl-lib".into()));
+        }
+    }
+    let chosen = want
+        .as_ref()
+        .and_then(|w| list.iter().position(|(p, _)| p == w))
+        .or((!list.is_empty() && loaded.is_none()).then_some(0));
+    list.into_iter()
+        .enumerate()
+        .map(|(i, (path, how))| {
+            let (version, version_from) = crate::inspect::ncclmaps::version_of_file(&path);
+            NcclFound {
+                path: path.display().to_string(),
+                version,
+                version_from,
+                how,
+                chosen: Some(i) == chosen,
+            }
+        })
+        .collect()
+}
+
+/// Every NCCL the search finds, the chosen one marked (see [`mark_nccl`]).
+fn nccl_found(gpu: &GpuSpec, loaded: Option<&str>) -> Vec<NcclFound> {
+    let explicit = gpu
+        .nccl_lib
+        .as_deref()
+        .and_then(|p| comm::libs::find_nccl(Some(p)).ok().flatten())
+        .map(|f| std::fs::canonicalize(&f.path).unwrap_or(f.path));
+    mark_nccl(comm::libs::nccl_candidates(), explicit, loaded)
 }
 
 /// Looks at this machine: devices, peer access, libraries, and (with 2+ GPUs) what workers
@@ -96,6 +178,8 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
         cuda_driver_api: None,
         gpus: vec![],
         peer_access: vec![],
+        p2p_platform: None,
+        p2p_access: vec![],
         nccl_version: None,
         nccl_library: None,
         nvrtc_available: false,
@@ -103,6 +187,7 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
         nvrtc_choice: None,
         nvrtc_found: vec![],
         requirements: requirement_lines(),
+        nccl_found: vec![],
         nccl_env: crate::util::nccl_env(),
         workers: vec![],
         problems: vec![],
@@ -122,6 +207,7 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
     if n == 0 {
         r.problems
             .push("no CUDA driver or no GPU: only the cost model (--backend model of verify, collective and sweep) can run here".into());
+        r.nccl_found = nccl_found(gpu, None);
         return Ok(r);
     }
     if let Err(e) = comm::libs::prepare(gpu.nccl_lib.as_deref()) {
@@ -141,8 +227,29 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
                 .collect()
         })
         .collect();
+    let buses: Vec<String> = r.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+    let (disable, level) = (
+        std::env::var("NCCL_P2P_DISABLE").ok(),
+        std::env::var("NCCL_P2P_LEVEL").ok(),
+    );
+    r.p2p_platform = Some(comm::p2p::sysfs::platform(
+        std::path::Path::new("/"),
+        &buses,
+        disable.as_deref(),
+        level.as_deref(),
+    ));
+    let cache = comm::p2p::access::AccessCache::here();
+    r.p2p_access = cache
+        .entries()
+        .into_iter()
+        .map(|(a, b, p)| {
+            let what = p.describe(comm::p2p::access::PROBE_BOUND_MS);
+            format!("{a} -> {b}: {}", if what.is_empty() { "ok" } else { &what })
+        })
+        .collect();
     r.nccl_version = comm::nccl::version();
     r.nccl_library = comm::libs::loaded_path("libnccl");
+    r.nccl_found = nccl_found(gpu, r.nccl_library.as_deref());
     let sel = comm::libs::nvrtc_selection();
     r.nvrtc_choice = Some(sel.why.clone());
     r.nvrtc_found = sel
@@ -194,4 +301,57 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
         }
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::libs::Found;
+
+    #[test]
+    fn the_chosen_nccl_is_the_loaded_one_else_the_explicit_one_else_the_first() {
+        let d = tempfile::tempdir().unwrap();
+        let sys = d.path().join("libnccl.so.2.28.3");
+        let wheel = d.path().join("site/nvidia/nccl/lib/libnccl.so.2");
+        std::fs::create_dir_all(wheel.parent().unwrap()).unwrap();
+        std::fs::write(&sys, b"x").unwrap();
+        std::fs::write(&wheel, b"x").unwrap();
+        let found = || {
+            vec![
+                Found {
+                    path: sys.clone(),
+                    how: "the loader's default, system".into(),
+                },
+                Found {
+                    path: wheel.clone(),
+                    how: "Python site-packages".into(),
+                },
+            ]
+        };
+        let chosen = |l: &[NcclFound]| -> Vec<bool> { l.iter().map(|f| f.chosen).collect() };
+        let l = mark_nccl(found(), None, None);
+        assert_eq!(chosen(&l), [true, false]);
+        assert_eq!(l[0].version.as_deref(), Some("2.28.3"));
+        assert_eq!(l[0].version_text(), "2.28.3");
+        assert_eq!(l[1].version_text(), "version unknown from the name");
+        let w = wheel.display().to_string();
+        assert_eq!(chosen(&mark_nccl(found(), None, Some(&w))), [false, true]);
+        assert_eq!(
+            chosen(&mark_nccl(found(), Some(wheel.clone()), None)),
+            [false, true]
+        );
+        // a loaded library the search does not know: none of the found is marked
+        assert_eq!(
+            chosen(&mark_nccl(found(), None, Some("/elsewhere/libnccl.so.2"))),
+            [false, false]
+        );
+        // --nccl-lib outside the search's folders: listed first, marked
+        let other = d.path().join("patched/libnccl.so.2.29.1");
+        let l = mark_nccl(found(), Some(other.clone()), None);
+        assert_eq!(chosen(&l), [true, false, false]);
+        assert_eq!(
+            (l[0].how.as_str(), l[0].version.as_deref()),
+            ("--nccl-lib", Some("2.29.1"))
+        );
+    }
 }

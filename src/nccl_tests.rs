@@ -49,6 +49,15 @@ pub struct NcclTestsRun {
     pub binary: Option<String>,
     /// GPU names of the `#  Rank N ...` lines, one per rank listed.
     pub devices: Vec<String>,
+    /// `minBytes`, `maxBytes` and `step: F(factor)` of the header: the sweep asked for (`-b`,
+    /// `-e`, `-f`); the step is `None` for a fixed increment (`-i`).
+    pub min_bytes: Option<u64>,
+    pub max_bytes: Option<u64>,
+    pub step_factor: Option<u64>,
+    /// The transports of NCCL's own log lines within the run (`NCCL_DEBUG=INFO`: `... NCCL INFO
+    /// Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM` gives `P2P/CUMEM`), each once: nccl-tests'
+    /// header does not name the transport.
+    pub transports: Vec<String>,
     pub rows: Vec<NcclTestsRow>,
 }
 
@@ -93,6 +102,14 @@ fn rank_device(h: &str) -> Option<String> {
     Some(after.trim().to_string())
 }
 
+/// The transport of an NCCL log line (`... NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC`).
+fn transport_named(line: &str) -> Option<&str> {
+    if !line.contains("NCCL INFO") {
+        return None;
+    }
+    line.split_once(" via ")?.1.split_whitespace().next()
+}
+
 /// Parses nccl-tests' text output into its runs, one per `# nThread` header, in order. Lines
 /// that are neither a header, a rank line nor a size row (the footer, NCCL's own log lines,
 /// notes around a pasted table) are skipped; a row with the wrong number of columns is an
@@ -122,6 +139,17 @@ pub(crate) fn parse_runs(text: &str) -> Result<Vec<NcclTestsRun>, String> {
                         .transpose()?,
                     binary: binary.clone(),
                     devices: vec![],
+                    min_bytes: header_value(h2, "minBytes")
+                        .map(|v| num(v, "minBytes", n))
+                        .transpose()?,
+                    max_bytes: header_value(h2, "maxBytes")
+                        .map(|v| num(v, "maxBytes", n))
+                        .transpose()?,
+                    step_factor: header_value(h2, "step:")
+                        .and_then(|v| v.strip_suffix("(factor)"))
+                        .map(|v| num(v, "step", n))
+                        .transpose()?,
+                    transports: vec![],
                     rows: vec![],
                 });
             } else if let Some(d) = rank_device(h2) {
@@ -130,6 +158,12 @@ pub(crate) fn parse_runs(text: &str) -> Result<Vec<NcclTestsRun>, String> {
                 }
             } else if let Some(b) = binary_named(h2) {
                 binary = Some(b);
+            }
+            continue;
+        }
+        if let (Some(tr), Some(run)) = (transport_named(t), runs.last_mut()) {
+            if !run.transports.iter().any(|x| x == tr) {
+                run.transports.push(tr.to_string());
             }
             continue;
         }
@@ -247,5 +281,31 @@ mod tests {
         let bins: Vec<_> = runs.iter().map(|r| r.binary.clone().unwrap()).collect();
         assert_eq!(bins, ["all_reduce_perf", "all_gather_perf"]);
         assert_eq!((runs[0].rows.len(), runs[1].rows.len()), (28, 28));
+    }
+
+    #[test]
+    fn reads_the_sweep_asked_for_and_the_transports_of_nccl_log_lines() {
+        let s01 = include_str!("../tests/data/public-nccl/S01_aikitoria_8x5090_p2p.txt");
+        let r = &parse_runs(s01).unwrap()[0];
+        // `minBytes 8 maxBytes 134217728 step: 2(factor)`, no NCCL log lines.
+        assert_eq!(
+            (r.min_bytes, r.max_bytes, r.step_factor),
+            (Some(8), Some(134_217_728), Some(2))
+        );
+        assert!(r.transports.is_empty());
+        // A fixed increment (-i) has no factor; NCCL_DEBUG=INFO lines give their transports,
+        // each once.
+        let text = "# nThread 1 nGpus 2 minBytes 1024 maxBytes 4096 step: 1024(bytes) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n\
+            h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n\
+            h:1:1 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM\n\
+            h:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct\n\
+            1024 256 float sum -1 10.0 0.10 0.10 0 10.0 0.10 0.10 0\n";
+        let r = &parse_runs(text).unwrap()[0];
+        assert_eq!(
+            (r.min_bytes, r.max_bytes, r.step_factor),
+            (Some(1024), Some(4096), None)
+        );
+        assert_eq!(r.transports, ["P2P/CUMEM", "SHM/direct/direct"]);
+        assert_eq!(r.rows.len(), 1);
     }
 }

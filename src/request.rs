@@ -6,8 +6,8 @@
 //! below can take it: [`ResolvedWorkload`] (the workload's files read once) and [`VerifyJob`]
 //! (made once by [`crate::backend::verify_job`]). The cost-model settings live with the model
 //! ([`crate::costmodel::ModelSettings`]), the export files with the renderers
-//! ([`crate::report::Exports`]), a worker rank's own request with the launcher
-//! ([`crate::launch::worker::RankRequest`]).
+//! ([`crate::report::Exports`]); the requests of the other commands with the command
+//! (`commands::<name>`).
 
 use std::path::PathBuf;
 
@@ -742,8 +742,11 @@ pub struct WorkerRequest {
     pub workload: Workload,
     /// Where rank 0 serves the NCCL id (else from MASTER_ADDR/MASTER_PORT).
     pub rendezvous: Option<Endpoint>,
-    /// Seconds a rank waits for the others to join the rendezvous.
-    pub rendezvous_timeout: f64,
+    /// Seconds a rank waits for the others to join the rendezvous; `None`: `timeout`.
+    pub rendezvous_timeout: Option<f64>,
+    /// `--rendezvous-token-file`: the file holding the run's secret (else
+    /// `VERIFYBENCH_RENDEZVOUS_TOKEN`, read by the worker; neither: an open rendezvous).
+    pub rendezvous_token_file: Option<PathBuf>,
     /// `--cpu-affinity` of this rank.
     pub cpu_affinity: CpuAffinity,
     pub rank: Option<usize>,
@@ -755,7 +758,7 @@ pub struct WorkerRequest {
     /// Launch the streaming (compute) kernels with programmatic dependent launch.
     pub pdl: bool,
     pub repeat: Repeat,
-    /// Seconds without progress after which this rank gives up and exits.
+    /// Seconds without progress after which this rank aborts its communicator and exits.
     pub timeout: f64,
     pub nccl_lib: Option<PathBuf>,
     pub export: Exports,

@@ -5,17 +5,21 @@
 
 use super::Backend;
 use crate::impls;
+use crate::measure::pattern;
+use crate::model::Schedule;
 use crate::request::{BackendKind, ResolvedWorkload, VerifyJob, VerifyRequest};
 
-/// Resolves `r` once, in the order users have always seen the errors: the export files and
-/// GPU flags, the run flags, the workload's files (`--tp` against a schedule file, the modes
-/// against what it holds), then the backend `pick` returns, then what that backend needs
-/// ([`place`]).
+/// Resolves `r` once, in the order users have always seen the errors: the export files, the
+/// ranges of the workload flags (`--tp`, `--tokens`) and the GPU flags, the run flags, the
+/// workload's files (`--tp` against a schedule file, the modes against what it holds), then
+/// the backend `pick` returns, then what that backend needs ([`place`]). Every check the
+/// request allows comes before any GPU is looked at, and every refusal is a usage error.
 pub fn verify_job(
     r: &VerifyRequest,
     pick: impl FnOnce() -> Box<dyn Backend>,
 ) -> anyhow::Result<(Box<dyn Backend>, VerifyJob)> {
     r.export.check(&[])?;
+    r.workload.check_bounds()?;
     // One GPU runs one rank's share of a larger --tp (`--gpus 1 --tp 8`): its compute, and
     // with --mode comm/full (NCCL only: the cost model has no one-rank collectives) its
     // collectives on a communicator of one rank; everywhere else one rank runs per GPU, so
@@ -45,10 +49,21 @@ pub fn verify_job(
     Ok((b, job))
 }
 
+/// The exact check of a run with a communicator (two or more ranks, or any collectives) gives
+/// every slot of every operation inputs of their own, which bounds the schedule's length
+/// ([`pattern::check_salted`]); one rank's compute alone has no such check.
+fn check_exact_length(r: &VerifyRequest, s: &Schedule, nranks: usize) -> anyhow::Result<()> {
+    if nranks > 1 || !r.compute_only() {
+        pattern::check_salted(s.ops.len())?;
+    }
+    Ok(())
+}
+
 /// What a backend of `kind` needs before the schedule (the NCCL backend: the GPUs, selected
 /// against the tp asked for, and the libraries; the model: its injected faults), then the
 /// schedule at the rank count that runs, the implementations checked against it and the host
-/// gaps drawn for it.
+/// gaps drawn for it. On NCCL, a schedule whose tp the request fixes (`--tp`, the schedule
+/// file's, `--gpus`/`--devices`) has its length checked before the GPUs are looked at.
 pub fn place(
     kind: BackendKind,
     r: &VerifyRequest,
@@ -56,6 +71,10 @@ pub fn place(
 ) -> anyhow::Result<VerifyJob> {
     let (default_tp, devices) = match kind {
         BackendKind::Nccl => {
+            if let Some(tp) = w.requested_tp().or(r.gpu.ranks().map(|n| n as u64)) {
+                let s = w.schedule(tp)?;
+                check_exact_length(r, &s, r.gpu.ranks().unwrap_or(s.tp as usize))?;
+            }
             // One GPU: rank 0's share of the --tp workload; with --mode comm/full its
             // collectives run on a communicator of one rank (NCCL's own path, no transfer).
             let devices = crate::launch::devices::select_devices_min(
@@ -94,6 +113,9 @@ pub fn place(
     } else {
         devices.len()
     };
+    if kind == BackendKind::Nccl {
+        check_exact_length(r, &schedule, nranks)?;
+    }
     let host_gaps = r.host_gaps.resolve(&schedule, nranks)?;
     Ok(VerifyJob {
         request: r.clone(),
@@ -170,7 +192,7 @@ mod tests {
         );
         // the file is gone: running the job (three fresh runs, export, table) reads nothing
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(crate::commands::verify_job_with(&*b, &job).unwrap(), 0);
+        assert_eq!(crate::commands::verify::run_job(&*b, &job).unwrap(), 0);
         let recs = crate::record::read_records(&dir.path().join("v.json")).unwrap();
         let crate::record::Body::Verify(v) = &recs[0].body else {
             panic!("a verify record")
@@ -179,6 +201,30 @@ mod tests {
         assert_eq!(v.workload.schedule_hash, want.hash());
         // the plain request, by contrast, needs its file
         assert!(MockBackend.verify(&a).is_err());
+    }
+
+    #[test]
+    fn the_schedule_length_is_bounded_wherever_a_communicator_runs() {
+        let mut s = Workload {
+            tp: Some(2),
+            ..Default::default()
+        }
+        .schedule(8)
+        .unwrap();
+        // 39,216 = 117,649 distinct salts (7^6) / 3 slots, rounded down
+        s.ops = s.ops.iter().cycle().take(39_217).cloned().collect();
+        let mut a = VerifyRequest::mock();
+        let e = check_exact_length(&a, &s, 2).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("at most 39216 operations"), "{e}");
+        // compute alone: one rank has no communicator, two have one (for their barrier)
+        a.mode = vec![Mode::Compute];
+        assert!(check_exact_length(&a, &s, 1).is_ok());
+        assert!(check_exact_length(&a, &s, 2).is_err());
+        a.mode = vec![Mode::Comm];
+        assert!(check_exact_length(&a, &s, 1).is_err());
+        s.ops.truncate(39_216);
+        assert!(check_exact_length(&a, &s, 2).is_ok());
     }
 
     #[test]
@@ -223,7 +269,16 @@ mod tests {
             (
                 Box::new(|a| a.workload.tp = Some(0)),
                 "--tp 0: give 1 to 1024 ranks".into(),
-                true,
+                false,
+            ),
+            (
+                // the range of --tp before its agreement with --gpus
+                Box::new(|a| {
+                    a.workload.tp = Some(0);
+                    a.gpu.gpus = Some(2);
+                }),
+                "--tp 0: give 1 to 1024 ranks".into(),
+                false,
             ),
         ];
         for (edit, want, after_pick) in cases {

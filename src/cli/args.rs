@@ -4,29 +4,11 @@
 
 use std::path::PathBuf;
 
-use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
-
+use crate::cli::values::{affinity_arg, iters_arg, named, timeout_arg};
 use crate::costmodel::ModelSettings;
 use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
 use crate::model::{DType, Logits, Phase, Routing};
-use crate::report::Exports;
 use crate::request::{BackendKind, GpuSpec, GraphChoice, HostGapFlags, Launcher, Repeat, Workload};
-use crate::util::Named;
-
-/// The clap parser of a library enum: accepts `T::ALL` by name and lists them (with their help
-/// lines, a final period dropped as clap drops it from doc comments) in `--help`.
-pub fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
-    PossibleValuesParser::new(T::ALL.iter().map(|v| {
-        let p = PossibleValue::new(v.name());
-        let help = v.help();
-        if help.is_empty() {
-            p
-        } else {
-            p.help(help.strip_suffix('.').unwrap_or(help))
-        }
-    }))
-    .map(|s| crate::util::parse_named::<T>(&s).expect("clap checked the possible values"))
-}
 
 /// `-G/--graph` as `collective` and `verify` declare it. `sweep` and `worker` declare their own:
 /// their help says more (one child, or one worker, runs both modes, one column each).
@@ -148,55 +130,6 @@ impl From<&GpuArgs> for GpuSpec {
     }
 }
 
-/// `--cpu-affinity`: auto, none or a CPU list whose CPUs this process may run on.
-pub(crate) fn affinity_arg(s: &str) -> Result<crate::launch::affinity::CpuAffinity, String> {
-    use crate::launch::affinity::{allowed_cpus, format_cpulist, CpuAffinity};
-    let a: CpuAffinity = s.parse()?;
-    if let (CpuAffinity::List(want), Some(allowed)) = (&a, allowed_cpus(std::path::Path::new("/")))
-    {
-        let bad: Vec<usize> = want
-            .iter()
-            .copied()
-            .filter(|c| !allowed.contains(c))
-            .collect();
-        if !bad.is_empty() {
-            return Err(format!(
-                "CPUs {} are not allowed to this process (allowed: {})",
-                format_cpulist(&bad),
-                format_cpulist(&allowed)
-            ));
-        }
-    }
-    Ok(a)
-}
-
-/// `--timeout`: seconds, more than 0 (0 would abort every run before it starts) and finite.
-pub(crate) fn timeout_arg(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds; give e.g. 60"))?;
-    if !v.is_finite() || v <= 0.0 || v > 1e6 {
-        return Err(format!(
-            "{}: the time any rendezvous, collective or worker may take is a number of seconds greater than 0 and at most 1000000; give e.g. 60 (the default)",
-            crate::util::fmt_number(v)
-        ));
-    }
-    Ok(v)
-}
-
-/// `-n/--iters`: at least one timed iteration (with 0 there is nothing to time or print).
-pub(crate) fn iters_arg(s: &str) -> Result<u64, String> {
-    let v: u64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a whole number of timed iterations; give e.g. 200"))?;
-    if v == 0 {
-        return Err(
-            "0 timed iterations leave nothing to measure; give 1 or more (default 200)".into(),
-        );
-    }
-    Ok(v)
-}
-
 /// `-w/--warmup` and `-n/--iters`, as nccl-tests and hyperfine name them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RepeatArgs {
@@ -261,30 +194,6 @@ impl From<&ModelArgs> for ModelSettings {
             proto_from_env: from_env(&a.proto, "NCCL_PROTO", "--proto"),
             algo_from_env: from_env(&a.algo, "NCCL_ALGO", "--algo"),
             nccl_env: crate::util::nccl_env(),
-        }
-    }
-}
-
-/// `--export-json/--export-csv/--export-markdown`, shared by every measuring command.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ExportArgs {
-    /// Write the results (JSON records, the source of truth) to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub export_json: Option<PathBuf>,
-    /// Write the results as CSV to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub export_csv: Option<PathBuf>,
-    /// Write the results as a Markdown table to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub export_markdown: Option<PathBuf>,
-}
-
-impl From<&ExportArgs> for Exports {
-    fn from(a: &ExportArgs) -> Exports {
-        Exports {
-            export_json: a.export_json.clone(),
-            export_csv: a.export_csv.clone(),
-            export_markdown: a.export_markdown.clone(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `verifybench bandwidth`: the device-to-device copy bandwidth and the weight-streaming
 //! kernel's achieved bandwidth, measured in the same run on each GPU: the ceiling the compute
-//! of a verify step is held to. The flags only; the measurement is `measure::bandwidth`.
+//! of a verify step is held to. The flags only; the command is [`crate::commands::bandwidth`].
 
 use crate::cli::output::OutputArgs;
 use crate::commands::bandwidth::BandwidthRequest;
@@ -29,13 +29,15 @@ pub struct BandwidthArgs {
     pub output: OutputArgs,
 }
 
-pub fn run(a: &BandwidthArgs) -> anyhow::Result<i32> {
-    crate::commands::bandwidth::run(&BandwidthRequest {
-        bytes: a.bytes,
-        devices: a.devices.clone(),
-        iters: a.iters,
-        op_sizes: a.op_sizes.clone(),
-        export_json: a.export_json.clone(),
-        format: a.output.format,
-    })
+impl From<&BandwidthArgs> for BandwidthRequest {
+    fn from(a: &BandwidthArgs) -> BandwidthRequest {
+        BandwidthRequest {
+            bytes: a.bytes,
+            devices: a.devices.clone(),
+            iters: a.iters,
+            op_sizes: a.op_sizes.clone(),
+            export_json: a.export_json.clone(),
+            format: a.output.format,
+        }
+    }
 }

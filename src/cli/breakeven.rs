@@ -1,12 +1,11 @@
-//! `verifybench breakeven`: speculative-decoding break-even from given or recorded times.
-//! Pure arithmetic (see `crate::speculative`); needs no GPU.
+//! `verifybench breakeven`: the flags; the break-even is [`crate::commands::breakeven`].
 
 use std::path::PathBuf;
 
 use crate::cli::output::OutputArgs;
-use crate::report::breakeven::{print_out, render};
-use crate::speculative::analysis::analyse;
-use crate::speculative::inputs::{self, Acceptance, Flags, TraceInput};
+use crate::commands::breakeven::BreakevenRequest;
+use crate::speculative::inputs::{Acceptance, Flags};
+use crate::trace::breakeven::TraceInput;
 
 /// The times of one speculation cycle besides the verify: shared by `breakeven` and `report`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -115,40 +114,25 @@ pub struct BreakevenArgs {
     pub output: OutputArgs,
 }
 
-impl BreakevenArgs {
-    fn flags(&self) -> Flags {
+impl From<&BreakevenArgs> for BreakevenRequest {
+    fn from(a: &BreakevenArgs) -> BreakevenRequest {
         let acceptance = Acceptance::from_flags(
-            self.accept_length,
-            self.accept_rates.as_ref(),
-            self.accept_rates_of_drafts.as_ref(),
-            self.accept_rate,
+            a.accept_length,
+            a.accept_rates.as_ref(),
+            a.accept_rates_of_drafts.as_ref(),
+            a.accept_rate,
         );
-        Flags {
-            verify_ms: self.verify_ms.clone(),
-            acceptance,
-            table_accept_lengths: self.table_accept_lengths.clone(),
-            ..self.cycle.flags()
+        BreakevenRequest {
+            flags: Flags {
+                verify_ms: a.verify_ms.clone(),
+                acceptance,
+                table_accept_lengths: a.table_accept_lengths.clone(),
+                ..a.cycle.flags()
+            },
+            from: a.from.clone(),
+            from_trace: a.from_trace.clone(),
+            accept_from_log: a.accept_from_log.clone(),
+            format: a.output.format,
         }
     }
-}
-
-pub fn run(a: &BreakevenArgs) -> anyhow::Result<i32> {
-    let (mut times, mut file_notes) = inputs::read_verify_files(&a.from)?;
-    times.extend(inputs::read_trace_times(&a.from_trace)?);
-    let mut flags = a.flags();
-    if let Some(p) = &a.accept_from_log {
-        let (tau, notes) = inputs::read_accept_log(p)?;
-        flags.measured_accept_length = Some(tau);
-        file_notes.extend(notes);
-    }
-    let mut inputs = inputs::resolve(&flags, &times, true)?;
-    inputs.notes.extend(file_notes);
-    let analysis = analyse(inputs);
-    let text = if a.output.format.is_json() {
-        serde_json::to_string_pretty(&analysis)? + "\n"
-    } else {
-        render(&analysis)
-    };
-    print_out(&text)?;
-    Ok(0)
 }

@@ -1,9 +1,10 @@
 //! `verifybench collective`: the flags; the run itself is [`crate::commands::collective`].
 
-use crate::cli::args::{BackendArg, ExportArgs, GpuArgs, GraphArg, ModelArgs, RepeatArgs};
-use crate::cli::output::OutputArgsMd;
+use crate::cli::args::{BackendArg, GpuArgs, GraphArg, ModelArgs, RepeatArgs};
+use crate::cli::output::{ExportArgs, OutputArgsMd};
+use crate::cli::values::{impl_list, ImplList};
 use crate::model::{CollectiveKind, DType};
-use crate::request::{CollectiveRequest, Impl};
+use crate::request::CollectiveRequest;
 use crate::units::size_arg;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -55,21 +56,6 @@ pub struct CollectiveArgs {
     pub fresh_runs: usize,
 }
 
-/// `--impl`'s parsed list (clap needs one value type for the whole list).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImplList(pub Vec<Impl>);
-
-/// Parses `--impl nccl,oneshot,twoshot`: an unknown name is an error naming `--impl` and the
-/// valid names.
-pub(crate) fn impl_list(s: &str) -> Result<ImplList, String> {
-    Impl::parse_list(s).map(ImplList).map_err(|e| {
-        let m = format!("{e:#}");
-        m.strip_prefix(&format!("--impl '{s}': "))
-            .unwrap_or(&m)
-            .to_string()
-    })
-}
-
 impl From<&CollectiveArgs> for CollectiveRequest {
     fn from(a: &CollectiveArgs) -> CollectiveRequest {
         CollectiveRequest {
@@ -91,10 +77,6 @@ impl From<&CollectiveArgs> for CollectiveRequest {
             fresh_run: 0,
         }
     }
-}
-
-pub fn run(a: &CollectiveArgs) -> anyhow::Result<i32> {
-    crate::commands::collective(&a.into())
 }
 
 #[cfg(test)]

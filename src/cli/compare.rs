@@ -1,9 +1,9 @@
-//! `verifybench compare`: the flags; the comparison itself is [`crate::compare`].
+//! `verifybench compare`: the flags; the command is [`crate::commands::compare`].
 
 use std::path::PathBuf;
 
 use crate::cli::output::OutputArgsMd;
-use crate::compare::CompareRequest;
+use crate::commands::compare::CompareRequest;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CompareArgs {
@@ -38,8 +38,4 @@ impl From<&CompareArgs> for CompareRequest {
             schedule: a.schedule.clone(),
         }
     }
-}
-
-pub fn run(a: &CompareArgs) -> anyhow::Result<i32> {
-    crate::compare::run(&a.into())
 }

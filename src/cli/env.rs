@@ -1,10 +1,8 @@
-//! `verifybench env`: GPUs, links, driver, NCCL library and version, and the NCCL_* environment
-//! each worker process really sees: the flags; the look is [`crate::machine::gather`].
+//! `verifybench env`: the flags; the look is [`crate::commands::env`].
 
 use crate::cli::args::GpuArgs;
 use crate::cli::output::OutputArgs;
-use crate::machine::gather;
-use crate::report::env::render;
+use crate::commands::env::EnvRequest;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct EnvArgs {
@@ -14,16 +12,11 @@ pub struct EnvArgs {
     pub output: OutputArgs,
 }
 
-pub fn run(a: &EnvArgs) -> anyhow::Result<i32> {
-    let started = crate::util::now_utc();
-    let r = gather(&(&a.gpu).into())?;
-    if a.output.format.is_json() {
-        println!(
-            "{}",
-            crate::machine::env_record(&r, started).to_json_pretty()
-        );
-    } else {
-        print!("{}", render(&r));
+impl From<&EnvArgs> for EnvRequest {
+    fn from(a: &EnvArgs) -> EnvRequest {
+        EnvRequest {
+            gpu: (&a.gpu).into(),
+            format: a.output.format,
+        }
     }
-    Ok(0)
 }

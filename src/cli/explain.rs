@@ -1,5 +1,5 @@
-//! `verifybench explain`: flags -> [`crate::explain::ExplainRequest`] ->
-//! [`crate::commands::explain::run`].
+//! `verifybench explain`: the flags -> [`crate::explain::ExplainRequest`]; the command is
+//! [`crate::commands::explain`].
 
 use std::path::PathBuf;
 
@@ -41,6 +41,10 @@ pub struct ExplainArgs {
     pub verify_ms: Option<f64>,
     #[command(flatten)]
     pub cycle: CycleArgs,
+    /// The --decode-ms step ran eagerly (without it, it is taken as run from a CUDA graph, the
+    /// engines' default, and every row is held to it: a graphed verify is never faster).
+    #[arg(long, requires = "decode_ms")]
+    pub decode_eager: bool,
     /// Mean accept length tau: tokens kept per cycle, bonus token included (SGLang's
     /// "accept length"), between 1 and k+1.
     #[arg(long, value_name = "TAU", allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate", "accept_rates_of_drafts"])]
@@ -131,6 +135,7 @@ impl From<&ExplainArgs> for ExplainRequest {
                 acceptance,
                 ..a.cycle.flags()
             },
+            decode_eager: a.decode_eager,
             gpus: a.gpus,
             workload,
             tokens_given: a.tokens.is_some(),
@@ -146,8 +151,4 @@ impl From<&ExplainArgs> for ExplainRequest {
             export_json: a.export_json.clone(),
         }
     }
-}
-
-pub fn run(a: &ExplainArgs) -> anyhow::Result<i32> {
-    crate::commands::explain::run(&a.into())
 }

@@ -1,12 +1,7 @@
-//! `verifybench inspect`: the NCCL_* environment of every process of a running server, with
-//! findings and an `--expect` gate. Linux only (reads /proc); needs no GPU and no root for the
-//! user's own processes.
-//!
-//! Exit codes: 0 when every expectation holds (or none was given), 1 when one fails, 2 for bad
-//! input (a pid that does not exist, a pattern that matches nothing, a malformed --expect).
+//! `verifybench inspect`: the flags; the inspection is [`crate::commands::inspect`].
 
 use crate::cli::output::OutputArgs;
-use crate::inspect::{self, procfs::ProcFs, render, Expect, WalkError};
+use crate::commands::inspect::InspectRequest;
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "pattern"])))]
@@ -28,44 +23,13 @@ pub struct InspectArgs {
     pub output: OutputArgs,
 }
 
-pub fn run(a: &InspectArgs) -> anyhow::Result<i32> {
-    let expects: Vec<Expect> = a
-        .expect
-        .iter()
-        .map(|s| inspect::parse_expect(s).map_err(crate::error::usage))
-        .collect::<anyhow::Result<_>>()?;
-    let src = ProcFs::default();
-    if !src.root.join("self").exists() {
-        crate::usage_bail!("`verifybench inspect` needs Linux /proc, which this system lacks");
-    }
-    let table = inspect::snapshot(&src)?;
-    let roots = match (&a.pid, &a.pattern) {
-        (Some(pid), _) => vec![*pid],
-        (None, Some(p)) if p.trim().is_empty() => crate::usage_bail!(
-            "--match '': an empty pattern matches every process; give part of the server's command line, e.g. --match sglang.launch_server"
-        ),
-        (None, Some(p)) => {
-            let re = regex::Regex::new(p)
-                .map_err(|e| crate::error::usage(format!("--match {p:?}: {e}")))?;
-            let roots = inspect::find_roots(&src, &table, &re, std::process::id());
-            if roots.is_empty() {
-                crate::usage_bail!(
-                    "--match {p:?}: no running process has a matching command line \
-                     (check with `ps -eo pid,args | grep -- {p:?}`)"
-                );
-            }
-            roots
+impl From<&InspectArgs> for InspectRequest {
+    fn from(a: &InspectArgs) -> InspectRequest {
+        InspectRequest {
+            pid: a.pid,
+            pattern: a.pattern.clone(),
+            expect: a.expect.clone(),
+            format: a.output.format,
         }
-        (None, None) => crate::usage_bail!("give --pid PID or --match PATTERN"),
-    };
-    let report = inspect::inspect(&src, &table, &roots, &expects).map_err(|e| match e {
-        WalkError::NoSuchProcess(_) => crate::error::usage(e.to_string()),
-        WalkError::Proc(_) => anyhow::Error::new(e),
-    })?;
-    if a.output.format.is_json() {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render::render_table(&report));
     }
-    Ok(if report.ok { 0 } else { 1 })
 }

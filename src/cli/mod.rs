@@ -1,9 +1,11 @@
-//! Command-line interface: flags -> one plain request per command -> one library call.
+//! Command-line interface: flags -> one plain request per command -> one call into
+//! [`crate::commands`].
 //!
-//! Each command lives in its own file with its clap struct (`XxxArgs`), the conversion into the
-//! library's request (`impl From<&XxxArgs> for XxxRequest`, requests in [`crate::request`] and
-//! next to the modules that run them) and a `run` that makes one call. This folder and
-//! `main.rs` are the only places that name clap; nothing below imports from here.
+//! Each command lives in its own file with its clap struct (`XxxArgs`) and the conversion into
+//! the library's request (`impl From<&XxxArgs> for XxxRequest`, requests in [`crate::request`]
+//! and next to the code that runs them); [`main`] makes the one call,
+//! `commands::<name>::run`. This folder and `main.rs` are the only places that name clap;
+//! nothing below imports from here.
 
 pub mod args;
 pub mod bandwidth;
@@ -13,7 +15,7 @@ pub mod compare;
 pub mod env;
 pub mod explain;
 pub mod inspect;
-pub mod modelfit;
+pub mod model;
 pub mod output;
 pub mod plan;
 pub mod rank;
@@ -21,10 +23,13 @@ pub mod report;
 pub mod selftest;
 pub mod sweep;
 pub mod trace;
+pub mod values;
 pub mod verify;
 pub mod worker;
 
 use clap::{Parser, Subcommand};
+
+use crate::commands;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -91,7 +96,7 @@ pub enum Command {
     #[command(name = "__rank", hide = true)]
     Rank(rank::RankArgs),
     /// The cost model: `model fit` calibrates it on measured results.
-    Model(modelfit::ModelCmd),
+    Model(model::ModelCmd),
     /// Verify results side by side (verifybench and the PyTorch peer): per-verify and
     /// per-collective times, ratios with uncertainty, and where the difference comes from.
     Compare(compare::CompareArgs),
@@ -125,8 +130,8 @@ impl Command {
             Command::Selftest(a) => a.output.quiet,
             Command::Worker(a) => a.output.quiet,
             Command::Model(c) => match &c.cmd {
-                modelfit::ModelSub::Fit(a) => a.print.quiet,
-                modelfit::ModelSub::Validate(a) => a.print.quiet,
+                model::ModelSub::Fit(a) => a.print.quiet,
+                model::ModelSub::Validate(a) => a.print.quiet,
             },
             Command::Compare(a) => a.output.quiet,
             Command::Trace(a) => a.output.quiet,
@@ -141,22 +146,25 @@ pub fn main() -> anyhow::Result<i32> {
     let cli = Cli::parse();
     crate::output::set_quiet(cli.command.quiet());
     match cli.command {
-        Command::Plan(a) => plan::run(&a),
-        Command::Collective(a) => collective::run(&a),
-        Command::Verify(a) => verify::run(&a),
-        Command::Env(a) => env::run(&a),
-        Command::Bandwidth(a) => bandwidth::run(&a),
-        Command::Inspect(a) => inspect::run(&a),
-        Command::Breakeven(a) => breakeven::run(&a),
-        Command::Report(a) => report::run(&a),
-        Command::Selftest(a) => selftest::run(&a),
-        Command::Rank(a) => rank::run(&a),
-        Command::Worker(a) => worker::run(&a),
-        Command::Model(c) => modelfit::run(&c),
-        Command::Compare(a) => compare::run(&a),
-        Command::Sweep(a) => sweep::run(&a),
-        Command::Trace(a) => trace::run(&a),
-        Command::Explain(a) => explain::run(&a),
+        Command::Plan(a) => commands::plan::run(&(&a).into()),
+        Command::Collective(a) => commands::collective::run(&(&a).into()),
+        Command::Verify(a) => commands::verify::run(&(&a).into()),
+        Command::Env(a) => commands::env::run(&(&a).into()),
+        Command::Bandwidth(a) => commands::bandwidth::run(&(&a).into()),
+        Command::Inspect(a) => commands::inspect::run(&(&a).into()),
+        Command::Breakeven(a) => commands::breakeven::run(&(&a).into()),
+        Command::Report(a) => commands::report::run(&(&a).into()),
+        Command::Selftest(a) => commands::selftest::run(&(&a).into()),
+        Command::Rank(a) => commands::rank::run(&(&a).into()),
+        Command::Worker(a) => commands::worker::run(&(&a).into()),
+        Command::Model(c) => match &c.cmd {
+            model::ModelSub::Fit(a) => commands::model::fit(&a.into()),
+            model::ModelSub::Validate(a) => commands::model::validate(&a.into()),
+        },
+        Command::Compare(a) => commands::compare::run(&(&a).into()),
+        Command::Sweep(a) => commands::sweep::run(&(&a).into()),
+        Command::Trace(a) => commands::trace::run(&(&a).into()),
+        Command::Explain(a) => commands::explain::run(&(&a).into()),
     }
 }
 

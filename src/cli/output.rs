@@ -1,11 +1,13 @@
 //! `--format` and `-q/--quiet`: the one output convention every command that prints a result
 //! flattens in (see [`crate::output`] for what they mean). Two groups because clap fixes a
 //! flag's values per struct: [`OutputArgs`] (table, json) for most commands, and
-//! [`OutputArgsMd`] (table, json, markdown) where a Markdown table exists.
+//! [`OutputArgsMd`] (table, json, markdown) where a Markdown table exists. And
+//! [`ExportArgs`]: the files a measuring command writes its results to.
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 
 use crate::output::Format;
+use crate::report::Exports;
 
 /// The clap parser of `--format` offering `formats` only (with their help lines).
 fn formats(formats: &'static [Format]) -> impl TypedValueParser<Value = Format> {
@@ -42,4 +44,28 @@ pub struct OutputArgsMd {
     /// printed.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+}
+
+/// `--export-json/--export-csv/--export-markdown`, shared by every measuring command.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ExportArgs {
+    /// Write the results (JSON records, the source of truth) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_json: Option<std::path::PathBuf>,
+    /// Write the results as CSV to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_csv: Option<std::path::PathBuf>,
+    /// Write the results as a Markdown table to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<std::path::PathBuf>,
+}
+
+impl From<&ExportArgs> for Exports {
+    fn from(a: &ExportArgs) -> Exports {
+        Exports {
+            export_json: a.export_json.clone(),
+            export_csv: a.export_csv.clone(),
+            export_markdown: a.export_markdown.clone(),
+        }
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::launch::worker::RankRequest;
+use crate::commands::rank::RankRequest;
 use crate::launch::Fault;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -22,7 +22,7 @@ pub struct RankArgs {
     #[arg(long)]
     pub fault: Option<Fault>,
     /// auto, none or a CPU list (the launcher's --cpu-affinity).
-    #[arg(long, default_value = "auto", value_parser = crate::cli::args::affinity_arg)]
+    #[arg(long, default_value = "auto", value_parser = crate::cli::values::affinity_arg)]
     pub cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 
@@ -38,8 +38,4 @@ impl From<&RankArgs> for RankRequest {
             cpu_affinity: a.cpu_affinity.clone(),
         }
     }
-}
-
-pub fn run(a: &RankArgs) -> anyhow::Result<i32> {
-    crate::launch::worker::run(&a.into())
 }

@@ -1,9 +1,9 @@
-//! `verifybench report`: results files -> DIR/report.md with SVG plots. Needs no GPU.
+//! `verifybench report`: the flags; the report is [`crate::commands::report`].
 
 use std::path::PathBuf;
 
 use crate::cli::breakeven::CycleArgs;
-use crate::commands::report::{self as render, LoadedFile};
+use crate::commands::report::ReportRequest;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
@@ -23,19 +23,12 @@ pub struct ReportArgs {
     pub cycle: CycleArgs,
 }
 
-pub fn run(a: &ReportArgs) -> anyhow::Result<i32> {
-    crate::util::check_output_dir("-o/--out", &a.out)?;
-    let files = a
-        .results
-        .iter()
-        .map(|p| LoadedFile::read(p))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let report = render::build(&files, &a.cycle.flags())?;
-    for s in &report.skipped {
-        eprintln!("note: skipped {s}");
+impl From<&ReportArgs> for ReportRequest {
+    fn from(a: &ReportArgs) -> ReportRequest {
+        ReportRequest {
+            results: a.results.clone(),
+            out: a.out.clone(),
+            cycle: a.cycle.flags(),
+        }
     }
-    for p in render::write(&report, &a.out)? {
-        println!("wrote {}", p.display());
-    }
-    Ok(0)
 }

@@ -11,6 +11,9 @@ pub struct SelftestArgs {
     /// Skip the fault checks (a worker that exits or hangs on purpose).
     #[arg(long)]
     pub no_faults: bool,
+    /// Skip the P2P stress test and its negative controls (about a minute on one GPU).
+    #[arg(long)]
+    pub no_stress: bool,
     /// Write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<std::path::PathBuf>,
@@ -18,11 +21,14 @@ pub struct SelftestArgs {
     pub output: OutputArgs,
 }
 
-pub fn run(a: &SelftestArgs) -> anyhow::Result<i32> {
-    crate::commands::selftest::run(&SelftestRequest {
-        gpu: (&a.gpu).into(),
-        no_faults: a.no_faults,
-        export_json: a.export_json.clone(),
-        format: a.output.format,
-    })
+impl From<&SelftestArgs> for SelftestRequest {
+    fn from(a: &SelftestArgs) -> SelftestRequest {
+        SelftestRequest {
+            gpu: (&a.gpu).into(),
+            no_faults: a.no_faults,
+            no_stress: a.no_stress,
+            export_json: a.export_json.clone(),
+            format: a.output.format,
+        }
+    }
 }

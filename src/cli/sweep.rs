@@ -1,16 +1,15 @@
 //! `verifybench sweep`: NCCL settings x graph on/off, each point in fresh worker processes,
 //! proven from NCCL's own log, ranked, resumable: the flags. The sweep itself is
-//! [`crate::sweep::command::run`].
+//! [`crate::commands::sweep`].
 
 use std::path::PathBuf;
 
-use crate::cli::args::{
-    named, ExportArgs, GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
-};
-use crate::cli::output::OutputArgs;
+use crate::cli::args::{GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::output::{ExportArgs, OutputArgs};
+use crate::cli::values::named;
+use crate::commands::sweep::SweepRequest;
 use crate::record::Mode;
 use crate::request::{BackendKind, GraphChoice};
-use crate::sweep::command::SweepRequest;
 
 const AFTER_HELP: &str = "\
 Values:
@@ -21,6 +20,11 @@ Values:
                        --set 'NCCL_ALGO=ring;allreduce:tree' (Tree for all-reduce, Ring otherwise)
   --preset pcie        one-at-a-time variations of NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL,
                        NCCL_P2P_DISABLE, NCCL_MIN/MAX_NCHANNELS, NCCL_NTHREADS, NCCL_BUFFSIZE
+  --nccl-lib A,B       NCCL library builds (libnccl.so* files or their folders), also spelt
+                       -L NCCL_LIB=A,B: every point runs on each library, the first one the
+                       baseline's; each point's workers report the version NCCL gives and the
+                       file they mapped, and a point whose workers mapped another file is
+                       refused (failed, with the reason)
 The baseline (nothing overridden) runs in every round. Variables held fixed for every point,
 baseline included: export them before running (they pass through to every worker).
 
@@ -166,8 +170,4 @@ impl From<&SweepArgs> for SweepRequest {
             host_gaps: (&a.host_gaps).into(),
         }
     }
-}
-
-pub fn run(a: &SweepArgs) -> anyhow::Result<i32> {
-    crate::sweep::command::run(&a.into())
 }

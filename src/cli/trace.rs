@@ -1,10 +1,10 @@
-//! `verifybench trace`: flags -> [`crate::trace::TraceRequest`] -> [`crate::trace::run_with`]
-//! (with `explain`'s check of the known traps a trace shows).
+//! `verifybench trace`: the flags; the command is [`crate::commands::trace`].
 
 use std::path::PathBuf;
 
 use crate::cli::args::WorkloadArgs;
 use crate::cli::output::OutputArgs;
+use crate::commands::trace::TraceCommand;
 use crate::trace::TraceRequest;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -49,28 +49,22 @@ pub struct TraceArgs {
     pub workload: WorkloadArgs,
 }
 
-impl TraceArgs {
-    pub fn request(&self) -> anyhow::Result<TraceRequest> {
-        let against_plan = if self.against_plan {
-            Some(crate::request::Workload::from(&self.workload).schedule(8)?)
-        } else {
-            None
-        };
-        Ok(TraceRequest {
-            inputs: self.inputs.clone(),
-            step_label: self.step_label.clone(),
-            nccl_logs: self.nccl_log.clone(),
-            multi_host: self.multi_host,
-            format: self.output.format,
-            export_json: self.export_json.clone(),
-            export_schedule: self.export_schedule.clone(),
-            against_plan,
-            export_tp: self.workload.tp,
-            assume_size: self.assume_size,
-        })
+impl From<&TraceArgs> for TraceCommand {
+    fn from(a: &TraceArgs) -> TraceCommand {
+        TraceCommand {
+            trace: TraceRequest {
+                inputs: a.inputs.clone(),
+                step_label: a.step_label.clone(),
+                nccl_logs: a.nccl_log.clone(),
+                multi_host: a.multi_host,
+                format: a.output.format,
+                export_json: a.export_json.clone(),
+                export_schedule: a.export_schedule.clone(),
+                against_plan: None,
+                export_tp: a.workload.tp,
+                assume_size: a.assume_size,
+            },
+            against_plan: a.against_plan.then(|| (&a.workload).into()),
+        }
     }
-}
-
-pub fn run(a: &TraceArgs) -> anyhow::Result<i32> {
-    crate::trace::run_with(&a.request()?, &crate::explain::traps::in_trace)
 }

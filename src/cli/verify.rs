@@ -1,10 +1,10 @@
 //! `verifybench verify`: the flags; the replay itself is [`crate::commands::verify`].
 
 use crate::cli::args::{
-    named, BackendArg, ExportArgs, GpuArgs, GraphArg, HostGapArgs, ModelArgs, RepeatArgs,
-    WorkloadArgs,
+    BackendArg, GpuArgs, GraphArg, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
 };
-use crate::cli::output::OutputArgsMd;
+use crate::cli::output::{ExportArgs, OutputArgsMd};
+use crate::cli::values::named;
 use crate::record::Mode;
 use crate::request::VerifyRequest;
 
@@ -55,8 +55,8 @@ pub struct VerifyArgs {
     /// twoshot (the P2P all-reduces; 2 to 8 GPUs with peer access). Only the all-reduces change:
     /// the logits all-gather stays on NCCL. Prints the comm time per verify with each and the
     /// saving against NCCL.
-    #[arg(long = "impl", value_name = "LIST", value_parser = crate::cli::collective::impl_list, default_value = "nccl")]
-    pub impls: crate::cli::collective::ImplList,
+    #[arg(long = "impl", value_name = "LIST", value_parser = crate::cli::values::impl_list, default_value = "nccl")]
+    pub impls: crate::cli::values::ImplList,
     /// Repetitions, each in fresh workers (processes launcher: new worker processes; threads:
     /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
     /// their min-max and a 95% interval; a cold first repetition is named and left out.
@@ -87,8 +87,4 @@ impl From<&VerifyArgs> for VerifyRequest {
             fresh_run: 0,
         }
     }
-}
-
-pub fn run(a: &VerifyArgs) -> anyhow::Result<i32> {
-    crate::commands::verify(&a.into())
 }

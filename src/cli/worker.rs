@@ -1,8 +1,9 @@
 //! `verifybench worker`: the flags of one externally launched rank; the rank itself runs in
 //! [`crate::launch::external_worker`].
 
-use crate::cli::args::{named, ExportArgs, HostGapArgs, RepeatArgs, WorkloadArgs};
-use crate::cli::output::OutputArgsMd;
+use crate::cli::args::{HostGapArgs, RepeatArgs, WorkloadArgs};
+use crate::cli::output::{ExportArgs, OutputArgsMd};
+use crate::cli::values::named;
 use crate::launch::rendezvous::{endpoint_arg, Endpoint};
 use crate::record::Mode;
 use crate::request::{GraphChoice, WorkerRequest};
@@ -14,9 +15,13 @@ pub struct WorkerArgs {
     /// Where rank 0 serves the NCCL id: HOST:PORT (default from MASTER_ADDR/MASTER_PORT).
     #[arg(long, value_parser = endpoint_arg)]
     pub rendezvous: Option<Endpoint>,
-    /// Seconds a rank waits for the others to join the rendezvous.
-    #[arg(long, default_value_t = 120.0)]
-    pub rendezvous_timeout: f64,
+    /// Seconds a rank waits for the others to join the rendezvous (default: --timeout).
+    #[arg(long)]
+    pub rendezvous_timeout: Option<f64>,
+    /// A file (mode 0600) holding the run's secret: only ranks that prove it join (else from
+    /// VERIFYBENCH_RENDEZVOUS_TOKEN; neither: any host that reaches the port may join).
+    #[arg(long, value_name = "FILE")]
+    pub rendezvous_token_file: Option<std::path::PathBuf>,
     /// This rank (else from the launcher's environment).
     #[arg(long)]
     pub rank: Option<usize>,
@@ -41,14 +46,14 @@ pub struct WorkerArgs {
     pub pdl: bool,
     #[command(flatten)]
     pub repeat: RepeatArgs,
-    /// Seconds without progress after which this rank gives up and exits.
+    /// Seconds without progress after which this rank aborts its communicator and exits.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
     /// libnccl.so to load.
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
     pub nccl_lib: Option<std::path::PathBuf>,
     /// Pin this rank to CPUs: auto (its GPU's NUMA node), none, or a CPU list (0-7,16-23).
-    #[arg(long, value_name = "auto|none|LIST", default_value = "auto", value_parser = crate::cli::args::affinity_arg)]
+    #[arg(long, value_name = "auto|none|LIST", default_value = "auto", value_parser = crate::cli::values::affinity_arg)]
     pub cpu_affinity: crate::launch::affinity::CpuAffinity,
     #[command(flatten)]
     pub export: ExportArgs,
@@ -64,6 +69,7 @@ impl From<&WorkerArgs> for WorkerRequest {
             workload: (&a.workload).into(),
             rendezvous: a.rendezvous.clone(),
             rendezvous_timeout: a.rendezvous_timeout,
+            rendezvous_token_file: a.rendezvous_token_file.clone(),
             cpu_affinity: a.cpu_affinity.clone(),
             rank: a.rank,
             world_size: a.world_size,
@@ -80,8 +86,4 @@ impl From<&WorkerArgs> for WorkerRequest {
             host_gaps: (&a.host_gaps).into(),
         }
     }
-}
-
-pub fn run(a: &WorkerArgs) -> anyhow::Result<i32> {
-    crate::commands::worker(&a.into())
 }

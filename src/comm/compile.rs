@@ -27,6 +27,16 @@ pub const SOURCES: &[Source] = &[
     },
 ];
 
+/// Test-only builds of a kernel file (a preprocessor define passed to NVRTC), compiled only by
+/// `selftest`; CI compiles them with the files. `allreduce.cu` with `P2P_SELFTEST` adds the
+/// stress test's support kernels; with `P2P_FAULT=1` and `P2P_FAULT=2` it is the stress test's
+/// negative controls (see the top of the file).
+pub const TEST_BUILDS: &[(&str, &[&str])] = &[
+    ("allreduce.cu", &["P2P_SELFTEST"]),
+    ("allreduce.cu", &["P2P_FAULT=1"]),
+    ("allreduce.cu", &["P2P_FAULT=2"]),
+];
+
 /// The virtual architecture NVRTC compiles for on a device of compute capability
 /// `major.minor`: the newest baseline architecture (no `a`/`f` suffix, so the PTX JIT-compiles
 /// forward) at or below the device that NVRTC 12.8 and 13.x both know. NVRTC takes a 'static
@@ -78,51 +88,73 @@ pub(crate) fn ptx(
     src: &str,
     arch: &'static str,
 ) -> anyhow::Result<cudarc::nvrtc::Ptx> {
+    ptx_with(file, src, arch, &[])
+}
+
+/// [`ptx`] with preprocessor `defines` ("NAME" or "NAME=VALUE", see [`TEST_BUILDS`]), each
+/// build compiled once per process.
+pub(crate) fn ptx_with(
+    file: &'static str,
+    src: &str,
+    arch: &'static str,
+    defines: &'static [&'static str],
+) -> anyhow::Result<cudarc::nvrtc::Ptx> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
-    type Cache = Mutex<HashMap<(&'static str, &'static str), cudarc::nvrtc::Ptx>>;
+    type Key = (&'static str, &'static str, &'static [&'static str]);
+    type Cache = Mutex<HashMap<Key, cudarc::nvrtc::Ptx>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(p) = cache
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&(file, arch))
+        .get(&(file, arch, defines))
     {
         return Ok(p.clone());
     }
     super::libs::check_nvrtc_for(arch)?;
-    let p = compile(file, src, arch)?;
+    let p = compile_with(file, src, arch, defines)?;
     cache
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert((file, arch), p.clone());
+        .insert((file, arch, defines), p.clone());
     Ok(p)
 }
 
-/// Compiles `src` (named `file` in messages) for `arch` with the project's options; a compile
-/// error carries NVRTC's log.
-pub(crate) fn compile(
+/// Compiles `src` (named `file` in messages) for `arch` with the project's options and the
+/// preprocessor `defines` (each passed to NVRTC as `-D`); a compile error carries NVRTC's log.
+pub(crate) fn compile_with(
     file: &str,
     src: &str,
     arch: &'static str,
+    defines: &[&str],
 ) -> anyhow::Result<cudarc::nvrtc::Ptx> {
     if !super::libs::nvrtc_present() {
         return Err(usage(format!(
             "NVRTC (libnvrtc.so) not found: it compiles kernels/{file}. Install the CUDA toolkit's NVRTC or pip's nvidia-cuda-nvrtc, or put its folder on LD_LIBRARY_PATH"
         )));
     }
+    let mut options = vec!["--std=c++17".to_string()];
+    options.extend(defines.iter().map(|d| format!("-D{d}")));
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
-        options: vec!["--std=c++17".into()],
+        options,
         name: Some(file.into()),
         ..Default::default()
     };
+    let with = if defines.is_empty() {
+        String::new()
+    } else {
+        format!(" with {}", defines.join(" "))
+    };
     cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| match e {
         cudarc::nvrtc::CompileError::CompileError { log, .. } => anyhow::anyhow!(
-            "NVRTC could not compile kernels/{file} for {arch}:\n{}",
+            "NVRTC could not compile kernels/{file}{with} for {arch}:\n{}",
             log.to_string_lossy()
         ),
-        other => anyhow::anyhow!("NVRTC could not compile kernels/{file} for {arch}: {other:?}"),
+        other => {
+            anyhow::anyhow!("NVRTC could not compile kernels/{file}{with} for {arch}: {other:?}")
+        }
     })
 }
 
@@ -211,7 +243,7 @@ mod tests {
         let mut failed = vec![];
         for arch in CI_TARGETS {
             for s in SOURCES {
-                match compile(s.file, s.text, arch) {
+                match compile_with(s.file, s.text, arch, &[]) {
                     Ok(ptx) => {
                         let src = ptx.to_src();
                         assert!(
@@ -230,6 +262,39 @@ mod tests {
                             assert!(src.contains("griddepcontrol.wait"), "{} for {arch}", s.file);
                         }
                         println!("NVRTC {version}: kernels/{} compiles for {arch}", s.file);
+                    }
+                    Err(e) => failed.push(format!("{e:#}")),
+                }
+            }
+            for (file, defines) in TEST_BUILDS {
+                let s = SOURCES
+                    .iter()
+                    .find(|s| s.file == *file)
+                    .expect("a listed file");
+                match compile_with(s.file, s.text, arch, defines) {
+                    Ok(ptx) => {
+                        let src = ptx.to_src();
+                        // each test build has the kernels the selftest loads from it
+                        let want: &[&str] = if defines.contains(&"P2P_SELFTEST") {
+                            &[
+                                "stress_fill_bf16",
+                                "stress_check_f32",
+                                "stress_delay",
+                                "stress_advance",
+                            ]
+                        } else {
+                            &["oneshot_bf16", "twoshot_f32", "p2p_barrier"]
+                        };
+                        for k in want {
+                            assert!(
+                                src.contains(&format!(".entry {k}")),
+                                "{file} {defines:?}: no {k}"
+                            );
+                        }
+                        println!(
+                            "NVRTC {version}: kernels/{file} with {} compiles for {arch}",
+                            defines.join(" ")
+                        );
                     }
                     Err(e) => failed.push(format!("{e:#}")),
                 }

@@ -177,6 +177,75 @@ pub(crate) fn find_nccl(explicit: Option<&Path>) -> anyhow::Result<Option<Found>
         .map(|(path, how)| Found { path, how }))
 }
 
+/// Every NCCL library file on this machine that the search of [`find_nccl`] knows, in its
+/// order, each once (by resolved path) with every place it was found: first the one the
+/// loader finds by cudarc's names (what loads without help), then libnccl.so.2 and
+/// libnccl.so on LD_LIBRARY_PATH, the system folders, CUDA toolkits and Python's nvidia-nccl
+/// wheels. Paths are resolved (`libnccl.so.2` -> `libnccl.so.2.28.3`).
+pub(crate) fn nccl_candidates() -> Vec<Found> {
+    let mut out: Vec<Found> = vec![];
+    let mut push = |path: PathBuf, how: String| {
+        let canon = std::fs::canonicalize(&path).unwrap_or(path);
+        match out.iter_mut().find(|f| f.path == canon) {
+            Some(f) if !f.how.split(", ").any(|h| h == how) => f.how = format!("{}, {how}", f.how),
+            Some(_) => {}
+            None => out.push(Found { path: canon, how }),
+        }
+    };
+    if let Some(p) = loader_default_nccl() {
+        push(p, LOADER_DEFAULT.into());
+    }
+    for (p, how) in candidates(&["libnccl.so.2", "libnccl.so"], &["nvidia/nccl/lib"]) {
+        if p.is_file() {
+            push(p, how);
+        }
+    }
+    out
+}
+
+/// How [`nccl_candidates`] names the library the loader finds by cudarc's names.
+pub(crate) const LOADER_DEFAULT: &str = "the loader's default";
+
+/// The file the loader maps for cudarc's NCCL names (`libnccl.so`, ...), or None when none
+/// loads. The library is opened with RTLD_LOCAL, its path read with dladdr, and closed again.
+fn loader_default_nccl() -> Option<PathBuf> {
+    for name in cudarc::get_lib_name_candidates("nccl") {
+        let Ok(c) = std::ffi::CString::new(name) else {
+            continue;
+        };
+        // SAFETY: dlopen of a shared library by a NUL-terminated name; RTLD_LOCAL keeps its
+        // symbols out of the global namespace.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            continue;
+        }
+        // SAFETY: h is a live handle; the symbol name is NUL-terminated.
+        let sym = unsafe { libc::dlsym(h, c"ncclGetVersion".as_ptr()) };
+        let mut path = None;
+        if !sym.is_null() {
+            // SAFETY: a zeroed Dl_info is a valid out-parameter; sym lies in the library.
+            let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+            if unsafe { libc::dladdr(sym, &mut info) } != 0 && !info.dli_fname.is_null() {
+                // SAFETY: dladdr set dli_fname to a NUL-terminated string owned by the loader,
+                // valid while the library is open (copied here before dlclose).
+                let f = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+                path = Some(PathBuf::from(f.to_string_lossy().into_owned()));
+            }
+        }
+        // SAFETY: h came from dlopen above and no pointer into the library outlives this call.
+        unsafe { libc::dlclose(h) };
+        if path.is_some() {
+            return path;
+        }
+    }
+    None
+}
+
+/// The variables by which a re-executed run knows its libraries are prepared: a child that
+/// must load ANOTHER NCCL than its parent (a sweep point's library) is started without them,
+/// so it prepares its own.
+pub const PREPARED_VARS: [&str; 2] = [REEXEC_MARK, NVRTC_WHY];
+
 /// The NVRTC libraries on this machine in search order, each with its version: first the one
 /// the loader finds by cudarc's names (what would load without help), then every
 /// libnvrtc.so.13/.12 on LD_LIBRARY_PATH, system folders, CUDA toolkits and Python's wheels.
@@ -412,8 +481,18 @@ fn nccl_missing_message() -> String {
         .into()
 }
 
-/// The file a loaded library was mapped from, read from /proc/self/maps.
-pub(crate) fn loaded_path(name_part: &str) -> Option<String> {
+/// Whether a file name is the library `stem` itself (`libnccl.so`, `libnccl.so.2.28.3`), not
+/// another library whose name starts the same (NCCL's plugins `libnccl-net.so`,
+/// `libnccl-tuner.so`; NVRTC's `libnvrtc-builtins.so`).
+fn is_library_file(file_name: &str, stem: &str) -> bool {
+    file_name
+        .strip_prefix(stem)
+        .is_some_and(|rest| rest.starts_with(".so"))
+}
+
+/// The file a loaded library was mapped from, read from /proc/self/maps: `stem` is the name
+/// before `.so` (`libnccl`, `libnvrtc`).
+pub(crate) fn loaded_path(stem: &str) -> Option<String> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     maps.lines()
         .filter_map(|l| l.split_whitespace().nth(5))
@@ -421,7 +500,7 @@ pub(crate) fn loaded_path(name_part: &str) -> Option<String> {
             Path::new(p)
                 .file_name()
                 .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with(name_part))
+                .is_some_and(|f| is_library_file(f, stem))
         })
         .map(|p| {
             std::fs::canonicalize(p)
@@ -444,6 +523,17 @@ mod tests {
         let e = find_nccl(Some(Path::new("/nonexistent/libnccl.so.2"))).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("--nccl-lib"));
+    }
+
+    #[test]
+    fn a_plugin_is_not_the_library_itself() {
+        assert!(is_library_file("libnccl.so", "libnccl"));
+        assert!(is_library_file("libnccl.so.2.28.3", "libnccl"));
+        assert!(is_library_file("libnvrtc.so.13", "libnvrtc"));
+        assert!(!is_library_file("libnccl-net.so", "libnccl"));
+        assert!(!is_library_file("libnccl-tuner-example.so", "libnccl"));
+        assert!(!is_library_file("libnvrtc-builtins.so.13.0", "libnvrtc"));
+        assert!(!is_library_file("libncclx.so", "libnccl"));
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! Outside comm/ the only unsafe code is process-level, each block with its SAFETY comment:
 //! - `main.rs`: SIGPIPE back to its default action before any thread exists, so that
 //!   `plan | head` ends quietly;
-//! - `launch/run.rs`: a `pre_exec` that calls `prctl(PR_SET_PDEATHSIG)`, so that a worker dies
-//!   with its parent instead of waiting forever inside NCCL;
+//! - `launch/run/processes.rs`: a `pre_exec` that calls `prctl(PR_SET_PDEATHSIG)`, so that a
+//!   worker dies with its parent instead of waiting forever inside NCCL;
 //! - `sweep/signal.rs`: the Ctrl-C handler (`sigaction`; the handler only stores an atomic);
 //! - `sweep/runner.rs`: `kill` of the process group a sweep child leads.
 

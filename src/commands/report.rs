@@ -11,10 +11,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::evidence;
+use crate::evidence::RecordTime;
 use crate::record::{self, Body, Mode, Record, Source, VerifyResult};
 use crate::report::export::{markdown_table, tables, Table};
 use crate::report::plots::{self, BarGroup, Series, SpeedLine, Stack};
-use crate::speculative::inputs::{self, Flags, RecordTime};
+use crate::speculative::inputs::Flags;
 
 mod breakeven;
 mod loaded;
@@ -34,6 +36,33 @@ pub struct Report {
     pub svgs: Vec<(String, String)>,
     /// Record kinds left out, as "file: kind".
     pub skipped: Vec<String>,
+}
+
+/// `report`: the results files, the folder of the report (`out`), and the break-even inputs
+/// of the tokens/s plot (verify times come from the verify records).
+#[derive(Debug, Clone)]
+pub struct ReportRequest {
+    pub results: Vec<PathBuf>,
+    pub out: PathBuf,
+    pub cycle: Flags,
+}
+
+/// Runs `verifybench report`: results files -> `out`/report.md with SVG plots. Needs no GPU.
+pub fn run(a: &ReportRequest) -> anyhow::Result<i32> {
+    crate::util::check_output_dir("-o/--out", &a.out)?;
+    let files = a
+        .results
+        .iter()
+        .map(|p| LoadedFile::read(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let report = build(&files, &a.cycle)?;
+    for s in &report.skipped {
+        eprintln!("note: skipped {s}");
+    }
+    for p in write(&report, &a.out)? {
+        println!("wrote {}", p.display());
+    }
+    Ok(0)
 }
 
 pub const LATENCY_SVG: &str = "collective_latency.svg";
@@ -139,7 +168,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
     };
     let mut renderable = 0usize;
     for f in files {
-        let name = inputs::short_name(&f.path);
+        let name = evidence::short_name(&f.path);
         for (i, r) in f.records.iter().enumerate() {
             let p = &r.provenance;
             inputs_t.rows.push(
@@ -214,7 +243,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
         if let Some(why) = &f.empty {
             skipped.push(format!("{name}: {why}"));
         }
-        let (t, _) = inputs::times_of(&f.path, &f.records);
+        let (t, _) = evidence::times_of(&f.path, &f.records);
         times.extend(t);
     }
     if renderable == 0 {
@@ -263,7 +292,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
             let n = seen.entry(base.clone()).or_default();
             *n += 1;
             if *n > 1 {
-                base = format!("{base} [{}]", inputs::short_name(&f.path));
+                base = format!("{base} [{}]", evidence::short_name(&f.path));
             }
             let colour = series.len() / 2;
             for graph in [true, false] {
@@ -367,7 +396,7 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                 .take(MAX_SPEED_LINES)
                 .map(|r| SpeedLine {
                     label: format!(
-                        "T_verify {:.2} ms ({}), tau* {}{:.2}{}",
+                        "T_verify {:.2} ms ({}{}), tau* {}{:.2}{}",
                         r.verify_ms.value,
                         if r.bound {
                             "lower bound: a part of the verify"
@@ -375,6 +404,11 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                             "modeled"
                         } else {
                             r.verify_ms.origin.kind()
+                        },
+                        if r.at_floor {
+                            format!(", held at the decode step {:.2} ms", r.held_verify_ms)
+                        } else {
+                            String::new()
                         },
                         if r.bound { ">=" } else { "" },
                         r.breakeven_accept_length,
@@ -474,7 +508,7 @@ fn bar_group(path: &Path, source: Source, v: &VerifyResult) -> BarGroup {
     BarGroup {
         label: vec![
             format!("{} {} TP={} T={}", w.model, w.phase.name(), w.tp, w.tokens),
-            format!("{} ({})", inputs::short_name(path), source.label()),
+            format!("{} ({})", evidence::short_name(path), source.label()),
         ],
         eager: stack(false),
         graph: stack(true),

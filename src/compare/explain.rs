@@ -106,11 +106,24 @@ pub fn explain(entries: &[Entry], rows: &[Row]) -> Vec<String> {
 pub(super) fn setup_differences(a: &Entry, b: &Entry) -> Vec<String> {
     let mut d = Vec::new();
     let mut same = Vec::new();
+    let lib = |e: &Entry| {
+        e.nccl_library
+            .as_deref()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default()
+    };
     match (&a.nccl_version, &b.nccl_version) {
         (Some(x), Some(y)) if x != y => d.push(format!(
-            "NCCL {x} vs {y}: the two use different NCCL builds, so kernels and tuning may differ"
+            "NCCL {x}{} vs {y}{}: the two use different NCCL builds, so kernels and tuning may differ",
+            lib(a),
+            lib(b)
         )),
-        (Some(x), Some(_)) => same.push(format!("NCCL {x}")),
+        (Some(x), Some(_)) => match (&a.nccl_library, &b.nccl_library) {
+            (Some(la), Some(lb)) if la != lb => d.push(format!(
+                "NCCL {x} in both, from two library files: {la} vs {lb} (one version number, possibly two builds: a patched or differently compiled NCCL)"
+            )),
+            _ => same.push(format!("NCCL {x}")),
+        },
         _ => {}
     }
     let keys: std::collections::BTreeSet<&String> =

@@ -3,10 +3,10 @@
 //! difference comes from. Reads only files; needs no GPU.
 //!
 //! Here: the entries and rows, the comparison and its explanation, and the table and Markdown
-//! renderers of a comparison. The flags live in `cli/compare.rs`.
+//! renderers of a comparison. The command itself is `commands::compare`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -29,20 +29,6 @@ use crate::record::{Body, Record, Source};
 /// The output of `compare`: the format every command shares; compare offers all three.
 pub use crate::output::Format;
 
-/// `compare`: the files (the first is the base of the ratios), whether to compare different
-/// schedules, and the output format.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CompareRequest {
-    pub files: Vec<PathBuf>,
-    pub force: bool,
-    pub format: Format,
-    /// nccl-tests outputs to set beside the one `collective` record of `files`.
-    pub nccl_tests: Vec<PathBuf>,
-    /// A schedule file every record must have replayed (its hash equals the records'
-    /// schedule_hash): checks that results of `verify --schedule FILE` come from that file.
-    pub schedule: Option<PathBuf>,
-}
-
 /// How the ratio uncertainty is computed (printed under every table).
 pub(crate) const UNCERTAINTY_METHOD: &str = "ratio = median / median of the first file; ± is one \
 standard error of the ratio, R·sqrt((seA/mA)² + (seB/mB)²), with each median's standard error \
@@ -59,6 +45,8 @@ pub struct Entry {
     pub source: Source,
     pub tool_version: String,
     pub nccl_version: Option<String>,
+    /// The NCCL library file the workers mapped.
+    pub nccl_library: Option<String>,
     pub host: String,
     pub gpu: Option<String>,
     /// NCCL_* environment of rank 0 (all ranks of one run normally agree).
@@ -100,80 +88,6 @@ pub struct Comparison {
     pub uncertainty: &'static str,
     /// Where the difference comes from, one finding per line.
     pub notes: Vec<String>,
-}
-
-/// Loads, compares and prints; the value is the exit code.
-pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
-    let started = crate::util::now_utc();
-    if !a.nccl_tests.is_empty() {
-        if a.files.len() != 1 {
-            crate::usage_bail!(
-                "--nccl-tests takes exactly one FILE: the --export-json of `verifybench collective` on the same sizes"
-            );
-        }
-        return nccl_tests::run(&a.files[0], &a.nccl_tests, a.format);
-    }
-    for (i, f) in a.files.iter().enumerate() {
-        let id = crate::util::identity(f);
-        if let Some(first) = a.files[..i]
-            .iter()
-            .find(|g| id.is_some() && crate::util::identity(g) == id)
-        {
-            crate::usage_bail!(
-                "'{}' is given twice (also as '{}'): a file compared with itself says nothing; give each results file once",
-                f.display(),
-                first.display()
-            );
-        }
-    }
-    let mut entries = Vec::new();
-    for f in &a.files {
-        entries.extend(load(f)?);
-    }
-    // One record with one run has nothing to be compared with (one record with eager and graph
-    // runs is compared with itself: eager - graph).
-    if let [only] = entries.as_slice() {
-        let launches: std::collections::BTreeSet<bool> =
-            only.result.runs.iter().map(|r| r.graph).collect();
-        if launches.len() < 2 {
-            crate::usage_bail!(
-                "'{}' holds one verify record with one launch mode: nothing to compare it with; give a second results file (another run's --export-json, or scripts/torch_baseline.py's output), or a record with eager and graph runs (verify --graph both)",
-                only.file
-            );
-        }
-    }
-    let schedule_note = match &a.schedule {
-        Some(p) => Some(against_schedule_file(&entries, p, a.force)?),
-        None => None,
-    };
-    let mut c = compare(entries, a.force)?;
-    c.notes.extend(schedule_note.into_iter().flatten());
-    match a.format {
-        Format::Table => print!("{}", render_table(&c)),
-        Format::Markdown => print!("{}", render_markdown(&c)),
-        Format::Json => println!("{}", record_of(&c, started)?.to_json_pretty()),
-    }
-    Ok(0)
-}
-
-/// `compare --format json`: the comparison as a record of kind `compare`, modeled when any
-/// entry is.
-pub(crate) fn record_of(c: &Comparison, started: String) -> anyhow::Result<Record> {
-    let source = if c.entries.iter().any(|e| e.source == Source::Modeled) {
-        Source::Modeled
-    } else {
-        Source::Measured
-    };
-    let mut p = crate::record::Provenance::here("none", started);
-    p.notes.push(format!(
-        "compares {}",
-        c.entries
-            .iter()
-            .map(|e| e.file.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
-    Record::other(source, p, crate::record::kinds::COMPARE, c)
 }
 
 /// `compare --schedule FILE`: every entry must have replayed the file's schedule (same
@@ -258,6 +172,7 @@ fn entry(r: Record, label: String, path: &Path) -> anyhow::Result<Entry> {
         source: r.source,
         tool_version: p.tool_version,
         nccl_version: p.nccl_version,
+        nccl_library: p.nccl_library,
         host: p.host,
         gpu: p.gpus.first().map(|g| g.name.clone()),
         nccl_env: p
@@ -528,6 +443,25 @@ mod tests {
         let d = setup_differences(&a, &b).join("\n");
         assert!(d.contains("NCCL 2.28.3 vs 2.21.5"), "{d}");
         assert!(d.contains("NCCL_PROTO=unset vs LL"), "{d}");
+    }
+
+    #[test]
+    fn different_libraries_are_named_with_their_versions() {
+        let mut a = entry("a.json", "nccl", 2, 600.0, 400.0);
+        let mut b = entry("b.json", "nccl", 2, 600.0, 400.0);
+        a.nccl_library = Some("/usr/lib/libnccl.so.2.28.3".into());
+        b.nccl_library = Some("/site/nvidia/nccl/lib/libnccl.so.2".into());
+        let d = setup_differences(&a, &b).join("\n");
+        assert!(
+            d.contains("NCCL 2.28.3 in both, from two library files: /usr/lib/libnccl.so.2.28.3 vs /site/nvidia/nccl/lib/libnccl.so.2"),
+            "{d}"
+        );
+        b.nccl_version = Some("2.28.9".into());
+        let d = setup_differences(&a, &b).join("\n");
+        assert!(
+            d.contains("NCCL 2.28.3 (/usr/lib/libnccl.so.2.28.3) vs 2.28.9 (/site/nvidia/nccl/lib/libnccl.so.2)"),
+            "{d}"
+        );
     }
 
     #[test]

@@ -20,13 +20,11 @@
 //! reduction each side used, and whether they are the same.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::usage;
 pub use crate::nccl_tests::{parse, NcclTestsRow, NcclTestsRun};
-use crate::record::{Body, CollectiveResult, RankTime};
+use crate::record::{CollectiveResult, RankTime};
 
 /// One size and launch mode side by side.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -103,63 +101,6 @@ pub(crate) fn rank_line(rank_time: Option<RankTime>, nranks: usize) -> String {
         RankTime::Mean => "# ranks: the same reduction on both sides, per sample the mean over ranks (verifybench --rank-time mean, nccl-tests -a 1)\n".into(),
         RankTime::Max => "# ranks: NOT the same reduction: verifybench per sample the slowest rank (--rank-time max), nccl-tests the mean over ranks (-a 1, its default); the ratio includes the spread between ranks: record the collective with --rank-time mean to compare like with like\n".into(),
     }
-}
-
-/// `compare --nccl-tests FILE... COLLECTIVE.json`: reads the files, prints the table.
-pub fn run(
-    collective: &Path,
-    nccl_tests: &[std::path::PathBuf],
-    format: crate::output::Format,
-) -> anyhow::Result<i32> {
-    let recs = crate::record::read_records(collective)?;
-    let Some((vb, rank_time)) = recs.iter().find_map(|r| match &r.body {
-        Body::Collective(c) => Some((c, r.provenance.rank_time)),
-        _ => None,
-    }) else {
-        return Err(usage(format!(
-            "'{}' holds no collective record: --nccl-tests compares with the --export-json of `verifybench collective`",
-            collective.display()
-        )));
-    };
-    let mut runs: Vec<NcclTestsRun> = vec![];
-    let mut seen: Vec<(&Path, Option<std::path::PathBuf>)> = vec![];
-    for f in nccl_tests {
-        let id = crate::util::identity(f);
-        if let Some((first, _)) = seen.iter().find(|(_, other)| id.is_some() && *other == id) {
-            return Err(usage(format!(
-                "--nccl-tests '{}' is given twice (also as '{}'): give each nccl-tests output once, one per launch mode (-G 0 eager, -G N graph)",
-                f.display(),
-                first.display()
-            )));
-        }
-        seen.push((f.as_path(), id));
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;
-        let run =
-            parse(&text).map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;
-        let graph = run.graph_launches > 0;
-        if let Some(i) = runs.iter().position(|r| (r.graph_launches > 0) == graph) {
-            return Err(usage(format!(
-                "--nccl-tests '{}' is a second {} run (as is '{}'): give one nccl-tests output per launch mode (-G 0 eager, -G N graph)",
-                f.display(),
-                if graph { "graph" } else { "eager" },
-                nccl_tests[i].display()
-            )));
-        }
-        runs.push(run);
-    }
-    let rows = side_by_side(vb, &runs);
-    if rows.is_empty() {
-        return Err(usage(
-            "no size and launch mode measured by both: give the same sizes (-b/-e/-f) and the launch modes nccl-tests ran (-G 0: eager, -G N: graph)",
-        ));
-    }
-    if format.is_json() {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        print!("{}{}", rank_line(rank_time, vb.nranks), render(&rows));
-    }
-    Ok(0)
 }
 
 #[cfg(test)]

@@ -239,9 +239,22 @@ pub(crate) struct P2pFit {
     pub link: P2pLink,
     /// One line per parameter: fitted (base -> fitted) or held (and why).
     pub lines: Vec<String>,
+    /// The names of the parameters moved (`p2p.signal_us`, and `p2p.read_gbps` from two sizes).
+    pub fitted: Vec<&'static str>,
     /// Per point: label, measured, fitted (us).
     pub points: Vec<(String, f64, f64)>,
     pub median_abs_err: f64,
+}
+
+impl P2pFit {
+    /// Puts the fitted P2P terms into `prof`, and into its fit scope those the fit moved
+    /// (`p2p.signal_us` always, `p2p.read_gbps` from two sizes on).
+    pub(crate) fn apply_to(&self, prof: &mut Profile) {
+        prof.p2p = Some(self.link.clone());
+        if let Some(s) = prof.fit_scope.as_mut() {
+            s.fitted.extend(self.fitted.iter().map(|n| n.to_string()));
+        }
+    }
 }
 
 /// Fits `p2p.signal_us` (the intercept) and `p2p.read_gbps` (the slope over size) of `base` to
@@ -351,9 +364,15 @@ pub(crate) fn fit_p2p(base: &Profile, pts: &[P2pPoint]) -> anyhow::Result<P2pFit
         errs.push(f / p.measured_us - 1.0);
         points.push((p.label.clone(), p.measured_us, f));
     }
+    let fitted = if sizes.len() >= 2 {
+        vec!["p2p.signal_us", "p2p.read_gbps"]
+    } else {
+        vec!["p2p.signal_us"]
+    };
     Ok(P2pFit {
         link,
         lines,
+        fitted,
         points,
         median_abs_err: crate::measure::stats::median_abs(&errs),
     })
@@ -515,11 +534,19 @@ mod tests {
         assert!((f.link.read_gbps - 80.0).abs() < 1e-4, "{:?}", f.link);
         assert!(f.median_abs_err < 1e-9);
         assert!(f.lines.iter().all(|l| l.starts_with("fitted")));
+        // Applied to a fitted profile, both terms join its fitted parameters.
+        let mut prof = base.clone();
+        prof.fit_scope = Some(crate::costmodel::fit::scope_of("pcie-gen5", &[], &[], &[]));
+        assert_eq!(prof.unfitted_for_p2p(), ["p2p.signal_us", "p2p.read_gbps"]);
+        f.apply_to(&mut prof);
+        assert!(prof.unfitted_for_p2p().is_empty());
+        assert_eq!(prof.p2p.as_ref(), Some(&f.link));
         // one size: the read bandwidth is held at the base value, and said so
         let one = points(&truth, Impl::OneShot, &[43008], 8);
         let f = fit_p2p(&base, &one).unwrap();
         assert_eq!(f.link.read_gbps, params(&base).read_gbps);
         assert!(f.lines.iter().any(|l| l.starts_with("held p2p.read_gbps")));
+        assert_eq!(f.fitted, ["p2p.signal_us"]);
         assert!(fit_p2p(&base, &[]).is_err());
     }
 }

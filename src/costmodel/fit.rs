@@ -19,7 +19,10 @@ mod params;
 mod points;
 mod solver;
 
-pub use params::{extrapolation_note, free_params, held_params, HeldParam, Param};
+pub(crate) use params::scope_of;
+pub use params::{
+    extrapolation_note, free_params, held_params, range_note, FitScope, HeldParam, Param,
+};
 pub use points::{points_of, predict, Point, Term};
 pub use solver::{fit, fit_active, fit_bounded};
 pub(crate) use solver::{fit_bounded_robust, robust_cost};
@@ -149,6 +152,7 @@ pub(crate) fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitRepo
         .collect();
     let mut fitted = fitted;
     fitted.fitted_rank_counts = Some(rank_counts.clone());
+    fitted.fit_scope = Some(scope_of(&base.name, &params, &held, pts));
     Ok(FitReport {
         params: params
             .iter()
@@ -406,6 +410,55 @@ mod tests {
         // The rank counts survive the profile file.
         let back: Profile = serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
         assert_eq!(back.fitted_rank_counts, Some(vec![2, 4]));
+    }
+
+    #[test]
+    fn a_fitted_profile_says_what_was_fitted_held_and_on_which_sizes() {
+        let base = builtin("nvlink-h200").unwrap();
+        // A built-in profile was fitted on nothing: no scope, nothing to name.
+        assert!(!base.is_fitted("intra.bw_gbps"));
+        assert!(base.unfitted_for_nccl(Algo::Tree, Proto::Ll).is_empty());
+        assert!(base.unfitted_for_p2p().is_empty());
+        assert_eq!(range_note(&base, &[1]), None);
+        // Ring points at one rank count (8 KB .. 1 MB, forced LL/LL128/Simple).
+        let r = calibrate(&base, &sweep(&truth(), &[2], 0.0)).unwrap();
+        let p = r.profile;
+        let s = p.fit_scope.as_ref().unwrap();
+        let names: Vec<String> = r.params.iter().map(|x| x.name.clone()).collect();
+        assert_eq!(s.fitted, names);
+        assert_eq!(s.held, r.held);
+        assert_eq!((s.base.as_str(), s.bytes), ("nvlink-h200", [8192, 1 << 20]));
+        assert!(p.is_fitted("base_lat_us.ring.LL") && !p.is_fitted("base_lat_us.tree.LL"));
+        assert_eq!(p.held_params().len(), r.held.len());
+        // Ring/Simple: base latency and bandwidth fitted (the hop held: one rank count).
+        assert!(p.unfitted_for_nccl(Algo::Ring, Proto::Simple).is_empty());
+        // Tree was never priced: its latencies are the base's, the link bandwidth is fitted.
+        let tree = p.unfitted_for_nccl(Algo::Tree, Proto::Simple);
+        assert_eq!(
+            tree,
+            ["base_lat_us.tree.Simple", "intra.hop_lat_us.tree.Simple"]
+        );
+        assert_eq!(p.unfitted_for_p2p(), ["p2p.signal_us", "p2p.read_gbps"]);
+        let n = p.held_note("allreduce:Tree", &tree).unwrap();
+        assert_eq!(
+            n,
+            format!(
+                "allreduce:Tree: modeled from parameters profile '{}' held at nvlink-h200's values, not fitted: base_lat_us.tree.Simple, intra.hop_lat_us.tree.Simple",
+                p.name
+            )
+        );
+        assert_eq!(p.held_note("allreduce:Ring", &[]), None);
+        // Sizes: 43008 B lies within 8 KB .. 1 MB, 4 KB and 2 MB do not.
+        assert_eq!(range_note(&p, &[43008]), None);
+        let n = range_note(&p, &[4096, 43008, 2 << 20]).unwrap();
+        assert!(
+            n.starts_with("outside the fitted range: profile")
+                && n.ends_with("sizes 8192-1048576 B; at 4096, 2097152 B it extrapolates"),
+            "{n}"
+        );
+        // The scope survives the profile file.
+        let back: Profile = serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        assert_eq!(back.fit_scope, p.fit_scope);
     }
 
     impl Param {

@@ -10,6 +10,7 @@
 //! - [`predict`]: time of one collective, and NCCL's choice of algorithm and protocol.
 //! - [`custom`]: time of the custom P2P all-reduces (one-shot, two-shot) beside NCCL's.
 //! - [`fit`]: least-squares calibration on measured records, with leave-one-out.
+//! - [`scope`]: what a fit pinned down, as the fitted profile records it.
 //! - [`waiting`]: the waiting of collectives for the slowest rank under host gaps.
 
 pub mod custom;
@@ -17,6 +18,7 @@ pub mod fit;
 pub mod ntfit;
 pub mod predict;
 pub mod profile;
+pub mod scope;
 pub mod waiting;
 
 use crate::measure::Summary;
@@ -30,6 +32,14 @@ pub use crate::request::ModelSettings;
 
 pub use predict::{nccl_size, Force};
 pub use profile::Profile;
+
+/// The relative error the model states for its prices, and where it comes from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StatedError {
+    /// Median |predicted / measured - 1|.
+    pub rel: f64,
+    pub how: String,
+}
 
 impl ModelSettings {
     /// The profile these flags select: the file if given, else the built-in link profile.
@@ -62,6 +72,41 @@ impl ModelSettings {
                 Ok((prof, label))
             }
         }
+    }
+
+    /// The error the model states for prices with these settings: for a fitted profile its
+    /// fit's leave-one-out median error, for a built-in PCIe profile its median error against
+    /// the public PCIe hosts at 32-64 KB; `None` where neither is known (NVLink, a file
+    /// without a leave-one-out error).
+    pub fn stated_error(&self) -> anyhow::Result<Option<StatedError>> {
+        if let Some(path) = &self.profile {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let fit = v.get("data").and_then(|d| d.get("fit")).or(v.get("fit"));
+            return Ok(fit
+                .and_then(|f| f.get("median_abs_loo_rel_err"))
+                .and_then(|e| e.as_f64())
+                .map(|rel| StatedError {
+                    rel,
+                    how: format!(
+                        "the leave-one-out median error of the fit of {}",
+                        path.display()
+                    ),
+                }));
+        }
+        let (prof, _) = self.resolve()?;
+        if !prof.name.starts_with("pcie") {
+            return Ok(None);
+        }
+        let (hosts, tables, med) = ntfit::public_spread(&prof, 32 * 1024, 64 * 1024);
+        Ok((tables > 0).then(|| StatedError {
+            rel: med,
+            how: format!(
+                "the median |error| of built-in {} against {hosts} public PCIe hosts ({tables} nccl-tests tables) at 32-64 KB",
+                prof.name
+            ),
+        }))
     }
 
     pub fn force(&self) -> anyhow::Result<Force> {
@@ -278,8 +323,14 @@ pub fn verify(
     }
     let groups = schedule.collective_groups();
     let mut notes = common_notes(&p, &force, m);
-    // A fitted profile used at a rank count it was not fitted on says that it extrapolates.
+    // A fitted profile used at a rank count or a size it was not fitted on says that it
+    // extrapolates.
     notes.extend(fit::extrapolation_note(&p, nranks));
+    let sizes: Vec<u64> = groups
+        .iter()
+        .map(|g| nccl_size(g.kind, g.bytes_per_rank, nranks))
+        .collect();
+    notes.extend(fit::range_note(&p, &sizes));
     for g in &groups {
         let size = nccl_size(g.kind, g.bytes_per_rank, nranks);
         let t = predict::op_time(&p, g.kind, size, nranks, true, launcher, &force)?;
@@ -396,8 +447,10 @@ pub fn collective(
         );
     }
     let mut notes = common_notes(&p, &force, m);
-    // A fitted profile used at a rank count it was not fitted on says that it extrapolates.
+    // A fitted profile used at a rank count or a size it was not fitted on says that it
+    // extrapolates.
     notes.extend(fit::extrapolation_note(&p, nranks));
+    notes.extend(fit::range_note(&p, sizes));
     notes.push(format!(
         "eager times assume ranks as {}",
         match launcher {

@@ -20,9 +20,12 @@
 //! Leave-one-size-out: every size is left out in turn, the whole procedure (switch search
 //! included) runs on the rest, and the left-out size is predicted.
 
+mod checks;
+
 use std::collections::BTreeSet;
 
 use rayon::prelude::*;
+pub(crate) use checks::{choose_base, warnings, BaseChoice};
 
 use super::fit::{self, Param, Point, Term};
 use super::predict::Force;
@@ -42,6 +45,11 @@ pub struct Table {
     /// GPU name of the first rank line, when listed.
     pub device: Option<String>,
     pub points: Vec<Point>,
+    /// Whether NCCL's log lines in the run name P2P (`Some(true)`), only host-memory or network
+    /// transports (`Some(false)`), or none (`None`: nccl-tests' own lines never do).
+    pub p2p: Option<bool>,
+    /// Why the table looks cut short, where it does ([`checks::cut_of`]).
+    pub cut: Option<String>,
 }
 
 /// The collective an nccl-tests binary runs, where the cost model has it.
@@ -104,6 +112,13 @@ pub(crate) fn tables_of(source: &str, runs: &[NcclTestsRun]) -> (Vec<Table>, Vec
             skipped.push(format!("{label}: no size above 0 bytes"));
             continue;
         }
+        let p2p = if r.transports.iter().any(|t| t.starts_with("P2P")) {
+            Some(true)
+        } else if r.transports.is_empty() {
+            None
+        } else {
+            Some(false)
+        };
         out.push(Table {
             label,
             op,
@@ -111,6 +126,8 @@ pub(crate) fn tables_of(source: &str, runs: &[NcclTestsRun]) -> (Vec<Table>, Vec
             graph: r.graph(),
             device: r.devices.first().cloned(),
             points,
+            p2p,
+            cut: checks::cut_of(r),
         });
     }
     (out, skipped)
@@ -276,6 +293,7 @@ pub(crate) fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> any
     if !(phys.rate_gbps.is_finite() && phys.rate_gbps > 0.0) {
         crate::usage_bail!("the link rate must be positive (--link-gbps)");
     }
+    checks::check_rows(base, phys.rate_gbps, tables)?;
     let fitted = fit_points(base, phys, &pts)?;
     let s0 = start(base, phys, &pts);
     let counts: BTreeSet<usize> = pts.iter().map(|p| p.n).collect();
@@ -346,6 +364,8 @@ pub(crate) fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> any
     let rank_counts: Vec<usize> = counts.into_iter().collect();
     let mut profile = fitted.clone();
     profile.fitted_rank_counts = Some(rank_counts.clone());
+    let moved: Vec<Param> = pb.iter().map(|(p, _)| *p).collect();
+    profile.fit_scope = Some(fit::scope_of(&base.name, &moved, &held, &pts));
     let report = fit::FitReport {
         params: pb
             .iter()

@@ -239,6 +239,10 @@ pub struct Profile {
     /// counts the protocol follows the measured switch, not the model's fastest pair.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub observed: Vec<ObservedChoice>,
+    /// What a fit pinned down and on which sizes (`None`: built in, hand-written, or written
+    /// before it): the queries are [`Profile::is_fitted`] and the others beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fit_scope: Option<super::scope::FitScope>,
 }
 
 /// Where NCCL switched from Ring/LL to Ring/Simple in measured tables: sizes up to
@@ -409,6 +413,7 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
         ll_fitted: None,
         cross_socket: None,
         observed: vec![],
+        fit_scope: None,
     }
 }
 
@@ -436,14 +441,17 @@ fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
         ll_fitted: None,
         cross_socket: None,
         observed: vec![],
+        fit_scope: None,
     }
 }
 
 /// Physical rates per direction, GB/s: PCIe 5.0 x16 32 GT/s x 16 lanes, 128b/130b (63.0);
-/// PCIe 4.0 x16 half of it; NVLink 4 on H100/H200 18 links x 25 GB/s; NDR InfiniBand 400 Gb/s.
+/// PCIe 4.0 x16 half of it, PCIe 3.0 x16 a quarter; NVLink 4 on H100/H200 18 links x 25 GB/s; NDR InfiniBand 400 Gb/s.
 pub(crate) const PCIE5_X16_RATE_GBPS: f64 = 63.0;
 /// See [`PCIE5_X16_RATE_GBPS`].
 pub(crate) const PCIE4_X16_RATE_GBPS: f64 = 31.5;
+/// See [`PCIE5_X16_RATE_GBPS`].
+pub(crate) const PCIE3_X16_RATE_GBPS: f64 = 15.75;
 /// See [`PCIE5_X16_RATE_GBPS`].
 pub(crate) const NVLINK4_RATE_GBPS: f64 = 450.0;
 /// See [`PCIE5_X16_RATE_GBPS`].

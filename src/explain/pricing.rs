@@ -57,6 +57,25 @@ impl Pricing {
     }
 
     /// Best NCCL setting / default, as a ratio of transfers (1 when the default is the best).
+    /// The modeled one-shot all-reduce alone, us per collective: the one-shot transfer less
+    /// the all-gather (the last op), over the all-reduces.
+    pub(crate) fn oneshot_per_all_reduce_us(&self) -> Option<f64> {
+        let n_ar = self.per_collective_us.len().saturating_sub(1).max(1) as f64;
+        let all_gather = self.per_collective_us.last().copied().unwrap_or(0.0);
+        self.oneshot_transfer_us
+            .as_ref()
+            .ok()
+            .map(|t| (t - all_gather) / n_ar)
+    }
+
+    /// The model's forward from a CUDA graph: transfer + compute + one graph node gap per
+    /// collective (`None` without compute in the schedule).
+    pub(crate) fn graph_forward_us(&self) -> Option<f64> {
+        self.compute_us.map(|c| {
+            self.transfer_us + c + self.per_collective_us.len() as f64 * self.launch_graph_us
+        })
+    }
+
     pub(crate) fn best_ratio(&self) -> f64 {
         self.best_transfer_us / self.transfer_us
     }

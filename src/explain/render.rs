@@ -25,6 +25,22 @@ fn tps(s: &Scenario) -> (String, String) {
     }
 }
 
+/// The row's time, `^` where it is held at the floor.
+fn time_cell(s: &Scenario) -> String {
+    format!("{}{}", ms(s.verify.us), if s.at_floor { "^" } else { "" })
+}
+
+/// `8.1-9.0 ms`, or `-` for a row with nothing modeled in it.
+fn range_cell(s: &Scenario) -> String {
+    match s.range_us {
+        Some([lo, hi]) => {
+            let (l, h) = (ms(lo), ms(hi));
+            format!("{}-{h}", l.trim_end_matches(" ms"))
+        }
+        None => "-".into(),
+    }
+}
+
 fn cycle_words(e: &Explanation) -> String {
     let c = &e.cycle;
     let mut v = vec![format!("k = {} draft steps", c.draft_steps)];
@@ -80,25 +96,32 @@ pub fn text(e: &Explanation) -> String {
             name,
             ms(p.figure.us),
             share(p, whole),
-            p.figure.source.words(),
+            p.figure.source.label(),
             p.figure.how
         );
+    }
+    if let Some(c) = &e.calibration {
+        let _ = writeln!(s, "\nHeld to this machine");
+        for l in c.lines(&e.pricing.profile) {
+            let _ = writeln!(s, "  {l}");
+        }
     }
     if !e.scenarios.is_empty() {
         let _ = writeln!(s, "\nWhat would change it ({})", cycle_words(e));
         let _ = writeln!(
             s,
-            "  {:<34} {:>10}  {:<9} {:>7} {:>10}  how",
-            "verify", "time", "source", "tok/s", "vs plain"
+            "  {:<34} {:>10} {:>13}  {:<9} {:>7} {:>10}  how",
+            "verify", "time", "range", "source", "tok/s", "vs plain"
         );
         for sc in &e.scenarios {
             let (t, x) = tps(sc);
             let _ = writeln!(
                 s,
-                "  {:<34} {:>10}  {:<9} {:>7} {:>10}  {}",
+                "  {:<34} {:>10} {:>13}  {:<9} {:>7} {:>10}  {}",
                 sc.name,
-                ms(sc.verify.us),
-                sc.verify.source.words(),
+                time_cell(sc),
+                range_cell(sc),
+                sc.verify.source.label(),
                 t,
                 x,
                 sc.verify.how
@@ -106,7 +129,7 @@ pub fn text(e: &Explanation) -> String {
         }
         let _ = writeln!(
             s,
-            "  (tok/s = accept length / (k x draft + verify + overhead); vs plain = over decoding without speculation; tau* = the accept length that breaks even)"
+            "  (tok/s = accept length / (k x draft + verify + overhead); vs plain = over decoding without speculation, with the row's change applied to the decode too; tau* = the accept length that breaks even; range: the model's stated error on the row's modeled part; ^: held at the floor, never faster than the decode step of this machine, so no row gains more than the accept length)"
         );
     }
     let _ = writeln!(s, "\nAnswer");
@@ -189,20 +212,21 @@ pub fn markdown(e: &Explanation) -> String {
             p.name,
             ms(p.figure.us),
             share(p, whole),
-            p.figure.source.words(),
+            p.figure.source.label(),
             md_escape(&p.figure.how)
         );
     }
     if !e.scenarios.is_empty() {
-        let _ = writeln!(s, "\n### What would change it\n\n{}\n\n| verify | time | source | tok/s | vs plain | how |\n|---|---:|---|---:|---:|---|", cycle_words(e));
+        let _ = writeln!(s, "\n### What would change it\n\n{}\n\n| verify | time | range | source | tok/s | vs plain | how |\n|---|---:|---:|---|---:|---:|---|", cycle_words(e));
         for sc in &e.scenarios {
             let (t, x) = tps(sc);
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} |",
                 sc.name,
-                ms(sc.verify.us),
-                sc.verify.source.words(),
+                time_cell(sc),
+                range_cell(sc),
+                sc.verify.source.label(),
                 t,
                 x,
                 md_escape(&sc.verify.how)

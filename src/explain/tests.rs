@@ -1,7 +1,10 @@
 //! Tests of the explanation on plain numbers (no files): the parts add up, the sources are
 //! labelled, and the counterfactuals follow from the figures by hand arithmetic.
 
+use super::gather::SweepBest;
 use super::*;
+use crate::evidence::Source;
+use crate::request::Workload;
 
 fn req() -> ExplainRequest {
     ExplainRequest {
@@ -39,13 +42,13 @@ fn observed_numbers_split_into_modeled_transfer_and_inferred_waiting() {
     };
     // 122 x 200 us inside the collectives, given.
     assert_eq!(part("in collectives").us, 24_400.0);
-    assert_eq!(part("in collectives").source, Src::Given);
+    assert_eq!(part("in collectives").source, Source::Given);
     // transfer = 122 x the model's mean collective; waiting = the rest, inferred.
     let x = 122.0 * e.pricing.transfer_us / e.pricing.per_collective_us.len() as f64;
     assert!((part("transfer").us - x).abs() < 1e-6);
-    assert_eq!(part("transfer").source, Src::Modeled);
+    assert_eq!(part("transfer").source, Source::Modeled);
     assert!((part("waiting").us - (24_400.0 - x)).abs() < 1e-6);
-    assert_eq!(part("waiting").source, Src::Inferred);
+    assert_eq!(part("waiting").source, Source::Inferred);
     // most of it is waiting
     assert!(
         part("waiting").us > 0.75 * 24_400.0,
@@ -54,17 +57,27 @@ fn observed_numbers_split_into_modeled_transfer_and_inferred_waiting() {
     );
     // 30 ms - 24.4 ms of compute and idle
     assert!((part("compute + idle").us - 5_600.0).abs() < 1e-6);
-    // the graph row is the verify less the waiting; tokens/s = 2.5 / verify (k = 2, free drafting)
+    // the graph row would be the verify less the waiting (8.5 ms), faster than the given
+    // decode step of 12.2 ms: it is held at the floor, the decode step plus what the model says
+    // 3 tokens add over 1; tokens/s = 2.5 / verify (k = 2, free drafting)
     let g = e
         .scenarios
         .iter()
         .find(|s| s.name == "with a CUDA graph")
         .unwrap();
-    let want = 30_000.0 - (24_400.0 - x);
-    assert!((g.verify.us - want).abs() < 1e-6);
-    let tps = 1000.0 * 2.5 / (want / 1000.0);
+    let candidate = 30_000.0 - (24_400.0 - x);
+    let cal = e.calibration.as_ref().unwrap();
+    let floor = 12_200.0 + (cal.model_verify_us - cal.model_decode_us).max(0.0);
+    assert!(candidate < 12_200.0 && floor >= 12_200.0);
+    assert!((cal.floor_ms.ms * 1000.0 - floor).abs() < 1e-6);
+    assert!(g.at_floor);
+    assert!((g.verify.us - floor).abs() < 1e-6);
+    let tps = 1000.0 * 2.5 / (floor / 1000.0);
     assert!((g.tokens_per_s.unwrap() - tps).abs() < 1e-6);
     assert!((g.vs_baseline.unwrap() - tps / (1000.0 / 12.2)).abs() < 1e-9);
+    assert!(g.vs_baseline.unwrap() <= 2.5);
+    // the model's own decode is shown beside the given one, the rest not modeled
+    assert!((cal.not_modeled_us.unwrap() - (12_200.0 - cal.model_decode_us)).abs() < 1e-6);
     // as it ran: 2.5 / 30 ms = 83.3 tok/s
     assert!((e.scenarios[0].tokens_per_s.unwrap() - 83.333_333).abs() < 1e-3);
     assert_eq!(e.cycle.draft_steps, 2);
@@ -128,11 +141,20 @@ fn a_sweep_ratio_scales_the_transfer_of_the_nccl_rows() {
         .figure
         .us;
     let row = |n: &str| e.scenarios.iter().find(|s| s.name == n).unwrap().verify.us;
-    // 20% of the transfer comes off the eager verify and off the graph verify alike.
+    // 20% of the transfer comes off the eager verify; the graph row sits at the floor, and a
+    // setting that cuts the transfer by 20% cuts the decode's too: its floor is 20% of the
+    // decode's transfer lower.
     assert!((row("best NCCL setting") - (30_000.0 - 0.2 * x)).abs() < 1e-6);
+    let cal = e.calibration.as_ref().unwrap();
+    let floor = cal.floor_ms.ms * 1000.0;
+    assert!((row("with a CUDA graph") - floor).abs() < 1e-6);
     assert!(
-        (row("best NCCL setting + CUDA graph") - (row("with a CUDA graph") - 0.2 * x)).abs() < 1e-6
+        (row("best NCCL setting + CUDA graph") - (floor - 0.2 * cal.decode_transfer_us)).abs()
+            < 1e-6
     );
+    for sc in &e.scenarios {
+        assert!(sc.vs_baseline.unwrap() <= 2.5 + 1e-9, "{}", sc.name);
+    }
     assert!(e.scenarios[2].verify.how.contains("s.jsonl"));
 }
 
@@ -147,7 +169,7 @@ fn a_vllm_log_shows_its_engine_and_its_traps() {
 INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.28, Accepted throughput: 10.00 tokens/s, Drafted throughput: 20.00 tokens/s, Accepted: 1278 tokens, Drafted: 3000 tokens, Per-position acceptance rate: 0.645, 0.393, 0.240, Avg Draft acceptance rate: 42.6%\n",
     )
     .unwrap();
-    let l = evidence::read_server_log(&p).unwrap();
+    let l = crate::evidence::read_server_log(&p).unwrap();
     assert_eq!(l.engine, Some(Engine::Vllm));
     // vLLM's rates are fractions of all drafts: 1 + 0.645 + 0.393 + 0.240 = 2.278
     assert!((l.accept_length.as_ref().unwrap().value - 2.278).abs() < 1e-3);
@@ -170,20 +192,6 @@ INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
 }
 
 #[test]
-fn batch_one_throughput_is_read_from_both_engines_logs() {
-    let sg = "[x TP0] Decode batch. #running-req: 1, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0,\n\
-[x TP0] Decode batch. #running-req: 2, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 180.00, #queue-req: 0,\n\
-[x TP0] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0,\n\
-[x TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0,\n";
-    // the two lines of one running request: (100 + 80) / 2
-    assert_eq!(evidence::batch1_throughput(sg), Some((90.0, 2)));
-    let vl = "INFO 05-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 95.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n\
-INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n";
-    assert_eq!(evidence::batch1_throughput(vl), Some((95.6, 1)));
-    assert_eq!(evidence::batch1_throughput("nothing\n"), None);
-}
-
-#[test]
 fn the_logged_throughput_gives_a_derived_verify_row() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("sglang.log");
@@ -193,7 +201,7 @@ fn the_logged_throughput_gives_a_derived_verify_row() {
     )
     .unwrap();
     let g = Gathered {
-        server_log: Some(evidence::read_server_log(&p).unwrap()),
+        server_log: Some(crate::evidence::read_server_log(&p).unwrap()),
         ..none()
     };
     let mut r = req();
@@ -207,6 +215,58 @@ fn the_logged_throughput_gives_a_derived_verify_row() {
         .unwrap();
     // 2.5 tokens at 100 tok/s: a 25 ms cycle, less 2 draft steps of 1 ms: a 23 ms verify
     assert!((row.verify.us - 23_000.0).abs() < 1e-6, "{}", row.verify.us);
-    assert_eq!(row.verify.source, Src::Derived);
+    assert_eq!(row.verify.source, Source::Derived);
     assert_eq!(row.tokens_per_s, Some(100.0));
+}
+
+#[test]
+fn no_row_beats_the_decode_step_or_gains_more_than_the_accept_length() {
+    // The bounds hold for other accept lengths and draft costs: every row's verify is at least
+    // the given decode step (less what the row's change saves on the decode too, against which
+    // its gain is taken), and no row gains more than the accept length over plain decoding.
+    for verify_ms in [30.0, 13.0, 6.0] {
+        for tau in [1.2, 1.8, 2.5, 3.4, 4.0] {
+            for draft in [0.0, 0.5, 3.0] {
+                let r = ExplainRequest {
+                    observed: None,
+                    verify_ms: Some(verify_ms),
+                    cycle: Flags {
+                        decode_ms: Some(12.2),
+                        draft_ms: Some(draft),
+                        draft_steps: Some(3),
+                        acceptance: Some(Acceptance::Length(tau)),
+                        ..Default::default()
+                    },
+                    ..req()
+                };
+                let e = explain(&r, &none()).unwrap();
+                let cal = e.calibration.as_ref().unwrap();
+                assert!(cal.floor_ms.ms >= 12.2);
+                for sc in &e.scenarios {
+                    let plain = sc.plain_decode_ms.unwrap();
+                    assert!(plain <= 12.2 + 1e-9, "{}", sc.name);
+                    assert!(
+                        sc.verify.us / 1000.0 >= plain - 1e-9,
+                        "verify {verify_ms} tau {tau} draft {draft}: {} at {} us, faster than its decode {plain} ms",
+                        sc.name,
+                        sc.verify.us
+                    );
+                    assert!(
+                        sc.vs_baseline.unwrap() <= tau + 1e-9,
+                        "verify {verify_ms} tau {tau} draft {draft}: {} gains {}",
+                        sc.name,
+                        sc.vs_baseline.unwrap()
+                    );
+                    // the row's tokens/s is tau over its own cycle
+                    let cycle = 3.0 * draft + sc.verify.us / 1000.0;
+                    assert!((sc.tokens_per_s.unwrap() - 1000.0 * tau / cycle).abs() < 1e-6);
+                }
+                // a given verify below the given decode is warned about
+                assert_eq!(
+                    e.notes.iter().any(|n| n.starts_with("warning: the verify")),
+                    verify_ms < 12.2
+                );
+            }
+        }
+    }
 }

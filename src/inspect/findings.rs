@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::nccl_vars;
+use super::ncclmaps;
 use super::walk::{ProcessInfo, Tree};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -38,6 +39,10 @@ pub enum Kind {
     ForkedCopy,
     /// No `NCCL_*` variable anywhere in the tree.
     NoNcclSettings,
+    /// Processes that should agree map different NCCL library files.
+    NcclLibrariesDiffer,
+    /// A process maps another NCCL than the one its `VLLM_NCCL_SO_PATH` names.
+    NcclNotTheOneNamed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -378,6 +383,9 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
         }
     }
 
+    // 4b. The NCCL libraries the processes have mapped.
+    out.extend(nccl_findings(tree));
+
     // 5. What could not be seen.
     let unreadable: Vec<&ProcessInfo> = tree.processes.iter().filter(|p| p.env.is_none()).collect();
     if !unreadable.is_empty() {
@@ -420,6 +428,93 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
         });
     }
     out.sort_by_key(|f| f.severity == Severity::Note);
+    out
+}
+
+/// The NCCL library itself among a process's mapped files (not a plugin such as
+/// `libnccl-net.so`): the file names that start `libnccl.so`.
+fn library_of(libs: &[ncclmaps::MappedNccl]) -> Vec<&ncclmaps::MappedNccl> {
+    libs.iter()
+        .filter(|m| {
+            m.path
+                .rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with("libnccl.so"))
+        })
+        .collect()
+}
+
+/// What the mapped libraries show: processes of the tree that map different NCCL builds (the
+/// GPU-holding ones when any holds a GPU), and a process that maps another NCCL than the one its
+/// `VLLM_NCCL_SO_PATH` names (compared with that file's links resolved, as the walk read it, and
+/// as written).
+fn nccl_findings(tree: &Tree) -> Vec<Finding> {
+    let mut out = vec![];
+    let any_gpu = tree.processes.iter().any(|p| p.holds_gpu());
+    let group: Vec<&ProcessInfo> = tree
+        .processes
+        .iter()
+        .filter(|p| !any_gpu || p.holds_gpu())
+        .collect();
+    let mut by_lib: BTreeMap<String, Vec<&ProcessInfo>> = BTreeMap::new();
+    for p in &group {
+        for m in library_of(p.nccl.as_deref().unwrap_or_default()) {
+            by_lib.entry(m.describe()).or_default().push(p);
+        }
+    }
+    if by_lib.len() >= 2 {
+        let parts: Vec<String> = by_lib
+            .iter()
+            .map(|(lib, ps)| {
+                let who: Vec<String> = ps.iter().map(|p| label(p)).collect();
+                format!("{lib} in {}", who.join(", "))
+            })
+            .collect();
+        out.push(Finding {
+            kind: Kind::NcclLibrariesDiffer,
+            severity: Severity::Warning,
+            variable: None,
+            pids: group.iter().map(|p| p.pid).collect(),
+            message: format!(
+                "{} map different NCCL libraries: {}",
+                if any_gpu {
+                    "the GPU-holding processes"
+                } else {
+                    "the processes"
+                },
+                parts.join("; ")
+            ),
+        });
+    }
+    for p in &tree.processes {
+        let (Some(env), Some(libs)) = (&p.env, &p.nccl) else {
+            continue;
+        };
+        let Some(asked) = env.get(ncclmaps::SO_PATH_VAR) else {
+            continue;
+        };
+        let own = library_of(libs);
+        if own.is_empty() {
+            continue;
+        }
+        let want = p.nccl_so_path.as_deref().unwrap_or(asked);
+        if own.iter().any(|m| m.path == want || m.path == *asked) {
+            continue;
+        }
+        let maps: Vec<String> = own.iter().map(|m| m.describe()).collect();
+        out.push(Finding {
+            kind: Kind::NcclNotTheOneNamed,
+            severity: Severity::Warning,
+            variable: Some(ncclmaps::SO_PATH_VAR.into()),
+            pids: vec![p.pid],
+            message: format!(
+                "{} was started with {}={asked} but maps {}: the NCCL it runs is not the one named",
+                label(p),
+                ncclmaps::SO_PATH_VAR,
+                maps.join(" and ")
+            ),
+        });
+    }
     out
 }
 
@@ -488,6 +583,9 @@ mod tests {
                     .collect(),
             ),
             env_error: None,
+            nccl: Some(vec![]),
+            nccl_error: None,
+            nccl_so_path: None,
         }
     }
 

@@ -3,19 +3,23 @@
 //! Serving engines start their GPU workers with Python multiprocessing; a variable that is in
 //! the launcher's environment but not in the workers' changes nothing. This module walks the
 //! process tree under a server (Linux /proc), reads the environment each process was started
-//! with, which GPUs it has open, and states what does not add up.
+//! with, which GPUs it has open, which NCCL library it has mapped, and states what does not
+//! add up.
 //!
 //! - [`procfs`]: pure parsers of /proc files and the [`procfs::ProcSource`] trait (real /proc,
 //!   fake directory, or mock).
 //! - [`walk`]: the tree under a root, or the roots matching a command-line pattern.
 //! - [`findings`]: missing, disagreeing and unknown variables; the `--expect` gate.
 //! - [`nccl_vars`]: the names NCCL reads, reusable by other commands.
+//! - [`ncclmaps`]: the NCCL library files each process has mapped (/proc/PID/maps), their
+//!   versions, and what differs.
 //! - [`render`]: table and JSON.
 //!
 //! Not here: the flags (`cli/inspect.rs`).
 
 pub mod findings;
 pub mod nccl_vars;
+pub mod ncclmaps;
 pub mod procfs;
 pub mod render;
 pub mod walk;

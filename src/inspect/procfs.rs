@@ -3,7 +3,7 @@
 //! the way the kernel does (permission denied, process gone).
 //!
 //! Only files a non-root user may read for their own processes are used: `stat` and `cmdline`
-//! (world-readable), `environ` and `fd/` (same user, or ptrace-capable). Nothing here needs
+//! (world-readable), `environ`, `maps` and `fd/` (same user, or ptrace-capable). Nothing here needs
 //! root, and a read another user's process refuses is reported, never fatal.
 
 use std::io;
@@ -95,13 +95,16 @@ pub(crate) fn gpus_of_fd_targets<S: AsRef<str>>(targets: &[S]) -> Vec<u32> {
 }
 
 /// Whether an environment variable is one this command reports: NCCL's (`NCCL_*`, in any case,
-/// so a lower-case misspelling is caught), CUDA's (`CUDA_*`), and PyTorch's NCCL settings
-/// (`TORCH_NCCL_*`).
+/// so a lower-case misspelling is caught), CUDA's (`CUDA_*`), PyTorch's NCCL settings
+/// (`TORCH_NCCL_*`), and the NCCL library vLLM loads (`VLLM_NCCL_SO_PATH`).
 pub(crate) fn is_reported_var(name: &str) -> bool {
     let up = |p: &str| {
         name.len() >= p.len() && name.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
     };
-    up("NCCL_") || name.starts_with("CUDA_") || name.starts_with("TORCH_NCCL_")
+    up("NCCL_")
+        || name.starts_with("CUDA_")
+        || name.starts_with("TORCH_NCCL_")
+        || name == super::ncclmaps::SO_PATH_VAR
 }
 
 /// A command line as the table shows it: the program's file name without its directory, and
@@ -150,7 +153,7 @@ pub fn truncate(s: &str, n: usize) -> String {
 pub trait ProcSource {
     /// Every process id present now.
     fn pids(&self) -> io::Result<Vec<u32>>;
-    /// The bytes of `/proc/PID/<file>` (`stat`, `cmdline`, `environ`).
+    /// The bytes of `/proc/PID/<file>` (`stat`, `cmdline`, `environ`, `maps`).
     fn read(&self, pid: u32, file: &str) -> io::Result<Vec<u8>>;
     /// The link targets of the process's open file descriptors (`/proc/PID/fd/*`).
     fn fd_targets(&self, pid: u32) -> io::Result<Vec<String>>;
@@ -324,6 +327,7 @@ mod tests {
             "Nccl_Algo",
             "CUDA_VISIBLE_DEVICES",
             "TORCH_NCCL_BLOCKING_WAIT",
+            "VLLM_NCCL_SO_PATH",
         ] {
             assert!(is_reported_var(y), "{y}");
         }

@@ -89,6 +89,10 @@ fn render_tree(o: &mut String, t: &TreeReport) {
     );
     let _ = writeln!(
         o,
+        "# NCCL mapped: the libnccl*.so* files each process has mapped (/proc/PID/maps), with the version the file name (or its pip wheel) tells"
+    );
+    let _ = writeln!(
+        o,
         "# GPUS: open /dev/nvidiaN devices; - none, ? unreadable\n"
     );
     let _ = writeln!(o, "{:>8} {:>8}  {:<6} COMMAND", "PID", "PPID", "GPUS");
@@ -110,7 +114,8 @@ fn render_tree(o: &mut String, t: &TreeReport) {
             p.ppid,
             gpus,
             truncate(
-                &short_command(&p.command),
+                // a command line of several lines (python3 -c CODE) stays on its row
+                &short_command(&p.command).replace(char::is_control, " "),
                 COMMAND_WIDTH.saturating_sub(indent.len()).max(20)
             )
         );
@@ -140,6 +145,22 @@ fn render_tree(o: &mut String, t: &TreeReport) {
                     let _ = writeln!(o, "{pad}{k}={v}");
                 }
             }
+        }
+        match (&p.nccl, &p.env) {
+            (Some(libs), _) => {
+                for m in libs {
+                    let _ = writeln!(o, "{pad}NCCL mapped: {}", m.describe());
+                }
+            }
+            // an unreadable environment has said why already
+            (None, Some(_)) => {
+                let _ = writeln!(
+                    o,
+                    "{pad}NCCL mappings unreadable: {}",
+                    p.nccl_error.as_deref().unwrap_or("unknown error")
+                );
+            }
+            (None, None) => {}
         }
     }
     for s in &tr.skipped {

@@ -1,6 +1,6 @@
 //! Walking a process tree: one snapshot of every process's parent (from `stat`), then, for
-//! each process under the root, its command line, the variables it was started with and the
-//! GPUs it has open.
+//! each process under the root, its command line, the variables it was started with, the
+//! GPUs it has open and the NCCL library files it has mapped.
 //!
 //! Children are found by scanning every `/proc/PID/stat` for its parent id rather than through
 //! `/proc/PID/task/*/children`, which exists only on kernels built with CONFIG_PROC_CHILDREN.
@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use super::ncclmaps::{self, MappedNccl};
 use super::procfs::{self, ProcSource, Stat};
 
 /// One process of the tree, as read.
@@ -34,6 +35,15 @@ pub struct ProcessInfo {
     pub env: Option<BTreeMap<String, String>>,
     /// Why the environment could not be read.
     pub env_error: Option<String>,
+    /// The NCCL library files the process has mapped (`libnccl*.so*` in /proc/PID/maps), each
+    /// with the version its name tells; `null` when unreadable.
+    pub nccl: Option<Vec<MappedNccl>>,
+    /// Why the mapped files could not be read.
+    pub nccl_error: Option<String>,
+    /// The file `VLLM_NCCL_SO_PATH` names, links resolved (when the process has it and the
+    /// file exists here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_so_path: Option<String>,
 }
 
 impl ProcessInfo {
@@ -242,6 +252,16 @@ fn read_process(src: &dyn ProcSource, st: &Stat, depth: usize) -> Result<Process
         Err(e) if procfs::is_gone(&e) => return Err(EXITED.into()),
         Err(e) => (None, Some(procfs::describe_read_error(&e))),
     };
+    let (nccl, nccl_error) = match src.read(pid, "maps") {
+        Ok(b) => (Some(ncclmaps::mapped(&String::from_utf8_lossy(&b))), None),
+        Err(e) if procfs::is_gone(&e) => return Err(EXITED.into()),
+        Err(e) => (None, Some(procfs::describe_read_error(&e))),
+    };
+    let nccl_so_path = env
+        .as_ref()
+        .and_then(|e: &BTreeMap<String, String>| e.get(ncclmaps::SO_PATH_VAR))
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .map(|p| p.display().to_string());
     Ok(ProcessInfo {
         pid,
         ppid: now.ppid,
@@ -252,6 +272,9 @@ fn read_process(src: &dyn ProcSource, st: &Stat, depth: usize) -> Result<Process
         gpus_error,
         env,
         env_error,
+        nccl,
+        nccl_error,
+        nccl_so_path,
     })
 }
 
@@ -280,6 +303,7 @@ pub(crate) mod tests {
                 e.extend_from_slice(format!("{k}={v}\0").as_bytes());
             }
             self.files.insert((pid, "environ".into()), e);
+            self.files.insert((pid, "maps".into()), vec![]);
             self.fds.insert(pid, vec!["/dev/null".into()]);
         }
         pub fn fail(&mut self, pid: u32, file: &str, kind: io::ErrorKind) {
@@ -403,7 +427,7 @@ pub(crate) mod tests {
 
     #[test]
     fn process_exiting_during_the_walk_is_skipped_with_a_reason() {
-        for file in ["stat", "cmdline", "environ", "fd"] {
+        for file in ["stat", "cmdline", "environ", "fd", "maps"] {
             let mut m = server();
             let table = snapshot(&m).unwrap();
             // Exits after the snapshot, before (or while) its files are read.
@@ -476,6 +500,7 @@ pub(crate) mod tests {
             std::fs::write(p.join("stat"), stat).unwrap();
             std::fs::write(p.join("cmdline"), b"python3\0worker.py\0").unwrap();
             std::fs::write(p.join("environ"), env).unwrap();
+            std::fs::write(p.join("maps"), b"").unwrap();
             for (i, t) in fds.iter().enumerate() {
                 std::os::unix::fs::symlink(t, p.join("fd").join(i.to_string())).unwrap();
             }

@@ -132,6 +132,8 @@ pub(crate) struct RankInfo {
     pub gpu_note: Option<String>,
     /// Where rank 0 serves the NCCL unique id, if known.
     pub rendezvous: Option<RendezvousAddr>,
+    /// The launcher's job, if it names one ([`launcher_job`]).
+    pub job: Option<String>,
 }
 
 impl RankInfo {
@@ -401,6 +403,7 @@ pub(crate) fn detect(env: &BTreeMap<String, String>, explicit: &ExplicitRank) ->
     }
 
     let rendezvous = rendezvous_addr(env, explicit)?;
+    let job = launcher_job(env, source);
     Ok(RankInfo {
         rank,
         world_size,
@@ -411,7 +414,33 @@ pub(crate) fn detect(env: &BTreeMap<String, String>, explicit: &ExplicitRank) ->
         shadowed,
         gpu_note,
         rendezvous,
+        job,
     })
+}
+
+/// The job the launcher that gave the rank runs, as the ranks of one job all see it: Slurm's
+/// job and step (`slurm:JOB.STEP`), torchrun's run id (`torchrun:ID`); none for the flags and
+/// the MPI launchers. Two jobs' ranks that meet on one port tell each other apart by it. It is
+/// no secret: anyone on the cluster can read it.
+pub(crate) fn launcher_job(env: &BTreeMap<String, String>, source: LauncherKind) -> Option<String> {
+    let get = |n: &str| {
+        env.get(n)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    match source {
+        LauncherKind::Slurm => {
+            let job = get("SLURM_JOB_ID").or_else(|| get("SLURM_JOBID"))?;
+            let step = get("SLURM_STEP_ID").or_else(|| get("SLURM_STEPID"));
+            Some(match step {
+                Some(s) => format!("slurm:{job}.{s}"),
+                None => format!("slurm:{job}"),
+            })
+        }
+        LauncherKind::Torchrun => get("TORCHELASTIC_RUN_ID").map(|r| format!("torchrun:{r}")),
+        LauncherKind::Flags | LauncherKind::OpenMpi | LauncherKind::Pmi => None,
+    }
 }
 
 /// `--rendezvous` if given, else `MASTER_ADDR:MASTER_PORT`. Under torchrun with the agent's
@@ -550,10 +579,49 @@ mod tests {
             r.describe(),
             "rank 3 of 4 (local GPU 1) from Slurm (SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID)"
         );
-        // Slurm gives no rendezvous address by itself.
+        // Slurm gives no rendezvous address by itself, and no job here (no SLURM_JOB_ID).
         assert!(r.rendezvous.is_none());
+        assert_eq!(r.job, None);
         let msg = r.require_rendezvous().unwrap_err().to_string();
         assert!(msg.contains("--rendezvous HOST:PORT"), "{msg}");
+    }
+
+    #[test]
+    fn the_launchers_job_is_read_from_the_launcher_that_gave_the_rank() {
+        let slurm = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_JOB_ID", "4711"),
+            ("SLURM_STEP_ID", "3"),
+        ];
+        let r = detect(&env(&slurm), &none()).unwrap();
+        assert_eq!(r.job.as_deref(), Some("slurm:4711.3"));
+        // torchrun under srun: torchrun gave the rank, so its run id is the job
+        let mut both = env(&slurm);
+        for (k, v) in [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "1"),
+            ("TORCHELASTIC_RUN_ID", "abc"),
+        ] {
+            both.insert(k.into(), v.into());
+        }
+        assert_eq!(
+            detect(&both, &none()).unwrap().job.as_deref(),
+            Some("torchrun:abc")
+        );
+        // flags: no launcher, no job (the Slurm variables are ignored with the rank's)
+        let x = ExplicitRank {
+            rank: Some(1),
+            world_size: Some(2),
+            ..none()
+        };
+        assert_eq!(detect(&both, &x).unwrap().job, None);
+        assert_eq!(
+            launcher_job(&env(&[("SLURM_JOBID", "9")]), LauncherKind::Slurm).as_deref(),
+            Some("slurm:9")
+        );
     }
 
     #[test]

@@ -275,6 +275,18 @@ pub struct RankResult {
     pub clocks_khz: Option<(i32, i32)>,
 }
 
+impl RankResult {
+    /// The NCCL this rank reported: the version it asked `ncclGetVersion` and the file mapped.
+    pub fn nccl(&self) -> crate::record::WorkerNccl {
+        crate::record::WorkerNccl {
+            rank: self.rank,
+            pid: self.pid,
+            version: self.nccl_version.clone(),
+            library: self.nccl_library.clone(),
+        }
+    }
+}
+
 /// Where a rank stands.
 #[derive(Debug, Clone)]
 pub struct RankSetup {

@@ -1,14 +1,12 @@
-//! The worker side of `--launcher processes`: `verifybench __rank ...` (hidden).
+//! The protocol between `--launcher processes` and its workers (`verifybench __rank ...`,
+//! hidden; run by `commands::rank`).
 //!
 //! Protocol on stdout, one JSON object per line: `{"progress": k}` after each configuration,
 //! then `{"result": RankResult}` or `{"error": "..."}`. Everything else goes to stderr.
 
-use std::io::Write;
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 
-use super::job::{run_rank, Fault, Job, RankResult, RankSetup};
+use super::job::RankResult;
 
 /// The `--timeout` of the run, in seconds, as the parent hands it to every worker it starts
 /// (set in the environment it builds for them): each wait of the worker's rank polls the
@@ -24,20 +22,6 @@ pub(crate) fn watch_of(timeout: Option<&str>) -> crate::comm::nccl::Watch {
         .filter(|t| t.is_finite() && *t > 0.0)
         .map(std::time::Duration::from_secs_f64);
     crate::comm::nccl::Watch::new(t)
-}
-
-/// What one worker process runs (`verifybench __rank --job FILE --rank R ...`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RankRequest {
-    /// JSON file holding the job.
-    pub job: PathBuf,
-    pub rank: usize,
-    pub nranks: usize,
-    pub device: usize,
-    /// NCCL unique id, hex.
-    pub id: String,
-    pub fault: Option<Fault>,
-    pub cpu_affinity: super::affinity::CpuAffinity,
 }
 
 /// One line of the worker protocol.
@@ -62,42 +46,6 @@ pub(crate) fn unhex(s: &str) -> anyhow::Result<[u8; 128]> {
         *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)?;
     }
     Ok(out)
-}
-
-fn send(m: &Message) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "{}",
-        serde_json::to_string(m).expect("messages serialize")
-    );
-    let _ = out.flush();
-}
-
-/// Runs one rank and reports on stdout. The exit code is 0 even on error (the error travels in
-/// the protocol); a crash or a deliberate fault exits otherwise.
-pub fn run(a: &RankRequest) -> anyhow::Result<i32> {
-    let job: Job = serde_json::from_str(&std::fs::read_to_string(&a.job)?)?;
-    let setup = RankSetup {
-        rank: a.rank,
-        nranks: a.nranks,
-        device: a.device,
-        id: unhex(&a.id)?,
-        fault: a.fault,
-        p2p: super::job::P2pExchange::beside(&a.job),
-        affinity: a.cpu_affinity.clone(),
-        watch: watch_of(std::env::var(RANK_TIMEOUT_ENV).ok().as_deref()),
-    };
-    match run_rank(setup, &job, |k| send(&Message::Progress(k))) {
-        Ok(r) => {
-            send(&Message::Result(Box::new(r)));
-            Ok(0)
-        }
-        Err(e) => {
-            send(&Message::Error(format!("{e:#}")));
-            Ok(1)
-        }
-    }
 }
 
 #[cfg(test)]

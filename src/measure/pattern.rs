@@ -4,9 +4,9 @@
 //!
 //! Why it is exact for every rank count (up to 1024 and beyond) and every dtype: on `n` ranks
 //! element `i` of a send buffer is non-zero on at most [`ACTIVE`] = 16 ranks (those with
-//! `(rank + i + op) % d == 0`, `d = ceil(n / 16)`), where it is the integer
-//! `rank / d + 1 + offset(i, op)`, with `offset` in 0..=6, so at most 16 + 6. So every value is a non-negative integer and
-//! the values summed into one output element total at most `(1 + ... + 16) + 16 x 6 = 232`.
+//! `(rank + i + index) % d == 0`, `d = ceil(n / 16)`, `index` the collective's, see below),
+//! where it is the integer `rank / d + 1 + offset(i, op)`, with `offset` in 0..=6, so at most
+//! 16 + 6. So every value is a non-negative integer and the values summed into one output element total at most `(1 + ... + 16) + 16 x 6 = 232`.
 //! Any partial sum NCCL may form (any subset of ranks, in any grouping: ring segments, tree
 //! subtrees, a switch's reduction) is then a non-negative integer of at most 232; bf16 holds
 //! every integer up to 256 (8 significant bits), f16 up to 2048, f32 up to 2^24. Every addition
@@ -18,14 +18,24 @@
 //! buffer of at least `d` elements checks every rank's data; the offsets move with `op` (the
 //! collective's salt), so that one op's output landing in another's buffer is caught.
 //!
-//! No period: `offset(i, op) = (i + digit_k(op)) % 7` with `k = i % 6` and `digit_k` the k-th
-//! base-7 digit of `op`. Two salts below 7^6 = 117,649 differ in some digit `k`, so every
-//! element `i` with `i % 6 == k` that a rank feeds holds a different value under the two salts:
-//! two collectives of one schedule never get the same inputs, however far apart (the former
-//! `(i + op) % 7` repeated every 7 collectives), nor two buffer slots of one collective: the
-//! salt comes from the operation's index and the slot ([`salt`], [`SLOTS`]). A test checks this
-//! for every slot of every collective of every schedule `plan` builds up to 1024 ranks, on every
-//! rank's expected output.
+//! No period, and every slot apart at every element: a salt `op` is a collective's index
+//! `op / SLOTS` and its buffer slot `op % SLOTS` ([`salt`]), and
+//! `offset(i, op) = (i + digit_k(index) + slot) % 7` with `k = i % 7`, `digit_k` the k-th base-7
+//! digit of the index for k < 6 and 0 for k = 6. The ranks that feed element `i` depend on the
+//! index only (`(rank + i + index) % d == 0`), not on the slot. So:
+//! - the slots of one collective (one index, slots 0, 1, 2) get different values in every
+//!   element a rank feeds: the offsets differ by the slot difference, 1 or 2 mod 7. A rank that
+//!   reads or writes the buffers of another slot, one or two launches old, sees a different
+//!   value in every element, whatever the dtype and the vector width;
+//! - two collectives (indices below 7^6 = 117,649) differ in some digit `k`, so every element
+//!   `i` with `i % 7 == k` that a rank feeds under both holds different values: two collectives
+//!   of one schedule never get the same inputs, however far apart (the former `(i + op) % 7`
+//!   repeated every 7 collectives);
+//! - two salts of different slots also differ at every element with `i % 7 == 6` (digit 0 for
+//!   every index), so no slot of one collective equals a slot of another.
+//!
+//! A test checks the slots for every index and element offset, and every slot of every
+//! collective of every schedule `plan` builds up to 1024 ranks, on every rank's expected output.
 use half::{bf16, f16};
 
 use crate::model::collective::Source;
@@ -40,15 +50,16 @@ pub(crate) fn stride(nranks: usize) -> usize {
     nranks.div_ceil(ACTIVE).max(1)
 }
 
-/// Salts below this get pairwise different inputs (see the module doc).
-pub const DISTINCT_SALTS: usize = 7usize.pow(6);
+/// Indices (a schedule's operations, a `collective` run's cases) whose inputs all differ: the
+/// base-7 digits 0..6 of the index are the value offsets (see the module doc).
+pub const SALTED_INDICES: usize = 7usize.pow(6);
 
 /// Buffer slots of every collective a run checks: launch `j` of a collective runs on slot
 /// `j % SLOTS`, each slot with its own send and receive buffers and its own inputs (salt
 /// [`salt`]), as nccl-tests moves its buffer offsets every iteration "to catch race conditions"
 /// (`startColl`: `shift = totalnbytes * (iter % steps)`, NVIDIA/nccl-tests `src/common.cu`).
 /// Data that lands in, or is read from, the buffers of another launch then differs from what
-/// this launch expects and counts as wrong.
+/// this launch expects and counts as wrong, in every element.
 ///
 /// Why 3 and not 2: a stale pointer to the previous launch's buffers (a graph or a registration
 /// that kept an old address, NCCL's exchanged peer pointers, the two-shot kernel's one result
@@ -59,14 +70,14 @@ pub const DISTINCT_SALTS: usize = 7usize.pow(6);
 /// neither 1 nor 2: data one or two launches old always comes from another slot.
 pub const SLOTS: usize = 3;
 
-/// Indices (a schedule's operations, a `collective` run's cases) whose slots all get distinct
-/// salts: `index * SLOTS + slot` stays below [`DISTINCT_SALTS`].
-pub const SALTED_INDICES: usize = DISTINCT_SALTS / SLOTS;
+/// Salts below this are pairwise different inputs (every index below [`SALTED_INDICES`], every
+/// slot).
+pub const DISTINCT_SALTS: usize = SALTED_INDICES * SLOTS;
 
 /// The salt of slot `slot` of the collective at `index` (its operation's index in the schedule,
 /// or its case's in a `collective` run): distinct for every (index, slot) with `index` below
-/// [`SALTED_INDICES`] and `slot` below [`SLOTS`], so every slot of every collective gets
-/// inputs of its own.
+/// [`SALTED_INDICES`] and `slot` below [`SLOTS`], and the slots of one index apart at every
+/// element (see the module doc).
 pub fn salt(index: usize, slot: usize) -> usize {
     debug_assert!(slot < SLOTS);
     index * SLOTS + slot
@@ -84,18 +95,26 @@ pub fn check_salted(indices: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The value offset of element `i` under salt `op`: in 0..=6, `(i + digit) % 7` with the
-/// `(i % 6)`-th base-7 digit of `op`.
+/// The k-th base-7 digit of `index` for k < 6; 0 for k = 6 (the position the slot alone sets).
+fn digit(index: usize, k: usize) -> usize {
+    if k >= 6 {
+        return 0;
+    }
+    (index / 7usize.pow(k as u32)) % 7
+}
+
+/// The value offset of element `i` under salt `op`: in 0..=6, `(i + digit + slot) % 7` with
+/// the `(i % 7)`-th base-7 digit of the salt's index and its slot.
 fn offset(i: usize, op: usize) -> usize {
-    let digit = (op / 7usize.pow((i % 6) as u32)) % 7;
-    (i + digit) % 7
+    let (index, slot) = (op / SLOTS, op % SLOTS);
+    (i + digit(index, i % 7) + slot) % 7
 }
 
 /// Input value of element `i` on `rank` of `nranks` for the collective with salt `op` (its
-/// index in the schedule).
+/// index in the schedule and its slot, [`salt`]).
 pub(crate) fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f32 {
     let d = stride(nranks);
-    if (rank + i + op) % d != 0 {
+    if (rank + i + op / SLOTS) % d != 0 {
         return 0.0;
     }
     ((rank / d + 1) + offset(i, op)) as f32
@@ -105,7 +124,7 @@ pub(crate) fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f3
 /// are visited: at most [`ACTIVE`]).
 pub(crate) fn sum_value(i: usize, op: usize, nranks: usize) -> f32 {
     let d = stride(nranks);
-    let first = (d - (i + op) % d) % d;
+    let first = (d - (i + op / SLOTS) % d) % d;
     (first..nranks)
         .step_by(d)
         .map(|r| input_value(r, i, op, nranks))
@@ -282,13 +301,19 @@ mod tests {
 
     #[test]
     fn up_to_16_ranks_every_rank_feeds_every_element() {
-        // d = 1: the dense values (rank + 1) + offset; salt 3 has base-7 digits 3,0,0,0,0,0
+        // d = 1: the dense values (rank + 1) + offset. Salt 3 is index 1, slot 0: base-7
+        // digits 1,0,0,0,0,0 (and 0 at position 6), so element i gets (i + 1) % 7 where
+        // i % 7 == 0 and i % 7 elsewhere. Salt 5 is index 1, slot 2: 2 more everywhere.
         for n in 2..=16 {
             assert_eq!(stride(n), 1);
             for r in 0..n {
-                for i in 0..12 {
-                    let digit = if i % 6 == 0 { 3 } else { 0 };
+                for i in 0..21 {
+                    let digit = if i % 7 == 0 { 1 } else { 0 };
                     assert_eq!(input_value(r, i, 3, n), ((r + 1) + (i + digit) % 7) as f32);
+                    assert_eq!(
+                        input_value(r, i, 5, n),
+                        ((r + 1) + (i + digit + 2) % 7) as f32
+                    );
                 }
             }
         }
@@ -296,6 +321,59 @@ mod tests {
         assert_eq!(sum_value(6, 0, 8), 84.0);
         assert_eq!(stride(17), 2);
         assert_eq!(stride(1024), 64);
+    }
+
+    /// The three slots of every collective index (all 117,649) differ at every element, on
+    /// every rank and in the exact sum: the offset repeats every 7 elements (asserted over a
+    /// 1 MiB bf16 message, the largest the P2P stress test sends), so the 7 positions of one
+    /// period stand for every element of every size.
+    #[test]
+    fn the_three_slots_of_every_index_differ_at_every_element() {
+        // the period: element i and i + 7 get the same value under any salt
+        for op in [0, 1, 2, 3 * 1234 + 1, DISTINCT_SALTS - 1] {
+            for i in 0..(1usize << 19) {
+                assert_eq!(offset(i, op), offset(i % 7, op), "op {op} i {i}");
+            }
+        }
+        let mut checked = 0u64;
+        for index in 0..SALTED_INDICES {
+            for i in 0..7 {
+                let off: Vec<usize> = (0..SLOTS).map(|s| offset(i, salt(index, s))).collect();
+                for (a, b) in [(0, 1), (1, 2), (0, 2)] {
+                    // offsets differ by the slot difference, mod 7
+                    assert_eq!((off[b] + 7 - off[a]) % 7, b - a, "index {index} i {i}");
+                    checked += 1;
+                }
+            }
+            // on ranks 0 and 7 of 8 (every rank feeds every element) and in the sums
+            if index % 97 == 0 || index + 1 == SALTED_INDICES {
+                for i in 0..7 {
+                    for (a, b) in [(0, 1), (1, 2), (0, 2)] {
+                        let (x, y) = (salt(index, a), salt(index, b));
+                        for r in [0, 7] {
+                            assert_ne!(input_value(r, i, x, 8), input_value(r, i, y, 8));
+                        }
+                        assert_ne!(sum_value(i, x, 8), sum_value(i, y, 8));
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 117_649 * 7 * 3);
+        // beyond 16 ranks the slots feed the same elements, with different values
+        for n in [17, 100, 1024] {
+            for i in 0..2 * stride(n) {
+                let v: Vec<f32> = (0..SLOTS)
+                    .map(|s| input_value(5, i, salt(9, s), n))
+                    .collect();
+                let fed = v[0] != 0.0;
+                assert!(v.iter().all(|&x| (x != 0.0) == fed), "n {n} i {i}");
+                if fed {
+                    assert!(v[0] != v[1] && v[1] != v[2] && v[0] != v[2], "n {n} i {i}");
+                }
+                let e: Vec<f32> = (0..SLOTS).map(|s| sum_value(i, salt(9, s), n)).collect();
+                assert!(e[0] != e[1] && e[1] != e[2] && e[0] != e[2], "n {n} i {i}");
+            }
+        }
     }
 
     /// `x` rounded to `dtype` (round to nearest even, as the device's conversions do).
@@ -333,10 +411,10 @@ mod tests {
     fn every_partial_sum_is_representable_up_to_1024_ranks() {
         for n in 2..=1024usize {
             let d = stride(n);
-            // the d residues of (i + op) are every layout an element can have; 7 covers the
-            // value offsets (i + op) % 7
-            // salts with non-zero high digits too: 7^5 * 6 + 7 * 3 + 2
-            for op in [n % 5, 6 * 7usize.pow(5) + 23] {
+            // the d residues of (i + index) are every layout an element can have; 42 elements
+            // cover the value offsets (7 positions of the digits, every residue mod 7)
+            // salts with non-zero high digits too: index 6 * 7^5 + 7 * 3 + 2 = 100,865, slot 2
+            for op in [n % 5, salt(6 * 7usize.pow(5) + 23, 2)] {
                 for i in 0..d.max(42) {
                     let (mut nonzero, mut total) = (0, 0.0f32);
                     for r in 0..n {
@@ -384,10 +462,11 @@ mod tests {
                     pos
                 })
                 .collect();
-            // one element per layout (residue of i + op)
+            // one element per layout (residue of i + index)
             for i in 0..d {
-                // the ranks the module comment says contribute: (r + i + op) % d == 0
-                let contributing: Vec<usize> = ((d - (i + op) % d) % d..n).step_by(d).collect();
+                // the ranks the module comment says contribute: (r + i + index) % d == 0
+                let index = op / SLOTS;
+                let contributing: Vec<usize> = ((d - (i + index) % d) % d..n).step_by(d).collect();
                 assert!(contributing
                     .iter()
                     .all(|&r| input_value(r, i, op, n) != 0.0));
@@ -581,12 +660,13 @@ mod tests {
                 seen[x] = true;
             }
         }
-        // 117,649 / 3 = 39,216 (remainder 1)
-        assert_eq!(SALTED_INDICES, 39_216);
-        assert!(check_salted(39_216).is_ok());
-        let e = check_salted(39_217).unwrap_err();
+        // 7^6 indices, 3 slots each
+        assert_eq!(SALTED_INDICES, 117_649);
+        assert_eq!(DISTINCT_SALTS, 352_947);
+        assert!(check_salted(117_649).is_ok());
+        let e = check_salted(117_650).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
-        assert!(format!("{e}").contains("39217"), "{e}");
+        assert!(format!("{e}").contains("117650"), "{e}");
         // two slots of one collective get different inputs on every rank
         for n in [2, 8, 1024] {
             for r in [0, n - 1] {

@@ -15,32 +15,13 @@ use serde::{Deserialize, Serialize};
 pub mod vocab;
 
 use crate::util::{hostname, now_utc};
-pub use vocab::{CollectiveKind, DType, Impl, Phase, Repetitions, Straggler, Summary};
+pub use vocab::{CollectiveKind, DType, Impl, Phase, Repetitions, Source, Straggler, Summary};
 
 pub mod io;
 pub use io::read_records;
 
 /// Bumped whenever a field changes meaning or a required field is added.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// Where the numbers of a record come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// Timed on real GPUs.
-    Measured,
-    /// Predicted by the cost model; never mistaken for a measurement.
-    Modeled,
-}
-
-impl Source {
-    pub fn label(self) -> &'static str {
-        match self {
-            Source::Measured => "measured",
-            Source::Modeled => "modeled",
-        }
-    }
-}
 
 /// One GPU as the driver reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,6 +40,17 @@ pub struct WorkerInfo {
     pub device: usize,
     /// Every NCCL_* variable in the worker's own environment, as it saw it.
     pub nccl_env: BTreeMap<String, String>,
+}
+
+/// The NCCL one worker (rank) loaded, as it reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerNccl {
+    pub rank: usize,
+    pub pid: u32,
+    /// The version `ncclGetVersion` returned in the worker ("2.28.3").
+    pub version: Option<String>,
+    /// The library file the worker mapped (resolved path, from its own /proc/self/maps).
+    pub library: Option<String>,
 }
 
 /// Who made a record, where, when and with what.
@@ -85,6 +77,10 @@ pub struct Provenance {
     pub nccl_library: Option<String>,
     #[serde(default)]
     pub workers: Vec<WorkerInfo>,
+    /// The NCCL each worker loaded, rank by rank: what `nccl_version` and `nccl_library` say
+    /// of the first rank alone (empty in records of runs without NCCL, and in older records).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_nccl: Vec<WorkerNccl>,
     /// Cost-model profile the numbers came from (modeled records).
     #[serde(default)]
     pub model_profile: Option<String>,
@@ -168,6 +164,7 @@ impl Provenance {
             nccl_version: None,
             nccl_library: None,
             workers: Vec::new(),
+            worker_nccl: Vec::new(),
             model_profile: None,
             notes: Vec::new(),
             rank_time: None,
@@ -417,7 +414,8 @@ impl Body {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub schema_version: u32,
-    /// `measured` or `modeled`.
+    /// `measured` or `modeled` (a record is never given, inferred or derived).
+    #[serde(deserialize_with = "vocab::measured_or_modeled")]
     pub source: Source,
     pub provenance: Provenance,
     #[serde(flatten)]

@@ -1,5 +1,5 @@
-//! The plain vocabulary every record speaks: element types, collective kinds, phases, the
-//! collective implementation, and the statistics a record carries (a sample summary, repeated
+//! The plain vocabulary every record speaks: where a figure comes from ([`Source`]), element
+//! types, collective kinds, phases, the collective implementation, and the statistics a record carries (a sample summary, repeated
 //! runs, the straggler). Only the data lives here, at the bottom; what computes them stays with
 //! the code that does (`model`, `measure`, `comm::p2p`), which re-exports these names.
 
@@ -8,6 +8,65 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::usage;
+
+/// Where a figure comes from: the one provenance vocabulary of the tool. A record is
+/// `measured` or `modeled`; a break-even input is also `given`, `default` or `derived` (with
+/// the flag, file or inputs beside it: `evidence::Origin`); an explained figure also
+/// `inferred`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A command-line flag.
+    Given,
+    /// Not given: the documented default.
+    Default,
+    /// Timed on real GPUs, or read from a trace or log.
+    Measured,
+    /// Predicted by the cost model; never mistaken for a measurement.
+    Modeled,
+    /// The remainder of a given or measured figure after a modeled one (not measured).
+    Inferred,
+    /// Arithmetic on other figures.
+    Derived,
+}
+
+impl Source {
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Given => "given",
+            Source::Default => "default",
+            Source::Measured => "measured",
+            Source::Modeled => "modeled",
+            Source::Inferred => "inferred",
+            Source::Derived => "derived",
+        }
+    }
+}
+
+/// A record's source: `measured` or `modeled` only, read (and refused) as a two-variant enum.
+pub(crate) fn measured_or_modeled<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Source, D::Error> {
+    const NAMES: &[&str] = &["measured", "modeled"];
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Source;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("enum Source")
+        }
+        fn visit_enum<A: serde::de::EnumAccess<'de>>(self, a: A) -> Result<Source, A::Error> {
+            use serde::de::{Error, VariantAccess};
+            let (name, v): (String, _) = a.variant()?;
+            v.unit_variant()?;
+            match name.as_str() {
+                "measured" => Ok(Source::Measured),
+                "modeled" => Ok(Source::Modeled),
+                _ => Err(A::Error::unknown_variant(&name, NAMES)),
+            }
+        }
+    }
+    d.deserialize_enum("Source", NAMES, V)
+}
 
 /// Element type of activations and collective buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

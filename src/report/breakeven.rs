@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
+use crate::evidence::Labelled;
 use crate::speculative::analysis::{Analysis, Row};
-use crate::speculative::inputs::Labelled;
 
 /// Writes to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
 pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
@@ -31,6 +31,15 @@ pub(crate) fn origin_cell(r: &Row) -> &'static str {
 
 fn ms(l: &Labelled) -> String {
     format!("{:>8.2} ms", l.value)
+}
+
+/// The verify time of a row: the time given, `^` where the row is held at the floor.
+pub(crate) fn verify_cell(r: &Row) -> String {
+    if r.at_floor {
+        format!("{:.2}^", r.verify_ms.value)
+    } else {
+        format!("{:.2}", r.verify_ms.value)
+    }
 }
 
 /// Up to 3 decimals, trailing zeros dropped: 2.5, 2.496, 4.
@@ -106,6 +115,9 @@ pub fn render(a: &Analysis) -> String {
     for note in &i.notes {
         let _ = writeln!(o, "  note: {note}");
     }
+    for w in &a.warnings {
+        let _ = writeln!(o, "  warning: {w}");
+    }
 
     let _ = writeln!(
         o,
@@ -133,8 +145,8 @@ pub fn render(a: &Analysis) -> String {
     let _ = writeln!(o, "{head}");
     for r in &a.rows {
         let mut line = format!(
-            "  {:>11.2}  {:<9} {:>9.2} {:>7} {:>12}",
-            r.verify_ms.value,
+            "  {:>11}  {:<9} {:>9.2} {:>7} {:>12}",
+            verify_cell(r),
             origin_cell(r),
             r.cycle_ms,
             format!(
@@ -171,6 +183,13 @@ pub fn render(a: &Analysis) -> String {
             "  (bound: T_verify is a part of the verify only, its other part is missing: tau* (>=) is a lower bound, tokens/s and speedup (<=) upper bounds, never a measured speedup)"
         );
     }
+    if a.rows.iter().any(|r| r.at_floor) {
+        let _ = writeln!(
+            o,
+            "  (^: held at the floor {:.2} ms: {}; the given time is below it)",
+            a.floor.ms, a.floor.how
+        );
+    }
     if a.rows.iter().any(|r| !r.reachable) {
         let _ = writeln!(
             o,
@@ -190,7 +209,7 @@ pub fn render(a: &Analysis) -> String {
     }
     let _ = writeln!(o, "{head}");
     for r in &a.rows {
-        let mut line = format!("  {:>11.2}", r.verify_ms.value);
+        let mut line = format!("  {:>11}", verify_cell(r));
         for p in &r.grid {
             let cell = format!(
                 "{}{:.1}{}",

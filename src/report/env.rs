@@ -28,6 +28,24 @@ pub fn render(r: &EnvReport) -> String {
         ),
         (None, _) => writeln!(o, "NCCL            not loaded (see the problems below)"),
     };
+    let _ = if r.nccl_found.is_empty() {
+        writeln!(
+            o,
+            "NCCL found      none (searched: the loader's path, LD_LIBRARY_PATH, system folders, CUDA toolkits, Python's nvidia/nccl/lib)"
+        )
+    } else {
+        writeln!(o, "NCCL found      (* the one this run loads)")
+    };
+    for f in &r.nccl_found {
+        let _ = writeln!(
+            o,
+            "  {} {}  {}  [{}]",
+            if f.chosen { "*" } else { " " },
+            f.path,
+            f.version_text(),
+            f.how
+        );
+    }
     let _ = writeln!(
         o,
         "NVRTC           {}",
@@ -88,6 +106,9 @@ pub fn render(r: &EnvReport) -> String {
             let _ = writeln!(o);
         }
     }
+    if let Some(p) = &r.p2p_platform {
+        p2p_platform(&mut o, p, &r.p2p_access);
+    }
     let env_line = |m: &BTreeMap<String, String>| {
         if m.is_empty() {
             "(none)".to_string()
@@ -113,4 +134,63 @@ pub fn render(r: &EnvReport) -> String {
         let _ = writeln!(o, "problem: {p}");
     }
     o
+}
+
+/// The P2P platform section: the IOMMU, each GPU's IOMMU group and ports with their ACS
+/// controls (from the GPU up), each pair's PCIe path and NCCL's P2P verdict, the driver's P2P
+/// override, and this boot's access checks.
+fn p2p_platform(o: &mut String, p: &crate::machine::P2pPlatform, checks: &[String]) {
+    let _ = writeln!(o, "\nP2P platform (read from sysfs)");
+    let _ = writeln!(o, "  IOMMU         {}", p.iommu.describe());
+    for (i, g) in p.gpus.iter().enumerate() {
+        let group = match (g.iommu_group, g.iommu_type.as_deref()) {
+            (Some(n), Some(t)) => format!(
+                "IOMMU group {n} ({t}{})",
+                if g.translated() { ": translated" } else { "" }
+            ),
+            (Some(n), None) => format!("IOMMU group {n}"),
+            _ => "no IOMMU group".into(),
+        };
+        let node = g.numa_node.map_or("NUMA ?".into(), |n| format!("NUMA {n}"));
+        let _ = writeln!(o, "  GPU {i:<2} {}  {group}, {node}", g.bus);
+        if g.root.is_none() {
+            let _ = writeln!(o, "         not found in /sys/bus/pci/devices");
+        }
+        for port in &g.upstream {
+            let _ = writeln!(
+                o,
+                "         port {}  {}{}",
+                port.bus,
+                port.acs.describe(),
+                if port.acs.redirects() {
+                    "  (redirects P2P upstream)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    for pair in &p.pairs {
+        let _ = writeln!(
+            o,
+            "  GPU {} - GPU {}  {}: {}",
+            pair.a,
+            pair.b,
+            pair.path.map_or("path ?", |t| t.name()),
+            pair.nccl
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  driver P2P override: {}",
+        p.driver_override
+            .as_deref()
+            .unwrap_or("none (RegistryDwords sets no peer key)")
+    );
+    if checks.is_empty() {
+        let _ = writeln!(o, "  P2P access check: none in this boot's cache (a run with --impl oneshot/twoshot, or selftest, makes it)");
+    }
+    for c in checks {
+        let _ = writeln!(o, "  P2P access check (this boot): {c}");
+    }
 }

@@ -19,7 +19,7 @@ fn f2(x: f64) -> String {
 pub(crate) fn if_measured(source: Source, s: String) -> String {
     match source {
         Source::Measured => s,
-        Source::Modeled => "-".into(),
+        _ => "-".into(),
     }
 }
 

@@ -116,10 +116,21 @@ pub(crate) fn p2p_table(f: &crate::costmodel::custom::P2pFit) -> String {
     o
 }
 
-/// What a fit on nccl-tests adds to the table: the switch found per table and the parameters
-/// that ended on a physical bound.
-pub(crate) fn nccl_tests_lines(f: &crate::costmodel::ntfit::NtFit) -> String {
+/// What a fit on nccl-tests adds to the table: the base and why, the sizes fitted, the switch
+/// found per table and the parameters that ended on a physical bound.
+pub(crate) fn nccl_tests_lines(
+    f: &crate::costmodel::ntfit::NtFit,
+    base: &crate::costmodel::ntfit::BaseChoice,
+) -> String {
     let mut o = String::new();
+    let _ = writeln!(o, "# base {} ({}): {}", base.name, base.from, base.reason);
+    if let Some(s) = &f.report.profile.fit_scope {
+        let _ = writeln!(
+            o,
+            "# fitted on sizes {}-{} B: a size outside them is priced as outside the fitted range",
+            s.bytes[0], s.bytes[1]
+        );
+    }
     for s in &f.switches {
         let _ = writeln!(
             o,

@@ -32,11 +32,11 @@ pub fn header(r: &Record) -> String {
             )
         });
     let label = match r.source {
-        Source::Measured => "measured".to_string(),
         Source::Modeled => format!(
             "MODELED by the cost model (profile {}), not a measurement",
             p.model_profile.as_deref().unwrap_or("?")
         ),
+        s => s.label().to_string(),
     };
     let _ = writeln!(
         o,

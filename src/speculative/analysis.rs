@@ -3,11 +3,13 @@
 
 use serde::Serialize;
 
-use super::inputs::{Inputs, Labelled};
+use super::bound::{hold, Floor};
+use super::inputs::Inputs;
 use super::{
     baseline_tokens_per_s, breakeven_accept_length, cycle_ms, rate_for_accept_length, tokens_per_s,
     ASSUMPTION,
 };
+use crate::evidence::Labelled;
 
 /// Tokens/s at one accept length.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,6 +27,11 @@ pub struct Point {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
     pub verify_ms: Labelled,
+    /// The verify time the row computes with: `verify_ms`, or the floor where it is below it
+    /// (a verify is never faster than a decode step of the same model on the same machine).
+    pub held_verify_ms: f64,
+    /// True when `verify_ms` was below the floor and the row is held at it.
+    pub at_floor: bool,
     /// k T_draft + T_verify + overhead.
     pub cycle_ms: f64,
     /// tau* = cycle / T_decode.
@@ -52,13 +59,16 @@ pub struct Analysis {
     pub inputs: Inputs,
     /// 1000 / T_decode.
     pub baseline_tokens_per_s: f64,
+    /// The least a verify can take here: the decode step ([`super::bound`]).
+    pub floor: Floor,
     pub rows: Vec<Row>,
+    /// Inputs that break a physical bound (a verify faster than the decode step).
+    pub warnings: Vec<String>,
     /// True when any row is modeled (uses a time from the cost model).
     pub modeled: bool,
 }
 
-fn point(i: &Inputs, verify: &Labelled, tau: f64, base: f64) -> Point {
-    let verify_ms = verify.value;
+fn point(i: &Inputs, verify: &Labelled, verify_ms: f64, tau: f64, base: f64) -> Point {
     let tps = tokens_per_s(
         tau,
         verify_ms,
@@ -80,12 +90,33 @@ pub fn analyse(inputs: Inputs) -> Analysis {
     let k = inputs.draft_steps;
     let shared_modeled =
         inputs.decode_ms.origin.is_modeled() || inputs.draft_ms.origin.is_modeled();
+    let floor = Floor::decode(
+        inputs.decode_ms.value,
+        &format!("T_decode, {}", inputs.decode_ms.origin.kind()),
+    );
+    let mut warnings = vec![];
     let rows: Vec<Row> = inputs
         .verify_ms
         .iter()
         .map(|v| {
+            let held = hold(v.value, Some(&floor));
+            if held.at_floor && v.origin.is_bound() {
+                warnings.push(format!(
+                    "T_verify {:.2} ms is a part of the verify only and below T_decode {:.2} ms: the row is held at T_decode, the tighter lower bound (a verify is never faster than a decode step of the same model on the same machine)",
+                    v.value, inputs.decode_ms.value
+                ));
+            } else if held.at_floor {
+                warnings.push(format!(
+                    "T_verify {:.2} ms ({}) is faster than T_decode {:.2} ms ({}): {}; was one of them run from a CUDA graph and the other eagerly? The row is held at T_decode",
+                    v.value,
+                    v.origin.kind(),
+                    inputs.decode_ms.value,
+                    inputs.decode_ms.origin.kind(),
+                    "a verify is never faster than a decode step of the same model on the same machine"
+                ));
+            }
             let tau_star = breakeven_accept_length(
-                v.value,
+                held.ms,
                 inputs.draft_ms.value,
                 k,
                 inputs.overhead_ms.value,
@@ -93,18 +124,20 @@ pub fn analyse(inputs: Inputs) -> Analysis {
             );
             Row {
                 verify_ms: v.clone(),
-                cycle_ms: cycle_ms(v.value, inputs.draft_ms.value, k, inputs.overhead_ms.value),
+                held_verify_ms: held.ms,
+                at_floor: held.at_floor,
+                cycle_ms: cycle_ms(held.ms, inputs.draft_ms.value, k, inputs.overhead_ms.value),
                 breakeven_accept_length: tau_star,
                 breakeven_accept_rate: rate_for_accept_length(tau_star, k),
                 reachable: tau_star <= (k + 1) as f64,
                 at_accept_length: inputs
                     .accept_length
                     .as_ref()
-                    .map(|t| point(&inputs, v, t.value, base)),
+                    .map(|t| point(&inputs, v, held.ms, t.value, base)),
                 grid: inputs
                     .table_accept_lengths
                     .iter()
-                    .map(|&t| point(&inputs, v, t, base))
+                    .map(|&t| point(&inputs, v, held.ms, t, base))
                     .collect(),
                 modeled: shared_modeled || v.origin.is_modeled(),
                 bound: v.origin.is_bound(),
@@ -116,7 +149,9 @@ pub fn analyse(inputs: Inputs) -> Analysis {
         assumption: ASSUMPTION.into(),
         inputs,
         baseline_tokens_per_s: base,
+        floor,
         rows,
+        warnings,
         modeled,
     }
 }
@@ -146,11 +181,17 @@ mod tests {
         assert!((a.baseline_tokens_per_s - 81.967).abs() < 1e-3);
         let taus: Vec<f64> = a.rows.iter().map(|r| r.breakeven_accept_length).collect();
         assert!((taus[0] - 33.0 / 12.2).abs() < 1e-12);
-        assert!((taus[2] - 15.0 / 12.2).abs() < 1e-12);
+        // 12 ms is below the decode step of 12.2 ms: the row is held at 12.2 ms (a verify is
+        // never faster than a decode step), cycle 3 x 1 + 12.2 = 15.2 ms.
+        assert!((taus[2] - 15.2 / 12.2).abs() < 1e-12);
         assert!(a.rows.iter().all(|r| r.reachable));
         let r12 = &a.rows[2];
+        assert!(r12.at_floor && !a.rows[0].at_floor && !a.rows[1].at_floor);
+        assert_eq!(r12.held_verify_ms, 12.2);
+        assert_eq!(a.warnings.len(), 1);
         let p = r12.at_accept_length.as_ref().unwrap();
-        assert!((p.tokens_per_s - 166.667).abs() < 1e-3);
+        // 1000 x 2.5 / 15.2 = 164.474 tok/s, 2.006x the 81.967 without speculation (<= 2.5).
+        assert!((p.tokens_per_s - 164.474).abs() < 1e-3);
         assert!(p.beats_baseline);
         // tau = 2.5 does not pay at verify 30 ms (tau* = 2.70).
         assert!(!a.rows[0].at_accept_length.as_ref().unwrap().beats_baseline);
@@ -164,6 +205,35 @@ mod tests {
             }
         }
         assert!(!a.modeled);
+    }
+
+    #[test]
+    fn a_verify_faster_than_the_decode_is_warned_about_and_held_at_it() {
+        // breakeven --decode-ms 12.2 --verify-ms 6 --draft-steps 3 --accept-length 2.5: as
+        // given, 2.5 / 6 ms = 416.7 tok/s, 5.08x decoding, twice the accept length; held at
+        // the decode step: 2.5 / 12.2 ms = 204.9 tok/s, 2.5x exactly.
+        let a = analyse(
+            resolve(
+                &Flags {
+                    decode_ms: Some(12.2),
+                    verify_ms: vec![6.0],
+                    draft_steps: Some(3),
+                    acceptance: Some(Acceptance::Length(2.5)),
+                    ..Default::default()
+                },
+                &[],
+                true,
+            )
+            .unwrap(),
+        );
+        let r = &a.rows[0];
+        assert!(r.at_floor);
+        assert_eq!(r.held_verify_ms, 12.2);
+        let p = r.at_accept_length.as_ref().unwrap();
+        assert!((p.tokens_per_s - 2500.0 / 12.2).abs() < 1e-9);
+        assert!((p.speedup - 2.5).abs() < 1e-12);
+        assert!(r.grid.iter().all(|g| g.speedup <= g.accept_length + 1e-12));
+        assert!(a.warnings[0].contains("faster than T_decode 12.20 ms"));
     }
 
     #[test]

@@ -1,227 +1,13 @@
 //! The inputs of a break-even, each labelled with where it came from: a flag (given), a
-//! results file (measured or modeled, with the file name), or a default.
-//!
-//! Verify records carry the forward they timed in `workload.phase`: a `verify` record gives
-//! T_verify, a `decode` record T_decode, a `draft` record T_draft (one EAGLE-3 draft step).
-
-use std::fmt;
-use std::path::{Path, PathBuf};
+//! results file or trace (measured or modeled, with the file name, as [`crate::evidence`]
+//! read it), or a default.
 
 use serde::Serialize;
 
 use crate::error::usage;
+use crate::evidence::records::RecordTime;
+use crate::evidence::{Labelled, Origin};
 use crate::model::Phase;
-use crate::record::{Body, Mode, Record, Source, VerifyResult, VerifyRun};
-
-/// Where one number came from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "origin", rename_all = "snake_case")]
-pub enum Origin {
-    /// A command-line flag.
-    Given { flag: String },
-    /// Not given: the documented default.
-    Default,
-    /// Timed on real GPUs, read from a results file.
-    Measured { file: String, detail: String },
-    /// Predicted by the cost model, read from a results file.
-    Modeled { file: String, detail: String },
-    /// A part of the forward only (collectives only, or compute only), measured or modeled:
-    /// a lower bound of the forward's time, never the time itself.
-    LowerBound {
-        modeled: bool,
-        file: String,
-        detail: String,
-    },
-    /// Computed from other inputs (an accept length from acceptance rates).
-    Derived { from: String },
-}
-
-impl Origin {
-    /// True for numbers that came from the cost model.
-    pub fn is_modeled(&self) -> bool {
-        matches!(
-            self,
-            Origin::Modeled { .. } | Origin::LowerBound { modeled: true, .. }
-        )
-    }
-
-    /// True for a lower bound (a part of the forward only).
-    pub fn is_bound(&self) -> bool {
-        matches!(self, Origin::LowerBound { .. })
-    }
-
-    /// A short label: `given`, `default`, `measured`, `modeled`, `bound`, `derived`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Origin::Given { .. } => "given",
-            Origin::Default => "default",
-            Origin::Measured { .. } => "measured",
-            Origin::Modeled { .. } => "modeled",
-            Origin::LowerBound { .. } => "bound",
-            Origin::Derived { .. } => "derived",
-        }
-    }
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Origin::Given { flag } => write!(f, "given ({flag})"),
-            Origin::Default => f.write_str("default"),
-            Origin::Measured { file, detail } => write!(f, "measured ({file}: {detail})"),
-            Origin::Modeled { file, detail } => write!(f, "modeled ({file}: {detail})"),
-            Origin::LowerBound {
-                modeled,
-                file,
-                detail,
-            } => write!(
-                f,
-                "lower bound, {} ({file}: {detail})",
-                if *modeled { "modeled" } else { "measured" }
-            ),
-            Origin::Derived { from } => write!(f, "derived ({from})"),
-        }
-    }
-}
-
-/// A number with its origin.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Labelled {
-    pub value: f64,
-    #[serde(flatten)]
-    pub origin: Origin,
-}
-
-impl Labelled {
-    pub fn given(value: f64, flag: &str) -> Labelled {
-        Labelled {
-            value,
-            origin: Origin::Given { flag: flag.into() },
-        }
-    }
-
-    pub fn default(value: f64) -> Labelled {
-        Labelled {
-            value,
-            origin: Origin::Default,
-        }
-    }
-}
-
-/// The run of a verify record that stands for its time, best first: CUDA graph with compute,
-/// eager with compute, then comm-only runs, then compute-only (both only lower bounds of the
-/// forward: see [`times_of`]).
-pub fn representative_run(v: &VerifyResult) -> Option<&VerifyRun> {
-    [
-        (true, Mode::Full),
-        (false, Mode::Full),
-        (true, Mode::Comm),
-        (false, Mode::Comm),
-        (true, Mode::Compute),
-        (false, Mode::Compute),
-    ]
-    .iter()
-    .find_map(|&(g, m)| v.run(g, m))
-}
-
-/// Words for a run: `graph, full` or `eager, comm only`.
-pub fn run_words(run: &VerifyRun) -> String {
-    let g = if run.graph { "graph" } else { "eager" };
-    match run.mode {
-        Mode::Full => format!("{g}, full"),
-        Mode::Comm => format!("{g}, comm only"),
-        Mode::Compute => format!("{g}, compute only"),
-    }
-}
-
-/// The file name a label shows (the last path component).
-pub fn short_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string())
-}
-
-/// One time read from a verify record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecordTime {
-    pub phase: Phase,
-    pub ms: Labelled,
-    /// Tokens of the forward (k + 1 for a verify).
-    pub tokens: u64,
-    /// What the run replayed: only a full run (collectives and compute) is a whole forward.
-    pub mode: Mode,
-}
-
-/// The times of the verify records of one file, in file order, and the kinds it skipped.
-pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String>) {
-    let file = short_name(path);
-    let mut times = vec![];
-    let mut skipped = vec![];
-    for r in records {
-        let Body::Verify(v) = &r.body else {
-            skipped.push(r.body.kind().to_string());
-            continue;
-        };
-        let Some(run) = representative_run(v) else {
-            skipped.push("verify (no runs)".into());
-            continue;
-        };
-        let w = &v.workload;
-        let detail = format!(
-            "{} {} TP={} T={}, {}, median of {}",
-            w.model,
-            phase_word(w.phase),
-            w.tp,
-            w.tokens,
-            run_words(run),
-            run.per_verify.n
-        );
-        // One rule for every command that reads records (breakeven, report, explain): a
-        // forward's part is a lower bound of the forward, shown as such, never as its time.
-        let origin = match (run.mode, r.source) {
-            (Mode::Comm | Mode::Compute, source) => Origin::LowerBound {
-                modeled: source == Source::Modeled,
-                file: file.clone(),
-                detail: detail + &format!("; {}", missing_part(run.mode)),
-            },
-            (Mode::Full, Source::Measured) => Origin::Measured {
-                file: file.clone(),
-                detail,
-            },
-            (Mode::Full, Source::Modeled) => Origin::Modeled {
-                file: file.clone(),
-                detail,
-            },
-        };
-        times.push(RecordTime {
-            phase: w.phase,
-            ms: Labelled {
-                value: run.per_verify.median_us / 1000.0,
-                origin,
-            },
-            tokens: w.tokens,
-            mode: run.mode,
-        });
-    }
-    (times, skipped)
-}
-
-/// What a run of `mode` leaves out of the forward.
-fn missing_part(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Comm => "collectives only: the forward's compute is missing",
-        Mode::Compute => "compute only: the forward's collectives are missing",
-        Mode::Full => "",
-    }
-}
-
-fn phase_word(p: Phase) -> &'static str {
-    match p {
-        Phase::Verify => "verify",
-        Phase::Decode => "decode",
-        Phase::Draft => "draft step",
-    }
-}
 
 /// How acceptance was given.
 #[derive(Debug, Clone, PartialEq)]
@@ -420,24 +206,12 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
         _ => None,
     };
     let (draft_steps, draft_steps_origin) = match (flags.draft_steps, rates_len) {
-        (Some(k), _) => (
-            k,
-            Origin::Given {
-                flag: "--draft-steps".into(),
-            },
-        ),
-        (None, Some(n)) => (
-            n,
-            Origin::Derived {
-                from: "the number of per-position rates given".into(),
-            },
-        ),
+        (Some(k), _) => (k, Origin::given("--draft-steps")),
+        (None, Some(n)) => (n, Origin::derived("the number of per-position rates given")),
         (None, None) => match rec_verify.first() {
             Some(t) if t.tokens >= 2 => (
                 t.tokens - 1,
-                Origin::Derived {
-                    from: format!("T={} of the verify record", t.tokens),
-                },
+                Origin::derived(format!("T={} of the verify record", t.tokens)),
             ),
             _ => return Err(usage(
                 "no draft step count: give --draft-steps (k; the verify forward covers k+1 tokens)",
@@ -492,15 +266,13 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             }
             Some(Labelled {
                 value: super::expected_tokens_rates(rs),
-                origin: Origin::Derived {
-                    from: format!(
-                        "--accept-rates {} (conditional rates: 1 + r1 + r1 r2 + ...)",
-                        rs.iter()
-                            .map(|r| r.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ),
-                },
+                origin: Origin::derived(format!(
+                    "--accept-rates {} (conditional rates: 1 + r1 + r1 r2 + ...)",
+                    rs.iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )),
             })
         }
         Some(Acceptance::DraftFractions(rs)) => {
@@ -520,22 +292,18 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             }
             Some(Labelled {
                 value: 1.0 + rs.iter().sum::<f64>(),
-                origin: Origin::Derived {
-                    from: format!(
+                origin: Origin::derived(format!(
                         "--accept-rates-of-drafts {} (fractions of all drafts, as vLLM prints them: 1 + their sum)",
                         rs.iter()
                             .map(|r| r.to_string())
                             .collect::<Vec<_>>()
                             .join(",")
-                    ),
-                },
+                    )),
             })
         }
         Some(Acceptance::Rate(a)) => Some(Labelled {
             value: super::expected_tokens_const_rate(check_rate("--accept-rate", *a)?, k),
-            origin: Origin::Derived {
-                from: format!("--accept-rate {a}, k={k}"),
-            },
+            origin: Origin::derived(format!("--accept-rate {a}, k={k}")),
         }),
     };
 
@@ -561,315 +329,11 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
     })
 }
 
-/// "17 'sweep_point' records, 1 'collective' record": each kind once, with its count.
-fn counted_kinds(kinds: &[String]) -> String {
-    let mut counts: Vec<(&str, usize)> = vec![];
-    for k in kinds {
-        match counts.iter_mut().find(|(x, _)| x == k) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((k, 1)),
-        }
-    }
-    counts
-        .iter()
-        .map(|(k, n)| format!("{n} '{k}' record{}", if *n == 1 { "" } else { "s" }))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Reads results files for a break-even: every file must hold at least one verify record
-/// (kind "verify"); other kinds next to them are skipped and named in the notes.
-pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, Vec<String>)> {
-    let mut all = vec![];
-    let mut notes = vec![];
-    for p in paths {
-        let records = crate::record::read_records(p)?;
-        let (times, skipped) = times_of(p, &records);
-        if times.is_empty() {
-            let kinds = if skipped.is_empty() {
-                "no records".to_string()
-            } else {
-                format!("only {}", counted_kinds(&skipped))
-            };
-            return Err(usage(format!(
-                "results file '{}' holds {kinds}; breakeven reads verify records (kind \"verify\", from `verifybench verify`)",
-                p.display()
-            )));
-        }
-        if !skipped.is_empty() {
-            notes.push(format!(
-                "{}: skipped {}",
-                short_name(p),
-                counted_kinds(&skipped)
-            ));
-        }
-        all.extend(times);
-    }
-    Ok((all, notes))
-}
-
-/// One trace of `breakeven --from-trace ROLE=PATH`: which forward its steps are (`verify`,
-/// `decode` or `draft`) and the trace file or folder of traces (one per rank).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TraceInput {
-    pub phase: Phase,
-    pub path: PathBuf,
-}
-
-impl std::str::FromStr for TraceInput {
-    type Err = String;
-    /// `verify=PATH`, `decode=PATH` or `draft=PATH`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (role, path) = s.split_once('=').ok_or_else(|| {
-            format!("'{s}' names no role: write verify=PATH, decode=PATH or draft=PATH")
-        })?;
-        let phase = match role {
-            "verify" => Phase::Verify,
-            "decode" => Phase::Decode,
-            "draft" => Phase::Draft,
-            _ => {
-                return Err(format!(
-                    "role '{role}' is not one of verify, decode, draft (write ROLE=PATH)"
-                ))
-            }
-        };
-        if path.is_empty() {
-            return Err(format!("'{s}' names no trace file or folder after '='"));
-        }
-        Ok(TraceInput {
-            phase,
-            path: PathBuf::from(path),
-        })
-    }
-}
-
-/// The step times of `--from-trace` traces, labelled measured from the trace (median step
-/// over the trace's steps), or a lower bound when the trace holds no compute kernel. A trace that cannot be read, or has no complete step, is a usage
-/// error naming the flag and the file. Tokens are unknown (0): a trace does not say them.
-pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>> {
-    let mut out = vec![];
-    for t in inputs {
-        let name = format!("{}={}", phase_role(t.phase), t.path.display());
-        let a = crate::trace::analyse(&crate::trace::TraceRequest::new(vec![t.path.clone()]))
-            .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
-        let st = crate::trace::breakeven::step_time(&a)
-            .map_err(|e| usage(format!("--from-trace {name}: {e}")))?;
-        let files: Vec<String> = st.files.iter().map(|f| short_name(Path::new(f))).collect();
-        let detail = format!(
-            "{} step measured from the trace: median of {} steps ({:.3}..{:.3} ms), {}",
-            phase_word(t.phase),
-            st.steps,
-            st.min_ms,
-            st.max_ms,
-            st.mode
-        );
-        // A trace's step is the whole forward as the server ran it, collectives and compute,
-        // unless the trace holds no compute kernel at all (a collectives-only replay or
-        // stand-in): then it is a lower bound, as a collectives-only record is.
-        let collectives_only = a.step.as_ref().is_some_and(|s| s.compute_us.max <= 0.0);
-        let (mode, origin) = if collectives_only {
-            (
-                Mode::Comm,
-                Origin::LowerBound {
-                    modeled: false,
-                    file: files.join(", "),
-                    detail: format!(
-                        "{detail}; no compute kernel in the trace, {}",
-                        missing_part(Mode::Comm)
-                    ),
-                },
-            )
-        } else {
-            (
-                Mode::Full,
-                Origin::Measured {
-                    file: files.join(", "),
-                    detail,
-                },
-            )
-        };
-        out.push(RecordTime {
-            mode,
-            phase: t.phase,
-            ms: Labelled {
-                value: st.median_ms,
-                origin,
-            },
-            tokens: 0,
-        });
-    }
-    Ok(out)
-}
-
-fn phase_role(p: Phase) -> &'static str {
-    match p {
-        Phase::Verify => "verify",
-        Phase::Decode => "decode",
-        Phase::Draft => "draft",
-    }
-}
-
-/// The acceptance of a vLLM log: its `SpecDecoding metrics:` lines
-/// (vllm/v1/spec_decode/metrics.py, `SpecDecodingLogging.log`: "Mean acceptance length: %.2f,
-/// ... Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: %s, ...").
-#[derive(Debug, Clone, PartialEq)]
-pub struct VllmAcceptance {
-    /// Lines read.
-    pub lines: usize,
-    /// 1 + accepted tokens / drafts over all lines (each line weighted by its drafts).
-    pub mean_accept_len: f64,
-    /// Smallest and largest `Mean acceptance length` of one line.
-    pub min: f64,
-    pub max: f64,
-    /// Draft positions (the length of the per-position list), when printed.
-    pub positions: Option<usize>,
-}
-
-/// The number after `key` in `line` (up to the next space or comma).
-fn number_after(line: &str, key: &str) -> Option<f64> {
-    let rest = line[line.find(key)? + key.len()..].trim_start();
-    let end = rest.find([',', ' ', '%']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
-}
-
-/// Reads vLLM's `SpecDecoding metrics:` lines from `text`; `None` when there are none.
-/// Drafts per line are accepted / (sum of the per-position rates) (each rate is accepted at
-/// that position / drafts, so the sum is accepted / drafts), else drafted / positions; lines
-/// with no draft are skipped.
-pub fn vllm_acceptance(text: &str) -> Result<Option<VllmAcceptance>, String> {
-    let (mut accepted, mut drafts, mut lines) = (0.0, 0.0, 0usize);
-    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
-    let mut positions = None;
-    for (i, line) in text.lines().enumerate() {
-        if !line.contains("SpecDecoding metrics:") {
-            continue;
-        }
-        let mean = number_after(line, "Mean acceptance length:");
-        let acc = number_after(line, "Accepted:");
-        let drafted = number_after(line, "Drafted:");
-        let rates: Option<Vec<f64>> = line
-            .find("Per-position acceptance rate:")
-            .map(|p| &line[p + "Per-position acceptance rate:".len()..])
-            .map(|rest| {
-                rest.split(',')
-                    .map(|x| x.trim())
-                    .take_while(|x| x.parse::<f64>().is_ok())
-                    .map(|x| x.parse().unwrap())
-                    .collect()
-            });
-        let (Some(mean), Some(acc)) = (mean, acc) else {
-            return Err(format!(
-                "line {}: a `SpecDecoding metrics:` line without `Mean acceptance length:` and `Accepted: N tokens`",
-                i + 1
-            ));
-        };
-        let k = rates.as_ref().map(|r| r.len()).filter(|&k| k > 0);
-        let sum: f64 = rates.iter().flatten().sum();
-        let d = if sum > 0.0 {
-            acc / sum
-        } else {
-            match (drafted, k) {
-                (Some(dt), Some(k)) => dt / k as f64,
-                // no per-position list (older vLLM): accepted / (mean - 1)
-                _ if mean > 1.0 => acc / (mean - 1.0),
-                _ => 0.0,
-            }
-        };
-        if d.is_nan() || d <= 0.0 {
-            continue;
-        }
-        positions = positions.or(k);
-        accepted += acc;
-        drafts += d;
-        lines += 1;
-        min = min.min(mean);
-        max = max.max(mean);
-    }
-    if lines == 0 {
-        return Ok(None);
-    }
-    Ok(Some(VllmAcceptance {
-        lines,
-        mean_accept_len: 1.0 + accepted / drafts,
-        min,
-        max,
-        positions,
-    }))
-}
-
-/// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines, or vLLM's
-/// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, and a
-/// note when some SGLang lines ran without a CUDA graph.
-pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        usage(format!(
-            "--accept-from-log '{}': cannot read: {e}",
-            path.display()
-        ))
-    })?;
-    accept_of_log(path, vllm_acceptance(&text), || {
-        crate::trace::breakeven::accept_from_log(path)
-    })
-}
-
-/// [`read_accept_log`] on a log already parsed: its vLLM lines as [`vllm_acceptance`] read
-/// them, else its SGLang lines (`sglang`, called only then), so that a caller that has the
-/// text parses and reads it once.
-pub(crate) fn accept_of_log(
-    path: &Path,
-    vllm: Result<Option<VllmAcceptance>, String>,
-    sglang: impl FnOnce() -> anyhow::Result<crate::trace::breakeven::AcceptLog>,
-) -> anyhow::Result<(Labelled, Vec<String>)> {
-    if let Some(v) =
-        vllm.map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
-    {
-        return Ok((
-            Labelled {
-                value: v.mean_accept_len,
-                origin: Origin::Measured {
-                    file: short_name(path),
-                    detail: format!(
-                        "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
-                        v.lines,
-                        v.min,
-                        v.max,
-                        v.positions
-                            .map(|k| format!(", {k} draft positions"))
-                            .unwrap_or_default()
-                    ),
-                },
-            },
-            vec![],
-        ));
-    }
-    let log = sglang()?;
-    let file = short_name(path);
-    let mut notes = vec![];
-    if log.cuda_graph_false > 0 {
-        notes.push(format!(
-            "{file}: {} of {} decode lines say `cuda graph: False` (those iterations ran eagerly)",
-            log.cuda_graph_false,
-            log.cuda_graph_false + log.cuda_graph_true
-        ));
-    }
-    Ok((
-        Labelled {
-            value: log.mean_accept_len,
-            origin: Origin::Measured {
-                file,
-                detail: format!(
-                    "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
-                    log.lines, log.spread.min, log.spread.max
-                ),
-            },
-        },
-        notes,
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evidence::Source;
+    use crate::record::Mode;
 
     fn rt(phase: Phase, ms: f64, tokens: u64, modeled: bool) -> RecordTime {
         let (file, detail) = ("r.json".to_string(), "x".to_string());
@@ -878,9 +342,9 @@ mod tests {
             ms: Labelled {
                 value: ms,
                 origin: if modeled {
-                    Origin::Modeled { file, detail }
+                    Origin::read(Source::Modeled, file, detail)
                 } else {
-                    Origin::Measured { file, detail }
+                    Origin::read(Source::Measured, file, detail)
                 },
             },
             tokens,
@@ -999,33 +463,6 @@ mod tests {
         assert!(e.to_string().contains("--decode-ms"));
     }
 
-    /// Lines in the layout of vllm/v1/spec_decode/metrics.py's `SpecDecodingLogging.log`,
-    /// numbers written for this test.
-    const VLLM_LOG: &str = "\
-INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.83, Accepted throughput: 10.00 tokens/s, Drafted throughput: 20.00 tokens/s, Accepted: 1830 tokens, Drafted: 3000 tokens, Per-position acceptance rate: 0.826, 0.652, 0.352, Avg Draft acceptance rate: 61.0%
-INFO 05-01 10:00:10 [loggers.py:120] Engine 000: Avg prompt throughput: 0.0 tokens/s
-INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.00, Accepted throughput: 5.00 tokens/s, Drafted throughput: 15.00 tokens/s, Accepted: 500 tokens, Drafted: 1500 tokens, Per-position acceptance rate: 0.600, 0.300, 0.100, Avg Draft acceptance rate: 33.3%
-";
-
-    #[test]
-    fn vllm_lines_give_one_plus_accepted_over_drafts() {
-        let v = vllm_acceptance(VLLM_LOG).unwrap().unwrap();
-        // line 1: sum of rates 1.830 -> drafts 1830 / 1.830 = 1000 (= 3000 drafted / 3)
-        // line 2: sum 1.000 -> drafts 500 (= 1500 / 3)
-        // 1 + (1830 + 500) / (1000 + 500) = 1 + 2330 / 1500 = 2.55333...
-        assert!(
-            (v.mean_accept_len - (1.0 + 2330.0 / 1500.0)).abs() < 1e-9,
-            "{v:?}"
-        );
-        assert_eq!((v.lines, v.positions), (2, Some(3)));
-        assert_eq!((v.min, v.max), (2.0, 2.83));
-        assert_eq!(
-            vllm_acceptance("Decode batch. accept len: 2.1").unwrap(),
-            None
-        );
-        assert!(vllm_acceptance("SpecDecoding metrics: nothing").is_err());
-    }
-
     #[test]
     fn fractions_of_drafts_add_conditional_rates_multiply() {
         // A published Kimi-K2.6 run's vLLM rates 0.645, 0.393, 0.240 (issue 28):
@@ -1060,11 +497,7 @@ INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
             phase,
             ms: Labelled {
                 value: ms,
-                origin: Origin::LowerBound {
-                    modeled: true,
-                    file: "c.json".into(),
-                    detail: "x".into(),
-                },
+                origin: Origin::lower_bound(true, "c.json".into(), "x".into()),
             },
             tokens,
             mode: Mode::Comm,
@@ -1089,14 +522,16 @@ INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
             .notes
             .iter()
             .any(|n| n.starts_with("T_verify 3.00 ms is a lower bound")));
-        // its row: tau* = 3 / 12.2 = 0.246 (a lower bound); at tau 2.5 the cycle of 3 ms gives
-        // 2.5 / 3 ms = 833.3 tok/s, far above 1000 / 12.2 = 82.0, yet no gain is claimed
+        // its row: 3 ms is below the decode step of 12.2 ms, so the row is held at 12.2 ms
+        // (a verify is never faster than a decode step): tau* = 12.2 / 12.2 = 1 (a lower
+        // bound); at tau 2.5 the cycle of 12.2 ms gives 2.5 / 12.2 ms = 204.9 tok/s, above
+        // 1000 / 12.2 = 82.0, yet no gain is claimed
         let a = crate::speculative::analysis::analyse(i);
         let r = &a.rows[0];
-        assert!(r.bound);
-        assert!((r.breakeven_accept_length - 3.0 / 12.2).abs() < 1e-12);
+        assert!(r.bound && r.at_floor);
+        assert!((r.breakeven_accept_length - 1.0).abs() < 1e-12);
         let p = r.at_accept_length.as_ref().unwrap();
-        assert!((p.tokens_per_s - 2.5 / 3.0 * 1000.0).abs() < 1e-9);
+        assert!((p.tokens_per_s - 2.5 / 12.2 * 1000.0).abs() < 1e-9);
         assert!(!p.beats_baseline);
         assert!(r.grid.iter().all(|p| !p.beats_baseline));
         // the decode: refused, the flag to give named

@@ -15,9 +15,11 @@
 //! batch and the baseline is a batched decode step; this module does not model that.
 //!
 //! [`analysis`] is pure arithmetic on f64 milliseconds and computes the table the CLI and
-//! report show; [`inputs`] turns flags and result files (it reads them) into labelled inputs.
+//! report show; [`inputs`] checks the flags and merges them with the times read from records
+//! and traces ([`crate::evidence`] reads them) into labelled inputs.
 
 pub mod analysis;
+pub mod bound;
 pub mod inputs;
 
 use crate::error::usage;

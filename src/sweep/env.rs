@@ -40,7 +40,13 @@ pub fn timed_env(parent: &Env, point: &Point) -> Env {
     }
     env.entry("NCCL_NVLS_ENABLE".into())
         .or_insert_with(|| "0".into());
-    for (k, v) in &point.overrides {
+    // NCCL_LIB is no variable: the library reaches the child through its own variable
+    // (see [`super::library`]).
+    for (k, v) in point
+        .overrides
+        .iter()
+        .filter(|(k, _)| k != super::library::NAME)
+    {
         env.insert(k.into(), v.into());
     }
     env

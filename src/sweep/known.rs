@@ -5,10 +5,11 @@
 //! The list errs on the side of inclusion: a name missing here only costs a warning, and the
 //! point still runs.
 
-/// Whether NCCL reads a variable of exactly this name (one list for the whole tool, kept with
-/// `inspect`, which checks running servers against it).
+/// Whether a point setting this name changes what runs: a variable NCCL reads (one list for
+/// the whole tool, kept with `inspect`, which checks running servers against it), or the
+/// sweep's own `NCCL_LIB` (the library itself, see [`super::library`]).
 pub fn is_known(name: &str) -> bool {
-    crate::inspect::nccl_vars::is_known_nccl_var(name)
+    name == super::library::NAME || crate::inspect::nccl_vars::is_known_nccl_var(name)
 }
 
 /// The known name closest to `name`, if it is close enough to be a typo.
@@ -42,6 +43,7 @@ mod tests {
         let w = unknown_warning("NCCL_PRTO").unwrap();
         assert!(w.contains("did you mean NCCL_PROTO"), "{w}");
         assert!(unknown_warning("NCCL_ALGO").is_none());
+        assert!(unknown_warning("NCCL_LIB").is_none());
         assert!(unknown_warning("NCCL_SOMETHING_ELSE_ENTIRELY")
             .unwrap()
             .contains("not a variable NCCL knows"));

@@ -224,8 +224,53 @@ fn point_id(index: usize, overrides: &[(String, String)]) -> String {
 }
 
 /// The points: the baseline, the cross product of `dims`, then the preset's points, without
-/// duplicates (the same overrides in any order count once).
+/// duplicates (the same overrides in any order count once). The library dimension
+/// (`NCCL_LIB`, [`super::library`]) is crossed with all of them, the baseline included: the
+/// points of its first library set no `NCCL_LIB` (the baseline stays "(defaults)"), each further
+/// library repeats them all with `NCCL_LIB` first (ids `pNN-LIB-2...`).
 pub fn points(dims: &[Dimension], preset: Option<&Preset>) -> Vec<Point> {
+    use super::library::NAME as LIB;
+    let (libs, dims): (Vec<&Dimension>, Vec<&Dimension>) = dims.iter().partition(|d| d.name == LIB);
+    let libs: Vec<&String> = libs.iter().flat_map(|d| &d.values).collect();
+    let mut settings: Vec<Vec<(String, String)>> = vec![];
+    for s in settings_of(&dims, preset) {
+        let mut sorted = s.clone();
+        sorted.sort();
+        if !settings.iter().any(|t| {
+            let mut t = t.clone();
+            t.sort();
+            t == sorted
+        }) {
+            settings.push(s);
+        }
+    }
+    let mut out: Vec<Point> = vec![];
+    for (i, lib) in libs
+        .iter()
+        .map(Some)
+        .chain(libs.is_empty().then_some(None))
+        .enumerate()
+    {
+        for s in &settings {
+            let (mut overrides, mut for_id) = (vec![], vec![]);
+            if let (Some(lib), true) = (lib, i > 0) {
+                overrides.push((LIB.to_string(), lib.to_string()));
+                for_id.push((LIB.to_string(), (i + 1).to_string()));
+            }
+            overrides.extend(s.iter().cloned());
+            for_id.extend(s.iter().cloned());
+            out.push(Point {
+                id: point_id(out.len(), &for_id),
+                overrides,
+            });
+        }
+    }
+    out
+}
+
+/// The settings of [`points`] before duplicates go: the baseline, the cross product of `dims`,
+/// then the preset's points.
+fn settings_of(dims: &[&Dimension], preset: Option<&Preset>) -> Vec<Vec<(String, String)>> {
     let mut sets: Vec<Vec<(String, String)>> = vec![vec![]];
     if !dims.is_empty() {
         let mut cross: Vec<Vec<(String, String)>> = vec![vec![]];
@@ -252,19 +297,17 @@ pub fn points(dims: &[Dimension], preset: Option<&Preset>) -> Vec<Point> {
             );
         }
     }
-    let mut out: Vec<Point> = vec![];
-    for s in sets {
-        let mut sorted = s.clone();
-        sorted.sort();
-        if out.iter().any(|p| p.sorted_overrides() == sorted) {
-            continue;
-        }
-        out.push(Point {
-            id: point_id(out.len(), &s),
-            overrides: s,
-        });
-    }
-    out
+    sets
+}
+
+/// The libraries of the sweep: the values of its `NCCL_LIB` dimension, resolved (none when it
+/// has none).
+pub fn libraries(dims: &[Dimension]) -> anyhow::Result<super::library::Libraries> {
+    let values = dims
+        .iter()
+        .find(|d| d.name == super::library::NAME)
+        .map_or(&[][..], |d| &d.values[..]);
+    super::library::Libraries::from_values(values)
 }
 
 /// NCCL's list syntax ([`crate::nccl_list`]) for NCCL_ALGO and NCCL_PROTO: `a,b` (only these),
@@ -376,6 +419,48 @@ mod tests {
         assert!(p.iter().skip(1).all(|x| !x.overrides.is_empty()));
         assert!(p.iter().any(|x| x.get("NCCL_P2P_DISABLE") == Some("1")));
         assert!(preset("nvlink").is_err());
+    }
+
+    #[test]
+    fn libraries_repeat_every_point_the_first_without_nccl_lib() {
+        let d = dimensions(
+            &s(&[
+                "NCCL_PROTO=LL,Simple",
+                "NCCL_LIB=/a/libnccl.so.2.28.3,/b/libnccl.so.2",
+            ]),
+            &[],
+        )
+        .unwrap();
+        let p = points(&d, None);
+        // without the libraries: the baseline, LL, Simple = 3 points; two libraries: 2 x 3
+        assert_eq!(p.len(), 6);
+        let labels: Vec<String> = p.iter().map(|x| x.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "(defaults)",
+                "NCCL_PROTO=LL",
+                "NCCL_PROTO=Simple",
+                "NCCL_LIB=/b/libnccl.so.2",
+                "NCCL_LIB=/b/libnccl.so.2 NCCL_PROTO=LL",
+                "NCCL_LIB=/b/libnccl.so.2 NCCL_PROTO=Simple",
+            ]
+        );
+        let ids: Vec<&str> = p.iter().map(|x| x.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "p00-baseline",
+                "p01-PROTO-LL",
+                "p02-PROTO-Simple",
+                "p03-LIB-2",
+                "p04-LIB-2_PROTO-LL",
+                "p05-LIB-2_PROTO-Simple"
+            ]
+        );
+        // one library alone adds no point
+        let one = dimensions(&s(&["NCCL_LIB=/a/libnccl.so.2.28.3", "NCCL_PROTO=LL"]), &[]).unwrap();
+        assert_eq!(points(&one, None).len(), 2);
     }
 
     #[test]

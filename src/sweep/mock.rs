@@ -3,6 +3,9 @@
 //! `mock`) and a synthetic NCCL 2.28 log that imitates what NCCL does with NCCL_PROTO,
 //! NCCL_ALGO (a global Tree fails the all-gather), NCCL_P2P_DISABLE and NCCL_SHM_DISABLE.
 //! It exercises the whole pipeline: environments, log parsing, checks, ranking, resume.
+//! A point given a library (`VERIFYBENCH_NCCL_LIB`) "loads" it: every fake worker reports that
+//! file, resolved, and the version its name (or wheel) tells (2.28.3 when none does), and the
+//! fake log names the same version.
 //!
 //! Rounds (`--rounds`): each (point, round) gets a seeded FAKE between-run factor
 //! 1 + noise x u, u uniform in [-1, 1] (noise 0.5% unless [`MOCK_NOISE_ENV`] says otherwise),
@@ -124,6 +127,15 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
         .into_iter()
         .find(|g| g.kind == CollectiveKind::AllReduce)
         .map_or(0, |g| g.bytes_per_rank);
+    // The library the point asked for, as its workers would report it.
+    let lib = job
+        .env
+        .get(std::ffi::OsStr::new(super::library::ENV))
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.into()));
+    let version = lib
+        .as_deref()
+        .and_then(|l| crate::inspect::ncclmaps::version_of_file(l).0)
+        .unwrap_or_else(|| "2.28.3".into());
     let mut out = PointOutcome::default();
     if let Some(probe) = &job.probe {
         std::fs::create_dir_all(&probe.log_dir)?;
@@ -134,7 +146,7 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
                 1000 + rank,
                 1000 + rank
             );
-            writeln!(log, "{pre} NCCL version 2.28.3+cuda13.0")?;
+            writeln!(log, "{pre} NCCL version {version}+cuda13.0")?;
             for (k, v) in &env {
                 if super::known::is_known(k) {
                     writeln!(log, "{pre} {k} set by environment to {v}")?;
@@ -227,6 +239,18 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
             nccl_env: env.clone(),
         })
         .collect();
+    if let Some(lib) = &lib {
+        prov.worker_nccl = prov
+            .workers
+            .iter()
+            .map(|w| crate::record::WorkerNccl {
+                rank: w.rank,
+                pid: w.pid,
+                version: Some(version.clone()),
+                library: Some(lib.display().to_string()),
+            })
+            .collect();
+    }
     out.record = Some(Record::new(
         Source::Modeled,
         prov,

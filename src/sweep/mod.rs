@@ -13,21 +13,24 @@
 //! when resuming).
 //!
 //! - [`matrix`]: `-L`/`--set`/`--preset` -> points.
+//! - [`library`]: the NCCL library as a dimension (`--nccl-lib A,B`) and the proof of what
+//!   each point's workers loaded.
 //! - [`env`]: each child's environment, and the check that workers saw it.
 //! - [`ncclog`]: NCCL log parsing.
 //! - [`runner`]: running a point (real child processes, or a mock).
 //! - [`results`]: the JSON-lines results file and resume.
 //! - [`rank`]: ranking and advice.
 //! - [`rounds`]: interleaved rounds, paired ratios, the measured noise floor.
-//! - [`command`]: the driver of `verifybench sweep` ([`command::SweepRequest`]): resume merge,
-//!   runner wiring, progress lines, the table and its exports.
+//! - [`summary`]: what a sweep prints: the ranking table, the rounds' judgement, the progress
+//!   line's account of a child's time.
 //!
-//! Not here: the flags (`cli/sweep.rs`), the fault hooks for children
+//! Not here: the command's driver (`commands::sweep`: resume merge, runner wiring, progress
+//! lines, the table and its exports), the flags (`cli/sweep.rs`), the fault hooks for children
 //! ([`crate::backend::fault`]), reading and appending records ([`crate::record::io`]).
 
-pub mod command;
 pub mod env;
 pub mod known;
+pub mod library;
 pub mod matrix;
 pub mod mock;
 pub mod ncclog;
@@ -36,6 +39,7 @@ pub mod results;
 pub mod rounds;
 pub mod runner;
 pub mod signal;
+pub mod summary;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,9 +70,17 @@ pub struct SweepConfig {
     pub source: Source,
     /// Seed of the rounds' shuffled orders (`--seed`), recorded with every pair.
     pub seed: u64,
+    /// The NCCL libraries swept (`--nccl-lib A,B`), the baseline's first; empty when none is
+    /// named.
+    pub libraries: library::Libraries,
 }
 
 impl SweepConfig {
+    /// The library a point asks for ([`library`]): its `NCCL_LIB`, else the first.
+    pub fn library(&self, p: &Point) -> Option<&library::Library> {
+        self.libraries.of(p.get(library::NAME))
+    }
+
     pub fn key(&self, p: &Point) -> PointKey {
         let mut base = env::nccl_part(&env::timed_env(
             &self.parent_env,
@@ -86,6 +98,7 @@ impl SweepConfig {
             mode: self.mode.clone(),
             schedule_hash: self.workload.schedule_hash.clone(),
             base_nccl_env: base,
+            nccl_lib: self.library(p).map(|l| l.path.display().to_string()),
         }
     }
 
@@ -97,7 +110,10 @@ impl SweepConfig {
     /// The job of a point in `round`: the NCCL-log probe runs in round 0 only (NCCL's choices
     /// do not change between rounds, and the probe costs a second child per point).
     pub fn job_in_round(&self, p: &Point, round: usize) -> PointJob {
-        let timed = env::timed_env(&self.parent_env, p);
+        let mut timed = env::timed_env(&self.parent_env, p);
+        if let Some(lib) = self.library(p) {
+            library::Libraries::apply(lib, &mut timed);
+        }
         let probe = (self.probe && round == 0).then(|| Probe {
             env: env::probe_env(&timed, &self.log_dir.join(format!("{}.%h.%p.log", p.id))),
             log_dir: self.log_dir.clone(),
@@ -258,6 +274,23 @@ pub fn assemble_in_round(
     if reason.is_none() && wrong > 0 {
         reason = Some(format!("{wrong} elements of the results were wrong"));
     }
+    // The library asked against what the workers mapped: another one refuses the point.
+    let library = cfg.library(p).map(|lib| {
+        library::prove(
+            lib,
+            out.record.as_ref(),
+            log.as_ref().and_then(|l| l.version.as_deref()),
+        )
+    });
+    if let Some(l) = library.as_ref().filter(|l| l.status == "refused") {
+        if reason.is_none() {
+            reason = Some(format!(
+                "refused: its workers did not run the NCCL asked ({}): {}",
+                l.asked,
+                l.problems.join("; ")
+            ));
+        }
+    }
     let hint = reason.as_deref().and_then(|r| hint(p, r, &warnings));
     SweepPoint {
         point_id: p.id.clone(),
@@ -272,6 +305,7 @@ pub fn assemble_in_round(
         stderr_tail: (!out.stderr_tail.is_empty()).then_some(out.stderr_tail),
         nccl_warnings: warnings,
         log_paths: out.probe_logs,
+        library,
         unknown_vars: p
             .overrides
             .iter()
@@ -296,6 +330,7 @@ pub fn to_record(cfg: &SweepConfig, sp: &SweepPoint, started: String) -> Record 
         prov.driver_version = v.provenance.driver_version.clone();
         prov.nccl_version = v.provenance.nccl_version.clone();
         prov.nccl_library = v.provenance.nccl_library.clone();
+        prov.worker_nccl = v.provenance.worker_nccl.clone();
         prov.model_profile = v.provenance.model_profile.clone();
     }
     if prov.nccl_version.is_none() {

@@ -1,5 +1,6 @@
 //! Ranking and advice: points sorted by verify time, ratios to the baseline with their
-//! uncertainty, and the `export` lines of the best setting.
+//! uncertainty, and the `export` lines of the best setting (with the build that won, when the
+//! sweep varies the NCCL library: [`library_block`], [`build_line`]).
 //!
 //! Uncertainty of a median: [`Summary::median_se`](crate::measure::Summary::median_se), the
 //! normal approximation sqrt(pi/2) stddev / sqrt(n). Ratio r = m / m0 has relative error
@@ -388,8 +389,9 @@ pub fn advice_with(r: &Ranking, noise_floor: f64) -> String {
         r.source,
         label(p)
     ));
-    for (k, v) in &p.overrides {
-        out.push_str(&format!("  export {k}={}\n", shell_quote(v)));
+    out.push_str(&exports(p));
+    if let Some(line) = build_line(p, false) {
+        out.push_str(&line);
     }
     match ratio {
         Some((ratio, err)) if ratio.is_finite() => {
@@ -411,4 +413,98 @@ pub fn advice_with(r: &Ranking, noise_floor: f64) -> String {
         );
     }
     out
+}
+
+/// The libraries block under a sweep's table ([`super::library`]): per library, the version its points' workers
+/// reported and which points ran on it; every refused point with its reason. Empty when the
+/// sweep named no library.
+pub fn library_block(points: &[SweepPoint]) -> String {
+    let mut libs: Vec<(&str, Vec<&SweepPoint>)> = vec![];
+    for p in points {
+        let Some(l) = &p.library else { continue };
+        match libs.iter_mut().find(|(path, _)| *path == l.path) {
+            Some((_, v)) => v.push(p),
+            None => libs.push((&l.path, vec![p])),
+        }
+    }
+    if libs.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nNCCL libraries (what each point's workers reported: ncclGetVersion and the file they mapped):\n",
+    );
+    for (i, (path, ps)) in libs.iter().enumerate() {
+        let proofs: Vec<&super::library::LibraryProof> =
+            ps.iter().filter_map(|p| p.library.as_ref()).collect();
+        let mut versions: Vec<String> = proofs.iter().filter_map(|l| l.version()).collect();
+        versions.sort();
+        versions.dedup();
+        let logs: Vec<&str> = {
+            let mut v: Vec<&str> = proofs
+                .iter()
+                .filter_map(|l| l.log_version.as_deref())
+                .collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let ok = proofs.iter().filter(|l| l.status == "ok").count();
+        let version = if versions.is_empty() {
+            "version not reported".to_string()
+        } else {
+            format!("NCCL {}", versions.join(" and "))
+        };
+        let log = if logs.is_empty() {
+            String::new()
+        } else {
+            format!(" (log: {})", logs.join(", "))
+        };
+        let ids: Vec<&str> = ps.iter().map(|p| p.point_id.as_str()).collect();
+        out.push_str(&format!(
+            "  L{} {path}: {version}{log}; proven in {ok} of {} point(s): {}\n",
+            i + 1,
+            ps.len(),
+            ids.join(", ")
+        ));
+    }
+    for p in points {
+        if let Some(l) = p.library.as_ref().filter(|l| l.status == "refused") {
+            out.push_str(&format!(
+                "  REFUSED {}: {}\n",
+                p.point_id,
+                l.problems.join("; ")
+            ));
+        }
+    }
+    out
+}
+
+/// The `export` lines of a recommended point: its NCCL variables (the library is no
+/// variable: [`build_line`] names it).
+pub fn exports(p: &SweepPoint) -> String {
+    p.overrides
+        .iter()
+        .filter(|(k, _)| k != super::library::NAME)
+        .map(|(k, v)| format!("  export {k}={}\n", shell_quote(v)))
+        .collect()
+}
+
+/// The line that names the build of the winner (the recommended point, or the baseline when
+/// the defaults are kept) with its version; None when the sweep named no library.
+pub fn build_line(winner: &SweepPoint, kept_defaults: bool) -> Option<String> {
+    let l = winner.library.as_ref()?;
+    let version = l
+        .version()
+        .map(|v| format!("NCCL {v}"))
+        .unwrap_or_else(|| "NCCL (version not reported)".into());
+    let whose = if kept_defaults {
+        "the baseline's library"
+    } else {
+        "the library of the recommended point"
+    };
+    let q = shell_quote(&l.path);
+    Some(format!(
+        "  build: {version} from {} ({whose}, the version its workers reported); a vLLM server loads it with export VLLM_NCCL_SO_PATH={q}\n",
+        l.path
+    ))
 }

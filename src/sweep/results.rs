@@ -29,6 +29,10 @@ pub struct PointKey {
     pub schedule_hash: String,
     /// The NCCL_* variables every point inherits from the parent (NCCL_DEBUG* excluded).
     pub base_nccl_env: BTreeMap<String, String>,
+    /// The NCCL library file the point asked for (links resolved); absent when the sweep named
+    /// none (and in files before libraries were swept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_lib: Option<String>,
 }
 
 /// NCCL's choices and transports at a point, and where they differ from the request.
@@ -111,6 +115,9 @@ pub struct SweepPoint {
     /// The probe's NCCL log files.
     #[serde(default)]
     pub log_paths: Vec<PathBuf>,
+    /// The NCCL library asked and what the workers loaded; absent when the sweep named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<super::library::LibraryProof>,
     /// Overrides NCCL does not know (misspelt?).
     #[serde(default)]
     pub unknown_vars: Vec<String>,

@@ -45,6 +45,7 @@ fn cfg(dir: &std::path::Path) -> SweepConfig {
         probe: true,
         timeout: Duration::from_secs(5),
         source: Source::Measured,
+        libraries: Default::default(),
     }
 }
 
@@ -520,4 +521,170 @@ fn the_time_split_is_given_for_measured_runs_only() {
     // the cost model's record: no loop ran, so no split
     outcome.record.as_mut().unwrap().source = Source::Modeled;
     assert_eq!(time_split(&assemble(&c, &p, outcome)), None);
+}
+
+/// Two library files: the system's `libnccl.so.2.28.3` and a pip wheel's bare
+/// `nvidia/nccl/lib/libnccl.so.2` whose metadata says 2.28.9 (resolved paths).
+fn two_libraries(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let sys = dir.join("libnccl.so.2.28.3");
+    std::fs::write(&sys, b"x").unwrap();
+    let lib = dir.join("site/nvidia/nccl/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("libnccl.so.2"), b"x").unwrap();
+    std::fs::create_dir(dir.join("site/nvidia_nccl_cu13-2.28.9.dist-info")).unwrap();
+    (
+        std::fs::canonicalize(sys).unwrap(),
+        std::fs::canonicalize(lib.join("libnccl.so.2")).unwrap(),
+    )
+}
+
+/// The mock's spec for the test schedule, without noise.
+fn spec(s: &model::Schedule) -> mock::MockSpec<'_> {
+    mock::MockSpec {
+        schedule: s,
+        graphs: vec![false, true],
+        mode: Mode::Comm,
+        iters: 20,
+        warmup: 2,
+        threads: false,
+        noise: 0.0,
+        seed: 1,
+        plant: None,
+    }
+}
+
+/// A sweep config over the libraries `libs` crossed with `lists`, and its points.
+fn library_sweep(
+    dir: &std::path::Path,
+    libs: &[&PathBuf],
+    lists: &[&str],
+) -> (SweepConfig, Vec<Point>) {
+    let joined: Vec<String> = libs.iter().map(|p| p.display().to_string()).collect();
+    let mut l = vec![format!("NCCL_LIB={}", joined.join(","))];
+    l.extend(lists.iter().map(|s| s.to_string()));
+    let dims = matrix::dimensions(&l, &[]).unwrap();
+    let mut c = cfg(dir);
+    c.libraries = matrix::libraries(&dims).unwrap();
+    (c, matrix::points(&dims, None))
+}
+
+#[test]
+fn a_two_library_sweep_runs_every_point_on_each_and_records_what_its_workers_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, wheel) = two_libraries(dir.path());
+    let (c, pts) = library_sweep(dir.path(), &[&sys, &wheel], &["NCCL_PROTO=LL,Simple"]);
+    // without libraries: the baseline, LL and Simple; with two: twice that
+    assert_eq!(pts.len(), 2 * 3);
+    let s = schedule(3);
+    let sp = spec(&s);
+    let asked = std::cell::RefCell::new(vec![]);
+    let runner = MockRunner(|job: &PointJob| {
+        let lib = job.env.get(std::ffi::OsStr::new(library::ENV)).cloned();
+        let probe_lib = job
+            .probe
+            .as_ref()
+            .and_then(|p| p.env.get(std::ffi::OsStr::new(library::ENV)).cloned());
+        assert_eq!(lib, probe_lib, "the probe loads the point's library too");
+        asked.borrow_mut().push((job.point.id.clone(), lib));
+        mock::outcome(job, &sp)
+    });
+    let mut file = ResultsFile::open(&dir.path().join("r.jsonl")).unwrap();
+    let flag = AtomicBool::new(false);
+    let run = run_points(&c, &pts, &runner, &mut file, &flag, |_, _| {}).unwrap();
+    assert_eq!(run.finished.len(), 6);
+    for (i, p) in run.finished.iter().enumerate() {
+        // the first 3 points are the first library's (no NCCL_LIB), the next 3 the wheel's
+        let (want, version) = if i < 3 {
+            (&sys, "2.28.3")
+        } else {
+            (&wheel, "2.28.9")
+        };
+        assert!(p.ok(), "{}: {:?}", p.point_id, p.reason);
+        assert_eq!(
+            asked.borrow()[i],
+            (p.point_id.clone(), Some(want.clone().into_os_string()))
+        );
+        let l = p.library.as_ref().unwrap();
+        assert_eq!(
+            (l.status.as_str(), l.path.as_str()),
+            ("ok", &*want.display().to_string())
+        );
+        assert_eq!(l.workers.len(), 2, "both ranks answered");
+        assert!(l
+            .workers
+            .iter()
+            .all(|w| w.version.as_deref() == Some(version)
+                && w.library.as_deref() == Some(&*want.display().to_string())));
+        assert_eq!(
+            l.log_version.as_deref(),
+            Some(&*format!("{version}+cuda13.0"))
+        );
+        assert_eq!(
+            p.key.nccl_lib.as_deref(),
+            Some(&*want.display().to_string())
+        );
+        assert_eq!(p.overrides.iter().any(|(k, _)| k == library::NAME), i >= 3);
+    }
+    // the stored record carries every worker's NCCL
+    let (stored, _) = results::load(&dir.path().join("r.jsonl")).unwrap();
+    assert_eq!(stored[4].library, run.finished[4].library);
+    let text = rank::library_block(&run.finished);
+    assert!(
+        text.contains(&format!(
+            "L2 {}: NCCL 2.28.9 (log: 2.28.9+cuda13.0); proven in 3 of 3 point(s): p03-LIB-2, p04-LIB-2_PROTO-LL, p05-LIB-2_PROTO-Simple",
+            wheel.display()
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_point_whose_worker_mapped_another_library_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, wheel) = two_libraries(dir.path());
+    let (c, pts) = library_sweep(dir.path(), &[&sys, &wheel], &[]);
+    assert_eq!(pts.len(), 2);
+    let s = schedule(3);
+    let sp = spec(&s);
+    // rank 1 of the wheel's point maps the system library (e.g. LD_PRELOAD won)
+    let runner = MockRunner(|job: &PointJob| {
+        let mut out = mock::outcome(job, &sp)?;
+        if job.point.get(library::NAME).is_some() {
+            let prov = &mut out.record.as_mut().unwrap().provenance;
+            prov.worker_nccl[1].library = Some(sys.display().to_string());
+            prov.worker_nccl[1].version = Some("2.28.3".into());
+        }
+        Ok(out)
+    });
+    let mut file = ResultsFile::open(&dir.path().join("r.jsonl")).unwrap();
+    let run = run_points(
+        &c,
+        &pts,
+        &runner,
+        &mut file,
+        &AtomicBool::new(false),
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(run.finished[0].ok());
+    let bad = &run.finished[1];
+    assert_eq!(bad.status, "failed");
+    let want = format!(
+        "rank 1 (pid 1001) mapped {} (NCCL 2.28.3), not the {} asked",
+        sys.display(),
+        wheel.display()
+    );
+    assert_eq!(bad.library.as_ref().unwrap().problems, vec![want.clone()]);
+    assert_eq!(
+        bad.reason.as_deref(),
+        Some(&*format!(
+            "refused: its workers did not run the NCCL asked ({}): {want}",
+            wheel.display()
+        ))
+    );
+    let r = rank::rank(&run.finished, Mode::Comm);
+    assert_eq!(r.failed.len(), 1, "listed apart, never ranked");
+    assert!(
+        rank::library_block(&run.finished).contains(&format!("REFUSED {}: {want}", bad.point_id))
+    );
 }

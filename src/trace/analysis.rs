@@ -149,7 +149,8 @@ pub struct Analysis {
     pub diagnosis: Vec<String>,
     pub notes: Vec<String>,
     pub nccl_log: Option<LogSummary>,
-    /// Known traps (the table `explain` checks) that this trace's own evidence proves.
+    /// Known traps ([`super::traps`], the table `explain` checks) that this trace's own
+    /// evidence proves.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub traps: Vec<TrapFound>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -158,7 +159,7 @@ pub struct Analysis {
     pub rank_traces: Vec<RankTrace>,
 }
 
-/// A known trap found in a trace: one row of `explain`'s table with the evidence.
+/// A known trap found in a trace: one row of the table ([`super::traps`]) with the evidence.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrapFound {
     pub id: String,

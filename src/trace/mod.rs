@@ -11,7 +11,7 @@
 //! time into transfer and waiting and words the diagnosis; [`render`] prints it; [`against`]
 //! exports one step as a schedule file and diffs it against `plan` (the diff itself, plain data,
 //! is [`plan_diff`]); [`breakeven`] gives the
-//! step time and SGLang's accept length to the break-even; [`chrome`] writes Chrome traces the
+//! step time to the break-even; [`chrome`] writes Chrome traces the
 //! reader reads back; [`synth`] makes synthetic traces for tests and benchmarks.
 //!
 //! Nothing here needs a GPU. Every figure printed is measured from the trace.
@@ -35,6 +35,7 @@ pub mod steps;
 pub mod synth;
 #[cfg(test)]
 mod tests;
+pub mod traps;
 
 use std::path::{Path, PathBuf};
 
@@ -42,8 +43,6 @@ use rayon::prelude::*;
 
 use crate::error::usage;
 use crate::model::Schedule;
-use crate::record::{Body, Provenance, Record, Source};
-use crate::util::now_utc;
 
 pub use analysis::{Analysis, TrapFound};
 
@@ -393,131 +392,6 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
         a.against_plan = Some(against::against_plan(&a, plan)?);
     }
     Ok(a)
-}
-
-/// The analysis in the record envelope (`kind: trace`, measured from the trace).
-pub fn record(a: &Analysis, started: String) -> Record {
-    let mut p = Provenance::here("none", started);
-    p.notes.push(format!(
-        "measured from profiler traces: {}",
-        a.files.join(", ")
-    ));
-    Record::new(
-        Source::Measured,
-        p,
-        Body::Other {
-            name: "trace".into(),
-            data: serde_json::to_value(a).expect("analysis serializes"),
-        },
-    )
-}
-
-/// Runs `verifybench trace`: analyse, print, export; `traps` names the known traps the
-/// analysis proves (the table lives with `explain`, above this module, which passes its check
-/// in). The value is the exit code.
-pub fn run_with(
-    req: &TraceRequest,
-    traps: &dyn Fn(&Analysis) -> Vec<TrapFound>,
-) -> anyhow::Result<i32> {
-    let started = now_utc();
-    if req.assume_size.is_some() && req.export_schedule.is_none() {
-        crate::usage_bail!(
-            "--assume-size sizes the collectives of an exported schedule; give --export-schedule FILE with it (or drop it)"
-        );
-    }
-    // Every output path is checked before any work: a folder, a missing folder, or one of the
-    // inputs (a trace in a folder given, a log) is an error, and nothing is overwritten.
-    let files: Vec<PathBuf> = expand_inputs(&req.inputs)?
-        .into_iter()
-        .map(|(p, _)| p)
-        .chain(req.nccl_logs.iter().cloned())
-        .collect();
-    let inputs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
-    let outputs: Vec<(&str, &Path)> = [
-        ("--export-schedule", req.export_schedule.as_deref()),
-        ("--export-json", req.export_json.as_deref()),
-    ]
-    .into_iter()
-    .filter_map(|(f, p)| p.map(|p| (f, p)))
-    .collect();
-    crate::util::check_outputs(&outputs, &inputs)?;
-    let ins = classify(req)?;
-    if ins.traces.is_empty() && !ins.logs.is_empty() {
-        return run_logs(req, &ins, started);
-    }
-    let mut a = analyse_inputs(req, ins)?;
-    a.traps = traps(&a);
-    for s in &a.skipped {
-        crate::note!("verifybench: skipped {}", s.reason);
-    }
-    // Build every export before writing any, so that a failure writes nothing.
-    let schedule = match &req.export_schedule {
-        Some(_) => Some(against::schedule_file_at_tp(
-            &a,
-            req.against_plan.as_ref().map(|p| p.tokens).unwrap_or(0),
-            req.export_tp,
-            req.assume_size,
-        )?),
-        None => None,
-    };
-    let rec = record(&a, started);
-    if req.format.is_json() {
-        println!("{}", rec.to_json_pretty());
-    } else {
-        print!("{}", render::render(&a));
-    }
-    if let (Some(p), Some((s, assumed))) = (&req.export_schedule, &schedule) {
-        s.save(p)?;
-        if let (false, Some(b)) = (assumed.is_empty(), req.assume_size) {
-            crate::note!(
-                "verifybench: {} of the {} collectives of the exported step take the ASSUMED size --assume-size {b} B (positions {})",
-                assumed.len(),
-                s.schedule.ops.len(),
-                against::positions(assumed)
-            );
-        }
-        crate::note!(
-            "verifybench: schedule of one step written to {}",
-            p.display()
-        );
-    }
-    if let Some(p) = &req.export_json {
-        crate::util::write_file(p, (rec.to_json_pretty() + "\n").as_bytes())?;
-    }
-    Ok(0)
-}
-
-/// `verifybench trace LOG...`: NCCL COLL logs on their own.
-fn run_logs(req: &TraceRequest, ins: &Inputs, started: String) -> anyhow::Result<i32> {
-    if req.export_schedule.is_some() || req.against_plan.is_some() {
-        crate::usage_bail!(
-            "--export-schedule and --against-plan need a trace (a log has no timing and no host gaps); give the traces with the log"
-        );
-    }
-    for s in &ins.skipped {
-        crate::note!("verifybench: skipped {}: {}", s.file, s.reason);
-    }
-    let r = log_report(ins);
-    let mut p = Provenance::here("none", started);
-    p.notes
-        .push(format!("read from NCCL COLL logs: {}", r.files.join(", ")));
-    let rec = Record::new(
-        Source::Measured,
-        p,
-        Body::Other {
-            name: "nccl_log".into(),
-            data: serde_json::to_value(&r).expect("report serializes"),
-        },
-    );
-    if req.format.is_json() {
-        println!("{}", rec.to_json_pretty());
-    } else {
-        print!("{}", nccl_log::render(&r));
-    }
-    if let Some(p) = &req.export_json {
-        crate::util::write_file(p, (rec.to_json_pretty() + "\n").as_bytes())?;
-    }
-    Ok(0)
 }
 
 /// Reads one trace file into per-rank data (for callers that need the raw events).

@@ -124,3 +124,63 @@ fn rounded_and_dropped_sizes_are_said() {
     .stderr(predicate::str::contains("size 7 dropped"))
     .stdout(predicate::str::contains("43008"));
 }
+
+/// Every refusal the request allows comes before any GPU, NCCL or process start, with exit 2
+/// in both launchers: the range of --tp before the GPU flags and the devices, the length of
+/// the schedule before the devices. On a machine without GPUs a device check would say "no
+/// GPU found" (or "no CUDA driver"): the range's or the length's message proves the order.
+#[test]
+fn refusals_of_the_request_come_before_the_devices_in_both_launchers() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("long.json");
+    // one operation more than the exact check's 39,216 = 117,649 distinct salts / 3 slots
+    common::long_schedule(&long, 39_217);
+    let long = long.to_str().unwrap();
+    let length = "the exact check gives distinct inputs to at most 39216 operations of one \
+                  schedule (3 buffer slots each), and this one has 39217";
+    for launcher in ["threads", "processes"] {
+        let base = ["verify", "--backend", "nccl", "--launcher", launcher];
+        for (extra, want) in [
+            (vec!["--tp", "0"], "--tp 0: give 1 to 1024 ranks"),
+            (vec!["--tp", "2000"], "--tp 2000: give 1 to 1024 ranks"),
+            (
+                vec!["--tp", "0", "--gpus", "2"],
+                "--tp 0: give 1 to 1024 ranks",
+            ),
+            (
+                vec!["--tp", "2", "--tokens", "0"],
+                "--tokens 0: give 1 to 65536",
+            ),
+            (vec!["--gpus", "2000"], "--gpus 2000: give 1 to 1024 GPUs"),
+            (vec!["--schedule", long], length),
+            (vec!["--schedule", long, "--gpus", "2"], length),
+        ] {
+            let args: Vec<&str> = base.iter().copied().chain(extra).collect();
+            let line = refused(&args, &[want]);
+            assert!(
+                !line.contains("GPU found") && !line.contains("CUDA"),
+                "{line}"
+            );
+        }
+    }
+    // one rank's compute alone has no exact check: the same schedule goes on to the devices
+    // (here: refused there, as this machine has none, or run on a GPU)
+    if !verifybench::comm::libs::cuda_present() {
+        let out = vb()
+            .args([
+                "verify",
+                "--backend",
+                "nccl",
+                "--schedule",
+                long,
+                "--gpus",
+                "1",
+            ])
+            .args(["--mode", "compute"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(!err.contains("39216"), "{err}");
+    }
+}

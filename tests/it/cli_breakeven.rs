@@ -96,9 +96,13 @@ fn worked_example_from_flags() {
         .collect();
     assert!((taus[0] - 2.705).abs() < 1e-3);
     assert!((taus[1] - 1.803).abs() < 1e-3);
-    assert!((taus[2] - 1.230).abs() < 1e-3);
+    // 12 ms is below the decode step (12.2 ms): held at it, cycle 3 x 1 + 12.2 = 15.2 ms,
+    // tau* = 15.2 / 12.2 = 1.246, tokens/s at tau 2.5 = 2500 / 15.2 = 164.474.
+    assert!((taus[2] - 1.246).abs() < 1e-3);
+    assert_eq!(rows[2]["at_floor"], true);
+    assert_eq!(f(&rows[2]["held_verify_ms"]), 12.2);
     let at12 = &rows[2]["at_accept_length"];
-    assert!((f(&at12["tokens_per_s"]) - 166.667).abs() < 1e-3);
+    assert!((f(&at12["tokens_per_s"]) - 164.474).abs() < 1e-3);
     assert_eq!(at12["beats_baseline"], true);
     assert_eq!(rows[0]["at_accept_length"]["beats_baseline"], false);
     assert_eq!(rows[0]["verify_ms"]["origin"], "given");
@@ -126,8 +130,38 @@ fn table_states_assumption_and_marks_cells() {
     .stdout(predicate::str::contains("assumption: batch 1"))
     .stdout(predicate::str::contains("81.97 tok/s"))
     .stdout(predicate::str::contains("2.459"))
-    .stdout(predicate::str::contains("166.7*"))
+    // 12 ms is held at the decode step: tau = 2 gives 2000 / 12.2 = 163.9 tok/s
+    .stdout(predicate::str::contains("163.9*"))
+    .stdout(predicate::str::contains("12.00^"))
+    .stdout(predicate::str::contains(
+        "warning: T_verify 12.00 ms (given) is faster than T_decode 12.20 ms (given)",
+    ))
     .stdout(predicate::str::contains("given (--verify-ms)"));
+}
+
+#[test]
+fn a_verify_faster_than_the_decode_is_warned_about_and_no_gain_passes_the_accept_length() {
+    // As given, 2.5 / 6 ms = 416.7 tok/s would be 5.08x decoding at 12.2 ms; held at the
+    // decode step it is 2.5 / 12.2 ms = 204.9 tok/s, 2.5x: the accept length, no more.
+    let v = json(&[
+        "--decode-ms",
+        "12.2",
+        "--verify-ms",
+        "6",
+        "--draft-steps",
+        "3",
+        "--accept-length",
+        "2.5",
+    ]);
+    let w = v["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1);
+    assert!(w[0].as_str().unwrap().contains("CUDA graph"));
+    let r = &v["rows"][0];
+    assert_eq!(r["at_floor"], true);
+    assert!((f(&r["at_accept_length"]["speedup"]) - 2.5).abs() < 1e-9);
+    for p in r["grid"].as_array().unwrap() {
+        assert!(f(&p["speedup"]) <= f(&p["accept_length"]) + 1e-9);
+    }
 }
 
 #[test]

@@ -288,7 +288,10 @@ fn mock_runs_every_impl_side_by_side_deterministically() {
         MockBackend.collective(&req).unwrap(),
     );
     assert_eq!(a.body, b.body, "the mock is deterministic");
-    assert_eq!(commands::collective_with(&MockBackend, &req).unwrap(), 0);
+    assert_eq!(
+        commands::collective::run_with(&MockBackend, &req).unwrap(),
+        0
+    );
     let out = verifybench::report::text::collective_table(&a);
     // FAKE numbers: nothing was checked, so no "0 OK" either
     assert!(out.contains("# Out of bounds values : - (modeled"), "{out}");

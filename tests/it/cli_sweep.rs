@@ -869,3 +869,128 @@ fn host_gaps_take_effect_in_a_model_sweeps_eager_rows_only() {
         );
     }
 }
+
+/// The system's `libnccl.so.2.28.3` and a pip wheel's bare `libnccl.so.2` (2.28.9 by its
+/// metadata), resolved.
+fn two_libraries(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let sys = dir.join("libnccl.so.2.28.3");
+    std::fs::write(&sys, b"x").unwrap();
+    let lib = dir.join("site/nvidia/nccl/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("libnccl.so.2"), b"x").unwrap();
+    std::fs::create_dir(dir.join("site/nvidia_nccl_cu13-2.28.9.dist-info")).unwrap();
+    (
+        std::fs::canonicalize(sys).unwrap(),
+        std::fs::canonicalize(lib.join("libnccl.so.2")).unwrap(),
+    )
+}
+
+#[test]
+fn a_library_sweep_proves_each_points_build_and_names_the_winner_with_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, wheel) = two_libraries(dir.path());
+    let res = dir.path().join("r.jsonl");
+    let out = vb()
+        .args([
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-n",
+            "20",
+            "--rounds",
+            "4",
+        ])
+        .arg("--nccl-lib")
+        .arg(format!("{},{}", sys.display(), wheel.display()))
+        .args(["-L", "NCCL_PROTO=LL,Simple"])
+        .arg("--results")
+        .arg(&res)
+        // FAKE: every point on the wheel's build 10% faster, 0.5% between-run noise
+        .env(
+            "VERIFYBENCH_MOCK_PLANT",
+            format!("NCCL_LIB={}:0.9", wheel.display()),
+        )
+        .env("VERIFYBENCH_MOCK_NOISE", "0.005")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let v = lines(&res);
+    // (1 baseline + 2 protocols) x 2 libraries x 4 rounds
+    assert_eq!(v.len(), 24);
+    for r in &v {
+        let d = &r["result"]["data"];
+        let id = d["point_id"].as_str().unwrap();
+        let (path, version) = if id.contains("LIB-2") {
+            (&wheel, "2.28.9")
+        } else {
+            (&sys, "2.28.3")
+        };
+        assert_eq!(d["library"]["status"], "ok", "{id}");
+        assert_eq!(d["library"]["path"], path.display().to_string(), "{id}");
+        for w in d["library"]["workers"].as_array().unwrap() {
+            assert_eq!(w["version"], version, "{id}");
+        }
+    }
+    // The wheel's defaults or its LL point wins (the mock's default protocol is LL); the
+    // recommendation exports no NCCL_LIB but names the build and its version.
+    assert!(
+        stdout.contains(&format!(
+            "Recommendation (graph replay, held over 4 rounds): NCCL_LIB={}",
+            wheel.display()
+        )),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("export NCCL_LIB"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "  build: NCCL 2.28.9 from {} (the library of the recommended point",
+            wheel.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "L1 {}: NCCL 2.28.3 (log: 2.28.3+cuda13.0); proven in 3 of 3 point(s)",
+            sys.display()
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_library_lists_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, wheel) = two_libraries(dir.path());
+    let both = format!("{},{}", sys.display(), wheel.display());
+    vb().args(["sweep", "--debug-mode", "--tp", "2", "--nccl-lib"])
+        .arg(format!("{},/nonexistent/libnccl.so.2", sys.display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no such NCCL library"));
+    vb().args([
+        "sweep",
+        "--backend",
+        "model",
+        "--tp",
+        "2",
+        "--nccl-lib",
+        &both,
+    ])
+    .assert()
+    .code(2)
+    .stderr(predicate::str::contains("cannot compare libraries"));
+    vb().args(["sweep", "--debug-mode", "--tp", "2", "--nccl-lib", &both])
+        .arg("-L")
+        .arg(format!("NCCL_LIB={}", sys.display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("give the list once"));
+    // one library alone varies nothing
+    vb().args(["sweep", "--debug-mode", "--tp", "2", "--nccl-lib"])
+        .arg(&sys)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nothing to sweep"));
+}

@@ -151,3 +151,17 @@ pub fn kimi_config_json(layers: u64) -> String {
     })
     .to_string()
 }
+
+/// Writes at `path` a schedule file of Kimi-K2.5's TP2 verify ops repeated until it holds
+/// `ops` operations: longer than any model's forward, to reach the bound of the exact check.
+pub fn long_schedule(path: &Path, ops: usize) {
+    let mut s = kimi(2, 3, Phase::Verify);
+    s.ops = s.ops.iter().cycle().take(ops).cloned().collect();
+    let f = verifybench::model::schedule_file::ScheduleFile {
+        schedule: s,
+        host_gaps_us: None,
+        host_gaps_per_rank_us: None,
+        origin: Some("a forward's ops repeated".into()),
+    };
+    write_file(path, &serde_json::to_vec(&f).unwrap()).unwrap();
+}

@@ -79,6 +79,45 @@ fn nothing_outside_cli_and_main_names_clap_or_cli() {
     );
 }
 
+/// Every subcommand of the command line, hidden ones included (`__rank` as `rank`), has its
+/// home in `src/commands/` (`<name>.rs` or `<name>/mod.rs`), and everything there besides
+/// `mod.rs` is the home of a subcommand.
+#[test]
+fn every_subcommand_has_its_home_in_commands() {
+    use clap::CommandFactory;
+    let names: BTreeSet<String> = verifybench::cli::Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().trim_start_matches('_').to_string())
+        .collect();
+    for expected in ["plan", "verify", "model", "rank", "worker", "explain"] {
+        assert!(names.contains(expected), "{expected} in {names:?}");
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|n| !dir.join(format!("{n}.rs")).is_file() && !dir.join(n).join("mod.rs").is_file())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "subcommands without a home in src/commands/: {missing:?}"
+    );
+    let strays: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .filter(|n| n != "mod" && !names.contains(n))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "src/commands/ holds what no subcommand is: {strays:?}"
+    );
+}
+
 /// The files git tracks outside `results/` (an empty list where git or the checkout's history is
 /// not there, as in a source archive).
 fn tracked_files() -> Vec<PathBuf> {
@@ -124,19 +163,20 @@ fn no_empty_file_is_tracked_outside_results() {
 const TABLE: &[(&str, &[&str])] = &[
     ("main", &["cli", "error"]),
     ("cli", &["commands", "explain", "sweep", "compare", "report", "speculative", "machine", "backend",
-        "launch", "impls", "costmodel", "trace", "request", "comm", "measure", "model", "inspect",
-        "output", "nccl_list", "nccl_tests", "record", "units", "util", "error"]),
-    ("commands", &["explain", "sweep", "report", "speculative", "machine", "backend", "launch", "request",
-        "comm", "measure", "model", "output", "record", "units", "util", "error"]),
-    ("explain", &["sweep", "speculative", "costmodel", "trace", "request", "measure", "model",
-        "output", "record", "util", "error"]),
+        "launch", "impls", "costmodel", "trace", "evidence", "request", "comm", "measure", "model",
+        "inspect", "output", "nccl_list", "nccl_tests", "record", "units", "util", "error"]),
+    ("commands", &["explain", "sweep", "compare", "report", "speculative", "machine", "backend",
+        "launch", "costmodel", "trace", "evidence", "request", "comm", "measure", "model", "inspect",
+        "output", "nccl_tests", "record", "units", "util", "error"]),
+    ("explain", &["sweep", "speculative", "costmodel", "trace", "evidence", "request", "measure",
+        "model", "output", "record", "util", "error"]),
     ("sweep", &["report", "backend", "launch", "costmodel", "request", "comm", "measure", "model",
         "inspect", "output", "nccl_list", "record", "units", "util", "error"]),
     ("compare", &["report", "measure", "model", "output", "nccl_tests", "record", "units", "util",
         "error"]),
-    ("report", &["speculative", "machine", "costmodel", "request", "measure", "model", "record",
-        "units", "util", "error"]),
-    ("speculative", &["trace", "model", "record", "units", "util", "error"]),
+    ("report", &["speculative", "machine", "costmodel", "evidence", "request", "measure", "model",
+        "record", "units", "util", "error"]),
+    ("speculative", &["evidence", "model", "record", "units", "util", "error"]),
     ("machine", &["launch", "request", "comm", "inspect", "record", "util", "error"]),
     ("backend", &["launch", "impls", "costmodel", "trace", "request", "comm", "measure", "model",
         "record", "util", "error"]),
@@ -145,7 +185,8 @@ const TABLE: &[(&str, &[&str])] = &[
     ("impls", &["comm", "model", "record", "error"]),
     ("costmodel", &["request", "comm", "measure", "model", "nccl_list", "nccl_tests", "record",
         "units", "util", "error"]),
-    ("trace", &["measure", "model", "output", "record", "units", "util", "error"]),
+    ("trace", &["evidence", "measure", "model", "output", "record", "units", "util", "error"]),
+    ("evidence", &["measure", "model", "record", "util", "error"]),
     ("request", &["measure", "model", "output", "record", "units", "util", "error"]),
     ("comm", &["measure", "model", "record", "units", "util", "error"]),
     ("measure", &["model", "record", "units", "util", "error"]),

@@ -4,13 +4,15 @@
 //! binary as the client: `rendezvous_child` (ignored in normal runs) reads its orders from
 //! `VB_RDZV_CHILD` and reports on stdout.
 
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use verifybench::error::exit_code;
-use verifybench::launch::rendezvous::{Client, Endpoint, Hello, Server, ID_BYTES};
+use verifybench::launch::rendezvous::{Client, Endpoint, Hello, Secret, Server, ID_BYTES};
 
 const LONG: Duration = Duration::from_secs(20);
 const CHILD_VAR: &str = "VB_RDZV_CHILD";
@@ -23,6 +25,7 @@ fn hello(rank: usize, world: usize) -> Hello {
         world_size: world,
         host: format!("host{rank}"),
         pid: 1000 + rank as u32,
+        job: None,
     }
 }
 
@@ -35,7 +38,7 @@ fn id() -> [u8; ID_BYTES] {
 }
 
 fn server(world: usize) -> (Server, Endpoint) {
-    let s = Server::bind("127.0.0.1:0".parse().unwrap(), world, hello(0, world)).unwrap();
+    let s = Server::bind("127.0.0.1:0".parse().unwrap(), world, hello(0, world), None).unwrap();
     let ep = Endpoint::new("127.0.0.1", s.local_addr().port());
     (s, ep)
 }
@@ -46,7 +49,7 @@ fn client(
     timeout: Duration,
 ) -> thread::JoinHandle<anyhow::Result<Client>> {
     let ep = ep.clone();
-    thread::spawn(move || Client::fetch_id(&ep, &h, timeout))
+    thread::spawn(move || Client::fetch_id(&ep, &h, None, timeout))
 }
 
 #[test]
@@ -56,7 +59,7 @@ fn threads_get_the_id_intact_and_rank_0_gathers_their_results() {
         .map(|r| {
             let ep = ep.clone();
             thread::spawn(move || {
-                let mut c = Client::fetch_id(&ep, &hello(r, 3), LONG).unwrap();
+                let mut c = Client::fetch_id(&ep, &hello(r, 3), None, LONG).unwrap();
                 assert_eq!(c.id(), &id());
                 c.send_result(format!("timings of rank {r}").as_bytes(), LONG)
                     .unwrap();
@@ -90,7 +93,7 @@ fn a_rank_started_before_rank_0_retries_until_it_listens() {
     let c = client(&ep, hello(1, 2), LONG);
     thread::sleep(Duration::from_millis(400));
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut srv = Server::bind(addr, 2, hello(0, 2)).unwrap();
+    let mut srv = Server::bind(addr, 2, hello(0, 2), None).unwrap();
     srv.serve_id(&id(), LONG).unwrap();
     assert_eq!(c.join().unwrap().unwrap().id(), &id());
 }
@@ -148,7 +151,7 @@ fn a_client_cannot_claim_rank_0() {
     h.host = "hostB".into();
     h.pid = 7;
     // Rank 0 serves; a second process that thinks it is rank 0 learns it before connecting.
-    let e = Client::fetch_id(&Endpoint::new("127.0.0.1", 9), &h, LONG).unwrap_err();
+    let e = Client::fetch_id(&Endpoint::new("127.0.0.1", 9), &h, None, LONG).unwrap_err();
     assert!(
         e.to_string().contains("rank 0 serves the rendezvous"),
         "{e}"
@@ -218,6 +221,7 @@ fn a_rank_with_nobody_listening_gives_up_at_its_timeout() {
     let e = Client::fetch_id(
         &Endpoint::new("127.0.0.1", port),
         &hello(1, 2),
+        None,
         Duration::from_millis(600),
     )
     .unwrap_err()
@@ -232,10 +236,13 @@ fn a_rank_with_nobody_listening_gives_up_at_its_timeout() {
 
 #[test]
 fn a_rank_waiting_for_missing_peers_gives_up_at_its_timeout() {
-    let (_srv, ep) = server(3); // listens, never serves
-    let e = Client::fetch_id(&ep, &hello(1, 3), Duration::from_millis(500))
+    let (mut srv, ep) = server(3);
+    // rank 0 serves longer than the rank waits; rank 2 never comes
+    let s = thread::spawn(move || srv.serve_id(&id(), Duration::from_secs(3)));
+    let e = Client::fetch_id(&ep, &hello(1, 3), None, Duration::from_millis(500))
         .unwrap_err()
         .to_string();
+    assert!(s.join().unwrap().is_err());
     assert!(
         e.contains("did not hand out the id") && e.contains("all 3 ranks"),
         "{e}"
@@ -246,18 +253,14 @@ fn a_rank_waiting_for_missing_peers_gives_up_at_its_timeout() {
 fn another_program_on_the_port_is_suspected_when_it_hangs_up() {
     let other = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = other.local_addr().unwrap().port();
-    let t = thread::spawn(move || {
-        use std::io::Read;
-        let (mut s, _) = other.accept().unwrap();
-        let mut buf = [0u8; 16];
-        let _ = s.read(&mut buf);
-    });
-    let e = Client::fetch_id(&Endpoint::new("127.0.0.1", port), &hello(1, 2), LONG)
+    // a program that hangs up on whoever connects, as a busy port's owner might
+    let t = thread::spawn(move || drop(other.accept().unwrap()));
+    let e = Client::fetch_id(&Endpoint::new("127.0.0.1", port), &hello(1, 2), None, LONG)
         .unwrap_err()
         .to_string();
     t.join().unwrap();
     assert!(
-        e.contains("closed the connection before sending the id") && e.contains("another program"),
+        e.contains("closed the connection before its challenge") && e.contains("another program"),
         "{e}"
     );
 }
@@ -266,7 +269,7 @@ fn another_program_on_the_port_is_suspected_when_it_hangs_up() {
 fn a_port_in_use_is_a_clear_usage_error() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
-    let e = Server::bind(addr, 2, hello(0, 2)).unwrap_err();
+    let e = Server::bind(addr, 2, hello(0, 2), None).unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(
@@ -329,6 +332,297 @@ fn rank_0_abort_reaches_a_rank_waiting_for_its_ack() {
     assert_eq!(e, "rank 0 on host0 failed: NCCL init failed");
 }
 
+// ---- who may join: the run's secret ---------------------------------------------------------
+
+/// The secret of the runs below; `WRONG` differs from it in its last byte only.
+const TOKEN: &[u8] = b"rdv-secret-7c41e0a9d2b35f68";
+const WRONG: &[u8] = b"rdv-secret-7c41e0a9d2b35f69";
+
+fn secret(t: &[u8]) -> Secret {
+    Secret::new(t, "test").unwrap()
+}
+
+fn secured(world: usize, job: Option<&str>) -> (Server, Endpoint) {
+    let h = hello(0, world).in_job(job.map(String::from));
+    let s = Server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        world,
+        h,
+        Some(secret(TOKEN)),
+    )
+    .unwrap();
+    let ep = Endpoint::new("127.0.0.1", s.local_addr().port());
+    (s, ep)
+}
+
+/// Frame kinds of the protocol, as the wire carries them.
+const HELLO: u8 = 1;
+const REFUSED: u8 = 3;
+const CHALLENGE: u8 = 8;
+
+/// Reads one frame off the wire by hand: (kind, payload).
+fn raw_read(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut h = [0u8; 11];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(&h[..4], b"VBRZ");
+    let len = u32::from_be_bytes([h[7], h[8], h[9], h[10]]) as usize;
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).unwrap();
+    (h[6], p)
+}
+
+/// The first whole frame of `bytes`, header included, if there is one.
+fn first_frame(bytes: &[u8]) -> Option<Vec<u8>> {
+    let len = u32::from_be_bytes(bytes.get(7..11)?.try_into().unwrap()) as usize;
+    bytes.get(..11 + len).map(|f| f.to_vec())
+}
+
+/// Everything a peer sends until it closes the connection (or 5 s pass).
+fn rest_of(s: &mut TcpStream) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut all = vec![];
+    let _ = s.read_to_end(&mut all);
+    all
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A TCP relay on 127.0.0.1 to `to` for one connection, keeping every byte that passes:
+/// (the relay's endpoint, client-to-server bytes, server-to-client bytes).
+type Captured = Arc<Mutex<Vec<u8>>>;
+fn relay(to: &Endpoint) -> (Endpoint, Captured, Captured) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = Endpoint::new("127.0.0.1", l.local_addr().unwrap().port());
+    let (up, down): (Captured, Captured) = Default::default();
+    let (u, d) = (up.clone(), down.clone());
+    let target = format!("{}:{}", to.host, to.port);
+    thread::spawn(move || {
+        let (client, _) = l.accept().unwrap();
+        let server = TcpStream::connect(target).unwrap();
+        let pump = |mut from: TcpStream, mut to: TcpStream, keep: Captured| {
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = from.read(&mut buf) {
+                    if n == 0 || to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    keep.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+                let _ = to.shutdown(std::net::Shutdown::Write);
+            })
+        };
+        let a = pump(client.try_clone().unwrap(), server.try_clone().unwrap(), u);
+        let b = pump(server, client, d);
+        let _ = (a.join(), b.join());
+    });
+    (ep, up, down)
+}
+
+#[test]
+fn strangers_without_the_token_or_with_a_wrong_one_get_no_rank_and_the_run_goes_on() {
+    let (mut srv, ep) = secured(2, None);
+    let srv_thread = thread::spawn(move || {
+        let peers = srv.serve_id(&id(), LONG).map_err(|e| e.to_string());
+        (peers, srv.refused().to_vec())
+    });
+    // no token, through the library: refused with a usage error
+    let none = Client::fetch_id(&ep, &hello(1, 2), None, LONG).unwrap_err();
+    assert_eq!(exit_code(&none), 2, "{none}");
+    assert!(
+        none.to_string()
+            .contains("it gave no token, and this run requires one"),
+        "{none}"
+    );
+    // a wrong token: refused as well
+    let wrong = Client::fetch_id(&ep, &hello(1, 2), Some(&secret(WRONG)), LONG);
+    let wrong = wrong.unwrap_err();
+    assert!(
+        wrong
+            .to_string()
+            .contains("its proof does not match this run's token"),
+        "{wrong}"
+    );
+    // the right rank still joins and gets the id intact
+    let right = Client::fetch_id(&ep, &hello(1, 2), Some(&secret(TOKEN)), LONG).unwrap();
+    assert_eq!(right.id(), &id());
+    let (peers, refused) = srv_thread.join().unwrap();
+    let peers = peers.unwrap();
+    assert_eq!(peers.len(), 1);
+    assert_eq!(
+        (peers[0].hello.rank, &peers[0].hello.host),
+        (1, &"host1".to_string())
+    );
+    // rank 0 said who it refused, from which address, and why
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    for (line, why) in refused.iter().zip(["gave no token", "does not match"]) {
+        assert!(
+            line.starts_with("refused a connection from 127.0.0.1:")
+                && line.contains("claiming rank 1 on host1 (pid 1001)")
+                && line.contains(why),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn a_stranger_on_the_wire_never_receives_the_id() {
+    let (mut srv, ep) = secured(2, None);
+    let srv_thread = thread::spawn(move || srv.serve_id(&id(), LONG).map(|p| p.len()));
+    // a hello with a made-up proof, written by hand
+    let mut raw = TcpStream::connect((ep.host.as_str(), ep.port)).unwrap();
+    let (kind, challenge) = raw_read(&mut raw);
+    // 32 bytes of nonce, then 1: this run requires a proof
+    assert_eq!((kind, challenge.len(), challenge[32]), (CHALLENGE, 33, 1));
+    let json = serde_json::to_vec(&hello(1, 2)).unwrap();
+    let mut payload = vec![32u8];
+    payload.extend_from_slice(&[0xAB; 32]);
+    payload.extend_from_slice(&json);
+    let mut frame = b"VBRZ\x00\x02".to_vec();
+    frame.push(HELLO);
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&payload);
+    raw.write_all(&frame).unwrap();
+    let back = rest_of(&mut raw);
+    assert_eq!(back.get(6), Some(&REFUSED), "{back:?}");
+    assert!(!contains(&back, &id()), "the stranger received the id");
+    // the run goes on: the right rank joins
+    let right = Client::fetch_id(&ep, &hello(1, 2), Some(&secret(TOKEN)), LONG).unwrap();
+    assert_eq!(right.id(), &id());
+    assert_eq!(srv_thread.join().unwrap().unwrap(), 1);
+}
+
+#[test]
+fn a_replayed_hello_is_refused_and_the_secret_never_travels() {
+    let (mut srv, ep) = secured(3, Some("slurm:4711.0"));
+    let srv_thread = thread::spawn(move || {
+        let peers = srv.serve_id(&id(), LONG).map_err(|e| e.to_string());
+        (peers, srv.refused().to_vec())
+    });
+    // rank 1 joins through a relay that keeps every byte
+    let (via, up, down) = relay(&ep);
+    let h1 = hello(1, 3).in_job(Some("slurm:4711.0".into()));
+    let r1 = thread::spawn(move || Client::fetch_id(&via, &h1, Some(&secret(TOKEN)), LONG));
+    let t = Instant::now();
+    let hello_frame = loop {
+        if let Some(f) = first_frame(&up.lock().unwrap()) {
+            break f;
+        }
+        assert!(t.elapsed() < LONG, "rank 1 never said hello");
+        thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(hello_frame[6], HELLO);
+    // an eavesdropper replays rank 1's hello, proof and all, on a connection of its own
+    let mut replay = TcpStream::connect((ep.host.as_str(), ep.port)).unwrap();
+    let (kind, _) = raw_read(&mut replay);
+    assert_eq!(kind, CHALLENGE);
+    replay.write_all(&hello_frame).unwrap();
+    let back = rest_of(&mut replay);
+    assert_eq!(back.get(6), Some(&REFUSED), "{back:?}");
+    assert!(!contains(&back, &id()), "the replay received the id");
+    // the run goes on with the right ranks
+    let h2 = hello(2, 3).in_job(Some("slurm:4711.0".into()));
+    let r2 = Client::fetch_id(&ep, &h2, Some(&secret(TOKEN)), LONG).unwrap();
+    assert_eq!(r2.id(), &id());
+    assert_eq!(r1.join().unwrap().unwrap().id(), &id());
+    let (peers, refused) = srv_thread.join().unwrap();
+    let ranks: Vec<usize> = peers.unwrap().iter().map(|p| p.hello.rank).collect();
+    assert_eq!(ranks, vec![1, 2]);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("claiming rank 1 on host1")
+            && refused[0].contains("a hello replayed from another connection"),
+        "{}",
+        refused[0]
+    );
+    // the secret is in no byte that crossed the wire, in either direction, nor in any line
+    // rank 0 wrote about the run (as bytes, as hex)
+    let hex: String = TOKEN.iter().map(|b| format!("{b:02x}")).collect();
+    let wire = [
+        up.lock().unwrap().clone(),
+        down.lock().unwrap().clone(),
+        hello_frame,
+        back,
+    ];
+    assert!(
+        wire[0].len() > 11 && wire[1].len() > 11,
+        "the relay saw the exchange"
+    );
+    for bytes in &wire {
+        assert!(!contains(bytes, TOKEN), "the secret crossed the wire");
+        assert!(
+            !contains(bytes, hex.as_bytes()),
+            "the secret crossed the wire in hex"
+        );
+    }
+    for line in &refused {
+        assert!(
+            !contains(line.as_bytes(), TOKEN) && !line.contains(&hex),
+            "{line}"
+        );
+    }
+    // the job id does travel: it is no secret
+    assert!(contains(&wire[0], b"slurm:4711.0"));
+}
+
+#[test]
+fn another_jobs_rank_is_refused_and_the_run_goes_on() {
+    // an open rendezvous: the launcher's job id alone tells the two jobs apart
+    let h0 = hello(0, 2).in_job(Some("torchrun:a".into()));
+    let mut srv = Server::bind("127.0.0.1:0".parse().unwrap(), 2, h0, None).unwrap();
+    let ep = Endpoint::new("127.0.0.1", srv.local_addr().port());
+    let srv_thread = thread::spawn(move || {
+        let peers = srv.serve_id(&id(), LONG).map(|p| p.len());
+        (peers, srv.refused().to_vec())
+    });
+    let other = hello(1, 2).in_job(Some("torchrun:b".into()));
+    let e = Client::fetch_id(&ep, &other, None, LONG)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("it runs in launcher job torchrun:b, rank 0 in launcher job torchrun:a"),
+        "{e}"
+    );
+    // a rank with a token is refused by a rank 0 without one: the two were set up apart
+    let e = Client::fetch_id(
+        &ep,
+        &hello(1, 2).in_job(Some("torchrun:a".into())),
+        Some(&secret(TOKEN)),
+        LONG,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("it proves a rendezvous token, but rank 0 has none"),
+        "{e}"
+    );
+    let mine = hello(1, 2).in_job(Some("torchrun:a".into()));
+    assert_eq!(
+        Client::fetch_id(&ep, &mine, None, LONG).unwrap().id(),
+        &id()
+    );
+    let (peers, refused) = srv_thread.join().unwrap();
+    assert_eq!(peers.unwrap(), 1);
+    assert_eq!(refused.len(), 2, "{refused:?}");
+}
+
+#[test]
+fn refused_connections_are_named_when_the_rendezvous_times_out() {
+    let (mut srv, ep) = secured(2, None);
+    let c = client(&ep, hello(1, 2), LONG); // no token
+    let e = srv
+        .serve_id(&id(), Duration::from_millis(1500))
+        .unwrap_err()
+        .to_string();
+    assert!(c.join().unwrap().is_err());
+    assert!(
+        e.contains("rank 1 of 2 never connected (no rank connected)")
+            && e.contains("refused 1 connection (see above)"),
+        "{e}"
+    );
+}
+
 // ---- two processes -------------------------------------------------------------------------
 
 /// Orders for the child: `PORT RANK WORLD WORKLOAD`.
@@ -371,7 +665,7 @@ fn child_main(orders: &str) -> Result<(), String> {
     let mut h = Hello::here(f[3], rank, world);
     h.version = "0.1.0".into();
     let ep = Endpoint::new("127.0.0.1", port);
-    let mut c = Client::fetch_id(&ep, &h, LONG).map_err(|e| format!("CHILD-ERR {e}"))?;
+    let mut c = Client::fetch_id(&ep, &h, None, LONG).map_err(|e| format!("CHILD-ERR {e}"))?;
     println!("CHILD-ID {}", hex(c.id()));
     let mut result = format!("pid {} id ", std::process::id()).into_bytes();
     result.extend_from_slice(c.id());
@@ -460,5 +754,147 @@ fn two_processes_time_out_naming_the_rank_that_never_came() {
     assert!(
         t.contains("ended the rendezvous") && t.contains("rank 2 of 3 never connected"),
         "{t}"
+    );
+}
+
+// ---- the worker's command line ---------------------------------------------------------------
+
+/// A worker of rank 0 of 2 on a port nobody uses, with `args` after.
+fn worker(args: &[&str]) -> assert_cmd::Command {
+    let mut c = crate::common::vb();
+    c.args(["worker", "--rank", "0", "--world-size", "2"])
+        .args(["--rendezvous", "127.0.0.1:9"])
+        .args(args)
+        .env_remove("VERIFYBENCH_RENDEZVOUS_TOKEN");
+    c
+}
+
+/// Runs `c` and returns its stderr after checking it exited 2 and its last line holds `want`
+/// and nothing of a GPU, a driver or NCCL: a refusal made before start-up.
+fn refused_before_start(mut c: assert_cmd::Command, want: &str) -> String {
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(last.contains(want), "'{last}' lacks '{want}' ({err})");
+    for device in ["needs a GPU", "GPU found", "CUDA", "NCCL", "libnccl"] {
+        assert!(!err.contains(device), "{err}");
+    }
+    err
+}
+
+#[test]
+fn the_workers_refusals_come_before_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    refused_before_start(worker(&["--tp", "0"]), "--tp 0: give 1 to 1024 ranks");
+    refused_before_start(
+        worker(&["--tp", "4"]),
+        "--tp 4 but the launcher started 2 ranks: make them equal",
+    );
+    let long = dir.path().join("long.json");
+    crate::common::long_schedule(&long, 39_217);
+    refused_before_start(
+        worker(&["--schedule", long.to_str().unwrap()]),
+        "the exact check gives distinct inputs to at most 39216 operations of one schedule \
+         (3 buffer slots each), and this one has 39217",
+    );
+    // a token file that others may read: named, with the command that mends it
+    let token = dir.path().join("token");
+    std::fs::write(&token, format!("{}\n", String::from_utf8_lossy(TOKEN))).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let t = token.display().to_string();
+    let err = refused_before_start(
+        worker(&["--rendezvous-token-file", &t]),
+        &format!(
+            "--rendezvous-token-file '{t}' has mode 0644, so other users can reach the token: \
+             run `chmod 600 '{t}'`"
+        ),
+    );
+    assert!(
+        !contains(err.as_bytes(), TOKEN),
+        "the token was printed: {err}"
+    );
+    // an empty token in the environment is refused, not taken for "no token"
+    let mut c = worker(&[]);
+    c.env("VERIFYBENCH_RENDEZVOUS_TOKEN", "");
+    refused_before_start(
+        c,
+        "VERIFYBENCH_RENDEZVOUS_TOKEN (from the environment) is empty",
+    );
+    let mut c = worker(&[]);
+    c.env("VERIFYBENCH_RENDEZVOUS_TOKEN", "short");
+    let err = refused_before_start(c, "a token of 5 bytes: use at least 16");
+    assert!(!err.contains("short"), "the token was printed: {err}");
+}
+
+/// On a machine with a GPU (and NCCL) the worker reaches its rendezvous: rank 0 whose peer
+/// never comes ends at `--timeout` plus at most 2 s, naming the missing rank, and says its
+/// rendezvous is open; with a token, it says so, and the token is in no line it prints.
+/// Without a GPU the same timing is checked on the rendezvous itself, as the worker waits
+/// (`launch::external_worker`'s tests).
+#[test]
+fn a_worker_whose_peer_never_comes_ends_at_its_timeout() {
+    if verifybench::comm::device_count() == 0 {
+        return;
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rdv = format!("127.0.0.1:{port}");
+    let t = Instant::now();
+    let out = crate::common::vb()
+        .args([
+            "worker",
+            "--rank",
+            "0",
+            "--world-size",
+            "2",
+            "--rendezvous",
+            &rdv,
+        ])
+        .args(["--tp", "2", "--timeout", "3"])
+        .env_remove("VERIFYBENCH_RENDEZVOUS_TOKEN")
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(took < Duration::from_secs(5), "{took:?}: {err}");
+    assert!(
+        err.contains("timed out after 3 s: rank 1 of 2 never connected"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("the rendezvous at {rdv} is open to any host")),
+        "{err}"
+    );
+    let out = crate::common::vb()
+        .args([
+            "worker",
+            "--rank",
+            "0",
+            "--world-size",
+            "2",
+            "--rendezvous",
+            &rdv,
+        ])
+        .args(["--tp", "2", "--timeout", "2"])
+        .env(
+            "VERIFYBENCH_RENDEZVOUS_TOKEN",
+            String::from_utf8_lossy(TOKEN).as_ref(),
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("admits only ranks that prove the token of VERIFYBENCH_RENDEZVOUS_TOKEN"),
+        "{err}"
+    );
+    assert!(
+        !contains(&out.stderr, TOKEN) && !contains(&out.stdout, TOKEN),
+        "{err}"
     );
 }

@@ -24,10 +24,21 @@
 //! mappings. Where two GPUs cannot reach each other, [`check_topology`] and `connect` say which
 //! pair; nothing falls back silently.
 //!
-//! [`virtual_ranks`] proves the protocol on one GPU (N workspaces, N streams, resident grids).
+//! Before any of it, [`access`] checks every ordered pair of GPUs for real (a write, a flag
+//! and a read back through the mapping, cached per boot) and refuses a pair the platform drops,
+//! naming the likely cause that [`sysfs`] reads (IOMMU mode, ACS redirect, the driver's P2P
+//! override).
+//!
+//! [`virtual_ranks`] proves the protocol on one GPU (N workspaces, N streams, resident grids), and
+//! [`stress`] tries to break it there (random skew, sizes, interleaving; negative controls).
 
+pub mod access;
 pub mod kernels;
+mod mem;
 pub mod peer;
+mod probe;
+pub mod stress;
+pub mod sysfs;
 pub mod virtual_ranks;
 
 use std::fmt;
@@ -39,6 +50,7 @@ pub use crate::record::vocab::Impl;
 pub use peer::{
     check_topology, file_exchange, InProcessExchange, P2pAllReduce, P2pUnavailable, Workspace,
 };
+pub use probe::check_access;
 pub use virtual_ranks::{virtual_rank_checks, virtual_rank_timings, Check, VirtualTiming};
 
 /// The bus-bandwidth factor of `op` over `n` ranks on `imp`: busbw = algbw x factor, where the
@@ -68,23 +80,62 @@ pub(crate) const MAX_BLOCKS: u32 = 64;
 pub(crate) const THREADS: u32 = 512;
 /// Flag rounds (ROUNDS): copy-in, two-shot all-gather, barrier.
 pub(crate) const ROUNDS: usize = 3;
-/// Workspace offsets (FLAGS_OFF, EPOCHS_OFF, ERRORS_OFF, DATA_OFF).
+/// Workspace offsets (FLAGS_OFF, EPOCHS_OFF, ERRORS_OFF, PROBES_OFF, DATA_OFF).
 pub(crate) const FLAGS_OFF: usize = 0;
-pub(crate) const EPOCHS_OFF: usize = 6144;
-pub(crate) const ERRORS_OFF: usize = 6400;
-pub(crate) const DATA_OFF: usize = 8192;
+pub(crate) const EPOCHS_OFF: usize = 12288;
+pub(crate) const ERRORS_OFF: usize = 12800;
+pub(crate) const PROBES_OFF: usize = 13312;
+pub(crate) const DATA_OFF: usize = 16384;
+/// Bytes of one rank's access-probe slot in a peer's workspace (a flag word and PROBE_WORDS).
+pub(crate) const PROBE_SLOT: usize = 256;
+/// Data words of one access probe (PROBE_WORDS).
+pub(crate) const PROBE_WORDS: usize = 63;
 /// Set in the first error word when a wait timed out (ERR_TIMEOUT).
 pub(crate) const ERR_TIMEOUT: u32 = 0x8000_0000;
 /// Set in the first error word when the host's stop word ended a wait (ERR_STOPPED).
 pub(crate) const ERR_STOPPED: u32 = 0x4000_0000;
-// The workspace regions do not overlap: flags, then epochs, then 4 error words, then data
-// (checked when compiling).
-const _: () = assert!(FLAGS_OFF + ROUNDS * MAX_BLOCKS as usize * MAX_RANKS * 4 <= EPOCHS_OFF);
-const _: () = assert!(EPOCHS_OFF + MAX_BLOCKS as usize * 4 <= ERRORS_OFF);
-const _: () = assert!(ERRORS_OFF + 16 <= DATA_OFF && DATA_OFF % 256 == 0);
+// The workspace regions do not overlap: 64-bit flags, then 64-bit epochs, then 4 error words,
+// then a probe slot per rank, then data (checked when compiling).
+const _: () = assert!(FLAGS_OFF + ROUNDS * MAX_BLOCKS as usize * MAX_RANKS * 8 <= EPOCHS_OFF);
+const _: () = assert!(EPOCHS_OFF + MAX_BLOCKS as usize * 8 <= ERRORS_OFF);
+const _: () = assert!(ERRORS_OFF + 16 <= PROBES_OFF);
+const _: () = assert!((PROBE_WORDS + 1) * 4 <= PROBE_SLOT);
+const _: () = assert!(PROBES_OFF + MAX_RANKS * PROBE_SLOT <= DATA_OFF && DATA_OFF % 256 == 0);
 
 /// Vectors each thread handles per call before a grid gets another block.
 const VECTORS_PER_THREAD: u64 = 2;
+
+/// Which build of kernels/allreduce.cu a connection runs: the real kernels, or (the stress
+/// test's negative controls, selftest only) a build with a bug the stress test must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Build {
+    #[default]
+    Real,
+    /// The copy-in flag released before the copy-in (`P2P_FAULT=1`).
+    EarlyFlag,
+    /// One staging half for every call (`P2P_FAULT=2`).
+    OneHalf,
+}
+
+impl Build {
+    /// The preprocessor defines NVRTC compiles this build with (one of
+    /// [`crate::comm::compile::TEST_BUILDS`] for the negative controls).
+    pub(crate) fn defines(self) -> &'static [&'static str] {
+        match self {
+            Build::Real => &[],
+            Build::EarlyFlag => &["P2P_FAULT=1"],
+            Build::OneHalf => &["P2P_FAULT=2"],
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Build::Real => "the real kernels",
+            Build::EarlyFlag => "flag released before the copy-in",
+            Build::OneHalf => "one staging half only",
+        }
+    }
+}
 
 /// Settings every rank of one group must share (they are checked at connect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,8 +144,10 @@ pub struct P2pConfig {
     pub capacity: usize,
     /// Most blocks of one call (at most [`MAX_BLOCKS`]).
     pub max_blocks: u32,
-    /// Bound of every wait for a peer's signal.
+    /// Bound of every wait for a peer's signal: half a run's `--timeout`.
     pub timeout: Duration,
+    /// The kernels' build: [`Build::Real`] but in the stress test's negative controls.
+    pub build: Build,
 }
 
 impl Default for P2pConfig {
@@ -103,6 +156,7 @@ impl Default for P2pConfig {
             capacity: 4 << 20,
             max_blocks: 32,
             timeout: Duration::from_secs(10),
+            build: Build::Real,
         }
     }
 }
@@ -202,7 +256,7 @@ pub struct SignalTimeout {
     /// Flag round (0 copy-in, 1 two-shot all-gather, 2 barrier).
     pub round: u32,
     /// The call's epoch (1 for the first call of a workspace).
-    pub call: u32,
+    pub call: u64,
     pub block: u32,
     pub timeout: Duration,
 }
@@ -226,7 +280,7 @@ impl SignalTimeout {
             gpu: devices.get(rank).copied().unwrap_or(usize::MAX),
             silent_gpu: devices.get(silent).copied().unwrap_or(usize::MAX),
             round: (code >> 8) & 0xff,
-            call: words[1],
+            call: words[1] as u64 | (words[3] as u64) << 32,
             block: words[2],
             timeout,
         })

@@ -2,8 +2,8 @@
 //! the other ranks, peer access between the contexts of one process, CUDA IPC between
 //! processes, and the exchanges that carry the handles.
 //!
-//! Every unsafe driver call of the P2P code lives in this file or in `kernels.rs`, each with the
-//! reason it is sound.
+//! Every unsafe driver call of the P2P code lives in this file, `mem.rs` or `kernels.rs`, each
+//! with the reason it is sound.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,84 +14,15 @@ use cudarc::driver::sys::{self as cu, CUdeviceptr};
 use cudarc::driver::CudaContext;
 
 use super::kernels::{P2pKernels, PeersArg};
+pub(super) use super::mem::{copy_raw, download_raw, upload_raw};
+use super::mem::{cu_check, cu_dev, enable_peer, process_nonce, DeviceMem, Origin, PeerCtx};
+use super::probe::{check_peers, check_resident};
 use super::{
     supports, Impl, P2pConfig, SignalTimeout, DATA_OFF, ERRORS_OFF, ERR_STOPPED, MAX_RANKS,
 };
 use crate::comm::device::{Buffer, Gpu};
 use crate::error::usage;
 use crate::model::DType;
-
-fn cu_check(what: &str, device: usize, r: cu::CUresult) -> anyhow::Result<()> {
-    if r == cu::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        anyhow::bail!("GPU {device}: {what}: {r:?}")
-    }
-}
-
-/// Device memory this rank holds through the driver, released in its context on drop: its
-/// own workspace from `cuMemAlloc` (not a stream-ordered pool: only such memory can be shared
-/// over CUDA IPC and reached through context peer access), freed; or a peer's workspace opened
-/// from its CUDA IPC handle, closed.
-struct DeviceMem {
-    ptr: CUdeviceptr,
-    ctx: Arc<CudaContext>,
-    from: Origin,
-}
-
-/// Which driver call gave a [`DeviceMem`] its pointer (and so which one releases it).
-enum Origin {
-    /// `cuMemAlloc`: freed with `cuMemFree`.
-    Alloc,
-    /// `cuIpcOpenMemHandle`: closed with `cuIpcCloseMemHandle`.
-    IpcOpen,
-}
-
-impl DeviceMem {
-    fn new(gpu: &Gpu, bytes: usize) -> anyhow::Result<DeviceMem> {
-        gpu.bind()?;
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: ptr is a valid out-pointer; the rank's context is current on this thread.
-        let r = unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) };
-        cu_check("cuMemAlloc of the P2P workspace", gpu.ordinal, r)?;
-        Ok(DeviceMem {
-            ptr,
-            ctx: gpu.context().clone(),
-            from: Origin::Alloc,
-        })
-    }
-}
-
-impl Drop for DeviceMem {
-    fn drop(&mut self) {
-        // SAFETY: ptr came from the call `from` names, in ctx, and is released once by its
-        // counterpart; the owner (P2pAllReduce) documents that every rank must be past its last
-        // call before a workspace or a mapping drops. Errors at teardown are ignored: there is
-        // nothing left to do with them.
-        unsafe {
-            let _ = self.ctx.bind_to_thread();
-            let _ = match self.from {
-                Origin::Alloc => cu::cuMemFree_v2(self.ptr),
-                Origin::IpcOpen => cu::cuIpcCloseMemHandle(self.ptr),
-            };
-        }
-    }
-}
-
-/// A retained primary context of a peer device: peer access to it lasts as long as it lives.
-struct PeerCtx {
-    dev: cu::CUdevice,
-}
-
-impl Drop for PeerCtx {
-    fn drop(&mut self) {
-        // SAFETY: the primary context of dev was retained once by enable_peer and is released
-        // once here.
-        unsafe {
-            let _ = cu::cuDevicePrimaryCtxRelease_v2(self.dev);
-        }
-    }
-}
 
 /// One word of pinned host memory mapped into the device: the host's way to end every P2P wait
 /// of a connection at once (kernels/allreduce.cu reads it every 64 spins). Raised when the run
@@ -250,6 +181,9 @@ pub fn check_topology(devices: &[usize]) -> Result<(), P2pUnavailable> {
 pub struct Handle {
     pub host: u64,
     pub pid: u32,
+    /// A random number of the publishing process ([`process_nonce`]): beside the PID it tells
+    /// two processes apart whose PIDs are equal in different PID namespaces (containers).
+    pub nonce: u64,
     pub device: u32,
     pub rank: u32,
     pub nranks: u32,
@@ -261,8 +195,8 @@ pub struct Handle {
     pub ipc: Option<[u8; 64]>,
 }
 
-const MAGIC: &[u8; 8] = b"VBP2P001";
-const HANDLE_BYTES: usize = 8 + 8 + 4 * 5 + 8 + 8 + 8 + 4 + 64;
+const MAGIC: &[u8; 8] = b"VBP2P002";
+const HANDLE_BYTES: usize = 8 + 8 + 4 * 5 + 8 + 8 + 8 + 4 + 64 + 8;
 
 impl Handle {
     pub fn encode(&self) -> Vec<u8> {
@@ -283,6 +217,7 @@ impl Handle {
         v.extend_from_slice(&self.ptr.to_le_bytes());
         v.extend_from_slice(&(self.ipc.is_some() as u32).to_le_bytes());
         v.extend_from_slice(&self.ipc.unwrap_or([0; 64]));
+        v.extend_from_slice(&self.nonce.to_le_bytes());
         v
     }
 
@@ -309,7 +244,14 @@ impl Handle {
             timeout_ns: u64_at(44),
             ptr: u64_at(52),
             ipc: has_ipc.then_some(ipc),
+            nonce: u64_at(128),
         })
+    }
+
+    /// Whether the handle was published by this very process: the same PID and the same nonce
+    /// (a PID alone repeats across PID namespaces).
+    fn same_process(&self, other: &Handle) -> bool {
+        self.pid == other.pid && self.nonce == other.nonce
     }
 }
 
@@ -369,6 +311,7 @@ impl Workspace {
         Handle {
             host: host_id(),
             pid: std::process::id(),
+            nonce: process_nonce(),
             device: self.device as u32,
             rank: self.rank as u32,
             nranks: self.nranks as u32,
@@ -439,7 +382,7 @@ impl Workspace {
                     return Err(no_access(self.device, peer_dev).into());
                 }
             }
-            if h.pid == me.pid {
+            if h.same_process(me) {
                 if peer_dev != self.device {
                     let dev = cu_dev(peer_dev)?;
                     if !peer_ctx.iter().any(|p: &PeerCtx| p.dev == dev) {
@@ -461,7 +404,13 @@ impl Workspace {
                 ipc.push(m);
             }
         }
-        let kernels = P2pKernels::load(gpu)?;
+        let kernels = P2pKernels::load(gpu, self.cfg.build)?;
+        let here = handles
+            .iter()
+            .filter(|h| h.device == me.device && h.host == me.host)
+            .count() as u32;
+        check_resident(&kernels, here, self.device, self.cfg.max_blocks)?;
+        check_peers(gpu, &kernels, self.rank, &devices, &bases)?;
         let stop = StopWord::new(gpu)?;
         let arg = PeersArg {
             base: bases,
@@ -480,37 +429,6 @@ impl Workspace {
             _peer_ctx: peer_ctx,
             ws: self,
         })))
-    }
-}
-
-fn cu_dev(ordinal: usize) -> anyhow::Result<cu::CUdevice> {
-    cudarc::driver::result::device::get(ordinal as i32)
-        .map_err(|e| anyhow::anyhow!("GPU {ordinal}: cuDeviceGet: {e:?}"))
-}
-
-/// Lets `gpu`'s context address every allocation of `peer`'s primary context.
-fn enable_peer(gpu: &Gpu, peer: usize) -> anyhow::Result<PeerCtx> {
-    let dev = cu_dev(peer)?;
-    let mut pctx: cu::CUcontext = std::ptr::null_mut();
-    // SAFETY: pctx is a valid out-pointer and dev a valid device; the retain is released by
-    // PeerCtx's drop.
-    let r = unsafe { cu::cuDevicePrimaryCtxRetain(&mut pctx, dev) };
-    cu_check(&format!("retaining GPU {peer}'s context"), gpu.ordinal, r)?;
-    let keep = PeerCtx { dev };
-    gpu.bind()?;
-    // SAFETY: pctx is a live context (retained above); the current context is this rank's.
-    let r = unsafe { cu::cuCtxEnablePeerAccess(pctx, 0) };
-    match r {
-        cu::CUresult::CUDA_SUCCESS | cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
-            Ok(keep)
-        }
-        other => Err(P2pUnavailable {
-            reason: format!(
-                "GPU {} cannot access GPU {peer}: cuCtxEnablePeerAccess failed ({other:?}; P2P disabled or across sockets without P2P)",
-                gpu.ordinal
-            ),
-        }
-        .into()),
     }
 }
 
@@ -856,46 +774,6 @@ pub fn file_exchange(
     }
 }
 
-/// Copies `data` to device address `dst` of `gpu` on its stream and waits.
-pub(super) fn upload_raw(gpu: &Gpu, dst: CUdeviceptr, data: &[u8]) -> anyhow::Result<()> {
-    gpu.bind()?;
-    // SAFETY: the caller passes a destination range of `data.len()` bytes inside a live
-    // allocation of this context; the copy is ordered on the rank's stream and waited for before
-    // `data` can go away.
-    let r = unsafe {
-        cu::cuMemcpyHtoDAsync_v2(dst, data.as_ptr() as *const _, data.len(), gpu.raw_stream())
-    };
-    cu_check("cuMemcpyHtoDAsync", gpu.ordinal, r)?;
-    gpu.sync()?;
-    Ok(())
-}
-
-/// Copies `len` bytes from device address `src` of `gpu` after its stream's work.
-pub(super) fn download_raw(gpu: &Gpu, src: CUdeviceptr, len: usize) -> anyhow::Result<Vec<u8>> {
-    let mut out = vec![0u8; len];
-    gpu.bind()?;
-    // SAFETY: the caller passes a source range of `len` bytes inside a live allocation of this
-    // context; out holds len bytes; the stream is synchronised before the vector is read.
-    let r =
-        unsafe { cu::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, src, len, gpu.raw_stream()) };
-    cu_check("cuMemcpyDtoHAsync", gpu.ordinal, r)?;
-    gpu.sync()?;
-    Ok(out)
-}
-
-/// Enqueues a device copy of `bytes` from `src` to `dst` (both on `gpu`) on its stream.
-pub(super) fn copy_raw(
-    gpu: &Gpu,
-    dst: CUdeviceptr,
-    src: CUdeviceptr,
-    bytes: usize,
-) -> anyhow::Result<()> {
-    // SAFETY: the caller passes two ranges of `bytes` inside live allocations of this context;
-    // the copy is ordered on the rank's stream.
-    let r = unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, gpu.raw_stream()) };
-    cu_check("cuMemcpyDtoDAsync", gpu.ordinal, r)
-}
-
 #[cfg(test)]
 mod tests {
     //! The pure parts beside the driver calls: the handle's byte layout, the host id, the
@@ -915,21 +793,22 @@ mod tests {
             timeout_ns: 0x7777_7777_7777_7777,
             ptr: 0x8888_8888_8888_8888,
             ipc,
+            nonce: 0x9999_9999_9999_9999,
         }
     }
 
     #[test]
-    fn a_handle_is_128_bytes_at_fixed_little_endian_offsets() {
+    fn a_handle_is_136_bytes_at_fixed_little_endian_offsets() {
         // magic 8 + host 8 + pid, device, rank, nranks, max_blocks 5 x 4 + capacity, timeout,
-        // ptr 3 x 8 + the IPC flag 4 + the IPC handle 64 = 128.
-        assert_eq!(HANDLE_BYTES, 128);
+        // ptr 3 x 8 + the IPC flag 4 + the IPC handle 64 + the process nonce 8 = 136.
+        assert_eq!(HANDLE_BYTES, 136);
         let mut ipc = [0u8; 64];
         for (i, b) in ipc.iter_mut().enumerate() {
             *b = i as u8 + 1;
         }
         let b = handle(Some(ipc)).encode();
-        assert_eq!(b.len(), 128);
-        assert_eq!(&b[0..8], b"VBP2P001");
+        assert_eq!(b.len(), 136);
+        assert_eq!(&b[0..8], b"VBP2P002");
         assert_eq!(b[8..16], [8, 7, 6, 5, 4, 3, 2, 1]);
         for (off, byte) in [(16, 0x11), (20, 0x22), (24, 0x33), (28, 0x44), (32, 0x66)] {
             assert_eq!(b[off..off + 4], [byte; 4], "u32 at {off}");
@@ -939,10 +818,31 @@ mod tests {
         }
         assert_eq!(b[60..64], [1, 0, 0, 0]);
         assert_eq!(b[64..128], ipc);
+        assert_eq!(b[128..136], [0x99; 8]);
         // Without an IPC handle: the flag is 0 and the 64 bytes are zeros.
         let none = handle(None).encode();
         assert_eq!(none[60..64], [0; 4]);
-        assert!(none[64..].iter().all(|&x| x == 0));
+        assert!(none[64..128].iter().all(|&x| x == 0));
+    }
+
+    /// Two processes with the same PID (PID namespaces) are told apart by the nonce; this
+    /// process's handles share both.
+    #[test]
+    fn the_same_process_needs_the_same_pid_and_nonce() {
+        let a = handle(None);
+        assert!(a.same_process(&a.clone()));
+        let other_ns = Handle {
+            nonce: 1,
+            ..a.clone()
+        };
+        assert!(!a.same_process(&other_ns));
+        let other_pid = Handle {
+            pid: 2,
+            ..a.clone()
+        };
+        assert!(!a.same_process(&other_pid));
+        // the nonce is fixed for this process
+        assert_eq!(process_nonce(), process_nonce());
     }
 
     #[test]
@@ -961,14 +861,15 @@ mod tests {
         let e = Handle::decode(&long).unwrap_err().to_string();
         assert_eq!(
             e,
-            "not a P2P workspace handle of this verifybench (129 bytes)"
+            "not a P2P workspace handle of this verifybench (137 bytes)"
         );
+        // a handle of the format before the nonce (magic ...001) is refused
         let mut other = b.clone();
-        other[7] = b'2';
+        other[7] = b'1';
         assert!(Handle::decode(&other)
             .unwrap_err()
             .to_string()
-            .contains("(128 bytes)"));
+            .contains("(136 bytes)"));
     }
 
     /// FNV-1a, 64 bits, written out from its definition.

@@ -1,7 +1,7 @@
 //! Tests of the P2P code that need no GPU: names, partitions, layout agreement with the kernel
 //! source, handles, exchanges, and a CPU model of the signalling protocol.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,7 +62,16 @@ fn layout_agrees_with_the_kernel_source() {
     assert_eq!(define("FLAGS_OFF"), FLAGS_OFF as u64);
     assert_eq!(define("EPOCHS_OFF"), EPOCHS_OFF as u64);
     assert_eq!(define("ERRORS_OFF"), ERRORS_OFF as u64);
+    assert_eq!(define("PROBES_OFF"), PROBES_OFF as u64);
     assert_eq!(define("DATA_OFF"), DATA_OFF as u64);
+    assert_eq!(define("PROBE_WORDS"), PROBE_WORDS as u64);
+    // the poller is a thread of its own, outside the waiters (threads 0..MAXR) and inside the
+    // barrier's block of 64 threads
+    assert!(define("POLLER") >= MAX_RANKS as u64 && define("POLLER") < 64);
+    // flags and epochs are 64 bits wide: no wrap rule needed
+    assert!(ALLREDUCE_SRC.contains("st.release.sys.global.u64"));
+    assert!(ALLREDUCE_SRC.contains("ld.acquire.sys.global.u64"));
+    assert!(ALLREDUCE_SRC.contains("while (ld_acquire_sys(slot) < epoch)"));
     assert_eq!(define("ERR_TIMEOUT"), ERR_TIMEOUT as u64);
     assert_eq!(define("ERR_STOPPED"), ERR_STOPPED as u64);
     assert_eq!(ERR_STOPPED & ERR_TIMEOUT, 0);
@@ -153,6 +162,7 @@ fn handles_round_trip_and_foreign_bytes_are_refused() {
         timeout_ns: 10_000_000_000,
         ptr: 0x7f00_0000_0000,
         ipc: Some([7; 64]),
+        nonce: 0xfeed_beef_0000_0001,
     };
     let b = h.encode();
     assert_eq!(Handle::decode(&b).unwrap(), h);
@@ -174,6 +184,10 @@ fn a_timeout_names_the_silent_rank_and_the_gpus() {
     let words = [ERR_TIMEOUT | (1 << 8) | 3, 17, 2, 0];
     let t = SignalTimeout::decode(words, 0, &[4, 5, 6, 7], Duration::from_millis(200)).unwrap();
     assert_eq!((t.silent, t.round, t.call, t.block), (3, 1, 17, 2));
+    // the epoch's high bits travel in the fourth word: call 2^32 + 5
+    let high = [ERR_TIMEOUT | 1, 5, 0, 1];
+    let t2 = SignalTimeout::decode(high, 0, &[0, 1], Duration::from_secs(1)).unwrap();
+    assert_eq!(t2.call, (1u64 << 32) + 5);
     let s = t.to_string();
     assert!(
         s.starts_with("rank 3 never signalled rank 0 within 200 ms (GPU 4 <- GPU 7;"),
@@ -263,7 +277,7 @@ fn file_exchange_through_a_job_folder() {
 // ---- a CPU model of the kernel's protocol -----------------------------------------------------
 //
 // Ranks are threads, a call's blocks are threads joined at the end of the call (the stream
-// order between kernels), flags are Release stores and Acquire loads, data are Relaxed. The
+// order between kernels), flags are 64-bit Release stores and Acquire loads, data are Relaxed. The
 // model follows allreduce.cu step by step (lock-step epochs, staging halves by epoch parity,
 // result buffer, the same block_range), with integer sums so any stale or torn read shows, and
 // random pauses so that ranks run ahead of each other and calls of different grids interleave.
@@ -271,8 +285,8 @@ fn file_exchange_through_a_job_folder() {
 const SIM_MAXB: usize = 4;
 
 struct SimRank {
-    flags: Vec<AtomicU32>,
-    epochs: Vec<AtomicU32>,
+    flags: Vec<AtomicU64>,
+    epochs: Vec<AtomicU64>,
     staging: Vec<AtomicU32>,
     result: Vec<AtomicU32>,
 }
@@ -324,11 +338,7 @@ fn sim_block(
         }
         for p in (0..n).filter(|&p| p != me) {
             let t0 = std::time::Instant::now();
-            while (mine.flags[slot(round, b, p)]
-                .load(Ordering::Acquire)
-                .wrapping_sub(e) as i32)
-                < 0
-            {
+            while mine.flags[slot(round, b, p)].load(Ordering::Acquire) < e {
                 assert!(
                     t0.elapsed() < Duration::from_secs(20),
                     "rank {me} waits forever for {p}"
@@ -387,9 +397,9 @@ fn protocol_model_never_reads_stale_or_overwritten_data() {
         let ranks: Vec<SimRank> = (0..n)
             .map(|_| SimRank {
                 flags: (0..ROUNDS * SIM_MAXB * MAX_RANKS)
-                    .map(|_| AtomicU32::new(0))
+                    .map(|_| AtomicU64::new(0))
                     .collect(),
-                epochs: (0..SIM_MAXB).map(|_| AtomicU32::new(0)).collect(),
+                epochs: (0..SIM_MAXB).map(|_| AtomicU64::new(0)).collect(),
                 staging: (0..2 * cap).map(|_| AtomicU32::new(0)).collect(),
                 result: (0..cap).map(|_| AtomicU32::new(0)).collect(),
             })

@@ -8,7 +8,7 @@
 //!
 //! Residency: a waiting block spins until its peers' blocks signal, so all N grids must be on
 //! the GPU at once. The grid cap is chosen so that N x cap blocks fit the device at the
-//! kernels' occupancy (SMs x blocks per SM). The checks enqueue breadth-first: one step (a
+//! kernels' occupancy (SMs x blocks per SM); connecting refuses grids that do not. The checks enqueue breadth-first: one step (a
 //! kernel, a copy, a graph replay) for every virtual rank before the next step of any, so even
 //! where two streams share one hardware queue, nothing a kernel waits for is queued behind an
 //! operation that waits for that kernel. The timings use one host thread per rank, each on a
@@ -78,19 +78,25 @@ const REUSE_REPLAYS: usize = 30;
 /// Timeout of the fault checks: short, since a rank is absent on purpose.
 const FAULT_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// N ranks on one GPU, connected.
-struct Group {
+/// N ranks connected in this process: virtual ranks of one GPU, or one rank per GPU (the
+/// stress test on several GPUs). Connecting checks that the grids fit the GPUs together.
+pub(super) struct Group {
     // first: the connections drop (and free their workspaces) before the streams go
-    ars: Vec<P2pAllReduce>,
-    gpus: Vec<Gpu>,
-    /// Blocks per SM at the kernels' occupancy times SMs.
-    resident: u32,
+    pub(super) ars: Vec<P2pAllReduce>,
+    pub(super) gpus: Vec<Gpu>,
 }
 
 impl Group {
     fn open(ordinal: usize, n: usize, cfg: P2pConfig) -> anyhow::Result<Group> {
-        let gpus: Vec<Gpu> = (0..n)
-            .map(|_| Gpu::open(ordinal))
+        Group::open_on(&vec![ordinal; n], cfg)
+    }
+
+    /// Rank r on `devices[r]`.
+    pub(super) fn open_on(devices: &[usize], cfg: P2pConfig) -> anyhow::Result<Group> {
+        let n = devices.len();
+        let gpus: Vec<Gpu> = devices
+            .iter()
+            .map(|&d| Gpu::open(d))
             .collect::<Result<_, _>>()?;
         let ws: Vec<Workspace> = gpus
             .iter()
@@ -103,27 +109,10 @@ impl Group {
             .zip(&gpus)
             .map(|(w, g)| w.connect(g, &handles))
             .collect::<anyhow::Result<_>>()?;
-        let resident = {
-            let k = super::kernels::P2pKernels::load(&gpus[0])?;
-            k.blocks_per_sm * k.sms
-        };
-        let g = Group {
-            ars,
-            gpus,
-            resident,
-        };
-        let need = n as u32 * cfg.max_blocks;
-        if need > g.resident {
-            anyhow::bail!(
-                "{n} virtual ranks x {} blocks = {need} blocks do not fit the GPU at once ({} resident)",
-                cfg.max_blocks,
-                g.resident
-            );
-        }
-        Ok(g)
+        Ok(Group { ars, gpus })
     }
 
-    fn n(&self) -> usize {
+    pub(super) fn n(&self) -> usize {
         self.ars.len()
     }
 
@@ -135,7 +124,7 @@ impl Group {
     }
 
     /// Synchronises every rank and returns the first recorded timeout as an error.
-    fn check(&self) -> anyhow::Result<()> {
+    pub(super) fn check(&self) -> anyhow::Result<()> {
         for (a, g) in self.ars.iter().zip(&self.gpus) {
             a.check(g)?;
         }
@@ -144,10 +133,10 @@ impl Group {
 }
 
 /// The grid cap for `n` virtual ranks on `ordinal`: every rank's largest grid resident at once.
-fn config_for(ordinal: usize, n: usize) -> anyhow::Result<P2pConfig> {
+pub(super) fn config_for(ordinal: usize, n: usize) -> anyhow::Result<P2pConfig> {
     let gpu = Gpu::open(ordinal)?;
-    let k = super::kernels::P2pKernels::load(&gpu)?;
-    let resident = k.blocks_per_sm * k.sms;
+    let k = super::kernels::P2pKernels::load(&gpu, super::Build::Real)?;
+    let resident = k.resident();
     let cap = (resident / n as u32).min(32);
     if cap == 0 {
         anyhow::bail!(

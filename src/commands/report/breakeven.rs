@@ -4,11 +4,12 @@
 use std::fmt::Write as _;
 
 use super::sections::cell;
+use crate::evidence::RecordTime;
 use crate::model::Phase;
-use crate::report::breakeven::origin_cell;
+use crate::report::breakeven::{origin_cell, verify_cell};
 use crate::report::export::{markdown_table, Table};
 use crate::speculative::analysis::{analyse, Analysis};
-use crate::speculative::inputs::{self, Flags, RecordTime};
+use crate::speculative::inputs::{self, Flags};
 
 /// The break-even of the report, or why there is none (a missing input is not an error here:
 /// the rest of the report still renders).
@@ -29,7 +30,7 @@ pub(super) fn breakeven_of(
             "no verify-phase verify record in the results files.".into()
         ));
     }
-    // The rule `breakeven` follows too (speculative::inputs::times_of): a verify record of
+    // The rule `breakeven` follows too (evidence::times_of): a verify record of
     // one part of the forward (collectives only, or compute only) is shown as a lower bound of
     // the verify, marked so; the decode and draft times must be whole forwards, since a part
     // of them would overstate what speculation gains. Beside a full verify record the bounds
@@ -101,6 +102,9 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
     for n in &i.notes {
         let _ = writeln!(md, "- note: {n}");
     }
+    for w in &a.warnings {
+        let _ = writeln!(md, "- warning: {w}");
+    }
     let _ = writeln!(
         md,
         "Without speculation: **{:.2} tok/s** (1000 / T_decode). Cycle = k x T_draft + T_verify + \
@@ -116,7 +120,7 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
     };
     for r in &a.rows {
         t.rows.push(vec![
-            format!("{:.2}", r.verify_ms.value),
+            verify_cell(r),
             origin_cell(r).to_string(),
             format!("{:.2}", r.cycle_ms),
             format!("{:.3}", r.breakeven_accept_length),
@@ -128,6 +132,13 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
         ]);
     }
     let _ = writeln!(md, "{}", markdown_table(&t));
+    if a.rows.iter().any(|r| r.at_floor) {
+        let _ = writeln!(
+            md,
+            "^ held at the floor {:.2} ms: {}; the given time is below it.\n",
+            a.floor.ms, a.floor.how
+        );
+    }
     if a.rows.iter().any(|r| r.bound) {
         let _ = writeln!(
             md,
@@ -142,7 +153,7 @@ pub fn breakeven_markdown(a: &Analysis) -> String {
     };
     for r in &a.rows {
         g.rows.push(
-            std::iter::once(format!("{:.2}", r.verify_ms.value))
+            std::iter::once(verify_cell(r))
                 .chain(r.grid.iter().map(|p| {
                     if r.bound {
                         format!("<={:.1}", p.tokens_per_s)

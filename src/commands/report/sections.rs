@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 
 use super::loaded::LoadedFile;
+use crate::evidence;
 use crate::record::{self, Mode};
 use crate::report::export::{markdown_table, Table};
-use crate::speculative::inputs;
 
 /// `--noise-margin` as the sweep's command line gave it (0 when it did not).
 pub(super) fn noise_margin_of(command_line: &[String]) -> f64 {
@@ -35,7 +35,7 @@ pub(super) fn sweep_sections(files: &[LoadedFile]) -> String {
         if found.is_empty() {
             continue;
         }
-        let name = inputs::short_name(&f.path);
+        let name = evidence::short_name(&f.path);
         // Malformed points are named in the skipped list already.
         let stored: Vec<SweepPoint> = found
             .iter()
@@ -76,7 +76,7 @@ pub(super) fn sweep_sections(files: &[LoadedFile]) -> String {
         let last = found.iter().rev().find_map(|(r, _)| *r);
         let margin = last.map_or(0.0, |r| noise_margin_of(&r.provenance.command_line));
         let source = last.map_or("?", |r| r.source.label());
-        let (text, _) = crate::sweep::command::render(&points, &pairs, mode, rounds, margin);
+        let (text, _) = crate::sweep::summary::render(&points, &pairs, mode, rounds, margin);
         if md.is_empty() {
             let _ = writeln!(md, "## Sweep rankings\n");
         }
@@ -124,7 +124,7 @@ pub(super) fn bandwidth_section(files: &[LoadedFile]) -> String {
         rows: vec![],
     };
     for f in files {
-        let name = inputs::short_name(&f.path);
+        let name = evidence::short_name(&f.path);
         for (_, data) in f.payloads(record::kinds::BANDWIDTH) {
             for g in data.as_array().into_iter().flatten() {
                 let rw = num(g, "copy_rw_gbps").unwrap_or(f64::NAN);
@@ -165,7 +165,7 @@ pub(super) fn selftest_section(files: &[LoadedFile]) -> String {
         rows: vec![],
     };
     for f in files {
-        let name = inputs::short_name(&f.path);
+        let name = evidence::short_name(&f.path);
         for (_, data) in f.payloads(record::kinds::SELFTEST) {
             let checks: Vec<&serde_json::Value> = data.as_array().into_iter().flatten().collect();
             let failed: Vec<String> = checks

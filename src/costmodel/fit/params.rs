@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use super::points::Point;
 use crate::costmodel::predict;
 use crate::costmodel::profile::{Algo, Profile, Proto};
+pub use crate::costmodel::scope::{FitScope, HeldParam};
 use crate::request::Launcher;
 
 /// A parameter the fit may move.
@@ -152,14 +153,6 @@ pub(super) fn usage_of(base: &Profile, points: &[Point]) -> anyhow::Result<Usage
     Ok(u)
 }
 
-/// A parameter the fit left at the starting profile's value, and why.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct HeldParam {
-    pub name: String,
-    pub value: f64,
-    pub reason: String,
-}
-
 pub(super) fn list(v: &BTreeSet<usize>) -> String {
     v.iter()
         .map(|x| x.to_string())
@@ -247,5 +240,113 @@ pub fn extrapolation_note(p: &Profile, nranks: usize) -> Option<String> {
         } else {
             ""
         }
+    ))
+}
+
+/// The scope of a fit from `base` that moved `fitted` and held `held`, on `points`.
+pub(crate) fn scope_of(
+    base: &str,
+    fitted: &[Param],
+    held: &[HeldParam],
+    points: &[Point],
+) -> FitScope {
+    let sizes = || points.iter().flat_map(|p| p.terms.iter().map(|t| t.size));
+    FitScope {
+        base: base.into(),
+        fitted: fitted.iter().map(|p| p.name()).collect(),
+        held: held.to_vec(),
+        bytes: [sizes().min().unwrap_or(0), sizes().max().unwrap_or(0)],
+    }
+}
+
+/// What a recommendation rests on, for the code that makes one (`explain`'s what-if rows):
+/// - an NCCL setting (`NCCL_ALGO`/`NCCL_PROTO`, a rank count) is priced with the (algorithm,
+///   protocol) pairs it compares, [`Profile::unfitted_for_nccl`] of each;
+/// - a custom P2P all-reduce (one-shot, two-shot) with `p2p.*`, [`Profile::unfitted_for_p2p`];
+/// - a row without a collective choice (CUDA graph, host gaps) with the launch costs, which no
+///   fit on eager tables pins down apart from the base latency.
+///
+/// A fit on nccl-tests tables pins Ring/LL and Ring/Simple down only; Tree, LL128 and the P2P
+/// terms stay at the base profile's values.
+impl Profile {
+    /// Whether a fit moved the parameter `name`; false on profiles no fit wrote.
+    pub fn is_fitted(&self, name: &str) -> bool {
+        self.fit_scope
+            .as_ref()
+            .is_some_and(|s| s.fitted.iter().any(|f| f == name))
+    }
+
+    /// The parameters a fit held at its base's values, with the reason (empty: no fit).
+    pub fn held_params(&self) -> &[HeldParam] {
+        self.fit_scope.as_ref().map_or(&[], |s| &s.held)
+    }
+
+    /// Of the parameters that price (algorithm `a`, protocol `pr`) within a node, those a fit
+    /// did not pin down: the latency (base or per-hop: at one rank count one absorbs the other,
+    /// so either fitted pins the sum) and the bandwidth. Empty on profiles no fit wrote.
+    pub fn unfitted_for_nccl(&self, a: Algo, pr: Proto) -> Vec<String> {
+        if self.fit_scope.is_none() {
+            return vec![];
+        }
+        let (base, hop) = (Param::Base(a, pr).name(), Param::IntraHop(a, pr).name());
+        let mut out = vec![];
+        if !self.is_fitted(&base) && !self.is_fitted(&hop) {
+            out.extend([base, hop]);
+        }
+        let bw = match pr {
+            Proto::Ll if self.ll_fitted.is_some() => vec![Param::LlFit],
+            Proto::Ll => vec![Param::LlMax, Param::IntraBw],
+            _ => vec![Param::IntraBw],
+        };
+        if !bw.iter().any(|p| self.is_fitted(&p.name())) {
+            out.extend(bw.iter().map(|p| p.name()));
+        }
+        out
+    }
+
+    /// The P2P terms a fit did not pin down (the custom all-reduces' signal round and read
+    /// bandwidth); empty on profiles no fit wrote.
+    pub fn unfitted_for_p2p(&self) -> Vec<String> {
+        if self.fit_scope.is_none() {
+            return vec![];
+        }
+        ["p2p.signal_us", "p2p.read_gbps"]
+            .into_iter()
+            .filter(|n| !self.is_fitted(n))
+            .map(String::from)
+            .collect()
+    }
+
+    /// The line a row priced from `unfitted` prints: `None` where every parameter was fitted.
+    pub fn held_note(&self, row: &str, unfitted: &[String]) -> Option<String> {
+        let s = self.fit_scope.as_ref().filter(|_| !unfitted.is_empty())?;
+        Some(format!(
+            "{row}: modeled from parameters profile '{}' held at {}'s values, not fitted: {}",
+            self.name,
+            s.base,
+            unfitted.join(", ")
+        ))
+    }
+}
+
+/// A note for modeled results at nccl-tests sizes `sizes` from a fitted profile, where any lies
+/// outside the sizes the fit saw; `None` where all lie within (or no fit recorded its sizes).
+pub fn range_note(p: &Profile, sizes: &[u64]) -> Option<String> {
+    let [lo, hi] = p.fit_scope.as_ref()?.bytes;
+    let out: BTreeSet<u64> = sizes
+        .iter()
+        .copied()
+        .filter(|s| !(lo..=hi).contains(s))
+        .collect();
+    if out.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "outside the fitted range: profile '{}' was fitted on sizes {lo}-{hi} B; at {} B it extrapolates",
+        p.name,
+        out.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     ))
 }

@@ -10,7 +10,7 @@ use super::{FaultKind, Job, P2pExchange, RankResult, RankSetup};
 use crate::comm::p2p::{file_exchange, Impl, P2pAllReduce, P2pConfig, Workspace};
 use crate::comm::{Buffer, Communicator, Event, Gpu};
 use crate::measure::attribution::RankTiming;
-use crate::measure::gaps::{busy_wait_us, schedule_launches};
+use crate::measure::gaps::{busy_wait_us, schedule_launches, Launch};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op};
 use crate::record::Mode;
@@ -139,10 +139,16 @@ impl RankP2p {
 
 /// Per the P2P recipe: a workspace for messages up to `bytes`, its handle swapped with every
 /// other rank's through `setup.p2p`, then the connection (peer access between threads, CUDA IPC
-/// between processes). Every rank calls this at the same point of the job.
+/// between processes). Every rank calls this at the same point of the job. The kernels' bound
+/// on a wait for a peer's signal follows the run's `--timeout`: half of it (the default's bound
+/// without one). The ranks are aligned before every warm-up ([`Rank::time`]), so within a
+/// configuration a peer lags by host work of microseconds to milliseconds; a wait of half the
+/// run's deadline is a peer that will not come, and the kernel names it before the run's
+/// deadline ends the run without a name.
 fn connect_p2p(gpu: &Gpu, setup: &RankSetup, bytes: usize) -> anyhow::Result<P2pAllReduce> {
     let cfg = P2pConfig {
         capacity: bytes.max(1),
+        timeout: signal_bound(setup.watch.timeout()),
         ..Default::default()
     };
     let ws = Workspace::new(gpu, setup.rank, setup.nranks, cfg)?;
@@ -163,6 +169,12 @@ fn connect_p2p(gpu: &Gpu, setup: &RankSetup, bytes: usize) -> anyhow::Result<P2p
         x.keep(&ar);
     }
     Ok(ar)
+}
+
+/// The P2P kernels' bound on one wait for a run whose `--timeout` is `run` (see
+/// [`connect_p2p`]).
+fn signal_bound(run: Option<Duration>) -> Duration {
+    run.map_or(P2pConfig::default().timeout, |t| t / 2)
 }
 
 /// Everything a rank holds while running. A job of one rank without collectives (one GPU,
@@ -234,11 +246,14 @@ impl Rank {
     }
 
     /// Times `iters` samples of `body` after `warmup` untimed ones; `body` gets the iteration's
-    /// index (warm-up iterations first).
+    /// index (warm-up iterations first). The ranks are aligned first (the barrier returns on a
+    /// rank only once every rank's host has enqueued it): a rank's warm-up must not start, and
+    /// spin in a P2P wait, while a peer's host still checks the previous configuration.
     fn time<F>(&self, iters: u64, warmup: u64, mut body: F) -> anyhow::Result<Vec<f64>>
     where
         F: FnMut(u64) -> anyhow::Result<()>,
     {
+        self.barrier()?;
         for it in 0..warmup {
             body(it)?;
         }
@@ -335,6 +350,30 @@ fn pin(setup: &RankSetup) -> super::super::affinity::AffinityFacts {
         }
     }
     f
+}
+
+/// Whether step `st` launches something in `mode`: a collective unless the mode is compute
+/// only, a compute kernel (streaming or tiny) unless it is comm only.
+fn launches_in(st: &Step, mode: Mode) -> bool {
+    match st {
+        Step::Coll => mode != Mode::Compute,
+        Step::Stream { .. } | Step::Tiny => mode != Mode::Comm,
+    }
+}
+
+/// One verify's host gaps per step (`n_steps` of them): each launch's drawn gap (`drawn`, one
+/// per launch, or none at all) added to the step that launches its op.
+fn gaps_by_step(
+    n_steps: usize,
+    step_of_op: &[usize],
+    launches: &[Launch],
+    drawn: &[f64],
+) -> Vec<f64> {
+    let mut g = vec![0.0; n_steps];
+    for (l, us) in launches.iter().zip(drawn) {
+        g[step_of_op[l.op]] += us;
+    }
+    g
 }
 
 /// Runs `job` as rank `setup.rank`. `progress` is called after each configuration.
@@ -495,10 +534,9 @@ pub fn run_rank(
             timing_pass,
             pdl,
         } => {
+            // the schedule's length fits the exact check's salts: checked when the job was
+            // made from the request, before any rank started (`pattern::check_salted`)
             let with_colls = rank.comm.is_some();
-            if with_colls {
-                pattern::check_salted(schedule.ops.len())?;
-            }
             check_memory(&rank.gpu, schedule, n, with_colls)?;
             let mut colls = vec![];
             for (i, op) in schedule.ops.iter().enumerate() {
@@ -542,19 +580,14 @@ pub fn run_rank(
                 // Host gaps per step, drawn before the timed loop (the generator stays out of it).
                 let launches = schedule_launches(schedule, mode != Mode::Comm);
                 let gaps_of = |it: u64| -> Vec<f64> {
-                    let mut g = vec![0.0; steps.len()];
-                    if !graph && !host_gaps.is_none() {
-                        let drawn = host_gaps.iteration_gaps(false, me, it, &launches);
-                        for (l, us) in launches.iter().zip(drawn) {
-                            g[step_of_op[l.op]] += us;
-                        }
-                    }
-                    g
+                    let drawn = if !graph && !host_gaps.is_none() {
+                        host_gaps.iteration_gaps(false, me, it, &launches)
+                    } else {
+                        vec![]
+                    };
+                    gaps_by_step(steps.len(), &step_of_op, &launches, &drawn)
                 };
-                let launched = |st: &Step| match st {
-                    Step::Coll => mode != Mode::Compute,
-                    Step::Stream { .. } | Step::Tiny => mode != Mode::Comm,
-                };
+                let launched = |st: &Step| launches_in(st, mode);
                 // One verify: per step, the host gap (busy-waited), then the launch (every
                 // collective on buffer slot `slot`); with a probe, timestamps around each launch
                 // and the host times.
@@ -679,6 +712,8 @@ pub fn run_rank(
                         }
                         p.host_gaps.clear();
                         p.launches.clear();
+                        // aligned after the exact check's host work, before the warm-up
+                        rank.barrier()?;
                         for gp in &gps {
                             gp.launch()?;
                         }
@@ -739,4 +774,67 @@ pub fn run_rank(
     }
     abort_guard.disarm();
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_mode_launches_its_own_steps() {
+        let steps = [Step::Coll, Step::Stream { start: 0, nvec: 4 }, Step::Tiny];
+        let row = |m| steps.iter().map(|s| launches_in(s, m)).collect::<Vec<_>>();
+        assert_eq!(row(Mode::Comm), [true, false, false]);
+        assert_eq!(row(Mode::Compute), [false, true, true]);
+        assert_eq!(row(Mode::Full), [true, true, true]);
+    }
+
+    #[test]
+    fn host_gaps_land_on_the_steps_of_their_ops() {
+        // ops 0 and 1 stream in step 0 (one range), op 2 is step 1, op 3 step 2; launches of
+        // ops 0, 1 and 3 (op 2 not launched in this mode)
+        let launch = |op| Launch {
+            op,
+            host_ops: op..op + 1,
+            segment: 0,
+            segment_starts: 0,
+            collective: false,
+        };
+        let launches = [launch(0), launch(1), launch(3)];
+        let g = gaps_by_step(3, &[0, 0, 1, 2], &launches, &[1.0, 2.0, 4.0]);
+        // step 0: 1 + 2; step 1: nothing launched; step 2: 4
+        assert_eq!(g, [3.0, 0.0, 4.0]);
+        // no gaps drawn (graph replay, no --host-gap-us): every step 0
+        assert_eq!(gaps_by_step(3, &[0, 0, 1, 2], &launches, &[]), [0.0; 3]);
+        let mut c = Checked {
+            wrong: 1,
+            elements: 10,
+        };
+        c += Checked {
+            wrong: 2,
+            elements: 5,
+        };
+        assert_eq!(
+            c,
+            Checked {
+                wrong: 3,
+                elements: 15
+            }
+        );
+    }
+
+    /// Half the run's --timeout: 60 s -> 30 s, 10 s -> 5 s; without a deadline the default
+    /// bound (10 s).
+    #[test]
+    fn the_signal_bound_is_half_the_runs_timeout() {
+        assert_eq!(
+            signal_bound(Some(Duration::from_secs(60))),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            signal_bound(Some(Duration::from_secs(10))),
+            Duration::from_secs(5)
+        );
+        assert_eq!(signal_bound(None), Duration::from_secs(10));
+    }
 }

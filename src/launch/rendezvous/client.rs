@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
+use super::auth::{self, Secret};
 use super::frame::*;
 use super::{secs, Hello, ID_BYTES};
 use crate::error::usage;
@@ -19,10 +20,16 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to rank 0 at `addr`, retrying with backoff while nobody listens, says hello,
-    /// and waits for the id, all within `timeout`. Rank 0's refusal (another version or
-    /// workload, world size, a rank taken) comes back as this error.
-    pub fn fetch_id(addr: &Endpoint, hello: &Hello, timeout: Duration) -> Result<Client> {
+    /// Connects to rank 0 at `addr`, retrying with backoff while nobody listens, answers its
+    /// challenge with the hello and the proof of `secret` (none: an open rendezvous), and
+    /// waits for the id, all within `timeout`. Rank 0's refusal (another version or workload,
+    /// world size, a rank taken, no valid proof) comes back as this error.
+    pub fn fetch_id(
+        addr: &Endpoint,
+        hello: &Hello,
+        secret: Option<&Secret>,
+        timeout: Duration,
+    ) -> Result<Client> {
         if hello.rank == 0 {
             return Err(anyhow!(
                 "rank 0 serves the rendezvous; it does not fetch the id"
@@ -50,6 +57,33 @@ impl Client {
             backoff = (backoff * 2).min(Duration::from_secs(1));
         };
         let _ = stream.set_nodelay(true);
+        let nonce = match read_frame(&mut stream, deadline) {
+            Ok((Kind::Challenge, p)) => auth::read_challenge(&p).map(|(n, _)| n).ok_or_else(|| {
+                anyhow!("rank 0 at {addr} sent a challenge this build cannot read: start every rank with the same binary")
+            })?,
+            Ok((k, _)) => {
+                return Err(anyhow!(
+                    "rank 0 at {addr} sent {k:?} instead of its challenge"
+                ))
+            }
+            Err(FrameError::Timeout) => {
+                return Err(anyhow!(
+                    "rank 0 at {addr} sent no challenge within {}: is rank 0 stuck before its \
+                     rendezvous, or is the port held by another program or by a verifybench \
+                     build older than this one?",
+                    secs(timeout)
+                ))
+            }
+            Err(FrameError::Closed) => {
+                return Err(anyhow!(
+                    "rank 0 at {addr} closed the connection before its challenge: did rank 0 \
+                     exit, or does another program (a torchrun agent? a verifybench build older \
+                     than this one?) hold that port?"
+                ))
+            }
+            Err(e) => return Err(anyhow!("waiting for the challenge of rank 0 at {addr}: {e}")),
+        };
+        let payload = auth::seal(&payload, secret.map(|s| s.prove(&nonce, &payload)));
         write_frame(&mut stream, Kind::Hello, &payload, deadline)
             .map_err(|e| anyhow!("saying hello to rank 0 at {addr}: {e}"))?;
         match read_frame(&mut stream, deadline) {

@@ -7,8 +7,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 pub(super) const MAGIC: [u8; 4] = *b"VBRZ";
-/// Version of the frame layout and message kinds (not of the crate).
-pub(super) const PROTOCOL: u16 = 1;
+/// Version of the frame layout and message kinds (not of the crate). 2: rank 0 opens every
+/// connection with a challenge, and the hello carries the proof of the run's secret.
+pub(super) const PROTOCOL: u16 = 2;
 pub(super) const HEADER_BYTES: usize = 11;
 /// Largest frame accepted: a result of per-rank timings is far smaller; anything bigger is
 /// not our peer.
@@ -23,6 +24,7 @@ pub(super) enum Kind {
     Result = 5,
     Failed = 6,
     Ack = 7,
+    Challenge = 8,
 }
 
 impl Kind {
@@ -35,6 +37,7 @@ impl Kind {
             5 => Kind::Result,
             6 => Kind::Failed,
             7 => Kind::Ack,
+            8 => Kind::Challenge,
             _ => return None,
         })
     }

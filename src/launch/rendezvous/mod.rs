@@ -7,18 +7,28 @@
 //! The protocol, one TCP connection per rank > 0, kept open from the id exchange to the end:
 //!
 //! ```text
-//! rank r -> rank 0   HELLO   {version, workload_hash, rank, world_size, host, pid} (JSON)
+//! rank 0 -> rank r   CHALLENGE nonce (32 random bytes) | token required (1 byte)
+//! rank r -> rank 0   HELLO   proof | {version, workload_hash, rank, world_size, host, pid, job}
 //! rank 0 -> rank r   ID      128 bytes                 once all world_size-1 ranks said hello
-//!                  | REFUSED why                       this rank does not fit (version, ...)
+//!                  | REFUSED why                       this rank does not fit (version, ...),
+//!                                                      or gave no valid proof of the secret
 //!                  | ABORT   why                       another rank did not fit, or one never came
 //! rank r -> rank 0   RESULT  bytes | FAILED why        after the run, any number of times
 //! rank 0 -> rank r   ACK     (empty)                   rank 0 has the result
 //! ```
 //!
+//! The proof is HMAC-SHA256 of the connection's nonce and the hello under the run's secret
+//! ([`auth`]), or nothing in an open rendezvous. A connection whose proof fails (no secret, a
+//! wrong one, a hello replayed from another connection) or whose launcher job is another is
+//! refused and named on stderr, and the rendezvous goes on waiting for the right ranks; a rank
+//! that proves the secret but does not fit (another version, workload or world size) ends it,
+//! as a mistake of the job's own command lines.
+//!
 //! Every frame is `"VBRZ" | protocol u16 | kind u8 | length u32 | payload`, big-endian. The
 //! header never changes, so two different builds still understand each other enough for the
 //! handshake to name the mismatch. Every read and write has a deadline: nothing hangs.
 
+mod auth;
 mod client;
 mod frame;
 mod server;
@@ -35,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::usage;
 pub use crate::request::Endpoint;
 
+pub use auth::{Secret, TOKEN_ENV, TOKEN_FLAG};
 pub use client::Client;
 pub use server::Server;
 
@@ -121,6 +132,11 @@ pub struct Hello {
     pub world_size: usize,
     pub host: String,
     pub pid: u32,
+    /// The launcher's job (Slurm's job and step, torchrun's run id), if it names one: ranks of
+    /// another job are refused, so that two jobs on one port never meet by accident. Not a
+    /// secret: anyone can read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
 }
 
 impl Hello {
@@ -133,7 +149,13 @@ impl Hello {
             world_size,
             host: crate::util::hostname(),
             pid: std::process::id(),
+            job: None,
         }
+    }
+
+    /// This hello in the launcher's job `job` (see [`Hello::job`]).
+    pub fn in_job(self, job: Option<String>) -> Hello {
+        Hello { job, ..self }
     }
 
     /// `rank 1 on hostB`
@@ -246,6 +268,7 @@ mod tests {
             world_size: world,
             host: format!("host{rank}"),
             pid: 100 + rank as u32,
+            job: None,
         }
     }
 
@@ -346,11 +369,11 @@ mod tests {
     #[test]
     fn bind_checks_its_own_hello() {
         let a: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        assert!(Server::bind(a, 2, hello(1, 2)).is_err());
-        assert!(Server::bind(a, 3, hello(0, 2)).is_err());
-        assert!(Server::bind(a, 0, hello(0, 0)).is_err());
+        assert!(Server::bind(a, 2, hello(1, 2), None).is_err());
+        assert!(Server::bind(a, 3, hello(0, 2), None).is_err());
+        assert!(Server::bind(a, 0, hello(0, 0), None).is_err());
         // A world of one: nobody to wait for.
-        let mut s = Server::bind(a, 1, hello(0, 1)).unwrap();
+        let mut s = Server::bind(a, 1, hello(0, 1), None).unwrap();
         assert!(s
             .serve_id(&[7; ID_BYTES], Duration::from_millis(10))
             .unwrap()

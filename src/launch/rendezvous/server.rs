@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
+use super::auth::{self, Secret};
 use super::frame::*;
 use super::{mismatch, rank_list, secs, Hello, PeerInfo, ID_BYTES};
 use crate::error::usage;
@@ -23,12 +24,34 @@ pub struct Server {
     /// Connections of the ranks that joined, by rank; empty before [`Server::serve_id`].
     peers: BTreeMap<usize, (PeerInfo, TcpStream)>,
     served: bool,
+    /// The run's secret; none: an open rendezvous.
+    secret: Option<Secret>,
+    /// Every connection refused so far, one line each (also printed on stderr).
+    refused: Vec<String>,
+}
+
+/// What came of one accepted connection.
+enum Admission {
+    /// A rank with a valid proof (or any rank, in an open rendezvous) of the same job.
+    Hello(Hello),
+    /// Refused: the line that says who, from where and why.
+    Refused(String),
+    /// Never said a readable hello (a port scanner, a health check, a retrying rank).
+    Stranger(String),
+    /// A rank of this run sent a hello this build cannot read: the run cannot go on.
+    Unreadable(String),
 }
 
 impl Server {
     /// Listens on `addr` (rank 0; `hello.rank` must be 0). Port 0 picks a free port (see
-    /// [`Server::local_addr`]). A port in use is a usage error that says what to do.
-    pub fn bind(addr: SocketAddr, world_size: usize, hello: Hello) -> Result<Server> {
+    /// [`Server::local_addr`]). A port in use is a usage error that says what to do. With a
+    /// `secret`, only ranks that prove it join; without, any host that reaches the port may.
+    pub fn bind(
+        addr: SocketAddr,
+        world_size: usize,
+        hello: Hello,
+        secret: Option<Secret>,
+    ) -> Result<Server> {
         if world_size == 0 {
             return Err(usage("world size 0: a job needs at least one rank"));
         }
@@ -61,7 +84,15 @@ impl Server {
             hello,
             peers: BTreeMap::new(),
             served: false,
+            secret,
+            refused: vec![],
         })
+    }
+
+    /// The connections refused so far, one line each: who they claimed to be, from which
+    /// address, and why (the lines printed on stderr as they came).
+    pub fn refused(&self) -> &[String] {
+        &self.refused
     }
 
     /// The address actually bound (its port is the real one when bound with port 0).
@@ -113,30 +144,24 @@ impl Server {
             stream.set_nonblocking(false)?;
             let _ = stream.set_nodelay(true);
             let hello_deadline = deadline.min(Instant::now() + HELLO_WAIT);
-            let hello = match read_frame(&mut stream, hello_deadline) {
-                Ok((Kind::Hello, payload)) => match serde_json::from_slice::<Hello>(&payload) {
-                    Ok(h) => h,
-                    Err(e) => {
-                        let msg = format!(
-                            "the rank at {addr} sent a hello this build cannot read ({e}): \
-                             start every rank with the same binary"
-                        );
-                        send_quietly(&mut stream, Kind::Refused, &msg);
-                        for s in streams.values_mut() {
-                            send_quietly(s, Kind::Abort, &msg);
-                        }
-                        return Err(usage(msg));
-                    }
-                },
-                Ok((k, _)) => {
-                    strangers.push(format!("{addr} (sent {k:?} before hello)"));
+            let hello = match self.admit(&mut stream, addr, hello_deadline) {
+                Admission::Hello(h) => h,
+                Admission::Refused(line) => {
+                    eprintln!("verifybench rendezvous: {line}");
+                    send_quietly(&mut stream, Kind::Refused, &line);
+                    self.refused.push(line);
                     continue;
                 }
-                Err(e) => {
-                    // A port scanner, a health check, an earlier attempt of a retrying rank:
-                    // not fatal, but worth naming if the rendezvous times out.
-                    strangers.push(format!("{addr} ({e})"));
+                Admission::Stranger(why) => {
+                    strangers.push(why);
                     continue;
+                }
+                Admission::Unreadable(msg) => {
+                    send_quietly(&mut stream, Kind::Refused, &msg);
+                    for s in streams.values_mut() {
+                        send_quietly(s, Kind::Abort, &msg);
+                    }
+                    return Err(usage(msg));
                 }
             };
             if let Some(msg) = mismatch(&self.hello, &hello, &joined) {
@@ -169,6 +194,86 @@ impl Server {
         Ok(joined.into_values().collect())
     }
 
+    /// Challenges the connection from `addr` with a fresh nonce, reads its hello by
+    /// `deadline`, and checks the proof of the secret and the launcher's job.
+    fn admit(&self, stream: &mut TcpStream, addr: SocketAddr, deadline: Instant) -> Admission {
+        let nonce = match auth::nonce() {
+            Ok(n) => n,
+            Err(e) => return Admission::Stranger(format!("{addr} (no nonce for it: {e})")),
+        };
+        let challenge = auth::challenge(&nonce, self.secret.is_some());
+        if let Err(e) = write_frame(stream, Kind::Challenge, &challenge, deadline) {
+            return Admission::Stranger(format!("{addr} ({e})"));
+        }
+        let payload = match read_frame(stream, deadline) {
+            Ok((Kind::Hello, p)) => p,
+            Ok((k, _)) => return Admission::Stranger(format!("{addr} (sent {k:?} before hello)")),
+            Err(e) => return Admission::Stranger(format!("{addr} ({e})")),
+        };
+        let Some((proof, json)) = auth::unseal(&payload) else {
+            return Admission::Refused(format!(
+                "refused a connection from {addr}: its hello is not laid out as this build's \
+                 (start every rank with the same binary)"
+            ));
+        };
+        // The claim is read before the proof is checked, to name it in a refusal only.
+        let claim = serde_json::from_slice::<Hello>(json);
+        let who = match &claim {
+            Ok(h) => format!(
+                "a connection from {addr} claiming {} (pid {})",
+                h.who(),
+                h.pid
+            ),
+            Err(_) => format!("a connection from {addr}"),
+        };
+        match (&self.secret, proof) {
+            (Some(s), Some(mac)) if s.verify(&nonce, json, mac) => {}
+            (Some(_), Some(_)) => {
+                return Admission::Refused(format!(
+                    "refused {who}: its proof does not match this run's token (a wrong token, \
+                     or a hello replayed from another connection)"
+                ))
+            }
+            (Some(_), None) => {
+                return Admission::Refused(format!(
+                    "refused {who}: it gave no token, and this run requires one \
+                     (the same {} or {} on every rank)",
+                    auth::TOKEN_ENV,
+                    auth::TOKEN_FLAG
+                ))
+            }
+            (None, Some(_)) => {
+                return Admission::Refused(format!(
+                    "refused {who}: it proves a rendezvous token, but rank 0 has none: \
+                     give every rank the same token, or none"
+                ))
+            }
+            (None, None) => {}
+        }
+        let hello = match claim {
+            Ok(h) => h,
+            Err(e) => {
+                return Admission::Unreadable(format!(
+                    "the rank at {addr} sent a hello this build cannot read ({e}): \
+                     start every rank with the same binary"
+                ))
+            }
+        };
+        if hello.job != self.hello.job {
+            let job = |j: &Option<String>| match j {
+                Some(j) => format!("launcher job {j}"),
+                None => "no launcher job".to_string(),
+            };
+            return Admission::Refused(format!(
+                "refused {who}: it runs in {}, rank 0 in {}: another job's rank, or a rank \
+                 started outside the launcher",
+                job(&hello.job),
+                job(&self.hello.job)
+            ));
+        }
+        Admission::Hello(hello)
+    }
+
     fn missing_error(
         &self,
         joined: &BTreeMap<usize, PeerInfo>,
@@ -197,6 +302,13 @@ impl Server {
             msg.push_str(&format!(
                 "; dropped connections that never said hello: {}",
                 strangers.join(", ")
+            ));
+        }
+        if !self.refused.is_empty() {
+            msg.push_str(&format!(
+                "; refused {} connection{} (see above)",
+                self.refused.len(),
+                if self.refused.len() == 1 { "" } else { "s" }
             ));
         }
         msg.push_str(

@@ -1,19 +1,20 @@
-//! The `sweep` command's driver: resume merge, runner wiring (subprocess children or the
-//! in-process mock of `--debug-mode`), progress lines, the ranking table and its exports.
-//! The flags live in `cli/sweep.rs`; the pieces (matrix, environments, runner, log parsing,
-//! ranking) in the sibling modules.
+//! `verifybench sweep`: resume merge, runner wiring (subprocess children or the in-process
+//! mock of `--debug-mode`), progress lines, the ranking table and its exports. The pieces
+//! (matrix, environments, runner, log parsing, ranking, what a sweep prints) live in
+//! [`crate::sweep`].
 
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use super::matrix;
-use super::results::{self, ResultsFile, SweepPoint};
-use super::runner::{MockRunner, PointRunner, SubprocessRunner};
-use super::{self as sw, env, known, mock, rank, rounds, signal, SweepConfig};
 use crate::record::{Mode, Record, Source, Workload};
 use crate::report::export::{csv_table, markdown_table};
 use crate::request::{BackendKind, Launcher};
+use crate::sweep::matrix;
+use crate::sweep::results::{self, ResultsFile, SweepPoint};
+use crate::sweep::runner::{MockRunner, PointJob, PointOutcome, PointRunner, SubprocessRunner};
+use crate::sweep::summary::{render, time_line};
+use crate::sweep::{self as sw, env, known, library, mock, rank, rounds, signal, SweepConfig};
 #[cfg(test)]
 use {
     crate::costmodel::ModelSettings,
@@ -24,19 +25,16 @@ use {
 mod child_args;
 mod outputs;
 mod request;
-mod summary;
 
 use child_args::default_tp;
 pub use child_args::verify_args;
 use outputs::{check_outputs, output_paths};
 pub use request::SweepRequest;
-use summary::time_line;
-pub use summary::{render, rounds_block};
 
 /// Largest `--rounds`.
 pub const MAX_ROUNDS: usize = 100;
 
-/// Runs the sweep; the value is the exit code (130 when interrupted).
+/// Runs `verifybench sweep`; the value is the exit code (130 when interrupted).
 pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     if !(a.point_timeout > 0.0 && a.point_timeout.is_finite()) {
         crate::usage_bail!("--point-timeout must be a positive number of seconds");
@@ -63,15 +61,22 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     } else {
         a.workload.tp
     };
-    crate::launch::run::check_gpu_flags(&a.gpu, tp_check)?;
-    let dims = matrix::dimensions(&a.lists, &a.sets)?;
+    // The NCCL libraries are a dimension here, checked with the points.
+    let gpu = crate::request::GpuSpec {
+        nccl_lib: None,
+        ..a.gpu.clone()
+    };
+    crate::launch::run::check_gpu_flags(&gpu, tp_check)?;
+    let lists = library::lists(&a.lists, a.gpu.nccl_lib.as_deref())?;
+    let dims = matrix::dimensions(&lists, &a.sets)?;
     let preset = a.preset.as_deref().map(matrix::preset).transpose()?;
-    if dims.is_empty() && preset.is_none() {
+    let points = matrix::points(&dims, preset);
+    if points.len() < 2 {
         crate::usage_bail!(
-            "nothing to sweep: give -L NAME=a,b, --set NAME=VALUE or --preset pcie (see --help)"
+            "nothing to sweep: give -L NAME=a,b, --set NAME=VALUE, --preset pcie or two NCCL libraries (--nccl-lib A,B) (see --help)"
         );
     }
-    let points = matrix::points(&dims, preset);
+    let libraries = matrix::libraries(&dims)?;
     let mut warned = std::collections::BTreeSet::new();
     for p in &points {
         for (k, _) in &p.overrides {
@@ -117,6 +122,11 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     } else {
         crate::backend::resolve(a.backend, a.quiet).kind()
     };
+    if backend == BackendKind::Model && libraries.0.len() > 1 {
+        crate::usage_bail!(
+            "--backend model: the cost model loads no NCCL, so it cannot compare libraries; sweep them on the GPUs (--backend nccl)"
+        );
+    }
     // With --schedule the file's tp (checked against --tp) wins over the GPU count.
     let w = a.workload.resolve()?;
     let tp = w.requested_tp().unwrap_or_else(|| default_tp(a, backend));
@@ -131,7 +141,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         // that cannot run one.
         // (one GPU: one rank's share of any --tp, through a communicator of one rank)
         let wanted = (a.gpu.ranks() != Some(1)).then_some(tp as usize);
-        crate::launch::run::preflight(&a.gpu, wanted)?;
+        crate::launch::run::preflight(&gpu, wanted)?;
     }
     let cfg = SweepConfig {
         seed: a.seed,
@@ -149,6 +159,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         } else {
             Source::Modeled
         },
+        libraries,
     };
 
     // Resume: skip the finished (point, round) pairs of the same workload and settings.
@@ -163,7 +174,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         let other = pts.iter().filter(|p| !keys.contains(&p.key)).count();
         if other > 0 && !a.quiet {
             eprintln!(
-                "note: {other} point(s) in '{}' ran with other settings (graph, launcher, backend, mode or inherited NCCL_* variables) and are not reused",
+                "note: {other} point(s) in '{}' ran with other settings (graph, launcher, backend, mode, NCCL library or inherited NCCL_* variables) and are not reused",
                 rp.display()
             );
         }
@@ -241,6 +252,9 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
                 }
             ));
         }
+        if let Some(line) = cfg.libraries.header() {
+            say(line);
+        }
         if a.debug_mode {
             say(
                 "# DEBUG MODE: no verify runs; every number is FAKE (between-run noise included)"
@@ -285,9 +299,9 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         None
     };
     let ran = std::cell::Cell::new(0usize);
-    let fake = MockRunner(|job: &super::runner::PointJob| {
+    let fake = MockRunner(|job: &PointJob| {
         if stop_after.is_some_and(|n| ran.get() >= n) {
-            return Ok(super::runner::PointOutcome {
+            return Ok(PointOutcome {
                 interrupted: true,
                 ..Default::default()
             });
@@ -351,7 +365,12 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
                             Some(proof) => format!("; {proof}"),
                             None => format!(", NCCL {} via {}", e.algo_proto(), e.transport()),
                         })
-                        .unwrap_or_default();
+                        .unwrap_or_default()
+                        + &sp
+                            .library
+                            .as_ref()
+                            .map(|l| format!("; {}", l.describe()))
+                            .unwrap_or_default();
                     format!(
                         "[{i}/{n_todo}] round {} {}: ok, {:.1} us per verify ({}){eff}; {}",
                         k.round + 1,

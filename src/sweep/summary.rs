@@ -103,6 +103,7 @@ pub fn render(
         out.push_str("\nNotes:\n");
         out.push_str(&notes);
     }
+    out.push_str(&rank::library_block(points));
     out.push('\n');
     if r.rows.iter().all(|x| x.wrong > 0) {
         out.push_str("No point ran without errors: nothing to recommend.\n");
@@ -313,9 +314,7 @@ pub fn rounds_block(
                     rank::label(p)
                 ));
             }
-            for (k, val) in &p.overrides {
-                out.push_str(&format!("  export {k}={}\n", rank::shell_quote(val)));
-            }
+            out.push_str(&rank::exports(p));
         }
         None if modeled => out.push_str(&format!(
             "Recommendation: keep NCCL's defaults ({primary_mode} replay): no setting the cost model prices has a modeled ratio below 1\n"
@@ -324,11 +323,15 @@ pub fn rounds_block(
             "Recommendation: keep NCCL's defaults ({primary_mode} replay): no setting's whole interval lies below 1 minus the measured noise floor\n"
         )),
     }
+    let winner = rec.map_or(base, |(_, p)| p);
+    if let Some(line) = rank::build_line(winner, rec.is_none()) {
+        out.push_str(&line);
+    }
     out
 }
 
 /// Where a pair's child time went, for its progress line.
-pub(super) fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
+pub fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
     let probe = if sp.probe_wall_s > 0.0 {
         format!("probe {:.1} s, ", sp.probe_wall_s)
     } else {
@@ -378,6 +381,7 @@ mod tests {
             probe: false,
             timeout: Duration::from_secs(5),
             source: Source::Modeled,
+            libraries: Default::default(),
         };
         let l: Vec<String> = lists.iter().map(|s| s.to_string()).collect();
         matrix::points(&matrix::dimensions(&l, &[]).unwrap(), None)

@@ -1,119 +1,68 @@
-//! `verifybench model fit`: calibrate the cost model on measured results and write a profile.
+//! `verifybench model`: `fit` calibrates the cost model on measured results (or nccl-tests
+//! output) and writes a profile; `validate` checks the fit held out on nccl-tests output.
 
 use std::path::PathBuf;
 
-use clap::Subcommand;
-
-use crate::cli::output::OutputArgs;
-use crate::costmodel::fit;
 use crate::costmodel::profile::{self, ProfileBody};
+use crate::costmodel::{fit, ntfit};
+use crate::output::Format;
 use crate::report::fit::table;
 
-/// `verifybench model ...`
-#[derive(Debug, Clone, clap::Args)]
-pub struct ModelCmd {
-    #[command(subcommand)]
-    pub cmd: ModelSub,
-}
-
-#[derive(Debug, Clone, Subcommand)]
-pub enum ModelSub {
-    /// Fit the cost model's parameters to measured collective and verify results, print the
-    /// error per point and leave-one-out, and write a profile for `--profile FILE`.
-    ///
-    /// --format json prints the profile -o writes.
-    Fit(FitArgs),
-    /// Held-out validation on nccl-tests output: every table (one run of a file) fitted on its
-    /// own with every size left out in turn (the median and largest error of the left-out
-    /// sizes), every built-in profile's error at 32 KB-256 KB, and a fit at one rank count
-    /// predicting another of the same file where the file has two.
-    Validate(ValidateArgs),
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct ValidateArgs {
-    /// nccl-tests text output (as for `model fit --nccl-tests`).
-    #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
-    pub nccl_tests: Vec<PathBuf>,
-    /// The link's rate per direction, GB/s: one for every file, or one per file in the order
-    /// of --nccl-tests (PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63).
-    #[arg(long, num_args = 1.., value_name = "GB/s")]
-    pub link_gbps: Vec<f64>,
-    /// Built-in profile the fits start from.
-    #[arg(long, default_value = "pcie-gen5")]
-    pub base: String,
-    /// The median leave-one-size-out error a table must stay within, percent.
-    #[arg(long, default_value_t = 10.0, value_name = "PCT")]
-    pub max_median_pct: f64,
-    #[command(flatten)]
-    pub print: OutputArgs,
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct FitArgs {
-    /// Results files (JSON, JSON array or JSON lines) of measured `collective` and `verify`
-    /// runs. Modeled records are left out.
-    #[arg(required_unless_present = "nccl_tests", value_name = "RESULTS")]
+/// `model fit`: the flags of the same names (see `verifybench model fit --help`).
+#[derive(Debug, Clone)]
+pub struct FitRequest {
     pub results: Vec<PathBuf>,
-    /// Fit to the text output of nccl-tests instead (all_reduce_perf, all_gather_perf,
-    /// reduce_scatter_perf; eager or -G; several runs per file are read one by one): a profile
-    /// of the machine that printed it, bounded by the link's rate.
-    #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "results")]
     pub nccl_tests: Vec<PathBuf>,
-    /// With --nccl-tests: the link's rate per direction, GB/s (default: the --base profile's;
-    /// PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by
-    /// it times the protocol's payload share (LL 1/2, LL128 120/128, Simple 1).
-    #[arg(long, value_name = "GB/s")]
     pub link_gbps: Option<f64>,
-    /// With --nccl-tests: the measured peer-to-peer latency (p2pBandwidthLatencyTest), us; no
-    /// per-hop latency is fitted below it.
-    #[arg(long, value_name = "US")]
     pub p2p_latency_us: Option<f64>,
-    /// Where to write the fitted profile (JSON).
-    #[arg(short = 'o', long, value_name = "PROFILE.json")]
     pub output: PathBuf,
-    /// Built-in link profile to start from; parameters the data cannot pin down keep its values.
-    #[arg(long, default_value = "nvlink-h200")]
-    pub base: String,
-    /// Start from a profile file instead of a built-in one (overrides --base).
-    #[arg(long, value_name = "FILE")]
+    pub base: Option<String>,
     pub base_profile: Option<PathBuf>,
-    /// Name of the fitted profile (default: the output file's stem).
-    #[arg(long)]
     pub name: Option<String>,
-    // --format json: the profile file -o writes.
-    #[command(flatten)]
-    pub print: OutputArgs,
+    pub format: Format,
 }
 
-pub fn run(c: &ModelCmd) -> anyhow::Result<i32> {
-    match &c.cmd {
-        ModelSub::Fit(a) => fit_cmd(a),
-        ModelSub::Validate(a) => validate_cmd(a),
-    }
+/// `model validate`: the flags of the same names (see `verifybench model validate --help`).
+#[derive(Debug, Clone)]
+pub struct ValidateRequest {
+    pub nccl_tests: Vec<PathBuf>,
+    pub link_gbps: Vec<f64>,
+    pub base: String,
+    pub max_median_pct: f64,
+    pub format: Format,
 }
 
-fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
+/// Runs `verifybench model fit`.
+pub fn fit(a: &FitRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
     let mut inputs: Vec<&std::path::Path> = a.results.iter().map(|p| p.as_path()).collect();
     inputs.extend(a.nccl_tests.iter().map(|p| p.as_path()));
     inputs.extend(a.base_profile.as_deref());
     crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
-    let (base, base_name) = match &a.base_profile {
-        Some(p) => {
+    let given = match (&a.base_profile, &a.base) {
+        (Some(p), _) => {
             let prof = profile::load(p)?;
             let n = format!("{} (file {})", prof.name, p.display());
-            (prof, n)
+            Some((prof, n, "--base-profile"))
         }
-        None => {
-            let prof = profile::builtin_or_usage(&a.base)?;
+        (None, Some(b)) => {
+            let prof = profile::builtin_or_usage(b)?;
             let n = prof.name.clone();
-            (prof, n)
+            Some((prof, n, "--base"))
         }
+        (None, None) => None,
     };
     if !a.nccl_tests.is_empty() {
-        return nccl_tests_cmd(a, &base, &base_name, started);
+        return nccl_tests_cmd(a, given, started);
     }
+    let (base, base_name, _) = match given {
+        Some(g) => g,
+        None => {
+            let prof = profile::builtin_or_usage("nvlink-h200")?;
+            let n = prof.name.clone();
+            (prof, n, "--base")
+        }
+    };
     let mut pts = vec![];
     let mut p2p_pts = vec![];
     let mut sources = vec![];
@@ -129,22 +78,16 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
         sources.push(name);
     }
     let r = fit::calibrate(&base, &pts)?;
-    let name = a.name.clone().unwrap_or_else(|| {
-        a.output
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "fitted".into())
-    });
     let mut prof = r.profile.clone();
     // The P2P terms: fitted on the P2P rows only, from the NCCL-fitted launch costs.
     let p2p_fit = if p2p_pts.is_empty() {
         None
     } else {
         let f = crate::costmodel::custom::fit_p2p(&prof, &p2p_pts)?;
-        prof.p2p = Some(f.link.clone());
+        f.apply_to(&mut prof);
         Some(f)
     };
-    prof.name = name;
+    prof.name = output_name(a);
     prof.description = format!(
         "fitted by `verifybench model fit` to {} measured points from {}, starting from {base_name} ({}); median error {:.1}%{}",
         r.points.len(),
@@ -184,7 +127,7 @@ fn fit_cmd(a: &FitArgs) -> anyhow::Result<i32> {
 /// Writes the fitted profile as a record to `--output` (and to stdout with `--format json`);
 /// in table format prints `tables()` and where the profile went. The value is the exit code.
 fn write_profile(
-    a: &FitArgs,
+    a: &FitRequest,
     file: &ProfileBody,
     started: String,
     tables: impl FnOnce() -> String,
@@ -192,8 +135,8 @@ fn write_profile(
     let json = file
         .to_record(crate::record::Provenance::here("none", started))
         .to_json_pretty();
-    crate::output::write_and_print(&json, Some(&a.output), a.print.format.is_json())?;
-    if !a.print.format.is_json() {
+    crate::output::write_and_print(&json, Some(&a.output), a.format.is_json())?;
+    if !a.format.is_json() {
         print!("{}", tables());
         println!(
             "# wrote profile '{}' to {}: use it with --backend model --profile {}",
@@ -205,7 +148,7 @@ fn write_profile(
     Ok(0)
 }
 
-fn output_name(a: &FitArgs) -> String {
+fn output_name(a: &FitRequest) -> String {
     a.name.clone().unwrap_or_else(|| {
         a.output
             .file_stem()
@@ -214,39 +157,43 @@ fn output_name(a: &FitArgs) -> String {
     })
 }
 
+/// One `--nccl-tests` file: its name and its tables (the runs left out noted).
+fn nccl_tests_tables(f: &std::path::Path) -> anyhow::Result<(String, Vec<ntfit::Table>)> {
+    let name = f.display().to_string();
+    let text = std::fs::read_to_string(f)
+        .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
+    let runs = crate::nccl_tests::parse_runs(&text)
+        .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
+    let (t, skipped) = ntfit::tables_of(&name, &runs);
+    for s in skipped {
+        crate::note!("verifybench: left out {s}");
+    }
+    Ok((name, t))
+}
+
 /// `model fit --nccl-tests FILE...`.
 fn nccl_tests_cmd(
-    a: &FitArgs,
-    base: &profile::Profile,
-    base_name: &str,
+    a: &FitRequest,
+    given: Option<(profile::Profile, String, &'static str)>,
     started: String,
 ) -> anyhow::Result<i32> {
-    use crate::costmodel::ntfit;
     let mut tables = vec![];
     let mut sources = vec![];
     for f in &a.nccl_tests {
-        let name = f.display().to_string();
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
-        let runs = crate::nccl_tests::parse_runs(&text)
-            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
-        let (t, skipped) = ntfit::tables_of(&name, &runs);
-        for s in skipped {
-            crate::note!("verifybench: left out {s}");
-        }
+        let (name, t) = nccl_tests_tables(f)?;
         tables.extend(t);
         sources.push(name);
     }
-    let rate = match a.link_gbps.or(base.intra.rate_gbps) {
-        Some(r) => r,
-        None => crate::usage_bail!(
-            "the base profile does not know its link's rate: give --link-gbps (PCIe 4.0 x16: 31.5, 5.0 x16: 63)"
-        ),
-    };
+    let choice = ntfit::choose_base(given, a.link_gbps, &tables)?;
+    let (base, base_name, rate) = (&choice.profile, &choice.name, choice.link_rate_gbps);
     let phys = ntfit::Physics {
         rate_gbps: rate,
         p2p_lat_us: a.p2p_latency_us,
     };
+    let warnings = ntfit::warnings(&tables);
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let f = ntfit::calibrate(base, &phys, &tables)?;
     let r = &f.report;
     let mut prof = r.profile.clone();
@@ -263,6 +210,8 @@ fn nccl_tests_cmd(
         profile: prof,
         fit: Some(serde_json::json!({
             "base": base_name,
+            "base_choice": choice,
+            "warnings": warnings,
             "nccl_tests": sources,
             "link_rate_gbps": rate,
             "p2p_latency_us": a.p2p_latency_us,
@@ -277,14 +226,13 @@ fn nccl_tests_cmd(
     };
     write_profile(a, &file, started, || {
         let mut s = table(r, base_name, a.nccl_tests.len());
-        s.push_str(&crate::report::fit::nccl_tests_lines(&f));
+        s.push_str(&crate::report::fit::nccl_tests_lines(&f, &choice));
         s
     })
 }
 
-/// `model validate --nccl-tests FILE...`.
-fn validate_cmd(a: &ValidateArgs) -> anyhow::Result<i32> {
-    use crate::costmodel::ntfit;
+/// Runs `verifybench model validate --nccl-tests FILE...`.
+pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
     use std::fmt::Write;
     if a.link_gbps.len() > 1 && a.link_gbps.len() != a.nccl_tests.len() {
         crate::usage_bail!(
@@ -296,15 +244,7 @@ fn validate_cmd(a: &ValidateArgs) -> anyhow::Result<i32> {
     let base = profile::builtin_or_usage(&a.base)?;
     let mut files = vec![];
     for (i, f) in a.nccl_tests.iter().enumerate() {
-        let name = f.display().to_string();
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
-        let runs = crate::nccl_tests::parse_runs(&text)
-            .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
-        let (t, skipped) = ntfit::tables_of(&name, &runs);
-        for s in skipped {
-            crate::note!("verifybench: left out {s}");
-        }
+        let (name, t) = nccl_tests_tables(f)?;
         let rate = match a
             .link_gbps
             .get(i)
@@ -439,7 +379,7 @@ fn validate_cmd(a: &ValidateArgs) -> anyhow::Result<i32> {
         "\n# {failed} table(s) above the {}% median",
         a.max_median_pct
     );
-    if a.print.format.is_json() {
+    if a.format.is_json() {
         // The leave-one-size-out part (the figure the acceptance bound is on), modeled.
         let doc = serde_json::json!({
             "source": "modeled",

@@ -22,7 +22,8 @@ pub(super) fn default_tp(a: &SweepRequest, backend: BackendKind) -> u64 {
 }
 
 /// The arguments of every child: `verify` + workload + backend + launcher + graph + mode +
-/// GPU and model flags.
+/// GPU and model flags. The NCCL library is not among them: each point's children get theirs
+/// through their environment ([`crate::sweep::library`]).
 pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<String> {
     let mut w = a.workload.clone();
     w.tp = Some(tp);
@@ -47,9 +48,6 @@ pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<Strin
     if let Some(d) = &a.gpu.devices {
         let list: Vec<String> = d.iter().map(|x| x.to_string()).collect();
         v.extend(["--devices".into(), list.join(",")]);
-    }
-    if let Some(p) = &a.gpu.nccl_lib {
-        v.extend(["--nccl-lib".into(), p.display().to_string()]);
     }
     v.extend(["--timeout".into(), a.gpu.timeout.to_string()]);
     v.extend(["--rank-time".into(), a.repeat.rank_time.name().into()]);

@@ -1,13 +1,13 @@
 //! Known traps between "I set it" and "the verify got faster", each with the evidence that
 //! shows it and where its rule comes from. A trap is `found` only when its evidence is in what
 //! the user gave; otherwise `not found` (the evidence is there and clean) or `not checked`
-//! (with what to give).
+//! (with what to give). The table lives beside the trace analysis that proves some of them
+//! ([`in_trace`], for `verifybench trace`); `verifybench explain` checks them all ([`check`]).
 
 use serde::Serialize;
 
-use super::evidence::{NcclLogText, ServerLog, SweepBest};
-use super::pricing::Pricing;
-use crate::trace::Analysis;
+use super::analysis::{Analysis, TrapFound};
+use crate::evidence::{NcclLogText, ServerLog};
 
 /// One trap: its rule, and where the rule comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -94,10 +94,13 @@ pub struct Inputs<'a> {
     pub trace: Option<&'a Analysis>,
     pub server_log: Option<&'a ServerLog>,
     pub nccl_logs: &'a [NcclLogText],
-    pub sweep: Option<&'a SweepBest>,
+    /// A sweep's best setting, when it is not NCCL's defaults.
+    pub sweep_best: Option<&'a str>,
     /// The NCCL settings the user gave the server.
     pub expect: &'a [(String, String)],
-    pub pricing: &'a Pricing,
+    /// The cost model's one-shot all-reduce, us per collective, and its profile.
+    pub oneshot_us: Option<f64>,
+    pub profile: &'a str,
 }
 
 fn rule(id: &str) -> Rule {
@@ -185,12 +188,12 @@ fn trace_launches(a: &Analysis) -> (Option<String>, Option<String>) {
 /// The traps of [`RULES`] that a trace's own evidence proves, for `verifybench trace`: only
 /// those found (the others need what a trace does not hold: the server's logs, a cost model).
 /// A training job runs no verify, so its eager steps are no verify trap.
-pub fn in_trace(a: &Analysis) -> Vec<crate::trace::TrapFound> {
+pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
     let training = a.rank_traces.iter().any(|r| r.training);
     let mut out = vec![];
     if let (Some(detail), false) = (trace_launches(a).0, training) {
         let r = rule("eager-verify");
-        out.push(crate::trace::TrapFound {
+        out.push(TrapFound {
             id: r.id.into(),
             name: r.name.into(),
             detail,
@@ -216,9 +219,8 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
     out.push(if wanted.is_empty() {
         let seen = words(&env);
         let best = i
-            .sweep
-            .filter(|s| !s.overrides.is_empty())
-            .map(|s| format!(" (the sweep's best: {})", s.setting))
+            .sweep_best
+            .map(|s| format!(" (the sweep's best: {s})"))
             .unwrap_or_default();
         finding(
             "settings-not-applied",
@@ -357,21 +359,11 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
                 .as_ref()
                 .filter(|t| t.matched > 0)
                 .map(|t| t.total.transfer_us / t.matched as f64);
-            let n_ar = i
-                .pricing
-                .per_collective_us
-                .len()
-                .saturating_sub(1)
-                .max(1) as f64;
-            let model_one = i.pricing.oneshot_transfer_us.as_ref().ok().map(|t| {
-                // the one-shot all-reduce alone: the sum less the all-gather (the last op)
-                (t - i.pricing.per_collective_us.last().copied().unwrap_or(0.0)) / n_ar
-            });
-            match (per_coll, model_one) {
+            match (per_coll, i.oneshot_us) {
                 (Some(m), Some(e)) if m > 3.0 * e => finding(
                     "custom-ar-slow",
                     Status::Found,
-                    format!("{kernel}: {m:.1} us per collective measured (transfer) against {e:.1} us modeled for the one-shot ({}): measure the links with `verifybench collective --impl nccl,oneshot` on the machine", i.pricing.profile),
+                    format!("{kernel}: {m:.1} us per collective measured (transfer) against {e:.1} us modeled for the one-shot ({}): measure the links with `verifybench collective --impl nccl,oneshot` on the machine", i.profile),
                 ),
                 (Some(m), Some(e)) => finding(
                     "custom-ar-slow",

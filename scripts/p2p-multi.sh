@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# 2-8 GPUs: the P2P all-reduces' access check of every ordered GPU pair and the stress test, ready
+# for the first machine with several GPUs (PCIe or NVLink).
+#
+#   scripts/p2p-multi.sh BINARY [NGPUS] [OUTDIR]   (NGPUS: all GPUs; OUTDIR: $OUT or ./out)
+#
+# env:         the P2P platform section (IOMMU, each GPU's IOMMU group and the ACS controls of its
+#              ports, each pair's PCIe path and NCCL's P2P verdict, the driver's P2P override).
+#              Run as root to read the ACS controls (the extended config space is root's only).
+# access:      the access check runs fresh (its cache is this folder's cache/, not the user's):
+#              every ordered pair written through the peer mapping, read back, and read from the
+#              peer's memory; cache/verifybench/p2p-access.json holds each pair's outcome.
+# selftest:    on NGPUS GPUs: the access check line, the P2P all-reduces through both launchers,
+#              and the stress test with one rank per GPU (eager and graph, 10,000 calls each) and
+#              its two negative controls, which it must catch.
+# collective:  --impl nccl,oneshot,twoshot from 8 B to 4 MiB, threads and processes: exact
+#              results, or exit code 2 with the pair that failed the access check and its likely
+#              cause (rc= in collective-*.txt).
+set -uo pipefail
+VB=$(realpath "${1:?binary}")
+N=${2:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+OUTDIR=${3:-${OUT:-out}}
+mkdir -p "$OUTDIR"; OUTDIR=$(realpath "$OUTDIR")
+[ "$N" -ge 2 ] 2>/dev/null || { echo "p2p-multi: needs 2 to 8 GPUs (NGPUS=$N)" >&2; exit 2; }
+export NCCL_NVLS_ENABLE=0   # never enable NVLink multicast, in any process started here
+export XDG_CACHE_HOME="$OUTDIR/cache"   # a fresh access check, kept with the results
+step() { echo; echo "=== $*"; }
+cd "$OUTDIR"
+{
+  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $N GPUs, $("$VB" --version)"
+  echo "env.*            $VB env"
+  echo "selftest.*       $VB selftest --gpus $N --export-json selftest.json"
+  echo "collective-*.txt $VB collective --gpus $N --launcher L --op all_reduce --impl nccl,oneshot,twoshot -b 8 -e 4M -f 4 -n 50 -w 5"
+  echo "acs.txt          lspci -vvv | grep ACSCtl (as the user running this)"
+} > commands.txt
+step env
+"$VB" env 2>&1 | tee env.txt
+"$VB" env --format json > env.json 2>/dev/null
+(lspci -vvv 2>/dev/null | grep -E "^[0-9a-f]|ACSCtl" | grep -B1 ACSCtl) > acs.txt || true
+step "selftest on $N GPUs (access check, P2P all-reduces, stress test, negative controls)"
+t0=$(date +%s)
+timeout 1500 "$VB" selftest --gpus "$N" --export-json selftest.json 2>&1 | tee selftest.txt
+echo "selftest rc=${PIPESTATUS[0]} wall=$(( $(date +%s) - t0 )) s" | tee -a commands.txt
+grep -E "p2p access|p2p stress" selftest.txt | tee stress.txt
+for l in threads processes; do
+  step "collective --impl nccl,oneshot,twoshot ($l)"
+  timeout 600 "$VB" collective --gpus "$N" --launcher $l --op all_reduce --impl nccl,oneshot,twoshot \
+      -b 8 -e 4M -f 4 -n 50 -w 5 --export-json collective-$l.json > collective-$l.txt 2>&1
+  rc=$?
+  echo "rc=$rc" >> collective-$l.txt
+  cat collective-$l.txt
+done
+step "the access check's cache"
+cat cache/verifybench/p2p-access.json 2>/dev/null || echo "(no cache file: no pair was probed)"
+step done
+ls -la "$OUTDIR"

@@ -1,0 +1,43 @@
+//! `verifybench breakeven`: speculative-decoding break-even from given or recorded times.
+//! Pure arithmetic (see `crate::speculative`); needs no GPU.
+
+use std::path::PathBuf;
+
+use crate::output::Format;
+use crate::report::breakeven::{print_out, render};
+use crate::speculative::analysis::analyse;
+use crate::speculative::inputs::{self, Flags};
+use crate::trace::breakeven::TraceInput;
+
+/// `breakeven`: the times and acceptance given as flags (`flags`), and the files the flags
+/// of the same names read them from.
+#[derive(Debug, Clone)]
+pub struct BreakevenRequest {
+    pub flags: Flags,
+    pub from: Vec<PathBuf>,
+    pub from_trace: Vec<TraceInput>,
+    pub accept_from_log: Option<PathBuf>,
+    pub format: Format,
+}
+
+/// Runs `verifybench breakeven`.
+pub fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
+    let (mut times, mut file_notes) = crate::evidence::read_verify_files(&a.from)?;
+    times.extend(crate::trace::breakeven::read_trace_times(&a.from_trace)?);
+    let mut flags = a.flags.clone();
+    if let Some(p) = &a.accept_from_log {
+        let (tau, notes) = crate::evidence::read_accept_log(p)?;
+        flags.measured_accept_length = Some(tau);
+        file_notes.extend(notes);
+    }
+    let mut inputs = inputs::resolve(&flags, &times, true)?;
+    inputs.notes.extend(file_notes);
+    let analysis = analyse(inputs);
+    let text = if a.format.is_json() {
+        serde_json::to_string_pretty(&analysis)? + "\n"
+    } else {
+        render(&analysis)
+    };
+    print_out(&text)?;
+    Ok(0)
+}

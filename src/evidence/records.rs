@@ -1,0 +1,158 @@
+//! The times of verify records, for a break-even: a `verify` record gives T_verify, a
+//! `decode` record T_decode, a `draft` record T_draft (one EAGLE-3 draft step), each from the
+//! forward the record timed (`workload.phase`), labelled with the file it came from.
+
+use std::path::{Path, PathBuf};
+
+use super::{short_name, Labelled, Origin, Source};
+use crate::error::usage;
+use crate::model::Phase;
+use crate::record::{Body, Mode, Record, VerifyResult, VerifyRun};
+
+/// The run of a verify record that stands for its time, best first: CUDA graph with compute,
+/// eager with compute, then comm-only runs, then compute-only (both only lower bounds of the
+/// forward: see [`times_of`]).
+pub fn representative_run(v: &VerifyResult) -> Option<&VerifyRun> {
+    [
+        (true, Mode::Full),
+        (false, Mode::Full),
+        (true, Mode::Comm),
+        (false, Mode::Comm),
+        (true, Mode::Compute),
+        (false, Mode::Compute),
+    ]
+    .iter()
+    .find_map(|&(g, m)| v.run(g, m))
+}
+
+/// Words for a run: `graph, full` or `eager, comm only`.
+pub fn run_words(run: &VerifyRun) -> String {
+    let g = if run.graph { "graph" } else { "eager" };
+    match run.mode {
+        Mode::Full => format!("{g}, full"),
+        Mode::Comm => format!("{g}, comm only"),
+        Mode::Compute => format!("{g}, compute only"),
+    }
+}
+
+/// One time read from a verify record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordTime {
+    pub phase: Phase,
+    pub ms: Labelled,
+    /// Tokens of the forward (k + 1 for a verify).
+    pub tokens: u64,
+    /// What the run replayed: only a full run (collectives and compute) is a whole forward.
+    pub mode: Mode,
+}
+
+/// The times of the verify records of one file, in file order, and the kinds it skipped.
+pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String>) {
+    let file = short_name(path);
+    let mut times = vec![];
+    let mut skipped = vec![];
+    for r in records {
+        let Body::Verify(v) = &r.body else {
+            skipped.push(r.body.kind().to_string());
+            continue;
+        };
+        let Some(run) = representative_run(v) else {
+            skipped.push("verify (no runs)".into());
+            continue;
+        };
+        let w = &v.workload;
+        let detail = format!(
+            "{} {} TP={} T={}, {}, median of {}",
+            w.model,
+            phase_word(w.phase),
+            w.tp,
+            w.tokens,
+            run_words(run),
+            run.per_verify.n
+        );
+        // One rule for every command that reads records (breakeven, report, explain): a
+        // forward's part is a lower bound of the forward, shown as such, never as its time.
+        let origin = match run.mode {
+            Mode::Comm | Mode::Compute => Origin::lower_bound(
+                r.source == Source::Modeled,
+                file.clone(),
+                detail + &format!("; {}", missing_part(run.mode)),
+            ),
+            Mode::Full => Origin::read(r.source, file.clone(), detail),
+        };
+        times.push(RecordTime {
+            phase: w.phase,
+            ms: Labelled {
+                value: run.per_verify.median_us / 1000.0,
+                origin,
+            },
+            tokens: w.tokens,
+            mode: run.mode,
+        });
+    }
+    (times, skipped)
+}
+
+/// What a run of `mode` leaves out of the forward.
+pub(crate) fn missing_part(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Comm => "collectives only: the forward's compute is missing",
+        Mode::Compute => "compute only: the forward's collectives are missing",
+        Mode::Full => "",
+    }
+}
+
+pub(crate) fn phase_word(p: Phase) -> &'static str {
+    match p {
+        Phase::Verify => "verify",
+        Phase::Decode => "decode",
+        Phase::Draft => "draft step",
+    }
+}
+
+/// "17 'sweep_point' records, 1 'collective' record": each kind once, with its count.
+fn counted_kinds(kinds: &[String]) -> String {
+    let mut counts: Vec<(&str, usize)> = vec![];
+    for k in kinds {
+        match counts.iter_mut().find(|(x, _)| x == k) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((k, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{n} '{k}' record{}", if *n == 1 { "" } else { "s" }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Reads results files for a break-even: every file must hold at least one verify record
+/// (kind "verify"); other kinds next to them are skipped and named in the notes.
+pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, Vec<String>)> {
+    let mut all = vec![];
+    let mut notes = vec![];
+    for p in paths {
+        let records = crate::record::read_records(p)?;
+        let (times, skipped) = times_of(p, &records);
+        if times.is_empty() {
+            let kinds = if skipped.is_empty() {
+                "no records".to_string()
+            } else {
+                format!("only {}", counted_kinds(&skipped))
+            };
+            return Err(usage(format!(
+                "results file '{}' holds {kinds}; breakeven reads verify records (kind \"verify\", from `verifybench verify`)",
+                p.display()
+            )));
+        }
+        if !skipped.is_empty() {
+            notes.push(format!(
+                "{}: skipped {}",
+                short_name(p),
+                counted_kinds(&skipped)
+            ));
+        }
+        all.extend(times);
+    }
+    Ok((all, notes))
+}

@@ -1,0 +1,214 @@
+//! The server's log, read once: SGLang's lines ([`super::sglang`]) or vLLM's
+//! ([`super::vllm`]), each format parsed in its own file. `breakeven --accept-from-log` takes
+//! its accept length ([`read_accept_log`]); `explain --server-log` all it says
+//! ([`read_server_log`]).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{sglang, short_name, vllm, Labelled, Origin, Source};
+use crate::error::usage;
+use crate::model::Engine;
+
+/// What the server log says.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerLog {
+    pub file: String,
+    pub engine: Option<Engine>,
+    /// The mean accept length, labelled measured from the log; `None` when it holds none.
+    pub accept_length: Option<Labelled>,
+    /// SGLang decode lines with `cuda graph: True` / `False`.
+    pub cuda_graph_true: usize,
+    pub cuda_graph_false: usize,
+    /// vLLM's `enforce_eager=True` (its config line), as found.
+    pub enforce_eager: Option<String>,
+    /// The engines' `Custom allreduce is disabled ...` warning, as found.
+    pub custom_ar_off: Option<String>,
+    /// Generation throughput of one running request as the engine printed it: (mean tok/s,
+    /// lines): SGLang's `gen throughput (token/s)` of `Decode batch.` lines with
+    /// `#running-req: 1`, vLLM's `Avg generation throughput` of lines with `Running: 1 reqs`.
+    pub batch1_tokens_per_s: Option<(f64, usize)>,
+    pub notes: Vec<String>,
+}
+
+fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| usage(format!("{flag} '{}': cannot read: {e}", path.display())))
+}
+
+/// A log that is not UTF-8, refused where its accept length is wanted.
+fn not_utf8(path: &Path) -> anyhow::Error {
+    usage(format!(
+        "--accept-from-log '{}': cannot read: stream did not contain valid UTF-8",
+        path.display()
+    ))
+}
+
+/// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines, or vLLM's
+/// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, and a
+/// note when some SGLang lines ran without a CUDA graph.
+pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
+    let text = String::from_utf8(read(path, "--accept-from-log")?).map_err(|_| not_utf8(path))?;
+    accept_length(path, vllm::acceptance(&text), || sglang::acceptance(&text))
+}
+
+/// The accept length of a log's vLLM lines as [`vllm::acceptance`] read them, else of its SGLang
+/// lines (`sglang`, called only then).
+fn accept_length(
+    path: &Path,
+    vllm: Result<Option<vllm::Acceptance>, String>,
+    sglang: impl FnOnce() -> Option<sglang::AcceptLog>,
+) -> anyhow::Result<(Labelled, Vec<String>)> {
+    let file = short_name(path);
+    if let Some(v) =
+        vllm.map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
+    {
+        let detail = format!(
+            "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
+            v.lines,
+            v.min,
+            v.max,
+            v.positions
+                .map(|k| format!(", {k} draft positions"))
+                .unwrap_or_default()
+        );
+        let origin = Origin::read(Source::Measured, file, detail);
+        return Ok((
+            Labelled {
+                value: v.mean_accept_len,
+                origin,
+            },
+            vec![],
+        ));
+    }
+    let log = sglang().ok_or_else(|| {
+        usage(format!(
+            "--accept-from-log '{}': no SGLang decode line with an accept length above 0 (`Decode batch. ... accept len: 2.31`); is speculative decoding on?",
+            path.display()
+        ))
+    })?;
+    let mut notes = vec![];
+    if log.cuda_graph_false > 0 {
+        notes.push(format!(
+            "{file}: {} of {} decode lines say `cuda graph: False` (those iterations ran eagerly)",
+            log.cuda_graph_false,
+            log.cuda_graph_false + log.cuda_graph_true
+        ));
+    }
+    let detail = format!(
+        "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
+        log.lines, log.spread.min, log.spread.max
+    );
+    let origin = Origin::read(Source::Measured, file, detail);
+    Ok((
+        Labelled {
+            value: log.mean_accept_len,
+            origin,
+        },
+        notes,
+    ))
+}
+
+/// Reads the server log of `--server-log`.
+pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
+    let bytes = read(path, "--server-log")?;
+    let text = String::from_utf8_lossy(&bytes);
+    let sg = sglang::acceptance(&text);
+    let vl_read = vllm::acceptance(&text);
+    let vl = vl_read.clone().ok().flatten();
+    // The engines' own lines first (a log of one may name the other in an import warning).
+    let engine = if vl.is_some() {
+        Some(Engine::Vllm)
+    } else if text.contains(sglang::DECODE_LINE) {
+        Some(Engine::Sglang)
+    } else if text.contains("vllm") || text.contains("vLLM") {
+        Some(Engine::Vllm)
+    } else if text.contains("sglang") || text.contains("SGLang") {
+        Some(Engine::Sglang)
+    } else {
+        None
+    };
+    let mut notes = vec![];
+    let accept_length = if sg.is_none() && vl.is_none() {
+        None
+    } else if let std::borrow::Cow::Owned(_) = text {
+        // A log that is not UTF-8: refused as `breakeven --accept-from-log` refuses it.
+        return Err(not_utf8(path));
+    } else {
+        let (l, n) = accept_length(path, vl_read, || sg.clone())?;
+        notes.extend(n);
+        Some(l)
+    };
+    if engine.is_none() {
+        crate::usage_bail!(
+            "--server-log '{}': neither SGLang's log (`Decode batch.` lines) nor vLLM's (`SpecDecoding metrics:` lines, `vllm` in its lines); give the log the server printed",
+            path.display()
+        );
+    }
+    let (cuda_graph_true, cuda_graph_false) = sg
+        .as_ref()
+        .map(|a| (a.cuda_graph_true, a.cuda_graph_false))
+        .unwrap_or_else(|| sglang::graph_counts(&text));
+    let custom_ar_off = text.lines().find_map(|l| {
+        let i = l.find("Custom allreduce is disabled")?;
+        Some(l[i..].trim().chars().take(160).collect::<String>())
+    });
+    Ok(ServerLog {
+        file: short_name(path),
+        engine,
+        accept_length,
+        cuda_graph_true,
+        cuda_graph_false,
+        enforce_eager: vllm::enforce_eager(&text),
+        custom_ar_off,
+        batch1_tokens_per_s: batch1_throughput(&text),
+        notes,
+    })
+}
+
+/// The mean generation throughput of the log's lines with exactly one running request (batch
+/// 1, the break-even's assumption) and a throughput above 0, SGLang's decode lines and vLLM's
+/// periodic stats alike. `None` when no line qualifies.
+pub(crate) fn batch1_throughput(text: &str) -> Option<(f64, usize)> {
+    let v: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            let (n, t) = if l.contains(sglang::DECODE_LINE) {
+                sglang::throughput(l)?
+            } else {
+                vllm::throughput(l)?
+            };
+            (n == 1.0 && t > 0.0).then_some(t)
+        })
+        .collect();
+    (!v.is_empty()).then(|| (v.iter().sum::<f64>() / v.len() as f64, v.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_without_accept_lengths_is_a_usage_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("server.log");
+        std::fs::write(&p, "hello\n").unwrap();
+        let e = read_accept_log(&p).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("server.log"));
+    }
+
+    #[test]
+    fn batch_one_throughput_is_read_from_both_engines_logs() {
+        let sg = "[x TP0] Decode batch. #running-req: 1, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0,\n\
+    [x TP0] Decode batch. #running-req: 2, #token: 64, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 180.00, #queue-req: 0,\n\
+    [x TP0] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0,\n\
+    [x TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0,\n";
+        // the two lines of one running request: (100 + 80) / 2
+        assert_eq!(batch1_throughput(sg), Some((90.0, 2)));
+        let vl = "INFO 05-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 95.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n\
+    INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n";
+        assert_eq!(batch1_throughput(vl), Some((95.6, 1)));
+        assert_eq!(batch1_throughput("nothing\n"), None);
+    }
+}

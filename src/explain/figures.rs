@@ -1,0 +1,80 @@
+//! The pieces of the answer: a figure with its source and how it was obtained, the lines of the
+//! verify as it ran, the scenarios, the speculation cycle.
+
+use serde::Serialize;
+
+use crate::evidence::{Labelled, Source};
+
+/// One figure, us, with its source and how it was obtained.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figure {
+    pub us: f64,
+    pub source: Source,
+    pub how: String,
+}
+
+pub(crate) fn fig(us: f64, source: Source, how: impl Into<String>) -> Figure {
+    Figure {
+        us,
+        source,
+        how: how.into(),
+    }
+}
+
+/// One line of the verify as it ran.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Part {
+    pub name: String,
+    /// 0: a whole; 1: a part of the line above.
+    pub depth: u8,
+    pub figure: Figure,
+}
+
+/// One counterfactual (or the verify as it ran) with what it gives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    pub verify: Figure,
+    /// Tokens/s with speculation at the accept length (needs --decode-ms's baseline too).
+    pub tokens_per_s: Option<f64>,
+    /// Tokens/s over decoding without speculation.
+    pub vs_baseline: Option<f64>,
+    /// The accept length at which this verify breaks even (needs --decode-ms).
+    pub breakeven_tau: Option<f64>,
+    /// True when the row's own figure fell below the floor of a verify on this machine and
+    /// the row is held at it ([`crate::speculative::bound`]).
+    pub at_floor: bool,
+    /// Low and high of the verify from the model's stated error on the row's modeled part, us
+    /// (`None`: nothing modeled in it, or the error is not known).
+    pub range_us: Option<[f64; 2]>,
+    /// Tokens/s at the high and low ends of `range_us`.
+    pub tokens_per_s_range: Option<[f64; 2]>,
+    /// The plain decode step the row is compared with, ms: the given one, less what the
+    /// row's change (an NCCL setting, the one-shot all-reduce) would save on the decode too.
+    pub plain_decode_ms: Option<f64>,
+}
+
+/// The speculation cycle as resolved (for tokens/s).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cycle {
+    pub decode_ms: Option<Labelled>,
+    /// 1000 / decode ms: decoding without speculation.
+    pub baseline_tokens_per_s: Option<f64>,
+    pub accept_length: Option<Labelled>,
+    pub draft_ms: Labelled,
+    pub draft_steps: u64,
+    pub overhead_ms: Labelled,
+}
+
+/// The verify's collectives and the as-ran figures the counterfactuals start from.
+pub(crate) struct Base {
+    pub verify: Option<Figure>,
+    pub transfer: Figure,
+    /// What a CUDA graph removes (waiting), when known.
+    pub waiting: Option<Figure>,
+    /// The verify from a CUDA graph.
+    pub graph: Option<Figure>,
+    pub already_graph: bool,
+    /// The graph figure is the model's price of the whole forward (no measured part in it).
+    pub graph_modeled_whole: bool,
+}

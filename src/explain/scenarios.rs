@@ -1,0 +1,397 @@
+//! What a CUDA graph, the best NCCL setting and the one-shot all-reduce would make of the
+//! verify, each as verify time and tokens/s through the break-even, and the few sentences that
+//! say it.
+
+use super::calibration::Calibration;
+use super::figures::{fig, Base, Cycle, Figure, Scenario};
+use super::fit::JitterFit;
+use super::gather::SweepBest;
+use super::pricing::Pricing;
+use crate::evidence::{ServerLog, Source};
+use crate::speculative::bound::{hold, Floor};
+use crate::trace::analysis::ms;
+
+/// What every row is held to and priced against: the cycle, and the model held to the
+/// user's decode.
+pub(crate) struct Frame<'a> {
+    pub cycle: &'a Cycle,
+    pub calib: Option<&'a Calibration>,
+}
+
+/// A row: `verify` (its own figure, of which `modeled_us` is the model's) held to the floor
+/// less `decode_cut_us` (what the row's change saves on the decode too), with its range and its
+/// tokens/s against plain decoding with the same change.
+fn row(name: &str, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame) -> Scenario {
+    let c = f.cycle;
+    let floor_us = f.calib.map(|cal| cal.floor_ms.ms * 1000.0 - decode_cut_us);
+    let held = hold(
+        verify.us / 1000.0,
+        floor_us
+            .map(|u| Floor {
+                ms: u / 1000.0,
+                how: String::new(),
+            })
+            .as_ref(),
+    );
+    let verify = if held.at_floor {
+        let cal = f.calib.expect("a floor comes from the calibration");
+        Figure {
+            us: held.ms * 1000.0,
+            source: if cal.given_decode_us.is_some() {
+                Source::Derived
+            } else {
+                Source::Modeled
+            },
+            how: format!(
+                "at the bound: {}{}; {} gave {}, below it",
+                cal.floor_ms.how,
+                if decode_cut_us > 0.0 {
+                    format!(
+                        ", less the {} the same change saves on the decode (modeled)",
+                        ms(decode_cut_us)
+                    )
+                } else {
+                    String::new()
+                },
+                verify.how,
+                ms(verify.us)
+            ),
+        }
+    } else {
+        verify
+    };
+    let err = f.calib.and_then(|cal| cal.error.as_ref()).map(|e| e.rel);
+    let range_us = err.filter(|_| modeled_us > 0.0).map(|e| {
+        let own = if held.at_floor {
+            floor_us.unwrap_or(verify.us)
+        } else {
+            verify.us
+        };
+        let lo = (own - e * modeled_us).max(floor_us.unwrap_or(0.0)).max(0.0);
+        [lo, (own + e * modeled_us).max(lo)]
+    });
+    let (k, d, o) = (c.draft_steps, c.draft_ms.value, c.overhead_ms.value);
+    let plain_ms = c
+        .decode_ms
+        .as_ref()
+        .map(|dm| (dm.value - decode_cut_us / 1000.0).max(1e-9));
+    let tps_of = |us: f64| {
+        c.accept_length
+            .as_ref()
+            .filter(|_| c.baseline_tokens_per_s.is_some())
+            .map(|t| crate::speculative::tokens_per_s(t.value, us / 1000.0, d, k, o))
+    };
+    let tps = tps_of(verify.us);
+    let tau = plain_ms
+        .map(|pm| crate::speculative::breakeven_accept_length(verify.us / 1000.0, d, k, o, pm));
+    Scenario {
+        name: name.into(),
+        vs_baseline: tps
+            .zip(plain_ms)
+            .map(|(a, pm)| a / crate::speculative::baseline_tokens_per_s(pm)),
+        tokens_per_s: tps,
+        breakeven_tau: tau,
+        at_floor: held.at_floor,
+        tokens_per_s_range: range_us
+            .and_then(|[lo, hi]| tps_of(hi).zip(tps_of(lo)).map(|(a, b)| [a, b])),
+        range_us,
+        plain_decode_ms: plain_ms,
+        verify,
+    }
+}
+
+/// The verify as the server log's throughput implies it: one request at `tau` tokens per cycle
+/// and X tok/s takes tau / X per cycle, of which k draft steps and the overhead are not the
+/// verify. The tokens/s is the log's (measured); the verify time is derived from it.
+pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> Option<Scenario> {
+    let c = f.cycle;
+    let (tps, lines) = l.batch1_tokens_per_s?;
+    let Some(tau) = &c.accept_length else {
+        notes.push(format!(
+            "{}: {tps:.1} tok/s with one running request, but no accept length to turn it into a verify time",
+            l.file
+        ));
+        return None;
+    };
+    let cycle_ms = 1000.0 * tau.value / tps;
+    let verify_ms = cycle_ms - c.draft_steps as f64 * c.draft_ms.value - c.overhead_ms.value;
+    if verify_ms <= 0.0 {
+        notes.push(format!(
+            "{}: {tps:.1} tok/s at accept length {:.2} leaves no time for the verify after {} draft steps of {} ms: check --draft-ms",
+            l.file, tau.value, c.draft_steps, c.draft_ms.value
+        ));
+        return None;
+    }
+    let mut s = row(
+        "as the server log measured it",
+        fig(
+            verify_ms * 1000.0,
+            Source::Derived,
+            format!(
+                "{}: {tps:.1} tok/s measured (mean of {lines} lines with one running request), at accept length {:.2}: cycle {cycle_ms:.2} ms less the drafts and overhead",
+                l.file, tau.value
+            ),
+        ),
+        0.0,
+        0.0,
+        f,
+    );
+    if !s.at_floor {
+        s.tokens_per_s = Some(tps);
+        s.vs_baseline = c.baseline_tokens_per_s.map(|b| tps / b);
+    }
+    Some(s)
+}
+
+pub(crate) fn scenarios(
+    b: &Base,
+    p: &Pricing,
+    sweep: Option<&SweepBest>,
+    f: &Frame,
+    notes: &mut Vec<String>,
+) -> Vec<Scenario> {
+    let Some(v) = &b.verify else {
+        return vec![];
+    };
+    let x = b.transfer.us;
+    let mut out = vec![row(
+        if b.already_graph {
+            "as it ran (CUDA graph)"
+        } else {
+            "as it ran (eager)"
+        },
+        v.clone(),
+        0.0,
+        0.0,
+        f,
+    )];
+    // A graph priced whole by the model gets the per-forward time the model does not see (the
+    // given decode less the model's); one derived from the given verify already holds it.
+    let not_modeled = f.calib.and_then(|cal| cal.not_modeled_us).unwrap_or(0.0);
+    let graph = b.graph.clone().map(|mut gr| {
+        if b.graph_modeled_whole && not_modeled != 0.0 {
+            gr.us = (gr.us + not_modeled).max(0.0);
+            gr.how.push_str(&format!(
+                " + {} per forward the model does not see (the given decode less the model's)",
+                ms(not_modeled)
+            ));
+        }
+        gr
+    });
+    // The model's part of the graph figure: all of it when priced whole, the transfer when
+    // the waiting it removes was inferred against the modeled transfer, nothing when measured.
+    let graph_modeled = match (&graph, &b.waiting) {
+        (Some(gr), _) if b.graph_modeled_whole => gr.us,
+        (_, Some(w)) if w.source == Source::Measured => 0.0,
+        _ => x,
+    };
+    if let Some(gr) = &graph {
+        if !b.already_graph {
+            out.push(row("with a CUDA graph", gr.clone(), graph_modeled, 0.0, f));
+        }
+    }
+    // The best NCCL setting: the sweep's when given (measured or modeled as it says), else
+    // the model's.
+    let (ratio, setting, src, from) = match sweep {
+        Some(s) => (
+            s.ratio,
+            s.setting.clone(),
+            if s.source == "measured" {
+                Source::Derived
+            } else {
+                Source::Modeled
+            },
+            format!(
+                "{} ({}, {} {} runs)",
+                s.file,
+                s.source,
+                if s.graph { "graph" } else { "eager" },
+                s.mode
+            ),
+        ),
+        None => (
+            p.best_ratio(),
+            p.best_setting.clone(),
+            Source::Modeled,
+            format!("the model's best ({})", p.profile),
+        ),
+    };
+    let cut = x * (1.0 - ratio);
+    let dcut = f.calib.map_or(0.0, |cal| cal.decode_cut_us(ratio));
+    if ratio >= 0.999 {
+        notes.push(format!(
+            "no NCCL setting row: {setting} is already the best ({from}); NCCL settings leave the verify as it is"
+        ));
+    }
+    let nccl_how = |base: &str| format!("{base} with the transfer x {ratio:.3}: {setting}, {from}");
+    if !b.already_graph && ratio < 0.999 {
+        out.push(row(
+            "best NCCL setting",
+            fig(v.us - cut, src, nccl_how("as it ran")),
+            cut,
+            dcut,
+            f,
+        ));
+    }
+    if let Some(gr) = graph.as_ref().filter(|_| ratio < 0.999) {
+        out.push(row(
+            if b.already_graph {
+                "best NCCL setting (graph)"
+            } else {
+                "best NCCL setting + CUDA graph"
+            },
+            fig(gr.us - cut, modeled_from(src), nccl_how("the graph row")),
+            graph_modeled + cut,
+            dcut,
+            f,
+        ));
+    }
+    match &p.oneshot_transfer_us {
+        Ok(one) => {
+            let r1 = one / p.transfer_us;
+            let cut1 = x * (1.0 - r1);
+            let dcut1 = f.calib.map_or(0.0, |cal| cal.decode_oneshot_cut_us());
+            let how = |base: &str| {
+                format!(
+                    "{base} with the transfer x {r1:.3}: the all-reduces by the one-shot P2P kernel, the all-gather on NCCL (modeled, {})",
+                    p.profile
+                )
+            };
+            if !b.already_graph {
+                out.push(row(
+                    "one-shot all-reduce",
+                    fig(v.us - cut1, Source::Modeled, how("as it ran")),
+                    cut1,
+                    dcut1,
+                    f,
+                ));
+            }
+            if let Some(gr) = &graph {
+                out.push(row(
+                    "one-shot all-reduce + CUDA graph",
+                    fig(gr.us - cut1, Source::Modeled, how("the graph row")),
+                    graph_modeled + cut1,
+                    dcut1,
+                    f,
+                ));
+            }
+        }
+        Err(why) => notes.push(format!("no one-shot row: {why}")),
+    }
+    out
+}
+
+/// A figure computed by the model from one of `source` is modeled (measured stays derived).
+fn modeled_from(source: Source) -> Source {
+    match source {
+        Source::Measured | Source::Given | Source::Derived => Source::Derived,
+        _ => Source::Modeled,
+    }
+}
+
+fn pct(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        100.0 * a / b
+    } else {
+        0.0
+    }
+}
+
+pub(crate) fn summary(
+    b: &Base,
+    sc: &[Scenario],
+    c: &Cycle,
+    f: Option<&JitterFit>,
+    traced: bool,
+    engines_gate: bool,
+) -> Vec<String> {
+    let mut out = vec![];
+    if let Some(w) = &b.waiting {
+        let in_coll = b.transfer.us + w.us;
+        out.push(format!(
+            "Of the {} inside the collectives, {} ({:.0}%) is waiting for the last rank ({}) and {} transfer ({}): NCCL settings can change at most the transfer.",
+            ms(in_coll),
+            ms(w.us),
+            pct(w.us, in_coll),
+            if traced && w.source == Source::Measured {
+                "measured".to_string()
+            } else {
+                "inferred, not measured".to_string()
+            },
+            ms(b.transfer.us),
+            b.transfer.source.label()
+        ));
+    }
+    if let Some(f) = f {
+        if f.reached {
+            out.push(format!(
+                "Waiting inferred, not measured: host gaps of {:.0} +- {:.0} us before each collective (an eager engine's CPU time between launches, different on every rank) reproduce it in the cost model.",
+                f.mean_us, f.jitter_us
+            ));
+        } else {
+            out.push(format!(
+                "Waiting inferred, not measured, and larger than host-gap jitter up to {:.0} us explains in the model: look for a late rank (a trace of every rank shows it).",
+                f.jitter_us
+            ));
+        }
+    }
+    let row = |name: &str| sc.iter().find(|s| s.name == name);
+    let tps = |s: &Scenario| match (s.tokens_per_s, s.vs_baseline) {
+        (Some(t), Some(x)) => format!(", {t:.1} tok/s ({x:.2}x decoding without speculation)"),
+        _ => s
+            .breakeven_tau
+            .map(|t| format!(", breaking even at accept length {t:.2}"))
+            .unwrap_or_default(),
+    };
+    if let (Some(now), Some(g)) = (sc.first(), row("with a CUDA graph")) {
+        out.push(format!(
+            "A CUDA graph removes the waiting: verify {} -> {} ({}{}){}{}.",
+            ms(now.verify.us),
+            ms(g.verify.us),
+            g.verify.source.label(),
+            if g.at_floor {
+                ", at the floor: never faster than this machine's decode step plus what the extra tokens add"
+            } else {
+                ""
+            },
+            tps(g),
+            match (now.tokens_per_s, c.baseline_tokens_per_s) {
+                (Some(t), Some(bl)) => format!(
+                    ", against {t:.1} tok/s as it ran and {bl:.1} tok/s without speculation"
+                ),
+                _ => String::new(),
+            }
+        ));
+    } else if b.already_graph {
+        out.push("The verify already ran from a CUDA graph: its collectives' time is transfer and skew the graph cannot remove.".into());
+    }
+    match (
+        sc.first(),
+        row("best NCCL setting").or(row("best NCCL setting (graph)")),
+    ) {
+        (Some(now), Some(n)) => out.push(format!(
+            "The best NCCL setting saves {} per verify ({}).",
+            ms((now.verify.us - n.verify.us).max(0.0)),
+            n.verify.source.label()
+        )),
+        (Some(_), None) => out.push(
+            "NCCL's default choice is already the best setting the evidence knows: NCCL settings change nothing here (a sweep of the real machine, --sweep, may know better).".into(),
+        ),
+        _ => {}
+    }
+    if let Some(o) = row("one-shot all-reduce + CUDA graph") {
+        out.push(format!(
+            "The one-shot all-reduce with a CUDA graph: verify {} ({}{}){}{}",
+            ms(o.verify.us),
+            o.verify.source.label(),
+            if o.at_floor { ", at the floor" } else { "" },
+            tps(o),
+            if engines_gate {
+                "; SGLang and vLLM keep their custom all-reduce off on more than two GPUs without full NVLink, so this row needs an engine change."
+            } else {
+                "."
+            }
+        ));
+    }
+    out
+}

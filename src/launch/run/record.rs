@@ -1,0 +1,481 @@
+//! The result record of a finished run: the ranks' samples combined per configuration, the
+//! provenance (the workers' reports, the driver, the host's noise sources), the verify record
+//! and the per-collective pass as a Chrome trace.
+
+use crate::comm;
+use crate::launch::job::{Job, RankResult};
+use crate::measure::Summary;
+use crate::record::{
+    Body, Mode, Part, Provenance, RankTime, Record, Source, VerifyResult, VerifyRun, WorkerInfo,
+    Workload,
+};
+
+/// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest
+/// rank, or their mean), and the wrong elements of all ranks.
+pub(crate) fn combine(
+    results: &[RankResult],
+    configs: usize,
+    rank_time: RankTime,
+) -> anyhow::Result<Vec<(Summary, u64)>> {
+    let mut out = vec![];
+    for c in 0..configs {
+        let len = results
+            .iter()
+            .map(|r| r.samples.get(c).map_or(0, Vec::len))
+            .min()
+            .unwrap_or(0);
+        let per_sample: Vec<f64> = (0..len)
+            .filter_map(|i| {
+                let ranks: Vec<f64> = results.iter().map(|r| r.samples[c][i]).collect();
+                rank_time.reduce(&ranks)
+            })
+            .collect();
+        let s = Summary::from_samples(&per_sample)
+            .ok_or_else(|| anyhow::anyhow!("configuration {c} produced no timing samples"))?;
+        let wrong = results
+            .iter()
+            .map(|r| r.wrong.get(c).copied().unwrap_or(0))
+            .sum();
+        out.push((s, wrong));
+    }
+    Ok(out)
+}
+
+/// States `rank_time` in the record: its field, and a note the header prints.
+pub(super) fn state_rank_time(p: &mut Provenance, rank_time: RankTime) {
+    p.rank_time = Some(rank_time);
+    p.notes.push(format!("rank time: {}", rank_time.describe()));
+}
+
+/// Provenance of a run on GPUs, from the parent and what every worker reported.
+pub fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
+    let mut p = worker_provenance(launcher, started, results);
+    p.driver_version = comm::device::driver_version()
+        .or_else(comm::device::driver_cuda_version)
+        .map(|v| match comm::device::driver_cuda_version() {
+            Some(c) if !v.contains(&c) => format!("{v} (CUDA {c})"),
+            _ => v,
+        });
+    p.nccl_version = p.nccl_version.or_else(comm::nccl::version);
+    p.nccl_library = p
+        .nccl_library
+        .or_else(|| comm::libs::loaded_path("libnccl"));
+    p
+}
+
+/// The part of [`provenance`] that comes from the workers' reports alone (no driver query).
+fn worker_provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
+    let mut p = Provenance::here("nccl", started);
+    p.launcher = Some(launcher.into());
+    p.gpus = results.iter().filter_map(|r| r.gpu.clone()).collect();
+    p.nccl_version = results.first().and_then(|r| r.nccl_version.clone());
+    p.nccl_library = results.first().and_then(|r| r.nccl_library.clone());
+    p.worker_nccl = results.iter().map(RankResult::nccl).collect();
+    p.workers = results
+        .iter()
+        .map(|r| WorkerInfo {
+            rank: r.rank,
+            pid: r.pid,
+            device: r.device,
+            nccl_env: r.nccl_env.clone(),
+        })
+        .collect();
+    let init: Vec<String> = results.iter().map(|r| format!("{:.2}", r.init_s)).collect();
+    p.notes
+        .push(format!("NCCL init per rank (s): {}", init.join(", ")));
+    p.notes.extend(host_notes(
+        results,
+        crate::launch::affinity::governors(std::path::Path::new("/")),
+    ));
+    p
+}
+
+/// The provenance notes on what makes timings noisy at the source: each rank's CPU affinity,
+/// the CPU frequency governor and the GPUs' rated clocks (or that they are not available).
+pub(crate) fn host_notes(results: &[RankResult], governor: Option<String>) -> Vec<String> {
+    let aff: Vec<String> = results
+        .iter()
+        .map(|r| match &r.affinity {
+            Some(f) => format!(
+                "rank {}: {} ({})",
+                r.rank,
+                f.cpus.as_deref().unwrap_or("inherited"),
+                f.note
+            ),
+            None => format!("rank {}: not reported", r.rank),
+        })
+        .collect();
+    let clocks: Vec<String> = results
+        .iter()
+        .map(|r| match r.clocks_khz {
+            Some((sm, mem)) => format!("rank {}: {} / {}", r.rank, sm / 1000, mem / 1000),
+            None => format!("rank {}: not available", r.rank),
+        })
+        .collect();
+    vec![
+        format!("CPU affinity per rank: {}", aff.join("; ")),
+        format!(
+            "CPU frequency governor: {}",
+            governor.unwrap_or_else(|| "not available (no cpufreq in sysfs)".into())
+        ),
+        format!(
+            "GPU rated clocks per rank, SM / memory MHz (driver attributes CLOCK_RATE / MEMORY_CLOCK_RATE): {}",
+            clocks.join("; ")
+        ),
+    ]
+}
+
+/// The provenance note of a replay with `--pdl`.
+const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl): each streaming kernel lets the next be scheduled as its blocks retire and issues its first weight loads before it waits for the kernel before it; after a collective (which never triggers early) it starts as a plain launch";
+
+/// Writes the per-collective pass of the first run that has one (eager before graph) as a
+/// Chrome trace.
+pub fn export_trace(
+    job: &Job,
+    results: &[RankResult],
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let Job::Verify { schedule, runs, .. } = job else {
+        anyhow::bail!("not a verify job");
+    };
+    let Some(c) = (0..runs.len()).find(|&c| {
+        results
+            .iter()
+            .all(|r| r.passes.get(c).is_some_and(|p| !p.is_empty()))
+    }) else {
+        crate::usage_bail!(
+            "--export-trace '{}': no run timed collectives per rank (mode compute, or one GPU); add --mode comm or full",
+            path.display()
+        );
+    };
+    let per_rank: Vec<_> = results.iter().map(|r| r.passes[c].clone()).collect();
+    let tracks = crate::launch::timeline::chrome_tracks(&per_rank, schedule, runs[c].0);
+    crate::trace::chrome::write_file(&tracks, results.len(), path)
+}
+
+/// The verify record of a finished verify job.
+pub fn verify_record(
+    job: &Job,
+    results: &[RankResult],
+    launcher: &str,
+    started: String,
+    rank_time: RankTime,
+) -> anyhow::Result<Record> {
+    verify_record_with(job, results, rank_time, || {
+        provenance(launcher, started, results)
+    })
+}
+
+/// [`verify_record`] with the provenance from `provenance` (called once, after the checks).
+fn verify_record_with(
+    job: &Job,
+    results: &[RankResult],
+    rank_time: RankTime,
+    provenance: impl FnOnce() -> Provenance,
+) -> anyhow::Result<Record> {
+    let Job::Verify {
+        schedule,
+        runs,
+        iters,
+        warmup,
+        host_gaps,
+        pdl,
+        ..
+    } = job
+    else {
+        anyhow::bail!("not a verify job");
+    };
+    let combined = combine(results, runs.len(), rank_time)?;
+    let ncoll = schedule.n_collectives().max(1) as f64;
+    let weights = schedule.weight_bytes_by_kind();
+    let total_w = schedule.total_weight_bytes().max(1) as f64;
+    let vruns = runs
+        .iter()
+        .zip(combined)
+        .enumerate()
+        .map(|(c, (&(graph, mode), (s, wrong)))| {
+            // Compute time per op kind, apportioned by the bytes each kind streams (the
+            // kernels are memory-bound); the collectives are timed as a whole.
+            let breakdown = if mode == Mode::Compute {
+                weights
+                    .iter()
+                    .map(|(k, b)| Part {
+                        name: format!("{} (by bytes)", k.name()),
+                        us: s.median_us * *b as f64 / total_w,
+                        count: schedule
+                            .ops
+                            .iter()
+                            .filter(|o| matches!(o, crate::model::Op::Compute { kind, .. } if kind == k))
+                            .count() as u64,
+                    })
+                    .collect()
+            } else {
+                vec![]
+            };
+            VerifyRun {
+                graph,
+                mode,
+                per_collective_us: s.median_us / ncoll,
+                per_verify: s,
+                breakdown,
+                wrong,
+                iterations: *iters,
+                warmup: *warmup,
+                in_collective: {
+                    let per_rank: Vec<_> = results
+                        .iter()
+                        .map(|r| r.passes.get(c).cloned().unwrap_or_default())
+                        .collect();
+                    crate::launch::timeline::attribute_pass(
+                        &per_rank,
+                        format!(
+                            "measured in a separate pass after the headline timing (events around each collective{}); {}",
+                            if graph { ", event-record nodes inside the graph" } else { "" },
+                            crate::launch::timeline::ALIGNMENT
+                        ),
+                    )
+                },
+            }
+        })
+        .collect();
+    let stream_gbps = results
+        .iter()
+        .filter_map(|r| r.stream_gbps)
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
+    let mut p = provenance();
+    state_rank_time(&mut p, rank_time);
+    if !host_gaps.is_none() {
+        p.notes.push(host_gaps.describe());
+        if runs.iter().any(|r| r.0) {
+            p.notes.push(
+                "graph replay: no host gaps (a CUDA graph launches every kernel from the device)"
+                    .into(),
+            );
+        }
+    }
+    let fixed = results
+        .iter()
+        .filter_map(|r| r.stream_fixed_us)
+        .fold(None, |m: Option<f64>, x| {
+            Some(m.map_or(x, |m: f64| m.max(x)))
+        });
+    if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
+        use crate::launch::job::{plan_steps, stream_launches, FIXED_COST_LAUNCHES};
+        let nops = stream_launches(&plan_steps(schedule, 0)).0;
+        p.notes.push(format!(
+            "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us ({FIXED_COST_LAUNCHES} back-to-back launches of the mean size against one launch of their bytes, same run) = {:.1} us",
+            schedule.total_weight_bytes(),
+            schedule.total_weight_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
+        ));
+    }
+    if *pdl {
+        p.notes.push(PDL_NOTE.into());
+    }
+    Ok(Record::new(
+        Source::Measured,
+        p,
+        Body::Verify(VerifyResult {
+            workload: Workload::of(schedule),
+            runs: vruns,
+            stream_gbps,
+            predicted_compute_us: stream_gbps
+                .map(|g| schedule.total_weight_bytes() as f64 / (g * 1e3)),
+            p2p: vec![],
+        }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{presets, Phase, ScheduleOptions};
+    use std::collections::BTreeMap;
+
+    fn rank(rank: usize, samples: Vec<Vec<f64>>, wrong: Vec<u64>) -> RankResult {
+        RankResult {
+            rank,
+            pid: 100 + rank as u32,
+            device: rank,
+            gpu: None,
+            nccl_env: BTreeMap::from([("NCCL_PROTO".to_string(), "LL".to_string())]),
+            nccl_version: Some("2.28.3".into()),
+            nccl_library: Some("/lib/libnccl.so.2".into()),
+            samples,
+            wrong,
+            checked: vec![],
+            init_s: 0.5 + rank as f64,
+            stream_gbps: None,
+            stream_fixed_us: None,
+            passes: vec![],
+            affinity: None,
+            clocks_khz: None,
+        }
+    }
+
+    #[test]
+    fn host_notes_name_affinity_governor_and_clocks_per_rank() {
+        let mut a = rank(0, vec![], vec![]);
+        a.affinity = Some(crate::launch::affinity::AffinityFacts {
+            requested: "auto".into(),
+            cpus: Some("0-31".into()),
+            numa_node: Some(0),
+            note: "the CPUs of NUMA node 0, the node of GPU 0000:19:00.0".into(),
+        });
+        a.clocks_khz = Some((1_980_000, 3_201_000));
+        let b = rank(1, vec![], vec![]);
+        let n = host_notes(&[a, b], Some("performance x 64".into()));
+        assert_eq!(
+            n[0],
+            "CPU affinity per rank: rank 0: 0-31 (the CPUs of NUMA node 0, the node of GPU 0000:19:00.0); rank 1: not reported"
+        );
+        assert_eq!(n[1], "CPU frequency governor: performance x 64");
+        assert!(
+            n[2].ends_with("rank 0: 1980 / 3201; rank 1: not available"),
+            "{}",
+            n[2]
+        );
+        assert!(host_notes(&[], None)[1].contains("not available"));
+    }
+
+    #[test]
+    fn combine_takes_the_slowest_rank_per_sample_and_sums_wrong_elements() {
+        let r = [
+            rank(0, vec![vec![10.0, 30.0, 20.0], vec![5.0]], vec![0, 2]),
+            rank(1, vec![vec![12.0, 25.0, 21.0, 99.0], vec![6.0]], vec![1, 0]),
+        ];
+        let c = combine(&r, 2, RankTime::Max).unwrap();
+        assert_eq!(c.len(), 2);
+        // per sample the maximum over ranks: 12, 30, 21 (rank 1's extra sample has no pair)
+        assert_eq!(c[0].0.n, 3);
+        assert_eq!(c[0].0.median_us, 21.0);
+        assert_eq!(c[0].0.max_us, 30.0);
+        assert_eq!(c[0].1, 1);
+        assert_eq!(c[1].0.median_us, 6.0);
+        assert_eq!(c[1].1, 2);
+        // a configuration without samples is an error, not a zero
+        assert!(combine(&r, 3, RankTime::Max).is_err());
+        // --rank-time mean: per sample (10+12)/2 = 11, (30+25)/2 = 27.5, (20+21)/2 = 20.5;
+        // median 20.5, max 27.5; the second configuration (5+6)/2 = 5.5; wrong still summed
+        let m = combine(&r, 2, RankTime::Mean).unwrap();
+        assert_eq!(m[0].0.n, 3);
+        assert_eq!(m[0].0.median_us, 20.5);
+        assert_eq!(m[0].0.max_us, 27.5);
+        assert_eq!(m[0].0.min_us, 11.0);
+        assert_eq!(m[1].0.median_us, 5.5);
+        assert_eq!((m[0].1, m[1].1), (1, 2));
+    }
+
+    #[test]
+    fn the_rank_time_is_stated_in_the_record_and_its_header_note() {
+        let mut p = Provenance::here("nccl", crate::util::now_utc());
+        state_rank_time(&mut p, RankTime::Mean);
+        assert_eq!(p.rank_time, Some(RankTime::Mean));
+        assert_eq!(
+            p.notes,
+            ["rank time: per sample the mean over ranks, as nccl-tests -a 1 (--rank-time mean)"]
+        );
+        let back: Provenance = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back.rank_time, Some(RankTime::Mean));
+        assert!("median"
+            .parse::<RankTime>()
+            .unwrap_err()
+            .contains("give max"));
+    }
+
+    #[test]
+    fn verify_record_labels_measured_numbers_per_run() {
+        let schedule = crate::model::build(
+            &presets::preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp: 2,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let job = Job::Verify {
+            schedule: schedule.clone(),
+            runs: vec![(false, Mode::Comm), (true, Mode::Comm)],
+            iters: 3,
+            warmup: 1,
+            launches_per_layer: 0,
+            run_impls: vec![],
+            host_gaps: Default::default(),
+            timing_pass: 0,
+            pdl: false,
+        };
+        let r = [
+            rank(
+                0,
+                vec![vec![1240.0; 3], vec![620.0, 640.0, 630.0]],
+                vec![0, 0],
+            ),
+            rank(
+                1,
+                vec![vec![1000.0; 3], vec![700.0, 600.0, 610.0]],
+                vec![0, 3],
+            ),
+        ];
+        let rec = verify_record_with(&job, &r, RankTime::Max, || {
+            worker_provenance("processes", crate::util::now_utc(), &r)
+        })
+        .unwrap();
+        assert_eq!(rec.source, Source::Measured);
+        assert_eq!(rec.provenance.backend, "nccl");
+        assert_eq!(rec.provenance.launcher.as_deref(), Some("processes"));
+        assert_eq!(rec.provenance.workers.len(), 2);
+        assert_eq!(rec.provenance.workers[1].pid, 101);
+        assert!(rec
+            .provenance
+            .notes
+            .iter()
+            .any(|n| n == "NCCL init per rank (s): 0.50, 1.50"));
+        let Body::Verify(v) = &rec.body else {
+            panic!("a verify record")
+        };
+        assert_eq!(v.workload, Workload::of(&schedule));
+        assert_eq!(v.runs.len(), 2);
+        assert!(!v.runs[0].graph && v.runs[1].graph);
+        assert_eq!(v.runs[0].per_verify.median_us, 1240.0);
+        assert_eq!(v.runs[0].per_collective_us, 1240.0 / 124.0);
+        // graph: per sample max(620, 700), max(640, 600), max(630, 610) -> median 640
+        assert_eq!(v.runs[1].per_verify.median_us, 640.0);
+        assert_eq!(v.runs[1].wrong, 3);
+        assert_eq!((v.runs[1].iterations, v.runs[1].warmup), (3, 1));
+        assert_eq!(rec.provenance.nccl_version.as_deref(), Some("2.28.3"));
+        assert!(verify_record_with(&Job::Env, &r, RankTime::Max, || panic!(
+            "no provenance for a wrong job"
+        ))
+        .is_err());
+    }
+
+    #[test]
+    fn a_trace_export_needs_a_verify_job_with_a_pass_on_every_rank() {
+        let p = std::path::Path::new("unwritten.json");
+        let r = [rank(0, vec![vec![1.0]], vec![0])];
+        assert!(export_trace(&Job::Env, &r, p).is_err());
+        let job = Job::Verify {
+            schedule: crate::model::build(
+                &presets::preset("kimi-k2.5").unwrap(),
+                &ScheduleOptions::default(),
+                Phase::Verify,
+            )
+            .unwrap(),
+            runs: vec![(false, Mode::Compute)],
+            iters: 1,
+            warmup: 0,
+            launches_per_layer: 0,
+            run_impls: vec![],
+            host_gaps: Default::default(),
+            timing_pass: 0,
+            pdl: false,
+        };
+        let e = export_trace(&job, &r, p).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(
+            e.to_string().contains("no run timed collectives per rank"),
+            "{e}"
+        );
+        assert!(!p.exists());
+    }
+}
