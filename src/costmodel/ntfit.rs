@@ -24,8 +24,8 @@ mod checks;
 
 use std::collections::BTreeSet;
 
-use rayon::prelude::*;
 pub(crate) use checks::{choose_base, warnings, BaseChoice};
+use rayon::prelude::*;
 
 use super::fit::{self, Param, Point, Term};
 use super::predict::Force;

@@ -48,7 +48,12 @@ pub struct Check {
 
 impl Check {
     /// The check `name` through `launcher`: it passed when `pass`, `detail` says what it saw.
-    pub(super) fn new(name: impl Into<String>, launcher: &str, pass: bool, detail: String) -> Check {
+    pub(super) fn new(
+        name: impl Into<String>,
+        launcher: &str,
+        pass: bool,
+        detail: String,
+    ) -> Check {
         let (name, launcher) = (name.into(), launcher.into());
         Check {
             name,
