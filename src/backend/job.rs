@@ -211,19 +211,19 @@ mod tests {
         }
         .schedule(8)
         .unwrap();
-        // 39,216 = 117,649 distinct salts (7^6) / 3 slots, rounded down
-        s.ops = s.ops.iter().cycle().take(39_217).cloned().collect();
+        // 117,649 = 7^6 operations: the base-7 digits 0..6 of an index are its inputs' offsets
+        s.ops = s.ops.iter().cycle().take(117_650).cloned().collect();
         let mut a = VerifyRequest::mock();
         let e = check_exact_length(&a, &s, 2).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
-        assert!(e.to_string().contains("at most 39216 operations"), "{e}");
+        assert!(e.to_string().contains("at most 117649 operations"), "{e}");
         // compute alone: one rank has no communicator, two have one (for their barrier)
         a.mode = vec![Mode::Compute];
         assert!(check_exact_length(&a, &s, 1).is_ok());
         assert!(check_exact_length(&a, &s, 2).is_err());
         a.mode = vec![Mode::Comm];
         assert!(check_exact_length(&a, &s, 1).is_err());
-        s.ops.truncate(39_216);
+        s.ops.truncate(117_649);
         assert!(check_exact_length(&a, &s, 2).is_ok());
     }
 

@@ -83,7 +83,10 @@ impl ModelSettings {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-            let fit = v.get("data").and_then(|d| d.get("fit")).or(v.get("fit"));
+            // A profile written by `model fit` is a record: its fit lies under result.data.
+            let fit = ["/result/data/fit", "/data/fit", "/fit"]
+                .iter()
+                .find_map(|at| v.pointer(at));
             return Ok(fit
                 .and_then(|f| f.get("median_abs_loo_rel_err"))
                 .and_then(|e| e.as_f64())

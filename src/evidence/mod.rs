@@ -5,19 +5,23 @@
 //! `trace` builds on this layer (the traps table beside its analysis), and `speculative`,
 //! `explain`, `report` and the commands take their inputs from here.
 
+pub mod checks;
+pub mod nccl;
 pub mod provenance;
 pub mod records;
 pub mod server_log;
 pub mod sglang;
 pub mod vllm;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use regex::Regex;
 use serde::Serialize;
 
 use crate::error::usage;
+
+pub use nccl::{read_nccl_logs, NcclLogText};
 pub use provenance::{Labelled, Origin, Source};
 pub use records::{read_verify_files, times_of, RecordTime};
 pub use server_log::{read_accept_log, read_server_log, ServerLog};
@@ -29,6 +33,11 @@ pub fn short_name(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
+/// A file's bytes; one that cannot be read is a usage error naming the flag.
+fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| usage(format!("{flag} '{}': cannot read: {e}", path.display())))
+}
+
 /// The number that `pattern`'s first group captures in `line` (the pattern compiled once, in
 /// `cell`).
 fn captured(cell: &'static OnceLock<Regex>, pattern: &str, line: &str) -> Option<f64> {
@@ -36,39 +45,67 @@ fn captured(cell: &'static OnceLock<Regex>, pattern: &str, line: &str) -> Option
     re.captures(line).and_then(|c| c[1].parse::<f64>().ok())
 }
 
-/// One NCCL log as text (INIT, GRAPH, ENV or COLL lines).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NcclLogText {
-    pub name: String,
-    #[serde(skip)]
-    pub text: String,
+/// How the verify was launched, as the server's log says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchMode {
+    /// No CUDA graph: every kernel launched from the host.
+    Eager,
+    /// Some of the verify (some iterations, or some of each forward) outside a graph.
+    PartlyEager,
+    /// The verify from a CUDA graph.
+    Graph,
 }
 
-/// Reads `--nccl-log` files; one without any `NCCL` line is a usage error.
-pub fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogText>> {
-    paths
-        .iter()
-        .map(|p| {
-            let bytes = std::fs::read(p).map_err(|e| {
-                usage(format!("--nccl-log '{}': cannot read: {e}", p.display()))
-            })?;
-            if crate::util::looks_like_json(&bytes[..bytes.len().min(4096)]) {
-                crate::usage_bail!(
-                    "--nccl-log '{}' is a JSON document (a profiler trace?), not an NCCL log: give traces to --trace and the log NCCL writes with NCCL_DEBUG=INFO to --nccl-log",
-                    p.display()
-                );
-            }
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            if !text.contains("NCCL") {
-                crate::usage_bail!(
-                    "--nccl-log '{}': no NCCL line in it; give a log written with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV)",
-                    p.display()
-                );
-            }
-            Ok(NcclLogText {
-                name: short_name(p),
-                text,
-            })
-        })
-        .collect()
+impl LaunchMode {
+    pub fn words(self) -> &'static str {
+        match self {
+            LaunchMode::Eager => "eagerly",
+            LaunchMode::PartlyEager => "partly eagerly",
+            LaunchMode::Graph => "from a CUDA graph",
+        }
+    }
+}
+
+/// The launch of the verify as one engine's log line says it: the mode, what the line means
+/// for a verify, and the line as printed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Launch {
+    pub mode: LaunchMode,
+    /// What it means for a verify of k + 1 tokens.
+    pub meaning: String,
+    /// The line that says it (its message, without the logger's prefix where one is known).
+    pub line: String,
+}
+
+impl Launch {
+    /// The launch as the answer says it: `the verify ran partly eagerly (server.log:
+    /// `...setting cudagraph_mode=PIECEWISE`): cudagraph_mode=PIECEWISE: ...`.
+    pub fn sentence(&self, file: &str) -> String {
+        format!(
+            "The server log says the verify ran {} ({file}: `{}`): {}.",
+            self.mode.words(),
+            self.line,
+            self.meaning
+        )
+    }
+
+    /// The name of the row of the verify as it ran: `as it ran (partly eager)`.
+    pub fn row_name(&self) -> String {
+        let mode = match self.mode {
+            LaunchMode::Eager => "eager",
+            LaunchMode::PartlyEager => "partly eager",
+            LaunchMode::Graph => "CUDA graph",
+        };
+        format!("as it ran ({mode})")
+    }
+}
+
+/// A log line as quoted: at most 240 characters.
+fn quoted(line: &str) -> String {
+    let l = line.trim();
+    match l.char_indices().nth(240) {
+        Some((i, _)) => format!("{} ...", &l[..i]),
+        None => l.to_string(),
+    }
 }

@@ -22,53 +22,30 @@ pub struct Origin {
 }
 
 impl Origin {
-    fn new(source: Source, bound: bool, from: impl Into<String>, detail: String) -> Origin {
+    /// Read from a file, measured or modeled (`Origin { bound: true, ..read }` for a part of
+    /// the forward).
+    pub fn read(source: Source, file: String, detail: String) -> Origin {
         Origin {
             source,
-            bound,
-            from: from.into(),
+            bound: false,
+            from: file,
             detail,
         }
     }
 
     /// A command-line flag.
     pub fn given(flag: &str) -> Origin {
-        Origin::new(Source::Given, false, flag, String::new())
-    }
-
-    /// Not given: the documented default.
-    pub fn by_default() -> Origin {
-        Origin::new(Source::Default, false, "", String::new())
-    }
-
-    /// Read from a file (`source` measured or modeled).
-    pub fn read(source: Source, file: String, detail: String) -> Origin {
-        Origin::new(source, false, file, detail)
-    }
-
-    /// A part of the forward only, read from a file: a lower bound.
-    pub fn lower_bound(modeled: bool, file: String, detail: String) -> Origin {
-        let source = if modeled {
-            Source::Modeled
-        } else {
-            Source::Measured
-        };
-        Origin::new(source, true, file, detail)
+        Origin::read(Source::Given, flag.into(), String::new())
     }
 
     /// Computed from other inputs (an accept length from acceptance rates).
     pub fn derived(from: impl Into<String>) -> Origin {
-        Origin::new(Source::Derived, false, from, String::new())
+        Origin::read(Source::Derived, from.into(), String::new())
     }
 
     /// True for numbers that came from the cost model.
     pub fn is_modeled(&self) -> bool {
         self.source == Source::Modeled
-    }
-
-    /// True for a lower bound (a part of the forward only).
-    pub fn is_bound(&self) -> bool {
-        self.bound
     }
 
     /// A short label: `given`, `default`, `measured`, `modeled`, `bound`, `derived`.
@@ -83,21 +60,19 @@ impl Origin {
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (from, detail) = (&self.from, &self.detail);
+        let (s, from, detail) = (self.source.label(), &self.from, &self.detail);
         match self.source {
-            Source::Default => f.write_str("default"),
-            _ if self.bound => write!(f, "lower bound, {} ({from}: {detail})", self.source.label()),
-            Source::Measured | Source::Modeled => {
-                write!(f, "{} ({from}: {detail})", self.source.label())
-            }
-            s => write!(f, "{} ({from})", s.label()),
+            Source::Default => f.write_str(s),
+            _ if self.bound => write!(f, "lower bound, {s} ({from}: {detail})"),
+            Source::Measured | Source::Modeled => write!(f, "{s} ({from}: {detail})"),
+            _ => write!(f, "{s} ({from})"),
         }
     }
 }
 
-/// `{"origin": "given", "flag": ..}`, `{"origin": "default"}`, `{"origin": "measured", "file":
-/// .., "detail": ..}`, `{"origin": "lower_bound", "modeled": .., "file": .., "detail": ..}`,
-/// `{"origin": "derived", "from": ..}`.
+/// Tagged by `origin` (`given`, `default`, `measured`, `modeled`, `lower_bound`, `derived`),
+/// with what each has beside it: `flag`; nothing; `file` and `detail` (`modeled` first for a
+/// lower bound); `from`.
 impl Serialize for Origin {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
@@ -130,17 +105,14 @@ pub struct Labelled {
 
 impl Labelled {
     pub fn given(value: f64, flag: &str) -> Labelled {
-        Labelled {
-            value,
-            origin: Origin::given(flag),
-        }
+        let origin = Origin::given(flag);
+        Labelled { value, origin }
     }
 
+    /// Not given: the documented default.
     pub fn default(value: f64) -> Labelled {
-        Labelled {
-            value,
-            origin: Origin::by_default(),
-        }
+        let origin = Origin::read(Source::Default, String::new(), String::new());
+        Labelled { value, origin }
     }
 }
 
@@ -149,37 +121,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_origin_serializes_as_its_tagged_form() {
-        let json = |o: Origin| {
-            serde_json::to_string(&Labelled {
-                value: 1.5,
-                origin: o,
-            })
-            .unwrap()
+    fn every_origin_serializes_in_its_tagged_form() {
+        let bound = Origin {
+            bound: true,
+            ..Origin::read(Source::Measured, "c.json".into(), "y".into())
         };
-        assert_eq!(
-            json(Origin::given("--decode-ms")),
-            r#"{"value":1.5,"origin":"given","flag":"--decode-ms"}"#
-        );
-        assert_eq!(
-            json(Origin::by_default()),
-            r#"{"value":1.5,"origin":"default"}"#
-        );
-        assert_eq!(
-            json(Origin::read(Source::Modeled, "r.json".into(), "x".into())),
-            r#"{"value":1.5,"origin":"modeled","file":"r.json","detail":"x"}"#
-        );
-        assert_eq!(
-            json(Origin::lower_bound(false, "c.json".into(), "y".into())),
-            r#"{"value":1.5,"origin":"lower_bound","modeled":false,"file":"c.json","detail":"y"}"#
-        );
-        assert_eq!(
-            json(Origin::derived("T=4 of the verify record")),
-            r#"{"value":1.5,"origin":"derived","from":"T=4 of the verify record"}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&Origin::given("--draft-steps")).unwrap(),
-            r#"{"origin":"given","flag":"--draft-steps"}"#
-        );
+        for (o, json) in [
+            (Origin::given("--x"), r#""origin":"given","flag":"--x""#),
+            (Labelled::default(1.5).origin, r#""origin":"default""#),
+            (
+                Origin::read(Source::Modeled, "r.json".into(), "x".into()),
+                r#""origin":"modeled","file":"r.json","detail":"x""#,
+            ),
+            (
+                bound,
+                r#""origin":"lower_bound","modeled":false,"file":"c.json","detail":"y""#,
+            ),
+            (Origin::derived("T=4"), r#""origin":"derived","from":"T=4""#),
+        ] {
+            let (value, origin) = (1.5, o.clone());
+            let l = serde_json::to_string(&Labelled { value, origin });
+            assert_eq!(l.unwrap(), format!(r#"{{"value":1.5,{json}}}"#));
+            assert_eq!(serde_json::to_string(&o).unwrap(), format!("{{{json}}}"));
+        }
     }
 }

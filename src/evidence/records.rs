@@ -12,7 +12,7 @@ use crate::record::{Body, Mode, Record, VerifyResult, VerifyRun};
 /// The run of a verify record that stands for its time, best first: CUDA graph with compute,
 /// eager with compute, then comm-only runs, then compute-only (both only lower bounds of the
 /// forward: see [`times_of`]).
-pub fn representative_run(v: &VerifyResult) -> Option<&VerifyRun> {
+fn representative_run(v: &VerifyResult) -> Option<&VerifyRun> {
     [
         (true, Mode::Full),
         (false, Mode::Full),
@@ -26,7 +26,7 @@ pub fn representative_run(v: &VerifyResult) -> Option<&VerifyRun> {
 }
 
 /// Words for a run: `graph, full` or `eager, comm only`.
-pub fn run_words(run: &VerifyRun) -> String {
+fn run_words(run: &VerifyRun) -> String {
     let g = if run.graph { "graph" } else { "eager" };
     match run.mode {
         Mode::Full => format!("{g}, full"),
@@ -70,22 +70,11 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
             run_words(run),
             run.per_verify.n
         );
-        // One rule for every command that reads records (breakeven, report, explain): a
-        // forward's part is a lower bound of the forward, shown as such, never as its time.
-        let origin = match run.mode {
-            Mode::Comm | Mode::Compute => Origin::lower_bound(
-                r.source == Source::Modeled,
-                file.clone(),
-                detail + &format!("; {}", missing_part(run.mode)),
-            ),
-            Mode::Full => Origin::read(r.source, file.clone(), detail),
-        };
+        let origin = run_origin(r.source, file.clone(), detail, run.mode, "");
+        let value = run.per_verify.median_us / 1000.0;
         times.push(RecordTime {
             phase: w.phase,
-            ms: Labelled {
-                value: run.per_verify.median_us / 1000.0,
-                origin,
-            },
+            ms: Labelled { value, origin },
             tokens: w.tokens,
             mode: run.mode,
         });
@@ -93,12 +82,25 @@ pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String
     (times, skipped)
 }
 
-/// What a run of `mode` leaves out of the forward.
-pub(crate) fn missing_part(mode: Mode) -> &'static str {
-    match mode {
+/// The origin of a forward's time as a run of `mode` gave it, read from `file`. One rule for
+/// every command that reads records or traces (breakeven, report, explain): a forward's part
+/// (collectives or compute only) is a lower bound of the forward, shown as such after `detail`
+/// (`why`, then what the run leaves out), never as its time.
+pub(crate) fn run_origin(
+    source: Source,
+    file: String,
+    detail: String,
+    mode: Mode,
+    why: &str,
+) -> Origin {
+    let missing = match mode {
         Mode::Comm => "collectives only: the forward's compute is missing",
         Mode::Compute => "compute only: the forward's collectives are missing",
-        Mode::Full => "",
+        Mode::Full => return Origin::read(source, file, detail),
+    };
+    Origin {
+        bound: true,
+        ..Origin::read(source, file, format!("{detail}; {why}{missing}"))
     }
 }
 

@@ -5,35 +5,29 @@
 
 use std::path::Path;
 
-use serde::Serialize;
-
-use super::{sglang, short_name, vllm, Labelled, Origin, Source};
+use super::{read, sglang, short_name, vllm, Labelled, Launch, Origin, Source};
 use crate::error::usage;
 use crate::model::Engine;
 
 /// What the server log says.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerLog {
     pub file: String,
     pub engine: Option<Engine>,
     /// The mean accept length, labelled measured from the log; `None` when it holds none.
     pub accept_length: Option<Labelled>,
-    /// SGLang decode lines with `cuda graph: True` / `False`.
-    pub cuda_graph_true: usize,
-    pub cuda_graph_false: usize,
-    /// vLLM's `enforce_eager=True` (its config line), as found.
-    pub enforce_eager: Option<String>,
+    /// The model the server loaded, as its start-up lines name it (SGLang's `model_path`,
+    /// vLLM's `model`).
+    pub model: Option<String>,
+    /// How the verify was launched, as the log says it (SGLang's `cuda graph:` decode lines;
+    /// vLLM's CUDA-graph mode and `--enforce-eager`).
+    pub launch: Option<Launch>,
     /// The engines' `Custom allreduce is disabled ...` warning, as found.
     pub custom_ar_off: Option<String>,
     /// Generation throughput of one running request as the engine printed it: (mean tok/s,
     /// lines): SGLang's `gen throughput (token/s)` of `Decode batch.` lines with
     /// `#running-req: 1`, vLLM's `Avg generation throughput` of lines with `Running: 1 reqs`.
     pub batch1_tokens_per_s: Option<(f64, usize)>,
-    pub notes: Vec<String>,
-}
-
-fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| usage(format!("{flag} '{}': cannot read: {e}", path.display())))
 }
 
 /// A log that is not UTF-8, refused where its accept length is wanted.
@@ -72,14 +66,11 @@ fn accept_length(
                 .map(|k| format!(", {k} draft positions"))
                 .unwrap_or_default()
         );
-        let origin = Origin::read(Source::Measured, file, detail);
-        return Ok((
-            Labelled {
-                value: v.mean_accept_len,
-                origin,
-            },
-            vec![],
-        ));
+        let (value, origin) = (
+            v.mean_accept_len,
+            Origin::read(Source::Measured, file, detail),
+        );
+        return Ok((Labelled { value, origin }, vec![]));
     }
     let log = sglang().ok_or_else(|| {
         usage(format!(
@@ -99,14 +90,11 @@ fn accept_length(
         "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
         log.lines, log.spread.min, log.spread.max
     );
-    let origin = Origin::read(Source::Measured, file, detail);
-    Ok((
-        Labelled {
-            value: log.mean_accept_len,
-            origin,
-        },
-        notes,
-    ))
+    let (value, origin) = (
+        log.mean_accept_len,
+        Origin::read(Source::Measured, file, detail),
+    );
+    Ok((Labelled { value, origin }, notes))
 }
 
 /// Reads the server log of `--server-log`.
@@ -119,24 +107,26 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
     // The engines' own lines first (a log of one may name the other in an import warning).
     let engine = if vl.is_some() {
         Some(Engine::Vllm)
-    } else if text.contains(sglang::DECODE_LINE) {
+    } else if text.contains(sglang::DECODE_LINE) || text.contains(sglang::ARGS_LINE) {
         Some(Engine::Sglang)
-    } else if text.contains("vllm") || text.contains("vLLM") {
+    } else if vllm::START_LINES.iter().any(|m| text.contains(m))
+        || text.contains("vllm")
+        || text.contains("vLLM")
+    {
         Some(Engine::Vllm)
     } else if text.contains("sglang") || text.contains("SGLang") {
         Some(Engine::Sglang)
     } else {
         None
     };
-    let mut notes = vec![];
     let accept_length = if sg.is_none() && vl.is_none() {
         None
     } else if let std::borrow::Cow::Owned(_) = text {
         // A log that is not UTF-8: refused as `breakeven --accept-from-log` refuses it.
         return Err(not_utf8(path));
     } else {
-        let (l, n) = accept_length(path, vl_read, || sg.clone())?;
-        notes.extend(n);
+        // Its note on `cuda graph: False` lines is the launch's (below), said once.
+        let (l, _) = accept_length(path, vl_read, || sg.clone())?;
         Some(l)
     };
     if engine.is_none() {
@@ -145,10 +135,10 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
             path.display()
         );
     }
-    let (cuda_graph_true, cuda_graph_false) = sg
-        .as_ref()
-        .map(|a| (a.cuda_graph_true, a.cuda_graph_false))
-        .unwrap_or_else(|| sglang::graph_counts(&text));
+    let (model, launch) = match engine {
+        Some(Engine::Vllm) => (vllm::model(&text), vllm::launch(&text)),
+        _ => (sglang::model_path(&text), sglang::launch(&text)),
+    };
     let custom_ar_off = text.lines().find_map(|l| {
         let i = l.find("Custom allreduce is disabled")?;
         Some(l[i..].trim().chars().take(160).collect::<String>())
@@ -157,12 +147,10 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
         file: short_name(path),
         engine,
         accept_length,
-        cuda_graph_true,
-        cuda_graph_false,
-        enforce_eager: vllm::enforce_eager(&text),
+        model,
+        launch,
         custom_ar_off,
         batch1_tokens_per_s: batch1_throughput(&text),
-        notes,
     })
 }
 

@@ -2,7 +2,7 @@
 //! profiler showed inside the collectives (`--observed`: the transfer modeled, the waiting
 //! inferred and fitted with host gaps), or the verify time alone.
 
-use super::figures::{fig, Base, Part};
+use super::figures::{fig, part, Base, Part};
 use super::fit::{self, JitterFit};
 use super::observed::Observed;
 use super::pricing::Pricing;
@@ -25,35 +25,20 @@ pub(crate) fn from_trace(
         s.steps,
         s.mode_words()
     );
-    parts.push(Part {
-        name: "verify step".into(),
-        depth: 0,
-        figure: fig(t.step_us, Source::Measured, step_how),
-    });
-    parts.push(Part {
-        name: "in collectives".into(),
-        depth: 1,
-        figure: fig(
-            t.collectives_us,
-            Source::Measured,
-            format!(
-                "{} collectives' kernels, mean over ranks",
-                s.collectives_per_step
-            ),
-        ),
-    });
+    let measured = |us: f64, how: &str| fig(us, Source::Measured, how);
+    parts.push(part("verify step", 0, measured(t.step_us, &step_how)));
+    let how = format!(
+        "{} collectives' kernels, mean over ranks",
+        s.collectives_per_step
+    );
+    parts.push(part("in collectives", 1, measured(t.collectives_us, &how)));
     let (transfer, waiting) = match (t.transfer_us, t.waiting_us) {
         (Some(x), Some(w)) => (
-            fig(
+            measured(
                 x,
-                Source::Measured,
                 "the shortest rank's kernel per collective (the last to arrive waits for no one)",
             ),
-            fig(
-                w,
-                Source::Measured,
-                "each rank's kernel less the transfer, mean over ranks",
-            ),
+            measured(w, "each rank's kernel less the transfer, mean over ranks"),
         ),
         _ => {
             notes.push("one rank's trace: its collectives cannot be split into transfer and waiting by measurement; the transfer is modeled and the waiting inferred (give every rank's trace of the same run)".into());
@@ -76,41 +61,15 @@ pub(crate) fn from_trace(
             )
         }
     };
-    parts.push(Part {
-        name: "transfer".into(),
-        depth: 2,
-        figure: transfer.clone(),
-    });
-    parts.push(Part {
-        name: "waiting".into(),
-        depth: 2,
-        figure: waiting.clone(),
-    });
-    parts.push(Part {
-        name: "compute kernels".into(),
-        depth: 1,
-        figure: fig(
-            t.compute_us,
-            Source::Measured,
-            "every other kernel's time, mean over ranks",
-        ),
-    });
-    parts.push(Part {
-        name: "GPU idle".into(),
-        depth: 1,
-        figure: fig(
-            t.idle_us,
-            Source::Measured,
-            "no kernel running, mean over ranks",
-        ),
-    });
+    parts.push(part("transfer", 2, transfer.clone()));
+    parts.push(part("waiting", 2, waiting.clone()));
+    let how = "every other kernel's time, mean over ranks";
+    parts.push(part("compute kernels", 1, measured(t.compute_us, how)));
+    let how = "no kernel running, mean over ranks";
+    parts.push(part("GPU idle", 1, measured(t.idle_us, how)));
     let already_graph = s.graph_steps > 0 && s.eager_steps == 0;
     let graph = if already_graph {
-        fig(
-            t.step_us,
-            Source::Measured,
-            "the traced steps already ran from a CUDA graph",
-        )
+        measured(t.step_us, "the traced steps already ran from a CUDA graph")
     } else {
         let us = transfer.us + t.compute_us + ncoll * p.launch_graph_us;
         fig(
@@ -125,7 +84,7 @@ pub(crate) fn from_trace(
         )
     };
     Base {
-        verify: Some(fig(t.step_us, Source::Measured, "the median step")),
+        verify: Some(measured(t.step_us, "the median step")),
         transfer,
         waiting: Some(waiting),
         graph: Some(graph),
@@ -153,11 +112,7 @@ pub(crate) fn from_observed(
                 ms(in_coll)
             );
         }
-        parts.push(Part {
-            name: "verify step".into(),
-            depth: 0,
-            figure: fig(v, Source::Given, "--verify-ms"),
-        });
+        parts.push(part("verify step", 0, fig(v, Source::Given, "--verify-ms")));
     }
     let nsched = p.per_collective_us.len();
     if o.count as usize != nsched {
@@ -168,11 +123,11 @@ pub(crate) fn from_observed(
         ));
     }
     let x = o.count as f64 * p.per_collective_mean_us();
-    parts.push(Part {
-        name: "in collectives".into(),
-        depth: 1,
-        figure: fig(in_coll, Source::Given, format!("--observed {o}")),
-    });
+    parts.push(part(
+        "in collectives",
+        1,
+        fig(in_coll, Source::Given, format!("--observed {o}")),
+    ));
     let transfer = fig(
         x,
         Source::Modeled,
@@ -184,11 +139,7 @@ pub(crate) fn from_observed(
             p.profile
         ),
     );
-    parts.push(Part {
-        name: "transfer".into(),
-        depth: 2,
-        figure: transfer.clone(),
-    });
+    parts.push(part("transfer", 2, transfer.clone()));
     let w = in_coll - x;
     let mut fitted = None;
     let waiting = if w <= 0.0 {
@@ -234,21 +185,10 @@ pub(crate) fn from_observed(
         fitted = Some(f);
         fig(w, Source::Inferred, how)
     };
-    parts.push(Part {
-        name: "waiting".into(),
-        depth: 2,
-        figure: waiting.clone(),
-    });
+    parts.push(part("waiting", 2, waiting.clone()));
     let graph = verify_us.map(|v| {
-        parts.push(Part {
-            name: "compute + idle".into(),
-            depth: 1,
-            figure: fig(
-                v - in_coll,
-                Source::Derived,
-                "the verify less its collectives (not split without traces)",
-            ),
-        });
+        let how = "the verify less its collectives (not split without traces)";
+        parts.push(part("compute + idle", 1, fig(v - in_coll, Source::Derived, how)));
         fig(
             v - waiting.us,
             Source::Modeled,
@@ -278,11 +218,7 @@ pub(crate) fn from_verify_only(
     notes: &mut Vec<String>,
 ) -> Base {
     let n = p.per_collective_us.len() as f64;
-    parts.push(Part {
-        name: "verify step".into(),
-        depth: 0,
-        figure: fig(v, Source::Given, "--verify-ms"),
-    });
+    parts.push(part("verify step", 0, fig(v, Source::Given, "--verify-ms")));
     let transfer = fig(
         p.transfer_us,
         Source::Modeled,
@@ -291,33 +227,27 @@ pub(crate) fn from_verify_only(
             p.choice, p.profile
         ),
     );
-    parts.push(Part {
-        name: "transfer".into(),
-        depth: 1,
-        figure: transfer.clone(),
-    });
+    parts.push(part("transfer", 1, transfer.clone()));
     let compute = p.compute_us.unwrap_or(0.0);
     if p.compute_us.is_some() {
-        parts.push(Part {
-            name: "compute".into(),
-            depth: 1,
-            figure: fig(
+        parts.push(part(
+            "compute",
+            1,
+            fig(
                 compute,
                 Source::Modeled,
                 "the weight shards streamed at the profile's HBM bandwidth",
             ),
-        });
+        ));
     }
     let rest = v - p.transfer_us - compute;
-    parts.push(Part {
-        name: "waiting + idle".into(),
-        depth: 1,
-        figure: fig(
-            rest.max(0.0),
-            Source::Inferred,
-            "the verify less the modeled transfer and compute; not split without --observed or traces",
-        ),
-    });
+    let how =
+        "the verify less the modeled transfer and compute; not split without --observed or traces";
+    parts.push(part(
+        "waiting + idle",
+        1,
+        fig(rest.max(0.0), Source::Inferred, how),
+    ));
     if rest < 0.0 {
         notes.push(format!(
             "the model's transfer and compute ({}) exceed the given verify ({}): the machine is faster than the profile ({})",
@@ -339,6 +269,60 @@ pub(crate) fn from_verify_only(
                 p.launch_graph_us
             ),
         )),
+        already_graph: false,
+        graph_modeled_whole: true,
+    }
+}
+
+/// No verify given, only the decode step: the model's verify of the workload from a CUDA
+/// graph, priced whole; the rows hold it to the given decode (the per-forward time the model
+/// does not see added, never below the floor), so it is a prediction, not a split.
+pub(crate) fn predicted(p: &Pricing, parts: &mut Vec<Part>) -> Base {
+    let n = p.per_collective_us.len() as f64;
+    let compute = p.compute_us.unwrap_or(0.0);
+    let graph = p.transfer_us + compute + n * p.launch_graph_us;
+    let how = format!(
+        "modeled transfer + compute + {:.1} us of graph node gap per collective",
+        p.launch_graph_us
+    );
+    parts.push(Part {
+        name: "verify step".into(),
+        depth: 0,
+        figure: fig(
+            graph,
+            Source::Modeled,
+            format!("not given: the model's verify from a CUDA graph ({how}); predicted below, held to the given decode"),
+        ),
+    });
+    let transfer = fig(
+        p.transfer_us,
+        Source::Modeled,
+        format!(
+            "the schedule's {n} collectives, {} ({})",
+            p.choice, p.profile
+        ),
+    );
+    parts.push(Part {
+        name: "transfer".into(),
+        depth: 1,
+        figure: transfer.clone(),
+    });
+    if p.compute_us.is_some() {
+        parts.push(Part {
+            name: "compute".into(),
+            depth: 1,
+            figure: fig(
+                compute,
+                Source::Modeled,
+                "the weight shards streamed at the profile's HBM bandwidth",
+            ),
+        });
+    }
+    Base {
+        verify: None,
+        transfer,
+        waiting: None,
+        graph: Some(fig(graph, Source::Modeled, how)),
         already_graph: false,
         graph_modeled_whole: true,
     }

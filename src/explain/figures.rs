@@ -30,6 +30,15 @@ pub struct Part {
     pub figure: Figure,
 }
 
+pub(crate) fn part(name: &str, depth: u8, figure: Figure) -> Part {
+    let name = name.into();
+    Part {
+        name,
+        depth,
+        figure,
+    }
+}
+
 /// One counterfactual (or the verify as it ran) with what it gives.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Scenario {

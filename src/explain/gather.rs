@@ -4,11 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
 use super::request::ExplainRequest;
 use crate::error::usage;
-use crate::evidence::{short_name, NcclLogText, ServerLog};
+use crate::evidence::{read_server_log, short_name, NcclLogText, ServerLog};
 use crate::record::{Body, Mode};
 use crate::trace::{Analysis, TraceRequest};
 
@@ -22,30 +20,19 @@ pub struct Gathered {
 
 /// Reads every file of `req` (no printing).
 pub fn gather(req: &ExplainRequest) -> anyhow::Result<Gathered> {
-    let trace = if req.traces.is_empty() {
-        None
-    } else {
-        Some(read_traces(&req.traces)?)
-    };
-    let server_log = match &req.server_log {
-        Some(p) => Some(crate::evidence::read_server_log(p)?),
-        None => None,
-    };
-    let nccl_logs = crate::evidence::read_nccl_logs(&req.nccl_logs)?;
-    let sweep = match &req.sweep {
-        Some(p) => Some(read_sweep(p)?),
-        None => None,
-    };
+    // In this order: the first file that cannot be read is the one named.
     Ok(Gathered {
-        trace,
-        server_log,
-        nccl_logs,
-        sweep,
+        trace: (!req.traces.is_empty())
+            .then(|| read_traces(&req.traces))
+            .transpose()?,
+        server_log: req.server_log.as_deref().map(read_server_log).transpose()?,
+        nccl_logs: crate::evidence::read_nccl_logs(&req.nccl_logs)?,
+        sweep: req.sweep.as_deref().map(read_sweep).transpose()?,
     })
 }
 
 /// The best point of a sweep's results file against its baseline (NCCL's defaults).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SweepBest {
     pub file: String,
     /// `NCCL_PROTO=LL` or `(defaults)`.

@@ -37,6 +37,7 @@ pub mod scenarios;
 use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
+use crate::evidence::checks;
 use crate::evidence::Source;
 pub use crate::model::Engine;
 use crate::speculative::inputs::{Acceptance, Flags};
@@ -76,9 +77,10 @@ pub struct Explanation {
 
 /// Validates the request and explains the evidence.
 pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation> {
-    if g.trace.is_none() && req.observed.is_none() && req.verify_ms.is_none() {
+    let predict = g.trace.is_none() && req.observed.is_none() && req.verify_ms.is_none();
+    if predict && req.cycle.decode_ms.is_none() {
         crate::usage_bail!(
-            "nothing to explain: give the server's traces (--trace DIR, one trace per rank), what the profiler shows inside the collectives of one verify (--observed 122x0.2ms), or the verify time (--verify-ms 30)"
+            "nothing to explain: give the server's traces (--trace DIR, one trace per rank), what the profiler shows inside the collectives of one verify (--observed 122x0.2ms), the verify time (--verify-ms 30), or the plain decode step alone (--decode-ms 12.2) to have the verify predicted"
         );
     }
     if let Some(v) = req.verify_ms {
@@ -87,6 +89,11 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     req.cycle.check_given()?;
     let mut notes = vec![];
     let mut evidence = vec![];
+    // A trace of another kind of job (training) is refused before anything is read from it.
+    let traced = g.trace.as_ref().map(crate::trace::against::traced_step);
+    if let Some(t) = &traced {
+        checks::serving_step(t, "--trace", "verify", checks::GIVE_VERIFY)?;
+    }
     // Ranks: the trace's world, else --gpus, else --tp, else 8.
     let trace_world = g.trace.as_ref().and_then(|a| {
         a.world_size
@@ -117,10 +124,11 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         );
     }
     // Draft steps k and tokens k + 1.
-    let rates = match &req.cycle.acceptance {
-        Some(Acceptance::Rates(r)) | Some(Acceptance::DraftFractions(r)) => Some(r.len() as u64),
-        _ => None,
-    };
+    let rates = req
+        .cycle
+        .acceptance
+        .as_ref()
+        .and_then(Acceptance::positions);
     let k = match (req.cycle.draft_steps, rates, req.tokens_given) {
         (Some(k), _, _) => k,
         (None, Some(n), _) => n,
@@ -138,7 +146,12 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         ));
     }
     let schedule = workload.schedule(ranks as u64)?;
+    // Evidence of another workload is refused before anything is priced from it.
+    if let Some(t) = &traced {
+        notes.extend(checks::trace_against_schedule(t, &schedule, ranks)?);
+    }
     let pricing = pricing::price(&schedule, ranks, &req.model)?;
+    notes.extend(pricing.held.iter().cloned());
     let nsched = pricing.per_collective_us.len();
     let schedule_words = format!(
         "{} {}, TP={}, {} tokens: {} collectives ({})",
@@ -199,24 +212,45 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         )?;
         fit_result = f;
         b
-    } else {
-        let v = req.verify_ms.expect("checked above");
+    } else if let Some(v) = req.verify_ms {
         evidence.push(format!(
             "--verify-ms {} (given)",
             crate::util::fmt_number(v)
         ));
         as_ran::from_verify_only(v * 1000.0, &pricing, &mut as_ran, &mut notes)
+    } else {
+        evidence.push("no verify given: predicted from the decode step (--decode-ms)".into());
+        as_ran::predicted(&pricing, &mut as_ran)
     };
     if let Some(l) = &g.server_log {
         evidence.push(format!(
-            "server log: {} ({})",
+            "server log: {} ({}{}{})",
             l.file,
-            l.engine.map_or("engine unknown", |e| e.label())
+            l.engine.map_or("engine unknown", |e| e.label()),
+            l.model
+                .as_ref()
+                .map(|m| format!(", model {m}"))
+                .unwrap_or_default(),
+            l.launch
+                .as_ref()
+                .map(|x| format!(", the verify ran {}", x.mode.words()))
+                .unwrap_or_default()
         ));
-        notes.extend(l.notes.iter().cloned());
+        let names = [req.workload.model.as_str(), schedule.model.as_str()];
+        notes.extend(l.model.as_ref().and_then(|m| {
+            checks::server_model_against(&l.file, m, &names, req.workload.model_config.as_deref())
+        }));
     }
     for l in &g.nccl_logs {
-        evidence.push(format!("NCCL log: {}", l.name));
+        let m = crate::evidence::nccl::machine(l);
+        evidence.push(format!("NCCL log: {} ({})", l.name, m.words()));
+        notes.extend(checks::nccl_log_against(
+            &l.name,
+            &m,
+            ranks,
+            &pricing.link_kind,
+            &pricing.profile,
+        ));
     }
     if let Some(s) = g.sweep.as_ref().filter(|s| s.tp as usize != ranks) {
         notes.push(format!(
@@ -271,9 +305,36 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     {
         scenarios.insert(scenarios.len().min(1), row);
     }
+    // The server log's word on the verify's launch, where no trace measured it: the row of the
+    // verify as it ran says it, the answer quotes it; a graphed verify gains nothing from the
+    // graph rows.
+    let launch = g
+        .server_log
+        .as_ref()
+        .and_then(|l| Some((l, l.launch.as_ref()?)));
+    let mut launch_sentence = None;
+    if let (Some((l, x)), None) = (launch, &g.trace) {
+        if let Some(row) = scenarios
+            .first_mut()
+            .filter(|r| r.name.starts_with("as it ran"))
+        {
+            row.name = x.row_name();
+            row.verify
+                .how
+                .push_str(&format!("; ran {} ({})", x.mode.words(), l.file));
+        }
+        if x.mode == crate::evidence::LaunchMode::Graph {
+            notes.push(format!(
+                "{}: `{}`: {}; the CUDA-graph rows price a graph over an eager verify, which this one was not",
+                l.file, x.line, x.meaning
+            ));
+        } else {
+            launch_sentence = Some(x.sentence(&l.file));
+        }
+    }
     let engine = req.engine.or(g.server_log.as_ref().and_then(|l| l.engine));
     let engines_gate = ranks > 2 && pricing.link_kind != "nvlink";
-    let summary = scenarios::summary(
+    let mut summary = scenarios::summary(
         &base,
         &scenarios,
         &cycle,
@@ -281,6 +342,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         g.trace.is_some(),
         engines_gate,
     );
+    summary.splice(0..0, launch_sentence);
     let next = advice::next_steps(
         req,
         &workload,
@@ -367,39 +429,30 @@ fn resolve_cycle(
     {
         notes.push("the acceptance flag wins over the server log's accept length".into());
     }
-    if flags.decode_ms.is_none() {
+    let decode_given = flags.decode_ms.is_some();
+    if !decode_given {
         notes.push(
             "no --decode-ms: no baseline without speculation, so no tokens/s (give one plain decode step, ms)"
                 .into(),
         );
-        // Validate what was given all the same.
-        let probe = Flags {
-            decode_ms: Some(1.0),
-            ..flags.clone()
-        };
-        let i = crate::speculative::inputs::resolve(&probe, &[], false)?;
-        return Ok(Cycle {
-            decode_ms: None,
-            baseline_tokens_per_s: None,
-            accept_length: i.accept_length,
-            draft_ms: i.draft_ms,
-            draft_steps: i.draft_steps,
-            overhead_ms: i.overhead_ms,
-        });
     }
+    // Without --decode-ms what was given is validated all the same, with a stand-in decode time.
+    let flags = Flags {
+        decode_ms: flags.decode_ms.or(Some(1.0)),
+        ..flags
+    };
     let i = crate::speculative::inputs::resolve(&flags, &[], false)?;
-    if i.accept_length.is_none() {
-        notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
+    if decode_given {
+        if i.accept_length.is_none() {
+            notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
+        }
+        let free_drafts = i.notes.iter().filter(|n| n.starts_with("no --draft-ms"));
+        notes.extend(free_drafts.cloned());
     }
-    notes.extend(
-        i.notes
-            .iter()
-            .filter(|n| n.starts_with("no --draft-ms"))
-            .cloned(),
-    );
     Ok(Cycle {
-        baseline_tokens_per_s: Some(crate::speculative::baseline_tokens_per_s(i.decode_ms.value)),
-        decode_ms: Some(i.decode_ms),
+        baseline_tokens_per_s: decode_given
+            .then(|| crate::speculative::baseline_tokens_per_s(i.decode_ms.value)),
+        decode_ms: decode_given.then_some(i.decode_ms),
         accept_length: i.accept_length,
         draft_ms: i.draft_ms,
         draft_steps: i.draft_steps,

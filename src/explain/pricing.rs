@@ -6,7 +6,8 @@ use serde::Serialize;
 
 use crate::costmodel::custom;
 use crate::costmodel::predict::{self, Force};
-use crate::costmodel::{nccl_size, ModelSettings};
+use crate::costmodel::profile::{Algo, Proto};
+use crate::costmodel::{fit, nccl_size, ModelSettings};
 use crate::model::{CollectiveKind, Op, Schedule};
 use crate::record::Impl;
 use crate::request::Launcher;
@@ -38,6 +39,15 @@ pub struct Pricing {
     pub launch_graph_us: f64,
     /// The link between the GPUs (`nvlink`, `pcie`, `shm`).
     pub link_kind: String,
+    /// Where the profile is a fit: the settings left out of the best-setting search because the
+    /// fit held their parameters at its base's values, and the sizes of the verify outside the
+    /// fitted range (lines for the notes; empty for a built-in profile).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<String>,
+    /// Where the profile is a fit that did not pin down the P2P terms: the line the one-shot
+    /// rows carry (they are priced from the base's values).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oneshot_held: Option<String>,
 }
 
 fn oneshot_json<S: serde::Serializer>(v: &Result<f64, String>, s: S) -> Result<S::Ok, S::Error> {
@@ -135,23 +145,45 @@ pub(crate) fn price(s: &Schedule, nranks: usize, m: &ModelSettings) -> anyhow::R
         &force,
     )?;
     let choice = format!("{}/{}", t.algo.name(), t.proto.name());
-    // The model's best setting: every protocol and algorithm NCCL has, forced in turn.
+    // The model's best setting: every protocol and algorithm NCCL has, forced in turn, but
+    // none whose parameters a fit held at its base's values (that would recommend the base).
     let (mut best_setting, mut best) = (format!("NCCL's default ({choice})"), transfer);
-    for proto in ["LL", "LL128", "Simple"] {
-        for algo in ["Ring", "Tree"] {
+    let mut held_settings = vec![];
+    for proto in Proto::ALL {
+        for algo in Algo::ALL {
+            if !p.unfitted_for_nccl(algo, proto).is_empty() {
+                held_settings.push(format!("{}/{}", algo.name(), proto.name()));
+                continue;
+            }
             // The logits all-gather runs Ring only: force the algorithm on the all-reduce.
-            let algo_list = format!("allreduce:{algo}");
-            let f = Force::parse(Some(proto), Some(&algo_list))?;
+            let algo_list = format!("allreduce:{}", algo.name());
+            let f = Force::parse(Some(proto.name()), Some(&algo_list))?;
             let Ok(v) = transfers(&p, s, nranks, &f) else {
                 continue;
             };
             let sum: f64 = v.iter().sum();
             if sum < best * (1.0 - 1e-3) {
                 best = sum;
-                best_setting = format!("NCCL_PROTO={proto} NCCL_ALGO='{algo_list}'");
+                best_setting = format!("NCCL_PROTO={} NCCL_ALGO='{algo_list}'", proto.name());
             }
         }
     }
+    let mut held = vec![];
+    if !held_settings.is_empty() {
+        held.push(format!(
+            "best NCCL setting: chosen among the settings profile '{}' fitted; not considered, their parameters held at {}'s values: {}",
+            p.name,
+            p.fit_scope.as_ref().map_or("the base", |f| f.base.as_str()),
+            held_settings.join(", ")
+        ));
+    }
+    let sizes: Vec<u64> = s
+        .collective_groups()
+        .iter()
+        .map(|g| nccl_size(g.kind, g.bytes_per_rank, nranks))
+        .collect();
+    held.extend(fit::range_note(&p, &sizes));
+    let oneshot_held = p.held_note("one-shot rows", &p.unfitted_for_p2p());
     let oneshot = match custom::unavailable_reason(&p) {
         Some(why) => Err(why),
         None => {
@@ -206,6 +238,8 @@ pub(crate) fn price(s: &Schedule, nranks: usize, m: &ModelSettings) -> anyhow::R
         compute_us: has_compute.then_some(compute),
         launch_graph_us: p.launch_graph_us,
         link_kind: p.intra.kind.clone(),
+        held,
+        oneshot_held,
     })
 }
 

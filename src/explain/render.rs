@@ -6,8 +6,10 @@ use std::fmt::Write;
 use super::{Explanation, Part, Scenario};
 use crate::trace::analysis::ms;
 
-fn share(p: &Part, whole: Option<f64>) -> String {
-    match whole {
+/// A part's share of the verify (the first line, when it is a whole).
+fn share(p: &Part, e: &Explanation) -> String {
+    let whole = e.as_ran.first().filter(|p| p.depth == 0);
+    match whole.map(|p| p.figure.us) {
         Some(w) if w > 0.0 => format!("{:.0}%", 100.0 * p.figure.us / w),
         _ => "-".into(),
     }
@@ -66,6 +68,19 @@ fn cycle_words(e: &Explanation) -> String {
     v.join(", ")
 }
 
+/// The first section's title: the verify as it ran, or as the model prices it where no verify
+/// was given (the rows then predict it).
+fn as_ran_title(e: &Explanation) -> &'static str {
+    if e.scenarios
+        .first()
+        .is_some_and(|sc| sc.name == super::scenarios::PREDICTED)
+    {
+        "The verify as the model prices it (not given)"
+    } else {
+        "The verify as it ran"
+    }
+}
+
 /// The text table.
 pub fn text(e: &Explanation) -> String {
     let mut s = String::new();
@@ -77,12 +92,7 @@ pub fn text(e: &Explanation) -> String {
     for ev in &e.evidence {
         let _ = writeln!(s, "# evidence: {ev}");
     }
-    let whole = e
-        .as_ran
-        .first()
-        .filter(|p| p.depth == 0)
-        .map(|p| p.figure.us);
-    let _ = writeln!(s, "\nThe verify as it ran");
+    let _ = writeln!(s, "\n{}", as_ran_title(e));
     let _ = writeln!(
         s,
         "  {:<22} {:>10} {:>6}  {:<9} how",
@@ -95,7 +105,7 @@ pub fn text(e: &Explanation) -> String {
             "  {:<22} {:>10} {:>6}  {:<9} {}",
             name,
             ms(p.figure.us),
-            share(p, whole),
+            share(p, e),
             p.figure.source.label(),
             p.figure.how
         );
@@ -198,12 +208,11 @@ pub fn markdown(e: &Explanation) -> String {
     for ev in &e.evidence {
         let _ = writeln!(s, "- evidence: {}", md_escape(ev));
     }
-    let whole = e
-        .as_ran
-        .first()
-        .filter(|p| p.depth == 0)
-        .map(|p| p.figure.us);
-    let _ = writeln!(s, "\n### The verify as it ran\n\n| part | time | share | source | how |\n|---|---:|---:|---|---|");
+    let _ = writeln!(
+        s,
+        "\n### {}\n\n| part | time | share | source | how |\n|---|---:|---:|---|---|",
+        as_ran_title(e)
+    );
     for p in &e.as_ran {
         let _ = writeln!(
             s,
@@ -211,7 +220,7 @@ pub fn markdown(e: &Explanation) -> String {
             "&nbsp;&nbsp;".repeat(p.depth as usize),
             p.name,
             ms(p.figure.us),
-            share(p, whole),
+            share(p, e),
             p.figure.source.label(),
             md_escape(&p.figure.how)
         );

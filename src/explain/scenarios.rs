@@ -11,6 +11,9 @@ use crate::evidence::{ServerLog, Source};
 use crate::speculative::bound::{hold, Floor};
 use crate::trace::analysis::ms;
 
+/// The first row when no verify was given: the model's graphed verify held to the decode.
+pub(crate) const PREDICTED: &str = "predicted (CUDA graph)";
+
 /// What every row is held to and priced against: the cycle, and the model held to the
 /// user's decode.
 pub(crate) struct Frame<'a> {
@@ -150,21 +153,25 @@ pub(crate) fn scenarios(
     f: &Frame,
     notes: &mut Vec<String>,
 ) -> Vec<Scenario> {
-    let Some(v) = &b.verify else {
+    if b.verify.is_none() && b.graph.is_none() {
         return vec![];
-    };
+    }
     let x = b.transfer.us;
-    let mut out = vec![row(
-        if b.already_graph {
-            "as it ran (CUDA graph)"
-        } else {
-            "as it ran (eager)"
-        },
-        v.clone(),
-        0.0,
-        0.0,
-        f,
-    )];
+    let mut out = vec![];
+    // No verify given (only the decode step): the graph rows alone, the first a prediction.
+    if let Some(v) = &b.verify {
+        out.push(row(
+            if b.already_graph {
+                "as it ran (CUDA graph)"
+            } else {
+                "as it ran (eager)"
+            },
+            v.clone(),
+            0.0,
+            0.0,
+            f,
+        ));
+    }
     // A graph priced whole by the model gets the per-forward time the model does not see (the
     // given decode less the model's); one derived from the given verify already holds it.
     let not_modeled = f.calib.and_then(|cal| cal.not_modeled_us).unwrap_or(0.0);
@@ -187,7 +194,12 @@ pub(crate) fn scenarios(
     };
     if let Some(gr) = &graph {
         if !b.already_graph {
-            out.push(row("with a CUDA graph", gr.clone(), graph_modeled, 0.0, f));
+            let name = if b.verify.is_some() {
+                "with a CUDA graph"
+            } else {
+                PREDICTED
+            };
+            out.push(row(name, gr.clone(), graph_modeled, 0.0, f));
         }
     }
     // The best NCCL setting: the sweep's when given (measured or modeled as it says), else
@@ -224,7 +236,11 @@ pub(crate) fn scenarios(
         ));
     }
     let nccl_how = |base: &str| format!("{base} with the transfer x {ratio:.3}: {setting}, {from}");
-    if !b.already_graph && ratio < 0.999 {
+    if let Some(v) = b
+        .verify
+        .as_ref()
+        .filter(|_| !b.already_graph && ratio < 0.999)
+    {
         out.push(row(
             "best NCCL setting",
             fig(v.us - cut, src, nccl_how("as it ran")),
@@ -252,12 +268,16 @@ pub(crate) fn scenarios(
             let cut1 = x * (1.0 - r1);
             let dcut1 = f.calib.map_or(0.0, |cal| cal.decode_oneshot_cut_us());
             let how = |base: &str| {
+                let held = p
+                    .oneshot_held
+                    .as_ref()
+                    .map_or(String::new(), |h| format!("; {h}"));
                 format!(
-                    "{base} with the transfer x {r1:.3}: the all-reduces by the one-shot P2P kernel, the all-gather on NCCL (modeled, {})",
+                    "{base} with the transfer x {r1:.3}: the all-reduces by the one-shot P2P kernel, the all-gather on NCCL (modeled, {}{held})",
                     p.profile
                 )
             };
-            if !b.already_graph {
+            if let Some(v) = b.verify.as_ref().filter(|_| !b.already_graph) {
                 out.push(row(
                     "one-shot all-reduce",
                     fig(v.us - cut1, Source::Modeled, how("as it ran")),
@@ -343,7 +363,23 @@ pub(crate) fn summary(
             .map(|t| format!(", breaking even at accept length {t:.2}"))
             .unwrap_or_default(),
     };
-    if let (Some(now), Some(g)) = (sc.first(), row("with a CUDA graph")) {
+    if let Some(p) = row(PREDICTED) {
+        let range = |r: Option<[f64; 2]>, unit: &str, f: &dyn Fn(f64) -> String| {
+            r.map(|[lo, hi]| format!(", range {}-{}{unit}", f(lo), f(hi)))
+                .unwrap_or_default()
+        };
+        out.push(format!(
+            "No verify given: the model's verify held to the given decode step predicts {} ({}{}){}{}.",
+            ms(p.verify.us),
+            p.verify.source.label(),
+            range(p.range_us, " ms", &|u| format!("{:.1}", u / 1000.0)),
+            tps(p),
+            range(p.tokens_per_s_range, " tok/s", &|t| format!("{t:.1}")),
+        ));
+        if c.draft_ms.value == 0.0 && c.accept_length.is_some() {
+            out.push("Drafting is taken as free (no --draft-ms), so the tokens/s is an upper bound: the engine's step also runs k draft forwards.".into());
+        }
+    } else if let (Some(now), Some(g)) = (sc.first(), row("with a CUDA graph")) {
         out.push(format!(
             "A CUDA graph removes the waiting: verify {} -> {} ({}{}){}{}.",
             ms(now.verify.us),
@@ -365,10 +401,11 @@ pub(crate) fn summary(
     } else if b.already_graph {
         out.push("The verify already ran from a CUDA graph: its collectives' time is transfer and skew the graph cannot remove.".into());
     }
-    match (
-        sc.first(),
-        row("best NCCL setting").or(row("best NCCL setting (graph)")),
-    ) {
+    let best = match row(PREDICTED) {
+        Some(_) => row("best NCCL setting + CUDA graph"),
+        None => row("best NCCL setting").or(row("best NCCL setting (graph)")),
+    };
+    match (row(PREDICTED).or(sc.first()), best) {
         (Some(now), Some(n)) => out.push(format!(
             "The best NCCL setting saves {} per verify ({}).",
             ms((now.verify.us - n.verify.us).max(0.0)),

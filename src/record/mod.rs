@@ -416,8 +416,7 @@ impl Body {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub schema_version: u32,
-    /// `measured` or `modeled` (a record is never given, inferred or derived).
-    #[serde(deserialize_with = "vocab::measured_or_modeled")]
+    /// `measured` or `modeled`.
     pub source: Source,
     pub provenance: Provenance,
     #[serde(flatten)]
@@ -544,6 +543,15 @@ mod tests {
         assert_eq!(v["source"], "modeled");
         assert_eq!(v["schema_version"], SCHEMA_VERSION);
         assert_eq!(v["result"]["workload"]["n_all_reduce"], 123);
+        // a record is measured or modeled, never given (the other sources are not read back)
+        let given = v.to_string().replace("\"modeled\"", "\"given\"");
+        let e = serde_json::from_str::<Record>(&given)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown variant `given`, expected `measured` or `modeled`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,23 +10,27 @@ use serde::{Deserialize, Serialize};
 use crate::error::usage;
 
 /// Where a figure comes from: the one provenance vocabulary of the tool. A record is
-/// `measured` or `modeled`; a break-even input is also `given`, `default` or `derived` (with
-/// the flag, file or inputs beside it: `evidence::Origin`); an explained figure also
-/// `inferred`.
+/// `measured` or `modeled` (the only two read back); a break-even input is also `given`,
+/// `default` or `derived` (with the flag, file or inputs beside it: `evidence::Origin`); an
+/// explained figure also `inferred`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     /// A command-line flag.
+    #[serde(skip_deserializing)]
     Given,
     /// Not given: the documented default.
+    #[serde(skip_deserializing)]
     Default,
     /// Timed on real GPUs, or read from a trace or log.
     Measured,
     /// Predicted by the cost model; never mistaken for a measurement.
     Modeled,
     /// The remainder of a given or measured figure after a modeled one (not measured).
+    #[serde(skip_deserializing)]
     Inferred,
     /// Arithmetic on other figures.
+    #[serde(skip_deserializing)]
     Derived,
 }
 
@@ -41,31 +45,6 @@ impl Source {
             Source::Derived => "derived",
         }
     }
-}
-
-/// A record's source: `measured` or `modeled` only, read (and refused) as a two-variant enum.
-pub(crate) fn measured_or_modeled<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Source, D::Error> {
-    const NAMES: &[&str] = &["measured", "modeled"];
-    struct V;
-    impl<'de> serde::de::Visitor<'de> for V {
-        type Value = Source;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("enum Source")
-        }
-        fn visit_enum<A: serde::de::EnumAccess<'de>>(self, a: A) -> Result<Source, A::Error> {
-            use serde::de::{Error, VariantAccess};
-            let (name, v): (String, _) = a.variant()?;
-            v.unit_variant()?;
-            match name.as_str() {
-                "measured" => Ok(Source::Measured),
-                "modeled" => Ok(Source::Modeled),
-                _ => Err(A::Error::unknown_variant(&name, NAMES)),
-            }
-        }
-    }
-    d.deserialize_enum("Source", NAMES, V)
 }
 
 /// Element type of activations and collective buffers.

@@ -80,7 +80,7 @@ fn point(i: &Inputs, verify: &Labelled, verify_ms: f64, tau: f64, base: f64) -> 
         accept_length: tau,
         tokens_per_s: tps,
         speedup: tps / base,
-        beats_baseline: tps > base && !verify.origin.is_bound(),
+        beats_baseline: tps > base && !verify.origin.bound,
     }
 }
 
@@ -100,7 +100,7 @@ pub fn analyse(inputs: Inputs) -> Analysis {
         .iter()
         .map(|v| {
             let held = hold(v.value, Some(&floor));
-            if held.at_floor && v.origin.is_bound() {
+            if held.at_floor && v.origin.bound {
                 warnings.push(format!(
                     "T_verify {:.2} ms is a part of the verify only and below T_decode {:.2} ms: the row is held at T_decode, the tighter lower bound (a verify is never faster than a decode step of the same model on the same machine)",
                     v.value, inputs.decode_ms.value
@@ -140,7 +140,7 @@ pub fn analyse(inputs: Inputs) -> Analysis {
                     .map(|&t| point(&inputs, v, held.ms, t, base))
                     .collect(),
                 modeled: shared_modeled || v.origin.is_modeled(),
-                bound: v.origin.is_bound(),
+                bound: v.origin.bound,
             }
         })
         .collect();

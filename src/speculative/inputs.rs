@@ -26,6 +26,14 @@ pub enum Acceptance {
 }
 
 impl Acceptance {
+    /// The draft positions that per-position rates give (one rate per draft step).
+    pub fn positions(&self) -> Option<u64> {
+        match self {
+            Acceptance::Rates(r) | Acceptance::DraftFractions(r) => Some(r.len() as u64),
+            _ => None,
+        }
+    }
+
     /// The acceptance flag given, first of `--accept-length`, `--accept-rates`,
     /// `--accept-rates-of-drafts` and `--accept-rate` (the parser lets one through).
     pub fn from_flags(
@@ -109,18 +117,32 @@ pub struct Inputs {
     pub notes: Vec<String>,
 }
 
-fn one_of(
-    what: &str,
-    flag: &str,
+/// A time from its flag, which wins over the records (said in a note), else from the one
+/// record of its forward.
+fn flag_or_record(
+    (what, flag, positive): (&str, &str, bool),
+    given: Option<f64>,
     times: &[&RecordTime],
-) -> anyhow::Result<Option<(Labelled, u64)>> {
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Option<Labelled>> {
+    if let Some(v) = given {
+        if !times.is_empty() {
+            notes.push(format!(
+                "{flag} overrides the {what} record(s) of the results files"
+            ));
+        }
+        return Ok(Some(Labelled::given(
+            super::check_time(flag, v, positive)?,
+            flag,
+        )));
+    }
     match times {
         [] => Ok(None),
-        [t] if t.ms.origin.is_bound() => Err(usage(format!(
+        [t] if t.ms.origin.bound => Err(usage(format!(
             "the {what} time is only a part of the forward ({}): a lower bound of the {what} time would overstate what speculation gains; give {flag}, or a {what} record of a full run (`verify --mode full`)",
             t.ms.origin
         ))),
-        [t] => Ok(Some((t.ms.clone(), t.tokens))),
+        [t] => Ok(Some(t.ms.clone())),
         _ => Err(usage(format!(
             "the results files hold {} {what} records; keep one, or give {flag}",
             times.len()
@@ -139,38 +161,20 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
     let rec_draft = of(Phase::Draft);
     let rec_verify = of(Phase::Verify);
 
-    let decode_ms = match flags.decode_ms {
-        Some(v) => {
-            if !rec_decode.is_empty() {
-                notes.push("--decode-ms overrides the decode record(s) of the results files".into());
-            }
-            Labelled::given(check_time("--decode-ms", v, true)?, "--decode-ms")
-        }
-        None => match one_of("decode", "--decode-ms", &rec_decode)? {
-            Some((l, _)) => l,
-            None => {
-                return Err(usage(
-                    "no decode time: give --decode-ms (one plain decode step, ms) or a results file with a decode record (--phase decode)",
-                ))
-            }
-        },
-    };
+    let decode = ("decode", "--decode-ms", true);
+    let decode_ms = flag_or_record(decode, flags.decode_ms, &rec_decode, &mut notes)?
+        .ok_or_else(|| usage(
+            "no decode time: give --decode-ms (one plain decode step, ms) or a results file with a decode record (--phase decode)",
+        ))?;
     check_time("the decode record's time", decode_ms.value, true)?;
 
-    let draft_ms = match flags.draft_ms {
-        Some(v) => {
-            if !rec_draft.is_empty() {
-                notes.push("--draft-ms overrides the draft record(s) of the results files".into());
-            }
-            Labelled::given(check_time("--draft-ms", v, false)?, "--draft-ms")
+    let draft = ("draft", "--draft-ms", false);
+    let draft_ms = match flag_or_record(draft, flags.draft_ms, &rec_draft, &mut notes)? {
+        Some(l) => l,
+        None => {
+            notes.push("no --draft-ms: drafting is taken as free (0 ms)".into());
+            Labelled::default(0.0)
         }
-        None => match one_of("draft", "--draft-ms", &rec_draft)? {
-            Some((l, _)) => l,
-            None => {
-                notes.push("no --draft-ms: drafting is taken as free (0 ms)".into());
-                Labelled::default(0.0)
-            }
-        },
     };
 
     let overhead_ms = match flags.overhead_ms {
@@ -187,7 +191,7 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
     }
     for t in &rec_verify {
         check_time("the verify record's time", t.ms.value, true)?;
-        if t.ms.origin.is_bound() {
+        if t.ms.origin.bound {
             notes.push(format!(
                 "T_verify {:.2} ms is a lower bound (see its origin): the verify's other part is missing, so its tau* is a lower bound and its tokens/s and speedups upper bounds, not a speedup to expect; give a full run (`verify --mode full`) or --verify-ms for the whole verify",
                 t.ms.value
@@ -201,10 +205,7 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
         ));
     }
 
-    let rates_len = match &flags.acceptance {
-        Some(Acceptance::Rates(r)) | Some(Acceptance::DraftFractions(r)) => Some(r.len() as u64),
-        _ => None,
-    };
+    let rates_len = flags.acceptance.as_ref().and_then(Acceptance::positions);
     let (draft_steps, draft_steps_origin) = match (flags.draft_steps, rates_len) {
         (Some(k), _) => (k, Origin::given("--draft-steps")),
         (None, Some(n)) => (n, Origin::derived("the number of per-position rates given")),
@@ -248,6 +249,12 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
     }
 
     let k = draft_steps;
+    let list = |rs: &[f64]| {
+        rs.iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let accept_length = match &flags.acceptance {
         None => match &flags.measured_accept_length {
             Some(l) => {
@@ -268,10 +275,7 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
                 value: super::expected_tokens_rates(rs),
                 origin: Origin::derived(format!(
                     "--accept-rates {} (conditional rates: 1 + r1 + r1 r2 + ...)",
-                    rs.iter()
-                        .map(|r| r.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    list(rs)
                 )),
             })
         }
@@ -293,12 +297,9 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             Some(Labelled {
                 value: 1.0 + rs.iter().sum::<f64>(),
                 origin: Origin::derived(format!(
-                        "--accept-rates-of-drafts {} (fractions of all drafts, as vLLM prints them: 1 + their sum)",
-                        rs.iter()
-                            .map(|r| r.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    )),
+                    "--accept-rates-of-drafts {} (fractions of all drafts, as vLLM prints them: 1 + their sum)",
+                    list(rs)
+                )),
             })
         }
         Some(Acceptance::Rate(a)) => Some(Labelled {
@@ -336,17 +337,12 @@ mod tests {
     use crate::record::Mode;
 
     fn rt(phase: Phase, ms: f64, tokens: u64, modeled: bool) -> RecordTime {
-        let (file, detail) = ("r.json".to_string(), "x".to_string());
+        let source = [Source::Measured, Source::Modeled][modeled as usize];
+        let origin = Origin::read(source, "r.json".into(), "x".into());
+        let ms = Labelled { value: ms, origin };
         RecordTime {
             phase,
-            ms: Labelled {
-                value: ms,
-                origin: if modeled {
-                    Origin::read(Source::Modeled, file, detail)
-                } else {
-                    Origin::read(Source::Measured, file, detail)
-                },
-            },
+            ms,
             tokens,
             mode: Mode::Full,
         }
@@ -493,12 +489,15 @@ mod tests {
 
     /// A collectives-only record time (as `times_of` labels a `--mode comm` run).
     fn bound(phase: Phase, ms: f64, tokens: u64) -> RecordTime {
+        let origin = Origin::read(Source::Modeled, "c.json".into(), "x".into());
+        let origin = Origin {
+            bound: true,
+            ..origin
+        };
+        let ms = Labelled { value: ms, origin };
         RecordTime {
             phase,
-            ms: Labelled {
-                value: ms,
-                origin: Origin::lower_bound(true, "c.json".into(), "x".into()),
-            },
+            ms,
             tokens,
             mode: Mode::Comm,
         }
@@ -507,7 +506,7 @@ mod tests {
     #[test]
     fn a_part_of_the_verify_is_a_bound_and_a_part_of_the_decode_is_refused() {
         let o = bound(Phase::Verify, 3.0, 4).ms.origin;
-        assert!(o.is_bound() && o.is_modeled());
+        assert!(o.bound && o.is_modeled());
         assert_eq!(o.kind(), "bound");
         assert_eq!(o.to_string(), "lower bound, modeled (c.json: x)");
         // the verify: kept, with a note saying it is a lower bound

@@ -31,14 +31,9 @@ pub const ASSUMPTION: &str = "batch 1 (one sequence): each cycle drafts k tokens
 /// draft tokens: 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha), and k + 1 at
 /// alpha = 1.
 pub fn expected_tokens_const_rate(alpha: f64, k: u64) -> f64 {
-    // The sum form is exact at alpha = 1 and has no cancellation near it.
-    let mut sum = 0.0;
-    let mut p = 1.0;
-    for _ in 0..=k {
-        sum += p;
-        p *= alpha;
-    }
-    sum
+    // The sum form (the same rate at every position) is exact at alpha = 1 and has no
+    // cancellation near it.
+    expected_tokens_rates(&vec![alpha; k as usize])
 }
 
 /// Expected tokens per cycle with per-position acceptance rates (rate i = probability that

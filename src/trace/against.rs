@@ -13,6 +13,7 @@ use super::analysis::Analysis;
 use super::extract::{Collective, RankTrace, SizeFrom};
 use super::names::{schedule_dtype, schedule_kind};
 use crate::error::usage;
+use crate::evidence::checks::{TracedGroup, TracedStep};
 use crate::measure::attribution::Spread;
 use crate::model::schedule_file::ScheduleFile;
 use crate::model::{CollectiveKind, DType, Op, Phase, Routing, Schedule};
@@ -296,6 +297,39 @@ pub(crate) fn schedule_file_at_tp(
         }
     }
     Ok((f, assumed))
+}
+
+/// The trace as a message names it: the folder of its files when they share one
+/// (`tests/data/traces/param-dlrm-8ranks (8 files)`), else the files.
+fn trace_name(files: &[String]) -> String {
+    let parent = |f: &String| std::path::Path::new(f).parent().map(|p| p.to_path_buf());
+    match files.first().and_then(parent) {
+        Some(dir) if files.len() > 1 && files.iter().all(|f| parent(f).as_ref() == Some(&dir)) => {
+            format!("{} ({} files)", dir.display(), files.len())
+        }
+        _ => files.join(", "),
+    }
+}
+
+/// One step of the trace as the evidence checks read it ([`crate::evidence::checks`]): the
+/// first complete step's collectives grouped by kind and size ([`Analysis::sequence`]), sizes
+/// only where the trace gives them, and the kernel that says the job trained, if any.
+pub fn traced_step(a: &Analysis) -> TracedStep {
+    TracedStep {
+        name: trace_name(&a.files),
+        groups: a
+            .sequence
+            .iter()
+            .map(|g| TracedGroup {
+                op: g.op.clone(),
+                per_step: g.per_step,
+                bytes: g.bytes.filter(|_| g.size_from != SizeFrom::Unknown),
+                group_size: g.group_size,
+            })
+            .collect(),
+        training: a.rank_traces.iter().find_map(|r| r.training.clone()),
+        world_size: a.world_size,
+    }
 }
 
 fn key(o: &Op) -> Option<(String, String, u64)> {

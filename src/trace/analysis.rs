@@ -616,7 +616,7 @@ pub(crate) fn diagnose(a: &Analysis) -> Vec<String> {
             let skewed = att
                 .and_then(|t| t.total.median_skew_us)
                 .is_some_and(|k| k > per_transfer);
-            let training = a.rank_traces.iter().any(|r| r.training);
+            let training = a.rank_traces.iter().any(|r| r.training.is_some());
             if a.attribution
                 .as_ref()
                 .is_some_and(|t| t.impossible_overlaps > 0)

@@ -165,8 +165,8 @@ pub struct RankTrace {
     /// `collectives`).
     pub unknown_collective_kernels: usize,
     /// Kernels of a backward pass or an optimizer step ran (`backward`, `bwd`, `wgrad`,
-    /// `dgrad`, Adam/SGD): a training job rather than an inference server.
-    pub training: bool,
+    /// `dgrad`, Adam/SGD): a training job rather than an inference server. The first such name.
+    pub training: Option<String>,
     /// The OS pids of the traced process ([`super::reader::TraceData::host_pids`]).
     pub host_pids: Vec<u32>,
     /// Its host, where the file name gives it (`<host>_<pid>.<time>.pt.trace.json`).
@@ -552,19 +552,34 @@ pub(crate) fn extract(
         host_gaps_us,
         gpu_timed,
         unknown_collective_kernels,
-        training: t.gpu.iter().any(|g| g.kind == GpuKind::Kernel)
-            && t.names.iter().any(|n| {
-                let l = n.to_ascii_lowercase();
-                ["backward", "bwd", "wgrad", "dgrad", "adam", "sgd_"]
-                    .iter()
-                    .any(|w| l.contains(w))
-            }),
+        training: t
+            .gpu
+            .iter()
+            .any(|g| g.kind == GpuKind::Kernel)
+            .then(|| t.names.iter().find_map(|n| training_word(n)))
+            .flatten(),
         host_pids: t.host_pids.clone(),
         host: t.host.clone(),
         log_process: None,
         log_own: None,
         notes,
     }
+}
+
+/// The identifier in a kernel's name that says it trains (`indexing_backward_kernel` of
+/// `void (anonymous namespace)::indexing_backward_kernel<float, 4>(long*, ...)`): one with
+/// `backward`, `bwd`, `wgrad`, `dgrad`, `adam` or `sgd_` in it.
+fn training_word(name: &str) -> Option<String> {
+    let l = name.to_ascii_lowercase();
+    let i = ["backward", "bwd", "wgrad", "dgrad", "adam", "sgd_"]
+        .iter()
+        .find_map(|w| l.find(w))?;
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let start = name[..i].rfind(|c: char| !ident(c)).map_or(0, |j| j + 1);
+    let end = name[i..]
+        .find(|c: char| !ident(c))
+        .map_or(name.len(), |j| i + j);
+    Some(name[start..end].to_string())
 }
 
 fn collective_from(
@@ -908,5 +923,20 @@ mod tests {
         assert_eq!(c.within(12.0, 22.0), 5.0);
         assert_eq!(c.within(16.0, 19.0), 0.0);
         assert_eq!(c.within(25.0, 27.0), 2.0);
+    }
+
+    #[test]
+    fn the_word_that_says_training_is_the_identifier_around_it() {
+        let w = |n: &str| training_word(n);
+        assert_eq!(
+            w("void (anonymous namespace)::indexing_backward_kernel<float, 4>(long*, long*)")
+                .as_deref(),
+            Some("indexing_backward_kernel")
+        );
+        assert_eq!(
+            w("autograd::engine::evaluate_function: MulBackward0").as_deref(),
+            Some("MulBackward0")
+        );
+        assert_eq!(w("ncclDevKernel_AllReduce_Sum_bf16_RING_LL"), None);
     }
 }

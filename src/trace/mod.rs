@@ -393,8 +393,3 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
     }
     Ok(a)
 }
-
-/// Reads one trace file into per-rank data (for callers that need the raw events).
-pub fn read_file(path: &Path) -> anyhow::Result<Vec<reader::TraceData>> {
-    reader::read_trace(path, &reader::ReadOptions::default()).map_err(|e| usage(e.to_string()))
-}

@@ -7,7 +7,8 @@
 use serde::Serialize;
 
 use super::analysis::{Analysis, TrapFound};
-use crate::evidence::{NcclLogText, ServerLog};
+use crate::evidence::nccl::{env_lines, graph_lines, sys_graph_line};
+use crate::evidence::{LaunchMode, NcclLogText, ServerLog};
 
 /// One trap: its rule, and where the rule comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -34,8 +35,8 @@ pub(crate) const RULES: &[Rule] = &[
     Rule {
         id: "eager-verify",
         name: "the verify ran eagerly (no CUDA graph)",
-        evidence: "no cudaGraphLaunch in the verify steps of the trace; SGLang's `Decode batch.` lines with `cuda graph: False`; vLLM's `enforce_eager=True`",
-        source: "SGLang python/sglang/srt/managers/scheduler.py logs `cuda graph:` per decode batch (python/sglang/srt/server_args.py: --disable-cuda-graph, --cuda-graph-max-bs); vLLM vllm/config/compilation.py (cudagraph_mode) and --enforce-eager",
+        evidence: "no cudaGraphLaunch in the verify steps of the trace; SGLang's decode lines with `cuda graph: False`; vLLM's cudagraph_mode lowered to PIECEWISE (attention eager between the graph pieces), FULL_DECODE_ONLY (a verify batch that is not uniform runs without a graph) or NONE (`setting cudagraph_mode=`, `Overriding cudagraph_mode`), and `Cudagraph is disabled under eager mode` / `enforce_eager=True` / `Skipping CUDA graph capture`",
+        source: "SGLang python/sglang/srt/managers/scheduler.py logs `cuda graph:` per decode batch (python/sglang/srt/server_args.py: --disable-cuda-graph, --cuda-graph-max-bs); vLLM vllm/config/compilation.py (cudagraph_mode) and --enforce-eager; vllm/v1/worker/gpu_model_runner.py and vllm/config/vllm.py lower cudagraph_mode to what the attention backend and the features in use support, and log it",
         give: "the server's traces (--trace) or its log (--server-log)",
     },
     Rule {
@@ -121,49 +122,6 @@ fn finding(id: &str, status: Status, detail: String) -> Finding {
     }
 }
 
-/// `NCCL_X set by environment to V` lines: the variables NCCL read.
-fn env_lines(logs: &[NcclLogText]) -> Vec<(String, String)> {
-    let re = regex::Regex::new(r"(NCCL_[A-Z0-9_]+) set by environment to (\S+)").expect("regex");
-    let mut out: Vec<(String, String)> = vec![];
-    for l in logs {
-        for c in re.captures_iter(&l.text) {
-            let kv = (c[1].to_string(), c[2].trim_end_matches('.').to_string());
-            // every rank prints its own line: each setting once
-            if !out.contains(&kv) {
-                out.push(kv);
-            }
-        }
-    }
-    out
-}
-
-/// The first graph-search line whose bandwidth is at NCCL's floor and whose path crosses the
-/// system (SYS) interconnect, with its file.
-pub(crate) fn sys_graph_line(logs: &[NcclLogText]) -> Option<(String, String)> {
-    let re = regex::Regex::new(
-        r"Pattern \d+, crossNic \d+, nChannels (\d+), bw ([0-9.]+)/([0-9.]+), type (\w+)/(\w+)",
-    )
-    .expect("regex");
-    for l in logs {
-        for line in l.text.lines() {
-            if let Some(c) = re.captures(line) {
-                let bw1: f64 = c[2].parse().unwrap_or(f64::INFINITY);
-                let bw2: f64 = c[3].parse().unwrap_or(f64::INFINITY);
-                if bw1 <= 0.1 + 1e-9 && bw2 <= 0.1 + 1e-9 && (&c[4] == "SYS" || &c[5] == "SYS") {
-                    return Some((l.name.clone(), line.trim().to_string()));
-                }
-            }
-        }
-    }
-    None
-}
-
-fn graph_lines(logs: &[NcclLogText]) -> usize {
-    logs.iter()
-        .map(|l| l.text.matches("nChannels").count())
-        .sum()
-}
-
 /// What a trace's steps say of the eager-verify trap: (launched eagerly, ran from graphs).
 fn trace_launches(a: &Analysis) -> (Option<String>, Option<String>) {
     match a.step.as_ref() {
@@ -189,7 +147,7 @@ fn trace_launches(a: &Analysis) -> (Option<String>, Option<String>) {
 /// those found (the others need what a trace does not hold: the server's logs, a cost model).
 /// A training job runs no verify, so its eager steps are no verify trap.
 pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
-    let training = a.rank_traces.iter().any(|r| r.training);
+    let training = a.rank_traces.iter().any(|r| r.training.is_some());
     let mut out = vec![];
     if let (Some(detail), false) = (trace_launches(a).0, training) {
         let r = rule("eager-verify");
@@ -288,22 +246,11 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
         eager_evidence.extend(eager);
         graph_evidence.extend(graph);
     }
-    if let Some(l) = i.server_log {
-        if l.cuda_graph_false > 0 {
-            eager_evidence.push(format!(
-                "{}: {} of {} decode lines say `cuda graph: False`",
-                l.file,
-                l.cuda_graph_false,
-                l.cuda_graph_false + l.cuda_graph_true
-            ));
-        } else if l.cuda_graph_true > 0 {
-            graph_evidence.push(format!(
-                "{}: every decode line says `cuda graph: True`",
-                l.file
-            ));
-        }
-        if let Some(line) = &l.enforce_eager {
-            eager_evidence.push(format!("{}: `{}`", l.file, line));
+    if let Some((l, launch)) = i.server_log.and_then(|l| Some((l, l.launch.as_ref()?))) {
+        let said = format!("{}: `{}`: {}", l.file, launch.line, launch.meaning);
+        match launch.mode {
+            LaunchMode::Eager | LaunchMode::PartlyEager => eager_evidence.push(said),
+            LaunchMode::Graph => graph_evidence.push(said),
         }
     }
     out.push(if !eager_evidence.is_empty() {
@@ -403,38 +350,6 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn log(text: &str) -> Vec<NcclLogText> {
-        vec![NcclLogText {
-            name: "n.log".into(),
-            text: text.into(),
-        }]
-    }
-
-    #[test]
-    fn the_sys_floor_line_is_found_and_a_healthy_search_is_not() {
-        let bad = log("host:1:1 [0] NCCL INFO Pattern 4, crossNic 0, nChannels 2, bw 0.100000/0.100000, type SYS/SYS, sameChannels 1\n");
-        assert!(sys_graph_line(&bad).is_some());
-        let good = log("vm:574:574 [1] NCCL INFO Pattern 4, crossNic 0, nChannels 12, bw 30.000000/30.000000, type NVL/PIX, sameChannels 1\n");
-        assert!(sys_graph_line(&good).is_none());
-        assert_eq!(graph_lines(&good), 1);
-        // A slow but not floor search across SYS is not the trap.
-        let slow = log("x [0] NCCL INFO Pattern 4, crossNic 0, nChannels 2, bw 6.000000/6.000000, type SYS/SYS, sameChannels 1\n");
-        assert!(sys_graph_line(&slow).is_none());
-    }
-
-    #[test]
-    fn env_lines_name_what_nccl_read() {
-        // integer parameters end with a period (src/misc/param.cc), NCCL_PROTO does not
-        let l = log("x [0] NCCL INFO NCCL_PROTO set by environment to LL\nx [1] NCCL INFO NCCL_PROTO set by environment to LL\nx [1] NCCL INFO NCCL_P2P_LEVEL set by environment to 2.\n");
-        assert_eq!(
-            env_lines(&l),
-            vec![
-                ("NCCL_PROTO".to_string(), "LL".to_string()),
-                ("NCCL_P2P_LEVEL".to_string(), "2".to_string())
-            ]
-        );
-    }
 
     #[test]
     fn every_rule_cites_a_source_and_says_what_to_give() {

@@ -133,11 +133,12 @@ fn rounded_and_dropped_sizes_are_said() {
 fn refusals_of_the_request_come_before_the_devices_in_both_launchers() {
     let dir = tempfile::tempdir().unwrap();
     let long = dir.path().join("long.json");
-    // one operation more than the exact check's 39,216 = 117,649 distinct salts / 3 slots
-    common::long_schedule(&long, 39_217);
+    // one operation more than the exact check's 117,649 = 7^6 (the base-7 digits 0..6 of an
+    // index are its inputs' offsets; each of the 3 slots adds its own)
+    common::long_schedule(&long, 117_650);
     let long = long.to_str().unwrap();
-    let length = "the exact check gives distinct inputs to at most 39216 operations of one \
-                  schedule (3 buffer slots each), and this one has 39217";
+    let length = "the exact check gives distinct inputs to at most 117649 operations of one \
+                  schedule (3 buffer slots each), and this one has 117650";
     for launcher in ["threads", "processes"] {
         let base = ["verify", "--backend", "nccl", "--launcher", launcher];
         for (extra, want) in [
@@ -181,6 +182,6 @@ fn refusals_of_the_request_come_before_the_devices_in_both_launchers() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(!err.contains("39216"), "{err}");
+        assert!(!err.contains("117649"), "{err}");
     }
 }

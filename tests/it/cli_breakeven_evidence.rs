@@ -110,13 +110,40 @@ fn the_trace_gives_the_verify_time_and_the_log_the_accept_length() {
 
 #[test]
 fn a_decode_trace_gives_the_decode_time_and_the_table_labels_it() {
-    // 8 ranks of a training step with compute kernels: a whole forward, measured
+    // SYNTHETIC: 8 ranks of 3 steps with a compute kernel before every collective
+    // (verifybench::trace::synth): a whole forward, measured
+    let dir = tempfile::tempdir().unwrap();
+    let s = verifybench::trace::synth::SynthSpec {
+        ranks: 8,
+        steps: 3,
+        ..Default::default()
+    };
+    verifybench::trace::synth::write_dir(&s, dir.path(), true).unwrap();
+    vb().args(["breakeven", "--verify-ms", "30", "--draft-steps", "3"])
+        .args(["--accept-length", "2.5", "--from-trace"])
+        .arg(role("decode", dir.path()))
+        .assert()
+        .success()
+        .stdout(predicate::str::is_match(r"T_decode +[0-9.]+ ms +measured \(rank-0\.json\.gz[^ ]*, .*decode step measured from the trace").unwrap());
+}
+
+#[test]
+fn a_training_trace_is_no_decode_step() {
+    // PARAM's DLRM training step (tests/data/traces/README.md): 8 ranks, 5 SendRecv and 3
+    // AllReduce kernels per rank, backward kernels among the rest: refused, not taken as the
+    // decode time
     vb().args(["breakeven", "--verify-ms", "30", "--draft-steps", "3"])
         .args(["--accept-length", "2.5", "--from-trace"])
         .arg(role("decode", &data("traces/param-dlrm-8ranks")))
         .assert()
-        .success()
-        .stdout(predicate::str::is_match(r"T_decode +[0-9.]+ ms +measured \(worker0_step_12[^ ]*, .*decode step measured from the trace").unwrap());
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--from-trace decode=",
+        ))
+        .stderr(predicate::str::contains(
+            "a training trace, not a decode: 8 collectives per step (5 send_recv + 3 all_reduce) in a world of 8 ranks",
+        ))
+        .stderr(predicate::str::contains("(--decode-ms)"));
 }
 
 #[test]

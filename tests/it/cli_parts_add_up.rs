@@ -1,13 +1,20 @@
 //! A modeled verify whose parts add up (issue 28 item 2): with host gaps, a late rank, either
 //! launcher and both launch modes, every row has per-verify >= in-collective >= transfer, and
 //! the lower bound printed beside the in-collective time is at most that time.
+//!
+//! The model is Kimi-K2.5 cut to 3 layers (its config.json, one dense layer and two MoE ones):
+//! every kind of collective and launch of the 61-layer model is in it, and the parts add up
+//! per collective and per launch, whatever their number. The eager rows simulate 2000 verifies
+//! of every launch's host gap; with 3 layers instead of 61 that costs a twentieth.
 
 use std::path::Path;
 
-use crate::common::{read_json, vb};
+use crate::common::{kimi_config_json, read_json, vb};
 
 fn runs(dir: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
     let j = dir.join("v.json");
+    let config = dir.join("config.json");
+    std::fs::write(&config, kimi_config_json(3)).unwrap();
     let out = vb()
         .args([
             "verify",
@@ -18,6 +25,8 @@ fn runs(dir: &Path, extra: &[&str]) -> Vec<serde_json::Value> {
             "--mode",
             "comm,full",
         ])
+        .arg("--model-config")
+        .arg(&config)
         .arg("--export-json")
         .arg(&j)
         .args(extra)

@@ -62,35 +62,11 @@ fn table_output_shows_counts_and_gathered_bytes() {
         .stdout(predicate::str::contains("EAGLE-3 draft step"));
 }
 
-fn kimi_config_json() -> String {
-    serde_json::json!({
-        "architectures": ["KimiK25ForConditionalGeneration"],
-        "model_type": "kimi_k25",
-        "text_config": {
-            "model_type": "kimi_k2",
-            "num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840,
-            "num_attention_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
-            "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-            "first_k_dense_replace": 1, "intermediate_size": 18432,
-            "n_routed_experts": 384, "num_experts_per_tok": 8, "n_shared_experts": 1,
-            "moe_intermediate_size": 2048,
-            "quantization_config": {
-                "quant_method": "compressed-tensors", "format": "pack-quantized",
-                "config_groups": {"group_0": {"targets": ["Linear"],
-                    "weights": {"num_bits": 4, "type": "int", "group_size": 32}}},
-                "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
-                           "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]
-            }
-        }
-    })
-    .to_string()
-}
-
 #[test]
 fn model_config_gives_the_same_schedule_as_the_preset() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("config.json");
-    std::fs::write(&p, kimi_config_json()).unwrap();
+    std::fs::write(&p, common::kimi_config_json(61)).unwrap();
     let path = p.to_str().unwrap();
     for tokens in ["3", "4"] {
         let from_cfg = plan_json(&["--model-config", path, "--tp", "8", "--tokens", tokens]);
@@ -124,7 +100,7 @@ fn bad_input_is_one_line_and_exit_2() {
         &["plan", "--model-config", bad.to_str().unwrap()],
         "is not JSON",
     );
-    let mut v: serde_json::Value = serde_json::from_str(&kimi_config_json()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&common::kimi_config_json(61)).unwrap();
     v["text_config"]
         .as_object_mut()
         .unwrap()
@@ -152,7 +128,7 @@ fn tp_that_does_not_divide_vocab_or_intermediate() {
         ("intermediate_size", 18_436, "intermediate size"),
         ("moe_intermediate_size", 2_052, "MoE intermediate size"),
     ] {
-        let mut v: serde_json::Value = serde_json::from_str(&kimi_config_json()).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&common::kimi_config_json(61)).unwrap();
         v["text_config"][key] = value.into();
         std::fs::write(&p, v.to_string()).unwrap();
         fails_with(

@@ -126,6 +126,32 @@ pub fn read_json(p: &Path) -> serde_json::Value {
     serde_json::from_str(&read_text(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
+/// Kimi-K2.5's Hugging Face config.json (the `kimi-k2.5` preset: 61 layers) with `layers`
+/// hidden layers: the first dense, the rest MoE, as in the model.
+pub fn kimi_config_json(layers: u64) -> String {
+    serde_json::json!({
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": {
+            "model_type": "kimi_k2",
+            "num_hidden_layers": layers, "hidden_size": 7168, "vocab_size": 163840,
+            "num_attention_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+            "first_k_dense_replace": 1, "intermediate_size": 18432,
+            "n_routed_experts": 384, "num_experts_per_tok": 8, "n_shared_experts": 1,
+            "moe_intermediate_size": 2048,
+            "quantization_config": {
+                "quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {"group_0": {"targets": ["Linear"],
+                    "weights": {"num_bits": 4, "type": "int", "group_size": 32}}},
+                "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                           "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]
+            }
+        }
+    })
+    .to_string()
+}
+
 /// Writes at `path` a schedule file of Kimi-K2.5's TP2 verify ops repeated until it holds
 /// `ops` operations: longer than any model's forward, to reach the bound of the exact check.
 pub fn long_schedule(path: &Path, ops: usize) {

@@ -792,11 +792,11 @@ fn the_workers_refusals_come_before_start_up() {
         "--tp 4 but the launcher started 2 ranks: make them equal",
     );
     let long = dir.path().join("long.json");
-    crate::common::long_schedule(&long, 39_217);
+    crate::common::long_schedule(&long, 117_650);
     refused_before_start(
         worker(&["--schedule", long.to_str().unwrap()]),
-        "the exact check gives distinct inputs to at most 39216 operations of one schedule \
-         (3 buffer slots each), and this one has 39217",
+        "the exact check gives distinct inputs to at most 117649 operations of one schedule \
+         (3 buffer slots each), and this one has 117650",
     );
     // a token file that others may read: named, with the command that mends it
     let token = dir.path().join("token");
