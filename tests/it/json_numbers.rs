@@ -281,12 +281,18 @@ fn no_json_output_of_any_command_hides_a_number_in_a_string() {
             "--format".into(),
             "json".into(),
         ],
+        // explain with evidence: what a profiler showed and a real NCCL INFO log (a training
+        // trace or one rank's is refused as a verify's, so no trace here)
         vec![
             "explain".into(),
-            "--trace".into(),
-            s(data("traces/param-dlrm-8ranks")),
+            "--verify-ms".into(),
+            "25".into(),
             "--decode-ms".into(),
             "20".into(),
+            "--observed".into(),
+            "122x0.2ms".into(),
+            "--nccl-log".into(),
+            s(data("nccl-2.28.3-h200x2-procs-default.log")),
             "--format".into(),
             "json".into(),
         ],
