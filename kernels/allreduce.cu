@@ -48,9 +48,10 @@
 // and its workspace can be freed once every rank has left.
 //
 // Test-only builds (never in a run's kernels): P2P_SELFTEST adds the stress test's support
-// kernels (comm/p2p/stress.rs); P2P_FAULT=1 releases the copy-in flag before the copy-in,
-// P2P_FAULT=2 uses one staging half for every call: the negative controls the stress test must
-// catch.
+// kernels (comm/p2p/stress.rs); P2P_JITTER pauses a rank now and then between a wait and its
+// reads (`jitter`), the same protocol with wider races; P2P_FAULT=1 releases the copy-in flag
+// before the copy-in, P2P_FAULT=2 uses one staging half for every call: the negative controls
+// the stress test must catch (with the pauses).
 //
 // No NVLink multicast (multimem / NVLS) anywhere: plain loads and stores through peer mappings.
 // No headers: NVRTC compiles this without the CUDA include folder (conversions in inline PTX).
@@ -64,7 +65,8 @@
 #define PROBE_WORDS 63  // data words of one access probe (after its flag word)
 
 // Workspace layout (bytes from the base). FLAGS: u64 [ROUNDS][MAXB][MAXR]; EPOCHS: u64 [MAXB];
-// ERRORS: u32 [4] (code, epoch bits 0-31, block, epoch bits 32-63); PROBES: [MAXR] slots of 64
+// ERRORS: u32 [6] (code, epoch bits 0-31, block, epoch bits 32-63, and on a timeout the calls the
+// silent peer's block had entered, bits 0-31 and 32-63); PROBES: [MAXR] slots of 64
 // u32 (a flag and PROBE_WORDS words), slot s written by rank s's access check at connect; DATA:
 // two staging halves of `capacity` bytes; RESULT: one buffer of `capacity` bytes (two-shot's
 // reduced partitions).
@@ -156,12 +158,14 @@ __device__ __forceinline__ bool host_stopped(const Peers& a)
 
 // Records `kind` (ERR_TIMEOUT, ERR_STOPPED) for `round` and `peer` in the error words, unless an
 // error is there already (the first failure wins).
-__device__ __forceinline__ void record_error(u32* err, u32 kind, int round, u32 peer, u64 epoch)
+__device__ __forceinline__ void record_error(u32* err, u32 kind, int round, u32 peer, u64 epoch, u64 seen)
 {
     if (atomicCAS(err, 0u, kind | ((u32)round << 8) | peer) == 0u) {
         err[1] = (u32)epoch;
         err[2] = blockIdx.x;
         err[3] = (u32)(epoch >> 32);
+        err[4] = (u32)seen;
+        err[5] = (u32)(seen >> 32);
         __threadfence_system();
     }
 }
@@ -370,7 +374,7 @@ __device__ void poll_stop(const Peers& a, u32* err, int round, u64 epoch, int* l
         if (ld_volatile(err) != 0u) {
             *(volatile int*)fail = 1;
         } else if (host_stopped(a)) {
-            record_error(err, ERR_STOPPED, round, 0xffu, epoch);
+            record_error(err, ERR_STOPPED, round, 0xffu, epoch, 0ull);
             *(volatile int*)fail = 1;
         }
     }
@@ -383,6 +387,25 @@ __device__ __forceinline__ void signal(const Peers& a, int round, u64 epoch)
     if (t < (int)a.nranks && t != (int)a.rank)
         st_release_sys(flag_slot(a.base[t], round, blockIdx.x, (int)a.rank), epoch);
 }
+
+#if P2P_FAULT != 0 || defined(P2P_JITTER)
+// Test builds only (the stress test's, never a run's): after a wait, on about one call in four
+// per rank and round, every block of the rank pauses up to 16 us before its reads, the same
+// pause in every block (a hash of epoch, rank and round). A peer that is done with the call
+// races into its next one while this rank still reads: the window a buffer reused too early
+// (P2P_FAULT=2) needs to show wrong data.
+__device__ __forceinline__ void jitter(const Peers& a, int round, u64 epoch)
+{
+    u64 h = epoch * 0x9e3779b97f4a7c15ull ^ (u64)(a.rank + 1u) * 0xbf58476d1ce4e5b9ull ^ (u64)round;
+    h ^= h >> 31;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 29;
+    if ((h & 3ull) != 0ull) return;
+    const u64 ns = (h >> 8) % 16000ull, t0 = globaltimer();
+    while (globaltimer() - t0 < ns) {
+    }
+}
+#endif
 
 // Signal every peer for (round, this block, epoch), then wait for every peer's signal. Returns
 // false (in every thread) when a wait timed out, another block already recorded an error, or the
@@ -407,7 +430,11 @@ __device__ bool exchange(const Peers& a, int round, u64 epoch)
         while (ld_acquire_sys(slot) < epoch) {
             if (*(volatile int*)&s_fail) break;
             if (globaltimer() - t0 > a.timeout_ns) {
-                record_error(err, ERR_TIMEOUT, round, (u32)t, epoch);
+                // what the silent peer had reached: the calls its block of this index had
+                // entered (read through the mapping): fewer than `epoch` means its kernel of
+                // this call never started, as many means it waits inside the call too
+                u64 seen = ld_volatile64((const u64*)(a.base[t] + EPOCHS_OFF) + blockIdx.x);
+                record_error(err, ERR_TIMEOUT, round, (u32)t, epoch, seen);
                 *(volatile int*)&s_fail = 1;
                 break;
             }
@@ -417,6 +444,9 @@ __device__ bool exchange(const Peers& a, int round, u64 epoch)
         poll_stop(a, err, round, epoch, &s_left, &s_fail);
     }
     __syncthreads();  // the acquires above precede every data read of this block
+#if P2P_FAULT != 0 || defined(P2P_JITTER)
+    if (s_fail == 0) jitter(a, round, epoch);
+#endif
     return s_fail == 0;
 }
 

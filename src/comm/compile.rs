@@ -29,10 +29,11 @@ pub const SOURCES: &[Source] = &[
 
 /// Test-only builds of a kernel file (a preprocessor define passed to NVRTC), compiled only by
 /// `selftest`; CI compiles them with the files. `allreduce.cu` with `P2P_SELFTEST` adds the
-/// stress test's support kernels; with `P2P_FAULT=1` and `P2P_FAULT=2` it is the stress test's
-/// negative controls (see the top of the file).
+/// stress test's support kernels, with `P2P_JITTER` its read-phase pauses; with `P2P_FAULT=1`
+/// and `P2P_FAULT=2` it is the stress test's negative controls (see the top of the file).
 pub const TEST_BUILDS: &[(&str, &[&str])] = &[
     ("allreduce.cu", &["P2P_SELFTEST"]),
+    ("allreduce.cu", &["P2P_JITTER"]),
     ("allreduce.cu", &["P2P_FAULT=1"]),
     ("allreduce.cu", &["P2P_FAULT=2"]),
 ];

@@ -84,6 +84,8 @@ pub(crate) const ROUNDS: usize = 3;
 pub(crate) const FLAGS_OFF: usize = 0;
 pub(crate) const EPOCHS_OFF: usize = 12288;
 pub(crate) const ERRORS_OFF: usize = 12800;
+/// u32 words at ERRORS_OFF: code, epoch low, block, epoch high, the silent peer's calls low, high.
+pub(crate) const ERROR_WORDS: usize = 6;
 pub(crate) const PROBES_OFF: usize = 13312;
 pub(crate) const DATA_OFF: usize = 16384;
 /// Bytes of one rank's access-probe slot in a peer's workspace (a flag word and PROBE_WORDS).
@@ -98,7 +100,7 @@ pub(crate) const ERR_STOPPED: u32 = 0x4000_0000;
 // then a probe slot per rank, then data (checked when compiling).
 const _: () = assert!(FLAGS_OFF + ROUNDS * MAX_BLOCKS as usize * MAX_RANKS * 8 <= EPOCHS_OFF);
 const _: () = assert!(EPOCHS_OFF + MAX_BLOCKS as usize * 8 <= ERRORS_OFF);
-const _: () = assert!(ERRORS_OFF + 16 <= PROBES_OFF);
+const _: () = assert!(ERRORS_OFF + 4 * ERROR_WORDS <= PROBES_OFF);
 const _: () = assert!((PROBE_WORDS + 1) * 4 <= PROBE_SLOT);
 const _: () = assert!(PROBES_OFF + MAX_RANKS * PROBE_SLOT <= DATA_OFF && DATA_OFF % 256 == 0);
 
@@ -111,9 +113,12 @@ const VECTORS_PER_THREAD: u64 = 2;
 pub enum Build {
     #[default]
     Real,
-    /// The copy-in flag released before the copy-in (`P2P_FAULT=1`).
+    /// The real protocol with a rank pausing now and then between a wait and its reads
+    /// (`P2P_JITTER`): the stress test's wider races.
+    Jitter,
+    /// The copy-in flag released before the copy-in (`P2P_FAULT=1`, with the pauses).
     EarlyFlag,
-    /// One staging half for every call (`P2P_FAULT=2`).
+    /// One staging half for every call (`P2P_FAULT=2`, with the pauses).
     OneHalf,
 }
 
@@ -123,6 +128,7 @@ impl Build {
     pub(crate) fn defines(self) -> &'static [&'static str] {
         match self {
             Build::Real => &[],
+            Build::Jitter => &["P2P_JITTER"],
             Build::EarlyFlag => &["P2P_FAULT=1"],
             Build::OneHalf => &["P2P_FAULT=2"],
         }
@@ -131,6 +137,7 @@ impl Build {
     pub fn describe(self) -> &'static str {
         match self {
             Build::Real => "the real kernels",
+            Build::Jitter => "the real kernels with read-phase pauses",
             Build::EarlyFlag => "flag released before the copy-in",
             Build::OneHalf => "one staging half only",
         }
@@ -146,7 +153,7 @@ pub struct P2pConfig {
     pub max_blocks: u32,
     /// Bound of every wait for a peer's signal: half a run's `--timeout`.
     pub timeout: Duration,
-    /// The kernels' build: [`Build::Real`] but in the stress test's negative controls.
+    /// The kernels' build: [`Build::Real`] but in the stress test (pauses, negative controls).
     pub build: Build,
 }
 
@@ -259,12 +266,15 @@ pub struct SignalTimeout {
     pub call: u64,
     pub block: u32,
     pub timeout: Duration,
+    /// Calls the silent rank's block of this index had entered when the wait ran out: fewer
+    /// than `call` means its kernel of this call never started; as many, it waited in it too.
+    pub entered: u64,
 }
 
 impl SignalTimeout {
     /// Decodes the error words a kernel wrote, or `None` when they hold no error.
     pub fn decode(
-        words: [u32; 4],
+        words: [u32; ERROR_WORDS],
         rank: usize,
         devices: &[usize],
         timeout: Duration,
@@ -283,6 +293,7 @@ impl SignalTimeout {
             call: words[1] as u64 | (words[3] as u64) << 32,
             block: words[2],
             timeout,
+            entered: words[4] as u64 | (words[5] as u64) << 32,
         })
     }
 
@@ -308,7 +319,20 @@ impl fmt::Display for SignalTimeout {
             self.phase(),
             self.call,
             self.block
-        )
+        )?;
+        if self.entered < self.call {
+            write!(
+                f,
+                "; rank {} had entered {} calls: its kernel of call {} never started (its launch was queued behind work that waits, or the GPU never scheduled it), not a lost signal",
+                self.silent, self.entered, self.call
+            )
+        } else {
+            write!(
+                f,
+                "; rank {} was in call {} itself: it waited too",
+                self.silent, self.entered
+            )
+        }
     }
 }
 

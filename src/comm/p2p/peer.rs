@@ -18,7 +18,8 @@ pub(super) use super::mem::{copy_raw, download_raw, upload_raw};
 use super::mem::{cu_check, cu_dev, enable_peer, process_nonce, DeviceMem, Origin, PeerCtx};
 use super::probe::{check_peers, check_resident};
 use super::{
-    supports, Impl, P2pConfig, SignalTimeout, DATA_OFF, ERRORS_OFF, ERR_STOPPED, MAX_RANKS,
+    supports, Impl, P2pConfig, SignalTimeout, DATA_OFF, ERRORS_OFF, ERROR_WORDS, ERR_STOPPED,
+    MAX_RANKS,
 };
 use crate::comm::device::{Buffer, Gpu};
 use crate::error::usage;
@@ -598,22 +599,23 @@ impl P2pAllReduce {
         Ok(self.decode(self.error_words(gpu)?))
     }
 
-    fn decode(&self, words: [u32; 4]) -> Option<SignalTimeout> {
+    fn decode(&self, words: [u32; ERROR_WORDS]) -> Option<SignalTimeout> {
         SignalTimeout::decode(words, self.ws.rank, &self.devices, self.ws.cfg.timeout)
     }
 
-    /// Synchronises the stream and reads the four error words.
-    fn error_words(&self, gpu: &Gpu) -> anyhow::Result<[u32; 4]> {
+    /// Synchronises the stream and reads the error words.
+    fn error_words(&self, gpu: &Gpu) -> anyhow::Result<[u32; ERROR_WORDS]> {
         gpu.sync()?;
-        let mut words = [0u32; 4];
+        let mut words = [0u32; ERROR_WORDS];
         gpu.bind()?;
-        // SAFETY: the 16 bytes at ERRORS_OFF lie inside this rank's workspace; the stream has
-        // finished every kernel that writes them (synchronised above); words holds 16 bytes.
+        // SAFETY: the ERROR_WORDS words at ERRORS_OFF lie inside this rank's workspace; the
+        // stream has finished every kernel that writes them (synchronised above); words holds
+        // as many bytes as are copied.
         let r = unsafe {
             cu::cuMemcpyDtoH_v2(
                 words.as_mut_ptr() as *mut _,
                 self.ws.mem.ptr + ERRORS_OFF as u64,
-                16,
+                std::mem::size_of_val(&words),
             )
         };
         cu_check("reading the P2P error words", gpu.ordinal, r)?;

@@ -181,25 +181,40 @@ fn handles_round_trip_and_foreign_bytes_are_refused() {
 
 #[test]
 fn a_timeout_names_the_silent_rank_and_the_gpus() {
-    let words = [ERR_TIMEOUT | (1 << 8) | 3, 17, 2, 0];
+    // rank 3 had entered 16 calls when rank 0 gave up waiting in call 17
+    let words = [ERR_TIMEOUT | (1 << 8) | 3, 17, 2, 0, 16, 0];
     let t = SignalTimeout::decode(words, 0, &[4, 5, 6, 7], Duration::from_millis(200)).unwrap();
-    assert_eq!((t.silent, t.round, t.call, t.block), (3, 1, 17, 2));
-    // the epoch's high bits travel in the fourth word: call 2^32 + 5
-    let high = [ERR_TIMEOUT | 1, 5, 0, 1];
+    assert_eq!(
+        (t.silent, t.round, t.call, t.block, t.entered),
+        (3, 1, 17, 2, 16)
+    );
+    // the epoch's high bits travel in the fourth word, the peer's in the sixth: call 2^32 + 5,
+    // the peer in it too
+    let high = [ERR_TIMEOUT | 1, 5, 0, 1, 5, 1];
     let t2 = SignalTimeout::decode(high, 0, &[0, 1], Duration::from_secs(1)).unwrap();
-    assert_eq!(t2.call, (1u64 << 32) + 5);
+    assert_eq!((t2.call, t2.entered), ((1u64 << 32) + 5, (1u64 << 32) + 5));
     let s = t.to_string();
     assert!(
         s.starts_with("rank 3 never signalled rank 0 within 200 ms (GPU 4 <- GPU 7;"),
         "{s}"
     );
     assert!(s.contains("all-gather") && s.contains("call 17"), "{s}");
+    // a peer behind: its kernel never started; a peer in the call: it waited too
+    assert!(
+        s.contains("rank 3 had entered 16 calls: its kernel of call 17 never started"),
+        "{s}"
+    );
+    assert!(
+        t2.to_string()
+            .ends_with("rank 1 was in call 4294967301 itself: it waited too"),
+        "{t2}"
+    );
     assert_eq!(
-        SignalTimeout::decode([0; 4], 0, &[0, 1], Duration::from_secs(1)),
+        SignalTimeout::decode([0; 6], 0, &[0, 1], Duration::from_secs(1)),
         None
     );
     // a wait the host stopped is not a timeout: no rank is named as silent
-    let stopped = [ERR_STOPPED | (2 << 8) | 1, 5, 0, 0];
+    let stopped = [ERR_STOPPED | (2 << 8) | 1, 5, 0, 0, 0, 0];
     assert_eq!(
         SignalTimeout::decode(stopped, 0, &[0, 1], Duration::from_secs(1)),
         None
