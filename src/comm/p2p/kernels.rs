@@ -45,9 +45,14 @@ pub(crate) struct P2pKernels {
 const BARRIER_THREADS: u32 = 64;
 const _: () = assert!(BARRIER_THREADS as usize > MAX_RANKS && BARRIER_THREADS <= THREADS);
 
-/// Blocks that can be resident at once: `blocks_per_sm` x `sms`, the SMs cut to
-/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` percent where that is set (an MPS client gets only that
-/// share of the SMs; the control daemon's own limit is not visible here).
+/// Blocks of waiting grids that start for sure when several grids wait for each other: one
+/// per SM (the SMs cut to `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` percent where that is set: an MPS
+/// client gets only that share; the control daemon's own limit is not visible here), whatever
+/// the occupancy query allows (`blocks_per_sm`, which must be at least one). Measured on one
+/// H200 (132 SMs, 4 blocks of these kernels per SM by the query): 8 virtual ranks x 24 or 32
+/// blocks stalled (a rank's next kernel never started while its peers spun), 8 x 16 and 8 x 17
+/// ran 10,000 calls clean (results/h200x1/issue40b/); so the query's 528 is not what the
+/// scheduler gives grids of several streams that spin, and one block per SM is the bound kept.
 pub(crate) fn resident_blocks(blocks_per_sm: u32, sms: u32, mps_percent: Option<&str>) -> u32 {
     let pct = mps_percent
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -56,7 +61,7 @@ pub(crate) fn resident_blocks(blocks_per_sm: u32, sms: u32, mps_percent: Option<
         Some(p) => ((sms as f64 * p / 100.0).floor() as u32).max(1),
         None => sms,
     };
-    blocks_per_sm * sms
+    blocks_per_sm.min(1) * sms
 }
 
 fn dtype_index(d: DType) -> usize {

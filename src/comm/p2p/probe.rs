@@ -222,8 +222,9 @@ pub(super) fn check_peers(
 
 /// Every rank's largest grid on one GPU resident at once: a waiting block spins until its peers'
 /// blocks signal, so the grids of the ranks sharing a GPU (virtual ranks; one otherwise) must
-/// all fit it at the kernels' occupancy (and, under MPS, the client's share of the SMs), or a
-/// block waits for one that cannot start until it leaves. `here`: the ranks on `device`.
+/// all fit it, one block per SM ([`super::kernels::resident_blocks`]; under MPS, the client's
+/// share of the SMs), or a block waits for one that cannot start until it leaves. `here`: the
+/// ranks on `device`.
 pub(super) fn check_resident(
     kernels: &P2pKernels,
     here: u32,
@@ -271,8 +272,8 @@ impl Residency {
             ("", "")
         };
         Err(format!(
-            "P2P all-reduce: {} rank(s) on GPU {device} x {} blocks = {need} blocks, but GPU {device} holds {} blocks of these kernels at once ({} per SM x {} SMs{cut}): a waiting block would spin while a peer's block cannot start. Run fewer ranks per GPU{raise}",
-            self.ranks, self.max_blocks, self.resident, self.blocks_per_sm, self.sms
+            "P2P all-reduce: {} rank(s) on GPU {device} x {} blocks = {need} blocks, but GPU {device} starts {} waiting blocks for sure (one per SM of {}{cut}; {} per SM by the occupancy query, which grids of several streams that wait for each other do not get): a waiting block would spin while a peer's block cannot start. Run fewer ranks per GPU{raise}",
+            self.ranks, self.max_blocks, self.resident, self.sms, self.blocks_per_sm
         ))
     }
 }
@@ -297,34 +298,46 @@ mod tests {
         assert!(token(0, 1) & 1 == 1 && token(3, 2) != 0);
     }
 
-    /// 8 virtual ranks x 32 blocks = 256 fit an H200's 132 SMs x 4 = 528; under MPS at 25%
-    /// the client gets floor(132 x 0.25) = 33 SMs x 4 = 132 blocks, and 256 do not fit.
+    /// One block per SM: an H200's 132 SMs take 8 virtual ranks x 16 blocks = 128, not
+    /// 8 x 32 = 256 (although the occupancy query says 4 per SM); under MPS at 25% the client
+    /// gets floor(132 x 0.25) = 33 SMs, so 33 blocks.
     #[test]
     fn grids_must_be_resident_together() {
         use super::super::kernels::resident_blocks;
-        assert_eq!(resident_blocks(4, 132, None), 528);
-        assert_eq!(resident_blocks(4, 132, Some("25")), 132);
-        assert_eq!(resident_blocks(4, 132, Some("100")), 528);
-        assert_eq!(resident_blocks(4, 132, Some("x")), 528);
-        assert_eq!(resident_blocks(4, 132, Some("0.1")), 4);
+        assert_eq!(resident_blocks(4, 132, None), 132);
+        assert_eq!(resident_blocks(4, 132, Some("25")), 33);
+        assert_eq!(resident_blocks(4, 132, Some("100")), 132);
+        assert_eq!(resident_blocks(4, 132, Some("x")), 132);
+        // floor(132 x 0.001) = 0, at least one SM
+        assert_eq!(resident_blocks(4, 132, Some("0.1")), 1);
+        // a kernel that fits no block on an SM: nothing is resident
+        assert_eq!(resident_blocks(0, 132, None), 0);
         let mut r = Residency {
             ranks: 8,
-            max_blocks: 32,
-            resident: 528,
+            max_blocks: 16,
+            resident: 132,
             blocks_per_sm: 4,
             sms: 132,
             mps: false,
         };
         assert_eq!(r.check(0), Ok(()));
-        r.resident = 132;
-        r.mps = true;
+        r.max_blocks = 32;
         let e = r.check(3).unwrap_err();
         assert!(
-            e.starts_with("P2P all-reduce: 8 rank(s) on GPU 3 x 32 blocks = 256 blocks, but GPU 3 holds 132 blocks"),
+            e.starts_with("P2P all-reduce: 8 rank(s) on GPU 3 x 32 blocks = 256 blocks, but GPU 3 starts 132 waiting blocks for sure (one per SM of 132;"),
             "{e}"
         );
-        assert!(e.contains("raise CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "{e}");
-        // exactly full still fits
+        assert!(!e.contains("CUDA_MPS"), "{e}");
+        r.resident = 33;
+        r.mps = true;
+        r.ranks = 2;
+        let e = r.check(3).unwrap_err();
+        assert!(
+            e.contains("= 64 blocks") && e.contains("raise CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+            "{e}"
+        );
+        // exactly full still fits: 4 x 33 = 132
+        r.resident = 132;
         r.ranks = 4;
         r.max_blocks = 33;
         assert_eq!(r.check(0), Ok(()));
