@@ -12,8 +12,12 @@ pub struct SelftestArgs {
     #[arg(long)]
     pub no_faults: bool,
     /// Skip the P2P stress test and its negative controls (about a minute on one GPU).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "stress_only")]
     pub no_stress: bool,
+    /// Only the P2P access check of every GPU pair and the stress test with its negative
+    /// controls: the first check on a new machine.
+    #[arg(long)]
+    pub stress_only: bool,
     /// Write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<std::path::PathBuf>,
@@ -27,6 +31,7 @@ impl From<&SelftestArgs> for SelftestRequest {
             gpu: (&a.gpu).into(),
             no_faults: a.no_faults,
             no_stress: a.no_stress,
+            stress_only: a.stress_only,
             export_json: a.export_json.clone(),
             format: a.output.format,
         }

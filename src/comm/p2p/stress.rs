@@ -20,10 +20,33 @@
 //! elements checked (which must equal the plan's). Stale data one or two calls old differs at
 //! every element when it is of the same collective index, at one in seven otherwise.
 //!
-//! Negative controls: the same test on builds of the kernels with a bug (`Build::EarlyFlag`:
-//! the copy-in flag released before the copy-in; `Build::OneHalf`: one staging half for every
-//! call). The stress test must catch each; one it passes means the test has no teeth, and that
-//! fails the selftest.
+//! The grid: the ranks' grids wait for each other, so they must all run at once; the cap is
+//! one block per SM over all ranks ([`super::kernels::resident_blocks`]). With the occupancy
+//! query's 4 per SM, 8 virtual ranks x 32 blocks on one H200 stalled ("rank 5 never signalled
+//! rank 0 ... rank 5 had entered 991 calls: its kernel of call 992 never started"), eager and
+//! graph, whatever the host did; 8 x 16 and 8 x 17 did not (results/h200x1/issue40b/).
+//!
+//! The host's side: it keeps at most [`AHEAD`] batches in flight (eager: after each [`AHEAD`]
+//! batches; graphs: after each replay of every rank's graph) and then waits for every rank by
+//! asking each stream in turn whether it is done ([`Group::wait_all`]). Neither mended the stall
+//! above (the diagnostics below showed it the same without them), but they keep a host wait
+//! from holding one stream while the others' launches sit. Every configuration runs on the real
+//! kernels and again on the real kernels with read-phase pauses (`Build::Jitter`: now and then
+//! a rank pauses up to 16 us between a wait and its reads, so its peers race into their next
+//! call while it still reads; without the pauses one staging half for every call went
+//! uncaught).
+//!
+//! Diagnostics (VERIFYBENCH_STRESS, comma-separated; not for runs): `ahead=N` batches in flight
+//! (0: the whole plan at once), `wait=sync` waits on each rank's stream in turn instead,
+//! `ranks=N` only N virtual ranks, `blocks=N` a smaller grid cap, `timeout=S` the bound of every
+//! wait in seconds.
+//!
+//! Negative controls: the same test on builds of the kernels with a bug and the pauses
+//! (`Build::EarlyFlag`: the copy-in flag released before the copy-in; `Build::OneHalf`: one
+//! staging half for every call), on every rank set. The stress test must catch each by the wrong elements it counts; a
+//! run that fails instead (a wait that ran out) proves nothing about the check, so a control is
+//! caught only by wrong data, and one it passes or only fails means the test has no teeth, and
+//! that fails the selftest.
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +64,9 @@ pub(crate) const CALLS: usize = 10_000;
 pub(crate) const BATCH: usize = 4;
 /// Calls one CUDA graph holds; it is replayed `CALLS / GRAPH_CALLS` times.
 pub(crate) const GRAPH_CALLS: usize = 400;
+/// Batches the host enqueues (eager) before it waits for every rank's stream (see the module
+/// doc).
+const AHEAD: usize = 2;
 /// Smallest and largest message, bytes.
 pub(crate) const MIN_BYTES: usize = 8;
 pub(crate) const MAX_BYTES: usize = 1 << 20;
@@ -196,19 +222,19 @@ struct Bench {
 }
 
 impl Bench {
-    fn open(devices: &[usize], build: Build) -> anyhow::Result<Bench> {
+    fn open(devices: &[usize], build: Build, knobs: &Knobs) -> anyhow::Result<Bench> {
         let n = devices.len();
         let same = devices.iter().all(|&d| d == devices[0]);
-        let base = if same {
-            config_for(devices[0], n)?
+        let cap = if same {
+            config_for(devices[0], n)?.max_blocks
         } else {
-            P2pConfig::default()
+            P2pConfig::default().max_blocks
         };
         let cfg = P2pConfig {
             capacity: MAX_BYTES,
-            timeout: TIMEOUT,
+            timeout: knobs.timeout,
             build,
-            ..base
+            max_blocks: knobs.blocks.map_or(cap, |b| b.min(cap)),
         };
         let g = Group::open_on(devices, cfg)?;
         let mut k = vec![];
@@ -357,10 +383,69 @@ pub(crate) fn judge(counts: &[[u64; 5]], elements: u64, calls: usize) -> Outcome
     o
 }
 
+/// The diagnostics of VERIFYBENCH_STRESS (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Knobs {
+    /// Batches in flight; `None`: no bound.
+    pub ahead: Option<usize>,
+    /// Wait on each rank's stream in turn (`wait=sync`).
+    pub sync: bool,
+    pub ranks: Option<usize>,
+    pub blocks: Option<u32>,
+    /// Bound of every wait, seconds (`timeout=S`; [`TIMEOUT`] otherwise).
+    pub timeout: Duration,
+}
+
+impl Knobs {
+    /// Parses `spec` ("ahead=0,wait=sync,ranks=8,blocks=8"); a key or value it does not know
+    /// is an error, so a misspelled diagnostic never runs the default silently.
+    pub(crate) fn parse(spec: &str) -> anyhow::Result<Knobs> {
+        let mut k = Knobs {
+            ahead: Some(AHEAD),
+            sync: false,
+            ranks: None,
+            blocks: None,
+            timeout: TIMEOUT,
+        };
+        for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (key, v) = item.split_once('=').unwrap_or((item, ""));
+            let num = || -> anyhow::Result<usize> {
+                v.parse()
+                    .map_err(|_| anyhow::anyhow!("VERIFYBENCH_STRESS: {key}={v} is not a count"))
+            };
+            match key {
+                "ahead" => k.ahead = Some(num()?).filter(|&n| n > 0),
+                "wait" if v == "sync" => k.sync = true,
+                "ranks" => k.ranks = Some(num()?).filter(|n| (2..=super::MAX_RANKS).contains(n)),
+                "blocks" => k.blocks = Some(num()? as u32).filter(|&n| n > 0),
+                "timeout" => k.timeout = Duration::from_secs(num()?.max(1) as u64),
+                _ => anyhow::bail!(
+                    "VERIFYBENCH_STRESS: {item:?} is not one of ahead=N, wait=sync, ranks=2..8, blocks=N, timeout=S"
+                ),
+            }
+        }
+        Ok(k)
+    }
+
+    fn from_env() -> anyhow::Result<Knobs> {
+        Knobs::parse(&std::env::var("VERIFYBENCH_STRESS").unwrap_or_default())
+    }
+}
+
 /// Runs one configuration: `devices` (rank r on `devices[r]`), the kernels of `build`, eager or
 /// from graphs.
-fn run(devices: &[usize], build: Build, graph: bool) -> anyhow::Result<Outcome> {
-    let bench = Bench::open(devices, build)?;
+fn run(devices: &[usize], build: Build, graph: bool, knobs: &Knobs) -> anyhow::Result<Outcome> {
+    let ahead = knobs.ahead;
+    let drain = |bench: &Bench| -> anyhow::Result<()> {
+        if knobs.sync {
+            for gpu in &bench.g.gpus {
+                gpu.sync()?;
+            }
+            return Ok(());
+        }
+        bench.g.wait_all(2 * knobs.timeout)
+    };
+    let bench = Bench::open(devices, build, knobs)?;
     let n = devices.len();
     let (elements, calls) = if graph {
         let calls = plan(GRAPH_CALLS, n, SEED);
@@ -381,6 +466,9 @@ fn run(devices: &[usize], build: Build, graph: bool) -> anyhow::Result<Outcome> 
             for gr in &graphs {
                 gr.launch()?;
             }
+            if ahead.is_some() {
+                drain(&bench)?;
+            }
         }
         (
             planned_elements(&calls) * replays as u64,
@@ -388,15 +476,19 @@ fn run(devices: &[usize], build: Build, graph: bool) -> anyhow::Result<Outcome> 
         )
     } else {
         let calls = plan(CALLS, n, SEED);
-        for batch in calls.chunks(BATCH) {
+        for (i, batch) in calls.chunks(BATCH).enumerate() {
             for step in steps(batch.len()) {
                 for r in 0..n {
                     bench.enqueue(r, batch, step)?;
                 }
             }
+            if ahead.is_some_and(|a| (i + 1) % a == 0) {
+                drain(&bench)?;
+            }
         }
         (planned_elements(&calls), CALLS)
     };
+    drain(&bench)?;
     Ok(judge(&bench.counts()?, elements, calls))
 }
 
@@ -409,9 +501,19 @@ fn name_of(devices: &[usize]) -> String {
 }
 
 /// The stress checks for `devices` (see the module doc): one rank per GPU where they are
-/// distinct, else 2, 4 and 8 virtual ranks of the one GPU; eager and graph; then the negative
-/// controls on the largest rank set, eager, and from graphs where eager did not catch them.
+/// distinct, else 2, 4 and 8 virtual ranks of the one GPU; eager and graph, on the real kernels
+/// and with read-phase pauses; then the negative controls on every rank set ([`control`]).
 pub fn stress_checks(devices: &[usize]) -> Vec<Check> {
+    let knobs = match Knobs::from_env() {
+        Ok(k) => k,
+        Err(e) => {
+            return vec![Check {
+                name: "p2p stress".into(),
+                pass: false,
+                detail: format!("{e:#}"),
+            }]
+        }
+    };
     let distinct = {
         let mut d = devices.to_vec();
         d.sort_unstable();
@@ -421,69 +523,91 @@ pub fn stress_checks(devices: &[usize]) -> Vec<Check> {
     let sets: Vec<Vec<usize>> = if distinct.len() >= 2 {
         vec![devices.to_vec()]
     } else {
-        [2, 4, 8].iter().map(|&n| vec![devices[0]; n]).collect()
+        let ranks = knobs.ranks.map_or(vec![2, 4, 8], |n| vec![n]);
+        ranks.iter().map(|&n| vec![devices[0]; n]).collect()
     };
     let mut out = vec![];
     for set in &sets {
-        for graph in [false, true] {
-            let name = format!(
-                "p2p stress, {}: {}",
-                name_of(set),
-                if graph { "graph" } else { "eager" }
-            );
-            let t0 = Instant::now();
-            let r = run(set, Build::Real, graph);
-            let took = t0.elapsed().as_secs_f64();
-            out.push(match r {
-                Ok(o) => Check {
-                    name,
-                    pass: o.clean(),
-                    detail: real_detail(&o, took),
-                },
-                Err(e) => Check {
-                    name,
-                    pass: false,
-                    detail: format!("{e:#}"),
-                },
-            });
-        }
-    }
-    let largest = sets.last().expect("a rank set");
-    for build in [Build::EarlyFlag, Build::OneHalf] {
-        let name = format!(
-            "p2p stress negative control, {}: {}",
-            name_of(largest),
-            build.describe()
-        );
-        let mut seen = vec![];
-        let mut caught = None;
-        for graph in [false, true] {
-            let mode = if graph { "graph" } else { "eager" };
-            match run(largest, build, graph) {
-                Ok(o) if o.clean() => seen.push(format!("{mode}: passed")),
-                Ok(o) => {
-                    caught = Some(format!("{mode}: {}", wrong_detail(&o)));
-                    break;
-                }
-                Err(e) => {
-                    caught = Some(format!("{mode}: the run failed: {e:#}"));
-                    break;
-                }
+        for build in [Build::Real, Build::Jitter] {
+            for graph in [false, true] {
+                let name = format!(
+                    "p2p stress, {}: {}{}",
+                    name_of(set),
+                    if graph { "graph" } else { "eager" },
+                    if build == Build::Jitter {
+                        ", read-phase pauses"
+                    } else {
+                        ""
+                    }
+                );
+                let t0 = Instant::now();
+                let r = run(set, build, graph, &knobs);
+                let took = t0.elapsed().as_secs_f64();
+                out.push(progress(match r {
+                    Ok(o) => Check {
+                        name,
+                        pass: o.clean(),
+                        detail: real_detail(&o, took),
+                    },
+                    Err(e) => Check {
+                        name,
+                        pass: false,
+                        detail: format!("{e:#}"),
+                    },
+                }));
             }
         }
-        out.push(Check {
-            name,
-            pass: caught.is_some(),
-            detail: match caught {
-                Some(c) => format!("caught ({}{c})", prefix(&seen)),
-                None => format!(
-                    "NOT caught ({}): the stress test has no teeth",
-                    seen.join(", ")
-                ),
-            },
-        });
+    }
+    for set in &sets {
+        for build in [Build::EarlyFlag, Build::OneHalf] {
+            out.push(progress(control(set, build, &knobs)));
+        }
     }
     out
+}
+
+/// Says `c` on stderr as it comes (the whole test takes a minute or more), and returns it.
+fn progress(c: Check) -> Check {
+    crate::note!(
+        "{}: {} ({})",
+        c.name,
+        if c.pass { "pass" } else { "FAIL" },
+        c.detail
+    );
+    c
+}
+
+/// A negative control on `set`: eager, then from graphs where eager found nothing. Caught only
+/// by wrong elements; a run that failed (a wait that ran out) says nothing about the check.
+fn control(set: &[usize], build: Build, knobs: &Knobs) -> Check {
+    let name = format!(
+        "p2p stress negative control, {}: {}",
+        name_of(set),
+        build.describe()
+    );
+    let mut seen = vec![];
+    for graph in [false, true] {
+        let mode = if graph { "graph" } else { "eager" };
+        match run(set, build, graph, knobs) {
+            Ok(o) if o.clean() => seen.push(format!("{mode}: passed")),
+            Ok(o) => {
+                return Check {
+                    name,
+                    pass: true,
+                    detail: format!("caught ({}{mode}: {})", prefix(&seen), wrong_detail(&o)),
+                }
+            }
+            Err(e) => seen.push(format!("{mode}: the run failed before its check: {e:#}")),
+        }
+    }
+    Check {
+        name,
+        pass: false,
+        detail: format!(
+            "NOT caught by a wrong element ({}): the stress test has no teeth",
+            seen.join("; ")
+        ),
+    }
 }
 
 fn prefix(seen: &[String]) -> String {
@@ -598,6 +722,33 @@ mod tests {
         // both modes stay within the salts that are all distinct
         assert_eq!(plan(GRAPH_CALLS, 8, SEED)[..], p[..GRAPH_CALLS]);
         assert!(GRAPH_CALLS * CALLS.div_ceil(GRAPH_CALLS) >= CALLS);
+    }
+
+    #[test]
+    fn the_diagnostic_knobs_parse_or_refuse() {
+        let none = Knobs::parse("").unwrap();
+        assert_eq!(
+            (none.ahead, none.sync, none.ranks, none.blocks),
+            (Some(AHEAD), false, None, None)
+        );
+        let k = Knobs::parse("ahead=0, wait=sync,ranks=8,blocks=8").unwrap();
+        assert_eq!(
+            (k.ahead, k.sync, k.ranks, k.blocks),
+            (None, true, Some(8), Some(8))
+        );
+        assert_eq!(Knobs::parse("ahead=5").unwrap().ahead, Some(5));
+        assert_eq!(
+            Knobs::parse("timeout=2").unwrap().timeout,
+            Duration::from_secs(2)
+        );
+        assert_eq!(Knobs::parse("").unwrap().timeout, TIMEOUT);
+        // a misspelled key, a value that is not a count, an unknown wait: refused, naming it
+        for bad in ["ahaed=1", "ahead=x", "wait=poll", "blocks=-1"] {
+            let e = Knobs::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with("VERIFYBENCH_STRESS: "), "{bad}: {e}");
+        }
+        // ranks outside 2..=8 fall back to every set
+        assert_eq!(Knobs::parse("ranks=9").unwrap().ranks, None);
     }
 
     #[test]

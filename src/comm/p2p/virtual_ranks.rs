@@ -7,15 +7,16 @@
 //! instead of hanging the others.
 //!
 //! Residency: a waiting block spins until its peers' blocks signal, so all N grids must be on
-//! the GPU at once. The grid cap is chosen so that N x cap blocks fit the device at the
-//! kernels' occupancy (SMs x blocks per SM); connecting refuses grids that do not. The checks enqueue breadth-first: one step (a
-//! kernel, a copy, a graph replay) for every virtual rank before the next step of any, so even
-//! where two streams share one hardware queue, nothing a kernel waits for is queued behind an
-//! operation that waits for that kernel. The timings use one host thread per rank, each on a
-//! stream of its own, as real ranks do, but in lockstep (a host barrier before each call):
-//! free-running threads timed out now and then on one H200 even with
-//! CUDA_DEVICE_MAX_CONNECTIONS=32 (a rank's first eager call never ran, as if queued behind a
-//! peer's next call), so the eager figure includes a host barrier per call. The graph timing
+//! the GPU at once. The grid cap is chosen so that N x cap blocks fit one block per SM
+//! ([`super::kernels::resident_blocks`]: on one H200, 8 ranks x 24 blocks stalled although the
+//! occupancy query allows 4 per SM); connecting refuses grids that do not. The checks enqueue
+//! breadth-first: one step (a kernel, a copy, a graph replay) for every virtual rank before the
+//! next step of any, so even where two streams share one hardware queue, nothing a kernel waits
+//! for is queued behind an operation that waits for that kernel. The timings use one host
+//! thread per rank, each on a stream of its own, as real ranks do, but in lockstep (a host
+//! barrier before each call): free-running threads timed out now and then on one H200 (with
+//! grids of 8 ranks x 32 blocks, before the cap of one block per SM; not run free since), so
+//! the eager figure includes a host barrier per call. The graph timing
 //! replays one 100-call graph per rank.
 
 use std::time::{Duration, Instant};
@@ -123,8 +124,41 @@ impl Group {
             .collect()
     }
 
-    /// Synchronises every rank and returns the first recorded timeout as an error.
+    /// Waits until every rank's stream is done, asking each in turn (`cuStreamQuery`) rather
+    /// than waiting on one: ranks of one GPU share its context, and a wait on one stream
+    /// leaves the launches of the others where they are, so a peer that rank waits for may
+    /// never start. Returns after `limit` even if some stream is still busy.
+    pub(super) fn wait_all(&self, limit: Duration) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        loop {
+            let mut busy = false;
+            for g in &self.gpus {
+                busy |= !g.done()?;
+            }
+            if !busy || t0.elapsed() > limit {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// Synchronises every rank and returns the first recorded timeout as an error, followed by
+    /// every other rank's failed wait: who waited for whom, and how far each silent rank got,
+    /// so that the rank that stopped first can be read off.
     pub(super) fn check(&self) -> anyhow::Result<()> {
+        let mut waits = vec![];
+        for (a, g) in self.ars.iter().zip(&self.gpus) {
+            if let Some(t) = a.fault(g)? {
+                waits.push(t);
+            }
+        }
+        if let Some(first) = waits.first() {
+            let others: Vec<String> = waits[1..].iter().map(|t| t.to_string()).collect();
+            if others.is_empty() {
+                return Err(first.clone().into());
+            }
+            anyhow::bail!("{first}; and {}", others.join("; "));
+        }
         for (a, g) in self.ars.iter().zip(&self.gpus) {
             a.check(g)?;
         }
@@ -140,7 +174,7 @@ pub(super) fn config_for(ordinal: usize, n: usize) -> anyhow::Result<P2pConfig> 
     let cap = (resident / n as u32).min(32);
     if cap == 0 {
         anyhow::bail!(
-            "GPU {ordinal} holds {resident} blocks of {} threads at once: too few for {n} virtual ranks",
+            "GPU {ordinal} starts {resident} waiting blocks of {} threads for sure (one per SM): too few for {n} virtual ranks",
             super::THREADS
         );
     }

@@ -31,6 +31,8 @@ pub struct SelftestRequest {
     pub no_faults: bool,
     /// Skip the P2P stress test and its negative controls.
     pub no_stress: bool,
+    /// Only the P2P access check and the stress test.
+    pub stress_only: bool,
     /// Where to write the table as JSON.
     pub export_json: Option<PathBuf>,
     /// What stdout gets: the table, or (json) the record `export_json` gets.
@@ -116,7 +118,17 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
         devices,
         comm::nccl::version().unwrap_or_default()
     );
-    if !one_gpu {
+    if a.stress_only {
+        let (access, p2p) = if one_gpu {
+            (None, true)
+        } else {
+            stress::p2p_access(&devices)
+        };
+        checks.extend(access);
+        if p2p {
+            checks.extend(stress::p2p_stress(&devices));
+        }
+    } else if !one_gpu {
         let (access, p2p) = stress::p2p_access(&devices);
         checks.extend(access);
         for l in [Launcher::Threads, Launcher::Processes] {
@@ -156,13 +168,16 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
             crate::launch::run::ONE_RANK
         );
     }
-    checks.push(kernels::streaming_kernel(devices[0]));
-    let p2p_times = kernels::p2p_virtual_ranks(devices[0], &mut checks);
-    if one_gpu && !a.no_stress {
-        checks.extend(stress::p2p_stress(&devices));
-    }
-    if !a.no_faults {
-        workers::threads_abort(devices[0], &mut checks);
+    let mut p2p_times = vec![];
+    if !a.stress_only {
+        checks.push(kernels::streaming_kernel(devices[0]));
+        p2p_times = kernels::p2p_virtual_ranks(devices[0], &mut checks);
+        if one_gpu && !a.no_stress {
+            checks.extend(stress::p2p_stress(&devices));
+        }
+        if !a.no_faults {
+            workers::threads_abort(devices[0], &mut checks);
+        }
     }
     checks.push(kernels::clocks_and_affinity(devices[0]));
     let failed = checks.iter().filter(|c| !c.pass).count();
