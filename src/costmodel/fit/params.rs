@@ -70,6 +70,29 @@ impl Param {
     pub fn set(self, p: &mut Profile, v: f64) {
         *self.slot(p) = v;
     }
+
+    /// Whether the parameter can move the model's time of `pt` under `p`: false only where
+    /// that time never reads it, which holds where the profile's measured switch prices every
+    /// term ([`Profile::observed_proto`]: Ring and a protocol fixed by the size, whatever the
+    /// parameters): a latency of another algorithm or protocol, or an LL rate for a Simple
+    /// term. True wherever the model's choice could move with the parameters.
+    pub(super) fn moves(self, p: &Profile, pt: &Point) -> bool {
+        if !pt.force.is_empty() {
+            return true;
+        }
+        pt.terms.iter().any(|t| {
+            let Some(proto) = p.observed_proto(t.op, t.size, pt.n) else {
+                return true;
+            };
+            match self {
+                Param::Base(a, pr) | Param::IntraHop(a, pr) | Param::NetHop(a, pr) => {
+                    a == Algo::Ring && pr == proto
+                }
+                Param::LlFit | Param::LlMax => proto == Proto::Ll,
+                Param::IntraBw | Param::NetBw | Param::LaunchEager(_) => true,
+            }
+        })
+    }
 }
 
 /// The parameters `points` can tell apart, judged at the `base` profile's choices.
