@@ -257,8 +257,8 @@ pub struct ObservedChoice {
 }
 
 impl Profile {
-    /// The protocol the measured switch gives `op` of nccl-tests size `size` on `n` ranks (on
-    /// a ring), where the profile has a switch for that collective and rank count.
+    /// The protocol (on a ring) of the measured switch for `op` of nccl-tests size `size` on
+    /// `n` ranks, where the profile has one.
     pub(crate) fn observed_proto(
         &self,
         op: crate::model::CollectiveKind,

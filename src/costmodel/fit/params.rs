@@ -71,26 +71,22 @@ impl Param {
         *self.slot(p) = v;
     }
 
-    /// Whether the parameter can move the model's time of `pt` under `p`: false only where
-    /// that time never reads it, which holds where the profile's measured switch prices every
-    /// term ([`Profile::observed_proto`]: Ring and a protocol fixed by the size, whatever the
-    /// parameters): a latency of another algorithm or protocol, or an LL rate for a Simple
-    /// term. True wherever the model's choice could move with the parameters.
+    /// Whether the parameter can move the model's time of `pt` under `p`: false only where a
+    /// measured switch ([`Profile::observed_proto`]) fixes Ring and the protocol of every term
+    /// whatever the parameters and the time never reads it (a latency of another protocol or
+    /// algorithm, an LL rate for Simple).
     pub(super) fn moves(self, p: &Profile, pt: &Point) -> bool {
-        if !pt.force.is_empty() {
-            return true;
-        }
-        pt.terms.iter().any(|t| {
-            let Some(proto) = p.observed_proto(t.op, t.size, pt.n) else {
-                return true;
-            };
-            match self {
-                Param::Base(a, pr) | Param::IntraHop(a, pr) | Param::NetHop(a, pr) => {
-                    a == Algo::Ring && pr == proto
-                }
-                Param::LlFit | Param::LlMax => proto == Proto::Ll,
-                Param::IntraBw | Param::NetBw | Param::LaunchEager(_) => true,
+        let fixed = |t: &super::Term| {
+            p.observed_proto(t.op, t.size, pt.n)
+                .filter(|_| pt.force.is_empty())
+        };
+        pt.terms.iter().any(|t| match (self, fixed(t)) {
+            (_, None) => true,
+            (Param::Base(a, pr) | Param::IntraHop(a, pr) | Param::NetHop(a, pr), Some(x)) => {
+                a == Algo::Ring && pr == x
             }
+            (Param::LlFit | Param::LlMax, Some(x)) => x == Proto::Ll,
+            _ => true,
         })
     }
 }

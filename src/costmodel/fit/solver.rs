@@ -31,15 +31,11 @@ fn residuals(
     true
 }
 
-pub(super) fn cost(r: &[f64]) -> f64 {
-    r.iter().map(|x| x * x).sum()
-}
-
 /// The Huber loss of the residuals `r` with threshold `delta` (quadratic within `delta`, linear
 /// beyond): `None` is the plain sum of squares.
 pub(crate) fn robust_cost(r: &[f64], delta: Option<f64>) -> f64 {
     match delta {
-        None => cost(r),
+        None => r.iter().map(|x| x * x).sum(),
         Some(d) => r
             .iter()
             .map(|x| {
@@ -96,24 +92,14 @@ pub(super) fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 /// Levenberg-Marquardt on log-parameters, minimising the sum of squared log ratios.
 pub fn fit(base: &Profile, params: &[Param], pts: &[Point]) -> anyhow::Result<Profile> {
     let free = vec![(0.0, f64::INFINITY); params.len()];
-    fit_bounded(base, params, &free, pts)
+    fit_bounded_robust(base, params, &free, pts, None)
 }
 
-/// [`fit`] with every parameter kept within `[lo, hi]` (each step projected onto the box).
-pub fn fit_bounded(
-    base: &Profile,
-    params: &[Param],
-    bounds: &[(f64, f64)],
-    pts: &[Point],
-) -> anyhow::Result<Profile> {
-    fit_bounded_robust(base, params, bounds, pts, None)
-}
-
-/// [`fit_bounded`] minimising the Huber loss of the log ratios with threshold `delta` (`None`:
-/// least squares): each Levenberg-Marquardt step solves the normal equations weighted by the
-/// Huber weights of the current residuals, and is taken only if the Huber loss falls. A
-/// published time far off its neighbours (a hiccup of the run) then pulls the fit linearly,
-/// not quadratically.
+/// [`fit`] with every parameter kept within `[lo, hi]` (each step projected onto the box),
+/// minimising the Huber loss of the log ratios with threshold `delta` (`None`: least squares):
+/// each Levenberg-Marquardt step solves the normal equations weighted by the Huber weights of
+/// the current residuals, and is taken only if the Huber loss falls. A published time far off
+/// its neighbours (a hiccup of the run) then pulls the fit linearly, not quadratically.
 pub(crate) fn fit_bounded_robust(
     base: &Profile,
     params: &[Param],
@@ -180,21 +166,15 @@ pub(crate) fn fit_bounded_robust(
         let (js, ws, rs) = (&jac[..], &w[..], &r[..]);
         let mut jtj = vec![vec![0.0; k]; k];
         let mut jtr = vec![0.0; k];
-        let mut i = 0;
-        while i < n {
+        for i in 0..n {
             let row = &js[i * k..(i + 1) * k];
-            let mut a = 0;
-            while a < k {
+            for a in 0..k {
                 jtr[a] += ws[i] * row[a] * rs[i];
                 let ja = &mut jtj[a][..];
-                let mut b = 0;
-                while b < k {
+                for b in 0..k {
                     ja[b] += ws[i] * row[a] * row[b];
-                    b += 1;
                 }
-                a += 1;
             }
-            i += 1;
         }
         let mut improved = false;
         while lambda < 1e12 {
