@@ -79,7 +79,7 @@ while read -r kind name exe; do
 done <<<"$bins"
 echo
 echo "## ten slowest tests (seconds, binary, test)"
-sort -rn "$times" | head -10
+sort -rn "$times" | sed -n 1,10p   # sed reads to the end: no SIGPIPE for sort under pipefail
 rm -f "$times"
 echo
 echo "# load after: $(uptime | sed 's/.*load average: //')"

@@ -24,7 +24,7 @@ pub use params::{
     extrapolation_note, free_params, held_params, range_note, FitScope, HeldParam, Param,
 };
 pub use points::{points_of, predict, Point, Term};
-pub use solver::{fit, fit_active, fit_bounded};
+pub use solver::{fit, fit_active};
 pub(crate) use solver::{fit_bounded_robust, robust_cost};
 
 use std::collections::BTreeSet;

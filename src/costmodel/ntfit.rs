@@ -246,6 +246,9 @@ fn fit_points(base: &Profile, phys: &Physics, pts: &[Point]) -> anyhow::Result<P
         })
         .collect();
     let mut best: Option<(f64, Profile)> = None;
+    // The switches already fitted: fitting them again would give the same profile and cost,
+    // which never beats the best (it is at most that cost + 1e-12 since), so they are skipped.
+    let mut fitted: BTreeSet<Vec<u64>> = BTreeSet::new();
     // Coordinate search: each group's switch in turn, the others held; two passes.
     for _pass in 0..2 {
         for gi in 0..groups.len() {
@@ -260,6 +263,9 @@ fn fit_points(base: &Profile, phys: &Physics, pts: &[Point]) -> anyhow::Result<P
             for c in cands {
                 let mut q = best.as_ref().map(|b| b.1.clone()).unwrap_or(prof.clone());
                 q.observed[gi].ll_up_to_bytes = c;
+                if !fitted.insert(q.observed.iter().map(|o| o.ll_up_to_bytes).collect()) {
+                    continue;
+                }
                 // Start every candidate from the same place: the result does not depend on
                 // the order of the search.
                 let mut s = start(base, phys, pts);

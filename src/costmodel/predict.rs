@@ -222,12 +222,7 @@ pub(crate) fn choose(
     force: &Force,
 ) -> anyhow::Result<(Algo, Proto, f64)> {
     if force.is_empty() {
-        if let Some(o) = p.observed.iter().find(|o| o.op == op && o.nranks == n) {
-            let proto = if size <= o.ll_up_to_bytes {
-                Proto::Ll
-            } else {
-                Proto::Simple
-            };
+        if let Some(proto) = p.observed_proto(op, size, n) {
             if let Some(t) = device_us(p, op, size, n, Algo::Ring, proto) {
                 return Ok((Algo::Ring, proto, t));
             }

@@ -256,6 +256,24 @@ pub struct ObservedChoice {
     pub ll_up_to_bytes: u64,
 }
 
+impl Profile {
+    /// The protocol (on a ring) of the measured switch for `op` of nccl-tests size `size` on
+    /// `n` ranks, where the profile has one.
+    pub(crate) fn observed_proto(
+        &self,
+        op: crate::model::CollectiveKind,
+        size: u64,
+        n: usize,
+    ) -> Option<Proto> {
+        let o = self.observed.iter().find(|o| o.op == op && o.nranks == n)?;
+        Some(if size <= o.ll_up_to_bytes {
+            Proto::Ll
+        } else {
+            Proto::Simple
+        })
+    }
+}
+
 /// LL's effective bandwidth fitted on small messages, where NCCL's pipelined ring hides most of
 /// the transfer behind the latency: the first `up_to_bus_bytes` bus bytes of a collective move
 /// at `gbps`, the rest at the link's LL bandwidth (so large messages still go to Simple).

@@ -125,14 +125,15 @@ fn a_trace_without_profiler_steps_is_cut_at_the_engines_step_marker() {
     assert_eq!(d["step"]["steps"], 5);
     assert_eq!(d["step"]["collectives_per_step"], 404);
     assert_eq!(d["step"]["step_us"]["median"], 345770.0);
-    common::vb()
-        .arg("trace")
-        .arg(&p)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains(format!(
+    // the rule as the table prints it (`# steps: RULE`) is checked on the small trace below:
+    // this one takes a test build many seconds a read
+    let rule = d["step_rule"].as_str().unwrap();
+    assert!(
+        rule.starts_with(&format!(
             "vLLM's step marker {vllm} (5 found, no ProfilerStep# span"
-        )));
+        )),
+        "{rule}"
+    );
     // PARAM's DLRM rank 0 (one ProfilerStep#10 of 8 collectives, 14,455 us) under each
     // engine's other markers, as their profilers write them
     let param = "param-dlrm-8ranks/worker0_step_12.1694128201545.pt.trace.json.gz";
@@ -158,7 +159,18 @@ fn a_trace_without_profiler_steps_is_cut_at_the_engines_step_marker() {
         ),
     ];
     for (cat, name, engine, marker) in cases {
-        let d = trace_json(&with_marker(dir.path(), param, 10..=10, cat, name));
+        let p = with_marker(dir.path(), param, 10..=10, cat, name);
+        let d = trace_json(&p);
+        if engine == "vLLM" {
+            common::vb()
+                .arg("trace")
+                .arg(&p)
+                .assert()
+                .success()
+                .stdout(predicate::str::contains(format!(
+                    "# steps: vLLM's step marker {marker} (1 found, no ProfilerStep# span"
+                )));
+        }
         assert_eq!(d["step_marker"]["engine"], engine, "{marker}");
         assert_eq!(d["step_marker"]["marker"], marker);
         assert!(

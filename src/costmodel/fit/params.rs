@@ -70,6 +70,25 @@ impl Param {
     pub fn set(self, p: &mut Profile, v: f64) {
         *self.slot(p) = v;
     }
+
+    /// Whether the parameter can move the model's time of `pt` under `p`: false only where a
+    /// measured switch ([`Profile::observed_proto`]) fixes Ring and the protocol of every term
+    /// whatever the parameters and the time never reads it (a latency of another protocol or
+    /// algorithm, an LL rate for Simple).
+    pub(super) fn moves(self, p: &Profile, pt: &Point) -> bool {
+        let fixed = |t: &super::Term| {
+            p.observed_proto(t.op, t.size, pt.n)
+                .filter(|_| pt.force.is_empty())
+        };
+        pt.terms.iter().any(|t| match (self, fixed(t)) {
+            (_, None) => true,
+            (Param::Base(a, pr) | Param::IntraHop(a, pr) | Param::NetHop(a, pr), Some(x)) => {
+                a == Algo::Ring && pr == x
+            }
+            (Param::LlFit | Param::LlMax, Some(x)) => x == Proto::Ll,
+            _ => true,
+        })
+    }
 }
 
 /// The parameters `points` can tell apart, judged at the `base` profile's choices.

@@ -6,35 +6,36 @@ use super::points::predict;
 use super::points::Point;
 use crate::costmodel::profile::Profile;
 
-pub(super) fn residuals(
-    base: &Profile,
+/// Sets the log-parameters `theta` in `p` and writes the log ratio (predicted / measured) of
+/// the points `at` (indices into `pts`) into `r`; false where a point cannot be priced. `p` is
+/// the fit's one working copy of the base profile: every call sets every parameter, so no call
+/// sees another's.
+fn residuals(
+    p: &mut Profile,
     params: &[Param],
     theta: &[f64],
     pts: &[Point],
-) -> Option<Vec<f64>> {
-    let mut p = base.clone();
+    at: &[usize],
+    r: &mut Vec<f64>,
+) -> bool {
     for (k, t) in params.iter().zip(theta) {
-        k.set(&mut p, t.exp());
+        k.set(p, t.exp());
     }
-    pts.iter()
-        .map(|pt| {
-            predict(&p, pt)
-                .ok()
-                .filter(|x| x.is_finite() && *x > 0.0)
-                .map(|x| (x / pt.measured_us).ln())
-        })
-        .collect()
-}
-
-pub(super) fn cost(r: &[f64]) -> f64 {
-    r.iter().map(|x| x * x).sum()
+    r.clear();
+    for &i in at {
+        match predict(p, &pts[i]) {
+            Ok(x) if x.is_finite() && x > 0.0 => r.push((x / pts[i].measured_us).ln()),
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// The Huber loss of the residuals `r` with threshold `delta` (quadratic within `delta`, linear
 /// beyond): `None` is the plain sum of squares.
 pub(crate) fn robust_cost(r: &[f64], delta: Option<f64>) -> f64 {
     match delta {
-        None => cost(r),
+        None => r.iter().map(|x| x * x).sum(),
         Some(d) => r
             .iter()
             .map(|x| {
@@ -91,24 +92,14 @@ pub(super) fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 /// Levenberg-Marquardt on log-parameters, minimising the sum of squared log ratios.
 pub fn fit(base: &Profile, params: &[Param], pts: &[Point]) -> anyhow::Result<Profile> {
     let free = vec![(0.0, f64::INFINITY); params.len()];
-    fit_bounded(base, params, &free, pts)
+    fit_bounded_robust(base, params, &free, pts, None)
 }
 
-/// [`fit`] with every parameter kept within `[lo, hi]` (each step projected onto the box).
-pub fn fit_bounded(
-    base: &Profile,
-    params: &[Param],
-    bounds: &[(f64, f64)],
-    pts: &[Point],
-) -> anyhow::Result<Profile> {
-    fit_bounded_robust(base, params, bounds, pts, None)
-}
-
-/// [`fit_bounded`] minimising the Huber loss of the log ratios with threshold `delta` (`None`:
-/// least squares): each Levenberg-Marquardt step solves the normal equations weighted by the
-/// Huber weights of the current residuals, and is taken only if the Huber loss falls. A
-/// published time far off its neighbours (a hiccup of the run) then pulls the fit linearly,
-/// not quadratically.
+/// [`fit`] with every parameter kept within `[lo, hi]` (each step projected onto the box),
+/// minimising the Huber loss of the log ratios with threshold `delta` (`None`: least squares):
+/// each Levenberg-Marquardt step solves the normal equations weighted by the Huber weights of
+/// the current residuals, and is taken only if the Huber loss falls. A published time far off
+/// its neighbours (a hiccup of the run) then pulls the fit linearly, not quadratically.
 pub(crate) fn fit_bounded_robust(
     base: &Profile,
     params: &[Param],
@@ -129,37 +120,59 @@ pub(crate) fn fit_bounded_robust(
             .collect()
     };
     let mut theta: Vec<f64> = clamp(params.iter().map(|p| p.get(base).max(1e-3).ln()).collect());
-    let mut r = residuals(base, params, &theta, pts)
-        .ok_or_else(|| anyhow::anyhow!("the base profile cannot price every point"))?;
+    let mut work = base.clone();
+    let (mut r, mut ru, mut rd, mut rc) = (vec![], vec![], vec![], vec![]);
+    let all: Vec<usize> = (0..pts.len()).collect();
+    // The points each parameter moves: the others' residuals at a shifted parameter are the
+    // current ones exactly (their time never reads it), so their differences are 0.
+    let moved: Vec<Vec<usize>> = params
+        .iter()
+        .map(|q| {
+            all.iter()
+                .copied()
+                .filter(|&i| q.moves(base, &pts[i]))
+                .collect()
+        })
+        .collect();
+    if !residuals(&mut work, params, &theta, pts, &all, &mut r) {
+        anyhow::bail!("the base profile cannot price every point");
+    }
+    let n = r.len();
     let mut c = cost(&r);
     let mut lambda = 1e-3;
     const H: f64 = 1e-6;
+    // The Jacobian, row-major (point i, parameter j at i * k + j), and the shifted parameters.
+    let mut jac = vec![0.0; n * k];
+    let mut shifted = theta.clone();
     for _ in 0..200 {
         // Jacobian by central differences (the model has kinks where NCCL's choice changes).
-        let mut jac = vec![vec![0.0; k]; r.len()];
+        jac.fill(0.0);
+        shifted.copy_from_slice(&theta);
         for j in 0..k {
-            let mut up = theta.clone();
-            let mut dn = theta.clone();
-            up[j] += H;
-            dn[j] -= H;
-            let (Some(ru), Some(rd)) = (
-                residuals(base, params, &up, pts),
-                residuals(base, params, &dn, pts),
-            ) else {
+            shifted[j] = theta[j] + H;
+            let up = residuals(&mut work, params, &shifted, pts, &moved[j], &mut ru);
+            shifted[j] = theta[j] - H;
+            if !(up && residuals(&mut work, params, &shifted, pts, &moved[j], &mut rd)) {
                 break;
-            };
-            for i in 0..r.len() {
-                jac[i][j] = (ru[i] - rd[i]) / (2.0 * H);
+            }
+            shifted[j] = theta[j];
+            for (m, &i) in moved[j].iter().enumerate() {
+                jac[i * k + j] = (ru[m] - rd[m]) / (2.0 * H);
             }
         }
         let w = huber_weights(&r, delta);
+        // J^T W J and J^T W r: plain loops over slices, the same sums in the same order (this
+        // is the innermost loop of every fit, and test builds run it unoptimised).
+        let (js, ws, rs) = (&jac[..], &w[..], &r[..]);
         let mut jtj = vec![vec![0.0; k]; k];
         let mut jtr = vec![0.0; k];
-        for (i, row) in jac.iter().enumerate() {
+        for i in 0..n {
+            let row = &js[i * k..(i + 1) * k];
             for a in 0..k {
-                jtr[a] += w[i] * row[a] * r[i];
+                jtr[a] += ws[i] * row[a] * rs[i];
+                let ja = &mut jtj[a][..];
                 for b in 0..k {
-                    jtj[a][b] += w[i] * row[a] * row[b];
+                    ja[b] += ws[i] * row[a] * row[b];
                 }
             }
         }
@@ -181,28 +194,30 @@ pub(crate) fn fit_bounded_robust(
                     .map(|(t, s)| t + s.clamp(-2.0, 2.0))
                     .collect(),
             );
-            match residuals(base, params, &cand, pts) {
-                Some(rc) if cost(&rc) < c => {
-                    let dc = c - cost(&rc);
-                    theta = cand;
-                    c = cost(&rc);
-                    r = rc;
-                    lambda = (lambda / 3.0).max(1e-12);
-                    improved = dc > 1e-16 * (1.0 + c);
-                    break;
-                }
-                _ => lambda *= 4.0,
+            let cc = if residuals(&mut work, params, &cand, pts, &all, &mut rc) {
+                cost(&rc)
+            } else {
+                f64::INFINITY
+            };
+            if cc < c {
+                let dc = c - cc;
+                theta = cand;
+                c = cc;
+                std::mem::swap(&mut r, &mut rc);
+                lambda = (lambda / 3.0).max(1e-12);
+                improved = dc > 1e-16 * (1.0 + c);
+                break;
             }
+            lambda *= 4.0;
         }
         if !improved {
             break;
         }
     }
-    let mut p = base.clone();
     for (k, t) in params.iter().zip(&theta) {
-        k.set(&mut p, t.exp());
+        k.set(&mut work, t.exp());
     }
-    Ok(p)
+    Ok(work)
 }
 
 /// Fits `params`, then adds the parameters of any (algorithm, protocol) the fitted profile now
