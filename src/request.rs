@@ -111,11 +111,16 @@ impl Workload {
     /// The schedule file, loaded and checked against `tp` (`None` without `--schedule`).
     /// A `tp` other than the file's is a usage error naming both: the file's per-rank sizes
     /// belong to its tp, so replaying them at another would measure a different workload.
-    pub(crate) fn load_schedule_file(&self) -> anyhow::Result<Option<ScheduleFile>> {
+    /// `check_length` is given the file's number of operations before it is parsed
+    /// ([`ScheduleFile::load_checking_length`]).
+    pub(crate) fn load_schedule_file(
+        &self,
+        check_length: &dyn Fn(usize) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Option<ScheduleFile>> {
         let Some(p) = &self.schedule_file else {
             return Ok(None);
         };
-        let f = ScheduleFile::load(p)?;
+        let f = ScheduleFile::load_checking_length(p, check_length)?;
         if let Some(tp) = self.tp {
             if tp != f.schedule.tp {
                 crate::usage_bail!(
@@ -133,7 +138,18 @@ impl Workload {
     /// `--model-config` shape. What the commands need of them afterwards (the tp asked for,
     /// the modes check, the schedule) comes from the returned value, never from the paths.
     pub fn resolve(&self) -> anyhow::Result<ResolvedWorkload> {
-        let source = if let Some(f) = self.load_schedule_file()? {
+        self.resolve_checking_length(&|_| Ok(()))
+    }
+
+    /// [`WorkloadRequest::resolve`] for a run that bounds the schedule's length: a schedule
+    /// file's number of operations goes to `check_length` before the file is parsed, so a
+    /// file too long is refused at once (the length of a schedule built from flags is
+    /// checked where it is built).
+    pub fn resolve_checking_length(
+        &self,
+        check_length: &dyn Fn(usize) -> anyhow::Result<()>,
+    ) -> anyhow::Result<ResolvedWorkload> {
+        let source = if let Some(f) = self.load_schedule_file(check_length)? {
             WorkloadSource::File(f)
         } else if self.model_config.is_some() {
             WorkloadSource::Config(self.shape()?)

@@ -41,7 +41,13 @@ pub fn verify_job(
             "--pdl changes how the compute kernels are launched: add --mode compute or full (--mode comm launches none)"
         );
     }
-    let w = r.workload.resolve()?;
+    // NCCL asked for by name with collectives: the exact check runs whatever the rank count
+    // (check_exact_length), so a schedule file too long for it is refused before its parse
+    let w = if r.backend == BackendKind::Nccl && !r.compute_only() {
+        r.workload.resolve_checking_length(&pattern::check_salted)?
+    } else {
+        r.workload.resolve()?
+    };
     w.check_modes(&r.mode)?;
     let b = pick();
     crate::request::check_fresh_runs(r.fresh_runs)?;

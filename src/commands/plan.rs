@@ -20,7 +20,7 @@ pub struct PlanRequest {
 pub fn run(a: &PlanRequest) -> anyhow::Result<i32> {
     let w = &a.workload;
     w.check_bounds()?;
-    if let Some(f) = w.load_schedule_file()? {
+    if let Some(f) = w.load_schedule_file(&|_| Ok(()))? {
         // `plan --schedule FILE`: the file's schedule, checked, as `verify --schedule` replays it.
         if a.format.is_json() {
             println!("{}", serde_json::to_string_pretty(&f)?);

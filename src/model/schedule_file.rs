@@ -93,11 +93,24 @@ impl ScheduleFile {
 
     /// Reads a schedule file; every problem is a usage error (exit 2) naming the file.
     pub fn load(path: &Path) -> anyhow::Result<ScheduleFile> {
+        Self::load_checking_length(path, &|_| Ok(()))
+    }
+
+    /// [`ScheduleFile::load`] that first gives the number of operations to `check_length`
+    /// (counted by a scan of the text, [`count_ops`]) and returns its refusal before the
+    /// parse: a schedule too long for the run fails at once, not after reading every op.
+    pub fn load_checking_length(
+        path: &Path,
+        check_length: &dyn Fn(usize) -> anyhow::Result<()>,
+    ) -> anyhow::Result<ScheduleFile> {
         let text = crate::util::read_text(
             path,
             "schedule file",
             "a schedule (`verifybench plan --format json`, `trace --export-schedule`)",
         )?;
+        if let Some(n) = count_ops(text.as_bytes()) {
+            check_length(n)?;
+        }
         let f: ScheduleFile = serde_json::from_str(&text).map_err(|e| {
             usage(format!(
                 "schedule file '{}' is {}; give the JSON of `plan --format json` or `trace --export-schedule`",
@@ -115,6 +128,82 @@ impl ScheduleFile {
         let text = serde_json::to_string_pretty(self).expect("schedules serialize") + "\n";
         crate::util::write_file(path, text.as_bytes())
     }
+}
+
+/// The number of elements of the top-level `"ops"` array of a JSON object, from a scan of its
+/// strings and brackets alone (no values are parsed): `None` unless the text is one object
+/// with balanced brackets, closed strings and exactly one `"ops"` key whose value is an array
+/// (the parse then says what is wrong). Commas at the array's own depth separate its elements.
+fn count_ops(b: &[u8]) -> Option<usize> {
+    let mut depth = 0usize;
+    // the last string at depth 1 was "ops"; the next ':' makes it the key of the next value
+    let mut string_is_ops = false;
+    let mut value_of_ops = false;
+    let mut in_ops = false;
+    let (mut commas, mut empty, mut found) = (0usize, true, None);
+    let mut i = b.iter().position(|c| !c.is_ascii_whitespace())?;
+    if b[i] != b'{' {
+        return None;
+    }
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                // to the closing quote: a backslash escapes the byte after it
+                let mut j = i + 1;
+                loop {
+                    j += memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
+                    if b[j] == b'"' {
+                        break;
+                    }
+                    j += 2;
+                }
+                if in_ops && depth == 2 {
+                    empty = false;
+                }
+                if depth == 1 && value_of_ops {
+                    return None;
+                }
+                string_is_ops = depth == 1 && &b[i + 1..j] == b"ops";
+                i = j;
+            }
+            b':' if depth == 1 => value_of_ops = std::mem::take(&mut string_is_ops),
+            b'{' | b'[' => {
+                if in_ops && depth == 2 {
+                    empty = false;
+                }
+                depth += 1;
+                if depth == 2 && std::mem::take(&mut value_of_ops) {
+                    if b[i] != b'[' || found.is_some() {
+                        return None;
+                    }
+                    (in_ops, commas, empty) = (true, 0, true);
+                }
+            }
+            b'}' | b']' => {
+                if value_of_ops {
+                    return None;
+                }
+                depth = depth.checked_sub(1)?;
+                if in_ops && depth == 1 {
+                    in_ops = false;
+                    found = Some(if empty { 0 } else { commas + 1 });
+                }
+                if depth == 0 {
+                    let rest = &b[i + 1..];
+                    return rest
+                        .iter()
+                        .all(|c| c.is_ascii_whitespace())
+                        .then_some(found?);
+                }
+            }
+            b',' if depth == 1 && value_of_ops => return None,
+            b',' if in_ops && depth == 2 => commas += 1,
+            c if in_ops && depth == 2 && !c.is_ascii_whitespace() => empty = false,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -148,6 +237,75 @@ mod tests {
         let q = dir.path().join("s.json");
         with.save(&q).unwrap();
         assert_eq!(ScheduleFile::load(&q).unwrap(), with);
+    }
+
+    /// The scan's count is the parse's on real files (a plan, one with host gaps, pretty and
+    /// compact) and on hand-written texts whose strings hold what would mislead a scan that
+    /// ignored them: brackets, commas, escaped quotes, a key "ops" inside an op.
+    #[test]
+    fn the_scanned_op_count_is_the_parsed_one() {
+        let s = kimi();
+        let n = s.ops.len();
+        let with = ScheduleFile {
+            host_gaps_us: Some(vec![1.5; n]),
+            host_gaps_per_rank_us: Some(vec![vec![2.0; n]; 2]),
+            origin: Some("a \"quoted\" [origin], with {brackets}".into()),
+            schedule: s.clone(),
+        };
+        for text in [
+            serde_json::to_string_pretty(&s).unwrap(),
+            serde_json::to_string(&with).unwrap(),
+            serde_json::to_string_pretty(&with).unwrap(),
+        ] {
+            assert_eq!(count_ops(text.as_bytes()), Some(n));
+        }
+        for (text, want) in [
+            (r#"{"ops": []}"#, Some(0)),
+            (r#" {"ops": [ ] } "#, Some(0)),
+            (
+                r#"{"a": "ops", "ops": [{"x": "],\"[,"}, [1, 2], 3]}"#,
+                Some(3),
+            ),
+            (r#"{"ops": [{"ops": [1, 2, 3]}], "b": [1, 2]}"#, Some(1)),
+            (r#"{"x": {"ops": [1, 2]}, "ops": [1]}"#, Some(1)),
+            // not one object with one "ops" array: left to the parse
+            (r#"{"ops": 3, "b": [1, 2]}"#, None),
+            (r#"{"ops": "x"}"#, None),
+            (r#"{"ops": [1], "ops": [2]}"#, None),
+            (r#"{"ops": [1, 2]"#, None),
+            (r#"{"ops": [1, 2]} x"#, None),
+            (r#"{"ops": ["a\"]}"#, None),
+            (r#"[1, 2]"#, None),
+            ("", None),
+        ] {
+            assert_eq!(count_ops(text.as_bytes()), want, "{text}");
+        }
+    }
+
+    /// A length check refuses before the parse (a file whose ops do not parse is refused by
+    /// its length), and a file within the check loads as with `load`.
+    #[test]
+    fn a_length_check_refuses_before_the_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.json");
+        std::fs::write(&p, r#"{"ops": [1, 2, 3]}"#).unwrap();
+        let at_most_2 = |n: usize| {
+            if n > 2 {
+                anyhow::bail!("{n} ops")
+            }
+            Ok(())
+        };
+        let e = ScheduleFile::load_checking_length(&p, &at_most_2).unwrap_err();
+        assert_eq!(e.to_string(), "3 ops");
+        let q = dir.path().join("plan.json");
+        std::fs::write(&q, serde_json::to_string_pretty(&kimi()).unwrap()).unwrap();
+        let n = kimi().ops.len();
+        let f = ScheduleFile::load_checking_length(&q, &|m| {
+            assert_eq!(m, n);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(f, ScheduleFile::load(&q).unwrap());
     }
 
     #[test]
