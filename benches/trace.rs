@@ -116,7 +116,7 @@ fn big() {
                     }
                     "scan" => {
                         let (mut n, mut kept) = (0u64, 0u64);
-                        prefilter::scan(gz, None, |ev, _| {
+                        prefilter::scan(gz, None, false, |ev, _| {
                             n += ev.len() as u64;
                             kept += 1;
                             true

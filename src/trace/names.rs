@@ -268,14 +268,18 @@ pub(crate) const STEP_MARKERS: &[StepMarker] = &[
     },
 ];
 
+/// Every marker name holds one of these (the trace scanner keeps the events that hold one,
+/// [`super::prefilter::scan`]; most names are rejected by them before the markers' own rules).
+pub(crate) const STEP_MARKER_WORDS: [&str; 4] = [
+    "execute_",
+    "run_batch",
+    "forward_batch_generation",
+    "_forward_step",
+];
+
 /// The index in [`STEP_MARKERS`] of the marker `name` is, if any.
 pub(crate) fn step_marker(name: &str) -> Option<usize> {
-    // every marker name holds one of these: most events are rejected by one search
-    if !(name.contains("execute_")
-        || name.contains("run_batch")
-        || name.contains("forward_batch_generation")
-        || name.contains("_forward_step"))
-    {
+    if !STEP_MARKER_WORDS.iter().any(|w| name.contains(w)) {
         return None;
     }
     STEP_MARKERS.iter().position(|m| (m.matches)(name))

@@ -28,6 +28,7 @@ use std::io::{self, Read};
 mod blocks;
 mod event;
 
+use super::names::STEP_MARKER_WORDS;
 use event::scan_event;
 pub(super) use event::skip_ws;
 #[cfg(test)]
@@ -84,14 +85,19 @@ pub struct Skeleton {
 /// Scans a trace document from `r`: each event that may matter is handed to `on_event` (its
 /// raw bytes, braces included, in document order, and whether the event is known to hold no
 /// backslash), the rest is counted. `step_label`: events with a
-/// string that begins with it are kept too (a prefix; the caller matches the name exactly). `None` when the scanner gave up or `on_event` returned false: the
+/// string that begins with it are kept too (a prefix; the caller matches the name exactly).
+/// `markers`: so are the events whose bytes hold one of [`STEP_MARKER_WORDS`] (a name that
+/// is an engine's step marker holds one, or spells it with a `\u` escape, which is kept
+/// anyway), so that a trace without `ProfilerStep#` spans needs no second read for its
+/// markers. `None` when the scanner gave up or `on_event` returned false: the
 /// caller must then read the document with the plain reader.
 pub fn scan<R: Read>(
     r: R,
     step_label: Option<&str>,
+    markers: bool,
     on_event: impl FnMut(&[u8], bool) -> bool,
 ) -> Option<Skeleton> {
-    scan_chunked(r, step_label, CHUNK, on_event)
+    scan_chunked(r, step_label, markers, CHUNK, on_event)
 }
 
 /// [`scan`] with `chunk` bytes of buffer to start with (small in tests, to cross every
@@ -99,10 +105,11 @@ pub fn scan<R: Read>(
 fn scan_chunked<R: Read>(
     r: R,
     step_label: Option<&str>,
+    markers: bool,
     chunk: usize,
     mut on_event: impl FnMut(&[u8], bool) -> bool,
 ) -> Option<Skeleton> {
-    let mut s = Scanner::new(r, step_label, chunk.max(1));
+    let mut s = Scanner::new(r, step_label, markers, chunk.max(1));
     loop {
         match s.step() {
             Step::Progress => {
@@ -142,11 +149,13 @@ struct Scanner<R> {
     out: Vec<u8>,
     state: State,
     label: Option<Vec<u8>>,
+    /// Searches for [`STEP_MARKER_WORDS`] (empty: markers are not kept).
+    markers: Vec<memchr::memmem::Finder<'static>>,
     dropped: u64,
 }
 
 impl<R: Read> Scanner<R> {
-    fn new(inner: R, step_label: Option<&str>, chunk: usize) -> Self {
+    fn new(inner: R, step_label: Option<&str>, markers: bool, chunk: usize) -> Self {
         // The label as it appears inside a JSON string (without the quotes).
         let label = step_label.map(|l| {
             let s = serde_json::to_string(l).expect("a string serializes");
@@ -165,6 +174,14 @@ impl<R: Read> Scanner<R> {
                 esc: false,
             },
             label,
+            markers: if markers {
+                STEP_MARKER_WORDS
+                    .iter()
+                    .map(|w| memchr::memmem::Finder::new(w.as_bytes()))
+                    .collect()
+            } else {
+                vec![]
+            },
             dropped: 0,
         }
     }
@@ -306,7 +323,8 @@ impl<R: Read> Scanner<R> {
                                 after_elem: true,
                                 any: true,
                             };
-                            if keep {
+                            let ev = &b[..end];
+                            if keep || self.markers.iter().any(|f| f.find(ev).is_some()) {
                                 Step::Keep(start, start + end, plain)
                             } else {
                                 self.dropped += 1;
@@ -687,7 +705,7 @@ mod tests {
         chunk: usize,
     ) -> Option<(String, Vec<String>, u64)> {
         let mut kept = Vec::new();
-        let s = scan_chunked(doc.as_bytes(), label, chunk, |ev, plain| {
+        let s = scan_chunked(doc.as_bytes(), label, false, chunk, |ev, plain| {
             // What the reader relies on: an event said to be plain holds no backslash.
             assert!(
                 !plain || !ev.contains(&b'\\'),
@@ -816,8 +834,8 @@ mod tests {
         }
         // The callback refuses an event.
         let doc = r#"{"traceEvents":[{"cat":"kernel"}]}"#;
-        assert!(scan(doc.as_bytes(), None, |_, _| false).is_none());
-        assert!(scan(doc.as_bytes(), None, |_, _| true).is_some());
+        assert!(scan(doc.as_bytes(), None, false, |_, _| false).is_none());
+        assert!(scan(doc.as_bytes(), None, false, |_, _| true).is_some());
         // A read error.
         struct Broken;
         impl Read for Broken {
@@ -825,6 +843,6 @@ mod tests {
                 Err(io::Error::other("broken"))
             }
         }
-        assert!(scan(Broken, None, |_, _| true).is_none());
+        assert!(scan(Broken, None, false, |_, _| true).is_none());
     }
 }

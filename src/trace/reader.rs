@@ -615,26 +615,16 @@ pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
 pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
     let gz = is_gzip(path)?;
     let open = || open_trace(path, gz);
-    let (t, whole) = match read_fast(open()?, path, opts) {
-        Some(t) => (t, false),
+    let t = match read_fast(open()?, path, opts) {
+        Some(t) => t,
         // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
-        None => (
-            read_from(BufReader::with_capacity(1 << 16, open()?), path, opts)?,
-            true,
-        ),
+        None => read_from(BufReader::with_capacity(1 << 16, open()?), path, opts)?,
     };
     // Custom collective kernels take their sizes from the CPU ops that launch them, which the
-    // scanner skips: such a trace is read once more, whole, keeping those ops. So is a trace
-    // with collectives and no `ProfilerStep#` span: the engines' step markers (Python
-    // functions and annotations of many names) are among the events the scanner skips.
+    // scanner skips: such a trace is read once more, whole, keeping those ops. (The engines'
+    // step markers, which cut a trace without `ProfilerStep#` spans, the scanner keeps.)
     let custom = !opts.custom_ops && t.gpu.iter().any(|g| matches!(g.kind, GpuKind::Custom(_)));
-    let markers = !whole
-        && opts.step_label.is_none()
-        && t.profiler_steps.is_empty()
-        && t.gpu
-            .iter()
-            .any(|g| !matches!(g.kind, GpuKind::Kernel | GpuKind::Memcpy | GpuKind::Memset));
-    let t = if custom || markers {
+    let t = if custom {
         let again = ReadOptions {
             custom_ops: opts.custom_ops || custom,
             ..opts.clone()
@@ -668,6 +658,8 @@ pub(crate) fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Optio
     let sk = prefilter::scan(
         r,
         Some(opts.label_prefix()),
+        // without a step label, the engines' step markers (`Sink` reads them then)
+        opts.step_label.is_none(),
         // One UTF-8 check of the whole event (fast on ASCII) instead of one per string: on a
         // `&str` serde does not check again. Most events are then read by the direct parser,
         // which gives what serde gives or leaves the event to serde; bytes that are not UTF-8

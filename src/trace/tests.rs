@@ -564,6 +564,8 @@ fn same_read(bytes: &[u8], path: &Path, label: Option<&str>) {
     assert_eq!(a.runtime, b.runtime, "{what}");
     assert_eq!(a.comms, b.comms, "{what}");
     assert_eq!(a.labels, b.labels, "{what}");
+    assert_eq!(a.profiler_steps, b.profiler_steps, "{what}");
+    assert_eq!(a.engine_steps, b.engine_steps, "{what}");
     assert_eq!(a.names, b.names, "{what}");
     assert_eq!(a.events_seen, b.events_seen, "{what}");
     assert_eq!(
@@ -647,6 +649,10 @@ fn fast_reader_matches_the_reference_on_escapes_and_odd_events() {
  {"ph":"X","cat":"user_annotation","name":"verify\/step","ts":50,"dur":20},
  {"ph":"X","cat":"kernel","name":"k\\ {\"","ts":12,"dur":1,"args":{"stream":"7"}},
  {"ph":"X","cat":"cpu_op","name":"aten::mm","args":{"cat":"kernel","Input Dims":[[1,{"a":"}"}]]}},
+ {"ph":"X","cat":"python_function","name":"vllm/v1/worker/gpu_worker.py(3): execute_model","ts":60,"dur":9},
+ {"ph":"X","cat":"user_annotation","name":"[Executor] _forward_step 4: 0 ctx reqs","ts":70,"dur":9},
+ {"ph":"X","cat":"python_function","name":"scheduler.py(5): run\u005fbatch","ts":80,"dur":9},
+ {"ph":"X","cat":"python_function","name":"scheduler.py(5): run_batch_later","ts":90,"dur":9},
  {"ph":"X","cat":["kernel"],"name":"x"}
 ],"distributedInfo":{"rank":1,"world_size":2}}"#;
     let p = Path::new("odd.json");
@@ -675,7 +681,13 @@ fn fast_reader_matches_the_reference_on_escapes_and_odd_events() {
         (2, 1, 1, 2)
     );
     assert_eq!(t.names[1], "k\\ {\"");
-    assert_eq!(t.events_seen, 10);
+    assert_eq!(t.events_seen, 14);
+    // Without a step label the fast reader keeps the engines' step markers (vLLM's
+    // execute_model, TensorRT-LLM's range, SGLang's run_batch spelt with an escape; not
+    // run_batch_later), as the reference reader reads them (same_read above).
+    let t = reader::read_fast(doc.as_bytes(), p, &reader::ReadOptions::default()).unwrap();
+    let got: Vec<(usize, f64)> = t.engine_steps.iter().map(|(i, s)| (*i, s.ts)).collect();
+    assert_eq!(got, [(2, 60.0), (5, 70.0), (3, 80.0)]);
 }
 
 /// A two-rank synthetic trace whose all-reduces run through `kernel` launched by `op`.
