@@ -47,7 +47,13 @@ pub(crate) const ACTIVE: usize = 16;
 /// The stride `d` of the layout on `nranks` ranks: rank `r` contributes to element `i` when
 /// `(r + i + op) % d == 0`.
 pub(crate) fn stride(nranks: usize) -> usize {
-    nranks.div_ceil(ACTIVE).max(1)
+    // `nranks.div_ceil(ACTIVE).max(1)` written out: the host check computes this for every
+    // element it checks, where two calls cost more than the arithmetic in a test build
+    if nranks <= ACTIVE {
+        1
+    } else {
+        (nranks - 1) / ACTIVE + 1
+    }
 }
 
 /// Indices (a schedule's operations, a `collective` run's cases) whose inputs all differ: the
@@ -97,10 +103,11 @@ pub fn check_salted(indices: usize) -> anyhow::Result<()> {
 
 /// The k-th base-7 digit of `index` for k < 6; 0 for k = 6 (the position the slot alone sets).
 fn digit(index: usize, k: usize) -> usize {
+    const POW7: [usize; 6] = [1, 7, 49, 343, 2401, 16807];
     if k >= 6 {
         return 0;
     }
-    (index / 7usize.pow(k as u32)) % 7
+    (index / POW7[k]) % 7
 }
 
 /// The value offset of element `i` under salt `op`: in 0..=6, `(i + digit + slot) % 7` with
@@ -120,15 +127,16 @@ pub(crate) fn input_value(rank: usize, i: usize, op: usize, nranks: usize) -> f3
     ((rank / d + 1) + offset(i, op)) as f32
 }
 
-/// The exact sum over all `nranks` ranks of send element `i` (only the ranks that contribute
-/// are visited: at most [`ACTIVE`]).
+/// The exact sum over all `nranks` ranks of send element `i`. The ranks that contribute are
+/// `first, first + d, ..` below `nranks` (`first < d`): `k` of them (at most [`ACTIVE`]), the
+/// j-th giving `j + 1 + offset(i, op)`, so the sum is `k (k + 1) / 2 + k offset`, an integer
+/// below 2^24 that f32 holds exactly, whatever order the values were added in (the host check
+/// computes this for every element it checks).
 pub(crate) fn sum_value(i: usize, op: usize, nranks: usize) -> f32 {
     let d = stride(nranks);
     let first = (d - (i + op / SLOTS) % d) % d;
-    (first..nranks)
-        .step_by(d)
-        .map(|r| input_value(r, i, op, nranks))
-        .sum()
+    let k = (nranks - first).div_ceil(d);
+    (k * (k + 1) / 2 + k * offset(i, op)) as f32
 }
 
 /// Encodes values in `dtype`.
@@ -525,6 +533,34 @@ mod tests {
                             "{kind:?} {dtype:?} {n} ranks, rank {rank}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// The written-out stride, digits and sum (fast in a test build) are the forms they
+    /// replaced: `div_ceil(16).max(1)`, `7^k` by `pow`, the f32 sum of `input_value` over the
+    /// ranks `first, first + d, ..` below n, bit for bit.
+    #[test]
+    fn the_written_out_arithmetic_is_the_library_forms() {
+        for n in 0..=4096usize {
+            assert_eq!(stride(n), n.div_ceil(ACTIVE).max(1), "{n}");
+        }
+        for index in (0..SALTED_INDICES).step_by(97).chain([SALTED_INDICES - 1]) {
+            for k in 0..6 {
+                assert_eq!(digit(index, k), (index / 7usize.pow(k as u32)) % 7);
+            }
+        }
+        for n in [1, 2, 7, 16, 17, 18, 31, 32, 33, 100, 257, 1000, 1023, 1024, 4096] {
+            let d = stride(n);
+            for op in [0, 1, 2, 3, 50, 3 * 12_345 + 1, 3 * 117_648 + 2] {
+                for i in 0..(3 * d + 14) {
+                    let first = (d - (i + op / SLOTS) % d) % d;
+                    let old: f32 = (first..n)
+                        .step_by(d)
+                        .map(|r| input_value(r, i, op, n))
+                        .sum();
+                    assert_eq!(sum_value(i, op, n).to_bits(), old.to_bits(), "{n} {op} {i}");
                 }
             }
         }
