@@ -556,7 +556,8 @@ fn same_read(bytes: &[u8], path: &Path, label: Option<&str>) {
         step_label: label.map(str::to_string),
         custom_ops: false,
     };
-    let a = reader::read_from(bytes, path, &opts).unwrap();
+    // buffered, as `read_trace` gives it a file (a bare slice is read a byte per call)
+    let a = reader::read_from(std::io::BufReader::new(bytes), path, &opts).unwrap();
     let b = reader::read_fast(bytes, path, &opts)
         .unwrap_or_else(|| panic!("{}: the fast reader gave up", path.display()));
     let what = path.display();
