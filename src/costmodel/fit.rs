@@ -393,6 +393,57 @@ mod tests {
         assert!(!r.params.iter().any(|p| p.name.starts_with("launch_eager")));
     }
 
+    /// Where a parameter is said not to move a point (`Param::moves`, which the Jacobian
+    /// skips), the model's time of the point is the same bit for bit at that parameter x0.5
+    /// and x3: here the link bandwidth under a measured LL switch, for all-reduces on one node
+    /// whose bus bytes lie within the fitted LL range (4 KB to 256 KB, 2 ranks: bus factor 1,
+    /// all below the 1 MB range) — and sizes past the range, or Simple, do move.
+    #[test]
+    fn the_link_bandwidth_does_not_move_ll_points_within_the_fitted_range() {
+        use crate::costmodel::profile::{LlFit, ObservedChoice};
+        let mut p = builtin("pcie-gen5").unwrap();
+        p.ll_fitted = Some(LlFit {
+            gbps: 9.0,
+            up_to_bus_bytes: 1048576.0,
+        });
+        p.observed = vec![ObservedChoice {
+            op: CollectiveKind::AllReduce,
+            nranks: 2,
+            ll_up_to_bytes: 4 << 20,
+        }];
+        let point = |size: u64| Point {
+            source: "synthetic".into(),
+            label: format!("{size}"),
+            terms: vec![Term {
+                op: CollectiveKind::AllReduce,
+                size,
+                count: 1,
+            }],
+            n: 2,
+            graph: true,
+            launcher: Launcher::Processes,
+            force: Force::default(),
+            measured_us: 0.0,
+        };
+        let at = |pt: &Point, f: f64| {
+            let mut q = p.clone();
+            Param::IntraBw.set(&mut q, p.intra.bw_gbps * f);
+            predict(&q, pt).unwrap().to_bits()
+        };
+        for size in [4096, 65536, 262144, 1048576] {
+            let pt = point(size);
+            assert!(!Param::IntraBw.moves(&p, &pt), "{size}");
+            assert_eq!(at(&pt, 0.5), at(&pt, 1.0), "{size}");
+            assert_eq!(at(&pt, 3.0), at(&pt, 1.0), "{size}");
+        }
+        // past the fitted range (still LL by the switch), and Simple past the switch
+        for size in [2 << 20, 8 << 20] {
+            let pt = point(size);
+            assert!(Param::IntraBw.moves(&p, &pt), "{size}");
+            assert_ne!(at(&pt, 0.5), at(&pt, 1.0), "{size}");
+        }
+    }
+
     #[test]
     fn a_profile_used_at_another_rank_count_says_it_extrapolates() {
         let base = builtin("nvlink-h200").unwrap();

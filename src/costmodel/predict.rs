@@ -125,7 +125,7 @@ pub fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
 }
 
 /// How the ranks split over nodes.
-fn nodes(p: &Profile, n: usize) -> (usize, usize) {
+pub(crate) fn nodes(p: &Profile, n: usize) -> (usize, usize) {
     match (p.gpus_per_node, &p.inter) {
         (Some(g), Some(_)) if n > g => {
             let nodes = n.div_ceil(g);

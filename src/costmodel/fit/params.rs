@@ -74,11 +74,18 @@ impl Param {
     /// Whether the parameter can move the model's time of `pt` under `p`: false only where a
     /// measured switch ([`Profile::observed_proto`]) fixes Ring and the protocol of every term
     /// whatever the parameters and the time never reads it (a latency of another protocol or
-    /// algorithm, an LL rate for Simple).
+    /// algorithm, an LL rate for Simple, the link bandwidth for LL on one node whose bus
+    /// bytes all lie within the fitted LL range: `(bytes - fast) / bw` is then 0 whatever bw,
+    /// [`predict::device_us`]; the range's end is no parameter).
     pub(super) fn moves(self, p: &Profile, pt: &Point) -> bool {
         let fixed = |t: &super::Term| {
             p.observed_proto(t.op, t.size, pt.n)
                 .filter(|_| pt.force.is_empty())
+        };
+        let within_ll_fit = |t: &super::Term| {
+            let bytes = t.op.ops().ring_bytes(t.size as f64, pt.n);
+            predict::nodes(p, pt.n).0 == 1
+                && p.ll_fitted.is_some_and(|f| bytes <= f.up_to_bus_bytes)
         };
         pt.terms.iter().any(|t| match (self, fixed(t)) {
             (_, None) => true,
@@ -86,6 +93,7 @@ impl Param {
                 a == Algo::Ring && pr == x
             }
             (Param::LlFit | Param::LlMax, Some(x)) => x == Proto::Ll,
+            (Param::IntraBw, Some(Proto::Ll)) => !within_ll_fit(t),
             _ => true,
         })
     }
