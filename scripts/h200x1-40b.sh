@@ -24,15 +24,16 @@ start=$(date +%s)
 cd "$OUTDIR"
 {
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
-  echo "# $("$VB" --version) ($1)"
+  echo "# $("$VB" --version)"
 } > commands.txt
 left() { echo $(( 440 - ($(date +%s) - start) )); }
 run() {  # NAME LIMIT_S CMD...: runs if the time allows, keeps the output
   local name=$1 limit=$2; shift 2
   if [ "$(left)" -lt "$limit" ]; then echo "$name: skipped to stay under 8 minutes" | tee -a commands.txt; return 1; fi
   local t0; t0=$(date +%s)
-  echo "$name.txt      $*" >> commands.txt
-  echo; echo "=== $name: $*"
+  local shown="${*//$VB/./verifybench}"   # the binary's folder is this machine's business
+  echo "$name.txt      $shown" >> commands.txt
+  echo; echo "=== $name: $shown"
   timeout "$limit" "$@" > "$name.txt" 2>&1
   echo "$name rc=$? wall=$(( $(date +%s) - t0 )) s" | tee -a commands.txt
   grep -E "p2p stress|p2p access|^selftest:" "$name.txt" | cut -c1-700
