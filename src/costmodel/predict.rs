@@ -161,10 +161,18 @@ pub(crate) fn device_us(
     algo: Algo,
     proto: Proto,
 ) -> Option<f64> {
+    // Plain matches rather than closures and Option adaptors: every fit step prices every
+    // point through here, and test builds run it unoptimised.
     let (nn, per_node) = nodes(p, n);
-    let net = p.inter.as_ref().filter(|_| nn > 1);
+    let net = match &p.inter {
+        Some(l) if nn > 1 => Some(l),
+        _ => None,
+    };
     let intra_hop = p.intra.hop_lat_us.get(algo, proto);
-    let net_hop = net.map(|l| l.hop_lat_us.get(algo, proto)).unwrap_or(0.0);
+    let net_hop = match net {
+        Some(l) => l.hop_lat_us.get(algo, proto),
+        None => 0.0,
+    };
     let base = p.base_lat_us.get(algo, proto);
     let link_bw = match net {
         Some(l) => l.bw_gbps.min(p.intra.bw_gbps),
@@ -174,33 +182,27 @@ pub(crate) fn device_us(
     if proto == Proto::Ll {
         bw = bw.min(p.ll_max_gbps);
     }
-    // LL fitted on small messages (one node): its first bus bytes move faster.
-    let fitted = p.ll_fitted.filter(|_| proto == Proto::Ll && net.is_none());
-    let transfer = |bytes: f64| match fitted {
-        Some(f) => {
-            let fast = bytes.min(f.up_to_bus_bytes);
-            fast / (f.gbps * 1e3) + (bytes - fast) / (bw * 1e3)
-        }
-        None => bytes / (bw * 1e3),
-    };
     // Steps between CPU sockets: a ring of n ranks crosses `sockets` of its n edges; the tree's
     // chain crosses sockets - 1 times, up and down.
-    let sockets = p
-        .cross_socket
-        .filter(|c| c.gpus_per_socket > 0 && per_node > c.gpus_per_socket)
-        .map(|c| (per_node.div_ceil(c.gpus_per_socket), c.extra_hop_us));
+    let sockets = match p.cross_socket {
+        Some(c) if c.gpus_per_socket > 0 && per_node > c.gpus_per_socket => {
+            Some((per_node.div_ceil(c.gpus_per_socket), c.extra_hop_us))
+        }
+        _ => None,
+    };
+    let ops = op.ops();
     let size = size as f64;
     let (lat, bytes) = match algo {
         Algo::Ring => {
-            let (steps, inter) = ring_steps(op, n, nn);
+            let (steps, inter) = ops.ring_steps(n, nn);
             let mut lat = base + (steps - inter) as f64 * intra_hop + inter as f64 * net_hop;
             if let Some((s, extra)) = sockets {
                 lat += (steps - inter) as f64 * s as f64 / per_node as f64 * extra;
             }
-            (lat, op.ops().ring_bytes(size, n))
+            (lat, ops.ring_bytes(size, n))
         }
         Algo::Tree => {
-            let bytes = op.ops().tree_bytes(size)?;
+            let bytes = ops.tree_bytes(size)?;
             // Within a node NCCL's tree is a chain; between nodes a binary tree; up and down.
             let mut lat =
                 base + 2.0 * ((per_node - 1) as f64 * intra_hop + (nn as f64).log2() * net_hop);
@@ -210,7 +212,15 @@ pub(crate) fn device_us(
             (lat, bytes)
         }
     };
-    Some(lat + transfer(bytes))
+    // LL fitted on small messages (one node): its first bus bytes move faster.
+    let transfer = match p.ll_fitted {
+        Some(f) if proto == Proto::Ll && net.is_none() => {
+            let fast = bytes.min(f.up_to_bus_bytes);
+            fast / (f.gbps * 1e3) + (bytes - fast) / (bw * 1e3)
+        }
+        _ => bytes / (bw * 1e3),
+    };
+    Some(lat + transfer)
 }
 
 /// The (algorithm, protocol) NCCL would use for `op` under `force`, and its device time.

@@ -265,12 +265,17 @@ impl Profile {
         size: u64,
         n: usize,
     ) -> Option<Proto> {
-        let o = self.observed.iter().find(|o| o.op == op && o.nranks == n)?;
-        Some(if size <= o.ll_up_to_bytes {
-            Proto::Ll
-        } else {
-            Proto::Simple
-        })
+        // A plain loop, not `find` with a closure: the model calls this for every point.
+        for o in &self.observed {
+            if o.op == op && o.nranks == n {
+                return Some(if size <= o.ll_up_to_bytes {
+                    Proto::Ll
+                } else {
+                    Proto::Simple
+                });
+            }
+        }
+        None
     }
 }
 

@@ -66,16 +66,25 @@ pub(super) fn huber_weights(r: &[f64], delta: Option<f64>) -> Vec<f64> {
 pub(super) fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     let n = b.len();
     for c in 0..n {
-        let piv = (c..n).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))?;
+        // The largest |a[i][c]|, the last of equals (as `max_by` picks); a plain loop and no
+        // copy of the pivot row, for unoptimised builds.
+        let mut piv = c;
+        for i in c + 1..n {
+            if a[i][c].abs().total_cmp(&a[piv][c].abs()) != std::cmp::Ordering::Less {
+                piv = i;
+            }
+        }
         if a[piv][c].abs() < 1e-300 {
             return None;
         }
         a.swap(c, piv);
         b.swap(c, piv);
-        let pivot_row = a[c].clone();
-        for r in c + 1..n {
-            let f = a[r][c] / pivot_row[c];
-            for (x, p) in a[r].iter_mut().zip(&pivot_row).skip(c) {
+        let (upper, lower) = a.split_at_mut(c + 1);
+        let pivot_row = &upper[c][..];
+        for (off, row) in lower.iter_mut().enumerate() {
+            let r = c + 1 + off;
+            let f = row[c] / pivot_row[c];
+            for (x, p) in row[c..].iter_mut().zip(&pivot_row[c..]) {
                 *x -= f * p;
             }
             b[r] -= f * b[c];
@@ -166,13 +175,21 @@ pub(crate) fn fit_bounded_robust(
         let (js, ws, rs) = (&jac[..], &w[..], &r[..]);
         let mut jtj = vec![vec![0.0; k]; k];
         let mut jtr = vec![0.0; k];
+        // A zero derivative (the point does not read parameter `a`) adds only zeros to row
+        // `a`; the sums start at +0.0 and adding a signed zero to them changes no bit, so the
+        // row is skipped.
         for i in 0..n {
             let row = &js[i * k..(i + 1) * k];
             for a in 0..k {
-                jtr[a] += ws[i] * row[a] * rs[i];
+                if row[a] == 0.0 {
+                    continue;
+                }
+                // (w a) b is how `w * a * b` associates: the same products, computed once.
+                let wa = ws[i] * row[a];
+                jtr[a] += wa * rs[i];
                 let ja = &mut jtj[a][..];
                 for b in 0..k {
-                    ja[b] += ws[i] * row[a] * row[b];
+                    ja[b] += wa * row[b];
                 }
             }
         }
