@@ -97,7 +97,7 @@ impl ScheduleFile {
     }
 
     /// [`ScheduleFile::load`] that first gives the number of operations to `check_length`
-    /// (counted by a scan of the text, [`count_ops`]) and returns its refusal before the
+    /// (counted without building them, [`count_ops`]) and returns its refusal before the
     /// parse: a schedule too long for the run fails at once, not after reading every op.
     pub fn load_checking_length(
         path: &Path,
@@ -130,80 +130,15 @@ impl ScheduleFile {
     }
 }
 
-/// The number of elements of the top-level `"ops"` array of a JSON object, from a scan of its
-/// strings and brackets alone (no values are parsed): `None` unless the text is one object
-/// with balanced brackets, closed strings and exactly one `"ops"` key whose value is an array
-/// (the parse then says what is wrong). Commas at the array's own depth separate its elements.
+/// The number of elements of the top-level `"ops"` array of a JSON object, from serde_json
+/// skipping every value (`IgnoredAny`: nothing is built): `None` unless the text is one object
+/// with exactly one `"ops"` key whose value is an array (the parse then says what is wrong).
 fn count_ops(b: &[u8]) -> Option<usize> {
-    let mut depth = 0usize;
-    // the last string at depth 1 was "ops"; the next ':' makes it the key of the next value
-    let mut string_is_ops = false;
-    let mut value_of_ops = false;
-    let mut in_ops = false;
-    let (mut commas, mut empty, mut found) = (0usize, true, None);
-    let mut i = b.iter().position(|c| !c.is_ascii_whitespace())?;
-    if b[i] != b'{' {
-        return None;
+    #[derive(serde::Deserialize)]
+    struct Ops {
+        ops: Vec<serde::de::IgnoredAny>,
     }
-    while i < b.len() {
-        match b[i] {
-            b'"' => {
-                // to the closing quote: a backslash escapes the byte after it
-                let mut j = i + 1;
-                loop {
-                    j += memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
-                    if b[j] == b'"' {
-                        break;
-                    }
-                    j += 2;
-                }
-                if in_ops && depth == 2 {
-                    empty = false;
-                }
-                if depth == 1 && value_of_ops {
-                    return None;
-                }
-                string_is_ops = depth == 1 && &b[i + 1..j] == b"ops";
-                i = j;
-            }
-            b':' if depth == 1 => value_of_ops = std::mem::take(&mut string_is_ops),
-            b'{' | b'[' => {
-                if in_ops && depth == 2 {
-                    empty = false;
-                }
-                depth += 1;
-                if depth == 2 && std::mem::take(&mut value_of_ops) {
-                    if b[i] != b'[' || found.is_some() {
-                        return None;
-                    }
-                    (in_ops, commas, empty) = (true, 0, true);
-                }
-            }
-            b'}' | b']' => {
-                if value_of_ops {
-                    return None;
-                }
-                depth = depth.checked_sub(1)?;
-                if in_ops && depth == 1 {
-                    in_ops = false;
-                    found = Some(if empty { 0 } else { commas + 1 });
-                }
-                if depth == 0 {
-                    let rest = &b[i + 1..];
-                    return rest
-                        .iter()
-                        .all(|c| c.is_ascii_whitespace())
-                        .then_some(found?);
-                }
-            }
-            b',' if depth == 1 && value_of_ops => return None,
-            b',' if in_ops && depth == 2 => commas += 1,
-            c if in_ops && depth == 2 && !c.is_ascii_whitespace() => empty = false,
-            _ => {}
-        }
-        i += 1;
-    }
-    None
+    serde_json::from_slice::<Ops>(b).ok().map(|o| o.ops.len())
 }
 
 #[cfg(test)]
@@ -239,9 +174,9 @@ mod tests {
         assert_eq!(ScheduleFile::load(&q).unwrap(), with);
     }
 
-    /// The scan's count is the parse's on real files (a plan, one with host gaps, pretty and
-    /// compact) and on hand-written texts whose strings hold what would mislead a scan that
-    /// ignored them: brackets, commas, escaped quotes, a key "ops" inside an op.
+    /// The early count is the parse's on real files (a plan, one with host gaps, pretty and
+    /// compact) and on hand-written texts whose strings hold what would mislead a text scan:
+    /// brackets, commas, escaped quotes, a key "ops" inside an op.
     #[test]
     fn the_scanned_op_count_is_the_parsed_one() {
         let s = kimi();
