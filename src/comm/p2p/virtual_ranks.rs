@@ -25,7 +25,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::peer::{copy_raw, download_raw, upload_raw};
-use super::{Impl, P2pAllReduce, P2pConfig, Workspace};
+use super::{Impl, P2pAllReduce, P2pConfig, SignalTimeout, Workspace};
 use crate::comm::device::{Buffer, Gpu};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType};
@@ -146,23 +146,24 @@ impl Group {
     /// every other rank's failed wait: who waited for whom, and how far each silent rank got,
     /// so that the rank that stopped first can be read off.
     pub(super) fn check(&self) -> anyhow::Result<()> {
-        let mut waits = vec![];
+        let (mut waits, mut other) = (Vec::<SignalTimeout>::new(), None);
         for (a, g) in self.ars.iter().zip(&self.gpus) {
-            if let Some(t) = a.fault(g)? {
-                waits.push(t);
+            if let Err(e) = a.check(g) {
+                match e.downcast::<SignalTimeout>() {
+                    Ok(t) => waits.push(t),
+                    Err(e) => other = other.or(Some(e)),
+                }
             }
         }
-        if let Some(first) = waits.first() {
-            let others: Vec<String> = waits[1..].iter().map(|t| t.to_string()).collect();
-            if others.is_empty() {
-                return Err(first.clone().into());
+        match (waits.len(), other) {
+            (0, None) => Ok(()),
+            (0, Some(e)) => Err(e),
+            (1, _) => Err(waits.remove(0).into()),
+            _ => {
+                let rest: Vec<String> = waits[1..].iter().map(|t| t.to_string()).collect();
+                anyhow::bail!("{}; and {}", waits[0], rest.join("; "))
             }
-            anyhow::bail!("{first}; and {}", others.join("; "));
         }
-        for (a, g) in self.ars.iter().zip(&self.gpus) {
-            a.check(g)?;
-        }
-        Ok(())
     }
 }
 
