@@ -351,52 +351,6 @@ pub fn to_record(cfg: &SweepConfig, sp: &SweepPoint, started: String) -> Record 
     )
 }
 
-/// How a sweep ended.
-#[derive(Debug)]
-pub struct SweepRun {
-    /// Points finished in this run, in order.
-    pub finished: Vec<SweepPoint>,
-    pub interrupted: bool,
-}
-
-/// Runs `todo` one point after the other, appending each finished point to `file` at once.
-/// `each` is told about every finished point (progress, messages). Stops cleanly when
-/// `interrupted` becomes true: the point in flight is dropped, everything finished is kept.
-pub fn run_points(
-    cfg: &SweepConfig,
-    todo: &[Point],
-    runner: &dyn PointRunner,
-    file: &mut ResultsFile,
-    interrupted: &AtomicBool,
-    mut each: impl FnMut(&Point, Option<&SweepPoint>),
-) -> anyhow::Result<SweepRun> {
-    let mut finished = vec![];
-    for p in todo {
-        if interrupted.load(Ordering::SeqCst) {
-            return Ok(SweepRun {
-                finished,
-                interrupted: true,
-            });
-        }
-        let started = crate::util::now_utc();
-        let out = runner.run(&cfg.job(p))?;
-        if out.interrupted || interrupted.load(Ordering::SeqCst) {
-            return Ok(SweepRun {
-                finished,
-                interrupted: true,
-            });
-        }
-        let sp = assemble(cfg, p, out);
-        file.append(&to_record(cfg, &sp, started))?;
-        each(p, Some(&sp));
-        finished.push(sp);
-    }
-    Ok(SweepRun {
-        finished,
-        interrupted: false,
-    })
-}
-
 /// How a sweep of rounds ended.
 #[derive(Debug)]
 pub struct PairsRun {

@@ -4,9 +4,8 @@
 //!
 //! Uncertainty of a median: [`Summary::median_se`](crate::measure::Summary::median_se), the
 //! normal approximation sqrt(pi/2) stddev / sqrt(n). Ratio r = m / m0 has relative error
-//! sqrt((e/m)^2 + (e0/m0)^2). [`advice_with`] counts a gain only beyond 2 sigma_r and a given
-//! floor; `sweep` itself recommends from its rounds instead ([`super::rounds`], a measured
-//! floor), and this table is its first round.
+//! sqrt((e/m)^2 + (e0/m0)^2). `sweep` recommends from its rounds ([`super::rounds`], a
+//! measured noise floor; [`super::summary`]), and this table is its first round.
 
 use super::results::SweepPoint;
 use crate::record::{Body, Mode, VerifyRun};
@@ -323,96 +322,6 @@ pub fn one_rank_recommendation<'a>(
         .then(|| format!(
             "Recommendation: none at one rank ({mode} replay): NCCL chooses no algorithm, protocol or transport on a communicator of size 1, so no ratio here is a setting's effect; sweep across the real ranks (--gpus N) to choose\n"
         ))
-}
-
-/// Default smallest relative gain that counts (see `--noise-floor`).
-pub const NOISE_FLOOR: f64 = 0.01;
-
-/// The recommendation block with the default noise floor.
-pub fn advice(r: &Ranking) -> String {
-    advice_with(r, NOISE_FLOOR)
-}
-
-/// The recommendation block: the best setting's `export` lines, or why there is none. A point
-/// that only sets variables NCCL does not read cannot be better than the defaults, whatever its
-/// timing says; a gain smaller than `noise_floor` (relative) or 2 standard errors is noise.
-pub fn advice_with(r: &Ranking, noise_floor: f64) -> String {
-    let mut out = String::new();
-    let clean: Vec<&Row> = r.rows.iter().filter(|x| x.wrong == 0).collect();
-    if clean.is_empty() {
-        out.push_str("No point ran without errors: nothing to recommend.\n");
-        return out;
-    }
-    let inert = |p: &SweepPoint| {
-        !p.overrides.is_empty() && p.overrides.iter().all(|(k, _)| !super::known::is_known(k))
-    };
-    for x in clean.iter().take_while(|x| inert(x.point)) {
-        out.push_str(&format!(
-            "Note: {} ranks above the baseline but sets only variables NCCL does not read, so it ran NCCL's defaults: its lead is run-to-run noise.\n",
-            label(x.point)
-        ));
-    }
-    let best = *clean.iter().find(|x| !inert(x.point)).unwrap_or(&clean[0]);
-    let col = if r.primary_graph { "graph" } else { "eager" };
-    if let Some(line) = one_rank_recommendation(clean.iter().map(|x| x.point), col) {
-        out.push_str(&line);
-        return out;
-    }
-    let cell = if r.primary_graph {
-        &best.graph
-    } else {
-        &best.eager
-    };
-    let p = best.point;
-    if p.overrides.is_empty() {
-        out.push_str(&format!(
-            "Recommendation: keep NCCL's defaults: no point beat the baseline ({col} replay, {} numbers).\n",
-            r.source
-        ));
-        return out;
-    }
-    let ratio = cell.as_ref().and_then(|c| c.ratio);
-    if let Some((ratio, err)) = ratio {
-        if ratio.is_finite() && 1.0 - ratio < noise_floor.max(2.0 * err) {
-            out.push_str(&format!(
-                "Recommendation: keep NCCL's defaults: the fastest point, {}, is {:.1}% faster than the baseline, inside the noise floor of {:.1}% (--noise-floor) or 2 standard errors ({col} replay, {} numbers).\n",
-                label(p),
-                (1.0 - ratio) * 100.0,
-                noise_floor.max(2.0 * err) * 100.0,
-                r.source
-            ));
-            return out;
-        }
-    }
-    out.push_str(&format!(
-        "Recommendation ({col} replay, {} numbers): {}\n",
-        r.source,
-        label(p)
-    ));
-    out.push_str(&exports(p));
-    if let Some(line) = build_line(p, false) {
-        out.push_str(&line);
-    }
-    match ratio {
-        Some((ratio, err)) if ratio.is_finite() => {
-            out.push_str(&format!(
-                "  {:.1}% of the baseline's verify time (ratio {ratio:.3} ± {err:.3}; noise floor {:.1}%)\n",
-                ratio * 100.0,
-                noise_floor * 100.0
-            ));
-        }
-        _ => out.push_str("  (no baseline timing to compare with)\n"),
-    }
-    if p.env_check.status == "mismatch"
-        || p.effective
-            .as_ref()
-            .is_some_and(|e| !e.mismatches.is_empty())
-    {
-        out.push_str(
-            "  WARNING: at this point NCCL or its workers did not do exactly what was asked (see notes).\n",
-        );
-    }
-    out
 }
 
 /// The libraries block under a sweep's table ([`super::library`]): per library, the version its points' workers

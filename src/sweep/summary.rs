@@ -189,6 +189,11 @@ pub fn rounds_block(
     let (unpriced, judged): (Vec<&SweepPoint>, Vec<&SweepPoint>) = points
         .iter()
         .partition(|p| !rank::not_modeled(p).is_empty());
+    // A point that sets only variables NCCL does not read ran NCCL's defaults: whatever its
+    // timing says, its lead is run-to-run noise, so it is never judged against them.
+    let (inert, judged): (Vec<&SweepPoint>, Vec<&SweepPoint>) = judged.into_iter().partition(|p| {
+        !p.overrides.is_empty() && p.overrides.iter().all(|(k, _)| !super::known::is_known(k))
+    });
     let modeled = all_modeled(points);
     let ids: Vec<String> = judged.iter().map(|p| p.point_id.clone()).collect();
     let verdicts: Vec<rd::Verdict> = [false, true]
@@ -254,6 +259,13 @@ pub fn rounds_block(
             ids.join(", ")
         ));
     }
+    if !inert.is_empty() {
+        let ids: Vec<&str> = inert.iter().map(|p| p.point_id.as_str()).collect();
+        out.push_str(&format!(
+            "not judged (they set only variables NCCL does not read, so they ran NCCL's defaults): {}\n",
+            ids.join(", ")
+        ));
+    }
     if modeled && !verdicts.is_empty() {
         out.push_str(
             "noise floor: none measured: the numbers are modeled (no between-run noise), so a setting counts when its modeled ratio is below 1\n",
@@ -315,6 +327,15 @@ pub fn rounds_block(
                 ));
             }
             out.push_str(&rank::exports(p));
+            if p.env_check.status == "mismatch"
+                || p.effective
+                    .as_ref()
+                    .is_some_and(|e| !e.mismatches.is_empty())
+            {
+                out.push_str(
+                    "  WARNING: at this point NCCL or its workers did not do exactly what was asked (see notes).\n",
+                );
+            }
         }
         None if modeled => out.push_str(&format!(
             "Recommendation: keep NCCL's defaults ({primary_mode} replay): no setting the cost model prices has a modeled ratio below 1\n"
