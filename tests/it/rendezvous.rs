@@ -237,8 +237,8 @@ fn a_rank_with_nobody_listening_gives_up_at_its_timeout() {
 #[test]
 fn a_rank_waiting_for_missing_peers_gives_up_at_its_timeout() {
     let (mut srv, ep) = server(3);
-    // rank 0 serves longer than the rank waits; rank 2 never comes
-    let s = thread::spawn(move || srv.serve_id(&id(), Duration::from_secs(3)));
+    // rank 0 serves longer (1.5 s) than the rank waits (0.5 s); rank 2 never comes
+    let s = thread::spawn(move || srv.serve_id(&id(), Duration::from_millis(1500)));
     let e = Client::fetch_id(&ep, &hello(1, 3), None, Duration::from_millis(500))
         .unwrap_err()
         .to_string();
@@ -743,8 +743,9 @@ fn two_processes_with_different_workloads_are_refused_on_both_sides() {
 fn two_processes_time_out_naming_the_rank_that_never_came() {
     let (mut srv, ep) = server(3);
     let child = spawn_child(&child_orders(ep.port, 1, 3, "2b1b0000aaaa0001"));
+    // long enough for the child (this test binary run again) to start and connect
     let s = srv
-        .serve_id(&id(), Duration::from_secs(5))
+        .serve_id(&id(), Duration::from_millis(2500))
         .unwrap_err()
         .to_string();
     let out = child.wait_with_output().unwrap();
