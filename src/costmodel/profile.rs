@@ -13,8 +13,12 @@
 //! They are starting points, not truths: NCCL uses them only to rank (algorithm, protocol)
 //! pairs, and its base latency includes costs that this model books as launch costs. The one
 //! place where a built-in number departs from NCCL's table is the LL base latency, lowered so
-//! that `nvlink-h200` reproduces the measured reference (see [`REFERENCE_H200`]). Everything
-//! else is meant to be replaced by `verifybench model fit` on measurements of the machine.
+//! that `nvlink-h200` reproduces the measured reference: 2x H200 NVLink, NCCL, 43,008 B bf16
+//! all-reduce: a CUDA graph of the verify step's 123 all-reduces replays at 7.0-7.4 us per
+//! all-reduce; eager launches cost ~8.4 us each from threads and ~11 us from processes; with
+//! NCCL_P2P_DISABLE=1 (SHM through host memory) ~14-15 us; PyTorch c10d ~17 us graph / 28 us
+//! eager. Everything else is meant to be replaced by `verifybench model fit` on measurements of
+//! the machine.
 
 use std::path::Path;
 
@@ -26,9 +30,6 @@ use crate::error::usage;
 pub(crate) const PROFILE_SCHEMA_VERSION: u32 = 1;
 /// The `kind` field of a profile file, so a results file is not mistaken for one.
 pub(crate) const PROFILE_KIND: &str = crate::record::kinds::PROFILE;
-
-/// The measured reference the built-in launch costs and LL base latency are set to.
-pub const REFERENCE_H200: &str = "2x H200 NVLink, NCCL, 43,008 B bf16 all-reduce: a CUDA graph of the verify step's 123 all-reduces replays at 7.0-7.4 us per all-reduce; eager launches cost ~8.4 us each from threads and ~11 us from processes; with NCCL_P2P_DISABLE=1 (SHM through host memory) ~14-15 us; PyTorch c10d ~17 us graph / 28 us eager";
 
 /// NCCL's protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
