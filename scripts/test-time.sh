@@ -10,7 +10,7 @@
 # tests/it's test binaries directly with per-test times (`--report-time`, which needs
 # RUSTC_BOOTSTRAP=1 in the test binary's environment only: given to cargo it would rebuild
 # everything) and prints the ten slowest tests. The output is plain text, meant to be kept
-# as it is beside the machine's load (printed first and last).
+# as it is beside the machine's load (printed first and last) and the run's CPU seconds.
 #
 # A revision is built in its own worktree with this checkout's target directory, so going
 # back and forth between revisions rebuilds only what changed.
@@ -58,13 +58,18 @@ bins=$(cargo test --no-run --message-format=json 2>/dev/null |
 echo
 echo "## cargo test (the whole run after the build)"
 log=$(mktemp)
+cpu=$(mktemp)
 t0=$(now)
 status=0
-cargo test >"$log" 2>&1 || status=$?
+# bash's `time` counts the CPU of cargo and of every test process under it: on a shared
+# machine the wall time moves with the neighbours' load, the CPU seconds much less
+TIMEFORMAT='%U %S'
+{ time cargo test >"$log" 2>&1 || status=$?; } 2>"$cpu"
 t1=$(now)
 grep -E '^\s*Running|^\s*Doc-tests|^test result:' "$log" | sed -e 's/^ *//' -e 's/ (.*target[^)]*)//'
 echo "cargo test wall time: $(secs "$t0" "$t1") s (exit status $status)"
-rm -f "$log"
+awk '{ printf "cargo test CPU time: %.1f s (user %.1f + system %.1f)\n", $1 + $2, $1, $2 }' "$cpu"
+rm -f "$log" "$cpu"
 
 echo
 echo "## per-test times (library and tests/it binaries run directly, --report-time)"
