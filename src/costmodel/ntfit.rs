@@ -513,3 +513,58 @@ pub(crate) fn builtin_spread_note(prof: &Profile) -> String {
         med * 100.0
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every switch candidate of a public table is fitted to a minimum: moving any parameter
+    /// that is not on a bound by 0.01% either way lowers no cost. (The solver used to stop a
+    /// third of these fits at its iteration cap while a hop latency was still creeping down
+    /// beside an LL rate held on its bound.)
+    #[test]
+    fn every_switch_candidate_of_a_public_table_ends_at_a_minimum() {
+        let text = include_str!(
+            "../../tests/data/public-nccl/S02_anthonyhoo_2x2080ti_pcie3_switch_nop2p.txt"
+        );
+        let tables = tables_of("S02", &crate::nccl_tests::parse_runs(text).unwrap()).0;
+        let pts = &tables[0].points;
+        let phys = Physics {
+            rate_gbps: 15.75,
+            p2p_lat_us: None,
+        };
+        let base = super::super::profile::builtin("pcie-gen5").unwrap();
+        let (ps, bounds): (Vec<Param>, Vec<(f64, f64)>) = params(&phys, 1).into_iter().unzip();
+        let mut cands = vec![0];
+        cands.extend(sizes_of(pts));
+        let mut checked = 0;
+        for c in cands {
+            let mut s = start(&base, &phys, pts);
+            s.observed = vec![ObservedChoice {
+                op: tables[0].op,
+                nranks: tables[0].nranks,
+                ll_up_to_bytes: c,
+            }];
+            let f = fit::fit_bounded_robust(&s, &ps, &bounds, pts, Some(HUBER_DELTA)).unwrap();
+            let cost = log_cost(&f, pts);
+            for (p, &(lo, hi)) in ps.iter().zip(&bounds) {
+                let v = p.get(&f);
+                if v <= lo.max(1e-9) * (1.0 + 1e-9) || v >= hi * (1.0 - 1e-9) {
+                    continue;
+                }
+                for x in [1.0001, 1.0 / 1.0001] {
+                    let mut g = f.clone();
+                    p.set(&mut g, v * x);
+                    let moved = log_cost(&g, pts);
+                    assert!(
+                        moved >= cost * (1.0 - 1e-9),
+                        "switch {c} B: {} = {v} x {x} lowers the cost {cost} to {moved}",
+                        p.name()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50, "{checked} moves checked");
+    }
+}
