@@ -87,6 +87,12 @@ pub fn fit(a: &FitRequest) -> anyhow::Result<i32> {
         f.apply_to(&mut prof);
         Some(f)
     };
+    // Rates past the base's link: the measurements are of another (faster) link.
+    if let Err(e) = prof.check_bounds() {
+        crate::usage_bail!(
+            "the profile fitted from {base_name} is not a profile of its link: {e}; the measurements come from a faster link than {base_name}'s: fit from the measured machine's base (--base NAME, or --base-profile FILE)"
+        );
+    }
     prof.name = output_name(a);
     prof.description = format!(
         "fitted by `verifybench model fit` to {} measured points from {}, starting from {base_name} ({}); median error {:.1}%{}",

@@ -732,6 +732,7 @@ pub fn load(path: &Path) -> anyhow::Result<Profile> {
     })?;
     b.profile
         .check()
+        .and_then(|()| b.profile.check_bounds())
         .map_err(|e| usage(format!("profile file '{}': {e}", path.display())))?;
     Ok(b.profile)
 }
@@ -852,6 +853,29 @@ impl Profile {
             }
         }
         out
+    }
+
+    /// Every rate within its link's ([`Profile::bounds`] without a measured latency): the
+    /// broken ones named with their bound, or `Ok` (also where the profile knows no link rate).
+    pub fn check_bounds(&self) -> Result<(), String> {
+        let broken: Vec<String> = self
+            .bounds(None)
+            .into_iter()
+            .filter(|b| !b.holds())
+            .map(|b| {
+                format!(
+                    "{} = {:.4} GB/s is past {:.4} ({})",
+                    b.name, b.value, b.bound, b.why
+                )
+            })
+            .collect();
+        if broken.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{}: no link moves bytes faster than its rate",
+            broken.join("; ")
+        ))
     }
 
     /// Every parameter finite, latencies non-negative, bandwidths positive.

@@ -293,6 +293,58 @@ fn fit_recovers_a_known_profile_and_its_file_is_usable() {
     assert!(t.contains("profile fitted (file"));
 }
 
+/// No link moves bytes faster than its rate: a fit of NVLink-speed data from a PCIe base is
+/// refused before it writes (the fitted bandwidth passes PCIe 5.0's 63 GB/s), and a profile
+/// file whose bandwidth was raised past its link's rate is refused where it is read.
+#[test]
+fn a_profile_past_its_links_rate_is_refused_where_fitted_and_where_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("nvlink.json");
+    let out = vb()
+        .args(["collective", "--backend", "model", "--link", "nvlink-h200"])
+        .args(["--gpus", "2", "-b", "8K", "-e", "16M", "--export-json"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut v = json(&data);
+    for r in v.as_array_mut().unwrap() {
+        r["source"] = "measured".into();
+    }
+    std::fs::write(&data, v.to_string()).unwrap();
+    let prof = dir.path().join("p.json");
+    let (d, p) = (data.to_str().unwrap(), prof.to_str().unwrap());
+    common::refused(
+        &["model", "fit", d, "-o", p, "--base", "pcie-gen5"],
+        &[
+            "not a profile of its link",
+            "Simple rate (intra) = ",
+            "is past 63.0000 (intra link rate 63 GB/s per direction x Simple payload share 1)",
+            "--base",
+        ],
+    );
+    assert!(!prof.exists(), "nothing written");
+    // The same data from its own link's base fits; its file, raised past that link's rate
+    // (NVLink 4's 450 GB/s), is refused by the command that reads it.
+    ok(&["model", "fit", d, "-o", p, "--base", "nvlink-h200"]);
+    let mut f = json(&prof);
+    let intra = &mut f["result"]["data"]["profile"]["intra"];
+    let rate = intra["rate_gbps"].as_f64().unwrap();
+    intra["bw_gbps"] = (2.0 * rate).into();
+    std::fs::write(&prof, f.to_string()).unwrap();
+    common::refused(
+        &["verify", "--backend", "model", "--profile", p],
+        &[
+            "profile file",
+            &format!(
+                "Simple rate (intra) = {:.4} GB/s is past {rate:.4}",
+                2.0 * rate
+            ),
+            "no link moves bytes faster than its rate",
+        ],
+    );
+}
+
 #[test]
 fn fit_bad_input() {
     let dir = tempfile::tempdir().unwrap();
