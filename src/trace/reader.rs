@@ -776,6 +776,21 @@ pub(crate) fn read_from<R: Read>(
     path: &Path,
     opts: &ReadOptions,
 ) -> anyhow::Result<TraceData> {
+    read_whole(serde_json::Deserializer::from_reader(r), path, opts)
+}
+
+/// [`read_from`] of a document in memory (the same reading, from a slice).
+#[cfg(test)]
+pub(crate) fn read_slice(b: &[u8], path: &Path, opts: &ReadOptions) -> anyhow::Result<TraceData> {
+    read_whole(serde_json::Deserializer::from_slice(b), path, opts)
+}
+
+/// The whole document deserialized event by event into a [`TraceData`].
+fn read_whole<'de, R: serde_json::de::Read<'de>>(
+    mut de: serde_json::Deserializer<R>,
+    path: &Path,
+    opts: &ReadOptions,
+) -> anyhow::Result<TraceData> {
     let mut data = TraceData {
         path: path.to_path_buf(),
         ..Default::default()
@@ -786,7 +801,6 @@ pub(crate) fn read_from<R: Read>(
         intern: HashMap::new(),
         kinds: Vec::new(),
     };
-    let mut de = serde_json::Deserializer::from_reader(r);
     let info = de
         .deserialize_any(TopVisitor(&mut sink))
         .and_then(|i| de.end().map(|_| i))
