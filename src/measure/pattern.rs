@@ -85,7 +85,7 @@ pub const DISTINCT_SALTS: usize = SALTED_INDICES * SLOTS;
 /// [`SALTED_INDICES`] and `slot` below [`SLOTS`], and the slots of one index apart at every
 /// element (see the module doc).
 pub fn salt(index: usize, slot: usize) -> usize {
-    debug_assert!(slot < SLOTS);
+    assert!(slot < SLOTS);
     index * SLOTS + slot
 }
 
