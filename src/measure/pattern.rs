@@ -479,17 +479,24 @@ mod tests {
                     .iter()
                     .all(|&r| input_value(r, i, op, n) != 0.0));
                 let want = sum_value(i, op, n);
-                for dtype in [DType::Bf16, DType::F16, DType::F32] {
-                    for pos in &orders {
+                // the contributions in each order (the same in every dtype)
+                let ordered: Vec<Vec<f32>> = orders
+                    .iter()
+                    .map(|pos| {
                         let mut rs = contributing.clone();
                         rs.sort_by_key(|&r| pos[r]);
-                        let got = add_in(dtype, rs.iter().map(|&r| input_value(r, i, op, n)));
+                        rs.iter().map(|&r| input_value(r, i, op, n)).collect()
+                    })
+                    .collect();
+                let vals: Vec<f32> = contributing
+                    .iter()
+                    .map(|&r| input_value(r, i, op, n))
+                    .collect();
+                for dtype in [DType::Bf16, DType::F16, DType::F32] {
+                    for o in &ordered {
+                        let got = add_in(dtype, o.iter().copied());
                         assert_eq!(got, want, "{dtype:?} n {n} i {i}");
                     }
-                    let vals: Vec<f32> = contributing
-                        .iter()
-                        .map(|&r| input_value(r, i, op, n))
-                        .collect();
                     assert_eq!(tree_in(dtype, &vals), want, "{dtype:?} n {n} i {i} tree");
                 }
             }
