@@ -67,6 +67,8 @@ TIMEFORMAT='%U %S'
 { time cargo test >"$log" 2>&1 || status=$?; } 2>"$cpu"
 t1=$(now)
 grep -E '^\s*Running|^\s*Doc-tests|^test result:' "$log" | sed -e 's/^ *//' -e 's/ (.*target[^)]*)//'
+# a failed test: its name and what it said
+grep -E -A3 '^---- .* stdout ----$' "$log" | sed -n 1,40p || true
 echo "cargo test wall time: $(secs "$t0" "$t1") s (exit status $status)"
 awk '{ printf "cargo test CPU time: %.1f s (user %.1f + system %.1f)\n", $1 + $2, $1, $2 }' "$cpu"
 rm -f "$log" "$cpu"
