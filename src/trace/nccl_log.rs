@@ -1021,7 +1021,8 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
     fn varying_eager_steps_are_judged_in_one_pass() {
         // 20,000 steps of 3 all-reduces and an all-gather, the batch size going 1..=7 in turn:
         // no two alike steps in a row, but each size logged about 20,000 / 7 times in all, far
-        // above 2 x 3 -> eager (and quickly: no comparison of every pair of steps).
+        // above 2 x 3 -> eager (in one pass, not a comparison of every pair of steps: its
+        // time is benches/ncclog.rs's `judge_80000_calls`).
         let call = |op: &str, count: u64| LogCall {
             host: "h".into(),
             pid: 7,
@@ -1044,7 +1045,6 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
             calls.push(call("all_gather", bs * 8));
         }
         let refs: Vec<&LogCall> = calls.iter().collect();
-        let t = std::time::Instant::now();
         let (m, why) = judge(&refs);
         assert_eq!(m, LogMode::Eager, "{why}");
         // 20,000 = 7 x 2,857 + 1: batch size 1 (steps 1, 8, ...) is logged 2,858 times
@@ -1052,7 +1052,6 @@ gpu-7:1201:1290 [3] NCCL INFO AllReduce: opCount 2a sendbuff 0x1 recvbuff 0x1 co
             why.starts_with("the same step of 4 calls logged 2858 times in all, between others (steps end at all_gather; first at step 1)"),
             "{why}"
         );
-        assert!(t.elapsed().as_secs_f64() < 5.0, "{:?}", t.elapsed());
     }
 
     #[test]
