@@ -377,17 +377,24 @@ pub fn write_dir(
         .map(|r| dir.join(format!("rank-{r}.json{}", if gz { ".gz" } else { "" })))
         .collect();
     if gz {
+        // The buffer before the encoder: each event is written in many small pieces, and the
+        // encoder moves its whole output buffer on every write it is given.
         let ws = paths
             .iter()
             .map(|p| {
-                Ok(flate2::write::GzEncoder::new(
-                    std::io::BufWriter::new(std::fs::File::create(p)?),
-                    flate2::Compression::fast(),
+                Ok(std::io::BufWriter::with_capacity(
+                    1 << 16,
+                    flate2::write::GzEncoder::new(
+                        std::fs::File::create(p)?,
+                        flate2::Compression::fast(),
+                    ),
                 ))
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         for w in write_all(s, ws)? {
-            w.finish()?.flush()?;
+            w.into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?
+                .finish()?;
         }
     } else {
         let ws = paths
