@@ -1,5 +1,5 @@
-//! `verifybench trace` on public traces that real jobs wrote (tests/data/traces/hta/ and
-//! tests/data/traces/param-dlrm-8ranks/, see tests/data/traces/README.md for their sources and
+//! `verifybench trace` on public traces that real jobs wrote (tests/data/traces/hta/,
+//! hta-sampled/ and param-dlrm-8ranks/, see tests/data/traces/README.md for their sources and
 //! licences). The expected values were computed independently of verifybench, by this Python
 //! script over the same files (json + gzip only):
 //!
@@ -22,7 +22,8 @@
 //! kernels each (median 345770 us). PARAM: one span `ProfilerStep#10` per rank, 8 kernels
 //! (5 SendRecv, 3 AllReduce); rank 0's span 14455 us; over the 8 collectives (the k-th kernel
 //! of each rank), the rank that starts last is 7 five times, 5 twice, 4 once; the median of
-//! (latest start - earliest start) is 559.0 us.
+//! (latest start - earliest start) is 559.0 us. HTA's sampled rank 0 (hta-sampled/): spans #551
+//! and #552 of 607312 and 622928 us, 5 NCCL SendRecv kernels each (median 615120 us).
 
 use std::path::PathBuf;
 
@@ -78,7 +79,7 @@ fn with_marker(
     )
     .unwrap();
     // memmem (built optimised) rather than str's searcher, which a test build runs
-    // unoptimised over the 53 MB of the HTA trace
+    // unoptimised over the whole trace
     use memchr::memmem;
     for n in steps {
         let from = format!(r#""cat": "user_annotation", "name": "ProfilerStep#{n}""#);
@@ -107,14 +108,14 @@ fn trace_json(p: &std::path::Path) -> serde_json::Value {
 #[test]
 fn a_trace_without_profiler_steps_is_cut_at_the_engines_step_marker() {
     let dir = tempfile::tempdir().unwrap();
-    // HTA's trace (5 ProfilerStep# spans, #2..#6) with vLLM's annotation (Worker.annotate_profile)
-    // in their place: the steps of the unchanged trace (hta_steps_are_the_five_profiler_step_spans),
-    // 5 of 404 all-reduces, median 345,770 us, and the marker named
+    // HTA's sampled rank 0 (2 ProfilerStep# spans, #551 and #552) with vLLM's annotation
+    // (Worker.annotate_profile) in their place: the steps of the unchanged trace, 2 of 5
+    // SendRecv, median 615,120 us (the module's script), and the marker named
     let vllm = "execute_context_<n>(<tokens>)_generation_<m>(<tokens>)";
     let p = with_marker(
         dir.path(),
-        "hta/df_index_resolver.json.gz",
-        2..=6,
+        "hta-sampled/sampled_rank-0.json.gz",
+        551..=552,
         "user_annotation",
         &|n| format!("execute_context_0(0)_generation_16({n})"),
     );
@@ -125,17 +126,15 @@ fn a_trace_without_profiler_steps_is_cut_at_the_engines_step_marker() {
     );
     assert_eq!(
         (&d["step_marker"]["spans"], &d["step_marker"]["steps"]),
-        (&5.into(), &5.into())
+        (&2.into(), &2.into())
     );
-    assert_eq!(d["step"]["steps"], 5);
-    assert_eq!(d["step"]["collectives_per_step"], 404);
-    assert_eq!(d["step"]["step_us"]["median"], 345770.0);
-    // the rule as the table prints it (`# steps: RULE`) is checked on the small trace below:
-    // this one takes a test build many seconds a read
+    assert_eq!(d["step"]["steps"], 2);
+    assert_eq!(d["step"]["collectives_per_step"], 5);
+    assert_eq!(d["step"]["step_us"]["median"], 615120.0);
     let rule = d["step_rule"].as_str().unwrap();
     assert!(
         rule.starts_with(&format!(
-            "vLLM's step marker {vllm} (5 found, no ProfilerStep# span"
+            "vLLM's step marker {vllm} (2 found, no ProfilerStep# span"
         )),
         "{rule}"
     );
@@ -204,7 +203,8 @@ fn a_trace_without_profiler_steps_is_cut_at_the_engines_step_marker() {
 
 #[test]
 fn hta_step_label_glob_selects_the_same_spans() {
-    let mut req = TraceRequest::new(vec![data("hta/df_index_resolver.json.gz")]);
+    // HTA's sampled rank 0: spans #551 and #552 of 5 SendRecv each (the module's script)
+    let mut req = TraceRequest::new(vec![data("hta-sampled/sampled_rank-0.json.gz")]);
     req.step_label = Some("ProfilerStep#*".into());
     let a = analyse(&req).unwrap();
     let per: Vec<usize> = a.rank_traces[0]
@@ -214,9 +214,9 @@ fn hta_step_label_glob_selects_the_same_spans() {
         .collect();
     // A label's step runs from its first collective to its last (not the span): only the
     // counts are compared.
-    assert_eq!(per, [404; 5]);
+    assert_eq!(per, [5; 2]);
     assert!(
-        a.step_rule.contains("'ProfilerStep#*' (5 found)"),
+        a.step_rule.contains("'ProfilerStep#*' (2 found)"),
         "{}",
         a.step_rule
     );
