@@ -617,6 +617,12 @@ fn prefilter_gives_the_reference_result_on_fixtures_and_synthetic_traces() {
             same_read(doc.as_bytes(), Path::new(&format!("rank-{r}.json")), None);
         }
     }
+}
+
+/// [`prefilter_gives_the_reference_result_on_fixtures_and_synthetic_traces`] on several MB a
+/// rank (a test of its own: the two run side by side).
+#[test]
+fn prefilter_gives_the_reference_result_on_a_server_like_mix() {
     // The server-like mix (Python events, 20 kernels per collective): one step is several MB
     // of JSON per rank, so events straddle the scanner's read chunks.
     let s = SynthSpec {
