@@ -237,9 +237,9 @@ fn a_rank_with_nobody_listening_gives_up_at_its_timeout() {
 #[test]
 fn a_rank_waiting_for_missing_peers_gives_up_at_its_timeout() {
     let (mut srv, ep) = server(3);
-    // rank 0 serves longer (1.5 s) than the rank waits (0.5 s); rank 2 never comes
-    let s = thread::spawn(move || srv.serve_id(&id(), Duration::from_millis(1500)));
-    let e = Client::fetch_id(&ep, &hello(1, 3), None, Duration::from_millis(500))
+    // rank 0 serves longer (1 s) than the rank waits (0.3 s); rank 2 never comes
+    let s = thread::spawn(move || srv.serve_id(&id(), Duration::from_millis(1000)));
+    let e = Client::fetch_id(&ep, &hello(1, 3), None, Duration::from_millis(300))
         .unwrap_err()
         .to_string();
     assert!(s.join().unwrap().is_err());
@@ -612,7 +612,7 @@ fn refused_connections_are_named_when_the_rendezvous_times_out() {
     let (mut srv, ep) = secured(2, None);
     let c = client(&ep, hello(1, 2), LONG); // no token
     let e = srv
-        .serve_id(&id(), Duration::from_millis(1500))
+        .serve_id(&id(), Duration::from_millis(1000))
         .unwrap_err()
         .to_string();
     assert!(c.join().unwrap().is_err());
