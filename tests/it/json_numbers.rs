@@ -5,7 +5,7 @@
 //! a count of ops (`"123 all_reduce 21504 bf16 + 1 all_gather 245760 bf16"`). Sentences that
 //! explain (notes, diagnoses, reasons) may quote figures the fields already hold; they are not
 //! data strings and do not match. Genuine strings that look like numbers are allowed by their
-//! key: the command line as given, hashes, versions.
+//! key: the command line as given, a process's environment, hashes, versions.
 
 use std::path::{Path, PathBuf};
 
@@ -17,9 +17,12 @@ fn data(p: &str) -> PathBuf {
         .join(p)
 }
 
-/// Keys whose strings are what they are (an argument as typed, a hash, a version).
+/// Keys whose strings are what they are (an argument as typed, a hash, a version, a process's
+/// environment as it holds it: `inspect --pid` of this test process also lists the commands
+/// other tests have started, with whatever settings they gave them).
 const GENUINE: &[&str] = &[
     "command_line",
+    "env",
     "schedule_hash",
     "git_commit",
     "tool_version",
