@@ -276,8 +276,9 @@ impl ResolvedWorkload {
         self.build(default_tp)
     }
 
-    /// [`ResolvedWorkload::schedule`] without the range checks (the caller made them).
-    fn build(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+    /// [`ResolvedWorkload::schedule`] without the range checks (the caller made them once:
+    /// [`crate::backend::verify_job`]).
+    pub(crate) fn build(&self, default_tp: u64) -> anyhow::Result<Schedule> {
         let opt = self.flags.options(default_tp);
         match &self.source {
             WorkloadSource::File(f) => Ok(f.schedule.clone()),
@@ -407,6 +408,104 @@ impl GpuSpec {
     pub fn ranks(&self) -> Option<usize> {
         self.devices.as_ref().map(|d| d.len()).or(self.gpus)
     }
+}
+
+/// The rank count of a command that has nothing to count GPUs on and nothing fixes it: the
+/// cost model and the mock price an 8-GPU server, `explain` prices one.
+pub(crate) const DEFAULT_RANKS: usize = 8;
+
+/// What can fix the rank count of a run ([`ranks`]), strongest first.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct RankInputs {
+    /// The world of the evidence: the ranks of a trace.
+    pub world: Option<usize>,
+    /// How many GPUs `--devices` lists.
+    pub devices: Option<usize>,
+    /// `--gpus`.
+    pub gpus: Option<usize>,
+    /// `--tp`.
+    pub tp: Option<u64>,
+    /// One GPU runs one rank's share of a larger `--tp` (`verify --gpus 1 --tp 8`): the GPU
+    /// count need not equal `--tp`.
+    pub one_rank_share: bool,
+}
+
+impl RankInputs {
+    /// The GPU flags of `g` and the `--tp` asked for.
+    pub(crate) fn of(g: &GpuSpec, tp: Option<u64>) -> RankInputs {
+        RankInputs {
+            devices: g.devices.as_ref().map(|d| d.len()),
+            gpus: g.gpus,
+            tp,
+            ..Default::default()
+        }
+    }
+}
+
+/// How a command words its refusals of a rank count, and the counts it allows.
+pub(crate) struct RankRule {
+    /// A trace's world `w` against `--gpus n`.
+    pub world_vs_gpus: fn(w: usize, n: usize) -> String,
+    /// `--gpus n` against `--devices` listing `m`.
+    pub gpus_vs_devices: fn(n: usize, m: usize) -> String,
+    /// `flag` (`--gpus` or `--devices`) fixing `n` ranks against `--tp t`.
+    pub gpus_vs_tp: fn(flag: &str, n: usize, t: u64) -> String,
+    pub range: std::ops::RangeInclusive<usize>,
+    pub out_of_range: fn(n: usize) -> String,
+}
+
+/// The words of the commands that run ranks (`verify`, `collective`, `sweep`). No trace's
+/// world comes with them, and the flags' own ranges are checked apart, before
+/// ([`crate::launch::devices::check_gpu_flags`], [`Workload::check_bounds`]).
+pub(crate) const GPU_FLAGS: RankRule = RankRule {
+    world_vs_gpus: |_, _| unreachable!("the commands that run ranks read no trace's world"),
+    gpus_vs_devices: |n, m| {
+        format!("--gpus {n} and --devices (listing {m} GPUs) disagree: give one of them")
+    },
+    gpus_vs_tp: |flag, n, t| {
+        format!("--tp {t} and {flag} ({n} GPUs) disagree: one rank per GPU, so give the same number (or only one of them)")
+    },
+    range: 0..=usize::MAX,
+    out_of_range: |_| unreachable!("every count is in range"),
+};
+
+/// The one rank rule: the evidence and the flags must agree (the world of a trace and
+/// `--gpus`; `--gpus` and `--devices`; either and `--tp`, unless one GPU runs one rank's share);
+/// the count is the first of the world, the GPUs listed, `--gpus`, `--tp`, else the command's
+/// `default`, and must lie in the rule's range. Every refusal is a usage error in the
+/// command's words (`rule`).
+pub(crate) fn ranks(i: &RankInputs, default: usize, rule: &RankRule) -> anyhow::Result<usize> {
+    use crate::error::usage;
+    if let (Some(w), Some(n)) = (i.world, i.gpus) {
+        if w != n {
+            return Err(usage((rule.world_vs_gpus)(w, n)));
+        }
+    }
+    if let (Some(n), Some(m)) = (i.gpus, i.devices) {
+        if n != m {
+            return Err(usage((rule.gpus_vs_devices)(n, m)));
+        }
+    }
+    let listed = i.devices.or(i.gpus);
+    if let (Some(n), Some(t), false) = (listed, i.tp, i.one_rank_share) {
+        if n as u64 != t {
+            let flag = if i.devices.is_some() {
+                "--devices"
+            } else {
+                "--gpus"
+            };
+            return Err(usage((rule.gpus_vs_tp)(flag, n, t)));
+        }
+    }
+    let n = i
+        .world
+        .or(listed)
+        .or(i.tp.map(|t| t as usize))
+        .unwrap_or(default);
+    if !rule.range.contains(&n) {
+        return Err(usage((rule.out_of_range)(n)));
+    }
+    Ok(n)
 }
 
 /// Timed and warm-up iterations (nccl-tests' and hyperfine's `-n`/`-w`).
