@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::evidence::{Labelled, Source};
+use crate::evidence::{Labelled, LaunchMode, Source};
 
 /// One figure, us, with its source and how it was obtained.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -39,10 +39,62 @@ pub(crate) fn part(name: &str, depth: u8, figure: Figure) -> Part {
     }
 }
 
+/// What a row of the answer is. The summary, the rendering and the JSON find rows by it; its
+/// display name (the JSON's `name`) comes from it. A row a new what-if adds (the speculative
+/// cycle's: another drafter, another k) is a variant here with its name in [`Row::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Row {
+    /// The verify as it ran, launched as the evidence says.
+    AsRan(LaunchMode),
+    /// The verify as the server log's tokens/s with one running request implies it.
+    Logged,
+    /// No verify given: the model's verify from a CUDA graph, held to the given decode.
+    Predicted,
+    /// The verify from a CUDA graph.
+    Graph,
+    /// The best NCCL setting, launched as it ran.
+    Nccl,
+    /// The best NCCL setting on a verify that already ran from a CUDA graph.
+    NcclOnGraph,
+    /// The best NCCL setting and a CUDA graph.
+    NcclGraph,
+    /// The one-shot all-reduce, launched as it ran.
+    OneShot,
+    /// The one-shot all-reduce and a CUDA graph.
+    OneShotGraph,
+}
+
+impl Row {
+    /// The row's name as the answer prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Row::AsRan(LaunchMode::Eager) => "as it ran (eager)",
+            Row::AsRan(LaunchMode::PartlyEager) => "as it ran (partly eager)",
+            Row::AsRan(LaunchMode::Graph) => "as it ran (CUDA graph)",
+            Row::Logged => "as the server log measured it",
+            Row::Predicted => "predicted (CUDA graph)",
+            Row::Graph => "with a CUDA graph",
+            Row::Nccl => "best NCCL setting",
+            Row::NcclOnGraph => "best NCCL setting (graph)",
+            Row::NcclGraph => "best NCCL setting + CUDA graph",
+            Row::OneShot => "one-shot all-reduce",
+            Row::OneShotGraph => "one-shot all-reduce + CUDA graph",
+        }
+    }
+}
+
+/// A row is written as its name.
+impl Serialize for Row {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// One counterfactual (or the verify as it ran) with what it gives.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Scenario {
-    pub name: String,
+    #[serde(rename = "name")]
+    pub row: Row,
     pub verify: Figure,
     /// Tokens/s with speculation at the accept length (needs --decode-ms's baseline too).
     pub tokens_per_s: Option<f64>,
