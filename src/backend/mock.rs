@@ -159,11 +159,7 @@ impl Backend for MockBackend {
     }
 
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
-        let n = crate::request::ranks(
-            &crate::request::RankInputs::of(&a.gpu, None),
-            crate::request::DEFAULT_RANKS,
-            &crate::request::GPU_FLAGS,
-        )?;
+        let n = a.ranks()?;
         let esz = a.dtype.size();
         let sizes = a.sizes(n)?;
         crate::impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;

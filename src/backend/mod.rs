@@ -22,7 +22,7 @@ use crate::request::{BackendKind, CollectiveRequest, VerifyJob};
 use crate::util::now_utc;
 
 pub use job::verify_job;
-pub use mock::{between_run_factor, MockBackend, FAKE_SPREAD_NOTE};
+pub use mock::{MockBackend, FAKE_SPREAD_NOTE};
 
 /// Turns a request into a result record.
 pub trait Backend {
@@ -122,11 +122,7 @@ impl Backend for ModelBackend {
     }
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
         let started = now_utc();
-        let n = crate::request::ranks(
-            &crate::request::RankInputs::of(&a.gpu, None),
-            crate::request::DEFAULT_RANKS,
-            &crate::request::GPU_FLAGS,
-        )?;
+        let n = a.ranks()?;
         let sizes = a.sizes(n)?;
         impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;
         let m = crate::costmodel::collective(

@@ -37,6 +37,11 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// The floor, us.
+    pub(crate) fn floor_us(&self) -> f64 {
+        self.floor_ms.ms * 1000.0
+    }
+
     /// The decode's own saving from a change that scales the verify's transfer by `ratio`.
     pub(crate) fn decode_cut_us(&self, ratio: f64) -> f64 {
         (self.decode_transfer_us * (1.0 - ratio)).max(0.0)

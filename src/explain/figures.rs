@@ -39,28 +39,23 @@ pub(crate) fn part(name: &str, depth: u8, figure: Figure) -> Part {
     }
 }
 
-/// What a row of the answer is. The summary, the rendering and the JSON find rows by it; its
-/// display name (the JSON's `name`) comes from it. A row a new what-if adds (the speculative
-/// cycle's: another drafter, another k) is a variant here with its name in [`Row::name`].
+/// What a row of the answer is: the summary, the rendering and the JSON find rows by it, and
+/// its name ([`Row::name`], the JSON's `name`) comes from it. A new what-if row (the
+/// speculative cycle's: another drafter, another k) is a new variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Row {
     /// The verify as it ran, launched as the evidence says.
     AsRan(LaunchMode),
-    /// The verify as the server log's tokens/s with one running request implies it.
+    /// As the server log's tokens/s with one running request implies it.
     Logged,
-    /// No verify given: the model's verify from a CUDA graph, held to the given decode.
+    /// No verify given: the model's graphed verify held to the given decode.
     Predicted,
-    /// The verify from a CUDA graph.
     Graph,
-    /// The best NCCL setting, launched as it ran.
     Nccl,
     /// The best NCCL setting on a verify that already ran from a CUDA graph.
     NcclOnGraph,
-    /// The best NCCL setting and a CUDA graph.
     NcclGraph,
-    /// The one-shot all-reduce, launched as it ran.
     OneShot,
-    /// The one-shot all-reduce and a CUDA graph.
     OneShotGraph,
 }
 
@@ -125,6 +120,45 @@ pub struct Cycle {
     pub draft_ms: Labelled,
     pub draft_steps: u64,
     pub overhead_ms: Labelled,
+}
+
+/// The answer's times are us; the cycle's are the ms given, and the break-even's arithmetic
+/// ([`crate::speculative`]) is ms: a row's figure crosses into it here, and only here.
+impl Cycle {
+    /// Plain decoding with a row's change saving `cut_us` on the decode too, ms.
+    pub(crate) fn plain_decode_ms(&self, cut_us: f64) -> Option<f64> {
+        let d = self.decode_ms.as_ref()?;
+        Some((d.value - cut_us / 1000.0).max(1e-9))
+    }
+
+    /// Tokens/s with a verify of `verify_us`, where the acceptance and the baseline are known.
+    pub(crate) fn tokens_per_s(&self, verify_us: f64) -> Option<f64> {
+        let t = self.accept_length.as_ref()?;
+        self.baseline_tokens_per_s?;
+        let (d, k, o) = (
+            self.draft_ms.value,
+            self.draft_steps,
+            self.overhead_ms.value,
+        );
+        Some(crate::speculative::tokens_per_s(
+            t.value,
+            verify_us / 1000.0,
+            d,
+            k,
+            o,
+        ))
+    }
+
+    /// The accept length at which a verify of `verify_us` breaks even against plain decoding of
+    /// `plain_ms`.
+    pub(crate) fn breakeven_tau(&self, verify_us: f64, plain_ms: f64) -> f64 {
+        let (d, k, o) = (
+            self.draft_ms.value,
+            self.draft_steps,
+            self.overhead_ms.value,
+        );
+        crate::speculative::breakeven_accept_length(verify_us / 1000.0, d, k, o, plain_ms)
+    }
 }
 
 /// The verify's collectives and the as-ran figures the counterfactuals start from.

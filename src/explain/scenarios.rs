@@ -23,20 +23,12 @@ pub(crate) struct Frame<'a> {
 /// tokens/s against plain decoding with the same change.
 fn row(kind: Row, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame) -> Scenario {
     let c = f.cycle;
-    let floor_us = f.calib.map(|cal| cal.floor_ms.ms * 1000.0 - decode_cut_us);
-    let held = hold(
-        verify.us / 1000.0,
-        floor_us
-            .map(|u| Floor {
-                ms: u / 1000.0,
-                how: String::new(),
-            })
-            .as_ref(),
-    );
-    let verify = if held.at_floor {
+    let floor_us = f.calib.map(|cal| cal.floor_us() - decode_cut_us);
+    let (held_us, at_floor) = hold_us(verify.us, floor_us);
+    let verify = if at_floor {
         let cal = f.calib.expect("a floor comes from the calibration");
         Figure {
-            us: held.ms * 1000.0,
+            us: held_us,
             source: if cal.given_decode_us.is_some() {
                 Source::Derived
             } else {
@@ -62,7 +54,7 @@ fn row(kind: Row, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame
     };
     let err = f.calib.and_then(|cal| cal.error.as_ref()).map(|e| e.rel);
     let range_us = err.filter(|_| modeled_us > 0.0).map(|e| {
-        let own = if held.at_floor {
+        let own = if at_floor {
             floor_us.unwrap_or(verify.us)
         } else {
             verify.us
@@ -70,33 +62,38 @@ fn row(kind: Row, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame
         let lo = (own - e * modeled_us).max(floor_us.unwrap_or(0.0)).max(0.0);
         [lo, (own + e * modeled_us).max(lo)]
     });
-    let (k, d, o) = (c.draft_steps, c.draft_ms.value, c.overhead_ms.value);
-    let plain_ms = c
-        .decode_ms
-        .as_ref()
-        .map(|dm| (dm.value - decode_cut_us / 1000.0).max(1e-9));
-    let tps_of = |us: f64| {
-        c.accept_length
-            .as_ref()
-            .filter(|_| c.baseline_tokens_per_s.is_some())
-            .map(|t| crate::speculative::tokens_per_s(t.value, us / 1000.0, d, k, o))
-    };
-    let tps = tps_of(verify.us);
-    let tau = plain_ms
-        .map(|pm| crate::speculative::breakeven_accept_length(verify.us / 1000.0, d, k, o, pm));
+    let plain_ms = c.plain_decode_ms(decode_cut_us);
+    let tps = c.tokens_per_s(verify.us);
     Scenario {
         row: kind,
         vs_baseline: tps
             .zip(plain_ms)
             .map(|(a, pm)| a / crate::speculative::baseline_tokens_per_s(pm)),
         tokens_per_s: tps,
-        breakeven_tau: tau,
-        at_floor: held.at_floor,
-        tokens_per_s_range: range_us
-            .and_then(|[lo, hi]| tps_of(hi).zip(tps_of(lo)).map(|(a, b)| [a, b])),
+        breakeven_tau: plain_ms.map(|pm| c.breakeven_tau(verify.us, pm)),
+        at_floor,
+        tokens_per_s_range: range_us.and_then(|[lo, hi]| {
+            let (a, b) = (c.tokens_per_s(hi)?, c.tokens_per_s(lo)?);
+            Some([a, b])
+        }),
         range_us,
         plain_decode_ms: plain_ms,
         verify,
+    }
+}
+
+/// `us` held to `floor_us` ([`hold`], whose arithmetic is the break-even's ms), and whether it
+/// was below it.
+fn hold_us(us: f64, floor_us: Option<f64>) -> (f64, bool) {
+    let floor = floor_us.map(|u| Floor {
+        ms: u / 1000.0,
+        how: String::new(),
+    });
+    let held = hold(us / 1000.0, floor.as_ref());
+    if held.at_floor {
+        (held.ms * 1000.0, true)
+    } else {
+        (us, false)
     }
 }
 

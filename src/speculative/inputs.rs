@@ -231,10 +231,9 @@ pub fn times<D: Decode>(
         }
     };
 
-    let overhead_ms = match flags.overhead_ms {
-        Some(v) => Labelled::given(check_time("--overhead-ms", v, false)?, "--overhead-ms"),
-        None => Labelled::default(0.0),
-    };
+    let overhead = ("overhead", "--overhead-ms", false);
+    let overhead_ms = flag_or_record(overhead, flags.overhead_ms, &[], &mut notes)?
+        .unwrap_or(Labelled::default(0.0));
 
     let mut verify_ms = vec![];
     for &v in &flags.verify_ms {
