@@ -446,8 +446,6 @@ impl RankInputs {
 pub(crate) struct RankRule {
     /// A trace's world `w`, `--gpus n`.
     pub world_vs_gpus: fn(usize, usize) -> String,
-    /// `--gpus n`, `--devices` listing `m`.
-    pub gpus_vs_devices: fn(usize, usize) -> String,
     /// The flag (`--gpus` or `--devices`) fixing `n` ranks, `--tp t`.
     pub gpus_vs_tp: fn(&str, usize, u64) -> String,
     pub range: std::ops::RangeInclusive<usize>,
@@ -459,9 +457,6 @@ pub(crate) struct RankRule {
 /// ([`crate::launch::devices::check_gpu_flags`], [`Workload::check_bounds`]).
 pub(crate) const GPU_FLAGS: RankRule = RankRule {
     world_vs_gpus: |_, _| unreachable!("no trace's world"),
-    gpus_vs_devices: |n, m| {
-        format!("--gpus {n} and --devices (listing {m} GPUs) disagree: give one of them")
-    },
     gpus_vs_tp: |flag, n, t| {
         format!("--tp {t} and {flag} ({n} GPUs) disagree: one rank per GPU, so give the same number (or only one of them)")
     },
@@ -477,7 +472,11 @@ pub(crate) fn ranks(i: &RankInputs, default: usize, rule: &RankRule) -> anyhow::
     let refuse = |why: String| Err(crate::error::usage(why));
     match (i.world, i.gpus, i.devices) {
         (Some(w), Some(n), _) if w != n => return refuse((rule.world_vs_gpus)(w, n)),
-        (_, Some(n), Some(m)) if n != m => return refuse((rule.gpus_vs_devices)(n, m)),
+        (_, Some(n), Some(m)) if n != m => {
+            return refuse(format!(
+                "--gpus {n} and --devices (listing {m} GPUs) disagree: give one of them"
+            ))
+        }
         _ => {}
     }
     let (listed, flag) = match i.devices {

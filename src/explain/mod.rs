@@ -168,7 +168,6 @@ const EXPLAIN_RANKS: RankRule = RankRule {
     world_vs_gpus: |w, n| {
         format!("--gpus {n} but the traces are of a world of {w} ranks: drop --gpus or give the traces of the {n}-GPU run")
     },
-    gpus_vs_devices: |_, _| unreachable!("explain takes no --devices"),
     gpus_vs_tp: |_, n, t| {
         format!("--gpus {n} and --tp {t}: explain prices one tensor-parallel group over all the GPUs; give the same number to both (or one of them)")
     },

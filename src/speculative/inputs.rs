@@ -77,21 +77,16 @@ impl Flags {
     /// steps.
     pub fn check_given(&self) -> anyhow::Result<Times<Option<Labelled>>> {
         let t = times(self, &[], false)?;
-        self.check_draft_steps()?;
-        Ok(t)
-    }
-
-    /// `--draft-steps`, where given: 1 to [`super::MAX_DRAFT_STEPS`].
-    fn check_draft_steps(&self) -> anyhow::Result<()> {
-        if let Some(k) = self.draft_steps {
-            if k == 0 || k > super::MAX_DRAFT_STEPS {
-                return Err(usage(format!(
-                    "--draft-steps {k}: the number of draft tokens per cycle; give 1 to {}",
-                    super::MAX_DRAFT_STEPS
-                )));
-            }
+        if let Some(k) = self
+            .draft_steps
+            .filter(|&k| k == 0 || k > super::MAX_DRAFT_STEPS)
+        {
+            return Err(usage(format!(
+                "--draft-steps {k}: the number of draft tokens per cycle; give 1 to {}",
+                super::MAX_DRAFT_STEPS
+            )));
         }
-        Ok(())
+        Ok(t)
     }
 }
 
