@@ -276,8 +276,9 @@ impl ResolvedWorkload {
         self.build(default_tp)
     }
 
-    /// [`ResolvedWorkload::schedule`] without the range checks (the caller made them).
-    fn build(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+    /// [`ResolvedWorkload::schedule`] without the range checks (the caller made them once:
+    /// [`crate::backend::verify_job`]).
+    pub(crate) fn build(&self, default_tp: u64) -> anyhow::Result<Schedule> {
         let opt = self.flags.options(default_tp);
         match &self.source {
             WorkloadSource::File(f) => Ok(f.schedule.clone()),
@@ -407,6 +408,95 @@ impl GpuSpec {
     pub fn ranks(&self) -> Option<usize> {
         self.devices.as_ref().map(|d| d.len()).or(self.gpus)
     }
+}
+
+/// The rank count where nothing fixes it and no GPU is counted: the cost model and the mock
+/// price an 8-GPU server, and so does `explain`.
+pub(crate) const DEFAULT_RANKS: usize = 8;
+
+/// What can fix the rank count of a run ([`ranks`]), strongest first.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct RankInputs {
+    /// The world of the evidence: a trace's ranks.
+    pub world: Option<usize>,
+    /// How many GPUs `--devices` lists.
+    pub devices: Option<usize>,
+    pub gpus: Option<usize>,
+    pub tp: Option<u64>,
+    /// One GPU runs one rank's share of a larger `--tp` (`verify --gpus 1 --tp 8`): the GPU
+    /// count need not equal `--tp`.
+    pub one_rank_share: bool,
+}
+
+impl RankInputs {
+    /// The GPU flags of `g` and the `--tp` asked for.
+    pub(crate) fn of(g: &GpuSpec, tp: Option<u64>) -> RankInputs {
+        let devices = g.devices.as_ref().map(|d| d.len());
+        let gpus = g.gpus;
+        RankInputs {
+            devices,
+            gpus,
+            tp,
+            ..Default::default()
+        }
+    }
+}
+
+/// A command's words for the rank counts it refuses, and the counts it allows.
+pub(crate) struct RankRule {
+    /// A trace's world `w`, `--gpus n`.
+    pub world_vs_gpus: fn(usize, usize) -> String,
+    /// The flag (`--gpus` or `--devices`) fixing `n` ranks, `--tp t`.
+    pub gpus_vs_tp: fn(&str, usize, u64) -> String,
+    pub range: std::ops::RangeInclusive<usize>,
+    pub out_of_range: fn(usize) -> String,
+}
+
+/// The words of the commands that run ranks (`verify`, `collective`, `sweep`), which read no
+/// trace and check the flags' own ranges apart, before
+/// ([`crate::launch::devices::check_gpu_flags`], [`Workload::check_bounds`]).
+pub(crate) const GPU_FLAGS: RankRule = RankRule {
+    world_vs_gpus: |_, _| unreachable!("no trace's world"),
+    gpus_vs_tp: |flag, n, t| {
+        format!("--tp {t} and {flag} ({n} GPUs) disagree: one rank per GPU, so give the same number (or only one of them)")
+    },
+    range: 0..=usize::MAX,
+    out_of_range: |_| unreachable!("every count is in range"),
+};
+
+/// The one rank rule: the evidence and the flags agree (a trace's world and `--gpus`;
+/// `--gpus` and `--devices`; either and `--tp`, unless one GPU runs one rank's share), and the
+/// count is the first of the world, the GPUs listed, `--gpus`, `--tp`, else the command's
+/// `default`, within the rule's range. Every refusal is a usage error in the rule's words.
+pub(crate) fn ranks(i: &RankInputs, default: usize, rule: &RankRule) -> anyhow::Result<usize> {
+    let refuse = |why: String| Err(crate::error::usage(why));
+    match (i.world, i.gpus, i.devices) {
+        (Some(w), Some(n), _) if w != n => return refuse((rule.world_vs_gpus)(w, n)),
+        (_, Some(n), Some(m)) if n != m => {
+            return refuse(format!(
+                "--gpus {n} and --devices (listing {m} GPUs) disagree: give one of them"
+            ))
+        }
+        _ => {}
+    }
+    let (listed, flag) = match i.devices {
+        Some(m) => (Some(m), "--devices"),
+        None => (i.gpus, "--gpus"),
+    };
+    if let (Some(n), Some(t), false) = (listed, i.tp, i.one_rank_share) {
+        if n as u64 != t {
+            return refuse((rule.gpus_vs_tp)(flag, n, t));
+        }
+    }
+    let n = i
+        .world
+        .or(listed)
+        .or(i.tp.map(|t| t as usize))
+        .unwrap_or(default);
+    if !rule.range.contains(&n) {
+        return refuse((rule.out_of_range)(n));
+    }
+    Ok(n)
 }
 
 /// Timed and warm-up iterations (nccl-tests' and hyperfine's `-n`/`-w`).
@@ -688,6 +778,11 @@ pub(crate) fn check_fresh_runs(fresh_runs: usize) -> anyhow::Result<()> {
 }
 
 impl CollectiveRequest {
+    /// The ranks of a run that counts no GPUs (the model, the mock): [`ranks`] of the GPU flags.
+    pub(crate) fn ranks(&self) -> anyhow::Result<usize> {
+        ranks(&RankInputs::of(&self.gpu, None), DEFAULT_RANKS, &GPU_FLAGS)
+    }
+
     /// The sizes to run: min, min*f, ... <= max, plus the explicit ones, each rounded down to a
     /// whole number of elements that splits evenly over `nranks` ranks; sorted, deduplicated.
     pub fn sizes(&self, nranks: usize) -> anyhow::Result<Vec<u64>> {
@@ -895,6 +990,83 @@ mod tests {
             fresh_runs: 1,
             fresh_run: 0,
         }
+    }
+
+    #[test]
+    fn the_rank_count_is_the_strongest_source_given_and_sources_must_agree() {
+        let rule = |i: RankInputs| ranks(&i, DEFAULT_RANKS, &GPU_FLAGS);
+        let (d, g) = (Some(4), Some(4));
+        // the world of a trace, the GPUs listed, --gpus, --tp, the default, in that order
+        let world = RankInputs {
+            world: Some(2),
+            tp: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(rule(world).unwrap(), 2);
+        assert_eq!(
+            rule(RankInputs {
+                devices: d,
+                gpus: g,
+                tp: Some(4),
+                ..Default::default()
+            })
+            .unwrap(),
+            4
+        );
+        assert_eq!(
+            rule(RankInputs {
+                tp: Some(16),
+                ..Default::default()
+            })
+            .unwrap(),
+            16
+        );
+        assert_eq!(rule(RankInputs::default()).unwrap(), 8);
+        // one GPU running one rank's share of --tp 8 is one rank; without the share, refused
+        let share = RankInputs {
+            gpus: Some(1),
+            tp: Some(8),
+            one_rank_share: true,
+            ..Default::default()
+        };
+        assert_eq!(rule(share).unwrap(), 1);
+        let e = rule(RankInputs {
+            one_rank_share: false,
+            ..share
+        })
+        .unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert_eq!(e.to_string(), "--tp 8 and --gpus (1 GPUs) disagree: one rank per GPU, so give the same number (or only one of them)");
+        let e = rule(RankInputs {
+            devices: Some(2),
+            gpus: g,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--gpus 4 and --devices (listing 2 GPUs) disagree: give one of them"
+        );
+        // a command's range: 2 to 4 here
+        let narrow = RankRule {
+            range: 2..=4,
+            out_of_range: |n| format!("{n} out"),
+            ..GPU_FLAGS
+        };
+        let e = ranks(
+            &RankInputs {
+                tp: Some(1),
+                ..Default::default()
+            },
+            2,
+            &narrow,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.to_string().as_str(), crate::error::exit_code(&e)),
+            ("1 out", 2)
+        );
+        assert_eq!(ranks(&RankInputs::default(), 3, &narrow).unwrap(), 3);
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub fn verify_job(
     // --tp and the GPU count must agree.
     let one_rank_share =
         r.gpu.ranks() == Some(1) && (r.compute_only() || r.backend == BackendKind::Nccl);
-    crate::launch::devices::check_gpu_flags(
+    let ranks = crate::launch::devices::check_gpu_flags(
         &r.gpu,
         if one_rank_share { None } else { r.workload.tp },
     )?;
@@ -51,7 +51,7 @@ pub fn verify_job(
     w.check_modes(&r.mode)?;
     let b = pick();
     crate::request::check_fresh_runs(r.fresh_runs)?;
-    let job = place(b.kind(), r, w)?;
+    let job = place(b.kind(), r, w, ranks)?;
     Ok((b, job))
 }
 
@@ -67,39 +67,16 @@ fn check_exact_length(r: &VerifyRequest, s: &Schedule, nranks: usize) -> anyhow:
 
 /// What a backend of `kind` needs before the schedule (the NCCL backend: the GPUs, selected
 /// against the tp asked for, and the libraries; the model: its injected faults), then the
-/// schedule at the rank count that runs, the implementations checked against it and the host
-/// gaps drawn for it. On NCCL, a schedule whose tp the request fixes (`--tp`, the schedule
-/// file's, `--gpus`/`--devices`) has its length checked before the GPUs are looked at.
-pub fn place(
+/// schedule, built once at the rank count that runs (`ranks` where no GPU is counted), the
+/// implementations checked against it and the host gaps drawn for it.
+fn place(
     kind: BackendKind,
     r: &VerifyRequest,
     w: ResolvedWorkload,
+    ranks: usize,
 ) -> anyhow::Result<VerifyJob> {
-    let (default_tp, devices) = match kind {
-        BackendKind::Nccl => {
-            if let Some(tp) = w.requested_tp().or(r.gpu.ranks().map(|n| n as u64)) {
-                let s = w.schedule(tp)?;
-                check_exact_length(r, &s, r.gpu.ranks().unwrap_or(s.tp as usize))?;
-            }
-            // One GPU: rank 0's share of the --tp workload; with --mode comm/full its
-            // collectives run on a communicator of one rank (NCCL's own path, no transfer).
-            let devices = crate::launch::devices::select_devices_min(
-                &r.gpu,
-                w.requested_tp().map(|t| t as usize),
-                crate::comm::device_count(),
-                1,
-            )?;
-            if let (Some(p), true) = (&r.export_trace, r.compute_only()) {
-                crate::usage_bail!(
-                    "--export-trace '{}': only runs with collectives have a per-collective pass; add --mode comm or full",
-                    p.display()
-                );
-            }
-            // Also for one GPU: it makes NVRTC loadable for the streaming kernel (no
-            // communicator is created then).
-            crate::comm::libs::prepare(r.gpu.nccl_lib.as_deref())?;
-            (devices.len() as u64, devices)
-        }
+    let (schedule, devices, length_checked) = match kind {
+        BackendKind::Nccl => on_gpus(r, &w)?,
         BackendKind::Model => {
             // The model backend has no worker to break: an injected fault fails the process.
             crate::launch::fault::check_p2p_fault(
@@ -107,19 +84,18 @@ pub fn place(
                 impls::p2p(&r.impls).len(),
             )?;
             crate::launch::fault::process_fault(r.inject_fault.as_deref());
-            (r.gpu.ranks().map(|g| g as u64).unwrap_or(8), vec![])
+            (w.build(ranks as u64)?, vec![], false)
         }
-        BackendKind::Mock => (r.gpu.gpus.map(|g| g as u64).unwrap_or(8), vec![]),
+        BackendKind::Mock => (w.build(ranks as u64)?, vec![], false),
         BackendKind::Auto => anyhow::bail!("the backend 'auto' is resolved before a job is placed"),
     };
-    let schedule = w.schedule(default_tp)?;
     impls::check_verify(&r.impls, &schedule)?;
     let nranks = if devices.is_empty() {
         schedule.tp as usize
     } else {
         devices.len()
     };
-    if kind == BackendKind::Nccl {
+    if kind == BackendKind::Nccl && !length_checked {
         check_exact_length(r, &schedule, nranks)?;
     }
     let host_gaps = r.host_gaps.resolve(&schedule, nranks)?;
@@ -131,6 +107,48 @@ pub fn place(
         nranks,
         host_gaps,
     })
+}
+
+/// The NCCL backend's GPUs and schedule. A schedule whose tp the request fixes (`--tp`, the
+/// schedule file's, `--gpus`/`--devices`) is built, and its length checked, before the GPUs
+/// are looked at (the bool says so); else it is built for the GPUs selected.
+fn on_gpus(
+    r: &VerifyRequest,
+    w: &ResolvedWorkload,
+) -> anyhow::Result<(Schedule, Vec<usize>, bool)> {
+    let early = match w.requested_tp().or(r.gpu.ranks().map(|n| n as u64)) {
+        Some(tp) => {
+            let s = w.build(tp)?;
+            check_exact_length(r, &s, r.gpu.ranks().unwrap_or(s.tp as usize))?;
+            Some(s)
+        }
+        None => None,
+    };
+    // One GPU: rank 0's share of the --tp workload; with --mode comm/full its collectives run
+    // on a communicator of one rank (NCCL's own path, no transfer).
+    let devices = crate::launch::devices::select_devices_min(
+        &r.gpu,
+        w.requested_tp().map(|t| t as usize),
+        crate::comm::device_count(),
+        1,
+    )?;
+    if let (Some(p), true) = (&r.export_trace, r.compute_only()) {
+        crate::usage_bail!(
+            "--export-trace '{}': only runs with collectives have a per-collective pass; add --mode comm or full",
+            p.display()
+        );
+    }
+    // Also for one GPU: it makes NVRTC loadable for the streaming kernel (no communicator is
+    // created then).
+    crate::comm::libs::prepare(r.gpu.nccl_lib.as_deref())?;
+    // The tp the request fixes is the GPUs selected (select_devices_min checks it), so the
+    // schedule built early is the one they run.
+    let checked = early.is_some();
+    let s = match early {
+        Some(s) => s,
+        None => w.build(devices.len() as u64)?,
+    };
+    Ok((s, devices, checked))
 }
 
 #[cfg(test)]
@@ -206,7 +224,7 @@ mod tests {
         assert_eq!((v.workload.tp, v.workload.n_all_reduce), (2, 3));
         assert_eq!(v.workload.schedule_hash, want.hash());
         // the plain request, by contrast, needs its file
-        assert!(MockBackend.verify(&a).is_err());
+        assert!(crate::backend::mock_verify(&a).is_err());
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl Backend for MockBackend {
     }
 
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
-        let n = a.gpu.gpus.unwrap_or(8);
+        let n = a.ranks()?;
         let esz = a.dtype.size();
         let sizes = a.sizes(n)?;
         crate::impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;

@@ -18,23 +18,18 @@ mod mock;
 
 use crate::impls;
 use crate::record::{Body, Mode, Provenance, Record, Source};
-use crate::request::{BackendKind, CollectiveRequest, VerifyJob, VerifyRequest};
+use crate::request::{BackendKind, CollectiveRequest, VerifyJob};
 use crate::util::now_utc;
 
-pub use job::{place, verify_job};
-pub use mock::{between_run_factor, MockBackend, FAKE_SPREAD_NOTE};
+pub use job::verify_job;
+pub use mock::{MockBackend, FAKE_SPREAD_NOTE};
 
 /// Turns a request into a result record.
 pub trait Backend {
     /// Which backend this is (its `name()` is the provenance's `backend`).
     fn kind(&self) -> BackendKind;
-    /// `verify`: the replay of a resolved verify job.
+    /// `verify`: the replay of a resolved verify job ([`verify_job`]).
     fn run_verify(&self, j: &VerifyJob) -> anyhow::Result<Record>;
-    /// `verify` of a plain request on this backend: its workload resolved and the job placed
-    /// ([`place`]), then run.
-    fn verify(&self, r: &VerifyRequest) -> anyhow::Result<Record> {
-        self.run_verify(&place(self.kind(), r, r.workload.resolve()?)?)
-    }
     /// `collective`: one collective over a size range.
     fn collective(&self, r: &CollectiveRequest) -> anyhow::Result<Record>;
 }
@@ -127,7 +122,7 @@ impl Backend for ModelBackend {
     }
     fn collective(&self, a: &CollectiveRequest) -> anyhow::Result<Record> {
         let started = now_utc();
-        let n = a.gpu.ranks().unwrap_or(8);
+        let n = a.ranks()?;
         let sizes = a.sizes(n)?;
         impls::check_collective(&a.impls, a.op, a.dtype, &sizes, n)?;
         let m = crate::costmodel::collective(
@@ -190,6 +185,13 @@ pub(crate) fn resolve_min(
         return Box::new(NcclBackend);
     }
     resolve(requested, quiet)
+}
+
+/// A plain `verify` request's record on the mock backend, through [`verify_job`]'s checks.
+#[cfg(test)]
+pub(crate) fn mock_verify(r: &crate::request::VerifyRequest) -> anyhow::Result<Record> {
+    let (b, job) = verify_job(r, || Box::new(MockBackend))?;
+    b.run_verify(&job)
 }
 
 /// [`resolve`] with the GPU count from `count` (tests inject it).

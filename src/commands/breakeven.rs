@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::evidence::Labelled;
 use crate::output::Format;
 use crate::report::breakeven::{print_out, render};
 use crate::speculative::analysis::analyse;
@@ -30,7 +31,8 @@ pub fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
         flags.measured_accept_length = Some(tau);
         file_notes.extend(notes);
     }
-    let mut inputs = inputs::resolve(&flags, &times, true)?;
+    // A break-even needs the decode time: its baseline.
+    let mut inputs = inputs::resolve::<Labelled>(&flags, &times, true)?;
     inputs.notes.extend(file_notes);
     let analysis = analyse(inputs);
     let text = if a.format.is_json() {

@@ -177,9 +177,9 @@ fn wrong_results(wrong: u64) -> anyhow::Result<i32> {
 
 #[cfg(test)]
 mod tests {
-    use super::verify::{run_with as verify_with, tests::verify_request};
+    use super::verify::tests::{run_with_mock, verify_request};
     use super::*;
-    use crate::backend::{Backend, MockBackend};
+    use crate::backend::{mock_verify, Backend, MockBackend};
     use crate::request::*;
 
     #[test]
@@ -187,7 +187,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut a = verify_request(dir.path());
         a.fresh_runs = 6;
-        assert_eq!(verify_with(&MockBackend, &a).unwrap(), 0);
+        assert_eq!(run_with_mock(&a).unwrap(), 0);
         let recs = crate::record::read_records(&dir.path().join("v.json")).unwrap();
         let r = &recs[0];
         assert_eq!(r.repetitions.len(), 2, "eager and graph");
@@ -197,7 +197,7 @@ mod tests {
                 .map(|i| {
                     let mut x = a.clone();
                     x.fresh_run = i;
-                    figures(&MockBackend.verify(&x).unwrap())[k].3
+                    figures(&mock_verify(&x).unwrap())[k].3
                 })
                 .collect();
             assert_eq!(rep.reps.repetitions_us, want, "{}", rep.what);
@@ -224,7 +224,7 @@ mod tests {
         );
         // One run: no repetitions, numbers unchanged by the repetition machinery.
         a.fresh_runs = 1;
-        let one = repeated(BackendKind::Mock, 1, |_| MockBackend.verify(&a)).unwrap();
+        let one = repeated(BackendKind::Mock, 1, |_| mock_verify(&a)).unwrap();
         assert!(one.repetitions.is_empty());
         // Out of range: a usage error before anything runs.
         for bad in [0, MAX_FRESH_RUNS + 1] {

@@ -15,12 +15,6 @@ pub fn run(a: &VerifyRequest) -> anyhow::Result<i32> {
     run_job(&*b, &job)
 }
 
-/// `verify` of a plain request on a given backend (its workload resolved and the job placed
-/// for that backend).
-pub fn run_with(b: &dyn Backend, a: &VerifyRequest) -> anyhow::Result<i32> {
-    run_job(b, &backend::place(b.kind(), a, a.workload.resolve()?)?)
-}
-
 /// `verify` of a resolved job on a given backend: its fresh runs, exports, table and exit
 /// code.
 pub(crate) fn run_job(b: &dyn Backend, job: &VerifyJob) -> anyhow::Result<i32> {
@@ -47,9 +41,16 @@ pub(crate) fn run_job(b: &dyn Backend, job: &VerifyJob) -> anyhow::Result<i32> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::backend::MockBackend;
+    use crate::backend::{mock_verify, MockBackend};
     use crate::record::Source;
     use crate::request::*;
+
+    /// `verify` of a plain request on the mock backend, through [`backend::verify_job`]'s
+    /// checks.
+    pub(in crate::commands) fn run_with_mock(a: &VerifyRequest) -> anyhow::Result<i32> {
+        let (b, job) = backend::verify_job(a, || Box::new(MockBackend))?;
+        run_job(&*b, &job)
+    }
 
     /// The mock request at TP 2, its record exported to `dir/v.json`.
     pub(in crate::commands) fn verify_request(dir: &std::path::Path) -> VerifyRequest {
@@ -66,8 +67,8 @@ pub(super) mod tests {
         a.host_gaps.gaps.late = Some(crate::measure::gaps::LateRank { rank: 1, us: 50.0 });
         let tp = dir.path().join("pass.json");
         a.export_trace = Some(tp.clone());
-        assert_eq!(run_with(&MockBackend, &a).unwrap(), 0);
-        let rec = MockBackend.verify(&a).unwrap();
+        assert_eq!(run_with_mock(&a).unwrap(), 0);
+        let rec = mock_verify(&a).unwrap();
         let Body::Verify(v) = &rec.body else {
             panic!("a verify record")
         };
@@ -121,7 +122,7 @@ pub(super) mod tests {
             schedule_file: Some(path.clone()),
             ..Default::default()
         };
-        assert_eq!(run_with(&MockBackend, &a).unwrap(), 0);
+        assert_eq!(run_with_mock(&a).unwrap(), 0);
         let recs = crate::record::read_records(&dir.path().join("v.json")).unwrap();
         let Body::Verify(v) = &recs[0].body else {
             panic!("a verify record")
@@ -140,7 +141,7 @@ pub(super) mod tests {
         assert!(e.to_string().contains("no compute ops"), "{e}");
         a.mode = vec![crate::record::Mode::Comm];
         a.workload.tp = Some(4);
-        let e = MockBackend.verify(&a).unwrap_err();
+        let e = mock_verify(&a).unwrap_err();
         assert!(e.to_string().contains("--tp 4"), "{e}");
     }
 
@@ -148,7 +149,7 @@ pub(super) mod tests {
     fn verify_exports_the_backends_record_labelled_mock() {
         let dir = tempfile::tempdir().unwrap();
         let a = verify_request(dir.path());
-        assert_eq!(run_with(&MockBackend, &a).unwrap(), 0);
+        assert_eq!(run_with_mock(&a).unwrap(), 0);
         let recs = crate::record::read_records(&dir.path().join("v.json")).unwrap();
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].provenance.backend, "mock");
@@ -170,8 +171,8 @@ pub(super) mod tests {
                 .collect::<Vec<_>>(),
             _ => panic!("a verify record"),
         };
-        let once = MockBackend.verify(&a).unwrap();
-        assert_eq!(times(&once), times(&MockBackend.verify(&a).unwrap()));
+        let once = mock_verify(&a).unwrap();
+        assert_eq!(times(&once), times(&mock_verify(&a).unwrap()));
         assert!(times(&once).iter().all(|t| *t > 0.0));
     }
 }

@@ -89,16 +89,6 @@ impl Launch {
             self.meaning
         )
     }
-
-    /// The name of the row of the verify as it ran: `as it ran (partly eager)`.
-    pub fn row_name(&self) -> String {
-        let mode = match self.mode {
-            LaunchMode::Eager => "eager",
-            LaunchMode::PartlyEager => "partly eager",
-            LaunchMode::Graph => "CUDA graph",
-        };
-        format!("as it ran ({mode})")
-    }
 }
 
 /// A log line as quoted: at most 240 characters.

@@ -99,54 +99,49 @@ pub(crate) fn next_steps(
 
 /// The engines' flags that decide whether the verify runs from a CUDA graph (and whether the
 /// custom all-reduce runs), each with the file it is defined in.
-pub(crate) const ENGINE_FLAGS: &[(Engine, &str, &str, &str)] = &[
-    (
-        Engine::Sglang,
-        "--disable-cuda-graph",
-        "must be absent: with it every decode and verify step runs eagerly",
-        "sgl-project/sglang python/sglang/srt/server_args.py",
-    ),
-    (
-        Engine::Sglang,
-        "--cuda-graph-max-bs N / --cuda-graph-bs N..",
-        "the verify's batch (requests x (k+1) tokens with EAGLE) must be among the captured sizes, else it runs eagerly (`cuda graph: False` in the decode log)",
-        "sgl-project/sglang python/sglang/srt/server_args.py",
-    ),
-    (
-        Engine::Sglang,
-        "--disable-custom-all-reduce",
-        "NCCL for every all-reduce; on more than two PCIe GPUs the custom all-reduce is off anyway",
-        "sgl-project/sglang python/sglang/srt/server_args.py; python/sglang/srt/distributed/device_communicators/custom_all_reduce.py",
-    ),
-    (
-        Engine::Vllm,
-        "--enforce-eager",
-        "must be absent: with it no CUDA graph is captured",
-        "vllm-project/vllm vllm/engine/arg_utils.py",
-    ),
-    (
-        Engine::Vllm,
-        "--compilation-config '{\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}'",
-        "NONE runs eagerly; PIECEWISE leaves attention (and what sits between the pieces) outside the graph; the capture sizes (cudagraph_capture_sizes) must cover the verify's batch",
-        "vllm-project/vllm vllm/config/compilation.py",
-    ),
-    (
-        Engine::Vllm,
-        "--disable-custom-all-reduce",
-        "NCCL for every all-reduce; on more than two PCIe GPUs the custom all-reduce is off anyway",
-        "vllm-project/vllm vllm/engine/arg_utils.py; vllm/distributed/device_communicators/custom_all_reduce.py",
-    ),
+pub(crate) const ENGINE_FLAGS: &[EngineFlag] = &[
+    EngineFlag {
+        engine: Engine::Sglang,
+        flag: "--disable-cuda-graph",
+        effect: "must be absent: with it every decode and verify step runs eagerly",
+        source: "sgl-project/sglang python/sglang/srt/server_args.py",
+    },
+    EngineFlag {
+        engine: Engine::Sglang,
+        flag: "--cuda-graph-max-bs N / --cuda-graph-bs N..",
+        effect: "the verify's batch (requests x (k+1) tokens with EAGLE) must be among the captured sizes, else it runs eagerly (`cuda graph: False` in the decode log)",
+        source: "sgl-project/sglang python/sglang/srt/server_args.py",
+    },
+    EngineFlag {
+        engine: Engine::Sglang,
+        flag: "--disable-custom-all-reduce",
+        effect: "NCCL for every all-reduce; on more than two PCIe GPUs the custom all-reduce is off anyway",
+        source: "sgl-project/sglang python/sglang/srt/server_args.py; python/sglang/srt/distributed/device_communicators/custom_all_reduce.py",
+    },
+    EngineFlag {
+        engine: Engine::Vllm,
+        flag: "--enforce-eager",
+        effect: "must be absent: with it no CUDA graph is captured",
+        source: "vllm-project/vllm vllm/engine/arg_utils.py",
+    },
+    EngineFlag {
+        engine: Engine::Vllm,
+        flag: "--compilation-config '{\"cudagraph_mode\": \"FULL_AND_PIECEWISE\"}'",
+        effect: "NONE runs eagerly; PIECEWISE leaves attention (and what sits between the pieces) outside the graph; the capture sizes (cudagraph_capture_sizes) must cover the verify's batch",
+        source: "vllm-project/vllm vllm/config/compilation.py",
+    },
+    EngineFlag {
+        engine: Engine::Vllm,
+        flag: "--disable-custom-all-reduce",
+        effect: "NCCL for every all-reduce; on more than two PCIe GPUs the custom all-reduce is off anyway",
+        source: "vllm-project/vllm vllm/engine/arg_utils.py; vllm/distributed/device_communicators/custom_all_reduce.py",
+    },
 ];
 
 pub(crate) fn engine_flags(engine: Option<Engine>) -> Vec<EngineFlag> {
     ENGINE_FLAGS
         .iter()
-        .filter(|(e, ..)| engine.is_none_or(|x| x == *e))
-        .map(|&(engine, flag, effect, source)| EngineFlag {
-            engine,
-            flag,
-            effect,
-            source,
-        })
+        .filter(|f| engine.is_none_or(|x| x == f.engine))
+        .cloned()
         .collect()
 }

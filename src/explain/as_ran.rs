@@ -2,7 +2,7 @@
 //! profiler showed inside the collectives (`--observed`: the transfer modeled, the waiting
 //! inferred and fitted with host gaps), or the verify time alone.
 
-use super::figures::{fig, part, Base, Part};
+use super::figures::{fig, part, Base, Figure, Part};
 use super::fit::{self, JitterFit};
 use super::observed::Observed;
 use super::pricing::Pricing;
@@ -217,29 +217,9 @@ pub(crate) fn from_verify_only(
     parts: &mut Vec<Part>,
     notes: &mut Vec<String>,
 ) -> Base {
-    let n = p.per_collective_us.len() as f64;
     parts.push(part("verify step", 0, fig(v, Source::Given, "--verify-ms")));
-    let transfer = fig(
-        p.transfer_us,
-        Source::Modeled,
-        format!(
-            "the schedule's {n} collectives, {} ({})",
-            p.choice, p.profile
-        ),
-    );
-    parts.push(part("transfer", 1, transfer.clone()));
+    let transfer = modeled_parts(p, parts);
     let compute = p.compute_us.unwrap_or(0.0);
-    if p.compute_us.is_some() {
-        parts.push(part(
-            "compute",
-            1,
-            fig(
-                compute,
-                Source::Modeled,
-                "the weight shards streamed at the profile's HBM bandwidth",
-            ),
-        ));
-    }
     let rest = v - p.transfer_us - compute;
     let how =
         "the verify less the modeled transfer and compute; not split without --observed or traces";
@@ -256,19 +236,12 @@ pub(crate) fn from_verify_only(
             p.profile
         ));
     }
-    let graph = p.transfer_us + compute + n * p.launch_graph_us;
+    let graph = modeled_graph(p);
     Base {
         verify: Some(fig(v, Source::Given, "--verify-ms")),
         transfer,
         waiting: None,
-        graph: Some(fig(
-            graph.min(v),
-            Source::Modeled,
-            format!(
-                "modeled transfer + compute + {:.1} us of graph node gap per collective",
-                p.launch_graph_us
-            ),
-        )),
+        graph: Some(fig(graph.us.min(v), Source::Modeled, graph.how)),
         already_graph: false,
         graph_modeled_whole: true,
     }
@@ -278,52 +251,43 @@ pub(crate) fn from_verify_only(
 /// graph, priced whole; the rows hold it to the given decode (the per-forward time the model
 /// does not see added, never below the floor), so it is a prediction, not a split.
 pub(crate) fn predicted(p: &Pricing, parts: &mut Vec<Part>) -> Base {
+    let graph = modeled_graph(p);
+    let how = format!("not given: the model's verify from a CUDA graph ({}); predicted below, held to the given decode", graph.how);
+    parts.push(part("verify step", 0, fig(graph.us, Source::Modeled, how)));
+    Base {
+        verify: None,
+        transfer: modeled_parts(p, parts),
+        waiting: None,
+        graph: Some(graph),
+        already_graph: false,
+        graph_modeled_whole: true,
+    }
+}
+
+/// The model's verify from a CUDA graph: transfer + compute + one graph node gap per
+/// collective.
+fn modeled_graph(p: &Pricing) -> Figure {
     let n = p.per_collective_us.len() as f64;
-    let compute = p.compute_us.unwrap_or(0.0);
-    let graph = p.transfer_us + compute + n * p.launch_graph_us;
+    let us = p.transfer_us + p.compute_us.unwrap_or(0.0) + n * p.launch_graph_us;
     let how = format!(
         "modeled transfer + compute + {:.1} us of graph node gap per collective",
         p.launch_graph_us
     );
-    parts.push(Part {
-        name: "verify step".into(),
-        depth: 0,
-        figure: fig(
-            graph,
-            Source::Modeled,
-            format!("not given: the model's verify from a CUDA graph ({how}); predicted below, held to the given decode"),
-        ),
-    });
-    let transfer = fig(
-        p.transfer_us,
-        Source::Modeled,
-        format!(
-            "the schedule's {n} collectives, {} ({})",
-            p.choice, p.profile
-        ),
+    fig(us, Source::Modeled, how)
+}
+
+/// The model's transfer and compute, as the lines under the verify; the transfer returned.
+fn modeled_parts(p: &Pricing, parts: &mut Vec<Part>) -> Figure {
+    let n = p.per_collective_us.len() as f64;
+    let how = format!(
+        "the schedule's {n} collectives, {} ({})",
+        p.choice, p.profile
     );
-    parts.push(Part {
-        name: "transfer".into(),
-        depth: 1,
-        figure: transfer.clone(),
-    });
-    if p.compute_us.is_some() {
-        parts.push(Part {
-            name: "compute".into(),
-            depth: 1,
-            figure: fig(
-                compute,
-                Source::Modeled,
-                "the weight shards streamed at the profile's HBM bandwidth",
-            ),
-        });
+    let transfer = fig(p.transfer_us, Source::Modeled, how);
+    parts.push(part("transfer", 1, transfer.clone()));
+    if let Some(c) = p.compute_us {
+        let how = "the weight shards streamed at the profile's HBM bandwidth";
+        parts.push(part("compute", 1, fig(c, Source::Modeled, how)));
     }
-    Base {
-        verify: None,
-        transfer,
-        waiting: None,
-        graph: Some(fig(graph, Source::Modeled, how)),
-        already_graph: false,
-        graph_modeled_whole: true,
-    }
+    transfer
 }

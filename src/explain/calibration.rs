@@ -37,6 +37,11 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// The floor, us.
+    pub(crate) fn floor_us(&self) -> f64 {
+        self.floor_ms.ms * 1000.0
+    }
+
     /// The decode's own saving from a change that scales the verify's transfer by `ratio`.
     pub(crate) fn decode_cut_us(&self, ratio: f64) -> f64 {
         (self.decode_transfer_us * (1.0 - ratio)).max(0.0)
@@ -128,20 +133,16 @@ pub(crate) fn calibrate(
         fmt_ms(md / 1000.0)
     );
     let given = given_decode_ms.map(|d| d * 1000.0);
-    let floor = match given {
-        Some(d) if !decode_eager => Floor::decode_plus(
-            d / 1000.0,
-            "given, from a CUDA graph",
-            extra / 1000.0,
-            &extra_words,
-        ),
-        _ => Floor::decode_plus(
-            md / 1000.0,
-            "the model's graphed decode",
-            extra / 1000.0,
-            &extra_words,
-        ),
+    let (decode_us, decode_words) = match given {
+        Some(d) if !decode_eager => (d, "given, from a CUDA graph"),
+        _ => (md, "the model's graphed decode"),
     };
+    let floor = Floor::decode_plus(
+        decode_us / 1000.0,
+        decode_words,
+        extra / 1000.0,
+        &extra_words,
+    );
     Ok(Some(Calibration {
         model_decode_us: md,
         model_verify_us: mv,

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::evidence::{Labelled, Source};
+use crate::evidence::{Labelled, LaunchMode, Source};
 
 /// One figure, us, with its source and how it was obtained.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -39,10 +39,57 @@ pub(crate) fn part(name: &str, depth: u8, figure: Figure) -> Part {
     }
 }
 
+/// What a row of the answer is: the summary, the rendering and the JSON find rows by it, and
+/// its name ([`Row::name`], the JSON's `name`) comes from it. A new what-if row (the
+/// speculative cycle's: another drafter, another k) is a new variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Row {
+    /// The verify as it ran, launched as the evidence says.
+    AsRan(LaunchMode),
+    /// As the server log's tokens/s with one running request implies it.
+    Logged,
+    /// No verify given: the model's graphed verify held to the given decode.
+    Predicted,
+    Graph,
+    Nccl,
+    /// The best NCCL setting on a verify that already ran from a CUDA graph.
+    NcclOnGraph,
+    NcclGraph,
+    OneShot,
+    OneShotGraph,
+}
+
+impl Row {
+    /// The row's name as the answer prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Row::AsRan(LaunchMode::Eager) => "as it ran (eager)",
+            Row::AsRan(LaunchMode::PartlyEager) => "as it ran (partly eager)",
+            Row::AsRan(LaunchMode::Graph) => "as it ran (CUDA graph)",
+            Row::Logged => "as the server log measured it",
+            Row::Predicted => "predicted (CUDA graph)",
+            Row::Graph => "with a CUDA graph",
+            Row::Nccl => "best NCCL setting",
+            Row::NcclOnGraph => "best NCCL setting (graph)",
+            Row::NcclGraph => "best NCCL setting + CUDA graph",
+            Row::OneShot => "one-shot all-reduce",
+            Row::OneShotGraph => "one-shot all-reduce + CUDA graph",
+        }
+    }
+}
+
+/// A row is written as its name.
+impl Serialize for Row {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// One counterfactual (or the verify as it ran) with what it gives.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Scenario {
-    pub name: String,
+    #[serde(rename = "name")]
+    pub row: Row,
     pub verify: Figure,
     /// Tokens/s with speculation at the accept length (needs --decode-ms's baseline too).
     pub tokens_per_s: Option<f64>,
@@ -73,6 +120,45 @@ pub struct Cycle {
     pub draft_ms: Labelled,
     pub draft_steps: u64,
     pub overhead_ms: Labelled,
+}
+
+/// The answer's times are us; the cycle's are the ms given, and the break-even's arithmetic
+/// ([`crate::speculative`]) is ms: a row's figure crosses into it here, and only here.
+impl Cycle {
+    /// Plain decoding with a row's change saving `cut_us` on the decode too, ms.
+    pub(crate) fn plain_decode_ms(&self, cut_us: f64) -> Option<f64> {
+        let d = self.decode_ms.as_ref()?;
+        Some((d.value - cut_us / 1000.0).max(1e-9))
+    }
+
+    /// Tokens/s with a verify of `verify_us`, where the acceptance and the baseline are known.
+    pub(crate) fn tokens_per_s(&self, verify_us: f64) -> Option<f64> {
+        let t = self.accept_length.as_ref()?;
+        self.baseline_tokens_per_s?;
+        let (d, k, o) = (
+            self.draft_ms.value,
+            self.draft_steps,
+            self.overhead_ms.value,
+        );
+        Some(crate::speculative::tokens_per_s(
+            t.value,
+            verify_us / 1000.0,
+            d,
+            k,
+            o,
+        ))
+    }
+
+    /// The accept length at which a verify of `verify_us` breaks even against plain decoding of
+    /// `plain_ms`.
+    pub(crate) fn breakeven_tau(&self, verify_us: f64, plain_ms: f64) -> f64 {
+        let (d, k, o) = (
+            self.draft_ms.value,
+            self.draft_steps,
+            self.overhead_ms.value,
+        );
+        crate::speculative::breakeven_accept_length(verify_us / 1000.0, d, k, o, plain_ms)
+    }
 }
 
 /// The verify's collectives and the as-ran figures the counterfactuals start from.

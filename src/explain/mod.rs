@@ -37,14 +37,18 @@ pub mod scenarios;
 use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
-use crate::evidence::checks;
-use crate::evidence::Source;
+use crate::evidence::checks::{self, TracedStep};
+use crate::evidence::{Labelled, Source};
 pub use crate::model::Engine;
-use crate::speculative::inputs::{Acceptance, Flags};
+use crate::model::Schedule;
+use crate::request::{RankInputs, RankRule, Workload, DEFAULT_RANKS, MAX_RANKS};
+use crate::speculative::inputs::{Acceptance, Times};
 use crate::trace::analysis::ms;
 use crate::trace::traps;
 use advice::{EngineFlag, NextStep};
-pub use figures::{Cycle, Figure, Part, Scenario};
+use figures::Base;
+pub use figures::{Cycle, Figure, Part, Row, Scenario};
+use fit::JitterFit;
 pub use gather::{gather, Gathered};
 pub use observed::Observed;
 use pricing::Pricing;
@@ -66,7 +70,7 @@ pub struct Explanation {
     pub cycle: Cycle,
     /// The model held to the user's decode, the floor of every row, the stated error.
     pub calibration: Option<calibration::Calibration>,
-    pub fit: Option<fit::JitterFit>,
+    pub fit: Option<JitterFit>,
     /// The few sentences of the answer.
     pub summary: Vec<String>,
     pub next: Vec<NextStep>,
@@ -77,6 +81,75 @@ pub struct Explanation {
 
 /// Validates the request and explains the evidence.
 pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation> {
+    let times = check_given(req, g)?;
+    let mut notes = vec![];
+    // A trace of another kind of job (training) is refused before anything is read from it.
+    let traced = g.trace.as_ref().map(crate::trace::against::traced_step);
+    if let Some(t) = &traced {
+        checks::serving_step(t, "--trace", "verify", checks::GIVE_VERIFY)?;
+    }
+    let run = Run::resolve(req, g, traced.as_ref(), &mut notes)?;
+    let cycle = resolve_cycle(req, run.k, times, g, &mut notes)?;
+    let (mut as_ran, mut evidence) = (vec![], vec![]);
+    let (base, fit) = verify_as_ran(req, g, &run, &mut as_ran, &mut evidence, &mut notes)?;
+    read_logs(req, g, &run, &mut evidence, &mut notes);
+    let calibration = calibration::calibrate(
+        &run.workload,
+        run.ranks,
+        &req.model,
+        &run.pricing,
+        cycle.decode_ms.as_ref().map(|d| d.value),
+        req.decode_eager,
+    )?;
+    notes.extend(verify_below_decode(&base, &cycle));
+    let frame = scenarios::Frame {
+        cycle: &cycle,
+        calib: calibration.as_ref(),
+    };
+    let (scenarios, launch_sentence) = rows(&base, &run.pricing, g, &frame, &mut notes);
+    let engines_gate = run.ranks > 2 && run.pricing.link_kind != "nvlink";
+    let mut summary = scenarios::summary(
+        &base,
+        &scenarios,
+        &cycle,
+        fit.as_ref(),
+        g.trace.is_some(),
+        engines_gate,
+    );
+    summary.splice(0..0, launch_sentence);
+    let next = advice::next_steps(
+        req,
+        &run.workload,
+        run.ranks,
+        &base,
+        fit.as_ref(),
+        g,
+        &run.pricing,
+    );
+    let engine = req.engine.or(g.server_log.as_ref().and_then(|l| l.engine));
+    let traps = traps(req, g, &run);
+    Ok(Explanation {
+        evidence,
+        ranks: run.ranks,
+        schedule: run.words(),
+        workload: crate::record::Workload::of(&run.schedule),
+        pricing: run.pricing,
+        as_ran,
+        scenarios,
+        cycle,
+        calibration,
+        fit,
+        summary,
+        next,
+        engine_flags: advice::engine_flags(engine),
+        traps,
+        notes,
+    })
+}
+
+/// Something to explain, and every number given checked, before any evidence is weighed:
+/// `--verify-ms`, then the times of the cycle and `--draft-steps` as `breakeven` checks them.
+fn check_given(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Times<Option<Labelled>>> {
     let predict = g.trace.is_none() && req.observed.is_none() && req.verify_ms.is_none();
     if predict && req.cycle.decode_ms.is_none() {
         crate::usage_bail!(
@@ -86,93 +159,129 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     if let Some(v) = req.verify_ms {
         crate::speculative::check_time("--verify-ms", v, true)?;
     }
-    req.cycle.check_given()?;
-    let mut notes = vec![];
-    let mut evidence = vec![];
-    // A trace of another kind of job (training) is refused before anything is read from it.
-    let traced = g.trace.as_ref().map(crate::trace::against::traced_step);
-    if let Some(t) = &traced {
-        checks::serving_step(t, "--trace", "verify", checks::GIVE_VERIFY)?;
-    }
-    // Ranks: the trace's world, else --gpus, else --tp, else 8.
-    let trace_world = g.trace.as_ref().and_then(|a| {
-        a.world_size
-            .or_else(|| (a.ranks.len() > 1).then_some(a.ranks.len()))
-    });
-    if trace_world == Some(1) {
-        crate::usage_bail!(
-            "--trace {}: one rank's trace of a world of one: its collectives cannot be split into transfer and waiting; give every rank's trace of the same run (a TP-N server writes one per rank)",
-            g.trace.as_ref().map(|a| a.files.join(", ")).unwrap_or_default()
-        );
-    }
-    let tp = req.workload.tp.map(|t| t as usize);
-    let ranks = match (trace_world, req.gpus, tp) {
-        (Some(w), Some(n), _) if w != n => crate::usage_bail!(
-            "--gpus {n} but the traces are of a world of {w} ranks: drop --gpus or give the traces of the {n}-GPU run"
-        ),
-        (_, Some(n), Some(t)) if n != t => crate::usage_bail!(
-            "--gpus {n} and --tp {t}: explain prices one tensor-parallel group over all the GPUs; give the same number to both (or one of them)"
-        ),
-        (Some(w), _, _) => w,
-        (None, Some(n), _) => n,
-        (None, None, Some(t)) => t,
-        (None, None, None) => 8,
-    };
-    if !(2..=1024).contains(&ranks) {
-        crate::usage_bail!(
-            "{ranks} GPUs: a verify with collectives needs 2 to 1024 ranks; give --gpus N (the GPUs of the tensor-parallel group)"
-        );
-    }
-    // Draft steps k and tokens k + 1.
-    let rates = req
-        .cycle
-        .acceptance
-        .as_ref()
-        .and_then(Acceptance::positions);
-    let k = match (req.cycle.draft_steps, rates, req.tokens_given) {
-        (Some(k), _, _) => k,
-        (None, Some(n), _) => n,
-        (None, None, _) => req.workload.tokens.saturating_sub(1).max(1),
-    };
-    let mut workload = req.workload.clone();
-    workload.tp = Some(ranks as u64);
-    if !req.tokens_given {
-        workload.tokens = k + 1;
-    } else if workload.tokens != k + 1 {
-        notes.push(format!(
-            "--tokens {} but k = {k} draft steps verify {} tokens: the model prices --tokens",
-            workload.tokens,
-            k + 1
-        ));
-    }
-    let schedule = workload.schedule(ranks as u64)?;
-    // Evidence of another workload is refused before anything is priced from it.
-    if let Some(t) = &traced {
-        notes.extend(checks::trace_against_schedule(t, &schedule, ranks)?);
-    }
-    let pricing = pricing::price(&schedule, ranks, &req.model)?;
-    notes.extend(pricing.held.iter().cloned());
-    let nsched = pricing.per_collective_us.len();
-    let schedule_words = format!(
-        "{} {}, TP={}, {} tokens: {} collectives ({})",
-        schedule.model,
-        schedule.phase.name(),
-        schedule.tp,
-        schedule.tokens,
-        nsched,
-        schedule
-            .collective_groups()
-            .iter()
-            .map(|c| format!("{} {}", c.n, c.kind.name()))
-            .collect::<Vec<_>>()
-            .join(" + ")
-    );
-    // The speculation cycle.
-    let cycle = resolve_cycle(req, k, g, &mut notes)?;
+    req.cycle.check_given()
+}
 
-    let mut as_ran = vec![];
-    let mut fit_result = None;
-    let base = if let Some(a) = &g.trace {
+/// How `explain` words its refusals of a rank count: one tensor-parallel group over all the
+/// GPUs, with collectives, so at least 2.
+const EXPLAIN_RANKS: RankRule = RankRule {
+    world_vs_gpus: |w, n| {
+        format!("--gpus {n} but the traces are of a world of {w} ranks: drop --gpus or give the traces of the {n}-GPU run")
+    },
+    gpus_vs_tp: |_, n, t| {
+        format!("--gpus {n} and --tp {t}: explain prices one tensor-parallel group over all the GPUs; give the same number to both (or one of them)")
+    },
+    range: 2..=MAX_RANKS,
+    out_of_range: |n| {
+        format!("{n} GPUs: a verify with collectives needs 2 to {MAX_RANKS} ranks; give --gpus N (the GPUs of the tensor-parallel group)")
+    },
+};
+
+/// What the verify is: its ranks, its draft steps k (k + 1 tokens), the workload and schedule
+/// the model prices, and the model's prices.
+struct Run {
+    ranks: usize,
+    k: u64,
+    workload: Workload,
+    schedule: Schedule,
+    pricing: Pricing,
+}
+
+impl Run {
+    fn resolve(
+        req: &ExplainRequest,
+        g: &Gathered,
+        traced: Option<&TracedStep>,
+        notes: &mut Vec<String>,
+    ) -> anyhow::Result<Run> {
+        // Ranks: the trace's world, else --gpus, else --tp, else 8.
+        let world = g.trace.as_ref().and_then(|a| {
+            a.world_size
+                .or_else(|| (a.ranks.len() > 1).then_some(a.ranks.len()))
+        });
+        if world == Some(1) {
+            crate::usage_bail!(
+                "--trace {}: one rank's trace of a world of one: its collectives cannot be split into transfer and waiting; give every rank's trace of the same run (a TP-N server writes one per rank)",
+                g.trace.as_ref().map(|a| a.files.join(", ")).unwrap_or_default()
+            );
+        }
+        let given = RankInputs {
+            world,
+            gpus: req.gpus,
+            tp: req.workload.tp,
+            ..Default::default()
+        };
+        let ranks = crate::request::ranks(&given, DEFAULT_RANKS, &EXPLAIN_RANKS)?;
+        // Draft steps k and tokens k + 1.
+        let rates = req
+            .cycle
+            .acceptance
+            .as_ref()
+            .and_then(Acceptance::positions);
+        let k = req
+            .cycle
+            .draft_steps
+            .or(rates)
+            .unwrap_or_else(|| req.workload.tokens.saturating_sub(1).max(1));
+        let mut workload = req.workload.clone();
+        workload.tp = Some(ranks as u64);
+        if !req.tokens_given {
+            workload.tokens = k + 1;
+        } else if workload.tokens != k + 1 {
+            notes.push(format!(
+                "--tokens {} but k = {k} draft steps verify {} tokens: the model prices --tokens",
+                workload.tokens,
+                k + 1
+            ));
+        }
+        let schedule = workload.schedule(ranks as u64)?;
+        // Evidence of another workload is refused before anything is priced from it.
+        if let Some(t) = traced {
+            notes.extend(checks::trace_against_schedule(t, &schedule, ranks)?);
+        }
+        let pricing = pricing::price(&schedule, ranks, &req.model)?;
+        notes.extend(pricing.held.iter().cloned());
+        Ok(Run {
+            ranks,
+            k,
+            workload,
+            schedule,
+            pricing,
+        })
+    }
+
+    /// `kimi-k2.5 verify, TP=8, 3 tokens: 124 collectives (123 all_reduce + 1 all_gather)`.
+    fn words(&self) -> String {
+        let s = &self.schedule;
+        format!(
+            "{} {}, TP={}, {} tokens: {} collectives ({})",
+            s.model,
+            s.phase.name(),
+            s.tp,
+            s.tokens,
+            self.pricing.per_collective_us.len(),
+            s.collective_groups()
+                .iter()
+                .map(|c| format!("{} {}", c.n, c.kind.name()))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        )
+    }
+}
+
+/// The verify as it ran, from the best evidence given (the traces, what the profiler showed
+/// inside the collectives, the verify time, else the model's prediction), and its evidence
+/// line.
+fn verify_as_ran(
+    req: &ExplainRequest,
+    g: &Gathered,
+    run: &Run,
+    parts: &mut Vec<Part>,
+    evidence: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(Base, Option<JitterFit>)> {
+    let given = |v: f64| format!("--verify-ms {} (given)", crate::util::fmt_number(v));
+    if let Some(a) = &g.trace {
         evidence.push(format!(
             "traces: {} ({} ranks, {} steps, measured)",
             a.files.join(", "),
@@ -188,40 +297,35 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
                 crate::util::fmt_number(v)
             ));
         }
-        as_ran::from_trace(a, &pricing, &mut as_ran, &mut notes)
+        Ok((as_ran::from_trace(a, &run.pricing, parts, notes), None))
     } else if let Some(o) = req.observed {
         evidence.push(format!(
             "--observed {o}: {} collectives of {} per verify (given)",
             o.count,
             ms(o.time_us)
         ));
-        if let Some(v) = req.verify_ms {
-            evidence.push(format!(
-                "--verify-ms {} (given)",
-                crate::util::fmt_number(v)
-            ));
-        }
-        let (b, f) = as_ran::from_observed(
-            o,
-            req.verify_ms,
-            &schedule,
-            &pricing,
-            ranks,
-            &mut as_ran,
-            &mut notes,
-        )?;
-        fit_result = f;
-        b
+        evidence.extend(req.verify_ms.map(given));
+        let (s, p) = (&run.schedule, &run.pricing);
+        as_ran::from_observed(o, req.verify_ms, s, p, run.ranks, parts, notes)
     } else if let Some(v) = req.verify_ms {
-        evidence.push(format!(
-            "--verify-ms {} (given)",
-            crate::util::fmt_number(v)
-        ));
-        as_ran::from_verify_only(v * 1000.0, &pricing, &mut as_ran, &mut notes)
+        evidence.push(given(v));
+        let base = as_ran::from_verify_only(v * 1000.0, &run.pricing, parts, notes);
+        Ok((base, None))
     } else {
         evidence.push("no verify given: predicted from the decode step (--decode-ms)".into());
-        as_ran::predicted(&pricing, &mut as_ran)
-    };
+        Ok((as_ran::predicted(&run.pricing, parts), None))
+    }
+}
+
+/// The evidence lines of the logs and the sweep, and what they say against the run: the
+/// server's model, the NCCL logs' machine, the sweep's TP.
+fn read_logs(
+    req: &ExplainRequest,
+    g: &Gathered,
+    run: &Run,
+    evidence: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) {
     if let Some(l) = &g.server_log {
         evidence.push(format!(
             "server log: {} ({}{}{})",
@@ -236,7 +340,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
                 .map(|x| format!(", the verify ran {}", x.mode.words()))
                 .unwrap_or_default()
         ));
-        let names = [req.workload.model.as_str(), schedule.model.as_str()];
+        let names = [req.workload.model.as_str(), run.schedule.model.as_str()];
         notes.extend(l.model.as_ref().and_then(|m| {
             checks::server_model_against(&l.file, m, &names, req.workload.model_config.as_deref())
         }));
@@ -244,14 +348,16 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     for l in &g.nccl_logs {
         let m = crate::evidence::nccl::machine(l);
         evidence.push(format!("NCCL log: {} ({})", l.name, m.words()));
+        let p = &run.pricing;
         notes.extend(checks::nccl_log_against(
             &l.name,
             &m,
-            ranks,
-            &pricing.link_kind,
-            &pricing.profile,
+            run.ranks,
+            &p.link_kind,
+            &p.profile,
         ));
     }
+    let ranks = run.ranks;
     if let Some(s) = g.sweep.as_ref().filter(|s| s.tp as usize != ranks) {
         notes.push(format!(
             "the sweep ran at TP={} but the verify is TP={ranks}: its best setting's ratio is carried over as it is; sweep at TP={ranks} on the server's GPUs for the real one",
@@ -270,90 +376,65 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
             s.mode
         ));
     }
+}
 
-    let calibration = calibration::calibrate(
-        &workload,
-        ranks,
-        &req.model,
-        &pricing,
-        cycle.decode_ms.as_ref().map(|d| d.value),
-        req.decode_eager,
-    )?;
-    if let (Some(v), Some(d)) = (
-        base.verify.as_ref().filter(|v| v.source != Source::Modeled),
-        cycle.decode_ms.as_ref(),
-    ) {
-        if v.us / 1000.0 < d.value {
-            notes.push(format!(
-                "warning: the verify ({}, {}) is faster than the decode step ({:.2} ms, {}): a verify is never faster than a decode step of the same model on the same machine; was one of them run from a CUDA graph and the other eagerly?",
-                ms(v.us),
-                v.source.label(),
-                d.value,
-                d.origin.kind()
-            ));
-        }
+/// A given or measured verify faster than the decode step: the warning.
+fn verify_below_decode(base: &Base, cycle: &Cycle) -> Option<String> {
+    let v = base
+        .verify
+        .as_ref()
+        .filter(|v| v.source != Source::Modeled)?;
+    let d = cycle.decode_ms.as_ref()?;
+    (v.us / 1000.0 < d.value).then(|| format!(
+        "warning: the verify ({}, {}) is faster than the decode step ({:.2} ms, {}): a verify is never faster than a decode step of the same model on the same machine; was one of them run from a CUDA graph and the other eagerly?",
+        ms(v.us),
+        v.source.label(),
+        d.value,
+        d.origin.kind()
+    ))
+}
+
+/// The what-if rows, the server log's among them, and the server log's word on the verify's
+/// launch where no trace measured it: the row of the verify as it ran says it, the answer
+/// quotes it (the sentence returned); a graphed verify gains nothing from the graph rows.
+fn rows(
+    base: &Base,
+    pricing: &Pricing,
+    g: &Gathered,
+    frame: &scenarios::Frame,
+    notes: &mut Vec<String>,
+) -> (Vec<Scenario>, Option<String>) {
+    let mut rows = scenarios::scenarios(base, pricing, g.sweep.as_ref(), frame, notes);
+    let log = g.server_log.as_ref();
+    if let Some(row) = log.and_then(|l| scenarios::logged_row(l, frame, notes)) {
+        rows.insert(rows.len().min(1), row);
     }
-    let frame = scenarios::Frame {
-        cycle: &cycle,
-        calib: calibration.as_ref(),
+    let launch = log.and_then(|l| Some((l, l.launch.as_ref()?)));
+    let (Some((l, x)), None) = (launch, &g.trace) else {
+        return (rows, None);
     };
-    let mut scenarios = scenarios::scenarios(&base, &pricing, g.sweep.as_ref(), &frame, &mut notes);
-    if let Some(row) = g
-        .server_log
-        .as_ref()
-        .and_then(|l| scenarios::logged_row(l, &frame, &mut notes))
-    {
-        scenarios.insert(scenarios.len().min(1), row);
+    if let Some(row) = rows.first_mut().filter(|r| matches!(r.row, Row::AsRan(_))) {
+        row.row = Row::AsRan(x.mode);
+        row.verify
+            .how
+            .push_str(&format!("; ran {} ({})", x.mode.words(), l.file));
     }
-    // The server log's word on the verify's launch, where no trace measured it: the row of the
-    // verify as it ran says it, the answer quotes it; a graphed verify gains nothing from the
-    // graph rows.
-    let launch = g
-        .server_log
-        .as_ref()
-        .and_then(|l| Some((l, l.launch.as_ref()?)));
-    let mut launch_sentence = None;
-    if let (Some((l, x)), None) = (launch, &g.trace) {
-        if let Some(row) = scenarios
-            .first_mut()
-            .filter(|r| r.name.starts_with("as it ran"))
-        {
-            row.name = x.row_name();
-            row.verify
-                .how
-                .push_str(&format!("; ran {} ({})", x.mode.words(), l.file));
-        }
-        if x.mode == crate::evidence::LaunchMode::Graph {
-            notes.push(format!(
-                "{}: `{}`: {}; the CUDA-graph rows price a graph over an eager verify, which this one was not",
-                l.file, x.line, x.meaning
-            ));
-        } else {
-            launch_sentence = Some(x.sentence(&l.file));
-        }
+    if x.mode == crate::evidence::LaunchMode::Graph {
+        notes.push(format!(
+            "{}: `{}`: {}; the CUDA-graph rows price a graph over an eager verify, which this one was not",
+            l.file, x.line, x.meaning
+        ));
+        (rows, None)
+    } else {
+        (rows, Some(x.sentence(&l.file)))
     }
-    let engine = req.engine.or(g.server_log.as_ref().and_then(|l| l.engine));
-    let engines_gate = ranks > 2 && pricing.link_kind != "nvlink";
-    let mut summary = scenarios::summary(
-        &base,
-        &scenarios,
-        &cycle,
-        fit_result.as_ref(),
-        g.trace.is_some(),
-        engines_gate,
-    );
-    summary.splice(0..0, launch_sentence);
-    let next = advice::next_steps(
-        req,
-        &workload,
-        ranks,
-        &base,
-        fit_result.as_ref(),
-        g,
-        &pricing,
-    );
-    let engine_flags = advice::engine_flags(engine);
-    let mut traps = traps::check(&traps::Inputs {
+}
+
+/// The known traps, each with its evidence; NCCL's search at its floor across sockets priced:
+/// what a topology file is worth, as the model prices the same verify with and without the
+/// cross-socket penalty.
+fn traps(req: &ExplainRequest, g: &Gathered, run: &Run) -> Vec<traps::Finding> {
+    let mut found = traps::check(&traps::Inputs {
         trace: g.trace.as_ref(),
         server_log: g.server_log.as_ref(),
         nccl_logs: &g.nccl_logs,
@@ -363,12 +444,10 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
             .filter(|s| !s.overrides.is_empty())
             .map(|s| s.setting.as_str()),
         expect: &req.expect,
-        oneshot_us: pricing.oneshot_per_all_reduce_us(),
-        profile: &pricing.profile,
+        oneshot_us: run.pricing.oneshot_per_all_reduce_us(),
+        profile: &run.pricing.profile,
     });
-    // NCCL's search at its floor across sockets: what a topology file is worth, as the model
-    // prices the same verify with and without the cross-socket penalty.
-    if let Some(t) = traps
+    if let Some(t) = found
         .iter_mut()
         .find(|t| t.rule.id == "nccl-graph-search-sys" && t.status == traps::Status::Found)
     {
@@ -378,7 +457,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
                 profile: None,
                 ..req.model.clone()
             };
-            pricing::price(&schedule, ranks, &m).map(|p| p.transfer_us)
+            pricing::price(&run.schedule, run.ranks, &m).map(|p| p.transfer_us)
         };
         if let (Ok(without_file), Ok(with_file)) =
             (with("pcie-gen5-dual-socket"), with("pcie-gen5"))
@@ -390,58 +469,34 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
             ));
         }
     }
-    Ok(Explanation {
-        evidence,
-        ranks,
-        schedule: schedule_words,
-        workload: crate::record::Workload::of(&schedule),
-        pricing,
-        as_ran,
-        scenarios,
-        cycle,
-        calibration,
-        fit: fit_result,
-        summary,
-        next,
-        engine_flags,
-        traps,
-        notes,
-    })
+    found
 }
 
-/// Decode, draft, steps and acceptance, validated as `breakeven` validates them; without
-/// --decode-ms there is no baseline and no tokens/s.
+/// Decode, draft, steps and acceptance, checked as `breakeven` checks them (their times
+/// already, by [`check_given`]); without --decode-ms there is no baseline and no tokens/s.
 fn resolve_cycle(
     req: &ExplainRequest,
     k: u64,
+    times: Times<Option<Labelled>>,
     g: &Gathered,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Cycle> {
     let mut flags = req.cycle.clone();
-    flags.verify_ms.clear();
     flags.draft_steps = Some(k);
+    let logged = g.server_log.as_ref().and_then(|l| l.accept_length.clone());
     if flags.acceptance.is_none() {
-        flags.measured_accept_length = g.server_log.as_ref().and_then(|l| l.accept_length.clone());
-    } else if g
-        .server_log
-        .as_ref()
-        .is_some_and(|l| l.accept_length.is_some())
-    {
+        flags.measured_accept_length = logged;
+    } else if logged.is_some() {
         notes.push("the acceptance flag wins over the server log's accept length".into());
     }
-    let decode_given = flags.decode_ms.is_some();
+    let decode_given = times.decode_ms.is_some();
     if !decode_given {
         notes.push(
             "no --decode-ms: no baseline without speculation, so no tokens/s (give one plain decode step, ms)"
                 .into(),
         );
     }
-    // Without --decode-ms what was given is validated all the same, with a stand-in decode time.
-    let flags = Flags {
-        decode_ms: flags.decode_ms.or(Some(1.0)),
-        ..flags
-    };
-    let i = crate::speculative::inputs::resolve(&flags, &[], false)?;
+    let i = crate::speculative::inputs::complete(&flags, &[], times)?;
     if decode_given {
         if i.accept_length.is_none() {
             notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
@@ -450,9 +505,11 @@ fn resolve_cycle(
         notes.extend(free_drafts.cloned());
     }
     Ok(Cycle {
-        baseline_tokens_per_s: decode_given
-            .then(|| crate::speculative::baseline_tokens_per_s(i.decode_ms.value)),
-        decode_ms: decode_given.then_some(i.decode_ms),
+        baseline_tokens_per_s: i
+            .decode_ms
+            .as_ref()
+            .map(|d| crate::speculative::baseline_tokens_per_s(d.value)),
+        decode_ms: i.decode_ms,
         accept_length: i.accept_length,
         draft_ms: i.draft_ms,
         draft_steps: i.draft_steps,

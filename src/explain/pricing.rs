@@ -113,13 +113,9 @@ fn transfers(
     Ok(out)
 }
 
-/// Prices `s` on `nranks` ranks with the settings `m` (profile, forced protocol/algorithm).
+/// Prices `s` on `nranks` ranks (2 or more, as `explain`'s rank rule allows) with the settings `m`
+/// (profile, forced protocol/algorithm).
 pub(crate) fn price(s: &Schedule, nranks: usize, m: &ModelSettings) -> anyhow::Result<Pricing> {
-    if nranks < 2 {
-        crate::usage_bail!(
-            "a verify with collectives needs at least 2 ranks (got {nranks}); give --gpus or --tp of 2 or more"
-        );
-    }
     let (p, label) = m.resolve()?;
     let force = m.force()?;
     let per = transfers(&p, s, nranks, &force)?;

@@ -73,7 +73,7 @@ fn cycle_words(e: &Explanation) -> String {
 fn as_ran_title(e: &Explanation) -> &'static str {
     if e.scenarios
         .first()
-        .is_some_and(|sc| sc.name == super::scenarios::PREDICTED)
+        .is_some_and(|sc| sc.row == super::Row::Predicted)
     {
         "The verify as the model prices it (not given)"
     } else {
@@ -128,7 +128,7 @@ pub fn text(e: &Explanation) -> String {
             let _ = writeln!(
                 s,
                 "  {:<34} {:>10} {:>13}  {:<9} {:>7} {:>10}  {}",
-                sc.name,
+                sc.row.name(),
                 time_cell(sc),
                 range_cell(sc),
                 sc.verify.source.label(),
@@ -232,7 +232,7 @@ pub fn markdown(e: &Explanation) -> String {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} |",
-                sc.name,
+                sc.row.name(),
                 time_cell(sc),
                 range_cell(sc),
                 sc.verify.source.label(),

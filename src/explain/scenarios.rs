@@ -3,16 +3,13 @@
 //! say it.
 
 use super::calibration::Calibration;
-use super::figures::{fig, Base, Cycle, Figure, Scenario};
+use super::figures::{fig, Base, Cycle, Figure, Row, Scenario};
 use super::fit::JitterFit;
 use super::gather::SweepBest;
 use super::pricing::Pricing;
-use crate::evidence::{ServerLog, Source};
+use crate::evidence::{LaunchMode, ServerLog, Source};
 use crate::speculative::bound::{hold, Floor};
 use crate::trace::analysis::ms;
-
-/// The first row when no verify was given: the model's graphed verify held to the decode.
-pub(crate) const PREDICTED: &str = "predicted (CUDA graph)";
 
 /// What every row is held to and priced against: the cycle, and the model held to the
 /// user's decode.
@@ -24,22 +21,14 @@ pub(crate) struct Frame<'a> {
 /// A row: `verify` (its own figure, of which `modeled_us` is the model's) held to the floor
 /// less `decode_cut_us` (what the row's change saves on the decode too), with its range and its
 /// tokens/s against plain decoding with the same change.
-fn row(name: &str, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame) -> Scenario {
+fn row(kind: Row, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame) -> Scenario {
     let c = f.cycle;
-    let floor_us = f.calib.map(|cal| cal.floor_ms.ms * 1000.0 - decode_cut_us);
-    let held = hold(
-        verify.us / 1000.0,
-        floor_us
-            .map(|u| Floor {
-                ms: u / 1000.0,
-                how: String::new(),
-            })
-            .as_ref(),
-    );
-    let verify = if held.at_floor {
+    let floor_us = f.calib.map(|cal| cal.floor_us() - decode_cut_us);
+    let (held_us, at_floor) = hold_us(verify.us, floor_us);
+    let verify = if at_floor {
         let cal = f.calib.expect("a floor comes from the calibration");
         Figure {
-            us: held.ms * 1000.0,
+            us: held_us,
             source: if cal.given_decode_us.is_some() {
                 Source::Derived
             } else {
@@ -65,7 +54,7 @@ fn row(name: &str, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Fram
     };
     let err = f.calib.and_then(|cal| cal.error.as_ref()).map(|e| e.rel);
     let range_us = err.filter(|_| modeled_us > 0.0).map(|e| {
-        let own = if held.at_floor {
+        let own = if at_floor {
             floor_us.unwrap_or(verify.us)
         } else {
             verify.us
@@ -73,33 +62,38 @@ fn row(name: &str, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Fram
         let lo = (own - e * modeled_us).max(floor_us.unwrap_or(0.0)).max(0.0);
         [lo, (own + e * modeled_us).max(lo)]
     });
-    let (k, d, o) = (c.draft_steps, c.draft_ms.value, c.overhead_ms.value);
-    let plain_ms = c
-        .decode_ms
-        .as_ref()
-        .map(|dm| (dm.value - decode_cut_us / 1000.0).max(1e-9));
-    let tps_of = |us: f64| {
-        c.accept_length
-            .as_ref()
-            .filter(|_| c.baseline_tokens_per_s.is_some())
-            .map(|t| crate::speculative::tokens_per_s(t.value, us / 1000.0, d, k, o))
-    };
-    let tps = tps_of(verify.us);
-    let tau = plain_ms
-        .map(|pm| crate::speculative::breakeven_accept_length(verify.us / 1000.0, d, k, o, pm));
+    let plain_ms = c.plain_decode_ms(decode_cut_us);
+    let tps = c.tokens_per_s(verify.us);
     Scenario {
-        name: name.into(),
+        row: kind,
         vs_baseline: tps
             .zip(plain_ms)
             .map(|(a, pm)| a / crate::speculative::baseline_tokens_per_s(pm)),
         tokens_per_s: tps,
-        breakeven_tau: tau,
-        at_floor: held.at_floor,
-        tokens_per_s_range: range_us
-            .and_then(|[lo, hi]| tps_of(hi).zip(tps_of(lo)).map(|(a, b)| [a, b])),
+        breakeven_tau: plain_ms.map(|pm| c.breakeven_tau(verify.us, pm)),
+        at_floor,
+        tokens_per_s_range: range_us.and_then(|[lo, hi]| {
+            let (a, b) = (c.tokens_per_s(hi)?, c.tokens_per_s(lo)?);
+            Some([a, b])
+        }),
         range_us,
         plain_decode_ms: plain_ms,
         verify,
+    }
+}
+
+/// `us` held to `floor_us` ([`hold`], whose arithmetic is the break-even's ms), and whether it
+/// was below it.
+fn hold_us(us: f64, floor_us: Option<f64>) -> (f64, bool) {
+    let floor = floor_us.map(|u| Floor {
+        ms: u / 1000.0,
+        how: String::new(),
+    });
+    let held = hold(us / 1000.0, floor.as_ref());
+    if held.at_floor {
+        (held.ms * 1000.0, true)
+    } else {
+        (us, false)
     }
 }
 
@@ -126,7 +120,7 @@ pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> O
         return None;
     }
     let mut s = row(
-        "as the server log measured it",
+        Row::Logged,
         fig(
             verify_ms * 1000.0,
             Source::Derived,
@@ -156,54 +150,77 @@ pub(crate) fn scenarios(
     if b.verify.is_none() && b.graph.is_none() {
         return vec![];
     }
-    let x = b.transfer.us;
     let mut out = vec![];
     // No verify given (only the decode step): the graph rows alone, the first a prediction.
     if let Some(v) = &b.verify {
-        out.push(row(
-            if b.already_graph {
-                "as it ran (CUDA graph)"
-            } else {
-                "as it ran (eager)"
-            },
-            v.clone(),
-            0.0,
-            0.0,
-            f,
-        ));
+        let launch = if b.already_graph {
+            LaunchMode::Graph
+        } else {
+            LaunchMode::Eager
+        };
+        out.push(row(Row::AsRan(launch), v.clone(), 0.0, 0.0, f));
     }
-    // A graph priced whole by the model gets the per-forward time the model does not see (the
-    // given decode less the model's); one derived from the given verify already holds it.
-    let not_modeled = f.calib.and_then(|cal| cal.not_modeled_us).unwrap_or(0.0);
-    let graph = b.graph.clone().map(|mut gr| {
-        if b.graph_modeled_whole && not_modeled != 0.0 {
-            gr.us = (gr.us + not_modeled).max(0.0);
-            gr.how.push_str(&format!(
-                " + {} per forward the model does not see (the given decode less the model's)",
-                ms(not_modeled)
-            ));
-        }
-        gr
-    });
-    // The model's part of the graph figure: all of it when priced whole, the transfer when
-    // the waiting it removes was inferred against the modeled transfer, nothing when measured.
-    let graph_modeled = match (&graph, &b.waiting) {
-        (Some(gr), _) if b.graph_modeled_whole => gr.us,
-        (_, Some(w)) if w.source == Source::Measured => 0.0,
-        _ => x,
-    };
-    if let Some(gr) = &graph {
+    let g = Graphed::of(b, f);
+    if let Some(gr) = &g.figure {
         if !b.already_graph {
-            let name = if b.verify.is_some() {
-                "with a CUDA graph"
+            let kind = if b.verify.is_some() {
+                Row::Graph
             } else {
-                PREDICTED
+                Row::Predicted
             };
-            out.push(row(name, gr.clone(), graph_modeled, 0.0, f));
+            out.push(row(kind, gr.clone(), g.modeled_us, 0.0, f));
         }
     }
-    // The best NCCL setting: the sweep's when given (measured or modeled as it says), else
-    // the model's.
+    nccl_rows(b, p, sweep, f, &g, notes, &mut out);
+    oneshot_rows(b, p, f, &g, notes, &mut out);
+    out
+}
+
+/// The verify from a CUDA graph as the rows take it, and the model's part of it.
+struct Graphed {
+    figure: Option<Figure>,
+    modeled_us: f64,
+}
+
+impl Graphed {
+    fn of(b: &Base, f: &Frame) -> Graphed {
+        // A graph priced whole by the model gets the per-forward time the model does not see
+        // (the given decode less the model's); one derived from the given verify already holds
+        // it.
+        let not_modeled = f.calib.and_then(|cal| cal.not_modeled_us).unwrap_or(0.0);
+        let figure = b.graph.clone().map(|mut gr| {
+            if b.graph_modeled_whole && not_modeled != 0.0 {
+                gr.us = (gr.us + not_modeled).max(0.0);
+                gr.how.push_str(&format!(
+                    " + {} per forward the model does not see (the given decode less the model's)",
+                    ms(not_modeled)
+                ));
+            }
+            gr
+        });
+        // The model's part of the graph figure: all of it when priced whole, the transfer when
+        // the waiting it removes was inferred against the modeled transfer, nothing when
+        // measured.
+        let modeled_us = match (&figure, &b.waiting) {
+            (Some(gr), _) if b.graph_modeled_whole => gr.us,
+            (_, Some(w)) if w.source == Source::Measured => 0.0,
+            _ => b.transfer.us,
+        };
+        Graphed { figure, modeled_us }
+    }
+}
+
+/// The best NCCL setting's rows: the sweep's when given (measured or modeled as it says),
+/// else the model's.
+fn nccl_rows(
+    b: &Base,
+    p: &Pricing,
+    sweep: Option<&SweepBest>,
+    f: &Frame,
+    g: &Graphed,
+    notes: &mut Vec<String>,
+    out: &mut Vec<Scenario>,
+) {
     let (ratio, setting, src, from) = match sweep {
         Some(s) => (
             s.ratio,
@@ -228,77 +245,70 @@ pub(crate) fn scenarios(
             format!("the model's best ({})", p.profile),
         ),
     };
-    let cut = x * (1.0 - ratio);
+    let cut = b.transfer.us * (1.0 - ratio);
     let dcut = f.calib.map_or(0.0, |cal| cal.decode_cut_us(ratio));
     if ratio >= 0.999 {
         notes.push(format!(
             "no NCCL setting row: {setting} is already the best ({from}); NCCL settings leave the verify as it is"
         ));
+        return;
     }
-    let nccl_how = |base: &str| format!("{base} with the transfer x {ratio:.3}: {setting}, {from}");
-    if let Some(v) = b
-        .verify
-        .as_ref()
-        .filter(|_| !b.already_graph && ratio < 0.999)
-    {
+    let how = |base: &str| format!("{base} with the transfer x {ratio:.3}: {setting}, {from}");
+    if let Some(v) = b.verify.as_ref().filter(|_| !b.already_graph) {
+        let verify = fig(v.us - cut, src, how("as it ran"));
+        out.push(row(Row::Nccl, verify, cut, dcut, f));
+    }
+    if let Some(gr) = &g.figure {
+        let kind = if b.already_graph {
+            Row::NcclOnGraph
+        } else {
+            Row::NcclGraph
+        };
+        let verify = fig(gr.us - cut, modeled_from(src), how("the graph row"));
+        out.push(row(kind, verify, g.modeled_us + cut, dcut, f));
+    }
+}
+
+/// The one-shot all-reduce's rows, or why there are none.
+fn oneshot_rows(
+    b: &Base,
+    p: &Pricing,
+    f: &Frame,
+    g: &Graphed,
+    notes: &mut Vec<String>,
+    out: &mut Vec<Scenario>,
+) {
+    let one = match &p.oneshot_transfer_us {
+        Ok(one) => one,
+        Err(why) => return notes.push(format!("no one-shot row: {why}")),
+    };
+    let r1 = one / p.transfer_us;
+    let cut1 = b.transfer.us * (1.0 - r1);
+    let dcut1 = f.calib.map_or(0.0, |cal| cal.decode_oneshot_cut_us());
+    let how = |base: &str| {
+        let held = p
+            .oneshot_held
+            .as_ref()
+            .map_or(String::new(), |h| format!("; {h}"));
+        format!(
+            "{base} with the transfer x {r1:.3}: the all-reduces by the one-shot P2P kernel, the all-gather on NCCL (modeled, {}{held})",
+            p.profile
+        )
+    };
+    if let Some(v) = b.verify.as_ref().filter(|_| !b.already_graph) {
+        let verify = fig(v.us - cut1, Source::Modeled, how("as it ran"));
+        out.push(row(Row::OneShot, verify, cut1, dcut1, f));
+    }
+    if let Some(gr) = &g.figure {
+        let verify = fig(gr.us - cut1, Source::Modeled, how("the graph row"));
         out.push(row(
-            "best NCCL setting",
-            fig(v.us - cut, src, nccl_how("as it ran")),
-            cut,
-            dcut,
+            Row::OneShotGraph,
+            verify,
+            g.modeled_us + cut1,
+            dcut1,
             f,
         ));
     }
-    if let Some(gr) = graph.as_ref().filter(|_| ratio < 0.999) {
-        out.push(row(
-            if b.already_graph {
-                "best NCCL setting (graph)"
-            } else {
-                "best NCCL setting + CUDA graph"
-            },
-            fig(gr.us - cut, modeled_from(src), nccl_how("the graph row")),
-            graph_modeled + cut,
-            dcut,
-            f,
-        ));
-    }
-    match &p.oneshot_transfer_us {
-        Ok(one) => {
-            let r1 = one / p.transfer_us;
-            let cut1 = x * (1.0 - r1);
-            let dcut1 = f.calib.map_or(0.0, |cal| cal.decode_oneshot_cut_us());
-            let how = |base: &str| {
-                let held = p
-                    .oneshot_held
-                    .as_ref()
-                    .map_or(String::new(), |h| format!("; {h}"));
-                format!(
-                    "{base} with the transfer x {r1:.3}: the all-reduces by the one-shot P2P kernel, the all-gather on NCCL (modeled, {}{held})",
-                    p.profile
-                )
-            };
-            if let Some(v) = b.verify.as_ref().filter(|_| !b.already_graph) {
-                out.push(row(
-                    "one-shot all-reduce",
-                    fig(v.us - cut1, Source::Modeled, how("as it ran")),
-                    cut1,
-                    dcut1,
-                    f,
-                ));
-            }
-            if let Some(gr) = &graph {
-                out.push(row(
-                    "one-shot all-reduce + CUDA graph",
-                    fig(gr.us - cut1, Source::Modeled, how("the graph row")),
-                    graph_modeled + cut1,
-                    dcut1,
-                    f,
-                ));
-            }
-        }
-        Err(why) => notes.push(format!("no one-shot row: {why}")),
-    }
-    out
 }
 
 /// A figure computed by the model from one of `source` is modeled (measured stays derived).
@@ -355,7 +365,7 @@ pub(crate) fn summary(
             ));
         }
     }
-    let row = |name: &str| sc.iter().find(|s| s.name == name);
+    let row = |kind: Row| sc.iter().find(|s| s.row == kind);
     let tps = |s: &Scenario| match (s.tokens_per_s, s.vs_baseline) {
         (Some(t), Some(x)) => format!(", {t:.1} tok/s ({x:.2}x decoding without speculation)"),
         _ => s
@@ -363,7 +373,7 @@ pub(crate) fn summary(
             .map(|t| format!(", breaking even at accept length {t:.2}"))
             .unwrap_or_default(),
     };
-    if let Some(p) = row(PREDICTED) {
+    if let Some(p) = row(Row::Predicted) {
         let range = |r: Option<[f64; 2]>, unit: &str, f: &dyn Fn(f64) -> String| {
             r.map(|[lo, hi]| format!(", range {}-{}{unit}", f(lo), f(hi)))
                 .unwrap_or_default()
@@ -379,7 +389,7 @@ pub(crate) fn summary(
         if c.draft_ms.value == 0.0 && c.accept_length.is_some() {
             out.push("Drafting is taken as free (no --draft-ms), so the tokens/s is an upper bound: the engine's step also runs k draft forwards.".into());
         }
-    } else if let (Some(now), Some(g)) = (sc.first(), row("with a CUDA graph")) {
+    } else if let (Some(now), Some(g)) = (sc.first(), row(Row::Graph)) {
         out.push(format!(
             "A CUDA graph removes the waiting: verify {} -> {} ({}{}){}{}.",
             ms(now.verify.us),
@@ -401,11 +411,11 @@ pub(crate) fn summary(
     } else if b.already_graph {
         out.push("The verify already ran from a CUDA graph: its collectives' time is transfer and skew the graph cannot remove.".into());
     }
-    let best = match row(PREDICTED) {
-        Some(_) => row("best NCCL setting + CUDA graph"),
-        None => row("best NCCL setting").or(row("best NCCL setting (graph)")),
+    let best = match row(Row::Predicted) {
+        Some(_) => row(Row::NcclGraph),
+        None => row(Row::Nccl).or(row(Row::NcclOnGraph)),
     };
-    match (row(PREDICTED).or(sc.first()), best) {
+    match (row(Row::Predicted).or(sc.first()), best) {
         (Some(now), Some(n)) => out.push(format!(
             "The best NCCL setting saves {} per verify ({}).",
             ms((now.verify.us - n.verify.us).max(0.0)),
@@ -416,7 +426,7 @@ pub(crate) fn summary(
         ),
         _ => {}
     }
-    if let Some(o) = row("one-shot all-reduce + CUDA graph") {
+    if let Some(o) = row(Row::OneShotGraph) {
         out.push(format!(
             "The one-shot all-reduce with a CUDA graph: verify {} ({}{}){}{}",
             ms(o.verify.us),

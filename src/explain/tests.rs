@@ -5,6 +5,7 @@ use super::gather::SweepBest;
 use super::*;
 use crate::evidence::Source;
 use crate::request::Workload;
+use crate::speculative::inputs::Flags;
 
 fn req() -> ExplainRequest {
     ExplainRequest {
@@ -60,11 +61,7 @@ fn observed_numbers_split_into_modeled_transfer_and_inferred_waiting() {
     // the graph row would be the verify less the waiting (8.5 ms), faster than the given
     // decode step of 12.2 ms: it is held at the floor, the decode step plus what the model says
     // 3 tokens add over 1; tokens/s = 2.5 / verify (k = 2, free drafting)
-    let g = e
-        .scenarios
-        .iter()
-        .find(|s| s.name == "with a CUDA graph")
-        .unwrap();
+    let g = e.scenarios.iter().find(|s| s.row == Row::Graph).unwrap();
     let candidate = 30_000.0 - (24_400.0 - x);
     let cal = e.calibration.as_ref().unwrap();
     let floor = 12_200.0 + (cal.model_verify_us - cal.model_decode_us).max(0.0);
@@ -140,20 +137,17 @@ fn a_sweep_ratio_scales_the_transfer_of_the_nccl_rows() {
         .unwrap()
         .figure
         .us;
-    let row = |n: &str| e.scenarios.iter().find(|s| s.name == n).unwrap().verify.us;
+    let row = |k: Row| e.scenarios.iter().find(|s| s.row == k).unwrap().verify.us;
     // 20% of the transfer comes off the eager verify; the graph row sits at the floor, and a
     // setting that cuts the transfer by 20% cuts the decode's too: its floor is 20% of the
     // decode's transfer lower.
-    assert!((row("best NCCL setting") - (30_000.0 - 0.2 * x)).abs() < 1e-6);
+    assert!((row(Row::Nccl) - (30_000.0 - 0.2 * x)).abs() < 1e-6);
     let cal = e.calibration.as_ref().unwrap();
     let floor = cal.floor_ms.ms * 1000.0;
-    assert!((row("with a CUDA graph") - floor).abs() < 1e-6);
-    assert!(
-        (row("best NCCL setting + CUDA graph") - (floor - 0.2 * cal.decode_transfer_us)).abs()
-            < 1e-6
-    );
+    assert!((row(Row::Graph) - floor).abs() < 1e-6);
+    assert!((row(Row::NcclGraph) - (floor - 0.2 * cal.decode_transfer_us)).abs() < 1e-6);
     for sc in &e.scenarios {
-        assert!(sc.vs_baseline.unwrap() <= 2.5 + 1e-9, "{}", sc.name);
+        assert!(sc.vs_baseline.unwrap() <= 2.5 + 1e-9, "{}", sc.row.name());
     }
     assert!(e.scenarios[2].verify.how.contains("s.jsonl"));
 }
@@ -208,11 +202,7 @@ fn the_logged_throughput_gives_a_derived_verify_row() {
     r.cycle.acceptance = None;
     r.cycle.draft_ms = Some(1.0);
     let e = explain(&r, &g).unwrap();
-    let row = e
-        .scenarios
-        .iter()
-        .find(|s| s.name == "as the server log measured it")
-        .unwrap();
+    let row = e.scenarios.iter().find(|s| s.row == Row::Logged).unwrap();
     // 2.5 tokens at 100 tok/s: a 25 ms cycle, less 2 draft steps of 1 ms: a 23 ms verify
     assert!((row.verify.us - 23_000.0).abs() < 1e-6, "{}", row.verify.us);
     assert_eq!(row.verify.source, Source::Derived);
@@ -244,17 +234,17 @@ fn no_row_beats_the_decode_step_or_gains_more_than_the_accept_length() {
                 assert!(cal.floor_ms.ms >= 12.2);
                 for sc in &e.scenarios {
                     let plain = sc.plain_decode_ms.unwrap();
-                    assert!(plain <= 12.2 + 1e-9, "{}", sc.name);
+                    assert!(plain <= 12.2 + 1e-9, "{}", sc.row.name());
                     assert!(
                         sc.verify.us / 1000.0 >= plain - 1e-9,
                         "verify {verify_ms} tau {tau} draft {draft}: {} at {} us, faster than its decode {plain} ms",
-                        sc.name,
+                        sc.row.name(),
                         sc.verify.us
                     );
                     assert!(
                         sc.vs_baseline.unwrap() <= tau + 1e-9,
                         "verify {verify_ms} tau {tau} draft {draft}: {} gains {}",
-                        sc.name,
+                        sc.row.name(),
                         sc.vs_baseline.unwrap()
                     );
                     // the row's tokens/s is tau over its own cycle

@@ -3,13 +3,15 @@
 
 use crate::comm;
 use crate::error::usage;
-use crate::request::GpuSpec;
+use crate::request::{ranks, GpuSpec, RankInputs, DEFAULT_RANKS, GPU_FLAGS};
 
 /// Checks the GPU flags against each other and the workload's `tp`, before any work and on
 /// any backend: `--gpus` at least 1, no GPU twice in `--devices`, `--gpus` and `--devices`
-/// (and `--tp`) naming the same number of ranks, `--nccl-lib` an existing library or folder.
-/// Returns the rank count the flags fix, if any.
-pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<Option<usize>> {
+/// (and `--tp`) naming the same number of ranks ([`crate::request::ranks`]), `--nccl-lib` an
+/// existing library or folder. Returns the rank count of a run that counts no GPUs: the
+/// flags', else `tp`, else [`DEFAULT_RANKS`] (the NCCL backend selects the machine's GPUs
+/// instead, [`select_devices`]).
+pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<usize> {
     if g.gpus == Some(0) {
         return Err(usage("--gpus 0: give at least 1 GPU (2 or more for NCCL)"));
     }
@@ -38,31 +40,11 @@ pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<Option<us
             )));
         }
     }
-    let from_devices = g.devices.as_ref().map(|d| d.len());
-    if let (Some(n), Some(m)) = (g.gpus, from_devices) {
-        if n != m {
-            return Err(usage(format!(
-                "--gpus {n} and --devices (listing {m} GPUs) disagree: give one of them"
-            )));
-        }
-    }
-    let ranks = from_devices.or(g.gpus);
-    if let (Some(n), Some(t)) = (ranks, tp) {
-        if n as u64 != t {
-            let flag = if from_devices.is_some() {
-                "--devices"
-            } else {
-                "--gpus"
-            };
-            return Err(usage(format!(
-                "--tp {t} and {flag} ({n} GPUs) disagree: one rank per GPU, so give the same number (or only one of them)"
-            )));
-        }
-    }
+    let n = ranks(&RankInputs::of(g, tp), DEFAULT_RANKS, &GPU_FLAGS)?;
     if let Some(p) = &g.nccl_lib {
         comm::libs::find_nccl(Some(p))?;
     }
-    Ok(ranks)
+    Ok(n)
 }
 
 /// The checks `verify` makes before it starts workers, for commands that start them later

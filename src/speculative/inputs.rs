@@ -73,36 +73,50 @@ pub struct Flags {
 impl Flags {
     /// Checks every flag that was given, whether or not a break-even is drawn from it (`report`
     /// draws one only when its inputs are complete; a value out of range is refused all the same,
-    /// exit 2, before any file is written).
-    pub fn check_given(&self) -> anyhow::Result<()> {
-        if let Some(v) = self.decode_ms {
-            super::check_time("--decode-ms", v, true)?;
+    /// exit 2, before any file is written): the times as [`times`] checks them, then the draft
+    /// steps.
+    pub fn check_given(&self) -> anyhow::Result<Times<Option<Labelled>>> {
+        let t = times(self, &[], false)?;
+        if let Some(k) = self
+            .draft_steps
+            .filter(|&k| k == 0 || k > super::MAX_DRAFT_STEPS)
+        {
+            return Err(usage(format!(
+                "--draft-steps {k}: the number of draft tokens per cycle; give 1 to {}",
+                super::MAX_DRAFT_STEPS
+            )));
         }
-        if let Some(v) = self.draft_ms {
-            super::check_time("--draft-ms", v, false)?;
-        }
-        if let Some(v) = self.overhead_ms {
-            super::check_time("--overhead-ms", v, false)?;
-        }
-        for &v in &self.verify_ms {
-            super::check_time("--verify-ms", v, true)?;
-        }
-        if let Some(k) = self.draft_steps {
-            if k == 0 || k > super::MAX_DRAFT_STEPS {
-                return Err(usage(format!(
-                    "--draft-steps {k}: the number of draft tokens per cycle; give 1 to {}",
-                    super::MAX_DRAFT_STEPS
-                )));
-            }
-        }
-        Ok(())
+        Ok(t)
     }
 }
 
-/// Validated, labelled inputs of a break-even.
+/// What a command asks of the decode time, at its call site: [`Labelled`] where it needs one
+/// (a break-even compares against plain decoding), `Option<Labelled>` where it does without
+/// (`explain`: no baseline, so no tokens/s).
+pub trait Decode: Sized + Serialize {
+    /// The decode time of the flag or the one record, if any.
+    fn need(found: Option<Labelled>) -> anyhow::Result<Self>;
+}
+
+impl Decode for Labelled {
+    fn need(found: Option<Labelled>) -> anyhow::Result<Labelled> {
+        found.ok_or_else(|| usage(
+            "no decode time: give --decode-ms (one plain decode step, ms) or a results file with a decode record (--phase decode)",
+        ))
+    }
+}
+
+impl Decode for Option<Labelled> {
+    fn need(found: Option<Labelled>) -> anyhow::Result<Option<Labelled>> {
+        Ok(found)
+    }
+}
+
+/// Validated, labelled inputs of a break-even; `D` is what the command asked of the decode
+/// ([`Decode`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Inputs {
-    pub decode_ms: Labelled,
+pub struct Inputs<D = Labelled> {
+    pub decode_ms: D,
     pub verify_ms: Vec<Labelled>,
     pub draft_ms: Labelled,
     /// Draft steps k (the verify forward covers k + 1 tokens).
@@ -114,6 +128,16 @@ pub struct Inputs {
     /// Accept lengths of the table's columns.
     pub table_accept_lengths: Vec<f64>,
     /// Things the reader should know (flags that override records, mismatched token counts).
+    pub notes: Vec<String>,
+}
+
+/// The times of a cycle, checked ([`times`]): the first half of [`resolve`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Times<D> {
+    pub decode_ms: D,
+    pub draft_ms: Labelled,
+    pub overhead_ms: Labelled,
+    pub verify_ms: Vec<Labelled>,
     pub notes: Vec<String>,
 }
 
@@ -150,26 +174,51 @@ fn flag_or_record(
     }
 }
 
+/// The records of one phase.
+fn of(records: &[RecordTime], p: Phase) -> Vec<&RecordTime> {
+    records.iter().filter(|t| t.phase == p).collect()
+}
+
 /// Validates the flags and merges them with the times read from records. Flags win over
 /// records for decode, draft and steps; verify times from flags and records are all kept
-/// (flags first). `need_verify`: at least one verify time is required.
-pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyhow::Result<Inputs> {
-    use super::{check_accept_length, check_rate, check_time};
-    let mut notes = vec![];
-    let of = |p: Phase| records.iter().filter(|t| t.phase == p).collect::<Vec<_>>();
-    let rec_decode = of(Phase::Decode);
-    let rec_draft = of(Phase::Draft);
-    let rec_verify = of(Phase::Verify);
+/// (flags first). `need_verify`: at least one verify time is required. `D`: whether the
+/// command needs the decode time ([`Decode`]).
+pub fn resolve<D: Decode>(
+    flags: &Flags,
+    records: &[RecordTime],
+    need_verify: bool,
+) -> anyhow::Result<Inputs<D>> {
+    let t = times(flags, records, need_verify)?;
+    complete(flags, records, t)
+}
 
+/// The first half of [`resolve`]: decode, draft, overhead and verify times, each checked once.
+pub fn times<D: Decode>(
+    flags: &Flags,
+    records: &[RecordTime],
+    need_verify: bool,
+) -> anyhow::Result<Times<D>> {
+    use super::check_time;
+    let mut notes = vec![];
     let decode = ("decode", "--decode-ms", true);
-    let decode_ms = flag_or_record(decode, flags.decode_ms, &rec_decode, &mut notes)?
-        .ok_or_else(|| usage(
-            "no decode time: give --decode-ms (one plain decode step, ms) or a results file with a decode record (--phase decode)",
-        ))?;
-    check_time("the decode record's time", decode_ms.value, true)?;
+    let found = flag_or_record(
+        decode,
+        flags.decode_ms,
+        &of(records, Phase::Decode),
+        &mut notes,
+    )?;
+    let decode_ms = D::need(found.clone())?;
+    if let (Some(d), None) = (&found, flags.decode_ms) {
+        check_time("the decode record's time", d.value, true)?;
+    }
 
     let draft = ("draft", "--draft-ms", false);
-    let draft_ms = match flag_or_record(draft, flags.draft_ms, &rec_draft, &mut notes)? {
+    let draft_ms = match flag_or_record(
+        draft,
+        flags.draft_ms,
+        &of(records, Phase::Draft),
+        &mut notes,
+    )? {
         Some(l) => l,
         None => {
             notes.push("no --draft-ms: drafting is taken as free (0 ms)".into());
@@ -177,10 +226,9 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
         }
     };
 
-    let overhead_ms = match flags.overhead_ms {
-        Some(v) => Labelled::given(check_time("--overhead-ms", v, false)?, "--overhead-ms"),
-        None => Labelled::default(0.0),
-    };
+    let overhead = ("overhead", "--overhead-ms", false);
+    let overhead_ms = flag_or_record(overhead, flags.overhead_ms, &[], &mut notes)?
+        .unwrap_or(Labelled::default(0.0));
 
     let mut verify_ms = vec![];
     for &v in &flags.verify_ms {
@@ -189,7 +237,7 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             "--verify-ms",
         ));
     }
-    for t in &rec_verify {
+    for t in of(records, Phase::Verify) {
         check_time("the verify record's time", t.ms.value, true)?;
         if t.ms.origin.bound {
             notes.push(format!(
@@ -204,9 +252,69 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             "no verify time: give --verify-ms (one or more, ms) or --from a results file with a verify record",
         ));
     }
+    Ok(Times {
+        decode_ms,
+        draft_ms,
+        overhead_ms,
+        verify_ms,
+        notes,
+    })
+}
 
+/// The second half of [`resolve`]: the draft steps, the acceptance and the table's accept
+/// lengths, beside the checked times `t`.
+pub fn complete<D: Decode>(
+    flags: &Flags,
+    records: &[RecordTime],
+    t: Times<D>,
+) -> anyhow::Result<Inputs<D>> {
+    let mut notes = t.notes;
+    let rec_verify = of(records, Phase::Verify);
+    let (draft_steps, draft_steps_origin) = draft_steps(flags, &rec_verify)?;
+    for r in &rec_verify {
+        // tokens 0: unknown (a trace's step does not say how many tokens it verified)
+        if r.tokens != 0 && r.tokens != draft_steps + 1 {
+            notes.push(format!(
+                "a verify record covers T={} tokens but k={draft_steps} draft steps verify {}",
+                r.tokens,
+                draft_steps + 1
+            ));
+        }
+    }
+    if let Some(n) = flags.acceptance.as_ref().and_then(Acceptance::positions) {
+        if n != draft_steps {
+            return Err(usage(format!(
+                "--accept-rates has {n} rate(s) but --draft-steps is {draft_steps}: give one rate per draft step"
+            )));
+        }
+    }
+    let accept_length = accept_length(flags, draft_steps)?;
+    let table_accept_lengths = if flags.table_accept_lengths.is_empty() {
+        super::default_accept_lengths(draft_steps)
+    } else {
+        for &a in &flags.table_accept_lengths {
+            super::check_accept_length("--table-accept-lengths", a, draft_steps)?;
+        }
+        flags.table_accept_lengths.clone()
+    };
+    Ok(Inputs {
+        decode_ms: t.decode_ms,
+        verify_ms: t.verify_ms,
+        draft_ms: t.draft_ms,
+        draft_steps,
+        draft_steps_origin,
+        overhead_ms: t.overhead_ms,
+        accept_length,
+        table_accept_lengths,
+        notes,
+    })
+}
+
+/// Draft steps k: the flag, else the number of per-position rates, else T - 1 of the first
+/// verify record; 1 to [`super::MAX_DRAFT_STEPS`].
+fn draft_steps(flags: &Flags, rec_verify: &[&RecordTime]) -> anyhow::Result<(u64, Origin)> {
     let rates_len = flags.acceptance.as_ref().and_then(Acceptance::positions);
-    let (draft_steps, draft_steps_origin) = match (flags.draft_steps, rates_len) {
+    let (k, origin) = match (flags.draft_steps, rates_len) {
         (Some(k), _) => (k, Origin::given("--draft-steps")),
         (None, Some(n)) => (n, Origin::derived("the number of per-position rates given")),
         (None, None) => match rec_verify.first() {
@@ -219,43 +327,31 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             )),
         },
     };
-    if draft_steps == 0 {
+    if k == 0 {
         return Err(usage(
             "--draft-steps 0: speculation needs at least one draft step",
         ));
     }
-    if draft_steps > super::MAX_DRAFT_STEPS {
+    if k > super::MAX_DRAFT_STEPS {
         return Err(usage(format!(
-            "--draft-steps {draft_steps}: give 1 to {} draft steps per cycle",
+            "--draft-steps {k}: give 1 to {} draft steps per cycle",
             super::MAX_DRAFT_STEPS
         )));
     }
-    for t in &rec_verify {
-        // tokens 0: unknown (a trace's step does not say how many tokens it verified)
-        if t.tokens != 0 && t.tokens != draft_steps + 1 {
-            notes.push(format!(
-                "a verify record covers T={} tokens but k={draft_steps} draft steps verify {}",
-                t.tokens,
-                draft_steps + 1
-            ));
-        }
-    }
-    if let Some(n) = rates_len {
-        if n != draft_steps {
-            return Err(usage(format!(
-                "--accept-rates has {n} rate(s) but --draft-steps is {draft_steps}: give one rate per draft step"
-            )));
-        }
-    }
+    Ok((k, origin))
+}
 
-    let k = draft_steps;
+/// The mean accept length of the acceptance given (else of `measured_accept_length`), each
+/// form checked for `k` draft steps.
+fn accept_length(flags: &Flags, k: u64) -> anyhow::Result<Option<Labelled>> {
+    use super::{check_accept_length, check_rate};
     let list = |rs: &[f64]| {
         rs.iter()
             .map(|r| r.to_string())
             .collect::<Vec<_>>()
             .join(",")
     };
-    let accept_length = match &flags.acceptance {
+    Ok(match &flags.acceptance {
         None => match &flags.measured_accept_length {
             Some(l) => {
                 check_accept_length("--accept-from-log", l.value, k)?;
@@ -306,27 +402,6 @@ pub fn resolve(flags: &Flags, records: &[RecordTime], need_verify: bool) -> anyh
             value: super::expected_tokens_const_rate(check_rate("--accept-rate", *a)?, k),
             origin: Origin::derived(format!("--accept-rate {a}, k={k}")),
         }),
-    };
-
-    let table_accept_lengths = if flags.table_accept_lengths.is_empty() {
-        super::default_accept_lengths(k)
-    } else {
-        for &t in &flags.table_accept_lengths {
-            check_accept_length("--table-accept-lengths", t, k)?;
-        }
-        flags.table_accept_lengths.clone()
-    };
-
-    Ok(Inputs {
-        decode_ms,
-        verify_ms,
-        draft_ms,
-        draft_steps,
-        draft_steps_origin,
-        overhead_ms,
-        accept_length,
-        table_accept_lengths,
-        notes,
     })
 }
 
@@ -346,6 +421,11 @@ mod tests {
             tokens,
             mode: Mode::Full,
         }
+    }
+
+    /// [`super::resolve`] as a break-even asks it: the decode needed.
+    fn resolve(f: &Flags, records: &[RecordTime], need_verify: bool) -> anyhow::Result<Inputs> {
+        super::resolve(f, records, need_verify)
     }
 
     fn flags() -> Flags {

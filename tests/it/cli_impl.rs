@@ -384,7 +384,8 @@ fn mock_verify_without_nccl_has_only_custom_runs() {
         fresh_runs: 1,
         fresh_run: 0,
     };
-    let rec = MockBackend.verify(&req).unwrap();
+    let (b, job) = verifybench::backend::verify_job(&req, || Box::new(MockBackend)).unwrap();
+    let rec = b.run_verify(&job).unwrap();
     let Body::Verify(v) = &rec.body else { panic!() };
     assert!(v.runs.is_empty());
     assert_eq!(v.p2p.len(), 2);
