@@ -32,20 +32,14 @@ pub struct Point {
 }
 
 impl Point {
-    pub fn is_baseline(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_baseline(&self) -> bool {
         self.overrides.is_empty()
     }
 
-    /// `NCCL_PROTO=LL128 NCCL_ALGO=Ring`, or `(defaults)`.
-    pub fn label(&self) -> String {
-        if self.overrides.is_empty() {
-            return "(defaults)".into();
-        }
-        self.overrides
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+    #[cfg(test)]
+    pub(crate) fn label(&self) -> String {
+        label(&self.overrides)
     }
 
     /// The overrides sorted by name: what identifies the setting regardless of flag order.
@@ -62,6 +56,18 @@ impl Point {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// A point's settings as words: `NCCL_PROTO=LL128 NCCL_ALGO=Ring`, or `(defaults)`.
+pub(crate) fn label(overrides: &[(String, String)]) -> String {
+    if overrides.is_empty() {
+        return "(defaults)".into();
+    }
+    overrides
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Variables the sweep sets itself and so refuses to vary.
@@ -184,13 +190,13 @@ pub const PCIE: Preset = Preset {
 
 /// The preset called `name`.
 pub fn preset(name: &str) -> anyhow::Result<&'static Preset> {
-    match name {
-        "pcie" => Ok(&PCIE),
-        _ => Err(usage(format!(
-            "--preset {name}: unknown preset; available: pcie ({})",
-            PCIE.about
-        ))),
+    if name == PCIE.name {
+        return Ok(&PCIE);
     }
+    Err(usage(format!(
+        "--preset {name}: unknown preset; available: {} ({})",
+        PCIE.name, PCIE.about
+    )))
 }
 
 fn id_part(s: &str) -> String {

@@ -221,12 +221,14 @@ pub fn hint(p: &Point, reason: &str, warnings: &[String]) -> Option<String> {
     None
 }
 
-/// Builds the stored point from a runner's outcome (pure: tests call it directly).
-pub fn assemble(cfg: &SweepConfig, p: &Point, out: PointOutcome) -> SweepPoint {
+/// The stored point of a round-0 run (what most tests build).
+#[cfg(test)]
+pub(crate) fn assemble(cfg: &SweepConfig, p: &Point, out: PointOutcome) -> SweepPoint {
     assemble_in_round(cfg, p, 0, out)
 }
 
-/// [`assemble`] for a run of `round`.
+/// Builds the stored point of a run of `round` from a runner's outcome (pure: tests call it
+/// directly).
 pub fn assemble_in_round(
     cfg: &SweepConfig,
     p: &Point,

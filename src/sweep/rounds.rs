@@ -257,14 +257,16 @@ pub struct Verdict {
     pub sentence: String,
 }
 
-/// Judges `points` (the baseline may be among them; it is skipped) against `baseline` in
-/// `graph` (or eager) replay by the rule of the module comment.
-pub fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph: bool) -> Verdict {
+/// [`judge_with_margin`] without a margin.
+#[cfg(test)]
+pub(crate) fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph: bool) -> Verdict {
     judge_with_margin(t, points, baseline, graph, 0.0)
 }
 
-/// [`judge`] with an extra relative `margin` (`sweep --noise-margin`) added to the measured
-/// floor: the bar becomes 1 - (floor + margin).
+/// Judges `points` (the baseline may be among them; it is skipped) against `baseline` in
+/// `graph` (or eager) replay by the rule of the module comment, with an extra relative
+/// `margin` (`sweep --noise-margin`) added to the measured floor: the bar becomes
+/// 1 - (floor + margin).
 pub fn judge_with_margin(
     t: &[RoundTiming],
     points: &[String],
