@@ -192,11 +192,11 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
 }
 
 /// The environment of a readable process.
-fn env_of<'a>(p: &'a ProcessInfo) -> &'a BTreeMap<String, String> {
+fn env_of(p: &ProcessInfo) -> &BTreeMap<String, String> {
     p.env.as_ref().expect("a readable process")
 }
 
-/// 1. Set in the root, missing in a descendant.
+/// Rule 1: Set in the root, missing in a descendant.
 fn missing_in_descendants(
     tree: &Tree,
     root_env: &BTreeMap<String, String>,
@@ -249,7 +249,7 @@ fn missing_in_descendants(
     out
 }
 
-/// 1b. In a descendant but not in the root's start-time environment.
+/// Rule 1b: In a descendant but not in the root's start-time environment.
 fn not_in_root(
     tree: &Tree,
     root_env: &BTreeMap<String, String>,
@@ -295,7 +295,7 @@ fn not_in_root(
         .collect()
 }
 
-/// 2. Values that should agree but do not.
+/// Rule 2: Values that should agree but do not.
 fn disagreements(readable: &[&ProcessInfo], any_gpu: bool) -> Vec<Finding> {
     let (group, basis): (Vec<&ProcessInfo>, Basis) = if any_gpu {
         (
@@ -347,7 +347,7 @@ fn disagreements(readable: &[&ProcessInfo], any_gpu: bool) -> Vec<Finding> {
     out
 }
 
-/// 3. NCCL_* names NCCL does not read, set in a process or named in `--expect`; the second
+/// Rule 3: NCCL_* names NCCL does not read, set in a process or named in `--expect`; the second
 /// value says whether any process sets an NCCL_* variable at all.
 fn unknown_names(readable: &[&ProcessInfo], expects: &[Expect]) -> (Vec<Finding>, bool) {
     let mut seen: BTreeMap<&str, Vec<&ProcessInfo>> = BTreeMap::new();
@@ -407,7 +407,7 @@ fn unknown_name(name: &str, where_: String, pids: Vec<u32>) -> Option<Finding> {
     })
 }
 
-/// 4. A child that kept its parent's command line and environment.
+/// Rule 4: A child that kept its parent's command line and environment.
 fn forked_copies(tree: &Tree) -> Vec<Finding> {
     let mut out = vec![];
     for p in tree.processes.iter().filter(|p| p.depth > 0) {
@@ -432,7 +432,7 @@ fn forked_copies(tree: &Tree) -> Vec<Finding> {
     out
 }
 
-/// 5. What could not be seen: unreadable environments, processes that exited during the
+/// Rule 5: What could not be seen: unreadable environments, processes that exited during the
 /// walk, and (`no_nccl`) no NCCL_* variable in any readable process.
 fn unseen(tree: &Tree, no_nccl: bool) -> Vec<Finding> {
     let mut out = vec![];

@@ -1,7 +1,8 @@
 //! A fake point for `sweep --debug-mode` and tests (like hyperfine's debug mode): no child
 //! process, no GPU; a synthetic record whose numbers are FAKE (labelled modeled, backend
 //! `mock`) and a synthetic NCCL 2.28 log that imitates what NCCL does with NCCL_PROTO,
-//! NCCL_ALGO (a global Tree fails the all-gather), NCCL_P2P_DISABLE and NCCL_SHM_DISABLE.
+//! NCCL_ALGO (a global Tree fails the all-gather), NCCL_P2P_DISABLE and NCCL_SHM_DISABLE (its
+//! choices: [`super::settings::FakeChoices`]).
 //! It exercises the whole pipeline: environments, log parsing, checks, ranking, resume.
 //! A point given a library (`VERIFYBENCH_NCCL_LIB`) "loads" it: every fake worker reports that
 //! file, resolved, and the version its name (or wheel) tells (2.28.3 when none does), and the
@@ -19,6 +20,7 @@ use std::fmt::Write as _;
 
 use super::env::nccl_part;
 use super::runner::{PointJob, PointOutcome, PointRunner};
+use super::settings::FakeChoices;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, Schedule};
 use crate::record::{
@@ -130,69 +132,10 @@ fn seed(s: &str) -> u64 {
     crate::model::schedule::fnv1a(s.as_bytes())
 }
 
-/// What the fake NCCL chooses under a point's NCCL_* settings.
-struct Choices {
-    /// The protocol, upper case (`LL` unless a plain NCCL_PROTO says otherwise).
-    proto: String,
-    /// The all-reduce's algorithm: `TREE` or `RING`.
-    ar_algo: &'static str,
-    /// A global NCCL_ALGO=Tree: NCCL >= 2.24 has no all-gather for it, so the point fails.
-    global_tree: bool,
-    transport: &'static str,
-}
-
-impl Choices {
-    fn of(env: &BTreeMap<String, String>, threads: bool) -> Choices {
-        let get = |k: &str| env.get(k).map(String::as_str);
-        fn simple(v: Option<&str>) -> Option<&str> {
-            v.filter(|v| !v.contains([';', ',', ':', '^']))
-        }
-        let proto = simple(get("NCCL_PROTO"))
-            .map(|v| v.to_ascii_uppercase())
-            .unwrap_or_else(|| "LL".into());
-        let global_tree = simple(get("NCCL_ALGO")).is_some_and(|v| v.eq_ignore_ascii_case("tree"));
-        let per_fn_tree =
-            get("NCCL_ALGO").is_some_and(|v| v.to_ascii_lowercase().contains("allreduce:tree"));
-        let ar_algo = if global_tree || per_fn_tree {
-            "TREE"
-        } else {
-            "RING"
-        };
-        let (transport, proto) = match (get("NCCL_P2P_DISABLE"), get("NCCL_SHM_DISABLE")) {
-            (Some("1"), Some("1")) => ("NET/Socket/0", "SIMPLE".to_string()),
-            (Some("1"), _) => ("SHM/direct/direct", proto),
-            _ if threads => ("P2P/direct pointer", proto),
-            _ => ("P2P/CUMEM", proto),
-        };
-        Choices {
-            proto,
-            ar_algo,
-            global_tree,
-            transport,
-        }
-    }
-
-    /// How much slower than the defaults these choices run (FAKE).
-    fn factor(&self) -> f64 {
-        let proto = match self.proto.as_str() {
-            "LL128" => 1.15,
-            "SIMPLE" => 1.8,
-            _ => 1.0,
-        };
-        let algo = if self.ar_algo == "TREE" { 1.1 } else { 1.0 };
-        let transport = match self.transport {
-            "SHM/direct/direct" => 2.0,
-            "NET/Socket/0" => 5.0,
-            _ => 1.0,
-        };
-        proto * algo * transport
-    }
-}
-
 /// The fake outcome of a point.
 pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> {
     let env = nccl_part(&job.env);
-    let c = Choices::of(&env, spec.threads);
+    let c = FakeChoices::of(&env, spec.threads);
     // The library the point asked for, as its workers would report it.
     let lib = job
         .env
@@ -264,7 +207,7 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
 fn probe_log(
     spec: &MockSpec,
     env: &BTreeMap<String, String>,
-    c: &Choices,
+    c: &FakeChoices,
     version: &str,
 ) -> anyhow::Result<String> {
     let ar_bytes = spec

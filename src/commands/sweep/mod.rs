@@ -16,7 +16,7 @@ use crate::sweep::matrix::{self, Point};
 use crate::sweep::results::{self, ResultsFile, SweepPoint};
 use crate::sweep::runner::{PointRunner, SubprocessRunner};
 use crate::sweep::summary::{progress_line, render};
-use crate::sweep::{self as sw, env, known, library, mock, rounds, signal, SweepConfig};
+use crate::sweep::{self as sw, env, known, library, mock, rounds, settings, signal, SweepConfig};
 #[cfg(test)]
 use {
     crate::costmodel::ModelSettings,
@@ -151,8 +151,8 @@ fn settings(a: &SweepRequest) -> anyhow::Result<(GpuSpec, Vec<Point>, Libraries)
     crate::launch::run::check_gpu_flags(&gpu, tp_check)?;
     let lists = library::lists(&a.lists, a.gpu.nccl_lib.as_deref())?;
     let dims = matrix::dimensions(&lists, &a.sets)?;
-    let preset = a.preset.as_deref().map(matrix::preset).transpose()?;
-    let points = matrix::points(&dims, preset);
+    let preset = a.preset.as_deref().map(settings::preset).transpose()?;
+    let points = matrix::points(&dims, preset.map(|p| p.points));
     if points.len() < 2 {
         crate::usage_bail!(
             "nothing to sweep: give -L NAME=a,b, --set NAME=VALUE, --preset pcie or two NCCL libraries (--nccl-lib A,B) (see --help)"
