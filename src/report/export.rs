@@ -158,12 +158,8 @@ pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
 /// checked, the collectives' columns only where the run had collectives.
 fn verify_row(source: Source, v: &VerifyResult, run: &VerifyRun) -> Vec<String> {
     let w = &v.workload;
-    vec![
-        source.label().to_string(),
-        w.model.clone(),
-        w.phase.name().to_string(),
-        w.tp.to_string(),
-        w.tokens.to_string(),
+    let mut cells = workload_cells(source, v);
+    cells.extend([
         run.mode.name().to_string(),
         run.graph.to_string(),
         f2(run.per_verify.median_us),
@@ -174,18 +170,15 @@ fn verify_row(source: Source, v: &VerifyResult, run: &VerifyRun) -> Vec<String> 
         if_collectives(run.mode, f2(run.per_collective_us)),
         if_collectives(run.mode, (w.n_all_reduce + w.n_all_gather).to_string()),
         if_measured(source, if_collectives(run.mode, run.wrong.to_string())),
-    ]
+    ]);
+    cells
 }
 
 /// The row of a custom P2P implementation's verify run (`--impl`).
 fn verify_impl_row(source: Source, v: &VerifyResult, ir: &ImplRun) -> Vec<String> {
     let (w, run) = (&v.workload, &ir.run);
-    vec![
-        source.label().to_string(),
-        w.model.clone(),
-        w.phase.name().to_string(),
-        w.tp.to_string(),
-        w.tokens.to_string(),
+    let mut cells = workload_cells(source, v);
+    cells.extend([
         ir.imp.name().to_string(),
         run.mode.name().to_string(),
         run.graph.to_string(),
@@ -197,6 +190,19 @@ fn verify_impl_row(source: Source, v: &VerifyResult, ir: &ImplRun) -> Vec<String
         f2(run.per_collective_us),
         (w.n_all_reduce + w.n_all_gather).to_string(),
         run.wrong.to_string(),
+    ]);
+    cells
+}
+
+/// The first cells of a verify row: the source and the workload.
+fn workload_cells(source: Source, v: &VerifyResult) -> Vec<String> {
+    let w = &v.workload;
+    vec![
+        source.label().to_string(),
+        w.model.clone(),
+        w.phase.name().to_string(),
+        w.tp.to_string(),
+        w.tokens.to_string(),
     ]
 }
 

@@ -106,14 +106,10 @@ impl SweepConfig {
         }
     }
 
-    /// The job of a point: its environments and limits.
-    pub fn job(&self, p: &Point) -> PointJob {
-        self.job_in_round(p, 0)
-    }
-
-    /// The job of a point in `round`: the NCCL-log probe runs in round 0 only (NCCL's choices
-    /// do not change between rounds, and the probe costs a second child per point).
-    pub fn job_in_round(&self, p: &Point, round: usize) -> PointJob {
+    /// The job of a point in `round`, its environments and limits: the NCCL-log probe runs in
+    /// round 0 only (NCCL's choices do not change between rounds, and the probe costs a second
+    /// child per point).
+    pub fn job(&self, p: &Point, round: usize) -> PointJob {
         let mut timed = env::timed_env(&self.parent_env, p);
         if let Some(lib) = self.library(p) {
             library::Libraries::apply(lib, &mut timed);
@@ -190,8 +186,7 @@ pub fn assemble_in_round(
         log: l.clone(),
         one_rank: None,
     });
-    let job = cfg.job(p);
-    let requested = env::nccl_part(&job.env);
+    let requested = env::nccl_part(&cfg.job(p, round).env);
     let workers = out
         .record
         .as_ref()
@@ -336,7 +331,7 @@ pub fn run_pairs(
                 return Ok(true);
             }
             let started = crate::util::now_utc();
-            let out = runner.run(&cfg.job_in_round(p, k.round))?;
+            let out = runner.run(&cfg.job(p, k.round))?;
             if out.interrupted || interrupted.load(Ordering::SeqCst) {
                 return Ok(false);
             }

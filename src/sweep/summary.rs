@@ -137,11 +137,7 @@ fn modeled_verdict(
     margin: f64,
 ) -> rd::Verdict {
     let mode = if graph { "graph" } else { "eager" };
-    let ratios: Vec<rd::PairedRatio> = ids
-        .iter()
-        .filter(|p| *p != base)
-        .filter_map(|p| rd::paired_ratio(t, p, base, graph))
-        .collect();
+    let ratios = rd::paired_ratios(t, ids, base, graph);
     let best = ratios
         .iter()
         .filter(|r| r.ratio < 1.0 - margin)
