@@ -4,6 +4,7 @@
 //! feature is needed; plotters only estimates text widths for layout. Every plot has a title,
 //! axis labels with units and a legend.
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -85,47 +86,51 @@ pub(crate) fn latency_vs_size(title: &str, series: &[Series]) -> anyhow::Result<
             .margin(16)
             .x_label_area_size(50)
             .y_label_area_size(80);
-        let xfmt = |x: &f64| human_bytes(x.round() as u64);
+        let x = (xlo..xhi).log_scale().with_key_points(xticks);
         if yhi / ylo > 20.0 {
-            let mut chart = b
-                .build_cartesian_2d(
-                    (xlo..xhi).log_scale().with_key_points(xticks),
-                    (ylo / 1.3..yhi * 1.3).log_scale(),
-                )
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("message size (bytes, log scale)")
-                .y_desc("time per operation (µs, log scale)")
-                .x_label_formatter(&xfmt)
-                .axis_desc_style((FONT, 16))
-                .label_style((FONT, 13))
-                .draw()
-                .map_err(err)?;
-            draw_lines(&mut chart, series)?;
-            draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+            let y = (ylo / 1.3..yhi * 1.3).log_scale();
+            latency_chart(&mut b, x, y, "time per operation (µs, log scale)", series)?;
         } else {
-            let mut chart = b
-                .build_cartesian_2d(
-                    (xlo..xhi).log_scale().with_key_points(xticks),
-                    0.0..yhi * 1.15,
-                )
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("message size (bytes, log scale)")
-                .y_desc("time per operation (µs)")
-                .x_label_formatter(&xfmt)
-                .axis_desc_style((FONT, 16))
-                .label_style((FONT, 13))
-                .draw()
-                .map_err(err)?;
-            draw_lines(&mut chart, series)?;
-            draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+            latency_chart(
+                &mut b,
+                x,
+                0.0..yhi * 1.15,
+                "time per operation (µs)",
+                series,
+            )?;
         }
         root.present().map_err(err)?;
     }
     Ok(buf)
+}
+
+/// The latency chart on `b`, message sizes on `x`, times on `y` (linear or log): the mesh,
+/// the lines and the legend.
+fn latency_chart<DB: DrawingBackend, X, Y>(
+    b: &mut ChartBuilder<'_, '_, DB>,
+    x: X,
+    y: Y,
+    y_desc: &str,
+    series: &[Series],
+) -> anyhow::Result<()>
+where
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = b.build_cartesian_2d(x, y).map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes, log scale)")
+        .y_desc(y_desc)
+        .x_label_formatter(&|x: &f64| human_bytes(x.round() as u64))
+        .axis_desc_style((FONT, 16))
+        .label_style((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    draw_lines(&mut chart, series)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 /// Powers of two in [lo, hi], every 2nd, 4th... so that at most `max` remain.
