@@ -1,6 +1,7 @@
 //! `verifybench model`: `fit` calibrates the cost model on measured results (or nccl-tests
 //! output) and writes a profile; `validate` checks the fit held out on nccl-tests output.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::costmodel::profile::{self, ProfileBody};
@@ -240,9 +241,12 @@ fn nccl_tests_cmd(
     })
 }
 
+/// One `--nccl-tests` file of `model validate`: its name, the link rate its fits use, and
+/// its tables.
+type ValidateFile = (String, f64, Vec<ntfit::Table>);
+
 /// Runs `verifybench model validate --nccl-tests FILE...`.
 pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
-    use std::fmt::Write;
     if a.link_gbps.len() > 1 && a.link_gbps.len() != a.nccl_tests.len() {
         crate::usage_bail!(
             "--link-gbps: give one rate, or one per --nccl-tests file ({} files, {} rates)",
@@ -268,6 +272,37 @@ pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
         };
         files.push((name, rate, t));
     }
+    let (mut out, failed, json_rows) = held_out_sizes(a, &base, &files)?;
+    out += &builtin_profiles(&files)?;
+    out += &across_rank_counts(&base, &files)?;
+    let _ = writeln!(
+        out,
+        "\n# {failed} table(s) above the {}% median",
+        a.max_median_pct
+    );
+    if a.format.is_json() {
+        // The leave-one-size-out part (the figure the acceptance bound is on), modeled.
+        let doc = serde_json::json!({
+            "source": "modeled",
+            "base": a.base,
+            "max_median_pct": a.max_median_pct,
+            "tables": json_rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{out}");
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// Leave-one-size-out: each table fitted on its own from `base`, each size left out in turn
+/// and predicted. The value: the lines, the tables whose median error is past
+/// `--max-median-pct`, and the JSON rows.
+fn held_out_sizes(
+    a: &ValidateRequest,
+    base: &profile::Profile,
+    files: &[ValidateFile],
+) -> anyhow::Result<(String, usize, Vec<serde_json::Value>)> {
     let mut out = String::new();
     let mut failed = 0;
     let mut json_rows = vec![];
@@ -281,13 +316,13 @@ pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
         "# table | collective | ranks | link GB/s | sizes | median | max | median <= {}%",
         a.max_median_pct
     );
-    for (_, rate, tables) in &files {
+    for (_, rate, tables) in files {
         let phys = ntfit::Physics {
             rate_gbps: *rate,
             p2p_lat_us: None,
         };
         for t in tables {
-            let l = ntfit::loso_of_table(&base, &phys, t)?;
+            let l = ntfit::loso_of_table(base, &phys, t)?;
             let ok = l.median_abs * 100.0 <= a.max_median_pct;
             failed += usize::from(!ok);
             json_rows.push(serde_json::json!({
@@ -313,47 +348,55 @@ pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
             );
         }
     }
+    Ok((out, failed, json_rows))
+}
+
+/// The built-in profiles, uncalibrated, against each table at 32 KB-256 KB.
+fn builtin_profiles(files: &[ValidateFile]) -> anyhow::Result<String> {
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "\n# built-in profiles (modeled, uncalibrated) against each table at 32 KB-256 KB: predicted / measured - 1 per size; median |error|"
     );
-    for (_, _, tables) in &files {
-        for t in tables {
+    for t in files.iter().flat_map(|(_, _, tables)| tables) {
+        let _ = writeln!(
+            out,
+            "{} ({} n={}, {}):",
+            t.label,
+            t.op.name(),
+            t.nranks,
+            t.device.as_deref().unwrap_or("GPU not listed")
+        );
+        for name in profile::BUILTIN {
+            let p = profile::builtin_or_usage(name)?;
+            let e = ntfit::profile_errors(&p, t, 32 * 1024, 256 * 1024)?;
+            if e.is_empty() {
+                continue;
+            }
+            let cells: Vec<String> = e
+                .iter()
+                .map(|(s, _, r)| format!("{} KB {:+.0}%", s / 1024, r * 100.0))
+                .collect();
             let _ = writeln!(
                 out,
-                "{} ({} n={}, {}):",
-                t.label,
-                t.op.name(),
-                t.nranks,
-                t.device.as_deref().unwrap_or("GPU not listed")
+                "  {name:<22} median {:>5.1}%  {}",
+                median_abs_err(&e) * 100.0,
+                cells.join(", ")
             );
-            for name in profile::BUILTIN {
-                let p = profile::builtin_or_usage(name)?;
-                let e = ntfit::profile_errors(&p, t, 32 * 1024, 256 * 1024)?;
-                if e.is_empty() {
-                    continue;
-                }
-                let med =
-                    crate::measure::stats::median_abs(&e.iter().map(|x| x.2).collect::<Vec<_>>());
-                let cells: Vec<String> = e
-                    .iter()
-                    .map(|(s, _, r)| format!("{} KB {:+.0}%", s / 1024, r * 100.0))
-                    .collect();
-                let _ = writeln!(
-                    out,
-                    "  {name:<22} median {:>5.1}%  {}",
-                    med * 100.0,
-                    cells.join(", ")
-                );
-            }
         }
     }
+    Ok(out)
+}
+
+/// Fitted at one rank count, predicted at another of the same file and collective.
+fn across_rank_counts(base: &profile::Profile, files: &[ValidateFile]) -> anyhow::Result<String> {
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "\n# fit at one rank count, predict another of the same file and collective"
     );
     let mut any = false;
-    for (name, rate, tables) in &files {
+    for (name, rate, tables) in files {
         let phys = ntfit::Physics {
             rate_gbps: *rate,
             p2p_lat_us: None,
@@ -364,10 +407,8 @@ pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
                 .filter(|t| t.op == fit_t.op && t.nranks != fit_t.nranks)
             {
                 any = true;
-                let f = ntfit::calibrate(&base, &phys, std::slice::from_ref(fit_t))?;
+                let f = ntfit::calibrate(base, &phys, std::slice::from_ref(fit_t))?;
                 let e = ntfit::profile_errors(&f.report.profile, pred_t, 0, u64::MAX)?;
-                let med =
-                    crate::measure::stats::median_abs(&e.iter().map(|x| x.2).collect::<Vec<_>>());
                 let _ = writeln!(
                     out,
                     "{name}: fit n={} ({}) -> predict n={} ({}): median |error| {:.1}%",
@@ -375,7 +416,7 @@ pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
                     fit_t.label,
                     pred_t.nranks,
                     pred_t.label,
-                    med * 100.0
+                    median_abs_err(&e) * 100.0
                 );
             }
         }
@@ -383,22 +424,10 @@ pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
     if !any {
         let _ = writeln!(out, "none: no file holds one collective at two rank counts");
     }
-    let _ = writeln!(
-        out,
-        "\n# {failed} table(s) above the {}% median",
-        a.max_median_pct
-    );
-    if a.format.is_json() {
-        // The leave-one-size-out part (the figure the acceptance bound is on), modeled.
-        let doc = serde_json::json!({
-            "source": "modeled",
-            "base": a.base,
-            "max_median_pct": a.max_median_pct,
-            "tables": json_rows,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        print!("{out}");
-    }
-    Ok(if failed > 0 { 1 } else { 0 })
+    Ok(out)
+}
+
+/// The median |relative error| of a profile's predictions (size, predicted, relative error).
+fn median_abs_err(e: &[(u64, f64, f64)]) -> f64 {
+    crate::measure::stats::median_abs(&e.iter().map(|x| x.2).collect::<Vec<_>>())
 }

@@ -131,12 +131,16 @@ pub fn settings_label(r: &Record) -> String {
 /// --overhead-ms for the break-even section.
 pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
     flags.check_given()?;
+    let inputs = Inputs::of(files);
+    if inputs.renderable == 0 {
+        return Err(crate::error::usage(format!(
+            "nothing to render in the {} file(s): {}; report renders collective, verify, sweep, bandwidth and selftest results",
+            files.len(),
+            inputs.skipped.join("; ")
+        )));
+    }
     let mut md = String::new();
     let mut svgs = vec![];
-    let mut skipped = vec![];
-    let mut rendered: Vec<&Record> = vec![];
-    let mut times: Vec<RecordTime> = vec![];
-
     let _ = writeln!(md, "# verifybench report\n");
     let _ = writeln!(
         md,
@@ -146,32 +150,75 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
         env!("VERIFYBENCH_GIT_COMMIT"),
         files.len()
     );
+    let _ = writeln!(md, "## Inputs\n\n{}", markdown_table(&inputs.table));
+    if !inputs.skipped.is_empty() {
+        let _ = writeln!(md, "Skipped (nothing this report renders):\n");
+        for s in &inputs.skipped {
+            let _ = writeln!(md, "- {s}");
+        }
+        md.push('\n');
+    }
+    latency_section(files, &inputs.rendered, &mut md, &mut svgs)?;
+    verify_section(files, &inputs.rendered, &mut md, &mut svgs)?;
+    md += &sweep_sections(files);
+    md += &bandwidth_section(files);
+    md += &selftest_section(files);
+    breakeven_section(flags, &inputs.times, &mut md, &mut svgs)?;
+    Ok(Report {
+        markdown: md,
+        svgs,
+        skipped: inputs.skipped,
+    })
+}
 
-    // Inputs and provenance.
-    let mut inputs_t = Table {
-        headers: [
-            "file",
-            "#",
-            "kind",
-            "source",
-            "host",
-            "backend",
-            "GPUs",
-            "NCCL",
-            "NCCL_* (rank 0)",
-            "commit",
-            "started (UTC)",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: vec![],
-    };
-    let mut renderable = 0usize;
-    for f in files {
+/// What the report read: the inputs table (a row per record, with its provenance), the
+/// collective and verify records, how many records it renders, what it leaves out, and the
+/// verify times the break-even reads.
+struct Inputs<'a> {
+    table: Table,
+    rendered: Vec<&'a Record>,
+    renderable: usize,
+    skipped: Vec<String>,
+    times: Vec<RecordTime>,
+}
+
+impl<'a> Inputs<'a> {
+    fn of(files: &'a [LoadedFile]) -> Inputs<'a> {
+        let mut inputs = Inputs {
+            table: Table {
+                headers: [
+                    "file",
+                    "#",
+                    "kind",
+                    "source",
+                    "host",
+                    "backend",
+                    "GPUs",
+                    "NCCL",
+                    "NCCL_* (rank 0)",
+                    "commit",
+                    "started (UTC)",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: vec![],
+            },
+            rendered: vec![],
+            renderable: 0,
+            skipped: vec![],
+            times: vec![],
+        };
+        for f in files {
+            inputs.add(f);
+        }
+        inputs
+    }
+
+    fn add(&mut self, f: &'a LoadedFile) {
         let name = evidence::short_name(&f.path);
         for (i, r) in f.records.iter().enumerate() {
             let p = &r.provenance;
-            inputs_t.rows.push(
+            self.table.rows.push(
                 [
                     name.clone(),
                     (i + 1).to_string(),
@@ -194,37 +241,15 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
             } else {
                 format!("{name} record {}", i + 1)
             };
-            match &r.body {
-                Body::Collective(_) | Body::Verify(_) => {
-                    rendered.push(r);
-                    renderable += 1;
-                }
-                Body::Other { name: kind, data } if kind == record::kinds::SWEEP_POINT => {
-                    // Checked here without a copy (deserialized from the value in place).
-                    match <crate::sweep::results::SweepPoint as serde::Deserialize>::deserialize(
-                        data,
-                    ) {
-                        Ok(_) => renderable += 1,
-                        Err(e) => skipped
-                            .push(format!("{at}: a malformed sweep point ({e}), not rendered")),
-                    }
-                }
-                Body::Other { name: kind, .. } if RENDERED_KINDS.contains(&kind.as_str()) => {
-                    renderable += 1
-                }
-                Body::Other { name: kind, .. } => skipped.push(format!(
-                    "{at}: {}, not rendered",
-                    record::kinds::describe(kind)
-                )),
-            }
+            self.add_record(r, &at);
         }
         for k in &f.unknown_kinds {
-            skipped.push(format!(
+            self.skipped.push(format!(
                 "{name}: a '{k}' record, a kind this version does not know"
             ));
         }
         if let Some((k, _)) = &f.bare {
-            inputs_t.rows.push(
+            self.table.rows.push(
                 [name.clone(), "1".into(), format!("{k} (no envelope)")]
                     .into_iter()
                     .chain(std::iter::repeat_n("-".to_string(), 8))
@@ -232,39 +257,65 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
                     .collect(),
             );
             if RENDERED_KINDS.contains(k) {
-                renderable += 1;
+                self.renderable += 1;
             } else {
-                skipped.push(format!(
+                self.skipped.push(format!(
                     "{name}: {}, not rendered",
                     record::kinds::describe(k)
                 ));
             }
         }
         if let Some(why) = &f.empty {
-            skipped.push(format!("{name}: {why}"));
+            self.skipped.push(format!("{name}: {why}"));
         }
         let (t, _) = evidence::times_of(&f.path, &f.records);
-        times.extend(t);
+        self.times.extend(t);
     }
-    if renderable == 0 {
-        return Err(crate::error::usage(format!(
-            "nothing to render in the {} file(s): {}; report renders collective, verify, sweep, bandwidth and selftest results",
-            files.len(),
-            skipped.join("; ")
-        )));
-    }
-    let _ = writeln!(md, "## Inputs\n\n{}", markdown_table(&inputs_t));
-    if !skipped.is_empty() {
-        let _ = writeln!(md, "Skipped (nothing this report renders):\n");
-        for s in &skipped {
-            let _ = writeln!(md, "- {s}");
-        }
-        md.push('\n');
-    }
-    let owned: Vec<Record> = rendered.iter().map(|r| (*r).clone()).collect();
-    let tabs: BTreeMap<String, Table> = tables(&owned).into_iter().collect();
 
-    // (a) Collective latency vs message size.
+    /// Whether the record `at` is rendered, or left out and why.
+    fn add_record(&mut self, r: &'a Record, at: &str) {
+        match &r.body {
+            Body::Collective(_) | Body::Verify(_) => {
+                self.rendered.push(r);
+                self.renderable += 1;
+            }
+            Body::Other { name: kind, data } if kind == record::kinds::SWEEP_POINT => {
+                // Checked here without a copy (deserialized from the value in place).
+                match <crate::sweep::results::SweepPoint as serde::Deserialize>::deserialize(data) {
+                    Ok(_) => self.renderable += 1,
+                    Err(e) => self
+                        .skipped
+                        .push(format!("{at}: a malformed sweep point ({e}), not rendered")),
+                }
+            }
+            Body::Other { name: kind, .. } if RENDERED_KINDS.contains(&kind.as_str()) => {
+                self.renderable += 1
+            }
+            Body::Other { name: kind, .. } => self.skipped.push(format!(
+                "{at}: {}, not rendered",
+                record::kinds::describe(kind)
+            )),
+        }
+    }
+}
+
+/// " (includes modeled)" after a plot's title when any of its records is modeled.
+fn modeled_suffix(any_modeled: bool) -> &'static str {
+    if any_modeled {
+        " (includes modeled)"
+    } else {
+        ""
+    }
+}
+
+/// (a) Collective latency against message size: a series per collective record and launch
+/// mode, and the collective records' table.
+fn latency_section(
+    files: &[LoadedFile],
+    rendered: &[&Record],
+    md: &mut String,
+    svgs: &mut Vec<(String, String)>,
+) -> anyhow::Result<()> {
     let mut series = vec![];
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut any_modeled = false;
@@ -315,28 +366,33 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
             }
         }
     }
-    if !series.is_empty() {
-        let title = format!(
-            "Collective latency vs message size{}",
-            if any_modeled {
-                " (includes modeled)"
-            } else {
-                ""
-            }
-        );
-        svgs.push((
-            LATENCY_SVG.to_string(),
-            plots::latency_vs_size(&title, &series)?,
-        ));
-        let _ = writeln!(
-            md,
-            "## Collective latency\n\nMedian time per operation against message size; solid lines \
-             are CUDA-graph replays, dashed lines eager launches.\n\n![{title}]({LATENCY_SVG})\n"
-        );
-        let _ = writeln!(md, "{}", markdown_table(&collective_table(&rendered)));
+    if series.is_empty() {
+        return Ok(());
     }
+    let title = format!(
+        "Collective latency vs message size{}",
+        modeled_suffix(any_modeled)
+    );
+    svgs.push((
+        LATENCY_SVG.to_string(),
+        plots::latency_vs_size(&title, &series)?,
+    ));
+    let _ = writeln!(
+        md,
+        "## Collective latency\n\nMedian time per operation against message size; solid lines \
+         are CUDA-graph replays, dashed lines eager launches.\n\n![{title}]({LATENCY_SVG})\n"
+    );
+    let _ = writeln!(md, "{}", markdown_table(&collective_table(rendered)));
+    Ok(())
+}
 
-    // (b) Verify time per record.
+/// (b) Verify time per record: eager and graph bars, and the verify records' table.
+fn verify_section(
+    files: &[LoadedFile],
+    rendered: &[&Record],
+    md: &mut String,
+    svgs: &mut Vec<(String, String)>,
+) -> anyhow::Result<()> {
     let mut groups = vec![];
     let mut any_modeled = false;
     for f in files {
@@ -350,108 +406,111 @@ pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
             groups.push(g);
         }
     }
-    if !groups.is_empty() {
-        let title = format!(
-            "Time per verify forward, eager vs CUDA graph{}",
-            if any_modeled {
-                " (includes modeled)"
-            } else {
-                ""
-            }
-        );
-        svgs.push((VERIFY_SVG.to_string(), plots::verify_bars(&title, &groups)?));
-        let _ = writeln!(
-            md,
-            "## Verify time\n\nMedian time per forward of each record, eager (light) and CUDA \
-             graph (dark). Where collectives-only and compute-only runs exist they are stacked, \
-             and the full run is the black marker: the gap shows how much of the two overlaps \
-             or adds up.\n\n![{title}]({VERIFY_SVG})\n"
-        );
-        if let Some(t) = tabs.get("verify") {
-            let _ = writeln!(md, "{}", markdown_table(t));
-        }
+    if groups.is_empty() {
+        return Ok(());
     }
+    let title = format!(
+        "Time per verify forward, eager vs CUDA graph{}",
+        modeled_suffix(any_modeled)
+    );
+    svgs.push((VERIFY_SVG.to_string(), plots::verify_bars(&title, &groups)?));
+    let _ = writeln!(
+        md,
+        "## Verify time\n\nMedian time per forward of each record, eager (light) and CUDA \
+         graph (dark). Where collectives-only and compute-only runs exist they are stacked, \
+         and the full run is the black marker: the gap shows how much of the two overlaps \
+         or adds up.\n\n![{title}]({VERIFY_SVG})\n"
+    );
+    let owned: Vec<Record> = rendered.iter().map(|r| (*r).clone()).collect();
+    if let Some((_, t)) = tables(&owned).into_iter().find(|(k, _)| k == "verify") {
+        let _ = writeln!(md, "{}", markdown_table(&t));
+    }
+    Ok(())
+}
 
-    // Sweep rankings, bandwidth, selftest.
-    md += &sweep_sections(files);
-    md += &bandwidth_section(files);
-    md += &selftest_section(files);
-
-    // (c) Break-even.
+/// (c) The speculative-decoding break-even: tokens/s against accept length, a line per
+/// verify time (at most [`MAX_SPEED_LINES`]), and its tables; or why it is not drawn.
+fn breakeven_section(
+    flags: &Flags,
+    times: &[RecordTime],
+    md: &mut String,
+    svgs: &mut Vec<(String, String)>,
+) -> anyhow::Result<()> {
     let _ = writeln!(md, "## Speculative-decoding break-even\n");
-    match breakeven_of(flags, &times)? {
+    let a = match breakeven_of(flags, times)? {
         Err(why) => {
             let _ = writeln!(md, "Not drawn: {why}\n");
+            return Ok(());
         }
-        Ok(a) => {
-            let title = format!(
-                "Tokens/s vs accept length (k = {}, T_draft {:.2} ms){}",
-                a.inputs.draft_steps,
-                a.inputs.draft_ms.value,
-                if a.modeled { " (includes modeled)" } else { "" }
-            );
-            let lines: Vec<SpeedLine> = a
-                .rows
-                .iter()
-                .take(MAX_SPEED_LINES)
-                .map(|r| SpeedLine {
-                    label: format!(
-                        "T_verify {:.2} ms ({}{}), tau* {}{:.2}{}",
-                        r.verify_ms.value,
-                        if r.bound {
-                            "lower bound: a part of the verify"
-                        } else if r.modeled {
-                            "modeled"
-                        } else {
-                            r.verify_ms.origin.kind()
-                        },
-                        if r.at_floor {
-                            format!(", held at the decode step {:.2} ms", r.held_verify_ms)
-                        } else {
-                            String::new()
-                        },
-                        if r.bound { ">=" } else { "" },
-                        r.breakeven_accept_length,
-                        if r.bound {
-                            ""
-                        } else if r.breakeven_accept_length < 1.0 {
-                            " (< 1: pays at any acceptance)"
-                        } else if !r.reachable {
-                            " (> k+1: cannot pay)"
-                        } else {
-                            ""
-                        }
-                    ),
-                    cycle_ms: r.cycle_ms,
-                    breakeven: r.breakeven_accept_length,
-                })
-                .collect();
-            svgs.push((
-                TOKENS_SVG.to_string(),
-                plots::tokens_vs_accept(
-                    &title,
-                    &lines,
-                    a.baseline_tokens_per_s,
-                    a.inputs.draft_steps,
-                )?,
-            ));
-            md += &breakeven_markdown(&a);
-            if a.rows.len() > MAX_SPEED_LINES {
-                let _ = writeln!(
-                    md,
-                    "The plot shows the first {MAX_SPEED_LINES} of {} verify times; the tables list all.\n",
-                    a.rows.len()
-                );
-            }
-            let _ = writeln!(md, "![{title}]({TOKENS_SVG})\n");
-        }
+        Ok(a) => a,
+    };
+    let title = format!(
+        "Tokens/s vs accept length (k = {}, T_draft {:.2} ms){}",
+        a.inputs.draft_steps,
+        a.inputs.draft_ms.value,
+        modeled_suffix(a.modeled)
+    );
+    let lines: Vec<SpeedLine> = a
+        .rows
+        .iter()
+        .take(MAX_SPEED_LINES)
+        .map(|r| SpeedLine {
+            label: speed_label(r),
+            cycle_ms: r.cycle_ms,
+            breakeven: r.breakeven_accept_length,
+        })
+        .collect();
+    svgs.push((
+        TOKENS_SVG.to_string(),
+        plots::tokens_vs_accept(
+            &title,
+            &lines,
+            a.baseline_tokens_per_s,
+            a.inputs.draft_steps,
+        )?,
+    ));
+    *md += &breakeven_markdown(&a);
+    if a.rows.len() > MAX_SPEED_LINES {
+        let _ = writeln!(
+            md,
+            "The plot shows the first {MAX_SPEED_LINES} of {} verify times; the tables list all.\n",
+            a.rows.len()
+        );
     }
+    let _ = writeln!(md, "![{title}]({TOKENS_SVG})\n");
+    Ok(())
+}
 
-    Ok(Report {
-        markdown: md,
-        svgs,
-        skipped,
-    })
+/// The legend of a verify time's line in the tokens/s plot: the time, where it comes from,
+/// the floor it is held at, and tau*.
+fn speed_label(r: &crate::speculative::analysis::Row) -> String {
+    format!(
+        "T_verify {:.2} ms ({}{}), tau* {}{:.2}{}",
+        r.verify_ms.value,
+        if r.bound {
+            "lower bound: a part of the verify"
+        } else if r.modeled {
+            "modeled"
+        } else {
+            r.verify_ms.origin.kind()
+        },
+        if r.at_floor {
+            format!(", held at the decode step {:.2} ms", r.held_verify_ms)
+        } else {
+            String::new()
+        },
+        if r.bound { ">=" } else { "" },
+        r.breakeven_accept_length,
+        if r.bound {
+            ""
+        } else if r.breakeven_accept_length < 1.0 {
+            " (< 1: pays at any acceptance)"
+        } else if !r.reachable {
+            " (> k+1: cannot pay)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// The [`Body::Other`] kinds the report renders (besides collective and verify records).

@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-pub use crate::nccl_tests::{parse, NcclTestsRow, NcclTestsRun};
+pub use crate::nccl_tests::{parse, NcclTestsRun};
 use crate::record::{CollectiveResult, RankTime};
 
 /// One size and launch mode side by side.

@@ -169,77 +169,109 @@ const PER_WORKER: &[&str] = &["CUDA_VISIBLE_DEVICES"];
 
 /// All findings for one tree, warnings first.
 pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
-    let mut out = vec![];
     let readable: Vec<&ProcessInfo> = tree.processes.iter().filter(|p| p.env.is_some()).collect();
     let any_gpu = tree.processes.iter().any(|p| p.holds_gpu());
-    let root = tree
+    let root_env = tree
         .processes
         .iter()
-        .find(|p| p.pid == tree.root && p.depth == 0);
-
-    // 1. Set in the root, missing in a descendant.
-    if let Some(root_env) = root.and_then(|r| r.env.as_ref()) {
-        for (name, value) in root_env {
-            let missing: Vec<&ProcessInfo> = readable
-                .iter()
-                .copied()
-                .filter(|p| p.depth > 0 && !p.env.as_ref().unwrap().contains_key(name))
-                .collect();
-            if missing.is_empty() {
-                continue;
-            }
-            let gpu_missing = missing.iter().any(|p| p.holds_gpu());
-            let n_desc = readable.iter().filter(|p| p.depth > 0).count();
-            out.push(Finding {
-                kind: Kind::MissingInDescendant,
-                severity: if gpu_missing || !any_gpu {
-                    Severity::Warning
-                } else {
-                    Severity::Note
-                },
-                variable: Some(name.clone()),
-                pids: missing.iter().map(|p| p.pid).collect(),
-                message: format!(
-                    "{name}={} is set in the root (pid {}) but missing in {} of {} {}: {}{}",
-                    show_value(Some(value)),
-                    tree.root,
-                    missing.len(),
-                    n_desc,
-                    if n_desc == 1 {
-                        "descendant"
-                    } else {
-                        "descendants"
-                    },
-                    list(&missing),
-                    if gpu_missing {
-                        ", which hold GPUs: NCCL there runs without it"
-                    } else if any_gpu {
-                        " (none of them holds a GPU)"
-                    } else {
-                        ""
-                    }
-                ),
-            });
-        }
+        .find(|p| p.pid == tree.root && p.depth == 0)
+        .and_then(|r| r.env.as_ref());
+    let mut out = vec![];
+    if let Some(root_env) = root_env {
+        out.extend(missing_in_descendants(tree, root_env, &readable, any_gpu));
+        out.extend(not_in_root(tree, root_env, &readable));
     }
+    out.extend(disagreements(&readable, any_gpu));
+    let (unknown, any_nccl) = unknown_names(&readable, expects);
+    out.extend(unknown);
+    out.extend(forked_copies(tree));
+    out.extend(nccl_findings(tree));
+    out.extend(unseen(tree, !readable.is_empty() && !any_nccl));
+    out.sort_by_key(|f| f.severity == Severity::Note);
+    out
+}
 
-    // 1b. In a descendant but not in the root's start-time environment.
-    if let Some(root_env) = root.and_then(|r| r.env.as_ref()) {
-        let mut names: Vec<&String> = readable
+/// The environment of a readable process.
+fn env_of(p: &ProcessInfo) -> &BTreeMap<String, String> {
+    p.env.as_ref().expect("a readable process")
+}
+
+/// Rule 1: Set in the root, missing in a descendant.
+fn missing_in_descendants(
+    tree: &Tree,
+    root_env: &BTreeMap<String, String>,
+    readable: &[&ProcessInfo],
+    any_gpu: bool,
+) -> Vec<Finding> {
+    let mut out = vec![];
+    for (name, value) in root_env {
+        let missing: Vec<&ProcessInfo> = readable
             .iter()
-            .filter(|p| p.depth > 0)
-            .flat_map(|p| p.env.as_ref().unwrap().keys())
-            .filter(|n| !root_env.contains_key(*n) && !PER_WORKER.contains(&n.as_str()))
+            .copied()
+            .filter(|p| p.depth > 0 && !env_of(p).contains_key(name))
             .collect();
-        names.sort();
-        names.dedup();
-        for name in names {
+        if missing.is_empty() {
+            continue;
+        }
+        let gpu_missing = missing.iter().any(|p| p.holds_gpu());
+        let n_desc = readable.iter().filter(|p| p.depth > 0).count();
+        out.push(Finding {
+            kind: Kind::MissingInDescendant,
+            severity: if gpu_missing || !any_gpu {
+                Severity::Warning
+            } else {
+                Severity::Note
+            },
+            variable: Some(name.clone()),
+            pids: missing.iter().map(|p| p.pid).collect(),
+            message: format!(
+                "{name}={} is set in the root (pid {}) but missing in {} of {} {}: {}{}",
+                show_value(Some(value)),
+                tree.root,
+                missing.len(),
+                n_desc,
+                if n_desc == 1 {
+                    "descendant"
+                } else {
+                    "descendants"
+                },
+                list(&missing),
+                if gpu_missing {
+                    ", which hold GPUs: NCCL there runs without it"
+                } else if any_gpu {
+                    " (none of them holds a GPU)"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    out
+}
+
+/// Rule 1b: In a descendant but not in the root's start-time environment.
+fn not_in_root(
+    tree: &Tree,
+    root_env: &BTreeMap<String, String>,
+    readable: &[&ProcessInfo],
+) -> Vec<Finding> {
+    let mut names: Vec<&String> = readable
+        .iter()
+        .filter(|p| p.depth > 0)
+        .flat_map(|p| env_of(p).keys())
+        .filter(|n| !root_env.contains_key(*n) && !PER_WORKER.contains(&n.as_str()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
             let having: Vec<&ProcessInfo> = readable
                 .iter()
                 .copied()
-                .filter(|p| p.depth > 0 && p.env.as_ref().unwrap().contains_key(name))
+                .filter(|p| p.depth > 0 && env_of(p).contains_key(name))
                 .collect();
-            out.push(Finding {
+            Finding {
                 kind: Kind::NotInRoot,
                 severity: Severity::Note,
                 variable: Some(name.clone()),
@@ -258,11 +290,13 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
                     list(&having),
                     if having.len() == 1 { "it" } else { "them" },
                 ),
-            });
-        }
-    }
+            }
+        })
+        .collect()
+}
 
-    // 2. Values that should agree but do not.
+/// Rule 2: Values that should agree but do not.
+fn disagreements(readable: &[&ProcessInfo], any_gpu: bool) -> Vec<Finding> {
     let (group, basis): (Vec<&ProcessInfo>, Basis) = if any_gpu {
         (
             readable.iter().copied().filter(|p| p.holds_gpu()).collect(),
@@ -274,95 +308,108 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
             Basis::Descendants,
         )
     };
-    if group.len() >= 2 {
-        let mut names: Vec<&String> = group
-            .iter()
-            .flat_map(|p| p.env.as_ref().unwrap().keys())
-            .filter(|n| !PER_WORKER.contains(&n.as_str()))
-            .collect();
-        names.sort();
-        names.dedup();
-        for name in names {
-            let mut by_value: BTreeMap<Option<&str>, Vec<&ProcessInfo>> = BTreeMap::new();
-            for p in &group {
-                let v = p.env.as_ref().unwrap().get(name).map(String::as_str);
-                by_value.entry(v).or_default().push(p);
-            }
-            if by_value.len() < 2 {
-                continue;
-            }
-            let parts: Vec<String> = by_value
-                .iter()
-                .map(|(v, ps)| format!("{} in {}", show_value(*v), list(ps)))
-                .collect();
-            out.push(Finding {
-                kind: Kind::ValuesDisagree,
-                severity: Severity::Warning,
-                variable: Some(name.clone()),
-                pids: group.iter().map(|p| p.pid).collect(),
-                message: format!(
-                    "{name} differs across {}: {}",
-                    basis.describe(),
-                    parts.join("; ")
-                ),
-            });
-        }
+    if group.len() < 2 {
+        return vec![];
     }
+    let mut names: Vec<&String> = group
+        .iter()
+        .flat_map(|p| env_of(p).keys())
+        .filter(|n| !PER_WORKER.contains(&n.as_str()))
+        .collect();
+    names.sort();
+    names.dedup();
+    let mut out = vec![];
+    for name in names {
+        let mut by_value: BTreeMap<Option<&str>, Vec<&ProcessInfo>> = BTreeMap::new();
+        for p in &group {
+            let v = env_of(p).get(name).map(String::as_str);
+            by_value.entry(v).or_default().push(p);
+        }
+        if by_value.len() < 2 {
+            continue;
+        }
+        let parts: Vec<String> = by_value
+            .iter()
+            .map(|(v, ps)| format!("{} in {}", show_value(*v), list(ps)))
+            .collect();
+        out.push(Finding {
+            kind: Kind::ValuesDisagree,
+            severity: Severity::Warning,
+            variable: Some(name.clone()),
+            pids: group.iter().map(|p| p.pid).collect(),
+            message: format!(
+                "{name} differs across {}: {}",
+                basis.describe(),
+                parts.join("; ")
+            ),
+        });
+    }
+    out
+}
 
-    // 3. NCCL_* names NCCL does not read.
+/// Rule 3: NCCL_* names NCCL does not read, set in a process or named in `--expect`; the second
+/// value says whether any process sets an NCCL_* variable at all.
+fn unknown_names(readable: &[&ProcessInfo], expects: &[Expect]) -> (Vec<Finding>, bool) {
     let mut seen: BTreeMap<&str, Vec<&ProcessInfo>> = BTreeMap::new();
-    for p in &readable {
-        for name in p.env.as_ref().unwrap().keys() {
+    for p in readable {
+        for name in env_of(p).keys() {
             if name.len() >= 5 && name[..5].eq_ignore_ascii_case("NCCL_") {
                 seen.entry(name).or_default().push(p);
             }
         }
     }
-    let mut unknown = |name: &str, where_: String, pids: Vec<u32>| {
-        if nccl_vars::is_known_nccl_var(name) {
-            return;
-        }
-        if let Some(torch) = nccl_vars::torch_legacy_alias(name) {
-            out.push(Finding {
-                kind: Kind::TorchVariable,
-                severity: Severity::Note,
-                variable: Some(name.into()),
-                pids,
-                message: format!(
-                    "{name} is read by PyTorch (old name of {torch}), not by NCCL; {where_}"
-                ),
-            });
-            return;
-        }
-        let hint = match nccl_vars::suggest(name) {
-            Some(s) if !s.eq_ignore_ascii_case(name) => format!(" (did you mean {s}?)"),
-            Some(s) => format!(" (did you mean {s}? names are case-sensitive)"),
-            None => String::new(),
-        };
-        out.push(Finding {
-            kind: Kind::UnknownVariable,
-            severity: Severity::Warning,
-            variable: Some(name.into()),
-            pids,
-            message: format!(
-                "{name} is not a variable NCCL reads, so it changes nothing{hint}; {where_}"
-            ),
-        });
-    };
+    let mut out = vec![];
     for (name, ps) in &seen {
-        unknown(
+        out.extend(unknown_name(
             name,
             format!("set in {}", list(ps)),
             ps.iter().map(|p| p.pid).collect(),
-        );
+        ));
     }
     for e in expects {
         if !seen.contains_key(e.name.as_str()) && e.name.starts_with("NCCL_") {
-            unknown(&e.name, "named in --expect".into(), vec![]);
+            out.extend(unknown_name(&e.name, "named in --expect".into(), vec![]));
         }
     }
+    (out, !seen.is_empty())
+}
 
-    // 4. A child that kept its parent's command line and environment.
+/// The finding about `name` when NCCL does not read it: PyTorch's old name of a variable, or
+/// a misspelling with the name it is closest to.
+fn unknown_name(name: &str, where_: String, pids: Vec<u32>) -> Option<Finding> {
+    if nccl_vars::is_known_nccl_var(name) {
+        return None;
+    }
+    if let Some(torch) = nccl_vars::torch_legacy_alias(name) {
+        return Some(Finding {
+            kind: Kind::TorchVariable,
+            severity: Severity::Note,
+            variable: Some(name.into()),
+            pids,
+            message: format!(
+                "{name} is read by PyTorch (old name of {torch}), not by NCCL; {where_}"
+            ),
+        });
+    }
+    let hint = match nccl_vars::suggest(name) {
+        Some(s) if !s.eq_ignore_ascii_case(name) => format!(" (did you mean {s}?)"),
+        Some(s) => format!(" (did you mean {s}? names are case-sensitive)"),
+        None => String::new(),
+    };
+    Some(Finding {
+        kind: Kind::UnknownVariable,
+        severity: Severity::Warning,
+        variable: Some(name.into()),
+        pids,
+        message: format!(
+            "{name} is not a variable NCCL reads, so it changes nothing{hint}; {where_}"
+        ),
+    })
+}
+
+/// Rule 4: A child that kept its parent's command line and environment.
+fn forked_copies(tree: &Tree) -> Vec<Finding> {
+    let mut out = vec![];
     for p in tree.processes.iter().filter(|p| p.depth > 0) {
         let Some(parent) = tree.processes.iter().find(|q| q.pid == p.ppid) else {
             continue;
@@ -382,11 +429,13 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
             });
         }
     }
+    out
+}
 
-    // 4b. The NCCL libraries the processes have mapped.
-    out.extend(nccl_findings(tree));
-
-    // 5. What could not be seen.
+/// Rule 5: What could not be seen: unreadable environments, processes that exited during the
+/// walk, and (`no_nccl`) no NCCL_* variable in any readable process.
+fn unseen(tree: &Tree, no_nccl: bool) -> Vec<Finding> {
+    let mut out = vec![];
     let unreadable: Vec<&ProcessInfo> = tree.processes.iter().filter(|p| p.env.is_none()).collect();
     if !unreadable.is_empty() {
         let why = unreadable[0].env_error.clone().unwrap_or_default();
@@ -416,7 +465,7 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
             message: format!("skipped {}", parts.join("; ")),
         });
     }
-    if !readable.is_empty() && seen.is_empty() {
+    if no_nccl {
         out.push(Finding {
             kind: Kind::NoNcclSettings,
             severity: Severity::Note,
@@ -427,7 +476,6 @@ pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
                 .into(),
         });
     }
-    out.sort_by_key(|f| f.severity == Severity::Note);
     out
 }
 

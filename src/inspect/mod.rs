@@ -24,10 +24,9 @@ pub mod procfs;
 pub mod render;
 pub mod walk;
 
-pub use findings::{analyze, check_expectations, parse_expect, Expect, Finding};
-pub use nccl_vars::{is_known_nccl_var, suggest};
+pub use findings::{analyze, check_expectations, parse_expect, Expect};
 pub use render::{Report, TreeReport};
-pub use walk::{find_roots, snapshot, walk, Tree, WalkError};
+pub use walk::{find_roots, snapshot, walk, WalkError};
 
 /// Inspects the trees under `roots`: walk, findings, expectations.
 pub fn inspect(

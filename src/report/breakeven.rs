@@ -58,10 +58,9 @@ pub(crate) fn rate_cell(tau_star: f64, rate: Option<f64>) -> String {
     }
 }
 
-/// The human-readable break-even.
+/// The human-readable break-even: the inputs, the break-even per verify time with its
+/// footnotes, and the tokens/s grid.
 pub fn render(a: &Analysis) -> String {
-    let i = &a.inputs;
-    let k = i.draft_steps;
     let mut o = String::new();
     let _ = writeln!(o, "# verifybench breakeven");
     let _ = writeln!(o, "# assumption: {}", a.assumption);
@@ -71,21 +70,36 @@ pub fn render(a: &Analysis) -> String {
             "# MODELED: rows marked 'modeled' use times from the cost model, so their outputs are modeled"
         );
     }
+    inputs_block(&mut o, a);
+    let _ = writeln!(
+        o,
+        "\nWithout speculation: {:.2} tok/s (1000 / T_decode)",
+        a.baseline_tokens_per_s
+    );
+    breakeven_block(&mut o, a);
+    grid_block(&mut o, a);
+    let _ = writeln!(
+        o,
+        "\nOutputs are computed from the inputs above{}.",
+        if a.modeled {
+            "; rows marked 'modeled' are modeled"
+        } else {
+            "; none of them is modeled"
+        }
+    );
+    o
+}
+
+/// The inputs, each with where it comes from, then the notes and warnings.
+fn inputs_block(o: &mut String, a: &Analysis) {
+    let i = &a.inputs;
+    let k = i.draft_steps;
+    let line = |o: &mut String, name: &str, l: &Labelled| {
+        let _ = writeln!(o, "  {:<14}{}   {}", name, ms(l), l.origin);
+    };
     let _ = writeln!(o, "\nInputs");
-    let _ = writeln!(
-        o,
-        "  {:<14}{}   {}",
-        "T_decode",
-        ms(&i.decode_ms),
-        i.decode_ms.origin
-    );
-    let _ = writeln!(
-        o,
-        "  {:<14}{}   {}",
-        "T_draft",
-        ms(&i.draft_ms),
-        i.draft_ms.origin
-    );
+    line(o, "T_decode", &i.decode_ms);
+    line(o, "T_draft", &i.draft_ms);
     let _ = writeln!(
         o,
         "  {:<14}{:>8}      {}; the verify covers k+1 = {} tokens",
@@ -94,13 +108,7 @@ pub fn render(a: &Analysis) -> String {
         i.draft_steps_origin,
         k + 1
     );
-    let _ = writeln!(
-        o,
-        "  {:<14}{}   {}",
-        "overhead",
-        ms(&i.overhead_ms),
-        i.overhead_ms.origin
-    );
+    line(o, "overhead", &i.overhead_ms);
     if let Some(t) = &i.accept_length {
         let _ = writeln!(
             o,
@@ -109,8 +117,7 @@ pub fn render(a: &Analysis) -> String {
         );
     }
     for (n, v) in i.verify_ms.iter().enumerate() {
-        let name = if n == 0 { "T_verify" } else { "" };
-        let _ = writeln!(o, "  {:<14}{}   {}", name, ms(v), v.origin);
+        line(o, if n == 0 { "T_verify" } else { "" }, v);
     }
     for note in &i.notes {
         let _ = writeln!(o, "  note: {note}");
@@ -118,18 +125,16 @@ pub fn render(a: &Analysis) -> String {
     for w in &a.warnings {
         let _ = writeln!(o, "  warning: {w}");
     }
+}
 
-    let _ = writeln!(
-        o,
-        "\nWithout speculation: {:.2} tok/s (1000 / T_decode)",
-        a.baseline_tokens_per_s
-    );
-
+/// The break-even of each verify time (cycle, tau*, alpha*, and tokens/s and speedup at the
+/// accept length given), then a footnote for each mark the rows carry.
+fn breakeven_block(o: &mut String, a: &Analysis) {
     let _ = writeln!(
         o,
         "\nBreak-even (cycle = k x T_draft + T_verify + overhead; tau* = cycle / T_decode; alpha* = constant acceptance rate with expected tokens tau*)"
     );
-    let at = i.accept_length.as_ref().map(|t| t.value);
+    let at = a.inputs.accept_length.as_ref().map(|t| t.value);
     let mut head = format!(
         "  {:>11}  {:<9} {:>9} {:>7} {:>12}",
         "T_verify ms", "source", "cycle ms", "tau*", "alpha*"
@@ -194,17 +199,20 @@ pub fn render(a: &Analysis) -> String {
         let _ = writeln!(
             o,
             "  (unreachable: tau* > k+1 = {}, no acceptance can pay for this cycle)",
-            k + 1
+            a.inputs.draft_steps + 1
         );
     }
+}
 
+/// Tokens/s of each verify time (rows) at each accept length of the table (columns).
+fn grid_block(o: &mut String, a: &Analysis) {
     let _ = writeln!(
         o,
         "\nTokens/s by verify time (rows) and accept length (columns); * beats {:.2} tok/s without speculation",
         a.baseline_tokens_per_s
     );
     let mut head = format!("  {:>11}", "T_verify ms");
-    for t in &i.table_accept_lengths {
+    for t in &a.inputs.table_accept_lengths {
         let _ = write!(head, " {:>9}", format!("tau={}", num(*t)));
     }
     let _ = writeln!(o, "{head}");
@@ -221,14 +229,4 @@ pub fn render(a: &Analysis) -> String {
         }
         let _ = writeln!(o, "{line}");
     }
-    let _ = writeln!(
-        o,
-        "\nOutputs are computed from the inputs above{}.",
-        if a.modeled {
-            "; rows marked 'modeled' are modeled"
-        } else {
-            "; none of them is modeled"
-        }
-    );
-    o
 }

@@ -1,7 +1,9 @@
 //! Pure exporters: records -> bytes. The caller writes the files (after every result, so a
 //! later failure loses nothing).
 
-use crate::record::{Body, CollTiming, Mode, Record, Source};
+use crate::record::{
+    Body, CollTiming, CollectiveRow, ImplRun, Mode, Record, Source, VerifyResult, VerifyRun,
+};
 
 /// A flat table: what CSV and Markdown both render.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,164 +46,164 @@ fn timing_cells(source: Source, t: &Option<CollTiming>) -> Vec<String> {
     }
 }
 
+const COLLECTIVE_HEADERS: [&str; 16] = [
+    "source",
+    "op",
+    "nranks",
+    "dtype",
+    "size_bytes",
+    "count",
+    "eager_time_us",
+    "eager_p99_us",
+    "eager_algbw_gbps",
+    "eager_busbw_gbps",
+    "eager_wrong",
+    "graph_time_us",
+    "graph_p99_us",
+    "graph_algbw_gbps",
+    "graph_busbw_gbps",
+    "graph_wrong",
+];
+
+const VERIFY_HEADERS: [&str; 15] = [
+    "source",
+    "model",
+    "phase",
+    "tp",
+    "tokens",
+    "mode",
+    "graph",
+    "median_us",
+    "p99_us",
+    "mean_us",
+    "stddev_us",
+    "n",
+    "per_collective_us",
+    "collectives",
+    "wrong",
+];
+
+/// A table of `headers` with "impl" inserted at `impl_at` when given, and no rows yet.
+fn empty_table(headers: &[&str], impl_at: Option<usize>) -> Table {
+    let mut headers: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    if let Some(at) = impl_at {
+        headers.insert(at, "impl".into());
+    }
+    Table {
+        headers,
+        rows: vec![],
+    }
+}
+
 /// The rows of the records, one table per record kind present (collective, then verify).
 pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
-    let mut coll = Table {
-        headers: [
-            "source",
-            "op",
-            "nranks",
-            "dtype",
-            "size_bytes",
-            "count",
-            "eager_time_us",
-            "eager_p99_us",
-            "eager_algbw_gbps",
-            "eager_busbw_gbps",
-            "eager_wrong",
-            "graph_time_us",
-            "graph_p99_us",
-            "graph_algbw_gbps",
-            "graph_busbw_gbps",
-            "graph_wrong",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: vec![],
-    };
-    let mut ver = Table {
-        headers: [
-            "source",
-            "model",
-            "phase",
-            "tp",
-            "tokens",
-            "mode",
-            "graph",
-            "median_us",
-            "p99_us",
-            "mean_us",
-            "stddev_us",
-            "n",
-            "per_collective_us",
-            "collectives",
-            "wrong",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: vec![],
-    };
+    let mut coll = empty_table(&COLLECTIVE_HEADERS, None);
+    let mut ver = empty_table(&VERIFY_HEADERS, None);
     // The custom P2P implementations' rows (`--impl`), in tables of their own so that files
     // without them export exactly as before.
-    let mut coll_impl = Table {
-        headers: {
-            let mut h = coll.headers.clone();
-            h.insert(6, "impl".into());
-            h
-        },
-        rows: vec![],
-    };
-    let mut ver_impl = Table {
-        headers: {
-            let mut h = ver.headers.clone();
-            h.insert(5, "impl".into());
-            h
-        },
-        rows: vec![],
-    };
+    let mut coll_impl = empty_table(&COLLECTIVE_HEADERS, Some(6));
+    let mut ver_impl = empty_table(&VERIFY_HEADERS, Some(5));
     for r in records {
         match &r.body {
             Body::Collective(c) => {
-                for row in &c.rows {
-                    for t in &row.p2p {
-                        let mut cells = vec![
-                            r.source.label().to_string(),
-                            c.op.name().to_string(),
-                            c.nranks.to_string(),
-                            c.dtype.name().to_string(),
-                            row.size_bytes.to_string(),
-                            row.count.to_string(),
-                            t.imp.name().to_string(),
-                        ];
-                        cells.extend(timing_cells(r.source, &t.eager));
-                        cells.extend(timing_cells(r.source, &t.graph));
-                        coll_impl.rows.push(cells);
-                    }
-                }
-                for row in &c.rows {
-                    let mut cells = vec![
+                let first = |row: &CollectiveRow| {
+                    vec![
                         r.source.label().to_string(),
                         c.op.name().to_string(),
                         c.nranks.to_string(),
                         c.dtype.name().to_string(),
                         row.size_bytes.to_string(),
                         row.count.to_string(),
-                    ];
+                    ]
+                };
+                for row in &c.rows {
+                    for t in &row.p2p {
+                        let mut cells = first(row);
+                        cells.push(t.imp.name().to_string());
+                        cells.extend(timing_cells(r.source, &t.eager));
+                        cells.extend(timing_cells(r.source, &t.graph));
+                        coll_impl.rows.push(cells);
+                    }
+                }
+                for row in &c.rows {
+                    let mut cells = first(row);
                     cells.extend(timing_cells(r.source, &row.eager));
                     cells.extend(timing_cells(r.source, &row.graph));
                     coll.rows.push(cells);
                 }
             }
             Body::Verify(v) => {
-                let w = &v.workload;
-                for ir in &v.p2p {
-                    let run = &ir.run;
-                    ver_impl.rows.push(vec![
-                        r.source.label().to_string(),
-                        w.model.clone(),
-                        w.phase.name().to_string(),
-                        w.tp.to_string(),
-                        w.tokens.to_string(),
-                        ir.imp.name().to_string(),
-                        run.mode.name().to_string(),
-                        run.graph.to_string(),
-                        f2(run.per_verify.median_us),
-                        f2(run.per_verify.p99_us),
-                        f2(run.per_verify.mean_us),
-                        f2(run.per_verify.stddev_us),
-                        run.per_verify.n.to_string(),
-                        f2(run.per_collective_us),
-                        (w.n_all_reduce + w.n_all_gather).to_string(),
-                        run.wrong.to_string(),
-                    ]);
-                }
-                for run in &v.runs {
-                    ver.rows.push(vec![
-                        r.source.label().to_string(),
-                        w.model.clone(),
-                        w.phase.name().to_string(),
-                        w.tp.to_string(),
-                        w.tokens.to_string(),
-                        run.mode.name().to_string(),
-                        run.graph.to_string(),
-                        f2(run.per_verify.median_us),
-                        if_measured(r.source, f2(run.per_verify.p99_us)),
-                        f2(run.per_verify.mean_us),
-                        if_measured(r.source, f2(run.per_verify.stddev_us)),
-                        if_measured(r.source, run.per_verify.n.to_string()),
-                        if_collectives(run.mode, f2(run.per_collective_us)),
-                        if_collectives(run.mode, (w.n_all_reduce + w.n_all_gather).to_string()),
-                        if_measured(r.source, if_collectives(run.mode, run.wrong.to_string())),
-                    ]);
-                }
+                ver_impl
+                    .rows
+                    .extend(v.p2p.iter().map(|ir| verify_impl_row(r.source, v, ir)));
+                ver.rows
+                    .extend(v.runs.iter().map(|run| verify_row(r.source, v, run)));
             }
             Body::Other { .. } => {}
         }
     }
-    let mut out = vec![];
-    if !coll.rows.is_empty() {
-        out.push(("collective".to_string(), coll));
-    }
-    if !ver.rows.is_empty() {
-        out.push(("verify".to_string(), ver));
-    }
-    if !coll_impl.rows.is_empty() {
-        out.push(("collective by implementation".to_string(), coll_impl));
-    }
-    if !ver_impl.rows.is_empty() {
-        out.push(("verify by implementation".to_string(), ver_impl));
-    }
-    out
+    [
+        ("collective", coll),
+        ("verify", ver),
+        ("collective by implementation", coll_impl),
+        ("verify by implementation", ver_impl),
+    ]
+    .into_iter()
+    .filter(|(_, t)| !t.rows.is_empty())
+    .map(|(k, t)| (k.to_string(), t))
+    .collect()
+}
+
+/// A verify run's row: spreads, counts and `#wrong` only where something was timed and
+/// checked, the collectives' columns only where the run had collectives.
+fn verify_row(source: Source, v: &VerifyResult, run: &VerifyRun) -> Vec<String> {
+    let w = &v.workload;
+    let mut cells = workload_cells(source, v);
+    cells.extend([
+        run.mode.name().to_string(),
+        run.graph.to_string(),
+        f2(run.per_verify.median_us),
+        if_measured(source, f2(run.per_verify.p99_us)),
+        f2(run.per_verify.mean_us),
+        if_measured(source, f2(run.per_verify.stddev_us)),
+        if_measured(source, run.per_verify.n.to_string()),
+        if_collectives(run.mode, f2(run.per_collective_us)),
+        if_collectives(run.mode, (w.n_all_reduce + w.n_all_gather).to_string()),
+        if_measured(source, if_collectives(run.mode, run.wrong.to_string())),
+    ]);
+    cells
+}
+
+/// The row of a custom P2P implementation's verify run (`--impl`).
+fn verify_impl_row(source: Source, v: &VerifyResult, ir: &ImplRun) -> Vec<String> {
+    let (w, run) = (&v.workload, &ir.run);
+    let mut cells = workload_cells(source, v);
+    cells.extend([
+        ir.imp.name().to_string(),
+        run.mode.name().to_string(),
+        run.graph.to_string(),
+        f2(run.per_verify.median_us),
+        f2(run.per_verify.p99_us),
+        f2(run.per_verify.mean_us),
+        f2(run.per_verify.stddev_us),
+        run.per_verify.n.to_string(),
+        f2(run.per_collective_us),
+        (w.n_all_reduce + w.n_all_gather).to_string(),
+        run.wrong.to_string(),
+    ]);
+    cells
+}
+
+/// The first cells of a verify row: the source and the workload.
+fn workload_cells(source: Source, v: &VerifyResult) -> Vec<String> {
+    let w = &v.workload;
+    vec![
+        source.label().to_string(),
+        w.model.clone(),
+        w.phase.name().to_string(),
+        w.tp.to_string(),
+        w.tokens.to_string(),
+    ]
 }
 
 /// JSON: the records themselves (an array), pretty-printed.

@@ -4,6 +4,8 @@
 //! feature is needed; plotters only estimates text widths for layout. Every plot has a title,
 //! axis labels with units and a legend.
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -84,47 +86,51 @@ pub(crate) fn latency_vs_size(title: &str, series: &[Series]) -> anyhow::Result<
             .margin(16)
             .x_label_area_size(50)
             .y_label_area_size(80);
-        let xfmt = |x: &f64| human_bytes(x.round() as u64);
+        let x = (xlo..xhi).log_scale().with_key_points(xticks);
         if yhi / ylo > 20.0 {
-            let mut chart = b
-                .build_cartesian_2d(
-                    (xlo..xhi).log_scale().with_key_points(xticks),
-                    (ylo / 1.3..yhi * 1.3).log_scale(),
-                )
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("message size (bytes, log scale)")
-                .y_desc("time per operation (µs, log scale)")
-                .x_label_formatter(&xfmt)
-                .axis_desc_style((FONT, 16))
-                .label_style((FONT, 13))
-                .draw()
-                .map_err(err)?;
-            draw_lines(&mut chart, series)?;
-            draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+            let y = (ylo / 1.3..yhi * 1.3).log_scale();
+            latency_chart(&mut b, x, y, "time per operation (µs, log scale)", series)?;
         } else {
-            let mut chart = b
-                .build_cartesian_2d(
-                    (xlo..xhi).log_scale().with_key_points(xticks),
-                    0.0..yhi * 1.15,
-                )
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("message size (bytes, log scale)")
-                .y_desc("time per operation (µs)")
-                .x_label_formatter(&xfmt)
-                .axis_desc_style((FONT, 16))
-                .label_style((FONT, 13))
-                .draw()
-                .map_err(err)?;
-            draw_lines(&mut chart, series)?;
-            draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+            latency_chart(
+                &mut b,
+                x,
+                0.0..yhi * 1.15,
+                "time per operation (µs)",
+                series,
+            )?;
         }
         root.present().map_err(err)?;
     }
     Ok(buf)
+}
+
+/// The latency chart on `b`, message sizes on `x`, times on `y` (linear or log): the mesh,
+/// the lines and the legend.
+fn latency_chart<DB: DrawingBackend, X, Y>(
+    b: &mut ChartBuilder<'_, '_, DB>,
+    x: X,
+    y: Y,
+    y_desc: &str,
+    series: &[Series],
+) -> anyhow::Result<()>
+where
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = b.build_cartesian_2d(x, y).map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes, log scale)")
+        .y_desc(y_desc)
+        .x_label_formatter(&|x: &f64| human_bytes(x.round() as u64))
+        .axis_desc_style((FONT, 16))
+        .label_style((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    draw_lines(&mut chart, series)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 /// Powers of two in [lo, hi], every 2nd, 4th... so that at most `max` remain.
@@ -193,6 +199,11 @@ impl Stack {
         self.comm_ms.is_none() && self.compute_ms.is_none() && self.full_ms.is_none()
     }
 
+    /// Collectives and compute both present: drawn stacked.
+    fn stacked(&self) -> bool {
+        self.comm_ms.is_some() && self.compute_ms.is_some()
+    }
+
     fn top(&self) -> f64 {
         let stacked = self.comm_ms.unwrap_or(0.0) + self.compute_ms.unwrap_or(0.0);
         stacked.max(self.full_ms.unwrap_or(0.0))
@@ -253,114 +264,13 @@ pub(crate) fn verify_bars(title: &str, groups: &[BarGroup]) -> anyhow::Result<St
             .label_style((FONT, 13))
             .draw()
             .map_err(err)?;
-
-        let any = |f: &dyn Fn(&Stack) -> bool| groups.iter().any(|g| f(&g.eager) || f(&g.graph));
-        let stacked = |s: &Stack| s.comm_ms.is_some() && s.compute_ms.is_some();
-        // Legend entries first (empty series that only carry a label).
-        let mut legend = |label: &str, c: RGBColor| -> anyhow::Result<()> {
-            chart
-                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
-                .map_err(err)?
-                .label(label.to_string())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], c.filled()));
-            Ok(())
-        };
-        if any(&|s| s.comm_ms.is_some()) {
-            legend("collectives only (mode comm), graph", COMM)?;
-            legend("collectives only (mode comm), eager", light(COMM))?;
-        }
-        if any(&|s| s.compute_ms.is_some()) {
-            legend("compute only (mode compute), graph", COMPUTE)?;
-            legend("compute only (mode compute), eager", light(COMPUTE))?;
-        }
-        if any(&|s| s.full_ms.is_some() && !stacked(s)) {
-            legend("full verify (mode full), graph", FULL)?;
-            legend("full verify (mode full), eager", light(FULL))?;
-        }
-        if any(&|s| s.full_ms.is_some() && stacked(s)) {
-            chart
-                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
-                .map_err(err)?
-                .label("full verify (mode full), marker")
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(3))
-                });
-        }
-
-        let bw = 0.36;
+        bar_legend(&mut chart, groups)?;
         for (i, g) in groups.iter().enumerate() {
             for (stack, graph) in [(&g.eager, false), (&g.graph, true)] {
-                if stack.is_empty() {
-                    continue;
+                if !stack.is_empty() {
+                    let x0 = i as f64 + if graph { 0.02 } else { -0.02 - BAR_WIDTH };
+                    draw_bar(&root, &mut chart, stack, graph, x0, ymax)?;
                 }
-                let x0 = i as f64 + if graph { 0.02 } else { -0.02 - bw };
-                let x1 = x0 + bw;
-                let shade = |c: RGBColor| {
-                    if graph {
-                        c.filled()
-                    } else {
-                        light(c).filled()
-                    }
-                };
-                let mut rects = vec![];
-                let mut y = 0.0;
-                if stacked(stack) {
-                    let c = stack.comm_ms.unwrap_or(0.0);
-                    rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMM)));
-                    y = c + stack.compute_ms.unwrap_or(0.0);
-                    rects.push(Rectangle::new([(x0, c), (x1, y)], shade(COMPUTE)));
-                } else if let Some(f) = stack.full_ms {
-                    rects.push(Rectangle::new([(x0, 0.0), (x1, f)], shade(FULL)));
-                    y = f;
-                } else if let Some(c) = stack.comm_ms {
-                    rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMM)));
-                    y = c;
-                } else if let Some(c) = stack.compute_ms {
-                    rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMPUTE)));
-                    y = c;
-                }
-                rects.push(Rectangle::new(
-                    [(x0, 0.0), (x1, y)],
-                    BLACK.mix(0.6).stroke_width(1),
-                ));
-                chart.draw_series(rects).map_err(err)?;
-                let mut top = y;
-                if stacked(stack) {
-                    if let Some(f) = stack.full_ms {
-                        chart
-                            .draw_series(std::iter::once(PathElement::new(
-                                vec![(x0 - 0.03, f), (x1 + 0.03, f)],
-                                BLACK.stroke_width(3),
-                            )))
-                            .map_err(err)?;
-                        top = top.max(f);
-                    }
-                }
-                // The bar's value on top, and eager/graph underneath.
-                let shown = stack.full_ms.unwrap_or(y);
-                let mid = (x0 + x1) / 2.0;
-                let centred = |size: u32| {
-                    TextStyle::from((FONT, size).into_font()).pos(
-                        plotters::style::text_anchor::Pos::new(
-                            plotters::style::text_anchor::HPos::Center,
-                            plotters::style::text_anchor::VPos::Bottom,
-                        ),
-                    )
-                };
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        format!("{shown:.2}"),
-                        (mid, top + ymax * 0.01),
-                        centred(12),
-                    )))
-                    .map_err(err)?;
-                let (px, py) = chart.backend_coord(&(mid, 0.0));
-                draw_centred(
-                    &root,
-                    if graph { "graph" } else { "eager" },
-                    (px, py + 6),
-                    12,
-                )?;
             }
             let (px, py) = chart.backend_coord(&(i as f64, 0.0));
             for (l, line) in g.label.iter().take(3).enumerate() {
@@ -371,6 +281,124 @@ pub(crate) fn verify_bars(title: &str, groups: &[BarGroup]) -> anyhow::Result<St
         root.present().map_err(err)?;
     }
     Ok(buf)
+}
+
+type BarChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Width of one bar, in groups (a group is 1 wide).
+const BAR_WIDTH: f64 = 0.36;
+
+/// The legend entries of the bar chart, first (empty series that only carry a label): a graph
+/// and an eager entry for each part some bar has, and the marker of the full run.
+fn bar_legend<DB: DrawingBackend>(
+    chart: &mut BarChart<'_, DB>,
+    groups: &[BarGroup],
+) -> anyhow::Result<()> {
+    let any = |f: &dyn Fn(&Stack) -> bool| groups.iter().any(|g| f(&g.eager) || f(&g.graph));
+    let mut legend = |label: &str, c: RGBColor| -> anyhow::Result<()> {
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+            .map_err(err)?
+            .label(label.to_string())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], c.filled()));
+        Ok(())
+    };
+    if any(&|s| s.comm_ms.is_some()) {
+        legend("collectives only (mode comm), graph", COMM)?;
+        legend("collectives only (mode comm), eager", light(COMM))?;
+    }
+    if any(&|s| s.compute_ms.is_some()) {
+        legend("compute only (mode compute), graph", COMPUTE)?;
+        legend("compute only (mode compute), eager", light(COMPUTE))?;
+    }
+    if any(&|s| s.full_ms.is_some() && !s.stacked()) {
+        legend("full verify (mode full), graph", FULL)?;
+        legend("full verify (mode full), eager", light(FULL))?;
+    }
+    if any(&|s| s.full_ms.is_some() && s.stacked()) {
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(err)?
+            .label("full verify (mode full), marker")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(3)));
+    }
+    Ok(())
+}
+
+/// One bar from `x0`: collectives and compute stacked (the full run a marker across them), or
+/// the one time present; outlined, its value on top and eager/graph underneath.
+fn draw_bar<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &mut BarChart<'_, DB>,
+    stack: &Stack,
+    graph: bool,
+    x0: f64,
+    ymax: f64,
+) -> anyhow::Result<()> {
+    let x1 = x0 + BAR_WIDTH;
+    let shade = |c: RGBColor| {
+        if graph {
+            c.filled()
+        } else {
+            light(c).filled()
+        }
+    };
+    let mut rects = vec![];
+    let mut y = 0.0;
+    if stack.stacked() {
+        let c = stack.comm_ms.unwrap_or(0.0);
+        rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMM)));
+        y = c + stack.compute_ms.unwrap_or(0.0);
+        rects.push(Rectangle::new([(x0, c), (x1, y)], shade(COMPUTE)));
+    } else if let Some(f) = stack.full_ms {
+        rects.push(Rectangle::new([(x0, 0.0), (x1, f)], shade(FULL)));
+        y = f;
+    } else if let Some(c) = stack.comm_ms {
+        rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMM)));
+        y = c;
+    } else if let Some(c) = stack.compute_ms {
+        rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMPUTE)));
+        y = c;
+    }
+    rects.push(Rectangle::new(
+        [(x0, 0.0), (x1, y)],
+        BLACK.mix(0.6).stroke_width(1),
+    ));
+    chart.draw_series(rects).map_err(err)?;
+    let mut top = y;
+    if stack.stacked() {
+        if let Some(f) = stack.full_ms {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x0 - 0.03, f), (x1 + 0.03, f)],
+                    BLACK.stroke_width(3),
+                )))
+                .map_err(err)?;
+            top = top.max(f);
+        }
+    }
+    // The bar's value on top, and eager/graph underneath.
+    let shown = stack.full_ms.unwrap_or(y);
+    let mid = (x0 + x1) / 2.0;
+    let centred =
+        TextStyle::from((FONT, 12).into_font()).pos(plotters::style::text_anchor::Pos::new(
+            plotters::style::text_anchor::HPos::Center,
+            plotters::style::text_anchor::VPos::Bottom,
+        ));
+    chart
+        .draw_series(std::iter::once(Text::new(
+            format!("{shown:.2}"),
+            (mid, top + ymax * 0.01),
+            centred,
+        )))
+        .map_err(err)?;
+    let (px, py) = chart.backend_coord(&(mid, 0.0));
+    draw_centred(
+        root,
+        if graph { "graph" } else { "eager" },
+        (px, py + 6),
+        12,
+    )
 }
 
 fn draw_centred<DB: DrawingBackend>(

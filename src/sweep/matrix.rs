@@ -32,20 +32,14 @@ pub struct Point {
 }
 
 impl Point {
-    pub fn is_baseline(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_baseline(&self) -> bool {
         self.overrides.is_empty()
     }
 
-    /// `NCCL_PROTO=LL128 NCCL_ALGO=Ring`, or `(defaults)`.
-    pub fn label(&self) -> String {
-        if self.overrides.is_empty() {
-            return "(defaults)".into();
-        }
-        self.overrides
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+    #[cfg(test)]
+    pub(crate) fn label(&self) -> String {
+        label(&self.overrides)
     }
 
     /// The overrides sorted by name: what identifies the setting regardless of flag order.
@@ -62,6 +56,18 @@ impl Point {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// A point's settings as words: `NCCL_PROTO=LL128 NCCL_ALGO=Ring`, or `(defaults)`.
+pub(crate) fn label(overrides: &[(String, String)]) -> String {
+    if overrides.is_empty() {
+        return "(defaults)".into();
+    }
+    overrides
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Variables the sweep sets itself and so refuses to vary.
@@ -148,51 +154,6 @@ pub fn dimensions(lists: &[String], sets: &[String]) -> anyhow::Result<Vec<Dimen
     Ok(dims)
 }
 
-/// A named list of one-at-a-time variations.
-pub struct Preset {
-    pub name: &'static str,
-    pub about: &'static str,
-    /// Each entry is one point: the variables it sets.
-    pub points: &'static [&'static [(&'static str, &'static str)]],
-}
-
-/// Settings that matter on PCIe machines (no NVLink), each varied alone around the defaults:
-/// 16 points plus the baseline.
-pub const PCIE: Preset = Preset {
-    name: "pcie",
-    about: "protocol, algorithm (per-function Tree for all-reduce), P2P level and disable, channels, threads, buffer size; one variable at a time",
-    points: &[
-        &[("NCCL_PROTO", "LL")],
-        &[("NCCL_PROTO", "LL128")],
-        &[("NCCL_PROTO", "Simple")],
-        &[("NCCL_ALGO", "Ring")],
-        // Global Tree has no all-gather since NCCL 2.24: Tree for the all-reduces only.
-        &[("NCCL_ALGO", "ring;allreduce:tree")],
-        &[("NCCL_P2P_LEVEL", "PHB")],
-        &[("NCCL_P2P_LEVEL", "SYS")],
-        &[("NCCL_P2P_DISABLE", "1")],
-        &[("NCCL_MIN_NCHANNELS", "2"), ("NCCL_MAX_NCHANNELS", "2")],
-        &[("NCCL_MIN_NCHANNELS", "4"), ("NCCL_MAX_NCHANNELS", "4")],
-        &[("NCCL_MIN_NCHANNELS", "8"), ("NCCL_MAX_NCHANNELS", "8")],
-        &[("NCCL_NTHREADS", "128")],
-        &[("NCCL_NTHREADS", "256")],
-        &[("NCCL_NTHREADS", "512")],
-        &[("NCCL_BUFFSIZE", "1048576")],
-        &[("NCCL_BUFFSIZE", "16777216")],
-    ],
-};
-
-/// The preset called `name`.
-pub fn preset(name: &str) -> anyhow::Result<&'static Preset> {
-    match name {
-        "pcie" => Ok(&PCIE),
-        _ => Err(usage(format!(
-            "--preset {name}: unknown preset; available: pcie ({})",
-            PCIE.about
-        ))),
-    }
-}
-
 fn id_part(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -223,12 +184,16 @@ fn point_id(index: usize, overrides: &[(String, String)]) -> String {
     format!("p{index:02}-{label}")
 }
 
+/// One-at-a-time variations (a preset's, [`super::settings::preset`]): each entry is one
+/// point, the variables it sets.
+pub type Variations = &'static [&'static [(&'static str, &'static str)]];
+
 /// The points: the baseline, the cross product of `dims`, then the preset's points, without
 /// duplicates (the same overrides in any order count once). The library dimension
 /// (`NCCL_LIB`, [`super::library`]) is crossed with all of them, the baseline included: the
 /// points of its first library set no `NCCL_LIB` (the baseline stays "(defaults)"), each further
 /// library repeats them all with `NCCL_LIB` first (ids `pNN-LIB-2...`).
-pub fn points(dims: &[Dimension], preset: Option<&Preset>) -> Vec<Point> {
+pub fn points(dims: &[Dimension], preset: Option<Variations>) -> Vec<Point> {
     use super::library::NAME as LIB;
     let (libs, dims): (Vec<&Dimension>, Vec<&Dimension>) = dims.iter().partition(|d| d.name == LIB);
     let libs: Vec<&String> = libs.iter().flat_map(|d| &d.values).collect();
@@ -270,7 +235,7 @@ pub fn points(dims: &[Dimension], preset: Option<&Preset>) -> Vec<Point> {
 
 /// The settings of [`points`] before duplicates go: the baseline, the cross product of `dims`,
 /// then the preset's points.
-fn settings_of(dims: &[&Dimension], preset: Option<&Preset>) -> Vec<Vec<(String, String)>> {
+fn settings_of(dims: &[&Dimension], preset: Option<Variations>) -> Vec<Vec<(String, String)>> {
     let mut sets: Vec<Vec<(String, String)>> = vec![vec![]];
     if !dims.is_empty() {
         let mut cross: Vec<Vec<(String, String)>> = vec![vec![]];
@@ -289,7 +254,7 @@ fn settings_of(dims: &[&Dimension], preset: Option<&Preset>) -> Vec<Vec<(String,
         sets.extend(cross);
     }
     if let Some(p) = preset {
-        for pt in p.points {
+        for pt in p {
             sets.push(
                 pt.iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -343,6 +308,7 @@ pub fn nccl_list_allows(value: &str, func: Option<&str>, name: &str) -> Option<b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::settings::{preset, PCIE};
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
@@ -414,7 +380,7 @@ mod tests {
     #[test]
     fn preset_is_one_at_a_time_and_deduplicated_against_lists() {
         let d = dimensions(&s(&["NCCL_PROTO=LL"]), &[]).unwrap();
-        let p = points(&d, Some(preset("pcie").unwrap()));
+        let p = points(&d, Some(preset("pcie").unwrap().points));
         assert_eq!(p.len(), 1 + PCIE.points.len());
         assert!(p.iter().skip(1).all(|x| !x.overrides.is_empty()));
         assert!(p.iter().any(|x| x.get("NCCL_P2P_DISABLE") == Some("1")));

@@ -1,7 +1,8 @@
 //! A fake point for `sweep --debug-mode` and tests (like hyperfine's debug mode): no child
 //! process, no GPU; a synthetic record whose numbers are FAKE (labelled modeled, backend
 //! `mock`) and a synthetic NCCL 2.28 log that imitates what NCCL does with NCCL_PROTO,
-//! NCCL_ALGO (a global Tree fails the all-gather), NCCL_P2P_DISABLE and NCCL_SHM_DISABLE.
+//! NCCL_ALGO (a global Tree fails the all-gather), NCCL_P2P_DISABLE and NCCL_SHM_DISABLE (its
+//! choices: [`super::settings::FakeChoices`]).
 //! It exercises the whole pipeline: environments, log parsing, checks, ranking, resume.
 //! A point given a library (`VERIFYBENCH_NCCL_LIB`) "loads" it: every fake worker reports that
 //! file, resolved, and the version its name (or wheel) tells (2.28.3 when none does), and the
@@ -13,10 +14,13 @@
 //! a true gain on one point through [`MOCK_PLANT_ENV`] and interrupt a sweep after a number
 //! of pairs through [`MOCK_INTERRUPT_AFTER_ENV`].
 
+use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::env::nccl_part;
-use super::runner::{PointJob, PointOutcome};
+use super::runner::{PointJob, PointOutcome, PointRunner};
+use super::settings::FakeChoices;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, Schedule};
 use crate::record::{
@@ -87,10 +91,41 @@ impl MockSpec<'_> {
 }
 
 /// The mock's interrupt hook: the number of pairs after which to stop, if set.
-pub fn interrupt_after_from_env() -> Option<usize> {
+fn interrupt_after_from_env() -> Option<usize> {
     std::env::var(MOCK_INTERRUPT_AFTER_ENV)
         .ok()
         .and_then(|v| v.parse().ok())
+}
+
+/// `--debug-mode`'s runner: the fake [`outcome`] of every job, and the interrupt hook
+/// ([`MOCK_INTERRUPT_AFTER_ENV`]): past that many pairs every job ends as Ctrl-C would end it.
+pub struct DebugRunner<'a> {
+    spec: MockSpec<'a>,
+    stop_after: Option<usize>,
+    ran: Cell<usize>,
+}
+
+impl<'a> DebugRunner<'a> {
+    pub fn new(spec: MockSpec<'a>) -> DebugRunner<'a> {
+        DebugRunner {
+            spec,
+            stop_after: interrupt_after_from_env(),
+            ran: Cell::new(0),
+        }
+    }
+}
+
+impl PointRunner for DebugRunner<'_> {
+    fn run(&self, job: &PointJob) -> anyhow::Result<PointOutcome> {
+        if self.stop_after.is_some_and(|n| self.ran.get() >= n) {
+            return Ok(PointOutcome {
+                interrupted: true,
+                ..Default::default()
+            });
+        }
+        self.ran.set(self.ran.get() + 1);
+        outcome(job, &self.spec)
+    }
 }
 
 fn seed(s: &str) -> u64 {
@@ -100,33 +135,7 @@ fn seed(s: &str) -> u64 {
 /// The fake outcome of a point.
 pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> {
     let env = nccl_part(&job.env);
-    let get = |k: &str| env.get(k).map(String::as_str);
-    fn simple(v: Option<&str>) -> Option<&str> {
-        v.filter(|v| !v.contains([';', ',', ':', '^']))
-    }
-    let proto = simple(get("NCCL_PROTO"))
-        .map(|v| v.to_ascii_uppercase())
-        .unwrap_or_else(|| "LL".into());
-    let global_tree = simple(get("NCCL_ALGO")).is_some_and(|v| v.eq_ignore_ascii_case("tree"));
-    let per_fn_tree =
-        get("NCCL_ALGO").is_some_and(|v| v.to_ascii_lowercase().contains("allreduce:tree"));
-    let ar_algo = if global_tree || per_fn_tree {
-        "TREE"
-    } else {
-        "RING"
-    };
-    let (transport, proto) = match (get("NCCL_P2P_DISABLE"), get("NCCL_SHM_DISABLE")) {
-        (Some("1"), Some("1")) => ("NET/Socket/0", "SIMPLE".to_string()),
-        (Some("1"), _) => ("SHM/direct/direct", proto),
-        _ if spec.threads => ("P2P/direct pointer", proto),
-        _ => ("P2P/CUMEM", proto),
-    };
-    let ar_bytes = spec
-        .schedule
-        .collective_groups()
-        .into_iter()
-        .find(|g| g.kind == CollectiveKind::AllReduce)
-        .map_or(0, |g| g.bytes_per_rank);
+    let c = FakeChoices::of(&env, spec.threads);
     // The library the point asked for, as its workers would report it.
     let lib = job
         .env
@@ -139,95 +148,23 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
     let mut out = PointOutcome::default();
     if let Some(probe) = &job.probe {
         std::fs::create_dir_all(&probe.log_dir)?;
-        let mut log = String::new();
-        for rank in 0..spec.schedule.tp.min(8) {
-            let pre = format!(
-                "mockhost:{}:{} [{rank}] NCCL INFO",
-                1000 + rank,
-                1000 + rank
-            );
-            writeln!(log, "{pre} NCCL version {version}+cuda13.0")?;
-            for (k, v) in &env {
-                if super::known::is_known(k) {
-                    writeln!(log, "{pre} {k} set by environment to {v}")?;
-                }
-            }
-            let peer = (rank + 1) % spec.schedule.tp.max(1);
-            writeln!(
-                log,
-                "{pre} Channel 00/0 : {rank}[{rank}] -> {peer}[{peer}] via {transport}"
-            )?;
-        }
-        let pre = "mockhost:1000:1000 [0] NCCL INFO";
-        writeln!(log, "{pre} AllReduce: {ar_bytes} Bytes -> Algo {ar_algo} proto {proto} channel{{Lo..Hi}}={{0..3}}")?;
-        if global_tree {
-            writeln!(log, "[0] enqueue.cc:1842 NCCL WARN Error : no algorithm/protocol available for function AllGather with datatype ncclInt8. NCCL_ALGO was set to {}.", get("NCCL_ALGO").unwrap_or(""))?;
-        } else {
-            writeln!(log, "{pre} AllGather: {ar_bytes} Bytes -> Algo RING proto {proto} channel{{Lo..Hi}}={{0..3}}")?;
-        }
         let path = probe
             .log_dir
             .join(format!("{}.mockhost.1000.log", job.point.id));
-        std::fs::write(&path, log)?;
+        std::fs::write(&path, probe_log(spec, &env, &c, &version)?)?;
         out.probe_logs = vec![path];
-        if global_tree {
+        if c.global_tree {
             out.failure = Some("the probe run (NCCL_DEBUG=INFO) exited with code 1: Error: Comm::all_gather: ncclInvalidUsage (invalid usage)".into());
             out.stderr_tail = "[rank 0] FAILED: Comm::all_gather: ncclInvalidUsage".into();
             return Ok(out);
         }
     }
-    let factor = match proto.as_str() {
-        "LL128" => 1.15,
-        "SIMPLE" => 1.8,
-        _ => 1.0,
-    } * if ar_algo == "TREE" { 1.1 } else { 1.0 }
-        * match transport {
-            "SHM/direct/direct" => 2.0,
-            "NET/Socket/0" => 5.0,
-            _ => 1.0,
-        };
-    let ncoll = spec.schedule.count_collectives(CollectiveKind::AllReduce)
-        + spec.schedule.count_collectives(CollectiveKind::AllGather);
     let planted = spec
         .plant
         .as_ref()
         .filter(|(k, v, _)| job.point.get(k) == Some(v.as_str()))
         .map_or(1.0, |p| p.2);
-    let mut state = seed(&job.point.id);
-    let mut runs = vec![];
-    for &graph in &spec.graphs {
-        // Between-run factor of this (point, round, mode): seeded, FAKE.
-        let mut between = seed(&format!(
-            "{}/{}/{}/{}",
-            spec.seed, job.point.id, job.round, graph
-        ));
-        between = between
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let u = (between >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-        let per = if graph { 7.2 } else { 9.0 } * factor * planted * (1.0 + spec.noise * u);
-        let samples: Vec<f64> = (0..spec.iters.max(1))
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let u = (state >> 11) as f64 / (1u64 << 53) as f64;
-                per * ncoll as f64 * (0.98 + 0.04 * u)
-            })
-            .collect();
-        let s = Summary::from_samples(&samples).expect("finite samples");
-        runs.push(VerifyRun {
-            graph,
-            mode: spec.mode,
-            per_collective_us: s.median_us / ncoll.max(1) as f64,
-            per_verify: s,
-            breakdown: vec![],
-            wrong: 0,
-            iterations: spec.iters,
-            warmup: spec.warmup,
-            in_collective: None,
-        });
-    }
+    let runs = runs(job, spec, c.factor(), planted);
     let mut prov = Provenance::here("mock", crate::util::now_utc());
     prov.notes
         .push("debug mode: FAKE numbers, no verify ran".into());
@@ -263,4 +200,96 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
         }),
     ));
     Ok(out)
+}
+
+/// The NCCL 2.28 INFO log of the probe run: the version, the variables read, each rank's
+/// channel and the choice of the all-reduce and the all-gather (or the WARN of a global Tree).
+fn probe_log(
+    spec: &MockSpec,
+    env: &BTreeMap<String, String>,
+    c: &FakeChoices,
+    version: &str,
+) -> anyhow::Result<String> {
+    let ar_bytes = spec
+        .schedule
+        .collective_groups()
+        .into_iter()
+        .find(|g| g.kind == CollectiveKind::AllReduce)
+        .map_or(0, |g| g.bytes_per_rank);
+    let (proto, transport) = (&c.proto, c.transport);
+    let mut log = String::new();
+    for rank in 0..spec.schedule.tp.min(8) {
+        let pre = format!(
+            "mockhost:{}:{} [{rank}] NCCL INFO",
+            1000 + rank,
+            1000 + rank
+        );
+        writeln!(log, "{pre} NCCL version {version}+cuda13.0")?;
+        for (k, v) in env {
+            if super::known::is_known(k) {
+                writeln!(log, "{pre} {k} set by environment to {v}")?;
+            }
+        }
+        let peer = (rank + 1) % spec.schedule.tp.max(1);
+        writeln!(
+            log,
+            "{pre} Channel 00/0 : {rank}[{rank}] -> {peer}[{peer}] via {transport}"
+        )?;
+    }
+    let pre = "mockhost:1000:1000 [0] NCCL INFO";
+    writeln!(
+        log,
+        "{pre} AllReduce: {ar_bytes} Bytes -> Algo {} proto {proto} channel{{Lo..Hi}}={{0..3}}",
+        c.ar_algo
+    )?;
+    if c.global_tree {
+        writeln!(log, "[0] enqueue.cc:1842 NCCL WARN Error : no algorithm/protocol available for function AllGather with datatype ncclInt8. NCCL_ALGO was set to {}.", env.get("NCCL_ALGO").map_or("", String::as_str))?;
+    } else {
+        writeln!(log, "{pre} AllGather: {ar_bytes} Bytes -> Algo RING proto {proto} channel{{Lo..Hi}}={{0..3}}")?;
+    }
+    Ok(log)
+}
+
+/// The timed runs, one per replay mode: each sample the FAKE time per collective x `factor`
+/// (the choices') x `planted` (a planted gain) x the collectives of the schedule, with a seeded between-run factor per (point, round,
+/// mode) and a seeded spread within the run.
+fn runs(job: &PointJob, spec: &MockSpec, factor: f64, planted: f64) -> Vec<VerifyRun> {
+    let ncoll = spec.schedule.count_collectives(CollectiveKind::AllReduce)
+        + spec.schedule.count_collectives(CollectiveKind::AllGather);
+    let mut state = seed(&job.point.id);
+    let mut runs = vec![];
+    for &graph in &spec.graphs {
+        // Between-run factor of this (point, round, mode): seeded, FAKE.
+        let mut between = seed(&format!(
+            "{}/{}/{}/{}",
+            spec.seed, job.point.id, job.round, graph
+        ));
+        between = between
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = (between >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+        let per = if graph { 7.2 } else { 9.0 } * factor * planted * (1.0 + spec.noise * u);
+        let samples: Vec<f64> = (0..spec.iters.max(1))
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+                per * ncoll as f64 * (0.98 + 0.04 * u)
+            })
+            .collect();
+        let s = Summary::from_samples(&samples).expect("finite samples");
+        runs.push(VerifyRun {
+            graph,
+            mode: spec.mode,
+            per_collective_us: s.median_us / ncoll.max(1) as f64,
+            per_verify: s,
+            breakdown: vec![],
+            wrong: 0,
+            iterations: spec.iters,
+            warmup: spec.warmup,
+            in_collective: None,
+        });
+    }
+    runs
 }

@@ -13,6 +13,8 @@
 //! when resuming).
 //!
 //! - [`matrix`]: `-L`/`--set`/`--preset` -> points.
+//! - [`settings`]: what the sweep knows of each NCCL setting: the preset's variations, the
+//!   proof that NCCL did what a point asked, hints, the debug mock's fake choices.
 //! - [`library`]: the NCCL library as a dimension (`--nccl-lib A,B`) and the proof of what
 //!   each point's workers loaded.
 //! - [`env`]: each child's environment, and the check that workers saw it.
@@ -38,6 +40,7 @@ pub mod rank;
 pub mod results;
 pub mod rounds;
 pub mod runner;
+pub(crate) mod settings;
 pub mod signal;
 pub mod summary;
 
@@ -45,10 +48,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use matrix::{nccl_list_allows, Point};
+use matrix::Point;
 use ncclog::NcclLog;
 use results::{Effective, PointKey, ResultsFile, SweepPoint};
 use runner::{PointJob, PointOutcome, PointRunner, Probe};
+use settings::{hint, mismatches};
 
 use crate::record::{Body, Provenance, Record, Source, Workload};
 
@@ -102,14 +106,10 @@ impl SweepConfig {
         }
     }
 
-    /// The job of a point: its environments and limits.
-    pub fn job(&self, p: &Point) -> PointJob {
-        self.job_in_round(p, 0)
-    }
-
-    /// The job of a point in `round`: the NCCL-log probe runs in round 0 only (NCCL's choices
-    /// do not change between rounds, and the probe costs a second child per point).
-    pub fn job_in_round(&self, p: &Point, round: usize) -> PointJob {
+    /// The job of a point in `round`, its environments and limits: the NCCL-log probe runs in
+    /// round 0 only (NCCL's choices do not change between rounds, and the probe costs a second
+    /// child per point).
+    pub fn job(&self, p: &Point, round: usize) -> PointJob {
         let mut timed = env::timed_env(&self.parent_env, p);
         if let Some(lib) = self.library(p) {
             library::Libraries::apply(lib, &mut timed);
@@ -126,45 +126,6 @@ impl SweepConfig {
             timeout: self.timeout,
         }
     }
-}
-
-/// Requested vs effective: what NCCL did not do as the point asked.
-pub fn mismatches(p: &Point, log: &NcclLog) -> Vec<String> {
-    let mut out = vec![];
-    let real = log.choices.iter().filter(|c| c.bytes >= 64);
-    for c in real {
-        let func = c.func.as_deref();
-        let what = format!("{} {} B", func.unwrap_or("a collective of"), c.bytes);
-        for (var, used) in [("NCCL_ALGO", &c.algo), ("NCCL_PROTO", &c.proto)] {
-            if let Some(v) = p.get(var) {
-                if nccl_list_allows(v, func, used) == Some(false) {
-                    let m = format!("asked {var}={v}, NCCL used {used} for {what}");
-                    if !out.contains(&m) {
-                        out.push(m);
-                    }
-                }
-            }
-        }
-        if let (Some(max), Some((lo, hi))) = (
-            p.get("NCCL_MAX_NCHANNELS")
-                .and_then(|v| v.parse::<u32>().ok()),
-            c.channels,
-        ) {
-            if hi + 1 - lo.min(hi + 1) > max {
-                out.push(format!(
-                    "asked NCCL_MAX_NCHANNELS={max}, NCCL used channels {lo}..{hi} for {what}"
-                ));
-            }
-        }
-    }
-    let uses = |prefix: &str| log.transports.keys().any(|t| t.starts_with(prefix));
-    if p.get("NCCL_P2P_DISABLE") == Some("1") && uses("P2P/") {
-        out.push("asked NCCL_P2P_DISABLE=1, NCCL still connected channels via P2P".into());
-    }
-    if p.get("NCCL_SHM_DISABLE") == Some("1") && uses("SHM/") {
-        out.push("asked NCCL_SHM_DISABLE=1, NCCL still connected channels via SHM".into());
-    }
-    out
 }
 
 /// What a probe log of one rank proves: that NCCL ran (its version), which of the point's
@@ -197,36 +158,14 @@ pub fn one_rank_proof(e: &Effective, confirmed: &[String]) -> String {
     )
 }
 
-/// What to try instead when NCCL refused a point.
-pub fn hint(p: &Point, reason: &str, warnings: &[String]) -> Option<String> {
-    // NCCL's own words, and the cost model's (a `--backend model` sweep refuses the same point)
-    let says_no_algo = |s: &str| {
-        s.contains("no algorithm/protocol available") || s.contains("allows no algorithm")
-    };
-    let no_algo = warnings.iter().any(|w| says_no_algo(w)) || says_no_algo(reason);
-    let global_tree = p
-        .get("NCCL_ALGO")
-        .is_some_and(|v| !v.contains(':') && v.to_ascii_lowercase().contains("tree"));
-    let invalid_usage = reason.contains("InvalidUsage") || reason.contains("invalid usage");
-    if global_tree && (no_algo || invalid_usage) {
-        return Some(
-            "a global NCCL_ALGO=Tree applies to every collective, and Tree has no all-gather (NCCL >= 2.24 no longer falls back to Ring); use the per-function form: --set 'NCCL_ALGO=ring;allreduce:tree'".into(),
-        );
-    }
-    if no_algo {
-        return Some(
-            "NCCL has no algorithm/protocol for some collective under this setting; restrict it to one function with NCCL's per-function form, e.g. --set 'NCCL_PROTO=simple;allreduce:ll128'".into(),
-        );
-    }
-    None
-}
-
-/// Builds the stored point from a runner's outcome (pure: tests call it directly).
-pub fn assemble(cfg: &SweepConfig, p: &Point, out: PointOutcome) -> SweepPoint {
+/// The stored point of a round-0 run (what most tests build).
+#[cfg(test)]
+pub(crate) fn assemble(cfg: &SweepConfig, p: &Point, out: PointOutcome) -> SweepPoint {
     assemble_in_round(cfg, p, 0, out)
 }
 
-/// [`assemble`] for a run of `round`.
+/// Builds the stored point of a run of `round` from a runner's outcome (pure: tests call it
+/// directly).
 pub fn assemble_in_round(
     cfg: &SweepConfig,
     p: &Point,
@@ -247,8 +186,7 @@ pub fn assemble_in_round(
         log: l.clone(),
         one_rank: None,
     });
-    let job = cfg.job(p);
-    let requested = env::nccl_part(&job.env);
+    let requested = env::nccl_part(&cfg.job(p, round).env);
     let workers = out
         .record
         .as_ref()
@@ -393,7 +331,7 @@ pub fn run_pairs(
                 return Ok(true);
             }
             let started = crate::util::now_utc();
-            let out = runner.run(&cfg.job_in_round(p, k.round))?;
+            let out = runner.run(&cfg.job(p, k.round))?;
             if out.interrupted || interrupted.load(Ordering::SeqCst) {
                 return Ok(false);
             }

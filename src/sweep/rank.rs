@@ -42,7 +42,6 @@ pub struct Ranking<'a> {
     pub unpriced: Vec<&'a SweepPoint>,
     /// Graph replay when present (what serving engines use for decode), else eager.
     pub primary_graph: bool,
-    pub mode: Mode,
     /// `measured`, `modeled` or `mixed`.
     pub source: String,
 }
@@ -161,7 +160,6 @@ pub fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
         failed,
         unpriced,
         primary_graph,
-        mode,
         source,
     }
 }
@@ -287,15 +285,7 @@ pub fn table(r: &Ranking) -> Table {
 }
 
 pub fn label(p: &SweepPoint) -> String {
-    if p.overrides.is_empty() {
-        "(defaults)".into()
-    } else {
-        p.overrides
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+    super::matrix::label(&p.overrides)
 }
 
 /// Single-quotes a value for a POSIX shell when it needs it.

@@ -183,6 +183,20 @@ pub struct PairedRatio {
     pub interval: Option<(f64, f64)>,
 }
 
+/// The paired ratio of each of `points` but the baseline that has one.
+pub(crate) fn paired_ratios(
+    t: &[RoundTiming],
+    points: &[String],
+    baseline: &str,
+    graph: bool,
+) -> Vec<PairedRatio> {
+    points
+        .iter()
+        .filter(|p| *p != baseline)
+        .filter_map(|p| paired_ratio(t, p, baseline, graph))
+        .collect()
+}
+
 /// The paired ratio of `point` to `baseline` in `graph` (or eager) replay; `None` when no
 /// round has both.
 pub fn paired_ratio(
@@ -257,14 +271,16 @@ pub struct Verdict {
     pub sentence: String,
 }
 
-/// Judges `points` (the baseline may be among them; it is skipped) against `baseline` in
-/// `graph` (or eager) replay by the rule of the module comment.
-pub fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph: bool) -> Verdict {
+/// [`judge_with_margin`] without a margin.
+#[cfg(test)]
+pub(crate) fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph: bool) -> Verdict {
     judge_with_margin(t, points, baseline, graph, 0.0)
 }
 
-/// [`judge`] with an extra relative `margin` (`sweep --noise-margin`) added to the measured
-/// floor: the bar becomes 1 - (floor + margin).
+/// Judges `points` (the baseline may be among them; it is skipped) against `baseline` in
+/// `graph` (or eager) replay by the rule of the module comment, with an extra relative
+/// `margin` (`sweep --noise-margin`) added to the measured floor: the bar becomes
+/// 1 - (floor + margin).
 pub fn judge_with_margin(
     t: &[RoundTiming],
     points: &[String],
@@ -274,11 +290,7 @@ pub fn judge_with_margin(
 ) -> Verdict {
     let mode = if graph { "graph" } else { "eager" };
     let noise = noise_floor(t, baseline, graph);
-    let ratios: Vec<PairedRatio> = points
-        .iter()
-        .filter(|p| *p != baseline)
-        .filter_map(|p| paired_ratio(t, p, baseline, graph))
-        .collect();
+    let ratios = paired_ratios(t, points, baseline, graph);
     let Some(nf) = noise.clone() else {
         return Verdict {
             graph,

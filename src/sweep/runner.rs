@@ -58,9 +58,11 @@ pub trait PointRunner {
     fn run(&self, job: &PointJob) -> anyhow::Result<PointOutcome>;
 }
 
-/// A runner that returns whatever its closure makes: for tests and `--debug-mode`.
-pub struct MockRunner<F: Fn(&PointJob) -> anyhow::Result<PointOutcome>>(pub F);
+/// A runner that returns whatever its closure makes (tests).
+#[cfg(test)]
+pub(crate) struct MockRunner<F: Fn(&PointJob) -> anyhow::Result<PointOutcome>>(pub F);
 
+#[cfg(test)]
 impl<F: Fn(&PointJob) -> anyhow::Result<PointOutcome>> PointRunner for MockRunner<F> {
     fn run(&self, job: &PointJob) -> anyhow::Result<PointOutcome> {
         (self.0)(job)

@@ -137,11 +137,7 @@ fn modeled_verdict(
     margin: f64,
 ) -> rd::Verdict {
     let mode = if graph { "graph" } else { "eager" };
-    let ratios: Vec<rd::PairedRatio> = ids
-        .iter()
-        .filter(|p| *p != base)
-        .filter_map(|p| rd::paired_ratio(t, p, base, graph))
-        .collect();
+    let ratios = rd::paired_ratios(t, ids, base, graph);
     let best = ratios
         .iter()
         .filter(|r| r.ratio < 1.0 - margin)
@@ -186,35 +182,96 @@ pub fn rounds_block(
     let Some(base) = points.iter().find(|p| p.overrides.is_empty()) else {
         return "No baseline point: nothing to pair with, nothing recommended.\n".into();
     };
-    let (unpriced, judged): (Vec<&SweepPoint>, Vec<&SweepPoint>) = points
+    let (unpriced, inert, judged) = sort_for_judgement(points);
+    let modeled = all_modeled(points);
+    let ids: Vec<String> = judged.iter().map(|p| p.point_id.clone()).collect();
+    let verdicts = verdicts(&timings, &ids, &base.point_id, modeled, margin);
+    let mut out = if modeled {
+        format!("# modeled ratios to the baseline over {rounds} round(s) (the cost model gives the same numbers in every round)\n")
+    } else {
+        format!("# paired ratios to the baseline over {rounds} round(s) (geometric mean of the per-round ratios, t interval on their logs)\n")
+    };
+    out.push_str(&text_table(&ratio_table(&judged, base, &verdicts)));
+    let not_judged = [
+        (unpriced, "the cost model cannot price their settings"),
+        (
+            inert,
+            "they set only variables NCCL does not read, so they ran NCCL's defaults",
+        ),
+    ];
+    for (left_out, why) in not_judged.iter().filter(|(ps, _)| !ps.is_empty()) {
+        let ids: Vec<&str> = left_out.iter().map(|p| p.point_id.as_str()).collect();
+        out.push_str(&format!("not judged ({why}): {}\n", ids.join(", ")));
+    }
+    out.push_str(&noise_lines(&verdicts, modeled));
+    for v in &verdicts {
+        out.push_str(&v.sentence);
+        out.push('\n');
+        if let Some(line) = rd::rounds_advice(v, rounds) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out.push_str(&recommendation(
+        points,
+        base,
+        &verdicts,
+        primary_graph,
+        modeled,
+        rounds,
+    ));
+    out
+}
+
+type Points<'a> = Vec<&'a SweepPoint>;
+
+/// The points the rounds judge and the ones they leave out: (not priced by the cost model,
+/// setting only variables NCCL does not read, judged).
+fn sort_for_judgement(points: &[SweepPoint]) -> (Points<'_>, Points<'_>, Points<'_>) {
+    let (unpriced, judged): (Points, Points) = points
         .iter()
         .partition(|p| !rank::not_modeled(p).is_empty());
     // A point that sets only variables NCCL does not read ran NCCL's defaults: whatever its
     // timing says, its lead is run-to-run noise, so it is never judged against them.
-    let (inert, judged): (Vec<&SweepPoint>, Vec<&SweepPoint>) = judged.into_iter().partition(|p| {
+    let (inert, judged): (Points, Points) = judged.into_iter().partition(|p| {
         !p.overrides.is_empty() && p.overrides.iter().all(|(k, _)| !super::known::is_known(k))
     });
-    let modeled = all_modeled(points);
-    let ids: Vec<String> = judged.iter().map(|p| p.point_id.clone()).collect();
-    let verdicts: Vec<rd::Verdict> = [false, true]
+    (unpriced, inert, judged)
+}
+
+/// The verdict of each replay mode the baseline ran in (its ratio to itself exists).
+fn verdicts(
+    timings: &[rd::RoundTiming],
+    ids: &[String],
+    base: &str,
+    modeled: bool,
+    margin: f64,
+) -> Vec<rd::Verdict> {
+    [false, true]
         .into_iter()
         .map(|g| {
             if modeled {
-                modeled_verdict(&timings, &ids, &base.point_id, g, margin)
+                modeled_verdict(timings, ids, base, g, margin)
             } else {
-                rd::judge_with_margin(&timings, &ids, &base.point_id, g, margin)
+                rd::judge_with_margin(timings, ids, base, g, margin)
             }
         })
-        // A mode is judged when the baseline ran in it (its ratio to itself exists).
         .filter(|v| {
             v.noise.is_some()
                 || !v.ratios.is_empty()
-                || rd::paired_ratio(&timings, &base.point_id, &base.point_id, v.graph).is_some()
+                || rd::paired_ratio(timings, base, base, v.graph).is_some()
         })
-        .collect();
-    let mut out = String::new();
-    let cell = |v: Option<&rd::Verdict>, id: &str| -> String {
-        let Some(r) = v.and_then(|v| v.ratios.iter().find(|r| r.point_id == id)) else {
+        .collect()
+}
+
+/// Each judged point but the baseline with its eager and graph ratio, interval and rounds.
+fn ratio_table(judged: &[&SweepPoint], base: &SweepPoint, verdicts: &[rd::Verdict]) -> Table {
+    let cell = |graph: bool, id: &str| -> String {
+        let Some(r) = verdicts
+            .iter()
+            .find(|v| v.graph == graph)
+            .and_then(|v| v.ratios.iter().find(|r| r.point_id == id))
+        else {
             return "-".into();
         };
         match r.interval {
@@ -222,9 +279,7 @@ pub fn rounds_block(
             None => format!("{:.3} (1)", r.ratio),
         }
     };
-    let eager = verdicts.iter().find(|v| !v.graph);
-    let graph = verdicts.iter().find(|v| v.graph);
-    let table = Table {
+    Table {
         headers: vec![
             "point".into(),
             "eager ratio [95%] (rounds)".into(),
@@ -236,42 +291,23 @@ pub fn rounds_block(
             .map(|p| {
                 vec![
                     p.point_id.clone(),
-                    cell(eager, &p.point_id),
-                    cell(graph, &p.point_id),
+                    cell(false, &p.point_id),
+                    cell(true, &p.point_id),
                 ]
             })
             .collect(),
-    };
-    if modeled {
-        out.push_str(&format!(
-            "# modeled ratios to the baseline over {rounds} round(s) (the cost model gives the same numbers in every round)\n"
-        ));
-    } else {
-        out.push_str(&format!(
-            "# paired ratios to the baseline over {rounds} round(s) (geometric mean of the per-round ratios, t interval on their logs)\n"
-        ));
     }
-    out.push_str(&text_table(&table));
-    if !unpriced.is_empty() {
-        let ids: Vec<&str> = unpriced.iter().map(|p| p.point_id.as_str()).collect();
-        out.push_str(&format!(
-            "not judged (the cost model cannot price their settings): {}\n",
-            ids.join(", ")
-        ));
-    }
-    if !inert.is_empty() {
-        let ids: Vec<&str> = inert.iter().map(|p| p.point_id.as_str()).collect();
-        out.push_str(&format!(
-            "not judged (they set only variables NCCL does not read, so they ran NCCL's defaults): {}\n",
-            ids.join(", ")
-        ));
-    }
+}
+
+/// The noise floor each mode measured, or why none is claimed.
+fn noise_lines(verdicts: &[rd::Verdict], modeled: bool) -> String {
+    let mut out = String::new();
     if modeled && !verdicts.is_empty() {
         out.push_str(
             "noise floor: none measured: the numbers are modeled (no between-run noise), so a setting counts when its modeled ratio is below 1\n",
         );
     }
-    for v in &verdicts {
+    for v in verdicts {
         let mode = if v.graph { "graph" } else { "eager" };
         if let Some(nf) = &v.noise {
             out.push_str(&format!(
@@ -287,14 +323,19 @@ pub fn rounds_block(
             ));
         }
     }
-    for v in &verdicts {
-        out.push_str(&v.sentence);
-        out.push('\n');
-        if let Some(line) = rd::rounds_advice(v, rounds) {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
+    out
+}
+
+/// The recommendation of the primary mode (graph when it ran), its exports and the build
+/// line of the winner (the baseline when nothing wins).
+fn recommendation(
+    points: &[SweepPoint],
+    base: &SweepPoint,
+    verdicts: &[rd::Verdict],
+    primary_graph: bool,
+    modeled: bool,
+    rounds: usize,
+) -> String {
     let primary = verdicts
         .iter()
         .find(|v| v.graph == primary_graph)
@@ -309,9 +350,9 @@ pub fn rounds_block(
         "eager"
     };
     if let Some(line) = rank::one_rank_recommendation(points.iter(), primary_mode) {
-        out.push_str(&line);
-        return out;
+        return line;
     }
+    let mut out = String::new();
     match rec {
         Some((v, p)) => {
             let mode = if v.graph { "graph" } else { "eager" };
@@ -351,8 +392,51 @@ pub fn rounds_block(
     out
 }
 
+/// The progress line of the `n`-th of `of` pairs run: its time (or why it failed), NCCL's
+/// choices or the one-rank proof, the library, and where the child's time went.
+pub fn progress_line(
+    n: usize,
+    of: usize,
+    sp: &SweepPoint,
+    split: Option<(Option<f64>, f64)>,
+    mode: Mode,
+) -> String {
+    let (round, id) = (sp.round + 1, &sp.point_id);
+    match (&sp.reason, rank::unpriced_note(sp)) {
+        (None, Some(note)) => format!(
+            "[{n}/{of}] round {round} {id}: ok, {note}; {}",
+            time_line(sp, split)
+        ),
+        (None, None) => {
+            let t = rank::rank(std::slice::from_ref(sp), mode);
+            let r = &t.rows[0];
+            let c = r.graph.as_ref().or(r.eager.as_ref());
+            let eff = sp
+                .effective
+                .as_ref()
+                .map(|e| match &e.one_rank {
+                    Some(proof) => format!("; {proof}"),
+                    None => format!(", NCCL {} via {}", e.algo_proto(), e.transport()),
+                })
+                .unwrap_or_default()
+                + &sp
+                    .library
+                    .as_ref()
+                    .map(|l| format!("; {}", l.describe()))
+                    .unwrap_or_default();
+            format!(
+                "[{n}/{of}] round {round} {id}: ok, {:.1} us per verify ({}){eff}; {}",
+                c.map_or(f64::NAN, |c| c.median_us),
+                if r.graph.is_some() { "graph" } else { "eager" },
+                time_line(sp, split)
+            )
+        }
+        (Some(why), _) => format!("[{n}/{of}] round {round} {id}: FAILED: {why}"),
+    }
+}
+
 /// Where a pair's child time went, for its progress line.
-pub fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
+fn time_line(sp: &SweepPoint, split: Option<(Option<f64>, f64)>) -> String {
     let probe = if sp.probe_wall_s > 0.0 {
         format!("probe {:.1} s, ", sp.probe_wall_s)
     } else {

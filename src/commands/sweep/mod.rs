@@ -5,21 +5,23 @@
 
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::record::{Mode, Record, Source, Workload};
 use crate::report::export::{csv_table, markdown_table};
-use crate::request::{BackendKind, Launcher};
-use crate::sweep::matrix;
+use crate::request::{BackendKind, GpuSpec, Launcher};
+use crate::sweep::library::Libraries;
+use crate::sweep::matrix::{self, Point};
 use crate::sweep::results::{self, ResultsFile, SweepPoint};
-use crate::sweep::runner::{MockRunner, PointJob, PointOutcome, PointRunner, SubprocessRunner};
-use crate::sweep::summary::{render, time_line};
-use crate::sweep::{self as sw, env, known, library, mock, rank, rounds, signal, SweepConfig};
+use crate::sweep::runner::{PointRunner, SubprocessRunner};
+use crate::sweep::summary::{progress_line, render};
+use crate::sweep::{self as sw, env, known, library, mock, rounds, settings, signal, SweepConfig};
 #[cfg(test)]
 use {
     crate::costmodel::ModelSettings,
     crate::report::Exports,
-    crate::request::{GpuSpec, GraphChoice, Repeat},
+    crate::request::{GraphChoice, Repeat},
 };
 
 mod child_args;
@@ -36,6 +38,81 @@ pub const MAX_ROUNDS: usize = 100;
 
 /// Runs `verifybench sweep`; the value is the exit code (130 when interrupted).
 pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
+    check_numbers(a)?;
+    let (gpu, points, libraries) = settings(a)?;
+    check_environment(a, &points)?;
+    let backend = backend_of(a, &libraries)?;
+    // With --schedule the file's tp (checked against --tp) wins over the GPU count.
+    let w = a.workload.resolve()?;
+    let tp = w.requested_tp().unwrap_or_else(|| default_tp(a, backend));
+    let schedule = w.schedule(tp)?;
+    w.check_modes(&[a.mode])?;
+    let workload = Workload::of(&schedule);
+
+    let (results_path, log_dir) = output_paths(a)?;
+    check_outputs(a, &results_path, &log_dir, &workload)?;
+    if backend == BackendKind::Nccl && !a.debug_mode {
+        // The same preflight as `verify`: no point runs (and nothing is written) on a machine
+        // that cannot run one.
+        // (one GPU: one rank's share of any --tp, through a communicator of one rank)
+        let wanted = (a.gpu.ranks() != Some(1)).then_some(tp as usize);
+        crate::launch::run::preflight(&gpu, wanted)?;
+    }
+    let cfg = config(a, backend, workload, log_dir, libraries);
+    let stored = Stored {
+        done: resumed(a, &cfg, &points)?,
+        cfg: &cfg,
+        points: &points,
+    };
+    let plan = Plan::new(a, &stored)?;
+    if !a.quiet {
+        for line in header(a, &cfg, points.len(), &plan, &results_path) {
+            say(a, line);
+        }
+    }
+
+    // Test hooks of the mock: bad values are refused before anything is written.
+    let (noise, plant) = if a.debug_mode {
+        mock::MockSpec::hooks_from_env()?
+    } else {
+        (0.0, None)
+    };
+    signal::install()?;
+    let mut file = ResultsFile::open(&results_path)?;
+    let (extra_args, extra_when) = crate::launch::fault::sweep_extra_args();
+    let sub = SubprocessRunner {
+        exe: std::env::current_exe()?,
+        verify_args: verify_args(a, backend, tp),
+        iters: a.repeat.iters,
+        warmup: a.repeat.warmup,
+        work_dir: cfg.log_dir.clone(),
+        extra_args,
+        extra_when,
+        interrupted: &signal::INTERRUPTED,
+    };
+    let fake = a.debug_mode.then(|| {
+        mock::DebugRunner::new(mock::MockSpec {
+            schedule: &schedule,
+            graphs: a.graph.modes(),
+            mode: a.mode,
+            iters: a.repeat.iters,
+            warmup: a.repeat.warmup,
+            threads: a.gpu.launcher == Launcher::Threads,
+            noise,
+            seed: a.seed,
+            plant,
+        })
+    });
+    let runner: &dyn PointRunner = match &fake {
+        Some(fake) => fake,
+        None => &sub,
+    };
+    let (run, times, wall_s) = run_with_progress(a, &cfg, &plan, &points, runner, &mut file)?;
+    finish(a, &plan, &stored, &run, &times, wall_s, &file)
+}
+
+/// The flags that are plain numbers, each in its range.
+fn check_numbers(a: &SweepRequest) -> anyhow::Result<()> {
     if !(a.point_timeout > 0.0 && a.point_timeout.is_finite()) {
         crate::usage_bail!("--point-timeout must be a positive number of seconds");
     }
@@ -54,50 +131,55 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             a.noise_margin
         );
     }
+    Ok(())
+}
 
+/// The points of the sweep (`-L`, `--set`, `--preset` and the libraries of `--nccl-lib A,B`)
+/// and its libraries, after the GPU flags (returned without the libraries: those are a
+/// dimension here, checked with the points); a name NCCL does not know is warned about once.
+fn settings(a: &SweepRequest) -> anyhow::Result<(GpuSpec, Vec<Point>, Libraries)> {
     // one GPU replays one rank's share of any --tp (see `verify`)
     let tp_check = if a.gpu.ranks() == Some(1) {
         None
     } else {
         a.workload.tp
     };
-    // The NCCL libraries are a dimension here, checked with the points.
-    let gpu = crate::request::GpuSpec {
+    let gpu = GpuSpec {
         nccl_lib: None,
         ..a.gpu.clone()
     };
     crate::launch::run::check_gpu_flags(&gpu, tp_check)?;
     let lists = library::lists(&a.lists, a.gpu.nccl_lib.as_deref())?;
     let dims = matrix::dimensions(&lists, &a.sets)?;
-    let preset = a.preset.as_deref().map(matrix::preset).transpose()?;
-    let points = matrix::points(&dims, preset);
+    let preset = a.preset.as_deref().map(settings::preset).transpose()?;
+    let points = matrix::points(&dims, preset.map(|p| p.points));
     if points.len() < 2 {
         crate::usage_bail!(
             "nothing to sweep: give -L NAME=a,b, --set NAME=VALUE, --preset pcie or two NCCL libraries (--nccl-lib A,B) (see --help)"
         );
     }
     let libraries = matrix::libraries(&dims)?;
-    let mut warned = std::collections::BTreeSet::new();
-    for p in &points {
-        for (k, _) in &p.overrides {
-            if let Some(w) = known::unknown_warning(k) {
-                if warned.insert(k.clone()) {
-                    eprintln!("warning: {w}");
-                }
+    let mut warned = BTreeSet::new();
+    for (k, _) in points.iter().flat_map(|p| &p.overrides) {
+        if let Some(w) = known::unknown_warning(k) {
+            if warned.insert(k.clone()) {
+                eprintln!("warning: {w}");
             }
         }
     }
+    Ok((gpu, points, libraries))
+}
 
-    // A swept variable already set in this environment: the points that leave it out inherit
-    // it, so the baseline would not be NCCL's defaults although it is labelled so.
+/// The environment the points inherit: a swept variable already set in it is refused (the
+/// points that leave it out would inherit it, so the baseline would not be NCCL's defaults
+/// although it is labelled so); the others are said. A compute-only sweep is warned about.
+fn check_environment(a: &SweepRequest, points: &[Point]) -> anyhow::Result<()> {
     let env_now = crate::util::nccl_env();
-    for p in &points {
-        for (k, _) in &p.overrides {
-            if let Some(v) = env_now.get(k) {
-                crate::usage_bail!(
-                    "{k}={v} is set in this environment and the sweep varies {k}: every point that does not set {k} (the baseline \"(defaults)\" among them) would run with {k}={v}, not NCCL's default; unset it (`env -u {k} verifybench sweep ...`): the sweep itself sets {k} on the points that name it"
-                );
-            }
+    for (k, _) in points.iter().flat_map(|p| &p.overrides) {
+        if let Some(v) = env_now.get(k) {
+            crate::usage_bail!(
+                "{k}={v} is set in this environment and the sweep varies {k}: every point that does not set {k} (the baseline \"(defaults)\" among them) would run with {k}={v}, not NCCL's default; unset it (`env -u {k} verifybench sweep ...`): the sweep itself sets {k} on the points that name it"
+            );
         }
     }
     let inherited: Vec<String> = env_now
@@ -116,7 +198,12 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             "warning: --mode compute runs no collective, so NCCL settings cannot change it: every ratio is 1 by construction; sweep --mode comm or --mode full to rank NCCL settings"
         );
     }
+    Ok(())
+}
 
+/// The backend every point runs on: the mock in debug mode; the cost model cannot compare
+/// NCCL libraries.
+fn backend_of(a: &SweepRequest, libraries: &Libraries) -> anyhow::Result<BackendKind> {
     let backend = if a.debug_mode {
         BackendKind::Mock
     } else {
@@ -127,31 +214,26 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             "--backend model: the cost model loads no NCCL, so it cannot compare libraries; sweep them on the GPUs (--backend nccl)"
         );
     }
-    // With --schedule the file's tp (checked against --tp) wins over the GPU count.
-    let w = a.workload.resolve()?;
-    let tp = w.requested_tp().unwrap_or_else(|| default_tp(a, backend));
-    let schedule = w.schedule(tp)?;
-    w.check_modes(&[a.mode])?;
-    let workload = Workload::of(&schedule);
+    Ok(backend)
+}
 
-    let (results_path, log_dir) = output_paths(a)?;
-    check_outputs(a, &results_path, &log_dir, &workload)?;
-    if backend == BackendKind::Nccl && !a.debug_mode {
-        // The same preflight as `verify`: no point runs (and nothing is written) on a machine
-        // that cannot run one.
-        // (one GPU: one rank's share of any --tp, through a communicator of one rank)
-        let wanted = (a.gpu.ranks() != Some(1)).then_some(tp as usize);
-        crate::launch::run::preflight(&gpu, wanted)?;
-    }
-    let cfg = SweepConfig {
+/// What is fixed for every point.
+fn config(
+    a: &SweepRequest,
+    backend: BackendKind,
+    workload: Workload,
+    log_dir: PathBuf,
+    libraries: Libraries,
+) -> SweepConfig {
+    SweepConfig {
         seed: a.seed,
-        workload: workload.clone(),
+        workload,
         graph: a.graph.name().into(),
         launcher: a.gpu.launcher.name().into(),
         backend: backend.name().into(),
         mode: a.mode.name().into(),
         parent_env: env::parent_env(),
-        log_dir: log_dir.clone(),
+        log_dir,
         probe: !a.no_probe && matches!(backend, BackendKind::Nccl | BackendKind::Mock),
         timeout: Duration::from_secs_f64(a.point_timeout),
         source: if backend == BackendKind::Nccl {
@@ -160,67 +242,127 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             Source::Modeled
         },
         libraries,
-    };
-
-    // Resume: skip the finished (point, round) pairs of the same workload and settings.
-    let mut done: Vec<SweepPoint> = vec![];
-    if let Some(rp) = &a.resume {
-        let (pts, warnings) = results::load(rp)?;
-        for w in warnings {
-            eprintln!("warning: {w}");
-        }
-        results::check_same_workload(rp, &pts, &workload)?;
-        let keys: Vec<_> = points.iter().map(|p| cfg.key(p)).collect();
-        let other = pts.iter().filter(|p| !keys.contains(&p.key)).count();
-        if other > 0 && !a.quiet {
-            eprintln!(
-                "note: {other} point(s) in '{}' ran with other settings (graph, launcher, backend, mode, NCCL library or inherited NCCL_* variables) and are not reused",
-                rp.display()
-            );
-        }
-        done = pts;
     }
-    let ids: Vec<String> = points.iter().map(|p| p.id.clone()).collect();
-    let baseline_id = points
-        .iter()
-        .find(|p| p.overrides.is_empty())
-        .map(|p| p.id.clone())
-        .unwrap_or_else(|| ids[0].clone());
-    let plan = rounds::RoundPlan::new(&ids, &baseline_id, a.rounds, a.seed)?;
-    // The newest stored result of each (point, round) of this sweep's settings.
-    let stored = |id: &str, round: usize| -> Option<&SweepPoint> {
-        let p = points.iter().find(|p| p.id == id)?;
-        let k = cfg.key(p);
-        done.iter().rev().find(|d| d.key == k && d.round == round)
-    };
-    let done_keys: BTreeSet<rounds::RoundKey> = plan
-        .order
-        .iter()
-        .filter(|k| stored(&k.point_id, k.round).is_some_and(|d| d.ok() || !a.retry_failed))
-        .cloned()
-        .collect();
-    let failed_first: BTreeSet<String> = ids
-        .iter()
-        .filter(|id| done_keys.iter().any(|k| &k.point_id == *id && k.round == 0))
-        .filter(|id| stored(id, 0).is_some_and(|d| !d.ok()))
-        .cloned()
-        .collect();
-    let n_todo = plan.remaining(&done_keys).len();
+}
 
-    // The header and the summary line: on stdout above the ranking, on stderr with --format
-    // json (stdout then holds the JSON alone).
-    let json = a.format.is_json();
-    let say = |line: String| {
-        if json {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
+/// The results of `--resume`'s file (all of them: [`Stored`] picks the ones of this sweep's
+/// settings), its warnings said; none without `--resume`.
+fn resumed(
+    a: &SweepRequest,
+    cfg: &SweepConfig,
+    points: &[Point],
+) -> anyhow::Result<Vec<SweepPoint>> {
+    let Some(rp) = &a.resume else {
+        return Ok(vec![]);
     };
-    if !a.quiet {
-        say(format!(
+    let (pts, warnings) = results::load(rp)?;
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    results::check_same_workload(rp, &pts, &cfg.workload)?;
+    let keys: Vec<_> = points.iter().map(|p| cfg.key(p)).collect();
+    let other = pts.iter().filter(|p| !keys.contains(&p.key)).count();
+    if other > 0 && !a.quiet {
+        eprintln!(
+            "note: {other} point(s) in '{}' ran with other settings (graph, launcher, backend, mode, NCCL library or inherited NCCL_* variables) and are not reused",
+            rp.display()
+        );
+    }
+    Ok(pts)
+}
+
+/// The points and the results stored before this run (`--resume`).
+struct Stored<'a> {
+    cfg: &'a SweepConfig,
+    points: &'a [Point],
+    done: Vec<SweepPoint>,
+}
+
+impl Stored<'_> {
+    /// The newest stored result of (point `id`, `round`) with this sweep's settings.
+    fn get(&self, id: &str, round: usize) -> Option<&SweepPoint> {
+        let p = self.points.iter().find(|p| p.id == id)?;
+        let k = self.cfg.key(p);
+        self.done
+            .iter()
+            .rev()
+            .find(|d| d.key == k && d.round == round)
+    }
+}
+
+/// The (point, round) pairs of the sweep and which of them are left to run.
+struct Plan {
+    rounds: rounds::RoundPlan,
+    /// Pairs with a stored result to reuse (a failed one runs again with --retry-failed).
+    done: BTreeSet<rounds::RoundKey>,
+    /// Points whose stored first round failed: their later rounds do not run.
+    failed_first: BTreeSet<String>,
+    /// Pairs to run.
+    n_todo: usize,
+}
+
+impl Plan {
+    /// Skips the finished (point, round) pairs of the same workload and settings.
+    fn new(a: &SweepRequest, stored: &Stored) -> anyhow::Result<Plan> {
+        let ids: Vec<String> = stored.points.iter().map(|p| p.id.clone()).collect();
+        let baseline_id = stored
+            .points
+            .iter()
+            .find(|p| p.overrides.is_empty())
+            .map(|p| p.id.clone())
+            .unwrap_or_else(|| ids[0].clone());
+        let plan = rounds::RoundPlan::new(&ids, &baseline_id, a.rounds, a.seed)?;
+        let done: BTreeSet<rounds::RoundKey> = plan
+            .order
+            .iter()
+            .filter(|k| {
+                stored
+                    .get(&k.point_id, k.round)
+                    .is_some_and(|d| d.ok() || !a.retry_failed)
+            })
+            .cloned()
+            .collect();
+        let failed_first: BTreeSet<String> = ids
+            .iter()
+            .filter(|id| done.iter().any(|k| &k.point_id == *id && k.round == 0))
+            .filter(|id| stored.get(id, 0).is_some_and(|d| !d.ok()))
+            .cloned()
+            .collect();
+        let n_todo = plan.remaining(&done).len();
+        Ok(Plan {
+            rounds: plan,
+            done,
+            failed_first,
+            n_todo,
+        })
+    }
+}
+
+/// The header and the summary line go on stdout above the ranking, on stderr with --format
+/// json (stdout then holds the JSON alone).
+fn say(a: &SweepRequest, line: String) {
+    if a.format.is_json() {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
+/// The header: the workload and how it runs, the rounds and the outputs, the probe, the
+/// libraries, debug mode.
+fn header(
+    a: &SweepRequest,
+    cfg: &SweepConfig,
+    n_points: usize,
+    plan: &Plan,
+    results_path: &Path,
+) -> Vec<String> {
+    let workload = &cfg.workload;
+    let runs = plan.rounds.order.len();
+    let mut lines = vec![
+        format!(
             "# verifybench sweep: {} ({} all-reduces of {} B, {} all-gather(s)), backend {}, launcher {}, graph {}, mode {}",
-            crate::report::text::workload_line(&workload),
+            crate::report::text::workload_line(workload),
             workload.n_all_reduce,
             workload.all_reduce_bytes_per_rank,
             workload.n_all_gather,
@@ -228,89 +370,91 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             cfg.launcher,
             cfg.graph,
             cfg.mode
-        ));
-        say(format!(
-            "# {} points x {} round(s), each round in its own shuffled order (seed {:#x}), the baseline in every round: {} runs ({} to run, {} already in the resume file); results: {}; logs: {}",
-            points.len(),
+        ),
+        format!(
+            "# {} points x {} round(s), each round in its own shuffled order (seed {:#x}), the baseline in every round: {runs} runs ({} to run, {} already in the resume file); results: {}; logs: {}",
+            n_points,
             a.rounds,
             a.seed,
-            plan.order.len(),
-            n_todo,
-            plan.order.len() - n_todo,
+            plan.n_todo,
+            runs - plan.n_todo,
             results_path.display(),
-            log_dir.display()
+            cfg.log_dir.display()
+        ),
+    ];
+    if cfg.probe {
+        lines.push("# timed runs have NCCL_DEBUG unset; NCCL's algorithm/protocol/transport come from a separate probe run (-n 2 -w 1, NCCL_DEBUG=INFO), once per point (round 1)".into());
+    } else {
+        lines.push(format!(
+            "# no probe run ({}): NCCL's choices are not checked",
+            if a.no_probe {
+                "--no-probe"
+            } else {
+                "the cost model has no NCCL log"
+            }
         ));
-        if cfg.probe {
-            say("# timed runs have NCCL_DEBUG unset; NCCL's algorithm/protocol/transport come from a separate probe run (-n 2 -w 1, NCCL_DEBUG=INFO), once per point (round 1)".into());
-        } else {
-            say(format!(
-                "# no probe run ({}): NCCL's choices are not checked",
-                if a.no_probe {
-                    "--no-probe"
-                } else {
-                    "the cost model has no NCCL log"
-                }
-            ));
+    }
+    lines.extend(cfg.libraries.header());
+    if a.debug_mode {
+        lines.push(
+            "# DEBUG MODE: no verify runs; every number is FAKE (between-run noise included)"
+                .into(),
+        );
+    }
+    lines
+}
+
+/// Where the children's time went, summed over the pairs run.
+#[derive(Default)]
+struct ChildTimes {
+    probe_s: f64,
+    child_s: f64,
+    init_s: f64,
+    timed_s: f64,
+    measured_runs: usize,
+}
+
+impl ChildTimes {
+    /// Adds a finished pair; the value is its (NCCL init, timed loops) split when measured.
+    fn add(&mut self, sp: &SweepPoint) -> Option<(Option<f64>, f64)> {
+        self.probe_s += sp.probe_wall_s;
+        self.child_s += sp.timed_wall_s;
+        let split = sw::time_split(sp);
+        if let Some((init, timed)) = split {
+            self.measured_runs += 1;
+            self.init_s += init.unwrap_or(0.0);
+            self.timed_s += timed;
         }
-        if let Some(line) = cfg.libraries.header() {
-            say(line);
-        }
-        if a.debug_mode {
-            say(
-                "# DEBUG MODE: no verify runs; every number is FAKE (between-run noise included)"
-                    .into(),
-            );
-        }
+        split
     }
 
-    // Test hooks of the mock: bad values are refused before anything is written.
-    let (noise, plant) = if a.debug_mode {
-        mock::MockSpec::hooks_from_env()?
-    } else {
-        (0.0, None)
-    };
-    signal::install()?;
-    let mut file = ResultsFile::open(&results_path)?;
-    let (extra_args, extra_when) = crate::launch::fault::sweep_extra_args();
-    let sub = SubprocessRunner {
-        exe: std::env::current_exe()?,
-        verify_args: verify_args(a, backend, tp),
-        iters: a.repeat.iters,
-        warmup: a.repeat.warmup,
-        work_dir: log_dir.clone(),
-        extra_args,
-        extra_when,
-        interrupted: &signal::INTERRUPTED,
-    };
-    let spec = mock::MockSpec {
-        schedule: &schedule,
-        graphs: a.graph.modes(),
-        mode: a.mode,
-        iters: a.repeat.iters,
-        warmup: a.repeat.warmup,
-        threads: a.gpu.launcher == Launcher::Threads,
-        noise,
-        seed: a.seed,
-        plant,
-    };
-    let stop_after = if a.debug_mode {
-        mock::interrupt_after_from_env()
-    } else {
-        None
-    };
-    let ran = std::cell::Cell::new(0usize);
-    let fake = MockRunner(|job: &PointJob| {
-        if stop_after.is_some_and(|n| ran.get() >= n) {
-            return Ok(PointOutcome {
-                interrupted: true,
-                ..Default::default()
-            });
-        }
-        ran.set(ran.get() + 1);
-        mock::outcome(job, &spec)
-    });
-    let runner: &dyn PointRunner = if a.debug_mode { &fake } else { &sub };
+    /// The closing line: the sweep's wall time over `runs` runs and what the children took.
+    fn line(&self, wall_s: f64, runs: usize) -> String {
+        let (probe_s, child_s) = (self.probe_s, self.child_s);
+        // The split covers only measured runs: a modeled child ran no NCCL and no timed loop.
+        let split = if self.measured_runs > 0 {
+            format!(
+                " (of which NCCL init {:.1} s, timed loops ~{:.1} s, the rest worker start and teardown)",
+                self.init_s, self.timed_s
+            )
+        } else {
+            " (modeled runs: no NCCL init, no timed loop)".into()
+        };
+        format!("wall time: {wall_s:.1} s for {runs} runs: probe children {probe_s:.1} s, timed children {child_s:.1} s{split}")
+    }
+}
 
+/// Runs the pairs left, each finished one said on a line of its own (above the progress bar
+/// on a terminal); the value is how the run ended, the children's times and the wall time.
+fn run_with_progress(
+    a: &SweepRequest,
+    cfg: &SweepConfig,
+    plan: &Plan,
+    points: &[Point],
+    runner: &dyn PointRunner,
+    file: &mut ResultsFile,
+) -> anyhow::Result<(sw::PairsRun, ChildTimes, f64)> {
+    let n_todo = plan.n_todo;
     let bar = if a.quiet || !std::io::stderr().is_terminal() {
         indicatif::ProgressBar::hidden()
     } else {
@@ -323,70 +467,23 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         );
         b
     };
-    let show_lines = !a.quiet;
     let mut i = 0;
     let wall = std::time::Instant::now();
-    let (mut probe_s, mut child_s, mut init_s, mut timed_s) = (0.0, 0.0, 0.0, 0.0);
-    let mut measured_runs = 0usize;
+    let mut times = ChildTimes::default();
     let run = sw::run_pairs(
-        &cfg,
-        &plan,
-        &points,
-        &done_keys,
-        &failed_first,
+        cfg,
+        &plan.rounds,
+        points,
+        &plan.done,
+        &plan.failed_first,
         runner,
-        &mut file,
+        file,
         &signal::INTERRUPTED,
-        |p, k, sp| {
+        |_, _, sp| {
             i += 1;
-            probe_s += sp.probe_wall_s;
-            child_s += sp.timed_wall_s;
-            let split = sw::time_split(sp);
-            if let Some((init, timed)) = split {
-                measured_runs += 1;
-                init_s += init.unwrap_or(0.0);
-                timed_s += timed;
-            }
-            let line = match (&sp.reason, rank::unpriced_note(sp)) {
-                (None, Some(note)) => format!(
-                    "[{i}/{n_todo}] round {} {}: ok, {note}; {}",
-                    k.round + 1,
-                    p.id,
-                    time_line(sp, split)
-                ),
-                (None, None) => {
-                    let t = rank::rank(std::slice::from_ref(sp), a.mode);
-                    let r = &t.rows[0];
-                    let c = r.graph.as_ref().or(r.eager.as_ref());
-                    let eff = sp
-                        .effective
-                        .as_ref()
-                        .map(|e| match &e.one_rank {
-                            Some(proof) => format!("; {proof}"),
-                            None => format!(", NCCL {} via {}", e.algo_proto(), e.transport()),
-                        })
-                        .unwrap_or_default()
-                        + &sp
-                            .library
-                            .as_ref()
-                            .map(|l| format!("; {}", l.describe()))
-                            .unwrap_or_default();
-                    format!(
-                        "[{i}/{n_todo}] round {} {}: ok, {:.1} us per verify ({}){eff}; {}",
-                        k.round + 1,
-                        p.id,
-                        c.map_or(f64::NAN, |c| c.median_us),
-                        if r.graph.is_some() { "graph" } else { "eager" },
-                        time_line(sp, split)
-                    )
-                }
-                (Some(why), _) => format!(
-                    "[{i}/{n_todo}] round {} {}: FAILED: {why}",
-                    k.round + 1,
-                    p.id
-                ),
-            };
-            if show_lines {
+            let split = times.add(sp);
+            let line = progress_line(i, n_todo, sp, split, a.mode);
+            if !a.quiet {
                 if bar.is_hidden() {
                     eprintln!("{line}");
                 } else {
@@ -399,7 +496,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     bar.finish_and_clear();
     let wall_s = wall.elapsed().as_secs_f64();
     for k in &run.skipped {
-        if show_lines {
+        if !a.quiet {
             eprintln!(
                 "round {} {}: not run (its first round failed)",
                 k.round + 1,
@@ -407,22 +504,37 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
             );
         }
     }
+    Ok((run, times, wall_s))
+}
 
+/// The end of a sweep: the ranking (or the records, with `--format json`), the wall-time line,
+/// the exports, and the exit code.
+fn finish(
+    a: &SweepRequest,
+    plan: &Plan,
+    stored: &Stored,
+    run: &sw::PairsRun,
+    times: &ChildTimes,
+    wall_s: f64,
+    file: &ResultsFile,
+) -> anyhow::Result<i32> {
     // Every stored pair of this sweep: the newest result of each (point, round).
-    let mut pairs: Vec<SweepPoint> = vec![];
-    for k in &plan.order {
-        if let Some(sp) = run
-            .finished
-            .iter()
-            .rev()
-            .find(|s| s.point_id == k.point_id && s.round == k.round)
-            .or_else(|| stored(&k.point_id, k.round))
-        {
-            pairs.push(sp.clone());
-        }
-    }
+    let pairs: Vec<SweepPoint> = plan
+        .rounds
+        .order
+        .iter()
+        .filter_map(|k| {
+            run.finished
+                .iter()
+                .rev()
+                .find(|s| s.point_id == k.point_id && s.round == k.round)
+                .or_else(|| stored.get(&k.point_id, k.round))
+                .cloned()
+        })
+        .collect();
     // The table covers round 0 (the round with the probe): the newest result of each point.
-    let all: Vec<SweepPoint> = points
+    let all: Vec<SweepPoint> = stored
+        .points
         .iter()
         .filter_map(|p| {
             pairs
@@ -433,7 +545,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         .collect();
     let (text, table) = render(&all, &pairs, a.mode, a.rounds, a.noise_margin);
     let verify_records: Vec<Record> = all.iter().filter_map(|p| p.verify.clone()).collect();
-    if json {
+    if a.format.is_json() {
         crate::output::print_document(&crate::report::export::to_json(&verify_records)?)?;
         // stdout holds the records of the points that ran; why the others failed, and what
         // to try instead, go to stderr as the text output says them
@@ -452,16 +564,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
         print!("{text}");
     }
     if !a.quiet && !run.finished.is_empty() {
-        // The split covers only measured runs: a modeled child ran no NCCL and no timed loop.
-        let split = if measured_runs > 0 {
-            format!(" (of which NCCL init {init_s:.1} s, timed loops ~{timed_s:.1} s, the rest worker start and teardown)")
-        } else {
-            " (modeled runs: no NCCL init, no timed loop)".into()
-        };
-        say(format!(
-            "wall time: {wall_s:.1} s for {} runs: probe children {probe_s:.1} s, timed children {child_s:.1} s{split}",
-            run.finished.len()
-        ));
+        say(a, times.line(wall_s, run.finished.len()));
     }
     a.export.write(&verify_records)?;
     if let Some(p) = &a.export_table_markdown {
