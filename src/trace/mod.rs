@@ -12,7 +12,8 @@
 //! exports one step as a schedule file and diffs it against `plan` (the diff itself, plain data,
 //! is [`plan_diff`]); [`breakeven`] gives the
 //! step time to the break-even; [`chrome`] writes Chrome traces the
-//! reader reads back; [`synth`] makes synthetic traces for tests and benchmarks.
+//! reader reads back. Synthetic traces for tests and benchmarks are made outside the library,
+//! by the support code in `tests/support/synth.rs`.
 //!
 //! Nothing here needs a GPU. Every figure printed is measured from the trace.
 
@@ -32,7 +33,11 @@ pub mod raw;
 pub mod reader;
 pub mod render;
 pub mod steps;
-pub mod synth;
+/// Synthetic traces for the unit tests: the support code the integration tests and benchmarks
+/// share.
+#[cfg(test)]
+#[path = "../../tests/support/synth.rs"]
+mod synth;
 #[cfg(test)]
 mod tests;
 pub mod traps;

@@ -427,7 +427,7 @@ fn unknown_weight_format_warns_and_keeps_the_collectives() {
 fn trace_against_plan_works_for_a_hybrid_config() {
     // a synthetic 2-rank trace with Nemotron-H's collectives at TP=2: 119 all-reduces of
     // 3 x 8192 bf16 and one all-gather of 3 x 131072/2
-    use verifybench::trace::synth::{self, SynthSpec};
+    use crate::synth::{self, SynthSpec};
     let d = tempfile::tempdir().unwrap();
     let s = SynthSpec {
         ranks: 2,
