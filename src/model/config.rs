@@ -214,10 +214,13 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
     Ok(shape)
 }
 
+/// A JSON object.
+type Object = Map<String, Value>;
+
 /// The top level of a config as an object, and the language model's part of it: Kimi-K2.5,
 /// Llama-4, Qwen3.5 and Gemma-4 nest it under text_config. A document this tool writes is
 /// refused, named.
-fn language_model(root: &Value) -> Result<(&Map<String, Value>, &Map<String, Value>), String> {
+fn language_model(root: &Value) -> Result<(&Object, &Object), String> {
     if let Some(what) = not_a_config(root) {
         return Err(format!(
             "the file is {what}, not a model's config.json: give the Hugging Face config.json of the model (a schedule goes to --schedule)"

@@ -49,6 +49,16 @@ impl Hasher for IdHasher {
 /// A map keyed by a trace id.
 type IdMap<V> = HashMap<i64, V, BuildHasherDefault<IdHasher>>;
 
+/// The index of each item by its id (items without one left out; of two with one id, the
+/// later).
+fn by_id<T>(items: &[T], id: impl Fn(&T) -> Option<i64>) -> IdMap<usize> {
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, x)| id(x).map(|e| (e, i)))
+        .collect()
+}
+
 /// Where a collective's size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -345,31 +355,13 @@ struct Links<'t> {
 
 impl<'t> Links<'t> {
     fn new(t: &'t TraceData) -> Links<'t> {
-        let runtime: IdMap<usize> = t
-            .runtime
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| r.correlation.map(|c| (c, i)))
-            .collect();
-        let comms_by_ext: IdMap<usize> = t
-            .comms
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| c.external_id.map(|e| (e, i)))
-            .collect();
-        let ops_by_ext: IdMap<usize> = t
-            .cpu_ops
-            .iter()
-            .enumerate()
-            .filter_map(|(i, o)| o.external_id.map(|e| (e, i)))
-            .collect();
         let mut ops_by_ts: Vec<&CpuOp> = t.cpu_ops.iter().collect();
         ops_by_ts.sort_by(|a, b| a.ts.total_cmp(&b.ts));
         Links {
             t,
-            runtime,
-            comms_by_ext,
-            ops_by_ext,
+            runtime: by_id(&t.runtime, |r| r.correlation),
+            comms_by_ext: by_id(&t.comms, |c| c.external_id),
+            ops_by_ext: by_id(&t.cpu_ops, |o| o.external_id),
             ops_by_ts,
         }
     }
@@ -468,11 +460,7 @@ fn host_collectives(
     let mut seen = HashSet::new();
     let mut comms: Vec<_> = links.t.comms.iter().collect();
     comms.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-    let by_ext: IdMap<usize> = gpu
-        .iter()
-        .enumerate()
-        .filter_map(|(i, g)| g.external_id.map(|e| (e, i)))
-        .collect();
+    let by_ext = by_id(gpu, |g| g.external_id);
     for op in comms {
         let key = (op.args.pg_name.clone(), op.args.seq);
         if op.args.seq.is_some() && !seen.insert(key) {

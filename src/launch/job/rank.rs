@@ -448,24 +448,12 @@ pub fn run_rank(
 
 /// The rank's result before anything ran: who it is and NCCL's environment.
 fn new_result(setup: &RankSetup) -> RankResult {
-    let nccl_env = crate::util::nccl_env();
     RankResult {
         rank: setup.rank,
         pid: std::process::id(),
         device: setup.device,
-        gpu: None,
-        nccl_env,
-        nccl_version: None,
-        nccl_library: None,
-        samples: vec![],
-        wrong: vec![],
-        checked: vec![],
-        init_s: 0.0,
-        stream_gbps: None,
-        stream_fixed_us: None,
-        passes: vec![],
-        affinity: None,
-        clocks_khz: None,
+        nccl_env: crate::util::nccl_env(),
+        ..Default::default()
     }
 }
 
@@ -629,7 +617,11 @@ fn run_verify(
     // made from the request, before any rank started (`pattern::check_salted`)
     let with_colls = rank.comm.is_some();
     check_memory(&rank.gpu, schedule, rank.setup.nranks, with_colls)?;
-    let colls = schedule_colls(rank, schedule, with_colls)?;
+    let colls = if with_colls {
+        schedule_colls(rank, schedule)?
+    } else {
+        vec![]
+    };
     let needs_compute = runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
     let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
     let compute = if needs_compute {
@@ -660,28 +652,18 @@ fn run_verify(
     Ok(())
 }
 
-/// The schedule's collectives with their buffer slots (none without collectives).
-fn schedule_colls(rank: &Rank, schedule: &Schedule, with_colls: bool) -> anyhow::Result<Vec<Coll>> {
+/// The schedule's collectives with their buffer slots, each filled with the inputs of its
+/// operation's index.
+fn schedule_colls(rank: &Rank, schedule: &Schedule) -> anyhow::Result<Vec<Coll>> {
     let (me, n) = (rank.setup.rank, rank.setup.nranks);
     let mut colls = vec![];
     for (i, op) in schedule.ops.iter().enumerate() {
-        if let (
-            Op::Collective {
-                kind, dtype, count, ..
-            },
-            true,
-        ) = (op, with_colls)
+        if let Op::Collective {
+            kind, dtype, count, ..
+        } = op
         {
-            colls.push(Coll::new(
-                &rank.gpu,
-                *kind,
-                *dtype,
-                *count as usize,
-                i,
-                SLOTS,
-                me,
-                n,
-            )?);
+            let count = *count as usize;
+            colls.push(Coll::new(&rank.gpu, *kind, *dtype, count, i, SLOTS, me, n)?);
         }
     }
     Ok(colls)
