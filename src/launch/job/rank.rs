@@ -590,9 +590,9 @@ fn run_collectives(
     Ok(())
 }
 
-/// A verify job (`job`): what every configuration shares loaded once ([`Verify`]), then each
-/// configuration (graph or eager, its mode, its all-reduces' implementation) timed, checked and
-/// passed over.
+/// A verify job (`job`): what every configuration shares loaded once ([`LoadedVerify`]), then
+/// each configuration (a [`VerifyRun`]: graph or eager, its mode, its all-reduces'
+/// implementation) timed, checked and passed over.
 fn run_verify(
     rank: &Rank,
     job: &Job,
@@ -629,7 +629,7 @@ fn run_verify(
     } else {
         None
     };
-    let v = Verify {
+    let v = LoadedVerify {
         rank,
         schedule,
         zeros: vec![0.0; steps.len()],
@@ -691,7 +691,7 @@ fn load_compute(
 type Timed = (Vec<f64>, Checked, Vec<PassIteration>);
 
 /// What every configuration of a verify job shares, loaded once per rank.
-struct Verify<'a> {
+struct LoadedVerify<'a> {
     rank: &'a Rank,
     schedule: &'a Schedule,
     steps: Vec<Step>,
@@ -708,11 +708,11 @@ struct Verify<'a> {
     zeros: Vec<f64>,
 }
 
-impl Verify<'_> {
+impl LoadedVerify<'_> {
     /// Times, checks and passes over one configuration: graph or eager replay in `mode`, the
     /// all-reduces on `imp`.
     fn run(&self, graph: bool, mode: Mode, imp: Impl) -> anyhow::Result<Timed> {
-        let c = Config {
+        let c = VerifyRun {
             v: self,
             graph,
             mode,
@@ -735,9 +735,9 @@ impl Verify<'_> {
     }
 }
 
-/// One configuration of a verify job.
-struct Config<'a> {
-    v: &'a Verify<'a>,
+/// One configuration of a verify job (one of its `runs`).
+struct VerifyRun<'a> {
+    v: &'a LoadedVerify<'a>,
     graph: bool,
     mode: Mode,
     imp: Impl,
@@ -745,7 +745,7 @@ struct Config<'a> {
     launches: Vec<Launch>,
 }
 
-impl Config<'_> {
+impl VerifyRun<'_> {
     /// Host gaps per step of verify `it`, drawn before the timed loop (the generator stays out
     /// of it).
     fn gaps_of(&self, it: u64) -> Vec<f64> {
@@ -865,7 +865,7 @@ impl Config<'_> {
         Ok(probe)
     }
 
-    /// The warm-up and timed verifies: `it` of them, the check's after them.
+    /// How many verifies the warm-up and the timing run (the check's come after them).
     fn done(&self) -> u64 {
         self.v.warmup + self.v.iters
     }
