@@ -1,6 +1,6 @@
 //! Parsing and analysing profiler traces (`verifybench trace`), on SYNTHETIC traces of the
 //! shape of a PyTorch profile (cpu ops, runtime launches, kernels with collective arguments,
-//! flow events) made by `verifybench::trace::synth`.
+//! flow events) made by `tests/support/synth.rs`.
 //!
 //! The criterion part times one gzipped 2-rank trace (Kimi-K2.5 verify steps). The large case
 //! (8 ranks of ~200 MB gzip each) is too big for criterion's repetitions: set
@@ -13,9 +13,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
-use verifybench::trace::synth::{self, SynthSpec};
 use verifybench::trace::{analyse, TraceRequest};
 use verifybench::trace::{prefilter, reader};
+
+// Synthetic traces, shared with the tests; not every helper is called here.
+#[allow(dead_code)]
+#[path = "../tests/support/synth.rs"]
+mod synth;
+use synth::SynthSpec;
 
 /// A server-like mix per verify step: 124 collectives, 20 compute kernels before each (2,480),
 /// each with its cpu op, runtime launch, flow arrows and 4 `python_function` events.

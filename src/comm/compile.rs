@@ -1,4 +1,4 @@
-//! NVRTC compilation of the CUDA sources in `kernels/`, and the list of every one of them, so
+//! NVRTC compilation of the CUDA sources in `kernels/`; its tests list every one of them, so
 //! that one check (`cargo test -- --ignored nvrtc`, run by CI with pip's NVRTC) compiles them all
 //! without a GPU and a compile error never first shows up on the GPU machine.
 
@@ -8,35 +8,6 @@ use crate::error::usage;
 pub(crate) const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
 /// `kernels/allreduce.cu`: the one-shot and two-shot P2P all-reduces.
 pub const ALLREDUCE_SRC: &str = include_str!("../../kernels/allreduce.cu");
-
-/// A kernel source file of `kernels/`, embedded in the binary.
-pub struct Source {
-    pub file: &'static str,
-    pub text: &'static str,
-}
-
-/// Every file of `kernels/*.cu` (a test checks the folder holds no other).
-pub const SOURCES: &[Source] = &[
-    Source {
-        file: "stream.cu",
-        text: STREAM_SRC,
-    },
-    Source {
-        file: "allreduce.cu",
-        text: ALLREDUCE_SRC,
-    },
-];
-
-/// Test-only builds of a kernel file (a preprocessor define passed to NVRTC), compiled only by
-/// `selftest`; CI compiles them with the files. `allreduce.cu` with `P2P_SELFTEST` adds the
-/// stress test's support kernels, with `P2P_JITTER` its read-phase pauses; with `P2P_FAULT=1`
-/// and `P2P_FAULT=2` it is the stress test's negative controls (see the top of the file).
-pub const TEST_BUILDS: &[(&str, &[&str])] = &[
-    ("allreduce.cu", &["P2P_SELFTEST"]),
-    ("allreduce.cu", &["P2P_JITTER"]),
-    ("allreduce.cu", &["P2P_FAULT=1"]),
-    ("allreduce.cu", &["P2P_FAULT=2"]),
-];
 
 /// The virtual architecture NVRTC compiles for on a device of compute capability
 /// `major.minor`: the newest baseline architecture (no `a`/`f` suffix, so the PTX JIT-compiles
@@ -159,13 +130,43 @@ pub(crate) fn compile_with(
     })
 }
 
-/// The targets CI compiles every kernel for: Hopper, datacenter Blackwell, and the users'
-/// RTX PRO 6000 (sm_120).
-pub const CI_TARGETS: &[&str] = &["compute_90", "compute_100", "compute_120"];
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kernel source file of `kernels/`, embedded in the binary.
+    struct Source {
+        file: &'static str,
+        text: &'static str,
+    }
+
+    /// Every file of `kernels/*.cu` (a test checks the folder holds no other).
+    const SOURCES: &[Source] = &[
+        Source {
+            file: "stream.cu",
+            text: STREAM_SRC,
+        },
+        Source {
+            file: "allreduce.cu",
+            text: ALLREDUCE_SRC,
+        },
+    ];
+
+    /// Test-only builds of a kernel file (a preprocessor define passed to NVRTC), compiled
+    /// only by `selftest`; CI compiles them with the files. `allreduce.cu` with `P2P_SELFTEST`
+    /// adds the stress test's support kernels, with `P2P_JITTER` its read-phase pauses; with
+    /// `P2P_FAULT=1` and `P2P_FAULT=2` it is the stress test's negative controls (see the top
+    /// of the file).
+    const TEST_BUILDS: &[(&str, &[&str])] = &[
+        ("allreduce.cu", &["P2P_SELFTEST"]),
+        ("allreduce.cu", &["P2P_JITTER"]),
+        ("allreduce.cu", &["P2P_FAULT=1"]),
+        ("allreduce.cu", &["P2P_FAULT=2"]),
+    ];
+
+    /// The targets CI compiles every kernel for: Hopper, datacenter Blackwell, and the users'
+    /// RTX PRO 6000 (sm_120).
+    const CI_TARGETS: &[&str] = &["compute_90", "compute_100", "compute_120"];
 
     #[test]
     fn every_kernel_file_is_listed() {

@@ -518,14 +518,6 @@ impl Communicator {
         })
     }
 
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
-    pub fn nranks(&self) -> usize {
-        self.nranks
-    }
-
     /// Enqueues a sum all-reduce of `count` elements from `send` into `recv` on `gpu`'s stream.
     pub fn all_reduce(
         &self,

@@ -223,21 +223,14 @@ fn read_family(env: &BTreeMap<String, String>, fam: &Family) -> Result<Option<Fo
         (Some((rn, rv)), Some((sn, sv))) => {
             ((rn, parse_count(rn, rv)?), (sn, parse_count(sn, sv)?))
         }
-        (Some((rn, rv)), None) => {
+        (Some((n, v)), None) | (None, Some((n, v))) => {
+            let missing = if rank.is_some() { fam.size } else { fam.rank };
             return Err(usage(format!(
-                "{rn}={rv} is set but {} is not: the {} variables are incomplete; \
+                "{n}={v} is set but {} is not: the {} variables are incomplete; \
                  set both or pass --rank and --world-size",
-                fam.size.join(" or "),
+                missing.join(" or "),
                 fam.kind
-            )))
-        }
-        (None, Some((sn, sv))) => {
-            return Err(usage(format!(
-                "{sn}={sv} is set but {} is not: the {} variables are incomplete; \
-                 set both or pass --rank and --world-size",
-                fam.rank.join(" or "),
-                fam.kind
-            )))
+            )));
         }
     };
     let local = match lookup(env, fam.local) {
@@ -260,99 +253,24 @@ fn read_family(env: &BTreeMap<String, String>, fam: &Family) -> Result<Option<Fo
 /// rank not below the world size, `--rank` without `--world-size`, a bad `MASTER_PORT`.
 pub(crate) fn detect(env: &BTreeMap<String, String>, explicit: &ExplicitRank) -> Result<RankInfo> {
     let mut shadowed = Vec::new();
-    let (rank, world_size, local, source, source_vars) = match (explicit.rank, explicit.world_size)
-    {
-        (Some(rank), Some(world)) => {
-            // Flags win; say which launcher was present but ignored (without failing on
-            // its variables: the user chose flags, maybe because they are broken).
-            for fam in &FAMILIES {
-                if lookup(env, fam.rank).is_some() || lookup(env, fam.size).is_some() {
-                    shadowed.push(fam.kind);
-                }
-            }
-            let vars = if explicit.local_rank.is_some() {
-                "--rank/--world-size/--local-rank"
-            } else {
-                "--rank/--world-size"
-            };
-            (
-                rank,
-                world,
-                explicit.local_rank,
-                LauncherKind::Flags,
-                vars.to_string(),
-            )
-        }
-        (Some(_), None) => {
-            return Err(usage(
+    let given =
+        match (explicit.rank, explicit.world_size) {
+            (Some(rank), Some(world)) => from_flags(env, explicit, rank, world, &mut shadowed),
+            (Some(_), None) => return Err(usage(
                 "--rank needs --world-size: give both, or neither to take them from the launcher",
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(usage(
+            )),
+            (None, Some(_)) => return Err(usage(
                 "--world-size needs --rank: give both, or neither to take them from the launcher",
-            ))
-        }
-        (None, None) => {
-            let mut found = None;
-            for fam in &FAMILIES {
-                match (&found, read_family(env, fam)) {
-                    (None, r) => found = r?,
-                    // A lower-precedence launcher: note it, never fail on it.
-                    (Some(_), Ok(Some(_))) | (Some(_), Err(_)) => shadowed.push(fam.kind),
-                    (Some(_), Ok(None)) => {}
-                }
-            }
-            let Some(f) = found else {
-                let stray: Vec<&str> = FAMILIES
-                    .iter()
-                    .filter_map(|fam| lookup(env, fam.local).map(|(n, _)| n))
-                    .collect();
-                let extra = if stray.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " ({} is set, but no rank or world size goes with it)",
-                        stray.join(", ")
-                    )
-                };
-                return Err(usage(format!(
-                        "no rank given{extra}: pass --rank R --world-size N [--local-rank L], or start \
-                         the worker under torchrun, srun or mpirun (looked for RANK/WORLD_SIZE, \
-                         SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, \
-                         PMI_RANK/PMI_SIZE)"
-                    )));
-            };
-            let local = match (explicit.local_rank, f.local) {
-                (Some(l), _) => Some(l),
-                (None, Some((_, l))) => Some(l),
-                (None, None) => None,
-            };
-            let mut vars = format!("{}/{}", f.rank.0, f.size.0);
-            match (explicit.local_rank, f.local) {
-                (Some(_), _) => vars.push_str(", local rank from --local-rank"),
-                (None, Some((n, _))) => {
-                    vars.push('/');
-                    vars.push_str(n);
-                }
-                (None, None) => {
-                    return Err(usage(format!(
-                        "{} gives rank {} of {} but not the local rank ({} is unset): \
-                             pass --local-rank (the GPU ordinal on this host)",
-                        f.kind,
-                        f.rank.1,
-                        f.size.1,
-                        FAMILIES
-                            .iter()
-                            .find(|fam| fam.kind == f.kind)
-                            .map(|fam| fam.local.join(" or "))
-                            .unwrap_or_default()
-                    )))
-                }
-            }
-            (f.rank.1, f.size.1, local, f.kind, vars)
-        }
-    };
+            )),
+            (None, None) => from_launcher(env, explicit, &mut shadowed)?,
+        };
+    let Given {
+        rank,
+        world_size,
+        local,
+        source,
+        source_vars,
+    } = given;
 
     if world_size == 0 {
         return Err(usage(format!(
@@ -378,29 +296,7 @@ pub(crate) fn detect(env: &BTreeMap<String, String>, explicit: &ExplicitRank) ->
             "local rank {local_rank} is not below world size {world_size}: a host cannot run more ranks than the job"
         )));
     }
-
-    // A launcher that binds one GPU per task (srun --gpus-per-task=1, --gpu-bind=single) leaves
-    // exactly one device visible: that device is ordinal 0 whatever the local rank says.
-    let mut gpu = local_rank;
-    if let Some(v) = env.get("CUDA_VISIBLE_DEVICES") {
-        let visible: Vec<&str> = v
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
-        if visible.len() == 1 && local_rank > 0 {
-            gpu = 0;
-            gpu_note = Some(format!(
-                "local rank {local_rank}, but CUDA_VISIBLE_DEVICES={v} leaves this process one GPU"
-            ));
-        } else if !visible.is_empty() && local_rank >= visible.len() {
-            return Err(usage(format!(
-                "local rank {local_rank} needs GPU {local_rank}, but CUDA_VISIBLE_DEVICES={v} shows {} GPUs: \
-                 pass --local-rank or fix CUDA_VISIBLE_DEVICES",
-                visible.len()
-            )));
-        }
-    }
+    let gpu = visible_gpu(env, local_rank, &mut gpu_note)?;
 
     let rendezvous = rendezvous_addr(env, explicit)?;
     let job = launcher_job(env, source);
@@ -416,6 +312,148 @@ pub(crate) fn detect(env: &BTreeMap<String, String>, explicit: &ExplicitRank) ->
         rendezvous,
         job,
     })
+}
+
+/// Rank, world size and local rank as the flags or a launcher gave them, before their bounds
+/// are checked.
+struct Given {
+    rank: usize,
+    world_size: usize,
+    local: Option<usize>,
+    source: LauncherKind,
+    source_vars: String,
+}
+
+/// `--rank` and `--world-size` (`rank`, `world`): the flags win; the launchers whose variables
+/// were present are added to `shadowed` (without failing on their variables: the user chose
+/// flags, maybe because they are broken).
+fn from_flags(
+    env: &BTreeMap<String, String>,
+    explicit: &ExplicitRank,
+    rank: usize,
+    world: usize,
+    shadowed: &mut Vec<LauncherKind>,
+) -> Given {
+    for fam in &FAMILIES {
+        if lookup(env, fam.rank).is_some() || lookup(env, fam.size).is_some() {
+            shadowed.push(fam.kind);
+        }
+    }
+    let vars = if explicit.local_rank.is_some() {
+        "--rank/--world-size/--local-rank"
+    } else {
+        "--rank/--world-size"
+    };
+    Given {
+        rank,
+        world_size: world,
+        local: explicit.local_rank,
+        source: LauncherKind::Flags,
+        source_vars: vars.to_string(),
+    }
+}
+
+/// The first launcher (in precedence order) whose variables are present, the local rank from
+/// `--local-rank` if given; the lower-precedence launchers present are added to `shadowed`.
+fn from_launcher(
+    env: &BTreeMap<String, String>,
+    explicit: &ExplicitRank,
+    shadowed: &mut Vec<LauncherKind>,
+) -> Result<Given> {
+    let mut found = None;
+    for fam in &FAMILIES {
+        match (&found, read_family(env, fam)) {
+            (None, r) => found = r?,
+            // A lower-precedence launcher: note it, never fail on it.
+            (Some(_), Ok(Some(_))) | (Some(_), Err(_)) => shadowed.push(fam.kind),
+            (Some(_), Ok(None)) => {}
+        }
+    }
+    let Some(f) = found else {
+        let stray: Vec<&str> = FAMILIES
+            .iter()
+            .filter_map(|fam| lookup(env, fam.local).map(|(n, _)| n))
+            .collect();
+        let extra = if stray.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({} is set, but no rank or world size goes with it)",
+                stray.join(", ")
+            )
+        };
+        return Err(usage(format!(
+            "no rank given{extra}: pass --rank R --world-size N [--local-rank L], or start \
+             the worker under torchrun, srun or mpirun (looked for RANK/WORLD_SIZE, \
+             SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, \
+             PMI_RANK/PMI_SIZE)"
+        )));
+    };
+    let local = match (explicit.local_rank, f.local) {
+        (Some(l), _) => Some(l),
+        (None, Some((_, l))) => Some(l),
+        (None, None) => None,
+    };
+    let mut vars = format!("{}/{}", f.rank.0, f.size.0);
+    match (explicit.local_rank, f.local) {
+        (Some(_), _) => vars.push_str(", local rank from --local-rank"),
+        (None, Some((n, _))) => {
+            vars.push('/');
+            vars.push_str(n);
+        }
+        (None, None) => {
+            return Err(usage(format!(
+                "{} gives rank {} of {} but not the local rank ({} is unset): \
+                 pass --local-rank (the GPU ordinal on this host)",
+                f.kind,
+                f.rank.1,
+                f.size.1,
+                FAMILIES
+                    .iter()
+                    .find(|fam| fam.kind == f.kind)
+                    .map(|fam| fam.local.join(" or "))
+                    .unwrap_or_default()
+            )))
+        }
+    }
+    Ok(Given {
+        rank: f.rank.1,
+        world_size: f.size.1,
+        local,
+        source: f.kind,
+        source_vars: vars,
+    })
+}
+
+/// The CUDA ordinal of local rank `local_rank`'s GPU. A launcher that binds one GPU per task
+/// (srun --gpus-per-task=1, --gpu-bind=single) leaves exactly one device visible: that device
+/// is ordinal 0 whatever the local rank says (and `gpu_note` says so).
+fn visible_gpu(
+    env: &BTreeMap<String, String>,
+    local_rank: usize,
+    gpu_note: &mut Option<String>,
+) -> Result<usize> {
+    let mut gpu = local_rank;
+    if let Some(v) = env.get("CUDA_VISIBLE_DEVICES") {
+        let visible: Vec<&str> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if visible.len() == 1 && local_rank > 0 {
+            gpu = 0;
+            *gpu_note = Some(format!(
+                "local rank {local_rank}, but CUDA_VISIBLE_DEVICES={v} leaves this process one GPU"
+            ));
+        } else if !visible.is_empty() && local_rank >= visible.len() {
+            return Err(usage(format!(
+                "local rank {local_rank} needs GPU {local_rank}, but CUDA_VISIBLE_DEVICES={v} shows {} GPUs: \
+                 pass --local-rank or fix CUDA_VISIBLE_DEVICES",
+                visible.len()
+            )));
+        }
+    }
+    Ok(gpu)
 }
 
 /// The job the launcher that gave the rank runs, as the ranks of one job all see it: Slurm's

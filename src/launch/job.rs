@@ -235,7 +235,7 @@ impl P2pExchange {
 }
 
 /// What one rank reports back.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RankResult {
     pub rank: usize,
     pub pid: u32,

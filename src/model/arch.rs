@@ -387,122 +387,8 @@ pub(crate) struct Read {
 /// Reads the layers of `c` as `a` says. Errors name the key at fault.
 pub(crate) fn read(a: &Arch, c: &Cfg, layers: u64, hidden: u64) -> Result<Read, String> {
     let mut notes = Vec::new();
-    let heads = c.need("num_attention_heads")?;
-    if heads == 0 {
-        return Err("key 'num_attention_heads' must be positive".into());
-    }
-    let head_dim = c
-        .first_u64(&["head_dim", "attention_head_dim"])
-        .unwrap_or(hidden / heads);
-    let kv_heads = c.u64("num_key_value_heads").unwrap_or(heads);
-    let gated_q = c.model_type_is(&[
-        "qwen3_next",
-        "qwen3_5_moe_text",
-        "qwen3_5_moe",
-        "qwen3_5_text",
-        "qwen3_5",
-    ]) || c.bool("attn_output_gate").unwrap_or(false);
-    let full = if !c.obj.contains_key("kv_lora_rank") && c.obj.contains_key("o_lora_rank") {
-        // DeepSeek-V4 (vLLM deepseek_v4.py DeepseekV4Attention)
-        let groups = c.u64("o_groups").unwrap_or(1);
-        if groups == 0 {
-            return Err("key 'o_groups' must be positive".into());
-        }
-        // read: what they shape is named in the note, not guessed away silently
-        for k in [
-            "compress_ratios",
-            "hc_mult",
-            "hc_sinkhorn_iters",
-            "num_hash_layers",
-            "qk_rope_head_dim",
-        ] {
-            c.get(k);
-        }
-        notes.push(
-            "DeepSeek-V4 attention: the compressor and indexer of the compressed-attention layers (compress_ratios) and the hyper-connection mixers (hc_mult) are not counted; the first num_hash_layers MoE layers route by a token-id table and are counted like the others".into(),
-        );
-        Attention::LatentMqa {
-            heads,
-            head_dim: c.need("head_dim")?,
-            q_lora_rank: c.need("q_lora_rank")?,
-            o_lora_rank: c.need("o_lora_rank")?,
-            o_groups: groups,
-        }
-    } else if c.obj.contains_key("kv_lora_rank") {
-        Attention::Mla {
-            heads,
-            q_lora_rank: c.u64("q_lora_rank"),
-            kv_lora_rank: c.need("kv_lora_rank")?,
-            qk_nope_head_dim: c.need("qk_nope_head_dim")?,
-            qk_rope_head_dim: c.need("qk_rope_head_dim")?,
-            v_head_dim: c.need("v_head_dim")?,
-        }
-    } else {
-        Attention::Gqa {
-            heads,
-            kv_heads,
-            head_dim,
-            v_head_dim: c.u64("v_head_dim").filter(|v| *v != head_dim),
-            gated_q,
-        }
-    };
-
-    // ---- experts
-    let experts = c
-        .first_u64(&[
-            "n_routed_experts",
-            "num_local_experts",
-            "num_experts",
-            "moe_num_experts",
-        ])
-        .filter(|e| *e > 0);
-    let moe = match experts {
-        None => None,
-        Some(e) => {
-            let k = c
-                .first_u64(&["num_experts_per_tok", "top_k_experts", "moe_topk", "experts_per_token"])
-                .ok_or("MoE config (expert count given) lacks the experts per token: none of 'num_experts_per_tok', 'top_k_experts', 'moe_topk', 'experts_per_token'")?;
-            if k == 0 || k > e {
-                return Err(format!(
-                    "{k} experts per token of {e} routed experts: give 1 to {e}"
-                ));
-            }
-            let inter = match c.u64("moe_intermediate_size") {
-                Some(i) => i,
-                None if a.expert_size_in_intermediate => c.need("intermediate_size")?,
-                None => return Err("missing key 'moe_intermediate_size'".into()),
-            };
-            let shared_size = c
-                .first_u64(&[
-                    "shared_expert_intermediate_size",
-                    "shared_intermediate_size",
-                ])
-                .filter(|s| *s > 0);
-            let (shared, shared_intermediate) = if a.llama4 {
-                (1, None)
-            } else if let Some(s) = shared_size {
-                // Qwen2-MoE / Qwen3-Next: one shared expert of that size (with a sigmoid gate)
-                (1, Some(s).filter(|s| *s != inter))
-            } else {
-                (
-                    c.first_u64(&[
-                        "n_shared_experts",
-                        "num_shared_experts",
-                        "moe_num_shared_experts",
-                    ])
-                    .unwrap_or(0),
-                    None,
-                )
-            };
-            Some(Moe {
-                routed_experts: e,
-                experts_per_token: k,
-                shared_experts: shared,
-                moe_intermediate: inter,
-                shared_intermediate,
-            })
-        }
-    };
+    let (full, heads, head_dim) = attention(c, hidden, &mut notes)?;
+    let moe = experts(a, c)?;
     let dense_key = if a.llama4 {
         "intermediate_size_mlp"
     } else {
@@ -568,6 +454,135 @@ pub(crate) fn read(a: &Arch, c: &Cfg, layers: u64, hidden: u64) -> Result<Read, 
         tied,
         notes,
     })
+}
+
+/// The attention of `c`'s full layers (GQA, MLA or DeepSeek-V4's latent MQA), with its head
+/// count and head size.
+fn attention(
+    c: &Cfg,
+    hidden: u64,
+    notes: &mut Vec<String>,
+) -> Result<(Attention, u64, u64), String> {
+    let heads = c.need("num_attention_heads")?;
+    if heads == 0 {
+        return Err("key 'num_attention_heads' must be positive".into());
+    }
+    let head_dim = c
+        .first_u64(&["head_dim", "attention_head_dim"])
+        .unwrap_or(hidden / heads);
+    let kv_heads = c.u64("num_key_value_heads").unwrap_or(heads);
+    let gated_q = c.model_type_is(&[
+        "qwen3_next",
+        "qwen3_5_moe_text",
+        "qwen3_5_moe",
+        "qwen3_5_text",
+        "qwen3_5",
+    ]) || c.bool("attn_output_gate").unwrap_or(false);
+    let full = if !c.obj.contains_key("kv_lora_rank") && c.obj.contains_key("o_lora_rank") {
+        // DeepSeek-V4 (vLLM deepseek_v4.py DeepseekV4Attention)
+        let groups = c.u64("o_groups").unwrap_or(1);
+        if groups == 0 {
+            return Err("key 'o_groups' must be positive".into());
+        }
+        // read: what they shape is named in the note, not guessed away silently
+        for k in [
+            "compress_ratios",
+            "hc_mult",
+            "hc_sinkhorn_iters",
+            "num_hash_layers",
+            "qk_rope_head_dim",
+        ] {
+            c.get(k);
+        }
+        notes.push(
+            "DeepSeek-V4 attention: the compressor and indexer of the compressed-attention layers (compress_ratios) and the hyper-connection mixers (hc_mult) are not counted; the first num_hash_layers MoE layers route by a token-id table and are counted like the others".into(),
+        );
+        Attention::LatentMqa {
+            heads,
+            head_dim: c.need("head_dim")?,
+            q_lora_rank: c.need("q_lora_rank")?,
+            o_lora_rank: c.need("o_lora_rank")?,
+            o_groups: groups,
+        }
+    } else if c.obj.contains_key("kv_lora_rank") {
+        Attention::Mla {
+            heads,
+            q_lora_rank: c.u64("q_lora_rank"),
+            kv_lora_rank: c.need("kv_lora_rank")?,
+            qk_nope_head_dim: c.need("qk_nope_head_dim")?,
+            qk_rope_head_dim: c.need("qk_rope_head_dim")?,
+            v_head_dim: c.need("v_head_dim")?,
+        }
+    } else {
+        Attention::Gqa {
+            heads,
+            kv_heads,
+            head_dim,
+            v_head_dim: c.u64("v_head_dim").filter(|v| *v != head_dim),
+            gated_q,
+        }
+    };
+    Ok((full, heads, head_dim))
+}
+
+/// The routed (and shared) experts of `c`, if it has any.
+fn experts(a: &Arch, c: &Cfg) -> Result<Option<Moe>, String> {
+    let experts = c
+        .first_u64(&[
+            "n_routed_experts",
+            "num_local_experts",
+            "num_experts",
+            "moe_num_experts",
+        ])
+        .filter(|e| *e > 0);
+    let moe = match experts {
+        None => None,
+        Some(e) => {
+            let k = c
+                .first_u64(&["num_experts_per_tok", "top_k_experts", "moe_topk", "experts_per_token"])
+                .ok_or("MoE config (expert count given) lacks the experts per token: none of 'num_experts_per_tok', 'top_k_experts', 'moe_topk', 'experts_per_token'")?;
+            if k == 0 || k > e {
+                return Err(format!(
+                    "{k} experts per token of {e} routed experts: give 1 to {e}"
+                ));
+            }
+            let inter = match c.u64("moe_intermediate_size") {
+                Some(i) => i,
+                None if a.expert_size_in_intermediate => c.need("intermediate_size")?,
+                None => return Err("missing key 'moe_intermediate_size'".into()),
+            };
+            let shared_size = c
+                .first_u64(&[
+                    "shared_expert_intermediate_size",
+                    "shared_intermediate_size",
+                ])
+                .filter(|s| *s > 0);
+            let (shared, shared_intermediate) = if a.llama4 {
+                (1, None)
+            } else if let Some(s) = shared_size {
+                // Qwen2-MoE / Qwen3-Next: one shared expert of that size (with a sigmoid gate)
+                (1, Some(s).filter(|s| *s != inter))
+            } else {
+                (
+                    c.first_u64(&[
+                        "n_shared_experts",
+                        "num_shared_experts",
+                        "moe_num_shared_experts",
+                    ])
+                    .unwrap_or(0),
+                    None,
+                )
+            };
+            Some(Moe {
+                routed_experts: e,
+                experts_per_token: k,
+                shared_experts: shared,
+                moe_intermediate: inter,
+                shared_intermediate,
+            })
+        }
+    };
+    Ok(moe)
 }
 
 impl Cfg<'_> {

@@ -110,35 +110,10 @@ fn not_a_config(v: &Value) -> Option<String> {
 /// Builds the shape from parsed JSON; `file` is the config's file name (for the model's name).
 /// Errors are plain strings; [`load`] adds the path.
 pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
-    if let Some(what) = not_a_config(root) {
-        return Err(format!(
-            "the file is {what}, not a model's config.json: give the Hugging Face config.json of the model (a schedule goes to --schedule)"
-        ));
-    }
-    let root = root
-        .as_object()
-        .ok_or_else(|| "top level must be a JSON object".to_string())?;
-    // Kimi-K2.5, Llama-4, Qwen3.5 and Gemma-4 nest the language model under text_config.
-    let obj = match root.get("text_config").and_then(Value::as_object) {
-        Some(t) => t,
-        None => root,
-    };
+    let (root, obj) = language_model(root)?;
     let name = display_name(root, obj, file);
     let c = Cfg::new(obj);
-    let layers = c.need("num_hidden_layers")?;
-    let hidden = c.need("hidden_size")?;
-    let vocab = c.need("vocab_size")?;
-    // before anything is sized by them
-    for (k, v) in [
-        ("num_hidden_layers", layers),
-        ("hidden_size", hidden),
-        ("vocab_size", vocab),
-    ] {
-        if v == 0 {
-            return Err(format!("key '{k}' is 0: a model has at least one"));
-        }
-        arch::check_bound(k, v)?;
-    }
+    let (layers, hidden, vocab) = dimensions(&c)?;
     let model_type = obj
         .get("model_type")
         .or_else(|| root.get("model_type"))
@@ -182,43 +157,15 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         .u64("num_attention_heads")
         .filter(|h| *h > 0)
         .unwrap_or((hidden / 128).max(1));
-    // DeepSeek-V4 checkpoints store the routed experts in MXFP4 unless `expert_dtype` says
-    // fp8 (vLLM deepseek_v4.py DeepseekV4FP8Config: "fp4" when the key is absent)
-    let precision = match (precision, model_type, quant) {
-        (Ok(mut p), "deepseek_v4", Some(q))
-            if q.get("quant_method").and_then(Value::as_str) == Some("fp8") =>
-        {
-            if c.str("expert_dtype").unwrap_or("fp4") == "fp4" {
-                p.routed_experts = WeightFormat::Mxfp4;
-            }
-            Ok(p)
-        }
-        (p, _, _) => p,
-    };
+    let precision = deepseek_v4_experts(precision, model_type, quant, &c);
     c.check_bounds()?;
-    let not_understood = c.not_understood();
-    let unread = |w: &mut Vec<String>| {
-        if !not_understood.is_empty() {
-            w.push(format!(
-                "keys not understood (the weight figures may be off): {}",
-                not_understood.join(", ")
-            ));
-        }
-    };
-    match &read {
-        Some(r) => {
-            if entry.is_none() {
-                warnings.push(format!(
-                    "model_type '{model_type}' is not in the architecture table: read as a guess from its generic keys ({}); the keys it rests on: {}; check the weight figures against the model card",
-                    guessed(r),
-                    c.keys_used().join(", ")
-                ));
-            }
-            warnings.extend(r.notes.iter().cloned());
-            unread(&mut warnings);
-        }
-        None => unread(&mut warnings),
-    }
+    reading_warnings(
+        &c,
+        read.as_ref(),
+        entry.is_none(),
+        model_type,
+        &mut warnings,
+    );
     let precision = match precision {
         Ok(p) => p,
         Err(e) => {
@@ -265,6 +212,96 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         }
     }
     Ok(shape)
+}
+
+/// A JSON object.
+type Object = Map<String, Value>;
+
+/// The top level of a config as an object, and the language model's part of it: Kimi-K2.5,
+/// Llama-4, Qwen3.5 and Gemma-4 nest it under text_config. A document this tool writes is
+/// refused, named.
+fn language_model(root: &Value) -> Result<(&Object, &Object), String> {
+    if let Some(what) = not_a_config(root) {
+        return Err(format!(
+            "the file is {what}, not a model's config.json: give the Hugging Face config.json of the model (a schedule goes to --schedule)"
+        ));
+    }
+    let root = root
+        .as_object()
+        .ok_or_else(|| "top level must be a JSON object".to_string())?;
+    let obj = match root.get("text_config").and_then(Value::as_object) {
+        Some(t) => t,
+        None => root,
+    };
+    Ok((root, obj))
+}
+
+/// Layers, hidden size and vocabulary, each checked (positive and within bounds) before
+/// anything is sized by them.
+fn dimensions(c: &Cfg) -> Result<(u64, u64, u64), String> {
+    let layers = c.need("num_hidden_layers")?;
+    let hidden = c.need("hidden_size")?;
+    let vocab = c.need("vocab_size")?;
+    for (k, v) in [
+        ("num_hidden_layers", layers),
+        ("hidden_size", hidden),
+        ("vocab_size", vocab),
+    ] {
+        if v == 0 {
+            return Err(format!("key '{k}' is 0: a model has at least one"));
+        }
+        arch::check_bound(k, v)?;
+    }
+    Ok((layers, hidden, vocab))
+}
+
+/// DeepSeek-V4 checkpoints store the routed experts in MXFP4 unless `expert_dtype` says
+/// fp8 (vLLM deepseek_v4.py DeepseekV4FP8Config: "fp4" when the key is absent).
+fn deepseek_v4_experts(
+    precision: Result<Precision, String>,
+    model_type: &str,
+    quant: Option<&Value>,
+    c: &Cfg,
+) -> Result<Precision, String> {
+    match (precision, model_type, quant) {
+        (Ok(mut p), "deepseek_v4", Some(q))
+            if q.get("quant_method").and_then(Value::as_str) == Some("fp8") =>
+        {
+            if c.str("expert_dtype").unwrap_or("fp4") == "fp4" {
+                p.routed_experts = WeightFormat::Mxfp4;
+            }
+            Ok(p)
+        }
+        (p, _, _) => p,
+    }
+}
+
+/// The warnings of the reading: a guessed reading named with the keys it rests on (`guessed`:
+/// the model type is not in the table), the reading's notes, the keys not understood.
+fn reading_warnings(
+    c: &Cfg,
+    read: Option<&arch::Read>,
+    guess: bool,
+    model_type: &str,
+    warnings: &mut Vec<String>,
+) {
+    if let Some(r) = read {
+        if guess {
+            warnings.push(format!(
+                "model_type '{model_type}' is not in the architecture table: read as a guess from its generic keys ({}); the keys it rests on: {}; check the weight figures against the model card",
+                guessed(r),
+                c.keys_used().join(", ")
+            ));
+        }
+        warnings.extend(r.notes.iter().cloned());
+    }
+    let not_understood = c.not_understood();
+    if !not_understood.is_empty() {
+        warnings.push(format!(
+            "keys not understood (the weight figures may be off): {}",
+            not_understood.join(", ")
+        ));
+    }
 }
 
 /// What a generic reading made of a config, in words: the MoE it found (or none), and the

@@ -641,134 +641,36 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
 
     if phase == Phase::Draft {
         check_divides(tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
-        // EAGLE-3 head: own embedding, replicated fc over three target features, one
-        // Llama-style decoder layer at the target's hidden size, own LM head. Its sizes are the
-        // target's (heads, intermediate): unknown when the target's are, then collectives only.
-        let known = shape.weights_known;
-        let (heads, head_dim) = (shape.attention.heads(), 128);
-        let kv_heads = 8.min(heads).max(1);
-        let inter = if shape.intermediate > 0 {
-            shape.intermediate
-        } else {
-            4 * h
-        };
-        if opt.embedding_allreduce {
-            ops.push(collective(
-                CollectiveKind::AllReduce,
-                dt,
-                act,
-                "embedding",
-                None,
-            ));
-        }
-        if known {
-            ops.push(Op::Compute {
-                kind: ComputeKind::DraftFc,
-                weight_bytes: WeightFormat::Bf16.matrix_bytes(h, 3 * h),
-                layer: Some(0),
-            });
-        }
-        if known {
-            ops.push(Op::Compute {
-                kind: ComputeKind::Attention,
-                weight_bytes: gqa_bytes(WeightFormat::Bf16, h, heads, kv_heads, head_dim, tp),
-                layer: Some(0),
-            });
-        }
+    }
+    if opt.embedding_allreduce {
         ops.push(collective(
             CollectiveKind::AllReduce,
             dt,
             act,
-            "attention",
-            Some(0),
+            "embedding",
+            None,
         ));
-        if known {
-            ops.push(Op::Compute {
-                kind: ComputeKind::DenseMlp,
-                weight_bytes: mlp_bytes(WeightFormat::Bf16, h, inter - inter % tp, tp),
-                layer: Some(0),
-            });
-        }
-        ops.push(collective(
-            CollectiveKind::AllReduce,
-            dt,
-            act,
-            "mlp",
-            Some(0),
-        ));
-        if known {
-            ops.push(Op::Compute {
-                kind: ComputeKind::LmHead,
-                weight_bytes: WeightFormat::Bf16.matrix_bytes(opt.draft_vocab / tp, h),
-                layer: None,
-            });
-        }
-        if opt.logits == Logits::Gather {
-            let c = tokens * opt.draft_vocab / tp;
-            ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
-        }
+    }
+    let (lm_head, vocab) = if phase == Phase::Draft {
+        draft_layer(shape, opt, act, &mut ops);
+        (WeightFormat::Bf16, opt.draft_vocab)
     } else {
-        if opt.embedding_allreduce {
-            ops.push(collective(
-                CollectiveKind::AllReduce,
-                dt,
-                act,
-                "embedding",
-                None,
-            ));
-        }
-        let known = shape.weights_known;
         if let Some(m) = shape.first_moe() {
             experts = distinct_experts(&m, tokens, opt.routing);
         }
-        for (l, b) in shape.layer_blocks().iter().enumerate() {
-            let l = l as u64;
-            if let Some(m) = &b.mixer {
-                if known {
-                    let (kind, weight_bytes) = mixer_weights(m, shape.precision.attention, h, tp);
-                    ops.push(Op::Compute {
-                        kind,
-                        weight_bytes,
-                        layer: Some(l),
-                    });
-                }
-                // a replicated linear in place of attention needs no reduction
-                if *m != Mixer::Linear {
-                    ops.push(collective(
-                        CollectiveKind::AllReduce,
-                        dt,
-                        act,
-                        "attention",
-                        Some(l),
-                    ));
-                }
-            }
-            if let Some(f) = &b.ffn {
-                if known {
-                    ops.extend(ffn_ops(f, &shape.precision, h, tp, experts, l));
-                }
-                if *f != Ffn::Linear {
-                    ops.push(collective(
-                        CollectiveKind::AllReduce,
-                        dt,
-                        act,
-                        "mlp",
-                        Some(l),
-                    ));
-                }
-            }
-        }
-        if known {
-            ops.push(Op::Compute {
-                kind: ComputeKind::LmHead,
-                weight_bytes: shape.precision.lm_head.matrix_bytes(shape.vocab / tp, h),
-                layer: None,
-            });
-        }
-        if opt.logits == Logits::Gather {
-            let c = tokens * shape.vocab / tp;
-            ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
-        }
+        target_layers(shape, opt, act, experts, &mut ops);
+        (shape.precision.lm_head, shape.vocab)
+    };
+    if shape.weights_known {
+        ops.push(Op::Compute {
+            kind: ComputeKind::LmHead,
+            weight_bytes: lm_head.matrix_bytes(vocab / tp, h),
+            layer: None,
+        });
+    }
+    if opt.logits == Logits::Gather {
+        let c = tokens * vocab / tp;
+        ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
     }
     Ok(Schedule {
         model: shape.name.clone(),
@@ -786,6 +688,107 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
             })
         }),
     })
+}
+
+/// The draft's layer between its embedding and its LM head, onto `ops` (`act` elements per
+/// all-reduce). EAGLE-3 head: own embedding, replicated fc over three target features, one
+/// Llama-style decoder layer at the target's hidden size, own LM head. Its sizes are the
+/// target's (heads, intermediate): unknown when the target's are, then collectives only.
+fn draft_layer(shape: &ModelShape, opt: &ScheduleOptions, act: u64, ops: &mut Vec<Op>) {
+    let (tp, h, dt) = (opt.tp, shape.hidden, opt.dtype);
+    let known = shape.weights_known;
+    let (heads, head_dim) = (shape.attention.heads(), 128);
+    let kv_heads = 8.min(heads).max(1);
+    let inter = if shape.intermediate > 0 {
+        shape.intermediate
+    } else {
+        4 * h
+    };
+    if known {
+        ops.push(Op::Compute {
+            kind: ComputeKind::DraftFc,
+            weight_bytes: WeightFormat::Bf16.matrix_bytes(h, 3 * h),
+            layer: Some(0),
+        });
+    }
+    if known {
+        ops.push(Op::Compute {
+            kind: ComputeKind::Attention,
+            weight_bytes: gqa_bytes(WeightFormat::Bf16, h, heads, kv_heads, head_dim, tp),
+            layer: Some(0),
+        });
+    }
+    ops.push(collective(
+        CollectiveKind::AllReduce,
+        dt,
+        act,
+        "attention",
+        Some(0),
+    ));
+    if known {
+        ops.push(Op::Compute {
+            kind: ComputeKind::DenseMlp,
+            weight_bytes: mlp_bytes(WeightFormat::Bf16, h, inter - inter % tp, tp),
+            layer: Some(0),
+        });
+    }
+    ops.push(collective(
+        CollectiveKind::AllReduce,
+        dt,
+        act,
+        "mlp",
+        Some(0),
+    ));
+}
+
+/// The target's layers onto `ops`: each layer's mixer and FFN weights (when known) and their
+/// all-reduces of `act` elements; `experts` distinct experts read per MoE layer.
+fn target_layers(
+    shape: &ModelShape,
+    opt: &ScheduleOptions,
+    act: u64,
+    experts: f64,
+    ops: &mut Vec<Op>,
+) {
+    let (tp, h, dt) = (opt.tp, shape.hidden, opt.dtype);
+    let known = shape.weights_known;
+    for (l, b) in shape.layer_blocks().iter().enumerate() {
+        let l = l as u64;
+        if let Some(m) = &b.mixer {
+            if known {
+                let (kind, weight_bytes) = mixer_weights(m, shape.precision.attention, h, tp);
+                ops.push(Op::Compute {
+                    kind,
+                    weight_bytes,
+                    layer: Some(l),
+                });
+            }
+            // a replicated linear in place of attention needs no reduction
+            if *m != Mixer::Linear {
+                ops.push(collective(
+                    CollectiveKind::AllReduce,
+                    dt,
+                    act,
+                    "attention",
+                    Some(l),
+                ));
+            }
+        }
+        if let Some(f) = &b.ffn {
+            if known {
+                ops.extend(ffn_ops(f, &shape.precision, h, tp, experts, l));
+            }
+            if *f != Ffn::Linear {
+                ops.push(collective(
+                    CollectiveKind::AllReduce,
+                    dt,
+                    act,
+                    "mlp",
+                    Some(l),
+                ));
+            }
+        }
+    }
 }
 
 /// The workload line a record carries, from the schedule it ran.

@@ -56,18 +56,6 @@ impl WeightFormat {
             WeightFormat::Nvfp4 => (rows * cols).div_ceil(2) + rows * cols.div_ceil(16) + 4,
         }
     }
-
-    pub fn label(self) -> String {
-        match self {
-            WeightFormat::Bf16 => "bf16".into(),
-            WeightFormat::Fp8Block { block } => format!("fp8 block {block}x{block}"),
-            WeightFormat::Int4Group { group } => format!("int4 group {group}"),
-            WeightFormat::Int8Channel => "8-bit per channel".into(),
-            WeightFormat::Int4GroupZero { group } => format!("int4 group {group} with zero points"),
-            WeightFormat::Mxfp4 => "mxfp4".into(),
-            WeightFormat::Nvfp4 => "nvfp4".into(),
-        }
-    }
 }
 
 /// Storage precision per group of weights.
@@ -264,7 +252,8 @@ fn yes() -> bool {
 
 impl ModelShape {
     /// Number of layers whose MLP is dense.
-    pub fn dense_layers(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn dense_layers(&self) -> u64 {
         self.layer_blocks()
             .iter()
             .filter(|b| matches!(b.ffn, Some(Ffn::Dense { .. })))

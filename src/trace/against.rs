@@ -197,14 +197,16 @@ fn per_rank_gaps(a: &Analysis, len: usize, tp: u64) -> Result<Vec<Vec<f64>>, Str
         .collect()
 }
 
-/// The schedule file of one step: collectives, per-op host gaps (median over steps), origin.
-/// `tokens`: the tokens per forward when known (the trace does not say; 0 = unknown).
-pub fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> {
+/// The schedule file of one step without `--assume-size` (the tests' export).
+#[cfg(test)]
+pub(crate) fn schedule_file(a: &Analysis, tokens: u64) -> anyhow::Result<ScheduleFile> {
     schedule_file_assuming(a, tokens, None).map(|(f, _)| f)
 }
 
-/// [`schedule_file`] with `--assume-size BYTES` for the collectives of unknown size, and the
-/// positions (in the step) it was taken for; the origin names them too.
+/// The schedule file of one step: collectives, per-op host gaps (median over steps), origin.
+/// `tokens`: the tokens per forward when known (the trace does not say; 0 = unknown).
+/// `assume_size`: `--assume-size BYTES` for the collectives of unknown size; the positions (in
+/// the step) it was taken for are returned, and the origin names them too.
 pub(crate) fn schedule_file_assuming(
     a: &Analysis,
     tokens: u64,

@@ -243,12 +243,65 @@ pub fn analyse(
     multi_host: bool,
     log: Option<LogSummary>,
 ) -> anyhow::Result<Analysis> {
-    let mut notes: Vec<String> = Vec::new();
     let mut order: Vec<usize> = (0..ranks.len()).collect();
     order.sort_by_key(|&i| ranks[i].rank);
     let sources: Vec<RankSource> = order.iter().map(|&i| sources[i]).collect();
     ranks = order.into_iter().map(|i| ranks[i].clone()).collect();
-    for r in &ranks {
+    let mut notes = rank_notes(&ranks);
+    let world_size = one_run(&ranks)?;
+    if let Some(w) = world_size {
+        if ranks.len() < w && w > 1 {
+            notes.push(format!(
+                "{} of {w} ranks' traces given: transfer and waiting are split among those only",
+                ranks.len()
+            ));
+        }
+    }
+
+    // Attribution.
+    let n = ranks.len();
+    let all_timed = ranks.iter().all(|r| r.gpu_timed);
+    let mut same_clock = !multi_host;
+    let (per_coll, attribution) = if n >= 2 && all_timed {
+        attribute_ranks(&ranks, &mut same_clock, &mut notes)
+    } else {
+        (Vec::new(), None)
+    };
+    if !same_clock {
+        notes.push("ranks on different hosts: start skew and the last rank are unknown; transfer and waiting come from durations".into());
+    }
+
+    let r0 = &ranks[0];
+    let step = step_summary(&ranks, &per_coll, attribution.is_some());
+    let sequence = sequence_of(r0);
+    let summaries = rank_summaries(&ranks, &sources, &per_coll, attribution.as_ref());
+    let mut a = Analysis {
+        files: ranks.iter().map(|r| r.file.clone()).collect(),
+        skipped,
+        world_size,
+        ranks: summaries,
+        same_clock,
+        step_rule: r0.step_rule.clone(),
+        step_marker: r0.step_marker.clone(),
+        step,
+        sequence,
+        attribution,
+        diagnosis: Vec::new(),
+        notes,
+        nccl_log: log,
+        traps: Vec::new(),
+        against_plan: None,
+        rank_traces: ranks,
+    };
+    a.diagnosis = diagnose(&a);
+    Ok(a)
+}
+
+/// Every rank's own notes, each prefixed with its rank, a note that ends like an earlier one
+/// once.
+fn rank_notes(ranks: &[RankTrace]) -> Vec<String> {
+    let mut notes: Vec<String> = Vec::new();
+    for r in ranks {
         for n in &r.notes {
             let line = format!("rank {}: {n}", r.rank);
             if !notes.iter().any(|x| x.ends_with(n.as_str())) {
@@ -256,7 +309,12 @@ pub fn analyse(
             }
         }
     }
-    // One run?
+    notes
+}
+
+/// The ranks' world size (when a trace says it), or a usage error when the traces cannot be of
+/// one run: different world sizes, a rank outside the world, different numbers of steps.
+fn one_run(ranks: &[RankTrace]) -> anyhow::Result<Option<usize>> {
     let ws: Vec<(usize, &str)> = ranks
         .iter()
         .filter_map(|r| r.world_size.map(|w| (w, r.file.as_str())))
@@ -285,177 +343,183 @@ pub fn analyse(
             );
         }
     }
-    if let Some(w) = world_size {
-        if ranks.len() < w && w > 1 {
-            notes.push(format!(
-                "{} of {w} ranks' traces given: transfer and waiting are split among those only",
-                ranks.len()
-            ));
-        }
-    }
+    Ok(world_size)
+}
 
-    // Attribution.
+/// Each collective of the first rank matched on every rank and its time split into transfer
+/// and waiting (None where a rank lacks it), with the total. Clocks found to be apart clear
+/// `same_clock`; what looks wrong is added to `notes`.
+fn attribute_ranks(
+    ranks: &[RankTrace],
+    same_clock: &mut bool,
+    notes: &mut Vec<String>,
+) -> (Vec<Option<Attribution>>, Option<TraceAttribution>) {
     let n = ranks.len();
-    let all_timed = ranks.iter().all(|r| r.gpu_timed);
-    let mut same_clock = !multi_host;
-    let (per_coll, attribution): (Vec<Option<Attribution>>, Option<TraceAttribution>) = if n >= 2
-        && all_timed
-    {
-        let m = matches(&ranks);
-        let mut timings: Vec<Option<Vec<RankTiming>>> = m
-            .iter()
-            .map(|idx| {
-                idx.iter()
-                    .enumerate()
-                    .map(|(r, i)| i.and_then(|i| timing(&ranks[r].collectives[i])))
-                    .collect()
-            })
-            .collect();
-        // Clocks far apart cannot be one host's.
-        let skews: Vec<f64> = timings
+    let m = matches(ranks);
+    let timings: Vec<Option<Vec<RankTiming>>> = m
+        .iter()
+        .map(|idx| {
+            idx.iter()
+                .enumerate()
+                .map(|(r, i)| i.and_then(|i| timing(&ranks[r].collectives[i])))
+                .collect()
+        })
+        .collect();
+    // Clocks far apart cannot be one host's.
+    let skews: Vec<f64> = timings
+        .iter()
+        .flatten()
+        .map(|t| {
+            let lo = t.iter().map(|x| x.start_us).fold(f64::INFINITY, f64::min);
+            let hi = t
+                .iter()
+                .map(|x| x.start_us)
+                .fold(f64::NEG_INFINITY, f64::max);
+            hi - lo
+        })
+        .collect();
+    if *same_clock && Spread::of(&skews).is_some_and(|s| s.median > 1e6) {
+        *same_clock = false;
+        notes.push("the ranks' clocks differ by more than a second: treated as different hosts (durations only, skew unknown)".into());
+    }
+    let impossible_overlaps = if *same_clock {
+        timings
             .iter()
             .flatten()
-            .map(|t| {
-                let lo = t.iter().map(|x| x.start_us).fold(f64::INFINITY, f64::min);
-                let hi = t
+            .filter(|t| {
+                let first_end = t
+                    .iter()
+                    .map(|x| x.start_us + x.dur_us)
+                    .fold(f64::INFINITY, f64::min);
+                let last_start = t
                     .iter()
                     .map(|x| x.start_us)
                     .fold(f64::NEG_INFINITY, f64::max);
-                hi - lo
+                first_end < last_start
             })
-            .collect();
-        if same_clock && Spread::of(&skews).is_some_and(|s| s.median > 1e6) {
-            same_clock = false;
-            notes.push("the ranks' clocks differ by more than a second: treated as different hosts (durations only, skew unknown)".into());
-        }
-        let impossible_overlaps = if same_clock {
-            timings
-                .iter()
-                .flatten()
-                .filter(|t| {
-                    let first_end = t
-                        .iter()
-                        .map(|x| x.start_us + x.dur_us)
-                        .fold(f64::INFINITY, f64::min);
-                    let last_start = t
-                        .iter()
-                        .map(|x| x.start_us)
-                        .fold(f64::NEG_INFINITY, f64::max);
-                    first_end < last_start
-                })
-                .count()
-        } else {
-            0
-        };
-        if impossible_overlaps > 0 {
-            notes.push(format!(
-                "{impossible_overlaps} of {} matched collectives have one rank's kernel ending before another rank's starts, which one collective on one clock cannot do: the ranks' clocks differ (give --multi-host) or the collectives are matched wrongly; start skew and the last rank are not to be trusted",
-                timings.iter().flatten().count()
-            ));
-        }
-        let per: Vec<Option<Attribution>> = timings
-            .iter_mut()
-            .map(|t| t.as_ref().map(|t| attribute(t, same_clock)))
-            .collect();
-        let got: Vec<Attribution> = per.iter().flatten().cloned().collect();
-        let total = aggregate(&got, n);
-        let straggler = total.straggler.clone().map(|mut s| {
-            s.rank = ranks[s.rank].rank;
-            s
-        });
-        let unmatched = per.len() - got.len();
-        if unmatched > 0 {
-            notes.push(format!(
-                "{unmatched} collectives of rank {} have no counterpart on every rank",
-                ranks[0].rank
-            ));
-        }
-        (
-            per,
-            Some(TraceAttribution {
-                matched: got.len(),
-                ranks: ranks.iter().map(|r| r.rank).collect(),
-                total,
-                straggler,
-                impossible_overlaps,
-            }),
-        )
+            .count()
     } else {
-        (Vec::new(), None)
+        0
     };
-    if !same_clock {
-        notes.push("ranks on different hosts: start skew and the last rank are unknown; transfer and waiting come from durations".into());
+    if impossible_overlaps > 0 {
+        notes.push(format!(
+            "{impossible_overlaps} of {} matched collectives have one rank's kernel ending before another rank's starts, which one collective on one clock cannot do: the ranks' clocks differ (give --multi-host) or the collectives are matched wrongly; start skew and the last rank are not to be trusted",
+            timings.iter().flatten().count()
+        ));
     }
+    let per: Vec<Option<Attribution>> = timings
+        .iter()
+        .map(|t| t.as_ref().map(|t| attribute(t, *same_clock)))
+        .collect();
+    let got: Vec<Attribution> = per.iter().flatten().cloned().collect();
+    let total = aggregate(&got, n);
+    let straggler = total.straggler.clone().map(|mut s| {
+        s.rank = ranks[s.rank].rank;
+        s
+    });
+    let unmatched = per.len() - got.len();
+    if unmatched > 0 {
+        notes.push(format!(
+            "{unmatched} collectives of rank {} have no counterpart on every rank",
+            ranks[0].rank
+        ));
+    }
+    (
+        per,
+        Some(TraceAttribution {
+            matched: got.len(),
+            ranks: ranks.iter().map(|r| r.rank).collect(),
+            total,
+            straggler,
+            impossible_overlaps,
+        }),
+    )
+}
 
-    // Steps: per step k, mean over ranks.
+/// Steps: per step k, the mean over ranks; transfer and waiting per step when the collectives
+/// were `attributed` (`per_coll`). None without steps.
+fn step_summary(
+    ranks: &[RankTrace],
+    per_coll: &[Option<Attribution>],
+    attributed: bool,
+) -> Option<StepSummary> {
+    let n = ranks.len();
     let r0 = &ranks[0];
     let nsteps = r0.steps.len();
+    if nsteps == 0 {
+        return None;
+    }
     let mean_over = |f: &dyn Fn(&super::extract::Step) -> f64, k: usize| -> f64 {
         ranks.iter().map(|r| f(&r.steps[k])).sum::<f64>() / n as f64
     };
-    let step = if nsteps > 0 {
-        let dur: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.dur_us, k)).collect();
-        let coll: Vec<f64> = (0..nsteps)
-            .map(|k| mean_over(&|s| s.collectives_us, k))
-            .collect();
-        let comp: Vec<f64> = (0..nsteps)
-            .map(|k| mean_over(&|s| s.compute_us, k))
-            .collect();
-        let idle: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.idle_us, k)).collect();
-        let (mut tr, mut wa, mut ik) = (Vec::new(), Vec::new(), Vec::new());
-        if attribution.is_some() {
-            for s in &r0.steps {
-                let items: Vec<Attribution> =
-                    per_coll[s.first..s.end].iter().flatten().cloned().collect();
-                let g = aggregate(&items, n);
-                tr.push(g.transfer_us);
-                wa.push(g.mean_waiting_us());
-                ik.push(g.mean_in_kernel_us());
-            }
+    let dur: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.dur_us, k)).collect();
+    let coll: Vec<f64> = (0..nsteps)
+        .map(|k| mean_over(&|s| s.collectives_us, k))
+        .collect();
+    let comp: Vec<f64> = (0..nsteps)
+        .map(|k| mean_over(&|s| s.compute_us, k))
+        .collect();
+    let idle: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.idle_us, k)).collect();
+    let (mut tr, mut wa, mut ik) = (Vec::new(), Vec::new(), Vec::new());
+    if attributed {
+        for s in &r0.steps {
+            let items: Vec<Attribution> =
+                per_coll[s.first..s.end].iter().flatten().cloned().collect();
+            let g = aggregate(&items, n);
+            tr.push(g.transfer_us);
+            wa.push(g.mean_waiting_us());
+            ik.push(g.mean_in_kernel_us());
         }
-        let med = Spread::of(&dur).expect("steps").median;
-        let k = (0..nsteps)
-            .min_by(|&a, &b| (dur[a] - med).abs().total_cmp(&(dur[b] - med).abs()))
-            .expect("steps");
-        let typical = TypicalStep {
-            index: k,
-            step_us: dur[k],
-            collectives_us: ik.get(k).copied().unwrap_or(coll[k]),
-            transfer_us: tr.get(k).copied(),
-            waiting_us: wa.get(k).copied(),
-            compute_us: comp[k],
-            idle_us: idle[k],
-        };
-        let count = |m: StepMode| r0.steps.iter().filter(|s| s.mode == m).count();
-        let one = &r0.collectives[r0.steps[0].first..r0.steps[0].end];
-        Some(StepSummary {
-            steps: nsteps,
-            collectives_per_step: r0.period.unwrap_or(one.len()),
-            pattern: describe_period(one),
-            step_us: Spread::of(&dur).expect("steps"),
-            collectives_us: Spread::of(&coll).expect("steps"),
-            transfer_us: Spread::of(&tr),
-            waiting_us: Spread::of(&wa),
-            waiting_share: Spread::of(
-                &wa.iter()
-                    .zip(&ik)
-                    .filter(|(_, k)| **k > 0.0)
-                    .map(|(w, k)| w / k)
-                    .collect::<Vec<f64>>(),
-            ),
-            compute_us: Spread::of(&comp).expect("steps"),
-            idle_us: Spread::of(&idle).expect("steps"),
-            eager_steps: count(StepMode::Eager),
-            graph_steps: count(StepMode::Graph),
-            unknown_mode_steps: count(StepMode::Unknown),
-            typical,
-        })
-    } else {
-        None
+    }
+    let med = Spread::of(&dur).expect("steps").median;
+    let k = (0..nsteps)
+        .min_by(|&a, &b| (dur[a] - med).abs().total_cmp(&(dur[b] - med).abs()))
+        .expect("steps");
+    let typical = TypicalStep {
+        index: k,
+        step_us: dur[k],
+        collectives_us: ik.get(k).copied().unwrap_or(coll[k]),
+        transfer_us: tr.get(k).copied(),
+        waiting_us: wa.get(k).copied(),
+        compute_us: comp[k],
+        idle_us: idle[k],
     };
+    let count = |m: StepMode| r0.steps.iter().filter(|s| s.mode == m).count();
+    let one = &r0.collectives[r0.steps[0].first..r0.steps[0].end];
+    Some(StepSummary {
+        steps: nsteps,
+        collectives_per_step: r0.period.unwrap_or(one.len()),
+        pattern: describe_period(one),
+        step_us: Spread::of(&dur).expect("steps"),
+        collectives_us: Spread::of(&coll).expect("steps"),
+        transfer_us: Spread::of(&tr),
+        waiting_us: Spread::of(&wa),
+        waiting_share: Spread::of(
+            &wa.iter()
+                .zip(&ik)
+                .filter(|(_, k)| **k > 0.0)
+                .map(|(w, k)| w / k)
+                .collect::<Vec<f64>>(),
+        ),
+        compute_us: Spread::of(&comp).expect("steps"),
+        idle_us: Spread::of(&idle).expect("steps"),
+        eager_steps: count(StepMode::Eager),
+        graph_steps: count(StepMode::Graph),
+        unknown_mode_steps: count(StepMode::Unknown),
+        typical,
+    })
+}
 
-    let sequence = sequence_of(r0);
-    let summaries: Vec<RankSummary> = ranks
+/// Each rank's summary; its waiting per step from the collectives' attribution, when there is
+/// one.
+fn rank_summaries(
+    ranks: &[RankTrace],
+    sources: &[RankSource],
+    per_coll: &[Option<Attribution>],
+    attribution: Option<&TraceAttribution>,
+) -> Vec<RankSummary> {
+    let r0 = &ranks[0];
+    ranks
         .iter()
         .enumerate()
         .map(|(pos, r)| {
@@ -491,34 +555,10 @@ pub fn analyse(
                 host_pids: r.host_pids.clone(),
                 host: r.host.clone(),
                 log_process: r.log_process.clone(),
-                times_last: attribution
-                    .as_ref()
-                    .map(|a| a.total.last_counts[pos])
-                    .unwrap_or(0),
+                times_last: attribution.map(|a| a.total.last_counts[pos]).unwrap_or(0),
             }
         })
-        .collect();
-
-    let mut a = Analysis {
-        files: ranks.iter().map(|r| r.file.clone()).collect(),
-        skipped,
-        world_size,
-        ranks: summaries,
-        same_clock,
-        step_rule: r0.step_rule.clone(),
-        step_marker: r0.step_marker.clone(),
-        step,
-        sequence,
-        attribution,
-        diagnosis: Vec::new(),
-        notes,
-        nccl_log: log,
-        traps: Vec::new(),
-        against_plan: None,
-        rank_traces: ranks,
-    };
-    a.diagnosis = diagnose(&a);
-    Ok(a)
+        .collect()
 }
 
 /// The first complete step's collectives, grouped in order of first appearance.

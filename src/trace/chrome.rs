@@ -193,8 +193,9 @@ pub fn write_file(
 }
 
 /// Tracks of the collectives of analysed ranks (collective slices with their host launches),
-/// e.g. to view a trace's collectives alone or to test the round trip.
-pub fn tracks_of(ranks: &[super::extract::RankTrace]) -> Vec<RankTrack> {
+/// for the tests' round trip through the reader.
+#[cfg(test)]
+pub(crate) fn tracks_of(ranks: &[super::extract::RankTrace]) -> Vec<RankTrack> {
     ranks
         .iter()
         .map(|r| RankTrack {

@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::kernels;
 use super::names::{self, dtype_size, parse_kernel};
 use super::nccl_log::LogSummary;
-use super::reader::{GpuKind, LaunchKind, TraceData};
+use super::reader::{CpuOp, GpuEvent, GpuKind, LaunchKind, RuntimeEvent, TraceData};
 use super::steps;
 
 /// A hasher for the integer ids of a trace (correlation, `External id`): one multiply per key
@@ -48,6 +48,16 @@ impl Hasher for IdHasher {
 
 /// A map keyed by a trace id.
 type IdMap<V> = HashMap<i64, V, BuildHasherDefault<IdHasher>>;
+
+/// The index of each item by its id (items without one left out; of two with one id, the
+/// later).
+fn by_id<T>(items: &[T], id: impl Fn(&T) -> Option<i64>) -> IdMap<usize> {
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, x)| id(x).map(|e| (e, i)))
+        .collect()
+}
 
 /// Where a collective's size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -261,170 +271,25 @@ pub(crate) fn extract(
     opt: &ExtractOptions,
 ) -> RankTrace {
     let mut notes = Vec::new();
-    let runtime: IdMap<usize> = t
-        .runtime
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.correlation.map(|c| (c, i)))
-        .collect();
-    let comms_by_ext: IdMap<usize> = t
-        .comms
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| c.external_id.map(|e| (e, i)))
-        .collect();
-    let mut gpu: Vec<&super::reader::GpuEvent> = t.gpu.iter().collect();
+    let links = Links::new(t);
+    let mut gpu: Vec<&GpuEvent> = t.gpu.iter().collect();
     gpu.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-
-    let launch_of = |corr: Option<i64>| corr.and_then(|c| runtime.get(&c)).map(|&i| &t.runtime[i]);
-    let mut colls = Vec::new();
     // GPU events that are a collective's own work (not compute).
     let mut coll_gpu: HashSet<usize> = HashSet::new();
-    let nccl: Vec<_> = gpu.iter().filter(|g| g.kind.is_collective()).collect();
+    let nccl: Vec<&GpuEvent> = gpu
+        .iter()
+        .copied()
+        .filter(|g| g.kind.is_collective())
+        .collect();
     let gpu_timed = !nccl.is_empty();
-    // CPU ops of custom collectives, by External id and in time order (for the op whose span
-    // holds the launch when ids are missing).
-    let ops_by_ext: IdMap<usize> = t
-        .cpu_ops
-        .iter()
-        .enumerate()
-        .filter_map(|(i, o)| o.external_id.map(|e| (e, i)))
-        .collect();
-    let mut ops_by_ts: Vec<&super::reader::CpuOp> = t.cpu_ops.iter().collect();
-    ops_by_ts.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-    let op_around = |ts: f64| -> Option<&super::reader::CpuOp> {
-        let i = ops_by_ts.partition_point(|o| o.ts <= ts);
-        ops_by_ts[..i]
-            .iter()
-            .rev()
-            .take(8)
-            .find(|o| o.ts + o.dur >= ts)
-            .copied()
-    };
-    if gpu_timed {
-        for g in &nccl {
-            let kname = &t.names[g.name as usize];
-            let l = launch_of(g.correlation);
-            if let GpuKind::Custom(i) = g.kind {
-                let k = &kernels::KERNELS[i as usize];
-                let op = g
-                    .external_id
-                    .and_then(|e| ops_by_ext.get(&e))
-                    .map(|&i| &t.cpu_ops[i])
-                    .or_else(|| l.and_then(|l| op_around(l.ts)));
-                let mut c = collective_from(
-                    None,
-                    Some(k.op.into()),
-                    kernels::kernel_dtype(kname)
-                        .or(op.and_then(|o| o.dtype))
-                        .map(str::to_string),
-                );
-                if let (Some(n), Some(o)) = (op.and_then(|o| o.elements), op) {
-                    if o.op == k.op {
-                        c.elements = Some(n);
-                        c.bytes = c.dtype.as_deref().and_then(dtype_size).map(|b| b * n);
-                        c.size_from = SizeFrom::Trace;
-                    }
-                }
-                c.implementation = k.implementation.into();
-                c.gpu_start_us = Some(g.ts);
-                c.gpu_dur_us = Some(g.dur);
-                c.launch_us = l.map(|l| l.ts);
-                c.launch_end_us = l.map(|l| l.ts + l.dur);
-                c.graph = l.map(|l| l.kind == LaunchKind::Graph);
-                colls.push(c);
-                continue;
-            }
-            let k = parse_kernel(kname).unwrap_or(names::KernelInfo {
-                op: None,
-                dtype: None,
-                algo: None,
-                proto: None,
-            });
-            let args = g.comm.as_deref().or_else(|| {
-                g.external_id
-                    .and_then(|e| comms_by_ext.get(&e))
-                    .map(|&i| &t.comms[i].args)
-            });
-            let mut c = collective_from(args, k.op.clone(), k.dtype.clone());
-            c.algo = k.algo;
-            c.proto = k.proto;
-            c.gpu_start_us = Some(g.ts);
-            c.gpu_dur_us = Some(g.dur);
-            c.launch_us = l.map(|l| l.ts);
-            c.launch_end_us = l.map(|l| l.ts + l.dur);
-            c.graph = l.map(|l| l.kind == LaunchKind::Graph);
-            colls.push(c);
-        }
+    let mut colls = if gpu_timed {
+        nccl.iter().map(|g| links.kernel_collective(g)).collect()
     } else {
-        // One rank, or NCCL kernels not captured: the c10d ops are the sequence.
-        let mut seen = HashSet::new();
-        let mut comms: Vec<_> = t.comms.iter().collect();
-        comms.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-        let by_ext: IdMap<usize> = gpu
-            .iter()
-            .enumerate()
-            .filter_map(|(i, g)| g.external_id.map(|e| (e, i)))
-            .collect();
-        for op in comms {
-            let key = (op.args.pg_name.clone(), op.args.seq);
-            if op.args.seq.is_some() && !seen.insert(key) {
-                continue;
-            }
-            let mut c = collective_from(Some(&op.args), None, None);
-            c.launch_us = Some(op.ts);
-            c.launch_end_us = Some(op.ts + op.dur);
-            // GPU work launched inside the op (one rank's all-gather is a device copy).
-            if let Some(&i) = op.external_id.and_then(|e| by_ext.get(&e)) {
-                coll_gpu.insert(i);
-                let g = gpu[i];
-                c.graph = launch_of(g.correlation).map(|l| l.kind == LaunchKind::Graph);
-                c.gpu_start_us = Some(g.ts);
-                c.gpu_dur_us = Some(g.dur);
-            }
-            colls.push(c);
-        }
-        if !colls.is_empty() {
-            notes.push(
-                "no NCCL kernels in the trace (a single rank launches none for an all-reduce): the collective sequence comes from record_param_comms and its times are host-side".into(),
-            );
-        }
-    }
-    // Kernels that look like communication but that neither NCCL nor the table knows.
-    let mut unknown_kernels: Vec<&str> = gpu
-        .iter()
-        .filter(|g| g.kind == GpuKind::CommLike)
-        .map(|g| t.names[g.name as usize].as_str())
-        .collect();
-    let unknown_collective_kernels = unknown_kernels.len();
-    if unknown_collective_kernels > 0 {
-        unknown_kernels.sort_unstable();
-        unknown_kernels.dedup();
-        let shown: Vec<&str> = unknown_kernels.iter().take(3).copied().collect();
-        notes.push(format!(
-            "{unknown_collective_kernels} kernels look like collectives but are neither NCCL's nor in the table of custom kernels (left out of the sequence): {}",
-            shown.join("; ")
-        ));
-    }
-    // Sizes from the NCCL log where the trace has none.
+        host_collectives(&links, &gpu, &mut coll_gpu, &mut notes)
+    };
+    let unknown_collective_kernels = note_unknown_kernels(t, &gpu, &mut notes);
     if let Some(log) = log {
-        let mut filled = 0;
-        for c in colls.iter_mut().filter(|c| c.elements.is_none()) {
-            let n = c.group_size.map(|g| g as u32);
-            if let Some((s, _)) = log.likely_size(&c.op, c.dtype.as_deref(), n) {
-                c.elements = Some(s.count);
-                if c.dtype.is_none() {
-                    c.dtype = s.dtype.clone();
-                }
-                c.bytes = c.dtype.as_deref().and_then(dtype_size).map(|b| b * s.count);
-                c.group_size = c.group_size.or(Some(s.nranks as u64));
-                c.size_from = SizeFrom::NcclLog;
-                filled += 1;
-            }
-        }
-        if filled > 0 {
-            notes.push(format!("{filled} collective sizes taken from the NCCL log"));
-        }
+        sizes_from_log(&mut colls, log, &mut notes);
     }
     let unknown = colls
         .iter()
@@ -442,101 +307,12 @@ pub(crate) fn extract(
         ka.total_cmp(&kb)
     });
 
-    // GPU coverage.
-    let all = Coverage::new(gpu.iter().map(|g| (g.ts, g.ts + g.dur)).collect());
-    let compute = Coverage::new(
-        gpu.iter()
-            .enumerate()
-            .filter(|(i, g)| !g.kind.is_collective() && !coll_gpu.contains(i))
-            .map(|(_, g)| (g.ts, g.ts + g.dur))
-            .collect(),
-    );
-    let first = gpu.first().map(|g| g.ts).unwrap_or(0.0);
-    let last = gpu.iter().map(|g| g.ts + g.dur).fold(first, f64::max);
-    let span = last - first;
-    // Launch kind of each GPU event, as (ts, graph?) for the step mode.
-    let kinds: Vec<(f64, bool)> = gpu
-        .iter()
-        .filter_map(|g| launch_of(g.correlation).map(|l| (g.ts, l.kind == LaunchKind::Graph)))
-        .collect();
-    let graph_prefix: Vec<usize> = std::iter::once(0)
-        .chain(kinds.iter().scan(0, |acc, k| {
-            *acc += k.1 as usize;
-            Some(*acc)
-        }))
-        .collect();
-    let mode_in = |a: f64, b: f64| -> StepMode {
-        let i = kinds.partition_point(|k| k.0 < a);
-        let j = kinds.partition_point(|k| k.0 < b);
-        if j <= i {
-            return StepMode::Unknown;
-        }
-        let g = graph_prefix[j] - graph_prefix[i];
-        if 2 * g > j - i {
-            StepMode::Graph
-        } else {
-            StepMode::Eager
-        }
-    };
-
-    // Steps.
+    let busy = GpuTime::new(&gpu, &coll_gpu, &links);
     let mut step_marker = None;
-    let (ranges, rule, period) = step_ranges(&colls, t, opt, first, &mut notes, &mut step_marker);
-    let mut steps = Vec::new();
-    for (first_i, end_i, a, b) in ranges {
-        let dur = b - a;
-        if dur <= 0.0 {
-            continue;
-        }
-        // + 0.0: an empty f64 sum is -0.0
-        let collectives_us = colls[first_i..end_i]
-            .iter()
-            .filter_map(|c| c.gpu_dur_us)
-            .sum::<f64>()
-            + 0.0;
-        let busy = all.within(a, b);
-        let mode = {
-            let m = mode_in(a, b);
-            if m == StepMode::Unknown {
-                // host-side fallback: how this step's collectives were launched
-                let g: Vec<bool> = colls[first_i..end_i]
-                    .iter()
-                    .filter_map(|c| c.graph)
-                    .collect();
-                if g.is_empty() {
-                    StepMode::Unknown
-                } else if 2 * g.iter().filter(|x| **x).count() > g.len() {
-                    StepMode::Graph
-                } else {
-                    StepMode::Eager
-                }
-            } else {
-                m
-            }
-        };
-        steps.push(Step {
-            first: first_i,
-            end: end_i,
-            start_us: a,
-            dur_us: dur,
-            collectives_us,
-            compute_us: compute.within(a, b),
-            idle_us: (dur - busy).max(0.0),
-            mode,
-        });
-    }
-
-    let mut host_gaps_us = Vec::with_capacity(colls.len());
-    let mut prev_end: Option<f64> = None;
-    for c in &colls {
-        host_gaps_us.push(match (prev_end, c.host_us()) {
-            (Some(p), Some(s)) => (s - p).max(0.0),
-            _ => 0.0,
-        });
-        if let Some(e) = c.launch_end_us.or(c.launch_us) {
-            prev_end = Some(e);
-        }
-    }
+    let (ranges, rule, period) =
+        step_ranges(&colls, t, opt, busy.first, &mut notes, &mut step_marker);
+    let steps = busy.steps(ranges, &colls);
+    let host_gaps_us = host_gaps(&colls);
     RankTrace {
         file: t.path.display().to_string(),
         rank,
@@ -546,9 +322,9 @@ pub(crate) fn extract(
         step_rule: rule,
         step_marker,
         period,
-        gpu_span_us: span,
-        gpu_busy_us: all.total(),
-        gpu_idle_us: (span - all.total()).max(0.0),
+        gpu_span_us: busy.span,
+        gpu_busy_us: busy.all.total(),
+        gpu_idle_us: (busy.span - busy.all.total()).max(0.0),
         host_gaps_us,
         gpu_timed,
         unknown_collective_kernels,
@@ -564,6 +340,327 @@ pub(crate) fn extract(
         log_own: None,
         notes,
     }
+}
+
+/// The trace's events by the ids that link them: runtime launches by correlation id, the
+/// collectives' arguments and the CPU ops by `External id`, and the CPU ops in time order (for
+/// the op whose span holds a launch when ids are missing).
+struct Links<'t> {
+    t: &'t TraceData,
+    runtime: IdMap<usize>,
+    comms_by_ext: IdMap<usize>,
+    ops_by_ext: IdMap<usize>,
+    ops_by_ts: Vec<&'t CpuOp>,
+}
+
+impl<'t> Links<'t> {
+    fn new(t: &'t TraceData) -> Links<'t> {
+        let mut ops_by_ts: Vec<&CpuOp> = t.cpu_ops.iter().collect();
+        ops_by_ts.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        Links {
+            t,
+            runtime: by_id(&t.runtime, |r| r.correlation),
+            comms_by_ext: by_id(&t.comms, |c| c.external_id),
+            ops_by_ext: by_id(&t.cpu_ops, |o| o.external_id),
+            ops_by_ts,
+        }
+    }
+
+    /// The runtime call that launched the GPU event of correlation id `corr`.
+    fn launch_of(&self, corr: Option<i64>) -> Option<&'t RuntimeEvent> {
+        corr.and_then(|c| self.runtime.get(&c))
+            .map(|&i| &self.t.runtime[i])
+    }
+
+    /// The CPU op (of the last few begun by `ts`) whose span holds `ts`.
+    fn op_around(&self, ts: f64) -> Option<&'t CpuOp> {
+        let i = self.ops_by_ts.partition_point(|o| o.ts <= ts);
+        self.ops_by_ts[..i]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|o| o.ts + o.dur >= ts)
+            .copied()
+    }
+
+    /// The collective of one collective kernel (NCCL's or a custom one), timed on the GPU.
+    fn kernel_collective(&self, g: &GpuEvent) -> Collective {
+        let t = self.t;
+        let kname = &t.names[g.name as usize];
+        let l = self.launch_of(g.correlation);
+        let mut c = if let GpuKind::Custom(i) = g.kind {
+            self.custom_collective(g, &kernels::KERNELS[i as usize], kname, l)
+        } else {
+            let k = parse_kernel(kname).unwrap_or(names::KernelInfo {
+                op: None,
+                dtype: None,
+                algo: None,
+                proto: None,
+            });
+            let args = g.comm.as_deref().or_else(|| {
+                g.external_id
+                    .and_then(|e| self.comms_by_ext.get(&e))
+                    .map(|&i| &t.comms[i].args)
+            });
+            let mut c = collective_from(args, k.op.clone(), k.dtype.clone());
+            c.algo = k.algo;
+            c.proto = k.proto;
+            c
+        };
+        c.gpu_start_us = Some(g.ts);
+        c.gpu_dur_us = Some(g.dur);
+        c.launch_us = l.map(|l| l.ts);
+        c.launch_end_us = l.map(|l| l.ts + l.dur);
+        c.graph = l.map(|l| l.kind == LaunchKind::Graph);
+        c
+    }
+
+    /// The collective of custom kernel `k` (named `kname`), launched by `l`: its size from the
+    /// CPU op that launched it, when that op is the kernel's.
+    fn custom_collective(
+        &self,
+        g: &GpuEvent,
+        k: &kernels::CustomKernel,
+        kname: &str,
+        l: Option<&RuntimeEvent>,
+    ) -> Collective {
+        let op = g
+            .external_id
+            .and_then(|e| self.ops_by_ext.get(&e))
+            .map(|&i| &self.t.cpu_ops[i])
+            .or_else(|| l.and_then(|l| self.op_around(l.ts)));
+        let mut c = collective_from(
+            None,
+            Some(k.op.into()),
+            kernels::kernel_dtype(kname)
+                .or(op.and_then(|o| o.dtype))
+                .map(str::to_string),
+        );
+        if let (Some(n), Some(o)) = (op.and_then(|o| o.elements), op) {
+            if o.op == k.op {
+                c.elements = Some(n);
+                c.bytes = c.dtype.as_deref().and_then(dtype_size).map(|b| b * n);
+                c.size_from = SizeFrom::Trace;
+            }
+        }
+        c.implementation = k.implementation.into();
+        c
+    }
+}
+
+/// One rank, or NCCL kernels not captured: the c10d ops are the sequence, timed on the host
+/// (with the GPU work launched inside an op, whose events are added to `coll_gpu`).
+fn host_collectives(
+    links: &Links,
+    gpu: &[&GpuEvent],
+    coll_gpu: &mut HashSet<usize>,
+    notes: &mut Vec<String>,
+) -> Vec<Collective> {
+    let mut colls = Vec::new();
+    let mut seen = HashSet::new();
+    let mut comms: Vec<_> = links.t.comms.iter().collect();
+    comms.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    let by_ext = by_id(gpu, |g| g.external_id);
+    for op in comms {
+        let key = (op.args.pg_name.clone(), op.args.seq);
+        if op.args.seq.is_some() && !seen.insert(key) {
+            continue;
+        }
+        let mut c = collective_from(Some(&op.args), None, None);
+        c.launch_us = Some(op.ts);
+        c.launch_end_us = Some(op.ts + op.dur);
+        // GPU work launched inside the op (one rank's all-gather is a device copy).
+        if let Some(&i) = op.external_id.and_then(|e| by_ext.get(&e)) {
+            coll_gpu.insert(i);
+            let g = gpu[i];
+            c.graph = links
+                .launch_of(g.correlation)
+                .map(|l| l.kind == LaunchKind::Graph);
+            c.gpu_start_us = Some(g.ts);
+            c.gpu_dur_us = Some(g.dur);
+        }
+        colls.push(c);
+    }
+    if !colls.is_empty() {
+        notes.push(
+            "no NCCL kernels in the trace (a single rank launches none for an all-reduce): the collective sequence comes from record_param_comms and its times are host-side".into(),
+        );
+    }
+    colls
+}
+
+/// Kernels that look like communication but that neither NCCL nor the table knows: their
+/// count, with a note naming a few.
+fn note_unknown_kernels(t: &TraceData, gpu: &[&GpuEvent], notes: &mut Vec<String>) -> usize {
+    let mut unknown_kernels: Vec<&str> = gpu
+        .iter()
+        .filter(|g| g.kind == GpuKind::CommLike)
+        .map(|g| t.names[g.name as usize].as_str())
+        .collect();
+    let unknown_collective_kernels = unknown_kernels.len();
+    if unknown_collective_kernels > 0 {
+        unknown_kernels.sort_unstable();
+        unknown_kernels.dedup();
+        let shown: Vec<&str> = unknown_kernels.iter().take(3).copied().collect();
+        notes.push(format!(
+            "{unknown_collective_kernels} kernels look like collectives but are neither NCCL's nor in the table of custom kernels (left out of the sequence): {}",
+            shown.join("; ")
+        ));
+    }
+    unknown_collective_kernels
+}
+
+/// Sizes from the NCCL log where the trace has none.
+fn sizes_from_log(colls: &mut [Collective], log: &LogSummary, notes: &mut Vec<String>) {
+    let mut filled = 0;
+    for c in colls.iter_mut().filter(|c| c.elements.is_none()) {
+        let n = c.group_size.map(|g| g as u32);
+        if let Some((s, _)) = log.likely_size(&c.op, c.dtype.as_deref(), n) {
+            c.elements = Some(s.count);
+            if c.dtype.is_none() {
+                c.dtype = s.dtype.clone();
+            }
+            c.bytes = c.dtype.as_deref().and_then(dtype_size).map(|b| b * s.count);
+            c.group_size = c.group_size.or(Some(s.nranks as u64));
+            c.size_from = SizeFrom::NcclLog;
+            filled += 1;
+        }
+    }
+    if filled > 0 {
+        notes.push(format!("{filled} collective sizes taken from the NCCL log"));
+    }
+}
+
+/// The GPU's time as the steps measure it: its coverage (all work, and compute alone), its
+/// span, and the launch kind of each GPU event.
+struct GpuTime {
+    all: Coverage,
+    compute: Coverage,
+    first: f64,
+    span: f64,
+    /// Launch kind of each GPU event, as (ts, graph?) for the step mode.
+    kinds: Vec<(f64, bool)>,
+    /// Graph launches among the first `i` of `kinds`.
+    graph_prefix: Vec<usize>,
+}
+
+impl GpuTime {
+    /// `gpu` in time order; `coll_gpu` the events that are a collective's own work.
+    fn new(gpu: &[&GpuEvent], coll_gpu: &HashSet<usize>, links: &Links) -> GpuTime {
+        let all = Coverage::new(gpu.iter().map(|g| (g.ts, g.ts + g.dur)).collect());
+        let compute = Coverage::new(
+            gpu.iter()
+                .enumerate()
+                .filter(|(i, g)| !g.kind.is_collective() && !coll_gpu.contains(i))
+                .map(|(_, g)| (g.ts, g.ts + g.dur))
+                .collect(),
+        );
+        let first = gpu.first().map(|g| g.ts).unwrap_or(0.0);
+        let last = gpu.iter().map(|g| g.ts + g.dur).fold(first, f64::max);
+        let span = last - first;
+        let kinds: Vec<(f64, bool)> = gpu
+            .iter()
+            .filter_map(|g| {
+                links
+                    .launch_of(g.correlation)
+                    .map(|l| (g.ts, l.kind == LaunchKind::Graph))
+            })
+            .collect();
+        let graph_prefix: Vec<usize> = std::iter::once(0)
+            .chain(kinds.iter().scan(0, |acc, k| {
+                *acc += k.1 as usize;
+                Some(*acc)
+            }))
+            .collect();
+        GpuTime {
+            all,
+            compute,
+            first,
+            span,
+            kinds,
+            graph_prefix,
+        }
+    }
+
+    /// How most GPU events within [a, b] were launched.
+    fn mode_in(&self, a: f64, b: f64) -> StepMode {
+        let i = self.kinds.partition_point(|k| k.0 < a);
+        let j = self.kinds.partition_point(|k| k.0 < b);
+        if j <= i {
+            return StepMode::Unknown;
+        }
+        let g = self.graph_prefix[j] - self.graph_prefix[i];
+        if 2 * g > j - i {
+            StepMode::Graph
+        } else {
+            StepMode::Eager
+        }
+    }
+
+    /// The steps of `ranges` (empty ones left out), with their GPU time and launch mode.
+    fn steps(&self, ranges: Ranges, colls: &[Collective]) -> Vec<Step> {
+        let mut steps = Vec::new();
+        for (first_i, end_i, a, b) in ranges {
+            let dur = b - a;
+            if dur <= 0.0 {
+                continue;
+            }
+            // + 0.0: an empty f64 sum is -0.0
+            let collectives_us = colls[first_i..end_i]
+                .iter()
+                .filter_map(|c| c.gpu_dur_us)
+                .sum::<f64>()
+                + 0.0;
+            let busy = self.all.within(a, b);
+            let mode = {
+                let m = self.mode_in(a, b);
+                if m == StepMode::Unknown {
+                    // host-side fallback: how this step's collectives were launched
+                    let g: Vec<bool> = colls[first_i..end_i]
+                        .iter()
+                        .filter_map(|c| c.graph)
+                        .collect();
+                    if g.is_empty() {
+                        StepMode::Unknown
+                    } else if 2 * g.iter().filter(|x| **x).count() > g.len() {
+                        StepMode::Graph
+                    } else {
+                        StepMode::Eager
+                    }
+                } else {
+                    m
+                }
+            };
+            steps.push(Step {
+                first: first_i,
+                end: end_i,
+                start_us: a,
+                dur_us: dur,
+                collectives_us,
+                compute_us: self.compute.within(a, b),
+                idle_us: (dur - busy).max(0.0),
+                mode,
+            });
+        }
+        steps
+    }
+}
+
+/// The host time before each collective's launch, from the end of the previous launch (0 for
+/// the first, or where either is unknown).
+fn host_gaps(colls: &[Collective]) -> Vec<f64> {
+    let mut host_gaps_us = Vec::with_capacity(colls.len());
+    let mut prev_end: Option<f64> = None;
+    for c in colls {
+        host_gaps_us.push(match (prev_end, c.host_us()) {
+            (Some(p), Some(s)) => (s - p).max(0.0),
+            _ => 0.0,
+        });
+        if let Some(e) = c.launch_end_us.or(c.launch_us) {
+            prev_end = Some(e);
+        }
+    }
+    host_gaps_us
 }
 
 /// The identifier in a kernel's name that says it trains (`indexing_backward_kernel` of

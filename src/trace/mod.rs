@@ -12,7 +12,8 @@
 //! exports one step as a schedule file and diffs it against `plan` (the diff itself, plain data,
 //! is [`plan_diff`]); [`breakeven`] gives the
 //! step time to the break-even; [`chrome`] writes Chrome traces the
-//! reader reads back; [`synth`] makes synthetic traces for tests and benchmarks.
+//! reader reads back. Synthetic traces for tests and benchmarks are made outside the library,
+//! by the support code in `tests/support/synth.rs`.
 //!
 //! Nothing here needs a GPU. Every figure printed is measured from the trace.
 
@@ -32,7 +33,11 @@ pub mod raw;
 pub mod reader;
 pub mod render;
 pub mod steps;
-pub mod synth;
+/// Synthetic traces for the unit tests: the support code the integration tests and benchmarks
+/// share.
+#[cfg(test)]
+#[path = "../../tests/support/synth.rs"]
+mod synth;
 #[cfg(test)]
 mod tests;
 pub mod traps;
@@ -240,24 +245,7 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
 
 /// [`analyse`] of inputs already sorted.
 pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<Analysis> {
-    if ins.traces.is_empty() {
-        if !ins.logs.is_empty() {
-            crate::usage_bail!(
-                "only NCCL logs given ({}): `verifybench trace LOG...` reports them on their own; give the traces too for the collectives' timing",
-                ins.logs
-                    .iter()
-                    .map(|(p, _)| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        let all: Vec<String> = ins
-            .skipped
-            .iter()
-            .map(|s| format!("{}: {}", s.file, s.reason))
-            .collect();
-        crate::usage_bail!("no trace could be analysed: {}", all.join("; "));
-    }
+    refuse_without_traces(&ins)?;
     let files = ins.traces;
     let opts = reader::ReadOptions {
         step_label: req.step_label.clone(),
@@ -274,92 +262,9 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
     let eopt = extract::ExtractOptions {
         step_label: req.step_label.clone(),
     };
-    // Each file is read and reduced to its rank's collectives and steps in one go, so that only
-    // as many raw event sets are alive as there are threads.
-    type Got = Vec<Result<(extract::RankTrace, Option<usize>, bool), String>>;
-    let parsed: Vec<(PathBuf, bool, Result<Got, String>)> = files
-        .into_par_iter()
-        .map(|(p, direct)| {
-            let r = reader::read_trace(&p, &opts)
-                .map_err(|e| e.to_string())
-                .map(|ts| {
-                    ts.into_iter()
-                        .map(|t| match unusable(&t) {
-                            Some(w) => Err(w),
-                            None => {
-                                // The sizes a trace lacks come from its own process's calls
-                                // when the log holds it (matched by pid), else from every call.
-                                let own = logmatch::own_process(
-                                    &log_procs,
-                                    &t.host_pids,
-                                    t.host.as_deref(),
-                                );
-                                let sizes = own.as_ref().map(|(_, s)| s).or(log.as_ref());
-                                let mut r = extract::extract(&t, t.rank.unwrap_or(0), sizes, &eopt);
-                                (r.log_process, r.log_own) = own.unzip();
-                                Ok((r, t.rank, t.rank_from_info))
-                            }
-                        })
-                        .collect()
-                });
-            (p, direct, r)
-        })
-        .collect();
-    let mut skipped = ins.skipped;
-    let mut traces = Vec::new();
-    for (p, direct, r) in parsed {
-        let reason = match r {
-            Err(e) => Some(e),
-            Ok(ts) => {
-                let mut why = None;
-                for t in ts {
-                    match t {
-                        Err(w) => why = Some(w),
-                        Ok(t) => traces.push(t),
-                    }
-                }
-                why
-            }
-        };
-        if let Some(reason) = reason {
-            if direct {
-                return Err(usage(reason));
-            }
-            skipped.push(analysis::Skipped {
-                file: p.display().to_string(),
-                reason,
-            });
-        }
-    }
-    if traces.is_empty() {
-        // Every file that failed, each named (not only the first).
-        let all: Vec<String> = skipped.iter().map(|s| s.reason.clone()).collect();
-        crate::usage_bail!("no trace could be analysed: {}", all.join("; "));
-    }
-    // Ranks: distributedInfo, else the file name, else the order.
-    let mut sources = Vec::new();
-    let mut seen: std::collections::HashMap<usize, String> = Default::default();
-    let mut ranks = Vec::new();
-    for (i, (mut r, rank, from_info)) in traces.into_iter().enumerate() {
-        let src = if from_info {
-            reader::RankSource::DistributedInfo
-        } else if rank.is_some() {
-            reader::RankSource::FileName
-        } else {
-            reader::RankSource::Order
-        };
-        r.rank = rank.unwrap_or(i);
-        sources.push(src);
-        if let Some(other) = seen.insert(r.rank, r.file.clone()) {
-            crate::usage_bail!(
-                "'{}' and '{}' both hold rank {}: traces of different runs? give one trace per rank",
-                other,
-                r.file,
-                r.rank
-            );
-        }
-        ranks.push(r);
-    }
+    let parsed = read_each(files, &opts, &eopt, &log_procs, log.as_ref());
+    let (traces, skipped) = keep_readable(parsed, ins.skipped)?;
+    let (ranks, sources) = number_ranks(traces)?;
     if let Some(label) = &req.step_label {
         if ranks.iter().all(|r| r.steps.is_empty()) {
             crate::usage_bail!(
@@ -392,4 +297,144 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
         a.against_plan = Some(against::against_plan(&a, plan)?);
     }
     Ok(a)
+}
+
+/// Without any trace: a usage error saying what was given (logs only, or files that each
+/// failed).
+fn refuse_without_traces(ins: &Inputs) -> anyhow::Result<()> {
+    if ins.traces.is_empty() {
+        if !ins.logs.is_empty() {
+            crate::usage_bail!(
+                "only NCCL logs given ({}): `verifybench trace LOG...` reports them on their own; give the traces too for the collectives' timing",
+                ins.logs
+                    .iter()
+                    .map(|(p, _)| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let all: Vec<String> = ins
+            .skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.file, s.reason))
+            .collect();
+        crate::usage_bail!("no trace could be analysed: {}", all.join("; "));
+    }
+    Ok(())
+}
+
+/// One rank extracted, with its rank when the trace gives it and whether `distributedInfo` did.
+type Extracted = (extract::RankTrace, Option<usize>, bool);
+
+/// The ranks of one file, each extracted or why it cannot be analysed; or why the file could
+/// not be read.
+type FileRanks = Result<Vec<Result<Extracted, String>>, String>;
+
+/// Each file read and reduced to its ranks' collectives and steps in one go, so that only as
+/// many raw event sets are alive as there are threads. The sizes a trace lacks come from its
+/// own process's calls when the log holds it (matched by pid), else from every call (`log`).
+fn read_each(
+    files: Vec<(PathBuf, bool)>,
+    opts: &reader::ReadOptions,
+    eopt: &extract::ExtractOptions,
+    log_procs: &logmatch::Processes,
+    log: Option<&nccl_log::LogSummary>,
+) -> Vec<(PathBuf, bool, FileRanks)> {
+    files
+        .into_par_iter()
+        .map(|(p, direct)| {
+            let r = reader::read_trace(&p, opts)
+                .map_err(|e| e.to_string())
+                .map(|ts| {
+                    ts.into_iter()
+                        .map(|t| match unusable(&t) {
+                            Some(w) => Err(w),
+                            None => {
+                                let own = logmatch::own_process(
+                                    log_procs,
+                                    &t.host_pids,
+                                    t.host.as_deref(),
+                                );
+                                let sizes = own.as_ref().map(|(_, s)| s).or(log);
+                                let mut r = extract::extract(&t, t.rank.unwrap_or(0), sizes, eopt);
+                                (r.log_process, r.log_own) = own.unzip();
+                                Ok((r, t.rank, t.rank_from_info))
+                            }
+                        })
+                        .collect()
+                });
+            (p, direct, r)
+        })
+        .collect()
+}
+
+/// The ranks that could be analysed, and `skipped` with the files found in folders that could
+/// not (a file named directly that fails is an error; none left is an error naming every
+/// failure).
+fn keep_readable(
+    parsed: Vec<(PathBuf, bool, FileRanks)>,
+    mut skipped: Vec<analysis::Skipped>,
+) -> anyhow::Result<(Vec<Extracted>, Vec<analysis::Skipped>)> {
+    let mut traces = Vec::new();
+    for (p, direct, r) in parsed {
+        let reason = match r {
+            Err(e) => Some(e),
+            Ok(ts) => {
+                let mut why = None;
+                for t in ts {
+                    match t {
+                        Err(w) => why = Some(w),
+                        Ok(t) => traces.push(t),
+                    }
+                }
+                why
+            }
+        };
+        if let Some(reason) = reason {
+            if direct {
+                return Err(usage(reason));
+            }
+            skipped.push(analysis::Skipped {
+                file: p.display().to_string(),
+                reason,
+            });
+        }
+    }
+    if traces.is_empty() {
+        // Every file that failed, each named (not only the first).
+        let all: Vec<String> = skipped.iter().map(|s| s.reason.clone()).collect();
+        crate::usage_bail!("no trace could be analysed: {}", all.join("; "));
+    }
+    Ok((traces, skipped))
+}
+
+/// Each rank's number, and where it came from: distributedInfo, else the file name, else the
+/// order; two traces of one rank are an error.
+fn number_ranks(
+    traces: Vec<Extracted>,
+) -> anyhow::Result<(Vec<extract::RankTrace>, Vec<reader::RankSource>)> {
+    let mut sources = Vec::new();
+    let mut seen: std::collections::HashMap<usize, String> = Default::default();
+    let mut ranks = Vec::new();
+    for (i, (mut r, rank, from_info)) in traces.into_iter().enumerate() {
+        let src = if from_info {
+            reader::RankSource::DistributedInfo
+        } else if rank.is_some() {
+            reader::RankSource::FileName
+        } else {
+            reader::RankSource::Order
+        };
+        r.rank = rank.unwrap_or(i);
+        sources.push(src);
+        if let Some(other) = seen.insert(r.rank, r.file.clone()) {
+            crate::usage_bail!(
+                "'{}' and '{}' both hold rank {}: traces of different runs? give one trace per rank",
+                other,
+                r.file,
+                r.rank
+            );
+        }
+        ranks.push(r);
+    }
+    Ok((ranks, sources))
 }

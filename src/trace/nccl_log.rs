@@ -203,18 +203,20 @@ pub fn parse_text(text: &str) -> Parsed {
 }
 
 /// Parses COLL lines out of a log text.
-pub fn parse(text: &str) -> Vec<LogCall> {
+#[cfg(test)]
+pub(crate) fn parse(text: &str) -> Vec<LogCall> {
     parse_text(text).calls
 }
 
-/// Reads one log file; a file with no COLL line is a usage error naming it and saying why
-/// (no NCCL line at all, NCCL lines of other subsystems only, or COLL lines none of which
-/// could be read).
-pub fn read(path: &Path) -> anyhow::Result<Vec<LogCall>> {
+/// The COLL lines of one log file (the tests' reading of [`read_parsed`]).
+#[cfg(test)]
+pub(crate) fn read(path: &Path) -> anyhow::Result<Vec<LogCall>> {
     read_parsed(path).map(|p| p.calls)
 }
 
-/// [`read`] with the counts of joined and unreadable lines.
+/// Reads one log file, with the counts of joined and unreadable lines; a file with no COLL
+/// line is a usage error naming it and saying why (no NCCL line at all, NCCL lines of other
+/// subsystems only, or COLL lines none of which could be read).
 pub fn read_parsed(path: &Path) -> anyhow::Result<Parsed> {
     let bytes = std::fs::read(path).map_err(|e| {
         crate::error::usage(format!("NCCL log '{}': cannot read: {e}", path.display()))
@@ -294,7 +296,8 @@ impl LogSummary {
 
     /// The one size the log shows for `op` (with `nranks` if given); `None` when it shows none
     /// or several (then the log cannot say which kernel had which).
-    pub fn only_size(&self, op: &str, nranks: Option<u32>) -> Option<&LogSize> {
+    #[cfg(test)]
+    pub(crate) fn only_size(&self, op: &str, nranks: Option<u32>) -> Option<&LogSize> {
         let mut it = self
             .sizes
             .iter()

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::analysis::{ms, Analysis};
+use super::analysis::{ms, Analysis, StepSummary};
 use super::extract::SizeFrom;
+use super::plan_diff::PlanDiff;
 use crate::measure::attribution::Spread;
 use crate::units::grouped;
 
@@ -25,6 +26,25 @@ fn row(o: &mut String, name: &str, s: &Spread) {
 /// Renders the analysis.
 pub fn render(a: &Analysis) -> String {
     let mut o = String::new();
+    header(&mut o, a);
+    collectives(&mut o, a);
+    if let Some(s) = &a.step {
+        step(&mut o, s);
+    }
+    per_rank(&mut o, a);
+    let _ = writeln!(o, "\nDiagnosis");
+    for d in &a.diagnosis {
+        let _ = writeln!(o, "  {d}");
+    }
+    if let Some(p) = &a.against_plan {
+        against_plan(&mut o, p);
+    }
+    footer(&mut o, a);
+    o
+}
+
+/// The title line, how the steps were found, the files skipped.
+fn header(o: &mut String, a: &Analysis) {
     let steps = a.step.as_ref().map(|s| s.steps).unwrap_or(0);
     let _ = writeln!(
         o,
@@ -41,6 +61,10 @@ pub fn render(a: &Analysis) -> String {
     for s in &a.skipped {
         let _ = writeln!(o, "# skipped: {}", s.reason);
     }
+}
+
+/// The step's collectives, one line per group of the sequence.
+fn collectives(o: &mut String, a: &Analysis) {
     let _ = writeln!(
         o,
         "\nCollectives per step (rank {})",
@@ -79,22 +103,28 @@ pub fn render(a: &Analysis) -> String {
             ap
         );
     }
-    if let Some(s) = &a.step {
-        let _ = writeln!(
-            o,
-            "\nPer step, mean over ranks: median [min .. max] over {} steps",
-            s.steps
-        );
-        row(&mut o, "step", &s.step_us);
-        row(&mut o, "collectives", &s.collectives_us);
-        if let (Some(t), Some(w)) = (&s.transfer_us, &s.waiting_us) {
-            row(&mut o, "  transfer", t);
-            row(&mut o, "  waiting", w);
-        }
-        row(&mut o, "compute kernels", &s.compute_us);
-        row(&mut o, "GPU idle", &s.idle_us);
-        let _ = writeln!(o, "  {:<18} {}", "launch", s.mode_words());
+}
+
+/// The step's time split: median [min .. max] over the steps.
+fn step(o: &mut String, s: &StepSummary) {
+    let _ = writeln!(
+        o,
+        "\nPer step, mean over ranks: median [min .. max] over {} steps",
+        s.steps
+    );
+    row(o, "step", &s.step_us);
+    row(o, "collectives", &s.collectives_us);
+    if let (Some(t), Some(w)) = (&s.transfer_us, &s.waiting_us) {
+        row(o, "  transfer", t);
+        row(o, "  waiting", w);
     }
+    row(o, "compute kernels", &s.compute_us);
+    row(o, "GPU idle", &s.idle_us);
+    let _ = writeln!(o, "  {:<18} {}", "launch", s.mode_words());
+}
+
+/// One line per rank, with the attribution's matches and skew.
+fn per_rank(o: &mut String, a: &Analysis) {
     let _ = writeln!(o, "\nPer rank");
     let _ = writeln!(
         o,
@@ -139,47 +169,49 @@ pub fn render(a: &Analysis) -> String {
         o,
         "  (per rank: medians over steps; host gap: host time between consecutive collective launches)"
     );
-    let _ = writeln!(o, "\nDiagnosis");
-    for d in &a.diagnosis {
-        let _ = writeln!(o, "  {d}");
-    }
-    if let Some(p) = &a.against_plan {
+}
+
+/// The trace's step against `plan`'s collectives.
+fn against_plan(o: &mut String, p: &PlanDiff) {
+    let _ = writeln!(
+        o,
+        "\nAgainst plan {}: {} collectives planned, {} in the trace's step: {}",
+        p.plan,
+        p.plan_collectives,
+        p.trace_collectives,
+        if p.same { "same sequence" } else { "different" }
+    );
+    let _ = writeln!(
+        o,
+        "  {:<14} {:>6} {:>12} {:>6} {:>6}",
+        "op", "dtype", "bytes/rank", "plan", "trace"
+    );
+    for r in &p.rows {
         let _ = writeln!(
             o,
-            "\nAgainst plan {}: {} collectives planned, {} in the trace's step: {}",
-            p.plan,
-            p.plan_collectives,
-            p.trace_collectives,
-            if p.same { "same sequence" } else { "different" }
+            "  {:<14} {:>6} {:>12} {:>6} {:>6}{}",
+            r.op,
+            r.dtype,
+            grouped(r.bytes_per_rank),
+            r.plan,
+            r.trace,
+            if r.plan != r.trace {
+                "  <- differs"
+            } else {
+                ""
+            }
         );
+    }
+    if let Some((i, x, y)) = &p.first_difference {
         let _ = writeln!(
             o,
-            "  {:<14} {:>6} {:>12} {:>6} {:>6}",
-            "op", "dtype", "bytes/rank", "plan", "trace"
+            "  first difference at collective {i}: plan {x}, trace {y}"
         );
-        for r in &p.rows {
-            let _ = writeln!(
-                o,
-                "  {:<14} {:>6} {:>12} {:>6} {:>6}{}",
-                r.op,
-                r.dtype,
-                grouped(r.bytes_per_rank),
-                r.plan,
-                r.trace,
-                if r.plan != r.trace {
-                    "  <- differs"
-                } else {
-                    ""
-                }
-            );
-        }
-        if let Some((i, x, y)) = &p.first_difference {
-            let _ = writeln!(
-                o,
-                "  first difference at collective {i}: plan {x}, trace {y}"
-            );
-        }
     }
+}
+
+/// The known traps the trace shows, and the notes.
+fn footer(o: &mut String, a: &Analysis) {
     if !a.traps.is_empty() {
         let _ = writeln!(
             o,
@@ -199,5 +231,4 @@ pub fn render(a: &Analysis) -> String {
             let _ = writeln!(o, "  - {n}");
         }
     }
-    o
 }

@@ -163,9 +163,18 @@ pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
 
 /// Checks every trap of [`RULES`] against the evidence.
 pub fn check(i: &Inputs) -> Vec<Finding> {
-    let mut out = vec![];
-    // Settings that never reached the workers: what the user set (--expect) against the
-    // variables NCCL says it read.
+    vec![
+        settings_not_applied(i),
+        eager_verify(i),
+        graph_search_sys(i),
+        custom_ar_slow(i),
+        engine_custom_ar_off(i),
+    ]
+}
+
+/// Settings that never reached the workers: what the user set (--expect) against the
+/// variables NCCL says it read.
+fn settings_not_applied(i: &Inputs) -> Finding {
     let env = env_lines(i.nccl_logs);
     let wanted: Vec<(String, String)> = i.expect.to_vec();
     let words = |v: &[(String, String)]| {
@@ -174,7 +183,7 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    out.push(if wanted.is_empty() {
+    if wanted.is_empty() {
         let seen = words(&env);
         let best = i
             .sweep_best
@@ -207,7 +216,10 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
     } else {
         let missing: Vec<(String, String)> = wanted
             .iter()
-            .filter(|(k, v)| !env.iter().any(|(ek, ev)| ek == k && ev.eq_ignore_ascii_case(v)))
+            .filter(|(k, v)| {
+                !env.iter()
+                    .any(|(ek, ev)| ek == k && ev.eq_ignore_ascii_case(v))
+            })
             .cloned()
             .collect();
         if missing.is_empty() {
@@ -237,8 +249,11 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
                 ),
             )
         }
-    });
-    // The verify ran eagerly.
+    }
+}
+
+/// The verify ran eagerly.
+fn eager_verify(i: &Inputs) -> Finding {
     let mut eager_evidence = vec![];
     let mut graph_evidence = vec![];
     if let Some(a) = i.trace {
@@ -253,15 +268,18 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
             LaunchMode::Graph => graph_evidence.push(said),
         }
     }
-    out.push(if !eager_evidence.is_empty() {
+    if !eager_evidence.is_empty() {
         finding("eager-verify", Status::Found, eager_evidence.join("; "))
     } else if !graph_evidence.is_empty() {
         finding("eager-verify", Status::NotFound, graph_evidence.join("; "))
     } else {
         finding("eager-verify", Status::NotChecked, String::new())
-    });
-    // NCCL's graph search at its floor across sockets.
-    out.push(match sys_graph_line(i.nccl_logs) {
+    }
+}
+
+/// NCCL's graph search at its floor across sockets.
+fn graph_search_sys(i: &Inputs) -> Finding {
+    match sys_graph_line(i.nccl_logs) {
         Some((file, line)) => finding(
             "nccl-graph-search-sys",
             Status::Found,
@@ -284,8 +302,11 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
                 "the NCCL log has no graph-search lines (`Pattern .., nChannels ..`): give one with NCCL_DEBUG_SUBSYS=INIT,GRAPH".into()
             },
         ),
-    });
-    // A custom all-reduce far slower than the model.
+    }
+}
+
+/// A custom all-reduce far slower than the model.
+fn custom_ar_slow(i: &Inputs) -> Finding {
     let custom = i.trace.and_then(|a| {
         let g = a
             .sequence
@@ -293,7 +314,7 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
             .find(|g| g.op == "all_reduce" && g.implementation != "nccl")?;
         Some((a, g.implementation.clone()))
     });
-    out.push(match custom {
+    match custom {
         None if i.trace.is_some() => finding(
             "custom-ar-slow",
             Status::NotFound,
@@ -324,9 +345,12 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
                 ),
             }
         }
-    });
-    // The engines' custom all-reduce off on more than two PCIe GPUs.
-    out.push(match i.server_log {
+    }
+}
+
+/// The engines' custom all-reduce off on more than two PCIe GPUs.
+fn engine_custom_ar_off(i: &Inputs) -> Finding {
+    match i.server_log {
         Some(l) => match &l.custom_ar_off {
             Some(line) => finding(
                 "engine-custom-ar-off",
@@ -343,8 +367,7 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
             ),
         },
         None => finding("engine-custom-ar-off", Status::NotChecked, String::new()),
-    });
-    out
+    }
 }
 
 #[cfg(test)]

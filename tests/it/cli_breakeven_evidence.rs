@@ -111,14 +111,14 @@ fn the_trace_gives_the_verify_time_and_the_log_the_accept_length() {
 #[test]
 fn a_decode_trace_gives_the_decode_time_and_the_table_labels_it() {
     // SYNTHETIC: 8 ranks of 3 steps with a compute kernel before every collective
-    // (verifybench::trace::synth): a whole forward, measured
+    // (tests/support/synth.rs): a whole forward, measured
     let dir = tempfile::tempdir().unwrap();
-    let s = verifybench::trace::synth::SynthSpec {
+    let s = crate::synth::SynthSpec {
         ranks: 8,
         steps: 3,
         ..Default::default()
     };
-    verifybench::trace::synth::write_dir(&s, dir.path(), true).unwrap();
+    crate::synth::write_dir(&s, dir.path(), true).unwrap();
     vb().args(["breakeven", "--verify-ms", "30", "--draft-steps", "3"])
         .args(["--accept-length", "2.5", "--from-trace"])
         .arg(role("decode", dir.path()))

@@ -1,10 +1,10 @@
 //! End-to-end tests of `verifybench explain` through the real binary: plain numbers (no GPU,
 //! no trace), a SYNTHETIC trace set of 8 ranks with a known late rank (made by
-//! `verifybench::trace::synth`, not a profile of a real run), and bad input. Expected values are
+//! `tests/support/synth.rs`, not a profile of a real run), and bad input. Expected values are
 //! computed here by hand from the inputs.
 
 use crate::common::{refused, vb};
-use verifybench::trace::synth::{self, SynthSpec};
+use crate::synth::{self, SynthSpec};
 
 /// Exit 2, and stderr holds every one of `wants` (clap's own errors end with a help line, so
 /// the whole of stderr is searched).

@@ -1,6 +1,6 @@
 //! `verifybench explain` checks its evidence against the workload it prices: a trace of another
 //! job (the public DLRM and HTA training samples of tests/data/traces) or of another
-//! workload (SYNTHETIC traces made by `verifybench::trace::synth`, with the sizes of a schedule
+//! workload (SYNTHETIC traces made by `tests/support/synth.rs`, with the sizes of a schedule
 //! computed here by hand) is refused with exit 2 and the flag that fixes it; an NCCL log of
 //! another machine (the real 2-H200 logs of tests/data) and a server log of another model are
 //! named. Server-log lines are written in each test, in the format of the engine file named
@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::{refused, vb};
-use verifybench::trace::synth::{self, SynthSpec};
+use crate::synth::{self, SynthSpec};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,11 +1,11 @@
 //! The server's skew replayed: `trace --export-schedule` of every rank's trace writes each
 //! rank's own host gaps, and `verify --host-gap-from` replays them per rank, so the waiting the
-//! trace measured comes back. The traces are SYNTHETIC (`verifybench::trace::synth`: a
+//! trace measured comes back. The traces are SYNTHETIC (`tests/support/synth.rs`: a
 //! simulation with a known late rank), not a profile of a real run.
 
 use std::path::Path;
 
-use verifybench::trace::synth::{self, SynthSpec};
+use crate::synth::{self, SynthSpec};
 
 use crate::common::{read_json as json, vb};
 

@@ -1,12 +1,12 @@
 //! End-to-end tests of `verifybench trace` through the real binary, on SYNTHETIC traces made by
-//! `verifybench::trace::synth` (a simulation with a known late rank, not a profile of a real
+//! `tests/support/synth.rs` (a simulation with a known late rank, not a profile of a real
 //! run) and on the real traces committed under tests/data/traces/ when present.
 
 use std::path::Path;
 
+use crate::synth::{self, SynthSpec};
 use assert_cmd::Command;
 use predicates::prelude::*;
-use verifybench::trace::synth::{self, SynthSpec};
 
 fn vb() -> Command {
     Command::cargo_bin("verifybench").unwrap()

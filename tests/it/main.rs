@@ -39,6 +39,11 @@ mod plan_configs;
 mod published_runs;
 mod rendezvous;
 mod schedule_hashes;
+// Synthetic traces, shared with the benchmarks and the library's unit tests; not every helper
+// is called here.
+#[allow(dead_code)]
+#[path = "../support/synth.rs"]
+mod synth;
 mod trace_export_ops;
 mod trace_logpid;
 mod trace_real;

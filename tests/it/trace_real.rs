@@ -454,8 +454,8 @@ fn kernels_that_cannot_overlap_on_one_clock_are_counted_and_the_diagnosis_agrees
 
 #[test]
 fn a_tp8_kimi_schedule_exported_from_eight_synthetic_ranks_replays_like_plan_tp8() {
+    use crate::synth::{self, SynthSpec};
     use verifybench::record::{read_records, Body};
-    use verifybench::trace::synth::{self, SynthSpec};
     // SYNTHETIC traces (a simulation, not a profile): 8 ranks, the Kimi-K2.5 TP=8 verify of 3
     // tokens: 123 all-reduces of 3 x 7168 bf16 and one all-gather of 3 x 163840 / 8 per rank.
     let d = tempfile::tempdir().unwrap();

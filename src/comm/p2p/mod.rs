@@ -240,18 +240,6 @@ pub fn blocks(imp: Impl, count: usize, dtype: DType, nranks: usize, max_blocks: 
     want.min(max_blocks.clamp(1, MAX_BLOCKS) as u64) as u32
 }
 
-/// Vectors `[lo, hi)` of partition `p` of `parts` that block `b` of `g` handles (the kernel's
-/// `block_range`, mirrored for the tests that prove every vector is handled exactly once).
-pub fn block_range(nvec: u64, parts: u64, p: u64, b: u64, g: u64) -> (u64, u64) {
-    let per = nvec.div_ceil(parts);
-    let plo = p * per;
-    let phi = (plo + per).min(nvec);
-    let chunk = per.div_ceil(g);
-    let lo = plo + b * chunk;
-    let hi = (lo + chunk).min(phi);
-    (lo.min(hi), hi)
-}
-
 /// A wait that ran out: rank `silent` never signalled rank `rank`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignalTimeout {

@@ -493,14 +493,6 @@ impl std::ops::Deref for P2pAllReduce {
 }
 
 impl P2pAllReduce {
-    pub fn rank(&self) -> usize {
-        self.ws.rank
-    }
-
-    pub fn nranks(&self) -> usize {
-        self.ws.nranks
-    }
-
     pub fn config(&self) -> &P2pConfig {
         &self.ws.cfg
     }

@@ -9,6 +9,18 @@ use super::kernels::{PeersArg, ALLREDUCE_SRC};
 use super::peer::Handle;
 use super::*;
 
+/// Vectors `[lo, hi)` of partition `p` of `parts` that block `b` of `g` handles (the kernel's
+/// `block_range`, mirrored for the tests that prove every vector is handled exactly once).
+fn block_range(nvec: u64, parts: u64, p: u64, b: u64, g: u64) -> (u64, u64) {
+    let per = nvec.div_ceil(parts);
+    let plo = p * per;
+    let phi = (plo + per).min(nvec);
+    let chunk = per.div_ceil(g);
+    let lo = plo + b * chunk;
+    let hi = (lo + chunk).min(phi);
+    (lo.min(hi), hi)
+}
+
 #[test]
 fn impl_names_and_lists() {
     for i in Impl::ALL {

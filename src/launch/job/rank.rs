@@ -8,11 +8,12 @@ use super::slots::{self, SLOTS};
 use super::steps::{plan_steps_of_ops, stream_launches, Step};
 use super::{FaultKind, Job, P2pExchange, RankResult, RankSetup};
 use crate::comm::p2p::{file_exchange, Impl, P2pAllReduce, P2pConfig, Workspace};
-use crate::comm::{Buffer, Communicator, Event, Gpu};
+use crate::comm::{Buffer, Communicator, Event, Gpu, Graph};
+use crate::launch::timeline::PassIteration;
 use crate::measure::attribution::RankTiming;
-use crate::measure::gaps::{busy_wait_us, schedule_launches, Launch};
+use crate::measure::gaps::{busy_wait_us, schedule_launches, HostGaps, Launch};
 use crate::measure::pattern;
-use crate::model::{CollectiveKind, DType, Op};
+use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::Mode;
 
 /// One slot of a collective: its own buffers and inputs.
@@ -238,6 +239,22 @@ impl Rank {
         self.settle()
     }
 
+    /// Times graph replay ([`Rank::time`]: sample `it` launches graph [`slots::graph_of`] of
+    /// `gs`), then runs the exact check's samples the same way ([`Rank::run_check`]).
+    fn time_graphs(
+        &self,
+        gs: &[Graph],
+        colls: &[Coll],
+        iters: u64,
+        warmup: u64,
+    ) -> anyhow::Result<Vec<f64>> {
+        let s = self.time(iters, warmup, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
+        self.run_check(colls, warmup + iters, |it| {
+            Ok(gs[slots::graph_of(it)].launch()?)
+        })?;
+        Ok(s)
+    }
+
     fn async_error(&self) -> anyhow::Result<()> {
         if let Some(c) = &self.comm {
             c.async_error()?;
@@ -292,8 +309,8 @@ impl Probe {
     }
 
     /// The pass iteration from the completed events; `steps` say which were collectives.
-    fn read(&mut self, steps: &[Step]) -> anyhow::Result<super::super::timeline::PassIteration> {
-        let mut it = super::super::timeline::PassIteration {
+    fn read(&mut self, steps: &[Step]) -> anyhow::Result<PassIteration> {
+        let mut it = PassIteration {
             host_gaps: std::mem::take(&mut self.host_gaps),
             launches: std::mem::take(&mut self.launches),
             ..Default::default()
@@ -389,29 +406,60 @@ pub fn run_rank(
         progress(k)
     };
     let t0 = std::time::Instant::now();
-    let nccl_env = crate::util::nccl_env();
-    let mut result = RankResult {
-        rank: setup.rank,
-        pid: std::process::id(),
-        device: setup.device,
-        gpu: None,
-        nccl_env,
-        nccl_version: None,
-        nccl_library: None,
-        samples: vec![],
-        wrong: vec![],
-        checked: vec![],
-        init_s: 0.0,
-        stream_gbps: None,
-        stream_fixed_us: None,
-        passes: vec![],
-        affinity: None,
-        clocks_khz: None,
-    };
+    let mut result = new_result(&setup);
     if let Job::Env = job {
         result.gpu = crate::comm::device::info(setup.device).ok();
         return Ok(result);
     }
+    let mut rank = open_rank(setup, job, &mut result)?;
+    // Any error (or panic) from here on leaves through this guard, declared after the rank so
+    // that it drops first: it aborts the communicator (ncclCommAbort, never a destroy that
+    // waits for peers) and stops the P2P kernels' waits before anything is freed.
+    let mut abort_guard = match &rank.comm {
+        Some(c) => c.abort_guard(),
+        None => crate::comm::nccl::AbortGuard::without_communicator(),
+    };
+    rank.barrier()?;
+    result.init_s = t0.elapsed().as_secs_f64();
+    inject_fault(&mut rank)?;
+    let p2p_bytes = job.p2p_bytes();
+    if p2p_bytes > 0 {
+        let ar = connect_p2p(&rank.gpu, &rank.setup, p2p_bytes)?;
+        abort_guard.cover(&ar);
+        rank.p2p.ar = Some(ar);
+        // every rank connected before any rank's first P2P call
+        rank.barrier()?;
+    }
+    match job {
+        Job::Collective { .. } => run_collectives(&rank, job, &mut result, &mut progress)?,
+        Job::Verify { .. } => run_verify(&rank, job, &mut result, &mut progress)?,
+        Job::Env => unreachable!("handled above"),
+    }
+    rank.async_error()?;
+    if rank.p2p.ar.is_some() {
+        // peers read this rank's workspace until their last call: drop it only after all are done
+        rank.settle()?;
+        rank.barrier()?;
+        rank.p2p.ar = None;
+    }
+    abort_guard.disarm();
+    Ok(result)
+}
+
+/// The rank's result before anything ran: who it is and NCCL's environment.
+fn new_result(setup: &RankSetup) -> RankResult {
+    RankResult {
+        rank: setup.rank,
+        pid: std::process::id(),
+        device: setup.device,
+        nccl_env: crate::util::nccl_env(),
+        ..Default::default()
+    }
+}
+
+/// The rank pinned, its GPU opened and, when `job` needs one, the communicator joined with its
+/// barrier all-reduce; what each step learns goes into `result`.
+fn open_rank(setup: RankSetup, job: &Job, result: &mut RankResult) -> anyhow::Result<Rank> {
     // Pin first: the threads CUDA and NCCL start from here on inherit the mask.
     result.affinity = Some(pin(&setup));
     result.clocks_khz = crate::comm::device::clocks_khz(setup.device).ok();
@@ -437,22 +485,18 @@ pub fn run_rank(
     } else {
         (None, None)
     };
-    let mut rank = Rank {
+    Ok(Rank {
         setup,
         gpu,
         comm,
         barrier,
         p2p: RankP2p::default(),
-    };
-    // Any error (or panic) from here on leaves through this guard, declared after the rank so
-    // that it drops first: it aborts the communicator (ncclCommAbort, never a destroy that
-    // waits for peers) and stops the P2P kernels' waits before anything is freed.
-    let mut abort_guard = match &rank.comm {
-        Some(c) => c.abort_guard(),
-        None => crate::comm::nccl::AbortGuard::without_communicator(),
-    };
-    rank.barrier()?;
-    result.init_s = t0.elapsed().as_secs_f64();
+    })
+}
+
+/// The run's `--fault`, when it names this rank: exits, aborts, hangs until the run is
+/// stopped (an error), or silences the rank's P2P calls.
+fn inject_fault(rank: &mut Rank) -> anyhow::Result<()> {
     if let Some(f) = rank.setup.fault.filter(|f| f.rank == rank.setup.rank) {
         eprintln!("rank {}: injecting fault {:?}", f.rank, f.kind);
         match f.kind {
@@ -467,313 +511,438 @@ pub fn run_rank(
             FaultKind::P2pSilent => rank.p2p.silent = true,
         }
     }
-    let p2p_bytes = job.p2p_bytes();
-    if p2p_bytes > 0 {
-        let ar = connect_p2p(&rank.gpu, &rank.setup, p2p_bytes)?;
-        abort_guard.cover(&ar);
-        rank.p2p.ar = Some(ar);
-        // every rank connected before any rank's first P2P call
-        rank.barrier()?;
+    Ok(())
+}
+
+/// One configuration's samples and exact check, and its timing pass, added to `result`.
+fn push_config(
+    result: &mut RankResult,
+    samples: Vec<f64>,
+    checked: Checked,
+    pass: Vec<PassIteration>,
+) {
+    result.samples.push(samples);
+    result.wrong.push(checked.wrong);
+    result.checked.push(checked.elements);
+    result.passes.push(pass);
+}
+
+/// One graph per buffer slot: graph `g` captures `body(g)`.
+fn capture_slots(
+    gpu: &Gpu,
+    mut body: impl FnMut(usize) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<Graph>> {
+    let mut gs = Vec::with_capacity(SLOTS);
+    for g in 0..SLOTS {
+        gs.push(gpu.capture(|| body(g))?);
     }
-    let me = rank.setup.rank;
-    match job {
-        Job::Collective {
-            cases,
-            graphs,
-            iters,
-            warmup,
-            batch,
-        } => {
-            for (ci, case) in cases.iter().enumerate() {
-                let colls = vec![Coll::new(
-                    &rank.gpu, case.op, case.dtype, case.count, ci, SLOTS, me, n,
-                )?];
-                let b = (*batch).max(1);
-                // Sample `it`: its `b` launches, each on its slot.
-                let sample = |it: u64| -> anyhow::Result<()> {
-                    for s in slots::sample_slots(it, b) {
-                        colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p, s)?;
-                    }
-                    Ok(())
-                };
-                let done = *warmup + *iters;
-                for &graph in graphs {
-                    let (samples, checked) = if graph {
-                        // one graph per slot pattern: graph g holds sample g's launches
-                        let mut gs = Vec::with_capacity(SLOTS);
-                        for g in 0..SLOTS as u64 {
-                            gs.push(rank.gpu.capture(|| sample(g))?);
-                        }
-                        let s =
-                            rank.time(*iters, *warmup, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
-                        rank.run_check(&colls, done, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
-                        (s, check_wrong(&colls, &rank.gpu, me, n)?)
-                    } else {
-                        let s = rank.time(*iters, *warmup, &sample)?;
-                        rank.run_check(&colls, done, &sample)?;
-                        (s, check_wrong(&colls, &rank.gpu, me, n)?)
-                    };
-                    result
-                        .samples
-                        .push(samples.into_iter().map(|s| s / b as f64).collect());
-                    result.wrong.push(checked.wrong);
-                    result.checked.push(checked.elements);
-                    result.passes.push(vec![]);
-                    progress(result.samples.len());
+    Ok(gs)
+}
+
+/// A collective job (`job`): each case, eager and/or graph, timed and checked; each pair one
+/// configuration.
+fn run_collectives(
+    rank: &Rank,
+    job: &Job,
+    result: &mut RankResult,
+    progress: &mut impl FnMut(usize),
+) -> anyhow::Result<()> {
+    let Job::Collective {
+        cases,
+        graphs,
+        iters,
+        warmup,
+        batch,
+    } = job
+    else {
+        unreachable!("a collective job");
+    };
+    let (me, n) = (rank.setup.rank, rank.setup.nranks);
+    for (ci, case) in cases.iter().enumerate() {
+        let colls = vec![Coll::new(
+            &rank.gpu, case.op, case.dtype, case.count, ci, SLOTS, me, n,
+        )?];
+        let b = (*batch).max(1);
+        // Sample `it`: its `b` launches, each on its slot.
+        let sample = |it: u64| -> anyhow::Result<()> {
+            for s in slots::sample_slots(it, b) {
+                colls[0].enqueue_on(rank.comm(), &rank.gpu, case.imp, &rank.p2p, s)?;
+            }
+            Ok(())
+        };
+        let done = *warmup + *iters;
+        for &graph in graphs {
+            let (samples, checked) = if graph {
+                // one graph per slot pattern: graph g holds sample g's launches
+                let gs = capture_slots(&rank.gpu, |g| sample(g as u64))?;
+                let s = rank.time_graphs(&gs, &colls, *iters, *warmup)?;
+                (s, check_wrong(&colls, &rank.gpu, me, n)?)
+            } else {
+                let s = rank.time(*iters, *warmup, &sample)?;
+                rank.run_check(&colls, done, &sample)?;
+                (s, check_wrong(&colls, &rank.gpu, me, n)?)
+            };
+            let samples = samples.into_iter().map(|s| s / b as f64).collect();
+            push_config(result, samples, checked, vec![]);
+            progress(result.samples.len());
+        }
+    }
+    Ok(())
+}
+
+/// A verify job (`job`): what every configuration shares loaded once ([`LoadedVerify`]), then
+/// each configuration (a [`VerifyRun`]: graph or eager, its mode, its all-reduces'
+/// implementation) timed, checked and passed over.
+fn run_verify(
+    rank: &Rank,
+    job: &Job,
+    result: &mut RankResult,
+    progress: &mut impl FnMut(usize),
+) -> anyhow::Result<()> {
+    let Job::Verify {
+        schedule,
+        runs,
+        iters,
+        warmup,
+        launches_per_layer,
+        run_impls,
+        host_gaps,
+        timing_pass,
+        pdl,
+    } = job
+    else {
+        unreachable!("a verify job");
+    };
+    // the schedule's length fits the exact check's salts: checked when the job was
+    // made from the request, before any rank started (`pattern::check_salted`)
+    let with_colls = rank.comm.is_some();
+    check_memory(&rank.gpu, schedule, rank.setup.nranks, with_colls)?;
+    let colls = if with_colls {
+        schedule_colls(rank, schedule)?
+    } else {
+        vec![]
+    };
+    let needs_compute = runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
+    let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
+    let compute = if needs_compute {
+        Some(load_compute(rank, schedule, &steps, *pdl, result)?)
+    } else {
+        None
+    };
+    let v = LoadedVerify {
+        rank,
+        schedule,
+        zeros: vec![0.0; steps.len()],
+        steps,
+        step_of_op,
+        colls,
+        compute,
+        host_gaps,
+        iters: *iters,
+        warmup: *warmup,
+        timing_pass: *timing_pass,
+    };
+    for (ri, &(graph, mode)) in runs.iter().enumerate() {
+        let imp = run_impls.get(ri).copied().unwrap_or_default();
+        let (samples, checked, pass) = v.run(graph, mode, imp)?;
+        rank.async_error()?;
+        push_config(result, samples, checked, pass);
+        progress(result.samples.len());
+    }
+    Ok(())
+}
+
+/// The schedule's collectives with their buffer slots, each filled with the inputs of its
+/// operation's index.
+fn schedule_colls(rank: &Rank, schedule: &Schedule) -> anyhow::Result<Vec<Coll>> {
+    let (me, n) = (rank.setup.rank, rank.setup.nranks);
+    let mut colls = vec![];
+    for (i, op) in schedule.ops.iter().enumerate() {
+        if let Op::Collective {
+            kind, dtype, count, ..
+        } = op
+        {
+            let count = *count as usize;
+            colls.push(Coll::new(&rank.gpu, *kind, *dtype, count, i, SLOTS, me, n)?);
+        }
+    }
+    Ok(colls)
+}
+
+/// The compute kernels of `schedule`, with their streaming bandwidth and (when `steps` stream)
+/// the fixed cost of a launch of their mean size measured into `result`.
+fn load_compute(
+    rank: &Rank,
+    schedule: &Schedule,
+    steps: &[Step],
+    pdl: bool,
+    result: &mut RankResult,
+) -> anyhow::Result<Compute> {
+    let c = Compute::new(&rank.gpu, schedule.tokens as usize, pdl)?;
+    result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
+    let (n, sum) = stream_launches(steps);
+    if let Some(mean) = sum.checked_div(n) {
+        result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, mean)?);
+    }
+    Ok(c)
+}
+
+/// One configuration's samples, exact check and timing pass.
+type Timed = (Vec<f64>, Checked, Vec<PassIteration>);
+
+/// What every configuration of a verify job shares, loaded once per rank.
+struct LoadedVerify<'a> {
+    rank: &'a Rank,
+    schedule: &'a Schedule,
+    steps: Vec<Step>,
+    /// The step that launches each op of the schedule.
+    step_of_op: Vec<usize>,
+    /// Before the collectives: freed first, the reverse of the order they were made in.
+    compute: Option<Compute>,
+    colls: Vec<Coll>,
+    host_gaps: &'a HostGaps,
+    iters: u64,
+    warmup: u64,
+    timing_pass: u64,
+    /// No host gap before any step.
+    zeros: Vec<f64>,
+}
+
+impl LoadedVerify<'_> {
+    /// Times, checks and passes over one configuration: graph or eager replay in `mode`, the
+    /// all-reduces on `imp`.
+    fn run(&self, graph: bool, mode: Mode, imp: Impl) -> anyhow::Result<Timed> {
+        let c = VerifyRun {
+            v: self,
+            graph,
+            mode,
+            imp,
+            launches: schedule_launches(self.schedule, mode != Mode::Comm),
+        };
+        // The pass's events: every step that launches something in this mode, but
+        // the tiny launch-load kernels.
+        let pass_iters = if mode == Mode::Compute {
+            0
+        } else {
+            self.timing_pass
+        };
+        let probe = c.probe(pass_iters)?;
+        if graph {
+            c.run_graph(probe, pass_iters)
+        } else {
+            c.run_eager(probe, pass_iters)
+        }
+    }
+}
+
+/// One configuration of a verify job (one of its `runs`).
+struct VerifyRun<'a> {
+    v: &'a LoadedVerify<'a>,
+    graph: bool,
+    mode: Mode,
+    imp: Impl,
+    /// The launches whose host gaps are drawn.
+    launches: Vec<Launch>,
+}
+
+impl VerifyRun<'_> {
+    /// Host gaps per step of verify `it`, drawn before the timed loop (the generator stays out
+    /// of it).
+    fn gaps_of(&self, it: u64) -> Vec<f64> {
+        let (v, launches) = (self.v, &self.launches);
+        let drawn = if !self.graph && !v.host_gaps.is_none() {
+            v.host_gaps
+                .iteration_gaps(false, v.rank.setup.rank, it, launches)
+        } else {
+            vec![]
+        };
+        gaps_by_step(v.steps.len(), &v.step_of_op, launches, &drawn)
+    }
+
+    fn launched(&self, st: &Step) -> bool {
+        launches_in(st, self.mode)
+    }
+
+    /// One verify: per step, the host gap (busy-waited), then the launch (every
+    /// collective on buffer slot `slot`); with a probe, timestamps around each launch
+    /// and the host times.
+    fn replay(
+        &self,
+        gaps: &[f64],
+        mut probe: Option<&mut Probe>,
+        slot: usize,
+    ) -> anyhow::Result<()> {
+        let (rank, mode, imp, p2p) = (self.v.rank, self.mode, self.imp, &self.v.rank.p2p);
+        let gpu = &rank.gpu;
+        let mut ci = 0;
+        for (i, st) in self.v.steps.iter().enumerate() {
+            if gaps[i] > 0.0 {
+                let t0 = std::time::Instant::now();
+                busy_wait_us(gaps[i]);
+                if let Some(p) = probe.as_deref_mut() {
+                    let s = p.host_us(t0);
+                    p.host_gaps.push(RankTiming {
+                        start_us: s,
+                        dur_us: t0.elapsed().as_secs_f64() * 1e6,
+                    });
                 }
+            }
+            let ev = probe
+                .as_deref()
+                .and_then(|p| p.events[i].as_ref())
+                .filter(|_| self.launched(st));
+            if let Some((a, _)) = ev {
+                gpu.record_timestamp(a)?;
+            }
+            let t0 = std::time::Instant::now();
+            match *st {
+                Step::Coll => {
+                    if mode != Mode::Compute {
+                        self.v.colls[ci].enqueue_on(rank.comm(), gpu, imp, p2p, slot)?;
+                    }
+                    ci += 1;
+                }
+                Step::Stream { start, nvec } => {
+                    if mode != Mode::Comm {
+                        let c = self.v.compute.as_ref().expect("compute loaded");
+                        c.kernels
+                            .stream(gpu, &c.pool, start, nvec, &c.act, c.tokens, &c.partial)?;
+                    }
+                }
+                Step::Tiny => {
+                    if mode != Mode::Comm {
+                        let c = self.v.compute.as_ref().expect("compute loaded");
+                        c.kernels.tiny(gpu, &c.partial)?;
+                    }
+                }
+            }
+            if let Some((_, b)) = ev {
+                gpu.record_timestamp(b)?;
+            }
+            if let (Some(p), Step::Coll, true) = (probe.as_deref_mut(), st, mode != Mode::Compute) {
+                let s = p.host_us(t0);
+                p.launches.push(RankTiming {
+                    start_us: s,
+                    dur_us: t0.elapsed().as_secs_f64() * 1e6,
+                });
             }
         }
-        Job::Verify {
-            schedule,
-            runs,
-            iters,
-            warmup,
-            launches_per_layer,
-            run_impls,
-            host_gaps,
-            timing_pass,
-            pdl,
-        } => {
-            // the schedule's length fits the exact check's salts: checked when the job was
-            // made from the request, before any rank started (`pattern::check_salted`)
-            let with_colls = rank.comm.is_some();
-            check_memory(&rank.gpu, schedule, n, with_colls)?;
-            let mut colls = vec![];
-            for (i, op) in schedule.ops.iter().enumerate() {
-                if let (
-                    Op::Collective {
-                        kind, dtype, count, ..
-                    },
-                    true,
-                ) = (op, with_colls)
-                {
-                    colls.push(Coll::new(
-                        &rank.gpu,
-                        *kind,
-                        *dtype,
-                        *count as usize,
-                        i,
-                        SLOTS,
-                        me,
-                        n,
-                    )?);
-                }
-            }
-            let needs_compute =
-                runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
-            let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
-            let compute = if needs_compute {
-                let c = Compute::new(&rank.gpu, schedule.tokens as usize, *pdl)?;
-                result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
-                let (n, sum) = stream_launches(&steps);
-                if let Some(mean) = sum.checked_div(n) {
-                    result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, mean)?);
-                }
-                Some(c)
-            } else {
-                None
-            };
-            let zeros = vec![0.0; steps.len()];
-            for (ri, &(graph, mode)) in runs.iter().enumerate() {
-                let imp = run_impls.get(ri).copied().unwrap_or_default();
-                let p2p = &rank.p2p;
-                // Host gaps per step, drawn before the timed loop (the generator stays out of it).
-                let launches = schedule_launches(schedule, mode != Mode::Comm);
-                let gaps_of = |it: u64| -> Vec<f64> {
-                    let drawn = if !graph && !host_gaps.is_none() {
-                        host_gaps.iteration_gaps(false, me, it, &launches)
-                    } else {
-                        vec![]
-                    };
-                    gaps_by_step(steps.len(), &step_of_op, &launches, &drawn)
-                };
-                let launched = |st: &Step| launches_in(st, mode);
-                // One verify: per step, the host gap (busy-waited), then the launch (every
-                // collective on buffer slot `slot`); with a probe, timestamps around each launch
-                // and the host times.
-                let replay = |gaps: &[f64],
-                              mut probe: Option<&mut Probe>,
-                              slot: usize|
-                 -> anyhow::Result<()> {
-                    let gpu = &rank.gpu;
-                    let mut ci = 0;
-                    for (i, st) in steps.iter().enumerate() {
-                        if gaps[i] > 0.0 {
-                            let t0 = std::time::Instant::now();
-                            busy_wait_us(gaps[i]);
-                            if let Some(p) = probe.as_deref_mut() {
-                                let s = p.host_us(t0);
-                                p.host_gaps.push(RankTiming {
-                                    start_us: s,
-                                    dur_us: t0.elapsed().as_secs_f64() * 1e6,
-                                });
-                            }
-                        }
-                        let ev = probe
-                            .as_deref()
-                            .and_then(|p| p.events[i].as_ref())
-                            .filter(|_| launched(st));
-                        if let Some((a, _)) = ev {
-                            gpu.record_timestamp(a)?;
-                        }
-                        let t0 = std::time::Instant::now();
-                        match *st {
-                            Step::Coll => {
-                                if mode != Mode::Compute {
-                                    colls[ci].enqueue_on(rank.comm(), gpu, imp, p2p, slot)?;
-                                }
-                                ci += 1;
-                            }
-                            Step::Stream { start, nvec } => {
-                                if mode != Mode::Comm {
-                                    let c = compute.as_ref().expect("compute loaded");
-                                    c.kernels.stream(
-                                        gpu, &c.pool, start, nvec, &c.act, c.tokens, &c.partial,
-                                    )?;
-                                }
-                            }
-                            Step::Tiny => {
-                                if mode != Mode::Comm {
-                                    let c = compute.as_ref().expect("compute loaded");
-                                    c.kernels.tiny(gpu, &c.partial)?;
-                                }
-                            }
-                        }
-                        if let Some((_, b)) = ev {
-                            gpu.record_timestamp(b)?;
-                        }
-                        if let (Some(p), Step::Coll, true) =
-                            (probe.as_deref_mut(), st, mode != Mode::Compute)
-                        {
-                            let s = p.host_us(t0);
-                            p.launches.push(RankTiming {
-                                start_us: s,
-                                dur_us: t0.elapsed().as_secs_f64() * 1e6,
-                            });
-                        }
-                    }
-                    Ok(())
-                };
-                let check = |rank: &Rank| -> anyhow::Result<Checked> {
-                    if mode == Mode::Compute {
-                        Ok(Checked::default())
-                    } else {
-                        check_wrong(&colls, &rank.gpu, me, n)
-                    }
-                };
-                // The pass's events: every step that launches something in this mode, but
-                // the tiny launch-load kernels.
-                let pass_iters = if mode == Mode::Compute {
-                    0
-                } else {
-                    *timing_pass
-                };
-                let mut probe = if pass_iters > 0 {
-                    let mut events = vec![];
-                    for st in &steps {
-                        events.push(if launched(st) && *st != Step::Tiny {
-                            Some((rank.gpu.event()?, rank.gpu.event()?))
-                        } else {
-                            None
-                        });
-                    }
-                    Some(Probe {
-                        events,
-                        reference: rank.gpu.event()?,
-                        host_ref: std::time::Instant::now(),
-                        host_gaps: vec![],
-                        launches: vec![],
-                    })
+        Ok(())
+    }
+
+    /// The exact check of every collective's slots (nothing to check in compute-only mode).
+    fn check(&self) -> anyhow::Result<Checked> {
+        let rank = self.v.rank;
+        if self.mode == Mode::Compute {
+            Ok(Checked::default())
+        } else {
+            check_wrong(&self.v.colls, &rank.gpu, rank.setup.rank, rank.setup.nranks)
+        }
+    }
+
+    /// The timing pass's events and host times, when there is a pass (`pass_iters` > 0).
+    fn probe(&self, pass_iters: u64) -> anyhow::Result<Option<Probe>> {
+        let gpu = &self.v.rank.gpu;
+        let probe = if pass_iters > 0 {
+            let mut events = vec![];
+            for st in &self.v.steps {
+                events.push(if self.launched(st) && *st != Step::Tiny {
+                    Some((gpu.event()?, gpu.event()?))
                 } else {
                     None
+                });
+            }
+            Some(Probe {
+                events,
+                reference: gpu.event()?,
+                host_ref: std::time::Instant::now(),
+                host_gaps: vec![],
+                launches: vec![],
+            })
+        } else {
+            None
+        };
+        Ok(probe)
+    }
+
+    /// How many verifies the warm-up and the timing run (the check's come after them).
+    fn done(&self) -> u64 {
+        self.v.warmup + self.v.iters
+    }
+
+    /// The slot of the pass's verify `k`. Verify `it` (one launch of each collective) runs on
+    /// slot `it % SLOTS`: the warm-up and timed verifies, then the check's, then the pass's.
+    fn pass_slot(&self, k: u64) -> usize {
+        slots::slot(self.done() + SLOTS as u64 + k)
+    }
+
+    /// Graph replay timed and checked, then its timing pass on graphs of its own.
+    fn run_graph(&self, mut probe: Option<Probe>, pass_iters: u64) -> anyhow::Result<Timed> {
+        let (rank, v) = (self.v.rank, self.v);
+        let mut pass = vec![];
+        // The headline graphs have no event nodes; the pass captures its own. One
+        // graph per slot, graph g replaying verify g: one graph is one verify.
+        let gs = capture_slots(&rank.gpu, |g| self.replay(&v.zeros, None, g))?;
+        let s = rank.time_graphs(&gs, &v.colls, v.iters, v.warmup)?;
+        let checked = self.check()?;
+        drop(gs);
+        if let Some(p) = probe.as_mut() {
+            let gps = capture_slots(&rank.gpu, |g| self.replay(&v.zeros, Some(&mut *p), g))?;
+            p.host_gaps.clear();
+            p.launches.clear();
+            // aligned after the exact check's host work, before the warm-up
+            rank.barrier()?;
+            for gp in &gps {
+                gp.launch()?;
+            }
+            rank.settle()?;
+            for k in 0..pass_iters {
+                let gp = &gps[self.pass_slot(k)];
+                rank.barrier_then(Some(&p.reference))?;
+                p.host_ref = std::time::Instant::now();
+                let t0 = std::time::Instant::now();
+                gp.launch()?;
+                let l = RankTiming {
+                    start_us: p.host_us(t0),
+                    dur_us: t0.elapsed().as_secs_f64() * 1e6,
                 };
-                // Verify `it` (one launch of each collective) runs on slot `it % SLOTS`: the
-                // warm-up and timed verifies, then the check's, then the pass's.
-                let done = *warmup + *iters;
-                let first_pass_it = done;
-                let pass_slot = |k: u64| slots::slot(done + SLOTS as u64 + k);
-                let mut pass = vec![];
-                let (samples, checked) = if graph {
-                    // The headline graphs have no event nodes; the pass captures its own. One
-                    // graph per slot, graph g replaying verify g: one graph is one verify.
-                    let mut gs = Vec::with_capacity(SLOTS);
-                    for g in 0..SLOTS {
-                        gs.push(rank.gpu.capture(|| replay(&zeros, None, g))?);
-                    }
-                    let s =
-                        rank.time(*iters, *warmup, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
-                    rank.run_check(&colls, done, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
-                    let checked = check(&rank)?;
-                    drop(gs);
-                    if let Some(p) = probe.as_mut() {
-                        let mut gps = Vec::with_capacity(SLOTS);
-                        for g in 0..SLOTS {
-                            gps.push(rank.gpu.capture(|| replay(&zeros, Some(&mut *p), g))?);
-                        }
-                        p.host_gaps.clear();
-                        p.launches.clear();
-                        // aligned after the exact check's host work, before the warm-up
-                        rank.barrier()?;
-                        for gp in &gps {
-                            gp.launch()?;
-                        }
-                        rank.settle()?;
-                        for k in 0..pass_iters {
-                            let gp = &gps[pass_slot(k)];
-                            rank.barrier_then(Some(&p.reference))?;
-                            p.host_ref = std::time::Instant::now();
-                            let t0 = std::time::Instant::now();
-                            gp.launch()?;
-                            let l = RankTiming {
-                                start_us: p.host_us(t0),
-                                dur_us: t0.elapsed().as_secs_f64() * 1e6,
-                            };
-                            rank.wait()?;
-                            let mut it = p.read(&steps)?;
-                            it.launches = vec![l; it.collectives.len()];
-                            pass.push(it);
-                        }
-                        drop(gps);
-                    }
-                    (s, checked)
-                } else {
-                    let all: Vec<Vec<f64>> = (0..done).map(gaps_of).collect();
-                    let s = rank.time(*iters, *warmup, |it| {
-                        replay(&all[it as usize], None, slots::slot(it))
-                    })?;
-                    rank.run_check(&colls, done, |it| replay(&zeros, None, slots::slot(it)))?;
-                    let checked = check(&rank)?;
-                    if let Some(p) = probe.as_mut() {
-                        for k in 0..pass_iters {
-                            let g = gaps_of(first_pass_it + k);
-                            rank.barrier_then(Some(&p.reference))?;
-                            p.host_ref = std::time::Instant::now();
-                            replay(&g, Some(&mut *p), pass_slot(k))?;
-                            rank.wait()?;
-                            pass.push(p.read(&steps)?);
-                        }
-                    }
-                    (s, checked)
-                };
-                rank.async_error()?;
-                result.samples.push(samples);
-                result.wrong.push(checked.wrong);
-                result.checked.push(checked.elements);
-                result.passes.push(pass);
-                progress(result.samples.len());
+                rank.wait()?;
+                let mut it = p.read(&v.steps)?;
+                it.launches = vec![l; it.collectives.len()];
+                pass.push(it);
+            }
+            drop(gps);
+        }
+        Ok((s, checked, pass))
+    }
+
+    /// Eager replay (each verify with its drawn host gaps) timed and checked, then its timing
+    /// pass.
+    fn run_eager(&self, mut probe: Option<Probe>, pass_iters: u64) -> anyhow::Result<Timed> {
+        let (rank, v) = (self.v.rank, self.v);
+        let done = self.done();
+        let first_pass_it = done;
+        let mut pass = vec![];
+        let all: Vec<Vec<f64>> = (0..done).map(|it| self.gaps_of(it)).collect();
+        let s = rank.time(v.iters, v.warmup, |it| {
+            self.replay(&all[it as usize], None, slots::slot(it))
+        })?;
+        rank.run_check(&v.colls, done, |it| {
+            self.replay(&v.zeros, None, slots::slot(it))
+        })?;
+        let checked = self.check()?;
+        if let Some(p) = probe.as_mut() {
+            for k in 0..pass_iters {
+                let g = self.gaps_of(first_pass_it + k);
+                rank.barrier_then(Some(&p.reference))?;
+                p.host_ref = std::time::Instant::now();
+                self.replay(&g, Some(&mut *p), self.pass_slot(k))?;
+                rank.wait()?;
+                pass.push(p.read(&v.steps)?);
             }
         }
-        Job::Env => unreachable!("handled above"),
+        Ok((s, checked, pass))
     }
-    rank.async_error()?;
-    if rank.p2p.ar.is_some() {
-        // peers read this rank's workspace until their last call: drop it only after all are done
-        rank.settle()?;
-        rank.barrier()?;
-        rank.p2p.ar = None;
-    }
-    abort_guard.disarm();
-    Ok(result)
 }
 
 #[cfg(test)]

@@ -7,6 +7,10 @@
 //! the attribution a known answer to recover. The output has the shape of a PyTorch profiler
 //! trace (cpu ops, runtime launches with correlation ids, kernels with `record_param_comms`
 //! arguments, `distributedInfo`), written event by event so that large traces stream.
+//!
+//! Support code, not part of the library: the integration tests (`tests/it`), the trace
+//! benchmark (`benches/trace.rs`) and the library's own unit tests (`trace::tests`) each include
+//! this file as a module of their own.
 
 use std::io::Write;
 
