@@ -145,7 +145,10 @@ fn access_note(p: &Plan) -> String {
 /// How this rank met the others.
 enum Met {
     /// Rank 0: its server (kept for the results) and the id it handed out.
-    Rank0 { server: Server, id: comm::UniqueId },
+    Rank0 {
+        server: Box<Server>,
+        id: comm::UniqueId,
+    },
     /// Another rank: its connection to rank 0, holding the id.
     Peer(Client),
 }
@@ -169,7 +172,10 @@ fn meet(p: &Plan, make_id: impl FnOnce() -> anyhow::Result<comm::UniqueId>) -> a
             peers.len() + 1,
             wait.elapsed().as_secs_f64()
         );
-        Ok(Met::Rank0 { server, id })
+        Ok(Met::Rank0 {
+            server: Box::new(server),
+            id,
+        })
     } else {
         Ok(Met::Peer(Client::fetch_id(
             &p.ep,
