@@ -20,6 +20,47 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// Text that came from outside the program (a peer's message, a name it claims) as it may be
+/// printed on one line of a terminal or a log: control characters and the invisible characters
+/// that reorder or hide text (bidirectional overrides, zero-width ones) written as escapes (`\n`,
+/// `\t`, `\r`, else `\u{1b}`), everything else as it is, and cut after `max` characters with the
+/// length of the whole. The one escaping function for such text: escaping escaped text again
+/// changes nothing (below the cut).
+pub(crate) fn escaped(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max.saturating_add(32)));
+    for (n, c) in text.chars().enumerate() {
+        if n == max {
+            out.push_str(&format!("... ({} bytes in all)", text.len()));
+            break;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if hides_text(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Control characters, and the format characters that change how the text around them shows
+/// (soft hyphen, Arabic letter mark, zero-width ones, bidirectional embeddings, overrides and
+/// isolates, word joiners, the byte-order mark).
+fn hides_text(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{ad}'
+                | '\u{61c}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{feff}'
+        )
+}
+
 /// The NCCL_* variables of this process's environment.
 pub fn nccl_env() -> BTreeMap<String, String> {
     std::env::vars()
@@ -408,6 +449,26 @@ mod tests {
             assert!(!looks_like_json(line.as_bytes()), "{prefix:?}");
         }
         assert!(!looks_like_json(b""));
+    }
+
+    #[test]
+    fn text_from_outside_prints_on_one_line_and_escaping_twice_changes_nothing() {
+        // ESC [ 2 J clears a terminal; U+202E turns the rest of the line around
+        let evil = "host\u{1b}[2J\nverifybench: rank 1 joined\u{202e}kcatta\t\u{0}";
+        let e = escaped(evil, 1000);
+        assert_eq!(
+            e,
+            "host\\u{1b}[2J\\nverifybench: rank 1 joined\\u{202e}kcatta\\t\\u{0}"
+        );
+        assert!(!e.chars().any(hides_text), "{e}");
+        assert_eq!(escaped(&e, 1000), e);
+        // plain text, quotes, backslashes and other scripts pass as they are
+        for plain in ["node-1.cluster", "it's \"here\" \\ there", "Grüße, 東京"] {
+            assert_eq!(escaped(plain, 1000), plain);
+        }
+        // cut after `max` characters, with the length of the whole in bytes (4, and 2 of "é")
+        assert_eq!(escaped("abcdé", 2), "ab... (6 bytes in all)");
+        assert_eq!(escaped("abcdé", 5), "abcdé");
     }
 
     #[test]

@@ -145,7 +145,10 @@ fn access_note(p: &Plan) -> String {
 /// How this rank met the others.
 enum Met {
     /// Rank 0: its server (kept for the results) and the id it handed out.
-    Rank0 { server: Server, id: comm::UniqueId },
+    Rank0 {
+        server: Box<Server>,
+        id: comm::UniqueId,
+    },
     /// Another rank: its connection to rank 0, holding the id.
     Peer(Client),
 }
@@ -169,7 +172,10 @@ fn meet(p: &Plan, make_id: impl FnOnce() -> anyhow::Result<comm::UniqueId>) -> a
             peers.len() + 1,
             wait.elapsed().as_secs_f64()
         );
-        Ok(Met::Rank0 { server, id })
+        Ok(Met::Rank0 {
+            server: Box::new(server),
+            id,
+        })
     } else {
         Ok(Met::Peer(Client::fetch_id(
             &p.ep,
@@ -322,9 +328,10 @@ mod tests {
             Ok(_) => panic!("nobody came, yet rank 0 met them"),
         };
         let took = t.elapsed();
-        // the timeout, plus at most 2 s to notice and say so
+        // not before the timeout; the deadline it used is in its message, and the ceiling
+        // (20 times the timeout, for a loaded machine) catches a hang only
         assert!(took >= Duration::from_millis(1000), "{took:?}");
-        assert!(took < Duration::from_millis(3000), "{took:?}");
+        assert!(took < Duration::from_secs(20), "{took:?}");
         assert!(
             e.contains("timed out after 1 s: rank 1 of 2 never connected (no rank connected)"),
             "{e}"
@@ -339,12 +346,10 @@ mod tests {
             Err(e) => e.to_string(),
             Ok(_) => panic!("rank 0 never listened, yet the rank met it"),
         };
-        assert!(
-            t.elapsed() < Duration::from_millis(3000),
-            "{:?}",
-            t.elapsed()
-        );
+        // the deadline it used is in its message; the ceiling catches a hang only
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
         assert!(e.contains("could not reach rank 0 at 127.0.0.1:"), "{e}");
+        assert!(e.contains(" within 1 s ("), "{e}");
     }
 
     #[test]

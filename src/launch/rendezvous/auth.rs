@@ -1,11 +1,16 @@
-//! Who may join a run: the shared secret of the rendezvous and the proof a rank gives of it.
+//! Who may join a run: the shared secret of the rendezvous and the proofs each side gives of it.
 //!
 //! Rank 0 opens every connection with a fresh random nonce (a [`Kind::Challenge`] frame); a
-//! rank that holds the run's secret answers with its hello and HMAC-SHA256(secret, domain |
-//! nonce | hello). The secret itself never travels, and a hello captured on one connection is
-//! worthless on the next (its nonce is another). Without a secret the rendezvous is open: any
-//! host that reaches the port may take a free rank, as with torchrun's store and NCCL's own
-//! bootstrap; the launcher's job id still keeps two jobs' ranks apart, by accident only.
+//! rank that holds the run's secret answers with a fresh nonce of its own, its hello and
+//! HMAC-SHA256(secret, "hello" | both nonces | hello). Rank 0 answers with the NCCL id and
+//! HMAC-SHA256(secret, "id" | both nonces | hello | id), which the rank checks before it takes
+//! the id. The secret itself never travels; each proof holds for its own connection only (the
+//! other side's nonce is fresh on every connection), so a proof captured on one connection, or
+//! in an earlier run, is worthless on the next; and the two proofs are told apart by their
+//! domains, so neither can be reflected as the other. Without a secret the rendezvous is open:
+//! any host that reaches the port may take a free rank, and whatever holds the port may hand
+//! out an id, as with torchrun's store and NCCL's own bootstrap; the launcher's job id still
+//! keeps two jobs' ranks apart, by accident only.
 //!
 //! [`Kind::Challenge`]: super::frame::Kind::Challenge
 
@@ -17,6 +22,7 @@ use anyhow::Result;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+use super::ID_BYTES;
 use crate::error::usage;
 
 /// The variable that holds the secret when no `--rendezvous-token-file` is given.
@@ -30,8 +36,10 @@ pub const MIN_SECRET_BYTES: usize = 16;
 pub const NONCE_BYTES: usize = 32;
 /// Bytes of an HMAC-SHA256 proof.
 pub const MAC_BYTES: usize = 32;
-/// Prefixed to what the proof covers, so that it proves nothing in any other protocol.
-const DOMAIN: &[u8] = b"verifybench rendezvous hello v2\0";
+/// Prefixed to what each proof covers, so that it proves nothing in any other protocol, and
+/// a rank's proof is never taken for rank 0's or the other way round.
+const HELLO_DOMAIN: &[u8] = b"verifybench rendezvous hello v3\0";
+const ID_DOMAIN: &[u8] = b"verifybench rendezvous id v3\0";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -114,24 +122,51 @@ impl Secret {
         }
     }
 
-    fn hmac(&self, nonce: &[u8; NONCE_BYTES], hello: &[u8]) -> HmacSha256 {
+    fn hmac(&self, t: &Transcript<'_>, what: Claim<'_>) -> HmacSha256 {
         let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any length");
-        m.update(DOMAIN);
-        m.update(nonce);
-        m.update(hello);
+        let (domain, id): (&[u8], &[u8]) = match what {
+            Claim::Hello => (HELLO_DOMAIN, &[]),
+            Claim::Id(id) => (ID_DOMAIN, id),
+        };
+        m.update(domain);
+        // each part with its length, so that no two transcripts read the same
+        for part in [&t.challenge[..], &t.answer[..], t.hello, id] {
+            m.update(&(part.len() as u32).to_be_bytes());
+            m.update(part);
+        }
         m
     }
 
-    /// The proof of this secret for `hello` (its bytes as sent) on the connection of `nonce`.
-    pub(super) fn prove(&self, nonce: &[u8; NONCE_BYTES], hello: &[u8]) -> [u8; MAC_BYTES] {
-        self.hmac(nonce, hello).finalize().into_bytes().into()
+    /// The proof of this secret for `what` on the connection of transcript `t`.
+    pub(super) fn prove(&self, t: &Transcript<'_>, what: Claim<'_>) -> [u8; MAC_BYTES] {
+        self.hmac(t, what).finalize().into_bytes().into()
     }
 
-    /// Whether `mac` proves this secret for `hello` on the connection of `nonce` (compared in
-    /// constant time).
-    pub(super) fn verify(&self, nonce: &[u8; NONCE_BYTES], hello: &[u8], mac: &[u8]) -> bool {
-        self.hmac(nonce, hello).verify_slice(mac).is_ok()
+    /// Whether `mac` proves this secret for `what` on the connection of transcript `t`
+    /// (compared in constant time).
+    pub(super) fn verify(&self, t: &Transcript<'_>, what: Claim<'_>, mac: &[u8]) -> bool {
+        self.hmac(t, what).verify_slice(mac).is_ok()
     }
+}
+
+/// What both proofs of one connection cover.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Transcript<'a> {
+    /// Rank 0's nonce, fresh on every connection.
+    pub(super) challenge: &'a [u8; NONCE_BYTES],
+    /// The rank's nonce, fresh on every connection.
+    pub(super) answer: &'a [u8; NONCE_BYTES],
+    /// The rank's hello, its bytes as sent (its rank, world size, workload, job).
+    pub(super) hello: &'a [u8],
+}
+
+/// What a proof vouches for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Claim<'a> {
+    /// The rank's hello: the rank holds the secret.
+    Hello,
+    /// The NCCL id rank 0 hands out: rank 0 holds the secret.
+    Id(&'a [u8; ID_BYTES]),
 }
 
 /// A fresh nonce from the operating system's random source.
@@ -161,9 +196,14 @@ pub(super) fn read_challenge(p: &[u8]) -> Option<([u8; NONCE_BYTES], bool)> {
     Some((n, p[NONCE_BYTES] == 1))
 }
 
-/// A hello frame's payload: the proof's length (0 or [`MAC_BYTES`]), the proof, the hello.
-pub(super) fn seal(json: &[u8], proof: Option<[u8; MAC_BYTES]>) -> Vec<u8> {
-    let mut v = Vec::with_capacity(1 + MAC_BYTES + json.len());
+/// A hello frame's payload: the proof's length (0 or [`MAC_BYTES`]), the proof, the rank's
+/// nonce, the hello.
+pub(super) fn seal(
+    nonce: &[u8; NONCE_BYTES],
+    json: &[u8],
+    proof: Option<[u8; MAC_BYTES]>,
+) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1 + MAC_BYTES + NONCE_BYTES + json.len());
     match proof {
         Some(m) => {
             v.push(MAC_BYTES as u8);
@@ -171,18 +211,54 @@ pub(super) fn seal(json: &[u8], proof: Option<[u8; MAC_BYTES]>) -> Vec<u8> {
         }
         None => v.push(0),
     }
+    v.extend_from_slice(nonce);
     v.extend_from_slice(json);
     v
 }
 
-/// The proof (if any) and the hello's bytes of a hello frame's payload; `None` if it is not
-/// laid out as [`seal`] lays it.
-pub(super) fn unseal(p: &[u8]) -> Option<(Option<&[u8]>, &[u8])> {
-    match p.first()? {
-        0 => Some((None, &p[1..])),
-        &n if n as usize == MAC_BYTES && p.len() > MAC_BYTES => {
-            Some((Some(&p[1..=MAC_BYTES]), &p[1 + MAC_BYTES..]))
+/// The parts of a hello frame's payload.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Sealed<'a> {
+    pub(super) proof: Option<&'a [u8]>,
+    pub(super) nonce: [u8; NONCE_BYTES],
+    pub(super) hello: &'a [u8],
+}
+
+/// The proof (if any), the rank's nonce and the hello's bytes of a hello frame's payload;
+/// `None` if it is not laid out as [`seal`] lays it.
+pub(super) fn unseal(p: &[u8]) -> Option<Sealed<'_>> {
+    let (proof, rest) = match *p.first()? {
+        0 => (None, &p[1..]),
+        n if n as usize == MAC_BYTES && p.len() > MAC_BYTES => {
+            (Some(&p[1..=MAC_BYTES]), &p[1 + MAC_BYTES..])
         }
+        _ => return None,
+    };
+    if rest.len() <= NONCE_BYTES {
+        return None;
+    }
+    let (nonce, hello) = rest.split_at(NONCE_BYTES);
+    Some(Sealed {
+        proof,
+        nonce: nonce.try_into().ok()?,
+        hello,
+    })
+}
+
+/// An id frame's payload: the id, then rank 0's proof of the secret (none in an open
+/// rendezvous).
+pub(super) fn id_payload(id: &[u8; ID_BYTES], proof: Option<[u8; MAC_BYTES]>) -> Vec<u8> {
+    let mut v = id.to_vec();
+    v.extend_from_slice(proof.as_ref().map_or(&[][..], |m| &m[..]));
+    v
+}
+
+/// The id and the proof (if any) of an id frame's payload; `None` if it has another length.
+pub(super) fn read_id(p: &[u8]) -> Option<([u8; ID_BYTES], Option<&[u8]>)> {
+    let id: [u8; ID_BYTES] = p.get(..ID_BYTES)?.try_into().ok()?;
+    match p.len() - ID_BYTES {
+        0 => Some((id, None)),
+        MAC_BYTES => Some((id, Some(&p[ID_BYTES..]))),
         _ => None,
     }
 }
@@ -197,20 +273,78 @@ mod tests {
     }
 
     #[test]
-    fn a_proof_holds_for_its_nonce_and_hello_only() {
+    fn a_proof_holds_for_its_connection_and_its_side_only() {
         let s = secret();
-        let (n1, n2) = (nonce().unwrap(), nonce().unwrap());
+        let (n1, n2, r1, r2) = (
+            nonce().unwrap(),
+            nonce().unwrap(),
+            nonce().unwrap(),
+            nonce().unwrap(),
+        );
         assert_ne!(n1, n2, "two nonces of 256 random bits differ");
-        let m = s.prove(&n1, b"{\"rank\":1}");
-        assert!(s.verify(&n1, b"{\"rank\":1}", &m));
-        // another connection's nonce, another hello, another secret, a cut proof: refused
-        assert!(!s.verify(&n2, b"{\"rank\":1}", &m));
-        assert!(!s.verify(&n1, b"{\"rank\":2}", &m));
+        let t = Transcript {
+            challenge: &n1,
+            answer: &r1,
+            hello: b"{\"rank\":1}",
+        };
+        let m = s.prove(&t, Claim::Hello);
+        assert!(s.verify(&t, Claim::Hello, &m));
+        // another connection's nonce (either side's), another hello, another secret, a cut
+        // proof: refused
+        assert!(!s.verify(
+            &Transcript {
+                challenge: &n2,
+                ..t
+            },
+            Claim::Hello,
+            &m
+        ));
+        assert!(!s.verify(&Transcript { answer: &r2, ..t }, Claim::Hello, &m));
+        assert!(!s.verify(
+            &Transcript {
+                hello: b"{\"rank\":2}",
+                ..t
+            },
+            Claim::Hello,
+            &m
+        ));
         let other = Secret::new(b"0123456789abcdeX0123", "test").unwrap();
-        assert!(!other.verify(&n1, b"{\"rank\":1}", &m));
-        assert!(!s.verify(&n1, b"{\"rank\":1}", &m[..16]));
+        assert!(!other.verify(&t, Claim::Hello, &m));
+        assert!(!s.verify(&t, Claim::Hello, &m[..16]));
+        // rank 0's proof covers the id as well, and is not the rank's proof reflected
+        let (id, id2) = ([7u8; ID_BYTES], [8u8; ID_BYTES]);
+        let back = s.prove(&t, Claim::Id(&id));
+        assert!(s.verify(&t, Claim::Id(&id), &back));
+        assert!(!s.verify(&t, Claim::Id(&id2), &back));
+        assert!(!s.verify(&t, Claim::Id(&id), &m));
+        assert!(!s.verify(&t, Claim::Hello, &back));
+        assert!(!s.verify(&Transcript { answer: &r2, ..t }, Claim::Id(&id), &back));
         // the trailing newline of a file is not part of the secret
         assert_eq!(s, Secret::new(b"0123456789abcdef0123", "test").unwrap());
+    }
+
+    #[test]
+    fn the_proofs_are_hmac_sha256_of_the_transcript_with_lengths() {
+        // The proof recomputed by hand through the primitive: domain, then each part with its
+        // length as 4 big-endian bytes.
+        let s = secret();
+        let (n, r) = ([1u8; NONCE_BYTES], [2u8; NONCE_BYTES]);
+        let t = Transcript {
+            challenge: &n,
+            answer: &r,
+            hello: b"{}",
+        };
+        let mut m = HmacSha256::new_from_slice(b"0123456789abcdef0123").unwrap();
+        m.update(b"verifybench rendezvous hello v3\0");
+        m.update(&[0, 0, 0, 32]);
+        m.update(&n);
+        m.update(&[0, 0, 0, 32]);
+        m.update(&r);
+        m.update(&[0, 0, 0, 2]);
+        m.update(b"{}");
+        m.update(&[0, 0, 0, 0]);
+        let want: [u8; MAC_BYTES] = m.finalize().into_bytes().into();
+        assert_eq!(s.prove(&t, Claim::Hello), want);
     }
 
     #[test]
@@ -237,15 +371,38 @@ mod tests {
         assert_eq!(read_challenge(&challenge(&n, true)), Some((n, true)));
         assert_eq!(read_challenge(&challenge(&n, false)), Some((n, false)));
         assert_eq!(read_challenge(&n), None);
-        let sealed = seal(b"{}", Some([7; MAC_BYTES]));
-        assert_eq!(sealed.len(), 1 + 32 + 2);
+        let sealed = seal(&n, b"{}", Some([7; MAC_BYTES]));
+        assert_eq!(sealed.len(), 1 + 32 + 32 + 2);
         assert_eq!(
             unseal(&sealed),
-            Some((Some(&[7u8; MAC_BYTES][..]), &b"{}"[..]))
+            Some(Sealed {
+                proof: Some(&[7u8; MAC_BYTES][..]),
+                nonce: n,
+                hello: &b"{}"[..]
+            })
         );
-        assert_eq!(unseal(&seal(b"{}", None)), Some((None, &b"{}"[..])));
+        let open = seal(&n, b"{}", None);
+        assert_eq!(open.len(), 1 + 32 + 2);
+        assert_eq!(
+            unseal(&open),
+            Some(Sealed {
+                proof: None,
+                nonce: n,
+                hello: &b"{}"[..]
+            })
+        );
+        // a hello of protocol 2 (no nonce of the rank's own), bare JSON, nothing: not ours
+        assert_eq!(unseal(&[&[0u8][..], b"{}"].concat()), None);
         assert_eq!(unseal(b"{\"version\":1}"), None);
         assert_eq!(unseal(&[]), None);
+        let id = [9u8; ID_BYTES];
+        assert_eq!(read_id(&id_payload(&id, None)), Some((id, None)));
+        assert_eq!(
+            read_id(&id_payload(&id, Some([3; MAC_BYTES]))),
+            Some((id, Some(&[3u8; MAC_BYTES][..])))
+        );
+        assert_eq!(read_id(&id[..100]), None);
+        assert_eq!(read_id(&[0u8; ID_BYTES + 5]), None);
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! TCP rendezvous of ranks started by an external launcher: rank 0 hands the 128-byte NCCL
 //! unique id to every other rank, and after the run gathers their results.
 //!
-//! Plain `std::net` with blocking sockets and per-call timeouts: the exchange is a handful of
-//! small messages per rank, so threads or an async runtime would add nothing but weight.
+//! Plain `std::net`: rank 0 reads the connections still in their handshake without blocking,
+//! each against its own deadline ([`admit`]); after it, every exchange is a blocking call with
+//! a deadline. The exchange is a handful of small messages per rank, so threads or an async
+//! runtime would add nothing but weight.
 //!
 //! The protocol, one TCP connection per rank > 0, kept open from the id exchange to the end:
 //!
 //! ```text
-//! rank 0 -> rank r   CHALLENGE nonce (32 random bytes) | token required (1 byte)
-//! rank r -> rank 0   HELLO   proof | {version, workload_hash, rank, world_size, host, pid, job}
-//! rank 0 -> rank r   ID      128 bytes                 once all world_size-1 ranks said hello
+//! rank 0 -> rank r   CHALLENGE nonce0 (32 random bytes) | token required (1 byte)
+//! rank r -> rank 0   HELLO   proof_r | nonce_r (32 random bytes) |
+//!                            {version, workload_hash, rank, world_size, host, pid, job}
+//! rank 0 -> rank r   ID      128 bytes | proof_0        once all world_size-1 ranks said hello
 //!                  | REFUSED why                       this rank does not fit (version, ...),
 //!                                                      or gave no valid proof of the secret
 //!                  | ABORT   why                       another rank did not fit, or one never came
@@ -17,23 +20,27 @@
 //! rank 0 -> rank r   ACK     (empty)                   rank 0 has the result
 //! ```
 //!
-//! The proof is HMAC-SHA256 of the connection's nonce and the hello under the run's secret
-//! ([`auth`]), or nothing in an open rendezvous. A connection whose proof fails (no secret, a
-//! wrong one, a hello replayed from another connection) or whose launcher job is another is
+//! With a secret, proof_r is HMAC-SHA256 over nonce0, nonce_r and the hello, and proof_0 over
+//! the same and the id, each under its own domain ([`auth`]); in an open rendezvous both are
+//! empty. A connection whose proof fails (no secret, a wrong one, a hello replayed from another
+//! connection), whose launcher job is another, or that sends anything but a small hello is
 //! refused and named on stderr, and the rendezvous goes on waiting for the right ranks; a rank
 //! that proves the secret but does not fit (another version, workload or world size) ends it,
-//! as a mistake of the job's own command lines.
+//! as a mistake of the job's own command lines. A rank takes the id only with rank 0's proof,
+//! so whatever holds the port without the secret cannot hand it a false one.
 //!
 //! Every frame is `"VBRZ" | protocol u16 | kind u8 | length u32 | payload`, big-endian. The
 //! header never changes, so two different builds still understand each other enough for the
-//! handshake to name the mismatch. Every read and write has a deadline: nothing hangs.
+//! handshake to name the mismatch. Frames of the handshake hold at most
+//! [`frame::HANDSHAKE_MAX_BYTES`]. Every read and write has a deadline: nothing hangs. Text a
+//! peer sent is printed only through [`crate::util::escaped`].
 
+mod admit;
 mod auth;
 mod client;
 mod frame;
 mod server;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
@@ -158,9 +165,9 @@ impl Hello {
         Hello { job, ..self }
     }
 
-    /// `rank 1 on hostB`
+    /// `rank 1 on hostB` (the host escaped: it is the peer's claim)
     fn who(&self) -> String {
-        format!("rank {} on {}", self.rank, self.host)
+        format!("rank {} on {}", self.rank, shown(&self.host))
     }
 }
 
@@ -193,19 +200,70 @@ pub(crate) fn rank_list(ranks: &[usize]) -> String {
     parts.join(", ")
 }
 
+/// Text a peer sent (a host name, a version, a reason), escaped and cut for a message.
+fn shown(text: &str) -> String {
+    crate::util::escaped(text, 256)
+}
+
+/// A message a peer sent (a refusal, a failure), escaped, as long as a handshake frame.
+fn said(bytes: &[u8]) -> String {
+    crate::util::escaped(
+        &String::from_utf8_lossy(bytes),
+        frame::HANDSHAKE_MAX_BYTES as usize,
+    )
+}
+
+/// Lines about connections: the first few kept word for word, the rest counted.
+#[derive(Debug)]
+struct Tally {
+    lines: Vec<String>,
+    count: usize,
+    keep: usize,
+}
+
+impl Tally {
+    fn new(keep: usize) -> Tally {
+        Tally {
+            lines: Vec::new(),
+            count: 0,
+            keep,
+        }
+    }
+
+    /// Adds `line`; returns whether it was kept.
+    fn add(&mut self, line: String) -> bool {
+        self.count += 1;
+        let kept = self.lines.len() < self.keep;
+        if kept {
+            self.lines.push(line);
+        }
+        kept
+    }
+
+    /// `a, b, c` or `a, b, and 7 more`.
+    fn list(&self) -> String {
+        let mut s = self.lines.join(", ");
+        if self.count > self.lines.len() {
+            s.push_str(&format!(", and {} more", self.count - self.lines.len()));
+        }
+        s
+    }
+}
+
 fn secs(d: Duration) -> String {
     format!("{:.0} s", d.as_secs_f64().max(1.0))
 }
 
-/// Why `theirs` cannot join the run of `ours` (rank 0), if it cannot.
-fn mismatch(ours: &Hello, theirs: &Hello, joined: &BTreeMap<usize, PeerInfo>) -> Option<String> {
+/// Why `theirs` cannot join the run of `ours` (rank 0), if it cannot; `taken` is the hello of
+/// the rank that already holds the rank `theirs` claims, if one does.
+fn mismatch(ours: &Hello, theirs: &Hello, taken: Option<&Hello>) -> Option<String> {
     if theirs.version != ours.version || theirs.workload_hash != ours.workload_hash {
         return Some(format!(
             "{} runs verifybench {} with workload {}, {} runs {} with workload {}: \
              start every rank with the same binary and flags",
             theirs.who(),
-            theirs.version,
-            theirs.workload_hash,
+            shown(&theirs.version),
+            shown(&theirs.workload_hash),
             ours.who(),
             ours.version,
             ours.workload_hash
@@ -239,13 +297,13 @@ fn mismatch(ours: &Hello, theirs: &Hello, joined: &BTreeMap<usize, PeerInfo>) ->
             ours.world_size - 1
         ));
     }
-    if let Some(first) = joined.get(&theirs.rank) {
+    if let Some(first) = taken {
         return Some(format!(
             "{} (pid {}) duplicates {} (pid {}): give each process its own rank",
             theirs.who(),
             theirs.pid,
-            first.hello.who(),
-            first.hello.pid
+            first.who(),
+            first.pid
         ));
     }
     None
@@ -306,56 +364,140 @@ mod tests {
         let (mut b, _) = l.accept().unwrap();
         let by = Instant::now() + Duration::from_secs(5);
         write_frame(&mut a, Kind::Result, b"timings", by).unwrap();
-        let (k, p) = read_frame(&mut b, by).unwrap();
+        let (k, p) = read_frame(&mut b, by, MAX_FRAME_BYTES).unwrap();
         assert_eq!((k, p.as_slice()), (Kind::Result, &b"timings"[..]));
         a.write_all(b"GET / HTTP/1.1\r\n").unwrap();
-        let e = read_frame(&mut b, by).unwrap_err();
+        let e = read_frame(&mut b, by, MAX_FRAME_BYTES).unwrap_err();
         assert!(
             e.to_string().contains("not a verifybench rendezvous"),
             "{e}"
         );
-        // Nothing more comes: the read gives up at the deadline instead of hanging.
+        // Nothing more comes: the read gives up at the deadline instead of hanging (a ceiling
+        // of 100 times the deadline, for a loaded machine).
         let t = Instant::now();
-        let e = read_frame(&mut b, Instant::now() + Duration::from_millis(100)).unwrap_err();
+        let e = read_frame(
+            &mut b,
+            Instant::now() + Duration::from_millis(100),
+            MAX_FRAME_BYTES,
+        )
+        .unwrap_err();
         assert!(matches!(e, FrameError::Timeout), "{e}");
-        assert!(t.elapsed() < Duration::from_secs(2));
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    /// Polls `inc` until it has a frame or fails, at most 20 s.
+    fn poll_until(inc: &mut Incoming, s: &mut TcpStream) -> Result<Vec<u8>, FrameError> {
+        let by = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(p) = inc.poll(s)? {
+                return Ok(p);
+            }
+            assert!(Instant::now() < by, "no frame came");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn a_frame_read_without_blocking_comes_whole_and_nothing_past_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut inc = Incoming::new(Kind::Hello, HANDSHAKE_MAX_BYTES);
+        assert!(inc.poll(&mut b).unwrap().is_none(), "nothing came yet");
+        // a hello dripped a byte at a time, then the start of the next frame
+        let mut bytes = encode(Kind::Hello, b"drip");
+        bytes.extend_from_slice(&encode(Kind::Result, b"next"));
+        let mut got = None;
+        for byte in &bytes[..HEADER_BYTES + 4] {
+            a.write_all(&[*byte]).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+            assert!(got.is_none(), "a frame came before its last byte");
+            got = inc.poll(&mut b).unwrap();
+        }
+        a.write_all(&bytes[HEADER_BYTES + 4..]).unwrap();
+        let got = match got {
+            Some(p) => p,
+            None => poll_until(&mut inc, &mut b).unwrap(),
+        };
+        assert_eq!(got, b"drip");
+        // the next frame is still in the socket, for the next reader
+        b.set_nonblocking(false).unwrap();
+        let by = Instant::now() + Duration::from_secs(20);
+        let (k, p) = read_frame(&mut b, by, MAX_FRAME_BYTES).unwrap();
+        assert_eq!((k, p.as_slice()), (Kind::Result, &b"next"[..]));
+        b.set_nonblocking(true).unwrap();
+        // a header past the limit is refused as it stands, before its payload comes
+        let mut big = Incoming::new(Kind::Hello, HANDSHAKE_MAX_BYTES);
+        let mut h = encode(Kind::Hello, &[]);
+        h[7..11].copy_from_slice(&(64u32 << 20).to_be_bytes());
+        a.write_all(&h).unwrap();
+        let e = poll_until(&mut big, &mut b).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FrameError::TooLarge {
+                    len: 67108864,
+                    max: 4096
+                }
+            ),
+            "{e}"
+        );
+        // another kind where a hello is due: refused from its header
+        let mut inc = Incoming::new(Kind::Hello, HANDSHAKE_MAX_BYTES);
+        a.write_all(&encode(Kind::Result, b"x")).unwrap();
+        let e = poll_until(&mut inc, &mut b).unwrap_err();
+        assert!(matches!(e, FrameError::Unexpected(Kind::Result)), "{e}");
+    }
+
+    #[test]
+    fn a_tally_keeps_the_first_lines_and_counts_the_rest() {
+        let mut t = Tally::new(2);
+        assert!(t.add("a".into()) && t.add("b".into()));
+        assert!(!t.add("c".into()));
+        t.add("d".into());
+        assert_eq!((t.lines.len(), t.count), (2, 4));
+        assert_eq!(t.list(), "a, b, and 2 more");
     }
 
     #[test]
     fn mismatches_name_both_sides() {
         let ours = hello(0, 2);
-        let none = BTreeMap::new();
-        assert_eq!(mismatch(&ours, &hello(1, 2), &none), None);
+        assert_eq!(mismatch(&ours, &hello(1, 2), None), None);
         let mut v = hello(1, 2);
         v.version = "0.2.0".into();
         v.workload_hash = "9f3c".into();
         assert_eq!(
-            mismatch(&ours, &v, &none).unwrap(),
+            mismatch(&ours, &v, None).unwrap(),
             "rank 1 on host1 runs verifybench 0.2.0 with workload 9f3c, rank 0 on host0 runs \
              0.1.0 with workload 2b1b: start every rank with the same binary and flags"
         );
-        let w = mismatch(&ours, &hello(1, 3), &none).unwrap();
+        let w = mismatch(&ours, &hello(1, 3), None).unwrap();
         assert!(
             w.contains("world size 3, rank 0 on host0 with world size 2"),
             "{w}"
         );
-        let r = mismatch(&ours, &hello(0, 2), &none).unwrap();
+        let r = mismatch(&ours, &hello(0, 2), None).unwrap();
         assert!(r.contains("duplicates rank 0 on host0"), "{r}");
-        let mut joined = BTreeMap::new();
-        joined.insert(
-            1,
-            PeerInfo {
-                hello: hello(1, 2),
-                addr: "127.0.0.1:1".parse().unwrap(),
-            },
-        );
         let mut dup = hello(1, 2);
         dup.host = "hostX".into();
-        let d = mismatch(&ours, &dup, &joined).unwrap();
+        let d = mismatch(&ours, &dup, Some(&hello(1, 2))).unwrap();
         assert_eq!(
             d,
             "rank 1 on hostX (pid 101) duplicates rank 1 on host1 (pid 101): give each process its own rank"
         );
+        // what a peer claims is printed escaped: no line of its own, no terminal control
+        let mut evil = hello(1, 2);
+        evil.host = "h\u{1b}[2J\nverifybench: all ranks joined".into();
+        evil.version = "9\u{202e}".into();
+        let e = mismatch(&ours, &evil, None).unwrap();
+        assert!(
+            e.starts_with(
+                "rank 1 on h\\u{1b}[2J\\nverifybench: all ranks joined runs verifybench 9\\u{202e} "
+            ),
+            "{e}"
+        );
+        assert!(!e.chars().any(char::is_control), "{e}");
     }
 
     #[test]

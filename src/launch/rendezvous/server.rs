@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
-use super::auth::{self, Secret};
+use super::admit::{Admitted, Lobby, Outcome};
+use super::auth::Secret;
 use super::frame::*;
-use super::{mismatch, rank_list, secs, Hello, PeerInfo, ID_BYTES};
+use super::{mismatch, rank_list, said, secs, Hello, PeerInfo, Tally, ID_BYTES};
 use crate::error::usage;
 
-/// How long an accepted connection may take to say hello before it is dropped as a stranger.
-const HELLO_WAIT: Duration = Duration::from_secs(10);
+/// How many refused connections are printed and kept (the rest are counted).
+const REFUSED_NAMED: usize = 32;
 
 /// Rank 0's side: listens, hands out the id, gathers results.
 #[derive(Debug)]
@@ -26,20 +27,8 @@ pub struct Server {
     served: bool,
     /// The run's secret; none: an open rendezvous.
     secret: Option<Secret>,
-    /// Every connection refused so far, one line each (also printed on stderr).
-    refused: Vec<String>,
-}
-
-/// What came of one accepted connection.
-enum Admission {
-    /// A rank with a valid proof (or any rank, in an open rendezvous) of the same job.
-    Hello(Hello),
-    /// Refused: the line that says who, from where and why.
-    Refused(String),
-    /// Never said a readable hello (a port scanner, a health check, a retrying rank).
-    Stranger(String),
-    /// A rank of this run sent a hello this build cannot read: the run cannot go on.
-    Unreadable(String),
+    /// The connections refused or dropped so far, one line each (also printed on stderr).
+    refused: Tally,
 }
 
 impl Server {
@@ -85,14 +74,15 @@ impl Server {
             peers: BTreeMap::new(),
             served: false,
             secret,
-            refused: vec![],
+            refused: Tally::new(REFUSED_NAMED),
         })
     }
 
-    /// The connections refused so far, one line each: who they claimed to be, from which
-    /// address, and why (the lines printed on stderr as they came).
+    /// The connections refused or dropped so far, one line each: who they claimed to be
+    /// (escaped), from which address, and why (the lines printed on stderr as they came). The
+    /// first 32 are kept and printed; the others are counted in a timeout's message.
     pub fn refused(&self) -> &[String] {
-        &self.refused
+        &self.refused.lines
     }
 
     /// The address actually bound (its port is the real one when bound with port 0).
@@ -101,8 +91,9 @@ impl Server {
     }
 
     /// Waits up to `timeout` for the other `world_size - 1` ranks, checks each one's hello
-    /// against rank 0's, and once all are in sends each of them `id`. Returns the peers in
-    /// rank order.
+    /// against rank 0's, and once all are in sends each of them `id` with rank 0's proof of
+    /// the secret. Returns the peers in rank order. Connections are admitted side by side,
+    /// each with its own deadline for its hello ([`super::admit`]).
     ///
     /// A rank that does not fit (another version or workload, another world size, a rank out
     /// of range or already taken) ends the rendezvous at once: that rank gets the reason as a
@@ -115,169 +106,96 @@ impl Server {
         self.served = true;
         let deadline = Instant::now() + timeout;
         let want = self.hello.world_size - 1;
-        let mut joined: BTreeMap<usize, PeerInfo> = BTreeMap::new();
-        let mut streams: BTreeMap<usize, TcpStream> = BTreeMap::new();
-        let mut strangers: Vec<String> = Vec::new();
+        let mut joined: BTreeMap<usize, Admitted> = BTreeMap::new();
+        let mut lobby = Lobby::new(self.secret.clone(), self.hello.job.clone());
         self.listener.set_nonblocking(true)?;
         while joined.len() < want {
-            let (mut stream, addr) = match self.listener.accept() {
-                Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if remaining(deadline).is_none() {
-                        let err = self.missing_error(&joined, &strangers, timeout);
-                        for s in streams.values_mut() {
-                            send_quietly(s, Kind::Abort, &err);
-                        }
-                        return Err(anyhow!(err));
+            let came = lobby.accept(&self.listener)?;
+            let (busy, outcomes) = lobby.poll(deadline);
+            for outcome in outcomes {
+                let fatal = match outcome {
+                    Outcome::Joined(a) => self.seat(*a, &mut joined).err(),
+                    Outcome::Refused(line) => {
+                        self.note_refused(line);
+                        None
                     }
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    return Err(anyhow!(
-                        "rendezvous on {}: accept failed: {e}",
-                        self.local_addr
-                    ))
-                }
-            };
-            stream.set_nonblocking(false)?;
-            let _ = stream.set_nodelay(true);
-            let hello_deadline = deadline.min(Instant::now() + HELLO_WAIT);
-            let hello = match self.admit(&mut stream, addr, hello_deadline) {
-                Admission::Hello(h) => h,
-                Admission::Refused(line) => {
-                    eprintln!("verifybench rendezvous: {line}");
-                    send_quietly(&mut stream, Kind::Refused, &line);
-                    self.refused.push(line);
-                    continue;
-                }
-                Admission::Stranger(why) => {
-                    strangers.push(why);
-                    continue;
-                }
-                Admission::Unreadable(msg) => {
-                    send_quietly(&mut stream, Kind::Refused, &msg);
-                    for s in streams.values_mut() {
-                        send_quietly(s, Kind::Abort, &msg);
+                    Outcome::Fatal(msg) => Some(msg),
+                };
+                if let Some(msg) = fatal {
+                    for a in joined.values_mut() {
+                        send_quietly(&mut a.stream, Kind::Abort, &msg);
                     }
                     return Err(usage(msg));
                 }
-            };
-            if let Some(msg) = mismatch(&self.hello, &hello, &joined) {
-                send_quietly(&mut stream, Kind::Refused, &msg);
-                for s in streams.values_mut() {
-                    send_quietly(s, Kind::Abort, &msg);
-                }
-                return Err(usage(msg));
             }
-            streams.insert(hello.rank, stream);
-            joined.insert(hello.rank, PeerInfo { hello, addr });
+            if joined.len() < want && remaining(deadline).is_none() {
+                lobby.close();
+                let err = self.missing_error(&joined, &lobby, timeout);
+                for a in joined.values_mut() {
+                    send_quietly(&mut a.stream, Kind::Abort, &err);
+                }
+                return Err(anyhow!(err));
+            }
+            if !came && !busy {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
-        for (rank, mut stream) in streams {
-            if let Err(e) = write_frame(
-                &mut stream,
-                Kind::Id,
-                id,
-                deadline.max(Instant::now() + Duration::from_secs(5)),
-            ) {
-                let who = joined[&rank].hello.who();
-                let msg = format!("rank 0 could not send the NCCL id to {who}: {e}");
+        let peers: Vec<PeerInfo> = joined
+            .values()
+            .map(|a| PeerInfo {
+                hello: a.hello.clone(),
+                addr: a.addr,
+            })
+            .collect();
+        let by = deadline.max(Instant::now() + Duration::from_secs(5));
+        for (rank, mut a) in joined {
+            let payload = a.id_payload(id, self.secret.as_ref());
+            if let Err(e) = write_frame(&mut a.stream, Kind::Id, &payload, by) {
+                let msg = format!(
+                    "rank 0 could not send the NCCL id to {}: {e}",
+                    a.hello.who()
+                );
                 for (_, s) in self.peers.values_mut() {
                     send_quietly(s, Kind::Abort, &msg);
                 }
                 return Err(anyhow!(msg));
             }
-            let info = joined[&rank].clone();
-            self.peers.insert(rank, (info, stream));
+            let info = PeerInfo {
+                hello: a.hello,
+                addr: a.addr,
+            };
+            self.peers.insert(rank, (info, a.stream));
         }
-        Ok(joined.into_values().collect())
+        Ok(peers)
     }
 
-    /// Challenges the connection from `addr` with a fresh nonce, reads its hello by
-    /// `deadline`, and checks the proof of the secret and the launcher's job.
-    fn admit(&self, stream: &mut TcpStream, addr: SocketAddr, deadline: Instant) -> Admission {
-        let nonce = match auth::nonce() {
-            Ok(n) => n,
-            Err(e) => return Admission::Stranger(format!("{addr} (no nonce for it: {e})")),
-        };
-        let challenge = auth::challenge(&nonce, self.secret.is_some());
-        if let Err(e) = write_frame(stream, Kind::Challenge, &challenge, deadline) {
-            return Admission::Stranger(format!("{addr} ({e})"));
+    /// Seats an admitted rank among `joined`, or says why it does not fit (it was told).
+    fn seat(&self, mut a: Admitted, joined: &mut BTreeMap<usize, Admitted>) -> Result<(), String> {
+        let taken = joined.get(&a.hello.rank).map(|first| &first.hello);
+        if let Some(msg) = mismatch(&self.hello, &a.hello, taken) {
+            send_quietly(&mut a.stream, Kind::Refused, &msg);
+            return Err(msg);
         }
-        let payload = match read_frame(stream, deadline) {
-            Ok((Kind::Hello, p)) => p,
-            Ok((k, _)) => return Admission::Stranger(format!("{addr} (sent {k:?} before hello)")),
-            Err(e) => return Admission::Stranger(format!("{addr} ({e})")),
-        };
-        let Some((proof, json)) = auth::unseal(&payload) else {
-            return Admission::Refused(format!(
-                "refused a connection from {addr}: its hello is not laid out as this build's \
-                 (start every rank with the same binary)"
-            ));
-        };
-        // The claim is read before the proof is checked, to name it in a refusal only.
-        let claim = serde_json::from_slice::<Hello>(json);
-        let who = match &claim {
-            Ok(h) => format!(
-                "a connection from {addr} claiming {} (pid {})",
-                h.who(),
-                h.pid
-            ),
-            Err(_) => format!("a connection from {addr}"),
-        };
-        match (&self.secret, proof) {
-            (Some(s), Some(mac)) if s.verify(&nonce, json, mac) => {}
-            (Some(_), Some(_)) => {
-                return Admission::Refused(format!(
-                    "refused {who}: its proof does not match this run's token (a wrong token, \
-                     or a hello replayed from another connection)"
-                ))
-            }
-            (Some(_), None) => {
-                return Admission::Refused(format!(
-                    "refused {who}: it gave no token, and this run requires one \
-                     (the same {} or {} on every rank)",
-                    auth::TOKEN_ENV,
-                    auth::TOKEN_FLAG
-                ))
-            }
-            (None, Some(_)) => {
-                return Admission::Refused(format!(
-                    "refused {who}: it proves a rendezvous token, but rank 0 has none: \
-                     give every rank the same token, or none"
-                ))
-            }
-            (None, None) => {}
+        joined.insert(a.hello.rank, a);
+        Ok(())
+    }
+
+    /// Prints a refused or dropped connection's line and keeps it (the first few).
+    fn note_refused(&mut self, line: String) {
+        let n = self.refused.count;
+        if self.refused.add(line.clone()) {
+            eprintln!("verifybench rendezvous: {line}");
+        } else if n == REFUSED_NAMED {
+            eprintln!(
+                "verifybench rendezvous: more connections refused; they are counted, not printed"
+            );
         }
-        let hello = match claim {
-            Ok(h) => h,
-            Err(e) => {
-                return Admission::Unreadable(format!(
-                    "the rank at {addr} sent a hello this build cannot read ({e}): \
-                     start every rank with the same binary"
-                ))
-            }
-        };
-        if hello.job != self.hello.job {
-            let job = |j: &Option<String>| match j {
-                Some(j) => format!("launcher job {j}"),
-                None => "no launcher job".to_string(),
-            };
-            return Admission::Refused(format!(
-                "refused {who}: it runs in {}, rank 0 in {}: another job's rank, or a rank \
-                 started outside the launcher",
-                job(&hello.job),
-                job(&self.hello.job)
-            ));
-        }
-        Admission::Hello(hello)
     }
 
     fn missing_error(
         &self,
-        joined: &BTreeMap<usize, PeerInfo>,
-        strangers: &[String],
+        joined: &BTreeMap<usize, Admitted>,
+        lobby: &Lobby,
         timeout: Duration,
     ) -> String {
         let n = self.hello.world_size;
@@ -298,17 +216,20 @@ impl Server {
                 .collect();
             msg.push_str(&format!(" (joined: {})", got.join(", ")));
         }
-        if !strangers.is_empty() {
+        if lobby.strangers.count > 0 {
             msg.push_str(&format!(
                 "; dropped connections that never said hello: {}",
-                strangers.join(", ")
+                lobby.strangers.list()
             ));
         }
-        if !self.refused.is_empty() {
+        if let Some(e) = &lobby.accept_error {
+            msg.push_str(&format!("; accepting a connection failed: {e}"));
+        }
+        let refused = self.refused.count;
+        if refused > 0 {
             msg.push_str(&format!(
-                "; refused {} connection{} (see above)",
-                self.refused.len(),
-                if self.refused.len() == 1 { "" } else { "s" }
+                "; refused {refused} connection{} (see above)",
+                if refused == 1 { "" } else { "s" }
             ));
         }
         msg.push_str(
@@ -330,7 +251,7 @@ impl Server {
         let mut problems = Vec::new();
         for (rank, (info, stream)) in self.peers.iter_mut() {
             let who = info.hello.who();
-            match read_frame(stream, deadline) {
+            match read_frame(stream, deadline, MAX_FRAME_BYTES) {
                 Ok((Kind::Result, bytes)) => {
                     let ack_by = Instant::now() + Duration::from_secs(5);
                     if let Err(e) = write_frame(stream, Kind::Ack, &[], ack_by) {
@@ -338,9 +259,7 @@ impl Server {
                     }
                     got.push((*rank, bytes));
                 }
-                Ok((Kind::Failed, why)) => {
-                    problems.push(format!("{who} failed: {}", String::from_utf8_lossy(&why)))
-                }
+                Ok((Kind::Failed, why)) => problems.push(format!("{who} failed: {}", said(&why))),
                 Ok((k, _)) => problems.push(format!("{who} sent {k:?} instead of its result")),
                 Err(FrameError::Timeout) => {
                     problems.push(format!("{who} sent no result within {}", secs(timeout)))
