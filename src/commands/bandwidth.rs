@@ -513,3 +513,95 @@ fn render(b: &Bandwidth) -> String {
     let _ = writeln!(s, "  single operations, 3 tokens: {}", ops.join(", "));
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roof() -> Roofline {
+        Roofline {
+            read_gbps: 4000.0,
+            tensor_peak_tflops: 600.0,
+            tensor_peak_median_tflops: 590.0,
+            l2_tflops: 560.0,
+            l2_tokens: 512,
+            l2_pool_bytes: 16 << 20,
+            knee_tokens: 150.0,
+        }
+    }
+
+    #[test]
+    fn rows_are_held_to_the_smaller_term_of_the_roofline() {
+        // 64 tokens at 3800 GB/s: 3800 x 64 / 1000 = 243.2 TFLOP/s; memory term 64 x 4000 / 1000
+        // = 256 TFLOP/s < 600: memory-bound, 243.2 / 256 = 95%; copy 4000 r+w, 2000 read
+        let r = rate(
+            StreamKernel::TensorCores,
+            64,
+            (3800.0, 3700.0),
+            (4000.0, 2000.0),
+            Some(&roof()),
+        );
+        assert_eq!(r.kernel, "tensor_cores");
+        assert!((r.tflops - 243.2).abs() < 1e-9);
+        assert_eq!(r.roofline_tflops, Some(256.0));
+        assert!((r.pct_roofline.unwrap() - 95.0).abs() < 1e-9);
+        assert_eq!(r.bound, Some("memory"));
+        assert!((r.pct_copy_rw - 95.0).abs() < 1e-9);
+        assert!((r.pct_copy_read - 190.0).abs() < 1e-9);
+        // 512 tokens at 1100 GB/s: 563.2 TFLOP/s; memory term 2048 > 600: compute-bound,
+        // 563.2 / 600 = 93.87%
+        let r = rate(
+            StreamKernel::TensorCores,
+            512,
+            (1100.0, 1090.0),
+            (4000.0, 2000.0),
+            Some(&roof()),
+        );
+        assert_eq!(r.roofline_tflops, Some(600.0));
+        assert_eq!(r.bound, Some("compute"));
+        assert!((r.pct_roofline.unwrap() - 563.2 / 6.0).abs() < 1e-9);
+        // the CUDA cores are not held to the tensor-core roofline
+        let r = rate(
+            StreamKernel::CudaCores,
+            4,
+            (4400.0, 4390.0),
+            (4000.0, 2000.0),
+            Some(&roof()),
+        );
+        assert_eq!((r.roofline_tflops, r.bound), (None, None));
+        assert!((r.tflops - 17.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_table_states_the_roofline_and_labels_each_row() {
+        let b = Bandwidth {
+            device: 0,
+            name: "GPU".into(),
+            bytes: 1 << 31,
+            l2_bytes: 50 << 20,
+            copy_rw_gbps: 4000.0,
+            copy_read_gbps: 2000.0,
+            stream_gbps: vec![(512, 1100.0)],
+            kernels: vec![rate(
+                StreamKernel::TensorCores,
+                512,
+                (1100.0, 1090.0),
+                (4000.0, 2000.0),
+                Some(&roof()),
+            )],
+            roofline: Some(roof()),
+            per_op: vec![],
+        };
+        let s = render(&b);
+        assert!(
+            s.contains("roofline: min(T x 4000 GB/s, 600.0 TFLOP/s), knee at 150 tokens"),
+            "{s}"
+        );
+        let row = s.lines().find(|l| l.contains("tensor cores")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            ["512", "tensor", "cores", "1100", "1090", "28%", "563.2", "600.0", "94%", "compute"]
+        );
+    }
+}

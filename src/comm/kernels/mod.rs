@@ -164,6 +164,8 @@ impl Kernels {
     }
 
     fn compile(gpu: &Gpu) -> anyhow::Result<Kernels> {
+        // the function attributes set below take the context current on this thread
+        gpu.bind()?;
         let (major, minor) = gpu.compute_capability()?;
         let arch = crate::comm::compile::arch(major, minor)?;
         let attr = |a, what: &str| -> anyhow::Result<u32> {
