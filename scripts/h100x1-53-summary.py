@@ -116,8 +116,23 @@ def main(outdir):
     if os.path.exists(cmds):
         print()
         for line in open(cmds):
-            if re.match(r"^(verify|torch|selftest|bw|small)\S* (rc=|: skipped)", line):
+            if re.match(r"^(verify|torch|selftest|bw|small|ncu)\S* (rc=|: skipped)", line):
                 print(line.rstrip())
+    nc = os.path.join(outdir, "ncu.txt")
+    if os.path.exists(nc):
+        print()
+        print("ncu (per profiled launch: DRAM throughput, SM throughput, tensor pipe active, warps active)")
+        cur, vals = None, []
+        keys = ("DRAM Throughput", "Compute (SM) Throughput", "hmma_cycles_active", "warps_active")
+        for line in list(open(nc, errors="replace")) + ["  end (0, 0, 0)x"]:
+            m = re.match(r"^\s+(\w+) \(\d+, \d+, \d+\)x", line)
+            if m:
+                if cur:
+                    print(f"  {cur}: " + ", ".join(vals))
+                cur, vals = m.group(1), []
+            elif cur and any(k in line for k in keys):
+                parts = line.split()
+                vals.append(f"{parts[0].split('.')[0]} {parts[-1]}")
     tj = os.path.join(outdir, "torch.json")
     if os.path.exists(tj):
         t = json.load(open(tj))

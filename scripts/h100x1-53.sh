@@ -16,6 +16,8 @@
 # torch.json            cuBLAS through PyTorch (if importable): a bf16 GEMM of decode shapes and
 #                       an 8192^3 product, a reference for what an engine's GEMM reaches
 # smi.txt               clocks, power and temperature before and after (read-only queries)
+# ncu.txt               Nsight Compute, if installed and time is left: DRAM throughput and
+#                       tensor-pipe activity of mma_peak and stream_mma (128 and 512 tokens)
 # summary.txt           the table printed last
 # No nvcc: the kernels are compiled by NVRTC inside the binary, as everywhere.
 # Every step has a time limit and is skipped, saying so, when the 6 minutes would not hold it.
@@ -62,6 +64,15 @@ for i in $(seq 1 "$SMALL_RUNS"); do
     --export-json "small-$i.json"
 done
 smi after-bandwidth
+
+# Nsight Compute, where it is there and time is left: DRAM and tensor-pipe utilisation of
+# mma_peak and stream_mma at 128 and 512 tokens (the clocks left as they are)
+if command -v ncu >/dev/null; then
+  run ncu 75 ncu --clock-control none --kernel-name regex:'stream_mma|mma_peak' --launch-count 10 \
+    --section SpeedOfLight --metrics \
+    sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+    "$VB" bandwidth -n 1 --tokens 128,512 --op-sizes 16
+fi
 
 V=(verify --backend nccl --gpus 1 --tp 8 --model kimi-k2.5 --mode compute,full --graph both -n 20 -w 3)
 for t in 32 128 512; do
