@@ -26,8 +26,9 @@ pub(crate) const CUDA_CORE_MAX_TOKENS: usize = 16;
 /// cores (where the GPU has bf16 tensor cores, compute capability 8.0 and newer). Measured on an
 /// H200, the CUDA-core kernel streams at 103-106% of the copy bandwidth (read + write) from 1 to
 /// 8 tokens (results/h200x1/bandwidth-ab-aaacb07-c25d825/summary.txt); past 8 its 8 x T
-/// multiply-adds per 16-byte load approach the CUDA cores' rate (at 16 tokens an H100 needs 80% of
-/// its fp32 peak to keep up with its memory). `bandwidth` times both kernels at 1-16 tokens.
+/// multiply-adds per 16-byte load approach the CUDA cores' rate (at 16 tokens, by the datasheet,
+/// an H100 SXM needs 80% of its fp32 peak, 26.8 of 33.5 T multiply-adds/s, to keep up with its
+/// 3.35 TB/s). `bandwidth` times both kernels at 1-16 tokens: the measurement decides.
 pub(crate) const CUDA_CORE_AUTO_TOKENS: usize = 8;
 /// Threads per block of every streaming kernel (THREADS in both sources).
 const THREADS: u32 = 256;

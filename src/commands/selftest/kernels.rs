@@ -127,9 +127,10 @@ fn compare(got: &[f64], want: &[f64]) -> anyhow::Result<()> {
     let wrong: Vec<usize> = (0..want.len()).filter(|&t| got[t] != want[t]).collect();
     if let Some(&t) = wrong.first() {
         anyhow::bail!(
-            "token {t} summed {} where the reference has {} ({} of {} tokens wrong)",
+            "token {t} summed {} where the reference has {} (off by {:.3e} of it; {} of {} tokens wrong)",
             got[t],
             want[t],
+            (got[t] - want[t]) / want[t].abs().max(1.0),
             wrong.len(),
             want.len()
         );
