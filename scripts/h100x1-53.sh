@@ -3,6 +3,7 @@
 #
 #   scripts/h100x1-53.sh BINARY [OUTDIR]   (OUTDIR defaults to $OUT or ./out)
 #
+# OUTDIR gets summary.txt, commands.txt and h100x1-53.tgz, which holds these:
 # selftest.{txt,json}   selftest --no-stress --no-faults: the streaming kernels' exact sums
 #                       (CUDA cores at 1-16 tokens, tensor cores at 1-512, PDL eager and graph),
 #                       beside the one-rank NCCL checks and the P2P virtual ranks
@@ -30,7 +31,15 @@ export NCCL_NVLS_ENABLE=0   # never enable NVLink multicast, in any process star
 RUNS=${RUNS:-5}
 SMALL_RUNS=${SMALL_RUNS:-3}
 start=$(date +%s)
-cd "$OUTDIR"
+# Everything is written to a scratch folder and packed into OUTDIR/h100x1-53.tgz at the end
+# (also when the script is stopped), with summary.txt and commands.txt beside it: three files.
+WORK=$(mktemp -d)
+pack() {
+  cp -f "$WORK/summary.txt" "$WORK/commands.txt" "$OUTDIR/" 2>/dev/null
+  tar czf "$OUTDIR/h100x1-53.tgz" -C "$WORK" .
+}
+trap pack EXIT
+cd "$WORK"
 {
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
   echo "# $("$VB" --version)"
@@ -111,5 +120,5 @@ EOF
 fi
 smi after
 
-python3 "$SCRIPTS/h100x1-53-summary.py" "$OUTDIR" | tee summary.txt
+python3 "$SCRIPTS/h100x1-53-summary.py" "$WORK" | tee summary.txt
 echo "total wall $(( $(date +%s) - start )) s" | tee -a commands.txt
