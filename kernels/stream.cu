@@ -8,6 +8,10 @@
 // stream more bytes than the pool holds and consecutive operations start where the last ended:
 // repeated replays read from device memory, not from L2.
 //
+// Past a handful of tokens the 8 x T multiply-adds per load, not the memory, set this kernel's
+// time; stream_mma.cu streams the same weights on the tensor cores (the host picks the kernel by
+// token count; both write one partial sum per block and token, in the same layout).
+//
 // Compiled at run time by NVRTC for the device's architecture.
 //
 // stream_weights_pdl_T is the same pass for programmatic dependent launch (PDL, compute
@@ -20,6 +24,8 @@
 
 #define MAXT 16
 #define THREADS 256
+// floats per block in `partial` (the most tokens of any streaming kernel, stream_mma.cu's too)
+#define PARTIAL_STRIDE 512
 
 __device__ __forceinline__ float lo_bf16(unsigned int u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi_bf16(unsigned int u) { return __uint_as_float(u & 0xffff0000u); }
@@ -105,7 +111,7 @@ __device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsi
     if (threadIdx.x < T) {
         float s = 0.f;
         for (int w = 0; w < THREADS / 32; ++w) s += red[w][threadIdx.x];
-        partial[blockIdx.x * MAXT + threadIdx.x] = s;
+        partial[blockIdx.x * PARTIAL_STRIDE + threadIdx.x] = s;
     }
 }
 
@@ -113,7 +119,7 @@ __device__ __forceinline__ void stream_body(const uint4* __restrict__ pool, unsi
 // that each gets the registers its own T needs (one kernel switching over T would be compiled
 // for the largest).
 // act: tokens x 8 floats (one activation per weight lane and token); partial: one sum per block
-// and token (MAXT floats per block).
+// and token (PARTIAL_STRIDE floats per block, the first T written).
 #define STREAM_KERNEL(T)                                                                         \
     extern "C" __global__ void __launch_bounds__(THREADS)                                        \
     stream_weights_##T(const uint4* __restrict__ pool, unsigned long long mask,                  \

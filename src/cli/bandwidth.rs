@@ -15,9 +15,18 @@ pub struct BandwidthArgs {
     /// Device ordinals to measure (default: all).
     #[arg(long, value_delimiter = ',')]
     pub devices: Option<Vec<usize>>,
-    /// Timed passes per measurement (the best is kept, as for a ceiling).
+    /// Timed passes per measurement (the best is kept, as for a ceiling; the median is shown
+    /// beside it).
     #[arg(short = 'n', long = "iters", default_value_t = 10)]
     pub iters: u32,
+    /// Token counts to stream at, each on every kernel that takes it: the CUDA cores up to 16
+    /// tokens, the tensor cores (compute capability 8.0 and newer) up to 512.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,4,16,32,64,128,256,512"
+    )]
+    pub tokens: Vec<usize>,
     /// Sizes of single streaming operations to time (3 tokens), as a verify step's ops are:
     /// small operations pay a fixed launch-and-drain cost on top of their bytes.
     #[arg(long, value_delimiter = ',', value_parser = size_arg, default_value = "16,1M,4M,16M,64M,256M")]
@@ -35,6 +44,7 @@ impl From<&BandwidthArgs> for BandwidthRequest {
             bytes: a.bytes,
             devices: a.devices.clone(),
             iters: a.iters,
+            tokens: a.tokens.clone(),
             op_sizes: a.op_sizes.clone(),
             export_json: a.export_json.clone(),
             format: a.output.format,

@@ -6,6 +6,8 @@ use crate::error::usage;
 
 /// `kernels/stream.cu`: the weight-streaming stand-in for a rank's compute.
 pub(crate) const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
+/// `kernels/stream_mma.cu`: the weight streaming on the tensor cores, for many tokens.
+pub(crate) const STREAM_MMA_SRC: &str = include_str!("../../kernels/stream_mma.cu");
 /// `kernels/allreduce.cu`: the one-shot and two-shot P2P all-reduces.
 pub const ALLREDUCE_SRC: &str = include_str!("../../kernels/allreduce.cu");
 
@@ -145,6 +147,10 @@ mod tests {
         Source {
             file: "stream.cu",
             text: STREAM_SRC,
+        },
+        Source {
+            file: "stream_mma.cu",
+            text: STREAM_MMA_SRC,
         },
         Source {
             file: "allreduce.cu",

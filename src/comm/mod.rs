@@ -2,7 +2,7 @@
 //! communicator, collectives, CUDA-graph capture and replay, event timing, NVRTC kernels.
 //!
 //! cudarc's own discipline (sys -> result -> safe) continues here: unsafe code stays in
-//! `device.rs`, `nccl.rs`, `kernels.rs`, `libs.rs` and `p2p/`, each block with the reason it is sound,
+//! `device.rs`, `nccl.rs`, `kernels/`, `libs.rs` and `p2p/`, each block with the reason it is sound,
 //! and the public surface is safe functions over comm/'s own types. [`Buffer`] hides its device
 //! address; [`Gpu`] is one GPU with the one stream all of a rank's work goes to (every enqueue
 //! takes it); [`Communicator`]'s collectives check each buffer's size against the collective's
@@ -31,6 +31,7 @@ pub mod p2p;
 pub mod requirements;
 
 pub use device::{Buffer, CudaFailure, Event, Gpu, Graph};
+pub use kernels::MAX_STREAM_TOKENS;
 pub use nccl::{Communicator, NcclFailure, UniqueId};
 
 /// Number of CUDA devices, or 0 when the driver library is missing or fails to initialise.

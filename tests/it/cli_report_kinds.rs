@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use verifybench::commands::bandwidth::Bandwidth;
+use verifybench::commands::bandwidth::{Bandwidth, KernelRate, Roofline};
 use verifybench::measure::Summary;
 use verifybench::model::{CollectiveKind, DType, Phase};
 use verifybench::record::*;
@@ -129,7 +129,8 @@ fn sweep(path: &Path) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-/// A `bandwidth` record as `bandwidth --export-json` writes it (the command needs a GPU).
+/// A `bandwidth` record as `bandwidth --export-json` writes it (the command needs a GPU); GPU 1
+/// states a tensor-core roofline (as a GPU of compute capability 8.0 and newer does).
 fn bandwidth_record() -> Record {
     let gpu = |device: usize| Bandwidth {
         device,
@@ -139,13 +140,39 @@ fn bandwidth_record() -> Record {
         copy_rw_gbps: 4000.0,
         copy_read_gbps: 2000.0,
         stream_gbps: vec![(3, 3800.0)],
+        kernels: vec![],
+        roofline: None,
         per_op: vec![(1 << 20, 8.0, 131.0)],
     };
+    let mut tc = gpu(1);
+    // 512 tokens at 1100 GB/s: 1100 x 512 / 1000 = 563.2 TFLOP/s, 563.2 / 620 = 91% of the
+    // compute term (min(512 x 4200 GB/s = 2150 TFLOP/s, 620)); knee 620e3 / 4200 = 148 tokens
+    tc.kernels = vec![KernelRate {
+        kernel: "tensor_cores",
+        tokens: 512,
+        gbps: 1100.0,
+        gbps_median: 1090.0,
+        tflops: 563.2,
+        pct_copy_rw: 27.5,
+        pct_copy_read: 55.0,
+        roofline_tflops: Some(620.0),
+        pct_roofline: Some(563.2 / 620.0 * 100.0),
+        bound: Some("compute"),
+    }];
+    tc.roofline = Some(Roofline {
+        read_gbps: 4200.0,
+        tensor_peak_tflops: 620.0,
+        tensor_peak_median_tflops: 615.0,
+        l2_tflops: 580.0,
+        l2_tokens: 512,
+        l2_pool_bytes: 16 << 20,
+        knee_tokens: 620e3 / 4200.0,
+    });
     Record::other(
         Source::Measured,
         provenance(&[]),
         kinds::BANDWIDTH,
-        &vec![gpu(0), gpu(1)],
+        &vec![gpu(0), tc],
     )
     .unwrap()
 }
@@ -222,6 +249,7 @@ fn report_renders_what_it_can_and_names_each_skipped_file() {
         "### sweep.jsonl: 3 point(s), 2 round(s), mode comm, noise margin 0.01, modeled",
         "## Memory bandwidth (measured)",
         "| bandwidth.json | 0 | NVIDIA H200 | 4000 | 2000 | T=3: 3800 (95%) |",
+        "| bandwidth.json | 1 | 4200 | 620.0 | 148 | T=512: 563.2 (91%, compute) |",
         "| old-bandwidth.json | 1 | NVIDIA H200 | 4236 | 2118 |",
         "## Selftest (measured)",
         "| selftest.json | 120 | 119 | 1 | all_reduce bf16 count 21504 graph (threads) |",

@@ -150,10 +150,73 @@ pub(super) fn bandwidth_section(files: &[LoadedFile]) -> String {
     if t.rows.is_empty() {
         return String::new();
     }
+    let roof = roofline_table(files);
+    let roof = if roof.rows.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\nThe tensor-core streaming kernel against its roofline, min(T x read bandwidth, tensor-core peak), both terms measured in the same run (the peak: mma.sync m16n8k16 bf16 on register operands); TFLOP/s = 1e12 flops/s, 2 flops per weight per token.\n\n{}\n",
+            markdown_table(&roof)
+        )
+    };
     format!(
-        "## Memory bandwidth (measured)\n\nBest of the timed passes per GPU (`verifybench bandwidth`); GB/s = 1e9 B/s.\n\n{}\n",
+        "## Memory bandwidth (measured)\n\nBest of the timed passes per GPU (`verifybench bandwidth`); GB/s = 1e9 B/s.\n\n{}\n{roof}",
         markdown_table(&t)
     )
+}
+
+/// Per GPU of the bandwidth files that state a tensor-core roofline: its terms, the knee, and
+/// the tensor-core kernel at each token count against it.
+fn roofline_table(files: &[LoadedFile]) -> Table {
+    let mut t = Table {
+        headers: [
+            "file",
+            "GPU",
+            "read (GB/s)",
+            "tensor-core peak (TFLOP/s)",
+            "knee (tokens)",
+            "tensor cores (tokens: TFLOP/s, % of roofline, bound)",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for f in files {
+        let name = evidence::short_name(&f.path);
+        for (_, data) in f.payloads(record::kinds::BANDWIDTH) {
+            for g in data.as_array().into_iter().flatten() {
+                let Some(r) = g.get("roofline").filter(|r| r.is_object()) else {
+                    continue;
+                };
+                let rates: Vec<String> = g
+                    .get("kernels")
+                    .and_then(|x| x.as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter(|k| k.get("kernel").and_then(|x| x.as_str()) == Some("tensor_cores"))
+                    .filter_map(|k| {
+                        Some(format!(
+                            "T={}: {:.1} ({:.0}%, {})",
+                            k.get("tokens")?.as_u64()?,
+                            num(k, "tflops")?,
+                            num(k, "pct_roofline")?,
+                            k.get("bound")?.as_str()?
+                        ))
+                    })
+                    .collect();
+                let f0 = |k: &str| num(r, k).map_or("?".into(), |x| format!("{x:.0}"));
+                t.rows.push(vec![
+                    cell(&name),
+                    g.get("device").map_or("?".into(), |d| d.to_string()),
+                    f0("read_gbps"),
+                    num(r, "tensor_peak_tflops").map_or("?".into(), |x| format!("{x:.1}")),
+                    f0("knee_tokens"),
+                    rates.join(", "),
+                ]);
+            }
+        }
+    }
+    t
 }
 
 /// The selftest files: passed and failed checks, and the failed checks by name.

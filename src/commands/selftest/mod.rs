@@ -170,7 +170,7 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
     }
     let mut p2p_times = vec![];
     if !a.stress_only {
-        checks.push(kernels::streaming_kernel(devices[0]));
+        checks.extend(kernels::streaming_kernels(devices[0]));
         p2p_times = kernels::p2p_virtual_ranks(devices[0], &mut checks);
         if one_gpu && !a.no_stress {
             checks.extend(stress::p2p_stress(&devices));

@@ -59,10 +59,10 @@ pub(super) struct Compute {
 
 impl Compute {
     pub(super) fn new(gpu: &Gpu, tokens: usize, pdl: bool) -> anyhow::Result<Compute> {
-        if tokens > crate::comm::kernels::MAXT {
+        if tokens > crate::comm::MAX_STREAM_TOKENS {
             crate::usage_bail!(
-                "--tokens {tokens}: the streaming kernel handles at most {} tokens",
-                crate::comm::kernels::MAXT
+                "--tokens {tokens}: the streaming kernels handle at most {} tokens",
+                crate::comm::MAX_STREAM_TOKENS
             );
         }
         // A schedule exported from a trace does not know its tokens (0) and holds no weight

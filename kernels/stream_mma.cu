@@ -1,0 +1,295 @@
+// Weight streaming on the tensor cores: the compute between two collectives of a verify step at
+// many tokens per forward (up to PARTIAL_STRIDE = 512).
+//
+// The CUDA-core kernel of stream.cu does 8 x T fused multiply-adds per 16-byte load: past about
+// 16 tokens the CUDA cores, not the memory, set its time. Here every 16-byte weight load is two
+// B fragments of the bf16 tensor-core instruction
+//     mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32   (D[16x8] += A[16x16] B[16x8])
+// whose A operand holds 16 tokens' activations (rows = tokens, k = 16 activation lanes) and whose
+// B operand holds 128 weights (16 k x 8 columns): 2 x T flops per 2-byte weight, as a GEMM of
+// those weights against T tokens does. The accumulators D sum over every weight tile a warp
+// sees; at the end the 8 weight columns are summed, so that each block writes one partial sum per
+// token, as stream.cu does (the sum over all weights of weight x activation). Nothing is skipped:
+// every weight byte is read once from device memory and multiplied with every token.
+//
+// Data flow per block (THREADS = 256 threads, 8 warps):
+// - weights: a ring of DEPTH stages of STAGE_VECS 16-byte vectors (8 KB, 16 tiles of 32
+//   vectors) in shared memory, filled by cp.async (16 bytes per thread per copy, the global
+//   reads coalesced: 512 consecutive bytes per warp), DEPTH - 1 stages in flight while one is
+//   computed. Block b streams stages b, b + gridDim.x, ... of the operation (a persistent grid).
+//   The pool is a power of two in vectors and indices wrap with a mask, as in stream.cu; vectors
+//   past the operation's end are zero-filled by the copy (no read).
+// - activations: each warp builds the A fragments of its tokens once, from `act` (tokens x 8
+//   floats, converted to bf16), and keeps them in registers for the whole launch: token n's
+//   activation at k is act[n * 8 + k % 8]. They are never re-read per weight tile.
+// - tokens: ceil(T / 16) tiles of 16 tokens (rows of A). Up to 8 tiles (128 tokens) every warp
+//   takes all of them (GROUPS = 1); up to 16 tiles, two groups of 4 warps each take half; up to
+//   32 tiles, four groups of 2 warps each take a quarter. Each group reads every weight tile of a
+//   stage from shared memory (device memory is read once per stage whatever the group count); the
+//   warps of a group split the stage's 16 tiles. MW, the template argument, is the token tiles
+//   per warp: stream_mma_MW for MW = 1..8, and the host picks MW = ceil(tiles / GROUPS).
+// - with one group each thread reads back only the 16-byte vectors it copied itself (thread t
+//   copies vectors t and t + 256 of a stage, which are lane t % 32 of tiles t / 32 and
+//   t / 32 + 8, the two tiles its warp computes): no block barrier in the loop. With several
+//   groups a barrier per stage publishes the copies and frees the slot the next copy overwrites.
+//
+// Which weight meets which activation lane (the host's reference, src/comm/kernels/pool.rs,
+// uses the same rule): the B fragment of lane l of the warp holds k = 2 (l % 4) + {0, 1} in its
+// first register and k + 8 in its second (PTX ISA, mma.m16n8k16 fragments); the operation's
+// vector i lands in lane i % 32, its 16 bytes are the two fragments (words 0-1 and 2-3), so its
+// bf16 element j (0..7) is multiplied with activation lane k % 8 = 2 (i % 4) + j % 2.
+//
+// Registers (stream_mma_8): 32 accumulators + 16 activation words + one or two 16-byte vectors
+// of weights + addressing, under the 128 that __launch_bounds__(256, 2) allows; shared memory:
+// DEPTH x 8 KB = 32 KB of ring (reused for the block's reduction at the end).
+//
+// stream_mma_pdl_MW is the same for programmatic dependent launch, in the order of stream.cu:
+// launch_dependents, the first DEPTH - 1 stages' copies (weights depend on no earlier kernel),
+// then griddepcontrol.wait before the activations are read and the partial sums written.
+//
+// mma_peak: the same instruction with its operands in registers only (8 token tiles x 2
+// fragments x 2 vectors per loop: 32 independent-accumulator MMAs per warp per iteration, the
+// mix stream_mma_8 issues per two weight vectors), so that `bandwidth` states the tensor-core
+// peak of this instruction measured on the GPU at hand.
+//
+// Compiled at run time by NVRTC for the device's architecture; the bodies need compute
+// capability 8.0 (bf16 mma.sync, cp.async) and compile to nothing below it, where the host
+// never launches them.
+
+#define PARTIAL_STRIDE 512
+#define THREADS 256
+#define WARPS (THREADS / 32)
+#define STAGE_VECS 512
+#define TILES (STAGE_VECS / 32)
+#define DEPTH 4
+
+#if __CUDA_ARCH__ >= 800
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, unsigned bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// D += A B with A = {a0, a1, a0, a1}: the activations at k and k + 8 are the same lane k % 8.
+__device__ __forceinline__ void mma(float* d, unsigned a0, unsigned a1, unsigned b0, unsigned b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%4,%5}, "
+        "{%6,%7}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
+}
+
+// float to bf16, round to nearest even (finite inputs), as the lower half of a word
+__device__ __forceinline__ unsigned bf16_bits(float f)
+{
+    unsigned u = __float_as_uint(f);
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
+{
+    return bf16_bits(lo) | (bf16_bits(hi) << 16);
+}
+
+// The 16-byte vectors this thread copies of stage `stage` of the operation into ring slot
+// `slot` (shared-memory address): vectors threadIdx.x and threadIdx.x + THREADS of the stage.
+__device__ __forceinline__ void load_stage(unsigned slot, const uint4* __restrict__ pool,
+                                           unsigned long long mask, unsigned long long start,
+                                           unsigned long long nvec, unsigned long long stage)
+{
+#pragma unroll
+    for (int v = 0; v < STAGE_VECS / THREADS; ++v) {
+        const unsigned q = threadIdx.x + v * THREADS;
+        const unsigned long long i = stage * STAGE_VECS + q;
+        const bool in = i < nvec;
+        const uint4* src = in ? &pool[(start + i) & mask] : pool;
+        cp_async16(slot + q * 16, src, in ? 16u : 0u);
+    }
+}
+
+// One stage's share of a warp: tiles first, first + step, ... of the 16, each 2 x MW MMAs (the
+// two B fragments of the 16-byte vector against each token tile). FULL: every token tile of the
+// warp is live (no test per MMA); otherwise only the first `live` (the last group of a token
+// count that does not fill it).
+template <int MW, bool FULL>
+__device__ __forceinline__ void compute_stage(const uint4* s, int first, int step, int lane, int live,
+                                              const unsigned (&a)[MW][2], float (&acc)[MW][4])
+{
+#pragma unroll 2
+    for (int tile = first; tile < TILES; tile += step) {
+        const uint4 w = s[tile * 32 + lane];
+#pragma unroll
+        for (int m = 0; m < MW; ++m)
+            if (FULL || m < live) mma(acc[m], a[m][0], a[m][1], w.x, w.y);
+#pragma unroll
+        for (int m = 0; m < MW; ++m)
+            if (FULL || m < live) mma(acc[m], a[m][0], a[m][1], w.z, w.w);
+    }
+}
+
+template <int MW, bool PDL>
+__device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigned long long mask,
+                                         unsigned long long start, unsigned long long nvec,
+                                         const float* __restrict__ act, float* __restrict__ partial,
+                                         unsigned long long tokens)
+{
+    __shared__ __align__(16) uint4 ring[DEPTH][STAGE_VECS];
+    const unsigned ring_s = (unsigned)__cvta_generic_to_shared(&ring[0][0]);
+    const unsigned long long stages = (nvec + STAGE_VECS - 1) / STAGE_VECS;
+    const unsigned long long first = blockIdx.x, stride = gridDim.x;
+    const unsigned long long mine = first < stages ? (stages - first + stride - 1) / stride : 0;
+#if __CUDA_ARCH__ >= 900
+    if (PDL) asm volatile("griddepcontrol.launch_dependents;");
+#endif
+#pragma unroll
+    for (int p = 0; p < DEPTH - 1; ++p) {
+        if (p < mine)
+            load_stage(ring_s + p * STAGE_VECS * 16, pool, mask, start, nvec, first + p * stride);
+        cp_commit();
+    }
+#if __CUDA_ARCH__ >= 900
+    if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    const int tiles = (int)((tokens + 15) / 16);
+    const int groups = tiles <= 8 ? 1 : tiles <= 16 ? 2 : 4;
+    const int per_group = WARPS / groups;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int group = warp / per_group, in_group = warp % per_group;
+    const int tile0 = group * MW;
+    const int live = min(MW, tiles - tile0);
+
+    // this warp's tokens as A fragments: rows g and g + 8 of each of its token tiles, lanes
+    // 2t and 2t + 1 (k and k + 8 share them)
+    unsigned a[MW][2];
+    float acc[MW][4];
+#pragma unroll
+    for (int m = 0; m < MW; ++m) {
+        const unsigned long long n0 = (unsigned long long)(tile0 + m) * 16 + g, n1 = n0 + 8;
+        const float x00 = n0 < tokens ? act[n0 * 8 + 2 * t] : 0.f;
+        const float x01 = n0 < tokens ? act[n0 * 8 + 2 * t + 1] : 0.f;
+        const float x10 = n1 < tokens ? act[n1 * 8 + 2 * t] : 0.f;
+        const float x11 = n1 < tokens ? act[n1 * 8 + 2 * t + 1] : 0.f;
+        a[m][0] = pack_bf16(x00, x01);
+        a[m][1] = pack_bf16(x10, x11);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[m][c] = 0.f;
+    }
+
+    for (unsigned long long it = 0; it < mine; ++it) {
+        cp_wait<DEPTH - 2>();
+        if (groups > 1) __syncthreads();
+        const unsigned long long next = it + DEPTH - 1;
+        if (next < mine)
+            load_stage(ring_s + (unsigned)(next % DEPTH) * STAGE_VECS * 16, pool, mask, start, nvec,
+                       first + next * stride);
+        cp_commit();
+        const uint4* s = ring[it % DEPTH];
+        if (live == MW)
+            compute_stage<MW, true>(s, in_group, per_group, lane, live, a, acc);
+        else
+            compute_stage<MW, false>(s, in_group, per_group, lane, live, a, acc);
+    }
+    cp_wait<0>();
+    __syncthreads();
+
+    // per token: the 8 weight columns (2 per lane, 4 lanes) summed, then the warps of the group
+    float* red = reinterpret_cast<float*>(&ring[0][0]); // [WARPS][8 * 16]
+#pragma unroll
+    for (int m = 0; m < MW; ++m) {
+        float s0 = acc[m][0] + acc[m][1], s1 = acc[m][2] + acc[m][3];
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        if (t == 0) {
+            red[warp * 128 + m * 16 + g] = s0;
+            red[warp * 128 + m * 16 + g + 8] = s1;
+        }
+    }
+    __syncthreads();
+    for (unsigned n = threadIdx.x; n < tokens; n += THREADS) {
+        const int grp = (int)(n / 16) / MW;
+        const int local = (int)n - grp * MW * 16;
+        float sum = 0.f;
+        for (int w = 0; w < per_group; ++w) sum += red[(grp * per_group + w) * 128 + local];
+        partial[(unsigned long long)blockIdx.x * PARTIAL_STRIDE + n] = sum;
+    }
+}
+
+#else // below compute capability 8.0: no bf16 mma.sync or cp.async; the host never launches these
+
+template <int MW, bool PDL>
+__device__ __forceinline__ void mma_body(const uint4*, unsigned long long, unsigned long long,
+                                         unsigned long long, const float*, float*,
+                                         unsigned long long)
+{
+}
+
+#endif
+
+// act: tokens x 8 floats; partial: PARTIAL_STRIDE floats per block, the first `tokens` written.
+#define MMA_KERNEL(MW)                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2)                                     \
+    stream_mma_##MW(const uint4* __restrict__ pool, unsigned long long mask,                     \
+                    unsigned long long start, unsigned long long nvec,                           \
+                    const float* __restrict__ act, float* __restrict__ partial,                  \
+                    unsigned long long tokens)                                                   \
+    {                                                                                            \
+        mma_body<MW, false>(pool, mask, start, nvec, act, partial, tokens);                      \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2)                                     \
+    stream_mma_pdl_##MW(const uint4* __restrict__ pool, unsigned long long mask,                 \
+                        unsigned long long start, unsigned long long nvec,                       \
+                        const float* __restrict__ act, float* __restrict__ partial,              \
+                        unsigned long long tokens)                                               \
+    {                                                                                            \
+        mma_body<MW, true>(pool, mask, start, nvec, act, partial, tokens);                       \
+    }
+MMA_KERNEL(1) MMA_KERNEL(2) MMA_KERNEL(3) MMA_KERNEL(4)
+MMA_KERNEL(5) MMA_KERNEL(6) MMA_KERNEL(7) MMA_KERNEL(8)
+
+// src: at least 64 16-byte vectors (the weights and activations used as operands); out: one
+// float per thread, so that nothing is optimised away.
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+mma_peak(const uint4* __restrict__ src, unsigned long long iters, float* __restrict__ out)
+{
+#if __CUDA_ARCH__ >= 800
+    const int lane = threadIdx.x & 31;
+    const uint4 w0 = src[lane], w1 = src[32 + lane];
+    unsigned a[8][2];
+    float acc[8][4];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+        const unsigned* p = reinterpret_cast<const unsigned*>(&src[(m * 4 + lane) % 64]);
+        a[m][0] = p[m % 4];
+        a[m][1] = p[(m + 1) % 4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[m][c] = 0.f;
+    }
+    for (unsigned long long i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int m = 0; m < 8; ++m) mma(acc[m], a[m][0], a[m][1], w0.x, w0.y);
+#pragma unroll
+        for (int m = 0; m < 8; ++m) mma(acc[m], a[m][0], a[m][1], w0.z, w0.w);
+#pragma unroll
+        for (int m = 0; m < 8; ++m) mma(acc[m], a[m][0], a[m][1], w1.x, w1.y);
+#pragma unroll
+        for (int m = 0; m < 8; ++m) mma(acc[m], a[m][0], a[m][1], w1.z, w1.w);
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s += acc[m][c];
+    out[(unsigned long long)blockIdx.x * THREADS + threadIdx.x] = s;
+#endif
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# One H100 (or H200): the tensor-core streaming kernel of issue 53 checked and measured.
+#
+#   scripts/h100x1-53.sh BINARY [OUTDIR]   (OUTDIR defaults to $OUT or ./out)
+#
+# OUTDIR gets summary.txt, commands.txt and h100x1-53.tgz, which holds these:
+# selftest.{txt,json}   selftest --no-stress --no-faults: the streaming kernels' exact sums
+#                       (CUDA cores at 1-16 tokens, tensor cores at 1-512, PDL eager and graph),
+#                       beside the one-rank NCCL checks and the P2P virtual ranks
+# bw-N.{txt,json}       bandwidth (1, 4, 16, 32, 64, 128, 256, 512 tokens, both kernels where
+#                       they apply, the roofline's terms), RUNS times in fresh processes
+# small-N.{txt,json}    bandwidth at 1-16 tokens: the CUDA-core and tensor-core kernels side by
+#                       side, SMALL_RUNS times
+# verify-T.txt          the one-rank Kimi-K2.5 TP8 replay (compute and full, eager and graph) at
+#                       32, 128 and 512 tokens: the replay streams through the new path
+# verify-600.txt        --tokens 600, past the kernels' maximum: the exit code is recorded
+# torch.json            cuBLAS through PyTorch (if importable): a bf16 GEMM of decode shapes and
+#                       an 8192^3 product, a reference for what an engine's GEMM reaches
+# smi.txt               clocks, power and temperature before and after (read-only queries)
+# ncu.txt               Nsight Compute, if installed and time is left: DRAM throughput and
+#                       tensor-pipe activity of mma_peak and stream_mma (128 and 512 tokens)
+# summary.txt           the table printed last
+# No nvcc: the kernels are compiled by NVRTC inside the binary, as everywhere.
+# Every step has a time limit and is skipped, saying so, when the 6 minutes would not hold it.
+set -uo pipefail
+VB=$(realpath "${1:?binary}")
+OUTDIR=${2:-${OUT:-out}}
+mkdir -p "$OUTDIR"; OUTDIR=$(realpath "$OUTDIR")
+SCRIPTS=$(cd "$(dirname "$0")" && pwd)
+export NCCL_NVLS_ENABLE=0   # never enable NVLink multicast, in any process started here
+RUNS=${RUNS:-5}
+SMALL_RUNS=${SMALL_RUNS:-3}
+start=$(date +%s)
+# Everything is written to a scratch folder and packed into OUTDIR/h100x1-53.tgz at the end
+# (also when the script is stopped), with summary.txt and commands.txt beside it: three files.
+WORK=$(mktemp -d)
+pack() {
+  cp -f "$WORK/summary.txt" "$WORK/commands.txt" "$OUTDIR/" 2>/dev/null
+  tar czf "$OUTDIR/h100x1-53.tgz" -C "$WORK" .
+}
+trap pack EXIT
+cd "$WORK"
+{
+  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+  echo "# $("$VB" --version)"
+} > commands.txt
+left() { echo $(( 345 - ($(date +%s) - start) )); }
+run() {  # NAME LIMIT_S CMD...: runs if the time allows, keeps the output
+  local name=$1 limit=$2; shift 2
+  if [ "$(left)" -lt "$limit" ]; then echo "$name: skipped to stay under 6 minutes" | tee -a commands.txt; return 1; fi
+  local t0; t0=$(date +%s)
+  local shown="${*//$VB/./verifybench}"   # the binary's folder is this machine's business
+  echo "$name.txt      $shown" >> commands.txt
+  timeout "$limit" "$@" > "$name.txt" 2>&1
+  local rc=$?
+  echo "$name rc=$rc wall=$(( $(date +%s) - t0 )) s" | tee -a commands.txt
+  return 0
+}
+smi() {
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv 2>&1 | sed "s/^/$1: /" >> smi.txt
+}
+smi before
+
+run selftest 150 "$VB" selftest --no-stress --no-faults --export-json selftest.json
+grep -E "streaming kernel|^selftest:" selftest.txt | cut -c1-400
+
+for i in $(seq 1 "$RUNS"); do
+  run "bw-$i" 45 "$VB" bandwidth -n 20 --export-json "bw-$i.json"
+done
+for i in $(seq 1 "$SMALL_RUNS"); do
+  run "small-$i" 40 "$VB" bandwidth -n 20 --tokens 1,2,3,4,6,8,10,12,14,16 --op-sizes 1M \
+    --export-json "small-$i.json"
+done
+smi after-bandwidth
+
+# Nsight Compute, where it is there and time is left: DRAM and tensor-pipe utilisation of
+# mma_peak and stream_mma at 128 and 512 tokens (the clocks left as they are)
+if command -v ncu >/dev/null; then
+  run ncu 75 ncu --clock-control none --kernel-name regex:'stream_mma|mma_peak' --launch-count 10 \
+    --section SpeedOfLight --metrics \
+    sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+    "$VB" bandwidth -n 1 --tokens 128,512 --op-sizes 16
+fi
+
+V=(verify --backend nccl --gpus 1 --tp 8 --model kimi-k2.5 --mode compute,full --graph both -n 20 -w 3)
+for t in 32 128 512; do
+  run "verify-$t" 40 "$VB" "${V[@]}" --tokens "$t" --export-json "verify-$t.json"
+done
+run verify-600 30 "$VB" "${V[@]}" --tokens 600
+
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  run torch 60 python3 - <<'EOF'
+# cuBLAS through PyTorch: y = x W^T with W 16384 x 7168 bf16 (235 MB, four of them in turn so that
+# L2 never holds the next), T tokens; and an 8192^3 product. Random data. Median of 20 after 3.
+import json, torch
+dev = "cuda"
+K, N = 7168, 16384
+ws = [torch.randn(N, K, device=dev, dtype=torch.bfloat16) for _ in range(4)]
+def timed(f, n=20):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for i in range(3):
+        f(i)
+    t = []
+    for i in range(n):
+        a.record(); f(i); b.record(); torch.cuda.synchronize()
+        t.append(a.elapsed_time(b) * 1e-3)
+    return sorted(t)[len(t) // 2]
+rows = []
+for T in [1, 4, 16, 32, 64, 128, 256, 512]:
+    x = torch.randn(T, K, device=dev, dtype=torch.bfloat16)
+    s = timed(lambda i: x @ ws[i % 4].T)
+    rows.append({"tokens": T, "gbps": N * K * 2 / s / 1e9, "tflops": 2 * T * N * K / s / 1e12})
+m = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+s = timed(lambda i: m @ m)
+out = {"gemm_decode": rows, "gemm_8192_tflops": 2 * 8192**3 / s / 1e12, "torch": torch.__version__}
+json.dump(out, open("torch.json", "w"), indent=1)
+print(json.dumps(out))
+EOF
+fi
+smi after
+
+python3 "$SCRIPTS/h100x1-53-summary.py" "$WORK" | tee summary.txt
+echo "total wall $(( $(date +%s) - start )) s" | tee -a commands.txt
