@@ -20,6 +20,7 @@
 
 pub mod analysis;
 pub mod bound;
+pub(crate) mod cycle;
 pub mod inputs;
 
 use crate::error::usage;
