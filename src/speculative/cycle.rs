@@ -5,7 +5,7 @@
 //! The user's plain decode step D (measured, from a CUDA graph, at concurrency C) is split in
 //! two. A share `phi` of it is the forward the cost model prices (weights, KV cache,
 //! collectives): it scales with the model's price of each forward, so the verify costs
-//! `phi D x M_verify / M_decode`, and each draft forward `phi D x M_draft / M_decode`. The rest,
+//! `phi D x M_verify / M_decode`, and the draft forwards `phi D x M_drafts / M_decode`. The rest,
 //! `(1 - phi) D`, is the engine's own work per step (scheduling, sampling, the step's host work
 //! and launches) and is paid once per step, speculating or not. Speculation adds two costs the
 //! forwards do not show: a fixed cost per draft forward, `o D` (its launches, its sampling, its
@@ -14,7 +14,7 @@
 //! the drafted tokens' bookkeeping, which grow with the batch). So
 //!
 //! ```text
-//! step = (1 - phi) D + phi D (M_verify + n M_draft) / M_decode + n o D + tau_us C k
+//! step = (1 - phi) D + phi D (M_verify + M_drafts) / M_decode + n o D + tau_us C k
 //! ```
 //!
 //! with n the draft forwards per step. It is linear in (phi, o, tau_us), which are fitted by
@@ -59,8 +59,9 @@ pub(crate) struct Forwards {
     pub decode_at_context_us: f64,
     /// The verify forward of C (k + 1) tokens.
     pub verify_us: f64,
-    /// One draft forward.
-    pub draft_us: f64,
+    /// The draft forwards of one step together (an EAGLE-3 or MTP cycle's first forward runs
+    /// over the k + 1 tokens just verified, the others over one).
+    pub drafts_us: f64,
     /// Draft forwards per step: k, or 1 for a block drafter.
     pub draft_forwards: u64,
 }
@@ -103,7 +104,7 @@ pub(crate) fn step(decode_us: f64, f: &Forwards, t: &Terms, c: u64, k: u64) -> S
     Step {
         engine_us,
         verify_us: scale * f.verify_us,
-        drafts_us: scale * n * f.draft_us,
+        drafts_us: scale * f.drafts_us,
         draft_overhead_us: n * t.draft_forward * decode_us,
         bookkeeping_us: t.per_draft_token_us * c as f64 * k as f64,
         plain_us: engine_us + scale * f.decode_at_context_us,
@@ -122,13 +123,13 @@ pub(crate) struct FitRun {
 
 impl FitRun {
     /// The step's parts that do not depend on the terms: step = D + phi x a + o x b + tau_us x
-    /// c, where a = D ((M_verify + n M_draft) / M_decode - 1), b = n D, c = C k.
+    /// c, where a = D ((M_verify + M_drafts) / M_decode - 1), b = n D, c = C k.
     fn features(&self) -> [f64; 3] {
         let f = &self.forwards;
         let d = self.decode_us;
         let n = f.draft_forwards as f64;
         [
-            d * ((f.verify_us + n * f.draft_us) / f.decode_us - 1.0),
+            d * ((f.verify_us + f.drafts_us) / f.decode_us - 1.0),
             n * d,
             (self.concurrency * self.k) as f64,
         ]
@@ -283,7 +284,7 @@ mod tests {
             decode_us: 1000.0,
             decode_at_context_us: 1000.0,
             verify_us: mv,
-            draft_us: mr,
+            drafts_us: n as f64 * mr,
             draft_forwards: n,
         };
         let s = step(d, &forwards, t, c, k).total_us();
@@ -311,7 +312,7 @@ mod tests {
             decode_us: 1000.0,
             decode_at_context_us: 1200.0,
             verify_us: 1500.0,
-            draft_us: 200.0,
+            drafts_us: 600.0,
             draft_forwards: 3,
         };
         let s = step(10_000.0, &f, &t, 2, 3);
