@@ -504,7 +504,14 @@ def markdown(rec):
         "",
     ]
     for r in rec["runs"]:
-        lines.append(f"- {r['id']}: " + "; ".join([r["published"]["how"], *r["notes"]]) + ".")
+        a = r["aiconfigurator"]
+        oom = [
+            f"AIConfigurator flags its {a[k]['quant']['kvcache']} KV cache over capacity for the "
+            f"{k} estimate (kv_cache_oom) and answers anyway"
+            for k in ("plain", "spec")
+            if a.get(k, {}).get("kv_cache_oom")
+        ]
+        lines.append(f"- {r['id']}: " + "; ".join([r["published"]["how"], *r["notes"], *oom]) + ".")
     return "\n".join(lines) + "\n"
 
 
