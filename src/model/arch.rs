@@ -47,8 +47,8 @@ const fn arch(model_types: &'static [&'static str], source: &'static str) -> Arc
 /// The table. Order does not matter; a `model_type` appears once.
 pub(crate) const ARCHS: &[Arch] = &[
     arch(
-        &["deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"],
-        "vLLM model_executor/models/deepseek_v2.py; SGLang models/deepseek_v2.py",
+        &["deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"],
+        "vLLM model_executor/models/deepseek_v2.py; SGLang models/deepseek_v2.py (GLM-5's GlmMoeDsaForCausalLM is DeepseekV2ForCausalLM in both: vLLM deepseek_v2.py, SGLang glm4_moe.py)",
     ),
     arch(
         &["deepseek_v4"],
@@ -261,6 +261,11 @@ const IRRELEVANT: &[&str] = &[
     "time_step_min",
     "time_step_max",
     "time_step_floor",
+    // a draft model's own keys, read by `--draft-config` (config::load_draft)
+    "draft_vocab_size",
+    "target_hidden_size",
+    "eagle_aux_hidden_state_layer_ids",
+    "block_size",
 ];
 
 /// Does `key` look like it sets a shape (a size, a count, a per-layer list)?
@@ -505,6 +510,8 @@ fn attention(
             o_groups: groups,
         }
     } else if c.obj.contains_key("kv_lora_rank") {
+        // GLM-5 also states qk_nope + qk_rope as qk_head_dim: read, it shapes nothing new
+        c.get("qk_head_dim");
         Attention::Mla {
             heads,
             q_lora_rank: c.u64("q_lora_rank"),
