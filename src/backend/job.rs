@@ -49,6 +49,9 @@ pub fn verify_job(
         r.workload.resolve()?
     };
     w.check_modes(&r.mode)?;
+    if r.workload.phase == crate::model::Phase::Cycle {
+        check_cycle(r)?;
+    }
     let b = pick();
     crate::request::check_fresh_runs(r.fresh_runs)?;
     let job = place(b.kind(), r, w, ranks)?;
@@ -99,6 +102,13 @@ fn place(
         check_exact_length(r, &schedule, nranks)?;
     }
     let host_gaps = r.host_gaps.resolve(&schedule, nranks)?;
+    let cycle = match w.flags.phase {
+        crate::model::Phase::Cycle if kind == BackendKind::Mock => crate::usage_bail!(
+            "--phase cycle: the mock backend has no cycle; use --backend model or nccl"
+        ),
+        crate::model::Phase::Cycle => Some(w.cycle(schedule.tp)?),
+        _ => None,
+    };
     Ok(VerifyJob {
         request: r.clone(),
         file_note: w.file_note(),
@@ -106,7 +116,31 @@ fn place(
         devices,
         nranks,
         host_gaps,
+        cycle,
     })
+}
+
+/// What a replay of the cycle does not take: host gaps, custom all-reduces and the
+/// per-collective pass belong to one forward's replay.
+fn check_cycle(r: &VerifyRequest) -> anyhow::Result<()> {
+    let g = &r.host_gaps;
+    if g.gaps.gap.is_some() || g.gaps.late.is_some() || g.from.is_some() {
+        crate::usage_bail!(
+            "--phase cycle replays the cycle's forwards without host gaps: drop --host-gap-us, --late-rank and --host-gap-from (they shape one forward's replay)"
+        );
+    }
+    if !crate::impls::p2p(&r.impls).is_empty() {
+        crate::usage_bail!(
+            "--phase cycle replays NCCL's collectives: drop --impl (the custom all-reduces are compared on one forward)"
+        );
+    }
+    if let Some(p) = &r.export_trace {
+        crate::usage_bail!(
+            "--export-trace '{}': the per-collective pass is of one forward; drop --phase cycle or --export-trace",
+            p.display()
+        );
+    }
+    Ok(())
 }
 
 /// The NCCL backend's GPUs and schedule. A schedule whose tp the request fixes (`--tp`, the

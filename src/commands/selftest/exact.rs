@@ -341,6 +341,7 @@ pub(super) fn exported_ops(devices: &[usize], launcher: Launcher, checks: &mut V
             coll(CollectiveKind::AllToAll, 2688),
         ],
         config_reading: None,
+        facts: Default::default(),
     };
     let runs = vec![(false, Mode::Comm), (true, Mode::Comm)];
     let job = Job::Verify {

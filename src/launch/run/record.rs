@@ -188,7 +188,7 @@ fn verify_record_with(
     let combined = combine(results, runs.len(), rank_time)?;
     let ncoll = schedule.n_collectives().max(1) as f64;
     let weights = schedule.weight_bytes_by_kind();
-    let total_w = schedule.total_weight_bytes().max(1) as f64;
+    let total_w = schedule.streamed_bytes().max(1) as f64;
     let vruns = runs
         .iter()
         .zip(combined)
@@ -264,8 +264,8 @@ fn verify_record_with(
         let nops = stream_launches(&plan_steps(schedule, 0)).0;
         p.notes.push(format!(
             "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us ({FIXED_COST_LAUNCHES} back-to-back launches of the mean size against one launch of their bytes, same run) = {:.1} us",
-            schedule.total_weight_bytes(),
-            schedule.total_weight_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
+            schedule.streamed_bytes(),
+            schedule.streamed_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
         ));
     }
     if *pdl {
@@ -278,9 +278,9 @@ fn verify_record_with(
             workload: Workload::of(schedule),
             runs: vruns,
             stream_gbps,
-            predicted_compute_us: stream_gbps
-                .map(|g| schedule.total_weight_bytes() as f64 / (g * 1e3)),
+            predicted_compute_us: stream_gbps.map(|g| schedule.streamed_bytes() as f64 / (g * 1e3)),
             p2p: vec![],
+            parts: vec![],
         }),
     ))
 }
