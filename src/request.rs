@@ -494,11 +494,10 @@ impl ResolvedWorkload {
     }
 
     /// [`ResolvedWorkload::schedule`] without the range checks (the caller made them once:
-    /// [`crate::backend::verify_job`]). With `--phase cycle`, the cycle's verify.
+    /// [`crate::backend::verify_job`]). With `--phase cycle`, the cycle's verify: `verify`
+    /// replays the cycle ([`ResolvedWorkload::cycle`]); the commands that take one forward
+    /// refuse it ([`model::build`]).
     pub(crate) fn build(&self, default_tp: u64) -> anyhow::Result<Schedule> {
-        if self.flags.phase == Phase::Cycle {
-            return Ok(self.cycle(default_tp)?.verify);
-        }
         let opt = self.flags.options(default_tp);
         match &self.source {
             WorkloadSource::File(f) => Ok(f.schedule.clone()),

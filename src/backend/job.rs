@@ -87,9 +87,9 @@ fn place(
                 impls::p2p(&r.impls).len(),
             )?;
             crate::launch::fault::process_fault(r.inject_fault.as_deref());
-            (w.build(ranks as u64)?, vec![], false)
+            (build(&w, ranks as u64)?, vec![], false)
         }
-        BackendKind::Mock => (w.build(ranks as u64)?, vec![], false),
+        BackendKind::Mock => (build(&w, ranks as u64)?, vec![], false),
         BackendKind::Auto => anyhow::bail!("the backend 'auto' is resolved before a job is placed"),
     };
     impls::check_verify(&r.impls, &schedule)?;
@@ -109,6 +109,8 @@ fn place(
         crate::model::Phase::Cycle => Some(w.cycle(schedule.tp)?),
         _ => None,
     };
+    // the cycle's verify is the schedule every check above was made on
+    debug_assert!(cycle.as_ref().is_none_or(|c| c.verify == schedule));
     Ok(VerifyJob {
         request: r.clone(),
         file_note: w.file_note(),
@@ -118,6 +120,15 @@ fn place(
         host_gaps,
         cycle,
     })
+}
+
+/// The schedule a verify job runs at `tp`: the workload's forward, or with `--phase cycle`
+/// the cycle's verify (the cycle itself is built once more when the job is placed).
+fn build(w: &ResolvedWorkload, tp: u64) -> anyhow::Result<Schedule> {
+    match w.flags.phase {
+        crate::model::Phase::Cycle => Ok(w.cycle(tp)?.verify),
+        _ => w.build(tp),
+    }
 }
 
 /// What a replay of the cycle does not take: host gaps, custom all-reduces and the
@@ -152,7 +163,7 @@ fn on_gpus(
 ) -> anyhow::Result<(Schedule, Vec<usize>, bool)> {
     let early = match w.requested_tp().or(r.gpu.ranks().map(|n| n as u64)) {
         Some(tp) => {
-            let s = w.build(tp)?;
+            let s = build(w, tp)?;
             check_exact_length(r, &s, r.gpu.ranks().unwrap_or(s.tp as usize))?;
             Some(s)
         }
@@ -180,7 +191,7 @@ fn on_gpus(
     let checked = early.is_some();
     let s = match early {
         Some(s) => s,
-        None => w.build(devices.len() as u64)?,
+        None => build(w, devices.len() as u64)?,
     };
     Ok((s, devices, checked))
 }
