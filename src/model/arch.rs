@@ -47,8 +47,12 @@ const fn arch(model_types: &'static [&'static str], source: &'static str) -> Arc
 /// The table. Order does not matter; a `model_type` appears once.
 pub(crate) const ARCHS: &[Arch] = &[
     arch(
-        &["deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"],
-        "vLLM model_executor/models/deepseek_v2.py; SGLang models/deepseek_v2.py (GLM-5's GlmMoeDsaForCausalLM is DeepseekV2ForCausalLM in both: vLLM deepseek_v2.py, SGLang glm4_moe.py)",
+        &["deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"],
+        "vLLM model_executor/models/deepseek_v2.py; SGLang models/deepseek_v2.py",
+    ),
+    arch(
+        &["glm_moe_dsa"],
+        "vLLM model_executor/models/deepseek_v2.py and SGLang models/glm4_moe.py (GLM-5's GlmMoeDsaForCausalLM is a DeepseekV2ForCausalLM in both)",
     ),
     arch(
         &["deepseek_v4"],

@@ -133,7 +133,7 @@ fn model_file(engine: Engine, model_type: Option<&str>) -> &'static str {
     let t = model_type.unwrap_or("");
     let family = if t == "deepseek_v4" {
         t
-    } else if t.starts_with("deepseek") || t == "kimi_k2" {
+    } else if t.starts_with("deepseek") || t == "kimi_k2" || t == "glm_moe_dsa" {
         "deepseek_v2"
     } else {
         t
