@@ -73,6 +73,7 @@ fn verify_record() -> Record {
             stream_gbps: None,
             predicted_compute_us: None,
             p2p: vec![],
+            parts: vec![],
         }),
     )
 }

@@ -154,6 +154,7 @@ impl Backend for MockBackend {
                 stream_gbps: None,
                 predicted_compute_us: None,
                 p2p,
+                parts: vec![],
             }),
         ))
     }

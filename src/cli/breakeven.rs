@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::cli::args::BatchArgs;
 use crate::cli::output::OutputArgs;
 use crate::commands::breakeven::BreakevenRequest;
 use crate::speculative::inputs::{Acceptance, Flags};
@@ -109,6 +110,8 @@ pub struct BreakevenArgs {
         allow_negative_numbers = true
     )]
     pub table_accept_lengths: Vec<f64>,
+    #[command(flatten)]
+    pub batch: BatchArgs,
     // --format json: every input with its origin, every output.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -132,6 +135,7 @@ impl From<&BreakevenArgs> for BreakevenRequest {
             from: a.from.clone(),
             from_trace: a.from_trace.clone(),
             accept_from_log: a.accept_from_log.clone(),
+            batch: (&a.batch).into(),
             format: a.output.format,
         }
     }

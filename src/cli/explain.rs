@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::cli::args::{BatchArgs, WeightArgs};
 use crate::cli::breakeven::CycleArgs;
 use crate::cli::output::OutputArgsMd;
 use crate::explain::{Engine, ExplainRequest, Observed};
@@ -106,6 +107,10 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "FILE")]
     pub export_json: Option<PathBuf>,
     #[command(flatten)]
+    pub batch: BatchArgs,
+    #[command(flatten)]
+    pub weights: WeightArgs,
+    #[command(flatten)]
     pub output: OutputArgsMd,
 }
 
@@ -122,6 +127,8 @@ impl From<&ExplainArgs> for ExplainRequest {
             model_config: a.model_config.clone(),
             tp: a.tp,
             tokens: a.tokens.unwrap_or(3),
+            batch: (&a.batch).into(),
+            weights: (&a.weights).into(),
             ..Default::default()
         };
         ExplainRequest {

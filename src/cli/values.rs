@@ -84,3 +84,14 @@ pub(crate) fn impl_list(s: &str) -> Result<ImplList, String> {
             .to_string()
     })
 }
+
+/// `--weights` / `--expert-weights`: a weight format, or `as-shipped` (the checkpoint's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightChoice(pub Option<crate::model::shape::WeightFormat>);
+
+pub(crate) fn weight_choice(s: &str) -> Result<WeightChoice, String> {
+    if s.trim().eq_ignore_ascii_case("as-shipped") {
+        return Ok(WeightChoice(None));
+    }
+    s.parse().map(|f| WeightChoice(Some(f)))
+}

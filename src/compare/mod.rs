@@ -356,6 +356,7 @@ mod tests {
                 stream_gbps: None,
                 predicted_compute_us: None,
                 p2p: vec![],
+                parts: vec![],
             }),
         );
         super::entry(r, label.into(), Path::new(label)).unwrap()

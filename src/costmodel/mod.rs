@@ -14,6 +14,7 @@
 //! - [`waiting`]: the waiting of collectives for the slowest rank under host gaps.
 
 pub mod custom;
+pub mod cycle;
 pub mod fit;
 pub mod ntfit;
 pub mod predict;
@@ -434,6 +435,7 @@ pub fn verify(
             stream_gbps: None,
             predicted_compute_us: None,
             p2p: vec![],
+            parts: vec![],
         },
         profile: label,
         notes,

@@ -107,6 +107,7 @@ fn plan(a: &WorkerRequest, env: &BTreeMap<String, String>) -> anyhow::Result<Pla
         host_gaps,
         timing_pass: super::timeline::pass_iterations(iters),
         pdl: a.pdl,
+        cycle: None,
     };
     let hello = Hello::here(job_hash(&job), info.rank, info.world_size).in_job(info.job.clone());
     Ok(Plan {

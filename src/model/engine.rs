@@ -46,6 +46,7 @@
 
 use serde::Serialize;
 
+use super::draft::DrafterKind;
 pub use super::schedule::Engine;
 use super::schedule::{CollectiveKind, Op, Phase, Schedule};
 use super::shape::ModelShape;
@@ -132,7 +133,7 @@ fn model_file(engine: Engine, model_type: Option<&str>) -> &'static str {
     let t = model_type.unwrap_or("");
     let family = if t == "deepseek_v4" {
         t
-    } else if t.starts_with("deepseek") || t == "kimi_k2" {
+    } else if t.starts_with("deepseek") || t == "kimi_k2" || t == "glm_moe_dsa" {
         "deepseek_v2"
     } else {
         t
@@ -167,9 +168,34 @@ fn model_file(engine: Engine, model_type: Option<&str>) -> &'static str {
     }
 }
 
+/// The engine file of a drafter's own layers (the EAGLE-3 head's of `--phase draft` too).
+fn drafter_file(engine: Engine, drafter: Option<DrafterKind>) -> &'static str {
+    match (engine, drafter.unwrap_or_default()) {
+        (Engine::Sglang, DrafterKind::Eagle3) => {
+            "sgl-project/sglang python/sglang/srt/models/llama_eagle3.py"
+        }
+        (Engine::Sglang, DrafterKind::Mtp) => {
+            "sgl-project/sglang python/sglang/srt/models/deepseek_nextn.py (DeepseekModelNextN: eh_proj, one DeepseekV2DecoderLayer, the shared head)"
+        }
+        (Engine::Sglang, DrafterKind::Block) => {
+            "sgl-project/sglang python/sglang/srt/models/dflash.py (its layers; embedding and LM head the target's)"
+        }
+        (Engine::Vllm, DrafterKind::Eagle3) => {
+            "vllm-project/vllm vllm/model_executor/models/llama_eagle3.py"
+        }
+        (Engine::Vllm, DrafterKind::Mtp) => {
+            "vllm-project/vllm vllm/model_executor/models/deepseek_mtp.py (DeepSeekMultiTokenPredictorLayer: eh_proj, mtp_block, shared_head)"
+        }
+        (Engine::Vllm, DrafterKind::Block) => {
+            "vllm-project/vllm vllm/model_executor/models/qwen3_dflash.py (its layers; embedding and LM head the target's)"
+        }
+    }
+}
+
 fn source(
     engine: Engine,
     phase: Phase,
+    drafter: Option<DrafterKind>,
     site: &str,
     fused: bool,
     model_type: Option<&str>,
@@ -185,18 +211,14 @@ fn source(
         (Engine::Sglang, _, "logits") => {
             "sgl-project/sglang python/sglang/srt/layers/logits_processor.py"
         }
-        (Engine::Sglang, Phase::Draft, _) => {
-            "sgl-project/sglang python/sglang/srt/models/llama_eagle3.py"
-        }
+        (Engine::Sglang, Phase::Draft, _) => drafter_file(engine, drafter),
         (Engine::Vllm, _, "embedding") => {
             "vllm-project/vllm vllm/model_executor/layers/vocab_parallel_embedding.py"
         }
         (Engine::Vllm, _, "logits") => {
             "vllm-project/vllm vllm/model_executor/layers/logits_processor.py"
         }
-        (Engine::Vllm, Phase::Draft, _) => {
-            "vllm-project/vllm vllm/model_executor/models/llama_eagle3.py"
-        }
+        (Engine::Vllm, Phase::Draft, _) => drafter_file(engine, drafter),
         (_, _, _) => model_file(engine, model_type),
     }
 }
@@ -278,7 +300,14 @@ pub(crate) fn view(
                 call: call(engine, site, communicator),
                 kernel,
                 fused_with,
-                source: source(engine, s.phase, site, fused_with.is_some(), model_type),
+                source: source(
+                    engine,
+                    s.phase,
+                    s.facts.drafter,
+                    site,
+                    fused_with.is_some(),
+                    model_type,
+                ),
             })
         })
         .collect();
@@ -307,7 +336,11 @@ pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
     let what = match s.phase {
         Phase::Verify => "verify forward",
         Phase::Decode => "decode forward",
-        Phase::Draft => "EAGLE-3 draft step",
+        Phase::Draft => match s.facts.drafter {
+            Some(d) => d.forward_word(),
+            None => "EAGLE-3 draft step",
+        },
+        Phase::Cycle => "speculative cycle",
     };
     let mut lines = Vec::new();
     let plural = |n: u64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });

@@ -12,7 +12,10 @@
 pub(crate) mod arch;
 pub mod collective;
 pub mod config;
+pub mod cycle;
+pub(crate) mod draft;
 pub mod engine;
+pub(crate) mod kv;
 pub mod presets;
 pub mod schedule;
 pub mod schedule_file;

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::draft::DrafterKind;
+use super::kv::{KvDType, KvSettings};
 use super::shape::*;
 use crate::error::usage;
 pub use crate::record::vocab::{CollectiveKind, DType, Phase};
@@ -36,9 +38,28 @@ pub enum ComputeKind {
     SharedExperts,
     DraftFc,
     LmHead,
+    /// The KV cache (or a linear-attention state) the layer's attention reads: bytes of
+    /// context, not weights (`--context`).
+    KvCache,
 }
 
 impl ComputeKind {
+    /// The name JSON gives it (`routed_experts`): the key of a record's `weight_formats`.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            ComputeKind::Attention => "attention",
+            ComputeKind::LinearAttention => "linear_attention",
+            ComputeKind::Mamba => "mamba",
+            ComputeKind::DenseMlp => "dense_mlp",
+            ComputeKind::Router => "router",
+            ComputeKind::RoutedExperts => "routed_experts",
+            ComputeKind::SharedExperts => "shared_experts",
+            ComputeKind::DraftFc => "draft_fc",
+            ComputeKind::LmHead => "lm_head",
+            ComputeKind::KvCache => "kv_cache",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ComputeKind::Attention => "attention",
@@ -50,6 +71,7 @@ impl ComputeKind {
             ComputeKind::SharedExperts => "shared expert",
             ComputeKind::DraftFc => "draft fc",
             ComputeKind::LmHead => "LM head",
+            ComputeKind::KvCache => "KV cache",
         }
     }
 }
@@ -74,7 +96,8 @@ pub enum Op {
     },
     Compute {
         kind: ComputeKind,
-        /// Weight bytes this rank streams (its TP shard, scales included).
+        /// Bytes this rank streams: its TP shard of the weights, scales included (for
+        /// [`ComputeKind::KvCache`], the KV cache it reads).
         weight_bytes: u64,
         layer: Option<u64>,
     },
@@ -151,6 +174,14 @@ pub struct ScheduleOptions {
     /// `--enable-flashinfer-allreduce-fusion`, vLLM's `AllReduceFusionPass`): the same
     /// collectives under other kernel names.
     pub allreduce_fusion: bool,
+    /// Requests in the batch (`--concurrency`): a forward carries `concurrency x` the tokens
+    /// of one request, and touches the experts of all of them.
+    pub concurrency: u64,
+    /// Context tokens per request whose KV cache each forward reads (`--context`; 0: none).
+    pub context: u64,
+    pub kv: KvSettings,
+    /// The weight formats to price instead of the checkpoint's (`--weights`, ...).
+    pub weights: WeightOverride,
 }
 
 impl Default for ScheduleOptions {
@@ -165,7 +196,21 @@ impl Default for ScheduleOptions {
             draft_vocab: 32000,
             engine: Engine::Sglang,
             allreduce_fusion: false,
+            concurrency: 1,
+            context: 0,
+            kv: KvSettings {
+                dtype: KvDType::Bf16,
+                dcp: 1,
+            },
+            weights: WeightOverride::default(),
         }
+    }
+}
+
+impl ScheduleOptions {
+    /// The KV settings the schedule records: `None` without a context.
+    fn kv_facts(&self) -> Option<KvSettings> {
+        (self.context > 0).then_some(self.kv)
     }
 }
 
@@ -185,6 +230,61 @@ pub struct Schedule {
     /// `None` for presets and schedule files. Not part of the hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_reading: Option<Box<ConfigReading>>,
+    /// What the forward was built for beyond its ops: the batch, the context, the weights'
+    /// formats, the drafter (flattened into the schedule's JSON). Not part of the hash: the
+    /// ops already hold what it changes.
+    #[serde(default, flatten)]
+    pub facts: ScheduleFacts,
+}
+
+/// The batch, the context, the weight formats and the drafter a schedule was built for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleFacts {
+    /// Requests in the batch: `tokens` is this many times the tokens of one request.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub concurrency: u64,
+    /// Context tokens per request whose KV cache the forward reads (0: none priced).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub context: u64,
+    /// The KV cache's element type and context sharding, with a context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvSettings>,
+    /// The storage format of each kind of weights the forward streams (empty for a schedule
+    /// without weights, such as a trace export).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weight_formats: BTreeMap<ComputeKind, WeightFormat>,
+    /// `--weights` / `--expert-weights` as given, where they replaced the checkpoint's formats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_override: Option<String>,
+    /// The drafter of a draft forward of a cycle (`None`: `--phase draft`'s EAGLE-3 head, or
+    /// not a draft).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafter: Option<DrafterKind>,
+}
+
+impl Default for ScheduleFacts {
+    fn default() -> Self {
+        ScheduleFacts {
+            concurrency: 1,
+            context: 0,
+            kv: None,
+            weight_formats: BTreeMap::new(),
+            weights_override: None,
+            drafter: None,
+        }
+    }
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a model config became this schedule.
@@ -257,7 +357,8 @@ impl Schedule {
             .count() as u64
     }
 
-    /// Weight bytes per compute kind, summed over the forward.
+    /// Bytes streamed per compute kind (weights, and the KV cache as its own kind), summed
+    /// over the forward.
     pub(crate) fn weight_bytes_by_kind(&self) -> BTreeMap<ComputeKind, u64> {
         let mut m = BTreeMap::new();
         for op in &self.ops {
@@ -271,17 +372,32 @@ impl Schedule {
         m
     }
 
-    /// The weight bytes one rank streams per forward; `None` when the schedule holds no
-    /// compute op (the weights are unknown: collectives only), never 0 for unknown.
+    /// The weight bytes one rank streams per forward (the KV cache apart); `None` when the
+    /// schedule holds no compute op (the weights are unknown: collectives only), never 0 for
+    /// unknown.
     pub fn weight_bytes(&self) -> Option<u64> {
         self.ops
             .iter()
             .any(|o| matches!(o, Op::Compute { .. }))
-            .then(|| self.total_weight_bytes())
+            .then(|| self.streamed_bytes() - self.kv_bytes())
     }
 
-    pub(crate) fn total_weight_bytes(&self) -> u64 {
+    /// The KV cache bytes one rank reads per forward (0 without a context).
+    pub(crate) fn kv_bytes(&self) -> u64 {
+        self.weight_bytes_by_kind()
+            .get(&ComputeKind::KvCache)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every byte the compute ops stream: the weights and the KV cache.
+    pub(crate) fn streamed_bytes(&self) -> u64 {
         self.weight_bytes_by_kind().values().sum()
+    }
+
+    /// The tokens of one request in this forward (`tokens / concurrency`).
+    pub(crate) fn tokens_per_request(&self) -> u64 {
+        self.tokens / self.facts.concurrency.max(1)
     }
 
     pub(crate) fn total_collective_bytes(&self) -> u64 {
@@ -320,7 +436,7 @@ pub(crate) fn distinct_experts(moe: &Moe, tokens: u64, routing: Routing) -> f64 
     }
 }
 
-fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
+pub(super) fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
     if n % tp != 0 {
         return Err(usage(format!(
             "--tp {tp} does not divide the {what} ({n}); choose a tensor-parallel size that does"
@@ -342,6 +458,12 @@ pub fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Result<()>
         return check_divides(opt.tp, "vocabulary", shape.vocab);
     }
     let tp = opt.tp;
+    let dcp = opt.kv.dcp;
+    if dcp == 0 || tp % dcp != 0 {
+        return Err(usage(format!(
+            "--dcp {dcp} does not divide --tp {tp}: decode context parallelism shards the KV cache over ranks of the TP group; give a --dcp that divides it"
+        )));
+    }
     check_divides(tp, "attention heads", shape.attention.heads())?;
     check_divides(tp, "vocabulary", shape.vocab)?;
     let blocks = shape.layer_blocks();
@@ -455,8 +577,20 @@ fn attention_bytes(att: &Attention, f: WeightFormat, h: u64, tp: u64) -> u64 {
     }
 }
 
-fn gqa_bytes(f: WeightFormat, h: u64, heads: u64, kv_heads: u64, head_dim: u64, tp: u64) -> u64 {
-    attention_bytes(&Attention::gqa(heads, kv_heads, head_dim), f, h, tp)
+/// A GQA attention's weights on one rank whose qkv projection reads `qkv_in` features (the
+/// hidden size, or twice it for EAGLE-3's midlayer) and whose output is `h` wide.
+pub(super) fn gqa_bytes(
+    f: WeightFormat,
+    qkv_in: u64,
+    h: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    tp: u64,
+) -> u64 {
+    let kv_local = if kv_heads >= tp { kv_heads / tp } else { 1 };
+    f.matrix_bytes(heads / tp * head_dim + kv_local * 2 * head_dim, qkv_in)
+        + f.matrix_bytes(h, heads / tp * head_dim)
 }
 
 /// The compute op a mixer stands for and the weight bytes one rank streams for it.
@@ -505,7 +639,7 @@ fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u
 }
 
 /// gate_up (column-parallel) + down (row-parallel) of one MLP of `inter` intermediate size.
-fn mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
+pub(super) fn mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
     let il = inter / tp;
     f.matrix_bytes(2 * il, h) + f.matrix_bytes(h, il)
 }
@@ -517,7 +651,7 @@ fn plain_mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
 }
 
 /// The compute ops of one feed-forward part, for `experts` distinct routed experts.
-fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: f64, l: u64) -> Vec<Op> {
+pub(super) fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: f64, l: u64) -> Vec<Op> {
     let op = |kind, weight_bytes| Op::Compute {
         kind,
         weight_bytes,
@@ -608,7 +742,7 @@ pub fn parameter_counts(shape: &ModelShape) -> Option<(u64, u64)> {
     Some((total + table + head, active + table))
 }
 
-fn collective(
+pub(super) fn collective(
     kind: CollectiveKind,
     dtype: DType,
     count: u64,
@@ -625,59 +759,87 @@ fn collective(
     }
 }
 
-/// Builds the schedule of `phase` for `shape`.
+/// Builds the schedule of `phase` for `shape`: one forward of `opt.concurrency` requests,
+/// each of `opt.tokens` tokens (verify) or one (decode, draft). `Phase::Cycle` is several
+/// forwards: [`super::cycle::build`].
 pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow::Result<Schedule> {
     validate(shape, opt)?;
-    let tp = opt.tp;
-    let tokens = match phase {
+    let per_request = match phase {
         Phase::Verify => opt.tokens,
         Phase::Decode | Phase::Draft => 1,
+        Phase::Cycle => {
+            return Err(usage(
+                "--phase cycle is several forwards (the drafts, the verify, the decode beside them): `plan` and `verify` build it; this command takes one forward (--phase verify, decode or draft)",
+            ))
+        }
     };
+    let tokens = per_request * opt.concurrency.max(1);
+    if phase == Phase::Draft {
+        check_divides(opt.tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
+        let head = super::draft::DenseHead::eagle3_assumed(shape, opt);
+        let ops = head.forward(opt, tokens, true);
+        let formats = formats_of(&ops, &head.precision);
+        return Ok(assemble(shape, opt, phase, tokens, 0.0, ops, formats));
+    }
+    Ok(target_forward(shape, opt, phase, tokens))
+}
+
+/// The target's forward of `tokens` tokens (all requests together): its embedding, every
+/// layer, its LM head and logits.
+pub(super) fn target_forward(
+    shape: &ModelShape,
+    opt: &ScheduleOptions,
+    phase: Phase,
+    tokens: u64,
+) -> Schedule {
     let h = shape.hidden;
     let act = tokens * h;
-    let dt = opt.dtype;
+    let p = opt.weights.apply(shape.precision);
+    let experts = shape
+        .first_moe()
+        .map(|m| distinct_experts(&m, tokens, opt.routing))
+        .unwrap_or(0.0);
     let mut ops = Vec::new();
-    let mut experts = 0.0;
-
-    if phase == Phase::Draft {
-        check_divides(tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
-    }
-    if opt.embedding_allreduce {
-        ops.push(collective(
-            CollectiveKind::AllReduce,
-            dt,
-            act,
-            "embedding",
-            None,
-        ));
-    }
-    let (lm_head, vocab) = if phase == Phase::Draft {
-        draft_layer(shape, opt, act, &mut ops);
-        (WeightFormat::Bf16, opt.draft_vocab)
-    } else {
-        if let Some(m) = shape.first_moe() {
-            experts = distinct_experts(&m, tokens, opt.routing);
-        }
-        target_layers(shape, opt, act, experts, &mut ops);
-        (shape.precision.lm_head, shape.vocab)
+    embedding_op(opt, act, &mut ops);
+    let layer = LayerCtx {
+        precision: p,
+        known: shape.weights_known,
+        hidden: h,
+        act,
+        experts,
     };
-    if shape.weights_known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::LmHead,
-            weight_bytes: lm_head.matrix_bytes(vocab / tp, h),
-            layer: None,
-        });
+    for (l, b) in shape.layer_blocks().iter().enumerate() {
+        layer.block_ops(b, opt, l as u64, &mut ops);
     }
-    if opt.logits == Logits::Gather {
-        let c = tokens * vocab / tp;
-        ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
-    }
-    Ok(Schedule {
+    head_ops(
+        shape.weights_known,
+        p.lm_head,
+        shape.vocab,
+        h,
+        tokens,
+        opt,
+        &mut ops,
+    );
+    let formats = formats_of(&ops, &p);
+    assemble(shape, opt, phase, tokens, experts, ops, formats)
+}
+
+/// A forward's ops and facts as a schedule of `shape`.
+pub(super) fn assemble(
+    shape: &ModelShape,
+    opt: &ScheduleOptions,
+    phase: Phase,
+    tokens: u64,
+    experts: f64,
+    ops: Vec<Op>,
+    weight_formats: BTreeMap<ComputeKind, WeightFormat>,
+) -> Schedule {
+    Schedule {
         model: shape.name.clone(),
         phase,
-        tp,
+        tp: opt.tp,
         tokens,
-        dtype: dt,
+        dtype: opt.dtype,
         routing: opt.routing,
         experts_per_layer: experts,
         ops,
@@ -687,107 +849,151 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
                 warnings: shape.warnings.clone(),
             })
         }),
-    })
+        facts: ScheduleFacts {
+            concurrency: opt.concurrency.max(1),
+            context: opt.context,
+            kv: opt.kv_facts(),
+            weight_formats,
+            weights_override: opt.weights.describe(),
+            drafter: None,
+        },
+    }
 }
 
-/// The draft's layer between its embedding and its LM head, onto `ops` (`act` elements per
-/// all-reduce). EAGLE-3 head: own embedding, replicated fc over three target features, one
-/// Llama-style decoder layer at the target's hidden size, own LM head. Its sizes are the
-/// target's (heads, intermediate): unknown when the target's are, then collectives only.
-fn draft_layer(shape: &ModelShape, opt: &ScheduleOptions, act: u64, ops: &mut Vec<Op>) {
-    let (tp, h, dt) = (opt.tp, shape.hidden, opt.dtype);
-    let known = shape.weights_known;
-    let (heads, head_dim) = (shape.attention.heads(), 128);
-    let kv_heads = 8.min(heads).max(1);
-    let inter = if shape.intermediate > 0 {
-        shape.intermediate
-    } else {
-        4 * h
-    };
-    if known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::DraftFc,
-            weight_bytes: WeightFormat::Bf16.matrix_bytes(h, 3 * h),
-            layer: Some(0),
-        });
+/// The storage format of each kind of weights among `ops`, from the precision they were
+/// built with: the fc of a drafter (EAGLE-3's fc, an MTP module's eh_proj) and the router
+/// are plain bf16 linears in every checkpoint the engines load.
+pub(super) fn formats_of(ops: &[Op], p: &Precision) -> BTreeMap<ComputeKind, WeightFormat> {
+    let mut m = BTreeMap::new();
+    for op in ops {
+        let Op::Compute { kind, .. } = op else {
+            continue;
+        };
+        let f = match kind {
+            ComputeKind::Attention | ComputeKind::LinearAttention | ComputeKind::Mamba => {
+                p.attention
+            }
+            ComputeKind::DenseMlp => p.dense_mlp,
+            ComputeKind::RoutedExperts => p.routed_experts,
+            ComputeKind::SharedExperts => p.shared_experts,
+            ComputeKind::LmHead => p.lm_head,
+            ComputeKind::Router | ComputeKind::DraftFc => WeightFormat::Bf16,
+            ComputeKind::KvCache => continue,
+        };
+        m.insert(*kind, f);
     }
-    if known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::Attention,
-            weight_bytes: gqa_bytes(WeightFormat::Bf16, h, heads, kv_heads, head_dim, tp),
-            layer: Some(0),
-        });
-    }
-    ops.push(collective(
-        CollectiveKind::AllReduce,
-        dt,
-        act,
-        "attention",
-        Some(0),
-    ));
-    if known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::DenseMlp,
-            weight_bytes: mlp_bytes(WeightFormat::Bf16, h, inter - inter % tp, tp),
-            layer: Some(0),
-        });
-    }
-    ops.push(collective(
-        CollectiveKind::AllReduce,
-        dt,
-        act,
-        "mlp",
-        Some(0),
-    ));
+    m
 }
 
-/// The target's layers onto `ops`: each layer's mixer and FFN weights (when known) and their
-/// all-reduces of `act` elements; `experts` distinct experts read per MoE layer.
-fn target_layers(
-    shape: &ModelShape,
+/// The vocab-parallel embedding's all-reduce of `act` elements, unless the engine skips it.
+pub(super) fn embedding_op(opt: &ScheduleOptions, act: u64, ops: &mut Vec<Op>) {
+    if opt.embedding_allreduce {
+        ops.push(collective(
+            CollectiveKind::AllReduce,
+            opt.dtype,
+            act,
+            "embedding",
+            None,
+        ));
+    }
+}
+
+/// The LM head's weights (`vocab / tp` rows in `format`, when the weights are known) and the
+/// all-gather of the logits of `tokens` tokens.
+pub(super) fn head_ops(
+    known: bool,
+    format: WeightFormat,
+    vocab: u64,
+    h: u64,
+    tokens: u64,
     opt: &ScheduleOptions,
-    act: u64,
-    experts: f64,
     ops: &mut Vec<Op>,
 ) {
-    let (tp, h, dt) = (opt.tp, shape.hidden, opt.dtype);
-    let known = shape.weights_known;
-    for (l, b) in shape.layer_blocks().iter().enumerate() {
-        let l = l as u64;
+    if known {
+        ops.push(Op::Compute {
+            kind: ComputeKind::LmHead,
+            weight_bytes: format.matrix_bytes(vocab / opt.tp, h),
+            layer: None,
+        });
+    }
+    if opt.logits == Logits::Gather {
+        let c = tokens * vocab / opt.tp;
+        ops.push(collective(
+            CollectiveKind::AllGather,
+            opt.dtype,
+            c,
+            "logits",
+            None,
+        ));
+    }
+}
+
+/// What every decoder layer of one forward shares: the formats, whether the weights are
+/// known, the hidden size, the elements of each all-reduce, the experts each MoE layer reads.
+pub(super) struct LayerCtx {
+    pub precision: Precision,
+    pub known: bool,
+    pub hidden: u64,
+    pub act: u64,
+    pub experts: f64,
+}
+
+impl LayerCtx {
+    /// Layer `l`'s ops onto `ops`: its mixer's weights (when known), the KV cache that mixer
+    /// reads (with a context), the all-reduce after it; its FFN's weights and the all-reduce
+    /// after it.
+    pub(super) fn block_ops(&self, b: &Block, opt: &ScheduleOptions, l: u64, ops: &mut Vec<Op>) {
+        let (tp, h, dt) = (opt.tp, self.hidden, opt.dtype);
         if let Some(m) = &b.mixer {
-            if known {
-                let (kind, weight_bytes) = mixer_weights(m, shape.precision.attention, h, tp);
+            if self.known {
+                let (kind, weight_bytes) = mixer_weights(m, self.precision.attention, h, tp);
                 ops.push(Op::Compute {
                     kind,
                     weight_bytes,
                     layer: Some(l),
                 });
+                kv_op(m, opt, l, ops);
             }
             // a replicated linear in place of attention needs no reduction
             if *m != Mixer::Linear {
                 ops.push(collective(
                     CollectiveKind::AllReduce,
                     dt,
-                    act,
+                    self.act,
                     "attention",
                     Some(l),
                 ));
             }
         }
         if let Some(f) = &b.ffn {
-            if known {
-                ops.extend(ffn_ops(f, &shape.precision, h, tp, experts, l));
+            if self.known {
+                ops.extend(ffn_ops(f, &self.precision, h, tp, self.experts, l));
             }
             if *f != Ffn::Linear {
                 ops.push(collective(
                     CollectiveKind::AllReduce,
                     dt,
-                    act,
+                    self.act,
                     "mlp",
                     Some(l),
                 ));
             }
         }
+    }
+}
+
+/// The KV cache (or linear state) mixer `m` of layer `l` reads, with a context.
+pub(super) fn kv_op(m: &Mixer, opt: &ScheduleOptions, l: u64, ops: &mut Vec<Op>) {
+    if opt.context == 0 {
+        return;
+    }
+    let b = super::kv::mixer_kv_bytes(m, opt.tp, opt.concurrency.max(1), opt.context, opt.kv);
+    if b > 0 {
+        ops.push(Op::Compute {
+            kind: ComputeKind::KvCache,
+            weight_bytes: b,
+            layer: Some(l),
+        });
     }
 }
 
@@ -813,6 +1019,18 @@ impl crate::record::Workload {
             all_reduce_bytes_per_rank: first(CollectiveKind::AllReduce),
             all_gather_bytes_per_rank: first(CollectiveKind::AllGather),
             weight_bytes_per_rank: s.weight_bytes(),
+            concurrency: s.facts.concurrency,
+            context: s.facts.context,
+            kv: s.facts.kv,
+            kv_bytes_per_rank: (s.facts.context > 0).then(|| s.kv_bytes()),
+            weight_formats: s
+                .facts
+                .weight_formats
+                .iter()
+                .map(|(k, f)| (k.key().to_string(), f.label()))
+                .collect(),
+            weights_override: s.facts.weights_override.clone(),
+            cycle: None,
         }
     }
 }
@@ -951,6 +1169,24 @@ mod tests {
         assert_eq!(dr.count_collectives(CollectiveKind::AllGather), 1);
         let g = dr.collective_groups();
         assert_eq!(g.last().unwrap().bytes_per_rank, 32000 / 8 * 2);
+    }
+
+    #[test]
+    fn a_kinds_key_is_its_json_name() {
+        for k in [
+            ComputeKind::Attention,
+            ComputeKind::LinearAttention,
+            ComputeKind::Mamba,
+            ComputeKind::DenseMlp,
+            ComputeKind::Router,
+            ComputeKind::RoutedExperts,
+            ComputeKind::SharedExperts,
+            ComputeKind::DraftFc,
+            ComputeKind::LmHead,
+            ComputeKind::KvCache,
+        ] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.key());
+        }
     }
 
     #[test]

@@ -197,6 +197,7 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
             stream_gbps: None,
             predicted_compute_us: None,
             p2p: vec![],
+            parts: vec![],
         }),
     ));
     Ok(out)

@@ -84,6 +84,7 @@ fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
             stream_gbps: None,
             predicted_compute_us: None,
             p2p: vec![],
+            parts: vec![],
         }),
     )
 }

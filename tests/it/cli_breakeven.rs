@@ -65,6 +65,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
             stream_gbps: None,
             predicted_compute_us: None,
             p2p: vec![],
+            parts: vec![],
         }),
     )
 }

@@ -63,6 +63,7 @@ pub fn verify_record(
             stream_gbps: None,
             predicted_compute_us: None,
             p2p: vec![],
+            parts: vec![],
         }),
     )
 }

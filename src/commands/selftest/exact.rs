@@ -233,6 +233,7 @@ pub(super) fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Che
         .expect("valid host gaps"),
         timing_pass: 2,
         pdl: false,
+        cycle: None,
     };
     let results = run_job(&spec(devices, launcher, 120.0), &job);
     if let Ok(r) = &results {
@@ -341,6 +342,7 @@ pub(super) fn exported_ops(devices: &[usize], launcher: Launcher, checks: &mut V
             coll(CollectiveKind::AllToAll, 2688),
         ],
         config_reading: None,
+        facts: Default::default(),
     };
     let runs = vec![(false, Mode::Comm), (true, Mode::Comm)];
     let job = Job::Verify {
@@ -353,6 +355,7 @@ pub(super) fn exported_ops(devices: &[usize], launcher: Launcher, checks: &mut V
         host_gaps: Default::default(),
         timing_pass: 0,
         pdl: false,
+        cycle: None,
     };
     let res = run_job(&spec(devices, launcher, 120.0), &job)
         .and_then(|r| combine(&r, runs.len(), RankTime::Max));
