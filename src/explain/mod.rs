@@ -446,6 +446,8 @@ fn traps(req: &ExplainRequest, g: &Gathered, run: &Run) -> Vec<traps::Finding> {
         expect: &req.expect,
         oneshot_us: run.pricing.oneshot_per_all_reduce_us(),
         profile: &run.pricing.profile,
+        ranks: run.ranks,
+        link_kind: &run.pricing.link_kind,
     });
     if let Some(t) = found
         .iter_mut()

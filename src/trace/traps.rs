@@ -1,13 +1,15 @@
 //! Known traps between "I set it" and "the verify got faster", each with the evidence that
 //! shows it and where its rule comes from. A trap is `found` only when its evidence is in what
 //! the user gave; otherwise `not found` (the evidence is there and clean) or `not checked`
-//! (with what to give). The table lives beside the trace analysis that proves some of them
+//! (with what to give; also where the evidence is of another machine than the one priced).
+//! The table lives beside the trace analysis that proves some of them
 //! ([`in_trace`], for `verifybench trace`); `verifybench explain` checks them all ([`check`]).
 
 use serde::Serialize;
 
 use super::analysis::{Analysis, TrapFound};
-use crate::evidence::nccl::{env_lines, graph_lines, sys_graph_line};
+use crate::evidence::checks::other_machine;
+use crate::evidence::nccl::{env_lines, graph_lines, machine, sys_graph_line};
 use crate::evidence::{LaunchMode, NcclLogText, ServerLog};
 
 /// One trap: its rule, and where the rule comes from.
@@ -91,6 +93,7 @@ pub struct Finding {
 }
 
 /// What the traps look at.
+#[derive(Clone, Copy)]
 pub struct Inputs<'a> {
     pub trace: Option<&'a Analysis>,
     pub server_log: Option<&'a ServerLog>,
@@ -102,6 +105,10 @@ pub struct Inputs<'a> {
     /// The cost model's one-shot all-reduce, us per collective, and its profile.
     pub oneshot_us: Option<f64>,
     pub profile: &'a str,
+    /// The machine priced: its GPUs (one tensor-parallel group) and the kind of its link
+    /// (`nvlink`, `pci`, `shm`): the evidence of another machine is not checked.
+    pub ranks: usize,
+    pub link_kind: &'a str,
 }
 
 fn rule(id: &str) -> Rule {
@@ -161,12 +168,37 @@ pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
     out
 }
 
-/// Checks every trap of [`RULES`] against the evidence.
+/// Checks every trap of [`RULES`] against the evidence; the NCCL logs of another machine
+/// than the one priced ([`other_machine`]) are left out, and a trap that only they would
+/// check is `not checked`, with why.
 pub fn check(i: &Inputs) -> Vec<Finding> {
+    let (mut own, mut foreign) = (vec![], vec![]);
+    for l in i.nccl_logs {
+        match other_machine(&machine(l), i.ranks, i.link_kind, i.profile) {
+            Some(why) => foreign.push(format!("{} ({why})", l.name)),
+            None => own.push(l.clone()),
+        }
+    }
+    let own_logs = Inputs {
+        nccl_logs: &own,
+        ..*i
+    };
+    let of_another = (own.is_empty() && !foreign.is_empty()).then(|| {
+        format!(
+            "the NCCL log given is of another machine than the {} GPUs over {} priced: {}; give the server's own NCCL log",
+            i.ranks,
+            i.profile,
+            foreign.join("; ")
+        )
+    });
+    let nccl = |id: &str, f: fn(&Inputs) -> Finding| match &of_another {
+        Some(why) => finding(id, Status::NotChecked, why.clone()),
+        None => f(&own_logs),
+    };
     vec![
-        settings_not_applied(i),
+        nccl("settings-not-applied", settings_not_applied),
         eager_verify(i),
-        graph_search_sys(i),
+        nccl("nccl-graph-search-sys", graph_search_sys),
         custom_ar_slow(i),
         engine_custom_ar_off(i),
     ]
@@ -379,6 +411,50 @@ mod tests {
         for r in RULES {
             assert!(r.source.len() > 20, "{}", r.id);
             assert!(!r.give.is_empty(), "{}", r.id);
+        }
+    }
+
+    fn inputs<'a>(logs: &'a [NcclLogText], ranks: usize, link_kind: &'a str) -> Inputs<'a> {
+        Inputs {
+            trace: None,
+            server_log: None,
+            nccl_logs: logs,
+            sweep_best: None,
+            expect: &[],
+            oneshot_us: None,
+            profile: if link_kind == "nvlink" {
+                "nvlink-h200"
+            } else {
+                "pcie-gen5"
+            },
+            ranks,
+            link_kind,
+        }
+    }
+
+    /// The real NCCL log of 2 H200s over NVLink (tests/data) checks the NCCL traps of those 2
+    /// GPUs (its graph search is clean: not found), and of no other machine: for 8 PCIe GPUs
+    /// they are not checked, with why.
+    #[test]
+    fn an_nccl_log_of_another_machine_checks_nothing() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/nccl-2.28.3-h200x2-procs-default.log");
+        let logs = crate::evidence::read_nccl_logs(&[p]).unwrap();
+        let status = |f: &[Finding], id: &str| f.iter().find(|t| t.rule.id == id).unwrap().clone();
+        let own = check(&inputs(&logs, 2, "nvlink"));
+        assert_eq!(
+            status(&own, "nccl-graph-search-sys").status,
+            Status::NotFound
+        );
+        let other = check(&inputs(&logs, 8, "pci"));
+        for id in ["nccl-graph-search-sys", "settings-not-applied"] {
+            let t = status(&other, id);
+            assert_eq!(t.status, Status::NotChecked, "{id}: {t:?}");
+            assert!(
+                t.detail.contains("the NCCL log given is of another machine than the 8 GPUs over pcie-gen5 priced: nccl-2.28.3-h200x2-procs-default.log (2 ranks, P2P/CUMEM over NVL, 2 GPUs (busId 70, 60): no communicator of 8 ranks, NVLink where pcie-gen5 is PCIe)"),
+                "{}",
+                t.detail
+            );
         }
     }
 }

@@ -171,8 +171,8 @@ fn far_more_collectives_per_step_than_the_schedule_are_refused() {
 }
 
 /// The real NCCL log of 2 H200s over NVLink (tests/data, NCCL 2.28.3) given for an 8-GPU PCIe
-/// server: named in a note (it is read for the traps only, nothing is priced from it), and its
-/// machine in the evidence line.
+/// server: named in a note (nothing is priced from it), its machine in the evidence line, and
+/// the traps it alone would check not checked (never `not found` for a machine it is not of).
 #[test]
 fn a_two_rank_nvlink_nccl_log_for_eight_pcie_gpus_is_named() {
     let log = data("nccl-2.28.3-h200x2-procs-default.log");
@@ -191,12 +191,22 @@ fn a_two_rank_nvlink_nccl_log_for_eight_pcie_gpus_is_named() {
         "2 ranks, P2P/CUMEM over NVL",
         "no communicator of 8 ranks",
         "NVLink where pcie-gen5 is PCIe",
-        "for the traps only",
+        "its traps (the variables NCCL read, its topology search) are not checked",
     ] {
         assert!(n.contains(want), "{want}: {n}");
     }
     let ev = v["result"]["data"]["evidence"].to_string();
     assert!(ev.contains("2 ranks, P2P/CUMEM over NVL, 2 GPUs"), "{ev}");
+    for id in ["nccl-graph-search-sys", "settings-not-applied"] {
+        let t = trap(&v, id);
+        assert_eq!(t["status"], "not_checked", "{t}");
+        assert!(
+            t["detail"].as_str().unwrap().contains(
+                "the NCCL log given is of another machine than the 8 GPUs over pcie-gen5 priced"
+            ),
+            "{t}"
+        );
+    }
     // the same log for the 2 NVLink GPUs it came from: no note
     let v = json(&[
         "explain",
@@ -210,6 +220,8 @@ fn a_two_rank_nvlink_nccl_log_for_eight_pcie_gpus_is_named() {
         log.to_str().unwrap(),
     ]);
     assert!(!notes(&v).contains("another machine"), "{}", notes(&v));
+    // and its clean topology search is checked there: not found
+    assert_eq!(trap(&v, "nccl-graph-search-sys")["status"], "not_found");
 }
 
 /// SGLang logs its arguments at start-up (python/sglang/srt/entrypoints/engine.py,
@@ -371,4 +383,13 @@ fn a_vllm_log_of_enforce_eager_is_an_eager_verify() {
             .contains("(vllm.log: `Cudagraph is disabled under eager mode`): --enforce-eager"),
         "{d}"
     );
+}
+
+fn trap<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    v["result"]["data"]["traps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["rule"]["id"] == id)
+        .unwrap()
 }
