@@ -102,7 +102,8 @@ fn hold_us(us: f64, floor_us: Option<f64>) -> (f64, bool) {
 /// verify. The tokens/s is the log's (measured); the verify time is derived from it.
 pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> Option<Scenario> {
     let c = f.cycle;
-    let (tps, lines) = l.batch1_tokens_per_s?;
+    let b = l.batch1.as_ref()?;
+    let (tps, which) = (b.tokens_per_s, &b.which);
     let Some(tau) = &c.accept_length else {
         notes.push(format!(
             "{}: {tps:.1} tok/s with one running request, but no accept length to turn it into a verify time",
@@ -125,7 +126,7 @@ pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> O
             verify_ms * 1000.0,
             Source::Derived,
             format!(
-                "{}: {tps:.1} tok/s measured (mean of {lines} lines with one running request), at accept length {:.2}: cycle {cycle_ms:.2} ms less the drafts and overhead",
+                "{}: {tps:.1} tok/s measured ({which}), at accept length {:.2}: cycle {cycle_ms:.2} ms less the drafts and overhead",
                 l.file, tau.value
             ),
         ),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::analysis::{Analysis, TrapFound};
 use crate::evidence::checks::other_machine;
 use crate::evidence::nccl::{env_lines, graph_lines, machine, sys_graph_line};
-use crate::evidence::{LaunchMode, NcclLogText, ServerLog};
+use crate::evidence::{CustomAllReduce, LaunchMode, NcclLogText, ServerLog};
 
 /// One trap: its rule, and where the rule comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -58,8 +58,8 @@ pub(crate) const RULES: &[Rule] = &[
     Rule {
         id: "engine-custom-ar-off",
         name: "SGLang and vLLM turn their custom all-reduce off on more than two PCIe GPUs",
-        evidence: "the server log's `Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs`",
-        source: "sgl-project/sglang python/sglang/srt/distributed/device_communicators/custom_all_reduce.py and vllm-project/vllm vllm/distributed/device_communicators/custom_all_reduce.py: `world_size > 2 and not full_nvlink` disables it, and should_custom_ar keeps it for world size 2 or full NVLink only",
+        evidence: "the server log's `Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs` in its workers; against it, the lines of a build that turns it on (`PCIe custom allreduce enabled via VLLM_ENABLE_PCIE_ALLREDUCE=1 ...`, `Registering N cuda graph addresses`), each worker as its last line says",
+        source: "sgl-project/sglang python/sglang/srt/distributed/device_communicators/custom_all_reduce.py and vllm-project/vllm vllm/distributed/device_communicators/custom_all_reduce.py: `world_size > 2 and not full_nvlink` disables it, and should_custom_ar keeps it for world size 2 or full NVLink only; the RTX PRO 6000 community's vLLM build allows it on PCIe with VLLM_ENABLE_PCIE_ALLREDUCE=1 (vllm-project/vllm pull requests 39040 and 39633)",
         give: "the server log (--server-log)",
     },
 ];
@@ -380,25 +380,64 @@ fn custom_ar_slow(i: &Inputs) -> Finding {
     }
 }
 
-/// The engines' custom all-reduce off on more than two PCIe GPUs.
+/// The engines' custom all-reduce off on more than two PCIe GPUs: found where a worker says
+/// it is off, not found where every worker that says it says it is on (or none says either);
+/// not checked on the log of a server of another tensor-parallel size.
 fn engine_custom_ar_off(i: &Inputs) -> Finding {
-    match i.server_log {
-        Some(l) => match &l.custom_ar_off {
-            Some(line) => finding(
-                "engine-custom-ar-off",
-                Status::Found,
-                format!(
-                    "{}: `{line}`: the one-shot rows need an engine built to allow it on PCIe",
-                    l.file
-                ),
+    let id = "engine-custom-ar-off";
+    let Some(l) = i.server_log else {
+        return finding(id, Status::NotChecked, String::new());
+    };
+    if let Some(tp) = l.tensor_parallel.filter(|&tp| tp as usize != i.ranks) {
+        return finding(
+            id,
+            Status::NotChecked,
+            format!(
+                "{} is the log of a server of tensor-parallel size {tp}, not of the {} GPUs priced: its custom all-reduce lines describe that server; give the log of the server whose verify is explained",
+                l.file, i.ranks
             ),
-            None => finding(
-                "engine-custom-ar-off",
-                Status::NotFound,
-                format!("{}: no `Custom allreduce is disabled` line", l.file),
+        );
+    }
+    let (on, off) = l.custom_ar_split();
+    let names = |v: &[&CustomAllReduce]| {
+        v.iter()
+            .map(|w| w.worker.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (off.first(), on.first()) {
+        (Some(w), _) => finding(
+            id,
+            Status::Found,
+            format!(
+                "{}: `{}` in {} of {} workers ({}){}: the one-shot rows need an engine built to allow it on PCIe",
+                l.file,
+                w.line,
+                off.len(),
+                off.len() + on.len(),
+                names(&off),
+                match on.first() {
+                    Some(x) => format!("; on in {} (`{}`)", names(&on), x.line),
+                    None => String::new(),
+                }
             ),
-        },
-        None => finding("engine-custom-ar-off", Status::NotChecked, String::new()),
+        ),
+        (None, Some(w)) => finding(
+            id,
+            Status::NotFound,
+            format!(
+                "{}: on in all {} workers that say it ({}): `{}`",
+                l.file,
+                on.len(),
+                names(&on),
+                w.line
+            ),
+        ),
+        (None, None) => finding(
+            id,
+            Status::NotFound,
+            format!("{}: no `Custom allreduce is disabled` line", l.file),
+        ),
     }
 }
 
@@ -456,5 +495,34 @@ mod tests {
                 t.detail
             );
         }
+    }
+
+    /// The custom all-reduce as the built vLLM log says it (tests/data/README.md): on in all 8
+    /// workers, so the trap is not found there; for another tensor-parallel size, not checked.
+    #[test]
+    fn the_custom_all_reduce_of_the_server_log() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/vllm-glm51-mtp3-tp8.log");
+        let l = crate::evidence::read_server_log(&p).unwrap();
+        let t = engine_custom_ar_off(&Inputs {
+            server_log: Some(&l),
+            ..inputs(&[], 8, "pci")
+        });
+        assert_eq!(t.status, Status::NotFound, "{t:?}");
+        assert!(
+            t.detail.starts_with(
+                "vllm-glm51-mtp3-tp8.log: on in all 8 workers that say it (Worker_TP0 pid=412, "
+            ),
+            "{}",
+            t.detail
+        );
+        let t = engine_custom_ar_off(&Inputs {
+            server_log: Some(&l),
+            ..inputs(&[], 4, "pci")
+        });
+        assert_eq!(t.status, Status::NotChecked, "{t:?}");
+        assert!(t
+            .detail
+            .contains("tensor-parallel size 8, not of the 4 GPUs priced"));
     }
 }
