@@ -144,6 +144,12 @@ pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
     }))
 }
 
+/// `x` to three decimals, without trailing zeros (`0.407`, `3`).
+fn short(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// The accept length of one constant per-token rate `a` over `k` drafts, as `--accept-rate`
 /// takes it: 1 + a + a^2 + ... + a^k.
 fn const_rate_tau(a: f64, k: u64) -> f64 {
@@ -208,6 +214,52 @@ impl Acceptance {
             parts.join("; ")
         )
     }
+}
+
+/// The warning for `--accept-rate RATE` (one conditional rate per token: tau = 1 + a + ... +
+/// a^k) where it looks like vLLM's accept rate (accepted / drafted tokens: tau = 1 + k x
+/// rate): when it matches, within 0.005, the accept rate of `log` (a vLLM log of the same
+/// command: its lines' `Avg Draft acceptance rate`, or its accepted / drafted tokens), or when
+/// the other evidence says vLLM (`vllm_said`: what says it). `None` otherwise.
+pub(crate) fn accept_rate_warning(
+    rate: f64,
+    k: u64,
+    log: Option<(&str, &Acceptance)>,
+    vllm_said: Option<&str>,
+) -> Option<String> {
+    let off = |r: f64| (r - rate).abs();
+    // the closest of the lines' rates and the whole log's, within 0.005
+    let matched = log.and_then(|(file, a)| {
+        let lines = a.draft_rates.iter().map(|&r| {
+            let said = format!(
+                "matches {file}'s `Avg Draft acceptance rate: {:.1}%` (accepted / drafted tokens)",
+                100.0 * r
+            );
+            (r, said)
+        });
+        let whole = a.draft_rate().map(|r| {
+            let said = format!(
+                "matches {file}'s accepted / drafted tokens ({:.0} / {:.0} = {r:.3})",
+                a.accepted,
+                a.drafted.unwrap_or_default()
+            );
+            (r, said)
+        });
+        lines
+            .chain(whole)
+            .filter(|(r, _)| off(*r) <= 0.005 + 1e-9)
+            .min_by(|x, y| off(x.0).total_cmp(&off(y.0)))
+            .map(|(_, said)| said)
+    });
+    let why = matched.or_else(|| vllm_said.map(|w| format!("is given where {w} says vLLM")))?;
+    Some(format!(
+        "warning: --accept-rate {} {why}: --accept-rate takes one conditional rate per draft token (tau = 1 + a + ... + a^k = {:.2} at k = {k}), but vLLM's accept rate is accepted / drafted tokens, for which tau = 1 + k x rate = 1 + {k} x {} = {:.2}; if the rate is vLLM's, give --accept-length {:.2} instead (or vLLM's per-position rates to --accept-rates-of-drafts)",
+        short(rate),
+        const_rate_tau(rate, k),
+        short(rate),
+        1.0 + k as f64 * rate,
+        1.0 + k as f64 * rate
+    ))
 }
 
 /// The speculative config as the log prints it: the draft tokens k and the method.
@@ -771,6 +823,34 @@ INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
         assert!(none
             .conversion("x.log", Some(2))
             .contains("1 + 100 / 100 = 2.00"));
+    }
+
+    /// `--accept-rate` given vLLM's accept rate: 0.407 (line 6's `40.7%`) as one per-token
+    /// rate is 1 + 0.407 + 0.407^2 + 0.407^3 = 1.64 at k = 3, where vLLM's means 1 + 3 x 0.407
+    /// = 2.221.
+    #[test]
+    fn a_vllm_accept_rate_given_as_a_per_token_rate_is_warned() {
+        let a = acceptance(&data()).unwrap().unwrap();
+        let w = accept_rate_warning(0.407, 3, Some(("v.log", &a)), None).unwrap();
+        assert!(
+            w.starts_with(
+                "warning: --accept-rate 0.407 matches v.log's `Avg Draft acceptance rate: 40.7%`"
+            ),
+            "{w}"
+        );
+        assert!(w.contains("= 1.64 at k = 3"), "{w}");
+        assert!(
+            w.contains("tau = 1 + k x rate = 1 + 3 x 0.407 = 2.22"),
+            "{w}"
+        );
+        assert!(w.contains("give --accept-length 2.22 instead"), "{w}");
+        // a rate far from every line's: no warning, unless the evidence says vLLM
+        assert_eq!(accept_rate_warning(0.7, 3, Some(("v.log", &a)), None), None);
+        let w = accept_rate_warning(0.7, 3, None, Some("--engine vllm")).unwrap();
+        assert!(
+            w.contains("0.7 is given where --engine vllm says vLLM"),
+            "{w}"
+        );
     }
 
     /// The graph mode lowered for speculative decoding (vllm/config/compilation.py's

@@ -334,7 +334,7 @@ pub(crate) fn summary(
     c: &Cycle,
     f: Option<&JitterFit>,
     traced: bool,
-    engines_gate: bool,
+    (engines_gate, custom_ar): (bool, Option<&str>),
 ) -> Vec<String> {
     let mut out = vec![];
     if let Some(w) = &b.waiting {
@@ -434,10 +434,10 @@ pub(crate) fn summary(
             o.verify.source.label(),
             if o.at_floor { ", at the floor" } else { "" },
             tps(o),
-            if engines_gate {
-                "; SGLang and vLLM keep their custom all-reduce off on more than two GPUs without full NVLink, so this row needs an engine change."
-            } else {
-                "."
+            match (custom_ar, engines_gate) {
+                (Some(said), _) => format!("; {said}."),
+                (None, true) => "; SGLang and vLLM keep their custom all-reduce off on more than two GPUs without full NVLink, so this row needs an engine change.".into(),
+                (None, false) => ".".into(),
             }
         ));
     }

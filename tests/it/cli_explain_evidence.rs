@@ -393,3 +393,126 @@ fn trap<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
         .find(|t| t["rule"]["id"] == id)
         .unwrap()
 }
+
+/// A vLLM MTP log read whole (tests/data/vllm-glm51-mtp3-tp8.log, built from vLLM's log
+/// formats: see tests/data/README.md): k = 3 from its speculative config (not the default 2),
+/// the one-request rate of its 6 steady intervals (535.0 / 6 = 89.17 tok/s, where every line
+/// with one running request averages 743.2 / 9 = 82.58), the custom all-reduce on in its 8
+/// workers as the answer says it, its figures mapped to the accept length, and the graph mode
+/// lowered for the speculative arm alone.
+#[test]
+fn a_vllm_mtp_log_is_read_whole() {
+    let log = data("vllm-glm51-mtp3-tp8.log");
+    let v = json(&[
+        "explain",
+        "--gpus",
+        "8",
+        "--decode-ms",
+        "20.14",
+        "--server-log",
+        log.to_str().unwrap(),
+    ]);
+    let d = &v["result"]["data"];
+    assert_eq!(d["cycle"]["draft_steps"], 3, "{}", d["cycle"]);
+    assert_eq!(d["workload"]["tokens"], 4);
+    let n = notes(&v);
+    assert!(
+        n.contains("k = 3 draft steps, as the server log says (vllm-glm51-mtp3-tp8.log: `SpeculativeConfig(method='mtp', model='zai-org/GLM-5.1-FP8', num_spec_tokens=3)`)"),
+        "{n}"
+    );
+    assert!(
+        n.contains("1 + accepted tokens / drafts = 1 + 5006 / 4100 = 2.22"),
+        "{n}"
+    );
+    assert!(n.contains("1 + k x rate = 1 + 3 x 0.407 = 2.22"), "{n}");
+    let logged = d["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "as the server log measured it")
+        .unwrap();
+    let tps = logged["tokens_per_s"].as_f64().unwrap();
+    assert!((tps - 535.0 / 6.0).abs() < 1e-9, "{tps}");
+    assert!(
+        logged["verify"]["how"]
+            .as_str()
+            .unwrap()
+            .contains("lines 47, 49, 51, 57, 59, 65"),
+        "{logged}"
+    );
+    let summary = d["summary"].to_string();
+    assert!(
+        summary.contains("vllm-glm51-mtp3-tp8.log says the engine's custom all-reduce is on in all 8 workers that print it"),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains("SGLang and vLLM keep their custom all-reduce off"),
+        "{summary}"
+    );
+    assert_eq!(trap(&v, "engine-custom-ar-off")["status"], "not_found");
+    let eager = trap(&v, "eager-verify");
+    assert_eq!(eager["status"], "found");
+    assert!(
+        eager["detail"].as_str().unwrap().contains(
+            "the speculative arm ran PIECEWISE where the same server without speculation keeps FULL_AND_PIECEWISE"
+        ),
+        "{eager}"
+    );
+}
+
+/// vLLM's accept rate (accepted / drafted tokens) given to `--accept-rate`, which takes one
+/// per-token rate: 0.407 becomes 1 + 0.407 + 0.407^2 + 0.407^3 = 1.64 where vLLM's means 1 +
+/// 3 x 0.407 = 2.22 (the GLM-5.1 DCP8 C1 run of the published runs): warned, with the flag to
+/// use instead, when it matches the log's rate, or when the engine is said to be vLLM.
+#[test]
+fn a_vllm_accept_rate_given_to_accept_rate_is_warned() {
+    let log = data("vllm-glm51-mtp3-tp8.log");
+    let v = json(&[
+        "explain",
+        "--gpus",
+        "8",
+        "--decode-ms",
+        "20.14",
+        "--accept-rate",
+        "0.407",
+        "--server-log",
+        log.to_str().unwrap(),
+    ]);
+    let n = notes(&v);
+    assert!(
+        n.contains("warning: --accept-rate 0.407 matches vllm-glm51-mtp3-tp8.log's `Avg Draft acceptance rate: 40.7%`"),
+        "{n}"
+    );
+    assert!(n.contains("give --accept-length 2.22 instead"), "{n}");
+    let v = json(&[
+        "explain",
+        "--gpus",
+        "8",
+        "--decode-ms",
+        "20.14",
+        "--draft-steps",
+        "3",
+        "--accept-rate",
+        "0.407",
+        "--engine",
+        "vllm",
+    ]);
+    assert!(
+        notes(&v).contains("warning: --accept-rate 0.407 is given where --engine vllm says vLLM"),
+        "{}",
+        notes(&v)
+    );
+    // without vLLM in the evidence: no warning
+    let v = json(&[
+        "explain",
+        "--gpus",
+        "8",
+        "--decode-ms",
+        "20.14",
+        "--draft-steps",
+        "3",
+        "--accept-rate",
+        "0.407",
+    ]);
+    assert!(!notes(&v).contains("--accept-rate 0.407"), "{}", notes(&v));
+}
