@@ -82,7 +82,8 @@ pub struct BreakevenArgs {
     )]
     pub accept_rates_of_drafts: Option<Vec<f64>>,
     /// One constant acceptance rate alpha for every position: expected tokens per cycle =
-    /// (1 - alpha^(k+1)) / (1 - alpha).
+    /// (1 - alpha^(k+1)) / (1 - alpha). Not vLLM's accept rate (`Avg Draft acceptance rate`:
+    /// accepted / drafted tokens, tau = 1 + k x rate): give that one as --accept-length.
     #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
     pub accept_rate: Option<f64>,
     /// A results file (JSON, JSON array or JSON lines) with verify records: T_verify from

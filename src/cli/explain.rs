@@ -57,7 +57,9 @@ pub struct ExplainArgs {
     /// a1 + a2 + ...
     #[arg(long, value_name = "A1,A2,..", value_delimiter = ',', allow_negative_numbers = true, conflicts_with_all = ["accept_rate"])]
     pub accept_rates_of_drafts: Option<Vec<f64>>,
-    /// One constant acceptance rate alpha: tau = (1 - alpha^(k+1)) / (1 - alpha).
+    /// One constant acceptance rate alpha: tau = (1 - alpha^(k+1)) / (1 - alpha). Not vLLM's
+    /// accept rate (`Avg Draft acceptance rate`: accepted / drafted tokens, tau = 1 + k x rate):
+    /// give that one as --accept-length.
     #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
     pub accept_rate: Option<f64>,
     /// The server's log, SGLang's or vLLM's: the accept length as the engine prints it (unless

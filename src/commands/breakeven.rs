@@ -30,9 +30,10 @@ pub fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
     times.extend(crate::trace::breakeven::read_trace_times(&a.from_trace)?);
     let mut flags = a.flags.clone();
     if let Some(p) = &a.accept_from_log {
-        let (tau, notes) = crate::evidence::read_accept_log(p)?;
-        flags.measured_accept_length = Some(tau);
-        file_notes.extend(notes);
+        let log = crate::evidence::read_accept_log(p)?;
+        flags.measured_accept_length = Some(log.accept_length);
+        flags.measured_draft_steps = log.draft_steps;
+        file_notes.extend(log.notes);
     }
     // A break-even needs the decode time: its baseline.
     let mut inputs = inputs::resolve::<Labelled>(&flags, &times, true)?;

@@ -254,12 +254,11 @@ pub fn trace_against_schedule(
     Ok(notes)
 }
 
-/// A note when an NCCL log is of another machine than the one priced (`ranks` GPUs over a
-/// `link_kind` link of the `profile`): no communicator of `ranks`, or another link. The log
-/// is read for the traps only (the variables NCCL read, its topology search) and nothing is
-/// priced from it, so it is named, not refused.
-pub fn nccl_log_against(
-    name: &str,
+/// How an NCCL log's machine differs from the one priced (`ranks` GPUs over a `link_kind`
+/// link of the `profile`): `2 ranks, P2P/CUMEM over NVL, 2 GPUs (busId 70, 60): no
+/// communicator of 8 ranks, NVLink where pcie-gen5 is PCIe`; `None` when it is that machine
+/// as far as the log says (a communicator of `ranks`, the same kind of link).
+pub(crate) fn other_machine(
     m: &NcclMachine,
     ranks: usize,
     link_kind: &str,
@@ -287,10 +286,22 @@ pub fn nccl_log_against(
             link_word(link_kind)
         ));
     }
+    Some(format!("{}: {}", m.words(), differs.join(", ")))
+}
+
+/// A note when an NCCL log is of another machine than the one priced ([`other_machine`]).
+/// Nothing is priced from an NCCL log, and the traps do not check one of another machine
+/// (they give `not checked`), so it is named, not refused.
+pub fn nccl_log_against(
+    name: &str,
+    m: &NcclMachine,
+    ranks: usize,
+    link_kind: &str,
+    profile: &str,
+) -> Option<String> {
+    let why = other_machine(m, ranks, link_kind, profile)?;
     Some(format!(
-        "{name} is the NCCL log of another machine ({}: {}) than the {ranks} GPUs over {profile} priced: it is read for the traps only (the variables NCCL read, its topology search) and nothing is priced from it, so its traps describe that machine; give the server's own NCCL log",
-        m.words(),
-        differs.join(", ")
+        "{name} is the NCCL log of another machine ({why}) than the {ranks} GPUs over {profile} priced: nothing is priced from it, and its traps (the variables NCCL read, its topology search) are not checked, since they would describe that machine; give the server's own NCCL log"
     ))
 }
 
@@ -522,7 +533,10 @@ mod tests {
         let n = nccl_log_against("n.log", &m, 8, "pci", "pcie-gen5").unwrap();
         assert!(n.contains("no communicator of 8 ranks"), "{n}");
         assert!(n.contains("NVLink where pcie-gen5 is PCIe"), "{n}");
-        assert!(n.contains("for the traps only"), "{n}");
+        assert!(
+            n.contains("its traps (the variables NCCL read, its topology search) are not checked"),
+            "{n}"
+        );
         // the same log for 2 GPUs over NVLink: nothing to say
         assert_eq!(
             nccl_log_against("n.log", &m, 2, "nvlink", "nvlink-h200"),

@@ -24,7 +24,7 @@ use crate::error::usage;
 pub use nccl::{read_nccl_logs, NcclLogText};
 pub use provenance::{Labelled, Origin, Source};
 pub use records::{read_verify_files, times_of, RecordTime};
-pub use server_log::{read_accept_log, read_server_log, ServerLog};
+pub use server_log::{read_accept_log, read_server_log, AcceptFromLog, CustomAllReduce, ServerLog};
 
 /// The file name a label shows (the last path component).
 pub fn short_name(path: &Path) -> String {
@@ -89,6 +89,18 @@ impl Launch {
             self.meaning
         )
     }
+}
+
+/// Generation throughput of one running request, as the server log's lines give it (the
+/// break-even's batch of one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch1Rate {
+    /// Mean tok/s of the lines kept.
+    pub tokens_per_s: f64,
+    /// The lines kept (1-based line numbers of the log).
+    pub kept: Vec<usize>,
+    /// Which lines were kept and which left out, in words.
+    pub which: String,
 }
 
 /// A log line as quoted: at most 240 characters.

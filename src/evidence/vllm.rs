@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::{captured, quoted, Launch, LaunchMode};
+use super::{captured, quoted, Batch1Rate, Launch, LaunchMode};
 
 /// What marks an acceptance line (and a vLLM log).
 const METRICS_LINE: &str = "SpecDecoding metrics:";
@@ -37,6 +37,18 @@ pub struct Acceptance {
     pub max: f64,
     /// Draft positions (the length of the per-position list), when printed.
     pub positions: Option<usize>,
+    /// Accepted tokens over all lines (`Accepted: N tokens`).
+    pub accepted: f64,
+    /// Drafts over all lines (each line's accepted tokens over the sum of its per-position
+    /// rates, as [`acceptance`] counts them).
+    pub drafts: f64,
+    /// Drafted tokens over all lines (`Drafted: N tokens`), when every line printed them.
+    pub drafted: Option<f64>,
+    /// The per-position rates over all lines (each line's weighted by its drafts), when every
+    /// line printed the same number of them.
+    pub position_rates: Option<Vec<f64>>,
+    /// Each line's `Avg Draft acceptance rate` (accepted / drafted tokens) as a fraction.
+    pub draft_rates: Vec<f64>,
 }
 
 /// The number after `key` in `line` (up to the next space or comma).
@@ -54,6 +66,10 @@ pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
     let (mut accepted, mut drafts, mut lines) = (0.0, 0.0, 0usize);
     let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut positions = None;
+    let mut drafted_sum = Some(0.0);
+    let mut by_position: Option<Vec<f64>> = None;
+    let mut same_positions = true;
+    let mut draft_rates = vec![];
     for (i, line) in text.lines().enumerate() {
         if !line.contains(METRICS_LINE) {
             continue;
@@ -98,6 +114,16 @@ pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
         lines += 1;
         min = min.min(mean);
         max = max.max(mean);
+        drafted_sum = drafted_sum.zip(drafted).map(|(a, b)| a + b);
+        draft_rates.extend(number_after(line, "Avg Draft acceptance rate:").map(|p| p / 100.0));
+        let rates = rates.unwrap_or_default();
+        match &mut by_position {
+            Some(v) if v.len() == rates.len() => {
+                v.iter_mut().zip(&rates).for_each(|(s, r)| *s += r * d);
+            }
+            None if !rates.is_empty() => by_position = Some(rates.iter().map(|r| r * d).collect()),
+            _ => same_positions = false,
+        }
     }
     if lines == 0 {
         return Ok(None);
@@ -108,18 +134,291 @@ pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
         min,
         max,
         positions,
+        accepted,
+        drafts,
+        drafted: drafted_sum,
+        position_rates: by_position
+            .filter(|_| same_positions)
+            .map(|v| v.iter().map(|s| s / drafts).collect()),
+        draft_rates,
     }))
 }
 
-/// A stats line's running requests and generation throughput (`Avg generation throughput: X
-/// tokens/s, Running: N reqs`).
-pub(crate) fn throughput(line: &str) -> Option<(f64, f64)> {
-    static N: OnceLock<Regex> = OnceLock::new();
-    static T: OnceLock<Regex> = OnceLock::new();
-    Some((
-        captured(&N, r"Running: (\d+) reqs", line)?,
-        captured(&T, r"Avg generation throughput: ([0-9.]+) tokens/s", line)?,
+/// `x` to three decimals, without trailing zeros (`0.407`, `3`).
+fn short(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The accept length of one constant per-token rate `a` over `k` drafts, as `--accept-rate`
+/// takes it: 1 + a + a^2 + ... + a^k.
+fn const_rate_tau(a: f64, k: u64) -> f64 {
+    (0..=k).map(|i| a.powi(i as i32)).sum()
+}
+
+impl Acceptance {
+    /// Accepted / drafted tokens over all lines (vLLM's `Avg Draft acceptance rate`, the
+    /// published runs' "accept rate"), when every line printed its drafted tokens.
+    pub fn draft_rate(&self) -> Option<f64> {
+        self.drafted.filter(|&d| d > 0.0).map(|d| self.accepted / d)
+    }
+
+    /// Every acceptance figure of vLLM's lines (vllm/v1/spec_decode/metrics.py,
+    /// `SpecDecodingLogging.log`) mapped to the accept length tau, with the conversion: the
+    /// counts (1 + accepted / drafts), the per-position rates (fractions of all drafts: 1 +
+    /// their sum), the mean acceptance length (tau itself) and the accept rate (accepted /
+    /// drafted tokens: 1 + k x rate, since every draft drafts k tokens); `k` the draft count
+    /// the log gives, if any.
+    pub(crate) fn conversion(&self, file: &str, k: Option<u64>) -> String {
+        let mut parts = vec![format!(
+            "1 + accepted tokens / drafts = 1 + {:.0} / {:.0} = {:.2}",
+            self.accepted, self.drafts, self.mean_accept_len
+        )];
+        if let Some(r) = &self.position_rates {
+            let list: Vec<String> = r.iter().map(|x| format!("{x:.3}")).collect();
+            parts.push(format!(
+                "per-position rates {} (fractions of all drafts, weighted by each line's drafts): 1 + their sum = {:.2}",
+                list.join(", "),
+                1.0 + r.iter().sum::<f64>()
+            ));
+        }
+        parts.push(if self.min == self.max {
+            format!("`Mean acceptance length` {:.2} (tau itself)", self.min)
+        } else {
+            format!(
+                "`Mean acceptance length` {:.2}..{:.2} per line (tau itself)",
+                self.min, self.max
+            )
+        });
+        if let Some(rate) = self.draft_rate() {
+            let drafted = self.drafted.unwrap_or_default();
+            parts.push(match k {
+                Some(k) => format!(
+                    "accept rate {:.1}% (`Avg Draft acceptance rate`: accepted / drafted tokens, {:.0} / {drafted:.0}): 1 + k x rate = 1 + {k} x {:.3} = {:.2}, not a per-token rate for --accept-rate (which would make it {:.2})",
+                    100.0 * rate,
+                    self.accepted,
+                    rate,
+                    1.0 + k as f64 * rate,
+                    const_rate_tau(rate, k)
+                ),
+                None => format!(
+                    "accept rate {:.1}% (`Avg Draft acceptance rate`: accepted / drafted tokens, {:.0} / {drafted:.0}): 1 + k x rate for k draft tokens, not a per-token rate for --accept-rate",
+                    100.0 * rate,
+                    self.accepted,
+                ),
+            });
+        }
+        format!(
+            "{file}: vLLM's acceptance as the accept length tau (tokens per verify, the bonus token included), over {} `SpecDecoding metrics` lines: {}",
+            self.lines,
+            parts.join("; ")
+        )
+    }
+}
+
+/// The warning for `--accept-rate RATE` (one conditional rate per token: tau = 1 + a + ... +
+/// a^k) where it looks like vLLM's accept rate (accepted / drafted tokens: tau = 1 + k x
+/// rate): when it matches, within 0.005, the accept rate of `log` (a vLLM log of the same
+/// command: its lines' `Avg Draft acceptance rate`, or its accepted / drafted tokens), or when
+/// the other evidence says vLLM (`vllm_said`: what says it). `None` otherwise.
+pub(crate) fn accept_rate_warning(
+    rate: f64,
+    k: u64,
+    log: Option<(&str, &Acceptance)>,
+    vllm_said: Option<&str>,
+) -> Option<String> {
+    let off = |r: f64| (r - rate).abs();
+    // the closest of the lines' rates and the whole log's, within 0.005
+    let matched = log.and_then(|(file, a)| {
+        let lines = a.draft_rates.iter().map(|&r| {
+            let said = format!(
+                "matches {file}'s `Avg Draft acceptance rate: {:.1}%` (accepted / drafted tokens)",
+                100.0 * r
+            );
+            (r, said)
+        });
+        let whole = a.draft_rate().map(|r| {
+            let said = format!(
+                "matches {file}'s accepted / drafted tokens ({:.0} / {:.0} = {r:.3})",
+                a.accepted,
+                a.drafted.unwrap_or_default()
+            );
+            (r, said)
+        });
+        lines
+            .chain(whole)
+            .filter(|(r, _)| off(*r) <= 0.005 + 1e-9)
+            .min_by(|x, y| off(x.0).total_cmp(&off(y.0)))
+            .map(|(_, said)| said)
+    });
+    let why = matched.or_else(|| vllm_said.map(|w| format!("is given where {w} says vLLM")))?;
+    Some(format!(
+        "warning: --accept-rate {} {why}: --accept-rate takes one conditional rate per draft token (tau = 1 + a + ... + a^k = {:.2} at k = {k}), but vLLM's accept rate is accepted / drafted tokens, for which tau = 1 + k x rate = 1 + {k} x {} = {:.2}; if the rate is vLLM's, give --accept-length {:.2} instead (or vLLM's per-position rates to --accept-rates-of-drafts)",
+        short(rate),
+        const_rate_tau(rate, k),
+        short(rate),
+        1.0 + k as f64 * rate,
+        1.0 + k as f64 * rate
     ))
+}
+
+/// The speculative config as the log prints it: the draft tokens k and the method.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecConfig {
+    /// Draft tokens per step k (the verify covers k + 1 tokens).
+    pub k: u64,
+    /// The method (`mtp`, `eagle3`, `ngram`, ...), when printed.
+    pub method: Option<String>,
+    /// What the log says, quoted: `SpeculativeConfig(method='mtp', model='..',
+    /// num_spec_tokens=3)` or the arguments' `'speculative_config': {..}`.
+    pub quote: String,
+}
+
+/// The speculative config of the log: the engine's config line (`Initializing a V1 LLM engine
+/// (v..) with config: ..., speculative_config=SpeculativeConfig(method='mtp', model='..',
+/// num_spec_tokens=3), ...`, vllm/v1/engine/core.py; the text of `SpeculativeConfig.__repr__`,
+/// vllm/config/speculative.py: the count as resolved, also when the draft model's config
+/// gave it), else the API server's arguments (`non-default args: {..., 'speculative_config':
+/// {'method': 'mtp', 'num_speculative_tokens': 3}}`, vllm/entrypoints/utils.py: the
+/// `--speculative-config` JSON as vllm/engine/arg_utils.py parsed it, which may leave the
+/// count to the draft model). `None` when neither prints a count above 0.
+pub(crate) fn spec_config(text: &str) -> Option<SpecConfig> {
+    static REPR: OnceLock<Regex> = OnceLock::new();
+    static ARGS: OnceLock<Regex> = OnceLock::new();
+    static METHOD: OnceLock<Regex> = OnceLock::new();
+    let repr = REPR.get_or_init(|| {
+        Regex::new(r"SpeculativeConfig\([^)]*?\bnum_spec_tokens=(\d+)[^)]*\)").expect("valid regex")
+    });
+    let args = ARGS.get_or_init(|| {
+        Regex::new(r#"['"]speculative_config['"]\s*:\s*\{[^{}]*?['"]num_speculative_tokens['"]\s*:\s*(\d+)[^{}]*\}"#)
+            .expect("valid regex")
+    });
+    let method = METHOD.get_or_init(|| {
+        Regex::new(r#"['"]?method['"]?\s*[=:]\s*['"]([\w-]+)['"]"#).expect("valid regex")
+    });
+    let found = |re: &Regex| {
+        text.lines().find_map(|l| {
+            let c = re.captures(l)?;
+            let k = c[1].parse::<u64>().ok().filter(|&k| k > 0)?;
+            let quote = c[0].to_string();
+            let method = method.captures(&quote).map(|m| m[1].to_string());
+            Some(SpecConfig { k, method, quote })
+        })
+    };
+    found(repr).or_else(|| found(args))
+}
+
+/// The tensor-parallel size of the engine's config line (`tensor_parallel_size=8`) or of the
+/// API server's arguments (`'tensor_parallel_size': 8`).
+pub(crate) fn tensor_parallel(text: &str) -> Option<u64> {
+    static TP: OnceLock<Regex> = OnceLock::new();
+    let re = TP.get_or_init(|| {
+        Regex::new(r#"\btensor_parallel_size['"]?\s*[=:]\s*(\d+)"#).expect("valid regex")
+    });
+    text.lines()
+        .find_map(|l| re.captures(l).and_then(|c| c[1].parse().ok()))
+}
+
+/// One periodic stats line of vllm/v1/metrics/loggers.py (`LoggingStatLogger.log`): `Engine
+/// 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s,
+/// Running: %d reqs, Waiting: %d reqs, ...`, each the mean over the interval since the last
+/// line (10 s by default), the running requests those at its end.
+struct Stats {
+    engine: String,
+    prompt: f64,
+    generation: f64,
+    running: u64,
+}
+
+fn stats(line: &str) -> Option<Stats> {
+    static P: OnceLock<Regex> = OnceLock::new();
+    static G: OnceLock<Regex> = OnceLock::new();
+    static N: OnceLock<Regex> = OnceLock::new();
+    static E: OnceLock<Regex> = OnceLock::new();
+    let engine = E.get_or_init(|| Regex::new(r"Engine (\d+):").expect("valid regex"));
+    Some(Stats {
+        engine: engine
+            .captures(line)
+            .map(|c| c[1].to_string())
+            .unwrap_or_default(),
+        prompt: captured(&P, r"Avg prompt throughput: ([0-9.]+) tokens/s", line)?,
+        generation: captured(&G, r"Avg generation throughput: ([0-9.]+) tokens/s", line)?,
+        running: captured(&N, r"Running: (\d+) reqs", line)? as u64,
+    })
+}
+
+/// `12, 14, 16` (the first 12, then how many in all).
+fn line_list(v: &[usize]) -> String {
+    let shown: Vec<String> = v.iter().take(12).map(|n| n.to_string()).collect();
+    if v.len() > 12 {
+        format!("{}, ... ({} in all)", shown.join(", "), v.len())
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// The generation throughput of one running request from vLLM's periodic stats lines
+/// ([`stats`]), steady intervals only: one request running at the end of the interval and at
+/// the end of the one before on the same engine (so not the first interval of a request,
+/// which starts part-way, and not the one it ends in, which ends with none running), no prompt
+/// throughput (no prefill in it), and a generation throughput above 0. `None` when no
+/// interval is steady.
+pub(crate) fn steady_rate(text: &str) -> Option<Batch1Rate> {
+    let mut before: std::collections::HashMap<String, u64> = Default::default();
+    let (mut kept, mut rates) = (vec![], vec![]);
+    let (mut one, mut prefill, mut changed, mut idle) = (0, 0, 0, 0);
+    for (i, line) in text.lines().enumerate() {
+        let Some(s) = stats(line) else { continue };
+        let prev = before.insert(s.engine.clone(), s.running);
+        if s.running != 1 {
+            continue;
+        }
+        one += 1;
+        if s.prompt > 0.0 {
+            prefill += 1;
+        } else if prev != Some(1) {
+            changed += 1;
+        } else if s.generation <= 0.0 {
+            idle += 1;
+        } else {
+            kept.push(i + 1);
+            rates.push(s.generation);
+        }
+    }
+    if rates.is_empty() {
+        return None;
+    }
+    let mut out = vec![];
+    if prefill > 0 {
+        out.push(format!(
+            "{prefill} with a prefill (prompt throughput above 0)"
+        ));
+    }
+    if changed > 0 {
+        out.push(format!(
+            "{changed} whose running count changed during it (a request's first interval)"
+        ));
+    }
+    if idle > 0 {
+        out.push(format!("{idle} without generation"));
+    }
+    let left_out = if out.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; left out of the {one} with one running request: {}",
+            out.join(", ")
+        )
+    };
+    Some(Batch1Rate {
+        tokens_per_s: rates.iter().sum::<f64>() / rates.len() as f64,
+        which: format!(
+            "mean `Avg generation throughput` of {} steady stats intervals with one running request (lines {}: no prompt throughput, one request running at both ends){left_out}",
+            rates.len(),
+            line_list(&kept)
+        ),
+        kept,
+    })
 }
 
 /// The model of the engine config's line (`with config: model='..'`, the config's string in
@@ -196,6 +495,18 @@ fn config_mode(v: &str) -> Option<&'static str> {
     })
 }
 
+/// A line where vLLM lowers the CUDA-graph mode: `...; setting cudagraph_mode=MODE` or
+/// `Overriding cudagraph_mode [from X ]to MODE` (the mode in the first group).
+fn lowering() -> &'static Regex {
+    static SETTING: OnceLock<Regex> = OnceLock::new();
+    SETTING.get_or_init(|| {
+        Regex::new(
+            r"(?:setting cudagraph_mode=|Overriding cudagraph_mode (?:from \w+ )?to )([A-Z_]+)",
+        )
+        .expect("valid regex")
+    })
+}
+
 /// The CUDA-graph mode the engine ran with, as its log says it. `--enforce-eager` decides
 /// (`Cudagraph is disabled under eager mode`, vllm/config/vllm.py; `Enforce eager set,
 /// disabling torch.compile and CUDAGraphs`; `enforce_eager=True` in the config line), and so
@@ -209,14 +520,8 @@ fn config_mode(v: &str) -> Option<&'static str> {
 /// speculation) and `Overriding cudagraph_mode [from X ]to MODE` (vllm/config/vllm.py: pooling,
 /// encoder-decoder, context parallel, dynamic speculation). `None` when the log says none.
 pub(crate) fn launch(text: &str) -> Option<Launch> {
-    static SETTING: OnceLock<Regex> = OnceLock::new();
     static CONFIG: OnceLock<Regex> = OnceLock::new();
-    let setting = SETTING.get_or_init(|| {
-        Regex::new(
-            r"(?:setting cudagraph_mode=|Overriding cudagraph_mode (?:from \w+ )?to )([A-Z_]+)",
-        )
-        .expect("valid regex")
-    });
+    let setting = lowering();
     let config = CONFIG.get_or_init(|| {
         Regex::new(r#"['"]?cudagraph_mode['"]?\s*[:=]\s*(<CUDAGraphMode\.[A-Z_]+|\[\s*\d\s*,\s*\d\s*\]|\(\s*\d\s*,\s*\d\s*\)|\d\b|['"][A-Z_]+['"])"#)
             .expect("valid regex")
@@ -255,14 +560,85 @@ pub(crate) fn launch(text: &str) -> Option<Launch> {
             continue;
         };
         if let Some((mode, meaning)) = name.as_deref().and_then(mode_meaning) {
+            let spec = lowered_for_speculation(line)
+                .map(|g| format!("; {}", g.words()))
+                .unwrap_or_default();
             said = Some(Launch {
                 mode,
-                meaning: format!("cudagraph_mode={}: {meaning}", name.unwrap_or_default()),
+                meaning: format!(
+                    "cudagraph_mode={}: {meaning}{spec}",
+                    name.unwrap_or_default()
+                ),
                 line: quote,
             });
         }
     }
     said
+}
+
+/// The CUDA-graph mode of the speculative arm against the plain one: vLLM lowers the mode for
+/// speculative decoding alone, and says so (vllm/config/compilation.py and
+/// vllm/v1/worker/gpu_model_runner.py: `CUDAGraphMode.FULL_AND_PIECEWISE is not supported with
+/// spec-decode for attention backend FlashInferBackend (support:
+/// AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE`, where
+/// the backend's graphs cover one-token decodes but not a verify's k + 1;
+/// `CUDAGraph is not supported for ngram-based speculative decoding; setting
+/// cudagraph_mode=PIECEWISE`; vllm/config/vllm.py: `Dynamic speculative decoding ...
+/// Overriding cudagraph_mode from FULL_AND_PIECEWISE to PIECEWISE`). The same server without
+/// speculation keeps the mode asked for, so a plain-decoding baseline measured on it ran with
+/// fuller graphs than the speculative arm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecGraph {
+    /// The mode asked for (and kept without speculation), when the line names it.
+    pub asked: Option<String>,
+    /// The mode the speculative arm ran.
+    pub ran: String,
+    /// The line's message.
+    pub quote: String,
+}
+
+impl SpecGraph {
+    /// `lowered for speculative decoding only: ...`.
+    pub fn words(&self) -> String {
+        format!(
+            "lowered for speculative decoding only: the speculative arm ran {} where the same server without speculation keeps {}, so a plain-decoding baseline measured on it ran with fuller graphs than the speculative arm (compare the two at the same graph mode)",
+            self.ran,
+            self.asked.as_deref().unwrap_or("the mode it was given")
+        )
+    }
+}
+
+/// The line's lowering of the mode when it is for speculative decoding ([`SpecGraph`]).
+fn lowered_for_speculation(line: &str) -> Option<SpecGraph> {
+    static ASKED: OnceLock<Regex> = OnceLock::new();
+    let asked = ASKED.get_or_init(|| {
+        Regex::new(
+            r"CUDAGraphMode\.([A-Z_]+) is not supported|Overriding cudagraph_mode from ([A-Z_]+)",
+        )
+        .expect("valid regex")
+    });
+    let l = line.to_ascii_lowercase();
+    if !(l.contains("spec-decode") || l.contains("speculative decoding")) {
+        return None;
+    }
+    let ran = lowering().captures(line)?[1].to_string();
+    let asked = asked
+        .captures(line)
+        .and_then(|c| c.get(1).or(c.get(2)))
+        .map(|m| m.as_str().to_string());
+    if asked.as_deref() == Some(ran.as_str()) {
+        return None;
+    }
+    Some(SpecGraph {
+        asked,
+        ran,
+        quote: quoted(message(line)),
+    })
+}
+
+/// The last lowering of the mode for speculative decoding in `text` ([`SpecGraph`]).
+pub(crate) fn spec_graph(text: &str) -> Option<SpecGraph> {
+    text.lines().rev().find_map(lowered_for_speculation)
 }
 
 #[cfg(test)]
@@ -385,5 +761,142 @@ INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
         // the API server's arguments name the model
         let args = "(APIServer pid=1) INFO 05-14 08:20:00 [utils.py:233] non-default args: {'model_tag': 'Qwen/Qwen3-8B', 'model': 'Qwen/Qwen3-8B', 'speculative_config': {'method': 'eagle3', 'model': 'x/eagle'}}\n";
         assert_eq!(model(args).as_deref(), Some("Qwen/Qwen3-8B"));
+    }
+
+    fn data() -> String {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/vllm-glm51-mtp3-tp8.log");
+        std::fs::read_to_string(p).unwrap()
+    }
+
+    /// k as vLLM prints it: the engine's config line (`SpeculativeConfig.__repr__`, the count
+    /// as resolved) before the API server's arguments (the JSON as given, `num_speculative_tokens`
+    /// there), and the arguments alone; the method beside it.
+    #[test]
+    fn k_from_the_speculative_config() {
+        let c = spec_config(&data()).unwrap();
+        assert_eq!((c.k, c.method.as_deref()), (3, Some("mtp")));
+        assert_eq!(
+            c.quote,
+            "SpeculativeConfig(method='mtp', model='zai-org/GLM-5.1-FP8', num_spec_tokens=3)"
+        );
+        let args = "(APIServer pid=1) INFO 05-14 08:20:00 [utils.py:233] non-default args: {'model': 'm', 'speculative_config': {'method': 'eagle3', 'model': 'x/eagle', 'num_speculative_tokens': 5}, 'tensor_parallel_size': 4}\n";
+        let c = spec_config(args).unwrap();
+        assert_eq!((c.k, c.method.as_deref()), (5, Some("eagle3")));
+        assert_eq!(tensor_parallel(args), Some(4));
+        // ngram's repr has no draft model
+        let ngram = "with config: model='m', speculative_config=SpeculativeConfig(method='ngram', model=None, num_spec_tokens=4), tensor_parallel_size=2";
+        assert_eq!(spec_config(ngram).map(|c| c.k), Some(4));
+        assert_eq!(tensor_parallel(ngram), Some(2));
+        // the arguments without a count (the draft model's config gives it): none here
+        assert_eq!(
+            spec_config("non-default args: {'speculative_config': {'method': 'mtp'}}"),
+            None
+        );
+        assert_eq!(spec_config(VLLM_LOG), None);
+    }
+
+    /// vLLM's figures over the built log's 12 lines (tests/data/README.md): 5006 accepted,
+    /// 4100 drafts, 12300 drafted; per position 2548, 1558 and 900 accepted of 4100 drafts.
+    #[test]
+    fn the_acceptance_figures_over_all_lines() {
+        let a = acceptance(&data()).unwrap().unwrap();
+        assert_eq!(a.lines, 12);
+        assert!((a.accepted - 5006.0).abs() < 1e-9);
+        assert!((a.drafts - 4100.0).abs() < 1e-6, "{}", a.drafts);
+        assert_eq!(a.drafted, Some(12300.0));
+        let r = a.position_rates.clone().unwrap();
+        for (got, want) in r
+            .iter()
+            .zip([2548.0 / 4100.0, 1558.0 / 4100.0, 900.0 / 4100.0])
+        {
+            assert!((got - want).abs() < 1e-9, "{r:?}");
+        }
+        assert!((a.draft_rate().unwrap() - 5006.0 / 12300.0).abs() < 1e-12);
+        assert_eq!(a.draft_rates.len(), 12);
+        assert!((a.draft_rates[5] - 0.407).abs() < 1e-12);
+        // without a count of drafted tokens, no accept rate
+        let none = acceptance("SpecDecoding metrics: Mean acceptance length: 2.50, Accepted: 100 tokens, Per-position acceptance rate: 0.600, 0.400\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((none.drafted, none.draft_rate()), (None, None));
+        assert!(none
+            .conversion("x.log", Some(2))
+            .contains("1 + 100 / 100 = 2.00"));
+    }
+
+    /// `--accept-rate` given vLLM's accept rate: 0.407 (line 6's `40.7%`) as one per-token
+    /// rate is 1 + 0.407 + 0.407^2 + 0.407^3 = 1.64 at k = 3, where vLLM's means 1 + 3 x 0.407
+    /// = 2.221.
+    #[test]
+    fn a_vllm_accept_rate_given_as_a_per_token_rate_is_warned() {
+        let a = acceptance(&data()).unwrap().unwrap();
+        let w = accept_rate_warning(0.407, 3, Some(("v.log", &a)), None).unwrap();
+        assert!(
+            w.starts_with(
+                "warning: --accept-rate 0.407 matches v.log's `Avg Draft acceptance rate: 40.7%`"
+            ),
+            "{w}"
+        );
+        assert!(w.contains("= 1.64 at k = 3"), "{w}");
+        assert!(
+            w.contains("tau = 1 + k x rate = 1 + 3 x 0.407 = 2.22"),
+            "{w}"
+        );
+        assert!(w.contains("give --accept-length 2.22 instead"), "{w}");
+        // a rate far from every line's: no warning, unless the evidence says vLLM
+        assert_eq!(accept_rate_warning(0.7, 3, Some(("v.log", &a)), None), None);
+        let w = accept_rate_warning(0.7, 3, None, Some("--engine vllm")).unwrap();
+        assert!(
+            w.contains("0.7 is given where --engine vllm says vLLM"),
+            "{w}"
+        );
+    }
+
+    /// The graph mode lowered for speculative decoding (vllm/config/compilation.py's
+    /// spec-decode guard) is the speculative arm's alone; a lowering for the backend alone
+    /// (both arms) is not.
+    #[test]
+    fn the_speculative_arms_graph_mode_against_the_plain_ones() {
+        let g = spec_graph(&data()).unwrap();
+        assert_eq!(g.asked.as_deref(), Some("FULL_AND_PIECEWISE"));
+        assert_eq!(g.ran, "PIECEWISE");
+        assert!(g
+            .quote
+            .starts_with("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode"));
+        let both = "WARNING 05-03 18:41:32 [gpu_model_runner.py:4100] CUDAGraphMode.FULL_AND_PIECEWISE is not supported with FlashInferBackend backend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE\n";
+        assert_eq!(spec_graph(both), None);
+        assert!(!launch(both).unwrap().meaning.contains("speculative"));
+        let dsd = "WARNING 05-03 18:41:32 [vllm.py:900] Dynamic speculative decoding changes the target verification length at runtime. Overriding cudagraph_mode from FULL_AND_PIECEWISE to PIECEWISE for reliability.\n";
+        let g = spec_graph(dsd).unwrap();
+        assert_eq!(
+            (g.asked.as_deref(), g.ran.as_str()),
+            (Some("FULL_AND_PIECEWISE"), "PIECEWISE")
+        );
+        let ngram = "WARNING [compilation.py:900] CUDAGraph is not supported for ngram-based speculative decoding; setting cudagraph_mode=PIECEWISE\n";
+        let g = spec_graph(ngram).unwrap();
+        assert_eq!((g.asked, g.ran.as_str()), (None, "PIECEWISE"));
+    }
+
+    /// Steady intervals only, per engine: with two engines (data parallel) each line's
+    /// running count is compared with its own engine's line before.
+    #[test]
+    fn steady_intervals_are_counted_per_engine() {
+        let l = |e: u32, p: f64, g: f64, n: u32| {
+            format!("INFO 05-01 10:00:00 [loggers.py:123] Engine {e:03}: Avg prompt throughput: {p:.1} tokens/s, Avg generation throughput: {g:.1} tokens/s, Running: {n} reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n")
+        };
+        let text = [
+            l(0, 100.0, 40.0, 1), // a prefill
+            l(1, 0.0, 0.0, 0),
+            l(0, 0.0, 90.0, 1), // steady: engine 0 ran one before
+            l(1, 0.0, 50.0, 1), // engine 1's first interval of a request: partial
+            l(1, 0.0, 80.0, 1), // steady
+        ]
+        .concat();
+        let b = steady_rate(&text).unwrap();
+        // (90 + 80) / 2
+        assert_eq!((b.tokens_per_s, b.kept.clone()), (85.0, vec![3, 5]));
+        // one interval alone, with no line before it: not steady
+        assert_eq!(steady_rate(&l(0, 0.0, 95.6, 1)), None);
     }
 }

@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
 use crate::evidence::checks::{self, TracedStep};
-use crate::evidence::{Labelled, Source};
+use crate::evidence::{Labelled, ServerLog, Source};
 pub use crate::model::Engine;
 use crate::model::Schedule;
 use crate::request::{RankInputs, RankRule, Workload, DEFAULT_RANKS, MAX_RANKS};
@@ -108,13 +108,19 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
     };
     let (scenarios, launch_sentence) = rows(&base, &run.pricing, g, &frame, &mut notes);
     let engines_gate = run.ranks > 2 && run.pricing.link_kind != "nvlink";
+    // what the server log says of the custom all-reduce, where it is this server's
+    let custom_ar = g
+        .server_log
+        .as_ref()
+        .filter(|l| l.tensor_parallel.is_none_or(|tp| tp as usize == run.ranks))
+        .and_then(ServerLog::custom_ar_words);
     let mut summary = scenarios::summary(
         &base,
         &scenarios,
         &cycle,
         fit.as_ref(),
         g.trace.is_some(),
-        engines_gate,
+        (engines_gate, custom_ar.as_deref()),
     );
     summary.splice(0..0, launch_sentence);
     let next = advice::next_steps(
@@ -212,17 +218,7 @@ impl Run {
             ..Default::default()
         };
         let ranks = crate::request::ranks(&given, DEFAULT_RANKS, &EXPLAIN_RANKS)?;
-        // Draft steps k and tokens k + 1.
-        let rates = req
-            .cycle
-            .acceptance
-            .as_ref()
-            .and_then(Acceptance::positions);
-        let k = req
-            .cycle
-            .draft_steps
-            .or(rates)
-            .unwrap_or_else(|| req.workload.tokens.saturating_sub(1).max(1));
+        let k = draft_steps(req, g, notes);
         let mut workload = req.workload.clone();
         workload.tp = Some(ranks as u64);
         if !req.tokens_given {
@@ -267,6 +263,39 @@ impl Run {
                 .join(" + ")
         )
     }
+}
+
+/// Draft steps k (the verify covers k + 1 tokens): `--draft-steps`, else the number of
+/// per-position rates given, else the server log's (its speculative config), unless
+/// `--tokens` says it, else `--tokens` less one; where the log's differs from the flags', a
+/// note.
+fn draft_steps(req: &ExplainRequest, g: &Gathered, notes: &mut Vec<String>) -> u64 {
+    let rates = req
+        .cycle
+        .acceptance
+        .as_ref()
+        .and_then(Acceptance::positions);
+    let flagged = req.cycle.draft_steps.or(rates);
+    let logged = g.server_log.as_ref().and_then(|l| l.draft_steps.as_ref());
+    let k = match (flagged, logged) {
+        (Some(k), _) => k,
+        (None, Some((n, _))) if !req.tokens_given => *n,
+        _ => req.workload.tokens.saturating_sub(1).max(1),
+    };
+    if let Some((n, origin)) = logged {
+        if flagged.is_none() && !req.tokens_given {
+            notes.push(format!(
+                "k = {n} draft steps, as the server log says ({})",
+                origin.from
+            ));
+        } else if *n != k {
+            notes.push(format!(
+                "the server log says k = {n} draft steps ({}), but the flags give k = {k}: k = {k} is priced",
+                origin.from
+            ));
+        }
+    }
+    k
 }
 
 /// The verify as it ran, from the best evidence given (the traces, what the profiler showed
@@ -328,12 +357,16 @@ fn read_logs(
 ) {
     if let Some(l) = &g.server_log {
         evidence.push(format!(
-            "server log: {} ({}{}{})",
+            "server log: {} ({}{}{}{})",
             l.file,
             l.engine.map_or("engine unknown", |e| e.label()),
             l.model
                 .as_ref()
                 .map(|m| format!(", model {m}"))
+                .unwrap_or_default(),
+            l.draft_steps
+                .as_ref()
+                .map(|(k, _)| format!(", k = {k} draft steps"))
                 .unwrap_or_default(),
             l.launch
                 .as_ref()
@@ -446,6 +479,8 @@ fn traps(req: &ExplainRequest, g: &Gathered, run: &Run) -> Vec<traps::Finding> {
         expect: &req.expect,
         oneshot_us: run.pricing.oneshot_per_all_reduce_us(),
         profile: &run.pricing.profile,
+        ranks: run.ranks,
+        link_kind: &run.pricing.link_kind,
     });
     if let Some(t) = found
         .iter_mut()
@@ -497,6 +532,7 @@ fn resolve_cycle(
         );
     }
     let i = crate::speculative::inputs::complete(&flags, &[], times)?;
+    notes.extend(acceptance_notes(req, g, i.draft_steps));
     if decode_given {
         if i.accept_length.is_none() {
             notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
@@ -515,6 +551,34 @@ fn resolve_cycle(
         draft_steps: i.draft_steps,
         overhead_ms: i.overhead_ms,
     })
+}
+
+/// vLLM's acceptance figures mapped to the accept length, with the conversion (at the log's
+/// own k where it gives one, else at `k`), and a warning where `--accept-rate` looks like
+/// vLLM's accept rate (accepted / drafted tokens) rather than the per-token rate it takes.
+fn acceptance_notes(req: &ExplainRequest, g: &Gathered, k: u64) -> Vec<String> {
+    let mut notes = vec![];
+    let log = g.server_log.as_ref();
+    let logged_k = log.and_then(|l| l.draft_steps.as_ref()).map(|d| d.0);
+    let figures = log.and_then(|l| Some((l.file.as_str(), l.vllm_acceptance.as_ref()?)));
+    if let Some((file, a)) = figures {
+        notes.push(a.conversion(file, logged_k.or(Some(k))));
+    }
+    if let Some(Acceptance::Rate(rate)) = &req.cycle.acceptance {
+        let said = if req.engine == Some(Engine::Vllm) {
+            Some("--engine vllm".to_string())
+        } else {
+            log.filter(|l| l.engine == Some(Engine::Vllm))
+                .map(|l| format!("the server log ({})", l.file))
+        };
+        notes.extend(crate::evidence::vllm::accept_rate_warning(
+            *rate,
+            k,
+            figures,
+            said.as_deref(),
+        ));
+    }
+    notes
 }
 
 #[cfg(test)]

@@ -102,7 +102,8 @@ fn hold_us(us: f64, floor_us: Option<f64>) -> (f64, bool) {
 /// verify. The tokens/s is the log's (measured); the verify time is derived from it.
 pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> Option<Scenario> {
     let c = f.cycle;
-    let (tps, lines) = l.batch1_tokens_per_s?;
+    let b = l.batch1.as_ref()?;
+    let (tps, which) = (b.tokens_per_s, &b.which);
     let Some(tau) = &c.accept_length else {
         notes.push(format!(
             "{}: {tps:.1} tok/s with one running request, but no accept length to turn it into a verify time",
@@ -125,7 +126,7 @@ pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> O
             verify_ms * 1000.0,
             Source::Derived,
             format!(
-                "{}: {tps:.1} tok/s measured (mean of {lines} lines with one running request), at accept length {:.2}: cycle {cycle_ms:.2} ms less the drafts and overhead",
+                "{}: {tps:.1} tok/s measured ({which}), at accept length {:.2}: cycle {cycle_ms:.2} ms less the drafts and overhead",
                 l.file, tau.value
             ),
         ),
@@ -333,7 +334,7 @@ pub(crate) fn summary(
     c: &Cycle,
     f: Option<&JitterFit>,
     traced: bool,
-    engines_gate: bool,
+    (engines_gate, custom_ar): (bool, Option<&str>),
 ) -> Vec<String> {
     let mut out = vec![];
     if let Some(w) = &b.waiting {
@@ -433,10 +434,10 @@ pub(crate) fn summary(
             o.verify.source.label(),
             if o.at_floor { ", at the floor" } else { "" },
             tps(o),
-            if engines_gate {
-                "; SGLang and vLLM keep their custom all-reduce off on more than two GPUs without full NVLink, so this row needs an engine change."
-            } else {
-                "."
+            match (custom_ar, engines_gate) {
+                (Some(said), _) => format!("; {said}."),
+                (None, true) => "; SGLang and vLLM keep their custom all-reduce off on more than two GPUs without full NVLink, so this row needs an engine change.".into(),
+                (None, false) => ".".into(),
             }
         ));
     }

@@ -68,6 +68,9 @@ pub struct Flags {
     /// A mean accept length measured elsewhere (`--accept-from-log`), used when `acceptance`
     /// is absent.
     pub measured_accept_length: Option<Labelled>,
+    /// The draft steps k that log says the server ran, with where it says it: used when
+    /// neither `--draft-steps` nor per-position rates give k.
+    pub measured_draft_steps: Option<(u64, Origin)>,
 }
 
 impl Flags {
@@ -310,14 +313,17 @@ pub fn complete<D: Decode>(
     })
 }
 
-/// Draft steps k: the flag, else the number of per-position rates, else T - 1 of the first
-/// verify record; 1 to [`super::MAX_DRAFT_STEPS`].
+/// Draft steps k: the flag, else the number of per-position rates, else the server log's
+/// (`--accept-from-log`), else T - 1 of the first verify record; 1 to
+/// [`super::MAX_DRAFT_STEPS`].
 fn draft_steps(flags: &Flags, rec_verify: &[&RecordTime]) -> anyhow::Result<(u64, Origin)> {
     let rates_len = flags.acceptance.as_ref().and_then(Acceptance::positions);
-    let (k, origin) = match (flags.draft_steps, rates_len) {
-        (Some(k), _) => (k, Origin::given("--draft-steps")),
-        (None, Some(n)) => (n, Origin::derived("the number of per-position rates given")),
-        (None, None) => match rec_verify.first() {
+    let logged = flags.measured_draft_steps.clone();
+    let (k, origin) = match (flags.draft_steps, rates_len, logged) {
+        (Some(k), _, _) => (k, Origin::given("--draft-steps")),
+        (None, Some(n), _) => (n, Origin::derived("the number of per-position rates given")),
+        (None, None, Some(logged)) => logged,
+        (None, None, None) => match rec_verify.first() {
             Some(t) if t.tokens >= 2 => (
                 t.tokens - 1,
                 Origin::derived(format!("T={} of the verify record", t.tokens)),

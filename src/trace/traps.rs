@@ -1,14 +1,16 @@
 //! Known traps between "I set it" and "the verify got faster", each with the evidence that
 //! shows it and where its rule comes from. A trap is `found` only when its evidence is in what
 //! the user gave; otherwise `not found` (the evidence is there and clean) or `not checked`
-//! (with what to give). The table lives beside the trace analysis that proves some of them
+//! (with what to give; also where the evidence is of another machine than the one priced).
+//! The table lives beside the trace analysis that proves some of them
 //! ([`in_trace`], for `verifybench trace`); `verifybench explain` checks them all ([`check`]).
 
 use serde::Serialize;
 
 use super::analysis::{Analysis, TrapFound};
-use crate::evidence::nccl::{env_lines, graph_lines, sys_graph_line};
-use crate::evidence::{LaunchMode, NcclLogText, ServerLog};
+use crate::evidence::checks::other_machine;
+use crate::evidence::nccl::{env_lines, graph_lines, machine, sys_graph_line};
+use crate::evidence::{CustomAllReduce, LaunchMode, NcclLogText, ServerLog};
 
 /// One trap: its rule, and where the rule comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -56,8 +58,8 @@ pub(crate) const RULES: &[Rule] = &[
     Rule {
         id: "engine-custom-ar-off",
         name: "SGLang and vLLM turn their custom all-reduce off on more than two PCIe GPUs",
-        evidence: "the server log's `Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs`",
-        source: "sgl-project/sglang python/sglang/srt/distributed/device_communicators/custom_all_reduce.py and vllm-project/vllm vllm/distributed/device_communicators/custom_all_reduce.py: `world_size > 2 and not full_nvlink` disables it, and should_custom_ar keeps it for world size 2 or full NVLink only",
+        evidence: "the server log's `Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs` in its workers; against it, the lines of a build that turns it on (`PCIe custom allreduce enabled via VLLM_ENABLE_PCIE_ALLREDUCE=1 ...`, `Registering N cuda graph addresses`), each worker as its last line says",
+        source: "sgl-project/sglang python/sglang/srt/distributed/device_communicators/custom_all_reduce.py and vllm-project/vllm vllm/distributed/device_communicators/custom_all_reduce.py: `world_size > 2 and not full_nvlink` disables it, and should_custom_ar keeps it for world size 2 or full NVLink only; the RTX PRO 6000 community's vLLM build allows it on PCIe with VLLM_ENABLE_PCIE_ALLREDUCE=1 (vllm-project/vllm pull requests 39040 and 39633)",
         give: "the server log (--server-log)",
     },
 ];
@@ -91,6 +93,7 @@ pub struct Finding {
 }
 
 /// What the traps look at.
+#[derive(Clone, Copy)]
 pub struct Inputs<'a> {
     pub trace: Option<&'a Analysis>,
     pub server_log: Option<&'a ServerLog>,
@@ -102,6 +105,10 @@ pub struct Inputs<'a> {
     /// The cost model's one-shot all-reduce, us per collective, and its profile.
     pub oneshot_us: Option<f64>,
     pub profile: &'a str,
+    /// The machine priced: its GPUs (one tensor-parallel group) and the kind of its link
+    /// (`nvlink`, `pci`, `shm`): the evidence of another machine is not checked.
+    pub ranks: usize,
+    pub link_kind: &'a str,
 }
 
 fn rule(id: &str) -> Rule {
@@ -161,12 +168,37 @@ pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
     out
 }
 
-/// Checks every trap of [`RULES`] against the evidence.
+/// Checks every trap of [`RULES`] against the evidence; the NCCL logs of another machine
+/// than the one priced ([`other_machine`]) are left out, and a trap that only they would
+/// check is `not checked`, with why.
 pub fn check(i: &Inputs) -> Vec<Finding> {
+    let (mut own, mut foreign) = (vec![], vec![]);
+    for l in i.nccl_logs {
+        match other_machine(&machine(l), i.ranks, i.link_kind, i.profile) {
+            Some(why) => foreign.push(format!("{} ({why})", l.name)),
+            None => own.push(l.clone()),
+        }
+    }
+    let own_logs = Inputs {
+        nccl_logs: &own,
+        ..*i
+    };
+    let of_another = (own.is_empty() && !foreign.is_empty()).then(|| {
+        format!(
+            "the NCCL log given is of another machine than the {} GPUs over {} priced: {}; give the server's own NCCL log",
+            i.ranks,
+            i.profile,
+            foreign.join("; ")
+        )
+    });
+    let nccl = |id: &str, f: fn(&Inputs) -> Finding| match &of_another {
+        Some(why) => finding(id, Status::NotChecked, why.clone()),
+        None => f(&own_logs),
+    };
     vec![
-        settings_not_applied(i),
+        nccl("settings-not-applied", settings_not_applied),
         eager_verify(i),
-        graph_search_sys(i),
+        nccl("nccl-graph-search-sys", graph_search_sys),
         custom_ar_slow(i),
         engine_custom_ar_off(i),
     ]
@@ -348,25 +380,64 @@ fn custom_ar_slow(i: &Inputs) -> Finding {
     }
 }
 
-/// The engines' custom all-reduce off on more than two PCIe GPUs.
+/// The engines' custom all-reduce off on more than two PCIe GPUs: found where a worker says
+/// it is off, not found where every worker that says it says it is on (or none says either);
+/// not checked on the log of a server of another tensor-parallel size.
 fn engine_custom_ar_off(i: &Inputs) -> Finding {
-    match i.server_log {
-        Some(l) => match &l.custom_ar_off {
-            Some(line) => finding(
-                "engine-custom-ar-off",
-                Status::Found,
-                format!(
-                    "{}: `{line}`: the one-shot rows need an engine built to allow it on PCIe",
-                    l.file
-                ),
+    let id = "engine-custom-ar-off";
+    let Some(l) = i.server_log else {
+        return finding(id, Status::NotChecked, String::new());
+    };
+    if let Some(tp) = l.tensor_parallel.filter(|&tp| tp as usize != i.ranks) {
+        return finding(
+            id,
+            Status::NotChecked,
+            format!(
+                "{} is the log of a server of tensor-parallel size {tp}, not of the {} GPUs priced: its custom all-reduce lines describe that server; give the log of the server whose verify is explained",
+                l.file, i.ranks
             ),
-            None => finding(
-                "engine-custom-ar-off",
-                Status::NotFound,
-                format!("{}: no `Custom allreduce is disabled` line", l.file),
+        );
+    }
+    let (on, off) = l.custom_ar_split();
+    let names = |v: &[&CustomAllReduce]| {
+        v.iter()
+            .map(|w| w.worker.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (off.first(), on.first()) {
+        (Some(w), _) => finding(
+            id,
+            Status::Found,
+            format!(
+                "{}: `{}` in {} of {} workers ({}){}: the one-shot rows need an engine built to allow it on PCIe",
+                l.file,
+                w.line,
+                off.len(),
+                off.len() + on.len(),
+                names(&off),
+                match on.first() {
+                    Some(x) => format!("; on in {} (`{}`)", names(&on), x.line),
+                    None => String::new(),
+                }
             ),
-        },
-        None => finding("engine-custom-ar-off", Status::NotChecked, String::new()),
+        ),
+        (None, Some(w)) => finding(
+            id,
+            Status::NotFound,
+            format!(
+                "{}: on in all {} workers that say it ({}): `{}`",
+                l.file,
+                on.len(),
+                names(&on),
+                w.line
+            ),
+        ),
+        (None, None) => finding(
+            id,
+            Status::NotFound,
+            format!("{}: no `Custom allreduce is disabled` line", l.file),
+        ),
     }
 }
 
@@ -380,5 +451,78 @@ mod tests {
             assert!(r.source.len() > 20, "{}", r.id);
             assert!(!r.give.is_empty(), "{}", r.id);
         }
+    }
+
+    fn inputs<'a>(logs: &'a [NcclLogText], ranks: usize, link_kind: &'a str) -> Inputs<'a> {
+        Inputs {
+            trace: None,
+            server_log: None,
+            nccl_logs: logs,
+            sweep_best: None,
+            expect: &[],
+            oneshot_us: None,
+            profile: if link_kind == "nvlink" {
+                "nvlink-h200"
+            } else {
+                "pcie-gen5"
+            },
+            ranks,
+            link_kind,
+        }
+    }
+
+    /// The real NCCL log of 2 H200s over NVLink (tests/data) checks the NCCL traps of those 2
+    /// GPUs (its graph search is clean: not found), and of no other machine: for 8 PCIe GPUs
+    /// they are not checked, with why.
+    #[test]
+    fn an_nccl_log_of_another_machine_checks_nothing() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/nccl-2.28.3-h200x2-procs-default.log");
+        let logs = crate::evidence::read_nccl_logs(&[p]).unwrap();
+        let status = |f: &[Finding], id: &str| f.iter().find(|t| t.rule.id == id).unwrap().clone();
+        let own = check(&inputs(&logs, 2, "nvlink"));
+        assert_eq!(
+            status(&own, "nccl-graph-search-sys").status,
+            Status::NotFound
+        );
+        let other = check(&inputs(&logs, 8, "pci"));
+        for id in ["nccl-graph-search-sys", "settings-not-applied"] {
+            let t = status(&other, id);
+            assert_eq!(t.status, Status::NotChecked, "{id}: {t:?}");
+            assert!(
+                t.detail.contains("the NCCL log given is of another machine than the 8 GPUs over pcie-gen5 priced: nccl-2.28.3-h200x2-procs-default.log (2 ranks, P2P/CUMEM over NVL, 2 GPUs (busId 70, 60): no communicator of 8 ranks, NVLink where pcie-gen5 is PCIe)"),
+                "{}",
+                t.detail
+            );
+        }
+    }
+
+    /// The custom all-reduce as the built vLLM log says it (tests/data/README.md): on in all 8
+    /// workers, so the trap is not found there; for another tensor-parallel size, not checked.
+    #[test]
+    fn the_custom_all_reduce_of_the_server_log() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/vllm-glm51-mtp3-tp8.log");
+        let l = crate::evidence::read_server_log(&p).unwrap();
+        let t = engine_custom_ar_off(&Inputs {
+            server_log: Some(&l),
+            ..inputs(&[], 8, "pci")
+        });
+        assert_eq!(t.status, Status::NotFound, "{t:?}");
+        assert!(
+            t.detail.starts_with(
+                "vllm-glm51-mtp3-tp8.log: on in all 8 workers that say it (Worker_TP0 pid=412, "
+            ),
+            "{}",
+            t.detail
+        );
+        let t = engine_custom_ar_off(&Inputs {
+            server_log: Some(&l),
+            ..inputs(&[], 4, "pci")
+        });
+        assert_eq!(t.status, Status::NotChecked, "{t:?}");
+        assert!(t
+            .detail
+            .contains("tensor-parallel size 8, not of the 4 GPUs priced"));
     }
 }

@@ -231,3 +231,54 @@ fn bad_traces_roles_and_logs_exit_2_naming_the_file() {
         .code(2)
         .stderr(predicate::str::contains("--accept-from-log"));
 }
+
+/// A vLLM MTP log (tests/data/vllm-glm51-mtp3-tp8.log, built from vLLM's log formats: see
+/// tests/data/README.md) gives the draft count as well: k = 3 from its speculative config, so
+/// `--accept-from-log` needs no --draft-steps; its figures are mapped to the accept length in a
+/// note. The GLM-5.1 DCP8 C1 run's times (20.14 ms plain, 37.47 ms per MTP step): 2.221 /
+/// 37.47 ms = 59.27 tok/s.
+#[test]
+fn a_vllm_log_gives_k_and_its_accept_length() {
+    let v = json(&[
+        "--decode-ms".into(),
+        "20.14".into(),
+        "--verify-ms".into(),
+        "37.47".into(),
+        "--accept-from-log".into(),
+        data("vllm-glm51-mtp3-tp8.log").display().to_string(),
+    ]);
+    let i = &v["inputs"];
+    assert_eq!(i["draft_steps"], 3, "{i}");
+    assert_eq!(i["draft_steps_origin"]["origin"], "derived", "{i}");
+    assert!(
+        i["draft_steps_origin"]["from"]
+            .as_str()
+            .unwrap()
+            .contains("num_spec_tokens=3"),
+        "{i}"
+    );
+    // 1 + 5006 accepted / 4100 drafts
+    let tau = i["accept_length"]["value"].as_f64().unwrap();
+    assert!((tau - (1.0 + 5006.0 / 4100.0)).abs() < 1e-9, "{tau}");
+    let notes = i["notes"].to_string();
+    assert!(
+        notes.contains("1 + k x rate = 1 + 3 x 0.407 = 2.22"),
+        "{notes}"
+    );
+    let tps = v["rows"][0]["at_accept_length"]["tokens_per_s"]
+        .as_f64()
+        .unwrap();
+    assert!((tps - 1000.0 * tau / 37.47).abs() < 1e-6, "{tps}");
+    // --draft-steps still wins over the log
+    let v = json(&[
+        "--decode-ms".into(),
+        "20.14".into(),
+        "--verify-ms".into(),
+        "37.47".into(),
+        "--draft-steps".into(),
+        "4".into(),
+        "--accept-from-log".into(),
+        data("vllm-glm51-mtp3-tp8.log").display().to_string(),
+    ]);
+    assert_eq!(v["inputs"]["draft_steps"], 4);
+}

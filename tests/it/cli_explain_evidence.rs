@@ -171,8 +171,8 @@ fn far_more_collectives_per_step_than_the_schedule_are_refused() {
 }
 
 /// The real NCCL log of 2 H200s over NVLink (tests/data, NCCL 2.28.3) given for an 8-GPU PCIe
-/// server: named in a note (it is read for the traps only, nothing is priced from it), and its
-/// machine in the evidence line.
+/// server: named in a note (nothing is priced from it), its machine in the evidence line, and
+/// the traps it alone would check not checked (never `not found` for a machine it is not of).
 #[test]
 fn a_two_rank_nvlink_nccl_log_for_eight_pcie_gpus_is_named() {
     let log = data("nccl-2.28.3-h200x2-procs-default.log");
@@ -191,12 +191,22 @@ fn a_two_rank_nvlink_nccl_log_for_eight_pcie_gpus_is_named() {
         "2 ranks, P2P/CUMEM over NVL",
         "no communicator of 8 ranks",
         "NVLink where pcie-gen5 is PCIe",
-        "for the traps only",
+        "its traps (the variables NCCL read, its topology search) are not checked",
     ] {
         assert!(n.contains(want), "{want}: {n}");
     }
     let ev = v["result"]["data"]["evidence"].to_string();
     assert!(ev.contains("2 ranks, P2P/CUMEM over NVL, 2 GPUs"), "{ev}");
+    for id in ["nccl-graph-search-sys", "settings-not-applied"] {
+        let t = trap(&v, id);
+        assert_eq!(t["status"], "not_checked", "{t}");
+        assert!(
+            t["detail"].as_str().unwrap().contains(
+                "the NCCL log given is of another machine than the 8 GPUs over pcie-gen5 priced"
+            ),
+            "{t}"
+        );
+    }
     // the same log for the 2 NVLink GPUs it came from: no note
     let v = json(&[
         "explain",
@@ -210,6 +220,8 @@ fn a_two_rank_nvlink_nccl_log_for_eight_pcie_gpus_is_named() {
         log.to_str().unwrap(),
     ]);
     assert!(!notes(&v).contains("another machine"), "{}", notes(&v));
+    // and its clean topology search is checked there: not found
+    assert_eq!(trap(&v, "nccl-graph-search-sys")["status"], "not_found");
 }
 
 /// SGLang logs its arguments at start-up (python/sglang/srt/entrypoints/engine.py,
@@ -371,4 +383,136 @@ fn a_vllm_log_of_enforce_eager_is_an_eager_verify() {
             .contains("(vllm.log: `Cudagraph is disabled under eager mode`): --enforce-eager"),
         "{d}"
     );
+}
+
+fn trap<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    v["result"]["data"]["traps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["rule"]["id"] == id)
+        .unwrap()
+}
+
+/// A vLLM MTP log read whole (tests/data/vllm-glm51-mtp3-tp8.log, built from vLLM's log
+/// formats: see tests/data/README.md): k = 3 from its speculative config (not the default 2),
+/// the one-request rate of its 6 steady intervals (535.0 / 6 = 89.17 tok/s, where every line
+/// with one running request averages 743.2 / 9 = 82.58), the custom all-reduce on in its 8
+/// workers as the answer says it, its figures mapped to the accept length, and the graph mode
+/// lowered for the speculative arm alone.
+#[test]
+fn a_vllm_mtp_log_is_read_whole() {
+    let log = data("vllm-glm51-mtp3-tp8.log");
+    let v = json(&[
+        "explain",
+        "--gpus",
+        "8",
+        "--decode-ms",
+        "20.14",
+        "--server-log",
+        log.to_str().unwrap(),
+    ]);
+    let d = &v["result"]["data"];
+    assert_eq!(d["cycle"]["draft_steps"], 3, "{}", d["cycle"]);
+    assert_eq!(d["workload"]["tokens"], 4);
+    let n = notes(&v);
+    assert!(
+        n.contains("k = 3 draft steps, as the server log says (vllm-glm51-mtp3-tp8.log: `SpeculativeConfig(method='mtp', model='zai-org/GLM-5.1-FP8', num_spec_tokens=3)`)"),
+        "{n}"
+    );
+    assert!(
+        n.contains("1 + accepted tokens / drafts = 1 + 5006 / 4100 = 2.22"),
+        "{n}"
+    );
+    assert!(n.contains("1 + k x rate = 1 + 3 x 0.407 = 2.22"), "{n}");
+    let logged = d["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "as the server log measured it")
+        .unwrap();
+    let tps = logged["tokens_per_s"].as_f64().unwrap();
+    assert!((tps - 535.0 / 6.0).abs() < 1e-9, "{tps}");
+    assert!(
+        logged["verify"]["how"]
+            .as_str()
+            .unwrap()
+            .contains("lines 47, 49, 51, 57, 59, 65"),
+        "{logged}"
+    );
+    let summary = d["summary"].to_string();
+    assert!(
+        summary.contains("vllm-glm51-mtp3-tp8.log says the engine's custom all-reduce is on in all 8 workers that print it"),
+        "{summary}"
+    );
+    assert!(
+        !summary.contains("SGLang and vLLM keep their custom all-reduce off"),
+        "{summary}"
+    );
+    assert_eq!(trap(&v, "engine-custom-ar-off")["status"], "not_found");
+    let eager = trap(&v, "eager-verify");
+    assert_eq!(eager["status"], "found");
+    assert!(
+        eager["detail"].as_str().unwrap().contains(
+            "the speculative arm ran PIECEWISE where the same server without speculation keeps FULL_AND_PIECEWISE"
+        ),
+        "{eager}"
+    );
+}
+
+/// vLLM's accept rate (accepted / drafted tokens) given to `--accept-rate`, which takes one
+/// per-token rate: 0.407 becomes 1 + 0.407 + 0.407^2 + 0.407^3 = 1.64 where vLLM's means 1 +
+/// 3 x 0.407 = 2.22 (the GLM-5.1 DCP8 C1 run of the published runs): warned, with the flag to
+/// use instead, when it matches the log's rate, or when the engine is said to be vLLM.
+#[test]
+fn a_vllm_accept_rate_given_to_accept_rate_is_warned() {
+    let log = data("vllm-glm51-mtp3-tp8.log");
+    let v = json(&[
+        "explain",
+        "--gpus",
+        "8",
+        "--decode-ms",
+        "20.14",
+        "--accept-rate",
+        "0.407",
+        "--server-log",
+        log.to_str().unwrap(),
+    ]);
+    let n = notes(&v);
+    assert!(
+        n.contains("warning: --accept-rate 0.407 matches vllm-glm51-mtp3-tp8.log's `Avg Draft acceptance rate: 40.7%`"),
+        "{n}"
+    );
+    assert!(n.contains("give --accept-length 2.22 instead"), "{n}");
+    let v = json(&[
+        "explain",
+        "--gpus",
+        "8",
+        "--decode-ms",
+        "20.14",
+        "--draft-steps",
+        "3",
+        "--accept-rate",
+        "0.407",
+        "--engine",
+        "vllm",
+    ]);
+    assert!(
+        notes(&v).contains("warning: --accept-rate 0.407 is given where --engine vllm says vLLM"),
+        "{}",
+        notes(&v)
+    );
+    // without vLLM in the evidence: no warning
+    let v = json(&[
+        "explain",
+        "--gpus",
+        "8",
+        "--decode-ms",
+        "20.14",
+        "--draft-steps",
+        "3",
+        "--accept-rate",
+        "0.407",
+    ]);
+    assert!(!notes(&v).contains("--accept-rate 0.407"), "{}", notes(&v));
 }
