@@ -132,6 +132,7 @@ impl Command {
             Command::Model(c) => match &c.cmd {
                 model::ModelSub::Fit(a) => a.print.quiet,
                 model::ModelSub::Validate(a) => a.print.quiet,
+                model::ModelSub::FitCycle(a) => a.print.quiet,
             },
             Command::Compare(a) => a.output.quiet,
             Command::Trace(a) => a.output.quiet,
@@ -160,6 +161,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Model(c) => match &c.cmd {
             model::ModelSub::Fit(a) => commands::model::fit(&a.into()),
             model::ModelSub::Validate(a) => commands::model::validate(&a.into()),
+            model::ModelSub::FitCycle(a) => commands::model::fit_cycle(&a.into()),
         },
         Command::Compare(a) => commands::compare::run(&(&a).into()),
         Command::Sweep(a) => commands::sweep::run(&(&a).into()),

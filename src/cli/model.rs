@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use crate::cli::args::ModelArgs;
 use crate::cli::output::OutputArgs;
-use crate::commands::model::{FitRequest, ValidateRequest};
+use crate::commands::model::{FitCycleRequest, FitRequest, ValidateRequest};
 
 /// `verifybench model ...`
 #[derive(Debug, Clone, clap::Args)]
@@ -27,6 +28,40 @@ pub enum ModelSub {
     /// sizes), every built-in profile's error at 32 KB-256 KB, and a fit at one rank count
     /// predicting another of the same file where the file has two.
     Validate(ValidateArgs),
+    /// Fit the speculative cycle's engine terms (the share of the plain decode step that scales
+    /// with the modeled forward, a draft forward's fixed cost, the cost per request and drafted
+    /// token) to published runs, and predict each run with the terms fitted without it.
+    ///
+    /// The runs: a JSON file of runs as their users had them (tests/data/published-spec-runs.json
+    /// holds the published PCIe runs and says the form); --format json prints the terms, the
+    /// held-out errors and every run's priced parts.
+    FitCycle(FitCycleArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct FitCycleArgs {
+    /// The runs file (JSON).
+    #[arg(value_name = "RUNS.json")]
+    pub runs: PathBuf,
+    /// The folder of the config.json files the runs name (default: configs/ beside the runs
+    /// file).
+    #[arg(long, value_name = "DIR")]
+    pub configs: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub print: OutputArgs,
+}
+
+impl From<&FitCycleArgs> for FitCycleRequest {
+    fn from(a: &FitCycleArgs) -> FitCycleRequest {
+        FitCycleRequest {
+            runs: a.runs.clone(),
+            configs: a.configs.clone(),
+            model: (&a.model).into(),
+            format: a.print.format,
+        }
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]

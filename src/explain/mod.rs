@@ -25,11 +25,13 @@
 pub mod advice;
 pub mod as_ran;
 pub mod calibration;
+pub(crate) mod cycle;
 pub mod figures;
 pub mod fit;
 pub mod gather;
 pub mod observed;
 pub mod pricing;
+pub(crate) mod published;
 pub mod render;
 pub mod request;
 pub mod scenarios;

@@ -1,5 +1,9 @@
 //! `verifybench model`: `fit` calibrates the cost model on measured results (or nccl-tests
-//! output) and writes a profile; `validate` checks the fit held out on nccl-tests output.
+//! output) and writes a profile; `validate` checks the fit held out on nccl-tests output;
+//! `fit-cycle` fits the speculative cycle's engine terms to published runs ([`cycle`]).
+
+mod cycle;
+pub use cycle::{fit_cycle, FitCycleRequest};
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

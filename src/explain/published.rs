@@ -1,0 +1,214 @@
+//! Published speculative runs (a JSON file of runs as their users had them: the plain decode
+//! step, the acceptance, k, the GPUs, the batch and the context, and the step that was
+//! published), priced through the same cycle as `explain` prices, to fit the engine's terms
+//! ([`crate::speculative::cycle::fit`]) and to check them run by run without the run itself
+//! ([`crate::speculative::cycle::leave_one_out`]). `model fit-cycle` is the command;
+//! tests/data/published-spec-runs.json holds the published PCIe runs.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::costmodel::ModelSettings;
+use crate::model::draft::DrafterKind;
+use crate::request::Workload;
+use crate::speculative::cycle::{FitRun, Forwards};
+
+/// The file: what it is, and the runs.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct RunsFile {
+    #[serde(default)]
+    pub about: String,
+    pub runs: Vec<RunSpec>,
+}
+
+/// What was published of the step.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub(crate) struct Published {
+    #[serde(default)]
+    pub step_ms: Option<f64>,
+    #[serde(default)]
+    pub step_from: Option<String>,
+    #[serde(default)]
+    pub tokens_per_s: Option<f64>,
+    #[serde(default)]
+    pub plain_tokens_per_s: Option<f64>,
+}
+
+/// One run as its user had it.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct RunSpec {
+    pub id: String,
+    #[serde(default)]
+    pub source: String,
+    /// A preset (`kimi-k2.5`), or a config.json in the folder given by `--configs`.
+    #[serde(default)]
+    pub preset: Option<String>,
+    #[serde(default)]
+    pub model_config: Option<String>,
+    /// `--expert-weights` and `--weights`: the formats the run served.
+    #[serde(default)]
+    pub expert_weights: Option<String>,
+    #[serde(default)]
+    pub weights: Option<String>,
+    pub gpus: u64,
+    #[serde(default = "one")]
+    pub dcp: u64,
+    pub drafter: DrafterKind,
+    pub draft_steps: u64,
+    #[serde(default = "one")]
+    pub concurrency: u64,
+    #[serde(default)]
+    pub context: u64,
+    /// The context at which the plain decode step was measured, where it is not `context`.
+    #[serde(default)]
+    pub decode_context: Option<u64>,
+    /// The plain decode step, ms, or the plain tokens/s of the batch it comes from.
+    #[serde(default)]
+    pub decode_ms: Option<f64>,
+    #[serde(default)]
+    pub plain_tokens_per_s: Option<f64>,
+    /// The acceptance, one of: the mean accept length, vLLM's accept rate (accepted / drafted),
+    /// vLLM's per-position rates.
+    #[serde(default)]
+    pub accept_length: Option<f64>,
+    #[serde(default)]
+    pub accept_rate: Option<f64>,
+    #[serde(default)]
+    pub accept_rates_of_drafts: Option<Vec<f64>>,
+    pub published: Published,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl RunSpec {
+    /// The plain decode step, ms: given, else the batch over the plain tokens/s.
+    pub(crate) fn decode_ms(&self) -> anyhow::Result<f64> {
+        match (self.decode_ms, self.plain_tokens_per_s) {
+            (Some(d), _) => Ok(d),
+            (None, Some(t)) if t > 0.0 => Ok(1000.0 * self.concurrency as f64 / t),
+            _ => crate::usage_bail!("run {}: neither decode_ms nor plain_tokens_per_s", self.id),
+        }
+    }
+
+    /// The mean accept length (bonus token included).
+    pub(crate) fn accept_length(&self) -> anyhow::Result<f64> {
+        let k = self.draft_steps as f64;
+        match (
+            self.accept_length,
+            self.accept_rate,
+            &self.accept_rates_of_drafts,
+        ) {
+            (Some(a), _, _) => Ok(a),
+            (None, Some(r), _) => Ok(1.0 + k * r),
+            (None, None, Some(p)) => Ok(1.0 + p.iter().sum::<f64>()),
+            _ => crate::usage_bail!(
+                "run {}: no acceptance (accept_length, accept_rate or accept_rates_of_drafts)",
+                self.id
+            ),
+        }
+    }
+
+    /// The published step, ms: given, else the batch's tokens per step over the published
+    /// tokens/s; `None` where neither was published.
+    pub(crate) fn published_step_ms(&self) -> anyhow::Result<Option<f64>> {
+        if let Some(s) = self.published.step_ms {
+            return Ok(Some(s));
+        }
+        let Some(t) = self.published.tokens_per_s else {
+            return Ok(None);
+        };
+        Ok(Some(
+            1000.0 * self.concurrency as f64 * self.accept_length()? / t,
+        ))
+    }
+
+    /// The workload `explain` prices for this run.
+    pub(crate) fn workload(&self, configs: &Path) -> anyhow::Result<Workload> {
+        let mut w = Workload::default();
+        match (&self.preset, &self.model_config) {
+            (Some(p), None) => w.model = p.clone(),
+            (None, Some(c)) => w.model_config = Some(configs.join(c)),
+            _ => crate::usage_bail!("run {}: give one of preset and model_config", self.id),
+        }
+        w.tp = Some(self.gpus);
+        w.tokens = self.draft_steps + 1;
+        w.batch.concurrency = self.concurrency;
+        w.batch.context = self.context;
+        w.batch.dcp = self.dcp;
+        if let Some(f) = &self.expert_weights {
+            w.weights.experts = Some(f.parse().map_err(crate::error::usage)?);
+        }
+        if let Some(f) = &self.weights {
+            w.weights.all = Some(f.parse().map_err(crate::error::usage)?);
+        }
+        w.cycle.drafter = Some(self.drafter);
+        w.cycle.draft_steps = Some(self.draft_steps);
+        Ok(w)
+    }
+}
+
+/// Reads a runs file.
+pub(crate) fn read(path: &Path) -> anyhow::Result<RunsFile> {
+    let give = "a runs file of the form of tests/data/published-spec-runs.json";
+    let text = crate::util::read_text(path, "runs file", give)?;
+    serde_json::from_str(&text).map_err(|e| {
+        crate::error::usage(format!(
+            "{}: not a runs file ({e}); see tests/data/published-spec-runs.json for the form",
+            path.display()
+        ))
+    })
+}
+
+/// A run priced: its spec, the model's forwards, and what the fit takes.
+#[derive(Debug, Clone)]
+pub(crate) struct Priced {
+    pub spec: RunSpec,
+    /// The cost model's profile that priced it.
+    pub profile: String,
+    pub forwards: Forwards,
+    pub accept_length: f64,
+    pub fit: Option<FitRun>,
+}
+
+/// Prices every run's cycle with `model`; configs named by a run are read from `configs`.
+pub(crate) fn price(
+    file: &RunsFile,
+    configs: &Path,
+    model: &ModelSettings,
+) -> anyhow::Result<Vec<Priced>> {
+    let mut out = vec![];
+    for r in &file.runs {
+        let w = r.workload(configs)?;
+        let ranks = r.gpus as usize;
+        let cycle = super::cycle::build(&w, ranks, r.draft_steps)
+            .map_err(|e| anyhow::anyhow!("run {}: {e:#}", r.id))?;
+        let (forwards, profile) =
+            super::cycle::forwards(&cycle, &w, ranks, model, r.decode_context)
+                .map_err(|e| anyhow::anyhow!("run {}: {e:#}", r.id))?;
+        let decode_us = r.decode_ms()? * 1000.0;
+        let fit = r.published_step_ms()?.map(|s| FitRun {
+            decode_us,
+            forwards,
+            concurrency: r.concurrency,
+            k: r.draft_steps,
+            published_step_us: s * 1000.0,
+        });
+        out.push(Priced {
+            spec: r.clone(),
+            profile,
+            forwards,
+            accept_length: r.accept_length()?,
+            fit,
+        });
+    }
+    Ok(out)
+}
+
+/// The folder of a runs file's configs where none is given: `configs/` beside it.
+pub(crate) fn default_configs(runs: &Path) -> PathBuf {
+    runs.parent()
+        .map_or_else(|| PathBuf::from("configs"), |p| p.join("configs"))
+}
