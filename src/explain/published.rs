@@ -212,3 +212,40 @@ pub(crate) fn default_configs(runs: &Path) -> PathBuf {
     runs.parent()
         .map_or_else(|| PathBuf::from("configs"), |p| p.join("configs"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::speculative::cycle::{self, PUBLISHED};
+
+    /// The terms `explain` uses are what `model fit-cycle` fits on the committed runs with the
+    /// built-in profile: fitted again here, each within a millionth, and every run's held-out
+    /// prediction within 15% of its published step.
+    #[test]
+    fn the_published_terms_are_the_fit_of_the_published_runs() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let path = dir.join("published-spec-runs.json");
+        let file = read(&path).unwrap();
+        let priced = price(&file, &default_configs(&path), &ModelSettings::default()).unwrap();
+        let runs: Vec<FitRun> = priced.iter().filter_map(|p| p.fit.clone()).collect();
+        assert_eq!(runs.len(), PUBLISHED.runs);
+        let t = cycle::fit(&runs).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
+        assert!(close(t.scaling, PUBLISHED.terms.scaling), "{t:?}");
+        assert!(close(t.draft_forward, PUBLISHED.terms.draft_forward), "{t:?}");
+        assert!(close(t.per_draft_token_us, PUBLISHED.terms.per_draft_token_us), "{t:?}");
+        let held: Vec<cycle::HeldOut> = cycle::held_out(&runs).into_iter().flatten().collect();
+        assert_eq!(held.len(), runs.len());
+        for (h, p) in held.iter().zip(priced.iter()) {
+            assert!(h.error.abs() <= 0.15, "{}: held out {:+.1}%", p.spec.id, h.error * 100.0);
+        }
+        let spread = cycle::extent(held.iter().map(|h| h.error)).unwrap();
+        let inc = cycle::extent(held.iter().map(|h| h.increment_error)).unwrap();
+        for (a, b) in spread.iter().zip(PUBLISHED.spread) {
+            assert!(close(*a, b), "{spread:?}");
+        }
+        for (a, b) in inc.iter().zip(PUBLISHED.increment_spread) {
+            assert!(close(*a, b), "{inc:?}");
+        }
+    }
+}

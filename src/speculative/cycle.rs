@@ -43,11 +43,33 @@ pub(crate) struct Calibrated {
     /// The relative error of the step predicted for each run with the terms fitted without it:
     /// the least and the most (predicted / published - 1).
     pub spread: [f64; 2],
+    /// The same error as a share of what the step adds to the plain decode step (predicted
+    /// step - published step) / (published step - plain step): the error of the calibrated
+    /// part alone, which a row applies to the parts it does not measure.
+    pub increment_spread: [f64; 2],
     /// How many runs the terms were fitted on.
     pub runs: usize,
-    /// Where the runs come from.
+    /// Where the runs come from, and how the terms were fitted.
     pub source: &'static str,
 }
+
+/// The terms fitted on the published PCIe runs of tests/data/published-spec-runs.json (8 and 4
+/// RTX PRO 6000 Blackwell GPUs, vLLM with EAGLE-3, MTP and a block drafter, one to 128
+/// requests, contexts to 30k), priced by the built-in pcie-gen5 profile: what
+/// `verifybench model fit-cycle tests/data/published-spec-runs.json --format json` prints (a
+/// test fits them again and compares).
+pub(crate) const PUBLISHED: Calibrated = Calibrated {
+    terms: Terms {
+        scaling: 0.42717146071908974,
+        draft_forward: 0.14024322076019133,
+        per_draft_token_us: 88.78300924267361,
+    },
+    spread: [-0.12634997620557464, 0.08966486118512784],
+    increment_spread: [-0.27318716724886805, 0.17730971875102003],
+    runs: 18,
+    source: "18 published runs of 8 and 4 RTX PRO 6000 over PCIe (tests/data/published-spec-runs.json), fitted by `model fit-cycle`",
+};
+
 
 /// What the cost model prices of one step of the workload, us (forwards from a CUDA graph).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -259,20 +281,77 @@ fn gauss(mut a: Vec<Vec<f64>>) -> Option<Vec<f64>> {
 /// For each run, the relative error (predicted / published - 1) of its step predicted with the
 /// terms fitted on the other runs; `None` for a run whose others cannot be fitted.
 pub(crate) fn leave_one_out(runs: &[FitRun]) -> Vec<Option<f64>> {
+    held_out(runs).iter().map(|h| h.map(|h| h.error)).collect()
+}
+
+/// A run predicted with the terms fitted on the others.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct HeldOut {
+    pub step: Step,
+    /// predicted / published - 1.
+    pub error: f64,
+    /// (predicted - published) / (published - plain): the error on what the step adds.
+    pub increment_error: f64,
+}
+
+/// Every run predicted with the terms fitted on the others (`None` where they cannot be).
+pub(crate) fn held_out(runs: &[FitRun]) -> Vec<Option<HeldOut>> {
     (0..runs.len())
         .map(|i| {
-            let others: Vec<FitRun> = runs
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, r)| r.clone())
-                .collect();
+            let others = without(runs, i);
             let t = fit(&others)?;
             let r = &runs[i];
-            let s = step(r.decode_us, &r.forwards, &t, r.concurrency, r.k).total_us();
-            Some(s / r.published_step_us - 1.0)
+            let st = step(r.decode_us, &r.forwards, &t, r.concurrency, r.k);
+            let s = st.total_us();
+            Some(HeldOut {
+                step: st,
+                error: s / r.published_step_us - 1.0,
+                increment_error: (s - r.published_step_us)
+                    / (r.published_step_us - r.decode_us).max(f64::MIN_POSITIVE),
+            })
         })
         .collect()
+}
+
+/// `runs` without the one at `i`.
+fn without(runs: &[FitRun], i: usize) -> Vec<FitRun> {
+    runs.iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(_, r)| r.clone())
+        .collect()
+}
+
+/// The least and the most of `v` (`None` when empty).
+pub(crate) fn extent(v: impl IntoIterator<Item = f64>) -> Option<[f64; 2]> {
+    v.into_iter().fold(None, |acc, x| match acc {
+        None => Some([x, x]),
+        Some([lo, hi]) => Some([lo.min(x), hi.max(x)]),
+    })
+}
+
+/// For run `i`, the spreads (step, increment) of the held-out errors of the OTHER runs, each
+/// computed without run `i` as well: the range a run's own held-out prediction gets, in which
+/// nothing of the run itself took part.
+pub(crate) fn nested_spread(runs: &[FitRun], i: usize) -> Option<([f64; 2], [f64; 2])> {
+    let others = without(runs, i);
+    let h: Vec<HeldOut> = held_out(&others).into_iter().flatten().collect();
+    Some((
+        extent(h.iter().map(|h| h.error))?,
+        extent(h.iter().map(|h| h.increment_error))?,
+    ))
+}
+
+/// The range of a predicted step `step_us` over the plain step `plain_us`, from the held-out
+/// spread of what the step adds: the published steps were (1 + e) times lower in what they add
+/// where the prediction was e too high, so the truth lies in [plain + add / (1 + hi), plain +
+/// add / (1 + lo)]; never below the plain step.
+pub(crate) fn range_us(plain_us: f64, step_us: f64, increment_spread: [f64; 2]) -> [f64; 2] {
+    let add = (step_us - plain_us).max(0.0);
+    let [lo, hi] = increment_spread;
+    // An error of -100% or below (a prediction of nothing) leaves the high end open.
+    let up = if 1.0 + lo > 1e-6 { add / (1.0 + lo) } else { f64::INFINITY };
+    [plain_us + add / (1.0 + hi).max(1e-6), plain_us + up]
 }
 
 #[cfg(test)]

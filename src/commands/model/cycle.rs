@@ -39,6 +39,10 @@ pub(crate) struct RunRow {
     pub held_out_step_ms: Option<f64>,
     /// held-out / published - 1.
     pub held_out_error: Option<f64>,
+    /// The held-out step's range from the held-out errors of the other runs (each fitted
+    /// without this run too), ms; whether the published step lies in it.
+    pub held_out_range_ms: Option<[f64; 2]>,
+    pub published_in_range: Option<bool>,
 }
 
 /// The answer: the terms fitted on every run, the held-out errors, the runs.
@@ -47,8 +51,9 @@ pub(crate) struct FitCycle {
     pub runs_file: String,
     pub profile: String,
     pub terms: Terms,
-    /// The least and the most held-out error.
+    /// The least and the most held-out error of the step, and of what it adds to the plain step.
     pub spread: [f64; 2],
+    pub increment_spread: [f64; 2],
     pub within_15_pct: usize,
     pub fitted_on: usize,
     pub runs: Vec<RunRow>,
@@ -64,22 +69,24 @@ pub(crate) fn fit(priced: &[Priced], runs_file: &str, profile: &str) -> anyhow::
             fit_runs.len()
         );
     };
-    let loo = cycle::leave_one_out(&fit_runs);
-    let mut errors = loo.iter();
+    let held = cycle::held_out(&fit_runs);
     let mut rows = vec![];
+    let mut i = 0;
     for p in priced {
         let s = &p.spec;
-        let (held_out, err) = match &p.fit {
+        let (held_out, range) = match &p.fit {
             Some(f) => {
-                let e = errors.next().copied().flatten();
-                let others: Vec<cycle::FitRun> =
-                    fit_runs.iter().filter(|r| *r != f).cloned().collect();
-                let step = cycle::fit(&others)
-                    .map(|t| cycle::step(f.decode_us, &f.forwards, &t, f.concurrency, f.k));
-                (step, e)
+                let h = held[i];
+                let range = h.zip(cycle::nested_spread(&fit_runs, i)).map(|(h, (_, inc))| {
+                    let r = cycle::range_us(f.decode_us, h.step.total_us(), inc);
+                    [r[0] / 1000.0, r[1] / 1000.0]
+                });
+                i += 1;
+                (h, range)
             }
             None => (None, None),
         };
+        let published = p.fit.as_ref().map(|f| f.published_step_us / 1000.0);
         rows.push(RunRow {
             id: s.id.clone(),
             source: s.source.clone(),
@@ -90,20 +97,25 @@ pub(crate) fn fit(priced: &[Priced], runs_file: &str, profile: &str) -> anyhow::
             plain_ms: s.decode_ms()?,
             accept_length: p.accept_length,
             modeled: p.forwards,
-            published_step_ms: p.fit.as_ref().map(|f| f.published_step_us / 1000.0),
-            held_out_step_ms: held_out.map(|h| h.total_us() / 1000.0),
-            held_out,
-            held_out_error: err,
+            published_step_ms: published,
+            held_out_step_ms: held_out.map(|h| h.step.total_us() / 1000.0),
+            held_out: held_out.map(|h| h.step),
+            held_out_error: held_out.map(|h| h.error),
+            published_in_range: range
+                .zip(published)
+                .map(|([lo, hi], p)| (lo..=hi).contains(&p)),
+            held_out_range_ms: range,
         });
     }
-    let errs: Vec<f64> = loo.iter().flatten().copied().collect();
-    let lo = errs.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = errs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let h: Vec<cycle::HeldOut> = held.iter().flatten().copied().collect();
+    let errs: Vec<f64> = h.iter().map(|h| h.error).collect();
+    let nan = [f64::NAN, f64::NAN];
     Ok(FitCycle {
         runs_file: runs_file.to_string(),
         profile: profile.to_string(),
         terms,
-        spread: [lo, hi],
+        spread: cycle::extent(errs.iter().copied()).unwrap_or(nan),
+        increment_spread: cycle::extent(h.iter().map(|h| h.increment_error)).unwrap_or(nan),
         within_15_pct: errs.iter().filter(|e| e.abs() <= 0.15).count(),
         fitted_on: fit_runs.len(),
         runs: rows,
@@ -145,7 +157,7 @@ pub(crate) fn render(f: &FitCycle) -> String {
         let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |x| format!("{x:.p$}"));
         let _ = writeln!(
             out,
-            "  {:<24} {:>4} {:>3} {:<7} {:>7} {:>9.2} {:>10} {:>6} {:>10} {:>6} {:>7}",
+            "  {:<24} {:>4} {:>3} {:<7} {:>7} {:>9.2} {:>10} {:>6} {:>10} {:>6} {:>7} {:>15} {:>3}",
             r.id,
             r.concurrency,
             r.draft_steps,
@@ -158,16 +170,36 @@ pub(crate) fn render(f: &FitCycle) -> String {
             opt(held_ratio, 2),
             r.held_out_error
                 .map_or("-".to_string(), |e| format!("{:+.1}%", e * 100.0)),
+            r.held_out_range_ms
+                .map_or("-".to_string(), |[lo, hi]| format!("{lo:.2}-{hi:.2}")),
+            r.published_in_range
+                .map_or("-", |b| if b { "yes" } else { "no" }),
         );
     }
     let _ = writeln!(
         out,
-        "# held out (each run predicted with the terms fitted on the others): {:+.1}% to {:+.1}%, {} of {} within 15%",
+        "# held out (each run predicted with the terms fitted on the others): {:+.1}% to {:+.1}% of the step, {} of {} within 15%; {:+.1}% to {:+.1}% of what the step adds to the plain step",
         f.spread[0] * 100.0,
         f.spread[1] * 100.0,
         f.within_15_pct,
-        f.fitted_on
+        f.fitted_on,
+        f.increment_spread[0] * 100.0,
+        f.increment_spread[1] * 100.0,
     );
+    let ranged: Vec<&RunRow> = f.runs.iter().filter(|r| r.held_out_range_ms.is_some()).collect();
+    let inside = ranged.iter().filter(|r| r.published_in_range == Some(true)).count();
+    let mut widths: Vec<f64> = ranged
+        .iter()
+        .filter_map(|r| r.held_out_range_ms.map(|[lo, hi]| hi / lo))
+        .collect();
+    widths.sort_by(f64::total_cmp);
+    if let Some(m) = widths.get(widths.len() / 2) {
+        let _ = writeln!(
+            out,
+            "# range (from the other runs' held-out errors, each fitted without this run too): the published step inside on {inside} of {}; median width {m:.2}x (high / low)",
+            ranged.len()
+        );
+    }
     out
 }
 
