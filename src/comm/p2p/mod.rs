@@ -51,7 +51,10 @@ pub use peer::{
     check_topology, file_exchange, InProcessExchange, P2pAllReduce, P2pUnavailable, Workspace,
 };
 pub use probe::check_access;
-pub use virtual_ranks::{virtual_rank_checks, virtual_rank_timings, Check, VirtualTiming};
+pub use virtual_ranks::{
+    virtual_rank_checks, virtual_rank_shapes, virtual_rank_timings, Check, ShapeOnVirtualRanks,
+    VirtualTiming,
+};
 
 /// The bus-bandwidth factor of `op` over `n` ranks on `imp`: busbw = algbw x factor, where the
 /// factor is the bytes each rank moves over its links per byte of the message (nccl-tests'
