@@ -158,6 +158,12 @@ pub(crate) fn settings(a: &Ask, world: usize, links: Links) -> Vec<EngineSetting
         ),
         None => "set it: no P2P kernel beats NCCL at the smallest shape of this cycle".into(),
     };
+    // Where the engine refuses its kernel anyway, the flag changes nothing until that is lifted.
+    let on_off = if world > 2 && links == Links::Pcie && a.custom_upto.is_some() {
+        format!("no effect at {world} PCIe GPUs until the refusal below is lifted; then {on_off}")
+    } else {
+        on_off
+    };
     let bound = match (a.custom_upto, a.nccl_from) {
         (Some(b), Some(n)) => format!(
             "above {} and at most {}: patch max_size to that (the 8 MiB default sends the shapes from {} to the custom kernel, where NCCL wins)",

@@ -34,6 +34,13 @@ pub(crate) fn read(path: &Path, flag: &str) -> anyhow::Result<(Record, Decision)
             crate::util::json_problem(&e)
         ))
     })?;
+    if let Some(what) = crate::record::io::foreign(&v) {
+        crate::usage_bail!(
+            "{flag} '{}' is {what}, not {}",
+            path.display(),
+            kinds::describe(kinds::ALLREDUCE_CHOICE)
+        );
+    }
     let (_, data) = crate::record::io::other_of(v.clone(), path, kinds::ALLREDUCE_CHOICE, flag)?;
     let bad = |e: serde_json::Error| {
         crate::error::usage(format!(

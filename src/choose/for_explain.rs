@@ -103,17 +103,18 @@ pub(crate) fn transfer_with_choice(
         };
         sum += base * ratio;
     }
-    let mut line = format!(
-        "the all-reduces as --allreduce-choice {} chose per size ({src}, paired ratios to NCCL's default in CUDA graphs): {}",
-        c.file,
-        chosen.join(", ")
-    );
+    let mut said = chosen;
     if !missing.is_empty() {
         let m: Vec<String> = missing.iter().map(|b| crate::units::grouped(*b)).collect();
-        line.push_str(&format!(
-            "; sizes the file does not hold are priced on NCCL: {} B",
+        said.push(format!(
+            "sizes the file does not hold priced on NCCL: {} B",
             m.join(", ")
         ));
     }
+    let line = format!(
+        "the all-reduces as --allreduce-choice {} chose per size ({src}, paired ratios to NCCL's default in CUDA graphs): {}",
+        c.file,
+        said.join("; ")
+    );
     (Ok(sum), line)
 }

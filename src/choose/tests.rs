@@ -244,7 +244,7 @@ fn explain_prices_each_all_reduce_as_the_decision_chose() {
     .unwrap();
     let (got, line) = for_explain::transfer_with_choice(&c, &s3, 8, &per);
     assert!((got.unwrap() - per.iter().sum::<f64>()).abs() < 1e-9);
-    assert!(line.ends_with("priced on NCCL: 43,008 B"), "{line}");
+    assert!(line.ends_with("): sizes the file does not hold priced on NCCL: 43,008 B"), "{line}");
     let (got, _) = for_explain::transfer_with_choice(&c, &s3, 4, &per);
     assert!(got.unwrap_err().contains("for 8 ranks"));
 }

@@ -36,6 +36,11 @@ pub(crate) fn run(r: &ChooseRequest) -> anyhow::Result<i32> {
         inputs.extend(r.model.profile.iter().map(|p| p.as_path()));
         crate::util::check_outputs(&[("--decision", out.as_path())], &inputs)?;
     }
+    if r.virtual_ranks {
+        // Refused before anything is measured where there is no GPU to run them on.
+        comm::libs::prepare(r.gpu.nccl_lib.as_deref())?;
+        one_gpu(r)?;
+    }
     let b = backend::resolve(r.backend, crate::output::quiet());
     match b.kind() {
         BackendKind::Nccl => measured(r),
@@ -208,26 +213,26 @@ fn virtual_ranks(r: &ChooseRequest, job: &Job, d: &mut Decision) -> anyhow::Resu
     if !r.virtual_ranks {
         return Ok(0);
     }
-    comm::libs::prepare(r.gpu.nccl_lib.as_deref())?;
-    let devices = crate::launch::run::select_devices_min(
-        &GpuSpec {
-            gpus: None,
-            ..r.gpu.clone()
-        },
-        None,
-        comm::device_count(),
-        1,
-    )?;
+    let gpu = one_gpu(r)?;
     crate::note!(
-        "verifybench: {} ranks on GPU {}: {}",
+        "verifybench: {} ranks on GPU {gpu}: {}",
         job.tp,
-        devices[0],
         on_one_gpu::NOT_P2P
     );
-    let v = on_one_gpu::run(devices[0], job.tp, &job.shapes)?;
+    let v = on_one_gpu::run(gpu, job.tp, &job.shapes)?;
     let failed = !v.all_exact();
     d.virtual_ranks = Some(v);
     Ok(failed as i32)
+}
+
+/// The GPU the virtual ranks run on: the first of `--devices`, else GPU 0.
+fn one_gpu(r: &ChooseRequest) -> anyhow::Result<usize> {
+    let spec = GpuSpec {
+        gpus: None,
+        ..r.gpu.clone()
+    };
+    let d = crate::launch::run::select_devices_min(&spec, None, comm::device_count(), 1)?;
+    Ok(d[0])
 }
 
 /// The text or the record on stdout.
