@@ -110,8 +110,11 @@ pub(crate) struct Point {
     pub dtype: DType,
 }
 
-/// The points of a choice over `shapes` (all-reduces first).
+/// The points of a choice over `shapes` (all-reduces first). The P2P kernels take
+/// all-reduces up to [`crate::impls::capacity`] (4 MiB): larger all-reduces run in a point of
+/// their own, NCCL's settings only.
 pub(crate) fn points(shapes: &[super::shapes::Shape], cands: &[Candidate]) -> Vec<Point> {
+    let cap = crate::impls::capacity() as u64;
     let mut out = vec![];
     for op in [CollectiveKind::AllReduce, CollectiveKind::AllGather] {
         let mut sizes: Vec<u64> = shapes
@@ -126,36 +129,51 @@ pub(crate) fn points(shapes: &[super::shapes::Shape], cands: &[Candidate]) -> Ve
         sizes.dedup();
         let dtype = shapes[0].dtype;
         for c in cands.iter().filter(|c| c.imp == Impl::Nccl) {
-            let slug: String = if c.overrides.is_empty() {
-                "nccl".into()
-            } else {
-                c.overrides
-                    .iter()
-                    .map(|(k, v)| format!("{}-{v}", k.trim_start_matches("NCCL_")))
-                    .collect::<Vec<_>>()
-                    .join("-")
-                    .chars()
-                    .map(|ch| {
-                        if ch.is_ascii_alphanumeric() || ch == '-' {
-                            ch
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect()
-            };
-            out.push(Point {
+            let point = |slug: &str, p2p: bool, sizes: Vec<u64>| Point {
                 id: format!("{}-{slug}", op.name()),
                 op,
                 candidate: c.id.clone(),
                 overrides: c.overrides.clone(),
-                p2p: op == CollectiveKind::AllReduce && c.overrides.is_empty(),
-                sizes: sizes.clone(),
+                p2p,
+                sizes,
                 dtype,
-            });
+            };
+            let slug = slug_of(c);
+            if op == CollectiveKind::AllReduce && c.overrides.is_empty() {
+                let (small, large): (Vec<u64>, Vec<u64>) = sizes.iter().partition(|&&s| s <= cap);
+                if !small.is_empty() {
+                    out.push(point(&slug, true, small));
+                }
+                if !large.is_empty() {
+                    out.push(point(&format!("{slug}-above-4MiB"), false, large));
+                }
+            } else {
+                out.push(point(&slug, false, sizes.clone()));
+            }
         }
     }
     out
+}
+
+/// A file-name safe name of an NCCL candidate: `nccl`, `PROTO-LL`, `ALGO-Ring-PROTO-LL`.
+fn slug_of(c: &Candidate) -> String {
+    if c.overrides.is_empty() {
+        return "nccl".into();
+    }
+    c.overrides
+        .iter()
+        .map(|(k, v)| format!("{}-{v}", k.trim_start_matches("NCCL_")))
+        .collect::<Vec<_>>()
+        .join("-")
+        .chars()
+        .map(|ch| {
+            if ch.is_ascii_alphanumeric() || ch == '-' {
+                ch
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// One candidate's time at one size in one run.

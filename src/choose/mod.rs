@@ -98,6 +98,18 @@ impl ChooseRequest {
                 self.draft_steps
             );
         }
+        let max = crate::request::MAX_TOKENS;
+        if let Some(c) = self
+            .concurrency
+            .iter()
+            .find(|c| c.saturating_mul(self.draft_steps + 1) > max)
+        {
+            crate::usage_bail!(
+                "--concurrency {c} with --draft-steps {}: a verify of {c} x {} tokens is more than the {max} tokens of one forward",
+                self.draft_steps,
+                self.draft_steps + 1
+            );
+        }
         if !(1..=MAX_ROUNDS).contains(&self.rounds) {
             crate::usage_bail!(
                 "--rounds {}: give 1 to {MAX_ROUNDS} (2 or more to measure the noise)",

@@ -95,7 +95,7 @@ pub(crate) fn cycle_shapes(
 ) -> anyhow::Result<Vec<Shape>> {
     let mut shapes: Vec<Shape> = vec![];
     for &c in concurrency {
-        let verify_tokens = c.checked_mul(k + 1).unwrap_or(u64::MAX);
+        let verify_tokens = c.saturating_mul(k + 1);
         add(&mut shapes, &target(w, tp, c)?, "decode", c, 1);
         add(&mut shapes, &target(w, tp, verify_tokens)?, "verify", c, 1);
         add(&mut shapes, &draft(w, tp)?, "draft", c, c);

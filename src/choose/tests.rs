@@ -244,7 +244,29 @@ fn explain_prices_each_all_reduce_as_the_decision_chose() {
     .unwrap();
     let (got, line) = for_explain::transfer_with_choice(&c, &s3, 8, &per);
     assert!((got.unwrap() - per.iter().sum::<f64>()).abs() < 1e-9);
-    assert!(line.ends_with("): sizes the file does not hold priced on NCCL: 43,008 B"), "{line}");
+    assert!(
+        line.ends_with("): sizes the file does not hold priced on NCCL: 43,008 B"),
+        "{line}"
+    );
     let (got, _) = for_explain::transfer_with_choice(&c, &s3, 4, &per);
     assert!(got.unwrap_err().contains("for 8 ranks"));
+}
+
+#[test]
+fn all_reduces_beyond_the_kernels_capacity_compare_nccl_only() {
+    // 128 requests: a verify of 512 tokens, 512 x 14,336 B = 7,340,032 B per all-reduce, above
+    // the P2P kernels' 4 MiB; the decode of 128 tokens (1,835,008 B) is below it.
+    let mut r = request(8);
+    r.concurrency = vec![128];
+    let (_, d) = decide_on_model(&r, modeled_key(&r));
+    let at = |bytes: u64| {
+        d.shapes
+            .iter()
+            .find(|c| c.shape.kind == CollectiveKind::AllReduce && c.shape.bytes == bytes)
+            .unwrap()
+    };
+    assert!(at(1_835_008).graph.figure("twoshot").is_some());
+    let big = at(7_340_032);
+    assert!(big.graph.figure("oneshot").is_none() && big.graph.figure("twoshot").is_none());
+    assert!(big.graph.figure("nccl").is_some());
 }

@@ -54,9 +54,18 @@ fn kimi_tp8_and_glm5_tp4_print_the_crossover_the_key_and_the_engine_settings() {
         assert!(text.contains("crossover, graph: "), "{text}");
         assert!(text.contains("crossover, eager: "), "{text}");
         assert!(text.contains("key of the decision:"), "{text}");
-        assert!(text.contains(&format!("  world size           {tp}\n")), "{text}");
-        assert!(text.contains(&format!("  hidden size          {hidden}\n")), "{text}");
-        assert!(text.contains("  tokens               1, 4, 8, 32\n"), "{text}");
+        assert!(
+            text.contains(&format!("  world size           {tp}\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("  hidden size          {hidden}\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains("  tokens               1, 4, 8, 32\n"),
+            "{text}"
+        );
         for engine in ["vLLM   ", "SGLang "] {
             assert!(
                 text.contains(&format!("  {engine} --disable-custom-all-reduce: ")),
@@ -65,7 +74,9 @@ fn kimi_tp8_and_glm5_tp4_print_the_crossover_the_key_and_the_engine_settings() {
         }
         assert!(text.contains("[vllm/config/parallel.py]"), "{text}");
         assert!(
-            text.contains("[python/sglang/srt/distributed/device_communicators/custom_all_reduce.py]"),
+            text.contains(
+                "[python/sglang/srt/distributed/device_communicators/custom_all_reduce.py]"
+            ),
             "{text}"
         );
         let (json, _) = choose(dir.path(), &[args, &["--format", "json"]].concat());
@@ -82,7 +93,10 @@ fn kimi_tp8_and_glm5_tp4_print_the_crossover_the_key_and_the_engine_settings() {
             .iter()
             .filter(|s| s["shape"]["kind"] == "all_reduce")
             .collect();
-        let got: Vec<u64> = ar.iter().map(|s| s["shape"]["bytes"].as_u64().unwrap()).collect();
+        let got: Vec<u64> = ar
+            .iter()
+            .map(|s| s["shape"]["bytes"].as_u64().unwrap())
+            .collect();
         assert_eq!(got, sizes);
         for s in &ar {
             for mode in ["graph", "eager"] {
@@ -112,23 +126,44 @@ fn the_decision_file_is_reused_while_its_key_holds_and_a_changed_part_is_named()
     let dir = tempfile::tempdir().unwrap();
     let glm = repo(GLM5);
     let first = choose(dir.path(), &["--tp", "8", "--decision", "d.json"]);
-    assert!(first.0.ends_with("decision file: d.json written\n"), "{}", first.0);
+    assert!(
+        first.0.ends_with("decision file: d.json written\n"),
+        "{}",
+        first.0
+    );
     let written = std::fs::read_to_string(dir.path().join("d.json")).unwrap();
     // The same key: reused, said on stderr and in the last line; the file untouched.
     let (text, err) = choose(dir.path(), &["--tp", "8", "--decision", "d.json"]);
-    assert!(err.contains("--decision d.json: its key holds: the decision is reused, nothing is measured"), "{err}");
+    assert!(
+        err.contains(
+            "--decision d.json: its key holds: the decision is reused, nothing is measured"
+        ),
+        "{err}"
+    );
     assert!(text.ends_with("decision file: d.json reused: its key holds, nothing was measured (--remeasure measures again)\n"), "{text}");
-    assert_eq!(std::fs::read_to_string(dir.path().join("d.json")).unwrap(), written);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("d.json")).unwrap(),
+        written
+    );
     // Another world size: named, measured again, written under the new key.
     let (text, err) = choose(dir.path(), &["--tp", "4", "--decision", "d.json"]);
-    assert!(err.contains("the key changed (world size was 8, now 4): measuring again"), "{err}");
-    assert!(text.ends_with("the key changed (world size was 8, now 4): measured again and written\n"), "{text}");
+    assert!(
+        err.contains("the key changed (world size was 8, now 4): measuring again"),
+        "{err}"
+    );
+    assert!(
+        text.ends_with("the key changed (world size was 8, now 4): measured again and written\n"),
+        "{text}"
+    );
     // Another hidden size at the same world size.
     let (_, err) = choose(
         dir.path(),
         &["--model-config", &glm, "--tp", "4", "--decision", "d.json"],
     );
-    assert!(err.contains("the key changed (hidden size was 7168, now 6144): measuring again"), "{err}");
+    assert!(
+        err.contains("the key changed (hidden size was 7168, now 6144): measuring again"),
+        "{err}"
+    );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("d.json")).unwrap()).unwrap();
     assert_eq!(v["result"]["data"]["key"]["hidden_size"], 6144);
@@ -183,6 +218,10 @@ fn bad_requests_are_refused_with_the_flag_named() {
         (&["--concurrency", "0"][..], "--concurrency 0"),
         (&["--draft-steps", "0"][..], "--draft-steps 0"),
         (&["--rounds", "0"][..], "--rounds 0"),
+        (
+            &["--concurrency", "20000"][..],
+            "--concurrency 20000 with --draft-steps 3",
+        ),
         (&["--nccl-proto", "LL256"][..], "--nccl-proto LL256"),
     ] {
         let out = vb()

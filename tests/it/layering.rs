@@ -170,7 +170,7 @@ const TABLE: &[(&str, &[&str])] = &[
         "output", "nccl_tests", "record", "units", "util", "error"]),
     ("explain", &["choose", "sweep", "speculative", "costmodel", "trace", "evidence", "request", "measure",
         "model", "output", "record", "util", "error"]),
-    ("choose", &["sweep", "machine", "backend", "launch", "costmodel", "request", "comm",
+    ("choose", &["sweep", "machine", "backend", "launch", "impls", "costmodel", "request", "comm",
         "measure", "model", "output", "record", "units", "util", "error"]),
     ("sweep", &["report", "backend", "launch", "costmodel", "request", "comm", "measure", "model",
         "inspect", "output", "nccl_list", "record", "units", "util", "error"]),
