@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::measure::{samples_of, Measure, Point, PointRun};
 use crate::model::CollectiveKind;
 use crate::record::Source;
-use crate::request::{GpuSpec, Repeat};
+use crate::request::{BackendKind, GpuSpec, Repeat};
 use crate::sweep::env::{probe_env, timed_env, Env};
 use crate::sweep::ncclog::{algo_name, proto_name, NcclLog};
 use crate::sweep::runner::{PointJob, PointRunner, Probe, SubprocessRunner};
@@ -23,6 +23,8 @@ use crate::sweep::runner::{PointJob, PointRunner, Probe, SubprocessRunner};
 /// Points run as `verifybench collective` children.
 pub(crate) struct ChildMeasure {
     pub exe: PathBuf,
+    /// `nccl`; `model` where a test runs the same pipeline on the cost model.
+    pub backend: BackendKind,
     pub nranks: usize,
     pub gpu: GpuSpec,
     pub repeat: Repeat,
@@ -52,7 +54,7 @@ impl ChildMeasure {
             "--graph",
             "both",
             "--backend",
-            "nccl",
+            self.backend.name(),
             "--launcher",
             self.gpu.launcher.name(),
             "--impl",
@@ -83,7 +85,10 @@ impl ChildMeasure {
 
 impl Measure for ChildMeasure {
     fn source(&self) -> Source {
-        Source::Measured
+        match self.backend {
+            BackendKind::Nccl => Source::Measured,
+            _ => Source::Modeled,
+        }
     }
 
     fn run(&self, p: &Point, round: usize) -> anyhow::Result<PointRun> {
@@ -202,6 +207,7 @@ mod tests {
     fn measure() -> ChildMeasure {
         ChildMeasure {
             exe: "verifybench".into(),
+            backend: BackendKind::Nccl,
             nranks: 2,
             gpu: GpuSpec::default(),
             repeat: Repeat::default(),

@@ -78,6 +78,9 @@ pub(crate) struct ChooseRequest {
     pub remeasure: bool,
     /// Also run the P2P path on virtual ranks of one GPU.
     pub virtual_ranks: bool,
+    /// Testing (`--debug-children-on-model`): the measured pipeline with `collective
+    /// --backend model` children.
+    pub children_on_model: bool,
     pub format: crate::output::Format,
 }
 

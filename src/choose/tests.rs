@@ -33,6 +33,7 @@ fn request(tp: u64) -> ChooseRequest {
         decision: None,
         remeasure: false,
         virtual_ranks: false,
+        children_on_model: false,
         format: crate::output::Format::Table,
     }
 }

@@ -102,6 +102,10 @@ pub struct ChooseArgs {
     pub repeat: RepeatArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Testing: the measured pipeline (fresh child processes per run, rounds, the first
+    /// round's probe) with `collective --backend model` children, labelled modeled.
+    #[arg(long, hide = true)]
+    pub debug_children_on_model: bool,
 }
 
 impl From<&ChooseArgs> for ChooseRequest {
@@ -140,6 +144,7 @@ impl From<&ChooseArgs> for ChooseRequest {
             decision: a.decision.clone(),
             remeasure: a.remeasure,
             virtual_ranks: a.virtual_ranks,
+            children_on_model: a.debug_children_on_model,
             format: a.output.format,
         }
     }

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use crate::backend;
 use crate::choose::children::ChildMeasure;
+use crate::choose::engines::Links;
 use crate::choose::file::{self, Outcome, Why};
 use crate::choose::key::Fingerprint;
 use crate::choose::measure::{Measure, ModelMeasure};
@@ -41,6 +42,9 @@ pub(crate) fn run(r: &ChooseRequest) -> anyhow::Result<i32> {
         comm::libs::prepare(r.gpu.nccl_lib.as_deref())?;
         one_gpu(r)?;
     }
+    if r.children_on_model {
+        return children_on_model(r);
+    }
     let b = backend::resolve(r.backend, crate::output::quiet());
     match b.kind() {
         BackendKind::Nccl => measured(r),
@@ -56,14 +60,45 @@ fn modeled(r: &ChooseRequest) -> anyhow::Result<i32> {
         &GPU_FLAGS,
     )?;
     let job = choose::job(r, tp)?;
-    let (prof, label) = r.model.resolve()?;
-    let hash = crate::model::schedule::fnv1a(&serde_json::to_vec(&prof)?);
-    let key = Fingerprint::modeled(&label, hash, &job.key_of_work());
-    let links = choose::links_of_profile(&prof.intra.kind);
+    let (key, links, label) = model_key(r, &job)?;
     let m = ModelMeasure {
         nranks: tp,
         model: r.model.clone(),
         launcher: r.gpu.launcher,
+    };
+    let mut base = Provenance::here(BackendKind::Model.name(), crate::util::now_utc());
+    base.model_profile = Some(label);
+    finish(r, &job, key, links, &m, base)
+}
+
+/// The cost model's key and what the model makes of it.
+fn model_key(r: &ChooseRequest, job: &Job) -> anyhow::Result<(Fingerprint, Links, String)> {
+    let (prof, label) = r.model.resolve()?;
+    let hash = crate::model::schedule::fnv1a(&serde_json::to_vec(&prof)?);
+    let key = Fingerprint::modeled(&label, hash, &job.key_of_work());
+    Ok((key, choose::links_of_profile(&prof.intra.kind), label))
+}
+
+/// `--debug-children-on-model`: the measured pipeline, each run a fresh `collective --backend
+/// model` child, under the model's key.
+fn children_on_model(r: &ChooseRequest) -> anyhow::Result<i32> {
+    let tp = ranks(
+        &RankInputs::of(&r.gpu, r.workload.tp),
+        DEFAULT_RANKS,
+        &GPU_FLAGS,
+    )?;
+    let job = choose::job(r, tp)?;
+    let (key, links, label) = model_key(r, &job)?;
+    let work = tempfile::tempdir()?;
+    let m = ChildMeasure {
+        exe: std::env::current_exe()?,
+        backend: BackendKind::Model,
+        nranks: tp,
+        gpu: r.gpu.clone(),
+        repeat: r.repeat,
+        parent_env: crate::sweep::env::parent_env(),
+        work_dir: work.path().to_path_buf(),
+        timeout: std::time::Duration::from_secs_f64(2.0 * r.gpu.timeout + 60.0),
     };
     let mut base = Provenance::here(BackendKind::Model.name(), crate::util::now_utc());
     base.model_profile = Some(label);
@@ -83,6 +118,7 @@ fn measured(r: &ChooseRequest) -> anyhow::Result<i32> {
     crate::sweep::signal::install()?;
     let m = ChildMeasure {
         exe: std::env::current_exe()?,
+        backend: BackendKind::Nccl,
         nranks: tp,
         gpu: GpuSpec {
             devices: Some(devices),
@@ -114,7 +150,7 @@ fn finish(
     r: &ChooseRequest,
     job: &Job,
     key: Fingerprint,
-    links: crate::choose::engines::Links,
+    links: Links,
     m: &dyn Measure,
     prov: Provenance,
 ) -> anyhow::Result<i32> {

@@ -234,3 +234,63 @@ fn bad_requests_are_refused_with_the_flag_named() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn the_measured_pipeline_of_child_processes_decides_as_the_model_in_process() {
+    // --debug-children-on-model runs every point as `--backend nccl` does (a fresh child
+    // process per run and round, the first round's probe run first), each child a `collective
+    // --backend model`: its decision must be the in-process model's, figure for figure.
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--tp",
+        "4",
+        "--nccl-proto",
+        "LL",
+        "--rounds",
+        "2",
+        "--format",
+        "json",
+    ];
+    let decision = |extra: &[&str]| -> serde_json::Value {
+        let (json, _) = choose(dir.path(), &[&args[..], extra].concat());
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        v["result"]["data"].clone()
+    };
+    let a = decision(&[]);
+    let b = decision(&["--debug-children-on-model"]);
+    let (sa, sb) = (
+        a["shapes"].as_array().unwrap(),
+        b["shapes"].as_array().unwrap(),
+    );
+    assert_eq!(sa.len(), sb.len());
+    assert_eq!(sa.len(), 10, "4 all-reduce and 6 all-gather shapes");
+    for (x, y) in sa.iter().zip(sb) {
+        assert_eq!(x["shape"], y["shape"]);
+        for mode in ["graph", "eager"] {
+            assert_eq!(x[mode]["choice"], y[mode]["choice"], "{}", x["shape"]);
+            let figs = |v: &serde_json::Value| -> Vec<(String, Vec<f64>)> {
+                v[mode]["figures"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| {
+                        let r = f["per_round_us"].as_array().unwrap();
+                        (
+                            f["candidate"].as_str().unwrap().to_string(),
+                            r.iter().map(|t| t.as_f64().unwrap()).collect(),
+                        )
+                    })
+                    .collect()
+            };
+            let (fx, fy) = (figs(x), figs(y));
+            assert_eq!(fx.len(), fy.len());
+            for ((cx, tx), (cy, ty)) in fx.iter().zip(&fy) {
+                assert_eq!(cx, cy);
+                for (p, q) in tx.iter().zip(ty) {
+                    assert!((p - q).abs() < 1e-6, "{cx}: {tx:?} {ty:?}");
+                }
+            }
+        }
+    }
+    assert_eq!(a["crossover_graph_words"], b["crossover_graph_words"]);
+}
