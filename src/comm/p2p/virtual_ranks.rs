@@ -579,7 +579,7 @@ pub fn virtual_rank_timings(
 
 /// One shape's exact check and, when it passed, its timing on virtual ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ShapeOnVirtualRanks {
+pub(crate) struct ShapeOnVirtualRanks {
     pub imp: Impl,
     pub count: usize,
     pub exact: Check,
@@ -592,7 +592,7 @@ pub struct ShapeOnVirtualRanks {
 /// outputs poisoned, every element of every rank compared with the exact sum), then, only when
 /// it passed, the eager and graph timing of [`virtual_rank_timings`]. Not a P2P measurement:
 /// the peers' memory is this GPU's.
-pub fn virtual_rank_shapes(
+pub(crate) fn virtual_rank_shapes(
     gpu: usize,
     n: usize,
     imps: &[Impl],
