@@ -16,6 +16,15 @@
 # collective:  --impl nccl,oneshot,twoshot from 8 B to 4 MiB, threads and processes: exact
 #              results, or exit code 2 with the pair that failed the access check and its likely
 #              cause (rc= in collective-*.txt).
+# choose:      the measured per-shape choice (issue 52) of Kimi-K2.5 at TP=NGPUS, concurrency 1
+#              and 8: NCCL's default, NCCL_PROTO=LL, LL128 and Simple, one-shot and two-shot at
+#              every all-reduce and all-gather shape of the cycle, 3 rounds of fresh worker
+#              processes, eager and CUDA graph, each implementation checked exactly before it is
+#              timed; choose.txt and choose-tpN.json (the decision file with its key: GPU UUIDs
+#              and PCI addresses, P2P matrix, driver, NCCL file and version), then the same
+#              command again (choose-reuse.txt: the key holds, the file is reused), and the
+#              modeled decision of the same shapes beside it (choose-model.txt). On 2-8 GPUs only
+#              (the P2P kernels' range); skipped with a line otherwise.
 set -uo pipefail
 VB=$(realpath "${1:?binary}")
 N=${2:-$(nvidia-smi -L 2>/dev/null | wc -l)}
@@ -32,6 +41,7 @@ cd "$OUTDIR"
   echo "selftest.*       $VB selftest --gpus $N --export-json selftest.json"
   echo "collective-*.txt $VB collective --gpus $N --launcher L --op all_reduce --impl nccl,oneshot,twoshot -b 8 -e 4M -f 4 -n 50 -w 5"
   echo "acs.txt          lspci -vvv | grep ACSCtl (as the user running this)"
+  echo "choose*.txt      $VB choose --backend nccl --gpus $N --tp $N --model kimi-k2.5 --concurrency 1,8 --nccl-proto LL,LL128,Simple --decision choose-tp$N.json"
 } > commands.txt
 step env
 "$VB" env 2>&1 | tee env.txt
@@ -50,6 +60,23 @@ for l in threads processes; do
   echo "rc=$rc" >> collective-$l.txt
   cat collective-$l.txt
 done
+if [ "$N" -le 8 ]; then
+  step "choose: which all-reduce for each shape, measured on $N GPUs"
+  CH=(choose --model kimi-k2.5 --tp "$N" --concurrency 1,8 --nccl-proto LL,LL128,Simple)
+  t0=$(date +%s)
+  timeout 1200 "$VB" "${CH[@]}" --backend nccl --gpus "$N" --decision "choose-tp$N.json" \
+      > choose.txt 2>&1
+  echo "choose rc=$? wall=$(( $(date +%s) - t0 )) s" | tee -a commands.txt
+  cat choose.txt
+  timeout 300 "$VB" "${CH[@]}" --backend nccl --gpus "$N" --decision "choose-tp$N.json" \
+      > choose-reuse.txt 2>&1
+  echo "choose reuse rc=$?" | tee -a commands.txt
+  tail -1 choose-reuse.txt
+  "$VB" "${CH[@]}" --backend model > choose-model.txt 2>&1
+  grep "^crossover" choose-model.txt
+else
+  echo "choose: skipped: the P2P kernels run on 2 to 8 GPUs ($N here)" | tee -a commands.txt
+fi
 step "the access check's cache"
 cat cache/verifybench/p2p-access.json 2>/dev/null || echo "(no cache file: no pair was probed)"
 step done

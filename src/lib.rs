@@ -13,6 +13,7 @@
 //! touches the GPU and is unit-tested on any machine.
 
 pub mod backend;
+pub(crate) mod choose;
 pub mod cli;
 pub mod comm;
 pub mod commands;

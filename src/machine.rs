@@ -303,6 +303,60 @@ pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
     Ok(r)
 }
 
+/// One GPU as a result that depends on the machine names it: the driver's name, its UUID and
+/// its PCI address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub(crate) struct GpuIdentity {
+    pub name: String,
+    /// `GPU-...` as `nvidia-smi -L` prints it (`None` where the driver does not say).
+    pub uuid: Option<String>,
+    pub pci_bus_id: String,
+}
+
+/// What a result measured on the GPUs `devices` depends on, read from this machine: each GPU's
+/// identity, peer access between them (as the driver reports it), the driver, and the NCCL
+/// this process loads (call [`comm::libs::prepare`] first). `choose` keys its decision file on
+/// it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Identity {
+    pub gpus: Vec<GpuIdentity>,
+    /// peer[i][j]: GPU devices[i] can access GPU devices[j]'s memory directly.
+    pub peer_access: Vec<Vec<bool>>,
+    pub driver: Option<String>,
+    pub nccl_library: Option<String>,
+    pub nccl_version: Option<String>,
+}
+
+/// [`Identity`] of the GPUs `devices`, in the order given (the ranks' order).
+pub(crate) fn identity(devices: &[usize]) -> anyhow::Result<Identity> {
+    let mut gpus = vec![];
+    for &d in devices {
+        let g = comm::device::info(d)?;
+        gpus.push(GpuIdentity {
+            name: g.name,
+            uuid: comm::device::uuid(d).ok(),
+            pci_bus_id: g.pci_bus_id,
+        });
+    }
+    let peer_access = devices
+        .iter()
+        .map(|&i| {
+            devices
+                .iter()
+                .map(|&j| i == j || comm::device::can_access_peer(i, j).unwrap_or(false))
+                .collect()
+        })
+        .collect();
+    let nccl_version = comm::nccl::version();
+    Ok(Identity {
+        gpus,
+        peer_access,
+        driver: comm::device::driver_version(),
+        nccl_library: comm::libs::loaded_path("libnccl"),
+        nccl_version,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,6 +75,10 @@ pub struct ExplainArgs {
     /// against the defaults replaces the model's in the counterfactual rows.
     #[arg(long, value_name = "FILE")]
     pub sweep: Option<PathBuf>,
+    /// A decision file of `verifybench choose --decision FILE`: the one-shot rows run each
+    /// all-reduce as it chose for its size (one-shot, two-shot or NCCL).
+    #[arg(long, value_name = "FILE")]
+    pub allreduce_choice: Option<PathBuf>,
     /// GPUs of the tensor-parallel group (default: the traces' world size, else --tp, else 8).
     #[arg(long, value_name = "N")]
     pub gpus: Option<usize>,
@@ -138,6 +142,7 @@ impl From<&ExplainArgs> for ExplainRequest {
             nccl_logs: a.nccl_log.clone(),
             server_log: a.server_log.clone(),
             sweep: a.sweep.clone(),
+            allreduce_choice: a.allreduce_choice.clone(),
             observed: a.observed,
             verify_ms: a.verify_ms,
             cycle: crate::speculative::inputs::Flags {

@@ -10,6 +10,7 @@
 pub mod args;
 pub mod bandwidth;
 pub mod breakeven;
+pub mod choose;
 pub mod collective;
 pub mod compare;
 pub mod env;
@@ -37,6 +38,7 @@ Examples:
   verifybench verify --model kimi-k2.5 --tp 2 --tokens 3 --graph both
   verifybench collective --op all_reduce -b 8K -e 1M -f 2 -d bf16 --graph both
   verifybench sweep --tp 2 -L NCCL_PROTO=LL,LL128,Simple --set 'NCCL_ALGO=ring;allreduce:tree' --graph both
+  verifybench choose --model kimi-k2.5 --tp 8 --concurrency 1,8 --decision allreduce.json
   verifybench breakeven --decode-ms 12.2 --verify-ms 19 --draft-ms 1.5 --draft-steps 3 --accept-length 2.5
   verifybench inspect --match sglang.launch_server --expect NCCL_PROTO=LL
   verifybench verify --backend model --gpus 8 --link pcie-gen5
@@ -70,6 +72,12 @@ pub enum Command {
     /// --format json prints, at the end, the verify records --export-json writes (the header
     /// and per-point lines then go to stderr).
     Sweep(sweep::SweepArgs),
+    /// Which all-reduce for each shape of the speculative cycle: NCCL or the P2P one-shot and
+    /// two-shot, decided per message size beyond the noise, kept in a decision file under the
+    /// key it depends on, and written as SGLang's and vLLM's settings.
+    ///
+    /// --format json prints the record --decision writes.
+    Choose(choose::ChooseArgs),
     /// Speculative-decoding break-even from measured or given times.
     ///
     /// --format json carries every input with its origin and every output.
@@ -124,6 +132,7 @@ impl Command {
             Command::Verify(a) => a.output.quiet,
             Command::Sweep(a) => a.output.quiet,
             Command::Breakeven(a) => a.output.quiet,
+            Command::Choose(a) => a.output.quiet,
             Command::Bandwidth(a) => a.output.quiet,
             Command::Env(a) => a.output.quiet,
             Command::Inspect(a) => a.output.quiet,
@@ -154,6 +163,7 @@ pub fn main() -> anyhow::Result<i32> {
         Command::Bandwidth(a) => commands::bandwidth::run(&(&a).into()),
         Command::Inspect(a) => commands::inspect::run(&(&a).into()),
         Command::Breakeven(a) => commands::breakeven::run(&(&a).into()),
+        Command::Choose(a) => commands::choose::run(&(&a).into()),
         Command::Report(a) => commands::report::run(&(&a).into()),
         Command::Selftest(a) => commands::selftest::run(&(&a).into()),
         Command::Rank(a) => commands::rank::run(&(&a).into()),

@@ -477,6 +477,31 @@ pub fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
     })
 }
 
+/// The UUID of device `ordinal` as `nvidia-smi -L` prints it (`GPU-8c7b2f4e-...`), without
+/// creating a context: what stays the same when the device's ordinal or PCI slot changes.
+pub(crate) fn uuid(ordinal: usize) -> Result<String, CudaFailure> {
+    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
+    let dev = cudarc::driver::result::device::get(ordinal as i32)
+        .map_err(fail(ordinal, "cuDeviceGet"))?;
+    let id =
+        cudarc::driver::result::device::get_uuid(dev).map_err(fail(ordinal, "cuDeviceGetUuid"))?;
+    Ok(uuid_text(&id.bytes.map(|b| b as u8)))
+}
+
+/// `GPU-` and the 16 bytes as 8-4-4-4-12 lower-case hex digits.
+pub(crate) fn uuid_text(b: &[u8; 16]) -> String {
+    let hex =
+        |r: std::ops::Range<usize>| -> String { b[r].iter().map(|x| format!("{x:02x}")).collect() };
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex(0..4),
+        hex(4..6),
+        hex(6..8),
+        hex(8..10),
+        hex(10..16)
+    )
+}
+
 /// Whether device `a` can access device `b`'s memory directly (P2P).
 pub(crate) fn can_access_peer(a: usize, b: usize) -> Result<bool, CudaFailure> {
     cudarc::driver::result::init().map_err(fail(a, "cuInit"))?;
@@ -505,4 +530,17 @@ pub(crate) fn driver_version() -> Option<String> {
     line.split_whitespace()
         .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
         .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn uuid_reads_as_nvidia_smi_prints_it() {
+        // nvidia-smi -L: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00112233-4455-6677-8899-aabbccddeeff)"
+        let b: [u8; 16] = std::array::from_fn(|i| (i as u8) * 0x11);
+        assert_eq!(
+            super::uuid_text(&b),
+            "GPU-00112233-4455-6677-8899-aabbccddeeff"
+        );
+    }
 }

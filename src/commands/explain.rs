@@ -36,6 +36,7 @@ pub fn run(req: &ExplainRequest) -> anyhow::Result<i32> {
         inputs.extend(req.nccl_logs.iter().map(|p| p.as_path()));
         inputs.extend(req.server_log.iter().map(|p| p.as_path()));
         inputs.extend(req.sweep.iter().map(|p| p.as_path()));
+        inputs.extend(req.allreduce_choice.iter().map(|p| p.as_path()));
         crate::util::check_outputs(&[("--export-json", out.as_path())], &inputs)?;
     }
     let g = crate::explain::gather(req)?;

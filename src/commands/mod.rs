@@ -6,6 +6,7 @@
 
 pub mod bandwidth;
 pub mod breakeven;
+pub mod choose;
 pub mod collective;
 pub mod compare;
 pub mod env;

@@ -16,6 +16,8 @@ pub struct Gathered {
     pub server_log: Option<ServerLog>,
     pub nccl_logs: Vec<NcclLogText>,
     pub sweep: Option<SweepBest>,
+    /// `--allreduce-choice`: a decision file of `verifybench choose`.
+    pub(crate) allreduce_choice: Option<crate::choose::for_explain::LoadedChoice>,
 }
 
 /// Reads every file of `req` (no printing).
@@ -28,6 +30,11 @@ pub fn gather(req: &ExplainRequest) -> anyhow::Result<Gathered> {
         server_log: req.server_log.as_deref().map(read_server_log).transpose()?,
         nccl_logs: crate::evidence::read_nccl_logs(&req.nccl_logs)?,
         sweep: req.sweep.as_deref().map(read_sweep).transpose()?,
+        allreduce_choice: req
+            .allreduce_choice
+            .as_deref()
+            .map(crate::choose::for_explain::load)
+            .transpose()?,
     })
 }
 

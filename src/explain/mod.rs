@@ -237,8 +237,19 @@ impl Run {
         if let Some(t) = traced {
             notes.extend(checks::trace_against_schedule(t, &schedule, ranks)?);
         }
-        let pricing = pricing::price(&schedule, ranks, &req.model)?;
+        let mut pricing = pricing::price(&schedule, ranks, &req.model)?;
         notes.extend(pricing.held.iter().cloned());
+        // `--allreduce-choice FILE`: the one-shot rows take the decision's choice per size.
+        if let Some(c) = &g.allreduce_choice {
+            let (transfer, line) = crate::choose::for_explain::transfer_with_choice(
+                c,
+                &schedule,
+                ranks,
+                &pricing.per_collective_us,
+            );
+            pricing.oneshot_transfer_us = transfer;
+            notes.push(line);
+        }
         Ok(Run {
             ranks,
             k,

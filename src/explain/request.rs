@@ -21,6 +21,8 @@ pub struct ExplainRequest {
     pub server_log: Option<PathBuf>,
     /// A sweep's results file.
     pub sweep: Option<PathBuf>,
+    /// A decision file of `verifybench choose`: the one-shot rows take its choice per size.
+    pub allreduce_choice: Option<PathBuf>,
     /// What the profiler showed inside the collectives of one verify.
     pub observed: Option<Observed>,
     /// The verify step as it ran, ms.

@@ -27,6 +27,7 @@ fn none() -> Gathered {
         server_log: None,
         nccl_logs: vec![],
         sweep: None,
+        allreduce_choice: None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Every example in `verifybench --help`, each command's `--help` and the code blocks of
 //! README.md and of every page under docs/ is run (issue 15, item 11; issue 29): through the
-//! cost model where a GPU would be needed (`--backend model` added to verify, collective and
-//! sweep, `--backend nccl` replaced by it); a GPU-only command (selftest, bandwidth, worker)
+//! cost model where a GPU would be needed (`--backend model` added to verify, collective,
+//! sweep and choose, `--backend nccl` replaced by it); a GPU-only command (selftest, bandwidth, worker)
 //! and `inspect` of a server that is not running must fail only with exit 2 and the message
 //! saying so. Examples run in order, by `sh`, in a scratch folder holding a copy of results/
 //! and tests/data/, so files one example writes feed the next. The output a document shows
@@ -197,7 +197,7 @@ fn as_run(example: &str) -> String {
         .nth(1)
         .copied()
         .unwrap_or("");
-    if ["verify", "collective", "sweep"].contains(&cmd) && !e.contains("--backend") {
+    if ["verify", "collective", "sweep", "choose"].contains(&cmd) && !e.contains("--backend") {
         format!("{} --backend model", e.trim())
     } else {
         e.trim().to_string()
@@ -300,6 +300,7 @@ fn every_help_example_runs() {
         "selftest",
         "worker",
         "compare",
+        "choose",
     ];
     for s in subs {
         examples.extend(help_examples(&help(&[s, "--help"])));
@@ -341,6 +342,7 @@ const DOCUMENTS: &[&str] = &[
     "docs/guide/worker.md",
     "docs/guide/model.md",
     "docs/guide/impl.md",
+    "docs/guide/choose.md",
     "docs/guide/replay.md",
     "docs/guide/explain.md",
     "docs/plan-configs.md",

@@ -218,6 +218,11 @@ fn case(name: &str, d: &Path, n: usize) -> Option<Case> {
             ],
             export: Some("--export-json"),
         },
+        "choose" => Case {
+            args: v(&["choose", "--backend", "model", "--tp", "8"]),
+            // the decision file is what choose keeps
+            export: Some("--decision"),
+        },
         "explain" => Case {
             args: v(&["explain", "--verify-ms", "30", "--gpus", "8"]),
             export: Some("--export-json"),

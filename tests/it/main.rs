@@ -6,6 +6,7 @@ mod cli_bad_input;
 mod cli_bounds;
 mod cli_breakeven;
 mod cli_breakeven_evidence;
+mod cli_choose;
 mod cli_compare;
 mod cli_examples;
 mod cli_explain;

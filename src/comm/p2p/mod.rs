@@ -51,6 +51,7 @@ pub use peer::{
     check_topology, file_exchange, InProcessExchange, P2pAllReduce, P2pUnavailable, Workspace,
 };
 pub use probe::check_access;
+pub(crate) use virtual_ranks::virtual_rank_shapes;
 pub use virtual_ranks::{virtual_rank_checks, virtual_rank_timings, Check, VirtualTiming};
 
 /// The bus-bandwidth factor of `op` over `n` ranks on `imp`: busbw = algbw x factor, where the

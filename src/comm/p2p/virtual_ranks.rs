@@ -269,55 +269,7 @@ fn exact(g: &Group, imp: Impl) -> anyhow::Result<String> {
                 &[Layout::Aligned]
             };
             for &layout in layouts {
-                let salt = cases;
-                let (in_off, out_off) = match layout {
-                    Layout::Aligned | Layout::InPlace => (0u64, 0u64),
-                    Layout::Unaligned => (size as u64, 3 * size as u64),
-                };
-                let mut ptrs = vec![];
-                for r in 0..n {
-                    let inp = ins[r].ptr() + in_off;
-                    let outp = if layout == Layout::InPlace {
-                        inp
-                    } else {
-                        outs[r].ptr() + out_off
-                    };
-                    let data =
-                        pattern::send_bytes(CollectiveKind::AllReduce, dtype, count, n, r, salt);
-                    upload_raw(&g.gpus[r], inp, &data)?;
-                    if layout != Layout::InPlace {
-                        g.gpus[r].fill(&outs[r], 0xFF)?;
-                    }
-                    ptrs.push((inp, outp));
-                }
-                for (r, &(inp, outp)) in ptrs.iter().enumerate() {
-                    g.ars[r].enqueue_raw(&g.gpus[r], imp, inp, outp, count, dtype)?;
-                }
-                g.check()?;
-                for (r, &(_, outp)) in ptrs.iter().enumerate() {
-                    let got = download_raw(&g.gpus[r], outp, count * size)?;
-                    let wrong = pattern::count_wrong(
-                        CollectiveKind::AllReduce,
-                        dtype,
-                        count,
-                        n,
-                        r,
-                        salt,
-                        &got,
-                    );
-                    if wrong > 0 {
-                        anyhow::bail!(
-                            "{wrong} of {count} elements wrong on rank {r}: {} {} B{}",
-                            dtype.name(),
-                            bytes,
-                            match layout {
-                                Layout::Aligned => "",
-                                Layout::Unaligned => ", unaligned buffers",
-                                Layout::InPlace => ", in place",
-                            }
-                        );
-                    }
-                }
+                exact_case(g, (&ins, &outs), imp, dtype, count, cases, layout)?;
                 cases += 1;
                 elems += (count * n) as u64;
             }
@@ -327,6 +279,64 @@ fn exact(g: &Group, imp: Impl) -> anyhow::Result<String> {
         "{cases} cases (bf16/f16/f32, 8 B to 4 MiB, tails, unaligned, in place), {elems} elements exact, up to {} blocks",
         g.ars[0].blocks(imp, cap / 2, DType::Bf16)
     ))
+}
+
+/// One call of `imp` on `count` elements of `dtype` in `layout`, inputs of the exact pattern
+/// with `salt` in `bufs.0`, outputs (poisoned first) in `bufs.1` (each large enough, with 64
+/// bytes to spare for the unaligned layout): an error naming the rank and the count of wrong
+/// elements unless every element of every rank's output is the exact sum.
+fn exact_case(
+    g: &Group,
+    bufs: (&[Buffer], &[Buffer]),
+    imp: Impl,
+    dtype: DType,
+    count: usize,
+    salt: usize,
+    layout: Layout,
+) -> anyhow::Result<()> {
+    let (ins, outs) = bufs;
+    let n = g.n();
+    let size = dtype.size() as usize;
+    let (in_off, out_off) = match layout {
+        Layout::Aligned | Layout::InPlace => (0u64, 0u64),
+        Layout::Unaligned => (size as u64, 3 * size as u64),
+    };
+    let mut ptrs = vec![];
+    for r in 0..n {
+        let inp = ins[r].ptr() + in_off;
+        let outp = if layout == Layout::InPlace {
+            inp
+        } else {
+            outs[r].ptr() + out_off
+        };
+        let data = pattern::send_bytes(CollectiveKind::AllReduce, dtype, count, n, r, salt);
+        upload_raw(&g.gpus[r], inp, &data)?;
+        if layout != Layout::InPlace {
+            g.gpus[r].fill(&outs[r], 0xFF)?;
+        }
+        ptrs.push((inp, outp));
+    }
+    for (r, &(inp, outp)) in ptrs.iter().enumerate() {
+        g.ars[r].enqueue_raw(&g.gpus[r], imp, inp, outp, count, dtype)?;
+    }
+    g.check()?;
+    for (r, &(_, outp)) in ptrs.iter().enumerate() {
+        let got = download_raw(&g.gpus[r], outp, count * size)?;
+        let wrong = pattern::count_wrong(CollectiveKind::AllReduce, dtype, count, n, r, salt, &got);
+        if wrong > 0 {
+            anyhow::bail!(
+                "{wrong} of {count} elements wrong on rank {r}: {} {} B{}",
+                dtype.name(),
+                count * size,
+                match layout {
+                    Layout::Aligned => "",
+                    Layout::Unaligned => ", unaligned buffers",
+                    Layout::InPlace => ", in place",
+                }
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Three inputs per rank (salts 0, 1, 2) of `REUSE_COUNT` bf16 elements.
@@ -558,116 +568,196 @@ pub fn virtual_rank_timings(
     imp: Impl,
     count: usize,
 ) -> anyhow::Result<Vec<VirtualTiming>> {
-    const EAGER: usize = 200;
-    const GRAPH: usize = 100;
     let mut out = vec![];
     for &n in ranks {
         let cfg = config_for(gpu, n)?;
         let g = Group::open(gpu, n, cfg)?;
-        let ins = g.alloc(count * 2)?;
-        let outs = g.alloc(count * 2)?;
-        let call =
-            |r: usize| g.ars[r].enqueue(&g.gpus[r], imp, &ins[r], &outs[r], count, DType::Bf16);
-        for _ in 0..20 {
-            for r in 0..n {
-                call(r)?;
-            }
-        }
-        g.check()?;
-        let barrier = std::sync::Barrier::new(n);
-        // A `Gpu` stays in its thread: each timing thread opens its own handle on the same
-        // device (the same primary context, so the connection's kernels and mappings are valid
-        // there) with its own stream; the warm-up above has finished on the group's streams.
-        let eager: Vec<f64> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..n)
-                .map(|r| {
-                    let (barrier, ar, input, output) = (&barrier, &g.ars[r], &ins[r], &outs[r]);
-                    s.spawn(move || -> anyhow::Result<f64> {
-                        let setup = || -> anyhow::Result<_> {
-                            let gpu = Gpu::open(gpu)?;
-                            let events = (gpu.event()?, gpu.event()?);
-                            Ok((gpu, events))
-                        };
-                        let setup = setup();
-                        // Every thread reaches every barrier, even one that failed: the others
-                        // would wait for it forever.
-                        barrier.wait();
-                        let (gpu, (a, b)) = match setup {
-                            Ok(x) => x,
-                            Err(e) => {
-                                for _ in 0..EAGER {
-                                    barrier.wait();
-                                }
-                                return Err(e);
-                            }
-                        };
-                        let mut failed = gpu.record(&a).err().map(anyhow::Error::from);
-                        for _ in 0..EAGER {
-                            // Lockstep: call k of every rank is enqueued before call k + 1 of
-                            // any, so that where two of these fresh streams share a hardware
-                            // queue no kernel sits behind a peer's next call that waits for it.
-                            barrier.wait();
-                            if failed.is_none() {
-                                failed = ar
-                                    .enqueue(&gpu, imp, input, output, count, DType::Bf16)
-                                    .err();
-                            }
-                        }
-                        if let Some(e) = failed {
-                            return Err(e);
-                        }
-                        gpu.record(&b)?;
-                        gpu.sync()?;
-                        Ok(a.elapsed_us(&b)? / EAGER as f64)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("timing thread panicked")))
-                })
-                .collect::<anyhow::Result<Vec<f64>>>()
-        })
-        .with_context(|| format!("{n} virtual ranks, eager timing"))?;
-        g.check()
-            .with_context(|| format!("{n} virtual ranks, eager timing"))?;
-        let mut graphs = vec![];
-        for r in 0..n {
-            graphs.push(g.gpus[r].capture(|| {
-                for _ in 0..GRAPH {
-                    call(r)?;
-                }
-                Ok(())
-            })?);
-        }
-        for gr in &graphs {
-            gr.launch()?; // warm-up replay, every rank before any timed one
-        }
-        let mut events = vec![];
-        for (r, gr) in graphs.iter().enumerate() {
-            let gpu = &g.gpus[r];
-            let (a, b) = (gpu.event()?, gpu.event()?);
-            gpu.record(&a)?;
-            gr.launch()?;
-            gpu.record(&b)?;
-            events.push((a, b));
-        }
-        g.check()
-            .with_context(|| format!("{n} virtual ranks, graph timing"))?;
-        let mut graph_us = 0f64;
-        for (a, b) in &events {
-            graph_us = graph_us.max(a.elapsed_us(b)? / GRAPH as f64);
-        }
-        out.push(VirtualTiming {
-            nranks: n,
-            imp,
-            dtype: DType::Bf16,
-            bytes: count * 2,
-            blocks: g.ars[0].blocks(imp, count, DType::Bf16),
-            eager_us: eager.iter().cloned().fold(0.0, f64::max),
-            graph_us,
-        });
+        out.push(time_group(&g, gpu, imp, count, DType::Bf16)?);
     }
     Ok(out)
+}
+
+/// One shape's exact check and, when it passed, its timing on virtual ranks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct ShapeOnVirtualRanks {
+    pub imp: Impl,
+    pub count: usize,
+    pub exact: Check,
+    /// `None` when the exact check failed (nothing wrong is timed).
+    pub timing: Option<VirtualTiming>,
+}
+
+/// Each of `imps` at each element count of `counts` (of `dtype`) on `n` virtual ranks of GPU
+/// `gpu`, one group for all: the exact check of one call first (inputs of the exact pattern,
+/// outputs poisoned, every element of every rank compared with the exact sum), then, only when
+/// it passed, the eager and graph timing of [`virtual_rank_timings`]. Not a P2P measurement:
+/// the peers' memory is this GPU's.
+pub(crate) fn virtual_rank_shapes(
+    gpu: usize,
+    n: usize,
+    imps: &[Impl],
+    counts: &[usize],
+    dtype: DType,
+) -> anyhow::Result<Vec<ShapeOnVirtualRanks>> {
+    let cfg = config_for(gpu, n)?;
+    let g = Group::open(gpu, n, cfg)?;
+    let largest = counts.iter().copied().max().unwrap_or(1) * dtype.size() as usize;
+    let ins = g.alloc(largest + 64)?;
+    let outs = g.alloc(largest + 64)?;
+    let mut out = vec![];
+    for (i, &count) in counts.iter().enumerate() {
+        for &imp in imps {
+            let name = format!(
+                "p2p {n} virtual ranks: {imp} exact, {} B {}",
+                crate::units::grouped((count * dtype.size() as usize) as u64),
+                dtype.name()
+            );
+            let checked = exact_case(&g, (&ins, &outs), imp, dtype, count, i, Layout::Aligned)
+                .map(|()| format!("{count} elements x {n} ranks exact"));
+            let exact = verdict(name, checked);
+            let timing = if exact.pass {
+                Some(time_group(&g, gpu, imp, count, dtype)?)
+            } else {
+                None
+            };
+            out.push(ShapeOnVirtualRanks {
+                imp,
+                count,
+                exact,
+                timing,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The eager and graph timing of `imp` on `count` elements of `dtype` per call on the open
+/// group `g` of virtual ranks of GPU `gpu`.
+fn time_group(
+    g: &Group,
+    gpu: usize,
+    imp: Impl,
+    count: usize,
+    dtype: DType,
+) -> anyhow::Result<VirtualTiming> {
+    const EAGER: usize = 200;
+    const GRAPH: usize = 100;
+    let n = g.n();
+    let bytes = count * dtype.size() as usize;
+    let ins = g.alloc(bytes)?;
+    let outs = g.alloc(bytes)?;
+    let call = |r: usize| g.ars[r].enqueue(&g.gpus[r], imp, &ins[r], &outs[r], count, dtype);
+    for _ in 0..20 {
+        for r in 0..n {
+            call(r)?;
+        }
+    }
+    g.check()?;
+    let eager = time_eager(g, gpu, imp, (&ins, &outs), count, dtype, EAGER)
+        .with_context(|| format!("{n} virtual ranks, eager timing"))?;
+    g.check()
+        .with_context(|| format!("{n} virtual ranks, eager timing"))?;
+    let mut graphs = vec![];
+    for r in 0..n {
+        graphs.push(g.gpus[r].capture(|| {
+            for _ in 0..GRAPH {
+                call(r)?;
+            }
+            Ok(())
+        })?);
+    }
+    for gr in &graphs {
+        gr.launch()?; // warm-up replay, every rank before any timed one
+    }
+    let mut events = vec![];
+    for (r, gr) in graphs.iter().enumerate() {
+        let gpu = &g.gpus[r];
+        let (a, b) = (gpu.event()?, gpu.event()?);
+        gpu.record(&a)?;
+        gr.launch()?;
+        gpu.record(&b)?;
+        events.push((a, b));
+    }
+    g.check()
+        .with_context(|| format!("{n} virtual ranks, graph timing"))?;
+    let mut graph_us = 0f64;
+    for (a, b) in &events {
+        graph_us = graph_us.max(a.elapsed_us(b)? / GRAPH as f64);
+    }
+    Ok(VirtualTiming {
+        nranks: n,
+        imp,
+        dtype,
+        bytes,
+        blocks: g.ars[0].blocks(imp, count, dtype),
+        eager_us: eager.iter().cloned().fold(0.0, f64::max),
+        graph_us,
+    })
+}
+
+/// `calls` eager calls of `imp` per virtual rank, one host thread per rank in lockstep: each
+/// rank's us per call.
+fn time_eager(
+    g: &Group,
+    gpu: usize,
+    imp: Impl,
+    bufs: (&[Buffer], &[Buffer]),
+    count: usize,
+    dtype: DType,
+    calls: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let n = g.n();
+    let barrier = std::sync::Barrier::new(n);
+    // A `Gpu` stays in its thread: each timing thread opens its own handle on the same
+    // device (the same primary context, so the connection's kernels and mappings are valid
+    // there) with its own stream; the warm-up has finished on the group's streams.
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (barrier, ar, input, output) = (&barrier, &g.ars[r], &bufs.0[r], &bufs.1[r]);
+                s.spawn(move || -> anyhow::Result<f64> {
+                    let setup = || -> anyhow::Result<_> {
+                        let gpu = Gpu::open(gpu)?;
+                        let events = (gpu.event()?, gpu.event()?);
+                        Ok((gpu, events))
+                    };
+                    let setup = setup();
+                    // Every thread reaches every barrier, even one that failed: the others
+                    // would wait for it forever.
+                    barrier.wait();
+                    let (gpu, (a, b)) = match setup {
+                        Ok(x) => x,
+                        Err(e) => {
+                            for _ in 0..calls {
+                                barrier.wait();
+                            }
+                            return Err(e);
+                        }
+                    };
+                    let mut failed = gpu.record(&a).err().map(anyhow::Error::from);
+                    for _ in 0..calls {
+                        // Lockstep: call k of every rank is enqueued before call k + 1 of
+                        // any, so that where two of these fresh streams share a hardware
+                        // queue no kernel sits behind a peer's next call that waits for it.
+                        barrier.wait();
+                        if failed.is_none() {
+                            failed = ar.enqueue(&gpu, imp, input, output, count, dtype).err();
+                        }
+                    }
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    gpu.record(&b)?;
+                    gpu.sync()?;
+                    Ok(a.elapsed_us(&b)? / calls as f64)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("timing thread panicked")))
+            })
+            .collect::<anyhow::Result<Vec<f64>>>()
+    })
 }
