@@ -91,18 +91,19 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         checks::serving_step(t, "--trace", "verify", checks::GIVE_VERIFY)?;
     }
     let run = Run::resolve(req, g, traced.as_ref(), &mut notes)?;
-    let cycle = resolve_cycle(req, run.k, times, g, &mut notes)?;
-    let (mut as_ran, mut evidence) = (vec![], vec![]);
-    let (base, fit) = verify_as_ran(req, g, &run, &mut as_ran, &mut evidence, &mut notes)?;
-    read_logs(req, g, &run, &mut evidence, &mut notes);
     let calibration = calibration::calibrate(
         &run.workload,
         run.ranks,
         &req.model,
         &run.pricing,
-        cycle.decode_ms.as_ref().map(|d| d.value),
+        times.decode_ms.as_ref().map(|d| d.value),
         req.decode_eager,
+        run.k,
     )?;
+    let cycle = resolve_cycle(req, &run, times, g, calibration.as_ref(), &mut notes)?;
+    let (mut as_ran, mut evidence) = (vec![], vec![]);
+    let (base, fit) = verify_as_ran(req, g, &run, &mut as_ran, &mut evidence, &mut notes)?;
+    read_logs(req, g, &run, &mut evidence, &mut notes);
     notes.extend(verify_below_decode(&base, &cycle));
     let frame = scenarios::Frame {
         cycle: &cycle,
@@ -524,11 +525,13 @@ fn traps(req: &ExplainRequest, g: &Gathered, run: &Run) -> Vec<traps::Finding> {
 /// already, by [`check_given`]); without --decode-ms there is no baseline and no tokens/s.
 fn resolve_cycle(
     req: &ExplainRequest,
-    k: u64,
+    run: &Run,
     times: Times<Option<Labelled>>,
     g: &Gathered,
+    calib: Option<&calibration::Calibration>,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Cycle> {
+    let k = run.k;
     let mut flags = req.cycle.clone();
     flags.draft_steps = Some(k);
     let logged = g.server_log.as_ref().and_then(|l| l.accept_length.clone());
@@ -550,20 +553,84 @@ fn resolve_cycle(
         if i.accept_length.is_none() {
             notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
         }
-        let free_drafts = i.notes.iter().filter(|n| n.starts_with("no --draft-ms"));
-        notes.extend(free_drafts.cloned());
     }
+    let concurrency = run.workload.batch.concurrency.max(1);
+    let (draft_ms, overhead_ms, draft_forwards) = calibrated_cycle(&i, calib, concurrency, notes);
     Ok(Cycle {
         baseline_tokens_per_s: i
             .decode_ms
             .as_ref()
-            .map(|d| crate::speculative::baseline_tokens_per_s(d.value)),
+            .map(|d| concurrency as f64 * crate::speculative::baseline_tokens_per_s(d.value)),
         decode_ms: i.decode_ms,
         accept_length: i.accept_length,
-        draft_ms: i.draft_ms,
+        draft_ms,
         draft_steps: i.draft_steps,
-        overhead_ms: i.overhead_ms,
+        draft_forwards,
+        overhead_ms,
+        concurrency,
     })
+}
+
+/// The draft forward and the overhead of the step: given, else the draft's schedule and the
+/// drafted tokens' bookkeeping through the engine terms (never a silent 0 ms where the cycle is
+/// known); the draft forwards per step.
+fn calibrated_cycle(
+    i: &crate::speculative::inputs::Inputs<Option<Labelled>>,
+    calib: Option<&calibration::Calibration>,
+    concurrency: u64,
+    notes: &mut Vec<String>,
+) -> (Labelled, Labelled, u64) {
+    use crate::evidence::provenance::Origin;
+    let k = i.draft_steps;
+    let step = calib.and_then(|c| c.step.map(|s| (c, s)));
+    let forwards = calib
+        .filter(|c| c.model_drafts_us.is_some())
+        .map_or(k, |c| c.draft_forwards.max(1));
+    let given = |l: &Labelled| l.origin.source != Source::Default;
+    let draft = match step {
+        Some((c, s)) if !given(&i.draft_ms) => {
+            let per = (s.drafts_us + s.draft_overhead_us) / forwards as f64 / 1000.0;
+            Labelled {
+                value: per,
+                origin: Origin::read(
+                    Source::Modeled,
+                    "the draft's schedule through the engine terms".into(),
+                    format!(
+                        "{} {} forward{} modeled {:.3} ms, scaled as the given decode scales the model's, + {:.3} ms fixed cost each ({})",
+                        forwards,
+                        c.drafter.as_deref().unwrap_or("draft"),
+                        if forwards == 1 { "" } else { "s" },
+                        c.model_drafts_us.unwrap_or(0.0) / 1000.0,
+                        s.draft_overhead_us / forwards as f64 / 1000.0,
+                        c.engine.source
+                    ),
+                ),
+            }
+        }
+        _ => {
+            if !given(&i.draft_ms) && i.decode_ms.is_some() {
+                notes.push(
+                    "no --draft-ms and no graphed decode to scale the draft's schedule by: drafting is taken as free (0 ms), so the tokens/s is an upper bound".into(),
+                );
+            }
+            i.draft_ms.clone()
+        }
+    };
+    let overhead = match step {
+        Some((c, s)) if !given(&i.overhead_ms) => Labelled {
+            value: s.bookkeeping_us / 1000.0,
+            origin: Origin::read(
+                Source::Modeled,
+                "the engine terms".into(),
+                format!(
+                    "{:.1} us per request and drafted token x {concurrency} x {k} ({})",
+                    c.engine.terms.per_draft_token_us, c.engine.source
+                ),
+            ),
+        },
+        _ => i.overhead_ms.clone(),
+    };
+    (draft, overhead, forwards)
 }
 
 /// vLLM's acceptance figures mapped to the accept length, with the conversion (at the log's

@@ -232,12 +232,23 @@ mod tests {
         let t = cycle::fit(&runs).unwrap();
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
         assert!(close(t.scaling, PUBLISHED.terms.scaling), "{t:?}");
-        assert!(close(t.draft_forward, PUBLISHED.terms.draft_forward), "{t:?}");
-        assert!(close(t.per_draft_token_us, PUBLISHED.terms.per_draft_token_us), "{t:?}");
+        assert!(
+            close(t.draft_forward, PUBLISHED.terms.draft_forward),
+            "{t:?}"
+        );
+        assert!(
+            close(t.per_draft_token_us, PUBLISHED.terms.per_draft_token_us),
+            "{t:?}"
+        );
         let held: Vec<cycle::HeldOut> = cycle::held_out(&runs).into_iter().flatten().collect();
         assert_eq!(held.len(), runs.len());
         for (h, p) in held.iter().zip(priced.iter()) {
-            assert!(h.error.abs() <= 0.15, "{}: held out {:+.1}%", p.spec.id, h.error * 100.0);
+            assert!(
+                h.error.abs() <= 0.15,
+                "{}: held out {:+.1}%",
+                p.spec.id,
+                h.error * 100.0
+            );
         }
         let spread = cycle::extent(held.iter().map(|h| h.error)).unwrap();
         let inc = cycle::extent(held.iter().map(|h| h.increment_error)).unwrap();

@@ -32,9 +32,9 @@ fn time_cell(s: &Scenario) -> String {
     format!("{}{}", ms(s.verify.us), if s.at_floor { "^" } else { "" })
 }
 
-/// `8.1-9.0 ms`, or `-` for a row with nothing modeled in it.
-fn range_cell(s: &Scenario) -> String {
-    match s.range_us {
+/// `8.1-9.0 ms`, or `-` for a row with nothing uncertain in it.
+fn range_cell(r: Option<[f64; 2]>) -> String {
+    match r {
         Some([lo, hi]) => {
             let (l, h) = (ms(lo), ms(hi));
             format!("{}-{h}", l.trim_end_matches(" ms"))
@@ -42,6 +42,9 @@ fn range_cell(s: &Scenario) -> String {
         None => "-".into(),
     }
 }
+
+/// What the rows' columns mean.
+const LEGEND: &str = "step = draft forwards x draft + verify + overhead, what the tokens/s divides by; tok/s = requests x accept length / step; vs plain = over decoding without speculation, with the row's change applied to the decode too; tau* = the accept length that breaks even; range: the calibrated terms' held-out spread on what they price and the model's stated error on its modeled part; ^: held at the floor, never faster than the decode step of this machine, so no row gains more than the accept length";
 
 fn cycle_words(e: &Explanation) -> String {
     let c = &e.cycle;
@@ -54,10 +57,20 @@ fn cycle_words(e: &Explanation) -> String {
         ));
     }
     v.push(format!(
-        "draft {} ms {}",
-        crate::util::fmt_number(c.draft_ms.value),
+        "{} draft forward{} of {} {}",
+        c.draft_forwards,
+        if c.draft_forwards == 1 { "" } else { "s" },
+        ms(c.draft_ms.value * 1000.0),
         c.draft_ms.origin.kind()
     ));
+    v.push(format!(
+        "overhead {} {}",
+        ms(c.overhead_ms.value * 1000.0),
+        c.overhead_ms.origin.kind()
+    ));
+    if c.concurrency > 1 {
+        v.push(format!("{} requests per step", c.concurrency));
+    }
     if let (Some(d), Some(b)) = (&c.decode_ms, c.baseline_tokens_per_s) {
         v.push(format!(
             "without speculation {b:.1} tok/s (decode {} ms {})",
@@ -120,27 +133,26 @@ pub fn text(e: &Explanation) -> String {
         let _ = writeln!(s, "\nWhat would change it ({})", cycle_words(e));
         let _ = writeln!(
             s,
-            "  {:<34} {:>10} {:>13}  {:<9} {:>7} {:>10}  how",
-            "verify", "time", "range", "source", "tok/s", "vs plain"
+            "  {:<34} {:>10} {:>13} {:>9} {:>13}  {:<9} {:>7} {:>10}  how",
+            "verify", "time", "range", "step", "step range", "source", "tok/s", "vs plain"
         );
         for sc in &e.scenarios {
             let (t, x) = tps(sc);
             let _ = writeln!(
                 s,
-                "  {:<34} {:>10} {:>13}  {:<9} {:>7} {:>10}  {}",
+                "  {:<34} {:>10} {:>13} {:>9} {:>13}  {:<9} {:>7} {:>10}  {}",
                 sc.row.name(),
                 time_cell(sc),
-                range_cell(sc),
+                range_cell(sc.range_us),
+                ms(sc.step.step_us),
+                range_cell(sc.step.range_us),
                 sc.verify.source.label(),
                 t,
                 x,
                 sc.verify.how
             );
         }
-        let _ = writeln!(
-            s,
-            "  (tok/s = accept length / (k x draft + verify + overhead); vs plain = over decoding without speculation, with the row's change applied to the decode too; tau* = the accept length that breaks even; range: the model's stated error on the row's modeled part; ^: held at the floor, never faster than the decode step of this machine, so no row gains more than the accept length)"
-        );
+        let _ = writeln!(s, "  ({LEGEND})");
     }
     let _ = writeln!(s, "\nAnswer");
     for l in &e.summary {
@@ -226,21 +238,24 @@ pub fn markdown(e: &Explanation) -> String {
         );
     }
     if !e.scenarios.is_empty() {
-        let _ = writeln!(s, "\n### What would change it\n\n{}\n\n| verify | time | range | source | tok/s | vs plain | how |\n|---|---:|---:|---|---:|---:|---|", cycle_words(e));
+        let _ = writeln!(s, "\n### What would change it\n\n{}\n\n| verify | time | range | step | step range | source | tok/s | vs plain | how |\n|---|---:|---:|---:|---:|---|---:|---:|---|", cycle_words(e));
         for sc in &e.scenarios {
             let (t, x) = tps(sc);
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 sc.row.name(),
                 time_cell(sc),
-                range_cell(sc),
+                range_cell(sc.range_us),
+                ms(sc.step.step_us),
+                range_cell(sc.step.range_us),
                 sc.verify.source.label(),
                 t,
                 x,
                 md_escape(&sc.verify.how)
             );
         }
+        let _ = writeln!(s, "\n{LEGEND}");
     }
     let _ = writeln!(s, "\n### Answer\n");
     for l in &e.summary {

@@ -3,7 +3,7 @@
 //! say it.
 
 use super::calibration::Calibration;
-use super::figures::{fig, Base, Cycle, Figure, Row, Scenario};
+use super::figures::{fig, Base, Cycle, Figure, Row, Scenario, StepParts};
 use super::fit::JitterFit;
 use super::gather::SweepBest;
 use super::pricing::Pricing;
@@ -18,12 +18,33 @@ pub(crate) struct Frame<'a> {
     pub calib: Option<&'a Calibration>,
 }
 
-/// A row: `verify` (its own figure, of which `modeled_us` is the model's) held to the floor
-/// less `decode_cut_us` (what the row's change saves on the decode too), with its range and its
-/// tokens/s against plain decoding with the same change.
-fn row(kind: Row, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame) -> Scenario {
+/// The uncertain parts of a row's verify, us: `modeled`, the model's own price (the row's
+/// range takes the model's stated error on it); `calibrated`, what the engine terms add to the
+/// plain decode step (the range takes their held-out spread).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Doubt {
+    pub modeled: f64,
+    pub calibrated: f64,
+}
+
+/// How far below and above `us` the truth may lie when `us` was predicted by the engine terms
+/// (their held-out spread of what a step adds: [`crate::speculative::cycle::range_us`]).
+fn calibrated_reach(us: f64, f: &Frame) -> [f64; 2] {
+    let Some(cal) = f.calib else {
+        return [0.0, 0.0];
+    };
+    let r = crate::speculative::cycle::range_us(0.0, us.max(0.0), cal.engine.increment_spread);
+    [us - r[0], r[1] - us]
+}
+
+/// A row: `verify` (its own figure, `doubt` saying which of it is uncertain) held to the floor
+/// less `decode_cut_us` (what the row's change saves on the decode too), with its step (the
+/// cycle's drafts and overhead around it), its range and its tokens/s against plain decoding
+/// with the same change.
+fn row(kind: Row, verify: Figure, doubt: Doubt, decode_cut_us: f64, f: &Frame) -> Scenario {
     let c = f.cycle;
     let floor_us = f.calib.map(|cal| cal.floor_us() - decode_cut_us);
+    let candidate_us = verify.us;
     let (held_us, at_floor) = hold_us(verify.us, floor_us);
     let verify = if at_floor {
         let cal = f.calib.expect("a floor comes from the calibration");
@@ -52,33 +73,71 @@ fn row(kind: Row, verify: Figure, modeled_us: f64, decode_cut_us: f64, f: &Frame
     } else {
         verify
     };
-    let err = f.calib.and_then(|cal| cal.error.as_ref()).map(|e| e.rel);
-    let range_us = err.filter(|_| modeled_us > 0.0).map(|e| {
-        let own = if at_floor {
-            floor_us.unwrap_or(verify.us)
-        } else {
-            verify.us
-        };
-        let lo = (own - e * modeled_us).max(floor_us.unwrap_or(0.0)).max(0.0);
-        [lo, (own + e * modeled_us).max(lo)]
+    let err = f
+        .calib
+        .and_then(|cal| cal.error.as_ref())
+        .map_or(0.0, |e| e.rel);
+    let own = verify.us;
+    let [cal_lo, cal_hi] = calibrated_reach(doubt.calibrated, f);
+    // A figure that fell below the floor was an inference or a price that conflicts with a
+    // bound: by as much as it missed, it is not to be trusted above the floor either.
+    let conflict = if at_floor { own - candidate_us } else { 0.0 };
+    let uncertain = (err > 0.0 && doubt.modeled > 0.0) || doubt.calibrated > 0.0 || conflict > 0.0;
+    let range_us = uncertain.then(|| {
+        let lo = (own - err * doubt.modeled - cal_lo)
+            .max(floor_us.unwrap_or(0.0))
+            .max(0.0);
+        [lo, (own + err * doubt.modeled + cal_hi + conflict).max(lo)]
     });
+    let step = step_parts(own, range_us, f);
     let plain_ms = c.plain_decode_ms(decode_cut_us);
-    let tps = c.tokens_per_s(verify.us);
+    let tps = c.tokens_per_s_of_step(step.step_us);
     Scenario {
         row: kind,
-        vs_baseline: tps
-            .zip(plain_ms)
-            .map(|(a, pm)| a / crate::speculative::baseline_tokens_per_s(pm)),
+        vs_baseline: tps.zip(plain_ms).map(|(a, pm)| {
+            a / (c.concurrency as f64 * crate::speculative::baseline_tokens_per_s(pm))
+        }),
         tokens_per_s: tps,
-        breakeven_tau: plain_ms.map(|pm| c.breakeven_tau(verify.us, pm)),
+        breakeven_tau: plain_ms.map(|pm| c.breakeven_tau(own, pm)),
         at_floor,
-        tokens_per_s_range: range_us.and_then(|[lo, hi]| {
-            let (a, b) = (c.tokens_per_s(hi)?, c.tokens_per_s(lo)?);
+        tokens_per_s_range: step.range_us.and_then(|[lo, hi]| {
+            let (a, b) = (c.tokens_per_s_of_step(hi)?, c.tokens_per_s_of_step(lo)?);
             Some([a, b])
         }),
         range_us,
         plain_decode_ms: plain_ms,
         verify,
+        step,
+    }
+}
+
+/// The step around a verify of `verify_us` (its range `verify_range`): the cycle's drafts and
+/// overhead, whose calibrated parts widen the range by their held-out spread.
+fn step_parts(verify_us: f64, verify_range: Option<[f64; 2]>, f: &Frame) -> StepParts {
+    let c = f.cycle;
+    let drafts_us = c.draft_forwards as f64 * c.draft_ms.value * 1000.0;
+    let overhead_us = c.overhead_ms.value * 1000.0;
+    let step_us = c.step_us(verify_us);
+    let calibrated: f64 = [(drafts_us, &c.draft_ms), (overhead_us, &c.overhead_ms)]
+        .iter()
+        .filter(|(_, l)| l.origin.is_modeled())
+        .map(|(us, _)| *us)
+        .sum();
+    let [lo, hi] = calibrated_reach(calibrated, f);
+    let range_us = match verify_range {
+        Some([vl, vh]) => Some([
+            vl + drafts_us + overhead_us - lo,
+            vh + drafts_us + overhead_us + hi,
+        ]),
+        None if calibrated > 0.0 => Some([step_us - lo, step_us + hi]),
+        None => None,
+    };
+    StepParts {
+        verify_us,
+        drafts_us,
+        overhead_us,
+        step_us,
+        range_us,
     }
 }
 
@@ -112,11 +171,11 @@ pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> O
         return None;
     };
     let cycle_ms = 1000.0 * tau.value / tps;
-    let verify_ms = cycle_ms - c.draft_steps as f64 * c.draft_ms.value - c.overhead_ms.value;
+    let verify_ms = cycle_ms - c.draft_forwards as f64 * c.draft_ms.value - c.overhead_ms.value;
     if verify_ms <= 0.0 {
         notes.push(format!(
-            "{}: {tps:.1} tok/s at accept length {:.2} leaves no time for the verify after {} draft steps of {} ms: check --draft-ms",
-            l.file, tau.value, c.draft_steps, c.draft_ms.value
+            "{}: {tps:.1} tok/s at accept length {:.2} leaves no time for the verify after {} draft forwards of {:.3} ms: check --draft-ms",
+            l.file, tau.value, c.draft_forwards, c.draft_ms.value
         ));
         return None;
     }
@@ -130,7 +189,7 @@ pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> O
                 l.file, tau.value
             ),
         ),
-        0.0,
+        Doubt::default(),
         0.0,
         f,
     );
@@ -159,7 +218,7 @@ pub(crate) fn scenarios(
         } else {
             LaunchMode::Eager
         };
-        out.push(row(Row::AsRan(launch), v.clone(), 0.0, 0.0, f));
+        out.push(row(Row::AsRan(launch), v.clone(), Doubt::default(), 0.0, f));
     }
     let g = Graphed::of(b, f);
     if let Some(gr) = &g.figure {
@@ -169,7 +228,7 @@ pub(crate) fn scenarios(
             } else {
                 Row::Predicted
             };
-            out.push(row(kind, gr.clone(), g.modeled_us, 0.0, f));
+            out.push(row(kind, gr.clone(), g.doubt, 0.0, f));
         }
     }
     nccl_rows(b, p, sweep, f, &g, notes, &mut out);
@@ -177,37 +236,55 @@ pub(crate) fn scenarios(
     out
 }
 
-/// The verify from a CUDA graph as the rows take it, and the model's part of it.
+/// The verify from a CUDA graph as the rows take it, and which of it is uncertain.
 struct Graphed {
     figure: Option<Figure>,
-    modeled_us: f64,
+    doubt: Doubt,
 }
 
 impl Graphed {
     fn of(b: &Base, f: &Frame) -> Graphed {
-        // A graph priced whole by the model gets the per-forward time the model does not see
-        // (the given decode less the model's); one derived from the given verify already holds
-        // it.
-        let not_modeled = f.calib.and_then(|cal| cal.not_modeled_us).unwrap_or(0.0);
+        // A graph priced whole by the model is taken as this machine runs it: the engine's own
+        // work and the model's forward scaled as the given decode scales the model's (the
+        // engine terms); one derived from the given verify already holds both.
         let figure = b.graph.clone().map(|mut gr| {
-            if b.graph_modeled_whole && not_modeled != 0.0 {
-                gr.us = (gr.us + not_modeled).max(0.0);
+            if let Some(cal) = f.calib.filter(|c| b.graph_modeled_whole && c.step.is_some()) {
+                let model_us = gr.us;
+                gr.us = cal.whole(model_us);
                 gr.how.push_str(&format!(
-                    " + {} per forward the model does not see (the given decode less the model's)",
-                    ms(not_modeled)
+                    ", {} as the given decode scales the model's {} (the engine's own work {} + the forward scaled, engine terms: {})",
+                    ms(gr.us),
+                    ms(cal.model_decode_us),
+                    ms(cal.engine_us().unwrap_or(0.0)),
+                    cal.engine.source
                 ));
             }
             gr
         });
-        // The model's part of the graph figure: all of it when priced whole, the transfer when
-        // the waiting it removes was inferred against the modeled transfer, nothing when
-        // measured.
-        let modeled_us = match (&figure, &b.waiting) {
-            (Some(gr), _) if b.graph_modeled_whole => gr.us,
-            (_, Some(w)) if w.source == Source::Measured => 0.0,
-            _ => b.transfer.us,
+        // The uncertain part of the graph figure: what the engine terms add to the given
+        // decode when priced whole from a given decode, all of it (the model's) without one,
+        // the transfer when the waiting it removes was inferred against the modeled transfer,
+        // nothing when measured.
+        let given = f
+            .calib
+            .filter(|c| c.step.is_some())
+            .and_then(|c| c.given_decode_us);
+        let doubt = match (&figure, &b.waiting, given) {
+            (Some(gr), _, Some(d)) if b.graph_modeled_whole => Doubt {
+                modeled: 0.0,
+                calibrated: (gr.us - d).max(0.0),
+            },
+            (Some(gr), _, None) if b.graph_modeled_whole => Doubt {
+                modeled: gr.us,
+                calibrated: 0.0,
+            },
+            (_, Some(w), _) if w.source == Source::Measured => Doubt::default(),
+            _ => Doubt {
+                modeled: b.transfer.us,
+                calibrated: 0.0,
+            },
         };
-        Graphed { figure, modeled_us }
+        Graphed { figure, doubt }
     }
 }
 
@@ -257,7 +334,11 @@ fn nccl_rows(
     let how = |base: &str| format!("{base} with the transfer x {ratio:.3}: {setting}, {from}");
     if let Some(v) = b.verify.as_ref().filter(|_| !b.already_graph) {
         let verify = fig(v.us - cut, src, how("as it ran"));
-        out.push(row(Row::Nccl, verify, cut, dcut, f));
+        let doubt = Doubt {
+            modeled: cut,
+            calibrated: 0.0,
+        };
+        out.push(row(Row::Nccl, verify, doubt, dcut, f));
     }
     if let Some(gr) = &g.figure {
         let kind = if b.already_graph {
@@ -266,7 +347,11 @@ fn nccl_rows(
             Row::NcclGraph
         };
         let verify = fig(gr.us - cut, modeled_from(src), how("the graph row"));
-        out.push(row(kind, verify, g.modeled_us + cut, dcut, f));
+        let doubt = Doubt {
+            modeled: g.doubt.modeled + cut,
+            ..g.doubt
+        };
+        out.push(row(kind, verify, doubt, dcut, f));
     }
 }
 
@@ -298,17 +383,19 @@ fn oneshot_rows(
     };
     if let Some(v) = b.verify.as_ref().filter(|_| !b.already_graph) {
         let verify = fig(v.us - cut1, Source::Modeled, how("as it ran"));
-        out.push(row(Row::OneShot, verify, cut1, dcut1, f));
+        let doubt = Doubt {
+            modeled: cut1,
+            calibrated: 0.0,
+        };
+        out.push(row(Row::OneShot, verify, doubt, dcut1, f));
     }
     if let Some(gr) = &g.figure {
         let verify = fig(gr.us - cut1, Source::Modeled, how("the graph row"));
-        out.push(row(
-            Row::OneShotGraph,
-            verify,
-            g.modeled_us + cut1,
-            dcut1,
-            f,
-        ));
+        let doubt = Doubt {
+            modeled: g.doubt.modeled + cut1,
+            ..g.doubt
+        };
+        out.push(row(Row::OneShotGraph, verify, doubt, dcut1, f));
     }
 }
 
@@ -388,7 +475,20 @@ pub(crate) fn summary(
             range(p.tokens_per_s_range, " tok/s", &|t| format!("{t:.1}")),
         ));
         if c.draft_ms.value == 0.0 && c.accept_length.is_some() {
-            out.push("Drafting is taken as free (no --draft-ms), so the tokens/s is an upper bound: the engine's step also runs k draft forwards.".into());
+            out.push("Drafting is taken as free (no --draft-ms, and no cycle to price it from), so the tokens/s is an upper bound: the engine's step also runs k draft forwards.".into());
+        } else {
+            out.push(format!(
+                "The step it divides by: verify {} + {} draft forward{} of {} ({}) + overhead {} ({}) = {}{}.",
+                ms(p.step.verify_us),
+                c.draft_forwards,
+                if c.draft_forwards == 1 { "" } else { "s" },
+                ms(c.draft_ms.value * 1000.0),
+                c.draft_ms.origin.kind(),
+                ms(c.overhead_ms.value * 1000.0),
+                c.overhead_ms.origin.kind(),
+                ms(p.step.step_us),
+                range(p.step.range_us, " ms", &|u| format!("{:.1}", u / 1000.0)),
+            ));
         }
     } else if let (Some(now), Some(g)) = (sc.first(), row(Row::Graph)) {
         out.push(format!(

@@ -70,7 +70,6 @@ pub(crate) const PUBLISHED: Calibrated = Calibrated {
     source: "18 published runs of 8 and 4 RTX PRO 6000 over PCIe (tests/data/published-spec-runs.json), fitted by `model fit-cycle`",
 };
 
-
 /// What the cost model prices of one step of the workload, us (forwards from a CUDA graph).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct Forwards {
@@ -350,7 +349,11 @@ pub(crate) fn range_us(plain_us: f64, step_us: f64, increment_spread: [f64; 2]) 
     let add = (step_us - plain_us).max(0.0);
     let [lo, hi] = increment_spread;
     // An error of -100% or below (a prediction of nothing) leaves the high end open.
-    let up = if 1.0 + lo > 1e-6 { add / (1.0 + lo) } else { f64::INFINITY };
+    let up = if 1.0 + lo > 1e-6 {
+        add / (1.0 + lo)
+    } else {
+        f64::INFINITY
+    };
     [plain_us + add / (1.0 + hi).max(1e-6), plain_us + up]
 }
 

@@ -77,10 +77,12 @@ pub(crate) fn fit(priced: &[Priced], runs_file: &str, profile: &str) -> anyhow::
         let (held_out, range) = match &p.fit {
             Some(f) => {
                 let h = held[i];
-                let range = h.zip(cycle::nested_spread(&fit_runs, i)).map(|(h, (_, inc))| {
-                    let r = cycle::range_us(f.decode_us, h.step.total_us(), inc);
-                    [r[0] / 1000.0, r[1] / 1000.0]
-                });
+                let range = h
+                    .zip(cycle::nested_spread(&fit_runs, i))
+                    .map(|(h, (_, inc))| {
+                        let r = cycle::range_us(f.decode_us, h.step.total_us(), inc);
+                        [r[0] / 1000.0, r[1] / 1000.0]
+                    });
                 i += 1;
                 (h, range)
             }
@@ -186,8 +188,15 @@ pub(crate) fn render(f: &FitCycle) -> String {
         f.increment_spread[0] * 100.0,
         f.increment_spread[1] * 100.0,
     );
-    let ranged: Vec<&RunRow> = f.runs.iter().filter(|r| r.held_out_range_ms.is_some()).collect();
-    let inside = ranged.iter().filter(|r| r.published_in_range == Some(true)).count();
+    let ranged: Vec<&RunRow> = f
+        .runs
+        .iter()
+        .filter(|r| r.held_out_range_ms.is_some())
+        .collect();
+    let inside = ranged
+        .iter()
+        .filter(|r| r.published_in_range == Some(true))
+        .count();
     let mut widths: Vec<f64> = ranged
         .iter()
         .filter_map(|r| r.held_out_range_ms.map(|[lo, hi]| hi / lo))
