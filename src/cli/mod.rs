@@ -7,25 +7,25 @@
 //! `commands::<name>::run`. This folder and `main.rs` are the only places that name clap;
 //! nothing below imports from here.
 
-pub mod args;
-pub mod bandwidth;
-pub mod breakeven;
-pub mod collective;
-pub mod compare;
-pub mod env;
-pub mod explain;
-pub mod inspect;
-pub mod model;
-pub mod output;
-pub mod plan;
-pub mod rank;
-pub mod report;
-pub mod selftest;
-pub mod sweep;
-pub mod trace;
-pub mod values;
-pub mod verify;
-pub mod worker;
+pub(crate) mod args;
+pub(crate) mod bandwidth;
+pub(crate) mod breakeven;
+pub(crate) mod collective;
+pub(crate) mod compare;
+pub(crate) mod env;
+pub(crate) mod explain;
+pub(crate) mod inspect;
+pub(crate) mod model;
+pub(crate) mod output;
+pub(crate) mod plan;
+pub(crate) mod rank;
+pub(crate) mod report;
+pub(crate) mod selftest;
+pub(crate) mod sweep;
+pub(crate) mod trace;
+pub(crate) mod values;
+pub(crate) mod verify;
+pub(crate) mod worker;
 
 use clap::{Parser, Subcommand};
 
@@ -50,11 +50,11 @@ Examples:
 #[command(name = "verifybench", version, about, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// The verify schedule of a model: every collective with its bytes per rank, and the weight
     /// bytes each rank streams between them. Needs no GPU.
     ///
@@ -117,7 +117,7 @@ pub enum Command {
 impl Command {
     /// The command's `-q/--quiet` (never for `report`, whose output is files, nor for the
     /// hidden `__rank`).
-    pub fn quiet(&self) -> bool {
+    pub(crate) fn quiet(&self) -> bool {
         match self {
             Command::Plan(a) => a.output.quiet,
             Command::Collective(a) => a.output.quiet,

@@ -9,7 +9,7 @@ pub(crate) const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
 /// `kernels/stream_mma.cu`: the weight streaming on the tensor cores, for many tokens.
 pub(crate) const STREAM_MMA_SRC: &str = include_str!("../../kernels/stream_mma.cu");
 /// `kernels/allreduce.cu`: the one-shot and two-shot P2P all-reduces.
-pub const ALLREDUCE_SRC: &str = include_str!("../../kernels/allreduce.cu");
+pub(crate) const ALLREDUCE_SRC: &str = include_str!("../../kernels/allreduce.cu");
 
 /// The virtual architecture NVRTC compiles for on a device of compute capability
 /// `major.minor`: the newest baseline architecture (no `a`/`f` suffix, so the PTX JIT-compiles

@@ -11,23 +11,23 @@ use crate::model::Engine;
 
 /// What the server log says.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ServerLog {
-    pub file: String,
-    pub engine: Option<Engine>,
+pub(crate) struct ServerLog {
+    pub(crate) file: String,
+    pub(crate) engine: Option<Engine>,
     /// The mean accept length, labelled measured from the log; `None` when it holds none.
-    pub accept_length: Option<Labelled>,
+    pub(crate) accept_length: Option<Labelled>,
     /// The model the server loaded, as its start-up lines name it (SGLang's `model_path`,
     /// vLLM's `model`).
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// How the verify was launched, as the log says it (SGLang's `cuda graph:` decode lines;
     /// vLLM's CUDA-graph mode and `--enforce-eager`).
-    pub launch: Option<Launch>,
+    pub(crate) launch: Option<Launch>,
     /// The engines' `Custom allreduce is disabled ...` warning, as found.
-    pub custom_ar_off: Option<String>,
+    pub(crate) custom_ar_off: Option<String>,
     /// Generation throughput of one running request as the engine printed it: (mean tok/s,
     /// lines): SGLang's `gen throughput (token/s)` of `Decode batch.` lines with
     /// `#running-req: 1`, vLLM's `Avg generation throughput` of lines with `Running: 1 reqs`.
-    pub batch1_tokens_per_s: Option<(f64, usize)>,
+    pub(crate) batch1_tokens_per_s: Option<(f64, usize)>,
 }
 
 /// A log that is not UTF-8, refused where its accept length is wanted.
@@ -41,7 +41,7 @@ fn not_utf8(path: &Path) -> anyhow::Error {
 /// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines, or vLLM's
 /// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, and a
 /// note when some SGLang lines ran without a CUDA graph.
-pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
+pub(crate) fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
     let text = String::from_utf8(read(path, "--accept-from-log")?).map_err(|_| not_utf8(path))?;
     accept_length(path, vllm::acceptance(&text), || sglang::acceptance(&text))
 }
@@ -98,7 +98,7 @@ fn accept_length(
 }
 
 /// Reads the server log of `--server-log`.
-pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
+pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
     let bytes = read(path, "--server-log")?;
     let text = String::from_utf8_lossy(&bytes);
     let sg = sglang::acceptance(&text);

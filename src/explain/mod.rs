@@ -22,24 +22,24 @@
 //! (the counterfactuals and the summary), [`advice`] (what to run next, the engines' flags),
 //! [`figures`] (the pieces of the answer), [`render`] (text and Markdown).
 
-pub mod advice;
-pub mod as_ran;
-pub mod calibration;
-pub mod figures;
-pub mod fit;
-pub mod gather;
-pub mod observed;
-pub mod pricing;
-pub mod render;
-pub mod request;
-pub mod scenarios;
+pub(crate) mod advice;
+pub(crate) mod as_ran;
+pub(crate) mod calibration;
+pub(crate) mod figures;
+pub(crate) mod fit;
+pub(crate) mod gather;
+pub(crate) mod observed;
+pub(crate) mod pricing;
+pub(crate) mod render;
+pub(crate) mod request;
+pub(crate) mod scenarios;
 
 use serde::Serialize;
 
 use crate::costmodel::ModelSettings;
 use crate::evidence::checks::{self, TracedStep};
 use crate::evidence::{Labelled, Source};
-pub use crate::model::Engine;
+pub(crate) use crate::model::Engine;
 use crate::model::Schedule;
 use crate::request::{RankInputs, RankRule, Workload, DEFAULT_RANKS, MAX_RANKS};
 use crate::speculative::inputs::{Acceptance, Times};
@@ -47,40 +47,40 @@ use crate::trace::analysis::ms;
 use crate::trace::traps;
 use advice::{EngineFlag, NextStep};
 use figures::Base;
-pub use figures::{Cycle, Figure, Part, Row, Scenario};
+pub(crate) use figures::{Cycle, Figure, Part, Row, Scenario};
 use fit::JitterFit;
-pub use gather::{gather, Gathered};
-pub use observed::Observed;
+pub(crate) use gather::{gather, Gathered};
+pub(crate) use observed::Observed;
 use pricing::Pricing;
-pub use request::ExplainRequest;
+pub(crate) use request::ExplainRequest;
 
 /// The whole answer (the `data` of the JSON record).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Explanation {
+pub(crate) struct Explanation {
     /// What was read, one line per piece of evidence.
-    pub evidence: Vec<String>,
-    pub ranks: usize,
+    pub(crate) evidence: Vec<String>,
+    pub(crate) ranks: usize,
     /// The schedule the model priced (`kimi-k2.5 verify, TP=8, 3 tokens: 124 collectives`).
-    pub schedule: String,
+    pub(crate) schedule: String,
     /// The same, as fields: model, phase, TP, tokens, collective counts and bytes.
-    pub workload: crate::record::Workload,
-    pub pricing: Pricing,
-    pub as_ran: Vec<Part>,
-    pub scenarios: Vec<Scenario>,
-    pub cycle: Cycle,
+    pub(crate) workload: crate::record::Workload,
+    pub(crate) pricing: Pricing,
+    pub(crate) as_ran: Vec<Part>,
+    pub(crate) scenarios: Vec<Scenario>,
+    pub(crate) cycle: Cycle,
     /// The model held to the user's decode, the floor of every row, the stated error.
-    pub calibration: Option<calibration::Calibration>,
-    pub fit: Option<JitterFit>,
+    pub(crate) calibration: Option<calibration::Calibration>,
+    pub(crate) fit: Option<JitterFit>,
     /// The few sentences of the answer.
-    pub summary: Vec<String>,
-    pub next: Vec<NextStep>,
-    pub engine_flags: Vec<EngineFlag>,
-    pub traps: Vec<traps::Finding>,
-    pub notes: Vec<String>,
+    pub(crate) summary: Vec<String>,
+    pub(crate) next: Vec<NextStep>,
+    pub(crate) engine_flags: Vec<EngineFlag>,
+    pub(crate) traps: Vec<traps::Finding>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Validates the request and explains the evidence.
-pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation> {
+pub(crate) fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation> {
     let times = check_given(req, g)?;
     let mut notes = vec![];
     // A trace of another kind of job (training) is refused before anything is read from it.

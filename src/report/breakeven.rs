@@ -43,7 +43,7 @@ pub(crate) fn verify_cell(r: &Row) -> String {
 }
 
 /// Up to 3 decimals, trailing zeros dropped: 2.5, 2.496, 4.
-pub fn num(x: f64) -> String {
+pub(crate) fn num(x: f64) -> String {
     let s = format!("{x:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     s.to_string()
@@ -60,7 +60,7 @@ pub(crate) fn rate_cell(tau_star: f64, rate: Option<f64>) -> String {
 
 /// The human-readable break-even: the inputs, the break-even per verify time with its
 /// footnotes, and the tokens/s grid.
-pub fn render(a: &Analysis) -> String {
+pub(crate) fn render(a: &Analysis) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# verifybench breakeven");
     let _ = writeln!(o, "# assumption: {}", a.assumption);

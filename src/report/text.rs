@@ -19,7 +19,7 @@ pub(crate) fn workload_line(w: &Workload) -> String {
 }
 
 /// `#` header lines shared by every measuring command: source, backend, devices, NCCL.
-pub fn header(r: &Record) -> String {
+pub(crate) fn header(r: &Record) -> String {
     let p = &r.provenance;
     let mut o = String::new();
     let pick = p

@@ -12,15 +12,15 @@ use crate::evidence::{LaunchMode, NcclLogText, ServerLog};
 
 /// One trap: its rule, and where the rule comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Rule {
-    pub id: &'static str,
-    pub name: &'static str,
+pub(crate) struct Rule {
+    pub(crate) id: &'static str,
+    pub(crate) name: &'static str,
     /// What shows it.
-    pub evidence: &'static str,
+    pub(crate) evidence: &'static str,
     /// Where the rule comes from (engine or library source, or a published measurement).
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// What to give when it cannot be checked.
-    pub give: &'static str,
+    pub(crate) give: &'static str,
 }
 
 /// The table of traps.
@@ -65,14 +65,14 @@ pub(crate) const RULES: &[Rule] = &[
 /// Whether a trap's evidence was there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     Found,
     NotFound,
     NotChecked,
 }
 
 impl Status {
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             Status::Found => "found",
             Status::NotFound => "not found",
@@ -83,25 +83,25 @@ impl Status {
 
 /// One trap as checked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Finding {
-    pub rule: Rule,
-    pub status: Status,
+pub(crate) struct Finding {
+    pub(crate) rule: Rule,
+    pub(crate) status: Status,
     /// The evidence (found, not found) or what to give (not checked).
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 /// What the traps look at.
-pub struct Inputs<'a> {
-    pub trace: Option<&'a Analysis>,
-    pub server_log: Option<&'a ServerLog>,
-    pub nccl_logs: &'a [NcclLogText],
+pub(crate) struct Inputs<'a> {
+    pub(crate) trace: Option<&'a Analysis>,
+    pub(crate) server_log: Option<&'a ServerLog>,
+    pub(crate) nccl_logs: &'a [NcclLogText],
     /// A sweep's best setting, when it is not NCCL's defaults.
-    pub sweep_best: Option<&'a str>,
+    pub(crate) sweep_best: Option<&'a str>,
     /// The NCCL settings the user gave the server.
-    pub expect: &'a [(String, String)],
+    pub(crate) expect: &'a [(String, String)],
     /// The cost model's one-shot all-reduce, us per collective, and its profile.
-    pub oneshot_us: Option<f64>,
-    pub profile: &'a str,
+    pub(crate) oneshot_us: Option<f64>,
+    pub(crate) profile: &'a str,
 }
 
 fn rule(id: &str) -> Rule {
@@ -146,7 +146,7 @@ fn trace_launches(a: &Analysis) -> (Option<String>, Option<String>) {
 /// The traps of [`RULES`] that a trace's own evidence proves, for `verifybench trace`: only
 /// those found (the others need what a trace does not hold: the server's logs, a cost model).
 /// A training job runs no verify, so its eager steps are no verify trap.
-pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
+pub(crate) fn in_trace(a: &Analysis) -> Vec<TrapFound> {
     let training = a.rank_traces.iter().any(|r| r.training.is_some());
     let mut out = vec![];
     if let (Some(detail), false) = (trace_launches(a).0, training) {
@@ -162,7 +162,7 @@ pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
 }
 
 /// Checks every trap of [`RULES`] against the evidence.
-pub fn check(i: &Inputs) -> Vec<Finding> {
+pub(crate) fn check(i: &Inputs) -> Vec<Finding> {
     vec![
         settings_not_applied(i),
         eager_verify(i),

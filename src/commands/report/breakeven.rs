@@ -55,7 +55,7 @@ pub(super) fn breakeven_of(
 }
 
 /// The break-even as Markdown: inputs with their origins, the per-verify table, the grid.
-pub fn breakeven_markdown(a: &Analysis) -> String {
+pub(crate) fn breakeven_markdown(a: &Analysis) -> String {
     let i = &a.inputs;
     let mut md = String::new();
     let _ = writeln!(md, "Assumption: {}.\n", a.assumption);

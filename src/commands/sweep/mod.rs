@@ -29,15 +29,15 @@ mod outputs;
 mod request;
 
 use child_args::default_tp;
-pub use child_args::verify_args;
+pub(crate) use child_args::verify_args;
 use outputs::{check_outputs, output_paths};
-pub use request::SweepRequest;
+pub(crate) use request::SweepRequest;
 
 /// Largest `--rounds`.
-pub const MAX_ROUNDS: usize = 100;
+pub(crate) const MAX_ROUNDS: usize = 100;
 
 /// Runs `verifybench sweep`; the value is the exit code (130 when interrupted).
-pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     check_numbers(a)?;
     let (gpu, points, libraries) = settings(a)?;
     check_environment(a, &points)?;

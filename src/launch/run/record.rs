@@ -48,7 +48,7 @@ pub(super) fn state_rank_time(p: &mut Provenance, rank_time: RankTime) {
 }
 
 /// Provenance of a run on GPUs, from the parent and what every worker reported.
-pub fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
+pub(crate) fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
     let mut p = worker_provenance(launcher, started, results);
     p.driver_version = comm::device::driver_version()
         .or_else(comm::device::driver_cuda_version)
@@ -130,7 +130,7 @@ const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl):
 
 /// Writes the per-collective pass of the first run that has one (eager before graph) as a
 /// Chrome trace.
-pub fn export_trace(
+pub(crate) fn export_trace(
     job: &Job,
     results: &[RankResult],
     path: &std::path::Path,
@@ -154,7 +154,7 @@ pub fn export_trace(
 }
 
 /// The verify record of a finished verify job.
-pub fn verify_record(
+pub(crate) fn verify_record(
     job: &Job,
     results: &[RankResult],
     launcher: &str,

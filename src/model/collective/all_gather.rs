@@ -3,7 +3,7 @@
 
 use super::{CollectiveOps, Source};
 
-pub struct AllGather;
+pub(crate) struct AllGather;
 
 impl CollectiveOps for AllGather {
     fn name(&self) -> &'static str {

@@ -3,7 +3,7 @@
 
 use super::{CollectiveOps, Source};
 
-pub struct AllReduce;
+pub(crate) struct AllReduce;
 
 impl CollectiveOps for AllReduce {
     fn name(&self) -> &'static str {

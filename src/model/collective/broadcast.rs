@@ -10,7 +10,7 @@ use super::{CollectiveOps, Source};
 pub(crate) struct Broadcast;
 
 /// The root every broadcast of a schedule uses (PyTorch's `broadcast(src=0)` of a TP group).
-pub const ROOT: usize = 0;
+pub(crate) const ROOT: usize = 0;
 
 impl CollectiveOps for Broadcast {
     fn name(&self) -> &'static str {

@@ -12,14 +12,14 @@
 mod all_gather;
 mod all_reduce;
 mod all_to_all;
-pub mod broadcast;
+pub(crate) mod broadcast;
 mod reduce_scatter;
 
 use super::CollectiveKind;
 
 /// Where one element of a rank's receive buffer comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The sum over all ranks of send element `elem`.
     Sum { elem: usize },
     /// Send element `elem` of rank `rank`, copied.
@@ -28,7 +28,7 @@ pub enum Source {
 
 /// One collective's table. `count` is always the element count NCCL's call takes: the
 /// all-reduce's count, the all-gather's send count, the reduce-scatter's receive count.
-pub trait CollectiveOps: Sync {
+pub(crate) trait CollectiveOps: Sync {
     /// The name records and tables use (`all_reduce`).
     fn name(&self) -> &'static str;
     /// NCCL's function for it (`ncclAllReduce`).
@@ -72,7 +72,7 @@ impl CollectiveKind {
     ];
 
     /// This collective's table.
-    pub fn ops(self) -> &'static dyn CollectiveOps {
+    pub(crate) fn ops(self) -> &'static dyn CollectiveOps {
         match self {
             CollectiveKind::AllReduce => &all_reduce::AllReduce,
             CollectiveKind::AllGather => &all_gather::AllGather,
