@@ -57,9 +57,6 @@ impl Buffer {
     pub(crate) fn len(&self) -> usize {
         self.slice.len()
     }
-    pub(crate) fn is_empty(&self) -> bool {
-        self.slice.is_empty()
-    }
     /// The GPU it lives on.
     pub(crate) fn device(&self) -> usize {
         self.device

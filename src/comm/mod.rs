@@ -30,10 +30,9 @@ pub mod nccl;
 pub(crate) mod p2p;
 pub(crate) mod requirements;
 
+pub(crate) use device::Event;
 pub use device::{Buffer, Gpu, Graph};
-pub(crate) use device::{CudaFailure, Event};
 pub(crate) use kernels::MAX_STREAM_TOKENS;
-pub(crate) use nccl::NcclFailure;
 pub use nccl::{Communicator, UniqueId};
 
 /// Number of CUDA devices, or 0 when the driver library is missing or fails to initialise.

@@ -21,10 +21,10 @@ mod solver;
 
 pub(crate) use params::scope_of;
 pub(crate) use params::{
-    extrapolation_note, free_params, held_params, range_note, FitScope, HeldParam, Param,
+    extrapolation_note, free_params, held_params, range_note, HeldParam, Param,
 };
 pub(crate) use points::{points_of, predict, Point, Term};
-pub(crate) use solver::{fit, fit_active};
+pub(crate) use solver::fit_active;
 pub(crate) use solver::{fit_bounded_robust, robust_cost};
 
 use std::collections::BTreeSet;

@@ -41,7 +41,6 @@ pub(crate) struct Table {
     pub(crate) label: String,
     pub(crate) op: CollectiveKind,
     pub(crate) nranks: usize,
-    pub(crate) graph: bool,
     /// GPU name of the first rank line, when listed.
     pub(crate) device: Option<String>,
     pub(crate) points: Vec<Point>,
@@ -123,7 +122,6 @@ pub(crate) fn tables_of(source: &str, runs: &[NcclTestsRun]) -> (Vec<Table>, Vec
             label,
             op,
             nranks: n,
-            graph: r.graph(),
             device: r.devices.first().cloned(),
             points,
             p2p,

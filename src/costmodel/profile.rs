@@ -28,8 +28,6 @@ use crate::error::usage;
 
 mod bounds;
 
-pub(crate) use bounds::Bound;
-
 /// Version of the profile file format; files of another version are refused.
 pub(crate) const PROFILE_SCHEMA_VERSION: u32 = 1;
 /// The `kind` field of a profile file, so a results file is not mistaken for one.

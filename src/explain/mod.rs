@@ -47,7 +47,7 @@ use crate::trace::analysis::ms;
 use crate::trace::traps;
 use advice::{EngineFlag, NextStep};
 use figures::Base;
-pub(crate) use figures::{Cycle, Figure, Part, Row, Scenario};
+pub(crate) use figures::{Cycle, Part, Row, Scenario};
 use fit::JitterFit;
 pub(crate) use gather::{gather, Gathered};
 pub(crate) use observed::Observed;

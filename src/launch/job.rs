@@ -27,9 +27,9 @@ pub(crate) mod rank;
 pub(crate) mod slots;
 pub(crate) mod steps;
 
-pub(crate) use compute::{FIXED_COST_LAUNCHES, POOL_BYTES};
+pub(crate) use compute::FIXED_COST_LAUNCHES;
 pub(crate) use rank::run_rank;
-pub(crate) use steps::{plan_steps, plan_steps_of_ops, stream_launches, Step};
+pub(crate) use steps::{plan_steps, stream_launches};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -50,7 +50,7 @@ use rayon::prelude::*;
 use crate::error::usage;
 use crate::model::Schedule;
 
-pub(crate) use analysis::{Analysis, TrapFound};
+pub(crate) use analysis::Analysis;
 
 /// Everything `verifybench trace` needs, free of any command-line parser.
 #[derive(Debug, Clone)]

@@ -31,7 +31,6 @@ pub(crate) use super::raw::{Lenient, RawArgs, RawEvent, Text};
 pub(crate) struct DistributedInfo {
     pub(crate) rank: Option<Lenient>,
     pub(crate) world_size: Option<Lenient>,
-    pub(crate) backend: Option<String>,
 }
 
 /// The collective arguments Kineto copies from `record_param_comms` (normalised later).

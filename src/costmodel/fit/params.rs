@@ -304,6 +304,7 @@ impl Profile {
     }
 
     /// The parameters a fit held at its base's values, with the reason (empty: no fit).
+    #[cfg(test)]
     pub(crate) fn held_params(&self) -> &[HeldParam] {
         self.fit_scope.as_ref().map_or(&[], |s| &s.held)
     }
