@@ -137,22 +137,22 @@ mod tests {
     use super::*;
 
     /// A kernel source file of `kernels/`, embedded in the binary.
-    struct Source {
+    struct KernelSource {
         file: &'static str,
         text: &'static str,
     }
 
     /// Every file of `kernels/*.cu` (a test checks the folder holds no other).
-    const SOURCES: &[Source] = &[
-        Source {
+    const SOURCES: &[KernelSource] = &[
+        KernelSource {
             file: "stream.cu",
             text: STREAM_SRC,
         },
-        Source {
+        KernelSource {
             file: "stream_mma.cu",
             text: STREAM_MMA_SRC,
         },
-        Source {
+        KernelSource {
             file: "allreduce.cu",
             text: ALLREDUCE_SRC,
         },

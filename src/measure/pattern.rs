@@ -38,7 +38,7 @@
 //! collective of every schedule `plan` builds up to 1024 ranks, on every rank's expected output.
 use half::{bf16, f16};
 
-use crate::model::collective::Source;
+use crate::model::collective::ElementSource;
 use crate::model::{CollectiveKind, DType};
 
 /// Most ranks whose inputs one output element sums.
@@ -184,8 +184,8 @@ pub(crate) fn expected(
     op: usize,
 ) -> f32 {
     match kind.ops().source(count, nranks, rank, i) {
-        Source::Sum { elem } => sum_value(elem, op, nranks),
-        Source::Copy { rank, elem } => input_value(rank, elem, op, nranks),
+        ElementSource::Sum { elem } => sum_value(elem, op, nranks),
+        ElementSource::Copy { rank, elem } => input_value(rank, elem, op, nranks),
     }
 }
 
@@ -530,10 +530,12 @@ mod tests {
                             |r: usize, elem: usize| round(dtype, input_value(r, elem, 4, n));
                         let vals = (0..ops.recv_elems(count, n)).map(|i| {
                             match ops.source(count, n, rank, i) {
-                                Source::Sum { elem } => *sums.entry(elem).or_insert_with(|| {
-                                    add_in(dtype, (0..n).map(|k| sent_by((k + 1) % n, elem)))
-                                }),
-                                Source::Copy { rank: r, elem } => sent_by(r, elem),
+                                ElementSource::Sum { elem } => {
+                                    *sums.entry(elem).or_insert_with(|| {
+                                        add_in(dtype, (0..n).map(|k| sent_by((k + 1) % n, elem)))
+                                    })
+                                }
+                                ElementSource::Copy { rank: r, elem } => sent_by(r, elem),
                             }
                         });
                         let recv = encode(dtype, vals);
