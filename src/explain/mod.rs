@@ -75,7 +75,7 @@ pub(crate) struct Explanation {
     pub(crate) summary: Vec<String>,
     pub(crate) next: Vec<NextStep>,
     pub(crate) engine_flags: Vec<EngineFlag>,
-    pub(crate) traps: Vec<traps::Finding>,
+    pub(crate) traps: Vec<traps::TrapCheck>,
     pub(crate) notes: Vec<String>,
 }
 
@@ -433,7 +433,7 @@ fn rows(
 /// The known traps, each with its evidence; NCCL's search at its floor across sockets priced:
 /// what a topology file is worth, as the model prices the same verify with and without the
 /// cross-socket penalty.
-fn traps(req: &ExplainRequest, g: &Gathered, run: &Run) -> Vec<traps::Finding> {
+fn traps(req: &ExplainRequest, g: &Gathered, run: &Run) -> Vec<traps::TrapCheck> {
     let mut found = traps::check(&traps::Inputs {
         trace: g.trace.as_ref(),
         server_log: g.server_log.as_ref(),

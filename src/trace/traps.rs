@@ -83,7 +83,7 @@ impl Status {
 
 /// One trap as checked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Finding {
+pub(crate) struct TrapCheck {
     pub(crate) rule: Rule,
     pub(crate) status: Status,
     /// The evidence (found, not found) or what to give (not checked).
@@ -108,14 +108,14 @@ fn rule(id: &str) -> Rule {
     *RULES.iter().find(|r| r.id == id).expect("a known trap")
 }
 
-fn finding(id: &str, status: Status, detail: String) -> Finding {
+fn checked(id: &str, status: Status, detail: String) -> TrapCheck {
     let r = rule(id);
     let detail = if status == Status::NotChecked && detail.is_empty() {
         format!("give {}", r.give)
     } else {
         detail
     };
-    Finding {
+    TrapCheck {
         rule: r,
         status,
         detail,
@@ -162,7 +162,7 @@ pub(crate) fn in_trace(a: &Analysis) -> Vec<TrapFound> {
 }
 
 /// Checks every trap of [`RULES`] against the evidence.
-pub(crate) fn check(i: &Inputs) -> Vec<Finding> {
+pub(crate) fn check(i: &Inputs) -> Vec<TrapCheck> {
     vec![
         settings_not_applied(i),
         eager_verify(i),
@@ -174,7 +174,7 @@ pub(crate) fn check(i: &Inputs) -> Vec<Finding> {
 
 /// Settings that never reached the workers: what the user set (--expect) against the
 /// variables NCCL says it read.
-fn settings_not_applied(i: &Inputs) -> Finding {
+fn settings_not_applied(i: &Inputs) -> TrapCheck {
     let env = env_lines(i.nccl_logs);
     let wanted: Vec<(String, String)> = i.expect.to_vec();
     let words = |v: &[(String, String)]| {
@@ -189,7 +189,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
             .sweep_best
             .map(|s| format!(" (the sweep's best: {s})"))
             .unwrap_or_default();
-        finding(
+        checked(
             "settings-not-applied",
             Status::NotChecked,
             format!(
@@ -204,7 +204,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
             ),
         )
     } else if i.nccl_logs.is_empty() {
-        finding(
+        checked(
             "settings-not-applied",
             Status::NotChecked,
             format!(
@@ -223,7 +223,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
             .cloned()
             .collect();
         if missing.is_empty() {
-            finding(
+            checked(
                 "settings-not-applied",
                 Status::NotFound,
                 format!("the NCCL log shows every setting given: {}", words(&wanted)),
@@ -234,7 +234,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
                 .filter(|(k, _)| missing.iter().any(|(m, _)| m == k))
                 .cloned()
                 .collect();
-            finding(
+            checked(
                 "settings-not-applied",
                 Status::Found,
                 format!(
@@ -253,7 +253,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
 }
 
 /// The verify ran eagerly.
-fn eager_verify(i: &Inputs) -> Finding {
+fn eager_verify(i: &Inputs) -> TrapCheck {
     let mut eager_evidence = vec![];
     let mut graph_evidence = vec![];
     if let Some(a) = i.trace {
@@ -269,23 +269,23 @@ fn eager_verify(i: &Inputs) -> Finding {
         }
     }
     if !eager_evidence.is_empty() {
-        finding("eager-verify", Status::Found, eager_evidence.join("; "))
+        checked("eager-verify", Status::Found, eager_evidence.join("; "))
     } else if !graph_evidence.is_empty() {
-        finding("eager-verify", Status::NotFound, graph_evidence.join("; "))
+        checked("eager-verify", Status::NotFound, graph_evidence.join("; "))
     } else {
-        finding("eager-verify", Status::NotChecked, String::new())
+        checked("eager-verify", Status::NotChecked, String::new())
     }
 }
 
 /// NCCL's graph search at its floor across sockets.
-fn graph_search_sys(i: &Inputs) -> Finding {
+fn graph_search_sys(i: &Inputs) -> TrapCheck {
     match sys_graph_line(i.nccl_logs) {
-        Some((file, line)) => finding(
+        Some((file, line)) => checked(
             "nccl-graph-search-sys",
             Status::Found,
             format!("{file}: `{line}`; give NCCL a topology file (NCCL_GRAPH_FILE) and price it with --link pcie-gen5-dual-socket against pcie-gen5"),
         ),
-        None if graph_lines(i.nccl_logs) > 0 => finding(
+        None if graph_lines(i.nccl_logs) > 0 => checked(
             "nccl-graph-search-sys",
             Status::NotFound,
             format!(
@@ -293,7 +293,7 @@ fn graph_search_sys(i: &Inputs) -> Finding {
                 graph_lines(i.nccl_logs)
             ),
         ),
-        None => finding(
+        None => checked(
             "nccl-graph-search-sys",
             Status::NotChecked,
             if i.nccl_logs.is_empty() {
@@ -306,7 +306,7 @@ fn graph_search_sys(i: &Inputs) -> Finding {
 }
 
 /// A custom all-reduce far slower than the model.
-fn custom_ar_slow(i: &Inputs) -> Finding {
+fn custom_ar_slow(i: &Inputs) -> TrapCheck {
     let custom = i.trace.and_then(|a| {
         let g = a
             .sequence
@@ -315,12 +315,12 @@ fn custom_ar_slow(i: &Inputs) -> Finding {
         Some((a, g.implementation.clone()))
     });
     match custom {
-        None if i.trace.is_some() => finding(
+        None if i.trace.is_some() => checked(
             "custom-ar-slow",
             Status::NotFound,
             "the trace's all-reduces ran through NCCL (no custom all-reduce kernel)".into(),
         ),
-        None => finding("custom-ar-slow", Status::NotChecked, String::new()),
+        None => checked("custom-ar-slow", Status::NotChecked, String::new()),
         Some((a, kernel)) => {
             let per_coll = a
                 .attribution
@@ -328,17 +328,17 @@ fn custom_ar_slow(i: &Inputs) -> Finding {
                 .filter(|t| t.matched > 0)
                 .map(|t| t.total.transfer_us / t.matched as f64);
             match (per_coll, i.oneshot_us) {
-                (Some(m), Some(e)) if m > 3.0 * e => finding(
+                (Some(m), Some(e)) if m > 3.0 * e => checked(
                     "custom-ar-slow",
                     Status::Found,
                     format!("{kernel}: {m:.1} us per collective measured (transfer) against {e:.1} us modeled for the one-shot ({}): measure the links with `verifybench collective --impl nccl,oneshot` on the machine", i.profile),
                 ),
-                (Some(m), Some(e)) => finding(
+                (Some(m), Some(e)) => checked(
                     "custom-ar-slow",
                     Status::NotFound,
                     format!("{kernel}: {m:.1} us per collective measured, within 3x of the modeled {e:.1} us"),
                 ),
-                _ => finding(
+                _ => checked(
                     "custom-ar-slow",
                     Status::NotChecked,
                     format!("{kernel} ran, but its transfer needs every rank's trace (or the profile has no P2P model)"),
@@ -349,10 +349,10 @@ fn custom_ar_slow(i: &Inputs) -> Finding {
 }
 
 /// The engines' custom all-reduce off on more than two PCIe GPUs.
-fn engine_custom_ar_off(i: &Inputs) -> Finding {
+fn engine_custom_ar_off(i: &Inputs) -> TrapCheck {
     match i.server_log {
         Some(l) => match &l.custom_ar_off {
-            Some(line) => finding(
+            Some(line) => checked(
                 "engine-custom-ar-off",
                 Status::Found,
                 format!(
@@ -360,13 +360,13 @@ fn engine_custom_ar_off(i: &Inputs) -> Finding {
                     l.file
                 ),
             ),
-            None => finding(
+            None => checked(
                 "engine-custom-ar-off",
                 Status::NotFound,
                 format!("{}: no `Custom allreduce is disabled` line", l.file),
             ),
         },
-        None => finding("engine-custom-ar-off", Status::NotChecked, String::new()),
+        None => checked("engine-custom-ar-off", Status::NotChecked, String::new()),
     }
 }
 
