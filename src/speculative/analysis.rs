@@ -54,7 +54,7 @@ pub(crate) struct Row {
 
 /// A whole break-even.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Analysis {
+pub(crate) struct BreakevenAnalysis {
     pub(crate) assumption: String,
     pub(crate) inputs: Inputs,
     /// 1000 / T_decode.
@@ -85,7 +85,7 @@ fn point(i: &Inputs, verify: &Labelled, verify_ms: f64, tau: f64, base: f64) -> 
 }
 
 /// Computes the break-even of validated inputs.
-pub(crate) fn analyse(inputs: Inputs) -> Analysis {
+pub(crate) fn analyse(inputs: Inputs) -> BreakevenAnalysis {
     let base = baseline_tokens_per_s(inputs.decode_ms.value);
     let k = inputs.draft_steps;
     let shared_modeled =
@@ -145,7 +145,7 @@ pub(crate) fn analyse(inputs: Inputs) -> Analysis {
         })
         .collect();
     let modeled = rows.iter().any(|r| r.modeled);
-    Analysis {
+    BreakevenAnalysis {
         assumption: ASSUMPTION.into(),
         inputs,
         baseline_tokens_per_s: base,
