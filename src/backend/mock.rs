@@ -7,7 +7,7 @@ use super::Backend;
 use crate::measure::Summary;
 use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Impl, ImplRun, ImplTiming, Mode,
-    Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
+    Provenance, Record, RecordedWorkload, Source, VerifyResult, VerifyRun,
 };
 use crate::request::{BackendKind, CollectiveRequest, VerifyJob};
 use crate::util::now_utc;
@@ -149,7 +149,7 @@ impl Backend for MockBackend {
             Source::Modeled,
             prov,
             Body::Verify(VerifyResult {
-                workload: Workload::of(s),
+                workload: RecordedWorkload::of(s),
                 runs,
                 stream_gbps: None,
                 predicted_compute_us: None,

@@ -23,7 +23,7 @@ pub(crate) use render::{render_markdown, render_table};
 
 use crate::error::usage;
 use crate::measure::Summary;
-use crate::record::{read_records, Mode, VerifyResult, VerifyRun, Workload};
+use crate::record::{read_records, Mode, RecordedWorkload, VerifyResult, VerifyRun};
 use crate::record::{Body, Record, Source};
 
 /// The output of `compare`: the format every command shares; compare offers all three.
@@ -82,7 +82,7 @@ pub(crate) struct Row {
 /// The whole comparison (what `--format json` prints).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Comparison {
-    pub(crate) workload: Workload,
+    pub(crate) workload: RecordedWorkload,
     pub(crate) entries: Vec<Entry>,
     pub(crate) rows: Vec<Row>,
     pub(crate) uncertainty: &'static str,
@@ -203,7 +203,7 @@ fn run_key(r: &VerifyRun) -> (u8, bool) {
     (m, r.graph)
 }
 
-fn describe(w: &Workload) -> String {
+fn describe(w: &RecordedWorkload) -> String {
     format!(
         "{} {:?}, TP={}, {} token{}, {}, schedule {}",
         w.model,
@@ -298,7 +298,7 @@ fn run_name(mode: Mode, graph: bool) -> String {
     format!("{} {}", mode.name(), if graph { "graph" } else { "eager" })
 }
 
-fn n_collectives(w: &Workload) -> u64 {
+fn n_collectives(w: &RecordedWorkload) -> u64 {
     (w.n_all_reduce + w.n_all_gather).max(1)
 }
 
@@ -309,7 +309,7 @@ mod tests {
     use crate::record::{Provenance, WorkerInfo};
     use crate::util::now_utc;
 
-    fn workload(tp: u64) -> Workload {
+    fn workload(tp: u64) -> RecordedWorkload {
         let s = model::build(
             &model::presets::preset("kimi-k2.5").unwrap(),
             &ScheduleOptions {
@@ -319,7 +319,7 @@ mod tests {
             Phase::Verify,
         )
         .unwrap();
-        Workload::of(&s)
+        RecordedWorkload::of(&s)
     }
 
     fn run(graph: bool, samples: &[f64]) -> VerifyRun {

@@ -24,8 +24,8 @@ pub(crate) mod waiting;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::{
-    algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, VerifyResult, VerifyRun,
-    Workload,
+    algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, RecordedWorkload,
+    VerifyResult, VerifyRun,
 };
 use crate::request::Launcher;
 pub(crate) use crate::request::ModelSettings;
@@ -428,7 +428,7 @@ pub(crate) fn verify(
     }
     Ok(Modeled {
         result: VerifyResult {
-            workload: Workload::of(schedule),
+            workload: RecordedWorkload::of(schedule),
             runs: out,
             // Modeled runs have no measured streaming bandwidth to predict from.
             stream_gbps: None,

@@ -63,7 +63,7 @@ pub(crate) struct Explanation {
     /// The schedule the model priced (`kimi-k2.5 verify, TP=8, 3 tokens: 124 collectives`).
     pub(crate) schedule: String,
     /// The same, as fields: model, phase, TP, tokens, collective counts and bytes.
-    pub(crate) workload: crate::record::Workload,
+    pub(crate) workload: crate::record::RecordedWorkload,
     pub(crate) pricing: Pricing,
     pub(crate) as_ran: Vec<Part>,
     pub(crate) scenarios: Vec<Scenario>,
@@ -132,7 +132,7 @@ pub(crate) fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Expl
         evidence,
         ranks: run.ranks,
         schedule: run.words(),
-        workload: crate::record::Workload::of(&run.schedule),
+        workload: crate::record::RecordedWorkload::of(&run.schedule),
         pricing: run.pricing,
         as_ran,
         scenarios,

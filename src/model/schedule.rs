@@ -792,8 +792,8 @@ fn target_layers(
 }
 
 /// The workload line a record carries, from the schedule it ran.
-impl crate::record::Workload {
-    pub fn of(s: &Schedule) -> crate::record::Workload {
+impl crate::record::RecordedWorkload {
+    pub fn of(s: &Schedule) -> crate::record::RecordedWorkload {
         let first = |k: CollectiveKind| {
             s.collective_groups()
                 .into_iter()
@@ -801,7 +801,7 @@ impl crate::record::Workload {
                 .map(|g| g.bytes_per_rank)
                 .unwrap_or(0)
         };
-        crate::record::Workload {
+        crate::record::RecordedWorkload {
             model: s.model.clone(),
             phase: s.phase,
             tp: s.tp,

@@ -176,7 +176,7 @@ impl Provenance {
 
 /// The workload a timing belongs to (enough to tell two runs apart, and to refuse mixing them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Workload {
+pub struct RecordedWorkload {
     pub model: String,
     pub phase: Phase,
     pub tp: u64,
@@ -270,7 +270,7 @@ pub struct InCollective {
 /// `verify`: a replay of the schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifyResult {
-    pub workload: Workload,
+    pub workload: RecordedWorkload,
     pub runs: Vec<VerifyRun>,
     /// Read bandwidth of the weight-streaming kernel measured in the same run (slowest rank),
     /// GB/s, when compute was replayed.
@@ -502,7 +502,7 @@ mod tests {
             Source::Modeled,
             Provenance::here("model", now_utc()),
             Body::Verify(VerifyResult {
-                workload: Workload::of(&s),
+                workload: RecordedWorkload::of(&s),
                 runs: vec![VerifyRun {
                     graph: true,
                     mode: Mode::Comm,

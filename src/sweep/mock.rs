@@ -24,7 +24,7 @@ use super::settings::FakeChoices;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, Schedule};
 use crate::record::{
-    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
+    Body, Mode, Provenance, Record, RecordedWorkload, Source, VerifyResult, VerifyRun, WorkerInfo,
 };
 
 /// Relative amplitude of the mock's between-run noise (a fraction, default 0.005).
@@ -192,7 +192,7 @@ pub(crate) fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOu
         Source::Modeled,
         prov,
         Body::Verify(VerifyResult {
-            workload: Workload::of(spec.schedule),
+            workload: RecordedWorkload::of(spec.schedule),
             runs,
             stream_gbps: None,
             predicted_compute_us: None,

@@ -54,12 +54,12 @@ use results::{Effective, PointKey, ResultsFile, SweepPoint};
 use runner::{PointJob, PointOutcome, PointRunner, Probe};
 use settings::{hint, mismatches};
 
-use crate::record::{Body, Provenance, Record, Source, Workload};
+use crate::record::{Body, Provenance, Record, RecordedWorkload, Source};
 
 /// What is fixed for every point of a sweep.
 #[derive(Debug, Clone)]
 pub(crate) struct SweepConfig {
-    pub(crate) workload: Workload,
+    pub(crate) workload: RecordedWorkload,
     /// `on`, `off`, `both`.
     pub(crate) graph: String,
     pub(crate) launcher: String,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::env::EnvCheck;
 use super::ncclog::{Choice, NcclLog};
 use crate::error::usage;
-use crate::record::{Body, Record, Workload};
+use crate::record::{Body, Record, RecordedWorkload};
 
 /// The record kind of a sweep point (`Body::Other { name }`).
 pub(crate) const KIND: &str = "sweep_point";
@@ -99,7 +99,7 @@ pub(crate) struct SweepPoint {
     pub(crate) overrides: Vec<(String, String)>,
     pub(crate) key: PointKey,
     /// The workload, for messages (resume refusals) and tables.
-    pub(crate) workload: Workload,
+    pub(crate) workload: RecordedWorkload,
     /// `ok` or `failed`.
     pub(crate) status: String,
     #[serde(default)]
@@ -192,7 +192,7 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)
 pub(crate) fn check_same_workload(
     path: &Path,
     done: &[SweepPoint],
-    current: &Workload,
+    current: &RecordedWorkload,
 ) -> anyhow::Result<()> {
     if let Some(p) = done
         .iter()

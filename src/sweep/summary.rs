@@ -459,7 +459,7 @@ mod tests {
 
     use super::*;
     use crate::model::{self, Phase, ScheduleOptions};
-    use crate::record::{Source, Workload};
+    use crate::record::{RecordedWorkload, Source};
     use crate::sweep::runner::PointOutcome;
     use crate::sweep::{matrix, SweepConfig};
 
@@ -476,7 +476,7 @@ mod tests {
         .unwrap();
         let cfg = SweepConfig {
             seed: 1,
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             graph: "both".into(),
             launcher: "processes".into(),
             backend: "mock".into(),

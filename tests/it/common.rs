@@ -8,7 +8,7 @@ use assert_cmd::Command;
 use verifybench::measure::Summary;
 use verifybench::model::{self, Phase, Schedule, ScheduleOptions};
 use verifybench::record::{
-    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
+    Body, Mode, Provenance, Record, RecordedWorkload, Source, VerifyResult, VerifyRun,
 };
 use verifybench::util::{now_utc, write_file};
 
@@ -58,7 +58,7 @@ pub fn verify_record(
         source,
         Provenance::here(backend, now_utc()),
         Body::Verify(VerifyResult {
-            workload: Workload::of(schedule),
+            workload: RecordedWorkload::of(schedule),
             runs,
             stream_gbps: None,
             predicted_compute_us: None,

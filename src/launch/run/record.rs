@@ -6,8 +6,8 @@ use crate::comm;
 use crate::launch::job::{Job, RankResult};
 use crate::measure::Summary;
 use crate::record::{
-    Body, Mode, Part, Provenance, RankTime, Record, Source, VerifyResult, VerifyRun, WorkerInfo,
-    Workload,
+    Body, Mode, Part, Provenance, RankTime, Record, RecordedWorkload, Source, VerifyResult,
+    VerifyRun, WorkerInfo,
 };
 
 /// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest
@@ -275,7 +275,7 @@ fn verify_record_with(
         Source::Measured,
         p,
         Body::Verify(VerifyResult {
-            workload: Workload::of(schedule),
+            workload: RecordedWorkload::of(schedule),
             runs: vruns,
             stream_gbps,
             predicted_compute_us: stream_gbps
@@ -433,7 +433,7 @@ mod tests {
         let Body::Verify(v) = &rec.body else {
             panic!("a verify record")
         };
-        assert_eq!(v.workload, Workload::of(&schedule));
+        assert_eq!(v.workload, RecordedWorkload::of(&schedule));
         assert_eq!(v.runs.len(), 2);
         assert!(!v.runs[0].graph && v.runs[1].graph);
         assert_eq!(v.runs[0].per_verify.median_us, 1240.0);
