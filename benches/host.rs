@@ -17,7 +17,7 @@ use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion
 use verifybench::measure::Summary;
 use verifybench::model::{self, presets, Phase, ScheduleOptions};
 use verifybench::record::{
-    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
+    Body, Mode, Provenance, Record, RecordedWorkload, Source, VerifyResult, VerifyRun,
 };
 use verifybench::util::now_utc;
 
@@ -68,7 +68,7 @@ fn verify_record() -> Record {
         Source::Measured,
         Provenance::here("nccl", now_utc()),
         Body::Verify(VerifyResult {
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             runs: vec![run(false), run(true)],
             stream_gbps: None,
             predicted_compute_us: None,

@@ -16,7 +16,7 @@ use crate::model::{
     self, schedule_file::ScheduleFile, CollectiveKind, DType, Logits, Phase, Routing, Schedule,
     ScheduleOptions,
 };
-pub use crate::record::Impl;
+pub(crate) use crate::record::Impl;
 use crate::record::Mode;
 
 /// Which model, parallelism and token count: the workload every command replays or prices.
@@ -74,7 +74,7 @@ impl Workload {
         }
     }
 
-    pub fn shape(&self) -> anyhow::Result<model::ModelShape> {
+    pub(crate) fn shape(&self) -> anyhow::Result<model::ModelShape> {
         model::resolve(&self.model, self.model_config.as_deref())
     }
 
@@ -137,7 +137,7 @@ impl Workload {
     /// Reads the workload's files once: the schedule file (checked against `--tp`), else the
     /// `--model-config` shape. What the commands need of them afterwards (the tp asked for,
     /// the modes check, the schedule) comes from the returned value, never from the paths.
-    pub fn resolve(&self) -> anyhow::Result<ResolvedWorkload> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<ResolvedWorkload> {
         self.resolve_checking_length(&|_| Ok(()))
     }
 
@@ -145,7 +145,7 @@ impl Workload {
     /// file's number of operations goes to `check_length` before the file is parsed, so a
     /// file too long is refused at once (the length of a schedule built from flags is
     /// checked where it is built).
-    pub fn resolve_checking_length(
+    pub(crate) fn resolve_checking_length(
         &self,
         check_length: &dyn Fn(usize) -> anyhow::Result<()>,
     ) -> anyhow::Result<ResolvedWorkload> {
@@ -198,9 +198,9 @@ impl Workload {
 /// A [`Workload`] whose files have been read once ([`Workload::resolve`]): the schedule file,
 /// already checked against `--tp`, or the `--model-config` shape.
 #[derive(Debug, Clone)]
-pub struct ResolvedWorkload {
+pub(crate) struct ResolvedWorkload {
     /// The flags as given (for the children's command lines and the messages).
-    pub flags: Workload,
+    pub(crate) flags: Workload,
     source: WorkloadSource,
 }
 
@@ -271,7 +271,7 @@ impl ResolvedWorkload {
 
     /// The schedule of the chosen phase, with `default_tp` when `--tp` is absent (a schedule
     /// file's own tp otherwise), after the range checks of the flags.
-    pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+    pub(crate) fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
         self.flags.check_bounds()?;
         self.build(default_tp)
     }
@@ -340,7 +340,7 @@ impl crate::util::Named for BackendKind {
 
 impl BackendKind {
     /// The name in records' provenance and on child command lines.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         crate::util::Named::name(self)
     }
 }
@@ -405,7 +405,7 @@ pub(crate) const MAX_COLLECTIVE_BYTES: u64 = 16 << 30;
 
 impl GpuSpec {
     /// The rank count the flags fix: the `--devices` listed, else `--gpus`.
-    pub fn ranks(&self) -> Option<usize> {
+    pub(crate) fn ranks(&self) -> Option<usize> {
         self.devices.as_ref().map(|d| d.len()).or(self.gpus)
     }
 }
@@ -418,14 +418,14 @@ pub(crate) const DEFAULT_RANKS: usize = 8;
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct RankInputs {
     /// The world of the evidence: a trace's ranks.
-    pub world: Option<usize>,
+    pub(crate) world: Option<usize>,
     /// How many GPUs `--devices` lists.
-    pub devices: Option<usize>,
-    pub gpus: Option<usize>,
-    pub tp: Option<u64>,
+    pub(crate) devices: Option<usize>,
+    pub(crate) gpus: Option<usize>,
+    pub(crate) tp: Option<u64>,
     /// One GPU runs one rank's share of a larger `--tp` (`verify --gpus 1 --tp 8`): the GPU
     /// count need not equal `--tp`.
-    pub one_rank_share: bool,
+    pub(crate) one_rank_share: bool,
 }
 
 impl RankInputs {
@@ -445,11 +445,11 @@ impl RankInputs {
 /// A command's words for the rank counts it refuses, and the counts it allows.
 pub(crate) struct RankRule {
     /// A trace's world `w`, `--gpus n`.
-    pub world_vs_gpus: fn(usize, usize) -> String,
+    pub(crate) world_vs_gpus: fn(usize, usize) -> String,
     /// The flag (`--gpus` or `--devices`) fixing `n` ranks, `--tp t`.
-    pub gpus_vs_tp: fn(&str, usize, u64) -> String,
-    pub range: std::ops::RangeInclusive<usize>,
-    pub out_of_range: fn(usize) -> String,
+    pub(crate) gpus_vs_tp: fn(&str, usize, u64) -> String,
+    pub(crate) range: std::ops::RangeInclusive<usize>,
+    pub(crate) out_of_range: fn(usize) -> String,
 }
 
 /// The words of the commands that run ranks (`verify`, `collective`, `sweep`), which read no
@@ -534,7 +534,7 @@ crate::named_enum!(GraphChoice {
 
 impl GraphChoice {
     /// The graph flags to run, eager first.
-    pub fn modes(self) -> Vec<bool> {
+    pub(crate) fn modes(self) -> Vec<bool> {
         match self {
             GraphChoice::On => vec![true],
             GraphChoice::Off => vec![false],
@@ -544,7 +544,7 @@ impl GraphChoice {
 }
 
 /// The (graph, mode) runs of `modes` x `graph`, eager first, in mode order, without repeats.
-pub fn runs(modes: &[Mode], graph: GraphChoice) -> Vec<(bool, Mode)> {
+pub(crate) fn runs(modes: &[Mode], graph: GraphChoice) -> Vec<(bool, Mode)> {
     let mut modes = modes.to_vec();
     modes.dedup();
     let mut v = vec![];
@@ -563,16 +563,16 @@ pub fn runs(modes: &[Mode], graph: GraphChoice) -> Vec<(bool, Mode)> {
 /// read when the schedule is known).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostGapFlags {
-    pub gaps: HostGapRequest,
+    pub(crate) gaps: HostGapRequest,
     /// `--host-gap-from SCHEDULE`: a schedule file with `host_gaps_us`.
-    pub from: Option<PathBuf>,
+    pub(crate) from: Option<PathBuf>,
 }
 
 impl HostGapFlags {
     /// Validates the flags for `schedule` on `nranks` ranks: usage errors (exit 2, one line
     /// naming the flag or file) for a late rank outside the world, a schedule file that is not
     /// of this schedule or has no host gaps, both `--host-gap-us` and `--host-gap-from`.
-    pub fn resolve(&self, schedule: &Schedule, nranks: usize) -> anyhow::Result<HostGaps> {
+    pub(crate) fn resolve(&self, schedule: &Schedule, nranks: usize) -> anyhow::Result<HostGaps> {
         let mut req = self.gaps.clone();
         if let Some(p) = &self.from {
             let f = ScheduleFile::load(p)?;
@@ -683,7 +683,7 @@ impl VerifyRequest {
     }
 
     /// The (graph, mode) runs requested, eager first, in mode order.
-    pub fn runs(&self) -> Vec<(bool, Mode)> {
+    pub(crate) fn runs(&self) -> Vec<(bool, Mode)> {
         runs(&self.mode, self.graph)
     }
 }
@@ -727,17 +727,17 @@ impl VerifyRequest {
 #[derive(Debug, Clone)]
 pub struct VerifyJob {
     /// The request as given (the run settings: modes, repeat, implementations, exports).
-    pub request: VerifyRequest,
+    pub(crate) request: VerifyRequest,
     /// The schedule replayed, at the tp it was resolved for.
-    pub schedule: Schedule,
+    pub(crate) schedule: Schedule,
     /// "schedule from the file ...": the provenance note of a `--schedule` file.
-    pub file_note: Option<String>,
+    pub(crate) file_note: Option<String>,
     /// The GPU ordinals of the ranks (the NCCL backend; empty for the model and the mock).
-    pub devices: Vec<usize>,
+    pub(crate) devices: Vec<usize>,
     /// The ranks that run: the devices selected, else the schedule's tp.
-    pub nranks: usize,
+    pub(crate) nranks: usize,
     /// The host gaps and the late rank, validated for this schedule and rank count.
-    pub host_gaps: HostGaps,
+    pub(crate) host_gaps: HostGaps,
 }
 
 /// `collective`: one collective over a size range, nccl-tests style.
@@ -785,7 +785,7 @@ impl CollectiveRequest {
 
     /// The sizes to run: min, min*f, ... <= max, plus the explicit ones, each rounded down to a
     /// whole number of elements that splits evenly over `nranks` ranks; sorted, deduplicated.
-    pub fn sizes(&self, nranks: usize) -> anyhow::Result<Vec<u64>> {
+    pub(crate) fn sizes(&self, nranks: usize) -> anyhow::Result<Vec<u64>> {
         if self.min_bytes == 0 || self.max_bytes < self.min_bytes {
             crate::usage_bail!(
                 "-b/--minbytes must be positive and at most -e/--maxbytes (got {} and {})",
@@ -849,34 +849,34 @@ impl CollectiveRequest {
 
 /// `worker`: one rank of a verify replay started by an external launcher.
 #[derive(Debug, Clone)]
-pub struct WorkerRequest {
-    pub workload: Workload,
+pub(crate) struct WorkerRequest {
+    pub(crate) workload: Workload,
     /// Where rank 0 serves the NCCL id (else from MASTER_ADDR/MASTER_PORT).
-    pub rendezvous: Option<Endpoint>,
+    pub(crate) rendezvous: Option<Endpoint>,
     /// Seconds a rank waits for the others to join the rendezvous; `None`: `timeout`.
-    pub rendezvous_timeout: Option<f64>,
+    pub(crate) rendezvous_timeout: Option<f64>,
     /// `--rendezvous-token-file`: the file holding the run's secret (else
     /// `VERIFYBENCH_RENDEZVOUS_TOKEN`, read by the worker; neither: an open rendezvous).
-    pub rendezvous_token_file: Option<PathBuf>,
+    pub(crate) rendezvous_token_file: Option<PathBuf>,
     /// `--cpu-affinity` of this rank.
-    pub cpu_affinity: CpuAffinity,
-    pub rank: Option<usize>,
-    pub world_size: Option<usize>,
-    pub local_rank: Option<usize>,
-    pub graph: GraphChoice,
-    pub mode: Vec<Mode>,
-    pub launches_per_layer: u32,
+    pub(crate) cpu_affinity: CpuAffinity,
+    pub(crate) rank: Option<usize>,
+    pub(crate) world_size: Option<usize>,
+    pub(crate) local_rank: Option<usize>,
+    pub(crate) graph: GraphChoice,
+    pub(crate) mode: Vec<Mode>,
+    pub(crate) launches_per_layer: u32,
     /// Launch the streaming (compute) kernels with programmatic dependent launch.
-    pub pdl: bool,
-    pub repeat: Repeat,
+    pub(crate) pdl: bool,
+    pub(crate) repeat: Repeat,
     /// Seconds without progress after which this rank aborts its communicator and exits.
-    pub timeout: f64,
-    pub nccl_lib: Option<PathBuf>,
-    pub export: Exports,
+    pub(crate) timeout: f64,
+    pub(crate) nccl_lib: Option<PathBuf>,
+    pub(crate) export: Exports,
     /// What rank 0 prints on stdout: the table, or the record as `--export-json` writes it.
-    pub format: crate::output::Format,
+    pub(crate) format: crate::output::Format,
     /// Host time before each launch in eager replay, a late rank.
-    pub host_gaps: HostGapFlags,
+    pub(crate) host_gaps: HostGapFlags,
 }
 
 /// Settings of the cost model (`--link`, `--profile`, `--proto`, `--algo`). The command line
@@ -884,21 +884,21 @@ pub struct WorkerRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSettings {
     /// Built-in link profile name.
-    pub link: String,
+    pub(crate) link: String,
     /// Calibrated profile file written by `verifybench model fit` (overrides `link`).
-    pub profile: Option<PathBuf>,
+    pub(crate) profile: Option<PathBuf>,
     /// Protocols the model may pick, in NCCL_PROTO syntax; `None`: the fastest.
-    pub proto: Option<String>,
+    pub(crate) proto: Option<String>,
     /// Algorithms the model may pick, in NCCL_ALGO syntax; `None`: the fastest.
-    pub algo: Option<String>,
+    pub(crate) algo: Option<String>,
     /// `proto` came from the NCCL_PROTO environment variable, not `--proto` (for messages).
-    pub proto_from_env: bool,
+    pub(crate) proto_from_env: bool,
     /// `algo` came from the NCCL_ALGO environment variable, not `--algo` (for messages).
-    pub algo_from_env: bool,
+    pub(crate) algo_from_env: bool,
     /// The NCCL_* environment the run would give NCCL: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE
     /// change the path the model prices ([`profile::apply_transport_env`]); every other
     /// variable (NCCL_PROTO/NCCL_ALGO come as `proto`/`algo`) is said to be not modeled.
-    pub nccl_env: std::collections::BTreeMap<String, String>,
+    pub(crate) nccl_env: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for ModelSettings {
@@ -940,16 +940,16 @@ pub struct Endpoint {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Exports {
     /// The results as JSON records (the source of truth).
-    pub export_json: Option<PathBuf>,
+    pub(crate) export_json: Option<PathBuf>,
     /// The results as CSV.
-    pub export_csv: Option<PathBuf>,
+    pub(crate) export_csv: Option<PathBuf>,
     /// The results as a Markdown table.
-    pub export_markdown: Option<PathBuf>,
+    pub(crate) export_markdown: Option<PathBuf>,
 }
 
 impl Exports {
     /// The requested export files with the flag naming each.
-    pub fn outputs(&self) -> Vec<(&'static str, &std::path::Path)> {
+    pub(crate) fn outputs(&self) -> Vec<(&'static str, &std::path::Path)> {
         [
             ("--export-json", &self.export_json),
             ("--export-csv", &self.export_csv),
@@ -962,7 +962,7 @@ impl Exports {
 
     /// Checks before any work that every export can be written and none is an input or another
     /// export ([`crate::util::check_outputs`]).
-    pub fn check(&self, inputs: &[&std::path::Path]) -> anyhow::Result<()> {
+    pub(crate) fn check(&self, inputs: &[&std::path::Path]) -> anyhow::Result<()> {
         crate::util::check_outputs(&self.outputs(), inputs)
     }
 }

@@ -47,7 +47,7 @@ pub(crate) fn human_bytes(b: u64) -> String {
 }
 
 /// Thousands separators for byte counts in tables: `43008` -> `43,008`.
-pub fn grouped(n: u64) -> String {
+pub(crate) fn grouped(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {

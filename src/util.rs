@@ -62,7 +62,7 @@ fn hides_text(c: char) -> bool {
 }
 
 /// The NCCL_* variables of this process's environment.
-pub fn nccl_env() -> BTreeMap<String, String> {
+pub(crate) fn nccl_env() -> BTreeMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| k.starts_with("NCCL_"))
         .collect()
@@ -322,7 +322,7 @@ pub(crate) fn check_output_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
 
 /// An enum with a fixed set of command-line names (the `name()` printed in records, tables and
 /// child command lines, and parsed back by `FromStr`). [`crate::named_enum!`] implements it.
-pub trait Named: Copy + Sized + Send + Sync + 'static {
+pub(crate) trait Named: Copy + Sized + Send + Sync + 'static {
     /// The values a user may give, in the order `--help` lists them.
     const ALL: &'static [Self];
     /// The name of this value.
@@ -359,7 +359,7 @@ macro_rules! named_enum {
         }
         impl $t {
             /// The command-line name of this value.
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 <$t as $crate::util::Named>::name(self)
             }
         }

@@ -8,7 +8,7 @@ use crate::util::Named;
 
 /// The clap parser of a library enum: accepts `T::ALL` by name and lists them (with their help
 /// lines, a final period dropped as clap drops it from doc comments) in `--help`.
-pub fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
+pub(crate) fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
     PossibleValuesParser::new(T::ALL.iter().map(|v| {
         let p = PossibleValue::new(v.name());
         let help = v.help();
@@ -72,7 +72,7 @@ pub(crate) fn iters_arg(s: &str) -> Result<u64, String> {
 
 /// `--impl`'s parsed list (clap needs one value type for the whole list).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImplList(pub Vec<Impl>);
+pub(crate) struct ImplList(pub(crate) Vec<Impl>);
 
 /// Parses `--impl nccl,oneshot,twoshot`: an unknown name is an error naming `--impl` and the
 /// valid names.

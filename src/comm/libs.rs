@@ -138,9 +138,9 @@ fn candidates(file_names: &[&str], wheel_subdirs: &[&str]) -> Vec<(PathBuf, Stri
 
 /// What was found for one library.
 #[derive(Debug, Clone)]
-pub struct Found {
-    pub path: PathBuf,
-    pub how: String,
+pub(crate) struct Found {
+    pub(crate) path: PathBuf,
+    pub(crate) how: String,
 }
 
 /// Finds NCCL: `--nccl-lib` (file or folder), else the names cudarc loads, else libnccl.so.2 on
@@ -244,7 +244,7 @@ fn loader_default_nccl() -> Option<PathBuf> {
 /// The variables by which a re-executed run knows its libraries are prepared: a child that
 /// must load ANOTHER NCCL than its parent (a sweep point's library) is started without them,
 /// so it prepares its own.
-pub const PREPARED_VARS: [&str; 2] = [REEXEC_MARK, NVRTC_WHY];
+pub(crate) const PREPARED_VARS: [&str; 2] = [REEXEC_MARK, NVRTC_WHY];
 
 /// The NVRTC libraries on this machine in search order, each with its version: first the one
 /// the loader finds by cudarc's names (what would load without help), then every
@@ -337,9 +337,9 @@ pub(crate) fn driver_api_version() -> Option<Version> {
 /// NVRTC as chosen for this run: the libraries found, the choice and why (`env` shows it).
 #[derive(Debug, Clone)]
 pub(crate) struct NvrtcSelection {
-    pub candidates: Vec<NvrtcCandidate>,
-    pub chosen: Option<NvrtcCandidate>,
-    pub why: String,
+    pub(crate) candidates: Vec<NvrtcCandidate>,
+    pub(crate) chosen: Option<NvrtcCandidate>,
+    pub(crate) why: String,
 }
 
 const NVRTC_WHY: &str = "VERIFYBENCH_NVRTC_CHOICE";

@@ -22,17 +22,18 @@
 //! - `sweep/signal.rs`: the Ctrl-C handler (`sigaction`; the handler only stores an atomic);
 //! - `sweep/runner.rs`: `kill` of the process group a sweep child leads.
 
-pub mod compile;
-pub mod device;
-pub mod kernels;
+pub(crate) mod compile;
+pub(crate) mod device;
+pub(crate) mod kernels;
 pub mod libs;
 pub mod nccl;
-pub mod p2p;
-pub mod requirements;
+pub(crate) mod p2p;
+pub(crate) mod requirements;
 
-pub use device::{Buffer, CudaFailure, Event, Gpu, Graph};
-pub use kernels::MAX_STREAM_TOKENS;
-pub use nccl::{Communicator, NcclFailure, UniqueId};
+pub(crate) use device::Event;
+pub use device::{Buffer, Gpu, Graph};
+pub(crate) use kernels::MAX_STREAM_TOKENS;
+pub use nccl::{Communicator, UniqueId};
 
 /// Number of CUDA devices, or 0 when the driver library is missing or fails to initialise.
 pub fn device_count() -> usize {

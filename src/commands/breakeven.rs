@@ -13,16 +13,16 @@ use crate::trace::breakeven::TraceInput;
 /// `breakeven`: the times and acceptance given as flags (`flags`), and the files the flags
 /// of the same names read them from.
 #[derive(Debug, Clone)]
-pub struct BreakevenRequest {
-    pub flags: Flags,
-    pub from: Vec<PathBuf>,
-    pub from_trace: Vec<TraceInput>,
-    pub accept_from_log: Option<PathBuf>,
-    pub format: Format,
+pub(crate) struct BreakevenRequest {
+    pub(crate) flags: Flags,
+    pub(crate) from: Vec<PathBuf>,
+    pub(crate) from_trace: Vec<TraceInput>,
+    pub(crate) accept_from_log: Option<PathBuf>,
+    pub(crate) format: Format,
 }
 
 /// Runs `verifybench breakeven`.
-pub fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
     let (mut times, mut file_notes) = crate::evidence::read_verify_files(&a.from)?;
     times.extend(crate::trace::breakeven::read_trace_times(&a.from_trace)?);
     let mut flags = a.flags.clone();

@@ -7,7 +7,7 @@ use crate::record::{Body, Provenance, Record, Source};
 
 /// The explanation in the record envelope (`kind: other`, `name: explain`): measured when a
 /// trace was read, else modeled (every figure inside carries its own source).
-pub fn record(e: &Explanation, traced: bool, started: String) -> Record {
+pub(crate) fn record(e: &Explanation, traced: bool, started: String) -> Record {
     let mut p = Provenance::here("model", started);
     p.notes
         .push(format!("cost model profile {}", e.pricing.profile));
@@ -29,7 +29,7 @@ pub fn record(e: &Explanation, traced: bool, started: String) -> Record {
 }
 
 /// Runs `verifybench explain`.
-pub fn run(req: &ExplainRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(req: &ExplainRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
     if let Some(out) = &req.export_json {
         let mut inputs: Vec<&std::path::Path> = req.traces.iter().map(|p| p.as_path()).collect();

@@ -8,19 +8,19 @@ pub mod bandwidth;
 pub mod breakeven;
 pub mod choose;
 pub mod collective;
-pub mod compare;
-pub mod env;
-pub mod explain;
-pub mod inspect;
-pub mod model;
-pub mod plan;
-pub mod rank;
-pub mod report;
-pub mod selftest;
-pub mod sweep;
-pub mod trace;
-pub mod verify;
-pub mod worker;
+pub(crate) mod compare;
+pub(crate) mod env;
+pub(crate) mod explain;
+pub(crate) mod inspect;
+pub(crate) mod model;
+pub(crate) mod plan;
+pub(crate) mod rank;
+pub(crate) mod report;
+pub(crate) mod selftest;
+pub(crate) mod sweep;
+pub(crate) mod trace;
+pub(crate) mod verify;
+pub(crate) mod worker;
 
 use crate::measure::repeat::Repetitions;
 use crate::record::{Body, Record, Repeated};
@@ -81,7 +81,7 @@ fn figures(r: &Record) -> Vec<Figure> {
 /// workers or communicators per call), and returns the last repetition's record (its
 /// within-run figures) carrying every repetition's median of each figure. The model backend
 /// runs once and says it has no between-run noise.
-pub fn repeated(
+pub(crate) fn repeated(
     kind: BackendKind,
     fresh_runs: usize,
     mut one: impl FnMut(usize) -> anyhow::Result<Record>,

@@ -11,30 +11,30 @@ use crate::report::fit::table;
 
 /// `model fit`: the flags of the same names (see `verifybench model fit --help`).
 #[derive(Debug, Clone)]
-pub struct FitRequest {
-    pub results: Vec<PathBuf>,
-    pub nccl_tests: Vec<PathBuf>,
-    pub link_gbps: Option<f64>,
-    pub p2p_latency_us: Option<f64>,
-    pub output: PathBuf,
-    pub base: Option<String>,
-    pub base_profile: Option<PathBuf>,
-    pub name: Option<String>,
-    pub format: Format,
+pub(crate) struct FitRequest {
+    pub(crate) results: Vec<PathBuf>,
+    pub(crate) nccl_tests: Vec<PathBuf>,
+    pub(crate) link_gbps: Option<f64>,
+    pub(crate) p2p_latency_us: Option<f64>,
+    pub(crate) output: PathBuf,
+    pub(crate) base: Option<String>,
+    pub(crate) base_profile: Option<PathBuf>,
+    pub(crate) name: Option<String>,
+    pub(crate) format: Format,
 }
 
 /// `model validate`: the flags of the same names (see `verifybench model validate --help`).
 #[derive(Debug, Clone)]
-pub struct ValidateRequest {
-    pub nccl_tests: Vec<PathBuf>,
-    pub link_gbps: Vec<f64>,
-    pub base: String,
-    pub max_median_pct: f64,
-    pub format: Format,
+pub(crate) struct ValidateRequest {
+    pub(crate) nccl_tests: Vec<PathBuf>,
+    pub(crate) link_gbps: Vec<f64>,
+    pub(crate) base: String,
+    pub(crate) max_median_pct: f64,
+    pub(crate) format: Format,
 }
 
 /// Runs `verifybench model fit`.
-pub fn fit(a: &FitRequest) -> anyhow::Result<i32> {
+pub(crate) fn fit(a: &FitRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
     let mut inputs: Vec<&std::path::Path> = a.results.iter().map(|p| p.as_path()).collect();
     inputs.extend(a.nccl_tests.iter().map(|p| p.as_path()));
@@ -246,7 +246,7 @@ fn nccl_tests_cmd(
 type ValidateFile = (String, f64, Vec<ntfit::Table>);
 
 /// Runs `verifybench model validate --nccl-tests FILE...`.
-pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
+pub(crate) fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
     if a.link_gbps.len() > 1 && a.link_gbps.len() != a.nccl_tests.len() {
         crate::usage_bail!(
             "--link-gbps: give one rate, or one per --nccl-tests file ({} files, {} rates)",

@@ -13,9 +13,9 @@ use crate::util::now_utc;
 /// What `verifybench trace` runs: the trace request, and the workload whose schedule
 /// `--against-plan` diffs the trace against (built first, when the command starts).
 #[derive(Debug, Clone)]
-pub struct TraceCommand {
-    pub trace: TraceRequest,
-    pub against_plan: Option<Workload>,
+pub(crate) struct TraceCommand {
+    pub(crate) trace: TraceRequest,
+    pub(crate) against_plan: Option<Workload>,
 }
 
 /// The record of what was read (`kind: name`, measured, `note` saying from what), printed: the
@@ -48,7 +48,7 @@ fn export(req: &TraceRequest, rec: &Record) -> anyhow::Result<i32> {
 
 /// Runs `verifybench trace`: analyse, print, export, with the known traps the analysis proves
 /// ([`crate::trace::traps::in_trace`]). The value is the exit code.
-pub fn run(c: &TraceCommand) -> anyhow::Result<i32> {
+pub(crate) fn run(c: &TraceCommand) -> anyhow::Result<i32> {
     let mut req = c.trace.clone();
     if let Some(w) = &c.against_plan {
         req.against_plan = Some(w.schedule(8)?);

@@ -13,37 +13,37 @@
 //! - [`scope`]: what a fit pinned down, as the fitted profile records it.
 //! - [`waiting`]: the waiting of collectives for the slowest rank under host gaps.
 
-pub mod custom;
-pub mod fit;
-pub mod ntfit;
-pub mod predict;
-pub mod profile;
-pub mod scope;
-pub mod waiting;
+pub(crate) mod custom;
+pub(crate) mod fit;
+pub(crate) mod ntfit;
+pub(crate) mod predict;
+pub(crate) mod profile;
+pub(crate) mod scope;
+pub(crate) mod waiting;
 
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::{
-    algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, VerifyResult, VerifyRun,
-    Workload,
+    algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, RecordedWorkload,
+    VerifyResult, VerifyRun,
 };
 use crate::request::Launcher;
-pub use crate::request::ModelSettings;
+pub(crate) use crate::request::ModelSettings;
 
-pub use predict::{nccl_size, Force};
-pub use profile::Profile;
+pub(crate) use predict::{nccl_size, Force};
+pub(crate) use profile::Profile;
 
 /// The relative error the model states for its prices, and where it comes from.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct StatedError {
+pub(crate) struct StatedError {
     /// Median |predicted / measured - 1|.
-    pub rel: f64,
-    pub how: String,
+    pub(crate) rel: f64,
+    pub(crate) how: String,
 }
 
 impl ModelSettings {
     /// The profile these flags select: the file if given, else the built-in link profile.
-    pub fn resolve(&self) -> anyhow::Result<(Profile, String)> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<(Profile, String)> {
         let (p, label) = self.resolve_file_or_link()?;
         Ok(profile::apply_transport_env(p, label, &self.nccl_env))
     }
@@ -78,7 +78,7 @@ impl ModelSettings {
     /// fit's leave-one-out median error, for a built-in PCIe profile its median error against
     /// the public PCIe hosts at 32-64 KB; `None` where neither is known (NVLink, a file
     /// without a leave-one-out error).
-    pub fn stated_error(&self) -> anyhow::Result<Option<StatedError>> {
+    pub(crate) fn stated_error(&self) -> anyhow::Result<Option<StatedError>> {
         if let Some(path) = &self.profile {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -112,7 +112,7 @@ impl ModelSettings {
         }))
     }
 
-    pub fn force(&self) -> anyhow::Result<Force> {
+    pub(crate) fn force(&self) -> anyhow::Result<Force> {
         let name = |from_env: bool, flag: &'static str, var: &'static str| {
             if from_env {
                 var
@@ -139,12 +139,12 @@ impl ModelSettings {
 
 /// A modeled result and where its parameters came from.
 #[derive(Debug, Clone)]
-pub struct Modeled<T> {
-    pub result: T,
+pub(crate) struct Modeled<T> {
+    pub(crate) result: T,
     /// Name of the profile (built-in link profile or file) the numbers came from.
-    pub profile: String,
+    pub(crate) profile: String,
     /// Assumptions worth printing next to the numbers.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// A single modeled value as a summary of one sample (median = mean = min = max = p99).
@@ -197,7 +197,7 @@ fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
 /// (the simulated span from the iteration's start to the last rank's last kernel, less the sum
 /// of the device times of the launches), us: `None` without host gaps or in graph replay. Added
 /// to the modeled per-verify time, it makes verify >= in-collective >= transfer.
-pub fn in_collective(
+pub(crate) fn in_collective(
     schedule: &Schedule,
     nranks: usize,
     graph: bool,
@@ -318,7 +318,7 @@ pub(crate) fn add_host_timeline(r: &mut VerifyRun, extra_us: f64, ncoll: usize) 
 }
 
 /// Predicts a verify replay of `schedule` on `nranks` ranks, one run per (graph, mode).
-pub fn verify(
+pub(crate) fn verify(
     schedule: &Schedule,
     nranks: usize,
     runs: &[(bool, Mode)],
@@ -428,7 +428,7 @@ pub fn verify(
     }
     Ok(Modeled {
         result: VerifyResult {
-            workload: Workload::of(schedule),
+            workload: RecordedWorkload::of(schedule),
             runs: out,
             // Modeled runs have no measured streaming bandwidth to predict from.
             stream_gbps: None,
@@ -441,7 +441,7 @@ pub fn verify(
 }
 
 /// Predicts one collective over `sizes` (nccl-tests "size" in bytes) for each graph flag.
-pub fn collective(
+pub(crate) fn collective(
     op: CollectiveKind,
     dtype: DType,
     sizes: &[u64],

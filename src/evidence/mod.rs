@@ -5,13 +5,13 @@
 //! `trace` builds on this layer (the traps table beside its analysis), and `speculative`,
 //! `explain`, `report` and the commands take their inputs from here.
 
-pub mod checks;
-pub mod nccl;
-pub mod provenance;
-pub mod records;
-pub mod server_log;
-pub mod sglang;
-pub mod vllm;
+pub(crate) mod checks;
+pub(crate) mod nccl;
+pub(crate) mod provenance;
+pub(crate) mod records;
+pub(crate) mod server_log;
+pub(crate) mod sglang;
+pub(crate) mod vllm;
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -27,7 +27,7 @@ pub use records::{read_verify_files, times_of, RecordTime};
 pub use server_log::{read_accept_log, read_server_log, AcceptFromLog, CustomAllReduce, ServerLog};
 
 /// The file name a label shows (the last path component).
-pub fn short_name(path: &Path) -> String {
+pub(crate) fn short_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
@@ -48,7 +48,7 @@ fn captured(cell: &'static OnceLock<Regex>, pattern: &str, line: &str) -> Option
 /// How the verify was launched, as the server's log says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum LaunchMode {
+pub(crate) enum LaunchMode {
     /// No CUDA graph: every kernel launched from the host.
     Eager,
     /// Some of the verify (some iterations, or some of each forward) outside a graph.
@@ -58,7 +58,7 @@ pub enum LaunchMode {
 }
 
 impl LaunchMode {
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             LaunchMode::Eager => "eagerly",
             LaunchMode::PartlyEager => "partly eagerly",
@@ -70,18 +70,18 @@ impl LaunchMode {
 /// The launch of the verify as one engine's log line says it: the mode, what the line means
 /// for a verify, and the line as printed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Launch {
-    pub mode: LaunchMode,
+pub(crate) struct Launch {
+    pub(crate) mode: LaunchMode,
     /// What it means for a verify of k + 1 tokens.
-    pub meaning: String,
+    pub(crate) meaning: String,
     /// The line that says it (its message, without the logger's prefix where one is known).
-    pub line: String,
+    pub(crate) line: String,
 }
 
 impl Launch {
     /// The launch as the answer says it: `the verify ran partly eagerly (server.log:
     /// `...setting cudagraph_mode=PIECEWISE`): cudagraph_mode=PIECEWISE: ...`.
-    pub fn sentence(&self, file: &str) -> String {
+    pub(crate) fn sentence(&self, file: &str) -> String {
         format!(
             "The server log says the verify ran {} ({file}: `{}`): {}.",
             self.mode.words(),

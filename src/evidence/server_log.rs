@@ -14,9 +14,9 @@ use crate::model::Engine;
 
 /// What the server log says.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ServerLog {
-    pub file: String,
-    pub engine: Option<Engine>,
+pub(crate) struct ServerLog {
+    pub(crate) file: String,
+    pub(crate) engine: Option<Engine>,
     /// The mean accept length, labelled measured from the log; `None` when it holds none.
     pub accept_length: Option<Labelled>,
     /// The draft tokens k the server ran, with where the log says it ([`vllm_draft_steps`]).
@@ -284,7 +284,7 @@ fn accept_length(
 }
 
 /// Reads the server log of `--server-log`.
-pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
+pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
     let bytes = read(path, "--server-log")?;
     let text = String::from_utf8_lossy(&bytes);
     let sg = sglang::acceptance(&text);

@@ -26,20 +26,20 @@ pub(crate) const ARGS_LINE: &str = "server_args=";
 
 /// What SGLang's decode log says about acceptance.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AcceptLog {
+pub(crate) struct AcceptLog {
     /// Mean over the lines with speculative decoding of `accept len`.
-    pub mean_accept_len: f64,
-    pub spread: Spread,
+    pub(crate) mean_accept_len: f64,
+    pub(crate) spread: Spread,
     /// Lines with an accept length (> 0).
-    pub lines: usize,
+    pub(crate) lines: usize,
     /// Decode lines with `cuda graph: True` / `False`.
-    pub cuda_graph_true: usize,
-    pub cuda_graph_false: usize,
+    pub(crate) cuda_graph_true: usize,
+    pub(crate) cuda_graph_false: usize,
 }
 
 /// The acceptance of SGLang's decode lines in `text`; `None` when no line has an accept
 /// length above 0.
-pub fn acceptance(text: &str) -> Option<AcceptLog> {
+pub(crate) fn acceptance(text: &str) -> Option<AcceptLog> {
     static ACC: OnceLock<Regex> = OnceLock::new();
     let (mut v, mut t, mut f) = (Vec::new(), 0, 0);
     for l in text.lines().filter(|l| l.contains(DECODE_LINE)) {

@@ -27,14 +27,14 @@ pub(crate) const START_LINES: &[&str] = &[
 /// (vllm/v1/spec_decode/metrics.py, `SpecDecodingLogging.log`: "Mean acceptance length: %.2f,
 /// ... Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: %s, ...").
 #[derive(Debug, Clone, PartialEq)]
-pub struct Acceptance {
+pub(crate) struct Acceptance {
     /// Lines read.
-    pub lines: usize,
+    pub(crate) lines: usize,
     /// 1 + accepted tokens / drafts over all lines (each line weighted by its drafts).
-    pub mean_accept_len: f64,
+    pub(crate) mean_accept_len: f64,
     /// Smallest and largest `Mean acceptance length` of one line.
-    pub min: f64,
-    pub max: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
     /// Draft positions (the length of the per-position list), when printed.
     pub positions: Option<usize>,
     /// Accepted tokens over all lines (`Accepted: N tokens`).
@@ -62,7 +62,7 @@ fn number_after(line: &str, key: &str) -> Option<f64> {
 /// Drafts per line are accepted / (sum of the per-position rates) (each rate is accepted at
 /// that position / drafts, so the sum is accepted / drafts), else drafted / positions; lines
 /// with no draft are skipped.
-pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
+pub(crate) fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
     let (mut accepted, mut drafts, mut lines) = (0.0, 0.0, 0usize);
     let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut positions = None;

@@ -13,27 +13,27 @@ use crate::speculative::bound::{fmt_ms, Floor};
 
 /// What the model prices for the decode and the verify of the workload, beside the user's.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Calibration {
+pub(crate) struct Calibration {
     /// The model's decode step (T = 1, from a CUDA graph), us.
-    pub model_decode_us: f64,
+    pub(crate) model_decode_us: f64,
     /// The model's verify (T = k + 1, from a CUDA graph), us.
-    pub model_verify_us: f64,
+    pub(crate) model_verify_us: f64,
     /// The decode step the user gave (or a server log or trace measured), us.
-    pub given_decode_us: Option<f64>,
+    pub(crate) given_decode_us: Option<f64>,
     /// Whether the given decode is taken as run from a CUDA graph (SGLang's and vLLM's
     /// default, unless the user said it ran eagerly).
-    pub decode_graphed: bool,
+    pub(crate) decode_graphed: bool,
     /// Given decode less the model's: per forward, what the model does not see (sampling,
     /// scheduling, launches, kernels it does not model). Negative when the model is slower.
-    pub not_modeled_us: Option<f64>,
+    pub(crate) not_modeled_us: Option<f64>,
     /// The least a graphed verify can take here.
-    pub floor_ms: Floor,
+    pub(crate) floor_ms: Floor,
     /// The decode's transfer under NCCL's default choice, and with the one-shot all-reduce
     /// (what the same changes would save on the decode too), us.
-    pub decode_transfer_us: f64,
-    pub decode_oneshot_transfer_us: Option<f64>,
+    pub(crate) decode_transfer_us: f64,
+    pub(crate) decode_oneshot_transfer_us: Option<f64>,
     /// The model's stated error on its prices (`None`: not known for this profile).
-    pub error: Option<StatedError>,
+    pub(crate) error: Option<StatedError>,
 }
 
 impl Calibration {

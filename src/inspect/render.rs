@@ -10,30 +10,30 @@ use super::walk::{ProcessInfo, Tree};
 
 /// One inspected tree with what was found in it.
 #[derive(Debug, Clone, Serialize)]
-pub struct TreeReport {
+pub(crate) struct TreeReport {
     #[serde(flatten)]
-    pub tree: Tree,
-    pub findings: Vec<Finding>,
-    pub expectations: Vec<ExpectResult>,
+    pub(crate) tree: Tree,
+    pub(crate) findings: Vec<Finding>,
+    pub(crate) expectations: Vec<ExpectResult>,
 }
 
 /// Everything `inspect` reports (the JSON document).
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// `verifybench.inspect/1`.
-    pub schema: &'static str,
+    pub(crate) schema: &'static str,
     /// Where each environment comes from, in words.
-    pub source: &'static str,
-    pub trees: Vec<TreeReport>,
+    pub(crate) source: &'static str,
+    pub(crate) trees: Vec<TreeReport>,
     /// Every expectation held in every tree (true when none was given).
-    pub ok: bool,
+    pub(crate) ok: bool,
 }
 
 pub(crate) const SCHEMA: &str = "verifybench.inspect/1";
 pub(crate) const SOURCE: &str = "/proc/PID/environ: the environment each process was started with";
 
 impl Report {
-    pub fn new(trees: Vec<TreeReport>) -> Report {
+    pub(crate) fn new(trees: Vec<TreeReport>) -> Report {
         let ok = trees.iter().all(|t| t.expectations.iter().all(|e| e.ok));
         Report {
             schema: SCHEMA,
@@ -47,7 +47,7 @@ impl Report {
 const COMMAND_WIDTH: usize = 72;
 
 /// The table: each process with its variables, then findings and expectations.
-pub fn render_table(r: &Report) -> String {
+pub(crate) fn render_table(r: &Report) -> String {
     let mut o = String::new();
     for (i, t) in r.trees.iter().enumerate() {
         if i > 0 {

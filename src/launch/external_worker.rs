@@ -215,7 +215,7 @@ fn backstop(watch: &Watch, rank: usize) -> Arc<AtomicBool> {
 /// Runs this rank of an externally launched verify replay. Rank 0 returns the gathered record
 /// for the caller to export and print; the other ranks return `None` once rank 0 has their
 /// timings.
-pub fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
+pub(crate) fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
     let started = crate::util::now_utc();
     let p = plan(a, &env_map())?;
     crate::note!("verifybench worker: {}", p.info.describe_rendezvous());

@@ -775,7 +775,7 @@ mod tests {
             .iter()
             .filter_map(|o| match o {
                 crate::model::Op::Compute {
-                    kind: crate::model::ComputeKind::Attention,
+                    kind: crate::model::schedule::ComputeKind::Attention,
                     weight_bytes,
                     ..
                 } => Some(*weight_bytes),

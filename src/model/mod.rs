@@ -10,25 +10,23 @@
 //! schedule from them), running a schedule ([`crate::launch`]).
 
 pub(crate) mod arch;
-pub mod collective;
+pub(crate) mod collective;
 pub mod config;
-pub mod engine;
+pub(crate) mod engine;
 pub mod presets;
 pub mod schedule;
 pub mod schedule_file;
 pub mod shape;
 
-pub use engine::Engine;
-pub use schedule::{
-    build, CollectiveKind, ComputeKind, DType, Logits, Op, Phase, Routing, Schedule,
-    ScheduleOptions,
-};
+pub(crate) use engine::Engine;
+pub use schedule::{build, CollectiveKind, DType, Op, Phase, Schedule, ScheduleOptions};
+pub(crate) use schedule::{Logits, Routing};
 pub use shape::ModelShape;
 
 use std::path::Path;
 
 /// The shape from `--model-config PATH` if given, else the preset `--model NAME`.
-pub fn resolve(model: &str, config: Option<&Path>) -> anyhow::Result<ModelShape> {
+pub(crate) fn resolve(model: &str, config: Option<&Path>) -> anyhow::Result<ModelShape> {
     match config {
         Some(p) => config::load(p),
         None => presets::preset(model),

@@ -39,7 +39,7 @@ pub enum ComputeKind {
 }
 
 impl ComputeKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ComputeKind::Attention => "attention",
             ComputeKind::LinearAttention => "linear attention",
@@ -126,7 +126,7 @@ crate::named_enum!(Engine {
 
 impl Engine {
     /// The engine's own spelling.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Engine::Sglang => "SGLang",
             Engine::Vllm => "vLLM",
@@ -172,42 +172,42 @@ impl Default for ScheduleOptions {
 /// The ordered operations of one forward on one rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Schedule {
-    pub model: String,
-    pub phase: Phase,
+    pub(crate) model: String,
+    pub(crate) phase: Phase,
     pub tp: u64,
     pub tokens: u64,
-    pub dtype: DType,
-    pub routing: Routing,
+    pub(crate) dtype: DType,
+    pub(crate) routing: Routing,
     /// Expected distinct routed experts per MoE layer (0 for dense models).
-    pub experts_per_layer: f64,
+    pub(crate) experts_per_layer: f64,
     pub ops: Vec<Op>,
     /// How a `--model-config` was read and what it did not understand (shown by `plan`);
     /// `None` for presets and schedule files. Not part of the hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_reading: Option<Box<ConfigReading>>,
+    pub(crate) config_reading: Option<Box<ConfigReading>>,
 }
 
 /// How a model config became this schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConfigReading {
+pub(crate) struct ConfigReading {
     /// The architecture table's entry and the engine code it follows (`None`: not in the table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub read_as: Option<String>,
+    pub(crate) read_as: Option<String>,
     /// What the config did not say or the reading did not understand.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// One row of the grouped collective summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct CollectiveGroup {
-    pub kind: CollectiveKind,
-    pub dtype: DType,
-    pub count: u64,
-    pub bytes_per_rank: u64,
+    pub(crate) kind: CollectiveKind,
+    pub(crate) dtype: DType,
+    pub(crate) count: u64,
+    pub(crate) bytes_per_rank: u64,
     /// Bytes every rank ends up holding (all-gather: bytes_per_rank x tp).
-    pub bytes_out: u64,
-    pub n: u64,
+    pub(crate) bytes_out: u64,
+    pub(crate) n: u64,
 }
 
 impl Schedule {
@@ -273,7 +273,7 @@ impl Schedule {
 
     /// The weight bytes one rank streams per forward; `None` when the schedule holds no
     /// compute op (the weights are unknown: collectives only), never 0 for unknown.
-    pub fn weight_bytes(&self) -> Option<u64> {
+    pub(crate) fn weight_bytes(&self) -> Option<u64> {
         self.ops
             .iter()
             .any(|o| matches!(o, Op::Compute { .. }))
@@ -330,7 +330,7 @@ fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
 }
 
 /// Checks that `opt` fits `shape`: tp divides the sharded dimensions, tokens >= 1.
-pub fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Result<()> {
+pub(crate) fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Result<()> {
     if opt.tp == 0 {
         return Err(usage("--tp must be at least 1"));
     }
@@ -792,8 +792,8 @@ fn target_layers(
 }
 
 /// The workload line a record carries, from the schedule it ran.
-impl crate::record::Workload {
-    pub fn of(s: &Schedule) -> crate::record::Workload {
+impl crate::record::RecordedWorkload {
+    pub fn of(s: &Schedule) -> crate::record::RecordedWorkload {
         let first = |k: CollectiveKind| {
             s.collective_groups()
                 .into_iter()
@@ -801,7 +801,7 @@ impl crate::record::Workload {
                 .map(|g| g.bytes_per_rank)
                 .unwrap_or(0)
         };
-        crate::record::Workload {
+        crate::record::RecordedWorkload {
             model: s.model.clone(),
             phase: s.phase,
             tp: s.tp,

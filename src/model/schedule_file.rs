@@ -37,7 +37,7 @@ pub struct ScheduleFile {
 impl ScheduleFile {
     /// Checks what serde cannot: gaps aligned with ops, finite and non-negative; collectives
     /// whose bytes agree with their count.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.schedule.ops.is_empty() {
             return Err("it has no ops".into());
         }
@@ -99,7 +99,7 @@ impl ScheduleFile {
     /// [`ScheduleFile::load`] that first gives the number of operations to `check_length`
     /// (counted without building them, [`count_ops`]) and returns its refusal before the
     /// parse: a schedule too long for the run fails at once, not after reading every op.
-    pub fn load_checking_length(
+    pub(crate) fn load_checking_length(
         path: &Path,
         check_length: &dyn Fn(usize) -> anyhow::Result<()>,
     ) -> anyhow::Result<ScheduleFile> {

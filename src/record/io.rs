@@ -107,14 +107,14 @@ pub(crate) fn read_record_lines(
 
 /// A JSON-lines file of records, open for appending: each record is written as one line, then
 /// flushed and fsynced, so a crash loses at most the line being written (the sweep's results).
-pub struct JsonLinesFile {
+pub(crate) struct JsonLinesFile {
     path: PathBuf,
     file: std::fs::File,
 }
 
 impl JsonLinesFile {
     /// Opens (creating) `path` for appending; ends a torn last line first.
-    pub fn open(path: &Path) -> anyhow::Result<JsonLinesFile> {
+    pub(crate) fn open(path: &Path) -> anyhow::Result<JsonLinesFile> {
         let torn = std::fs::read(path)
             .map(|b| !b.is_empty() && b.last() != Some(&b'\n'))
             .unwrap_or(false);
@@ -137,12 +137,12 @@ impl JsonLinesFile {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Appends one record as a line, then flushes and fsyncs it.
-    pub fn append(&mut self, r: &Record) -> anyhow::Result<()> {
+    pub(crate) fn append(&mut self, r: &Record) -> anyhow::Result<()> {
         let mut line = serde_json::to_string(r)?;
         line.push('\n');
         self.file

@@ -42,7 +42,7 @@ pub(crate) fn one_line(s: &Schedule) -> String {
 }
 
 /// The human-readable plan.
-pub fn render(s: &Schedule, ops: bool) -> String {
+pub(crate) fn render(s: &Schedule, ops: bool) -> String {
     render_with(s, ops, None)
 }
 

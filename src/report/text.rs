@@ -2,12 +2,12 @@
 
 use std::fmt::Write as _;
 
-use crate::record::{Body, CollTiming, Impl, Record, Source, Workload};
+use crate::record::{Body, CollTiming, Impl, Record, RecordedWorkload, Source};
 use crate::units::grouped;
 
 /// A workload in one line, as sweep's header and messages name it: `kimi-k2.5 verify tp 8
 /// tokens 3 bf16`.
-pub(crate) fn workload_line(w: &Workload) -> String {
+pub(crate) fn workload_line(w: &RecordedWorkload) -> String {
     format!(
         "{} {} tp {} tokens {} {}",
         w.model,
@@ -19,7 +19,7 @@ pub(crate) fn workload_line(w: &Workload) -> String {
 }
 
 /// `#` header lines shared by every measuring command: source, backend, devices, NCCL.
-pub fn header(r: &Record) -> String {
+pub(crate) fn header(r: &Record) -> String {
     let p = &r.provenance;
     let mut o = String::new();
     let pick = p

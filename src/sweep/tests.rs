@@ -33,7 +33,7 @@ fn schedule(tokens: u64) -> model::Schedule {
 fn cfg(dir: &std::path::Path) -> SweepConfig {
     SweepConfig {
         seed: super::rounds::DEFAULT_SEED,
-        workload: Workload::of(&schedule(3)),
+        workload: RecordedWorkload::of(&schedule(3)),
         graph: "both".into(),
         launcher: "processes".into(),
         backend: "nccl".into(),
@@ -79,7 +79,7 @@ fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
         Source::Measured,
         prov,
         Body::Verify(VerifyResult {
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             runs: vec![run(false, graph_us * 1.3), run(true, graph_us)],
             stream_gbps: None,
             predicted_compute_us: None,
@@ -489,7 +489,7 @@ fn resume_file_of_another_workload_is_refused_and_torn_lines_skipped() {
     );
 
     assert!(results::check_same_workload(&path, &done, &c.workload).is_ok());
-    let other = Workload::of(&schedule(4));
+    let other = RecordedWorkload::of(&schedule(4));
     let e = results::check_same_workload(&path, &done, &other).unwrap_err();
     assert_eq!(crate::error::exit_code(&e), 2);
     assert!(e.to_string().contains("another workload"), "{e}");

@@ -77,9 +77,9 @@ enum Step {
 #[derive(Debug)]
 pub struct Skeleton {
     /// The document less the events of its `traceEvents` array (`"traceEvents":[]`).
-    pub doc: Vec<u8>,
+    pub(crate) doc: Vec<u8>,
     /// Events looked at and skipped (not handed to the callback).
-    pub dropped: u64,
+    pub(crate) dropped: u64,
 }
 
 /// Scans a trace document from `r`: each event that may matter is handed to `on_event` (its

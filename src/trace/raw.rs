@@ -11,13 +11,13 @@ use serde::Deserialize;
 
 /// A number that some writers spell as a string (`"ts": "123.5"`, `"pid": "Spans"`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Lenient {
+pub(crate) enum Lenient {
     Num(f64),
     Str(String),
 }
 
 impl Lenient {
-    pub fn as_f64(&self) -> Option<f64> {
+    pub(crate) fn as_f64(&self) -> Option<f64> {
         match self {
             Lenient::Num(x) => Some(*x),
             Lenient::Str(s) => s.trim().parse().ok(),
@@ -68,10 +68,10 @@ impl<'de> Deserialize<'de> for Lenient {
 
 /// A string field, borrowed from the input where it can be (read from a slice, no escape in it).
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Text<'a>(pub Cow<'a, str>);
+pub(crate) struct Text<'a>(pub(crate) Cow<'a, str>);
 
 impl Text<'_> {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -100,47 +100,47 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
 
 /// The arguments of an event the analysis reads; all others are skipped.
 #[derive(Debug, Default, Deserialize)]
-pub struct RawArgs {
+pub(crate) struct RawArgs {
     #[serde(rename = "Collective name")]
-    pub collective_name: Option<String>,
+    pub(crate) collective_name: Option<String>,
     #[serde(rename = "In msg nelems")]
-    pub in_nelems: Option<Lenient>,
+    pub(crate) in_nelems: Option<Lenient>,
     #[serde(rename = "Out msg nelems")]
-    pub out_nelems: Option<Lenient>,
+    pub(crate) out_nelems: Option<Lenient>,
     #[serde(rename = "Group size")]
-    pub group_size: Option<Lenient>,
-    pub dtype: Option<Lenient>,
+    pub(crate) group_size: Option<Lenient>,
+    pub(crate) dtype: Option<Lenient>,
     #[serde(rename = "Process Group Name")]
-    pub pg_name: Option<Lenient>,
+    pub(crate) pg_name: Option<Lenient>,
     #[serde(rename = "Seq")]
-    pub seq: Option<Lenient>,
+    pub(crate) seq: Option<Lenient>,
     #[serde(rename = "External id")]
-    pub external_id: Option<Lenient>,
-    pub correlation: Option<Lenient>,
-    pub stream: Option<Lenient>,
+    pub(crate) external_id: Option<Lenient>,
+    pub(crate) correlation: Option<Lenient>,
+    pub(crate) stream: Option<Lenient>,
     /// The rank of a multi-rank trace written by verifybench (one pid per rank).
-    pub rank: Option<Lenient>,
+    pub(crate) rank: Option<Lenient>,
     /// A CPU op's input shapes (`record_shapes`): read only from the ops that launch custom
     /// collectives, whose first input is the tensor they reduce.
     #[serde(rename = "Input Dims")]
-    pub input_dims: Option<serde_json::Value>,
+    pub(crate) input_dims: Option<serde_json::Value>,
     #[serde(rename = "Input type")]
-    pub input_type: Option<serde_json::Value>,
+    pub(crate) input_type: Option<serde_json::Value>,
 }
 
 /// One trace event, as far as the analysis reads it.
 #[derive(Debug, Default, Deserialize)]
-pub struct RawEvent<'a> {
+pub(crate) struct RawEvent<'a> {
     #[serde(borrow)]
-    pub ph: Option<Text<'a>>,
+    pub(crate) ph: Option<Text<'a>>,
     #[serde(borrow)]
-    pub name: Option<Text<'a>>,
+    pub(crate) name: Option<Text<'a>>,
     #[serde(borrow)]
-    pub cat: Option<Text<'a>>,
-    pub ts: Option<Lenient>,
-    pub dur: Option<Lenient>,
-    pub pid: Option<Lenient>,
-    pub tid: Option<Lenient>,
-    pub id: Option<Lenient>,
-    pub args: Option<RawArgs>,
+    pub(crate) cat: Option<Text<'a>>,
+    pub(crate) ts: Option<Lenient>,
+    pub(crate) dur: Option<Lenient>,
+    pub(crate) pid: Option<Lenient>,
+    pub(crate) tid: Option<Lenient>,
+    pub(crate) id: Option<Lenient>,
+    pub(crate) args: Option<RawArgs>,
 }

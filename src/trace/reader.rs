@@ -24,26 +24,25 @@ use serde::Deserialize;
 use super::kernels;
 use super::names::is_nccl_kernel;
 use super::prefilter;
-pub use super::raw::{Lenient, RawArgs, RawEvent, Text};
+pub(crate) use super::raw::{Lenient, RawArgs, RawEvent, Text};
 
 /// `distributedInfo` of a Kineto trace.
 #[derive(Debug, Default, Clone, Deserialize)]
-pub struct DistributedInfo {
-    pub rank: Option<Lenient>,
-    pub world_size: Option<Lenient>,
-    pub backend: Option<String>,
+pub(crate) struct DistributedInfo {
+    pub(crate) rank: Option<Lenient>,
+    pub(crate) world_size: Option<Lenient>,
 }
 
 /// The collective arguments Kineto copies from `record_param_comms` (normalised later).
 #[derive(Debug, Clone, PartialEq)]
-pub struct CommArgs {
-    pub collective_name: Option<String>,
-    pub in_nelems: Option<u64>,
-    pub out_nelems: Option<u64>,
-    pub group_size: Option<u64>,
-    pub dtype: Option<String>,
-    pub pg_name: Option<String>,
-    pub seq: Option<i64>,
+pub(crate) struct CommArgs {
+    pub(crate) collective_name: Option<String>,
+    pub(crate) in_nelems: Option<u64>,
+    pub(crate) out_nelems: Option<u64>,
+    pub(crate) group_size: Option<u64>,
+    pub(crate) dtype: Option<String>,
+    pub(crate) pg_name: Option<String>,
+    pub(crate) seq: Option<i64>,
 }
 
 impl CommArgs {
@@ -80,7 +79,7 @@ impl CommArgs {
 
 /// What a GPU-side event is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuKind {
+pub(crate) enum GpuKind {
     /// A kernel NCCL launched.
     Nccl,
     /// A custom communication kernel: its index in [`super::kernels::KERNELS`].
@@ -95,19 +94,19 @@ pub enum GpuKind {
 
 /// One event on a GPU stream.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GpuEvent {
-    pub ts: f64,
-    pub dur: f64,
-    pub kind: GpuKind,
+pub(crate) struct GpuEvent {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) kind: GpuKind,
     /// Index into [`TraceData::names`].
-    pub name: u32,
-    pub correlation: Option<i64>,
-    pub external_id: Option<i64>,
-    pub stream: Option<i64>,
+    pub(crate) name: u32,
+    pub(crate) correlation: Option<i64>,
+    pub(crate) external_id: Option<i64>,
+    pub(crate) stream: Option<i64>,
     /// Collective arguments Kineto put on the kernel itself (recent PyTorch).
-    pub comm: Option<Box<CommArgs>>,
+    pub(crate) comm: Option<Box<CommArgs>>,
     /// `args.rank` of a multi-rank trace.
-    pub rank: Option<u32>,
+    pub(crate) rank: Option<u32>,
 }
 
 impl GpuKind {
@@ -120,20 +119,20 @@ impl GpuKind {
 /// A CPU op that launches a custom collective ([`super::kernels::OPS`]), with the size its
 /// first input gives.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CpuOp {
-    pub ts: f64,
-    pub dur: f64,
-    pub external_id: Option<i64>,
-    pub op: &'static str,
+pub(crate) struct CpuOp {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) external_id: Option<i64>,
+    pub(crate) op: &'static str,
     /// Elements of the first input (the product of its `Input Dims`).
-    pub elements: Option<u64>,
-    pub dtype: Option<&'static str>,
-    pub rank: Option<u32>,
+    pub(crate) elements: Option<u64>,
+    pub(crate) dtype: Option<&'static str>,
+    pub(crate) rank: Option<u32>,
 }
 
 /// What a host-side runtime call does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LaunchKind {
+pub(crate) enum LaunchKind {
     /// `cudaLaunchKernel` and friends, `cuLaunchKernel`.
     Kernel,
     /// `cudaGraphLaunch`.
@@ -144,37 +143,37 @@ pub enum LaunchKind {
 
 /// A runtime call that puts work on a GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RuntimeEvent {
-    pub ts: f64,
-    pub dur: f64,
-    pub kind: LaunchKind,
-    pub correlation: Option<i64>,
-    pub external_id: Option<i64>,
-    pub rank: Option<u32>,
+pub(crate) struct RuntimeEvent {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) kind: LaunchKind,
+    pub(crate) correlation: Option<i64>,
+    pub(crate) external_id: Option<i64>,
+    pub(crate) rank: Option<u32>,
 }
 
 /// A `record_param_comms` CPU op: the collective as c10d issued it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CommOp {
-    pub ts: f64,
-    pub dur: f64,
-    pub external_id: Option<i64>,
-    pub args: CommArgs,
-    pub rank: Option<u32>,
+pub(crate) struct CommOp {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) external_id: Option<i64>,
+    pub(crate) args: CommArgs,
+    pub(crate) rank: Option<u32>,
 }
 
 /// A span of the user's step label (`record_function`), host time.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Span {
-    pub ts: f64,
-    pub dur: f64,
-    pub rank: Option<u32>,
+pub(crate) struct Span {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) rank: Option<u32>,
 }
 
 /// Where the rank came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum RankSource {
+pub(crate) enum RankSource {
     DistributedInfo,
     FileName,
     /// Neither said: the position among the files given.
@@ -183,37 +182,37 @@ pub enum RankSource {
 
 /// What one trace file holds, reduced to what the analysis needs.
 #[derive(Debug, Clone, Default)]
-pub struct TraceData {
-    pub path: PathBuf,
-    pub rank: Option<usize>,
-    pub world_size: Option<usize>,
-    pub rank_from_info: bool,
-    pub gpu: Vec<GpuEvent>,
-    pub runtime: Vec<RuntimeEvent>,
-    pub comms: Vec<CommOp>,
-    pub labels: Vec<Span>,
+pub(crate) struct TraceData {
+    pub(crate) path: PathBuf,
+    pub(crate) rank: Option<usize>,
+    pub(crate) world_size: Option<usize>,
+    pub(crate) rank_from_info: bool,
+    pub(crate) gpu: Vec<GpuEvent>,
+    pub(crate) runtime: Vec<RuntimeEvent>,
+    pub(crate) comms: Vec<CommOp>,
+    pub(crate) labels: Vec<Span>,
     /// CPU ops of custom collectives (read only when [`ReadOptions::custom_ops`]).
-    pub cpu_ops: Vec<CpuOp>,
+    pub(crate) cpu_ops: Vec<CpuOp>,
     /// `ProfilerStep#N` spans (what `torch.profiler` with a schedule writes around each
     /// step), read when no step label is given; host-side only (not `gpu_user_annotation`).
-    pub profiler_steps: Vec<Span>,
+    pub(crate) profiler_steps: Vec<Span>,
     /// Spans of the engines' step markers ([`super::names::STEP_MARKERS`], by index), read
     /// when no step label is given: the steps of a trace without `ProfilerStep#` spans.
-    pub engine_steps: Vec<(usize, Span)>,
+    pub(crate) engine_steps: Vec<(usize, Span)>,
     /// The OS process ids of the host side: the `pid` Kineto writes on every CPU event, read
     /// from the runtime calls (`cuda_runtime`, `cuda_driver`: the CPU side of every launch);
     /// GPU events carry the device index as their pid and are not read. Empty for a trace
     /// whose events carry `args.rank` (verifybench's own, one track per rank, not a process).
-    pub host_pids: Vec<u32>,
+    pub(crate) host_pids: Vec<u32>,
     /// The host, where the file name gives it with one of [`Self::host_pids`]
     /// ([`host_from_file_name`]); set by [`read_trace`].
-    pub host: Option<String>,
+    pub(crate) host: Option<String>,
     /// Interned GPU event names.
-    pub names: Vec<String>,
+    pub(crate) names: Vec<String>,
     /// Events read in all (kept or not).
-    pub events_seen: u64,
+    pub(crate) events_seen: u64,
     /// Whether the document had a `traceEvents` array (or was a bare event array).
-    pub had_events: bool,
+    pub(crate) had_events: bool,
 }
 
 /// What to keep besides the fixed set.
@@ -221,10 +220,10 @@ pub struct TraceData {
 pub(crate) struct ReadOptions {
     /// A `record_function` / annotation name whose spans mark steps: a name, or a pattern
     /// where `*` stands for any text (`ProfilerStep#*`).
-    pub step_label: Option<String>,
+    pub(crate) step_label: Option<String>,
     /// Keep the CPU ops of custom collectives with their input shapes (a second, plain read
     /// of a trace whose custom kernels need sizes).
-    pub custom_ops: bool,
+    pub(crate) custom_ops: bool,
 }
 
 /// The name `torch.profiler` gives each step's span, followed by the step number.

@@ -166,7 +166,11 @@ fn refusals_of_the_request_come_before_the_devices_in_both_launchers() {
     }
     // one rank's compute alone has no exact check: the same schedule goes on to the devices
     // (here: refused there, as this machine has none, or run on a GPU)
-    if !verifybench::comm::libs::cuda_present() {
+    if common::runs_here(
+        "one rank's long compute schedule refused without a driver",
+        common::Machine::WithoutDriver,
+        !common::has_driver(),
+    ) {
         let out = vb()
             .args([
                 "verify",

@@ -37,7 +37,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
         source,
         Provenance::here("model", now_utc()),
         Body::Verify(VerifyResult {
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             runs: vec![
                 VerifyRun {
                     graph: false,

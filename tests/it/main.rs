@@ -33,6 +33,7 @@ mod cli_trace;
 mod common;
 mod figures;
 mod golden_report;
+mod house;
 mod json_numbers;
 mod layering;
 mod model_validation;

@@ -38,7 +38,7 @@ fn todays_schedules_hash_as_the_committed_results_say() {
             .unwrap();
             assert_eq!(s.hash(), w.schedule_hash, "{}", p.display());
             assert_eq!(
-                verifybench::record::Workload::of(&s),
+                verifybench::record::RecordedWorkload::of(&s),
                 *w,
                 "{}: counts and bytes",
                 p.display()

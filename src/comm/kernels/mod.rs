@@ -17,7 +17,7 @@ pub(crate) use pool::{reference, sum_partials, Pool};
 
 /// The most tokens one streaming launch handles (the tensor-core kernel's bound): a request for
 /// more cannot be replayed. `request` checks use it to refuse before any GPU work.
-pub const MAX_STREAM_TOKENS: usize = 512;
+pub(crate) const MAX_STREAM_TOKENS: usize = 512;
 /// Floats per block of the partial-sum buffer (PARTIAL_STRIDE in both kernel files).
 pub(crate) const PARTIAL_STRIDE: usize = MAX_STREAM_TOKENS;
 /// The most tokens of the CUDA-core kernel `stream_weights_T` (MAXT in `kernels/stream.cu`).
@@ -135,7 +135,7 @@ pub(crate) struct Kernels {
 impl Kernels {
     /// Compiles `kernels/stream.cu` (and `kernels/stream_mma.cu` where the GPU has bf16 tensor
     /// cores) for `gpu`'s architecture and loads them; streaming launches are plain launches.
-    pub fn load(gpu: &Gpu) -> anyhow::Result<Kernels> {
+    pub(crate) fn load(gpu: &Gpu) -> anyhow::Result<Kernels> {
         Kernels::load_with(gpu, false)
     }
 
@@ -324,7 +324,7 @@ impl Kernels {
     /// writing per-block partial sums to `partial` (blocks x [`PARTIAL_STRIDE`] floats), on the
     /// kernel [`Kernels::kernel_for`] picks.
     #[allow(clippy::too_many_arguments)]
-    pub fn stream(
+    pub(crate) fn stream(
         &self,
         gpu: &Gpu,
         pool: &Pool,

@@ -24,7 +24,7 @@ pub(super) fn default_tp(a: &SweepRequest, backend: BackendKind) -> u64 {
 /// The arguments of every child: `verify` + workload + backend + launcher + graph + mode +
 /// GPU and model flags. The NCCL library is not among them: each point's children get theirs
 /// through their environment ([`crate::sweep::library`]).
-pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<String> {
+pub(crate) fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<String> {
     let mut w = a.workload.clone();
     w.tp = Some(tp);
     let mut v = vec!["verify".to_string()];

@@ -8,7 +8,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::record::{Mode, Record, Source, Workload};
+use crate::record::{Mode, Record, RecordedWorkload, Source};
 use crate::report::export::{csv_table, markdown_table};
 use crate::request::{BackendKind, GpuSpec, Launcher};
 use crate::sweep::library::Libraries;
@@ -29,15 +29,15 @@ mod outputs;
 mod request;
 
 use child_args::default_tp;
-pub use child_args::verify_args;
+pub(crate) use child_args::verify_args;
 use outputs::{check_outputs, output_paths};
-pub use request::SweepRequest;
+pub(crate) use request::SweepRequest;
 
 /// Largest `--rounds`.
-pub const MAX_ROUNDS: usize = 100;
+pub(crate) const MAX_ROUNDS: usize = 100;
 
 /// Runs `verifybench sweep`; the value is the exit code (130 when interrupted).
-pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     check_numbers(a)?;
     let (gpu, points, libraries) = settings(a)?;
     check_environment(a, &points)?;
@@ -47,7 +47,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     let tp = w.requested_tp().unwrap_or_else(|| default_tp(a, backend));
     let schedule = w.schedule(tp)?;
     w.check_modes(&[a.mode])?;
-    let workload = Workload::of(&schedule);
+    let workload = RecordedWorkload::of(&schedule);
 
     let (results_path, log_dir) = output_paths(a)?;
     check_outputs(a, &results_path, &log_dir, &workload)?;
@@ -221,7 +221,7 @@ fn backend_of(a: &SweepRequest, libraries: &Libraries) -> anyhow::Result<Backend
 fn config(
     a: &SweepRequest,
     backend: BackendKind,
-    workload: Workload,
+    workload: RecordedWorkload,
     log_dir: PathBuf,
     libraries: Libraries,
 ) -> SweepConfig {
@@ -704,7 +704,7 @@ mod tests {
         let mut a = request();
         a.results = Some(f.clone());
         let sched = a.workload.schedule(8).unwrap();
-        let w = Workload::of(&sched);
+        let w = RecordedWorkload::of(&sched);
         let e = check_outputs(&a, &f, &dir.path().join("logs"), &w).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         let msg = e.to_string();

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::request::SweepRequest;
-use crate::record::Workload;
+use crate::record::RecordedWorkload;
 use crate::report::text::workload_line;
 use crate::sweep::results;
 
@@ -41,7 +41,7 @@ pub(super) fn check_outputs(
     a: &SweepRequest,
     results_path: &std::path::Path,
     log_dir: &std::path::Path,
-    workload: &Workload,
+    workload: &RecordedWorkload,
 ) -> anyhow::Result<()> {
     let results_flag = if a.results.is_some() {
         "--results"

@@ -43,10 +43,10 @@ pub(super) fn check_memory(
 }
 
 /// Back-to-back launches the per-launch cost is measured from ([`Compute::measure_fixed_us`]).
-pub const FIXED_COST_LAUNCHES: u64 = 32;
+pub(crate) const FIXED_COST_LAUNCHES: u64 = 32;
 
 /// Size of the weight pool the streaming kernel reads (many times any GPU's L2).
-pub const POOL_BYTES: u64 = 1 << 31;
+pub(crate) const POOL_BYTES: u64 = 1 << 31;
 
 /// What compute needs on a rank.
 pub(super) struct Compute {

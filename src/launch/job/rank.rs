@@ -394,7 +394,7 @@ fn gaps_by_step(
 }
 
 /// Runs `job` as rank `setup.rank`. `progress` is called after each configuration.
-pub fn run_rank(
+pub(crate) fn run_rank(
     setup: RankSetup,
     job: &Job,
     mut progress: impl FnMut(usize),

@@ -4,7 +4,7 @@ use crate::model::{Op, Schedule};
 
 /// One step of a replay, in schedule order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// The next collective of the schedule.
     Coll,
     /// Stream `nvec` 16-byte vectors of the pool from vector `start`.
@@ -19,12 +19,12 @@ pub enum Step {
 /// with nothing between them (router, routed and shared experts of one layer) are streamed by
 /// one launch: the weights a rank reads between two collectives are what the replay models; the
 /// launch load of a real layer's many kernels is `launches_per_layer`.
-pub fn plan_steps(s: &Schedule, launches_per_layer: u32) -> Vec<Step> {
+pub(crate) fn plan_steps(s: &Schedule, launches_per_layer: u32) -> Vec<Step> {
     plan_steps_of_ops(s, launches_per_layer).0
 }
 
 /// The streaming launches among `steps`: how many, and their vectors in all.
-pub fn stream_launches(steps: &[Step]) -> (u64, u64) {
+pub(crate) fn stream_launches(steps: &[Step]) -> (u64, u64) {
     steps.iter().fold((0, 0), |(n, sum), st| match st {
         Step::Stream { nvec, .. } => (n + 1, sum + nvec),
         _ => (n, sum),
@@ -33,7 +33,7 @@ pub fn stream_launches(steps: &[Step]) -> (u64, u64) {
 
 /// [`plan_steps`] and, for each op of the schedule, the index of the step that launches it
 /// (adjacent compute ops share one streaming step).
-pub fn plan_steps_of_ops(s: &Schedule, launches_per_layer: u32) -> (Vec<Step>, Vec<usize>) {
+pub(crate) fn plan_steps_of_ops(s: &Schedule, launches_per_layer: u32) -> (Vec<Step>, Vec<usize>) {
     let mut steps = vec![];
     let mut step_of_op = Vec::with_capacity(s.ops.len());
     let mut cursor = 0u64;

@@ -6,8 +6,8 @@ use crate::comm;
 use crate::launch::job::{Job, RankResult};
 use crate::measure::Summary;
 use crate::record::{
-    Body, Mode, Part, Provenance, RankTime, Record, Source, VerifyResult, VerifyRun, WorkerInfo,
-    Workload,
+    Body, Mode, Part, Provenance, RankTime, Record, RecordedWorkload, Source, VerifyResult,
+    VerifyRun, WorkerInfo,
 };
 
 /// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest
@@ -48,7 +48,7 @@ pub(super) fn state_rank_time(p: &mut Provenance, rank_time: RankTime) {
 }
 
 /// Provenance of a run on GPUs, from the parent and what every worker reported.
-pub fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
+pub(crate) fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
     let mut p = worker_provenance(launcher, started, results);
     p.driver_version = comm::device::driver_version()
         .or_else(comm::device::driver_cuda_version)
@@ -130,7 +130,7 @@ const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl):
 
 /// Writes the per-collective pass of the first run that has one (eager before graph) as a
 /// Chrome trace.
-pub fn export_trace(
+pub(crate) fn export_trace(
     job: &Job,
     results: &[RankResult],
     path: &std::path::Path,
@@ -154,7 +154,7 @@ pub fn export_trace(
 }
 
 /// The verify record of a finished verify job.
-pub fn verify_record(
+pub(crate) fn verify_record(
     job: &Job,
     results: &[RankResult],
     launcher: &str,
@@ -275,7 +275,7 @@ fn verify_record_with(
         Source::Measured,
         p,
         Body::Verify(VerifyResult {
-            workload: Workload::of(schedule),
+            workload: RecordedWorkload::of(schedule),
             runs: vruns,
             stream_gbps,
             predicted_compute_us: stream_gbps
@@ -433,7 +433,7 @@ mod tests {
         let Body::Verify(v) = &rec.body else {
             panic!("a verify record")
         };
-        assert_eq!(v.workload, Workload::of(&schedule));
+        assert_eq!(v.workload, RecordedWorkload::of(&schedule));
         assert_eq!(v.runs.len(), 2);
         assert!(!v.runs[0].graph && v.runs[1].graph);
         assert_eq!(v.runs[0].per_verify.median_us, 1240.0);
