@@ -7,6 +7,12 @@
 use crate::comm::p2p::{self, Impl, P2pConfig};
 use crate::model::{CollectiveKind, DType, Schedule};
 
+/// The largest message the P2P all-reduces take in this tool (one staging half of the
+/// workspace): the P2P configuration's default capacity, 4 MiB.
+pub(crate) fn capacity() -> usize {
+    P2pConfig::default().capacity
+}
+
 /// The implementations of `impls` that are custom P2P kernels, in the order asked.
 pub(crate) fn p2p(impls: &[Impl]) -> Vec<Impl> {
     impls.iter().copied().filter(|i| i.is_p2p()).collect()

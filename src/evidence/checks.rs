@@ -297,7 +297,7 @@ pub(crate) fn other_machine(
 /// A note when an NCCL log is of another machine than the one priced ([`other_machine`]).
 /// Nothing is priced from an NCCL log, and the traps do not check one of another machine
 /// (they give `not checked`), so it is named, not refused.
-pub fn nccl_log_against(
+pub(crate) fn nccl_log_against(
     name: &str,
     m: &NcclMachine,
     ranks: usize,

@@ -21,10 +21,10 @@ use serde::Serialize;
 
 use crate::error::usage;
 
-pub use nccl::{read_nccl_logs, NcclLogText};
-pub use provenance::{Labelled, Origin, Source};
-pub use records::{read_verify_files, times_of, RecordTime};
-pub use server_log::{read_accept_log, read_server_log, AcceptFromLog, CustomAllReduce, ServerLog};
+pub(crate) use nccl::{read_nccl_logs, NcclLogText};
+pub(crate) use provenance::{Labelled, Origin, Source};
+pub(crate) use records::{read_verify_files, times_of, RecordTime};
+pub(crate) use server_log::{read_accept_log, read_server_log, CustomAllReduce, ServerLog};
 
 /// The file name a label shows (the last path component).
 pub(crate) fn short_name(path: &Path) -> String {
@@ -94,7 +94,7 @@ impl Launch {
 /// Generation throughput of one running request, as the server log's lines give it (the
 /// break-even's batch of one).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Batch1Rate {
+pub(crate) struct Batch1Rate {
     /// Mean tok/s of the lines kept.
     pub tokens_per_s: f64,
     /// The lines kept (1-based line numbers of the log).

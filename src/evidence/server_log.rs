@@ -44,7 +44,7 @@ pub(crate) struct ServerLog {
 
 /// The engine's custom all-reduce in one worker, as the last line it printed about it says.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CustomAllReduce {
+pub(crate) struct CustomAllReduce {
     /// The worker as the line's prefix names it: vLLM's `(VllmWorker rank=3 pid=1234)`,
     /// `(Worker_TP3 pid=1234)`, `(VllmWorkerProcess pid=487)`, SGLang's `[date TP3]`; `main
     /// process` for a line without one.
@@ -128,7 +128,7 @@ pub(crate) fn custom_all_reduce(text: &str) -> Vec<CustomAllReduce> {
 
 impl ServerLog {
     /// The workers whose custom all-reduce is on, and those whose is off.
-    pub fn custom_ar_split(&self) -> (Vec<&CustomAllReduce>, Vec<&CustomAllReduce>) {
+    pub(crate) fn custom_ar_split(&self) -> (Vec<&CustomAllReduce>, Vec<&CustomAllReduce>) {
         self.custom_all_reduce.iter().partition(|w| w.enabled)
     }
 
@@ -136,7 +136,7 @@ impl ServerLog {
     /// says the custom all-reduce is on in all 8 workers that print it (`...`)`; off (so a
     /// row that needs it needs an engine change), or on in some and off in others. `None`
     /// without such a line.
-    pub fn custom_ar_words(&self) -> Option<String> {
+    pub(crate) fn custom_ar_words(&self) -> Option<String> {
         let (on, off) = self.custom_ar_split();
         let workers = |n: usize| match n {
             1 => "the 1 worker that prints it".to_string(),
@@ -181,7 +181,7 @@ fn not_utf8(path: &Path) -> anyhow::Error {
 
 /// What `--accept-from-log FILE` gives a break-even.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AcceptFromLog {
+pub(crate) struct AcceptFromLog {
     /// The mean accept length, labelled measured from the log with the engine named.
     pub accept_length: Labelled,
     /// The draft tokens k the log says the server ran ([`vllm_draft_steps`]).
@@ -194,7 +194,7 @@ pub struct AcceptFromLog {
 /// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines, or vLLM's
 /// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, the
 /// draft count it gives, and its notes.
-pub fn read_accept_log(path: &Path) -> anyhow::Result<AcceptFromLog> {
+pub(crate) fn read_accept_log(path: &Path) -> anyhow::Result<AcceptFromLog> {
     let text = String::from_utf8(read(path, "--accept-from-log")?).map_err(|_| not_utf8(path))?;
     let vl = vllm::acceptance(&text);
     let figures = vl.clone().ok().flatten();

@@ -159,7 +159,7 @@ fn const_rate_tau(a: f64, k: u64) -> f64 {
 impl Acceptance {
     /// Accepted / drafted tokens over all lines (vLLM's `Avg Draft acceptance rate`, the
     /// published runs' "accept rate"), when every line printed its drafted tokens.
-    pub fn draft_rate(&self) -> Option<f64> {
+    pub(crate) fn draft_rate(&self) -> Option<f64> {
         self.drafted.filter(|&d| d > 0.0).map(|d| self.accepted / d)
     }
 
@@ -264,7 +264,7 @@ pub(crate) fn accept_rate_warning(
 
 /// The speculative config as the log prints it: the draft tokens k and the method.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpecConfig {
+pub(crate) struct SpecConfig {
     /// Draft tokens per step k (the verify covers k + 1 tokens).
     pub k: u64,
     /// The method (`mtp`, `eagle3`, `ngram`, ...), when printed.
@@ -588,7 +588,7 @@ pub(crate) fn launch(text: &str) -> Option<Launch> {
 /// speculation keeps the mode asked for, so a plain-decoding baseline measured on it ran with
 /// fuller graphs than the speculative arm.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpecGraph {
+pub(crate) struct SpecGraph {
     /// The mode asked for (and kept without speculation), when the line names it.
     pub asked: Option<String>,
     /// The mode the speculative arm ran.
@@ -599,7 +599,7 @@ pub struct SpecGraph {
 
 impl SpecGraph {
     /// `lowered for speculative decoding only: ...`.
-    pub fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         format!(
             "lowered for speculative decoding only: the speculative arm ran {} where the same server without speculation keeps {}, so a plain-decoding baseline measured on it ran with fuller graphs than the speculative arm (compare the two at the same graph mode)",
             self.ran,

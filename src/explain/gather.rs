@@ -11,7 +11,7 @@ use crate::record::{Body, Mode};
 use crate::trace::{Analysis, TraceRequest};
 
 /// The evidence once read.
-pub struct Gathered {
+pub(crate) struct Gathered {
     pub trace: Option<Analysis>,
     pub server_log: Option<ServerLog>,
     pub nccl_logs: Vec<NcclLogText>,

@@ -39,7 +39,7 @@ use serde::Serialize;
 use crate::costmodel::ModelSettings;
 use crate::evidence::checks::{self, TracedStep};
 use crate::evidence::{Labelled, ServerLog, Source};
-pub use crate::model::Engine;
+pub(crate) use crate::model::Engine;
 use crate::model::Schedule;
 use crate::request::{RankInputs, RankRule, Workload, DEFAULT_RANKS, MAX_RANKS};
 use crate::speculative::inputs::{Acceptance, Times};

@@ -94,7 +94,7 @@ pub(crate) struct TrapCheck {
 
 /// What the traps look at.
 #[derive(Clone, Copy)]
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     pub trace: Option<&'a Analysis>,
     pub server_log: Option<&'a ServerLog>,
     pub nccl_logs: &'a [NcclLogText],
@@ -171,7 +171,7 @@ pub(crate) fn in_trace(a: &Analysis) -> Vec<TrapFound> {
 /// Checks every trap of [`RULES`] against the evidence; the NCCL logs of another machine
 /// than the one priced ([`other_machine`]) are left out, and a trap that only they would
 /// check is `not checked`, with why.
-pub fn check(i: &Inputs) -> Vec<Finding> {
+pub(crate) fn check(i: &Inputs) -> Vec<TrapCheck> {
     let (mut own, mut foreign) = (vec![], vec![]);
     for l in i.nccl_logs {
         match other_machine(&machine(l), i.ranks, i.link_kind, i.profile) {
@@ -191,8 +191,8 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
             foreign.join("; ")
         )
     });
-    let nccl = |id: &str, f: fn(&Inputs) -> Finding| match &of_another {
-        Some(why) => finding(id, Status::NotChecked, why.clone()),
+    let nccl = |id: &str, f: fn(&Inputs) -> TrapCheck| match &of_another {
+        Some(why) => checked(id, Status::NotChecked, why.clone()),
         None => f(&own_logs),
     };
     vec![
@@ -383,13 +383,13 @@ fn custom_ar_slow(i: &Inputs) -> TrapCheck {
 /// The engines' custom all-reduce off on more than two PCIe GPUs: found where a worker says
 /// it is off, not found where every worker that says it says it is on (or none says either);
 /// not checked on the log of a server of another tensor-parallel size.
-fn engine_custom_ar_off(i: &Inputs) -> Finding {
+fn engine_custom_ar_off(i: &Inputs) -> TrapCheck {
     let id = "engine-custom-ar-off";
     let Some(l) = i.server_log else {
-        return finding(id, Status::NotChecked, String::new());
+        return checked(id, Status::NotChecked, String::new());
     };
     if let Some(tp) = l.tensor_parallel.filter(|&tp| tp as usize != i.ranks) {
-        return finding(
+        return checked(
             id,
             Status::NotChecked,
             format!(
@@ -406,7 +406,7 @@ fn engine_custom_ar_off(i: &Inputs) -> Finding {
             .join(", ")
     };
     match (off.first(), on.first()) {
-        (Some(w), _) => finding(
+        (Some(w), _) => checked(
             id,
             Status::Found,
             format!(
@@ -422,7 +422,7 @@ fn engine_custom_ar_off(i: &Inputs) -> Finding {
                 }
             ),
         ),
-        (None, Some(w)) => finding(
+        (None, Some(w)) => checked(
             id,
             Status::NotFound,
             format!(
@@ -433,7 +433,7 @@ fn engine_custom_ar_off(i: &Inputs) -> Finding {
                 w.line
             ),
         ),
-        (None, None) => finding(
+        (None, None) => checked(
             id,
             Status::NotFound,
             format!("{}: no `Custom allreduce is disabled` line", l.file),
@@ -479,7 +479,8 @@ mod tests {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/nccl-2.28.3-h200x2-procs-default.log");
         let logs = crate::evidence::read_nccl_logs(&[p]).unwrap();
-        let status = |f: &[Finding], id: &str| f.iter().find(|t| t.rule.id == id).unwrap().clone();
+        let status =
+            |f: &[TrapCheck], id: &str| f.iter().find(|t| t.rule.id == id).unwrap().clone();
         let own = check(&inputs(&logs, 2, "nvlink"));
         assert_eq!(
             status(&own, "nccl-graph-search-sys").status,

@@ -50,9 +50,9 @@ pub(crate) use crate::record::vocab::Impl;
 pub(crate) use peer::{
     check_topology, file_exchange, InProcessExchange, P2pAllReduce, P2pUnavailable, Workspace,
 };
-pub use probe::check_access;
+pub(crate) use probe::check_access;
 pub(crate) use virtual_ranks::virtual_rank_shapes;
-pub use virtual_ranks::{virtual_rank_checks, virtual_rank_timings, Check, VirtualTiming};
+pub(crate) use virtual_ranks::{virtual_rank_checks, virtual_rank_timings};
 
 /// The bus-bandwidth factor of `op` over `n` ranks on `imp`: busbw = algbw x factor, where the
 /// factor is the bytes each rank moves over its links per byte of the message (nccl-tests'
