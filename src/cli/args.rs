@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::values::{affinity_arg, iters_arg, named, timeout_arg};
+use crate::cli::values::{self, affinity_arg, named};
 use crate::costmodel::ModelSettings;
 use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
 use crate::model::{DType, Logits, Phase, Routing};
@@ -40,11 +40,11 @@ pub struct WorkloadArgs {
     pub model_config: Option<PathBuf>,
     /// Tensor-parallel size (ranks), 1 to 1024. Defaults to the number of GPUs used, or 8
     /// without GPUs.
-    #[arg(long)]
+    #[arg(long, value_parser = values::ranks::<u64>(), allow_negative_numbers = true)]
     pub tp: Option<u64>,
     /// Tokens per verify forward. SGLang verifies num_steps+1 tokens when topk=1
     /// (--speculative-num-steps 3 means 4). 1 to 65536.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = values::tokens(), allow_negative_numbers = true)]
     pub tokens: u64,
     /// Activation and collective element type.
     #[arg(long, default_value = "bf16")]
@@ -58,8 +58,8 @@ pub struct WorkloadArgs {
     /// What happens to the vocab-parallel logits.
     #[arg(long, value_parser = named::<Logits>(), default_value = "gather")]
     pub logits: Logits,
-    /// Vocabulary of the EAGLE-3 draft head (the draft phase), at least 1.
-    #[arg(long, default_value_t = 32000)]
+    /// Vocabulary of the EAGLE-3 draft head (the draft phase), 1 to 16777216.
+    #[arg(long, default_value_t = 32000, value_parser = values::DRAFT_VOCAB, allow_negative_numbers = true)]
     pub draft_vocab: u64,
     /// Which forward: the verify of T tokens, one decode step, or one EAGLE-3 draft step.
     #[arg(long, value_parser = named::<Phase>(), default_value = "verify")]
@@ -96,10 +96,10 @@ impl From<&WorkloadArgs> for Workload {
 #[derive(Debug, Clone, clap::Args)]
 pub struct GpuArgs {
     /// Number of GPUs (ranks) to use: the first N visible devices, 1 to 1024.
-    #[arg(long)]
+    #[arg(long, value_parser = values::gpus(), allow_negative_numbers = true)]
     pub gpus: Option<usize>,
     /// Exact device ordinals to use, e.g. 0,1.
-    #[arg(long, value_delimiter = ',', conflicts_with = "gpus")]
+    #[arg(long, value_delimiter = ',', conflicts_with = "gpus", value_parser = values::ordinal::<usize>(), allow_negative_numbers = true)]
     pub devices: Option<Vec<usize>>,
     /// Ranks as threads of this process or as worker processes.
     #[arg(long, value_parser = named::<Launcher>(), default_value = "processes")]
@@ -107,8 +107,9 @@ pub struct GpuArgs {
     /// Path of libnccl.so to load (else: LD_LIBRARY_PATH, system paths, Python's nvidia-nccl wheel).
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
     pub nccl_lib: Option<PathBuf>,
-    /// Seconds any rendezvous, collective or worker may take before the run is aborted.
-    #[arg(long, default_value_t = 60.0, value_parser = timeout_arg)]
+    /// Seconds any rendezvous, collective or worker may take before the run is aborted
+    /// (greater than 0, at most 1000000).
+    #[arg(long, default_value_t = 60.0, value_parser = values::TIMEOUT, allow_negative_numbers = true)]
     pub timeout: f64,
     /// Pin each rank (worker process, or rank thread of --launcher threads) to CPUs: auto (the
     /// CPUs of its GPU's NUMA node, as numactl does in serving deployments; left alone when
@@ -134,10 +135,10 @@ impl From<&GpuArgs> for GpuSpec {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RepeatArgs {
     /// Timed iterations (replays) per configuration.
-    #[arg(short = 'n', long = "iters", default_value_t = 200, value_parser = iters_arg)]
+    #[arg(short = 'n', long = "iters", default_value_t = 200, value_parser = values::iters::<u64>(), allow_negative_numbers = true)]
     pub iters: u64,
     /// Untimed warm-up iterations before timing.
-    #[arg(short = 'w', long = "warmup", default_value_t = 20)]
+    #[arg(short = 'w', long = "warmup", default_value_t = 20, value_parser = values::warmup(), allow_negative_numbers = true)]
     pub warmup: u64,
     /// How the ranks' times of one sample become its time: max (the slowest rank, which
     /// bounds a verify step) or mean (over ranks, as nccl-tests reports with its default -a 1).
@@ -205,21 +206,21 @@ pub struct HostGapArgs {
     /// Host (CPU) time busy-waited before each launch in eager replay: mean US and standard
     /// deviation JITTER in microseconds (0..=1000000 each; gamma-distributed, drawn per rank
     /// and per op or layer), e.g. 200:50. A CUDA-graph replay has no host gaps.
-    #[arg(long, value_name = "US[:JITTER]")]
+    #[arg(long, value_name = "US[:JITTER]", allow_negative_numbers = true)]
     pub host_gap_us: Option<HostGap>,
     /// Where a gap is spent: before every launch (op, default) or once per layer.
     #[arg(long, value_name = "op|layer")]
     pub host_gap_per: Option<GapPer>,
     /// One rank starts each layer US microseconds later (0..=1000000; RANK below the world
     /// size), as rank 0 is when it samples, e.g. 1:100.
-    #[arg(long, value_name = "RANK:US")]
+    #[arg(long, value_name = "RANK:US", allow_negative_numbers = true)]
     pub late_rank: Option<LateRank>,
     /// The per-op host gaps a trace measured: a schedule file of this schedule with
     /// host_gaps_us (`verifybench trace ... --export-schedule`).
     #[arg(long, value_name = "SCHEDULE", conflicts_with = "host_gap_us")]
     pub host_gap_from: Option<PathBuf>,
     /// Seed of the gap generator (any u64; recorded with the result).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = values::seed(), allow_negative_numbers = true)]
     pub gap_seed: Option<u64>,
 }
 

@@ -36,7 +36,7 @@ pub struct TraceArgs {
     /// With --export-schedule: the input bytes of each collective whose size neither the trace
     /// nor --nccl-log gives (K/M/G suffixes); the export and the screen name the positions
     /// that took it. Without it such a step is not exported.
-    #[arg(long, value_name = "BYTES", value_parser = crate::units::size_arg)]
+    #[arg(long, value_name = "BYTES", value_parser = crate::cli::values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
     pub assume_size: Option<u64>,
     /// The ranks ran on more than one host: compare kernel durations only (skew unknown).
     #[arg(long)]

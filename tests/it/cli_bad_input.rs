@@ -83,13 +83,13 @@ fn zero_iterations_and_zero_timeout_are_refused() {
             None,
             &[],
             &[cmd, "--backend", "model", "--gpus", "2", "-n", "0"],
-            &["--iters", "0 timed iterations", "give 1 or more"],
+            &["-n/--iters 0", "give 1 to 10000000 timed iterations"],
         );
         exit2(
             None,
             &[],
             &[cmd, "--backend", "model", "--gpus", "2", "--timeout", "0"],
-            &["--timeout", "greater than 0", "give e.g. 60"],
+            &["--timeout 0", "greater than 0", "e.g. 60"],
         );
     }
     exit2(

@@ -706,8 +706,11 @@ fn an_interrupted_sweep_of_rounds_resumes_per_point_and_round() {
 fn bad_rounds_and_margins_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
     for (args, want) in [
-        (vec!["--rounds", "0"], "--rounds must be 1 to 100"),
-        (vec!["--rounds", "101"], "--rounds must be 1 to 100"),
+        (vec!["--rounds", "0"], "--rounds 0: give 1 to 100 rounds"),
+        (
+            vec!["--rounds", "101"],
+            "--rounds 101: give 1 to 100 rounds",
+        ),
         (
             vec!["--noise-margin", "0.7"],
             "--noise-margin 0.7: give a fraction",

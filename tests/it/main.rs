@@ -19,6 +19,7 @@ mod cli_messages;
 mod cli_model;
 mod cli_model_env;
 mod cli_model_nccl_tests;
+mod cli_numbers;
 mod cli_output;
 mod cli_parts_add_up;
 mod cli_plan;
