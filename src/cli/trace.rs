@@ -64,7 +64,8 @@ impl From<&TraceArgs> for TraceCommand {
                 export_tp: a.workload.tp,
                 assume_size: a.assume_size,
             },
-            against_plan: a.against_plan.then(|| (&a.workload).into()),
+            workload: (&a.workload).into(),
+            against_plan: a.against_plan,
         }
     }
 }

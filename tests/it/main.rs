@@ -10,6 +10,7 @@ mod cli_compare;
 mod cli_examples;
 mod cli_explain;
 mod cli_explain_evidence;
+mod cli_file_identity;
 mod cli_files;
 mod cli_flags;
 mod cli_hostgaps;

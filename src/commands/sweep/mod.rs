@@ -30,11 +30,13 @@ mod request;
 
 use child_args::default_tp;
 pub use child_args::verify_args;
-use outputs::{check_outputs, output_paths};
+use outputs::{check_results_file, output_paths};
 pub use request::SweepRequest;
 
 /// Runs `verifybench sweep`; the value is the exit code (130 when interrupted).
 pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
+    let (results_path, log_dir) = output_paths(a)?;
+    outputs::files(a, &results_path, &log_dir).check()?;
     let (gpu, points, libraries) = settings(a)?;
     check_environment(a, &points)?;
     let backend = backend_of(a, &libraries)?;
@@ -45,8 +47,7 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     w.check_modes(&[a.mode])?;
     let workload = Workload::of(&schedule);
 
-    let (results_path, log_dir) = output_paths(a)?;
-    check_outputs(a, &results_path, &log_dir, &workload)?;
+    check_results_file(a, &log_dir, &workload)?;
     if backend == BackendKind::Nccl && !a.debug_mode {
         // The same preflight as `verify`: no point runs (and nothing is written) on a machine
         // that cannot run one.
@@ -678,7 +679,7 @@ mod tests {
         a.results = Some(f.clone());
         let sched = a.workload.schedule(8).unwrap();
         let w = Workload::of(&sched);
-        let e = check_outputs(&a, &f, &dir.path().join("logs"), &w).unwrap_err();
+        let e = check_results_file(&a, &dir.path().join("logs"), &w).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         let msg = e.to_string();
         assert!(
@@ -688,9 +689,9 @@ mod tests {
         // an empty file is a fresh start, and the default logs folder of a new results file
         // must not exist already
         std::fs::write(&f, "").unwrap();
-        check_outputs(&a, &f, &dir.path().join("logs"), &w).unwrap();
+        check_results_file(&a, &dir.path().join("logs"), &w).unwrap();
         std::fs::create_dir(dir.path().join("taken")).unwrap();
-        let e = check_outputs(&a, &f, &dir.path().join("taken"), &w).unwrap_err();
+        let e = check_results_file(&a, &dir.path().join("taken"), &w).unwrap_err();
         assert!(e.to_string().contains("already exists"), "{e}");
     }
 }
