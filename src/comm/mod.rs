@@ -24,6 +24,7 @@
 
 pub mod compile;
 pub mod device;
+pub(crate) mod elf;
 pub mod kernels;
 pub mod libs;
 pub mod nccl;
