@@ -161,10 +161,11 @@ impl From<&RepeatArgs> for Repeat {
 pub struct ModelArgs {
     /// Link profile the cost model assumes (`--backend model`): nvlink-h100, nvlink-h200,
     /// pcie-gen4, pcie-gen5 (default: 8 PCIe GPUs behind switches), pcie-gen5-no-p2p,
-    /// pcie-gen5-dual-socket, ib-ndr.
-    #[arg(long, default_value = "pcie-gen5")]
+    /// pcie-gen5-dual-socket, ib-ndr. Not with --profile (a fitted profile sets every
+    /// parameter).
+    #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
     pub link: String,
-    /// Calibrated profile file written by `verifybench model fit` (overrides --link).
+    /// Calibrated profile file written by `verifybench model fit` (instead of --link).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// Protocols the model may pick, in NCCL_PROTO syntax (LL,LL128,Simple; ^LL128;

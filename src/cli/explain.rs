@@ -90,10 +90,11 @@ pub struct ExplainArgs {
     #[arg(long, value_parser = values::tokens(), allow_negative_numbers = true)]
     pub tokens: Option<u64>,
     /// Link profile of the cost model: nvlink-h100, nvlink-h200, pcie-gen4, pcie-gen5
-    /// (default), pcie-gen5-no-p2p, pcie-gen5-dual-socket, ib-ndr.
-    #[arg(long, default_value = "pcie-gen5")]
+    /// (default), pcie-gen5-no-p2p, pcie-gen5-dual-socket, ib-ndr. Not with --profile (a
+    /// fitted profile sets every parameter).
+    #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
     pub link: String,
-    /// Calibrated profile file written by `verifybench model fit` (overrides --link).
+    /// Calibrated profile file written by `verifybench model fit` (instead of --link).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// An NCCL setting the server was started with, NAME=VALUE (repeatable): checked against the

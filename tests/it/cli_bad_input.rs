@@ -610,38 +610,57 @@ fn a_global_tree_point_of_a_model_sweep_points_to_the_per_function_form() {
 }
 
 #[test]
-fn a_link_beside_a_profile_is_said_to_be_unused() {
-    // --profile replaces the whole link model; a --link beside it is named as unused (not
-    // dropped silently, not refused: a sweep hands both to every point)
+fn a_link_beside_a_profile_is_refused() {
+    // --profile replaces the whole link model: a --link beside it was dropped without a word
+    // (explain; verify with the default link spelled out), so the two are refused together as
+    // other flags that exclude each other are; a sweep hands its children --profile alone
     // the profile fitted on the H200 pair, committed with its results
     let prof =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("results/h200x2/model-profile-h200x2.json");
-    let out = vb()
+    let p = prof.to_str().unwrap();
+    for (cmd, link) in [
+        (
+            &["verify", "--backend", "model", "--gpus", "2"][..],
+            "nvlink-h100",
+        ),
+        (
+            &["verify", "--backend", "model", "--gpus", "2"][..],
+            "pcie-gen5",
+        ),
+        (
+            &["collective", "--backend", "model", "--gpus", "2"][..],
+            "nvlink-h100",
+        ),
+        (
+            &["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL"][..],
+            "nvlink-h100",
+        ),
+        (&["explain", "--observed", "122x0.2ms"][..], "nvlink-h100"),
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend(["--link", link, "--profile", p]);
+        exit2(
+            None,
+            &[],
+            &args,
+            &["'--link <LINK>' cannot be used with '--profile <FILE>'"],
+        );
+    }
+    // the profile alone prices the sweep's points: its children get no --link
+    let dir = tempfile::tempdir().unwrap();
+    vb().current_dir(dir.path())
         .args([
-            "verify",
+            "sweep",
             "--backend",
             "model",
-            "--gpus",
+            "--tp",
             "2",
-            "-n",
-            "3",
-            "-w",
-            "1",
+            "-L",
+            "NCCL_PROTO=LL,Simple",
         ])
-        .args(["--link", "nvlink-h100", "--profile"])
-        .arg(&prof)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    // the notes head the table on stdout
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(
-            &format!("# note: --link nvlink-h100 is not used: --profile {} sets every parameter of the model", prof.display())
-        ),
-        "{text}"
-    );
+        .args(["--rounds", "1", "-q", "--profile", p])
+        .assert()
+        .success();
 }
 
 #[test]
