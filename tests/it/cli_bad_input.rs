@@ -807,3 +807,84 @@ fn a_coll_log_with_junk_and_half_lines_keeps_its_two_processes() {
         .collect();
     assert_eq!(lines, [3, 6]);
 }
+
+#[test]
+fn a_truncated_results_file_is_called_truncated_with_where_it_was_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Some(dir.path());
+    let p = |n: &str| dir.path().join(n);
+    let sweep = |extra: &[&str]| {
+        let mut a = vec![
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL,Simple",
+        ];
+        a.extend_from_slice(extra);
+        a.push("-q");
+        vb().current_dir(dir.path()).args(&a).assert().success();
+    };
+    sweep(&["--results", "r.jsonl", "--export-json", "e.json"]);
+    let lines = std::fs::read_to_string(p("r.jsonl")).unwrap();
+    let pretty = std::fs::read_to_string(p("e.json")).unwrap();
+    // a whole-file export cut in its middle: where its JSON ends, not "line 1 is not a JSON
+    // record" (its first line is a lone bracket)
+    std::fs::write(p("cut.json"), &pretty[..pretty.len() / 2]).unwrap();
+    // a JSON-lines file whose beginning was cut off: its first line is a record's tail
+    std::fs::write(p("head.jsonl"), &lines[lines.len() / 2..]).unwrap();
+    for args in [
+        vec![
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            "cut.json",
+        ],
+        vec!["explain", "--observed", "122x0.2ms", "--sweep", "cut.json"],
+    ] {
+        let err = exit2(
+            d,
+            &[],
+            &args,
+            &["'cut.json' is truncated: its JSON ends early, at line"],
+        );
+        assert!(!err.contains("not a JSON record"), "{err}");
+    }
+    exit2(
+        d,
+        &[],
+        &[
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            "head.jsonl",
+        ],
+        &["'head.jsonl' is truncated at its start: line 1 holds the end of a record"],
+    );
+    // text that is no record at all is still called that
+    std::fs::write(p("notes.txt"), "hello\nworld\n").unwrap();
+    exit2(
+        d,
+        &[],
+        &[
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            "notes.txt",
+        ],
+        &["'notes.txt' line 1 is not a JSON record"],
+    );
+}
