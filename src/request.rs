@@ -9,7 +9,7 @@
 //! ([`crate::report::Exports`]); the requests of the other commands with the command
 //! (`commands::<name>`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::measure::gaps::{HostGapRequest, HostGaps};
 use crate::model::{
@@ -18,6 +18,7 @@ use crate::model::{
 };
 pub(crate) use crate::record::Impl;
 use crate::record::Mode;
+use crate::util::Files;
 
 /// Which model, parallelism and token count: the workload every command replays or prices.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +62,13 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// The files the workload reads (`--model-config`, `--schedule`), added to a command's
+    /// inputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        f.input("--model-config", self.model_config.as_deref())
+            .input("--schedule", self.schedule_file.as_deref());
+    }
+
     pub(crate) fn options(&self, default_tp: u64) -> ScheduleOptions {
         ScheduleOptions {
             tp: self.tp.unwrap_or(default_tp),
@@ -404,6 +412,16 @@ pub(crate) const MAX_TOKENS: u64 = 65536;
 pub(crate) const MAX_COLLECTIVE_BYTES: u64 = 16 << 30;
 
 impl GpuSpec {
+    /// `--nccl-lib` (a library file or its folder; a sweep's list of them, comma-separated),
+    /// added to a command's inputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        if let Some(libs) = &self.nccl_lib {
+            for l in libs.to_string_lossy().split(',') {
+                f.input("--nccl-lib", Some(Path::new(l)));
+            }
+        }
+    }
+
     /// The rank count the flags fix: the `--devices` listed, else `--gpus`.
     pub(crate) fn ranks(&self) -> Option<usize> {
         self.devices.as_ref().map(|d| d.len()).or(self.gpus)
@@ -569,6 +587,11 @@ pub struct HostGapFlags {
 }
 
 impl HostGapFlags {
+    /// `--host-gap-from`, added to a command's inputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        f.input("--host-gap-from", self.from.as_deref());
+    }
+
     /// Validates the flags for `schedule` on `nranks` ranks: usage errors (exit 2, one line
     /// naming the flag or file) for a late rank outside the world, a schedule file that is not
     /// of this schedule or has no host gaps, both `--host-gap-us` and `--host-gap-from`.
@@ -677,6 +700,18 @@ pub struct VerifyRequest {
 }
 
 impl VerifyRequest {
+    /// Every file the replay reads and writes, checked together before any work.
+    pub(crate) fn files(&self) -> Files {
+        let mut f = Files::new();
+        self.workload.add_to(&mut f);
+        self.gpu.add_to(&mut f);
+        self.model.add_to(&mut f);
+        self.host_gaps.add_to(&mut f);
+        self.export.add_to(&mut f);
+        f.output("--export-trace", self.export_trace.as_deref());
+        f
+    }
+
     /// Whether every requested mode is compute only (no collective is replayed).
     pub(crate) fn compute_only(&self) -> bool {
         self.mode.iter().all(|m| *m == Mode::Compute)
@@ -778,6 +813,15 @@ pub(crate) fn check_fresh_runs(fresh_runs: usize) -> anyhow::Result<()> {
 }
 
 impl CollectiveRequest {
+    /// Every file the run reads and writes, checked together before any work.
+    pub(crate) fn files(&self) -> Files {
+        let mut f = Files::new();
+        self.gpu.add_to(&mut f);
+        self.model.add_to(&mut f);
+        self.export.add_to(&mut f);
+        f
+    }
+
     /// The ranks of a run that counts no GPUs (the model, the mock): [`ranks`] of the GPU flags.
     pub(crate) fn ranks(&self) -> anyhow::Result<usize> {
         ranks(&RankInputs::of(&self.gpu, None), DEFAULT_RANKS, &GPU_FLAGS)
@@ -879,6 +923,23 @@ pub(crate) struct WorkerRequest {
     pub(crate) host_gaps: HostGapFlags,
 }
 
+impl WorkerRequest {
+    /// Every file the rank reads (its token file and NCCL library too) and writes, checked
+    /// together before any work.
+    pub(crate) fn files(&self) -> Files {
+        let mut f = Files::new();
+        self.workload.add_to(&mut f);
+        f.input(
+            "--rendezvous-token-file",
+            self.rendezvous_token_file.as_deref(),
+        )
+        .input("--nccl-lib", self.nccl_lib.as_deref());
+        self.host_gaps.add_to(&mut f);
+        self.export.add_to(&mut f);
+        f
+    }
+}
+
 /// Settings of the cost model (`--link`, `--profile`, `--proto`, `--algo`). The command line
 /// fills `proto`/`algo` from NCCL_PROTO/NCCL_ALGO when the flags are absent.
 #[derive(Debug, Clone, PartialEq)]
@@ -899,6 +960,13 @@ pub struct ModelSettings {
     /// change the path the model prices ([`profile::apply_transport_env`]); every other
     /// variable (NCCL_PROTO/NCCL_ALGO come as `proto`/`algo`) is said to be not modeled.
     pub(crate) nccl_env: std::collections::BTreeMap<String, String>,
+}
+
+impl ModelSettings {
+    /// `--profile`, added to a command's inputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        f.input("--profile", self.profile.as_deref());
+    }
 }
 
 impl Default for ModelSettings {
@@ -948,22 +1016,11 @@ pub struct Exports {
 }
 
 impl Exports {
-    /// The requested export files with the flag naming each.
-    pub(crate) fn outputs(&self) -> Vec<(&'static str, &std::path::Path)> {
-        [
-            ("--export-json", &self.export_json),
-            ("--export-csv", &self.export_csv),
-            ("--export-markdown", &self.export_markdown),
-        ]
-        .into_iter()
-        .filter_map(|(f, p)| p.as_deref().map(|p| (f, p)))
-        .collect()
-    }
-
-    /// Checks before any work that every export can be written and none is an input or another
-    /// export ([`crate::util::check_outputs`]).
-    pub(crate) fn check(&self, inputs: &[&std::path::Path]) -> anyhow::Result<()> {
-        crate::util::check_outputs(&self.outputs(), inputs)
+    /// The requested export files, each with its flag, added to a command's outputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        f.output("--export-json", self.export_json.as_deref())
+            .output("--export-csv", self.export_csv.as_deref())
+            .output("--export-markdown", self.export_markdown.as_deref());
     }
 }
 

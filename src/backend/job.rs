@@ -18,7 +18,7 @@ pub fn verify_job(
     r: &VerifyRequest,
     pick: impl FnOnce() -> Box<dyn Backend>,
 ) -> anyhow::Result<(Box<dyn Backend>, VerifyJob)> {
-    r.export.check(&[])?;
+    r.files().check()?;
     r.workload.check_bounds()?;
     // One GPU runs one rank's share of a larger --tp (`--gpus 1 --tp 8`): its compute, and
     // with --mode comm/full (NCCL only: the cost model has no one-rank collectives) its

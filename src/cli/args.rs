@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::values::{affinity_arg, iters_arg, named, timeout_arg};
+use crate::cli::values::{self, affinity_arg, named};
 use crate::costmodel::ModelSettings;
 use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
 use crate::model::{DType, Logits, Phase, Routing};
@@ -40,12 +40,12 @@ pub(crate) struct WorkloadArgs {
     pub(crate) model_config: Option<PathBuf>,
     /// Tensor-parallel size (ranks), 1 to 1024. Defaults to the number of GPUs used, or 8
     /// without GPUs.
-    #[arg(long)]
-    pub(crate) tp: Option<u64>,
+    #[arg(long, value_parser = values::ranks::<u64>(), allow_negative_numbers = true)]
+    pub tp: Option<u64>,
     /// Tokens per verify forward. SGLang verifies num_steps+1 tokens when topk=1
     /// (--speculative-num-steps 3 means 4). 1 to 65536.
-    #[arg(long, default_value_t = 3)]
-    pub(crate) tokens: u64,
+    #[arg(long, default_value_t = 3, value_parser = values::tokens(), allow_negative_numbers = true)]
+    pub tokens: u64,
     /// Activation and collective element type.
     #[arg(long, default_value = "bf16")]
     pub(crate) dtype: DType,
@@ -57,10 +57,10 @@ pub(crate) struct WorkloadArgs {
     pub(crate) no_embedding_allreduce: bool,
     /// What happens to the vocab-parallel logits.
     #[arg(long, value_parser = named::<Logits>(), default_value = "gather")]
-    pub(crate) logits: Logits,
-    /// Vocabulary of the EAGLE-3 draft head (the draft phase), at least 1.
-    #[arg(long, default_value_t = 32000)]
-    pub(crate) draft_vocab: u64,
+    pub logits: Logits,
+    /// Vocabulary of the EAGLE-3 draft head (the draft phase), 1 to 16777216.
+    #[arg(long, default_value_t = 32000, value_parser = values::DRAFT_VOCAB, allow_negative_numbers = true)]
+    pub draft_vocab: u64,
     /// Which forward: the verify of T tokens, one decode step, or one EAGLE-3 draft step.
     #[arg(long, value_parser = named::<Phase>(), default_value = "verify")]
     pub(crate) phase: Phase,
@@ -96,20 +96,21 @@ impl From<&WorkloadArgs> for Workload {
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct GpuArgs {
     /// Number of GPUs (ranks) to use: the first N visible devices, 1 to 1024.
-    #[arg(long)]
-    pub(crate) gpus: Option<usize>,
+    #[arg(long, value_parser = values::gpus(), allow_negative_numbers = true)]
+    pub gpus: Option<usize>,
     /// Exact device ordinals to use, e.g. 0,1.
-    #[arg(long, value_delimiter = ',', conflicts_with = "gpus")]
-    pub(crate) devices: Option<Vec<usize>>,
+    #[arg(long, value_delimiter = ',', conflicts_with = "gpus", value_parser = values::ordinal::<usize>(), allow_negative_numbers = true)]
+    pub devices: Option<Vec<usize>>,
     /// Ranks as threads of this process or as worker processes.
     #[arg(long, value_parser = named::<Launcher>(), default_value = "processes")]
     pub(crate) launcher: Launcher,
     /// Path of libnccl.so to load (else: LD_LIBRARY_PATH, system paths, Python's nvidia-nccl wheel).
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
-    pub(crate) nccl_lib: Option<PathBuf>,
-    /// Seconds any rendezvous, collective or worker may take before the run is aborted.
-    #[arg(long, default_value_t = 60.0, value_parser = timeout_arg)]
-    pub(crate) timeout: f64,
+    pub nccl_lib: Option<PathBuf>,
+    /// Seconds any rendezvous, collective or worker may take before the run is aborted
+    /// (greater than 0, at most 1000000).
+    #[arg(long, default_value_t = 60.0, value_parser = values::TIMEOUT, allow_negative_numbers = true)]
+    pub timeout: f64,
     /// Pin each rank (worker process, or rank thread of --launcher threads) to CPUs: auto (the
     /// CPUs of its GPU's NUMA node, as numactl does in serving deployments; left alone when
     /// sysfs does not tell the node), none (as inherited), or a Linux CPU list (0-7,16-23).
@@ -134,11 +135,11 @@ impl From<&GpuArgs> for GpuSpec {
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RepeatArgs {
     /// Timed iterations (replays) per configuration.
-    #[arg(short = 'n', long = "iters", default_value_t = 200, value_parser = iters_arg)]
-    pub(crate) iters: u64,
+    #[arg(short = 'n', long = "iters", default_value_t = 200, value_parser = values::iters::<u64>(), allow_negative_numbers = true)]
+    pub iters: u64,
     /// Untimed warm-up iterations before timing.
-    #[arg(short = 'w', long = "warmup", default_value_t = 20)]
-    pub(crate) warmup: u64,
+    #[arg(short = 'w', long = "warmup", default_value_t = 20, value_parser = values::warmup(), allow_negative_numbers = true)]
+    pub warmup: u64,
     /// How the ranks' times of one sample become its time: max (the slowest rank, which
     /// bounds a verify step) or mean (over ranks, as nccl-tests reports with its default -a 1).
     #[arg(long = "rank-time", default_value = "max", value_name = "max|mean")]
@@ -160,10 +161,11 @@ impl From<&RepeatArgs> for Repeat {
 pub(crate) struct ModelArgs {
     /// Link profile the cost model assumes (`--backend model`): nvlink-h100, nvlink-h200,
     /// pcie-gen4, pcie-gen5 (default: 8 PCIe GPUs behind switches), pcie-gen5-no-p2p,
-    /// pcie-gen5-dual-socket, ib-ndr.
-    #[arg(long, default_value = "pcie-gen5")]
-    pub(crate) link: String,
-    /// Calibrated profile file written by `verifybench model fit` (overrides --link).
+    /// pcie-gen5-dual-socket, ib-ndr. Not with --profile (a fitted profile sets every
+    /// parameter).
+    #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
+    pub link: String,
+    /// Calibrated profile file written by `verifybench model fit` (instead of --link).
     #[arg(long, value_name = "FILE")]
     pub(crate) profile: Option<PathBuf>,
     /// Protocols the model may pick, in NCCL_PROTO syntax (LL,LL128,Simple; ^LL128;
@@ -205,22 +207,22 @@ pub(crate) struct HostGapArgs {
     /// Host (CPU) time busy-waited before each launch in eager replay: mean US and standard
     /// deviation JITTER in microseconds (0..=1000000 each; gamma-distributed, drawn per rank
     /// and per op or layer), e.g. 200:50. A CUDA-graph replay has no host gaps.
-    #[arg(long, value_name = "US[:JITTER]")]
-    pub(crate) host_gap_us: Option<HostGap>,
+    #[arg(long, value_name = "US[:JITTER]", allow_negative_numbers = true)]
+    pub host_gap_us: Option<HostGap>,
     /// Where a gap is spent: before every launch (op, default) or once per layer.
     #[arg(long, value_name = "op|layer")]
     pub(crate) host_gap_per: Option<GapPer>,
     /// One rank starts each layer US microseconds later (0..=1000000; RANK below the world
     /// size), as rank 0 is when it samples, e.g. 1:100.
-    #[arg(long, value_name = "RANK:US")]
-    pub(crate) late_rank: Option<LateRank>,
+    #[arg(long, value_name = "RANK:US", allow_negative_numbers = true)]
+    pub late_rank: Option<LateRank>,
     /// The per-op host gaps a trace measured: a schedule file of this schedule with
     /// host_gaps_us (`verifybench trace ... --export-schedule`).
     #[arg(long, value_name = "SCHEDULE", conflicts_with = "host_gap_us")]
     pub(crate) host_gap_from: Option<PathBuf>,
     /// Seed of the gap generator (any u64; recorded with the result).
-    #[arg(long, value_name = "N")]
-    pub(crate) gap_seed: Option<u64>,
+    #[arg(long, value_name = "N", value_parser = values::seed(), allow_negative_numbers = true)]
+    pub gap_seed: Option<u64>,
 }
 
 impl From<&HostGapArgs> for HostGapFlags {

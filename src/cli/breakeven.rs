@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::cli::output::OutputArgs;
+use crate::cli::values;
 use crate::commands::breakeven::BreakevenRequest;
 use crate::speculative::inputs::{Acceptance, Flags};
 use crate::trace::breakeven::TraceInput;
@@ -12,19 +13,19 @@ use crate::trace::breakeven::TraceInput;
 pub(crate) struct CycleArgs {
     /// One plain decode step of the target model (T = 1), in ms (above 0, at most 1000000);
     /// tokens/s without speculation is 1000 / this. Else from a decode record (`verify --phase decode`).
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
-    pub(crate) decode_ms: Option<f64>,
+    #[arg(long, value_name = "MS", value_parser = values::millis(false, "12.2"), allow_negative_numbers = true)]
+    pub decode_ms: Option<f64>,
     /// One draft step, in ms, 0 to 1000000 (EAGLE-3: one draft-head forward). Else from a draft record
     /// (`verify --phase draft`), else 0 (free drafting, said in the output).
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
-    pub(crate) draft_ms: Option<f64>,
+    #[arg(long, value_name = "MS", value_parser = values::millis(true, "1.5"), allow_negative_numbers = true)]
+    pub draft_ms: Option<f64>,
     /// Draft steps k per cycle, 1 to 64; the verify forward covers k+1 tokens. Else the number of
     /// --accept-rates (breakeven), else T-1 of the verify record.
-    #[arg(long, value_name = "K")]
-    pub(crate) draft_steps: Option<u64>,
-    /// Fixed per-cycle overhead (draft extend, sampling), in ms. Default 0.
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
-    pub(crate) overhead_ms: Option<f64>,
+    #[arg(long, value_name = "K", value_parser = values::draft_steps(), allow_negative_numbers = true)]
+    pub draft_steps: Option<u64>,
+    /// Fixed per-cycle overhead (draft extend, sampling), in ms, 0 to 1000000. Default 0.
+    #[arg(long, value_name = "MS", value_parser = values::millis(true, "0.5"), allow_negative_numbers = true)]
+    pub overhead_ms: Option<f64>,
 }
 
 impl CycleArgs {
@@ -49,13 +50,14 @@ pub(crate) struct BreakevenArgs {
         long,
         value_name = "MS",
         value_delimiter = ',',
+        value_parser = values::millis(false, "19"),
         allow_negative_numbers = true
     )]
     pub(crate) verify_ms: Vec<f64>,
     /// Mean accept length tau: tokens kept per cycle, bonus token included (SGLang's
     /// "accept length"), between 1 and k+1.
-    #[arg(long, value_name = "TAU", allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate"])]
-    pub(crate) accept_length: Option<f64>,
+    #[arg(long, value_name = "TAU", value_parser = values::ACCEPT_LENGTH, allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate"])]
+    pub accept_length: Option<f64>,
     /// Conditional per-position acceptance rates, one per draft step, e.g. 0.8,0.6,0.45: r_i is
     /// the chance that draft token i is accepted given that tokens 1..i-1 were; expected tokens
     /// per cycle = 1 + r1 + r1 r2 + r1 r2 r3 + ... (vLLM's `Per-position acceptance rate` is a
@@ -64,6 +66,7 @@ pub(crate) struct BreakevenArgs {
         long,
         value_name = "R1,R2,..",
         value_delimiter = ',',
+        value_parser = values::PROBABILITY,
         allow_negative_numbers = true,
         conflicts_with_all = ["accept_rate", "accept_rates_of_drafts"]
     )]
@@ -76,6 +79,7 @@ pub(crate) struct BreakevenArgs {
         long,
         value_name = "A1,A2,..",
         value_delimiter = ',',
+        value_parser = values::PROBABILITY,
         allow_negative_numbers = true,
         conflicts_with_all = ["accept_rate", "accept_length"]
     )]
@@ -83,7 +87,7 @@ pub(crate) struct BreakevenArgs {
     /// One constant acceptance rate alpha for every position: expected tokens per cycle =
     /// (1 - alpha^(k+1)) / (1 - alpha). Not vLLM's accept rate (`Avg Draft acceptance rate`:
     /// accepted / drafted tokens, tau = 1 + k x rate): give that one as --accept-length.
-    #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
+    #[arg(long, value_name = "ALPHA", value_parser = values::PROBABILITY, allow_negative_numbers = true)]
     pub(crate) accept_rate: Option<f64>,
     /// A results file (JSON, JSON array or JSON lines) with verify records: T_verify from
     /// each verify-phase record (CUDA-graph full run's median when present), T_decode and
@@ -107,6 +111,7 @@ pub(crate) struct BreakevenArgs {
         long,
         value_name = "TAU,..",
         value_delimiter = ',',
+        value_parser = values::ACCEPT_LENGTH,
         allow_negative_numbers = true
     )]
     pub(crate) table_accept_lengths: Vec<f64>,

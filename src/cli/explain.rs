@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::cli::breakeven::CycleArgs;
 use crate::cli::output::OutputArgsMd;
+use crate::cli::values;
 use crate::explain::{Engine, ExplainRequest, Observed};
 use crate::speculative::inputs::Acceptance;
 
@@ -37,8 +38,8 @@ pub(crate) struct ExplainArgs {
     #[arg(long, value_name = "COUNTxTIME")]
     pub(crate) observed: Option<Observed>,
     /// The verify step as it ran (the target forward of k+1 tokens), in ms.
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
-    pub(crate) verify_ms: Option<f64>,
+    #[arg(long, value_name = "MS", value_parser = values::millis(false, "30"), allow_negative_numbers = true)]
+    pub verify_ms: Option<f64>,
     #[command(flatten)]
     pub(crate) cycle: CycleArgs,
     /// The --decode-ms step ran eagerly (without it, it is taken as run from a CUDA graph, the
@@ -47,19 +48,19 @@ pub(crate) struct ExplainArgs {
     pub(crate) decode_eager: bool,
     /// Mean accept length tau: tokens kept per cycle, bonus token included (SGLang's
     /// "accept length"), between 1 and k+1.
-    #[arg(long, value_name = "TAU", allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate", "accept_rates_of_drafts"])]
-    pub(crate) accept_length: Option<f64>,
+    #[arg(long, value_name = "TAU", value_parser = values::ACCEPT_LENGTH, allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate", "accept_rates_of_drafts"])]
+    pub accept_length: Option<f64>,
     /// Conditional per-position acceptance rates, one per draft step: tau = 1 + r1 + r1 r2 + ...
-    #[arg(long, value_name = "R1,R2,..", value_delimiter = ',', allow_negative_numbers = true, conflicts_with_all = ["accept_rate", "accept_rates_of_drafts"])]
-    pub(crate) accept_rates: Option<Vec<f64>>,
+    #[arg(long, value_name = "R1,R2,..", value_delimiter = ',', value_parser = values::PROBABILITY, allow_negative_numbers = true, conflicts_with_all = ["accept_rate", "accept_rates_of_drafts"])]
+    pub accept_rates: Option<Vec<f64>>,
     /// Per-position acceptance rates as vLLM prints them (fractions of all drafts): tau = 1 +
     /// a1 + a2 + ...
-    #[arg(long, value_name = "A1,A2,..", value_delimiter = ',', allow_negative_numbers = true, conflicts_with_all = ["accept_rate"])]
+    #[arg(long, value_name = "A1,A2,..", value_delimiter = ',', value_parser = values::PROBABILITY, allow_negative_numbers = true, conflicts_with_all = ["accept_rate"])]
     pub accept_rates_of_drafts: Option<Vec<f64>>,
     /// One constant acceptance rate alpha: tau = (1 - alpha^(k+1)) / (1 - alpha). Not vLLM's
     /// accept rate (`Avg Draft acceptance rate`: accepted / drafted tokens, tau = 1 + k x rate):
     /// give that one as --accept-length.
-    #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
+    #[arg(long, value_name = "ALPHA", value_parser = values::PROBABILITY, allow_negative_numbers = true)]
     pub(crate) accept_rate: Option<f64>,
     /// The server's log, SGLang's or vLLM's: the accept length as the engine prints it (unless
     /// an acceptance flag is given), whether decode batches ran from a CUDA graph (`cuda graph:
@@ -79,26 +80,27 @@ pub(crate) struct ExplainArgs {
     #[arg(long, value_name = "FILE")]
     pub allreduce_choice: Option<PathBuf>,
     /// GPUs of the tensor-parallel group (default: the traces' world size, else --tp, else 8).
-    #[arg(long, value_name = "N")]
-    pub(crate) gpus: Option<usize>,
+    #[arg(long, value_name = "N", value_parser = values::gpus(), allow_negative_numbers = true)]
+    pub gpus: Option<usize>,
     /// Built-in model preset the cost model prices: kimi-k2.5, deepseek-v3, llama-3.1-70b,
     /// qwen3-235b-a22b.
     #[arg(long, default_value = "kimi-k2.5")]
     pub(crate) model: String,
     /// A Hugging Face config.json instead of a preset.
     #[arg(long, value_name = "PATH")]
-    pub(crate) model_config: Option<PathBuf>,
-    /// Tensor-parallel size; must equal --gpus when both are given.
-    #[arg(long)]
-    pub(crate) tp: Option<u64>,
-    /// Tokens per verify forward (default: --draft-steps + 1, else 3).
-    #[arg(long)]
-    pub(crate) tokens: Option<u64>,
+    pub model_config: Option<PathBuf>,
+    /// Tensor-parallel size, 1 to 1024; must equal --gpus when both are given.
+    #[arg(long, value_parser = values::ranks::<u64>(), allow_negative_numbers = true)]
+    pub tp: Option<u64>,
+    /// Tokens per verify forward, 1 to 65536 (default: --draft-steps + 1, else 3).
+    #[arg(long, value_parser = values::tokens(), allow_negative_numbers = true)]
+    pub tokens: Option<u64>,
     /// Link profile of the cost model: nvlink-h100, nvlink-h200, pcie-gen4, pcie-gen5
-    /// (default), pcie-gen5-no-p2p, pcie-gen5-dual-socket, ib-ndr.
-    #[arg(long, default_value = "pcie-gen5")]
-    pub(crate) link: String,
-    /// Calibrated profile file written by `verifybench model fit` (overrides --link).
+    /// (default), pcie-gen5-no-p2p, pcie-gen5-dual-socket, ib-ndr. Not with --profile (a
+    /// fitted profile sets every parameter).
+    #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
+    pub link: String,
+    /// Calibrated profile file written by `verifybench model fit` (instead of --link).
     #[arg(long, value_name = "FILE")]
     pub(crate) profile: Option<PathBuf>,
     /// An NCCL setting the server was started with, NAME=VALUE (repeatable): checked against the

@@ -17,6 +17,7 @@ pub mod env;
 pub mod explain;
 pub mod inspect;
 pub mod model;
+pub(crate) mod numbers;
 pub mod output;
 pub mod plan;
 pub mod rank;

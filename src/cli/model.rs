@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use crate::cli::output::OutputArgs;
+use crate::cli::values;
 use crate::commands::model::{FitRequest, ValidateRequest};
 
 /// `verifybench model ...`
@@ -36,14 +37,14 @@ pub(crate) struct ValidateArgs {
     pub(crate) nccl_tests: Vec<PathBuf>,
     /// The link's rate per direction, GB/s: one for every file, or one per file in the order
     /// of --nccl-tests (PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63).
-    #[arg(long, num_args = 1.., value_name = "GB/s")]
-    pub(crate) link_gbps: Vec<f64>,
+    #[arg(long, num_args = 1.., value_name = "GB/s", value_parser = values::LINK_GBPS, allow_negative_numbers = true)]
+    pub link_gbps: Vec<f64>,
     /// Built-in profile the fits start from.
     #[arg(long, default_value = "pcie-gen5")]
     pub(crate) base: String,
     /// The median leave-one-size-out error a table must stay within, percent.
-    #[arg(long, default_value_t = 10.0, value_name = "PCT")]
-    pub(crate) max_median_pct: f64,
+    #[arg(long, default_value_t = 10.0, value_name = "PCT", value_parser = values::PERCENT, allow_negative_numbers = true)]
+    pub max_median_pct: f64,
     #[command(flatten)]
     pub(crate) print: OutputArgs,
 }
@@ -62,12 +63,12 @@ pub(crate) struct FitArgs {
     /// With --nccl-tests: the link's rate per direction, GB/s (default: the base's; PCIe 3.0
     /// x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by it times
     /// the protocol's payload share (LL 1/2, LL128 120/128, Simple 1); a row past it is refused.
-    #[arg(long, value_name = "GB/s")]
-    pub(crate) link_gbps: Option<f64>,
+    #[arg(long, value_name = "GB/s", value_parser = values::LINK_GBPS, allow_negative_numbers = true)]
+    pub link_gbps: Option<f64>,
     /// With --nccl-tests: the measured peer-to-peer latency (p2pBandwidthLatencyTest), us; no
     /// per-hop latency is fitted below it.
-    #[arg(long, value_name = "US")]
-    pub(crate) p2p_latency_us: Option<f64>,
+    #[arg(long, value_name = "US", value_parser = values::MICROS, allow_negative_numbers = true)]
+    pub p2p_latency_us: Option<f64>,
     /// Where to write the fitted profile (JSON).
     #[arg(short = 'o', long, value_name = "PROFILE.json")]
     pub(crate) output: PathBuf,

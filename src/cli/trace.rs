@@ -36,8 +36,8 @@ pub(crate) struct TraceArgs {
     /// With --export-schedule: the input bytes of each collective whose size neither the trace
     /// nor --nccl-log gives (K/M/G suffixes); the export and the screen name the positions
     /// that took it. Without it such a step is not exported.
-    #[arg(long, value_name = "BYTES", value_parser = crate::units::size_arg)]
-    pub(crate) assume_size: Option<u64>,
+    #[arg(long, value_name = "BYTES", value_parser = crate::cli::values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
+    pub assume_size: Option<u64>,
     /// The ranks ran on more than one host: compare kernel durations only (skew unknown).
     #[arg(long)]
     pub(crate) multi_host: bool,
@@ -64,7 +64,8 @@ impl From<&TraceArgs> for TraceCommand {
                 export_tp: a.workload.tp,
                 assume_size: a.assume_size,
             },
-            against_plan: a.against_plan.then(|| (&a.workload).into()),
+            workload: (&a.workload).into(),
+            against_plan: a.against_plan,
         }
     }
 }

@@ -4,7 +4,7 @@ use crate::cli::args::{
     BackendArg, GpuArgs, GraphArg, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs,
 };
 use crate::cli::output::{ExportArgs, OutputArgsMd};
-use crate::cli::values::named;
+use crate::cli::values::{self, named};
 use crate::record::Mode;
 use crate::request::VerifyRequest;
 
@@ -21,8 +21,8 @@ pub(crate) struct VerifyArgs {
     /// Tiny kernels launched per layer to model a real layer's many small kernels (norms,
     /// rotary, router, quantization): eager mode pays their launch cost, graph mode does not.
     /// 0 to 10000.
-    #[arg(long, default_value_t = 0)]
-    pub(crate) launches_per_layer: u32,
+    #[arg(long, default_value_t = 0, value_parser = values::launches(), allow_negative_numbers = true)]
+    pub launches_per_layer: u32,
     /// Launch the compute (weight-streaming) kernels with programmatic dependent launch, as an
     /// engine that enables PDL does: each may start, and issue its first weight loads, while
     /// the kernel before it drains. Needs compute capability 9.0 or newer; off: plain launches.
@@ -60,8 +60,8 @@ pub(crate) struct VerifyArgs {
     /// Repetitions, each in fresh workers (processes launcher: new worker processes; threads:
     /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
     /// their min-max and a 95% interval; a cold first repetition is named and left out.
-    #[arg(long, default_value_t = 1, value_name = "R")]
-    pub(crate) fresh_runs: usize,
+    #[arg(long, default_value_t = 1, value_name = "R", value_parser = values::repetitions("fresh runs"), allow_negative_numbers = true)]
+    pub fresh_runs: usize,
 }
 
 impl From<&VerifyArgs> for VerifyRequest {

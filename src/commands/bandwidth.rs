@@ -391,9 +391,9 @@ fn single_ops(b: &Bench, op_sizes: &[u64]) -> anyhow::Result<Vec<(u64, f64, f64)
 /// the export at the end), and writes the JSON export if asked. Returns the exit code.
 pub(crate) fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
-    if let Some(p) = &a.export_json {
-        crate::util::check_outputs(&[("--export-json", p)], &[])?;
-    }
+    crate::util::Files::new()
+        .output("--export-json", a.export_json.as_deref())
+        .check()?;
     if let Some(&t) = a
         .tokens
         .iter()

@@ -113,7 +113,7 @@ fn nccl_tests(
         )));
     };
     let mut runs: Vec<NcclTestsRun> = vec![];
-    let mut seen: Vec<(&Path, Option<std::path::PathBuf>)> = vec![];
+    let mut seen: Vec<(&Path, Option<crate::util::Identity>)> = vec![];
     for f in nccl_tests {
         let id = crate::util::identity(f);
         if let Some((first, _)) = seen.iter().find(|(_, other)| id.is_some() && *other == id) {

@@ -36,10 +36,12 @@ pub(crate) struct ValidateRequest {
 /// Runs `verifybench model fit`.
 pub(crate) fn fit(a: &FitRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
-    let mut inputs: Vec<&std::path::Path> = a.results.iter().map(|p| p.as_path()).collect();
-    inputs.extend(a.nccl_tests.iter().map(|p| p.as_path()));
-    inputs.extend(a.base_profile.as_deref());
-    crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
+    crate::util::Files::new()
+        .inputs("RESULTS", &a.results)
+        .inputs("--nccl-tests", &a.nccl_tests)
+        .input("--base-profile", a.base_profile.as_deref())
+        .output("-o/--output", Some(&a.output))
+        .check()?;
     let given = match (&a.base_profile, &a.base) {
         (Some(p), _) => {
             let prof = profile::load(p)?;

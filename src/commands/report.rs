@@ -49,7 +49,10 @@ pub(crate) struct ReportRequest {
 
 /// Runs `verifybench report`: results files -> `out`/report.md with SVG plots. Needs no GPU.
 pub(crate) fn run(a: &ReportRequest) -> anyhow::Result<i32> {
-    crate::util::check_output_dir("-o/--out", &a.out)?;
+    crate::util::Files::new()
+        .inputs("RESULTS", &a.results)
+        .output_dir("-o/--out", &a.out, WRITTEN)
+        .check()?;
     let files = a
         .results
         .iter()
@@ -68,6 +71,9 @@ pub(crate) fn run(a: &ReportRequest) -> anyhow::Result<i32> {
 pub(crate) const LATENCY_SVG: &str = "collective_latency.svg";
 pub(crate) const VERIFY_SVG: &str = "verify_time.svg";
 pub(crate) const TOKENS_SVG: &str = "tokens_per_s.svg";
+
+/// Every file a report may write into its folder (none may be one of its results files).
+const WRITTEN: &[&str] = &["report.md", LATENCY_SVG, VERIFY_SVG, TOKENS_SVG];
 
 /// Lines in the tokens/s plot at most (more would be unreadable).
 const MAX_SPEED_LINES: usize = 10;

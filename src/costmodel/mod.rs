@@ -154,16 +154,9 @@ fn single(us: f64) -> Summary {
 
 fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
     let mut v = vec![format!("profile {}: {}", p.name, p.description)];
-    match &m.profile {
-        None => v.push(ntfit::builtin_spread_note(p)),
-        // --profile replaces the link profile whole; a --link beside it is not used, and is
-        // said so rather than refused (a sweep hands its --link and --profile to every point)
-        Some(f) if m.link != ModelSettings::default().link => v.push(format!(
-            "--link {} is not used: --profile {} sets every parameter of the model",
-            m.link,
-            f.display()
-        )),
-        Some(_) => {}
+    // (--profile replaces the link profile whole: the command line refuses a --link beside it)
+    if m.profile.is_none() {
+        v.push(ntfit::builtin_spread_note(p));
     }
     let not = m.not_modeled();
     if !not.is_empty() {
@@ -538,27 +531,6 @@ mod tests {
             link: link.into(),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn a_link_beside_a_profile_file_is_noted_as_unused() {
-        let p = profile::builtin("pcie-gen5").unwrap();
-        let f = Force::default();
-        let with = |link: &str| ModelSettings {
-            link: link.into(),
-            profile: Some("fit.json".into()),
-            ..Default::default()
-        };
-        let notes = common_notes(&p, &f, &with("nvlink-h100"));
-        assert!(
-            notes
-                .iter()
-                .any(|n| n == "--link nvlink-h100 is not used: --profile fit.json sets every parameter of the model"),
-            "{notes:?}"
-        );
-        // the default link, not asked for, is not called unused
-        let notes = common_notes(&p, &f, &with("pcie-gen5"));
-        assert!(!notes.iter().any(|n| n.contains("--link")), "{notes:?}");
     }
 
     #[test]

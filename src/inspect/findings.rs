@@ -147,13 +147,23 @@ pub(crate) fn label(p: &ProcessInfo) -> String {
     }
 }
 
-/// A value as shown in a sentence: `LL`, `""` for empty, `unset`.
+/// A value as shown in a sentence: `LL`, `""` for empty, `unset`; escaped ([`shown`]).
 pub(crate) fn show_value(v: Option<&str>) -> String {
     match v {
         None => "unset".into(),
         Some("") => "\"\"".into(),
-        Some(v) => v.into(),
+        Some(v) => shown(v),
     }
+}
+
+/// The longest text read from /proc that a line shows whole (a variable, a value, a path).
+pub(crate) const SHOWN_MAX: usize = 4096;
+
+/// Text read from /proc (a variable's name or value, a command line, a mapped file's name) as
+/// a line of the report shows it: escaped by [`crate::util::escaped`], so that a process
+/// cannot write control characters to the terminal or hide text in the report.
+pub(crate) fn shown(text: &str) -> String {
+    crate::util::escaped(text, SHOWN_MAX)
 }
 
 fn list(ps: &[&ProcessInfo]) -> String {
@@ -225,7 +235,8 @@ fn missing_in_descendants(
             variable: Some(name.clone()),
             pids: missing.iter().map(|p| p.pid).collect(),
             message: format!(
-                "{name}={} is set in the root (pid {}) but missing in {} of {} {}: {}{}",
+                "{}={} is set in the root (pid {}) but missing in {} of {} {}: {}{}",
+                shown(name),
                 show_value(Some(value)),
                 tree.root,
                 missing.len(),
@@ -277,9 +288,10 @@ fn not_in_root(
                 variable: Some(name.clone()),
                 pids: having.iter().map(|p| p.pid).collect(),
                 message: format!(
-                    "{name} is not in the environment the root (pid {}) was started with, but \
+                    "{} is not in the environment the root (pid {}) was started with, but \
                      {} {} it: {}; it was set after the root started (e.g. os.environ) or by \
                      the code that started {}, so only processes started later get it",
+                    shown(name),
                     tree.root,
                     having.len(),
                     if having.len() == 1 {
@@ -338,7 +350,8 @@ fn disagreements(readable: &[&ProcessInfo], any_gpu: bool) -> Vec<Finding> {
             variable: Some(name.clone()),
             pids: group.iter().map(|p| p.pid).collect(),
             message: format!(
-                "{name} differs across {}: {}",
+                "{} differs across {}: {}",
+                shown(name),
                 basis.describe(),
                 parts.join("; ")
             ),
@@ -387,7 +400,8 @@ fn unknown_name(name: &str, where_: String, pids: Vec<u32>) -> Option<Finding> {
             variable: Some(name.into()),
             pids,
             message: format!(
-                "{name} is read by PyTorch (old name of {torch}), not by NCCL; {where_}"
+                "{} is read by PyTorch (old name of {torch}), not by NCCL; {where_}",
+                shown(name)
             ),
         });
     }
@@ -402,7 +416,8 @@ fn unknown_name(name: &str, where_: String, pids: Vec<u32>) -> Option<Finding> {
         variable: Some(name.into()),
         pids,
         message: format!(
-            "{name} is not a variable NCCL reads, so it changes nothing{hint}; {where_}"
+            "{} is not a variable NCCL reads, so it changes nothing{hint}; {where_}",
+            shown(name)
         ),
     })
 }
@@ -455,7 +470,7 @@ fn unseen(tree: &Tree, no_nccl: bool) -> Vec<Finding> {
         let parts: Vec<String> = tree
             .skipped
             .iter()
-            .map(|s| format!("{} ({}): {}", s.pid, s.comm, s.reason))
+            .map(|s| format!("{} ({}): {}", s.pid, shown(&s.comm), s.reason))
             .collect();
         out.push(Finding {
             kind: Kind::Exited,
@@ -515,7 +530,7 @@ fn nccl_findings(tree: &Tree) -> Vec<Finding> {
             .iter()
             .map(|(lib, ps)| {
                 let who: Vec<String> = ps.iter().map(|p| label(p)).collect();
-                format!("{lib} in {}", who.join(", "))
+                format!("{} in {}", shown(lib), who.join(", "))
             })
             .collect();
         out.push(Finding {
@@ -549,16 +564,17 @@ fn nccl_findings(tree: &Tree) -> Vec<Finding> {
         if own.iter().any(|m| m.path == want || m.path == *asked) {
             continue;
         }
-        let maps: Vec<String> = own.iter().map(|m| m.describe()).collect();
+        let maps: Vec<String> = own.iter().map(|m| shown(&m.describe())).collect();
         out.push(Finding {
             kind: Kind::NcclNotTheOneNamed,
             severity: Severity::Warning,
             variable: Some(ncclmaps::SO_PATH_VAR.into()),
             pids: vec![p.pid],
             message: format!(
-                "{} was started with {}={asked} but maps {}: the NCCL it runs is not the one named",
+                "{} was started with {}={} but maps {}: the NCCL it runs is not the one named",
                 label(p),
                 ncclmaps::SO_PATH_VAR,
+                shown(asked),
                 maps.join(" and ")
             ),
         });

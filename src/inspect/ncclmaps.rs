@@ -34,7 +34,9 @@ pub(crate) struct MappedNccl {
 }
 
 impl MappedNccl {
-    /// `/path (2.28.3)`, `/path (version unknown from the name)`.
+    /// `/path (2.28.3)`, `/path (version unknown from the name)`: the path as the kernel names
+    /// it (a file's name may hold any byte but `/` and NUL: print it through
+    /// [`super::findings::shown`]).
     pub(crate) fn describe(&self) -> String {
         let v = match &self.version {
             Some(v) if self.version_from == FROM_NAME => v.clone(),

@@ -49,7 +49,7 @@ fn join_wait(rendezvous_timeout: Option<f64>, timeout: f64) -> Duration {
 /// secret, the workload (the `--tp` range, then `--tp` against the world size) and the length
 /// of its schedule. Every refusal here is a usage error (exit 2).
 fn plan(a: &WorkerRequest, env: &BTreeMap<String, String>) -> anyhow::Result<Plan> {
-    a.export.check(&[])?;
+    a.files().check()?;
     if a.launches_per_layer > 10_000 {
         crate::usage_bail!(
             "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",

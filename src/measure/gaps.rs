@@ -53,15 +53,18 @@ pub(crate) const DISTRIBUTION: &str = "gamma with the given mean and standard de
 pub(crate) const DEFAULT_SEED: u64 = 0x5eed_9a95;
 
 fn check_us(what: &str, v: f64) -> Result<f64, String> {
+    let shown = crate::util::fmt_number(v);
     if !v.is_finite() {
-        return Err(format!("{what} must be a number of microseconds, got {v}"));
+        return Err(format!(
+            "{what} must be a number of microseconds, got {shown}"
+        ));
     }
     if v < 0.0 {
-        return Err(format!("{what} must not be negative, got {v} us"));
+        return Err(format!("{what} must not be negative, got {shown} us"));
     }
     if v > MAX_GAP_US {
         return Err(format!(
-            "{what} of {v} us is above the limit of {MAX_GAP_US} us (1 s)"
+            "{what} of {shown} us is above the limit of {MAX_GAP_US} us (1 s)"
         ));
     }
     Ok(v)

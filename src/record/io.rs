@@ -57,13 +57,10 @@ pub(crate) fn read_record_lines(
         }
         let value: serde_json::Value = match serde_json::from_str(line) {
             Ok(v) => v,
-            // A torn line is the start of a record: anything else is not a JSON-lines file.
+            // A torn line is the start of a record: anything else is not a JSON-lines file, or
+            // a file cut short elsewhere than at the end of its last line.
             Err(e) if !line.trim_start().starts_with('{') => {
-                return Err(usage(format!(
-                "{what} '{}' line {} is not a JSON record ({e}): not a results file of verifybench",
-                path.display(),
-                i + 1
-            )))
+                return Err(not_a_record_line(path, what, &text, i + 1, line, &e))
             }
             Err(e) => {
                 warnings.push(format!(
@@ -103,6 +100,40 @@ pub(crate) fn read_record_lines(
         )));
     }
     Ok(warnings)
+}
+
+/// Why line `n` of a JSON-lines file (`line`, which does not open a record) is refused: a
+/// file cut short is called truncated, with where it was cut (a whole-file document ending
+/// early, such as a pretty JSON array; a line holding the end of a record without its start,
+/// the file cut at its beginning); anything else is no JSON record.
+fn not_a_record_line(
+    path: &Path,
+    what: &str,
+    text: &str,
+    n: usize,
+    line: &str,
+    e: &serde_json::Error,
+) -> anyhow::Error {
+    let p = path.display();
+    let give = "give the results file a sweep wrote (--results)";
+    if e.classify() == serde_json::error::Category::Eof {
+        if let Err(whole) = serde_json::from_str::<serde_json::Value>(text) {
+            if whole.classify() == serde_json::error::Category::Eof {
+                return usage(format!(
+                    "{what} '{p}' is {}; {give}",
+                    crate::util::json_problem(&whole)
+                ));
+            }
+        }
+    }
+    if line.trim_end().ends_with('}') {
+        return usage(format!(
+            "{what} '{p}' is truncated at its start: line {n} holds the end of a record without its beginning (cut, or copied from the middle of a file); {give}"
+        ));
+    }
+    usage(format!(
+        "{what} '{p}' line {n} is not a JSON record ({e}): not a results file of verifybench"
+    ))
 }
 
 /// A JSON-lines file of records, open for appending: each record is written as one line, then

@@ -69,14 +69,9 @@ impl Libraries {
     pub(crate) fn from_values(values: &[String]) -> anyhow::Result<Libraries> {
         let mut out = vec![];
         for given in values {
-            let found = crate::comm::libs::find_nccl(Some(Path::new(given)))
-                .map_err(|_| {
-                    usage(format!(
-                        "{NAME} '{given}': no such NCCL library (give a libnccl.so* file or the folder holding one)"
-                    ))
-                })?
-                .expect("an explicit library is found or refused");
-            let path = std::fs::canonicalize(&found.path).unwrap_or(found.path);
+            let found = crate::comm::libs::nccl_file(Path::new(given))
+                .map_err(|m| usage(format!("{NAME} {m}")))?;
+            let path = std::fs::canonicalize(&found).unwrap_or(found);
             if let Some(twin) = out.iter().find(|l: &&Library| l.path == path) {
                 return Err(usage(format!(
                     "{NAME}: '{given}' and '{}' are the same file ({}): list each library once",
@@ -297,7 +292,7 @@ mod tests {
     fn libraries_resolve_and_missing_or_twice_named_ones_are_refused() {
         let d = tempfile::tempdir().unwrap();
         let sys = d.path().join("libnccl.so.2.28.3");
-        std::fs::write(&sys, b"x").unwrap();
+        std::fs::write(&sys, crate::comm::elf::fake_nccl()).unwrap();
         std::os::unix::fs::symlink(&sys, d.path().join("libnccl.so.2")).unwrap();
         let dim =
             |v: &[&Path]| -> Vec<String> { v.iter().map(|p| p.display().to_string()).collect() };
@@ -307,7 +302,7 @@ mod tests {
         assert_eq!(libs.of(None), libs.0.first());
         assert_eq!(libs.of(Some("elsewhere")), None);
         let e = Libraries::from_values(&dim(&[&d.path().join("nope.so")])).unwrap_err();
-        assert!(e.to_string().contains("no such NCCL library"), "{e}");
+        assert!(e.to_string().contains("no such file or folder"), "{e}");
         let e = Libraries::from_values(&dim(&[d.path(), &sys])).unwrap_err();
         assert!(e.to_string().contains("are the same file"), "{e}");
         assert_eq!(Libraries::from_values(&[]).unwrap(), Libraries::default());

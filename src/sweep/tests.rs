@@ -577,10 +577,10 @@ fn the_time_split_is_given_for_measured_runs_only() {
 /// `nvidia/nccl/lib/libnccl.so.2` whose metadata says 2.28.9 (resolved paths).
 fn two_libraries(dir: &std::path::Path) -> (PathBuf, PathBuf) {
     let sys = dir.join("libnccl.so.2.28.3");
-    std::fs::write(&sys, b"x").unwrap();
+    std::fs::write(&sys, crate::comm::elf::fake_nccl()).unwrap();
     let lib = dir.join("site/nvidia/nccl/lib");
     std::fs::create_dir_all(&lib).unwrap();
-    std::fs::write(lib.join("libnccl.so.2"), b"x").unwrap();
+    std::fs::write(lib.join("libnccl.so.2"), crate::comm::elf::fake_nccl()).unwrap();
     std::fs::create_dir(dir.join("site/nvidia_nccl_cu13-2.28.9.dist-info")).unwrap();
     (
         std::fs::canonicalize(sys).unwrap(),

@@ -81,7 +81,7 @@ fn hints_name_what_the_user_gave() {
     }
     refused(
         &["verify", "--backend", "model", "--gpus", "0"],
-        &["--gpus 0", "at least 1"],
+        &["--gpus 0", "give 1 to 1024 GPUs"],
     );
     let line = refused_in(
         None,

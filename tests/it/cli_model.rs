@@ -505,7 +505,7 @@ fn fresh_runs_of_the_model_say_there_is_no_between_run_noise() {
                 .args(["--backend", "model", "--fresh-runs", bad])
                 .assert()
                 .code(2)
-                .stderr(predicate::str::contains("--fresh-runs must be 1 to 100"));
+                .stderr(predicate::str::contains("give 1 to 100 fresh runs"));
         }
     }
 }

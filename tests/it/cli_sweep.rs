@@ -710,8 +710,11 @@ fn an_interrupted_sweep_of_rounds_resumes_per_point_and_round() {
 fn bad_rounds_and_margins_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
     for (args, want) in [
-        (vec!["--rounds", "0"], "--rounds must be 1 to 100"),
-        (vec!["--rounds", "101"], "--rounds must be 1 to 100"),
+        (vec!["--rounds", "0"], "--rounds 0: give 1 to 100 rounds"),
+        (
+            vec!["--rounds", "101"],
+            "--rounds 101: give 1 to 100 rounds",
+        ),
         (
             vec!["--noise-margin", "0.7"],
             "--noise-margin 0.7: give a fraction",
@@ -878,10 +881,10 @@ fn host_gaps_take_effect_in_a_model_sweeps_eager_rows_only() {
 /// metadata), resolved.
 fn two_libraries(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let sys = dir.join("libnccl.so.2.28.3");
-    std::fs::write(&sys, b"x").unwrap();
+    std::fs::write(&sys, crate::fake_elf::fake_nccl()).unwrap();
     let lib = dir.join("site/nvidia/nccl/lib");
     std::fs::create_dir_all(&lib).unwrap();
-    std::fs::write(lib.join("libnccl.so.2"), b"x").unwrap();
+    std::fs::write(lib.join("libnccl.so.2"), crate::fake_elf::fake_nccl()).unwrap();
     std::fs::create_dir(dir.join("site/nvidia_nccl_cu13-2.28.9.dist-info")).unwrap();
     (
         std::fs::canonicalize(sys).unwrap(),
@@ -972,7 +975,9 @@ fn bad_library_lists_are_usage_errors() {
         .arg(format!("{},/nonexistent/libnccl.so.2", sys.display()))
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("no such NCCL library"));
+        .stderr(predicate::str::contains(
+            "/nonexistent/libnccl.so.2': no such file or folder",
+        ));
     vb().args([
         "sweep",
         "--backend",

@@ -100,10 +100,12 @@ pub(crate) fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
     if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
         std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
     }
+    let mut files = crate::util::Files::new();
+    a.gpu.add_to(&mut files);
+    files
+        .output("--export-json", a.export_json.as_deref())
+        .check()?;
     crate::launch::run::check_gpu_flags(&a.gpu, None)?;
-    if let Some(p) = &a.export_json {
-        crate::util::check_outputs(&[("--export-json", p)], &[])?;
-    }
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
     // One GPU proves what one GPU can: the streaming kernel and the P2P protocol on virtual ranks.
     let one_gpu = comm::device_count() == 1 && a.gpu.gpus.is_none() && a.gpu.devices.is_none();

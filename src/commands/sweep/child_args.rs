@@ -53,9 +53,11 @@ pub(crate) fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Ve
     v.extend(["--rank-time".into(), a.repeat.rank_time.name().into()]);
     v.extend(a.host_gaps.to_args());
     v.extend(["--cpu-affinity".into(), a.gpu.cpu_affinity.arg()]);
-    v.extend(["--link".into(), a.model.link.clone()]);
-    if let Some(p) = &a.model.profile {
-        v.extend(["--profile".into(), p.display().to_string()]);
+    // a fitted profile sets every parameter of the model: the link goes only without one
+    // (the two together are refused)
+    match &a.model.profile {
+        Some(p) => v.extend(["--profile".into(), p.display().to_string()]),
+        None => v.extend(["--link".into(), a.model.link.clone()]),
     }
     v
 }
