@@ -32,8 +32,8 @@ pub(crate) const CUDA_CORE_MAX_TOKENS: usize = 16;
 pub(crate) const CUDA_CORE_AUTO_TOKENS: usize = 8;
 /// Threads per block of every streaming kernel (THREADS in both sources).
 const THREADS: u32 = 256;
-/// 16-byte vectors per stage of `stream_mma` (STAGE_VECS): 8 KB, one cp.async per thread twice.
-const STAGE_VECS: u64 = 512;
+/// 16-byte vectors per stage of `stream_mma` (STAGE_VECS): 16 KB, four cp.async per thread.
+const STAGE_VECS: u64 = 1024;
 /// The token tiles per warp of `stream_mma_MW` (MW = 1..=MMA_WIDTHS).
 const MMA_WIDTHS: usize = 8;
 /// Flops of one mma.sync m16n8k16: 2 x 16 x 8 x 16.
