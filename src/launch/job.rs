@@ -29,7 +29,7 @@ pub mod steps;
 
 pub use compute::{FIXED_COST_LAUNCHES, POOL_BYTES};
 pub use rank::run_rank;
-pub use steps::{plan_steps, plan_steps_of_ops, stream_launches, Step};
+pub use steps::{plan_steps, plan_steps_of_ops, stream_launches, stream_launches_by_tokens, Step};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -262,6 +262,10 @@ pub struct RankResult {
     /// launches of the schedule's mean size, when compute ran.
     #[serde(default)]
     pub stream_fixed_us: Option<f64>,
+    /// The streaming kernel at each token count of the replay's launches on this rank, when
+    /// compute ran.
+    #[serde(default)]
+    pub stream_rates: Vec<crate::record::StreamRate>,
     /// Per configuration: the per-collective timing pass, one entry per verify (empty when
     /// the configuration had none).
     #[serde(default)]

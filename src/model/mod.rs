@@ -21,7 +21,7 @@ pub mod shape;
 pub use engine::Engine;
 pub use schedule::{
     build, CollectiveKind, ComputeKind, DType, Logits, Op, Phase, Routing, Schedule,
-    ScheduleOptions,
+    ScheduleOptions, TokenHistogram, TokenRow,
 };
 pub use shape::ModelShape;
 

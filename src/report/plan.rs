@@ -70,6 +70,14 @@ pub(crate) fn render_with(s: &Schedule, ops: bool, engine: Option<&EngineView>) 
             if s.tokens == 1 { "" } else { "s" }
         );
     }
+    if let Some(h) = s.routed_histogram() {
+        let _ = writeln!(
+            o,
+            "# routed experts as replayed (whole experts, each streamed once with its own tokens): {} ({} token-expert pairs)",
+            h.describe("experts"),
+            h.pairs()
+        );
+    }
     if let Some(c) = &s.config_reading {
         if let Some(r) = &c.read_as {
             let _ = writeln!(o, "# config read as {r}");
@@ -178,12 +186,17 @@ pub(crate) fn render_with(s: &Schedule, ops: bool, engine: Option<&EngineView>) 
                     kind,
                     weight_bytes,
                     layer: l,
+                    token_histogram,
                 } => writeln!(
                     o,
-                    "  {i:>4}  {:<14} {:>12} B  weights {}",
+                    "  {i:>4}  {:<14} {:>12} B  weights {}{}",
                     k_name(kind.name()),
                     grouped(*weight_bytes),
-                    layer(l)
+                    layer(l),
+                    token_histogram
+                        .as_ref()
+                        .map(|h| format!("  {}", h.describe("experts")))
+                        .unwrap_or_default()
                 ),
             };
         }

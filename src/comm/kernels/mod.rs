@@ -24,12 +24,14 @@ pub(crate) const PARTIAL_STRIDE: usize = MAX_STREAM_TOKENS;
 pub(crate) const CUDA_CORE_MAX_TOKENS: usize = 16;
 /// Up to this many tokens a streaming launch runs on the CUDA cores, above it on the tensor
 /// cores (where the GPU has bf16 tensor cores, compute capability 8.0 and newer). Measured on an
-/// H200, the CUDA-core kernel streams at 103-106% of the copy bandwidth (read + write) from 1 to
-/// 8 tokens (results/h200x1/bandwidth-ab-aaacb07-c25d825/summary.txt); past 8 its 8 x T
-/// multiply-adds per 16-byte load approach the CUDA cores' rate (at 16 tokens, by the datasheet,
-/// an H100 SXM needs 80% of its fp32 peak, 26.8 of 33.5 T multiply-adds/s, to keep up with its
-/// 3.35 TB/s). `bandwidth` times both kernels at 1-16 tokens: the measurement decides.
-pub(crate) const CUDA_CORE_AUTO_TOKENS: usize = 8;
+/// H100 (3 runs of `bandwidth --tokens 1,2,3,4,6,8,10,12,14,16 --op-sizes 1M`, best passes, GB/s),
+/// the CUDA-core kernel was ahead at 6, 8 and 10 tokens by less than 1% but in every run, its
+/// range above the tensor cores' (T=8: 3082 against 3047-3062; T=10: 3074-3075 against
+/// 3049-3064), and behind from 12 (2901-2904 against 3048-3054; 2605-2612 against 3047-3057 at
+/// 16): its 8 x T multiply-adds per 16-byte load reach the CUDA cores' rate between 10 and 12
+/// tokens. 11 was not measured; it goes to the tensor cores, whose rate does not depend on the
+/// count below the knee. `bandwidth` times both kernels at 1-16 tokens: the measurement decides.
+pub(crate) const CUDA_CORE_AUTO_TOKENS: usize = 10;
 /// Threads per block of every streaming kernel (THREADS in both sources).
 const THREADS: u32 = 256;
 /// 16-byte vectors per stage of `stream_mma` (STAGE_VECS): 16 KB, four cp.async per thread.

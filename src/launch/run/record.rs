@@ -5,9 +5,11 @@
 use crate::comm;
 use crate::launch::job::{Job, RankResult};
 use crate::measure::Summary;
+use std::collections::BTreeMap;
+
 use crate::record::{
-    Body, Mode, Part, Provenance, RankTime, Record, Source, VerifyResult, VerifyRun, WorkerInfo,
-    Workload,
+    Body, Mode, Part, Provenance, RankTime, Record, Source, StreamRate, VerifyResult, VerifyRun,
+    WorkerInfo, Workload,
 };
 
 /// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest
@@ -259,7 +261,10 @@ fn verify_record_with(
         .fold(None, |m: Option<f64>, x| {
             Some(m.map_or(x, |m: f64| m.max(x)))
         });
-    if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
+    let rates = slowest_rates(results);
+    if !rates.is_empty() {
+        p.notes.push(rates_note(&rates));
+    } else if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
         use crate::launch::job::{plan_steps, stream_launches, FIXED_COST_LAUNCHES};
         let nops = stream_launches(&plan_steps(schedule, 0)).0;
         p.notes.push(format!(
@@ -278,11 +283,55 @@ fn verify_record_with(
             workload: Workload::of(schedule),
             runs: vruns,
             stream_gbps,
-            predicted_compute_us: stream_gbps
-                .map(|g| schedule.total_weight_bytes() as f64 / (g * 1e3)),
+            predicted_compute_us: if rates.is_empty() {
+                stream_gbps.map(|g| schedule.total_weight_bytes() as f64 / (g * 1e3))
+            } else {
+                Some(rates.iter().map(StreamRate::predicted_us).sum())
+            },
+            stream_rates: rates,
             p2p: vec![],
         }),
     ))
+}
+
+/// The streaming rates per token count over the ranks: the slowest rank's rate and largest
+/// fixed cost at each count (the launches and bytes are the schedule's, the same on every rank).
+fn slowest_rates(results: &[RankResult]) -> Vec<StreamRate> {
+    let mut by: BTreeMap<u64, StreamRate> = BTreeMap::new();
+    for r in results.iter().flat_map(|r| &r.stream_rates) {
+        by.entry(r.tokens)
+            .and_modify(|m| {
+                m.gbps = m.gbps.min(r.gbps);
+                m.fixed_us = m.fixed_us.max(r.fixed_us);
+            })
+            .or_insert(*r);
+    }
+    by.into_values().collect()
+}
+
+/// The note of the compute prediction: per token count, bytes / rate (and the flop rate it is)
+/// + launches x fixed cost, and the sum.
+fn rates_note(rates: &[StreamRate]) -> String {
+    use crate::launch::job::FIXED_COST_LAUNCHES;
+    let parts: Vec<String> = rates
+        .iter()
+        .map(|r| {
+            format!(
+                "T={}: {} B / {:.0} GB/s ({:.1} TFLOP/s) + {} x {:.2} us",
+                r.tokens,
+                r.bytes,
+                r.gbps,
+                r.gbps * r.tokens as f64 / 1e3,
+                r.launches,
+                r.fixed_us
+            )
+        })
+        .collect();
+    let total: f64 = rates.iter().map(StreamRate::predicted_us).sum();
+    format!(
+        "compute prediction, bytes / rate + launches x fixed cost at each token count the replay streams with (the dense ops at the forward's tokens, each group of routed experts at its own; the rate of one launch over the whole pool, the fixed cost from {FIXED_COST_LAUNCHES} back-to-back launches of the count's mean size against one launch of their bytes, same run): {} = {total:.1} us",
+        parts.join("; ")
+    )
 }
 
 #[cfg(test)]
@@ -306,6 +355,7 @@ mod tests {
             init_s: 0.5 + rank as f64,
             stream_gbps: None,
             stream_fixed_us: None,
+            stream_rates: vec![],
             passes: vec![],
             affinity: None,
             clocks_khz: None,
