@@ -747,6 +747,13 @@ mod tests {
         }
         assert_eq!(define(STREAM_SRC, "MAXT"), CUDA_CORE_MAX_TOKENS);
         assert_eq!(define(STREAM_MMA_SRC, "STAGE_VECS"), STAGE_VECS as usize);
+        // each warp takes an even count of a stage's 32-vector tiles (its loop takes two a
+        // turn): TILES / (8 warps / groups) for 1, 2 and 4 groups
+        let tiles = STAGE_VECS as usize / 32;
+        for groups in [1, 2, 4] {
+            assert_eq!(tiles % (8 / groups), 0);
+            assert_eq!((tiles / (8 / groups)) % 2, 0, "{groups} groups");
+        }
         // one stream_mma_MW (and its PDL twin) per width
         for w in 1..=MMA_WIDTHS {
             assert!(

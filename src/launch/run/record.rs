@@ -500,6 +500,76 @@ mod tests {
     }
 
     #[test]
+    fn the_compute_prediction_sums_bytes_over_rate_and_launches_per_token_count() {
+        // two ranks measured the kernel at 1 token (routed experts) and 32 (dense ops); the
+        // slowest rank's rate and largest fixed cost count at each:
+        //   T=1:  6,000,000,000 B / 3000 GB/s = 2000 us + 60 x 3.0 us  = 2180 us
+        //   T=32: 1,200,000,000 B / 2400 GB/s =  500 us + 123 x 5.0 us = 1115 us
+        // sum 3295 us; the T=32 rate is 2400 x 32 / 1000 = 76.8 TFLOP/s
+        let schedule = crate::model::build(
+            &presets::preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp: 8,
+                tokens: 32,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let job = Job::Verify {
+            schedule,
+            runs: vec![(true, Mode::Compute)],
+            iters: 1,
+            warmup: 0,
+            launches_per_layer: 0,
+            run_impls: vec![],
+            host_gaps: Default::default(),
+            timing_pass: 0,
+            pdl: false,
+        };
+        let rate = |tokens, gbps, fixed_us, launches, bytes| StreamRate {
+            tokens,
+            gbps,
+            fixed_us,
+            launches,
+            bytes,
+        };
+        let mut a = rank(0, vec![vec![3400.0]], vec![0]);
+        a.stream_gbps = Some(2450.0);
+        a.stream_rates = vec![
+            rate(1, 3050.0, 3.0, 60, 6_000_000_000),
+            rate(32, 2450.0, 5.0, 123, 1_200_000_000),
+        ];
+        let mut b = rank(1, vec![vec![3300.0]], vec![0]);
+        b.stream_gbps = Some(2400.0);
+        b.stream_rates = vec![
+            rate(1, 3000.0, 2.5, 60, 6_000_000_000),
+            rate(32, 2400.0, 4.0, 123, 1_200_000_000),
+        ];
+        let r = [a, b];
+        let rec = verify_record_with(&job, &r, RankTime::Max, || {
+            worker_provenance("processes", crate::util::now_utc(), &r)
+        })
+        .unwrap();
+        let Body::Verify(v) = &rec.body else {
+            panic!("a verify record")
+        };
+        assert!((v.predicted_compute_us.unwrap() - 3295.0).abs() < 1e-6);
+        assert_eq!(v.stream_rates.len(), 2);
+        assert_eq!(v.stream_rates[1], rate(32, 2400.0, 5.0, 123, 1_200_000_000));
+        let note = rec
+            .provenance
+            .notes
+            .iter()
+            .find(|n| n.starts_with("compute prediction, bytes / rate"))
+            .unwrap();
+        assert!(
+            note.contains("T=1: 6000000000 B / 3000 GB/s (3.0 TFLOP/s) + 60 x 3.00 us; T=32: 1200000000 B / 2400 GB/s (76.8 TFLOP/s) + 123 x 5.00 us = 3295.0 us"),
+            "{note}"
+        );
+    }
+
+    #[test]
     fn a_trace_export_needs_a_verify_job_with_a_pass_on_every_rank() {
         let p = std::path::Path::new("unwritten.json");
         let r = [rank(0, vec![vec![1.0]], vec![0])];
