@@ -72,6 +72,7 @@ fn verify_record() -> Record {
             runs: vec![run(false), run(true)],
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
         }),
     )

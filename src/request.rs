@@ -268,6 +268,16 @@ impl ResolvedWorkload {
         Ok(())
     }
 
+    /// The tokens of the forward the schedule replays: a schedule file's own, else `--tokens`
+    /// for the verify phase and one token for a decode or draft step.
+    pub(crate) fn forward_tokens(&self) -> u64 {
+        match (&self.source, self.flags.phase) {
+            (WorkloadSource::File(f), _) => f.schedule.tokens,
+            (_, Phase::Verify) => self.flags.tokens,
+            (_, Phase::Decode | Phase::Draft) => 1,
+        }
+    }
+
     /// The file the workload came from (`--schedule` or `--model-config`); empty for a preset.
     fn path(&self) -> &std::path::Path {
         let f = &self.flags;

@@ -153,6 +153,7 @@ impl Backend for MockBackend {
                 runs,
                 stream_gbps: None,
                 predicted_compute_us: None,
+                stream_rates: vec![],
                 p2p,
             }),
         ))

@@ -33,7 +33,7 @@ pub(crate) mod requirements;
 
 pub(crate) use device::Event;
 pub use device::{Buffer, Gpu, Graph};
-pub(crate) use kernels::MAX_STREAM_TOKENS;
+pub use kernels::MAX_STREAM_TOKENS;
 pub use nccl::{Communicator, UniqueId};
 
 /// Number of CUDA devices, or 0 when the driver library is missing or fails to initialise.

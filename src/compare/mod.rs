@@ -355,6 +355,7 @@ mod tests {
                 runs: vec![run(false, &jitter(eager)), run(true, &jitter(graph))],
                 stream_gbps: None,
                 predicted_compute_us: None,
+                stream_rates: vec![],
                 p2p: vec![],
             }),
         );

@@ -426,6 +426,7 @@ pub(crate) fn verify(
             // Modeled runs have no measured streaming bandwidth to predict from.
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
         },
         profile: label,

@@ -261,7 +261,11 @@ pub(crate) struct RankResult {
     /// The cost of one streaming launch beyond its bytes on this rank (us), from back-to-back
     /// launches of the schedule's mean size, when compute ran.
     #[serde(default)]
-    pub(crate) stream_fixed_us: Option<f64>,
+    pub stream_fixed_us: Option<f64>,
+    /// The streaming kernel at each token count of the replay's launches on this rank, when
+    /// compute ran.
+    #[serde(default)]
+    pub stream_rates: Vec<crate::record::StreamRate>,
     /// Per configuration: the per-collective timing pass, one entry per verify (empty when
     /// the configuration had none).
     #[serde(default)]

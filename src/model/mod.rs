@@ -20,7 +20,7 @@ pub mod shape;
 
 pub(crate) use engine::Engine;
 pub use schedule::{build, CollectiveKind, DType, Op, Phase, Schedule, ScheduleOptions};
-pub(crate) use schedule::{Logits, Routing};
+pub(crate) use schedule::{Logits, Routing, TokenHistogram};
 pub use shape::ModelShape;
 
 use std::path::Path;

@@ -77,7 +77,64 @@ pub enum Op {
         /// Weight bytes this rank streams (its TP shard, scales included).
         weight_bytes: u64,
         layer: Option<u64>,
+        /// The tokens each weight unit of the op meets, where not every unit meets every token
+        /// of the forward (the routed experts: how many experts receive how many tokens);
+        /// `None`: the whole op meets all the forward's tokens (attention, dense MLP, router,
+        /// shared experts, LM head).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token_histogram: Option<TokenHistogram>,
     },
+}
+
+/// How many weight units of an op meet how many tokens: for the routed experts of one MoE layer,
+/// the experts that receive exactly `tokens` of the forward's tokens, `units` of each count.
+/// The op's `weight_bytes` is `unit_bytes` x the units (whole experts); a replay streams each
+/// row's units once against its own token count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenHistogram {
+    /// Weight bytes of one unit on this rank (one expert's TP shard).
+    pub unit_bytes: u64,
+    /// In increasing `tokens`, each with at least one unit.
+    pub rows: Vec<TokenRow>,
+}
+
+/// `units` weight units that each meet `tokens` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRow {
+    pub tokens: u64,
+    pub units: u64,
+}
+
+impl TokenHistogram {
+    /// The units touched (experts that receive at least one token).
+    pub fn units(&self) -> u64 {
+        self.rows.iter().map(|r| r.units).sum()
+    }
+
+    /// The unit-token pairs (token-expert pairs: tokens x top-k when every pair is kept).
+    pub fn pairs(&self) -> u64 {
+        self.rows.iter().map(|r| r.units * r.tokens).sum()
+    }
+
+    /// "188 experts touched: 133 by 1 token, 44 by 2, 9 by 3, 2 by 4".
+    pub fn describe(&self, unit: &str) -> String {
+        let rows: Vec<String> = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let tok = if i > 0 {
+                    ""
+                } else if r.tokens == 1 {
+                    " token"
+                } else {
+                    " tokens"
+                };
+                format!("{} by {}{tok}", r.units, r.tokens)
+            })
+            .collect();
+        format!("{} {unit} touched: {}", self.units(), rows.join(", "))
+    }
 }
 
 /// How the routed experts selected by T tokens are counted.
@@ -243,6 +300,19 @@ impl Schedule {
         groups
     }
 
+    /// The token histogram of the first routed-expert op (every MoE layer's is the same in a
+    /// built schedule); `None` for dense models and schedules without compute.
+    pub fn routed_histogram(&self) -> Option<&TokenHistogram> {
+        self.ops.iter().find_map(|o| match o {
+            Op::Compute {
+                kind: ComputeKind::RoutedExperts,
+                token_histogram: Some(h),
+                ..
+            } => Some(h),
+            _ => None,
+        })
+    }
+
     pub(crate) fn count_collectives(&self, kind: CollectiveKind) -> u64 {
         self.ops
             .iter()
@@ -318,6 +388,108 @@ pub(crate) fn distinct_experts(moe: &Moe, tokens: u64, routing: Routing) -> f64 
         Routing::Uniform => e * (1.0 - (1.0 - k / e).powi(tokens as i32)),
         Routing::Worst => e.min(tokens as f64 * k),
     }
+}
+
+/// How many routed experts of one MoE layer receive how many of `tokens` tokens, in whole
+/// experts: `(tokens j, experts)` rows in increasing j.
+///
+/// Uniform routing: each token picks `k` distinct experts of `E` at random, so one expert is hit
+/// by one token with probability p = k / E, independently from token to token, and the expected
+/// number of experts hit exactly j times is E x C(T, j) p^j (1 - p)^(T - j). The rule that makes
+/// whole experts of it: for every j, the experts hit at least j times, E x P(X >= j) with X ~
+/// Binomial(T, p), rounded to the nearest whole expert (the rows are the differences of these
+/// counts, so the experts touched are the expected distinct experts, rounded); the token-expert
+/// pairs, which are the sum of these counts over j, then differ from T x k by the rounding: the
+/// difference is made up one pair at a time at the j whose count was rounded furthest the other
+/// way (one expert moved from j - 1 to j tokens, or at j = 1 one expert more or less touched),
+/// keeping the counts non-increasing in j. The pairs come out at T x k exactly.
+///
+/// Worst routing (every token picks experts no other token picked): T x k experts hit once; past
+/// E experts, the T x k pairs spread as evenly as they go (every expert hit floor(T k / E) or one
+/// more time).
+pub(crate) fn expert_histogram(moe: &Moe, tokens: u64, routing: Routing) -> Vec<TokenRow> {
+    let (e, k, t) = (
+        moe.routed_experts,
+        moe.experts_per_token.min(moe.routed_experts),
+        tokens,
+    );
+    let rows = |pairs: Vec<(u64, u64)>| -> Vec<TokenRow> {
+        pairs
+            .into_iter()
+            .filter(|&(j, n)| j > 0 && n > 0)
+            .map(|(tokens, units)| TokenRow { tokens, units })
+            .collect()
+    };
+    if e == 0 || k == 0 || t == 0 {
+        return vec![];
+    }
+    match routing {
+        Routing::Worst if t * k <= e => rows(vec![(1, t * k)]),
+        Routing::Worst => {
+            let (q, r) = (t * k / e, t * k % e);
+            rows(vec![(q, e - r), (q + 1, r)])
+        }
+        Routing::Uniform if k == e => rows(vec![(t, e)]),
+        Routing::Uniform => {
+            let at_least = experts_hit_at_least(e, k, t);
+            let counts = whole_experts(&at_least, e, t * k);
+            rows(
+                (1..=t as usize)
+                    .map(|j| (j as u64, counts[j] - counts[j + 1]))
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// E x P(X >= j) for j = 0..=T + 1, X ~ Binomial(T, k / E) (0 < k < E): the expected experts hit
+/// at least j times. The probabilities come from the log of the mass function, term by term
+/// (C(T, j) p^j (1-p)^(T-j) = the previous term x (T - j + 1) / j x p / (1 - p)), and the tail
+/// sums from the top, so that small tails keep their digits.
+fn experts_hit_at_least(e: u64, k: u64, t: u64) -> Vec<f64> {
+    let p = k as f64 / e as f64;
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    let mut log_pmf = Vec::with_capacity(t as usize + 1);
+    let mut l = t as f64 * lq;
+    log_pmf.push(l);
+    for j in 1..=t {
+        l += ((t - j + 1) as f64 / j as f64).ln() + lp - lq;
+        log_pmf.push(l);
+    }
+    let mut at_least = vec![0.0; t as usize + 2];
+    for j in (0..=t as usize).rev() {
+        at_least[j] = at_least[j + 1] + log_pmf[j].exp();
+    }
+    at_least.iter().map(|x| x.min(1.0) * e as f64).collect()
+}
+
+/// Whole-expert counts of `at_least` (the expected experts hit at least j times, j = 0..=T + 1)
+/// whose sum over j >= 1 is `pairs`: each rounded to the nearest, then moved by one at a time
+/// toward `pairs` where the rounding went furthest the other way, keeping them non-increasing
+/// (count 0 is all `e` experts, count T + 1 none). See [`expert_histogram`].
+fn whole_experts(at_least: &[f64], e: u64, pairs: u64) -> Vec<u64> {
+    let last = at_least.len() - 1;
+    let mut c: Vec<i64> = at_least.iter().map(|x| x.round() as i64).collect();
+    c[0] = e as i64;
+    c[last] = 0;
+    let mut diff = pairs as i64 - c[1..last].iter().sum::<i64>();
+    while diff != 0 {
+        let up = diff > 0;
+        let pick = (1..last)
+            .filter(|&j| if up { c[j] < c[j - 1] } else { c[j] > c[j + 1] })
+            .map(|j| {
+                let off = at_least[j] - c[j] as f64;
+                (j, if up { off } else { -off })
+            })
+            .fold(None, |best: Option<(usize, f64)>, (j, o)| match best {
+                Some((_, b)) if b >= o => best,
+                _ => Some((j, o)),
+            });
+        let Some((j, _)) = pick else { break };
+        c[j] += if up { 1 } else { -1 };
+        diff += if up { -1 } else { 1 };
+    }
+    c.into_iter().map(|x| x.max(0) as u64).collect()
 }
 
 fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
@@ -516,12 +688,14 @@ fn plain_mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
     f.matrix_bytes(il, h) + f.matrix_bytes(h, il)
 }
 
-/// The compute ops of one feed-forward part, for `experts` distinct routed experts.
-fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: f64, l: u64) -> Vec<Op> {
+/// The compute ops of one feed-forward part, its routed experts touched as `experts` says (how
+/// many receive how many tokens).
+fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: &[TokenRow], l: u64) -> Vec<Op> {
     let op = |kind, weight_bytes| Op::Compute {
         kind,
         weight_bytes,
         layer: Some(l),
+        token_histogram: None,
     };
     match *ffn {
         Ffn::Dense {
@@ -552,10 +726,16 @@ fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: f64, l: u64) -> V
                 ComputeKind::Router,
                 WeightFormat::Bf16.matrix_bytes(m.routed_experts, h),
             ));
-            v.push(op(
-                ComputeKind::RoutedExperts,
-                (experts * one as f64).round() as u64,
-            ));
+            let hist = TokenHistogram {
+                unit_bytes: one,
+                rows: experts.to_vec(),
+            };
+            v.push(Op::Compute {
+                kind: ComputeKind::RoutedExperts,
+                weight_bytes: hist.units() * one,
+                layer: Some(l),
+                token_histogram: Some(hist),
+            });
             if m.shared_experts > 0 {
                 v.push(op(
                     ComputeKind::SharedExperts,
@@ -586,11 +766,15 @@ pub fn parameter_counts(shape: &ModelShape) -> Option<(u64, u64)> {
         }
         if let Some(f) = &b.ffn {
             let (all, k) = match f {
-                Ffn::Moe { moe, .. } => (moe.routed_experts as f64, moe.experts_per_token as f64),
-                _ => (0.0, 0.0),
+                Ffn::Moe { moe, .. } => (moe.routed_experts, moe.experts_per_token),
+                _ => (0, 0),
             };
-            let sum = |e: f64| -> u64 {
-                ffn_ops(f, &p, h, 1, e, l as u64)
+            let sum = |e: u64| -> u64 {
+                let once = [TokenRow {
+                    tokens: 1,
+                    units: e,
+                }];
+                ffn_ops(f, &p, h, 1, &once, l as u64)
                     .iter()
                     .map(|o| match o {
                         Op::Compute { weight_bytes, .. } => weight_bytes / 2,
@@ -638,6 +822,7 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
     let dt = opt.dtype;
     let mut ops = Vec::new();
     let mut experts = 0.0;
+    let mut routed = vec![];
 
     if phase == Phase::Draft {
         check_divides(tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
@@ -657,8 +842,9 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
     } else {
         if let Some(m) = shape.first_moe() {
             experts = distinct_experts(&m, tokens, opt.routing);
+            routed = expert_histogram(&m, tokens, opt.routing);
         }
-        target_layers(shape, opt, act, experts, &mut ops);
+        target_layers(shape, opt, act, &routed, &mut ops);
         (shape.precision.lm_head, shape.vocab)
     };
     if shape.weights_known {
@@ -666,6 +852,7 @@ pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow:
             kind: ComputeKind::LmHead,
             weight_bytes: lm_head.matrix_bytes(vocab / tp, h),
             layer: None,
+            token_histogram: None,
         });
     }
     if opt.logits == Logits::Gather {
@@ -709,6 +896,7 @@ fn draft_layer(shape: &ModelShape, opt: &ScheduleOptions, act: u64, ops: &mut Ve
             kind: ComputeKind::DraftFc,
             weight_bytes: WeightFormat::Bf16.matrix_bytes(h, 3 * h),
             layer: Some(0),
+            token_histogram: None,
         });
     }
     if known {
@@ -716,6 +904,7 @@ fn draft_layer(shape: &ModelShape, opt: &ScheduleOptions, act: u64, ops: &mut Ve
             kind: ComputeKind::Attention,
             weight_bytes: gqa_bytes(WeightFormat::Bf16, h, heads, kv_heads, head_dim, tp),
             layer: Some(0),
+            token_histogram: None,
         });
     }
     ops.push(collective(
@@ -730,6 +919,7 @@ fn draft_layer(shape: &ModelShape, opt: &ScheduleOptions, act: u64, ops: &mut Ve
             kind: ComputeKind::DenseMlp,
             weight_bytes: mlp_bytes(WeightFormat::Bf16, h, inter - inter % tp, tp),
             layer: Some(0),
+            token_histogram: None,
         });
     }
     ops.push(collective(
@@ -742,12 +932,12 @@ fn draft_layer(shape: &ModelShape, opt: &ScheduleOptions, act: u64, ops: &mut Ve
 }
 
 /// The target's layers onto `ops`: each layer's mixer and FFN weights (when known) and their
-/// all-reduces of `act` elements; `experts` distinct experts read per MoE layer.
+/// all-reduces of `act` elements; per MoE layer, the routed experts touched as `experts` says.
 fn target_layers(
     shape: &ModelShape,
     opt: &ScheduleOptions,
     act: u64,
-    experts: f64,
+    experts: &[TokenRow],
     ops: &mut Vec<Op>,
 ) {
     let (tp, h, dt) = (opt.tp, shape.hidden, opt.dtype);
@@ -761,6 +951,7 @@ fn target_layers(
                     kind,
                     weight_bytes,
                     layer: Some(l),
+                    token_histogram: None,
                 });
             }
             // a replicated linear in place of attention needs no reduction
@@ -910,6 +1101,93 @@ mod tests {
         assert!(u3 < 24.0 && u3 > 23.0, "{u3}");
         assert_eq!(distinct_experts(&m, 3, Routing::Worst), 24.0);
         assert_eq!(distinct_experts(&m, 100, Routing::Worst), 384.0);
+    }
+
+    #[test]
+    fn experts_fed_their_own_tokens_at_32_tokens_by_hand() {
+        // Uniform routing, T = 32 tokens, E = 384 experts, top-8: an expert is hit by one token
+        // with p = 8/384 = 1/48, q = 47/48, independently per token; X ~ Binomial(32, 1/48).
+        //   P(X = 0) = q^32 = exp(32 ln(47/48)) = exp(-0.673709) = 0.509818
+        //   P(X = 1) = 32 p q^31 = (32/47) P(0)          = 0.347110
+        //   P(X = 2) = P(1) x (31/2) x (p/q) = x 31/94   = 0.114474
+        //   P(X = 3) = P(2) x (30/3) / 47                = 0.024356
+        //   P(X = 4) = P(3) x (29/4) / 47                = 0.0037570
+        //   P(X = 5) = P(4) x (28/5) / 47                = 0.00044764, P(X >= 6) = 0.0000466
+        // Experts hit at least j times, 384 x P(X >= j), and rounded:
+        //   j = 1: 384 x 0.490182 = 188.23 -> 188 (the expected distinct experts)
+        //   j = 2: 188.23 - 133.29 = 54.94  -> 55
+        //   j = 3: 54.94 - 43.96   = 10.98  -> 11
+        //   j = 4: 10.98 - 9.35    = 1.63   -> 2
+        //   j = 5: 1.63 - 1.44     = 0.19   -> 0
+        // Pairs: 188 + 55 + 11 + 2 = 256 = 32 x 8, no adjustment. Experts hit exactly j times:
+        // 188 - 55 = 133 by 1, 55 - 11 = 44 by 2, 11 - 2 = 9 by 3, 2 by 4 (expected 133.29,
+        // 43.96, 9.35, 1.44).
+        let m = preset("kimi-k2.5").unwrap().moe.unwrap();
+        let rows: Vec<(u64, u64)> = expert_histogram(&m, 32, Routing::Uniform)
+            .iter()
+            .map(|r| (r.tokens, r.units))
+            .collect();
+        assert_eq!(rows, [(1, 133), (2, 44), (3, 9), (4, 2)]);
+        // the schedule's routed-expert ops carry them, each expert's TP shard once: gate_up
+        // (2 x 2048 / 8 x 7168) + down (7168 x 2048 / 8) weights in INT4 with one bf16 scale
+        // per 32 (4.5 bits, 9/16 B per weight) = 3 x 7168 x 256 x 9/16 B
+        let s = kimi(8, 32);
+        let h = s.routed_histogram().unwrap();
+        assert_eq!(h.unit_bytes, 3 * 7168 * 256 * 9 / 16);
+        assert_eq!((h.units(), h.pairs()), (188, 256));
+        assert_eq!(
+            h.describe("experts"),
+            "188 experts touched: 133 by 1 token, 44 by 2, 9 by 3, 2 by 4"
+        );
+        let w = s.weight_bytes_by_kind();
+        assert_eq!(w[&ComputeKind::RoutedExperts], 60 * 188 * h.unit_bytes);
+        // one token: its 8 experts, each once
+        let one = expert_histogram(&m, 1, Routing::Uniform);
+        assert_eq!(
+            one,
+            [TokenRow {
+                tokens: 1,
+                units: 8
+            }]
+        );
+    }
+
+    #[test]
+    fn whole_experts_keep_every_token_expert_pair() {
+        // at every token count the pairs are T x k exactly, the experts touched the expected
+        // distinct experts within one, and the counts of each row positive
+        let m = preset("kimi-k2.5").unwrap().moe.unwrap();
+        for t in 1..=512u64 {
+            let rows = expert_histogram(&m, t, Routing::Uniform);
+            let h = TokenHistogram {
+                unit_bytes: 1,
+                rows,
+            };
+            assert_eq!(h.pairs(), t * 8, "T={t}");
+            let d = distinct_experts(&m, t, Routing::Uniform);
+            assert!(
+                (h.units() as f64 - d).abs() <= 1.0,
+                "T={t}: {} vs {d}",
+                h.units()
+            );
+            assert!(h.units() <= 384 && h.rows.iter().all(|r| r.units > 0));
+            assert!(h.rows.windows(2).all(|w| w[0].tokens < w[1].tokens));
+        }
+        // worst routing: 32 x 8 = 256 experts once each; 64 x 8 = 512 pairs over 384 experts:
+        // 128 of them twice, 256 once
+        let w32 = expert_histogram(&m, 32, Routing::Worst);
+        assert_eq!(
+            w32,
+            [TokenRow {
+                tokens: 1,
+                units: 256
+            }]
+        );
+        let w64: Vec<(u64, u64)> = expert_histogram(&m, 64, Routing::Worst)
+            .iter()
+            .map(|r| (r.tokens, r.units))
+            .collect();
+        assert_eq!(w64, [(1, 256), (2, 128)]);
     }
 
     #[test]

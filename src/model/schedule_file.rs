@@ -72,7 +72,34 @@ impl ScheduleFile {
                 "host_gaps_per_rank_us is empty (one list per rank, or leave it out)".into(),
             );
         }
+        let tokens = self.schedule.tokens;
         for (i, op) in self.schedule.ops.iter().enumerate() {
+            if let Op::Compute {
+                weight_bytes,
+                token_histogram: Some(h),
+                ..
+            } = op
+            {
+                if h.units().checked_mul(h.unit_bytes) != Some(*weight_bytes) {
+                    return Err(format!(
+                        "op {i}: weight_bytes {weight_bytes} is not the token histogram's {} units x unit_bytes {}",
+                        h.units(),
+                        h.unit_bytes
+                    ));
+                }
+                let bad = h.rows.iter().enumerate().find(|(k, r)| {
+                    r.units == 0
+                        || r.tokens == 0
+                        || r.tokens > tokens
+                        || (*k > 0 && h.rows[k - 1].tokens >= r.tokens)
+                });
+                if let Some((_, r)) = bad {
+                    return Err(format!(
+                        "op {i}: token histogram row {{tokens: {}, units: {}}}: rows need 1..={tokens} tokens in increasing order, each with units",
+                        r.tokens, r.units
+                    ));
+                }
+            }
             if let Op::Collective {
                 dtype,
                 count,

@@ -189,7 +189,7 @@ pub struct RecordedWorkload {
     pub(crate) all_gather_bytes_per_rank: u64,
     /// `null` when the model's weights are not known (a config the table could not read: the
     /// schedule holds the collectives only); never 0 for unknown.
-    pub(crate) weight_bytes_per_rank: Option<u64>,
+    pub weight_bytes_per_rank: Option<u64>,
 }
 
 /// What a verify replay contained.
@@ -267,6 +267,31 @@ pub struct InCollective {
     pub(crate) how: String,
 }
 
+/// The streaming kernel at one token count, measured in the same run as the replay (the
+/// slowest rank), with the replay's streaming launches at that count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StreamRate {
+    pub tokens: u64,
+    /// Weights read per second by one launch over the whole weight pool (best of three), GB/s:
+    /// the read bandwidth where the kernel is memory-bound, its flop rate / tokens (2 flops per
+    /// bf16 weight per token) where it is compute-bound.
+    pub gbps: f64,
+    /// The cost of one launch beyond its bytes, us (back-to-back launches of this count's mean
+    /// size against one launch of their bytes).
+    pub fixed_us: f64,
+    /// The replay's streaming launches at this count per forward.
+    pub launches: u64,
+    /// Their weight bytes.
+    pub bytes: u64,
+}
+
+impl StreamRate {
+    /// This count's share of the compute prediction: bytes / rate + launches x fixed cost, us.
+    pub fn predicted_us(&self) -> f64 {
+        self.bytes as f64 / (self.gbps * 1e3) + self.launches as f64 * self.fixed_us
+    }
+}
+
 /// `verify`: a replay of the schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifyResult {
@@ -276,10 +301,15 @@ pub struct VerifyResult {
     /// GB/s, when compute was replayed.
     #[serde(default)]
     pub stream_gbps: Option<f64>,
-    /// The schedule's own prediction of the compute-only time: weight bytes per rank divided
-    /// by `stream_gbps` (us).
+    /// The schedule's own prediction of the compute-only time (us): with `stream_rates`, the
+    /// sum over its token counts of bytes / rate + launches x fixed cost per launch; in records
+    /// without them, weight bytes per rank divided by `stream_gbps`.
     #[serde(default)]
     pub predicted_compute_us: Option<f64>,
+    /// The streaming kernel at each token count the replay launched it with (the forward's
+    /// tokens for the dense ops, each routed-expert group's own), measured in the same run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stream_rates: Vec<StreamRate>,
     /// The same replays with the all-reduces on a custom P2P implementation (`--impl`), in
     /// the order asked; the all-gather stays NCCL's. Empty in records without them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -519,6 +549,7 @@ mod tests {
                 }],
                 stream_gbps: None,
                 predicted_compute_us: None,
+                stream_rates: vec![],
                 p2p: vec![],
             }),
         )

@@ -70,6 +70,14 @@ pub(crate) fn render_with(s: &Schedule, ops: bool, engine: Option<&EngineView>) 
             if s.tokens == 1 { "" } else { "s" }
         );
     }
+    if let Some(h) = s.routed_histogram() {
+        let _ = writeln!(
+            o,
+            "# routed experts as replayed (whole experts, each streamed once with its own tokens): {} ({} token-expert pairs)",
+            h.describe("experts"),
+            h.pairs()
+        );
+    }
     if let Some(c) = &s.config_reading {
         if let Some(r) = &c.read_as {
             let _ = writeln!(o, "# config read as {r}");
@@ -148,45 +156,57 @@ pub(crate) fn render_with(s: &Schedule, ops: bool, engine: Option<&EngineView>) 
         );
     }
     if ops {
-        let _ = writeln!(o, "\nOperations in order");
-        for (i, op) in s.ops.iter().enumerate() {
-            let layer = |l: &Option<u64>| l.map(|l| format!("layer {l}")).unwrap_or_default();
-            let _ = match op {
-                Op::Collective {
-                    kind,
-                    bytes_per_rank,
-                    site,
-                    layer: l,
-                    ..
-                } => {
-                    let named = engine
-                        .and_then(|v| v.ops.get(i).cloned().flatten())
-                        .map(|e| match e.fused_with {
-                            Some(f) => format!("  fused with {f}: {}", e.kernel),
-                            None => format!("  {}", e.call),
-                        })
-                        .unwrap_or_default();
-                    writeln!(
-                        o,
-                        "  {i:>4}  {:<14} {:>12} B  {site} {}{named}",
-                        kind.name(),
-                        grouped(*bytes_per_rank),
-                        layer(l)
-                    )
-                }
-                Op::Compute {
-                    kind,
-                    weight_bytes,
-                    layer: l,
-                } => writeln!(
+        o.push_str(&render_ops(s, engine));
+    }
+    o
+}
+
+/// The "Operations in order" part of the plan (`--ops`), with an engine's names where given.
+fn render_ops(s: &Schedule, engine: Option<&EngineView>) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "\nOperations in order");
+    for (i, op) in s.ops.iter().enumerate() {
+        let layer = |l: &Option<u64>| l.map(|l| format!("layer {l}")).unwrap_or_default();
+        let _ = match op {
+            Op::Collective {
+                kind,
+                bytes_per_rank,
+                site,
+                layer: l,
+                ..
+            } => {
+                let named = engine
+                    .and_then(|v| v.ops.get(i).cloned().flatten())
+                    .map(|e| match e.fused_with {
+                        Some(f) => format!("  fused with {f}: {}", e.kernel),
+                        None => format!("  {}", e.call),
+                    })
+                    .unwrap_or_default();
+                writeln!(
                     o,
-                    "  {i:>4}  {:<14} {:>12} B  weights {}",
-                    k_name(kind.name()),
-                    grouped(*weight_bytes),
+                    "  {i:>4}  {:<14} {:>12} B  {site} {}{named}",
+                    kind.name(),
+                    grouped(*bytes_per_rank),
                     layer(l)
-                ),
-            };
-        }
+                )
+            }
+            Op::Compute {
+                kind,
+                weight_bytes,
+                layer: l,
+                token_histogram,
+            } => writeln!(
+                o,
+                "  {i:>4}  {:<14} {:>12} B  weights {}{}",
+                k_name(kind.name()),
+                grouped(*weight_bytes),
+                layer(l),
+                token_histogram
+                    .as_ref()
+                    .map(|h| format!("  {}", h.describe("experts")))
+                    .unwrap_or_default()
+            ),
+        };
     }
     o
 }

@@ -372,12 +372,21 @@ pub fn verify_table(r: &Record) -> String {
         }
     }
     if let (Some(bw), Some(pred)) = (v.stream_gbps, v.predicted_compute_us) {
-        let _ = write!(
-            o,
-            "# compute prediction: {} B / {bw:.0} GB/s (streaming kernel, same run) = {pred:.1} us",
-            w.weight_bytes_per_rank
-                .map_or_else(|| "unknown".into(), grouped)
-        );
+        let bytes = w
+            .weight_bytes_per_rank
+            .map_or_else(|| "unknown".into(), grouped);
+        if v.stream_rates.is_empty() {
+            let _ = write!(
+                o,
+                "# compute prediction: {bytes} B / {bw:.0} GB/s (streaming kernel, same run) = {pred:.1} us"
+            );
+        } else {
+            let launches: u64 = v.stream_rates.iter().map(|r| r.launches).sum();
+            let _ = write!(
+                o,
+                "# compute prediction: {bytes} B / the streaming kernel's rate at each launch's token count + {launches} launches x fixed cost (same run) = {pred:.1} us"
+            );
+        }
         for graph in [true, false] {
             if let Some(c) = v.run(graph, Mode::Compute) {
                 let m = c.per_verify.median_us;

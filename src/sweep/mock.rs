@@ -196,6 +196,7 @@ pub(crate) fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOu
             runs,
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
         }),
     ));

@@ -83,6 +83,7 @@ fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
             runs: vec![run(false, graph_us * 1.3), run(true, graph_us)],
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
         }),
     )

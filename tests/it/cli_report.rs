@@ -94,6 +94,7 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
             ],
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
         }),
     )

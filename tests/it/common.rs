@@ -62,6 +62,7 @@ pub fn verify_record(
             runs,
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
         }),
     )

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::compute::{check_memory, Compute};
 use super::slots::{self, SLOTS};
-use super::steps::{plan_steps_of_ops, stream_launches, Step};
+use super::steps::{plan_steps_of_ops, stream_launches, stream_launches_by_tokens, Step};
 use super::{FaultKind, Job, P2pExchange, RankResult, RankSetup};
 use crate::comm::p2p::{file_exchange, Impl, P2pAllReduce, P2pConfig, Workspace};
 use crate::comm::{Buffer, Communicator, Event, Gpu, Graph};
@@ -15,6 +15,7 @@ use crate::measure::gaps::{busy_wait_us, schedule_launches, HostGaps, Launch};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::Mode;
+use crate::record::StreamRate;
 
 /// One slot of a collective: its own buffers and inputs.
 struct Slot {
@@ -679,10 +680,25 @@ fn load_compute(
     result: &mut RankResult,
 ) -> anyhow::Result<Compute> {
     let c = Compute::new(&rank.gpu, schedule.tokens as usize, pdl)?;
-    result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
+    let gpu = &rank.gpu;
+    result.stream_gbps = Some(c.measure_gbps(gpu, c.tokens)?);
     let (n, sum) = stream_launches(steps);
     if let Some(mean) = sum.checked_div(n) {
-        result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, mean)?);
+        result.stream_fixed_us = Some(c.measure_fixed_us(gpu, mean, c.tokens)?);
+    }
+    // each token count the launches use (the routed experts' groups beside the forward's)
+    for (tokens, (n, sum)) in stream_launches_by_tokens(steps) {
+        let gbps = match (tokens == c.tokens, result.stream_gbps) {
+            (true, Some(g)) => g,
+            _ => c.measure_gbps(gpu, tokens)?,
+        };
+        result.stream_rates.push(StreamRate {
+            tokens: tokens as u64,
+            gbps,
+            fixed_us: c.measure_fixed_us(gpu, sum / n.max(1), tokens)?,
+            launches: n,
+            bytes: sum * 16,
+        });
     }
     Ok(c)
 }
@@ -802,11 +818,15 @@ impl VerifyRun<'_> {
                     }
                     ci += 1;
                 }
-                Step::Stream { start, nvec } => {
+                Step::Stream {
+                    start,
+                    nvec,
+                    tokens,
+                } => {
                     if mode != Mode::Comm {
                         let c = self.v.compute.as_ref().expect("compute loaded");
                         c.kernels
-                            .stream(gpu, &c.pool, start, nvec, &c.act, c.tokens, &c.partial)?;
+                            .stream(gpu, &c.pool, start, nvec, &c.act, tokens, &c.partial)?;
                     }
                 }
                 Step::Tiny => {
@@ -951,7 +971,15 @@ mod tests {
 
     #[test]
     fn each_mode_launches_its_own_steps() {
-        let steps = [Step::Coll, Step::Stream { start: 0, nvec: 4 }, Step::Tiny];
+        let steps = [
+            Step::Coll,
+            Step::Stream {
+                start: 0,
+                nvec: 4,
+                tokens: 3,
+            },
+            Step::Tiny,
+        ];
         let row = |m| steps.iter().map(|s| launches_in(s, m)).collect::<Vec<_>>();
         assert_eq!(row(Mode::Comm), [true, false, false]);
         assert_eq!(row(Mode::Compute), [false, true, true]);
