@@ -18,8 +18,12 @@ use crate::error::usage;
 
 /// Parses the file at `path`. Every error names the file, and a missing key is named.
 pub fn load(path: &Path) -> anyhow::Result<ModelShape> {
-    let text =
-        crate::util::read_text(path, "model config", "the model's Hugging Face config.json")?;
+    let text = crate::util::read_text(
+        path,
+        "model config",
+        "the model's Hugging Face config.json",
+        crate::util::read::CONFIG,
+    )?;
     let json: Value = serde_json::from_str(&python_json(&text)).map_err(|e| {
         usage(format!(
             "model config '{}' is {}; give the model's Hugging Face config.json",

@@ -107,6 +107,7 @@ impl ScheduleFile {
             path,
             "schedule file",
             "a schedule (`verifybench plan --format json`, `trace --export-schedule`)",
+            crate::util::read::SCHEDULE,
         )?;
         if let Some(n) = count_ops(text.as_bytes()) {
             check_length(n)?;

@@ -130,6 +130,8 @@ pub(crate) fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, 
             out.extend(found.into_iter().map(|f| (f, false)));
         } else if p.is_file() {
             out.push((p.clone(), true));
+        } else if let Some(e) = crate::util::read::refuse_special(p, "trace") {
+            return Err(e);
         } else {
             crate::usage_bail!("'{}': no such file or folder", p.display());
         }
