@@ -24,6 +24,7 @@ pub mod chrome;
 pub mod event;
 pub mod extract;
 pub mod kernels;
+pub(crate) mod limits;
 pub(crate) mod logmatch;
 pub mod names;
 pub mod nccl_log;
