@@ -29,6 +29,7 @@ pub fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
     if let Some(p) = &a.accept_from_log {
         let (tau, notes) = crate::evidence::read_accept_log(p)?;
         flags.measured_accept_length = Some(tau);
+        flags.measured_from = format!("--accept-from-log '{}'", p.display());
         file_notes.extend(notes);
     }
     // A break-even needs the decode time: its baseline.

@@ -5,9 +5,10 @@
 
 use std::path::Path;
 
-use super::{read, sglang, short_name, vllm, Labelled, Launch, Origin, Source};
+use super::{sglang, short_name, vllm, Labelled, Launch, Origin, Source};
 use crate::error::usage;
 use crate::model::Engine;
+use crate::util::read::{read, SERVER_LOG};
 
 /// What the server log says.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,21 +43,24 @@ fn not_utf8(path: &Path) -> anyhow::Error {
 /// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, and a
 /// note when some SGLang lines ran without a CUDA graph.
 pub fn read_accept_log(path: &Path) -> anyhow::Result<(Labelled, Vec<String>)> {
-    let text = String::from_utf8(read(path, "--accept-from-log")?).map_err(|_| not_utf8(path))?;
-    accept_length(path, vllm::acceptance(&text), || sglang::acceptance(&text))
+    let text = String::from_utf8(read(path, "--accept-from-log", SERVER_LOG)?)
+        .map_err(|_| not_utf8(path))?;
+    accept_length(path, "--accept-from-log", vllm::acceptance(&text), || {
+        sglang::acceptance(&text)
+    })
 }
 
 /// The accept length of a log's vLLM lines as [`vllm::acceptance`] read them, else of its SGLang
-/// lines (`sglang`, called only then).
+/// lines (`sglang`, called only then); errors name the file as given to `flag`.
 fn accept_length(
     path: &Path,
+    flag: &str,
     vllm: Result<Option<vllm::Acceptance>, String>,
-    sglang: impl FnOnce() -> Option<sglang::AcceptLog>,
+    sglang: impl FnOnce() -> Result<Option<sglang::AcceptLog>, String>,
 ) -> anyhow::Result<(Labelled, Vec<String>)> {
     let file = short_name(path);
-    if let Some(v) =
-        vllm.map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
-    {
+    let refuse = |e: String| usage(format!("{flag} '{}' {e}", path.display()));
+    if let Some(v) = vllm.map_err(refuse)? {
         let detail = format!(
             "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
             v.lines,
@@ -72,9 +76,9 @@ fn accept_length(
         );
         return Ok((Labelled { value, origin }, vec![]));
     }
-    let log = sglang().ok_or_else(|| {
+    let log = sglang().map_err(refuse)?.ok_or_else(|| {
         usage(format!(
-            "--accept-from-log '{}': no SGLang decode line with an accept length above 0 (`Decode batch. ... accept len: 2.31`); is speculative decoding on?",
+            "{flag} '{}': no SGLang decode line with an accept length above 0 (`Decode batch. ... accept len: 2.31`); is speculative decoding on?",
             path.display()
         ))
     })?;
@@ -99,11 +103,11 @@ fn accept_length(
 
 /// Reads the server log of `--server-log`.
 pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
-    let bytes = read(path, "--server-log")?;
+    let bytes = read(path, "--server-log", SERVER_LOG)?;
     let text = String::from_utf8_lossy(&bytes);
-    let sg = sglang::acceptance(&text);
-    let vl_read = vllm::acceptance(&text);
-    let vl = vl_read.clone().ok().flatten();
+    let refuse = |e: String| usage(format!("--server-log '{}' {e}", path.display()));
+    let sg = sglang::acceptance(&text).map_err(refuse)?;
+    let vl = vllm::acceptance(&text).map_err(refuse)?;
     // The engines' own lines first (a log of one may name the other in an import warning).
     let engine = if vl.is_some() {
         Some(Engine::Vllm)
@@ -126,7 +130,7 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
         return Err(not_utf8(path));
     } else {
         // Its note on `cuda graph: False` lines is the launch's (below), said once.
-        let (l, _) = accept_length(path, vl_read, || sg.clone())?;
+        let (l, _) = accept_length(path, "--server-log", Ok(vl.clone()), || Ok(sg.clone()))?;
         Some(l)
     };
     if engine.is_none() {
@@ -150,26 +154,29 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
         model,
         launch,
         custom_ar_off,
-        batch1_tokens_per_s: batch1_throughput(&text),
+        batch1_tokens_per_s: batch1_throughput(&text).map_err(refuse)?,
     })
 }
 
 /// The mean generation throughput of the log's lines with exactly one running request (batch
 /// 1, the break-even's assumption) and a throughput above 0, SGLang's decode lines and vLLM's
-/// periodic stats alike. `None` when no line qualifies.
-pub(crate) fn batch1_throughput(text: &str) -> Option<(f64, usize)> {
-    let v: Vec<f64> = text
-        .lines()
-        .filter_map(|l| {
-            let (n, t) = if l.contains(sglang::DECODE_LINE) {
-                sglang::throughput(l)?
-            } else {
-                vllm::throughput(l)?
-            };
-            (n == 1.0 && t > 0.0).then_some(t)
-        })
-        .collect();
-    (!v.is_empty()).then(|| (v.iter().sum::<f64>() / v.len() as f64, v.len()))
+/// periodic stats alike. `None` when no line qualifies; an error naming the line where a count
+/// or a throughput is not one (a negative or non-finite value, an exponent past the range).
+pub(crate) fn batch1_throughput(text: &str) -> Result<Option<(f64, usize)>, String> {
+    let mut v = vec![];
+    for (i, l) in text.lines().enumerate() {
+        let read = if l.contains(sglang::DECODE_LINE) {
+            sglang::throughput(l)
+        } else {
+            vllm::throughput(l)
+        };
+        if let Some((n, t)) = read.map_err(|e| format!("line {}: {e}", i + 1))? {
+            if n == 1.0 && t > 0.0 {
+                v.push(t);
+            }
+        }
+    }
+    Ok((!v.is_empty()).then(|| (v.iter().sum::<f64>() / v.len() as f64, v.len())))
 }
 
 #[cfg(test)]
@@ -193,10 +200,10 @@ mod tests {
     [x TP0] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0,\n\
     [x TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0,\n";
         // the two lines of one running request: (100 + 80) / 2
-        assert_eq!(batch1_throughput(sg), Some((90.0, 2)));
+        assert_eq!(batch1_throughput(sg), Ok(Some((90.0, 2))));
         let vl = "INFO 05-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 95.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n\
     INFO 05-01 10:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%\n";
-        assert_eq!(batch1_throughput(vl), Some((95.6, 1)));
-        assert_eq!(batch1_throughput("nothing\n"), None);
+        assert_eq!(batch1_throughput(vl), Ok(Some((95.6, 1))));
+        assert_eq!(batch1_throughput("nothing\n"), Ok(None));
     }
 }

@@ -8,7 +8,10 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::{captured, quoted, Launch, LaunchMode};
+use super::{
+    number, number_after, quote_line, quoted, Launch, LaunchMode, ACCEPT_LENGTH, COUNT, FRACTION,
+    THROUGHPUT,
+};
 
 /// What marks an acceptance line (and a vLLM log).
 const METRICS_LINE: &str = "SpecDecoding metrics:";
@@ -39,17 +42,33 @@ pub struct Acceptance {
     pub positions: Option<usize>,
 }
 
-/// The number after `key` in `line` (up to the next space or comma).
-fn number_after(line: &str, key: &str) -> Option<f64> {
-    let rest = line[line.find(key)? + key.len()..].trim_start();
-    let end = rest.find([',', ' ', '%']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
+/// The per-position rates of a metrics line (`Per-position acceptance rate: 0.645, 0.393,
+/// 0.240, Avg Draft ...`): the items up to the first that begins with a letter other than
+/// those of `inf` and `nan`, each read and checked as a rate by the logs' number reader;
+/// `None` without the key.
+fn rates(line: &str) -> Result<Option<Vec<f64>>, String> {
+    const KEY: &str = "Per-position acceptance rate:";
+    let Some(p) = line.find(KEY) else {
+        return Ok(None);
+    };
+    let mut out = vec![];
+    for x in line[p + KEY.len()..].split(',').map(str::trim) {
+        let numeric = x.parse::<f64>().is_ok()
+            || x.starts_with(|c: char| c.is_ascii_digit() || "+-.".contains(c));
+        if !numeric {
+            break;
+        }
+        out.push(number(x, KEY, FRACTION, line)?);
+    }
+    Ok(Some(out))
 }
 
 /// Reads vLLM's `SpecDecoding metrics:` lines from `text`; `None` when there are none.
 /// Drafts per line are accepted / (sum of the per-position rates) (each rate is accepted at
 /// that position / drafts, so the sum is accepted / drafts), else drafted / positions; lines
-/// with no draft are skipped.
+/// with no draft are skipped. Every number goes through the logs' number reader
+/// ([`super::number_after`]); a line whose numbers do not fit (a rate above 1, more tokens
+/// accepted than drafted) is an error naming the line.
 pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
     let (mut accepted, mut drafts, mut lines) = (0.0, 0.0, 0usize);
     let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
@@ -58,19 +77,19 @@ pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
         if !line.contains(METRICS_LINE) {
             continue;
         }
-        let mean = number_after(line, "Mean acceptance length:");
-        let acc = number_after(line, "Accepted:");
-        let drafted = number_after(line, "Drafted:");
-        let rates: Option<Vec<f64>> = line
-            .find("Per-position acceptance rate:")
-            .map(|p| &line[p + "Per-position acceptance rate:".len()..])
-            .map(|rest| {
-                rest.split(',')
-                    .map(|x| x.trim())
-                    .take_while(|x| x.parse::<f64>().is_ok())
-                    .map(|x| x.parse().unwrap())
-                    .collect()
-            });
+        let at = |e: String| format!("line {}: {e}", i + 1);
+        let mean = number_after(line, "Mean acceptance length:", ACCEPT_LENGTH).map_err(at)?;
+        let acc = number_after(line, "Accepted:", COUNT).map_err(at)?;
+        let drafted = number_after(line, "Drafted:", COUNT).map_err(at)?;
+        let rates = rates(line).map_err(at)?;
+        if let (Some(a), Some(d)) = (acc, drafted) {
+            if a > d {
+                return Err(at(format!(
+                    "{a} tokens accepted of {d} drafted: a draft token is accepted at most once: `{}`",
+                    quote_line(line)
+                )));
+            }
+        }
         let (Some(mean), Some(acc)) = (mean, acc) else {
             return Err(format!(
                 "line {}: a `SpecDecoding metrics:` line without `Mean acceptance length:` and `Accepted: N tokens`",
@@ -112,14 +131,15 @@ pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
 }
 
 /// A stats line's running requests and generation throughput (`Avg generation throughput: X
-/// tokens/s, Running: N reqs`).
-pub(crate) fn throughput(line: &str) -> Option<(f64, f64)> {
-    static N: OnceLock<Regex> = OnceLock::new();
-    static T: OnceLock<Regex> = OnceLock::new();
-    Some((
-        captured(&N, r"Running: (\d+) reqs", line)?,
-        captured(&T, r"Avg generation throughput: ([0-9.]+) tokens/s", line)?,
-    ))
+/// tokens/s, Running: N reqs`); `None` for a line without both; an error for a value that is
+/// not a count or a throughput.
+pub(crate) fn throughput(line: &str) -> Result<Option<(f64, f64)>, String> {
+    const N: &str = "Running:";
+    const T: &str = "Avg generation throughput:";
+    if !(line.contains(N) && line.contains(T)) {
+        return Ok(None);
+    }
+    Ok(number_after(line, N, COUNT)?.zip(number_after(line, T, THROUGHPUT)?))
 }
 
 /// The model of the engine config's line (`with config: model='..'`, the config's string in

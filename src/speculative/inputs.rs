@@ -68,6 +68,9 @@ pub struct Flags {
     /// A mean accept length measured elsewhere (`--accept-from-log`), used when `acceptance`
     /// is absent.
     pub measured_accept_length: Option<Labelled>,
+    /// The flag and file it was read from, as its refusal names them (`--server-log
+    /// 'server.log'`).
+    pub measured_from: String,
 }
 
 impl Flags {
@@ -354,7 +357,11 @@ fn accept_length(flags: &Flags, k: u64) -> anyhow::Result<Option<Labelled>> {
     Ok(match &flags.acceptance {
         None => match &flags.measured_accept_length {
             Some(l) => {
-                check_accept_length("--accept-from-log", l.value, k)?;
+                let name = match flags.measured_from.as_str() {
+                    "" => "the measured accept length".to_string(),
+                    from => format!("{from} gives an accept length of"),
+                };
+                check_accept_length(&name, l.value, k)?;
                 Some(l.clone())
             }
             None => None,
