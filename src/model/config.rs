@@ -162,6 +162,8 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         .filter(|h| *h > 0)
         .unwrap_or((hidden / 128).max(1));
     let precision = deepseek_v4_experts(precision, model_type, quant, &c);
+    // a present expert count that no MoE has is refused, not planned as a dense model
+    arch::routed_experts(&c)?;
     c.check_bounds()?;
     reading_warnings(
         &c,
