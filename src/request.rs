@@ -414,10 +414,7 @@ impl Default for GpuSpec {
     }
 }
 
-/// The most ranks (--tp, --gpus, --devices) any command accepts.
-pub(crate) const MAX_RANKS: usize = 1024;
-/// The most tokens per forward (--tokens).
-pub(crate) const MAX_TOKENS: u64 = 65536;
+pub(crate) use crate::model::schedule::{MAX_RANKS, MAX_TOKENS};
 /// The largest collective size (-b, -e, --sizes): 16 GiB.
 pub(crate) const MAX_COLLECTIVE_BYTES: u64 = 16 << 30;
 

@@ -11,6 +11,8 @@ mod files;
 pub use files::write_file;
 pub(crate) use files::{identity, Files, Identity};
 
+pub(crate) mod read;
+
 /// Current UTC time as RFC 3339.
 pub fn now_utc() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -154,13 +156,17 @@ fn plain_serde_message(m: &str) -> String {
     out
 }
 
-/// The text of a file the user gave as `what` ("model config", "results file"). A refusal is
-/// one line that names the file, says what it is and what to give instead (`give`): a file
-/// that cannot be read, an empty one, a gzip-compressed one, one that is not UTF-8 text.
-pub(crate) fn read_text(path: &Path, what: &str, give: &str) -> anyhow::Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        crate::error::usage(format!("cannot read {what} '{}': {e}", path.display()))
-    })?;
+/// The text of a file the user gave as `what` ("model config", "results file"), at most
+/// `limit` ([`read::read`]). A refusal is one line that names the file, says what it is and
+/// what to give instead (`give`): a file that cannot be read, one that is no regular file or
+/// is larger than its limit, an empty one, a gzip-compressed one, one that is not UTF-8 text.
+pub(crate) fn read_text(
+    path: &Path,
+    what: &str,
+    give: &str,
+    limit: read::Limit,
+) -> anyhow::Result<String> {
+    let bytes = read::read(path, what, limit)?;
     let p = path.display();
     if bytes.is_empty() {
         crate::usage_bail!("{what} '{p}' is empty (0 bytes): give {give}");

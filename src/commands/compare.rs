@@ -128,6 +128,7 @@ fn nccl_tests(
             f,
             "--nccl-tests file",
             "the text output of nccl-tests (all_reduce_perf and the like)",
+            crate::util::read::NCCL_TESTS,
         )?;
         let run =
             parse(&text).map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;

@@ -173,6 +173,7 @@ fn nccl_tests_tables(f: &std::path::Path) -> anyhow::Result<(String, Vec<ntfit::
         f,
         "--nccl-tests file",
         "the text output of nccl-tests (all_reduce_perf and the like)",
+        crate::util::read::NCCL_TESTS,
     )?;
     let runs = crate::nccl_tests::parse_runs(&text)
         .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;

@@ -35,7 +35,11 @@ fn send(m: &Message) {
 /// Runs one rank and reports on stdout. The exit code is 0 even on error (the error travels in
 /// the protocol); a crash or a deliberate fault exits otherwise.
 pub(crate) fn run(a: &RankRequest) -> anyhow::Result<i32> {
-    let job: Job = serde_json::from_str(&std::fs::read_to_string(&a.job)?)?;
+    let job: Job = serde_json::from_slice(&crate::util::read::read(
+        &a.job,
+        "--job",
+        crate::util::read::JOB,
+    )?)?;
     let setup = RankSetup {
         rank: a.rank,
         nranks: a.nranks,

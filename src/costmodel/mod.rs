@@ -80,9 +80,8 @@ impl ModelSettings {
     /// without a leave-one-out error).
     pub(crate) fn stated_error(&self) -> anyhow::Result<Option<StatedError>> {
         if let Some(path) = &self.profile {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let bytes = crate::util::read::read(path, "profile file", crate::util::read::PROFILE)?;
+            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
             // A profile written by `model fit` is a record: its fit lies under result.data.
             let fit = ["/result/data/fit", "/data/fit", "/fit"]
                 .iter()

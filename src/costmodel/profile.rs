@@ -712,6 +712,7 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<Profile> {
         path,
         "profile file",
         "a cost-model profile (`verifybench model fit -o FILE`)",
+        crate::util::read::PROFILE,
     )?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         usage(format!(

@@ -14,12 +14,8 @@ pub(crate) mod sglang;
 pub(crate) mod vllm;
 
 use std::path::Path;
-use std::sync::OnceLock;
 
-use regex::Regex;
 use serde::Serialize;
-
-use crate::error::usage;
 
 pub(crate) use nccl::{read_nccl_logs, NcclLogText};
 pub(crate) use provenance::{Labelled, Origin, Source};
@@ -33,16 +29,112 @@ pub(crate) fn short_name(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// A file's bytes; one that cannot be read is a usage error naming the flag.
-fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| usage(format!("{flag} '{}': cannot read: {e}", path.display())))
+/// What a number in a server's log stands for, and the values it may take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Quantity {
+    /// What it is, with its article ("an accept length").
+    what: &'static str,
+    min: f64,
+    max: f64,
+    /// 0 is allowed besides `min..=max` (an interval with nothing to report).
+    zero: bool,
+    integer: bool,
+    /// The values allowed, in words.
+    range: &'static str,
 }
 
-/// The number that `pattern`'s first group captures in `line` (the pattern compiled once, in
-/// `cell`).
-fn captured(cell: &'static OnceLock<Regex>, pattern: &str, line: &str) -> Option<f64> {
-    let re = cell.get_or_init(|| Regex::new(pattern).expect("valid regex"));
-    re.captures(line).and_then(|c| c[1].parse::<f64>().ok())
+impl Quantity {
+    fn fits(&self, v: f64) -> bool {
+        v.is_finite()
+            && ((self.zero && v == 0.0) || (self.min..=self.max).contains(&v))
+            && (!self.integer || v.fract() == 0.0)
+    }
+}
+
+/// A mean accept length (SGLang's `accept len:`, vLLM's `Mean acceptance length:`).
+pub(crate) const ACCEPT_LENGTH: Quantity = Quantity {
+    what: "an accept length",
+    min: 1.0,
+    max: 65.0,
+    zero: true,
+    integer: false,
+    range: "1 to 65, the bonus token and at most 64 draft tokens; 0 for an interval without speculation",
+};
+
+/// A generation throughput (tokens per second).
+pub(crate) const THROUGHPUT: Quantity = Quantity {
+    what: "a throughput",
+    min: 0.0,
+    max: 1e6,
+    zero: true,
+    integer: false,
+    range: "0 to 1,000,000 tokens/s; engines decode at tens to thousands",
+};
+
+/// A count of requests or tokens.
+pub(crate) const COUNT: Quantity = Quantity {
+    what: "a count",
+    min: 0.0,
+    max: 1e12,
+    zero: true,
+    integer: true,
+    range: "a whole number from 0 to 10^12",
+};
+
+/// A fraction (vLLM's per-position acceptance rates).
+pub(crate) const FRACTION: Quantity = Quantity {
+    what: "a rate",
+    min: 0.0,
+    max: 1.0,
+    zero: true,
+    integer: false,
+    range: "a fraction from 0 to 1",
+};
+
+/// A percentage (vLLM's `Avg Draft acceptance rate: 40.7%`).
+pub(crate) const PERCENT: Quantity = Quantity {
+    what: "a percentage",
+    min: 0.0,
+    max: 100.0,
+    zero: true,
+    integer: false,
+    range: "0 to 100 %",
+};
+
+/// A log line as a refusal quotes it: trimmed and escaped ([`crate::util::escaped`]).
+pub(crate) fn quote_line(line: &str) -> String {
+    crate::util::escaped(line.trim(), 512)
+}
+
+/// The one reader of the numbers of a server's log: the token after `key` in `line` (up to the
+/// next comma, blank, closing bracket, semicolon or `%`), read whole as the line wrote it (a
+/// sign, a fraction, an exponent; `inf` and `nan` are read, then refused), and checked as `q`.
+/// `Ok(None)` where the line lacks `key`; the error names the value, what it should be and
+/// quotes the line (the caller adds the file and the line number).
+pub(crate) fn number_after(line: &str, key: &str, q: Quantity) -> Result<Option<f64>, String> {
+    let Some(at) = line.find(key) else {
+        return Ok(None);
+    };
+    let rest = line[at + key.len()..].trim_start();
+    let end = rest
+        .find([',', ' ', '\t', '%', ')', ']', ';'])
+        .unwrap_or(rest.len());
+    number(&rest[..end], key, q, line).map(Some)
+}
+
+/// `token`, the value of `key` in `line`, read and checked as `q` (see [`number_after`]).
+pub(crate) fn number(token: &str, key: &str, q: Quantity, line: &str) -> Result<f64, String> {
+    match token.parse::<f64>().ok().filter(|v| q.fits(*v)) {
+        Some(v) => Ok(v),
+        None => Err(format!(
+            "`{} {}` is not {} ({}): `{}`",
+            key.trim_end(),
+            crate::util::escaped(token, 64),
+            q.what,
+            q.range,
+            quote_line(line)
+        )),
+    }
 }
 
 /// How the verify was launched, as the server's log says it.

@@ -28,7 +28,7 @@ pub(crate) fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogTex
     paths
         .iter()
         .map(|p| {
-            let bytes = super::read(p, "--nccl-log")?;
+            let bytes = crate::util::read::read(p, "--nccl-log", crate::util::read::NCCL_LOG)?;
             if crate::util::looks_like_json(&bytes[..bytes.len().min(4096)]) {
                 crate::usage_bail!(
                     "--nccl-log '{}' is a JSON document (a profiler trace?), not an NCCL log: give traces to --trace and the log NCCL writes with NCCL_DEBUG=INFO to --nccl-log",

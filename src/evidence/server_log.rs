@@ -8,9 +8,10 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::{read, sglang, short_name, vllm, Batch1Rate, Labelled, Launch, Origin, Source};
+use super::{sglang, short_name, vllm, Batch1Rate, Labelled, Launch, Origin, Source};
 use crate::error::usage;
 use crate::model::Engine;
+use crate::util::read::{read, SERVER_LOG};
 
 /// What the server log says.
 #[derive(Debug, Clone, PartialEq)]
@@ -195,10 +196,12 @@ pub(crate) struct AcceptFromLog {
 /// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, the
 /// draft count it gives, and its notes.
 pub(crate) fn read_accept_log(path: &Path) -> anyhow::Result<AcceptFromLog> {
-    let text = String::from_utf8(read(path, "--accept-from-log")?).map_err(|_| not_utf8(path))?;
+    let text = String::from_utf8(read(path, "--accept-from-log", SERVER_LOG)?)
+        .map_err(|_| not_utf8(path))?;
     let vl = vllm::acceptance(&text);
     let figures = vl.clone().ok().flatten();
-    let (accept_length, mut notes) = accept_length(path, vl, || sglang::acceptance(&text))?;
+    let (accept_length, mut notes) =
+        accept_length(path, "--accept-from-log", vl, || sglang::acceptance(&text))?;
     let file = short_name(path);
     let draft_steps = vllm_draft_steps(&file, &text, figures.as_ref());
     if let Some(a) = &figures {
@@ -233,16 +236,16 @@ pub(crate) fn vllm_draft_steps(
 }
 
 /// The accept length of a log's vLLM lines as [`vllm::acceptance`] read them, else of its SGLang
-/// lines (`sglang`, called only then).
+/// lines (`sglang`, called only then); errors name the file as given to `flag`.
 fn accept_length(
     path: &Path,
+    flag: &str,
     vllm: Result<Option<vllm::Acceptance>, String>,
-    sglang: impl FnOnce() -> Option<sglang::AcceptLog>,
+    sglang: impl FnOnce() -> Result<Option<sglang::AcceptLog>, String>,
 ) -> anyhow::Result<(Labelled, Vec<String>)> {
     let file = short_name(path);
-    if let Some(v) =
-        vllm.map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
-    {
+    let refuse = |e: String| usage(format!("{flag} '{}' {e}", path.display()));
+    if let Some(v) = vllm.map_err(refuse)? {
         let detail = format!(
             "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
             v.lines,
@@ -258,9 +261,9 @@ fn accept_length(
         );
         return Ok((Labelled { value, origin }, vec![]));
     }
-    let log = sglang().ok_or_else(|| {
+    let log = sglang().map_err(refuse)?.ok_or_else(|| {
         usage(format!(
-            "--accept-from-log '{}': no SGLang decode line with an accept length above 0 (`Decode batch. ... accept len: 2.31`); is speculative decoding on?",
+            "{flag} '{}': no SGLang decode line with an accept length above 0 (`Decode batch. ... accept len: 2.31`); is speculative decoding on?",
             path.display()
         ))
     })?;
@@ -285,11 +288,11 @@ fn accept_length(
 
 /// Reads the server log of `--server-log`.
 pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
-    let bytes = read(path, "--server-log")?;
+    let bytes = read(path, "--server-log", SERVER_LOG)?;
     let text = String::from_utf8_lossy(&bytes);
-    let sg = sglang::acceptance(&text);
-    let vl_read = vllm::acceptance(&text);
-    let vl = vl_read.clone().ok().flatten();
+    let refuse = |e: String| usage(format!("--server-log '{}' {e}", path.display()));
+    let sg = sglang::acceptance(&text).map_err(refuse)?;
+    let vl = vllm::acceptance(&text).map_err(refuse)?;
     // The engines' own lines first (a log of one may name the other in an import warning).
     let engine = if vl.is_some() {
         Some(Engine::Vllm)
@@ -312,7 +315,7 @@ pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
         return Err(not_utf8(path));
     } else {
         // Its note on `cuda graph: False` lines is the launch's (below), said once.
-        let (l, _) = accept_length(path, vl_read, || sg.clone())?;
+        let (l, _) = accept_length(path, "--server-log", Ok(vl.clone()), || Ok(sg.clone()))?;
         Some(l)
     };
     if engine.is_none() {
@@ -338,7 +341,8 @@ pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
             vllm::steady_rate(&text)
         } else {
             sglang_batch1(&text)
-        },
+        }
+        .map_err(refuse)?,
         file,
         engine,
         accept_length,
@@ -351,26 +355,28 @@ pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
 
 /// The mean generation throughput of SGLang's decode lines with exactly one running request
 /// (batch 1, the break-even's assumption) and a throughput above 0 (each line the mean of a
-/// fixed number of decode iterations, so every one is steady). `None` when no line qualifies.
-pub(crate) fn sglang_batch1(text: &str) -> Option<Batch1Rate> {
+/// fixed number of decode iterations, so every one is steady). `None` when no line qualifies;
+/// an error naming the line where a count or a throughput is not one.
+pub(crate) fn sglang_batch1(text: &str) -> Result<Option<Batch1Rate>, String> {
     let (mut kept, mut v) = (vec![], vec![]);
     for (i, l) in text.lines().enumerate() {
         if !l.contains(sglang::DECODE_LINE) {
             continue;
         }
-        if let Some((_, t)) = sglang::throughput(l).filter(|&(n, t)| n == 1.0 && t > 0.0) {
+        let read = sglang::throughput(l).map_err(|e| format!("line {}: {e}", i + 1))?;
+        if let Some((_, t)) = read.filter(|&(n, t)| n == 1.0 && t > 0.0) {
             kept.push(i + 1);
             v.push(t);
         }
     }
-    (!v.is_empty()).then(|| Batch1Rate {
+    Ok((!v.is_empty()).then(|| Batch1Rate {
         tokens_per_s: v.iter().sum::<f64>() / v.len() as f64,
         which: format!(
             "mean `gen throughput` of {} `Decode batch` lines with one running request",
             v.len()
         ),
         kept,
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -394,9 +400,9 @@ mod tests {
     [x TP0] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0,\n\
     [x TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0,\n";
         // the two lines of one running request: (100 + 80) / 2
-        let b = sglang_batch1(sg).unwrap();
+        let b = sglang_batch1(sg).unwrap().unwrap();
         assert_eq!((b.tokens_per_s, b.kept), (90.0, vec![1, 3]));
-        assert_eq!(sglang_batch1("nothing\n"), None);
+        assert_eq!(sglang_batch1("nothing\n"), Ok(None));
     }
 
     fn data(name: &str) -> std::path::PathBuf {

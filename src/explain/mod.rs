@@ -532,6 +532,9 @@ fn resolve_cycle(
     let logged = g.server_log.as_ref().and_then(|l| l.accept_length.clone());
     if flags.acceptance.is_none() {
         flags.measured_accept_length = logged;
+        if let Some(p) = &req.server_log {
+            flags.measured_from = format!("--server-log '{}'", p.display());
+        }
     } else if logged.is_some() {
         notes.push("the acceptance flag wins over the server log's accept length".into());
     }

@@ -525,16 +525,35 @@ fn attention(
     Ok((full, heads, head_dim))
 }
 
+/// The routed expert count of `c`: the first of its keys present, each present one a whole
+/// number of at least 1 (a key of 0, a negative or fractional count is an error naming it:
+/// a dense model leaves the key out, or null); `None` without any.
+pub(crate) fn routed_experts(c: &Cfg) -> Result<Option<u64>, String> {
+    let mut experts = None;
+    for k in [
+        "n_routed_experts",
+        "num_local_experts",
+        "num_experts",
+        "moe_num_experts",
+    ] {
+        let Some(v) = c.get(k) else {
+            continue;
+        };
+        match v.as_u64() {
+            Some(e) if e >= 1 => experts = experts.or(Some(e)),
+            _ => {
+                return Err(format!(
+                    "key '{k}' is {v}: a MoE config has a whole number of routed experts, at least 1 (a dense model leaves the key out, or null)"
+                ))
+            }
+        }
+    }
+    Ok(experts)
+}
+
 /// The routed (and shared) experts of `c`, if it has any.
 fn experts(a: &Arch, c: &Cfg) -> Result<Option<Moe>, String> {
-    let experts = c
-        .first_u64(&[
-            "n_routed_experts",
-            "num_local_experts",
-            "num_experts",
-            "moe_num_experts",
-        ])
-        .filter(|e| *e > 0);
+    let experts = routed_experts(c)?;
     let moe = match experts {
         None => None,
         Some(e) => {

@@ -18,8 +18,12 @@ use crate::error::usage;
 
 /// Parses the file at `path`. Every error names the file, and a missing key is named.
 pub fn load(path: &Path) -> anyhow::Result<ModelShape> {
-    let text =
-        crate::util::read_text(path, "model config", "the model's Hugging Face config.json")?;
+    let text = crate::util::read_text(
+        path,
+        "model config",
+        "the model's Hugging Face config.json",
+        crate::util::read::CONFIG,
+    )?;
     let json: Value = serde_json::from_str(&python_json(&text)).map_err(|e| {
         usage(format!(
             "model config '{}' is {}; give the model's Hugging Face config.json",
@@ -158,6 +162,8 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         .filter(|h| *h > 0)
         .unwrap_or((hidden / 128).max(1));
     let precision = deepseek_v4_experts(precision, model_type, quant, &c);
+    // a present expert count that no MoE has is refused, not planned as a dense model
+    arch::routed_experts(&c)?;
     c.check_bounds()?;
     reading_warnings(
         &c,

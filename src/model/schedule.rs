@@ -54,6 +54,11 @@ impl ComputeKind {
     }
 }
 
+/// The most ranks (--tp, --gpus, --devices) any command accepts, and a schedule's tp.
+pub(crate) const MAX_RANKS: usize = 1024;
+/// The most tokens per forward (--tokens), and a schedule's tokens.
+pub(crate) const MAX_TOKENS: u64 = 65536;
+
 /// One step of the forward on one rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

@@ -47,7 +47,12 @@ pub(crate) fn read_record_lines(
     what: &str,
     mut each: impl FnMut(usize, Record) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<String>> {
-    let text = crate::util::read_text(path, what, "the results file a sweep wrote (--results)")?;
+    let text = crate::util::read_text(
+        path,
+        what,
+        "the results file a sweep wrote (--results)",
+        crate::util::read::RESULTS,
+    )?;
     let mut warnings = vec![];
     let mut torn = None;
     let mut records = 0;
@@ -136,6 +141,21 @@ fn not_a_record_line(
     ))
 }
 
+/// The last byte of the regular file at `path` (`None` for an empty or absent file, or one that
+/// is not a regular file).
+fn last_byte(path: &Path) -> Option<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() == 0 {
+        return None;
+    }
+    f.seek(SeekFrom::End(-1)).ok()?;
+    let mut b = [0u8; 1];
+    f.read_exact(&mut b).ok()?;
+    Some(b[0])
+}
+
 /// A JSON-lines file of records, open for appending: each record is written as one line, then
 /// flushed and fsynced, so a crash loses at most the line being written (the sweep's results).
 pub(crate) struct JsonLinesFile {
@@ -144,11 +164,10 @@ pub(crate) struct JsonLinesFile {
 }
 
 impl JsonLinesFile {
-    /// Opens (creating) `path` for appending; ends a torn last line first.
+    /// Opens (creating) `path` for appending; ends a torn last line first (of a regular file,
+    /// by its last byte: nothing else is read, and nothing of a device).
     pub(crate) fn open(path: &Path) -> anyhow::Result<JsonLinesFile> {
-        let torn = std::fs::read(path)
-            .map(|b| !b.is_empty() && b.last() != Some(&b'\n'))
-            .unwrap_or(false);
+        let torn = last_byte(path).is_some_and(|b| b != b'\n');
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -333,6 +352,7 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
         path,
         "results file",
         "the --export-json of collective, verify or sweep",
+        crate::util::read::RESULTS,
     )?;
     records_of_text(path, &text)
 }

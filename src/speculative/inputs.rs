@@ -71,6 +71,9 @@ pub(crate) struct Flags {
     /// The draft steps k that log says the server ran, with where it says it: used when
     /// neither `--draft-steps` nor per-position rates give k.
     pub measured_draft_steps: Option<(u64, Origin)>,
+    /// The flag and file it was read from, as its refusal names them (`--server-log
+    /// 'server.log'`).
+    pub measured_from: String,
 }
 
 impl Flags {
@@ -360,7 +363,11 @@ fn accept_length(flags: &Flags, k: u64) -> anyhow::Result<Option<Labelled>> {
     Ok(match &flags.acceptance {
         None => match &flags.measured_accept_length {
             Some(l) => {
-                check_accept_length("--accept-from-log", l.value, k)?;
+                let name = match flags.measured_from.as_str() {
+                    "" => "the measured accept length".to_string(),
+                    from => format!("{from} gives an accept length of"),
+                };
+                check_accept_length(&name, l.value, k)?;
                 Some(l.clone())
             }
             None => None,

@@ -127,11 +127,13 @@ impl NcclLog {
         log
     }
 
-    /// Parses log files and merges them (one file per worker process).
-    pub(crate) fn parse_files(paths: &[impl AsRef<Path>]) -> std::io::Result<NcclLog> {
+    /// Parses log files and merges them (one file per worker process), each at most
+    /// [`crate::util::read::NCCL_LOG`].
+    pub fn parse_files(paths: &[impl AsRef<Path>]) -> anyhow::Result<NcclLog> {
         let mut log = NcclLog::default();
         for p in paths {
-            let bytes = std::fs::read(p.as_ref())?;
+            let bytes =
+                crate::util::read::read(p.as_ref(), "NCCL log", crate::util::read::NCCL_LOG)?;
             log.add(&String::from_utf8_lossy(&bytes));
         }
         Ok(log)

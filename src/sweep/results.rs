@@ -145,7 +145,8 @@ pub(crate) use crate::record::io::JsonLinesFile as ResultsFile;
 pub(crate) fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
     // A whole-file JSON export (one record or an array: `--export-json`, a profile) is not
     // the JSON lines of a sweep; say what it is instead of where its lines fail to parse.
-    if let Ok(text) = std::fs::read_to_string(path) {
+    let bytes = crate::util::read::read(path, "resume file", crate::util::read::RESULTS);
+    if let Some(text) = bytes.ok().and_then(|b| String::from_utf8(b).ok()) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
             if let Some(what) = crate::record::io::foreign(&v) {
                 return Err(usage(format!(

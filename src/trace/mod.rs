@@ -17,13 +17,14 @@
 //!
 //! Nothing here needs a GPU. Every figure printed is measured from the trace.
 
-pub(crate) mod against;
-pub(crate) mod analysis;
-pub(crate) mod breakeven;
-pub(crate) mod chrome;
-pub(crate) mod event;
-pub(crate) mod extract;
-pub(crate) mod kernels;
+pub mod against;
+pub mod analysis;
+pub mod breakeven;
+pub mod chrome;
+pub mod event;
+pub mod extract;
+pub mod kernels;
+pub(crate) mod limits;
 pub(crate) mod logmatch;
 pub(crate) mod names;
 pub mod nccl_log;
@@ -131,6 +132,8 @@ pub(crate) fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, 
             out.extend(found.into_iter().map(|f| (f, false)));
         } else if p.is_file() {
             out.push((p.clone(), true));
+        } else if let Some(e) = crate::util::read::refuse_special(p, "trace") {
+            return Err(e);
         } else {
             crate::usage_bail!("'{}': no such file or folder", p.display());
         }

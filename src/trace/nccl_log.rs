@@ -218,9 +218,7 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Vec<LogCall>> {
 /// line is a usage error naming it and saying why (no NCCL line at all, NCCL lines of other
 /// subsystems only, or COLL lines none of which could be read).
 pub(crate) fn read_parsed(path: &Path) -> anyhow::Result<Parsed> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        crate::error::usage(format!("NCCL log '{}': cannot read: {e}", path.display()))
-    })?;
+    let bytes = crate::util::read::read(path, "NCCL log", crate::util::read::NCCL_LOG)?;
     let mut p = parse_text(&String::from_utf8_lossy(&bytes));
     for b in &mut p.unreadable {
         b.file = path.display().to_string();

@@ -13,15 +13,18 @@
 //! unusual, any error), the file is read again by the plain streaming reader ([`read_from`]),
 //! which is the reference: a test checks that both give the same result.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::kernels;
+use super::limits::{self, Expanded, TraceLimits};
 use super::names::is_nccl_kernel;
 use super::prefilter;
 pub(crate) use super::raw::{Lenient, RawArgs, RawEvent, Text};
@@ -266,6 +269,11 @@ struct Sink<'a> {
     intern: HashMap<String, u32>,
     /// The kind of each interned kernel name (decided once per name).
     kinds: Vec<GpuKind>,
+    /// The limits of the events kept ([`TraceLimits::kept`], and per byte of gzip read so far,
+    /// `gzip`, for a gzip file); past them nothing more is kept and `over` says which.
+    limits: TraceLimits,
+    gzip: Option<Rc<Cell<u64>>>,
+    over: Option<String>,
 }
 
 /// What a kernel's name makes it.
@@ -283,21 +291,45 @@ fn kernel_kind(name: &str) -> GpuKind {
 
 /// The elements and dtype of a CPU op's first input.
 fn first_input(a: &RawArgs) -> (Option<u64>, Option<&'static str>) {
-    let dims = a
-        .input_dims
+    let dims = a.input_dims.and_then(|d| d.0);
+    let dtype = a
+        .input_type
         .as_ref()
-        .and_then(|d| d.as_array()?.first()?.as_array().cloned())
-        .and_then(|d| d.iter().map(|x| x.as_u64()).product::<Option<u64>>());
-    let dtype = a.input_type.as_ref().and_then(|t| {
-        t.as_array()?
-            .first()?
-            .as_str()
-            .and_then(kernels::input_type_dtype)
-    });
+        .and_then(|t| t.0.as_deref())
+        .and_then(kernels::input_type_dtype);
     (dims, dtype)
 }
 
-impl Sink<'_> {
+impl<'a> Sink<'a> {
+    fn new(
+        data: &'a mut TraceData,
+        opts: &'a ReadOptions,
+        limits: TraceLimits,
+        gzip: Option<Rc<Cell<u64>>>,
+    ) -> Self {
+        Sink {
+            data,
+            opts,
+            intern: HashMap::new(),
+            kinds: Vec::new(),
+            limits,
+            gzip,
+            over: None,
+        }
+    }
+
+    /// The events kept so far.
+    fn kept(&self) -> u64 {
+        let d = &self.data;
+        (d.gpu.len()
+            + d.runtime.len()
+            + d.comms.len()
+            + d.labels.len()
+            + d.cpu_ops.len()
+            + d.profiler_steps.len()
+            + d.engine_steps.len()) as u64
+    }
+
     fn name_id(&mut self, name: &str) -> u32 {
         if let Some(&i) = self.intern.get(name) {
             return i;
@@ -309,7 +341,24 @@ impl Sink<'_> {
         i
     }
 
+    /// Keeps what the analysis uses of `e`; past the limits of the events kept, sets `over`
+    /// and keeps nothing more.
     fn push(&mut self, e: &RawEvent) {
+        if self.over.is_some() {
+            return;
+        }
+        self.keep(e);
+        let (kept, l) = (self.kept(), &self.limits);
+        if kept > l.kept {
+            self.over = Some(l.kept_words());
+        } else if let Some(c) = &self.gzip {
+            if kept > c.get() / l.gzip_per_kept + l.kept_slack {
+                self.over = Some(l.kept_gzip_words(kept, c.get()));
+            }
+        }
+    }
+
+    fn keep(&mut self, e: &RawEvent) {
         self.data.events_seen += 1;
         if e.ph.as_ref().map(Text::as_str) != Some("X") {
             return;
@@ -454,6 +503,10 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
         self.0.data.had_events = true;
         while let Some(e) = seq.next_element::<RawEvent>()? {
             self.0.push(&e);
+            if self.0.over.is_some() {
+                // the reader names the limit (`read_whole`)
+                return Err(serde::de::Error::custom("past the events kept"));
+            }
         }
         Ok(())
     }
@@ -536,8 +589,7 @@ pub(crate) fn is_log_name(path: &Path) -> bool {
 
 /// Whether a file is gzip-compressed, by its magic bytes (not its name).
 pub(crate) fn is_gzip(path: &Path) -> anyhow::Result<bool> {
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
+    let (mut f, _) = crate::util::read::open(path, "trace")?;
     let mut magic = [0u8; 2];
     let n = read_up_to(&mut f, &mut magic)
         .map_err(|e| anyhow::anyhow!("'{}': cannot read: {e}", path.display()))?;
@@ -593,31 +645,70 @@ fn gzip_problem(m: &str) -> Option<&'static str> {
     }
 }
 
-/// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer); the error is
-/// one line naming the file.
+/// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer), refused past
+/// [`limits::LIMITS`] (a regular file only); the error is one line naming the file.
 pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
-    let f = std::fs::File::open(path)
-        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
-    Ok(if gz {
-        Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
-            1 << 20,
-            f,
-        )))
-    } else {
-        Box::new(f)
-    })
+    Ok(Box::new(open_limited(path, gz, &limits::LIMITS)?))
+}
+
+/// [`open_trace`] under `l`: a plain file larger than its total is refused before it is read,
+/// a stream that grows past it or a gzip stream that expands past its ratio when it does.
+fn open_limited(path: &Path, gz: bool, l: &TraceLimits) -> anyhow::Result<Expanded> {
+    let (f, len) = crate::util::read::open(path, "trace")?;
+    if !gz && len > l.total {
+        anyhow::bail!("'{}': {}", path.display(), l.total_words());
+    }
+    let compressed = gz.then(|| Rc::new(Cell::new(0)));
+    // The gzip bytes are counted as the decoder takes them (32 KiB at a time from the 1 MiB
+    // buffer), not as the buffer reads ahead: a small file counts its bytes as they expand.
+    let inner: Box<dyn Read> = match &compressed {
+        Some(c) => Box::new(flate2::read::MultiGzDecoder::new(limits::Counted {
+            inner: BufReader::with_capacity(1 << 20, f),
+            bytes: c.clone(),
+        })),
+        None => Box::new(f),
+    };
+    Ok(Expanded::new(inner, compressed, *l))
 }
 
 /// Reads one trace file: one [`TraceData`] per rank it holds (Kineto writes one rank per file;
 /// verifybench's own multi-rank traces carry `args.rank`). Errors are one line naming the
 /// file (the caller decides whether they are fatal).
 pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
+    read_trace_limited(path, opts, &limits::LIMITS)
+}
+
+/// [`read_trace`] under the limits `l` (small ones in tests, through the same code).
+pub(crate) fn read_trace_limited(
+    path: &Path,
+    opts: &ReadOptions,
+    l: &TraceLimits,
+) -> anyhow::Result<Vec<TraceData>> {
     let gz = is_gzip(path)?;
-    let open = || open_trace(path, gz);
-    let t = match read_fast(open()?, path, opts) {
+    // The plain reader holds whole strings (serde's buffer): it reads through the check of
+    // their length.
+    let plain = |opts: &ReadOptions| {
+        let r = open_limited(path, gz, l)?;
+        let gzip = r.compressed.clone();
+        let r = BufReader::with_capacity(1 << 16, limits::Strings::new(r, l.string));
+        read_whole(
+            serde_json::Deserializer::from_reader(r),
+            path,
+            opts,
+            l,
+            gzip,
+        )
+    };
+    let mut r = open_limited(path, gz, l)?;
+    let gzip = r.compressed.clone();
+    let t = match read_fast_limited(&mut r, path, opts, l, gzip)? {
         Some(t) => t,
+        // A limit passed as the scanner read: said now, not read again.
+        None if r.passed.is_some() => {
+            anyhow::bail!("'{}': {}", path.display(), r.passed.unwrap_or_default())
+        }
         // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
-        None => read_from(BufReader::with_capacity(1 << 16, open()?), path, opts)?,
+        None => plain(opts)?,
     };
     // Custom collective kernels take their sizes from the CPU ops that launch them, which the
     // scanner skips: such a trace is read once more, whole, keeping those ops. (The engines'
@@ -628,7 +719,7 @@ pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<
             custom_ops: opts.custom_ops || custom,
             ..opts.clone()
         };
-        read_from(BufReader::with_capacity(1 << 16, open()?), path, &again)?
+        plain(&again)?
     } else {
         t
     };
@@ -643,22 +734,34 @@ pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<
 /// deserialized, each from its own slice; `None` where the scanner gave up or anything failed,
 /// and the caller must read the document with [`read_from`] (which then gives the result, or
 /// the error message, of the reference reader).
+#[cfg(test)]
 pub(crate) fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<TraceData> {
+    read_fast_limited(r, path, opts, &limits::LIMITS, None)
+        .ok()
+        .flatten()
+}
+
+/// [`read_fast`] under the limits `l` (`gzip`: the bytes of gzip read so far, for a gzip file):
+/// it gives up on an event longer than the longest string and on a string that long outside
+/// the events (for the plain reader to name it), and refuses past the events kept.
+fn read_fast_limited<R: Read>(
+    r: R,
+    path: &Path,
+    opts: &ReadOptions,
+    l: &TraceLimits,
+    gzip: Option<Rc<Cell<u64>>>,
+) -> anyhow::Result<Option<TraceData>> {
     let mut data = TraceData {
         path: path.to_path_buf(),
         ..Default::default()
     };
-    let mut sink = Sink {
-        data: &mut data,
-        opts,
-        intern: HashMap::new(),
-        kinds: Vec::new(),
-    };
-    let sk = prefilter::scan(
+    let mut sink = Sink::new(&mut data, opts, *l, gzip);
+    let sk = prefilter::scan_limited(
         r,
         Some(opts.label_prefix()),
         // without a step label, the engines' step markers (`Sink` reads them then)
         opts.step_label.is_none(),
+        l.string as usize,
         // One UTF-8 check of the whole event (fast on ASCII) instead of one per string: on a
         // `&str` serde does not check again. Most events are then read by the direct parser,
         // which gives what serde gives or leaves the event to serde; bytes that are not UTF-8
@@ -667,7 +770,7 @@ pub(crate) fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Optio
             let s = std::str::from_utf8(ev);
             if let Ok(s) = s {
                 if super::event::parse_then(s, plain, |e| sink.push(e)).is_some() {
-                    return true;
+                    return sink.over.is_none();
                 }
             }
             match s.map_or_else(
@@ -676,20 +779,31 @@ pub(crate) fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Optio
             ) {
                 Ok(e) => {
                     sink.push(&e);
-                    true
+                    sink.over.is_none()
                 }
                 Err(_) => false,
             }
         },
-    )?;
+    );
+    if let Some(over) = sink.over.take() {
+        anyhow::bail!("'{}': {over}", path.display());
+    }
+    let Some(sk) = sk else {
+        return Ok(None);
+    };
+    if limits::holds_longer_string(&sk.doc, l.string) {
+        return Ok(None);
+    }
     // The document outside the event array, with `"traceEvents":[]`.
     let mut de = serde_json::Deserializer::from_slice(&sk.doc);
-    let info = de
+    let Ok(info) = de
         .deserialize_any(TopVisitor(&mut sink))
         .and_then(|i| de.end().map(|_| i))
-        .ok()?;
+    else {
+        return Ok(None);
+    };
     data.events_seen += sk.dropped;
-    finish(data, info, path).ok()
+    Ok(finish(data, info, path).ok())
 }
 
 /// Splits a trace whose events carry `args.rank` into one trace per rank.
@@ -770,40 +884,50 @@ pub(crate) fn split_by_rank(t: TraceData) -> Vec<TraceData> {
 }
 
 /// Reads a trace from any reader (`path` only names it in messages and in the result).
+#[cfg(test)]
 pub(crate) fn read_from<R: Read>(
     r: R,
     path: &Path,
     opts: &ReadOptions,
 ) -> anyhow::Result<TraceData> {
-    read_whole(serde_json::Deserializer::from_reader(r), path, opts)
+    let r = limits::Strings::new(r, limits::LIMITS.string);
+    let de = serde_json::Deserializer::from_reader(r);
+    read_whole(de, path, opts, &limits::LIMITS, None)
 }
 
 /// [`read_from`] of a document in memory (the same reading, from a slice).
 #[cfg(test)]
 pub(crate) fn read_slice(b: &[u8], path: &Path, opts: &ReadOptions) -> anyhow::Result<TraceData> {
-    read_whole(serde_json::Deserializer::from_slice(b), path, opts)
+    read_whole(
+        serde_json::Deserializer::from_slice(b),
+        path,
+        opts,
+        &limits::LIMITS,
+        None,
+    )
 }
 
-/// The whole document deserialized event by event into a [`TraceData`].
+/// The whole document deserialized event by event into a [`TraceData`], keeping events
+/// within the limits `l` (`gzip`: the bytes of gzip read so far, for a gzip file).
 fn read_whole<'de, R: serde_json::de::Read<'de>>(
     mut de: serde_json::Deserializer<R>,
     path: &Path,
     opts: &ReadOptions,
+    l: &TraceLimits,
+    gzip: Option<Rc<Cell<u64>>>,
 ) -> anyhow::Result<TraceData> {
     let mut data = TraceData {
         path: path.to_path_buf(),
         ..Default::default()
     };
-    let mut sink = Sink {
-        data: &mut data,
-        opts,
-        intern: HashMap::new(),
-        kinds: Vec::new(),
-    };
+    let mut sink = Sink::new(&mut data, opts, *l, gzip);
     let info = de
         .deserialize_any(TopVisitor(&mut sink))
-        .and_then(|i| de.end().map(|_| i))
-        .map_err(|e| describe_json_error(path, &e))?;
+        .and_then(|i| de.end().map(|_| i));
+    if let Some(over) = sink.over.take() {
+        anyhow::bail!("'{}': {over}", path.display());
+    }
+    let info = info.map_err(|e| describe_json_error(path, e))?;
     finish(data, info, path)
 }
 
@@ -838,8 +962,17 @@ fn finish(
     Ok(data)
 }
 
-fn describe_json_error(path: &Path, e: &serde_json::Error) -> anyhow::Error {
+fn describe_json_error(path: &Path, e: serde_json::Error) -> anyhow::Error {
     use serde_json::error::Category;
+    if e.classify() == Category::Io {
+        let m = e.to_string();
+        let io = std::io::Error::from(e);
+        if let Some(passed) = limits::passed_of(&io) {
+            return anyhow::anyhow!("'{}': {passed}", path.display());
+        }
+        let what = gzip_problem(&m).unwrap_or("cannot be read");
+        return anyhow::anyhow!("'{}': {what}: {m}", path.display());
+    }
     let what = match e.classify() {
         Category::Eof => "truncated (the JSON ends early; was the file copied while written?)",
         Category::Syntax => "not JSON",

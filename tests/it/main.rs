@@ -1,6 +1,7 @@
 //! All integration tests as modules of one test binary: one link of the library instead of one
 //! per file. Each module is one area of the command line; `common` holds their shared helpers.
 
+mod bounded_input;
 mod cli_acceptance;
 mod cli_bad_input;
 mod cli_bounds;

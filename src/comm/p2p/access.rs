@@ -231,7 +231,8 @@ impl AccessCache {
 }
 
 fn read_cache(path: &Path) -> Option<CacheFile> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    let bytes = crate::util::read::read(path, "peer-access cache", crate::util::read::P2P_CACHE);
+    serde_json::from_slice(&bytes.ok()?).ok()
 }
 
 /// Every ordered pair of distinct GPUs among `gpus` (ordinal, PCI bus id), from the cache or

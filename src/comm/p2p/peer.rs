@@ -743,13 +743,16 @@ pub(crate) fn file_exchange(
     got[rank] = Some(mine.to_vec());
     loop {
         for (r, slot) in got.iter_mut().enumerate() {
-            if slot.is_none() {
-                if let Ok(text) = std::fs::read_to_string(path(r)) {
-                    *slot = Some(
-                        super::from_hex(&text)
-                            .map_err(|e| anyhow::anyhow!("{}: {e}", path(r).display()))?,
-                    );
-                }
+            if slot.is_none() && path(r).exists() {
+                // written by temp and rename: a file that exists is whole
+                let what = format!("rank {r}'s P2P handle file");
+                let bytes =
+                    crate::util::read::read(&path(r), &what, crate::util::read::P2P_HANDLES)?;
+                let text = String::from_utf8_lossy(&bytes);
+                *slot = Some(
+                    super::from_hex(&text)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", path(r).display()))?,
+                );
             }
         }
         if got.iter().all(Option::is_some) {

@@ -26,11 +26,12 @@ impl LoadedFile {
     pub(crate) fn read(path: &Path) -> anyhow::Result<LoadedFile> {
         // an empty file is named in the report; one that is not text is refused
         let text = match std::fs::metadata(path) {
-            Ok(m) if m.len() == 0 => String::new(),
+            Ok(m) if m.len() == 0 && m.is_file() => String::new(),
             _ => crate::util::read_text(
                 path,
                 "results file",
                 "the --export-json of collective, verify or sweep",
+                crate::util::read::RESULTS,
             )?,
         };
         let mut f = LoadedFile {

@@ -94,8 +94,7 @@ impl Secret {
                  run `chmod 600 '{shown}'` (the owner alone may read it)"
             )));
         }
-        let bytes = std::fs::read(path)
-            .map_err(|e| usage(format!("{TOKEN_FLAG} '{shown}': cannot read it: {e}")))?;
+        let bytes = crate::util::read::read(path, TOKEN_FLAG, crate::util::read::TOKEN)?;
         Secret::new(&bytes, &format!("{TOKEN_FLAG} '{shown}'"))
     }
 
