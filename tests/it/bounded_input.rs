@@ -135,7 +135,8 @@ const FILE_FLAGS: &[(&[&str], &str)] = &[
             "--resume",
             "F",
         ],
-        "resume file 'F'",
+        // refused by the sweep's own output check first: the file is appended to as well
+        "--resume 'F'",
     ),
 ];
 
@@ -166,11 +167,14 @@ fn every_file_flag_refuses_devices_and_pipes_before_reading_them() {
             let args = with(args, f);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let name = name.replace('F', f);
-            refused(
-                dir.path(),
-                &args,
-                &[&format!("{name} is {what}, not a regular file")],
-            );
+            // `NAME 'F' is a character device, not a regular file` from the reader; the one
+            // file a command also appends to is refused by its output check, in its words
+            let what = if name.starts_with("--resume") && what.contains("FIFO") {
+                "a FIFO"
+            } else {
+                what
+            };
+            refused(dir.path(), &args, &[&format!("{name} is {what}")]);
         }
     }
     // the token file's own check (it must be a file of mode 0600) says it first
