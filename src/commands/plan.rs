@@ -78,7 +78,10 @@ fn cycle(a: &PlanRequest) -> anyhow::Result<i32> {
     let w = a.workload.resolve()?;
     let c = w.cycle(8)?;
     let shape = w.shape()?;
-    let engine = |s: &model::Schedule| model::engine::view(s, &shape, a.engine, a.allreduce_fusion);
+    let engine = |s: &model::Schedule| model::engine::EngineView {
+        in_cycle: true,
+        ..model::engine::view(s, &shape, a.engine, a.allreduce_fusion)
+    };
     if a.format.is_json() {
         println!(
             "{}",

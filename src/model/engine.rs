@@ -109,6 +109,10 @@ pub(crate) struct EngineView {
     /// beside a verify, whose count it is not part of).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft: Option<ProfilerCount>,
+    /// The forward is a part of a cycle shown with its drafts (`plan --phase cycle`): the
+    /// verify's line pointing at `--phase draft` is left out.
+    #[serde(skip)]
+    pub in_cycle: bool,
 }
 
 /// Whether `engine` with fusion on fuses the all-reduces of `shape` in `phase`.
@@ -318,6 +322,7 @@ pub(crate) fn view(
         ops,
         count,
         draft: None,
+        in_cycle: false,
     }
 }
 
@@ -396,7 +401,7 @@ pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
             }
         ));
     }
-    if s.phase == Phase::Verify {
+    if s.phase == Phase::Verify && !v.in_cycle {
         let counts = match v.draft {
             Some(d) => format!(
                 " ({} + {})",
