@@ -292,8 +292,8 @@ mod tests {
         let m = verify_cycle(&c, 8, &runs, Launcher::Processes, &ModelSettings::default()).unwrap();
         let v = &m.result;
         assert_eq!(v.workload.phase, crate::model::Phase::Cycle);
-        assert_eq!(v.workload.concurrency, 8);
-        let cw = v.workload.cycle.as_ref().unwrap();
+        assert_eq!(v.workload.facts.concurrency, 8);
+        let cw = v.workload.facts.cycle.as_ref().unwrap();
         assert_eq!(
             (cw.draft_steps, cw.verify_tokens, cw.draft.len()),
             (3, 4, 3)

@@ -120,7 +120,7 @@ pub enum Job {
         run_impls: Vec<Impl>,
         /// Host time before each launch in eager replay (none in graph replay).
         #[serde(default)]
-        host_gaps: HostGaps,
+        host_gaps: Box<HostGaps>,
         /// Verifies of the per-collective timing pass after each run's headline timing (0:
         /// no pass).
         #[serde(default)]
@@ -131,7 +131,7 @@ pub enum Job {
         /// `--phase cycle`: `schedule` is the cycle's verify, and each run is timed as
         /// [`CYCLE_CONFIGS`] (the decode step, the draft forwards, the verify, the cycle).
         #[serde(default)]
-        cycle: Option<CycleJob>,
+        cycle: Option<Box<CycleJob>>,
     },
     /// Report the environment only (no NCCL).
     Env,

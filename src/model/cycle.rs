@@ -17,9 +17,9 @@ use serde::Serialize;
 
 use super::config::DraftKeys;
 use super::draft::{DenseHead, DrafterKind, BLOCK_LAYERS_ASSUMED};
+use super::forward::{assemble, embedding_op, formats_of, head_ops, target_forward, LayerCtx};
 use super::schedule::{
-    assemble, distinct_experts, embedding_op, formats_of, head_ops, target_forward, validate,
-    ComputeKind, LayerCtx, Op, Phase, Schedule, ScheduleOptions,
+    distinct_experts, validate, ComputeKind, Op, Phase, Schedule, ScheduleOptions,
 };
 use super::shape::*;
 use crate::error::usage;
@@ -96,17 +96,18 @@ impl crate::record::Workload {
     /// The workload of a cycle record: the verify's, the phase `cycle`, and the cycle's other
     /// forwards.
     pub fn of_cycle(c: &Cycle) -> crate::record::Workload {
-        crate::record::Workload {
+        let mut w = crate::record::Workload {
             phase: Phase::Cycle,
-            cycle: Some(crate::record::CycleWorkload {
-                drafter: c.drafter,
-                draft_steps: c.draft_steps,
-                verify_tokens: c.verify_tokens,
-                draft: c.draft.iter().map(forward_workload).collect(),
-                decode: forward_workload(&c.decode),
-            }),
             ..crate::record::Workload::of(&c.verify)
-        }
+        };
+        w.facts.cycle = Some(crate::record::CycleWorkload {
+            drafter: c.drafter,
+            draft_steps: c.draft_steps,
+            verify_tokens: c.verify_tokens,
+            draft: c.draft.iter().map(forward_workload).collect(),
+            decode: forward_workload(&c.decode),
+        });
+        w
     }
 }
 

@@ -420,8 +420,9 @@ pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::build;
     use crate::model::presets::preset;
-    use crate::model::schedule::{build, ScheduleOptions};
+    use crate::model::schedule::ScheduleOptions;
 
     fn kimi(phase: Phase) -> (Schedule, ModelShape) {
         let shape = preset("kimi-k2.5").unwrap();

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::draft::DrafterKind;
 use super::kv::{KvDType, KvSettings};
 use super::shape::*;
 use crate::error::usage;
+use crate::record::vocab::DrafterKind;
 pub use crate::record::vocab::{CollectiveKind, DType, Phase};
 
 impl CollectiveKind {
@@ -209,7 +209,7 @@ impl Default for ScheduleOptions {
 
 impl ScheduleOptions {
     /// The KV settings the schedule records: `None` without a context.
-    fn kv_facts(&self) -> Option<KvSettings> {
+    pub(super) fn kv_facts(&self) -> Option<KvSettings> {
         (self.context > 0).then_some(self.kv)
     }
 }
@@ -234,7 +234,7 @@ pub struct Schedule {
     /// formats, the drafter (flattened into the schedule's JSON). Not part of the hash: the
     /// ops already hold what it changes.
     #[serde(default, flatten)]
-    pub facts: ScheduleFacts,
+    pub facts: Box<ScheduleFacts>,
 }
 
 /// The batch, the context, the weight formats and the drafter a schedule was built for.
@@ -594,7 +594,7 @@ pub(super) fn gqa_bytes(
 }
 
 /// The compute op a mixer stands for and the weight bytes one rank streams for it.
-fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u64) {
+pub(super) fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u64) {
     // depthwise conv weights are not Linear layers: bf16 in every checkpoint format
     let conv = |channels: u64, kernel: u64| WeightFormat::Bf16.matrix_bytes(channels, kernel);
     match *m {
@@ -742,261 +742,6 @@ pub fn parameter_counts(shape: &ModelShape) -> Option<(u64, u64)> {
     Some((total + table + head, active + table))
 }
 
-pub(super) fn collective(
-    kind: CollectiveKind,
-    dtype: DType,
-    count: u64,
-    site: &str,
-    layer: Option<u64>,
-) -> Op {
-    Op::Collective {
-        kind,
-        dtype,
-        count,
-        bytes_per_rank: count * dtype.size(),
-        site: site.into(),
-        layer,
-    }
-}
-
-/// Builds the schedule of `phase` for `shape`: one forward of `opt.concurrency` requests,
-/// each of `opt.tokens` tokens (verify) or one (decode, draft). `Phase::Cycle` is several
-/// forwards: [`super::cycle::build`].
-pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow::Result<Schedule> {
-    validate(shape, opt)?;
-    let per_request = match phase {
-        Phase::Verify => opt.tokens,
-        Phase::Decode | Phase::Draft => 1,
-        Phase::Cycle => {
-            return Err(usage(
-                "--phase cycle is several forwards (the drafts, the verify, the decode beside them): `plan` and `verify` build it; this command takes one forward (--phase verify, decode or draft)",
-            ))
-        }
-    };
-    let tokens = per_request * opt.concurrency.max(1);
-    if phase == Phase::Draft {
-        check_divides(opt.tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
-        let head = super::draft::DenseHead::eagle3_assumed(shape, opt);
-        let ops = head.forward(opt, tokens, true);
-        let formats = formats_of(&ops, &head.precision);
-        return Ok(assemble(shape, opt, phase, tokens, 0.0, ops, formats));
-    }
-    Ok(target_forward(shape, opt, phase, tokens))
-}
-
-/// The target's forward of `tokens` tokens (all requests together): its embedding, every
-/// layer, its LM head and logits.
-pub(super) fn target_forward(
-    shape: &ModelShape,
-    opt: &ScheduleOptions,
-    phase: Phase,
-    tokens: u64,
-) -> Schedule {
-    let h = shape.hidden;
-    let act = tokens * h;
-    let p = opt.weights.apply(shape.precision);
-    let experts = shape
-        .first_moe()
-        .map(|m| distinct_experts(&m, tokens, opt.routing))
-        .unwrap_or(0.0);
-    let mut ops = Vec::new();
-    embedding_op(opt, act, &mut ops);
-    let layer = LayerCtx {
-        precision: p,
-        known: shape.weights_known,
-        hidden: h,
-        act,
-        experts,
-    };
-    for (l, b) in shape.layer_blocks().iter().enumerate() {
-        layer.block_ops(b, opt, l as u64, &mut ops);
-    }
-    head_ops(
-        shape.weights_known,
-        p.lm_head,
-        shape.vocab,
-        h,
-        tokens,
-        opt,
-        &mut ops,
-    );
-    let formats = formats_of(&ops, &p);
-    assemble(shape, opt, phase, tokens, experts, ops, formats)
-}
-
-/// A forward's ops and facts as a schedule of `shape`.
-pub(super) fn assemble(
-    shape: &ModelShape,
-    opt: &ScheduleOptions,
-    phase: Phase,
-    tokens: u64,
-    experts: f64,
-    ops: Vec<Op>,
-    weight_formats: BTreeMap<ComputeKind, WeightFormat>,
-) -> Schedule {
-    Schedule {
-        model: shape.name.clone(),
-        phase,
-        tp: opt.tp,
-        tokens,
-        dtype: opt.dtype,
-        routing: opt.routing,
-        experts_per_layer: experts,
-        ops,
-        config_reading: (shape.read_as.is_some() || !shape.warnings.is_empty()).then(|| {
-            Box::new(ConfigReading {
-                read_as: shape.read_as.clone(),
-                warnings: shape.warnings.clone(),
-            })
-        }),
-        facts: ScheduleFacts {
-            concurrency: opt.concurrency.max(1),
-            context: opt.context,
-            kv: opt.kv_facts(),
-            weight_formats,
-            weights_override: opt.weights.describe(),
-            drafter: None,
-        },
-    }
-}
-
-/// The storage format of each kind of weights among `ops`, from the precision they were
-/// built with: the fc of a drafter (EAGLE-3's fc, an MTP module's eh_proj) and the router
-/// are plain bf16 linears in every checkpoint the engines load.
-pub(super) fn formats_of(ops: &[Op], p: &Precision) -> BTreeMap<ComputeKind, WeightFormat> {
-    let mut m = BTreeMap::new();
-    for op in ops {
-        let Op::Compute { kind, .. } = op else {
-            continue;
-        };
-        let f = match kind {
-            ComputeKind::Attention | ComputeKind::LinearAttention | ComputeKind::Mamba => {
-                p.attention
-            }
-            ComputeKind::DenseMlp => p.dense_mlp,
-            ComputeKind::RoutedExperts => p.routed_experts,
-            ComputeKind::SharedExperts => p.shared_experts,
-            ComputeKind::LmHead => p.lm_head,
-            ComputeKind::Router | ComputeKind::DraftFc => WeightFormat::Bf16,
-            ComputeKind::KvCache => continue,
-        };
-        m.insert(*kind, f);
-    }
-    m
-}
-
-/// The vocab-parallel embedding's all-reduce of `act` elements, unless the engine skips it.
-pub(super) fn embedding_op(opt: &ScheduleOptions, act: u64, ops: &mut Vec<Op>) {
-    if opt.embedding_allreduce {
-        ops.push(collective(
-            CollectiveKind::AllReduce,
-            opt.dtype,
-            act,
-            "embedding",
-            None,
-        ));
-    }
-}
-
-/// The LM head's weights (`vocab / tp` rows in `format`, when the weights are known) and the
-/// all-gather of the logits of `tokens` tokens.
-pub(super) fn head_ops(
-    known: bool,
-    format: WeightFormat,
-    vocab: u64,
-    h: u64,
-    tokens: u64,
-    opt: &ScheduleOptions,
-    ops: &mut Vec<Op>,
-) {
-    if known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::LmHead,
-            weight_bytes: format.matrix_bytes(vocab / opt.tp, h),
-            layer: None,
-        });
-    }
-    if opt.logits == Logits::Gather {
-        let c = tokens * vocab / opt.tp;
-        ops.push(collective(
-            CollectiveKind::AllGather,
-            opt.dtype,
-            c,
-            "logits",
-            None,
-        ));
-    }
-}
-
-/// What every decoder layer of one forward shares: the formats, whether the weights are
-/// known, the hidden size, the elements of each all-reduce, the experts each MoE layer reads.
-pub(super) struct LayerCtx {
-    pub precision: Precision,
-    pub known: bool,
-    pub hidden: u64,
-    pub act: u64,
-    pub experts: f64,
-}
-
-impl LayerCtx {
-    /// Layer `l`'s ops onto `ops`: its mixer's weights (when known), the KV cache that mixer
-    /// reads (with a context), the all-reduce after it; its FFN's weights and the all-reduce
-    /// after it.
-    pub(super) fn block_ops(&self, b: &Block, opt: &ScheduleOptions, l: u64, ops: &mut Vec<Op>) {
-        let (tp, h, dt) = (opt.tp, self.hidden, opt.dtype);
-        if let Some(m) = &b.mixer {
-            if self.known {
-                let (kind, weight_bytes) = mixer_weights(m, self.precision.attention, h, tp);
-                ops.push(Op::Compute {
-                    kind,
-                    weight_bytes,
-                    layer: Some(l),
-                });
-                kv_op(m, opt, l, ops);
-            }
-            // a replicated linear in place of attention needs no reduction
-            if *m != Mixer::Linear {
-                ops.push(collective(
-                    CollectiveKind::AllReduce,
-                    dt,
-                    self.act,
-                    "attention",
-                    Some(l),
-                ));
-            }
-        }
-        if let Some(f) = &b.ffn {
-            if self.known {
-                ops.extend(ffn_ops(f, &self.precision, h, tp, self.experts, l));
-            }
-            if *f != Ffn::Linear {
-                ops.push(collective(
-                    CollectiveKind::AllReduce,
-                    dt,
-                    self.act,
-                    "mlp",
-                    Some(l),
-                ));
-            }
-        }
-    }
-}
-
-/// The KV cache (or linear state) mixer `m` of layer `l` reads, with a context.
-pub(super) fn kv_op(m: &Mixer, opt: &ScheduleOptions, l: u64, ops: &mut Vec<Op>) {
-    if opt.context == 0 {
-        return;
-    }
-    let b = super::kv::mixer_kv_bytes(m, opt.tp, opt.concurrency.max(1), opt.context, opt.kv);
-    if b > 0 {
-        ops.push(Op::Compute {
-            kind: ComputeKind::KvCache,
-            weight_bytes: b,
-            layer: Some(l),
-        });
-    }
-}
-
 /// The workload line a record carries, from the schedule it ran.
 impl crate::record::Workload {
     pub fn of(s: &Schedule) -> crate::record::Workload {
@@ -1019,18 +764,20 @@ impl crate::record::Workload {
             all_reduce_bytes_per_rank: first(CollectiveKind::AllReduce),
             all_gather_bytes_per_rank: first(CollectiveKind::AllGather),
             weight_bytes_per_rank: s.weight_bytes(),
-            concurrency: s.facts.concurrency,
-            context: s.facts.context,
-            kv: s.facts.kv,
-            kv_bytes_per_rank: (s.facts.context > 0).then(|| s.kv_bytes()),
-            weight_formats: s
-                .facts
-                .weight_formats
-                .iter()
-                .map(|(k, f)| (k.key().to_string(), f.label()))
-                .collect(),
-            weights_override: s.facts.weights_override.clone(),
-            cycle: None,
+            facts: Box::new(crate::record::WorkloadFacts {
+                concurrency: s.facts.concurrency,
+                context: s.facts.context,
+                kv: s.facts.kv,
+                kv_bytes_per_rank: (s.facts.context > 0).then(|| s.kv_bytes()),
+                weight_formats: s
+                    .facts
+                    .weight_formats
+                    .iter()
+                    .map(|(k, f)| (k.key().to_string(), f.label()))
+                    .collect(),
+                weights_override: s.facts.weights_override.clone(),
+                cycle: None,
+            }),
         }
     }
 }
@@ -1038,6 +785,7 @@ impl crate::record::Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::build;
     use crate::model::presets::preset;
 
     fn kimi(tp: u64, tokens: u64) -> Schedule {

@@ -191,6 +191,16 @@ pub struct Workload {
     /// `null` when the model's weights are not known (a config the table could not read: the
     /// schedule holds the collectives only); never 0 for unknown.
     pub weight_bytes_per_rank: Option<u64>,
+    /// The batch, the context, the weights' formats and the cycle (flattened into the
+    /// workload's JSON).
+    #[serde(default, flatten)]
+    pub facts: Box<WorkloadFacts>,
+}
+
+/// What a workload served and streamed besides its collectives: the batch, the context, the
+/// weights' formats, and the cycle of a `--phase cycle` record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadFacts {
     /// Requests in the batch (`--concurrency`): `tokens` counts all of theirs.
     #[serde(default = "one")]
     pub concurrency: u64,
@@ -210,10 +220,24 @@ pub struct Workload {
     /// `--weights` / `--expert-weights` where they replaced the checkpoint's formats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights_override: Option<String>,
-    /// The speculative cycle of a `--phase cycle` record (its other fields describe the
-    /// verify).
+    /// The speculative cycle of a `--phase cycle` record (the workload's other fields describe
+    /// the verify).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cycle: Option<CycleWorkload>,
+}
+
+impl Default for WorkloadFacts {
+    fn default() -> Self {
+        WorkloadFacts {
+            concurrency: 1,
+            context: 0,
+            kv: None,
+            kv_bytes_per_rank: None,
+            weight_formats: BTreeMap::new(),
+            weights_override: None,
+            cycle: None,
+        }
+    }
 }
 
 fn one() -> u64 {

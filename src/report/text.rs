@@ -406,6 +406,7 @@ pub fn verify_table(r: &Record) -> String {
 
 /// The workload's batch, context and cycle, where they are not one request without context.
 fn workload_extra(o: &mut String, w: &crate::record::Workload) {
+    let w = &*w.facts;
     if w.concurrency > 1 || w.context > 0 {
         let kv = match w.kv {
             Some(kv) => format!(

@@ -117,16 +117,18 @@ pub fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: run_impls.clone(),
-        host_gaps: j.host_gaps.clone(),
+        host_gaps: Box::new(j.host_gaps.clone()),
         timing_pass: if compute_only || j.cycle.is_some() {
             0
         } else {
             super::timeline::pass_iterations(iters)
         },
         pdl: a.pdl,
-        cycle: j.cycle.as_ref().map(|c| CycleJob {
-            decode: c.decode.clone(),
-            draft: c.draft.clone(),
+        cycle: j.cycle.as_ref().map(|c| {
+            Box::new(CycleJob {
+                decode: c.decode.clone(),
+                draft: c.draft.clone(),
+            })
         }),
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);

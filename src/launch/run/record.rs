@@ -581,10 +581,10 @@ mod tests {
             host_gaps: Default::default(),
             timing_pass: 0,
             pdl: false,
-            cycle: Some(crate::launch::job::CycleJob {
+            cycle: Some(Box::new(crate::launch::job::CycleJob {
                 decode: cycle.decode.clone(),
                 draft: cycle.draft.clone(),
-            }),
+            })),
         };
         assert_eq!(job.configs(), 8);
         // per run: decode, draft, verify, cycle; one rank, two samples each
