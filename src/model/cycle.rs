@@ -194,6 +194,9 @@ fn dense_forwards(
         }
     };
     let mut notes = vec![format!("{}: {}", kind.label(), head.source)];
+    if let Some((d, _)) = &spec.draft_config {
+        notes.extend(d.warnings.iter().map(|w| format!("draft config: {w}")));
+    }
     let tokens = match kind {
         DrafterKind::Block => {
             notes.push(format!(
