@@ -40,6 +40,169 @@ pub struct Workload {
     /// sequence replaces the config-derived schedule; the fields above other than `tp` are
     /// then unused, and `tp`, when given, must equal the file's.
     pub schedule_file: Option<PathBuf>,
+    /// The batch and the context each forward serves (`--concurrency`, `--context`, ...).
+    pub batch: Batch,
+    /// `--weights`, `--expert-weights`: formats in place of the checkpoint's.
+    pub weights: model::shape::WeightOverride,
+    /// The speculative cycle's flags (`--phase cycle`).
+    pub cycle: CycleFlags,
+}
+
+/// The batch and the context a forward serves: `--concurrency C` requests in each forward
+/// (a decode step of C tokens, a verify of C x (k+1)), `--context N` tokens of each request's
+/// KV cache read by every forward, its element type (`--kv-dtype`) and its sharding over the
+/// TP group (`--dcp`, decode context parallelism).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    pub concurrency: u64,
+    pub context: u64,
+    pub kv_dtype: model::kv::KvDType,
+    pub dcp: u64,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        Batch {
+            concurrency: 1,
+            context: 0,
+            kv_dtype: model::kv::KvDType::Bf16,
+            dcp: 1,
+        }
+    }
+}
+
+/// The most requests in one forward (`--concurrency`).
+pub(crate) const MAX_CONCURRENCY: u64 = 4096;
+/// The longest context (`--context`): 16 Mi tokens, past every published model's window.
+pub(crate) const MAX_CONTEXT: u64 = 16 << 20;
+
+impl Batch {
+    /// The documented ranges: `--concurrency` 1 to 4096, `--context` 0 to 16 Mi, `--dcp` 1 to
+    /// 1024 and only with a context.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        if !(1..=MAX_CONCURRENCY).contains(&self.concurrency) {
+            crate::usage_bail!(
+                "--concurrency {}: give 1 to {MAX_CONCURRENCY} requests per forward",
+                self.concurrency
+            );
+        }
+        if self.context > MAX_CONTEXT {
+            crate::usage_bail!(
+                "--context {}: give 0 to {MAX_CONTEXT} tokens of context per request",
+                self.context
+            );
+        }
+        if !(1..=MAX_RANKS as u64).contains(&self.dcp) {
+            crate::usage_bail!("--dcp {}: give 1 to {MAX_RANKS} ranks", self.dcp);
+        }
+        if self.dcp > 1 && self.context == 0 {
+            crate::usage_bail!(
+                "--dcp {} shards the KV cache's context: add --context N (the tokens each request has seen)",
+                self.dcp
+            );
+        }
+        Ok(())
+    }
+
+    /// The flags that reproduce the batch on a child's command line (none at the defaults).
+    fn to_args(self) -> Vec<String> {
+        let mut a = vec![];
+        let d = Batch::default();
+        if self.concurrency != d.concurrency {
+            a.extend(["--concurrency".into(), self.concurrency.to_string()]);
+        }
+        if self.context != d.context {
+            a.extend(["--context".into(), self.context.to_string()]);
+        }
+        if self.kv_dtype != d.kv_dtype {
+            a.extend(["--kv-dtype".into(), self.kv_dtype.name().into()]);
+        }
+        if self.dcp != d.dcp {
+            a.extend(["--dcp".into(), self.dcp.to_string()]);
+        }
+        a
+    }
+}
+
+/// The flags of `--phase cycle`: `--drafter`, `--draft-steps`, `--draft-config`,
+/// `--draft-layers`, `--tree-tokens` (`None`: not given).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CycleFlags {
+    pub drafter: Option<model::draft::DrafterKind>,
+    pub draft_steps: Option<u64>,
+    pub draft_config: Option<PathBuf>,
+    pub draft_layers: Option<u64>,
+    pub tree_tokens: Option<u64>,
+}
+
+/// The draft steps of a cycle where `--draft-steps` is not given (the published runs' 3).
+pub(crate) const DRAFT_STEPS_DEFAULT: u64 = 3;
+
+impl CycleFlags {
+    fn any(&self) -> bool {
+        *self != CycleFlags::default()
+    }
+
+    /// The ranges and combinations: k 1 to 64, a tree of 2 to 4096 tokens, a block drafter's
+    /// 1 to 64 layers without a config, no config for the target's own MTP module.
+    fn check(&self) -> anyhow::Result<()> {
+        use model::draft::DrafterKind;
+        let drafter = self.drafter.unwrap_or_default();
+        if let Some(k) = self.draft_steps {
+            if !(1..=model::cycle::MAX_DRAFT_STEPS).contains(&k) {
+                crate::usage_bail!(
+                    "--draft-steps {k}: give 1 to {} draft tokens per cycle",
+                    model::cycle::MAX_DRAFT_STEPS
+                );
+            }
+        }
+        if let Some(t) = self.tree_tokens {
+            if !(2..=4096).contains(&t) {
+                crate::usage_bail!(
+                    "--tree-tokens {t}: give 2 to 4096 tokens per request (SGLang's --speculative-num-draft-tokens)"
+                );
+            }
+        }
+        if let Some(n) = self.draft_layers {
+            if drafter != DrafterKind::Block || self.draft_config.is_some() {
+                crate::usage_bail!(
+                    "--draft-layers {n} sets a block drafter's layers without a config: use it with --drafter block and no --draft-config"
+                );
+            }
+            if !(1..=64).contains(&n) {
+                crate::usage_bail!("--draft-layers {n}: give 1 to 64 layers");
+            }
+        }
+        if let (Some(p), DrafterKind::Mtp) = (&self.draft_config, drafter) {
+            crate::usage_bail!(
+                "--draft-config '{}' with --drafter mtp: the MTP module is the target's own (num_nextn_predict_layers of its config); a draft config is for --drafter eagle3 or block",
+                p.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// The flags that reproduce these on a child's command line.
+    fn to_args(&self) -> Vec<String> {
+        let mut a = vec![];
+        if let Some(d) = self.drafter {
+            a.extend(["--drafter".into(), d.name().into()]);
+        }
+        if let Some(k) = self.draft_steps {
+            a.extend(["--draft-steps".into(), k.to_string()]);
+        }
+        if let Some(p) = &self.draft_config {
+            let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+            a.extend(["--draft-config".into(), abs.display().to_string()]);
+        }
+        if let Some(n) = self.draft_layers {
+            a.extend(["--draft-layers".into(), n.to_string()]);
+        }
+        if let Some(t) = self.tree_tokens {
+            a.extend(["--tree-tokens".into(), t.to_string()]);
+        }
+        a
+    }
 }
 
 impl Default for Workload {
@@ -57,6 +220,9 @@ impl Default for Workload {
             draft_vocab: 32000,
             phase: Phase::Verify,
             schedule_file: None,
+            batch: Batch::default(),
+            weights: Default::default(),
+            cycle: CycleFlags::default(),
         }
     }
 }
@@ -78,6 +244,13 @@ impl Workload {
             embedding_allreduce: !self.no_embedding_allreduce,
             logits: self.logits,
             draft_vocab: self.draft_vocab,
+            concurrency: self.batch.concurrency,
+            context: self.batch.context,
+            kv: model::kv::KvSettings {
+                dtype: self.batch.kv_dtype,
+                dcp: self.batch.dcp,
+            },
+            weights: self.weights,
             ..ScheduleOptions::default()
         }
     }
@@ -111,6 +284,35 @@ impl Workload {
         if self.draft_vocab == 0 {
             crate::usage_bail!(
                 "--draft-vocab 0: the draft head needs a vocabulary of at least 1 (EAGLE-3 heads use 32000)"
+            );
+        }
+        self.batch.check()?;
+        self.cycle.check()?;
+        if self.phase == Phase::Cycle {
+            if self.tokens != Workload::default().tokens {
+                crate::usage_bail!(
+                    "--tokens {} with --phase cycle: the verify carries --draft-steps + 1 tokens per request (or --tree-tokens)",
+                    self.tokens
+                );
+            }
+        } else if self.cycle.any() {
+            crate::usage_bail!(
+                "--drafter, --draft-steps, --draft-config, --draft-layers and --tree-tokens shape the speculative cycle: add --phase cycle"
+            );
+        }
+        let per_request = match self.phase {
+            Phase::Verify => self.tokens,
+            Phase::Cycle => self
+                .cycle
+                .tree_tokens
+                .unwrap_or(self.cycle.draft_steps.unwrap_or(DRAFT_STEPS_DEFAULT) + 1),
+            Phase::Decode | Phase::Draft => 1,
+        };
+        let total = per_request.saturating_mul(self.batch.concurrency);
+        if total > MAX_TOKENS {
+            crate::usage_bail!(
+                "--concurrency {} x {per_request} tokens per request = {total} tokens in one forward: at most {MAX_TOKENS}",
+                self.batch.concurrency
             );
         }
         Ok(())
@@ -164,9 +366,14 @@ impl Workload {
         } else {
             WorkloadSource::Preset
         };
+        let draft = match &self.cycle.draft_config {
+            Some(p) => Some(model::config::load_draft(p)?),
+            None => None,
+        };
         Ok(ResolvedWorkload {
             flags: self.clone(),
             source,
+            draft,
         })
     }
 
@@ -199,6 +406,14 @@ impl Workload {
         a.extend(["--logits".into(), self.logits.name().into()]);
         a.extend(["--draft-vocab".into(), self.draft_vocab.to_string()]);
         a.extend(["--phase".into(), self.phase.name().into()]);
+        a.extend(self.batch.to_args());
+        if let Some(f) = self.weights.all {
+            a.extend(["--weights".into(), f.label()]);
+        }
+        if let Some(f) = self.weights.experts {
+            a.extend(["--expert-weights".into(), f.label()]);
+        }
+        a.extend(self.cycle.to_args());
         a
     }
 }
@@ -210,6 +425,8 @@ pub(crate) struct ResolvedWorkload {
     /// The flags as given (for the children's command lines and the messages).
     pub(crate) flags: Workload,
     source: WorkloadSource,
+    /// `--draft-config`, as read.
+    draft: Option<(model::ModelShape, model::config::DraftKeys)>,
 }
 
 /// Where a resolved workload's schedule comes from.
@@ -268,13 +485,21 @@ impl ResolvedWorkload {
         Ok(())
     }
 
-    /// The tokens of the forward the schedule replays: a schedule file's own, else `--tokens`
-    /// for the verify phase and one token for a decode or draft step.
+    /// The tokens of the largest forward the schedule replays: a schedule file's own, else
+    /// `--tokens` per request for the verify phase, one token per request for a decode or draft
+    /// step, and for the cycle its verify (k + 1 tokens per request, or the tree's); times the
+    /// requests of the batch.
     pub(crate) fn forward_tokens(&self) -> u64 {
-        match (&self.source, self.flags.phase) {
-            (WorkloadSource::File(f), _) => f.schedule.tokens,
-            (_, Phase::Verify) => self.flags.tokens,
-            (_, Phase::Decode | Phase::Draft) => 1,
+        let f = &self.flags;
+        let c = f.batch.concurrency.max(1);
+        match (&self.source, f.phase) {
+            (WorkloadSource::File(file), _) => file.schedule.tokens,
+            (_, Phase::Verify) => f.tokens * c,
+            (_, Phase::Decode | Phase::Draft) => c,
+            (_, Phase::Cycle) => {
+                let k = f.cycle.draft_steps.unwrap_or(DRAFT_STEPS_DEFAULT);
+                f.cycle.tree_tokens.unwrap_or(k + 1) * c
+            }
         }
     }
 
@@ -295,13 +520,43 @@ impl ResolvedWorkload {
     }
 
     /// [`ResolvedWorkload::schedule`] without the range checks (the caller made them once:
-    /// [`crate::backend::verify_job`]).
+    /// [`crate::backend::verify_job`]). With `--phase cycle`, the cycle's verify: `verify`
+    /// replays the cycle ([`ResolvedWorkload::cycle`]); the commands that take one forward
+    /// refuse it ([`model::build`]).
     pub(crate) fn build(&self, default_tp: u64) -> anyhow::Result<Schedule> {
         let opt = self.flags.options(default_tp);
         match &self.source {
             WorkloadSource::File(f) => Ok(f.schedule.clone()),
             WorkloadSource::Config(shape) => model::build(shape, &opt, self.flags.phase),
             WorkloadSource::Preset => model::build(&self.flags.shape()?, &opt, self.flags.phase),
+        }
+    }
+
+    /// The speculative cycle of the workload (`--phase cycle`), built once at `default_tp`
+    /// when `--tp` is absent: the draft forwards, the verify and the decode step beside them.
+    pub fn cycle(&self, default_tp: u64) -> anyhow::Result<model::cycle::Cycle> {
+        let opt = self.flags.options(default_tp);
+        let shape = self.shape()?;
+        let f = &self.flags.cycle;
+        let spec = model::cycle::CycleSpec {
+            drafter: f.drafter.unwrap_or_default(),
+            draft_steps: f.draft_steps.unwrap_or(DRAFT_STEPS_DEFAULT),
+            tree_tokens: f.tree_tokens,
+            draft_config: self.draft.clone(),
+            draft_layers: f.draft_layers,
+        };
+        model::cycle::build(&shape, &opt, &spec)
+    }
+
+    /// The model's shape: the `--model-config` as read, or the preset; a schedule file has
+    /// none (its ops are all there is).
+    pub(crate) fn shape(&self) -> anyhow::Result<model::ModelShape> {
+        match &self.source {
+            WorkloadSource::File(_) => crate::usage_bail!(
+                "--phase cycle is built from the model (--model or --model-config), not from a schedule file"
+            ),
+            WorkloadSource::Config(shape) => Ok(shape.clone()),
+            WorkloadSource::Preset => self.flags.shape(),
         }
     }
 
@@ -779,7 +1034,10 @@ pub struct VerifyJob {
     /// The ranks that run: the devices selected, else the schedule's tp.
     pub(crate) nranks: usize,
     /// The host gaps and the late rank, validated for this schedule and rank count.
-    pub(crate) host_gaps: HostGaps,
+    pub host_gaps: HostGaps,
+    /// `--phase cycle`: the whole cycle, built once at the schedule's tp (`schedule` is its
+    /// verify).
+    pub cycle: Option<model::cycle::Cycle>,
 }
 
 /// `collective`: one collective over a size range, nccl-tests style.

@@ -50,6 +50,9 @@ pub fn verify_job(
     };
     w.check_modes(&r.mode)?;
     check_stream_tokens(r, &w)?;
+    if r.workload.phase == crate::model::Phase::Cycle {
+        check_cycle(r)?;
+    }
     let b = pick();
     crate::request::check_fresh_runs(r.fresh_runs)?;
     let job = place(b.kind(), r, w, ranks)?;
@@ -103,9 +106,9 @@ fn place(
                 impls::p2p(&r.impls).len(),
             )?;
             crate::launch::fault::process_fault(r.inject_fault.as_deref());
-            (w.build(ranks as u64)?, vec![], false)
+            (build(&w, ranks as u64)?, vec![], false)
         }
-        BackendKind::Mock => (w.build(ranks as u64)?, vec![], false),
+        BackendKind::Mock => (build(&w, ranks as u64)?, vec![], false),
         BackendKind::Auto => anyhow::bail!("the backend 'auto' is resolved before a job is placed"),
     };
     impls::check_verify(&r.impls, &schedule)?;
@@ -118,6 +121,15 @@ fn place(
         check_exact_length(r, &schedule, nranks)?;
     }
     let host_gaps = r.host_gaps.resolve(&schedule, nranks)?;
+    let cycle = match w.flags.phase {
+        crate::model::Phase::Cycle if kind == BackendKind::Mock => crate::usage_bail!(
+            "--phase cycle: the mock backend has no cycle; use --backend model or nccl"
+        ),
+        crate::model::Phase::Cycle => Some(w.cycle(schedule.tp)?),
+        _ => None,
+    };
+    // the cycle's verify is the schedule every check above was made on
+    debug_assert!(cycle.as_ref().is_none_or(|c| c.verify == schedule));
     Ok(VerifyJob {
         request: r.clone(),
         file_note: w.file_note(),
@@ -125,7 +137,40 @@ fn place(
         devices,
         nranks,
         host_gaps,
+        cycle,
     })
+}
+
+/// The schedule a verify job runs at `tp`: the workload's forward, or with `--phase cycle`
+/// the cycle's verify (the cycle itself is built once more when the job is placed).
+fn build(w: &ResolvedWorkload, tp: u64) -> anyhow::Result<Schedule> {
+    match w.flags.phase {
+        crate::model::Phase::Cycle => Ok(w.cycle(tp)?.verify),
+        _ => w.build(tp),
+    }
+}
+
+/// What a replay of the cycle does not take: host gaps, custom all-reduces and the
+/// per-collective pass belong to one forward's replay.
+fn check_cycle(r: &VerifyRequest) -> anyhow::Result<()> {
+    let g = &r.host_gaps;
+    if g.gaps.gap.is_some() || g.gaps.late.is_some() || g.from.is_some() {
+        crate::usage_bail!(
+            "--phase cycle replays the cycle's forwards without host gaps: drop --host-gap-us, --late-rank and --host-gap-from (they shape one forward's replay)"
+        );
+    }
+    if !crate::impls::p2p(&r.impls).is_empty() {
+        crate::usage_bail!(
+            "--phase cycle replays NCCL's collectives: drop --impl (the custom all-reduces are compared on one forward)"
+        );
+    }
+    if let Some(p) = &r.export_trace {
+        crate::usage_bail!(
+            "--export-trace '{}': the per-collective pass is of one forward; drop --phase cycle or --export-trace",
+            p.display()
+        );
+    }
+    Ok(())
 }
 
 /// The NCCL backend's GPUs and schedule. A schedule whose tp the request fixes (`--tp`, the
@@ -137,7 +182,7 @@ fn on_gpus(
 ) -> anyhow::Result<(Schedule, Vec<usize>, bool)> {
     let early = match w.requested_tp().or(r.gpu.ranks().map(|n| n as u64)) {
         Some(tp) => {
-            let s = w.build(tp)?;
+            let s = build(w, tp)?;
             check_exact_length(r, &s, r.gpu.ranks().unwrap_or(s.tp as usize))?;
             Some(s)
         }
@@ -165,7 +210,7 @@ fn on_gpus(
     let checked = early.is_some();
     let s = match early {
         Some(s) => s,
-        None => w.build(devices.len() as u64)?,
+        None => build(w, devices.len() as u64)?,
     };
     Ok((s, devices, checked))
 }

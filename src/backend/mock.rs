@@ -155,6 +155,7 @@ impl Backend for MockBackend {
                 predicted_compute_us: None,
                 stream_rates: vec![],
                 p2p,
+                parts: vec![],
             }),
         ))
     }

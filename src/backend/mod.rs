@@ -62,6 +62,15 @@ impl Backend for ModelBackend {
     fn run_verify(&self, j: &VerifyJob) -> anyhow::Result<Record> {
         let started = now_utc();
         let (a, s, n, gaps) = (&j.request, &j.schedule, j.nranks, &j.host_gaps);
+        if let Some(c) = &j.cycle {
+            let m =
+                crate::costmodel::cycle::verify_cycle(c, n, &a.runs(), a.gpu.launcher, &a.model)?;
+            let mut p = Provenance::here(self.kind().name(), started);
+            p.launcher = Some(a.gpu.launcher.name().into());
+            p.model_profile = Some(m.profile);
+            p.notes = m.notes;
+            return Ok(Record::new(Source::Modeled, p, Body::Verify(m.result)));
+        }
         if let Some(f) = &a.export_trace {
             crate::usage_bail!(
                 "--export-trace '{}' writes the measured per-collective pass; the model backend times nothing (use --backend nccl)",

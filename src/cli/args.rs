@@ -4,11 +4,109 @@
 
 use std::path::PathBuf;
 
-use crate::cli::values::{self, affinity_arg, named};
+use crate::cli::values::{self, affinity_arg, named, weight_choice, WeightChoice};
 use crate::costmodel::ModelSettings;
 use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
+use crate::model::draft::DrafterKind;
+use crate::model::kv::KvDType;
+use crate::model::shape::WeightOverride;
 use crate::model::{DType, Logits, Phase, Routing};
-use crate::request::{BackendKind, GpuSpec, GraphChoice, HostGapFlags, Launcher, Repeat, Workload};
+use crate::request::{
+    BackendKind, Batch, CycleFlags, GpuSpec, GraphChoice, HostGapFlags, Launcher, Repeat, Workload,
+};
+
+/// The batch and the context every forward serves: `plan`, `verify`, `sweep`, `trace`,
+/// `explain` and `breakeven` take them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BatchArgs {
+    /// Requests served together: a decode step carries C tokens, a verify C x its tokens per
+    /// request, and the MoE layers read the experts all of them pick. 1 to 4096.
+    #[arg(long, value_name = "C", default_value_t = 1)]
+    pub concurrency: u64,
+    /// Tokens of context per request whose KV cache every forward reads (MLA's latent on
+    /// every rank, GQA's KV heads split over TP, a fixed state for linear attention); 0: the
+    /// KV cache is not priced. At most 16777216.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub context: u64,
+    /// Element type of the KV cache read with --context.
+    #[arg(long, value_parser = named::<KvDType>(), default_value = "bf16")]
+    pub kv_dtype: KvDType,
+    /// Decode context parallelism: the KV cache's context sharded D ways over the TP group
+    /// (vLLM --decode-context-parallel-size); needs --context. 1 to 1024, dividing --tp.
+    #[arg(long, value_name = "D", default_value_t = 1)]
+    pub dcp: u64,
+}
+
+impl From<&BatchArgs> for Batch {
+    fn from(a: &BatchArgs) -> Batch {
+        Batch {
+            concurrency: a.concurrency,
+            context: a.context,
+            kv_dtype: a.kv_dtype,
+            dcp: a.dcp,
+        }
+    }
+}
+
+/// The weight formats to price instead of the checkpoint's.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WeightArgs {
+    /// Price every quantizable weight group (attention, dense MLP, shared and routed experts,
+    /// an MTP layer) in FORMAT instead of the checkpoint's: bf16, fp8 (128x128 blocks), int8,
+    /// int4 (group 32), int4-gN, int4-gN-zp, nvfp4, mxfp4, or as-shipped (the default); the
+    /// LM head keeps the checkpoint's format.
+    #[arg(long, value_name = "FORMAT", value_parser = weight_choice)]
+    pub weights: Option<WeightChoice>,
+    /// The routed experts alone in FORMAT (after --weights), e.g. nvfp4 or int4 experts served
+    /// from an fp8 checkpoint.
+    #[arg(long, value_name = "FORMAT", value_parser = weight_choice)]
+    pub expert_weights: Option<WeightChoice>,
+}
+
+impl From<&WeightArgs> for WeightOverride {
+    fn from(a: &WeightArgs) -> WeightOverride {
+        WeightOverride {
+            all: a.weights.and_then(|w| w.0),
+            experts: a.expert_weights.and_then(|w| w.0),
+        }
+    }
+}
+
+/// The flags of `--phase cycle`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CycleFlagArgs {
+    /// The drafter of --phase cycle: eagle3 (an EAGLE-3 head, the default), mtp (the model's
+    /// own MTP module, num_nextn_predict_layers), block (a DFlash-like block drafter).
+    #[arg(long, value_parser = named::<DrafterKind>())]
+    pub drafter: Option<DrafterKind>,
+    /// Draft tokens k per cycle of --phase cycle, 1 to 64 (default 3): the verify covers k+1
+    /// tokens per request.
+    #[arg(long, value_name = "K")]
+    pub draft_steps: Option<u64>,
+    /// The drafter's own config.json (an EAGLE-3 head's, with draft_vocab_size; a block
+    /// drafter's) for --phase cycle; without it the drafter's shape is assumed and said so.
+    #[arg(long, value_name = "PATH")]
+    pub draft_config: Option<PathBuf>,
+    /// A block drafter's decoder layers when no --draft-config gives them (default 5), 1 to 64.
+    #[arg(long, value_name = "N")]
+    pub draft_layers: Option<u64>,
+    /// Tokens per request the verify carries where the engine verifies a tree (SGLang
+    /// --speculative-num-draft-tokens), 2 to 4096; default k+1.
+    #[arg(long, value_name = "N")]
+    pub tree_tokens: Option<u64>,
+}
+
+impl From<&CycleFlagArgs> for CycleFlags {
+    fn from(a: &CycleFlagArgs) -> CycleFlags {
+        CycleFlags {
+            drafter: a.drafter,
+            draft_steps: a.draft_steps,
+            draft_config: a.draft_config.clone(),
+            draft_layers: a.draft_layers,
+            tree_tokens: a.tree_tokens,
+        }
+    }
+}
 
 /// `-G/--graph` as `collective` and `verify` declare it. `sweep` and `worker` declare their own:
 /// their help says more (one child, or one worker, runs both modes, one column each).
@@ -61,7 +159,9 @@ pub(crate) struct WorkloadArgs {
     /// Vocabulary of the EAGLE-3 draft head (the draft phase), 1 to 16777216.
     #[arg(long, default_value_t = 32000, value_parser = values::DRAFT_VOCAB, allow_negative_numbers = true)]
     pub draft_vocab: u64,
-    /// Which forward: the verify of T tokens, one decode step, or one EAGLE-3 draft step.
+    /// Which forward: the verify of T tokens, one decode step, one EAGLE-3 draft step, or
+    /// the speculative cycle (the k draft forwards, then the verify, with the plain decode
+    /// step beside them: plan and verify).
     #[arg(long, value_parser = named::<Phase>(), default_value = "verify")]
     pub(crate) phase: Phase,
     /// Replay exactly the ops of a schedule file (`plan --format json` or `trace
@@ -69,9 +169,17 @@ pub(crate) struct WorkloadArgs {
     /// the file (if given, it must equal the file's).
     #[arg(long, value_name = "FILE", conflicts_with_all = [
         "model", "model_config", "tokens", "dtype", "routing", "no_embedding_allreduce",
-        "logits", "draft_vocab", "phase",
+        "logits", "draft_vocab", "phase", "concurrency", "context", "kv_dtype", "dcp",
+        "weights", "expert_weights", "drafter", "draft_steps", "draft_config", "draft_layers",
+        "tree_tokens",
     ])]
-    pub(crate) schedule: Option<PathBuf>,
+    pub schedule: Option<PathBuf>,
+    #[command(flatten)]
+    pub batch: BatchArgs,
+    #[command(flatten)]
+    pub weights: WeightArgs,
+    #[command(flatten)]
+    pub cycle: CycleFlagArgs,
 }
 
 impl From<&WorkloadArgs> for Workload {
@@ -88,6 +196,9 @@ impl From<&WorkloadArgs> for Workload {
             draft_vocab: a.draft_vocab,
             phase: a.phase,
             schedule_file: a.schedule.clone(),
+            batch: (&a.batch).into(),
+            weights: (&a.weights).into(),
+            cycle: (&a.cycle).into(),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::cli::args::BatchArgs;
 use crate::cli::output::OutputArgs;
 use crate::cli::values;
 use crate::commands::breakeven::BreakevenRequest;
@@ -114,7 +115,9 @@ pub(crate) struct BreakevenArgs {
         value_parser = values::ACCEPT_LENGTH,
         allow_negative_numbers = true
     )]
-    pub(crate) table_accept_lengths: Vec<f64>,
+    pub table_accept_lengths: Vec<f64>,
+    #[command(flatten)]
+    pub batch: BatchArgs,
     // --format json: every input with its origin, every output.
     #[command(flatten)]
     pub(crate) output: OutputArgs,
@@ -138,6 +141,7 @@ impl From<&BreakevenArgs> for BreakevenRequest {
             from: a.from.clone(),
             from_trace: a.from_trace.clone(),
             accept_from_log: a.accept_from_log.clone(),
+            batch: (&a.batch).into(),
             format: a.output.format,
         }
     }

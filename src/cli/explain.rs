@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::cli::args::{BatchArgs, WeightArgs};
 use crate::cli::breakeven::CycleArgs;
 use crate::cli::output::OutputArgsMd;
 use crate::cli::values;
@@ -114,7 +115,11 @@ pub(crate) struct ExplainArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) export_json: Option<PathBuf>,
     #[command(flatten)]
-    pub(crate) output: OutputArgsMd,
+    pub batch: BatchArgs,
+    #[command(flatten)]
+    pub weights: WeightArgs,
+    #[command(flatten)]
+    pub output: OutputArgsMd,
 }
 
 impl From<&ExplainArgs> for ExplainRequest {
@@ -130,6 +135,8 @@ impl From<&ExplainArgs> for ExplainRequest {
             model_config: a.model_config.clone(),
             tp: a.tp,
             tokens: a.tokens.unwrap_or(3),
+            batch: (&a.batch).into(),
+            weights: (&a.weights).into(),
             ..Default::default()
         };
         ExplainRequest {

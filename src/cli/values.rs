@@ -261,3 +261,14 @@ mod tests {
         assert_eq!(parse(ACCEPT_LENGTH, "65").unwrap(), 65.0);
     }
 }
+
+/// `--weights` / `--expert-weights`: a weight format, or `as-shipped` (the checkpoint's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightChoice(pub Option<crate::model::shape::WeightFormat>);
+
+pub(crate) fn weight_choice(s: &str) -> Result<WeightChoice, String> {
+    if s.trim().eq_ignore_ascii_case("as-shipped") {
+        return Ok(WeightChoice(None));
+    }
+    s.parse().map(|f| WeightChoice(Some(f)))
+}

@@ -13,16 +13,19 @@ use crate::trace::breakeven::TraceInput;
 /// `breakeven`: the times and acceptance given as flags (`flags`), and the files the flags
 /// of the same names read them from.
 #[derive(Debug, Clone)]
-pub(crate) struct BreakevenRequest {
-    pub(crate) flags: Flags,
-    pub(crate) from: Vec<PathBuf>,
-    pub(crate) from_trace: Vec<TraceInput>,
-    pub(crate) accept_from_log: Option<PathBuf>,
-    pub(crate) format: Format,
+pub struct BreakevenRequest {
+    pub flags: Flags,
+    pub from: Vec<PathBuf>,
+    pub from_trace: Vec<TraceInput>,
+    pub accept_from_log: Option<PathBuf>,
+    /// `--concurrency`, `--context`, `--kv-dtype`, `--dcp`: the batch the times belong to.
+    pub batch: crate::request::Batch,
+    pub format: Format,
 }
 
 /// Runs `verifybench breakeven`.
-pub(crate) fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
+pub fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
+    a.batch.check()?;
     let (mut times, mut file_notes) = crate::evidence::read_verify_files(&a.from)?;
     times.extend(crate::trace::breakeven::read_trace_times(&a.from_trace)?);
     let mut flags = a.flags.clone();
@@ -36,6 +39,7 @@ pub(crate) fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
     // A break-even needs the decode time: its baseline.
     let mut inputs = inputs::resolve::<Labelled>(&flags, &times, true)?;
     inputs.notes.extend(file_notes);
+    inputs.notes.extend(batch_note(&a.batch));
     let analysis = analyse(inputs);
     let text = if a.format.is_json() {
         serde_json::to_string_pretty(&analysis)? + "\n"
@@ -44,4 +48,32 @@ pub(crate) fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
     };
     print_out(&text)?;
     Ok(0)
+}
+
+/// The batch the times were given for, where it is not one request without context: said, so
+/// that a result carries what it is about.
+fn batch_note(b: &crate::request::Batch) -> Option<String> {
+    let d = crate::request::Batch::default();
+    if b.concurrency == d.concurrency && b.context == d.context {
+        return None;
+    }
+    let kv = if b.context > 0 {
+        format!(
+            ", context {} tokens per request (KV cache {}{})",
+            b.context,
+            b.kv_dtype.name(),
+            if b.dcp > 1 {
+                format!(", --dcp {}", b.dcp)
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "batch: {} request{} per forward{kv} (--concurrency, --context): the times given are taken as this batch's",
+        b.concurrency,
+        if b.concurrency == 1 { "" } else { "s" }
+    ))
 }

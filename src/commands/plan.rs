@@ -3,7 +3,7 @@
 
 use crate::model::{self, Engine, Phase};
 use crate::output::Format;
-use crate::report::plan::{json_with_engine, one_line, render_with};
+use crate::report::plan::{cycle_json, json_with_engine, one_line, render_cycle, render_with};
 use crate::request::Workload;
 
 /// `plan`: the workload and the flags of the same names.
@@ -28,6 +28,9 @@ pub(crate) fn run(a: &PlanRequest) -> anyhow::Result<i32> {
             print!("{}", crate::report::plan::render_file(&f, a.ops));
         }
         return Ok(0);
+    }
+    if w.phase == Phase::Cycle {
+        return cycle(a);
     }
     let shape = w.shape()?;
     let opt = model::ScheduleOptions {
@@ -65,6 +68,27 @@ pub(crate) fn run(a: &PlanRequest) -> anyhow::Result<i32> {
                 }
             }
         }
+    }
+    Ok(0)
+}
+
+/// `plan --phase cycle`: the cycle built once from the workload (at TP 8 without `--tp`),
+/// printed part by part with the engine's names, or as JSON.
+fn cycle(a: &PlanRequest) -> anyhow::Result<i32> {
+    let w = a.workload.resolve()?;
+    let c = w.cycle(8)?;
+    let shape = w.shape()?;
+    let engine = |s: &model::Schedule| model::engine::EngineView {
+        in_cycle: true,
+        ..model::engine::view(s, &shape, a.engine, a.allreduce_fusion)
+    };
+    if a.format.is_json() {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&cycle_json(&c, &engine)?)?
+        );
+    } else {
+        print!("{}", render_cycle(&c, a.ops, &engine));
     }
     Ok(0)
 }

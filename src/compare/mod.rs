@@ -357,6 +357,7 @@ mod tests {
                 predicted_compute_us: None,
                 stream_rates: vec![],
                 p2p: vec![],
+                parts: vec![],
             }),
         );
         super::entry(r, label.into(), Path::new(label)).unwrap()

@@ -13,13 +13,14 @@
 //! - [`scope`]: what a fit pinned down, as the fitted profile records it.
 //! - [`waiting`]: the waiting of collectives for the slowest rank under host gaps.
 
-pub(crate) mod custom;
-pub(crate) mod fit;
-pub(crate) mod ntfit;
-pub(crate) mod predict;
-pub(crate) mod profile;
-pub(crate) mod scope;
-pub(crate) mod waiting;
+pub mod custom;
+pub mod cycle;
+pub mod fit;
+pub mod ntfit;
+pub mod predict;
+pub mod profile;
+pub mod scope;
+pub mod waiting;
 
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
@@ -427,6 +428,7 @@ pub(crate) fn verify(
             predicted_compute_us: None,
             stream_rates: vec![],
             p2p: vec![],
+            parts: vec![],
         },
         profile: label,
         notes,

@@ -389,6 +389,7 @@ mod tests {
             experts_per_layer: 0.0,
             ops,
             config_reading: None,
+            facts: Default::default(),
         }
     }
 

@@ -109,6 +109,7 @@ pub(crate) fn phase_word(p: Phase) -> &'static str {
         Phase::Verify => "verify",
         Phase::Decode => "decode",
         Phase::Draft => "draft step",
+        Phase::Cycle => "speculative cycle",
     }
 }
 

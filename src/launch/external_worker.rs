@@ -104,9 +104,10 @@ fn plan(a: &WorkerRequest, env: &BTreeMap<String, String>) -> anyhow::Result<Pla
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: vec![],
-        host_gaps,
+        host_gaps: Box::new(host_gaps),
         timing_pass: super::timeline::pass_iterations(iters),
         pdl: a.pdl,
+        cycle: None,
     };
     let hello = Hello::here(job_hash(&job), info.rank, info.world_size).in_job(info.job.clone());
     Ok(Plan {

@@ -120,7 +120,7 @@ pub(crate) enum Job {
         run_impls: Vec<Impl>,
         /// Host time before each launch in eager replay (none in graph replay).
         #[serde(default)]
-        host_gaps: HostGaps,
+        host_gaps: Box<HostGaps>,
         /// Verifies of the per-collective timing pass after each run's headline timing (0:
         /// no pass).
         #[serde(default)]
@@ -128,6 +128,10 @@ pub(crate) enum Job {
         /// Launch the streaming kernels with programmatic dependent launch (`--pdl`).
         #[serde(default)]
         pdl: bool,
+        /// `--phase cycle`: `schedule` is the cycle's verify, and each run is timed as
+        /// [`CYCLE_CONFIGS`] (the decode step, the draft forwards, the verify, the cycle).
+        #[serde(default)]
+        cycle: Option<Box<CycleJob>>,
     },
     /// Report the environment only (no NCCL).
     Env,
@@ -148,11 +152,57 @@ impl Job {
     pub(crate) fn configs(&self) -> usize {
         match self {
             Job::Collective { cases, graphs, .. } => cases.len() * graphs.len(),
-            Job::Verify { runs, .. } => runs.len(),
+            Job::Verify {
+                runs, cycle: None, ..
+            } => runs.len(),
+            Job::Verify { runs, .. } => runs.len() * CYCLE_CONFIGS.len(),
             Job::Env => 0,
         }
     }
 }
+
+/// A speculative cycle's forwards besides its verify (`verify --phase cycle`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CycleJob {
+    /// The plain decode step of the same batch.
+    pub decode: Schedule,
+    /// The draft forwards of one cycle, in order.
+    pub draft: Vec<Schedule>,
+}
+
+impl CycleJob {
+    /// The distinct draft forwards in order and how many times each runs in a row (an
+    /// EAGLE-3 or MTP cycle: the first forward once, the next k-1 times).
+    pub(crate) fn draft_groups(&self) -> Vec<(&Schedule, u64)> {
+        let mut v: Vec<(&Schedule, u64)> = vec![];
+        for d in &self.draft {
+            match v.last_mut() {
+                Some((s, n)) if *s == d => *n += 1,
+                _ => v.push((d, 1)),
+            }
+        }
+        v
+    }
+}
+
+/// What a cycle job times per (graph, mode) run, in this order: one configuration each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CycleConfig {
+    /// The plain decode step.
+    Decode,
+    /// The k draft forwards (graphed as the engines capture them).
+    Draft,
+    Verify,
+    /// The draft forwards, then the verify.
+    Cycle,
+}
+
+pub const CYCLE_CONFIGS: [CycleConfig; 4] = [
+    CycleConfig::Decode,
+    CycleConfig::Draft,
+    CycleConfig::Verify,
+    CycleConfig::Cycle,
+];
 
 /// One collective case: the operation, its element type and NCCL count (the all-reduce's
 /// count, the all-gather's send count, the reduce-scatter's receive count).
@@ -356,6 +406,7 @@ mod tests {
             host_gaps: Default::default(),
             timing_pass: 0,
             pdl: false,
+            cycle: None,
         };
         assert_eq!(v(vec![Impl::Nccl]).p2p_bytes(), 0);
         assert_eq!(

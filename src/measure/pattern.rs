@@ -619,7 +619,8 @@ mod tests {
     /// keys are compared whole, so the prefix only makes the test fast, never weaker.
     #[test]
     fn every_slot_of_every_collective_of_every_schedule_gets_distinct_inputs() {
-        use crate::model::schedule::{build, validate, ScheduleOptions};
+        use crate::model::build;
+        use crate::model::schedule::{validate, ScheduleOptions};
         use crate::model::{Op, Phase};
         use std::collections::{BTreeMap, HashMap};
         let dtypes = [DType::Bf16, DType::F16, DType::F32];

@@ -51,6 +51,10 @@ pub(crate) const ARCHS: &[Arch] = &[
         "vLLM model_executor/models/deepseek_v2.py; SGLang models/deepseek_v2.py",
     ),
     arch(
+        &["glm_moe_dsa"],
+        "vLLM model_executor/models/deepseek_v2.py and SGLang models/glm4_moe.py (GLM-5's GlmMoeDsaForCausalLM is a DeepseekV2ForCausalLM in both)",
+    ),
+    arch(
         &["deepseek_v4"],
         "vLLM model_executor/models/deepseek_v4.py and SGLang models/deepseek_v4.py (DeepseekV4Attention / MQALayer: fused wq_a+wkv replicated, wq_b and grouped wo_a column-parallel, wo_b row-parallel; DeepseekV4MoE on every layer)",
     ),
@@ -261,6 +265,11 @@ const IRRELEVANT: &[&str] = &[
     "time_step_min",
     "time_step_max",
     "time_step_floor",
+    // a draft model's own keys, read by `--draft-config` (config::load_draft)
+    "draft_vocab_size",
+    "target_hidden_size",
+    "eagle_aux_hidden_state_layer_ids",
+    "block_size",
 ];
 
 /// Does `key` look like it sets a shape (a size, a count, a per-layer list)?
@@ -505,6 +514,8 @@ fn attention(
             o_groups: groups,
         }
     } else if c.obj.contains_key("kv_lora_rank") {
+        // GLM-5 also states qk_nope + qk_rope as qk_head_dim: read, it shapes nothing new
+        c.get("qk_head_dim");
         Attention::Mla {
             heads,
             q_lora_rank: c.u64("q_lora_rank"),

@@ -18,24 +18,131 @@ use crate::error::usage;
 
 /// Parses the file at `path`. Every error names the file, and a missing key is named.
 pub fn load(path: &Path) -> anyhow::Result<ModelShape> {
+    let json = read_json(path, "model config")?;
+    shape_of(json, path)
+}
+
+/// The JSON of the config at `path` (`what`: how errors name it).
+fn read_json(path: &Path, what: &str) -> anyhow::Result<Value> {
     let text = crate::util::read_text(
         path,
-        "model config",
+        what,
         "the model's Hugging Face config.json",
         crate::util::read::CONFIG,
     )?;
-    let json: Value = serde_json::from_str(&python_json(&text)).map_err(|e| {
+    serde_json::from_str(&python_json(&text)).map_err(|e| {
         usage(format!(
-            "model config '{}' is {}; give the model's Hugging Face config.json",
+            "{what} '{}' is {}; give the model's Hugging Face config.json",
             path.display(),
             crate::util::json_problem(&e)
         ))
-    })?;
+    })
+}
+
+/// What a draft model's config says beyond the shape of its layers (`--draft-config`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DraftKeys {
+    /// `draft_vocab_size`: the rows of an EAGLE-3 head's own LM head (`None`: the target's
+    /// vocabulary, the head loaded from the target, SGLang `load_lm_head_from_target`).
+    pub draft_vocab: Option<u64>,
+    /// `target_hidden_size`: the width of the target's hidden states the fc reads.
+    pub target_hidden: Option<u64>,
+    /// How many target layers' hidden states the fc concatenates
+    /// (`dflash_config.target_layer_ids`, `eagle_aux_hidden_state_layer_ids`).
+    pub target_layers: Option<u64>,
+}
+
+/// A draft model's config (`--draft-config`): its layers read as a model's (an EAGLE-3 head is
+/// a one-layer Llama config, a DFlash drafter a Qwen3 one), and its draft keys.
+pub(crate) fn load_draft(path: &Path) -> anyhow::Result<(ModelShape, DraftKeys)> {
+    let json = read_json(path, "draft config")?;
+    let obj = json.get("text_config").unwrap_or(&json);
+    let u = |k: &str| obj.get(k).and_then(Value::as_u64);
+    let count = |v: Option<&Value>| v.and_then(Value::as_array).map(|a| a.len() as u64);
+    let keys = DraftKeys {
+        draft_vocab: u("draft_vocab_size").filter(|v| *v > 0),
+        target_hidden: u("target_hidden_size").filter(|v| *v > 0),
+        target_layers: count(obj.pointer("/dflash_config/target_layer_ids"))
+            .or_else(|| count(obj.get("eagle_aux_hidden_state_layer_ids")))
+            .filter(|n| *n > 0),
+    };
+    for (k, v) in [
+        ("draft_vocab_size", keys.draft_vocab),
+        ("target_hidden_size", keys.target_hidden),
+        ("num_hidden_layers", keys.target_layers),
+    ] {
+        if let Some(v) = v {
+            arch::check_bound(k, v)
+                .map_err(|e| usage(format!("draft config '{}': {e}", path.display())))?;
+        }
+    }
+    let shape = shape_of(json, path)?;
+    Ok((shape, keys))
+}
+
+/// The shape of the parsed config `json` read from `path`.
+fn shape_of(json: Value, path: &Path) -> anyhow::Result<ModelShape> {
     let file = path
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "config.json".into());
-    from_json(&json, &file).map_err(|e| usage(format!("model config '{}': {e}", path.display())))
+    let (json, note) = with_hf_quant_config(json, path)?;
+    let mut shape = from_json(&json, &file)
+        .map_err(|e| usage(format!("model config '{}': {e}", path.display())))?;
+    shape.warnings.extend(note);
+    Ok(shape)
+}
+
+/// ModelOpt checkpoints (NVIDIA's NVFP4 and FP8 ones) keep their quantization in
+/// `hf_quant_config.json` beside `config.json`, which then has no `quantization_config`: the
+/// file beside `path` (`X_config.json` -> `X_hf_quant_config.json`, `config.json` ->
+/// `hf_quant_config.json`) is folded in as ModelOpt's, and said so. A config that has its own
+/// `quantization_config` is left alone.
+fn with_hf_quant_config(mut json: Value, path: &Path) -> anyhow::Result<(Value, Option<String>)> {
+    let has = |v: &Value| v.get("quantization_config").is_some_and(|q| !q.is_null());
+    if has(&json) || json.get("text_config").is_some_and(has) {
+        return Ok((json, None));
+    }
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok((json, None));
+    };
+    let Some(stem) = name.strip_suffix("config.json") else {
+        return Ok((json, None));
+    };
+    let beside = path.with_file_name(format!("{stem}hf_quant_config.json"));
+    if !beside.is_file() {
+        return Ok((json, None));
+    }
+    let text = crate::util::read_text(
+        &beside,
+        "quantization config",
+        "ModelOpt's hf_quant_config.json",
+        crate::util::read::CONFIG,
+    )?;
+    let q: Value = serde_json::from_str(&text).map_err(|e| {
+        usage(format!(
+            "'{}' (beside the model config) is {}; give ModelOpt's hf_quant_config.json or remove it",
+            beside.display(),
+            crate::util::json_problem(&e)
+        ))
+    })?;
+    let Some(inner) = q.get("quantization").filter(|v| v.is_object()) else {
+        return Ok((json, None));
+    };
+    if let Some(obj) = json.as_object_mut() {
+        obj.insert(
+            "quantization_config".into(),
+            serde_json::json!({"quant_method": "modelopt", "quantization": inner}),
+        );
+    }
+    let note = format!(
+        "weight formats from {} beside the config (ModelOpt's hf_quant_config.json)",
+        beside
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    );
+    Ok((json, Some(note)))
 }
 
 /// The JSON that Python's `json` module (and so every Hugging Face tool) reads: the bare
@@ -129,10 +236,17 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         .get("quantization_config")
         .or_else(|| root.get("quantization_config"))
         .filter(|q| !q.is_null());
-    let precision = match quant {
+    let rules = quant.map(quant_rules);
+    let precision_at = |layer: Option<u64>| match &rules {
         None => Ok(Precision::uniform(WeightFormat::Bf16)),
-        Some(q) => precision_from_quant(q),
+        Some(Ok(r)) => Ok(r.precision(layer)),
+        Some(Err(e)) => Err(e.clone()),
     };
+    let precision = precision_at(None);
+    // the MTP layer follows the target's layers (index num_hidden_layers), in the format
+    // the quantization's ignore rules give that index
+    let mtp_layers = c.u64("num_nextn_predict_layers").filter(|n| *n > 0);
+    let mtp_precision = mtp_layers.map(|_| precision_at(Some(layers)));
 
     let entry = arch::find(model_type);
     // a model_type the table lacks is read by the keys the table's families share
@@ -164,6 +278,7 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
     let precision = deepseek_v4_experts(precision, model_type, quant, &c);
     // a present expert count that no MoE has is refused, not planned as a dense model
     arch::routed_experts(&c)?;
+    let mtp_precision = mtp_precision.map(|p| deepseek_v4_experts(p, model_type, quant, &c));
     c.check_bounds()?;
     reading_warnings(
         &c,
@@ -209,6 +324,15 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         warnings,
         read_as: (entry.is_some() || read_ok).then_some(read_as),
         model_type: (!model_type.is_empty()).then(|| model_type.to_string()),
+        mtp: match (mtp_layers, mtp_precision) {
+            (Some(n), Some(Ok(p))) if weights_known => Some(Mtp {
+                layers: n,
+                precision: p,
+                // a plain nn.Linear in both engines: no quantized weights load into it
+                eh_proj: WeightFormat::Bf16,
+            }),
+            _ => None,
+        },
     };
     // a shape the uniform fields describe exactly keeps no per-layer list
     if !shape.blocks.is_empty() {
@@ -422,7 +546,60 @@ fn compressed_tensors_format(w: &Map<String, Value>, fmt: &str) -> Result<Weight
 
 /// The storage precision of each weight group, from `quantization_config`. An error says
 /// which format was not understood (the caller plans the collectives and warns).
+#[cfg(test)]
 fn precision_from_quant(q: &Value) -> Result<Precision, String> {
+    quant_rules(q).map(|r| r.precision(None))
+}
+
+/// A checkpoint's quantization: the format of its quantized linears and the modules it keeps
+/// in bf16.
+struct QuantRules {
+    format: WeightFormat,
+    ignore: Vec<IgnoreRule>,
+}
+
+impl QuantRules {
+    /// The format of each weight group of the target's layers (`layer` `None`: the
+    /// representative layers of [`GROUP_MODULES`]) or of layer `layer` (the MTP module's,
+    /// which follows the target's last layer): bf16 where an ignore rule names the group.
+    fn precision(&self, layer: Option<u64>) -> Precision {
+        let pick = |modules: &[&str]| {
+            let hit = modules.iter().any(|module| {
+                let module = match layer {
+                    Some(l) => module
+                        .replace("layers.1.", &format!("layers.{l}."))
+                        .replace("layers.0.", &format!("layers.{l}.")),
+                    None => module.to_string(),
+                };
+                let prefixed = format!("language_model.{module}");
+                let model_prefixed = format!(
+                    "model.language_model.{}",
+                    module.trim_start_matches("model.")
+                );
+                self.ignore.iter().any(|m| {
+                    m.matches(&module) || m.matches(&prefixed) || m.matches(&model_prefixed)
+                })
+            });
+            if hit {
+                WeightFormat::Bf16
+            } else {
+                self.format
+            }
+        };
+        let f: Vec<WeightFormat> = GROUP_MODULES.iter().map(|(_, m)| pick(m)).collect();
+        Precision {
+            attention: f[0],
+            dense_mlp: f[1],
+            routed_experts: f[2],
+            shared_experts: f[3],
+            lm_head: f[4],
+        }
+    }
+}
+
+/// The quantization of `quantization_config`: its format and ignore rules. An error says
+/// which format was not understood.
+fn quant_rules(q: &Value) -> Result<QuantRules, String> {
     let q = q
         .as_object()
         .ok_or("quantization_config must be an object")?;
@@ -500,35 +677,11 @@ fn precision_from_quant(q: &Value) -> Result<Precision, String> {
             ))
         }
     };
-    let matchers = ignore
+    let ignore = ignore
         .iter()
         .map(|p| IgnoreRule::new(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let pick = |modules: &[&str]| {
-        let hit = modules.iter().any(|module| {
-            let prefixed = format!("language_model.{module}");
-            let model_prefixed = format!(
-                "model.language_model.{}",
-                module.trim_start_matches("model.")
-            );
-            matchers
-                .iter()
-                .any(|m| m.matches(module) || m.matches(&prefixed) || m.matches(&model_prefixed))
-        });
-        if hit {
-            WeightFormat::Bf16
-        } else {
-            format
-        }
-    };
-    let f: Vec<WeightFormat> = GROUP_MODULES.iter().map(|(_, m)| pick(m)).collect();
-    Ok(Precision {
-        attention: f[0],
-        dense_mlp: f[1],
-        routed_experts: f[2],
-        shared_experts: f[3],
-        lm_head: f[4],
-    })
+    Ok(QuantRules { format, ignore })
 }
 
 fn string_list(v: Option<&Value>) -> Vec<String> {
@@ -721,7 +874,7 @@ mod tests {
         let opt = crate::model::ScheduleOptions::default();
         let sch = crate::model::build(&s, &opt, crate::model::Phase::Verify).unwrap();
         assert_eq!(sch.n_collectives(), 1 + 2 * 4 + 1);
-        assert_eq!(sch.total_weight_bytes(), 0);
+        assert_eq!(sch.streamed_bytes(), 0);
     }
 
     /// A config with the keys vLLM's DeepSeek-V4 classes read (deepseek_v4.py), sizes chosen

@@ -46,7 +46,8 @@
 
 use serde::Serialize;
 
-pub(crate) use super::schedule::Engine;
+use super::draft::DrafterKind;
+pub use super::schedule::Engine;
 use super::schedule::{CollectiveKind, Op, Phase, Schedule};
 use super::shape::ModelShape;
 
@@ -107,7 +108,11 @@ pub(crate) struct EngineView {
     /// The same engine's count for one EAGLE-3 draft step, when the caller built it (shown
     /// beside a verify, whose count it is not part of).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) draft: Option<ProfilerCount>,
+    pub draft: Option<ProfilerCount>,
+    /// The forward is a part of a cycle shown with its drafts (`plan --phase cycle`): the
+    /// verify's line pointing at `--phase draft` is left out.
+    #[serde(skip)]
+    pub in_cycle: bool,
 }
 
 /// Whether `engine` with fusion on fuses the all-reduces of `shape` in `phase`.
@@ -132,7 +137,7 @@ fn model_file(engine: Engine, model_type: Option<&str>) -> &'static str {
     let t = model_type.unwrap_or("");
     let family = if t == "deepseek_v4" {
         t
-    } else if t.starts_with("deepseek") || t == "kimi_k2" {
+    } else if t.starts_with("deepseek") || t == "kimi_k2" || t == "glm_moe_dsa" {
         "deepseek_v2"
     } else {
         t
@@ -167,9 +172,34 @@ fn model_file(engine: Engine, model_type: Option<&str>) -> &'static str {
     }
 }
 
+/// The engine file of a drafter's own layers (the EAGLE-3 head's of `--phase draft` too).
+fn drafter_file(engine: Engine, drafter: Option<DrafterKind>) -> &'static str {
+    match (engine, drafter.unwrap_or_default()) {
+        (Engine::Sglang, DrafterKind::Eagle3) => {
+            "sgl-project/sglang python/sglang/srt/models/llama_eagle3.py"
+        }
+        (Engine::Sglang, DrafterKind::Mtp) => {
+            "sgl-project/sglang python/sglang/srt/models/deepseek_nextn.py (DeepseekModelNextN: eh_proj, one DeepseekV2DecoderLayer, the shared head)"
+        }
+        (Engine::Sglang, DrafterKind::Block) => {
+            "sgl-project/sglang python/sglang/srt/models/dflash.py (its layers; embedding and LM head the target's)"
+        }
+        (Engine::Vllm, DrafterKind::Eagle3) => {
+            "vllm-project/vllm vllm/model_executor/models/llama_eagle3.py"
+        }
+        (Engine::Vllm, DrafterKind::Mtp) => {
+            "vllm-project/vllm vllm/model_executor/models/deepseek_mtp.py (DeepSeekMultiTokenPredictorLayer: eh_proj, mtp_block, shared_head)"
+        }
+        (Engine::Vllm, DrafterKind::Block) => {
+            "vllm-project/vllm vllm/model_executor/models/qwen3_dflash.py (its layers; embedding and LM head the target's)"
+        }
+    }
+}
+
 fn source(
     engine: Engine,
     phase: Phase,
+    drafter: Option<DrafterKind>,
     site: &str,
     fused: bool,
     model_type: Option<&str>,
@@ -185,18 +215,14 @@ fn source(
         (Engine::Sglang, _, "logits") => {
             "sgl-project/sglang python/sglang/srt/layers/logits_processor.py"
         }
-        (Engine::Sglang, Phase::Draft, _) => {
-            "sgl-project/sglang python/sglang/srt/models/llama_eagle3.py"
-        }
+        (Engine::Sglang, Phase::Draft, _) => drafter_file(engine, drafter),
         (Engine::Vllm, _, "embedding") => {
             "vllm-project/vllm vllm/model_executor/layers/vocab_parallel_embedding.py"
         }
         (Engine::Vllm, _, "logits") => {
             "vllm-project/vllm vllm/model_executor/layers/logits_processor.py"
         }
-        (Engine::Vllm, Phase::Draft, _) => {
-            "vllm-project/vllm vllm/model_executor/models/llama_eagle3.py"
-        }
+        (Engine::Vllm, Phase::Draft, _) => drafter_file(engine, drafter),
         (_, _, _) => model_file(engine, model_type),
     }
 }
@@ -278,7 +304,14 @@ pub(crate) fn view(
                 call: call(engine, site, communicator),
                 kernel,
                 fused_with,
-                source: source(engine, s.phase, site, fused_with.is_some(), model_type),
+                source: source(
+                    engine,
+                    s.phase,
+                    s.facts.drafter,
+                    site,
+                    fused_with.is_some(),
+                    model_type,
+                ),
             })
         })
         .collect();
@@ -289,6 +322,7 @@ pub(crate) fn view(
         ops,
         count,
         draft: None,
+        in_cycle: false,
     }
 }
 
@@ -307,7 +341,11 @@ pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
     let what = match s.phase {
         Phase::Verify => "verify forward",
         Phase::Decode => "decode forward",
-        Phase::Draft => "EAGLE-3 draft step",
+        Phase::Draft => match s.facts.drafter {
+            Some(d) => d.forward_word(),
+            None => "EAGLE-3 draft step",
+        },
+        Phase::Cycle => "speculative cycle",
     };
     let mut lines = Vec::new();
     let plural = |n: u64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
@@ -363,7 +401,7 @@ pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
             }
         ));
     }
-    if s.phase == Phase::Verify {
+    if s.phase == Phase::Verify && !v.in_cycle {
         let counts = match v.draft {
             Some(d) => format!(
                 " ({} + {})",
@@ -382,8 +420,9 @@ pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::build;
     use crate::model::presets::preset;
-    use crate::model::schedule::{build, ScheduleOptions};
+    use crate::model::schedule::ScheduleOptions;
 
     fn kimi(phase: Phase) -> (Schedule, ModelShape) {
         let shape = preset("kimi-k2.5").unwrap();

@@ -55,6 +55,8 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             warnings: vec![],
             read_as: None,
             model_type: Some("kimi_k2".into()),
+            // num_nextn_predict_layers 0: Kimi-K2.5 ships no MTP module
+            mtp: None,
         },
         // deepseek-ai/DeepSeek-V3: fp8 e4m3 with 128x128 block scales; lm_head bf16.
         "deepseek-v3" | "deepseek-r1" => ModelShape {
@@ -82,6 +84,15 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             warnings: vec![],
             read_as: None,
             model_type: Some("deepseek_v3".into()),
+            // num_nextn_predict_layers 1: layer 61 in the same fp8 blocks, eh_proj bf16
+            mtp: Some(Mtp {
+                layers: 1,
+                precision: Precision {
+                    lm_head: WeightFormat::Bf16,
+                    ..Precision::uniform(WeightFormat::Fp8Block { block: 128 })
+                },
+                eh_proj: WeightFormat::Bf16,
+            }),
         },
         "llama-3.1-70b" => ModelShape {
             name: "llama-3.1-70b".into(),
@@ -99,6 +110,7 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             warnings: vec![],
             read_as: None,
             model_type: Some("llama".into()),
+            mtp: None,
         },
         "qwen3-235b-a22b" => ModelShape {
             name: "qwen3-235b-a22b".into(),
@@ -122,6 +134,7 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
             warnings: vec![],
             read_as: None,
             model_type: Some("qwen3_moe".into()),
+            mtp: None,
         },
         _ => {
             return Err(usage(format!(

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::kv::{KvDType, KvSettings};
 use super::shape::*;
 use crate::error::usage;
+use crate::record::vocab::DrafterKind;
 pub use crate::record::vocab::{CollectiveKind, DType, Phase};
 
 impl CollectiveKind {
@@ -36,10 +38,29 @@ pub enum ComputeKind {
     SharedExperts,
     DraftFc,
     LmHead,
+    /// The KV cache (or a linear-attention state) the layer's attention reads: bytes of
+    /// context, not weights (`--context`).
+    KvCache,
 }
 
 impl ComputeKind {
-    pub(crate) fn name(self) -> &'static str {
+    /// The name JSON gives it (`routed_experts`): the key of a record's `weight_formats`.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            ComputeKind::Attention => "attention",
+            ComputeKind::LinearAttention => "linear_attention",
+            ComputeKind::Mamba => "mamba",
+            ComputeKind::DenseMlp => "dense_mlp",
+            ComputeKind::Router => "router",
+            ComputeKind::RoutedExperts => "routed_experts",
+            ComputeKind::SharedExperts => "shared_experts",
+            ComputeKind::DraftFc => "draft_fc",
+            ComputeKind::LmHead => "lm_head",
+            ComputeKind::KvCache => "kv_cache",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
         match self {
             ComputeKind::Attention => "attention",
             ComputeKind::LinearAttention => "linear attention",
@@ -50,6 +71,7 @@ impl ComputeKind {
             ComputeKind::SharedExperts => "shared expert",
             ComputeKind::DraftFc => "draft fc",
             ComputeKind::LmHead => "LM head",
+            ComputeKind::KvCache => "KV cache",
         }
     }
 }
@@ -79,7 +101,8 @@ pub enum Op {
     },
     Compute {
         kind: ComputeKind,
-        /// Weight bytes this rank streams (its TP shard, scales included).
+        /// Bytes this rank streams: its TP shard of the weights, scales included (for
+        /// [`ComputeKind::KvCache`], the KV cache it reads).
         weight_bytes: u64,
         layer: Option<u64>,
         /// The tokens each weight unit of the op meets, where not every unit meets every token
@@ -213,6 +236,14 @@ pub struct ScheduleOptions {
     /// `--enable-flashinfer-allreduce-fusion`, vLLM's `AllReduceFusionPass`): the same
     /// collectives under other kernel names.
     pub allreduce_fusion: bool,
+    /// Requests in the batch (`--concurrency`): a forward carries `concurrency x` the tokens
+    /// of one request, and touches the experts of all of them.
+    pub concurrency: u64,
+    /// Context tokens per request whose KV cache each forward reads (`--context`; 0: none).
+    pub context: u64,
+    pub kv: KvSettings,
+    /// The weight formats to price instead of the checkpoint's (`--weights`, ...).
+    pub weights: WeightOverride,
 }
 
 impl Default for ScheduleOptions {
@@ -227,7 +258,21 @@ impl Default for ScheduleOptions {
             draft_vocab: 32000,
             engine: Engine::Sglang,
             allreduce_fusion: false,
+            concurrency: 1,
+            context: 0,
+            kv: KvSettings {
+                dtype: KvDType::Bf16,
+                dcp: 1,
+            },
+            weights: WeightOverride::default(),
         }
+    }
+}
+
+impl ScheduleOptions {
+    /// The KV settings the schedule records: `None` without a context.
+    pub(super) fn kv_facts(&self) -> Option<KvSettings> {
+        (self.context > 0).then_some(self.kv)
     }
 }
 
@@ -246,7 +291,62 @@ pub struct Schedule {
     /// How a `--model-config` was read and what it did not understand (shown by `plan`);
     /// `None` for presets and schedule files. Not part of the hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) config_reading: Option<Box<ConfigReading>>,
+    pub config_reading: Option<Box<ConfigReading>>,
+    /// What the forward was built for beyond its ops: the batch, the context, the weights'
+    /// formats, the drafter (flattened into the schedule's JSON). Not part of the hash: the
+    /// ops already hold what it changes.
+    #[serde(default, flatten)]
+    pub facts: Box<ScheduleFacts>,
+}
+
+/// The batch, the context, the weight formats and the drafter a schedule was built for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleFacts {
+    /// Requests in the batch: `tokens` is this many times the tokens of one request.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub concurrency: u64,
+    /// Context tokens per request whose KV cache the forward reads (0: none priced).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub context: u64,
+    /// The KV cache's element type and context sharding, with a context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvSettings>,
+    /// The storage format of each kind of weights the forward streams (empty for a schedule
+    /// without weights, such as a trace export).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weight_formats: BTreeMap<ComputeKind, WeightFormat>,
+    /// `--weights` / `--expert-weights` as given, where they replaced the checkpoint's formats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_override: Option<String>,
+    /// The drafter of a draft forward of a cycle (`None`: `--phase draft`'s EAGLE-3 head, or
+    /// not a draft).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafter: Option<DrafterKind>,
+}
+
+impl Default for ScheduleFacts {
+    fn default() -> Self {
+        ScheduleFacts {
+            concurrency: 1,
+            context: 0,
+            kv: None,
+            weight_formats: BTreeMap::new(),
+            weights_override: None,
+            drafter: None,
+        }
+    }
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a model config became this schedule.
@@ -332,7 +432,8 @@ impl Schedule {
             .count() as u64
     }
 
-    /// Weight bytes per compute kind, summed over the forward.
+    /// Bytes streamed per compute kind (weights, and the KV cache as its own kind), summed
+    /// over the forward.
     pub(crate) fn weight_bytes_by_kind(&self) -> BTreeMap<ComputeKind, u64> {
         let mut m = BTreeMap::new();
         for op in &self.ops {
@@ -346,17 +447,32 @@ impl Schedule {
         m
     }
 
-    /// The weight bytes one rank streams per forward; `None` when the schedule holds no
-    /// compute op (the weights are unknown: collectives only), never 0 for unknown.
-    pub(crate) fn weight_bytes(&self) -> Option<u64> {
+    /// The weight bytes one rank streams per forward (the KV cache apart); `None` when the
+    /// schedule holds no compute op (the weights are unknown: collectives only), never 0 for
+    /// unknown.
+    pub fn weight_bytes(&self) -> Option<u64> {
         self.ops
             .iter()
             .any(|o| matches!(o, Op::Compute { .. }))
-            .then(|| self.total_weight_bytes())
+            .then(|| self.streamed_bytes() - self.kv_bytes())
     }
 
-    pub(crate) fn total_weight_bytes(&self) -> u64 {
+    /// The KV cache bytes one rank reads per forward (0 without a context).
+    pub(crate) fn kv_bytes(&self) -> u64 {
+        self.weight_bytes_by_kind()
+            .get(&ComputeKind::KvCache)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every byte the compute ops stream: the weights and the KV cache.
+    pub(crate) fn streamed_bytes(&self) -> u64 {
         self.weight_bytes_by_kind().values().sum()
+    }
+
+    /// The tokens of one request in this forward (`tokens / concurrency`).
+    pub(crate) fn tokens_per_request(&self) -> u64 {
+        self.tokens / self.facts.concurrency.max(1)
     }
 
     pub(crate) fn total_collective_bytes(&self) -> u64 {
@@ -497,7 +613,7 @@ fn whole_experts(at_least: &[f64], e: u64, pairs: u64) -> Vec<u64> {
     c.into_iter().map(|x| x.max(0) as u64).collect()
 }
 
-fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
+pub(super) fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
     if n % tp != 0 {
         return Err(usage(format!(
             "--tp {tp} does not divide the {what} ({n}); choose a tensor-parallel size that does"
@@ -519,6 +635,12 @@ pub(crate) fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Res
         return check_divides(opt.tp, "vocabulary", shape.vocab);
     }
     let tp = opt.tp;
+    let dcp = opt.kv.dcp;
+    if dcp == 0 || tp % dcp != 0 {
+        return Err(usage(format!(
+            "--dcp {dcp} does not divide --tp {tp}: decode context parallelism shards the KV cache over ranks of the TP group; give a --dcp that divides it"
+        )));
+    }
     check_divides(tp, "attention heads", shape.attention.heads())?;
     check_divides(tp, "vocabulary", shape.vocab)?;
     let blocks = shape.layer_blocks();
@@ -632,12 +754,24 @@ fn attention_bytes(att: &Attention, f: WeightFormat, h: u64, tp: u64) -> u64 {
     }
 }
 
-fn gqa_bytes(f: WeightFormat, h: u64, heads: u64, kv_heads: u64, head_dim: u64, tp: u64) -> u64 {
-    attention_bytes(&Attention::gqa(heads, kv_heads, head_dim), f, h, tp)
+/// A GQA attention's weights on one rank whose qkv projection reads `qkv_in` features (the
+/// hidden size, or twice it for EAGLE-3's midlayer) and whose output is `h` wide.
+pub(super) fn gqa_bytes(
+    f: WeightFormat,
+    qkv_in: u64,
+    h: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    tp: u64,
+) -> u64 {
+    let kv_local = if kv_heads >= tp { kv_heads / tp } else { 1 };
+    f.matrix_bytes(heads / tp * head_dim + kv_local * 2 * head_dim, qkv_in)
+        + f.matrix_bytes(h, heads / tp * head_dim)
 }
 
 /// The compute op a mixer stands for and the weight bytes one rank streams for it.
-fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u64) {
+pub(super) fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u64) {
     // depthwise conv weights are not Linear layers: bf16 in every checkpoint format
     let conv = |channels: u64, kernel: u64| WeightFormat::Bf16.matrix_bytes(channels, kernel);
     match *m {
@@ -682,7 +816,7 @@ fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u
 }
 
 /// gate_up (column-parallel) + down (row-parallel) of one MLP of `inter` intermediate size.
-fn mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
+pub(super) fn mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
     let il = inter / tp;
     f.matrix_bytes(2 * il, h) + f.matrix_bytes(h, il)
 }
@@ -695,7 +829,14 @@ fn plain_mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
 
 /// The compute ops of one feed-forward part, its routed experts touched as `experts` says (how
 /// many receive how many tokens).
-fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: &[TokenRow], l: u64) -> Vec<Op> {
+pub(super) fn ffn_ops(
+    ffn: &Ffn,
+    p: &Precision,
+    h: u64,
+    tp: u64,
+    experts: &[TokenRow],
+    l: u64,
+) -> Vec<Op> {
     let op = |kind, weight_bytes| Op::Compute {
         kind,
         weight_bytes,
@@ -797,196 +938,6 @@ pub fn parameter_counts(shape: &ModelShape) -> Option<(u64, u64)> {
     Some((total + table + head, active + table))
 }
 
-fn collective(
-    kind: CollectiveKind,
-    dtype: DType,
-    count: u64,
-    site: &str,
-    layer: Option<u64>,
-) -> Op {
-    Op::Collective {
-        kind,
-        dtype,
-        count,
-        bytes_per_rank: count * dtype.size(),
-        site: site.into(),
-        layer,
-    }
-}
-
-/// Builds the schedule of `phase` for `shape`.
-pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow::Result<Schedule> {
-    validate(shape, opt)?;
-    let tp = opt.tp;
-    let tokens = match phase {
-        Phase::Verify => opt.tokens,
-        Phase::Decode | Phase::Draft => 1,
-    };
-    let h = shape.hidden;
-    let act = tokens * h;
-    let dt = opt.dtype;
-    let mut ops = Vec::new();
-    let mut experts = 0.0;
-    let mut routed = vec![];
-
-    if phase == Phase::Draft {
-        check_divides(tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
-    }
-    if opt.embedding_allreduce {
-        ops.push(collective(
-            CollectiveKind::AllReduce,
-            dt,
-            act,
-            "embedding",
-            None,
-        ));
-    }
-    let (lm_head, vocab) = if phase == Phase::Draft {
-        draft_layer(shape, opt, act, &mut ops);
-        (WeightFormat::Bf16, opt.draft_vocab)
-    } else {
-        if let Some(m) = shape.first_moe() {
-            experts = distinct_experts(&m, tokens, opt.routing);
-            routed = expert_histogram(&m, tokens, opt.routing);
-        }
-        target_layers(shape, opt, act, &routed, &mut ops);
-        (shape.precision.lm_head, shape.vocab)
-    };
-    if shape.weights_known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::LmHead,
-            weight_bytes: lm_head.matrix_bytes(vocab / tp, h),
-            layer: None,
-            token_histogram: None,
-        });
-    }
-    if opt.logits == Logits::Gather {
-        let c = tokens * vocab / tp;
-        ops.push(collective(CollectiveKind::AllGather, dt, c, "logits", None));
-    }
-    Ok(Schedule {
-        model: shape.name.clone(),
-        phase,
-        tp,
-        tokens,
-        dtype: dt,
-        routing: opt.routing,
-        experts_per_layer: experts,
-        ops,
-        config_reading: (shape.read_as.is_some() || !shape.warnings.is_empty()).then(|| {
-            Box::new(ConfigReading {
-                read_as: shape.read_as.clone(),
-                warnings: shape.warnings.clone(),
-            })
-        }),
-    })
-}
-
-/// The draft's layer between its embedding and its LM head, onto `ops` (`act` elements per
-/// all-reduce). EAGLE-3 head: own embedding, replicated fc over three target features, one
-/// Llama-style decoder layer at the target's hidden size, own LM head. Its sizes are the
-/// target's (heads, intermediate): unknown when the target's are, then collectives only.
-fn draft_layer(shape: &ModelShape, opt: &ScheduleOptions, act: u64, ops: &mut Vec<Op>) {
-    let (tp, h, dt) = (opt.tp, shape.hidden, opt.dtype);
-    let known = shape.weights_known;
-    let (heads, head_dim) = (shape.attention.heads(), 128);
-    let kv_heads = 8.min(heads).max(1);
-    let inter = if shape.intermediate > 0 {
-        shape.intermediate
-    } else {
-        4 * h
-    };
-    if known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::DraftFc,
-            weight_bytes: WeightFormat::Bf16.matrix_bytes(h, 3 * h),
-            layer: Some(0),
-            token_histogram: None,
-        });
-    }
-    if known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::Attention,
-            weight_bytes: gqa_bytes(WeightFormat::Bf16, h, heads, kv_heads, head_dim, tp),
-            layer: Some(0),
-            token_histogram: None,
-        });
-    }
-    ops.push(collective(
-        CollectiveKind::AllReduce,
-        dt,
-        act,
-        "attention",
-        Some(0),
-    ));
-    if known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::DenseMlp,
-            weight_bytes: mlp_bytes(WeightFormat::Bf16, h, inter - inter % tp, tp),
-            layer: Some(0),
-            token_histogram: None,
-        });
-    }
-    ops.push(collective(
-        CollectiveKind::AllReduce,
-        dt,
-        act,
-        "mlp",
-        Some(0),
-    ));
-}
-
-/// The target's layers onto `ops`: each layer's mixer and FFN weights (when known) and their
-/// all-reduces of `act` elements; per MoE layer, the routed experts touched as `experts` says.
-fn target_layers(
-    shape: &ModelShape,
-    opt: &ScheduleOptions,
-    act: u64,
-    experts: &[TokenRow],
-    ops: &mut Vec<Op>,
-) {
-    let (tp, h, dt) = (opt.tp, shape.hidden, opt.dtype);
-    let known = shape.weights_known;
-    for (l, b) in shape.layer_blocks().iter().enumerate() {
-        let l = l as u64;
-        if let Some(m) = &b.mixer {
-            if known {
-                let (kind, weight_bytes) = mixer_weights(m, shape.precision.attention, h, tp);
-                ops.push(Op::Compute {
-                    kind,
-                    weight_bytes,
-                    layer: Some(l),
-                    token_histogram: None,
-                });
-            }
-            // a replicated linear in place of attention needs no reduction
-            if *m != Mixer::Linear {
-                ops.push(collective(
-                    CollectiveKind::AllReduce,
-                    dt,
-                    act,
-                    "attention",
-                    Some(l),
-                ));
-            }
-        }
-        if let Some(f) = &b.ffn {
-            if known {
-                ops.extend(ffn_ops(f, &shape.precision, h, tp, experts, l));
-            }
-            if *f != Ffn::Linear {
-                ops.push(collective(
-                    CollectiveKind::AllReduce,
-                    dt,
-                    act,
-                    "mlp",
-                    Some(l),
-                ));
-            }
-        }
-    }
-}
-
 /// The workload line a record carries, from the schedule it ran.
 impl crate::record::RecordedWorkload {
     pub fn of(s: &Schedule) -> crate::record::RecordedWorkload {
@@ -1009,6 +960,20 @@ impl crate::record::RecordedWorkload {
             all_reduce_bytes_per_rank: first(CollectiveKind::AllReduce),
             all_gather_bytes_per_rank: first(CollectiveKind::AllGather),
             weight_bytes_per_rank: s.weight_bytes(),
+            facts: Box::new(crate::record::WorkloadFacts {
+                concurrency: s.facts.concurrency,
+                context: s.facts.context,
+                kv: s.facts.kv,
+                kv_bytes_per_rank: (s.facts.context > 0).then(|| s.kv_bytes()),
+                weight_formats: s
+                    .facts
+                    .weight_formats
+                    .iter()
+                    .map(|(k, f)| (k.key().to_string(), f.label()))
+                    .collect(),
+                weights_override: s.facts.weights_override.clone(),
+                cycle: None,
+            }),
         }
     }
 }
@@ -1016,6 +981,7 @@ impl crate::record::RecordedWorkload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::build;
     use crate::model::presets::preset;
 
     fn kimi(tp: u64, tokens: u64) -> Schedule {
@@ -1234,6 +1200,24 @@ mod tests {
         assert_eq!(dr.count_collectives(CollectiveKind::AllGather), 1);
         let g = dr.collective_groups();
         assert_eq!(g.last().unwrap().bytes_per_rank, 32000 / 8 * 2);
+    }
+
+    #[test]
+    fn a_kinds_key_is_its_json_name() {
+        for k in [
+            ComputeKind::Attention,
+            ComputeKind::LinearAttention,
+            ComputeKind::Mamba,
+            ComputeKind::DenseMlp,
+            ComputeKind::Router,
+            ComputeKind::RoutedExperts,
+            ComputeKind::SharedExperts,
+            ComputeKind::DraftFc,
+            ComputeKind::LmHead,
+            ComputeKind::KvCache,
+        ] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.key());
+        }
     }
 
     #[test]

@@ -56,6 +56,105 @@ impl WeightFormat {
             WeightFormat::Nvfp4 => (rows * cols).div_ceil(2) + rows * cols.div_ceil(16) + 4,
         }
     }
+
+    /// The short name `plan` prints and records carry, and `--weights` takes back:
+    /// `bf16`, `fp8-block128`, `int4-g32`, `int4-g128-zp`, `8bit-channel`, `mxfp4`, `nvfp4`.
+    pub(crate) fn label(self) -> String {
+        match self {
+            WeightFormat::Bf16 => "bf16".into(),
+            WeightFormat::Fp8Block { block } => format!("fp8-block{block}"),
+            WeightFormat::Int4Group { group } => format!("int4-g{group}"),
+            WeightFormat::Int8Channel => "8bit-channel".into(),
+            WeightFormat::Int4GroupZero { group } => format!("int4-g{group}-zp"),
+            WeightFormat::Mxfp4 => "mxfp4".into(),
+            WeightFormat::Nvfp4 => "nvfp4".into(),
+        }
+    }
+
+    /// Bits per weight, scales included, of a 4096 x 4096 matrix (what a large layer pays).
+    pub(crate) fn bits_per_weight(self) -> f64 {
+        let n = 4096u64;
+        self.matrix_bytes(n, n) as f64 * 8.0 / (n * n) as f64
+    }
+}
+
+/// The formats `--weights` and `--expert-weights` take (and every [`WeightFormat::label`]):
+/// `bf16`; `fp8` (e4m3 with 128 x 128 block scales, DeepSeek-V3's); `int8` (8-bit weights with
+/// one scale per row); `int4` (group 32, bf16 scales, Kimi-K2's compressed-tensors); `int4-gN`,
+/// `int4-gN-zp` (AWQ/GPTQ with zero points); `nvfp4`; `mxfp4`.
+impl std::str::FromStr for WeightFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase();
+        let num = |rest: &str| rest.parse::<u32>().ok().filter(|n| (1..=4096).contains(n));
+        let f = match t.as_str() {
+            "bf16" | "bfloat16" | "fp16" | "f16" => Some(WeightFormat::Bf16),
+            "fp8" => Some(WeightFormat::Fp8Block { block: 128 }),
+            "int8" | "8bit-channel" | "fp8-channel" => Some(WeightFormat::Int8Channel),
+            "int4" => Some(WeightFormat::Int4Group { group: 32 }),
+            "nvfp4" => Some(WeightFormat::Nvfp4),
+            "mxfp4" => Some(WeightFormat::Mxfp4),
+            _ => None,
+        };
+        let f = f.or_else(|| {
+            if let Some(b) = t.strip_prefix("fp8-block") {
+                return num(b).map(|block| WeightFormat::Fp8Block { block });
+            }
+            let g = t.strip_prefix("int4-g")?;
+            match g.strip_suffix("-zp") {
+                Some(z) => num(z).map(|group| WeightFormat::Int4GroupZero { group }),
+                None => num(g).map(|group| WeightFormat::Int4Group { group }),
+            }
+        });
+        f.ok_or_else(|| {
+            format!(
+                "'{s}' is not a weight format (bf16, fp8, int8, int4, int4-gN, int4-gN-zp, nvfp4, mxfp4, as-shipped)"
+            )
+        })
+    }
+}
+
+/// `--weights` and `--expert-weights`: the formats to price the weights in instead of the
+/// checkpoint's (`None`: as shipped). `all` sets every quantizable group (attention, dense
+/// MLP, shared and routed experts, a multi-token-prediction layer); the LM head keeps the
+/// checkpoint's format (the quantized checkpoints of the table's families keep it in bf16).
+/// `experts` then sets the routed experts alone (GLM-5.1 served with 4-bit experts from an
+/// fp8 checkpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WeightOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all: Option<WeightFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<WeightFormat>,
+}
+
+impl WeightOverride {
+    /// `p` with these formats in place of the checkpoint's.
+    pub(crate) fn apply(&self, p: Precision) -> Precision {
+        let mut out = p;
+        if let Some(f) = self.all {
+            out = Precision {
+                lm_head: p.lm_head,
+                ..Precision::uniform(f)
+            };
+        }
+        if let Some(f) = self.experts {
+            out.routed_experts = f;
+        }
+        out
+    }
+
+    /// What the flags said, for the plan's header (`None` when nothing was overridden).
+    pub(crate) fn describe(&self) -> Option<String> {
+        let mut v = vec![];
+        if let Some(f) = self.all {
+            v.push(format!("--weights {}", f.label()));
+        }
+        if let Some(f) = self.experts {
+            v.push(format!("--expert-weights {}", f.label()));
+        }
+        (!v.is_empty()).then(|| v.join(" "))
+    }
 }
 
 /// Storage precision per group of weights.
@@ -243,7 +342,28 @@ pub struct ModelShape {
     /// The config's `model_type` (presets: their family's), which decides the engine's
     /// fusion rules ([`super::engine`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) model_type: Option<String>,
+    pub model_type: Option<String>,
+    /// The model's own multi-token-prediction module (`num_nextn_predict_layers` > 0), the
+    /// drafter of `--drafter mtp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtp: Option<Mtp>,
+}
+
+/// A multi-token-prediction module shipped with the model (DeepSeek-V3's, GLM-5's): per draft
+/// forward one more decoder layer of the target's last layer's shape (attention and MoE),
+/// `eh_proj` (a plain, replicated `2H -> H` linear over the embedding and the previous hidden
+/// state), the target's embedding and LM head (SGLang models/deepseek_nextn.py, vLLM
+/// model_executor/models/deepseek_mtp.py).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mtp {
+    /// `num_nextn_predict_layers`: the layers the module has (the draft steps use them in
+    /// turn; each forward runs one).
+    pub layers: u64,
+    /// The storage format of the module's layer, by group, as the checkpoint keeps it (the
+    /// quantization's ignore list may keep it in bf16 while the target's layers are not).
+    pub precision: Precision,
+    /// `eh_proj`'s format (a plain `nn.Linear`: bf16 in every checkpoint the engines load).
+    pub eh_proj: WeightFormat,
 }
 
 fn yes() -> bool {
@@ -316,6 +436,64 @@ mod tests {
         // AWQ group 128: 4 bits + 16-bit scale + 4-bit zero per 128 weights
         let b = WeightFormat::Int4GroupZero { group: 128 }.matrix_bytes(4096, 4096);
         assert_eq!(b, 4096 * 4096 / 2 + 4096 * 32 * 2 + 4096 * 32 / 2);
+    }
+
+    #[test]
+    fn formats_parse_from_their_labels_and_the_flag_words() {
+        for f in [
+            WeightFormat::Bf16,
+            WeightFormat::Fp8Block { block: 128 },
+            WeightFormat::Int4Group { group: 32 },
+            WeightFormat::Int8Channel,
+            WeightFormat::Int4GroupZero { group: 128 },
+            WeightFormat::Mxfp4,
+            WeightFormat::Nvfp4,
+        ] {
+            assert_eq!(f.label().parse::<WeightFormat>().unwrap(), f);
+        }
+        assert_eq!("fp8".parse(), Ok(WeightFormat::Fp8Block { block: 128 }));
+        assert_eq!("INT4".parse(), Ok(WeightFormat::Int4Group { group: 32 }));
+        assert!("int3"
+            .parse::<WeightFormat>()
+            .unwrap_err()
+            .contains("as-shipped"));
+        assert!("int4-g0".parse::<WeightFormat>().is_err());
+        // int4 group 32 with bf16 scales: 4 + 16/32 = 4.5 bits; nvfp4 4 + 8/16 = 4.5 (+ a
+        // global scale); fp8 blocks 8 + 32/128^2
+        assert!((WeightFormat::Int4Group { group: 32 }.bits_per_weight() - 4.5).abs() < 1e-9);
+        assert!((WeightFormat::Nvfp4.bits_per_weight() - 4.5).abs() < 1e-5);
+        let fp8 = WeightFormat::Fp8Block { block: 128 }.bits_per_weight();
+        assert!((fp8 - (8.0 + 32.0 / 16384.0)).abs() < 1e-9, "{fp8}");
+    }
+
+    #[test]
+    fn an_override_keeps_the_lm_head_and_sets_the_experts_last() {
+        let shipped = Precision {
+            lm_head: WeightFormat::Bf16,
+            ..Precision::uniform(WeightFormat::Fp8Block { block: 128 })
+        };
+        let o = WeightOverride {
+            all: None,
+            experts: Some(WeightFormat::Nvfp4),
+        };
+        let p = o.apply(shipped);
+        assert_eq!(p.routed_experts, WeightFormat::Nvfp4);
+        assert_eq!(p.attention, WeightFormat::Fp8Block { block: 128 });
+        let o = WeightOverride {
+            all: Some(WeightFormat::Int8Channel),
+            experts: Some(WeightFormat::Mxfp4),
+        };
+        let p = o.apply(shipped);
+        assert_eq!(
+            (p.attention, p.shared_experts, p.routed_experts, p.lm_head),
+            (
+                WeightFormat::Int8Channel,
+                WeightFormat::Int8Channel,
+                WeightFormat::Mxfp4,
+                WeightFormat::Bf16
+            )
+        );
+        assert_eq!(WeightOverride::default().apply(shipped), shipped);
     }
 
     #[test]

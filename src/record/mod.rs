@@ -17,7 +17,10 @@ pub(crate) mod vocab;
 use crate::util::{hostname, now_utc};
 pub use vocab::Impl;
 pub use vocab::Source;
-pub(crate) use vocab::{CollectiveKind, DType, Phase, Repetitions, Straggler, Summary};
+pub(crate) use vocab::{
+    CollectiveKind, CyclePart, DType, DrafterKind, KvSettings, Phase, Repetitions, Straggler,
+    Summary,
+};
 
 pub(crate) mod io;
 pub use io::read_records;
@@ -190,6 +193,82 @@ pub struct RecordedWorkload {
     /// `null` when the model's weights are not known (a config the table could not read: the
     /// schedule holds the collectives only); never 0 for unknown.
     pub weight_bytes_per_rank: Option<u64>,
+    /// The batch, the context, the weights' formats and the cycle (flattened into the
+    /// workload's JSON).
+    #[serde(default, flatten)]
+    pub facts: Box<WorkloadFacts>,
+}
+
+/// What a workload served and streamed besides its collectives: the batch, the context, the
+/// weights' formats, and the cycle of a `--phase cycle` record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadFacts {
+    /// Requests in the batch (`--concurrency`): `tokens` counts all of theirs.
+    #[serde(default = "one")]
+    pub concurrency: u64,
+    /// Context tokens per request whose KV cache each forward reads (`--context`; 0: none).
+    #[serde(default)]
+    pub context: u64,
+    /// The KV cache's element type and context sharding, with a context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvSettings>,
+    /// KV cache bytes one rank reads per forward, with a context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_rank: Option<u64>,
+    /// The storage format of each kind of weights streamed (`"routed_experts": "int4-g32"`);
+    /// empty when the weights are not known.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weight_formats: BTreeMap<String, String>,
+    /// `--weights` / `--expert-weights` where they replaced the checkpoint's formats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_override: Option<String>,
+    /// The speculative cycle of a `--phase cycle` record (the workload's other fields describe
+    /// the verify).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<CycleWorkload>,
+}
+
+impl Default for WorkloadFacts {
+    fn default() -> Self {
+        WorkloadFacts {
+            concurrency: 1,
+            context: 0,
+            kv: None,
+            kv_bytes_per_rank: None,
+            weight_formats: BTreeMap::new(),
+            weights_override: None,
+            cycle: None,
+        }
+    }
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// What a cycle record replayed or priced besides its verify.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CycleWorkload {
+    pub drafter: DrafterKind,
+    /// k: the tokens drafted per request per cycle.
+    pub draft_steps: u64,
+    /// Tokens per request of the verify (k+1, or a tree's).
+    pub verify_tokens: u64,
+    /// The draft forwards of one cycle, in order.
+    pub draft: Vec<ForwardWorkload>,
+    /// The plain decode step of the same batch.
+    pub decode: ForwardWorkload,
+}
+
+/// One forward of a cycle: its tokens (all requests'), schedule hash and bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForwardWorkload {
+    pub tokens: u64,
+    pub schedule_hash: String,
+    pub n_collectives: u64,
+    pub weight_bytes_per_rank: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_rank: Option<u64>,
 }
 
 /// What a verify replay contained.
@@ -314,6 +393,19 @@ pub struct VerifyResult {
     /// the order asked; the all-gather stays NCCL's. Empty in records without them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub p2p: Vec<ImplRun>,
+    /// A cycle record's parts (`--phase cycle`): the plain decode step, the k draft forwards
+    /// and the verify, each run like `runs` (which hold the whole cycle: drafts, then the
+    /// verify). Empty in records of one forward.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartRun>,
+}
+
+/// One part of a speculative cycle (`--phase cycle`), replayed or priced like a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartRun {
+    pub part: CyclePart,
+    #[serde(flatten)]
+    pub run: VerifyRun,
 }
 
 /// One replay of the verify schedule with its all-reduces on implementation `imp`.
@@ -551,6 +643,7 @@ mod tests {
                 predicted_compute_us: None,
                 stream_rates: vec![],
                 p2p: vec![],
+                parts: vec![],
             }),
         )
     }

@@ -84,6 +84,76 @@ impl std::str::FromStr for DType {
     }
 }
 
+/// Element type of the KV cache a forward reads (`--kv-dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvDType {
+    #[default]
+    Bf16,
+    Fp8,
+}
+
+crate::named_enum!(KvDType {
+    Bf16 => "bf16": "2 bytes per element (the engines' default: the model's dtype).",
+    Fp8 => "fp8": "1 byte per element (SGLang and vLLM --kv-cache-dtype fp8_e4m3).",
+});
+
+impl KvDType {
+    pub fn size(self) -> u64 {
+        match self {
+            KvDType::Bf16 => 2,
+            KvDType::Fp8 => 1,
+        }
+    }
+}
+
+/// What the KV reads of a schedule were priced with (recorded beside the context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvSettings {
+    pub dtype: KvDType,
+    /// Decode context parallelism (`--dcp`): the attention caches' context sharded this many
+    /// ways.
+    pub dcp: u64,
+}
+
+/// Which drafter proposes the tokens of a speculative cycle (`--drafter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrafterKind {
+    #[default]
+    Eagle3,
+    Mtp,
+    Block,
+}
+
+crate::named_enum!(DrafterKind {
+    Eagle3 => "eagle3": "An EAGLE-3 head: one decoder layer over the target's hidden states (--draft-config: its config.json), k forwards per cycle.",
+    Mtp => "mtp": "The target's own MTP module (num_nextn_predict_layers): one more target layer, MoE included, k forwards per cycle.",
+    Block => "block": "A block drafter (DFlash-like): a few dense layers that propose all k tokens in one forward (--draft-config, or --draft-layers).",
+});
+
+/// A part of a speculative cycle's replay or price, beside the cycle itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CyclePart {
+    /// The plain decode step of the same batch (one token per request).
+    Decode,
+    /// The k draft forwards of one cycle, as the engine runs them.
+    Draft,
+    /// The target's verify of the drafted tokens.
+    Verify,
+}
+
+impl CyclePart {
+    pub fn name(self) -> &'static str {
+        match self {
+            CyclePart::Decode => "decode",
+            CyclePart::Draft => "draft",
+            CyclePart::Verify => "verify",
+        }
+    }
+}
+
 /// Collective operations the schedule uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -123,12 +193,16 @@ pub enum Phase {
     Decode,
     /// One EAGLE-3 draft step (one decoder layer, draft vocabulary, 1 token).
     Draft,
+    /// The speculative cycle as engines run it: k draft forwards, then the verify (with the
+    /// plain decode step of the same batch beside it).
+    Cycle,
 }
 
 crate::named_enum!(Phase {
     Verify => "verify": "The target model's verify forward of T tokens.",
     Decode => "decode": "One normal decode step of the target model (T = 1).",
     Draft => "draft": "One EAGLE-3 draft step (one decoder layer, draft vocabulary, 1 token).",
+    Cycle => "cycle": "The speculative cycle: k draft forwards (--drafter, --draft-steps), then the verify of k+1 tokens per request; the plain decode step beside it (plan and verify).",
 });
 
 /// A collective implementation: NCCL's, or one of the custom P2P all-reduces.

@@ -292,6 +292,7 @@ pub fn verify_table(r: &Record) -> String {
         grouped(w.all_gather_bytes_per_rank),
         w.schedule_hash
     );
+    workload_extra(&mut o, w);
     let _ = writeln!(
         o,
         "  {:<8} {:<6} {:>12} {:>12} {:>10} {:>12} {:>6} {:>8} {:>7}",
@@ -323,6 +324,7 @@ pub fn verify_table(r: &Record) -> String {
         );
     }
     in_collective_lines(&mut o, v);
+    cycle_lines(&mut o, r.source, v);
     for mode in [
         crate::record::Mode::Comm,
         crate::record::Mode::Compute,
@@ -409,6 +411,92 @@ pub fn verify_table(r: &Record) -> String {
         );
     }
     o
+}
+
+/// The workload's batch, context and cycle, where they are not one request without context.
+fn workload_extra(o: &mut String, w: &crate::record::RecordedWorkload) {
+    let w = &*w.facts;
+    if w.concurrency > 1 || w.context > 0 {
+        let kv = match w.kv {
+            Some(kv) => format!(
+                "; context {} tokens per request, KV cache {}{} ({} B per rank per forward)",
+                grouped(w.context),
+                kv.dtype.name(),
+                if kv.dcp > 1 {
+                    format!(" sharded {} ways", kv.dcp)
+                } else {
+                    String::new()
+                },
+                grouped(w.kv_bytes_per_rank.unwrap_or(0))
+            ),
+            None => String::new(),
+        };
+        let _ = writeln!(o, "# batch: {} requests per forward{kv}", w.concurrency);
+    }
+    if let Some(c) = &w.cycle {
+        let tokens: Vec<String> = c.draft.iter().map(|d| d.tokens.to_string()).collect();
+        let _ = writeln!(
+            o,
+            "# cycle: {} k={}: {} draft forward{} of {} tokens, then the verify of {} tokens per request; the plain decode step ({} tokens, schedule {}) beside it",
+            c.drafter.name(),
+            c.draft_steps,
+            c.draft.len(),
+            if c.draft.len() == 1 { "" } else { "s" },
+            tokens.join(", "),
+            c.verify_tokens,
+            c.decode.tokens,
+            c.decode.schedule_hash
+        );
+    }
+}
+
+/// A cycle record's parts: per run, the plain decode step, the draft forwards, the verify and
+/// the cycle, and the cycle over the decode step.
+fn cycle_lines(o: &mut String, source: crate::record::Source, v: &crate::record::VerifyResult) {
+    use crate::report::export::if_measured;
+    if v.parts.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "# the cycle's parts (the rows above: the cycle, draft forwards then the verify)"
+    );
+    let _ = writeln!(
+        o,
+        "  {:<8} {:<8} {:<6} {:>12} {:>12} {:>7}",
+        "part", "mode", "launch", "median_us", "p99_us", "#wrong"
+    );
+    for run in &v.runs {
+        let same = |p: &&crate::record::PartRun| p.run.graph == run.graph && p.run.mode == run.mode;
+        for p in v.parts.iter().filter(same) {
+            let s = &p.run.per_verify;
+            let _ = writeln!(
+                o,
+                "  {:<8} {:<8} {:<6} {:>12.1} {:>12} {:>7}",
+                p.part.name(),
+                p.run.mode.name(),
+                if p.run.graph { "graph" } else { "eager" },
+                s.median_us,
+                if_measured(source, format!("{:.1}", s.p99_us)),
+                if_measured(source, p.run.wrong.to_string())
+            );
+        }
+        let decode = v
+            .parts
+            .iter()
+            .filter(same)
+            .find(|p| p.part == crate::record::CyclePart::Decode);
+        if let Some(d) = decode.filter(|d| d.run.per_verify.median_us > 0.0) {
+            let (c, d) = (run.per_verify.median_us, d.run.per_verify.median_us);
+            let _ = writeln!(
+                o,
+                "# {} {}: the cycle {c:.1} us = {:.2}x the plain decode step ({d:.1} us)",
+                run.mode.name(),
+                if run.graph { "graph" } else { "eager" },
+                c / d
+            );
+        }
+    }
 }
 
 /// The crossover table of a collective record with custom implementations (`--impl`), in

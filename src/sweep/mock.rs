@@ -198,6 +198,7 @@ pub(crate) fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOu
             predicted_compute_us: None,
             stream_rates: vec![],
             p2p: vec![],
+            parts: vec![],
         }),
     ));
     Ok(out)

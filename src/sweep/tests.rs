@@ -85,6 +85,7 @@ fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
             predicted_compute_us: None,
             stream_rates: vec![],
             p2p: vec![],
+            parts: vec![],
         }),
     )
 }

@@ -249,6 +249,7 @@ pub(crate) fn schedule_file_assuming(
             experts_per_layer: 0.0,
             ops,
             config_reading: None,
+            facts: Default::default(),
         },
         host_gaps_us: Some(gaps),
         origin: Some(format!(

@@ -66,6 +66,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
             predicted_compute_us: None,
             stream_rates: vec![],
             p2p: vec![],
+            parts: vec![],
         }),
     )
 }

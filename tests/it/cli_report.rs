@@ -96,6 +96,7 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
             predicted_compute_us: None,
             stream_rates: vec![],
             p2p: vec![],
+            parts: vec![],
         }),
     )
 }

@@ -64,6 +64,7 @@ pub fn verify_record(
             predicted_compute_us: None,
             stream_rates: vec![],
             p2p: vec![],
+            parts: vec![],
         }),
     )
 }

@@ -46,6 +46,7 @@ mod json_numbers;
 mod layering;
 mod model_validation;
 mod plan_configs;
+mod plan_cycle;
 mod published_runs;
 mod rendezvous;
 mod schedule_hashes;

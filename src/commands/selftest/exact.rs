@@ -219,20 +219,23 @@ pub(super) fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Che
         run_impls: vec![],
         // Small jittered host gaps exercise the eager busy-wait; the exact-result checks hold
         // with them as without.
-        host_gaps: crate::measure::gaps::HostGaps::from_request(
-            &crate::measure::gaps::HostGapRequest {
-                gap: Some(crate::measure::gaps::HostGap {
-                    mean_us: 20.0,
-                    jitter_us: 5.0,
-                }),
-                ..Default::default()
-            },
-            devices.len(),
-            s.ops.len(),
-        )
-        .expect("valid host gaps"),
+        host_gaps: Box::new(
+            crate::measure::gaps::HostGaps::from_request(
+                &crate::measure::gaps::HostGapRequest {
+                    gap: Some(crate::measure::gaps::HostGap {
+                        mean_us: 20.0,
+                        jitter_us: 5.0,
+                    }),
+                    ..Default::default()
+                },
+                devices.len(),
+                s.ops.len(),
+            )
+            .expect("valid host gaps"),
+        ),
         timing_pass: 2,
         pdl: false,
+        cycle: None,
     };
     let results = run_job(&spec(devices, launcher, 120.0), &job);
     if let Ok(r) = &results {
@@ -341,6 +344,7 @@ pub(super) fn exported_ops(devices: &[usize], launcher: Launcher, checks: &mut V
             coll(CollectiveKind::AllToAll, 2688),
         ],
         config_reading: None,
+        facts: Default::default(),
     };
     let runs = vec![(false, Mode::Comm), (true, Mode::Comm)];
     let job = Job::Verify {
@@ -353,6 +357,7 @@ pub(super) fn exported_ops(devices: &[usize], launcher: Launcher, checks: &mut V
         host_gaps: Default::default(),
         timing_pass: 0,
         pdl: false,
+        cycle: None,
     };
     let res = run_job(&spec(devices, launcher, 120.0), &job)
         .and_then(|r| combine(&r, runs.len(), RankTime::Max));

@@ -82,6 +82,7 @@ pub(super) fn fault(devices: &[usize], kind: FaultKind, checks: &mut Vec<Check>)
         host_gaps: Default::default(),
         timing_pass: 0,
         pdl: false,
+        cycle: None,
     };
     // An exiting rank is named; a hung rank stalls every rank, so the timeout names all silent
     // ranks.

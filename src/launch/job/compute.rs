@@ -6,16 +6,18 @@ use crate::comm::{Buffer, Gpu};
 use crate::model::Op;
 use crate::model::Schedule;
 
-/// Refuses a schedule whose collective buffers (`with_colls`: send and receive buffers of
-/// every buffer slot, [`super::slots::SLOTS`] per collective) plus the compute pool do not fit.
+/// Refuses schedules whose collective buffers (`with_colls`: send and receive buffers of
+/// every buffer slot, [`super::slots::SLOTS`] per collective) plus the compute pool do not fit
+/// (a cycle's forwards are loaded together).
 pub(super) fn check_memory(
     gpu: &Gpu,
-    s: &Schedule,
+    schedules: &[&Schedule],
     n: usize,
     with_colls: bool,
 ) -> anyhow::Result<()> {
     let mut need: u64 = 0;
-    for op in s.ops.iter().filter(|_| with_colls) {
+    let ops = schedules.iter().flat_map(|s| s.ops.iter());
+    for op in ops.filter(|_| with_colls) {
         if let Op::Collective {
             kind, dtype, count, ..
         } = op

@@ -7,6 +7,8 @@ use super::compute::{check_memory, Compute};
 use super::slots::{self, SLOTS};
 use super::steps::{plan_steps_of_ops, stream_launches, stream_launches_by_tokens, Step};
 use super::{FaultKind, Job, P2pExchange, RankResult, RankSetup};
+
+mod cycle;
 use crate::comm::p2p::{file_exchange, Impl, P2pAllReduce, P2pConfig, Workspace};
 use crate::comm::{Buffer, Communicator, Event, Gpu, Graph};
 use crate::launch::timeline::PassIteration;
@@ -228,12 +230,15 @@ impl Rank {
     }
 
     /// Runs the exact check's samples after `done` ones ([`slots::check_samples`]) through
-    /// `sample`, every slot's output of `colls` poisoned before, and settles the stream.
-    fn run_check<F>(&self, colls: &[Coll], done: u64, mut sample: F) -> anyhow::Result<()>
+    /// `sample`, every slot's output of each list of `colls` poisoned before, and settles the
+    /// stream.
+    fn run_check<F>(&self, colls: &[&[Coll]], done: u64, mut sample: F) -> anyhow::Result<()>
     where
         F: FnMut(u64) -> anyhow::Result<()>,
     {
-        poison(colls, &self.gpu)?;
+        for c in colls {
+            poison(c, &self.gpu)?;
+        }
         for it in slots::check_samples(done) {
             sample(it)?;
         }
@@ -250,7 +255,7 @@ impl Rank {
         warmup: u64,
     ) -> anyhow::Result<Vec<f64>> {
         let s = self.time(iters, warmup, |it| Ok(gs[slots::graph_of(it)].launch()?))?;
-        self.run_check(colls, warmup + iters, |it| {
+        self.run_check(&[colls], warmup + iters, |it| {
             Ok(gs[slots::graph_of(it)].launch()?)
         })?;
         Ok(s)
@@ -580,7 +585,7 @@ fn run_collectives(
                 (s, check_wrong(&colls, &rank.gpu, me, n)?)
             } else {
                 let s = rank.time(*iters, *warmup, &sample)?;
-                rank.run_check(&colls, done, &sample)?;
+                rank.run_check(&[&colls], done, &sample)?;
                 (s, check_wrong(&colls, &rank.gpu, me, n)?)
             };
             let samples = samples.into_iter().map(|s| s / b as f64).collect();
@@ -610,14 +615,18 @@ fn run_verify(
         host_gaps,
         timing_pass,
         pdl,
+        cycle,
     } = job
     else {
         unreachable!("a verify job");
     };
+    if let Some(c) = cycle {
+        return cycle::run_cycle(rank, job, c, result, progress);
+    }
     // the schedule's length fits the exact check's salts: checked when the job was
     // made from the request, before any rank started (`pattern::check_salted`)
     let with_colls = rank.comm.is_some();
-    check_memory(&rank.gpu, schedule, rank.setup.nranks, with_colls)?;
+    check_memory(&rank.gpu, &[schedule], rank.setup.nranks, with_colls)?;
     let colls = if with_colls {
         schedule_colls(rank, schedule)?
     } else {
@@ -626,7 +635,7 @@ fn run_verify(
     let needs_compute = runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
     let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
     let compute = if needs_compute {
-        Some(load_compute(rank, schedule, &steps, *pdl, result)?)
+        Some(load_compute(rank, schedule.tokens, &steps, *pdl, result)?)
     } else {
         None
     };
@@ -636,8 +645,8 @@ fn run_verify(
         zeros: vec![0.0; steps.len()],
         steps,
         step_of_op,
-        colls,
-        compute,
+        colls: &colls,
+        compute: compute.as_ref(),
         host_gaps,
         iters: *iters,
         warmup: *warmup,
@@ -670,16 +679,17 @@ fn schedule_colls(rank: &Rank, schedule: &Schedule) -> anyhow::Result<Vec<Coll>>
     Ok(colls)
 }
 
-/// The compute kernels of `schedule`, with their streaming bandwidth and (when `steps` stream)
-/// the fixed cost of a launch of their mean size measured into `result`.
+/// The compute kernels for forwards of up to `tokens` tokens, with their streaming bandwidth
+/// and (when `steps` stream) the fixed cost of a launch of their mean size measured into
+/// `result`.
 fn load_compute(
     rank: &Rank,
-    schedule: &Schedule,
+    tokens: u64,
     steps: &[Step],
     pdl: bool,
     result: &mut RankResult,
 ) -> anyhow::Result<Compute> {
-    let c = Compute::new(&rank.gpu, schedule.tokens as usize, pdl)?;
+    let c = Compute::new(&rank.gpu, tokens as usize, pdl)?;
     let gpu = &rank.gpu;
     result.stream_gbps = Some(c.measure_gbps(gpu, c.tokens)?);
     let (n, sum) = stream_launches(steps);
@@ -706,16 +716,17 @@ fn load_compute(
 /// One configuration's samples, exact check and timing pass.
 type Timed = (Vec<f64>, Checked, Vec<PassIteration>);
 
-/// What every configuration of a verify job shares, loaded once per rank.
+/// What every configuration of a verify job shares, loaded once per rank (the compute and the
+/// collectives owned by the caller, which frees the compute first, the reverse of the order
+/// they were made in).
 struct LoadedVerify<'a> {
     rank: &'a Rank,
     schedule: &'a Schedule,
     steps: Vec<Step>,
     /// The step that launches each op of the schedule.
     step_of_op: Vec<usize>,
-    /// Before the collectives: freed first, the reverse of the order they were made in.
-    compute: Option<Compute>,
-    colls: Vec<Coll>,
+    compute: Option<&'a Compute>,
+    colls: &'a [Coll],
     host_gaps: &'a HostGaps,
     iters: u64,
     warmup: u64,
@@ -824,14 +835,14 @@ impl VerifyRun<'_> {
                     tokens,
                 } => {
                     if mode != Mode::Comm {
-                        let c = self.v.compute.as_ref().expect("compute loaded");
+                        let c = self.v.compute.expect("compute loaded");
                         c.kernels
                             .stream(gpu, &c.pool, start, nvec, &c.act, tokens, &c.partial)?;
                     }
                 }
                 Step::Tiny => {
                     if mode != Mode::Comm {
-                        let c = self.v.compute.as_ref().expect("compute loaded");
+                        let c = self.v.compute.expect("compute loaded");
                         c.kernels.tiny(gpu, &c.partial)?;
                     }
                 }
@@ -856,7 +867,7 @@ impl VerifyRun<'_> {
         if self.mode == Mode::Compute {
             Ok(Checked::default())
         } else {
-            check_wrong(&self.v.colls, &rank.gpu, rank.setup.rank, rank.setup.nranks)
+            check_wrong(self.v.colls, &rank.gpu, rank.setup.rank, rank.setup.nranks)
         }
     }
 
@@ -903,7 +914,7 @@ impl VerifyRun<'_> {
         // The headline graphs have no event nodes; the pass captures its own. One
         // graph per slot, graph g replaying verify g: one graph is one verify.
         let gs = capture_slots(&rank.gpu, |g| self.replay(&v.zeros, None, g))?;
-        let s = rank.time_graphs(&gs, &v.colls, v.iters, v.warmup)?;
+        let s = rank.time_graphs(&gs, v.colls, v.iters, v.warmup)?;
         let checked = self.check()?;
         drop(gs);
         if let Some(p) = probe.as_mut() {
@@ -947,7 +958,7 @@ impl VerifyRun<'_> {
         let s = rank.time(v.iters, v.warmup, |it| {
             self.replay(&all[it as usize], None, slots::slot(it))
         })?;
-        rank.run_check(&v.colls, done, |it| {
+        rank.run_check(&[v.colls], done, |it| {
             self.replay(&v.zeros, None, slots::slot(it))
         })?;
         let checked = self.check()?;

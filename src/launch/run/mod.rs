@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::job::{CollCase, Fault, Job, RankResult};
+use super::job::{CollCase, CycleJob, Fault, Job, RankResult};
 use crate::comm;
 use crate::impls;
 use crate::record::{
@@ -117,23 +117,39 @@ pub(crate) fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: run_impls.clone(),
-        host_gaps: j.host_gaps.clone(),
-        timing_pass: if compute_only {
+        host_gaps: Box::new(j.host_gaps.clone()),
+        timing_pass: if compute_only || j.cycle.is_some() {
             0
         } else {
             super::timeline::pass_iterations(iters)
         },
         pdl: a.pdl,
+        cycle: j.cycle.as_ref().map(|c| {
+            Box::new(CycleJob {
+                decode: c.decode.clone(),
+                draft: c.draft.clone(),
+            })
+        }),
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
-    let mut rec = verify_record(
-        &job,
-        &results,
-        spec.launcher.name(),
-        started,
-        a.repeat.rank_time,
-    )?;
+    let mut rec = match &j.cycle {
+        Some(c) => record::cycle_record(
+            &job,
+            c,
+            &results,
+            spec.launcher.name(),
+            started,
+            a.repeat.rank_time,
+        )?,
+        None => verify_record(
+            &job,
+            &results,
+            spec.launcher.name(),
+            started,
+            a.repeat.rank_time,
+        )?,
+    };
     if one && compute_only {
         rec.provenance.notes.push(format!(
             "one GPU: rank 0's share of the TP={} workload (its weight bytes streamed), no communicator, no collectives",

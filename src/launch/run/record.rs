@@ -190,7 +190,7 @@ fn verify_record_with(
     let combined = combine(results, runs.len(), rank_time)?;
     let ncoll = schedule.n_collectives().max(1) as f64;
     let weights = schedule.weight_bytes_by_kind();
-    let total_w = schedule.total_weight_bytes().max(1) as f64;
+    let total_w = schedule.streamed_bytes().max(1) as f64;
     let vruns = runs
         .iter()
         .zip(combined)
@@ -269,8 +269,8 @@ fn verify_record_with(
         let nops = stream_launches(&plan_steps(schedule, 0)).0;
         p.notes.push(format!(
             "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us ({FIXED_COST_LAUNCHES} back-to-back launches of the mean size against one launch of their bytes, same run) = {:.1} us",
-            schedule.total_weight_bytes(),
-            schedule.total_weight_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
+            schedule.streamed_bytes(),
+            schedule.streamed_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
         ));
     }
     if *pdl {
@@ -284,12 +284,122 @@ fn verify_record_with(
             runs: vruns,
             stream_gbps,
             predicted_compute_us: if rates.is_empty() {
-                stream_gbps.map(|g| schedule.total_weight_bytes() as f64 / (g * 1e3))
+                stream_gbps.map(|g| schedule.streamed_bytes() as f64 / (g * 1e3))
             } else {
                 Some(rates.iter().map(StreamRate::predicted_us).sum())
             },
             stream_rates: rates,
             p2p: vec![],
+            parts: vec![],
+        }),
+    ))
+}
+
+/// The record of a finished cycle job (`verify --phase cycle`): per run, the cycle's samples
+/// (the draft forwards, then the verify) as the record's run, and the plain decode step, the
+/// draft forwards and the verify as its parts, each per sample over the ranks as `rank_time`
+/// says.
+pub(crate) fn cycle_record(
+    job: &Job,
+    cycle: &crate::model::cycle::Cycle,
+    results: &[RankResult],
+    launcher: &str,
+    started: String,
+    rank_time: RankTime,
+) -> anyhow::Result<Record> {
+    cycle_record_with(job, cycle, results, rank_time, || {
+        provenance(launcher, started, results)
+    })
+}
+
+/// [`cycle_record`] with the provenance from `provenance` (called once, after the checks).
+fn cycle_record_with(
+    job: &Job,
+    cycle: &crate::model::cycle::Cycle,
+    results: &[RankResult],
+    rank_time: RankTime,
+    provenance: impl FnOnce() -> Provenance,
+) -> anyhow::Result<Record> {
+    use crate::launch::job::{CycleConfig, CYCLE_CONFIGS};
+    use crate::record::{CyclePart, PartRun};
+    let Job::Verify {
+        runs,
+        iters,
+        warmup,
+        pdl,
+        cycle: Some(_),
+        ..
+    } = job
+    else {
+        anyhow::bail!("not a cycle job");
+    };
+    let combined = combine(results, runs.len() * CYCLE_CONFIGS.len(), rank_time)?;
+    let draft_colls: u64 = cycle.draft.iter().map(|d| d.n_collectives()).sum();
+    let colls = |cfg| match cfg {
+        CycleConfig::Decode => cycle.decode.n_collectives(),
+        CycleConfig::Draft => draft_colls,
+        CycleConfig::Verify => cycle.verify.n_collectives(),
+        CycleConfig::Cycle => draft_colls + cycle.verify.n_collectives(),
+    };
+    let (mut vruns, mut parts) = (vec![], vec![]);
+    for (i, &(graph, mode)) in runs.iter().enumerate() {
+        for (k, cfg) in CYCLE_CONFIGS.into_iter().enumerate() {
+            let (s, wrong) = combined[i * CYCLE_CONFIGS.len() + k].clone();
+            let ncoll = colls(cfg).max(1) as f64;
+            let run = VerifyRun {
+                graph,
+                mode,
+                per_collective_us: if mode == Mode::Compute {
+                    0.0
+                } else {
+                    s.median_us / ncoll
+                },
+                per_verify: s,
+                breakdown: vec![],
+                wrong,
+                iterations: *iters,
+                warmup: *warmup,
+                in_collective: None,
+            };
+            let part = match cfg {
+                CycleConfig::Decode => CyclePart::Decode,
+                CycleConfig::Draft => CyclePart::Draft,
+                CycleConfig::Verify => CyclePart::Verify,
+                CycleConfig::Cycle => {
+                    vruns.push(run);
+                    continue;
+                }
+            };
+            parts.push(PartRun { part, run });
+        }
+    }
+    let stream_gbps = results
+        .iter()
+        .filter_map(|r| r.stream_gbps)
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
+    let mut p = provenance();
+    state_rank_time(&mut p, rank_time);
+    p.notes.push(format!(
+        "cycle: each sample replays the {} draft forward{} then the verify; graph replay captures the first draft forward, the next ones together, and the verify in graphs of their own (as SGLang captures its draft extend, its draft loop and the target), launched in order; the plain decode step and each part are timed alone beside it",
+        cycle.draft.len(),
+        if cycle.draft.len() == 1 { "" } else { "s" }
+    ));
+    p.notes
+        .extend(cycle.drafter_notes.iter().map(|n| format!("drafter: {n}")));
+    if *pdl {
+        p.notes.push(PDL_NOTE.into());
+    }
+    Ok(Record::new(
+        Source::Measured,
+        p,
+        Body::Verify(VerifyResult {
+            workload: RecordedWorkload::of_cycle(cycle),
+            runs: vruns,
+            stream_gbps,
+            predicted_compute_us: None,
+            stream_rates: vec![],
+            p2p: vec![],
+            parts,
         }),
     ))
 }
@@ -453,6 +563,7 @@ mod tests {
             host_gaps: Default::default(),
             timing_pass: 0,
             pdl: false,
+            cycle: None,
         };
         let r = [
             rank(
@@ -526,6 +637,7 @@ mod tests {
             host_gaps: Default::default(),
             timing_pass: 0,
             pdl: false,
+            cycle: None,
         };
         let rate = |tokens, gbps, fixed_us, launches, bytes| StreamRate {
             tokens,
@@ -570,6 +682,76 @@ mod tests {
     }
 
     #[test]
+    fn a_cycle_records_its_run_and_parts_in_the_order_the_ranks_timed_them() {
+        use crate::model::cycle::{build, CycleSpec};
+        let spec = CycleSpec {
+            draft_steps: 3,
+            ..Default::default()
+        };
+        let cycle = build(
+            &presets::preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions::default(),
+            &spec,
+        )
+        .unwrap();
+        let job = Job::Verify {
+            schedule: cycle.verify.clone(),
+            runs: vec![(false, Mode::Full), (true, Mode::Full)],
+            iters: 2,
+            warmup: 1,
+            launches_per_layer: 0,
+            run_impls: vec![],
+            host_gaps: Default::default(),
+            timing_pass: 0,
+            pdl: false,
+            cycle: Some(Box::new(crate::launch::job::CycleJob {
+                decode: cycle.decode.clone(),
+                draft: cycle.draft.clone(),
+            })),
+        };
+        assert_eq!(job.configs(), 8);
+        // per run: decode, draft, verify, cycle; one rank, two samples each
+        let samples: Vec<Vec<f64>> = [10.0, 2.0, 15.0, 17.5, 9.0, 1.5, 13.0, 14.8]
+            .iter()
+            .map(|&x| vec![x, x])
+            .collect();
+        let r = [rank(0, samples, vec![0, 0, 0, 0, 0, 1, 0, 0])];
+        let rec = cycle_record_with(&job, &cycle, &r, RankTime::Max, || {
+            worker_provenance("processes", crate::util::now_utc(), &r)
+        })
+        .unwrap();
+        let Body::Verify(v) = &rec.body else {
+            panic!("a verify record")
+        };
+        assert_eq!(v.workload.phase, Phase::Cycle);
+        let runs: Vec<(bool, f64)> = v
+            .runs
+            .iter()
+            .map(|r| (r.graph, r.per_verify.median_us))
+            .collect();
+        assert_eq!(runs, [(false, 17.5), (true, 14.8)]);
+        let parts: Vec<(crate::record::CyclePart, f64, u64)> = v
+            .parts
+            .iter()
+            .map(|p| (p.part, p.run.per_verify.median_us, p.run.wrong))
+            .collect();
+        use crate::record::CyclePart::*;
+        assert_eq!(
+            parts,
+            [
+                (Decode, 10.0, 0),
+                (Draft, 2.0, 0),
+                (Verify, 15.0, 0),
+                (Decode, 9.0, 0),
+                (Draft, 1.5, 1),
+                (Verify, 13.0, 0)
+            ]
+        );
+        // the cycle's collectives: 3 draft forwards of 4 and the verify's 124
+        assert!((v.runs[0].per_collective_us - 17.5 / 136.0).abs() < 1e-12);
+    }
+
+    #[test]
     fn a_trace_export_needs_a_verify_job_with_a_pass_on_every_rank() {
         let p = std::path::Path::new("unwritten.json");
         let r = [rank(0, vec![vec![1.0]], vec![0])];
@@ -589,6 +771,7 @@ mod tests {
             host_gaps: Default::default(),
             timing_pass: 0,
             pdl: false,
+            cycle: None,
         };
         let e = export_trace(&job, &r, p).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
