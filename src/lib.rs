@@ -23,7 +23,7 @@ pub mod cli;
 pub mod comm;
 pub mod commands;
 pub(crate) mod compare;
-pub(crate) mod costmodel;
+pub mod costmodel;
 pub mod error;
 pub(crate) mod evidence;
 pub(crate) mod explain;

@@ -29,7 +29,7 @@ use crate::record::{
     VerifyResult, VerifyRun,
 };
 use crate::request::Launcher;
-pub(crate) use crate::request::ModelSettings;
+pub use crate::request::ModelSettings;
 
 pub(crate) use predict::{nccl_size, Force};
 pub(crate) use profile::Profile;
