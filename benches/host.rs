@@ -1,5 +1,6 @@
-//! Host-side costs of the tool itself, on any machine (no GPU): building a schedule, summarising
-//! 10^5 timing samples, and serialising a result record. These bound the tool's own overhead
+//! Host-side costs of the tool itself, on any machine (no GPU): building a schedule and a
+//! speculative cycle (and pricing it), summarising 10^5 timing samples, and serialising a
+//! result record. These bound the tool's own overhead
 //! between measurements; none of them sits inside a timed region.
 //!
 //! Other host-side benches live in their own files, each its own `[[bench]]` target in
@@ -17,7 +18,7 @@ use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion
 use verifybench::measure::Summary;
 use verifybench::model::{self, presets, Phase, ScheduleOptions};
 use verifybench::record::{
-    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
+    Body, Mode, Provenance, Record, RecordedWorkload, Source, VerifyResult, VerifyRun,
 };
 use verifybench::util::now_utc;
 
@@ -68,10 +69,11 @@ fn verify_record() -> Record {
         Source::Measured,
         Provenance::here("nccl", now_utc()),
         Body::Verify(VerifyResult {
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             runs: vec![run(false), run(true)],
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts: vec![],
         }),
@@ -87,6 +89,38 @@ fn schedule(c: &mut Criterion) {
     let s = model::build(&shape, &opt, Phase::Verify).unwrap();
     g.bench_function("hash kimi-k2.5 TP8 verify", |b| {
         b.iter(|| black_box(&s).hash())
+    });
+    g.finish();
+}
+
+/// The speculative cycle `plan --phase cycle` builds and `explain` prices: Kimi-K2.5 TP8 with
+/// an EAGLE-3 head, k = 3, 64 requests of 32,768 tokens of context (the decode, 3 draft
+/// forwards and the verify of 256 tokens, every KV read), built once, then priced by the cost
+/// model eager and graph.
+fn cycle(c: &mut Criterion) {
+    use verifybench::costmodel::{cycle as price, ModelSettings};
+    use verifybench::model::cycle::{build, CycleSpec};
+    use verifybench::record::Mode;
+    use verifybench::request::Launcher;
+    let (shape, opt) = kimi_tp8();
+    let opt = ScheduleOptions {
+        concurrency: 64,
+        context: 32_768,
+        ..opt
+    };
+    let spec = CycleSpec {
+        draft_steps: 3,
+        ..Default::default()
+    };
+    let mut g = c.benchmark_group("cycle");
+    g.bench_function("build kimi-k2.5 TP8 EAGLE-3 k=3 C=64 context 32768", |b| {
+        b.iter(|| build(black_box(&shape), black_box(&opt), black_box(&spec)).unwrap())
+    });
+    let cy = build(&shape, &opt, &spec).unwrap();
+    let m = ModelSettings::default();
+    let runs = [(false, Mode::Full), (true, Mode::Full)];
+    g.bench_function("price kimi-k2.5 TP8 EAGLE-3 k=3 C=64 (eager, graph)", |b| {
+        b.iter(|| price::price(black_box(&cy), 8, &runs, Launcher::Processes, &m).unwrap())
     });
     g.finish();
 }
@@ -127,6 +161,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = host;
     config = config();
-    targets = schedule, statistics, record_json
+    targets = schedule, cycle, statistics, record_json
 }
 criterion_main!(host);

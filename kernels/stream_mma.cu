@@ -13,10 +13,10 @@
 // every weight byte is read once from device memory and multiplied with every token.
 //
 // Data flow per block (THREADS = 256 threads, 8 warps):
-// - weights: a ring of DEPTH stages of STAGE_VECS 16-byte vectors (8 KB, 16 tiles of 32
-//   vectors) in shared memory, filled by cp.async (16 bytes per thread per copy, the global
-//   reads coalesced: 512 consecutive bytes per warp), DEPTH - 1 stages in flight while one is
-//   computed. Block b streams stages b, b + gridDim.x, ... of the operation (a persistent grid).
+// - weights: a ring of DEPTH = 3 stages of STAGE_VECS 16-byte vectors (16 KB, 32 tiles of 32
+//   vectors; 48 KB of static shared memory) filled by cp.async (16 bytes per thread per copy,
+//   four copies per thread per stage, the global reads coalesced: 512 consecutive bytes per
+//   warp), DEPTH - 1 stages (32 KB) in flight while one is computed. Block b streams stages b, b + gridDim.x, ... of the operation (a persistent grid).
 //   The pool is a power of two in vectors and indices wrap with a mask, as in stream.cu; vectors
 //   past the operation's end are zero-filled by the copy (no read).
 // - activations: each warp builds the A fragments of its tokens once, from `act` (tokens x 8
@@ -26,12 +26,18 @@
 //   takes all of them (GROUPS = 1); up to 16 tiles, two groups of 4 warps each take half; up to
 //   32 tiles, four groups of 2 warps each take a quarter. Each group reads every weight tile of a
 //   stage from shared memory (device memory is read once per stage whatever the group count); the
-//   warps of a group split the stage's 16 tiles. MW, the template argument, is the token tiles
+//   warps of a group split the stage's 32 tiles (4, 8 or 16 tiles per warp per stage, an even
+//   count: the loop takes two per turn, each tile's vector read one tile ahead). MW, the template argument, is the token tiles
 //   per warp: stream_mma_MW for MW = 1..8, and the host picks MW = ceil(tiles / GROUPS).
 // - with one group each thread reads back only the 16-byte vectors it copied itself (thread t
-//   copies vectors t and t + 256 of a stage, which are lane t % 32 of tiles t / 32 and
-//   t / 32 + 8, the two tiles its warp computes): no block barrier in the loop. With several
-//   groups a barrier per stage publishes the copies and frees the slot the next copy overwrites.
+//   copies vectors t + 256 v, v = 0..3, of a stage, which are lane t % 32 of tiles t / 32 + 8 v,
+//   the four tiles its warp computes): no block barrier in the loop. With several groups a
+//   barrier per stage publishes the copies and frees the slot the next copy overwrites.
+// - why 16 KB stages and a look-ahead: measured on an H100 (8 KB stages, no look-ahead), the
+//   loop kept the tensor pipe 70% busy at 512 tokens even from an L2-resident pool, against 97%
+//   for mma_peak; per stage a warp waited at the barrier and for its copies, per tile for its
+//   shared-memory load. A stage twice as large halves the waits per weight byte; the look-ahead
+//   puts 2 x MW MMAs between each load and its use.
 //
 // Which weight meets which activation lane (the host's reference, src/comm/kernels/pool.rs,
 // uses the same rule): the B fragment of lane l of the warp holds k = 2 (l % 4) + {0, 1} in its
@@ -39,9 +45,10 @@
 // vector i lands in lane i % 32, its 16 bytes are the two fragments (words 0-1 and 2-3), so its
 // bf16 element j (0..7) is multiplied with activation lane k % 8 = 2 (i % 4) + j % 2.
 //
-// Registers (stream_mma_8): 32 accumulators + 16 activation words + one or two 16-byte vectors
-// of weights + addressing, under the 128 that __launch_bounds__(256, 2) allows; shared memory:
-// DEPTH x 8 KB = 32 KB of ring (reused for the block's reduction at the end).
+// Registers (stream_mma_8): 32 accumulators + 32 activation words (the A quads, each built once:
+// see mma()) + two 16-byte vectors of weights + addressing, under the 128 that
+// __launch_bounds__(256, 2) allows; shared memory: DEPTH x 16 KB = 48 KB of ring (reused for the
+// block's reduction at the end).
 //
 // stream_mma_pdl_MW is the same for programmatic dependent launch, in the order of stream.cu:
 // launch_dependents, the first DEPTH - 1 stages' copies (weights depend on no earlier kernel),
@@ -59,9 +66,9 @@
 #define PARTIAL_STRIDE 512
 #define THREADS 256
 #define WARPS (THREADS / 32)
-#define STAGE_VECS 512
+#define STAGE_VECS 1024
 #define TILES (STAGE_VECS / 32)
-#define DEPTH 4
+#define DEPTH 3
 
 #if __CUDA_ARCH__ >= 800
 
@@ -80,13 +87,15 @@ __device__ __forceinline__ void cp_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// D += A B with A = {a0, a1, a0, a1}: the activations at k and k + 8 are the same lane k % 8.
-__device__ __forceinline__ void mma(float* d, unsigned a0, unsigned a1, unsigned b0, unsigned b1)
+// D += A B, A = {a[0], a[1], a[2], a[3]} (the activations at k and k + 8 are the same lane
+// k % 8: a[2] = a[0], a[3] = a[1], held as four registers so that the instruction's register
+// quad is built once per launch, not before every MMA).
+__device__ __forceinline__ void mma(float* d, const unsigned (&a)[4], unsigned b0, unsigned b1)
 {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%4,%5}, "
-        "{%6,%7}, {%0,%1,%2,%3};\n"
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // float to bf16, round to nearest even (finite inputs), as the lower half of a word
@@ -101,7 +110,7 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
 }
 
 // The 16-byte vectors this thread copies of stage `stage` of the operation into ring slot
-// `slot` (shared-memory address): vectors threadIdx.x and threadIdx.x + THREADS of the stage.
+// `slot` (shared-memory address): vectors threadIdx.x + v x THREADS, v = 0..3, of the stage.
 __device__ __forceinline__ void load_stage(unsigned slot, const uint4* __restrict__ pool,
                                            unsigned long long mask, unsigned long long start,
                                            unsigned long long nvec, unsigned long long stage)
@@ -116,23 +125,37 @@ __device__ __forceinline__ void load_stage(unsigned slot, const uint4* __restric
     }
 }
 
-// One stage's share of a warp: tiles first, first + step, ... of the 16, each 2 x MW MMAs (the
-// two B fragments of the 16-byte vector against each token tile). FULL: every token tile of the
-// warp is live (no test per MMA); otherwise only the first `live` (the last group of a token
-// count that does not fill it).
+// The 2 x MW MMAs of one 16-byte weight vector: its two B fragments against each token tile.
+// FULL: every token tile of the warp is live (no test per MMA); otherwise only the first `live`
+// (the last group of a token count that does not fill it).
+template <int MW, bool FULL>
+__device__ __forceinline__ void mma_vec(float (&acc)[MW][4], const unsigned (&a)[MW][4],
+                                        const uint4& w, int live)
+{
+#pragma unroll
+    for (int m = 0; m < MW; ++m)
+        if (FULL || m < live) mma(acc[m], a[m], w.x, w.y);
+#pragma unroll
+    for (int m = 0; m < MW; ++m)
+        if (FULL || m < live) mma(acc[m], a[m], w.z, w.w);
+}
+
+// One stage's share of a warp: tiles first, first + step, ... of the TILES (an even count of
+// them: TILES / step is 4, 8 or 16), two per loop. Each tile's vector is read from shared memory
+// one tile ahead, into the other register of a double buffer, so that 2 x MW MMAs stand between
+// a shared-memory load and its first use and no warp waits on one; on the stage's last tile the
+// look-ahead reads that tile again (an index kept in the stage, no branch).
 template <int MW, bool FULL>
 __device__ __forceinline__ void compute_stage(const uint4* s, int first, int step, int lane, int live,
-                                              const unsigned (&a)[MW][2], float (&acc)[MW][4])
+                                              const unsigned (&a)[MW][4], float (&acc)[MW][4])
 {
-#pragma unroll 2
-    for (int tile = first; tile < TILES; tile += step) {
-        const uint4 w = s[tile * 32 + lane];
-#pragma unroll
-        for (int m = 0; m < MW; ++m)
-            if (FULL || m < live) mma(acc[m], a[m][0], a[m][1], w.x, w.y);
-#pragma unroll
-        for (int m = 0; m < MW; ++m)
-            if (FULL || m < live) mma(acc[m], a[m][0], a[m][1], w.z, w.w);
+    uint4 w0 = s[first * 32 + lane];
+#pragma unroll 1
+    for (int tile = first; tile < TILES; tile += 2 * step) {
+        const uint4 w1 = s[(tile + step) * 32 + lane];
+        mma_vec<MW, FULL>(acc, a, w0, live);
+        w0 = s[min(tile + 2 * step, TILES - 1) * 32 + lane];
+        mma_vec<MW, FULL>(acc, a, w1, live);
     }
 }
 
@@ -169,8 +192,11 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
 
     // this warp's tokens as A fragments: rows g and g + 8 of each of its token tiles, lanes
     // 2t and 2t + 1 (k and k + 8 share them)
-    unsigned a[MW][2];
+    unsigned a[MW][4];
     float acc[MW][4];
+    // 0 (tokens <= PARTIAL_STRIDE), unknown to the compiler: the halves k + 8 of the A quads are
+    // then registers of their own, not copies the compiler may rebuild before every MMA
+    const unsigned opaque_zero = (unsigned)(tokens >> 32);
 #pragma unroll
     for (int m = 0; m < MW; ++m) {
         const unsigned long long n0 = (unsigned long long)(tile0 + m) * 16 + g, n1 = n0 + 8;
@@ -180,6 +206,8 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
         const float x11 = n1 < tokens ? act[n1 * 8 + 2 * t + 1] : 0.f;
         a[m][0] = pack_bf16(x00, x01);
         a[m][1] = pack_bf16(x10, x11);
+        a[m][2] = a[m][0] | opaque_zero;
+        a[m][3] = a[m][1] | opaque_zero;
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[m][c] = 0.f;
     }
@@ -265,25 +293,27 @@ mma_peak(const uint4* __restrict__ src, unsigned long long iters, float* __restr
 #if __CUDA_ARCH__ >= 800
     const int lane = threadIdx.x & 31;
     const uint4 w0 = src[lane], w1 = src[32 + lane];
-    unsigned a[8][2];
+    unsigned a[8][4];
     float acc[8][4];
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
         const unsigned* p = reinterpret_cast<const unsigned*>(&src[(m * 4 + lane) % 64]);
         a[m][0] = p[m % 4];
         a[m][1] = p[(m + 1) % 4];
+        a[m][2] = a[m][0];
+        a[m][3] = a[m][1];
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[m][c] = 0.f;
     }
     for (unsigned long long i = 0; i < iters; ++i) {
 #pragma unroll
-        for (int m = 0; m < 8; ++m) mma(acc[m], a[m][0], a[m][1], w0.x, w0.y);
+        for (int m = 0; m < 8; ++m) mma(acc[m], a[m], w0.x, w0.y);
 #pragma unroll
-        for (int m = 0; m < 8; ++m) mma(acc[m], a[m][0], a[m][1], w0.z, w0.w);
+        for (int m = 0; m < 8; ++m) mma(acc[m], a[m], w0.z, w0.w);
 #pragma unroll
-        for (int m = 0; m < 8; ++m) mma(acc[m], a[m][0], a[m][1], w1.x, w1.y);
+        for (int m = 0; m < 8; ++m) mma(acc[m], a[m], w1.x, w1.y);
 #pragma unroll
-        for (int m = 0; m < 8; ++m) mma(acc[m], a[m][0], a[m][1], w1.z, w1.w);
+        for (int m = 0; m < 8; ++m) mma(acc[m], a[m], w1.z, w1.w);
     }
     float s = 0.f;
 #pragma unroll

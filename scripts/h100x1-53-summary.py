@@ -133,6 +133,23 @@ def main(outdir):
             elif cur and any(k in line for k in keys):
                 parts = line.split()
                 vals.append(f"{parts[0].split('.')[0]} {parts[-1]}")
+    # the one-rank verifies: the routed experts as replayed, the compute against its prediction
+    # (bytes / the rate at each token count + launches x fixed cost, same run)
+    vs = sorted(glob.glob(os.path.join(outdir, "verify-*.txt")),
+                key=lambda p: int(re.sub(r"\D", "", os.path.basename(p)) or 0))
+    if vs:
+        print()
+        print("verify, Kimi-K2.5 TP8 one rank: compute against bytes / rate + launches (same run)")
+    for p in vs:
+        name = os.path.basename(p)[:-4]
+        table = True  # the headline table (median, p99, stddev, per collective), not the pass's
+        for line in open(p, errors="replace"):
+            if line.startswith("# in collectives"):
+                table = False
+            if line.startswith(("# compute prediction:", "# note: compute prediction", "Error")):
+                print(f"  {name}: {line.strip()[:900]}")
+            elif table and re.match(r"^\s+(compute|full)\s+(eager|graph)\s", line):
+                print(f"  {name}: {' '.join(line.split()[:6])}")
     tj = os.path.join(outdir, "torch.json")
     if os.path.exists(tj):
         t = json.load(open(tj))

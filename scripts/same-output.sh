@@ -10,7 +10,7 @@
 # paths in the commands read the same files), and stdout, stderr, the exit code and every file a
 # command writes are compared byte for byte. Only what must differ between two builds is masked
 # before comparing: the commit in the banner and in provenance, the start and finish times, the
-# wall times of a sweep, the binary's own path in the recorded command line and the scratch folder's name. The last line
+# wall times of a sweep (its summary and its progress lines), the binary's own path in the recorded command line and the scratch folder's name. The last line
 # says how many commands were compared and how many differ; the exit code is 1 if any differs.
 set -euo pipefail
 
@@ -141,6 +141,7 @@ mask() {
         -e 's/\b[0-9a-f]{12}\b/COMMIT/g' \
         -e 's/"(timed|probe)_wall_s": *[0-9.e-]+/"\1_wall_s": WALL/g' \
         -e 's/^wall time: [0-9.]+ s for ([0-9]+) runs: probe children [0-9.]+ s, timed children [0-9.]+ s/wall time: WALL for \1 runs/' \
+        -e 's/(probe [0-9.]+ s, )?timed child [0-9.]+ s(: NCCL init [0-9.]+ s, timed loops ~[0-9.]+ s, worker start and the rest [0-9.]+ s)?$/timed child WALL/' \
         "$1"
 }
 differ=0

@@ -108,7 +108,15 @@ def workload_of(schedule):
     def count(kind):
         return sum(1 for op in collectives(schedule) if op["kind"] == kind)
 
-    return {
+    def streamed(kv):
+        return sum(
+            op.get("weight_bytes", 0)
+            for op in schedule["ops"]
+            if op.get("op") == "compute" and (op.get("kind") == "kv_cache") == kv
+        )
+
+    context = schedule.get("context", 0)
+    w = {
         "model": schedule["model"],
         "phase": schedule["phase"],
         "tp": schedule["tp"],
@@ -119,10 +127,34 @@ def workload_of(schedule):
         "n_all_gather": count("all_gather"),
         "all_reduce_bytes_per_rank": first_bytes("all_reduce"),
         "all_gather_bytes_per_rank": first_bytes("all_gather"),
-        "weight_bytes_per_rank": sum(
-            op.get("weight_bytes", 0) for op in schedule["ops"] if op.get("op") == "compute"
-        ),
+        "weight_bytes_per_rank": streamed(False),
+        "concurrency": schedule.get("concurrency", 1),
+        "context": context,
     }
+    if schedule.get("kv") is not None:
+        w["kv"] = schedule["kv"]
+    if context > 0:
+        w["kv_bytes_per_rank"] = streamed(True)
+    formats = {k: format_label(f) for k, f in schedule.get("weight_formats", {}).items()}
+    if formats:
+        w["weight_formats"] = formats
+    if schedule.get("weights_override") is not None:
+        w["weights_override"] = schedule["weights_override"]
+    return w
+
+
+def format_label(f):
+    """verifybench's short name of a weight format (`int4-g32`), from the plan's JSON of it."""
+    kind = f["format"]
+    if kind == "fp8_block":
+        return f"fp8-block{f['block']}"
+    if kind == "int4_group":
+        return f"int4-g{f['group']}"
+    if kind == "int4_group_zero":
+        return f"int4-g{f['group']}-zp"
+    if kind == "int8_channel":
+        return "8bit-channel"
+    return kind  # bf16, mxfp4, nvfp4
 
 
 def quantile_sorted(s, q):

@@ -9,7 +9,7 @@ use std::fmt;
 /// Input the user can fix: a bad flag value, an unreadable or malformed file, a request the
 /// machine cannot satisfy (more GPUs than present). Exit code 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct UsageError(pub String);
+pub(crate) struct UsageError(pub(crate) String);
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -20,7 +20,7 @@ impl fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 /// Builds an `anyhow::Error` that carries a [`UsageError`].
-pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
 

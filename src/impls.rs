@@ -9,12 +9,12 @@ use crate::model::{CollectiveKind, DType, Schedule};
 
 /// The largest message the P2P all-reduces take in this tool (one staging half of the
 /// workspace): the P2P configuration's default capacity, 4 MiB.
-pub fn capacity() -> usize {
+pub(crate) fn capacity() -> usize {
     P2pConfig::default().capacity
 }
 
 /// The implementations of `impls` that are custom P2P kernels, in the order asked.
-pub fn p2p(impls: &[Impl]) -> Vec<Impl> {
+pub(crate) fn p2p(impls: &[Impl]) -> Vec<Impl> {
     impls.iter().copied().filter(|i| i.is_p2p()).collect()
 }
 
@@ -99,7 +99,7 @@ pub(crate) fn skipped_line(skipped: &[Impl], why: &str) -> String {
 }
 
 /// "oneshot, twoshot".
-pub fn names(impls: &[Impl]) -> String {
+pub(crate) fn names(impls: &[Impl]) -> String {
     impls
         .iter()
         .map(|i| i.name())
@@ -126,7 +126,7 @@ pub(crate) fn drop_unasked_nccl_runs(impls: &[Impl], res: &mut crate::record::Ve
 
 /// What happens when the custom implementations cannot run (`why`): the skip line on stderr
 /// and in `notes`; an error when nothing else is left to run.
-pub fn skip(impls: &[Impl], why: &str, notes: &mut Vec<String>) -> anyhow::Result<()> {
+pub(crate) fn skip(impls: &[Impl], why: &str, notes: &mut Vec<String>) -> anyhow::Result<()> {
     let line = skipped_line(&p2p(impls), why);
     if !has_nccl(impls) {
         return Err(crate::error::usage(format!(

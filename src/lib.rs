@@ -12,30 +12,35 @@
 //! their files) and [`util`] (host, time, environment) sit at the bottom. Pure logic never
 //! touches the GPU and is unit-tested on any machine.
 
+// The library's surface is what the binary, the benchmarks and the integration tests use;
+// everything else is `pub(crate)`, and the lint keeps new code so (`scripts/narrow-pub.py`
+// narrows a tree again).
+#![warn(unreachable_pub)]
+
 pub mod backend;
 pub(crate) mod choose;
 pub mod cli;
 pub mod comm;
 pub mod commands;
-pub mod compare;
+pub(crate) mod compare;
 pub mod costmodel;
 pub mod error;
-pub mod evidence;
-pub mod explain;
-pub mod impls;
-pub mod inspect;
+pub(crate) mod evidence;
+pub(crate) mod explain;
+pub(crate) mod impls;
+pub(crate) mod inspect;
 pub mod launch;
-pub mod machine;
+pub(crate) mod machine;
 pub mod measure;
 pub mod model;
-pub mod nccl_list;
-pub mod nccl_tests;
-pub mod output;
+pub(crate) mod nccl_list;
+pub(crate) mod nccl_tests;
+pub(crate) mod output;
 pub mod record;
 pub mod report;
 pub mod request;
-pub mod speculative;
+pub(crate) mod speculative;
 pub mod sweep;
 pub mod trace;
-pub mod units;
+pub(crate) mod units;
 pub mod util;

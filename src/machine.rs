@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::comm;
 /// What the platform does to peer traffic (`env`'s P2P section).
-pub use crate::comm::p2p::sysfs::Platform as P2pPlatform;
+pub(crate) use crate::comm::p2p::sysfs::Platform as P2pPlatform;
 use crate::launch::{run::run_job, Job, LaunchSpec};
 use crate::record::{kinds, GpuInfo, Provenance, Record, Source, WorkerInfo};
 use crate::request::GpuSpec;
@@ -16,7 +16,7 @@ use crate::request::GpuSpec;
 /// The provenance of a record made on this machine's GPUs `devices` without workers (bandwidth,
 /// selftest, env): this process, the GPUs as the driver names them, the driver, and NCCL's
 /// version and library when NCCL is loaded. A GPU the driver cannot describe is left out.
-pub fn provenance(backend: &str, started: String, devices: &[usize]) -> Provenance {
+pub(crate) fn provenance(backend: &str, started: String, devices: &[usize]) -> Provenance {
     let mut p = Provenance::here(backend, started);
     p.gpus = devices
         .iter()
@@ -64,57 +64,57 @@ fn requirement_lines() -> Vec<String> {
 
 /// What `env` found.
 #[derive(Debug, Clone, Serialize)]
-pub struct EnvReport {
-    pub host: String,
-    pub driver_version: Option<String>,
-    pub cuda_driver_api: Option<String>,
-    pub gpus: Vec<GpuInfo>,
+pub(crate) struct EnvReport {
+    pub(crate) host: String,
+    pub(crate) driver_version: Option<String>,
+    pub(crate) cuda_driver_api: Option<String>,
+    pub(crate) gpus: Vec<GpuInfo>,
     /// peer[i][j]: GPU i can access GPU j's memory directly.
-    pub peer_access: Vec<Vec<bool>>,
+    pub(crate) peer_access: Vec<Vec<bool>>,
     /// What the platform does to peer traffic, read from sysfs: the IOMMU, each GPU's ports
     /// and their ACS controls, each pair's PCIe path and NCCL's P2P verdict on it.
-    pub p2p_platform: Option<P2pPlatform>,
+    pub(crate) p2p_platform: Option<P2pPlatform>,
     /// The P2P access checks of this boot (from the cache; `env` probes nothing): "from -> to:
     /// outcome" by PCI bus id.
-    pub p2p_access: Vec<String>,
-    pub nccl_version: Option<String>,
-    pub nccl_library: Option<String>,
-    pub nvrtc_available: bool,
-    pub nvrtc_library: Option<String>,
+    pub(crate) p2p_access: Vec<String>,
+    pub(crate) nccl_version: Option<String>,
+    pub(crate) nccl_library: Option<String>,
+    pub(crate) nvrtc_available: bool,
+    pub(crate) nvrtc_library: Option<String>,
     /// The NVRTC chosen for this run and why (the first in search order the driver can load).
-    pub nvrtc_choice: Option<String>,
+    pub(crate) nvrtc_choice: Option<String>,
     /// Every NVRTC found, "path (version, where found)".
-    pub nvrtc_found: Vec<String>,
+    pub(crate) nvrtc_found: Vec<String>,
     /// The floors this binary checks at start, one line each.
-    pub requirements: Vec<String>,
+    pub(crate) requirements: Vec<String>,
     /// Every NCCL library the search knows on this machine, in search order, the one this run
     /// loads (or would load) marked.
-    pub nccl_found: Vec<NcclFound>,
+    pub(crate) nccl_found: Vec<NcclFound>,
     /// NCCL_* variables of this process.
-    pub nccl_env: BTreeMap<String, String>,
+    pub(crate) nccl_env: BTreeMap<String, String>,
     /// What each worker process (started like a real run's workers) saw.
-    pub workers: Vec<WorkerInfo>,
-    pub problems: Vec<String>,
+    pub(crate) workers: Vec<WorkerInfo>,
+    pub(crate) problems: Vec<String>,
 }
 
 /// One NCCL library file on this machine.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NcclFound {
+pub(crate) struct NcclFound {
     /// The file, links resolved.
-    pub path: String,
+    pub(crate) path: String,
     /// The version its name (or its pip wheel) tells.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// Where the version comes from, or that the name does not tell it.
-    pub version_from: String,
+    pub(crate) version_from: String,
     /// Where the search found it (`the loader's default`, `LD_LIBRARY_PATH`, `system`, ...).
-    pub how: String,
+    pub(crate) how: String,
     /// The one this run loads: the one loaded, else `--nccl-lib`'s, else the first found.
-    pub chosen: bool,
+    pub(crate) chosen: bool,
 }
 
 impl NcclFound {
     /// `2.28.3`, `2.28.9 (from the wheel nvidia-nccl-cu13 2.28.9)`, or why it is not known.
-    pub fn version_text(&self) -> String {
+    pub(crate) fn version_text(&self) -> String {
         match &self.version {
             Some(v) if self.version_from == crate::inspect::ncclmaps::FROM_NAME => v.clone(),
             Some(v) => format!("{v} ({})", self.version_from),
@@ -170,7 +170,7 @@ fn nccl_found(gpu: &GpuSpec, loaded: Option<&str>) -> Vec<NcclFound> {
 
 /// Looks at this machine: devices, peer access, libraries, and (with 2+ GPUs) what workers
 /// started as `gpu` says see.
-pub fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
+pub(crate) fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
     crate::launch::run::check_gpu_flags(gpu, None)?;
     let mut r = EnvReport {
         host: crate::util::hostname(),

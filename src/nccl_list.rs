@@ -6,17 +6,17 @@
 
 /// One `;`-separated entry: `[func:][^]item,item,...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     /// The function before `:` as written (untrimmed), or None for an entry of every function.
-    pub func: Option<&'a str>,
+    pub(crate) func: Option<&'a str>,
     /// `^`: the items are the ones NOT allowed.
-    pub negate: bool,
+    pub(crate) negate: bool,
     /// The items, trimmed, empty ones left out.
-    pub items: Vec<&'a str>,
+    pub(crate) items: Vec<&'a str>,
 }
 
 /// The entries of `value`, in order (later entries win over earlier ones for the same function).
-pub fn entries(value: &str) -> Vec<Entry<'_>> {
+pub(crate) fn entries(value: &str) -> Vec<Entry<'_>> {
     value
         .split(';')
         .map(str::trim)

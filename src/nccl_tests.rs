@@ -19,55 +19,55 @@ use serde::Serialize;
 
 /// One size row of nccl-tests' table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NcclTestsRow {
-    pub size_bytes: u64,
-    pub count: u64,
-    pub dtype: String,
-    pub redop: String,
+pub(crate) struct NcclTestsRow {
+    pub(crate) size_bytes: u64,
+    pub(crate) count: u64,
+    pub(crate) dtype: String,
+    pub(crate) redop: String,
     /// Out-of-place time per operation, us (mean over the iterations).
-    pub oop_us: f64,
-    pub oop_busbw_gbps: f64,
+    pub(crate) oop_us: f64,
+    pub(crate) oop_busbw_gbps: f64,
     /// `None` when nccl-tests did not check (`N/A`).
-    pub oop_wrong: Option<f64>,
-    pub ip_us: f64,
-    pub ip_busbw_gbps: f64,
-    pub ip_wrong: Option<f64>,
+    pub(crate) oop_wrong: Option<f64>,
+    pub(crate) ip_us: f64,
+    pub(crate) ip_busbw_gbps: f64,
+    pub(crate) ip_wrong: Option<f64>,
 }
 
 /// One run of an nccl-tests binary (or several of one launch mode, as [`parse`] merges them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NcclTestsRun {
+pub(crate) struct NcclTestsRun {
     /// `graph:` of the header: CUDA-graph launches per timed step; 0 = eager launches (also
     /// when the header has no `graph:`, as before nccl-tests had `-G`).
-    pub graph_launches: u32,
+    pub(crate) graph_launches: u32,
     /// `nGpus` of the header (per thread/process).
-    pub ngpus: Option<usize>,
+    pub(crate) ngpus: Option<usize>,
     /// `nThread` of the header.
-    pub nthreads: Option<usize>,
+    pub(crate) nthreads: Option<usize>,
     /// The binary (`all_reduce_perf`), from `# Collective test starting:` or, where the output
     /// has none, the last `..._perf` named on a line before the header (a command line).
-    pub binary: Option<String>,
+    pub(crate) binary: Option<String>,
     /// GPU names of the `#  Rank N ...` lines, one per rank listed.
-    pub devices: Vec<String>,
+    pub(crate) devices: Vec<String>,
     /// `minBytes`, `maxBytes` and `step: F(factor)` of the header: the sweep asked for (`-b`,
     /// `-e`, `-f`); the step is `None` for a fixed increment (`-i`).
-    pub min_bytes: Option<u64>,
-    pub max_bytes: Option<u64>,
-    pub step_factor: Option<u64>,
+    pub(crate) min_bytes: Option<u64>,
+    pub(crate) max_bytes: Option<u64>,
+    pub(crate) step_factor: Option<u64>,
     /// The transports of NCCL's own log lines within the run (`NCCL_DEBUG=INFO`: `... NCCL INFO
     /// Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM` gives `P2P/CUMEM`), each once: nccl-tests'
     /// header does not name the transport.
-    pub transports: Vec<String>,
-    pub rows: Vec<NcclTestsRow>,
+    pub(crate) transports: Vec<String>,
+    pub(crate) rows: Vec<NcclTestsRow>,
 }
 
 impl NcclTestsRun {
-    pub fn graph(&self) -> bool {
+    pub(crate) fn graph(&self) -> bool {
         self.graph_launches >= 1
     }
 
     /// Ranks of the run: the `#  Rank` lines when listed, else nThread x nGpus (one process).
-    pub fn nranks(&self) -> Option<usize> {
+    pub(crate) fn nranks(&self) -> Option<usize> {
         if !self.devices.is_empty() {
             return Some(self.devices.len());
         }
@@ -226,7 +226,7 @@ pub(crate) fn parse_runs(text: &str) -> Result<Vec<NcclTestsRun>, String> {
 
 /// Parses nccl-tests' text output as one run: the rows of every run in the text, which must
 /// share one launch mode (eager and graph runs belong in separate files).
-pub fn parse(text: &str) -> Result<NcclTestsRun, String> {
+pub(crate) fn parse(text: &str) -> Result<NcclTestsRun, String> {
     let mut runs = parse_runs(text)?.into_iter();
     let mut first = runs.next().expect("parse_runs returns at least one run");
     for r in runs {

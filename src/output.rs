@@ -42,7 +42,7 @@ pub(crate) fn set_quiet(quiet: bool) {
 }
 
 /// Whether `-q/--quiet` was given.
-pub fn quiet() -> bool {
+pub(crate) fn quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 

@@ -9,15 +9,16 @@
 //! ([`crate::report::Exports`]); the requests of the other commands with the command
 //! (`commands::<name>`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::measure::gaps::{HostGapRequest, HostGaps};
 use crate::model::{
     self, schedule_file::ScheduleFile, CollectiveKind, DType, Logits, Phase, Routing, Schedule,
     ScheduleOptions,
 };
-pub use crate::record::Impl;
+pub(crate) use crate::record::Impl;
 use crate::record::Mode;
+use crate::util::Files;
 
 /// Which model, parallelism and token count: the workload every command replays or prices.
 #[derive(Debug, Clone, PartialEq)]
@@ -227,6 +228,13 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// The files the workload reads (`--model-config`, `--schedule`), added to a command's
+    /// inputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        f.input("--model-config", self.model_config.as_deref())
+            .input("--schedule", self.schedule_file.as_deref());
+    }
+
     pub(crate) fn options(&self, default_tp: u64) -> ScheduleOptions {
         ScheduleOptions {
             tp: self.tp.unwrap_or(default_tp),
@@ -247,7 +255,7 @@ impl Workload {
         }
     }
 
-    pub fn shape(&self) -> anyhow::Result<model::ModelShape> {
+    pub(crate) fn shape(&self) -> anyhow::Result<model::ModelShape> {
         model::resolve(&self.model, self.model_config.as_deref())
     }
 
@@ -339,7 +347,7 @@ impl Workload {
     /// Reads the workload's files once: the schedule file (checked against `--tp`), else the
     /// `--model-config` shape. What the commands need of them afterwards (the tp asked for,
     /// the modes check, the schedule) comes from the returned value, never from the paths.
-    pub fn resolve(&self) -> anyhow::Result<ResolvedWorkload> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<ResolvedWorkload> {
         self.resolve_checking_length(&|_| Ok(()))
     }
 
@@ -347,7 +355,7 @@ impl Workload {
     /// file's number of operations goes to `check_length` before the file is parsed, so a
     /// file too long is refused at once (the length of a schedule built from flags is
     /// checked where it is built).
-    pub fn resolve_checking_length(
+    pub(crate) fn resolve_checking_length(
         &self,
         check_length: &dyn Fn(usize) -> anyhow::Result<()>,
     ) -> anyhow::Result<ResolvedWorkload> {
@@ -413,9 +421,9 @@ impl Workload {
 /// A [`Workload`] whose files have been read once ([`Workload::resolve`]): the schedule file,
 /// already checked against `--tp`, or the `--model-config` shape.
 #[derive(Debug, Clone)]
-pub struct ResolvedWorkload {
+pub(crate) struct ResolvedWorkload {
     /// The flags as given (for the children's command lines and the messages).
-    pub flags: Workload,
+    pub(crate) flags: Workload,
     source: WorkloadSource,
     /// `--draft-config`, as read.
     draft: Option<(model::ModelShape, model::config::DraftKeys)>,
@@ -477,6 +485,24 @@ impl ResolvedWorkload {
         Ok(())
     }
 
+    /// The tokens of the largest forward the schedule replays: a schedule file's own, else
+    /// `--tokens` per request for the verify phase, one token per request for a decode or draft
+    /// step, and for the cycle its verify (k + 1 tokens per request, or the tree's); times the
+    /// requests of the batch.
+    pub(crate) fn forward_tokens(&self) -> u64 {
+        let f = &self.flags;
+        let c = f.batch.concurrency.max(1);
+        match (&self.source, f.phase) {
+            (WorkloadSource::File(file), _) => file.schedule.tokens,
+            (_, Phase::Verify) => f.tokens * c,
+            (_, Phase::Decode | Phase::Draft) => c,
+            (_, Phase::Cycle) => {
+                let k = f.cycle.draft_steps.unwrap_or(DRAFT_STEPS_DEFAULT);
+                f.cycle.tree_tokens.unwrap_or(k + 1) * c
+            }
+        }
+    }
+
     /// The file the workload came from (`--schedule` or `--model-config`); empty for a preset.
     fn path(&self) -> &std::path::Path {
         let f = &self.flags;
@@ -488,7 +514,7 @@ impl ResolvedWorkload {
 
     /// The schedule of the chosen phase, with `default_tp` when `--tp` is absent (a schedule
     /// file's own tp otherwise), after the range checks of the flags.
-    pub fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
+    pub(crate) fn schedule(&self, default_tp: u64) -> anyhow::Result<Schedule> {
         self.flags.check_bounds()?;
         self.build(default_tp)
     }
@@ -587,7 +613,7 @@ impl crate::util::Named for BackendKind {
 
 impl BackendKind {
     /// The name in records' provenance and on child command lines.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         crate::util::Named::name(self)
     }
 }
@@ -643,16 +669,23 @@ impl Default for GpuSpec {
     }
 }
 
-/// The most ranks (--tp, --gpus, --devices) any command accepts.
-pub(crate) const MAX_RANKS: usize = 1024;
-/// The most tokens per forward (--tokens).
-pub(crate) const MAX_TOKENS: u64 = 65536;
+pub(crate) use crate::model::schedule::{MAX_RANKS, MAX_TOKENS};
 /// The largest collective size (-b, -e, --sizes): 16 GiB.
 pub(crate) const MAX_COLLECTIVE_BYTES: u64 = 16 << 30;
 
 impl GpuSpec {
+    /// `--nccl-lib` (a library file or its folder; a sweep's list of them, comma-separated),
+    /// added to a command's inputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        if let Some(libs) = &self.nccl_lib {
+            for l in libs.to_string_lossy().split(',') {
+                f.input("--nccl-lib", Some(Path::new(l)));
+            }
+        }
+    }
+
     /// The rank count the flags fix: the `--devices` listed, else `--gpus`.
-    pub fn ranks(&self) -> Option<usize> {
+    pub(crate) fn ranks(&self) -> Option<usize> {
         self.devices.as_ref().map(|d| d.len()).or(self.gpus)
     }
 }
@@ -665,14 +698,14 @@ pub(crate) const DEFAULT_RANKS: usize = 8;
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct RankInputs {
     /// The world of the evidence: a trace's ranks.
-    pub world: Option<usize>,
+    pub(crate) world: Option<usize>,
     /// How many GPUs `--devices` lists.
-    pub devices: Option<usize>,
-    pub gpus: Option<usize>,
-    pub tp: Option<u64>,
+    pub(crate) devices: Option<usize>,
+    pub(crate) gpus: Option<usize>,
+    pub(crate) tp: Option<u64>,
     /// One GPU runs one rank's share of a larger `--tp` (`verify --gpus 1 --tp 8`): the GPU
     /// count need not equal `--tp`.
-    pub one_rank_share: bool,
+    pub(crate) one_rank_share: bool,
 }
 
 impl RankInputs {
@@ -692,11 +725,11 @@ impl RankInputs {
 /// A command's words for the rank counts it refuses, and the counts it allows.
 pub(crate) struct RankRule {
     /// A trace's world `w`, `--gpus n`.
-    pub world_vs_gpus: fn(usize, usize) -> String,
+    pub(crate) world_vs_gpus: fn(usize, usize) -> String,
     /// The flag (`--gpus` or `--devices`) fixing `n` ranks, `--tp t`.
-    pub gpus_vs_tp: fn(&str, usize, u64) -> String,
-    pub range: std::ops::RangeInclusive<usize>,
-    pub out_of_range: fn(usize) -> String,
+    pub(crate) gpus_vs_tp: fn(&str, usize, u64) -> String,
+    pub(crate) range: std::ops::RangeInclusive<usize>,
+    pub(crate) out_of_range: fn(usize) -> String,
 }
 
 /// The words of the commands that run ranks (`verify`, `collective`, `sweep`), which read no
@@ -781,7 +814,7 @@ crate::named_enum!(GraphChoice {
 
 impl GraphChoice {
     /// The graph flags to run, eager first.
-    pub fn modes(self) -> Vec<bool> {
+    pub(crate) fn modes(self) -> Vec<bool> {
         match self {
             GraphChoice::On => vec![true],
             GraphChoice::Off => vec![false],
@@ -791,7 +824,7 @@ impl GraphChoice {
 }
 
 /// The (graph, mode) runs of `modes` x `graph`, eager first, in mode order, without repeats.
-pub fn runs(modes: &[Mode], graph: GraphChoice) -> Vec<(bool, Mode)> {
+pub(crate) fn runs(modes: &[Mode], graph: GraphChoice) -> Vec<(bool, Mode)> {
     let mut modes = modes.to_vec();
     modes.dedup();
     let mut v = vec![];
@@ -810,16 +843,21 @@ pub fn runs(modes: &[Mode], graph: GraphChoice) -> Vec<(bool, Mode)> {
 /// read when the schedule is known).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostGapFlags {
-    pub gaps: HostGapRequest,
+    pub(crate) gaps: HostGapRequest,
     /// `--host-gap-from SCHEDULE`: a schedule file with `host_gaps_us`.
-    pub from: Option<PathBuf>,
+    pub(crate) from: Option<PathBuf>,
 }
 
 impl HostGapFlags {
+    /// `--host-gap-from`, added to a command's inputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        f.input("--host-gap-from", self.from.as_deref());
+    }
+
     /// Validates the flags for `schedule` on `nranks` ranks: usage errors (exit 2, one line
     /// naming the flag or file) for a late rank outside the world, a schedule file that is not
     /// of this schedule or has no host gaps, both `--host-gap-us` and `--host-gap-from`.
-    pub fn resolve(&self, schedule: &Schedule, nranks: usize) -> anyhow::Result<HostGaps> {
+    pub(crate) fn resolve(&self, schedule: &Schedule, nranks: usize) -> anyhow::Result<HostGaps> {
         let mut req = self.gaps.clone();
         if let Some(p) = &self.from {
             let f = ScheduleFile::load(p)?;
@@ -924,13 +962,25 @@ pub struct VerifyRequest {
 }
 
 impl VerifyRequest {
+    /// Every file the replay reads and writes, checked together before any work.
+    pub(crate) fn files(&self) -> Files {
+        let mut f = Files::new();
+        self.workload.add_to(&mut f);
+        self.gpu.add_to(&mut f);
+        self.model.add_to(&mut f);
+        self.host_gaps.add_to(&mut f);
+        self.export.add_to(&mut f);
+        f.output("--export-trace", self.export_trace.as_deref());
+        f
+    }
+
     /// Whether every requested mode is compute only (no collective is replayed).
     pub(crate) fn compute_only(&self) -> bool {
         self.mode.iter().all(|m| *m == Mode::Compute)
     }
 
     /// The (graph, mode) runs requested, eager first, in mode order.
-    pub fn runs(&self) -> Vec<(bool, Mode)> {
+    pub(crate) fn runs(&self) -> Vec<(bool, Mode)> {
         runs(&self.mode, self.graph)
     }
 }
@@ -974,15 +1024,15 @@ impl VerifyRequest {
 #[derive(Debug, Clone)]
 pub struct VerifyJob {
     /// The request as given (the run settings: modes, repeat, implementations, exports).
-    pub request: VerifyRequest,
+    pub(crate) request: VerifyRequest,
     /// The schedule replayed, at the tp it was resolved for.
-    pub schedule: Schedule,
+    pub(crate) schedule: Schedule,
     /// "schedule from the file ...": the provenance note of a `--schedule` file.
-    pub file_note: Option<String>,
+    pub(crate) file_note: Option<String>,
     /// The GPU ordinals of the ranks (the NCCL backend; empty for the model and the mock).
-    pub devices: Vec<usize>,
+    pub(crate) devices: Vec<usize>,
     /// The ranks that run: the devices selected, else the schedule's tp.
-    pub nranks: usize,
+    pub(crate) nranks: usize,
     /// The host gaps and the late rank, validated for this schedule and rank count.
     pub host_gaps: HostGaps,
     /// `--phase cycle`: the whole cycle, built once at the schedule's tp (`schedule` is its
@@ -1028,6 +1078,15 @@ pub(crate) fn check_fresh_runs(fresh_runs: usize) -> anyhow::Result<()> {
 }
 
 impl CollectiveRequest {
+    /// Every file the run reads and writes, checked together before any work.
+    pub(crate) fn files(&self) -> Files {
+        let mut f = Files::new();
+        self.gpu.add_to(&mut f);
+        self.model.add_to(&mut f);
+        self.export.add_to(&mut f);
+        f
+    }
+
     /// The ranks of a run that counts no GPUs (the model, the mock): [`ranks`] of the GPU flags.
     pub(crate) fn ranks(&self) -> anyhow::Result<usize> {
         ranks(&RankInputs::of(&self.gpu, None), DEFAULT_RANKS, &GPU_FLAGS)
@@ -1035,7 +1094,7 @@ impl CollectiveRequest {
 
     /// The sizes to run: min, min*f, ... <= max, plus the explicit ones, each rounded down to a
     /// whole number of elements that splits evenly over `nranks` ranks; sorted, deduplicated.
-    pub fn sizes(&self, nranks: usize) -> anyhow::Result<Vec<u64>> {
+    pub(crate) fn sizes(&self, nranks: usize) -> anyhow::Result<Vec<u64>> {
         if self.min_bytes == 0 || self.max_bytes < self.min_bytes {
             crate::usage_bail!(
                 "-b/--minbytes must be positive and at most -e/--maxbytes (got {} and {})",
@@ -1099,34 +1158,51 @@ impl CollectiveRequest {
 
 /// `worker`: one rank of a verify replay started by an external launcher.
 #[derive(Debug, Clone)]
-pub struct WorkerRequest {
-    pub workload: Workload,
+pub(crate) struct WorkerRequest {
+    pub(crate) workload: Workload,
     /// Where rank 0 serves the NCCL id (else from MASTER_ADDR/MASTER_PORT).
-    pub rendezvous: Option<Endpoint>,
+    pub(crate) rendezvous: Option<Endpoint>,
     /// Seconds a rank waits for the others to join the rendezvous; `None`: `timeout`.
-    pub rendezvous_timeout: Option<f64>,
+    pub(crate) rendezvous_timeout: Option<f64>,
     /// `--rendezvous-token-file`: the file holding the run's secret (else
     /// `VERIFYBENCH_RENDEZVOUS_TOKEN`, read by the worker; neither: an open rendezvous).
-    pub rendezvous_token_file: Option<PathBuf>,
+    pub(crate) rendezvous_token_file: Option<PathBuf>,
     /// `--cpu-affinity` of this rank.
-    pub cpu_affinity: CpuAffinity,
-    pub rank: Option<usize>,
-    pub world_size: Option<usize>,
-    pub local_rank: Option<usize>,
-    pub graph: GraphChoice,
-    pub mode: Vec<Mode>,
-    pub launches_per_layer: u32,
+    pub(crate) cpu_affinity: CpuAffinity,
+    pub(crate) rank: Option<usize>,
+    pub(crate) world_size: Option<usize>,
+    pub(crate) local_rank: Option<usize>,
+    pub(crate) graph: GraphChoice,
+    pub(crate) mode: Vec<Mode>,
+    pub(crate) launches_per_layer: u32,
     /// Launch the streaming (compute) kernels with programmatic dependent launch.
-    pub pdl: bool,
-    pub repeat: Repeat,
+    pub(crate) pdl: bool,
+    pub(crate) repeat: Repeat,
     /// Seconds without progress after which this rank aborts its communicator and exits.
-    pub timeout: f64,
-    pub nccl_lib: Option<PathBuf>,
-    pub export: Exports,
+    pub(crate) timeout: f64,
+    pub(crate) nccl_lib: Option<PathBuf>,
+    pub(crate) export: Exports,
     /// What rank 0 prints on stdout: the table, or the record as `--export-json` writes it.
-    pub format: crate::output::Format,
+    pub(crate) format: crate::output::Format,
     /// Host time before each launch in eager replay, a late rank.
-    pub host_gaps: HostGapFlags,
+    pub(crate) host_gaps: HostGapFlags,
+}
+
+impl WorkerRequest {
+    /// Every file the rank reads (its token file and NCCL library too) and writes, checked
+    /// together before any work.
+    pub(crate) fn files(&self) -> Files {
+        let mut f = Files::new();
+        self.workload.add_to(&mut f);
+        f.input(
+            "--rendezvous-token-file",
+            self.rendezvous_token_file.as_deref(),
+        )
+        .input("--nccl-lib", self.nccl_lib.as_deref());
+        self.host_gaps.add_to(&mut f);
+        self.export.add_to(&mut f);
+        f
+    }
 }
 
 /// Settings of the cost model (`--link`, `--profile`, `--proto`, `--algo`). The command line
@@ -1134,21 +1210,28 @@ pub struct WorkerRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSettings {
     /// Built-in link profile name.
-    pub link: String,
+    pub(crate) link: String,
     /// Calibrated profile file written by `verifybench model fit` (overrides `link`).
-    pub profile: Option<PathBuf>,
+    pub(crate) profile: Option<PathBuf>,
     /// Protocols the model may pick, in NCCL_PROTO syntax; `None`: the fastest.
-    pub proto: Option<String>,
+    pub(crate) proto: Option<String>,
     /// Algorithms the model may pick, in NCCL_ALGO syntax; `None`: the fastest.
-    pub algo: Option<String>,
+    pub(crate) algo: Option<String>,
     /// `proto` came from the NCCL_PROTO environment variable, not `--proto` (for messages).
-    pub proto_from_env: bool,
+    pub(crate) proto_from_env: bool,
     /// `algo` came from the NCCL_ALGO environment variable, not `--algo` (for messages).
-    pub algo_from_env: bool,
+    pub(crate) algo_from_env: bool,
     /// The NCCL_* environment the run would give NCCL: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE
     /// change the path the model prices ([`profile::apply_transport_env`]); every other
     /// variable (NCCL_PROTO/NCCL_ALGO come as `proto`/`algo`) is said to be not modeled.
-    pub nccl_env: std::collections::BTreeMap<String, String>,
+    pub(crate) nccl_env: std::collections::BTreeMap<String, String>,
+}
+
+impl ModelSettings {
+    /// `--profile`, added to a command's inputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        f.input("--profile", self.profile.as_deref());
+    }
 }
 
 impl Default for ModelSettings {
@@ -1190,30 +1273,19 @@ pub struct Endpoint {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Exports {
     /// The results as JSON records (the source of truth).
-    pub export_json: Option<PathBuf>,
+    pub(crate) export_json: Option<PathBuf>,
     /// The results as CSV.
-    pub export_csv: Option<PathBuf>,
+    pub(crate) export_csv: Option<PathBuf>,
     /// The results as a Markdown table.
-    pub export_markdown: Option<PathBuf>,
+    pub(crate) export_markdown: Option<PathBuf>,
 }
 
 impl Exports {
-    /// The requested export files with the flag naming each.
-    pub fn outputs(&self) -> Vec<(&'static str, &std::path::Path)> {
-        [
-            ("--export-json", &self.export_json),
-            ("--export-csv", &self.export_csv),
-            ("--export-markdown", &self.export_markdown),
-        ]
-        .into_iter()
-        .filter_map(|(f, p)| p.as_deref().map(|p| (f, p)))
-        .collect()
-    }
-
-    /// Checks before any work that every export can be written and none is an input or another
-    /// export ([`crate::util::check_outputs`]).
-    pub fn check(&self, inputs: &[&std::path::Path]) -> anyhow::Result<()> {
-        crate::util::check_outputs(&self.outputs(), inputs)
+    /// The requested export files, each with its flag, added to a command's outputs.
+    pub(crate) fn add_to(&self, f: &mut Files) {
+        f.output("--export-json", self.export_json.as_deref())
+            .output("--export-csv", self.export_csv.as_deref())
+            .output("--export-markdown", self.export_markdown.as_deref());
     }
 }
 

@@ -25,11 +25,6 @@ pub(crate) fn parse_size(s: &str) -> anyhow::Result<u64> {
         .ok_or_else(|| usage(format!("size '{s}' is too large")))
 }
 
-/// clap value parser for sizes.
-pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s).map_err(|e| e.to_string())
-}
-
 /// Formats bytes the way a person reads them: `43008` -> `42.0 KiB`.
 pub(crate) fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -47,7 +42,7 @@ pub(crate) fn human_bytes(b: u64) -> String {
 }
 
 /// Thousands separators for byte counts in tables: `43008` -> `43,008`.
-pub fn grouped(n: u64) -> String {
+pub(crate) fn grouped(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {

@@ -1,11 +1,17 @@
-//! Small helpers every layer may use: host name, time, the NCCL_* environment, writing a file
-//! by temp-and-rename and checking output paths before any work, and [`Named`] enums (one name per value, parsed back by `FromStr`).
+//! Small helpers every layer may use: host name, time, the NCCL_* environment, the files a
+//! command reads and writes ([`files`]: checked before any work, written by temp-and-rename or
+//! in place), and [`Named`] enums (one name per value, parsed back by `FromStr`).
 //! Nothing here knows the record types, the command line or the GPU. (Parsers of /proc files
 //! live with their user, [`crate::inspect::procfs`].)
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
+
+mod files;
+pub use files::write_file;
+pub(crate) use files::{identity, Files, Identity};
+
+pub(crate) mod read;
 
 /// Current UTC time as RFC 3339.
 pub fn now_utc() -> String {
@@ -62,48 +68,10 @@ fn hides_text(c: char) -> bool {
 }
 
 /// The NCCL_* variables of this process's environment.
-pub fn nccl_env() -> BTreeMap<String, String> {
+pub(crate) fn nccl_env() -> BTreeMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| k.starts_with("NCCL_"))
         .collect()
-}
-
-/// Writes `bytes` to `path` atomically enough for results: a temporary file in the same folder,
-/// fsync, rename. The folder must exist (nothing is created silently); on any failure the
-/// temporary file is removed and the error names `path`.
-pub fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let dir = parent_dir(path);
-    if !dir.is_dir() {
-        return Err(crate::error::usage(format!(
-            "cannot write '{}': folder '{}' does not exist; create it first",
-            path.display(),
-            dir.display()
-        )));
-    }
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(
-            ".{}.",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("out")
-        ))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write '{}'", path.display()))?;
-    tmp.write_all(bytes)
-        .and_then(|_| tmp.as_file().sync_all())
-        .with_context(|| format!("cannot write '{}'", path.display()))?;
-    // A temporary file is created mode 0600; the result is a file like any other the user
-    // writes, so it takes the mode `>` would give it: 0666 less the umask.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = 0o666 & !umask();
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(mode))
-            .with_context(|| format!("cannot write '{}'", path.display()))?;
-    }
-    tmp.persist(path)
-        .map_err(|e| anyhow::anyhow!("cannot write '{}': {}", path.display(), e.error))?;
-    Ok(())
 }
 
 /// This process's file-mode creation mask, read from /proc/self/status (Linux 4.7+); where that
@@ -188,13 +156,17 @@ fn plain_serde_message(m: &str) -> String {
     out
 }
 
-/// The text of a file the user gave as `what` ("model config", "results file"). A refusal is
-/// one line that names the file, says what it is and what to give instead (`give`): a file
-/// that cannot be read, an empty one, a gzip-compressed one, one that is not UTF-8 text.
-pub(crate) fn read_text(path: &Path, what: &str, give: &str) -> anyhow::Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        crate::error::usage(format!("cannot read {what} '{}': {e}", path.display()))
-    })?;
+/// The text of a file the user gave as `what` ("model config", "results file"), at most
+/// `limit` ([`read::read`]). A refusal is one line that names the file, says what it is and
+/// what to give instead (`give`): a file that cannot be read, one that is no regular file or
+/// is larger than its limit, an empty one, a gzip-compressed one, one that is not UTF-8 text.
+pub(crate) fn read_text(
+    path: &Path,
+    what: &str,
+    give: &str,
+    limit: read::Limit,
+) -> anyhow::Result<String> {
+    let bytes = read::read(path, what, limit)?;
     let p = path.display();
     if bytes.is_empty() {
         crate::usage_bail!("{what} '{p}' is empty (0 bytes): give {give}");
@@ -239,90 +211,9 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-/// What a path names, for comparing an output with inputs and other outputs: the canonical path
-/// of an existing file, else the canonical folder joined with the file name.
-pub(crate) fn identity(path: &Path) -> Option<std::path::PathBuf> {
-    if let Ok(c) = std::fs::canonicalize(path) {
-        return Some(c);
-    }
-    let dir = std::fs::canonicalize(parent_dir(path)).ok()?;
-    Some(dir.join(path.file_name()?))
-}
-
-/// Whether a file can be created in `dir` (tried for real, and removed at once).
-fn check_writable_dir(flag: &str, target: &Path, dir: &Path) -> anyhow::Result<()> {
-    if !dir.is_dir() {
-        return Err(crate::error::usage(format!(
-            "{flag} '{}': folder '{}' does not exist; create it first or give another path",
-            target.display(),
-            dir.display()
-        )));
-    }
-    tempfile::Builder::new()
-        .prefix(".verifybench-check")
-        .tempfile_in(dir)
-        .map(drop)
-        .map_err(|e| {
-            crate::error::usage(format!(
-                "{flag} '{}': cannot write into folder '{}' ({e}); give a writable path",
-                target.display(),
-                dir.display()
-            ))
-        })
-}
-
-/// Checks before any work that each output file (flag, path) can be written: its folder exists
-/// and is writable, it is not a directory, and it is not the same file as any of `inputs` or
-/// another output. Exit code 2 with one line naming the flag otherwise.
-pub(crate) fn check_outputs(outputs: &[(&str, &Path)], inputs: &[&Path]) -> anyhow::Result<()> {
-    let mut seen: Vec<(&str, std::path::PathBuf)> = vec![];
-    for &(flag, path) in outputs {
-        if path.is_dir() {
-            return Err(crate::error::usage(format!(
-                "{flag} '{}' is a directory; give a file path",
-                path.display()
-            )));
-        }
-        check_writable_dir(flag, path, parent_dir(path))?;
-        let id = identity(path).unwrap_or_else(|| path.to_path_buf());
-        for input in inputs {
-            if identity(input).as_ref() == Some(&id) {
-                return Err(crate::error::usage(format!(
-                    "{flag} '{}' is also an input; writing it would replace the input: give another output path",
-                    path.display()
-                )));
-            }
-        }
-        if let Some((other, _)) = seen.iter().find(|(_, p)| *p == id) {
-            return Err(crate::error::usage(format!(
-                "{flag} '{}' is also given to {other}; give each output its own path",
-                path.display()
-            )));
-        }
-        seen.push((flag, id));
-    }
-    Ok(())
-}
-
-/// Checks before any work that `dir` (named by `flag`) can hold output files: an existing
-/// writable directory, or a new one whose parent folder exists and is writable (it is created
-/// later, when the work writes into it).
-pub(crate) fn check_output_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
-    if dir.exists() {
-        if !dir.is_dir() {
-            return Err(crate::error::usage(format!(
-                "{flag} '{}' is a file, not a directory; give a directory path",
-                dir.display()
-            )));
-        }
-        return check_writable_dir(flag, dir, dir);
-    }
-    check_writable_dir(flag, dir, parent_dir(dir))
-}
-
 /// An enum with a fixed set of command-line names (the `name()` printed in records, tables and
 /// child command lines, and parsed back by `FromStr`). [`crate::named_enum!`] implements it.
-pub trait Named: Copy + Sized + Send + Sync + 'static {
+pub(crate) trait Named: Copy + Sized + Send + Sync + 'static {
     /// The values a user may give, in the order `--help` lists them.
     const ALL: &'static [Self];
     /// The name of this value.
@@ -359,7 +250,7 @@ macro_rules! named_enum {
         }
         impl $t {
             /// The command-line name of this value.
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 <$t as $crate::util::Named>::name(self)
             }
         }

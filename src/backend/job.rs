@@ -18,7 +18,7 @@ pub fn verify_job(
     r: &VerifyRequest,
     pick: impl FnOnce() -> Box<dyn Backend>,
 ) -> anyhow::Result<(Box<dyn Backend>, VerifyJob)> {
-    r.export.check(&[])?;
+    r.files().check()?;
     r.workload.check_bounds()?;
     // One GPU runs one rank's share of a larger --tp (`--gpus 1 --tp 8`): its compute, and
     // with --mode comm/full (NCCL only: the cost model has no one-rank collectives) its
@@ -49,6 +49,7 @@ pub fn verify_job(
         r.workload.resolve()?
     };
     w.check_modes(&r.mode)?;
+    check_stream_tokens(r, &w)?;
     if r.workload.phase == crate::model::Phase::Cycle {
         check_cycle(r)?;
     }
@@ -56,6 +57,24 @@ pub fn verify_job(
     crate::request::check_fresh_runs(r.fresh_runs)?;
     let job = place(b.kind(), r, w, ranks)?;
     Ok((b, job))
+}
+
+/// A GPU replay of compute streams each launch with one kernel that takes at most
+/// [`crate::comm::MAX_STREAM_TOKENS`] tokens: `--backend nccl` (and `auto`, which would run it on
+/// the GPUs it finds) refuses a forward of more with compute to replay, before any GPU is looked
+/// at, also on a machine without one. The cost model prices any token count; `--mode comm`
+/// streams nothing.
+fn check_stream_tokens(r: &VerifyRequest, w: &ResolvedWorkload) -> anyhow::Result<()> {
+    let gpu = matches!(r.backend, BackendKind::Nccl | BackendKind::Auto);
+    let streams =
+        r.mode.iter().any(|m| *m != crate::record::Mode::Comm) || r.launches_per_layer > 0;
+    let (tokens, max) = (w.forward_tokens(), crate::comm::MAX_STREAM_TOKENS);
+    if gpu && streams && tokens > max as u64 {
+        crate::usage_bail!(
+            "--tokens {tokens}: the GPU's weight-streaming kernels take at most {max} tokens per forward (MAX_STREAM_TOKENS); give at most {max}, --mode comm (collectives only), or --backend model (the cost model prices any count)"
+        );
+    }
+    Ok(())
 }
 
 /// The exact check of a run with a communicator (two or more ranks, or any collectives) gives

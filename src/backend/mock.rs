@@ -7,7 +7,7 @@ use super::Backend;
 use crate::measure::Summary;
 use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, CollectiveRow, Impl, ImplRun, ImplTiming, Mode,
-    Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
+    Provenance, Record, RecordedWorkload, Source, VerifyResult, VerifyRun,
 };
 use crate::request::{BackendKind, CollectiveRequest, VerifyJob};
 use crate::util::now_utc;
@@ -45,7 +45,7 @@ fn samples(seed: u64, center_us: f64, iters: u64) -> Summary {
 /// The FAKE between-run factor of repetition `run` of `fresh_runs` (`--fresh-runs`):
 /// 1 + 2% x u, u uniform in [-1, 1], seeded by the run; exactly 1 for a single run, so one
 /// run's numbers do not depend on it. Deterministic, so tests can check the statistics.
-pub fn between_run_factor(fresh_runs: usize, run: usize) -> f64 {
+pub(crate) fn between_run_factor(fresh_runs: usize, run: usize) -> f64 {
     if fresh_runs <= 1 {
         return 1.0;
     }
@@ -58,7 +58,7 @@ pub fn between_run_factor(fresh_runs: usize, run: usize) -> f64 {
 }
 
 /// The note of mock records of repeated runs.
-pub const FAKE_SPREAD_NOTE: &str =
+pub(crate) const FAKE_SPREAD_NOTE: &str =
     "mock backend: the spread between fresh runs is FAKE too (seeded, +-2%)";
 
 fn provenance(launcher: &str, fresh_runs: usize) -> Provenance {
@@ -149,10 +149,11 @@ impl Backend for MockBackend {
             Source::Modeled,
             prov,
             Body::Verify(VerifyResult {
-                workload: Workload::of(s),
+                workload: RecordedWorkload::of(s),
                 runs,
                 stream_gbps: None,
                 predicted_compute_us: None,
+                stream_rates: vec![],
                 p2p,
                 parts: vec![],
             }),

@@ -22,7 +22,8 @@ use crate::request::{BackendKind, CollectiveRequest, VerifyJob};
 use crate::util::now_utc;
 
 pub use job::verify_job;
-pub use mock::{MockBackend, FAKE_SPREAD_NOTE};
+pub use mock::MockBackend;
+pub(crate) use mock::FAKE_SPREAD_NOTE;
 
 /// Turns a request into a result record.
 pub trait Backend {
@@ -179,7 +180,7 @@ fn p2p_model_note(p: &crate::costmodel::profile::Profile) -> String {
 
 /// Resolves `auto` (NCCL when at least two GPUs are present, else the cost model, saying so
 /// on stderr unless `quiet`) and returns the backend of that kind.
-pub fn resolve(requested: BackendKind, quiet: bool) -> Box<dyn Backend> {
+pub(crate) fn resolve(requested: BackendKind, quiet: bool) -> Box<dyn Backend> {
     resolve_with(requested, quiet, crate::comm::device_count)
 }
 

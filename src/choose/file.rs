@@ -26,6 +26,7 @@ pub(crate) fn read(path: &Path, flag: &str) -> anyhow::Result<(Record, Decision)
         path,
         "decision file",
         "the --decision file `verifybench choose` writes",
+        crate::util::read::RESULTS,
     )?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         crate::error::usage(format!(

@@ -4,9 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::values::{
-    affinity_arg, iters_arg, named, timeout_arg, weight_choice, WeightChoice,
-};
+use crate::cli::values::{self, affinity_arg, named, weight_choice, WeightChoice};
 use crate::costmodel::ModelSettings;
 use crate::measure::gaps::{GapPer, HostGap, HostGapRequest, LateRank};
 use crate::model::draft::DrafterKind;
@@ -113,59 +111,59 @@ impl From<&CycleFlagArgs> for CycleFlags {
 /// `-G/--graph` as `collective` and `verify` declare it. `sweep` and `worker` declare their own:
 /// their help says more (one child, or one worker, runs both modes, one column each).
 #[derive(Debug, Clone, clap::Args)]
-pub struct GraphArg {
+pub(crate) struct GraphArg {
     /// Eager launches, CUDA-graph replay, or both.
     #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
-    pub graph: GraphChoice,
+    pub(crate) graph: GraphChoice,
 }
 
 /// `--backend` as `collective` and `verify` declare it. `sweep` declares its own: its help says
 /// that the model backend has no NCCL log, so a sweep point has no probe.
 #[derive(Debug, Clone, clap::Args)]
-pub struct BackendArg {
+pub(crate) struct BackendArg {
     /// nccl: real GPUs (2 or more); model: the cost model, anywhere (every number labelled
     /// modeled); auto: nccl with 2+ GPUs, else model.
     #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
-    pub backend: BackendKind,
+    pub(crate) backend: BackendKind,
 }
 
 /// Which model, parallelism and token count: the workload every command replays or prices.
 #[derive(Debug, Clone, clap::Args)]
-pub struct WorkloadArgs {
+pub(crate) struct WorkloadArgs {
     /// Built-in model preset: kimi-k2.5, deepseek-v3, llama-3.1-70b, qwen3-235b-a22b.
     #[arg(long, default_value = "kimi-k2.5")]
-    pub model: String,
+    pub(crate) model: String,
     /// A Hugging Face config.json instead of a preset (DeepSeek-V3/Kimi-K2, Llama, Qwen3-MoE).
     #[arg(long, value_name = "PATH")]
-    pub model_config: Option<PathBuf>,
+    pub(crate) model_config: Option<PathBuf>,
     /// Tensor-parallel size (ranks), 1 to 1024. Defaults to the number of GPUs used, or 8
     /// without GPUs.
-    #[arg(long)]
+    #[arg(long, value_parser = values::ranks::<u64>(), allow_negative_numbers = true)]
     pub tp: Option<u64>,
     /// Tokens per verify forward. SGLang verifies num_steps+1 tokens when topk=1
     /// (--speculative-num-steps 3 means 4). 1 to 65536.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = values::tokens(), allow_negative_numbers = true)]
     pub tokens: u64,
     /// Activation and collective element type.
     #[arg(long, default_value = "bf16")]
-    pub dtype: DType,
+    pub(crate) dtype: DType,
     /// How many distinct routed experts T tokens select per MoE layer.
     #[arg(long, value_parser = named::<Routing>(), default_value = "uniform")]
-    pub routing: Routing,
+    pub(crate) routing: Routing,
     /// Leave out the embedding all-reduce (for engines that skip or fuse it).
     #[arg(long)]
-    pub no_embedding_allreduce: bool,
+    pub(crate) no_embedding_allreduce: bool,
     /// What happens to the vocab-parallel logits.
     #[arg(long, value_parser = named::<Logits>(), default_value = "gather")]
     pub logits: Logits,
-    /// Vocabulary of the EAGLE-3 draft head (the draft phase), at least 1.
-    #[arg(long, default_value_t = 32000)]
+    /// Vocabulary of the EAGLE-3 draft head (the draft phase), 1 to 16777216.
+    #[arg(long, default_value_t = 32000, value_parser = values::DRAFT_VOCAB, allow_negative_numbers = true)]
     pub draft_vocab: u64,
     /// Which forward: the verify of T tokens, one decode step, one EAGLE-3 draft step, or
     /// the speculative cycle (the k draft forwards, then the verify, with the plain decode
     /// step beside them: plan and verify).
     #[arg(long, value_parser = named::<Phase>(), default_value = "verify")]
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// Replay exactly the ops of a schedule file (`plan --format json` or `trace
     /// --export-schedule`) instead of the schedule of --model/--tokens/...; --tp is taken from
     /// the file (if given, it must equal the file's).
@@ -207,27 +205,28 @@ impl From<&WorkloadArgs> for Workload {
 
 /// Which GPUs and how to reach NCCL.
 #[derive(Debug, Clone, clap::Args)]
-pub struct GpuArgs {
+pub(crate) struct GpuArgs {
     /// Number of GPUs (ranks) to use: the first N visible devices, 1 to 1024.
-    #[arg(long)]
+    #[arg(long, value_parser = values::gpus(), allow_negative_numbers = true)]
     pub gpus: Option<usize>,
     /// Exact device ordinals to use, e.g. 0,1.
-    #[arg(long, value_delimiter = ',', conflicts_with = "gpus")]
+    #[arg(long, value_delimiter = ',', conflicts_with = "gpus", value_parser = values::ordinal::<usize>(), allow_negative_numbers = true)]
     pub devices: Option<Vec<usize>>,
     /// Ranks as threads of this process or as worker processes.
     #[arg(long, value_parser = named::<Launcher>(), default_value = "processes")]
-    pub launcher: Launcher,
+    pub(crate) launcher: Launcher,
     /// Path of libnccl.so to load (else: LD_LIBRARY_PATH, system paths, Python's nvidia-nccl wheel).
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
     pub nccl_lib: Option<PathBuf>,
-    /// Seconds any rendezvous, collective or worker may take before the run is aborted.
-    #[arg(long, default_value_t = 60.0, value_parser = timeout_arg)]
+    /// Seconds any rendezvous, collective or worker may take before the run is aborted
+    /// (greater than 0, at most 1000000).
+    #[arg(long, default_value_t = 60.0, value_parser = values::TIMEOUT, allow_negative_numbers = true)]
     pub timeout: f64,
     /// Pin each rank (worker process, or rank thread of --launcher threads) to CPUs: auto (the
     /// CPUs of its GPU's NUMA node, as numactl does in serving deployments; left alone when
     /// sysfs does not tell the node), none (as inherited), or a Linux CPU list (0-7,16-23).
     #[arg(long, value_name = "auto|none|LIST", default_value = "auto", value_parser = affinity_arg)]
-    pub cpu_affinity: crate::launch::affinity::CpuAffinity,
+    pub(crate) cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 
 impl From<&GpuArgs> for GpuSpec {
@@ -245,17 +244,17 @@ impl From<&GpuArgs> for GpuSpec {
 
 /// `-w/--warmup` and `-n/--iters`, as nccl-tests and hyperfine name them.
 #[derive(Debug, Clone, clap::Args)]
-pub struct RepeatArgs {
+pub(crate) struct RepeatArgs {
     /// Timed iterations (replays) per configuration.
-    #[arg(short = 'n', long = "iters", default_value_t = 200, value_parser = iters_arg)]
+    #[arg(short = 'n', long = "iters", default_value_t = 200, value_parser = values::iters::<u64>(), allow_negative_numbers = true)]
     pub iters: u64,
     /// Untimed warm-up iterations before timing.
-    #[arg(short = 'w', long = "warmup", default_value_t = 20)]
+    #[arg(short = 'w', long = "warmup", default_value_t = 20, value_parser = values::warmup(), allow_negative_numbers = true)]
     pub warmup: u64,
     /// How the ranks' times of one sample become its time: max (the slowest rank, which
     /// bounds a verify step) or mean (over ranks, as nccl-tests reports with its default -a 1).
     #[arg(long = "rank-time", default_value = "max", value_name = "max|mean")]
-    pub rank_time: crate::record::RankTime,
+    pub(crate) rank_time: crate::record::RankTime,
 }
 
 impl From<&RepeatArgs> for Repeat {
@@ -270,23 +269,24 @@ impl From<&RepeatArgs> for Repeat {
 
 /// Flags of the cost model.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ModelArgs {
+pub(crate) struct ModelArgs {
     /// Link profile the cost model assumes (`--backend model`): nvlink-h100, nvlink-h200,
     /// pcie-gen4, pcie-gen5 (default: 8 PCIe GPUs behind switches), pcie-gen5-no-p2p,
-    /// pcie-gen5-dual-socket, ib-ndr.
-    #[arg(long, default_value = "pcie-gen5")]
+    /// pcie-gen5-dual-socket, ib-ndr. Not with --profile (a fitted profile sets every
+    /// parameter).
+    #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
     pub link: String,
-    /// Calibrated profile file written by `verifybench model fit` (overrides --link).
+    /// Calibrated profile file written by `verifybench model fit` (instead of --link).
     #[arg(long, value_name = "FILE")]
-    pub profile: Option<PathBuf>,
+    pub(crate) profile: Option<PathBuf>,
     /// Protocols the model may pick, in NCCL_PROTO syntax (LL,LL128,Simple; ^LL128;
     /// allreduce:LL;allgather:Simple). Default: the fastest, as NCCL's tuner picks.
     #[arg(long, value_name = "LIST", env = "NCCL_PROTO")]
-    pub proto: Option<String>,
+    pub(crate) proto: Option<String>,
     /// Algorithms the model may pick, in NCCL_ALGO syntax (Ring, Tree; ring;allreduce:tree).
     /// Default: the fastest, as NCCL's tuner picks.
     #[arg(long, value_name = "LIST", env = "NCCL_ALGO")]
-    pub algo: Option<String>,
+    pub(crate) algo: Option<String>,
 }
 
 /// Whether a flag's value came from its environment variable (the flag is not on the command
@@ -314,25 +314,25 @@ impl From<&ModelArgs> for ModelSettings {
 /// The host-gap flags of `verify`, `sweep` and `worker`: a server's CPU time between
 /// launches and a late rank, replayed in eager mode (a CUDA-graph replay has none).
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct HostGapArgs {
+pub(crate) struct HostGapArgs {
     /// Host (CPU) time busy-waited before each launch in eager replay: mean US and standard
     /// deviation JITTER in microseconds (0..=1000000 each; gamma-distributed, drawn per rank
     /// and per op or layer), e.g. 200:50. A CUDA-graph replay has no host gaps.
-    #[arg(long, value_name = "US[:JITTER]")]
+    #[arg(long, value_name = "US[:JITTER]", allow_negative_numbers = true)]
     pub host_gap_us: Option<HostGap>,
     /// Where a gap is spent: before every launch (op, default) or once per layer.
     #[arg(long, value_name = "op|layer")]
-    pub host_gap_per: Option<GapPer>,
+    pub(crate) host_gap_per: Option<GapPer>,
     /// One rank starts each layer US microseconds later (0..=1000000; RANK below the world
     /// size), as rank 0 is when it samples, e.g. 1:100.
-    #[arg(long, value_name = "RANK:US")]
+    #[arg(long, value_name = "RANK:US", allow_negative_numbers = true)]
     pub late_rank: Option<LateRank>,
     /// The per-op host gaps a trace measured: a schedule file of this schedule with
     /// host_gaps_us (`verifybench trace ... --export-schedule`).
     #[arg(long, value_name = "SCHEDULE", conflicts_with = "host_gap_us")]
-    pub host_gap_from: Option<PathBuf>,
+    pub(crate) host_gap_from: Option<PathBuf>,
     /// Seed of the gap generator (any u64; recorded with the result).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = values::seed(), allow_negative_numbers = true)]
     pub gap_seed: Option<u64>,
 }
 

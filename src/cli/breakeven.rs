@@ -4,32 +4,33 @@ use std::path::PathBuf;
 
 use crate::cli::args::BatchArgs;
 use crate::cli::output::OutputArgs;
+use crate::cli::values;
 use crate::commands::breakeven::BreakevenRequest;
 use crate::speculative::inputs::{Acceptance, Flags};
 use crate::trace::breakeven::TraceInput;
 
 /// The times of one speculation cycle besides the verify: shared by `breakeven` and `report`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct CycleArgs {
+pub(crate) struct CycleArgs {
     /// One plain decode step of the target model (T = 1), in ms (above 0, at most 1000000);
     /// tokens/s without speculation is 1000 / this. Else from a decode record (`verify --phase decode`).
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    #[arg(long, value_name = "MS", value_parser = values::millis(false, "12.2"), allow_negative_numbers = true)]
     pub decode_ms: Option<f64>,
     /// One draft step, in ms, 0 to 1000000 (EAGLE-3: one draft-head forward). Else from a draft record
     /// (`verify --phase draft`), else 0 (free drafting, said in the output).
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    #[arg(long, value_name = "MS", value_parser = values::millis(true, "1.5"), allow_negative_numbers = true)]
     pub draft_ms: Option<f64>,
     /// Draft steps k per cycle, 1 to 64; the verify forward covers k+1 tokens. Else the number of
     /// --accept-rates (breakeven), else T-1 of the verify record.
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", value_parser = values::draft_steps(), allow_negative_numbers = true)]
     pub draft_steps: Option<u64>,
-    /// Fixed per-cycle overhead (draft extend, sampling), in ms. Default 0.
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    /// Fixed per-cycle overhead (draft extend, sampling), in ms, 0 to 1000000. Default 0.
+    #[arg(long, value_name = "MS", value_parser = values::millis(true, "0.5"), allow_negative_numbers = true)]
     pub overhead_ms: Option<f64>,
 }
 
 impl CycleArgs {
-    pub fn flags(&self) -> Flags {
+    pub(crate) fn flags(&self) -> Flags {
         Flags {
             decode_ms: self.decode_ms,
             draft_ms: self.draft_ms,
@@ -41,21 +42,22 @@ impl CycleArgs {
 }
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct BreakevenArgs {
+pub(crate) struct BreakevenArgs {
     #[command(flatten)]
-    pub cycle: CycleArgs,
+    pub(crate) cycle: CycleArgs,
     /// The verify forward of k+1 tokens, in ms (above 0, at most 1000000). Repeat it or give a comma list for one row
     /// per verify time (e.g. 30,19,12).
     #[arg(
         long,
         value_name = "MS",
         value_delimiter = ',',
+        value_parser = values::millis(false, "19"),
         allow_negative_numbers = true
     )]
-    pub verify_ms: Vec<f64>,
+    pub(crate) verify_ms: Vec<f64>,
     /// Mean accept length tau: tokens kept per cycle, bonus token included (SGLang's
     /// "accept length"), between 1 and k+1.
-    #[arg(long, value_name = "TAU", allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate"])]
+    #[arg(long, value_name = "TAU", value_parser = values::ACCEPT_LENGTH, allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate"])]
     pub accept_length: Option<f64>,
     /// Conditional per-position acceptance rates, one per draft step, e.g. 0.8,0.6,0.45: r_i is
     /// the chance that draft token i is accepted given that tokens 1..i-1 were; expected tokens
@@ -65,10 +67,11 @@ pub struct BreakevenArgs {
         long,
         value_name = "R1,R2,..",
         value_delimiter = ',',
+        value_parser = values::PROBABILITY,
         allow_negative_numbers = true,
         conflicts_with_all = ["accept_rate", "accept_rates_of_drafts"]
     )]
-    pub accept_rates: Option<Vec<f64>>,
+    pub(crate) accept_rates: Option<Vec<f64>>,
     /// Per-position acceptance rates as vLLM prints them (`SpecDecoding metrics: ...
     /// Per-position acceptance rate: 0.645, 0.393, 0.240`): a_i is the fraction of ALL drafts
     /// whose token i was accepted (so a1 >= a2 >= ...); expected tokens per cycle = 1 + a1 + a2
@@ -77,37 +80,39 @@ pub struct BreakevenArgs {
         long,
         value_name = "A1,A2,..",
         value_delimiter = ',',
+        value_parser = values::PROBABILITY,
         allow_negative_numbers = true,
         conflicts_with_all = ["accept_rate", "accept_length"]
     )]
-    pub accept_rates_of_drafts: Option<Vec<f64>>,
+    pub(crate) accept_rates_of_drafts: Option<Vec<f64>>,
     /// One constant acceptance rate alpha for every position: expected tokens per cycle =
     /// (1 - alpha^(k+1)) / (1 - alpha). Not vLLM's accept rate (`Avg Draft acceptance rate`:
     /// accepted / drafted tokens, tau = 1 + k x rate): give that one as --accept-length.
-    #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
-    pub accept_rate: Option<f64>,
+    #[arg(long, value_name = "ALPHA", value_parser = values::PROBABILITY, allow_negative_numbers = true)]
+    pub(crate) accept_rate: Option<f64>,
     /// A results file (JSON, JSON array or JSON lines) with verify records: T_verify from
     /// each verify-phase record (CUDA-graph full run's median when present), T_decode and
     /// T_draft from decode- and draft-phase records. Repeatable; flags win over records.
     #[arg(long, value_name = "RESULTS.json")]
-    pub from: Vec<PathBuf>,
+    pub(crate) from: Vec<PathBuf>,
     /// A profiler trace (file or folder, as `verifybench trace` reads) whose median step time is
     /// T_verify, T_decode or T_draft: ROLE=PATH with ROLE verify, decode or draft (the trace does
     /// not say which forward it profiled). Repeatable; one decode and one draft at most; the
     /// times are labelled measured from the trace.
     #[arg(long, value_name = "ROLE=PATH")]
-    pub from_trace: Vec<TraceInput>,
+    pub(crate) from_trace: Vec<TraceInput>,
     /// The server's log, SGLang's or vLLM's (told apart by their lines): SGLang's mean of its
     /// `Decode batch. ... accept len: X` lines above 0; vLLM's `SpecDecoding metrics:` lines,
     /// 1 + accepted tokens / drafts over all of them. Labelled measured from the log, with the
     /// engine named.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["accept_length", "accept_rates", "accept_rate", "accept_rates_of_drafts"])]
-    pub accept_from_log: Option<PathBuf>,
+    pub(crate) accept_from_log: Option<PathBuf>,
     /// Accept lengths of the table's columns (default 1.5,2,...,4 up to k+1).
     #[arg(
         long,
         value_name = "TAU,..",
         value_delimiter = ',',
+        value_parser = values::ACCEPT_LENGTH,
         allow_negative_numbers = true
     )]
     pub table_accept_lengths: Vec<f64>,
@@ -115,7 +120,7 @@ pub struct BreakevenArgs {
     pub batch: BatchArgs,
     // --format json: every input with its origin, every output.
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
 }
 
 impl From<&BreakevenArgs> for BreakevenRequest {

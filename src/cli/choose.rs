@@ -39,20 +39,20 @@ Examples:
 pub struct ChooseArgs {
     /// Built-in model preset (see `plan --help`).
     #[arg(long, default_value = "kimi-k2.5")]
-    pub model: String,
+    pub(crate) model: String,
     /// A Hugging Face config.json instead of a preset.
     #[arg(long, value_name = "PATH")]
-    pub model_config: Option<PathBuf>,
+    pub(crate) model_config: Option<PathBuf>,
     /// Tensor-parallel size, 2 to 8 (default: --gpus, else the GPUs present with --backend
     /// nccl, else 8).
     #[arg(long)]
-    pub tp: Option<u64>,
+    pub(crate) tp: Option<u64>,
     /// Element type of the collectives.
     #[arg(long, default_value = "bf16")]
-    pub dtype: DType,
+    pub(crate) dtype: DType,
     /// Vocabulary of the EAGLE-3 draft head (its logits all-gather).
     #[arg(long, default_value_t = 32000)]
-    pub draft_vocab: u64,
+    pub(crate) draft_vocab: u64,
     /// Requests in flight, comma-separated (1 to 16 values): each gives a decode of C tokens, a
     /// verify of C x (k+1) and a draft step of C.
     #[arg(
@@ -61,51 +61,51 @@ pub struct ChooseArgs {
         default_value = "1,8",
         value_name = "C,..."
     )]
-    pub concurrency: Vec<u64>,
+    pub(crate) concurrency: Vec<u64>,
     /// Draft steps k per cycle, 1 to 16.
     #[arg(long, default_value_t = 3)]
-    pub draft_steps: u64,
+    pub(crate) draft_steps: u64,
     /// NCCL protocols compared beside NCCL's default, comma-separated: LL, LL128, Simple.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
-    pub nccl_proto: Vec<String>,
+    pub(crate) nccl_proto: Vec<String>,
     /// NCCL algorithms compared beside NCCL's default, comma-separated: Ring, Tree (with
     /// --nccl-proto: every pair).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
-    pub nccl_algo: Vec<String>,
+    pub(crate) nccl_algo: Vec<String>,
     /// Rounds, 1 to 100 (2 or more to measure the noise a choice must beat).
     #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_ROUNDS)]
-    pub rounds: usize,
+    pub(crate) rounds: usize,
     /// Seed of the rounds' shuffled orders (recorded).
     #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_SEED)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// The decision file: reused while its key holds, written (or rewritten) otherwise.
     #[arg(long, value_name = "FILE")]
-    pub decision: Option<PathBuf>,
+    pub(crate) decision: Option<PathBuf>,
     /// Measure again even where --decision's key holds.
     #[arg(long)]
-    pub remeasure: bool,
+    pub(crate) remeasure: bool,
     /// Also run one-shot and two-shot at every all-reduce shape on --tp virtual ranks of one
     /// GPU: the exact check, then eager and graph times, labelled as not a P2P measurement.
     #[arg(long)]
-    pub virtual_ranks: bool,
+    pub(crate) virtual_ranks: bool,
     /// Link profile of the cost model (--backend model), as `verify --link`.
     #[arg(long, default_value = "pcie-gen5")]
-    pub link: String,
+    pub(crate) link: String,
     /// Calibrated profile file written by `verifybench model fit` (overrides --link).
     #[arg(long, value_name = "FILE")]
-    pub profile: Option<PathBuf>,
+    pub(crate) profile: Option<PathBuf>,
     #[command(flatten)]
-    pub backend: BackendArg,
+    pub(crate) backend: BackendArg,
     #[command(flatten)]
-    pub gpu: GpuArgs,
+    pub(crate) gpu: GpuArgs,
     #[command(flatten)]
-    pub repeat: RepeatArgs,
+    pub(crate) repeat: RepeatArgs,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
     /// Testing: the measured pipeline (fresh child processes per run, rounds, the first
     /// round's probe) with `collective --backend model` children, labelled modeled.
     #[arg(long, hide = true)]
-    pub debug_children_on_model: bool,
+    pub(crate) debug_children_on_model: bool,
 }
 
 impl From<&ChooseArgs> for ChooseRequest {

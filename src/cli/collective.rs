@@ -2,57 +2,56 @@
 
 use crate::cli::args::{BackendArg, GpuArgs, GraphArg, ModelArgs, RepeatArgs};
 use crate::cli::output::{ExportArgs, OutputArgsMd};
-use crate::cli::values::{impl_list, ImplList};
+use crate::cli::values::{self, impl_list, ImplList};
 use crate::model::{CollectiveKind, DType};
 use crate::request::CollectiveRequest;
-use crate::units::size_arg;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct CollectiveArgs {
+pub(crate) struct CollectiveArgs {
     /// The collective to time.
     #[arg(long, default_value = "all_reduce")]
-    pub op: CollectiveKind,
+    pub(crate) op: CollectiveKind,
     /// Smallest size in bytes (K/M/G suffixes), nccl-tests' -b. Sizes are 1 to 16G, rounded
     /// down to whole elements per rank (said on stderr).
-    #[arg(short = 'b', long = "minbytes", default_value = "8K", value_parser = size_arg)]
+    #[arg(short = 'b', long = "minbytes", default_value = "8K", value_parser = values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
     pub min_bytes: u64,
     /// Largest size in bytes, nccl-tests' -e (at most 16G).
-    #[arg(short = 'e', long = "maxbytes", default_value = "1M", value_parser = size_arg)]
+    #[arg(short = 'e', long = "maxbytes", default_value = "1M", value_parser = values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
     pub max_bytes: u64,
-    /// Multiplication factor between sizes, nccl-tests' -f.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    /// Multiplication factor between sizes, nccl-tests' -f: 2 to 1024.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = values::STEP_FACTOR, allow_negative_numbers = true)]
     pub step_factor: u64,
     /// Extra exact sizes to include, e.g. 43008,57344 (the verify step's all-reduce); each is
     /// rounded down to whole elements per rank, and one below an element per rank is dropped
     /// (both said on stderr).
-    #[arg(long, value_delimiter = ',', value_parser = size_arg)]
+    #[arg(long, value_delimiter = ',', value_parser = values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
     pub sizes: Vec<u64>,
     /// Element type, nccl-tests' -d.
     #[arg(short = 'd', long = "datatype", default_value = "bf16")]
-    pub dtype: DType,
+    pub(crate) dtype: DType,
     #[command(flatten)]
-    pub graph: GraphArg,
+    pub(crate) graph: GraphArg,
     #[command(flatten)]
-    pub backend: BackendArg,
+    pub(crate) backend: BackendArg,
     #[command(flatten)]
-    pub gpu: GpuArgs,
+    pub(crate) gpu: GpuArgs,
     #[command(flatten)]
-    pub repeat: RepeatArgs,
+    pub(crate) repeat: RepeatArgs,
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub(crate) model: ModelArgs,
     #[command(flatten)]
-    pub export: ExportArgs,
+    pub(crate) export: ExportArgs,
     #[command(flatten)]
-    pub output: OutputArgsMd,
+    pub(crate) output: OutputArgsMd,
     /// Implementations to run side by side, comma-separated: nccl (NCCL's collective),
     /// oneshot and twoshot (the P2P all-reduces of kernels/allreduce.cu; --op all_reduce only,
     /// messages up to 4 MiB, 2 to 8 GPUs with peer access). Prints a crossover table.
     #[arg(long = "impl", value_name = "LIST", value_parser = impl_list, default_value = "nccl")]
-    pub impls: ImplList,
+    pub(crate) impls: ImplList,
     /// Repetitions, each in fresh workers (processes launcher: new worker processes; threads:
     /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
     /// their min-max and a 95% interval; a cold first repetition is named and left out.
-    #[arg(long, default_value_t = 1, value_name = "R")]
+    #[arg(long, default_value_t = 1, value_name = "R", value_parser = values::repetitions("fresh runs"), allow_negative_numbers = true)]
     pub fresh_runs: usize,
 }
 

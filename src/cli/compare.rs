@@ -6,26 +6,26 @@ use crate::cli::output::OutputArgsMd;
 use crate::commands::compare::CompareRequest;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     /// Verify results files (JSON, JSON array or JSON lines) from `verifybench verify
     /// --export-json` or scripts/torch_baseline.py. The first is the base of the ratios.
     #[arg(required = true, value_name = "FILE")]
-    pub files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
     /// Compare even when the files replay different schedules (their schedule_hash differs).
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
     #[command(flatten)]
-    pub output: OutputArgsMd,
+    pub(crate) output: OutputArgsMd,
     /// The text output of an nccl-tests binary (2.19; e.g. all_reduce_perf ... -G 20 for graph
     /// mode, -G 0 for eager); repeatable, one launch mode each. FILE is then the
     /// --export-json of `verifybench collective` on the same sizes, and the output is the
     /// ratio verifybench / nccl-tests per size and mode.
     #[arg(long = "nccl-tests", value_name = "OUTPUT")]
-    pub nccl_tests: Vec<PathBuf>,
+    pub(crate) nccl_tests: Vec<PathBuf>,
     /// A schedule file (`plan --format json`, `trace --export-schedule`): check that every
     /// record replayed exactly its schedule (same schedule hash), else exit 2 (with --force: a note).
     #[arg(long, value_name = "FILE")]
-    pub schedule: Option<PathBuf>,
+    pub(crate) schedule: Option<PathBuf>,
 }
 
 impl From<&CompareArgs> for CompareRequest {

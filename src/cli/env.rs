@@ -5,11 +5,11 @@ use crate::cli::output::OutputArgs;
 use crate::commands::env::EnvRequest;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct EnvArgs {
+pub(crate) struct EnvArgs {
     #[command(flatten)]
-    pub gpu: GpuArgs,
+    pub(crate) gpu: GpuArgs,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
 }
 
 impl From<&EnvArgs> for EnvRequest {

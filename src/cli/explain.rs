@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use crate::cli::args::{BatchArgs, WeightArgs};
 use crate::cli::breakeven::CycleArgs;
 use crate::cli::output::OutputArgsMd;
+use crate::cli::values;
 use crate::explain::{Engine, ExplainRequest, Observed};
 use crate::speculative::inputs::Acceptance;
 
@@ -27,50 +28,50 @@ fn expect_arg(s: &str) -> Result<(String, String), String> {
 }
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct ExplainArgs {
+pub(crate) struct ExplainArgs {
     /// The server's profiler traces (Kineto JSON, .json or .json.gz), one per rank, or folders
     /// of them (as `verifybench trace` reads them): the split is then measured. Repeatable.
     #[arg(long, value_name = "FILE|DIR")]
-    pub trace: Vec<PathBuf>,
+    pub(crate) trace: Vec<PathBuf>,
     /// What the profiler shows inside the collectives of one verify: COUNTxTIME, e.g.
     /// 122x0.2ms or 122x200us (the unit is required). Without traces the waiting is inferred
     /// from it: the observed time less the model's transfer.
     #[arg(long, value_name = "COUNTxTIME")]
-    pub observed: Option<Observed>,
+    pub(crate) observed: Option<Observed>,
     /// The verify step as it ran (the target forward of k+1 tokens), in ms.
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    #[arg(long, value_name = "MS", value_parser = values::millis(false, "30"), allow_negative_numbers = true)]
     pub verify_ms: Option<f64>,
     #[command(flatten)]
-    pub cycle: CycleArgs,
+    pub(crate) cycle: CycleArgs,
     /// The --decode-ms step ran eagerly (without it, it is taken as run from a CUDA graph, the
     /// engines' default, and every row is held to it: a graphed verify is never faster).
     #[arg(long, requires = "decode_ms")]
-    pub decode_eager: bool,
+    pub(crate) decode_eager: bool,
     /// Mean accept length tau: tokens kept per cycle, bonus token included (SGLang's
     /// "accept length"), between 1 and k+1.
-    #[arg(long, value_name = "TAU", allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate", "accept_rates_of_drafts"])]
+    #[arg(long, value_name = "TAU", value_parser = values::ACCEPT_LENGTH, allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate", "accept_rates_of_drafts"])]
     pub accept_length: Option<f64>,
     /// Conditional per-position acceptance rates, one per draft step: tau = 1 + r1 + r1 r2 + ...
-    #[arg(long, value_name = "R1,R2,..", value_delimiter = ',', allow_negative_numbers = true, conflicts_with_all = ["accept_rate", "accept_rates_of_drafts"])]
+    #[arg(long, value_name = "R1,R2,..", value_delimiter = ',', value_parser = values::PROBABILITY, allow_negative_numbers = true, conflicts_with_all = ["accept_rate", "accept_rates_of_drafts"])]
     pub accept_rates: Option<Vec<f64>>,
     /// Per-position acceptance rates as vLLM prints them (fractions of all drafts): tau = 1 +
     /// a1 + a2 + ...
-    #[arg(long, value_name = "A1,A2,..", value_delimiter = ',', allow_negative_numbers = true, conflicts_with_all = ["accept_rate"])]
+    #[arg(long, value_name = "A1,A2,..", value_delimiter = ',', value_parser = values::PROBABILITY, allow_negative_numbers = true, conflicts_with_all = ["accept_rate"])]
     pub accept_rates_of_drafts: Option<Vec<f64>>,
     /// One constant acceptance rate alpha: tau = (1 - alpha^(k+1)) / (1 - alpha). Not vLLM's
     /// accept rate (`Avg Draft acceptance rate`: accepted / drafted tokens, tau = 1 + k x rate):
     /// give that one as --accept-length.
-    #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
-    pub accept_rate: Option<f64>,
+    #[arg(long, value_name = "ALPHA", value_parser = values::PROBABILITY, allow_negative_numbers = true)]
+    pub(crate) accept_rate: Option<f64>,
     /// The server's log, SGLang's or vLLM's: the accept length as the engine prints it (unless
     /// an acceptance flag is given), whether decode batches ran from a CUDA graph (`cuda graph:
     /// False`), `enforce_eager=True`, and the custom all-reduce warnings.
     #[arg(long, alias = "accept-from-log", value_name = "FILE")]
-    pub server_log: Option<PathBuf>,
+    pub(crate) server_log: Option<PathBuf>,
     /// NCCL logs of the server (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV): the
     /// variables each worker read and NCCL's topology search, for the traps. One file per flag.
     #[arg(long, value_name = "FILE")]
-    pub nccl_log: Vec<PathBuf>,
+    pub(crate) nccl_log: Vec<PathBuf>,
     /// A sweep's results file (`verifybench sweep --results FILE`): its best NCCL setting
     /// against the defaults replaces the model's in the counterfactual rows.
     #[arg(long, value_name = "FILE")]
@@ -80,38 +81,39 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "FILE")]
     pub allreduce_choice: Option<PathBuf>,
     /// GPUs of the tensor-parallel group (default: the traces' world size, else --tp, else 8).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = values::gpus(), allow_negative_numbers = true)]
     pub gpus: Option<usize>,
     /// Built-in model preset the cost model prices: kimi-k2.5, deepseek-v3, llama-3.1-70b,
     /// qwen3-235b-a22b.
     #[arg(long, default_value = "kimi-k2.5")]
-    pub model: String,
+    pub(crate) model: String,
     /// A Hugging Face config.json instead of a preset.
     #[arg(long, value_name = "PATH")]
     pub model_config: Option<PathBuf>,
-    /// Tensor-parallel size; must equal --gpus when both are given.
-    #[arg(long)]
+    /// Tensor-parallel size, 1 to 1024; must equal --gpus when both are given.
+    #[arg(long, value_parser = values::ranks::<u64>(), allow_negative_numbers = true)]
     pub tp: Option<u64>,
-    /// Tokens per verify forward (default: --draft-steps + 1, else 3).
-    #[arg(long)]
+    /// Tokens per verify forward, 1 to 65536 (default: --draft-steps + 1, else 3).
+    #[arg(long, value_parser = values::tokens(), allow_negative_numbers = true)]
     pub tokens: Option<u64>,
     /// Link profile of the cost model: nvlink-h100, nvlink-h200, pcie-gen4, pcie-gen5
-    /// (default), pcie-gen5-no-p2p, pcie-gen5-dual-socket, ib-ndr.
-    #[arg(long, default_value = "pcie-gen5")]
+    /// (default), pcie-gen5-no-p2p, pcie-gen5-dual-socket, ib-ndr. Not with --profile (a
+    /// fitted profile sets every parameter).
+    #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
     pub link: String,
-    /// Calibrated profile file written by `verifybench model fit` (overrides --link).
+    /// Calibrated profile file written by `verifybench model fit` (instead of --link).
     #[arg(long, value_name = "FILE")]
-    pub profile: Option<PathBuf>,
+    pub(crate) profile: Option<PathBuf>,
     /// An NCCL setting the server was started with, NAME=VALUE (repeatable): checked against the
     /// server's NCCL log (--nccl-log), whose `set by environment` lines say what NCCL read.
     #[arg(long, value_name = "NAME=VALUE", value_parser = expect_arg)]
-    pub expect: Vec<(String, String)>,
+    pub(crate) expect: Vec<(String, String)>,
     /// Whose server flags to show: sglang or vllm (default: the server log's engine, else both).
     #[arg(long, value_parser = engine)]
-    pub engine: Option<Engine>,
+    pub(crate) engine: Option<Engine>,
     /// Also write the result record (what --format json prints) to FILE.
     #[arg(long, value_name = "FILE")]
-    pub export_json: Option<PathBuf>,
+    pub(crate) export_json: Option<PathBuf>,
     #[command(flatten)]
     pub batch: BatchArgs,
     #[command(flatten)]

@@ -17,6 +17,7 @@ pub mod env;
 pub mod explain;
 pub mod inspect;
 pub mod model;
+pub(crate) mod numbers;
 pub mod output;
 pub mod plan;
 pub mod rank;
@@ -52,11 +53,11 @@ Examples:
 #[command(name = "verifybench", version, about, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// The verify schedule of a model: every collective with its bytes per rank, and the weight
     /// bytes each rank streams between them. Needs no GPU.
     ///
@@ -125,7 +126,7 @@ pub enum Command {
 impl Command {
     /// The command's `-q/--quiet` (never for `report`, whose output is files, nor for the
     /// hidden `__rank`).
-    pub fn quiet(&self) -> bool {
+    pub(crate) fn quiet(&self) -> bool {
         match self {
             Command::Plan(a) => a.output.quiet,
             Command::Collective(a) => a.output.quiet,

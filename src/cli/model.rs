@@ -7,17 +7,18 @@ use clap::Subcommand;
 
 use crate::cli::args::ModelArgs;
 use crate::cli::output::OutputArgs;
+use crate::cli::values;
 use crate::commands::model::{FitCycleRequest, FitRequest, ValidateRequest};
 
 /// `verifybench model ...`
 #[derive(Debug, Clone, clap::Args)]
-pub struct ModelCmd {
+pub(crate) struct ModelCmd {
     #[command(subcommand)]
-    pub cmd: ModelSub,
+    pub(crate) cmd: ModelSub,
 }
 
 #[derive(Debug, Clone, Subcommand)]
-pub enum ModelSub {
+pub(crate) enum ModelSub {
     /// Fit the cost model's parameters to measured collective and verify results, print the
     /// error per point and leave-one-out, and write a profile for `--profile FILE`.
     ///
@@ -65,61 +66,61 @@ impl From<&FitCycleArgs> for FitCycleRequest {
 }
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     /// nccl-tests text output (as for `model fit --nccl-tests`).
     #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
-    pub nccl_tests: Vec<PathBuf>,
+    pub(crate) nccl_tests: Vec<PathBuf>,
     /// The link's rate per direction, GB/s: one for every file, or one per file in the order
     /// of --nccl-tests (PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63).
-    #[arg(long, num_args = 1.., value_name = "GB/s")]
+    #[arg(long, num_args = 1.., value_name = "GB/s", value_parser = values::LINK_GBPS, allow_negative_numbers = true)]
     pub link_gbps: Vec<f64>,
     /// Built-in profile the fits start from.
     #[arg(long, default_value = "pcie-gen5")]
-    pub base: String,
+    pub(crate) base: String,
     /// The median leave-one-size-out error a table must stay within, percent.
-    #[arg(long, default_value_t = 10.0, value_name = "PCT")]
+    #[arg(long, default_value_t = 10.0, value_name = "PCT", value_parser = values::PERCENT, allow_negative_numbers = true)]
     pub max_median_pct: f64,
     #[command(flatten)]
-    pub print: OutputArgs,
+    pub(crate) print: OutputArgs,
 }
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct FitArgs {
+pub(crate) struct FitArgs {
     /// Results files (JSON, JSON array or JSON lines) of measured `collective` and `verify`
     /// runs. Modeled records are left out.
     #[arg(required_unless_present = "nccl_tests", value_name = "RESULTS")]
-    pub results: Vec<PathBuf>,
+    pub(crate) results: Vec<PathBuf>,
     /// Fit to the text output of nccl-tests instead (all_reduce_perf, all_gather_perf,
     /// reduce_scatter_perf; eager or -G; several runs per file are read one by one): a profile
     /// of the machine that printed it, bounded by the link's rate.
     #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "results")]
-    pub nccl_tests: Vec<PathBuf>,
+    pub(crate) nccl_tests: Vec<PathBuf>,
     /// With --nccl-tests: the link's rate per direction, GB/s (default: the base's; PCIe 3.0
     /// x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by it times
     /// the protocol's payload share (LL 1/2, LL128 120/128, Simple 1); a row past it is refused.
-    #[arg(long, value_name = "GB/s")]
+    #[arg(long, value_name = "GB/s", value_parser = values::LINK_GBPS, allow_negative_numbers = true)]
     pub link_gbps: Option<f64>,
     /// With --nccl-tests: the measured peer-to-peer latency (p2pBandwidthLatencyTest), us; no
     /// per-hop latency is fitted below it.
-    #[arg(long, value_name = "US")]
+    #[arg(long, value_name = "US", value_parser = values::MICROS, allow_negative_numbers = true)]
     pub p2p_latency_us: Option<f64>,
     /// Where to write the fitted profile (JSON).
     #[arg(short = 'o', long, value_name = "PROFILE.json")]
-    pub output: PathBuf,
+    pub(crate) output: PathBuf,
     /// Built-in link profile to start from; parameters the data cannot pin down keep its values
     /// (default: with --nccl-tests, taken from the tables: PCIe generation or NVLink from their
     /// best bus bandwidth or --link-gbps, P2P from NCCL's log lines; else nvlink-h200).
     #[arg(long)]
-    pub base: Option<String>,
+    pub(crate) base: Option<String>,
     /// Start from a profile file instead of a built-in one (overrides --base).
     #[arg(long, value_name = "FILE")]
-    pub base_profile: Option<PathBuf>,
+    pub(crate) base_profile: Option<PathBuf>,
     /// Name of the fitted profile (default: the output file's stem).
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     // --format json: the profile file -o writes.
     #[command(flatten)]
-    pub print: OutputArgs,
+    pub(crate) print: OutputArgs,
 }
 
 impl From<&FitArgs> for FitRequest {

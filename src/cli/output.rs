@@ -24,40 +24,40 @@ fn formats(formats: &'static [Format]) -> impl TypedValueParser<Value = Format> 
 
 /// `--format table|json` and `-q/--quiet`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// What stdout gets; progress, notes and warnings go to stderr whatever the format.
     #[arg(long, value_parser = formats(&[Format::Table, Format::Json]), default_value = "table")]
-    pub format: Format,
+    pub(crate) format: Format,
     /// No progress and no notes on stderr; the result (stdout), warnings and errors are still
     /// printed.
     #[arg(short = 'q', long)]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 }
 
 /// `--format table|json|markdown` and `-q/--quiet`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct OutputArgsMd {
+pub(crate) struct OutputArgsMd {
     /// What stdout gets; progress, notes and warnings go to stderr whatever the format.
     #[arg(long, value_parser = formats(&[Format::Table, Format::Json, Format::Markdown]), default_value = "table")]
-    pub format: Format,
+    pub(crate) format: Format,
     /// No progress and no notes on stderr; the result (stdout), warnings and errors are still
     /// printed.
     #[arg(short = 'q', long)]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 }
 
 /// `--export-json/--export-csv/--export-markdown`, shared by every measuring command.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct ExportArgs {
+pub(crate) struct ExportArgs {
     /// Write the results (JSON records, the source of truth) to FILE.
     #[arg(long, value_name = "FILE")]
-    pub export_json: Option<std::path::PathBuf>,
+    pub(crate) export_json: Option<std::path::PathBuf>,
     /// Write the results as CSV to FILE.
     #[arg(long, value_name = "FILE")]
-    pub export_csv: Option<std::path::PathBuf>,
+    pub(crate) export_csv: Option<std::path::PathBuf>,
     /// Write the results as a Markdown table to FILE.
     #[arg(long, value_name = "FILE")]
-    pub export_markdown: Option<std::path::PathBuf>,
+    pub(crate) export_markdown: Option<std::path::PathBuf>,
 }
 
 impl From<&ExportArgs> for Exports {

@@ -7,25 +7,25 @@ use crate::commands::plan::PlanRequest;
 use crate::model::Engine;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     #[command(flatten)]
-    pub workload: WorkloadArgs,
+    pub(crate) workload: WorkloadArgs,
     // --format json: the schedule itself (the input of scripts/torch_baseline.py).
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
     /// Also list every operation in order.
     #[arg(long)]
-    pub ops: bool,
+    pub(crate) ops: bool,
     /// The serving engine whose names for the collectives, fusions and profiler counts the
     /// plan shows (the ops themselves are the same in both).
     #[arg(long, value_parser = named::<Engine>(), default_value = "sglang")]
-    pub engine: Engine,
+    pub(crate) engine: Engine,
     /// The engine fuses each all-reduce with the residual add and RMSNorm after it (SGLang
     /// --enable-flashinfer-allreduce-fusion, which it turns on by itself on SM90/SM100 GPUs
     /// for DeepSeek/Kimi, gpt-oss, GLM-4 MoE, Qwen3-MoE, Qwen3-Next; vLLM's
     /// AllReduceFusionPass): the same collectives under other kernel names.
     #[arg(long)]
-    pub allreduce_fusion: bool,
+    pub(crate) allreduce_fusion: bool,
 }
 
 impl From<&PlanArgs> for PlanRequest {

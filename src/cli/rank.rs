@@ -6,24 +6,24 @@ use crate::commands::rank::RankRequest;
 use crate::launch::Fault;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct RankArgs {
+pub(crate) struct RankArgs {
     /// JSON file holding the job.
     #[arg(long)]
-    pub job: PathBuf,
+    pub(crate) job: PathBuf,
     #[arg(long)]
-    pub rank: usize,
+    pub(crate) rank: usize,
     #[arg(long)]
-    pub nranks: usize,
+    pub(crate) nranks: usize,
     #[arg(long)]
-    pub device: usize,
+    pub(crate) device: usize,
     /// NCCL unique id, hex.
     #[arg(long)]
-    pub id: String,
+    pub(crate) id: String,
     #[arg(long)]
-    pub fault: Option<Fault>,
+    pub(crate) fault: Option<Fault>,
     /// auto, none or a CPU list (the launcher's --cpu-affinity).
     #[arg(long, default_value = "auto", value_parser = crate::cli::values::affinity_arg)]
-    pub cpu_affinity: crate::launch::affinity::CpuAffinity,
+    pub(crate) cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 
 impl From<&RankArgs> for RankRequest {

@@ -6,21 +6,21 @@ use crate::cli::breakeven::CycleArgs;
 use crate::commands::report::ReportRequest;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// Results files (JSON record, JSON array or JSON lines). Rendered: collective and verify
     /// records (plots, tables, break-even), sweep results (`sweep --results`: the ranking as
     /// sweep prints it), bandwidth and selftest exports. Named and skipped with a note: env,
     /// compare and model-fit profiles, unknown kinds, empty files, `[]`; exit 2 when nothing at
     /// all is renderable.
     #[arg(value_name = "RESULTS", required = true)]
-    pub results: Vec<PathBuf>,
+    pub(crate) results: Vec<PathBuf>,
     /// Directory to write report.md and its SVG plots into (created if missing; its parent folder
     /// must exist).
     #[arg(short = 'o', long = "out", value_name = "DIR")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Break-even inputs for the tokens/s plot (verify times come from the verify records).
     #[command(flatten)]
-    pub cycle: CycleArgs,
+    pub(crate) cycle: CycleArgs,
 }
 
 impl From<&ReportArgs> for ReportRequest {

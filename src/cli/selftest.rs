@@ -5,24 +5,24 @@ use crate::cli::output::OutputArgs;
 use crate::commands::selftest::SelftestRequest;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct SelftestArgs {
+pub(crate) struct SelftestArgs {
     #[command(flatten)]
-    pub gpu: GpuArgs,
+    pub(crate) gpu: GpuArgs,
     /// Skip the fault checks (a worker that exits or hangs on purpose).
     #[arg(long)]
-    pub no_faults: bool,
+    pub(crate) no_faults: bool,
     /// Skip the P2P stress test and its negative controls (about a minute on one GPU).
     #[arg(long, conflicts_with = "stress_only")]
-    pub no_stress: bool,
+    pub(crate) no_stress: bool,
     /// Only the P2P access check of every GPU pair and the stress test with its negative
     /// controls: the first check on a new machine.
     #[arg(long)]
-    pub stress_only: bool,
+    pub(crate) stress_only: bool,
     /// Write the table as JSON to FILE.
     #[arg(long, value_name = "FILE")]
-    pub export_json: Option<std::path::PathBuf>,
+    pub(crate) export_json: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
 }
 
 impl From<&SelftestArgs> for SelftestRequest {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::cli::args::{GpuArgs, HostGapArgs, ModelArgs, RepeatArgs, WorkloadArgs};
 use crate::cli::output::{ExportArgs, OutputArgs};
-use crate::cli::values::named;
+use crate::cli::values::{self, named};
 use crate::commands::sweep::SweepRequest;
 use crate::record::Mode;
 use crate::request::{BackendKind, GraphChoice};
@@ -50,42 +50,42 @@ Examples:
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = AFTER_HELP)]
-pub struct SweepArgs {
+pub(crate) struct SweepArgs {
     #[command(flatten)]
-    pub workload: WorkloadArgs,
+    pub(crate) workload: WorkloadArgs,
     /// A variable and its values, comma-separated: -L NCCL_PROTO=LL,LL128,Simple. Repeatable:
     /// the points are the cross product.
     #[arg(short = 'L', long = "parameter-list", value_name = "NAME=a,b")]
-    pub lists: Vec<String>,
+    pub(crate) lists: Vec<String>,
     /// One value taken literally (commas and semicolons included), added to NAME's list:
     /// --set 'NCCL_ALGO=ring;allreduce:tree'. Repeatable.
     #[arg(long = "set", value_name = "NAME=VALUE")]
-    pub sets: Vec<String>,
+    pub(crate) sets: Vec<String>,
     /// A built-in list of one-at-a-time variations around the defaults: pcie.
     #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
+    pub(crate) preset: Option<String>,
     /// Eager launches, CUDA-graph replay, or both (one child runs both: one column each).
     #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
-    pub graph: GraphChoice,
+    pub(crate) graph: GraphChoice,
     /// What each point replays: the collectives only (comm), the weight-streaming compute only
     /// (compute), or collectives and compute interleaved (full).
     #[arg(long, value_parser = named::<Mode>(), default_value = "comm")]
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// nccl: real GPUs; model: the cost model (no NCCL log, so no probe); auto: nccl with 2+ GPUs.
     #[arg(long, value_parser = named::<BackendKind>(), default_value = "auto")]
-    pub backend: BackendKind,
+    pub(crate) backend: BackendKind,
     #[command(flatten)]
-    pub gpu: GpuArgs,
+    pub(crate) gpu: GpuArgs,
     #[command(flatten)]
-    pub repeat: RepeatArgs,
+    pub(crate) repeat: RepeatArgs,
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub(crate) model: ModelArgs,
     /// Rounds, 1 to 100: every round runs every point once in a shuffled order, the baseline
     /// included. 1 round measures no noise and recommends nothing.
-    #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_ROUNDS, value_name = "R")]
+    #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_ROUNDS, value_name = "R", value_parser = values::repetitions("rounds"), allow_negative_numbers = true)]
     pub rounds: usize,
     /// Seed of the rounds' shuffled orders (any unsigned 64-bit number).
-    #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_SEED, value_name = "N")]
+    #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_SEED, value_name = "N", value_parser = values::seed(), allow_negative_numbers = true)]
     pub seed: u64,
     /// An extra margin, a fraction in [0, 0.5), added to the measured noise floor before a
     /// setting counts as faster (default 0: the measured floor alone). The old --noise-floor
@@ -95,48 +95,49 @@ pub struct SweepArgs {
         alias = "noise-floor",
         default_value_t = 0.0,
         value_name = "FRACTION",
+        value_parser = values::NOISE_MARGIN,
         allow_negative_numbers = true
     )]
-    pub noise_margin: f64,
+    pub(crate) noise_margin: f64,
     /// Seconds one child (probe or timed run, workers included) may take before it is killed
-    /// and the point recorded as failed.
-    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    /// and the point recorded as failed (greater than 0, at most 1000000).
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS", value_parser = values::seconds(values::MAX_TIMEOUT_S, "120"), allow_negative_numbers = true)]
     pub point_timeout: f64,
     /// JSON-lines file each finished point is appended to (default: sweep-<timestamp>.jsonl, or
     /// the --resume file).
     #[arg(long, value_name = "FILE")]
-    pub results: Option<PathBuf>,
+    pub(crate) results: Option<PathBuf>,
     /// Skip the points already in FILE (the results file of an earlier sweep of the same
     /// workload) and append the rest to it.
     #[arg(long, value_name = "FILE")]
-    pub resume: Option<PathBuf>,
+    pub(crate) resume: Option<PathBuf>,
     /// With --resume: run the failed points again instead of skipping them.
     #[arg(long, requires = "resume")]
-    pub retry_failed: bool,
+    pub(crate) retry_failed: bool,
     /// Directory of the probe runs' NCCL logs and the timed runs' JSON
     /// (default: <results file without extension>.logs).
     #[arg(long, value_name = "DIR")]
-    pub log_dir: Option<PathBuf>,
+    pub(crate) log_dir: Option<PathBuf>,
     /// Skip the probe run (faster, but nothing proves what NCCL used).
     #[arg(long)]
-    pub no_probe: bool,
+    pub(crate) no_probe: bool,
     #[command(flatten)]
-    pub export: ExportArgs,
+    pub(crate) export: ExportArgs,
     #[command(flatten)]
-    pub host_gaps: HostGapArgs,
+    pub(crate) host_gaps: HostGapArgs,
     /// Write the ranking table as Markdown to FILE.
     #[arg(long, value_name = "FILE")]
-    pub export_table_markdown: Option<PathBuf>,
+    pub(crate) export_table_markdown: Option<PathBuf>,
     /// Write the ranking table as CSV to FILE.
     #[arg(long, value_name = "FILE")]
-    pub export_table_csv: Option<PathBuf>,
+    pub(crate) export_table_csv: Option<PathBuf>,
     // --format json: the verify records --export-json writes, printed at the end (progress
     // stays on stderr); -q: only the ranking and the recommendation (or the JSON).
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
     /// Testing only: fake every point (no child process, no GPU), FAKE numbers.
     #[arg(long, hide = true)]
-    pub debug_mode: bool,
+    pub(crate) debug_mode: bool,
 }
 
 impl From<&SweepArgs> for SweepRequest {

@@ -8,45 +8,45 @@ use crate::commands::trace::TraceCommand;
 use crate::trace::TraceRequest;
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct TraceArgs {
+pub(crate) struct TraceArgs {
     /// PyTorch profiler traces (.json, .json.gz), one per rank, or folders of them.
     #[arg(required = true, value_name = "FILE|DIR")]
-    pub inputs: Vec<PathBuf>,
+    pub(crate) inputs: Vec<PathBuf>,
     // --format json: the result record, as --export-json writes it.
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub(crate) output: OutputArgs,
     /// Also write the result record to FILE.
     #[arg(long, value_name = "FILE")]
-    pub export_json: Option<PathBuf>,
+    pub(crate) export_json: Option<PathBuf>,
     /// Write one step's collective sequence (and its host gaps) as a schedule file, for
     /// `verify/sweep/plan/compare --schedule`. Its tp is the collectives' group size; a trace of
     /// one rank (group size 1) takes --tp N, and --against-plan's --tokens labels its tokens.
     #[arg(long, value_name = "FILE")]
-    pub export_schedule: Option<PathBuf>,
+    pub(crate) export_schedule: Option<PathBuf>,
     /// A record_function label whose spans are the steps: a name, or a pattern where `*` is any
     /// text (`ProfilerStep#*`). Without it the trace's ProfilerStep#N spans are the steps when
     /// it has them, else the repeating period of the collectives is found.
     #[arg(long, value_name = "NAME|PATTERN")]
-    pub step_label: Option<String>,
+    pub(crate) step_label: Option<String>,
     /// NCCL logs with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL (one per process) for sizes the
     /// trace lacks.
     /// One file per flag: repeat the flag for several (`--nccl-log a.log --nccl-log b.log`).
     #[arg(long, value_name = "FILE")]
-    pub nccl_log: Vec<PathBuf>,
+    pub(crate) nccl_log: Vec<PathBuf>,
     /// With --export-schedule: the input bytes of each collective whose size neither the trace
     /// nor --nccl-log gives (K/M/G suffixes); the export and the screen name the positions
     /// that took it. Without it such a step is not exported.
-    #[arg(long, value_name = "BYTES", value_parser = crate::units::size_arg)]
+    #[arg(long, value_name = "BYTES", value_parser = crate::cli::values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
     pub assume_size: Option<u64>,
     /// The ranks ran on more than one host: compare kernel durations only (skew unknown).
     #[arg(long)]
-    pub multi_host: bool,
+    pub(crate) multi_host: bool,
     /// Diff the trace's step against the schedule of the workload flags (--model, --tp, --tokens),
     /// or of a schedule file (--schedule FILE).
     #[arg(long)]
-    pub against_plan: bool,
+    pub(crate) against_plan: bool,
     #[command(flatten)]
-    pub workload: WorkloadArgs,
+    pub(crate) workload: WorkloadArgs,
 }
 
 impl From<&TraceArgs> for TraceCommand {
@@ -64,7 +64,8 @@ impl From<&TraceArgs> for TraceCommand {
                 export_tp: a.workload.tp,
                 assume_size: a.assume_size,
             },
-            against_plan: a.against_plan.then(|| (&a.workload).into()),
+            workload: (&a.workload).into(),
+            against_plan: a.against_plan,
         }
     }
 }

@@ -1,14 +1,17 @@
 //! The parsers of flag values that clap does not derive: a library enum by name, the CPU list
-//! of `--cpu-affinity`, `--timeout`, `-n/--iters` and `--impl`'s list.
+//! of `--cpu-affinity`, `--impl`'s list, and every kind of number a flag takes (a timeout, a
+//! time in ms, the ranks, a size, ...), each one of [`super::numbers`]' three parsers with its
+//! range: every numeric flag of every command names one of these kinds.
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 
+pub(crate) use super::numbers::{bytes, whole, Bytes, Real, Whole};
 use crate::request::Impl;
 use crate::util::Named;
 
 /// The clap parser of a library enum: accepts `T::ALL` by name and lists them (with their help
 /// lines, a final period dropped as clap drops it from doc comments) in `--help`.
-pub fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
+pub(crate) fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
     PossibleValuesParser::new(T::ALL.iter().map(|v| {
         let p = PossibleValue::new(v.name());
         let help = v.help();
@@ -43,36 +46,9 @@ pub(crate) fn affinity_arg(s: &str) -> Result<crate::launch::affinity::CpuAffini
     Ok(a)
 }
 
-/// `--timeout`: seconds, more than 0 (0 would abort every run before it starts) and finite.
-pub(crate) fn timeout_arg(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds; give e.g. 60"))?;
-    if !v.is_finite() || v <= 0.0 || v > 1e6 {
-        return Err(format!(
-            "{}: the time any rendezvous, collective or worker may take is a number of seconds greater than 0 and at most 1000000; give e.g. 60 (the default)",
-            crate::util::fmt_number(v)
-        ));
-    }
-    Ok(v)
-}
-
-/// `-n/--iters`: at least one timed iteration (with 0 there is nothing to time or print).
-pub(crate) fn iters_arg(s: &str) -> Result<u64, String> {
-    let v: u64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a whole number of timed iterations; give e.g. 200"))?;
-    if v == 0 {
-        return Err(
-            "0 timed iterations leave nothing to measure; give 1 or more (default 200)".into(),
-        );
-    }
-    Ok(v)
-}
-
 /// `--impl`'s parsed list (clap needs one value type for the whole list).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImplList(pub Vec<Impl>);
+pub(crate) struct ImplList(pub(crate) Vec<Impl>);
 
 /// Parses `--impl nccl,oneshot,twoshot`: an unknown name is an error naming `--impl` and the
 /// valid names.
@@ -83,6 +59,207 @@ pub(crate) fn impl_list(s: &str) -> Result<ImplList, String> {
             .unwrap_or(&m)
             .to_string()
     })
+}
+
+/// A time in seconds, greater than 0 and at most `max`.
+pub(crate) const fn seconds(max: f64, example: &'static str) -> Real {
+    Real {
+        what: "a time in seconds",
+        min: 0.0,
+        above: true,
+        max,
+        below: false,
+        example,
+    }
+}
+
+/// The longest any timeout may be: 1000000 s (11.6 days).
+pub(crate) const MAX_TIMEOUT_S: f64 = 1e6;
+
+/// `--timeout`, `--rendezvous-timeout`, `--point-timeout`.
+pub(crate) const TIMEOUT: Real = seconds(MAX_TIMEOUT_S, "60");
+
+/// A time in milliseconds of a speculation cycle's part, at most
+/// [`crate::speculative::MAX_TIME_MS`]; greater than 0 unless `zero` (a free draft, no
+/// overhead).
+pub(crate) const fn millis(zero: bool, example: &'static str) -> Real {
+    Real {
+        what: "a time in milliseconds",
+        min: 0.0,
+        above: !zero,
+        max: crate::speculative::MAX_TIME_MS,
+        below: false,
+        example,
+    }
+}
+
+/// A time in microseconds greater than 0 and at most 1 s.
+pub(crate) const MICROS: Real = Real {
+    what: "a time in microseconds",
+    min: 0.0,
+    above: true,
+    max: 1e6,
+    below: false,
+    example: "2.5",
+};
+
+/// A probability: an acceptance rate.
+pub(crate) const PROBABILITY: Real = Real {
+    what: "an acceptance rate (a probability)",
+    min: 0.0,
+    above: false,
+    max: 1.0,
+    below: false,
+    example: "0.8",
+};
+
+/// A mean accept length: 1 (the bonus token) to k + 1 for the most draft steps there are.
+pub(crate) const ACCEPT_LENGTH: Real = Real {
+    what: "a mean accept length (bonus token included)",
+    min: 1.0,
+    above: false,
+    max: (crate::speculative::MAX_DRAFT_STEPS + 1) as f64,
+    below: false,
+    example: "2.5",
+};
+
+/// `--noise-margin`: a fraction below one half.
+pub(crate) const NOISE_MARGIN: Real = Real {
+    what: "a fraction",
+    min: 0.0,
+    above: false,
+    max: 0.5,
+    below: true,
+    example: "0.01 (1%)",
+};
+
+/// A link's rate per direction in GB/s: above 0, at most 10 TB/s (NVLink 5 is 0.9 TB/s).
+pub(crate) const LINK_GBPS: Real = Real {
+    what: "a link rate in GB/s",
+    min: 0.0,
+    above: true,
+    max: 10_000.0,
+    below: false,
+    example: "63 (PCIe 5.0 x16)",
+};
+
+/// `model validate --max-median-pct`: a percentage above 0.
+pub(crate) const PERCENT: Real = Real {
+    what: "a percentage",
+    min: 0.0,
+    above: true,
+    max: 1000.0,
+    below: false,
+    example: "10",
+};
+
+/// A seed: any unsigned 64-bit number.
+pub(crate) const fn seed() -> Whole<u64> {
+    whole("(a seed)", 0, u64::MAX, "1")
+}
+
+/// The ranks of a tensor-parallel group: 1 to [`crate::request::MAX_RANKS`].
+pub(crate) const fn ranks<T>() -> Whole<T> {
+    whole("ranks", 1, crate::request::MAX_RANKS as u64, "8")
+}
+
+/// The GPUs of a run, one rank each: 1 to [`crate::request::MAX_RANKS`].
+pub(crate) const fn gpus() -> Whole<usize> {
+    whole("GPUs", 1, crate::request::MAX_RANKS as u64, "8")
+}
+
+/// A rank or a GPU ordinal: 0 to [`crate::request::MAX_RANKS`] - 1.
+pub(crate) const fn ordinal<T>() -> Whole<T> {
+    whole(
+        "(a rank or a GPU ordinal)",
+        0,
+        crate::request::MAX_RANKS as u64 - 1,
+        "0",
+    )
+}
+
+/// Tokens per forward: 1 to [`crate::request::MAX_TOKENS`].
+pub(crate) const fn tokens() -> Whole<u64> {
+    whole("tokens per forward", 1, crate::request::MAX_TOKENS, "3")
+}
+
+/// Draft steps per speculation cycle: 1 to [`crate::speculative::MAX_DRAFT_STEPS`].
+pub(crate) const fn draft_steps() -> Whole<u64> {
+    whole("draft steps", 1, crate::speculative::MAX_DRAFT_STEPS, "3")
+}
+
+/// Timed iterations: 1 to 10 million (0 leaves nothing to measure).
+pub(crate) const fn iters<T>() -> Whole<T> {
+    whole("timed iterations", 1, 10_000_000, "200")
+}
+
+/// Untimed warm-up iterations: 0 to 1 million.
+pub(crate) const fn warmup() -> Whole<u64> {
+    whole("warm-up iterations", 0, 1_000_000, "20")
+}
+
+/// `--fresh-runs` and `--rounds` (`what`): 1 to [`crate::request::MAX_FRESH_RUNS`] (100)
+/// repetitions.
+pub(crate) const fn repetitions(what: &'static str) -> Whole<usize> {
+    whole(what, 1, crate::request::MAX_FRESH_RUNS as u64, "3")
+}
+
+/// `--launches-per-layer`: 0 to 10000 (a real layer launches tens).
+pub(crate) const fn launches() -> Whole<u32> {
+    whole("kernel launches per layer", 0, 10_000, "20")
+}
+
+/// The vocabulary of a draft head: 1 to 2^24 entries (real ones have tens of thousands).
+pub(crate) const DRAFT_VOCAB: Whole<u64> = whole("vocabulary entries", 1, 1 << 24, "32000");
+
+/// `collective -f/--stepfactor`: 2 to 1024.
+pub(crate) const STEP_FACTOR: Whole<u64> = whole("(the factor between sizes)", 2, 1024, "2");
+
+/// A collective's size: 1 byte to [`crate::request::MAX_COLLECTIVE_BYTES`].
+pub(crate) const COLLECTIVE_BYTES: Bytes = bytes(1, crate::request::MAX_COLLECTIVE_BYTES, "8K");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::numbers::tests::parse;
+
+    #[test]
+    fn times_are_finite_positive_and_bounded() {
+        assert_eq!(parse(TIMEOUT, "60").unwrap(), 60.0);
+        assert_eq!(parse(TIMEOUT, "1e6").unwrap(), 1e6);
+        for bad in ["0", "-5", "NaN", "inf", "-inf", "1e308", "1000000.5"] {
+            let e = parse(TIMEOUT, bad).unwrap_err();
+            assert!(
+                e.starts_with("error: --flag ")
+                    && e.contains("greater than 0 and at most 1000000, e.g. 60"),
+                "{bad}: {e}"
+            );
+        }
+        // the value as a person reads it: 1e308, not 309 digits
+        assert!(parse(TIMEOUT, "1e308")
+            .unwrap_err()
+            .contains("--flag 1e308:"));
+        let e = parse(TIMEOUT, "soon").unwrap_err();
+        assert!(
+            e.contains("--flag 'soon': not a number; give a time in seconds"),
+            "{e}"
+        );
+        // a free draft: 0 taken; a decode step: 0 refused
+        assert_eq!(parse(millis(true, "1.5"), "0").unwrap(), 0.0);
+        assert!(parse(millis(false, "12.2"), "0").is_err());
+    }
+
+    #[test]
+    fn fractions_keep_their_open_ends() {
+        assert_eq!(parse(NOISE_MARGIN, "0").unwrap(), 0.0);
+        assert_eq!(parse(NOISE_MARGIN, "0.49").unwrap(), 0.49);
+        let e = parse(NOISE_MARGIN, "0.5").unwrap_err();
+        assert!(e.contains("from 0 to 0.5 (0.5 excluded)"), "{e}");
+        assert_eq!(parse(PROBABILITY, "1").unwrap(), 1.0);
+        assert!(parse(PROBABILITY, "1.01").is_err());
+        assert!(parse(ACCEPT_LENGTH, "0.99").is_err());
+        assert_eq!(parse(ACCEPT_LENGTH, "65").unwrap(), 65.0);
+    }
 }
 
 /// `--weights` / `--expert-weights`: a weight format, or `as-shipped` (the checkpoint's).

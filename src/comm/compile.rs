@@ -9,7 +9,7 @@ pub(crate) const STREAM_SRC: &str = include_str!("../../kernels/stream.cu");
 /// `kernels/stream_mma.cu`: the weight streaming on the tensor cores, for many tokens.
 pub(crate) const STREAM_MMA_SRC: &str = include_str!("../../kernels/stream_mma.cu");
 /// `kernels/allreduce.cu`: the one-shot and two-shot P2P all-reduces.
-pub const ALLREDUCE_SRC: &str = include_str!("../../kernels/allreduce.cu");
+pub(crate) const ALLREDUCE_SRC: &str = include_str!("../../kernels/allreduce.cu");
 
 /// The virtual architecture NVRTC compiles for on a device of compute capability
 /// `major.minor`: the newest baseline architecture (no `a`/`f` suffix, so the PTX JIT-compiles
@@ -137,22 +137,22 @@ mod tests {
     use super::*;
 
     /// A kernel source file of `kernels/`, embedded in the binary.
-    struct Source {
+    struct KernelSource {
         file: &'static str,
         text: &'static str,
     }
 
     /// Every file of `kernels/*.cu` (a test checks the folder holds no other).
-    const SOURCES: &[Source] = &[
-        Source {
+    const SOURCES: &[KernelSource] = &[
+        KernelSource {
             file: "stream.cu",
             text: STREAM_SRC,
         },
-        Source {
+        KernelSource {
             file: "stream_mma.cu",
             text: STREAM_MMA_SRC,
         },
-        Source {
+        KernelSource {
             file: "allreduce.cu",
             text: ALLREDUCE_SRC,
         },

@@ -12,8 +12,8 @@ use crate::record::GpuInfo;
 /// A CUDA driver failure with the device it happened on.
 #[derive(Debug, Clone)]
 pub struct CudaFailure {
-    pub device: usize,
-    pub what: String,
+    pub(crate) device: usize,
+    pub(crate) what: String,
 }
 
 impl std::fmt::Display for CudaFailure {
@@ -54,14 +54,11 @@ pub struct Buffer {
 
 impl Buffer {
     /// Size in bytes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.slice.len()
     }
-    pub fn is_empty(&self) -> bool {
-        self.slice.is_empty()
-    }
     /// The GPU it lives on.
-    pub fn device(&self) -> usize {
+    pub(crate) fn device(&self) -> usize {
         self.device
     }
     pub(super) fn ptr(&self) -> CUdeviceptr {
@@ -70,7 +67,7 @@ impl Buffer {
 }
 
 /// A timing event, with the ordinal of the GPU it was created on (for errors).
-pub struct Event(CudaEvent, usize);
+pub(crate) struct Event(CudaEvent, usize);
 
 impl Event {
     /// Microseconds between `self` and a later event `end` (both completed).
@@ -158,7 +155,7 @@ impl Gpu {
             .map_err(fail(self.ordinal, "binding the context"))
     }
 
-    pub fn info(&self) -> GpuInfo {
+    pub(crate) fn info(&self) -> GpuInfo {
         info(self.ordinal).unwrap_or(GpuInfo {
             index: self.ordinal,
             name: self.ctx.name().unwrap_or_default(),
@@ -175,7 +172,7 @@ impl Gpu {
     }
 
     /// Size of the L2 cache in bytes (0 when the driver does not say).
-    pub fn l2_bytes(&self) -> u64 {
+    pub(crate) fn l2_bytes(&self) -> u64 {
         self.ctx
             .attribute(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
             .unwrap_or(0)
@@ -277,7 +274,7 @@ impl Gpu {
     }
 
     /// Enqueues a device-to-device copy of `bytes` from `src` to `dst`.
-    pub fn copy(&self, dst: &Buffer, src: &Buffer, bytes: usize) -> Result<(), CudaFailure> {
+    pub(crate) fn copy(&self, dst: &Buffer, src: &Buffer, bytes: usize) -> Result<(), CudaFailure> {
         self.check_buffer(dst, "copy (destination)", 0, bytes)?;
         self.check_buffer(src, "copy (source)", 0, bytes)?;
         self.keep_buffer(dst);
@@ -310,7 +307,7 @@ impl Gpu {
     }
 
     /// Whether all work enqueued on the stream has finished (`cuStreamQuery`), without waiting.
-    pub fn done(&self) -> Result<bool, CudaFailure> {
+    pub(crate) fn done(&self) -> Result<bool, CudaFailure> {
         // SAFETY: the stream belongs to this GPU's live context; cuStreamQuery only reads it.
         let r = unsafe { cu::cuStreamQuery(self.stream.cu_stream()) };
         if r == cu::CUresult::CUDA_ERROR_NOT_READY {
@@ -326,7 +323,7 @@ impl Gpu {
     }
 
     /// A timing event (created once, recorded many times).
-    pub fn event(&self) -> Result<Event, CudaFailure> {
+    pub(crate) fn event(&self) -> Result<Event, CudaFailure> {
         self.ctx
             .new_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT))
             .map(|e| Event(e, self.ordinal))
@@ -334,7 +331,7 @@ impl Gpu {
     }
 
     /// Records `ev` on the stream.
-    pub fn record(&self, ev: &Event) -> Result<(), CudaFailure> {
+    pub(crate) fn record(&self, ev: &Event) -> Result<(), CudaFailure> {
         ev.0.record(&self.stream)
             .map_err(fail(self.ordinal, "cuEventRecord"))
     }
@@ -452,7 +449,7 @@ pub(crate) fn compute_capability(ordinal: usize) -> Result<(i32, i32), CudaFailu
     ))
 }
 
-pub fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
+pub(crate) fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
     cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
     let dev = cudarc::driver::result::device::get(ordinal as i32)
         .map_err(fail(ordinal, "cuDeviceGet"))?;

@@ -138,35 +138,54 @@ fn candidates(file_names: &[&str], wheel_subdirs: &[&str]) -> Vec<(PathBuf, Stri
 
 /// What was found for one library.
 #[derive(Debug, Clone)]
-pub struct Found {
-    pub path: PathBuf,
-    pub how: String,
+pub(crate) struct Found {
+    pub(crate) path: PathBuf,
+    pub(crate) how: String,
 }
 
-/// Finds NCCL: `--nccl-lib` (file or folder), else the names cudarc loads, else libnccl.so.2 on
-/// LD_LIBRARY_PATH, system folders, CUDA toolkits, Python's nvidia-nccl wheels.
+/// What a library given by name must be.
+const NCCL_WANTED: &str =
+    "give libnccl.so* (a shared library of this machine that exports ncclGetVersion) or the folder holding one";
+
+/// The NCCL library file `p` names (itself, or a folder's libnccl.so or libnccl.so.2), read
+/// before anything loads it ([`super::elf`]): a shared library of this machine that exports
+/// `ncclGetVersion`. The error says what the file is, without the flag's name: `'P' is a text
+/// file: give ...`.
+pub(crate) fn nccl_file(p: &Path) -> Result<PathBuf, String> {
+    let file = if p.is_dir() {
+        ["libnccl.so", "libnccl.so.2"]
+            .iter()
+            .map(|f| p.join(f))
+            .find(|f| f.exists())
+            .ok_or_else(|| {
+                format!(
+                    "'{}' is a folder without libnccl.so or libnccl.so.2: {NCCL_WANTED}",
+                    p.display()
+                )
+            })?
+    } else if p.exists() {
+        p.to_path_buf()
+    } else {
+        return Err(format!(
+            "'{}': no such file or folder; {NCCL_WANTED}",
+            p.display()
+        ));
+    };
+    super::elf::check_shared_library(&file, "ncclGetVersion")
+        .map_err(|what| format!("'{}' is {what}: {NCCL_WANTED}", file.display()))?;
+    Ok(file)
+}
+
+/// Finds NCCL: `--nccl-lib` (file or folder, checked by [`nccl_file`]), else the names cudarc
+/// loads, else libnccl.so.2 on LD_LIBRARY_PATH, system folders, CUDA toolkits, Python's
+/// nvidia-nccl wheels.
 pub(crate) fn find_nccl(explicit: Option<&Path>) -> anyhow::Result<Option<Found>> {
     if let Some(p) = explicit {
-        let file = if p.is_dir() {
-            ["libnccl.so", "libnccl.so.2"]
-                .iter()
-                .map(|f| p.join(f))
-                .find(|f| f.exists())
-        } else if p.exists() {
-            Some(p.to_path_buf())
-        } else {
-            None
-        };
-        return match file {
-            Some(f) => Ok(Some(Found {
-                path: f,
-                how: "--nccl-lib".into(),
-            })),
-            None => Err(usage(format!(
-                "--nccl-lib '{}' is neither libnccl.so* nor a folder holding one",
-                p.display()
-            ))),
-        };
+        let path = nccl_file(p).map_err(|m| usage(format!("--nccl-lib {m}")))?;
+        return Ok(Some(Found {
+            path,
+            how: "--nccl-lib".into(),
+        }));
     }
     if nccl_loadable_by_default() {
         return Ok(None);
@@ -244,7 +263,7 @@ fn loader_default_nccl() -> Option<PathBuf> {
 /// The variables by which a re-executed run knows its libraries are prepared: a child that
 /// must load ANOTHER NCCL than its parent (a sweep point's library) is started without them,
 /// so it prepares its own.
-pub const PREPARED_VARS: [&str; 2] = [REEXEC_MARK, NVRTC_WHY];
+pub(crate) const PREPARED_VARS: [&str; 2] = [REEXEC_MARK, NVRTC_WHY];
 
 /// The NVRTC libraries on this machine in search order, each with its version: first the one
 /// the loader finds by cudarc's names (what would load without help), then every
@@ -337,9 +356,9 @@ pub(crate) fn driver_api_version() -> Option<Version> {
 /// NVRTC as chosen for this run: the libraries found, the choice and why (`env` shows it).
 #[derive(Debug, Clone)]
 pub(crate) struct NvrtcSelection {
-    pub candidates: Vec<NvrtcCandidate>,
-    pub chosen: Option<NvrtcCandidate>,
-    pub why: String,
+    pub(crate) candidates: Vec<NvrtcCandidate>,
+    pub(crate) chosen: Option<NvrtcCandidate>,
+    pub(crate) why: String,
 }
 
 const NVRTC_WHY: &str = "VERIFYBENCH_NVRTC_CHOICE";
@@ -539,7 +558,11 @@ mod tests {
     #[test]
     fn explicit_folder_is_searched_for_so_2() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("libnccl.so.2"), b"").unwrap();
+        std::fs::write(
+            d.path().join("libnccl.so.2"),
+            super::super::elf::fake_nccl(),
+        )
+        .unwrap();
         let f = find_nccl(Some(d.path())).unwrap().unwrap();
         assert!(f.path.ends_with("libnccl.so.2"));
         assert_eq!(f.how, "--nccl-lib");

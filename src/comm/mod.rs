@@ -24,15 +24,17 @@
 
 pub mod compile;
 pub mod device;
+pub(crate) mod elf;
 pub mod kernels;
 pub mod libs;
 pub mod nccl;
-pub mod p2p;
-pub mod requirements;
+pub(crate) mod p2p;
+pub(crate) mod requirements;
 
-pub use device::{Buffer, CudaFailure, Event, Gpu, Graph};
+pub(crate) use device::Event;
+pub use device::{Buffer, Gpu, Graph};
 pub use kernels::MAX_STREAM_TOKENS;
-pub use nccl::{Communicator, NcclFailure, UniqueId};
+pub use nccl::{Communicator, UniqueId};
 
 /// Number of CUDA devices, or 0 when the driver library is missing or fails to initialise.
 pub fn device_count() -> usize {

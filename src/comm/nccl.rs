@@ -21,10 +21,10 @@ use crate::model::{CollectiveKind, DType};
 /// An NCCL failure with NCCL's own message and the rank it happened on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NcclFailure {
-    pub rank: usize,
-    pub call: &'static str,
-    pub code: i32,
-    pub message: String,
+    pub(crate) rank: usize,
+    pub(crate) call: &'static str,
+    pub(crate) code: i32,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for NcclFailure {
@@ -65,7 +65,7 @@ fn check(rank: usize, call: &'static str, r: sys::ncclResult_t) -> Result<(), Nc
 }
 
 /// NCCL's version as "major.minor.patch".
-pub fn version() -> Option<String> {
+pub(crate) fn version() -> Option<String> {
     version_number().map(|v| format!("{}.{}.{}", v.major, v.minor, v.patch))
 }
 
@@ -281,7 +281,7 @@ fn abort_in_order(abort: Option<impl FnOnce()>, stops: Vec<impl FnOnce()>) -> Ve
 /// deadline; in a worker process its own (the parent ends the other workers). The deadline is
 /// the rank's last progress plus the timeout, as the launcher counts it.
 #[derive(Debug, Clone)]
-pub struct Watch {
+pub(crate) struct Watch {
     stop: Arc<AtomicBool>,
     timeout: Option<Duration>,
     origin: Instant,
@@ -299,7 +299,7 @@ impl Default for Watch {
 impl Watch {
     /// A run whose ranks must make progress every `timeout` (none: no deadline); the deadline
     /// counts from now.
-    pub fn new(timeout: Option<Duration>) -> Watch {
+    pub(crate) fn new(timeout: Option<Duration>) -> Watch {
         Watch {
             stop: Arc::new(AtomicBool::new(false)),
             timeout,
@@ -309,7 +309,7 @@ impl Watch {
     }
 
     /// The same run's stop flag with a deadline of its own, counting from now: one per rank.
-    pub fn for_rank(&self) -> Watch {
+    pub(crate) fn for_rank(&self) -> Watch {
         let w = Watch {
             last_ns: Arc::new(AtomicU64::new(0)),
             ..self.clone()
@@ -319,32 +319,32 @@ impl Watch {
     }
 
     /// Ends the run: every wait that polls this flag returns [`Stopped`].
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
     }
 
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
 
     /// The rank made progress: its deadline moves to now plus the timeout.
-    pub fn progress(&self) {
+    pub(crate) fn progress(&self) {
         let ns = self.origin.elapsed().as_nanos().min(u64::MAX as u128) as u64;
         self.last_ns.store(ns, Ordering::SeqCst);
     }
 
-    pub fn timeout(&self) -> Option<Duration> {
+    pub(crate) fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
 
     /// The rank's deadline: its last progress plus the timeout (none without a timeout).
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         let last = self.origin + Duration::from_nanos(self.last_ns.load(Ordering::SeqCst));
         self.timeout.map(|t| last + t)
     }
 
     /// Whether `now` is past the deadline.
-    pub fn past_deadline(&self, now: Instant) -> bool {
+    pub(crate) fn past_deadline(&self, now: Instant) -> bool {
         self.deadline().is_some_and(|d| now >= d)
     }
 }
@@ -352,8 +352,8 @@ impl Watch {
 /// A rank's wait ended because the run is aborting (another rank failed, or the launcher's
 /// deadline passed): not this rank's own failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stopped {
-    pub rank: usize,
+pub(crate) struct Stopped {
+    pub(crate) rank: usize,
 }
 
 /// What every [`Stopped`] says (a worker's error travels as text: the launcher finds it).
@@ -375,9 +375,9 @@ impl std::error::Error for Stopped {}
 
 /// A rank's wait passed the rank's `--timeout` deadline with its stream still busy.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NoProgress {
-    pub rank: usize,
-    pub timeout: Duration,
+pub(crate) struct NoProgress {
+    pub(crate) rank: usize,
+    pub(crate) timeout: Duration,
 }
 
 impl fmt::Display for NoProgress {
@@ -534,7 +534,7 @@ impl Communicator {
     /// [`crate::model::collective::CollectiveOps`]); the buffers' sizes come from the
     /// collective's table and are checked, as is that `gpu`, `send` and `recv` are this rank's
     /// GPU. Inside a capture the graph keeps the buffers and the communicator alive.
-    pub fn collective(
+    pub(crate) fn collective(
         &self,
         kind: CollectiveKind,
         send: &Buffer,

@@ -22,13 +22,13 @@ use std::fmt;
 /// A library version `major.minor.patch` (patch 0 where the library reports none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Version {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
+    pub(crate) patch: u32,
 }
 
 impl Version {
-    pub const fn new(major: u32, minor: u32, patch: u32) -> Version {
+    pub(crate) const fn new(major: u32, minor: u32, patch: u32) -> Version {
         Version {
             major,
             minor,
@@ -161,19 +161,19 @@ pub(crate) fn check_nccl(nccl: Option<Version>) -> Result<(), String> {
 /// One NVRTC library found: where, and its version (None when it could not be asked).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NvrtcCandidate {
-    pub path: String,
+    pub(crate) path: String,
     /// Where it was found (LD_LIBRARY_PATH, system, CUDA toolkit, Python site-packages, the
     /// loader's default).
-    pub how: String,
-    pub version: Option<Version>,
+    pub(crate) how: String,
+    pub(crate) version: Option<Version>,
 }
 
 /// Which NVRTC to use, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NvrtcChoice {
     /// Index into the candidates; None when none fits.
-    pub chosen: Option<usize>,
-    pub why: String,
+    pub(crate) chosen: Option<usize>,
+    pub(crate) why: String,
 }
 
 /// Picks the first NVRTC in search order (the loader's own choice first, then LD_LIBRARY_PATH,

@@ -15,22 +15,22 @@ use crate::units::human_bytes;
 
 /// What to measure.
 #[derive(Debug, Clone)]
-pub struct BandwidthRequest {
+pub(crate) struct BandwidthRequest {
     /// Bytes per pass (rounded down to a power of two for the streaming pool).
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Device ordinals to measure (`None`: all).
-    pub devices: Option<Vec<usize>>,
+    pub(crate) devices: Option<Vec<usize>>,
     /// Timed passes per measurement (the best is kept, the median shown beside it).
-    pub iters: u32,
+    pub(crate) iters: u32,
     /// Token counts to stream at (each on every kernel that takes it).
-    pub tokens: Vec<usize>,
+    pub(crate) tokens: Vec<usize>,
     /// Sizes of single streaming operations to time (3 tokens).
-    pub op_sizes: Vec<u64>,
+    pub(crate) op_sizes: Vec<u64>,
     /// Where to write the results as JSON.
-    pub export_json: Option<PathBuf>,
+    pub(crate) export_json: Option<PathBuf>,
     /// What stdout gets: the table as each GPU is measured, or (json) at the end what
     /// `--export-json` writes.
-    pub format: crate::output::Format,
+    pub(crate) format: crate::output::Format,
 }
 
 /// One GPU's figures (GB/s = 1e9 bytes per second, TFLOP/s = 1e12 flops per second): the
@@ -201,7 +201,7 @@ impl Bench<'_> {
 
 /// Measures one GPU: the copy, the streaming kernels at `tokens`, the roofline's terms and the
 /// single operations.
-pub fn measure(
+pub(crate) fn measure(
     device: usize,
     bytes: u64,
     iters: u32,
@@ -389,11 +389,11 @@ fn single_ops(b: &Bench, op_sizes: &[u64]) -> anyhow::Result<Vec<(u64, f64, f64)
 
 /// Measures every requested GPU, prints each GPU's table as it goes (or, with `--format json`,
 /// the export at the end), and writes the JSON export if asked. Returns the exit code.
-pub fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &BandwidthRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
-    if let Some(p) = &a.export_json {
-        crate::util::check_outputs(&[("--export-json", p)], &[])?;
-    }
+    crate::util::Files::new()
+        .output("--export-json", a.export_json.as_deref())
+        .check()?;
     if let Some(&t) = a
         .tokens
         .iter()

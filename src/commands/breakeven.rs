@@ -33,6 +33,7 @@ pub fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
         let log = crate::evidence::read_accept_log(p)?;
         flags.measured_accept_length = Some(log.accept_length);
         flags.measured_draft_steps = log.draft_steps;
+        flags.measured_from = format!("--accept-from-log '{}'", p.display());
         file_notes.extend(log.notes);
     }
     // A break-even needs the decode time: its baseline.

@@ -4,8 +4,6 @@
 //! virtual ranks when asked, the record written and printed. The work itself is
 //! [`crate::choose`]'s.
 
-use std::path::Path;
-
 use crate::backend;
 use crate::choose::children::ChildMeasure;
 use crate::choose::engines::Links;
@@ -27,16 +25,11 @@ pub(crate) fn run(r: &ChooseRequest) -> anyhow::Result<i32> {
         std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
     }
     crate::launch::run::check_gpu_flags(&r.gpu, r.workload.tp)?;
-    if let Some(out) = &r.decision {
-        let mut inputs: Vec<&Path> = r
-            .workload
-            .model_config
-            .iter()
-            .map(|p| p.as_path())
-            .collect();
-        inputs.extend(r.model.profile.iter().map(|p| p.as_path()));
-        crate::util::check_outputs(&[("--decision", out.as_path())], &inputs)?;
-    }
+    let mut files = crate::util::Files::new();
+    r.workload.add_to(&mut files);
+    r.model.add_to(&mut files);
+    r.gpu.add_to(&mut files);
+    files.output("--decision", r.decision.as_deref()).check()?;
     if r.virtual_ranks {
         // Refused before anything is measured where there is no GPU to run them on.
         comm::libs::prepare(r.gpu.nccl_lib.as_deref())?;

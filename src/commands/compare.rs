@@ -13,19 +13,19 @@ use crate::record::{Body, Record, Source};
 /// `compare`: the files (the first is the base of the ratios), whether to compare different
 /// schedules, and the output format.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CompareRequest {
-    pub files: Vec<PathBuf>,
-    pub force: bool,
-    pub format: Format,
+pub(crate) struct CompareRequest {
+    pub(crate) files: Vec<PathBuf>,
+    pub(crate) force: bool,
+    pub(crate) format: Format,
     /// nccl-tests outputs to set beside the one `collective` record of `files`.
-    pub nccl_tests: Vec<PathBuf>,
+    pub(crate) nccl_tests: Vec<PathBuf>,
     /// A schedule file every record must have replayed (its hash equals the records'
     /// schedule_hash): checks that results of `verify --schedule FILE` come from that file.
-    pub schedule: Option<PathBuf>,
+    pub(crate) schedule: Option<PathBuf>,
 }
 
 /// Runs `verifybench compare`: loads, compares and prints; the value is the exit code.
-pub fn run(a: &CompareRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &CompareRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
     if !a.nccl_tests.is_empty() {
         if a.files.len() != 1 {
@@ -113,7 +113,7 @@ fn nccl_tests(
         )));
     };
     let mut runs: Vec<NcclTestsRun> = vec![];
-    let mut seen: Vec<(&Path, Option<std::path::PathBuf>)> = vec![];
+    let mut seen: Vec<(&Path, Option<crate::util::Identity>)> = vec![];
     for f in nccl_tests {
         let id = crate::util::identity(f);
         if let Some((first, _)) = seen.iter().find(|(_, other)| id.is_some() && *other == id) {
@@ -128,6 +128,7 @@ fn nccl_tests(
             f,
             "--nccl-tests file",
             "the text output of nccl-tests (all_reduce_perf and the like)",
+            crate::util::read::NCCL_TESTS,
         )?;
         let run =
             parse(&text).map_err(|e| usage(format!("--nccl-tests '{}': {e}", f.display())))?;

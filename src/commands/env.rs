@@ -6,13 +6,13 @@ use crate::request::GpuSpec;
 
 /// What `env` looks at, and how it prints.
 #[derive(Debug, Clone)]
-pub struct EnvRequest {
-    pub gpu: GpuSpec,
-    pub format: Format,
+pub(crate) struct EnvRequest {
+    pub(crate) gpu: GpuSpec,
+    pub(crate) format: Format,
 }
 
 /// Runs `verifybench env`.
-pub fn run(a: &EnvRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &EnvRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
     let r = crate::machine::gather(&a.gpu)?;
     if a.format.is_json() {

@@ -7,7 +7,7 @@ use crate::record::{Body, Provenance, Record, Source};
 
 /// The explanation in the record envelope (`kind: other`, `name: explain`): measured when a
 /// trace was read, else modeled (every figure inside carries its own source).
-pub fn record(e: &Explanation, traced: bool, started: String) -> Record {
+pub(crate) fn record(e: &Explanation, traced: bool, started: String) -> Record {
     let mut p = Provenance::here("model", started);
     p.notes
         .push(format!("cost model profile {}", e.pricing.profile));
@@ -29,16 +29,20 @@ pub fn record(e: &Explanation, traced: bool, started: String) -> Record {
 }
 
 /// Runs `verifybench explain`.
-pub fn run(req: &ExplainRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(req: &ExplainRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
-    if let Some(out) = &req.export_json {
-        let mut inputs: Vec<&std::path::Path> = req.traces.iter().map(|p| p.as_path()).collect();
-        inputs.extend(req.nccl_logs.iter().map(|p| p.as_path()));
-        inputs.extend(req.server_log.iter().map(|p| p.as_path()));
-        inputs.extend(req.sweep.iter().map(|p| p.as_path()));
-        inputs.extend(req.allreduce_choice.iter().map(|p| p.as_path()));
-        crate::util::check_outputs(&[("--export-json", out.as_path())], &inputs)?;
-    }
+    let mut files = crate::util::Files::new();
+    files
+        .inputs("--trace", &req.traces)
+        .inputs("--nccl-log", &req.nccl_logs)
+        .input("--server-log", req.server_log.as_deref())
+        .input("--sweep", req.sweep.as_deref())
+        .input("--allreduce-choice", req.allreduce_choice.as_deref());
+    req.workload.add_to(&mut files);
+    req.model.add_to(&mut files);
+    files
+        .output("--export-json", req.export_json.as_deref())
+        .check()?;
     let g = crate::explain::gather(req)?;
     let e = crate::explain::explain(req, &g)?;
     let rec = record(&e, g.trace.is_some(), started);

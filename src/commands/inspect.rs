@@ -10,15 +10,15 @@ use crate::output::Format;
 
 /// `inspect`: `--pid`, `--match` (`pattern`), `--expect` as given, and the format.
 #[derive(Debug, Clone)]
-pub struct InspectRequest {
-    pub pid: Option<u32>,
-    pub pattern: Option<String>,
-    pub expect: Vec<String>,
-    pub format: Format,
+pub(crate) struct InspectRequest {
+    pub(crate) pid: Option<u32>,
+    pub(crate) pattern: Option<String>,
+    pub(crate) expect: Vec<String>,
+    pub(crate) format: Format,
 }
 
 /// Runs `verifybench inspect`.
-pub fn run(a: &InspectRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &InspectRequest) -> anyhow::Result<i32> {
     let expects: Vec<Expect> = a
         .expect
         .iter()

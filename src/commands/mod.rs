@@ -8,19 +8,19 @@ pub mod bandwidth;
 pub mod breakeven;
 pub mod choose;
 pub mod collective;
-pub mod compare;
-pub mod env;
-pub mod explain;
-pub mod inspect;
-pub mod model;
-pub mod plan;
-pub mod rank;
-pub mod report;
-pub mod selftest;
-pub mod sweep;
-pub mod trace;
-pub mod verify;
-pub mod worker;
+pub(crate) mod compare;
+pub(crate) mod env;
+pub(crate) mod explain;
+pub(crate) mod inspect;
+pub(crate) mod model;
+pub(crate) mod plan;
+pub(crate) mod rank;
+pub(crate) mod report;
+pub(crate) mod selftest;
+pub(crate) mod sweep;
+pub(crate) mod trace;
+pub(crate) mod verify;
+pub(crate) mod worker;
 
 use crate::measure::repeat::Repetitions;
 use crate::record::{Body, Record, Repeated};
@@ -81,7 +81,7 @@ fn figures(r: &Record) -> Vec<Figure> {
 /// workers or communicators per call), and returns the last repetition's record (its
 /// within-run figures) carrying every repetition's median of each figure. The model backend
 /// runs once and says it has no between-run noise.
-pub fn repeated(
+pub(crate) fn repeated(
     kind: BackendKind,
     fresh_runs: usize,
     mut one: impl FnMut(usize) -> anyhow::Result<Record>,
@@ -201,7 +201,17 @@ mod tests {
                     figures(&mock_verify(&x).unwrap())[k].3
                 })
                 .collect();
-            assert_eq!(rep.reps.repetitions_us, want, "{}", rep.what);
+            // read back from JSON: serde_json's parse (without float_roundtrip) may differ from
+            // the written value in the last bit
+            let got = &rep.reps.repetitions_us;
+            assert_eq!(got.len(), want.len(), "{}", rep.what);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-12 * w.abs(),
+                    "{}: {got:?} {want:?}",
+                    rep.what
+                );
+            }
             let mut s = want.clone();
             s.sort_by(f64::total_cmp);
             assert!(rep.reps.cold_start.is_none());

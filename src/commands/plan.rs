@@ -8,16 +8,16 @@ use crate::request::Workload;
 
 /// `plan`: the workload and the flags of the same names.
 #[derive(Debug, Clone)]
-pub struct PlanRequest {
-    pub workload: Workload,
-    pub format: Format,
-    pub ops: bool,
-    pub engine: Engine,
-    pub allreduce_fusion: bool,
+pub(crate) struct PlanRequest {
+    pub(crate) workload: Workload,
+    pub(crate) format: Format,
+    pub(crate) ops: bool,
+    pub(crate) engine: Engine,
+    pub(crate) allreduce_fusion: bool,
 }
 
 /// Runs `verifybench plan`.
-pub fn run(a: &PlanRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &PlanRequest) -> anyhow::Result<i32> {
     let w = &a.workload;
     w.check_bounds()?;
     if let Some(f) = w.load_schedule_file(&|_| Ok(()))? {
@@ -78,7 +78,10 @@ fn cycle(a: &PlanRequest) -> anyhow::Result<i32> {
     let w = a.workload.resolve()?;
     let c = w.cycle(8)?;
     let shape = w.shape()?;
-    let engine = |s: &model::Schedule| model::engine::view(s, &shape, a.engine, a.allreduce_fusion);
+    let engine = |s: &model::Schedule| model::engine::EngineView {
+        in_cycle: true,
+        ..model::engine::view(s, &shape, a.engine, a.allreduce_fusion)
+    };
     if a.format.is_json() {
         println!(
             "{}",

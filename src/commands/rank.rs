@@ -10,16 +10,16 @@ use crate::launch::worker::{unhex, watch_of, Message, RANK_TIMEOUT_ENV};
 
 /// What one worker process runs (`verifybench __rank --job FILE --rank R ...`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct RankRequest {
+pub(crate) struct RankRequest {
     /// JSON file holding the job.
-    pub job: PathBuf,
-    pub rank: usize,
-    pub nranks: usize,
-    pub device: usize,
+    pub(crate) job: PathBuf,
+    pub(crate) rank: usize,
+    pub(crate) nranks: usize,
+    pub(crate) device: usize,
     /// NCCL unique id, hex.
-    pub id: String,
-    pub fault: Option<Fault>,
-    pub cpu_affinity: crate::launch::affinity::CpuAffinity,
+    pub(crate) id: String,
+    pub(crate) fault: Option<Fault>,
+    pub(crate) cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 
 fn send(m: &Message) {
@@ -34,8 +34,12 @@ fn send(m: &Message) {
 
 /// Runs one rank and reports on stdout. The exit code is 0 even on error (the error travels in
 /// the protocol); a crash or a deliberate fault exits otherwise.
-pub fn run(a: &RankRequest) -> anyhow::Result<i32> {
-    let job: Job = serde_json::from_str(&std::fs::read_to_string(&a.job)?)?;
+pub(crate) fn run(a: &RankRequest) -> anyhow::Result<i32> {
+    let job: Job = serde_json::from_slice(&crate::util::read::read(
+        &a.job,
+        "--job",
+        crate::util::read::JOB,
+    )?)?;
     let setup = RankSetup {
         rank: a.rank,
         nranks: a.nranks,

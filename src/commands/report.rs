@@ -22,34 +22,37 @@ mod breakeven;
 mod loaded;
 mod sections;
 
-pub use breakeven::breakeven_markdown;
+pub(crate) use breakeven::breakeven_markdown;
 use breakeven::breakeven_of;
-pub use loaded::LoadedFile;
+pub(crate) use loaded::LoadedFile;
 #[cfg(test)]
 use sections::noise_margin_of;
 use sections::{bandwidth_section, cell, selftest_section, sweep_sections};
 
 /// A rendered report: the Markdown and the SVG files it embeds (name, content).
 #[derive(Debug, Clone)]
-pub struct Report {
-    pub markdown: String,
-    pub svgs: Vec<(String, String)>,
+pub(crate) struct Report {
+    pub(crate) markdown: String,
+    pub(crate) svgs: Vec<(String, String)>,
     /// Record kinds left out, as "file: kind".
-    pub skipped: Vec<String>,
+    pub(crate) skipped: Vec<String>,
 }
 
 /// `report`: the results files, the folder of the report (`out`), and the break-even inputs
 /// of the tokens/s plot (verify times come from the verify records).
 #[derive(Debug, Clone)]
-pub struct ReportRequest {
-    pub results: Vec<PathBuf>,
-    pub out: PathBuf,
-    pub cycle: Flags,
+pub(crate) struct ReportRequest {
+    pub(crate) results: Vec<PathBuf>,
+    pub(crate) out: PathBuf,
+    pub(crate) cycle: Flags,
 }
 
 /// Runs `verifybench report`: results files -> `out`/report.md with SVG plots. Needs no GPU.
-pub fn run(a: &ReportRequest) -> anyhow::Result<i32> {
-    crate::util::check_output_dir("-o/--out", &a.out)?;
+pub(crate) fn run(a: &ReportRequest) -> anyhow::Result<i32> {
+    crate::util::Files::new()
+        .inputs("RESULTS", &a.results)
+        .output_dir("-o/--out", &a.out, WRITTEN)
+        .check()?;
     let files = a
         .results
         .iter()
@@ -65,9 +68,12 @@ pub fn run(a: &ReportRequest) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub const LATENCY_SVG: &str = "collective_latency.svg";
-pub const VERIFY_SVG: &str = "verify_time.svg";
-pub const TOKENS_SVG: &str = "tokens_per_s.svg";
+pub(crate) const LATENCY_SVG: &str = "collective_latency.svg";
+pub(crate) const VERIFY_SVG: &str = "verify_time.svg";
+pub(crate) const TOKENS_SVG: &str = "tokens_per_s.svg";
+
+/// Every file a report may write into its folder (none may be one of its results files).
+const WRITTEN: &[&str] = &["report.md", LATENCY_SVG, VERIFY_SVG, TOKENS_SVG];
 
 /// Lines in the tokens/s plot at most (more would be unreadable).
 const MAX_SPEED_LINES: usize = 10;
@@ -110,7 +116,7 @@ fn is_noise_var(k: &str, v: &str) -> bool {
 /// The NCCL settings of a record for legends and tables: every NCCL_* variable its lowest rank's
 /// worker saw, as `K=V`, less [`is_noise_var`]'s; "NCCL defaults" when nothing else was set,
 /// "NCCL_* not recorded" for a record without workers (modeled records).
-pub fn settings_label(r: &Record) -> String {
+pub(crate) fn settings_label(r: &Record) -> String {
     let Some(w) = r.provenance.workers.iter().min_by_key(|w| w.rank) else {
         return "NCCL_* not recorded".into();
     };
@@ -129,7 +135,7 @@ pub fn settings_label(r: &Record) -> String {
 
 /// Builds the report of `files`. `flags` carries --decode-ms, --draft-ms, --draft-steps and
 /// --overhead-ms for the break-even section.
-pub fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
+pub(crate) fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
     flags.check_given()?;
     let inputs = Inputs::of(files);
     if inputs.renderable == 0 {
@@ -575,7 +581,7 @@ fn bar_group(path: &Path, source: Source, v: &VerifyResult) -> BarGroup {
 }
 
 /// Writes `report.md` and the SVGs into `dir` (created if needed); returns the paths written.
-pub fn write(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn write(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = vec![];
     if !dir.is_dir() {
         std::fs::create_dir(dir).map_err(|e| {

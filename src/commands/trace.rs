@@ -2,20 +2,19 @@
 //! ([`crate::trace`]), the known traps they prove checked ([`crate::trace::traps`]), the
 //! result printed and exported (`--export-json`, `--export-schedule`). Needs no GPU.
 
-use std::path::{Path, PathBuf};
-
 use crate::record::{Provenance, Record, Source};
 use crate::request::Workload;
-use crate::trace::{against, analyse_inputs, classify, expand_inputs, log_report, nccl_log};
+use crate::trace::{against, analyse_inputs, classify, log_report, nccl_log};
 use crate::trace::{render, Inputs, TraceRequest};
 use crate::util::now_utc;
 
-/// What `verifybench trace` runs: the trace request, and the workload whose schedule
+/// What `verifybench trace` runs: the trace request, and the workload flags, whose schedule
 /// `--against-plan` diffs the trace against (built first, when the command starts).
 #[derive(Debug, Clone)]
-pub struct TraceCommand {
+pub(crate) struct TraceCommand {
     pub trace: TraceRequest,
-    pub against_plan: Option<Workload>,
+    pub workload: Workload,
+    pub against_plan: bool,
 }
 
 /// The record of what was read (`kind: name`, measured, `note` saying from what), printed: the
@@ -48,10 +47,22 @@ fn export(req: &TraceRequest, rec: &Record) -> anyhow::Result<i32> {
 
 /// Runs `verifybench trace`: analyse, print, export, with the known traps the analysis proves
 /// ([`crate::trace::traps::in_trace`]). The value is the exit code.
-pub fn run(c: &TraceCommand) -> anyhow::Result<i32> {
+pub(crate) fn run(c: &TraceCommand) -> anyhow::Result<i32> {
+    // Every output path is checked before any work: a folder, a missing folder, or one of the
+    // inputs (a trace in a folder given, a log, the workload's files) is an error, and nothing
+    // is overwritten.
+    let mut files = crate::util::Files::new();
+    files
+        .inputs("FILE|DIR", &c.trace.inputs)
+        .inputs("--nccl-log", &c.trace.nccl_logs);
+    c.workload.add_to(&mut files);
+    files
+        .output("--export-schedule", c.trace.export_schedule.as_deref())
+        .output("--export-json", c.trace.export_json.as_deref())
+        .check()?;
     let mut req = c.trace.clone();
-    if let Some(w) = &c.against_plan {
-        req.against_plan = Some(w.schedule(8)?);
+    if c.against_plan {
+        req.against_plan = Some(c.workload.schedule(8)?);
     }
     let req = &req;
     let started = now_utc();
@@ -60,22 +71,6 @@ pub fn run(c: &TraceCommand) -> anyhow::Result<i32> {
             "--assume-size sizes the collectives of an exported schedule; give --export-schedule FILE with it (or drop it)"
         );
     }
-    // Every output path is checked before any work: a folder, a missing folder, or one of the
-    // inputs (a trace in a folder given, a log) is an error, and nothing is overwritten.
-    let files: Vec<PathBuf> = expand_inputs(&req.inputs)?
-        .into_iter()
-        .map(|(p, _)| p)
-        .chain(req.nccl_logs.iter().cloned())
-        .collect();
-    let inputs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
-    let outputs: Vec<(&str, &Path)> = [
-        ("--export-schedule", req.export_schedule.as_deref()),
-        ("--export-json", req.export_json.as_deref()),
-    ]
-    .into_iter()
-    .filter_map(|(f, p)| p.map(|p| (f, p)))
-    .collect();
-    crate::util::check_outputs(&outputs, &inputs)?;
     let ins = classify(req)?;
     if ins.traces.is_empty() && !ins.logs.is_empty() {
         return run_logs(req, &ins, started);

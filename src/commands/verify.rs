@@ -8,7 +8,7 @@ use crate::report::text;
 use crate::request::{VerifyJob, VerifyRequest};
 
 /// Runs `verifybench verify`.
-pub fn run(a: &VerifyRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &VerifyRequest) -> anyhow::Result<i32> {
     let (b, job) = backend::verify_job(a, || {
         backend::resolve_min(a.backend, a.quiet, if a.compute_only() { 1 } else { 2 })
     })?;

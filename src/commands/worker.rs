@@ -4,7 +4,7 @@
 use crate::request::WorkerRequest;
 
 /// Runs `verifybench worker`.
-pub fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &WorkerRequest) -> anyhow::Result<i32> {
     if let Some(rec) = crate::launch::external_worker::run(a)? {
         a.export.write(std::slice::from_ref(&rec))?;
         super::print_result(a.format, &rec, crate::report::text::verify_table)?;

@@ -6,7 +6,7 @@ use super::{n_collectives, run_name, Entry, Row};
 use crate::record::{Mode, Source};
 
 /// Findings on where the difference comes from, from the numbers and the provenance alone.
-pub fn explain(entries: &[Entry], rows: &[Row]) -> Vec<String> {
+pub(crate) fn explain(entries: &[Entry], rows: &[Row]) -> Vec<String> {
     let mut notes = Vec::new();
     let Some(first) = entries.first() else {
         return notes;

@@ -11,23 +11,23 @@ use std::path::Path;
 use serde::Serialize;
 
 mod explain;
-pub mod nccl_tests;
+pub(crate) mod nccl_tests;
 mod render;
 
-pub use explain::explain;
+pub(crate) use explain::explain;
 #[cfg(test)]
 use explain::setup_differences;
 #[cfg(test)]
 use render::{decimals, wrap};
-pub use render::{render_markdown, render_table};
+pub(crate) use render::{render_markdown, render_table};
 
 use crate::error::usage;
 use crate::measure::Summary;
-use crate::record::{read_records, Mode, VerifyResult, VerifyRun, Workload};
+use crate::record::{read_records, Mode, RecordedWorkload, VerifyResult, VerifyRun};
 use crate::record::{Body, Record, Source};
 
 /// The output of `compare`: the format every command shares; compare offers all three.
-pub use crate::output::Format;
+pub(crate) use crate::output::Format;
 
 /// How the ratio uncertainty is computed (printed under every table).
 pub(crate) const UNCERTAINTY_METHOD: &str = "ratio = median / median of the first file; ± is one \
@@ -36,58 +36,58 @@ taken as 1.2533·stddev/sqrt(n) (normal approximation; outliers widen stddev, so
 
 /// One verify record of one file: a column of the comparison.
 #[derive(Debug, Clone, Serialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// File name, with `#k` when the file holds several verify records.
-    pub label: String,
-    pub file: String,
+    pub(crate) label: String,
+    pub(crate) file: String,
     /// `nccl`, `torch`, `model`, ...
-    pub backend: String,
-    pub source: Source,
-    pub tool_version: String,
-    pub nccl_version: Option<String>,
+    pub(crate) backend: String,
+    pub(crate) source: Source,
+    pub(crate) tool_version: String,
+    pub(crate) nccl_version: Option<String>,
     /// The NCCL library file the workers mapped.
-    pub nccl_library: Option<String>,
-    pub host: String,
-    pub gpu: Option<String>,
+    pub(crate) nccl_library: Option<String>,
+    pub(crate) host: String,
+    pub(crate) gpu: Option<String>,
     /// NCCL_* environment of rank 0 (all ranks of one run normally agree).
-    pub nccl_env: BTreeMap<String, String>,
+    pub(crate) nccl_env: BTreeMap<String, String>,
     /// Whether the record says what its workers saw (else `nccl_env` is unknown, not empty).
-    pub has_workers: bool,
+    pub(crate) has_workers: bool,
     #[serde(skip)]
-    pub result: VerifyResult,
+    pub(crate) result: VerifyResult,
 }
 
 /// One line of the table: one run of one entry, with its ratio to the first entry's same run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Row {
-    pub mode: Mode,
-    pub graph: bool,
+pub(crate) struct Row {
+    pub(crate) mode: Mode,
+    pub(crate) graph: bool,
     /// Index into the entries.
-    pub entry: usize,
-    pub label: String,
-    pub median_us: f64,
-    pub p99_us: f64,
-    pub stddev_us: f64,
-    pub per_collective_us: f64,
-    pub n: usize,
-    pub wrong: u64,
-    pub iterations: u64,
-    pub warmup: u64,
+    pub(crate) entry: usize,
+    pub(crate) label: String,
+    pub(crate) median_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) stddev_us: f64,
+    pub(crate) per_collective_us: f64,
+    pub(crate) n: usize,
+    pub(crate) wrong: u64,
+    pub(crate) iterations: u64,
+    pub(crate) warmup: u64,
     /// Median divided by the first entry's median for the same run; absent when it has none.
-    pub ratio: Option<f64>,
+    pub(crate) ratio: Option<f64>,
     /// One standard error of `ratio` (0 for the base itself).
-    pub ratio_err: Option<f64>,
+    pub(crate) ratio_err: Option<f64>,
 }
 
 /// The whole comparison (what `--format json` prints).
 #[derive(Debug, Clone, Serialize)]
-pub struct Comparison {
-    pub workload: Workload,
-    pub entries: Vec<Entry>,
-    pub rows: Vec<Row>,
-    pub uncertainty: &'static str,
+pub(crate) struct Comparison {
+    pub(crate) workload: RecordedWorkload,
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) rows: Vec<Row>,
+    pub(crate) uncertainty: &'static str,
     /// Where the difference comes from, one finding per line.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// `compare --schedule FILE`: every entry must have replayed the file's schedule (same
@@ -126,7 +126,7 @@ pub(crate) fn against_schedule_file(
 }
 
 /// The verify records of one file as entries; any other kind of record is a usage error.
-pub fn load(path: &Path) -> anyhow::Result<Vec<Entry>> {
+pub(crate) fn load(path: &Path) -> anyhow::Result<Vec<Entry>> {
     let records = read_records(path)?;
     let name = path
         .file_name()
@@ -187,7 +187,7 @@ fn entry(r: Record, label: String, path: &Path) -> anyhow::Result<Entry> {
 }
 
 /// Ratio of medians b/a and one standard error of it; `None` when a's median is not positive.
-pub fn ratio(a: &Summary, b: &Summary) -> Option<(f64, f64)> {
+pub(crate) fn ratio(a: &Summary, b: &Summary) -> Option<(f64, f64)> {
     crate::measure::stats::ratio_with_error(
         (b.median_us, b.median_se()),
         (a.median_us, a.median_se()),
@@ -203,7 +203,7 @@ fn run_key(r: &VerifyRun) -> (u8, bool) {
     (m, r.graph)
 }
 
-fn describe(w: &Workload) -> String {
+fn describe(w: &RecordedWorkload) -> String {
     format!(
         "{} {:?}, TP={}, {} token{}, {}, schedule {}",
         w.model,
@@ -220,7 +220,7 @@ fn describe(w: &Workload) -> String {
 }
 
 /// Builds the comparison; refuses entries whose schedule differs from the first unless `force`.
-pub fn compare(entries: Vec<Entry>, force: bool) -> anyhow::Result<Comparison> {
+pub(crate) fn compare(entries: Vec<Entry>, force: bool) -> anyhow::Result<Comparison> {
     let Some(first) = entries.first() else {
         return Err(usage("compare needs at least one results file"));
     };
@@ -298,7 +298,7 @@ fn run_name(mode: Mode, graph: bool) -> String {
     format!("{} {}", mode.name(), if graph { "graph" } else { "eager" })
 }
 
-fn n_collectives(w: &Workload) -> u64 {
+fn n_collectives(w: &RecordedWorkload) -> u64 {
     (w.n_all_reduce + w.n_all_gather).max(1)
 }
 
@@ -309,7 +309,7 @@ mod tests {
     use crate::record::{Provenance, WorkerInfo};
     use crate::util::now_utc;
 
-    fn workload(tp: u64) -> Workload {
+    fn workload(tp: u64) -> RecordedWorkload {
         let s = model::build(
             &model::presets::preset("kimi-k2.5").unwrap(),
             &ScheduleOptions {
@@ -319,7 +319,7 @@ mod tests {
             Phase::Verify,
         )
         .unwrap();
-        Workload::of(&s)
+        RecordedWorkload::of(&s)
     }
 
     fn run(graph: bool, samples: &[f64]) -> VerifyRun {
@@ -355,6 +355,7 @@ mod tests {
                 runs: vec![run(false, &jitter(eager)), run(true, &jitter(graph))],
                 stream_gbps: None,
                 predicted_compute_us: None,
+                stream_rates: vec![],
                 p2p: vec![],
                 parts: vec![],
             }),

@@ -23,20 +23,20 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-pub use crate::nccl_tests::{parse, NcclTestsRun};
+pub(crate) use crate::nccl_tests::{parse, NcclTestsRun};
 use crate::record::{CollectiveResult, RankTime};
 
 /// One size and launch mode side by side.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SideBySide {
-    pub size_bytes: u64,
-    pub graph: bool,
+pub(crate) struct SideBySide {
+    pub(crate) size_bytes: u64,
+    pub(crate) graph: bool,
     /// verifybench's median per operation, us.
-    pub verifybench_us: f64,
+    pub(crate) verifybench_us: f64,
     /// nccl-tests' out-of-place mean per operation, us.
-    pub nccl_tests_us: f64,
+    pub(crate) nccl_tests_us: f64,
     /// verifybench / nccl-tests.
-    pub ratio: f64,
+    pub(crate) ratio: f64,
 }
 
 /// The sizes both measured, per launch mode of each nccl-tests run.
@@ -64,7 +64,7 @@ pub(crate) fn side_by_side(vb: &CollectiveResult, runs: &[NcclTestsRun]) -> Vec<
 }
 
 /// The side-by-side table.
-pub fn render(rows: &[SideBySide]) -> String {
+pub(crate) fn render(rows: &[SideBySide]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,

@@ -63,7 +63,7 @@ fn cells(c: &Comparison, r: &Row) -> Vec<String> {
 }
 
 /// The plain-text table with its notes.
-pub fn render_table(c: &Comparison) -> String {
+pub(crate) fn render_table(c: &Comparison) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# {}\n", header(c));
     let head: Vec<String> = COLS[..10].iter().map(|s| s.to_string()).collect();
@@ -111,7 +111,7 @@ pub fn render_table(c: &Comparison) -> String {
 }
 
 /// The Markdown table with its notes.
-pub fn render_markdown(c: &Comparison) -> String {
+pub(crate) fn render_markdown(c: &Comparison) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "### {}\n", header(c));
     let _ = writeln!(o, "| {} |", COLS[..10].join(" | "));

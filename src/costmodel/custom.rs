@@ -13,7 +13,7 @@
 //! graph-replay node gap, or `cudaLaunchKernel`'s host cost when eager (no NCCL enqueue).
 
 use super::predict::nccl_size;
-pub use super::profile::P2pLink;
+pub(crate) use super::profile::P2pLink;
 use super::profile::Profile;
 use crate::comm::p2p::{Impl, MAX_RANKS};
 use crate::error::usage;
@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 
 /// The P2P parameters of `p`: its own, or for a profile file written before they existed, the
 /// built-in values of its link kind.
-pub fn params(p: &Profile) -> P2pLink {
+pub(crate) fn params(p: &Profile) -> P2pLink {
     p.p2p
         .clone()
         .unwrap_or_else(|| match p.intra.kind.as_str() {
@@ -75,12 +75,12 @@ pub(crate) fn device_us(p: &Profile, imp: Impl, size: u64, n: usize) -> anyhow::
 /// One custom all-reduce as the application sees it: device time plus one kernel launch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct CustomTime {
-    pub device_us: f64,
-    pub launch_us: f64,
+    pub(crate) device_us: f64,
+    pub(crate) launch_us: f64,
 }
 
 impl CustomTime {
-    pub fn total(&self) -> f64 {
+    pub(crate) fn total(&self) -> f64 {
         self.device_us + self.launch_us
     }
 }
@@ -191,12 +191,12 @@ pub(crate) fn verify_runs(
 /// One measured time of a custom all-reduce (a `collective --impl` record's P2P row).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct P2pPoint {
-    pub label: String,
-    pub imp: Impl,
-    pub size: u64,
-    pub n: usize,
-    pub graph: bool,
-    pub measured_us: f64,
+    pub(crate) label: String,
+    pub(crate) imp: Impl,
+    pub(crate) size: u64,
+    pub(crate) n: usize,
+    pub(crate) graph: bool,
+    pub(crate) measured_us: f64,
 }
 
 /// The P2P rows of the measured collective records of `records` (modeled ones are left out;
@@ -236,14 +236,14 @@ pub(crate) fn p2p_points(records: &[Record]) -> Vec<P2pPoint> {
 /// The outcome of fitting the P2P terms.
 #[derive(Debug, Clone)]
 pub(crate) struct P2pFit {
-    pub link: P2pLink,
+    pub(crate) link: P2pLink,
     /// One line per parameter: fitted (base -> fitted) or held (and why).
-    pub lines: Vec<String>,
+    pub(crate) lines: Vec<String>,
     /// The names of the parameters moved (`p2p.signal_us`, and `p2p.read_gbps` from two sizes).
-    pub fitted: Vec<&'static str>,
+    pub(crate) fitted: Vec<&'static str>,
     /// Per point: label, measured, fitted (us).
-    pub points: Vec<(String, f64, f64)>,
-    pub median_abs_err: f64,
+    pub(crate) points: Vec<(String, f64, f64)>,
+    pub(crate) median_abs_err: f64,
 }
 
 impl P2pFit {

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::{verify, ModelSettings, Modeled};
 use crate::model::cycle::Cycle;
 use crate::model::Schedule;
-use crate::record::{CyclePart, Mode, Part, PartRun, VerifyResult, VerifyRun, Workload};
+use crate::record::{CyclePart, Mode, Part, PartRun, RecordedWorkload, VerifyResult, VerifyRun};
 use crate::request::Launcher;
 
 /// The cost model's price of one cycle's parts in one replay mode, us.
@@ -206,10 +206,11 @@ pub fn verify_cycle(
     notes.extend(c.drafter_notes.iter().map(|n| format!("drafter: {n}")));
     Ok(Modeled {
         result: VerifyResult {
-            workload: Workload::of_cycle(c),
+            workload: RecordedWorkload::of_cycle(c),
             runs: out,
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts,
         },
@@ -292,8 +293,8 @@ mod tests {
         let m = verify_cycle(&c, 8, &runs, Launcher::Processes, &ModelSettings::default()).unwrap();
         let v = &m.result;
         assert_eq!(v.workload.phase, crate::model::Phase::Cycle);
-        assert_eq!(v.workload.concurrency, 8);
-        let cw = v.workload.cycle.as_ref().unwrap();
+        assert_eq!(v.workload.facts.concurrency, 8);
+        let cw = v.workload.facts.cycle.as_ref().unwrap();
         assert_eq!(
             (cw.draft_steps, cw.verify_tokens, cw.draft.len()),
             (3, 4, 3)

@@ -20,11 +20,11 @@ mod points;
 mod solver;
 
 pub(crate) use params::scope_of;
-pub use params::{
-    extrapolation_note, free_params, held_params, range_note, FitScope, HeldParam, Param,
+pub(crate) use params::{
+    extrapolation_note, free_params, held_params, range_note, HeldParam, Param,
 };
-pub use points::{points_of, predict, Point, Term};
-pub use solver::{fit, fit_active};
+pub(crate) use points::{points_of, predict, Point, Term};
+pub(crate) use solver::fit_active;
 pub(crate) use solver::{fit_bounded_robust, robust_cost};
 
 use std::collections::BTreeSet;
@@ -40,39 +40,39 @@ use {
 
 /// One point of the fit report.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct PointFit {
-    pub source: String,
-    pub label: String,
-    pub measured_us: f64,
-    pub fitted_us: f64,
+pub(crate) struct PointFit {
+    pub(crate) source: String,
+    pub(crate) label: String,
+    pub(crate) measured_us: f64,
+    pub(crate) fitted_us: f64,
     /// fitted / measured - 1.
-    pub rel_err: f64,
+    pub(crate) rel_err: f64,
     /// Prediction of this point by a fit on all other points.
-    pub loo_us: Option<f64>,
-    pub loo_rel_err: Option<f64>,
+    pub(crate) loo_us: Option<f64>,
+    pub(crate) loo_rel_err: Option<f64>,
 }
 
 /// One fitted parameter.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ParamFit {
-    pub name: String,
-    pub base: f64,
-    pub fitted: f64,
+pub(crate) struct ParamFit {
+    pub(crate) name: String,
+    pub(crate) base: f64,
+    pub(crate) fitted: f64,
 }
 
 /// The outcome of a fit.
 #[derive(Debug, Clone)]
-pub struct FitReport {
-    pub profile: Profile,
-    pub params: Vec<ParamFit>,
-    pub points: Vec<PointFit>,
-    pub median_abs_err: f64,
+pub(crate) struct FitReport {
+    pub(crate) profile: Profile,
+    pub(crate) params: Vec<ParamFit>,
+    pub(crate) points: Vec<PointFit>,
+    pub(crate) median_abs_err: f64,
     /// `None` when there are too few points to leave one out.
-    pub median_abs_loo_err: Option<f64>,
+    pub(crate) median_abs_loo_err: Option<f64>,
     /// Parameters the data touches but cannot pin down, held at the starting values.
-    pub held: Vec<HeldParam>,
+    pub(crate) held: Vec<HeldParam>,
     /// Rank counts of the points (also recorded in the fitted profile).
-    pub rank_counts: Vec<usize>,
+    pub(crate) rank_counts: Vec<usize>,
 }
 
 impl FitReport {

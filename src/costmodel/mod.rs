@@ -25,26 +25,26 @@ pub mod waiting;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::{
-    algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, VerifyResult, VerifyRun,
-    Workload,
+    algbw_gbps, CollTiming, CollectiveResult, CollectiveRow, Mode, Part, RecordedWorkload,
+    VerifyResult, VerifyRun,
 };
 use crate::request::Launcher;
 pub use crate::request::ModelSettings;
 
-pub use predict::{nccl_size, Force};
-pub use profile::Profile;
+pub(crate) use predict::{nccl_size, Force};
+pub(crate) use profile::Profile;
 
 /// The relative error the model states for its prices, and where it comes from.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct StatedError {
+pub(crate) struct StatedError {
     /// Median |predicted / measured - 1|.
-    pub rel: f64,
-    pub how: String,
+    pub(crate) rel: f64,
+    pub(crate) how: String,
 }
 
 impl ModelSettings {
     /// The profile these flags select: the file if given, else the built-in link profile.
-    pub fn resolve(&self) -> anyhow::Result<(Profile, String)> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<(Profile, String)> {
         let (p, label) = self.resolve_file_or_link()?;
         Ok(profile::apply_transport_env(p, label, &self.nccl_env))
     }
@@ -79,11 +79,10 @@ impl ModelSettings {
     /// fit's leave-one-out median error, for a built-in PCIe profile its median error against
     /// the public PCIe hosts at 32-64 KB; `None` where neither is known (NVLink, a file
     /// without a leave-one-out error).
-    pub fn stated_error(&self) -> anyhow::Result<Option<StatedError>> {
+    pub(crate) fn stated_error(&self) -> anyhow::Result<Option<StatedError>> {
         if let Some(path) = &self.profile {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let bytes = crate::util::read::read(path, "profile file", crate::util::read::PROFILE)?;
+            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
             // A profile written by `model fit` is a record: its fit lies under result.data.
             let fit = ["/result/data/fit", "/data/fit", "/fit"]
                 .iter()
@@ -113,7 +112,7 @@ impl ModelSettings {
         }))
     }
 
-    pub fn force(&self) -> anyhow::Result<Force> {
+    pub(crate) fn force(&self) -> anyhow::Result<Force> {
         let name = |from_env: bool, flag: &'static str, var: &'static str| {
             if from_env {
                 var
@@ -140,12 +139,12 @@ impl ModelSettings {
 
 /// A modeled result and where its parameters came from.
 #[derive(Debug, Clone)]
-pub struct Modeled<T> {
-    pub result: T,
+pub(crate) struct Modeled<T> {
+    pub(crate) result: T,
     /// Name of the profile (built-in link profile or file) the numbers came from.
-    pub profile: String,
+    pub(crate) profile: String,
     /// Assumptions worth printing next to the numbers.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// A single modeled value as a summary of one sample (median = mean = min = max = p99).
@@ -155,16 +154,9 @@ fn single(us: f64) -> Summary {
 
 fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
     let mut v = vec![format!("profile {}: {}", p.name, p.description)];
-    match &m.profile {
-        None => v.push(ntfit::builtin_spread_note(p)),
-        // --profile replaces the link profile whole; a --link beside it is not used, and is
-        // said so rather than refused (a sweep hands its --link and --profile to every point)
-        Some(f) if m.link != ModelSettings::default().link => v.push(format!(
-            "--link {} is not used: --profile {} sets every parameter of the model",
-            m.link,
-            f.display()
-        )),
-        Some(_) => {}
+    // (--profile replaces the link profile whole: the command line refuses a --link beside it)
+    if m.profile.is_none() {
+        v.push(ntfit::builtin_spread_note(p));
     }
     let not = m.not_modeled();
     if !not.is_empty() {
@@ -198,7 +190,7 @@ fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
 /// (the simulated span from the iteration's start to the last rank's last kernel, less the sum
 /// of the device times of the launches), us: `None` without host gaps or in graph replay. Added
 /// to the modeled per-verify time, it makes verify >= in-collective >= transfer.
-pub fn in_collective(
+pub(crate) fn in_collective(
     schedule: &Schedule,
     nranks: usize,
     graph: bool,
@@ -319,7 +311,7 @@ pub(crate) fn add_host_timeline(r: &mut VerifyRun, extra_us: f64, ncoll: usize) 
 }
 
 /// Predicts a verify replay of `schedule` on `nranks` ranks, one run per (graph, mode).
-pub fn verify(
+pub(crate) fn verify(
     schedule: &Schedule,
     nranks: usize,
     runs: &[(bool, Mode)],
@@ -429,11 +421,12 @@ pub fn verify(
     }
     Ok(Modeled {
         result: VerifyResult {
-            workload: Workload::of(schedule),
+            workload: RecordedWorkload::of(schedule),
             runs: out,
             // Modeled runs have no measured streaming bandwidth to predict from.
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts: vec![],
         },
@@ -443,7 +436,7 @@ pub fn verify(
 }
 
 /// Predicts one collective over `sizes` (nccl-tests "size" in bytes) for each graph flag.
-pub fn collective(
+pub(crate) fn collective(
     op: CollectiveKind,
     dtype: DType,
     sizes: &[u64],
@@ -540,27 +533,6 @@ mod tests {
             link: link.into(),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn a_link_beside_a_profile_file_is_noted_as_unused() {
-        let p = profile::builtin("pcie-gen5").unwrap();
-        let f = Force::default();
-        let with = |link: &str| ModelSettings {
-            link: link.into(),
-            profile: Some("fit.json".into()),
-            ..Default::default()
-        };
-        let notes = common_notes(&p, &f, &with("nvlink-h100"));
-        assert!(
-            notes
-                .iter()
-                .any(|n| n == "--link nvlink-h100 is not used: --profile fit.json sets every parameter of the model"),
-            "{notes:?}"
-        );
-        // the default link, not asked for, is not called unused
-        let notes = common_notes(&p, &f, &with("pcie-gen5"));
-        assert!(!notes.iter().any(|n| n.contains("--link")), "{notes:?}");
     }
 
     #[test]

@@ -36,20 +36,19 @@ use crate::request::Launcher;
 
 /// One table of nccl-tests as fit points.
 #[derive(Debug, Clone)]
-pub struct Table {
+pub(crate) struct Table {
     /// `FILE run K` (the K-th `# nThread` header of the file).
-    pub label: String,
-    pub op: CollectiveKind,
-    pub nranks: usize,
-    pub graph: bool,
+    pub(crate) label: String,
+    pub(crate) op: CollectiveKind,
+    pub(crate) nranks: usize,
     /// GPU name of the first rank line, when listed.
-    pub device: Option<String>,
-    pub points: Vec<Point>,
+    pub(crate) device: Option<String>,
+    pub(crate) points: Vec<Point>,
     /// Whether NCCL's log lines in the run name P2P (`Some(true)`), only host-memory or network
     /// transports (`Some(false)`), or none (`None`: nccl-tests' own lines never do).
-    pub p2p: Option<bool>,
+    pub(crate) p2p: Option<bool>,
     /// Why the table looks cut short, where it does ([`checks::cut_of`]).
-    pub cut: Option<String>,
+    pub(crate) cut: Option<String>,
 }
 
 /// The collective an nccl-tests binary runs, where the cost model has it.
@@ -123,7 +122,6 @@ pub(crate) fn tables_of(source: &str, runs: &[NcclTestsRun]) -> (Vec<Table>, Vec
             label,
             op,
             nranks: n,
-            graph: r.graph(),
             device: r.devices.first().cloned(),
             points,
             p2p,
@@ -137,19 +135,19 @@ pub(crate) fn tables_of(source: &str, runs: &[NcclTestsRun]) -> (Vec<Table>, Vec
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Physics {
     /// The link's rate per direction, GB/s.
-    pub rate_gbps: f64,
+    pub(crate) rate_gbps: f64,
     /// Measured peer-to-peer latency, us (a floor of every hop), where known.
-    pub p2p_lat_us: Option<f64>,
+    pub(crate) p2p_lat_us: Option<f64>,
 }
 
 /// The outcome of a fit on nccl-tests tables.
 #[derive(Debug, Clone)]
 pub(crate) struct NtFit {
-    pub report: fit::FitReport,
+    pub(crate) report: fit::FitReport,
     /// One line per parameter that ended on its physical bound.
-    pub at_bound: Vec<String>,
+    pub(crate) at_bound: Vec<String>,
     /// The switch found per table.
-    pub switches: Vec<ObservedChoice>,
+    pub(crate) switches: Vec<ObservedChoice>,
 }
 
 /// The starting profile: `base` with an LL rate of its own and the link's rate.
@@ -398,13 +396,13 @@ pub(crate) fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> any
 /// The leave-one-size-out errors of one table fitted on its own.
 #[derive(Debug, Clone)]
 pub(crate) struct TableLoso {
-    pub label: String,
-    pub op: CollectiveKind,
-    pub nranks: usize,
+    pub(crate) label: String,
+    pub(crate) op: CollectiveKind,
+    pub(crate) nranks: usize,
     /// `(size, leave-one-size-out relative error)`, in the table's order.
-    pub errs: Vec<(u64, f64)>,
-    pub median_abs: f64,
-    pub max_abs: f64,
+    pub(crate) errs: Vec<(u64, f64)>,
+    pub(crate) median_abs: f64,
+    pub(crate) max_abs: f64,
 }
 
 /// Fits `table` on its own and leaves each size out in turn.

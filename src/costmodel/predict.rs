@@ -11,7 +11,7 @@ use crate::request::Launcher;
 
 /// What `NCCL_ALGO`/`NCCL_PROTO` (or `--algo`/`--proto`) allow, per collective.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Force {
+pub(crate) struct Force {
     /// Allowed protocols per collective; `None`: NCCL's default set.
     proto: Vec<(Option<CollectiveKind>, BTreeSet<Proto>)>,
     algo: Vec<(Option<CollectiveKind>, BTreeSet<Algo>)>,
@@ -64,7 +64,7 @@ fn parse_list<T: Copy + Ord>(
 
 impl Force {
     /// From `--proto`/`--algo` values in NCCL's syntax; `None` or empty: no restriction.
-    pub fn parse(proto: Option<&str>, algo: Option<&str>) -> anyhow::Result<Force> {
+    pub(crate) fn parse(proto: Option<&str>, algo: Option<&str>) -> anyhow::Result<Force> {
         Force::parse_named(proto, "--proto", algo, "--algo")
     }
 
@@ -94,7 +94,7 @@ impl Force {
         })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.proto.is_empty() && self.algo.is_empty()
     }
 
@@ -120,7 +120,7 @@ impl Force {
 }
 
 /// nccl-tests size of a collective op: the larger buffer (all-gather: the output).
-pub fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
+pub(crate) fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> u64 {
     kind.ops().nccl_size(bytes_per_rank, n as u64)
 }
 
@@ -268,14 +268,14 @@ pub(crate) fn choose(
 /// Where one operation's time goes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct OpTime {
-    pub algo: Algo,
-    pub proto: Proto,
-    pub device_us: f64,
-    pub launch_us: f64,
+    pub(crate) algo: Algo,
+    pub(crate) proto: Proto,
+    pub(crate) device_us: f64,
+    pub(crate) launch_us: f64,
 }
 
 impl OpTime {
-    pub fn total(&self) -> f64 {
+    pub(crate) fn total(&self) -> f64 {
         self.device_us + self.launch_us
     }
 }

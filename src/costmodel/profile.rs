@@ -28,8 +28,6 @@ use crate::error::usage;
 
 mod bounds;
 
-pub use bounds::Bound;
-
 /// Version of the profile file format; files of another version are refused.
 pub(crate) const PROFILE_SCHEMA_VERSION: u32 = 1;
 /// The `kind` field of a profile file, so a results file is not mistaken for one.
@@ -37,7 +35,7 @@ pub(crate) const PROFILE_KIND: &str = crate::record::kinds::PROFILE;
 
 /// NCCL's protocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Proto {
+pub(crate) enum Proto {
     #[serde(rename = "LL")]
     Ll,
     #[serde(rename = "LL128")]
@@ -48,7 +46,7 @@ pub enum Proto {
 impl Proto {
     pub(crate) const ALL: [Proto; 3] = [Proto::Ll, Proto::Ll128, Proto::Simple];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Proto::Ll => "LL",
             Proto::Ll128 => "LL128",
@@ -66,7 +64,7 @@ impl Proto {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Proto> {
+    pub(crate) fn parse(s: &str) -> Option<Proto> {
         match s.trim().to_ascii_lowercase().as_str() {
             "ll" => Some(Proto::Ll),
             "ll128" => Some(Proto::Ll128),
@@ -78,7 +76,7 @@ impl Proto {
 
 /// NCCL's algorithms the model knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Algo {
+pub(crate) enum Algo {
     Ring,
     Tree,
 }
@@ -86,14 +84,14 @@ pub enum Algo {
 impl Algo {
     pub(crate) const ALL: [Algo; 2] = [Algo::Ring, Algo::Tree];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Algo::Ring => "Ring",
             Algo::Tree => "Tree",
         }
     }
 
-    pub fn parse(s: &str) -> Option<Algo> {
+    pub(crate) fn parse(s: &str) -> Option<Algo> {
         match s.trim().to_ascii_lowercase().as_str() {
             "ring" => Some(Algo::Ring),
             "tree" => Some(Algo::Tree),
@@ -104,27 +102,27 @@ impl Algo {
 
 /// One number per protocol (microseconds or a flag).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PerProto {
+pub(crate) struct PerProto {
     #[serde(rename = "LL")]
-    pub ll: f64,
+    pub(crate) ll: f64,
     #[serde(rename = "LL128")]
-    pub ll128: f64,
+    pub(crate) ll128: f64,
     #[serde(rename = "Simple")]
-    pub simple: f64,
+    pub(crate) simple: f64,
 }
 
 impl PerProto {
-    pub const fn new(ll: f64, ll128: f64, simple: f64) -> PerProto {
+    pub(crate) const fn new(ll: f64, ll128: f64, simple: f64) -> PerProto {
         PerProto { ll, ll128, simple }
     }
-    pub fn get(&self, p: Proto) -> f64 {
+    pub(crate) fn get(&self, p: Proto) -> f64 {
         match p {
             Proto::Ll => self.ll,
             Proto::Ll128 => self.ll128,
             Proto::Simple => self.simple,
         }
     }
-    pub fn get_mut(&mut self, p: Proto) -> &mut f64 {
+    pub(crate) fn get_mut(&mut self, p: Proto) -> &mut f64 {
         match p {
             Proto::Ll => &mut self.ll,
             Proto::Ll128 => &mut self.ll128,
@@ -135,19 +133,19 @@ impl PerProto {
 
 /// One [`PerProto`] per algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PerAlgo {
-    pub ring: PerProto,
-    pub tree: PerProto,
+pub(crate) struct PerAlgo {
+    pub(crate) ring: PerProto,
+    pub(crate) tree: PerProto,
 }
 
 impl PerAlgo {
-    pub fn get(&self, a: Algo, p: Proto) -> f64 {
+    pub(crate) fn get(&self, a: Algo, p: Proto) -> f64 {
         match a {
             Algo::Ring => self.ring.get(p),
             Algo::Tree => self.tree.get(p),
         }
     }
-    pub fn get_mut(&mut self, a: Algo, p: Proto) -> &mut f64 {
+    pub(crate) fn get_mut(&mut self, a: Algo, p: Proto) -> &mut f64 {
         match a {
             Algo::Ring => self.ring.get_mut(p),
             Algo::Tree => self.tree.get_mut(p),
@@ -157,37 +155,37 @@ impl PerAlgo {
 
 /// A link between ranks: per-hop latency and bandwidth.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Link {
+pub(crate) struct Link {
     /// `nvlink`, `pci`, `shm` or `net` (documentation; the numbers decide).
-    pub kind: String,
+    pub(crate) kind: String,
     /// Latency of one step (hop) of the algorithm, per algorithm and protocol (NCCL's hwLat).
-    pub hop_lat_us: PerAlgo,
+    pub(crate) hop_lat_us: PerAlgo,
     /// Bus bandwidth one rank achieves on this link with the Simple protocol, GB/s.
-    pub bw_gbps: f64,
+    pub(crate) bw_gbps: f64,
     /// The link's physical rate per direction, GB/s (PCIe 5.0 x16: 63, NVLink 4: 450): the
     /// ceiling of every protocol's bandwidth times its payload share ([`Profile::bounds`]).
     /// `None`: not known (profile files written before it), nothing is checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_gbps: Option<f64>,
+    pub(crate) rate_gbps: Option<f64>,
 }
 
 /// Per-operation launch costs, by how ranks are started.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Launch {
+pub(crate) struct Launch {
     /// Ranks as threads of one process.
-    pub threads: f64,
+    pub(crate) threads: f64,
     /// Ranks as worker processes (as serving engines run).
-    pub processes: f64,
+    pub(crate) processes: f64,
 }
 
 impl Launch {
-    pub fn get(&self, l: crate::request::Launcher) -> f64 {
+    pub(crate) fn get(&self, l: crate::request::Launcher) -> f64 {
         match l {
             crate::request::Launcher::Threads => self.threads,
             crate::request::Launcher::Processes => self.processes,
         }
     }
-    pub fn get_mut(&mut self, l: crate::request::Launcher) -> &mut f64 {
+    pub(crate) fn get_mut(&mut self, l: crate::request::Launcher) -> &mut f64 {
         match l {
             crate::request::Launcher::Threads => &mut self.threads,
             crate::request::Launcher::Processes => &mut self.processes,
@@ -197,57 +195,57 @@ impl Launch {
 
 /// All parameters of the cost model for one kind of machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Profile {
-    pub name: String,
+pub(crate) struct Profile {
+    pub(crate) name: String,
     /// What machine it describes and where its numbers come from.
-    pub description: String,
+    pub(crate) description: String,
     /// Fixed latency of one collective kernel, per algorithm and protocol (NCCL's baseLat).
-    pub base_lat_us: PerAlgo,
+    pub(crate) base_lat_us: PerAlgo,
     /// The link between GPUs of one node.
-    pub intra: Link,
+    pub(crate) intra: Link,
     /// The network between nodes, when ranks span several nodes.
     #[serde(default)]
-    pub inter: Option<Link>,
+    pub(crate) inter: Option<Link>,
     /// GPUs per node; more ranks than this span several nodes over `inter`.
     #[serde(default)]
-    pub gpus_per_node: Option<usize>,
+    pub(crate) gpus_per_node: Option<usize>,
     /// Ceiling of the LL protocol's bandwidth, GB/s (NCCL's llMaxBws).
-    pub ll_max_gbps: f64,
+    pub(crate) ll_max_gbps: f64,
     /// Whether NCCL enables LL128 by default here (only on NVLink; forcing it still works).
-    pub ll128_default: bool,
+    pub(crate) ll128_default: bool,
     /// Per-collective cost in eager mode (host enqueue the GPU waits for), us.
-    pub launch_eager_us: Launch,
+    pub(crate) launch_eager_us: Launch,
     /// Per-collective cost in CUDA-graph replay (the gap between graph kernel nodes), us.
-    pub launch_graph_us: f64,
+    pub(crate) launch_graph_us: f64,
     /// Per-kernel launch cost of the compute kernels in eager mode, us.
-    pub kernel_launch_eager_us: f64,
+    pub(crate) kernel_launch_eager_us: f64,
     /// Achieved HBM streaming bandwidth of one GPU, GB/s (compute = weight bytes / this).
-    pub hbm_gbps: f64,
+    pub(crate) hbm_gbps: f64,
     /// Rank counts of the measurements a fitted profile was fitted on (`None`: built in or
     /// hand-written); used at another count, the profile extrapolates
     /// ([`crate::costmodel::fit::extrapolation_note`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fitted_rank_counts: Option<Vec<usize>>,
+    pub(crate) fitted_rank_counts: Option<Vec<usize>>,
     /// The custom P2P all-reduces' parameters (absent in files written before them: then
     /// `custom::params` takes the built-in values of the link kind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p2p: Option<P2pLink>,
+    pub(crate) p2p: Option<P2pLink>,
     /// The LL protocol's bandwidth over the sizes where it was measured (instead of the link's
     /// bandwidth x LL efficiency). `None`: link x efficiency at every size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ll_fitted: Option<LlFit>,
+    pub(crate) ll_fitted: Option<LlFit>,
     /// GPUs split over CPU sockets: the steps that cross from one socket to the other pay an
     /// extra latency. `None`: one socket (or a switch that hides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cross_socket: Option<CrossSocket>,
+    pub(crate) cross_socket: Option<CrossSocket>,
     /// NCCL's choice as measured (`model fit --nccl-tests`): at these collectives and rank
     /// counts the protocol follows the measured switch, not the model's fastest pair.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub observed: Vec<ObservedChoice>,
+    pub(crate) observed: Vec<ObservedChoice>,
     /// What a fit pinned down and on which sizes (`None`: built in, hand-written, or written
     /// before it): the queries are [`Profile::is_fitted`] and the others beside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fit_scope: Option<super::scope::FitScope>,
+    pub(crate) fit_scope: Option<super::scope::FitScope>,
 }
 
 /// Where NCCL switched from Ring/LL to Ring/Simple in measured tables: sizes up to
@@ -255,10 +253,10 @@ pub struct Profile {
 /// own estimates, not by the real times, so the switch can cost time (a step up in a table),
 /// which a fastest-pair model cannot reproduce.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ObservedChoice {
-    pub op: crate::model::CollectiveKind,
-    pub nranks: usize,
-    pub ll_up_to_bytes: u64,
+pub(crate) struct ObservedChoice {
+    pub(crate) op: crate::model::CollectiveKind,
+    pub(crate) nranks: usize,
+    pub(crate) ll_up_to_bytes: u64,
 }
 
 impl Profile {
@@ -288,32 +286,32 @@ impl Profile {
 /// the transfer behind the latency: the first `up_to_bus_bytes` bus bytes of a collective move
 /// at `gbps`, the rest at the link's LL bandwidth (so large messages still go to Simple).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct LlFit {
-    pub gbps: f64,
-    pub up_to_bus_bytes: f64,
+pub(crate) struct LlFit {
+    pub(crate) gbps: f64,
+    pub(crate) up_to_bus_bytes: f64,
 }
 
 /// GPUs behind two or more CPU sockets: the ring and the tree chain cross between them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct CrossSocket {
+pub(crate) struct CrossSocket {
     /// GPUs under one socket; ranks fill the sockets in order.
-    pub gpus_per_socket: usize,
+    pub(crate) gpus_per_socket: usize,
     /// Extra latency of one step that crosses sockets, us.
-    pub extra_hop_us: f64,
+    pub(crate) extra_hop_us: f64,
 }
 
 /// The P2P parameters of a link profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct P2pLink {
+pub(crate) struct P2pLink {
     /// Whether the GPUs of one node can address each other's memory (false: the custom
     /// all-reduces cannot run; NCCL goes through host memory instead).
-    pub available: bool,
+    pub(crate) available: bool,
     /// One signal round with the kernel's fixed device cost, us.
-    pub signal_us: f64,
+    pub(crate) signal_us: f64,
     /// Bandwidth at which one GPU reads its peers' memory, GB/s.
-    pub read_gbps: f64,
+    pub(crate) read_gbps: f64,
     /// Where the numbers come from.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 impl P2pLink {
@@ -368,7 +366,7 @@ impl P2pLink {
     }
 
     /// Every parameter finite and in range.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         if !self.signal_us.is_finite() || self.signal_us < 0.0 {
             return Err("p2p.signal_us is negative or not a number".into());
         }
@@ -686,10 +684,10 @@ pub(crate) fn builtin_or_usage(name: &str) -> anyhow::Result<Profile> {
 /// `verifybench model fit` writes, inside the record envelope with its provenance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ProfileBody {
-    pub profile: Profile,
+    pub(crate) profile: Profile,
     /// How the parameters were fitted.
     #[serde(default)]
-    pub fit: Option<serde_json::Value>,
+    pub(crate) fit: Option<serde_json::Value>,
 }
 
 impl ProfileBody {
@@ -709,11 +707,12 @@ impl ProfileBody {
 /// are read: the record [`ProfileBody::to_record`] writes, and the form `verifybench model fit`
 /// wrote before profiles carried the record envelope (committed profiles, hand-written ones:
 /// `schema_version`, `kind` and the body's fields side by side).
-pub fn load(path: &Path) -> anyhow::Result<Profile> {
+pub(crate) fn load(path: &Path) -> anyhow::Result<Profile> {
     let text = crate::util::read_text(
         path,
         "profile file",
         "a cost-model profile (`verifybench model fit -o FILE`)",
+        crate::util::read::PROFILE,
     )?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         usage(format!(

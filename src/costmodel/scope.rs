@@ -5,23 +5,23 @@
 
 /// A parameter the fit left at the starting profile's value, and why.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct HeldParam {
-    pub name: String,
-    pub value: f64,
-    pub reason: String,
+pub(crate) struct HeldParam {
+    pub(crate) name: String,
+    pub(crate) value: f64,
+    pub(crate) reason: String,
 }
 
 /// What a fit pinned down, recorded in the fitted profile (`Profile::fit_scope`): the
 /// parameters it moved, those it held with the reason, and the sizes its points span. Every
 /// parameter not in `fitted` keeps the value of `base`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct FitScope {
+pub(crate) struct FitScope {
     /// The profile the fit started from.
-    pub base: String,
+    pub(crate) base: String,
     /// The parameters the fit moved (`Param::name`; `p2p.signal_us`, `p2p.read_gbps`).
-    pub fitted: Vec<String>,
+    pub(crate) fitted: Vec<String>,
     /// The parameters the data touched but could not pin down, held at `base`'s values.
-    pub held: Vec<HeldParam>,
+    pub(crate) held: Vec<HeldParam>,
     /// The smallest and largest collective size of the points (nccl-tests size, bytes).
-    pub bytes: [u64; 2],
+    pub(crate) bytes: [u64; 2],
 }

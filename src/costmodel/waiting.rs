@@ -130,7 +130,7 @@ pub(crate) fn expected_max(n: usize, shape: f64, scale: f64, lag: f64) -> f64 {
 
 /// Where the ranks' hosts meet again (see the module comment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostSync {
+pub(crate) enum HostSync {
     /// Hosts leave every collective together: waiting per collective only.
     Collective,
     /// Hosts meet only at the start of each iteration: asynchronous launches (verifybench's
@@ -142,14 +142,14 @@ pub enum HostSync {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Stretch {
     /// Launch index (into the replay's launches) of the collective that ends the stretch.
-    pub launch: usize,
+    pub(crate) launch: usize,
     /// Drawn gap units (gamma gaps of one scale) in the stretch: launches (per op) or layer
     /// starts (per layer).
-    pub units: u32,
+    pub(crate) units: u32,
     /// Measured gaps in the stretch, the same on every rank, us.
-    pub fixed_us: f64,
+    pub(crate) fixed_us: f64,
     /// Layer starts in the stretch: the late rank's lag counts once per layer.
-    pub layer_starts: u32,
+    pub(crate) layer_starts: u32,
 }
 
 /// The stretches of host time before each collective of `launches`.
@@ -205,44 +205,44 @@ fn per_rank_fixed(gaps: &HostGaps, launches: &[Launch]) -> Vec<Vec<f64>> {
 
 /// The modeled waiting at one collective.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct CollectiveWait {
+pub(crate) struct CollectiveWait {
     /// Launch index of the collective.
-    pub launch: usize,
+    pub(crate) launch: usize,
     /// Expected arrival of the last rank after the previous collective, us.
-    pub expected_last_us: f64,
+    pub(crate) expected_last_us: f64,
     /// Expected waiting averaged over the ranks, us.
-    pub mean_wait_us: f64,
+    pub(crate) mean_wait_us: f64,
     /// Expected waiting of a rank that is not late (the most any rank waits), us.
-    pub on_time_rank_wait_us: f64,
+    pub(crate) on_time_rank_wait_us: f64,
 }
 
 /// The waiting model's prediction for one verify (modeled).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct WaitingPrediction {
-    pub nranks: usize,
+pub(crate) struct WaitingPrediction {
+    pub(crate) nranks: usize,
     /// Per collective, in launch order (empty for [`HostSync::Iteration`], which is simulated).
-    pub per_collective: Vec<CollectiveWait>,
+    pub(crate) per_collective: Vec<CollectiveWait>,
     /// Transfer per verify (the cost model's device time of the collectives), us.
-    pub transfer_us: f64,
+    pub(crate) transfer_us: f64,
     /// Waiting per verify averaged over ranks, us.
-    pub waiting_us: f64,
+    pub(crate) waiting_us: f64,
     /// Waiting per verify of every rank, us.
-    pub waiting_per_rank_us: Vec<f64>,
+    pub(crate) waiting_per_rank_us: Vec<f64>,
     /// Standard error of `waiting_us` (Monte-Carlo; 0 for the exact model).
-    pub waiting_se_us: f64,
+    pub(crate) waiting_se_us: f64,
     /// Transfer + waiting: the in-collective time per verify a profiler shows, averaged over
     /// ranks, us.
-    pub in_collective_us: f64,
+    pub(crate) in_collective_us: f64,
     /// How it was computed, for the notes of a modeled result.
-    pub method: String,
+    pub(crate) method: String,
     /// The simulated verify from the iteration's start to the end of the last rank's last
     /// kernel (host gaps, the GPU waiting for its host, and waiting in collectives all in it),
     /// mean over iterations, us; `None` for [`HostSync::Collective`], which has no timeline.
-    pub span_us: Option<f64>,
+    pub(crate) span_us: Option<f64>,
     /// The rank last to start the most collectives in the simulation, with how often and its
     /// median lag behind the earliest start (only collectives with one strictly last rank);
     /// `None` when no collective had one, or for [`HostSync::Collective`].
-    pub last_rank: Option<(usize, usize, usize, f64)>,
+    pub(crate) last_rank: Option<(usize, usize, usize, f64)>,
 }
 
 /// [`HostSync::Collective`]: expected waiting per collective by order statistics; `transfer_us`
@@ -368,9 +368,9 @@ pub(crate) fn predict_resync(
 
 /// The GPU work of one launch of a replay, for [`simulate`].
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GpuWork {
+pub(crate) struct GpuWork {
     /// Device time of the launch (a compute kernel's time, or a collective's transfer), us.
-    pub us: f64,
+    pub(crate) us: f64,
 }
 
 /// [`HostSync::Iteration`]: replays the GPU timeline of `iterations` iterations with the gaps
@@ -490,7 +490,7 @@ pub(crate) const DEFAULT_ITERATIONS: u64 = 2000;
 /// collectives); [`HostSync::Iteration`] is [`simulate`] over `iterations` iterations. `work`
 /// has one entry per launch (`gaps::schedule_launches`): a compute kernel's device time, or a
 /// collective's transfer.
-pub fn predict(
+pub(crate) fn predict(
     gaps: &HostGaps,
     launches: &[Launch],
     work: &[GpuWork],

@@ -18,26 +18,26 @@ const SIZE_FACTOR: f64 = 2.0;
 
 /// One group of a traced step's collectives (one kind, one size).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TracedGroup {
+pub(crate) struct TracedGroup {
     /// `all_reduce`, `send_recv`, ... (the names of the schedule's kinds where they overlap).
-    pub op: String,
-    pub per_step: usize,
+    pub(crate) op: String,
+    pub(crate) per_step: usize,
     /// Bytes per rank of each; `None` when the trace does not give them.
-    pub bytes: Option<u64>,
+    pub(crate) bytes: Option<u64>,
     /// Ranks of the group it ran on, when the trace gives it.
-    pub group_size: Option<u64>,
+    pub(crate) group_size: Option<u64>,
 }
 
 /// One step of a trace, as the checks read it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TracedStep {
+pub(crate) struct TracedStep {
     /// The trace as a message names it (its folder, or its files).
-    pub name: String,
-    pub groups: Vec<TracedGroup>,
+    pub(crate) name: String,
+    pub(crate) groups: Vec<TracedGroup>,
     /// A kernel whose name says training (backward, optimizer), when one ran.
-    pub training: Option<String>,
+    pub(crate) training: Option<String>,
     /// The job's world size, when the trace gives it (`distributedInfo.world_size`).
-    pub world_size: Option<usize>,
+    pub(crate) world_size: Option<usize>,
 }
 
 impl TracedStep {
@@ -117,14 +117,19 @@ fn schedule_words(s: &Schedule) -> String {
 const MODEL_FLAGS: &str = "--model NAME or --model-config config.json of the model the server ran, so that the schedule priced is the one that ran";
 
 /// What to give instead of a trace that is not a verify (of this workload, or at all).
-pub const GIVE_VERIFY: &str = "the traces of the serving engine's verify steps (every rank of the tensor-parallel group), or what a profiler shows in one verify (--observed 122x0.2ms --verify-ms 30)";
+pub(crate) const GIVE_VERIFY: &str = "the traces of the serving engine's verify steps (every rank of the tensor-parallel group), or what a profiler shows in one verify (--observed 122x0.2ms --verify-ms 30)";
 
 /// Refuses a traced step that is no forward of a serving engine: one whose kernels say that
 /// it trained (backward, optimizer). `flag` names the input as the message names it
 /// (`--trace` or `--from-trace verify=`), `step` the forward it was given as (`verify`,
 /// `decode`, `draft`), `instead` what to give instead. Runs before anything else is read from
 /// the trace, so that no figure of another job is priced.
-pub fn serving_step(t: &TracedStep, flag: &str, step: &str, instead: &str) -> anyhow::Result<()> {
+pub(crate) fn serving_step(
+    t: &TracedStep,
+    flag: &str,
+    step: &str,
+    instead: &str,
+) -> anyhow::Result<()> {
     let Some(kernel) = &t.training else {
         return Ok(());
     };
@@ -150,7 +155,7 @@ pub fn serving_step(t: &TracedStep, flag: &str, step: &str, instead: &str) -> an
 /// counts per kind that differ by more than half, sizes more than a factor of 2 apart or a
 /// group of another size are refused (a usage error naming the trace, what it is and what to
 /// give); smaller differences come back as notes.
-pub fn trace_against_schedule(
+pub(crate) fn trace_against_schedule(
     t: &TracedStep,
     s: &Schedule,
     ranks: usize,
@@ -292,7 +297,7 @@ pub(crate) fn other_machine(
 /// A note when an NCCL log is of another machine than the one priced ([`other_machine`]).
 /// Nothing is priced from an NCCL log, and the traps do not check one of another machine
 /// (they give `not checked`), so it is named, not refused.
-pub fn nccl_log_against(
+pub(crate) fn nccl_log_against(
     name: &str,
     m: &NcclMachine,
     ranks: usize,
@@ -318,7 +323,7 @@ fn plain(s: &str) -> String {
 /// model is taken by the last part of its path (`moonshotai/Kimi-K2.5` -> `Kimi-K2.5`), and
 /// matches when either name holds the other, letters and digits only (`kimi-k2.5` in
 /// `Kimi-K2.5-Instruct`).
-pub fn server_model_against(
+pub(crate) fn server_model_against(
     file: &str,
     logged: &str,
     names: &[&str],

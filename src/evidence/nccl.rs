@@ -17,18 +17,18 @@ use super::short_name;
 
 /// One NCCL log as text (INIT, GRAPH, ENV or COLL lines).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NcclLogText {
-    pub name: String,
+pub(crate) struct NcclLogText {
+    pub(crate) name: String,
     #[serde(skip)]
-    pub text: String,
+    pub(crate) text: String,
 }
 
 /// Reads `--nccl-log` files; one without any `NCCL` line is a usage error.
-pub fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogText>> {
+pub(crate) fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogText>> {
     paths
         .iter()
         .map(|p| {
-            let bytes = super::read(p, "--nccl-log")?;
+            let bytes = crate::util::read::read(p, "--nccl-log", crate::util::read::NCCL_LOG)?;
             if crate::util::looks_like_json(&bytes[..bytes.len().min(4096)]) {
                 crate::usage_bail!(
                     "--nccl-log '{}' is a JSON document (a profiler trace?), not an NCCL log: give traces to --trace and the log NCCL writes with NCCL_DEBUG=INFO to --nccl-log",
@@ -109,17 +109,17 @@ pub(crate) fn graph_lines(logs: &[NcclLogText]) -> usize {
 
 /// The machine an NCCL log came from, as its INIT lines say it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NcclMachine {
+pub(crate) struct NcclMachine {
     /// The sizes of its communicators (`nranks N`), each once, smallest first.
-    pub nranks: Vec<u32>,
+    pub(crate) nranks: Vec<u32>,
     /// The GPUs it initialised (`busId`), each once.
-    pub devices: Vec<String>,
+    pub(crate) devices: Vec<String>,
     /// The transports of its channels (`via P2P/CUMEM`, `via SHM/direct/direct`, `via
     /// NET/Socket`), each once.
-    pub transports: Vec<String>,
+    pub(crate) transports: Vec<String>,
     /// The path between its GPUs that the topology search used (`NVL`, `PIX`, `PXB`, `PHB`,
     /// `SYS`), from the first graph-search line.
-    pub gpu_path: Option<String>,
+    pub(crate) gpu_path: Option<String>,
 }
 
 impl NcclMachine {
@@ -127,7 +127,7 @@ impl NcclMachine {
     /// names: `shm` when every channel goes through host memory (P2P off), else `nvlink` (a
     /// search over NVL) or `pci` (over PIX, PXB, PXN, PHB, NODE or SYS); `None` when the log
     /// says neither.
-    pub fn link_kind(&self) -> Option<&'static str> {
+    pub(crate) fn link_kind(&self) -> Option<&'static str> {
         let host = |t: &String| t.starts_with("SHM") || t.ends_with("shared memory");
         if !self.transports.is_empty() && self.transports.iter().all(host) {
             return Some("shm");
@@ -140,7 +140,7 @@ impl NcclMachine {
     }
 
     /// `2 ranks, P2P/CUMEM over NVL, 2 GPUs (busId 60, 70)`.
-    pub fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         let mut parts = vec![];
         if !self.nranks.is_empty() {
             let n: Vec<String> = self.nranks.iter().map(|n| n.to_string()).collect();
@@ -170,7 +170,7 @@ impl NcclMachine {
 /// [nranks=N]`), the transports of its channels (`Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM`,
 /// `Ring 00 : 0[0] -> 1[1] via direct shared memory` before 2.5) and the path of its first
 /// graph search.
-pub fn machine(log: &NcclLogText) -> NcclMachine {
+pub(crate) fn machine(log: &NcclLogText) -> NcclMachine {
     static INIT: OnceLock<Regex> = OnceLock::new();
     static SIZE: OnceLock<Regex> = OnceLock::new();
     static VIA: OnceLock<Regex> = OnceLock::new();

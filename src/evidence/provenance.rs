@@ -5,26 +5,26 @@ use std::fmt;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-pub use crate::record::Source;
+pub(crate) use crate::record::Source;
 
 /// Where one number came from: its source, and the flag (given), the file and what in it
 /// (measured, modeled) or the inputs (derived) it came from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Origin {
-    pub source: Source,
+pub(crate) struct Origin {
+    pub(crate) source: Source,
     /// A part of the forward only (collectives only, or compute only), measured or modeled: a
     /// lower bound of the forward's time, never the time itself.
-    pub bound: bool,
+    pub(crate) bound: bool,
     /// The flag, the file, or what it was derived from; empty for a default.
-    pub from: String,
+    pub(crate) from: String,
     /// What was read from the file (the record, the lines); empty otherwise.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 impl Origin {
     /// Read from a file, measured or modeled (`Origin { bound: true, ..read }` for a part of
     /// the forward).
-    pub fn read(source: Source, file: String, detail: String) -> Origin {
+    pub(crate) fn read(source: Source, file: String, detail: String) -> Origin {
         Origin {
             source,
             bound: false,
@@ -34,22 +34,22 @@ impl Origin {
     }
 
     /// A command-line flag.
-    pub fn given(flag: &str) -> Origin {
+    pub(crate) fn given(flag: &str) -> Origin {
         Origin::read(Source::Given, flag.into(), String::new())
     }
 
     /// Computed from other inputs (an accept length from acceptance rates).
-    pub fn derived(from: impl Into<String>) -> Origin {
+    pub(crate) fn derived(from: impl Into<String>) -> Origin {
         Origin::read(Source::Derived, from.into(), String::new())
     }
 
     /// True for numbers that came from the cost model.
-    pub fn is_modeled(&self) -> bool {
+    pub(crate) fn is_modeled(&self) -> bool {
         self.source == Source::Modeled
     }
 
     /// A short label: `given`, `default`, `measured`, `modeled`, `bound`, `derived`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         if self.bound {
             "bound"
         } else {
@@ -97,20 +97,20 @@ impl Serialize for Origin {
 
 /// A number with its origin.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Labelled {
-    pub value: f64,
+pub(crate) struct Labelled {
+    pub(crate) value: f64,
     #[serde(flatten)]
-    pub origin: Origin,
+    pub(crate) origin: Origin,
 }
 
 impl Labelled {
-    pub fn given(value: f64, flag: &str) -> Labelled {
+    pub(crate) fn given(value: f64, flag: &str) -> Labelled {
         let origin = Origin::given(flag);
         Labelled { value, origin }
     }
 
     /// Not given: the documented default.
-    pub fn default(value: f64) -> Labelled {
+    pub(crate) fn default(value: f64) -> Labelled {
         let origin = Origin::read(Source::Default, String::new(), String::new());
         Labelled { value, origin }
     }

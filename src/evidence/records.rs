@@ -37,17 +37,17 @@ fn run_words(run: &VerifyRun) -> String {
 
 /// One time read from a verify record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RecordTime {
-    pub phase: Phase,
-    pub ms: Labelled,
+pub(crate) struct RecordTime {
+    pub(crate) phase: Phase,
+    pub(crate) ms: Labelled,
     /// Tokens of the forward (k + 1 for a verify).
-    pub tokens: u64,
+    pub(crate) tokens: u64,
     /// What the run replayed: only a full run (collectives and compute) is a whole forward.
-    pub mode: Mode,
+    pub(crate) mode: Mode,
 }
 
 /// The times of the verify records of one file, in file order, and the kinds it skipped.
-pub fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String>) {
+pub(crate) fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec<String>) {
     let file = short_name(path);
     let mut times = vec![];
     let mut skipped = vec![];
@@ -131,7 +131,9 @@ fn counted_kinds(kinds: &[String]) -> String {
 
 /// Reads results files for a break-even: every file must hold at least one verify record
 /// (kind "verify"); other kinds next to them are skipped and named in the notes.
-pub fn read_verify_files(paths: &[PathBuf]) -> anyhow::Result<(Vec<RecordTime>, Vec<String>)> {
+pub(crate) fn read_verify_files(
+    paths: &[PathBuf],
+) -> anyhow::Result<(Vec<RecordTime>, Vec<String>)> {
     let mut all = vec![];
     let mut notes = vec![];
     for p in paths {

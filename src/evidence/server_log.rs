@@ -8,15 +8,16 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::{read, sglang, short_name, vllm, Batch1Rate, Labelled, Launch, Origin, Source};
+use super::{sglang, short_name, vllm, Batch1Rate, Labelled, Launch, Origin, Source};
 use crate::error::usage;
 use crate::model::Engine;
+use crate::util::read::{read, SERVER_LOG};
 
 /// What the server log says.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ServerLog {
-    pub file: String,
-    pub engine: Option<Engine>,
+pub(crate) struct ServerLog {
+    pub(crate) file: String,
+    pub(crate) engine: Option<Engine>,
     /// The mean accept length, labelled measured from the log; `None` when it holds none.
     pub accept_length: Option<Labelled>,
     /// The draft tokens k the server ran, with where the log says it ([`vllm_draft_steps`]).
@@ -44,7 +45,7 @@ pub struct ServerLog {
 
 /// The engine's custom all-reduce in one worker, as the last line it printed about it says.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CustomAllReduce {
+pub(crate) struct CustomAllReduce {
     /// The worker as the line's prefix names it: vLLM's `(VllmWorker rank=3 pid=1234)`,
     /// `(Worker_TP3 pid=1234)`, `(VllmWorkerProcess pid=487)`, SGLang's `[date TP3]`; `main
     /// process` for a line without one.
@@ -128,7 +129,7 @@ pub(crate) fn custom_all_reduce(text: &str) -> Vec<CustomAllReduce> {
 
 impl ServerLog {
     /// The workers whose custom all-reduce is on, and those whose is off.
-    pub fn custom_ar_split(&self) -> (Vec<&CustomAllReduce>, Vec<&CustomAllReduce>) {
+    pub(crate) fn custom_ar_split(&self) -> (Vec<&CustomAllReduce>, Vec<&CustomAllReduce>) {
         self.custom_all_reduce.iter().partition(|w| w.enabled)
     }
 
@@ -136,7 +137,7 @@ impl ServerLog {
     /// says the custom all-reduce is on in all 8 workers that print it (`...`)`; off (so a
     /// row that needs it needs an engine change), or on in some and off in others. `None`
     /// without such a line.
-    pub fn custom_ar_words(&self) -> Option<String> {
+    pub(crate) fn custom_ar_words(&self) -> Option<String> {
         let (on, off) = self.custom_ar_split();
         let workers = |n: usize| match n {
             1 => "the 1 worker that prints it".to_string(),
@@ -181,7 +182,7 @@ fn not_utf8(path: &Path) -> anyhow::Error {
 
 /// What `--accept-from-log FILE` gives a break-even.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AcceptFromLog {
+pub(crate) struct AcceptFromLog {
     /// The mean accept length, labelled measured from the log with the engine named.
     pub accept_length: Labelled,
     /// The draft tokens k the log says the server ran ([`vllm_draft_steps`]).
@@ -194,11 +195,13 @@ pub struct AcceptFromLog {
 /// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines, or vLLM's
 /// `SpecDecoding metrics:` lines), labelled measured from the log with the engine named, the
 /// draft count it gives, and its notes.
-pub fn read_accept_log(path: &Path) -> anyhow::Result<AcceptFromLog> {
-    let text = String::from_utf8(read(path, "--accept-from-log")?).map_err(|_| not_utf8(path))?;
+pub(crate) fn read_accept_log(path: &Path) -> anyhow::Result<AcceptFromLog> {
+    let text = String::from_utf8(read(path, "--accept-from-log", SERVER_LOG)?)
+        .map_err(|_| not_utf8(path))?;
     let vl = vllm::acceptance(&text);
     let figures = vl.clone().ok().flatten();
-    let (accept_length, mut notes) = accept_length(path, vl, || sglang::acceptance(&text))?;
+    let (accept_length, mut notes) =
+        accept_length(path, "--accept-from-log", vl, || sglang::acceptance(&text))?;
     let file = short_name(path);
     let draft_steps = vllm_draft_steps(&file, &text, figures.as_ref());
     if let Some(a) = &figures {
@@ -233,16 +236,16 @@ pub(crate) fn vllm_draft_steps(
 }
 
 /// The accept length of a log's vLLM lines as [`vllm::acceptance`] read them, else of its SGLang
-/// lines (`sglang`, called only then).
+/// lines (`sglang`, called only then); errors name the file as given to `flag`.
 fn accept_length(
     path: &Path,
+    flag: &str,
     vllm: Result<Option<vllm::Acceptance>, String>,
-    sglang: impl FnOnce() -> Option<sglang::AcceptLog>,
+    sglang: impl FnOnce() -> Result<Option<sglang::AcceptLog>, String>,
 ) -> anyhow::Result<(Labelled, Vec<String>)> {
     let file = short_name(path);
-    if let Some(v) =
-        vllm.map_err(|e| usage(format!("--accept-from-log '{}' {e}", path.display())))?
-    {
+    let refuse = |e: String| usage(format!("{flag} '{}' {e}", path.display()));
+    if let Some(v) = vllm.map_err(refuse)? {
         let detail = format!(
             "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
             v.lines,
@@ -258,9 +261,9 @@ fn accept_length(
         );
         return Ok((Labelled { value, origin }, vec![]));
     }
-    let log = sglang().ok_or_else(|| {
+    let log = sglang().map_err(refuse)?.ok_or_else(|| {
         usage(format!(
-            "--accept-from-log '{}': no SGLang decode line with an accept length above 0 (`Decode batch. ... accept len: 2.31`); is speculative decoding on?",
+            "{flag} '{}': no SGLang decode line with an accept length above 0 (`Decode batch. ... accept len: 2.31`); is speculative decoding on?",
             path.display()
         ))
     })?;
@@ -284,12 +287,12 @@ fn accept_length(
 }
 
 /// Reads the server log of `--server-log`.
-pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
-    let bytes = read(path, "--server-log")?;
+pub(crate) fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
+    let bytes = read(path, "--server-log", SERVER_LOG)?;
     let text = String::from_utf8_lossy(&bytes);
-    let sg = sglang::acceptance(&text);
-    let vl_read = vllm::acceptance(&text);
-    let vl = vl_read.clone().ok().flatten();
+    let refuse = |e: String| usage(format!("--server-log '{}' {e}", path.display()));
+    let sg = sglang::acceptance(&text).map_err(refuse)?;
+    let vl = vllm::acceptance(&text).map_err(refuse)?;
     // The engines' own lines first (a log of one may name the other in an import warning).
     let engine = if vl.is_some() {
         Some(Engine::Vllm)
@@ -312,7 +315,7 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
         return Err(not_utf8(path));
     } else {
         // Its note on `cuda graph: False` lines is the launch's (below), said once.
-        let (l, _) = accept_length(path, vl_read, || sg.clone())?;
+        let (l, _) = accept_length(path, "--server-log", Ok(vl.clone()), || Ok(sg.clone()))?;
         Some(l)
     };
     if engine.is_none() {
@@ -338,7 +341,8 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
             vllm::steady_rate(&text)
         } else {
             sglang_batch1(&text)
-        },
+        }
+        .map_err(refuse)?,
         file,
         engine,
         accept_length,
@@ -351,26 +355,28 @@ pub fn read_server_log(path: &Path) -> anyhow::Result<ServerLog> {
 
 /// The mean generation throughput of SGLang's decode lines with exactly one running request
 /// (batch 1, the break-even's assumption) and a throughput above 0 (each line the mean of a
-/// fixed number of decode iterations, so every one is steady). `None` when no line qualifies.
-pub(crate) fn sglang_batch1(text: &str) -> Option<Batch1Rate> {
+/// fixed number of decode iterations, so every one is steady). `None` when no line qualifies;
+/// an error naming the line where a count or a throughput is not one.
+pub(crate) fn sglang_batch1(text: &str) -> Result<Option<Batch1Rate>, String> {
     let (mut kept, mut v) = (vec![], vec![]);
     for (i, l) in text.lines().enumerate() {
         if !l.contains(sglang::DECODE_LINE) {
             continue;
         }
-        if let Some((_, t)) = sglang::throughput(l).filter(|&(n, t)| n == 1.0 && t > 0.0) {
+        let read = sglang::throughput(l).map_err(|e| format!("line {}: {e}", i + 1))?;
+        if let Some((_, t)) = read.filter(|&(n, t)| n == 1.0 && t > 0.0) {
             kept.push(i + 1);
             v.push(t);
         }
     }
-    (!v.is_empty()).then(|| Batch1Rate {
+    Ok((!v.is_empty()).then(|| Batch1Rate {
         tokens_per_s: v.iter().sum::<f64>() / v.len() as f64,
         which: format!(
             "mean `gen throughput` of {} `Decode batch` lines with one running request",
             v.len()
         ),
         kept,
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -394,9 +400,9 @@ mod tests {
     [x TP0] Decode batch. #running-req: 1, #token: 99, token usage: 0.00, accept len: 2.40, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0,\n\
     [x TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0,\n";
         // the two lines of one running request: (100 + 80) / 2
-        let b = sglang_batch1(sg).unwrap();
+        let b = sglang_batch1(sg).unwrap().unwrap();
         assert_eq!((b.tokens_per_s, b.kept), (90.0, vec![1, 3]));
-        assert_eq!(sglang_batch1("nothing\n"), None);
+        assert_eq!(sglang_batch1("nothing\n"), Ok(None));
     }
 
     fn data(name: &str) -> std::path::PathBuf {

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::{captured, quoted, Launch, LaunchMode};
+use super::{number_after, quoted, Launch, LaunchMode, ACCEPT_LENGTH, COUNT, THROUGHPUT};
 use crate::measure::attribution::Spread;
 
 /// What marks a decode line (and an SGLang log): `Decode batch.` in SGLang up to 0.4,
@@ -26,27 +26,30 @@ pub(crate) const ARGS_LINE: &str = "server_args=";
 
 /// What SGLang's decode log says about acceptance.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AcceptLog {
+pub(crate) struct AcceptLog {
     /// Mean over the lines with speculative decoding of `accept len`.
-    pub mean_accept_len: f64,
-    pub spread: Spread,
+    pub(crate) mean_accept_len: f64,
+    pub(crate) spread: Spread,
     /// Lines with an accept length (> 0).
-    pub lines: usize,
+    pub(crate) lines: usize,
     /// Decode lines with `cuda graph: True` / `False`.
-    pub cuda_graph_true: usize,
-    pub cuda_graph_false: usize,
+    pub(crate) cuda_graph_true: usize,
+    pub(crate) cuda_graph_false: usize,
 }
 
 /// The acceptance of SGLang's decode lines in `text`; `None` when no line has an accept
-/// length above 0.
-pub fn acceptance(text: &str) -> Option<AcceptLog> {
-    static ACC: OnceLock<Regex> = OnceLock::new();
+/// length above 0. A decode line whose `accept len:` is no accept length is an error naming
+/// the line ([`super::number_after`]).
+pub(crate) fn acceptance(text: &str) -> Result<Option<AcceptLog>, String> {
     let (mut v, mut t, mut f) = (Vec::new(), 0, 0);
-    for l in text.lines().filter(|l| l.contains(DECODE_LINE)) {
-        if let Some(x) = captured(&ACC, r"accept len: ([0-9]+(?:\.[0-9]+)?)", l) {
-            if x > 0.0 {
-                v.push(x);
-            }
+    for (i, l) in text.lines().enumerate() {
+        if !l.contains(DECODE_LINE) {
+            continue;
+        }
+        let x = number_after(l, "accept len:", ACCEPT_LENGTH)
+            .map_err(|e| format!("line {}: {e}", i + 1))?;
+        if let Some(x) = x.filter(|x| *x > 0.0) {
+            v.push(x);
         }
         match graph(l) {
             Some(true) => t += 1,
@@ -54,14 +57,16 @@ pub fn acceptance(text: &str) -> Option<AcceptLog> {
             None => {}
         }
     }
-    let spread = Spread::of(&v)?;
-    Some(AcceptLog {
+    let Some(spread) = Spread::of(&v) else {
+        return Ok(None);
+    };
+    Ok(Some(AcceptLog {
         mean_accept_len: v.iter().sum::<f64>() / v.len() as f64,
         spread,
         lines: v.len(),
         cuda_graph_true: t,
         cuda_graph_false: f,
-    })
+    }))
 }
 
 /// A line's `cuda graph: True` (true) or `False` (false).
@@ -140,14 +145,15 @@ pub(crate) fn model_path(text: &str) -> Option<String> {
 }
 
 /// A decode line's running requests and generation throughput (`#running-req: N, ... gen
-/// throughput (token/s): X`).
-pub(crate) fn throughput(line: &str) -> Option<(f64, f64)> {
-    static N: OnceLock<Regex> = OnceLock::new();
-    static T: OnceLock<Regex> = OnceLock::new();
-    Some((
-        captured(&N, r"#running-req: (\d+)", line)?,
-        captured(&T, r"gen throughput \(token/s\): ([0-9.]+)", line)?,
-    ))
+/// throughput (token/s): X`); `None` for a line without both; an error for a value that is
+/// not a count or a throughput.
+pub(crate) fn throughput(line: &str) -> Result<Option<(f64, f64)>, String> {
+    const N: &str = "#running-req:";
+    const T: &str = "gen throughput (token/s):";
+    if !(line.contains(N) && line.contains(T)) {
+        return Ok(None);
+    }
+    Ok(number_after(line, N, COUNT)?.zip(number_after(line, T, THROUGHPUT)?))
 }
 
 #[cfg(test)]
@@ -162,10 +168,14 @@ mod tests {
 [2025-06-01 10:00:02 TP0] Decode batch. #running-req: 1, #token: 852, token usage: 0.00, accept len: 2.69, cuda graph: False, gen throughput (token/s): 90.00, #queue-req: 0
 [2025-06-01 10:00:03 TP0] Decode batch. #running-req: 0, #token: 0, token usage: 0.00, accept len: 0.00, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 0
 ";
-        let a = acceptance(text).unwrap();
+        let a = acceptance(text).unwrap().unwrap();
         assert!((a.mean_accept_len - 2.5).abs() < 1e-9);
         assert_eq!((a.lines, a.cuda_graph_true, a.cuda_graph_false), (2, 2, 1));
-        assert!(acceptance("[x TP0] Decode batch. #running-req: 1, cuda graph: True").is_none());
+        assert!(
+            acceptance("[x TP0] Decode batch. #running-req: 1, cuda graph: True")
+                .unwrap()
+                .is_none()
+        );
     }
 
     /// `cuda graph:` of the decode lines (python/sglang/srt/managers/scheduler.py): all False

@@ -8,7 +8,10 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::{captured, quoted, Batch1Rate, Launch, LaunchMode};
+use super::{
+    number, number_after, quote_line, quoted, Batch1Rate, Launch, LaunchMode, ACCEPT_LENGTH, COUNT,
+    FRACTION, PERCENT, THROUGHPUT,
+};
 
 /// What marks an acceptance line (and a vLLM log).
 const METRICS_LINE: &str = "SpecDecoding metrics:";
@@ -27,14 +30,14 @@ pub(crate) const START_LINES: &[&str] = &[
 /// (vllm/v1/spec_decode/metrics.py, `SpecDecodingLogging.log`: "Mean acceptance length: %.2f,
 /// ... Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: %s, ...").
 #[derive(Debug, Clone, PartialEq)]
-pub struct Acceptance {
+pub(crate) struct Acceptance {
     /// Lines read.
-    pub lines: usize,
+    pub(crate) lines: usize,
     /// 1 + accepted tokens / drafts over all lines (each line weighted by its drafts).
-    pub mean_accept_len: f64,
+    pub(crate) mean_accept_len: f64,
     /// Smallest and largest `Mean acceptance length` of one line.
-    pub min: f64,
-    pub max: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
     /// Draft positions (the length of the per-position list), when printed.
     pub positions: Option<usize>,
     /// Accepted tokens over all lines (`Accepted: N tokens`).
@@ -51,18 +54,34 @@ pub struct Acceptance {
     pub draft_rates: Vec<f64>,
 }
 
-/// The number after `key` in `line` (up to the next space or comma).
-fn number_after(line: &str, key: &str) -> Option<f64> {
-    let rest = line[line.find(key)? + key.len()..].trim_start();
-    let end = rest.find([',', ' ', '%']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
+/// The per-position rates of a metrics line (`Per-position acceptance rate: 0.645, 0.393,
+/// 0.240, Avg Draft ...`): the items up to the first that begins with a letter other than
+/// those of `inf` and `nan`, each read and checked as a rate by the logs' number reader;
+/// `None` without the key.
+fn rates(line: &str) -> Result<Option<Vec<f64>>, String> {
+    const KEY: &str = "Per-position acceptance rate:";
+    let Some(p) = line.find(KEY) else {
+        return Ok(None);
+    };
+    let mut out = vec![];
+    for x in line[p + KEY.len()..].split(',').map(str::trim) {
+        let numeric = x.parse::<f64>().is_ok()
+            || x.starts_with(|c: char| c.is_ascii_digit() || "+-.".contains(c));
+        if !numeric {
+            break;
+        }
+        out.push(number(x, KEY, FRACTION, line)?);
+    }
+    Ok(Some(out))
 }
 
 /// Reads vLLM's `SpecDecoding metrics:` lines from `text`; `None` when there are none.
 /// Drafts per line are accepted / (sum of the per-position rates) (each rate is accepted at
 /// that position / drafts, so the sum is accepted / drafts), else drafted / positions; lines
-/// with no draft are skipped.
-pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
+/// with no draft are skipped. Every number goes through the logs' number reader
+/// ([`super::number_after`]); a line whose numbers do not fit (a rate above 1, more tokens
+/// accepted than drafted) is an error naming the line.
+pub(crate) fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
     let (mut accepted, mut drafts, mut lines) = (0.0, 0.0, 0usize);
     let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut positions = None;
@@ -74,19 +93,19 @@ pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
         if !line.contains(METRICS_LINE) {
             continue;
         }
-        let mean = number_after(line, "Mean acceptance length:");
-        let acc = number_after(line, "Accepted:");
-        let drafted = number_after(line, "Drafted:");
-        let rates: Option<Vec<f64>> = line
-            .find("Per-position acceptance rate:")
-            .map(|p| &line[p + "Per-position acceptance rate:".len()..])
-            .map(|rest| {
-                rest.split(',')
-                    .map(|x| x.trim())
-                    .take_while(|x| x.parse::<f64>().is_ok())
-                    .map(|x| x.parse().unwrap())
-                    .collect()
-            });
+        let at = |e: String| format!("line {}: {e}", i + 1);
+        let mean = number_after(line, "Mean acceptance length:", ACCEPT_LENGTH).map_err(at)?;
+        let acc = number_after(line, "Accepted:", COUNT).map_err(at)?;
+        let drafted = number_after(line, "Drafted:", COUNT).map_err(at)?;
+        let rates = rates(line).map_err(at)?;
+        if let (Some(a), Some(d)) = (acc, drafted) {
+            if a > d {
+                return Err(at(format!(
+                    "{a} tokens accepted of {d} drafted: a draft token is accepted at most once: `{}`",
+                    quote_line(line)
+                )));
+            }
+        }
         let (Some(mean), Some(acc)) = (mean, acc) else {
             return Err(format!(
                 "line {}: a `SpecDecoding metrics:` line without `Mean acceptance length:` and `Accepted: N tokens`",
@@ -115,7 +134,8 @@ pub fn acceptance(text: &str) -> Result<Option<Acceptance>, String> {
         min = min.min(mean);
         max = max.max(mean);
         drafted_sum = drafted_sum.zip(drafted).map(|(a, b)| a + b);
-        draft_rates.extend(number_after(line, "Avg Draft acceptance rate:").map(|p| p / 100.0));
+        let rate = number_after(line, "Avg Draft acceptance rate:", PERCENT).map_err(at)?;
+        draft_rates.extend(rate.map(|p| p / 100.0));
         let rates = rates.unwrap_or_default();
         match &mut by_position {
             Some(v) if v.len() == rates.len() => {
@@ -159,7 +179,7 @@ fn const_rate_tau(a: f64, k: u64) -> f64 {
 impl Acceptance {
     /// Accepted / drafted tokens over all lines (vLLM's `Avg Draft acceptance rate`, the
     /// published runs' "accept rate"), when every line printed its drafted tokens.
-    pub fn draft_rate(&self) -> Option<f64> {
+    pub(crate) fn draft_rate(&self) -> Option<f64> {
         self.drafted.filter(|&d| d > 0.0).map(|d| self.accepted / d)
     }
 
@@ -264,7 +284,7 @@ pub(crate) fn accept_rate_warning(
 
 /// The speculative config as the log prints it: the draft tokens k and the method.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpecConfig {
+pub(crate) struct SpecConfig {
     /// Draft tokens per step k (the verify covers k + 1 tokens).
     pub k: u64,
     /// The method (`mtp`, `eagle3`, `ngram`, ...), when printed.
@@ -330,21 +350,34 @@ struct Stats {
     running: u64,
 }
 
-fn stats(line: &str) -> Option<Stats> {
-    static P: OnceLock<Regex> = OnceLock::new();
-    static G: OnceLock<Regex> = OnceLock::new();
-    static N: OnceLock<Regex> = OnceLock::new();
+/// A periodic stats line's engine, prompt and generation throughputs and running requests,
+/// each read as the line wrote it (`None` for a line without all three; an error for a value
+/// that is not a throughput or a count).
+fn stats(line: &str) -> Result<Option<Stats>, String> {
     static E: OnceLock<Regex> = OnceLock::new();
+    const P: &str = "Avg prompt throughput:";
+    const G: &str = "Avg generation throughput:";
+    const N: &str = "Running:";
+    if !(line.contains(P) && line.contains(G) && line.contains(N)) {
+        return Ok(None);
+    }
     let engine = E.get_or_init(|| Regex::new(r"Engine (\d+):").expect("valid regex"));
-    Some(Stats {
+    let (Some(prompt), Some(generation), Some(running)) = (
+        number_after(line, P, THROUGHPUT)?,
+        number_after(line, G, THROUGHPUT)?,
+        number_after(line, N, COUNT)?,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(Stats {
         engine: engine
             .captures(line)
             .map(|c| c[1].to_string())
             .unwrap_or_default(),
-        prompt: captured(&P, r"Avg prompt throughput: ([0-9.]+) tokens/s", line)?,
-        generation: captured(&G, r"Avg generation throughput: ([0-9.]+) tokens/s", line)?,
-        running: captured(&N, r"Running: (\d+) reqs", line)? as u64,
-    })
+        prompt,
+        generation,
+        running: running as u64,
+    }))
 }
 
 /// `12, 14, 16` (the first 12, then how many in all).
@@ -362,13 +395,15 @@ fn line_list(v: &[usize]) -> String {
 /// the end of the one before on the same engine (so not the first interval of a request,
 /// which starts part-way, and not the one it ends in, which ends with none running), no prompt
 /// throughput (no prefill in it), and a generation throughput above 0. `None` when no
-/// interval is steady.
-pub(crate) fn steady_rate(text: &str) -> Option<Batch1Rate> {
+/// interval is steady; an error naming the line where a figure is not one.
+pub(crate) fn steady_rate(text: &str) -> Result<Option<Batch1Rate>, String> {
     let mut before: std::collections::HashMap<String, u64> = Default::default();
     let (mut kept, mut rates) = (vec![], vec![]);
     let (mut one, mut prefill, mut changed, mut idle) = (0, 0, 0, 0);
     for (i, line) in text.lines().enumerate() {
-        let Some(s) = stats(line) else { continue };
+        let Some(s) = stats(line).map_err(|e| format!("line {}: {e}", i + 1))? else {
+            continue;
+        };
         let prev = before.insert(s.engine.clone(), s.running);
         if s.running != 1 {
             continue;
@@ -386,7 +421,7 @@ pub(crate) fn steady_rate(text: &str) -> Option<Batch1Rate> {
         }
     }
     if rates.is_empty() {
-        return None;
+        return Ok(None);
     }
     let mut out = vec![];
     if prefill > 0 {
@@ -410,7 +445,7 @@ pub(crate) fn steady_rate(text: &str) -> Option<Batch1Rate> {
             out.join(", ")
         )
     };
-    Some(Batch1Rate {
+    Ok(Some(Batch1Rate {
         tokens_per_s: rates.iter().sum::<f64>() / rates.len() as f64,
         which: format!(
             "mean `Avg generation throughput` of {} steady stats intervals with one running request (lines {}: no prompt throughput, one request running at both ends){left_out}",
@@ -418,7 +453,7 @@ pub(crate) fn steady_rate(text: &str) -> Option<Batch1Rate> {
             line_list(&kept)
         ),
         kept,
-    })
+    }))
 }
 
 /// The model of the engine config's line (`with config: model='..'`, the config's string in
@@ -588,7 +623,7 @@ pub(crate) fn launch(text: &str) -> Option<Launch> {
 /// speculation keeps the mode asked for, so a plain-decoding baseline measured on it ran with
 /// fuller graphs than the speculative arm.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpecGraph {
+pub(crate) struct SpecGraph {
     /// The mode asked for (and kept without speculation), when the line names it.
     pub asked: Option<String>,
     /// The mode the speculative arm ran.
@@ -599,7 +634,7 @@ pub struct SpecGraph {
 
 impl SpecGraph {
     /// `lowered for speculative decoding only: ...`.
-    pub fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         format!(
             "lowered for speculative decoding only: the speculative arm ran {} where the same server without speculation keeps {}, so a plain-decoding baseline measured on it ran with fuller graphs than the speculative arm (compare the two at the same graph mode)",
             self.ran,
@@ -893,10 +928,10 @@ INFO 05-01 10:00:10 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
             l(1, 0.0, 80.0, 1), // steady
         ]
         .concat();
-        let b = steady_rate(&text).unwrap();
+        let b = steady_rate(&text).unwrap().unwrap();
         // (90 + 80) / 2
         assert_eq!((b.tokens_per_s, b.kept.clone()), (85.0, vec![3, 5]));
         // one interval alone, with no line before it: not steady
-        assert_eq!(steady_rate(&l(0, 0.0, 95.6, 1)), None);
+        assert_eq!(steady_rate(&l(0, 0.0, 95.6, 1)), Ok(None));
     }
 }

@@ -12,18 +12,18 @@ use crate::request::Workload;
 
 /// One command to run next.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NextStep {
-    pub why: String,
-    pub command: String,
+pub(crate) struct NextStep {
+    pub(crate) why: String,
+    pub(crate) command: String,
 }
 
 /// An engine flag that decides whether the verify runs from a CUDA graph, with its source.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EngineFlag {
-    pub engine: Engine,
-    pub flag: &'static str,
-    pub effect: &'static str,
-    pub source: &'static str,
+pub(crate) struct EngineFlag {
+    pub(crate) engine: Engine,
+    pub(crate) flag: &'static str,
+    pub(crate) effect: &'static str,
+    pub(crate) source: &'static str,
 }
 
 pub(crate) fn next_steps(

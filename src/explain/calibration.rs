@@ -31,7 +31,7 @@ pub struct Calibration {
     /// The drafter and where its shape comes from.
     pub drafter: Option<String>,
     /// The decode step the user gave (or a server log or trace measured), us.
-    pub given_decode_us: Option<f64>,
+    pub(crate) given_decode_us: Option<f64>,
     /// Whether the given decode is taken as run from a CUDA graph (SGLang's and vLLM's
     /// default, unless the user said it ran eagerly).
     pub decode_graphed: bool,
@@ -41,13 +41,13 @@ pub struct Calibration {
     /// decode, part by part.
     pub step: Option<Step>,
     /// The least a graphed verify can take here.
-    pub floor_ms: Floor,
+    pub(crate) floor_ms: Floor,
     /// The decode's transfer under NCCL's default choice, and with the one-shot all-reduce
     /// (what the same changes would save on the decode too), us.
-    pub decode_transfer_us: f64,
-    pub decode_oneshot_transfer_us: Option<f64>,
+    pub(crate) decode_transfer_us: f64,
+    pub(crate) decode_oneshot_transfer_us: Option<f64>,
     /// The model's stated error on its prices (`None`: not known for this profile).
-    pub error: Option<StatedError>,
+    pub(crate) error: Option<StatedError>,
 }
 
 impl Calibration {

@@ -7,10 +7,10 @@ use crate::evidence::{Labelled, LaunchMode, Source};
 
 /// One figure, us, with its source and how it was obtained.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Figure {
-    pub us: f64,
-    pub source: Source,
-    pub how: String,
+pub(crate) struct Figure {
+    pub(crate) us: f64,
+    pub(crate) source: Source,
+    pub(crate) how: String,
 }
 
 pub(crate) fn fig(us: f64, source: Source, how: impl Into<String>) -> Figure {
@@ -23,11 +23,11 @@ pub(crate) fn fig(us: f64, source: Source, how: impl Into<String>) -> Figure {
 
 /// One line of the verify as it ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Part {
-    pub name: String,
+pub(crate) struct Part {
+    pub(crate) name: String,
     /// 0: a whole; 1: a part of the line above.
-    pub depth: u8,
-    pub figure: Figure,
+    pub(crate) depth: u8,
+    pub(crate) figure: Figure,
 }
 
 pub(crate) fn part(name: &str, depth: u8, figure: Figure) -> Part {
@@ -43,7 +43,7 @@ pub(crate) fn part(name: &str, depth: u8, figure: Figure) -> Part {
 /// its name ([`Row::name`], the JSON's `name`) comes from it. A new what-if row (the
 /// speculative cycle's: another drafter, another k) is a new variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Row {
+pub(crate) enum Row {
     /// The verify as it ran, launched as the evidence says.
     AsRan(LaunchMode),
     /// As the server log's tokens/s with one running request implies it.
@@ -61,7 +61,7 @@ pub enum Row {
 
 impl Row {
     /// The row's name as the answer prints it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Row::AsRan(LaunchMode::Eager) => "as it ran (eager)",
             Row::AsRan(LaunchMode::PartlyEager) => "as it ran (partly eager)",
@@ -87,24 +87,24 @@ impl Serialize for Row {
 
 /// One counterfactual (or the verify as it ran) with what it gives.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Scenario {
+pub(crate) struct Scenario {
     #[serde(rename = "name")]
-    pub row: Row,
-    pub verify: Figure,
+    pub(crate) row: Row,
+    pub(crate) verify: Figure,
     /// Tokens/s with speculation at the accept length (needs --decode-ms's baseline too).
-    pub tokens_per_s: Option<f64>,
+    pub(crate) tokens_per_s: Option<f64>,
     /// Tokens/s over decoding without speculation.
-    pub vs_baseline: Option<f64>,
+    pub(crate) vs_baseline: Option<f64>,
     /// The accept length at which this verify breaks even (needs --decode-ms).
-    pub breakeven_tau: Option<f64>,
+    pub(crate) breakeven_tau: Option<f64>,
     /// True when the row's own figure fell below the floor of a verify on this machine and
     /// the row is held at it ([`crate::speculative::bound`]).
-    pub at_floor: bool,
+    pub(crate) at_floor: bool,
     /// Low and high of the verify from the model's stated error on the row's modeled part, us
     /// (`None`: nothing modeled in it, or the error is not known).
-    pub range_us: Option<[f64; 2]>,
+    pub(crate) range_us: Option<[f64; 2]>,
     /// Tokens/s at the high and low ends of `range_us`.
-    pub tokens_per_s_range: Option<[f64; 2]>,
+    pub(crate) tokens_per_s_range: Option<[f64; 2]>,
     /// The plain decode step the row is compared with, ms: the given one, less what the
     /// row's change (an NCCL setting, the one-shot all-reduce) would save on the decode too.
     pub plain_decode_ms: Option<f64>,
@@ -206,13 +206,13 @@ pub struct StepParts {
 
 /// The verify's collectives and the as-ran figures the counterfactuals start from.
 pub(crate) struct Base {
-    pub verify: Option<Figure>,
-    pub transfer: Figure,
+    pub(crate) verify: Option<Figure>,
+    pub(crate) transfer: Figure,
     /// What a CUDA graph removes (waiting), when known.
-    pub waiting: Option<Figure>,
+    pub(crate) waiting: Option<Figure>,
     /// The verify from a CUDA graph.
-    pub graph: Option<Figure>,
-    pub already_graph: bool,
+    pub(crate) graph: Option<Figure>,
+    pub(crate) already_graph: bool,
     /// The graph figure is the model's price of the whole forward (no measured part in it).
-    pub graph_modeled_whole: bool,
+    pub(crate) graph_modeled_whole: bool,
 }

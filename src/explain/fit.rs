@@ -24,22 +24,22 @@ pub(crate) const TOLERANCE: f64 = 0.01;
 
 /// The host gaps that reproduce an observed in-collective time (all modeled).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct JitterFit {
+pub(crate) struct JitterFit {
     /// Mean host time before each collective, us (held fixed).
-    pub mean_us: f64,
+    pub(crate) mean_us: f64,
     /// Where the mean came from.
-    pub mean_from: String,
+    pub(crate) mean_from: String,
     /// The fitted standard deviation of one gap, us.
-    pub jitter_us: f64,
+    pub(crate) jitter_us: f64,
     /// The in-collective time to reproduce, per verify of the schedule, us.
-    pub target_us: f64,
+    pub(crate) target_us: f64,
     /// The model's in-collective time at the fitted jitter, us, and its standard error.
-    pub modeled_us: f64,
-    pub modeled_se_us: f64,
+    pub(crate) modeled_us: f64,
+    pub(crate) modeled_se_us: f64,
     /// Whether the target was reached (false: the largest jitter tried falls short).
-    pub reached: bool,
+    pub(crate) reached: bool,
     /// How it was computed.
-    pub method: String,
+    pub(crate) method: String,
 }
 
 fn gaps(mean_us: f64, jitter_us: f64) -> HostGaps {
@@ -52,7 +52,7 @@ fn gaps(mean_us: f64, jitter_us: f64) -> HostGaps {
 
 /// The modeled in-collective time of one verify of `s` (collectives only, as `verify --mode
 /// comm` replays it) with gaps of `mean_us` +- `jitter_us` before each collective.
-pub fn in_collective_us(
+pub(crate) fn in_collective_us(
     s: &Schedule,
     nranks: usize,
     transfer_us: &[f64],
@@ -75,7 +75,7 @@ pub fn in_collective_us(
 /// Bisects the jitter in [0, min(4 x mean, the gap limit)] until the modeled in-collective
 /// time of `s` is within [`TOLERANCE`] of `target_us`. `transfer_us`: the model's device time of
 /// each collective, in order.
-pub fn fit(
+pub(crate) fn fit(
     s: &Schedule,
     nranks: usize,
     transfer_us: &[f64],

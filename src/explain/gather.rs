@@ -11,7 +11,7 @@ use crate::record::{Body, Mode};
 use crate::trace::{Analysis, TraceRequest};
 
 /// The evidence once read.
-pub struct Gathered {
+pub(crate) struct Gathered {
     pub trace: Option<Analysis>,
     pub server_log: Option<ServerLog>,
     pub nccl_logs: Vec<NcclLogText>,
@@ -21,7 +21,7 @@ pub struct Gathered {
 }
 
 /// Reads every file of `req` (no printing).
-pub fn gather(req: &ExplainRequest) -> anyhow::Result<Gathered> {
+pub(crate) fn gather(req: &ExplainRequest) -> anyhow::Result<Gathered> {
     // In this order: the first file that cannot be read is the one named.
     Ok(Gathered {
         trace: (!req.traces.is_empty())
@@ -40,20 +40,20 @@ pub fn gather(req: &ExplainRequest) -> anyhow::Result<Gathered> {
 
 /// The best point of a sweep's results file against its baseline (NCCL's defaults).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SweepBest {
-    pub file: String,
+pub(crate) struct SweepBest {
+    pub(crate) file: String,
     /// `NCCL_PROTO=LL` or `(defaults)`.
-    pub setting: String,
-    pub overrides: Vec<(String, String)>,
+    pub(crate) setting: String,
+    pub(crate) overrides: Vec<(String, String)>,
     /// Best / baseline, of the column ranked (graph when present).
-    pub ratio: f64,
-    pub graph: bool,
-    pub mode: String,
+    pub(crate) ratio: f64,
+    pub(crate) graph: bool,
+    pub(crate) mode: String,
     /// `measured` or `modeled` (or `mixed`).
-    pub source: String,
-    pub points: usize,
+    pub(crate) source: String,
+    pub(crate) points: usize,
     /// The tensor-parallel size the sweep ran at.
-    pub tp: u64,
+    pub(crate) tp: u64,
 }
 
 /// Reads a sweep's results file and takes its fastest point (collectives-only runs when the

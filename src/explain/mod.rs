@@ -41,7 +41,7 @@ use serde::Serialize;
 use crate::costmodel::ModelSettings;
 use crate::evidence::checks::{self, TracedStep};
 use crate::evidence::{Labelled, ServerLog, Source};
-pub use crate::model::Engine;
+pub(crate) use crate::model::Engine;
 use crate::model::Schedule;
 use crate::request::{RankInputs, RankRule, Workload, DEFAULT_RANKS, MAX_RANKS};
 use crate::speculative::inputs::{Acceptance, Times};
@@ -49,40 +49,40 @@ use crate::trace::analysis::ms;
 use crate::trace::traps;
 use advice::{EngineFlag, NextStep};
 use figures::Base;
-pub use figures::{Cycle, Figure, Part, Row, Scenario};
+pub(crate) use figures::{Cycle, Part, Row, Scenario};
 use fit::JitterFit;
-pub use gather::{gather, Gathered};
-pub use observed::Observed;
+pub(crate) use gather::{gather, Gathered};
+pub(crate) use observed::Observed;
 use pricing::Pricing;
-pub use request::ExplainRequest;
+pub(crate) use request::ExplainRequest;
 
 /// The whole answer (the `data` of the JSON record).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Explanation {
+pub(crate) struct Explanation {
     /// What was read, one line per piece of evidence.
-    pub evidence: Vec<String>,
-    pub ranks: usize,
+    pub(crate) evidence: Vec<String>,
+    pub(crate) ranks: usize,
     /// The schedule the model priced (`kimi-k2.5 verify, TP=8, 3 tokens: 124 collectives`).
-    pub schedule: String,
+    pub(crate) schedule: String,
     /// The same, as fields: model, phase, TP, tokens, collective counts and bytes.
-    pub workload: crate::record::Workload,
-    pub pricing: Pricing,
-    pub as_ran: Vec<Part>,
-    pub scenarios: Vec<Scenario>,
-    pub cycle: Cycle,
+    pub(crate) workload: crate::record::RecordedWorkload,
+    pub(crate) pricing: Pricing,
+    pub(crate) as_ran: Vec<Part>,
+    pub(crate) scenarios: Vec<Scenario>,
+    pub(crate) cycle: Cycle,
     /// The model held to the user's decode, the floor of every row, the stated error.
-    pub calibration: Option<calibration::Calibration>,
-    pub fit: Option<JitterFit>,
+    pub(crate) calibration: Option<calibration::Calibration>,
+    pub(crate) fit: Option<JitterFit>,
     /// The few sentences of the answer.
-    pub summary: Vec<String>,
-    pub next: Vec<NextStep>,
-    pub engine_flags: Vec<EngineFlag>,
-    pub traps: Vec<traps::Finding>,
-    pub notes: Vec<String>,
+    pub(crate) summary: Vec<String>,
+    pub(crate) next: Vec<NextStep>,
+    pub(crate) engine_flags: Vec<EngineFlag>,
+    pub(crate) traps: Vec<traps::TrapCheck>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Validates the request and explains the evidence.
-pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation> {
+pub(crate) fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation> {
     let times = check_given(req, g)?;
     let mut notes = vec![];
     // A trace of another kind of job (training) is refused before anything is read from it.
@@ -141,7 +141,7 @@ pub fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Explanation
         evidence,
         ranks: run.ranks,
         schedule: run.words(),
-        workload: crate::record::Workload::of(&run.schedule),
+        workload: crate::record::RecordedWorkload::of(&run.schedule),
         pricing: run.pricing,
         as_ran,
         scenarios,
@@ -480,7 +480,7 @@ fn rows(
 /// The known traps, each with its evidence; NCCL's search at its floor across sockets priced:
 /// what a topology file is worth, as the model prices the same verify with and without the
 /// cross-socket penalty.
-fn traps(req: &ExplainRequest, g: &Gathered, run: &Run) -> Vec<traps::Finding> {
+fn traps(req: &ExplainRequest, g: &Gathered, run: &Run) -> Vec<traps::TrapCheck> {
     let mut found = traps::check(&traps::Inputs {
         trace: g.trace.as_ref(),
         server_log: g.server_log.as_ref(),
@@ -537,6 +537,9 @@ fn resolve_cycle(
     let logged = g.server_log.as_ref().and_then(|l| l.accept_length.clone());
     if flags.acceptance.is_none() {
         flags.measured_accept_length = logged;
+        if let Some(p) = &req.server_log {
+            flags.measured_from = format!("--server-log '{}'", p.display());
+        }
     } else if logged.is_some() {
         notes.push("the acceptance flag wins over the server log's accept length".into());
     }

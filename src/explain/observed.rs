@@ -13,10 +13,10 @@ pub(crate) const MAX_TIME_US: f64 = 1e6;
 
 /// COUNT collectives of TIME each, per verify.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Observed {
-    pub count: u64,
+pub(crate) struct Observed {
+    pub(crate) count: u64,
     /// Time of one collective as the profiler shows it (transfer + waiting), us.
-    pub time_us: f64,
+    pub(crate) time_us: f64,
 }
 
 impl Observed {

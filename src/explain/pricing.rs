@@ -14,40 +14,40 @@ use crate::request::Launcher;
 
 /// The model's prices for one schedule on `nranks` ranks (device times, us).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Pricing {
+pub(crate) struct Pricing {
     /// The profile's name (and file).
-    pub profile: String,
-    pub nranks: usize,
+    pub(crate) profile: String,
+    pub(crate) nranks: usize,
     /// Device time of each collective of the schedule, in order, NCCL's default choice.
-    pub per_collective_us: Vec<f64>,
+    pub(crate) per_collective_us: Vec<f64>,
     /// Their sum: the transfer of one verify.
-    pub transfer_us: f64,
+    pub(crate) transfer_us: f64,
     /// NCCL's choice for the most frequent all-reduce (`Ring/LL`).
-    pub choice: String,
+    pub(crate) choice: String,
     /// The fastest forced setting the model knows (`NCCL_PROTO=LL NCCL_ALGO=Ring`) and its
     /// transfer; the default choice when nothing is faster.
-    pub best_setting: String,
-    pub best_transfer_us: f64,
+    pub(crate) best_setting: String,
+    pub(crate) best_transfer_us: f64,
     /// Transfer with every all-reduce run by the one-shot P2P kernel (the all-gather stays on
     /// NCCL), or why it cannot run here. JSON: `{"transfer_us": US}` or `{"unavailable": WHY}`.
     #[serde(rename = "oneshot", serialize_with = "oneshot_json")]
-    pub oneshot_transfer_us: Result<f64, String>,
+    pub(crate) oneshot_transfer_us: Result<f64, String>,
     /// The weight streaming of the compute ops at the profile's HBM bandwidth (no launches);
     /// `None` when the schedule has no compute (a trace export).
-    pub compute_us: Option<f64>,
+    pub(crate) compute_us: Option<f64>,
     /// The gap between two kernel nodes of a CUDA graph.
-    pub launch_graph_us: f64,
+    pub(crate) launch_graph_us: f64,
     /// The link between the GPUs (`nvlink`, `pcie`, `shm`).
-    pub link_kind: String,
+    pub(crate) link_kind: String,
     /// Where the profile is a fit: the settings left out of the best-setting search because the
     /// fit held their parameters at its base's values, and the sizes of the verify outside the
     /// fitted range (lines for the notes; empty for a built-in profile).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub held: Vec<String>,
+    pub(crate) held: Vec<String>,
     /// Where the profile is a fit that did not pin down the P2P terms: the line the one-shot
     /// rows carry (they are priced from the base's values).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub oneshot_held: Option<String>,
+    pub(crate) oneshot_held: Option<String>,
 }
 
 fn oneshot_json<S: serde::Serializer>(v: &Result<f64, String>, s: S) -> Result<S::Ok, S::Error> {

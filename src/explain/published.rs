@@ -153,7 +153,7 @@ impl RunSpec {
 /// Reads a runs file.
 pub(crate) fn read(path: &Path) -> anyhow::Result<RunsFile> {
     let give = "a runs file of the form of tests/data/published-spec-runs.json";
-    let text = crate::util::read_text(path, "runs file", give)?;
+    let text = crate::util::read_text(path, "runs file", give, crate::util::read::CONFIG)?;
     serde_json::from_str(&text).map_err(|e| {
         crate::error::usage(format!(
             "{}: not a runs file ({e}); see tests/data/published-spec-runs.json for the form",

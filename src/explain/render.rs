@@ -95,7 +95,7 @@ fn as_ran_title(e: &Explanation) -> &'static str {
 }
 
 /// The text table.
-pub fn text(e: &Explanation) -> String {
+pub(crate) fn text(e: &Explanation) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -210,7 +210,7 @@ fn md_escape(x: &str) -> String {
 }
 
 /// The Markdown page.
-pub fn markdown(e: &Explanation) -> String {
+pub(crate) fn markdown(e: &Explanation) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,

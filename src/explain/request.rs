@@ -12,38 +12,38 @@ use super::observed::Observed;
 
 /// Everything `verifybench explain` needs, free of any command-line parser.
 #[derive(Debug, Clone, Default)]
-pub struct ExplainRequest {
+pub(crate) struct ExplainRequest {
     /// Profiler traces (files or folders), one per rank.
-    pub traces: Vec<PathBuf>,
+    pub(crate) traces: Vec<PathBuf>,
     /// NCCL logs (INIT, GRAPH, ENV lines) for the traps.
-    pub nccl_logs: Vec<PathBuf>,
+    pub(crate) nccl_logs: Vec<PathBuf>,
     /// The server's log (SGLang or vLLM).
-    pub server_log: Option<PathBuf>,
+    pub(crate) server_log: Option<PathBuf>,
     /// A sweep's results file.
     pub sweep: Option<PathBuf>,
     /// A decision file of `verifybench choose`: the one-shot rows take its choice per size.
     pub allreduce_choice: Option<PathBuf>,
     /// What the profiler showed inside the collectives of one verify.
-    pub observed: Option<Observed>,
+    pub(crate) observed: Option<Observed>,
     /// The verify step as it ran, ms.
-    pub verify_ms: Option<f64>,
+    pub(crate) verify_ms: Option<f64>,
     /// Decode, draft, draft steps, overhead and acceptance, as `breakeven` takes them
     /// (`verify_ms` unused here).
-    pub cycle: Flags,
+    pub(crate) cycle: Flags,
     /// The given decode step ran eagerly (else it is taken as run from a CUDA graph, the
     /// engines' default).
-    pub decode_eager: bool,
+    pub(crate) decode_eager: bool,
     /// Ranks (GPUs of the tensor-parallel group).
-    pub gpus: Option<usize>,
+    pub(crate) gpus: Option<usize>,
     /// Model, tp and tokens of the verify (the schedule the model prices).
-    pub workload: Workload,
+    pub(crate) workload: Workload,
     /// Whether `--tokens` was given (else k + 1 when --draft-steps is, else 3).
-    pub tokens_given: bool,
-    pub model: ModelSettings,
+    pub(crate) tokens_given: bool,
+    pub(crate) model: ModelSettings,
     /// Which engine's flags to show (else the server log's engine, else both).
-    pub engine: Option<Engine>,
+    pub(crate) engine: Option<Engine>,
     /// NCCL settings the user gave the server (NAME, VALUE), checked against its NCCL log.
-    pub expect: Vec<(String, String)>,
-    pub format: Format,
-    pub export_json: Option<PathBuf>,
+    pub(crate) expect: Vec<(String, String)>,
+    pub(crate) format: Format,
+    pub(crate) export_json: Option<PathBuf>,
 }

@@ -14,8 +14,8 @@ use crate::trace::analysis::ms;
 /// What every row is held to and priced against: the cycle, and the model held to the
 /// user's decode.
 pub(crate) struct Frame<'a> {
-    pub cycle: &'a Cycle,
-    pub calib: Option<&'a Calibration>,
+    pub(crate) cycle: &'a Cycle,
+    pub(crate) calib: Option<&'a Calibration>,
 }
 
 /// The uncertain parts of a row's verify, us: `modeled`, the model's own price (the row's

@@ -60,24 +60,47 @@ fn observed_numbers_split_into_modeled_transfer_and_inferred_waiting() {
     // 30 ms - 24.4 ms of compute and idle
     assert!((part("compute + idle").us - 5_600.0).abs() < 1e-6);
     // the graph row would be the verify less the waiting (8.5 ms), faster than the given
-    // decode step of 12.2 ms: it is held at the floor, the decode step plus what the model says
-    // 3 tokens add over 1; tokens/s = 2.5 / verify (k = 2, free drafting)
+    // decode step of 12.2 ms: it is held at the floor, the decode step plus what the 3 tokens
+    // add over 1 (the model's verify over its decode, scaled as the given decode scales the
+    // model's: phi x D x (M_verify - M_decode) / M_decode, at the low end of the engine terms'
+    // held-out spread); tokens/s = 2.5 / the step, the step = the verify + k = 2 draft forwards
+    // (the draft's schedule scaled the same way, plus each forward's fixed cost o x D) + the
+    // drafted tokens' bookkeeping (tau x 1 request x 2 tokens)
     let g = e.scenarios.iter().find(|s| s.row == Row::Graph).unwrap();
     let candidate = 30_000.0 - (24_400.0 - x);
     let cal = e.calibration.as_ref().unwrap();
-    let floor = 12_200.0 + (cal.model_verify_us - cal.model_decode_us).max(0.0);
+    let (t, d) = (&cal.engine.terms, 12_200.0);
+    let (md, mv) = (cal.model_decode_us, cal.model_verify_us);
+    let extra = t.scaling * d * (mv - md) / md;
+    let floor = d + extra / (1.0 + cal.engine.increment_spread[1]);
     assert!(candidate < 12_200.0 && floor >= 12_200.0);
     assert!((cal.floor_ms.ms * 1000.0 - floor).abs() < 1e-6);
     assert!(g.at_floor);
     assert!((g.verify.us - floor).abs() < 1e-6);
-    let tps = 1000.0 * 2.5 / (floor / 1000.0);
+    let drafts = t.scaling * d * cal.model_drafts_us.unwrap() / md + 2.0 * t.draft_forward * d;
+    let overhead = t.per_draft_token_us * 2.0;
+    let step = floor + drafts + overhead;
+    assert!(
+        (g.step.step_us - step).abs() < 1e-6,
+        "{} {step}",
+        g.step.step_us
+    );
+    let tps = 2.5 * 1e6 / step;
     assert!((g.tokens_per_s.unwrap() - tps).abs() < 1e-6);
     assert!((g.vs_baseline.unwrap() - tps / (1000.0 / 12.2)).abs() < 1e-9);
     assert!(g.vs_baseline.unwrap() <= 2.5);
-    // the model's own decode is shown beside the given one, the rest not modeled
-    assert!((cal.not_modeled_us.unwrap() - (12_200.0 - cal.model_decode_us)).abs() < 1e-6);
-    // as it ran: 2.5 / 30 ms = 83.3 tok/s
-    assert!((e.scenarios[0].tokens_per_s.unwrap() - 83.333_333).abs() < 1e-3);
+    // the engine's own work per step: (1 - phi) x the given decode
+    let engine = cal.step.unwrap().engine_us;
+    assert!((engine - (1.0 - t.scaling) * d).abs() < 1e-6);
+    // the graph row's range reaches up by what the inference missed the floor by
+    let [lo, hi] = g.range_us.unwrap();
+    assert!(
+        lo >= floor - 1e-6 && hi >= floor + (floor - candidate) - 1e-6,
+        "{lo} {hi}"
+    );
+    // as it ran: 2.5 / (30 ms + the drafts and the bookkeeping)
+    let ran = 2.5 * 1e6 / (30_000.0 + drafts + overhead);
+    assert!((e.scenarios[0].tokens_per_s.unwrap() - ran).abs() < 1e-6);
     assert_eq!(e.cycle.draft_steps, 2);
     assert!(e
         .summary
@@ -181,9 +204,14 @@ INFO 05-01 10:00:00 [metrics.py:86] SpecDecoding metrics: Mean acceptance length
     assert_eq!(status("eager-verify"), traps::Status::Found);
     assert_eq!(status("engine-custom-ar-off"), traps::Status::Found);
     assert_eq!(status("nccl-graph-search-sys"), traps::Status::NotChecked);
-    // the accept length of the log drives tokens/s: 2.278 / 30 ms
-    let t = e.scenarios[0].tokens_per_s.unwrap();
-    assert!((t - 2.278 / 0.030).abs() < 0.05, "{t}");
+    // the accept length of the log drives tokens/s: 2.278 over the step, 30 ms and the three
+    // draft forwards and the bookkeeping the engine terms price
+    let sc = &e.scenarios[0];
+    let c = &e.cycle;
+    let step = 30_000.0 + 1000.0 * (3.0 * c.draft_ms.value + c.overhead_ms.value);
+    assert!((sc.step.step_us - step).abs() < 1e-6);
+    let t = sc.tokens_per_s.unwrap();
+    assert!((t - 2.278 * 1e6 / step).abs() < 0.05, "{t}");
 }
 
 #[test]
@@ -204,8 +232,16 @@ fn the_logged_throughput_gives_a_derived_verify_row() {
     r.cycle.draft_ms = Some(1.0);
     let e = explain(&r, &g).unwrap();
     let row = e.scenarios.iter().find(|s| s.row == Row::Logged).unwrap();
-    // 2.5 tokens at 100 tok/s: a 25 ms cycle, less 2 draft steps of 1 ms: a 23 ms verify
-    assert!((row.verify.us - 23_000.0).abs() < 1e-6, "{}", row.verify.us);
+    // 2.5 tokens at 100 tok/s: a 25 ms cycle, less 2 draft steps of 1 ms and the drafted
+    // tokens' bookkeeping (the engine terms: tau x 1 request x 2 tokens)
+    let book = 1000.0 * e.cycle.overhead_ms.value;
+    let t = &e.calibration.as_ref().unwrap().engine.terms;
+    assert!((book - t.per_draft_token_us * 2.0).abs() < 1e-9);
+    assert!(
+        (row.verify.us - (23_000.0 - book)).abs() < 1e-6,
+        "{}",
+        row.verify.us
+    );
     assert_eq!(row.verify.source, Source::Derived);
     assert_eq!(row.tokens_per_s, Some(100.0));
 }
@@ -248,9 +284,14 @@ fn no_row_beats_the_decode_step_or_gains_more_than_the_accept_length() {
                         sc.row.name(),
                         sc.vs_baseline.unwrap()
                     );
-                    // the row's tokens/s is tau over its own cycle
-                    let cycle = 3.0 * draft + sc.verify.us / 1000.0;
+                    // the row's tokens/s is tau over its own cycle: the drafts, the verify and
+                    // the drafted tokens' bookkeeping
+                    let cycle = 3.0 * draft + sc.verify.us / 1000.0 + e.cycle.overhead_ms.value;
                     assert!((sc.tokens_per_s.unwrap() - 1000.0 * tau / cycle).abs() < 1e-6);
+                    // every figure finite, and the point inside its range
+                    if let Some([lo, hi]) = sc.step.range_us {
+                        assert!(lo <= sc.step.step_us + 1e-6 && sc.step.step_us <= hi + 1e-6);
+                    }
                 }
                 // a given verify below the given decode is warned about
                 assert_eq!(

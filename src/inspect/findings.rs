@@ -19,7 +19,7 @@ use super::walk::{ProcessInfo, Tree};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Set in the root, absent in a descendant.
     MissingInDescendant,
     /// Absent from the root's start-time environment, present in a descendant: set after the
@@ -47,7 +47,7 @@ pub enum Kind {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Severity {
+pub(crate) enum Severity {
     /// The settings may not be what the user thinks.
     Warning,
     /// Worth knowing; not a problem by itself.
@@ -55,26 +55,26 @@ pub enum Severity {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finding {
-    pub kind: Kind,
-    pub severity: Severity,
+pub(crate) struct Finding {
+    pub(crate) kind: Kind,
+    pub(crate) severity: Severity,
     /// The variable concerned, when there is one.
-    pub variable: Option<String>,
+    pub(crate) variable: Option<String>,
     /// The processes concerned.
-    pub pids: Vec<u32>,
+    pub(crate) pids: Vec<u32>,
     /// One sentence for a person.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// One `--expect NAME=VALUE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Expect {
-    pub name: String,
-    pub value: String,
+pub(crate) struct Expect {
+    pub(crate) name: String,
+    pub(crate) value: String,
 }
 
 /// Parses `NAME=VALUE` (VALUE may be empty: the variable must be set to the empty string).
-pub fn parse_expect(s: &str) -> Result<Expect, String> {
+pub(crate) fn parse_expect(s: &str) -> Result<Expect, String> {
     let (name, value) = s
         .split_once('=')
         .ok_or_else(|| format!("--expect {s:?}: write NAME=VALUE, e.g. --expect NCCL_PROTO=LL"))?;
@@ -96,7 +96,7 @@ pub fn parse_expect(s: &str) -> Result<Expect, String> {
 /// Which processes a check covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Basis {
+pub(crate) enum Basis {
     /// The processes with a GPU open.
     GpuHolders,
     /// Every process of the tree (none has a GPU open, or none could be seen to).
@@ -117,27 +117,27 @@ impl Basis {
 
 /// A process where an expectation failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ExpectFailure {
-    pub pid: u32,
+pub(crate) struct ExpectFailure {
+    pub(crate) pid: u32,
     /// Its value; `null` when unset or unreadable.
-    pub actual: Option<String>,
+    pub(crate) actual: Option<String>,
     /// The environment could not be read, so the expectation cannot be proven.
-    pub unreadable: bool,
+    pub(crate) unreadable: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ExpectResult {
-    pub variable: String,
-    pub expected: String,
-    pub basis: Basis,
+pub(crate) struct ExpectResult {
+    pub(crate) variable: String,
+    pub(crate) expected: String,
+    pub(crate) basis: Basis,
     /// Every process checked.
-    pub checked: Vec<u32>,
-    pub failures: Vec<ExpectFailure>,
-    pub ok: bool,
+    pub(crate) checked: Vec<u32>,
+    pub(crate) failures: Vec<ExpectFailure>,
+    pub(crate) ok: bool,
 }
 
 /// `pid` or `pid (GPU 0,1)`.
-pub fn label(p: &ProcessInfo) -> String {
+pub(crate) fn label(p: &ProcessInfo) -> String {
     match &p.gpus {
         Some(g) if !g.is_empty() => {
             let g: Vec<String> = g.iter().map(|i| i.to_string()).collect();
@@ -147,13 +147,23 @@ pub fn label(p: &ProcessInfo) -> String {
     }
 }
 
-/// A value as shown in a sentence: `LL`, `""` for empty, `unset`.
+/// A value as shown in a sentence: `LL`, `""` for empty, `unset`; escaped ([`shown`]).
 pub(crate) fn show_value(v: Option<&str>) -> String {
     match v {
         None => "unset".into(),
         Some("") => "\"\"".into(),
-        Some(v) => v.into(),
+        Some(v) => shown(v),
     }
+}
+
+/// The longest text read from /proc that a line shows whole (a variable, a value, a path).
+pub(crate) const SHOWN_MAX: usize = 4096;
+
+/// Text read from /proc (a variable's name or value, a command line, a mapped file's name) as
+/// a line of the report shows it: escaped by [`crate::util::escaped`], so that a process
+/// cannot write control characters to the terminal or hide text in the report.
+pub(crate) fn shown(text: &str) -> String {
+    crate::util::escaped(text, SHOWN_MAX)
 }
 
 fn list(ps: &[&ProcessInfo]) -> String {
@@ -168,7 +178,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 const PER_WORKER: &[&str] = &["CUDA_VISIBLE_DEVICES"];
 
 /// All findings for one tree, warnings first.
-pub fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
+pub(crate) fn analyze(tree: &Tree, expects: &[Expect]) -> Vec<Finding> {
     let readable: Vec<&ProcessInfo> = tree.processes.iter().filter(|p| p.env.is_some()).collect();
     let any_gpu = tree.processes.iter().any(|p| p.holds_gpu());
     let root_env = tree
@@ -225,7 +235,8 @@ fn missing_in_descendants(
             variable: Some(name.clone()),
             pids: missing.iter().map(|p| p.pid).collect(),
             message: format!(
-                "{name}={} is set in the root (pid {}) but missing in {} of {} {}: {}{}",
+                "{}={} is set in the root (pid {}) but missing in {} of {} {}: {}{}",
+                shown(name),
                 show_value(Some(value)),
                 tree.root,
                 missing.len(),
@@ -277,9 +288,10 @@ fn not_in_root(
                 variable: Some(name.clone()),
                 pids: having.iter().map(|p| p.pid).collect(),
                 message: format!(
-                    "{name} is not in the environment the root (pid {}) was started with, but \
+                    "{} is not in the environment the root (pid {}) was started with, but \
                      {} {} it: {}; it was set after the root started (e.g. os.environ) or by \
                      the code that started {}, so only processes started later get it",
+                    shown(name),
                     tree.root,
                     having.len(),
                     if having.len() == 1 {
@@ -338,7 +350,8 @@ fn disagreements(readable: &[&ProcessInfo], any_gpu: bool) -> Vec<Finding> {
             variable: Some(name.clone()),
             pids: group.iter().map(|p| p.pid).collect(),
             message: format!(
-                "{name} differs across {}: {}",
+                "{} differs across {}: {}",
+                shown(name),
                 basis.describe(),
                 parts.join("; ")
             ),
@@ -387,7 +400,8 @@ fn unknown_name(name: &str, where_: String, pids: Vec<u32>) -> Option<Finding> {
             variable: Some(name.into()),
             pids,
             message: format!(
-                "{name} is read by PyTorch (old name of {torch}), not by NCCL; {where_}"
+                "{} is read by PyTorch (old name of {torch}), not by NCCL; {where_}",
+                shown(name)
             ),
         });
     }
@@ -402,7 +416,8 @@ fn unknown_name(name: &str, where_: String, pids: Vec<u32>) -> Option<Finding> {
         variable: Some(name.into()),
         pids,
         message: format!(
-            "{name} is not a variable NCCL reads, so it changes nothing{hint}; {where_}"
+            "{} is not a variable NCCL reads, so it changes nothing{hint}; {where_}",
+            shown(name)
         ),
     })
 }
@@ -455,7 +470,7 @@ fn unseen(tree: &Tree, no_nccl: bool) -> Vec<Finding> {
         let parts: Vec<String> = tree
             .skipped
             .iter()
-            .map(|s| format!("{} ({}): {}", s.pid, s.comm, s.reason))
+            .map(|s| format!("{} ({}): {}", s.pid, shown(&s.comm), s.reason))
             .collect();
         out.push(Finding {
             kind: Kind::Exited,
@@ -515,7 +530,7 @@ fn nccl_findings(tree: &Tree) -> Vec<Finding> {
             .iter()
             .map(|(lib, ps)| {
                 let who: Vec<String> = ps.iter().map(|p| label(p)).collect();
-                format!("{lib} in {}", who.join(", "))
+                format!("{} in {}", shown(lib), who.join(", "))
             })
             .collect();
         out.push(Finding {
@@ -549,16 +564,17 @@ fn nccl_findings(tree: &Tree) -> Vec<Finding> {
         if own.iter().any(|m| m.path == want || m.path == *asked) {
             continue;
         }
-        let maps: Vec<String> = own.iter().map(|m| m.describe()).collect();
+        let maps: Vec<String> = own.iter().map(|m| shown(&m.describe())).collect();
         out.push(Finding {
             kind: Kind::NcclNotTheOneNamed,
             severity: Severity::Warning,
             variable: Some(ncclmaps::SO_PATH_VAR.into()),
             pids: vec![p.pid],
             message: format!(
-                "{} was started with {}={asked} but maps {}: the NCCL it runs is not the one named",
+                "{} was started with {}={} but maps {}: the NCCL it runs is not the one named",
                 label(p),
                 ncclmaps::SO_PATH_VAR,
+                shown(asked),
                 maps.join(" and ")
             ),
         });
@@ -568,7 +584,7 @@ fn nccl_findings(tree: &Tree) -> Vec<Finding> {
 
 /// Checks every `--expect` on the GPU-holding processes, or on every process of the tree when
 /// none holds a GPU. A process whose environment cannot be read fails: it cannot be proven.
-pub fn check_expectations(tree: &Tree, expects: &[Expect]) -> Vec<ExpectResult> {
+pub(crate) fn check_expectations(tree: &Tree, expects: &[Expect]) -> Vec<ExpectResult> {
     let any_gpu = tree.processes.iter().any(|p| p.holds_gpu());
     let (targets, basis): (Vec<&ProcessInfo>, Basis) = if any_gpu {
         (

@@ -17,19 +17,19 @@
 //!
 //! Not here: the flags (`cli/inspect.rs`).
 
-pub mod findings;
-pub mod nccl_vars;
-pub mod ncclmaps;
-pub mod procfs;
-pub mod render;
-pub mod walk;
+pub(crate) mod findings;
+pub(crate) mod nccl_vars;
+pub(crate) mod ncclmaps;
+pub(crate) mod procfs;
+pub(crate) mod render;
+pub(crate) mod walk;
 
-pub use findings::{analyze, check_expectations, parse_expect, Expect};
-pub use render::{Report, TreeReport};
-pub use walk::{find_roots, snapshot, walk, WalkError};
+pub(crate) use findings::{analyze, check_expectations, parse_expect, Expect};
+pub(crate) use render::{Report, TreeReport};
+pub(crate) use walk::{find_roots, snapshot, walk, WalkError};
 
 /// Inspects the trees under `roots`: walk, findings, expectations.
-pub fn inspect(
+pub(crate) fn inspect(
     src: &dyn procfs::ProcSource,
     table: &std::collections::HashMap<u32, procfs::Stat>,
     roots: &[u32],

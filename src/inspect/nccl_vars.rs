@@ -174,7 +174,7 @@ pub(crate) const TORCH_LEGACY_NCCL_VARS: &[(&str, &str)] = &[
 ];
 
 /// Whether NCCL reads a variable of exactly this name (names are case-sensitive).
-pub fn is_known_nccl_var(name: &str) -> bool {
+pub(crate) fn is_known_nccl_var(name: &str) -> bool {
     KNOWN_NCCL_VARS.binary_search(&name).is_ok()
 }
 
@@ -192,7 +192,7 @@ pub(crate) fn torch_legacy_alias(name: &str) -> Option<&'static str> {
 /// shortens (`NCCL_PROTOCOL` -> `NCCL_PROTO`, `NCCL_ALGORITHM` -> `NCCL_ALGO`) wins; otherwise
 /// the nearest by edit distance, if it is near enough to be a plausible typo. `None` for a known
 /// name or when nothing is close.
-pub fn suggest(name: &str) -> Option<&'static str> {
+pub(crate) fn suggest(name: &str) -> Option<&'static str> {
     if is_known_nccl_var(name) {
         return None;
     }

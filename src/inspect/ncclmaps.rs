@@ -14,28 +14,30 @@ use std::path::Path;
 use serde::Serialize;
 
 /// The variable vLLM loads its NCCL from (the path of a libnccl.so* file).
-pub const SO_PATH_VAR: &str = "VLLM_NCCL_SO_PATH";
+pub(crate) const SO_PATH_VAR: &str = "VLLM_NCCL_SO_PATH";
 
 /// What the name says when it carries no version.
-pub const UNKNOWN_FROM_NAME: &str = "version unknown from the name";
+pub(crate) const UNKNOWN_FROM_NAME: &str = "version unknown from the name";
 
 /// One NCCL library file a process has mapped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MappedNccl {
+pub(crate) struct MappedNccl {
     /// The file, as the kernel names it (symbolic links resolved).
-    pub path: String,
+    pub(crate) path: String,
     /// The version its name (or its wheel) tells; `null` when neither does.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// Where the version comes from, or [`UNKNOWN_FROM_NAME`].
-    pub version_from: String,
+    pub(crate) version_from: String,
     /// The file was deleted (or replaced) after the process mapped it: an upgrade the running
     /// process has not picked up.
-    pub deleted: bool,
+    pub(crate) deleted: bool,
 }
 
 impl MappedNccl {
-    /// `/path (2.28.3)`, `/path (version unknown from the name)`.
-    pub fn describe(&self) -> String {
+    /// `/path (2.28.3)`, `/path (version unknown from the name)`: the path as the kernel names
+    /// it (a file's name may hold any byte but `/` and NUL: print it through
+    /// [`super::findings::shown`]).
+    pub(crate) fn describe(&self) -> String {
         let v = match &self.version {
             Some(v) if self.version_from == FROM_NAME => v.clone(),
             Some(v) => format!("{v}, {}", self.version_from),
@@ -51,10 +53,10 @@ impl MappedNccl {
 }
 
 /// Where the version comes from when the file name tells it.
-pub const FROM_NAME: &str = "from the file name";
+pub(crate) const FROM_NAME: &str = "from the file name";
 
 /// Whether a file name is NCCL's library or one of its plugins: `libnccl*.so*`.
-pub fn is_nccl_file_name(name: &str) -> bool {
+pub(crate) fn is_nccl_file_name(name: &str) -> bool {
     name.starts_with("libnccl") && name.contains(".so")
 }
 
@@ -88,7 +90,7 @@ pub(crate) fn parse_maps(text: &str) -> Vec<(String, bool)> {
 
 /// The version in a library file name: `libnccl.so.2.28.3` -> `2.28.3`; None when the name
 /// has fewer than three numbers after `.so` (`libnccl.so.2`, `libnccl.so`).
-pub fn version_from_name(file_name: &str) -> Option<String> {
+pub(crate) fn version_from_name(file_name: &str) -> Option<String> {
     let (_, after) = file_name.split_once(".so.")?;
     let parts: Vec<&str> = after.split('.').collect();
     (parts.len() >= 3
@@ -128,7 +130,7 @@ fn wheel_version(path: &Path) -> Option<(String, String)> {
 
 /// The version of an NCCL library file, and where it comes from: its name, the name it links to
 /// (`libnccl.so.2` -> `libnccl.so.2.28.3`), or the pip wheel that installed it.
-pub fn version_of_file(path: &Path) -> (Option<String>, String) {
+pub(crate) fn version_of_file(path: &Path) -> (Option<String>, String) {
     let name = |p: &Path| p.file_name().and_then(|f| f.to_str()).map(str::to_string);
     if let Some(v) = name(path).as_deref().and_then(version_from_name) {
         return (Some(v), FROM_NAME.into());

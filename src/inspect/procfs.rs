@@ -11,13 +11,13 @@ use std::path::PathBuf;
 
 /// The fields of `/proc/PID/stat` the walk needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stat {
-    pub pid: u32,
+pub(crate) struct Stat {
+    pub(crate) pid: u32,
     /// The executable name (at most 15 bytes), as the kernel keeps it.
-    pub comm: String,
+    pub(crate) comm: String,
     /// R, S, D, Z (zombie: exited, not yet reaped), T, ...
-    pub state: char,
-    pub ppid: u32,
+    pub(crate) state: char,
+    pub(crate) ppid: u32,
 }
 
 /// Parses one `/proc/PID/stat` line: `pid (comm) state ppid ...`.
@@ -140,7 +140,7 @@ pub(crate) fn short_command(command: &str) -> String {
 }
 
 /// `s` cut to at most `n` characters, with `...` when cut.
-pub fn truncate(s: &str, n: usize) -> String {
+pub(crate) fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         return s.to_string();
     }
@@ -150,7 +150,7 @@ pub fn truncate(s: &str, n: usize) -> String {
 
 /// Where process information comes from. Errors keep the kernel's kind: `NotFound` (or
 /// `ESRCH`) means the process is gone, `PermissionDenied` that it belongs to someone else.
-pub trait ProcSource {
+pub(crate) trait ProcSource {
     /// Every process id present now.
     fn pids(&self) -> io::Result<Vec<u32>>;
     /// The bytes of `/proc/PID/<file>` (`stat`, `cmdline`, `environ`, `maps`).
@@ -162,7 +162,7 @@ pub trait ProcSource {
 /// The real /proc, or a directory laid out like it (tests).
 #[derive(Debug, Clone)]
 pub(crate) struct ProcFs {
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
 }
 
 impl Default for ProcFs {

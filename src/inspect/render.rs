@@ -4,36 +4,36 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::findings::{label, show_value, ExpectResult, Finding, Severity};
+use super::findings::{label, show_value, shown, ExpectResult, Finding, Severity};
 use super::procfs::{short_command, truncate};
 use super::walk::{ProcessInfo, Tree};
 
 /// One inspected tree with what was found in it.
 #[derive(Debug, Clone, Serialize)]
-pub struct TreeReport {
+pub(crate) struct TreeReport {
     #[serde(flatten)]
-    pub tree: Tree,
-    pub findings: Vec<Finding>,
-    pub expectations: Vec<ExpectResult>,
+    pub(crate) tree: Tree,
+    pub(crate) findings: Vec<Finding>,
+    pub(crate) expectations: Vec<ExpectResult>,
 }
 
 /// Everything `inspect` reports (the JSON document).
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// `verifybench.inspect/1`.
-    pub schema: &'static str,
+    pub(crate) schema: &'static str,
     /// Where each environment comes from, in words.
-    pub source: &'static str,
-    pub trees: Vec<TreeReport>,
+    pub(crate) source: &'static str,
+    pub(crate) trees: Vec<TreeReport>,
     /// Every expectation held in every tree (true when none was given).
-    pub ok: bool,
+    pub(crate) ok: bool,
 }
 
 pub(crate) const SCHEMA: &str = "verifybench.inspect/1";
 pub(crate) const SOURCE: &str = "/proc/PID/environ: the environment each process was started with";
 
 impl Report {
-    pub fn new(trees: Vec<TreeReport>) -> Report {
+    pub(crate) fn new(trees: Vec<TreeReport>) -> Report {
         let ok = trees.iter().all(|t| t.expectations.iter().all(|e| e.ok));
         Report {
             schema: SCHEMA,
@@ -47,7 +47,7 @@ impl Report {
 const COMMAND_WIDTH: usize = 72;
 
 /// The table: each process with its variables, then findings and expectations.
-pub fn render_table(r: &Report) -> String {
+pub(crate) fn render_table(r: &Report) -> String {
     let mut o = String::new();
     for (i, t) in r.trees.iter().enumerate() {
         if i > 0 {
@@ -103,7 +103,11 @@ fn render_tree(o: &mut String, t: &TreeReport) {
         let _ = writeln!(
             o,
             "{:>8} {:>8}  {:<6} [{}] skipped: {}",
-            s.pid, s.ppid, "", s.comm, s.reason
+            s.pid,
+            s.ppid,
+            "",
+            shown(&s.comm),
+            s.reason
         );
     }
     let _ = writeln!(o, "\nFindings");
@@ -145,8 +149,9 @@ fn render_process(o: &mut String, tr: &Tree, p: &ProcessInfo) {
         p.ppid,
         gpus,
         truncate(
-            // a command line of several lines (python3 -c CODE) stays on its row
-            &short_command(&p.command).replace(char::is_control, " "),
+            // a command line of several lines (python3 -c CODE) stays on its row, its control
+            // characters written as escapes
+            &shown(&short_command(&p.command)),
             COMMAND_WIDTH.saturating_sub(indent.len()).max(20)
         )
     );
@@ -173,14 +178,14 @@ fn render_process(o: &mut String, tr: &Tree, p: &ProcessInfo) {
         }
         Some(env) => {
             for (k, v) in env {
-                let _ = writeln!(o, "{pad}{k}={v}");
+                let _ = writeln!(o, "{pad}{}={}", shown(k), shown(v));
             }
         }
     }
     match (&p.nccl, &p.env) {
         (Some(libs), _) => {
             for m in libs {
-                let _ = writeln!(o, "{pad}NCCL mapped: {}", m.describe());
+                let _ = writeln!(o, "{pad}NCCL mapped: {}", shown(&m.describe()));
             }
         }
         // an unreadable environment has said why already
@@ -200,7 +205,7 @@ fn render_expectations(o: &mut String, t: &TreeReport) {
     let basis = t.expectations[0].basis.describe();
     let _ = writeln!(o, "\nExpectations (checked in {basis})");
     for e in &t.expectations {
-        let what = format!("{}={}", e.variable, e.expected);
+        let what = format!("{}={}", shown(&e.variable), shown(&e.expected));
         if e.ok {
             let _ = writeln!(o, "  ok       {what}: in all {} checked", e.checked.len());
         } else if e.checked.is_empty() {
@@ -230,6 +235,59 @@ fn render_expectations(o: &mut String, t: &TreeReport) {
                 e.checked.len(),
                 parts.join("; ")
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::walk::tests::Mock;
+
+    /// Whether a line holds a character that moves the cursor, clears the screen or hides or
+    /// reorders text.
+    fn raw(line: &str) -> bool {
+        line.chars().any(|c| {
+            c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{200b}'..='\u{200f}')
+        })
+    }
+
+    #[test]
+    fn text_from_proc_is_printed_escaped() {
+        let mut m = Mock::default();
+        let esc = "\u{1b}[2J";
+        // a process whose name, command line, variables and mapped NCCL hold control
+        // characters and a right-to-left override
+        m.add(
+            200,
+            1,
+            "evil\u{1b}]0;x\u{7}",
+            &format!("python3 -c line1{esc}\nline2\u{202e}dlrow"),
+            &[("NCCL_PROTO", "LL\u{1b}[31m"), ("NCCL_\u{1b}[2JX", "1")],
+        );
+        m.add(201, 200, "w", "python3 worker", &[("NCCL_PROTO", "Simple")]);
+        // (the kernel writes a newline of a mapped file's name as \012: no line of maps
+        // holds one)
+        let lib = format!("/opt/x{esc}\u{202e}/libnccl.so.2.28.3");
+        m.files.insert(
+            (200, "maps".into()),
+            format!("7f00-7f10 r-xp 00000000 fd:01 9 {lib}\n").into_bytes(),
+        );
+        let expects = [crate::inspect::parse_expect("NCCL_PROTO=LL").unwrap()];
+        let table = crate::inspect::snapshot(&m).unwrap();
+        let r = crate::inspect::inspect(&m, &table, &[200], &expects).unwrap();
+        let out = render_table(&r);
+        let bad: Vec<&str> = out.lines().filter(|l| raw(l)).collect();
+        assert!(bad.is_empty(), "raw control characters in: {bad:?}\n{out}");
+        // each text is there, escaped: the value, the variable, the command, the mapped file
+        for want in [
+            "NCCL_PROTO=LL\\u{1b}[31m",
+            "NCCL_\\u{1b}[2JX=1",
+            "line1\\u{1b}[2J\\nline2\\u{202e}",
+            "/opt/x\\u{1b}[2J\\u{202e}/libnccl.so.2.28.3",
+            "200: LL\\u{1b}[31m; 201: Simple",
+        ] {
+            assert!(out.contains(want), "'{want}' not in:\n{out}");
         }
     }
 }

@@ -16,34 +16,34 @@ use super::procfs::{self, ProcSource, Stat};
 
 /// One process of the tree, as read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ProcessInfo {
-    pub pid: u32,
+pub(crate) struct ProcessInfo {
+    pub(crate) pid: u32,
     /// The parent's pid.
-    pub ppid: u32,
+    pub(crate) ppid: u32,
     /// 0 for the root, 1 for its children, ...
-    pub depth: usize,
+    pub(crate) depth: usize,
     /// The executable name the kernel keeps (at most 15 bytes).
-    pub comm: String,
+    pub(crate) comm: String,
     /// The full command line, arguments joined by spaces (`[comm]` when the kernel has none).
-    pub command: String,
+    pub(crate) command: String,
     /// GPUs the process has open (`/dev/nvidiaN` file descriptors); `null` when unreadable.
-    pub gpus: Option<Vec<u32>>,
+    pub(crate) gpus: Option<Vec<u32>>,
     /// Why the open files could not be read.
-    pub gpus_error: Option<String>,
+    pub(crate) gpus_error: Option<String>,
     /// The NCCL_*, CUDA_* and TORCH_NCCL_* variables the process was started with
     /// (`/proc/PID/environ`); `null` when unreadable.
-    pub env: Option<BTreeMap<String, String>>,
+    pub(crate) env: Option<BTreeMap<String, String>>,
     /// Why the environment could not be read.
-    pub env_error: Option<String>,
+    pub(crate) env_error: Option<String>,
     /// The NCCL library files the process has mapped (`libnccl*.so*` in /proc/PID/maps), each
     /// with the version its name tells; `null` when unreadable.
-    pub nccl: Option<Vec<MappedNccl>>,
+    pub(crate) nccl: Option<Vec<MappedNccl>>,
     /// Why the mapped files could not be read.
-    pub nccl_error: Option<String>,
+    pub(crate) nccl_error: Option<String>,
     /// The file `VLLM_NCCL_SO_PATH` names, links resolved (when the process has it and the
     /// file exists here).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nccl_so_path: Option<String>,
+    pub(crate) nccl_so_path: Option<String>,
 }
 
 impl ProcessInfo {
@@ -55,25 +55,25 @@ impl ProcessInfo {
 
 /// A process of the tree that could not be reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Skipped {
-    pub pid: u32,
-    pub ppid: u32,
-    pub comm: String,
+pub(crate) struct Skipped {
+    pub(crate) pid: u32,
+    pub(crate) ppid: u32,
+    pub(crate) comm: String,
     /// Why: it exited during the walk, or it is a zombie (exited, not yet reaped).
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// The processes under one root, in tree order (each parent before its children).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Tree {
-    pub root: u32,
-    pub processes: Vec<ProcessInfo>,
-    pub skipped: Vec<Skipped>,
+pub(crate) struct Tree {
+    pub(crate) root: u32,
+    pub(crate) processes: Vec<ProcessInfo>,
+    pub(crate) skipped: Vec<Skipped>,
 }
 
 /// Why a walk could not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WalkError {
+pub(crate) enum WalkError {
     /// No process has this pid.
     NoSuchProcess(u32),
     /// /proc itself could not be listed.
@@ -96,7 +96,7 @@ impl std::fmt::Display for WalkError {
 impl std::error::Error for WalkError {}
 
 /// Every process present now, by pid. Processes that exit while being listed are left out.
-pub fn snapshot(src: &dyn ProcSource) -> Result<HashMap<u32, Stat>, WalkError> {
+pub(crate) fn snapshot(src: &dyn ProcSource) -> Result<HashMap<u32, Stat>, WalkError> {
     let pids = src.pids().map_err(|e| WalkError::Proc(e.to_string()))?;
     let mut table = HashMap::with_capacity(pids.len());
     for pid in pids {
@@ -130,7 +130,7 @@ pub(crate) fn command_of(src: &dyn ProcSource, pid: u32, comm: &str) -> Option<S
 /// The roots of the trees whose command line matches `pattern`: matching processes with no
 /// matching ancestor, leaving out `exclude` and its ancestors (this program and the shell that
 /// started it, whose command lines contain the pattern too). Sorted by pid.
-pub fn find_roots(
+pub(crate) fn find_roots(
     src: &dyn ProcSource,
     table: &HashMap<u32, Stat>,
     pattern: &regex::Regex,
@@ -168,7 +168,7 @@ pub fn find_roots(
 }
 
 /// Walks the tree under `root` using a snapshot from [`snapshot`].
-pub fn walk(
+pub(crate) fn walk(
     src: &dyn ProcSource,
     table: &HashMap<u32, Stat>,
     root: u32,
@@ -285,14 +285,21 @@ pub(crate) mod tests {
 
     /// A process table in memory; any file can be made to fail with a chosen error.
     #[derive(Default)]
-    pub struct Mock {
-        pub files: HashMap<(u32, String), Vec<u8>>,
-        pub fds: HashMap<u32, Vec<String>>,
-        pub fail: HashMap<(u32, String), io::ErrorKind>,
+    pub(crate) struct Mock {
+        pub(crate) files: HashMap<(u32, String), Vec<u8>>,
+        pub(crate) fds: HashMap<u32, Vec<String>>,
+        pub(crate) fail: HashMap<(u32, String), io::ErrorKind>,
     }
 
     impl Mock {
-        pub fn add(&mut self, pid: u32, ppid: u32, comm: &str, cmd: &str, env: &[(&str, &str)]) {
+        pub(crate) fn add(
+            &mut self,
+            pid: u32,
+            ppid: u32,
+            comm: &str,
+            cmd: &str,
+            env: &[(&str, &str)],
+        ) {
             let stat = format!("{pid} ({comm}) S {ppid} {pid} 0 0");
             self.files.insert((pid, "stat".into()), stat.into_bytes());
             let mut c: Vec<u8> = cmd.replace(' ', "\0").into_bytes();
@@ -306,7 +313,7 @@ pub(crate) mod tests {
             self.files.insert((pid, "maps".into()), vec![]);
             self.fds.insert(pid, vec!["/dev/null".into()]);
         }
-        pub fn fail(&mut self, pid: u32, file: &str, kind: io::ErrorKind) {
+        pub(crate) fn fail(&mut self, pid: u32, file: &str, kind: io::ErrorKind) {
             self.fail.insert((pid, file.into()), kind);
         }
     }

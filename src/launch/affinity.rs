@@ -18,11 +18,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::request::CpuAffinity;
+pub(crate) use crate::request::CpuAffinity;
 
 impl CpuAffinity {
     /// The command-line form (`auto`, `none`, `0-7,16-23`), for a worker's arguments.
-    pub fn arg(&self) -> String {
+    pub(crate) fn arg(&self) -> String {
         match self {
             CpuAffinity::Auto => "auto".into(),
             CpuAffinity::None => "none".into(),
@@ -147,21 +147,21 @@ pub(crate) fn node_cpus(root: &Path, node: u32) -> Result<Vec<usize>, String> {
 /// What a rank's affinity came to, for the provenance.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct AffinityFacts {
+pub(crate) struct AffinityFacts {
     /// `auto`, `none` or the list asked for.
-    pub requested: String,
+    pub(crate) requested: String,
     /// The CPUs pinned to (compact list), or `None` when left as inherited.
-    pub cpus: Option<String>,
+    pub(crate) cpus: Option<String>,
     /// The GPU's NUMA node (auto).
-    pub numa_node: Option<u32>,
+    pub(crate) numa_node: Option<u32>,
     /// Why the affinity was left alone, or how it was found.
-    pub note: String,
+    pub(crate) note: String,
 }
 
 /// The CPUs `req` asks for on the GPU with PCI bus id `bus_id`, and how they were found.
 /// `auto` falls back to leaving the affinity alone (with the reason) when sysfs does not tell
 /// the GPU's node: pinning is an improvement, never a reason to fail a run.
-pub fn resolve(req: &CpuAffinity, root: &Path, bus_id: Option<&str>) -> AffinityFacts {
+pub(crate) fn resolve(req: &CpuAffinity, root: &Path, bus_id: Option<&str>) -> AffinityFacts {
     match req {
         CpuAffinity::None => AffinityFacts {
             requested: "none".into(),

@@ -11,7 +11,7 @@ use crate::request::{ranks, GpuSpec, RankInputs, DEFAULT_RANKS, GPU_FLAGS};
 /// existing library or folder. Returns the rank count of a run that counts no GPUs: the
 /// flags', else `tp`, else [`DEFAULT_RANKS`] (the NCCL backend selects the machine's GPUs
 /// instead, [`select_devices`]).
-pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<usize> {
+pub(crate) fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<usize> {
     if g.gpus == Some(0) {
         return Err(usage("--gpus 0: give at least 1 GPU (2 or more for NCCL)"));
     }
@@ -49,7 +49,7 @@ pub fn check_gpu_flags(g: &GpuSpec, tp: Option<u64>) -> anyhow::Result<usize> {
 
 /// The checks `verify` makes before it starts workers, for commands that start them later
 /// (`sweep` runs each point in child processes): a CUDA driver, and enough GPUs for the ranks.
-pub fn preflight(g: &GpuSpec, wanted: Option<usize>) -> anyhow::Result<Vec<usize>> {
+pub(crate) fn preflight(g: &GpuSpec, wanted: Option<usize>) -> anyhow::Result<Vec<usize>> {
     check_gpu_flags(g, wanted.map(|w| w as u64))?;
     if !comm::libs::cuda_present() {
         return Err(usage(
@@ -63,7 +63,7 @@ pub fn preflight(g: &GpuSpec, wanted: Option<usize>) -> anyhow::Result<Vec<usize
 /// Checks the GPU flags against a machine with `present` GPUs (usually
 /// [`comm::device_count`]) and returns the device ordinals to use.
 /// `wanted` is the rank count the workload needs (its --tp), if fixed.
-pub fn select_devices(
+pub(crate) fn select_devices(
     g: &GpuSpec,
     wanted: Option<usize>,
     present: usize,
@@ -74,7 +74,7 @@ pub fn select_devices(
 /// [`select_devices`] for a job that needs at least `min` GPUs. With `min` 1 (one rank's
 /// compute, no collectives), a single GPU replays one rank's share of a workload of any
 /// --tp, so `wanted` is not checked then.
-pub fn select_devices_min(
+pub(crate) fn select_devices_min(
     g: &GpuSpec,
     wanted: Option<usize>,
     present: usize,

@@ -36,7 +36,7 @@ pub(crate) enum LauncherKind {
 
 impl LauncherKind {
     /// The launcher's name as users know it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LauncherKind::Flags => "flags",
             LauncherKind::Torchrun => "torchrun",
@@ -93,47 +93,47 @@ const FAMILIES: [Family; 4] = [
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ExplicitRank {
     /// `--rank`
-    pub rank: Option<usize>,
+    pub(crate) rank: Option<usize>,
     /// `--world-size`
-    pub world_size: Option<usize>,
+    pub(crate) world_size: Option<usize>,
     /// `--local-rank`: the GPU ordinal on this host.
-    pub local_rank: Option<usize>,
+    pub(crate) local_rank: Option<usize>,
     /// `--rendezvous HOST:PORT`
-    pub rendezvous: Option<Endpoint>,
+    pub(crate) rendezvous: Option<Endpoint>,
 }
 
 /// Where the rendezvous address came from, with the address itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RendezvousAddr {
-    pub endpoint: Endpoint,
+    pub(crate) endpoint: Endpoint,
     /// Human-readable origin: `--rendezvous`, `MASTER_ADDR/MASTER_PORT`, ...
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// Who this worker is in the job, and how that was found out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RankInfo {
     /// Global rank, `0..world_size`.
-    pub rank: usize,
+    pub(crate) rank: usize,
     /// Number of ranks in the job.
-    pub world_size: usize,
+    pub(crate) world_size: usize,
     /// The rank on this host as the launcher (or `--local-rank`) numbers it.
-    pub local_rank: usize,
+    pub(crate) local_rank: usize,
     /// The CUDA device ordinal to open: `local_rank`, except when the launcher already left a
     /// single GPU visible to this process (`CUDA_VISIBLE_DEVICES` with one entry), then 0.
-    pub gpu: usize,
+    pub(crate) gpu: usize,
     /// Which launcher (or the flags) gave `rank` and `world_size`.
-    pub source: LauncherKind,
+    pub(crate) source: LauncherKind,
     /// The variable or flag names the values were read from, e.g. `RANK/WORLD_SIZE/LOCAL_RANK`.
-    pub source_vars: String,
+    pub(crate) source_vars: String,
     /// Launchers whose variables were present too but lost to `source`.
-    pub shadowed: Vec<LauncherKind>,
+    pub(crate) shadowed: Vec<LauncherKind>,
     /// Why `gpu` differs from `local_rank` or how the local rank was chosen, if worth saying.
-    pub gpu_note: Option<String>,
+    pub(crate) gpu_note: Option<String>,
     /// Where rank 0 serves the NCCL unique id, if known.
-    pub rendezvous: Option<RendezvousAddr>,
+    pub(crate) rendezvous: Option<RendezvousAddr>,
     /// The launcher's job, if it names one ([`launcher_job`]).
-    pub job: Option<String>,
+    pub(crate) job: Option<String>,
 }
 
 impl RankInfo {

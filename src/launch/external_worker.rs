@@ -49,7 +49,7 @@ fn join_wait(rendezvous_timeout: Option<f64>, timeout: f64) -> Duration {
 /// secret, the workload (the `--tp` range, then `--tp` against the world size) and the length
 /// of its schedule. Every refusal here is a usage error (exit 2).
 fn plan(a: &WorkerRequest, env: &BTreeMap<String, String>) -> anyhow::Result<Plan> {
-    a.export.check(&[])?;
+    a.files().check()?;
     if a.launches_per_layer > 10_000 {
         crate::usage_bail!(
             "--launches-per-layer {} is absurd: a real layer launches tens of kernels; use at most 10000",
@@ -104,7 +104,7 @@ fn plan(a: &WorkerRequest, env: &BTreeMap<String, String>) -> anyhow::Result<Pla
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: vec![],
-        host_gaps,
+        host_gaps: Box::new(host_gaps),
         timing_pass: super::timeline::pass_iterations(iters),
         pdl: a.pdl,
         cycle: None,
@@ -216,7 +216,7 @@ fn backstop(watch: &Watch, rank: usize) -> Arc<AtomicBool> {
 /// Runs this rank of an externally launched verify replay. Rank 0 returns the gathered record
 /// for the caller to export and print; the other ranks return `None` once rank 0 has their
 /// timings.
-pub fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
+pub(crate) fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
     let started = crate::util::now_utc();
     let p = plan(a, &env_map())?;
     crate::note!("verifybench worker: {}", p.info.describe_rendezvous());

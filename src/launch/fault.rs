@@ -104,13 +104,13 @@ pub(crate) enum Drill {
 #[derive(Debug)]
 pub(crate) struct DrillOutcome {
     /// From the start of the run to its error.
-    pub took: Duration,
+    pub(crate) took: Duration,
     /// The run's error (`{:#}`), or `None` when it succeeded (it must not).
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Connections the exchange kept (one per rank that connected).
-    pub kept: usize,
+    pub(crate) kept: usize,
     /// Holders of the exchange after the run: 1 (the drill's own) when every rank thread left.
-    pub holders: usize,
+    pub(crate) holders: usize,
 }
 
 /// The first words of the error of [`Drill::Fail`].

@@ -22,14 +22,14 @@
 //! - [`compute`]: the streaming kernels a rank replays between collectives, and their
 //!   bandwidth and per-launch cost.
 
-pub mod compute;
-pub mod rank;
-pub mod slots;
-pub mod steps;
+pub(crate) mod compute;
+pub(crate) mod rank;
+pub(crate) mod slots;
+pub(crate) mod steps;
 
-pub use compute::{FIXED_COST_LAUNCHES, POOL_BYTES};
-pub use rank::run_rank;
-pub use steps::{plan_steps, plan_steps_of_ops, stream_launches, Step};
+pub(crate) use compute::FIXED_COST_LAUNCHES;
+pub(crate) use rank::run_rank;
+pub(crate) use steps::{plan_steps, stream_launches};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ use crate::record::{GpuInfo, Mode};
 
 /// A deliberate failure, for testing that failures end runs cleanly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FaultKind {
+pub(crate) enum FaultKind {
     /// The rank's process exits with status 3 after joining the communicator.
     Exit,
     /// The rank sleeps forever after joining (exercises the timeout).
@@ -59,7 +59,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// The name `--inject-fault` and the worker's `--fault` take.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FaultKind::Exit => "exit",
             FaultKind::Hang => "hang",
@@ -70,9 +70,9 @@ impl FaultKind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fault {
-    pub kind: FaultKind,
-    pub rank: usize,
+pub(crate) struct Fault {
+    pub(crate) kind: FaultKind,
+    pub(crate) rank: usize,
 }
 
 impl std::str::FromStr for Fault {
@@ -97,7 +97,7 @@ impl std::str::FromStr for Fault {
 
 /// The work every rank does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum Job {
+pub(crate) enum Job {
     /// Collectives, one case after another, each eager and/or graph.
     Collective {
         cases: Vec<CollCase>,
@@ -120,7 +120,7 @@ pub enum Job {
         run_impls: Vec<Impl>,
         /// Host time before each launch in eager replay (none in graph replay).
         #[serde(default)]
-        host_gaps: HostGaps,
+        host_gaps: Box<HostGaps>,
         /// Verifies of the per-collective timing pass after each run's headline timing (0:
         /// no pass).
         #[serde(default)]
@@ -131,7 +131,7 @@ pub enum Job {
         /// `--phase cycle`: `schedule` is the cycle's verify, and each run is timed as
         /// [`CYCLE_CONFIGS`] (the decode step, the draft forwards, the verify, the cycle).
         #[serde(default)]
-        cycle: Option<CycleJob>,
+        cycle: Option<Box<CycleJob>>,
     },
     /// Report the environment only (no NCCL).
     Env,
@@ -149,7 +149,7 @@ impl Job {
     }
 
     /// Number of configurations (each gives one sample series).
-    pub fn configs(&self) -> usize {
+    pub(crate) fn configs(&self) -> usize {
         match self {
             Job::Collective { cases, graphs, .. } => cases.len() * graphs.len(),
             Job::Verify {
@@ -207,13 +207,13 @@ pub const CYCLE_CONFIGS: [CycleConfig; 4] = [
 /// One collective case: the operation, its element type and NCCL count (the all-reduce's
 /// count, the all-gather's send count, the reduce-scatter's receive count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CollCase {
-    pub op: CollectiveKind,
-    pub dtype: DType,
-    pub count: usize,
+pub(crate) struct CollCase {
+    pub(crate) op: CollectiveKind,
+    pub(crate) dtype: DType,
+    pub(crate) count: usize,
     /// NCCL's collective, or a custom P2P all-reduce.
     #[serde(default)]
-    pub imp: Impl,
+    pub(crate) imp: Impl,
 }
 
 impl Job {
@@ -241,7 +241,7 @@ impl Job {
 
 /// How the ranks of one job swap their P2P workspace handles.
 #[derive(Clone, Default)]
-pub enum P2pExchange {
+pub(crate) enum P2pExchange {
     /// No way to (a launcher whose ranks may be on several hosts): a job with P2P cases fails.
     #[default]
     None,
@@ -264,7 +264,7 @@ impl std::fmt::Debug for P2pExchange {
 impl P2pExchange {
     /// The file exchange beside a worker's job file: its folder, named after the job's
     /// temporary folder (letters, digits and '-' only).
-    pub fn beside(job_file: &Path) -> P2pExchange {
+    pub(crate) fn beside(job_file: &Path) -> P2pExchange {
         let dir = job_file.parent().unwrap_or(Path::new(".")).to_path_buf();
         let token: String = dir
             .file_name()
@@ -286,48 +286,52 @@ impl P2pExchange {
 
 /// What one rank reports back.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RankResult {
-    pub rank: usize,
-    pub pid: u32,
-    pub device: usize,
-    pub gpu: Option<GpuInfo>,
-    pub nccl_env: BTreeMap<String, String>,
-    pub nccl_version: Option<String>,
-    pub nccl_library: Option<String>,
+pub(crate) struct RankResult {
+    pub(crate) rank: usize,
+    pub(crate) pid: u32,
+    pub(crate) device: usize,
+    pub(crate) gpu: Option<GpuInfo>,
+    pub(crate) nccl_env: BTreeMap<String, String>,
+    pub(crate) nccl_version: Option<String>,
+    pub(crate) nccl_library: Option<String>,
     /// Per configuration, per timed sample: microseconds.
-    pub samples: Vec<Vec<f64>>,
+    pub(crate) samples: Vec<Vec<f64>>,
     /// Per configuration: wrong elements in the checked output.
-    pub wrong: Vec<u64>,
+    pub(crate) wrong: Vec<u64>,
     /// Per configuration: elements the exact check compared, over every buffer slot of every
     /// collective ([`slots::SLOTS`] x the outputs' elements; 0 for compute only). Empty from a
     /// worker that predates the slots.
     #[serde(default)]
-    pub checked: Vec<u64>,
+    pub(crate) checked: Vec<u64>,
     /// Seconds from start to communicator ready.
-    pub init_s: f64,
+    pub(crate) init_s: f64,
     /// Read bandwidth of the streaming kernel on this rank (GB/s), when compute ran.
     #[serde(default)]
-    pub stream_gbps: Option<f64>,
+    pub(crate) stream_gbps: Option<f64>,
     /// The cost of one streaming launch beyond its bytes on this rank (us), from back-to-back
     /// launches of the schedule's mean size, when compute ran.
     #[serde(default)]
     pub stream_fixed_us: Option<f64>,
+    /// The streaming kernel at each token count of the replay's launches on this rank, when
+    /// compute ran.
+    #[serde(default)]
+    pub stream_rates: Vec<crate::record::StreamRate>,
     /// Per configuration: the per-collective timing pass, one entry per verify (empty when
     /// the configuration had none).
     #[serde(default)]
-    pub passes: Vec<Vec<super::timeline::PassIteration>>,
+    pub(crate) passes: Vec<Vec<super::timeline::PassIteration>>,
     /// What the rank's CPU affinity came to.
     #[serde(default)]
-    pub affinity: Option<super::affinity::AffinityFacts>,
+    pub(crate) affinity: Option<super::affinity::AffinityFacts>,
     /// Peak SM and memory clocks of the rank's GPU, kHz (driver attributes); `None` when the
     /// driver did not say.
     #[serde(default)]
-    pub clocks_khz: Option<(i32, i32)>,
+    pub(crate) clocks_khz: Option<(i32, i32)>,
 }
 
 impl RankResult {
     /// The NCCL this rank reported: the version it asked `ncclGetVersion` and the file mapped.
-    pub fn nccl(&self) -> crate::record::WorkerNccl {
+    pub(crate) fn nccl(&self) -> crate::record::WorkerNccl {
         crate::record::WorkerNccl {
             rank: self.rank,
             pid: self.pid,
@@ -339,18 +343,18 @@ impl RankResult {
 
 /// Where a rank stands.
 #[derive(Debug, Clone)]
-pub struct RankSetup {
-    pub rank: usize,
-    pub nranks: usize,
-    pub device: usize,
-    pub id: UniqueId,
-    pub fault: Option<Fault>,
+pub(crate) struct RankSetup {
+    pub(crate) rank: usize,
+    pub(crate) nranks: usize,
+    pub(crate) device: usize,
+    pub(crate) id: UniqueId,
+    pub(crate) fault: Option<Fault>,
     /// How to swap P2P handles with the other ranks (used only by jobs with P2P cases).
-    pub p2p: P2pExchange,
+    pub(crate) p2p: P2pExchange,
     /// `--cpu-affinity`: applied to the rank's thread before its GPU is opened.
-    pub affinity: super::affinity::CpuAffinity,
+    pub(crate) affinity: super::affinity::CpuAffinity,
     /// The run's stop flag and this rank's `--timeout` deadline, polled by every wait.
-    pub watch: crate::comm::nccl::Watch,
+    pub(crate) watch: crate::comm::nccl::Watch,
 }
 
 #[cfg(test)]

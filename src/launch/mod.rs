@@ -17,16 +17,16 @@
 //! Not here: choosing between NCCL and the cost model ([`crate::backend`]), flags (`cli/`),
 //! cudarc ([`crate::comm`]).
 
-pub mod affinity;
-pub mod devices;
-pub mod external;
-pub mod external_worker;
-pub mod fault;
-pub mod job;
+pub(crate) mod affinity;
+pub(crate) mod devices;
+pub(crate) mod external;
+pub(crate) mod external_worker;
+pub(crate) mod fault;
+pub(crate) mod job;
 pub mod rendezvous;
-pub mod run;
-pub mod timeline;
-pub mod worker;
+pub(crate) mod run;
+pub(crate) mod timeline;
+pub(crate) mod worker;
 
-pub use job::{Fault, Job, RankResult};
-pub use run::{collective, verify, LaunchSpec};
+pub(crate) use job::{Fault, Job, RankResult};
+pub(crate) use run::{collective, verify, LaunchSpec};

@@ -31,15 +31,15 @@ pub(crate) fn pass_iterations(iters: u64) -> u64 {
 
 /// One rank's timings of one verify of the pass, in us from the rank's reference event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PassIteration {
+pub(crate) struct PassIteration {
     /// Each collective of the schedule, in order.
-    pub collectives: Vec<RankTiming>,
+    pub(crate) collectives: Vec<RankTiming>,
     /// Each compute launch (a streaming launch, which may cover several adjacent ops).
-    pub compute: Vec<RankTiming>,
+    pub(crate) compute: Vec<RankTiming>,
     /// Each non-zero host gap, on the host clock from when the host saw the barrier end.
-    pub host_gaps: Vec<RankTiming>,
+    pub(crate) host_gaps: Vec<RankTiming>,
     /// Host time of each collective's launch (start, duration), same clock as `host_gaps`.
-    pub launches: Vec<RankTiming>,
+    pub(crate) launches: Vec<RankTiming>,
 }
 
 /// Transfer vs waiting of a pass: `per_rank[r][i]` is rank r's iteration i. `None` when no

@@ -33,7 +33,7 @@ pub(crate) enum Message {
     Error(String),
 }
 
-pub fn hex(id: &[u8]) -> String {
+pub(crate) fn hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 

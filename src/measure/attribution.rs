@@ -13,31 +13,31 @@
 use serde::{Deserialize, Serialize};
 
 use super::stats::quantile_sorted;
-pub use crate::record::vocab::Straggler;
+pub(crate) use crate::record::vocab::Straggler;
 
 /// One rank's view of one collective: when its kernel started and how long it ran (us).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RankTiming {
-    pub start_us: f64,
-    pub dur_us: f64,
+pub(crate) struct RankTiming {
+    pub(crate) start_us: f64,
+    pub(crate) dur_us: f64,
 }
 
 /// The split of one collective across ranks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Attribution {
+pub(crate) struct Attribution {
     /// The shortest rank's kernel duration: the collective itself, waiting for no one.
-    pub transfer_us: f64,
+    pub(crate) transfer_us: f64,
     /// Each rank's duration minus the transfer (index = position in the input).
-    pub waiting_us: Vec<f64>,
+    pub(crate) waiting_us: Vec<f64>,
     /// Latest start minus earliest start; `None` without a shared clock.
-    pub skew_us: Option<f64>,
+    pub(crate) skew_us: Option<f64>,
     /// The rank that started last (index into the input); `None` without a shared clock.
-    pub last_rank: Option<usize>,
+    pub(crate) last_rank: Option<usize>,
 }
 
 /// Splits one collective. `per_rank` must not be empty; `same_clock` says whether the start
 /// times of different ranks can be compared.
-pub fn attribute(per_rank: &[RankTiming], same_clock: bool) -> Attribution {
+pub(crate) fn attribute(per_rank: &[RankTiming], same_clock: bool) -> Attribution {
     assert!(
         !per_rank.is_empty(),
         "attribution of a collective seen by no rank"
@@ -76,14 +76,14 @@ pub fn attribute(per_rank: &[RankTiming], same_clock: bool) -> Attribution {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Spread {
     pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    pub n: usize,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) n: usize,
 }
 
 impl Spread {
     /// `None` for an empty set.
-    pub fn of(values: &[f64]) -> Option<Spread> {
+    pub(crate) fn of(values: &[f64]) -> Option<Spread> {
         if values.is_empty() {
             return None;
         }
@@ -101,19 +101,19 @@ impl Spread {
 /// Many collectives summed up, e.g. every collective of one step, or of a whole trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Aggregate {
-    pub collectives: usize,
+    pub(crate) collectives: usize,
     /// Sum of the transfer times.
-    pub transfer_us: f64,
+    pub(crate) transfer_us: f64,
     /// Sum of each rank's waiting (index = rank position).
-    pub waiting_us: Vec<f64>,
+    pub(crate) waiting_us: Vec<f64>,
     /// Sum of each rank's in-kernel time (transfer + its waiting).
-    pub in_kernel_us: Vec<f64>,
+    pub(crate) in_kernel_us: Vec<f64>,
     /// Median start skew over the collectives; `None` without a shared clock.
     pub median_skew_us: Option<f64>,
     /// How often each rank arrived last (index = rank position).
-    pub last_counts: Vec<usize>,
+    pub(crate) last_counts: Vec<usize>,
     /// The rank most often last, if any collective had a known last rank.
-    pub straggler: Option<Straggler>,
+    pub(crate) straggler: Option<Straggler>,
 }
 
 impl Aggregate {

@@ -53,15 +53,18 @@ pub(crate) const DISTRIBUTION: &str = "gamma with the given mean and standard de
 pub(crate) const DEFAULT_SEED: u64 = 0x5eed_9a95;
 
 fn check_us(what: &str, v: f64) -> Result<f64, String> {
+    let shown = crate::util::fmt_number(v);
     if !v.is_finite() {
-        return Err(format!("{what} must be a number of microseconds, got {v}"));
+        return Err(format!(
+            "{what} must be a number of microseconds, got {shown}"
+        ));
     }
     if v < 0.0 {
-        return Err(format!("{what} must not be negative, got {v} us"));
+        return Err(format!("{what} must not be negative, got {shown} us"));
     }
     if v > MAX_GAP_US {
         return Err(format!(
-            "{what} of {v} us is above the limit of {MAX_GAP_US} us (1 s)"
+            "{what} of {shown} us is above the limit of {MAX_GAP_US} us (1 s)"
         ));
     }
     Ok(v)
@@ -77,10 +80,10 @@ fn parse_us(what: &str, s: &str) -> Result<f64, String> {
 
 /// `--host-gap-us US[:JITTER]`: mean and standard deviation of one gap, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct HostGap {
-    pub mean_us: f64,
+pub(crate) struct HostGap {
+    pub(crate) mean_us: f64,
     /// Standard deviation; 0: every gap is exactly `mean_us`.
-    pub jitter_us: f64,
+    pub(crate) jitter_us: f64,
 }
 
 impl FromStr for HostGap {
@@ -114,7 +117,7 @@ impl fmt::Display for HostGap {
 
 /// `--host-gap-per`: where a drawn gap is spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub enum GapPer {
+pub(crate) enum GapPer {
     /// Before every launch (compute kernels and collectives alike in full mode).
     #[default]
     Op,
@@ -134,7 +137,7 @@ impl FromStr for GapPer {
 }
 
 impl GapPer {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             GapPer::Op => "op",
             GapPer::Layer => "layer",
@@ -144,9 +147,9 @@ impl GapPer {
 
 /// `--late-rank RANK:US`: one rank starts each layer US later than the others.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LateRank {
-    pub rank: usize,
-    pub us: f64,
+pub(crate) struct LateRank {
+    pub(crate) rank: usize,
+    pub(crate) us: f64,
 }
 
 impl FromStr for LateRank {
@@ -166,7 +169,7 @@ impl FromStr for LateRank {
 
 impl LateRank {
     /// The rank must exist in a world of `nranks`.
-    pub fn validate(&self, nranks: usize) -> anyhow::Result<()> {
+    pub(crate) fn validate(&self, nranks: usize) -> anyhow::Result<()> {
         if self.rank >= nranks {
             crate::usage_bail!(
                 "--late-rank {}:{}: rank {} is outside the world of {nranks} ranks (0..{}); give a rank below {nranks}",
@@ -182,7 +185,7 @@ impl LateRank {
 
 /// Where the gaps come from.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum GapSource {
+pub(crate) enum GapSource {
     /// No host gaps (the tight launch loop).
     None,
     /// Drawn from the gamma distribution with this mean and standard deviation.
@@ -196,29 +199,29 @@ pub enum GapSource {
 
 /// The host-gap flags as the command line gives them (plain values; cli/ fills it).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct HostGapRequest {
+pub(crate) struct HostGapRequest {
     /// `--host-gap-us`.
-    pub gap: Option<HostGap>,
+    pub(crate) gap: Option<HostGap>,
     /// `--host-gap-per`; `None`: per op.
-    pub per: Option<GapPer>,
+    pub(crate) per: Option<GapPer>,
     /// `--late-rank`.
-    pub late: Option<LateRank>,
+    pub(crate) late: Option<LateRank>,
     /// The gaps of the `--host-gap-from` schedule file and the file's name for messages: one
     /// list (`host_gaps_us`, every rank alike), or one per rank (`host_gaps_per_rank_us`).
-    pub from_schedule: Option<(Vec<Vec<f64>>, String)>,
+    pub(crate) from_schedule: Option<(Vec<Vec<f64>>, String)>,
     /// Seed of the generator; `None`: [`DEFAULT_SEED`].
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
 }
 
 /// Validated host-gap settings and the seeded generator.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct HostGaps {
-    pub source: GapSource,
-    pub per: GapPer,
-    pub late: Option<LateRank>,
-    pub seed: u64,
+pub(crate) struct HostGaps {
+    pub(crate) source: GapSource,
+    pub(crate) per: GapPer,
+    pub(crate) late: Option<LateRank>,
+    pub(crate) seed: u64,
     /// The schedule file the measured gaps came from.
-    pub from_file: Option<String>,
+    pub(crate) from_file: Option<String>,
 }
 
 impl Default for HostGaps {
@@ -229,20 +232,20 @@ impl Default for HostGaps {
 
 /// One launch of a replay, as the gap generator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Launch {
+pub(crate) struct Launch {
     /// Index of the launched op in the schedule.
-    pub op: usize,
+    pub(crate) op: usize,
     /// Schedule ops whose host time comes before this launch: the ops skipped since the
     /// previous launch (compute ops in comm mode) and this one.
-    pub host_ops: Range<usize>,
+    pub(crate) host_ops: Range<usize>,
     /// Index of the layer this launch belongs to, counting every run of ops with the same
     /// layer as one (embedding, layers 0..L-1, LM head and logits).
-    pub segment: usize,
+    pub(crate) segment: usize,
     /// Layers that begin at this launch: 1 at a layer's first launch, 0 elsewhere (more than 1
     /// when a layer had nothing launched and its start folds into this launch).
-    pub segment_starts: u32,
+    pub(crate) segment_starts: u32,
     /// Whether this launch is a collective (the collective waits for every rank).
-    pub collective: bool,
+    pub(crate) collective: bool,
 }
 
 /// The launches of one replay of `schedule`: every op when `with_compute` (modes compute and
@@ -328,7 +331,7 @@ pub(crate) fn gamma_params(m: f64, s: f64) -> (f64, f64) {
 
 impl HostGaps {
     /// No host gaps at all.
-    pub fn none() -> HostGaps {
+    pub(crate) fn none() -> HostGaps {
         HostGaps {
             source: GapSource::None,
             per: GapPer::Op,
@@ -409,7 +412,7 @@ impl HostGaps {
     }
 
     /// True when no launch ever waits (no gaps, no late rank).
-    pub fn is_none(&self) -> bool {
+    pub(crate) fn is_none(&self) -> bool {
         self.source == GapSource::None && self.late.is_none()
     }
 
@@ -522,13 +525,21 @@ fn draw(g: &HostGap, units: u32, rng: impl FnOnce() -> ChaCha8Rng) -> f64 {
         .sample(&mut rng())
 }
 
+/// The wait [`busy_wait_us`] spins for `us` microseconds: none for a NaN or a time of 0 or
+/// less, at most [`MAX_GAP_US`].
+fn wait_of(us: f64) -> Option<Duration> {
+    if us.is_nan() || us <= 0.0 {
+        return None;
+    }
+    Some(Duration::from_secs_f64(us.min(MAX_GAP_US) * 1e-6))
+}
+
 /// Busy-waits `us` microseconds on the monotonic clock: spins, never sleeps (a sleep wakes
 /// up 50 us or more late, coarser than the gaps it would stand for).
 pub(crate) fn busy_wait_us(us: f64) {
-    if us.is_nan() || us <= 0.0 {
+    let Some(d) = wait_of(us) else {
         return;
-    }
-    let d = Duration::from_secs_f64(us.min(MAX_GAP_US) * 1e-6);
+    };
     let t = Instant::now();
     while t.elapsed() < d {
         std::hint::spin_loop();
@@ -788,12 +799,15 @@ mod tests {
         busy_wait_us(300.0);
         let e = t.elapsed();
         assert!(e >= Duration::from_micros(300), "{e:?}");
-        // Generous: this machine is shared, but a sleep-based wait of a whole tick would not
-        // even be the failure mode here; a missing wait would.
-        assert!(e < Duration::from_millis(200), "{e:?}");
-        let t = Instant::now();
+        // a missing wait is the failure mode; the ceiling only catches a wait that never ends
+        assert!(e < Duration::from_secs(10), "{e:?}");
+        // no wait for a NaN or a time of 0 or less (they return at once), at most 1 s
+        assert_eq!(wait_of(-1.0), None);
+        assert_eq!(wait_of(0.0), None);
+        assert_eq!(wait_of(f64::NAN), None);
+        assert_eq!(wait_of(300.0), Some(Duration::from_micros(300)));
+        assert_eq!(wait_of(5e6), Some(Duration::from_secs(1)));
         busy_wait_us(-1.0);
         busy_wait_us(f64::NAN);
-        assert!(t.elapsed() < Duration::from_millis(50));
     }
 }

@@ -38,7 +38,7 @@
 //! collective of every schedule `plan` builds up to 1024 ranks, on every rank's expected output.
 use half::{bf16, f16};
 
-use crate::model::collective::Source;
+use crate::model::collective::ElementSource;
 use crate::model::{CollectiveKind, DType};
 
 /// Most ranks whose inputs one output element sums.
@@ -58,7 +58,7 @@ pub(crate) fn stride(nranks: usize) -> usize {
 
 /// Indices (a schedule's operations, a `collective` run's cases) whose inputs all differ: the
 /// base-7 digits 0..6 of the index are the value offsets (see the module doc).
-pub const SALTED_INDICES: usize = 7usize.pow(6);
+pub(crate) const SALTED_INDICES: usize = 7usize.pow(6);
 
 /// Buffer slots of every collective a run checks: launch `j` of a collective runs on slot
 /// `j % SLOTS`, each slot with its own send and receive buffers and its own inputs (salt
@@ -74,23 +74,23 @@ pub const SALTED_INDICES: usize = 7usize.pow(6);
 /// before the peer copied this call's input in reads the input of the launch two before, which
 /// with 2 slots ran on the same slot with the same values and would pass. 3 slots divide
 /// neither 1 nor 2: data one or two launches old always comes from another slot.
-pub const SLOTS: usize = 3;
+pub(crate) const SLOTS: usize = 3;
 
 /// Salts below this are pairwise different inputs (every index below [`SALTED_INDICES`], every
 /// slot).
-pub const DISTINCT_SALTS: usize = SALTED_INDICES * SLOTS;
+pub(crate) const DISTINCT_SALTS: usize = SALTED_INDICES * SLOTS;
 
 /// The salt of slot `slot` of the collective at `index` (its operation's index in the schedule,
 /// or its case's in a `collective` run): distinct for every (index, slot) with `index` below
 /// [`SALTED_INDICES`] and `slot` below [`SLOTS`], and the slots of one index apart at every
 /// element (see the module doc).
-pub fn salt(index: usize, slot: usize) -> usize {
+pub(crate) fn salt(index: usize, slot: usize) -> usize {
     assert!(slot < SLOTS);
     index * SLOTS + slot
 }
 
 /// Refuses `indices` operations whose salts would not all be distinct (see [`salt`]).
-pub fn check_salted(indices: usize) -> anyhow::Result<()> {
+pub(crate) fn check_salted(indices: usize) -> anyhow::Result<()> {
     if indices > SALTED_INDICES {
         return Err(crate::error::usage(format!(
             "the exact check gives distinct inputs to at most {SALTED_INDICES} operations of one \
@@ -153,7 +153,7 @@ pub(crate) fn encode(dtype: DType, values: impl Iterator<Item = f32>) -> Vec<u8>
 }
 
 /// Decodes one element.
-pub fn decode(dtype: DType, bytes: &[u8]) -> f32 {
+pub(crate) fn decode(dtype: DType, bytes: &[u8]) -> f32 {
     match dtype {
         DType::Bf16 => bf16::from_le_bytes([bytes[0], bytes[1]]).to_f32(),
         DType::F16 => f16::from_le_bytes([bytes[0], bytes[1]]).to_f32(),
@@ -175,7 +175,7 @@ pub fn send_bytes(
 }
 
 /// Expected value of receive element `i` on `rank`.
-pub fn expected(
+pub(crate) fn expected(
     kind: CollectiveKind,
     count: usize,
     nranks: usize,
@@ -184,8 +184,8 @@ pub fn expected(
     op: usize,
 ) -> f32 {
     match kind.ops().source(count, nranks, rank, i) {
-        Source::Sum { elem } => sum_value(elem, op, nranks),
-        Source::Copy { rank, elem } => input_value(rank, elem, op, nranks),
+        ElementSource::Sum { elem } => sum_value(elem, op, nranks),
+        ElementSource::Copy { rank, elem } => input_value(rank, elem, op, nranks),
     }
 }
 
@@ -530,10 +530,12 @@ mod tests {
                             |r: usize, elem: usize| round(dtype, input_value(r, elem, 4, n));
                         let vals = (0..ops.recv_elems(count, n)).map(|i| {
                             match ops.source(count, n, rank, i) {
-                                Source::Sum { elem } => *sums.entry(elem).or_insert_with(|| {
-                                    add_in(dtype, (0..n).map(|k| sent_by((k + 1) % n, elem)))
-                                }),
-                                Source::Copy { rank: r, elem } => sent_by(r, elem),
+                                ElementSource::Sum { elem } => {
+                                    *sums.entry(elem).or_insert_with(|| {
+                                        add_in(dtype, (0..n).map(|k| sent_by((k + 1) % n, elem)))
+                                    })
+                                }
+                                ElementSource::Copy { rank: r, elem } => sent_by(r, elem),
                             }
                         });
                         let recv = encode(dtype, vals);
@@ -617,7 +619,8 @@ mod tests {
     /// keys are compared whole, so the prefix only makes the test fast, never weaker.
     #[test]
     fn every_slot_of_every_collective_of_every_schedule_gets_distinct_inputs() {
-        use crate::model::schedule::{build, validate, ScheduleOptions};
+        use crate::model::build;
+        use crate::model::schedule::{validate, ScheduleOptions};
         use crate::model::{Op, Phase};
         use std::collections::{BTreeMap, HashMap};
         let dtypes = [DType::Bf16, DType::F16, DType::F32];

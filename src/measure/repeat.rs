@@ -25,7 +25,7 @@
 
 use super::interval::{mean_sd, median_order_interval, t_interval, t_quantile, Level};
 use super::stats::quantile_sorted;
-pub use crate::record::vocab::{ColdStart, RepInterval, Repetitions};
+pub(crate) use crate::record::vocab::{ColdStart, RepInterval, Repetitions};
 
 /// Smallest relative difference a cold start must have from the others.
 pub(crate) const COLD_START_MIN_REL: f64 = 0.01;
@@ -99,7 +99,7 @@ impl Repetitions {
     }
 
     /// One line for the output: median, min-max, interval, cold start.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let mut o = format!(
             "median of {} fresh runs {:.1} us (min-max {:.1}-{:.1} us",
             self.used, self.median_us, self.min_us, self.max_us

@@ -18,19 +18,19 @@ use super::shape::*;
 /// How one architecture's keys map to the shape.
 pub(crate) struct Arch {
     /// `model_type` values (of the language model's config) this entry reads.
-    pub model_types: &'static [&'static str],
+    pub(crate) model_types: &'static [&'static str],
     /// The engine code or model card the reading follows.
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// Where the routed experts' intermediate size lives when `moe_intermediate_size` is absent:
     /// Mixtral, gpt-oss, Llama-4 and MiniMax put it in `intermediate_size`.
-    pub expert_size_in_intermediate: bool,
+    pub(crate) expert_size_in_intermediate: bool,
     /// Llama-4: every MoE layer also runs one shared expert of the routed experts' size, and
     /// the dense layers use `intermediate_size_mlp`.
-    pub llama4: bool,
+    pub(crate) llama4: bool,
     /// Gemma-4 (`enable_moe_block`): a dense MLP of `intermediate_size` runs beside the experts.
-    pub parallel_dense: bool,
+    pub(crate) parallel_dense: bool,
     /// The LM head shares the embedding unless the config says otherwise (Gemma).
-    pub tied_by_default: bool,
+    pub(crate) tied_by_default: bool,
 }
 
 const fn arch(model_types: &'static [&'static str], source: &'static str) -> Arch {
@@ -289,24 +289,24 @@ fn shape_like(key: &str, v: &Value) -> bool {
 
 /// A config object whose reads are recorded, so the keys nobody read can be named.
 pub(crate) struct Cfg<'a> {
-    pub obj: &'a Map<String, Value>,
+    pub(crate) obj: &'a Map<String, Value>,
     read: RefCell<BTreeSet<String>>,
 }
 
 impl<'a> Cfg<'a> {
-    pub fn new(obj: &'a Map<String, Value>) -> Self {
+    pub(crate) fn new(obj: &'a Map<String, Value>) -> Self {
         Cfg {
             obj,
             read: RefCell::new(BTreeSet::new()),
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
         self.read.borrow_mut().insert(key.to_string());
         self.obj.get(key).filter(|v| !v.is_null())
     }
 
-    pub fn u64(&self, key: &str) -> Option<u64> {
+    pub(crate) fn u64(&self, key: &str) -> Option<u64> {
         self.get(key).and_then(Value::as_u64)
     }
 
@@ -316,7 +316,7 @@ impl<'a> Cfg<'a> {
         all.into_iter().flatten().next()
     }
 
-    pub fn need(&self, key: &str) -> Result<u64, String> {
+    pub(crate) fn need(&self, key: &str) -> Result<u64, String> {
         match self.get(key) {
             None => Err(format!("missing key '{key}'")),
             Some(v) => v
@@ -325,11 +325,11 @@ impl<'a> Cfg<'a> {
         }
     }
 
-    pub fn bool(&self, key: &str) -> Option<bool> {
+    pub(crate) fn bool(&self, key: &str) -> Option<bool> {
         self.get(key).and_then(Value::as_bool)
     }
 
-    pub fn str(&self, key: &str) -> Option<&'a str> {
+    pub(crate) fn str(&self, key: &str) -> Option<&'a str> {
         self.get(key).and_then(Value::as_str)
     }
 
@@ -384,13 +384,13 @@ impl<'a> Cfg<'a> {
 
 /// What the table made of one config: the per-layer blocks and the uniform fields.
 pub(crate) struct Read {
-    pub blocks: Vec<Block>,
-    pub attention: Attention,
-    pub intermediate: u64,
-    pub moe: Option<Moe>,
-    pub first_dense: u64,
-    pub tied: bool,
-    pub notes: Vec<String>,
+    pub(crate) blocks: Vec<Block>,
+    pub(crate) attention: Attention,
+    pub(crate) intermediate: u64,
+    pub(crate) moe: Option<Moe>,
+    pub(crate) first_dense: u64,
+    pub(crate) tied: bool,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Reads the layers of `c` as `a` says. Errors name the key at fault.
@@ -536,16 +536,35 @@ fn attention(
     Ok((full, heads, head_dim))
 }
 
+/// The routed expert count of `c`: the first of its keys present, each present one a whole
+/// number of at least 1 (a key of 0, a negative or fractional count is an error naming it:
+/// a dense model leaves the key out, or null); `None` without any.
+pub(crate) fn routed_experts(c: &Cfg) -> Result<Option<u64>, String> {
+    let mut experts = None;
+    for k in [
+        "n_routed_experts",
+        "num_local_experts",
+        "num_experts",
+        "moe_num_experts",
+    ] {
+        let Some(v) = c.get(k) else {
+            continue;
+        };
+        match v.as_u64() {
+            Some(e) if e >= 1 => experts = experts.or(Some(e)),
+            _ => {
+                return Err(format!(
+                    "key '{k}' is {v}: a MoE config has a whole number of routed experts, at least 1 (a dense model leaves the key out, or null)"
+                ))
+            }
+        }
+    }
+    Ok(experts)
+}
+
 /// The routed (and shared) experts of `c`, if it has any.
 fn experts(a: &Arch, c: &Cfg) -> Result<Option<Moe>, String> {
-    let experts = c
-        .first_u64(&[
-            "n_routed_experts",
-            "num_local_experts",
-            "num_experts",
-            "moe_num_experts",
-        ])
-        .filter(|e| *e > 0);
+    let experts = routed_experts(c)?;
     let moe = match experts {
         None => None,
         Some(e) => {

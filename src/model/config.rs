@@ -24,7 +24,12 @@ pub fn load(path: &Path) -> anyhow::Result<ModelShape> {
 
 /// The JSON of the config at `path` (`what`: how errors name it).
 fn read_json(path: &Path, what: &str) -> anyhow::Result<Value> {
-    let text = crate::util::read_text(path, what, "the model's Hugging Face config.json")?;
+    let text = crate::util::read_text(
+        path,
+        what,
+        "the model's Hugging Face config.json",
+        crate::util::read::CONFIG,
+    )?;
     serde_json::from_str(&python_json(&text)).map_err(|e| {
         usage(format!(
             "{what} '{}' is {}; give the model's Hugging Face config.json",
@@ -112,6 +117,7 @@ fn with_hf_quant_config(mut json: Value, path: &Path) -> anyhow::Result<(Value, 
         &beside,
         "quantization config",
         "ModelOpt's hf_quant_config.json",
+        crate::util::read::CONFIG,
     )?;
     let q: Value = serde_json::from_str(&text).map_err(|e| {
         usage(format!(
@@ -270,6 +276,8 @@ pub fn from_json(root: &Value, file: &str) -> Result<ModelShape, String> {
         .filter(|h| *h > 0)
         .unwrap_or((hidden / 128).max(1));
     let precision = deepseek_v4_experts(precision, model_type, quant, &c);
+    // a present expert count that no MoE has is refused, not planned as a dense model
+    arch::routed_experts(&c)?;
     let mtp_precision = mtp_precision.map(|p| deepseek_v4_experts(p, model_type, quant, &c));
     c.check_bounds()?;
     reading_warnings(
@@ -926,7 +934,7 @@ mod tests {
             .iter()
             .filter_map(|o| match o {
                 crate::model::Op::Compute {
-                    kind: crate::model::ComputeKind::Attention,
+                    kind: crate::model::schedule::ComputeKind::Attention,
                     weight_bytes,
                     ..
                 } => Some(*weight_bytes),

@@ -17,9 +17,9 @@ use serde::Serialize;
 
 use super::config::DraftKeys;
 use super::draft::{DenseHead, DrafterKind, BLOCK_LAYERS_ASSUMED};
+use super::forward::{assemble, embedding_op, formats_of, head_ops, target_forward, LayerCtx};
 use super::schedule::{
-    assemble, distinct_experts, embedding_op, formats_of, head_ops, target_forward, validate,
-    ComputeKind, LayerCtx, Op, Phase, Schedule, ScheduleOptions,
+    distinct_experts, expert_histogram, validate, ComputeKind, Op, Phase, Schedule, ScheduleOptions,
 };
 use super::shape::*;
 use crate::error::usage;
@@ -92,21 +92,22 @@ fn forward_workload(s: &Schedule) -> crate::record::ForwardWorkload {
     }
 }
 
-impl crate::record::Workload {
+impl crate::record::RecordedWorkload {
     /// The workload of a cycle record: the verify's, the phase `cycle`, and the cycle's other
     /// forwards.
-    pub fn of_cycle(c: &Cycle) -> crate::record::Workload {
-        crate::record::Workload {
+    pub fn of_cycle(c: &Cycle) -> crate::record::RecordedWorkload {
+        let mut w = crate::record::RecordedWorkload {
             phase: Phase::Cycle,
-            cycle: Some(crate::record::CycleWorkload {
-                drafter: c.drafter,
-                draft_steps: c.draft_steps,
-                verify_tokens: c.verify_tokens,
-                draft: c.draft.iter().map(forward_workload).collect(),
-                decode: forward_workload(&c.decode),
-            }),
-            ..crate::record::Workload::of(&c.verify)
-        }
+            ..crate::record::RecordedWorkload::of(&c.verify)
+        };
+        w.facts.cycle = Some(crate::record::CycleWorkload {
+            drafter: c.drafter,
+            draft_steps: c.draft_steps,
+            verify_tokens: c.verify_tokens,
+            draft: c.draft.iter().map(forward_workload).collect(),
+            decode: forward_workload(&c.decode),
+        });
+        w
     }
 }
 
@@ -193,6 +194,9 @@ fn dense_forwards(
         }
     };
     let mut notes = vec![format!("{}: {}", kind.label(), head.source)];
+    if let Some((d, _)) = &spec.draft_config {
+        notes.extend(d.warnings.iter().map(|w| format!("draft config: {w}")));
+    }
     let tokens = match kind {
         DrafterKind::Block => {
             notes.push(format!(
@@ -260,6 +264,7 @@ fn mtp_forwards(
                     kind: ComputeKind::DraftFc,
                     weight_bytes: mtp.eh_proj.matrix_bytes(h, 2 * h),
                     layer: Some(l),
+                    token_histogram: None,
                 });
             }
             let ctx = LayerCtx {
@@ -267,7 +272,9 @@ fn mtp_forwards(
                 known: shape.weights_known,
                 hidden: h,
                 act: t * h,
-                experts,
+                routed: moe
+                    .map(|m| expert_histogram(&m, t, opt.routing))
+                    .unwrap_or_default(),
             };
             ctx.block_ops(&block, opt, l, &mut ops);
             head_ops(

@@ -19,9 +19,9 @@
 //!   layers at the target's hidden size, `fc` over the target layers' hidden states
 //!   (replicated), the target's embedding and LM head; one forward proposes the whole block.
 
+use super::forward::{collective, embedding_op, head_ops, kv_op};
 use super::schedule::{
-    check_divides, embedding_op, gqa_bytes, head_ops, kv_op, mlp_bytes, CollectiveKind,
-    ComputeKind, Op, ScheduleOptions,
+    check_divides, gqa_bytes, mlp_bytes, CollectiveKind, ComputeKind, Op, ScheduleOptions,
 };
 use super::shape::*;
 
@@ -80,8 +80,10 @@ pub(crate) struct DenseHead {
 
 impl DenseHead {
     /// The EAGLE-3 head `--phase draft` has always planned without a draft config: the
-    /// target's attention heads, 8 KV heads of 128, the target's dense MLP size (4H without
-    /// one, rounded down to a multiple of TP), `--draft-vocab` rows, bf16.
+    /// target's attention heads, 8 KV heads of 128, its qkv over H, the target's dense MLP size
+    /// (4H without one, rounded down to a multiple of TP), `--draft-vocab` rows, bf16. (A head
+    /// read from its config reads 2H in its qkv, as llama_eagle3.py builds the midlayer; the
+    /// assumed one stays the schedule committed measurements of `--phase draft` replayed.)
     pub(crate) fn eagle3_assumed(shape: &ModelShape, opt: &ScheduleOptions) -> DenseHead {
         let h = shape.hidden;
         let heads = shape.attention.heads();
@@ -98,13 +100,13 @@ impl DenseHead {
             head_dim: 128,
             intermediate: inter - inter % opt.tp,
             hidden: h,
-            qkv_in: 2 * h,
+            qkv_in: h,
             fc_in: 3 * h,
             vocab: opt.draft_vocab,
             precision: Precision::uniform(WeightFormat::Bf16),
             known: shape.weights_known,
             source: format!(
-                "assumed (no --draft-config): one layer of {heads} heads, 8 KV heads of 128, MLP {inter}, {} draft tokens (--draft-vocab), bf16",
+                "assumed (no --draft-config), the head --phase draft plans: one layer of {heads} heads, 8 KV heads of 128, its qkv over H (llama_eagle3.py's midlayer reads 2H: give the head's config for its own shape), MLP {inter}, {} draft tokens (--draft-vocab), bf16",
                 opt.draft_vocab
             ),
         }
@@ -208,11 +210,10 @@ impl DenseHead {
                 kind: ComputeKind::DraftFc,
                 weight_bytes: WeightFormat::Bf16.matrix_bytes(h, self.fc_in),
                 layer: Some(0),
+                token_histogram: None,
             });
         }
-        let ar = |site: &str, l: u64| {
-            super::schedule::collective(CollectiveKind::AllReduce, dt, act, site, Some(l))
-        };
+        let ar = |site: &str, l: u64| collective(CollectiveKind::AllReduce, dt, act, site, Some(l));
         let mixer = Mixer::Attention(Attention::gqa(self.heads, self.kv_heads, self.head_dim));
         for l in 0..self.layers {
             if self.known {
@@ -230,6 +231,7 @@ impl DenseHead {
                         tp,
                     ),
                     layer: Some(l),
+                    token_histogram: None,
                 });
                 kv_op(&mixer, opt, l, &mut ops);
             }
@@ -239,6 +241,7 @@ impl DenseHead {
                     kind: ComputeKind::DenseMlp,
                     weight_bytes: mlp_bytes(self.precision.dense_mlp, h, self.intermediate, tp),
                     layer: Some(l),
+                    token_histogram: None,
                 });
             }
             ops.push(ar("mlp", l));
@@ -263,9 +266,9 @@ mod tests {
 
     #[test]
     fn the_assumed_eagle3_head_by_hand() {
-        // Kimi-K2.5 at TP 8, one token: fc 7168 x 21504 bf16 (replicated); qkv over 2H:
-        // (64/8 x 128 + 1 x 2 x 128) = 1280 rows x 14336, o 7168 x 1024; MLP 3 x 7168 x 2304;
-        // LM head 4000 x 7168 (32,000 / 8 rows)
+        // Kimi-K2.5 at TP 8, one token: fc 7168 x 21504 bf16 (replicated); qkv over H (the
+        // assumed head): (64/8 x 128 + 1 x 2 x 128) = 1280 rows x 7168, o 7168 x 1024; MLP
+        // 3 x 7168 x 2304; LM head 4000 x 7168 (32,000 / 8 rows)
         let k = preset("kimi-k2.5").unwrap();
         let opt = ScheduleOptions::default();
         let head = DenseHead::eagle3_assumed(&k, &opt);
@@ -283,7 +286,7 @@ mod tests {
                 .sum()
         };
         assert_eq!(w(ComputeKind::DraftFc), 2 * 7168 * 21504);
-        assert_eq!(w(ComputeKind::Attention), 2 * (1280 * 14336 + 7168 * 1024));
+        assert_eq!(w(ComputeKind::Attention), 2 * (1280 * 7168 + 7168 * 1024));
         assert_eq!(w(ComputeKind::DenseMlp), 2 * 3 * 7168 * 2304);
         assert_eq!(w(ComputeKind::LmHead), 2 * 4000 * 7168);
         // without the fc (a later draft step): the same collectives, no fc weights

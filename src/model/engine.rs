@@ -75,40 +75,44 @@ const FUSED_AR: &str =
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct EngineOp {
     /// The engine code that issues it (class.method -> call).
-    pub call: &'static str,
+    pub(crate) call: &'static str,
     /// The GPU kernel a profiler shows for it.
-    pub kernel: &'static str,
+    pub(crate) kernel: &'static str,
     /// The norm it is fused with; `None`: a collective kernel of its own.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fused_with: Option<&'static str>,
+    pub(crate) fused_with: Option<&'static str>,
     /// The engine file the rule follows (repository and path).
-    pub source: &'static str,
+    pub(crate) source: &'static str,
 }
 
 /// The counts a profiler shows for one forward, by kernel family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub(crate) struct ProfilerCount {
     /// All-reduces run as collective kernels of their own (NCCL, or a custom all-reduce).
-    pub all_reduce: u64,
+    pub(crate) all_reduce: u64,
     /// All-reduces run fused with the residual add and RMSNorm after them.
-    pub fused_all_reduce: u64,
-    pub all_gather: u64,
+    pub(crate) fused_all_reduce: u64,
+    pub(crate) all_gather: u64,
 }
 
 /// The engine's view of a whole schedule: one entry per op (`None` for compute ops).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct EngineView {
-    pub engine: Engine,
-    pub allreduce_fusion: bool,
+    pub(crate) engine: Engine,
+    pub(crate) allreduce_fusion: bool,
     /// Whether the engine fuses anything in this schedule (false when the architecture or
     /// phase has no fusion in that engine even with the switch on).
-    pub fusion_applies: bool,
-    pub ops: Vec<Option<EngineOp>>,
-    pub count: ProfilerCount,
+    pub(crate) fusion_applies: bool,
+    pub(crate) ops: Vec<Option<EngineOp>>,
+    pub(crate) count: ProfilerCount,
     /// The same engine's count for one EAGLE-3 draft step, when the caller built it (shown
     /// beside a verify, whose count it is not part of).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft: Option<ProfilerCount>,
+    /// The forward is a part of a cycle shown with its drafts (`plan --phase cycle`): the
+    /// verify's line pointing at `--phase draft` is left out.
+    #[serde(skip)]
+    pub in_cycle: bool,
 }
 
 /// Whether `engine` with fusion on fuses the all-reduces of `shape` in `phase`.
@@ -318,6 +322,7 @@ pub(crate) fn view(
         ops,
         count,
         draft: None,
+        in_cycle: false,
     }
 }
 
@@ -396,7 +401,7 @@ pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
             }
         ));
     }
-    if s.phase == Phase::Verify {
+    if s.phase == Phase::Verify && !v.in_cycle {
         let counts = match v.draft {
             Some(d) => format!(
                 " ({} + {})",
@@ -415,8 +420,9 @@ pub(crate) fn profiler_lines(s: &Schedule, v: &EngineView) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::build;
     use crate::model::presets::preset;
-    use crate::model::schedule::{build, ScheduleOptions};
+    use crate::model::schedule::ScheduleOptions;
 
     fn kimi(phase: Phase) -> (Schedule, ModelShape) {
         let shape = preset("kimi-k2.5").unwrap();

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::draft::DrafterKind;
 use super::kv::{KvDType, KvSettings};
 use super::shape::*;
 use crate::error::usage;
+use crate::record::vocab::DrafterKind;
 pub use crate::record::vocab::{CollectiveKind, DType, Phase};
 
 impl CollectiveKind {
@@ -76,6 +76,11 @@ impl ComputeKind {
     }
 }
 
+/// The most ranks (--tp, --gpus, --devices) any command accepts, and a schedule's tp.
+pub(crate) const MAX_RANKS: usize = 1024;
+/// The most tokens per forward (--tokens), and a schedule's tokens.
+pub(crate) const MAX_TOKENS: u64 = 65536;
+
 /// One step of the forward on one rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -100,7 +105,64 @@ pub enum Op {
         /// [`ComputeKind::KvCache`], the KV cache it reads).
         weight_bytes: u64,
         layer: Option<u64>,
+        /// The tokens each weight unit of the op meets, where not every unit meets every token
+        /// of the forward (the routed experts: how many experts receive how many tokens);
+        /// `None`: the whole op meets all the forward's tokens (attention, dense MLP, router,
+        /// shared experts, LM head).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token_histogram: Option<TokenHistogram>,
     },
+}
+
+/// How many weight units of an op meet how many tokens: for the routed experts of one MoE layer,
+/// the experts that receive exactly `tokens` of the forward's tokens, `units` of each count.
+/// The op's `weight_bytes` is `unit_bytes` x the units (whole experts); a replay streams each
+/// row's units once against its own token count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenHistogram {
+    /// Weight bytes of one unit on this rank (one expert's TP shard).
+    pub unit_bytes: u64,
+    /// In increasing `tokens`, each with at least one unit.
+    pub rows: Vec<TokenRow>,
+}
+
+/// `units` weight units that each meet `tokens` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRow {
+    pub tokens: u64,
+    pub units: u64,
+}
+
+impl TokenHistogram {
+    /// The units touched (experts that receive at least one token).
+    pub fn units(&self) -> u64 {
+        self.rows.iter().map(|r| r.units).sum()
+    }
+
+    /// The unit-token pairs (token-expert pairs: tokens x top-k when every pair is kept).
+    pub fn pairs(&self) -> u64 {
+        self.rows.iter().map(|r| r.units * r.tokens).sum()
+    }
+
+    /// "188 experts touched: 133 by 1 token, 44 by 2, 9 by 3, 2 by 4".
+    pub fn describe(&self, unit: &str) -> String {
+        let rows: Vec<String> = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let tok = if i > 0 {
+                    ""
+                } else if r.tokens == 1 {
+                    " token"
+                } else {
+                    " tokens"
+                };
+                format!("{} by {}{tok}", r.units, r.tokens)
+            })
+            .collect();
+        format!("{} {unit} touched: {}", self.units(), rows.join(", "))
+    }
 }
 
 /// How the routed experts selected by T tokens are counted.
@@ -149,7 +211,7 @@ crate::named_enum!(Engine {
 
 impl Engine {
     /// The engine's own spelling.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Engine::Sglang => "SGLang",
             Engine::Vllm => "vLLM",
@@ -209,7 +271,7 @@ impl Default for ScheduleOptions {
 
 impl ScheduleOptions {
     /// The KV settings the schedule records: `None` without a context.
-    fn kv_facts(&self) -> Option<KvSettings> {
+    pub(super) fn kv_facts(&self) -> Option<KvSettings> {
         (self.context > 0).then_some(self.kv)
     }
 }
@@ -217,14 +279,14 @@ impl ScheduleOptions {
 /// The ordered operations of one forward on one rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Schedule {
-    pub model: String,
-    pub phase: Phase,
+    pub(crate) model: String,
+    pub(crate) phase: Phase,
     pub tp: u64,
     pub tokens: u64,
-    pub dtype: DType,
-    pub routing: Routing,
+    pub(crate) dtype: DType,
+    pub(crate) routing: Routing,
     /// Expected distinct routed experts per MoE layer (0 for dense models).
-    pub experts_per_layer: f64,
+    pub(crate) experts_per_layer: f64,
     pub ops: Vec<Op>,
     /// How a `--model-config` was read and what it did not understand (shown by `plan`);
     /// `None` for presets and schedule files. Not part of the hash.
@@ -234,7 +296,7 @@ pub struct Schedule {
     /// formats, the drafter (flattened into the schedule's JSON). Not part of the hash: the
     /// ops already hold what it changes.
     #[serde(default, flatten)]
-    pub facts: ScheduleFacts,
+    pub facts: Box<ScheduleFacts>,
 }
 
 /// The batch, the context, the weight formats and the drafter a schedule was built for.
@@ -289,25 +351,25 @@ fn is_zero(n: &u64) -> bool {
 
 /// How a model config became this schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConfigReading {
+pub(crate) struct ConfigReading {
     /// The architecture table's entry and the engine code it follows (`None`: not in the table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub read_as: Option<String>,
+    pub(crate) read_as: Option<String>,
     /// What the config did not say or the reading did not understand.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// One row of the grouped collective summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct CollectiveGroup {
-    pub kind: CollectiveKind,
-    pub dtype: DType,
-    pub count: u64,
-    pub bytes_per_rank: u64,
+    pub(crate) kind: CollectiveKind,
+    pub(crate) dtype: DType,
+    pub(crate) count: u64,
+    pub(crate) bytes_per_rank: u64,
     /// Bytes every rank ends up holding (all-gather: bytes_per_rank x tp).
-    pub bytes_out: u64,
-    pub n: u64,
+    pub(crate) bytes_out: u64,
+    pub(crate) n: u64,
 }
 
 impl Schedule {
@@ -341,6 +403,19 @@ impl Schedule {
             }
         }
         groups
+    }
+
+    /// The token histogram of the first routed-expert op (every MoE layer's is the same in a
+    /// built schedule); `None` for dense models and schedules without compute.
+    pub fn routed_histogram(&self) -> Option<&TokenHistogram> {
+        self.ops.iter().find_map(|o| match o {
+            Op::Compute {
+                kind: ComputeKind::RoutedExperts,
+                token_histogram: Some(h),
+                ..
+            } => Some(h),
+            _ => None,
+        })
     }
 
     pub(crate) fn count_collectives(&self, kind: CollectiveKind) -> u64 {
@@ -436,6 +511,108 @@ pub(crate) fn distinct_experts(moe: &Moe, tokens: u64, routing: Routing) -> f64 
     }
 }
 
+/// How many routed experts of one MoE layer receive how many of `tokens` tokens, in whole
+/// experts: `(tokens j, experts)` rows in increasing j.
+///
+/// Uniform routing: each token picks `k` distinct experts of `E` at random, so one expert is hit
+/// by one token with probability p = k / E, independently from token to token, and the expected
+/// number of experts hit exactly j times is E x C(T, j) p^j (1 - p)^(T - j). The rule that makes
+/// whole experts of it: for every j, the experts hit at least j times, E x P(X >= j) with X ~
+/// Binomial(T, p), rounded to the nearest whole expert (the rows are the differences of these
+/// counts, so the experts touched are the expected distinct experts, rounded); the token-expert
+/// pairs, which are the sum of these counts over j, then differ from T x k by the rounding: the
+/// difference is made up one pair at a time at the j whose count was rounded furthest the other
+/// way (one expert moved from j - 1 to j tokens, or at j = 1 one expert more or less touched),
+/// keeping the counts non-increasing in j. The pairs come out at T x k exactly.
+///
+/// Worst routing (every token picks experts no other token picked): T x k experts hit once; past
+/// E experts, the T x k pairs spread as evenly as they go (every expert hit floor(T k / E) or one
+/// more time).
+pub(crate) fn expert_histogram(moe: &Moe, tokens: u64, routing: Routing) -> Vec<TokenRow> {
+    let (e, k, t) = (
+        moe.routed_experts,
+        moe.experts_per_token.min(moe.routed_experts),
+        tokens,
+    );
+    let rows = |pairs: Vec<(u64, u64)>| -> Vec<TokenRow> {
+        pairs
+            .into_iter()
+            .filter(|&(j, n)| j > 0 && n > 0)
+            .map(|(tokens, units)| TokenRow { tokens, units })
+            .collect()
+    };
+    if e == 0 || k == 0 || t == 0 {
+        return vec![];
+    }
+    match routing {
+        Routing::Worst if t * k <= e => rows(vec![(1, t * k)]),
+        Routing::Worst => {
+            let (q, r) = (t * k / e, t * k % e);
+            rows(vec![(q, e - r), (q + 1, r)])
+        }
+        Routing::Uniform if k == e => rows(vec![(t, e)]),
+        Routing::Uniform => {
+            let at_least = experts_hit_at_least(e, k, t);
+            let counts = whole_experts(&at_least, e, t * k);
+            rows(
+                (1..=t as usize)
+                    .map(|j| (j as u64, counts[j] - counts[j + 1]))
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// E x P(X >= j) for j = 0..=T + 1, X ~ Binomial(T, k / E) (0 < k < E): the expected experts hit
+/// at least j times. The probabilities come from the log of the mass function, term by term
+/// (C(T, j) p^j (1-p)^(T-j) = the previous term x (T - j + 1) / j x p / (1 - p)), and the tail
+/// sums from the top, so that small tails keep their digits.
+fn experts_hit_at_least(e: u64, k: u64, t: u64) -> Vec<f64> {
+    let p = k as f64 / e as f64;
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    let mut log_pmf = Vec::with_capacity(t as usize + 1);
+    let mut l = t as f64 * lq;
+    log_pmf.push(l);
+    for j in 1..=t {
+        l += ((t - j + 1) as f64 / j as f64).ln() + lp - lq;
+        log_pmf.push(l);
+    }
+    let mut at_least = vec![0.0; t as usize + 2];
+    for j in (0..=t as usize).rev() {
+        at_least[j] = at_least[j + 1] + log_pmf[j].exp();
+    }
+    at_least.iter().map(|x| x.min(1.0) * e as f64).collect()
+}
+
+/// Whole-expert counts of `at_least` (the expected experts hit at least j times, j = 0..=T + 1)
+/// whose sum over j >= 1 is `pairs`: each rounded to the nearest, then moved by one at a time
+/// toward `pairs` where the rounding went furthest the other way, keeping them non-increasing
+/// (count 0 is all `e` experts, count T + 1 none). See [`expert_histogram`].
+fn whole_experts(at_least: &[f64], e: u64, pairs: u64) -> Vec<u64> {
+    let last = at_least.len() - 1;
+    let mut c: Vec<i64> = at_least.iter().map(|x| x.round() as i64).collect();
+    c[0] = e as i64;
+    c[last] = 0;
+    let mut diff = pairs as i64 - c[1..last].iter().sum::<i64>();
+    while diff != 0 {
+        let up = diff > 0;
+        let pick = (1..last)
+            .filter(|&j| if up { c[j] < c[j - 1] } else { c[j] > c[j + 1] })
+            .map(|j| {
+                let off = at_least[j] - c[j] as f64;
+                (j, if up { off } else { -off })
+            })
+            .fold(None, |best: Option<(usize, f64)>, (j, o)| match best {
+                Some((_, b)) if b >= o => best,
+                _ => Some((j, o)),
+            });
+        let Some((j, _)) = pick else { break };
+        c[j] += if up { 1 } else { -1 };
+        diff += if up { -1 } else { 1 };
+    }
+    c.into_iter().map(|x| x.max(0) as u64).collect()
+}
+
 pub(super) fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
     if n % tp != 0 {
         return Err(usage(format!(
@@ -446,7 +623,7 @@ pub(super) fn check_divides(tp: u64, what: &str, n: u64) -> anyhow::Result<()> {
 }
 
 /// Checks that `opt` fits `shape`: tp divides the sharded dimensions, tokens >= 1.
-pub fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Result<()> {
+pub(crate) fn validate(shape: &ModelShape, opt: &ScheduleOptions) -> anyhow::Result<()> {
     if opt.tp == 0 {
         return Err(usage("--tp must be at least 1"));
     }
@@ -594,7 +771,7 @@ pub(super) fn gqa_bytes(
 }
 
 /// The compute op a mixer stands for and the weight bytes one rank streams for it.
-fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u64) {
+pub(super) fn mixer_weights(m: &Mixer, f: WeightFormat, h: u64, tp: u64) -> (ComputeKind, u64) {
     // depthwise conv weights are not Linear layers: bf16 in every checkpoint format
     let conv = |channels: u64, kernel: u64| WeightFormat::Bf16.matrix_bytes(channels, kernel);
     match *m {
@@ -650,12 +827,21 @@ fn plain_mlp_bytes(f: WeightFormat, h: u64, inter: u64, tp: u64) -> u64 {
     f.matrix_bytes(il, h) + f.matrix_bytes(h, il)
 }
 
-/// The compute ops of one feed-forward part, for `experts` distinct routed experts.
-pub(super) fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: f64, l: u64) -> Vec<Op> {
+/// The compute ops of one feed-forward part, its routed experts touched as `experts` says (how
+/// many receive how many tokens).
+pub(super) fn ffn_ops(
+    ffn: &Ffn,
+    p: &Precision,
+    h: u64,
+    tp: u64,
+    experts: &[TokenRow],
+    l: u64,
+) -> Vec<Op> {
     let op = |kind, weight_bytes| Op::Compute {
         kind,
         weight_bytes,
         layer: Some(l),
+        token_histogram: None,
     };
     match *ffn {
         Ffn::Dense {
@@ -686,10 +872,16 @@ pub(super) fn ffn_ops(ffn: &Ffn, p: &Precision, h: u64, tp: u64, experts: f64, l
                 ComputeKind::Router,
                 WeightFormat::Bf16.matrix_bytes(m.routed_experts, h),
             ));
-            v.push(op(
-                ComputeKind::RoutedExperts,
-                (experts * one as f64).round() as u64,
-            ));
+            let hist = TokenHistogram {
+                unit_bytes: one,
+                rows: experts.to_vec(),
+            };
+            v.push(Op::Compute {
+                kind: ComputeKind::RoutedExperts,
+                weight_bytes: hist.units() * one,
+                layer: Some(l),
+                token_histogram: Some(hist),
+            });
             if m.shared_experts > 0 {
                 v.push(op(
                     ComputeKind::SharedExperts,
@@ -720,11 +912,15 @@ pub fn parameter_counts(shape: &ModelShape) -> Option<(u64, u64)> {
         }
         if let Some(f) = &b.ffn {
             let (all, k) = match f {
-                Ffn::Moe { moe, .. } => (moe.routed_experts as f64, moe.experts_per_token as f64),
-                _ => (0.0, 0.0),
+                Ffn::Moe { moe, .. } => (moe.routed_experts, moe.experts_per_token),
+                _ => (0, 0),
             };
-            let sum = |e: f64| -> u64 {
-                ffn_ops(f, &p, h, 1, e, l as u64)
+            let sum = |e: u64| -> u64 {
+                let once = [TokenRow {
+                    tokens: 1,
+                    units: e,
+                }];
+                ffn_ops(f, &p, h, 1, &once, l as u64)
                     .iter()
                     .map(|o| match o {
                         Op::Compute { weight_bytes, .. } => weight_bytes / 2,
@@ -742,264 +938,9 @@ pub fn parameter_counts(shape: &ModelShape) -> Option<(u64, u64)> {
     Some((total + table + head, active + table))
 }
 
-pub(super) fn collective(
-    kind: CollectiveKind,
-    dtype: DType,
-    count: u64,
-    site: &str,
-    layer: Option<u64>,
-) -> Op {
-    Op::Collective {
-        kind,
-        dtype,
-        count,
-        bytes_per_rank: count * dtype.size(),
-        site: site.into(),
-        layer,
-    }
-}
-
-/// Builds the schedule of `phase` for `shape`: one forward of `opt.concurrency` requests,
-/// each of `opt.tokens` tokens (verify) or one (decode, draft). `Phase::Cycle` is several
-/// forwards: [`super::cycle::build`].
-pub fn build(shape: &ModelShape, opt: &ScheduleOptions, phase: Phase) -> anyhow::Result<Schedule> {
-    validate(shape, opt)?;
-    let per_request = match phase {
-        Phase::Verify => opt.tokens,
-        Phase::Decode | Phase::Draft => 1,
-        Phase::Cycle => {
-            return Err(usage(
-                "--phase cycle is several forwards (the drafts, the verify, the decode beside them): `plan` and `verify` build it; this command takes one forward (--phase verify, decode or draft)",
-            ))
-        }
-    };
-    let tokens = per_request * opt.concurrency.max(1);
-    if phase == Phase::Draft {
-        check_divides(opt.tp, "draft vocabulary (--draft-vocab)", opt.draft_vocab)?;
-        let head = super::draft::DenseHead::eagle3_assumed(shape, opt);
-        let ops = head.forward(opt, tokens, true);
-        let formats = formats_of(&ops, &head.precision);
-        return Ok(assemble(shape, opt, phase, tokens, 0.0, ops, formats));
-    }
-    Ok(target_forward(shape, opt, phase, tokens))
-}
-
-/// The target's forward of `tokens` tokens (all requests together): its embedding, every
-/// layer, its LM head and logits.
-pub(super) fn target_forward(
-    shape: &ModelShape,
-    opt: &ScheduleOptions,
-    phase: Phase,
-    tokens: u64,
-) -> Schedule {
-    let h = shape.hidden;
-    let act = tokens * h;
-    let p = opt.weights.apply(shape.precision);
-    let experts = shape
-        .first_moe()
-        .map(|m| distinct_experts(&m, tokens, opt.routing))
-        .unwrap_or(0.0);
-    let mut ops = Vec::new();
-    embedding_op(opt, act, &mut ops);
-    let layer = LayerCtx {
-        precision: p,
-        known: shape.weights_known,
-        hidden: h,
-        act,
-        experts,
-    };
-    for (l, b) in shape.layer_blocks().iter().enumerate() {
-        layer.block_ops(b, opt, l as u64, &mut ops);
-    }
-    head_ops(
-        shape.weights_known,
-        p.lm_head,
-        shape.vocab,
-        h,
-        tokens,
-        opt,
-        &mut ops,
-    );
-    let formats = formats_of(&ops, &p);
-    assemble(shape, opt, phase, tokens, experts, ops, formats)
-}
-
-/// A forward's ops and facts as a schedule of `shape`.
-pub(super) fn assemble(
-    shape: &ModelShape,
-    opt: &ScheduleOptions,
-    phase: Phase,
-    tokens: u64,
-    experts: f64,
-    ops: Vec<Op>,
-    weight_formats: BTreeMap<ComputeKind, WeightFormat>,
-) -> Schedule {
-    Schedule {
-        model: shape.name.clone(),
-        phase,
-        tp: opt.tp,
-        tokens,
-        dtype: opt.dtype,
-        routing: opt.routing,
-        experts_per_layer: experts,
-        ops,
-        config_reading: (shape.read_as.is_some() || !shape.warnings.is_empty()).then(|| {
-            Box::new(ConfigReading {
-                read_as: shape.read_as.clone(),
-                warnings: shape.warnings.clone(),
-            })
-        }),
-        facts: ScheduleFacts {
-            concurrency: opt.concurrency.max(1),
-            context: opt.context,
-            kv: opt.kv_facts(),
-            weight_formats,
-            weights_override: opt.weights.describe(),
-            drafter: None,
-        },
-    }
-}
-
-/// The storage format of each kind of weights among `ops`, from the precision they were
-/// built with: the fc of a drafter (EAGLE-3's fc, an MTP module's eh_proj) and the router
-/// are plain bf16 linears in every checkpoint the engines load.
-pub(super) fn formats_of(ops: &[Op], p: &Precision) -> BTreeMap<ComputeKind, WeightFormat> {
-    let mut m = BTreeMap::new();
-    for op in ops {
-        let Op::Compute { kind, .. } = op else {
-            continue;
-        };
-        let f = match kind {
-            ComputeKind::Attention | ComputeKind::LinearAttention | ComputeKind::Mamba => {
-                p.attention
-            }
-            ComputeKind::DenseMlp => p.dense_mlp,
-            ComputeKind::RoutedExperts => p.routed_experts,
-            ComputeKind::SharedExperts => p.shared_experts,
-            ComputeKind::LmHead => p.lm_head,
-            ComputeKind::Router | ComputeKind::DraftFc => WeightFormat::Bf16,
-            ComputeKind::KvCache => continue,
-        };
-        m.insert(*kind, f);
-    }
-    m
-}
-
-/// The vocab-parallel embedding's all-reduce of `act` elements, unless the engine skips it.
-pub(super) fn embedding_op(opt: &ScheduleOptions, act: u64, ops: &mut Vec<Op>) {
-    if opt.embedding_allreduce {
-        ops.push(collective(
-            CollectiveKind::AllReduce,
-            opt.dtype,
-            act,
-            "embedding",
-            None,
-        ));
-    }
-}
-
-/// The LM head's weights (`vocab / tp` rows in `format`, when the weights are known) and the
-/// all-gather of the logits of `tokens` tokens.
-pub(super) fn head_ops(
-    known: bool,
-    format: WeightFormat,
-    vocab: u64,
-    h: u64,
-    tokens: u64,
-    opt: &ScheduleOptions,
-    ops: &mut Vec<Op>,
-) {
-    if known {
-        ops.push(Op::Compute {
-            kind: ComputeKind::LmHead,
-            weight_bytes: format.matrix_bytes(vocab / opt.tp, h),
-            layer: None,
-        });
-    }
-    if opt.logits == Logits::Gather {
-        let c = tokens * vocab / opt.tp;
-        ops.push(collective(
-            CollectiveKind::AllGather,
-            opt.dtype,
-            c,
-            "logits",
-            None,
-        ));
-    }
-}
-
-/// What every decoder layer of one forward shares: the formats, whether the weights are
-/// known, the hidden size, the elements of each all-reduce, the experts each MoE layer reads.
-pub(super) struct LayerCtx {
-    pub precision: Precision,
-    pub known: bool,
-    pub hidden: u64,
-    pub act: u64,
-    pub experts: f64,
-}
-
-impl LayerCtx {
-    /// Layer `l`'s ops onto `ops`: its mixer's weights (when known), the KV cache that mixer
-    /// reads (with a context), the all-reduce after it; its FFN's weights and the all-reduce
-    /// after it.
-    pub(super) fn block_ops(&self, b: &Block, opt: &ScheduleOptions, l: u64, ops: &mut Vec<Op>) {
-        let (tp, h, dt) = (opt.tp, self.hidden, opt.dtype);
-        if let Some(m) = &b.mixer {
-            if self.known {
-                let (kind, weight_bytes) = mixer_weights(m, self.precision.attention, h, tp);
-                ops.push(Op::Compute {
-                    kind,
-                    weight_bytes,
-                    layer: Some(l),
-                });
-                kv_op(m, opt, l, ops);
-            }
-            // a replicated linear in place of attention needs no reduction
-            if *m != Mixer::Linear {
-                ops.push(collective(
-                    CollectiveKind::AllReduce,
-                    dt,
-                    self.act,
-                    "attention",
-                    Some(l),
-                ));
-            }
-        }
-        if let Some(f) = &b.ffn {
-            if self.known {
-                ops.extend(ffn_ops(f, &self.precision, h, tp, self.experts, l));
-            }
-            if *f != Ffn::Linear {
-                ops.push(collective(
-                    CollectiveKind::AllReduce,
-                    dt,
-                    self.act,
-                    "mlp",
-                    Some(l),
-                ));
-            }
-        }
-    }
-}
-
-/// The KV cache (or linear state) mixer `m` of layer `l` reads, with a context.
-pub(super) fn kv_op(m: &Mixer, opt: &ScheduleOptions, l: u64, ops: &mut Vec<Op>) {
-    if opt.context == 0 {
-        return;
-    }
-    let b = super::kv::mixer_kv_bytes(m, opt.tp, opt.concurrency.max(1), opt.context, opt.kv);
-    if b > 0 {
-        ops.push(Op::Compute {
-            kind: ComputeKind::KvCache,
-            weight_bytes: b,
-            layer: Some(l),
-        });
-    }
-}
-
 /// The workload line a record carries, from the schedule it ran.
-impl crate::record::Workload {
-    pub fn of(s: &Schedule) -> crate::record::Workload {
+impl crate::record::RecordedWorkload {
+    pub fn of(s: &Schedule) -> crate::record::RecordedWorkload {
         let first = |k: CollectiveKind| {
             s.collective_groups()
                 .into_iter()
@@ -1007,7 +948,7 @@ impl crate::record::Workload {
                 .map(|g| g.bytes_per_rank)
                 .unwrap_or(0)
         };
-        crate::record::Workload {
+        crate::record::RecordedWorkload {
             model: s.model.clone(),
             phase: s.phase,
             tp: s.tp,
@@ -1019,18 +960,20 @@ impl crate::record::Workload {
             all_reduce_bytes_per_rank: first(CollectiveKind::AllReduce),
             all_gather_bytes_per_rank: first(CollectiveKind::AllGather),
             weight_bytes_per_rank: s.weight_bytes(),
-            concurrency: s.facts.concurrency,
-            context: s.facts.context,
-            kv: s.facts.kv,
-            kv_bytes_per_rank: (s.facts.context > 0).then(|| s.kv_bytes()),
-            weight_formats: s
-                .facts
-                .weight_formats
-                .iter()
-                .map(|(k, f)| (k.key().to_string(), f.label()))
-                .collect(),
-            weights_override: s.facts.weights_override.clone(),
-            cycle: None,
+            facts: Box::new(crate::record::WorkloadFacts {
+                concurrency: s.facts.concurrency,
+                context: s.facts.context,
+                kv: s.facts.kv,
+                kv_bytes_per_rank: (s.facts.context > 0).then(|| s.kv_bytes()),
+                weight_formats: s
+                    .facts
+                    .weight_formats
+                    .iter()
+                    .map(|(k, f)| (k.key().to_string(), f.label()))
+                    .collect(),
+                weights_override: s.facts.weights_override.clone(),
+                cycle: None,
+            }),
         }
     }
 }
@@ -1038,6 +981,7 @@ impl crate::record::Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::build;
     use crate::model::presets::preset;
 
     fn kimi(tp: u64, tokens: u64) -> Schedule {
@@ -1128,6 +1072,93 @@ mod tests {
         assert!(u3 < 24.0 && u3 > 23.0, "{u3}");
         assert_eq!(distinct_experts(&m, 3, Routing::Worst), 24.0);
         assert_eq!(distinct_experts(&m, 100, Routing::Worst), 384.0);
+    }
+
+    #[test]
+    fn experts_fed_their_own_tokens_at_32_tokens_by_hand() {
+        // Uniform routing, T = 32 tokens, E = 384 experts, top-8: an expert is hit by one token
+        // with p = 8/384 = 1/48, q = 47/48, independently per token; X ~ Binomial(32, 1/48).
+        //   P(X = 0) = q^32 = exp(32 ln(47/48)) = exp(-0.673709) = 0.509818
+        //   P(X = 1) = 32 p q^31 = (32/47) P(0)          = 0.347110
+        //   P(X = 2) = P(1) x (31/2) x (p/q) = x 31/94   = 0.114474
+        //   P(X = 3) = P(2) x (30/3) / 47                = 0.024356
+        //   P(X = 4) = P(3) x (29/4) / 47                = 0.0037570
+        //   P(X = 5) = P(4) x (28/5) / 47                = 0.00044764, P(X >= 6) = 0.0000466
+        // Experts hit at least j times, 384 x P(X >= j), and rounded:
+        //   j = 1: 384 x 0.490182 = 188.23 -> 188 (the expected distinct experts)
+        //   j = 2: 188.23 - 133.29 = 54.94  -> 55
+        //   j = 3: 54.94 - 43.96   = 10.98  -> 11
+        //   j = 4: 10.98 - 9.35    = 1.63   -> 2
+        //   j = 5: 1.63 - 1.44     = 0.19   -> 0
+        // Pairs: 188 + 55 + 11 + 2 = 256 = 32 x 8, no adjustment. Experts hit exactly j times:
+        // 188 - 55 = 133 by 1, 55 - 11 = 44 by 2, 11 - 2 = 9 by 3, 2 by 4 (expected 133.29,
+        // 43.96, 9.35, 1.44).
+        let m = preset("kimi-k2.5").unwrap().moe.unwrap();
+        let rows: Vec<(u64, u64)> = expert_histogram(&m, 32, Routing::Uniform)
+            .iter()
+            .map(|r| (r.tokens, r.units))
+            .collect();
+        assert_eq!(rows, [(1, 133), (2, 44), (3, 9), (4, 2)]);
+        // the schedule's routed-expert ops carry them, each expert's TP shard once: gate_up
+        // (2 x 2048 / 8 x 7168) + down (7168 x 2048 / 8) weights in INT4 with one bf16 scale
+        // per 32 (4.5 bits, 9/16 B per weight) = 3 x 7168 x 256 x 9/16 B
+        let s = kimi(8, 32);
+        let h = s.routed_histogram().unwrap();
+        assert_eq!(h.unit_bytes, 3 * 7168 * 256 * 9 / 16);
+        assert_eq!((h.units(), h.pairs()), (188, 256));
+        assert_eq!(
+            h.describe("experts"),
+            "188 experts touched: 133 by 1 token, 44 by 2, 9 by 3, 2 by 4"
+        );
+        let w = s.weight_bytes_by_kind();
+        assert_eq!(w[&ComputeKind::RoutedExperts], 60 * 188 * h.unit_bytes);
+        // one token: its 8 experts, each once
+        let one = expert_histogram(&m, 1, Routing::Uniform);
+        assert_eq!(
+            one,
+            [TokenRow {
+                tokens: 1,
+                units: 8
+            }]
+        );
+    }
+
+    #[test]
+    fn whole_experts_keep_every_token_expert_pair() {
+        // at every token count the pairs are T x k exactly, the experts touched the expected
+        // distinct experts within one, and the counts of each row positive
+        let m = preset("kimi-k2.5").unwrap().moe.unwrap();
+        for t in 1..=512u64 {
+            let rows = expert_histogram(&m, t, Routing::Uniform);
+            let h = TokenHistogram {
+                unit_bytes: 1,
+                rows,
+            };
+            assert_eq!(h.pairs(), t * 8, "T={t}");
+            let d = distinct_experts(&m, t, Routing::Uniform);
+            assert!(
+                (h.units() as f64 - d).abs() <= 1.0,
+                "T={t}: {} vs {d}",
+                h.units()
+            );
+            assert!(h.units() <= 384 && h.rows.iter().all(|r| r.units > 0));
+            assert!(h.rows.windows(2).all(|w| w[0].tokens < w[1].tokens));
+        }
+        // worst routing: 32 x 8 = 256 experts once each; 64 x 8 = 512 pairs over 384 experts:
+        // 128 of them twice, 256 once
+        let w32 = expert_histogram(&m, 32, Routing::Worst);
+        assert_eq!(
+            w32,
+            [TokenRow {
+                tokens: 1,
+                units: 256
+            }]
+        );
+        let w64: Vec<(u64, u64)> = expert_histogram(&m, 64, Routing::Worst)
+            .iter()
+            .map(|r| (r.tokens, r.units))
+            .collect();
+        assert_eq!(w64, [(1, 256), (2, 128)]);
     }
 
     #[test]

@@ -10,8 +10,21 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::schedule::{Op, Schedule};
+use super::schedule::{Op, Schedule, MAX_RANKS, MAX_TOKENS};
 use crate::error::usage;
+
+/// The most bytes one op of a schedule file may move or stream per rank: 1 TiB. `plan` writes
+/// at most 40 GiB (the logits all-gather of 65,536 tokens in f32 on one rank of Kimi-K2.5, whose
+/// vocabulary is 163,840), and the largest compute op of a preset at one rank is the routed
+/// experts of DeepSeek-V3 at 65,536 tokens, 10.5 GiB.
+pub(crate) const MAX_OP_BYTES: u64 = 1 << 40;
+
+/// The longest host gap before an op: an hour (a server's are microseconds to milliseconds).
+const MAX_GAP_US: f64 = 3.6e9;
+
+/// The most distinct routed experts per MoE layer: the most experts a config may have
+/// (`model::arch::bound`).
+const MAX_EXPERTS: f64 = 65_536.0;
 
 /// A schedule with what a trace adds to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,11 +48,32 @@ pub struct ScheduleFile {
 }
 
 impl ScheduleFile {
-    /// Checks what serde cannot: gaps aligned with ops, finite and non-negative; collectives
-    /// whose bytes agree with their count.
+    /// Checks what serde cannot: the tp, tokens and experts within what a run accepts; gaps
+    /// aligned with ops, finite, non-negative and at most an hour; every op at most
+    /// [`MAX_OP_BYTES`] per rank; collectives whose bytes agree with their count.
     pub fn validate(&self) -> Result<(), String> {
-        if self.schedule.ops.is_empty() {
+        let s = &self.schedule;
+        if s.ops.is_empty() {
             return Err("it has no ops".into());
+        }
+        if !(1..=MAX_RANKS as u64).contains(&s.tp) {
+            return Err(format!(
+                "tp is {}: a schedule is for 1 to {MAX_RANKS} ranks",
+                s.tp
+            ));
+        }
+        // 0: not known (`trace --export-schedule` without `--against-plan`)
+        if s.tokens > MAX_TOKENS {
+            return Err(format!(
+                "tokens is {}: a forward has at most {MAX_TOKENS} tokens (0 where not known)",
+                s.tokens
+            ));
+        }
+        if !(0.0..=MAX_EXPERTS).contains(&s.experts_per_layer) {
+            return Err(format!(
+                "experts_per_layer is {}: 0 (dense) to {MAX_EXPERTS} routed experts per layer",
+                s.experts_per_layer
+            ));
         }
         let n = self.schedule.ops.len();
         let per_rank = self.host_gaps_per_rank_us.iter().flatten().enumerate();
@@ -58,9 +92,11 @@ impl ScheduleFile {
             if let Some((i, x)) = g
                 .iter()
                 .enumerate()
-                .find(|(_, x)| !x.is_finite() || **x < 0.0)
+                .find(|(_, x)| !(0.0..=MAX_GAP_US).contains(*x))
             {
-                return Err(format!("{name}[{i}] is {x} (gaps are >= 0 us)"));
+                return Err(format!(
+                    "{name}[{i}] is {x} (gaps are 0 to {MAX_GAP_US:e} us, an hour)"
+                ));
             }
         }
         if self
@@ -72,7 +108,43 @@ impl ScheduleFile {
                 "host_gaps_per_rank_us is empty (one list per rank, or leave it out)".into(),
             );
         }
+        let tokens = self.schedule.tokens;
         for (i, op) in self.schedule.ops.iter().enumerate() {
+            if let Op::Compute {
+                weight_bytes,
+                token_histogram: Some(h),
+                ..
+            } = op
+            {
+                if h.units().checked_mul(h.unit_bytes) != Some(*weight_bytes) {
+                    return Err(format!(
+                        "op {i}: weight_bytes {weight_bytes} is not the token histogram's {} units x unit_bytes {}",
+                        h.units(),
+                        h.unit_bytes
+                    ));
+                }
+                let bad = h.rows.iter().enumerate().find(|(k, r)| {
+                    r.units == 0
+                        || r.tokens == 0
+                        || r.tokens > tokens
+                        || (*k > 0 && h.rows[k - 1].tokens >= r.tokens)
+                });
+                if let Some((_, r)) = bad {
+                    return Err(format!(
+                        "op {i}: token histogram row {{tokens: {}, units: {}}}: rows need 1..={tokens} tokens in increasing order, each with units",
+                        r.tokens, r.units
+                    ));
+                }
+            }
+            let (key, bytes) = match op {
+                Op::Collective { bytes_per_rank, .. } => ("bytes_per_rank", *bytes_per_rank),
+                Op::Compute { weight_bytes, .. } => ("weight_bytes", *weight_bytes),
+            };
+            if bytes > MAX_OP_BYTES {
+                return Err(format!(
+                    "op {i}: {key} {bytes} is more than one op of a real model moves per rank (at most {MAX_OP_BYTES}, 1 TiB; `plan` writes at most 40 GiB)"
+                ));
+            }
             if let Op::Collective {
                 dtype,
                 count,
@@ -80,7 +152,7 @@ impl ScheduleFile {
                 ..
             } = op
             {
-                if count * dtype.size() != *bytes_per_rank {
+                if count.checked_mul(dtype.size()) != Some(*bytes_per_rank) {
                     return Err(format!(
                         "op {i}: bytes_per_rank {bytes_per_rank} is not count {count} x {} B",
                         dtype.size()
@@ -99,7 +171,7 @@ impl ScheduleFile {
     /// [`ScheduleFile::load`] that first gives the number of operations to `check_length`
     /// (counted without building them, [`count_ops`]) and returns its refusal before the
     /// parse: a schedule too long for the run fails at once, not after reading every op.
-    pub fn load_checking_length(
+    pub(crate) fn load_checking_length(
         path: &Path,
         check_length: &dyn Fn(usize) -> anyhow::Result<()>,
     ) -> anyhow::Result<ScheduleFile> {
@@ -107,6 +179,7 @@ impl ScheduleFile {
             path,
             "schedule file",
             "a schedule (`verifybench plan --format json`, `trace --export-schedule`)",
+            crate::util::read::SCHEDULE,
         )?;
         if let Some(n) = count_ops(text.as_bytes()) {
             check_length(n)?;

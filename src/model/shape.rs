@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// (a `Linear(cols -> rows)`): group and block scales run along the input dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
-pub enum WeightFormat {
+pub(crate) enum WeightFormat {
     /// 2 bytes per weight (bf16 or fp16).
     Bf16,
     /// fp8 e4m3, 1 byte per weight, plus one fp32 scale per `block x block` tile
@@ -159,16 +159,16 @@ impl WeightOverride {
 
 /// Storage precision per group of weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Precision {
-    pub attention: WeightFormat,
-    pub dense_mlp: WeightFormat,
-    pub routed_experts: WeightFormat,
-    pub shared_experts: WeightFormat,
-    pub lm_head: WeightFormat,
+pub(crate) struct Precision {
+    pub(crate) attention: WeightFormat,
+    pub(crate) dense_mlp: WeightFormat,
+    pub(crate) routed_experts: WeightFormat,
+    pub(crate) shared_experts: WeightFormat,
+    pub(crate) lm_head: WeightFormat,
 }
 
 impl Precision {
-    pub fn uniform(f: WeightFormat) -> Self {
+    pub(crate) fn uniform(f: WeightFormat) -> Self {
         Precision {
             attention: f,
             dense_mlp: f,
@@ -182,7 +182,7 @@ impl Precision {
 /// Attention flavour and its dimensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Attention {
+pub(crate) enum Attention {
     /// Multi-head latent attention (DeepSeek-V3, Kimi-K2.x).
     Mla {
         heads: u64,
@@ -218,7 +218,7 @@ pub enum Attention {
 }
 
 impl Attention {
-    pub fn heads(&self) -> u64 {
+    pub(crate) fn heads(&self) -> u64 {
         match *self {
             Attention::Mla { heads, .. }
             | Attention::Gqa { heads, .. }
@@ -241,14 +241,14 @@ impl Attention {
 /// Mixture-of-experts dimensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Moe {
-    pub routed_experts: u64,
-    pub experts_per_token: u64,
-    pub shared_experts: u64,
-    pub moe_intermediate: u64,
+    pub(crate) routed_experts: u64,
+    pub(crate) experts_per_token: u64,
+    pub(crate) shared_experts: u64,
+    pub(crate) moe_intermediate: u64,
     /// Intermediate size of each shared expert when it differs from `moe_intermediate`
     /// (Qwen's `shared_expert_intermediate_size`, Llama-4's `intermediate_size`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shared_intermediate: Option<u64>,
+    pub(crate) shared_intermediate: Option<u64>,
 }
 
 impl Moe {
@@ -260,7 +260,7 @@ impl Moe {
 /// The token mixer of one layer (the part before the first all-reduce).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mixer", rename_all = "snake_case")]
-pub enum Mixer {
+pub(crate) enum Mixer {
     /// Softmax attention (full or sliding window).
     Attention(Attention),
     /// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): in_proj (q, k, v, z, b, a),
@@ -302,43 +302,43 @@ pub enum Ffn {
 /// may be absent (Nemotron-H blocks hold one of the two, DeciLM `no_op` skips one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Block {
-    pub mixer: Option<Mixer>,
+    pub(crate) mixer: Option<Mixer>,
     pub ffn: Option<Ffn>,
 }
 
 /// Everything the schedule needs to know about a model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelShape {
-    pub name: String,
-    pub layers: u64,
-    pub hidden: u64,
-    pub vocab: u64,
+    pub(crate) name: String,
+    pub(crate) layers: u64,
+    pub(crate) hidden: u64,
+    pub(crate) vocab: u64,
     /// Leading layers with a dense MLP (`first_k_dense_replace`); all layers when `moe` is None.
-    pub first_dense: u64,
+    pub(crate) first_dense: u64,
     /// Dense MLP intermediate size (0 when no layer is dense).
-    pub intermediate: u64,
-    pub moe: Option<Moe>,
-    pub attention: Attention,
-    pub precision: Precision,
+    pub(crate) intermediate: u64,
+    pub(crate) moe: Option<Moe>,
+    pub(crate) attention: Attention,
+    pub(crate) precision: Precision,
     /// One entry per layer when the layers differ from what the fields above describe
     /// (hybrid mixers, interleaved MoE, per-layer NAS blocks); empty: every layer has
     /// `attention`, then a dense MLP for the first `first_dense` layers and `moe` after.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub blocks: Vec<Block>,
+    pub(crate) blocks: Vec<Block>,
     /// False when the architecture or the weight format is not understood: the schedule then
     /// holds the collectives only (they depend on layers, hidden size, vocabulary and TP alone).
     #[serde(default = "yes")]
-    pub weights_known: bool,
+    pub(crate) weights_known: bool,
     /// The LM head shares the embedding's matrix (`tie_word_embeddings`): counted once in the
     /// parameter total, still streamed by every forward.
     #[serde(default)]
-    pub tied_embeddings: bool,
+    pub(crate) tied_embeddings: bool,
     /// What the reading guessed or did not understand, for the user to see.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Which entry of the architecture table read the config, and the source it follows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub read_as: Option<String>,
+    pub(crate) read_as: Option<String>,
     /// The config's `model_type` (presets: their family's), which decides the engine's
     /// fusion rules ([`super::engine`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]

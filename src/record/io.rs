@@ -47,7 +47,12 @@ pub(crate) fn read_record_lines(
     what: &str,
     mut each: impl FnMut(usize, Record) -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<String>> {
-    let text = crate::util::read_text(path, what, "the results file a sweep wrote (--results)")?;
+    let text = crate::util::read_text(
+        path,
+        what,
+        "the results file a sweep wrote (--results)",
+        crate::util::read::RESULTS,
+    )?;
     let mut warnings = vec![];
     let mut torn = None;
     let mut records = 0;
@@ -57,13 +62,10 @@ pub(crate) fn read_record_lines(
         }
         let value: serde_json::Value = match serde_json::from_str(line) {
             Ok(v) => v,
-            // A torn line is the start of a record: anything else is not a JSON-lines file.
+            // A torn line is the start of a record: anything else is not a JSON-lines file, or
+            // a file cut short elsewhere than at the end of its last line.
             Err(e) if !line.trim_start().starts_with('{') => {
-                return Err(usage(format!(
-                "{what} '{}' line {} is not a JSON record ({e}): not a results file of verifybench",
-                path.display(),
-                i + 1
-            )))
+                return Err(not_a_record_line(path, what, &text, i + 1, line, &e))
             }
             Err(e) => {
                 warnings.push(format!(
@@ -105,19 +107,67 @@ pub(crate) fn read_record_lines(
     Ok(warnings)
 }
 
+/// Why line `n` of a JSON-lines file (`line`, which does not open a record) is refused: a
+/// file cut short is called truncated, with where it was cut (a whole-file document ending
+/// early, such as a pretty JSON array; a line holding the end of a record without its start,
+/// the file cut at its beginning); anything else is no JSON record.
+fn not_a_record_line(
+    path: &Path,
+    what: &str,
+    text: &str,
+    n: usize,
+    line: &str,
+    e: &serde_json::Error,
+) -> anyhow::Error {
+    let p = path.display();
+    let give = "give the results file a sweep wrote (--results)";
+    if e.classify() == serde_json::error::Category::Eof {
+        if let Err(whole) = serde_json::from_str::<serde_json::Value>(text) {
+            if whole.classify() == serde_json::error::Category::Eof {
+                return usage(format!(
+                    "{what} '{p}' is {}; {give}",
+                    crate::util::json_problem(&whole)
+                ));
+            }
+        }
+    }
+    if line.trim_end().ends_with('}') {
+        return usage(format!(
+            "{what} '{p}' is truncated at its start: line {n} holds the end of a record without its beginning (cut, or copied from the middle of a file); {give}"
+        ));
+    }
+    usage(format!(
+        "{what} '{p}' line {n} is not a JSON record ({e}): not a results file of verifybench"
+    ))
+}
+
+/// The last byte of the regular file at `path` (`None` for an empty or absent file, or one that
+/// is not a regular file).
+fn last_byte(path: &Path) -> Option<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() == 0 {
+        return None;
+    }
+    f.seek(SeekFrom::End(-1)).ok()?;
+    let mut b = [0u8; 1];
+    f.read_exact(&mut b).ok()?;
+    Some(b[0])
+}
+
 /// A JSON-lines file of records, open for appending: each record is written as one line, then
 /// flushed and fsynced, so a crash loses at most the line being written (the sweep's results).
-pub struct JsonLinesFile {
+pub(crate) struct JsonLinesFile {
     path: PathBuf,
     file: std::fs::File,
 }
 
 impl JsonLinesFile {
-    /// Opens (creating) `path` for appending; ends a torn last line first.
-    pub fn open(path: &Path) -> anyhow::Result<JsonLinesFile> {
-        let torn = std::fs::read(path)
-            .map(|b| !b.is_empty() && b.last() != Some(&b'\n'))
-            .unwrap_or(false);
+    /// Opens (creating) `path` for appending; ends a torn last line first (of a regular file,
+    /// by its last byte: nothing else is read, and nothing of a device).
+    pub(crate) fn open(path: &Path) -> anyhow::Result<JsonLinesFile> {
+        let torn = last_byte(path).is_some_and(|b| b != b'\n');
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -137,12 +187,12 @@ impl JsonLinesFile {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Appends one record as a line, then flushes and fsyncs it.
-    pub fn append(&mut self, r: &Record) -> anyhow::Result<()> {
+    pub(crate) fn append(&mut self, r: &Record) -> anyhow::Result<()> {
         let mut line = serde_json::to_string(r)?;
         line.push('\n');
         self.file
@@ -302,6 +352,7 @@ pub fn read_records(path: &Path) -> anyhow::Result<Vec<Record>> {
         path,
         "results file",
         "the --export-json of collective, verify or sweep",
+        crate::util::read::RESULTS,
     )?;
     records_of_text(path, &text)
 }

@@ -12,15 +12,17 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub mod vocab;
+pub(crate) mod vocab;
 
 use crate::util::{hostname, now_utc};
-pub use vocab::{
-    CollectiveKind, CyclePart, DType, DrafterKind, Impl, KvSettings, Phase, Repetitions, Source,
-    Straggler, Summary,
+pub use vocab::Impl;
+pub use vocab::Source;
+pub(crate) use vocab::{
+    CollectiveKind, CyclePart, DType, DrafterKind, KvSettings, Phase, Repetitions, Straggler,
+    Summary,
 };
 
-pub mod io;
+pub(crate) mod io;
 pub use io::read_records;
 
 /// Bumped whenever a field changes meaning or a required field is added.
@@ -47,24 +49,24 @@ pub struct WorkerInfo {
 
 /// The NCCL one worker (rank) loaded, as it reported it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerNccl {
-    pub rank: usize,
-    pub pid: u32,
+pub(crate) struct WorkerNccl {
+    pub(crate) rank: usize,
+    pub(crate) pid: u32,
     /// The version `ncclGetVersion` returned in the worker ("2.28.3").
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// The library file the worker mapped (resolved path, from its own /proc/self/maps).
-    pub library: Option<String>,
+    pub(crate) library: Option<String>,
 }
 
 /// Who made a record, where, when and with what.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
-    pub tool_version: String,
-    pub git_commit: String,
-    pub command_line: Vec<String>,
+    pub(crate) tool_version: String,
+    pub(crate) git_commit: String,
+    pub(crate) command_line: Vec<String>,
     pub host: String,
-    pub started_utc: String,
-    pub finished_utc: String,
+    pub(crate) started_utc: String,
+    pub(crate) finished_utc: String,
     /// `nccl`, `model`, `torch` (the PyTorch peer), `cuda` (one-GPU measurements without NCCL:
     /// `bandwidth`), or `none` for pure computations.
     pub backend: String,
@@ -73,26 +75,26 @@ pub struct Provenance {
     #[serde(default)]
     pub gpus: Vec<GpuInfo>,
     #[serde(default)]
-    pub driver_version: Option<String>,
+    pub(crate) driver_version: Option<String>,
     #[serde(default)]
     pub nccl_version: Option<String>,
     #[serde(default)]
-    pub nccl_library: Option<String>,
+    pub(crate) nccl_library: Option<String>,
     #[serde(default)]
     pub workers: Vec<WorkerInfo>,
     /// The NCCL each worker loaded, rank by rank: what `nccl_version` and `nccl_library` say
     /// of the first rank alone (empty in records of runs without NCCL, and in older records).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub worker_nccl: Vec<WorkerNccl>,
+    pub(crate) worker_nccl: Vec<WorkerNccl>,
     /// Cost-model profile the numbers came from (modeled records).
     #[serde(default)]
-    pub model_profile: Option<String>,
+    pub(crate) model_profile: Option<String>,
     #[serde(default)]
     pub notes: Vec<String>,
     /// How the ranks' times of one sample became the sample's time (`--rank-time`); `None` in
     /// records without ranks and in records written before the flag (then the slowest rank).
     #[serde(default)]
-    pub rank_time: Option<RankTime>,
+    pub(crate) rank_time: Option<RankTime>,
 }
 
 /// How the ranks' times of one timed sample become the sample's time (`--rank-time`).
@@ -108,7 +110,7 @@ pub enum RankTime {
 
 impl RankTime {
     /// The name `--rank-time` takes.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             RankTime::Max => "max",
             RankTime::Mean => "mean",
@@ -116,7 +118,7 @@ impl RankTime {
     }
 
     /// The sample's time from the ranks' times of that sample (none: `None`).
-    pub fn reduce(self, ranks: &[f64]) -> Option<f64> {
+    pub(crate) fn reduce(self, ranks: &[f64]) -> Option<f64> {
         if ranks.is_empty() {
             return None;
         }
@@ -177,7 +179,7 @@ impl Provenance {
 
 /// The workload a timing belongs to (enough to tell two runs apart, and to refuse mixing them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Workload {
+pub struct RecordedWorkload {
     pub model: String,
     pub phase: Phase,
     pub tp: u64,
@@ -185,12 +187,22 @@ pub struct Workload {
     pub dtype: DType,
     pub schedule_hash: String,
     pub n_all_reduce: u64,
-    pub n_all_gather: u64,
-    pub all_reduce_bytes_per_rank: u64,
-    pub all_gather_bytes_per_rank: u64,
+    pub(crate) n_all_gather: u64,
+    pub(crate) all_reduce_bytes_per_rank: u64,
+    pub(crate) all_gather_bytes_per_rank: u64,
     /// `null` when the model's weights are not known (a config the table could not read: the
     /// schedule holds the collectives only); never 0 for unknown.
     pub weight_bytes_per_rank: Option<u64>,
+    /// The batch, the context, the weights' formats and the cycle (flattened into the
+    /// workload's JSON).
+    #[serde(default, flatten)]
+    pub facts: Box<WorkloadFacts>,
+}
+
+/// What a workload served and streamed besides its collectives: the batch, the context, the
+/// weights' formats, and the cycle of a `--phase cycle` record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadFacts {
     /// Requests in the batch (`--concurrency`): `tokens` counts all of theirs.
     #[serde(default = "one")]
     pub concurrency: u64,
@@ -210,10 +222,24 @@ pub struct Workload {
     /// `--weights` / `--expert-weights` where they replaced the checkpoint's formats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights_override: Option<String>,
-    /// The speculative cycle of a `--phase cycle` record (its other fields describe the
-    /// verify).
+    /// The speculative cycle of a `--phase cycle` record (the workload's other fields describe
+    /// the verify).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cycle: Option<CycleWorkload>,
+}
+
+impl Default for WorkloadFacts {
+    fn default() -> Self {
+        WorkloadFacts {
+            concurrency: 1,
+            context: 0,
+            kv: None,
+            kv_bytes_per_rank: None,
+            weight_formats: BTreeMap::new(),
+            weights_override: None,
+            cycle: None,
+        }
+    }
 }
 
 fn one() -> u64 {
@@ -268,7 +294,7 @@ crate::named_enum!(Mode {
 pub struct Part {
     pub name: String,
     pub us: f64,
-    pub count: u64,
+    pub(crate) count: u64,
 }
 
 /// One replay configuration of a verify: graph or eager, in one mode.
@@ -298,41 +324,71 @@ pub struct VerifyRun {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InCollective {
     /// Transfer + waiting per verify, us (what a profiler shows in the collectives).
-    pub in_collective_us: f64,
+    pub(crate) in_collective_us: f64,
     /// Sum over the collectives of the shortest rank's duration, per verify, us.
-    pub transfer_us: f64,
+    pub(crate) transfer_us: f64,
     /// Waiting per verify averaged over ranks, us.
-    pub waiting_us: f64,
+    pub(crate) waiting_us: f64,
     /// Waiting per verify of each rank, us.
-    pub waiting_per_rank_us: Vec<f64>,
+    pub(crate) waiting_per_rank_us: Vec<f64>,
     /// Median start skew of a collective (latest - earliest start), us; `None` when unknown.
     #[serde(default)]
-    pub median_skew_us: Option<f64>,
+    pub(crate) median_skew_us: Option<f64>,
     /// The rank most often last to start a collective.
     #[serde(default)]
-    pub straggler: Option<Straggler>,
+    pub(crate) straggler: Option<Straggler>,
     /// A lower bound of `in_collective_us` (modeled: hosts re-synchronised at every collective).
     #[serde(default)]
-    pub lower_bound_us: Option<f64>,
+    pub(crate) lower_bound_us: Option<f64>,
     /// Verifies the pass timed (0 when modeled).
-    pub iterations: u64,
+    pub(crate) iterations: u64,
     /// `measured`, `modeled` or `FAKE`, and how (alignment of the ranks' clocks, model).
-    pub how: String,
+    pub(crate) how: String,
+}
+
+/// The streaming kernel at one token count, measured in the same run as the replay (the
+/// slowest rank), with the replay's streaming launches at that count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StreamRate {
+    pub tokens: u64,
+    /// Weights read per second by one launch over the whole weight pool (best of three), GB/s:
+    /// the read bandwidth where the kernel is memory-bound, its flop rate / tokens (2 flops per
+    /// bf16 weight per token) where it is compute-bound.
+    pub gbps: f64,
+    /// The cost of one launch beyond its bytes, us (back-to-back launches of this count's mean
+    /// size against one launch of their bytes).
+    pub fixed_us: f64,
+    /// The replay's streaming launches at this count per forward.
+    pub launches: u64,
+    /// Their weight bytes.
+    pub bytes: u64,
+}
+
+impl StreamRate {
+    /// This count's share of the compute prediction: bytes / rate + launches x fixed cost, us.
+    pub fn predicted_us(&self) -> f64 {
+        self.bytes as f64 / (self.gbps * 1e3) + self.launches as f64 * self.fixed_us
+    }
 }
 
 /// `verify`: a replay of the schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifyResult {
-    pub workload: Workload,
+    pub workload: RecordedWorkload,
     pub runs: Vec<VerifyRun>,
     /// Read bandwidth of the weight-streaming kernel measured in the same run (slowest rank),
     /// GB/s, when compute was replayed.
     #[serde(default)]
     pub stream_gbps: Option<f64>,
-    /// The schedule's own prediction of the compute-only time: weight bytes per rank divided
-    /// by `stream_gbps` (us).
+    /// The schedule's own prediction of the compute-only time (us): with `stream_rates`, the
+    /// sum over its token counts of bytes / rate + launches x fixed cost per launch; in records
+    /// without them, weight bytes per rank divided by `stream_gbps`.
     #[serde(default)]
     pub predicted_compute_us: Option<f64>,
+    /// The streaming kernel at each token count the replay launched it with (the forward's
+    /// tokens for the dense ops, each routed-expert group's own), measured in the same run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stream_rates: Vec<StreamRate>,
     /// The same replays with the all-reduces on a custom P2P implementation (`--impl`), in
     /// the order asked; the all-gather stays NCCL's. Empty in records without them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -404,7 +460,7 @@ pub struct CollectiveRow {
 pub struct ImplTiming {
     pub imp: Impl,
     #[serde(default)]
-    pub eager: Option<CollTiming>,
+    pub(crate) eager: Option<CollTiming>,
     #[serde(default)]
     pub graph: Option<CollTiming>,
 }
@@ -486,7 +542,7 @@ impl Body {
 /// A result record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    pub schema_version: u32,
+    pub(crate) schema_version: u32,
     /// `measured` or `modeled`.
     pub source: Source,
     pub provenance: Provenance,
@@ -495,19 +551,19 @@ pub struct Record {
     /// `--fresh-runs R`: every repetition's median of each figure (absent in records of one
     /// run, and in files written before repetitions existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub repetitions: Vec<Repeated>,
+    pub(crate) repetitions: Vec<Repeated>,
 }
 
 /// One figure of a record measured in R fresh sets of workers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Repeated {
+pub(crate) struct Repeated {
     /// What the figure is: `per verify, graph, comm` or `43008 B, eager`.
-    pub what: String,
-    pub graph: bool,
+    pub(crate) what: String,
+    pub(crate) graph: bool,
     /// The collective size of a `collective` row; `None` for a verify run.
     #[serde(default)]
-    pub size_bytes: Option<u64>,
-    pub reps: Repetitions,
+    pub(crate) size_bytes: Option<u64>,
+    pub(crate) reps: Repetitions,
 }
 
 impl Record {
@@ -571,7 +627,7 @@ mod tests {
             Source::Modeled,
             Provenance::here("model", now_utc()),
             Body::Verify(VerifyResult {
-                workload: Workload::of(&s),
+                workload: RecordedWorkload::of(&s),
                 runs: vec![VerifyRun {
                     graph: true,
                     mode: Mode::Comm,
@@ -585,6 +641,7 @@ mod tests {
                 }],
                 stream_gbps: None,
                 predicted_compute_us: None,
+                stream_rates: vec![],
                 p2p: vec![],
                 parts: vec![],
             }),

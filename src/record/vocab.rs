@@ -35,7 +35,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Source::Given => "given",
             Source::Default => "default",
@@ -57,7 +57,7 @@ pub enum DType {
 }
 
 impl DType {
-    pub fn size(self) -> u64 {
+    pub(crate) fn size(self) -> u64 {
         match self {
             DType::Bf16 | DType::F16 => 2,
             DType::F32 => 4,
@@ -226,7 +226,7 @@ pub enum Impl {
 impl Impl {
     pub(crate) const ALL: [Impl; 3] = [Impl::Nccl, Impl::OneShot, Impl::TwoShot];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Impl::Nccl => "nccl",
             Impl::OneShot => "oneshot",
@@ -299,38 +299,38 @@ pub struct Summary {
 
 /// A 95% interval of a repeated measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RepInterval {
-    pub lo_us: f64,
-    pub hi_us: f64,
+pub(crate) struct RepInterval {
+    pub(crate) lo_us: f64,
+    pub(crate) hi_us: f64,
     /// `order statistics` or `t`.
-    pub method: String,
+    pub(crate) method: String,
     /// Nominal coverage: exact binomial for order statistics, 0.95 for t.
-    pub coverage: f64,
+    pub(crate) coverage: f64,
 }
 
 /// A first repetition left out of the statistics.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ColdStart {
-    pub value_us: f64,
-    pub reason: String,
+pub(crate) struct ColdStart {
+    pub(crate) value_us: f64,
+    pub(crate) reason: String,
 }
 
 /// R repetitions' medians and their summary, as a record carries them.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Repetitions {
+pub(crate) struct Repetitions {
     /// Every repetition's median (us), in run order, a cold start included.
-    pub repetitions_us: Vec<f64>,
+    pub(crate) repetitions_us: Vec<f64>,
     /// Repetitions the statistics below use (all but a cold start).
-    pub used: usize,
+    pub(crate) used: usize,
     /// Median of the used repetitions, us.
-    pub median_us: f64,
-    pub min_us: f64,
-    pub max_us: f64,
+    pub(crate) median_us: f64,
+    pub(crate) min_us: f64,
+    pub(crate) max_us: f64,
     /// 95% interval; `None` for a single used repetition.
-    pub interval: Option<RepInterval>,
+    pub(crate) interval: Option<RepInterval>,
     /// The first repetition, when it was a cold start.
-    pub cold_start: Option<ColdStart>,
+    pub(crate) cold_start: Option<ColdStart>,
 }
 
 /// How often and by how much one rank arrived last.
@@ -338,12 +338,12 @@ pub struct Repetitions {
 pub struct Straggler {
     pub rank: usize,
     /// Collectives in which it started last.
-    pub times_last: usize,
+    pub(crate) times_last: usize,
     /// Its share of the collectives with a known last rank.
     pub share: f64,
     /// Median of (its start - the earliest start) over the collectives it was last in.
-    pub median_lag_us: f64,
+    pub(crate) median_lag_us: f64,
 }
 
 /// How a run of one rank through NCCL (a communicator of size 1) is labelled.
-pub const ONE_RANK: &str = "1 rank: NCCL's path, no transfer";
+pub(crate) const ONE_RANK: &str = "1 rank: NCCL's path, no transfer";

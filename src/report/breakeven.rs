@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::evidence::Labelled;
-use crate::speculative::analysis::{Analysis, Row};
+use crate::speculative::analysis::{BreakevenAnalysis, Row};
 
 /// Writes to stdout; a closed pipe (`| head`) ends the output quietly instead of panicking.
 pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
@@ -43,7 +43,7 @@ pub(crate) fn verify_cell(r: &Row) -> String {
 }
 
 /// Up to 3 decimals, trailing zeros dropped: 2.5, 2.496, 4.
-pub fn num(x: f64) -> String {
+pub(crate) fn num(x: f64) -> String {
     let s = format!("{x:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     s.to_string()
@@ -60,7 +60,7 @@ pub(crate) fn rate_cell(tau_star: f64, rate: Option<f64>) -> String {
 
 /// The human-readable break-even: the inputs, the break-even per verify time with its
 /// footnotes, and the tokens/s grid.
-pub fn render(a: &Analysis) -> String {
+pub(crate) fn render(a: &BreakevenAnalysis) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# verifybench breakeven");
     let _ = writeln!(o, "# assumption: {}", a.assumption);
@@ -91,7 +91,7 @@ pub fn render(a: &Analysis) -> String {
 }
 
 /// The inputs, each with where it comes from, then the notes and warnings.
-fn inputs_block(o: &mut String, a: &Analysis) {
+fn inputs_block(o: &mut String, a: &BreakevenAnalysis) {
     let i = &a.inputs;
     let k = i.draft_steps;
     let line = |o: &mut String, name: &str, l: &Labelled| {
@@ -129,7 +129,7 @@ fn inputs_block(o: &mut String, a: &Analysis) {
 
 /// The break-even of each verify time (cycle, tau*, alpha*, and tokens/s and speedup at the
 /// accept length given), then a footnote for each mark the rows carry.
-fn breakeven_block(o: &mut String, a: &Analysis) {
+fn breakeven_block(o: &mut String, a: &BreakevenAnalysis) {
     let _ = writeln!(
         o,
         "\nBreak-even (cycle = k x T_draft + T_verify + overhead; tau* = cycle / T_decode; alpha* = constant acceptance rate with expected tokens tau*)"
@@ -205,7 +205,7 @@ fn breakeven_block(o: &mut String, a: &Analysis) {
 }
 
 /// Tokens/s of each verify time (rows) at each accept length of the table (columns).
-fn grid_block(o: &mut String, a: &Analysis) {
+fn grid_block(o: &mut String, a: &BreakevenAnalysis) {
     let _ = writeln!(
         o,
         "\nTokens/s by verify time (rows) and accept length (columns); * beats {:.2} tok/s without speculation",

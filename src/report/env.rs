@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::machine::EnvReport;
 
-pub fn render(r: &EnvReport) -> String {
+pub(crate) fn render(r: &EnvReport) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "host            {}", r.host);
     let _ = writeln!(

@@ -7,9 +7,9 @@ use crate::record::{
 
 /// A flat table: what CSV and Markdown both render.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Table {
-    pub headers: Vec<String>,
-    pub rows: Vec<Vec<String>>,
+pub(crate) struct Table {
+    pub(crate) headers: Vec<String>,
+    pub(crate) rows: Vec<Vec<String>>,
 }
 
 fn f2(x: f64) -> String {
@@ -96,7 +96,7 @@ fn empty_table(headers: &[&str], impl_at: Option<usize>) -> Table {
 }
 
 /// The rows of the records, one table per record kind present (collective, then verify).
-pub fn tables(records: &[Record]) -> Vec<(String, Table)> {
+pub(crate) fn tables(records: &[Record]) -> Vec<(String, Table)> {
     let mut coll = empty_table(&COLLECTIVE_HEADERS, None);
     let mut ver = empty_table(&VERIFY_HEADERS, None);
     // The custom P2P implementations' rows (`--impl`), in tables of their own so that files

@@ -10,7 +10,7 @@ fn pct(x: f64) -> String {
 }
 
 /// The fit as a table: parameters, then one row per point, then the medians.
-pub fn table(r: &FitReport, base: &str, files: usize) -> String {
+pub(crate) fn table(r: &FitReport, base: &str, files: usize) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,

@@ -47,7 +47,7 @@ pub(crate) fn one_line(s: &Schedule) -> String {
 }
 
 /// The human-readable plan.
-pub fn render(s: &Schedule, ops: bool) -> String {
+pub(crate) fn render(s: &Schedule, ops: bool) -> String {
     render_with(s, ops, None)
 }
 
@@ -80,6 +80,14 @@ pub(crate) fn render_with(s: &Schedule, ops: bool, engine: Option<&EngineView>) 
     }
     if let Some(line) = formats_line(s) {
         let _ = writeln!(o, "# {line}");
+    }
+    if let Some(h) = s.routed_histogram() {
+        let _ = writeln!(
+            o,
+            "# routed experts as replayed (whole experts, each streamed once with its own tokens): {} ({} token-expert pairs)",
+            h.describe("experts"),
+            h.pairs()
+        );
     }
     if let Some(c) = &s.config_reading {
         if let Some(r) = &c.read_as {
@@ -139,9 +147,10 @@ fn ops_list(s: &Schedule, engine: Option<&EngineView>) -> String {
                 kind,
                 weight_bytes,
                 layer: l,
+                token_histogram,
             } => writeln!(
                 o,
-                "  {i:>4}  {:<14} {:>12} B  {} {}",
+                "  {i:>4}  {:<14} {:>12} B  {} {}{}",
                 k_name(kind.name()),
                 grouped(*weight_bytes),
                 if *kind == ComputeKind::KvCache {
@@ -149,7 +158,11 @@ fn ops_list(s: &Schedule, engine: Option<&EngineView>) -> String {
                 } else {
                     "weights"
                 },
-                layer(l)
+                layer(l),
+                token_histogram
+                    .as_ref()
+                    .map(|h| format!("  {}", h.describe("experts")))
+                    .unwrap_or_default()
             ),
         };
     }

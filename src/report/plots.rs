@@ -38,13 +38,13 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 
 /// One line of points.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Series {
-    pub label: String,
-    pub points: Vec<(f64, f64)>,
+pub(crate) struct Series {
+    pub(crate) label: String,
+    pub(crate) points: Vec<(f64, f64)>,
     /// Drawn dashed (e.g. eager next to a solid graph line of the same colour).
-    pub dashed: bool,
+    pub(crate) dashed: bool,
     /// Index into the palette.
-    pub colour: usize,
+    pub(crate) colour: usize,
 }
 
 fn bounds(vals: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
@@ -189,13 +189,13 @@ where
 /// `full_ms` is drawn as a marker across it; otherwise the bar is the one time present.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Stack {
-    pub comm_ms: Option<f64>,
-    pub compute_ms: Option<f64>,
-    pub full_ms: Option<f64>,
+    pub(crate) comm_ms: Option<f64>,
+    pub(crate) compute_ms: Option<f64>,
+    pub(crate) full_ms: Option<f64>,
 }
 
 impl Stack {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.comm_ms.is_none() && self.compute_ms.is_none() && self.full_ms.is_none()
     }
 
@@ -214,9 +214,9 @@ impl Stack {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct BarGroup {
     /// Up to two lines under the group.
-    pub label: Vec<String>,
-    pub eager: Stack,
-    pub graph: Stack,
+    pub(crate) label: Vec<String>,
+    pub(crate) eager: Stack,
+    pub(crate) graph: Stack,
 }
 
 const COMM: RGBColor = RGBColor(31, 119, 180);
@@ -419,10 +419,10 @@ fn draw_centred<DB: DrawingBackend>(
 /// One speculation setting of the tokens/s plot: tokens/s = 1000 tau / cycle_ms.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SpeedLine {
-    pub label: String,
-    pub cycle_ms: f64,
+    pub(crate) label: String,
+    pub(crate) cycle_ms: f64,
     /// tau* where the line crosses the baseline.
-    pub breakeven: f64,
+    pub(crate) breakeven: f64,
 }
 
 /// Tokens/s against accept length tau in [1, k+1], one line per verify time, the plain-decode

@@ -2,12 +2,12 @@
 
 use std::fmt::Write as _;
 
-use crate::record::{Body, CollTiming, Impl, Record, Source, Workload};
+use crate::record::{Body, CollTiming, Impl, Record, RecordedWorkload, Source};
 use crate::units::grouped;
 
 /// A workload in one line, as sweep's header and messages name it: `kimi-k2.5 verify tp 8
 /// tokens 3 bf16`.
-pub(crate) fn workload_line(w: &Workload) -> String {
+pub(crate) fn workload_line(w: &RecordedWorkload) -> String {
     format!(
         "{} {} tp {} tokens {} {}",
         w.model,
@@ -19,7 +19,7 @@ pub(crate) fn workload_line(w: &Workload) -> String {
 }
 
 /// `#` header lines shared by every measuring command: source, backend, devices, NCCL.
-pub fn header(r: &Record) -> String {
+pub(crate) fn header(r: &Record) -> String {
     let p = &r.provenance;
     let mut o = String::new();
     let pick = p
@@ -374,12 +374,21 @@ pub fn verify_table(r: &Record) -> String {
         }
     }
     if let (Some(bw), Some(pred)) = (v.stream_gbps, v.predicted_compute_us) {
-        let _ = write!(
-            o,
-            "# compute prediction: {} B / {bw:.0} GB/s (streaming kernel, same run) = {pred:.1} us",
-            w.weight_bytes_per_rank
-                .map_or_else(|| "unknown".into(), grouped)
-        );
+        let bytes = w
+            .weight_bytes_per_rank
+            .map_or_else(|| "unknown".into(), grouped);
+        if v.stream_rates.is_empty() {
+            let _ = write!(
+                o,
+                "# compute prediction: {bytes} B / {bw:.0} GB/s (streaming kernel, same run) = {pred:.1} us"
+            );
+        } else {
+            let launches: u64 = v.stream_rates.iter().map(|r| r.launches).sum();
+            let _ = write!(
+                o,
+                "# compute prediction: {bytes} B / the streaming kernel's rate at each launch's token count + {launches} launches x fixed cost (same run) = {pred:.1} us"
+            );
+        }
         for graph in [true, false] {
             if let Some(c) = v.run(graph, Mode::Compute) {
                 let m = c.per_verify.median_us;
@@ -405,7 +414,8 @@ pub fn verify_table(r: &Record) -> String {
 }
 
 /// The workload's batch, context and cycle, where they are not one request without context.
-fn workload_extra(o: &mut String, w: &crate::record::Workload) {
+fn workload_extra(o: &mut String, w: &crate::record::RecordedWorkload) {
+    let w = &*w.facts;
     if w.concurrency > 1 || w.context > 0 {
         let kv = match w.kv {
             Some(kv) => format!(

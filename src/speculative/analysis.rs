@@ -13,59 +13,59 @@ use crate::evidence::Labelled;
 
 /// Tokens/s at one accept length.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Point {
-    pub accept_length: f64,
-    pub tokens_per_s: f64,
+pub(crate) struct Point {
+    pub(crate) accept_length: f64,
+    pub(crate) tokens_per_s: f64,
     /// Tokens/s with speculation over tokens/s without.
-    pub speedup: f64,
+    pub(crate) speedup: f64,
     /// True when speculation beats plain decoding here; never for a row whose verify time is
     /// a lower bound (its tokens/s are upper bounds, which prove no gain).
-    pub beats_baseline: bool,
+    pub(crate) beats_baseline: bool,
 }
 
 /// The break-even of one verify time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Row {
-    pub verify_ms: Labelled,
+pub(crate) struct Row {
+    pub(crate) verify_ms: Labelled,
     /// The verify time the row computes with: `verify_ms`, or the floor where it is below it
     /// (a verify is never faster than a decode step of the same model on the same machine).
-    pub held_verify_ms: f64,
+    pub(crate) held_verify_ms: f64,
     /// True when `verify_ms` was below the floor and the row is held at it.
-    pub at_floor: bool,
+    pub(crate) at_floor: bool,
     /// k T_draft + T_verify + overhead.
-    pub cycle_ms: f64,
+    pub(crate) cycle_ms: f64,
     /// tau* = cycle / T_decode.
-    pub breakeven_accept_length: f64,
+    pub(crate) breakeven_accept_length: f64,
     /// The constant acceptance rate whose expected tokens equal tau* (0 when tau* <= 1);
     /// absent when tau* > k + 1.
-    pub breakeven_accept_rate: Option<f64>,
+    pub(crate) breakeven_accept_rate: Option<f64>,
     /// False when tau* > k + 1: no acceptance can pay for this verify.
-    pub reachable: bool,
+    pub(crate) reachable: bool,
     /// At the given acceptance, if any.
-    pub at_accept_length: Option<Point>,
+    pub(crate) at_accept_length: Option<Point>,
     /// At each of the table's accept lengths.
-    pub grid: Vec<Point>,
+    pub(crate) grid: Vec<Point>,
     /// True when this row uses a modeled time (its verify, the decode or the draft time).
-    pub modeled: bool,
+    pub(crate) modeled: bool,
     /// True when the verify time is a lower bound (a part of the verify only): tau* is then a
     /// lower bound, tokens/s and speedups upper bounds.
-    pub bound: bool,
+    pub(crate) bound: bool,
 }
 
 /// A whole break-even.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Analysis {
-    pub assumption: String,
-    pub inputs: Inputs,
+pub(crate) struct BreakevenAnalysis {
+    pub(crate) assumption: String,
+    pub(crate) inputs: Inputs,
     /// 1000 / T_decode.
-    pub baseline_tokens_per_s: f64,
+    pub(crate) baseline_tokens_per_s: f64,
     /// The least a verify can take here: the decode step ([`super::bound`]).
-    pub floor: Floor,
-    pub rows: Vec<Row>,
+    pub(crate) floor: Floor,
+    pub(crate) rows: Vec<Row>,
     /// Inputs that break a physical bound (a verify faster than the decode step).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// True when any row is modeled (uses a time from the cost model).
-    pub modeled: bool,
+    pub(crate) modeled: bool,
 }
 
 fn point(i: &Inputs, verify: &Labelled, verify_ms: f64, tau: f64, base: f64) -> Point {
@@ -85,7 +85,7 @@ fn point(i: &Inputs, verify: &Labelled, verify_ms: f64, tau: f64, base: f64) -> 
 }
 
 /// Computes the break-even of validated inputs.
-pub fn analyse(inputs: Inputs) -> Analysis {
+pub(crate) fn analyse(inputs: Inputs) -> BreakevenAnalysis {
     let base = baseline_tokens_per_s(inputs.decode_ms.value);
     let k = inputs.draft_steps;
     let shared_modeled =
@@ -145,7 +145,7 @@ pub fn analyse(inputs: Inputs) -> Analysis {
         })
         .collect();
     let modeled = rows.iter().any(|r| r.modeled);
-    Analysis {
+    BreakevenAnalysis {
         assumption: ASSUMPTION.into(),
         inputs,
         baseline_tokens_per_s: base,

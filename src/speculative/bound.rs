@@ -15,15 +15,15 @@ use serde::Serialize;
 
 /// The least time a verify of the workload can take on the machine, ms, and how it was found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Floor {
-    pub ms: f64,
+pub(crate) struct Floor {
+    pub(crate) ms: f64,
     /// `the decode step 12.2 ms (given) + 0.31 ms that 3 tokens add over 1 (modeled)`.
-    pub how: String,
+    pub(crate) how: String,
 }
 
 impl Floor {
     /// The decode step alone, `decode_words` saying where it came from.
-    pub fn decode(decode_ms: f64, decode_words: &str) -> Floor {
+    pub(crate) fn decode(decode_ms: f64, decode_words: &str) -> Floor {
         Floor {
             ms: decode_ms,
             how: format!(
@@ -34,7 +34,7 @@ impl Floor {
     }
 
     /// The decode step plus what the verify's extra tokens add (never less than the decode).
-    pub fn decode_plus(
+    pub(crate) fn decode_plus(
         decode_ms: f64,
         decode_words: &str,
         extra_ms: f64,
@@ -54,15 +54,15 @@ impl Floor {
 
 /// A verify time held to its floor.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Held {
+pub(crate) struct Held {
     /// The time the row uses: the candidate, or the floor where the candidate is below it.
-    pub ms: f64,
+    pub(crate) ms: f64,
     /// True when the candidate was below the floor.
-    pub at_floor: bool,
+    pub(crate) at_floor: bool,
 }
 
 /// `candidate_ms` held to `floor` (unchanged without a floor).
-pub fn hold(candidate_ms: f64, floor: Option<&Floor>) -> Held {
+pub(crate) fn hold(candidate_ms: f64, floor: Option<&Floor>) -> Held {
     match floor {
         Some(f) if candidate_ms < f.ms => Held {
             ms: f.ms,
@@ -76,7 +76,7 @@ pub fn hold(candidate_ms: f64, floor: Option<&Floor>) -> Held {
 }
 
 /// Milliseconds as the tables print them (`12.2 ms`, `0.310 ms`).
-pub fn fmt_ms(ms: f64) -> String {
+pub(crate) fn fmt_ms(ms: f64) -> String {
     if ms.abs() >= 10.0 {
         format!("{ms:.1} ms")
     } else if ms.abs() >= 1.0 {

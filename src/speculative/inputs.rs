@@ -11,7 +11,7 @@ use crate::model::Phase;
 
 /// How acceptance was given.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Acceptance {
+pub(crate) enum Acceptance {
     /// Mean accept length tau (bonus token included).
     Length(f64),
     /// Conditional per-position acceptance rates, one per draft step (r_i: token i accepted
@@ -27,7 +27,7 @@ pub enum Acceptance {
 
 impl Acceptance {
     /// The draft positions that per-position rates give (one rate per draft step).
-    pub fn positions(&self) -> Option<u64> {
+    pub(crate) fn positions(&self) -> Option<u64> {
         match self {
             Acceptance::Rates(r) | Acceptance::DraftFractions(r) => Some(r.len() as u64),
             _ => None,
@@ -36,7 +36,7 @@ impl Acceptance {
 
     /// The acceptance flag given, first of `--accept-length`, `--accept-rates`,
     /// `--accept-rates-of-drafts` and `--accept-rate` (the parser lets one through).
-    pub fn from_flags(
+    pub(crate) fn from_flags(
         length: Option<f64>,
         rates: Option<&Vec<f64>>,
         rates_of_drafts: Option<&Vec<f64>>,
@@ -56,21 +56,24 @@ impl Acceptance {
 
 /// The flags of a break-even, before validation (every field optional).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Flags {
-    pub decode_ms: Option<f64>,
-    pub verify_ms: Vec<f64>,
-    pub draft_ms: Option<f64>,
-    pub draft_steps: Option<u64>,
-    pub overhead_ms: Option<f64>,
-    pub acceptance: Option<Acceptance>,
+pub(crate) struct Flags {
+    pub(crate) decode_ms: Option<f64>,
+    pub(crate) verify_ms: Vec<f64>,
+    pub(crate) draft_ms: Option<f64>,
+    pub(crate) draft_steps: Option<u64>,
+    pub(crate) overhead_ms: Option<f64>,
+    pub(crate) acceptance: Option<Acceptance>,
     /// Accept lengths of the table's columns (empty: the default 1.5..4.0 capped at k + 1).
-    pub table_accept_lengths: Vec<f64>,
+    pub(crate) table_accept_lengths: Vec<f64>,
     /// A mean accept length measured elsewhere (`--accept-from-log`), used when `acceptance`
     /// is absent.
     pub measured_accept_length: Option<Labelled>,
     /// The draft steps k that log says the server ran, with where it says it: used when
     /// neither `--draft-steps` nor per-position rates give k.
     pub measured_draft_steps: Option<(u64, Origin)>,
+    /// The flag and file it was read from, as its refusal names them (`--server-log
+    /// 'server.log'`).
+    pub measured_from: String,
 }
 
 impl Flags {
@@ -78,7 +81,7 @@ impl Flags {
     /// draws one only when its inputs are complete; a value out of range is refused all the same,
     /// exit 2, before any file is written): the times as [`times`] checks them, then the draft
     /// steps.
-    pub fn check_given(&self) -> anyhow::Result<Times<Option<Labelled>>> {
+    pub(crate) fn check_given(&self) -> anyhow::Result<Times<Option<Labelled>>> {
         let t = times(self, &[], false)?;
         if let Some(k) = self
             .draft_steps
@@ -96,7 +99,7 @@ impl Flags {
 /// What a command asks of the decode time, at its call site: [`Labelled`] where it needs one
 /// (a break-even compares against plain decoding), `Option<Labelled>` where it does without
 /// (`explain`: no baseline, so no tokens/s).
-pub trait Decode: Sized + Serialize {
+pub(crate) trait Decode: Sized + Serialize {
     /// The decode time of the flag or the one record, if any.
     fn need(found: Option<Labelled>) -> anyhow::Result<Self>;
 }
@@ -118,30 +121,30 @@ impl Decode for Option<Labelled> {
 /// Validated, labelled inputs of a break-even; `D` is what the command asked of the decode
 /// ([`Decode`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Inputs<D = Labelled> {
-    pub decode_ms: D,
-    pub verify_ms: Vec<Labelled>,
-    pub draft_ms: Labelled,
+pub(crate) struct Inputs<D = Labelled> {
+    pub(crate) decode_ms: D,
+    pub(crate) verify_ms: Vec<Labelled>,
+    pub(crate) draft_ms: Labelled,
     /// Draft steps k (the verify forward covers k + 1 tokens).
-    pub draft_steps: u64,
-    pub draft_steps_origin: Origin,
-    pub overhead_ms: Labelled,
+    pub(crate) draft_steps: u64,
+    pub(crate) draft_steps_origin: Origin,
+    pub(crate) overhead_ms: Labelled,
     /// Mean accept length tau, when acceptance was given.
-    pub accept_length: Option<Labelled>,
+    pub(crate) accept_length: Option<Labelled>,
     /// Accept lengths of the table's columns.
-    pub table_accept_lengths: Vec<f64>,
+    pub(crate) table_accept_lengths: Vec<f64>,
     /// Things the reader should know (flags that override records, mismatched token counts).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The times of a cycle, checked ([`times`]): the first half of [`resolve`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct Times<D> {
-    pub decode_ms: D,
-    pub draft_ms: Labelled,
-    pub overhead_ms: Labelled,
-    pub verify_ms: Vec<Labelled>,
-    pub notes: Vec<String>,
+pub(crate) struct Times<D> {
+    pub(crate) decode_ms: D,
+    pub(crate) draft_ms: Labelled,
+    pub(crate) overhead_ms: Labelled,
+    pub(crate) verify_ms: Vec<Labelled>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// A time from its flag, which wins over the records (said in a note), else from the one
@@ -186,7 +189,7 @@ fn of(records: &[RecordTime], p: Phase) -> Vec<&RecordTime> {
 /// records for decode, draft and steps; verify times from flags and records are all kept
 /// (flags first). `need_verify`: at least one verify time is required. `D`: whether the
 /// command needs the decode time ([`Decode`]).
-pub fn resolve<D: Decode>(
+pub(crate) fn resolve<D: Decode>(
     flags: &Flags,
     records: &[RecordTime],
     need_verify: bool,
@@ -196,7 +199,7 @@ pub fn resolve<D: Decode>(
 }
 
 /// The first half of [`resolve`]: decode, draft, overhead and verify times, each checked once.
-pub fn times<D: Decode>(
+pub(crate) fn times<D: Decode>(
     flags: &Flags,
     records: &[RecordTime],
     need_verify: bool,
@@ -266,7 +269,7 @@ pub fn times<D: Decode>(
 
 /// The second half of [`resolve`]: the draft steps, the acceptance and the table's accept
 /// lengths, beside the checked times `t`.
-pub fn complete<D: Decode>(
+pub(crate) fn complete<D: Decode>(
     flags: &Flags,
     records: &[RecordTime],
     t: Times<D>,
@@ -360,7 +363,11 @@ fn accept_length(flags: &Flags, k: u64) -> anyhow::Result<Option<Labelled>> {
     Ok(match &flags.acceptance {
         None => match &flags.measured_accept_length {
             Some(l) => {
-                check_accept_length("--accept-from-log", l.value, k)?;
+                let name = match flags.measured_from.as_str() {
+                    "" => "the measured accept length".to_string(),
+                    from => format!("{from} gives an accept length of"),
+                };
+                check_accept_length(&name, l.value, k)?;
                 Some(l.clone())
             }
             None => None,

@@ -26,12 +26,12 @@ pub mod inputs;
 use crate::error::usage;
 
 /// The one-line statement of the assumption, printed with every result.
-pub const ASSUMPTION: &str = "batch 1 (one sequence): each cycle drafts k tokens one after another, verifies k+1 tokens in one target forward, and keeps tau of them (accept length, bonus token included)";
+pub(crate) const ASSUMPTION: &str = "batch 1 (one sequence): each cycle drafts k tokens one after another, verifies k+1 tokens in one target forward, and keeps tau of them (accept length, bonus token included)";
 
 /// Expected tokens per cycle with a constant per-position acceptance rate `alpha` and `k`
 /// draft tokens: 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha), and k + 1 at
 /// alpha = 1.
-pub fn expected_tokens_const_rate(alpha: f64, k: u64) -> f64 {
+pub(crate) fn expected_tokens_const_rate(alpha: f64, k: u64) -> f64 {
     // The sum form (the same rate at every position) is exact at alpha = 1 and has no
     // cancellation near it.
     expected_tokens_rates(&vec![alpha; k as usize])
@@ -39,7 +39,7 @@ pub fn expected_tokens_const_rate(alpha: f64, k: u64) -> f64 {
 
 /// Expected tokens per cycle with per-position acceptance rates (rate i = probability that
 /// draft token i is accepted given tokens 1..i-1 were): 1 + r1 + r1 r2 + r1 r2 r3 + ...
-pub fn expected_tokens_rates(rates: &[f64]) -> f64 {
+pub(crate) fn expected_tokens_rates(rates: &[f64]) -> f64 {
     let mut sum = 1.0;
     let mut p = 1.0;
     for r in rates {
@@ -50,17 +50,17 @@ pub fn expected_tokens_rates(rates: &[f64]) -> f64 {
 }
 
 /// Milliseconds of one speculation cycle: k draft steps, one verify, the fixed overhead.
-pub fn cycle_ms(verify_ms: f64, draft_ms: f64, steps: u64, overhead_ms: f64) -> f64 {
+pub(crate) fn cycle_ms(verify_ms: f64, draft_ms: f64, steps: u64, overhead_ms: f64) -> f64 {
     steps as f64 * draft_ms + verify_ms + overhead_ms
 }
 
 /// Tokens/s of plain decoding: 1000 / T_decode.
-pub fn baseline_tokens_per_s(decode_ms: f64) -> f64 {
+pub(crate) fn baseline_tokens_per_s(decode_ms: f64) -> f64 {
     1000.0 / decode_ms
 }
 
 /// Tokens/s with speculation at accept length `accept_length`: tau / cycle.
-pub fn tokens_per_s(
+pub(crate) fn tokens_per_s(
     accept_length: f64,
     verify_ms: f64,
     draft_ms: f64,
@@ -73,7 +73,7 @@ pub fn tokens_per_s(
 /// The accept length at which speculation exactly matches plain decoding:
 /// tau* = (k T_draft + T_verify + overhead) / T_decode. Below 1 it pays at any acceptance;
 /// above k + 1 it cannot pay.
-pub fn breakeven_accept_length(
+pub(crate) fn breakeven_accept_length(
     verify_ms: f64,
     draft_ms: f64,
     steps: u64,
@@ -87,7 +87,7 @@ pub fn breakeven_accept_length(
 /// bisection on the increasing function alpha -> 1 + alpha + ... + alpha^k.
 /// `Some(0.0)` when tau <= 1 (any rate reaches it), `None` when tau > k + 1 (unreachable) or
 /// tau is not a number.
-pub fn rate_for_accept_length(tau: f64, k: u64) -> Option<f64> {
+pub(crate) fn rate_for_accept_length(tau: f64, k: u64) -> Option<f64> {
     if tau.is_nan() || tau > (k + 1) as f64 {
         return None;
     }
@@ -107,7 +107,7 @@ pub fn rate_for_accept_length(tau: f64, k: u64) -> Option<f64> {
 }
 
 /// The default accept lengths of a table: 1.5, 2.0, ..., 4.0, those not above k + 1.
-pub fn default_accept_lengths(k: u64) -> Vec<f64> {
+pub(crate) fn default_accept_lengths(k: u64) -> Vec<f64> {
     (3..=8)
         .map(|i| i as f64 * 0.5)
         .filter(|&t| t <= (k + 1) as f64 + 1e-9)
@@ -115,13 +115,13 @@ pub fn default_accept_lengths(k: u64) -> Vec<f64> {
 }
 
 /// The longest time any break-even input may be: 1000 s (a decode step takes milliseconds).
-pub const MAX_TIME_MS: f64 = 1e6;
+pub(crate) const MAX_TIME_MS: f64 = 1e6;
 /// The most draft steps per cycle (--draft-steps): speculative decoding drafts a handful.
-pub const MAX_DRAFT_STEPS: u64 = 64;
+pub(crate) const MAX_DRAFT_STEPS: u64 = 64;
 
 /// A time flag must be a finite number of at most [`MAX_TIME_MS`]; `positive` ones (decode, verify) must be > 0, the
 /// others (draft, overhead) >= 0.
-pub fn check_time(name: &str, v: f64, positive: bool) -> anyhow::Result<f64> {
+pub(crate) fn check_time(name: &str, v: f64, positive: bool) -> anyhow::Result<f64> {
     if !v.is_finite() || v < 0.0 || (positive && v == 0.0) || v > MAX_TIME_MS {
         let need = if positive {
             "a time in milliseconds greater than 0 and at most 1000000 (1000 s)"
@@ -137,7 +137,7 @@ pub fn check_time(name: &str, v: f64, positive: bool) -> anyhow::Result<f64> {
 }
 
 /// An acceptance rate must lie in [0, 1].
-pub fn check_rate(name: &str, r: f64) -> anyhow::Result<f64> {
+pub(crate) fn check_rate(name: &str, r: f64) -> anyhow::Result<f64> {
     if !(0.0..=1.0).contains(&r) {
         return Err(usage(format!(
             "{name} {}: an acceptance rate is a probability between 0 and 1",
@@ -149,7 +149,7 @@ pub fn check_rate(name: &str, r: f64) -> anyhow::Result<f64> {
 
 /// An accept length must lie in [1, k + 1] (the bonus token is always kept; at most all k
 /// draft tokens are accepted).
-pub fn check_accept_length(name: &str, tau: f64, k: u64) -> anyhow::Result<f64> {
+pub(crate) fn check_accept_length(name: &str, tau: f64, k: u64) -> anyhow::Result<f64> {
     if !(1.0..=(k + 1) as f64).contains(&tau) {
         return Err(usage(format!(
             "{name} {}: the accept length (bonus token included) lies between 1 and k+1 = {} for {k} draft steps",

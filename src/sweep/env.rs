@@ -18,22 +18,22 @@ use super::ncclog::NcclLog;
 use crate::record::WorkerInfo;
 
 /// A complete process environment.
-pub type Env = BTreeMap<OsString, OsString>;
+pub(crate) type Env = BTreeMap<OsString, OsString>;
 
 /// Variables the sweep controls itself.
-pub const DEBUG_VARS: [&str; 3] = ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"];
+pub(crate) const DEBUG_VARS: [&str; 3] = ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"];
 
 /// The subsystems whose lines prove what NCCL did (TUNING carries the per-collective choice).
-pub const PROBE_SUBSYS: &str = "INIT,ENV,GRAPH,TUNING";
+pub(crate) const PROBE_SUBSYS: &str = "INIT,ENV,GRAPH,TUNING";
 
 /// This process's environment.
-pub fn parent_env() -> Env {
+pub(crate) fn parent_env() -> Env {
     std::env::vars_os().collect()
 }
 
 /// The environment of a point's timed run: `parent` + NCCL_NVLS_ENABLE=0 when absent + the
 /// point's overrides, without NCCL_DEBUG*.
-pub fn timed_env(parent: &Env, point: &Point) -> Env {
+pub(crate) fn timed_env(parent: &Env, point: &Point) -> Env {
     let mut env = parent.clone();
     for v in DEBUG_VARS {
         env.remove(&OsString::from(v));
@@ -54,7 +54,7 @@ pub fn timed_env(parent: &Env, point: &Point) -> Env {
 
 /// The probe run's environment: the timed one plus NCCL's INFO log into files named by
 /// `log_pattern` (NCCL expands `%h` to the host and `%p` to the process id).
-pub fn probe_env(timed: &Env, log_pattern: &Path) -> Env {
+pub(crate) fn probe_env(timed: &Env, log_pattern: &Path) -> Env {
     let mut env = timed.clone();
     env.insert("NCCL_DEBUG".into(), "INFO".into());
     env.insert("NCCL_DEBUG_SUBSYS".into(), PROBE_SUBSYS.into());
@@ -63,7 +63,7 @@ pub fn probe_env(timed: &Env, log_pattern: &Path) -> Env {
 }
 
 /// The NCCL_* part of an environment (what a worker is expected to report).
-pub fn nccl_part(env: &Env) -> BTreeMap<String, String> {
+pub(crate) fn nccl_part(env: &Env) -> BTreeMap<String, String> {
     env.iter()
         .filter_map(|(k, v)| {
             let k = k.to_str()?;
@@ -75,23 +75,23 @@ pub fn nccl_part(env: &Env) -> BTreeMap<String, String> {
 
 /// Did the workers get what was asked?
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct EnvCheck {
+pub(crate) struct EnvCheck {
     /// `ok` (every worker reported every requested value), `mismatch`, or `unknown` (no
     /// worker reported its environment, e.g. the cost model).
-    pub status: String,
+    pub(crate) status: String,
     /// Workers that reported their environment.
-    pub workers: usize,
+    pub(crate) workers: usize,
     /// One line per problem: `rank 1 saw NCCL_PROTO=<unset>, asked LL128`.
     #[serde(default)]
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
     /// Overridden variables NCCL itself reported as "set by environment" in the probe log.
     #[serde(default)]
-    pub nccl_confirmed: Vec<String>,
+    pub(crate) nccl_confirmed: Vec<String>,
 }
 
 impl EnvCheck {
     /// Short form for a table cell.
-    pub fn cell(&self) -> String {
+    pub(crate) fn cell(&self) -> String {
         match self.status.as_str() {
             "ok" => format!("ok ({}w)", self.workers),
             "mismatch" => format!("MISMATCH ({})", self.problems.len()),
@@ -102,7 +102,7 @@ impl EnvCheck {
 
 /// Compares the NCCL_* variables we gave (`requested`) with what each worker reported, and
 /// the point's overrides with what NCCL's log says it read.
-pub fn check(
+pub(crate) fn check(
     requested: &BTreeMap<String, String>,
     overrides: &[(String, String)],
     workers: &[WorkerInfo],

@@ -8,17 +8,17 @@
 /// Whether a point setting this name changes what runs: a variable NCCL reads (one list for
 /// the whole tool, kept with `inspect`, which checks running servers against it), or the
 /// sweep's own `NCCL_LIB` (the library itself, see [`super::library`]).
-pub fn is_known(name: &str) -> bool {
+pub(crate) fn is_known(name: &str) -> bool {
     name == super::library::NAME || crate::inspect::nccl_vars::is_known_nccl_var(name)
 }
 
 /// The known name closest to `name`, if it is close enough to be a typo.
-pub fn suggest(name: &str) -> Option<&'static str> {
+pub(crate) fn suggest(name: &str) -> Option<&'static str> {
     crate::inspect::nccl_vars::suggest(name)
 }
 
 /// The warning for an unknown name, or None for a known one.
-pub fn unknown_warning(name: &str) -> Option<String> {
+pub(crate) fn unknown_warning(name: &str) -> Option<String> {
     if is_known(name) {
         return None;
     }

@@ -24,28 +24,28 @@ use crate::error::usage;
 use crate::record::{Record, WorkerNccl};
 
 /// The name of the library dimension.
-pub const NAME: &str = "NCCL_LIB";
+pub(crate) const NAME: &str = "NCCL_LIB";
 
 /// The variable that tells a child which NCCL to load (`--nccl-lib`'s).
-pub const ENV: &str = "VERIFYBENCH_NCCL_LIB";
+pub(crate) const ENV: &str = "VERIFYBENCH_NCCL_LIB";
 
 /// One library of the sweep.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Library {
+pub(crate) struct Library {
     /// As given (`--nccl-lib` or `-L NCCL_LIB=`): the value points carry.
-    pub given: String,
+    pub(crate) given: String,
     /// The library file (a folder resolved to its libnccl.so*), links resolved.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 /// The libraries of a sweep, in the order given; the first is the baseline's. Empty when the
 /// sweep names none (every point then loads what the search finds, unchecked).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Libraries(pub Vec<Library>);
+pub(crate) struct Libraries(pub(crate) Vec<Library>);
 
 /// The `-L` lists with `--nccl-lib A,B` put first as `NCCL_LIB=A,B`; both spellings at once
 /// are refused (the list is given once).
-pub fn lists(lists: &[String], nccl_lib: Option<&Path>) -> anyhow::Result<Vec<String>> {
+pub(crate) fn lists(lists: &[String], nccl_lib: Option<&Path>) -> anyhow::Result<Vec<String>> {
     let Some(libs) = nccl_lib else {
         return Ok(lists.to_vec());
     };
@@ -66,17 +66,12 @@ pub fn lists(lists: &[String], nccl_lib: Option<&Path>) -> anyhow::Result<Vec<St
 impl Libraries {
     /// The libraries of the `NCCL_LIB` dimension's `values`, each resolved (a folder to its
     /// libnccl.so*, links followed); a value that names no library is a usage error.
-    pub fn from_values(values: &[String]) -> anyhow::Result<Libraries> {
+    pub(crate) fn from_values(values: &[String]) -> anyhow::Result<Libraries> {
         let mut out = vec![];
         for given in values {
-            let found = crate::comm::libs::find_nccl(Some(Path::new(given)))
-                .map_err(|_| {
-                    usage(format!(
-                        "{NAME} '{given}': no such NCCL library (give a libnccl.so* file or the folder holding one)"
-                    ))
-                })?
-                .expect("an explicit library is found or refused");
-            let path = std::fs::canonicalize(&found.path).unwrap_or(found.path);
+            let found = crate::comm::libs::nccl_file(Path::new(given))
+                .map_err(|m| usage(format!("{NAME} {m}")))?;
+            let path = std::fs::canonicalize(&found).unwrap_or(found);
             if let Some(twin) = out.iter().find(|l: &&Library| l.path == path) {
                 return Err(usage(format!(
                     "{NAME}: '{given}' and '{}' are the same file ({}): list each library once",
@@ -94,7 +89,7 @@ impl Libraries {
 
     /// The library of a point whose `NCCL_LIB` is `asked`: that one, else (none asked) the
     /// first, the baseline's.
-    pub fn of(&self, asked: Option<&str>) -> Option<&Library> {
+    pub(crate) fn of(&self, asked: Option<&str>) -> Option<&Library> {
         match asked {
             Some(v) => self.0.iter().find(|l| l.given == v),
             None => self.0.first(),
@@ -102,7 +97,7 @@ impl Libraries {
     }
 
     /// The header line naming the libraries, or None when the sweep names none.
-    pub fn header(&self) -> Option<String> {
+    pub(crate) fn header(&self) -> Option<String> {
         let (first, rest) = self.0.split_first()?;
         let mut parts = vec![format!(
             "L1 {} (the baseline's, and every point without {NAME})",
@@ -124,7 +119,7 @@ impl Libraries {
 
     /// Points the library to a child's environment: `VERIFYBENCH_NCCL_LIB` set, the markers
     /// of the parent's own library preparation removed.
-    pub fn apply(lib: &Library, env: &mut BTreeMap<OsString, OsString>) {
+    pub(crate) fn apply(lib: &Library, env: &mut BTreeMap<OsString, OsString>) {
         env.insert(ENV.into(), lib.path.as_os_str().into());
         for v in crate::comm::libs::PREPARED_VARS {
             env.remove(&OsString::from(v));
@@ -134,30 +129,30 @@ impl Libraries {
 
 /// Which NCCL a point asked for and what its workers loaded.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LibraryProof {
+pub(crate) struct LibraryProof {
     /// The library asked, as given.
-    pub asked: String,
+    pub(crate) asked: String,
     /// The file asked, links resolved: what every worker must have mapped.
-    pub path: String,
+    pub(crate) path: String,
     /// The version the file name (or its wheel) tells, if any.
     #[serde(default)]
-    pub name_version: Option<String>,
+    pub(crate) name_version: Option<String>,
     /// Each worker's answer: the version `ncclGetVersion` returned and the file it mapped.
     #[serde(default)]
-    pub workers: Vec<WorkerNccl>,
+    pub(crate) workers: Vec<WorkerNccl>,
     /// The `NCCL version` line of the probe's log (`2.28.3+cuda13.0`).
     #[serde(default)]
-    pub log_version: Option<String>,
+    pub(crate) log_version: Option<String>,
     /// `ok` (every worker mapped the file asked), `refused` (one did not, or the log names
     /// another version) or `unproven` (no worker said: no NCCL loaded, or no record).
-    pub status: String,
+    pub(crate) status: String,
     #[serde(default)]
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
 }
 
 impl LibraryProof {
     /// The version the workers reported (the same in all when proven), else the log's.
-    pub fn version(&self) -> Option<String> {
+    pub(crate) fn version(&self) -> Option<String> {
         self.workers
             .iter()
             .find_map(|w| w.version.clone())
@@ -165,7 +160,7 @@ impl LibraryProof {
     }
 
     /// What the point ran on, in words: `NCCL 2.28.9 from PATH (every worker: 2 ranks)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let v = self
             .version()
             .map(|v| format!("NCCL {v}"))
@@ -190,7 +185,11 @@ fn numeric(v: &str) -> &str {
 
 /// The proof of a point that asked for `lib`: its timed run's record (each worker's NCCL) and
 /// the version line of its probe's log.
-pub fn prove(lib: &Library, record: Option<&Record>, log_version: Option<&str>) -> LibraryProof {
+pub(crate) fn prove(
+    lib: &Library,
+    record: Option<&Record>,
+    log_version: Option<&str>,
+) -> LibraryProof {
     let path = lib.path.display().to_string();
     let workers = record
         .map(|r| r.provenance.worker_nccl.clone())
@@ -293,7 +292,7 @@ mod tests {
     fn libraries_resolve_and_missing_or_twice_named_ones_are_refused() {
         let d = tempfile::tempdir().unwrap();
         let sys = d.path().join("libnccl.so.2.28.3");
-        std::fs::write(&sys, b"x").unwrap();
+        std::fs::write(&sys, crate::comm::elf::fake_nccl()).unwrap();
         std::os::unix::fs::symlink(&sys, d.path().join("libnccl.so.2")).unwrap();
         let dim =
             |v: &[&Path]| -> Vec<String> { v.iter().map(|p| p.display().to_string()).collect() };
@@ -303,7 +302,7 @@ mod tests {
         assert_eq!(libs.of(None), libs.0.first());
         assert_eq!(libs.of(Some("elsewhere")), None);
         let e = Libraries::from_values(&dim(&[&d.path().join("nope.so")])).unwrap_err();
-        assert!(e.to_string().contains("no such NCCL library"), "{e}");
+        assert!(e.to_string().contains("no such file or folder"), "{e}");
         let e = Libraries::from_values(&dim(&[d.path(), &sys])).unwrap_err();
         assert!(e.to_string().contains("are the same file"), "{e}");
         assert_eq!(Libraries::from_values(&[]).unwrap(), Libraries::default());

@@ -18,8 +18,8 @@ use crate::error::usage;
 /// One variable and the values to try.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dimension {
-    pub name: String,
-    pub values: Vec<String>,
+    pub(crate) name: String,
+    pub(crate) values: Vec<String>,
 }
 
 /// One setting of the sweep: the variables it sets on top of the parent environment.
@@ -28,7 +28,7 @@ pub struct Point {
     /// Short, file-name safe id, unique within the sweep: `p00-baseline`, `p03-PROTO-LL128`.
     pub id: String,
     /// (name, value) in dimension order; empty for the baseline.
-    pub overrides: Vec<(String, String)>,
+    pub(crate) overrides: Vec<(String, String)>,
 }
 
 impl Point {
@@ -43,14 +43,14 @@ impl Point {
     }
 
     /// The overrides sorted by name: what identifies the setting regardless of flag order.
-    pub fn sorted_overrides(&self) -> Vec<(String, String)> {
+    pub(crate) fn sorted_overrides(&self) -> Vec<(String, String)> {
         let mut v = self.overrides.clone();
         v.sort();
         v
     }
 
     /// The value this point gives `name`, if any.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.overrides
             .iter()
             .find(|(k, _)| k == name)
@@ -186,7 +186,7 @@ fn point_id(index: usize, overrides: &[(String, String)]) -> String {
 
 /// One-at-a-time variations (a preset's, [`super::settings::preset`]): each entry is one
 /// point, the variables it sets.
-pub type Variations = &'static [&'static [(&'static str, &'static str)]];
+pub(crate) type Variations = &'static [&'static [(&'static str, &'static str)]];
 
 /// The points: the baseline, the cross product of `dims`, then the preset's points, without
 /// duplicates (the same overrides in any order count once). The library dimension
@@ -267,7 +267,7 @@ fn settings_of(dims: &[&Dimension], preset: Option<Variations>) -> Vec<Vec<(Stri
 
 /// The libraries of the sweep: the values of its `NCCL_LIB` dimension, resolved (none when it
 /// has none).
-pub fn libraries(dims: &[Dimension]) -> anyhow::Result<super::library::Libraries> {
+pub(crate) fn libraries(dims: &[Dimension]) -> anyhow::Result<super::library::Libraries> {
     let values = dims
         .iter()
         .find(|d| d.name == super::library::NAME)
@@ -280,7 +280,7 @@ pub fn libraries(dims: &[Dimension]) -> anyhow::Result<super::library::Libraries
 /// `ring;allreduce:tree` (Ring for everything, Tree for all-reduce). Returns whether `name` (an algorithm or protocol) is
 /// allowed for function `func` (`AllReduce`, ...; None when the log does not say), or None when
 /// the value does not constrain it.
-pub fn nccl_list_allows(value: &str, func: Option<&str>, name: &str) -> Option<bool> {
+pub(crate) fn nccl_list_allows(value: &str, func: Option<&str>, name: &str) -> Option<bool> {
     let norm = |s: &str| {
         s.trim()
             .to_ascii_lowercase()

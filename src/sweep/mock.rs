@@ -24,43 +24,43 @@ use super::settings::FakeChoices;
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, Schedule};
 use crate::record::{
-    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, WorkerInfo, Workload,
+    Body, Mode, Provenance, Record, RecordedWorkload, Source, VerifyResult, VerifyRun, WorkerInfo,
 };
 
 /// Relative amplitude of the mock's between-run noise (a fraction, default 0.005).
-pub const MOCK_NOISE_ENV: &str = "VERIFYBENCH_MOCK_NOISE";
+pub(crate) const MOCK_NOISE_ENV: &str = "VERIFYBENCH_MOCK_NOISE";
 /// A planted true gain: `NAME=VALUE:FACTOR` multiplies the times of the points with that
 /// override by FACTOR (e.g. `NCCL_NTHREADS=512:0.97`, 3% faster).
-pub const MOCK_PLANT_ENV: &str = "VERIFYBENCH_MOCK_PLANT";
+pub(crate) const MOCK_PLANT_ENV: &str = "VERIFYBENCH_MOCK_PLANT";
 /// Stop (as Ctrl-C would) when this many pairs have run in this process.
-pub const MOCK_INTERRUPT_AFTER_ENV: &str = "VERIFYBENCH_MOCK_INTERRUPT_AFTER";
+pub(crate) const MOCK_INTERRUPT_AFTER_ENV: &str = "VERIFYBENCH_MOCK_INTERRUPT_AFTER";
 
 /// A planted true gain: (override name, value, time factor).
-pub type Plant = (String, String, f64);
+pub(crate) type Plant = (String, String, f64);
 
 /// Default between-run noise of the mock.
-pub const MOCK_NOISE: f64 = 0.005;
+pub(crate) const MOCK_NOISE: f64 = 0.005;
 
 /// What the mock needs besides the job.
-pub struct MockSpec<'a> {
-    pub schedule: &'a Schedule,
-    pub graphs: Vec<bool>,
-    pub mode: Mode,
-    pub iters: u64,
-    pub warmup: u64,
-    pub threads: bool,
+pub(crate) struct MockSpec<'a> {
+    pub(crate) schedule: &'a Schedule,
+    pub(crate) graphs: Vec<bool>,
+    pub(crate) mode: Mode,
+    pub(crate) iters: u64,
+    pub(crate) warmup: u64,
+    pub(crate) threads: bool,
     /// Between-run noise amplitude (fraction).
-    pub noise: f64,
+    pub(crate) noise: f64,
     /// Seed of the between-run noise (the sweep's round seed).
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// A planted true gain.
-    pub plant: Option<Plant>,
+    pub(crate) plant: Option<Plant>,
 }
 
 impl MockSpec<'_> {
     /// Reads the test hooks [`MOCK_NOISE_ENV`] and [`MOCK_PLANT_ENV`] (bad values are usage
     /// errors naming the variable).
-    pub fn hooks_from_env() -> anyhow::Result<(f64, Option<Plant>)> {
+    pub(crate) fn hooks_from_env() -> anyhow::Result<(f64, Option<Plant>)> {
         let noise = match std::env::var(MOCK_NOISE_ENV) {
             Ok(v) => match v.parse::<f64>() {
                 Ok(x) if (0.0..0.5).contains(&x) => x,
@@ -99,14 +99,14 @@ fn interrupt_after_from_env() -> Option<usize> {
 
 /// `--debug-mode`'s runner: the fake [`outcome`] of every job, and the interrupt hook
 /// ([`MOCK_INTERRUPT_AFTER_ENV`]): past that many pairs every job ends as Ctrl-C would end it.
-pub struct DebugRunner<'a> {
+pub(crate) struct DebugRunner<'a> {
     spec: MockSpec<'a>,
     stop_after: Option<usize>,
     ran: Cell<usize>,
 }
 
 impl<'a> DebugRunner<'a> {
-    pub fn new(spec: MockSpec<'a>) -> DebugRunner<'a> {
+    pub(crate) fn new(spec: MockSpec<'a>) -> DebugRunner<'a> {
         DebugRunner {
             spec,
             stop_after: interrupt_after_from_env(),
@@ -133,7 +133,7 @@ fn seed(s: &str) -> u64 {
 }
 
 /// The fake outcome of a point.
-pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> {
+pub(crate) fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> {
     let env = nccl_part(&job.env);
     let c = FakeChoices::of(&env, spec.threads);
     // The library the point asked for, as its workers would report it.
@@ -192,10 +192,11 @@ pub fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOutcome> 
         Source::Modeled,
         prov,
         Body::Verify(VerifyResult {
-            workload: Workload::of(spec.schedule),
+            workload: RecordedWorkload::of(spec.schedule),
             runs,
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts: vec![],
         }),

@@ -30,19 +30,19 @@
 //! lines, the table and its exports), the flags (`cli/sweep.rs`), the fault hooks for children
 //! ([`crate::backend::fault`]), reading and appending records ([`crate::record::io`]).
 
-pub mod env;
-pub mod known;
-pub mod library;
+pub(crate) mod env;
+pub(crate) mod known;
+pub(crate) mod library;
 pub mod matrix;
-pub mod mock;
+pub(crate) mod mock;
 pub mod ncclog;
-pub mod rank;
-pub mod results;
+pub(crate) mod rank;
+pub(crate) mod results;
 pub mod rounds;
-pub mod runner;
+pub(crate) mod runner;
 pub(crate) mod settings;
-pub mod signal;
-pub mod summary;
+pub(crate) mod signal;
+pub(crate) mod summary;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,38 +54,38 @@ use results::{Effective, PointKey, ResultsFile, SweepPoint};
 use runner::{PointJob, PointOutcome, PointRunner, Probe};
 use settings::{hint, mismatches};
 
-use crate::record::{Body, Provenance, Record, Source, Workload};
+use crate::record::{Body, Provenance, Record, RecordedWorkload, Source};
 
 /// What is fixed for every point of a sweep.
 #[derive(Debug, Clone)]
-pub struct SweepConfig {
-    pub workload: Workload,
+pub(crate) struct SweepConfig {
+    pub(crate) workload: RecordedWorkload,
     /// `on`, `off`, `both`.
-    pub graph: String,
-    pub launcher: String,
+    pub(crate) graph: String,
+    pub(crate) launcher: String,
     /// Resolved backend: `nccl` or `model` (the model has no NCCL log, so no probe).
-    pub backend: String,
-    pub mode: String,
-    pub parent_env: env::Env,
+    pub(crate) backend: String,
+    pub(crate) mode: String,
+    pub(crate) parent_env: env::Env,
     /// Where probe logs and the timed runs' JSON go.
-    pub log_dir: PathBuf,
-    pub probe: bool,
-    pub timeout: Duration,
-    pub source: Source,
+    pub(crate) log_dir: PathBuf,
+    pub(crate) probe: bool,
+    pub(crate) timeout: Duration,
+    pub(crate) source: Source,
     /// Seed of the rounds' shuffled orders (`--seed`), recorded with every pair.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// The NCCL libraries swept (`--nccl-lib A,B`), the baseline's first; empty when none is
     /// named.
-    pub libraries: library::Libraries,
+    pub(crate) libraries: library::Libraries,
 }
 
 impl SweepConfig {
     /// The library a point asks for ([`library`]): its `NCCL_LIB`, else the first.
-    pub fn library(&self, p: &Point) -> Option<&library::Library> {
+    pub(crate) fn library(&self, p: &Point) -> Option<&library::Library> {
         self.libraries.of(p.get(library::NAME))
     }
 
-    pub fn key(&self, p: &Point) -> PointKey {
+    pub(crate) fn key(&self, p: &Point) -> PointKey {
         let mut base = env::nccl_part(&env::timed_env(
             &self.parent_env,
             &Point {
@@ -109,7 +109,7 @@ impl SweepConfig {
     /// The job of a point in `round`, its environments and limits: the NCCL-log probe runs in
     /// round 0 only (NCCL's choices do not change between rounds, and the probe costs a second
     /// child per point).
-    pub fn job(&self, p: &Point, round: usize) -> PointJob {
+    pub(crate) fn job(&self, p: &Point, round: usize) -> PointJob {
         let mut timed = env::timed_env(&self.parent_env, p);
         if let Some(lib) = self.library(p) {
             library::Libraries::apply(lib, &mut timed);
@@ -131,7 +131,7 @@ impl SweepConfig {
 /// What a probe log of one rank proves: that NCCL ran (its version), which of the point's
 /// variables NCCL reported as read, and that no algorithm, protocol or transport was chosen
 /// (NCCL has none to choose at one rank), so the setting's effect is not proven there.
-pub fn one_rank_proof(e: &Effective, confirmed: &[String]) -> String {
+pub(crate) fn one_rank_proof(e: &Effective, confirmed: &[String]) -> String {
     let version = e
         .nccl_version
         .as_deref()
@@ -166,7 +166,7 @@ pub(crate) fn assemble(cfg: &SweepConfig, p: &Point, out: PointOutcome) -> Sweep
 
 /// Builds the stored point of a run of `round` from a runner's outcome (pure: tests call it
 /// directly).
-pub fn assemble_in_round(
+pub(crate) fn assemble_in_round(
     cfg: &SweepConfig,
     p: &Point,
     round: usize,
@@ -260,7 +260,7 @@ pub fn assemble_in_round(
 }
 
 /// The record stored for a point.
-pub fn to_record(cfg: &SweepConfig, sp: &SweepPoint, started: String) -> Record {
+pub(crate) fn to_record(cfg: &SweepConfig, sp: &SweepPoint, started: String) -> Record {
     let mut prov = Provenance::here(&cfg.backend, started);
     prov.launcher = Some(cfg.launcher.clone());
     if let Some(v) = &sp.verify {
@@ -291,12 +291,12 @@ pub fn to_record(cfg: &SweepConfig, sp: &SweepPoint, started: String) -> Record 
 
 /// How a sweep of rounds ended.
 #[derive(Debug)]
-pub struct PairsRun {
+pub(crate) struct PairsRun {
     /// (point, round) results finished in this run, in order.
-    pub finished: Vec<SweepPoint>,
+    pub(crate) finished: Vec<SweepPoint>,
     /// Pairs not run because the point's first round failed.
-    pub skipped: Vec<rounds::RoundKey>,
-    pub interrupted: bool,
+    pub(crate) skipped: Vec<rounds::RoundKey>,
+    pub(crate) interrupted: bool,
 }
 
 /// Runs the (point, round) pairs of `plan` not in `done`, in plan order, appending each
@@ -304,7 +304,7 @@ pub struct PairsRun {
 /// (in `failed_first` or in this run) is not run in later rounds. `each` is told about every
 /// finished pair.
 #[allow(clippy::too_many_arguments)]
-pub fn run_pairs(
+pub(crate) fn run_pairs(
     cfg: &SweepConfig,
     plan: &rounds::RoundPlan,
     points: &[Point],
@@ -354,7 +354,7 @@ pub fn run_pairs(
 }
 
 /// The per-verify medians of a finished pair, eager and graph (`None` for a failed one).
-pub fn round_timing(sp: &SweepPoint) -> rounds::RoundTiming {
+pub(crate) fn round_timing(sp: &SweepPoint) -> rounds::RoundTiming {
     let mut t = rounds::RoundTiming {
         key: rounds::RoundKey {
             point_id: sp.point_id.clone(),
@@ -381,7 +381,7 @@ pub fn round_timing(sp: &SweepPoint) -> rounds::RoundTiming {
 /// medians times the iterations and warm-ups run. The rest of the child's wall time is
 /// process and worker start (and the record's writing). `None` for a record that is not
 /// measured (the cost model's: its medians are modeled, no loop ran to take that time).
-pub fn time_split(sp: &SweepPoint) -> Option<(Option<f64>, f64)> {
+pub(crate) fn time_split(sp: &SweepPoint) -> Option<(Option<f64>, f64)> {
     let rec = sp.verify.as_ref()?;
     if rec.source != crate::record::Source::Measured {
         return None;

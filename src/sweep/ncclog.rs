@@ -26,7 +26,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 /// NCCL's algorithm names, indexed by the numbers older versions print.
-pub const ALGOS: [&str; 7] = [
+pub(crate) const ALGOS: [&str; 7] = [
     "TREE",
     "RING",
     "COLLNET_DIRECT",
@@ -36,37 +36,37 @@ pub const ALGOS: [&str; 7] = [
     "PAT",
 ];
 /// NCCL's protocol names, indexed by the numbers older versions print.
-pub const PROTOS: [&str; 3] = ["LL", "LL128", "SIMPLE"];
+pub(crate) const PROTOS: [&str; 3] = ["LL", "LL128", "SIMPLE"];
 
 /// What NCCL chose for one (function, size): counted over every call in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Choice {
     /// `AllReduce`, `AllGather`, ...; `None` for NCCL 2.20-2.22, which does not print it.
-    pub func: Option<String>,
-    pub bytes: u64,
+    pub(crate) func: Option<String>,
+    pub(crate) bytes: u64,
     /// Upper-case NCCL name: RING, TREE, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT.
-    pub algo: String,
+    pub(crate) algo: String,
     /// LL, LL128 or SIMPLE.
-    pub proto: String,
+    pub(crate) proto: String,
     /// Channel range `{lo..hi}` (NCCL >= 2.24 only).
-    pub channels: Option<(u32, u32)>,
+    pub(crate) channels: Option<(u32, u32)>,
     /// How many calls of the log made this choice.
-    pub count: u64,
+    pub(crate) count: u64,
 }
 
 /// Everything the sweep reads from one or more NCCL logs of one point.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NcclLog {
     /// `2.28.3+cuda13.0`.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// Variables NCCL reported as "set by environment", with the value it read.
-    pub env_set: BTreeMap<String, String>,
+    pub(crate) env_set: BTreeMap<String, String>,
     /// Distinct choices, in order of first appearance.
     pub choices: Vec<Choice>,
     /// Transport of each channel connection -> number of lines naming it.
-    pub transports: BTreeMap<String, u64>,
+    pub(crate) transports: BTreeMap<String, u64>,
     /// Distinct `NCCL WARN` messages, in order of first appearance.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 struct Patterns {
@@ -95,7 +95,7 @@ fn patterns() -> &'static Patterns {
 }
 
 /// Upper-case algorithm name from a name or an old-style number.
-pub fn algo_name(s: &str) -> String {
+pub(crate) fn algo_name(s: &str) -> String {
     match s.parse::<usize>() {
         Ok(i) => ALGOS
             .get(i)
@@ -110,7 +110,7 @@ pub fn algo_name(s: &str) -> String {
 }
 
 /// Upper-case protocol name from a name or an old-style number.
-pub fn proto_name(s: &str) -> String {
+pub(crate) fn proto_name(s: &str) -> String {
     match s.parse::<usize>() {
         Ok(i) => PROTOS
             .get(i)
@@ -127,18 +127,20 @@ impl NcclLog {
         log
     }
 
-    /// Parses log files and merges them (one file per worker process).
-    pub fn parse_files(paths: &[impl AsRef<Path>]) -> std::io::Result<NcclLog> {
+    /// Parses log files and merges them (one file per worker process), each at most
+    /// [`crate::util::read::NCCL_LOG`].
+    pub fn parse_files(paths: &[impl AsRef<Path>]) -> anyhow::Result<NcclLog> {
         let mut log = NcclLog::default();
         for p in paths {
-            let bytes = std::fs::read(p.as_ref())?;
+            let bytes =
+                crate::util::read::read(p.as_ref(), "NCCL log", crate::util::read::NCCL_LOG)?;
             log.add(&String::from_utf8_lossy(&bytes));
         }
         Ok(log)
     }
 
     /// Adds the lines of `text` to what is known.
-    pub fn add(&mut self, text: &str) {
+    pub(crate) fn add(&mut self, text: &str) {
         let p = patterns();
         for line in text.lines() {
             // Cheap filters first: most lines of a big log are none of ours.
@@ -211,7 +213,7 @@ impl NcclLog {
 
     /// The most frequent choice of `func` (e.g. "AllReduce"), the verify step's main message.
     /// NCCL 2.20-2.22 does not name the function: with `func` None, any choice counts.
-    pub fn main_choice(&self, func: Option<&str>) -> Option<&Choice> {
+    pub(crate) fn main_choice(&self, func: Option<&str>) -> Option<&Choice> {
         self.choices
             .iter()
             .filter(|c| match func {
@@ -224,7 +226,7 @@ impl NcclLog {
 
     /// Distinct transports, most used first, each reduced to its kind: `P2P/CUMEM/read` stays,
     /// `NET/Socket/0` becomes `NET/Socket` (the device index says nothing about the path).
-    pub fn transport_summary(&self) -> Vec<String> {
+    pub(crate) fn transport_summary(&self) -> Vec<String> {
         let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
         for (t, n) in &self.transports {
             let k = match t.strip_prefix("NET/") {

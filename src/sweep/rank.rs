@@ -13,37 +13,37 @@ use crate::report::export::Table;
 
 /// One timing column of a row.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Cell {
-    pub median_us: f64,
+pub(crate) struct Cell {
+    pub(crate) median_us: f64,
     /// Standard error of the median.
-    pub err_us: f64,
+    pub(crate) err_us: f64,
     /// Ratio to the baseline's median and its standard error (None without a baseline).
-    pub ratio: Option<(f64, f64)>,
+    pub(crate) ratio: Option<(f64, f64)>,
 }
 
 /// One ranked point.
 #[derive(Debug, Clone)]
-pub struct Row<'a> {
-    pub point: &'a SweepPoint,
-    pub graph: Option<Cell>,
-    pub eager: Option<Cell>,
-    pub wrong: u64,
+pub(crate) struct Row<'a> {
+    pub(crate) point: &'a SweepPoint,
+    pub(crate) graph: Option<Cell>,
+    pub(crate) eager: Option<Cell>,
+    pub(crate) wrong: u64,
 }
 
 /// The ranking of a sweep.
 #[derive(Debug, Clone)]
-pub struct Ranking<'a> {
+pub(crate) struct Ranking<'a> {
     /// Points that ran, fastest first by the primary column.
-    pub rows: Vec<Row<'a>>,
-    pub failed: Vec<&'a SweepPoint>,
+    pub(crate) rows: Vec<Row<'a>>,
+    pub(crate) failed: Vec<&'a SweepPoint>,
     /// Points that ran through the cost model but set variables it cannot price: their
     /// numbers are NCCL's defaults' under another name, so they are listed apart and never
     /// ranked or recommended.
-    pub unpriced: Vec<&'a SweepPoint>,
+    pub(crate) unpriced: Vec<&'a SweepPoint>,
     /// Graph replay when present (what serving engines use for decode), else eager.
-    pub primary_graph: bool,
+    pub(crate) primary_graph: bool,
     /// `measured`, `modeled` or `mixed`.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 fn run_of(p: &SweepPoint, graph: bool, mode: Mode) -> Option<&VerifyRun> {
@@ -54,12 +54,12 @@ fn run_of(p: &SweepPoint, graph: bool, mode: Mode) -> Option<&VerifyRun> {
 }
 
 /// Median and its standard error from a run's Summary.
-pub fn median_err(r: &VerifyRun) -> (f64, f64) {
+pub(crate) fn median_err(r: &VerifyRun) -> (f64, f64) {
     (r.per_verify.median_us, r.per_verify.median_se())
 }
 
 /// Ratio a/b and its standard error.
-pub fn ratio(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+pub(crate) fn ratio(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
     crate::measure::stats::ratio_with_error(a, b).unwrap_or((f64::NAN, f64::NAN))
 }
 
@@ -77,7 +77,7 @@ fn cell(p: &SweepPoint, base: Option<&SweepPoint>, graph: bool, mode: Mode) -> O
 
 /// The settings of a point that the cost model could not price, from its record's notes
 /// ("not modeled: NCCL_NTHREADS=512, ..."); empty for a measured point or a priced one.
-pub fn not_modeled(p: &SweepPoint) -> Vec<String> {
+pub(crate) fn not_modeled(p: &SweepPoint) -> Vec<String> {
     let Some(v) = &p.verify else {
         return vec![];
     };
@@ -103,7 +103,7 @@ pub(crate) fn unpriced_note(p: &SweepPoint) -> Option<String> {
 
 /// Ranks `points` (ok ones by time; failed ones and the ones the cost model could not price
 /// listed apart) for replay mode `mode`.
-pub fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
+pub(crate) fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
     let base = points
         .iter()
         .find(|p| p.overrides.is_empty() && p.verify.is_some());
@@ -166,7 +166,7 @@ pub fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
 
 impl SweepPoint {
     /// Wrong elements over the timed runs.
-    pub fn wrong(&self) -> u64 {
+    pub(crate) fn wrong(&self) -> u64 {
         match self.verify.as_ref().map(|r| &r.body) {
             Some(Body::Verify(v)) => v.runs.iter().map(|r| r.wrong).sum(),
             _ => 0,
@@ -192,11 +192,11 @@ fn rat(c: &Option<Cell>, baseline: bool) -> String {
 }
 
 /// The rank cell of a point the cost model could not price.
-pub const UNPRICED: &str = "not modeled";
+pub(crate) const UNPRICED: &str = "not modeled";
 
 /// The ranking as a flat table (also what `--export-table-*` writes): the ranked points, then
 /// the ones the cost model could not price, then the failed ones.
-pub fn table(r: &Ranking) -> Table {
+pub(crate) fn table(r: &Ranking) -> Table {
     let headers = [
         "rank",
         "point",
@@ -284,12 +284,12 @@ pub fn table(r: &Ranking) -> Table {
     Table { headers, rows }
 }
 
-pub fn label(p: &SweepPoint) -> String {
+pub(crate) fn label(p: &SweepPoint) -> String {
     super::matrix::label(&p.overrides)
 }
 
 /// Single-quotes a value for a POSIX shell when it needs it.
-pub fn shell_quote(v: &str) -> String {
+pub(crate) fn shell_quote(v: &str) -> String {
     if !v.is_empty()
         && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-.,:/+=".contains(c))
@@ -303,7 +303,7 @@ pub fn shell_quote(v: &str) -> String {
 /// At one rank NCCL chooses no algorithm, protocol or transport (it copies): no setting can act
 /// there, so a ratio below 1 is the between-run spread, not an effect to export. The line that
 /// says so in place of a recommendation, when any point ran on a communicator of one rank.
-pub fn one_rank_recommendation<'a>(
+pub(crate) fn one_rank_recommendation<'a>(
     mut points: impl Iterator<Item = &'a SweepPoint>,
     mode: &str,
 ) -> Option<String> {
@@ -317,7 +317,7 @@ pub fn one_rank_recommendation<'a>(
 /// The libraries block under a sweep's table ([`super::library`]): per library, the version its points' workers
 /// reported and which points ran on it; every refused point with its reason. Empty when the
 /// sweep named no library.
-pub fn library_block(points: &[SweepPoint]) -> String {
+pub(crate) fn library_block(points: &[SweepPoint]) -> String {
     let mut libs: Vec<(&str, Vec<&SweepPoint>)> = vec![];
     for p in points {
         let Some(l) = &p.library else { continue };
@@ -380,7 +380,7 @@ pub fn library_block(points: &[SweepPoint]) -> String {
 
 /// The `export` lines of a recommended point: its NCCL variables (the library is no
 /// variable: [`build_line`] names it).
-pub fn exports(p: &SweepPoint) -> String {
+pub(crate) fn exports(p: &SweepPoint) -> String {
     p.overrides
         .iter()
         .filter(|(k, _)| k != super::library::NAME)
@@ -390,7 +390,7 @@ pub fn exports(p: &SweepPoint) -> String {
 
 /// The line that names the build of the winner (the recommended point, or the baseline when
 /// the defaults are kept) with its version; None when the sweep named no library.
-pub fn build_line(winner: &SweepPoint, kept_defaults: bool) -> Option<String> {
+pub(crate) fn build_line(winner: &SweepPoint, kept_defaults: bool) -> Option<String> {
     let l = winner.library.as_ref()?;
     let version = l
         .version()

@@ -10,56 +10,56 @@ use serde::{Deserialize, Serialize};
 use super::env::EnvCheck;
 use super::ncclog::{Choice, NcclLog};
 use crate::error::usage;
-use crate::record::{Body, Record, Workload};
+use crate::record::{Body, Record, RecordedWorkload};
 
 /// The record kind of a sweep point (`Body::Other { name }`).
-pub const KIND: &str = "sweep_point";
+pub(crate) const KIND: &str = "sweep_point";
 
 /// What makes two points the same measurement: resume skips a point whose key is in the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PointKey {
+pub(crate) struct PointKey {
     /// Overrides sorted by name.
-    pub overrides: Vec<(String, String)>,
+    pub(crate) overrides: Vec<(String, String)>,
     /// `on`, `off` or `both`.
-    pub graph: String,
-    pub launcher: String,
-    pub backend: String,
-    pub mode: String,
+    pub(crate) graph: String,
+    pub(crate) launcher: String,
+    pub(crate) backend: String,
+    pub(crate) mode: String,
     /// Hash of the verify schedule (model, tp, tokens, dtype, every op).
-    pub schedule_hash: String,
+    pub(crate) schedule_hash: String,
     /// The NCCL_* variables every point inherits from the parent (NCCL_DEBUG* excluded).
-    pub base_nccl_env: BTreeMap<String, String>,
+    pub(crate) base_nccl_env: BTreeMap<String, String>,
     /// The NCCL library file the point asked for (links resolved); absent when the sweep named
     /// none (and in files before libraries were swept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nccl_lib: Option<String>,
+    pub(crate) nccl_lib: Option<String>,
 }
 
 /// NCCL's choices and transports at a point, and where they differ from the request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Effective {
-    pub nccl_version: Option<String>,
+pub(crate) struct Effective {
+    pub(crate) nccl_version: Option<String>,
     /// The verify step's all-reduce (most frequent size).
-    pub all_reduce: Option<Choice>,
+    pub(crate) all_reduce: Option<Choice>,
     /// The logits all-gather.
-    pub all_gather: Option<Choice>,
+    pub(crate) all_gather: Option<Choice>,
     /// Transport kinds, most used first (`P2P/CUMEM`, `SHM/direct/direct`, `NET/Socket`).
-    pub transports: Vec<String>,
+    pub(crate) transports: Vec<String>,
     /// Requested vs effective: one line per thing NCCL did not do as asked.
     #[serde(default)]
-    pub mismatches: Vec<String>,
+    pub(crate) mismatches: Vec<String>,
     /// Everything parsed from the log.
-    pub log: NcclLog,
+    pub(crate) log: NcclLog,
     /// At one rank (a communicator of size 1), what the probe's log proves there: NCCL picks
     /// no algorithm, protocol or transport at one rank, so only that NCCL ran, which version,
     /// and which variables it read.
     #[serde(default)]
-    pub one_rank: Option<String>,
+    pub(crate) one_rank: Option<String>,
 }
 
 impl Effective {
     /// `RING/LL` of the all-reduce (plus the all-gather when it differs), or `?`.
-    pub fn algo_proto(&self) -> String {
+    pub(crate) fn algo_proto(&self) -> String {
         if self.one_rank.is_some() && self.all_reduce.is_none() && self.all_gather.is_none() {
             return "none (1 rank)".into();
         }
@@ -72,7 +72,7 @@ impl Effective {
         }
     }
 
-    pub fn transport(&self) -> String {
+    pub(crate) fn transport(&self) -> String {
         if self.one_rank.is_some() && self.transports.is_empty() {
             return "no transport (1 rank)".into();
         }
@@ -86,66 +86,67 @@ impl Effective {
 
 /// One finished point, as stored in the results file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SweepPoint {
-    pub point_id: String,
+pub(crate) struct SweepPoint {
+    pub(crate) point_id: String,
     /// The round (0-based) of `sweep --rounds`; files written before rounds existed hold one
     /// round, read as round 0.
     #[serde(default)]
-    pub round: usize,
+    pub(crate) round: usize,
     /// The `--seed` of the rounds' shuffled orders (absent in files before rounds existed).
     #[serde(default)]
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// (name, value) as requested, in dimension order; empty for the baseline.
-    pub overrides: Vec<(String, String)>,
-    pub key: PointKey,
+    pub(crate) overrides: Vec<(String, String)>,
+    pub(crate) key: PointKey,
     /// The workload, for messages (resume refusals) and tables.
-    pub workload: Workload,
+    pub(crate) workload: RecordedWorkload,
     /// `ok` or `failed`.
-    pub status: String,
+    pub(crate) status: String,
     #[serde(default)]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// What to try instead (e.g. NCCL's per-function NCCL_ALGO form).
     #[serde(default)]
-    pub hint: Option<String>,
+    pub(crate) hint: Option<String>,
     #[serde(default)]
-    pub stderr_tail: Option<String>,
+    pub(crate) stderr_tail: Option<String>,
     /// Distinct `NCCL WARN` lines of the probe log.
     #[serde(default)]
-    pub nccl_warnings: Vec<String>,
+    pub(crate) nccl_warnings: Vec<String>,
     /// The probe's NCCL log files.
     #[serde(default)]
-    pub log_paths: Vec<PathBuf>,
+    pub(crate) log_paths: Vec<PathBuf>,
     /// The NCCL library asked and what the workers loaded; absent when the sweep named none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub library: Option<super::library::LibraryProof>,
+    pub(crate) library: Option<super::library::LibraryProof>,
     /// Overrides NCCL does not know (misspelt?).
     #[serde(default)]
-    pub unknown_vars: Vec<String>,
+    pub(crate) unknown_vars: Vec<String>,
     /// Parsed from the probe log; None without a probe.
     #[serde(default)]
-    pub effective: Option<Effective>,
-    pub env_check: EnvCheck,
-    pub probe_wall_s: f64,
-    pub timed_wall_s: f64,
+    pub(crate) effective: Option<Effective>,
+    pub(crate) env_check: EnvCheck,
+    pub(crate) probe_wall_s: f64,
+    pub(crate) timed_wall_s: f64,
     /// The timed run's verify record (present for points that ran, even with wrong results).
     #[serde(default)]
-    pub verify: Option<Record>,
+    pub(crate) verify: Option<Record>,
 }
 
 impl SweepPoint {
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.status == "ok"
     }
 }
 
-pub use crate::record::io::JsonLinesFile as ResultsFile;
+pub(crate) use crate::record::io::JsonLinesFile as ResultsFile;
 
 /// Reads the sweep points of a results file. A torn line (a crash mid-write) is skipped with a
 /// warning; a record that is not a sweep point is an error naming the file and line.
-pub fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
+pub(crate) fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
     // A whole-file JSON export (one record or an array: `--export-json`, a profile) is not
     // the JSON lines of a sweep; say what it is instead of where its lines fail to parse.
-    if let Ok(text) = std::fs::read_to_string(path) {
+    let bytes = crate::util::read::read(path, "resume file", crate::util::read::RESULTS);
+    if let Some(text) = bytes.ok().and_then(|b| String::from_utf8(b).ok()) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
             if let Some(what) = crate::record::io::foreign(&v) {
                 return Err(usage(format!(
@@ -189,10 +190,10 @@ pub fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)> {
 }
 
 /// Refuses to resume from points of another workload.
-pub fn check_same_workload(
+pub(crate) fn check_same_workload(
     path: &Path,
     done: &[SweepPoint],
-    current: &Workload,
+    current: &RecordedWorkload,
 ) -> anyhow::Result<()> {
     if let Some(p) = done
         .iter()

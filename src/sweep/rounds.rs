@@ -40,24 +40,24 @@ use crate::measure::interval::{mean_sd, t_quantile, Level};
 use crate::measure::stats::quantile_sorted;
 
 /// Default number of rounds (`--rounds`).
-pub const DEFAULT_ROUNDS: usize = 3;
+pub(crate) const DEFAULT_ROUNDS: usize = 3;
 /// Default seed of the per-round shuffles (recorded with the sweep).
-pub const DEFAULT_SEED: u64 = 0x0d0e_5eed;
+pub(crate) const DEFAULT_SEED: u64 = 0x0d0e_5eed;
 
 /// One (point, round) pair: what resume keys on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RoundKey {
     pub point_id: String,
     /// 0-based.
-    pub round: usize,
+    pub(crate) round: usize,
 }
 
 /// The order a sweep of rounds runs in: round 0's points shuffled, then round 1's, ...
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoundPlan {
-    pub rounds: usize,
-    pub seed: u64,
-    pub baseline: String,
+    pub(crate) rounds: usize,
+    pub(crate) seed: u64,
+    pub(crate) baseline: String,
     pub order: Vec<RoundKey>,
 }
 
@@ -103,7 +103,7 @@ impl RoundPlan {
     }
 
     /// The pairs still to run, in plan order: those not in `done`.
-    pub fn remaining(&self, done: &BTreeSet<RoundKey>) -> Vec<RoundKey> {
+    pub(crate) fn remaining(&self, done: &BTreeSet<RoundKey>) -> Vec<RoundKey> {
         self.order
             .iter()
             .filter(|k| !done.contains(k))
@@ -114,16 +114,16 @@ impl RoundPlan {
 
 /// How a run of rounds ended.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RoundsRun {
+pub(crate) struct RoundsRun {
     /// Pairs finished in this run, in order.
-    pub finished: Vec<RoundKey>,
-    pub interrupted: bool,
+    pub(crate) finished: Vec<RoundKey>,
+    pub(crate) interrupted: bool,
 }
 
 /// Runs the pairs of `plan` not in `done`, in order. `measure` runs one pair and stores it
 /// (the results file), returning false when it was interrupted before finishing (nothing
 /// stored); `interrupted` is asked before each pair.
-pub fn run_rounds(
+pub(crate) fn run_rounds(
     plan: &RoundPlan,
     done: &BTreeSet<RoundKey>,
     mut measure: impl FnMut(&RoundKey) -> anyhow::Result<bool>,
@@ -147,12 +147,12 @@ pub fn run_rounds(
 
 /// The per-verify medians of one finished pair (what the ratios are computed from).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RoundTiming {
-    pub key: RoundKey,
+pub(crate) struct RoundTiming {
+    pub(crate) key: RoundKey,
     #[serde(default)]
-    pub eager_us: Option<f64>,
+    pub(crate) eager_us: Option<f64>,
     #[serde(default)]
-    pub graph_us: Option<f64>,
+    pub(crate) graph_us: Option<f64>,
 }
 
 impl RoundTiming {
@@ -173,14 +173,14 @@ fn rounds_of(t: &[RoundTiming]) -> BTreeSet<usize> {
 
 /// A point's time over the baseline's, paired by round.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PairedRatio {
-    pub point_id: String,
+pub(crate) struct PairedRatio {
+    pub(crate) point_id: String,
     /// (round, ratio) for every round where both ran.
-    pub per_round: Vec<(usize, f64)>,
+    pub(crate) per_round: Vec<(usize, f64)>,
     /// Geometric mean of the per-round ratios.
-    pub ratio: f64,
+    pub(crate) ratio: f64,
     /// 95% interval (t on the logs); `None` with fewer than 2 paired rounds.
-    pub interval: Option<(f64, f64)>,
+    pub(crate) interval: Option<(f64, f64)>,
 }
 
 /// The paired ratio of each of `points` but the baseline that has one.
@@ -199,7 +199,7 @@ pub(crate) fn paired_ratios(
 
 /// The paired ratio of `point` to `baseline` in `graph` (or eager) replay; `None` when no
 /// round has both.
-pub fn paired_ratio(
+pub(crate) fn paired_ratio(
     t: &[RoundTiming],
     point: &str,
     baseline: &str,
@@ -232,15 +232,15 @@ pub fn paired_ratio(
 
 /// The measured spread of the baseline's rounds (see the module comment).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NoiseFloor {
+pub(crate) struct NoiseFloor {
     /// max |b_i / median - 1|.
-    pub rel: f64,
-    pub rounds: usize,
-    pub baseline_median_us: f64,
+    pub(crate) rel: f64,
+    pub(crate) rounds: usize,
+    pub(crate) baseline_median_us: f64,
 }
 
 /// The noise floor from the baseline's rounds; `None` with fewer than 2.
-pub fn noise_floor(t: &[RoundTiming], baseline: &str, graph: bool) -> Option<NoiseFloor> {
+pub(crate) fn noise_floor(t: &[RoundTiming], baseline: &str, graph: bool) -> Option<NoiseFloor> {
     let mut b: Vec<f64> = rounds_of(t)
         .into_iter()
         .filter_map(|r| time_of(t, baseline, r, graph))
@@ -260,15 +260,15 @@ pub fn noise_floor(t: &[RoundTiming], baseline: &str, graph: bool) -> Option<Noi
 
 /// The judgement of one replay mode.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Verdict {
-    pub graph: bool,
-    pub noise: Option<NoiseFloor>,
+pub(crate) struct Verdict {
+    pub(crate) graph: bool,
+    pub(crate) noise: Option<NoiseFloor>,
     /// Every point but the baseline, in the order given.
-    pub ratios: Vec<PairedRatio>,
+    pub(crate) ratios: Vec<PairedRatio>,
     /// The recommended point, if any.
-    pub recommended: Option<String>,
+    pub(crate) recommended: Option<String>,
     /// One sentence for the output.
-    pub sentence: String,
+    pub(crate) sentence: String,
 }
 
 /// [`judge_with_margin`] without a margin.
@@ -281,7 +281,7 @@ pub(crate) fn judge(t: &[RoundTiming], points: &[String], baseline: &str, graph:
 /// `graph` (or eager) replay by the rule of the module comment, with an extra relative
 /// `margin` (`sweep --noise-margin`) added to the measured floor: the bar becomes
 /// 1 - (floor + margin).
-pub fn judge_with_margin(
+pub(crate) fn judge_with_margin(
     t: &[RoundTiming],
     points: &[String],
     baseline: &str,
@@ -342,7 +342,7 @@ pub fn judge_with_margin(
 
 /// The pooled standard deviation of the per-round log ratios of the points with 2 or more
 /// paired rounds (how much a ratio moves between rounds here); `None` without such a point.
-pub fn ratio_spread(v: &Verdict) -> Option<f64> {
+pub(crate) fn ratio_spread(v: &Verdict) -> Option<f64> {
     let vars: Vec<f64> = v
         .ratios
         .iter()
@@ -359,7 +359,7 @@ pub fn ratio_spread(v: &Verdict) -> Option<f64> {
 /// how many rounds would. "Resolve" means the 95% half-width of a ratio's interval (t quantile
 /// x pooled spread / sqrt(rounds)) is no wider than the floor itself, so a gain of twice the
 /// floor clears the bar. `None` when the rounds suffice, or nothing was measured to tell.
-pub fn rounds_advice(v: &Verdict, rounds: usize) -> Option<String> {
+pub(crate) fn rounds_advice(v: &Verdict, rounds: usize) -> Option<String> {
     let mode = if v.graph { "graph" } else { "eager" };
     let floor = v.noise.as_ref()?.rel;
     let s = ratio_spread(v)?;

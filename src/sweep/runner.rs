@@ -17,50 +17,50 @@ use crate::record::{read_records, Record};
 
 /// The probe run of a point: NCCL's INFO log, written to files `<log_dir>/<id>.%h.%p.log`.
 #[derive(Debug, Clone)]
-pub struct Probe {
-    pub env: Env,
-    pub log_dir: PathBuf,
+pub(crate) struct Probe {
+    pub(crate) env: Env,
+    pub(crate) log_dir: PathBuf,
 }
 
 /// Everything a runner needs for one point.
 #[derive(Debug, Clone)]
-pub struct PointJob {
-    pub point: Point,
+pub(crate) struct PointJob {
+    pub(crate) point: Point,
     /// The round (0-based) of `sweep --rounds` this run belongs to.
-    pub round: usize,
+    pub(crate) round: usize,
     /// Environment of the timed run (complete: the child's environment is cleared first).
-    pub env: Env,
+    pub(crate) env: Env,
     /// The probe run, unless disabled (or meaningless: the cost model has no NCCL log).
-    pub probe: Option<Probe>,
+    pub(crate) probe: Option<Probe>,
     /// Limit for each child (probe and timed run alike).
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
 /// What came of one point.
 #[derive(Debug, Clone, Default)]
-pub struct PointOutcome {
+pub(crate) struct PointOutcome {
     /// None when the point succeeded; else why it failed.
-    pub failure: Option<String>,
+    pub(crate) failure: Option<String>,
     /// The timed run's verify record (also present for a run with wrong results).
-    pub record: Option<Record>,
+    pub(crate) record: Option<Record>,
     /// NCCL log files of the probe run.
-    pub probe_logs: Vec<PathBuf>,
+    pub(crate) probe_logs: Vec<PathBuf>,
     /// Last lines of the failing child's stderr.
-    pub stderr_tail: String,
-    pub probe_wall_s: f64,
-    pub timed_wall_s: f64,
+    pub(crate) stderr_tail: String,
+    pub(crate) probe_wall_s: f64,
+    pub(crate) timed_wall_s: f64,
     /// Ctrl-C arrived while this point ran: it is not finished and must not be recorded.
-    pub interrupted: bool,
+    pub(crate) interrupted: bool,
 }
 
 /// Runs one sweep point.
-pub trait PointRunner {
+pub(crate) trait PointRunner {
     fn run(&self, job: &PointJob) -> anyhow::Result<PointOutcome>;
 }
 
 /// A runner that returns whatever its closure makes (tests).
 #[cfg(test)]
-pub(crate) struct MockRunner<F: Fn(&PointJob) -> anyhow::Result<PointOutcome>>(pub F);
+pub(crate) struct MockRunner<F: Fn(&PointJob) -> anyhow::Result<PointOutcome>>(pub(crate) F);
 
 #[cfg(test)]
 impl<F: Fn(&PointJob) -> anyhow::Result<PointOutcome>> PointRunner for MockRunner<F> {
@@ -70,33 +70,33 @@ impl<F: Fn(&PointJob) -> anyhow::Result<PointOutcome>> PointRunner for MockRunne
 }
 
 /// The real runner: `<exe> verify <args> -n N -w W --export-json <dir>/<id>[.roundR].json --quiet`.
-pub struct SubprocessRunner<'a> {
-    pub exe: PathBuf,
+pub(crate) struct SubprocessRunner<'a> {
+    pub(crate) exe: PathBuf,
     /// `verify` and every flag that fixes the workload, backend, launcher, graph and mode.
-    pub verify_args: Vec<String>,
-    pub iters: u64,
-    pub warmup: u64,
+    pub(crate) verify_args: Vec<String>,
+    pub(crate) iters: u64,
+    pub(crate) warmup: u64,
     /// Where the timed runs' JSON records go.
-    pub work_dir: PathBuf,
+    pub(crate) work_dir: PathBuf,
     /// Extra arguments for the children (testing: fault injection), and the one override
     /// (NAME=VALUE) a point must have to get them, if any.
-    pub extra_args: Vec<String>,
-    pub extra_when: Option<(String, String)>,
-    pub interrupted: &'a AtomicBool,
+    pub(crate) extra_args: Vec<String>,
+    pub(crate) extra_when: Option<(String, String)>,
+    pub(crate) interrupted: &'a AtomicBool,
 }
 
 /// How a child ended.
 #[derive(Debug)]
-pub struct ChildEnd {
-    pub status: Option<ExitStatus>,
-    pub timed_out: bool,
-    pub interrupted: bool,
-    pub stderr: String,
-    pub wall_s: f64,
+pub(crate) struct ChildEnd {
+    pub(crate) status: Option<ExitStatus>,
+    pub(crate) timed_out: bool,
+    pub(crate) interrupted: bool,
+    pub(crate) stderr: String,
+    pub(crate) wall_s: f64,
 }
 
 /// The last `n` non-empty lines of `s`.
-pub fn tail(s: &str, n: usize) -> String {
+pub(crate) fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
@@ -111,7 +111,7 @@ fn kill_group(pgid: u32, sig: libc::c_int) {
 
 /// Runs `exe args` with exactly `env`, in a new process group, until it exits, `timeout`
 /// passes or `interrupted` becomes true (then the whole group is killed).
-pub fn run_child(
+pub(crate) fn run_child(
     exe: &Path,
     args: &[String],
     env: &Env,
@@ -176,7 +176,7 @@ pub fn run_child(
 }
 
 /// Why a child failed, in one line, or None when it succeeded.
-pub fn failure_of(end: &ChildEnd, what: &str, timeout: Duration) -> Option<String> {
+pub(crate) fn failure_of(end: &ChildEnd, what: &str, timeout: Duration) -> Option<String> {
     if end.timed_out {
         return Some(format!(
             "{what} exceeded --point-timeout {:.0} s; its processes were killed",
@@ -205,7 +205,7 @@ pub fn failure_of(end: &ChildEnd, what: &str, timeout: Duration) -> Option<Strin
 }
 
 /// Log files of a probe: `<dir>/<id>.*.log`.
-pub fn probe_logs(dir: &Path, id: &str) -> Vec<PathBuf> {
+pub(crate) fn probe_logs(dir: &Path, id: &str) -> Vec<PathBuf> {
     let prefix = format!("{id}.");
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
@@ -326,13 +326,16 @@ mod tests {
 
     #[test]
     fn exit_code_and_error_line_become_the_reason() {
-        let end = sh("echo 'Error: NCCL failed: invalid usage' >&2; exit 3", 5000);
+        let end = sh(
+            "echo 'Error: NCCL failed: invalid usage' >&2; exit 3",
+            60_000,
+        );
         let why = failure_of(&end, "the timed run", Duration::from_secs(5)).unwrap();
         assert_eq!(
             why,
             "the timed run exited with code 3: Error: NCCL failed: invalid usage"
         );
-        assert!(failure_of(&sh("true", 5000), "x", Duration::from_secs(5)).is_none());
+        assert!(failure_of(&sh("true", 60_000), "x", Duration::from_secs(5)).is_none());
     }
 
     #[test]
@@ -347,7 +350,7 @@ mod tests {
             Path::new("/bin/sh"),
             &["-c".into(), format!("env > {}", out.display())],
             &env,
-            Duration::from_secs(5),
+            Duration::from_secs(60),
             &flag,
         )
         .unwrap();
@@ -358,11 +361,20 @@ mod tests {
 
     #[test]
     fn a_hanging_child_and_its_children_are_killed_at_the_timeout() {
-        let t = Instant::now();
-        // The background sleep holds stderr open: it must die with the group.
-        let end = sh("sleep 30 & sleep 30", 300);
+        // The background sleep holds stderr open: it must die with the group, or the run
+        // lasts its ten minutes (the limit below, two minutes, only catches that).
+        let end = sh("sleep 600 & sleep 600", 300);
         assert!(end.timed_out);
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(
+            end.wall_s >= 0.3,
+            "killed before the timeout: {} s",
+            end.wall_s
+        );
+        assert!(
+            end.wall_s < 120.0,
+            "the group outlived the kill: {} s",
+            end.wall_s
+        );
         let why = failure_of(&end, "the timed run", Duration::from_millis(300)).unwrap();
         assert!(why.contains("--point-timeout"), "{why}");
     }

@@ -17,9 +17,9 @@ use crate::error::usage;
 
 /// A named list of one-at-a-time variations.
 pub(crate) struct Preset {
-    pub name: &'static str,
-    pub about: &'static str,
-    pub points: Variations,
+    pub(crate) name: &'static str,
+    pub(crate) about: &'static str,
+    pub(crate) points: Variations,
 }
 
 /// Settings that matter on PCIe machines (no NVLink), each varied alone around the defaults:

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set by the SIGINT handler.
-pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_sig: libc::c_int) {
     // Only an atomic store: async-signal-safe.
@@ -13,7 +13,7 @@ extern "C" fn on_sigint(_sig: libc::c_int) {
 }
 
 /// Installs the SIGINT handler (once per process is enough; calling again is harmless).
-pub fn install() -> anyhow::Result<()> {
+pub(crate) fn install() -> anyhow::Result<()> {
     // SAFETY: sigaction with a zeroed struct, an empty mask and a handler that only stores to
     // an atomic; no other thread changes SIGINT's disposition.
     let rc = unsafe {

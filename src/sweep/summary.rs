@@ -11,7 +11,7 @@ use crate::sweep::{self as sw};
 
 /// Everything printed after the sweep: the first round's table, notes, failures, then the
 /// rounds' judgement ([`rounds_block`]) from `pairs` (every finished pair, all rounds).
-pub fn render(
+pub(crate) fn render(
     points: &[SweepPoint],
     pairs: &[SweepPoint],
     mode: Mode,
@@ -171,7 +171,7 @@ fn modeled_verdict(
 /// a line when the rounds are too few, and the recommendation of the primary mode. Points the
 /// cost model could not price are named apart and never judged; over modeled numbers no noise
 /// floor is claimed and the lowest modeled ratio below 1 is recommended, labelled modeled.
-pub fn rounds_block(
+pub(crate) fn rounds_block(
     points: &[SweepPoint],
     pairs: &[SweepPoint],
     primary_graph: bool,
@@ -394,7 +394,7 @@ fn recommendation(
 
 /// The progress line of the `n`-th of `of` pairs run: its time (or why it failed), NCCL's
 /// choices or the one-rank proof, the library, and where the child's time went.
-pub fn progress_line(
+pub(crate) fn progress_line(
     n: usize,
     of: usize,
     sp: &SweepPoint,
@@ -459,7 +459,7 @@ mod tests {
 
     use super::*;
     use crate::model::{self, Phase, ScheduleOptions};
-    use crate::record::{Source, Workload};
+    use crate::record::{RecordedWorkload, Source};
     use crate::sweep::runner::PointOutcome;
     use crate::sweep::{matrix, SweepConfig};
 
@@ -476,7 +476,7 @@ mod tests {
         .unwrap();
         let cfg = SweepConfig {
             seed: 1,
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             graph: "both".into(),
             launcher: "processes".into(),
             backend: "mock".into(),

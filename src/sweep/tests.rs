@@ -33,7 +33,7 @@ fn schedule(tokens: u64) -> model::Schedule {
 fn cfg(dir: &std::path::Path) -> SweepConfig {
     SweepConfig {
         seed: super::rounds::DEFAULT_SEED,
-        workload: Workload::of(&schedule(3)),
+        workload: RecordedWorkload::of(&schedule(3)),
         graph: "both".into(),
         launcher: "processes".into(),
         backend: "nccl".into(),
@@ -79,10 +79,11 @@ fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
         Source::Measured,
         prov,
         Body::Verify(VerifyResult {
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             runs: vec![run(false, graph_us * 1.3), run(true, graph_us)],
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts: vec![],
         }),
@@ -490,7 +491,7 @@ fn resume_file_of_another_workload_is_refused_and_torn_lines_skipped() {
     );
 
     assert!(results::check_same_workload(&path, &done, &c.workload).is_ok());
-    let other = Workload::of(&schedule(4));
+    let other = RecordedWorkload::of(&schedule(4));
     let e = results::check_same_workload(&path, &done, &other).unwrap_err();
     assert_eq!(crate::error::exit_code(&e), 2);
     assert!(e.to_string().contains("another workload"), "{e}");
@@ -578,10 +579,10 @@ fn the_time_split_is_given_for_measured_runs_only() {
 /// `nvidia/nccl/lib/libnccl.so.2` whose metadata says 2.28.9 (resolved paths).
 fn two_libraries(dir: &std::path::Path) -> (PathBuf, PathBuf) {
     let sys = dir.join("libnccl.so.2.28.3");
-    std::fs::write(&sys, b"x").unwrap();
+    std::fs::write(&sys, crate::comm::elf::fake_nccl()).unwrap();
     let lib = dir.join("site/nvidia/nccl/lib");
     std::fs::create_dir_all(&lib).unwrap();
-    std::fs::write(lib.join("libnccl.so.2"), b"x").unwrap();
+    std::fs::write(lib.join("libnccl.so.2"), crate::comm::elf::fake_nccl()).unwrap();
     std::fs::create_dir(dir.join("site/nvidia_nccl_cu13-2.28.9.dist-info")).unwrap();
     (
         std::fs::canonicalize(sys).unwrap(),

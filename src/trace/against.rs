@@ -18,7 +18,7 @@ use crate::measure::attribution::Spread;
 use crate::model::schedule_file::ScheduleFile;
 use crate::model::{CollectiveKind, DType, Op, Phase, Routing, Schedule};
 
-pub use super::plan_diff::{DiffRow, PlanDiff};
+pub(crate) use super::plan_diff::{DiffRow, PlanDiff};
 
 /// The first rank's collectives of its median-length step (the first complete step).
 fn one_step(a: &Analysis) -> anyhow::Result<(&[Collective], usize)> {
@@ -66,7 +66,7 @@ pub(crate) fn schedule_count(
 }
 
 /// Positions as a person reads a list: `0, 3 and 5`, at most 12 of them (`... and 40 more`).
-pub fn positions(p: &[usize]) -> String {
+pub(crate) fn positions(p: &[usize]) -> String {
     let shown: Vec<String> = p.iter().take(12).map(|i| i.to_string()).collect();
     match (p.len(), shown.split_last()) {
         (0, _) | (_, None) => String::new(),
@@ -317,7 +317,7 @@ fn trace_name(files: &[String]) -> String {
 /// One step of the trace as the evidence checks read it ([`crate::evidence::checks`]): the
 /// first complete step's collectives grouped by kind and size ([`Analysis::sequence`]), sizes
 /// only where the trace gives them, and the kernel that says the job trained, if any.
-pub fn traced_step(a: &Analysis) -> TracedStep {
+pub(crate) fn traced_step(a: &Analysis) -> TracedStep {
     TracedStep {
         name: trace_name(&a.files),
         groups: a
@@ -356,7 +356,7 @@ fn trace_key(c: &Collective) -> (String, String, u64) {
 }
 
 /// Diffs one step of the trace against `plan` (counts, sizes, order).
-pub fn against_plan(a: &Analysis, plan: &Schedule) -> anyhow::Result<PlanDiff> {
+pub(crate) fn against_plan(a: &Analysis, plan: &Schedule) -> anyhow::Result<PlanDiff> {
     let (colls, _) = one_step(a)?;
     let p: Vec<(String, String, u64)> = plan.ops.iter().filter_map(key).collect();
     let t: Vec<(String, String, u64)> = colls.iter().map(trace_key).collect();

@@ -16,81 +16,81 @@ use crate::measure::attribution::{
 
 /// One file that was not analysed, and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Skipped {
-    pub file: String,
-    pub reason: String,
+pub(crate) struct Skipped {
+    pub(crate) file: String,
+    pub(crate) reason: String,
 }
 
 /// One rank, summed up.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankSummary {
-    pub rank: usize,
-    pub file: String,
-    pub rank_source: RankSource,
+    pub(crate) rank: usize,
+    pub(crate) file: String,
+    pub(crate) rank_source: RankSource,
     pub collectives: usize,
-    pub steps: usize,
-    pub gpu_busy_us: f64,
-    pub gpu_idle_us: f64,
+    pub(crate) steps: usize,
+    pub(crate) gpu_busy_us: f64,
+    pub(crate) gpu_idle_us: f64,
     /// Median step time of this rank.
-    pub step_median_us: Option<f64>,
+    pub(crate) step_median_us: Option<f64>,
     /// Median over steps of this rank's collective in-kernel time.
-    pub in_kernel_median_us: Option<f64>,
+    pub(crate) in_kernel_median_us: Option<f64>,
     /// Median over steps of this rank's waiting (needs two ranks or more).
-    pub waiting_median_us: Option<f64>,
+    pub(crate) waiting_median_us: Option<f64>,
     /// Collectives in which this rank started last.
     pub times_last: usize,
     /// Median host time between the end of one collective's launch and the next launch.
-    pub host_gap_median_us: Option<f64>,
+    pub(crate) host_gap_median_us: Option<f64>,
     /// The traced process's OS pid(s), from its CPU events.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub host_pids: Vec<u32>,
+    pub(crate) host_pids: Vec<u32>,
     /// Its host, from a `<host>_<pid>.<time>.pt.trace.json` file name.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
+    pub(crate) host: Option<String>,
     /// The NCCL log's process matched to it by pid (`host:pid`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_process: Option<String>,
+    pub(crate) log_process: Option<String>,
 }
 
 /// The step, median and spread over the steps in the trace (mean over ranks per step).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepSummary {
     pub steps: usize,
-    pub collectives_per_step: usize,
+    pub(crate) collectives_per_step: usize,
     /// `123 all_reduce + 1 all_gather`, for the text; the JSON carries the same as numbers
     /// (the analysis's `sequence`, each op with its `per_step` count).
     #[serde(skip)]
-    pub pattern: String,
+    pub(crate) pattern: String,
     pub step_us: Spread,
     /// Collective kernels' time (in-kernel, what a profiler shows).
-    pub collectives_us: Spread,
+    pub(crate) collectives_us: Spread,
     /// The part of it that is the transfer (the last rank's kernel), when two ranks or more.
-    pub transfer_us: Option<Spread>,
+    pub(crate) transfer_us: Option<Spread>,
     /// The part of it spent waiting for the last rank.
-    pub waiting_us: Option<Spread>,
+    pub(crate) waiting_us: Option<Spread>,
     /// Waiting as a share of the collectives' in-kernel time, over every step.
-    pub waiting_share: Option<Spread>,
-    pub compute_us: Spread,
-    pub idle_us: Spread,
-    pub eager_steps: usize,
-    pub graph_steps: usize,
-    pub unknown_mode_steps: usize,
+    pub(crate) waiting_share: Option<Spread>,
+    pub(crate) compute_us: Spread,
+    pub(crate) idle_us: Spread,
+    pub(crate) eager_steps: usize,
+    pub(crate) graph_steps: usize,
+    pub(crate) unknown_mode_steps: usize,
     /// The step whose time is the median, whole: its parts add up (medians of parts do not).
-    pub typical: TypicalStep,
+    pub(crate) typical: TypicalStep,
 }
 
 /// One step's figures (mean over ranks), chosen as the step of median duration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TypicalStep {
+pub(crate) struct TypicalStep {
     /// Index among the steps.
-    pub index: usize,
-    pub step_us: f64,
+    pub(crate) index: usize,
+    pub(crate) step_us: f64,
     /// Mean over ranks of the collectives' in-kernel time (= transfer + waiting when split).
-    pub collectives_us: f64,
-    pub transfer_us: Option<f64>,
-    pub waiting_us: Option<f64>,
-    pub compute_us: f64,
-    pub idle_us: f64,
+    pub(crate) collectives_us: f64,
+    pub(crate) transfer_us: Option<f64>,
+    pub(crate) waiting_us: Option<f64>,
+    pub(crate) compute_us: f64,
+    pub(crate) idle_us: f64,
 }
 
 impl StepSummary {
@@ -108,16 +108,16 @@ impl StepSummary {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SeqGroup {
     pub op: String,
-    pub dtype: Option<String>,
-    pub elements: Option<u64>,
-    pub bytes: Option<u64>,
-    pub group_size: Option<u64>,
-    pub per_step: usize,
-    pub size_from: SizeFrom,
-    pub algo: Option<String>,
-    pub proto: Option<String>,
+    pub(crate) dtype: Option<String>,
+    pub(crate) elements: Option<u64>,
+    pub(crate) bytes: Option<u64>,
+    pub(crate) group_size: Option<u64>,
+    pub(crate) per_step: usize,
+    pub(crate) size_from: SizeFrom,
+    pub(crate) algo: Option<String>,
+    pub(crate) proto: Option<String>,
     /// `nccl` or the custom kernel that ran it.
-    pub implementation: String,
+    pub(crate) implementation: String,
 }
 
 /// Attribution over the whole trace.
@@ -126,7 +126,7 @@ pub struct TraceAttribution {
     /// Collectives matched on every rank.
     pub matched: usize,
     /// Ranks in the order of `Aggregate`'s vectors.
-    pub ranks: Vec<usize>,
+    pub(crate) ranks: Vec<usize>,
     pub total: Aggregate,
     /// The straggler with its real rank number.
     pub straggler: Option<Straggler>,
@@ -138,45 +138,45 @@ pub struct TraceAttribution {
 /// The whole analysis (the `result` of the JSON record).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Analysis {
-    pub files: Vec<String>,
-    pub skipped: Vec<Skipped>,
+    pub(crate) files: Vec<String>,
+    pub(crate) skipped: Vec<Skipped>,
     pub world_size: Option<usize>,
     pub ranks: Vec<RankSummary>,
     /// Whether start times are comparable across ranks (one host).
-    pub same_clock: bool,
+    pub(crate) same_clock: bool,
     pub step_rule: String,
     /// The engine's step marker that cut the steps (no `ProfilerStep#` span), when one did.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub step_marker: Option<super::extract::StepMarkerUsed>,
+    pub(crate) step_marker: Option<super::extract::StepMarkerUsed>,
     pub step: Option<StepSummary>,
     pub sequence: Vec<SeqGroup>,
     pub attribution: Option<TraceAttribution>,
     pub diagnosis: Vec<String>,
     pub notes: Vec<String>,
-    pub nccl_log: Option<LogSummary>,
+    pub(crate) nccl_log: Option<LogSummary>,
     /// Known traps ([`super::traps`], the table `explain` checks) that this trace's own
     /// evidence proves.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub traps: Vec<TrapFound>,
+    pub(crate) traps: Vec<TrapFound>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub against_plan: Option<super::plan_diff::PlanDiff>,
+    pub(crate) against_plan: Option<super::plan_diff::PlanDiff>,
     #[serde(skip)]
     pub rank_traces: Vec<RankTrace>,
 }
 
 /// A known trap found in a trace: one row of the table ([`super::traps`]) with the evidence.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TrapFound {
-    pub id: String,
-    pub name: String,
+pub(crate) struct TrapFound {
+    pub(crate) id: String,
+    pub(crate) name: String,
     /// The evidence, from this trace.
-    pub detail: String,
+    pub(crate) detail: String,
     /// Where the trap's rule comes from.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// Formats microseconds as ms (or us below 1 ms).
-pub fn ms(us: f64) -> String {
+pub(crate) fn ms(us: f64) -> String {
     if us.abs() >= 10_000.0 {
         format!("{:.1} ms", us / 1000.0)
     } else if us.abs() >= 1000.0 {
@@ -236,7 +236,7 @@ fn timing(c: &Collective) -> Option<RankTiming> {
 }
 
 /// Analyses ranks sorted by rank. Errors (usage) when the traces cannot be of one run.
-pub fn analyse(
+pub(crate) fn analyse(
     mut ranks: Vec<RankTrace>,
     sources: &[RankSource],
     skipped: Vec<Skipped>,

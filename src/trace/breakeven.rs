@@ -12,9 +12,9 @@ use crate::record::Mode;
 /// One trace of `breakeven --from-trace ROLE=PATH`: which forward its steps are (`verify`,
 /// `decode` or `draft`) and the trace file or folder of traces (one per rank).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TraceInput {
-    pub phase: Phase,
-    pub path: PathBuf,
+pub(crate) struct TraceInput {
+    pub(crate) phase: Phase,
+    pub(crate) path: PathBuf,
 }
 
 impl std::str::FromStr for TraceInput {
@@ -41,7 +41,7 @@ impl std::str::FromStr for TraceInput {
 /// over the trace's steps), or a lower bound when the trace holds no compute kernel. A trace
 /// that cannot be read, or has no complete step, is a usage error naming the flag and the file.
 /// Tokens are unknown (0): a trace does not say them.
-pub fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>> {
+pub(crate) fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<RecordTime>> {
     let mut out = vec![];
     for t in inputs {
         let name = format!("{}={}", t.phase.name(), t.path.display());

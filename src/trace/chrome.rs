@@ -13,7 +13,7 @@ use serde_json::json;
 /// What a slice stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SliceKind {
+pub(crate) enum SliceKind {
     Collective,
     Compute,
     /// Host time before a launch (on the host track).
@@ -22,37 +22,37 @@ pub enum SliceKind {
 
 /// The collective behind a collective slice.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SliceCollective {
+pub(crate) struct SliceCollective {
     /// Normalised op (`all_reduce`).
-    pub op: String,
+    pub(crate) op: String,
     /// Normalised dtype (`bf16`).
-    pub dtype: String,
+    pub(crate) dtype: String,
     /// Elements each rank contributes.
-    pub elements: u64,
-    pub group_size: u64,
-    pub comm: String,
-    pub seq: u64,
+    pub(crate) elements: u64,
+    pub(crate) group_size: u64,
+    pub(crate) comm: String,
+    pub(crate) seq: u64,
 }
 
 /// One slice on a rank's track.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Slice {
-    pub name: String,
-    pub kind: SliceKind,
-    pub start_us: f64,
-    pub dur_us: f64,
+pub(crate) struct Slice {
+    pub(crate) name: String,
+    pub(crate) kind: SliceKind,
+    pub(crate) start_us: f64,
+    pub(crate) dur_us: f64,
     /// Host-side launch of a GPU slice (start, duration), written as a runtime event.
-    pub launch: Option<(f64, f64)>,
+    pub(crate) launch: Option<(f64, f64)>,
     /// Launched from a CUDA graph (`cudaGraphLaunch`) rather than individually.
-    pub graph: bool,
-    pub collective: Option<SliceCollective>,
+    pub(crate) graph: bool,
+    pub(crate) collective: Option<SliceCollective>,
 }
 
 /// One rank's track.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RankTrack {
-    pub rank: usize,
-    pub slices: Vec<Slice>,
+pub(crate) struct RankTrack {
+    pub(crate) rank: usize,
+    pub(crate) slices: Vec<Slice>,
 }
 
 fn torch_dtype(d: &str) -> &str {
@@ -93,7 +93,11 @@ fn torch_collective(op: &str) -> String {
 }
 
 /// Writes the tracks as one Chrome trace (JSON object format), streaming event by event.
-pub fn write<W: Write>(tracks: &[RankTrack], world_size: usize, out: W) -> std::io::Result<()> {
+pub(crate) fn write<W: Write>(
+    tracks: &[RankTrack],
+    world_size: usize,
+    out: W,
+) -> std::io::Result<()> {
     let mut w = std::io::BufWriter::new(out);
     write!(
         w,
@@ -182,7 +186,7 @@ pub fn write<W: Write>(tracks: &[RankTrack], world_size: usize, out: W) -> std::
 }
 
 /// Writes the tracks to `path` (temp-and-rename).
-pub fn write_file(
+pub(crate) fn write_file(
     tracks: &[RankTrack],
     world_size: usize,
     path: &std::path::Path,

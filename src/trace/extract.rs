@@ -62,7 +62,7 @@ fn by_id<T>(items: &[T], id: impl Fn(&T) -> Option<i64>) -> IdMap<usize> {
 /// Where a collective's size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SizeFrom {
+pub(crate) enum SizeFrom {
     /// The trace's `record_param_comms` arguments.
     Trace,
     /// The NCCL COLL log.
@@ -76,27 +76,27 @@ pub enum SizeFrom {
 pub struct Collective {
     /// Normalised op (`all_reduce`).
     pub op: String,
-    pub dtype: Option<String>,
+    pub(crate) dtype: Option<String>,
     /// Elements each rank contributes (`In msg nelems`, NCCL's `count`).
-    pub elements: Option<u64>,
-    pub bytes: Option<u64>,
+    pub(crate) elements: Option<u64>,
+    pub(crate) bytes: Option<u64>,
     /// Communicator: the process group's name, else `default`.
-    pub comm: String,
-    pub group_size: Option<u64>,
-    pub seq: Option<i64>,
-    pub algo: Option<String>,
-    pub proto: Option<String>,
-    pub size_from: SizeFrom,
-    pub gpu_start_us: Option<f64>,
-    pub gpu_dur_us: Option<f64>,
+    pub(crate) comm: String,
+    pub(crate) group_size: Option<u64>,
+    pub(crate) seq: Option<i64>,
+    pub(crate) algo: Option<String>,
+    pub(crate) proto: Option<String>,
+    pub(crate) size_from: SizeFrom,
+    pub(crate) gpu_start_us: Option<f64>,
+    pub(crate) gpu_dur_us: Option<f64>,
     /// Host-side launch (the runtime call correlated to the kernel, else the c10d op).
-    pub launch_us: Option<f64>,
-    pub launch_end_us: Option<f64>,
+    pub(crate) launch_us: Option<f64>,
+    pub(crate) launch_end_us: Option<f64>,
     /// Launched by `cudaGraphLaunch` (true) or by an individual launch (false).
-    pub graph: Option<bool>,
+    pub(crate) graph: Option<bool>,
     /// What ran it: `nccl`, or the custom kernel's implementation
     /// ([`super::kernels::KERNELS`]).
-    pub implementation: String,
+    pub(crate) implementation: String,
 }
 
 impl Collective {
@@ -116,14 +116,14 @@ impl Collective {
 /// How a step ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StepMode {
+pub(crate) enum StepMode {
     Eager,
     Graph,
     Unknown,
 }
 
 impl StepMode {
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             StepMode::Eager => "eager (no CUDA graph)",
             StepMode::Graph => "CUDA graph",
@@ -138,68 +138,68 @@ pub struct Step {
     /// Index range of its collectives in [`RankTrace::collectives`] (`first..end`).
     pub first: usize,
     pub end: usize,
-    pub start_us: f64,
+    pub(crate) start_us: f64,
     pub dur_us: f64,
     /// Sum of its collectives' kernel durations.
-    pub collectives_us: f64,
+    pub(crate) collectives_us: f64,
     /// Time non-NCCL GPU work (kernels, copies) was running.
-    pub compute_us: f64,
+    pub(crate) compute_us: f64,
     /// Time no GPU work was running.
-    pub idle_us: f64,
-    pub mode: StepMode,
+    pub(crate) idle_us: f64,
+    pub(crate) mode: StepMode,
 }
 
 /// What one rank's trace says.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankTrace {
-    pub file: String,
+    pub(crate) file: String,
     pub rank: usize,
-    pub world_size: Option<usize>,
+    pub(crate) world_size: Option<usize>,
     pub collectives: Vec<Collective>,
     pub steps: Vec<Step>,
     /// How the steps were found.
-    pub step_rule: String,
+    pub(crate) step_rule: String,
     /// The engine's step marker that cut the steps, when one did.
-    pub step_marker: Option<StepMarkerUsed>,
+    pub(crate) step_marker: Option<StepMarkerUsed>,
     /// Collectives per step (the period), when a period was found.
-    pub period: Option<usize>,
-    pub gpu_span_us: f64,
-    pub gpu_busy_us: f64,
-    pub gpu_idle_us: f64,
+    pub(crate) period: Option<usize>,
+    pub(crate) gpu_span_us: f64,
+    pub(crate) gpu_busy_us: f64,
+    pub(crate) gpu_idle_us: f64,
     /// Host time between the end of one collective's launch and the start of the next (us),
     /// aligned with `collectives` (0 for the first).
-    pub host_gaps_us: Vec<f64>,
+    pub(crate) host_gaps_us: Vec<f64>,
     /// Whether collectives were timed on the GPU (NCCL kernels) or only on the host.
-    pub gpu_timed: bool,
+    pub(crate) gpu_timed: bool,
     /// Kernels whose names say they communicate but that no table knows (not in
     /// `collectives`).
-    pub unknown_collective_kernels: usize,
+    pub(crate) unknown_collective_kernels: usize,
     /// Kernels of a backward pass or an optimizer step ran (`backward`, `bwd`, `wgrad`,
     /// `dgrad`, Adam/SGD): a training job rather than an inference server. The first such name.
-    pub training: Option<String>,
+    pub(crate) training: Option<String>,
     /// The OS pids of the traced process ([`super::reader::TraceData::host_pids`]).
-    pub host_pids: Vec<u32>,
+    pub(crate) host_pids: Vec<u32>,
     /// Its host, where the file name gives it (`<host>_<pid>.<time>.pt.trace.json`).
-    pub host: Option<String>,
+    pub(crate) host: Option<String>,
     /// The NCCL log's process (`host:pid`) matched to this rank by pid, if any (set by the
     /// caller, with [`Self::log_own`]).
-    pub log_process: Option<String>,
+    pub(crate) log_process: Option<String>,
     /// That process's logged calls, summarised.
-    pub log_own: Option<LogSummary>,
-    pub notes: Vec<String>,
+    pub(crate) log_own: Option<LogSummary>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The engine's step marker a trace's steps were cut at (a trace without `ProfilerStep#`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StepMarkerUsed {
-    pub engine: &'static str,
-    pub marker: &'static str,
+pub(crate) struct StepMarkerUsed {
+    pub(crate) engine: &'static str,
+    pub(crate) marker: &'static str,
     /// The engine file that writes it.
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// Its spans in the trace (nested ones counted once).
-    pub spans: usize,
+    pub(crate) spans: usize,
     /// Those that hold a collective: the steps.
-    pub steps: usize,
+    pub(crate) steps: usize,
 }
 
 /// The spans not inside another one, in time order (a marker's nested calls count once).
@@ -218,7 +218,7 @@ fn outermost(mut spans: Vec<super::reader::Span>) -> Vec<super::reader::Span> {
 /// Options of the extraction.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ExtractOptions {
-    pub step_label: Option<String>,
+    pub(crate) step_label: Option<String>,
 }
 
 /// Merged, sorted intervals with prefix sums, to measure coverage of any window.

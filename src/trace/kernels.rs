@@ -14,13 +14,13 @@
 pub(crate) struct CustomKernel {
     /// The function name as it appears in the kernel's name (with its namespace where the
     /// bare name is too common, e.g. DeepEP's `dispatch`).
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Normalised op: `all_reduce`, `all_gather`, `all_to_all`.
-    pub op: &'static str,
+    pub(crate) op: &'static str,
     /// The implementation, as the tool labels the collective.
-    pub implementation: &'static str,
+    pub(crate) implementation: &'static str,
     /// Where the name was read: `owner/repo path`.
-    pub source: &'static str,
+    pub(crate) source: &'static str,
 }
 
 const VLLM_CAR: &str =
@@ -157,9 +157,9 @@ pub(crate) const KERNELS: &[CustomKernel] = &[
 /// its `Input Dims` and `Input type` give the size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CustomOp {
-    pub name: &'static str,
-    pub op: &'static str,
-    pub source: &'static str,
+    pub(crate) name: &'static str,
+    pub(crate) op: &'static str,
+    pub(crate) source: &'static str,
 }
 
 /// CPU ops around the custom kernels (what `record_shapes` sizes).

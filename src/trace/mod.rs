@@ -24,23 +24,25 @@ pub mod chrome;
 pub mod event;
 pub mod extract;
 pub mod kernels;
+pub(crate) mod limits;
 pub(crate) mod logmatch;
-pub mod names;
+pub(crate) mod names;
 pub mod nccl_log;
-pub mod plan_diff;
+pub(crate) mod plan_diff;
 pub mod prefilter;
-pub mod raw;
+pub(crate) mod raw;
 pub mod reader;
-pub mod render;
-pub mod steps;
+pub(crate) mod render;
+pub(crate) mod steps;
 /// Synthetic traces for the unit tests: the support code the integration tests and benchmarks
 /// share.
 #[cfg(test)]
 #[path = "../../tests/support/synth.rs"]
+#[allow(unreachable_pub)]
 mod synth;
 #[cfg(test)]
 mod tests;
-pub mod traps;
+pub(crate) mod traps;
 
 use std::path::{Path, PathBuf};
 
@@ -49,32 +51,32 @@ use rayon::prelude::*;
 use crate::error::usage;
 use crate::model::Schedule;
 
-pub use analysis::{Analysis, TrapFound};
+pub(crate) use analysis::Analysis;
 
 /// Everything `verifybench trace` needs, free of any command-line parser.
 #[derive(Debug, Clone)]
 pub struct TraceRequest {
     /// Trace files and folders of traces.
-    pub inputs: Vec<PathBuf>,
+    pub(crate) inputs: Vec<PathBuf>,
     /// A `record_function` label (a name, or a pattern with `*`) whose spans are the steps;
     /// without it `ProfilerStep#N` spans, else the period of the collectives.
     pub step_label: Option<String>,
     /// NCCL COLL logs (`NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`), one per process.
-    pub nccl_logs: Vec<PathBuf>,
+    pub(crate) nccl_logs: Vec<PathBuf>,
     /// Ranks ran on more than one host: compare durations only.
-    pub multi_host: bool,
-    pub format: crate::output::Format,
-    pub export_json: Option<PathBuf>,
-    pub export_schedule: Option<PathBuf>,
+    pub(crate) multi_host: bool,
+    pub(crate) format: crate::output::Format,
+    pub(crate) export_json: Option<PathBuf>,
+    pub(crate) export_schedule: Option<PathBuf>,
     /// The config-derived schedule to diff the trace against (`--against-plan`).
-    pub against_plan: Option<Schedule>,
+    pub(crate) against_plan: Option<Schedule>,
     /// The tp of the exported schedule (`trace --tp N`): must equal the collectives' group
     /// size when that is above 1; sets it when the trace ran on one rank (group size 1, e.g.
     /// a TP-N schedule's per-rank sizes replayed on one GPU).
-    pub export_tp: Option<u64>,
+    pub(crate) export_tp: Option<u64>,
     /// `--assume-size BYTES`: the input bytes of every collective of the exported step whose
     /// size neither the trace nor a log gives (named by position in the export and on screen).
-    pub assume_size: Option<u64>,
+    pub(crate) assume_size: Option<u64>,
 }
 
 impl TraceRequest {
@@ -130,6 +132,8 @@ pub(crate) fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, 
             out.extend(found.into_iter().map(|f| (f, false)));
         } else if p.is_file() {
             out.push((p.clone(), true));
+        } else if let Some(e) = crate::util::read::refuse_special(p, "trace") {
+            return Err(e);
         } else {
             crate::usage_bail!("'{}': no such file or folder", p.display());
         }
@@ -139,11 +143,11 @@ pub(crate) fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, 
 
 /// The inputs sorted into traces and NCCL logs by their content (JSON or not), with the
 /// files of folders that are neither (named, with why).
-pub struct Inputs {
-    pub traces: Vec<(PathBuf, bool)>,
+pub(crate) struct Inputs {
+    pub(crate) traces: Vec<(PathBuf, bool)>,
     /// Logs with what their lines gave.
-    pub logs: Vec<(PathBuf, nccl_log::Parsed)>,
-    pub skipped: Vec<analysis::Skipped>,
+    pub(crate) logs: Vec<(PathBuf, nccl_log::Parsed)>,
+    pub(crate) skipped: Vec<analysis::Skipped>,
 }
 
 /// Sorts `req`'s inputs and `--nccl-log` files; a file named directly that is neither a

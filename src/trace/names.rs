@@ -12,14 +12,14 @@ use crate::model::{CollectiveKind, DType};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KernelInfo {
     /// Normalised op (`all_reduce`); `None` for NCCL's generic kernels that name no function.
-    pub op: Option<String>,
+    pub(crate) op: Option<String>,
     /// Element type, only for reducing ops (others move bytes; their type in the name is not
     /// the tensor's).
-    pub dtype: Option<String>,
+    pub(crate) dtype: Option<String>,
     /// `RING`, `TREE`, `NVLS`, ...
-    pub algo: Option<String>,
+    pub(crate) algo: Option<String>,
     /// `LL`, `LL128`, `SIMPLE`.
-    pub proto: Option<String>,
+    pub(crate) proto: Option<String>,
 }
 
 /// True for kernels NCCL launches (both naming schemes and the generic kernels).
@@ -207,13 +207,13 @@ pub(crate) fn schedule_dtype(d: &str) -> Option<DType> {
 #[derive(Debug)]
 pub(crate) struct StepMarker {
     /// `vLLM`, `SGLang`, `TensorRT-LLM`.
-    pub engine: &'static str,
+    pub(crate) engine: &'static str,
     /// The marker as the output names it.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// The engine file that writes it.
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// Whether an event's name is this marker.
-    pub matches: fn(&str) -> bool,
+    pub(crate) matches: fn(&str) -> bool,
 }
 
 /// `name` is the Python function `function` as torch.profiler's stack tracing writes it

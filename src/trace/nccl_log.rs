@@ -36,7 +36,7 @@ pub struct LogCall {
 }
 
 impl LogCall {
-    pub fn bytes(&self) -> Option<u64> {
+    pub(crate) fn bytes(&self) -> Option<u64> {
         self.dtype
             .as_deref()
             .and_then(dtype_size)
@@ -101,13 +101,13 @@ fn call_at(l: &str) -> Option<(LogCall, std::ops::Range<usize>)> {
 
 /// A COLL line that could not be read: where it is and how it begins.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BadLine {
+pub(crate) struct BadLine {
     /// The file (set by the caller that knows it; empty in [`parse_text`]).
-    pub file: String,
+    pub(crate) file: String,
     /// 1-based line number.
-    pub line: usize,
+    pub(crate) line: usize,
     /// The line's first characters.
-    pub text: String,
+    pub(crate) text: String,
 }
 
 fn bad_line(i: usize, l: &str) -> BadLine {
@@ -121,15 +121,15 @@ fn bad_line(i: usize, l: &str) -> BadLine {
 
 /// What the lines of one log text gave.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Parsed {
-    pub calls: Vec<LogCall>,
+pub(crate) struct Parsed {
+    pub(crate) calls: Vec<LogCall>,
     /// COLL lines that a line break had cut, read whole again by joining the next line.
-    pub joined: usize,
+    pub(crate) joined: usize,
     /// COLL lines (`NCCL INFO <Op>: opCount`) that could not be read, even joined, or that
     /// carried other text glued before their host field; each named.
-    pub unreadable: Vec<BadLine>,
+    pub(crate) unreadable: Vec<BadLine>,
     /// `NCCL INFO` lines of any kind (to tell a log without COLL lines from no NCCL log).
-    pub info_lines: usize,
+    pub(crate) info_lines: usize,
 }
 
 /// Parses COLL lines out of a log text, joining a COLL line that a paste or a terminal
@@ -141,7 +141,7 @@ pub struct Parsed {
 /// tail (`0x7f9vm:485`). Likewise a call whose host is another host of the same pid with
 /// something glued before it (`99vm` beside `vm`, pid 485) is junk written into the line
 /// without a break: it is counted unreadable, not made into a process of its own.
-pub fn parse_text(text: &str) -> Parsed {
+pub(crate) fn parse_text(text: &str) -> Parsed {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Parsed::default();
     // calls with the index of the line they came from
@@ -217,10 +217,8 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Vec<LogCall>> {
 /// Reads one log file, with the counts of joined and unreadable lines; a file with no COLL
 /// line is a usage error naming it and saying why (no NCCL line at all, NCCL lines of other
 /// subsystems only, or COLL lines none of which could be read).
-pub fn read_parsed(path: &Path) -> anyhow::Result<Parsed> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        crate::error::usage(format!("NCCL log '{}': cannot read: {e}", path.display()))
-    })?;
+pub(crate) fn read_parsed(path: &Path) -> anyhow::Result<Parsed> {
+    let bytes = crate::util::read::read(path, "NCCL log", crate::util::read::NCCL_LOG)?;
     let mut p = parse_text(&String::from_utf8_lossy(&bytes));
     for b in &mut p.unreadable {
         b.file = path.display().to_string();
@@ -248,25 +246,25 @@ pub fn read_parsed(path: &Path) -> anyhow::Result<Parsed> {
 
 /// One (op, dtype, count) seen in the log, and how often.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LogSize {
-    pub op: String,
-    pub dtype: Option<String>,
-    pub count: u64,
-    pub nranks: u32,
-    pub calls: u64,
+pub(crate) struct LogSize {
+    pub(crate) op: String,
+    pub(crate) dtype: Option<String>,
+    pub(crate) count: u64,
+    pub(crate) nranks: u32,
+    pub(crate) calls: u64,
 }
 
 /// What all logs together say.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
-pub struct LogSummary {
-    pub calls: u64,
-    pub processes: usize,
+pub(crate) struct LogSummary {
+    pub(crate) calls: u64,
+    pub(crate) processes: usize,
     /// Distinct sizes per op, most frequent first.
-    pub sizes: Vec<LogSize>,
+    pub(crate) sizes: Vec<LogSize>,
 }
 
 impl LogSummary {
-    pub fn of<'a>(calls: impl IntoIterator<Item = &'a LogCall>) -> LogSummary {
+    pub(crate) fn of<'a>(calls: impl IntoIterator<Item = &'a LogCall>) -> LogSummary {
         let mut m: BTreeMap<(String, Option<String>, u64, u32), u64> = BTreeMap::new();
         let mut procs = std::collections::BTreeSet::new();
         let mut n = 0u64;
@@ -352,25 +350,25 @@ impl LogSummary {
 
 /// The calls of one communicator as one process logged them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CommSequence {
-    pub host: String,
-    pub pid: u32,
-    pub device: Option<u32>,
-    pub comm: String,
-    pub nranks: u32,
-    pub calls: usize,
+pub(crate) struct CommSequence {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) device: Option<u32>,
+    pub(crate) comm: String,
+    pub(crate) nranks: u32,
+    pub(crate) calls: usize,
     /// The calls counted by op, in order of first appearance.
-    pub ops: Vec<OpCalls>,
+    pub(crate) ops: Vec<OpCalls>,
     /// Calls per step: the period of the (op, count, dtype) sequence, when it repeats.
-    pub period: Option<usize>,
+    pub(crate) period: Option<usize>,
     /// Whole steps of that period in the log.
-    pub steps: usize,
+    pub(crate) steps: usize,
     /// One step, counted by op and size (empty when the calls do not repeat).
-    pub step: Vec<StepEntry>,
+    pub(crate) step: Vec<StepEntry>,
     /// How the calls ran as far as the log can tell (inferred, [`judge`]).
-    pub mode: LogMode,
+    pub(crate) mode: LogMode,
     /// What the judgement rests on.
-    pub mode_why: String,
+    pub(crate) mode_why: String,
 }
 
 /// How a communicator's calls ran, as far as its log can tell: inferred from the pattern of
@@ -384,7 +382,7 @@ pub enum LogMode {
 }
 
 impl LogMode {
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             LogMode::Eager => "eager (logged at every call)",
             LogMode::Captured => "captured into CUDA graphs (logged at capture only)",
@@ -398,7 +396,7 @@ impl LogMode {
 /// python/sglang/srt/model_executor/cuda_graph_runner.py, `capture_one_batch_size`: two
 /// `run_once()` then `torch.cuda.graph`), so three logged steps; vLLM runs
 /// `cudagraph_num_of_warmups` (vllm/config/compilation.py, 0 by default) before each capture.
-pub const CAPTURE_REPEATS: usize = 3;
+pub(crate) const CAPTURE_REPEATS: usize = 3;
 
 /// How one communicator's calls (in log order) ran, inferred from NCCL's behaviour: NCCL
 /// writes a COLL line when a call is enqueued (NVIDIA/nccl src/enqueue.cc, `ncclEnqueueCheck`),
@@ -554,40 +552,40 @@ pub fn judge(calls: &[&LogCall]) -> (LogMode, String) {
 }
 
 /// How many unreadable lines a report names (the count covers them all).
-pub const NAMED_BAD_LINES: usize = 5;
+pub(crate) const NAMED_BAD_LINES: usize = 5;
 
 /// An NCCL COLL log (or several) read on its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LogReport {
-    pub files: Vec<String>,
-    pub calls: usize,
-    pub joined_lines: usize,
-    pub unreadable_lines: usize,
+pub(crate) struct LogReport {
+    pub(crate) files: Vec<String>,
+    pub(crate) calls: usize,
+    pub(crate) joined_lines: usize,
+    pub(crate) unreadable_lines: usize,
     /// The first unreadable lines, named (at most [`NAMED_BAD_LINES`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unreadable: Vec<BadLine>,
-    pub sequences: Vec<CommSequence>,
+    pub(crate) unreadable: Vec<BadLine>,
+    pub(crate) sequences: Vec<CommSequence>,
 }
 
 /// The calls of one op, in a communicator's log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct OpCalls {
+pub(crate) struct OpCalls {
     /// Normalised op (`all_reduce`).
-    pub op: String,
-    pub calls: usize,
+    pub(crate) op: String,
+    pub(crate) calls: usize,
 }
 
 /// One (op, size) of a step: how many calls of it the step holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StepEntry {
-    pub op: String,
-    pub calls: usize,
+pub(crate) struct StepEntry {
+    pub(crate) op: String,
+    pub(crate) calls: usize,
     /// Elements per call (NCCL's `count`).
-    pub elements: u64,
+    pub(crate) elements: u64,
     /// Normalised dtype; `None` for a `datatype` number NCCL's table lacks.
-    pub dtype: Option<String>,
+    pub(crate) dtype: Option<String>,
     /// Bytes per call (`None` when the dtype is unknown).
-    pub bytes: Option<u64>,
+    pub(crate) bytes: Option<u64>,
 }
 
 /// `246 all_reduce + 2 all_gather`.
@@ -651,7 +649,7 @@ fn step_entries(calls: &[&LogCall]) -> Vec<StepEntry> {
 }
 
 /// Per process (host, pid, device) and communicator, the sequence of calls and its period.
-pub fn report(files: Vec<String>, parsed: &[Parsed]) -> LogReport {
+pub(crate) fn report(files: Vec<String>, parsed: &[Parsed]) -> LogReport {
     let mut by: BTreeMap<(String, u32, Option<u32>, String), Vec<&LogCall>> = BTreeMap::new();
     for c in parsed.iter().flat_map(|p| &p.calls) {
         by.entry((c.host.clone(), c.pid, c.device, c.comm.clone()))
@@ -715,7 +713,7 @@ pub fn report(files: Vec<String>, parsed: &[Parsed]) -> LogReport {
 }
 
 /// The report as text.
-pub fn render(r: &LogReport) -> String {
+pub(crate) fn render(r: &LogReport) -> String {
     let mut o = format!(
         "# verifybench trace: NCCL COLL log, {} calls in {} file(s); every figure read from the log
 ",

@@ -6,22 +6,22 @@ use serde::Serialize;
 
 /// One (op, dtype, bytes) group on either side of the diff.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DiffRow {
-    pub op: String,
-    pub dtype: String,
-    pub bytes_per_rank: u64,
-    pub plan: usize,
-    pub trace: usize,
+pub(crate) struct DiffRow {
+    pub(crate) op: String,
+    pub(crate) dtype: String,
+    pub(crate) bytes_per_rank: u64,
+    pub(crate) plan: usize,
+    pub(crate) trace: usize,
 }
 
 /// The trace's step against the config-derived schedule.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PlanDiff {
-    pub plan: String,
-    pub plan_collectives: usize,
-    pub trace_collectives: usize,
-    pub rows: Vec<DiffRow>,
+pub(crate) struct PlanDiff {
+    pub(crate) plan: String,
+    pub(crate) plan_collectives: usize,
+    pub(crate) trace_collectives: usize,
+    pub(crate) rows: Vec<DiffRow>,
     /// First position where the sequences differ: (index, plan's op, trace's op).
-    pub first_difference: Option<(usize, String, String)>,
-    pub same: bool,
+    pub(crate) first_difference: Option<(usize, String, String)>,
+    pub(crate) same: bool,
 }

@@ -20,7 +20,7 @@
 //! kept as a small skeleton document whose event array is empty, for serde to read whole.
 //! The scanner only decides what may be skipped. Anything it does not expect (a non-object
 //! element, a missing comma, a truncated event or stream, a read error, a skeleton above
-//! [`MAX_SKELETON`]) makes it give up, and the caller reads the document again with the plain
+//! [`MAX_SKELETON`], an event longer than the longest string a trace may hold) makes it give up, and the caller reads the document again with the plain
 //! serde reader, so results and errors are those of that reader.
 
 use std::io::{self, Read};
@@ -37,7 +37,8 @@ use {
     event::{scan_event_exact, scan_plain, Plain, KEEP_CATS},
 };
 
-/// Bytes read from the stream at a time (the buffer grows only for a larger event).
+/// Bytes read from the stream at a time (the buffer grows only for a larger event, up to the
+/// longest event held: in [`scan`], as long as this).
 const CHUNK: usize = 1 << 20;
 
 /// The most the document outside `traceEvents` may hold before the scanner gives up (a real
@@ -77,9 +78,9 @@ enum Step {
 #[derive(Debug)]
 pub struct Skeleton {
     /// The document less the events of its `traceEvents` array (`"traceEvents":[]`).
-    pub doc: Vec<u8>,
+    pub(crate) doc: Vec<u8>,
     /// Events looked at and skipped (not handed to the callback).
-    pub dropped: u64,
+    pub(crate) dropped: u64,
 }
 
 /// Scans a trace document from `r`: each event that may matter is handed to `on_event` (its
@@ -90,26 +91,43 @@ pub struct Skeleton {
 /// is an engine's step marker holds one, or spells it with a `\u` escape, which is kept
 /// anyway), so that a trace without `ProfilerStep#` spans needs no second read for its
 /// markers. `None` when the scanner gave up or `on_event` returned false: the
-/// caller must then read the document with the plain reader.
+/// caller must then read the document with the plain reader. An event longer than the
+/// longest string a trace may hold ([`super::limits::LIMITS`]) makes it give up too.
 pub fn scan<R: Read>(
     r: R,
     step_label: Option<&str>,
     markers: bool,
     on_event: impl FnMut(&[u8], bool) -> bool,
 ) -> Option<Skeleton> {
-    scan_chunked(r, step_label, markers, CHUNK, on_event)
+    let max_event = super::limits::LIMITS.string as usize;
+    scan_chunked(r, step_label, markers, CHUNK, max_event, on_event)
 }
 
-/// [`scan`] with `chunk` bytes of buffer to start with (small in tests, to cross every
+/// [`scan`] that gives up on an event longer than `max_event` bytes (the buffer never grows
+/// past it): a string longer than that is in such an event, and the plain reader, which holds
+/// strings and not events, refuses it where it is.
+pub(crate) fn scan_limited<R: Read>(
+    r: R,
+    step_label: Option<&str>,
+    markers: bool,
+    max_event: usize,
+    on_event: impl FnMut(&[u8], bool) -> bool,
+) -> Option<Skeleton> {
+    scan_chunked(r, step_label, markers, CHUNK, max_event, on_event)
+}
+
+/// [`scan_limited`] with `chunk` bytes of buffer to start with (small in tests, to cross every
 /// boundary).
 fn scan_chunked<R: Read>(
     r: R,
     step_label: Option<&str>,
     markers: bool,
     chunk: usize,
+    max_event: usize,
     mut on_event: impl FnMut(&[u8], bool) -> bool,
 ) -> Option<Skeleton> {
     let mut s = Scanner::new(r, step_label, markers, chunk.max(1));
+    s.max_event = max_event;
     loop {
         match s.step() {
             Step::Progress => {
@@ -152,6 +170,8 @@ struct Scanner<R> {
     /// Searches for [`STEP_MARKER_WORDS`] (empty: markers are not kept).
     markers: Vec<memchr::memmem::Finder<'static>>,
     dropped: u64,
+    /// The longest event held: a longer one makes the scanner give up.
+    max_event: usize,
 }
 
 impl<R: Read> Scanner<R> {
@@ -183,11 +203,12 @@ impl<R: Read> Scanner<R> {
                 vec![]
             },
             dropped: 0,
+            max_event: usize::MAX,
         }
     }
 
     /// Moves the unconsumed bytes to the front and reads until the buffer is full or the
-    /// stream ends (the buffer doubles when one event fills it).
+    /// stream ends (the buffer doubles when one event fills it, up to the longest event held).
     fn fill(&mut self) -> io::Result<()> {
         if self.pos > 0 {
             self.buf.copy_within(self.pos..self.end, 0);
@@ -195,6 +216,9 @@ impl<R: Read> Scanner<R> {
             self.pos = 0;
         }
         if self.end == self.buf.len() {
+            if self.buf.len() >= self.max_event {
+                return Err(io::Error::other("an event longer than the scanner holds"));
+            }
             self.buf.resize(2 * self.buf.len(), 0);
         }
         while self.end < self.buf.len() {
@@ -315,6 +339,7 @@ impl<R: Read> Scanner<R> {
                         Step::Progress
                     }
                     b'{' if !after_elem => match scan_event(b, self.label.as_deref()) {
+                        Some((end, ..)) if end > self.max_event => Step::GiveUp,
                         Some((end, keep, plain)) => {
                             let start = self.pos;
                             self.pos += end;
@@ -705,16 +730,23 @@ mod tests {
         chunk: usize,
     ) -> Option<(String, Vec<String>, u64)> {
         let mut kept = Vec::new();
-        let s = scan_chunked(doc.as_bytes(), label, false, chunk, |ev, plain| {
-            // What the reader relies on: an event said to be plain holds no backslash.
-            assert!(
-                !plain || !ev.contains(&b'\\'),
-                "{:?}",
-                String::from_utf8_lossy(ev)
-            );
-            kept.push(String::from_utf8(ev.to_vec()).unwrap());
-            true
-        })?;
+        let s = scan_chunked(
+            doc.as_bytes(),
+            label,
+            false,
+            chunk,
+            usize::MAX,
+            |ev, plain| {
+                // What the reader relies on: an event said to be plain holds no backslash.
+                assert!(
+                    !plain || !ev.contains(&b'\\'),
+                    "{:?}",
+                    String::from_utf8_lossy(ev)
+                );
+                kept.push(String::from_utf8(ev.to_vec()).unwrap());
+                true
+            },
+        )?;
         Some((String::from_utf8(s.doc).unwrap(), kept, s.dropped))
     }
 

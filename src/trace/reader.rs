@@ -13,37 +13,39 @@
 //! unusual, any error), the file is read again by the plain streaming reader ([`read_from`]),
 //! which is the reference: a test checks that both give the same result.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::kernels;
+use super::limits::{self, Expanded, TraceLimits};
 use super::names::is_nccl_kernel;
 use super::prefilter;
-pub use super::raw::{Lenient, RawArgs, RawEvent, Text};
+pub(crate) use super::raw::{Lenient, RawArgs, RawEvent, Text};
 
 /// `distributedInfo` of a Kineto trace.
 #[derive(Debug, Default, Clone, Deserialize)]
-pub struct DistributedInfo {
-    pub rank: Option<Lenient>,
-    pub world_size: Option<Lenient>,
-    pub backend: Option<String>,
+pub(crate) struct DistributedInfo {
+    pub(crate) rank: Option<Lenient>,
+    pub(crate) world_size: Option<Lenient>,
 }
 
 /// The collective arguments Kineto copies from `record_param_comms` (normalised later).
 #[derive(Debug, Clone, PartialEq)]
-pub struct CommArgs {
-    pub collective_name: Option<String>,
-    pub in_nelems: Option<u64>,
-    pub out_nelems: Option<u64>,
-    pub group_size: Option<u64>,
-    pub dtype: Option<String>,
-    pub pg_name: Option<String>,
-    pub seq: Option<i64>,
+pub(crate) struct CommArgs {
+    pub(crate) collective_name: Option<String>,
+    pub(crate) in_nelems: Option<u64>,
+    pub(crate) out_nelems: Option<u64>,
+    pub(crate) group_size: Option<u64>,
+    pub(crate) dtype: Option<String>,
+    pub(crate) pg_name: Option<String>,
+    pub(crate) seq: Option<i64>,
 }
 
 impl CommArgs {
@@ -80,7 +82,7 @@ impl CommArgs {
 
 /// What a GPU-side event is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuKind {
+pub(crate) enum GpuKind {
     /// A kernel NCCL launched.
     Nccl,
     /// A custom communication kernel: its index in [`super::kernels::KERNELS`].
@@ -95,19 +97,19 @@ pub enum GpuKind {
 
 /// One event on a GPU stream.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GpuEvent {
-    pub ts: f64,
-    pub dur: f64,
-    pub kind: GpuKind,
+pub(crate) struct GpuEvent {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) kind: GpuKind,
     /// Index into [`TraceData::names`].
-    pub name: u32,
-    pub correlation: Option<i64>,
-    pub external_id: Option<i64>,
-    pub stream: Option<i64>,
+    pub(crate) name: u32,
+    pub(crate) correlation: Option<i64>,
+    pub(crate) external_id: Option<i64>,
+    pub(crate) stream: Option<i64>,
     /// Collective arguments Kineto put on the kernel itself (recent PyTorch).
-    pub comm: Option<Box<CommArgs>>,
+    pub(crate) comm: Option<Box<CommArgs>>,
     /// `args.rank` of a multi-rank trace.
-    pub rank: Option<u32>,
+    pub(crate) rank: Option<u32>,
 }
 
 impl GpuKind {
@@ -120,20 +122,20 @@ impl GpuKind {
 /// A CPU op that launches a custom collective ([`super::kernels::OPS`]), with the size its
 /// first input gives.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CpuOp {
-    pub ts: f64,
-    pub dur: f64,
-    pub external_id: Option<i64>,
-    pub op: &'static str,
+pub(crate) struct CpuOp {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) external_id: Option<i64>,
+    pub(crate) op: &'static str,
     /// Elements of the first input (the product of its `Input Dims`).
-    pub elements: Option<u64>,
-    pub dtype: Option<&'static str>,
-    pub rank: Option<u32>,
+    pub(crate) elements: Option<u64>,
+    pub(crate) dtype: Option<&'static str>,
+    pub(crate) rank: Option<u32>,
 }
 
 /// What a host-side runtime call does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LaunchKind {
+pub(crate) enum LaunchKind {
     /// `cudaLaunchKernel` and friends, `cuLaunchKernel`.
     Kernel,
     /// `cudaGraphLaunch`.
@@ -144,37 +146,37 @@ pub enum LaunchKind {
 
 /// A runtime call that puts work on a GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RuntimeEvent {
-    pub ts: f64,
-    pub dur: f64,
-    pub kind: LaunchKind,
-    pub correlation: Option<i64>,
-    pub external_id: Option<i64>,
-    pub rank: Option<u32>,
+pub(crate) struct RuntimeEvent {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) kind: LaunchKind,
+    pub(crate) correlation: Option<i64>,
+    pub(crate) external_id: Option<i64>,
+    pub(crate) rank: Option<u32>,
 }
 
 /// A `record_param_comms` CPU op: the collective as c10d issued it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CommOp {
-    pub ts: f64,
-    pub dur: f64,
-    pub external_id: Option<i64>,
-    pub args: CommArgs,
-    pub rank: Option<u32>,
+pub(crate) struct CommOp {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) external_id: Option<i64>,
+    pub(crate) args: CommArgs,
+    pub(crate) rank: Option<u32>,
 }
 
 /// A span of the user's step label (`record_function`), host time.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Span {
-    pub ts: f64,
-    pub dur: f64,
-    pub rank: Option<u32>,
+pub(crate) struct Span {
+    pub(crate) ts: f64,
+    pub(crate) dur: f64,
+    pub(crate) rank: Option<u32>,
 }
 
 /// Where the rank came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum RankSource {
+pub(crate) enum RankSource {
     DistributedInfo,
     FileName,
     /// Neither said: the position among the files given.
@@ -183,37 +185,37 @@ pub enum RankSource {
 
 /// What one trace file holds, reduced to what the analysis needs.
 #[derive(Debug, Clone, Default)]
-pub struct TraceData {
-    pub path: PathBuf,
-    pub rank: Option<usize>,
-    pub world_size: Option<usize>,
-    pub rank_from_info: bool,
-    pub gpu: Vec<GpuEvent>,
-    pub runtime: Vec<RuntimeEvent>,
-    pub comms: Vec<CommOp>,
-    pub labels: Vec<Span>,
+pub(crate) struct TraceData {
+    pub(crate) path: PathBuf,
+    pub(crate) rank: Option<usize>,
+    pub(crate) world_size: Option<usize>,
+    pub(crate) rank_from_info: bool,
+    pub(crate) gpu: Vec<GpuEvent>,
+    pub(crate) runtime: Vec<RuntimeEvent>,
+    pub(crate) comms: Vec<CommOp>,
+    pub(crate) labels: Vec<Span>,
     /// CPU ops of custom collectives (read only when [`ReadOptions::custom_ops`]).
-    pub cpu_ops: Vec<CpuOp>,
+    pub(crate) cpu_ops: Vec<CpuOp>,
     /// `ProfilerStep#N` spans (what `torch.profiler` with a schedule writes around each
     /// step), read when no step label is given; host-side only (not `gpu_user_annotation`).
-    pub profiler_steps: Vec<Span>,
+    pub(crate) profiler_steps: Vec<Span>,
     /// Spans of the engines' step markers ([`super::names::STEP_MARKERS`], by index), read
     /// when no step label is given: the steps of a trace without `ProfilerStep#` spans.
-    pub engine_steps: Vec<(usize, Span)>,
+    pub(crate) engine_steps: Vec<(usize, Span)>,
     /// The OS process ids of the host side: the `pid` Kineto writes on every CPU event, read
     /// from the runtime calls (`cuda_runtime`, `cuda_driver`: the CPU side of every launch);
     /// GPU events carry the device index as their pid and are not read. Empty for a trace
     /// whose events carry `args.rank` (verifybench's own, one track per rank, not a process).
-    pub host_pids: Vec<u32>,
+    pub(crate) host_pids: Vec<u32>,
     /// The host, where the file name gives it with one of [`Self::host_pids`]
     /// ([`host_from_file_name`]); set by [`read_trace`].
-    pub host: Option<String>,
+    pub(crate) host: Option<String>,
     /// Interned GPU event names.
-    pub names: Vec<String>,
+    pub(crate) names: Vec<String>,
     /// Events read in all (kept or not).
-    pub events_seen: u64,
+    pub(crate) events_seen: u64,
     /// Whether the document had a `traceEvents` array (or was a bare event array).
-    pub had_events: bool,
+    pub(crate) had_events: bool,
 }
 
 /// What to keep besides the fixed set.
@@ -221,10 +223,10 @@ pub struct TraceData {
 pub(crate) struct ReadOptions {
     /// A `record_function` / annotation name whose spans mark steps: a name, or a pattern
     /// where `*` stands for any text (`ProfilerStep#*`).
-    pub step_label: Option<String>,
+    pub(crate) step_label: Option<String>,
     /// Keep the CPU ops of custom collectives with their input shapes (a second, plain read
     /// of a trace whose custom kernels need sizes).
-    pub custom_ops: bool,
+    pub(crate) custom_ops: bool,
 }
 
 /// The name `torch.profiler` gives each step's span, followed by the step number.
@@ -267,6 +269,11 @@ struct Sink<'a> {
     intern: HashMap<String, u32>,
     /// The kind of each interned kernel name (decided once per name).
     kinds: Vec<GpuKind>,
+    /// The limits of the events kept ([`TraceLimits::kept`], and per byte of gzip read so far,
+    /// `gzip`, for a gzip file); past them nothing more is kept and `over` says which.
+    limits: TraceLimits,
+    gzip: Option<Rc<Cell<u64>>>,
+    over: Option<String>,
 }
 
 /// What a kernel's name makes it.
@@ -284,21 +291,45 @@ fn kernel_kind(name: &str) -> GpuKind {
 
 /// The elements and dtype of a CPU op's first input.
 fn first_input(a: &RawArgs) -> (Option<u64>, Option<&'static str>) {
-    let dims = a
-        .input_dims
+    let dims = a.input_dims.and_then(|d| d.0);
+    let dtype = a
+        .input_type
         .as_ref()
-        .and_then(|d| d.as_array()?.first()?.as_array().cloned())
-        .and_then(|d| d.iter().map(|x| x.as_u64()).product::<Option<u64>>());
-    let dtype = a.input_type.as_ref().and_then(|t| {
-        t.as_array()?
-            .first()?
-            .as_str()
-            .and_then(kernels::input_type_dtype)
-    });
+        .and_then(|t| t.0.as_deref())
+        .and_then(kernels::input_type_dtype);
     (dims, dtype)
 }
 
-impl Sink<'_> {
+impl<'a> Sink<'a> {
+    fn new(
+        data: &'a mut TraceData,
+        opts: &'a ReadOptions,
+        limits: TraceLimits,
+        gzip: Option<Rc<Cell<u64>>>,
+    ) -> Self {
+        Sink {
+            data,
+            opts,
+            intern: HashMap::new(),
+            kinds: Vec::new(),
+            limits,
+            gzip,
+            over: None,
+        }
+    }
+
+    /// The events kept so far.
+    fn kept(&self) -> u64 {
+        let d = &self.data;
+        (d.gpu.len()
+            + d.runtime.len()
+            + d.comms.len()
+            + d.labels.len()
+            + d.cpu_ops.len()
+            + d.profiler_steps.len()
+            + d.engine_steps.len()) as u64
+    }
+
     fn name_id(&mut self, name: &str) -> u32 {
         if let Some(&i) = self.intern.get(name) {
             return i;
@@ -310,7 +341,24 @@ impl Sink<'_> {
         i
     }
 
+    /// Keeps what the analysis uses of `e`; past the limits of the events kept, sets `over`
+    /// and keeps nothing more.
     fn push(&mut self, e: &RawEvent) {
+        if self.over.is_some() {
+            return;
+        }
+        self.keep(e);
+        let (kept, l) = (self.kept(), &self.limits);
+        if kept > l.kept {
+            self.over = Some(l.kept_words());
+        } else if let Some(c) = &self.gzip {
+            if kept > c.get() / l.gzip_per_kept + l.kept_slack {
+                self.over = Some(l.kept_gzip_words(kept, c.get()));
+            }
+        }
+    }
+
+    fn keep(&mut self, e: &RawEvent) {
         self.data.events_seen += 1;
         if e.ph.as_ref().map(Text::as_str) != Some("X") {
             return;
@@ -455,6 +503,10 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
         self.0.data.had_events = true;
         while let Some(e) = seq.next_element::<RawEvent>()? {
             self.0.push(&e);
+            if self.0.over.is_some() {
+                // the reader names the limit (`read_whole`)
+                return Err(serde::de::Error::custom("past the events kept"));
+            }
         }
         Ok(())
     }
@@ -537,8 +589,7 @@ pub(crate) fn is_log_name(path: &Path) -> bool {
 
 /// Whether a file is gzip-compressed, by its magic bytes (not its name).
 pub(crate) fn is_gzip(path: &Path) -> anyhow::Result<bool> {
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
+    let (mut f, _) = crate::util::read::open(path, "trace")?;
     let mut magic = [0u8; 2];
     let n = read_up_to(&mut f, &mut magic)
         .map_err(|e| anyhow::anyhow!("'{}': cannot read: {e}", path.display()))?;
@@ -594,31 +645,70 @@ fn gzip_problem(m: &str) -> Option<&'static str> {
     }
 }
 
-/// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer); the error is
-/// one line naming the file.
+/// A trace file's decompressed bytes (`gz`: gzip, read through a 1 MiB buffer), refused past
+/// [`limits::LIMITS`] (a regular file only); the error is one line naming the file.
 pub fn open_trace(path: &Path, gz: bool) -> anyhow::Result<Box<dyn Read>> {
-    let f = std::fs::File::open(path)
-        .map_err(|e| anyhow::anyhow!("'{}': cannot open: {e}", path.display()))?;
-    Ok(if gz {
-        Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
-            1 << 20,
-            f,
-        )))
-    } else {
-        Box::new(f)
-    })
+    Ok(Box::new(open_limited(path, gz, &limits::LIMITS)?))
+}
+
+/// [`open_trace`] under `l`: a plain file larger than its total is refused before it is read,
+/// a stream that grows past it or a gzip stream that expands past its ratio when it does.
+fn open_limited(path: &Path, gz: bool, l: &TraceLimits) -> anyhow::Result<Expanded> {
+    let (f, len) = crate::util::read::open(path, "trace")?;
+    if !gz && len > l.total {
+        anyhow::bail!("'{}': {}", path.display(), l.total_words());
+    }
+    let compressed = gz.then(|| Rc::new(Cell::new(0)));
+    // The gzip bytes are counted as the decoder takes them (32 KiB at a time from the 1 MiB
+    // buffer), not as the buffer reads ahead: a small file counts its bytes as they expand.
+    let inner: Box<dyn Read> = match &compressed {
+        Some(c) => Box::new(flate2::read::MultiGzDecoder::new(limits::Counted {
+            inner: BufReader::with_capacity(1 << 20, f),
+            bytes: c.clone(),
+        })),
+        None => Box::new(f),
+    };
+    Ok(Expanded::new(inner, compressed, *l))
 }
 
 /// Reads one trace file: one [`TraceData`] per rank it holds (Kineto writes one rank per file;
 /// verifybench's own multi-rank traces carry `args.rank`). Errors are one line naming the
 /// file (the caller decides whether they are fatal).
 pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<TraceData>> {
+    read_trace_limited(path, opts, &limits::LIMITS)
+}
+
+/// [`read_trace`] under the limits `l` (small ones in tests, through the same code).
+pub(crate) fn read_trace_limited(
+    path: &Path,
+    opts: &ReadOptions,
+    l: &TraceLimits,
+) -> anyhow::Result<Vec<TraceData>> {
     let gz = is_gzip(path)?;
-    let open = || open_trace(path, gz);
-    let t = match read_fast(open()?, path, opts) {
+    // The plain reader holds whole strings (serde's buffer): it reads through the check of
+    // their length.
+    let plain = |opts: &ReadOptions| {
+        let r = open_limited(path, gz, l)?;
+        let gzip = r.compressed.clone();
+        let r = BufReader::with_capacity(1 << 16, limits::Strings::new(r, l.string));
+        read_whole(
+            serde_json::Deserializer::from_reader(r),
+            path,
+            opts,
+            l,
+            gzip,
+        )
+    };
+    let mut r = open_limited(path, gz, l)?;
+    let gzip = r.compressed.clone();
+    let t = match read_fast_limited(&mut r, path, opts, l, gzip)? {
         Some(t) => t,
+        // A limit passed as the scanner read: said now, not read again.
+        None if r.passed.is_some() => {
+            anyhow::bail!("'{}': {}", path.display(), r.passed.unwrap_or_default())
+        }
         // The scanner gave up: the plain reader reads it (and names what is wrong, if anything).
-        None => read_from(BufReader::with_capacity(1 << 16, open()?), path, opts)?,
+        None => plain(opts)?,
     };
     // Custom collective kernels take their sizes from the CPU ops that launch them, which the
     // scanner skips: such a trace is read once more, whole, keeping those ops. (The engines'
@@ -629,7 +719,7 @@ pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<
             custom_ops: opts.custom_ops || custom,
             ..opts.clone()
         };
-        read_from(BufReader::with_capacity(1 << 16, open()?), path, &again)?
+        plain(&again)?
     } else {
         t
     };
@@ -644,22 +734,34 @@ pub(crate) fn read_trace(path: &Path, opts: &ReadOptions) -> anyhow::Result<Vec<
 /// deserialized, each from its own slice; `None` where the scanner gave up or anything failed,
 /// and the caller must read the document with [`read_from`] (which then gives the result, or
 /// the error message, of the reference reader).
+#[cfg(test)]
 pub(crate) fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Option<TraceData> {
+    read_fast_limited(r, path, opts, &limits::LIMITS, None)
+        .ok()
+        .flatten()
+}
+
+/// [`read_fast`] under the limits `l` (`gzip`: the bytes of gzip read so far, for a gzip file):
+/// it gives up on an event longer than the longest string and on a string that long outside
+/// the events (for the plain reader to name it), and refuses past the events kept.
+fn read_fast_limited<R: Read>(
+    r: R,
+    path: &Path,
+    opts: &ReadOptions,
+    l: &TraceLimits,
+    gzip: Option<Rc<Cell<u64>>>,
+) -> anyhow::Result<Option<TraceData>> {
     let mut data = TraceData {
         path: path.to_path_buf(),
         ..Default::default()
     };
-    let mut sink = Sink {
-        data: &mut data,
-        opts,
-        intern: HashMap::new(),
-        kinds: Vec::new(),
-    };
-    let sk = prefilter::scan(
+    let mut sink = Sink::new(&mut data, opts, *l, gzip);
+    let sk = prefilter::scan_limited(
         r,
         Some(opts.label_prefix()),
         // without a step label, the engines' step markers (`Sink` reads them then)
         opts.step_label.is_none(),
+        l.string as usize,
         // One UTF-8 check of the whole event (fast on ASCII) instead of one per string: on a
         // `&str` serde does not check again. Most events are then read by the direct parser,
         // which gives what serde gives or leaves the event to serde; bytes that are not UTF-8
@@ -668,7 +770,7 @@ pub(crate) fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Optio
             let s = std::str::from_utf8(ev);
             if let Ok(s) = s {
                 if super::event::parse_then(s, plain, |e| sink.push(e)).is_some() {
-                    return true;
+                    return sink.over.is_none();
                 }
             }
             match s.map_or_else(
@@ -677,20 +779,31 @@ pub(crate) fn read_fast<R: Read>(r: R, path: &Path, opts: &ReadOptions) -> Optio
             ) {
                 Ok(e) => {
                     sink.push(&e);
-                    true
+                    sink.over.is_none()
                 }
                 Err(_) => false,
             }
         },
-    )?;
+    );
+    if let Some(over) = sink.over.take() {
+        anyhow::bail!("'{}': {over}", path.display());
+    }
+    let Some(sk) = sk else {
+        return Ok(None);
+    };
+    if limits::holds_longer_string(&sk.doc, l.string) {
+        return Ok(None);
+    }
     // The document outside the event array, with `"traceEvents":[]`.
     let mut de = serde_json::Deserializer::from_slice(&sk.doc);
-    let info = de
+    let Ok(info) = de
         .deserialize_any(TopVisitor(&mut sink))
         .and_then(|i| de.end().map(|_| i))
-        .ok()?;
+    else {
+        return Ok(None);
+    };
     data.events_seen += sk.dropped;
-    finish(data, info, path).ok()
+    Ok(finish(data, info, path).ok())
 }
 
 /// Splits a trace whose events carry `args.rank` into one trace per rank.
@@ -771,40 +884,50 @@ pub(crate) fn split_by_rank(t: TraceData) -> Vec<TraceData> {
 }
 
 /// Reads a trace from any reader (`path` only names it in messages and in the result).
+#[cfg(test)]
 pub(crate) fn read_from<R: Read>(
     r: R,
     path: &Path,
     opts: &ReadOptions,
 ) -> anyhow::Result<TraceData> {
-    read_whole(serde_json::Deserializer::from_reader(r), path, opts)
+    let r = limits::Strings::new(r, limits::LIMITS.string);
+    let de = serde_json::Deserializer::from_reader(r);
+    read_whole(de, path, opts, &limits::LIMITS, None)
 }
 
 /// [`read_from`] of a document in memory (the same reading, from a slice).
 #[cfg(test)]
 pub(crate) fn read_slice(b: &[u8], path: &Path, opts: &ReadOptions) -> anyhow::Result<TraceData> {
-    read_whole(serde_json::Deserializer::from_slice(b), path, opts)
+    read_whole(
+        serde_json::Deserializer::from_slice(b),
+        path,
+        opts,
+        &limits::LIMITS,
+        None,
+    )
 }
 
-/// The whole document deserialized event by event into a [`TraceData`].
+/// The whole document deserialized event by event into a [`TraceData`], keeping events
+/// within the limits `l` (`gzip`: the bytes of gzip read so far, for a gzip file).
 fn read_whole<'de, R: serde_json::de::Read<'de>>(
     mut de: serde_json::Deserializer<R>,
     path: &Path,
     opts: &ReadOptions,
+    l: &TraceLimits,
+    gzip: Option<Rc<Cell<u64>>>,
 ) -> anyhow::Result<TraceData> {
     let mut data = TraceData {
         path: path.to_path_buf(),
         ..Default::default()
     };
-    let mut sink = Sink {
-        data: &mut data,
-        opts,
-        intern: HashMap::new(),
-        kinds: Vec::new(),
-    };
+    let mut sink = Sink::new(&mut data, opts, *l, gzip);
     let info = de
         .deserialize_any(TopVisitor(&mut sink))
-        .and_then(|i| de.end().map(|_| i))
-        .map_err(|e| describe_json_error(path, &e))?;
+        .and_then(|i| de.end().map(|_| i));
+    if let Some(over) = sink.over.take() {
+        anyhow::bail!("'{}': {over}", path.display());
+    }
+    let info = info.map_err(|e| describe_json_error(path, e))?;
     finish(data, info, path)
 }
 
@@ -839,8 +962,17 @@ fn finish(
     Ok(data)
 }
 
-fn describe_json_error(path: &Path, e: &serde_json::Error) -> anyhow::Error {
+fn describe_json_error(path: &Path, e: serde_json::Error) -> anyhow::Error {
     use serde_json::error::Category;
+    if e.classify() == Category::Io {
+        let m = e.to_string();
+        let io = std::io::Error::from(e);
+        if let Some(passed) = limits::passed_of(&io) {
+            return anyhow::anyhow!("'{}': {passed}", path.display());
+        }
+        let what = gzip_problem(&m).unwrap_or("cannot be read");
+        return anyhow::anyhow!("'{}': {what}: {m}", path.display());
+    }
     let what = match e.classify() {
         Category::Eof => "truncated (the JSON ends early; was the file copied while written?)",
         Category::Syntax => "not JSON",

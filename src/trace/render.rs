@@ -24,7 +24,7 @@ fn row(o: &mut String, name: &str, s: &Spread) {
 }
 
 /// Renders the analysis.
-pub fn render(a: &Analysis) -> String {
+pub(crate) fn render(a: &Analysis) -> String {
     let mut o = String::new();
     header(&mut o, a);
     collectives(&mut o, a);

@@ -12,11 +12,11 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Period {
     /// Collectives per step.
-    pub len: usize,
+    pub(crate) len: usize,
     /// First index of the periodic region.
-    pub start: usize,
+    pub(crate) start: usize,
     /// Indices of the last collective of each step, ascending, all inside the region.
-    pub boundaries: Vec<usize>,
+    pub(crate) boundaries: Vec<usize>,
 }
 
 fn holds(sigs: &[u32], p: usize, from: usize) -> bool {

@@ -14,15 +14,15 @@ use crate::evidence::{CustomAllReduce, LaunchMode, NcclLogText, ServerLog};
 
 /// One trap: its rule, and where the rule comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Rule {
-    pub id: &'static str,
-    pub name: &'static str,
+pub(crate) struct Rule {
+    pub(crate) id: &'static str,
+    pub(crate) name: &'static str,
     /// What shows it.
-    pub evidence: &'static str,
+    pub(crate) evidence: &'static str,
     /// Where the rule comes from (engine or library source, or a published measurement).
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// What to give when it cannot be checked.
-    pub give: &'static str,
+    pub(crate) give: &'static str,
 }
 
 /// The table of traps.
@@ -67,14 +67,14 @@ pub(crate) const RULES: &[Rule] = &[
 /// Whether a trap's evidence was there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     Found,
     NotFound,
     NotChecked,
 }
 
 impl Status {
-    pub fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> &'static str {
         match self {
             Status::Found => "found",
             Status::NotFound => "not found",
@@ -85,23 +85,23 @@ impl Status {
 
 /// One trap as checked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Finding {
-    pub rule: Rule,
-    pub status: Status,
+pub(crate) struct TrapCheck {
+    pub(crate) rule: Rule,
+    pub(crate) status: Status,
     /// The evidence (found, not found) or what to give (not checked).
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 /// What the traps look at.
 #[derive(Clone, Copy)]
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     pub trace: Option<&'a Analysis>,
     pub server_log: Option<&'a ServerLog>,
     pub nccl_logs: &'a [NcclLogText],
     /// A sweep's best setting, when it is not NCCL's defaults.
-    pub sweep_best: Option<&'a str>,
+    pub(crate) sweep_best: Option<&'a str>,
     /// The NCCL settings the user gave the server.
-    pub expect: &'a [(String, String)],
+    pub(crate) expect: &'a [(String, String)],
     /// The cost model's one-shot all-reduce, us per collective, and its profile.
     pub oneshot_us: Option<f64>,
     pub profile: &'a str,
@@ -115,14 +115,14 @@ fn rule(id: &str) -> Rule {
     *RULES.iter().find(|r| r.id == id).expect("a known trap")
 }
 
-fn finding(id: &str, status: Status, detail: String) -> Finding {
+fn checked(id: &str, status: Status, detail: String) -> TrapCheck {
     let r = rule(id);
     let detail = if status == Status::NotChecked && detail.is_empty() {
         format!("give {}", r.give)
     } else {
         detail
     };
-    Finding {
+    TrapCheck {
         rule: r,
         status,
         detail,
@@ -153,7 +153,7 @@ fn trace_launches(a: &Analysis) -> (Option<String>, Option<String>) {
 /// The traps of [`RULES`] that a trace's own evidence proves, for `verifybench trace`: only
 /// those found (the others need what a trace does not hold: the server's logs, a cost model).
 /// A training job runs no verify, so its eager steps are no verify trap.
-pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
+pub(crate) fn in_trace(a: &Analysis) -> Vec<TrapFound> {
     let training = a.rank_traces.iter().any(|r| r.training.is_some());
     let mut out = vec![];
     if let (Some(detail), false) = (trace_launches(a).0, training) {
@@ -171,7 +171,7 @@ pub fn in_trace(a: &Analysis) -> Vec<TrapFound> {
 /// Checks every trap of [`RULES`] against the evidence; the NCCL logs of another machine
 /// than the one priced ([`other_machine`]) are left out, and a trap that only they would
 /// check is `not checked`, with why.
-pub fn check(i: &Inputs) -> Vec<Finding> {
+pub(crate) fn check(i: &Inputs) -> Vec<TrapCheck> {
     let (mut own, mut foreign) = (vec![], vec![]);
     for l in i.nccl_logs {
         match other_machine(&machine(l), i.ranks, i.link_kind, i.profile) {
@@ -191,8 +191,8 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
             foreign.join("; ")
         )
     });
-    let nccl = |id: &str, f: fn(&Inputs) -> Finding| match &of_another {
-        Some(why) => finding(id, Status::NotChecked, why.clone()),
+    let nccl = |id: &str, f: fn(&Inputs) -> TrapCheck| match &of_another {
+        Some(why) => checked(id, Status::NotChecked, why.clone()),
         None => f(&own_logs),
     };
     vec![
@@ -206,7 +206,7 @@ pub fn check(i: &Inputs) -> Vec<Finding> {
 
 /// Settings that never reached the workers: what the user set (--expect) against the
 /// variables NCCL says it read.
-fn settings_not_applied(i: &Inputs) -> Finding {
+fn settings_not_applied(i: &Inputs) -> TrapCheck {
     let env = env_lines(i.nccl_logs);
     let wanted: Vec<(String, String)> = i.expect.to_vec();
     let words = |v: &[(String, String)]| {
@@ -221,7 +221,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
             .sweep_best
             .map(|s| format!(" (the sweep's best: {s})"))
             .unwrap_or_default();
-        finding(
+        checked(
             "settings-not-applied",
             Status::NotChecked,
             format!(
@@ -236,7 +236,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
             ),
         )
     } else if i.nccl_logs.is_empty() {
-        finding(
+        checked(
             "settings-not-applied",
             Status::NotChecked,
             format!(
@@ -255,7 +255,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
             .cloned()
             .collect();
         if missing.is_empty() {
-            finding(
+            checked(
                 "settings-not-applied",
                 Status::NotFound,
                 format!("the NCCL log shows every setting given: {}", words(&wanted)),
@@ -266,7 +266,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
                 .filter(|(k, _)| missing.iter().any(|(m, _)| m == k))
                 .cloned()
                 .collect();
-            finding(
+            checked(
                 "settings-not-applied",
                 Status::Found,
                 format!(
@@ -285,7 +285,7 @@ fn settings_not_applied(i: &Inputs) -> Finding {
 }
 
 /// The verify ran eagerly.
-fn eager_verify(i: &Inputs) -> Finding {
+fn eager_verify(i: &Inputs) -> TrapCheck {
     let mut eager_evidence = vec![];
     let mut graph_evidence = vec![];
     if let Some(a) = i.trace {
@@ -301,23 +301,23 @@ fn eager_verify(i: &Inputs) -> Finding {
         }
     }
     if !eager_evidence.is_empty() {
-        finding("eager-verify", Status::Found, eager_evidence.join("; "))
+        checked("eager-verify", Status::Found, eager_evidence.join("; "))
     } else if !graph_evidence.is_empty() {
-        finding("eager-verify", Status::NotFound, graph_evidence.join("; "))
+        checked("eager-verify", Status::NotFound, graph_evidence.join("; "))
     } else {
-        finding("eager-verify", Status::NotChecked, String::new())
+        checked("eager-verify", Status::NotChecked, String::new())
     }
 }
 
 /// NCCL's graph search at its floor across sockets.
-fn graph_search_sys(i: &Inputs) -> Finding {
+fn graph_search_sys(i: &Inputs) -> TrapCheck {
     match sys_graph_line(i.nccl_logs) {
-        Some((file, line)) => finding(
+        Some((file, line)) => checked(
             "nccl-graph-search-sys",
             Status::Found,
             format!("{file}: `{line}`; give NCCL a topology file (NCCL_GRAPH_FILE) and price it with --link pcie-gen5-dual-socket against pcie-gen5"),
         ),
-        None if graph_lines(i.nccl_logs) > 0 => finding(
+        None if graph_lines(i.nccl_logs) > 0 => checked(
             "nccl-graph-search-sys",
             Status::NotFound,
             format!(
@@ -325,7 +325,7 @@ fn graph_search_sys(i: &Inputs) -> Finding {
                 graph_lines(i.nccl_logs)
             ),
         ),
-        None => finding(
+        None => checked(
             "nccl-graph-search-sys",
             Status::NotChecked,
             if i.nccl_logs.is_empty() {
@@ -338,7 +338,7 @@ fn graph_search_sys(i: &Inputs) -> Finding {
 }
 
 /// A custom all-reduce far slower than the model.
-fn custom_ar_slow(i: &Inputs) -> Finding {
+fn custom_ar_slow(i: &Inputs) -> TrapCheck {
     let custom = i.trace.and_then(|a| {
         let g = a
             .sequence
@@ -347,12 +347,12 @@ fn custom_ar_slow(i: &Inputs) -> Finding {
         Some((a, g.implementation.clone()))
     });
     match custom {
-        None if i.trace.is_some() => finding(
+        None if i.trace.is_some() => checked(
             "custom-ar-slow",
             Status::NotFound,
             "the trace's all-reduces ran through NCCL (no custom all-reduce kernel)".into(),
         ),
-        None => finding("custom-ar-slow", Status::NotChecked, String::new()),
+        None => checked("custom-ar-slow", Status::NotChecked, String::new()),
         Some((a, kernel)) => {
             let per_coll = a
                 .attribution
@@ -360,17 +360,17 @@ fn custom_ar_slow(i: &Inputs) -> Finding {
                 .filter(|t| t.matched > 0)
                 .map(|t| t.total.transfer_us / t.matched as f64);
             match (per_coll, i.oneshot_us) {
-                (Some(m), Some(e)) if m > 3.0 * e => finding(
+                (Some(m), Some(e)) if m > 3.0 * e => checked(
                     "custom-ar-slow",
                     Status::Found,
                     format!("{kernel}: {m:.1} us per collective measured (transfer) against {e:.1} us modeled for the one-shot ({}): measure the links with `verifybench collective --impl nccl,oneshot` on the machine", i.profile),
                 ),
-                (Some(m), Some(e)) => finding(
+                (Some(m), Some(e)) => checked(
                     "custom-ar-slow",
                     Status::NotFound,
                     format!("{kernel}: {m:.1} us per collective measured, within 3x of the modeled {e:.1} us"),
                 ),
-                _ => finding(
+                _ => checked(
                     "custom-ar-slow",
                     Status::NotChecked,
                     format!("{kernel} ran, but its transfer needs every rank's trace (or the profile has no P2P model)"),
@@ -383,13 +383,13 @@ fn custom_ar_slow(i: &Inputs) -> Finding {
 /// The engines' custom all-reduce off on more than two PCIe GPUs: found where a worker says
 /// it is off, not found where every worker that says it says it is on (or none says either);
 /// not checked on the log of a server of another tensor-parallel size.
-fn engine_custom_ar_off(i: &Inputs) -> Finding {
+fn engine_custom_ar_off(i: &Inputs) -> TrapCheck {
     let id = "engine-custom-ar-off";
     let Some(l) = i.server_log else {
-        return finding(id, Status::NotChecked, String::new());
+        return checked(id, Status::NotChecked, String::new());
     };
     if let Some(tp) = l.tensor_parallel.filter(|&tp| tp as usize != i.ranks) {
-        return finding(
+        return checked(
             id,
             Status::NotChecked,
             format!(
@@ -406,7 +406,7 @@ fn engine_custom_ar_off(i: &Inputs) -> Finding {
             .join(", ")
     };
     match (off.first(), on.first()) {
-        (Some(w), _) => finding(
+        (Some(w), _) => checked(
             id,
             Status::Found,
             format!(
@@ -422,7 +422,7 @@ fn engine_custom_ar_off(i: &Inputs) -> Finding {
                 }
             ),
         ),
-        (None, Some(w)) => finding(
+        (None, Some(w)) => checked(
             id,
             Status::NotFound,
             format!(
@@ -433,7 +433,7 @@ fn engine_custom_ar_off(i: &Inputs) -> Finding {
                 w.line
             ),
         ),
-        (None, None) => finding(
+        (None, None) => checked(
             id,
             Status::NotFound,
             format!("{}: no `Custom allreduce is disabled` line", l.file),
@@ -479,7 +479,8 @@ mod tests {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/nccl-2.28.3-h200x2-procs-default.log");
         let logs = crate::evidence::read_nccl_logs(&[p]).unwrap();
-        let status = |f: &[Finding], id: &str| f.iter().find(|t| t.rule.id == id).unwrap().clone();
+        let status =
+            |f: &[TrapCheck], id: &str| f.iter().find(|t| t.rule.id == id).unwrap().clone();
         let own = check(&inputs(&logs, 2, "nvlink"));
         assert_eq!(
             status(&own, "nccl-graph-search-sys").status,

@@ -83,13 +83,13 @@ fn zero_iterations_and_zero_timeout_are_refused() {
             None,
             &[],
             &[cmd, "--backend", "model", "--gpus", "2", "-n", "0"],
-            &["--iters", "0 timed iterations", "give 1 or more"],
+            &["-n/--iters 0", "give 1 to 10000000 timed iterations"],
         );
         exit2(
             None,
             &[],
             &[cmd, "--backend", "model", "--gpus", "2", "--timeout", "0"],
-            &["--timeout", "greater than 0", "give e.g. 60"],
+            &["--timeout 0", "greater than 0", "e.g. 60"],
         );
     }
     exit2(
@@ -610,38 +610,57 @@ fn a_global_tree_point_of_a_model_sweep_points_to_the_per_function_form() {
 }
 
 #[test]
-fn a_link_beside_a_profile_is_said_to_be_unused() {
-    // --profile replaces the whole link model; a --link beside it is named as unused (not
-    // dropped silently, not refused: a sweep hands both to every point)
+fn a_link_beside_a_profile_is_refused() {
+    // --profile replaces the whole link model: a --link beside it was dropped without a word
+    // (explain; verify with the default link spelled out), so the two are refused together as
+    // other flags that exclude each other are; a sweep hands its children --profile alone
     // the profile fitted on the H200 pair, committed with its results
     let prof =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("results/h200x2/model-profile-h200x2.json");
-    let out = vb()
+    let p = prof.to_str().unwrap();
+    for (cmd, link) in [
+        (
+            &["verify", "--backend", "model", "--gpus", "2"][..],
+            "nvlink-h100",
+        ),
+        (
+            &["verify", "--backend", "model", "--gpus", "2"][..],
+            "pcie-gen5",
+        ),
+        (
+            &["collective", "--backend", "model", "--gpus", "2"][..],
+            "nvlink-h100",
+        ),
+        (
+            &["sweep", "--debug-mode", "--tp", "2", "-L", "NCCL_PROTO=LL"][..],
+            "nvlink-h100",
+        ),
+        (&["explain", "--observed", "122x0.2ms"][..], "nvlink-h100"),
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend(["--link", link, "--profile", p]);
+        exit2(
+            None,
+            &[],
+            &args,
+            &["'--link <LINK>' cannot be used with '--profile <FILE>'"],
+        );
+    }
+    // the profile alone prices the sweep's points: its children get no --link
+    let dir = tempfile::tempdir().unwrap();
+    vb().current_dir(dir.path())
         .args([
-            "verify",
+            "sweep",
             "--backend",
             "model",
-            "--gpus",
+            "--tp",
             "2",
-            "-n",
-            "3",
-            "-w",
-            "1",
+            "-L",
+            "NCCL_PROTO=LL,Simple",
         ])
-        .args(["--link", "nvlink-h100", "--profile"])
-        .arg(&prof)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    // the notes head the table on stdout
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(
-            &format!("# note: --link nvlink-h100 is not used: --profile {} sets every parameter of the model", prof.display())
-        ),
-        "{text}"
-    );
+        .args(["--rounds", "1", "-q", "--profile", p])
+        .assert()
+        .success();
 }
 
 #[test]
@@ -787,4 +806,85 @@ fn a_coll_log_with_junk_and_half_lines_keeps_its_two_processes() {
         .map(|u| u["line"].as_u64().unwrap())
         .collect();
     assert_eq!(lines, [3, 6]);
+}
+
+#[test]
+fn a_truncated_results_file_is_called_truncated_with_where_it_was_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Some(dir.path());
+    let p = |n: &str| dir.path().join(n);
+    let sweep = |extra: &[&str]| {
+        let mut a = vec![
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL,Simple",
+        ];
+        a.extend_from_slice(extra);
+        a.push("-q");
+        vb().current_dir(dir.path()).args(&a).assert().success();
+    };
+    sweep(&["--results", "r.jsonl", "--export-json", "e.json"]);
+    let lines = std::fs::read_to_string(p("r.jsonl")).unwrap();
+    let pretty = std::fs::read_to_string(p("e.json")).unwrap();
+    // a whole-file export cut in its middle: where its JSON ends, not "line 1 is not a JSON
+    // record" (its first line is a lone bracket)
+    std::fs::write(p("cut.json"), &pretty[..pretty.len() / 2]).unwrap();
+    // a JSON-lines file whose beginning was cut off: its first line is a record's tail
+    std::fs::write(p("head.jsonl"), &lines[lines.len() / 2..]).unwrap();
+    for args in [
+        vec![
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            "cut.json",
+        ],
+        vec!["explain", "--observed", "122x0.2ms", "--sweep", "cut.json"],
+    ] {
+        let err = exit2(
+            d,
+            &[],
+            &args,
+            &["'cut.json' is truncated: its JSON ends early, at line"],
+        );
+        assert!(!err.contains("not a JSON record"), "{err}");
+    }
+    exit2(
+        d,
+        &[],
+        &[
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            "head.jsonl",
+        ],
+        &["'head.jsonl' is truncated at its start: line 1 holds the end of a record"],
+    );
+    // text that is no record at all is still called that
+    std::fs::write(p("notes.txt"), "hello\nworld\n").unwrap();
+    exit2(
+        d,
+        &[],
+        &[
+            "sweep",
+            "--debug-mode",
+            "--tp",
+            "2",
+            "-L",
+            "NCCL_PROTO=LL",
+            "--resume",
+            "notes.txt",
+        ],
+        &["'notes.txt' line 1 is not a JSON record"],
+    );
 }

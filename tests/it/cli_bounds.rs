@@ -166,7 +166,11 @@ fn refusals_of_the_request_come_before_the_devices_in_both_launchers() {
     }
     // one rank's compute alone has no exact check: the same schedule goes on to the devices
     // (here: refused there, as this machine has none, or run on a GPU)
-    if !verifybench::comm::libs::cuda_present() {
+    if common::runs_here(
+        "one rank's long compute schedule refused without a driver",
+        common::Machine::WithoutDriver,
+        !common::has_driver(),
+    ) {
         let out = vb()
             .args([
                 "verify",
@@ -183,5 +187,60 @@ fn refusals_of_the_request_come_before_the_devices_in_both_launchers() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(!err.contains("117649"), "{err}");
+    }
+}
+
+/// More tokens than the GPU's streaming kernels take (`comm::MAX_STREAM_TOKENS`, 512) is refused
+/// with exit 2 before any device is looked at, naming the limit, wherever a GPU would replay the
+/// compute: `--backend nccl`, and `--backend auto` before its fall-back to the cost model on a
+/// machine without GPUs (the message, not "no GPU found", proves the order). The cost model
+/// prices any count; `--mode comm` streams nothing, so it is not refused for its tokens.
+#[test]
+fn more_tokens_than_the_streaming_kernels_take_are_refused_before_the_gpus() {
+    let max = verifybench::comm::MAX_STREAM_TOKENS;
+    assert_eq!(max, 512);
+    let want = "--tokens 600: the GPU's weight-streaming kernels take at most 512 tokens";
+    // one GPU's share of TP8 as the issue ran it (nccl), and a TP8 request on auto
+    for (backend, gpus) in [("nccl", &["--gpus", "1"][..]), ("auto", &[][..])] {
+        for mode in ["compute", "full", "compute,full"] {
+            let args: Vec<&str> = ["verify", "--backend", backend]
+                .into_iter()
+                .chain(gpus.iter().copied())
+                .chain(["--tp", "8", "--model", "kimi-k2.5", "--tokens", "600"])
+                .chain(["--mode", mode])
+                .collect();
+            let line = refused(&args, &[want, "MAX_STREAM_TOKENS", "--backend model"]);
+            assert!(
+                !line.contains("GPU found") && !line.contains("CUDA"),
+                "{line}"
+            );
+        }
+    }
+    // the cost model prices 600 tokens
+    vb().args([
+        "verify",
+        "--backend",
+        "model",
+        "--tp",
+        "8",
+        "--tokens",
+        "600",
+    ])
+    .args(["--mode", "compute", "-q"])
+    .assert()
+    .success();
+    // 512 tokens and --mode comm at 600 pass the check (and go on to the devices: on this
+    // machine without GPUs, refused there)
+    if !verifybench::comm::libs::cuda_present() {
+        for (tokens, mode) in [("512", "compute"), ("600", "comm")] {
+            let out = vb()
+                .args(["verify", "--backend", "nccl", "--gpus", "1", "--tp", "8"])
+                .args(["--tokens", tokens, "--mode", mode])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert!(!err.contains("MAX_STREAM_TOKENS"), "{err}");
+        }
     }
 }

@@ -37,7 +37,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
         source,
         Provenance::here("model", now_utc()),
         Body::Verify(VerifyResult {
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             runs: vec![
                 VerifyRun {
                     graph: false,
@@ -64,6 +64,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
             ],
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts: vec![],
         }),

@@ -9,7 +9,8 @@ use predicates::prelude::*;
 use verifybench::measure::Summary;
 use verifybench::model::{self, CollectiveKind, Phase, Schedule};
 use verifybench::record::{
-    read_records, Body, CollectiveResult, Mode, Provenance, Record, Source, VerifyRun, Workload,
+    read_records, Body, CollectiveResult, Mode, Provenance, Record, RecordedWorkload, Source,
+    VerifyRun,
 };
 use verifybench::util::now_utc;
 
@@ -257,7 +258,7 @@ fn script_workload_and_hash_match_verifybench() {
             String::from_utf8_lossy(&out.stderr)
         );
         let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let want = serde_json::to_value(Workload::of(&kimi(tp))).unwrap();
+        let want = serde_json::to_value(RecordedWorkload::of(&kimi(tp))).unwrap();
         assert_eq!(got, want, "tp {tp}");
     }
 }
@@ -333,7 +334,7 @@ fn script_dry_run_record_is_read_and_compared() {
     let Body::Verify(v) = &recs[0].body else {
         panic!("not a verify record")
     };
-    assert_eq!(v.workload, Workload::of(&kimi(2)));
+    assert_eq!(v.workload, RecordedWorkload::of(&kimi(2)));
     assert_eq!((v.runs[0].iterations, v.runs[0].warmup), (30, 3));
     assert_eq!(recs[0].provenance.backend, "torch");
     // Same schedule as verifybench's own record: compare accepts it without --force.

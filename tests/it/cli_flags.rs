@@ -1,22 +1,22 @@
 //! End-to-end tests of flags that conflict, hints that must name the right thing, and output
 //! that must not pretend (issue 15, items 5, 10, 12, 13 and 17). Through the cost model and on
 //! this machine as it is: the GPU-only paths are checked where they refuse, on a machine
-//! without a CUDA driver (on a machine with one, those checks are skipped: there the real path
+//! without a CUDA driver (on a machine with one, those checks say that they are skipped, and
+//! fail where `VERIFYBENCH_REQUIRE_GPU=0` says the machine has no driver: there the real path
 //! runs, and `selftest` is its check).
 
 use predicates::prelude::*;
 
 use crate::common;
-use common::{listing, refused, refused_in, vb};
-
-/// Whether this machine has a CUDA driver (then the no-driver refusals cannot be seen here).
-fn has_driver() -> bool {
-    verifybench::comm::libs::cuda_present()
-}
+use common::{has_driver, listing, refused, refused_in, runs_here, vb, Machine};
 
 #[test]
 fn sweep_on_nccl_without_a_driver_is_refused_before_anything_is_written() {
-    if has_driver() {
+    if !runs_here(
+        "sweep --backend nccl refused without a driver",
+        Machine::WithoutDriver,
+        !has_driver(),
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -55,7 +55,11 @@ fn sweep_on_nccl_without_a_driver_is_refused_before_anything_is_written() {
 
 #[test]
 fn hints_name_what_the_user_gave() {
-    if !has_driver() {
+    if runs_here(
+        "selftest and worker refused without a driver",
+        Machine::WithoutDriver,
+        !has_driver(),
+    ) {
         for cmd in [
             vec!["selftest"],
             vec![
@@ -77,7 +81,7 @@ fn hints_name_what_the_user_gave() {
     }
     refused(
         &["verify", "--backend", "model", "--gpus", "0"],
-        &["--gpus 0", "at least 1"],
+        &["--gpus 0", "give 1 to 1024 GPUs"],
     );
     let line = refused_in(
         None,
@@ -281,7 +285,11 @@ fn env_without_a_gpu_says_what_is_missing_and_catches_misspelt_variables() {
         text.contains("NCCL_PROTOCOL is not a variable NCCL knows (did you mean NCCL_PROTO?)"),
         "{text}"
     );
-    if !has_driver() {
+    if runs_here(
+        "env says what is missing without a driver",
+        Machine::WithoutDriver,
+        !has_driver(),
+    ) {
         assert!(!text.contains("driver          ?"), "{text}");
         assert!(!text.contains("from ?"), "{text}");
         assert!(

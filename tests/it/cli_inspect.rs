@@ -64,8 +64,9 @@ impl Spawned {
                 self.children = kids;
                 return;
             }
+            // a limit that only catches a tree that never starts
             assert!(
-                t0.elapsed() < Duration::from_secs(20),
+                t0.elapsed() < Duration::from_secs(300),
                 "the test tree did not start: {kids:?}"
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -524,4 +525,35 @@ fn non_root_user_reads_own_processes_and_not_others() {
     let out = as_user(&["--pid", &pid, "--expect", &format!("NCCL_PROTO={t}")]).unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("unreadable"));
+}
+
+/// Text read from /proc reaches the table escaped (issue 50): a command line and variables
+/// holding a terminal's escape sequences, a newline and a right-to-left override.
+#[test]
+fn control_characters_of_a_process_are_printed_as_escapes() {
+    let t = tag("esc");
+    let value = format!("LL\u{1b}[2J{t}\u{202e}x");
+    let mut s = spawn(
+        &format!("sleep 120 & wait # \u{1b}]0;title\u{7}\nline2 {t}"),
+        &[("NCCL_PROTO", &value), ("NCCL_\u{1b}[31mX", "1")],
+        None,
+    );
+    s.wait_children(1, |c, _| c == "sleep");
+    let out = vb()
+        .args(["inspect", "--pid", &s.pid().to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for l in text.lines() {
+        assert!(
+            !l.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "a raw control character in {l:?}\n{text}"
+        );
+    }
+    assert!(
+        text.contains(&format!("NCCL_PROTO=LL\\u{{1b}}[2J{t}\\u{{202e}}x")),
+        "{text}"
+    );
+    assert!(text.contains("NCCL_\\u{1b}[31mX=1"), "{text}");
+    assert!(text.contains("\\u{1b}]0;title\\u{7}\\nline2"), "{text}");
 }

@@ -83,7 +83,7 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
         source,
         provenance("LL"),
         Body::Verify(VerifyResult {
-            workload: Workload::of(&s),
+            workload: RecordedWorkload::of(&s),
             runs: vec![
                 run(false, Mode::Comm, full_ms * 0.5),
                 run(false, Mode::Compute, full_ms * 0.7),
@@ -94,6 +94,7 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
             ],
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts: vec![],
         }),

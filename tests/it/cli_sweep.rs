@@ -280,11 +280,11 @@ fn resume_skips_finished_points_and_refuses_another_workload() {
 }
 
 /// A sweep whose LL point's child exits or hangs: that point is recorded as failed with its
-/// reason and the sweep goes on to the next point.
-fn faulty_sweep(fault: &str, timeout: &str, rounds: &str) -> (Vec<serde_json::Value>, Duration) {
+/// reason and the sweep goes on to the next point. The harness' own limit (300 s) only catches
+/// a sweep that hangs.
+fn faulty_sweep(fault: &str, timeout: &str, rounds: &str) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
     let res = dir.path().join("r.jsonl");
-    let t = Instant::now();
     // The exit code depends on whether the cost model can time the other points; the results
     // file must hold every point either way.
     vb().args([
@@ -307,17 +307,18 @@ fn faulty_sweep(fault: &str, timeout: &str, rounds: &str) -> (Vec<serde_json::Va
         format!("--inject-fault {fault}"),
     )
     .env("VERIFYBENCH_SWEEP_EXTRA_ARGS_WHEN", "NCCL_PROTO=LL")
-    .timeout(Duration::from_secs(60))
+    .timeout(Duration::from_secs(300))
     .assert()
     .stdout(predicate::str::contains("Notes:"));
-    (lines(&res), t.elapsed())
+    lines(&res)
 }
 
 #[test]
 fn worker_that_exits_mid_point_is_recorded_and_the_sweep_goes_on() {
     // Two rounds: the failed point's second round is not run (its first failed), the other
     // points run in both.
-    let (v, _) = faulty_sweep("exit", "30", "2");
+    // a point timeout no loaded machine reaches: the exit is the only failure
+    let v = faulty_sweep("exit", "300", "2");
     assert_eq!(v.len(), 5);
     let rounds_of = |prefix: &str| -> Vec<u64> {
         let mut r: Vec<u64> = v
@@ -350,12 +351,14 @@ fn worker_that_exits_mid_point_is_recorded_and_the_sweep_goes_on() {
 
 #[test]
 fn worker_that_hangs_is_killed_at_the_point_timeout() {
-    let (v, took) = faulty_sweep("hang", "1", "1");
+    let v = faulty_sweep("hang", "1", "1");
     assert_eq!(v.len(), 3);
     let ll = point(&v, "p01");
     assert_eq!(ll["status"], "failed");
     assert!(ll["reason"].as_str().unwrap().contains("--point-timeout"));
-    assert!(took < Duration::from_secs(30), "{took:?}");
+    // killed at the timeout, not before, on the sweep's own clock
+    let wall = ll["probe_wall_s"].as_f64().unwrap() + ll["timed_wall_s"].as_f64().unwrap();
+    assert!(wall >= 1.0, "{ll}");
 }
 
 /// A seed whose first round runs the baseline first and the LL point second (rounds are
@@ -391,7 +394,7 @@ fn ctrl_c_stops_cleanly_and_keeps_finished_points() {
             "-w",
             "1",
         ])
-        .args(["-L", "NCCL_PROTO=LL,Simple", "--point-timeout", "60"])
+        .args(["-L", "NCCL_PROTO=LL,Simple", "--point-timeout", "600"])
         .args([
             "--rounds",
             "1",
@@ -406,11 +409,12 @@ fn ctrl_c_stops_cleanly_and_keeps_finished_points() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait for the baseline to be recorded; the LL point then hangs.
+    // Wait for the baseline to be recorded; the LL point then hangs. The limits of the waits
+    // below only catch a sweep that hangs (the hanging point's own timeout is 600 s).
     let t = Instant::now();
     while std::fs::read_to_string(&res).map_or(0, |s| s.lines().count()) < 1 {
         assert!(
-            t.elapsed() < Duration::from_secs(30),
+            t.elapsed() < Duration::from_secs(300),
             "baseline never finished"
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -426,7 +430,7 @@ fn ctrl_c_stops_cleanly_and_keeps_finished_points() {
             break s;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(10),
+            t.elapsed() < Duration::from_secs(300),
             "sweep ignored Ctrl-C"
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -706,8 +710,11 @@ fn an_interrupted_sweep_of_rounds_resumes_per_point_and_round() {
 fn bad_rounds_and_margins_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
     for (args, want) in [
-        (vec!["--rounds", "0"], "--rounds must be 1 to 100"),
-        (vec!["--rounds", "101"], "--rounds must be 1 to 100"),
+        (vec!["--rounds", "0"], "--rounds 0: give 1 to 100 rounds"),
+        (
+            vec!["--rounds", "101"],
+            "--rounds 101: give 1 to 100 rounds",
+        ),
         (
             vec!["--noise-margin", "0.7"],
             "--noise-margin 0.7: give a fraction",
@@ -874,10 +881,10 @@ fn host_gaps_take_effect_in_a_model_sweeps_eager_rows_only() {
 /// metadata), resolved.
 fn two_libraries(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let sys = dir.join("libnccl.so.2.28.3");
-    std::fs::write(&sys, b"x").unwrap();
+    std::fs::write(&sys, crate::fake_elf::fake_nccl()).unwrap();
     let lib = dir.join("site/nvidia/nccl/lib");
     std::fs::create_dir_all(&lib).unwrap();
-    std::fs::write(lib.join("libnccl.so.2"), b"x").unwrap();
+    std::fs::write(lib.join("libnccl.so.2"), crate::fake_elf::fake_nccl()).unwrap();
     std::fs::create_dir(dir.join("site/nvidia_nccl_cu13-2.28.9.dist-info")).unwrap();
     (
         std::fs::canonicalize(sys).unwrap(),
@@ -968,7 +975,9 @@ fn bad_library_lists_are_usage_errors() {
         .arg(format!("{},/nonexistent/libnccl.so.2", sys.display()))
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("no such NCCL library"));
+        .stderr(predicate::str::contains(
+            "/nonexistent/libnccl.so.2': no such file or folder",
+        ));
     vb().args([
         "sweep",
         "--backend",

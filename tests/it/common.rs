@@ -8,7 +8,7 @@ use assert_cmd::Command;
 use verifybench::measure::Summary;
 use verifybench::model::{self, Phase, Schedule, ScheduleOptions};
 use verifybench::record::{
-    Body, Mode, Provenance, Record, Source, VerifyResult, VerifyRun, Workload,
+    Body, Mode, Provenance, Record, RecordedWorkload, Source, VerifyResult, VerifyRun,
 };
 use verifybench::util::{now_utc, write_file};
 
@@ -58,10 +58,11 @@ pub fn verify_record(
         source,
         Provenance::here(backend, now_utc()),
         Body::Verify(VerifyResult {
-            workload: Workload::of(schedule),
+            workload: RecordedWorkload::of(schedule),
             runs,
             stream_gbps: None,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts: vec![],
         }),
@@ -165,4 +166,44 @@ pub fn long_schedule(path: &Path, ops: usize) {
         origin: Some("a forward's ops repeated".into()),
     };
     write_file(path, &serde_json::to_vec(&f).unwrap()).unwrap();
+}
+
+/// The machine a check needs: one with a CUDA driver (and GPUs), where the GPU paths run, or
+/// one without a driver, where their refusals can be seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Machine {
+    WithGpu,
+    WithoutDriver,
+}
+
+/// The variable that says which machine the tests run on: `1` a machine with a CUDA driver and
+/// GPUs, `0` one without a driver (CI); unset, either.
+pub const REQUIRE_GPU_ENV: &str = "VERIFYBENCH_REQUIRE_GPU";
+
+/// Whether a check that needs `needs` runs here (`here`: this machine is such a machine).
+/// When it does not, the skip is written to the test run's stderr (past the harness' capture,
+/// so a plain `cargo test` shows it); and where [`REQUIRE_GPU_ENV`] says this is the machine
+/// the check was meant for, the test fails instead of passing without it.
+pub fn runs_here(what: &str, needs: Machine, here: bool) -> bool {
+    if here {
+        return true;
+    }
+    let (meant_for, this) = match needs {
+        Machine::WithGpu => ("1", "has no CUDA driver or too few GPUs"),
+        Machine::WithoutDriver => ("0", "has a CUDA driver"),
+    };
+    let line = format!("SKIPPED: {what}: this machine {this}");
+    assert_ne!(
+        std::env::var(REQUIRE_GPU_ENV).ok().as_deref(),
+        Some(meant_for),
+        "{line}, but {REQUIRE_GPU_ENV}={meant_for} says the check runs here"
+    );
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+    false
+}
+
+/// Whether this machine has a CUDA driver.
+pub fn has_driver() -> bool {
+    verifybench::comm::libs::cuda_present()
 }

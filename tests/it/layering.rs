@@ -233,71 +233,29 @@ fn library_code(text: &str) -> String {
 /// The length of the item that starts `code` (after its `#[cfg(test)]`): any further
 /// attributes, then everything up to the `;` or the closing `}` at the item's own depth (a
 /// `use a::{b, c};` ends at its `}`, which leaves a harmless `;`).
-/// Brackets inside string and character literals and comments are not counted; the item also
-/// ends before a bracket that closes one it did not open (an attribute on the last field of a
-/// struct).
+/// Brackets inside string and character literals and comments are not counted (the code is
+/// read as [`crate::house::code_only`] leaves it); the item also ends before a bracket that
+/// closes one it did not open (an attribute on the last field of a struct).
 fn test_item_len(code: &str) -> usize {
-    let b = code.as_bytes();
-    let (mut i, mut depth) = (0usize, 0i32);
-    while i < b.len() {
-        match b[i] {
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                i = code[i..].find('\n').map_or(b.len(), |n| i + n);
-                continue;
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i = code[i + 2..].find("*/").map_or(b.len(), |n| i + 2 + n + 2);
-                continue;
-            }
-            b'r' if matches!(b.get(i + 1), Some(b'#' | b'"'))
-                && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) =>
-            {
-                let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
-                if b.get(i + 1 + hashes) == Some(&b'"') {
-                    let close = format!("\"{}", "#".repeat(hashes));
-                    let from = i + 2 + hashes;
-                    i = code[from..]
-                        .find(&close)
-                        .map_or(b.len(), |n| from + n + close.len());
-                    continue;
-                }
-            }
-            b'"' => {
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-                continue;
-            }
-            b'\'' => {
-                // A character literal ('x', '\n', '\u{..}'), or else a lifetime.
-                if b.get(i + 1) == Some(&b'\\') {
-                    i = code[i + 3..].find('\'').map_or(b.len(), |n| i + 3 + n + 1);
-                    continue;
-                }
-                let c = code[i + 1..].chars().next().map_or(0, char::len_utf8);
-                if c > 0 && b.get(i + 1 + c) == Some(&b'\'') {
-                    i += c + 2;
-                    continue;
-                }
-            }
+    let code = crate::house::code_only(code);
+    let mut depth = 0i32;
+    for (i, c) in code.bytes().enumerate() {
+        match c {
             b'(' | b'[' | b'{' => depth += 1,
             b')' | b']' | b'}' => {
                 if depth == 0 {
                     return i;
                 }
                 depth -= 1;
-                if depth == 0 && b[i] == b'}' {
+                if depth == 0 && c == b'}' {
                     return i + 1;
                 }
             }
             b';' if depth == 0 => return i + 1,
             _ => {}
         }
-        i += 1;
     }
-    b.len()
+    code.len()
 }
 
 /// The module path of a file of `src/` (`comm/p2p/mod.rs` -> `[comm, p2p]`).

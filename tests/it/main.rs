@@ -1,6 +1,7 @@
 //! All integration tests as modules of one test binary: one link of the library instead of one
 //! per file. Each module is one area of the command line; `common` holds their shared helpers.
 
+mod bounded_input;
 mod cli_acceptance;
 mod cli_bad_input;
 mod cli_bounds;
@@ -11,6 +12,7 @@ mod cli_compare;
 mod cli_examples;
 mod cli_explain;
 mod cli_explain_evidence;
+mod cli_file_identity;
 mod cli_files;
 mod cli_flags;
 mod cli_hostgaps;
@@ -20,6 +22,8 @@ mod cli_messages;
 mod cli_model;
 mod cli_model_env;
 mod cli_model_nccl_tests;
+mod cli_nccl_lib;
+mod cli_numbers;
 mod cli_output;
 mod cli_parts_add_up;
 mod cli_plan;
@@ -31,8 +35,13 @@ mod cli_skew_replay;
 mod cli_sweep;
 mod cli_trace;
 mod common;
+// The fake ELF of the `--nccl-lib` checks, shared with the library's unit tests.
+#[allow(dead_code)]
+#[path = "../support/fake_elf.rs"]
+mod fake_elf;
 mod figures;
 mod golden_report;
+mod house;
 mod json_numbers;
 mod layering;
 mod model_validation;

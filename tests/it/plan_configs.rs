@@ -100,10 +100,12 @@ fn mixtral_8x7b_is_moe() {
     // 32 layers, hidden 4096, 8 experts (num_local_experts) of intermediate 14336, top-2.
     // Published 46.7 B parameters: experts 32 x 8 x 3 x 4096 x 14336 = 45.10 B, attention
     // 32 x (4096 x 6144 + 4096 x 4096) = 1.34 B, embedding + LM head 2 x 32000 x 4096 = 0.26 B.
-    // Per rank, T=3: touched experts 8 x (1 - 0.75^3) = 4.625; attention 1.34 B / 8,
-    // experts 32 x 4.625 x 176.2 M / 8, router 32 x 8 x 4096, LM head 4000 x 4096, all bf16:
-    // 6,888,357,888 B.
-    let v = check("mistralai--Mixtral-8x7B-v0.1", 6_888_357_888.0, 46.7e9);
+    // Per rank, T=3: touched experts 8 x (1 - 0.75^3) = 4.625 expected, in whole experts 5
+    // (hit at least once 4.625 -> 5, at least twice 8 x 0.15625 = 1.25 -> 1: 4 by 1 token and
+    // 1 by 2, 6 = 3 x 2 token-expert pairs); attention 1.34 B / 8, experts 32 x 5 x 176.2 M / 8,
+    // router 32 x 8 x 4096, LM head 4000 x 4096, all bf16: 7,416,840,192 B (6,888,357,888 with
+    // the 4.625 expected experts + 32 x 0.375 x 44,040,192).
+    let v = check("mistralai--Mixtral-8x7B-v0.1", 7_416_840_192.0, 46.7e9);
     let w = weights_by_kind(&v);
     assert!(w.contains_key("routed_experts") && !w.contains_key("dense_mlp"));
     assert_eq!((count(&v, "all_reduce"), count(&v, "all_gather")), (65, 1));
@@ -117,10 +119,12 @@ fn llama4_scout_has_routed_and_shared_experts() {
     // Published 109 B (with the vision encoder): routed 48 x 16 x 3 x 5120 x 8192 = 96.6 B,
     // shared 6.04 B, attention 48 x (5120 x 7168 + 5120 x 5120) = 3.02 B, embedding + LM
     // head 2 x 202048 x 5120 = 2.07 B: 107.8 B of text model.
-    // Per rank: touched 16 x (1 - (15/16)^3) = 2.816; 6,784,040,960 B (bf16).
+    // Per rank: touched 16 x (1 - (15/16)^3) = 2.816 expected, 3 whole experts (at least twice:
+    // 0.18 -> 0; 3 = 3 x 1 pairs); 6,784,040,960 B with 2.816, + 0.184 x 48 x 31,457,280 =
+    // 7,061,258,240 B (bf16).
     let v = check(
         "meta-llama--Llama-4-Scout-17B-16E-Instruct",
-        6_784_040_960.0,
+        7_061_258_240.0,
         109e9,
     );
     let w = weights_by_kind(&v);
@@ -167,8 +171,9 @@ fn gpt_oss_120b_mxfp4_is_planned_not_refused() {
     // + 4096 x 2880) = 0.96 B, embedding + LM head 2 x 201088 x 2880 = 1.16 B.
     // Per rank: attention 36 x (2880 x 640 + 512 x 2880) x 2 = 238,878,720; router
     // 36 x 128 x 2880 x 2 = 26,542,080; LM head 25136 x 2880 x 2 = 144,783,360; experts
-    // 36 x 11.629 x 3,110,400 x 0.53125 = 691,761,769: 1,101,965,929 B.
-    let v = check("openai--gpt-oss-120b", 1_101_965_929.0, 116.8e9);
+    // touched 128 x (1 - (124/128)^3) = 11.63, 12 whole experts (12 = 3 x 4 pairs):
+    // 36 x 12 x 3,110,400 x 0.53125 = 713,836,800: 1,124,040,960 B.
+    let v = check("openai--gpt-oss-120b", 1_124_040_960.0, 116.8e9);
     let w = weights_by_kind(&v);
     assert_eq!(w["attention"], 238_878_720);
     assert_eq!(w["lm_head"], 144_783_360);
@@ -182,12 +187,13 @@ fn qwen3_next_has_linear_attention_and_a_shared_expert() {
     //     o 512 -> 2048: (1536 x 2048 + 2048 x 512) x 2 = 8,388,608; x 12 = 100,663,296
     //   linear: in_proj_qkvz (2x2048 + 2x4096)/8 = 1536 rows, in_proj_ba 64/8 = 8 rows, conv
     //     (2x2048 + 4096)/8 x 4, out 4096/8 -> 2048: 4,214,784 x 2 x 36 = 303,464,448
-    //   experts: 512 of 512, top-10: touched 512 x (1 - (502/512)^3) = 29.42;
-    //     48 x 29.42 x 3 x 2048 x 64 x 2 = 1,110,487,680 (to the byte, with 29.4217)
+    //   experts: 512 of 512, top-10: touched 512 x (1 - (502/512)^3) = 29.42 expected, 29
+    //     whole experts (hit at least twice 0.58 -> 1: 28 by 1 token, 1 by 2, 30 = 3 x 10
+    //     pairs): 48 x 29 x 3 x 2048 x 64 x 2 = 1,094,713,344 (1,110,487,680 with 29.4217)
     //   shared expert (shared_expert_intermediate_size 512): 48 x 3 x 2048 x 64 x 2 = 37,748,736
     //   router 48 x 512 x 2048 x 2 = 100,663,296; LM head 18992 x 2048 x 2 = 77,791,232
-    // total 1,730,818,688 B. Published 80 B parameters (experts 48 x 512 x 3.1 M = 77.3 B).
-    let v = check("Qwen--Qwen3-Next-80B-A3B-Thinking", 1_730_818_688.0, 80e9);
+    // total 1,715,044,352 B. Published 80 B parameters (experts 48 x 512 x 3.1 M = 77.3 B).
+    let v = check("Qwen--Qwen3-Next-80B-A3B-Thinking", 1_715_044_352.0, 80e9);
     let w = weights_by_kind(&v);
     assert_eq!(w["linear_attention"], 303_464_448);
     assert_eq!(w["attention"], 100_663_296);
@@ -351,12 +357,12 @@ fn a_mixtral_config_under_a_new_type_name_is_planned_with_its_experts() {
     // Mixtral-8x7B's public config, model_type renamed (on purpose) to one the table lacks:
     // num_local_experts 8, num_experts_per_tok 2 and no moe_intermediate_size (the experts'
     // size is intermediate_size, Mixtral's form) give the same plan as the table's mixtral
-    // entry, byte for byte (6,888,357,888 B per rank by hand, see mixtral_8x7b_is_moe).
+    // entry, byte for byte (7,416,840,192 B per rank by hand, see mixtral_8x7b_is_moe).
     let (_d, p) = renamed("mistralai--Mixtral-8x7B-v0.1", "mixtral_next");
     let v = plan_file(&p);
     let known = plan("mistralai--Mixtral-8x7B-v0.1", "8");
     assert_eq!(weights_by_kind(&v), weights_by_kind(&known));
-    assert_eq!(weights_by_kind(&v).values().sum::<u64>(), 6_888_357_888);
+    assert_eq!(weights_by_kind(&v).values().sum::<u64>(), 7_416_840_192);
     assert!(weights_by_kind(&v).contains_key("routed_experts"));
     assert_eq!(v["experts_per_layer"], known["experts_per_layer"]);
     let w = warnings(&v).join(" ");
@@ -591,7 +597,7 @@ fn engine_leaves_the_schedule_hash_alone() {
             .to_string()
     };
     let base = hash(&[]);
-    assert!(base.contains("2b1bbbf5b5e1eb16"), "{base}");
+    assert!(base.contains("68ab7ed804084a5e"), "{base}");
     for extra in [
         &["--engine", "vllm"][..],
         &["--engine", "sglang", "--allreduce-fusion"],
@@ -611,16 +617,17 @@ fn deepseek_v4_flash_is_planned_as_moe_as_the_engines_read_it() {
     // FP8 blocks of 128 (1 B a weight + a 4 B scale a block), the routed experts MXFP4
     // (expert_dtype fp4: 4.25 bits a weight), router and LM head bf16. By hand, at TP=8, T=3:
     // ```text
-    // touched = lambda E, k: E * (1 - (1 - k / E) ** 3)                    # 17.58 experts
+    // touched = lambda E, k: E * (1 - (1 - k / E) ** 3)                    # 17.58 expected
+    //                      # in whole experts 18 (at least twice 0.42 -> 0; 18 = 3 x 6 pairs)
     // fp8 = lambda r, c: r*c + 4*((r+127)//128)*((c+127)//128)
     // att    = 43*(fp8(1536,4096) + fp8(4096,1024) + fp8(1024,4096) + fp8(4096,1024))
     //                                                                       # 811,795,968
     // router = 43*256*4096*2                                                # 90,177,536
-    // routed = 43*touched(256,6)*3*4096*2048/8*(4.25/8)                    # 1,263,404,844
+    // routed = 43*18*3*4096*2048/8*(4.25/8)                               # 1,293,484,032
     // shared = 43*(fp8(512,4096) + fp8(4096,256))                          # 135,299,328
     // head   = 2*(129280/8)*4096                                            # 132,382,720
     // ```
-    // 2,433,060,396 B in all. Parameters at TP=1, 43 x (attention 54,525,952 + experts
+    // 2,463,139,584 B in all. Parameters at TP=1, 43 x (attention 54,525,952 + experts
     // 256 x 3 x 4096 x 2048 + shared 3 x 4096 x 2048 + router 256 x 4096) + 2 x 129280 x 4096
     // = 283.8 B; the model card publishes 284 B total (13 B active).
     let p = config("deepseek-ai--DeepSeek-V4-Flash");
@@ -631,7 +638,7 @@ fn deepseek_v4_flash_is_planned_as_moe_as_the_engines_read_it() {
     assert_eq!(w["shared_experts"], 135_299_328);
     assert_eq!(w["lm_head"], 132_382_720);
     let routed = w["routed_experts"] as f64;
-    assert!((routed - 1_263_404_844.0).abs() < 2.0, "{routed}");
+    assert!((routed - 1_293_484_032.0).abs() < 2.0, "{routed}");
     assert!(!w.contains_key("dense_mlp"), "every layer is MoE: {w:?}");
     // 1 + 2 x 43 all-reduces, the logits' all-gather of 129280 / 8 x 3 elements
     assert_eq!((count(&v, "all_reduce"), count(&v, "all_gather")), (87, 1));

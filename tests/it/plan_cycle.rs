@@ -320,3 +320,78 @@ fn cycle_flags_refused_where_they_mean_nothing() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// `--draft-config`: an EAGLE-3 head's own config (a one-layer Llama config with
+/// `draft_vocab_size`, sized as Kimi's heads are published: 64 heads, 8 KV heads of 128, MLP
+/// 18,432) and a DFlash drafter's (a Qwen3 config of 5 layers reading 5 target layers).
+#[test]
+fn draft_configs_give_the_drafters_shape() {
+    let d = tempfile::tempdir().unwrap();
+    let eagle = d.path().join("eagle3.json");
+    std::fs::write(
+        &eagle,
+        r#"{"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+            "hidden_size": 7168, "num_hidden_layers": 1, "num_attention_heads": 64,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 18432,
+            "vocab_size": 163840, "draft_vocab_size": 32000, "tie_word_embeddings": false}"#,
+    )
+    .unwrap();
+    let j = cycle(
+        "moonshotai--Kimi-K2.5",
+        &["--draft-config", eagle.to_str().unwrap()],
+    );
+    // the midlayer's qkv reads 2H (llama_eagle3.py): (64/8 x 128 + 1 x 2 x 128) = 1280 rows
+    // x 14,336, o 7168 x 1024, bf16; the fc 3H -> H only in the first forward; the LM head
+    // 32,000 / 8 rows
+    let first = &j["draft"][0];
+    assert_eq!(
+        bytes_of(first, "attention"),
+        2 * (1280 * 14_336 + 7168 * 1024)
+    );
+    assert_eq!(bytes_of(first, "draft_fc"), 2 * 7168 * 21_504);
+    assert_eq!(bytes_of(&j["draft"][1], "draft_fc"), 0);
+    assert_eq!(bytes_of(first, "lm_head"), 2 * 4000 * 7168);
+    let notes = j["drafter_notes"].to_string();
+    assert!(notes.contains("--draft-config"), "{notes}");
+    // draft_vocab_size is read, not named as a key nobody understood
+    assert!(!notes.contains("not understood"), "{notes}");
+
+    let dflash = d.path().join("dflash.json");
+    std::fs::write(
+        &dflash,
+        r#"{"architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+            "hidden_size": 7168, "num_hidden_layers": 5, "num_attention_heads": 64,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 18432,
+            "vocab_size": 163840, "block_size": 8,
+            "dflash_config": {"target_layer_ids": [1, 15, 30, 45, 59], "mask_token_id": 1}}"#,
+    )
+    .unwrap();
+    let j = cycle(
+        "moonshotai--Kimi-K2.5",
+        &[
+            "--drafter",
+            "block",
+            "--draft-steps",
+            "7",
+            "--concurrency",
+            "8",
+            "--draft-config",
+            dflash.to_str().unwrap(),
+        ],
+    );
+    // one forward of 8 x (7 + 1) = 64 positions: 1 + 2 x 5 all-reduces, the target's logits
+    let b = &j["draft"][0];
+    assert_eq!(j["draft"].as_array().unwrap().len(), 1);
+    assert_eq!(b["tokens"], 64);
+    assert_eq!(collectives(b, "all_reduce").len(), 11);
+    assert_eq!(collectives(b, "all_gather"), [64 * 163_840 / 8 * 2]);
+    // fc over 5 target layers: 7168 x 35,840 bf16, replicated
+    assert_eq!(bytes_of(b, "draft_fc"), 2 * 7168 * 35_840);
+    // a tree of 8 tokens per request in the verify
+    let t = cycle(
+        "moonshotai--Kimi-K2.5",
+        &["--tree-tokens", "8", "--concurrency", "2"],
+    );
+    assert_eq!(t["verify"]["tokens"], 16);
+    assert_eq!(t["verify_tokens"], 8);
+}

@@ -24,16 +24,18 @@ pub(crate) const PARTIAL_STRIDE: usize = MAX_STREAM_TOKENS;
 pub(crate) const CUDA_CORE_MAX_TOKENS: usize = 16;
 /// Up to this many tokens a streaming launch runs on the CUDA cores, above it on the tensor
 /// cores (where the GPU has bf16 tensor cores, compute capability 8.0 and newer). Measured on an
-/// H200, the CUDA-core kernel streams at 103-106% of the copy bandwidth (read + write) from 1 to
-/// 8 tokens (results/h200x1/bandwidth-ab-aaacb07-c25d825/summary.txt); past 8 its 8 x T
-/// multiply-adds per 16-byte load approach the CUDA cores' rate (at 16 tokens, by the datasheet,
-/// an H100 SXM needs 80% of its fp32 peak, 26.8 of 33.5 T multiply-adds/s, to keep up with its
-/// 3.35 TB/s). `bandwidth` times both kernels at 1-16 tokens: the measurement decides.
-pub(crate) const CUDA_CORE_AUTO_TOKENS: usize = 8;
+/// H100 (3 runs of `bandwidth --tokens 1,2,3,4,6,8,10,12,14,16 --op-sizes 1M`, best passes, GB/s),
+/// the CUDA-core kernel was ahead at 6, 8 and 10 tokens by less than 1% but in every run, its
+/// range above the tensor cores' (T=8: 3082 against 3047-3062; T=10: 3074-3075 against
+/// 3049-3064), and behind from 12 (2901-2904 against 3048-3054; 2605-2612 against 3047-3057 at
+/// 16): its 8 x T multiply-adds per 16-byte load reach the CUDA cores' rate between 10 and 12
+/// tokens. 11 was not measured; it goes to the tensor cores, whose rate does not depend on the
+/// count below the knee. `bandwidth` times both kernels at 1-16 tokens: the measurement decides.
+pub(crate) const CUDA_CORE_AUTO_TOKENS: usize = 10;
 /// Threads per block of every streaming kernel (THREADS in both sources).
 const THREADS: u32 = 256;
-/// 16-byte vectors per stage of `stream_mma` (STAGE_VECS): 8 KB, one cp.async per thread twice.
-const STAGE_VECS: u64 = 512;
+/// 16-byte vectors per stage of `stream_mma` (STAGE_VECS): 16 KB, four cp.async per thread.
+const STAGE_VECS: u64 = 1024;
 /// The token tiles per warp of `stream_mma_MW` (MW = 1..=MMA_WIDTHS).
 const MMA_WIDTHS: usize = 8;
 /// Flops of one mma.sync m16n8k16: 2 x 16 x 8 x 16.
@@ -135,7 +137,7 @@ pub(crate) struct Kernels {
 impl Kernels {
     /// Compiles `kernels/stream.cu` (and `kernels/stream_mma.cu` where the GPU has bf16 tensor
     /// cores) for `gpu`'s architecture and loads them; streaming launches are plain launches.
-    pub fn load(gpu: &Gpu) -> anyhow::Result<Kernels> {
+    pub(crate) fn load(gpu: &Gpu) -> anyhow::Result<Kernels> {
         Kernels::load_with(gpu, false)
     }
 
@@ -324,7 +326,7 @@ impl Kernels {
     /// writing per-block partial sums to `partial` (blocks x [`PARTIAL_STRIDE`] floats), on the
     /// kernel [`Kernels::kernel_for`] picks.
     #[allow(clippy::too_many_arguments)]
-    pub fn stream(
+    pub(crate) fn stream(
         &self,
         gpu: &Gpu,
         pool: &Pool,
@@ -745,6 +747,13 @@ mod tests {
         }
         assert_eq!(define(STREAM_SRC, "MAXT"), CUDA_CORE_MAX_TOKENS);
         assert_eq!(define(STREAM_MMA_SRC, "STAGE_VECS"), STAGE_VECS as usize);
+        // each warp takes an even count of a stage's 32-vector tiles (its loop takes two a
+        // turn): TILES / (8 warps / groups) for 1, 2 and 4 groups
+        let tiles = STAGE_VECS as usize / 32;
+        for groups in [1, 2, 4] {
+            assert_eq!(tiles % (8 / groups), 0);
+            assert_eq!((tiles / (8 / groups)) % 2, 0, "{groups} groups");
+        }
         // one stream_mma_MW (and its PDL twin) per width
         for w in 1..=MMA_WIDTHS {
             assert!(

@@ -38,7 +38,7 @@ impl Pool {
     }
 
     /// Allocates `bytes` (rounded down to a power of two) of weights of varied bits, for timing.
-    pub fn new(gpu: &Gpu, bytes: u64) -> anyhow::Result<Pool> {
+    pub(crate) fn new(gpu: &Gpu, bytes: u64) -> anyhow::Result<Pool> {
         Pool::with(gpu, bytes, Fill::Timing)
     }
 
@@ -72,7 +72,7 @@ impl Pool {
     /// a vector and from one vector to the next (vector v holds `(j + 11v) % 7 + 1 = (j + 4v) % 7 + 1`
     /// at element j, within a period of 2^20 elements), so that a vector read twice or in the wrong place
     /// changes the sums.
-    pub fn exact_weight(e: u64) -> f32 {
+    pub(crate) fn exact_weight(e: u64) -> f32 {
         let e = e % PERIOD;
         ((e + 3 * (e / 8)) % 7 + 1) as f32
     }
@@ -107,7 +107,7 @@ pub(crate) fn lane_of(kernel: StreamKernel, i: u64, j: u64) -> usize {
 /// activation rows `act` (tokens x 8): the sum over every weight of weight x the activation of
 /// its lane ([`lane_of`]). The weights are first summed per lane (exact in f64: integers), so
 /// that the cost is that of one pass over the weights whatever the token count.
-pub fn reference(
+pub(crate) fn reference(
     kernel: StreamKernel,
     pool_vecs: u64,
     start: u64,

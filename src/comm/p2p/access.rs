@@ -23,7 +23,7 @@ use super::sysfs::{self, Platform};
 /// What one probe of an ordered pair saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
-pub enum Probe {
+pub(crate) enum Probe {
     /// The flag and every word read back through the mapping, and lay in the peer's memory.
     Ok,
     /// The flag read back, but words differed: `through_mapping` as the writer read them back,
@@ -41,12 +41,12 @@ pub enum Probe {
 }
 
 impl Probe {
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         *self == Probe::Ok
     }
 
     /// What went wrong, in words ("" when nothing did).
-    pub fn describe(&self, bound_ms: u64) -> String {
+    pub(crate) fn describe(&self, bound_ms: u64) -> String {
         match self {
             Probe::Ok => String::new(),
             Probe::Wrong {
@@ -67,18 +67,18 @@ impl Probe {
 
 /// One ordered pair: GPU `from` writes into GPU `to`'s memory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PairCheck {
-    pub from: usize,
-    pub to: usize,
-    pub from_bus: String,
-    pub to_bus: String,
-    pub probe: Probe,
+pub(crate) struct PairCheck {
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    pub(crate) from_bus: String,
+    pub(crate) to_bus: String,
+    pub(crate) probe: Probe,
     /// Read from this boot's cache rather than probed now.
-    pub cached: bool,
+    pub(crate) cached: bool,
 }
 
 /// How long the probe kernel waits for its flag on the device, and the host for the kernel.
-pub const PROBE_BOUND_MS: u64 = 200;
+pub(crate) const PROBE_BOUND_MS: u64 = 200;
 pub(crate) const PROBE_DEADLINE_MS: u64 = 5000;
 
 /// The cache's file: the probes of one boot and driver.
@@ -98,7 +98,7 @@ struct CachedPair {
 
 /// The probes of this boot (see the module doc). Without a boot id nothing is cached.
 #[derive(Debug, Clone)]
-pub struct AccessCache {
+pub(crate) struct AccessCache {
     path: PathBuf,
     file: CacheFile,
     /// A boot id was found: entries may be read and written.
@@ -110,7 +110,7 @@ pub(crate) const CACHE_FILE: &str = "p2p-access.json";
 
 /// The folder of the cache: `$XDG_CACHE_HOME/verifybench`, `$HOME/.cache/verifybench`, or the
 /// temp folder's `verifybench-cache` where neither is set.
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     let env = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
@@ -124,7 +124,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// The boot id under `root` (`proc/sys/kernel/random/boot_id`), trimmed.
-pub fn boot_id(root: &Path) -> Option<String> {
+pub(crate) fn boot_id(root: &Path) -> Option<String> {
     std::fs::read_to_string(root.join("proc/sys/kernel/random/boot_id"))
         .ok()
         .map(|s| s.trim().to_string())
@@ -135,7 +135,7 @@ impl AccessCache {
     /// The cache in `dir` for this boot and driver: the file's entries when it was written in
     /// the same boot with the same driver, none otherwise (a file of another boot is stale and
     /// is replaced at the next save).
-    pub fn open(dir: &Path, boot_id: Option<String>, driver: &str) -> AccessCache {
+    pub(crate) fn open(dir: &Path, boot_id: Option<String>, driver: &str) -> AccessCache {
         let path = dir.join(CACHE_FILE);
         let usable = boot_id.is_some();
         let boot_id = boot_id.unwrap_or_default();
@@ -155,17 +155,17 @@ impl AccessCache {
     }
 
     /// The cache of this machine: [`cache_dir`], the boot id of `/`, the driver's version.
-    pub fn here() -> AccessCache {
+    pub(crate) fn here() -> AccessCache {
         let driver = crate::comm::device::driver_version().unwrap_or_default();
         AccessCache::open(&cache_dir(), boot_id(Path::new("/")), &driver)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The cached outcome of `from_bus` writing into `to_bus`, if this boot probed it.
-    pub fn get(&self, from_bus: &str, to_bus: &str) -> Option<&Probe> {
+    pub(crate) fn get(&self, from_bus: &str, to_bus: &str) -> Option<&Probe> {
         if !self.usable {
             return None;
         }
@@ -177,7 +177,7 @@ impl AccessCache {
     }
 
     /// Every cached pair, for `env`: (from, to, outcome).
-    pub fn entries(&self) -> Vec<(String, String, Probe)> {
+    pub(crate) fn entries(&self) -> Vec<(String, String, Probe)> {
         if !self.usable {
             return vec![];
         }
@@ -203,7 +203,7 @@ impl AccessCache {
     /// of this boot wrote meanwhile. A probe that could not run (`Failed`: no NVRTC, a driver
     /// call refused) says nothing about the platform and is not kept. A cache that cannot be
     /// written is only a cost: the error is returned for a note, never fatal.
-    pub fn record(&mut self, new: &[(String, String, Probe)]) -> anyhow::Result<()> {
+    pub(crate) fn record(&mut self, new: &[(String, String, Probe)]) -> anyhow::Result<()> {
         let new: Vec<&(String, String, Probe)> = new
             .iter()
             .filter(|(_, _, p)| !matches!(p, Probe::Failed { .. }))
@@ -231,13 +231,14 @@ impl AccessCache {
 }
 
 fn read_cache(path: &Path) -> Option<CacheFile> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    let bytes = crate::util::read::read(path, "peer-access cache", crate::util::read::P2P_CACHE);
+    serde_json::from_slice(&bytes.ok()?).ok()
 }
 
 /// Every ordered pair of distinct GPUs among `gpus` (ordinal, PCI bus id), from the cache or
 /// probed now with `probe(from, to)`; new outcomes are written to the cache. The same GPU twice
 /// (virtual ranks) needs no peer path and is skipped.
-pub fn check_pairs(
+pub(crate) fn check_pairs(
     gpus: &[(usize, String)],
     cache: &mut AccessCache,
     mut probe: impl FnMut(usize, usize) -> Probe,
@@ -284,7 +285,7 @@ pub fn check_pairs(
 /// The refusal of the P2P all-reduces when a pair failed, or `None`: every failed pair named
 /// (GPU and bus ids, what the probe saw), the likely causes from `platform` (the GPUs in the
 /// order of `buses`), and where the cached outcome lives.
-pub fn refusal(
+pub(crate) fn refusal(
     checks: &[PairCheck],
     platform: &Platform,
     buses: &[String],

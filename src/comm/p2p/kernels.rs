@@ -5,7 +5,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::{Build, Impl, MAX_RANKS, THREADS};
-pub use crate::comm::compile::ALLREDUCE_SRC;
+pub(crate) use crate::comm::compile::ALLREDUCE_SRC;
 use crate::comm::device::Gpu;
 use crate::model::DType;
 
@@ -13,14 +13,14 @@ use crate::model::DType;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PeersArg {
-    pub base: [u64; MAX_RANKS],
-    pub capacity: u64,
-    pub timeout_ns: u64,
-    pub rank: u32,
-    pub nranks: u32,
+    pub(crate) base: [u64; MAX_RANKS],
+    pub(crate) capacity: u64,
+    pub(crate) timeout_ns: u64,
+    pub(crate) rank: u32,
+    pub(crate) nranks: u32,
     /// Device address of the connection's stop word (pinned host memory mapped into the
     /// device; see `StopWord` in peer.rs), 0 for none.
-    pub stop: u64,
+    pub(crate) stop: u64,
 }
 
 // SAFETY: PeersArg is repr(C), Copy, and its layout is the kernel's `struct Peers` (8 x u64,
@@ -37,8 +37,8 @@ pub(crate) struct P2pKernels {
     barrier: CudaFunction,
     probe: CudaFunction,
     /// Blocks of THREADS threads one SM runs at once (the smaller of the two kernels').
-    pub blocks_per_sm: u32,
-    pub sms: u32,
+    pub(crate) blocks_per_sm: u32,
+    pub(crate) sms: u32,
 }
 
 /// Threads of the barrier's one block: the waiters (one per peer) and the poller (POLLER).
@@ -73,7 +73,7 @@ fn dtype_index(d: DType) -> usize {
 }
 
 impl P2pKernels {
-    pub fn load(gpu: &Gpu, build: Build) -> anyhow::Result<P2pKernels> {
+    pub(crate) fn load(gpu: &Gpu, build: Build) -> anyhow::Result<P2pKernels> {
         let ctx = gpu.context();
         let (major, minor) = gpu.compute_capability()?;
         let arch = crate::comm::compile::arch(major, minor)?;
@@ -116,14 +116,14 @@ impl P2pKernels {
     }
 
     /// Blocks of these kernels this GPU holds at once ([`resident_blocks`]).
-    pub fn resident(&self) -> u32 {
+    pub(crate) fn resident(&self) -> u32 {
         let mps = std::env::var("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").ok();
         resident_blocks(self.blocks_per_sm, self.sms, mps.as_deref())
     }
 
     /// Enqueues one call of `imp` over `grid` blocks.
     #[allow(clippy::too_many_arguments)]
-    pub fn launch(
+    pub(crate) fn launch(
         &self,
         gpu: &Gpu,
         imp: Impl,
@@ -161,7 +161,7 @@ impl P2pKernels {
     }
 
     /// Enqueues the barrier kernel (one block).
-    pub fn barrier(&self, gpu: &Gpu, arg: &PeersArg) -> anyhow::Result<()> {
+    pub(crate) fn barrier(&self, gpu: &Gpu, arg: &PeersArg) -> anyhow::Result<()> {
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (BARRIER_THREADS, 1, 1),
@@ -180,7 +180,7 @@ impl P2pKernels {
     /// Enqueues the access probe (one block of 64 threads): writes through `peer` (a mapping
     /// of another GPU's memory, PROBE_WORDS + 1 words), reads back, and leaves two words in
     /// `out` (this GPU's memory): wrong words, 1 (flag seen) or 2 (never seen).
-    pub fn probe(
+    pub(crate) fn probe(
         &self,
         gpu: &Gpu,
         peer: CUdeviceptr,
@@ -221,7 +221,7 @@ const STRESS_THREADS: u32 = 256;
 const STRESS_BLOCKS: u64 = 64;
 
 impl StressKernels {
-    pub fn load(gpu: &Gpu) -> anyhow::Result<StressKernels> {
+    pub(crate) fn load(gpu: &Gpu) -> anyhow::Result<StressKernels> {
         let (major, minor) = gpu.compute_capability()?;
         let arch = crate::comm::compile::arch(major, minor)?;
         let ptx =
@@ -275,7 +275,7 @@ impl StressKernels {
     /// Enqueues the fill of `count` elements of rank `rank`'s input of salt `ctr[0] + j` at
     /// `input`, and the poisoning of `output` when it is another buffer.
     #[allow(clippy::too_many_arguments)]
-    pub fn fill(
+    pub(crate) fn fill(
         &self,
         gpu: &Gpu,
         dtype: DType,
@@ -307,7 +307,7 @@ impl StressKernels {
     /// ranks of salt `ctr[0] + j`, counting into `counts` (5 u64: wrong, checked, first wrong
     /// call's salt + 1, its element, its bits).
     #[allow(clippy::too_many_arguments)]
-    pub fn check(
+    pub(crate) fn check(
         &self,
         gpu: &Gpu,
         dtype: DType,
@@ -336,7 +336,7 @@ impl StressKernels {
     }
 
     /// Enqueues a delay of about `ns` nanoseconds on the rank's stream.
-    pub fn delay(&self, gpu: &Gpu, ns: u64) -> anyhow::Result<()> {
+    pub(crate) fn delay(&self, gpu: &Gpu, ns: u64) -> anyhow::Result<()> {
         let mut b = gpu.cuda_stream().launch_builder(&self.delay);
         b.arg(&ns);
         // SAFETY: `stress_delay(u64 ns)` takes this one argument and touches no memory.
@@ -346,7 +346,7 @@ impl StressKernels {
     }
 
     /// Enqueues `ctr[0] += calls`.
-    pub fn advance(&self, gpu: &Gpu, ctr: CUdeviceptr, calls: u32) -> anyhow::Result<()> {
+    pub(crate) fn advance(&self, gpu: &Gpu, ctr: CUdeviceptr, calls: u32) -> anyhow::Result<()> {
         let mut b = gpu.cuda_stream().launch_builder(&self.advance);
         b.arg(&ctr).arg(&calls);
         // SAFETY: `stress_advance(u64* ctr, u32 calls)`; `ctr` is one live u64 of this context.

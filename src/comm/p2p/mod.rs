@@ -32,27 +32,27 @@
 //! [`virtual_ranks`] proves the protocol on one GPU (N workspaces, N streams, resident grids), and
 //! [`stress`] tries to break it there (random skew, sizes, interleaving; negative controls).
 
-pub mod access;
-pub mod kernels;
+pub(crate) mod access;
+pub(crate) mod kernels;
 mod mem;
-pub mod peer;
+pub(crate) mod peer;
 mod probe;
-pub mod stress;
-pub mod sysfs;
-pub mod virtual_ranks;
+pub(crate) mod stress;
+pub(crate) mod sysfs;
+pub(crate) mod virtual_ranks;
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::model::DType;
 
-pub use crate::record::vocab::Impl;
-pub use peer::{
+pub(crate) use crate::record::vocab::Impl;
+pub(crate) use peer::{
     check_topology, file_exchange, InProcessExchange, P2pAllReduce, P2pUnavailable, Workspace,
 };
-pub use probe::check_access;
+pub(crate) use probe::check_access;
 pub(crate) use virtual_ranks::virtual_rank_shapes;
-pub use virtual_ranks::{virtual_rank_checks, virtual_rank_timings, Check, VirtualTiming};
+pub(crate) use virtual_ranks::{virtual_rank_checks, virtual_rank_timings};
 
 /// The bus-bandwidth factor of `op` over `n` ranks on `imp`: busbw = algbw x factor, where the
 /// factor is the bytes each rank moves over its links per byte of the message (nccl-tests'
@@ -111,7 +111,7 @@ const VECTORS_PER_THREAD: u64 = 2;
 /// Which build of kernels/allreduce.cu a connection runs: the real kernels, or (the stress
 /// test's negative controls, selftest only) a build with a bug the stress test must catch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Build {
+pub(crate) enum Build {
     #[default]
     Real,
     /// The real protocol with a rank pausing now and then between a wait and its reads
@@ -135,7 +135,7 @@ impl Build {
         }
     }
 
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Build::Real => "the real kernels",
             Build::Jitter => "the real kernels with read-phase pauses",
@@ -147,15 +147,15 @@ impl Build {
 
 /// Settings every rank of one group must share (they are checked at connect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct P2pConfig {
+pub(crate) struct P2pConfig {
     /// Largest message in bytes (the size of one staging half).
-    pub capacity: usize,
+    pub(crate) capacity: usize,
     /// Most blocks of one call (at most [`MAX_BLOCKS`]).
-    pub max_blocks: u32,
+    pub(crate) max_blocks: u32,
     /// Bound of every wait for a peer's signal: half a run's `--timeout`.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// The kernels' build: [`Build::Real`] but in the stress test (pauses, negative controls).
-    pub build: Build,
+    pub(crate) build: Build,
 }
 
 impl Default for P2pConfig {
@@ -180,7 +180,7 @@ impl P2pConfig {
         DATA_OFF + 3 * self.staging_bytes()
     }
 
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
         if self.max_blocks == 0 || self.max_blocks > MAX_BLOCKS {
             crate::usage_bail!(
                 "P2P all-reduce: max_blocks {} is outside 1..={MAX_BLOCKS}",
@@ -231,7 +231,7 @@ pub(crate) fn per_vector(dtype: DType) -> u64 {
 /// Blocks of one call: one per 1024 vectors (16 KiB) of the work one block's partition holds,
 /// at least one, at most `max_blocks`. Every rank computes the same number (it decides which
 /// flag slots and staging regions a block uses), from values every rank shares.
-pub fn blocks(imp: Impl, count: usize, dtype: DType, nranks: usize, max_blocks: u32) -> u32 {
+pub(crate) fn blocks(imp: Impl, count: usize, dtype: DType, nranks: usize, max_blocks: u32) -> u32 {
     let nvec = count as u64 / per_vector(dtype);
     let units = match imp {
         Impl::TwoShot => nvec.div_ceil(nranks.max(1) as u64),
@@ -243,26 +243,26 @@ pub fn blocks(imp: Impl, count: usize, dtype: DType, nranks: usize, max_blocks: 
 
 /// A wait that ran out: rank `silent` never signalled rank `rank`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignalTimeout {
-    pub rank: usize,
-    pub silent: usize,
+pub(crate) struct SignalTimeout {
+    pub(crate) rank: usize,
+    pub(crate) silent: usize,
     /// Device of the waiting rank and of the silent one.
-    pub gpu: usize,
-    pub silent_gpu: usize,
+    pub(crate) gpu: usize,
+    pub(crate) silent_gpu: usize,
     /// Flag round (0 copy-in, 1 two-shot all-gather, 2 barrier).
-    pub round: u32,
+    pub(crate) round: u32,
     /// The call's epoch (1 for the first call of a workspace).
-    pub call: u64,
-    pub block: u32,
-    pub timeout: Duration,
+    pub(crate) call: u64,
+    pub(crate) block: u32,
+    pub(crate) timeout: Duration,
     /// Calls the silent rank's block of this index had entered when the wait ran out: fewer
     /// than `call` means its kernel of this call never started; as many, it waited in it too.
-    pub entered: u64,
+    pub(crate) entered: u64,
 }
 
 impl SignalTimeout {
     /// Decodes the error words a kernel wrote, or `None` when they hold no error.
-    pub fn decode(
+    pub(crate) fn decode(
         words: [u32; ERROR_WORDS],
         rank: usize,
         devices: &[usize],

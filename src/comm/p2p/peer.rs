@@ -90,14 +90,14 @@ impl Drop for StopWord {
 
 /// Why the P2P implementations cannot run on these GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct P2pUnavailable {
-    pub reason: String,
+pub(crate) struct P2pUnavailable {
+    pub(crate) reason: String,
 }
 
 impl P2pUnavailable {
     /// The line to print when `imps` are skipped for this reason, e.g. "GPU 0 cannot access
     /// GPU 1 (P2P disabled or across sockets without P2P): oneshot, twoshot skipped".
-    pub fn skipped(&self, imps: &[Impl]) -> String {
+    pub(crate) fn skipped(&self, imps: &[Impl]) -> String {
         let names: Vec<&str> = imps
             .iter()
             .filter(|i| i.is_p2p())
@@ -143,7 +143,7 @@ pub(super) fn p2p_disabled(value: Option<String>) -> Option<P2pUnavailable> {
 /// Whether every pair of `devices` can reach each other's memory (the same device twice, as
 /// with virtual ranks, needs no peer access). Call it before starting ranks to decide which
 /// implementations to skip; `connect` checks the same again.
-pub fn check_topology(devices: &[usize]) -> Result<(), P2pUnavailable> {
+pub(crate) fn check_topology(devices: &[usize]) -> Result<(), P2pUnavailable> {
     if !(2..=MAX_RANKS).contains(&devices.len()) {
         return Err(P2pUnavailable {
             reason: format!(
@@ -179,28 +179,28 @@ pub fn check_topology(devices: &[usize]) -> Result<(), P2pUnavailable> {
 
 /// What one rank publishes about its workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Handle {
-    pub host: u64,
-    pub pid: u32,
+pub(crate) struct Handle {
+    pub(crate) host: u64,
+    pub(crate) pid: u32,
     /// A random number of the publishing process ([`process_nonce`]): beside the PID it tells
     /// two processes apart whose PIDs are equal in different PID namespaces (containers).
-    pub nonce: u64,
-    pub device: u32,
-    pub rank: u32,
-    pub nranks: u32,
-    pub capacity: u64,
-    pub max_blocks: u32,
-    pub timeout_ns: u64,
-    pub ptr: u64,
+    pub(crate) nonce: u64,
+    pub(crate) device: u32,
+    pub(crate) rank: u32,
+    pub(crate) nranks: u32,
+    pub(crate) capacity: u64,
+    pub(crate) max_blocks: u32,
+    pub(crate) timeout_ns: u64,
+    pub(crate) ptr: u64,
     /// The CUDA IPC handle, when the driver gave one.
-    pub ipc: Option<[u8; 64]>,
+    pub(crate) ipc: Option<[u8; 64]>,
 }
 
 const MAGIC: &[u8; 8] = b"VBP2P002";
 const HANDLE_BYTES: usize = 8 + 8 + 4 * 5 + 8 + 8 + 8 + 4 + 64 + 8;
 
 impl Handle {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(HANDLE_BYTES);
         v.extend_from_slice(MAGIC);
         v.extend_from_slice(&self.host.to_le_bytes());
@@ -222,7 +222,7 @@ impl Handle {
         v
     }
 
-    pub fn decode(b: &[u8]) -> anyhow::Result<Handle> {
+    pub(crate) fn decode(b: &[u8]) -> anyhow::Result<Handle> {
         if b.len() != HANDLE_BYTES || &b[..8] != MAGIC {
             anyhow::bail!(
                 "not a P2P workspace handle of this verifybench ({} bytes)",
@@ -265,7 +265,7 @@ fn host_id() -> u64 {
 }
 
 /// This rank's workspace before the ranks are connected.
-pub struct Workspace {
+pub(crate) struct Workspace {
     mem: DeviceMem,
     rank: usize,
     nranks: usize,
@@ -276,7 +276,12 @@ pub struct Workspace {
 impl Workspace {
     /// Allocates and zeroes the workspace of `rank` of `nranks` on `gpu`. The control words are
     /// zero before this returns, so a peer that learns the address can signal at once.
-    pub fn new(gpu: &Gpu, rank: usize, nranks: usize, cfg: P2pConfig) -> anyhow::Result<Workspace> {
+    pub(crate) fn new(
+        gpu: &Gpu,
+        rank: usize,
+        nranks: usize,
+        cfg: P2pConfig,
+    ) -> anyhow::Result<Workspace> {
         cfg.validate()?;
         if !(2..=MAX_RANKS).contains(&nranks) || rank >= nranks {
             crate::usage_bail!(
@@ -301,7 +306,7 @@ impl Workspace {
     }
 
     /// The bytes that name this workspace to the other ranks (see [`super::to_hex`]).
-    pub fn export(&self) -> Vec<u8> {
+    pub(crate) fn export(&self) -> Vec<u8> {
         let mut h = cu::CUipcMemHandle_st { reserved: [0; 64] };
         // SAFETY: h is a valid out-pointer; mem.ptr is the base of a cuMemAlloc allocation.
         let r = unsafe {
@@ -328,7 +333,7 @@ impl Workspace {
     /// Connects to the peers from every rank's handle bytes (`all[r]` from rank r, this rank's
     /// own included) and loads the kernels. Same process: peer access between the contexts (or
     /// nothing, on one device); another process: CUDA IPC with lazy peer access.
-    pub fn connect(self, gpu: &Gpu, all: &[Vec<u8>]) -> anyhow::Result<P2pAllReduce> {
+    pub(crate) fn connect(self, gpu: &Gpu, all: &[Vec<u8>]) -> anyhow::Result<P2pAllReduce> {
         if all.len() != self.nranks {
             anyhow::bail!(
                 "P2P connect: {} handles for {} ranks",
@@ -471,10 +476,10 @@ fn open_ipc(gpu: &Gpu, handle: [u8; 64], me: usize, peer: usize) -> anyhow::Resu
 /// ranks of one process leave their connections to [`InProcessExchange::keep`], which frees
 /// them only once every rank thread has left.
 #[derive(Clone)]
-pub struct P2pAllReduce(Arc<Connected>);
+pub(crate) struct P2pAllReduce(Arc<Connected>);
 
 /// What a connected rank holds; shared with the graphs that captured its calls.
-pub struct Connected {
+pub(crate) struct Connected {
     kernels: P2pKernels,
     arg: PeersArg,
     devices: Vec<usize>,
@@ -493,7 +498,7 @@ impl std::ops::Deref for P2pAllReduce {
 }
 
 impl P2pAllReduce {
-    pub fn config(&self) -> &P2pConfig {
+    pub(crate) fn config(&self) -> &P2pConfig {
         &self.ws.cfg
     }
 
@@ -503,7 +508,7 @@ impl P2pAllReduce {
     }
 
     /// Blocks a call of `imp` on `count` elements uses.
-    pub fn blocks(&self, imp: Impl, count: usize, dtype: DType) -> u32 {
+    pub(crate) fn blocks(&self, imp: Impl, count: usize, dtype: DType) -> u32 {
         super::blocks(imp, count, dtype, self.ws.nranks, self.ws.cfg.max_blocks)
     }
 
@@ -511,7 +516,7 @@ impl P2pAllReduce {
     /// be the same buffer) on `gpu`'s stream. One kernel launch: no allocation, no
     /// synchronisation, no host copy, so it may be captured in a CUDA graph and replayed. Every
     /// rank must make the same sequence of calls (implementation, count, dtype).
-    pub fn enqueue(
+    pub(crate) fn enqueue(
         &self,
         gpu: &Gpu,
         imp: Impl,
@@ -574,20 +579,20 @@ impl P2pAllReduce {
     }
 
     /// Enqueues a barrier: every rank waits until every other rank has reached it.
-    pub fn barrier(&self, gpu: &Gpu) -> anyhow::Result<()> {
+    pub(crate) fn barrier(&self, gpu: &Gpu) -> anyhow::Result<()> {
         self.kernels.barrier(gpu, &self.arg)
     }
 
     /// Ends every wait of this connection's kernels, now and in later calls (they return at
     /// once): the run failed elsewhere and no peer may signal again. A store into pinned host
     /// memory: safe from any thread, whatever state the GPU is in.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.raise();
     }
 
     /// Synchronises the stream and reads the error words: the wait that timed out, if any. Not
     /// inside a capture.
-    pub fn fault(&self, gpu: &Gpu) -> anyhow::Result<Option<SignalTimeout>> {
+    pub(crate) fn fault(&self, gpu: &Gpu) -> anyhow::Result<Option<SignalTimeout>> {
         Ok(self.decode(self.error_words(gpu)?))
     }
 
@@ -616,7 +621,7 @@ impl P2pAllReduce {
 
     /// [`P2pAllReduce::fault`] as an error; a connection whose waits the host stopped fails
     /// too, saying so.
-    pub fn check(&self, gpu: &Gpu) -> anyhow::Result<()> {
+    pub(crate) fn check(&self, gpu: &Gpu) -> anyhow::Result<()> {
         let words = self.error_words(gpu)?;
         if let Some(t) = self.decode(words) {
             return Err(t.into());
@@ -638,7 +643,7 @@ impl P2pAllReduce {
 /// when the last holder of the exchange drops it, i.e. once every rank thread has left (the
 /// launcher holds one and drops it after joining them; a thread it could not join holds one
 /// until it ends).
-pub struct InProcessExchange {
+pub(crate) struct InProcessExchange {
     slots: Mutex<Vec<Option<Vec<u8>>>>,
     cv: Condvar,
     kept: Mutex<Vec<P2pAllReduce>>,
@@ -647,7 +652,7 @@ pub struct InProcessExchange {
 }
 
 impl InProcessExchange {
-    pub fn new(nranks: usize) -> Arc<InProcessExchange> {
+    pub(crate) fn new(nranks: usize) -> Arc<InProcessExchange> {
         Arc::new(InProcessExchange {
             slots: Mutex::new(vec![None; nranks]),
             cv: Condvar::new(),
@@ -720,7 +725,7 @@ impl InProcessExchange {
 /// Exchanges handle bytes through files in `dir` (a folder every rank of the job sees): rank r
 /// writes `p2p-<token>-rank<r>.hex` (temp and rename, so a reader never sees half a file) and
 /// waits, at most `timeout`, for every other rank's. `token` tells jobs sharing a folder apart.
-pub fn file_exchange(
+pub(crate) fn file_exchange(
     dir: &Path,
     token: &str,
     rank: usize,
@@ -738,13 +743,16 @@ pub fn file_exchange(
     got[rank] = Some(mine.to_vec());
     loop {
         for (r, slot) in got.iter_mut().enumerate() {
-            if slot.is_none() {
-                if let Ok(text) = std::fs::read_to_string(path(r)) {
-                    *slot = Some(
-                        super::from_hex(&text)
-                            .map_err(|e| anyhow::anyhow!("{}: {e}", path(r).display()))?,
-                    );
-                }
+            if slot.is_none() && path(r).exists() {
+                // written by temp and rename: a file that exists is whole
+                let what = format!("rank {r}'s P2P handle file");
+                let bytes =
+                    crate::util::read::read(&path(r), &what, crate::util::read::P2P_HANDLES)?;
+                let text = String::from_utf8_lossy(&bytes);
+                *slot = Some(
+                    super::from_hex(&text)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", path(r).display()))?,
+                );
             }
         }
         if got.iter().all(Option::is_some) {

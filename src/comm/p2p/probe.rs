@@ -111,7 +111,7 @@ fn refuse(checks: &[PairCheck], buses: &[String], cache: &AccessCache) -> anyhow
 /// with a usage error (exit 2) naming it and its likely causes. Virtual ranks (one GPU) need
 /// no check. Returns every pair's outcome and the notes to print (pairs probed now, a cache
 /// that could not be written).
-pub fn check_access(devices: &[usize]) -> anyhow::Result<(Vec<PairCheck>, Vec<String>)> {
+pub(crate) fn check_access(devices: &[usize]) -> anyhow::Result<(Vec<PairCheck>, Vec<String>)> {
     let mut distinct = devices.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
@@ -247,14 +247,14 @@ pub(super) fn check_resident(
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Residency {
     /// Ranks on the GPU.
-    pub ranks: u32,
-    pub max_blocks: u32,
+    pub(crate) ranks: u32,
+    pub(crate) max_blocks: u32,
     /// Blocks the GPU holds at once ([`super::kernels::resident_blocks`]).
-    pub resident: u32,
-    pub blocks_per_sm: u32,
-    pub sms: u32,
+    pub(crate) resident: u32,
+    pub(crate) blocks_per_sm: u32,
+    pub(crate) sms: u32,
     /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` is set.
-    pub mps: bool,
+    pub(crate) mps: bool,
 }
 
 impl Residency {

@@ -106,13 +106,13 @@ pub(crate) enum Layout {
 /// One call of the plan, the same on every rank but its delay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Call {
-    pub op: Op,
-    pub dtype: DType,
+    pub(crate) op: Op,
+    pub(crate) dtype: DType,
     /// Elements (a barrier carries one it does not use).
-    pub count: usize,
-    pub layout: Layout,
+    pub(crate) count: usize,
+    pub(crate) layout: Layout,
     /// Per rank, the delay before the call on the device, ns.
-    pub delay_ns: Vec<u32>,
+    pub(crate) delay_ns: Vec<u32>,
 }
 
 /// xorshift64*: a small generator with a fixed seed.
@@ -337,14 +337,14 @@ impl Bench {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Outcome {
     /// Wrong elements over all ranks.
-    pub wrong: u64,
+    pub(crate) wrong: u64,
     /// Ranks whose checked count differs from the plan's.
-    pub short: Vec<usize>,
+    pub(crate) short: Vec<usize>,
     /// The first wrong element a rank saw: (rank, salt, element, bits).
-    pub first: Option<(usize, u64, u64, u64)>,
-    pub calls: usize,
+    pub(crate) first: Option<(usize, u64, u64, u64)>,
+    pub(crate) calls: usize,
     /// Elements each rank checked, as the plan says.
-    pub elements: u64,
+    pub(crate) elements: u64,
 }
 
 impl Outcome {
@@ -387,13 +387,13 @@ pub(crate) fn judge(counts: &[[u64; 5]], elements: u64, calls: usize) -> Outcome
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Knobs {
     /// Batches in flight; `None`: no bound.
-    pub ahead: Option<usize>,
+    pub(crate) ahead: Option<usize>,
     /// Wait on each rank's stream in turn (`wait=sync`).
-    pub sync: bool,
-    pub ranks: Option<usize>,
-    pub blocks: Option<u32>,
+    pub(crate) sync: bool,
+    pub(crate) ranks: Option<usize>,
+    pub(crate) blocks: Option<u32>,
     /// Bound of every wait, seconds (`timeout=S`; [`TIMEOUT`] otherwise).
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
 impl Knobs {
@@ -503,7 +503,7 @@ fn name_of(devices: &[usize]) -> String {
 /// The stress checks for `devices` (see the module doc): one rank per GPU where they are
 /// distinct, else 2, 4 and 8 virtual ranks of the one GPU; eager and graph, on the real kernels
 /// and with read-phase pauses; then the negative controls on every rank set ([`control`]).
-pub fn stress_checks(devices: &[usize]) -> Vec<Check> {
+pub(crate) fn stress_checks(devices: &[usize]) -> Vec<Check> {
     let knobs = match Knobs::from_env() {
         Ok(k) => k,
         Err(e) => {

@@ -38,7 +38,7 @@ pub(crate) const ACS_REDIRECT: u16 = (1 << 2) | (1 << 3);
 /// The ACS state of one PCIe function, from its configuration space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "state")]
-pub enum Acs {
+pub(crate) enum Acs {
     /// The file holds only the first 256 bytes or less (Linux shows the extended configuration
     /// space to root only).
     Unreadable,
@@ -50,12 +50,12 @@ pub enum Acs {
 
 impl Acs {
     /// Whether peer requests or completions are redirected upstream at this port.
-    pub fn redirects(&self) -> bool {
+    pub(crate) fn redirects(&self) -> bool {
         matches!(self, Acs::Present { control, .. } if control & ACS_REDIRECT != 0)
     }
 
     /// "SrcValid+ TransBlk- ReqRedir+ ..." as `lspci -vvv` prints ACSCtl, or what stands in.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Acs::Unreadable => "ACS not readable (the extended config space needs root)".into(),
             Acs::Absent => "no ACS capability".into(),
@@ -76,7 +76,7 @@ impl Acs {
 /// The ACS capability of a function from the bytes of its `config` file: the extended
 /// capability chain is walked from offset 0x100 (each header: ID in bits 0-15, version 16-19,
 /// next offset 20-31), at most as many steps as the space holds headers.
-pub fn parse_acs(config: &[u8]) -> Acs {
+pub(crate) fn parse_acs(config: &[u8]) -> Acs {
     if config.len() < EXT_CAP_START + 8 {
         return Acs::Unreadable;
     }
@@ -108,7 +108,7 @@ pub fn parse_acs(config: &[u8]) -> Acs {
 
 /// A PCI address as sysfs names it: "dddd:bb:dd.f", lower case (CUDA gives upper-case hex,
 /// NVML an 8-digit domain).
-pub fn normalize_bus(bus: &str) -> String {
+pub(crate) fn normalize_bus(bus: &str) -> String {
     let b = bus.trim().to_ascii_lowercase();
     match b.split_once(':') {
         Some((dom, rest)) if dom.len() > 4 && dom.chars().all(|c| c == '0') => {
@@ -133,29 +133,29 @@ fn is_bdf(s: &str) -> bool {
 
 /// One PCIe port above a GPU and its ACS state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Port {
-    pub bus: String,
-    pub acs: Acs,
+pub(crate) struct Port {
+    pub(crate) bus: String,
+    pub(crate) acs: Acs,
 }
 
 /// One GPU's place in the PCIe tree and its IOMMU group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GpuPci {
-    pub bus: String,
+pub(crate) struct GpuPci {
+    pub(crate) bus: String,
     /// The PCI root (host bridge) it hangs from, e.g. "pci0000:00"; `None` when sysfs does not
     /// know the device.
-    pub root: Option<String>,
+    pub(crate) root: Option<String>,
     /// The ports from the GPU up to its root port, nearest first.
-    pub upstream: Vec<Port>,
-    pub numa_node: Option<i32>,
-    pub iommu_group: Option<u32>,
+    pub(crate) upstream: Vec<Port>,
+    pub(crate) numa_node: Option<i32>,
+    pub(crate) iommu_group: Option<u32>,
     /// The group's `type`: "identity" (passthrough), "DMA" or "DMA-FQ" (translated), ...
-    pub iommu_type: Option<String>,
+    pub(crate) iommu_type: Option<String>,
 }
 
 impl GpuPci {
     /// Whether the IOMMU translates this GPU's DMA (its group's type is DMA or DMA-FQ).
-    pub fn translated(&self) -> bool {
+    pub(crate) fn translated(&self) -> bool {
         self.iommu_type
             .as_deref()
             .is_some_and(|t| t.starts_with("DMA"))
@@ -163,7 +163,7 @@ impl GpuPci {
 }
 
 /// Reads one GPU's facts under `root` (see the module doc).
-pub fn gpu_pci(root: &Path, bus: &str) -> GpuPci {
+pub(crate) fn gpu_pci(root: &Path, bus: &str) -> GpuPci {
     let bus = normalize_bus(bus);
     let dev = root.join("sys/bus/pci/devices").join(&bus);
     let mut g = GpuPci {
@@ -223,16 +223,16 @@ fn read_trim(p: &Path) -> Option<String> {
 /// The machine's IOMMU: the hardware units the kernel drives (/sys/class/iommu: dmar* on Intel,
 /// ivhd* on AMD), the number of IOMMU groups, and the kernel command line's IOMMU settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Iommu {
-    pub units: Vec<String>,
-    pub groups: usize,
+pub(crate) struct Iommu {
+    pub(crate) units: Vec<String>,
+    pub(crate) groups: usize,
     /// `iommu=`, `intel_iommu=`, `amd_iommu=` and `pci=` words of /proc/cmdline.
-    pub cmdline: Vec<String>,
+    pub(crate) cmdline: Vec<String>,
 }
 
 impl Iommu {
     /// One line: "on (dmar0, dmar1), 74 groups; kernel command line: iommu=pt", or "off".
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let state = if self.units.is_empty() && self.groups == 0 {
             "off (no IOMMU unit in /sys/class/iommu, no IOMMU group)".to_string()
         } else {
@@ -254,7 +254,7 @@ impl Iommu {
     }
 }
 
-pub fn iommu(root: &Path) -> Iommu {
+pub(crate) fn iommu(root: &Path) -> Iommu {
     let names = |p: PathBuf| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(p)
             .map(|rd| {
@@ -286,7 +286,7 @@ pub fn iommu(root: &Path) -> Iommu {
 /// PIX one PCIe switch, PXB several switches, PHB through a host bridge (the CPU's root
 /// complex), SYS across CPU sockets. NVLink is not read here (sysfs does not show it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub enum PathType {
+pub(crate) enum PathType {
     #[serde(rename = "PIX")]
     Pix,
     #[serde(rename = "PXB")]
@@ -298,7 +298,7 @@ pub enum PathType {
 }
 
 impl PathType {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             PathType::Pix => "PIX",
             PathType::Pxb => "PXB",
@@ -321,7 +321,7 @@ impl PathType {
 /// The path type between two GPUs from their ports: different roots are PHB on one NUMA node
 /// and SYS across nodes; on one root, no shared port is PHB, a shared port right above both
 /// (one switch) PIX, a shared port further up PXB. `None` when sysfs did not place a GPU.
-pub fn path_type(a: &GpuPci, b: &GpuPci) -> Option<PathType> {
+pub(crate) fn path_type(a: &GpuPci, b: &GpuPci) -> Option<PathType> {
     let (ra, rb) = (a.root.as_ref()?, b.root.as_ref()?);
     if ra != rb {
         let across =
@@ -348,7 +348,11 @@ pub fn path_type(a: &GpuPci, b: &GpuPci) -> Option<PathType> {
 /// What NCCL's own P2P level does on a path, from `NCCL_P2P_DISABLE` and `NCCL_P2P_LEVEL`
 /// (NVIDIA/nccl `src/graph/paths.cc`, `ncclTopoCheckP2p`: by default P2P up to PXB, never
 /// through the CPU's root complex (PHB) or across sockets (SYS)).
-pub fn nccl_p2p(path: Option<PathType>, disable: Option<&str>, level: Option<&str>) -> String {
+pub(crate) fn nccl_p2p(
+    path: Option<PathType>,
+    disable: Option<&str>,
+    level: Option<&str>,
+) -> String {
     if disable.is_some_and(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes")) {
         return "NCCL would not use P2P (NCCL_P2P_DISABLE is set)".into();
     }
@@ -378,7 +382,7 @@ pub fn nccl_p2p(path: Option<PathType>, disable: Option<&str>, level: Option<&st
 /// sets a peer key (e.g. `ForceP2P`, `PeerMappingOverride`, `RMForceP2PType`): the driver then
 /// reports peer access that the platform may not carry. (The module parameter in /sys/module
 /// reads empty even when it is set; /proc/driver/nvidia/params is what the driver applied.)
-pub fn driver_p2p_override(root: &Path) -> Option<String> {
+pub(crate) fn driver_p2p_override(root: &Path) -> Option<String> {
     let params = std::fs::read_to_string(root.join("proc/driver/nvidia/params")).ok()?;
     let line = params
         .lines()
@@ -394,24 +398,24 @@ pub fn driver_p2p_override(root: &Path) -> Option<String> {
 
 /// The platform's view of P2P between the GPUs, as `env` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Platform {
-    pub iommu: Iommu,
-    pub gpus: Vec<GpuPci>,
+pub(crate) struct Platform {
+    pub(crate) iommu: Iommu,
+    pub(crate) gpus: Vec<GpuPci>,
     /// Per pair of GPUs (i < j, indices into `gpus`): the path type and NCCL's verdict.
-    pub pairs: Vec<PairPath>,
-    pub driver_override: Option<String>,
+    pub(crate) pairs: Vec<PairPath>,
+    pub(crate) driver_override: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PairPath {
-    pub a: usize,
-    pub b: usize,
-    pub path: Option<PathType>,
-    pub nccl: String,
+pub(crate) struct PairPath {
+    pub(crate) a: usize,
+    pub(crate) b: usize,
+    pub(crate) path: Option<PathType>,
+    pub(crate) nccl: String,
 }
 
 /// Reads the platform under `root` for the GPUs on `buses`, with NCCL's variables as given.
-pub fn platform(
+pub(crate) fn platform(
     root: &Path,
     buses: &[String],
     nccl_disable: Option<&str>,
@@ -440,7 +444,7 @@ pub fn platform(
 
 /// The likely causes, from the platform, of peer traffic lost between GPUs `a` and `b` (indices
 /// into `p.gpus`), most likely first; empty when sysfs shows none.
-pub fn likely_causes(p: &Platform, a: usize, b: usize) -> Vec<String> {
+pub(crate) fn likely_causes(p: &Platform, a: usize, b: usize) -> Vec<String> {
     let mut out = vec![];
     let pair = [&p.gpus[a], &p.gpus[b]];
     let translated: Vec<String> = pair

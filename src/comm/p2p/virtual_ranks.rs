@@ -32,25 +32,25 @@ use crate::model::{CollectiveKind, DType};
 
 /// One named check with its verdict.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Check {
-    pub name: String,
-    pub pass: bool,
-    pub detail: String,
+pub(crate) struct Check {
+    pub(crate) name: String,
+    pub(crate) pass: bool,
+    pub(crate) detail: String,
 }
 
 /// Per-call time of one implementation on N virtual ranks of one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct VirtualTiming {
-    pub nranks: usize,
-    pub imp: Impl,
-    pub dtype: DType,
-    pub bytes: usize,
-    pub blocks: u32,
+pub(crate) struct VirtualTiming {
+    pub(crate) nranks: usize,
+    pub(crate) imp: Impl,
+    pub(crate) dtype: DType,
+    pub(crate) bytes: usize,
+    pub(crate) blocks: u32,
     /// Calls enqueued one by one, one host thread per virtual rank in lockstep (a host barrier
     /// before each call; the slowest rank), us per call.
-    pub eager_us: f64,
+    pub(crate) eager_us: f64,
     /// Calls replayed from one CUDA graph per virtual rank, us per call.
-    pub graph_us: f64,
+    pub(crate) graph_us: f64,
 }
 
 impl std::fmt::Display for VirtualTiming {
@@ -187,7 +187,7 @@ pub(super) fn config_for(ordinal: usize, n: usize) -> anyhow::Result<P2pConfig> 
 
 /// Runs every virtual-rank check for each N of `ranks` (2..=8) on GPU `gpu`. An error means the
 /// checks could not start (no NVRTC, no GPU); a failed check is a `Check` with `pass: false`.
-pub fn virtual_rank_checks(gpu: usize, ranks: &[usize]) -> anyhow::Result<Vec<Check>> {
+pub(crate) fn virtual_rank_checks(gpu: usize, ranks: &[usize]) -> anyhow::Result<Vec<Check>> {
     let mut out = vec![];
     for &n in ranks {
         let cfg = config_for(gpu, n)?;
@@ -562,7 +562,7 @@ fn fault(gpu: usize, n: usize, cfg: P2pConfig, imp: Impl) -> anyhow::Result<Stri
 /// Times `imp` on `count` bf16 elements per call for each N of `ranks`: eager (one host thread
 /// per virtual rank) and CUDA graph. Virtual ranks share one GPU's memory, so these numbers
 /// say what the kernel and its signalling cost there, not what a link costs.
-pub fn virtual_rank_timings(
+pub(crate) fn virtual_rank_timings(
     gpu: usize,
     ranks: &[usize],
     imp: Impl,

@@ -15,35 +15,37 @@ use crate::report::fit::table;
 
 /// `model fit`: the flags of the same names (see `verifybench model fit --help`).
 #[derive(Debug, Clone)]
-pub struct FitRequest {
-    pub results: Vec<PathBuf>,
-    pub nccl_tests: Vec<PathBuf>,
-    pub link_gbps: Option<f64>,
-    pub p2p_latency_us: Option<f64>,
-    pub output: PathBuf,
-    pub base: Option<String>,
-    pub base_profile: Option<PathBuf>,
-    pub name: Option<String>,
-    pub format: Format,
+pub(crate) struct FitRequest {
+    pub(crate) results: Vec<PathBuf>,
+    pub(crate) nccl_tests: Vec<PathBuf>,
+    pub(crate) link_gbps: Option<f64>,
+    pub(crate) p2p_latency_us: Option<f64>,
+    pub(crate) output: PathBuf,
+    pub(crate) base: Option<String>,
+    pub(crate) base_profile: Option<PathBuf>,
+    pub(crate) name: Option<String>,
+    pub(crate) format: Format,
 }
 
 /// `model validate`: the flags of the same names (see `verifybench model validate --help`).
 #[derive(Debug, Clone)]
-pub struct ValidateRequest {
-    pub nccl_tests: Vec<PathBuf>,
-    pub link_gbps: Vec<f64>,
-    pub base: String,
-    pub max_median_pct: f64,
-    pub format: Format,
+pub(crate) struct ValidateRequest {
+    pub(crate) nccl_tests: Vec<PathBuf>,
+    pub(crate) link_gbps: Vec<f64>,
+    pub(crate) base: String,
+    pub(crate) max_median_pct: f64,
+    pub(crate) format: Format,
 }
 
 /// Runs `verifybench model fit`.
-pub fn fit(a: &FitRequest) -> anyhow::Result<i32> {
+pub(crate) fn fit(a: &FitRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
-    let mut inputs: Vec<&std::path::Path> = a.results.iter().map(|p| p.as_path()).collect();
-    inputs.extend(a.nccl_tests.iter().map(|p| p.as_path()));
-    inputs.extend(a.base_profile.as_deref());
-    crate::util::check_outputs(&[("-o/--output", &a.output)], &inputs)?;
+    crate::util::Files::new()
+        .inputs("RESULTS", &a.results)
+        .inputs("--nccl-tests", &a.nccl_tests)
+        .input("--base-profile", a.base_profile.as_deref())
+        .output("-o/--output", Some(&a.output))
+        .check()?;
     let given = match (&a.base_profile, &a.base) {
         (Some(p), _) => {
             let prof = profile::load(p)?;
@@ -175,6 +177,7 @@ fn nccl_tests_tables(f: &std::path::Path) -> anyhow::Result<(String, Vec<ntfit::
         f,
         "--nccl-tests file",
         "the text output of nccl-tests (all_reduce_perf and the like)",
+        crate::util::read::NCCL_TESTS,
     )?;
     let runs = crate::nccl_tests::parse_runs(&text)
         .map_err(|e| crate::error::usage(format!("--nccl-tests '{name}': {e}")))?;
@@ -250,7 +253,7 @@ fn nccl_tests_cmd(
 type ValidateFile = (String, f64, Vec<ntfit::Table>);
 
 /// Runs `verifybench model validate --nccl-tests FILE...`.
-pub fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
+pub(crate) fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
     if a.link_gbps.len() > 1 && a.link_gbps.len() != a.nccl_tests.len() {
         crate::usage_bail!(
             "--link-gbps: give one rate, or one per --nccl-tests file ({} files, {} rates)",

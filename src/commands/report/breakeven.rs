@@ -8,7 +8,7 @@ use crate::evidence::RecordTime;
 use crate::model::Phase;
 use crate::report::breakeven::{origin_cell, verify_cell};
 use crate::report::export::{markdown_table, Table};
-use crate::speculative::analysis::{analyse, Analysis};
+use crate::speculative::analysis::{analyse, BreakevenAnalysis};
 use crate::speculative::inputs::{self, Flags};
 
 /// The break-even of the report, or why there is none (a missing input is not an error here:
@@ -16,7 +16,7 @@ use crate::speculative::inputs::{self, Flags};
 pub(super) fn breakeven_of(
     flags: &Flags,
     times: &[RecordTime],
-) -> anyhow::Result<Result<Analysis, String>> {
+) -> anyhow::Result<Result<BreakevenAnalysis, String>> {
     let has = |p: Phase| times.iter().any(|t| t.phase == p);
     if flags.decode_ms.is_none() && !has(Phase::Decode) {
         return Ok(Err(
@@ -55,7 +55,7 @@ pub(super) fn breakeven_of(
 }
 
 /// The break-even as Markdown: inputs with their origins, the per-verify table, the grid.
-pub fn breakeven_markdown(a: &Analysis) -> String {
+pub(crate) fn breakeven_markdown(a: &BreakevenAnalysis) -> String {
     let i = &a.inputs;
     let mut md = String::new();
     let _ = writeln!(md, "Assumption: {}.\n", a.assumption);

@@ -7,30 +7,31 @@ use crate::record::{self, Record};
 
 /// The records of one results file, and what in it this version does not render.
 #[derive(Debug, Clone)]
-pub struct LoadedFile {
-    pub path: PathBuf,
-    pub records: Vec<Record>,
+pub(crate) struct LoadedFile {
+    pub(crate) path: PathBuf,
+    pub(crate) records: Vec<Record>,
     /// Kinds of records that were not understood, in file order.
-    pub unknown_kinds: Vec<String>,
+    pub(crate) unknown_kinds: Vec<String>,
     /// A file written before every file carried the record envelope (bandwidth, selftest, env,
     /// compare or a profile, [`record::io::legacy_kind`]): its kind and JSON, no provenance.
-    pub bare: Option<(&'static str, serde_json::Value)>,
+    pub(crate) bare: Option<(&'static str, serde_json::Value)>,
     /// A file that holds nothing, and what it is (an empty file, `[]`).
-    pub empty: Option<String>,
+    pub(crate) empty: Option<String>,
 }
 
 impl LoadedFile {
     /// Reads a results file (one record, an array, or JSON lines). A record of another
     /// schema version is refused; a record of a kind this version does not know is kept aside;
     /// an empty file, `[]` and the old envelope-less files are kept to be named in the report.
-    pub fn read(path: &Path) -> anyhow::Result<LoadedFile> {
+    pub(crate) fn read(path: &Path) -> anyhow::Result<LoadedFile> {
         // an empty file is named in the report; one that is not text is refused
         let text = match std::fs::metadata(path) {
-            Ok(m) if m.len() == 0 => String::new(),
+            Ok(m) if m.len() == 0 && m.is_file() => String::new(),
             _ => crate::util::read_text(
                 path,
                 "results file",
                 "the --export-json of collective, verify or sweep",
+                crate::util::read::RESULTS,
             )?,
         };
         let mut f = LoadedFile {

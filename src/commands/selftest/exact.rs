@@ -219,18 +219,20 @@ pub(super) fn verify(devices: &[usize], launcher: Launcher, checks: &mut Vec<Che
         run_impls: vec![],
         // Small jittered host gaps exercise the eager busy-wait; the exact-result checks hold
         // with them as without.
-        host_gaps: crate::measure::gaps::HostGaps::from_request(
-            &crate::measure::gaps::HostGapRequest {
-                gap: Some(crate::measure::gaps::HostGap {
-                    mean_us: 20.0,
-                    jitter_us: 5.0,
-                }),
-                ..Default::default()
-            },
-            devices.len(),
-            s.ops.len(),
-        )
-        .expect("valid host gaps"),
+        host_gaps: Box::new(
+            crate::measure::gaps::HostGaps::from_request(
+                &crate::measure::gaps::HostGapRequest {
+                    gap: Some(crate::measure::gaps::HostGap {
+                        mean_us: 20.0,
+                        jitter_us: 5.0,
+                    }),
+                    ..Default::default()
+                },
+                devices.len(),
+                s.ops.len(),
+            )
+            .expect("valid host gaps"),
+        ),
         timing_pass: 2,
         pdl: false,
         cycle: None,

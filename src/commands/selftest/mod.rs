@@ -24,28 +24,28 @@ mod workers;
 
 /// What to check.
 #[derive(Debug, Clone)]
-pub struct SelftestRequest {
+pub(crate) struct SelftestRequest {
     /// The GPUs, launcher, NCCL library and timeout (`--gpus`, `--devices`, ...).
-    pub gpu: GpuSpec,
+    pub(crate) gpu: GpuSpec,
     /// Skip the fault checks (a worker that exits or hangs on purpose).
-    pub no_faults: bool,
+    pub(crate) no_faults: bool,
     /// Skip the P2P stress test and its negative controls.
-    pub no_stress: bool,
+    pub(crate) no_stress: bool,
     /// Only the P2P access check and the stress test.
-    pub stress_only: bool,
+    pub(crate) stress_only: bool,
     /// Where to write the table as JSON.
-    pub export_json: Option<PathBuf>,
+    pub(crate) export_json: Option<PathBuf>,
     /// What stdout gets: the table, or (json) the record `export_json` gets.
-    pub format: Format,
+    pub(crate) format: Format,
 }
 
 /// One line of the selftest table.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Check {
-    pub name: String,
-    pub launcher: String,
-    pub pass: bool,
-    pub detail: String,
+pub(crate) struct Check {
+    pub(crate) name: String,
+    pub(crate) launcher: String,
+    pub(crate) pass: bool,
+    pub(crate) detail: String,
 }
 
 impl Check {
@@ -90,7 +90,7 @@ fn eager_or_graph(graph: bool) -> &'static str {
 
 /// Runs every check the machine allows, writes the record (`export_json`, and stdout in json
 /// format) and prints the table; 0 when every check passed, 1 otherwise.
-pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
     // The P2P checks on virtual ranks run up to 8 kernels that wait for each other on 8
     // streams of one GPU: with CUDA's default of 8 hardware queues two of those streams can
@@ -100,10 +100,12 @@ pub fn run(a: &SelftestRequest) -> anyhow::Result<i32> {
     if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
         std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
     }
+    let mut files = crate::util::Files::new();
+    a.gpu.add_to(&mut files);
+    files
+        .output("--export-json", a.export_json.as_deref())
+        .check()?;
     crate::launch::run::check_gpu_flags(&a.gpu, None)?;
-    if let Some(p) = &a.export_json {
-        crate::util::check_outputs(&[("--export-json", p)], &[])?;
-    }
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
     // One GPU proves what one GPU can: the streaming kernel and the P2P protocol on virtual ranks.
     let one_gpu = comm::device_count() == 1 && a.gpu.gpus.is_none() && a.gpu.devices.is_none();

@@ -24,7 +24,7 @@ pub(super) fn default_tp(a: &SweepRequest, backend: BackendKind) -> u64 {
 /// The arguments of every child: `verify` + workload + backend + launcher + graph + mode +
 /// GPU and model flags. The NCCL library is not among them: each point's children get theirs
 /// through their environment ([`crate::sweep::library`]).
-pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<String> {
+pub(crate) fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<String> {
     let mut w = a.workload.clone();
     w.tp = Some(tp);
     let mut v = vec!["verify".to_string()];
@@ -53,9 +53,11 @@ pub fn verify_args(a: &SweepRequest, backend: BackendKind, tp: u64) -> Vec<Strin
     v.extend(["--rank-time".into(), a.repeat.rank_time.name().into()]);
     v.extend(a.host_gaps.to_args());
     v.extend(["--cpu-affinity".into(), a.gpu.cpu_affinity.arg()]);
-    v.extend(["--link".into(), a.model.link.clone()]);
-    if let Some(p) = &a.model.profile {
-        v.extend(["--profile".into(), p.display().to_string()]);
+    // a fitted profile sets every parameter of the model: the link goes only without one
+    // (the two together are refused)
+    match &a.model.profile {
+        Some(p) => v.extend(["--profile".into(), p.display().to_string()]),
+        None => v.extend(["--link".into(), a.model.link.clone()]),
     }
     v
 }

@@ -8,7 +8,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::record::{Mode, Record, Source, Workload};
+use crate::record::{Mode, Record, RecordedWorkload, Source};
 use crate::report::export::{csv_table, markdown_table};
 use crate::request::{BackendKind, GpuSpec, Launcher};
 use crate::sweep::library::Libraries;
@@ -29,16 +29,14 @@ mod outputs;
 mod request;
 
 use child_args::default_tp;
-pub use child_args::verify_args;
-use outputs::{check_outputs, output_paths};
-pub use request::SweepRequest;
-
-/// Largest `--rounds`.
-pub const MAX_ROUNDS: usize = 100;
+pub(crate) use child_args::verify_args;
+use outputs::{check_results_file, output_paths};
+pub(crate) use request::SweepRequest;
 
 /// Runs `verifybench sweep`; the value is the exit code (130 when interrupted).
-pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
-    check_numbers(a)?;
+pub(crate) fn run(a: &SweepRequest) -> anyhow::Result<i32> {
+    let (results_path, log_dir) = output_paths(a)?;
+    outputs::files(a, &results_path, &log_dir).check()?;
     let (gpu, points, libraries) = settings(a)?;
     check_environment(a, &points)?;
     let backend = backend_of(a, &libraries)?;
@@ -47,10 +45,9 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     let tp = w.requested_tp().unwrap_or_else(|| default_tp(a, backend));
     let schedule = w.schedule(tp)?;
     w.check_modes(&[a.mode])?;
-    let workload = Workload::of(&schedule);
+    let workload = RecordedWorkload::of(&schedule);
 
-    let (results_path, log_dir) = output_paths(a)?;
-    check_outputs(a, &results_path, &log_dir, &workload)?;
+    check_results_file(a, &log_dir, &workload)?;
     if backend == BackendKind::Nccl && !a.debug_mode {
         // The same preflight as `verify`: no point runs (and nothing is written) on a machine
         // that cannot run one.
@@ -109,29 +106,6 @@ pub fn run(a: &SweepRequest) -> anyhow::Result<i32> {
     };
     let (run, times, wall_s) = run_with_progress(a, &cfg, &plan, &points, runner, &mut file)?;
     finish(a, &plan, &stored, &run, &times, wall_s, &file)
-}
-
-/// The flags that are plain numbers, each in its range.
-fn check_numbers(a: &SweepRequest) -> anyhow::Result<()> {
-    if !(a.point_timeout > 0.0 && a.point_timeout.is_finite()) {
-        crate::usage_bail!("--point-timeout must be a positive number of seconds");
-    }
-    if a.repeat.iters == 0 {
-        crate::usage_bail!("-n/--iters must be at least 1");
-    }
-    if !(a.rounds >= 1 && a.rounds <= MAX_ROUNDS) {
-        crate::usage_bail!(
-            "--rounds must be 1 to {MAX_ROUNDS} (default {})",
-            rounds::DEFAULT_ROUNDS
-        );
-    }
-    if !(0.0..0.5).contains(&a.noise_margin) {
-        crate::usage_bail!(
-            "--noise-margin {}: give a fraction from 0 to 0.5 (0.5 excluded), e.g. 0.01 for 1% (default 0)",
-            a.noise_margin
-        );
-    }
-    Ok(())
 }
 
 /// The points of the sweep (`-L`, `--set`, `--preset` and the libraries of `--nccl-lib A,B`)
@@ -221,7 +195,7 @@ fn backend_of(a: &SweepRequest, libraries: &Libraries) -> anyhow::Result<Backend
 fn config(
     a: &SweepRequest,
     backend: BackendKind,
-    workload: Workload,
+    workload: RecordedWorkload,
     log_dir: PathBuf,
     libraries: Libraries,
 ) -> SweepConfig {
@@ -704,8 +678,8 @@ mod tests {
         let mut a = request();
         a.results = Some(f.clone());
         let sched = a.workload.schedule(8).unwrap();
-        let w = Workload::of(&sched);
-        let e = check_outputs(&a, &f, &dir.path().join("logs"), &w).unwrap_err();
+        let w = RecordedWorkload::of(&sched);
+        let e = check_results_file(&a, &dir.path().join("logs"), &w).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         let msg = e.to_string();
         assert!(
@@ -715,9 +689,9 @@ mod tests {
         // an empty file is a fresh start, and the default logs folder of a new results file
         // must not exist already
         std::fs::write(&f, "").unwrap();
-        check_outputs(&a, &f, &dir.path().join("logs"), &w).unwrap();
+        check_results_file(&a, &dir.path().join("logs"), &w).unwrap();
         std::fs::create_dir(dir.path().join("taken")).unwrap();
-        let e = check_outputs(&a, &f, &dir.path().join("taken"), &w).unwrap_err();
+        let e = check_results_file(&a, &dir.path().join("taken"), &w).unwrap_err();
         assert!(e.to_string().contains("already exists"), "{e}");
     }
 }

@@ -1,12 +1,13 @@
 //! Where a sweep writes (the results file and the logs folder, from the flags or fresh default
-//! names) and the check of every output before any point runs.
+//! names) and the check of every file before any point runs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::request::SweepRequest;
-use crate::record::Workload;
+use crate::record::RecordedWorkload;
 use crate::report::text::workload_line;
 use crate::sweep::results;
+use crate::util::Files;
 
 /// The results file and the logs folder: the flags', or fresh default names
 /// (`sweep-<timestamp>-<pid>[-<n>].jsonl` and its `.logs` folder, neither of which exists).
@@ -35,14 +36,11 @@ pub(super) fn output_paths(a: &SweepRequest) -> anyhow::Result<(PathBuf, PathBuf
     Ok((results, log_dir))
 }
 
-/// Every output of the sweep checked before any point runs: the results file (an existing one
-/// must be a sweep of this workload), the logs folder, the exports.
-pub(super) fn check_outputs(
-    a: &SweepRequest,
-    results_path: &std::path::Path,
-    log_dir: &std::path::Path,
-    workload: &Workload,
-) -> anyhow::Result<()> {
+/// Every file the sweep reads (the workload's, the profile, the host gaps, the libraries, the
+/// --resume file) and writes (the results file, appended to; the exports; the logs folder),
+/// checked together before anything else: the results file may be the --resume file, no
+/// other output may be an input or another output.
+pub(super) fn files(a: &SweepRequest, results_path: &Path, log_dir: &Path) -> Files {
     let results_flag = if a.results.is_some() {
         "--results"
     } else if a.resume.is_some() {
@@ -50,21 +48,36 @@ pub(super) fn check_outputs(
     } else {
         "the default results file"
     };
-    let mut outputs = vec![(results_flag, results_path)];
-    outputs.extend(a.export.outputs());
-    if let Some(p) = &a.export_table_markdown {
-        outputs.push(("--export-table-markdown", p));
-    }
-    if let Some(p) = &a.export_table_csv {
-        outputs.push(("--export-table-csv", p));
-    }
-    crate::util::check_outputs(&outputs, &[])?;
     let log_flag = if a.log_dir.is_some() {
         "--log-dir"
     } else {
         "the default logs folder"
     };
-    crate::util::check_output_dir(log_flag, log_dir)?;
+    let mut f = Files::new();
+    a.workload.add_to(&mut f);
+    a.gpu.add_to(&mut f);
+    a.model.add_to(&mut f);
+    a.host_gaps.add_to(&mut f);
+    f.input("--resume", a.resume.as_deref())
+        .appended(results_flag, results_path)
+        .shared(results_flag, "--resume");
+    a.export.add_to(&mut f);
+    f.output(
+        "--export-table-markdown",
+        a.export_table_markdown.as_deref(),
+    )
+    .output("--export-table-csv", a.export_table_csv.as_deref())
+    .output_dir(log_flag, log_dir, &[]);
+    f
+}
+
+/// The results file checked before any point runs, once the workload is known: an existing
+/// one must be a sweep of this workload, and a new one's default logs folder must be new.
+pub(super) fn check_results_file(
+    a: &SweepRequest,
+    log_dir: &Path,
+    workload: &RecordedWorkload,
+) -> anyhow::Result<()> {
     if a.resume.is_none() {
         if let Some(rp) = &a.results {
             let existing = std::fs::metadata(rp).map(|m| m.len() > 0).unwrap_or(false);

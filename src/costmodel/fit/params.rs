@@ -6,12 +6,12 @@ use std::collections::BTreeSet;
 use super::points::Point;
 use crate::costmodel::predict;
 use crate::costmodel::profile::{Algo, Profile, Proto};
-pub use crate::costmodel::scope::{FitScope, HeldParam};
+pub(crate) use crate::costmodel::scope::{FitScope, HeldParam};
 use crate::request::Launcher;
 
 /// A parameter the fit may move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Param {
+pub(crate) enum Param {
     IntraBw,
     LlMax,
     /// The fitted LL rate ([`super::profile::LlFit`]).
@@ -24,7 +24,7 @@ pub enum Param {
 }
 
 impl Param {
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         let ap = |a: Algo, p: Proto| format!("{}.{}", a.name().to_lowercase(), p.name());
         match self {
             Param::IntraBw => "intra.bw_gbps".into(),
@@ -62,12 +62,12 @@ impl Param {
         }
     }
 
-    pub fn get(self, p: &Profile) -> f64 {
+    pub(crate) fn get(self, p: &Profile) -> f64 {
         let mut q = p.clone();
         *self.slot(&mut q)
     }
 
-    pub fn set(self, p: &mut Profile, v: f64) {
+    pub(crate) fn set(self, p: &mut Profile, v: f64) {
         *self.slot(p) = v;
     }
 
@@ -100,7 +100,7 @@ impl Param {
 }
 
 /// The parameters `points` can tell apart, judged at the `base` profile's choices.
-pub fn free_params(base: &Profile, points: &[Point]) -> anyhow::Result<Vec<Param>> {
+pub(crate) fn free_params(base: &Profile, points: &[Point]) -> anyhow::Result<Vec<Param>> {
     let mut set: Vec<Param> = vec![];
     let add = |set: &mut Vec<Param>, p: Param| {
         if !set.contains(&p) {
@@ -189,7 +189,7 @@ pub(super) fn list(v: &BTreeSet<usize>) -> String {
 
 /// The parameters the points touch but cannot pin down, held at their `base` values, with
 /// the reason for each (`fitted`: the parameters actually fitted, which are never listed).
-pub fn held_params(
+pub(crate) fn held_params(
     base: &Profile,
     points: &[Point],
     fitted: &[Param],
@@ -252,7 +252,7 @@ pub fn held_params(
 
 /// A note for modeled results at `nranks` ranks from a profile fitted at other rank counts;
 /// `None` for built-in profiles and for rank counts the fit saw.
-pub fn extrapolation_note(p: &Profile, nranks: usize) -> Option<String> {
+pub(crate) fn extrapolation_note(p: &Profile, nranks: usize) -> Option<String> {
     let counts = p.fitted_rank_counts.as_ref()?;
     if counts.contains(&nranks) {
         return None;
@@ -297,21 +297,22 @@ pub(crate) fn scope_of(
 /// terms stay at the base profile's values.
 impl Profile {
     /// Whether a fit moved the parameter `name`; false on profiles no fit wrote.
-    pub fn is_fitted(&self, name: &str) -> bool {
+    pub(crate) fn is_fitted(&self, name: &str) -> bool {
         self.fit_scope
             .as_ref()
             .is_some_and(|s| s.fitted.iter().any(|f| f == name))
     }
 
     /// The parameters a fit held at its base's values, with the reason (empty: no fit).
-    pub fn held_params(&self) -> &[HeldParam] {
+    #[cfg(test)]
+    pub(crate) fn held_params(&self) -> &[HeldParam] {
         self.fit_scope.as_ref().map_or(&[], |s| &s.held)
     }
 
     /// Of the parameters that price (algorithm `a`, protocol `pr`) within a node, those a fit
     /// did not pin down: the latency (base or per-hop: at one rank count one absorbs the other,
     /// so either fitted pins the sum) and the bandwidth. Empty on profiles no fit wrote.
-    pub fn unfitted_for_nccl(&self, a: Algo, pr: Proto) -> Vec<String> {
+    pub(crate) fn unfitted_for_nccl(&self, a: Algo, pr: Proto) -> Vec<String> {
         if self.fit_scope.is_none() {
             return vec![];
         }
@@ -333,7 +334,7 @@ impl Profile {
 
     /// The P2P terms a fit did not pin down (the custom all-reduces' signal round and read
     /// bandwidth); empty on profiles no fit wrote.
-    pub fn unfitted_for_p2p(&self) -> Vec<String> {
+    pub(crate) fn unfitted_for_p2p(&self) -> Vec<String> {
         if self.fit_scope.is_none() {
             return vec![];
         }
@@ -345,7 +346,7 @@ impl Profile {
     }
 
     /// The line a row priced from `unfitted` prints: `None` where every parameter was fitted.
-    pub fn held_note(&self, row: &str, unfitted: &[String]) -> Option<String> {
+    pub(crate) fn held_note(&self, row: &str, unfitted: &[String]) -> Option<String> {
         let s = self.fit_scope.as_ref().filter(|_| !unfitted.is_empty())?;
         Some(format!(
             "{row}: modeled from parameters profile '{}' held at {}'s values, not fitted: {}",
@@ -358,7 +359,7 @@ impl Profile {
 
 /// A note for modeled results at nccl-tests sizes `sizes` from a fitted profile, where any lies
 /// outside the sizes the fit saw; `None` where all lie within (or no fit recorded its sizes).
-pub fn range_note(p: &Profile, sizes: &[u64]) -> Option<String> {
+pub(crate) fn range_note(p: &Profile, sizes: &[u64]) -> Option<String> {
     let [lo, hi] = p.fit_scope.as_ref()?.bytes;
     let out: BTreeSet<u64> = sizes
         .iter()

@@ -10,30 +10,30 @@ use crate::request::Launcher;
 
 /// One collective kind of a point, `count` times.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Term {
-    pub op: CollectiveKind,
+pub(crate) struct Term {
+    pub(crate) op: CollectiveKind,
     /// nccl-tests size in bytes (all-gather: the output).
-    pub size: u64,
-    pub count: u64,
+    pub(crate) size: u64,
+    pub(crate) count: u64,
 }
 
 /// One measured time the model must reproduce.
 #[derive(Debug, Clone)]
-pub struct Point {
+pub(crate) struct Point {
     /// File the point came from.
-    pub source: String,
+    pub(crate) source: String,
     /// What was measured, for the table.
-    pub label: String,
-    pub terms: Vec<Term>,
-    pub n: usize,
-    pub graph: bool,
-    pub launcher: Launcher,
-    pub force: Force,
-    pub measured_us: f64,
+    pub(crate) label: String,
+    pub(crate) terms: Vec<Term>,
+    pub(crate) n: usize,
+    pub(crate) graph: bool,
+    pub(crate) launcher: Launcher,
+    pub(crate) force: Force,
+    pub(crate) measured_us: f64,
 }
 
 /// The model's time for a point.
-pub fn predict(p: &Profile, pt: &Point) -> anyhow::Result<f64> {
+pub(crate) fn predict(p: &Profile, pt: &Point) -> anyhow::Result<f64> {
     let mut t = 0.0;
     for term in &pt.terms {
         let o = predict::op_time(
@@ -77,7 +77,10 @@ pub(super) fn force_of(r: &Record, source: &str) -> anyhow::Result<(Force, Strin
 /// The points of `records` (read from `source`): every size and launch mode of a measured
 /// collective record, every comm-mode run of a measured verify record. Returns the points and
 /// one line per record left out (modeled ones, other kinds).
-pub fn points_of(source: &str, records: &[Record]) -> anyhow::Result<(Vec<Point>, Vec<String>)> {
+pub(crate) fn points_of(
+    source: &str,
+    records: &[Record],
+) -> anyhow::Result<(Vec<Point>, Vec<String>)> {
     let mut pts = vec![];
     let mut skipped = vec![];
     for (i, r) in records.iter().enumerate() {

@@ -99,7 +99,7 @@ pub(super) fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 }
 
 /// Levenberg-Marquardt on log-parameters, minimising the sum of squared log ratios.
-pub fn fit(base: &Profile, params: &[Param], pts: &[Point]) -> anyhow::Result<Profile> {
+pub(crate) fn fit(base: &Profile, params: &[Param], pts: &[Point]) -> anyhow::Result<Profile> {
     let free = vec![(0.0, f64::INFINITY); params.len()];
     fit_bounded_robust(base, params, &free, pts, None)
 }
@@ -261,7 +261,7 @@ pub(crate) fn fit_bounded_robust(
 /// Fits `params`, then adds the parameters of any (algorithm, protocol) the fitted profile now
 /// picks that the start did not (NCCL's choice moves with the parameters), and refits from
 /// there; a few rounds at most, never more parameters than points.
-pub fn fit_active(
+pub(crate) fn fit_active(
     base: &Profile,
     mut params: Vec<Param>,
     pts: &[Point],

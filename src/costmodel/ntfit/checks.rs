@@ -39,14 +39,14 @@ const PCIE_X16: [(&str, f64); 3] = [
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct BaseChoice {
     #[serde(skip)]
-    pub profile: Profile,
+    pub(crate) profile: Profile,
     /// The base as printed (`pcie-gen5`, `pcie-gen4 at PCIe 3.0 x16 (15.75 GB/s)`).
-    pub name: String,
+    pub(crate) name: String,
     /// `--base`, `--base-profile` or `table`.
-    pub from: &'static str,
+    pub(crate) from: &'static str,
     /// The link's rate per direction that bounds the fit, GB/s.
-    pub link_rate_gbps: f64,
-    pub reason: String,
+    pub(crate) link_rate_gbps: f64,
+    pub(crate) reason: String,
 }
 
 /// The bus bandwidth a row implies, GB/s: size / time x the collective's bus factor (what

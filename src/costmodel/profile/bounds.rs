@@ -5,20 +5,20 @@ use super::{Algo, Profile, Proto};
 
 /// One parameter against its physical bound.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Bound {
+pub(crate) struct Bound {
     /// The parameter (`intra.bw_gbps`, `LL rate`, ...).
-    pub name: String,
-    pub value: f64,
+    pub(crate) name: String,
+    pub(crate) value: f64,
     /// The bound the value must not pass.
-    pub bound: f64,
+    pub(crate) bound: f64,
     /// `max` (value <= bound) or `min` (value >= bound).
-    pub side: &'static str,
+    pub(crate) side: &'static str,
     /// Where the bound comes from.
-    pub why: String,
+    pub(crate) why: String,
 }
 
 impl Bound {
-    pub fn holds(&self) -> bool {
+    pub(crate) fn holds(&self) -> bool {
         // A value fitted onto its bound may sit a rounding error past it.
         let tol = 1e-9 * self.bound.abs().max(1.0);
         match self.side {
@@ -47,7 +47,7 @@ impl Profile {
     /// (LL 1/2, LL128 120/128, Simple 1), and, given the measured peer-to-peer latency
     /// `p2p_lat_us`, every per-hop latency against it (a hop cannot cross faster than one
     /// write reaches the peer). Empty where the profile does not know its link's rate.
-    pub fn bounds(&self, p2p_lat_us: Option<f64>) -> Vec<Bound> {
+    pub(crate) fn bounds(&self, p2p_lat_us: Option<f64>) -> Vec<Bound> {
         let mut out = vec![];
         let links =
             std::iter::once(("intra", &self.intra)).chain(self.inter.iter().map(|l| ("inter", l)));
@@ -102,7 +102,7 @@ impl Profile {
 
     /// Every rate within its link's ([`Profile::bounds`] without a measured latency): the
     /// broken ones named with their bound, or `Ok` (also where the profile knows no link rate).
-    pub fn check_bounds(&self) -> Result<(), String> {
+    pub(crate) fn check_bounds(&self) -> Result<(), String> {
         let broken: Vec<String> = self
             .bounds(None)
             .into_iter()
@@ -124,7 +124,7 @@ impl Profile {
     }
 
     /// Every parameter finite, latencies non-negative, bandwidths positive.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let mut lat = vec![
             self.launch_eager_us.threads,
             self.launch_eager_us.processes,

@@ -45,10 +45,10 @@ pub(super) fn check_memory(
 }
 
 /// Back-to-back launches the per-launch cost is measured from ([`Compute::measure_fixed_us`]).
-pub const FIXED_COST_LAUNCHES: u64 = 32;
+pub(crate) const FIXED_COST_LAUNCHES: u64 = 32;
 
 /// Size of the weight pool the streaming kernel reads (many times any GPU's L2).
-pub const POOL_BYTES: u64 = 1 << 31;
+pub(crate) const POOL_BYTES: u64 = 1 << 31;
 
 /// What compute needs on a rank.
 pub(super) struct Compute {
@@ -94,24 +94,38 @@ impl Compute {
     /// `(t_train - t_one) / (K - 1)`, at least 0. It holds the start-up, the drain and the gap
     /// between two launches that follow each other on the stream, as the replay's do (with
     /// `--pdl`, the PDL launches).
-    pub(super) fn measure_fixed_us(&self, gpu: &Gpu, nvec: u64) -> anyhow::Result<f64> {
+    pub(super) fn measure_fixed_us(
+        &self,
+        gpu: &Gpu,
+        nvec: u64,
+        tokens: usize,
+    ) -> anyhow::Result<f64> {
         const K: u64 = FIXED_COST_LAUNCHES;
         let nvec = nvec.clamp(1, self.pool.vecs() / K);
-        let train = self.best_us(gpu, 5, K, nvec)?;
-        let one = self.best_us(gpu, 5, 1, K * nvec)?;
+        let train = self.best_us(gpu, 5, K, nvec, tokens)?;
+        let one = self.best_us(gpu, 5, 1, K * nvec, tokens)?;
         Ok(((train - one) / (K - 1) as f64).max(0.0))
     }
 
-    /// Read bandwidth of one pass over the whole pool (best of three), GB/s.
-    pub(super) fn measure_gbps(&self, gpu: &Gpu) -> anyhow::Result<f64> {
-        let best = self.best_us(gpu, 3, 1, self.pool.vecs())?;
+    /// Weights read per second by one pass over the whole pool at `tokens` tokens (best of
+    /// three), GB/s: the read bandwidth where the kernel is memory-bound, its flop rate / tokens
+    /// where it is compute-bound.
+    pub(super) fn measure_gbps(&self, gpu: &Gpu, tokens: usize) -> anyhow::Result<f64> {
+        let best = self.best_us(gpu, 3, 1, self.pool.vecs(), tokens)?;
         Ok((self.pool.vecs() * 16) as f64 / (best * 1e3))
     }
 
     /// The fastest of `passes` timings (events around the whole train), us, of `launches`
-    /// back-to-back streaming launches of `each` vectors, each launch starting where the
-    /// previous one ended in the pool.
-    fn best_us(&self, gpu: &Gpu, passes: usize, launches: u64, each: u64) -> anyhow::Result<f64> {
+    /// back-to-back streaming launches of `each` vectors at `tokens` tokens, each launch
+    /// starting where the previous one ended in the pool.
+    fn best_us(
+        &self,
+        gpu: &Gpu,
+        passes: usize,
+        launches: u64,
+        each: u64,
+        tokens: usize,
+    ) -> anyhow::Result<f64> {
         let (a, b) = (gpu.event()?, gpu.event()?);
         let mut best = f64::MAX;
         for _ in 0..passes {
@@ -123,7 +137,7 @@ impl Compute {
                     i * each,
                     each,
                     &self.act,
-                    self.tokens,
+                    tokens,
                     &self.partial,
                 )?;
             }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::compute::{check_memory, Compute};
 use super::slots::{self, SLOTS};
-use super::steps::{plan_steps_of_ops, stream_launches, Step};
+use super::steps::{plan_steps_of_ops, stream_launches, stream_launches_by_tokens, Step};
 use super::{FaultKind, Job, P2pExchange, RankResult, RankSetup};
 
 mod cycle;
@@ -17,6 +17,7 @@ use crate::measure::gaps::{busy_wait_us, schedule_launches, HostGaps, Launch};
 use crate::measure::pattern;
 use crate::model::{CollectiveKind, DType, Op, Schedule};
 use crate::record::Mode;
+use crate::record::StreamRate;
 
 /// One slot of a collective: its own buffers and inputs.
 struct Slot {
@@ -399,7 +400,7 @@ fn gaps_by_step(
 }
 
 /// Runs `job` as rank `setup.rank`. `progress` is called after each configuration.
-pub fn run_rank(
+pub(crate) fn run_rank(
     setup: RankSetup,
     job: &Job,
     mut progress: impl FnMut(usize),
@@ -641,7 +642,6 @@ fn run_verify(
     let v = LoadedVerify {
         rank,
         schedule,
-        tokens: schedule.tokens.max(1) as usize,
         zeros: vec![0.0; steps.len()],
         steps,
         step_of_op,
@@ -690,10 +690,25 @@ fn load_compute(
     result: &mut RankResult,
 ) -> anyhow::Result<Compute> {
     let c = Compute::new(&rank.gpu, tokens as usize, pdl)?;
-    result.stream_gbps = Some(c.measure_gbps(&rank.gpu)?);
+    let gpu = &rank.gpu;
+    result.stream_gbps = Some(c.measure_gbps(gpu, c.tokens)?);
     let (n, sum) = stream_launches(steps);
     if let Some(mean) = sum.checked_div(n) {
-        result.stream_fixed_us = Some(c.measure_fixed_us(&rank.gpu, mean)?);
+        result.stream_fixed_us = Some(c.measure_fixed_us(gpu, mean, c.tokens)?);
+    }
+    // each token count the launches use (the routed experts' groups beside the forward's)
+    for (tokens, (n, sum)) in stream_launches_by_tokens(steps) {
+        let gbps = match (tokens == c.tokens, result.stream_gbps) {
+            (true, Some(g)) => g,
+            _ => c.measure_gbps(gpu, tokens)?,
+        };
+        result.stream_rates.push(StreamRate {
+            tokens: tokens as u64,
+            gbps,
+            fixed_us: c.measure_fixed_us(gpu, sum / n.max(1), tokens)?,
+            launches: n,
+            bytes: sum * 16,
+        });
     }
     Ok(c)
 }
@@ -707,9 +722,6 @@ type Timed = (Vec<f64>, Checked, Vec<PassIteration>);
 struct LoadedVerify<'a> {
     rank: &'a Rank,
     schedule: &'a Schedule,
-    /// The tokens the streaming kernels multiply per launch: the schedule's (a compute
-    /// shared by the forwards of a cycle is sized for the largest).
-    tokens: usize,
     steps: Vec<Step>,
     /// The step that launches each op of the schedule.
     step_of_op: Vec<usize>,
@@ -817,18 +829,15 @@ impl VerifyRun<'_> {
                     }
                     ci += 1;
                 }
-                Step::Stream { start, nvec } => {
+                Step::Stream {
+                    start,
+                    nvec,
+                    tokens,
+                } => {
                     if mode != Mode::Comm {
                         let c = self.v.compute.expect("compute loaded");
-                        c.kernels.stream(
-                            gpu,
-                            &c.pool,
-                            start,
-                            nvec,
-                            &c.act,
-                            self.v.tokens,
-                            &c.partial,
-                        )?;
+                        c.kernels
+                            .stream(gpu, &c.pool, start, nvec, &c.act, tokens, &c.partial)?;
                     }
                 }
                 Step::Tiny => {
@@ -973,7 +982,15 @@ mod tests {
 
     #[test]
     fn each_mode_launches_its_own_steps() {
-        let steps = [Step::Coll, Step::Stream { start: 0, nvec: 4 }, Step::Tiny];
+        let steps = [
+            Step::Coll,
+            Step::Stream {
+                start: 0,
+                nvec: 4,
+                tokens: 3,
+            },
+            Step::Tiny,
+        ];
         let row = |m| steps.iter().map(|s| launches_in(s, m)).collect::<Vec<_>>();
         assert_eq!(row(Mode::Comm), [true, false, false]);
         assert_eq!(row(Mode::Compute), [false, true, true]);

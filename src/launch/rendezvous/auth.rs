@@ -26,16 +26,16 @@ use super::ID_BYTES;
 use crate::error::usage;
 
 /// The variable that holds the secret when no `--rendezvous-token-file` is given.
-pub const TOKEN_ENV: &str = "VERIFYBENCH_RENDEZVOUS_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "VERIFYBENCH_RENDEZVOUS_TOKEN";
 /// The flag that names a file holding the secret.
-pub const TOKEN_FLAG: &str = "--rendezvous-token-file";
+pub(crate) const TOKEN_FLAG: &str = "--rendezvous-token-file";
 /// The shortest secret accepted: 16 bytes, so that a proof seen on the wire cannot be turned
 /// back into the secret by trying short guesses.
-pub const MIN_SECRET_BYTES: usize = 16;
+pub(crate) const MIN_SECRET_BYTES: usize = 16;
 /// Bytes of the nonce rank 0 sends on every connection.
-pub const NONCE_BYTES: usize = 32;
+pub(crate) const NONCE_BYTES: usize = 32;
 /// Bytes of an HMAC-SHA256 proof.
-pub const MAC_BYTES: usize = 32;
+pub(crate) const MAC_BYTES: usize = 32;
 /// Prefixed to what each proof covers, so that it proves nothing in any other protocol, and
 /// a rank's proof is never taken for rank 0's or the other way round.
 const HELLO_DOMAIN: &[u8] = b"verifybench rendezvous hello v3\0";
@@ -77,7 +77,7 @@ impl Secret {
 
     /// The secret in the file at `path`, which only its owner may read or write (mode 0600 or
     /// stricter): a file that others can read is refused naming the file and `chmod 600`.
-    pub fn from_file(path: &Path) -> Result<Secret> {
+    pub(crate) fn from_file(path: &Path) -> Result<Secret> {
         use std::os::unix::fs::PermissionsExt;
         let shown = path.display();
         let meta = std::fs::metadata(path)
@@ -94,15 +94,14 @@ impl Secret {
                  run `chmod 600 '{shown}'` (the owner alone may read it)"
             )));
         }
-        let bytes = std::fs::read(path)
-            .map_err(|e| usage(format!("{TOKEN_FLAG} '{shown}': cannot read it: {e}")))?;
+        let bytes = crate::util::read::read(path, TOKEN_FLAG, crate::util::read::TOKEN)?;
         Secret::new(&bytes, &format!("{TOKEN_FLAG} '{shown}'"))
     }
 
     /// The run's secret: the file of `--rendezvous-token-file` if given, else
     /// `VERIFYBENCH_RENDEZVOUS_TOKEN` from `env`, else none (an open rendezvous). Returns the
     /// secret with the name of where it came from.
-    pub fn resolve(
+    pub(crate) fn resolve(
         file: Option<&Path>,
         env: &BTreeMap<String, String>,
     ) -> Result<Option<(Secret, String)>> {

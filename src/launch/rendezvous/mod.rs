@@ -52,7 +52,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::usage;
 pub use crate::request::Endpoint;
 
-pub use auth::{Secret, TOKEN_ENV, TOKEN_FLAG};
+pub use auth::Secret;
+pub(crate) use auth::{TOKEN_ENV, TOKEN_FLAG};
 pub use client::Client;
 pub use server::Server;
 
@@ -68,7 +69,7 @@ impl Endpoint {
     }
 
     /// Parses `HOST:PORT`, `[IPv6]:PORT`; a usage error says what is wrong.
-    pub fn parse(s: &str) -> Result<Endpoint> {
+    pub(crate) fn parse(s: &str) -> Result<Endpoint> {
         let bad = |why: &str| {
             usage(format!(
                 "--rendezvous '{s}' {why}: write HOST:PORT, e.g. node1:29500 or 10.0.0.1:29500"
@@ -176,7 +177,7 @@ impl Hello {
 pub struct PeerInfo {
     pub hello: Hello,
     /// The peer's address as rank 0 sees the connection.
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 /// `1, 2, 5-9` for a sorted list of ranks.

@@ -19,10 +19,10 @@ mod processes;
 mod record;
 mod supervise;
 
-pub use super::devices::{check_gpu_flags, preflight, select_devices, select_devices_min};
+pub(crate) use super::devices::{check_gpu_flags, preflight, select_devices, select_devices_min};
 pub(crate) use record::combine;
 use record::state_rank_time;
-pub use record::{export_trace, provenance, verify_record};
+pub(crate) use record::{export_trace, provenance, verify_record};
 pub(crate) use supervise::{threads_drill, GRACE};
 
 /// Operations per timed sample of `collective` (as nccl-tests times many back-to-back
@@ -31,24 +31,24 @@ pub(crate) const COLLECTIVE_BATCH: u64 = 50;
 
 /// How to start the ranks.
 #[derive(Debug, Clone)]
-pub struct LaunchSpec {
-    pub devices: Vec<usize>,
-    pub launcher: Launcher,
+pub(crate) struct LaunchSpec {
+    pub(crate) devices: Vec<usize>,
+    pub(crate) launcher: Launcher,
     /// Longest silence (no progress from a rank) before the run is aborted.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Variables set for the workers on top of this process's environment.
-    pub env_overrides: BTreeMap<String, String>,
-    pub fault: Option<Fault>,
+    pub(crate) env_overrides: BTreeMap<String, String>,
+    pub(crate) fault: Option<Fault>,
     /// Forward workers' stderr to ours.
-    pub echo_stderr: bool,
+    pub(crate) echo_stderr: bool,
     /// `--cpu-affinity` of every rank.
-    pub affinity: super::affinity::CpuAffinity,
+    pub(crate) affinity: super::affinity::CpuAffinity,
 }
 
 impl LaunchSpec {
     /// Ranks on `devices`, no overrides, no fault, workers' stderr echoed; `timeout_s` is the
     /// longest silence allowed (at least one second).
-    pub fn new(devices: Vec<usize>, launcher: Launcher, timeout_s: f64) -> LaunchSpec {
+    pub(crate) fn new(devices: Vec<usize>, launcher: Launcher, timeout_s: f64) -> LaunchSpec {
         LaunchSpec {
             devices,
             launcher,
@@ -84,10 +84,10 @@ fn spec_of(g: &GpuSpec, devices: Vec<usize>, fault: Option<Fault>, quiet: bool) 
     }
 }
 
-pub use crate::record::vocab::ONE_RANK;
+pub(crate) use crate::record::vocab::ONE_RANK;
 
 /// `verify --backend nccl`: the resolved job on its selected GPUs.
-pub fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
+pub(crate) fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
     let a = &j.request;
     let compute_only = a.compute_only();
     let devices = j.devices.clone();
@@ -117,16 +117,18 @@ pub fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
         warmup: a.repeat.warmup,
         launches_per_layer: a.launches_per_layer,
         run_impls: run_impls.clone(),
-        host_gaps: j.host_gaps.clone(),
+        host_gaps: Box::new(j.host_gaps.clone()),
         timing_pass: if compute_only || j.cycle.is_some() {
             0
         } else {
             super::timeline::pass_iterations(iters)
         },
         pdl: a.pdl,
-        cycle: j.cycle.as_ref().map(|c| CycleJob {
-            decode: c.decode.clone(),
-            draft: c.draft.clone(),
+        cycle: j.cycle.as_ref().map(|c| {
+            Box::new(CycleJob {
+                decode: c.decode.clone(),
+                draft: c.draft.clone(),
+            })
         }),
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
@@ -217,7 +219,7 @@ fn runnable(
 }
 
 /// `collective --backend nccl`.
-pub fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Record> {
+pub(crate) fn collective(a: &CollectiveRequest, started: String) -> anyhow::Result<Record> {
     comm::libs::prepare(a.gpu.nccl_lib.as_deref())?;
     let devices = select_devices_min(&a.gpu, None, comm::device_count(), 1)?;
     let n = devices.len();

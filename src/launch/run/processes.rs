@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::supervise::{Cause, Listen};
+use super::supervise::{Cause, Listen, GRACE};
 use super::LaunchSpec;
 use crate::comm;
 use crate::launch::job::{Job, RankResult};
@@ -141,7 +141,7 @@ pub(super) fn run_processes(
     // progress for --timeout) listen for GRACE more, so that the other workers can report
     // NCCL's own error or their deadline, then stop every worker and show the most telling
     // failure.
-    let mut l = Listen::new(n, spec.timeout);
+    let mut l = Listen::new(n, spec.timeout, GRACE);
     while l.waiting() {
         match rx.recv_timeout(l.wait_for()) {
             Ok((_, Some(Message::Progress(_)))) => l.progress(),
@@ -190,11 +190,13 @@ mod tests {
 
     #[test]
     fn the_guard_kills_and_reaps_its_children() {
-        let child = Command::new("sleep").arg("30").spawn().unwrap();
+        // a child that sleeps ten minutes: a guard that waited for it instead of killing it
+        // would pass the two-minute limit, which only catches that
+        let child = Command::new("sleep").arg("600").spawn().unwrap();
         let pid = child.id();
         let t0 = std::time::Instant::now();
         drop(Children(vec![child]));
-        assert!(t0.elapsed() < Duration::from_secs(5));
+        assert!(t0.elapsed() < Duration::from_secs(120));
         // reaped: not even a zombie is left under /proc
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
     }

@@ -5,9 +5,11 @@
 use crate::comm;
 use crate::launch::job::{Job, RankResult};
 use crate::measure::Summary;
+use std::collections::BTreeMap;
+
 use crate::record::{
-    Body, Mode, Part, Provenance, RankTime, Record, Source, VerifyResult, VerifyRun, WorkerInfo,
-    Workload,
+    Body, Mode, Part, Provenance, RankTime, Record, RecordedWorkload, Source, StreamRate,
+    VerifyResult, VerifyRun, WorkerInfo,
 };
 
 /// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest
@@ -48,7 +50,7 @@ pub(super) fn state_rank_time(p: &mut Provenance, rank_time: RankTime) {
 }
 
 /// Provenance of a run on GPUs, from the parent and what every worker reported.
-pub fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
+pub(crate) fn provenance(launcher: &str, started: String, results: &[RankResult]) -> Provenance {
     let mut p = worker_provenance(launcher, started, results);
     p.driver_version = comm::device::driver_version()
         .or_else(comm::device::driver_cuda_version)
@@ -130,7 +132,7 @@ const PDL_NOTE: &str = "compute launches: programmatic dependent launch (--pdl):
 
 /// Writes the per-collective pass of the first run that has one (eager before graph) as a
 /// Chrome trace.
-pub fn export_trace(
+pub(crate) fn export_trace(
     job: &Job,
     results: &[RankResult],
     path: &std::path::Path,
@@ -154,7 +156,7 @@ pub fn export_trace(
 }
 
 /// The verify record of a finished verify job.
-pub fn verify_record(
+pub(crate) fn verify_record(
     job: &Job,
     results: &[RankResult],
     launcher: &str,
@@ -259,7 +261,10 @@ fn verify_record_with(
         .fold(None, |m: Option<f64>, x| {
             Some(m.map_or(x, |m: f64| m.max(x)))
         });
-    if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
+    let rates = slowest_rates(results);
+    if !rates.is_empty() {
+        p.notes.push(rates_note(&rates));
+    } else if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
         use crate::launch::job::{plan_steps, stream_launches, FIXED_COST_LAUNCHES};
         let nops = stream_launches(&plan_steps(schedule, 0)).0;
         p.notes.push(format!(
@@ -275,10 +280,15 @@ fn verify_record_with(
         Source::Measured,
         p,
         Body::Verify(VerifyResult {
-            workload: Workload::of(schedule),
+            workload: RecordedWorkload::of(schedule),
             runs: vruns,
             stream_gbps,
-            predicted_compute_us: stream_gbps.map(|g| schedule.streamed_bytes() as f64 / (g * 1e3)),
+            predicted_compute_us: if rates.is_empty() {
+                stream_gbps.map(|g| schedule.streamed_bytes() as f64 / (g * 1e3))
+            } else {
+                Some(rates.iter().map(StreamRate::predicted_us).sum())
+            },
+            stream_rates: rates,
             p2p: vec![],
             parts: vec![],
         }),
@@ -383,14 +393,55 @@ fn cycle_record_with(
         Source::Measured,
         p,
         Body::Verify(VerifyResult {
-            workload: Workload::of_cycle(cycle),
+            workload: RecordedWorkload::of_cycle(cycle),
             runs: vruns,
             stream_gbps,
             predicted_compute_us: None,
+            stream_rates: vec![],
             p2p: vec![],
             parts,
         }),
     ))
+}
+
+/// The streaming rates per token count over the ranks: the slowest rank's rate and largest
+/// fixed cost at each count (the launches and bytes are the schedule's, the same on every rank).
+fn slowest_rates(results: &[RankResult]) -> Vec<StreamRate> {
+    let mut by: BTreeMap<u64, StreamRate> = BTreeMap::new();
+    for r in results.iter().flat_map(|r| &r.stream_rates) {
+        by.entry(r.tokens)
+            .and_modify(|m| {
+                m.gbps = m.gbps.min(r.gbps);
+                m.fixed_us = m.fixed_us.max(r.fixed_us);
+            })
+            .or_insert(*r);
+    }
+    by.into_values().collect()
+}
+
+/// The note of the compute prediction: per token count, bytes / rate (and the flop rate it is)
+/// + launches x fixed cost, and the sum.
+fn rates_note(rates: &[StreamRate]) -> String {
+    use crate::launch::job::FIXED_COST_LAUNCHES;
+    let parts: Vec<String> = rates
+        .iter()
+        .map(|r| {
+            format!(
+                "T={}: {} B / {:.0} GB/s ({:.1} TFLOP/s) + {} x {:.2} us",
+                r.tokens,
+                r.bytes,
+                r.gbps,
+                r.gbps * r.tokens as f64 / 1e3,
+                r.launches,
+                r.fixed_us
+            )
+        })
+        .collect();
+    let total: f64 = rates.iter().map(StreamRate::predicted_us).sum();
+    format!(
+        "compute prediction, bytes / rate + launches x fixed cost at each token count the replay streams with (the dense ops at the forward's tokens, each group of routed experts at its own; the rate of one launch over the whole pool, the fixed cost from {FIXED_COST_LAUNCHES} back-to-back launches of the count's mean size against one launch of their bytes, same run): {} = {total:.1} us",
+        parts.join("; ")
+    )
 }
 
 #[cfg(test)]
@@ -414,6 +465,7 @@ mod tests {
             init_s: 0.5 + rank as f64,
             stream_gbps: None,
             stream_fixed_us: None,
+            stream_rates: vec![],
             passes: vec![],
             affinity: None,
             clocks_khz: None,
@@ -542,7 +594,7 @@ mod tests {
         let Body::Verify(v) = &rec.body else {
             panic!("a verify record")
         };
-        assert_eq!(v.workload, Workload::of(&schedule));
+        assert_eq!(v.workload, RecordedWorkload::of(&schedule));
         assert_eq!(v.runs.len(), 2);
         assert!(!v.runs[0].graph && v.runs[1].graph);
         assert_eq!(v.runs[0].per_verify.median_us, 1240.0);
@@ -556,6 +608,77 @@ mod tests {
             "no provenance for a wrong job"
         ))
         .is_err());
+    }
+
+    #[test]
+    fn the_compute_prediction_sums_bytes_over_rate_and_launches_per_token_count() {
+        // two ranks measured the kernel at 1 token (routed experts) and 32 (dense ops); the
+        // slowest rank's rate and largest fixed cost count at each:
+        //   T=1:  6,000,000,000 B / 3000 GB/s = 2000 us + 60 x 3.0 us  = 2180 us
+        //   T=32: 1,200,000,000 B / 2400 GB/s =  500 us + 123 x 5.0 us = 1115 us
+        // sum 3295 us; the T=32 rate is 2400 x 32 / 1000 = 76.8 TFLOP/s
+        let schedule = crate::model::build(
+            &presets::preset("kimi-k2.5").unwrap(),
+            &ScheduleOptions {
+                tp: 8,
+                tokens: 32,
+                ..Default::default()
+            },
+            Phase::Verify,
+        )
+        .unwrap();
+        let job = Job::Verify {
+            schedule,
+            runs: vec![(true, Mode::Compute)],
+            iters: 1,
+            warmup: 0,
+            launches_per_layer: 0,
+            run_impls: vec![],
+            host_gaps: Default::default(),
+            timing_pass: 0,
+            pdl: false,
+            cycle: None,
+        };
+        let rate = |tokens, gbps, fixed_us, launches, bytes| StreamRate {
+            tokens,
+            gbps,
+            fixed_us,
+            launches,
+            bytes,
+        };
+        let mut a = rank(0, vec![vec![3400.0]], vec![0]);
+        a.stream_gbps = Some(2450.0);
+        a.stream_rates = vec![
+            rate(1, 3050.0, 3.0, 60, 6_000_000_000),
+            rate(32, 2450.0, 5.0, 123, 1_200_000_000),
+        ];
+        let mut b = rank(1, vec![vec![3300.0]], vec![0]);
+        b.stream_gbps = Some(2400.0);
+        b.stream_rates = vec![
+            rate(1, 3000.0, 2.5, 60, 6_000_000_000),
+            rate(32, 2400.0, 4.0, 123, 1_200_000_000),
+        ];
+        let r = [a, b];
+        let rec = verify_record_with(&job, &r, RankTime::Max, || {
+            worker_provenance("processes", crate::util::now_utc(), &r)
+        })
+        .unwrap();
+        let Body::Verify(v) = &rec.body else {
+            panic!("a verify record")
+        };
+        assert!((v.predicted_compute_us.unwrap() - 3295.0).abs() < 1e-6);
+        assert_eq!(v.stream_rates.len(), 2);
+        assert_eq!(v.stream_rates[1], rate(32, 2400.0, 5.0, 123, 1_200_000_000));
+        let note = rec
+            .provenance
+            .notes
+            .iter()
+            .find(|n| n.starts_with("compute prediction, bytes / rate"))
+            .unwrap();
+        assert!(
+            note.contains("T=1: 6000000000 B / 3000 GB/s (3.0 TFLOP/s) + 60 x 3.00 us; T=32: 1200000000 B / 2400 GB/s (76.8 TFLOP/s) + 123 x 5.00 us = 3295.0 us"),
+            "{note}"
+        );
     }
 
     #[test]
@@ -581,10 +704,10 @@ mod tests {
             host_gaps: Default::default(),
             timing_pass: 0,
             pdl: false,
-            cycle: Some(crate::launch::job::CycleJob {
+            cycle: Some(Box::new(crate::launch::job::CycleJob {
                 decode: cycle.decode.clone(),
                 draft: cycle.draft.clone(),
-            }),
+            })),
         };
         assert_eq!(job.configs(), 8);
         // per run: decode, draft, verify, cycle; one rank, two samples each

@@ -141,7 +141,7 @@ pub(crate) fn threads_drill(
     let stop = || x.stop_all();
     let name = |rank: usize| format!("virtual rank {rank} (GPU {device})");
     let t0 = Instant::now();
-    let r = supervise(nranks, timeout, &watch, &stop, &name, run);
+    let r = supervise(nranks, timeout, GRACE, &watch, &stop, &name, run);
     let took = t0.elapsed();
     crate::launch::fault::DrillOutcome {
         took,
@@ -164,14 +164,15 @@ pub(crate) type RankBody<T> =
 /// Nothing hangs and nothing is freed under a running kernel: on the first failure (a rank's
 /// error, or no progress from any rank for `timeout`) the launcher raises the run's stop flag
 /// (every rank's wait returns, its guard aborts its communicator and stops its P2P waits) and
-/// calls `on_stop` (which stops every P2P connection the run keeps), then listens for [`GRACE`]
-/// while the other ranks report, joins every rank thread that left, and returns the run's
+/// calls `on_stop` (which stops every P2P connection the run keeps), then listens for `grace`
+/// ([`GRACE`] in a run) while the other ranks report, joins every rank thread that left, and returns the run's
 /// error ([`run_error`]). A thread that did not leave is named in the error and left to end
 /// with the process; whatever it shares with the others (the P2P exchange that keeps every
 /// workspace) stays alive as long as it.
 pub(crate) fn supervise<T: Send + 'static>(
     n: usize,
     timeout: Duration,
+    grace: Duration,
     watch: &comm::nccl::Watch,
     on_stop: &dyn Fn(),
     name: &dyn Fn(usize) -> String,
@@ -220,7 +221,7 @@ pub(crate) fn supervise<T: Send + 'static>(
         }
     }
     drop(tx);
-    let mut l = Listen::new(n, timeout);
+    let mut l = Listen::new(n, timeout, grace);
     let stop = || {
         watch.stop();
         on_stop();
@@ -251,7 +252,7 @@ pub(crate) fn supervise<T: Send + 'static>(
         notes.push(format!(
             "the thread(s) of rank(s) {} did not leave within {:.1} s of the abort; they end with the process, and the P2P workspaces they may use stay allocated until then",
             stuck.join(", "),
-            GRACE.as_secs_f64()
+            grace.as_secs_f64()
         ));
     }
     l.end(name, "the run is aborted", &notes)
@@ -260,9 +261,11 @@ pub(crate) fn supervise<T: Send + 'static>(
 /// What a launcher has heard from its ranks, and until when it listens: one set of rules for
 /// both launchers. A result moves the deadline to now plus the timeout, and so does progress
 /// until the run starts ending. The run's first failure (a rank's error or death), or no
-/// message by the deadline, starts the [`GRACE`] during which the other ranks may still report.
+/// message by the deadline, starts the grace ([`GRACE`] in a run) during which the other ranks
+/// may still report.
 pub(super) struct Listen<T> {
     timeout: Duration,
+    grace: Duration,
     results: Vec<Option<T>>,
     /// The ranks that have reported their end (a result, an error, a death).
     pub(super) left: Vec<bool>,
@@ -276,9 +279,10 @@ pub(super) struct Listen<T> {
 }
 
 impl<T> Listen<T> {
-    pub(super) fn new(n: usize, timeout: Duration) -> Listen<T> {
+    pub(super) fn new(n: usize, timeout: Duration, grace: Duration) -> Listen<T> {
         Listen {
             timeout,
+            grace,
             results: (0..n).map(|_| None).collect(),
             left: vec![false; n],
             failures: vec![],
@@ -338,7 +342,7 @@ impl<T> Listen<T> {
     fn start_grace(&mut self, first: impl FnOnce()) {
         if self.give_up.is_none() {
             first();
-            self.give_up = Some(Instant::now() + GRACE);
+            self.give_up = Some(Instant::now() + self.grace);
         }
     }
 
@@ -420,7 +424,7 @@ pub(super) fn run_threads(
         }
     };
     let name = |rank: usize| format!("rank {rank} (GPU {})", spec.devices[rank]);
-    supervise(n, spec.timeout, &watch, &stop_p2p, &name, run)
+    supervise(n, spec.timeout, GRACE, &watch, &stop_p2p, &name, run)
 }
 
 /// The ranks that have not reported, as "0, 1".
@@ -548,6 +552,9 @@ mod tests {
         Arc::new(move |rank, w, mut p| f(rank, &w, &mut p))
     }
 
+    /// A grace no test reaches: a run that ends before it did not wait for it.
+    const LONG_GRACE: Duration = Duration::from_secs(60);
+
     /// Spins until the run is stopped, then leaves as a stopped wait does.
     fn spin_until_stopped(rank: usize, w: &comm::nccl::Watch) -> anyhow::Result<()> {
         while !w.stopped() {
@@ -571,10 +578,18 @@ mod tests {
             spin_until_stopped(rank, w)
         });
         let t0 = Instant::now();
-        let e =
-            supervise(3, Duration::from_secs(30), &watch, &on_stop, &gpu_name, run).unwrap_err();
+        let e = supervise(
+            3,
+            Duration::from_secs(30),
+            LONG_GRACE,
+            &watch,
+            &on_stop,
+            &gpu_name,
+            run,
+        )
+        .unwrap_err();
         // the spinning ranks leave at the stop: the run ends long before the grace is over
-        assert!(t0.elapsed() < GRACE, "{:?}", t0.elapsed());
+        assert!(t0.elapsed() < LONG_GRACE / 2, "{:?}", t0.elapsed());
         assert_eq!(
             format!("{e:#}"),
             "rank 1 (GPU 5) failed; the run is aborted: rank 1: ncclAllReduce failed: remote error"
@@ -593,8 +608,17 @@ mod tests {
             spin_until_stopped(rank, w)
         });
         let t0 = Instant::now();
-        let e = supervise(2, Duration::from_secs(30), &watch, &|| (), &gpu_name, run).unwrap_err();
-        assert!(t0.elapsed() < GRACE, "{:?}", t0.elapsed());
+        let e = supervise(
+            2,
+            Duration::from_secs(30),
+            LONG_GRACE,
+            &watch,
+            &|| (),
+            &gpu_name,
+            run,
+        )
+        .unwrap_err();
+        assert!(t0.elapsed() < LONG_GRACE / 2, "{:?}", t0.elapsed());
         assert_eq!(
             format!("{e:#}"),
             "rank 0 (GPU 4) failed; the run is aborted: rank 0: the rank thread panicked: no CUDA driver"
@@ -608,18 +632,25 @@ mod tests {
             0 => anyhow::bail!("rank 0: injected"),
             1 => spin_until_stopped(rank, w),
             _ => {
-                // as a thread stuck inside a driver call: it leaves long after the grace
-                std::thread::sleep(Duration::from_secs(6));
+                // as a thread stuck inside a driver call: it leaves long after the grace (the
+                // run's limit below, half of that, only catches a launcher that waits for it)
+                std::thread::sleep(Duration::from_secs(60));
                 Ok(())
             }
         });
         let t0 = Instant::now();
-        let e = supervise(3, Duration::from_secs(30), &watch, &|| (), &gpu_name, run).unwrap_err();
+        let e = supervise(
+            3,
+            Duration::from_secs(30),
+            GRACE,
+            &watch,
+            &|| (),
+            &gpu_name,
+            run,
+        )
+        .unwrap_err();
         let took = t0.elapsed();
-        assert!(
-            took >= GRACE && took < GRACE + Duration::from_secs(2),
-            "{took:?}"
-        );
+        assert!(took >= GRACE && took < Duration::from_secs(30), "{took:?}");
         let msg = format!("{e:#}");
         assert!(
             msg.starts_with("rank 0 (GPU 4) failed; the run is aborted (the thread(s) of rank(s) 2 did not leave within 1.5 s"),
@@ -635,6 +666,7 @@ mod tests {
         let e = supervise(
             2,
             Duration::from_millis(300),
+            GRACE,
             &watch,
             &|| (),
             &gpu_name,
@@ -643,7 +675,8 @@ mod tests {
         .unwrap_err();
         let took = t0.elapsed();
         assert!(took >= Duration::from_millis(300), "{took:?}");
-        assert!(took < Duration::from_millis(300) + GRACE, "{took:?}");
+        // ranks that were never stopped would spin for ever: the limit only catches that
+        assert!(took < Duration::from_secs(30), "{took:?}");
         assert!(
             format!("{e:#}").starts_with(
                 "rank(s) 0, 1 made no progress for 0.3 s (--timeout); the run is aborted: rank "
@@ -654,19 +687,20 @@ mod tests {
 
     #[test]
     fn progress_moves_the_deadline_and_results_come_in_rank_order() {
-        // each rank works 600 ms, reporting every 100 ms: longer than the 300 ms timeout in all,
-        // never silent for it
-        let watch = comm::nccl::Watch::new(Some(Duration::from_millis(300)));
+        // each rank works 1.5 s, reporting every 50 ms: longer than the 1 s timeout in all,
+        // never silent for a twentieth of it
+        let watch = comm::nccl::Watch::new(Some(Duration::from_secs(1)));
         let run = body(|rank, _, p| {
-            for k in 0..6 {
-                std::thread::sleep(Duration::from_millis(100));
+            for k in 0..30 {
+                std::thread::sleep(Duration::from_millis(50));
                 p(k);
             }
             Ok(rank * 10)
         });
         let r = supervise(
             3,
-            Duration::from_millis(300),
+            Duration::from_secs(1),
+            GRACE,
             &watch,
             &|| panic!("no stop"),
             &gpu_name,
@@ -733,7 +767,7 @@ mod tests {
     #[test]
     fn the_listener_moves_the_deadline_until_the_first_failure_and_stops_once() {
         let t = Duration::from_secs(10);
-        let mut l: Listen<char> = Listen::new(3, t);
+        let mut l: Listen<char> = Listen::new(3, t, GRACE);
         assert!(l.waiting() && !l.ending());
         assert!(l.wait_for() > t - Duration::from_secs(1) && l.wait_for() <= t);
         l.result(2, 'c');
@@ -759,13 +793,13 @@ mod tests {
             "rank 0 (GPU 4) failed; ended: rank 0: injected"
         );
         // every rank reported, nothing failed: the results in rank order
-        let mut l: Listen<char> = Listen::new(2, t);
+        let mut l: Listen<char> = Listen::new(2, t, GRACE);
         l.result(1, 'b');
         l.result(0, 'a');
         assert!(!l.waiting());
         assert_eq!(l.end(&gpu_name, "ended", &[]).unwrap(), ['a', 'b']);
         // silence alone: the ranks without a result are named
-        let mut l: Listen<char> = Listen::new(3, t);
+        let mut l: Listen<char> = Listen::new(3, t, GRACE);
         l.result(1, 'b');
         l.silent(|| ());
         let e = l.end(&gpu_name, "ended", &[]).unwrap_err();

@@ -1,9 +1,9 @@
 //! All-gather: every rank sends `count` elements and receives every rank's, in rank order
 //! (`count x nranks` elements).
 
-use super::{CollectiveOps, Source};
+use super::{CollectiveOps, ElementSource};
 
-pub struct AllGather;
+pub(crate) struct AllGather;
 
 impl CollectiveOps for AllGather {
     fn name(&self) -> &'static str {
@@ -32,8 +32,8 @@ impl CollectiveOps for AllGather {
         let n = nranks as f64;
         (n - 1.0) / n
     }
-    fn source(&self, count: usize, _nranks: usize, _rank: usize, i: usize) -> Source {
-        Source::Copy {
+    fn source(&self, count: usize, _nranks: usize, _rank: usize, i: usize) -> ElementSource {
+        ElementSource::Copy {
             rank: i / count,
             elem: i % count,
         }

@@ -1,9 +1,9 @@
 //! All-reduce (sum): every rank sends `count` elements and receives the element-wise sum over
 //! all ranks.
 
-use super::{CollectiveOps, Source};
+use super::{CollectiveOps, ElementSource};
 
-pub struct AllReduce;
+pub(crate) struct AllReduce;
 
 impl CollectiveOps for AllReduce {
     fn name(&self) -> &'static str {
@@ -31,8 +31,8 @@ impl CollectiveOps for AllReduce {
         let n = nranks as f64;
         2.0 * (n - 1.0) / n
     }
-    fn source(&self, _count: usize, _nranks: usize, _rank: usize, i: usize) -> Source {
-        Source::Sum { elem: i }
+    fn source(&self, _count: usize, _nranks: usize, _rank: usize, i: usize) -> ElementSource {
+        ElementSource::Sum { elem: i }
     }
     /// A reduce-scatter ring then an all-gather ring; across nodes each half crosses the
     /// network once per node.

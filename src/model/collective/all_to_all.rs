@@ -8,7 +8,7 @@
 //! the operation by the whole send buffer and gives it a bus factor of (n-1)/n
 //! (`AlltoAllGetBw`): the block a rank keeps for itself crosses no link.
 
-use super::{CollectiveOps, Source};
+use super::{CollectiveOps, ElementSource};
 
 pub(crate) struct AllToAll;
 
@@ -40,8 +40,8 @@ impl CollectiveOps for AllToAll {
         let n = nranks as f64;
         (n - 1.0) / n
     }
-    fn source(&self, count: usize, _nranks: usize, rank: usize, i: usize) -> Source {
-        Source::Copy {
+    fn source(&self, count: usize, _nranks: usize, rank: usize, i: usize) -> ElementSource {
+        ElementSource::Copy {
             rank: i / count,
             elem: rank * count + i % count,
         }

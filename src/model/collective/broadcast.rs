@@ -5,12 +5,12 @@
 //! `BroadcastGetBw`: "busBw = algBw"): each link of NCCL's ring pipeline carries the whole
 //! message once.
 
-use super::{CollectiveOps, Source};
+use super::{CollectiveOps, ElementSource};
 
 pub(crate) struct Broadcast;
 
 /// The root every broadcast of a schedule uses (PyTorch's `broadcast(src=0)` of a TP group).
-pub const ROOT: usize = 0;
+pub(crate) const ROOT: usize = 0;
 
 impl CollectiveOps for Broadcast {
     fn name(&self) -> &'static str {
@@ -38,8 +38,8 @@ impl CollectiveOps for Broadcast {
     fn bus_factor(&self, _nranks: usize) -> f64 {
         1.0
     }
-    fn source(&self, _count: usize, _nranks: usize, _rank: usize, i: usize) -> Source {
-        Source::Copy {
+    fn source(&self, _count: usize, _nranks: usize, _rank: usize, i: usize) -> ElementSource {
+        ElementSource::Copy {
             rank: ROOT,
             elem: i,
         }

@@ -12,14 +12,14 @@
 mod all_gather;
 mod all_reduce;
 mod all_to_all;
-pub mod broadcast;
+pub(crate) mod broadcast;
 mod reduce_scatter;
 
 use super::CollectiveKind;
 
 /// Where one element of a rank's receive buffer comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum ElementSource {
     /// The sum over all ranks of send element `elem`.
     Sum { elem: usize },
     /// Send element `elem` of rank `rank`, copied.
@@ -28,7 +28,7 @@ pub enum Source {
 
 /// One collective's table. `count` is always the element count NCCL's call takes: the
 /// all-reduce's count, the all-gather's send count, the reduce-scatter's receive count.
-pub trait CollectiveOps: Sync {
+pub(crate) trait CollectiveOps: Sync {
     /// The name records and tables use (`all_reduce`).
     fn name(&self) -> &'static str;
     /// NCCL's function for it (`ncclAllReduce`).
@@ -47,7 +47,7 @@ pub trait CollectiveOps: Sync {
     /// nccl-tests' bus-bandwidth factor: busbw = algbw x factor.
     fn bus_factor(&self, nranks: usize) -> f64;
     /// Where receive element `i` of `rank` comes from.
-    fn source(&self, count: usize, nranks: usize, rank: usize, i: usize) -> Source;
+    fn source(&self, count: usize, nranks: usize, rank: usize, i: usize) -> ElementSource;
     /// Steps a ring takes (total, of which over the network) on `nranks` ranks over `nodes`
     /// nodes.
     fn ring_steps(&self, nranks: usize, nodes: usize) -> (usize, usize);
@@ -72,7 +72,7 @@ impl CollectiveKind {
     ];
 
     /// This collective's table.
-    pub fn ops(self) -> &'static dyn CollectiveOps {
+    pub(crate) fn ops(self) -> &'static dyn CollectiveOps {
         match self {
             CollectiveKind::AllReduce => &all_reduce::AllReduce,
             CollectiveKind::AllGather => &all_gather::AllGather,
@@ -98,8 +98,8 @@ mod tests {
                 for rank in 0..n {
                     for i in 0..ops.recv_elems(count, n) {
                         match ops.source(count, n, rank, i) {
-                            Source::Sum { elem } => assert!(elem < send, "{kind:?}"),
-                            Source::Copy { rank: r, elem } => {
+                            ElementSource::Sum { elem } => assert!(elem < send, "{kind:?}"),
+                            ElementSource::Copy { rank: r, elem } => {
                                 assert!(r < n && elem < send, "{kind:?}")
                             }
                         }
@@ -121,12 +121,12 @@ mod tests {
             for rank in 0..n {
                 for i in 0..ops.recv_elems(count, n) {
                     match ops.source(count, n, rank, i) {
-                        Source::Sum { elem } => {
+                        ElementSource::Sum { elem } => {
                             for r in 0..n {
                                 seen.insert((r, elem));
                             }
                         }
-                        Source::Copy { rank: r, elem } => {
+                        ElementSource::Copy { rank: r, elem } => {
                             seen.insert((r, elem));
                         }
                     }
@@ -188,8 +188,14 @@ mod tests {
         assert_eq!(a2a.nccl_size(131072, 8), 1 << 20);
         assert_eq!(a2a.bus_factor(8), 0.875);
         // rank 2 receives in block 5 what rank 5 sent to it: rank 5's block 2
-        assert_eq!(a2a.source(10, 8, 2, 53), Source::Copy { rank: 5, elem: 23 });
-        assert_eq!(bc.source(10, 8, 6, 4), Source::Copy { rank: 0, elem: 4 });
+        assert_eq!(
+            a2a.source(10, 8, 2, 53),
+            ElementSource::Copy { rank: 5, elem: 23 }
+        );
+        assert_eq!(
+            bc.source(10, 8, 6, 4),
+            ElementSource::Copy { rank: 0, elem: 4 }
+        );
         assert!(bc.tree_bytes(1.0).is_none() && a2a.tree_bytes(1.0).is_none());
         for k in CollectiveKind::ALL {
             assert_eq!(k.ops().name(), k.name());

@@ -1,7 +1,7 @@
 //! Reduce-scatter (sum): every rank sends `count x nranks` elements and receives block `rank`
 //! (`count` elements) of the element-wise sum over all ranks.
 
-use super::{CollectiveOps, Source};
+use super::{CollectiveOps, ElementSource};
 
 pub(crate) struct ReduceScatter;
 
@@ -32,8 +32,8 @@ impl CollectiveOps for ReduceScatter {
         let n = nranks as f64;
         (n - 1.0) / n
     }
-    fn source(&self, count: usize, _nranks: usize, rank: usize, i: usize) -> Source {
-        Source::Sum {
+    fn source(&self, count: usize, _nranks: usize, rank: usize, i: usize) -> ElementSource {
+        ElementSource::Sum {
             elem: rank * count + i,
         }
     }

@@ -72,7 +72,6 @@ pub(super) fn run_cycle(
         .map(|((s, (steps, step_of_op)), cl)| LoadedVerify {
             rank,
             schedule: s,
-            tokens: s.tokens.max(1) as usize,
             zeros: vec![0.0; steps.len()],
             steps,
             step_of_op,
