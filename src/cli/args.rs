@@ -21,19 +21,19 @@ use crate::request::{
 pub struct BatchArgs {
     /// Requests served together: a decode step carries C tokens, a verify C x its tokens per
     /// request, and the MoE layers read the experts all of them pick. 1 to 4096.
-    #[arg(long, value_name = "C", default_value_t = 1)]
+    #[arg(long, value_name = "C", default_value_t = 1, value_parser = values::CONCURRENCY, allow_negative_numbers = true)]
     pub concurrency: u64,
     /// Tokens of context per request whose KV cache every forward reads (MLA's latent on
     /// every rank, GQA's KV heads split over TP, a fixed state for linear attention); 0: the
     /// KV cache is not priced. At most 16777216.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = values::CONTEXT, allow_negative_numbers = true)]
     pub context: u64,
     /// Element type of the KV cache read with --context.
     #[arg(long, value_parser = named::<KvDType>(), default_value = "bf16")]
     pub kv_dtype: KvDType,
     /// Decode context parallelism: the KV cache's context sharded D ways over the TP group
     /// (vLLM --decode-context-parallel-size); needs --context. 1 to 1024, dividing --tp.
-    #[arg(long, value_name = "D", default_value_t = 1)]
+    #[arg(long, value_name = "D", default_value_t = 1, value_parser = values::DCP, allow_negative_numbers = true)]
     pub dcp: u64,
 }
 
@@ -81,18 +81,18 @@ pub struct CycleFlagArgs {
     pub drafter: Option<DrafterKind>,
     /// Draft tokens k per cycle of --phase cycle, 1 to 64 (default 3): the verify covers k+1
     /// tokens per request.
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", value_parser = values::draft_steps(), allow_negative_numbers = true)]
     pub draft_steps: Option<u64>,
     /// The drafter's own config.json (an EAGLE-3 head's, with draft_vocab_size; a block
     /// drafter's) for --phase cycle; without it the drafter's shape is assumed and said so.
     #[arg(long, value_name = "PATH")]
     pub draft_config: Option<PathBuf>,
     /// A block drafter's decoder layers when no --draft-config gives them (default 5), 1 to 64.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = values::DRAFT_LAYERS, allow_negative_numbers = true)]
     pub draft_layers: Option<u64>,
     /// Tokens per request the verify carries where the engine verifies a tree (SGLang
     /// --speculative-num-draft-tokens), 2 to 4096; default k+1.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = values::TREE_TOKENS, allow_negative_numbers = true)]
     pub tree_tokens: Option<u64>,
 }
 

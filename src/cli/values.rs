@@ -212,6 +212,36 @@ pub(crate) const fn launches() -> Whole<u32> {
 /// The vocabulary of a draft head: 1 to 2^24 entries (real ones have tens of thousands).
 pub(crate) const DRAFT_VOCAB: Whole<u64> = whole("vocabulary entries", 1, 1 << 24, "32000");
 
+/// `--concurrency`: 1 to [`crate::request::MAX_CONCURRENCY`] requests per forward.
+pub(crate) const CONCURRENCY: Whole<u64> = whole(
+    "requests per forward",
+    1,
+    crate::request::MAX_CONCURRENCY,
+    "8",
+);
+
+/// `--context`: 0 (no KV cache priced) to [`crate::request::MAX_CONTEXT`] tokens per request.
+pub(crate) const CONTEXT: Whole<u64> = whole(
+    "tokens of context per request",
+    0,
+    crate::request::MAX_CONTEXT,
+    "2048",
+);
+
+/// `--dcp`: 1 to [`crate::request::MAX_RANKS`] ranks sharding the context.
+pub(crate) const DCP: Whole<u64> = whole(
+    "ranks sharding the context",
+    1,
+    crate::request::MAX_RANKS as u64,
+    "4",
+);
+
+/// `--draft-layers`: 1 to 64 decoder layers of a block drafter.
+pub(crate) const DRAFT_LAYERS: Whole<u64> = whole("decoder layers", 1, 64, "5");
+
+/// `--tree-tokens`: 2 to 4096 tokens per request in the verify's tree.
+pub(crate) const TREE_TOKENS: Whole<u64> = whole("tokens per request", 2, 4096, "8");
+
 /// `collective -f/--stepfactor`: 2 to 1024.
 pub(crate) const STEP_FACTOR: Whole<u64> = whole("(the factor between sizes)", 2, 1024, "2");
 

@@ -136,6 +136,8 @@ const VALID: &[(&str, &str)] = &[
     ("--accept-rate", "0"),
     ("--accept-rates", "0"),
     ("--accept-rates-of-drafts", "0"),
+    // no KV cache priced
+    ("--context", "0"),
 ];
 
 const TRIED: &[&str] = &["0", "-1", "NaN", "inf", "1e308"];
