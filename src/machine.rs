@@ -307,10 +307,10 @@ pub(crate) fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
 /// its PCI address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub(crate) struct GpuIdentity {
-    pub name: String,
+    pub(crate) name: String,
     /// `GPU-...` as `nvidia-smi -L` prints it (`None` where the driver does not say).
-    pub uuid: Option<String>,
-    pub pci_bus_id: String,
+    pub(crate) uuid: Option<String>,
+    pub(crate) pci_bus_id: String,
 }
 
 /// What a result measured on the GPUs `devices` depends on, read from this machine: each GPU's
@@ -319,12 +319,12 @@ pub(crate) struct GpuIdentity {
 /// it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Identity {
-    pub gpus: Vec<GpuIdentity>,
+    pub(crate) gpus: Vec<GpuIdentity>,
     /// peer[i][j]: GPU devices[i] can access GPU devices[j]'s memory directly.
-    pub peer_access: Vec<Vec<bool>>,
-    pub driver: Option<String>,
-    pub nccl_library: Option<String>,
-    pub nccl_version: Option<String>,
+    pub(crate) peer_access: Vec<Vec<bool>>,
+    pub(crate) driver: Option<String>,
+    pub(crate) nccl_library: Option<String>,
+    pub(crate) nccl_version: Option<String>,
 }
 
 /// [`Identity`] of the GPUs `devices`, in the order given (the ranks' order).

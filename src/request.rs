@@ -54,10 +54,10 @@ pub struct Workload {
 /// TP group (`--dcp`, decode context parallelism).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batch {
-    pub concurrency: u64,
-    pub context: u64,
-    pub kv_dtype: model::kv::KvDType,
-    pub dcp: u64,
+    pub(crate) concurrency: u64,
+    pub(crate) context: u64,
+    pub(crate) kv_dtype: model::kv::KvDType,
+    pub(crate) dcp: u64,
 }
 
 impl Default for Batch {
@@ -128,11 +128,11 @@ impl Batch {
 /// `--draft-layers`, `--tree-tokens` (`None`: not given).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CycleFlags {
-    pub drafter: Option<model::draft::DrafterKind>,
-    pub draft_steps: Option<u64>,
-    pub draft_config: Option<PathBuf>,
-    pub draft_layers: Option<u64>,
-    pub tree_tokens: Option<u64>,
+    pub(crate) drafter: Option<model::draft::DrafterKind>,
+    pub(crate) draft_steps: Option<u64>,
+    pub(crate) draft_config: Option<PathBuf>,
+    pub(crate) draft_layers: Option<u64>,
+    pub(crate) tree_tokens: Option<u64>,
 }
 
 /// The draft steps of a cycle where `--draft-steps` is not given (the published runs' 3).
@@ -534,7 +534,7 @@ impl ResolvedWorkload {
 
     /// The speculative cycle of the workload (`--phase cycle`), built once at `default_tp`
     /// when `--tp` is absent: the draft forwards, the verify and the decode step beside them.
-    pub fn cycle(&self, default_tp: u64) -> anyhow::Result<model::cycle::Cycle> {
+    pub(crate) fn cycle(&self, default_tp: u64) -> anyhow::Result<model::cycle::Cycle> {
         let opt = self.flags.options(default_tp);
         let shape = self.shape()?;
         let f = &self.flags.cycle;
@@ -1034,10 +1034,10 @@ pub struct VerifyJob {
     /// The ranks that run: the devices selected, else the schedule's tp.
     pub(crate) nranks: usize,
     /// The host gaps and the late rank, validated for this schedule and rank count.
-    pub host_gaps: HostGaps,
+    pub(crate) host_gaps: HostGaps,
     /// `--phase cycle`: the whole cycle, built once at the schedule's tp (`schedule` is its
     /// verify).
-    pub cycle: Option<model::cycle::Cycle>,
+    pub(crate) cycle: Option<model::cycle::Cycle>,
 }
 
 /// `collective`: one collective over a size range, nccl-tests style.

@@ -22,16 +22,16 @@ use crate::sweep::runner::{PointJob, PointRunner, Probe, SubprocessRunner};
 
 /// Points run as `verifybench collective` children.
 pub(crate) struct ChildMeasure {
-    pub exe: PathBuf,
+    pub(crate) exe: PathBuf,
     /// `nccl`; `model` where a test runs the same pipeline on the cost model.
-    pub backend: BackendKind,
-    pub nranks: usize,
-    pub gpu: GpuSpec,
-    pub repeat: Repeat,
-    pub parent_env: Env,
+    pub(crate) backend: BackendKind,
+    pub(crate) nranks: usize,
+    pub(crate) gpu: GpuSpec,
+    pub(crate) repeat: Repeat,
+    pub(crate) parent_env: Env,
     /// Where the children's records and NCCL logs go (a scratch folder).
-    pub work_dir: PathBuf,
-    pub timeout: Duration,
+    pub(crate) work_dir: PathBuf,
+    pub(crate) timeout: Duration,
 }
 
 impl ChildMeasure {

@@ -25,22 +25,22 @@ pub(crate) const MIN_US: f64 = 0.25;
 /// One candidate's figures at one shape in one launch mode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Figure {
-    pub candidate: String,
+    pub(crate) candidate: String,
     /// Median of the rounds' medians, us per collective.
-    pub median_us: f64,
+    pub(crate) median_us: f64,
     /// Each round's median, in round order.
-    pub per_round_us: Vec<f64>,
+    pub(crate) per_round_us: Vec<f64>,
     /// Time over NCCL's default's, paired by round (geometric mean); none for the default.
-    pub ratio: Option<f64>,
+    pub(crate) ratio: Option<f64>,
     /// The ratio's 95% interval (t on the logs; the ratio itself when modeled); none with
     /// fewer than 2 paired rounds.
-    pub interval: Option<[f64; 2]>,
+    pub(crate) interval: Option<[f64; 2]>,
     /// NCCL's default's median less this one's, us (positive: faster).
-    pub gain_us: Option<f64>,
+    pub(crate) gain_us: Option<f64>,
     /// NCCL's algorithm/protocol at this size (NCCL candidates: the first round's NCCL log, or
     /// the model's choice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nccl_used: Option<String>,
+    pub(crate) nccl_used: Option<String>,
 }
 
 /// How a shape's choice came about.
@@ -62,17 +62,17 @@ pub(crate) enum Verdict {
 /// The choice of one shape in one launch mode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ModeChoice {
-    pub graph: bool,
+    pub(crate) graph: bool,
     /// In the order of the candidates; one that did not run is absent.
-    pub figures: Vec<Figure>,
+    pub(crate) figures: Vec<Figure>,
     /// NCCL's default's spread over the rounds (max |b_i / median - 1|); 0 when modeled,
     /// none with fewer than 2 rounds.
-    pub noise_rel: Option<f64>,
+    pub(crate) noise_rel: Option<f64>,
     /// The relative bar: the larger of the noise and 1%.
-    pub bar_rel: f64,
+    pub(crate) bar_rel: f64,
     /// The chosen candidate's id.
-    pub choice: String,
-    pub verdict: Verdict,
+    pub(crate) choice: String,
+    pub(crate) verdict: Verdict,
 }
 
 impl ModeChoice {
@@ -188,15 +188,15 @@ pub(crate) fn judge(
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Band {
     /// What the shapes of the stretch choose, as words (`one-shot`, `NCCL (Ring/LL)`).
-    pub choice: String,
+    pub(crate) choice: String,
     /// The candidate's id.
-    pub candidate: String,
+    pub(crate) candidate: String,
     /// The largest shape of the stretch, bytes per rank.
-    pub upto_bytes: u64,
+    pub(crate) upto_bytes: u64,
     /// Its first shape, bytes per rank.
-    pub from_bytes: u64,
+    pub(crate) from_bytes: u64,
     /// True where nothing beat NCCL's default beyond the noise (no choice was made there).
-    pub within_noise: bool,
+    pub(crate) within_noise: bool,
 }
 
 /// The crossover of `choices` (one per shape, ascending by size, with the shape's bytes):

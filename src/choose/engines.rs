@@ -38,13 +38,13 @@ use crate::comm::p2p::Impl;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct EngineSetting {
     /// `vLLM` or `SGLang`.
-    pub engine: String,
+    pub(crate) engine: String,
     /// The flag, variable or constant.
-    pub setting: String,
+    pub(crate) setting: String,
     /// What to do with it for this decision.
-    pub advice: String,
+    pub(crate) advice: String,
     /// The engine file it comes from.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// How the GPUs of the decision are linked, as far as it is known.
@@ -63,15 +63,15 @@ pub(crate) enum Links {
 pub(crate) struct Ask {
     /// The largest all-reduce, bytes per rank, up to which a P2P kernel is chosen at every
     /// shape (`None`: at none of the smallest).
-    pub custom_upto: Option<u64>,
+    pub(crate) custom_upto: Option<u64>,
     /// The smallest all-reduce above that (NCCL's), where a size bound must stop.
-    pub nccl_from: Option<u64>,
+    pub(crate) nccl_from: Option<u64>,
     /// Larger shapes where a P2P kernel wins again after NCCL (a bound cannot express them).
-    pub custom_again: Vec<u64>,
+    pub(crate) custom_again: Vec<u64>,
     /// The kernels chosen below the bound (`one-shot`, `two-shot`).
-    pub kernels: Vec<String>,
+    pub(crate) kernels: Vec<String>,
     /// An NCCL setting chosen for some shape (`NCCL_PROTO=LL`), with the candidate's label.
-    pub nccl_setting: Option<(String, String)>,
+    pub(crate) nccl_setting: Option<(String, String)>,
 }
 
 /// The ask of the graph crossover `bands` (the engines capture their decode and verify in CUDA

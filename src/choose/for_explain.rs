@@ -17,10 +17,10 @@ use crate::record::Source;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LoadedChoice {
     /// The file, as given.
-    pub file: String,
+    pub(crate) file: String,
     /// Measured or modeled.
-    pub source: Source,
-    pub decision: Decision,
+    pub(crate) source: Source,
+    pub(crate) decision: Decision,
 }
 
 /// Reads `--allreduce-choice FILE`.

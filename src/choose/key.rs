@@ -16,37 +16,37 @@ use crate::model::DType;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Fingerprint {
     /// `nccl` (measured) or `model` (modeled).
-    pub backend: String,
+    pub(crate) backend: String,
     /// The GPUs in rank order (none when modeled).
     #[serde(default)]
-    pub gpus: Vec<GpuIdentity>,
+    pub(crate) gpus: Vec<GpuIdentity>,
     /// Peer access between the GPUs, one row per GPU (`1` where it reaches the other).
     #[serde(default)]
-    pub p2p_matrix: Vec<String>,
-    pub driver: Option<String>,
+    pub(crate) p2p_matrix: Vec<String>,
+    pub(crate) driver: Option<String>,
     /// The NCCL library file this machine loads.
-    pub nccl_file: Option<String>,
-    pub nccl_version: Option<String>,
+    pub(crate) nccl_file: Option<String>,
+    pub(crate) nccl_version: Option<String>,
     /// Modeled: the cost-model profile's name and a hash of its parameters.
-    pub model_profile: Option<String>,
-    pub verifybench_version: String,
-    pub world_size: usize,
-    pub dtype: DType,
-    pub hidden_size: u64,
+    pub(crate) model_profile: Option<String>,
+    pub(crate) verifybench_version: String,
+    pub(crate) world_size: usize,
+    pub(crate) dtype: DType,
+    pub(crate) hidden_size: u64,
     /// The token counts of the cycle's forwards (the message sizes follow from them).
-    pub tokens: Vec<u64>,
+    pub(crate) tokens: Vec<u64>,
     /// The NCCL settings compared beside NCCL's default (`NCCL_PROTO=LL`, ...).
-    pub nccl_settings: Vec<String>,
+    pub(crate) nccl_settings: Vec<String>,
 }
 
 /// What a key holds beside the machine: the workload and what is compared.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct KeyOfWork {
-    pub world_size: usize,
-    pub dtype: DType,
-    pub hidden_size: u64,
-    pub tokens: Vec<u64>,
-    pub nccl_settings: Vec<String>,
+    pub(crate) world_size: usize,
+    pub(crate) dtype: DType,
+    pub(crate) hidden_size: u64,
+    pub(crate) tokens: Vec<u64>,
+    pub(crate) nccl_settings: Vec<String>,
 }
 
 impl Fingerprint {

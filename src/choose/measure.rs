@@ -28,12 +28,12 @@ pub(crate) const NCCL_DEFAULT: &str = "nccl";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Candidate {
     /// `nccl`, `nccl:NCCL_PROTO=LL`, `oneshot`, `twoshot`.
-    pub id: String,
+    pub(crate) id: String,
     /// `NCCL`, `NCCL/LL`, `one-shot`, `two-shot`.
-    pub label: String,
-    pub imp: Impl,
+    pub(crate) label: String,
+    pub(crate) imp: Impl,
     /// The NCCL_* variables of an NCCL candidate (none for the default and the P2P kernels).
-    pub overrides: Vec<(String, String)>,
+    pub(crate) overrides: Vec<(String, String)>,
 }
 
 /// The candidates: NCCL's default, each of `protos` x `algos` (a missing list leaves that
@@ -98,16 +98,16 @@ pub(crate) fn settings_of(c: &[Candidate]) -> Vec<String> {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Point {
     /// File-name safe: `all_reduce-nccl`, `all_gather-NCCL_PROTO-LL`.
-    pub id: String,
-    pub op: CollectiveKind,
+    pub(crate) id: String,
+    pub(crate) op: CollectiveKind,
     /// The NCCL candidate's id.
-    pub candidate: String,
-    pub overrides: Vec<(String, String)>,
+    pub(crate) candidate: String,
+    pub(crate) overrides: Vec<(String, String)>,
     /// Whether the P2P kernels run beside NCCL in this point.
-    pub p2p: bool,
+    pub(crate) p2p: bool,
     /// The sizes of `op` (nccl-tests' sizes), ascending.
-    pub sizes: Vec<u64>,
-    pub dtype: DType,
+    pub(crate) sizes: Vec<u64>,
+    pub(crate) dtype: DType,
 }
 
 /// The points of a choice over `shapes` (all-reduces first). The P2P kernels take
@@ -179,25 +179,25 @@ fn slug_of(c: &Candidate) -> String {
 /// One candidate's time at one size in one run.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Sample {
-    pub candidate: String,
-    pub op: CollectiveKind,
-    pub size: u64,
-    pub eager_us: Option<f64>,
-    pub graph_us: Option<f64>,
+    pub(crate) candidate: String,
+    pub(crate) op: CollectiveKind,
+    pub(crate) size: u64,
+    pub(crate) eager_us: Option<f64>,
+    pub(crate) graph_us: Option<f64>,
 }
 
 /// What one point of one round gave.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PointRun {
-    pub samples: Vec<Sample>,
+    pub(crate) samples: Vec<Sample>,
     /// (candidate, op, size, graph) -> NCCL's algorithm/protocol (`Ring/LL`), where known.
-    pub nccl_used: BTreeMap<(String, CollectiveKind, u64, bool), String>,
+    pub(crate) nccl_used: BTreeMap<(String, CollectiveKind, u64, bool), String>,
     /// Lines of the run worth keeping (a P2P skip, a rounded size).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// The run's provenance (the first one kept: GPUs, driver, NCCL as the workers saw them).
-    pub provenance: Option<Provenance>,
+    pub(crate) provenance: Option<Provenance>,
     /// Why the point failed (its results are then not used).
-    pub failure: Option<String>,
+    pub(crate) failure: Option<String>,
 }
 
 /// Runs one point of one round.
@@ -277,9 +277,9 @@ pub(crate) fn collective_request(
 
 /// The cost model in this process: every round gives the same numbers.
 pub(crate) struct ModelMeasure {
-    pub nranks: usize,
-    pub model: ModelSettings,
-    pub launcher: Launcher,
+    pub(crate) nranks: usize,
+    pub(crate) model: ModelSettings,
+    pub(crate) launcher: Launcher,
 }
 
 impl ModelMeasure {
@@ -354,12 +354,12 @@ impl Measure for ModelMeasure {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Rounds {
     /// (op, size) -> the candidates' times per round.
-    pub timings: BTreeMap<(CollectiveKind, u64), Vec<RoundTiming>>,
-    pub nccl_used: BTreeMap<(String, CollectiveKind, u64, bool), String>,
-    pub notes: Vec<String>,
-    pub provenance: Option<Provenance>,
+    pub(crate) timings: BTreeMap<(CollectiveKind, u64), Vec<RoundTiming>>,
+    pub(crate) nccl_used: BTreeMap<(String, CollectiveKind, u64, bool), String>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) provenance: Option<Provenance>,
     /// Candidates whose point failed, with why.
-    pub failed: BTreeMap<String, String>,
+    pub(crate) failed: BTreeMap<String, String>,
 }
 
 /// Runs `rounds` rounds of `points` on `m` (each round in its own shuffled order, seeded by

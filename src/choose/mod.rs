@@ -57,31 +57,31 @@ pub(crate) const MAX_ROUNDS: usize = 100;
 pub(crate) struct ChooseRequest {
     /// The model, tp, dtype, draft vocabulary and logits; its tokens and phase are set per
     /// forward.
-    pub workload: Workload,
+    pub(crate) workload: Workload,
     /// Requests in flight: each gives a decode of C tokens, a verify of C(k+1), a draft step.
-    pub concurrency: Vec<u64>,
+    pub(crate) concurrency: Vec<u64>,
     /// Draft steps k per cycle.
-    pub draft_steps: u64,
+    pub(crate) draft_steps: u64,
     /// NCCL_PROTO values compared beside NCCL's default.
-    pub protos: Vec<String>,
+    pub(crate) protos: Vec<String>,
     /// NCCL_ALGO values compared beside NCCL's default.
-    pub algos: Vec<String>,
-    pub rounds: usize,
-    pub seed: u64,
-    pub repeat: Repeat,
-    pub backend: BackendKind,
-    pub gpu: GpuSpec,
-    pub model: ModelSettings,
+    pub(crate) algos: Vec<String>,
+    pub(crate) rounds: usize,
+    pub(crate) seed: u64,
+    pub(crate) repeat: Repeat,
+    pub(crate) backend: BackendKind,
+    pub(crate) gpu: GpuSpec,
+    pub(crate) model: ModelSettings,
     /// The decision file: reused while its key holds, written otherwise.
-    pub decision: Option<PathBuf>,
+    pub(crate) decision: Option<PathBuf>,
     /// Measure again even where the decision file's key holds.
-    pub remeasure: bool,
+    pub(crate) remeasure: bool,
     /// Also run the P2P path on virtual ranks of one GPU.
-    pub virtual_ranks: bool,
+    pub(crate) virtual_ranks: bool,
     /// Testing (`--debug-children-on-model`): the measured pipeline with `collective
     /// --backend model` children.
-    pub children_on_model: bool,
-    pub format: crate::output::Format,
+    pub(crate) children_on_model: bool,
+    pub(crate) format: crate::output::Format,
 }
 
 impl ChooseRequest {
@@ -135,13 +135,13 @@ impl ChooseRequest {
 /// The request resolved once: the rank count, the shapes, what is compared, the points.
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
-    pub tp: usize,
-    pub model: String,
-    pub hidden: u64,
-    pub dtype: DType,
-    pub shapes: Vec<Shape>,
-    pub candidates: Vec<Candidate>,
-    pub points: Vec<Point>,
+    pub(crate) tp: usize,
+    pub(crate) model: String,
+    pub(crate) hidden: u64,
+    pub(crate) dtype: DType,
+    pub(crate) shapes: Vec<Shape>,
+    pub(crate) candidates: Vec<Candidate>,
+    pub(crate) points: Vec<Point>,
 }
 
 /// Resolves `r` at `tp` ranks (2 to 8: the P2P kernels' range).
@@ -185,52 +185,52 @@ impl Job {
 /// verify) and eagerly.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ShapeChoice {
-    pub shape: Shape,
-    pub graph: ModeChoice,
-    pub eager: ModeChoice,
+    pub(crate) shape: Shape,
+    pub(crate) graph: ModeChoice,
+    pub(crate) eager: ModeChoice,
 }
 
 /// A decision: what the decision file holds (in the record envelope, kind `allreduce_choice`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Decision {
     /// What the decision depends on; a run with another key measures again.
-    pub key: Fingerprint,
-    pub model: String,
-    pub world_size: usize,
-    pub dtype: DType,
-    pub hidden_size: u64,
-    pub concurrency: Vec<u64>,
-    pub draft_steps: u64,
-    pub rounds: usize,
-    pub seed: u64,
+    pub(crate) key: Fingerprint,
+    pub(crate) model: String,
+    pub(crate) world_size: usize,
+    pub(crate) dtype: DType,
+    pub(crate) hidden_size: u64,
+    pub(crate) concurrency: Vec<u64>,
+    pub(crate) draft_steps: u64,
+    pub(crate) rounds: usize,
+    pub(crate) seed: u64,
     /// The bar: at least this much faster than NCCL's default, relative and in us.
-    pub min_rel: f64,
-    pub min_us: f64,
-    pub candidates: Vec<Candidate>,
-    pub shapes: Vec<ShapeChoice>,
+    pub(crate) min_rel: f64,
+    pub(crate) min_us: f64,
+    pub(crate) candidates: Vec<Candidate>,
+    pub(crate) shapes: Vec<ShapeChoice>,
     /// The all-reduces' crossover in CUDA-graph replay and eagerly.
-    pub crossover_graph: Vec<Band>,
-    pub crossover_eager: Vec<Band>,
+    pub(crate) crossover_graph: Vec<Band>,
+    pub(crate) crossover_eager: Vec<Band>,
     /// The same as words: "one-shot up to 56.0 KiB (57,344 B), NCCL (Ring/LL) above".
-    pub crossover_graph_words: String,
-    pub crossover_eager_words: String,
+    pub(crate) crossover_graph_words: String,
+    pub(crate) crossover_eager_words: String,
     /// What the graph crossover means for vLLM and SGLang.
-    pub engines: Vec<EngineSetting>,
+    pub(crate) engines: Vec<EngineSetting>,
     /// Candidates whose runs failed, with why.
     #[serde(default)]
-    pub failed: BTreeMap<String, String>,
+    pub(crate) failed: BTreeMap<String, String>,
     /// The P2P path on virtual ranks of one GPU (not a P2P measurement), when asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub virtual_ranks: Option<on_one_gpu::VirtualRanks>,
+    pub(crate) virtual_ranks: Option<on_one_gpu::VirtualRanks>,
 }
 
 /// What a decision is made of beside the rounds.
 pub(crate) struct Frame<'a> {
-    pub request: &'a ChooseRequest,
-    pub job: &'a Job,
-    pub key: Fingerprint,
-    pub links: Links,
-    pub modeled: bool,
+    pub(crate) request: &'a ChooseRequest,
+    pub(crate) job: &'a Job,
+    pub(crate) key: Fingerprint,
+    pub(crate) links: Links,
+    pub(crate) modeled: bool,
 }
 
 /// Runs the rounds of `f`'s points on `m` and decides (`progress` hears of each run).

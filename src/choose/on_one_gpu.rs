@@ -19,28 +19,28 @@ pub(crate) const NOT_P2P: &str =
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct VirtualRow {
     /// `oneshot` or `twoshot`.
-    pub imp: String,
+    pub(crate) imp: String,
     /// Bytes per rank.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Whether every element of every rank's output was the exact sum.
-    pub exact: bool,
+    pub(crate) exact: bool,
     /// What the check saw.
-    pub detail: String,
+    pub(crate) detail: String,
     /// Us per call, eager (one host thread per rank in lockstep) and from a CUDA graph; none
     /// when the check failed.
-    pub eager_us: Option<f64>,
-    pub graph_us: Option<f64>,
-    pub blocks: Option<u32>,
+    pub(crate) eager_us: Option<f64>,
+    pub(crate) graph_us: Option<f64>,
+    pub(crate) blocks: Option<u32>,
 }
 
 /// The virtual-rank section of a choice.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct VirtualRanks {
     /// [`NOT_P2P`].
-    pub label: String,
-    pub gpu: usize,
-    pub ranks: usize,
-    pub rows: Vec<VirtualRow>,
+    pub(crate) label: String,
+    pub(crate) gpu: usize,
+    pub(crate) ranks: usize,
+    pub(crate) rows: Vec<VirtualRow>,
 }
 
 impl VirtualRanks {

@@ -18,28 +18,28 @@ use crate::request::Workload;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Use {
     /// `decode`, `verify` or `draft`.
-    pub forward: String,
+    pub(crate) forward: String,
     /// Requests in flight (`--concurrency`).
-    pub concurrency: u64,
+    pub(crate) concurrency: u64,
     /// Tokens of that forward.
-    pub tokens: u64,
+    pub(crate) tokens: u64,
     /// Collectives of this shape in one such forward.
-    pub per_forward: u64,
+    pub(crate) per_forward: u64,
 }
 
 /// One distinct collective of the cycle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Shape {
-    pub kind: CollectiveKind,
-    pub dtype: DType,
+    pub(crate) kind: CollectiveKind,
+    pub(crate) dtype: DType,
     /// Elements per rank.
-    pub count: u64,
+    pub(crate) count: u64,
     /// Bytes per rank, as `plan` shows them.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// The size `collective` times: nccl-tests' size (an all-gather's output, an all-reduce's
     /// message).
-    pub size: u64,
-    pub uses: Vec<Use>,
+    pub(crate) size: u64,
+    pub(crate) uses: Vec<Use>,
 }
 
 impl Shape {

@@ -18,23 +18,23 @@ use crate::request::{
 /// The batch and the context every forward serves: `plan`, `verify`, `sweep`, `trace`,
 /// `explain` and `breakeven` take them.
 #[derive(Debug, Clone, clap::Args)]
-pub struct BatchArgs {
+pub(crate) struct BatchArgs {
     /// Requests served together: a decode step carries C tokens, a verify C x its tokens per
     /// request, and the MoE layers read the experts all of them pick. 1 to 4096.
     #[arg(long, value_name = "C", default_value_t = 1, value_parser = values::CONCURRENCY, allow_negative_numbers = true)]
-    pub concurrency: u64,
+    pub(crate) concurrency: u64,
     /// Tokens of context per request whose KV cache every forward reads (MLA's latent on
     /// every rank, GQA's KV heads split over TP, a fixed state for linear attention); 0: the
     /// KV cache is not priced. At most 16777216.
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = values::CONTEXT, allow_negative_numbers = true)]
-    pub context: u64,
+    pub(crate) context: u64,
     /// Element type of the KV cache read with --context.
     #[arg(long, value_parser = named::<KvDType>(), default_value = "bf16")]
-    pub kv_dtype: KvDType,
+    pub(crate) kv_dtype: KvDType,
     /// Decode context parallelism: the KV cache's context sharded D ways over the TP group
     /// (vLLM --decode-context-parallel-size); needs --context. 1 to 1024, dividing --tp.
     #[arg(long, value_name = "D", default_value_t = 1, value_parser = values::DCP, allow_negative_numbers = true)]
-    pub dcp: u64,
+    pub(crate) dcp: u64,
 }
 
 impl From<&BatchArgs> for Batch {
@@ -50,17 +50,17 @@ impl From<&BatchArgs> for Batch {
 
 /// The weight formats to price instead of the checkpoint's.
 #[derive(Debug, Clone, clap::Args)]
-pub struct WeightArgs {
+pub(crate) struct WeightArgs {
     /// Price every quantizable weight group (attention, dense MLP, shared and routed experts,
     /// an MTP layer) in FORMAT instead of the checkpoint's: bf16, fp8 (128x128 blocks), int8,
     /// int4 (group 32), int4-gN, int4-gN-zp, nvfp4, mxfp4, or as-shipped (the default); the
     /// LM head keeps the checkpoint's format.
     #[arg(long, value_name = "FORMAT", value_parser = weight_choice)]
-    pub weights: Option<WeightChoice>,
+    pub(crate) weights: Option<WeightChoice>,
     /// The routed experts alone in FORMAT (after --weights), e.g. nvfp4 or int4 experts served
     /// from an fp8 checkpoint.
     #[arg(long, value_name = "FORMAT", value_parser = weight_choice)]
-    pub expert_weights: Option<WeightChoice>,
+    pub(crate) expert_weights: Option<WeightChoice>,
 }
 
 impl From<&WeightArgs> for WeightOverride {
@@ -74,26 +74,26 @@ impl From<&WeightArgs> for WeightOverride {
 
 /// The flags of `--phase cycle`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct CycleFlagArgs {
+pub(crate) struct CycleFlagArgs {
     /// The drafter of --phase cycle: eagle3 (an EAGLE-3 head, the default), mtp (the model's
     /// own MTP module, num_nextn_predict_layers), block (a DFlash-like block drafter).
     #[arg(long, value_parser = named::<DrafterKind>())]
-    pub drafter: Option<DrafterKind>,
+    pub(crate) drafter: Option<DrafterKind>,
     /// Draft tokens k per cycle of --phase cycle, 1 to 64 (default 3): the verify covers k+1
     /// tokens per request.
     #[arg(long, value_name = "K", value_parser = values::draft_steps(), allow_negative_numbers = true)]
-    pub draft_steps: Option<u64>,
+    pub(crate) draft_steps: Option<u64>,
     /// The drafter's own config.json (an EAGLE-3 head's, with draft_vocab_size; a block
     /// drafter's) for --phase cycle; without it the drafter's shape is assumed and said so.
     #[arg(long, value_name = "PATH")]
-    pub draft_config: Option<PathBuf>,
+    pub(crate) draft_config: Option<PathBuf>,
     /// A block drafter's decoder layers when no --draft-config gives them (default 5), 1 to 64.
     #[arg(long, value_name = "N", value_parser = values::DRAFT_LAYERS, allow_negative_numbers = true)]
-    pub draft_layers: Option<u64>,
+    pub(crate) draft_layers: Option<u64>,
     /// Tokens per request the verify carries where the engine verifies a tree (SGLang
     /// --speculative-num-draft-tokens), 2 to 4096; default k+1.
     #[arg(long, value_name = "N", value_parser = values::TREE_TOKENS, allow_negative_numbers = true)]
-    pub tree_tokens: Option<u64>,
+    pub(crate) tree_tokens: Option<u64>,
 }
 
 impl From<&CycleFlagArgs> for CycleFlags {
@@ -139,11 +139,11 @@ pub(crate) struct WorkloadArgs {
     /// Tensor-parallel size (ranks), 1 to 1024. Defaults to the number of GPUs used, or 8
     /// without GPUs.
     #[arg(long, value_parser = values::ranks::<u64>(), allow_negative_numbers = true)]
-    pub tp: Option<u64>,
+    pub(crate) tp: Option<u64>,
     /// Tokens per verify forward. SGLang verifies num_steps+1 tokens when topk=1
     /// (--speculative-num-steps 3 means 4). 1 to 65536.
     #[arg(long, default_value_t = 3, value_parser = values::tokens(), allow_negative_numbers = true)]
-    pub tokens: u64,
+    pub(crate) tokens: u64,
     /// Activation and collective element type.
     #[arg(long, default_value = "bf16")]
     pub(crate) dtype: DType,
@@ -155,10 +155,10 @@ pub(crate) struct WorkloadArgs {
     pub(crate) no_embedding_allreduce: bool,
     /// What happens to the vocab-parallel logits.
     #[arg(long, value_parser = named::<Logits>(), default_value = "gather")]
-    pub logits: Logits,
+    pub(crate) logits: Logits,
     /// Vocabulary of the EAGLE-3 draft head (the draft phase), 1 to 16777216.
     #[arg(long, default_value_t = 32000, value_parser = values::DRAFT_VOCAB, allow_negative_numbers = true)]
-    pub draft_vocab: u64,
+    pub(crate) draft_vocab: u64,
     /// Which forward: the verify of T tokens, one decode step, one EAGLE-3 draft step, or
     /// the speculative cycle (the k draft forwards, then the verify, with the plain decode
     /// step beside them: plan and verify).
@@ -173,13 +173,13 @@ pub(crate) struct WorkloadArgs {
         "weights", "expert_weights", "drafter", "draft_steps", "draft_config", "draft_layers",
         "tree_tokens",
     ])]
-    pub schedule: Option<PathBuf>,
+    pub(crate) schedule: Option<PathBuf>,
     #[command(flatten)]
-    pub batch: BatchArgs,
+    pub(crate) batch: BatchArgs,
     #[command(flatten)]
-    pub weights: WeightArgs,
+    pub(crate) weights: WeightArgs,
     #[command(flatten)]
-    pub cycle: CycleFlagArgs,
+    pub(crate) cycle: CycleFlagArgs,
 }
 
 impl From<&WorkloadArgs> for Workload {
@@ -208,20 +208,20 @@ impl From<&WorkloadArgs> for Workload {
 pub(crate) struct GpuArgs {
     /// Number of GPUs (ranks) to use: the first N visible devices, 1 to 1024.
     #[arg(long, value_parser = values::gpus(), allow_negative_numbers = true)]
-    pub gpus: Option<usize>,
+    pub(crate) gpus: Option<usize>,
     /// Exact device ordinals to use, e.g. 0,1.
     #[arg(long, value_delimiter = ',', conflicts_with = "gpus", value_parser = values::ordinal::<usize>(), allow_negative_numbers = true)]
-    pub devices: Option<Vec<usize>>,
+    pub(crate) devices: Option<Vec<usize>>,
     /// Ranks as threads of this process or as worker processes.
     #[arg(long, value_parser = named::<Launcher>(), default_value = "processes")]
     pub(crate) launcher: Launcher,
     /// Path of libnccl.so to load (else: LD_LIBRARY_PATH, system paths, Python's nvidia-nccl wheel).
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
-    pub nccl_lib: Option<PathBuf>,
+    pub(crate) nccl_lib: Option<PathBuf>,
     /// Seconds any rendezvous, collective or worker may take before the run is aborted
     /// (greater than 0, at most 1000000).
     #[arg(long, default_value_t = 60.0, value_parser = values::TIMEOUT, allow_negative_numbers = true)]
-    pub timeout: f64,
+    pub(crate) timeout: f64,
     /// Pin each rank (worker process, or rank thread of --launcher threads) to CPUs: auto (the
     /// CPUs of its GPU's NUMA node, as numactl does in serving deployments; left alone when
     /// sysfs does not tell the node), none (as inherited), or a Linux CPU list (0-7,16-23).
@@ -247,10 +247,10 @@ impl From<&GpuArgs> for GpuSpec {
 pub(crate) struct RepeatArgs {
     /// Timed iterations (replays) per configuration.
     #[arg(short = 'n', long = "iters", default_value_t = 200, value_parser = values::iters::<u64>(), allow_negative_numbers = true)]
-    pub iters: u64,
+    pub(crate) iters: u64,
     /// Untimed warm-up iterations before timing.
     #[arg(short = 'w', long = "warmup", default_value_t = 20, value_parser = values::warmup(), allow_negative_numbers = true)]
-    pub warmup: u64,
+    pub(crate) warmup: u64,
     /// How the ranks' times of one sample become its time: max (the slowest rank, which
     /// bounds a verify step) or mean (over ranks, as nccl-tests reports with its default -a 1).
     #[arg(long = "rank-time", default_value = "max", value_name = "max|mean")]
@@ -275,7 +275,7 @@ pub(crate) struct ModelArgs {
     /// pcie-gen5-dual-socket, ib-ndr. Not with --profile (a fitted profile sets every
     /// parameter).
     #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
-    pub link: String,
+    pub(crate) link: String,
     /// Calibrated profile file written by `verifybench model fit` (instead of --link).
     #[arg(long, value_name = "FILE")]
     pub(crate) profile: Option<PathBuf>,
@@ -319,21 +319,21 @@ pub(crate) struct HostGapArgs {
     /// deviation JITTER in microseconds (0..=1000000 each; gamma-distributed, drawn per rank
     /// and per op or layer), e.g. 200:50. A CUDA-graph replay has no host gaps.
     #[arg(long, value_name = "US[:JITTER]", allow_negative_numbers = true)]
-    pub host_gap_us: Option<HostGap>,
+    pub(crate) host_gap_us: Option<HostGap>,
     /// Where a gap is spent: before every launch (op, default) or once per layer.
     #[arg(long, value_name = "op|layer")]
     pub(crate) host_gap_per: Option<GapPer>,
     /// One rank starts each layer US microseconds later (0..=1000000; RANK below the world
     /// size), as rank 0 is when it samples, e.g. 1:100.
     #[arg(long, value_name = "RANK:US", allow_negative_numbers = true)]
-    pub late_rank: Option<LateRank>,
+    pub(crate) late_rank: Option<LateRank>,
     /// The per-op host gaps a trace measured: a schedule file of this schedule with
     /// host_gaps_us (`verifybench trace ... --export-schedule`).
     #[arg(long, value_name = "SCHEDULE", conflicts_with = "host_gap_us")]
     pub(crate) host_gap_from: Option<PathBuf>,
     /// Seed of the gap generator (any u64; recorded with the result).
     #[arg(long, value_name = "N", value_parser = values::seed(), allow_negative_numbers = true)]
-    pub gap_seed: Option<u64>,
+    pub(crate) gap_seed: Option<u64>,
 }
 
 impl From<&HostGapArgs> for HostGapFlags {

@@ -15,18 +15,18 @@ pub(crate) struct CycleArgs {
     /// One plain decode step of the target model (T = 1), in ms (above 0, at most 1000000);
     /// tokens/s without speculation is 1000 / this. Else from a decode record (`verify --phase decode`).
     #[arg(long, value_name = "MS", value_parser = values::millis(false, "12.2"), allow_negative_numbers = true)]
-    pub decode_ms: Option<f64>,
+    pub(crate) decode_ms: Option<f64>,
     /// One draft step, in ms, 0 to 1000000 (EAGLE-3: one draft-head forward). Else from a draft record
     /// (`verify --phase draft`), else 0 (free drafting, said in the output).
     #[arg(long, value_name = "MS", value_parser = values::millis(true, "1.5"), allow_negative_numbers = true)]
-    pub draft_ms: Option<f64>,
+    pub(crate) draft_ms: Option<f64>,
     /// Draft steps k per cycle, 1 to 64; the verify forward covers k+1 tokens. Else the number of
     /// --accept-rates (breakeven), else T-1 of the verify record.
     #[arg(long, value_name = "K", value_parser = values::draft_steps(), allow_negative_numbers = true)]
-    pub draft_steps: Option<u64>,
+    pub(crate) draft_steps: Option<u64>,
     /// Fixed per-cycle overhead (draft extend, sampling), in ms, 0 to 1000000. Default 0.
     #[arg(long, value_name = "MS", value_parser = values::millis(true, "0.5"), allow_negative_numbers = true)]
-    pub overhead_ms: Option<f64>,
+    pub(crate) overhead_ms: Option<f64>,
 }
 
 impl CycleArgs {
@@ -58,7 +58,7 @@ pub(crate) struct BreakevenArgs {
     /// Mean accept length tau: tokens kept per cycle, bonus token included (SGLang's
     /// "accept length"), between 1 and k+1.
     #[arg(long, value_name = "TAU", value_parser = values::ACCEPT_LENGTH, allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate"])]
-    pub accept_length: Option<f64>,
+    pub(crate) accept_length: Option<f64>,
     /// Conditional per-position acceptance rates, one per draft step, e.g. 0.8,0.6,0.45: r_i is
     /// the chance that draft token i is accepted given that tokens 1..i-1 were; expected tokens
     /// per cycle = 1 + r1 + r1 r2 + r1 r2 r3 + ... (vLLM's `Per-position acceptance rate` is a
@@ -115,9 +115,9 @@ pub(crate) struct BreakevenArgs {
         value_parser = values::ACCEPT_LENGTH,
         allow_negative_numbers = true
     )]
-    pub table_accept_lengths: Vec<f64>,
+    pub(crate) table_accept_lengths: Vec<f64>,
     #[command(flatten)]
-    pub batch: BatchArgs,
+    pub(crate) batch: BatchArgs,
     // --format json: every input with its origin, every output.
     #[command(flatten)]
     pub(crate) output: OutputArgs,

@@ -36,7 +36,7 @@ Examples:
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = AFTER_HELP)]
-pub struct ChooseArgs {
+pub(crate) struct ChooseArgs {
     /// Built-in model preset (see `plan --help`).
     #[arg(long, default_value = "kimi-k2.5")]
     pub(crate) model: String,

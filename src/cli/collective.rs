@@ -14,18 +14,18 @@ pub(crate) struct CollectiveArgs {
     /// Smallest size in bytes (K/M/G suffixes), nccl-tests' -b. Sizes are 1 to 16G, rounded
     /// down to whole elements per rank (said on stderr).
     #[arg(short = 'b', long = "minbytes", default_value = "8K", value_parser = values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
-    pub min_bytes: u64,
+    pub(crate) min_bytes: u64,
     /// Largest size in bytes, nccl-tests' -e (at most 16G).
     #[arg(short = 'e', long = "maxbytes", default_value = "1M", value_parser = values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
     /// Multiplication factor between sizes, nccl-tests' -f: 2 to 1024.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = values::STEP_FACTOR, allow_negative_numbers = true)]
-    pub step_factor: u64,
+    pub(crate) step_factor: u64,
     /// Extra exact sizes to include, e.g. 43008,57344 (the verify step's all-reduce); each is
     /// rounded down to whole elements per rank, and one below an element per rank is dropped
     /// (both said on stderr).
     #[arg(long, value_delimiter = ',', value_parser = values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
-    pub sizes: Vec<u64>,
+    pub(crate) sizes: Vec<u64>,
     /// Element type, nccl-tests' -d.
     #[arg(short = 'd', long = "datatype", default_value = "bf16")]
     pub(crate) dtype: DType,
@@ -52,7 +52,7 @@ pub(crate) struct CollectiveArgs {
     /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
     /// their min-max and a 95% interval; a cold first repetition is named and left out.
     #[arg(long, default_value_t = 1, value_name = "R", value_parser = values::repetitions("fresh runs"), allow_negative_numbers = true)]
-    pub fresh_runs: usize,
+    pub(crate) fresh_runs: usize,
 }
 
 impl From<&CollectiveArgs> for CollectiveRequest {

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use crate::cli::args::{BatchArgs, WeightArgs};
 use crate::cli::breakeven::CycleArgs;
 use crate::cli::output::OutputArgsMd;
-use crate::cli::values;
+use crate::cli::values::{self, named};
+
 use crate::explain::{Engine, ExplainRequest, Observed};
+use crate::model::draft::DrafterKind;
 use crate::speculative::inputs::Acceptance;
 
 fn engine(s: &str) -> Result<Engine, String> {
@@ -40,24 +42,41 @@ pub(crate) struct ExplainArgs {
     pub(crate) observed: Option<Observed>,
     /// The verify step as it ran (the target forward of k+1 tokens), in ms.
     #[arg(long, value_name = "MS", value_parser = values::millis(false, "30"), allow_negative_numbers = true)]
-    pub verify_ms: Option<f64>,
+    pub(crate) verify_ms: Option<f64>,
     #[command(flatten)]
     pub(crate) cycle: CycleArgs,
     /// The --decode-ms step ran eagerly (without it, it is taken as run from a CUDA graph, the
     /// engines' default, and every row is held to it: a graphed verify is never faster).
     #[arg(long, requires = "decode_ms")]
     pub(crate) decode_eager: bool,
+    /// The context per request --decode-ms was measured at, where it is not --context (a plain
+    /// decode measured on short prompts, a speculative run at 30k): the model prices the
+    /// decode there, and the cycle at --context.
+    #[arg(long, value_name = "N", requires = "decode_ms", value_parser = values::CONTEXT, allow_negative_numbers = true)]
+    pub(crate) decode_context: Option<u64>,
+    /// The drafter: eagle3 (an EAGLE-3 head, the default), mtp (the model's own MTP module,
+    /// num_nextn_predict_layers), block (a DFlash-like block drafter proposing k tokens in one
+    /// forward). Its forwards are priced from its schedule.
+    #[arg(long, value_parser = named::<DrafterKind>())]
+    pub(crate) drafter: Option<DrafterKind>,
+    /// The drafter's own config.json (an EAGLE-3 head's, with draft_vocab_size; a block
+    /// drafter's); without it the drafter's shape is assumed and said so.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) draft_config: Option<PathBuf>,
+    /// A block drafter's decoder layers when no --draft-config gives them (default 5), 1 to 64.
+    #[arg(long, value_name = "N", value_parser = values::DRAFT_LAYERS, allow_negative_numbers = true)]
+    pub(crate) draft_layers: Option<u64>,
     /// Mean accept length tau: tokens kept per cycle, bonus token included (SGLang's
     /// "accept length"), between 1 and k+1.
     #[arg(long, value_name = "TAU", value_parser = values::ACCEPT_LENGTH, allow_negative_numbers = true, conflicts_with_all = ["accept_rates", "accept_rate", "accept_rates_of_drafts"])]
-    pub accept_length: Option<f64>,
+    pub(crate) accept_length: Option<f64>,
     /// Conditional per-position acceptance rates, one per draft step: tau = 1 + r1 + r1 r2 + ...
     #[arg(long, value_name = "R1,R2,..", value_delimiter = ',', value_parser = values::PROBABILITY, allow_negative_numbers = true, conflicts_with_all = ["accept_rate", "accept_rates_of_drafts"])]
-    pub accept_rates: Option<Vec<f64>>,
+    pub(crate) accept_rates: Option<Vec<f64>>,
     /// Per-position acceptance rates as vLLM prints them (fractions of all drafts): tau = 1 +
     /// a1 + a2 + ...
     #[arg(long, value_name = "A1,A2,..", value_delimiter = ',', value_parser = values::PROBABILITY, allow_negative_numbers = true, conflicts_with_all = ["accept_rate"])]
-    pub accept_rates_of_drafts: Option<Vec<f64>>,
+    pub(crate) accept_rates_of_drafts: Option<Vec<f64>>,
     /// One constant acceptance rate alpha: tau = (1 - alpha^(k+1)) / (1 - alpha). Not vLLM's
     /// accept rate (`Avg Draft acceptance rate`: accepted / drafted tokens, tau = 1 + k x rate):
     /// give that one as --accept-length.
@@ -75,32 +94,32 @@ pub(crate) struct ExplainArgs {
     /// A sweep's results file (`verifybench sweep --results FILE`): its best NCCL setting
     /// against the defaults replaces the model's in the counterfactual rows.
     #[arg(long, value_name = "FILE")]
-    pub sweep: Option<PathBuf>,
+    pub(crate) sweep: Option<PathBuf>,
     /// A decision file of `verifybench choose --decision FILE`: the one-shot rows run each
     /// all-reduce as it chose for its size (one-shot, two-shot or NCCL).
     #[arg(long, value_name = "FILE")]
-    pub allreduce_choice: Option<PathBuf>,
+    pub(crate) allreduce_choice: Option<PathBuf>,
     /// GPUs of the tensor-parallel group (default: the traces' world size, else --tp, else 8).
     #[arg(long, value_name = "N", value_parser = values::gpus(), allow_negative_numbers = true)]
-    pub gpus: Option<usize>,
+    pub(crate) gpus: Option<usize>,
     /// Built-in model preset the cost model prices: kimi-k2.5, deepseek-v3, llama-3.1-70b,
     /// qwen3-235b-a22b.
     #[arg(long, default_value = "kimi-k2.5")]
     pub(crate) model: String,
     /// A Hugging Face config.json instead of a preset.
     #[arg(long, value_name = "PATH")]
-    pub model_config: Option<PathBuf>,
+    pub(crate) model_config: Option<PathBuf>,
     /// Tensor-parallel size, 1 to 1024; must equal --gpus when both are given.
     #[arg(long, value_parser = values::ranks::<u64>(), allow_negative_numbers = true)]
-    pub tp: Option<u64>,
+    pub(crate) tp: Option<u64>,
     /// Tokens per verify forward, 1 to 65536 (default: --draft-steps + 1, else 3).
     #[arg(long, value_parser = values::tokens(), allow_negative_numbers = true)]
-    pub tokens: Option<u64>,
+    pub(crate) tokens: Option<u64>,
     /// Link profile of the cost model: nvlink-h100, nvlink-h200, pcie-gen4, pcie-gen5
     /// (default), pcie-gen5-no-p2p, pcie-gen5-dual-socket, ib-ndr. Not with --profile (a
     /// fitted profile sets every parameter).
     #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
-    pub link: String,
+    pub(crate) link: String,
     /// Calibrated profile file written by `verifybench model fit` (instead of --link).
     #[arg(long, value_name = "FILE")]
     pub(crate) profile: Option<PathBuf>,
@@ -115,11 +134,11 @@ pub(crate) struct ExplainArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) export_json: Option<PathBuf>,
     #[command(flatten)]
-    pub batch: BatchArgs,
+    pub(crate) batch: BatchArgs,
     #[command(flatten)]
-    pub weights: WeightArgs,
+    pub(crate) weights: WeightArgs,
     #[command(flatten)]
-    pub output: OutputArgsMd,
+    pub(crate) output: OutputArgsMd,
 }
 
 impl From<&ExplainArgs> for ExplainRequest {
@@ -152,6 +171,13 @@ impl From<&ExplainArgs> for ExplainRequest {
                 ..a.cycle.flags()
             },
             decode_eager: a.decode_eager,
+            decode_context: a.decode_context,
+            drafter: crate::request::CycleFlags {
+                drafter: a.drafter,
+                draft_config: a.draft_config.clone(),
+                draft_layers: a.draft_layers,
+                ..Default::default()
+            },
             gpus: a.gpus,
             workload,
             tokens_given: a.tokens.is_some(),

@@ -8,7 +8,7 @@ use crate::commands::inspect::InspectRequest;
 pub(crate) struct InspectArgs {
     /// The server's top process: it and every process under it are inspected.
     #[arg(long, value_parser = crate::cli::values::whole::<u32>("(a process id)", 1, 1 << 22, "1234"), allow_negative_numbers = true)]
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     /// Find the server by command line (a regular expression, or plain text such as
     /// `sglang.launch_server`); every matching process tree is inspected. Must not be empty.
     #[arg(long = "match", value_name = "PATTERN")]

@@ -7,27 +7,27 @@
 //! `commands::<name>::run`. This folder and `main.rs` are the only places that name clap;
 //! nothing below imports from here.
 
-pub mod args;
-pub mod bandwidth;
-pub mod breakeven;
-pub mod choose;
-pub mod collective;
-pub mod compare;
-pub mod env;
-pub mod explain;
-pub mod inspect;
-pub mod model;
+pub(crate) mod args;
+pub(crate) mod bandwidth;
+pub(crate) mod breakeven;
+pub(crate) mod choose;
+pub(crate) mod collective;
+pub(crate) mod compare;
+pub(crate) mod env;
+pub(crate) mod explain;
+pub(crate) mod inspect;
+pub(crate) mod model;
 pub(crate) mod numbers;
-pub mod output;
-pub mod plan;
-pub mod rank;
-pub mod report;
-pub mod selftest;
-pub mod sweep;
-pub mod trace;
-pub mod values;
-pub mod verify;
-pub mod worker;
+pub(crate) mod output;
+pub(crate) mod plan;
+pub(crate) mod rank;
+pub(crate) mod report;
+pub(crate) mod selftest;
+pub(crate) mod sweep;
+pub(crate) mod trace;
+pub(crate) mod values;
+pub(crate) mod verify;
+pub(crate) mod worker;
 
 use clap::{Parser, Subcommand};
 

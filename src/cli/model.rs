@@ -40,18 +40,18 @@ pub(crate) enum ModelSub {
 }
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct FitCycleArgs {
+pub(crate) struct FitCycleArgs {
     /// The runs file (JSON).
     #[arg(value_name = "RUNS.json")]
-    pub runs: PathBuf,
+    pub(crate) runs: PathBuf,
     /// The folder of the config.json files the runs name (default: configs/ beside the runs
     /// file).
     #[arg(long, value_name = "DIR")]
-    pub configs: Option<PathBuf>,
+    pub(crate) configs: Option<PathBuf>,
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub(crate) model: ModelArgs,
     #[command(flatten)]
-    pub print: OutputArgs,
+    pub(crate) print: OutputArgs,
 }
 
 impl From<&FitCycleArgs> for FitCycleRequest {
@@ -73,13 +73,13 @@ pub(crate) struct ValidateArgs {
     /// The link's rate per direction, GB/s: one for every file, or one per file in the order
     /// of --nccl-tests (PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63).
     #[arg(long, num_args = 1.., value_name = "GB/s", value_parser = values::LINK_GBPS, allow_negative_numbers = true)]
-    pub link_gbps: Vec<f64>,
+    pub(crate) link_gbps: Vec<f64>,
     /// Built-in profile the fits start from.
     #[arg(long, default_value = "pcie-gen5")]
     pub(crate) base: String,
     /// The median leave-one-size-out error a table must stay within, percent.
     #[arg(long, default_value_t = 10.0, value_name = "PCT", value_parser = values::PERCENT, allow_negative_numbers = true)]
-    pub max_median_pct: f64,
+    pub(crate) max_median_pct: f64,
     #[command(flatten)]
     pub(crate) print: OutputArgs,
 }
@@ -99,11 +99,11 @@ pub(crate) struct FitArgs {
     /// x16 15.75, 4.0 x16 31.5, 5.0 x16 63). Every protocol's bandwidth is bounded by it times
     /// the protocol's payload share (LL 1/2, LL128 120/128, Simple 1); a row past it is refused.
     #[arg(long, value_name = "GB/s", value_parser = values::LINK_GBPS, allow_negative_numbers = true)]
-    pub link_gbps: Option<f64>,
+    pub(crate) link_gbps: Option<f64>,
     /// With --nccl-tests: the measured peer-to-peer latency (p2pBandwidthLatencyTest), us; no
     /// per-hop latency is fitted below it.
     #[arg(long, value_name = "US", value_parser = values::MICROS, allow_negative_numbers = true)]
-    pub p2p_latency_us: Option<f64>,
+    pub(crate) p2p_latency_us: Option<f64>,
     /// Where to write the fitted profile (JSON).
     #[arg(short = 'o', long, value_name = "PROFILE.json")]
     pub(crate) output: PathBuf,

@@ -83,10 +83,10 @@ pub(crate) struct SweepArgs {
     /// Rounds, 1 to 100: every round runs every point once in a shuffled order, the baseline
     /// included. 1 round measures no noise and recommends nothing.
     #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_ROUNDS, value_name = "R", value_parser = values::repetitions("rounds"), allow_negative_numbers = true)]
-    pub rounds: usize,
+    pub(crate) rounds: usize,
     /// Seed of the rounds' shuffled orders (any unsigned 64-bit number).
     #[arg(long, default_value_t = crate::sweep::rounds::DEFAULT_SEED, value_name = "N", value_parser = values::seed(), allow_negative_numbers = true)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// An extra margin, a fraction in [0, 0.5), added to the measured noise floor before a
     /// setting counts as faster (default 0: the measured floor alone). The old --noise-floor
     /// (a constant floor) is accepted as this margin.
@@ -102,7 +102,7 @@ pub(crate) struct SweepArgs {
     /// Seconds one child (probe or timed run, workers included) may take before it is killed
     /// and the point recorded as failed (greater than 0, at most 1000000).
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS", value_parser = values::seconds(values::MAX_TIMEOUT_S, "120"), allow_negative_numbers = true)]
-    pub point_timeout: f64,
+    pub(crate) point_timeout: f64,
     /// JSON-lines file each finished point is appended to (default: sweep-<timestamp>.jsonl, or
     /// the --resume file).
     #[arg(long, value_name = "FILE")]

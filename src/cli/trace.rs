@@ -37,7 +37,7 @@ pub(crate) struct TraceArgs {
     /// nor --nccl-log gives (K/M/G suffixes); the export and the screen name the positions
     /// that took it. Without it such a step is not exported.
     #[arg(long, value_name = "BYTES", value_parser = crate::cli::values::COLLECTIVE_BYTES, allow_negative_numbers = true)]
-    pub assume_size: Option<u64>,
+    pub(crate) assume_size: Option<u64>,
     /// The ranks ran on more than one host: compare kernel durations only (skew unknown).
     #[arg(long)]
     pub(crate) multi_host: bool,

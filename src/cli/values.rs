@@ -294,7 +294,7 @@ mod tests {
 
 /// `--weights` / `--expert-weights`: a weight format, or `as-shipped` (the checkpoint's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WeightChoice(pub Option<crate::model::shape::WeightFormat>);
+pub(crate) struct WeightChoice(pub(crate) Option<crate::model::shape::WeightFormat>);
 
 pub(crate) fn weight_choice(s: &str) -> Result<WeightChoice, String> {
     if s.trim().eq_ignore_ascii_case("as-shipped") {

@@ -22,7 +22,7 @@ pub(crate) struct VerifyArgs {
     /// rotary, router, quantization): eager mode pays their launch cost, graph mode does not.
     /// 0 to 10000.
     #[arg(long, default_value_t = 0, value_parser = values::launches(), allow_negative_numbers = true)]
-    pub launches_per_layer: u32,
+    pub(crate) launches_per_layer: u32,
     /// Launch the compute (weight-streaming) kernels with programmatic dependent launch, as an
     /// engine that enables PDL does: each may start, and issue its first weight loads, while
     /// the kernel before it drains. Needs compute capability 9.0 or newer; off: plain launches.
@@ -61,7 +61,7 @@ pub(crate) struct VerifyArgs {
     /// new communicators), 1 to 100: the output adds the median of the repetitions' medians,
     /// their min-max and a 95% interval; a cold first repetition is named and left out.
     #[arg(long, default_value_t = 1, value_name = "R", value_parser = values::repetitions("fresh runs"), allow_negative_numbers = true)]
-    pub fresh_runs: usize,
+    pub(crate) fresh_runs: usize,
 }
 
 impl From<&VerifyArgs> for VerifyRequest {

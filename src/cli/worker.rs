@@ -14,24 +14,24 @@ pub(crate) struct WorkerArgs {
     pub(crate) workload: WorkloadArgs,
     /// Where rank 0 serves the NCCL id: HOST:PORT (default from MASTER_ADDR/MASTER_PORT).
     #[arg(long, value_parser = endpoint_arg)]
-    pub rendezvous: Option<Endpoint>,
+    pub(crate) rendezvous: Option<Endpoint>,
     /// Seconds a rank waits for the others to join the rendezvous (default: --timeout); greater
     /// than 0, at most 1000000.
     #[arg(long, value_parser = values::TIMEOUT, allow_negative_numbers = true)]
-    pub rendezvous_timeout: Option<f64>,
+    pub(crate) rendezvous_timeout: Option<f64>,
     /// A file (mode 0600) holding the run's secret: only ranks that prove it join (else from
     /// VERIFYBENCH_RENDEZVOUS_TOKEN; neither: any host that reaches the port may join).
     #[arg(long, value_name = "FILE")]
     pub(crate) rendezvous_token_file: Option<std::path::PathBuf>,
     /// This rank (else from the launcher's environment).
     #[arg(long, value_parser = values::ordinal::<usize>(), allow_negative_numbers = true)]
-    pub rank: Option<usize>,
+    pub(crate) rank: Option<usize>,
     /// Number of ranks (else from the launcher's environment).
     #[arg(long, value_parser = values::ranks::<usize>(), allow_negative_numbers = true)]
-    pub world_size: Option<usize>,
+    pub(crate) world_size: Option<usize>,
     /// GPU ordinal on this host (else from the launcher's environment).
     #[arg(long, value_parser = values::ordinal::<usize>(), allow_negative_numbers = true)]
-    pub local_rank: Option<usize>,
+    pub(crate) local_rank: Option<usize>,
     /// Eager launches, CUDA-graph replay, or both (one column each).
     #[arg(short = 'G', long, value_parser = named::<GraphChoice>(), default_value = "both")]
     pub(crate) graph: GraphChoice,
@@ -41,16 +41,16 @@ pub(crate) struct WorkerArgs {
     /// Tiny kernels launched per layer to model a real layer's many small kernels (as verify's
     /// flag): eager mode pays their launch cost, graph mode does not. 0 to 10000.
     #[arg(long, default_value_t = 0, value_parser = values::launches(), allow_negative_numbers = true)]
-    pub launches_per_layer: u32,
+    pub(crate) launches_per_layer: u32,
     /// Launch the compute kernels with programmatic dependent launch (as verify's flag).
     #[arg(long)]
     pub(crate) pdl: bool,
     #[command(flatten)]
-    pub repeat: RepeatArgs,
+    pub(crate) repeat: RepeatArgs,
     /// Seconds without progress after which this rank aborts its communicator and exits
     /// (greater than 0, at most 1000000).
     #[arg(long, default_value_t = 60.0, value_parser = values::TIMEOUT, allow_negative_numbers = true)]
-    pub timeout: f64,
+    pub(crate) timeout: f64,
     /// libnccl.so to load.
     #[arg(long, value_name = "PATH", env = "VERIFYBENCH_NCCL_LIB")]
     pub(crate) nccl_lib: Option<std::path::PathBuf>,

@@ -22,10 +22,10 @@
 //! - `sweep/signal.rs`: the Ctrl-C handler (`sigaction`; the handler only stores an atomic);
 //! - `sweep/runner.rs`: `kill` of the process group a sweep child leads.
 
-pub mod compile;
-pub mod device;
+pub(crate) mod compile;
+pub(crate) mod device;
 pub(crate) mod elf;
-pub mod kernels;
+pub(crate) mod kernels;
 pub mod libs;
 pub mod nccl;
 pub(crate) mod p2p;

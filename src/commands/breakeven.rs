@@ -13,18 +13,18 @@ use crate::trace::breakeven::TraceInput;
 /// `breakeven`: the times and acceptance given as flags (`flags`), and the files the flags
 /// of the same names read them from.
 #[derive(Debug, Clone)]
-pub struct BreakevenRequest {
-    pub flags: Flags,
-    pub from: Vec<PathBuf>,
-    pub from_trace: Vec<TraceInput>,
-    pub accept_from_log: Option<PathBuf>,
+pub(crate) struct BreakevenRequest {
+    pub(crate) flags: Flags,
+    pub(crate) from: Vec<PathBuf>,
+    pub(crate) from_trace: Vec<TraceInput>,
+    pub(crate) accept_from_log: Option<PathBuf>,
     /// `--concurrency`, `--context`, `--kv-dtype`, `--dcp`: the batch the times belong to.
-    pub batch: crate::request::Batch,
-    pub format: Format,
+    pub(crate) batch: crate::request::Batch,
+    pub(crate) format: Format,
 }
 
 /// Runs `verifybench breakeven`.
-pub fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &BreakevenRequest) -> anyhow::Result<i32> {
     a.batch.check()?;
     let (mut times, mut file_notes) = crate::evidence::read_verify_files(&a.from)?;
     times.extend(crate::trace::breakeven::read_trace_times(&a.from_trace)?);

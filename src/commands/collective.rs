@@ -8,7 +8,7 @@ use crate::report::text;
 use crate::request::CollectiveRequest;
 
 /// Runs `verifybench collective` with the backend `resolve` picks.
-pub fn run(a: &CollectiveRequest) -> anyhow::Result<i32> {
+pub(crate) fn run(a: &CollectiveRequest) -> anyhow::Result<i32> {
     a.files().check()?;
     crate::launch::run::check_gpu_flags(&a.gpu, None)?;
     run_with(&*backend::resolve(a.backend, crate::output::quiet()), a)

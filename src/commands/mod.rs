@@ -5,8 +5,8 @@
 //! `collective` share, their fresh runs and the printing of their records.
 
 pub mod bandwidth;
-pub mod breakeven;
-pub mod choose;
+pub(crate) mod breakeven;
+pub(crate) mod choose;
 pub mod collective;
 pub(crate) mod compare;
 pub(crate) mod env;

@@ -12,9 +12,9 @@ use crate::util::now_utc;
 /// `--against-plan` diffs the trace against (built first, when the command starts).
 #[derive(Debug, Clone)]
 pub(crate) struct TraceCommand {
-    pub trace: TraceRequest,
-    pub workload: Workload,
-    pub against_plan: bool,
+    pub(crate) trace: TraceRequest,
+    pub(crate) workload: Workload,
+    pub(crate) against_plan: bool,
 }
 
 /// The record of what was read (`kind: name`, measured, `note` saying from what), printed: the

@@ -21,29 +21,32 @@ use crate::request::Launcher;
 pub struct CyclePrice {
     /// From a CUDA graph (each part captured on its own, as the engines capture them), or
     /// eager launches.
-    pub graph: bool,
-    pub mode: Mode,
+    pub(crate) graph: bool,
+    pub(crate) mode: Mode,
     /// The plain decode step of the same batch (beside the cycle, not in it).
-    pub decode_us: f64,
+    pub(crate) decode_us: f64,
     /// Each draft forward of the cycle, in order.
-    pub draft_us: Vec<f64>,
+    pub(crate) draft_us: Vec<f64>,
     /// The verify.
-    pub verify_us: f64,
+    pub(crate) verify_us: f64,
 }
 
 impl CyclePrice {
     /// The k draft forwards together.
-    pub fn draft_total_us(&self) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn draft_total_us(&self) -> f64 {
         self.draft_us.iter().sum()
     }
 
     /// The cycle: the draft forwards, then the verify.
-    pub fn cycle_us(&self) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn cycle_us(&self) -> f64 {
         self.draft_total_us() + self.verify_us
     }
 
     /// The cycle over the plain decode step of the same batch.
-    pub fn cycle_over_decode(&self) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn cycle_over_decode(&self) -> f64 {
         self.cycle_us() / self.decode_us
     }
 }
@@ -140,7 +143,7 @@ fn cycle_run(graph: bool, mode: Mode, us: f64, ncoll: u64, breakdown: Vec<Part>)
 /// `verify --backend model --phase cycle`: the cycle's record body, its `runs` the whole cycle
 /// (broken down by forward) and its `parts` the decode step, the k draft forwards together
 /// and the verify, each run as one schedule is.
-pub fn verify_cycle(
+pub(crate) fn verify_cycle(
     c: &Cycle,
     nranks: usize,
     runs: &[(bool, Mode)],

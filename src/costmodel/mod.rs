@@ -13,14 +13,14 @@
 //! - [`scope`]: what a fit pinned down, as the fitted profile records it.
 //! - [`waiting`]: the waiting of collectives for the slowest rank under host gaps.
 
-pub mod custom;
+pub(crate) mod custom;
 pub mod cycle;
-pub mod fit;
-pub mod ntfit;
-pub mod predict;
-pub mod profile;
-pub mod scope;
-pub mod waiting;
+pub(crate) mod fit;
+pub(crate) mod ntfit;
+pub(crate) mod predict;
+pub(crate) mod profile;
+pub(crate) mod scope;
+pub(crate) mod waiting;
 
 use crate::measure::Summary;
 use crate::model::{CollectiveKind, DType, Op, Schedule};

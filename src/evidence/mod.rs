@@ -188,11 +188,11 @@ impl Launch {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Batch1Rate {
     /// Mean tok/s of the lines kept.
-    pub tokens_per_s: f64,
+    pub(crate) tokens_per_s: f64,
     /// The lines kept (1-based line numbers of the log).
-    pub kept: Vec<usize>,
+    pub(crate) kept: Vec<usize>,
     /// Which lines were kept and which left out, in words.
-    pub which: String,
+    pub(crate) which: String,
 }
 
 /// A log line as quoted: at most 240 characters.

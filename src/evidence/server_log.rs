@@ -19,28 +19,28 @@ pub(crate) struct ServerLog {
     pub(crate) file: String,
     pub(crate) engine: Option<Engine>,
     /// The mean accept length, labelled measured from the log; `None` when it holds none.
-    pub accept_length: Option<Labelled>,
+    pub(crate) accept_length: Option<Labelled>,
     /// The draft tokens k the server ran, with where the log says it ([`vllm_draft_steps`]).
-    pub draft_steps: Option<(u64, Origin)>,
+    pub(crate) draft_steps: Option<(u64, Origin)>,
     /// vLLM's acceptance figures, as its `SpecDecoding metrics:` lines print them.
-    pub vllm_acceptance: Option<vllm::Acceptance>,
+    pub(crate) vllm_acceptance: Option<vllm::Acceptance>,
     /// The model the server loaded, as its start-up lines name it (SGLang's `model_path`,
     /// vLLM's `model`).
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// The tensor-parallel size of vLLM's config line or arguments.
-    pub tensor_parallel: Option<u64>,
+    pub(crate) tensor_parallel: Option<u64>,
     /// How the verify was launched, as the log says it (SGLang's `cuda graph:` decode lines;
     /// vLLM's CUDA-graph mode and `--enforce-eager`).
-    pub launch: Option<Launch>,
+    pub(crate) launch: Option<Launch>,
     /// vLLM's CUDA-graph mode lowered for speculative decoding alone: the speculative arm's
     /// mode against the plain one's.
-    pub spec_graph: Option<vllm::SpecGraph>,
+    pub(crate) spec_graph: Option<vllm::SpecGraph>,
     /// The engine's custom all-reduce, one entry per worker that says it ([`custom_all_reduce`]).
-    pub custom_all_reduce: Vec<CustomAllReduce>,
+    pub(crate) custom_all_reduce: Vec<CustomAllReduce>,
     /// Generation throughput of one running request as the engine printed it: SGLang's `gen
     /// throughput (token/s)` of `Decode batch.` lines with `#running-req: 1`, vLLM's `Avg
     /// generation throughput` of its steady stats intervals ([`vllm::steady_rate`]).
-    pub batch1: Option<Batch1Rate>,
+    pub(crate) batch1: Option<Batch1Rate>,
 }
 
 /// The engine's custom all-reduce in one worker, as the last line it printed about it says.
@@ -49,10 +49,10 @@ pub(crate) struct CustomAllReduce {
     /// The worker as the line's prefix names it: vLLM's `(VllmWorker rank=3 pid=1234)`,
     /// `(Worker_TP3 pid=1234)`, `(VllmWorkerProcess pid=487)`, SGLang's `[date TP3]`; `main
     /// process` for a line without one.
-    pub worker: String,
-    pub enabled: bool,
+    pub(crate) worker: String,
+    pub(crate) enabled: bool,
     /// The line's message, quoted.
-    pub line: String,
+    pub(crate) line: String,
 }
 
 /// Whether a line turns the custom all-reduce on (true) or off (false): vLLM's and SGLang's
@@ -184,12 +184,12 @@ fn not_utf8(path: &Path) -> anyhow::Error {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AcceptFromLog {
     /// The mean accept length, labelled measured from the log with the engine named.
-    pub accept_length: Labelled,
+    pub(crate) accept_length: Labelled,
     /// The draft tokens k the log says the server ran ([`vllm_draft_steps`]).
-    pub draft_steps: Option<(u64, Origin)>,
+    pub(crate) draft_steps: Option<(u64, Origin)>,
     /// Notes: SGLang lines that ran without a CUDA graph; vLLM's figures mapped to the accept
     /// length ([`vllm::Acceptance::conversion`]).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The mean accept length of `--accept-from-log FILE` (SGLang's decode log lines, or vLLM's

@@ -39,19 +39,19 @@ pub(crate) struct Acceptance {
     pub(crate) min: f64,
     pub(crate) max: f64,
     /// Draft positions (the length of the per-position list), when printed.
-    pub positions: Option<usize>,
+    pub(crate) positions: Option<usize>,
     /// Accepted tokens over all lines (`Accepted: N tokens`).
-    pub accepted: f64,
+    pub(crate) accepted: f64,
     /// Drafts over all lines (each line's accepted tokens over the sum of its per-position
     /// rates, as [`acceptance`] counts them).
-    pub drafts: f64,
+    pub(crate) drafts: f64,
     /// Drafted tokens over all lines (`Drafted: N tokens`), when every line printed them.
-    pub drafted: Option<f64>,
+    pub(crate) drafted: Option<f64>,
     /// The per-position rates over all lines (each line's weighted by its drafts), when every
     /// line printed the same number of them.
-    pub position_rates: Option<Vec<f64>>,
+    pub(crate) position_rates: Option<Vec<f64>>,
     /// Each line's `Avg Draft acceptance rate` (accepted / drafted tokens) as a fraction.
-    pub draft_rates: Vec<f64>,
+    pub(crate) draft_rates: Vec<f64>,
 }
 
 /// The per-position rates of a metrics line (`Per-position acceptance rate: 0.645, 0.393,
@@ -286,12 +286,12 @@ pub(crate) fn accept_rate_warning(
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SpecConfig {
     /// Draft tokens per step k (the verify covers k + 1 tokens).
-    pub k: u64,
+    pub(crate) k: u64,
     /// The method (`mtp`, `eagle3`, `ngram`, ...), when printed.
-    pub method: Option<String>,
+    pub(crate) method: Option<String>,
     /// What the log says, quoted: `SpeculativeConfig(method='mtp', model='..',
     /// num_spec_tokens=3)` or the arguments' `'speculative_config': {..}`.
-    pub quote: String,
+    pub(crate) quote: String,
 }
 
 /// The speculative config of the log: the engine's config line (`Initializing a V1 LLM engine
@@ -625,11 +625,11 @@ pub(crate) fn launch(text: &str) -> Option<Launch> {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SpecGraph {
     /// The mode asked for (and kept without speculation), when the line names it.
-    pub asked: Option<String>,
+    pub(crate) asked: Option<String>,
     /// The mode the speculative arm ran.
-    pub ran: String,
+    pub(crate) ran: String,
     /// The line's message.
-    pub quote: String,
+    pub(crate) quote: String,
 }
 
 impl SpecGraph {

@@ -12,34 +12,34 @@ use super::pricing::{self, Pricing};
 use crate::costmodel::{ModelSettings, StatedError};
 use crate::model::cycle::Cycle as CycleShape;
 use crate::model::Phase;
-use crate::request::Workload;
+use crate::request::{CycleFlags, Workload};
 use crate::speculative::bound::{fmt_ms, Floor};
 use crate::speculative::cycle::{self, Calibrated, Forwards, Step, PUBLISHED};
 
 /// What the model prices for the decode, the drafts and the verify of the workload, beside the
 /// user's decode, and the step the engine terms make of them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Calibration {
+pub(crate) struct Calibration {
     /// The model's decode step (the batch's tokens, from a CUDA graph), us.
-    pub model_decode_us: f64,
+    pub(crate) model_decode_us: f64,
     /// The model's verify (k + 1 tokens per request, from a CUDA graph), us.
-    pub model_verify_us: f64,
+    pub(crate) model_verify_us: f64,
     /// The model's draft forwards of one cycle together (from CUDA graphs), us, and how many
     /// there are (`None`: the cycle is not known, e.g. a schedule file).
-    pub model_drafts_us: Option<f64>,
-    pub draft_forwards: u64,
+    pub(crate) model_drafts_us: Option<f64>,
+    pub(crate) draft_forwards: u64,
     /// The drafter and where its shape comes from.
-    pub drafter: Option<String>,
+    pub(crate) drafter: Option<String>,
     /// The decode step the user gave (or a server log or trace measured), us.
     pub(crate) given_decode_us: Option<f64>,
     /// Whether the given decode is taken as run from a CUDA graph (SGLang's and vLLM's
     /// default, unless the user said it ran eagerly).
-    pub decode_graphed: bool,
+    pub(crate) decode_graphed: bool,
     /// The engine's terms and where they come from.
-    pub engine: Calibrated,
+    pub(crate) engine: Calibrated,
     /// The speculative step the terms make of the model's forwards and the given (graphed)
     /// decode, part by part.
-    pub step: Option<Step>,
+    pub(crate) step: Option<Step>,
     /// The least a graphed verify can take here.
     pub(crate) floor_ms: Floor,
     /// The decode's transfer under NCCL's default choice, and with the one-shot all-reduce
@@ -156,6 +156,15 @@ impl Calibration {
     }
 }
 
+/// The decode step the user gave: ms, whether it ran eagerly, and the context per request it
+/// was measured at (`None`: the cycle's).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GivenDecode {
+    pub(crate) ms: Option<f64>,
+    pub(crate) eager: bool,
+    pub(crate) context: Option<u64>,
+}
+
 /// The model's decode of the same workload (the batch's tokens, phase decode), its draft
 /// forwards and verify, held to the given decode through the engine terms. `None` where the
 /// workload is a schedule file (its decode is not known).
@@ -164,10 +173,11 @@ pub(crate) fn calibrate(
     ranks: usize,
     model: &ModelSettings,
     verify: &Pricing,
-    given_decode_ms: Option<f64>,
-    decode_eager: bool,
+    decode: &GivenDecode,
+    drafter: &CycleFlags,
     k: u64,
 ) -> anyhow::Result<Option<Calibration>> {
+    let (given_decode_ms, decode_eager) = (decode.ms, decode.eager);
     if workload.schedule_file.is_some() {
         return Ok(None);
     }
@@ -181,10 +191,21 @@ pub(crate) fn calibrate(
     let (Some(md), Some(mv)) = (dp.graph_forward_us(), verify.graph_forward_us()) else {
         return Ok(None);
     };
-    let shape: CycleShape = super::cycle::build(workload, ranks, k)?;
-    let (f, _) = super::cycle::forwards(&shape, workload, ranks, model, None)?;
+    let with_drafter = Workload {
+        cycle: drafter.clone(),
+        ..workload.clone()
+    };
+    let shape: CycleShape = super::cycle::build(&with_drafter, ranks, k)?;
+    let (f, _) = super::cycle::forwards(&shape, &with_drafter, ranks, model, decode.context)?;
+    // The decode the user measured: the model's at the context it was measured at, where that
+    // is not the cycle's.
+    let measured_at_other_context = decode.context.is_some_and(|c| c != workload.batch.context);
     let forwards = Forwards {
-        decode_us: md,
+        decode_us: if measured_at_other_context {
+            f.decode_us
+        } else {
+            md
+        },
         decode_at_context_us: md,
         verify_us: mv,
         ..f
@@ -219,7 +240,7 @@ pub(crate) fn calibrate(
         ),
     };
     Ok(Some(Calibration {
-        model_decode_us: md,
+        model_decode_us: forwards.decode_us,
         model_verify_us: mv,
         model_drafts_us: Some(forwards.drafts_us),
         draft_forwards: forwards.draft_forwards,

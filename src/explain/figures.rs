@@ -107,31 +107,31 @@ pub(crate) struct Scenario {
     pub(crate) tokens_per_s_range: Option<[f64; 2]>,
     /// The plain decode step the row is compared with, ms: the given one, less what the
     /// row's change (an NCCL setting, the one-shot all-reduce) would save on the decode too.
-    pub plain_decode_ms: Option<f64>,
+    pub(crate) plain_decode_ms: Option<f64>,
     /// The step the row's tokens/s divides by, part by part.
-    pub step: StepParts,
+    pub(crate) step: StepParts,
 }
 
 /// The speculation cycle as resolved (for tokens/s): a step is `draft_forwards` draft forwards
 /// of `draft_ms` each, the verify, and the overhead; it makes `concurrency x accept_length`
 /// tokens.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Cycle {
-    pub decode_ms: Option<Labelled>,
+pub(crate) struct Cycle {
+    pub(crate) decode_ms: Option<Labelled>,
     /// concurrency x 1000 / decode ms: decoding without speculation.
-    pub baseline_tokens_per_s: Option<f64>,
-    pub accept_length: Option<Labelled>,
+    pub(crate) baseline_tokens_per_s: Option<f64>,
+    pub(crate) accept_length: Option<Labelled>,
     /// One draft forward with its fixed cost: given, else the draft's schedule through the
     /// engine terms.
-    pub draft_ms: Labelled,
+    pub(crate) draft_ms: Labelled,
     /// k: the tokens drafted per request.
-    pub draft_steps: u64,
+    pub(crate) draft_steps: u64,
     /// The draft forwards of a step (k, or 1 for a block drafter).
-    pub draft_forwards: u64,
+    pub(crate) draft_forwards: u64,
     /// The step's cost beside the forwards: given, else the drafted tokens' bookkeeping.
-    pub overhead_ms: Labelled,
+    pub(crate) overhead_ms: Labelled,
     /// Requests per step.
-    pub concurrency: u64,
+    pub(crate) concurrency: u64,
 }
 
 /// The answer's times are us; the cycle's are the ms given, and the break-even's arithmetic
@@ -162,22 +162,6 @@ impl Cycle {
         Some(self.concurrency as f64 * t.value * 1e6 / step_us)
     }
 
-    /// Tokens/s with a verify of `verify_us`, where the acceptance and the baseline are known.
-    pub(crate) fn tokens_per_s(&self, verify_us: f64) -> Option<f64> {
-        let t = self.accept_length.as_ref()?;
-        self.baseline_tokens_per_s?;
-        Some(
-            self.concurrency as f64
-                * crate::speculative::tokens_per_s(
-                    t.value,
-                    verify_us / 1000.0,
-                    self.draft_ms.value,
-                    self.draft_forwards,
-                    self.overhead_ms.value,
-                ),
-        )
-    }
-
     /// The accept length at which a verify of `verify_us` breaks even against plain decoding of
     /// `plain_ms`.
     pub(crate) fn breakeven_tau(&self, verify_us: f64, plain_ms: f64) -> f64 {
@@ -193,15 +177,15 @@ impl Cycle {
 
 /// A row's step, part by part, us: what its tokens/s divides by.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct StepParts {
-    pub verify_us: f64,
+pub(crate) struct StepParts {
+    pub(crate) verify_us: f64,
     /// The draft forwards with their fixed cost.
-    pub drafts_us: f64,
-    pub overhead_us: f64,
-    pub step_us: f64,
+    pub(crate) drafts_us: f64,
+    pub(crate) overhead_us: f64,
+    pub(crate) step_us: f64,
     /// Low and high of the step: the calibrated parts' held-out spread and the model's stated
     /// error on its modeled part.
-    pub range_us: Option<[f64; 2]>,
+    pub(crate) range_us: Option<[f64; 2]>,
 }
 
 /// The verify's collectives and the as-ran figures the counterfactuals start from.

@@ -12,10 +12,10 @@ use crate::trace::{Analysis, TraceRequest};
 
 /// The evidence once read.
 pub(crate) struct Gathered {
-    pub trace: Option<Analysis>,
-    pub server_log: Option<ServerLog>,
-    pub nccl_logs: Vec<NcclLogText>,
-    pub sweep: Option<SweepBest>,
+    pub(crate) trace: Option<Analysis>,
+    pub(crate) server_log: Option<ServerLog>,
+    pub(crate) nccl_logs: Vec<NcclLogText>,
+    pub(crate) sweep: Option<SweepBest>,
     /// `--allreduce-choice`: a decision file of `verifybench choose`.
     pub(crate) allreduce_choice: Option<crate::choose::for_explain::LoadedChoice>,
 }

@@ -22,19 +22,19 @@
 //! (the counterfactuals and the summary), [`advice`] (what to run next, the engines' flags),
 //! [`figures`] (the pieces of the answer), [`render`] (text and Markdown).
 
-pub mod advice;
-pub mod as_ran;
-pub mod calibration;
+pub(crate) mod advice;
+pub(crate) mod as_ran;
+pub(crate) mod calibration;
 pub(crate) mod cycle;
-pub mod figures;
-pub mod fit;
-pub mod gather;
-pub mod observed;
-pub mod pricing;
+pub(crate) mod figures;
+pub(crate) mod fit;
+pub(crate) mod gather;
+pub(crate) mod observed;
+pub(crate) mod pricing;
 pub(crate) mod published;
-pub mod render;
-pub mod request;
-pub mod scenarios;
+pub(crate) mod render;
+pub(crate) mod request;
+pub(crate) mod scenarios;
 
 use serde::Serialize;
 
@@ -96,8 +96,12 @@ pub(crate) fn explain(req: &ExplainRequest, g: &Gathered) -> anyhow::Result<Expl
         run.ranks,
         &req.model,
         &run.pricing,
-        times.decode_ms.as_ref().map(|d| d.value),
-        req.decode_eager,
+        &calibration::GivenDecode {
+            ms: times.decode_ms.as_ref().map(|d| d.value),
+            eager: req.decode_eager,
+            context: req.decode_context,
+        },
+        &req.drafter,
         run.k,
     )?;
     let cycle = resolve_cycle(req, &run, times, g, calibration.as_ref(), &mut notes)?;
@@ -552,10 +556,8 @@ fn resolve_cycle(
     }
     let i = crate::speculative::inputs::complete(&flags, &[], times)?;
     notes.extend(acceptance_notes(req, g, i.draft_steps));
-    if decode_given {
-        if i.accept_length.is_none() {
-            notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
-        }
+    if decode_given && i.accept_length.is_none() {
+        notes.push("no acceptance given (--accept-length, --accept-rates, --accept-rates-of-drafts, --accept-rate or a server log): the rows show the break-even accept length instead of tokens/s".into());
     }
     let concurrency = run.workload.batch.concurrency.max(1);
     let (draft_ms, overhead_ms, draft_forwards) = calibrated_cycle(&i, calib, concurrency, notes);

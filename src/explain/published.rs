@@ -2,7 +2,7 @@
 //! step, the acceptance, k, the GPUs, the batch and the context, and the step that was
 //! published), priced through the same cycle as `explain` prices, to fit the engine's terms
 //! ([`crate::speculative::cycle::fit`]) and to check them run by run without the run itself
-//! ([`crate::speculative::cycle::leave_one_out`]). `model fit-cycle` is the command;
+//! ([`crate::speculative::cycle::held_out`]). `model fit-cycle` is the command;
 //! tests/data/published-spec-runs.json holds the published PCIe runs.
 
 use std::path::{Path, PathBuf};
@@ -17,66 +17,64 @@ use crate::speculative::cycle::{FitRun, Forwards};
 /// The file: what it is, and the runs.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct RunsFile {
-    #[serde(default)]
-    pub about: String,
-    pub runs: Vec<RunSpec>,
+    pub(crate) runs: Vec<RunSpec>,
 }
 
 /// What was published of the step.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub(crate) struct Published {
     #[serde(default)]
-    pub step_ms: Option<f64>,
+    pub(crate) step_ms: Option<f64>,
     #[serde(default)]
-    pub step_from: Option<String>,
+    pub(crate) step_from: Option<String>,
     #[serde(default)]
-    pub tokens_per_s: Option<f64>,
+    pub(crate) tokens_per_s: Option<f64>,
     #[serde(default)]
-    pub plain_tokens_per_s: Option<f64>,
+    pub(crate) plain_tokens_per_s: Option<f64>,
 }
 
 /// One run as its user had it.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct RunSpec {
-    pub id: String,
+    pub(crate) id: String,
     #[serde(default)]
-    pub source: String,
+    pub(crate) source: String,
     /// A preset (`kimi-k2.5`), or a config.json in the folder given by `--configs`.
     #[serde(default)]
-    pub preset: Option<String>,
+    pub(crate) preset: Option<String>,
     #[serde(default)]
-    pub model_config: Option<String>,
+    pub(crate) model_config: Option<String>,
     /// `--expert-weights` and `--weights`: the formats the run served.
     #[serde(default)]
-    pub expert_weights: Option<String>,
+    pub(crate) expert_weights: Option<String>,
     #[serde(default)]
-    pub weights: Option<String>,
-    pub gpus: u64,
+    pub(crate) weights: Option<String>,
+    pub(crate) gpus: u64,
     #[serde(default = "one")]
-    pub dcp: u64,
-    pub drafter: DrafterKind,
-    pub draft_steps: u64,
+    pub(crate) dcp: u64,
+    pub(crate) drafter: DrafterKind,
+    pub(crate) draft_steps: u64,
     #[serde(default = "one")]
-    pub concurrency: u64,
+    pub(crate) concurrency: u64,
     #[serde(default)]
-    pub context: u64,
+    pub(crate) context: u64,
     /// The context at which the plain decode step was measured, where it is not `context`.
     #[serde(default)]
-    pub decode_context: Option<u64>,
+    pub(crate) decode_context: Option<u64>,
     /// The plain decode step, ms, or the plain tokens/s of the batch it comes from.
     #[serde(default)]
-    pub decode_ms: Option<f64>,
+    pub(crate) decode_ms: Option<f64>,
     #[serde(default)]
-    pub plain_tokens_per_s: Option<f64>,
+    pub(crate) plain_tokens_per_s: Option<f64>,
     /// The acceptance, one of: the mean accept length, vLLM's accept rate (accepted / drafted),
     /// vLLM's per-position rates.
     #[serde(default)]
-    pub accept_length: Option<f64>,
+    pub(crate) accept_length: Option<f64>,
     #[serde(default)]
-    pub accept_rate: Option<f64>,
+    pub(crate) accept_rate: Option<f64>,
     #[serde(default)]
-    pub accept_rates_of_drafts: Option<Vec<f64>>,
-    pub published: Published,
+    pub(crate) accept_rates_of_drafts: Option<Vec<f64>>,
+    pub(crate) published: Published,
 }
 
 fn one() -> u64 {
@@ -125,6 +123,52 @@ impl RunSpec {
         ))
     }
 
+    /// The `explain` flags its user would give for this run (configs named by the run are
+    /// looked for in `configs`): the model, the GPUs, the drafter and k, the batch and the
+    /// context, the weight formats, the plain decode step and the acceptance as an accept
+    /// length (vLLM's accept rate is accepted / drafted, not explain's --accept-rate).
+    pub(crate) fn explain_args(&self, configs: &Path) -> anyhow::Result<Vec<String>> {
+        let mut a: Vec<String> = vec!["explain".into()];
+        let mut flag = |f: &str, v: String| {
+            a.push(f.into());
+            a.push(v);
+        };
+        match (&self.preset, &self.model_config) {
+            (Some(p), None) => flag("--model", p.clone()),
+            (None, Some(c)) => flag("--model-config", configs.join(c).display().to_string()),
+            _ => crate::usage_bail!("run {}: give one of preset and model_config", self.id),
+        }
+        flag("--gpus", self.gpus.to_string());
+        flag("--drafter", self.drafter.to_string());
+        flag("--draft-steps", self.draft_steps.to_string());
+        flag("--concurrency", self.concurrency.to_string());
+        if self.context > 0 {
+            flag("--context", self.context.to_string());
+        }
+        // DCP shards the KV cache's context: without a context there is nothing it changes.
+        if self.dcp > 1 && self.context > 0 {
+            flag("--dcp", self.dcp.to_string());
+        }
+        if let Some(f) = &self.weights {
+            flag("--weights", f.clone());
+        }
+        if let Some(f) = &self.expert_weights {
+            flag("--expert-weights", f.clone());
+        }
+        flag("--decode-ms", self.decode_ms()?.to_string());
+        if let Some(c) = self.decode_context.filter(|&c| c != self.context) {
+            flag("--decode-context", c.to_string());
+        }
+        match &self.accept_rates_of_drafts {
+            Some(r) if self.accept_length.is_none() && self.accept_rate.is_none() => flag(
+                "--accept-rates-of-drafts",
+                r.iter().map(f64::to_string).collect::<Vec<_>>().join(","),
+            ),
+            _ => flag("--accept-length", self.accept_length()?.to_string()),
+        }
+        Ok(a)
+    }
+
     /// The workload `explain` prices for this run.
     pub(crate) fn workload(&self, configs: &Path) -> anyhow::Result<Workload> {
         let mut w = Workload::default();
@@ -165,12 +209,12 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<RunsFile> {
 /// A run priced: its spec, the model's forwards, and what the fit takes.
 #[derive(Debug, Clone)]
 pub(crate) struct Priced {
-    pub spec: RunSpec,
+    pub(crate) spec: RunSpec,
     /// The cost model's profile that priced it.
-    pub profile: String,
-    pub forwards: Forwards,
-    pub accept_length: f64,
-    pub fit: Option<FitRun>,
+    pub(crate) profile: String,
+    pub(crate) forwards: Forwards,
+    pub(crate) accept_length: f64,
+    pub(crate) fit: Option<FitRun>,
 }
 
 /// Prices every run's cycle with `model`; configs named by a run are read from `configs`.

@@ -20,9 +20,9 @@ pub(crate) struct ExplainRequest {
     /// The server's log (SGLang or vLLM).
     pub(crate) server_log: Option<PathBuf>,
     /// A sweep's results file.
-    pub sweep: Option<PathBuf>,
+    pub(crate) sweep: Option<PathBuf>,
     /// A decision file of `verifybench choose`: the one-shot rows take its choice per size.
-    pub allreduce_choice: Option<PathBuf>,
+    pub(crate) allreduce_choice: Option<PathBuf>,
     /// What the profiler showed inside the collectives of one verify.
     pub(crate) observed: Option<Observed>,
     /// The verify step as it ran, ms.
@@ -33,6 +33,12 @@ pub(crate) struct ExplainRequest {
     /// The given decode step ran eagerly (else it is taken as run from a CUDA graph, the
     /// engines' default).
     pub(crate) decode_eager: bool,
+    /// The context per request the given decode step was measured at, where it is not the
+    /// cycle's `--context`.
+    pub(crate) decode_context: Option<u64>,
+    /// The drafter's flags (`--drafter`, `--draft-config`, `--draft-layers`; k is the cycle's
+    /// draft steps): the cycle's draft forwards are priced from them.
+    pub(crate) drafter: crate::request::CycleFlags,
     /// Ranks (GPUs of the tensor-parallel group).
     pub(crate) gpus: Option<usize>,
     /// Model, tp and tokens of the verify (the schedule the model prices).

@@ -23,8 +23,8 @@ pub(crate) struct Frame<'a> {
 /// plain decode step (the range takes their held-out spread).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Doubt {
-    pub modeled: f64,
-    pub calibrated: f64,
+    pub(crate) modeled: f64,
+    pub(crate) calibrated: f64,
 }
 
 /// How far below and above `us` the truth may lie when `us` was predicted by the engine terms
@@ -193,10 +193,23 @@ pub(crate) fn logged_row(l: &ServerLog, f: &Frame, notes: &mut Vec<String>) -> O
         0.0,
         f,
     );
-    if !s.at_floor {
-        s.tokens_per_s = Some(tps);
-        s.vs_baseline = c.baseline_tokens_per_s.map(|b| tps / b);
+    // The step and its tokens/s are measured whatever the split: where the drafts and overhead
+    // leave the verify under the floor, it is the split that is wrong, not the log.
+    if s.at_floor {
+        notes.push(format!(
+            "{}: the measured cycle of {cycle_ms:.2} ms less {} draft forwards of {:.3} ms and {:.3} ms of overhead leaves {verify_ms:.2} ms for the verify, under the floor: the drafts or overhead ({}) are dearer than on the logged machine; the row keeps the log's tokens/s",
+            l.file,
+            c.draft_forwards,
+            c.draft_ms.value,
+            c.overhead_ms.value,
+            c.draft_ms.origin.kind()
+        ));
     }
+    s.step.step_us = cycle_ms * 1000.0;
+    s.step.range_us = None;
+    s.tokens_per_s = Some(tps);
+    s.tokens_per_s_range = None;
+    s.vs_baseline = c.baseline_tokens_per_s.map(|b| tps / b);
     Some(s)
 }
 

@@ -163,11 +163,11 @@ impl Job {
 
 /// A speculative cycle's forwards besides its verify (`verify --phase cycle`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CycleJob {
+pub(crate) struct CycleJob {
     /// The plain decode step of the same batch.
-    pub decode: Schedule,
+    pub(crate) decode: Schedule,
     /// The draft forwards of one cycle, in order.
-    pub draft: Vec<Schedule>,
+    pub(crate) draft: Vec<Schedule>,
 }
 
 impl CycleJob {
@@ -187,7 +187,7 @@ impl CycleJob {
 
 /// What a cycle job times per (graph, mode) run, in this order: one configuration each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CycleConfig {
+pub(crate) enum CycleConfig {
     /// The plain decode step.
     Decode,
     /// The k draft forwards (graphed as the engines capture them).
@@ -197,7 +197,7 @@ pub enum CycleConfig {
     Cycle,
 }
 
-pub const CYCLE_CONFIGS: [CycleConfig; 4] = [
+pub(crate) const CYCLE_CONFIGS: [CycleConfig; 4] = [
     CycleConfig::Decode,
     CycleConfig::Draft,
     CycleConfig::Verify,
@@ -311,11 +311,11 @@ pub(crate) struct RankResult {
     /// The cost of one streaming launch beyond its bytes on this rank (us), from back-to-back
     /// launches of the schedule's mean size, when compute ran.
     #[serde(default)]
-    pub stream_fixed_us: Option<f64>,
+    pub(crate) stream_fixed_us: Option<f64>,
     /// The streaming kernel at each token count of the replay's launches on this rank, when
     /// compute ran.
     #[serde(default)]
-    pub stream_rates: Vec<crate::record::StreamRate>,
+    pub(crate) stream_rates: Vec<crate::record::StreamRate>,
     /// Per configuration: the per-collective timing pass, one entry per verify (empty when
     /// the configuration had none).
     #[serde(default)]

@@ -44,12 +44,12 @@ fn read_json(path: &Path, what: &str) -> anyhow::Result<Value> {
 pub struct DraftKeys {
     /// `draft_vocab_size`: the rows of an EAGLE-3 head's own LM head (`None`: the target's
     /// vocabulary, the head loaded from the target, SGLang `load_lm_head_from_target`).
-    pub draft_vocab: Option<u64>,
+    pub(crate) draft_vocab: Option<u64>,
     /// `target_hidden_size`: the width of the target's hidden states the fc reads.
-    pub target_hidden: Option<u64>,
+    pub(crate) target_hidden: Option<u64>,
     /// How many target layers' hidden states the fc concatenates
     /// (`dflash_config.target_layer_ids`, `eagle_aux_hidden_state_layer_ids`).
-    pub target_layers: Option<u64>,
+    pub(crate) target_layers: Option<u64>,
 }
 
 /// A draft model's config (`--draft-config`): its layers read as a model's (an EAGLE-3 head is

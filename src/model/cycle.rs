@@ -43,33 +43,28 @@ pub struct CycleSpec {
 /// One cycle of a batch, every part a schedule at the same TP and context.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Cycle {
-    pub drafter: DrafterKind,
+    pub(crate) drafter: DrafterKind,
     /// k.
-    pub draft_steps: u64,
+    pub(crate) draft_steps: u64,
     /// Tokens per request the verify carries (k+1, or the tree's).
-    pub verify_tokens: u64,
+    pub(crate) verify_tokens: u64,
     /// Requests in the batch.
-    pub concurrency: u64,
+    pub(crate) concurrency: u64,
     /// The plain decode step of the same batch (one token per request), beside the cycle.
-    pub decode: Schedule,
+    pub(crate) decode: Schedule,
     /// The draft forwards of one cycle, in order.
-    pub draft: Vec<Schedule>,
+    pub(crate) draft: Vec<Schedule>,
     /// The target's verify of `concurrency x verify_tokens` tokens.
-    pub verify: Schedule,
+    pub(crate) verify: Schedule,
     /// Where the drafter's shape comes from, what is assumed, and how the engines run it.
-    pub drafter_notes: Vec<String>,
+    pub(crate) drafter_notes: Vec<String>,
 }
 
 impl Cycle {
-    /// Every forward of the cycle in order (drafts, then the verify), without the decode.
-    pub fn forwards(&self) -> impl Iterator<Item = &Schedule> {
-        self.draft.iter().chain(std::iter::once(&self.verify))
-    }
-
     /// The distinct draft forwards and how many times each runs per cycle: the EAGLE-3 and
     /// MTP cycles' first forward once and the next one k-1 times (they are alike), a block
     /// drafter's one forward once.
-    pub fn draft_groups(&self) -> Vec<(&Schedule, u64)> {
+    pub(crate) fn draft_groups(&self) -> Vec<(&Schedule, u64)> {
         let mut v: Vec<(&Schedule, u64)> = vec![];
         for d in &self.draft {
             match v.last_mut() {
@@ -95,7 +90,7 @@ fn forward_workload(s: &Schedule) -> crate::record::ForwardWorkload {
 impl crate::record::RecordedWorkload {
     /// The workload of a cycle record: the verify's, the phase `cycle`, and the cycle's other
     /// forwards.
-    pub fn of_cycle(c: &Cycle) -> crate::record::RecordedWorkload {
+    pub(crate) fn of_cycle(c: &Cycle) -> crate::record::RecordedWorkload {
         let mut w = crate::record::RecordedWorkload {
             phase: Phase::Cycle,
             ..crate::record::RecordedWorkload::of(&c.verify)

@@ -25,11 +25,11 @@ use super::schedule::{
 };
 use super::shape::*;
 
-pub use crate::record::vocab::DrafterKind;
+pub(crate) use crate::record::vocab::DrafterKind;
 
 impl DrafterKind {
     /// How plans and tables name it.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             DrafterKind::Eagle3 => "EAGLE-3 head",
             DrafterKind::Mtp => "MTP module",
@@ -38,7 +38,7 @@ impl DrafterKind {
     }
 
     /// How a plan names one forward of it.
-    pub fn forward_word(self) -> &'static str {
+    pub(crate) fn forward_word(self) -> &'static str {
         match self {
             DrafterKind::Eagle3 => "EAGLE-3 draft forward",
             DrafterKind::Mtp => "MTP draft forward",
@@ -55,27 +55,27 @@ pub(crate) const BLOCK_LAYERS_ASSUMED: u64 = 5;
 /// Llama-style decoder layer (GQA attention, gated MLP) at the target's hidden size.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DenseHead {
-    pub kind: DrafterKind,
-    pub layers: u64,
-    pub heads: u64,
-    pub kv_heads: u64,
-    pub head_dim: u64,
-    pub intermediate: u64,
-    pub hidden: u64,
+    pub(crate) kind: DrafterKind,
+    pub(crate) layers: u64,
+    pub(crate) heads: u64,
+    pub(crate) kv_heads: u64,
+    pub(crate) head_dim: u64,
+    pub(crate) intermediate: u64,
+    pub(crate) hidden: u64,
     /// Input width of the first layer's qkv projection: `2H` for EAGLE-3's midlayer, `H`
     /// for a block drafter.
-    pub qkv_in: u64,
+    pub(crate) qkv_in: u64,
     /// Input width of the replicated fc over the target's hidden states.
-    pub fc_in: u64,
+    pub(crate) fc_in: u64,
     /// Rows of the LM head (a draft vocabulary, or the target's).
-    pub vocab: u64,
+    pub(crate) vocab: u64,
     /// The formats of its attention, MLP and LM head.
-    pub precision: Precision,
+    pub(crate) precision: Precision,
     /// Whether its weights are known (an assumed head of a target whose weights are unknown:
     /// collectives only).
-    pub known: bool,
+    pub(crate) known: bool,
     /// Where its sizes come from: the draft config, or what was assumed.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 impl DenseHead {

@@ -47,7 +47,7 @@
 use serde::Serialize;
 
 use super::draft::DrafterKind;
-pub use super::schedule::Engine;
+pub(crate) use super::schedule::Engine;
 use super::schedule::{CollectiveKind, Op, Phase, Schedule};
 use super::shape::ModelShape;
 
@@ -108,11 +108,11 @@ pub(crate) struct EngineView {
     /// The same engine's count for one EAGLE-3 draft step, when the caller built it (shown
     /// beside a verify, whose count it is not part of).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub draft: Option<ProfilerCount>,
+    pub(crate) draft: Option<ProfilerCount>,
     /// The forward is a part of a cycle shown with its drafts (`plan --phase cycle`): the
     /// verify's line pointing at `--phase draft` is left out.
     #[serde(skip)]
-    pub in_cycle: bool,
+    pub(crate) in_cycle: bool,
 }
 
 /// Whether `engine` with fusion on fuses the all-reduces of `shape` in `phase`.

@@ -179,11 +179,11 @@ pub(super) fn head_ops(
 /// known, the hidden size, the elements of each all-reduce, the routed experts each MoE layer
 /// reads (how many experts receive how many tokens).
 pub(super) struct LayerCtx {
-    pub precision: Precision,
-    pub known: bool,
-    pub hidden: u64,
-    pub act: u64,
-    pub routed: Vec<TokenRow>,
+    pub(crate) precision: Precision,
+    pub(crate) known: bool,
+    pub(crate) hidden: u64,
+    pub(crate) act: u64,
+    pub(crate) routed: Vec<TokenRow>,
 }
 
 impl LayerCtx {

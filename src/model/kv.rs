@@ -18,7 +18,7 @@
 //! `ceil(context / D)` tokens of its requests. The linear states are not split.
 
 use super::shape::{Attention, Mixer};
-pub use crate::record::vocab::{KvDType, KvSettings};
+pub(crate) use crate::record::vocab::{KvDType, KvSettings};
 
 /// Bytes of KV cache one rank reads for `m` in one forward of `requests` requests of
 /// `context` tokens each, at `tp`; 0 for a mixer without a cache (a plain linear).

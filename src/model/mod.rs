@@ -14,7 +14,7 @@ pub(crate) mod collective;
 pub mod config;
 pub mod cycle;
 pub(crate) mod draft;
-pub mod engine;
+pub(crate) mod engine;
 pub(crate) mod forward;
 pub(crate) mod kv;
 pub mod presets;

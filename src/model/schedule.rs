@@ -60,7 +60,7 @@ impl ComputeKind {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ComputeKind::Attention => "attention",
             ComputeKind::LinearAttention => "linear attention",
@@ -121,31 +121,31 @@ pub enum Op {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenHistogram {
     /// Weight bytes of one unit on this rank (one expert's TP shard).
-    pub unit_bytes: u64,
+    pub(crate) unit_bytes: u64,
     /// In increasing `tokens`, each with at least one unit.
-    pub rows: Vec<TokenRow>,
+    pub(crate) rows: Vec<TokenRow>,
 }
 
 /// `units` weight units that each meet `tokens` tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenRow {
-    pub tokens: u64,
-    pub units: u64,
+pub(crate) struct TokenRow {
+    pub(crate) tokens: u64,
+    pub(crate) units: u64,
 }
 
 impl TokenHistogram {
     /// The units touched (experts that receive at least one token).
-    pub fn units(&self) -> u64 {
+    pub(crate) fn units(&self) -> u64 {
         self.rows.iter().map(|r| r.units).sum()
     }
 
     /// The unit-token pairs (token-expert pairs: tokens x top-k when every pair is kept).
-    pub fn pairs(&self) -> u64 {
+    pub(crate) fn pairs(&self) -> u64 {
         self.rows.iter().map(|r| r.units * r.tokens).sum()
     }
 
     /// "188 experts touched: 133 by 1 token, 44 by 2, 9 by 3, 2 by 4".
-    pub fn describe(&self, unit: &str) -> String {
+    pub(crate) fn describe(&self, unit: &str) -> String {
         let rows: Vec<String> = self
             .rows
             .iter()
@@ -291,37 +291,37 @@ pub struct Schedule {
     /// How a `--model-config` was read and what it did not understand (shown by `plan`);
     /// `None` for presets and schedule files. Not part of the hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_reading: Option<Box<ConfigReading>>,
+    pub(crate) config_reading: Option<Box<ConfigReading>>,
     /// What the forward was built for beyond its ops: the batch, the context, the weights'
     /// formats, the drafter (flattened into the schedule's JSON). Not part of the hash: the
     /// ops already hold what it changes.
     #[serde(default, flatten)]
-    pub facts: Box<ScheduleFacts>,
+    pub(crate) facts: Box<ScheduleFacts>,
 }
 
 /// The batch, the context, the weight formats and the drafter a schedule was built for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ScheduleFacts {
+pub(crate) struct ScheduleFacts {
     /// Requests in the batch: `tokens` is this many times the tokens of one request.
     #[serde(default = "one", skip_serializing_if = "is_one")]
-    pub concurrency: u64,
+    pub(crate) concurrency: u64,
     /// Context tokens per request whose KV cache the forward reads (0: none priced).
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub context: u64,
+    pub(crate) context: u64,
     /// The KV cache's element type and context sharding, with a context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv: Option<KvSettings>,
+    pub(crate) kv: Option<KvSettings>,
     /// The storage format of each kind of weights the forward streams (empty for a schedule
     /// without weights, such as a trace export).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub weight_formats: BTreeMap<ComputeKind, WeightFormat>,
+    pub(crate) weight_formats: BTreeMap<ComputeKind, WeightFormat>,
     /// `--weights` / `--expert-weights` as given, where they replaced the checkpoint's formats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weights_override: Option<String>,
+    pub(crate) weights_override: Option<String>,
     /// The drafter of a draft forward of a cycle (`None`: `--phase draft`'s EAGLE-3 head, or
     /// not a draft).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drafter: Option<DrafterKind>,
+    pub(crate) drafter: Option<DrafterKind>,
 }
 
 impl Default for ScheduleFacts {
@@ -407,7 +407,7 @@ impl Schedule {
 
     /// The token histogram of the first routed-expert op (every MoE layer's is the same in a
     /// built schedule); `None` for dense models and schedules without compute.
-    pub fn routed_histogram(&self) -> Option<&TokenHistogram> {
+    pub(crate) fn routed_histogram(&self) -> Option<&TokenHistogram> {
         self.ops.iter().find_map(|o| match o {
             Op::Compute {
                 kind: ComputeKind::RoutedExperts,
@@ -450,7 +450,7 @@ impl Schedule {
     /// The weight bytes one rank streams per forward (the KV cache apart); `None` when the
     /// schedule holds no compute op (the weights are unknown: collectives only), never 0 for
     /// unknown.
-    pub fn weight_bytes(&self) -> Option<u64> {
+    pub(crate) fn weight_bytes(&self) -> Option<u64> {
         self.ops
             .iter()
             .any(|o| matches!(o, Op::Compute { .. }))

@@ -51,7 +51,7 @@ impl ScheduleFile {
     /// Checks what serde cannot: the tp, tokens and experts within what a run accepts; gaps
     /// aligned with ops, finite, non-negative and at most an hour; every op at most
     /// [`MAX_OP_BYTES`] per rank; collectives whose bytes agree with their count.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         let s = &self.schedule;
         if s.ops.is_empty() {
             return Err("it has no ops".into());

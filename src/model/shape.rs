@@ -123,9 +123,9 @@ impl std::str::FromStr for WeightFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct WeightOverride {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub all: Option<WeightFormat>,
+    pub(crate) all: Option<WeightFormat>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub experts: Option<WeightFormat>,
+    pub(crate) experts: Option<WeightFormat>,
 }
 
 impl WeightOverride {
@@ -342,11 +342,11 @@ pub struct ModelShape {
     /// The config's `model_type` (presets: their family's), which decides the engine's
     /// fusion rules ([`super::engine`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_type: Option<String>,
+    pub(crate) model_type: Option<String>,
     /// The model's own multi-token-prediction module (`num_nextn_predict_layers` > 0), the
     /// drafter of `--drafter mtp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mtp: Option<Mtp>,
+    pub(crate) mtp: Option<Mtp>,
 }
 
 /// A multi-token-prediction module shipped with the model (DeepSeek-V3's, GLM-5's): per draft
@@ -355,15 +355,15 @@ pub struct ModelShape {
 /// state), the target's embedding and LM head (SGLang models/deepseek_nextn.py, vLLM
 /// model_executor/models/deepseek_mtp.py).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mtp {
+pub(crate) struct Mtp {
     /// `num_nextn_predict_layers`: the layers the module has (the draft steps use them in
     /// turn; each forward runs one).
-    pub layers: u64,
+    pub(crate) layers: u64,
     /// The storage format of the module's layer, by group, as the checkpoint keeps it (the
     /// quantization's ignore list may keep it in bf16 while the target's layers are not).
-    pub precision: Precision,
+    pub(crate) precision: Precision,
     /// `eh_proj`'s format (a plain `nn.Linear`: bf16 in every checkpoint the engines load).
-    pub eh_proj: WeightFormat,
+    pub(crate) eh_proj: WeightFormat,
 }
 
 fn yes() -> bool {

@@ -205,27 +205,27 @@ pub struct RecordedWorkload {
 pub struct WorkloadFacts {
     /// Requests in the batch (`--concurrency`): `tokens` counts all of theirs.
     #[serde(default = "one")]
-    pub concurrency: u64,
+    pub(crate) concurrency: u64,
     /// Context tokens per request whose KV cache each forward reads (`--context`; 0: none).
     #[serde(default)]
-    pub context: u64,
+    pub(crate) context: u64,
     /// The KV cache's element type and context sharding, with a context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv: Option<KvSettings>,
+    pub(crate) kv: Option<KvSettings>,
     /// KV cache bytes one rank reads per forward, with a context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv_bytes_per_rank: Option<u64>,
+    pub(crate) kv_bytes_per_rank: Option<u64>,
     /// The storage format of each kind of weights streamed (`"routed_experts": "int4-g32"`);
     /// empty when the weights are not known.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub weight_formats: BTreeMap<String, String>,
     /// `--weights` / `--expert-weights` where they replaced the checkpoint's formats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weights_override: Option<String>,
+    pub(crate) weights_override: Option<String>,
     /// The speculative cycle of a `--phase cycle` record (the workload's other fields describe
     /// the verify).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cycle: Option<CycleWorkload>,
+    pub(crate) cycle: Option<CycleWorkload>,
 }
 
 impl Default for WorkloadFacts {
@@ -248,27 +248,27 @@ fn one() -> u64 {
 
 /// What a cycle record replayed or priced besides its verify.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CycleWorkload {
-    pub drafter: DrafterKind,
+pub(crate) struct CycleWorkload {
+    pub(crate) drafter: DrafterKind,
     /// k: the tokens drafted per request per cycle.
-    pub draft_steps: u64,
+    pub(crate) draft_steps: u64,
     /// Tokens per request of the verify (k+1, or a tree's).
-    pub verify_tokens: u64,
+    pub(crate) verify_tokens: u64,
     /// The draft forwards of one cycle, in order.
-    pub draft: Vec<ForwardWorkload>,
+    pub(crate) draft: Vec<ForwardWorkload>,
     /// The plain decode step of the same batch.
-    pub decode: ForwardWorkload,
+    pub(crate) decode: ForwardWorkload,
 }
 
 /// One forward of a cycle: its tokens (all requests'), schedule hash and bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ForwardWorkload {
-    pub tokens: u64,
-    pub schedule_hash: String,
-    pub n_collectives: u64,
-    pub weight_bytes_per_rank: Option<u64>,
+pub(crate) struct ForwardWorkload {
+    pub(crate) tokens: u64,
+    pub(crate) schedule_hash: String,
+    pub(crate) n_collectives: u64,
+    pub(crate) weight_bytes_per_rank: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv_bytes_per_rank: Option<u64>,
+    pub(crate) kv_bytes_per_rank: Option<u64>,
 }
 
 /// What a verify replay contained.
@@ -350,23 +350,23 @@ pub struct InCollective {
 /// slowest rank), with the replay's streaming launches at that count.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StreamRate {
-    pub tokens: u64,
+    pub(crate) tokens: u64,
     /// Weights read per second by one launch over the whole weight pool (best of three), GB/s:
     /// the read bandwidth where the kernel is memory-bound, its flop rate / tokens (2 flops per
     /// bf16 weight per token) where it is compute-bound.
-    pub gbps: f64,
+    pub(crate) gbps: f64,
     /// The cost of one launch beyond its bytes, us (back-to-back launches of this count's mean
     /// size against one launch of their bytes).
-    pub fixed_us: f64,
+    pub(crate) fixed_us: f64,
     /// The replay's streaming launches at this count per forward.
-    pub launches: u64,
+    pub(crate) launches: u64,
     /// Their weight bytes.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 impl StreamRate {
     /// This count's share of the compute prediction: bytes / rate + launches x fixed cost, us.
-    pub fn predicted_us(&self) -> f64 {
+    pub(crate) fn predicted_us(&self) -> f64 {
         self.bytes as f64 / (self.gbps * 1e3) + self.launches as f64 * self.fixed_us
     }
 }
@@ -403,9 +403,9 @@ pub struct VerifyResult {
 /// One part of a speculative cycle (`--phase cycle`), replayed or priced like a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartRun {
-    pub part: CyclePart,
+    pub(crate) part: CyclePart,
     #[serde(flatten)]
-    pub run: VerifyRun,
+    pub(crate) run: VerifyRun,
 }
 
 /// One replay of the verify schedule with its all-reduces on implementation `imp`.

@@ -87,7 +87,7 @@ impl std::str::FromStr for DType {
 /// Element type of the KV cache a forward reads (`--kv-dtype`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum KvDType {
+pub(crate) enum KvDType {
     #[default]
     Bf16,
     Fp8,
@@ -99,7 +99,7 @@ crate::named_enum!(KvDType {
 });
 
 impl KvDType {
-    pub fn size(self) -> u64 {
+    pub(crate) fn size(self) -> u64 {
         match self {
             KvDType::Bf16 => 2,
             KvDType::Fp8 => 1,
@@ -110,10 +110,10 @@ impl KvDType {
 /// What the KV reads of a schedule were priced with (recorded beside the context).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvSettings {
-    pub dtype: KvDType,
+    pub(crate) dtype: KvDType,
     /// Decode context parallelism (`--dcp`): the attention caches' context sharded this many
     /// ways.
-    pub dcp: u64,
+    pub(crate) dcp: u64,
 }
 
 /// Which drafter proposes the tokens of a speculative cycle (`--drafter`).
@@ -135,7 +135,7 @@ crate::named_enum!(DrafterKind {
 /// A part of a speculative cycle's replay or price, beside the cycle itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum CyclePart {
+pub(crate) enum CyclePart {
     /// The plain decode step of the same batch (one token per request).
     Decode,
     /// The k draft forwards of one cycle, as the engine runs them.
@@ -145,7 +145,7 @@ pub enum CyclePart {
 }
 
 impl CyclePart {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CyclePart::Decode => "decode",
             CyclePart::Draft => "draft",

@@ -19,7 +19,7 @@
 //!
 //! with n the draft forwards per step. It is linear in (phi, o, tau_us), which are fitted by
 //! least squares on the relative error of published runs ([`fit`]); each run's prediction with
-//! the terms fitted without it ([`leave_one_out`]) is the stated error. The step is never below
+//! the terms fitted without it ([`held_out`]) is the stated error. The step is never below
 //! the plain decode step of the same run (M_verify >= M_decode, every term >= 0), so no row
 //! claims a gain above the accept length.
 
@@ -29,28 +29,28 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct Terms {
     /// The share of the plain decode step that scales with the modeled forward (0..=1).
-    pub scaling: f64,
+    pub(crate) scaling: f64,
     /// A draft forward's fixed cost, as a share of the plain decode step.
-    pub draft_forward: f64,
+    pub(crate) draft_forward: f64,
     /// The cost per request and drafted token, us.
-    pub per_draft_token_us: f64,
+    pub(crate) per_draft_token_us: f64,
 }
 
 /// Terms calibrated on a set of runs, with the error their held-out predictions made.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Calibrated {
-    pub terms: Terms,
+    pub(crate) terms: Terms,
     /// The relative error of the step predicted for each run with the terms fitted without it:
     /// the least and the most (predicted / published - 1).
-    pub spread: [f64; 2],
+    pub(crate) spread: [f64; 2],
     /// The same error as a share of what the step adds to the plain decode step (predicted
     /// step - published step) / (published step - plain step): the error of the calibrated
     /// part alone, which a row applies to the parts it does not measure.
-    pub increment_spread: [f64; 2],
+    pub(crate) increment_spread: [f64; 2],
     /// How many runs the terms were fitted on.
-    pub runs: usize,
+    pub(crate) runs: usize,
     /// Where the runs come from, and how the terms were fitted.
-    pub source: &'static str,
+    pub(crate) source: &'static str,
 }
 
 /// The terms fitted on the published PCIe runs of tests/data/published-spec-runs.json (8 and 4
@@ -74,35 +74,35 @@ pub(crate) const PUBLISHED: Calibrated = Calibrated {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct Forwards {
     /// The plain decode forward of C tokens at the context the user's decode step was measured.
-    pub decode_us: f64,
+    pub(crate) decode_us: f64,
     /// The plain decode forward at the context the step is priced for (the same where the
     /// user measured at that context).
-    pub decode_at_context_us: f64,
+    pub(crate) decode_at_context_us: f64,
     /// The verify forward of C (k + 1) tokens.
-    pub verify_us: f64,
+    pub(crate) verify_us: f64,
     /// The draft forwards of one step together (an EAGLE-3 or MTP cycle's first forward runs
     /// over the k + 1 tokens just verified, the others over one).
-    pub drafts_us: f64,
+    pub(crate) drafts_us: f64,
     /// Draft forwards per step: k, or 1 for a block drafter.
-    pub draft_forwards: u64,
+    pub(crate) draft_forwards: u64,
 }
 
 /// One speculative step, its parts, us.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct Step {
     /// The engine's own work per step, paid speculating or not: (1 - phi) D.
-    pub engine_us: f64,
+    pub(crate) engine_us: f64,
     /// The verify forward, scaled from the model's.
-    pub verify_us: f64,
+    pub(crate) verify_us: f64,
     /// The draft forwards, scaled from the model's.
-    pub drafts_us: f64,
+    pub(crate) drafts_us: f64,
     /// The draft forwards' fixed cost: n o D.
-    pub draft_overhead_us: f64,
+    pub(crate) draft_overhead_us: f64,
     /// The drafted tokens' bookkeeping: tau_us C k.
-    pub bookkeeping_us: f64,
+    pub(crate) bookkeeping_us: f64,
     /// The plain decode step at the priced context: (1 - phi) D + phi D M_decode@context /
     /// M_decode (D itself where the context is the measured one).
-    pub plain_us: f64,
+    pub(crate) plain_us: f64,
 }
 
 impl Step {
@@ -135,11 +135,11 @@ pub(crate) fn step(decode_us: f64, f: &Forwards, t: &Terms, c: u64, k: u64) -> S
 /// One run to fit on: what its user had, what the model prices, and the step it published.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct FitRun {
-    pub decode_us: f64,
-    pub forwards: Forwards,
-    pub concurrency: u64,
-    pub k: u64,
-    pub published_step_us: f64,
+    pub(crate) decode_us: f64,
+    pub(crate) forwards: Forwards,
+    pub(crate) concurrency: u64,
+    pub(crate) k: u64,
+    pub(crate) published_step_us: f64,
 }
 
 impl FitRun {
@@ -265,11 +265,12 @@ fn gauss(mut a: Vec<Vec<f64>>) -> Option<Vec<f64>> {
             return None;
         }
         a.swap(c, p);
-        for r in 0..m {
+        let pivot = a[c].clone();
+        for (r, row) in a.iter_mut().enumerate() {
             if r != c {
-                let f = a[r][c] / a[c][c];
-                for k in c..=m {
-                    a[r][k] -= f * a[c][k];
+                let f = row[c] / pivot[c];
+                for (x, y) in row.iter_mut().zip(&pivot).skip(c) {
+                    *x -= f * y;
                 }
             }
         }
@@ -277,20 +278,14 @@ fn gauss(mut a: Vec<Vec<f64>>) -> Option<Vec<f64>> {
     Some((0..m).map(|i| a[i][m] / a[i][i]).collect())
 }
 
-/// For each run, the relative error (predicted / published - 1) of its step predicted with the
-/// terms fitted on the other runs; `None` for a run whose others cannot be fitted.
-pub(crate) fn leave_one_out(runs: &[FitRun]) -> Vec<Option<f64>> {
-    held_out(runs).iter().map(|h| h.map(|h| h.error)).collect()
-}
-
 /// A run predicted with the terms fitted on the others.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct HeldOut {
-    pub step: Step,
+    pub(crate) step: Step,
     /// predicted / published - 1.
-    pub error: f64,
+    pub(crate) error: f64,
     /// (predicted - published) / (published - plain): the error on what the step adds.
-    pub increment_error: f64,
+    pub(crate) increment_error: f64,
 }
 
 /// Every run predicted with the terms fitted on the others (`None` where they cannot be).
@@ -428,8 +423,8 @@ mod tests {
         assert!((got.scaling - 0.45).abs() < 1e-9, "{got:?}");
         assert!((got.draft_forward - 0.14).abs() < 1e-9, "{got:?}");
         assert!((got.per_draft_token_us - 90.0).abs() < 1e-6, "{got:?}");
-        for e in leave_one_out(&runs) {
-            assert!(e.unwrap().abs() < 1e-9);
+        for e in held_out(&runs) {
+            assert!(e.unwrap().error.abs() < 1e-9);
         }
     }
 
@@ -471,6 +466,6 @@ mod tests {
         };
         let runs = vec![run(10_000.0, 2000.0, 100.0, 3, 1, 3, &t)];
         assert_eq!(fit(&runs), None);
-        assert_eq!(leave_one_out(&runs), vec![None]);
+        assert_eq!(held_out(&runs), vec![None]);
     }
 }

@@ -67,13 +67,13 @@ pub(crate) struct Flags {
     pub(crate) table_accept_lengths: Vec<f64>,
     /// A mean accept length measured elsewhere (`--accept-from-log`), used when `acceptance`
     /// is absent.
-    pub measured_accept_length: Option<Labelled>,
+    pub(crate) measured_accept_length: Option<Labelled>,
     /// The draft steps k that log says the server ran, with where it says it: used when
     /// neither `--draft-steps` nor per-position rates give k.
-    pub measured_draft_steps: Option<(u64, Origin)>,
+    pub(crate) measured_draft_steps: Option<(u64, Origin)>,
     /// The flag and file it was read from, as its refusal names them (`--server-log
     /// 'server.log'`).
-    pub measured_from: String,
+    pub(crate) measured_from: String,
 }
 
 impl Flags {

@@ -18,10 +18,10 @@
 //! report show; [`inputs`] checks the flags and merges them with the times read from records
 //! and traces ([`crate::evidence`] reads them) into labelled inputs.
 
-pub mod analysis;
-pub mod bound;
+pub(crate) mod analysis;
+pub(crate) mod bound;
 pub(crate) mod cycle;
-pub mod inputs;
+pub(crate) mod inputs;
 
 use crate::error::usage;
 

@@ -129,7 +129,7 @@ impl NcclLog {
 
     /// Parses log files and merges them (one file per worker process), each at most
     /// [`crate::util::read::NCCL_LOG`].
-    pub fn parse_files(paths: &[impl AsRef<Path>]) -> anyhow::Result<NcclLog> {
+    pub(crate) fn parse_files(paths: &[impl AsRef<Path>]) -> anyhow::Result<NcclLog> {
         let mut log = NcclLog::default();
         for p in paths {
             let bytes =

@@ -21,22 +21,22 @@ const MIB: u64 = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TraceLimits {
     /// The most bytes of JSON one file may hold (after decompression).
-    pub total: u64,
+    pub(crate) total: u64,
     /// A gzip file may expand to at most `ratio` times the compressed bytes read so far, plus
     /// `slack` (so that a small file may expand more).
-    pub ratio: u64,
-    pub slack: u64,
+    pub(crate) ratio: u64,
+    pub(crate) slack: u64,
     /// The longest string (a name, a key, an argument), in bytes between its quotes; also the
     /// longest event the scanner holds whole (past it, the scanner leaves the file to the plain
     /// reader, which holds strings, not events, and refuses the long string where it is).
-    pub string: u64,
+    pub(crate) string: u64,
     /// The most events the analysis keeps from one file (kernels, copies, launches,
     /// collectives, step spans): about 100 bytes of memory each.
-    pub kept: u64,
+    pub(crate) kept: u64,
     /// A gzip file keeps at most one event per `gzip_per_kept` bytes of gzip read so far, plus
     /// `kept_slack`: its memory is bounded by its compressed size, whatever it expands to.
-    pub gzip_per_kept: u64,
-    pub kept_slack: u64,
+    pub(crate) gzip_per_kept: u64,
+    pub(crate) kept_slack: u64,
 }
 
 /// The limits every trace is read with.
@@ -83,7 +83,7 @@ impl TraceLimits {
 
 /// A limit passed, as an I/O error's payload: the sentence that says which (after the path).
 #[derive(Debug)]
-pub(crate) struct Passed(pub String);
+pub(crate) struct Passed(pub(crate) String);
 
 impl fmt::Display for Passed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -106,8 +106,8 @@ pub(crate) fn passed_of(e: &io::Error) -> Option<&str> {
 
 /// Counts the bytes read through it (the gzip side of a trace, as the decoder takes them).
 pub(crate) struct Counted<R> {
-    pub inner: R,
-    pub bytes: Rc<Cell<u64>>,
+    pub(crate) inner: R,
+    pub(crate) bytes: Rc<Cell<u64>>,
 }
 
 impl<R: Read> Read for Counted<R> {
@@ -125,9 +125,9 @@ impl<R: Read> Read for Counted<R> {
 pub(crate) struct Expanded {
     inner: Box<dyn Read>,
     out: u64,
-    pub compressed: Option<Rc<Cell<u64>>>,
+    pub(crate) compressed: Option<Rc<Cell<u64>>>,
     limits: TraceLimits,
-    pub passed: Option<String>,
+    pub(crate) passed: Option<String>,
 }
 
 impl Expanded {
@@ -181,8 +181,8 @@ impl Read for Expanded {
 /// string longer than [`TraceLimits::string`] is refused where it passes the limit. Tracks
 /// strings and escapes across reads, jumping between quotes and backslashes.
 pub(crate) struct Strings<R> {
-    pub inner: R,
-    pub max: u64,
+    pub(crate) inner: R,
+    pub(crate) max: u64,
     in_str: bool,
     esc: bool,
     /// Bytes of the open string so far.

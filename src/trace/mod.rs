@@ -17,13 +17,13 @@
 //!
 //! Nothing here needs a GPU. Every figure printed is measured from the trace.
 
-pub mod against;
-pub mod analysis;
-pub mod breakeven;
-pub mod chrome;
-pub mod event;
-pub mod extract;
-pub mod kernels;
+pub(crate) mod against;
+pub(crate) mod analysis;
+pub(crate) mod breakeven;
+pub(crate) mod chrome;
+pub(crate) mod event;
+pub(crate) mod extract;
+pub(crate) mod kernels;
 pub(crate) mod limits;
 pub(crate) mod logmatch;
 pub(crate) mod names;

@@ -119,24 +119,24 @@ pub(crate) struct RawArgs {
     pub(crate) correlation: Option<Lenient>,
     pub(crate) stream: Option<Lenient>,
     /// The rank of a multi-rank trace written by verifybench (one pid per rank).
-    pub rank: Option<Lenient>,
+    pub(crate) rank: Option<Lenient>,
     /// A CPU op's input shapes (`record_shapes`): used only from the ops that launch custom
     /// collectives, whose first input is the tensor they reduce.
     #[serde(rename = "Input Dims")]
-    pub input_dims: Option<FirstShape>,
+    pub(crate) input_dims: Option<FirstShape>,
     #[serde(rename = "Input type")]
-    pub input_type: Option<FirstType>,
+    pub(crate) input_type: Option<FirstType>,
 }
 
 /// The elements of the first shape of `Input Dims` (`[[4096, 7168], [7168]]` gives 4096 x
 /// 7168): `None` unless the value is an array whose first element is an array of non-negative
 /// integers whose product fits in 64 bits. Nothing else of the value is kept, however long.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub(crate) struct FirstShape(pub Option<u64>);
+pub(crate) struct FirstShape(pub(crate) Option<u64>);
 
 /// The first element of `Input type` (`["c10::BFloat16", ...]`) when it is a string.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct FirstType(pub Option<String>);
+pub(crate) struct FirstType(pub(crate) Option<String>);
 
 impl<'de> Deserialize<'de> for FirstShape {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -95,20 +95,20 @@ pub(crate) struct TrapCheck {
 /// What the traps look at.
 #[derive(Clone, Copy)]
 pub(crate) struct Inputs<'a> {
-    pub trace: Option<&'a Analysis>,
-    pub server_log: Option<&'a ServerLog>,
-    pub nccl_logs: &'a [NcclLogText],
+    pub(crate) trace: Option<&'a Analysis>,
+    pub(crate) server_log: Option<&'a ServerLog>,
+    pub(crate) nccl_logs: &'a [NcclLogText],
     /// A sweep's best setting, when it is not NCCL's defaults.
     pub(crate) sweep_best: Option<&'a str>,
     /// The NCCL settings the user gave the server.
     pub(crate) expect: &'a [(String, String)],
     /// The cost model's one-shot all-reduce, us per collective, and its profile.
-    pub oneshot_us: Option<f64>,
-    pub profile: &'a str,
+    pub(crate) oneshot_us: Option<f64>,
+    pub(crate) profile: &'a str,
     /// The machine priced: its GPUs (one tensor-parallel group) and the kind of its link
     /// (`nvlink`, `pci`, `shm`): the evidence of another machine is not checked.
-    pub ranks: usize,
-    pub link_kind: &'a str,
+    pub(crate) ranks: usize,
+    pub(crate) link_kind: &'a str,
 }
 
 fn rule(id: &str) -> Rule {

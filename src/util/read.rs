@@ -24,11 +24,11 @@ const GIB: u64 = 1 << 30;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limit {
     /// The most bytes read.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// What such a file is, as the refusal says it ("a model config").
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     /// How large real ones are, as the refusal says it.
-    pub real: &'static str,
+    pub(crate) real: &'static str,
 }
 
 /// `--rendezvous-token-file`.

@@ -138,6 +138,8 @@ const VALID: &[(&str, &str)] = &[
     ("--accept-rates-of-drafts", "0"),
     // no KV cache priced
     ("--context", "0"),
+    // a plain decode measured with no context
+    ("--decode-context", "0"),
 ];
 
 const TRIED: &[&str] = &["0", "-1", "NaN", "inf", "1e308"];

@@ -201,6 +201,17 @@ fn case(name: &str, d: &Path, n: usize) -> Option<Case> {
             args.push(s(&f));
             Case { args, export: None }
         }
+        "model fit-cycle" => Case {
+            args: v(&[
+                "model",
+                "fit-cycle",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/data/published-spec-runs.json"
+                ),
+            ]),
+            export: None,
+        },
         "compare" => {
             let mut args = v(&["compare"]);
             args.push(s(&verify_file(d, &format!("a{n}.json"))));

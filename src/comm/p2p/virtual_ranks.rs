@@ -580,11 +580,11 @@ pub(crate) fn virtual_rank_timings(
 /// One shape's exact check and, when it passed, its timing on virtual ranks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct ShapeOnVirtualRanks {
-    pub imp: Impl,
-    pub count: usize,
-    pub exact: Check,
+    pub(crate) imp: Impl,
+    pub(crate) count: usize,
+    pub(crate) exact: Check,
     /// `None` when the exact check failed (nothing wrong is timed).
-    pub timing: Option<VirtualTiming>,
+    pub(crate) timing: Option<VirtualTiming>,
 }
 
 /// Each of `imps` at each element count of `counts` (of `dtype`) on `n` virtual ranks of GPU

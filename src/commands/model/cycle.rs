@@ -2,7 +2,7 @@
 //! run predicted with the terms fitted without it.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -13,55 +13,65 @@ use crate::speculative::cycle::{self, Forwards, Terms};
 
 /// `model fit-cycle`: the flags of the same names.
 #[derive(Debug, Clone)]
-pub struct FitCycleRequest {
-    pub runs: PathBuf,
-    pub configs: Option<PathBuf>,
-    pub model: ModelSettings,
-    pub format: Format,
+pub(crate) struct FitCycleRequest {
+    pub(crate) runs: PathBuf,
+    pub(crate) configs: Option<PathBuf>,
+    pub(crate) model: ModelSettings,
+    pub(crate) format: Format,
 }
 
 /// One run of the answer.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RunRow {
-    pub id: String,
-    pub source: String,
-    pub concurrency: u64,
-    pub draft_steps: u64,
-    pub drafter: String,
-    pub context: u64,
-    pub plain_ms: f64,
-    pub accept_length: f64,
+    pub(crate) id: String,
+    pub(crate) source: String,
+    pub(crate) concurrency: u64,
+    pub(crate) draft_steps: u64,
+    pub(crate) drafter: String,
+    pub(crate) context: u64,
+    pub(crate) plain_ms: f64,
+    pub(crate) accept_length: f64,
     /// The model's forwards of the run (graphed, us).
-    pub modeled: Forwards,
-    pub published_step_ms: Option<f64>,
+    pub(crate) modeled: Forwards,
+    pub(crate) published_step_ms: Option<f64>,
     /// The step predicted with the terms fitted on the other runs, ms, and its parts.
-    pub held_out: Option<cycle::Step>,
-    pub held_out_step_ms: Option<f64>,
+    pub(crate) held_out: Option<cycle::Step>,
+    pub(crate) held_out_step_ms: Option<f64>,
     /// held-out / published - 1.
-    pub held_out_error: Option<f64>,
+    pub(crate) held_out_error: Option<f64>,
     /// The held-out step's range from the held-out errors of the other runs (each fitted
     /// without this run too), ms; whether the published step lies in it.
-    pub held_out_range_ms: Option<[f64; 2]>,
-    pub published_in_range: Option<bool>,
+    pub(crate) held_out_range_ms: Option<[f64; 2]>,
+    pub(crate) published_in_range: Option<bool>,
+    /// The step with the terms fitted on every run (what `explain` prints for the run), ms.
+    pub(crate) fitted_step_ms: f64,
+    /// The `explain` command its user would type for the run.
+    pub(crate) explain: Vec<String>,
 }
 
 /// The answer: the terms fitted on every run, the held-out errors, the runs.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct FitCycle {
-    pub runs_file: String,
-    pub profile: String,
-    pub terms: Terms,
+    pub(crate) runs_file: String,
+    pub(crate) profile: String,
+    pub(crate) terms: Terms,
     /// The least and the most held-out error of the step, and of what it adds to the plain step.
-    pub spread: [f64; 2],
-    pub increment_spread: [f64; 2],
-    pub within_15_pct: usize,
-    pub fitted_on: usize,
-    pub runs: Vec<RunRow>,
+    pub(crate) spread: [f64; 2],
+    pub(crate) increment_spread: [f64; 2],
+    pub(crate) within_15_pct: usize,
+    pub(crate) fitted_on: usize,
+    pub(crate) runs: Vec<RunRow>,
 }
 
 /// Fits the terms on every priced run with a published step, and predicts each run with the
 /// terms fitted on the others.
-pub(crate) fn fit(priced: &[Priced], runs_file: &str, profile: &str) -> anyhow::Result<FitCycle> {
+pub(crate) fn fit(
+    priced: &[Priced],
+    runs_file: &str,
+    profile: &str,
+    configs: &Path,
+    model_flags: &[String],
+) -> anyhow::Result<FitCycle> {
     let fit_runs: Vec<cycle::FitRun> = priced.iter().filter_map(|p| p.fit.clone()).collect();
     let Some(terms) = cycle::fit(&fit_runs) else {
         crate::usage_bail!(
@@ -107,6 +117,16 @@ pub(crate) fn fit(priced: &[Priced], runs_file: &str, profile: &str) -> anyhow::
                 .zip(published)
                 .map(|([lo, hi], p)| (lo..=hi).contains(&p)),
             held_out_range_ms: range,
+            fitted_step_ms: cycle::step(
+                s.decode_ms()? * 1000.0,
+                &p.forwards,
+                &terms,
+                s.concurrency,
+                s.draft_steps,
+            )
+            .total_us()
+                / 1000.0,
+            explain: [s.explain_args(configs)?, model_flags.to_vec()].concat(),
         });
     }
     let h: Vec<cycle::HeldOut> = held.iter().flatten().copied().collect();
@@ -213,7 +233,7 @@ pub(crate) fn render(f: &FitCycle) -> String {
 }
 
 /// Runs `verifybench model fit-cycle`.
-pub fn fit_cycle(a: &FitCycleRequest) -> anyhow::Result<i32> {
+pub(crate) fn fit_cycle(a: &FitCycleRequest) -> anyhow::Result<i32> {
     let started = crate::util::now_utc();
     let file = published::read(&a.runs)?;
     let configs = a
@@ -224,7 +244,21 @@ pub fn fit_cycle(a: &FitCycleRequest) -> anyhow::Result<i32> {
     let profile = priced
         .first()
         .map_or_else(|| a.model.link.clone(), |p| p.profile.clone());
-    let f = fit(&priced, &a.runs.display().to_string(), &profile)?;
+    // The cost model's profile as the explain commands of the runs give it.
+    let model_flags: Vec<String> = match &a.model.profile {
+        Some(p) => vec!["--profile".into(), p.display().to_string()],
+        None if a.model.link != ModelSettings::default().link => {
+            vec!["--link".into(), a.model.link.clone()]
+        }
+        None => vec![],
+    };
+    let f = fit(
+        &priced,
+        &a.runs.display().to_string(),
+        &profile,
+        &configs,
+        &model_flags,
+    )?;
     match a.format {
         Format::Json => {
             let p = crate::record::Provenance::here("model", started);

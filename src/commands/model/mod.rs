@@ -3,7 +3,7 @@
 //! `fit-cycle` fits the speculative cycle's engine terms to published runs ([`cycle`]).
 
 mod cycle;
-pub use cycle::{fit_cycle, FitCycleRequest};
+pub(crate) use cycle::{fit_cycle, FitCycleRequest};
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
