@@ -16,9 +16,10 @@
 // - weights: a ring of DEPTH = 3 stages of STAGE_VECS 16-byte vectors (16 KB, 32 tiles of 32
 //   vectors; 48 KB of static shared memory) filled by cp.async (16 bytes per thread per copy,
 //   four copies per thread per stage, the global reads coalesced: 512 consecutive bytes per
-//   warp), DEPTH - 1 stages (32 KB) in flight while one is computed. Block b streams stages b, b + gridDim.x, ... of the operation (a persistent grid).
-//   The pool is a power of two in vectors and indices wrap with a mask, as in stream.cu; vectors
-//   past the operation's end are zero-filled by the copy (no read).
+//   warp), DEPTH - 1 stages (32 KB) in flight while one is computed. Block b streams stages
+//   b, b + gridDim.x, ... of the operation (a persistent grid). The pool is a power of two in
+//   vectors and indices wrap with a mask, as in stream.cu; vectors past the operation's end are
+//   zero-filled by the copy (no read).
 // - activations: each warp builds the A fragments of its tokens once, from `act` (tokens x 8
 //   floats, converted to bf16), and keeps them in registers for the whole launch: token n's
 //   activation at k is act[n * 8 + k % 8]. They are never re-read per weight tile.
@@ -27,8 +28,9 @@
 //   32 tiles, four groups of 2 warps each take a quarter. Each group reads every weight tile of a
 //   stage from shared memory (device memory is read once per stage whatever the group count); the
 //   warps of a group split the stage's 32 tiles (4, 8 or 16 tiles per warp per stage, an even
-//   count: the loop takes two per turn, each tile's vector read one tile ahead). MW, the template argument, is the token tiles
-//   per warp: stream_mma_MW for MW = 1..8, and the host picks MW = ceil(tiles / GROUPS).
+//   count: the loop takes two per turn, each tile's vector read one tile ahead). MW, the
+//   template argument, is the token tiles per warp: stream_mma_MW for MW = 1..8, and the host
+//   picks MW = ceil(tiles / GROUPS).
 // - with one group each thread reads back only the 16-byte vectors it copied itself (thread t
 //   copies vectors t + 256 v, v = 0..3, of a stage, which are lane t % 32 of tiles t / 32 + 8 v,
 //   the four tiles its warp computes): no block barrier in the loop. With several groups a
@@ -45,10 +47,20 @@
 // vector i lands in lane i % 32, its 16 bytes are the two fragments (words 0-1 and 2-3), so its
 // bf16 element j (0..7) is multiplied with activation lane k % 8 = 2 (i % 4) + j % 2.
 //
-// Registers (stream_mma_8): 32 accumulators + 32 activation words (the A quads, each built once:
-// see mma()) + two 16-byte vectors of weights + addressing, under the 128 that
-// __launch_bounds__(256, 2) allows; shared memory: DEPTH x 16 KB = 48 KB of ring (reused for the
-// block's reduction at the end).
+// Registers: stream_mma_1..7 ask __launch_bounds__ for 2 blocks per SM (at most 128 per thread);
+// stream_mma_8 for WIDE_BLOCKS: 3 on compute capability 9.0 to 11.x (at most 80 registers:
+// 65536 / (3 x 256) = 85, allocated in steps of 8), as many resident warps as mma_peak has there
+// (24 per SM, 6 per scheduler); 2 elsewhere (on 8.6, 8.9 and 12.x the 100 KB of shared memory
+// of an SM hold two rings, not three; 8.0 was measured nowhere). Its 32 accumulators + 32
+// activation words (the A quads, each built once: see mma()) + one 16-byte vector of weights
+// leave no room for the look-ahead's second vector: ptxas reads each tile's vector just before
+// its MMAs, and the scheduler's other warps cover the wait. Why 3: measured on an H100 at 2
+// blocks (116 registers, with the look-ahead), stream_mma_8 at 512 tokens kept the tensor pipe
+// 82% active, from an L2-resident pool too, against 97% for mma_peak, which issues the same
+// MMAs per warp from 6 warps per scheduler; with 4, one warp's wait (a stage's barrier, its
+// copies, a shared-memory load) is not covered by the other three: the look-ahead and the larger
+// stages, which only shortened such waits, had raised the pipe from 71% to 82%. Shared memory:
+// DEPTH x 16 KB = 48 KB of ring (reused for the block's reduction at the end), 144 KB for 3.
 //
 // stream_mma_pdl_MW is the same for programmatic dependent launch, in the order of stream.cu:
 // launch_dependents, the first DEPTH - 1 stages' copies (weights depend on no earlier kernel),
@@ -69,6 +81,11 @@
 #define STAGE_VECS 1024
 #define TILES (STAGE_VECS / 32)
 #define DEPTH 3
+#if __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
+#define WIDE_BLOCKS 3
+#else
+#define WIDE_BLOCKS 2
+#endif
 
 #if __CUDA_ARCH__ >= 800
 
@@ -146,8 +163,9 @@ __device__ __forceinline__ void mma_vec(float (&acc)[MW][4], const unsigned (&a)
 // a shared-memory load and its first use and no warp waits on one; on the stage's last tile the
 // look-ahead reads that tile again (an index kept in the stage, no branch).
 template <int MW, bool FULL>
-__device__ __forceinline__ void compute_stage(const uint4* s, int first, int step, int lane, int live,
-                                              const unsigned (&a)[MW][4], float (&acc)[MW][4])
+__device__ __forceinline__ void compute_stage(const uint4* s, int first, int step, int lane,
+                                              int live, const unsigned (&a)[MW][4],
+                                              float (&acc)[MW][4])
 {
     uint4 w0 = s[first * 32 + lane];
 #pragma unroll 1
@@ -265,8 +283,9 @@ __device__ __forceinline__ void mma_body(const uint4*, unsigned long long, unsig
 #endif
 
 // act: tokens x 8 floats; partial: PARTIAL_STRIDE floats per block, the first `tokens` written.
-#define MMA_KERNEL(MW)                                                                           \
-    extern "C" __global__ void __launch_bounds__(THREADS, 2)                                     \
+// BLOCKS: the blocks per SM the register budget is cut for (see "Registers" above).
+#define MMA_KERNEL(MW, BLOCKS)                                                                   \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS)                                \
     stream_mma_##MW(const uint4* __restrict__ pool, unsigned long long mask,                     \
                     unsigned long long start, unsigned long long nvec,                           \
                     const float* __restrict__ act, float* __restrict__ partial,                  \
@@ -274,7 +293,7 @@ __device__ __forceinline__ void mma_body(const uint4*, unsigned long long, unsig
     {                                                                                            \
         mma_body<MW, false>(pool, mask, start, nvec, act, partial, tokens);                      \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(THREADS, 2)                                     \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS)                                \
     stream_mma_pdl_##MW(const uint4* __restrict__ pool, unsigned long long mask,                 \
                         unsigned long long start, unsigned long long nvec,                       \
                         const float* __restrict__ act, float* __restrict__ partial,              \
@@ -282,8 +301,8 @@ __device__ __forceinline__ void mma_body(const uint4*, unsigned long long, unsig
     {                                                                                            \
         mma_body<MW, true>(pool, mask, start, nvec, act, partial, tokens);                       \
     }
-MMA_KERNEL(1) MMA_KERNEL(2) MMA_KERNEL(3) MMA_KERNEL(4)
-MMA_KERNEL(5) MMA_KERNEL(6) MMA_KERNEL(7) MMA_KERNEL(8)
+MMA_KERNEL(1, 2) MMA_KERNEL(2, 2) MMA_KERNEL(3, 2) MMA_KERNEL(4, 2)
+MMA_KERNEL(5, 2) MMA_KERNEL(6, 2) MMA_KERNEL(7, 2) MMA_KERNEL(8, WIDE_BLOCKS)
 
 // src: at least 64 16-byte vectors (the weights and activations used as operands); out: one
 // float per thread, so that nothing is optimised away.

@@ -754,13 +754,27 @@ mod tests {
             assert_eq!(tiles % (8 / groups), 0);
             assert_eq!((tiles / (8 / groups)) % 2, 0, "{groups} groups");
         }
-        // one stream_mma_MW (and its PDL twin) per width
+        // one stream_mma_MW (and its PDL twin) per width, each with the blocks per SM its
+        // register budget is cut for (WIDE_BLOCKS: its first definition, compute capability
+        // 9.0); that many rings of DEPTH stages fit the shared memory of such an SM (228 KB,
+        // 1 KB of it reserved per block)
+        let ring = define(STREAM_MMA_SRC, "DEPTH") * STAGE_VECS as usize * 16;
         for w in 1..=MMA_WIDTHS {
+            let head = format!("MMA_KERNEL({w}, ");
+            let at = STREAM_MMA_SRC
+                .find(&head)
+                .unwrap_or_else(|| panic!("MW {w}"));
+            let rest = &STREAM_MMA_SRC[at + head.len()..];
+            let blocks = match &rest[..rest.find(')').unwrap()] {
+                "WIDE_BLOCKS" => define(STREAM_MMA_SRC, "WIDE_BLOCKS"),
+                n => n.parse().unwrap(),
+            };
+            assert!((2..=3).contains(&blocks), "MW {w}: {blocks} blocks");
             assert!(
-                STREAM_MMA_SRC.contains(&format!("MMA_KERNEL({w})")),
-                "MW {w}"
+                blocks * (ring + 1024) <= 228 * 1024,
+                "MW {w}: {blocks} rings"
             );
         }
-        assert!(!STREAM_MMA_SRC.contains(&format!("MMA_KERNEL({})", MMA_WIDTHS + 1)));
+        assert!(!STREAM_MMA_SRC.contains(&format!("MMA_KERNEL({}, ", MMA_WIDTHS + 1)));
     }
 }

@@ -208,7 +208,7 @@ mod tests {
     }
 
     /// The tensor-core kernel's data flow, emulated from the PTX ISA's fragment tables of
-    /// mma.m16n8k16 (bf16): per block its stages, per stage its 16 tiles of 32 vectors, per warp
+    /// mma.m16n8k16 (bf16): per block its stages, per stage its tiles of 32 vectors, per warp
     /// its token group. Each lane's registers are filled as `stream_mma.cu` fills them, the A
     /// (16 x 16) and B (16 x 8) matrices rebuilt from the lanes by the tables' row and column
     /// rules, D += A B, then the sum over D's columns per token. It must give [`reference`]'s
@@ -233,16 +233,17 @@ mod tests {
             }
         };
         let mut out = vec![0f64; tokens];
-        let stages = nvec.div_ceil(512);
+        let stage_vecs = super::super::STAGE_VECS;
+        let stages = nvec.div_ceil(stage_vecs);
         for b in 0..grid {
             let mut s = b;
             while s < stages {
-                for tile in 0..16u64 {
+                for tile in 0..stage_vecs / 32 {
                     // B from the 32 lanes' 16-byte vectors: words 0-1 one fragment, 2-3 another;
                     // fragment element r of lane l: k = 2 (l % 4) + (r & 1) + 8 (r >= 2), n = l / 4
                     let mut bm = [[[0f64; 8]; 16]; 2];
                     for l in 0..32u64 {
-                        let i = s * 512 + tile * 32 + l;
+                        let i = s * stage_vecs + tile * 32 + l;
                         for j in 0..8u64 {
                             let w = if i < nvec {
                                 Pool::exact_weight(((start + i) & mask) * 8 + j) as f64
@@ -301,7 +302,7 @@ mod tests {
     #[test]
     fn the_tensor_core_lane_rule_matches_the_fragment_tables() {
         // integer activations that differ per token and lane
-        let act: Vec<f32> = (0..300 * 8)
+        let act: Vec<f32> = (0..512 * 8)
             .map(|i| (1 + (i * 7 + i / 8) % 5) as f32)
             .collect();
         for (tokens, start, nvec, grid) in [
@@ -314,6 +315,9 @@ mod tests {
             // two warp groups of 5 and 4 token tiles; four groups of 5, 5, 5 and 4
             (150, 5, 600, 2),
             (300, 4000, 520, 1),
+            // stream_mma_8 in two and four groups, several stages per block, the pool's wrap
+            (256, 9, 2100, 3),
+            (512, 4000, 5000, 2),
         ] {
             let want = reference(StreamKernel::TensorCores, 4096, start, nvec, &act, tokens);
             let got = emulate_mma(4096, start, nvec, &act, tokens, grid);
