@@ -17,14 +17,16 @@ pub(crate) struct CycleArgs {
     #[arg(long, value_name = "MS", value_parser = values::millis(false, "12.2"), allow_negative_numbers = true)]
     pub(crate) decode_ms: Option<f64>,
     /// One draft step, in ms, 0 to 1000000 (EAGLE-3: one draft-head forward). Else from a draft record
-    /// (`verify --phase draft`), else 0 (free drafting, said in the output).
+    /// (`verify --phase draft`), else the draft's forward priced as `explain` prices it (the
+    /// model's draft schedule through the engine terms, labelled modeled); 0 for free drafting.
     #[arg(long, value_name = "MS", value_parser = values::millis(true, "1.5"), allow_negative_numbers = true)]
     pub(crate) draft_ms: Option<f64>,
     /// Draft steps k per cycle, 1 to 64; the verify forward covers k+1 tokens. Else the number of
     /// --accept-rates (breakeven), else T-1 of the verify record.
     #[arg(long, value_name = "K", value_parser = values::draft_steps(), allow_negative_numbers = true)]
     pub(crate) draft_steps: Option<u64>,
-    /// Fixed per-cycle overhead (draft extend, sampling), in ms, 0 to 1000000. Default 0.
+    /// Fixed per-cycle overhead (draft extend, sampling), in ms, 0 to 1000000. Default: the
+    /// drafted tokens' bookkeeping as `explain` prices it (labelled modeled); 0 for none.
     #[arg(long, value_name = "MS", value_parser = values::millis(true, "0.5"), allow_negative_numbers = true)]
     pub(crate) overhead_ms: Option<f64>,
 }
@@ -37,6 +39,50 @@ impl CycleArgs {
             draft_steps: self.draft_steps,
             overhead_ms: self.overhead_ms,
             ..Default::default()
+        }
+    }
+}
+
+/// The model and the machine the step's modeled parts are priced for, as `explain` takes them:
+/// shared by `breakeven` and `report`, so that the three give one answer for one set of inputs.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct EngineArgs {
+    /// GPUs of the tensor-parallel group the times were measured on (default 8), 2 to 1024.
+    #[arg(long, value_name = "N", value_parser = values::gpus(), allow_negative_numbers = true)]
+    pub(crate) gpus: Option<usize>,
+    /// Built-in model preset whose draft and verify forwards price the modeled parts of the step:
+    /// kimi-k2.5, deepseek-v3, llama-3.1-70b, qwen3-235b-a22b.
+    #[arg(long, default_value = "kimi-k2.5")]
+    pub(crate) model: String,
+    /// A Hugging Face config.json instead of a preset.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) model_config: Option<PathBuf>,
+    /// The drafter: eagle3 (the default), mtp (the model's own MTP module), block (a
+    /// DFlash-like block drafter proposing k tokens in one forward).
+    #[arg(long, value_parser = values::named::<crate::model::draft::DrafterKind>())]
+    pub(crate) drafter: Option<crate::model::draft::DrafterKind>,
+    /// Link profile of the cost model (default pcie-gen5); not with --profile.
+    #[arg(long, default_value = "pcie-gen5", conflicts_with = "profile")]
+    pub(crate) link: String,
+    /// Calibrated profile file written by `verifybench model fit` (instead of --link).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) profile: Option<PathBuf>,
+    /// The decode step ran eagerly (without it, it is taken as run from a CUDA graph, the
+    /// engines' default).
+    #[arg(long)]
+    pub(crate) decode_eager: bool,
+}
+
+impl From<&EngineArgs> for crate::explain::EngineSettings {
+    fn from(a: &EngineArgs) -> crate::explain::EngineSettings {
+        crate::explain::EngineSettings {
+            gpus: a.gpus,
+            model: a.model.clone(),
+            model_config: a.model_config.clone(),
+            drafter: a.drafter,
+            link: a.link.clone(),
+            profile: a.profile.clone(),
+            decode_eager: a.decode_eager,
         }
     }
 }
@@ -118,6 +164,8 @@ pub(crate) struct BreakevenArgs {
     pub(crate) table_accept_lengths: Vec<f64>,
     #[command(flatten)]
     pub(crate) batch: BatchArgs,
+    #[command(flatten)]
+    pub(crate) engine: EngineArgs,
     // --format json: every input with its origin, every output.
     #[command(flatten)]
     pub(crate) output: OutputArgs,
@@ -142,6 +190,7 @@ impl From<&BreakevenArgs> for BreakevenRequest {
             from_trace: a.from_trace.clone(),
             accept_from_log: a.accept_from_log.clone(),
             batch: (&a.batch).into(),
+            engine: (&a.engine).into(),
             format: a.output.format,
         }
     }

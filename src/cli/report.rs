@@ -2,13 +2,14 @@
 
 use std::path::PathBuf;
 
-use crate::cli::breakeven::CycleArgs;
+use crate::cli::breakeven::{CycleArgs, EngineArgs};
 use crate::commands::report::ReportRequest;
 
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ReportArgs {
-    /// Results files (JSON record, JSON array or JSON lines). Rendered: collective and verify
-    /// records (plots, tables, break-even), sweep results (`sweep --results`: the ranking as
+    /// Results files (JSON record, JSON array or JSON lines). Rendered: `explain` records first
+    /// (the answer as explain printed it), collective and verify records (plots, tables,
+    /// break-even), sweep results (`sweep --results`: the ranking as
     /// sweep prints it), bandwidth and selftest exports. Named and skipped with a note: env,
     /// compare and model-fit profiles, unknown kinds, empty files, `[]`; exit 2 when nothing at
     /// all is renderable.
@@ -21,6 +22,8 @@ pub(crate) struct ReportArgs {
     /// Break-even inputs for the tokens/s plot (verify times come from the verify records).
     #[command(flatten)]
     pub(crate) cycle: CycleArgs,
+    #[command(flatten)]
+    pub(crate) engine: EngineArgs,
 }
 
 impl From<&ReportArgs> for ReportRequest {
@@ -29,6 +32,7 @@ impl From<&ReportArgs> for ReportRequest {
             results: a.results.clone(),
             out: a.out.clone(),
             cycle: a.cycle.flags(),
+            engine: (&a.engine).into(),
         }
     }
 }

@@ -6,7 +6,8 @@ use crate::explain::{render, ExplainRequest, Explanation};
 use crate::record::{Body, Provenance, Record, Source};
 
 /// The explanation in the record envelope (`kind: other`, `name: explain`): measured when a
-/// trace was read, else modeled (every figure inside carries its own source).
+/// trace was read, else modeled (every figure inside carries its own source). Its `markdown`
+/// is the answer as `--format markdown` prints it, which `report` renders as its first section.
 pub(crate) fn record(e: &Explanation, traced: bool, started: String) -> Record {
     let mut p = Provenance::here("model", started);
     p.notes
@@ -22,8 +23,12 @@ pub(crate) fn record(e: &Explanation, traced: bool, started: String) -> Record {
         },
         p,
         Body::Other {
-            name: "explain".into(),
-            data: serde_json::to_value(e).expect("the explanation serializes"),
+            name: crate::record::kinds::EXPLAIN.into(),
+            data: {
+                let mut d = serde_json::to_value(e).expect("the explanation serializes");
+                d["markdown"] = render::markdown(e).into();
+                d
+            },
         },
     )
 }

@@ -45,6 +45,8 @@ pub(crate) struct ReportRequest {
     pub(crate) results: Vec<PathBuf>,
     pub(crate) out: PathBuf,
     pub(crate) cycle: Flags,
+    /// The model and machine of the step's modeled parts (as `explain` prices them).
+    pub(crate) engine: crate::explain::EngineSettings,
 }
 
 /// Runs `verifybench report`: results files -> `out`/report.md with SVG plots. Needs no GPU.
@@ -58,7 +60,7 @@ pub(crate) fn run(a: &ReportRequest) -> anyhow::Result<i32> {
         .iter()
         .map(|p| LoadedFile::read(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let report = build(&files, &a.cycle)?;
+    let report = build(&files, &a.cycle, &a.engine)?;
     for s in &report.skipped {
         eprintln!("note: skipped {s}");
     }
@@ -135,12 +137,16 @@ pub(crate) fn settings_label(r: &Record) -> String {
 
 /// Builds the report of `files`. `flags` carries --decode-ms, --draft-ms, --draft-steps and
 /// --overhead-ms for the break-even section.
-pub(crate) fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Report> {
+pub(crate) fn build(
+    files: &[LoadedFile],
+    flags: &Flags,
+    engine: &crate::explain::EngineSettings,
+) -> anyhow::Result<Report> {
     flags.check_given()?;
     let inputs = Inputs::of(files);
     if inputs.renderable == 0 {
         return Err(crate::error::usage(format!(
-            "nothing to render in the {} file(s): {}; report renders collective, verify, sweep, bandwidth and selftest results",
+            "nothing to render in the {} file(s): {}; report renders explain, collective, verify, sweep, bandwidth and selftest results",
             files.len(),
             inputs.skipped.join("; ")
         )));
@@ -156,6 +162,7 @@ pub(crate) fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Repor
         env!("VERIFYBENCH_GIT_COMMIT"),
         files.len()
     );
+    md += &explain_sections(files);
     let _ = writeln!(md, "## Inputs\n\n{}", markdown_table(&inputs.table));
     if !inputs.skipped.is_empty() {
         let _ = writeln!(md, "Skipped (nothing this report renders):\n");
@@ -169,7 +176,7 @@ pub(crate) fn build(files: &[LoadedFile], flags: &Flags) -> anyhow::Result<Repor
     md += &sweep_sections(files);
     md += &bandwidth_section(files);
     md += &selftest_section(files);
-    breakeven_section(flags, &inputs.times, &mut md, &mut svgs)?;
+    breakeven_section(flags, engine, &inputs.times, &mut md, &mut svgs)?;
     Ok(Report {
         markdown: md,
         svgs,
@@ -293,6 +300,13 @@ impl<'a> Inputs<'a> {
                         .skipped
                         .push(format!("{at}: a malformed sweep point ({e}), not rendered")),
                 }
+            }
+            Body::Other { name: kind, .. }
+                if kind == record::kinds::EXPLAIN && explain_markdown(r).is_none() =>
+            {
+                self.skipped.push(format!(
+                    "{at}: an explain record without its Markdown (written by an older verifybench: run explain again), not rendered"
+                ))
             }
             Body::Other { name: kind, .. } if RENDERED_KINDS.contains(&kind.as_str()) => {
                 self.renderable += 1
@@ -438,12 +452,13 @@ fn verify_section(
 /// verify time (at most [`MAX_SPEED_LINES`]), and its tables; or why it is not drawn.
 fn breakeven_section(
     flags: &Flags,
+    engine: &crate::explain::EngineSettings,
     times: &[RecordTime],
     md: &mut String,
     svgs: &mut Vec<(String, String)>,
 ) -> anyhow::Result<()> {
     let _ = writeln!(md, "## Speculative-decoding break-even\n");
-    let a = match breakeven_of(flags, times)? {
+    let a = match breakeven_of(flags, engine, times)? {
         Err(why) => {
             let _ = writeln!(md, "Not drawn: {why}\n");
             return Ok(());
@@ -501,7 +516,7 @@ fn speed_label(r: &crate::speculative::analysis::Row) -> String {
             r.verify_ms.origin.kind()
         },
         if r.at_floor {
-            format!(", held at the decode step {:.2} ms", r.held_verify_ms)
+            format!(", held at the floor {:.2} ms", r.held_verify_ms)
         } else {
             String::new()
         },
@@ -519,8 +534,40 @@ fn speed_label(r: &crate::speculative::analysis::Row) -> String {
     )
 }
 
+/// The answers of the `explain` records, first: each as `explain --format markdown` printed
+/// it (the record's `markdown`), under the file's name.
+fn explain_sections(files: &[LoadedFile]) -> String {
+    let mut md = String::new();
+    for f in files {
+        for r in &f.records {
+            let Some(text) = explain_markdown(r) else {
+                continue;
+            };
+            let name = crate::evidence::short_name(&f.path);
+            let _ = writeln!(md, "## The answer: explain ({name})\n");
+            for line in text
+                .lines()
+                .filter(|l| !l.starts_with("## verifybench explain"))
+            {
+                let _ = writeln!(md, "{line}");
+            }
+            md.push('\n');
+        }
+    }
+    md
+}
+
+/// The Markdown an `explain` record carries, if it is one and carries it.
+fn explain_markdown(r: &Record) -> Option<&str> {
+    match &r.body {
+        Body::Other { name, data } if name == record::kinds::EXPLAIN => data["markdown"].as_str(),
+        _ => None,
+    }
+}
+
 /// The [`Body::Other`] kinds the report renders (besides collective and verify records).
 const RENDERED_KINDS: &[&str] = &[
+    record::kinds::EXPLAIN,
     record::kinds::SWEEP_POINT,
     record::kinds::BANDWIDTH,
     record::kinds::SELFTEST,
@@ -633,7 +680,12 @@ mod tests {
         assert_eq!(f.records.len(), 1);
         assert_eq!(f.unknown_kinds, vec!["future_kind".to_string()]);
         // Alone, nothing in it renders: an error naming both.
-        let e = build(std::slice::from_ref(&f), &Flags::default()).unwrap_err();
+        let e = build(
+            std::slice::from_ref(&f),
+            &Flags::default(),
+            &Default::default(),
+        )
+        .unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("'future_kind'"), "{e}");
         // Beside a renderable file (selftest results of the envelope-less form) both are named.
@@ -643,7 +695,12 @@ mod tests {
             r#"[{"name": "c", "launcher": "threads", "pass": true, "detail": "0 wrong"}]"#,
         )
         .unwrap();
-        let r = build(&[f, LoadedFile::read(&st).unwrap()], &Flags::default()).unwrap();
+        let r = build(
+            &[f, LoadedFile::read(&st).unwrap()],
+            &Flags::default(),
+            &Default::default(),
+        )
+        .unwrap();
         assert_eq!(r.skipped.len(), 2, "{:?}", r.skipped);
         assert!(
             r.markdown.contains("| selftest.json | 1 | 1 | 0 | - |"),
@@ -681,7 +738,7 @@ mod tests {
             .iter()
             .map(|p| LoadedFile::read(p).unwrap())
             .collect();
-        let e = build(&files, &Flags::default()).unwrap_err();
+        let e = build(&files, &Flags::default(), &Default::default()).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         let m = e.to_string();
         assert!(m.contains("env.json: a machine description"), "{m}");

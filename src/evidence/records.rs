@@ -44,6 +44,8 @@ pub(crate) struct RecordTime {
     pub(crate) tokens: u64,
     /// What the run replayed: only a full run (collectives and compute) is a whole forward.
     pub(crate) mode: Mode,
+    /// The model and tensor-parallel size of the record's workload, where it has them.
+    pub(crate) model_tp: Option<(String, u64)>,
 }
 
 /// The times of the verify records of one file, in file order, and the kinds it skipped.
@@ -77,6 +79,7 @@ pub(crate) fn times_of(path: &Path, records: &[Record]) -> (Vec<RecordTime>, Vec
             ms: Labelled { value, origin },
             tokens: w.tokens,
             mode: run.mode,
+            model_tp: Some((w.model.clone(), w.tp)),
         });
     }
     (times, skipped)

@@ -54,7 +54,7 @@ use fit::JitterFit;
 pub(crate) use gather::{gather, Gathered};
 pub(crate) use observed::Observed;
 use pricing::Pricing;
-pub(crate) use request::ExplainRequest;
+pub(crate) use request::{EngineSettings, ExplainRequest};
 
 /// The whole answer (the `data` of the JSON record).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,6 +79,38 @@ pub(crate) struct Explanation {
     pub(crate) engine_flags: Vec<EngineFlag>,
     pub(crate) traps: Vec<traps::TrapCheck>,
     pub(crate) notes: Vec<String>,
+}
+
+/// The engine's step around the given times as `explain` prices it, for `breakeven` and
+/// `report`: the draft forward and the overhead (given, else modeled through the engine terms)
+/// and the step's terms (the floor, the draft forwards, the requests), so that the three
+/// commands give one answer for one set of inputs. `decode` is the decode step resolved from the
+/// flags or the records.
+pub(crate) fn step_terms(
+    e: &request::EngineSettings,
+    flags: &crate::speculative::inputs::Flags,
+    decode: &Labelled,
+    batch: &crate::request::Batch,
+) -> anyhow::Result<(Labelled, Labelled, crate::speculative::analysis::StepTerms)> {
+    let req = e.request(flags, decode.value, batch);
+    let g = Gathered {
+        trace: None,
+        server_log: None,
+        nccl_logs: vec![],
+        sweep: None,
+        allreduce_choice: None,
+    };
+    let x = explain(&req, &g)?;
+    let c = x.cycle;
+    Ok((
+        c.draft_ms,
+        c.overhead_ms,
+        crate::speculative::analysis::StepTerms {
+            floor: x.calibration.map(|c| c.floor_ms),
+            draft_forwards: c.draft_forwards,
+            concurrency: c.concurrency,
+        },
+    ))
 }
 
 /// Validates the request and explains the evidence.

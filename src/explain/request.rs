@@ -53,3 +53,69 @@ pub(crate) struct ExplainRequest {
     pub(crate) format: Format,
     pub(crate) export_json: Option<PathBuf>,
 }
+
+/// The workload and the cost model that price the engine's step where another command than
+/// `explain` asks for it (`breakeven`, `report`), with `explain`'s defaults: Kimi-K2.5 on 8
+/// GPUs, an EAGLE-3 head, the pcie-gen5 profile.
+#[derive(Debug, Clone)]
+pub(crate) struct EngineSettings {
+    pub(crate) gpus: Option<usize>,
+    pub(crate) model: String,
+    pub(crate) model_config: Option<PathBuf>,
+    pub(crate) drafter: Option<crate::model::draft::DrafterKind>,
+    pub(crate) link: String,
+    pub(crate) profile: Option<PathBuf>,
+    pub(crate) decode_eager: bool,
+}
+
+impl Default for EngineSettings {
+    fn default() -> EngineSettings {
+        EngineSettings {
+            gpus: None,
+            model: "kimi-k2.5".into(),
+            model_config: None,
+            drafter: None,
+            link: ModelSettings::default().link,
+            profile: None,
+            decode_eager: false,
+        }
+    }
+}
+
+impl EngineSettings {
+    /// The `explain` request that prices the step of `flags` (its decode `decode_ms`, its
+    /// drafts, overhead and acceptance) for the batch `batch`.
+    pub(crate) fn request(
+        &self,
+        flags: &Flags,
+        decode_ms: f64,
+        batch: &crate::request::Batch,
+    ) -> ExplainRequest {
+        ExplainRequest {
+            cycle: Flags {
+                decode_ms: Some(decode_ms),
+                verify_ms: vec![],
+                ..flags.clone()
+            },
+            decode_eager: self.decode_eager,
+            drafter: crate::request::CycleFlags {
+                drafter: self.drafter,
+                ..Default::default()
+            },
+            gpus: self.gpus,
+            workload: Workload {
+                model: self.model.clone(),
+                model_config: self.model_config.clone(),
+                batch: *batch,
+                ..Default::default()
+            },
+            model: ModelSettings {
+                link: self.link.clone(),
+                profile: self.profile.clone(),
+                nccl_env: crate::util::nccl_env(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}

@@ -513,6 +513,8 @@ pub mod kinds {
     pub const PROFILE: &str = "verifybench-cost-profile";
     /// `choose --decision FILE`: which all-reduce for each shape, under the key it depends on.
     pub(crate) const ALLREDUCE_CHOICE: &str = "allreduce_choice";
+    /// `explain --format json` / `--export-json`: the answer, with its Markdown (`markdown`).
+    pub(crate) const EXPLAIN: &str = "explain";
 
     /// What a file of kind `name` is and which command reads it, for messages.
     pub(crate) fn describe(name: &str) -> String {
@@ -522,6 +524,7 @@ pub mod kinds {
             SELFTEST => "selftest results (from `verifybench selftest --export-json`; read by `report`)".into(),
             ENV => "a machine description (from `verifybench env --format json`; no command reads it back)".into(),
             COMPARE => "a comparison (from `verifybench compare --format json`; no command reads it back: compare its input records again)".into(),
+            EXPLAIN => "an answer (from `verifybench explain --export-json`; read by `report`, which renders it first)".into(),
             ALLREDUCE_CHOICE => "an all-reduce decision (from `verifybench choose --decision`; read by `choose --decision` and `explain --allreduce-choice`)".into(),
             PROFILE => "a cost-model profile (from `verifybench model fit`; read by --profile of verify, collective and sweep, and --base-profile of model fit)".into(),
             k => format!("a '{k}' record"),

@@ -68,14 +68,28 @@ pub(crate) struct BreakevenAnalysis {
     pub(crate) modeled: bool,
 }
 
-fn point(i: &Inputs, verify: &Labelled, verify_ms: f64, tau: f64, base: f64) -> Point {
-    let tps = tokens_per_s(
-        tau,
-        verify_ms,
-        i.draft_ms.value,
-        i.draft_steps,
-        i.overhead_ms.value,
-    );
+/// What the engine's step is beyond the given times, as `explain` prices it from the same
+/// inputs ([`crate::explain::step_terms`]): the floor of every row (the decode plus what the
+/// extra tokens add), the draft forwards of a step (k, or 1 for a block drafter) and the
+/// requests per step. Without it a row is the arithmetic of the times alone: held at the decode
+/// step, k draft forwards, one request.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StepTerms {
+    pub(crate) floor: Option<Floor>,
+    pub(crate) draft_forwards: u64,
+    pub(crate) concurrency: u64,
+}
+
+fn point(i: &Inputs, s: &StepTerms, verify: &Labelled, verify_ms: f64, tau: f64) -> Point {
+    let base = s.concurrency as f64 * baseline_tokens_per_s(i.decode_ms.value);
+    let tps = s.concurrency as f64
+        * tokens_per_s(
+            tau,
+            verify_ms,
+            i.draft_ms.value,
+            s.draft_forwards,
+            i.overhead_ms.value,
+        );
     Point {
         accept_length: tau,
         tokens_per_s: tps,
@@ -84,35 +98,67 @@ fn point(i: &Inputs, verify: &Labelled, verify_ms: f64, tau: f64, base: f64) -> 
     }
 }
 
-/// Computes the break-even of validated inputs.
+/// Computes the break-even of validated inputs, the times alone ([`analyse_step`] without
+/// the engine's terms).
+#[cfg(test)]
 pub(crate) fn analyse(inputs: Inputs) -> BreakevenAnalysis {
-    let base = baseline_tokens_per_s(inputs.decode_ms.value);
-    let k = inputs.draft_steps;
-    let shared_modeled =
-        inputs.decode_ms.origin.is_modeled() || inputs.draft_ms.origin.is_modeled();
-    let floor = Floor::decode(
-        inputs.decode_ms.value,
-        &format!("T_decode, {}", inputs.decode_ms.origin.kind()),
-    );
+    let terms = StepTerms {
+        floor: None,
+        draft_forwards: inputs.draft_steps,
+        concurrency: 1,
+    };
+    analyse_step(inputs, &terms)
+}
+
+/// Computes the break-even of validated inputs within the engine's step `terms`: the rows held
+/// at its floor, the drafts counted per forward, the tokens/s of its batch.
+pub(crate) fn analyse_step(inputs: Inputs, terms: &StepTerms) -> BreakevenAnalysis {
+    let base = terms.concurrency as f64 * baseline_tokens_per_s(inputs.decode_ms.value);
+    let k = terms.draft_forwards;
+    let shared_modeled = inputs.decode_ms.origin.is_modeled()
+        || inputs.draft_ms.origin.is_modeled()
+        || inputs.overhead_ms.origin.is_modeled();
+    let floor = terms.floor.clone().unwrap_or_else(|| {
+        Floor::decode(
+            inputs.decode_ms.value,
+            &format!("T_decode, {}", inputs.decode_ms.origin.kind()),
+        )
+    });
     let mut warnings = vec![];
     let rows: Vec<Row> = inputs
         .verify_ms
         .iter()
         .map(|v| {
             let held = hold(v.value, Some(&floor));
+            let at = if terms.floor.is_some() {
+                format!("the floor {:.2} ms ({})", floor.ms, floor.how)
+            } else {
+                "T_decode".to_string()
+            };
             if held.at_floor && v.origin.bound {
+                let why = if terms.floor.is_some() {
+                    ""
+                } else {
+                    " (a verify is never faster than a decode step of the same model on the same machine)"
+                };
                 warnings.push(format!(
-                    "T_verify {:.2} ms is a part of the verify only and below T_decode {:.2} ms: the row is held at T_decode, the tighter lower bound (a verify is never faster than a decode step of the same model on the same machine)",
+                    "T_verify {:.2} ms is a part of the verify only and below T_decode {:.2} ms: the row is held at {at}, the tighter lower bound{why}",
                     v.value, inputs.decode_ms.value
                 ));
-            } else if held.at_floor {
+            } else if held.at_floor && v.value < inputs.decode_ms.value {
                 warnings.push(format!(
-                    "T_verify {:.2} ms ({}) is faster than T_decode {:.2} ms ({}): {}; was one of them run from a CUDA graph and the other eagerly? The row is held at T_decode",
+                    "T_verify {:.2} ms ({}) is faster than T_decode {:.2} ms ({}): {}; was one of them run from a CUDA graph and the other eagerly? The row is held at {at}",
                     v.value,
                     v.origin.kind(),
                     inputs.decode_ms.value,
                     inputs.decode_ms.origin.kind(),
                     "a verify is never faster than a decode step of the same model on the same machine"
+                ));
+            } else if held.at_floor {
+                warnings.push(format!(
+                    "T_verify {:.2} ms ({}) is under {at}: the row is held there",
+                    v.value,
+                    v.origin.kind(),
                 ));
             }
             let tau_star = breakeven_accept_length(
@@ -133,13 +179,16 @@ pub(crate) fn analyse(inputs: Inputs) -> BreakevenAnalysis {
                 at_accept_length: inputs
                     .accept_length
                     .as_ref()
-                    .map(|t| point(&inputs, v, held.ms, t.value, base)),
+                    .map(|t| point(&inputs, terms, v, held.ms, t.value)),
                 grid: inputs
                     .table_accept_lengths
                     .iter()
-                    .map(|&t| point(&inputs, v, held.ms, t, base))
+                    .map(|&t| point(&inputs, terms, v, held.ms, t))
                     .collect(),
-                modeled: shared_modeled || v.origin.is_modeled(),
+                // a row held at a floor the engine terms priced is modeled too
+                modeled: shared_modeled
+                    || v.origin.is_modeled()
+                    || (held.at_floor && terms.floor.is_some()),
                 bound: v.origin.bound,
             }
         })

@@ -433,6 +433,7 @@ mod tests {
             ms,
             tokens,
             mode: Mode::Full,
+            model_tp: None,
         }
     }
 
@@ -593,6 +594,7 @@ mod tests {
             ms,
             tokens,
             mode: Mode::Comm,
+            model_tp: None,
         }
     }
 

@@ -89,6 +89,7 @@ pub(crate) fn read_trace_times(inputs: &[TraceInput]) -> anyhow::Result<Vec<Reco
             phase: t.phase,
             ms,
             tokens: 0,
+            model_tp: None,
         });
     }
     Ok(out)

@@ -29,6 +29,27 @@ fn f(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap()
 }
 
+/// The floor `explain` holds a verify to for the same decode and k (on its default Kimi-K2.5,
+/// 8 GPUs): the decode plus what the extra tokens add. breakeven holds its rows to the same.
+fn explain_floor_ms(decode_ms: &str, k: &str) -> f64 {
+    let out = vb()
+        .args([
+            "explain",
+            "--decode-ms",
+            decode_ms,
+            "--draft-steps",
+            k,
+            "--format",
+            "json",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    f(&v["result"]["data"]["calibration"]["floor_ms"]["ms"])
+}
+
 /// A verify record of kimi-k2.5 TP=8 for `phase` with a graph run of median `median_us`.
 fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
     let s = common::kimi(8, tokens, phase);
@@ -86,6 +107,8 @@ fn worked_example_from_flags() {
         "3",
         "--draft-ms",
         "1.0",
+        "--overhead-ms",
+        "0",
         "--accept-length",
         "2.5",
     ]);
@@ -98,13 +121,16 @@ fn worked_example_from_flags() {
         .collect();
     assert!((taus[0] - 2.705).abs() < 1e-3);
     assert!((taus[1] - 1.803).abs() < 1e-3);
-    // 12 ms is below the decode step (12.2 ms): held at it, cycle 3 x 1 + 12.2 = 15.2 ms,
-    // tau* = 15.2 / 12.2 = 1.246, tokens/s at tau 2.5 = 2500 / 15.2 = 164.474.
-    assert!((taus[2] - 1.246).abs() < 1e-3);
+    // 12 ms is below the decode step (12.2 ms): held at the floor explain holds the same
+    // inputs to (the decode plus what 4 tokens add over 1), cycle 3 x 1 + floor,
+    // tau* = cycle / 12.2, tokens/s at tau 2.5 = 2500 / cycle.
+    let floor = explain_floor_ms("12.2", "3");
+    assert!(floor > 12.2);
+    assert!((taus[2] - (3.0 + floor) / 12.2).abs() < 1e-9);
     assert_eq!(rows[2]["at_floor"], true);
-    assert_eq!(f(&rows[2]["held_verify_ms"]), 12.2);
+    assert!((f(&rows[2]["held_verify_ms"]) - floor).abs() < 1e-12);
     let at12 = &rows[2]["at_accept_length"];
-    assert!((f(&at12["tokens_per_s"]) - 164.474).abs() < 1e-3);
+    assert!((f(&at12["tokens_per_s"]) - 2500.0 / (3.0 + floor)).abs() < 1e-9);
     assert_eq!(at12["beats_baseline"], true);
     assert_eq!(rows[0]["at_accept_length"]["beats_baseline"], false);
     assert_eq!(rows[0]["verify_ms"]["origin"], "given");
@@ -116,6 +142,8 @@ fn worked_example_from_flags() {
 
 #[test]
 fn table_states_assumption_and_marks_cells() {
+    // 12 ms is held at explain's floor for the same inputs: tau = 2 gives 2000 / floor.
+    let at_floor = format!("{:.1}*", 2000.0 / explain_floor_ms("12.2", "3"));
     vb().args([
         "breakeven",
         "--decode-ms",
@@ -126,14 +154,15 @@ fn table_states_assumption_and_marks_cells() {
         "3",
         "--draft-ms",
         "0",
+        "--overhead-ms",
+        "0",
     ])
     .assert()
     .success()
     .stdout(predicate::str::contains("assumption: batch 1"))
     .stdout(predicate::str::contains("81.97 tok/s"))
     .stdout(predicate::str::contains("2.459"))
-    // 12 ms is held at the decode step: tau = 2 gives 2000 / 12.2 = 163.9 tok/s
-    .stdout(predicate::str::contains("163.9*"))
+    .stdout(predicate::str::contains(at_floor))
     .stdout(predicate::str::contains("12.00^"))
     .stdout(predicate::str::contains(
         "warning: T_verify 12.00 ms (given) is faster than T_decode 12.20 ms (given)",
@@ -144,7 +173,8 @@ fn table_states_assumption_and_marks_cells() {
 #[test]
 fn a_verify_faster_than_the_decode_is_warned_about_and_no_gain_passes_the_accept_length() {
     // As given, 2.5 / 6 ms = 416.7 tok/s would be 5.08x decoding at 12.2 ms; held at the
-    // decode step it is 2.5 / 12.2 ms = 204.9 tok/s, 2.5x: the accept length, no more.
+    // floor (the decode step and what 4 tokens add) and with the drafts and overhead as explain
+    // prices them, the speedup is 2.5 x 12.2 / cycle: under the accept length.
     let v = json(&[
         "--decode-ms",
         "12.2",
@@ -160,7 +190,12 @@ fn a_verify_faster_than_the_decode_is_warned_about_and_no_gain_passes_the_accept
     assert!(w[0].as_str().unwrap().contains("CUDA graph"));
     let r = &v["rows"][0];
     assert_eq!(r["at_floor"], true);
-    assert!((f(&r["at_accept_length"]["speedup"]) - 2.5).abs() < 1e-9);
+    let speedup = f(&r["at_accept_length"]["speedup"]);
+    assert!(
+        (speedup - 2.5 * 12.2 / f(&r["cycle_ms"])).abs() < 1e-9,
+        "{r}"
+    );
+    assert!(speedup < 2.5);
     for p in r["grid"].as_array().unwrap() {
         assert!(f(&p["speedup"]) <= f(&p["accept_length"]) + 1e-9);
     }
@@ -206,7 +241,14 @@ fn from_a_measured_verify_record_with_decode_and_draft() {
             record(Source::Measured, Phase::Draft, 1, 1_000.0),
         ],
     );
-    let v = json(&["--from", p.to_str().unwrap(), "--accept-length", "2.5"]);
+    let v = json(&[
+        "--from",
+        p.to_str().unwrap(),
+        "--accept-length",
+        "2.5",
+        "--overhead-ms",
+        "0",
+    ]);
     let i = &v["inputs"];
     assert_eq!(f(&i["decode_ms"]["value"]), 12.2);
     assert_eq!(i["decode_ms"]["origin"], "measured");
@@ -390,6 +432,10 @@ fn from_records_written_by_the_cost_model_backend() {
         decode.to_str().unwrap(),
         "--accept-length",
         "2.5",
+        "--draft-ms",
+        "0",
+        "--overhead-ms",
+        "0",
     ]);
     assert_eq!(v["modeled"], true, "{v}");
     let row = &v["rows"][0];

@@ -235,8 +235,8 @@ fn bad_traces_roles_and_logs_exit_2_naming_the_file() {
 /// A vLLM MTP log (tests/data/vllm-glm51-mtp3-tp8.log, built from vLLM's log formats: see
 /// tests/data/README.md) gives the draft count as well: k = 3 from its speculative config, so
 /// `--accept-from-log` needs no --draft-steps; its figures are mapped to the accept length in a
-/// note. The GLM-5.1 DCP8 C1 run's times (20.14 ms plain, 37.47 ms per MTP step): 2.221 /
-/// 37.47 ms = 59.27 tok/s.
+/// note. The GLM-5.1 DCP8 C1 run's times (20.14 ms plain, 37.47 ms per MTP step, the drafts
+/// inside it: no draft or overhead beside it): 2.221 / 37.47 ms = 59.27 tok/s.
 #[test]
 fn a_vllm_log_gives_k_and_its_accept_length() {
     let v = json(&[
@@ -244,6 +244,10 @@ fn a_vllm_log_gives_k_and_its_accept_length() {
         "20.14".into(),
         "--verify-ms".into(),
         "37.47".into(),
+        "--draft-ms".into(),
+        "0".into(),
+        "--overhead-ms".into(),
+        "0".into(),
         "--accept-from-log".into(),
         data("vllm-glm51-mtp3-tp8.log").display().to_string(),
     ]);

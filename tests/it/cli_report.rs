@@ -103,6 +103,21 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
 
 use common::write_records as write;
 
+/// The floor `explain --decode-ms 12.2 --draft-steps 3` holds a verify to, with `more` flags.
+fn explain_floor_ms(more: &[&str]) -> f64 {
+    let out = vb()
+        .args(["explain", "--decode-ms", "12.2", "--draft-steps", "3"])
+        .args(more)
+        .args(["--format", "json", "-q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["result"]["data"]["calibration"]["floor_ms"]["ms"]
+        .as_f64()
+        .unwrap()
+}
+
 #[test]
 fn report_writes_markdown_and_three_plots() {
     let dir = tempfile::tempdir().unwrap();
@@ -134,7 +149,7 @@ fn report_writes_markdown_and_three_plots() {
         "-o",
     ])
     .arg(&out)
-    .args(["--draft-ms", "1"])
+    .args(["--draft-ms", "1", "--overhead-ms", "0"])
     .assert()
     .success()
     .stdout(predicate::str::contains("report.md"))
@@ -162,11 +177,21 @@ fn report_writes_markdown_and_three_plots() {
         "81.97 tok/s",
         "](tokens_per_s.svg)",
         "| 19.00 | measured | 22.00 | 1.803 |",
-        // 12 ms is below the decode step (12.2 ms): held at it, cycle 15.2 ms, tau* 15.2 / 12.2
-        "| 12.00^ | modeled | 15.20 | 1.246 |",
-        "^ held at the floor 12.20 ms",
     ] {
         assert!(md.contains(t), "report.md lacks {t:?}\n{md}");
+    }
+    // 12 ms is below the decode step (12.2 ms): held at the floor explain holds the same
+    // inputs to (the records' kimi-k2.5 at TP=2), cycle 3 x 1 + floor, tau* = cycle / 12.2.
+    let floor = explain_floor_ms(&["--gpus", "2"]);
+    for t in [
+        format!(
+            "| 12.00^ | modeled | {:.2} | {:.3} |",
+            3.0 + floor,
+            (3.0 + floor) / 12.2
+        ),
+        format!("^ held at the floor {floor:.2} ms"),
+    ] {
+        assert!(md.contains(&t), "report.md lacks {t:?}\n{md}");
     }
 
     let svg = read(&out.join("collective_latency.svg"));
@@ -199,10 +224,11 @@ fn report_writes_markdown_and_three_plots() {
         "tokens/s (batch 1)",
         "without speculation: 82.0 tok/s",
         "tau* 1.80",
-        "T_verify 12.00 ms (modeled, held at the decode step 12.20 ms)",
     ] {
         assert!(svg.contains(t), "tokens_per_s.svg lacks {t:?}");
     }
+    let t = format!("T_verify 12.00 ms (modeled, held at the floor {floor:.2} ms)");
+    assert!(svg.contains(&t), "tokens_per_s.svg lacks {t:?}");
 }
 
 #[test]
@@ -225,9 +251,17 @@ fn report_without_a_decode_time_says_why_and_skips_the_tokens_plot() {
     // With --decode-ms the tokens/s plot appears.
     vb().args(["report", ver.to_str().unwrap(), "--out"])
         .arg(&out)
-        .args(["--decode-ms", "12.2"])
+        .args([
+            "--decode-ms",
+            "12.2",
+            "--draft-ms",
+            "0",
+            "--overhead-ms",
+            "0",
+        ])
         .assert()
         .success();
+    // 19 / 12.2 = 1.557
     assert!(read(&out.join("tokens_per_s.svg")).contains("tau* 1.56"));
 }
 

@@ -45,6 +45,7 @@ mod house;
 mod json_numbers;
 mod layering;
 mod model_validation;
+mod one_answer;
 mod plan_configs;
 mod plan_cycle;
 mod published_runs;

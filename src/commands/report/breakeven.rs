@@ -8,13 +8,14 @@ use crate::evidence::RecordTime;
 use crate::model::Phase;
 use crate::report::breakeven::{origin_cell, verify_cell};
 use crate::report::export::{markdown_table, Table};
-use crate::speculative::analysis::{analyse, BreakevenAnalysis};
+use crate::speculative::analysis::{analyse_step, BreakevenAnalysis};
 use crate::speculative::inputs::{self, Flags};
 
 /// The break-even of the report, or why there is none (a missing input is not an error here:
 /// the rest of the report still renders).
 pub(super) fn breakeven_of(
     flags: &Flags,
+    engine: &crate::explain::EngineSettings,
     times: &[RecordTime],
 ) -> anyhow::Result<Result<BreakevenAnalysis, String>> {
     let has = |p: Phase| times.iter().any(|t| t.phase == p);
@@ -51,7 +52,14 @@ pub(super) fn breakeven_of(
     }
     let times = &full[..];
     let i = inputs::resolve(flags, times, true)?;
-    Ok(Ok(analyse(i)))
+    let (i, terms) = crate::commands::breakeven::with_engine_step(
+        i,
+        flags,
+        engine,
+        &crate::request::Batch::default(),
+        times,
+    )?;
+    Ok(Ok(analyse_step(i, &terms)))
 }
 
 /// The break-even as Markdown: inputs with their origins, the per-verify table, the grid.
