@@ -245,7 +245,9 @@ fn no_function_in_src_is_longer_than_the_house_allows() {
 }
 
 /// The folders a path of the "Where to change" section starts with.
-const DOC_ROOTS: &[&str] = &["src/", "kernels/", "tests/", "scripts/", "docs/", "results/"];
+const DOC_ROOTS: &[&str] = &[
+    "src/", "kernels/", "tests/", "scripts/", "docs/", "results/",
+];
 
 /// The references of a section of Markdown: each path in backticks (one of [`DOC_ROOTS`], no
 /// space), with the names in backticks (identifiers, `a::b` allowed) of the parentheses that
@@ -254,14 +256,17 @@ fn where_to_change(section: &str) -> Vec<(String, Vec<String>)> {
     let ident = |t: &str| {
         !t.is_empty()
             && !t.starts_with(|c: char| c.is_ascii_digit() || c == ':')
-            && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
     };
     let ticked = |text: &str| -> Vec<(String, usize)> {
         let mut out = vec![];
         let mut rest = 0;
         while let Some(a) = text[rest..].find('`') {
             let open = rest + a + 1;
-            let Some(b) = text[open..].find('`') else { break };
+            let Some(b) = text[open..].find('`') else {
+                break;
+            };
             out.push((text[open..open + b].to_string(), open + b + 1));
             rest = open + b + 1;
         }
@@ -330,7 +335,10 @@ fn the_reference_reader_finds_paths_and_the_names_paired_with_them() {
     assert_eq!(
         refs,
         [
-            ("src/lib.rs".into(), names(&["unreachable_pub", "no_such_name"])),
+            (
+                "src/lib.rs".into(),
+                names(&["unreachable_pub", "no_such_name"])
+            ),
             ("src/nope.rs".into(), vec![]),
             ("kernels/*.cu".into(), vec![]),
             ("src/cli/<name>.rs".into(), names(&["x"])),
@@ -343,7 +351,10 @@ fn the_reference_reader_finds_paths_and_the_names_paired_with_them() {
         .collect();
     assert_eq!(
         wrong,
-        ["`no_such_name` is not in `src/lib.rs`", "`src/nope.rs` does not exist"]
+        [
+            "`no_such_name` is not in `src/lib.rs`",
+            "`src/nope.rs` does not exist"
+        ]
     );
 }
 
