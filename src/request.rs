@@ -587,43 +587,13 @@ pub enum BackendKind {
     Mock,
 }
 
-impl crate::util::Named for BackendKind {
-    const ALL: &'static [Self] = &[BackendKind::Auto, BackendKind::Nccl, BackendKind::Model];
-    fn name(self) -> &'static str {
-        match self {
-            BackendKind::Auto => "auto",
-            BackendKind::Nccl => "nccl",
-            BackendKind::Model => "model",
-            BackendKind::Mock => "mock",
-        }
-    }
-    fn help(self) -> &'static str {
-        match self {
-            BackendKind::Auto => {
-                "NCCL when at least two GPUs are present, otherwise the cost model (and say so)"
-            }
-            BackendKind::Nccl => "Real NCCL collectives on real GPUs",
-            BackendKind::Model => {
-                "The calibrated cost model: runs anywhere, every number labelled modeled"
-            }
-            BackendKind::Mock => "Deterministic FAKE numbers for tests",
-        }
-    }
-}
-
-impl BackendKind {
-    /// The name in records' provenance and on child command lines.
-    pub(crate) fn name(self) -> &'static str {
-        crate::util::Named::name(self)
-    }
-}
-
-impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        crate::util::parse_named(s)
-    }
-}
+crate::named_enum!(BackendKind {
+    Auto => "auto": "NCCL when at least two GPUs are present, otherwise the cost model (and say so)",
+    Nccl => "nccl": "Real NCCL collectives on real GPUs",
+    Model => "model": "The calibrated cost model: runs anywhere, every number labelled modeled",
+} hidden {
+    Mock => "mock": "Deterministic FAKE numbers for tests",
+});
 
 /// How ranks are started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -203,6 +203,15 @@ pub(crate) fn looks_like_json(head: &[u8]) -> bool {
     }
 }
 
+/// The next value in [0, 1) of a seeded generator (Knuth's MMIX linear congruence, 53 bits):
+/// the FAKE numbers of the mock backend and of the sweep's `--debug-mode`, the same for a seed.
+pub(crate) fn next_unit(state: &mut u64) -> f64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (*state >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// The folder `path` lives in (`.` for a bare file name).
 pub(crate) fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
@@ -236,16 +245,18 @@ pub(crate) fn parse_named<T: Named>(s: &str) -> Result<T, String> {
 
 /// Implements [`Named`], an inherent `name()` and `FromStr` for a field-less enum:
 /// `named_enum!(Routing { Uniform => "uniform": "help line", Worst => "worst": "..." })`.
+/// Values after `hidden` have a name but are left out of `ALL` (never offered by `--help`).
 #[macro_export]
 macro_rules! named_enum {
-    ($t:ident { $($v:ident => $n:literal : $h:literal),+ $(,)? }) => {
+    ($t:ident { $($v:ident => $n:literal : $h:literal),+ $(,)? }
+     $(hidden { $($hv:ident => $hn:literal : $hh:literal),+ $(,)? })?) => {
         impl $crate::util::Named for $t {
             const ALL: &'static [Self] = &[$($t::$v),+];
             fn name(self) -> &'static str {
-                match self { $($t::$v => $n),+ }
+                match self { $($t::$v => $n,)+ $($($t::$hv => $hn,)+)? }
             }
             fn help(self) -> &'static str {
-                match self { $($t::$v => $h),+ }
+                match self { $($t::$v => $h,)+ $($($t::$hv => $hh,)+)? }
             }
         }
         impl $t {

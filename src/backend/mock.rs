@@ -31,13 +31,7 @@ pub struct MockBackend;
 fn samples(seed: u64, center_us: f64, iters: u64) -> Summary {
     let mut state = seed;
     let v: Vec<f64> = (0..iters.max(1))
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
-            center_us * (0.98 + 0.04 * u)
-        })
+        .map(|_| center_us * (0.98 + 0.04 * crate::util::next_unit(&mut state)))
         .collect();
     Summary::from_samples(&v).expect("finite samples")
 }
@@ -50,10 +44,7 @@ pub(crate) fn between_run_factor(fresh_runs: usize, run: usize) -> f64 {
         return 1.0;
     }
     let mut st = crate::model::schedule::fnv1a(format!("fresh-run-{run}").as_bytes());
-    st = st
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let u = (st >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+    let u = crate::util::next_unit(&mut st) * 2.0 - 1.0;
     1.0 + 0.02 * u
 }
 

@@ -36,52 +36,39 @@ pub(crate) fn run(r: &ChooseRequest) -> anyhow::Result<i32> {
         one_gpu(r)?;
     }
     if r.children_on_model {
-        return children_on_model(r);
+        return on_model(r, true);
     }
     let b = backend::resolve(r.backend, crate::output::quiet());
     match b.kind() {
         BackendKind::Nccl => measured(r),
-        _ => modeled(r),
+        _ => on_model(r, false),
     }
 }
 
-/// The choice on the cost model: the key is the profile's, every figure modeled.
-fn modeled(r: &ChooseRequest) -> anyhow::Result<i32> {
+/// The choice on the cost model: the key is the profile's, every figure modeled; with
+/// `--debug-children-on-model`, the measured pipeline, each run a fresh `collective --backend
+/// model` child, under the model's key.
+fn on_model(r: &ChooseRequest, children: bool) -> anyhow::Result<i32> {
     let tp = ranks(
         &RankInputs::of(&r.gpu, r.workload.tp),
         DEFAULT_RANKS,
         &GPU_FLAGS,
     )?;
     let job = choose::job(r, tp)?;
-    let (key, links, label) = model_key(r, &job)?;
-    let m = ModelMeasure {
-        nranks: tp,
-        model: r.model.clone(),
-        launcher: r.gpu.launcher,
-    };
-    let mut base = Provenance::here(BackendKind::Model.name(), crate::util::now_utc());
-    base.model_profile = Some(label);
-    finish(r, &job, key, links, &m, base)
-}
-
-/// The cost model's key and what the model makes of it.
-fn model_key(r: &ChooseRequest, job: &Job) -> anyhow::Result<(Fingerprint, Links, String)> {
     let (prof, label) = r.model.resolve()?;
     let hash = crate::model::schedule::fnv1a(&serde_json::to_vec(&prof)?);
     let key = Fingerprint::modeled(&label, hash, &job.key_of_work());
-    Ok((key, choose::links_of_profile(&prof.intra.kind), label))
-}
-
-/// `--debug-children-on-model`: the measured pipeline, each run a fresh `collective --backend
-/// model` child, under the model's key.
-fn children_on_model(r: &ChooseRequest) -> anyhow::Result<i32> {
-    let tp = ranks(
-        &RankInputs::of(&r.gpu, r.workload.tp),
-        DEFAULT_RANKS,
-        &GPU_FLAGS,
-    )?;
-    let job = choose::job(r, tp)?;
-    let (key, links, label) = model_key(r, &job)?;
+    let links = choose::links_of_profile(&prof.intra.kind);
+    let mut base = Provenance::here(BackendKind::Model.name(), crate::util::now_utc());
+    base.model_profile = Some(label);
+    if !children {
+        let m = ModelMeasure {
+            nranks: tp,
+            model: r.model.clone(),
+            launcher: r.gpu.launcher,
+        };
+        return finish(r, &job, key, links, &m, base);
+    }
     let work = tempfile::tempdir()?;
     let m = ChildMeasure {
         exe: std::env::current_exe()?,
@@ -93,8 +80,6 @@ fn children_on_model(r: &ChooseRequest) -> anyhow::Result<i32> {
         work_dir: work.path().to_path_buf(),
         timeout: std::time::Duration::from_secs_f64(2.0 * r.gpu.timeout + 60.0),
     };
-    let mut base = Provenance::here(BackendKind::Model.name(), crate::util::now_utc());
-    base.model_profile = Some(label);
     finish(r, &job, key, links, &m, base)
 }
 

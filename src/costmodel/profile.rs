@@ -445,29 +445,15 @@ fn nvlink(name: &str, description: &str, hbm_gbps: f64) -> Profile {
 
 fn pcie(name: &str, description: &str, bw_gbps: f64, hbm_gbps: f64) -> Profile {
     Profile {
-        name: name.into(),
-        description: description.into(),
-        base_lat_us: BASE_LAT,
         intra: Link {
             kind: "pci".into(),
             hop_lat_us: HW_PCI,
             bw_gbps,
             rate_gbps: Some(PCIE5_X16_RATE_GBPS),
         },
-        inter: None,
-        gpus_per_node: None,
-        ll_max_gbps: 141.0,
         ll128_default: false,
-        launch_eager_us: LAUNCH_EAGER,
-        launch_graph_us: LAUNCH_GRAPH_US,
-        kernel_launch_eager_us: KERNEL_LAUNCH_EAGER_US,
-        hbm_gbps,
-        fitted_rank_counts: None,
         p2p: Some(P2pLink::pcie_gen5()),
-        ll_fitted: None,
-        cross_socket: None,
-        observed: vec![],
-        fit_scope: None,
+        ..nvlink(name, description, hbm_gbps)
     }
 }
 

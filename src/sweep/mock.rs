@@ -266,19 +266,10 @@ fn runs(job: &PointJob, spec: &MockSpec, factor: f64, planted: f64) -> Vec<Verif
             "{}/{}/{}/{}",
             spec.seed, job.point.id, job.round, graph
         ));
-        between = between
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let u = (between >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+        let u = crate::util::next_unit(&mut between) * 2.0 - 1.0;
         let per = if graph { 7.2 } else { 9.0 } * factor * planted * (1.0 + spec.noise * u);
         let samples: Vec<f64> = (0..spec.iters.max(1))
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let u = (state >> 11) as f64 / (1u64 << 53) as f64;
-                per * ncoll as f64 * (0.98 + 0.04 * u)
-            })
+            .map(|_| per * ncoll as f64 * (0.98 + 0.04 * crate::util::next_unit(&mut state)))
             .collect();
         let s = Summary::from_samples(&samples).expect("finite samples");
         runs.push(VerifyRun {

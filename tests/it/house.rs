@@ -1,7 +1,10 @@
 //! The house rules that a reading of the sources can check:
 //! - no function of `src/` is longer than [`MAX_FN_LINES`] lines, counted from the line of its
 //!   `fn` keyword to the line of its closing brace, comments and blank lines included (a
-//!   function that long does several things: split it along what they are).
+//!   function that long does several things: split it along what they are);
+//! - the "Where to change" section of docs/architecture.md stays true: every path it names in
+//!   backticks exists, and every name in backticks in the parentheses right after a file's path
+//!   is a word of that file ([`where_to_change`]).
 //!
 //! The sources are read with a small lexer ([`code_only`]) that blanks comments, strings, raw
 //! strings and character literals, so that a brace inside one of them cannot move a
@@ -238,5 +241,146 @@ fn no_function_in_src_is_longer_than_the_house_allows() {
         long.is_empty(),
         "functions longer than {MAX_FN_LINES} lines (split them along what they do):\n{}",
         long.join("\n")
+    );
+}
+
+/// The folders a path of the "Where to change" section starts with.
+const DOC_ROOTS: &[&str] = &[
+    "src/", "kernels/", "tests/", "scripts/", "docs/", "results/",
+];
+
+/// The references of a section of Markdown: each path in backticks (one of [`DOC_ROOTS`], no
+/// space), with the names in backticks (identifiers, `a::b` allowed) of the parentheses that
+/// follow it, across a line break if need be.
+fn where_to_change(section: &str) -> Vec<(String, Vec<String>)> {
+    let ident = |t: &str| {
+        !t.is_empty()
+            && !t.starts_with(|c: char| c.is_ascii_digit() || c == ':')
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let ticked = |text: &str| -> Vec<(String, usize)> {
+        let mut out = vec![];
+        let mut rest = 0;
+        while let Some(a) = text[rest..].find('`') {
+            let open = rest + a + 1;
+            let Some(b) = text[open..].find('`') else {
+                break;
+            };
+            out.push((text[open..open + b].to_string(), open + b + 1));
+            rest = open + b + 1;
+        }
+        out
+    };
+    let mut refs = vec![];
+    for (t, end) in ticked(section) {
+        if t.contains(' ') || !DOC_ROOTS.iter().any(|r| t.starts_with(r)) {
+            continue;
+        }
+        let after = section[end..].trim_start();
+        let mut names = vec![];
+        if after.starts_with('(') {
+            let mut depth = 0;
+            let close = after.char_indices().find(|&(_, c)| {
+                depth += match c {
+                    '(' => 1,
+                    ')' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            });
+            let inside = &after[1..close.map_or(after.len(), |(i, _)| i)];
+            names = ticked(inside)
+                .into_iter()
+                .map(|(n, _)| n)
+                .filter(|n| ident(n))
+                .collect();
+        }
+        refs.push((t, names));
+    }
+    refs
+}
+
+/// What is wrong with one reference under `root`: a path that does not exist (for a path with
+/// `*` or `<name>`, the folder before it), or a name that is no word of the file.
+fn wrong_reference(root: &Path, path: &str, names: &[String]) -> Vec<String> {
+    let cut = path.find(['*', '<']).map_or(path, |i| &path[..i]);
+    let on_disk = root.join(cut);
+    if !on_disk.exists() {
+        return vec![format!("`{path}` does not exist")];
+    }
+    if cut != path || on_disk.is_dir() {
+        return vec![];
+    }
+    let text = std::fs::read_to_string(&on_disk).unwrap_or_default();
+    let word = |w: &str| {
+        let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        text.match_indices(w).any(|(i, _)| {
+            !text[..i].ends_with(is_word) && !text[i + w.len()..].starts_with(is_word)
+        })
+    };
+    names
+        .iter()
+        .filter(|n| !n.split("::").filter(|s| !s.is_empty()).all(word))
+        .map(|n| format!("`{n}` is not in `{path}`"))
+        .collect()
+}
+
+#[test]
+fn the_reference_reader_finds_paths_and_the_names_paired_with_them() {
+    let text = "A `src/lib.rs` (`unreachable_pub`, `no_such_name`; not `a b` nor `--flag`), then\n\
+                `src/nope.rs`, `kernels/*.cu` and\n  `src/cli/<name>.rs`\n  (`x`), `plain`.";
+    let refs = where_to_change(text);
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        refs,
+        [
+            (
+                "src/lib.rs".into(),
+                names(&["unreachable_pub", "no_such_name"])
+            ),
+            ("src/nope.rs".into(), vec![]),
+            ("kernels/*.cu".into(), vec![]),
+            ("src/cli/<name>.rs".into(), names(&["x"])),
+        ]
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let wrong: Vec<String> = refs
+        .iter()
+        .flat_map(|(p, n)| wrong_reference(root, p, n))
+        .collect();
+    assert_eq!(
+        wrong,
+        [
+            "`no_such_name` is not in `src/lib.rs`",
+            "`src/nope.rs` does not exist"
+        ]
+    );
+}
+
+#[test]
+fn where_to_change_names_files_and_names_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let start = doc
+        .find("\n## Where to change\n")
+        .expect("docs/architecture.md has a section \"Where to change\"");
+    let body = &doc[start + 1..];
+    let section = &body[..body[3..].find("\n## ").map_or(body.len(), |i| i + 3)];
+    let refs = where_to_change(section);
+    let names: usize = refs.iter().map(|(_, n)| n.len()).sum();
+    assert!(
+        refs.len() >= 40 && names >= 40,
+        "the section names {} paths and {names} names",
+        refs.len()
+    );
+    let wrong: Vec<String> = refs
+        .iter()
+        .flat_map(|(p, n)| wrong_reference(root, p, n))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md, \"Where to change\":\n{}",
+        wrong.join("\n")
     );
 }
