@@ -59,6 +59,7 @@ def pct(x):
     return f"{x * 100:+.1f}%"
 
 rows, errs, inside, aic_errs = [], [], 0, []
+tps_errs, tps_inside, widths = [], 0, []
 for r in fit["runs"]:
     rid = r["id"]
     rec = json.load(open(os.path.join(out, rid + ".json")))["result"]["data"]
@@ -75,6 +76,10 @@ for r in fit["runs"]:
     inside += ok
     tps = s["tokens_per_s"]
     tlo, thi = s["tokens_per_s_range"]
+    pub_or_derived = pub_tps or c * tau * 1000 / pub
+    tps_errs.append(tps / pub_or_derived - 1)
+    tps_inside += tlo <= pub_or_derived <= thi
+    widths.append(thi / tlo)
     a = aic.get(aic_id.get(rid, rid), {}).get("aiconfigurator", {})
     if "spec_step_ms" in a:
         ae = a["spec_step_ms"] / pub - 1
@@ -85,7 +90,8 @@ for r in fit["runs"]:
     rows.append(
         f"| {rid} | {c} | {r['draft_steps']} {r['drafter']} | {r['context']} | {r['plain_ms']:.2f} | "
         f"{pub:.2f} | {step:.2f} ({lo:.2f}-{hi:.2f}) | {pct(err)} | {'yes' if ok else 'no'} | "
-        f"{pct(r['held_out_error'])} | {tps_cell} | {tps:.1f} ({tlo:.1f}-{thi:.1f}) | {acell} |"
+        f"{pct(r['held_out_error'])} | {tps_cell} | {tps:.1f} ({tlo:.1f}-{thi:.1f}) | "
+        f"{pct(tps_errs[-1])} | {acell} |"
     )
 
 t = fit["terms"]
@@ -117,10 +123,10 @@ with open(os.path.join(out, "summary.md"), "w") as f:
     )
     f.write(
         "| run | C | k drafter | context | plain ms | published step ms | predicted step ms "
-        "(range) | err | in | held out | published tok/s | predicted tok/s (range) | "
+        "(range) | err | in | held out | published tok/s | predicted tok/s (range) | tok/s err | "
         "AIConfigurator step ms (err) |\n"
     )
-    f.write("|---|---:|---|---:|---:|---:|---|---:|---|---:|---:|---|---|\n")
+    f.write("|---|---:|---|---:|---:|---:|---|---:|---|---:|---:|---|---:|---|\n")
     f.write("\n".join(rows) + "\n\n")
     n = len(errs)
     within = sum(abs(e) <= 0.15 for e in errs)
@@ -130,6 +136,13 @@ with open(os.path.join(out, "summary.md"), "w") as f:
         f"({pct(min(errs))} to {pct(max(errs))}); the published step inside the predicted range: "
         f"{inside} of {n}. Held out (each run predicted without itself): {pct(min(held))} to "
         f"{pct(max(held))}, {sum(abs(e) <= 0.15 for e in held)} of {n} within 15%.\n"
+    )
+    widths.sort()
+    f.write(
+        f"Predicted tok/s within 15% of the published: {sum(abs(e) <= 0.15 for e in tps_errs)} of {n} "
+        f"({pct(min(tps_errs))} to {pct(max(tps_errs))}); the published tok/s inside the predicted "
+        f"range: {tps_inside} of {n}; the tok/s range's width (high / low): median "
+        f"{widths[len(widths) // 2]:.2f}x, at most {widths[-1]:.2f}x.\n"
     )
     if aic_errs:
         med = sorted(abs(e) for e in aic_errs)[len(aic_errs) // 2]
