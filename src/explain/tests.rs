@@ -164,12 +164,16 @@ fn a_sweep_ratio_scales_the_transfer_of_the_nccl_rows() {
     let row = |k: Row| e.scenarios.iter().find(|s| s.row == k).unwrap().verify.us;
     // 20% of the transfer comes off the eager verify; the graph row sits at the floor, and a
     // setting that cuts the transfer by 20% cuts the decode's too: its floor is 20% of the
-    // decode's transfer lower.
+    // decode's transfer lower, scaled as the given decode scales the model's (the scaling
+    // share of the engine terms x given / model decode).
     assert!((row(Row::Nccl) - (30_000.0 - 0.2 * x)).abs() < 1e-6);
     let cal = e.calibration.as_ref().unwrap();
     let floor = cal.floor_ms.ms * 1000.0;
     assert!((row(Row::Graph) - floor).abs() < 1e-6);
-    assert!((row(Row::NcclGraph) - (floor - 0.2 * cal.decode_transfer_us)).abs() < 1e-6);
+    let scale = cal.engine.terms.scaling * cal.given_decode_us.unwrap() / cal.model_decode_us;
+    let cut = 0.2 * cal.decode_transfer_us * scale;
+    assert!(cut > 0.0 && cut < 0.2 * cal.decode_transfer_us);
+    assert!((row(Row::NcclGraph) - (floor - cut)).abs() < 1e-6);
     for sc in &e.scenarios {
         assert!(sc.vs_baseline.unwrap() <= 2.5 + 1e-9, "{}", sc.row.name());
     }

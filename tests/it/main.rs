@@ -35,6 +35,7 @@ mod cli_skew_replay;
 mod cli_sweep;
 mod cli_trace;
 mod common;
+mod explain_grid;
 // The fake ELF of the `--nccl-lib` checks, shared with the library's unit tests.
 #[allow(dead_code)]
 #[path = "../support/fake_elf.rs"]
