@@ -99,10 +99,12 @@ fn every_shape_is_chosen_as_the_models_own_prices_say() {
         assert!((f.median_us - best.1).abs() < 1e-9, "{size} B: {f:?}");
         assert_eq!(f.per_round_us.len(), 3);
     }
-    // On pcie-gen5 at TP8: one-shot for the small shapes, two-shot for the large ones.
+    // On pcie-gen5 at TP8: one-shot for the small shapes, two-shot for the large ones (at
+    // 57,344 B one-shot 1.0 + 6.32 + 7 x 57,344 / 26,440 = 22.5 us, two-shot 1.0 + 2 x 6.32 +
+    // 1.75 x 57,344 / 26,440 = 17.4 us).
     assert_eq!(
         d.crossover_graph_words,
-        "one-shot up to 56.0 KiB (57,344 B), two-shot above"
+        "one-shot up to 14.0 KiB (14,336 B), two-shot above"
     );
     // The all-gathers compare NCCL's settings only.
     let ag = d
@@ -210,7 +212,7 @@ fn explain_prices_each_all_reduce_as_the_decision_chose() {
         source: rec.source,
         decision: d.clone(),
     };
-    // A verify of 4 tokens: 123 all-reduces of 57,344 B, which the decision holds (one-shot),
+    // A verify of 4 tokens: 123 all-reduces of 57,344 B, which the decision holds (two-shot),
     // and the logits all-gather, which stays on NCCL.
     let s = Workload {
         tp: Some(8),
@@ -226,7 +228,7 @@ fn explain_prices_each_all_reduce_as_the_decision_chose() {
         .find(|x| x.shape.bytes == 57_344)
         .unwrap()
         .graph
-        .figure("oneshot")
+        .figure("twoshot")
         .unwrap()
         .ratio
         .unwrap();
@@ -235,7 +237,7 @@ fn explain_prices_each_all_reduce_as_the_decision_chose() {
     let n = per.len();
     let want: f64 = per[..n - 1].iter().map(|x| x * one).sum::<f64>() + per[n - 1];
     assert!((got.unwrap() - want).abs() < 1e-9);
-    assert!(line.contains("one-shot at 57,344 B"), "{line}");
+    assert!(line.contains("two-shot at 57,344 B"), "{line}");
     // A size the file does not hold is priced on NCCL and named; another world size is refused.
     let s3 = Workload {
         tp: Some(8),

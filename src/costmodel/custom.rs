@@ -389,8 +389,12 @@ mod tests {
     #[test]
     fn oneshot_matches_the_public_pcie_point_and_beats_nccl_small() {
         let p = builtin("pcie-gen5").unwrap();
+        // the public measurement of 8x RTX PRO 6000 behind switches (S10): 7.5 us at 1 KB,
+        // 16.5 us at 32 KB
         let one_k = op_time(&p, Impl::OneShot, 1024, 8, true).unwrap().total();
-        assert!((one_k - 7.5).abs() < 0.05, "{one_k}");
+        assert!((one_k / 7.5 - 1.0).abs() < 0.02, "{one_k}");
+        let k32 = op_time(&p, Impl::OneShot, 32768, 8, true).unwrap().total();
+        assert!((k32 / 16.5 - 1.0).abs() < 0.05, "{k32}");
         let one = op_time(&p, Impl::OneShot, 43008, 8, true).unwrap().total();
         let nccl = predict::op_time(
             &p,
@@ -404,7 +408,7 @@ mod tests {
         .unwrap()
         .total();
         assert!((22.0..=25.0).contains(&nccl), "{nccl}");
-        assert!(one < 0.6 * nccl, "one-shot {one} vs NCCL {nccl}");
+        assert!(one < nccl, "one-shot {one} vs NCCL {nccl}");
         // large messages: 7 full reads through one link lose to the ring
         let big = op_time(&p, Impl::OneShot, 4 << 20, 8, true)
             .unwrap()
@@ -429,9 +433,10 @@ mod tests {
         let l = params(&p);
         let s = 1u64 << 20;
         let one = device_us(&p, Impl::OneShot, s, 4).unwrap();
-        assert!((one - (l.signal_us + 3.0 * s as f64 / 50e3)).abs() < 1e-9);
+        let bw = l.read_gbps * 1e3; // bytes per us
+        assert!((one - (l.signal_us + 3.0 * s as f64 / bw)).abs() < 1e-9);
         let two = device_us(&p, Impl::TwoShot, s, 4).unwrap();
-        assert!((two - (2.0 * l.signal_us + 1.5 * s as f64 / 50e3)).abs() < 1e-9);
+        assert!((two - (2.0 * l.signal_us + 1.5 * s as f64 / bw)).abs() < 1e-9);
         // two-shot moves less and signals more: it wins large on many ranks, loses small
         assert!(
             device_us(&p, Impl::TwoShot, 1024, 8).unwrap()
@@ -524,14 +529,14 @@ mod tests {
         let mut truth = base.clone();
         truth.p2p = Some(P2pLink {
             signal_us: 4.0,
-            read_gbps: 80.0,
+            read_gbps: 20.0,
             ..P2pLink::pcie_gen5()
         });
         let mut pts = points(&truth, Impl::OneShot, &[1024, 43008, 1 << 20], 8);
         pts.extend(points(&truth, Impl::TwoShot, &[43008, 1 << 20], 8));
         let f = fit_p2p(&base, &pts).unwrap();
         assert!((f.link.signal_us - 4.0).abs() < 1e-6, "{:?}", f.link);
-        assert!((f.link.read_gbps - 80.0).abs() < 1e-4, "{:?}", f.link);
+        assert!((f.link.read_gbps - 20.0).abs() < 1e-4, "{:?}", f.link);
         assert!(f.median_abs_err < 1e-9);
         assert!(f.lines.iter().all(|l| l.starts_with("fitted")));
         // Applied to a fitted profile, both terms join its fitted parameters.

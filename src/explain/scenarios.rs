@@ -33,7 +33,10 @@ fn calibrated_reach(us: f64, f: &Frame) -> [f64; 2] {
     let Some(cal) = f.calib else {
         return [0.0, 0.0];
     };
-    let r = crate::speculative::cycle::range_us(0.0, us.max(0.0), cal.engine.increment_spread);
+    // A change that slows the step (a one-shot slower than NCCL) is as uncertain as one that
+    // speeds it: the reach is of the amount, whatever its sign.
+    let us = us.abs();
+    let r = crate::speculative::cycle::range_us(0.0, us, cal.engine.increment_spread);
     [us - r[0], r[1] - us]
 }
 
@@ -82,12 +85,14 @@ fn row(kind: Row, verify: Figure, doubt: Doubt, decode_cut_us: f64, f: &Frame) -
     // A figure that fell below the floor was an inference or a price that conflicts with a
     // bound: by as much as it missed, it is not to be trusted above the floor either.
     let conflict = if at_floor { own - candidate_us } else { 0.0 };
-    let uncertain = (err > 0.0 && doubt.modeled > 0.0) || doubt.calibrated > 0.0 || conflict > 0.0;
+    // A modeled change that slows the verify is as uncertain as one that speeds it.
+    let modeled = doubt.modeled.abs();
+    let uncertain = (err > 0.0 && modeled > 0.0) || doubt.calibrated != 0.0 || conflict > 0.0;
     let range_us = uncertain.then(|| {
-        let lo = (own - err * doubt.modeled - cal_lo)
+        let lo = (own - err * modeled - cal_lo)
             .max(floor_us.unwrap_or(0.0))
             .max(0.0);
-        [lo, (own + err * doubt.modeled + cal_hi + conflict).max(lo)]
+        [lo, (own + err * modeled + cal_hi + conflict).max(lo)]
     });
     let step = step_parts(own, range_us, f);
     let plain_ms = c.plain_decode_ms(decode_cut_us);

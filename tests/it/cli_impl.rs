@@ -97,10 +97,11 @@ fn model_predicts_the_pcie_crossover_labelled_modeled() {
     );
     let rec = one_record(&json);
     let t = graph_times(&rec, Impl::OneShot);
-    // small messages: one-shot ahead, at 43,008 B well ahead; 4 MiB: NCCL's ring ahead
+    // small messages: one-shot ahead, at 43,008 B still ahead (the public S10 table: 16.5 us
+    // against NCCL's 24.5 us at 32 KB); 4 MiB: NCCL's ring ahead
     let at = |s: u64| t.iter().find(|x| x.0 == s).copied().unwrap();
     assert!(at(1024).2 < at(1024).1);
-    assert!(at(43008).2 < 0.6 * at(43008).1, "{:?}", at(43008));
+    assert!(at(43008).2 < at(43008).1, "{:?}", at(43008));
     assert!(at(4 << 20).2 > at(4 << 20).1);
     // the crossover is one switch: once NCCL is ahead it stays ahead
     let first_nccl = t.iter().position(|x| x.1 < x.2).unwrap();
@@ -443,8 +444,9 @@ fn model_fit_calibrates_the_p2p_terms_on_the_p2p_rows() {
     let p2p = &v["result"]["data"]["profile"]["p2p"];
     let signal = p2p["signal_us"].as_f64().unwrap();
     let read = p2p["read_gbps"].as_f64().unwrap();
-    assert!((signal - 6.36).abs() < 0.05, "{p2p}");
-    assert!((read - 50.0).abs() < 0.5, "{p2p}");
+    // the built-in pcie-gen5 terms the "measurements" were made with (its S10 fit)
+    assert!((signal - 6.3213).abs() < 0.05, "{p2p}");
+    assert!((read - 26.44).abs() < 0.3, "{p2p}");
 }
 
 #[test]
