@@ -108,6 +108,9 @@ pub(crate) struct Scenario {
     /// The plain decode step the row is compared with, ms: the given one, less what the
     /// row's change (an NCCL setting, the one-shot all-reduce) would save on the decode too.
     pub(crate) plain_decode_ms: Option<f64>,
+    /// Where the row's change speeds the decode too (`plain_decode_ms` under the given decode):
+    /// its tokens/s over decoding without speculation as the user measured it, unchanged.
+    pub(crate) vs_measured_plain: Option<f64>,
     /// The step the row's tokens/s divides by, part by part.
     pub(crate) step: StepParts,
 }

@@ -102,6 +102,9 @@ fn row(kind: Row, verify: Figure, doubt: Doubt, decode_cut_us: f64, f: &Frame) -
         vs_baseline: tps.zip(plain_ms).map(|(a, pm)| {
             a / (c.concurrency as f64 * crate::speculative::baseline_tokens_per_s(pm))
         }),
+        vs_measured_plain: (decode_cut_us != 0.0)
+            .then(|| tps.zip(c.baseline_tokens_per_s).map(|(a, b)| a / b))
+            .flatten(),
         tokens_per_s: tps,
         breakeven_tau: plain_ms.map(|pm| c.breakeven_tau(own, pm)),
         at_floor,
@@ -472,12 +475,19 @@ pub(crate) fn summary(
         }
     }
     let row = |kind: Row| sc.iter().find(|s| s.row == kind);
-    let tps = |s: &Scenario| match (s.tokens_per_s, s.vs_baseline) {
-        (Some(t), Some(x)) => format!(", {t:.1} tok/s ({x:.2}x decoding without speculation)"),
+    let tps = |s: &Scenario| {
+        match (s.tokens_per_s, s.vs_baseline) {
+        (Some(t), Some(x)) => match (s.vs_measured_plain, s.plain_decode_ms) {
+            (Some(m), Some(pm)) => format!(
+                ", {t:.1} tok/s ({x:.2}x decoding without speculation with the same change, its decode {pm:.2} ms; {m:.2}x the plain decoding measured)"
+            ),
+            _ => format!(", {t:.1} tok/s ({x:.2}x decoding without speculation)"),
+        },
         _ => s
             .breakeven_tau
             .map(|t| format!(", breaking even at accept length {t:.2}"))
             .unwrap_or_default(),
+    }
     };
     if let Some(p) = row(Row::Predicted) {
         let range = |r: Option<[f64; 2]>, unit: &str, f: &dyn Fn(f64) -> String| {

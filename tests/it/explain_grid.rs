@@ -62,8 +62,10 @@ const LINKS: [&str; 7] = [
     "ib-ndr",
 ];
 /// Keys whose value may be `null` by design (an absent range, error, fit or one-shot price).
-const OPTIONAL: [&str; 5] = [
+const OPTIONAL: [&str; 6] = [
     "range_us",
+    // only rows whose change speeds the decode too
+    "vs_measured_plain",
     "tokens_per_s_range",
     "error",
     "fit",
@@ -251,8 +253,8 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
 }
 
 /// What one row breaks of the bounds and ranges (empty: none), with the accept length `tau`
-/// and `requests` requests per step.
-fn row_faults(s: &Value, tau: f64, requests: f64) -> Vec<String> {
+/// and `requests` requests per step, the decode given `given_decode_ms`.
+fn row_faults(s: &Value, tau: f64, requests: f64, given_decode_ms: f64) -> Vec<String> {
     let mut bad = vec![];
     let mut want = |ok: bool, what: String| {
         if !ok {
@@ -278,6 +280,19 @@ fn row_faults(s: &Value, tau: f64, requests: f64) -> Vec<String> {
         vs <= tau + 1e-9,
         format!("vs_baseline {vs:.4} past the accept length {tau}"),
     );
+    // A row that changes the decode too is set beside the decoding measured as well: present
+    // exactly when its plain decode is not the given one, and the same tok/s over it.
+    let given_us = 1000.0 * given_decode_ms;
+    match s["vs_measured_plain"].as_f64() {
+        Some(m) => want(
+            close(m, tps * given_us / (requests * 1e6), 1e-6) && plain_us != given_us,
+            format!("vs_measured_plain {m} is not {tps} tok/s over the measured plain decoding"),
+        ),
+        None => want(
+            close(plain_us, given_us, 1e-12),
+            format!("plain decode {plain_us} us changed but no vs_measured_plain"),
+        ),
+    }
     want(
         close(vs, tps * plain_us / (requests * 1e6), 1e-6),
         format!("vs_baseline {vs} is not tok/s {tps} over plain decoding"),
@@ -366,7 +381,7 @@ fn point_faults(p: &Point, fitted: &Path) -> Vec<String> {
     }
     for s in rows {
         bad.extend(
-            row_faults(s, tau, requests)
+            row_faults(s, tau, requests, p.decode_ms)
                 .into_iter()
                 .map(|f| format!("{}: {f}", s["name"])),
         );
