@@ -176,7 +176,7 @@ pub(crate) fn build(
     md += &sweep_sections(files);
     md += &bandwidth_section(files);
     md += &selftest_section(files);
-    breakeven_section(flags, engine, &inputs.times, &mut md, &mut svgs)?;
+    breakeven_section(files, flags, engine, &inputs.times, &mut md, &mut svgs)?;
     Ok(Report {
         markdown: md,
         svgs,
@@ -451,6 +451,7 @@ fn verify_section(
 /// (c) The speculative-decoding break-even: tokens/s against accept length, a line per
 /// verify time (at most [`MAX_SPEED_LINES`]), and its tables; or why it is not drawn.
 fn breakeven_section(
+    files: &[LoadedFile],
     flags: &Flags,
     engine: &crate::explain::EngineSettings,
     times: &[RecordTime],
@@ -486,6 +487,7 @@ fn breakeven_section(
         plots::tokens_vs_accept(
             &title,
             &lines,
+            &explain_points(files),
             a.baseline_tokens_per_s,
             a.inputs.draft_steps,
         )?,
@@ -555,6 +557,46 @@ fn explain_sections(files: &[LoadedFile]) -> String {
         }
     }
     md
+}
+
+/// The rows of the `explain` records with a tokens/s, as points of the tokens/s plot: each at
+/// its accept length, with its range; the first row of each answer is the verify as it ran
+/// (or as predicted), the user's own point.
+fn explain_points(files: &[LoadedFile]) -> Vec<plots::SpeedPoint> {
+    let mut out = vec![];
+    for f in files {
+        for r in &f.records {
+            let Body::Other { name, data } = &r.body else {
+                continue;
+            };
+            if name != record::kinds::EXPLAIN {
+                continue;
+            }
+            let Some(tau) = data["cycle"]["accept_length"]["value"].as_f64() else {
+                continue;
+            };
+            let file = crate::evidence::short_name(&f.path);
+            for s in data["scenarios"].as_array().into_iter().flatten() {
+                let Some(tps) = s["tokens_per_s"].as_f64() else {
+                    continue;
+                };
+                let range = s["tokens_per_s_range"]
+                    .as_array()
+                    .and_then(|a| Some([a.first()?.as_f64()?, a.get(1)?.as_f64()?]));
+                out.push(plots::SpeedPoint {
+                    label: format!(
+                        "{file}: {} {tps:.1} tok/s{}",
+                        s["name"].as_str().unwrap_or("row"),
+                        range.map_or(String::new(), |[lo, hi]| format!(" ({lo:.1}-{hi:.1})"))
+                    ),
+                    accept_length: tau,
+                    tokens_per_s: tps,
+                    range,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The Markdown an `explain` record carries, if it is one and carries it.

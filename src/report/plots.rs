@@ -425,11 +425,22 @@ pub(crate) struct SpeedLine {
     pub(crate) breakeven: f64,
 }
 
+/// One answer of `explain` at its accept length: its tokens/s and their range (an error bar).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SpeedPoint {
+    pub(crate) label: String,
+    pub(crate) accept_length: f64,
+    pub(crate) tokens_per_s: f64,
+    pub(crate) range: Option<[f64; 2]>,
+}
+
 /// Tokens/s against accept length tau in [1, k+1], one line per verify time, the plain-decode
-/// baseline as a dashed line, and each break-even point (tau*, baseline) marked.
+/// baseline as a dashed line, each break-even point (tau*, baseline) marked, and the answers of
+/// `explain` (`points`) at their accept length with their ranges.
 pub(crate) fn tokens_vs_accept(
     title: &str,
     lines: &[SpeedLine],
+    points: &[SpeedPoint],
     baseline_tps: f64,
     k: u64,
 ) -> anyhow::Result<String> {
@@ -437,6 +448,11 @@ pub(crate) fn tokens_vs_accept(
     let ymax = lines
         .iter()
         .map(|l| 1000.0 * tmax / l.cycle_ms)
+        .chain(
+            points
+                .iter()
+                .map(|p| p.range.map_or(p.tokens_per_s, |r| r[1])),
+        )
         .fold(baseline_tps, f64::max)
         * 1.1;
     let mut buf = String::new();
@@ -505,6 +521,27 @@ pub(crate) fn tokens_vs_accept(
                     )))
                     .map_err(err)?;
             }
+        }
+        for (i, p) in points.iter().enumerate() {
+            let c = colour(lines.len() + i);
+            let t = p.accept_length.clamp(1.0, tmax);
+            let [lo, hi] = p.range.unwrap_or([p.tokens_per_s, p.tokens_per_s]);
+            chart
+                .draw_series([
+                    PathElement::new(vec![(t, lo), (t, hi)], c.stroke_width(2)),
+                    PathElement::new(vec![(t - 0.03, lo), (t + 0.03, lo)], c.stroke_width(2)),
+                    PathElement::new(vec![(t - 0.03, hi), (t + 0.03, hi)], c.stroke_width(2)),
+                ])
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Cross::new(
+                    (t, p.tokens_per_s),
+                    6,
+                    c.stroke_width(2),
+                )))
+                .map_err(err)?
+                .label(p.label.clone())
+                .legend(move |(x, y)| Cross::new((x + 10, y), 5, c.stroke_width(2)));
         }
         draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().map_err(err)?;
@@ -576,6 +613,12 @@ mod tests {
                 cycle_ms: 19.0,
                 breakeven: 19.0 / 12.2,
             }],
+            &[SpeedPoint {
+                label: "x.json: with a CUDA graph 141.5 tok/s (98.0-146.4)".into(),
+                accept_length: 2.5,
+                tokens_per_s: 141.5,
+                range: Some([98.0, 146.4]),
+            }],
             1000.0 / 12.2,
             3,
         )
@@ -586,6 +629,7 @@ mod tests {
             "accept length",
             "tau* 1.56",
             "without speculation",
+            "x.json: with a CUDA graph 141.5 tok/s (98.0-146.4)",
         ] {
             assert!(svg.contains(t), "missing {t}");
         }
