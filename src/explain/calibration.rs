@@ -58,7 +58,7 @@ impl Calibration {
 
     /// The decode's own saving from a change that scales the verify's transfer by `ratio`.
     pub(crate) fn decode_cut_us(&self, ratio: f64) -> f64 {
-        self.on_given_decode((self.decode_transfer_us * (1.0 - ratio)).max(0.0))
+        self.model_to_given((self.decode_transfer_us * (1.0 - ratio)).max(0.0))
     }
 
     /// The decode's own saving from the one-shot all-reduce.
@@ -66,14 +66,14 @@ impl Calibration {
         let cut = self
             .decode_oneshot_transfer_us
             .map_or(0.0, |o| (self.decode_transfer_us - o).max(0.0));
-        self.on_given_decode(cut)
+        self.model_to_given(cut)
     }
 
-    /// A saving of `model_cut_us` on the model's decode as the given decode takes it, scaled
-    /// as [`Calibration::whole`] scales the model's forward: `whole(decode) - whole(decode -
-    /// cut)`. Always under the given decode (the scaled share is below 1), where the model's
+    /// A saving of `model_cut_us` on the model's forward (its decode, or a verify priced whole)
+    /// as this machine takes it, scaled as [`Calibration::whole`] scales the model's forward:
+    /// `whole(m) - whole(m - cut)`. Always under the given decode (the scaled share is below 1), where the model's
     /// saving, taken whole from a given decode faster than the model's, could exceed it.
-    fn on_given_decode(&self, model_cut_us: f64) -> f64 {
+    pub(crate) fn model_to_given(&self, model_cut_us: f64) -> f64 {
         match self.given_decode_us.filter(|_| self.decode_graphed) {
             Some(d) => self.engine.terms.scaling * d * model_cut_us / self.model_decode_us,
             None => model_cut_us,

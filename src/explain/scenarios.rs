@@ -261,6 +261,10 @@ pub(crate) fn scenarios(
 struct Graphed {
     figure: Option<Figure>,
     doubt: Doubt,
+    /// What one us of the model's forward is in the graph figure: phi x D / M_decode where the
+    /// figure is the model's forward scaled as the given decode scales it (a change's saving on
+    /// the model's transfer is scaled the same way), 1 where the figure is in this machine's time.
+    scale: f64,
 }
 
 impl Graphed {
@@ -268,8 +272,12 @@ impl Graphed {
         // A graph priced whole by the model is taken as this machine runs it: the engine's own
         // work and the model's forward scaled as the given decode scales the model's (the
         // engine terms); one derived from the given verify already holds both.
+        let scaled = f
+            .calib
+            .filter(|c| b.graph_modeled_whole && c.step.is_some());
+        let scale = scaled.map_or(1.0, |c| c.model_to_given(1.0));
         let figure = b.graph.clone().map(|mut gr| {
-            if let Some(cal) = f.calib.filter(|c| b.graph_modeled_whole && c.step.is_some()) {
+            if let Some(cal) = scaled {
                 let model_us = gr.us;
                 gr.us = cal.whole(model_us);
                 gr.how.push_str(&format!(
@@ -305,7 +313,11 @@ impl Graphed {
                 calibrated: 0.0,
             },
         };
-        Graphed { figure, doubt }
+        Graphed {
+            figure,
+            doubt,
+            scale,
+        }
     }
 }
 
@@ -367,6 +379,7 @@ fn nccl_rows(
         } else {
             Row::NcclGraph
         };
+        let cut = cut * g.scale;
         let verify = fig(gr.us - cut, modeled_from(src), how("the graph row"));
         let doubt = Doubt {
             modeled: g.doubt.modeled + cut,
@@ -411,6 +424,7 @@ fn oneshot_rows(
         out.push(row(Row::OneShot, verify, doubt, dcut1, f));
     }
     if let Some(gr) = &g.figure {
+        let cut1 = cut1 * g.scale;
         let verify = fig(gr.us - cut1, Source::Modeled, how("the graph row"));
         let doubt = Doubt {
             modeled: g.doubt.modeled + cut1,

@@ -379,3 +379,38 @@ fn a_custom_all_reduce_far_slower_than_the_model_is_a_found_trap() {
         "{t}"
     );
 }
+
+/// The motivating numbers with the verify predicted (k = 3): the one-shot graph row is the
+/// predicted row less the one-shot's saving on the model's transfer, scaled as the engine terms
+/// scale the model's forward onto the given decode (phi x 12.2 ms / the model's decode), the
+/// same scaling as the saving on the decode.
+#[test]
+fn a_predicted_rows_saving_is_scaled_as_the_forward_is() {
+    let v = json(&[
+        "explain",
+        "--decode-ms",
+        "12.2",
+        "--accept-length",
+        "2.5",
+        "--gpus",
+        "8",
+        "--draft-steps",
+        "3",
+    ]);
+    let d = &v["result"]["data"];
+    let p = &d["pricing"];
+    let cal = &d["calibration"];
+    let saving = p["transfer_us"].as_f64().unwrap() - p["oneshot"]["transfer_us"].as_f64().unwrap();
+    let scale = cal["engine"]["terms"]["scaling"].as_f64().unwrap() * 12_200.0
+        / cal["model_decode_us"].as_f64().unwrap();
+    let predicted = scenario(d, "predicted (CUDA graph)")["verify"]["us"]
+        .as_f64()
+        .unwrap();
+    let one = scenario(d, "one-shot all-reduce + CUDA graph");
+    assert_eq!(one["at_floor"], false, "{one}");
+    let got = one["verify"]["us"].as_f64().unwrap();
+    assert!(
+        (got - (predicted - scale * saving)).abs() < 1e-6,
+        "{got} vs {predicted} - {scale} x {saving}"
+    );
+}
