@@ -55,31 +55,44 @@ if os.path.exists(aic_path):
 aic_id = {"kimi-k26-ctx2k": "kimi-k26-eager-2k", "kimi-k26-ctx10k": "kimi-k26-eager-10k",
           "kimi-k26-ctx30k": "kimi-k26-eager-30k"}
 
+
 def pct(x):
     return f"{x * 100:+.1f}%"
 
-rows, errs, inside, aic_errs = [], [], 0, []
-tps_errs, tps_inside, widths = [], 0, []
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+# per run: held out (the terms fitted on the other runs: fit-cycle.json) and in sample
+# (explain with the terms of every run: RUN.json)
+held, held_in, held_tps, held_tps_in, widths = [], 0, [], 0, []
+errs, inside, aic_errs, rows = [], 0, [], []
 for r in fit["runs"]:
     rid = r["id"]
+    c, tau = r["concurrency"], r["accept_length"]
+    pub = r["published_step_ms"]
+    pub_tps = published[rid].get("tokens_per_s")
+    ptps = pub_tps or c * tau * 1000 / pub
+    tps_cell = f"{pub_tps:.1f}" if pub_tps else f"{ptps:.1f}*"
+    # held out
+    h = r["held_out_step_ms"]
+    hlo, hhi = r["held_out_range_ms"]
+    held.append(r["held_out_error"])
+    held_in += r["published_in_range"]
+    ht = c * tau * 1000 / h
+    htlo, hthi = c * tau * 1000 / hhi, c * tau * 1000 / hlo
+    held_tps.append(ht / ptps - 1)
+    held_tps_in += htlo <= ptps <= hthi
+    widths.append(hthi / htlo)
+    # in sample: explain as the user runs it
     rec = json.load(open(os.path.join(out, rid + ".json")))["result"]["data"]
     s = next(x for x in rec["scenarios"] if x["name"] == "predicted (CUDA graph)")
     step = s["step"]["step_us"] / 1000
     lo, hi = (u / 1000 for u in s["step"]["range_us"])
-    pub = r["published_step_ms"]
-    c, tau = r["concurrency"], r["accept_length"]
-    pub_tps = published[rid].get("tokens_per_s")
-    tps_cell = f"{pub_tps:.1f}" if pub_tps else f"{c * tau * 1000 / pub:.1f}*"
-    err = step / pub - 1
-    errs.append(err)
-    ok = lo <= pub <= hi
-    inside += ok
-    tps = s["tokens_per_s"]
-    tlo, thi = s["tokens_per_s_range"]
-    pub_or_derived = pub_tps or c * tau * 1000 / pub
-    tps_errs.append(tps / pub_or_derived - 1)
-    tps_inside += tlo <= pub_or_derived <= thi
-    widths.append(thi / tlo)
+    errs.append(step / pub - 1)
+    inside += lo <= pub <= hi
     a = aic.get(aic_id.get(rid, rid), {}).get("aiconfigurator", {})
     if "spec_step_ms" in a:
         ae = a["spec_step_ms"] / pub - 1
@@ -89,66 +102,63 @@ for r in fit["runs"]:
         acell = "not predicted"
     rows.append(
         f"| {rid} | {c} | {r['draft_steps']} {r['drafter']} | {r['context']} | {r['plain_ms']:.2f} | "
-        f"{pub:.2f} | {step:.2f} ({lo:.2f}-{hi:.2f}) | {pct(err)} | {'yes' if ok else 'no'} | "
-        f"{pct(r['held_out_error'])} | {tps_cell} | {tps:.1f} ({tlo:.1f}-{thi:.1f}) | "
-        f"{pct(tps_errs[-1])} | {acell} |"
+        f"{pub:.2f} | {h:.2f} ({hlo:.2f}-{hhi:.2f}) | {pct(held[-1])} | "
+        f"{'yes' if r['published_in_range'] else 'no'} | {tps_cell} | {ht:.1f} ({htlo:.1f}-{hthi:.1f}) | "
+        f"{pct(held_tps[-1])} | {step:.2f} ({lo:.2f}-{hi:.2f}) | {pct(errs[-1])} | {acell} |"
     )
 
 t = fit["terms"]
+n = len(rows)
 with open(os.path.join(out, "summary.md"), "w") as f:
     f.write("# explain on the published speculative runs: predicted against published\n\n")
     f.write(
-        "Written by scripts/published-runs.sh: each run's `explain` command is in commands.txt (as "
-        "`model fit-cycle` writes it from tests/data/published-spec-runs.json), its output in "
-        "RUN.txt and RUN.json; the terms and the held-out check in fit-cycle.txt and "
-        "fit-cycle.json; AIConfigurator's estimates of the same runs in aiconfigurator.json "
-        "(scripts/aiconfigurator-peer.py). Published figures: local-inference-lab/rtx6kpro (the "
-        "file of each run is named in the runs file). The published step is the published one, "
-        "else requests x accept length x 1000 / published tok/s.\n\n"
+        "Written by scripts/published-runs.sh. Each run is predicted twice. **Held out**: with "
+        "the engine terms fitted on the other runs, never on the run itself (`model fit-cycle`: "
+        "fit-cycle.txt, fit-cycle.json), its range from the other runs' held-out errors, each "
+        "fitted without this run too. **explain**: as a user runs it (commands.txt, RUN.txt, "
+        "RUN.json), with the terms fitted on all the runs, this one included. AIConfigurator's "
+        "estimates of the same runs: aiconfigurator.json (scripts/aiconfigurator-peer.py). "
+        "Published figures: local-inference-lab/rtx6kpro (each run's file is named in "
+        "tests/data/published-spec-runs.json). The published step is the published one, else "
+        "requests x accept length x 1000 / published tok/s; published tok/s as published (* where "
+        "none was: requests x accept length x 1000 / the published step).\n\n"
     )
     f.write(
-        "step = the row `predicted (CUDA graph)`: the draft forwards, the verify and the "
-        "bookkeeping, each priced by the cost model and held to the given plain step through the "
-        "engine terms; range: the terms' held-out spread and the model's stated error. err: "
-        "predicted / published - 1. held out: the same run predicted with the terms fitted on the "
-        "other runs (`model fit-cycle`). Published tok/s as published (* where none was: requests x "
-        "accept length x 1000 / the published step). AIConfigurator: its speculative step "
-        "(TPOT x (1 + accepted)) and its error against the published step.\n\n"
+        "step: the draft forwards, the verify and the bookkeeping, each priced by the cost model "
+        "and held to the given plain step through the engine terms. err: predicted / published "
+        "- 1. AIConfigurator: its speculative step (TPOT x (1 + accepted)) and its error against "
+        "the published step.\n\n"
     )
     f.write(
-        f"Engine terms (fitted on all {fit['fitted_on']} runs): phi = {t['scaling']:.4f} of the "
-        f"plain step scales with the modeled forward; o = {t['draft_forward']:.4f} x the plain "
-        f"step per draft forward; tau_us = {t['per_draft_token_us']:.1f} us per request and "
-        f"drafted token.\n\n"
+        f"Engine terms fitted on all {fit['fitted_on']} runs (what explain uses): phi = "
+        f"{t['scaling']:.4f} of the plain step scales with the modeled forward; o = "
+        f"{t['draft_forward']:.4f} x the plain step per draft forward; tau_us = "
+        f"{t['per_draft_token_us']:.1f} us per request and drafted token.\n\n"
     )
     f.write(
-        "| run | C | k drafter | context | plain ms | published step ms | predicted step ms "
-        "(range) | err | in | held out | published tok/s | predicted tok/s (range) | tok/s err | "
-        "AIConfigurator step ms (err) |\n"
+        "| run | C | k drafter | context | plain ms | published step ms | held-out step ms "
+        "(range) | err | in | published tok/s | held-out tok/s (range) | err | explain step ms "
+        "(range) | err | AIConfigurator step ms (err) |\n"
     )
-    f.write("|---|---:|---|---:|---:|---:|---|---:|---|---:|---:|---|---:|---|\n")
+    f.write("|---|---:|---|---:|---:|---:|---|---:|---|---:|---|---:|---|---:|---|\n")
     f.write("\n".join(rows) + "\n\n")
-    n = len(errs)
-    within = sum(abs(e) <= 0.15 for e in errs)
-    held = [r["held_out_error"] for r in fit["runs"]]
     f.write(
-        f"Predicted step within 15% of the published: {within} of {n} runs "
-        f"({pct(min(errs))} to {pct(max(errs))}); the published step inside the predicted range: "
-        f"{inside} of {n}. Held out (each run predicted without itself): {pct(min(held))} to "
-        f"{pct(max(held))}, {sum(abs(e) <= 0.15 for e in held)} of {n} within 15%.\n"
+        f"Held out: the step within 15% of the published on "
+        f"{sum(abs(e) <= 0.15 for e in held)} of {n} runs ({pct(min(held))} to {pct(max(held))}), "
+        f"inside its range on {held_in} of {n}; the tok/s within 15% on "
+        f"{sum(abs(e) <= 0.15 for e in held_tps)} of {n} ({pct(min(held_tps))} to "
+        f"{pct(max(held_tps))}), inside its range on {held_tps_in} of {n}; the tok/s range's "
+        f"width (high / low) median {median(widths):.2f}x, at most {max(widths):.2f}x.\n"
     )
-    widths.sort()
     f.write(
-        f"Predicted tok/s within 15% of the published: {sum(abs(e) <= 0.15 for e in tps_errs)} of {n} "
-        f"({pct(min(tps_errs))} to {pct(max(tps_errs))}); the published tok/s inside the predicted "
-        f"range: {tps_inside} of {n}; the tok/s range's width (high / low): median "
-        f"{widths[len(widths) // 2]:.2f}x, at most {widths[-1]:.2f}x.\n"
+        f"explain (in sample): the step within 15% on {sum(abs(e) <= 0.15 for e in errs)} of "
+        f"{n} ({pct(min(errs))} to {pct(max(errs))}), inside its range on {inside} of {n}.\n"
     )
     if aic_errs:
-        med = sorted(abs(e) for e in aic_errs)[len(aic_errs) // 2]
         f.write(
             f"AIConfigurator predicts {len(aic_errs)} of {n} runs: its step {pct(min(aic_errs))} "
-            f"to {pct(max(aic_errs))} of the published (median |error| {med * 100:.1f}%), "
+            f"to {pct(max(aic_errs))} of the published (median |error| "
+            f"{median([abs(e) for e in aic_errs]) * 100:.1f}%), "
             f"{sum(abs(e) <= 0.15 for e in aic_errs)} within 15%.\n"
         )
 PY
