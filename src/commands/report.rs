@@ -302,7 +302,8 @@ impl<'a> Inputs<'a> {
                 }
             }
             Body::Other { name: kind, .. }
-                if kind == record::kinds::EXPLAIN && explain_markdown(r).is_none() =>
+                if kind == record::kinds::EXPLAIN
+                    && explain_data(r).is_some_and(|d| !d["markdown"].is_string()) =>
             {
                 self.skipped.push(format!(
                     "{at}: an explain record without its Markdown (written by an older verifybench: run explain again), not rendered"
@@ -540,21 +541,18 @@ fn speed_label(r: &crate::speculative::analysis::Row) -> String {
 /// it (the record's `markdown`), under the file's name.
 fn explain_sections(files: &[LoadedFile]) -> String {
     let mut md = String::new();
-    for f in files {
-        for r in &f.records {
-            let Some(text) = explain_markdown(r) else {
-                continue;
-            };
-            let name = crate::evidence::short_name(&f.path);
-            let _ = writeln!(md, "## The answer: explain ({name})\n");
-            for line in text
-                .lines()
-                .filter(|l| !l.starts_with("## verifybench explain"))
-            {
-                let _ = writeln!(md, "{line}");
-            }
-            md.push('\n');
+    for (name, data) in explain_records(files) {
+        let Some(text) = data["markdown"].as_str() else {
+            continue;
+        };
+        let _ = writeln!(md, "## The answer: explain ({name})\n");
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with("## verifybench explain"))
+        {
+            let _ = writeln!(md, "{line}");
         }
+        md.push('\n');
     }
     md
 }
@@ -564,45 +562,46 @@ fn explain_sections(files: &[LoadedFile]) -> String {
 /// (or as predicted), the user's own point.
 fn explain_points(files: &[LoadedFile]) -> Vec<plots::SpeedPoint> {
     let mut out = vec![];
-    for f in files {
-        for r in &f.records {
-            let Body::Other { name, data } = &r.body else {
+    for (file, data) in explain_records(files) {
+        let Some(tau) = data["cycle"]["accept_length"]["value"].as_f64() else {
+            continue;
+        };
+        for s in data["scenarios"].as_array().into_iter().flatten() {
+            let Some(tps) = s["tokens_per_s"].as_f64() else {
                 continue;
             };
-            if name != record::kinds::EXPLAIN {
-                continue;
-            }
-            let Some(tau) = data["cycle"]["accept_length"]["value"].as_f64() else {
-                continue;
-            };
-            let file = crate::evidence::short_name(&f.path);
-            for s in data["scenarios"].as_array().into_iter().flatten() {
-                let Some(tps) = s["tokens_per_s"].as_f64() else {
-                    continue;
-                };
-                let range = s["tokens_per_s_range"]
-                    .as_array()
-                    .and_then(|a| Some([a.first()?.as_f64()?, a.get(1)?.as_f64()?]));
-                out.push(plots::SpeedPoint {
-                    label: format!(
-                        "{file}: {} {tps:.1} tok/s{}",
-                        s["name"].as_str().unwrap_or("row"),
-                        range.map_or(String::new(), |[lo, hi]| format!(" ({lo:.1}-{hi:.1})"))
-                    ),
-                    accept_length: tau,
-                    tokens_per_s: tps,
-                    range,
-                });
-            }
+            let range = s["tokens_per_s_range"]
+                .as_array()
+                .and_then(|a| Some([a.first()?.as_f64()?, a.get(1)?.as_f64()?]));
+            out.push(plots::SpeedPoint {
+                label: format!(
+                    "{file}: {} {tps:.1} tok/s{}",
+                    s["name"].as_str().unwrap_or("row"),
+                    range.map_or(String::new(), |[lo, hi]| format!(" ({lo:.1}-{hi:.1})"))
+                ),
+                accept_length: tau,
+                tokens_per_s: tps,
+                range,
+            });
         }
     }
     out
 }
 
-/// The Markdown an `explain` record carries, if it is one and carries it.
-fn explain_markdown(r: &Record) -> Option<&str> {
+/// The `explain` records of `files`, in order, each with its file's short name.
+fn explain_records(files: &[LoadedFile]) -> impl Iterator<Item = (String, &serde_json::Value)> {
+    files.iter().flat_map(|f| {
+        f.records
+            .iter()
+            .filter_map(explain_data)
+            .map(|d| (crate::evidence::short_name(&f.path), d))
+    })
+}
+
+/// The data of an `explain` record, if `r` is one.
+fn explain_data(r: &Record) -> Option<&serde_json::Value> {
     match &r.body {
-        Body::Other { name, data } if name == record::kinds::EXPLAIN => data["markdown"].as_str(),
+        Body::Other { name, data } if name == record::kinds::EXPLAIN => Some(data),
         _ => None,
     }
 }

@@ -10,7 +10,8 @@ use crate::evidence::{read_server_log, short_name, NcclLogText, ServerLog};
 use crate::record::{Body, Mode};
 use crate::trace::{Analysis, TraceRequest};
 
-/// The evidence once read.
+/// The evidence once read (`Default`: none, as `breakeven` and `report` price a step).
+#[derive(Default)]
 pub(crate) struct Gathered {
     pub(crate) trace: Option<Analysis>,
     pub(crate) server_log: Option<ServerLog>,

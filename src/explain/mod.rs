@@ -93,14 +93,7 @@ pub(crate) fn step_terms(
     batch: &crate::request::Batch,
 ) -> anyhow::Result<(Labelled, Labelled, crate::speculative::analysis::StepTerms)> {
     let req = e.request(flags, decode.value, batch);
-    let g = Gathered {
-        trace: None,
-        server_log: None,
-        nccl_logs: vec![],
-        sweep: None,
-        allreduce_choice: None,
-    };
-    let x = explain(&req, &g)?;
+    let x = explain(&req, &Gathered::default())?;
     let c = x.cycle;
     Ok((
         c.draft_ms,

@@ -29,27 +29,6 @@ fn f(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap()
 }
 
-/// The floor `explain` holds a verify to for the same decode and k (on its default Kimi-K2.5,
-/// 8 GPUs): the decode plus what the extra tokens add. breakeven holds its rows to the same.
-fn explain_floor_ms(decode_ms: &str, k: &str) -> f64 {
-    let out = vb()
-        .args([
-            "explain",
-            "--decode-ms",
-            decode_ms,
-            "--draft-steps",
-            k,
-            "--format",
-            "json",
-            "-q",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    f(&v["result"]["data"]["calibration"]["floor_ms"]["ms"])
-}
-
 /// A verify record of kimi-k2.5 TP=8 for `phase` with a graph run of median `median_us`.
 fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
     let s = common::kimi(8, tokens, phase);
@@ -124,7 +103,7 @@ fn worked_example_from_flags() {
     // 12 ms is below the decode step (12.2 ms): held at the floor explain holds the same
     // inputs to (the decode plus what 4 tokens add over 1), cycle 3 x 1 + floor,
     // tau* = cycle / 12.2, tokens/s at tau 2.5 = 2500 / cycle.
-    let floor = explain_floor_ms("12.2", "3");
+    let floor = common::explain_floor_ms("3", &[]);
     assert!(floor > 12.2);
     assert!((taus[2] - (3.0 + floor) / 12.2).abs() < 1e-9);
     assert_eq!(rows[2]["at_floor"], true);
@@ -143,7 +122,7 @@ fn worked_example_from_flags() {
 #[test]
 fn table_states_assumption_and_marks_cells() {
     // 12 ms is held at explain's floor for the same inputs: tau = 2 gives 2000 / floor.
-    let at_floor = format!("{:.1}*", 2000.0 / explain_floor_ms("12.2", "3"));
+    let at_floor = format!("{:.1}*", 2000.0 / common::explain_floor_ms("3", &[]));
     vb().args([
         "breakeven",
         "--decode-ms",

@@ -103,21 +103,6 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
 
 use common::write_records as write;
 
-/// The floor `explain --decode-ms 12.2 --draft-steps 3` holds a verify to, with `more` flags.
-fn explain_floor_ms(more: &[&str]) -> f64 {
-    let out = vb()
-        .args(["explain", "--decode-ms", "12.2", "--draft-steps", "3"])
-        .args(more)
-        .args(["--format", "json", "-q"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["result"]["data"]["calibration"]["floor_ms"]["ms"]
-        .as_f64()
-        .unwrap()
-}
-
 #[test]
 fn report_writes_markdown_and_three_plots() {
     let dir = tempfile::tempdir().unwrap();
@@ -182,7 +167,7 @@ fn report_writes_markdown_and_three_plots() {
     }
     // 12 ms is below the decode step (12.2 ms): held at the floor explain holds the same
     // inputs to (the records' kimi-k2.5 at TP=2), cycle 3 x 1 + floor, tau* = cycle / 12.2.
-    let floor = explain_floor_ms(&["--gpus", "2"]);
+    let floor = common::explain_floor_ms("3", &["--gpus", "2"]);
     for t in [
         format!(
             "| 12.00^ | modeled | {:.2} | {:.3} |",

@@ -207,3 +207,19 @@ pub fn runs_here(what: &str, needs: Machine, here: bool) -> bool {
 pub fn has_driver() -> bool {
     verifybench::comm::libs::cuda_present()
 }
+
+/// The floor `explain --decode-ms 12.2 --draft-steps K` holds a verify to (the decode plus what
+/// the extra tokens add), with `more` flags: breakeven and report hold their rows to the same.
+pub fn explain_floor_ms(k: &str, more: &[&str]) -> f64 {
+    let out = vb()
+        .args(["explain", "--decode-ms", "12.2", "--draft-steps", k])
+        .args(more)
+        .args(["--format", "json", "-q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["result"]["data"]["calibration"]["floor_ms"]["ms"]
+        .as_f64()
+        .unwrap()
+}
