@@ -99,12 +99,7 @@ fn gpus_cell(r: &Record) -> String {
 /// The NCCL_* settings rank 0 saw, as `K=V` (or "-" when none were set).
 fn nccl_env_cell(r: &Record) -> String {
     match r.provenance.workers.first() {
-        Some(w) if !w.nccl_env.is_empty() => w
-            .nccl_env
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" "),
+        Some(w) if !w.nccl_env.is_empty() => crate::report::text::env_line(&w.nccl_env),
         _ => "-".into(),
     }
 }
@@ -198,24 +193,19 @@ struct Inputs<'a> {
 impl<'a> Inputs<'a> {
     fn of(files: &'a [LoadedFile]) -> Inputs<'a> {
         let mut inputs = Inputs {
-            table: Table {
-                headers: [
-                    "file",
-                    "#",
-                    "kind",
-                    "source",
-                    "host",
-                    "backend",
-                    "GPUs",
-                    "NCCL",
-                    "NCCL_* (rank 0)",
-                    "commit",
-                    "started (UTC)",
-                ]
-                .map(String::from)
-                .to_vec(),
-                rows: vec![],
-            },
+            table: Table::new(&[
+                "file",
+                "#",
+                "kind",
+                "source",
+                "host",
+                "backend",
+                "GPUs",
+                "NCCL",
+                "NCCL_* (rank 0)",
+                "commit",
+                "started (UTC)",
+            ]),
             rendered: vec![],
             renderable: 0,
             skipped: vec![],
@@ -642,10 +632,7 @@ fn collective_table(rendered: &[&Record]) -> Table {
             Some(o) => o.rows.extend(t.rows),
         }
     }
-    out.unwrap_or(Table {
-        headers: vec![],
-        rows: vec![],
-    })
+    out.unwrap_or_default()
 }
 
 fn bar_group(path: &Path, source: Source, v: &VerifyResult) -> BarGroup {

@@ -1,8 +1,8 @@
 //! The table of `verifybench env`.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::text::env_line;
 use crate::machine::EnvReport;
 
 pub(crate) fn render(r: &EnvReport) -> String {
@@ -109,16 +109,6 @@ pub(crate) fn render(r: &EnvReport) -> String {
     if let Some(p) = &r.p2p_platform {
         p2p_platform(&mut o, p, &r.p2p_access);
     }
-    let env_line = |m: &BTreeMap<String, String>| {
-        if m.is_empty() {
-            "(none)".to_string()
-        } else {
-            m.iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        }
-    };
     let _ = writeln!(o, "\nNCCL_* in this process: {}", env_line(&r.nccl_env));
     for w in &r.workers {
         let _ = writeln!(

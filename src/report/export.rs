@@ -6,10 +6,20 @@ use crate::record::{
 };
 
 /// A flat table: what CSV and Markdown both render.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct Table {
     pub(crate) headers: Vec<String>,
     pub(crate) rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table of `headers` with no rows yet.
+    pub(crate) fn new(headers: &[&str]) -> Table {
+        Table {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: vec![],
+        }
+    }
 }
 
 fn f2(x: f64) -> String {
@@ -85,14 +95,11 @@ const VERIFY_HEADERS: [&str; 15] = [
 
 /// A table of `headers` with "impl" inserted at `impl_at` when given, and no rows yet.
 fn empty_table(headers: &[&str], impl_at: Option<usize>) -> Table {
-    let mut headers: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    let mut t = Table::new(headers);
     if let Some(at) = impl_at {
-        headers.insert(at, "impl".into());
+        t.headers.insert(at, "impl".into());
     }
-    Table {
-        headers,
-        rows: vec![],
-    }
+    t
 }
 
 /// The rows of the records, one table per record kind present (collective, then verify).
@@ -221,17 +228,11 @@ pub(crate) fn to_csv(records: &[Record]) -> anyhow::Result<Vec<u8>> {
         if i > 0 {
             out.push(b'\n');
         }
-        let mut w = csv::Writer::from_writer(Vec::new());
-        w.write_record(&t.headers)?;
-        for r in &t.rows {
-            w.write_record(r)?;
-        }
-        out.extend(w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?);
+        out.extend(csv_table(t)?);
     }
     Ok(out)
 }
 
-/// A Markdown table.
 /// Plain-text rendering of a table, columns aligned.
 pub(crate) fn text_table(t: &Table) -> String {
     let mut w: Vec<usize> = t.headers.iter().map(|h| h.chars().count()).collect();
@@ -268,6 +269,7 @@ pub(crate) fn csv_table(t: &Table) -> anyhow::Result<Vec<u8>> {
     Ok(w.into_inner()?)
 }
 
+/// A Markdown table.
 pub(crate) fn markdown_table(t: &Table) -> String {
     let mut s = format!("| {} |\n", t.headers.join(" | "));
     s += &format!("|{}\n", "---|".repeat(t.headers.len()));

@@ -97,7 +97,8 @@ pub(crate) fn header(r: &Record) -> String {
     o
 }
 
-fn env_line(m: &std::collections::BTreeMap<String, String>) -> String {
+/// NCCL_* variables as `K=V` words, "(none)" when there are none.
+pub(crate) fn env_line(m: &std::collections::BTreeMap<String, String>) -> String {
     if m.is_empty() {
         return "(none)".into();
     }
@@ -194,20 +195,26 @@ pub fn collective_table(r: &Record) -> String {
     } else {
         bw.iter().sum::<f64>() / bw.len() as f64
     };
-    if r.source == Source::Modeled {
-        let _ = writeln!(
-            o,
-            "# Out of bounds values : - (modeled: nothing was checked)"
-        );
-    } else {
+    out_of_bounds_line(&mut o, r.source != Source::Modeled, wrong);
+    let _ = writeln!(o, "# Avg bus bandwidth    : {avg:.3} GB/s");
+    o
+}
+
+/// nccl-tests' closing count of wrong elements (`checked`: the results were checked, else the
+/// record is modeled).
+fn out_of_bounds_line(o: &mut String, checked: bool, wrong: u64) {
+    if checked {
         let _ = writeln!(
             o,
             "# Out of bounds values : {wrong} {}",
             if wrong == 0 { "OK" } else { "WRONG" }
         );
+    } else {
+        let _ = writeln!(
+            o,
+            "# Out of bounds values : - (modeled: nothing was checked)"
+        );
     }
-    let _ = writeln!(o, "# Avg bus bandwidth    : {avg:.3} GB/s");
-    o
 }
 
 /// The in-collective rows of a verify table: per run, what a profiler would show inside the
@@ -606,18 +613,7 @@ pub(crate) fn crossover_table(r: &Record) -> String {
                 .unwrap_or_else(|| "-".into())
         );
     }
-    if r.source == crate::record::Source::Measured {
-        let _ = writeln!(
-            o,
-            "# Out of bounds values : {wrong_total} {}",
-            if wrong_total == 0 { "OK" } else { "WRONG" }
-        );
-    } else {
-        let _ = writeln!(
-            o,
-            "# Out of bounds values : - (modeled: nothing was checked)"
-        );
-    }
+    out_of_bounds_line(&mut o, r.source == Source::Measured, wrong_total);
     let _ = writeln!(o, "# * fastest of the implementations in that launch mode");
     o
 }

@@ -197,7 +197,7 @@ pub(crate) const UNPRICED: &str = "not modeled";
 /// The ranking as a flat table (also what `--export-table-*` writes): the ranked points, then
 /// the ones the cost model could not price, then the failed ones.
 pub(crate) fn table(r: &Ranking) -> Table {
-    let headers = [
+    let mut t = Table::new(&[
         "rank",
         "point",
         "settings",
@@ -210,10 +210,7 @@ pub(crate) fn table(r: &Ranking) -> Table {
         "wrong",
         "env_seen",
         "notes",
-    ]
-    .map(String::from)
-    .to_vec();
-    let mut rows = vec![];
+    ]);
     for (i, row) in r.rows.iter().enumerate() {
         let p = row.point;
         let eff = p.effective.as_ref();
@@ -228,7 +225,7 @@ pub(crate) fn table(r: &Ranking) -> Table {
         if !p.ok() {
             notes.push(p.reason.clone().unwrap_or_default());
         }
-        rows.push(vec![
+        t.rows.push(vec![
             (i + 1).to_string(),
             p.point_id.clone(),
             label(p),
@@ -244,7 +241,7 @@ pub(crate) fn table(r: &Ranking) -> Table {
         ]);
     }
     for p in &r.unpriced {
-        rows.push(vec![
+        t.rows.push(vec![
             UNPRICED.into(),
             p.point_id.clone(),
             label(p),
@@ -260,7 +257,7 @@ pub(crate) fn table(r: &Ranking) -> Table {
         ]);
     }
     for p in &r.failed {
-        rows.push(vec![
+        t.rows.push(vec![
             "failed".into(),
             p.point_id.clone(),
             label(p),
@@ -281,7 +278,7 @@ pub(crate) fn table(r: &Ranking) -> Table {
                 .join(" HINT: "),
         ]);
     }
-    Table { headers, rows }
+    t
 }
 
 pub(crate) fn label(p: &SweepPoint) -> String {

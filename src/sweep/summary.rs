@@ -280,11 +280,6 @@ fn ratio_table(judged: &[&SweepPoint], base: &SweepPoint, verdicts: &[rd::Verdic
         }
     };
     Table {
-        headers: vec![
-            "point".into(),
-            "eager ratio [95%] (rounds)".into(),
-            "graph ratio [95%] (rounds)".into(),
-        ],
         rows: judged
             .iter()
             .filter(|p| p.point_id != base.point_id)
@@ -296,6 +291,11 @@ fn ratio_table(judged: &[&SweepPoint], base: &SweepPoint, verdicts: &[rd::Verdic
                 ]
             })
             .collect(),
+        ..Table::new(&[
+            "point",
+            "eager ratio [95%] (rounds)",
+            "graph ratio [95%] (rounds)",
+        ])
     }
 }
 

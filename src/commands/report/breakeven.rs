@@ -120,12 +120,7 @@ pub(crate) fn breakeven_markdown(a: &BreakevenAnalysis) -> String {
          tokens are tau*.\n",
         a.baseline_tokens_per_s
     );
-    let mut t = Table {
-        headers: ["T_verify (ms)", "origin", "cycle (ms)", "tau*", "alpha*"]
-            .map(String::from)
-            .to_vec(),
-        rows: vec![],
-    };
+    let mut t = Table::new(&["T_verify (ms)", "origin", "cycle (ms)", "tau*", "alpha*"]);
     for r in &a.rows {
         t.rows.push(vec![
             verify_cell(r),

@@ -110,19 +110,14 @@ pub(super) fn num(v: &serde_json::Value, k: &str) -> Option<f64> {
 
 /// The bandwidth files as one table: per GPU the device copy and the streaming kernel.
 pub(super) fn bandwidth_section(files: &[LoadedFile]) -> String {
-    let mut t = Table {
-        headers: [
-            "file",
-            "GPU",
-            "name",
-            "copy r+w (GB/s)",
-            "copy read (GB/s)",
-            "streaming kernel, bytes read (tokens: GB/s, % of copy r+w)",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: vec![],
-    };
+    let mut t = Table::new(&[
+        "file",
+        "GPU",
+        "name",
+        "copy r+w (GB/s)",
+        "copy read (GB/s)",
+        "streaming kernel, bytes read (tokens: GB/s, % of copy r+w)",
+    ]);
     for f in files {
         let name = evidence::short_name(&f.path);
         for (_, data) in f.payloads(record::kinds::BANDWIDTH) {
@@ -168,19 +163,14 @@ pub(super) fn bandwidth_section(files: &[LoadedFile]) -> String {
 /// Per GPU of the bandwidth files that state a tensor-core roofline: its terms, the knee, and
 /// the tensor-core kernel at each token count against it.
 fn roofline_table(files: &[LoadedFile]) -> Table {
-    let mut t = Table {
-        headers: [
-            "file",
-            "GPU",
-            "read (GB/s)",
-            "tensor-core peak (TFLOP/s)",
-            "knee (tokens)",
-            "tensor cores (tokens: TFLOP/s, % of roofline, bound)",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: vec![],
-    };
+    let mut t = Table::new(&[
+        "file",
+        "GPU",
+        "read (GB/s)",
+        "tensor-core peak (TFLOP/s)",
+        "knee (tokens)",
+        "tensor cores (tokens: TFLOP/s, % of roofline, bound)",
+    ]);
     for f in files {
         let name = evidence::short_name(&f.path);
         for (_, data) in f.payloads(record::kinds::BANDWIDTH) {
@@ -221,12 +211,7 @@ fn roofline_table(files: &[LoadedFile]) -> Table {
 
 /// The selftest files: passed and failed checks, and the failed checks by name.
 pub(super) fn selftest_section(files: &[LoadedFile]) -> String {
-    let mut t = Table {
-        headers: ["file", "checks", "passed", "failed", "failed checks"]
-            .map(String::from)
-            .to_vec(),
-        rows: vec![],
-    };
+    let mut t = Table::new(&["file", "checks", "passed", "failed", "failed checks"]);
     for f in files {
         let name = evidence::short_name(&f.path);
         for (_, data) in f.payloads(record::kinds::SELFTEST) {
