@@ -8,6 +8,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::units::human_bytes;
 
@@ -160,24 +161,17 @@ where
             .copied()
             .filter(|p| p.0 > 0.0 && p.1 > 0.0)
             .collect();
-        let dashed = s.dashed;
-        if dashed {
-            chart
-                .draw_series(DashedLineSeries::new(pts.clone(), 8, 5, style))
-                .map_err(err)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 8, y)], c.stroke_width(2))
-                });
+        let drawn = if s.dashed {
+            chart.draw_series(DashedLineSeries::new(pts.clone(), 8, 5, style))
         } else {
-            chart
-                .draw_series(LineSeries::new(pts.clone(), style))
-                .map_err(err)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                });
-        }
+            chart.draw_series(LineSeries::new(pts.clone(), style))
+        };
+        // a dashed line's legend is one dash long
+        let len = if s.dashed { 8 } else { 20 };
+        drawn
+            .map_err(err)?
+            .label(s.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + len, y)], c.stroke_width(2)));
         chart
             .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
             .map_err(err)?;
@@ -350,15 +344,17 @@ fn draw_bar<DB: DrawingBackend>(
         rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMM)));
         y = c + stack.compute_ms.unwrap_or(0.0);
         rects.push(Rectangle::new([(x0, c), (x1, y)], shade(COMPUTE)));
-    } else if let Some(f) = stack.full_ms {
-        rects.push(Rectangle::new([(x0, 0.0), (x1, f)], shade(FULL)));
-        y = f;
-    } else if let Some(c) = stack.comm_ms {
-        rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMM)));
-        y = c;
-    } else if let Some(c) = stack.compute_ms {
-        rects.push(Rectangle::new([(x0, 0.0), (x1, c)], shade(COMPUTE)));
-        y = c;
+    } else if let Some((t, c)) = [
+        (stack.full_ms, FULL),
+        (stack.comm_ms, COMM),
+        (stack.compute_ms, COMPUTE),
+    ]
+    .into_iter()
+    .find_map(|(t, c)| Some((t?, c)))
+    {
+        // the one time present, the full run's first
+        rects.push(Rectangle::new([(x0, 0.0), (x1, t)], shade(c)));
+        y = t;
     }
     rects.push(Rectangle::new(
         [(x0, 0.0), (x1, y)],
@@ -380,11 +376,7 @@ fn draw_bar<DB: DrawingBackend>(
     // The bar's value on top, and eager/graph underneath.
     let shown = stack.full_ms.unwrap_or(y);
     let mid = (x0 + x1) / 2.0;
-    let centred =
-        TextStyle::from((FONT, 12).into_font()).pos(plotters::style::text_anchor::Pos::new(
-            plotters::style::text_anchor::HPos::Center,
-            plotters::style::text_anchor::VPos::Bottom,
-        ));
+    let centred = anchored(12, HPos::Center, VPos::Bottom);
     chart
         .draw_series(std::iter::once(Text::new(
             format!("{shown:.2}"),
@@ -407,13 +399,14 @@ fn draw_centred<DB: DrawingBackend>(
     at: (i32, i32),
     size: u32,
 ) -> anyhow::Result<()> {
-    let style =
-        TextStyle::from((FONT, size).into_font()).pos(plotters::style::text_anchor::Pos::new(
-            plotters::style::text_anchor::HPos::Center,
-            plotters::style::text_anchor::VPos::Top,
-        ));
+    let style = anchored(size, HPos::Center, VPos::Top);
     root.draw(&Text::new(text.to_string(), at, style))
         .map_err(err)
+}
+
+/// The plots' font at `size`, the text placed at its point by `h` and `v`.
+fn anchored(size: u32, h: HPos, v: VPos) -> TextStyle<'static> {
+    TextStyle::from((FONT, size).into_font()).pos(Pos::new(h, v))
 }
 
 /// One speculation setting of the tokens/s plot: tokens/s = 1000 tau / cycle_ms.
@@ -507,12 +500,7 @@ pub(crate) fn tokens_vs_accept(
                         Circle::new(p, 6, BLACK.stroke_width(1)),
                     ])
                     .map_err(err)?;
-                let style = TextStyle::from((FONT, 13).into_font()).color(&c).pos(
-                    plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Left,
-                        plotters::style::text_anchor::VPos::Top,
-                    ),
-                );
+                let style = anchored(13, HPos::Left, VPos::Top).color(&c);
                 chart
                     .draw_series(std::iter::once(Text::new(
                         format!("tau* {:.2}", l.breakeven),
