@@ -70,17 +70,29 @@ fn on_model(r: &ChooseRequest, children: bool) -> anyhow::Result<i32> {
         return finish(r, &job, key, links, &m, base);
     }
     let work = tempfile::tempdir()?;
-    let m = ChildMeasure {
+    let m = child_measure(r, BackendKind::Model, tp, r.gpu.clone(), work.path())?;
+    finish(r, &job, key, links, &m, base)
+}
+
+/// The measure of fresh `collective --backend B` children on `nranks` ranks of `gpu`, their
+/// files under `work`.
+fn child_measure(
+    r: &ChooseRequest,
+    backend: BackendKind,
+    nranks: usize,
+    gpu: GpuSpec,
+    work: &std::path::Path,
+) -> anyhow::Result<ChildMeasure> {
+    Ok(ChildMeasure {
         exe: std::env::current_exe()?,
-        backend: BackendKind::Model,
-        nranks: tp,
-        gpu: r.gpu.clone(),
+        backend,
+        nranks,
+        gpu,
         repeat: r.repeat,
         parent_env: crate::sweep::env::parent_env(),
-        work_dir: work.path().to_path_buf(),
+        work_dir: work.to_path_buf(),
         timeout: std::time::Duration::from_secs_f64(2.0 * r.gpu.timeout + 60.0),
-    };
-    finish(r, &job, key, links, &m, base)
+    })
 }
 
 /// The choice measured on this machine's GPUs, in fresh worker processes.
@@ -94,33 +106,18 @@ fn measured(r: &ChooseRequest) -> anyhow::Result<i32> {
     let key = Fingerprint::measured(&id, &job.key_of_work());
     let work = tempfile::tempdir()?;
     crate::sweep::signal::install()?;
-    let m = ChildMeasure {
-        exe: std::env::current_exe()?,
-        backend: BackendKind::Nccl,
-        nranks: tp,
-        gpu: GpuSpec {
-            devices: Some(devices),
-            gpus: None,
-            ..r.gpu.clone()
-        },
-        repeat: r.repeat,
-        parent_env: crate::sweep::env::parent_env(),
-        work_dir: work.path().to_path_buf(),
-        timeout: std::time::Duration::from_secs_f64(2.0 * r.gpu.timeout + 60.0),
+    let gpu = GpuSpec {
+        devices: Some(devices),
+        gpus: None,
+        ..r.gpu.clone()
     };
+    let m = child_measure(r, BackendKind::Nccl, tp, gpu, work.path())?;
     let mut base = Provenance::here(BackendKind::Nccl.name(), crate::util::now_utc());
     base.launcher = Some(r.gpu.launcher.name().into());
     base.driver_version = id.driver.clone();
     base.nccl_version = id.nccl_version.clone();
     base.nccl_library = id.nccl_library.clone();
-    finish(
-        r,
-        &job,
-        key,
-        crate::choose::engines::Links::Unknown,
-        &m,
-        base,
-    )
+    finish(r, &job, key, Links::Unknown, &m, base)
 }
 
 /// Reuses the decision file where its key holds, else measures on `m` and writes it; prints.

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::sections::cell;
-use crate::evidence::RecordTime;
+use crate::evidence::{Labelled, RecordTime};
 use crate::model::Phase;
 use crate::report::breakeven::{origin_cell, verify_cell};
 use crate::report::export::{markdown_table, Table};
@@ -74,37 +74,22 @@ pub(crate) fn breakeven_markdown(a: &BreakevenAnalysis) -> String {
         );
     }
     let _ = writeln!(md, "| input | value | origin |\n|---|---|---|");
-    let _ = writeln!(
-        md,
-        "| T_decode | {:.2} ms | {} |",
-        i.decode_ms.value,
-        cell(&i.decode_ms.origin.to_string())
-    );
-    let _ = writeln!(
-        md,
-        "| T_draft | {:.2} ms | {} |",
-        i.draft_ms.value,
-        cell(&i.draft_ms.origin.to_string())
-    );
-    let _ = writeln!(
-        md,
-        "| draft steps k | {} | {} |",
-        i.draft_steps,
-        cell(&i.draft_steps_origin.to_string())
-    );
-    let _ = writeln!(
-        md,
-        "| overhead | {:.2} ms | {} |",
-        i.overhead_ms.value,
-        cell(&i.overhead_ms.origin.to_string())
+    let row = |md: &mut String, name: &str, value: String, origin: &dyn std::fmt::Display| {
+        let _ = writeln!(md, "| {name} | {value} | {} |", cell(&origin.to_string()));
+    };
+    let ms = |l: &Labelled| format!("{:.2} ms", l.value);
+    row(&mut md, "T_decode", ms(&i.decode_ms), &i.decode_ms.origin);
+    row(&mut md, "T_draft", ms(&i.draft_ms), &i.draft_ms.origin);
+    let k = i.draft_steps.to_string();
+    row(&mut md, "draft steps k", k, &i.draft_steps_origin);
+    row(
+        &mut md,
+        "overhead",
+        ms(&i.overhead_ms),
+        &i.overhead_ms.origin,
     );
     for v in &i.verify_ms {
-        let _ = writeln!(
-            md,
-            "| T_verify | {:.2} ms | {} |",
-            v.value,
-            cell(&v.origin.to_string())
-        );
+        row(&mut md, "T_verify", ms(v), &v.origin);
     }
     md.push('\n');
     for n in &i.notes {
