@@ -206,12 +206,9 @@ impl JsonLinesFile {
 /// What a JSON value written by this tool is, in words, for messages: "a cost-model profile
 /// (from `verifybench model fit`)", "a JSON array of 3 'verify' records", ...
 pub(crate) fn describe(v: &serde_json::Value) -> String {
-    fn one(v: &serde_json::Value) -> String {
-        match other_name(v).or_else(|| v.get("kind").and_then(|k| k.as_str())) {
-            Some(k) => kinds::describe(k),
-            // (an old form was recognised above)
-            None => "a JSON value that is not a verifybench record".into(),
-        }
+    // A record's kind: an other record's name, else its `kind`.
+    fn kind(v: &serde_json::Value) -> Option<&str> {
+        other_name(v).or_else(|| v.get("kind").and_then(|k| k.as_str()))
     }
     if let Some(k) = legacy_kind(v) {
         return kinds::describe(k);
@@ -220,12 +217,7 @@ pub(crate) fn describe(v: &serde_json::Value) -> String {
         serde_json::Value::Array(a) => {
             let kinds: std::collections::BTreeSet<String> = a
                 .iter()
-                .map(|x| {
-                    other_name(x)
-                        .or_else(|| x.get("kind").and_then(|k| k.as_str()))
-                        .unwrap_or("?")
-                        .to_string()
-                })
+                .map(|x| kind(x).unwrap_or("?").to_string())
                 .collect();
             let kinds: Vec<String> = kinds.into_iter().collect();
             format!(
@@ -234,7 +226,11 @@ pub(crate) fn describe(v: &serde_json::Value) -> String {
                 kinds.join("', '")
             )
         }
-        v => one(v),
+        v => match kind(v) {
+            Some(k) => kinds::describe(k),
+            // (an old form was recognised above)
+            None => "a JSON value that is not a verifybench record".into(),
+        },
     }
 }
 

@@ -46,17 +46,18 @@ pub(crate) fn fit(a: &FitRequest) -> anyhow::Result<i32> {
         .input("--base-profile", a.base_profile.as_deref())
         .output("-o/--output", Some(&a.output))
         .check()?;
+    let builtin = |name: &str| -> anyhow::Result<_> {
+        let prof = profile::builtin_or_usage(name)?;
+        let n = prof.name.clone();
+        Ok((prof, n, "--base"))
+    };
     let given = match (&a.base_profile, &a.base) {
         (Some(p), _) => {
             let prof = profile::load(p)?;
             let n = format!("{} (file {})", prof.name, p.display());
             Some((prof, n, "--base-profile"))
         }
-        (None, Some(b)) => {
-            let prof = profile::builtin_or_usage(b)?;
-            let n = prof.name.clone();
-            Some((prof, n, "--base"))
-        }
+        (None, Some(b)) => Some(builtin(b)?),
         (None, None) => None,
     };
     if !a.nccl_tests.is_empty() {
@@ -64,11 +65,7 @@ pub(crate) fn fit(a: &FitRequest) -> anyhow::Result<i32> {
     }
     let (base, base_name, _) = match given {
         Some(g) => g,
-        None => {
-            let prof = profile::builtin_or_usage("nvlink-h200")?;
-            let n = prof.name.clone();
-            (prof, n, "--base")
-        }
+        None => builtin("nvlink-h200")?,
     };
     let mut pts = vec![];
     let mut p2p_pts = vec![];
