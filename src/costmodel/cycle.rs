@@ -10,9 +10,8 @@
 
 use serde::Serialize;
 
-use super::{verify, ModelSettings, Modeled};
+use super::{modeled_run, verify, ModelSettings, Modeled};
 use crate::model::cycle::Cycle;
-use crate::model::Schedule;
 use crate::record::{CyclePart, Mode, Part, PartRun, RecordedWorkload, VerifyResult, VerifyRun};
 use crate::request::Launcher;
 
@@ -51,17 +50,6 @@ impl CyclePrice {
     }
 }
 
-/// A forward's modeled runs, one per (graph, mode) of `runs`.
-fn forward_runs(
-    s: &Schedule,
-    nranks: usize,
-    runs: &[(bool, Mode)],
-    launcher: Launcher,
-    m: &ModelSettings,
-) -> anyhow::Result<Modeled<VerifyResult>> {
-    verify(s, nranks, runs, launcher, m)
-}
-
 /// The modeled runs of every distinct forward of `c`: the decode, each group of alike draft
 /// forwards (priced once), the verify; with the notes of the verify's pricing.
 struct Priced {
@@ -80,13 +68,11 @@ fn price_forwards(
     launcher: Launcher,
     m: &ModelSettings,
 ) -> anyhow::Result<Priced> {
-    let v = forward_runs(&c.verify, nranks, runs, launcher, m)?;
-    let decode = forward_runs(&c.decode, nranks, runs, launcher, m)?
-        .result
-        .runs;
+    let v = verify(&c.verify, nranks, runs, launcher, m)?;
+    let decode = verify(&c.decode, nranks, runs, launcher, m)?.result.runs;
     let mut draft = vec![];
     for (s, n) in c.draft_groups() {
-        let r = forward_runs(s, nranks, runs, launcher, m)?.result.runs;
+        let r = verify(s, nranks, runs, launcher, m)?.result.runs;
         draft.extend(std::iter::repeat_n(r, n as usize));
     }
     Ok(Priced {
@@ -119,25 +105,6 @@ pub fn price(
             verify_us: p.verify[i].per_verify.median_us,
         })
         .collect())
-}
-
-/// A single modeled time as a run of the cycle (its collectives, its breakdown).
-fn cycle_run(graph: bool, mode: Mode, us: f64, ncoll: u64, breakdown: Vec<Part>) -> VerifyRun {
-    VerifyRun {
-        graph,
-        mode,
-        per_verify: crate::measure::Summary::from_samples(&[us]).expect("modeled times are finite"),
-        per_collective_us: if mode == Mode::Compute || ncoll == 0 {
-            0.0
-        } else {
-            us / ncoll as f64
-        },
-        breakdown,
-        wrong: 0,
-        iterations: 0,
-        warmup: 0,
-        in_collective: None,
-    }
 }
 
 /// `verify --backend model --phase cycle`: the cycle's record body, its `runs` the whole cycle
@@ -173,7 +140,7 @@ pub(crate) fn verify_cycle(
             us: verify_us,
             count: c.verify.n_collectives(),
         });
-        out.push(cycle_run(
+        out.push(modeled_run(
             graph,
             mode,
             draft_total + verify_us,
@@ -187,7 +154,7 @@ pub(crate) fn verify_cycle(
         });
         parts.push(PartRun {
             part: CyclePart::Draft,
-            run: cycle_run(
+            run: modeled_run(
                 graph,
                 mode,
                 draft_total,
@@ -242,7 +209,7 @@ mod tests {
     use super::*;
     use crate::model::cycle::{build, CycleSpec};
     use crate::model::draft::DrafterKind;
-    use crate::model::{presets, ScheduleOptions};
+    use crate::model::{presets, Schedule, ScheduleOptions};
 
     fn kimi_cycle(c: u64) -> Cycle {
         let opt = ScheduleOptions {
