@@ -139,7 +139,7 @@ impl ModelSettings {
 
 /// A modeled result and where its parameters came from.
 #[derive(Debug, Clone)]
-pub(crate) struct Modeled<T> {
+pub struct Modeled<T> {
     pub(crate) result: T,
     /// Name of the profile (built-in link profile or file) the numbers came from.
     pub(crate) profile: String,
