@@ -120,7 +120,7 @@ fn cycle(c: &mut Criterion) {
     let m = ModelSettings::default();
     let runs = [(false, Mode::Full), (true, Mode::Full)];
     g.bench_function("price kimi-k2.5 TP8 EAGLE-3 k=3 C=64 (eager, graph)", |b| {
-        b.iter(|| price::price(black_box(&cy), 8, &runs, Launcher::Processes, &m).unwrap())
+        b.iter(|| price::verify_cycle(black_box(&cy), 8, &runs, Launcher::Processes, &m).unwrap())
     });
     g.finish();
 }

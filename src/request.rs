@@ -108,18 +108,16 @@ impl Batch {
     fn to_args(self) -> Vec<String> {
         let mut a = vec![];
         let d = Batch::default();
-        if self.concurrency != d.concurrency {
-            a.extend(["--concurrency".into(), self.concurrency.to_string()]);
-        }
-        if self.context != d.context {
-            a.extend(["--context".into(), self.context.to_string()]);
-        }
-        if self.kv_dtype != d.kv_dtype {
-            a.extend(["--kv-dtype".into(), self.kv_dtype.name().into()]);
-        }
-        if self.dcp != d.dcp {
-            a.extend(["--dcp".into(), self.dcp.to_string()]);
-        }
+        let c = self.concurrency;
+        push_arg(&mut a, "--concurrency", (c != d.concurrency).then_some(c));
+        push_arg(
+            &mut a,
+            "--context",
+            (self.context != d.context).then_some(self.context),
+        );
+        let kv = self.kv_dtype;
+        push_arg(&mut a, "--kv-dtype", (kv != d.kv_dtype).then(|| kv.name()));
+        push_arg(&mut a, "--dcp", (self.dcp != d.dcp).then_some(self.dcp));
         a
     }
 }
@@ -185,24 +183,32 @@ impl CycleFlags {
     /// The flags that reproduce these on a child's command line.
     fn to_args(&self) -> Vec<String> {
         let mut a = vec![];
-        if let Some(d) = self.drafter {
-            a.extend(["--drafter".into(), d.name().into()]);
-        }
-        if let Some(k) = self.draft_steps {
-            a.extend(["--draft-steps".into(), k.to_string()]);
-        }
-        if let Some(p) = &self.draft_config {
-            let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
-            a.extend(["--draft-config".into(), abs.display().to_string()]);
-        }
-        if let Some(n) = self.draft_layers {
-            a.extend(["--draft-layers".into(), n.to_string()]);
-        }
-        if let Some(t) = self.tree_tokens {
-            a.extend(["--tree-tokens".into(), t.to_string()]);
-        }
+        push_arg(&mut a, "--drafter", self.drafter.map(|d| d.name()));
+        push_arg(&mut a, "--draft-steps", self.draft_steps);
+        push_arg(
+            &mut a,
+            "--draft-config",
+            self.draft_config.as_deref().map(absolute),
+        );
+        push_arg(&mut a, "--draft-layers", self.draft_layers);
+        push_arg(&mut a, "--tree-tokens", self.tree_tokens);
         a
     }
+}
+
+/// `flag value` on a child's command line, where the value is given.
+fn push_arg(a: &mut Vec<String>, flag: &str, value: Option<impl std::fmt::Display>) {
+    if let Some(v) = value {
+        a.extend([flag.to_string(), v.to_string()]);
+    }
+}
+
+/// `p` made absolute, so that a child started in another directory reads the same file.
+fn absolute(p: &Path) -> String {
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
 }
 
 impl Default for Workload {
@@ -381,22 +387,16 @@ impl Workload {
     pub(crate) fn to_args(&self) -> Vec<String> {
         let mut a = vec![];
         if let Some(p) = &self.schedule_file {
-            // The other workload flags conflict with --schedule; the path is made absolute
-            // so that a child started in another directory reads the same file.
-            let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
-            a.extend(["--schedule".into(), abs.display().to_string()]);
-            if let Some(tp) = self.tp {
-                a.extend(["--tp".into(), tp.to_string()]);
-            }
+            // The other workload flags conflict with --schedule.
+            a.extend(["--schedule".into(), absolute(p)]);
+            push_arg(&mut a, "--tp", self.tp);
             return a;
         }
         match &self.model_config {
             Some(p) => a.extend(["--model-config".into(), p.display().to_string()]),
             None => a.extend(["--model".into(), self.model.clone()]),
         }
-        if let Some(tp) = self.tp {
-            a.extend(["--tp".into(), tp.to_string()]);
-        }
+        push_arg(&mut a, "--tp", self.tp);
         a.extend(["--tokens".into(), self.tokens.to_string()]);
         a.extend(["--dtype".into(), self.dtype.name().into()]);
         a.extend(["--routing".into(), self.routing.name().into()]);
@@ -407,12 +407,12 @@ impl Workload {
         a.extend(["--draft-vocab".into(), self.draft_vocab.to_string()]);
         a.extend(["--phase".into(), self.phase.name().into()]);
         a.extend(self.batch.to_args());
-        if let Some(f) = self.weights.all {
-            a.extend(["--weights".into(), f.label()]);
-        }
-        if let Some(f) = self.weights.experts {
-            a.extend(["--expert-weights".into(), f.label()]);
-        }
+        push_arg(&mut a, "--weights", self.weights.all.map(|f| f.label()));
+        push_arg(
+            &mut a,
+            "--expert-weights",
+            self.weights.experts.map(|f| f.label()),
+        );
         a.extend(self.cycle.to_args());
         a
     }
@@ -853,21 +853,16 @@ impl HostGapFlags {
     pub(crate) fn to_args(&self) -> Vec<String> {
         let mut a = vec![];
         let g = &self.gaps;
-        if let Some(x) = &g.gap {
-            a.extend(["--host-gap-us".into(), x.to_string()]);
-        }
-        if let Some(p) = g.per {
-            a.extend(["--host-gap-per".into(), p.name().into()]);
-        }
-        if let Some(l) = &g.late {
-            a.extend(["--late-rank".into(), format!("{}:{}", l.rank, l.us)]);
-        }
-        if let Some(p) = &self.from {
-            a.extend(["--host-gap-from".into(), p.display().to_string()]);
-        }
-        if let Some(s) = g.seed {
-            a.extend(["--gap-seed".into(), s.to_string()]);
-        }
+        push_arg(&mut a, "--host-gap-us", g.gap.as_ref());
+        push_arg(&mut a, "--host-gap-per", g.per.map(|p| p.name()));
+        let late = g.late.as_ref().map(|l| format!("{}:{}", l.rank, l.us));
+        push_arg(&mut a, "--late-rank", late);
+        push_arg(
+            &mut a,
+            "--host-gap-from",
+            self.from.as_ref().map(|p| p.display()),
+        );
+        push_arg(&mut a, "--gap-seed", g.seed);
         a
     }
 }

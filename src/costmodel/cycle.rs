@@ -5,62 +5,12 @@
 //! the sum of its k draft forwards and the verify. The plain decode step of the same batch is
 //! priced beside it. Every figure is modeled.
 //!
-//! `explain` and `breakeven` price a cycle with one call, [`price`]; `verify --backend model
-//! --phase cycle` writes the same prices as a record ([`verify_cycle`]).
+//! `verify --backend model --phase cycle` writes the prices as a record ([`verify_cycle`]).
 
-use serde::Serialize;
-
-use super::{verify, ModelSettings, Modeled};
+use super::{modeled_run, verify, ModelSettings, Modeled};
 use crate::model::cycle::Cycle;
-use crate::model::Schedule;
 use crate::record::{CyclePart, Mode, Part, PartRun, RecordedWorkload, VerifyResult, VerifyRun};
 use crate::request::Launcher;
-
-/// The cost model's price of one cycle's parts in one replay mode, us.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CyclePrice {
-    /// From a CUDA graph (each part captured on its own, as the engines capture them), or
-    /// eager launches.
-    pub(crate) graph: bool,
-    pub(crate) mode: Mode,
-    /// The plain decode step of the same batch (beside the cycle, not in it).
-    pub(crate) decode_us: f64,
-    /// Each draft forward of the cycle, in order.
-    pub(crate) draft_us: Vec<f64>,
-    /// The verify.
-    pub(crate) verify_us: f64,
-}
-
-impl CyclePrice {
-    /// The k draft forwards together.
-    #[cfg(test)]
-    pub(crate) fn draft_total_us(&self) -> f64 {
-        self.draft_us.iter().sum()
-    }
-
-    /// The cycle: the draft forwards, then the verify.
-    #[cfg(test)]
-    pub(crate) fn cycle_us(&self) -> f64 {
-        self.draft_total_us() + self.verify_us
-    }
-
-    /// The cycle over the plain decode step of the same batch.
-    #[cfg(test)]
-    pub(crate) fn cycle_over_decode(&self) -> f64 {
-        self.cycle_us() / self.decode_us
-    }
-}
-
-/// A forward's modeled runs, one per (graph, mode) of `runs`.
-fn forward_runs(
-    s: &Schedule,
-    nranks: usize,
-    runs: &[(bool, Mode)],
-    launcher: Launcher,
-    m: &ModelSettings,
-) -> anyhow::Result<Modeled<VerifyResult>> {
-    verify(s, nranks, runs, launcher, m)
-}
 
 /// The modeled runs of every distinct forward of `c`: the decode, each group of alike draft
 /// forwards (priced once), the verify; with the notes of the verify's pricing.
@@ -80,13 +30,11 @@ fn price_forwards(
     launcher: Launcher,
     m: &ModelSettings,
 ) -> anyhow::Result<Priced> {
-    let v = forward_runs(&c.verify, nranks, runs, launcher, m)?;
-    let decode = forward_runs(&c.decode, nranks, runs, launcher, m)?
-        .result
-        .runs;
+    let v = verify(&c.verify, nranks, runs, launcher, m)?;
+    let decode = verify(&c.decode, nranks, runs, launcher, m)?.result.runs;
     let mut draft = vec![];
     for (s, n) in c.draft_groups() {
-        let r = forward_runs(s, nranks, runs, launcher, m)?.result.runs;
+        let r = verify(s, nranks, runs, launcher, m)?.result.runs;
         draft.extend(std::iter::repeat_n(r, n as usize));
     }
     Ok(Priced {
@@ -98,52 +46,10 @@ fn price_forwards(
     })
 }
 
-/// Prices every part of `c` on `nranks` ranks (2 or more) for each (graph, mode) of `runs`,
-/// in that order: the decode step, each draft forward, the verify.
-pub fn price(
-    c: &Cycle,
-    nranks: usize,
-    runs: &[(bool, Mode)],
-    launcher: Launcher,
-    m: &ModelSettings,
-) -> anyhow::Result<Vec<CyclePrice>> {
-    let p = price_forwards(c, nranks, runs, launcher, m)?;
-    Ok(runs
-        .iter()
-        .enumerate()
-        .map(|(i, &(graph, mode))| CyclePrice {
-            graph,
-            mode,
-            decode_us: p.decode[i].per_verify.median_us,
-            draft_us: p.draft.iter().map(|d| d[i].per_verify.median_us).collect(),
-            verify_us: p.verify[i].per_verify.median_us,
-        })
-        .collect())
-}
-
-/// A single modeled time as a run of the cycle (its collectives, its breakdown).
-fn cycle_run(graph: bool, mode: Mode, us: f64, ncoll: u64, breakdown: Vec<Part>) -> VerifyRun {
-    VerifyRun {
-        graph,
-        mode,
-        per_verify: crate::measure::Summary::from_samples(&[us]).expect("modeled times are finite"),
-        per_collective_us: if mode == Mode::Compute || ncoll == 0 {
-            0.0
-        } else {
-            us / ncoll as f64
-        },
-        breakdown,
-        wrong: 0,
-        iterations: 0,
-        warmup: 0,
-        in_collective: None,
-    }
-}
-
 /// `verify --backend model --phase cycle`: the cycle's record body, its `runs` the whole cycle
 /// (broken down by forward) and its `parts` the decode step, the k draft forwards together
 /// and the verify, each run as one schedule is.
-pub(crate) fn verify_cycle(
+pub fn verify_cycle(
     c: &Cycle,
     nranks: usize,
     runs: &[(bool, Mode)],
@@ -173,7 +79,7 @@ pub(crate) fn verify_cycle(
             us: verify_us,
             count: c.verify.n_collectives(),
         });
-        out.push(cycle_run(
+        out.push(modeled_run(
             graph,
             mode,
             draft_total + verify_us,
@@ -187,7 +93,7 @@ pub(crate) fn verify_cycle(
         });
         parts.push(PartRun {
             part: CyclePart::Draft,
-            run: cycle_run(
+            run: modeled_run(
                 graph,
                 mode,
                 draft_total,
@@ -242,7 +148,55 @@ mod tests {
     use super::*;
     use crate::model::cycle::{build, CycleSpec};
     use crate::model::draft::DrafterKind;
-    use crate::model::{presets, ScheduleOptions};
+    use crate::model::{presets, Schedule, ScheduleOptions};
+
+    /// The cost model's price of one cycle's parts in one replay mode, us.
+    #[derive(Debug, Clone, PartialEq)]
+    struct CyclePrice {
+        /// From a CUDA graph (each part captured on its own, as the engines capture them), or
+        /// eager launches.
+        graph: bool,
+        /// The plain decode step of the same batch (beside the cycle, not in it).
+        decode_us: f64,
+        /// Each draft forward of the cycle, in order.
+        draft_us: Vec<f64>,
+        /// The verify.
+        verify_us: f64,
+    }
+
+    impl CyclePrice {
+        /// The cycle: the draft forwards, then the verify.
+        fn cycle_us(&self) -> f64 {
+            self.draft_us.iter().sum::<f64>() + self.verify_us
+        }
+
+        /// The cycle over the plain decode step of the same batch.
+        fn cycle_over_decode(&self) -> f64 {
+            self.cycle_us() / self.decode_us
+        }
+    }
+
+    /// Prices every part of `c` on `nranks` ranks (2 or more) for each (graph, mode) of `runs`,
+    /// in that order: the decode step, each draft forward, the verify.
+    fn price(
+        c: &Cycle,
+        nranks: usize,
+        runs: &[(bool, Mode)],
+        launcher: Launcher,
+        m: &ModelSettings,
+    ) -> anyhow::Result<Vec<CyclePrice>> {
+        let p = price_forwards(c, nranks, runs, launcher, m)?;
+        Ok(runs
+            .iter()
+            .enumerate()
+            .map(|(i, &(graph, _))| CyclePrice {
+                graph,
+                decode_us: p.decode[i].per_verify.median_us,
+                draft_us: p.draft.iter().map(|d| d[i].per_verify.median_us).collect(),
+                verify_us: p.verify[i].per_verify.median_us,
+            })
+            .collect())
+    }
 
     fn kimi_cycle(c: u64) -> Cycle {
         let opt = ScheduleOptions {

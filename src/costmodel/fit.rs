@@ -52,6 +52,21 @@ pub(crate) struct PointFit {
     pub(crate) loo_rel_err: Option<f64>,
 }
 
+impl PointFit {
+    /// `pt` fitted at `fitted_us`, and predicted at `loo_us` by a fit without it.
+    pub(crate) fn new(pt: &Point, fitted_us: f64, loo_us: Option<f64>) -> PointFit {
+        PointFit {
+            source: pt.source.clone(),
+            label: pt.label.clone(),
+            measured_us: pt.measured_us,
+            fitted_us,
+            rel_err: fitted_us / pt.measured_us - 1.0,
+            loo_us,
+            loo_rel_err: loo_us.map(|l| l / pt.measured_us - 1.0),
+        }
+    }
+}
+
 /// One fitted parameter.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct ParamFit {
@@ -121,15 +136,7 @@ pub(crate) fn calibrate(base: &Profile, pts: &[Point]) -> anyhow::Result<FitRepo
         } else {
             None
         };
-        points.push(PointFit {
-            source: pt.source.clone(),
-            label: pt.label.clone(),
-            measured_us: pt.measured_us,
-            fitted_us: f,
-            rel_err: f / pt.measured_us - 1.0,
-            loo_us: loo,
-            loo_rel_err: loo.map(|l| l / pt.measured_us - 1.0),
-        });
+        points.push(PointFit::new(pt, f, loo));
     }
     let median_abs_err =
         crate::measure::stats::median_abs(&points.iter().map(|p| p.rel_err).collect::<Vec<_>>());

@@ -139,7 +139,7 @@ impl ModelSettings {
 
 /// A modeled result and where its parameters came from.
 #[derive(Debug, Clone)]
-pub(crate) struct Modeled<T> {
+pub struct Modeled<T> {
     pub(crate) result: T,
     /// Name of the profile (built-in link profile or file) the numbers came from.
     pub(crate) profile: String,
@@ -150,6 +150,50 @@ pub(crate) struct Modeled<T> {
 /// A single modeled value as a summary of one sample (median = mean = min = max = p99).
 fn single(us: f64) -> Summary {
     Summary::from_samples(&[us]).expect("modeled times are finite")
+}
+
+/// A single modeled time `us` of a forward of `ncoll` collectives as a run (its breakdown
+/// beside it).
+fn modeled_run(graph: bool, mode: Mode, us: f64, ncoll: u64, breakdown: Vec<Part>) -> VerifyRun {
+    VerifyRun {
+        graph,
+        mode,
+        per_verify: single(us),
+        per_collective_us: if mode == Mode::Compute || ncoll == 0 {
+            0.0
+        } else {
+            us / ncoll as f64
+        },
+        breakdown,
+        wrong: 0,
+        iterations: 0,
+        warmup: 0,
+        in_collective: None,
+    }
+}
+
+/// The profile `m` selects, its label, the forced algorithms and protocols, and the notes every
+/// modeled result starts with, for `nranks` ranks (2 or more: `flags` name what sets them) at
+/// the nccl-tests `sizes`.
+fn prepare(
+    m: &ModelSettings,
+    nranks: usize,
+    sizes: &[u64],
+    flags: &str,
+) -> anyhow::Result<(Profile, String, Force, Vec<String>)> {
+    let (p, label) = m.resolve()?;
+    let force = m.force()?;
+    if nranks < 2 {
+        crate::usage_bail!(
+            "a collective needs at least 2 ranks (got {nranks}); use {flags} 2 or more"
+        );
+    }
+    let mut notes = common_notes(&p, &force, m);
+    // A fitted profile used at a rank count or a size it was not fitted on says that it
+    // extrapolates.
+    notes.extend(fit::extrapolation_note(&p, nranks));
+    notes.extend(fit::range_note(&p, sizes));
+    Ok((p, label, force, notes))
 }
 
 fn common_notes(p: &Profile, force: &Force, m: &ModelSettings) -> Vec<String> {
@@ -318,23 +362,12 @@ pub(crate) fn verify(
     launcher: Launcher,
     m: &ModelSettings,
 ) -> anyhow::Result<Modeled<VerifyResult>> {
-    let (p, label) = m.resolve()?;
-    let force = m.force()?;
-    if nranks < 2 {
-        crate::usage_bail!(
-            "a collective needs at least 2 ranks (got {nranks}); use --tp/--gpus 2 or more"
-        );
-    }
     let groups = schedule.collective_groups();
-    let mut notes = common_notes(&p, &force, m);
-    // A fitted profile used at a rank count or a size it was not fitted on says that it
-    // extrapolates.
-    notes.extend(fit::extrapolation_note(&p, nranks));
     let sizes: Vec<u64> = groups
         .iter()
         .map(|g| nccl_size(g.kind, g.bytes_per_rank, nranks))
         .collect();
-    notes.extend(fit::range_note(&p, &sizes));
+    let (p, label, force, mut notes) = prepare(m, nranks, &sizes, "--tp/--gpus")?;
     for g in &groups {
         let size = nccl_size(g.kind, g.bytes_per_rank, nranks);
         let t = predict::op_time(&p, g.kind, size, nranks, true, launcher, &force)?;
@@ -402,22 +435,13 @@ pub(crate) fn verify(
             }
         }
         let total: f64 = parts.iter().map(|pt| pt.us).sum();
-        let ncoll = schedule.n_collectives();
-        out.push(VerifyRun {
+        out.push(modeled_run(
             graph,
             mode,
-            per_verify: single(total),
-            per_collective_us: if mode == Mode::Compute || ncoll == 0 {
-                0.0
-            } else {
-                total / ncoll as f64
-            },
-            breakdown: parts,
-            wrong: 0,
-            iterations: 0,
-            warmup: 0,
-            in_collective: None,
-        });
+            total,
+            schedule.n_collectives(),
+            parts,
+        ));
     }
     Ok(Modeled {
         result: VerifyResult {
@@ -445,18 +469,7 @@ pub(crate) fn collective(
     launcher: Launcher,
     m: &ModelSettings,
 ) -> anyhow::Result<Modeled<CollectiveResult>> {
-    let (p, label) = m.resolve()?;
-    let force = m.force()?;
-    if nranks < 2 {
-        crate::usage_bail!(
-            "a collective needs at least 2 ranks (got {nranks}); use --gpus 2 or more"
-        );
-    }
-    let mut notes = common_notes(&p, &force, m);
-    // A fitted profile used at a rank count or a size it was not fitted on says that it
-    // extrapolates.
-    notes.extend(fit::extrapolation_note(&p, nranks));
-    notes.extend(fit::range_note(&p, sizes));
+    let (p, label, force, mut notes) = prepare(m, nranks, sizes, "--gpus")?;
     notes.push(format!(
         "eager times assume ranks as {}",
         match launcher {

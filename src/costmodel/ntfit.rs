@@ -311,15 +311,7 @@ pub(crate) fn calibrate(base: &Profile, phys: &Physics, tables: &[Table]) -> any
             let f = fit::predict(&fitted, pt)?;
             let rest = fit::all_but(&pts, i);
             let loo = fit::predict(&fit_points(base, phys, &rest)?, pt)?;
-            Ok(fit::PointFit {
-                source: pt.source.clone(),
-                label: pt.label.clone(),
-                measured_us: pt.measured_us,
-                fitted_us: f,
-                rel_err: f / pt.measured_us - 1.0,
-                loo_us: Some(loo),
-                loo_rel_err: Some(loo / pt.measured_us - 1.0),
-            })
+            Ok(fit::PointFit::new(pt, f, Some(loo)))
         })
         .collect::<Vec<anyhow::Result<fit::PointFit>>>()
         .into_iter()

@@ -43,6 +43,22 @@ fn range_cell(r: Option<[f64; 2]>) -> String {
     }
 }
 
+/// A row's cells in the columns' order (verify, time, range, step, step range, source, tok/s,
+/// vs plain); its how apart.
+fn cells(sc: &Scenario) -> [String; 8] {
+    let (t, x) = tps(sc);
+    [
+        sc.row.name().to_string(),
+        time_cell(sc),
+        range_cell(sc.range_us),
+        ms(sc.step.step_us),
+        range_cell(sc.step.range_us),
+        sc.verify.source.label().to_string(),
+        t,
+        x,
+    ]
+}
+
 /// What the rows' columns mean.
 const LEGEND: &str = "step = draft forwards x draft + verify + overhead, what the tokens/s divides by; tok/s = requests x accept length / step; vs plain = over decoding without speculation, with the row's change applied to the decode too; tau* = the accept length that breaks even; range: the calibrated terms' held-out spread on what they price and the model's stated error on its modeled part; ^: held at the floor, never faster than the decode step of this machine, so no row gains more than the accept length";
 
@@ -137,18 +153,10 @@ pub(crate) fn text(e: &Explanation) -> String {
             "verify", "time", "range", "step", "step range", "source", "tok/s", "vs plain"
         );
         for sc in &e.scenarios {
-            let (t, x) = tps(sc);
+            let [name, time, range, step, step_range, source, t, x] = cells(sc);
             let _ = writeln!(
                 s,
-                "  {:<34} {:>10} {:>13} {:>9} {:>13}  {:<9} {:>7} {:>10}  {}",
-                sc.row.name(),
-                time_cell(sc),
-                range_cell(sc.range_us),
-                ms(sc.step.step_us),
-                range_cell(sc.step.range_us),
-                sc.verify.source.label(),
-                t,
-                x,
+                "  {name:<34} {time:>10} {range:>13} {step:>9} {step_range:>13}  {source:<9} {t:>7} {x:>10}  {}",
                 sc.verify.how
             );
         }
@@ -240,20 +248,8 @@ pub(crate) fn markdown(e: &Explanation) -> String {
     if !e.scenarios.is_empty() {
         let _ = writeln!(s, "\n### What would change it\n\n{}\n\n| verify | time | range | step | step range | source | tok/s | vs plain | how |\n|---|---:|---:|---:|---:|---|---:|---:|---|", cycle_words(e));
         for sc in &e.scenarios {
-            let (t, x) = tps(sc);
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                sc.row.name(),
-                time_cell(sc),
-                range_cell(sc.range_us),
-                ms(sc.step.step_us),
-                range_cell(sc.step.range_us),
-                sc.verify.source.label(),
-                t,
-                x,
-                md_escape(&sc.verify.how)
-            );
+            let cells = cells(sc).join(" | ");
+            let _ = writeln!(s, "| {cells} | {} |", md_escape(&sc.verify.how));
         }
         let _ = writeln!(s, "\n{LEGEND}");
     }

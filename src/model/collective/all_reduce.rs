@@ -18,9 +18,6 @@ impl CollectiveOps for AllReduce {
     fn recv_elems(&self, count: usize, _nranks: usize) -> usize {
         count
     }
-    fn count_for_size(&self, size_bytes: u64, elem_bytes: u64, _nranks: usize) -> usize {
-        (size_bytes / elem_bytes) as usize
-    }
     fn nccl_size(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
         bytes_per_rank
     }

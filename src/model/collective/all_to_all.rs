@@ -26,19 +26,12 @@ impl CollectiveOps for AllToAll {
     fn recv_elems(&self, count: usize, nranks: usize) -> usize {
         count * nranks
     }
-    fn count_for_size(&self, size_bytes: u64, elem_bytes: u64, nranks: usize) -> usize {
-        (size_bytes / elem_bytes) as usize / nranks
-    }
     /// nccl-tests sizes an all-to-all by a rank's whole send buffer.
     fn nccl_size(&self, bytes_per_rank: u64, nranks: u64) -> u64 {
         bytes_per_rank * nranks
     }
     fn bytes_out(&self, bytes_per_rank: u64, nranks: u64) -> u64 {
         bytes_per_rank * nranks
-    }
-    fn bus_factor(&self, nranks: usize) -> f64 {
-        let n = nranks as f64;
-        (n - 1.0) / n
     }
     fn source(&self, count: usize, _nranks: usize, rank: usize, i: usize) -> ElementSource {
         ElementSource::Copy {
@@ -50,8 +43,5 @@ impl CollectiveOps for AllToAll {
     /// message, which the cost model serialises per rank (see `costmodel::predict`).
     fn ring_steps(&self, nranks: usize, nodes: usize) -> (usize, usize) {
         (nranks - 1, nodes - 1)
-    }
-    fn tree_bytes(&self, _size: f64) -> Option<f64> {
-        None
     }
 }

@@ -25,9 +25,6 @@ impl CollectiveOps for Broadcast {
     fn recv_elems(&self, count: usize, _nranks: usize) -> usize {
         count
     }
-    fn count_for_size(&self, size_bytes: u64, elem_bytes: u64, _nranks: usize) -> usize {
-        (size_bytes / elem_bytes) as usize
-    }
     /// nccl-tests sizes a broadcast by its message.
     fn nccl_size(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
         bytes_per_rank
@@ -47,9 +44,5 @@ impl CollectiveOps for Broadcast {
     /// A chain from the root: the message crosses n-1 links, pipelined in chunks.
     fn ring_steps(&self, nranks: usize, nodes: usize) -> (usize, usize) {
         (nranks - 1, nodes - 1)
-    }
-    /// NCCL runs broadcast on rings only (`src/enqueue.cc` has no tree for it).
-    fn tree_bytes(&self, _size: f64) -> Option<f64> {
-        None
     }
 }

@@ -37,28 +37,42 @@ pub(crate) trait CollectiveOps: Sync {
     fn send_elems(&self, count: usize, nranks: usize) -> usize;
     /// Elements of each rank's receive buffer.
     fn recv_elems(&self, count: usize, nranks: usize) -> usize;
-    /// NCCL's `count` for an operation of nccl-tests size `size_bytes` (rounded down).
-    fn count_for_size(&self, size_bytes: u64, elem_bytes: u64, nranks: usize) -> usize;
+    /// NCCL's `count` for an operation of nccl-tests size `size_bytes` (rounded down): the
+    /// nccl-tests size is the larger buffer, which holds `count` or `count x nranks` elements.
+    fn count_for_size(&self, size_bytes: u64, elem_bytes: u64, nranks: usize) -> usize {
+        let per_count = self.send_elems(1, nranks).max(self.recv_elems(1, nranks));
+        (size_bytes / elem_bytes) as usize / per_count
+    }
     /// nccl-tests size (the larger buffer) of an operation in which each rank contributes
     /// `bytes_per_rank` bytes.
     fn nccl_size(&self, bytes_per_rank: u64, nranks: u64) -> u64;
     /// Bytes each rank holds afterwards when each contributed `bytes_per_rank`.
     fn bytes_out(&self, bytes_per_rank: u64, nranks: u64) -> u64;
-    /// nccl-tests' bus-bandwidth factor: busbw = algbw x factor.
-    fn bus_factor(&self, nranks: usize) -> f64;
+    /// nccl-tests' bus-bandwidth factor: busbw = algbw x factor; (n-1)/n unless the
+    /// collective says otherwise.
+    fn bus_factor(&self, nranks: usize) -> f64 {
+        let n = nranks as f64;
+        (n - 1.0) / n
+    }
     /// Where receive element `i` of `rank` comes from.
     fn source(&self, count: usize, nranks: usize, rank: usize, i: usize) -> ElementSource;
     /// Steps a ring takes (total, of which over the network) on `nranks` ranks over `nodes`
-    /// nodes.
-    fn ring_steps(&self, nranks: usize, nodes: usize) -> (usize, usize);
+    /// nodes: one pass round the ring, n-1 links of which nodes-1 cross the network, unless the
+    /// collective says otherwise.
+    fn ring_steps(&self, nranks: usize, nodes: usize) -> (usize, usize) {
+        (nranks - 1, nodes - 1)
+    }
     /// Bytes each rank moves over its slowest link in a ring for nccl-tests size `size`: the
     /// bus factor's definition.
     fn ring_bytes(&self, size: f64, nranks: usize) -> f64 {
         self.bus_factor(nranks) * size
     }
     /// Bytes a tree moves for nccl-tests size `size`, or `None` where NCCL has no tree for this
-    /// collective.
-    fn tree_bytes(&self, size: f64) -> Option<f64>;
+    /// collective: NCCL runs all but the all-reduce on rings only (`src/enqueue.cc` has no tree
+    /// for the broadcast).
+    fn tree_bytes(&self, _size: f64) -> Option<f64> {
+        None
+    }
 }
 
 impl CollectiveKind {
