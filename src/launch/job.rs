@@ -339,6 +339,16 @@ impl RankResult {
             library: self.nccl_library.clone(),
         }
     }
+
+    /// Who this rank was: its process, GPU and NCCL environment.
+    pub(crate) fn worker(&self) -> crate::record::WorkerInfo {
+        crate::record::WorkerInfo {
+            rank: self.rank,
+            pid: self.pid,
+            device: self.device,
+            nccl_env: self.nccl_env.clone(),
+        }
+    }
 }
 
 /// Where a rank stands.
