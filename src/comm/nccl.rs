@@ -399,6 +399,15 @@ pub(crate) fn seconds(d: Duration) -> String {
     }
 }
 
+/// The ranks whose slot is still empty, as "0, 1" (a wait that ran out names them).
+pub(crate) fn missing<T>(slots: &[Option<T>]) -> String {
+    let ranks: Vec<String> = (0..slots.len())
+        .filter(|&r| slots[r].is_none())
+        .map(|r| r.to_string())
+        .collect();
+    ranks.join(", ")
+}
+
 /// What one poll of a wait comes to.
 #[derive(Debug, Clone, PartialEq)]
 enum Poll {

@@ -691,7 +691,7 @@ impl InProcessExchange {
             if now >= deadline {
                 anyhow::bail!(
                     "rank {rank}: rank(s) {} published no P2P handle within {:.0} s",
-                    missing(&s),
+                    crate::comm::nccl::missing(&s),
                     timeout.as_secs_f64()
                 );
             }
@@ -702,15 +702,6 @@ impl InProcessExchange {
                 .0;
         }
     }
-}
-
-/// The ranks whose handle has not come, "1, 3" (an exchange that ran out of time names them).
-fn missing(got: &[Option<Vec<u8>>]) -> String {
-    let ranks: Vec<String> = (0..got.len())
-        .filter(|&r| got[r].is_none())
-        .map(|r| r.to_string())
-        .collect();
-    ranks.join(", ")
 }
 
 /// Exchanges handle bytes through files in `dir` (a folder every rank of the job sees): rank r
@@ -752,7 +743,7 @@ pub(crate) fn file_exchange(
         if Instant::now() >= deadline {
             anyhow::bail!(
                 "rank {rank}: rank(s) {} wrote no P2P handle into '{}' within {:.0} s",
-                missing(&got),
+                crate::comm::nccl::missing(&got),
                 dir.display(),
                 timeout.as_secs_f64()
             );

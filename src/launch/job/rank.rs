@@ -633,12 +633,8 @@ fn run_verify(
     }
     // the schedule's length fits the exact check's salts: checked when the job was
     // made from the request, before any rank started (`pattern::check_salted`)
-    check_memory(
-        &rank.gpu,
-        &[schedule],
-        rank.setup.nranks,
-        rank.comm.is_some(),
-    )?;
+    let with_colls = rank.comm.is_some();
+    check_memory(&rank.gpu, &[schedule], rank.setup.nranks, with_colls)?;
     let colls = schedule_colls(rank, schedule)?;
     let needs_compute = runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
     let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
