@@ -72,24 +72,36 @@ fn dtype_index(d: DType) -> usize {
     }
 }
 
+/// kernels/allreduce.cu compiled with `defines` for `gpu`'s architecture and loaded in its
+/// context, as a loader of its functions by name; `refused(arch, error)` says what a module
+/// the driver refuses to load is.
+fn load_module(
+    gpu: &Gpu,
+    defines: &'static [&'static str],
+    refused: impl FnOnce(&str, String) -> String,
+) -> anyhow::Result<impl Fn(&str) -> anyhow::Result<CudaFunction>> {
+    let (major, minor) = gpu.compute_capability()?;
+    let arch = crate::comm::compile::arch(major, minor)?;
+    let ptx = crate::comm::compile::ptx_with("allreduce.cu", ALLREDUCE_SRC, arch, defines)?;
+    let module = gpu
+        .ctx
+        .load_module(ptx)
+        .map_err(|e| anyhow::anyhow!("{}", refused(arch, format!("{e:?}"))))?;
+    Ok(move |name: &str| {
+        module
+            .load_function(name)
+            .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
+    })
+}
+
 impl P2pKernels {
     pub(crate) fn load(gpu: &Gpu, build: Build) -> anyhow::Result<P2pKernels> {
-        let ctx = &gpu.ctx;
-        let (major, minor) = gpu.compute_capability()?;
-        let arch = crate::comm::compile::arch(major, minor)?;
-        let ptx =
-            crate::comm::compile::ptx_with("allreduce.cu", ALLREDUCE_SRC, arch, build.defines())?;
-        let module = ctx.load_module(ptx).map_err(|e| {
-            anyhow::anyhow!(
-                "GPU {}: loading kernels/allreduce.cu compiled for {arch} (the driver's JIT refused the PTX: {e:?}); `verifybench env` shows the NVRTC chosen and the driver",
+        let f = load_module(gpu, build.defines(), |arch, e| {
+            format!(
+                "GPU {}: loading kernels/allreduce.cu compiled for {arch} (the driver's JIT refused the PTX: {e}); `verifybench env` shows the NVRTC chosen and the driver",
                 gpu.ordinal
             )
         })?;
-        let f = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
-        };
         let oneshot = [f("oneshot_bf16")?, f("oneshot_f16")?, f("oneshot_f32")?];
         let twoshot = [f("twoshot_bf16")?, f("twoshot_f16")?, f("twoshot_f32")?];
         let mut blocks_per_sm = u32::MAX;
@@ -99,7 +111,8 @@ impl P2pKernels {
                 .map_err(|e| anyhow::anyhow!("GPU {}: occupancy query: {e:?}", gpu.ordinal))?;
             blocks_per_sm = blocks_per_sm.min(b);
         }
-        let sms = ctx
+        let sms = gpu
+            .ctx
             .attribute(
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
@@ -222,21 +235,12 @@ const STRESS_BLOCKS: u64 = 64;
 
 impl StressKernels {
     pub(crate) fn load(gpu: &Gpu) -> anyhow::Result<StressKernels> {
-        let (major, minor) = gpu.compute_capability()?;
-        let arch = crate::comm::compile::arch(major, minor)?;
-        let ptx =
-            crate::comm::compile::ptx_with("allreduce.cu", ALLREDUCE_SRC, arch, &["P2P_SELFTEST"])?;
-        let module = gpu.ctx.load_module(ptx).map_err(|e| {
-            anyhow::anyhow!(
-                "GPU {}: loading the stress test's kernels: {e:?}",
+        let f = load_module(gpu, &["P2P_SELFTEST"], |_, e| {
+            format!(
+                "GPU {}: loading the stress test's kernels: {e}",
                 gpu.ordinal
             )
         })?;
-        let f = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
-        };
         Ok(StressKernels {
             fill: [
                 f("stress_fill_bf16")?,

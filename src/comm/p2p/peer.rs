@@ -490,11 +490,6 @@ impl P2pAllReduce {
         &self.ws.cfg
     }
 
-    /// Why `imp` refuses this message, if it does.
-    pub(crate) fn supports(&self, imp: Impl, count: usize, dtype: DType) -> Result<(), String> {
-        supports(imp, count, dtype, self.ws.nranks, &self.ws.cfg)
-    }
-
     /// Blocks a call of `imp` on `count` elements uses.
     pub(crate) fn blocks(&self, imp: Impl, count: usize, dtype: DType) -> u32 {
         super::blocks(imp, count, dtype, self.ws.nranks, self.ws.cfg.max_blocks)
@@ -548,7 +543,7 @@ impl P2pAllReduce {
                 gpu.ordinal
             );
         }
-        self.supports(imp, count, dtype).map_err(usage)?;
+        supports(imp, count, dtype, self.ws.nranks, &self.ws.cfg).map_err(usage)?;
         if count == 0 {
             return Ok(());
         }
