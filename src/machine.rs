@@ -63,7 +63,7 @@ fn requirement_lines() -> Vec<String> {
 }
 
 /// What `env` found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct EnvReport {
     pub(crate) host: String,
     pub(crate) driver_version: Option<String>,
@@ -175,22 +175,9 @@ pub(crate) fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
     let mut r = EnvReport {
         host: crate::util::hostname(),
         driver_version: comm::device::driver_version(),
-        cuda_driver_api: None,
-        gpus: vec![],
-        peer_access: vec![],
-        p2p_platform: None,
-        p2p_access: vec![],
-        nccl_version: None,
-        nccl_library: None,
-        nvrtc_available: false,
-        nvrtc_library: None,
-        nvrtc_choice: None,
-        nvrtc_found: vec![],
         requirements: requirement_lines(),
-        nccl_found: vec![],
         nccl_env: crate::util::nccl_env(),
-        workers: vec![],
-        problems: vec![],
+        ..Default::default()
     };
     for k in r.nccl_env.keys() {
         if !crate::inspect::nccl_vars::is_known_nccl_var(k) {
@@ -220,13 +207,7 @@ pub(crate) fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
             Err(e) => r.problems.push(e.to_string()),
         }
     }
-    r.peer_access = (0..n)
-        .map(|i| {
-            (0..n)
-                .map(|j| i == j || comm::device::can_access_peer(i, j).unwrap_or(false))
-                .collect()
-        })
-        .collect();
+    r.peer_access = peer_access(&(0..n).collect::<Vec<_>>());
     let buses: Vec<String> = r.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
     let (disable, level) = (
         std::env::var("NCCL_P2P_DISABLE").ok(),
@@ -282,15 +263,7 @@ pub(crate) fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
         let devices = crate::launch::run::select_devices(gpu, None, n)?;
         let spec = LaunchSpec::new(devices, gpu.launcher, gpu.timeout);
         let res = run_job(&spec, &Job::Env)?;
-        r.workers = res
-            .iter()
-            .map(|x| WorkerInfo {
-                rank: x.rank,
-                pid: x.pid,
-                device: x.device,
-                nccl_env: x.nccl_env.clone(),
-            })
-            .collect();
+        r.workers = res.iter().map(|x| x.worker()).collect();
         for w in &r.workers {
             if w.nccl_env != r.nccl_env {
                 r.problems.push(format!(
@@ -327,6 +300,14 @@ pub(crate) struct Identity {
     pub(crate) nccl_version: Option<String>,
 }
 
+/// peer[i][j]: GPU devices[i] can access GPU devices[j]'s memory directly, as the driver
+/// reports it (a GPU always reaches its own; a failed query counts as no).
+fn peer_access(devices: &[usize]) -> Vec<Vec<bool>> {
+    let can = |i: usize, j: usize| i == j || comm::device::can_access_peer(i, j).unwrap_or(false);
+    let row = |i| devices.iter().map(|&j| can(i, j)).collect();
+    devices.iter().map(|&i| row(i)).collect()
+}
+
 /// [`Identity`] of the GPUs `devices`, in the order given (the ranks' order).
 pub(crate) fn identity(devices: &[usize]) -> anyhow::Result<Identity> {
     let mut gpus = vec![];
@@ -338,19 +319,10 @@ pub(crate) fn identity(devices: &[usize]) -> anyhow::Result<Identity> {
             pci_bus_id: g.pci_bus_id,
         });
     }
-    let peer_access = devices
-        .iter()
-        .map(|&i| {
-            devices
-                .iter()
-                .map(|&j| i == j || comm::device::can_access_peer(i, j).unwrap_or(false))
-                .collect()
-        })
-        .collect();
     let nccl_version = comm::nccl::version();
     Ok(Identity {
         gpus,
-        peer_access,
+        peer_access: peer_access(devices),
         driver: comm::device::driver_version(),
         nccl_library: comm::libs::loaded_path("libnccl"),
         nccl_version,

@@ -32,13 +32,9 @@ fn fail<E: std::fmt::Debug>(device: usize, what: &str) -> impl FnOnce(E) -> Cuda
 }
 
 pub(super) fn check(device: usize, what: &str, r: cu::CUresult) -> Result<(), CudaFailure> {
-    if r == cu::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(CudaFailure {
-            device,
-            what: format!("{what}: {r:?}"),
-        })
+    match r {
+        cu::CUresult::CUDA_SUCCESS => Ok(()),
+        r => Err(fail(device, what)(r)),
     }
 }
 
@@ -75,10 +71,7 @@ impl Event {
         self.0
             .elapsed_ms(&end.0)
             .map(|ms| ms as f64 * 1e3)
-            .map_err(|e| CudaFailure {
-                device: self.1,
-                what: format!("cuEventElapsedTime: {e:?}"),
-            })
+            .map_err(fail(self.1, "cuEventElapsedTime"))
     }
 }
 
@@ -394,65 +387,53 @@ impl Gpu {
     }
 }
 
-/// What the P2P all-reduces (comm/p2p/) need of a rank's GPU: the context their kernels and
-/// peer mappings live in, and the stream they launch on.
-impl Gpu {
-    pub(super) fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-    pub(super) fn cuda_stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-    /// The raw handle of the rank's stream, for the driver calls comm/p2p/ makes itself.
-    pub(super) fn raw_stream(&self) -> cu::CUstream {
-        self.stream.cu_stream()
-    }
+/// The driver's handle of device `ordinal` (`cuInit`, then `cuDeviceGet`): the queries below
+/// read a device without creating a context.
+pub(super) fn device_handle(ordinal: usize) -> Result<cu::CUdevice, CudaFailure> {
+    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
+    cudarc::driver::result::device::get(ordinal as i32).map_err(fail(ordinal, "cuDeviceGet"))
 }
 
-/// Name, PCI bus id and memory of device `ordinal`, without creating a context.
+/// The integer attribute `a` of device `ordinal` (`what` names it in an error).
+fn attribute(ordinal: usize, a: cu::CUdevice_attribute, what: &str) -> Result<i32, CudaFailure> {
+    let dev = device_handle(ordinal)?;
+    // SAFETY: dev is a device handle just returned by cuDeviceGet; cuDeviceGetAttribute only
+    // writes one integer, which get_attribute owns.
+    unsafe { cudarc::driver::result::device::get_attribute(dev, a) }.map_err(fail(ordinal, what))
+}
+
 /// Peak SM and memory clocks of device `ordinal`, kHz: the driver attributes
 /// CU_DEVICE_ATTRIBUTE_CLOCK_RATE and CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE (the rated
 /// maxima, not the clocks of the moment).
 pub(crate) fn clocks_khz(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
     use cudarc::driver::sys::CUdevice_attribute as A;
-    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
-    let dev = cudarc::driver::result::device::get(ordinal as i32)
-        .map_err(fail(ordinal, "cuDeviceGet"))?;
-    // SAFETY: dev is a device handle just returned by cuDeviceGet; cuDeviceGetAttribute only
-    // writes one integer, which get_attribute owns.
-    let sm = unsafe {
-        cudarc::driver::result::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
-    }
-    .map_err(fail(ordinal, "cuDeviceGetAttribute(CLOCK_RATE)"))?;
-    // SAFETY: as above.
-    let mem = unsafe {
-        cudarc::driver::result::device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
-    }
-    .map_err(fail(ordinal, "cuDeviceGetAttribute(MEMORY_CLOCK_RATE)"))?;
-    Ok((sm, mem))
+    Ok((
+        attribute(
+            ordinal,
+            A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
+            "cuDeviceGetAttribute(CLOCK_RATE)",
+        )?,
+        attribute(
+            ordinal,
+            A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE,
+            "cuDeviceGetAttribute(MEMORY_CLOCK_RATE)",
+        )?,
+    ))
 }
 
 /// Compute capability of device `ordinal` without creating a context.
 pub(crate) fn compute_capability(ordinal: usize) -> Result<(i32, i32), CudaFailure> {
     use cudarc::driver::sys::CUdevice_attribute as A;
-    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
-    let dev = cudarc::driver::result::device::get(ordinal as i32)
-        .map_err(fail(ordinal, "cuDeviceGet"))?;
-    let attr = |a| {
-        // SAFETY: dev is a valid device handle; the attribute is a plain integer query.
-        unsafe { cudarc::driver::result::device::get_attribute(dev, a) }
-            .map_err(fail(ordinal, "cuDeviceGetAttribute"))
-    };
+    let attr = |a| attribute(ordinal, a, "cuDeviceGetAttribute");
     Ok((
         attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
         attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
     ))
 }
 
+/// Name, PCI bus id and memory of device `ordinal`, without creating a context.
 pub(crate) fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
-    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
-    let dev = cudarc::driver::result::device::get(ordinal as i32)
-        .map_err(fail(ordinal, "cuDeviceGet"))?;
+    let dev = device_handle(ordinal)?;
     let name =
         cudarc::driver::result::device::get_name(dev).map_err(fail(ordinal, "cuDeviceGetName"))?;
     // SAFETY: dev is a valid device handle; total_mem only reads it.
@@ -477,9 +458,7 @@ pub(crate) fn info(ordinal: usize) -> Result<GpuInfo, CudaFailure> {
 /// The UUID of device `ordinal` as `nvidia-smi -L` prints it (`GPU-8c7b2f4e-...`), without
 /// creating a context: what stays the same when the device's ordinal or PCI slot changes.
 pub(crate) fn uuid(ordinal: usize) -> Result<String, CudaFailure> {
-    cudarc::driver::result::init().map_err(fail(ordinal, "cuInit"))?;
-    let dev = cudarc::driver::result::device::get(ordinal as i32)
-        .map_err(fail(ordinal, "cuDeviceGet"))?;
+    let dev = device_handle(ordinal)?;
     let id =
         cudarc::driver::result::device::get_uuid(dev).map_err(fail(ordinal, "cuDeviceGetUuid"))?;
     Ok(uuid_text(&id.bytes.map(|b| b as u8)))
@@ -501,9 +480,7 @@ pub(crate) fn uuid_text(b: &[u8; 16]) -> String {
 
 /// Whether device `a` can access device `b`'s memory directly (P2P).
 pub(crate) fn can_access_peer(a: usize, b: usize) -> Result<bool, CudaFailure> {
-    cudarc::driver::result::init().map_err(fail(a, "cuInit"))?;
-    let da = cudarc::driver::result::device::get(a as i32).map_err(fail(a, "cuDeviceGet"))?;
-    let db = cudarc::driver::result::device::get(b as i32).map_err(fail(b, "cuDeviceGet"))?;
+    let (da, db) = (device_handle(a)?, device_handle(b)?);
     let mut v = 0;
     // SAFETY: v is a valid out-pointer; da and db are valid device handles.
     let r = unsafe { cu::cuDeviceCanAccessPeer(&mut v, da, db) };

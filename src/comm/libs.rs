@@ -28,7 +28,8 @@ fn nccl_loadable_by_default() -> bool {
     unsafe { cudarc::nccl::sys::is_culib_present() }
 }
 
-fn nvrtc_loadable_by_default() -> bool {
+/// Whether NVRTC can be loaded (for the compute kernels).
+pub(crate) fn nvrtc_present() -> bool {
     // SAFETY: only tries dlopen by name.
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
@@ -95,15 +96,16 @@ const SYSTEM_DIRS: &[&str] = &[
 /// Candidate files for a library, in search order, with where each came from.
 fn candidates(file_names: &[&str], wheel_subdirs: &[&str]) -> Vec<(PathBuf, String)> {
     let mut out = vec![];
-    for d in ld_library_dirs() {
+    let mut add = |dir: &Path, how: &str| {
         for f in file_names {
-            out.push((d.join(f), "LD_LIBRARY_PATH".to_string()));
+            out.push((dir.join(f), how.to_string()));
         }
+    };
+    for d in ld_library_dirs() {
+        add(&d, "LD_LIBRARY_PATH");
     }
     for d in SYSTEM_DIRS {
-        for f in file_names {
-            out.push((Path::new(d).join(f), "system".to_string()));
-        }
+        add(Path::new(d), "system");
     }
     // CUDA toolkits installed side by side (/usr/local/cuda-13.0/...)
     if let Ok(rd) = std::fs::read_dir("/usr/local") {
@@ -120,17 +122,13 @@ fn candidates(file_names: &[&str], wheel_subdirs: &[&str]) -> Vec<(PathBuf, Stri
         tk.reverse();
         for t in tk {
             for sub in ["lib64", "targets/x86_64-linux/lib"] {
-                for f in file_names {
-                    out.push((t.join(sub).join(f), "CUDA toolkit".to_string()));
-                }
+                add(&t.join(sub), "CUDA toolkit");
             }
         }
     }
     for site in python_site_dirs() {
         for sub in wheel_subdirs {
-            for f in file_names {
-                out.push((site.join(sub).join(f), "Python site-packages".to_string()));
-            }
+            add(&site.join(sub), "Python site-packages");
         }
     }
     out
@@ -228,36 +226,51 @@ pub(crate) const LOADER_DEFAULT: &str = "the loader's default";
 /// The file the loader maps for cudarc's NCCL names (`libnccl.so`, ...), or None when none
 /// loads. The library is opened with RTLD_LOCAL, its path read with dladdr, and closed again.
 fn loader_default_nccl() -> Option<PathBuf> {
-    for name in cudarc::get_lib_name_candidates("nccl") {
-        let Ok(c) = std::ffi::CString::new(name) else {
-            continue;
-        };
-        // SAFETY: dlopen of a shared library by a NUL-terminated name; RTLD_LOCAL keeps its
-        // symbols out of the global namespace.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-        if h.is_null() {
-            continue;
-        }
-        // SAFETY: h is a live handle; the symbol name is NUL-terminated.
-        let sym = unsafe { libc::dlsym(h, c"ncclGetVersion".as_ptr()) };
-        let mut path = None;
-        if !sym.is_null() {
-            // SAFETY: a zeroed Dl_info is a valid out-parameter; sym lies in the library.
-            let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-            if unsafe { libc::dladdr(sym, &mut info) } != 0 && !info.dli_fname.is_null() {
+    cudarc::get_lib_name_candidates("nccl")
+        .into_iter()
+        .find_map(|name| {
+            let flags = libc::RTLD_LAZY | libc::RTLD_LOCAL;
+            with_symbol(&name, flags, c"ncclGetVersion", |_, path| {
+                path.map(PathBuf::from)
+            })
+        })
+}
+
+/// Opens the library `name` (a file path, or a name for the loader's search) with `flags`,
+/// finds `symbol` in it and gives `f` its address and the file the loader mapped it from (when
+/// `dladdr` says), then closes the library again: `f`'s answer, or `None` when the library or
+/// the symbol is missing. RTLD_LOCAL in `flags` keeps its symbols out of the global namespace.
+fn with_symbol<T>(
+    name: &str,
+    flags: std::ffi::c_int,
+    symbol: &std::ffi::CStr,
+    f: impl FnOnce(*mut libc::c_void, Option<String>) -> Option<T>,
+) -> Option<T> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: dlopen of a shared library by a NUL-terminated name.
+    let h = unsafe { libc::dlopen(c.as_ptr(), flags) };
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: h is a live handle; the symbol name is NUL-terminated.
+    let sym = unsafe { libc::dlsym(h, symbol.as_ptr()) };
+    let mut res = None;
+    if !sym.is_null() {
+        // SAFETY: a zeroed Dl_info is a valid out-parameter; sym lies in the library.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        let path = (unsafe { libc::dladdr(sym, &mut info) } != 0 && !info.dli_fname.is_null())
+            .then(|| {
                 // SAFETY: dladdr set dli_fname to a NUL-terminated string owned by the loader,
                 // valid while the library is open (copied here before dlclose).
                 let f = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-                path = Some(PathBuf::from(f.to_string_lossy().into_owned()));
-            }
-        }
-        // SAFETY: h came from dlopen above and no pointer into the library outlives this call.
-        unsafe { libc::dlclose(h) };
-        if path.is_some() {
-            return path;
-        }
+                f.to_string_lossy().into_owned()
+            });
+        res = f(sym, path);
     }
-    None
+    // SAFETY: h came from dlopen above and no pointer into the library outlives this call
+    // (`f` returns owned values).
+    unsafe { libc::dlclose(h) };
+    res
 }
 
 /// The variables by which a re-executed run knows its libraries are prepared: a child that
@@ -305,41 +318,18 @@ fn nvrtc_candidates() -> Vec<NvrtcCandidate> {
 /// Opens an NVRTC library (a file path, or a name for the loader's search), asks its version
 /// and the file it was mapped from, and closes it.
 fn probe_nvrtc(name: &str) -> Option<(String, Version)> {
-    let c = std::ffi::CString::new(name).ok()?;
-    // SAFETY: dlopen of a shared library by a NUL-terminated name; RTLD_LOCAL keeps its symbols
-    // out of the global namespace, so a second NVRTC opened later does not clash.
-    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        return None;
-    }
-    let mut res = None;
-    // SAFETY: h is a live handle; the symbol name is NUL-terminated.
-    let sym = unsafe { libc::dlsym(h, c"nvrtcVersion".as_ptr()) };
-    if !sym.is_null() {
+    // RTLD_LOCAL: a second NVRTC opened later does not clash.
+    let flags = libc::RTLD_NOW | libc::RTLD_LOCAL;
+    with_symbol(name, flags, c"nvrtcVersion", |sym, path| {
         type VersionFn = unsafe extern "C" fn(*mut i32, *mut i32) -> i32;
         // SAFETY: nvrtcVersion has the signature nvrtcResult(int*, int*) in every NVRTC.
         let f: VersionFn = unsafe { std::mem::transmute::<*mut libc::c_void, VersionFn>(sym) };
         let (mut a, mut b) = (0, 0);
         // SAFETY: two valid out-pointers.
-        if unsafe { f(&mut a, &mut b) } == 0 {
-            // SAFETY: a zeroed Dl_info is a valid out-parameter; sym lies in the library.
-            let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-            let path = if unsafe { libc::dladdr(sym, &mut info) } != 0 && !info.dli_fname.is_null()
-            {
-                // SAFETY: dladdr set dli_fname to a NUL-terminated string owned by the loader,
-                // valid while the library is open (copied here before dlclose).
-                unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
-                    .to_string_lossy()
-                    .into_owned()
-            } else {
-                name.to_string()
-            };
-            res = Some((path, Version::new(a.max(0) as u32, b.max(0) as u32, 0)));
-        }
-    }
-    // SAFETY: h came from dlopen above and no pointer into the library outlives this call.
-    unsafe { libc::dlclose(h) };
-    res
+        let ok = unsafe { f(&mut a, &mut b) } == 0;
+        let version = Version::new(a.max(0) as u32, b.max(0) as u32, 0);
+        ok.then(|| (path.unwrap_or_else(|| name.to_string()), version))
+    })
 }
 
 /// The CUDA version of the driver's API (`cuDriverGetVersion`), None without a driver.
@@ -526,11 +516,6 @@ pub(crate) fn loaded_path(stem: &str) -> Option<String> {
                 .map(|c| c.display().to_string())
                 .unwrap_or(p.to_string())
         })
-}
-
-/// Whether NVRTC can be loaded (for the compute kernels).
-pub(crate) fn nvrtc_present() -> bool {
-    nvrtc_loadable_by_default()
 }
 
 #[cfg(test)]

@@ -92,11 +92,7 @@ pub fn unique_id() -> Result<UniqueId, NcclFailure> {
     check(0, "ncclGetUniqueId", unsafe {
         sys::ncclGetUniqueId(&mut id)
     })?;
-    let mut out = [0u8; 128];
-    for (o, i) in out.iter_mut().zip(id.internal.iter()) {
-        *o = *i as u8;
-    }
-    Ok(out)
+    Ok(id.internal.map(|i| i as u8))
 }
 
 fn nccl_dtype(d: DType) -> sys::ncclDataType_t {
@@ -403,6 +399,15 @@ pub(crate) fn seconds(d: Duration) -> String {
     }
 }
 
+/// The ranks whose slot is still empty, as "0, 1" (a wait that ran out names them).
+pub(crate) fn missing<T>(slots: &[Option<T>]) -> String {
+    let ranks: Vec<String> = (0..slots.len())
+        .filter(|&r| slots[r].is_none())
+        .map(|r| r.to_string())
+        .collect();
+    ranks.join(", ")
+}
+
 /// What one poll of a wait comes to.
 #[derive(Debug, Clone, PartialEq)]
 enum Poll {
@@ -497,11 +502,9 @@ impl Communicator {
     /// until every rank has joined.
     pub fn init(gpu: &Gpu, id: &UniqueId, rank: usize, nranks: usize) -> anyhow::Result<Self> {
         gpu.bind()?;
-        let mut internal = [0 as std::ffi::c_char; 128];
-        for (o, i) in internal.iter_mut().zip(id.iter()) {
-            *o = *i as std::ffi::c_char;
-        }
-        let uid = sys::ncclUniqueId { internal };
+        let uid = sys::ncclUniqueId {
+            internal: id.map(|i| i as std::ffi::c_char),
+        };
         let mut raw: sys::ncclComm_t = std::ptr::null_mut();
         // SAFETY: raw is a valid out-pointer; uid is passed by value; rank < nranks is checked by
         // NCCL, which returns an error rather than misbehaving.

@@ -233,10 +233,9 @@ fn read_family(env: &BTreeMap<String, String>, fam: &Family) -> Result<Option<Fo
             )));
         }
     };
-    let local = match lookup(env, fam.local) {
-        Some((n, v)) => Some((n, parse_count(n, v)?)),
-        None => None,
-    };
+    let local = lookup(env, fam.local)
+        .map(|(n, v)| parse_count(n, v).map(|l| (n, l)))
+        .transpose()?;
     Ok(Some(Found {
         kind: fam.kind,
         rank,
@@ -389,11 +388,7 @@ fn from_launcher(
              PMI_RANK/PMI_SIZE)"
         )));
     };
-    let local = match (explicit.local_rank, f.local) {
-        (Some(l), _) => Some(l),
-        (None, Some((_, l))) => Some(l),
-        (None, None) => None,
-    };
+    let local = explicit.local_rank.or(f.local.map(|(_, l)| l));
     let mut vars = format!("{}/{}", f.rank.0, f.size.0);
     match (explicit.local_rank, f.local) {
         (Some(_), _) => vars.push_str(", local rank from --local-rank"),
@@ -461,22 +456,17 @@ fn visible_gpu(
 /// the MPI launchers. Two jobs' ranks that meet on one port tell each other apart by it. It is
 /// no secret: anyone on the cluster can read it.
 pub(crate) fn launcher_job(env: &BTreeMap<String, String>, source: LauncherKind) -> Option<String> {
-    let get = |n: &str| {
-        env.get(n)
-            .map(|v| v.trim())
-            .filter(|v| !v.is_empty())
-            .map(str::to_string)
-    };
+    let get = |names| lookup(env, names).map(|(_, v)| v);
     match source {
         LauncherKind::Slurm => {
-            let job = get("SLURM_JOB_ID").or_else(|| get("SLURM_JOBID"))?;
-            let step = get("SLURM_STEP_ID").or_else(|| get("SLURM_STEPID"));
+            let job = get(&["SLURM_JOB_ID", "SLURM_JOBID"])?;
+            let step = get(&["SLURM_STEP_ID", "SLURM_STEPID"]);
             Some(match step {
                 Some(s) => format!("slurm:{job}.{s}"),
                 None => format!("slurm:{job}"),
             })
         }
-        LauncherKind::Torchrun => get("TORCHELASTIC_RUN_ID").map(|r| format!("torchrun:{r}")),
+        LauncherKind::Torchrun => get(&["TORCHELASTIC_RUN_ID"]).map(|r| format!("torchrun:{r}")),
         LauncherKind::Flags | LauncherKind::OpenMpi | LauncherKind::Pmi => None,
     }
 }

@@ -257,13 +257,9 @@ pub(crate) fn run(a: &WorkerRequest) -> anyhow::Result<Option<Record>> {
             }
             results.sort_by_key(|r| r.rank);
             let launcher = format!("external ({})", p.info.source.name());
-            Ok(Some(super::run::verify_record(
-                &p.job,
-                &results,
-                &launcher,
-                started,
-                a.repeat.rank_time,
-            )?))
+            let prov = || super::run::provenance(&launcher, started, &results);
+            let rec = super::run::verify_record(&p.job, &results, a.repeat.rank_time, prov)?;
+            Ok(Some(rec))
         }
         Met::Peer(mut client) => {
             let mine = run_rank(setup(*client.id()), &p.job, |_| {});

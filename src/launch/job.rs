@@ -79,17 +79,16 @@ impl std::str::FromStr for Fault {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (k, r) = s.split_once(':').unwrap_or((s, "1"));
-        let kind = match k {
-            "exit" => FaultKind::Exit,
-            "hang" => FaultKind::Hang,
-            "abort" => FaultKind::Abort,
-            "p2p-silent" => FaultKind::P2pSilent,
-            _ => {
-                return Err(format!(
-                    "unknown fault '{k}' (exit, hang, abort, p2p-silent)"
-                ))
-            }
-        };
+        let kinds = [
+            FaultKind::Exit,
+            FaultKind::Hang,
+            FaultKind::Abort,
+            FaultKind::P2pSilent,
+        ];
+        let kind = kinds
+            .into_iter()
+            .find(|f| f.name() == k)
+            .ok_or_else(|| format!("unknown fault '{k}' (exit, hang, abort, p2p-silent)"))?;
         let rank = r.parse().map_err(|_| format!("bad fault rank '{r}'"))?;
         Ok(Fault { kind, rank })
     }
@@ -337,6 +336,16 @@ impl RankResult {
             pid: self.pid,
             version: self.nccl_version.clone(),
             library: self.nccl_library.clone(),
+        }
+    }
+
+    /// Who this rank was: its process, GPU and NCCL environment.
+    pub(crate) fn worker(&self) -> crate::record::WorkerInfo {
+        crate::record::WorkerInfo {
+            rank: self.rank,
+            pid: self.pid,
+            device: self.device,
+            nccl_env: self.nccl_env.clone(),
         }
     }
 }

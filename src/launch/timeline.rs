@@ -131,27 +131,20 @@ pub(crate) fn chrome_tracks(
             let mut seq = 0u64;
             for (i, it) in p.iter().take(iters).enumerate() {
                 let o = offsets[i] + 1.0;
-                for g in &it.host_gaps {
-                    slices.push(Slice {
-                        name: "host gap".into(),
-                        kind: SliceKind::HostGap,
-                        start_us: o + g.start_us,
-                        dur_us: g.dur_us,
+                let plain = [
+                    ("host gap", SliceKind::HostGap, &it.host_gaps),
+                    ("weight streaming", SliceKind::Compute, &it.compute),
+                ];
+                for (name, kind, timings) in plain {
+                    slices.extend(timings.iter().map(|t| Slice {
+                        name: name.into(),
+                        kind,
+                        start_us: o + t.start_us,
+                        dur_us: t.dur_us,
                         launch: None,
                         graph,
                         collective: None,
-                    });
-                }
-                for c in &it.compute {
-                    slices.push(Slice {
-                        name: "weight streaming".into(),
-                        kind: SliceKind::Compute,
-                        start_us: o + c.start_us,
-                        dur_us: c.dur_us,
-                        launch: None,
-                        graph,
-                        collective: None,
-                    });
+                    }));
                 }
                 for (k, c) in it.collectives.iter().enumerate() {
                     let Some(col) = colls.get(k) else { break };

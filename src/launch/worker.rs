@@ -33,10 +33,6 @@ pub(crate) enum Message {
     Error(String),
 }
 
-pub(crate) fn hex(id: &[u8]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 pub(crate) fn unhex(s: &str) -> anyhow::Result<[u8; 128]> {
     let mut out = [0u8; 128];
     if s.len() != 256 {
@@ -58,7 +54,7 @@ mod tests {
         for (i, b) in id.iter_mut().enumerate() {
             *b = (i * 7) as u8;
         }
-        assert_eq!(unhex(&hex(&id)).unwrap(), id);
+        assert_eq!(unhex(&crate::comm::p2p::to_hex(&id)).unwrap(), id);
         assert!(unhex("abc").is_err());
     }
 

@@ -125,10 +125,7 @@ pub(crate) fn cache_dir() -> PathBuf {
 
 /// The boot id under `root` (`proc/sys/kernel/random/boot_id`), trimmed.
 pub(crate) fn boot_id(root: &Path) -> Option<String> {
-    std::fs::read_to_string(root.join("proc/sys/kernel/random/boot_id"))
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    sysfs::read_trim(&root.join("proc/sys/kernel/random/boot_id"))
 }
 
 impl AccessCache {

@@ -72,24 +72,36 @@ fn dtype_index(d: DType) -> usize {
     }
 }
 
+/// kernels/allreduce.cu compiled with `defines` for `gpu`'s architecture and loaded in its
+/// context, as a loader of its functions by name; `refused(arch, error)` says what a module
+/// the driver refuses to load is.
+fn load_module(
+    gpu: &Gpu,
+    defines: &'static [&'static str],
+    refused: impl FnOnce(&str, String) -> String,
+) -> anyhow::Result<impl Fn(&str) -> anyhow::Result<CudaFunction>> {
+    let (major, minor) = gpu.compute_capability()?;
+    let arch = crate::comm::compile::arch(major, minor)?;
+    let ptx = crate::comm::compile::ptx_with("allreduce.cu", ALLREDUCE_SRC, arch, defines)?;
+    let module = gpu
+        .ctx
+        .load_module(ptx)
+        .map_err(|e| anyhow::anyhow!("{}", refused(arch, format!("{e:?}"))))?;
+    Ok(move |name: &str| {
+        module
+            .load_function(name)
+            .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
+    })
+}
+
 impl P2pKernels {
     pub(crate) fn load(gpu: &Gpu, build: Build) -> anyhow::Result<P2pKernels> {
-        let ctx = gpu.context();
-        let (major, minor) = gpu.compute_capability()?;
-        let arch = crate::comm::compile::arch(major, minor)?;
-        let ptx =
-            crate::comm::compile::ptx_with("allreduce.cu", ALLREDUCE_SRC, arch, build.defines())?;
-        let module = ctx.load_module(ptx).map_err(|e| {
-            anyhow::anyhow!(
-                "GPU {}: loading kernels/allreduce.cu compiled for {arch} (the driver's JIT refused the PTX: {e:?}); `verifybench env` shows the NVRTC chosen and the driver",
+        let f = load_module(gpu, build.defines(), |arch, e| {
+            format!(
+                "GPU {}: loading kernels/allreduce.cu compiled for {arch} (the driver's JIT refused the PTX: {e}); `verifybench env` shows the NVRTC chosen and the driver",
                 gpu.ordinal
             )
         })?;
-        let f = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
-        };
         let oneshot = [f("oneshot_bf16")?, f("oneshot_f16")?, f("oneshot_f32")?];
         let twoshot = [f("twoshot_bf16")?, f("twoshot_f16")?, f("twoshot_f32")?];
         let mut blocks_per_sm = u32::MAX;
@@ -99,7 +111,8 @@ impl P2pKernels {
                 .map_err(|e| anyhow::anyhow!("GPU {}: occupancy query: {e:?}", gpu.ordinal))?;
             blocks_per_sm = blocks_per_sm.min(b);
         }
-        let sms = ctx
+        let sms = gpu
+            .ctx
             .attribute(
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             )
@@ -148,7 +161,7 @@ impl P2pKernels {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = gpu.cuda_stream().launch_builder(f);
+        let mut b = gpu.stream.launch_builder(f);
         b.arg(arg).arg(&input).arg(&output).arg(&count);
         // SAFETY: the arguments match `NAME(Peers a, const char* in, char* out, u64 count)`;
         // every base in `arg` is a live workspace of `capacity` staging bytes mapped into this
@@ -167,7 +180,7 @@ impl P2pKernels {
             block_dim: (BARRIER_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = gpu.cuda_stream().launch_builder(&self.barrier);
+        let mut b = gpu.stream.launch_builder(&self.barrier);
         b.arg(arg);
         // SAFETY: p2p_barrier(Peers a) takes exactly this argument; it touches only flag, epoch
         // and error words of the live workspaces in `arg`; 64 threads cover MAXR waiters and
@@ -194,7 +207,7 @@ impl P2pKernels {
             shared_mem_bytes: 0,
         };
         let bound_ns = bound.as_nanos() as u64;
-        let mut b = gpu.cuda_stream().launch_builder(&self.probe);
+        let mut b = gpu.stream.launch_builder(&self.probe);
         b.arg(&peer).arg(&out).arg(&token).arg(&bound_ns);
         // SAFETY: the arguments match `p2p_probe(u64 peer, u32* out, u32 token, u64
         // timeout_ns)`; the caller passes `peer`, PROBE_SLOT bytes of a live peer allocation
@@ -222,21 +235,12 @@ const STRESS_BLOCKS: u64 = 64;
 
 impl StressKernels {
     pub(crate) fn load(gpu: &Gpu) -> anyhow::Result<StressKernels> {
-        let (major, minor) = gpu.compute_capability()?;
-        let arch = crate::comm::compile::arch(major, minor)?;
-        let ptx =
-            crate::comm::compile::ptx_with("allreduce.cu", ALLREDUCE_SRC, arch, &["P2P_SELFTEST"])?;
-        let module = gpu.context().load_module(ptx).map_err(|e| {
-            anyhow::anyhow!(
-                "GPU {}: loading the stress test's kernels: {e:?}",
+        let f = load_module(gpu, &["P2P_SELFTEST"], |_, e| {
+            format!(
+                "GPU {}: loading the stress test's kernels: {e}",
                 gpu.ordinal
             )
         })?;
-        let f = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
-        };
         Ok(StressKernels {
             fill: [
                 f("stress_fill_bf16")?,
@@ -286,9 +290,7 @@ impl StressKernels {
         ctr: CUdeviceptr,
         j: u32,
     ) -> anyhow::Result<()> {
-        let mut b = gpu
-            .cuda_stream()
-            .launch_builder(&self.fill[dtype_index(dtype)]);
+        let mut b = gpu.stream.launch_builder(&self.fill[dtype_index(dtype)]);
         b.arg(&input)
             .arg(&output)
             .arg(&count)
@@ -318,9 +320,7 @@ impl StressKernels {
         j: u32,
         counts: CUdeviceptr,
     ) -> anyhow::Result<()> {
-        let mut b = gpu
-            .cuda_stream()
-            .launch_builder(&self.check[dtype_index(dtype)]);
+        let mut b = gpu.stream.launch_builder(&self.check[dtype_index(dtype)]);
         b.arg(&output)
             .arg(&count)
             .arg(&nranks)
@@ -337,7 +337,7 @@ impl StressKernels {
 
     /// Enqueues a delay of about `ns` nanoseconds on the rank's stream.
     pub(crate) fn delay(&self, gpu: &Gpu, ns: u64) -> anyhow::Result<()> {
-        let mut b = gpu.cuda_stream().launch_builder(&self.delay);
+        let mut b = gpu.stream.launch_builder(&self.delay);
         b.arg(&ns);
         // SAFETY: `stress_delay(u64 ns)` takes this one argument and touches no memory.
         unsafe { b.launch(Self::one_thread()) }
@@ -347,7 +347,7 @@ impl StressKernels {
 
     /// Enqueues `ctr[0] += calls`.
     pub(crate) fn advance(&self, gpu: &Gpu, ctr: CUdeviceptr, calls: u32) -> anyhow::Result<()> {
-        let mut b = gpu.cuda_stream().launch_builder(&self.advance);
+        let mut b = gpu.stream.launch_builder(&self.advance);
         b.arg(&ctr).arg(&calls);
         // SAFETY: `stress_advance(u64* ctr, u32 calls)`; `ctr` is one live u64 of this context.
         unsafe { b.launch(Self::one_thread()) }

@@ -12,15 +12,7 @@ use cudarc::driver::sys::{self as cu, CUdeviceptr};
 use cudarc::driver::CudaContext;
 
 use super::P2pUnavailable;
-use crate::comm::device::Gpu;
-
-pub(super) fn cu_check(what: &str, device: usize, r: cu::CUresult) -> anyhow::Result<()> {
-    if r == cu::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        anyhow::bail!("GPU {device}: {what}: {r:?}")
-    }
-}
+use crate::comm::device::{check, device_handle, Gpu};
 
 /// Device memory this rank holds through the driver, released in its context on drop: its
 /// own workspace from `cuMemAlloc` (not a stream-ordered pool: only such memory can be shared
@@ -46,22 +38,29 @@ impl DeviceMem {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: ptr is a valid out-pointer; the rank's context is current on this thread.
         let r = unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) };
-        cu_check("cuMemAlloc of the P2P workspace", gpu.ordinal, r)?;
+        check(gpu.ordinal, "cuMemAlloc of the P2P workspace", r)?;
         Ok(DeviceMem {
             ptr,
-            ctx: gpu.context().clone(),
+            ctx: gpu.ctx.clone(),
             from: Origin::Alloc,
         })
     }
 
-    /// [`DeviceMem::new`], zeroed before it returns (the access probe's target).
-    pub(super) fn zeroed(gpu: &Gpu, bytes: usize) -> anyhow::Result<DeviceMem> {
+    /// [`DeviceMem::new`] with its first `zero` bytes zeroed before it returns (a workspace's
+    /// control words, the access probe's whole target); `what` names the zeroing in an error.
+    pub(super) fn zeroed(
+        gpu: &Gpu,
+        bytes: usize,
+        zero: usize,
+        what: &str,
+    ) -> anyhow::Result<DeviceMem> {
         let m = DeviceMem::new(gpu, bytes)?;
-        // SAFETY: [ptr, ptr + bytes) is the allocation just made, in the context bound by new;
-        // the memset runs on the legacy stream and the context synchronisation waits for it.
-        let r = unsafe { cu::cuMemsetD8_v2(m.ptr, 0, bytes) };
-        cu_check("zeroing the P2P probe target", gpu.ordinal, r)?;
-        gpu.context()
+        // SAFETY: [ptr, ptr + min(zero, bytes)) lies inside the allocation just made, in the
+        // context bound by new; the memset runs on the legacy stream and the context
+        // synchronisation waits for it.
+        let r = unsafe { cu::cuMemsetD8_v2(m.ptr, 0, zero.min(bytes)) };
+        check(gpu.ordinal, what, r)?;
+        gpu.ctx
             .synchronize()
             .map_err(|e| anyhow::anyhow!("GPU {}: cuCtxSynchronize: {e:?}", gpu.ordinal))?;
         Ok(m)
@@ -117,19 +116,14 @@ pub(crate) fn process_nonce() -> u64 {
     })
 }
 
-pub(super) fn cu_dev(ordinal: usize) -> anyhow::Result<cu::CUdevice> {
-    cudarc::driver::result::device::get(ordinal as i32)
-        .map_err(|e| anyhow::anyhow!("GPU {ordinal}: cuDeviceGet: {e:?}"))
-}
-
 /// Lets `gpu`'s context address every allocation of `peer`'s primary context.
 pub(super) fn enable_peer(gpu: &Gpu, peer: usize) -> anyhow::Result<PeerCtx> {
-    let dev = cu_dev(peer)?;
+    let dev = device_handle(peer)?;
     let mut pctx: cu::CUcontext = std::ptr::null_mut();
     // SAFETY: pctx is a valid out-pointer and dev a valid device; the retain is released by
     // PeerCtx's drop.
     let r = unsafe { cu::cuDevicePrimaryCtxRetain(&mut pctx, dev) };
-    cu_check(&format!("retaining GPU {peer}'s context"), gpu.ordinal, r)?;
+    check(gpu.ordinal, &format!("retaining GPU {peer}'s context"), r)?;
     let keep = PeerCtx { dev };
     gpu.bind()?;
     // SAFETY: pctx is a live context (retained above); the current context is this rank's.
@@ -138,12 +132,10 @@ pub(super) fn enable_peer(gpu: &Gpu, peer: usize) -> anyhow::Result<PeerCtx> {
         cu::CUresult::CUDA_SUCCESS | cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
             Ok(keep)
         }
-        other => Err(P2pUnavailable {
-            reason: format!(
-                "GPU {} cannot access GPU {peer}: cuCtxEnablePeerAccess failed ({other:?}; P2P disabled or across sockets without P2P)",
-                gpu.ordinal
-            ),
-        }
+        other => Err(P2pUnavailable::new(format!(
+            "GPU {} cannot access GPU {peer}: cuCtxEnablePeerAccess failed ({other:?}; P2P disabled or across sockets without P2P)",
+            gpu.ordinal
+        ))
         .into()),
     }
 }
@@ -155,9 +147,14 @@ pub(super) fn upload_raw(gpu: &Gpu, dst: CUdeviceptr, data: &[u8]) -> anyhow::Re
     // allocation of this context; the copy is ordered on the rank's stream and waited for before
     // `data` can go away.
     let r = unsafe {
-        cu::cuMemcpyHtoDAsync_v2(dst, data.as_ptr() as *const _, data.len(), gpu.raw_stream())
+        cu::cuMemcpyHtoDAsync_v2(
+            dst,
+            data.as_ptr() as *const _,
+            data.len(),
+            gpu.stream.cu_stream(),
+        )
     };
-    cu_check("cuMemcpyHtoDAsync", gpu.ordinal, r)?;
+    check(gpu.ordinal, "cuMemcpyHtoDAsync", r)?;
     gpu.sync()?;
     Ok(())
 }
@@ -168,9 +165,10 @@ pub(super) fn download_raw(gpu: &Gpu, src: CUdeviceptr, len: usize) -> anyhow::R
     gpu.bind()?;
     // SAFETY: the caller passes a source range of `len` bytes inside a live allocation of this
     // context; out holds len bytes; the stream is synchronised before the vector is read.
-    let r =
-        unsafe { cu::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, src, len, gpu.raw_stream()) };
-    cu_check("cuMemcpyDtoHAsync", gpu.ordinal, r)?;
+    let r = unsafe {
+        cu::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, src, len, gpu.stream.cu_stream())
+    };
+    check(gpu.ordinal, "cuMemcpyDtoHAsync", r)?;
     gpu.sync()?;
     Ok(out)
 }
@@ -184,6 +182,6 @@ pub(super) fn copy_raw(
 ) -> anyhow::Result<()> {
     // SAFETY: the caller passes two ranges of `bytes` inside live allocations of this context;
     // the copy is ordered on the rank's stream.
-    let r = unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, gpu.raw_stream()) };
-    cu_check("cuMemcpyDtoDAsync", gpu.ordinal, r)
+    let r = unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, gpu.stream.cu_stream()) };
+    Ok(check(gpu.ordinal, "cuMemcpyDtoDAsync", r)?)
 }

@@ -327,7 +327,8 @@ impl fmt::Display for SignalTimeout {
 
 impl std::error::Error for SignalTimeout {}
 
-/// Lower-case hex of `bytes` (handles travel as text over the worker channel and in files).
+/// Lower-case hex of `bytes` (P2P handles travel as text over the worker channel and in files,
+/// NCCL ids on a worker's command line).
 pub(crate) fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -15,13 +15,13 @@ use cudarc::driver::CudaContext;
 
 use super::kernels::{P2pKernels, PeersArg};
 pub(super) use super::mem::{copy_raw, download_raw, upload_raw};
-use super::mem::{cu_check, cu_dev, enable_peer, process_nonce, DeviceMem, Origin, PeerCtx};
+use super::mem::{enable_peer, process_nonce, DeviceMem, Origin, PeerCtx};
 use super::probe::{check_peers, check_resident};
 use super::{
     supports, Impl, P2pConfig, SignalTimeout, DATA_OFF, ERRORS_OFF, ERROR_WORDS, ERR_STOPPED,
     MAX_RANKS,
 };
-use crate::comm::device::{Buffer, Gpu};
+use crate::comm::device::{check, device_handle, Buffer, Gpu};
 use crate::error::usage;
 use crate::model::DType;
 
@@ -49,12 +49,12 @@ impl StopWord {
         let flags = cu::CU_MEMHOSTALLOC_PORTABLE | cu::CU_MEMHOSTALLOC_DEVICEMAP;
         // SAFETY: host is a valid out-pointer for 4 bytes of pinned memory, freed by Drop.
         let r = unsafe { cu::cuMemHostAlloc(&mut host, 4, flags) };
-        cu_check("cuMemHostAlloc of the P2P stop word", gpu.ordinal, r)?;
+        check(gpu.ordinal, "cuMemHostAlloc of the P2P stop word", r)?;
         // owned from here: an error below frees it
         let word = StopWord {
             host: host.cast(),
             dev: 0,
-            ctx: gpu.context().clone(),
+            ctx: gpu.ctx.clone(),
         };
         // SAFETY: host points at 4 bytes of pinned memory just allocated, 4-byte aligned (pinned
         // allocations are page-aligned); nothing else knows the word yet.
@@ -62,7 +62,7 @@ impl StopWord {
         let mut word = word;
         // SAFETY: dev is a valid out-pointer; host is a DEVICEMAP allocation of this process.
         let r = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut word.dev, host, 0) };
-        cu_check("mapping the P2P stop word", gpu.ordinal, r)?;
+        check(gpu.ordinal, "mapping the P2P stop word", r)?;
         Ok(word)
     }
 
@@ -95,6 +95,10 @@ pub(crate) struct P2pUnavailable {
 }
 
 impl P2pUnavailable {
+    pub(crate) fn new(reason: String) -> P2pUnavailable {
+        P2pUnavailable { reason }
+    }
+
     /// The line to print when `imps` are skipped for this reason, e.g. "GPU 0 cannot access
     /// GPU 1 (P2P disabled or across sockets without P2P): oneshot, twoshot skipped".
     pub(crate) fn skipped(&self, imps: &[Impl]) -> String {
@@ -116,11 +120,9 @@ impl std::fmt::Display for P2pUnavailable {
 impl std::error::Error for P2pUnavailable {}
 
 fn no_access(a: usize, b: usize) -> P2pUnavailable {
-    P2pUnavailable {
-        reason: format!(
-            "GPU {a} cannot access GPU {b} (P2P disabled or across sockets without P2P)"
-        ),
-    }
+    P2pUnavailable::new(format!(
+        "GPU {a} cannot access GPU {b} (P2P disabled or across sockets without P2P)"
+    ))
 }
 
 /// `NCCL_P2P_DISABLE=1` in the environment: the custom kernels would use the very path NCCL was
@@ -133,10 +135,10 @@ fn p2p_disabled_by_env() -> Option<P2pUnavailable> {
 pub(super) fn p2p_disabled(value: Option<String>) -> Option<P2pUnavailable> {
     let v = value?;
     let on = matches!(v.trim(), "1" | "true" | "TRUE" | "yes");
-    on.then(|| P2pUnavailable {
-        reason: format!(
+    on.then(|| {
+        P2pUnavailable::new(format!(
             "NCCL_P2P_DISABLE={v} is set: the P2P all-reduces use the peer-to-peer path it disables (unset it to run them)"
-        ),
+        ))
     })
 }
 
@@ -145,12 +147,10 @@ pub(super) fn p2p_disabled(value: Option<String>) -> Option<P2pUnavailable> {
 /// implementations to skip; `connect` checks the same again.
 pub(crate) fn check_topology(devices: &[usize]) -> Result<(), P2pUnavailable> {
     if !(2..=MAX_RANKS).contains(&devices.len()) {
-        return Err(P2pUnavailable {
-            reason: format!(
-                "the P2P all-reduces run on 2 to {MAX_RANKS} ranks (got {})",
-                devices.len()
-            ),
-        });
+        return Err(P2pUnavailable::new(format!(
+            "the P2P all-reduces run on 2 to {MAX_RANKS} ranks (got {})",
+            devices.len()
+        )));
     }
     let distinct = devices.iter().any(|&d| d != devices[0]);
     if distinct {
@@ -167,9 +167,9 @@ pub(crate) fn check_topology(devices: &[usize]) -> Result<(), P2pUnavailable> {
                 Ok(true) => {}
                 Ok(false) => return Err(no_access(a, b)),
                 Err(e) => {
-                    return Err(P2pUnavailable {
-                        reason: format!("asking whether GPU {a} can access GPU {b}: {e}"),
-                    })
+                    return Err(P2pUnavailable::new(format!(
+                        "asking whether GPU {a} can access GPU {b}: {e}"
+                    )))
                 }
             }
         }
@@ -288,14 +288,8 @@ impl Workspace {
                 "the P2P all-reduces run on 2 to {MAX_RANKS} ranks (rank {rank} of {nranks})"
             );
         }
-        let mem = DeviceMem::new(gpu, cfg.workspace_bytes())?;
-        // SAFETY: the range [ptr, ptr + DATA_OFF) lies inside the allocation just made; the
-        // memset runs on the legacy stream and the context synchronisation below waits for it.
-        let r = unsafe { cu::cuMemsetD8_v2(mem.ptr, 0, DATA_OFF) };
-        cu_check("zeroing the P2P workspace", gpu.ordinal, r)?;
-        gpu.context()
-            .synchronize()
-            .map_err(|e| anyhow::anyhow!("GPU {}: cuCtxSynchronize: {e:?}", gpu.ordinal))?;
+        let what = "zeroing the P2P workspace";
+        let mem = DeviceMem::zeroed(gpu, cfg.workspace_bytes(), DATA_OFF, what)?;
         Ok(Workspace {
             mem,
             rank,
@@ -373,11 +367,9 @@ impl Workspace {
             }
             let peer_dev = h.device as usize;
             if h.host != me.host {
-                return Err(P2pUnavailable {
-                    reason: format!(
-                        "rank {r} runs on another host: the P2P all-reduces need every rank on one machine"
-                    ),
-                }
+                return Err(P2pUnavailable::new(format!(
+                    "rank {r} runs on another host: the P2P all-reduces need every rank on one machine"
+                ))
                 .into());
             }
             if peer_dev != self.device {
@@ -390,7 +382,7 @@ impl Workspace {
             }
             if h.same_process(me) {
                 if peer_dev != self.device {
-                    let dev = cu_dev(peer_dev)?;
+                    let dev = device_handle(peer_dev)?;
                     if !peer_ctx.iter().any(|p: &PeerCtx| p.dev == dev) {
                         peer_ctx.push(enable_peer(gpu, peer_dev)?);
                     }
@@ -398,11 +390,9 @@ impl Workspace {
                 bases[r] = h.ptr;
             } else {
                 let Some(handle) = h.ipc else {
-                    return Err(P2pUnavailable {
-                        reason: format!(
-                            "rank {r} (GPU {peer_dev}) could not export a CUDA IPC handle for its workspace"
-                        ),
-                    }
+                    return Err(P2pUnavailable::new(format!(
+                        "rank {r} (GPU {peer_dev}) could not export a CUDA IPC handle for its workspace"
+                    ))
                     .into());
                 };
                 let m = open_ipc(gpu, handle, self.device, peer_dev)?;
@@ -454,16 +444,14 @@ fn open_ipc(gpu: &Gpu, handle: [u8; 64], me: usize, peer: usize) -> anyhow::Resu
         )
     };
     if r != cu::CUresult::CUDA_SUCCESS {
-        return Err(P2pUnavailable {
-            reason: format!(
-                "GPU {me} cannot open GPU {peer}'s workspace over CUDA IPC ({r:?}; P2P disabled or across sockets without P2P)"
-            ),
-        }
+        return Err(P2pUnavailable::new(format!(
+            "GPU {me} cannot open GPU {peer}'s workspace over CUDA IPC ({r:?}; P2P disabled or across sockets without P2P)"
+        ))
         .into());
     }
     Ok(DeviceMem {
         ptr,
-        ctx: gpu.context().clone(),
+        ctx: gpu.ctx.clone(),
         from: Origin::IpcOpen,
     })
 }
@@ -500,11 +488,6 @@ impl std::ops::Deref for P2pAllReduce {
 impl P2pAllReduce {
     pub(crate) fn config(&self) -> &P2pConfig {
         &self.ws.cfg
-    }
-
-    /// Why `imp` refuses this message, if it does.
-    pub(crate) fn supports(&self, imp: Impl, count: usize, dtype: DType) -> Result<(), String> {
-        supports(imp, count, dtype, self.ws.nranks, &self.ws.cfg)
     }
 
     /// Blocks a call of `imp` on `count` elements uses.
@@ -560,7 +543,7 @@ impl P2pAllReduce {
                 gpu.ordinal
             );
         }
-        self.supports(imp, count, dtype).map_err(usage)?;
+        supports(imp, count, dtype, self.ws.nranks, &self.ws.cfg).map_err(usage)?;
         if count == 0 {
             return Ok(());
         }
@@ -615,7 +598,7 @@ impl P2pAllReduce {
                 std::mem::size_of_val(&words),
             )
         };
-        cu_check("reading the P2P error words", gpu.ordinal, r)?;
+        check(gpu.ordinal, "reading the P2P error words", r)?;
         Ok(words)
     }
 
@@ -701,15 +684,9 @@ impl InProcessExchange {
             }
             let now = Instant::now();
             if now >= deadline {
-                let missing: Vec<String> = s
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, x)| x.is_none())
-                    .map(|(r, _)| r.to_string())
-                    .collect();
                 anyhow::bail!(
                     "rank {rank}: rank(s) {} published no P2P handle within {:.0} s",
-                    missing.join(", "),
+                    crate::comm::nccl::missing(&s),
                     timeout.as_secs_f64()
                 );
             }
@@ -759,15 +736,9 @@ pub(crate) fn file_exchange(
             return Ok(got.into_iter().map(Option::unwrap_or_default).collect());
         }
         if Instant::now() >= deadline {
-            let missing: Vec<String> = got
-                .iter()
-                .enumerate()
-                .filter(|(_, x)| x.is_none())
-                .map(|(r, _)| r.to_string())
-                .collect();
             anyhow::bail!(
                 "rank {rank}: rank(s) {} wrote no P2P handle into '{}' within {:.0} s",
-                missing.join(", "),
+                crate::comm::nccl::missing(&got),
                 dir.display(),
                 timeout.as_secs_f64()
             );

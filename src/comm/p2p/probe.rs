@@ -136,7 +136,8 @@ pub(crate) fn check_access(devices: &[usize]) -> anyhow::Result<(Vec<PairCheck>,
                 opened[ia].2 = Some(k);
             }
             let ib = opened.iter().position(|o| o.0 == b).expect("opened");
-            let target = DeviceMem::zeroed(&opened[ib].1, PROBE_SLOT)?;
+            let what = "zeroing the P2P probe target";
+            let target = DeviceMem::zeroed(&opened[ib].1, PROBE_SLOT, PROBE_SLOT, what)?;
             let (ga, ka) = (&opened[ia].1, opened[ia].2.as_ref().expect("loaded"));
             let _peer = enable_peer(ga, b)?;
             let p = probe_into(ga, ka, target.ptr, &opened[ib].1, token(a, b));

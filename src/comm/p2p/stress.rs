@@ -242,13 +242,12 @@ impl Bench {
         for gpu in &g.gpus {
             k.push(StressKernels::load(gpu)?);
             let alloc = |bytes| gpu.alloc(bytes).map_err(anyhow::Error::from);
+            let batch = || -> anyhow::Result<Vec<Buffer>> {
+                (0..BATCH).map(|_| alloc(MAX_BYTES + SLACK)).collect()
+            };
             b.push(RankBufs {
-                ins: (0..BATCH)
-                    .map(|_| alloc(MAX_BYTES + SLACK))
-                    .collect::<anyhow::Result<_>>()?,
-                outs: (0..BATCH)
-                    .map(|_| alloc(MAX_BYTES + SLACK))
-                    .collect::<anyhow::Result<_>>()?,
+                ins: batch()?,
+                outs: batch()?,
                 ctr: alloc(8)?,
                 counts: alloc(5 * 8)?,
             });
@@ -506,13 +505,7 @@ fn name_of(devices: &[usize]) -> String {
 pub(crate) fn stress_checks(devices: &[usize]) -> Vec<Check> {
     let knobs = match Knobs::from_env() {
         Ok(k) => k,
-        Err(e) => {
-            return vec![Check {
-                name: "p2p stress".into(),
-                pass: false,
-                detail: format!("{e:#}"),
-            }]
-        }
+        Err(e) => return vec![Check::failed("p2p stress".into(), &e)],
     };
     let distinct = {
         let mut d = devices.to_vec();
@@ -549,11 +542,7 @@ pub(crate) fn stress_checks(devices: &[usize]) -> Vec<Check> {
                         pass: o.clean(),
                         detail: real_detail(&o, took),
                     },
-                    Err(e) => Check {
-                        name,
-                        pass: false,
-                        detail: format!("{e:#}"),
-                    },
+                    Err(e) => Check::failed(name, &e),
                 }));
             }
         }

@@ -213,7 +213,8 @@ pub(crate) fn gpu_pci(root: &Path, bus: &str) -> GpuPci {
     g
 }
 
-fn read_trim(p: &Path) -> Option<String> {
+/// The file's text trimmed; `None` when it cannot be read or holds only blanks.
+pub(super) fn read_trim(p: &Path) -> Option<String> {
     std::fs::read_to_string(p)
         .ok()
         .map(|s| s.trim().to_string())

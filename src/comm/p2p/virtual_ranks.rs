@@ -236,11 +236,18 @@ fn verdict(name: String, r: anyhow::Result<String>) -> Check {
             pass: true,
             detail,
         },
-        Err(e) => Check {
+        Err(e) => Check::failed(name, &e),
+    }
+}
+
+impl Check {
+    /// A check that could not run or failed with `e` (its whole chain the detail).
+    pub(super) fn failed(name: String, e: &anyhow::Error) -> Check {
+        Check {
             name,
             pass: false,
             detail: format!("{e:#}"),
-        },
+        }
     }
 }
 

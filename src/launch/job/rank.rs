@@ -314,6 +314,14 @@ impl Probe {
         t.saturating_duration_since(self.host_ref).as_secs_f64() * 1e6
     }
 
+    /// The host's span from `t0` to now, on the probe's host clock.
+    fn span(&self, t0: std::time::Instant) -> RankTiming {
+        RankTiming {
+            start_us: self.host_us(t0),
+            dur_us: t0.elapsed().as_secs_f64() * 1e6,
+        }
+    }
+
     /// The pass iteration from the completed events; `steps` say which were collectives.
     fn read(&mut self, steps: &[Step]) -> anyhow::Result<PassIteration> {
         let mut it = PassIteration {
@@ -578,16 +586,16 @@ fn run_collectives(
         };
         let done = *warmup + *iters;
         for &graph in graphs {
-            let (samples, checked) = if graph {
+            let samples = if graph {
                 // one graph per slot pattern: graph g holds sample g's launches
                 let gs = capture_slots(&rank.gpu, |g| sample(g as u64))?;
-                let s = rank.time_graphs(&gs, &colls, *iters, *warmup)?;
-                (s, check_wrong(&colls, &rank.gpu, me, n)?)
+                rank.time_graphs(&gs, &colls, *iters, *warmup)?
             } else {
                 let s = rank.time(*iters, *warmup, &sample)?;
                 rank.run_check(&[&colls], done, &sample)?;
-                (s, check_wrong(&colls, &rank.gpu, me, n)?)
+                s
             };
+            let checked = check_wrong(&colls, &rank.gpu, me, n)?;
             let samples = samples.into_iter().map(|s| s / b as f64).collect();
             push_config(result, samples, checked, vec![]);
             progress(result.samples.len());
@@ -627,11 +635,7 @@ fn run_verify(
     // made from the request, before any rank started (`pattern::check_salted`)
     let with_colls = rank.comm.is_some();
     check_memory(&rank.gpu, &[schedule], rank.setup.nranks, with_colls)?;
-    let colls = if with_colls {
-        schedule_colls(rank, schedule)?
-    } else {
-        vec![]
-    };
+    let colls = schedule_colls(rank, schedule)?;
     let needs_compute = runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
     let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
     let compute = if needs_compute {
@@ -663,10 +667,13 @@ fn run_verify(
 }
 
 /// The schedule's collectives with their buffer slots, each filled with the inputs of its
-/// operation's index.
+/// operation's index; none for a rank without a communicator (it runs no collective).
 fn schedule_colls(rank: &Rank, schedule: &Schedule) -> anyhow::Result<Vec<Coll>> {
     let (me, n) = (rank.setup.rank, rank.setup.nranks);
     let mut colls = vec![];
+    if rank.comm.is_none() {
+        return Ok(colls);
+    }
     for (i, op) in schedule.ops.iter().enumerate() {
         if let Op::Collective {
             kind, dtype, count, ..
@@ -807,11 +814,7 @@ impl VerifyRun<'_> {
                 let t0 = std::time::Instant::now();
                 busy_wait_us(gaps[i]);
                 if let Some(p) = probe.as_deref_mut() {
-                    let s = p.host_us(t0);
-                    p.host_gaps.push(RankTiming {
-                        start_us: s,
-                        dur_us: t0.elapsed().as_secs_f64() * 1e6,
-                    });
+                    p.host_gaps.push(p.span(t0));
                 }
             }
             let ev = probe
@@ -851,11 +854,7 @@ impl VerifyRun<'_> {
                 gpu.record_timestamp(b)?;
             }
             if let (Some(p), Step::Coll, true) = (probe.as_deref_mut(), st, mode != Mode::Compute) {
-                let s = p.host_us(t0);
-                p.launches.push(RankTiming {
-                    start_us: s,
-                    dur_us: t0.elapsed().as_secs_f64() * 1e6,
-                });
+                p.launches.push(p.span(t0));
             }
         }
         Ok(())
@@ -933,10 +932,7 @@ impl VerifyRun<'_> {
                 p.host_ref = std::time::Instant::now();
                 let t0 = std::time::Instant::now();
                 gp.launch()?;
-                let l = RankTiming {
-                    start_us: p.host_us(t0),
-                    dur_us: t0.elapsed().as_secs_f64() * 1e6,
-                };
+                let l = p.span(t0);
                 rank.wait()?;
                 let mut it = p.read(&v.steps)?;
                 it.launches = vec![l; it.collectives.len()];

@@ -34,17 +34,10 @@ pub(super) enum Kind {
 
 impl Kind {
     fn from_u8(b: u8) -> Option<Kind> {
-        Some(match b {
-            1 => Kind::Hello,
-            2 => Kind::Id,
-            3 => Kind::Refused,
-            4 => Kind::Abort,
-            5 => Kind::Result,
-            6 => Kind::Failed,
-            7 => Kind::Ack,
-            8 => Kind::Challenge,
-            _ => return None,
-        })
+        use Kind::*;
+        [Hello, Id, Refused, Abort, Result, Failed, Ack, Challenge]
+            .into_iter()
+            .find(|k| *k as u8 == b)
     }
 }
 

@@ -133,22 +133,10 @@ pub(crate) fn verify(j: &VerifyJob, started: String) -> anyhow::Result<Record> {
     };
     let spec = spec_of(&a.gpu, devices, fault, a.quiet);
     let results = run_job(&spec, &job)?;
+    let prov = || provenance(spec.launcher.name(), started, &results);
     let mut rec = match &j.cycle {
-        Some(c) => record::cycle_record(
-            &job,
-            c,
-            &results,
-            spec.launcher.name(),
-            started,
-            a.repeat.rank_time,
-        )?,
-        None => verify_record(
-            &job,
-            &results,
-            spec.launcher.name(),
-            started,
-            a.repeat.rank_time,
-        )?,
+        Some(c) => record::cycle_record(&job, c, &results, a.repeat.rank_time, prov)?,
+        None => verify_record(&job, &results, a.repeat.rank_time, prov)?,
     };
     if one && compute_only {
         rec.provenance.notes.push(format!(

@@ -16,7 +16,7 @@ use super::supervise::{Cause, Listen, GRACE};
 use super::LaunchSpec;
 use crate::comm;
 use crate::launch::job::{Job, RankResult};
-use crate::launch::worker::{hex, Message};
+use crate::launch::worker::Message;
 
 /// Children that are killed and reaped when this guard drops (no orphans on any exit path).
 struct Children(Vec<Child>);
@@ -56,7 +56,7 @@ pub(super) fn run_processes(
     std::fs::write(&job_path, serde_json::to_vec(job)?)?;
     let exe = std::env::current_exe()?;
     let env = worker_env(spec);
-    let id_hex = hex(&id);
+    let id_hex = crate::comm::p2p::to_hex(&id);
     let (tx, rx) = mpsc::channel::<(usize, Option<Message>)>();
     let tails: Vec<Arc<Mutex<VecDeque<String>>>> = (0..n)
         .map(|_| Arc::new(Mutex::new(VecDeque::new())))

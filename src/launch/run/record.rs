@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::record::{
     Body, Mode, Part, Provenance, RankTime, Record, RecordedWorkload, Source, StreamRate,
-    VerifyResult, VerifyRun, WorkerInfo,
+    VerifyResult, VerifyRun,
 };
 
 /// Per configuration: each sample's time over the ranks as `rank_time` says (the slowest
@@ -73,15 +73,7 @@ fn worker_provenance(launcher: &str, started: String, results: &[RankResult]) ->
     p.nccl_version = results.first().and_then(|r| r.nccl_version.clone());
     p.nccl_library = results.first().and_then(|r| r.nccl_library.clone());
     p.worker_nccl = results.iter().map(RankResult::nccl).collect();
-    p.workers = results
-        .iter()
-        .map(|r| WorkerInfo {
-            rank: r.rank,
-            pid: r.pid,
-            device: r.device,
-            nccl_env: r.nccl_env.clone(),
-        })
-        .collect();
+    p.workers = results.iter().map(RankResult::worker).collect();
     let init: Vec<String> = results.iter().map(|r| format!("{:.2}", r.init_s)).collect();
     p.notes
         .push(format!("NCCL init per rank (s): {}", init.join(", ")));
@@ -155,21 +147,9 @@ pub(crate) fn export_trace(
     crate::trace::chrome::write_file(&tracks, results.len(), path)
 }
 
-/// The verify record of a finished verify job.
+/// The verify record of a finished verify job, with the provenance from `provenance` (called
+/// once, after the checks: [`provenance`] on a run's GPUs).
 pub(crate) fn verify_record(
-    job: &Job,
-    results: &[RankResult],
-    launcher: &str,
-    started: String,
-    rank_time: RankTime,
-) -> anyhow::Result<Record> {
-    verify_record_with(job, results, rank_time, || {
-        provenance(launcher, started, results)
-    })
-}
-
-/// [`verify_record`] with the provenance from `provenance` (called once, after the checks).
-fn verify_record_with(
     job: &Job,
     results: &[RankResult],
     rank_time: RankTime,
@@ -243,7 +223,7 @@ fn verify_record_with(
     let stream_gbps = results
         .iter()
         .filter_map(|r| r.stream_gbps)
-        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
+        .reduce(f64::min);
     let mut p = provenance();
     state_rank_time(&mut p, rank_time);
     if !host_gaps.is_none() {
@@ -258,9 +238,7 @@ fn verify_record_with(
     let fixed = results
         .iter()
         .filter_map(|r| r.stream_fixed_us)
-        .fold(None, |m: Option<f64>, x| {
-            Some(m.map_or(x, |m: f64| m.max(x)))
-        });
+        .reduce(f64::max);
     let rates = slowest_rates(results);
     if !rates.is_empty() {
         p.notes.push(rates_note(&rates));
@@ -298,22 +276,8 @@ fn verify_record_with(
 /// The record of a finished cycle job (`verify --phase cycle`): per run, the cycle's samples
 /// (the draft forwards, then the verify) as the record's run, and the plain decode step, the
 /// draft forwards and the verify as its parts, each per sample over the ranks as `rank_time`
-/// says.
+/// says; the provenance from `provenance` as [`verify_record`]'s.
 pub(crate) fn cycle_record(
-    job: &Job,
-    cycle: &crate::model::cycle::Cycle,
-    results: &[RankResult],
-    launcher: &str,
-    started: String,
-    rank_time: RankTime,
-) -> anyhow::Result<Record> {
-    cycle_record_with(job, cycle, results, rank_time, || {
-        provenance(launcher, started, results)
-    })
-}
-
-/// [`cycle_record`] with the provenance from `provenance` (called once, after the checks).
-fn cycle_record_with(
     job: &Job,
     cycle: &crate::model::cycle::Cycle,
     results: &[RankResult],
@@ -376,7 +340,7 @@ fn cycle_record_with(
     let stream_gbps = results
         .iter()
         .filter_map(|r| r.stream_gbps)
-        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
+        .reduce(f64::min);
     let mut p = provenance();
     state_rank_time(&mut p, rank_time);
     p.notes.push(format!(
@@ -577,7 +541,7 @@ mod tests {
                 vec![0, 3],
             ),
         ];
-        let rec = verify_record_with(&job, &r, RankTime::Max, || {
+        let rec = verify_record(&job, &r, RankTime::Max, || {
             worker_provenance("processes", crate::util::now_utc(), &r)
         })
         .unwrap();
@@ -604,7 +568,7 @@ mod tests {
         assert_eq!(v.runs[1].wrong, 3);
         assert_eq!((v.runs[1].iterations, v.runs[1].warmup), (3, 1));
         assert_eq!(rec.provenance.nccl_version.as_deref(), Some("2.28.3"));
-        assert!(verify_record_with(&Job::Env, &r, RankTime::Max, || panic!(
+        assert!(verify_record(&Job::Env, &r, RankTime::Max, || panic!(
             "no provenance for a wrong job"
         ))
         .is_err());
@@ -659,7 +623,7 @@ mod tests {
             rate(32, 2400.0, 4.0, 123, 1_200_000_000),
         ];
         let r = [a, b];
-        let rec = verify_record_with(&job, &r, RankTime::Max, || {
+        let rec = verify_record(&job, &r, RankTime::Max, || {
             worker_provenance("processes", crate::util::now_utc(), &r)
         })
         .unwrap();
@@ -716,7 +680,7 @@ mod tests {
             .map(|&x| vec![x, x])
             .collect();
         let r = [rank(0, samples, vec![0, 0, 0, 0, 0, 1, 0, 0])];
-        let rec = cycle_record_with(&job, &cycle, &r, RankTime::Max, || {
+        let rec = cycle_record(&job, &cycle, &r, RankTime::Max, || {
             worker_provenance("processes", crate::util::now_utc(), &r)
         })
         .unwrap();

@@ -363,7 +363,7 @@ impl<T> Listen<T> {
         }
         Err(run_error(
             self.failures,
-            &missing(&self.results),
+            &comm::nccl::missing(&self.results),
             self.timeout,
             name,
             ended,
@@ -425,17 +425,6 @@ pub(super) fn run_threads(
     };
     let name = |rank: usize| format!("rank {rank} (GPU {})", spec.devices[rank]);
     supervise(n, spec.timeout, GRACE, &watch, &stop_p2p, &name, run)
-}
-
-/// The ranks that have not reported, as "0, 1".
-fn missing<T>(results: &[Option<T>]) -> String {
-    results
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.is_none())
-        .map(|(i, _)| i.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]

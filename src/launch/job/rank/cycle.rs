@@ -41,17 +41,10 @@ pub(super) fn run_cycle(
         .chain(drafts.iter().map(|d| d.0))
         .chain(std::iter::once(verify))
         .collect();
-    let with_colls = rank.comm.is_some();
-    check_memory(&rank.gpu, &all, rank.setup.nranks, with_colls)?;
+    check_memory(&rank.gpu, &all, rank.setup.nranks, rank.comm.is_some())?;
     let colls: Vec<Vec<Coll>> = all
         .iter()
-        .map(|s| {
-            if with_colls {
-                schedule_colls(rank, s)
-            } else {
-                Ok(vec![])
-            }
-        })
+        .map(|s| schedule_colls(rank, s))
         .collect::<anyhow::Result<_>>()?;
     let planned: Vec<(Vec<Step>, Vec<usize>)> = all
         .iter()
