@@ -29,6 +29,27 @@ pub(crate) fn short_name(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
+/// Each key's total, in order of first appearance (`[("all_reduce", 123), ("all_gather", 1)]`).
+pub(crate) fn tally<K: PartialEq>(items: impl IntoIterator<Item = (K, usize)>) -> Vec<(K, usize)> {
+    let mut out: Vec<(K, usize)> = Vec::new();
+    for (k, n) in items {
+        match out.iter_mut().find(|(x, _)| *x == k) {
+            Some(e) => e.1 += n,
+            None => out.push((k, n)),
+        }
+    }
+    out
+}
+
+/// Counts as words: `123 all_reduce + 1 all_gather`.
+pub(crate) fn tally_words<K: std::fmt::Display>(counts: &[(K, usize)]) -> String {
+    counts
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
 /// What a number in a server's log stands for, and the values it may take.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Quantity {

@@ -449,17 +449,16 @@ fn step_summary(
     if nsteps == 0 {
         return None;
     }
-    let mean_over = |f: &dyn Fn(&super::extract::Step) -> f64, k: usize| -> f64 {
-        ranks.iter().map(|r| f(&r.steps[k])).sum::<f64>() / n as f64
+    // per step, the mean over ranks of `f`
+    let mean_over = |f: fn(&super::extract::Step) -> f64| -> Vec<f64> {
+        (0..nsteps)
+            .map(|k| ranks.iter().map(|r| f(&r.steps[k])).sum::<f64>() / n as f64)
+            .collect()
     };
-    let dur: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.dur_us, k)).collect();
-    let coll: Vec<f64> = (0..nsteps)
-        .map(|k| mean_over(&|s| s.collectives_us, k))
-        .collect();
-    let comp: Vec<f64> = (0..nsteps)
-        .map(|k| mean_over(&|s| s.compute_us, k))
-        .collect();
-    let idle: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.idle_us, k)).collect();
+    let dur = mean_over(|s| s.dur_us);
+    let coll = mean_over(|s| s.collectives_us);
+    let comp = mean_over(|s| s.compute_us);
+    let idle = mean_over(|s| s.idle_us);
     let (mut tr, mut wa, mut ik) = (Vec::new(), Vec::new(), Vec::new());
     if attributed {
         for s in &r0.steps {
