@@ -5,6 +5,16 @@
 //! `trace` builds on this layer (the traps table beside its analysis), and `speculative`,
 //! `explain`, `report` and the commands take their inputs from here.
 
+/// A regex compiled on first use and kept for the process (`&'static Regex`): the logs' and
+/// the traces' patterns are matched line after line.
+macro_rules! regex_once {
+    ($pattern:expr) => {{
+        static RE: std::sync::OnceLock<::regex::Regex> = std::sync::OnceLock::new();
+        RE.get_or_init(|| ::regex::Regex::new($pattern).expect("valid regex"))
+    }};
+}
+pub(crate) use regex_once;
+
 pub(crate) mod checks;
 pub(crate) mod nccl;
 pub(crate) mod provenance;

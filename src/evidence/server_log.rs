@@ -4,9 +4,6 @@
 //! ([`read_server_log`]).
 
 use std::path::Path;
-use std::sync::OnceLock;
-
-use regex::Regex;
 
 use super::{sglang, short_name, vllm, Batch1Rate, Labelled, Launch, Origin, Source};
 use crate::error::usage;
@@ -84,14 +81,8 @@ fn custom_ar_state(line: &str) -> Option<bool> {
 
 /// The worker a line's prefix names (see [`CustomAllReduce::worker`]).
 fn worker(line: &str) -> String {
-    static VLLM: OnceLock<Regex> = OnceLock::new();
-    static SGLANG: OnceLock<Regex> = OnceLock::new();
-    let vllm = VLLM.get_or_init(|| {
-        Regex::new(r"\(([A-Za-z][\w-]*(?: rank=\d+)? pid=\d+)\)").expect("valid regex")
-    });
-    let sglang = SGLANG.get_or_init(|| {
-        Regex::new(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d((?: [A-Z]+\d+)+)\]").expect("valid regex")
-    });
+    let vllm = regex_once!(r"\(([A-Za-z][\w-]*(?: rank=\d+)? pid=\d+)\)");
+    let sglang = regex_once!(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d((?: [A-Z]+\d+)+)\]");
     if let Some(m) = vllm.captures_iter(line).last() {
         return m[1].to_string();
     }

@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::names::{dtype_from_nccl, dtype_size};
+use crate::evidence::regex_once;
 
 /// One logged NCCL call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -64,13 +65,9 @@ fn op_name(f: &str) -> String {
 /// `[rank0]:` / `[default0]:`, srun's `0: `, timestamps), which the host field cannot begin
 /// with (no `:`, blank, bracket or parenthesis in it).
 fn regex() -> &'static regex::Regex {
-    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    RE.get_or_init(|| {
-        regex::Regex::new(
-            r"([^:\s\[\]()]+):(\d+):\d+\s+(?:\[(\d+)\]\s+)?NCCL INFO (\w+): opCount ([0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ root -?\d+ comm (\S+) \[nranks=(\d+)\] stream (\S+)",
-        )
-        .expect("valid regex")
-    })
+    regex_once!(
+        r"([^:\s\[\]()]+):(\d+):\d+\s+(?:\[(\d+)\]\s+)?NCCL INFO (\w+): opCount ([0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ root -?\d+ comm (\S+) \[nranks=(\d+)\] stream (\S+)"
+    )
 }
 
 fn call_of(l: &str) -> Option<LogCall> {

@@ -28,6 +28,7 @@ use super::limits::{self, Expanded, TraceLimits};
 use super::names::is_nccl_kernel;
 use super::prefilter;
 pub(crate) use super::raw::{Lenient, RawArgs, RawEvent, Text};
+use crate::evidence::regex_once;
 
 /// `distributedInfo` of a Kineto trace.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -532,7 +533,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_, '_> {
 /// `rank<n>`, `rank_<n>`.
 pub(crate) fn rank_from_file_name(path: &Path) -> Option<usize> {
     let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-    let re = regex::Regex::new(r"(?:-tp-|rank[-_]?)(\d+)").expect("valid regex");
+    let re = regex_once!(r"(?:-tp-|rank[-_]?)(\d+)");
     re.captures_iter(&name)
         .last()
         .and_then(|c| c[1].parse().ok())
@@ -545,10 +546,7 @@ pub(crate) fn rank_from_file_name(path: &Path) -> Option<usize> {
 /// nothing.
 pub(crate) fn host_from_file_name(path: &Path, pids: &[u32]) -> Option<String> {
     let name = path.file_name()?.to_str()?;
-    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    let re = RE.get_or_init(|| {
-        regex::Regex::new(r"^(.+)_(\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$").expect("valid regex")
-    });
+    let re = regex_once!(r"^(.+)_(\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$");
     let c = re.captures(name)?;
     let pid: u32 = c[2].parse().ok()?;
     pids.contains(&pid).then(|| c[1].to_string())
