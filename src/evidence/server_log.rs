@@ -236,6 +236,10 @@ fn accept_length(
 ) -> anyhow::Result<(Labelled, Vec<String>)> {
     let file = short_name(path);
     let refuse = |e: String| usage(format!("{flag} '{}' {e}", path.display()));
+    let measured = |value: f64, detail: String| {
+        let origin = Origin::read(Source::Measured, file.clone(), detail);
+        Labelled { value, origin }
+    };
     if let Some(v) = vllm.map_err(refuse)? {
         let detail = format!(
             "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
@@ -246,11 +250,7 @@ fn accept_length(
                 .map(|k| format!(", {k} draft positions"))
                 .unwrap_or_default()
         );
-        let (value, origin) = (
-            v.mean_accept_len,
-            Origin::read(Source::Measured, file, detail),
-        );
-        return Ok((Labelled { value, origin }, vec![]));
+        return Ok((measured(v.mean_accept_len, detail), vec![]));
     }
     let log = sglang().map_err(refuse)?.ok_or_else(|| {
         usage(format!(
@@ -270,11 +270,7 @@ fn accept_length(
         "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
         log.lines, log.spread.min, log.spread.max
     );
-    let (value, origin) = (
-        log.mean_accept_len,
-        Origin::read(Source::Measured, file, detail),
-    );
-    Ok((Labelled { value, origin }, notes))
+    Ok((measured(log.mean_accept_len, detail), notes))
 }
 
 /// Reads the server log of `--server-log`.

@@ -369,14 +369,7 @@ fn attribute_ranks(
     let skews: Vec<f64> = timings
         .iter()
         .flatten()
-        .map(|t| {
-            let lo = t.iter().map(|x| x.start_us).fold(f64::INFINITY, f64::min);
-            let hi = t
-                .iter()
-                .map(|x| x.start_us)
-                .fold(f64::NEG_INFINITY, f64::max);
-            hi - lo
-        })
+        .map(|t| last_start(t) - t.iter().map(|x| x.start_us).fold(f64::INFINITY, f64::min))
         .collect();
     if *same_clock && Spread::of(&skews).is_some_and(|s| s.median > 1e6) {
         *same_clock = false;
@@ -391,11 +384,7 @@ fn attribute_ranks(
                     .iter()
                     .map(|x| x.start_us + x.dur_us)
                     .fold(f64::INFINITY, f64::min);
-                let last_start = t
-                    .iter()
-                    .map(|x| x.start_us)
-                    .fold(f64::NEG_INFINITY, f64::max);
-                first_end < last_start
+                first_end < last_start(t)
             })
             .count()
     } else {
@@ -434,6 +423,13 @@ fn attribute_ranks(
             impossible_overlaps,
         }),
     )
+}
+
+/// The latest start of one collective's kernels over the ranks.
+fn last_start(t: &[RankTiming]) -> f64 {
+    t.iter()
+        .map(|x| x.start_us)
+        .fold(f64::NEG_INFINITY, f64::max)
 }
 
 /// Steps: per step k, the mean over ranks; transfer and waiting per step when the collectives

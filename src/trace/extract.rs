@@ -389,12 +389,7 @@ impl<'t> Links<'t> {
         let mut c = if let GpuKind::Custom(i) = g.kind {
             self.custom_collective(g, &kernels::KERNELS[i as usize], kname, l)
         } else {
-            let k = parse_kernel(kname).unwrap_or(names::KernelInfo {
-                op: None,
-                dtype: None,
-                algo: None,
-                proto: None,
-            });
+            let k = parse_kernel(kname).unwrap_or_default();
             let args = g.comm.as_deref().or_else(|| {
                 g.external_id
                     .and_then(|e| self.comms_by_ext.get(&e))
