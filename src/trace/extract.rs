@@ -121,6 +121,15 @@ pub(crate) enum StepMode {
 }
 
 impl StepMode {
+    /// How `n` launches ran, `graph` of them from a CUDA graph: as most of them did.
+    fn of(graph: usize, n: usize) -> StepMode {
+        match n {
+            0 => StepMode::Unknown,
+            _ if 2 * graph > n => StepMode::Graph,
+            _ => StepMode::Eager,
+        }
+    }
+
     pub(crate) fn words(self) -> &'static str {
         match self {
             StepMode::Eager => "eager (no CUDA graph)",
@@ -579,15 +588,10 @@ impl GpuTime {
     fn mode_in(&self, a: f64, b: f64) -> StepMode {
         let i = self.kinds.partition_point(|k| k.0 < a);
         let j = self.kinds.partition_point(|k| k.0 < b);
-        if j <= i {
-            return StepMode::Unknown;
-        }
-        let g = self.graph_prefix[j] - self.graph_prefix[i];
-        if 2 * g > j - i {
-            StepMode::Graph
-        } else {
-            StepMode::Eager
-        }
+        StepMode::of(
+            self.graph_prefix[j] - self.graph_prefix[i],
+            j.saturating_sub(i),
+        )
     }
 
     /// The steps of `ranges` (empty ones left out), with their GPU time and launch mode.
@@ -605,24 +609,16 @@ impl GpuTime {
                 .sum::<f64>()
                 + 0.0;
             let busy = self.all.within(a, b);
-            let mode = {
-                let m = self.mode_in(a, b);
-                if m == StepMode::Unknown {
+            let mode = match self.mode_in(a, b) {
+                StepMode::Unknown => {
                     // host-side fallback: how this step's collectives were launched
                     let g: Vec<bool> = colls[first_i..end_i]
                         .iter()
                         .filter_map(|c| c.graph)
                         .collect();
-                    if g.is_empty() {
-                        StepMode::Unknown
-                    } else if 2 * g.iter().filter(|x| **x).count() > g.len() {
-                        StepMode::Graph
-                    } else {
-                        StepMode::Eager
-                    }
-                } else {
-                    m
+                    StepMode::of(g.iter().filter(|x| **x).count(), g.len())
                 }
+                m => m,
             };
             steps.push(Step {
                 first: first_i,
