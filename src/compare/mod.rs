@@ -259,10 +259,7 @@ pub(crate) fn compare(entries: Vec<Entry>, force: bool) -> anyhow::Result<Compar
             for r in e.result.runs.iter().filter(|r| run_key(r) == key) {
                 let (ratio, ratio_err) = match base {
                     Some(_) if i == 0 => (Some(1.0), Some(0.0)),
-                    Some(b) => match ratio(&b.per_verify, &r.per_verify) {
-                        Some((x, u)) => (Some(x), Some(u)),
-                        None => (None, None),
-                    },
+                    Some(b) => ratio(&b.per_verify, &r.per_verify).unzip(),
                     None => (None, None),
                 };
                 rows.push(Row {

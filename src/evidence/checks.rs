@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use super::nccl::NcclMachine;
+use super::{tally, tally_words};
 use crate::model::{Op, Schedule};
 
 /// More than this share of a step's collectives without a counterpart of the same kind on
@@ -48,23 +49,9 @@ impl TracedStep {
 
 /// `(kind, count)` in order of first appearance, largest first.
 fn by_kind<'a>(items: impl Iterator<Item = (&'a str, usize)>) -> Vec<(&'a str, usize)> {
-    let mut v: Vec<(&str, usize)> = vec![];
-    for (k, n) in items {
-        match v.iter_mut().find(|(x, _)| *x == k) {
-            Some(e) => e.1 += n,
-            None => v.push((k, n)),
-        }
-    }
+    let mut v = tally(items);
     v.sort_by_key(|x| std::cmp::Reverse(x.1));
     v
-}
-
-fn words(kinds: &[(&str, usize)]) -> String {
-    kinds
-        .iter()
-        .map(|(k, n)| format!("{n} {k}"))
-        .collect::<Vec<_>>()
-        .join(" + ")
 }
 
 /// The schedule's collectives: (kind, bytes per rank), in order.
@@ -137,7 +124,7 @@ pub(crate) fn serving_step(
     let traced = by_kind(t.groups.iter().map(|g| (g.op.as_str(), g.per_step)));
     let colls = match t.count() {
         0 => "no collective".to_string(),
-        n => format!("{n} collectives per step ({})", words(&traced)),
+        n => format!("{n} collectives per step ({})", tally_words(&traced)),
     };
     let world = t
         .world_size
@@ -180,8 +167,8 @@ pub(crate) fn trace_against_schedule(
         crate::usage_bail!(
             "--trace {}: its step is not the verify priced: {nt} collectives per step ({}) against the schedule's {ns} ({}; {}): {unmatched} of {larger} have no counterpart of the same kind. Give {MODEL_FLAGS}, or give {GIVE_VERIFY}",
             t.name,
-            words(&traced),
-            words(&planned),
+            tally_words(&traced),
+            tally_words(&planned),
             schedule_words(s)
         );
     }
@@ -202,8 +189,8 @@ pub(crate) fn trace_against_schedule(
     if unmatched > 0 {
         notes.push(format!(
             "the trace's step has {nt} collectives ({}), the schedule {ns} ({}): engines fuse or add some (the draft's, the embedding's); the measured figures are the trace's, the modeled ratios (NCCL setting, one-shot) the schedule's",
-            words(&traced),
-            words(&planned)
+            tally_words(&traced),
+            tally_words(&planned)
         ));
     }
     let mut no_sizes = false;

@@ -5,6 +5,16 @@
 //! `trace` builds on this layer (the traps table beside its analysis), and `speculative`,
 //! `explain`, `report` and the commands take their inputs from here.
 
+/// A regex compiled on first use and kept for the process (`&'static Regex`): the logs' and
+/// the traces' patterns are matched line after line.
+macro_rules! regex_once {
+    ($pattern:expr) => {{
+        static RE: std::sync::OnceLock<::regex::Regex> = std::sync::OnceLock::new();
+        RE.get_or_init(|| ::regex::Regex::new($pattern).expect("valid regex"))
+    }};
+}
+pub(crate) use regex_once;
+
 pub(crate) mod checks;
 pub(crate) mod nccl;
 pub(crate) mod provenance;
@@ -27,6 +37,27 @@ pub(crate) fn short_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Each key's total, in order of first appearance (`[("all_reduce", 123), ("all_gather", 1)]`).
+pub(crate) fn tally<K: PartialEq>(items: impl IntoIterator<Item = (K, usize)>) -> Vec<(K, usize)> {
+    let mut out: Vec<(K, usize)> = Vec::new();
+    for (k, n) in items {
+        match out.iter_mut().find(|(x, _)| *x == k) {
+            Some(e) => e.1 += n,
+            None => out.push((k, n)),
+        }
+    }
+    out
+}
+
+/// Counts as words: `123 all_reduce + 1 all_gather`.
+pub(crate) fn tally_words<K: std::fmt::Display>(counts: &[(K, usize)]) -> String {
+    counts
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
 }
 
 /// What a number in a server's log stands for, and the values it may take.

@@ -8,9 +8,7 @@
 //! are `trace`'s (src/trace/nccl_log.rs).
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
-use regex::Regex;
 use serde::Serialize;
 
 use super::short_name;
@@ -50,14 +48,9 @@ pub(crate) fn read_nccl_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<NcclLogTex
         .collect()
 }
 
-fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
-    cell.get_or_init(|| Regex::new(pattern).expect("valid regex"))
-}
-
 /// `NCCL_X set by environment to V` lines: the variables NCCL read, each once.
 pub(crate) fn env_lines(logs: &[NcclLogText]) -> Vec<(String, String)> {
-    static ENV: OnceLock<Regex> = OnceLock::new();
-    let re = re(&ENV, r"(NCCL_[A-Z0-9_]+) set by environment to (\S+)");
+    let re = regex_once!(r"(NCCL_[A-Z0-9_]+) set by environment to (\S+)");
     let mut out: Vec<(String, String)> = vec![];
     for l in logs {
         for c in re.captures_iter(&l.text) {
@@ -73,10 +66,8 @@ pub(crate) fn env_lines(logs: &[NcclLogText]) -> Vec<(String, String)> {
 
 /// A graph-search line: (channels, bw intra, bw inter, path intra, path inter).
 fn pattern(line: &str) -> Option<(u32, f64, f64, String, String)> {
-    static PAT: OnceLock<Regex> = OnceLock::new();
-    let c = re(
-        &PAT,
-        r"Pattern \d+, crossNic \d+, nChannels (\d+), bw ([0-9.]+)/([0-9.]+), type (\w+)/(\w+)",
+    let c = regex_once!(
+        r"Pattern \d+, crossNic \d+, nChannels (\d+), bw ([0-9.]+)/([0-9.]+), type (\w+)/(\w+)"
     )
     .captures(line)?;
     Some((
@@ -171,17 +162,12 @@ impl NcclMachine {
 /// `Ring 00 : 0[0] -> 1[1] via direct shared memory` before 2.5) and the path of its first
 /// graph search.
 pub(crate) fn machine(log: &NcclLogText) -> NcclMachine {
-    static INIT: OnceLock<Regex> = OnceLock::new();
-    static SIZE: OnceLock<Regex> = OnceLock::new();
-    static VIA: OnceLock<Regex> = OnceLock::new();
-    let init = re(
-        &INIT,
-        r"rank \d+ nranks (\d+) cudaDev \d+(?: nvmlDev \d+)?(?: busId ([0-9a-fA-Fx]+))?",
+    let init = regex_once!(
+        r"rank \d+ nranks (\d+) cudaDev \d+(?: nvmlDev \d+)?(?: busId ([0-9a-fA-Fx]+))?"
     );
-    let size = re(&SIZE, r"(?:\bnRanks (\d+) nNodes|\[nranks=(\d+)\])");
-    let via = re(
-        &VIA,
-        r"(?:Channel|Ring) \d+(?:/\d+)? : \d+\[\w+\] -> \d+\[\w+\].* via (\S+(?: shared memory)?)",
+    let size = regex_once!(r"(?:\bnRanks (\d+) nNodes|\[nranks=(\d+)\])");
+    let via = regex_once!(
+        r"(?:Channel|Ring) \d+(?:/\d+)? : \d+\[\w+\] -> \d+\[\w+\].* via (\S+(?: shared memory)?)"
     );
     let mut m = NcclMachine {
         nranks: vec![],

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{short_name, Labelled, Origin, Source};
+use super::{short_name, tally, Labelled, Origin, Source};
 use crate::error::usage;
 use crate::model::Phase;
 use crate::record::{Body, Mode, Record, VerifyResult, VerifyRun};
@@ -118,14 +118,7 @@ pub(crate) fn phase_word(p: Phase) -> &'static str {
 
 /// "17 'sweep_point' records, 1 'collective' record": each kind once, with its count.
 fn counted_kinds(kinds: &[String]) -> String {
-    let mut counts: Vec<(&str, usize)> = vec![];
-    for k in kinds {
-        match counts.iter_mut().find(|(x, _)| x == k) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((k, 1)),
-        }
-    }
-    counts
+    tally(kinds.iter().map(|k| (k, 1)))
         .iter()
         .map(|(k, n)| format!("{n} '{k}' record{}", if *n == 1 { "" } else { "s" }))
         .collect::<Vec<_>>()

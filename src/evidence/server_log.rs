@@ -4,9 +4,6 @@
 //! ([`read_server_log`]).
 
 use std::path::Path;
-use std::sync::OnceLock;
-
-use regex::Regex;
 
 use super::{sglang, short_name, vllm, Batch1Rate, Labelled, Launch, Origin, Source};
 use crate::error::usage;
@@ -84,14 +81,8 @@ fn custom_ar_state(line: &str) -> Option<bool> {
 
 /// The worker a line's prefix names (see [`CustomAllReduce::worker`]).
 fn worker(line: &str) -> String {
-    static VLLM: OnceLock<Regex> = OnceLock::new();
-    static SGLANG: OnceLock<Regex> = OnceLock::new();
-    let vllm = VLLM.get_or_init(|| {
-        Regex::new(r"\(([A-Za-z][\w-]*(?: rank=\d+)? pid=\d+)\)").expect("valid regex")
-    });
-    let sglang = SGLANG.get_or_init(|| {
-        Regex::new(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d((?: [A-Z]+\d+)+)\]").expect("valid regex")
-    });
+    let vllm = regex_once!(r"\(([A-Za-z][\w-]*(?: rank=\d+)? pid=\d+)\)");
+    let sglang = regex_once!(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d((?: [A-Z]+\d+)+)\]");
     if let Some(m) = vllm.captures_iter(line).last() {
         return m[1].to_string();
     }
@@ -245,6 +236,10 @@ fn accept_length(
 ) -> anyhow::Result<(Labelled, Vec<String>)> {
     let file = short_name(path);
     let refuse = |e: String| usage(format!("{flag} '{}' {e}", path.display()));
+    let measured = |value: f64, detail: String| {
+        let origin = Origin::read(Source::Measured, file.clone(), detail);
+        Labelled { value, origin }
+    };
     if let Some(v) = vllm.map_err(refuse)? {
         let detail = format!(
             "vLLM: 1 + accepted tokens / drafts over {} `SpecDecoding metrics` lines measured from the log (per line {:.2}..{:.2}{})",
@@ -255,11 +250,7 @@ fn accept_length(
                 .map(|k| format!(", {k} draft positions"))
                 .unwrap_or_default()
         );
-        let (value, origin) = (
-            v.mean_accept_len,
-            Origin::read(Source::Measured, file, detail),
-        );
-        return Ok((Labelled { value, origin }, vec![]));
+        return Ok((measured(v.mean_accept_len, detail), vec![]));
     }
     let log = sglang().map_err(refuse)?.ok_or_else(|| {
         usage(format!(
@@ -279,11 +270,7 @@ fn accept_length(
         "SGLang: mean `accept len` of {} decode lines measured from the log ({:.2}..{:.2})",
         log.lines, log.spread.min, log.spread.max
     );
-    let (value, origin) = (
-        log.mean_accept_len,
-        Origin::read(Source::Measured, file, detail),
-    );
-    Ok((Labelled { value, origin }, notes))
+    Ok((measured(log.mean_accept_len, detail), notes))
 }
 
 /// Reads the server log of `--server-log`.

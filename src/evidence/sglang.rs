@@ -11,10 +11,6 @@
 //! the engine ran those iterations eagerly ([`launch`]). At start-up SGLang logs its
 //! arguments, the model's path among them ([`model_path`]).
 
-use std::sync::OnceLock;
-
-use regex::Regex;
-
 use super::{number_after, quoted, Launch, LaunchMode, ACCEPT_LENGTH, COUNT, THROUGHPUT};
 use crate::measure::attribution::Spread;
 
@@ -71,8 +67,7 @@ pub(crate) fn acceptance(text: &str) -> Result<Option<AcceptLog>, String> {
 
 /// A line's `cuda graph: True` (true) or `False` (false).
 fn graph(line: &str) -> Option<bool> {
-    static GRAPH: OnceLock<Regex> = OnceLock::new();
-    let re = GRAPH.get_or_init(|| Regex::new(r"cuda graph: (True|False)").expect("valid regex"));
+    let re = regex_once!(r"cuda graph: (True|False)");
     let c = re.captures(line)?;
     Some(&c[1] == "True")
 }
@@ -133,13 +128,9 @@ pub(crate) fn launch(text: &str) -> Option<Launch> {
 /// start-up (python/sglang/srt/entrypoints/engine.py, `server_args=`), or the same arguments
 /// as a dict (`server_args={'model_path': '...'`).
 pub(crate) fn model_path(text: &str) -> Option<String> {
-    static MODEL: OnceLock<Regex> = OnceLock::new();
-    let re = MODEL.get_or_init(|| {
-        Regex::new(
-            r#"server_args=(?:ServerArgs\(|\{).*?\bmodel_path['"]?\s*[=:]\s*['"]([^'"]+)['"]"#,
-        )
-        .expect("valid regex")
-    });
+    let re = regex_once!(
+        r#"server_args=(?:ServerArgs\(|\{).*?\bmodel_path['"]?\s*[=:]\s*['"]([^'"]+)['"]"#
+    );
     text.lines()
         .find_map(|l| re.captures(l).map(|c| c[1].to_string()))
 }

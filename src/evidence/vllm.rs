@@ -4,8 +4,6 @@
 //! enforce_eager=True`, vllm/v1/engine/core.py) and the CUDA-graph mode as vLLM settles it
 //! ([`launch`]).
 
-use std::sync::OnceLock;
-
 use regex::Regex;
 
 use super::{
@@ -303,19 +301,11 @@ pub(crate) struct SpecConfig {
 /// `--speculative-config` JSON as vllm/engine/arg_utils.py parsed it, which may leave the
 /// count to the draft model). `None` when neither prints a count above 0.
 pub(crate) fn spec_config(text: &str) -> Option<SpecConfig> {
-    static REPR: OnceLock<Regex> = OnceLock::new();
-    static ARGS: OnceLock<Regex> = OnceLock::new();
-    static METHOD: OnceLock<Regex> = OnceLock::new();
-    let repr = REPR.get_or_init(|| {
-        Regex::new(r"SpeculativeConfig\([^)]*?\bnum_spec_tokens=(\d+)[^)]*\)").expect("valid regex")
-    });
-    let args = ARGS.get_or_init(|| {
-        Regex::new(r#"['"]speculative_config['"]\s*:\s*\{[^{}]*?['"]num_speculative_tokens['"]\s*:\s*(\d+)[^{}]*\}"#)
-            .expect("valid regex")
-    });
-    let method = METHOD.get_or_init(|| {
-        Regex::new(r#"['"]?method['"]?\s*[=:]\s*['"]([\w-]+)['"]"#).expect("valid regex")
-    });
+    let repr = regex_once!(r"SpeculativeConfig\([^)]*?\bnum_spec_tokens=(\d+)[^)]*\)");
+    let args = regex_once!(
+        r#"['"]speculative_config['"]\s*:\s*\{[^{}]*?['"]num_speculative_tokens['"]\s*:\s*(\d+)[^{}]*\}"#
+    );
+    let method = regex_once!(r#"['"]?method['"]?\s*[=:]\s*['"]([\w-]+)['"]"#);
     let found = |re: &Regex| {
         text.lines().find_map(|l| {
             let c = re.captures(l)?;
@@ -331,10 +321,7 @@ pub(crate) fn spec_config(text: &str) -> Option<SpecConfig> {
 /// The tensor-parallel size of the engine's config line (`tensor_parallel_size=8`) or of the
 /// API server's arguments (`'tensor_parallel_size': 8`).
 pub(crate) fn tensor_parallel(text: &str) -> Option<u64> {
-    static TP: OnceLock<Regex> = OnceLock::new();
-    let re = TP.get_or_init(|| {
-        Regex::new(r#"\btensor_parallel_size['"]?\s*[=:]\s*(\d+)"#).expect("valid regex")
-    });
+    let re = regex_once!(r#"\btensor_parallel_size['"]?\s*[=:]\s*(\d+)"#);
     text.lines()
         .find_map(|l| re.captures(l).and_then(|c| c[1].parse().ok()))
 }
@@ -354,14 +341,13 @@ struct Stats {
 /// each read as the line wrote it (`None` for a line without all three; an error for a value
 /// that is not a throughput or a count).
 fn stats(line: &str) -> Result<Option<Stats>, String> {
-    static E: OnceLock<Regex> = OnceLock::new();
     const P: &str = "Avg prompt throughput:";
     const G: &str = "Avg generation throughput:";
     const N: &str = "Running:";
     if !(line.contains(P) && line.contains(G) && line.contains(N)) {
         return Ok(None);
     }
-    let engine = E.get_or_init(|| Regex::new(r"Engine (\d+):").expect("valid regex"));
+    let engine = regex_once!(r"Engine (\d+):");
     let (Some(prompt), Some(generation), Some(running)) = (
         number_after(line, P, THROUGHPUT)?,
         number_after(line, G, THROUGHPUT)?,
@@ -460,11 +446,8 @@ pub(crate) fn steady_rate(text: &str) -> Result<Option<Batch1Rate>, String> {
 /// vllm/config/vllm.py), or of the API server's `non-default args: {..., 'model': '..'`
 /// (vllm/entrypoints/utils.py).
 pub(crate) fn model(text: &str) -> Option<String> {
-    static MODEL: OnceLock<Regex> = OnceLock::new();
-    let re = MODEL.get_or_init(|| {
-        Regex::new(r#"(?:with config: model=|non-default args: \{.*?'model': )['"]([^'"]+)['"]"#)
-            .expect("valid regex")
-    });
+    let re =
+        regex_once!(r#"(?:with config: model=|non-default args: \{.*?'model': )['"]([^'"]+)['"]"#);
     text.lines()
         .find_map(|l| re.captures(l).map(|c| c[1].to_string()))
 }
@@ -472,8 +455,7 @@ pub(crate) fn model(text: &str) -> Option<String> {
 /// The message of a vLLM log line: what follows the logger's `[file.py:123] ` prefix (the
 /// whole line when it has none).
 fn message(line: &str) -> &str {
-    static PREFIX: OnceLock<Regex> = OnceLock::new();
-    let re = PREFIX.get_or_init(|| Regex::new(r"\[[\w./-]+:\d+\] ").expect("valid regex"));
+    let re = regex_once!(r"\[[\w./-]+:\d+\] ");
     re.find(line).map_or(line, |m| &line[m.end()..])
 }
 
@@ -533,13 +515,7 @@ fn config_mode(v: &str) -> Option<&'static str> {
 /// A line where vLLM lowers the CUDA-graph mode: `...; setting cudagraph_mode=MODE` or
 /// `Overriding cudagraph_mode [from X ]to MODE` (the mode in the first group).
 fn lowering() -> &'static Regex {
-    static SETTING: OnceLock<Regex> = OnceLock::new();
-    SETTING.get_or_init(|| {
-        Regex::new(
-            r"(?:setting cudagraph_mode=|Overriding cudagraph_mode (?:from \w+ )?to )([A-Z_]+)",
-        )
-        .expect("valid regex")
-    })
+    regex_once!(r"(?:setting cudagraph_mode=|Overriding cudagraph_mode (?:from \w+ )?to )([A-Z_]+)")
 }
 
 /// The CUDA-graph mode the engine ran with, as its log says it. `--enforce-eager` decides
@@ -555,12 +531,10 @@ fn lowering() -> &'static Regex {
 /// speculation) and `Overriding cudagraph_mode [from X ]to MODE` (vllm/config/vllm.py: pooling,
 /// encoder-decoder, context parallel, dynamic speculation). `None` when the log says none.
 pub(crate) fn launch(text: &str) -> Option<Launch> {
-    static CONFIG: OnceLock<Regex> = OnceLock::new();
     let setting = lowering();
-    let config = CONFIG.get_or_init(|| {
-        Regex::new(r#"['"]?cudagraph_mode['"]?\s*[:=]\s*(<CUDAGraphMode\.[A-Z_]+|\[\s*\d\s*,\s*\d\s*\]|\(\s*\d\s*,\s*\d\s*\)|\d\b|['"][A-Z_]+['"])"#)
-            .expect("valid regex")
-    });
+    let config = regex_once!(
+        r#"['"]?cudagraph_mode['"]?\s*[:=]\s*(<CUDAGraphMode\.[A-Z_]+|\[\s*\d\s*,\s*\d\s*\]|\(\s*\d\s*,\s*\d\s*\)|\d\b|['"][A-Z_]+['"])"#
+    );
     let eager = |quote: String| {
         let (mode, meaning) = mode_meaning("NONE")?;
         Some(Launch {
@@ -645,13 +619,9 @@ impl SpecGraph {
 
 /// The line's lowering of the mode when it is for speculative decoding ([`SpecGraph`]).
 fn lowered_for_speculation(line: &str) -> Option<SpecGraph> {
-    static ASKED: OnceLock<Regex> = OnceLock::new();
-    let asked = ASKED.get_or_init(|| {
-        Regex::new(
-            r"CUDAGraphMode\.([A-Z_]+) is not supported|Overriding cudagraph_mode from ([A-Z_]+)",
-        )
-        .expect("valid regex")
-    });
+    let asked = regex_once!(
+        r"CUDAGraphMode\.([A-Z_]+) is not supported|Overriding cudagraph_mode from ([A-Z_]+)"
+    );
     let l = line.to_ascii_lowercase();
     if !(l.contains("spec-decode") || l.contains("speculative decoding")) {
         return None;

@@ -235,17 +235,12 @@ fn missing_in_descendants(
             variable: Some(name.clone()),
             pids: missing.iter().map(|p| p.pid).collect(),
             message: format!(
-                "{}={} is set in the root (pid {}) but missing in {} of {} {}: {}{}",
+                "{}={} is set in the root (pid {}) but missing in {} of {}: {}{}",
                 shown(name),
                 show_value(Some(value)),
                 tree.root,
                 missing.len(),
-                n_desc,
-                if n_desc == 1 {
-                    "descendant"
-                } else {
-                    "descendants"
-                },
+                plural(n_desc, "descendant", "descendants"),
                 list(&missing),
                 if gpu_missing {
                     ", which hold GPUs: NCCL there runs without it"
@@ -289,16 +284,11 @@ fn not_in_root(
                 pids: having.iter().map(|p| p.pid).collect(),
                 message: format!(
                     "{} is not in the environment the root (pid {}) was started with, but \
-                     {} {} it: {}; it was set after the root started (e.g. os.environ) or by \
+                     {} it: {}; it was set after the root started (e.g. os.environ) or by \
                      the code that started {}, so only processes started later get it",
                     shown(name),
                     tree.root,
-                    having.len(),
-                    if having.len() == 1 {
-                        "descendant has"
-                    } else {
-                        "descendants have"
-                    },
+                    plural(having.len(), "descendant has", "descendants have"),
                     list(&having),
                     if having.len() == 1 { "it" } else { "them" },
                 ),
@@ -528,10 +518,7 @@ fn nccl_findings(tree: &Tree) -> Vec<Finding> {
     if by_lib.len() >= 2 {
         let parts: Vec<String> = by_lib
             .iter()
-            .map(|(lib, ps)| {
-                let who: Vec<String> = ps.iter().map(|p| label(p)).collect();
-                format!("{} in {}", shown(lib), who.join(", "))
-            })
+            .map(|(lib, ps)| format!("{} in {}", shown(lib), list(ps)))
             .collect();
         out.push(Finding {
             kind: Kind::NcclLibrariesDiffer,

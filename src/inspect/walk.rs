@@ -221,6 +221,19 @@ pub(crate) fn walk(
 
 const EXITED: &str = "exited during the walk";
 
+/// What one read of a process gives (`f` of what was read), or why it could not be read;
+/// `Err` when the process is gone.
+fn read_or_why<T, U>(
+    read: std::io::Result<T>,
+    f: impl FnOnce(T) -> U,
+) -> Result<(Option<U>, Option<String>), String> {
+    match read {
+        Ok(x) => Ok((Some(f(x)), None)),
+        Err(e) if procfs::is_gone(&e) => Err(EXITED.into()),
+        Err(e) => Ok((None, Some(procfs::describe_read_error(&e)))),
+    }
+}
+
 /// Reads one process; `Err(reason)` when it is gone or a zombie.
 fn read_process(src: &dyn ProcSource, st: &Stat, depth: usize) -> Result<ProcessInfo, String> {
     let pid = st.pid;
@@ -234,29 +247,16 @@ fn read_process(src: &dyn ProcSource, st: &Stat, depth: usize) -> Result<Process
         return Err("exited (a zombie its parent has not reaped yet)".into());
     }
     let command = command_of(src, pid, &now.comm).ok_or_else(|| EXITED.to_string())?;
-    let (env, env_error) = match src.read(pid, "environ") {
-        Ok(b) => (
-            Some(
-                procfs::parse_environ(&b)
-                    .into_iter()
-                    .filter(|(k, _)| procfs::is_reported_var(k))
-                    .collect(),
-            ),
-            None,
-        ),
-        Err(e) if procfs::is_gone(&e) => return Err(EXITED.into()),
-        Err(e) => (None, Some(procfs::describe_read_error(&e))),
-    };
-    let (gpus, gpus_error) = match src.fd_targets(pid) {
-        Ok(t) => (Some(procfs::gpus_of_fd_targets(&t)), None),
-        Err(e) if procfs::is_gone(&e) => return Err(EXITED.into()),
-        Err(e) => (None, Some(procfs::describe_read_error(&e))),
-    };
-    let (nccl, nccl_error) = match src.read(pid, "maps") {
-        Ok(b) => (Some(ncclmaps::mapped(&String::from_utf8_lossy(&b))), None),
-        Err(e) if procfs::is_gone(&e) => return Err(EXITED.into()),
-        Err(e) => (None, Some(procfs::describe_read_error(&e))),
-    };
+    let (env, env_error) = read_or_why(src.read(pid, "environ"), |b| {
+        procfs::parse_environ(&b)
+            .into_iter()
+            .filter(|(k, _)| procfs::is_reported_var(k))
+            .collect()
+    })?;
+    let (gpus, gpus_error) = read_or_why(src.fd_targets(pid), |t| procfs::gpus_of_fd_targets(&t))?;
+    let (nccl, nccl_error) = read_or_why(src.read(pid, "maps"), |b| {
+        ncclmaps::mapped(&String::from_utf8_lossy(&b))
+    })?;
     let nccl_so_path = env
         .as_ref()
         .and_then(|e: &BTreeMap<String, String>| e.get(ncclmaps::SO_PATH_VAR))

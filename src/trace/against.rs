@@ -234,10 +234,7 @@ pub(crate) fn schedule_file_assuming(
         .or(a.world_size.map(|w| w as u64))
         .unwrap_or(1);
     let per_rank = per_rank_gaps(a, len, tp);
-    let file = std::path::Path::new(&r.file)
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| r.file.clone());
+    let file = crate::evidence::short_name(std::path::Path::new(&r.file));
     Ok((ScheduleFile {
         schedule: Schedule {
             model: format!("trace:{file}"),

@@ -369,14 +369,7 @@ fn attribute_ranks(
     let skews: Vec<f64> = timings
         .iter()
         .flatten()
-        .map(|t| {
-            let lo = t.iter().map(|x| x.start_us).fold(f64::INFINITY, f64::min);
-            let hi = t
-                .iter()
-                .map(|x| x.start_us)
-                .fold(f64::NEG_INFINITY, f64::max);
-            hi - lo
-        })
+        .map(|t| last_start(t) - t.iter().map(|x| x.start_us).fold(f64::INFINITY, f64::min))
         .collect();
     if *same_clock && Spread::of(&skews).is_some_and(|s| s.median > 1e6) {
         *same_clock = false;
@@ -391,11 +384,7 @@ fn attribute_ranks(
                     .iter()
                     .map(|x| x.start_us + x.dur_us)
                     .fold(f64::INFINITY, f64::min);
-                let last_start = t
-                    .iter()
-                    .map(|x| x.start_us)
-                    .fold(f64::NEG_INFINITY, f64::max);
-                first_end < last_start
+                first_end < last_start(t)
             })
             .count()
     } else {
@@ -436,6 +425,13 @@ fn attribute_ranks(
     )
 }
 
+/// The latest start of one collective's kernels over the ranks.
+fn last_start(t: &[RankTiming]) -> f64 {
+    t.iter()
+        .map(|x| x.start_us)
+        .fold(f64::NEG_INFINITY, f64::max)
+}
+
 /// Steps: per step k, the mean over ranks; transfer and waiting per step when the collectives
 /// were `attributed` (`per_coll`). None without steps.
 fn step_summary(
@@ -449,17 +445,16 @@ fn step_summary(
     if nsteps == 0 {
         return None;
     }
-    let mean_over = |f: &dyn Fn(&super::extract::Step) -> f64, k: usize| -> f64 {
-        ranks.iter().map(|r| f(&r.steps[k])).sum::<f64>() / n as f64
+    // per step, the mean over ranks of `f`
+    let mean_over = |f: fn(&super::extract::Step) -> f64| -> Vec<f64> {
+        (0..nsteps)
+            .map(|k| ranks.iter().map(|r| f(&r.steps[k])).sum::<f64>() / n as f64)
+            .collect()
     };
-    let dur: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.dur_us, k)).collect();
-    let coll: Vec<f64> = (0..nsteps)
-        .map(|k| mean_over(&|s| s.collectives_us, k))
-        .collect();
-    let comp: Vec<f64> = (0..nsteps)
-        .map(|k| mean_over(&|s| s.compute_us, k))
-        .collect();
-    let idle: Vec<f64> = (0..nsteps).map(|k| mean_over(&|s| s.idle_us, k)).collect();
+    let dur = mean_over(|s| s.dur_us);
+    let coll = mean_over(|s| s.collectives_us);
+    let comp = mean_over(|s| s.compute_us);
+    let idle = mean_over(|s| s.idle_us);
     let (mut tr, mut wa, mut ik) = (Vec::new(), Vec::new(), Vec::new());
     if attributed {
         for s in &r0.steps {

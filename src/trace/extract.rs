@@ -20,6 +20,7 @@ use super::names::{self, dtype_size, parse_kernel};
 use super::nccl_log::LogSummary;
 use super::reader::{CpuOp, GpuEvent, GpuKind, LaunchKind, RuntimeEvent, TraceData};
 use super::steps;
+use crate::evidence::{tally, tally_words};
 
 /// A hasher for the integer ids of a trace (correlation, `External id`): one multiply per key
 /// instead of SipHash, for maps built and probed once per GPU event. Trace ids are not chosen
@@ -108,9 +109,6 @@ impl Collective {
             _ => self.launch_end_us.or(self.launch_us).unwrap_or(0.0),
         }
     }
-    fn host_us(&self) -> Option<f64> {
-        self.launch_us
-    }
 }
 
 /// How a step ran.
@@ -123,6 +121,15 @@ pub(crate) enum StepMode {
 }
 
 impl StepMode {
+    /// How `n` launches ran, `graph` of them from a CUDA graph: as most of them did.
+    fn of(graph: usize, n: usize) -> StepMode {
+        match n {
+            0 => StepMode::Unknown,
+            _ if 2 * graph > n => StepMode::Graph,
+            _ => StepMode::Eager,
+        }
+    }
+
     pub(crate) fn words(self) -> &'static str {
         match self {
             StepMode::Eager => "eager (no CUDA graph)",
@@ -391,12 +398,7 @@ impl<'t> Links<'t> {
         let mut c = if let GpuKind::Custom(i) = g.kind {
             self.custom_collective(g, &kernels::KERNELS[i as usize], kname, l)
         } else {
-            let k = parse_kernel(kname).unwrap_or(names::KernelInfo {
-                op: None,
-                dtype: None,
-                algo: None,
-                proto: None,
-            });
+            let k = parse_kernel(kname).unwrap_or_default();
             let args = g.comm.as_deref().or_else(|| {
                 g.external_id
                     .and_then(|e| self.comms_by_ext.get(&e))
@@ -586,15 +588,10 @@ impl GpuTime {
     fn mode_in(&self, a: f64, b: f64) -> StepMode {
         let i = self.kinds.partition_point(|k| k.0 < a);
         let j = self.kinds.partition_point(|k| k.0 < b);
-        if j <= i {
-            return StepMode::Unknown;
-        }
-        let g = self.graph_prefix[j] - self.graph_prefix[i];
-        if 2 * g > j - i {
-            StepMode::Graph
-        } else {
-            StepMode::Eager
-        }
+        StepMode::of(
+            self.graph_prefix[j] - self.graph_prefix[i],
+            j.saturating_sub(i),
+        )
     }
 
     /// The steps of `ranges` (empty ones left out), with their GPU time and launch mode.
@@ -612,24 +609,16 @@ impl GpuTime {
                 .sum::<f64>()
                 + 0.0;
             let busy = self.all.within(a, b);
-            let mode = {
-                let m = self.mode_in(a, b);
-                if m == StepMode::Unknown {
+            let mode = match self.mode_in(a, b) {
+                StepMode::Unknown => {
                     // host-side fallback: how this step's collectives were launched
                     let g: Vec<bool> = colls[first_i..end_i]
                         .iter()
                         .filter_map(|c| c.graph)
                         .collect();
-                    if g.is_empty() {
-                        StepMode::Unknown
-                    } else if 2 * g.iter().filter(|x| **x).count() > g.len() {
-                        StepMode::Graph
-                    } else {
-                        StepMode::Eager
-                    }
-                } else {
-                    m
+                    StepMode::of(g.iter().filter(|x| **x).count(), g.len())
                 }
+                m => m,
             };
             steps.push(Step {
                 first: first_i,
@@ -652,7 +641,7 @@ fn host_gaps(colls: &[Collective]) -> Vec<f64> {
     let mut host_gaps_us = Vec::with_capacity(colls.len());
     let mut prev_end: Option<f64> = None;
     for c in colls {
-        host_gaps_us.push(match (prev_end, c.host_us()) {
+        host_gaps_us.push(match (prev_end, c.launch_us) {
             (Some(p), Some(s)) => (s - p).max(0.0),
             _ => 0.0,
         });
@@ -726,21 +715,11 @@ fn collective_from(
 }
 
 /// A signature per collective (op, dtype, elements), for the period search.
-pub(crate) fn signatures(colls: &[Collective]) -> (Vec<u32>, Vec<u64>) {
-    let mut ids: HashMap<(&str, Option<&str>, Option<u64>), u32> = HashMap::new();
-    let mut weights = Vec::new();
-    let sigs = colls
-        .iter()
-        .map(|c| {
-            let key = (c.op.as_str(), c.dtype.as_deref(), c.elements);
-            let n = ids.len() as u32;
-            *ids.entry(key).or_insert_with(|| {
-                weights.push(c.bytes.or(c.elements).unwrap_or(0));
-                n
-            })
-        })
-        .collect();
-    (sigs, weights)
+fn signatures(colls: &[Collective]) -> (Vec<u32>, Vec<u64>) {
+    steps::signatures(colls.iter().map(|c| {
+        let key = (c.op.as_str(), c.dtype.as_deref(), c.elements);
+        (key, c.bytes.or(c.elements).unwrap_or(0))
+    }))
 }
 
 type Ranges = Vec<(usize, usize, f64, f64)>;
@@ -760,7 +739,7 @@ fn span_ranges(
     let mut out = Vec::new();
     for s in &spans {
         let (a, b) = (s.ts, s.ts + s.dur);
-        let at = |c: &Collective| c.host_us().or(c.gpu_start_us);
+        let at = |c: &Collective| c.launch_us.or(c.gpu_start_us);
         let f = colls.partition_point(|c| at(c).is_some_and(|h| h < a));
         let idx: Vec<usize> = (f..colls.len())
             .filter(|&i| at(&colls[i]).is_some_and(|h| h >= a && h < b))
@@ -843,6 +822,11 @@ fn step_ranges(
             None,
         );
     }
+    // The step after boundary x[0], up to boundary x[1].
+    let between = |x: &[usize]| {
+        let end = |i: usize| colls[i].end_us();
+        (x[0] + 1, x[1] + 1, end(x[0]), end(x[1]))
+    };
     let (sigs, w) = signatures(colls);
     if let Some(p) = steps::find_period(&sigs, |s| w[s as usize]) {
         let p = anchor_at_gaps(colls, p, notes);
@@ -858,14 +842,7 @@ fn step_ranges(
             };
             out.push((0, b[0] + 1, a, colls[b[0]].end_us()));
         }
-        out.extend(b.windows(2).map(|x| {
-            (
-                x[0] + 1,
-                x[1] + 1,
-                colls[x[0]].end_us(),
-                colls[x[1]].end_us(),
-            )
-        }));
+        out.extend(b.windows(2).map(between));
         let e = *b.last().expect("a period has a boundary");
         let desc = describe_period(&colls[(e + 1).saturating_sub(p.len)..=e]);
         return (
@@ -876,17 +853,7 @@ fn step_ranges(
     }
     if let Some(b) = steps::split_at_rarest(&sigs, |s| w[s as usize]) {
         notes.push("the collective sequence does not repeat exactly: steps end at each occurrence of its rarest collective".into());
-        let out = b
-            .windows(2)
-            .map(|x| {
-                (
-                    x[0] + 1,
-                    x[1] + 1,
-                    colls[x[0]].end_us(),
-                    colls[x[1]].end_us(),
-                )
-            })
-            .collect();
+        let out = b.windows(2).map(between).collect();
         return (out, "split at the rarest collective".into(), None);
     }
     if !colls.is_empty() {
@@ -954,18 +921,7 @@ fn anchor_at_gaps(
 
 /// `123 all_reduce + 1 all_gather`.
 pub(crate) fn describe_period(one: &[Collective]) -> String {
-    let mut parts: Vec<(String, usize)> = Vec::new();
-    for c in one {
-        match parts.iter_mut().find(|p| p.0 == c.op) {
-            Some(p) => p.1 += 1,
-            None => parts.push((c.op.clone(), 1)),
-        }
-    }
-    parts
-        .iter()
-        .map(|(op, n)| format!("{n} {op}"))
-        .collect::<Vec<_>>()
-        .join(" + ")
+    tally_words(&tally(one.iter().map(|c| (&c.op, 1))))
 }
 
 #[cfg(test)]

@@ -66,9 +66,7 @@ impl TraceLimits {
             crate::units::grouped(self.kept)
         )
     }
-}
 
-impl TraceLimits {
     /// The refusal of a gzip file that keeps more events than its size allows.
     pub(crate) fn kept_gzip_words(&self, kept: u64, gzip: u64) -> String {
         format!(

@@ -203,11 +203,10 @@ pub(crate) fn check(
         if !own && (pids_known || i > 0) {
             continue;
         }
-        let mut ops: Vec<&str> = r.collectives.iter().map(|c| c.op.as_str()).collect();
+        // each op with its collectives, in the order of the ops' names
+        let mut ops = crate::evidence::tally(r.collectives.iter().map(|c| (c.op.as_str(), 1)));
         ops.sort_unstable();
-        ops.dedup();
-        for op in ops {
-            let in_trace = r.collectives.iter().filter(|c| c.op == op).count();
+        for (op, in_trace) in ops {
             match r.log_process.as_ref().zip(r.log_own.as_ref()) {
                 Some((p, own)) => {
                     let in_log = own.calls_of(op);

@@ -163,44 +163,48 @@ pub(crate) fn classify(req: &TraceRequest) -> anyhow::Result<Inputs> {
         ins.logs.push((p.clone(), parsed));
     }
     for (p, direct) in expand_inputs(&req.inputs)? {
-        let json = reader::looks_like_json(&p);
-        match json {
-            Ok(true) => ins.traces.push((p, direct)),
+        let reason = match reader::looks_like_json(&p) {
+            Ok(true) => {
+                ins.traces.push((p, direct));
+                continue;
+            }
             Ok(false) => match nccl_log::read_parsed(&p) {
-                Ok(parsed) => ins.logs.push((p, parsed)),
-                Err(e) if direct => {
-                    crate::usage_bail!(
-                        "'{}': neither a trace (not JSON) nor an NCCL COLL log: {e}",
-                        p.display()
-                    )
+                Ok(parsed) => {
+                    ins.logs.push((p, parsed));
+                    continue;
                 }
-                Err(e) => ins.skipped.push(analysis::Skipped {
-                    file: p.display().to_string(),
-                    reason: format!(
-                        "'{}': neither a trace (not JSON) nor an NCCL COLL log: {e}",
-                        p.display()
-                    ),
-                }),
+                Err(e) => format!(
+                    "'{}': neither a trace (not JSON) nor an NCCL COLL log: {e}",
+                    p.display()
+                ),
             },
-            Err(e) if direct => return Err(usage(e.to_string())),
-            Err(e) => ins.skipped.push(analysis::Skipped {
-                file: p.display().to_string(),
-                reason: e.to_string(),
-            }),
+            Err(e) => e.to_string(),
+        };
+        if direct {
+            return Err(usage(reason));
         }
+        ins.skipped.push(analysis::Skipped {
+            file: p.display().to_string(),
+            reason,
+        });
     }
     Ok(ins)
 }
 
+impl Inputs {
+    /// The NCCL logs' file names.
+    fn log_files(&self) -> Vec<String> {
+        self.logs
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect()
+    }
+}
+
 /// The report of NCCL logs given without any trace.
 pub(crate) fn log_report(ins: &Inputs) -> nccl_log::LogReport {
-    let files = ins
-        .logs
-        .iter()
-        .map(|(p, _)| p.display().to_string())
-        .collect();
     let parsed: Vec<nccl_log::Parsed> = ins.logs.iter().map(|(_, p)| p.clone()).collect();
-    nccl_log::report(files, &parsed)
+    nccl_log::report(ins.log_files(), &parsed)
 }
 
 /// Why a parsed trace cannot be analysed, if it cannot.
@@ -250,16 +254,12 @@ pub fn analyse(req: &TraceRequest) -> anyhow::Result<Analysis> {
 /// [`analyse`] of inputs already sorted.
 pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<Analysis> {
     refuse_without_traces(&ins)?;
+    let log_files = ins.log_files();
     let files = ins.traces;
     let opts = reader::ReadOptions {
         step_label: req.step_label.clone(),
         custom_ops: false,
     };
-    let log_files: Vec<String> = ins
-        .logs
-        .iter()
-        .map(|(p, _)| p.display().to_string())
-        .collect();
     let log_calls = || ins.logs.iter().flat_map(|(_, p)| &p.calls);
     let log = (!ins.logs.is_empty()).then(|| nccl_log::LogSummary::of(log_calls()));
     let log_procs = logmatch::processes(log_calls());
@@ -310,11 +310,7 @@ fn refuse_without_traces(ins: &Inputs) -> anyhow::Result<()> {
         if !ins.logs.is_empty() {
             crate::usage_bail!(
                 "only NCCL logs given ({}): `verifybench trace LOG...` reports them on their own; give the traces too for the collectives' timing",
-                ins.logs
-                    .iter()
-                    .map(|(p, _)| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                ins.log_files().join(", ")
             );
         }
         let all: Vec<String> = ins

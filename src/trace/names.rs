@@ -9,7 +9,7 @@
 use crate::model::{CollectiveKind, DType};
 
 /// What an NCCL kernel's name says.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct KernelInfo {
     /// Normalised op (`all_reduce`); `None` for NCCL's generic kernels that name no function.
     pub(crate) op: Option<String>,

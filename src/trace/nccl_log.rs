@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::names::{dtype_from_nccl, dtype_size};
+use crate::evidence::regex_once;
 
 /// One logged NCCL call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -64,13 +65,9 @@ fn op_name(f: &str) -> String {
 /// `[rank0]:` / `[default0]:`, srun's `0: `, timestamps), which the host field cannot begin
 /// with (no `:`, blank, bracket or parenthesis in it).
 fn regex() -> &'static regex::Regex {
-    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    RE.get_or_init(|| {
-        regex::Regex::new(
-            r"([^:\s\[\]()]+):(\d+):\d+\s+(?:\[(\d+)\]\s+)?NCCL INFO (\w+): opCount ([0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ root -?\d+ comm (\S+) \[nranks=(\d+)\] stream (\S+)",
-        )
-        .expect("valid regex")
-    })
+    regex_once!(
+        r"([^:\s\[\]()]+):(\d+):\d+\s+(?:\[(\d+)\]\s+)?NCCL INFO (\w+): opCount ([0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ root -?\d+ comm (\S+) \[nranks=(\d+)\] stream (\S+)"
+    )
 }
 
 fn call_of(l: &str) -> Option<LogCall> {
@@ -614,17 +611,12 @@ fn step_words(step: &[StepEntry]) -> String {
 
 /// Calls of each op, in order of first appearance.
 fn op_calls(calls: &[&LogCall]) -> Vec<OpCalls> {
-    let mut out: Vec<OpCalls> = Vec::new();
-    for c in calls {
-        match out.iter_mut().find(|o| o.op == c.op) {
-            Some(o) => o.calls += 1,
-            None => out.push(OpCalls {
-                op: c.op.clone(),
-                calls: 1,
-            }),
-        }
-    }
-    out
+    let ops = crate::evidence::tally(calls.iter().map(|c| (&c.op, 1)));
+    let op_calls = |(op, calls): (&String, usize)| OpCalls {
+        op: op.clone(),
+        calls,
+    };
+    ops.into_iter().map(op_calls).collect()
 }
 
 /// The calls of one step counted by (op, elements, dtype), in order of first appearance.
@@ -659,23 +651,10 @@ pub(crate) fn report(files: Vec<String>, parsed: &[Parsed]) -> LogReport {
     let sequences = by
         .into_iter()
         .map(|((host, pid, device, comm), calls)| {
-            let mut ids: BTreeMap<(&str, u64, Option<&str>), u32> = BTreeMap::new();
-            let sigs: Vec<u32> = calls
-                .iter()
-                .map(|c| {
-                    let n = ids.len() as u32;
-                    *ids.entry((c.op.as_str(), c.count, c.dtype.as_deref()))
-                        .or_insert(n)
-                })
-                .collect();
-            let bytes: Vec<u64> = {
-                let mut v = vec![0; ids.len()];
-                for c in &calls {
-                    let k = ids[&(c.op.as_str(), c.count, c.dtype.as_deref())];
-                    v[k as usize] = c.bytes().unwrap_or(c.count);
-                }
-                v
-            };
+            let (sigs, bytes) = super::steps::signatures(calls.iter().map(|c| {
+                let key = (c.op.as_str(), c.count, c.dtype.as_deref());
+                (key, c.bytes().unwrap_or(c.count))
+            }));
             let p = super::steps::find_period(&sigs, |s| bytes[s as usize]);
             let step = p.as_ref().map_or(Vec::new(), |p| {
                 let e = *p.boundaries.last().expect("a period has a boundary");

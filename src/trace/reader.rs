@@ -28,6 +28,7 @@ use super::limits::{self, Expanded, TraceLimits};
 use super::names::is_nccl_kernel;
 use super::prefilter;
 pub(crate) use super::raw::{Lenient, RawArgs, RawEvent, Text};
+use crate::evidence::regex_once;
 
 /// `distributedInfo` of a Kineto trace.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -52,24 +53,12 @@ impl CommArgs {
     fn from_raw(a: &RawArgs) -> Option<CommArgs> {
         let c = CommArgs {
             collective_name: a.collective_name.clone(),
-            in_nelems: a
-                .in_nelems
-                .as_ref()
-                .and_then(Lenient::as_f64)
-                .map(|x| x as u64),
-            out_nelems: a
-                .out_nelems
-                .as_ref()
-                .and_then(Lenient::as_f64)
-                .map(|x| x as u64),
-            group_size: a
-                .group_size
-                .as_ref()
-                .and_then(Lenient::as_f64)
-                .map(|x| x as u64),
+            in_nelems: whole(&a.in_nelems),
+            out_nelems: whole(&a.out_nelems),
+            group_size: whole(&a.group_size),
             dtype: a.dtype.as_ref().map(Lenient::as_string),
             pg_name: a.pg_name.as_ref().map(Lenient::as_string),
-            seq: a.seq.as_ref().and_then(Lenient::as_i64),
+            seq: int(&a.seq),
         };
         // c10d records the wait on a collective's work as a `record_param_comms` named
         // `wait`: not a collective of its own.
@@ -78,6 +67,16 @@ impl CommArgs {
             .is_some_and(|n| n != "wait")
             .then_some(c)
     }
+}
+
+/// A count an argument gives (`In msg nelems`, `Group size`): its number, truncated.
+fn whole(x: &Option<Lenient>) -> Option<u64> {
+    x.as_ref().and_then(Lenient::as_f64).map(|x| x as u64)
+}
+
+/// An integer field (an id, a rank, a pid): its number, truncated.
+fn int(x: &Option<Lenient>) -> Option<i64> {
+    x.as_ref().and_then(Lenient::as_i64)
 }
 
 /// What a GPU-side event is.
@@ -376,21 +375,13 @@ impl<'a> Sink<'a> {
                 &no_args
             }
         };
-        let corr = args.correlation.as_ref().and_then(Lenient::as_i64);
-        let ext = args.external_id.as_ref().and_then(Lenient::as_i64);
+        let corr = int(&args.correlation);
+        let ext = int(&args.external_id);
         let cat = e.cat.as_ref().map(Text::as_str).unwrap_or("");
-        let rank = args
-            .rank
-            .as_ref()
-            .and_then(Lenient::as_i64)
-            .map(|r| r as u32);
+        let rank = int(&args.rank).map(|r| r as u32);
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" | "Kernel" | "Memcpy" | "Memset" => {
-                let stream = args
-                    .stream
-                    .as_ref()
-                    .and_then(Lenient::as_i64)
-                    .or_else(|| e.tid.as_ref().and_then(Lenient::as_i64));
+                let stream = int(&args.stream).or_else(|| int(&e.tid));
                 let comm = CommArgs::from_raw(args).map(Box::new);
                 let name = self.name_id(name);
                 let kind = match cat {
@@ -413,7 +404,7 @@ impl<'a> Sink<'a> {
             "cuda_runtime" | "cuda_driver" | "Runtime" | "Driver" => {
                 // The process that launched: every runtime call is kept by the scanner too,
                 // so both readers see the same pids.
-                if let (None, Some(pid)) = (rank, e.pid.as_ref().and_then(Lenient::as_i64)) {
+                if let (None, Some(pid)) = (rank, int(&e.pid)) {
                     if let Ok(pid) = u32::try_from(pid) {
                         if pid > 0 && !self.data.host_pids.contains(&pid) {
                             self.data.host_pids.push(pid);
@@ -542,7 +533,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_, '_> {
 /// `rank<n>`, `rank_<n>`.
 pub(crate) fn rank_from_file_name(path: &Path) -> Option<usize> {
     let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-    let re = regex::Regex::new(r"(?:-tp-|rank[-_]?)(\d+)").expect("valid regex");
+    let re = regex_once!(r"(?:-tp-|rank[-_]?)(\d+)");
     re.captures_iter(&name)
         .last()
         .and_then(|c| c[1].parse().ok())
@@ -555,10 +546,7 @@ pub(crate) fn rank_from_file_name(path: &Path) -> Option<usize> {
 /// nothing.
 pub(crate) fn host_from_file_name(path: &Path, pids: &[u32]) -> Option<String> {
     let name = path.file_name()?.to_str()?;
-    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    let re = RE.get_or_init(|| {
-        regex::Regex::new(r"^(.+)_(\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$").expect("valid regex")
-    });
+    let re = regex_once!(r"^(.+)_(\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$");
     let c = re.captures(name)?;
     let pid: u32 = c[2].parse().ok()?;
     pids.contains(&pid).then(|| c[1].to_string())
@@ -831,48 +819,13 @@ pub(crate) fn split_by_rank(t: TraceData) -> Vec<TraceData> {
             rank: Some(r as usize),
             world_size: t.world_size,
             rank_from_info: true,
-            gpu: t
-                .gpu
-                .iter()
-                .filter(|g| g.rank == Some(r))
-                .cloned()
-                .collect(),
-            runtime: t
-                .runtime
-                .iter()
-                .filter(|x| x.rank == Some(r))
-                .copied()
-                .collect(),
-            comms: t
-                .comms
-                .iter()
-                .filter(|x| x.rank == Some(r))
-                .cloned()
-                .collect(),
-            labels: t
-                .labels
-                .iter()
-                .filter(|x| x.rank.is_none_or(|y| y == r))
-                .copied()
-                .collect(),
-            cpu_ops: t
-                .cpu_ops
-                .iter()
-                .filter(|x| x.rank.is_none_or(|y| y == r))
-                .copied()
-                .collect(),
-            profiler_steps: t
-                .profiler_steps
-                .iter()
-                .filter(|x| x.rank.is_none_or(|y| y == r))
-                .copied()
-                .collect(),
-            engine_steps: t
-                .engine_steps
-                .iter()
-                .filter(|x| x.1.rank.is_none_or(|y| y == r))
-                .copied()
-                .collect(),
+            gpu: of_rank(&t.gpu, |g| g.rank, r, false),
+            runtime: of_rank(&t.runtime, |x| x.rank, r, false),
+            comms: of_rank(&t.comms, |x| x.rank, r, false),
+            labels: of_rank(&t.labels, |x| x.rank, r, true),
+            cpu_ops: of_rank(&t.cpu_ops, |x| x.rank, r, true),
+            profiler_steps: of_rank(&t.profiler_steps, |x| x.rank, r, true),
+            engine_steps: of_rank(&t.engine_steps, |x| x.1.rank, r, true),
             // a track per rank, not an OS process
             host_pids: Vec::new(),
             host: None,
@@ -880,6 +833,14 @@ pub(crate) fn split_by_rank(t: TraceData) -> Vec<TraceData> {
             events_seen: t.events_seen,
             had_events: true,
         })
+        .collect()
+}
+
+/// The items of rank `r`: those that carry it, and with `shared` those that carry no rank.
+fn of_rank<T: Clone>(v: &[T], rank: impl Fn(&T) -> Option<u32>, r: u32, shared: bool) -> Vec<T> {
+    v.iter()
+        .filter(|x| rank(x).map_or(shared, |y| y == r))
+        .cloned()
         .collect()
 }
 
@@ -944,16 +905,8 @@ fn finish(
         );
     }
     if let Some(i) = info {
-        data.world_size = i
-            .world_size
-            .as_ref()
-            .and_then(Lenient::as_i64)
-            .map(|x| x as usize);
-        data.rank = i
-            .rank
-            .as_ref()
-            .and_then(Lenient::as_i64)
-            .map(|x| x as usize);
+        data.world_size = int(&i.world_size).map(|x| x as usize);
+        data.rank = int(&i.rank).map(|x| x as usize);
         data.rank_from_info = data.rank.is_some();
     }
     if data.rank.is_none() {

@@ -8,6 +8,29 @@
 //! rarest signature of the period (the logits all-gather of a verify): that places the boundary
 //! where the forward ends, not at an arbitrary phase.
 
+use std::collections::HashMap;
+use std::hash::Hash;
+
+/// Each item's signature (the number of its key, in order of first appearance) and each
+/// signature's weight (its first item's), for [`find_period`] and [`split_at_rarest`].
+pub(crate) fn signatures<K: Hash + Eq>(
+    items: impl IntoIterator<Item = (K, u64)>,
+) -> (Vec<u32>, Vec<u64>) {
+    let mut ids: HashMap<K, u32> = HashMap::new();
+    let mut weights = Vec::new();
+    let sigs = items
+        .into_iter()
+        .map(|(key, w)| {
+            let n = ids.len() as u32;
+            *ids.entry(key).or_insert_with(|| {
+                weights.push(w);
+                n
+            })
+        })
+        .collect();
+    (sigs, weights)
+}
+
 /// The repeating part of a signature sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Period {
@@ -66,7 +89,7 @@ pub(crate) fn find_period(sigs: &[u32], weight: impl Fn(u32) -> u64) -> Option<P
 /// Without a period: every occurrence of the rarest signature that occurs at least twice ends a
 /// step. `None` if no signature occurs twice.
 pub(crate) fn split_at_rarest(sigs: &[u32], weight: impl Fn(u32) -> u64) -> Option<Vec<usize>> {
-    let mut counts = std::collections::HashMap::new();
+    let mut counts = HashMap::new();
     for &s in sigs {
         *counts.entry(s).or_insert(0usize) += 1;
     }
