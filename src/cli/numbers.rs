@@ -38,17 +38,33 @@ fn text(value: &OsStr) -> String {
 /// greater than 0 and at most 1000000. Non-finite values (NaN, inf) are never taken.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Real {
-    pub(crate) what: &'static str,
-    pub(crate) min: f64,
+    what: &'static str,
+    min: f64,
     /// The minimum itself is refused (a timeout of 0 s).
-    pub(crate) above: bool,
-    pub(crate) max: f64,
+    above: bool,
+    max: f64,
     /// The maximum itself is refused (a noise margin of 0.5).
-    pub(crate) below: bool,
-    pub(crate) example: &'static str,
+    below: bool,
+    example: &'static str,
 }
 
 impl Real {
+    /// This range with its minimum refused: greater than the minimum.
+    pub(crate) const fn min_excluded(self) -> Real {
+        Real {
+            above: true,
+            ..self
+        }
+    }
+
+    /// This range with its maximum refused: less than the maximum.
+    pub(crate) const fn max_excluded(self) -> Real {
+        Real {
+            below: true,
+            ..self
+        }
+    }
+
     /// The range in words: `greater than 0 and at most 1000000`, `from 0 to 0.5 (0.5 excluded)`.
     fn range(&self) -> String {
         let (lo, hi) = (
@@ -215,6 +231,19 @@ pub(crate) const fn whole<T>(
         max,
         example,
         of: PhantomData,
+    }
+}
+
+/// A real number, `what` it is, from `min` to `max`, both taken (see [`Real::min_excluded`] and
+/// [`Real::max_excluded`]).
+pub(crate) const fn real(what: &'static str, min: f64, max: f64, example: &'static str) -> Real {
+    Real {
+        what,
+        min,
+        above: false,
+        max,
+        below: false,
+        example,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `--format` and `-q/--quiet`: the one output convention every command that prints a result
-//! flattens in (see [`crate::output`] for what they mean). Two groups because clap fixes a
-//! flag's values per struct: [`OutputArgs`] (table, json) for most commands, and
-//! [`OutputArgsMd`] (table, json, markdown) where a Markdown table exists. And
+//! flattens in (see [`crate::output`] for what they mean). One struct, generic over the formats
+//! because clap fixes a flag's values per type: [`OutputArgs`] (table, json) for most commands,
+//! and [`OutputArgsMd`] (table, json, markdown) where a Markdown table exists. And
 //! [`ExportArgs`]: the files a measuring command writes its results to.
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
@@ -9,10 +9,16 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use crate::output::Format;
 use crate::report::Exports;
 
-/// The clap parser of `--format` offering `formats` only (with their help lines).
-fn formats(formats: &'static [Format]) -> impl TypedValueParser<Value = Format> {
+/// The clap parser of `--format` offering table and json, and markdown with `markdown` (with
+/// their help lines).
+fn formats(markdown: bool) -> impl TypedValueParser<Value = Format> {
+    let offered: &[Format] = if markdown {
+        &[Format::Table, Format::Json, Format::Markdown]
+    } else {
+        &[Format::Table, Format::Json]
+    };
     PossibleValuesParser::new(
-        formats
+        offered
             .iter()
             .map(|f| PossibleValue::new(f.name()).help(crate::util::Named::help(*f))),
     )
@@ -22,11 +28,12 @@ fn formats(formats: &'static [Format]) -> impl TypedValueParser<Value = Format> 
     })
 }
 
-/// `--format table|json` and `-q/--quiet`.
+/// `--format table|json` and `-q/--quiet`; `--format table|json|markdown` with `MARKDOWN`
+/// ([`OutputArgsMd`]).
 #[derive(Debug, Clone, Default, clap::Args)]
-pub(crate) struct OutputArgs {
+pub(crate) struct OutputArgs<const MARKDOWN: bool = false> {
     /// What stdout gets; progress, notes and warnings go to stderr whatever the format.
-    #[arg(long, value_parser = formats(&[Format::Table, Format::Json]), default_value = "table")]
+    #[arg(long, value_parser = formats(MARKDOWN), default_value = "table")]
     pub(crate) format: Format,
     /// No progress and no notes on stderr; the result (stdout), warnings and errors are still
     /// printed.
@@ -34,17 +41,8 @@ pub(crate) struct OutputArgs {
     pub(crate) quiet: bool,
 }
 
-/// `--format table|json|markdown` and `-q/--quiet`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub(crate) struct OutputArgsMd {
-    /// What stdout gets; progress, notes and warnings go to stderr whatever the format.
-    #[arg(long, value_parser = formats(&[Format::Table, Format::Json, Format::Markdown]), default_value = "table")]
-    pub(crate) format: Format,
-    /// No progress and no notes on stderr; the result (stdout), warnings and errors are still
-    /// printed.
-    #[arg(short = 'q', long)]
-    pub(crate) quiet: bool,
-}
+/// `--format table|json|markdown` and `-q/--quiet`, where a Markdown table exists.
+pub(crate) type OutputArgsMd = OutputArgs<true>;
 
 /// `--export-json/--export-csv/--export-markdown`, shared by every measuring command.
 #[derive(Debug, Clone, Default, clap::Args)]

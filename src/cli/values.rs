@@ -5,7 +5,7 @@
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 
-pub(crate) use super::numbers::{bytes, whole, Bytes, Real, Whole};
+pub(crate) use super::numbers::{bytes, real, whole, Bytes, Real, Whole};
 use crate::request::Impl;
 use crate::util::Named;
 
@@ -63,14 +63,7 @@ pub(crate) fn impl_list(s: &str) -> Result<ImplList, String> {
 
 /// A time in seconds, greater than 0 and at most `max`.
 pub(crate) const fn seconds(max: f64, example: &'static str) -> Real {
-    Real {
-        what: "a time in seconds",
-        min: 0.0,
-        above: true,
-        max,
-        below: false,
-        example,
-    }
+    real("a time in seconds", 0.0, max, example).min_excluded()
 }
 
 /// The longest any timeout may be: 1000000 s (11.6 days).
@@ -83,75 +76,42 @@ pub(crate) const TIMEOUT: Real = seconds(MAX_TIMEOUT_S, "60");
 /// [`crate::speculative::MAX_TIME_MS`]; greater than 0 unless `zero` (a free draft, no
 /// overhead).
 pub(crate) const fn millis(zero: bool, example: &'static str) -> Real {
-    Real {
-        what: "a time in milliseconds",
-        min: 0.0,
-        above: !zero,
-        max: crate::speculative::MAX_TIME_MS,
-        below: false,
+    let r = real(
+        "a time in milliseconds",
+        0.0,
+        crate::speculative::MAX_TIME_MS,
         example,
+    );
+    if zero {
+        r
+    } else {
+        r.min_excluded()
     }
 }
 
 /// A time in microseconds greater than 0 and at most 1 s.
-pub(crate) const MICROS: Real = Real {
-    what: "a time in microseconds",
-    min: 0.0,
-    above: true,
-    max: 1e6,
-    below: false,
-    example: "2.5",
-};
+pub(crate) const MICROS: Real = real("a time in microseconds", 0.0, 1e6, "2.5").min_excluded();
 
 /// A probability: an acceptance rate.
-pub(crate) const PROBABILITY: Real = Real {
-    what: "an acceptance rate (a probability)",
-    min: 0.0,
-    above: false,
-    max: 1.0,
-    below: false,
-    example: "0.8",
-};
+pub(crate) const PROBABILITY: Real = real("an acceptance rate (a probability)", 0.0, 1.0, "0.8");
 
 /// A mean accept length: 1 (the bonus token) to k + 1 for the most draft steps there are.
-pub(crate) const ACCEPT_LENGTH: Real = Real {
-    what: "a mean accept length (bonus token included)",
-    min: 1.0,
-    above: false,
-    max: (crate::speculative::MAX_DRAFT_STEPS + 1) as f64,
-    below: false,
-    example: "2.5",
-};
+pub(crate) const ACCEPT_LENGTH: Real = real(
+    "a mean accept length (bonus token included)",
+    1.0,
+    (crate::speculative::MAX_DRAFT_STEPS + 1) as f64,
+    "2.5",
+);
 
 /// `--noise-margin`: a fraction below one half.
-pub(crate) const NOISE_MARGIN: Real = Real {
-    what: "a fraction",
-    min: 0.0,
-    above: false,
-    max: 0.5,
-    below: true,
-    example: "0.01 (1%)",
-};
+pub(crate) const NOISE_MARGIN: Real = real("a fraction", 0.0, 0.5, "0.01 (1%)").max_excluded();
 
 /// A link's rate per direction in GB/s: above 0, at most 10 TB/s (NVLink 5 is 0.9 TB/s).
-pub(crate) const LINK_GBPS: Real = Real {
-    what: "a link rate in GB/s",
-    min: 0.0,
-    above: true,
-    max: 10_000.0,
-    below: false,
-    example: "63 (PCIe 5.0 x16)",
-};
+pub(crate) const LINK_GBPS: Real =
+    real("a link rate in GB/s", 0.0, 10_000.0, "63 (PCIe 5.0 x16)").min_excluded();
 
 /// `model validate --max-median-pct`: a percentage above 0.
-pub(crate) const PERCENT: Real = Real {
-    what: "a percentage",
-    min: 0.0,
-    above: true,
-    max: 1000.0,
-    below: false,
-    example: "10",
-};
+pub(crate) const PERCENT: Real = real("a percentage", 0.0, 1000.0, "10").min_excluded();
 
 /// A seed: any unsigned 64-bit number.
 pub(crate) const fn seed() -> Whole<u64> {
