@@ -13,6 +13,7 @@
 
 use super::*;
 use crate::launch::job::{CycleConfig, CycleJob, CYCLE_CONFIGS};
+use crate::model::cycle::draft_groups;
 
 /// Loads the cycle of `job` (`c` beside its verify) and times its configurations into
 /// `result`.
@@ -36,7 +37,7 @@ pub(super) fn run_cycle(
     else {
         unreachable!("a verify job");
     };
-    let drafts = c.draft_groups();
+    let drafts = draft_groups(&c.draft);
     let all: Vec<&Schedule> = std::iter::once(&c.decode)
         .chain(drafts.iter().map(|d| d.0))
         .chain(std::iter::once(verify))
