@@ -31,7 +31,6 @@ pub(super) fn run_cycle(
         warmup,
         launches_per_layer,
         host_gaps,
-        pdl,
         ..
     } = job
     else {
@@ -51,14 +50,9 @@ pub(super) fn run_cycle(
         .iter()
         .map(|s| plan_steps_of_ops(s, *launches_per_layer))
         .collect();
-    let needs_compute = runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
     let most = all.iter().map(|s| s.tokens).max().unwrap_or(1);
-    let compute = if needs_compute {
-        let verify_steps = &planned.last().expect("the verify").0;
-        Some(load_compute(rank, most, verify_steps, *pdl, result)?)
-    } else {
-        None
-    };
+    let verify_steps = &planned.last().expect("the verify").0;
+    let compute = load_compute(rank, job, most, verify_steps, result)?;
     let loaded: Vec<LoadedVerify> = all
         .iter()
         .zip(planned)
