@@ -13,6 +13,11 @@ pub(crate) use files::{identity, Files, Identity};
 
 pub(crate) mod read;
 
+/// The serde default of a count that is 1 when a record or file leaves it out.
+pub(crate) fn one() -> u64 {
+    1
+}
+
 /// Current UTC time as RFC 3339.
 pub fn now_utc() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)

@@ -6,6 +6,7 @@
 use super::Backend;
 use crate::impls;
 use crate::measure::pattern;
+use crate::model::cycle::Cycle;
 use crate::model::Schedule;
 use crate::request::{BackendKind, ResolvedWorkload, VerifyJob, VerifyRequest};
 
@@ -97,7 +98,7 @@ fn place(
     w: ResolvedWorkload,
     ranks: usize,
 ) -> anyhow::Result<VerifyJob> {
-    let (schedule, devices, length_checked) = match kind {
+    let ((schedule, cycle), devices) = match kind {
         BackendKind::Nccl => on_gpus(r, &w)?,
         BackendKind::Model => {
             // The model backend has no worker to break: an injected fault fails the process.
@@ -106,9 +107,9 @@ fn place(
                 impls::p2p(&r.impls).len(),
             )?;
             crate::launch::fault::process_fault(r.inject_fault.as_deref());
-            (build(&w, ranks as u64)?, vec![], false)
+            (build(&w, ranks as u64)?, vec![])
         }
-        BackendKind::Mock => (build(&w, ranks as u64)?, vec![], false),
+        BackendKind::Mock => (build(&w, ranks as u64)?, vec![]),
         BackendKind::Auto => anyhow::bail!("the backend 'auto' is resolved before a job is placed"),
     };
     impls::check_verify(&r.impls, &schedule)?;
@@ -117,19 +118,16 @@ fn place(
     } else {
         devices.len()
     };
-    if kind == BackendKind::Nccl && !length_checked {
+    // (again where on_gpus checked it early: the GPUs selected are the ranks it counted)
+    if kind == BackendKind::Nccl {
         check_exact_length(r, &schedule, nranks)?;
     }
     let host_gaps = r.host_gaps.resolve(&schedule, nranks)?;
-    let cycle = match w.flags.phase {
-        crate::model::Phase::Cycle if kind == BackendKind::Mock => crate::usage_bail!(
+    if cycle.is_some() && kind == BackendKind::Mock {
+        crate::usage_bail!(
             "--phase cycle: the mock backend has no cycle; use --backend model or nccl"
-        ),
-        crate::model::Phase::Cycle => Some(w.cycle(schedule.tp)?),
-        _ => None,
-    };
-    // the cycle's verify is the schedule every check above was made on
-    debug_assert!(cycle.as_ref().is_none_or(|c| c.verify == schedule));
+        );
+    }
     Ok(VerifyJob {
         request: r.clone(),
         file_note: w.file_note(),
@@ -141,12 +139,18 @@ fn place(
     })
 }
 
+/// A verify job's schedule, and with `--phase cycle` the cycle it is the verify of.
+type Built = (Schedule, Option<Cycle>);
+
 /// The schedule a verify job runs at `tp`: the workload's forward, or with `--phase cycle`
-/// the cycle's verify (the cycle itself is built once more when the job is placed).
-fn build(w: &ResolvedWorkload, tp: u64) -> anyhow::Result<Schedule> {
+/// the cycle's verify, beside the cycle it belongs to.
+fn build(w: &ResolvedWorkload, tp: u64) -> anyhow::Result<Built> {
     match w.flags.phase {
-        crate::model::Phase::Cycle => Ok(w.cycle(tp)?.verify),
-        _ => w.build(tp),
+        crate::model::Phase::Cycle => {
+            let c = w.cycle(tp)?;
+            Ok((c.verify.clone(), Some(c)))
+        }
+        _ => Ok((w.build(tp)?, None)),
     }
 }
 
@@ -175,15 +179,12 @@ fn check_cycle(r: &VerifyRequest) -> anyhow::Result<()> {
 
 /// The NCCL backend's GPUs and schedule. A schedule whose tp the request fixes (`--tp`, the
 /// schedule file's, `--gpus`/`--devices`) is built, and its length checked, before the GPUs
-/// are looked at (the bool says so); else it is built for the GPUs selected.
-fn on_gpus(
-    r: &VerifyRequest,
-    w: &ResolvedWorkload,
-) -> anyhow::Result<(Schedule, Vec<usize>, bool)> {
+/// are looked at; else it is built for the GPUs selected.
+fn on_gpus(r: &VerifyRequest, w: &ResolvedWorkload) -> anyhow::Result<(Built, Vec<usize>)> {
     let early = match w.requested_tp().or(r.gpu.ranks().map(|n| n as u64)) {
         Some(tp) => {
             let s = build(w, tp)?;
-            check_exact_length(r, &s, r.gpu.ranks().unwrap_or(s.tp as usize))?;
+            check_exact_length(r, &s.0, r.gpu.ranks().unwrap_or(s.0.tp as usize))?;
             Some(s)
         }
         None => None,
@@ -207,12 +208,11 @@ fn on_gpus(
     crate::comm::libs::prepare(r.gpu.nccl_lib.as_deref())?;
     // The tp the request fixes is the GPUs selected (select_devices_min checks it), so the
     // schedule built early is the one they run.
-    let checked = early.is_some();
     let s = match early {
         Some(s) => s,
         None => build(w, devices.len() as u64)?,
     };
-    Ok((s, devices, checked))
+    Ok((s, devices))
 }
 
 #[cfg(test)]

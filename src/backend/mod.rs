@@ -91,7 +91,7 @@ impl Backend for ModelBackend {
                 )?;
                 r.in_collective = Some(ic);
                 if let Some(extra) = host_added {
-                    crate::costmodel::add_host_timeline(r, extra, s.n_collectives() as usize);
+                    crate::costmodel::add_host_timeline(r, extra, s.n_collectives());
                 }
             }
         }

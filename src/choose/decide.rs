@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::measure::{Candidate, NCCL_DEFAULT};
-use crate::measure::stats::quantile_sorted;
+use crate::measure::stats::median;
 use crate::sweep::rounds::{noise_floor, paired_ratio, RoundTiming};
 
 /// A candidate must be at least this much faster than NCCL's default (relative).
@@ -79,12 +79,6 @@ impl ModeChoice {
     pub(crate) fn figure(&self, id: &str) -> Option<&Figure> {
         self.figures.iter().find(|f| f.candidate == id)
     }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    quantile_sorted(&s, 0.5)
 }
 
 /// The rounds' times of `id` in `graph` (or eager) replay, in round order.

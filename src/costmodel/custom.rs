@@ -17,7 +17,6 @@ pub(crate) use super::profile::P2pLink;
 use super::profile::Profile;
 use crate::comm::p2p::{Impl, MAX_RANKS};
 use crate::error::usage;
-use crate::measure::Summary;
 use crate::model::{CollectiveKind, Schedule};
 use crate::record::{
     algbw_gbps, Body, CollTiming, CollectiveResult, ImplRun, ImplTiming, Mode, Record, Source,
@@ -127,7 +126,7 @@ pub(crate) fn collective_rows(
                 let alg = algbw_gbps(row.size_bytes, us);
                 Ok(CollTiming {
                     time_us: us,
-                    summary: Summary::from_samples(&[us]).expect("modeled times are finite"),
+                    summary: super::single(us),
                     algbw_gbps: alg,
                     busbw_gbps: alg * res.op.bus_factor(n),
                     wrong: 0,
@@ -175,13 +174,8 @@ pub(crate) fn verify_runs(
                 part.us = us;
             }
             let total: f64 = run.breakdown.iter().map(|pt| pt.us).sum();
-            run.per_verify = Summary::from_samples(&[total]).expect("modeled times are finite");
-            let ncoll = s.n_collectives();
-            run.per_collective_us = if ncoll == 0 {
-                0.0
-            } else {
-                total / ncoll as f64
-            };
+            run.per_verify = super::single(total);
+            run.per_collective_us = super::per_collective_us(r.mode, total, s.n_collectives());
         }
         out.push(ImplRun { imp, run });
     }

@@ -8,7 +8,7 @@
 //! `verify --backend model --phase cycle` writes the prices as a record ([`verify_cycle`]).
 
 use super::{modeled_run, verify, ModelSettings, Modeled};
-use crate::model::cycle::Cycle;
+use crate::model::cycle::{draft_groups, Cycle};
 use crate::record::{CyclePart, Mode, Part, PartRun, RecordedWorkload, VerifyResult, VerifyRun};
 use crate::request::Launcher;
 
@@ -33,7 +33,7 @@ fn price_forwards(
     let v = verify(&c.verify, nranks, runs, launcher, m)?;
     let decode = verify(&c.decode, nranks, runs, launcher, m)?.result.runs;
     let mut draft = vec![];
-    for (s, n) in c.draft_groups() {
+    for (s, n) in draft_groups(&c.draft) {
         let r = verify(s, nranks, runs, launcher, m)?.result.runs;
         draft.extend(std::iter::repeat_n(r, n as usize));
     }

@@ -31,7 +31,7 @@ use crate::record::{
 use crate::request::Launcher;
 pub use crate::request::ModelSettings;
 
-pub(crate) use predict::{nccl_size, Force};
+pub(crate) use predict::{group_sizes, nccl_size, Force};
 pub(crate) use profile::Profile;
 
 /// The relative error the model states for its prices, and where it comes from.
@@ -148,8 +148,18 @@ pub struct Modeled<T> {
 }
 
 /// A single modeled value as a summary of one sample (median = mean = min = max = p99).
-fn single(us: f64) -> Summary {
+pub(crate) fn single(us: f64) -> Summary {
     Summary::from_samples(&[us]).expect("modeled times are finite")
+}
+
+/// The per-collective share of a modeled time `us` of a forward of `ncoll` collectives in
+/// `mode` (none with compute only, or without a collective).
+pub(crate) fn per_collective_us(mode: Mode, us: f64, ncoll: u64) -> f64 {
+    if mode == Mode::Compute || ncoll == 0 {
+        0.0
+    } else {
+        us / ncoll as f64
+    }
 }
 
 /// A single modeled time `us` of a forward of `ncoll` collectives as a run (its breakdown
@@ -159,11 +169,7 @@ fn modeled_run(graph: bool, mode: Mode, us: f64, ncoll: u64, breakdown: Vec<Part
         graph,
         mode,
         per_verify: single(us),
-        per_collective_us: if mode == Mode::Compute || ncoll == 0 {
-            0.0
-        } else {
-            us / ncoll as f64
-        },
+        per_collective_us: per_collective_us(mode, us, ncoll),
         breakdown,
         wrong: 0,
         iterations: 0,
@@ -341,12 +347,10 @@ pub(crate) fn in_collective(
 /// Adds the host timeline of an eager replay with host gaps (`extra_us` from [`in_collective`])
 /// to a modeled verify run: its per-verify time and per-collective time grow by it, and its
 /// breakdown gets a part saying what it is.
-pub(crate) fn add_host_timeline(r: &mut VerifyRun, extra_us: f64, ncoll: usize) {
+pub(crate) fn add_host_timeline(r: &mut VerifyRun, extra_us: f64, ncoll: u64) {
     let total = r.per_verify.median_us + extra_us;
     r.per_verify = single(total);
-    if r.mode != Mode::Compute && ncoll > 0 {
-        r.per_collective_us = total / ncoll as f64;
-    }
+    r.per_collective_us = per_collective_us(r.mode, total, ncoll);
     r.breakdown.push(Part {
         name: "host gaps and waiting (modeled timeline)".into(),
         us: extra_us,
@@ -363,13 +367,9 @@ pub(crate) fn verify(
     m: &ModelSettings,
 ) -> anyhow::Result<Modeled<VerifyResult>> {
     let groups = schedule.collective_groups();
-    let sizes: Vec<u64> = groups
-        .iter()
-        .map(|g| nccl_size(g.kind, g.bytes_per_rank, nranks))
-        .collect();
+    let sizes = group_sizes(&groups, nranks);
     let (p, label, force, mut notes) = prepare(m, nranks, &sizes, "--tp/--gpus")?;
-    for g in &groups {
-        let size = nccl_size(g.kind, g.bytes_per_rank, nranks);
+    for (g, &size) in groups.iter().zip(&sizes) {
         let t = predict::op_time(&p, g.kind, size, nranks, true, launcher, &force)?;
         notes.push(format!(
             "{} x {} of {} B (nccl size) on {} ranks: {}/{}, {:.2} us on the device",
@@ -409,8 +409,7 @@ pub(crate) fn verify(
             }
         };
         if mode != Mode::Compute {
-            for g in &groups {
-                let size = nccl_size(g.kind, g.bytes_per_rank, nranks);
+            for (g, &size) in groups.iter().zip(&sizes) {
                 let t = predict::op_time(&p, g.kind, size, nranks, graph, launcher, &force)?;
                 add(g.kind.name(), t.total() * g.n as f64, g.n);
             }

@@ -124,6 +124,17 @@ pub(crate) fn nccl_size(kind: CollectiveKind, bytes_per_rank: u64, n: usize) -> 
     kind.ops().nccl_size(bytes_per_rank, n as u64)
 }
 
+/// The nccl-tests size of each of a schedule's collective groups, in their order.
+pub(crate) fn group_sizes(
+    groups: &[crate::model::schedule::CollectiveGroup],
+    n: usize,
+) -> Vec<u64> {
+    groups
+        .iter()
+        .map(|g| nccl_size(g.kind, g.bytes_per_rank, n))
+        .collect()
+}
+
 /// How the ranks split over nodes.
 pub(crate) fn nodes(p: &Profile, n: usize) -> (usize, usize) {
     match (p.gpus_per_node, &p.inter) {

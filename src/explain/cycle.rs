@@ -4,7 +4,7 @@
 //! calibrated terms.
 
 use crate::costmodel::ModelSettings;
-use crate::model::cycle::Cycle;
+use crate::model::cycle::{draft_groups, Cycle};
 use crate::request::Workload;
 use crate::speculative::cycle::Forwards;
 
@@ -60,7 +60,7 @@ pub(crate) fn forwards(
         None => decode_at_context_us,
     };
     let mut drafts_us = 0.0;
-    for (s, n) in cycle.draft_groups() {
+    for (s, n) in draft_groups(&cycle.draft) {
         drafts_us += n as f64 * graphed_us(s, ranks, m)?;
     }
     let f = Forwards {

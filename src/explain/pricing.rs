@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::costmodel::custom;
 use crate::costmodel::predict::{self, Force};
 use crate::costmodel::profile::{Algo, Proto};
-use crate::costmodel::{fit, nccl_size, ModelSettings};
+use crate::costmodel::{fit, group_sizes, nccl_size, ModelSettings};
 use crate::model::{CollectiveKind, Op, Schedule};
 use crate::record::Impl;
 use crate::request::Launcher;
@@ -173,12 +173,7 @@ pub(crate) fn price(s: &Schedule, nranks: usize, m: &ModelSettings) -> anyhow::R
             held_settings.join(", ")
         ));
     }
-    let sizes: Vec<u64> = s
-        .collective_groups()
-        .iter()
-        .map(|g| nccl_size(g.kind, g.bytes_per_rank, nranks))
-        .collect();
-    held.extend(fit::range_note(&p, &sizes));
+    held.extend(fit::range_note(&p, &group_sizes(&groups, nranks)));
     let oneshot_held = p.held_note("one-shot rows", &p.unfitted_for_p2p());
     let oneshot = match custom::unavailable_reason(&p) {
         Some(why) => Err(why),

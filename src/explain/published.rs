@@ -50,11 +50,11 @@ pub(crate) struct RunSpec {
     #[serde(default)]
     pub(crate) weights: Option<String>,
     pub(crate) gpus: u64,
-    #[serde(default = "one")]
+    #[serde(default = "crate::util::one")]
     pub(crate) dcp: u64,
     pub(crate) drafter: DrafterKind,
     pub(crate) draft_steps: u64,
-    #[serde(default = "one")]
+    #[serde(default = "crate::util::one")]
     pub(crate) concurrency: u64,
     #[serde(default)]
     pub(crate) context: u64,
@@ -75,10 +75,6 @@ pub(crate) struct RunSpec {
     #[serde(default)]
     pub(crate) accept_rates_of_drafts: Option<Vec<f64>>,
     pub(crate) published: Published,
-}
-
-fn one() -> u64 {
-    1
 }
 
 impl RunSpec {

@@ -169,21 +169,6 @@ pub(crate) struct CycleJob {
     pub(crate) draft: Vec<Schedule>,
 }
 
-impl CycleJob {
-    /// The distinct draft forwards in order and how many times each runs in a row (an
-    /// EAGLE-3 or MTP cycle: the first forward once, the next k-1 times).
-    pub(crate) fn draft_groups(&self) -> Vec<(&Schedule, u64)> {
-        let mut v: Vec<(&Schedule, u64)> = vec![];
-        for d in &self.draft {
-            match v.last_mut() {
-                Some((s, n)) if *s == d => *n += 1,
-                _ => v.push((d, 1)),
-            }
-        }
-        v
-    }
-}
-
 /// What a cycle job times per (graph, mode) run, in this order: one configuration each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CycleConfig {

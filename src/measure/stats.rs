@@ -12,12 +12,18 @@ pub(crate) fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
+/// Median of `v`, in any order.
+pub(crate) fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    quantile_sorted(&s, 0.5)
+}
+
 /// Median absolute deviation of sorted data.
 pub(crate) fn mad_sorted(sorted: &[f64]) -> f64 {
     let med = quantile_sorted(sorted, 0.5);
-    let mut dev: Vec<f64> = sorted.iter().map(|x| (x - med).abs()).collect();
-    dev.sort_by(f64::total_cmp);
-    quantile_sorted(&dev, 0.5)
+    let dev: Vec<f64> = sorted.iter().map(|x| (x - med).abs()).collect();
+    median(&dev)
 }
 
 /// Outliers by modified z-score (Iglewicz and Hoaglin): |0.6745 (x - median) / MAD| > 3.5.
@@ -86,9 +92,7 @@ pub(crate) fn ratio_with_error(num: (f64, f64), den: (f64, f64)) -> Option<(f64,
 
 /// Median of absolute values.
 pub(crate) fn median_abs(v: &[f64]) -> f64 {
-    let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
-    a.sort_by(f64::total_cmp);
-    quantile_sorted(&a, 0.5)
+    median(&v.iter().map(|x| x.abs()).collect::<Vec<_>>())
 }
 
 #[cfg(test)]

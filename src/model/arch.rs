@@ -410,7 +410,7 @@ pub(crate) fn read(a: &Arch, c: &Cfg, layers: u64, hidden: u64) -> Result<Read, 
     let any_dense = is_moe.iter().any(|m| !m);
     let intermediate = match dense_size {
         Some(i) => i,
-        None if any_dense && !c.model_type_is(&["nemotron-nas", "deci", "deci_lm"]) => {
+        None if any_dense && !c.family_is("nemotron-nas") => {
             return Err(format!("missing key '{dense_key}'"))
         }
         None => 0,
@@ -436,7 +436,7 @@ pub(crate) fn read(a: &Arch, c: &Cfg, layers: u64, hidden: u64) -> Result<Read, 
             ffn: Some(ffn),
         });
     }
-    if c.model_type_is(&["nemotron_h"]) {
+    if c.family_is("nemotron_h") {
         blocks = nemotron_h(c, layers, full, intermediate)?;
     }
     if let Some(bc) = c.get("block_configs") {
@@ -480,13 +480,7 @@ fn attention(
         .first_u64(&["head_dim", "attention_head_dim"])
         .unwrap_or(hidden / heads);
     let kv_heads = c.u64("num_key_value_heads").unwrap_or(heads);
-    let gated_q = c.model_type_is(&[
-        "qwen3_next",
-        "qwen3_5_moe_text",
-        "qwen3_5_moe",
-        "qwen3_5_text",
-        "qwen3_5",
-    ]) || c.bool("attn_output_gate").unwrap_or(false);
+    let gated_q = c.family_is("qwen3_next") || c.bool("attn_output_gate").unwrap_or(false);
     let full = if !c.obj.contains_key("kv_lora_rank") && c.obj.contains_key("o_lora_rank") {
         // DeepSeek-V4 (vLLM deepseek_v4.py DeepseekV4Attention)
         let groups = c.u64("o_groups").unwrap_or(1);
@@ -616,11 +610,14 @@ fn experts(a: &Arch, c: &Cfg) -> Result<Option<Moe>, String> {
 }
 
 impl Cfg<'_> {
-    fn model_type_is(&self, types: &[&str]) -> bool {
+    /// Whether the config's `model_type` is one the table's entry of `member` reads (the
+    /// family named by one of its types, its list kept in the table alone).
+    fn family_is(&self, member: &str) -> bool {
+        let family = find(member).expect("a type of the table").model_types;
         self.obj
             .get("model_type")
             .and_then(Value::as_str)
-            .is_some_and(|t| types.contains(&t))
+            .is_some_and(|t| family.contains(&t))
     }
 }
 

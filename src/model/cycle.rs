@@ -60,20 +60,18 @@ pub struct Cycle {
     pub(crate) drafter_notes: Vec<String>,
 }
 
-impl Cycle {
-    /// The distinct draft forwards and how many times each runs per cycle: the EAGLE-3 and
-    /// MTP cycles' first forward once and the next one k-1 times (they are alike), a block
-    /// drafter's one forward once.
-    pub(crate) fn draft_groups(&self) -> Vec<(&Schedule, u64)> {
-        let mut v: Vec<(&Schedule, u64)> = vec![];
-        for d in &self.draft {
-            match v.last_mut() {
-                Some((s, n)) if *s == d => *n += 1,
-                _ => v.push((d, 1)),
-            }
+/// The distinct draft forwards of a cycle (or its job) in order and how many times each runs
+/// in a row: the EAGLE-3 and MTP cycles' first forward once and the next one k-1 times (they
+/// are alike), a block drafter's one forward once.
+pub(crate) fn draft_groups(draft: &[Schedule]) -> Vec<(&Schedule, u64)> {
+    let mut v: Vec<(&Schedule, u64)> = vec![];
+    for d in draft {
+        match v.last_mut() {
+            Some((s, n)) if *s == d => *n += 1,
+            _ => v.push((d, 1)),
         }
-        v
     }
+    v
 }
 
 /// One forward of a cycle as a record's workload names it.
@@ -361,7 +359,10 @@ mod tests {
             [true, false, false]
         );
         assert_eq!(
-            c.draft_groups().iter().map(|g| g.1).collect::<Vec<_>>(),
+            draft_groups(&c.draft)
+                .iter()
+                .map(|g| g.1)
+                .collect::<Vec<_>>(),
             [1, 2]
         );
         for d in &c.draft {

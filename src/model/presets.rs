@@ -22,13 +22,36 @@ fn mla(heads: u64) -> Attention {
     }
 }
 
+/// What the presets share, under the sizes each gives: every layer alike (no blocks), the
+/// weights known from the formats, the embedding untied, nothing to warn of, no MTP module;
+/// no dense layer, no MoE and bf16 throughout unless the preset says otherwise.
+fn base(name: &str, model_type: &str) -> ModelShape {
+    ModelShape {
+        name: name.into(),
+        layers: 0,
+        hidden: 0,
+        vocab: 0,
+        first_dense: 0,
+        intermediate: 0,
+        moe: None,
+        attention: Attention::gqa(0, 0, 0),
+        precision: Precision::uniform(WeightFormat::Bf16),
+        blocks: vec![],
+        weights_known: true,
+        tied_embeddings: false,
+        warnings: vec![],
+        read_as: None,
+        model_type: Some(model_type.into()),
+        mtp: None,
+    }
+}
+
 /// The preset of that name, or a usage error listing the known ones.
 pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
     let shape = match name.to_ascii_lowercase().as_str() {
         // moonshotai/Kimi-K2.5: DeepSeek-V3 architecture; routed experts int4 (group 32),
         // attention, shared experts, dense MLP and lm_head bf16.
         "kimi-k2.5" | "kimi-k2" | "kimi-k2-thinking" => ModelShape {
-            name: "kimi-k2.5".into(),
             layers: 61,
             hidden: 7168,
             vocab: 163840,
@@ -49,18 +72,11 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
                 shared_experts: WeightFormat::Bf16,
                 lm_head: WeightFormat::Bf16,
             },
-            blocks: vec![],
-            weights_known: true,
-            tied_embeddings: false,
-            warnings: vec![],
-            read_as: None,
-            model_type: Some("kimi_k2".into()),
             // num_nextn_predict_layers 0: Kimi-K2.5 ships no MTP module
-            mtp: None,
+            ..base("kimi-k2.5", "kimi_k2")
         },
         // deepseek-ai/DeepSeek-V3: fp8 e4m3 with 128x128 block scales; lm_head bf16.
         "deepseek-v3" | "deepseek-r1" => ModelShape {
-            name: "deepseek-v3".into(),
             layers: 61,
             hidden: 7168,
             vocab: 129280,
@@ -78,12 +94,6 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
                 lm_head: WeightFormat::Bf16,
                 ..Precision::uniform(WeightFormat::Fp8Block { block: 128 })
             },
-            blocks: vec![],
-            weights_known: true,
-            tied_embeddings: false,
-            warnings: vec![],
-            read_as: None,
-            model_type: Some("deepseek_v3".into()),
             // num_nextn_predict_layers 1: layer 61 in the same fp8 blocks, eh_proj bf16
             mtp: Some(Mtp {
                 layers: 1,
@@ -93,32 +103,21 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
                 },
                 eh_proj: WeightFormat::Bf16,
             }),
+            ..base("deepseek-v3", "deepseek_v3")
         },
         "llama-3.1-70b" => ModelShape {
-            name: "llama-3.1-70b".into(),
             layers: 80,
             hidden: 8192,
             vocab: 128256,
             first_dense: 80,
             intermediate: 28672,
-            moe: None,
             attention: Attention::gqa(64, 8, 128),
-            precision: Precision::uniform(WeightFormat::Bf16),
-            blocks: vec![],
-            weights_known: true,
-            tied_embeddings: false,
-            warnings: vec![],
-            read_as: None,
-            model_type: Some("llama".into()),
-            mtp: None,
+            ..base("llama-3.1-70b", "llama")
         },
         "qwen3-235b-a22b" => ModelShape {
-            name: "qwen3-235b-a22b".into(),
             layers: 94,
             hidden: 4096,
             vocab: 151936,
-            first_dense: 0,
-            intermediate: 0,
             moe: Some(Moe {
                 routed_experts: 128,
                 experts_per_token: 8,
@@ -127,14 +126,7 @@ pub fn preset(name: &str) -> anyhow::Result<ModelShape> {
                 shared_intermediate: None,
             }),
             attention: Attention::gqa(64, 4, 128),
-            precision: Precision::uniform(WeightFormat::Bf16),
-            blocks: vec![],
-            weights_known: true,
-            tied_embeddings: false,
-            warnings: vec![],
-            read_as: None,
-            model_type: Some("qwen3_moe".into()),
-            mtp: None,
+            ..base("qwen3-235b-a22b", "qwen3_moe")
         },
         _ => {
             return Err(usage(format!(

@@ -303,7 +303,7 @@ pub struct Schedule {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ScheduleFacts {
     /// Requests in the batch: `tokens` is this many times the tokens of one request.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    #[serde(default = "crate::util::one", skip_serializing_if = "is_one")]
     pub(crate) concurrency: u64,
     /// Context tokens per request whose KV cache the forward reads (0: none priced).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -335,10 +335,6 @@ impl Default for ScheduleFacts {
             drafter: None,
         }
     }
-}
-
-fn one() -> u64 {
-    1
 }
 
 fn is_one(n: &u64) -> bool {

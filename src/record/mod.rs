@@ -204,7 +204,7 @@ pub struct RecordedWorkload {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadFacts {
     /// Requests in the batch (`--concurrency`): `tokens` counts all of theirs.
-    #[serde(default = "one")]
+    #[serde(default = "crate::util::one")]
     pub(crate) concurrency: u64,
     /// Context tokens per request whose KV cache each forward reads (`--context`; 0: none).
     #[serde(default)]
@@ -240,10 +240,6 @@ impl Default for WorkloadFacts {
             cycle: None,
         }
     }
-}
-
-fn one() -> u64 {
-    1
 }
 
 /// What a cycle record replayed or priced besides its verify.

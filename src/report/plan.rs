@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::cycle::Cycle;
+use crate::model::cycle::{draft_groups, Cycle};
 use crate::model::engine::{profiler_lines, EngineView};
 use crate::model::{ComputeKind, Op, Phase, Schedule};
 use crate::units::{grouped, human_bytes};
@@ -447,7 +447,7 @@ fn cycle_parts<'a>(
         engine: engine(&c.decode),
     }];
     let mut first = 1;
-    for (s, n) in c.draft_groups() {
+    for (s, n) in draft_groups(&c.draft) {
         let last = first + n - 1;
         let name = if n == 1 {
             format!("draft forward {first}")

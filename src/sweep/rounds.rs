@@ -37,7 +37,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::measure::interval::{mean_sd, t_quantile, Level};
-use crate::measure::stats::quantile_sorted;
+use crate::measure::stats::median;
 
 /// Default number of rounds (`--rounds`).
 pub(crate) const DEFAULT_ROUNDS: usize = 3;
@@ -241,15 +241,14 @@ pub(crate) struct NoiseFloor {
 
 /// The noise floor from the baseline's rounds; `None` with fewer than 2.
 pub(crate) fn noise_floor(t: &[RoundTiming], baseline: &str, graph: bool) -> Option<NoiseFloor> {
-    let mut b: Vec<f64> = rounds_of(t)
+    let b: Vec<f64> = rounds_of(t)
         .into_iter()
         .filter_map(|r| time_of(t, baseline, r, graph))
         .collect();
     if b.len() < 2 {
         return None;
     }
-    b.sort_by(f64::total_cmp);
-    let med = quantile_sorted(&b, 0.5);
+    let med = median(&b);
     let rel = b.iter().map(|x| (x / med - 1.0).abs()).fold(0.0, f64::max);
     Some(NoiseFloor {
         rel,

@@ -622,8 +622,8 @@ fn run_verify(
         run_impls,
         host_gaps,
         timing_pass,
-        pdl,
         cycle,
+        ..
     } = job
     else {
         unreachable!("a verify job");
@@ -636,13 +636,8 @@ fn run_verify(
     let with_colls = rank.comm.is_some();
     check_memory(&rank.gpu, &[schedule], rank.setup.nranks, with_colls)?;
     let colls = schedule_colls(rank, schedule)?;
-    let needs_compute = runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
     let (steps, step_of_op) = plan_steps_of_ops(schedule, *launches_per_layer);
-    let compute = if needs_compute {
-        Some(load_compute(rank, schedule.tokens, &steps, *pdl, result)?)
-    } else {
-        None
-    };
+    let compute = load_compute(rank, job, schedule.tokens, &steps, result)?;
     let v = LoadedVerify {
         rank,
         schedule,
@@ -686,17 +681,29 @@ fn schedule_colls(rank: &Rank, schedule: &Schedule) -> anyhow::Result<Vec<Coll>>
     Ok(colls)
 }
 
-/// The compute kernels for forwards of up to `tokens` tokens, with their streaming bandwidth
-/// and (when `steps` stream) the fixed cost of a launch of their mean size measured into
-/// `result`.
+/// The compute kernels of `job` for forwards of up to `tokens` tokens, with their streaming
+/// bandwidth and (when `steps` stream) the fixed cost of a launch of their mean size measured
+/// into `result`; none where no run of the job launches compute or launch loads.
 fn load_compute(
     rank: &Rank,
+    job: &Job,
     tokens: u64,
     steps: &[Step],
-    pdl: bool,
     result: &mut RankResult,
-) -> anyhow::Result<Compute> {
-    let c = Compute::new(&rank.gpu, tokens as usize, pdl)?;
+) -> anyhow::Result<Option<Compute>> {
+    let Job::Verify {
+        runs,
+        launches_per_layer,
+        pdl,
+        ..
+    } = job
+    else {
+        unreachable!("a verify job");
+    };
+    if runs.iter().all(|(_, m)| *m == Mode::Comm) && *launches_per_layer == 0 {
+        return Ok(None);
+    }
+    let c = Compute::new(&rank.gpu, tokens as usize, *pdl)?;
     let gpu = &rank.gpu;
     result.stream_gbps = Some(c.measure_gbps(gpu, c.tokens)?);
     let (n, sum) = stream_launches(steps);
@@ -717,7 +724,7 @@ fn load_compute(
             bytes: sum * 16,
         });
     }
-    Ok(c)
+    Ok(Some(c))
 }
 
 /// One configuration's samples, exact check and timing pass.

@@ -224,12 +224,11 @@ pub(crate) fn verify_record(
         .iter()
         .filter_map(|r| r.stream_gbps)
         .reduce(f64::min);
-    let mut p = provenance();
-    state_rank_time(&mut p, rank_time);
+    let mut notes = vec![];
     if !host_gaps.is_none() {
-        p.notes.push(host_gaps.describe());
+        notes.push(host_gaps.describe());
         if runs.iter().any(|r| r.0) {
-            p.notes.push(
+            notes.push(
                 "graph replay: no host gaps (a CUDA graph launches every kernel from the device)"
                     .into(),
             );
@@ -241,36 +240,46 @@ pub(crate) fn verify_record(
         .reduce(f64::max);
     let rates = slowest_rates(results);
     if !rates.is_empty() {
-        p.notes.push(rates_note(&rates));
+        notes.push(rates_note(&rates));
     } else if let (Some(bw), Some(fx)) = (stream_gbps, fixed) {
         use crate::launch::job::{plan_steps, stream_launches, FIXED_COST_LAUNCHES};
         let nops = stream_launches(&plan_steps(schedule, 0)).0;
-        p.notes.push(format!(
+        notes.push(format!(
             "compute prediction with a fixed cost per launch: {} B / {bw:.0} GB/s + {nops} streaming launches x {fx:.2} us ({FIXED_COST_LAUNCHES} back-to-back launches of the mean size against one launch of their bytes, same run) = {:.1} us",
             schedule.streamed_bytes(),
             schedule.streamed_bytes() as f64 / (bw * 1e3) + nops as f64 * fx
         ));
     }
-    if *pdl {
+    let body = VerifyResult {
+        workload: RecordedWorkload::of(schedule),
+        runs: vruns,
+        stream_gbps,
+        predicted_compute_us: if rates.is_empty() {
+            stream_gbps.map(|g| schedule.streamed_bytes() as f64 / (g * 1e3))
+        } else {
+            Some(rates.iter().map(StreamRate::predicted_us).sum())
+        },
+        stream_rates: rates,
+        p2p: vec![],
+        parts: vec![],
+    };
+    Ok(measured(provenance(), rank_time, notes, *pdl, body))
+}
+
+/// A measured verify record: `p` with the rank time, `notes`, then the PDL note where it ran.
+fn measured(
+    mut p: Provenance,
+    rank_time: RankTime,
+    notes: Vec<String>,
+    pdl: bool,
+    body: VerifyResult,
+) -> Record {
+    state_rank_time(&mut p, rank_time);
+    p.notes.extend(notes);
+    if pdl {
         p.notes.push(PDL_NOTE.into());
     }
-    Ok(Record::new(
-        Source::Measured,
-        p,
-        Body::Verify(VerifyResult {
-            workload: RecordedWorkload::of(schedule),
-            runs: vruns,
-            stream_gbps,
-            predicted_compute_us: if rates.is_empty() {
-                stream_gbps.map(|g| schedule.streamed_bytes() as f64 / (g * 1e3))
-            } else {
-                Some(rates.iter().map(StreamRate::predicted_us).sum())
-            },
-            stream_rates: rates,
-            p2p: vec![],
-            parts: vec![],
-        }),
-    ))
+    Record::new(Source::Measured, p, Body::Verify(body))
 }
 
 /// The record of a finished cycle job (`verify --phase cycle`): per run, the cycle's samples
@@ -337,35 +346,25 @@ pub(crate) fn cycle_record(
             parts.push(PartRun { part, run });
         }
     }
-    let stream_gbps = results
-        .iter()
-        .filter_map(|r| r.stream_gbps)
-        .reduce(f64::min);
-    let mut p = provenance();
-    state_rank_time(&mut p, rank_time);
-    p.notes.push(format!(
+    let mut notes = vec![format!(
         "cycle: each sample replays the {} draft forward{} then the verify; graph replay captures the first draft forward, the next ones together, and the verify in graphs of their own (as SGLang captures its draft extend, its draft loop and the target), launched in order; the plain decode step and each part are timed alone beside it",
         cycle.draft.len(),
         if cycle.draft.len() == 1 { "" } else { "s" }
-    ));
-    p.notes
-        .extend(cycle.drafter_notes.iter().map(|n| format!("drafter: {n}")));
-    if *pdl {
-        p.notes.push(PDL_NOTE.into());
-    }
-    Ok(Record::new(
-        Source::Measured,
-        p,
-        Body::Verify(VerifyResult {
-            workload: RecordedWorkload::of_cycle(cycle),
-            runs: vruns,
-            stream_gbps,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
-            parts,
-        }),
-    ))
+    )];
+    notes.extend(cycle.drafter_notes.iter().map(|n| format!("drafter: {n}")));
+    let body = VerifyResult {
+        workload: RecordedWorkload::of_cycle(cycle),
+        runs: vruns,
+        stream_gbps: results
+            .iter()
+            .filter_map(|r| r.stream_gbps)
+            .reduce(f64::min),
+        predicted_compute_us: None,
+        stream_rates: vec![],
+        p2p: vec![],
+        parts,
+    };
+    Ok(measured(provenance(), rank_time, notes, *pdl, body))
 }
 
 /// The streaming rates per token count over the ranks: the slowest rank's rate and largest

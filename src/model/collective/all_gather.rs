@@ -12,9 +12,6 @@ impl CollectiveOps for AllGather {
     fn nccl_call(&self) -> &'static str {
         "ncclAllGather"
     }
-    fn send_elems(&self, count: usize, _nranks: usize) -> usize {
-        count
-    }
     fn recv_elems(&self, count: usize, nranks: usize) -> usize {
         count * nranks
     }

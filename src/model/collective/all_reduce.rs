@@ -12,18 +12,6 @@ impl CollectiveOps for AllReduce {
     fn nccl_call(&self) -> &'static str {
         "ncclAllReduce"
     }
-    fn send_elems(&self, count: usize, _nranks: usize) -> usize {
-        count
-    }
-    fn recv_elems(&self, count: usize, _nranks: usize) -> usize {
-        count
-    }
-    fn nccl_size(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
-        bytes_per_rank
-    }
-    fn bytes_out(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
-        bytes_per_rank
-    }
     fn bus_factor(&self, nranks: usize) -> f64 {
         let n = nranks as f64;
         2.0 * (n - 1.0) / n

@@ -19,19 +19,6 @@ impl CollectiveOps for Broadcast {
     fn nccl_call(&self) -> &'static str {
         "ncclBroadcast"
     }
-    fn send_elems(&self, count: usize, _nranks: usize) -> usize {
-        count
-    }
-    fn recv_elems(&self, count: usize, _nranks: usize) -> usize {
-        count
-    }
-    /// nccl-tests sizes a broadcast by its message.
-    fn nccl_size(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
-        bytes_per_rank
-    }
-    fn bytes_out(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
-        bytes_per_rank
-    }
     fn bus_factor(&self, _nranks: usize) -> f64 {
         1.0
     }

@@ -33,10 +33,14 @@ pub(crate) trait CollectiveOps: Sync {
     fn name(&self) -> &'static str;
     /// NCCL's function for it (`ncclAllReduce`).
     fn nccl_call(&self) -> &'static str;
-    /// Elements of each rank's send buffer.
-    fn send_elems(&self, count: usize, nranks: usize) -> usize;
-    /// Elements of each rank's receive buffer.
-    fn recv_elems(&self, count: usize, nranks: usize) -> usize;
+    /// Elements of each rank's send buffer: `count` unless the collective says otherwise.
+    fn send_elems(&self, count: usize, _nranks: usize) -> usize {
+        count
+    }
+    /// Elements of each rank's receive buffer: `count` unless the collective says otherwise.
+    fn recv_elems(&self, count: usize, _nranks: usize) -> usize {
+        count
+    }
     /// NCCL's `count` for an operation of nccl-tests size `size_bytes` (rounded down): the
     /// nccl-tests size is the larger buffer, which holds `count` or `count x nranks` elements.
     fn count_for_size(&self, size_bytes: u64, elem_bytes: u64, nranks: usize) -> usize {
@@ -44,10 +48,15 @@ pub(crate) trait CollectiveOps: Sync {
         (size_bytes / elem_bytes) as usize / per_count
     }
     /// nccl-tests size (the larger buffer) of an operation in which each rank contributes
-    /// `bytes_per_rank` bytes.
-    fn nccl_size(&self, bytes_per_rank: u64, nranks: u64) -> u64;
-    /// Bytes each rank holds afterwards when each contributed `bytes_per_rank`.
-    fn bytes_out(&self, bytes_per_rank: u64, nranks: u64) -> u64;
+    /// `bytes_per_rank` bytes: those bytes unless the collective says otherwise.
+    fn nccl_size(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
+        bytes_per_rank
+    }
+    /// Bytes each rank holds afterwards when each contributed `bytes_per_rank`: as many unless
+    /// the collective says otherwise.
+    fn bytes_out(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
+        bytes_per_rank
+    }
     /// nccl-tests' bus-bandwidth factor: busbw = algbw x factor; (n-1)/n unless the
     /// collective says otherwise.
     fn bus_factor(&self, nranks: usize) -> f64 {

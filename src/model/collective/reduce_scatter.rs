@@ -1,5 +1,6 @@
 //! Reduce-scatter (sum): every rank sends `count x nranks` elements and receives block `rank`
-//! (`count` elements) of the element-wise sum over all ranks.
+//! (`count` elements) of the element-wise sum over all ranks. nccl-tests sizes it by its input,
+//! which is what each rank contributes.
 
 use super::{CollectiveOps, ElementSource};
 
@@ -14,13 +15,6 @@ impl CollectiveOps for ReduceScatter {
     }
     fn send_elems(&self, count: usize, nranks: usize) -> usize {
         count * nranks
-    }
-    fn recv_elems(&self, count: usize, _nranks: usize) -> usize {
-        count
-    }
-    /// nccl-tests sizes a reduce-scatter by its input, which is what each rank contributes.
-    fn nccl_size(&self, bytes_per_rank: u64, _nranks: u64) -> u64 {
-        bytes_per_rank
     }
     fn bytes_out(&self, bytes_per_rank: u64, nranks: u64) -> u64 {
         bytes_per_rank / nranks.max(1)

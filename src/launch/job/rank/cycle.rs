@@ -13,6 +13,7 @@
 
 use super::*;
 use crate::launch::job::{CycleConfig, CycleJob, CYCLE_CONFIGS};
+use crate::model::cycle::draft_groups;
 
 /// Loads the cycle of `job` (`c` beside its verify) and times its configurations into
 /// `result`.
@@ -30,13 +31,12 @@ pub(super) fn run_cycle(
         warmup,
         launches_per_layer,
         host_gaps,
-        pdl,
         ..
     } = job
     else {
         unreachable!("a verify job");
     };
-    let drafts = c.draft_groups();
+    let drafts = draft_groups(&c.draft);
     let all: Vec<&Schedule> = std::iter::once(&c.decode)
         .chain(drafts.iter().map(|d| d.0))
         .chain(std::iter::once(verify))
@@ -50,14 +50,9 @@ pub(super) fn run_cycle(
         .iter()
         .map(|s| plan_steps_of_ops(s, *launches_per_layer))
         .collect();
-    let needs_compute = runs.iter().any(|(_, m)| *m != Mode::Comm) || *launches_per_layer > 0;
     let most = all.iter().map(|s| s.tokens).max().unwrap_or(1);
-    let compute = if needs_compute {
-        let verify_steps = &planned.last().expect("the verify").0;
-        Some(load_compute(rank, most, verify_steps, *pdl, result)?)
-    } else {
-        None
-    };
+    let verify_steps = &planned.last().expect("the verify").0;
+    let compute = load_compute(rank, job, most, verify_steps, result)?;
     let loaded: Vec<LoadedVerify> = all
         .iter()
         .zip(planned)
