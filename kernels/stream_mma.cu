@@ -36,14 +36,16 @@
 //   copies vectors t + 256 v of a stage, which are lane t % 32 of tiles t / 32 + 8 v, the tiles
 //   its warp computes): no block barrier in the loop. With several groups a barrier per stage
 //   publishes the copies and frees the slot the next copy overwrites.
-// - why these sizes, measured on an H100 at 512 tokens (scripts/h100x1-53.sh and the notes of
-//   results/h100x1/stream-mma-*): with 16 KB stages in static shared memory and 3 blocks of
-//   stream_mma_8 an SM, a warp issued 2.0 instructions per MMA (mma_peak: 1.2), about 150 of
-//   them per stage in the copies' 64-bit index arithmetic and 12 per two tiles in the loop, and
-//   the tensor pipe was 81% active even from L2. The copies now work out the stage's place once
-//   and the loop walks one index; 32 KB stages halve the per-stage work per weight byte; and
-//   MW = 16 (one block an SM, 180 registers, 32 MMAs per shared-memory load) needs one barrier
-//   per stage at 512 tokens and none at 256.
+// - why these sizes, measured on an H100 at 512 tokens (scripts/h100x1-53.sh; the counts are
+//   in results/h100x1/stream-mma-21cee22/ncu*.txt): with 16 KB stages in static shared memory
+//   and 3 blocks of stream_mma_8 an SM, a warp issued 2.0 instructions per MMA (mma_peak: 1.2),
+//   about 150 of them per stage in the copies' 64-bit index arithmetic and 12 per two tiles in
+//   the loop, and the tensor pipe was 81% active even from L2. The copies now work out the
+//   stage's place once and the loop walks one index; 32 KB stages halve the per-stage work per
+//   weight byte; and MW = 16 (one block an SM, 180 registers, 32 MMAs per shared-memory load)
+//   needs one barrier per stage at 512 tokens and none at 256. Measured after: 1.5 instructions
+//   per MMA, the tensor pipe 88% active, 83%-90% of mma_peak from device memory.
+//
 // Which weight meets which activation lane (the host's reference, src/comm/kernels/pool.rs,
 // uses the same rule): the B fragment of lane l of the warp holds k = 2 (l % 4) + {0, 1} in its
 // first register and k + 8 in its second (PTX ISA, mma.m16n8k16 fragments); the operation's
