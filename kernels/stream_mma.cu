@@ -13,33 +13,38 @@
 // every weight byte is read once from device memory and multiplied with every token.
 //
 // Data flow per block (THREADS = 256 threads, 8 warps):
-// - weights: a ring of DEPTH = 3 stages of STAGE_VECS 16-byte vectors (16 KB, 32 tiles of 32
-//   vectors; 48 KB of static shared memory) filled by cp.async (16 bytes per thread per copy,
-//   four copies per thread per stage, the global reads coalesced: 512 consecutive bytes per
-//   warp), DEPTH - 1 stages (32 KB) in flight while one is computed. Block b streams stages
-//   b, b + gridDim.x, ... of the operation (a persistent grid). The pool is a power of two in
-//   vectors and indices wrap with a mask, as in stream.cu; vectors past the operation's end are
-//   zero-filled by the copy (no read).
+// - weights: a ring of DEPTH = 3 stages of STAGE_VECS 16-byte vectors in dynamic shared memory
+//   (the host asks for DEPTH x STAGE_VECS x 16 bytes at launch): 32 KB stages (64 tiles of 32
+//   vectors, a 96 KB ring) on compute capability 9.0 to 11.x, whose SMs have 228 KB; 16 KB
+//   stages (48 KB) elsewhere (100 KB an SM on 8.6, 8.9 and 12.x). Filled by cp.async (16 bytes
+//   per thread per copy, STAGE_VECS / 256 copies per thread per stage, the global reads
+//   coalesced: 512 consecutive bytes per warp), DEPTH - 1 stages in flight while one is
+//   computed. Block b streams stages b, b + gridDim.x, ... of the operation (a persistent
+//   grid). The pool is a power of two in vectors and indices wrap with a mask, as in stream.cu;
+//   vectors past the operation's end are zero-filled by the copy (no read).
 // - activations: each warp builds the A fragments of its tokens once, from `act` (tokens x 8
 //   floats, converted to bf16), and keeps them in registers for the whole launch: token n's
 //   activation at k is act[n * 8 + k % 8]. They are never re-read per weight tile.
-// - tokens: ceil(T / 16) tiles of 16 tokens (rows of A). Up to 8 tiles (128 tokens) every warp
-//   takes all of them (GROUPS = 1); up to 16 tiles, two groups of 4 warps each take half; up to
-//   32 tiles, four groups of 2 warps each take a quarter. Each group reads every weight tile of a
-//   stage from shared memory (device memory is read once per stage whatever the group count); the
-//   warps of a group split the stage's 32 tiles (4, 8 or 16 tiles per warp per stage, an even
-//   count: the loop takes two per turn, each tile's vector read one tile ahead). MW, the
-//   template argument, is the token tiles per warp: stream_mma_MW for MW = 1..8, and the host
-//   picks MW = ceil(tiles / GROUPS).
+// - tokens: ceil(T / 16) tiles of 16 tokens (rows of A). MW, the template argument, is the token
+//   tiles per warp (stream_mma_MW, MW = 1..8 and 16); the block's warps form `groups` groups of
+//   MW tiles each (the host's rule, src/comm/kernels/mod.rs: one group up to 8 tiles, MW = 16 for
+//   16 and 32 tiles, else two groups up to 16 tiles and four up to 32). Each group reads every
+//   weight tile of a stage from shared memory (device memory is read once per stage whatever the
+//   group count); the warps of a group split the stage's tiles (an even count per warp: the loop
+//   takes two per turn, each tile's vector read one tile ahead).
 // - with one group each thread reads back only the 16-byte vectors it copied itself (thread t
-//   copies vectors t + 256 v, v = 0..3, of a stage, which are lane t % 32 of tiles t / 32 + 8 v,
-//   the four tiles its warp computes): no block barrier in the loop. With several groups a
-//   barrier per stage publishes the copies and frees the slot the next copy overwrites.
-// - why 16 KB stages and a look-ahead: measured on an H100 (8 KB stages, no look-ahead), the
-//   loop kept the tensor pipe 70% busy at 512 tokens even from an L2-resident pool, against 97%
-//   for mma_peak; per stage a warp waited at the barrier and for its copies, per tile for its
-//   shared-memory load. A stage twice as large halves the waits per weight byte; the look-ahead
-//   puts 2 x MW MMAs between each load and its use.
+//   copies vectors t + 256 v of a stage, which are lane t % 32 of tiles t / 32 + 8 v, the tiles
+//   its warp computes): no block barrier in the loop. With several groups a barrier per stage
+//   publishes the copies and frees the slot the next copy overwrites.
+// - why these sizes, measured on an H100 at 512 tokens (scripts/h100x1-53.sh; the counts are
+//   in results/h100x1/stream-mma-21cee22/ncu*.txt): with 16 KB stages in static shared memory
+//   and 3 blocks of stream_mma_8 an SM, a warp issued 2.0 instructions per MMA (mma_peak: 1.2),
+//   about 150 of them per stage in the copies' 64-bit index arithmetic and 12 per two tiles in
+//   the loop, and the tensor pipe was 81% active even from L2. The copies now work out the
+//   stage's place once and the loop walks one index; 32 KB stages halve the per-stage work per
+//   weight byte; and MW = 16 (one block an SM, 180 registers, 32 MMAs per shared-memory load)
+//   needs one barrier per stage at 512 tokens and none at 256. Measured after: 1.5 instructions
+//   per MMA, the tensor pipe 88% active, 83%-90% of mma_peak from device memory.
 //
 // Which weight meets which activation lane (the host's reference, src/comm/kernels/pool.rs,
 // uses the same rule): the B fragment of lane l of the warp holds k = 2 (l % 4) + {0, 1} in its
@@ -47,20 +52,10 @@
 // vector i lands in lane i % 32, its 16 bytes are the two fragments (words 0-1 and 2-3), so its
 // bf16 element j (0..7) is multiplied with activation lane k % 8 = 2 (i % 4) + j % 2.
 //
-// Registers: stream_mma_1..7 ask __launch_bounds__ for 2 blocks per SM (at most 128 per thread);
-// stream_mma_8 for WIDE_BLOCKS: 3 on compute capability 9.0 to 11.x (at most 80 registers:
-// 65536 / (3 x 256) = 85, allocated in steps of 8), as many resident warps as mma_peak has there
-// (24 per SM, 6 per scheduler); 2 elsewhere (on 8.6, 8.9 and 12.x the 100 KB of shared memory
-// of an SM hold two rings, not three; 8.0 was measured nowhere). Its 32 accumulators + 32
-// activation words (the A quads, each built once: see mma()) + one 16-byte vector of weights
-// leave no room for the look-ahead's second vector: ptxas reads each tile's vector just before
-// its MMAs, and the scheduler's other warps cover the wait. Why 3: measured on an H100 at 2
-// blocks (116 registers, with the look-ahead), stream_mma_8 at 512 tokens kept the tensor pipe
-// 82% active, from an L2-resident pool too, against 97% for mma_peak, which issues the same
-// MMAs per warp from 6 warps per scheduler; with 4, one warp's wait (a stage's barrier, its
-// copies, a shared-memory load) is not covered by the other three: the look-ahead and the larger
-// stages, which only shortened such waits, had raised the pipe from 71% to 82%. Shared memory:
-// DEPTH x 16 KB = 48 KB of ring (reused for the block's reduction at the end), 144 KB for 3.
+// Registers: stream_mma_1..8 ask __launch_bounds__ for 2 blocks per SM (at most 128 per
+// thread), stream_mma_16 for one (its 64 accumulators and 64 activation words need about 180).
+// Shared memory: the ring (reused for the block's reduction at the end), two rings an SM on 9.0
+// to 11.x, one on 8.6, 8.9 and 12.x at MW = 16 and, by the occupancy query, what fits elsewhere.
 //
 // stream_mma_pdl_MW is the same for programmatic dependent launch, in the order of stream.cu:
 // launch_dependents, the first DEPTH - 1 stages' copies (weights depend on no earlier kernel),
@@ -78,14 +73,13 @@
 #define PARTIAL_STRIDE 512
 #define THREADS 256
 #define WARPS (THREADS / 32)
+#if __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
+#define STAGE_VECS 2048
+#else
 #define STAGE_VECS 1024
+#endif
 #define TILES (STAGE_VECS / 32)
 #define DEPTH 3
-#if __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
-#define WIDE_BLOCKS 3
-#else
-#define WIDE_BLOCKS 2
-#endif
 
 #if __CUDA_ARCH__ >= 800
 
@@ -126,18 +120,24 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
     return bf16_bits(lo) | (bf16_bits(hi) << 16);
 }
 
-// The 16-byte vectors this thread copies of stage `stage` of the operation into ring slot
-// `slot` (shared-memory address): vectors threadIdx.x + v x THREADS, v = 0..3, of the stage.
+// The 16-byte vectors this thread copies of the stage that starts at vector `first` of the
+// operation into ring slot `slot` (shared-memory address): vectors threadIdx.x + v x THREADS,
+// v = 0..STAGE_VECS / THREADS - 1, of the stage. The stage's place in the pool and how many of its
+// vectors the operation still has are worked out once; per vector a 32-bit test and the masked
+// address (per stage these were about 150 instructions of a warp's 256 MMAs at 512 tokens with
+// the index, the bound and the wrap in 64 bits per vector, measured in the SASS of stream_mma_8).
 __device__ __forceinline__ void load_stage(unsigned slot, const uint4* __restrict__ pool,
                                            unsigned long long mask, unsigned long long start,
-                                           unsigned long long nvec, unsigned long long stage)
+                                           unsigned long long nvec, unsigned long long first)
 {
+    const unsigned long long base = start + first + threadIdx.x;
+    const unsigned long long left = nvec - first;
+    const unsigned have = left < STAGE_VECS ? (unsigned)left : STAGE_VECS;
 #pragma unroll
     for (int v = 0; v < STAGE_VECS / THREADS; ++v) {
         const unsigned q = threadIdx.x + v * THREADS;
-        const unsigned long long i = stage * STAGE_VECS + q;
-        const bool in = i < nvec;
-        const uint4* src = in ? &pool[(start + i) & mask] : pool;
+        const bool in = q < have;
+        const uint4* src = in ? &pool[(base + v * THREADS) & mask] : pool;
         cp_async16(slot + q * 16, src, in ? 16u : 0u);
     }
 }
@@ -161,19 +161,25 @@ __device__ __forceinline__ void mma_vec(float (&acc)[MW][4], const unsigned (&a)
 // them: TILES / step is 4, 8 or 16), two per loop. Each tile's vector is read from shared memory
 // one tile ahead, into the other register of a double buffer, so that 2 x MW MMAs stand between
 // a shared-memory load and its first use and no warp waits on one; on the stage's last tile the
-// look-ahead reads that tile again (an index kept in the stage, no branch).
+// look-ahead reads that tile again (no read past the slot). The loop walks one index and stops at the end of the warp's tiles: its own
+// instructions were 12 per two tiles with the tile index and its bound kept separately.
 template <int MW, bool FULL>
 __device__ __forceinline__ void compute_stage(const uint4* s, int first, int step, int lane,
                                               int live, const unsigned (&a)[MW][4],
                                               float (&acc)[MW][4])
 {
-    uint4 w0 = s[first * 32 + lane];
+    const int d = step * 32;
+    int i = first * 32 + lane;
+    const int stop = i + TILES * 32;
+    uint4 w0 = s[i];
 #pragma unroll 1
-    for (int tile = first; tile < TILES; tile += 2 * step) {
-        const uint4 w1 = s[(tile + step) * 32 + lane];
+    for (;;) {
+        const uint4 w1 = s[i + d];
         mma_vec<MW, FULL>(acc, a, w0, live);
-        w0 = s[min(tile + 2 * step, TILES - 1) * 32 + lane];
+        i += 2 * d;
+        w0 = s[min(i, stop - d)];
         mma_vec<MW, FULL>(acc, a, w1, live);
+        if (i == stop) break;
     }
 }
 
@@ -183,25 +189,29 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
                                          const float* __restrict__ act, float* __restrict__ partial,
                                          unsigned long long tokens)
 {
-    __shared__ __align__(16) uint4 ring[DEPTH][STAGE_VECS];
+    extern __shared__ __align__(16) uint4 ring_dyn[]; // DEPTH x STAGE_VECS, sized at launch
+    uint4(*ring)[STAGE_VECS] = reinterpret_cast<uint4(*)[STAGE_VECS]>(ring_dyn);
     const unsigned ring_s = (unsigned)__cvta_generic_to_shared(&ring[0][0]);
     const unsigned long long stages = (nvec + STAGE_VECS - 1) / STAGE_VECS;
     const unsigned long long first = blockIdx.x, stride = gridDim.x;
-    const unsigned long long mine = first < stages ? (stages - first + stride - 1) / stride : 0;
+    // the block's stages: first, first + stride, ... (fewer than 2^32 of them: a stage is 16 KB
+    // or more)
+    const unsigned mine = first < stages ? (unsigned)((stages - first + stride - 1) / stride) : 0;
 #if __CUDA_ARCH__ >= 900
     if (PDL) asm volatile("griddepcontrol.launch_dependents;");
 #endif
 #pragma unroll
     for (int p = 0; p < DEPTH - 1; ++p) {
         if (p < mine)
-            load_stage(ring_s + p * STAGE_VECS * 16, pool, mask, start, nvec, first + p * stride);
+            load_stage(ring_s + p * STAGE_VECS * 16, pool, mask, start, nvec,
+                       (first + p * stride) * STAGE_VECS);
         cp_commit();
     }
 #if __CUDA_ARCH__ >= 900
     if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     const int tiles = (int)((tokens + 15) / 16);
-    const int groups = tiles <= 8 ? 1 : tiles <= 16 ? 2 : 4;
+    const int groups = MW == 16 ? (tiles + 15) / 16 : tiles <= 8 ? 1 : tiles <= 16 ? 2 : 4;
     const int per_group = WARPS / groups;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int group = warp / per_group, in_group = warp % per_group;
@@ -230,15 +240,18 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
         for (int c = 0; c < 4; ++c) acc[m][c] = 0.f;
     }
 
-    for (unsigned long long it = 0; it < mine; ++it) {
+    // the ring's slot read this turn, and the first vector of the stage copied this turn
+    unsigned slot = 0;
+    for (unsigned it = 0; it < mine; ++it) {
         cp_wait<DEPTH - 2>();
         if (groups > 1) __syncthreads();
-        const unsigned long long next = it + DEPTH - 1;
-        if (next < mine)
-            load_stage(ring_s + (unsigned)(next % DEPTH) * STAGE_VECS * 16, pool, mask, start, nvec,
-                       first + next * stride);
+        const unsigned fill = slot == 0 ? DEPTH - 1 : slot - 1;
+        if (it + DEPTH - 1 < mine)
+            load_stage(ring_s + fill * STAGE_VECS * 16, pool, mask, start, nvec,
+                       (first + (unsigned long long)(it + DEPTH - 1) * stride) * STAGE_VECS);
         cp_commit();
-        const uint4* s = ring[it % DEPTH];
+        const uint4* s = ring[slot];
+        slot = slot == DEPTH - 1 ? 0 : slot + 1;
         if (live == MW)
             compute_stage<MW, true>(s, in_group, per_group, lane, live, a, acc);
         else
@@ -248,7 +261,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
     __syncthreads();
 
     // per token: the 8 weight columns (2 per lane, 4 lanes) summed, then the warps of the group
-    float* red = reinterpret_cast<float*>(&ring[0][0]); // [WARPS][8 * 16]
+    float* red = reinterpret_cast<float*>(&ring[0][0]); // [WARPS][MW * 16]
 #pragma unroll
     for (int m = 0; m < MW; ++m) {
         float s0 = acc[m][0] + acc[m][1], s1 = acc[m][2] + acc[m][3];
@@ -257,8 +270,8 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
         s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
         s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
         if (t == 0) {
-            red[warp * 128 + m * 16 + g] = s0;
-            red[warp * 128 + m * 16 + g + 8] = s1;
+            red[warp * MW * 16 + m * 16 + g] = s0;
+            red[warp * MW * 16 + m * 16 + g + 8] = s1;
         }
     }
     __syncthreads();
@@ -266,7 +279,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
         const int grp = (int)(n / 16) / MW;
         const int local = (int)n - grp * MW * 16;
         float sum = 0.f;
-        for (int w = 0; w < per_group; ++w) sum += red[(grp * per_group + w) * 128 + local];
+        for (int w = 0; w < per_group; ++w) sum += red[(grp * per_group + w) * MW * 16 + local];
         partial[(unsigned long long)blockIdx.x * PARTIAL_STRIDE + n] = sum;
     }
 }
@@ -302,7 +315,7 @@ __device__ __forceinline__ void mma_body(const uint4*, unsigned long long, unsig
         mma_body<MW, true>(pool, mask, start, nvec, act, partial, tokens);                       \
     }
 MMA_KERNEL(1, 2) MMA_KERNEL(2, 2) MMA_KERNEL(3, 2) MMA_KERNEL(4, 2)
-MMA_KERNEL(5, 2) MMA_KERNEL(6, 2) MMA_KERNEL(7, 2) MMA_KERNEL(8, WIDE_BLOCKS)
+MMA_KERNEL(5, 2) MMA_KERNEL(6, 2) MMA_KERNEL(7, 2) MMA_KERNEL(8, 2) MMA_KERNEL(16, 1)
 
 // src: at least 64 16-byte vectors (the weights and activations used as operands); out: one
 // float per thread, so that nothing is optimised away.

@@ -121,9 +121,11 @@ def main(outdir):
     nc = os.path.join(outdir, "ncu.txt")
     if os.path.exists(nc):
         print()
-        print("ncu (per profiled launch: DRAM throughput, SM throughput, tensor pipe active, warps active)")
+        print("ncu (per profiled launch: DRAM throughput, SM throughput, tensor pipe active, warps "
+              "active, warp instructions, MMA instructions)")
         cur, vals = None, []
-        keys = ("DRAM Throughput", "Compute (SM) Throughput", "hmma_cycles_active", "warps_active")
+        keys = ("DRAM Throughput", "Compute (SM) Throughput", "hmma_cycles_active", "warps_active",
+                "smsp__inst_executed.sum", "inst_executed_pipe_tensor_op_hmma")
         for line in list(open(nc, errors="replace")) + ["  end (0, 0, 0)x"]:
             m = re.match(r"^\s+(\w+) \(\d+, \d+, \d+\)x", line)
             if m:

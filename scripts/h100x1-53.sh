@@ -24,8 +24,9 @@
 # torch.json            cuBLAS through PyTorch (if importable): a bf16 GEMM of decode shapes and
 #                       an 8192^3 product, a reference for what an engine's GEMM reaches
 # smi.txt               clocks, power and temperature before and after (read-only queries)
-# ncu.txt               Nsight Compute, if installed and time is left: DRAM throughput and
-#                       tensor-pipe activity of mma_peak and stream_mma (128 and 512 tokens)
+# ncu.txt               Nsight Compute, if installed and time is left: DRAM throughput,
+#                       tensor-pipe activity and instructions per MMA of mma_peak and
+#                       stream_mma (128 and 512 tokens)
 # summary.txt           the table printed last
 # No nvcc: the kernels are compiled by NVRTC inside the binary, as everywhere.
 # Every step has a time limit and is skipped, saying so, when the 5 minutes would not hold it.
@@ -86,7 +87,7 @@ smi after-bandwidth
 if command -v ncu >/dev/null; then
   run ncu 45 ncu --clock-control none --kernel-name regex:'stream_mma|mma_peak' --launch-count 10 \
     --section SpeedOfLight --metrics \
-    sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+    sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__inst_executed_pipe_tensor_op_hmma.sum \
     "$VB" bandwidth -n 1 --tokens 128,512 --op-sizes 16
 fi
 

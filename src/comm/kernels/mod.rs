@@ -34,10 +34,19 @@ pub(crate) const CUDA_CORE_MAX_TOKENS: usize = 16;
 pub(crate) const CUDA_CORE_AUTO_TOKENS: usize = 10;
 /// Threads per block of every streaming kernel (THREADS in both sources).
 const THREADS: u32 = 256;
-/// 16-byte vectors per stage of `stream_mma` (STAGE_VECS): 16 KB, four cp.async per thread.
-const STAGE_VECS: u64 = 1024;
-/// The token tiles per warp of `stream_mma_MW` (MW = 1..=MMA_WIDTHS).
-const MMA_WIDTHS: usize = 8;
+/// 16-byte vectors per stage of `stream_mma` (STAGE_VECS) on compute capability `major`.x: 32 KB
+/// on 9.0 to 11.x, whose SMs hold two rings of three such stages, 16 KB elsewhere.
+fn stage_vecs(major: i32) -> u64 {
+    if (9..12).contains(&major) {
+        2048
+    } else {
+        1024
+    }
+}
+/// Stages in the ring of `stream_mma` (DEPTH).
+const DEPTH: u64 = 3;
+/// The token tiles per warp of the `stream_mma_MW` variants (MW).
+const MMA_WIDTHS: [usize; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 16];
 /// Flops of one mma.sync m16n8k16: 2 x 16 x 8 x 16.
 const MMA_FLOPS: u64 = 4096;
 /// MMAs per warp per iteration of `mma_peak`.
@@ -79,10 +88,13 @@ impl StreamKernel {
 }
 
 /// Warp groups of `stream_mma` at `tokens` tokens: every warp takes all token tiles of 16 up to
-/// 8 of them, two groups up to 16, four up to 32 (the rule of `kernels/stream_mma.cu`).
+/// 8 of them; 16 and 32 tiles go to `stream_mma_16` in one and two groups; otherwise two groups
+/// up to 16 tiles, four up to 32 (the rule of `kernels/stream_mma.cu`).
 pub(crate) fn mma_groups(tokens: usize) -> usize {
     match tokens.div_ceil(16) {
         0..=8 => 1,
+        16 => 1,
+        32 => 2,
         9..=16 => 2,
         _ => 4,
     }
@@ -90,7 +102,10 @@ pub(crate) fn mma_groups(tokens: usize) -> usize {
 
 /// The token tiles per warp, MW of the `stream_mma_MW` launched for `tokens` tokens.
 pub(crate) fn mma_width(tokens: usize) -> usize {
-    tokens.div_ceil(16).div_ceil(mma_groups(tokens)).max(1)
+    match tokens.div_ceil(16) {
+        16 | 32 => 16,
+        tiles => tiles.div_ceil(mma_groups(tokens)).max(1),
+    }
 }
 
 /// NVRTC's version, e.g. "13.0" (also loads the library).
@@ -108,6 +123,10 @@ pub(crate) fn nvrtc_version() -> Option<String> {
 /// dependent launch, with the occupancy query's resident blocks per SM of each.
 #[derive(Clone)]
 struct Family {
+    /// Each variant's token count or token tiles, in order.
+    ids: Vec<usize>,
+    /// Dynamic shared memory of every launch, bytes.
+    shared: u32,
     /// The plain variants' names.
     names: Vec<String>,
     plain: Vec<CudaFunction>,
@@ -121,13 +140,15 @@ struct Family {
 pub(crate) struct Kernels {
     /// stream_weights_T for T = 1..=CUDA_CORE_MAX_TOKENS (index T - 1).
     cuda: Family,
-    /// stream_mma_MW for MW = 1..=MMA_WIDTHS (index MW - 1); `None` below compute capability
-    /// 8.0 (no bf16 mma.sync).
+    /// stream_mma_MW for MW in MMA_WIDTHS; `None` below compute capability 8.0 (no bf16
+    /// mma.sync).
     tensor: Option<Family>,
     /// mma_peak and its resident blocks per SM.
     peak: Option<(CudaFunction, u32)>,
     tiny: CudaFunction,
     sms: u32,
+    /// 16-byte vectors per stage of `stream_mma` on this GPU ([`stage_vecs`]).
+    stage_vecs: u64,
     /// The device's threads per SM (2048 on an H200, 1536 on compute capability 8.6, 8.9, 12.0).
     threads_per_sm: u32,
     /// Launch the streaming kernels with programmatic dependent launch (see `kernels/stream.cu`).
@@ -185,16 +206,19 @@ impl Kernels {
             "threads per SM",
         )?;
         let module = load_module(gpu, "stream.cu", STREAM_SRC, arch)?;
-        let cuda = family(gpu, &module, sms, CUDA_CORE_MAX_TOKENS, false, |pdl, t| {
+        let tokens: Vec<usize> = (1..=CUDA_CORE_MAX_TOKENS).collect();
+        let cuda = family(gpu, &module, sms, &tokens, None, |pdl, t| {
             format!("stream_weights_{}{t}", if pdl { "pdl_" } else { "" })
         })?;
+        let stage_vecs = stage_vecs(major);
         let (tensor, peak) = if major >= 8 {
             let m = load_module(gpu, "stream_mma.cu", STREAM_MMA_SRC, arch)?;
-            let f = family(gpu, &m, sms, MMA_WIDTHS, true, |pdl, w| {
+            let ring = (DEPTH * stage_vecs * 16) as u32;
+            let f = family(gpu, &m, sms, &MMA_WIDTHS, Some(ring), |pdl, w| {
                 format!("stream_mma_{}{w}", if pdl { "pdl_" } else { "" })
             })?;
             let p = function(&m, "mma_peak")?;
-            let resident = occupancy(gpu, &p, "mma_peak", sms)?;
+            let resident = occupancy(gpu, &p, "mma_peak", sms, 0)?;
             (Some(f), Some((p, resident)))
         } else {
             (None, None)
@@ -205,6 +229,7 @@ impl Kernels {
             peak,
             tiny: function(&module, "tiny")?,
             sms,
+            stage_vecs,
             threads_per_sm,
             pdl: false,
         })
@@ -231,7 +256,7 @@ impl Kernels {
         match kernel {
             StreamKernel::CudaCores => grid_for(nvec, self.sms, self.per_sm(tokens)),
             StreamKernel::TensorCores => {
-                let stages = nvec.div_ceil(STAGE_VECS).max(1);
+                let stages = nvec.div_ceil(self.stage_vecs).max(1);
                 stages.min(self.sms as u64 * self.resident_mma(tokens) as u64) as u32
             }
         }
@@ -251,7 +276,7 @@ impl Kernels {
     /// The occupancy query's resident blocks per SM of the tensor-core kernel for `tokens`.
     fn resident_mma(&self, tokens: usize) -> u32 {
         self.tensor.as_ref().map_or(1, |f| {
-            f.resident[mma_width(tokens.clamp(1, MAX_STREAM_TOKENS)) - 1][self.pdl as usize]
+            f.resident[f.index(mma_width(tokens.clamp(1, MAX_STREAM_TOKENS)))][self.pdl as usize]
         })
     }
 
@@ -380,13 +405,13 @@ impl Kernels {
             StreamKernel::CudaCores => {
                 let f = pick(&self.cuda, tokens, self.pdl);
                 let mut args = [pp, mask, start, nvec, ap, outp];
-                self.launch(gpu, f, "stream_weights", blocks, &mut args)
+                self.launch(gpu, f, "stream_weights", blocks, 0, &mut args)
             }
             StreamKernel::TensorCores => {
                 let fam = self.tensor.as_ref().expect("checked by check_tokens");
                 let f = pick(fam, mma_width(tokens), self.pdl);
                 let mut args = [pp, mask, start, nvec, ap, outp, tokens as u64];
-                self.launch(gpu, f, "stream_mma", blocks, &mut args)
+                self.launch(gpu, f, "stream_mma", blocks, fam.shared, &mut args)
             }
         }
     }
@@ -410,24 +435,26 @@ impl Kernels {
         Ok(())
     }
 
-    /// Launches `f` on `blocks` blocks of THREADS threads with `args` (its parameters in order,
-    /// each a 64-bit value), through programmatic dependent launch when the kernels are loaded
-    /// for it. The caller checked every buffer the arguments address.
+    /// Launches `f` on `blocks` blocks of THREADS threads with `shared` bytes of dynamic shared
+    /// memory and `args` (its parameters in order, each a 64-bit value), through programmatic
+    /// dependent launch when the kernels are loaded for it. The caller checked every buffer the
+    /// arguments address.
     fn launch(
         &self,
         gpu: &Gpu,
         f: &CudaFunction,
         what: &str,
         blocks: u32,
+        shared: u32,
         args: &mut [u64],
     ) -> anyhow::Result<()> {
         if self.pdl {
-            return launch_pdl(gpu, f, what, blocks, args);
+            return launch_pdl(gpu, f, what, blocks, shared, args);
         }
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: shared,
         };
         let mut b = gpu.stream.launch_builder(f);
         for a in args.iter() {
@@ -511,10 +538,20 @@ impl Kernels {
     }
 }
 
-/// The variant of `f` for index `n` (a token count or token tiles, from 1), plain or PDL.
-fn pick(f: &Family, n: usize, pdl: bool) -> &CudaFunction {
+impl Family {
+    /// The position of the variant for `id` (a token count or token tiles).
+    fn index(&self, id: usize) -> usize {
+        self.ids
+            .iter()
+            .position(|&i| i == id)
+            .unwrap_or_else(|| panic!("no kernel variant {id} of {:?}", self.ids))
+    }
+}
+
+/// The variant of `f` for `id` (a token count or token tiles), plain or PDL.
+fn pick(f: &Family, id: usize, pdl: bool) -> &CudaFunction {
     let v = if pdl { &f.pdl } else { &f.plain };
-    &v[n - 1]
+    &v[f.index(id)]
 }
 
 /// Compiles `src` for `arch` (once per process) and loads it on `gpu`.
@@ -539,10 +576,17 @@ fn function(module: &Arc<CudaModule>, name: &str) -> anyhow::Result<CudaFunction
         .map_err(|e| anyhow::anyhow!("kernel {name} missing: {e:?}"))
 }
 
-/// The occupancy query's resident blocks of THREADS threads per SM of `k` (at least one).
-fn occupancy(gpu: &Gpu, k: &CudaFunction, name: &str, sms: u32) -> anyhow::Result<u32> {
+/// The occupancy query's resident blocks of THREADS threads per SM of `k` with `shared` bytes of
+/// dynamic shared memory (at least one).
+fn occupancy(
+    gpu: &Gpu,
+    k: &CudaFunction,
+    name: &str,
+    sms: u32,
+    shared: u32,
+) -> anyhow::Result<u32> {
     let b = k
-        .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+        .occupancy_max_active_blocks_per_multiprocessor(THREADS, shared as usize, None)
         .map_err(|e| anyhow::anyhow!("GPU {}: occupancy query: {e:?}", gpu.ordinal))?;
     if b == 0 || sms == 0 {
         anyhow::bail!(
@@ -553,19 +597,23 @@ fn occupancy(gpu: &Gpu, k: &CudaFunction, name: &str, sms: u32) -> anyhow::Resul
     Ok(b)
 }
 
-/// Variants 1..=n of a kernel family, `name(pdl, i)` each, with their occupancy. With
-/// `max_shared`, each asks for the largest shared-memory carveout before the query, so that the
-/// blocks the query counts (the persistent grid of `stream_mma`) fit at run time.
+/// The variants `ids` of a kernel family, `name(pdl, id)` each, with their occupancy. With
+/// `shared` (the dynamic shared memory of every launch, bytes), each is allowed that much and asks
+/// for the largest shared-memory carveout before the query, so that the blocks the query counts
+/// (the persistent grid of `stream_mma`) fit at run time.
 fn family(
     gpu: &Gpu,
     module: &Arc<CudaModule>,
     sms: u32,
-    n: usize,
-    max_shared: bool,
+    ids: &[usize],
+    shared: Option<u32>,
     name: impl Fn(bool, usize) -> String,
 ) -> anyhow::Result<Family> {
     use cudarc::driver::sys::CUfunction_attribute as FA;
-    let names: Vec<[String; 2]> = (1..=n).map(|i| [name(false, i), name(true, i)]).collect();
+    let names: Vec<[String; 2]> = ids
+        .iter()
+        .map(|&i| [name(false, i), name(true, i)])
+        .collect();
     let mut plain = vec![];
     let mut pdl = vec![];
     let mut resident = vec![];
@@ -573,11 +621,23 @@ fn family(
         let mut r = [0u32; 2];
         for (kind, nm) in pair.iter().enumerate() {
             let k = function(module, nm)?;
-            if max_shared {
-                k.set_attribute(FA::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
-                    .map_err(|e| anyhow::anyhow!("GPU {}: {nm}: carveout: {e:?}", gpu.ordinal))?;
+            if let Some(bytes) = shared {
+                let set = |a, v: i32, what: &str| {
+                    k.set_attribute(a, v)
+                        .map_err(|e| anyhow::anyhow!("GPU {}: {nm}: {what}: {e:?}", gpu.ordinal))
+                };
+                set(
+                    FA::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                    "dynamic shared memory",
+                )?;
+                set(
+                    FA::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                    100,
+                    "carveout",
+                )?;
             }
-            r[kind] = occupancy(gpu, &k, nm, sms)?;
+            r[kind] = occupancy(gpu, &k, nm, sms, shared.unwrap_or(0))?;
             if kind == 0 {
                 plain.push(k)
             } else {
@@ -587,6 +647,8 @@ fn family(
         resident.push(r);
     }
     Ok(Family {
+        ids: ids.to_vec(),
+        shared: shared.unwrap_or(0),
         names: names.into_iter().map(|[p, _]| p).collect(),
         plain,
         pdl,
@@ -602,6 +664,7 @@ fn launch_pdl(
     f: &CudaFunction,
     what: &str,
     blocks: u32,
+    shared: u32,
     args: &mut [u64],
 ) -> anyhow::Result<()> {
     use cudarc::driver::sys;
@@ -630,7 +693,7 @@ fn launch_pdl(
         blockDimX: THREADS,
         blockDimY: 1,
         blockDimZ: 1,
-        sharedMemBytes: 0,
+        sharedMemBytes: shared,
         hStream: gpu.stream.cu_stream(),
         attrs: &mut attr,
         numAttrs: 1,
@@ -717,18 +780,26 @@ mod tests {
         assert_eq!((mma_groups(128), mma_width(128)), (1, 8));
         // 129 tokens: 9 tiles in 2 groups of ceil(9 / 2) = 5
         assert_eq!((mma_groups(129), mma_width(129)), (2, 5));
-        assert_eq!((mma_groups(256), mma_width(256)), (2, 8));
+        // 16 and 32 tiles: stream_mma_16 in one and two groups (241..=256 and 497..=512 tokens)
+        assert_eq!((mma_groups(240), mma_width(240)), (2, 8));
+        assert_eq!((mma_groups(241), mma_width(241)), (1, 16));
+        assert_eq!((mma_groups(256), mma_width(256)), (1, 16));
         // 272 tokens: 17 tiles in 4 groups of 5 (5 + 5 + 5 + 2)
         assert_eq!((mma_groups(272), mma_width(272)), (4, 5));
-        assert_eq!((mma_groups(512), mma_width(512)), (4, 8));
+        assert_eq!((mma_groups(496), mma_width(496)), (4, 8));
+        assert_eq!((mma_groups(512), mma_width(512)), (2, 16));
         for t in 1..=MAX_STREAM_TOKENS {
             let (g, w) = (mma_groups(t), mma_width(t));
-            assert!((1..=MMA_WIDTHS).contains(&w), "T={t}: MW {w}");
+            assert!(MMA_WIDTHS.contains(&w), "T={t}: MW {w}");
             assert!(g * w * 16 >= t, "T={t}: {g} groups x {w} tiles");
             // every group but the last has its full MW tiles, the last at least one
             assert!((g - 1) * w * 16 < t, "T={t}: an empty group");
             // the group count divides the 8 warps of a block
             assert_eq!(8 % g, 0);
+            // the kernel's own rule for the groups: ceil(tiles / 16) for MW = 16
+            if w == 16 {
+                assert_eq!(g, t.div_ceil(16).div_ceil(16), "T={t}");
+            }
         }
     }
 
@@ -746,35 +817,47 @@ mod tests {
             assert_eq!(define(src, "THREADS"), THREADS as usize);
         }
         assert_eq!(define(STREAM_SRC, "MAXT"), CUDA_CORE_MAX_TOKENS);
-        assert_eq!(define(STREAM_MMA_SRC, "STAGE_VECS"), STAGE_VECS as usize);
-        // each warp takes an even count of a stage's 32-vector tiles (its loop takes two a
-        // turn): TILES / (8 warps / groups) for 1, 2 and 4 groups
-        let tiles = STAGE_VECS as usize / 32;
-        for groups in [1, 2, 4] {
-            assert_eq!(tiles % (8 / groups), 0);
-            assert_eq!((tiles / (8 / groups)) % 2, 0, "{groups} groups");
+        // STAGE_VECS: first defined for compute capability 9.0 to 11.x, then for the others
+        let stages: Vec<usize> = STREAM_MMA_SRC
+            .lines()
+            .filter(|l| l.starts_with("#define STAGE_VECS "))
+            .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(stages, vec![stage_vecs(9) as usize, stage_vecs(8) as usize]);
+        assert_eq!(
+            (stage_vecs(10), stage_vecs(11), stage_vecs(12)),
+            (2048, 2048, 1024)
+        );
+        assert_eq!(define(STREAM_MMA_SRC, "DEPTH"), DEPTH as usize);
+        for major in [8, 9] {
+            // each warp takes an even count of a stage's 32-vector tiles (its loop takes two a
+            // turn): TILES / (8 warps / groups) for 1, 2 and 4 groups
+            let tiles = stage_vecs(major) as usize / 32;
+            for groups in [1, 2, 4] {
+                assert_eq!(tiles % (8 / groups), 0);
+                assert_eq!((tiles / (8 / groups)) % 2, 0, "{groups} groups");
+            }
         }
         // one stream_mma_MW (and its PDL twin) per width, each with the blocks per SM its
-        // register budget is cut for (WIDE_BLOCKS: its first definition, compute capability
-        // 9.0); that many rings of DEPTH stages fit the shared memory of such an SM (228 KB,
-        // 1 KB of it reserved per block)
-        let ring = define(STREAM_MMA_SRC, "DEPTH") * STAGE_VECS as usize * 16;
-        for w in 1..=MMA_WIDTHS {
+        // register budget is cut for; that many rings fit the shared memory of an SM of compute
+        // capability 9.0 (228 KB, 1 KB of it reserved per block)
+        let ring = (DEPTH * stage_vecs(9) * 16) as usize;
+        for w in MMA_WIDTHS {
             let head = format!("MMA_KERNEL({w}, ");
             let at = STREAM_MMA_SRC
                 .find(&head)
                 .unwrap_or_else(|| panic!("MW {w}"));
             let rest = &STREAM_MMA_SRC[at + head.len()..];
-            let blocks = match &rest[..rest.find(')').unwrap()] {
-                "WIDE_BLOCKS" => define(STREAM_MMA_SRC, "WIDE_BLOCKS"),
-                n => n.parse().unwrap(),
-            };
-            assert!((2..=3).contains(&blocks), "MW {w}: {blocks} blocks");
+            let blocks: usize = rest[..rest.find(')').unwrap()].parse().unwrap();
+            assert!((1..=2).contains(&blocks), "MW {w}: {blocks} blocks");
             assert!(
                 blocks * (ring + 1024) <= 228 * 1024,
                 "MW {w}: {blocks} rings"
             );
         }
-        assert!(!STREAM_MMA_SRC.contains(&format!("MMA_KERNEL({}, ", MMA_WIDTHS + 1)));
+        assert_eq!(
+            STREAM_MMA_SRC.matches("MMA_KERNEL(").count(),
+            MMA_WIDTHS.len() + 1
+        );
     }
 }

@@ -214,6 +214,7 @@ mod tests {
     /// rules, D += A B, then the sum over D's columns per token. It must give [`reference`]'s
     /// sums, whose rule (`lane_of`) was worked out by hand from the same tables.
     fn emulate_mma(
+        stage_vecs: u64,
         pool_vecs: u64,
         start: u64,
         nvec: u64,
@@ -233,7 +234,6 @@ mod tests {
             }
         };
         let mut out = vec![0f64; tokens];
-        let stage_vecs = super::super::STAGE_VECS;
         let stages = nvec.div_ceil(stage_vecs);
         for b in 0..grid {
             let mut s = b;
@@ -315,13 +315,22 @@ mod tests {
             // two warp groups of 5 and 4 token tiles; four groups of 5, 5, 5 and 4
             (150, 5, 600, 2),
             (300, 4000, 520, 1),
-            // stream_mma_8 in two and four groups, several stages per block, the pool's wrap
+            // stream_mma_8 in two and four groups, stream_mma_16 in one and two, several stages
+            // per block, the pool's wrap
+            (240, 9, 2100, 3),
+            (496, 4000, 5000, 2),
             (256, 9, 2100, 3),
             (512, 4000, 5000, 2),
         ] {
             let want = reference(StreamKernel::TensorCores, 4096, start, nvec, &act, tokens);
-            let got = emulate_mma(4096, start, nvec, &act, tokens, grid);
-            assert_eq!(got, want, "T={tokens} start={start} nvec={nvec}");
+            // the stages of compute capability 9.0 to 11.x (2048 vectors) and the others' (1024)
+            for stage_vecs in [1024, 2048] {
+                let got = emulate_mma(stage_vecs, 4096, start, nvec, &act, tokens, grid);
+                assert_eq!(
+                    got, want,
+                    "T={tokens} start={start} nvec={nvec} {stage_vecs}"
+                );
+            }
         }
     }
 }
