@@ -157,12 +157,16 @@ __device__ __forceinline__ void mma_vec(float (&acc)[MW][4], const unsigned (&a)
         if (FULL || m < live) mma(acc[m], a[m], w.z, w.w);
 }
 
-// One stage's share of a warp: tiles first, first + step, ... of the TILES (an even count of
-// them: TILES / step is 4, 8 or 16), two per loop. Each tile's vector is read from shared memory
-// one tile ahead, into the other register of a double buffer, so that 2 x MW MMAs stand between
-// a shared-memory load and its first use and no warp waits on one; on the stage's last tile the
-// look-ahead reads that tile again (no read past the slot). The loop walks one index and stops at the end of the warp's tiles: its own
-// instructions were 12 per two tiles with the tile index and its bound kept separately.
+// One stage's share of a warp: tiles first, first + step, ... of the TILES (TILES / step of
+// them, 4 to 32: a multiple of four for MW = 16, even for the others), two per turn, four for
+// MW = 16. Each tile's vector is read from shared memory one tile ahead, into the other register
+// of a double buffer, so that 2 x MW MMAs stand between a shared-memory load and its first use
+// and no warp waits on one; on the stage's last tile the look-ahead reads that tile again (no
+// read past the slot). The loop walks one index and stops at the end of the warp's tiles: its
+// own instructions were 12 per two tiles with the tile index and its bound kept separately.
+// Four a turn for MW = 16 (half the loop's instructions per MMA again; results/h100x1/ holds the
+// runs before and after); the narrower variants keep two, their registers being capped at 128
+// for two blocks an SM.
 template <int MW, bool FULL>
 __device__ __forceinline__ void compute_stage(const uint4* s, int first, int step, int lane,
                                               int live, const unsigned (&a)[MW][4],
@@ -172,6 +176,22 @@ __device__ __forceinline__ void compute_stage(const uint4* s, int first, int ste
     int i = first * 32 + lane;
     const int stop = i + TILES * 32;
     uint4 w0 = s[i];
+    if (MW == 16) {
+#pragma unroll 1
+        for (;;) {
+            uint4 w1 = s[i + d];
+            mma_vec<MW, FULL>(acc, a, w0, live);
+            w0 = s[i + 2 * d];
+            mma_vec<MW, FULL>(acc, a, w1, live);
+            w1 = s[i + 3 * d];
+            mma_vec<MW, FULL>(acc, a, w0, live);
+            i += 4 * d;
+            w0 = s[min(i, stop - d)];
+            mma_vec<MW, FULL>(acc, a, w1, live);
+            if (i == stop) break;
+        }
+        return;
+    }
 #pragma unroll 1
     for (;;) {
         const uint4 w1 = s[i + d];

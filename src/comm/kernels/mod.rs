@@ -836,6 +836,10 @@ mod tests {
             for groups in [1, 2, 4] {
                 assert_eq!(tiles % (8 / groups), 0);
                 assert_eq!((tiles / (8 / groups)) % 2, 0, "{groups} groups");
+                // stream_mma_16 (one and two groups) takes four a turn
+                if groups <= 2 {
+                    assert_eq!((tiles / (8 / groups)) % 4, 0, "{groups} groups, MW 16");
+                }
             }
         }
         // one stream_mma_MW (and its PDL twin) per width, each with the blocks per SM its
