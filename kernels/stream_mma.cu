@@ -28,14 +28,17 @@
 // - tokens: ceil(T / 16) tiles of 16 tokens (rows of A). MW, the template argument, is the token
 //   tiles per warp (stream_mma_MW, MW = 1..8 and 16); the block's warps form `groups` groups of
 //   MW tiles each (the host's rule, src/comm/kernels/mod.rs: one group up to 8 tiles, MW = 16 for
-//   16 and 32 tiles, else two groups up to 16 tiles and four up to 32). Each group reads every
-//   weight tile of a stage from shared memory (device memory is read once per stage whatever the
-//   group count); the warps of a group split the stage's tiles (an even count per warp: the loop
-//   takes two per turn, each tile's vector read one tile ahead).
-// - with one group each thread reads back only the 16-byte vectors it copied itself (thread t
-//   copies vectors t + 256 v of a stage, which are lane t % 32 of tiles t / 32 + 8 v, the tiles
-//   its warp computes): no block barrier in the loop. With several groups a barrier per stage
-//   publishes the copies and frees the slot the next copy overwrites.
+//   16 and 32 tiles, else two groups up to 16 tiles and four up to 32). In stream_mma_1..8 the
+//   groups are warps of a block: each reads every weight tile of a stage from shared memory
+//   (device memory is read once per stage whatever the group count), the warps of a group split
+//   the stage's tiles (an even count per warp: the loop takes two per turn, each tile's vector
+//   read one tile ahead). In stream_mma_16 the groups are blocks side by side on the same
+//   stages (L2 serves the second block's copy), all 8 warps of a block on one group, four
+//   tiles a turn.
+// - with one group in a block each thread reads back only the 16-byte vectors it copied itself
+//   (thread t copies vectors t + 256 v of a stage, which are lane t % 32 of tiles t / 32 + 8 v,
+//   the tiles its warp computes): no block barrier in the loop. With several groups of warps a
+//   barrier per stage publishes the copies and frees the slot the next copy overwrites.
 // - why these sizes, measured on an H100 at 512 tokens (scripts/h100x1-53.sh; the counts are
 //   in results/h100x1/stream-mma-21cee22/ncu*.txt): with 16 KB stages in static shared memory
 //   and 3 blocks of stream_mma_8 an SM, a warp issued 2.0 instructions per MMA (mma_peak: 1.2),
@@ -43,8 +46,9 @@
 //   the loop, and the tensor pipe was 81% active even from L2. The copies now work out the
 //   stage's place once and the loop walks one index; 32 KB stages halve the per-stage work per
 //   weight byte; and MW = 16 (one block an SM, 180 registers, 32 MMAs per shared-memory load)
-//   needs one barrier per stage at 512 tokens and none at 256. Measured after: 1.5 instructions
-//   per MMA, the tensor pipe 88% active, 83%-90% of mma_peak from device memory.
+//   needs no barrier. Measured (results/h100x1/stream-mma-21cee22): 1.5 instructions per MMA,
+//   the tensor pipe 88% active, 83%-90% of mma_peak from device memory with stream_mma_16's two
+//   groups at 512 tokens as warps of one block (a barrier per stage); as blocks, none.
 //
 // Which weight meets which activation lane (the host's reference, src/comm/kernels/pool.rs,
 // uses the same rule): the B fragment of lane l of the warp holds k = 2 (l % 4) + {0, 1} in its
@@ -213,7 +217,15 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
     uint4(*ring)[STAGE_VECS] = reinterpret_cast<uint4(*)[STAGE_VECS]>(ring_dyn);
     const unsigned ring_s = (unsigned)__cvta_generic_to_shared(&ring[0][0]);
     const unsigned long long stages = (nvec + STAGE_VECS - 1) / STAGE_VECS;
-    const unsigned long long first = blockIdx.x, stride = gridDim.x;
+    const int tiles = (int)((tokens + 15) / 16);
+    const int groups = MW == 16 ? (tiles + 15) / 16 : tiles <= 8 ? 1 : tiles <= 16 ? 2 : 4;
+    // stream_mma_16's groups are blocks: block b takes token group b % groups and the stages
+    // b / groups, b / groups + gridDim.x / groups, ... (the host launches a multiple of
+    // `groups` blocks), so that blocks groups x s .. groups x s + groups - 1 stream the same
+    // stages side by side; device memory serves a stage once, L2 the other group's copy. The
+    // narrower variants' groups are warps of one block, which shares each stage's copy.
+    const int bgroups = MW == 16 ? groups : 1;
+    const unsigned long long first = blockIdx.x / bgroups, stride = gridDim.x / bgroups;
     // the block's stages: first, first + stride, ... (fewer than 2^32 of them: a stage is 16 KB
     // or more)
     const unsigned mine = first < stages ? (unsigned)((stages - first + stride - 1) / stride) : 0;
@@ -230,11 +242,11 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
 #if __CUDA_ARCH__ >= 900
     if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-    const int tiles = (int)((tokens + 15) / 16);
-    const int groups = MW == 16 ? (tiles + 15) / 16 : tiles <= 8 ? 1 : tiles <= 16 ? 2 : 4;
-    const int per_group = WARPS / groups;
+    const int wgroups = groups / bgroups; // groups of warps in this block
+    const int per_group = WARPS / wgroups;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int group = warp / per_group, in_group = warp % per_group;
+    const int group = MW == 16 ? (int)(blockIdx.x % bgroups) : warp / per_group;
+    const int in_group = warp % per_group;
     const int tile0 = group * MW;
     const int live = min(MW, tiles - tile0);
 
@@ -264,7 +276,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
     unsigned slot = 0;
     for (unsigned it = 0; it < mine; ++it) {
         cp_wait<DEPTH - 2>();
-        if (groups > 1) __syncthreads();
+        if (wgroups > 1) __syncthreads();
         const unsigned fill = slot == 0 ? DEPTH - 1 : slot - 1;
         if (it + DEPTH - 1 < mine)
             load_stage(ring_s + fill * STAGE_VECS * 16, pool, mask, start, nvec,
@@ -296,10 +308,14 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
     }
     __syncthreads();
     for (unsigned n = threadIdx.x; n < tokens; n += THREADS) {
+        // token n's group, and the block's first warp of it (0 where the groups are blocks);
+        // a block writes 0 for the tokens of the other blocks' groups
         const int grp = (int)(n / 16) / MW;
         const int local = (int)n - grp * MW * 16;
+        const int w0 = bgroups > 1 ? 0 : grp * per_group;
         float sum = 0.f;
-        for (int w = 0; w < per_group; ++w) sum += red[(grp * per_group + w) * MW * 16 + local];
+        if (bgroups == 1 || grp == group)
+            for (int w = 0; w < per_group; ++w) sum += red[(w0 + w) * MW * 16 + local];
         partial[(unsigned long long)blockIdx.x * PARTIAL_STRIDE + n] = sum;
     }
 }

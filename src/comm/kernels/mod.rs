@@ -256,8 +256,17 @@ impl Kernels {
         match kernel {
             StreamKernel::CudaCores => grid_for(nvec, self.sms, self.per_sm(tokens)),
             StreamKernel::TensorCores => {
+                // stream_mma_16 takes its token groups in blocks: whole groups of them, each
+                // block of a group on every (blocks / groups)-th stage
                 let stages = nvec.div_ceil(self.stage_vecs).max(1);
-                stages.min(self.sms as u64 * self.resident_mma(tokens) as u64) as u32
+                let wave = self.sms as u64 * self.resident_mma(tokens) as u64;
+                let t = tokens.clamp(1, MAX_STREAM_TOKENS);
+                let per = if mma_width(t) == 16 {
+                    mma_groups(t) as u64
+                } else {
+                    1
+                };
+                (stages.min(wave / per).max(1) * per) as u32
             }
         }
     }

@@ -235,8 +235,12 @@ mod tests {
         };
         let mut out = vec![0f64; tokens];
         let stages = nvec.div_ceil(stage_vecs);
+        // stream_mma_16's groups are blocks (block b: group b % groups, every (grid /
+        // groups)-th stage from b / groups), the narrower variants' are warps of every block
+        let per = if mw == 16 { groups as u64 } else { 1 };
+        assert_eq!(grid % per, 0, "the host launches whole groups of blocks");
         for b in 0..grid {
-            let mut s = b;
+            let mut s = b / per;
             while s < stages {
                 for tile in 0..stage_vecs / 32 {
                     // B from the 32 lanes' 16-byte vectors: words 0-1 one fragment, 2-3 another;
@@ -255,7 +259,7 @@ mod tests {
                             bm[frag][k as usize][(l / 4) as usize] = w;
                         }
                     }
-                    for group in 0..groups {
+                    for group in (0..groups).filter(|&g| per == 1 || g as u64 == b % per) {
                         for m in 0..mw {
                             let tile_m = group * mw + m;
                             if tile_m >= tiles {
@@ -293,7 +297,7 @@ mod tests {
                         }
                     }
                 }
-                s += grid;
+                s += grid / per;
             }
         }
         out
@@ -321,6 +325,8 @@ mod tests {
             (496, 4000, 5000, 2),
             (256, 9, 2100, 3),
             (512, 4000, 5000, 2),
+            // stream_mma_16's two groups of blocks, two blocks each
+            (500, 77, 5000, 4),
         ] {
             let want = reference(StreamKernel::TensorCores, 4096, start, nvec, &act, tokens);
             // the stages of compute capability 9.0 to 11.x (2048 vectors) and the others' (1024)
