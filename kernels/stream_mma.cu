@@ -46,9 +46,11 @@
 //   the loop, and the tensor pipe was 81% active even from L2. The copies now work out the
 //   stage's place once and the loop walks one index; 32 KB stages halve the per-stage work per
 //   weight byte; and MW = 16 (one block an SM, 180 registers, 32 MMAs per shared-memory load)
-//   needs no barrier. Measured (results/h100x1/stream-mma-21cee22): 1.5 instructions per MMA,
-//   the tensor pipe 88% active, 83%-90% of mma_peak from device memory with stream_mma_16's two
-//   groups at 512 tokens as warps of one block (a barrier per stage); as blocks, none.
+//   needs no barrier. Measured with stream_mma_16's two groups at 512 tokens as warps of one
+//   block (a barrier per stage, results/h100x1/stream-mma-21cee22): 1.5 instructions per MMA,
+//   the tensor pipe 88% active, 79%-90% of mma_peak from device memory; as two blocks
+//   (stream-mma-c392c16): 1.8 instructions per MMA (each block copies for its own tokens), the
+//   pipe 90% active, 82%-86% at 512 tokens and 90%-92% at 256.
 //
 // Which weight meets which activation lane (the host's reference, src/comm/kernels/pool.rs,
 // uses the same rule): the B fragment of lane l of the warp holds k = 2 (l % 4) + {0, 1} in its
