@@ -23,13 +23,9 @@ pub(crate) struct RunsFile {
 /// What was published of the step.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub(crate) struct Published {
-    #[serde(default)]
     pub(crate) step_ms: Option<f64>,
-    #[serde(default)]
     pub(crate) step_from: Option<String>,
-    #[serde(default)]
     pub(crate) tokens_per_s: Option<f64>,
-    #[serde(default)]
     pub(crate) plain_tokens_per_s: Option<f64>,
 }
 
@@ -40,14 +36,10 @@ pub(crate) struct RunSpec {
     #[serde(default)]
     pub(crate) source: String,
     /// A preset (`kimi-k2.5`), or a config.json in the folder given by `--configs`.
-    #[serde(default)]
     pub(crate) preset: Option<String>,
-    #[serde(default)]
     pub(crate) model_config: Option<String>,
     /// `--expert-weights` and `--weights`: the formats the run served.
-    #[serde(default)]
     pub(crate) expert_weights: Option<String>,
-    #[serde(default)]
     pub(crate) weights: Option<String>,
     pub(crate) gpus: u64,
     #[serde(default = "crate::util::one")]
@@ -59,20 +51,14 @@ pub(crate) struct RunSpec {
     #[serde(default)]
     pub(crate) context: u64,
     /// The context at which the plain decode step was measured, where it is not `context`.
-    #[serde(default)]
     pub(crate) decode_context: Option<u64>,
     /// The plain decode step, ms, or the plain tokens/s of the batch it comes from.
-    #[serde(default)]
     pub(crate) decode_ms: Option<f64>,
-    #[serde(default)]
     pub(crate) plain_tokens_per_s: Option<f64>,
     /// The acceptance, one of: the mean accept length, vLLM's accept rate (accepted / drafted),
     /// vLLM's per-position rates.
-    #[serde(default)]
     pub(crate) accept_length: Option<f64>,
-    #[serde(default)]
     pub(crate) accept_rate: Option<f64>,
-    #[serde(default)]
     pub(crate) accept_rates_of_drafts: Option<Vec<f64>>,
     pub(crate) published: Published,
 }
