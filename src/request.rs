@@ -141,6 +141,11 @@ impl CycleFlags {
         *self != CycleFlags::default()
     }
 
+    /// The draft steps k: `--draft-steps`, else [`DRAFT_STEPS_DEFAULT`].
+    fn steps(&self) -> u64 {
+        self.draft_steps.unwrap_or(DRAFT_STEPS_DEFAULT)
+    }
+
     /// The ranges and combinations: k 1 to 64, a tree of 2 to 4096 tokens, a block drafter's
     /// 1 to 64 layers without a config, no config for the target's own MTP module.
     fn check(&self) -> anyhow::Result<()> {
@@ -306,14 +311,7 @@ impl Workload {
                 "--drafter, --draft-steps, --draft-config, --draft-layers and --tree-tokens shape the speculative cycle: add --phase cycle"
             );
         }
-        let per_request = match self.phase {
-            Phase::Verify => self.tokens,
-            Phase::Cycle => self
-                .cycle
-                .tree_tokens
-                .unwrap_or(self.cycle.draft_steps.unwrap_or(DRAFT_STEPS_DEFAULT) + 1),
-            Phase::Decode | Phase::Draft => 1,
-        };
+        let per_request = self.tokens_per_request();
         let total = per_request.saturating_mul(self.batch.concurrency);
         if total > MAX_TOKENS {
             crate::usage_bail!(
@@ -322,6 +320,16 @@ impl Workload {
             );
         }
         Ok(())
+    }
+
+    /// The tokens of each request in one forward: `--tokens` for the verify phase, one for a
+    /// decode or draft step, and for the cycle its verify (k + 1, or the tree's).
+    fn tokens_per_request(&self) -> u64 {
+        match self.phase {
+            Phase::Verify => self.tokens,
+            Phase::Cycle => self.cycle.tree_tokens.unwrap_or(self.cycle.steps() + 1),
+            Phase::Decode | Phase::Draft => 1,
+        }
     }
 
     /// The schedule file, loaded and checked against `tp` (`None` without `--schedule`).
@@ -486,20 +494,11 @@ impl ResolvedWorkload {
     }
 
     /// The tokens of the largest forward the schedule replays: a schedule file's own, else
-    /// `--tokens` per request for the verify phase, one token per request for a decode or draft
-    /// step, and for the cycle its verify (k + 1 tokens per request, or the tree's); times the
-    /// requests of the batch.
+    /// [`Workload::tokens_per_request`] times the requests of the batch.
     pub(crate) fn forward_tokens(&self) -> u64 {
-        let f = &self.flags;
-        let c = f.batch.concurrency.max(1);
-        match (&self.source, f.phase) {
-            (WorkloadSource::File(file), _) => file.schedule.tokens,
-            (_, Phase::Verify) => f.tokens * c,
-            (_, Phase::Decode | Phase::Draft) => c,
-            (_, Phase::Cycle) => {
-                let k = f.cycle.draft_steps.unwrap_or(DRAFT_STEPS_DEFAULT);
-                f.cycle.tree_tokens.unwrap_or(k + 1) * c
-            }
+        match &self.source {
+            WorkloadSource::File(file) => file.schedule.tokens,
+            _ => self.flags.tokens_per_request() * self.flags.batch.concurrency.max(1),
         }
     }
 
@@ -540,7 +539,7 @@ impl ResolvedWorkload {
         let f = &self.flags.cycle;
         let spec = model::cycle::CycleSpec {
             drafter: f.drafter.unwrap_or_default(),
-            draft_steps: f.draft_steps.unwrap_or(DRAFT_STEPS_DEFAULT),
+            draft_steps: f.steps(),
             tree_tokens: f.tree_tokens,
             draft_config: self.draft.clone(),
             draft_layers: f.draft_layers,
@@ -681,11 +680,9 @@ pub(crate) struct RankInputs {
 impl RankInputs {
     /// The GPU flags of `g` and the `--tp` asked for.
     pub(crate) fn of(g: &GpuSpec, tp: Option<u64>) -> RankInputs {
-        let devices = g.devices.as_ref().map(|d| d.len());
-        let gpus = g.gpus;
         RankInputs {
-            devices,
-            gpus,
+            devices: g.devices.as_ref().map(Vec::len),
+            gpus: g.gpus,
             tp,
             ..Default::default()
         }
@@ -1084,16 +1081,9 @@ impl CollectiveRequest {
             }
         }
         let unit = self.dtype.size() * nranks as u64;
-        let mut out = vec![];
-        let mut s = self.min_bytes;
-        while s <= self.max_bytes {
-            out.push(s);
-            s = match s.checked_mul(self.step_factor) {
-                Some(x) => x,
-                None => break,
-            };
-        }
-        out.extend(&self.sizes);
+        let out = std::iter::successors(Some(self.min_bytes), |s| s.checked_mul(self.step_factor))
+            .take_while(|&s| s <= self.max_bytes)
+            .chain(self.sizes.iter().copied());
         let mut v: Vec<u64> = vec![];
         for s in out {
             let r = s / unit * unit;

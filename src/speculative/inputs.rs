@@ -377,9 +377,8 @@ fn accept_length(flags: &Flags, k: u64) -> anyhow::Result<Option<Labelled>> {
             "--accept-length",
         )),
         Some(Acceptance::Rates(rs)) => {
-            for &r in rs {
-                check_rate("--accept-rates", r)?;
-            }
+            rs.iter()
+                .try_for_each(|&r| check_rate("--accept-rates", r).map(drop))?;
             Some(Labelled {
                 value: super::expected_tokens_rates(rs),
                 origin: Origin::derived(format!(
@@ -389,9 +388,8 @@ fn accept_length(flags: &Flags, k: u64) -> anyhow::Result<Option<Labelled>> {
             })
         }
         Some(Acceptance::DraftFractions(rs)) => {
-            for &r in rs {
-                check_rate("--accept-rates-of-drafts", r)?;
-            }
+            rs.iter()
+                .try_for_each(|&r| check_rate("--accept-rates-of-drafts", r).map(drop))?;
             if let Some(i) = (1..rs.len()).find(|&i| rs[i] > rs[i - 1] + 1e-12) {
                 return Err(usage(format!(
                     "--accept-rates-of-drafts: position {} ({}) is above position {} ({}), but a draft whose token {} was accepted had token {} accepted too, so fractions of all drafts never rise; if these are conditional rates (each given the previous accepted), give them to --accept-rates",
