@@ -66,7 +66,6 @@ impl Pricing {
         self.transfer_us / self.per_collective_us.len().max(1) as f64
     }
 
-    /// Best NCCL setting / default, as a ratio of transfers (1 when the default is the best).
     /// The modeled one-shot all-reduce alone, us per collective: the one-shot transfer less
     /// the all-gather (the last op), over the all-reduces.
     pub(crate) fn oneshot_per_all_reduce_us(&self) -> Option<f64> {
@@ -86,9 +85,22 @@ impl Pricing {
         })
     }
 
+    /// Best NCCL setting / default, as a ratio of transfers (1 when the default is the best).
     pub(crate) fn best_ratio(&self) -> f64 {
         self.best_transfer_us / self.transfer_us
     }
+}
+
+/// The kind and bytes per rank of every collective of `s`, in order.
+fn collectives(s: &Schedule) -> impl Iterator<Item = (CollectiveKind, u64)> + '_ {
+    s.ops.iter().filter_map(|op| match op {
+        Op::Collective {
+            kind,
+            bytes_per_rank,
+            ..
+        } => Some((*kind, *bytes_per_rank)),
+        Op::Compute { .. } => None,
+    })
 }
 
 /// Transfer of every collective of `s` under `force` (us each).
@@ -98,19 +110,9 @@ fn transfers(
     n: usize,
     force: &Force,
 ) -> anyhow::Result<Vec<f64>> {
-    let mut out = vec![];
-    for op in &s.ops {
-        if let Op::Collective {
-            kind,
-            bytes_per_rank,
-            ..
-        } = op
-        {
-            let size = nccl_size(*kind, *bytes_per_rank, n);
-            out.push(predict::choose(p, *kind, size, n, force)?.2);
-        }
-    }
-    Ok(out)
+    collectives(s)
+        .map(|(kind, bytes)| Ok(predict::choose(p, kind, nccl_size(kind, bytes, n), n, force)?.2))
+        .collect()
 }
 
 /// Prices `s` on `nranks` ranks (2 or more, as `explain`'s rank rule allows) with the settings `m`
@@ -178,33 +180,20 @@ pub(crate) fn price(s: &Schedule, nranks: usize, m: &ModelSettings) -> anyhow::R
     let oneshot = match custom::unavailable_reason(&p) {
         Some(why) => Err(why),
         None => {
-            let mut sum = 0.0;
-            let mut err = None;
-            let mut k = 0;
-            for op in &s.ops {
-                if let Op::Collective {
-                    kind,
-                    bytes_per_rank,
-                    ..
-                } = op
-                {
-                    sum += if *kind == CollectiveKind::AllReduce {
-                        match custom::device_us(&p, Impl::OneShot, *bytes_per_rank, nranks) {
-                            Ok(v) => v,
-                            Err(e) => {
-                                err = Some(e.to_string());
-                                per[k]
-                            }
-                        }
-                    } else {
-                        per[k]
-                    };
-                    k += 1;
-                }
-            }
-            match err {
-                Some(e) => Err(e),
-                None => Ok(sum),
+            // Each all-reduce by the one-shot kernel, the rest as NCCL prices them; where a
+            // size cannot run one-shot, the last such refusal.
+            let each: Vec<anyhow::Result<f64>> = collectives(s)
+                .zip(&per)
+                .map(|((kind, bytes), &nccl)| match kind {
+                    CollectiveKind::AllReduce => {
+                        custom::device_us(&p, Impl::OneShot, bytes, nranks)
+                    }
+                    _ => Ok(nccl),
+                })
+                .collect();
+            match each.iter().rev().find_map(|r| r.as_ref().err()) {
+                Some(e) => Err(e.to_string()),
+                None => Ok(each.iter().flatten().sum()),
             }
         }
     };
