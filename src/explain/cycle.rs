@@ -27,11 +27,6 @@ fn graphed(
     Ok((us, p.profile))
 }
 
-/// The model's graphed forward of one schedule, us.
-fn graphed_us(s: &crate::model::Schedule, ranks: usize, m: &ModelSettings) -> anyhow::Result<f64> {
-    graphed(s, ranks, m).map(|(us, _)| us)
-}
-
 /// The cycle of `workload` with `k` draft steps on `ranks` ranks, built once.
 pub(crate) fn build(workload: &Workload, ranks: usize, k: u64) -> anyhow::Result<Cycle> {
     let mut w = workload.clone();
@@ -55,18 +50,18 @@ pub(crate) fn forwards(
             let mut w = workload.clone();
             w.batch.context = c;
             let other = build(&w, ranks, cycle.draft_steps)?;
-            graphed_us(&other.decode, ranks, m)?
+            graphed(&other.decode, ranks, m)?.0
         }
         None => decode_at_context_us,
     };
     let mut drafts_us = 0.0;
     for (s, n) in draft_groups(&cycle.draft) {
-        drafts_us += n as f64 * graphed_us(s, ranks, m)?;
+        drafts_us += n as f64 * graphed(s, ranks, m)?.0;
     }
     let f = Forwards {
         decode_us,
         decode_at_context_us,
-        verify_us: graphed_us(&cycle.verify, ranks, m)?,
+        verify_us: graphed(&cycle.verify, ranks, m)?.0,
         drafts_us,
         draft_forwards: cycle.draft.len() as u64,
     };
