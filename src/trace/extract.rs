@@ -42,9 +42,6 @@ impl Hasher for IdHasher {
         let m = u128::from(self.0 ^ x) * 0x9e37_79b9_7f4a_7c15_u128;
         self.0 = (m as u64) ^ ((m >> 64) as u64);
     }
-    fn write_i64(&mut self, x: i64) {
-        self.write_u64(x as u64);
-    }
 }
 
 /// A map keyed by a trace id.
@@ -61,7 +58,7 @@ fn by_id<T>(items: &[T], id: impl Fn(&T) -> Option<i64>) -> IdMap<usize> {
 }
 
 /// Where a collective's size came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum SizeFrom {
     /// The trace's `record_param_comms` arguments.
@@ -69,11 +66,12 @@ pub(crate) enum SizeFrom {
     /// The NCCL COLL log.
     NcclLog,
     /// Nowhere: only the kernel name (op, dtype) is known.
+    #[default]
     Unknown,
 }
 
 /// One collective as one rank ran it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct Collective {
     /// Normalised op (`all_reduce`).
     pub op: String,
@@ -698,19 +696,13 @@ fn collective_from(
             .unwrap_or_else(|| "default".into()),
         group_size: args.and_then(|a| a.group_size),
         seq: args.and_then(|a| a.seq),
-        algo: None,
-        proto: None,
         size_from: if elements.is_some() {
             SizeFrom::Trace
         } else {
             SizeFrom::Unknown
         },
-        gpu_start_us: None,
-        gpu_dur_us: None,
-        launch_us: None,
-        launch_end_us: None,
-        graph: None,
         implementation: "nccl".into(),
+        ..Default::default()
     }
 }
 
