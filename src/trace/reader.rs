@@ -555,24 +555,20 @@ pub(crate) fn host_from_file_name(path: &Path, pids: &[u32]) -> Option<String> {
 /// Whether a path looks like a trace (`.json` or `.json.gz`, the `.pt.trace.json` of
 /// torch.profiler included).
 pub(crate) fn is_trace_name(path: &Path) -> bool {
-    let n = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    n.ends_with(".json") || n.ends_with(".json.gz")
+    [".json", ".json.gz"].iter().any(|e| ends_with(path, e))
+}
+
+/// Whether a path's file name ends with `ext` (any case).
+fn ends_with(path: &Path, ext: &str) -> bool {
+    let n = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    n.to_ascii_lowercase().ends_with(ext)
 }
 
 /// Whether a path looks like a log (`.log`, `.txt`, `.out`, `.err`).
 pub(crate) fn is_log_name(path: &Path) -> bool {
-    let n = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
     [".log", ".txt", ".out", ".err"]
         .iter()
-        .any(|e| n.ends_with(e))
+        .any(|e| ends_with(path, e))
 }
 
 /// Whether a file is gzip-compressed, by its magic bytes (not its name).
