@@ -220,12 +220,6 @@ fn outermost(mut spans: Vec<super::reader::Span>) -> Vec<super::reader::Span> {
     out
 }
 
-/// Options of the extraction.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ExtractOptions {
-    pub(crate) step_label: Option<String>,
-}
-
 /// Merged, sorted intervals with prefix sums, to measure coverage of any window.
 struct Coverage {
     iv: Vec<(f64, f64)>,
@@ -268,12 +262,13 @@ impl Coverage {
     }
 }
 
-/// Extracts one rank. `rank` is the rank the caller settled on; `log` fills unknown sizes.
+/// Extracts one rank. `rank` is the rank the caller settled on; `log` fills unknown sizes;
+/// `step_label`, the label whose spans (read into [`TraceData::labels`]) are the steps.
 pub(crate) fn extract(
     t: &TraceData,
     rank: usize,
     log: Option<&LogSummary>,
-    opt: &ExtractOptions,
+    step_label: Option<&str>,
 ) -> RankTrace {
     let mut notes = Vec::new();
     let links = Links::new(t);
@@ -314,8 +309,14 @@ pub(crate) fn extract(
 
     let busy = GpuTime::new(&gpu, &coll_gpu, &links);
     let mut step_marker = None;
-    let (ranges, rule, period) =
-        step_ranges(&colls, t, opt, busy.first, &mut notes, &mut step_marker);
+    let (ranges, rule, period) = step_ranges(
+        &colls,
+        t,
+        step_label,
+        busy.first,
+        &mut notes,
+        &mut step_marker,
+    );
     let steps = busy.steps(ranges, &colls);
     let host_gaps_us = host_gaps(&colls);
     RankTrace {
@@ -754,12 +755,12 @@ fn span_ranges(
 fn step_ranges(
     colls: &[Collective],
     t: &TraceData,
-    opt: &ExtractOptions,
+    step_label: Option<&str>,
     first_gpu_us: f64,
     notes: &mut Vec<String>,
     marker: &mut Option<StepMarkerUsed>,
 ) -> (Ranges, String, Option<usize>) {
-    if let Some(label) = &opt.step_label {
+    if let Some(label) = step_label {
         let (out, found) = span_ranges(colls, &t.labels, false);
         return (
             out,
