@@ -64,7 +64,7 @@ pub(crate) struct Skipped {
 }
 
 /// The processes under one root, in tree order (each parent before its children).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub(crate) struct Tree {
     pub(crate) root: u32,
     pub(crate) processes: Vec<ProcessInfo>,
@@ -197,8 +197,7 @@ pub(crate) fn walk(
     }
     let mut tree = Tree {
         root,
-        processes: vec![],
-        skipped: vec![],
+        ..Default::default()
     };
     for (pid, depth) in order {
         let st = &table[&pid];

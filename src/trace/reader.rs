@@ -750,16 +750,14 @@ fn read_fast_limited<R: Read>(
                     return sink.over.is_none();
                 }
             }
-            match s.map_or_else(
+            let Ok(e) = s.map_or_else(
                 |_| serde_json::from_slice(ev),
                 serde_json::from_str::<RawEvent>,
-            ) {
-                Ok(e) => {
-                    sink.push(&e);
-                    sink.over.is_none()
-                }
-                Err(_) => false,
-            }
+            ) else {
+                return false;
+            };
+            sink.push(&e);
+            sink.over.is_none()
         },
     );
     if let Some(over) = sink.over.take() {
