@@ -255,27 +255,33 @@ fn missing_in_descendants(
     out
 }
 
+/// The variables set in any of `ps` but those [`PER_WORKER`], sorted, once each.
+fn compared_names<'a>(ps: &[&'a ProcessInfo]) -> Vec<&'a String> {
+    let mut names: Vec<&String> = ps
+        .iter()
+        .flat_map(|p| env_of(p).keys())
+        .filter(|n| !PER_WORKER.contains(&n.as_str()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Rule 1b: In a descendant but not in the root's start-time environment.
 fn not_in_root(
     tree: &Tree,
     root_env: &BTreeMap<String, String>,
     readable: &[&ProcessInfo],
 ) -> Vec<Finding> {
-    let mut names: Vec<&String> = readable
-        .iter()
-        .filter(|p| p.depth > 0)
-        .flat_map(|p| env_of(p).keys())
-        .filter(|n| !root_env.contains_key(*n) && !PER_WORKER.contains(&n.as_str()))
-        .collect();
-    names.sort();
-    names.dedup();
-    names
+    let descendants: Vec<&ProcessInfo> = readable.iter().copied().filter(|p| p.depth > 0).collect();
+    compared_names(&descendants)
         .into_iter()
+        .filter(|n| !root_env.contains_key(*n))
         .map(|name| {
-            let having: Vec<&ProcessInfo> = readable
+            let having: Vec<&ProcessInfo> = descendants
                 .iter()
                 .copied()
-                .filter(|p| p.depth > 0 && env_of(p).contains_key(name))
+                .filter(|p| env_of(p).contains_key(name))
                 .collect();
             Finding {
                 kind: Kind::NotInRoot,
@@ -313,15 +319,8 @@ fn disagreements(readable: &[&ProcessInfo], any_gpu: bool) -> Vec<Finding> {
     if group.len() < 2 {
         return vec![];
     }
-    let mut names: Vec<&String> = group
-        .iter()
-        .flat_map(|p| env_of(p).keys())
-        .filter(|n| !PER_WORKER.contains(&n.as_str()))
-        .collect();
-    names.sort();
-    names.dedup();
     let mut out = vec![];
-    for name in names {
+    for name in compared_names(&group) {
         let mut by_value: BTreeMap<Option<&str>, Vec<&ProcessInfo>> = BTreeMap::new();
         for p in &group {
             let v = env_of(p).get(name).map(String::as_str);

@@ -7,7 +7,7 @@
 //! A process may exit at any moment of the walk; it is then listed as skipped with the reason,
 //! never an error.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -64,7 +64,7 @@ pub(crate) struct Skipped {
 }
 
 /// The processes under one root, in tree order (each parent before its children).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub(crate) struct Tree {
     pub(crate) root: u32,
     pub(crate) processes: Vec<ProcessInfo>,
@@ -136,12 +136,11 @@ pub(crate) fn find_roots(
     pattern: &regex::Regex,
     exclude: u32,
 ) -> Vec<u32> {
-    let mut excluded = std::collections::HashSet::new();
-    let mut p = exclude;
-    while p != 0 && excluded.insert(p) {
-        p = table.get(&p).map_or(0, |s| s.ppid);
+    let mut excluded: HashSet<u32> = ancestors(table, exclude).collect();
+    if exclude != 0 {
+        excluded.insert(exclude);
     }
-    let matching: std::collections::HashSet<u32> = table
+    let matching: HashSet<u32> = table
         .values()
         .filter(|s| !excluded.contains(&s.pid))
         .filter(|s| command_of(src, s.pid, &s.comm).is_some_and(|c| pattern.is_match(&c)))
@@ -150,21 +149,18 @@ pub(crate) fn find_roots(
     let mut roots: Vec<u32> = matching
         .iter()
         .copied()
-        .filter(|&pid| {
-            // Keep only the topmost match of each chain.
-            let mut seen = std::collections::HashSet::new();
-            let mut p = table.get(&pid).map_or(0, |s| s.ppid);
-            while p != 0 && seen.insert(p) {
-                if matching.contains(&p) {
-                    return false;
-                }
-                p = table.get(&p).map_or(0, |s| s.ppid);
-            }
-            true
-        })
+        // Keep only the topmost match of each chain.
+        .filter(|&pid| !ancestors(table, pid).any(|p| matching.contains(&p)))
         .collect();
     roots.sort_unstable();
     roots
+}
+
+/// The ancestors of `pid`, its parent first, up to pid 0 or the first one seen again.
+fn ancestors(table: &HashMap<u32, Stat>, pid: u32) -> impl Iterator<Item = u32> + '_ {
+    let mut seen = HashSet::new();
+    let parent = move |p: &u32| Some(table.get(p).map_or(0, |s| s.ppid));
+    std::iter::successors(parent(&pid), parent).take_while(move |&p| p != 0 && seen.insert(p))
 }
 
 /// Walks the tree under `root` using a snapshot from [`snapshot`].
@@ -187,7 +183,7 @@ pub(crate) fn walk(
     }
     let mut order = vec![];
     let mut stack = vec![(root, 0usize)];
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     while let Some((pid, depth)) = stack.pop() {
         if !seen.insert(pid) {
             continue;
@@ -201,8 +197,7 @@ pub(crate) fn walk(
     }
     let mut tree = Tree {
         root,
-        processes: vec![],
-        skipped: vec![],
+        ..Default::default()
     };
     for (pid, depth) in order {
         let st = &table[&pid];

@@ -115,18 +115,14 @@ pub(crate) fn write<W: Write>(
     let mut corr: u64 = 1;
     for t in tracks {
         let pid = t.rank;
-        emit(
-            &mut w,
-            json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":format!("rank {}", t.rank)}}),
-        )?;
-        emit(
-            &mut w,
-            json!({"ph":"M","name":"thread_name","pid":pid,"tid":0,"args":{"name":"host"}}),
-        )?;
-        emit(
-            &mut w,
-            json!({"ph":"M","name":"thread_name","pid":pid,"tid":1,"args":{"name":"stream 1"}}),
-        )?;
+        for (name, tid, label) in [
+            ("process_name", 0, format!("rank {}", t.rank)),
+            ("thread_name", 0, "host".into()),
+            ("thread_name", 1, "stream 1".into()),
+        ] {
+            let v = json!({"ph":"M","name":name,"pid":pid,"tid":tid,"args":{"name":label}});
+            emit(&mut w, v)?;
+        }
         for s in &t.slices {
             match s.kind {
                 SliceKind::HostGap => {

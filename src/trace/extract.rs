@@ -42,9 +42,6 @@ impl Hasher for IdHasher {
         let m = u128::from(self.0 ^ x) * 0x9e37_79b9_7f4a_7c15_u128;
         self.0 = (m as u64) ^ ((m >> 64) as u64);
     }
-    fn write_i64(&mut self, x: i64) {
-        self.write_u64(x as u64);
-    }
 }
 
 /// A map keyed by a trace id.
@@ -61,7 +58,7 @@ fn by_id<T>(items: &[T], id: impl Fn(&T) -> Option<i64>) -> IdMap<usize> {
 }
 
 /// Where a collective's size came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum SizeFrom {
     /// The trace's `record_param_comms` arguments.
@@ -69,11 +66,12 @@ pub(crate) enum SizeFrom {
     /// The NCCL COLL log.
     NcclLog,
     /// Nowhere: only the kernel name (op, dtype) is known.
+    #[default]
     Unknown,
 }
 
 /// One collective as one rank ran it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct Collective {
     /// Normalised op (`all_reduce`).
     pub op: String,
@@ -222,12 +220,6 @@ fn outermost(mut spans: Vec<super::reader::Span>) -> Vec<super::reader::Span> {
     out
 }
 
-/// Options of the extraction.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ExtractOptions {
-    pub(crate) step_label: Option<String>,
-}
-
 /// Merged, sorted intervals with prefix sums, to measure coverage of any window.
 struct Coverage {
     iv: Vec<(f64, f64)>,
@@ -270,12 +262,13 @@ impl Coverage {
     }
 }
 
-/// Extracts one rank. `rank` is the rank the caller settled on; `log` fills unknown sizes.
+/// Extracts one rank. `rank` is the rank the caller settled on; `log` fills unknown sizes;
+/// `step_label`, the label whose spans (read into [`TraceData::labels`]) are the steps.
 pub(crate) fn extract(
     t: &TraceData,
     rank: usize,
     log: Option<&LogSummary>,
-    opt: &ExtractOptions,
+    step_label: Option<&str>,
 ) -> RankTrace {
     let mut notes = Vec::new();
     let links = Links::new(t);
@@ -316,8 +309,14 @@ pub(crate) fn extract(
 
     let busy = GpuTime::new(&gpu, &coll_gpu, &links);
     let mut step_marker = None;
-    let (ranges, rule, period) =
-        step_ranges(&colls, t, opt, busy.first, &mut notes, &mut step_marker);
+    let (ranges, rule, period) = step_ranges(
+        &colls,
+        t,
+        step_label,
+        busy.first,
+        &mut notes,
+        &mut step_marker,
+    );
     let steps = busy.steps(ranges, &colls);
     let host_gaps_us = host_gaps(&colls);
     RankTrace {
@@ -698,19 +697,13 @@ fn collective_from(
             .unwrap_or_else(|| "default".into()),
         group_size: args.and_then(|a| a.group_size),
         seq: args.and_then(|a| a.seq),
-        algo: None,
-        proto: None,
         size_from: if elements.is_some() {
             SizeFrom::Trace
         } else {
             SizeFrom::Unknown
         },
-        gpu_start_us: None,
-        gpu_dur_us: None,
-        launch_us: None,
-        launch_end_us: None,
-        graph: None,
         implementation: "nccl".into(),
+        ..Default::default()
     }
 }
 
@@ -762,12 +755,12 @@ fn span_ranges(
 fn step_ranges(
     colls: &[Collective],
     t: &TraceData,
-    opt: &ExtractOptions,
+    step_label: Option<&str>,
     first_gpu_us: f64,
     notes: &mut Vec<String>,
     marker: &mut Option<StepMarkerUsed>,
 ) -> (Ranges, String, Option<usize>) {
-    if let Some(label) = &opt.step_label {
+    if let Some(label) = step_label {
         let (out, found) = span_ranges(colls, &t.labels, false);
         return (
             out,

@@ -54,7 +54,7 @@ use crate::model::Schedule;
 pub(crate) use analysis::Analysis;
 
 /// Everything `verifybench trace` needs, free of any command-line parser.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TraceRequest {
     /// Trace files and folders of traces.
     pub(crate) inputs: Vec<PathBuf>,
@@ -84,15 +84,7 @@ impl TraceRequest {
     pub fn new(inputs: Vec<PathBuf>) -> TraceRequest {
         TraceRequest {
             inputs,
-            step_label: None,
-            nccl_logs: Vec::new(),
-            multi_host: false,
-            format: crate::output::Format::Table,
-            export_json: None,
-            export_schedule: None,
-            against_plan: None,
-            export_tp: None,
-            assume_size: None,
+            ..Default::default()
         }
     }
 }
@@ -143,6 +135,7 @@ pub(crate) fn expand_inputs(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, 
 
 /// The inputs sorted into traces and NCCL logs by their content (JSON or not), with the
 /// files of folders that are neither (named, with why).
+#[derive(Default)]
 pub(crate) struct Inputs {
     pub(crate) traces: Vec<(PathBuf, bool)>,
     /// Logs with what their lines gave.
@@ -153,11 +146,7 @@ pub(crate) struct Inputs {
 /// Sorts `req`'s inputs and `--nccl-log` files; a file named directly that is neither a
 /// trace nor a COLL log is an error naming it.
 pub(crate) fn classify(req: &TraceRequest) -> anyhow::Result<Inputs> {
-    let mut ins = Inputs {
-        traces: Vec::new(),
-        logs: Vec::new(),
-        skipped: Vec::new(),
-    };
+    let mut ins = Inputs::default();
     for p in &req.nccl_logs {
         let parsed = nccl_log::read_parsed(p).map_err(|e| usage(format!("--nccl-log: {e}")))?;
         ins.logs.push((p.clone(), parsed));
@@ -263,10 +252,7 @@ pub(crate) fn analyse_inputs(req: &TraceRequest, ins: Inputs) -> anyhow::Result<
     let log_calls = || ins.logs.iter().flat_map(|(_, p)| &p.calls);
     let log = (!ins.logs.is_empty()).then(|| nccl_log::LogSummary::of(log_calls()));
     let log_procs = logmatch::processes(log_calls());
-    let eopt = extract::ExtractOptions {
-        step_label: req.step_label.clone(),
-    };
-    let parsed = read_each(files, &opts, &eopt, &log_procs, log.as_ref());
+    let parsed = read_each(files, &opts, &log_procs, log.as_ref());
     let (traces, skipped) = keep_readable(parsed, ins.skipped)?;
     let (ranks, sources) = number_ranks(traces)?;
     if let Some(label) = &req.step_label {
@@ -336,7 +322,6 @@ type FileRanks = Result<Vec<Result<Extracted, String>>, String>;
 fn read_each(
     files: Vec<(PathBuf, bool)>,
     opts: &reader::ReadOptions,
-    eopt: &extract::ExtractOptions,
     log_procs: &logmatch::Processes,
     log: Option<&nccl_log::LogSummary>,
 ) -> Vec<(PathBuf, bool, FileRanks)> {
@@ -356,7 +341,12 @@ fn read_each(
                                     t.host.as_deref(),
                                 );
                                 let sizes = own.as_ref().map(|(_, s)| s).or(log);
-                                let mut r = extract::extract(&t, t.rank.unwrap_or(0), sizes, eopt);
+                                let mut r = extract::extract(
+                                    &t,
+                                    t.rank.unwrap_or(0),
+                                    sizes,
+                                    opts.step_label.as_deref(),
+                                );
                                 (r.log_process, r.log_own) = own.unzip();
                                 Ok((r, t.rank, t.rank_from_info))
                             }

@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::names::{dtype_from_nccl, dtype_size};
-use crate::evidence::regex_once;
+use crate::evidence::{regex_once, tally, tally_words};
 
 /// One logged NCCL call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,10 +68,6 @@ fn regex() -> &'static regex::Regex {
     regex_once!(
         r"([^:\s\[\]()]+):(\d+):\d+\s+(?:\[(\d+)\]\s+)?NCCL INFO (\w+): opCount ([0-9a-fA-Fx]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ root -?\d+ comm (\S+) \[nranks=(\d+)\] stream (\S+)"
     )
-}
-
-fn call_of(l: &str) -> Option<LogCall> {
-    call_at(l).map(|(c, _)| c)
 }
 
 /// The call of a line and where its match lies in it.
@@ -153,7 +149,7 @@ pub(crate) fn parse_text(text: &str) -> Parsed {
         if !l.contains("opCount") {
             continue;
         }
-        if let Some(c) = call_of(l) {
+        if let Some((c, _)) = call_at(l) {
             calls.push((i - 1, c));
             continue;
         }
@@ -587,31 +583,25 @@ pub(crate) struct StepEntry {
 
 /// `246 all_reduce + 2 all_gather`.
 fn ops_words(ops: &[OpCalls]) -> String {
-    ops.iter()
-        .map(|o| format!("{} {}", o.calls, o.op))
-        .collect::<Vec<_>>()
-        .join(" + ")
+    tally_words(&ops.iter().map(|o| (&o.op, o.calls)).collect::<Vec<_>>())
 }
 
 /// `123 all_reduce 21504 bf16 + 1 all_gather 245760 bf16`.
 fn step_words(step: &[StepEntry]) -> String {
-    step.iter()
-        .map(|e| {
-            format!(
-                "{} {} {} {}",
-                e.calls,
-                e.op,
-                e.elements,
-                e.dtype.as_deref().unwrap_or("?")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" + ")
+    let size = |e: &StepEntry| {
+        format!(
+            "{} {} {}",
+            e.op,
+            e.elements,
+            e.dtype.as_deref().unwrap_or("?")
+        )
+    };
+    tally_words(&step.iter().map(|e| (size(e), e.calls)).collect::<Vec<_>>())
 }
 
 /// Calls of each op, in order of first appearance.
 fn op_calls(calls: &[&LogCall]) -> Vec<OpCalls> {
-    let ops = crate::evidence::tally(calls.iter().map(|c| (&c.op, 1)));
+    let ops = tally(calls.iter().map(|c| (&c.op, 1)));
     let op_calls = |(op, calls): (&String, usize)| OpCalls {
         op: op.clone(),
         calls,

@@ -42,7 +42,6 @@ pub(crate) struct DistributedInfo {
 pub(crate) struct CommArgs {
     pub(crate) collective_name: Option<String>,
     pub(crate) in_nelems: Option<u64>,
-    pub(crate) out_nelems: Option<u64>,
     pub(crate) group_size: Option<u64>,
     pub(crate) dtype: Option<String>,
     pub(crate) pg_name: Option<String>,
@@ -54,7 +53,6 @@ impl CommArgs {
         let c = CommArgs {
             collective_name: a.collective_name.clone(),
             in_nelems: whole(&a.in_nelems),
-            out_nelems: whole(&a.out_nelems),
             group_size: whole(&a.group_size),
             dtype: a.dtype.as_ref().map(Lenient::as_string),
             pg_name: a.pg_name.as_ref().map(Lenient::as_string),
@@ -104,7 +102,6 @@ pub(crate) struct GpuEvent {
     pub(crate) name: u32,
     pub(crate) correlation: Option<i64>,
     pub(crate) external_id: Option<i64>,
-    pub(crate) stream: Option<i64>,
     /// Collective arguments Kineto put on the kernel itself (recent PyTorch).
     pub(crate) comm: Option<Box<CommArgs>>,
     /// `args.rank` of a multi-rank trace.
@@ -150,7 +147,6 @@ pub(crate) struct RuntimeEvent {
     pub(crate) dur: f64,
     pub(crate) kind: LaunchKind,
     pub(crate) correlation: Option<i64>,
-    pub(crate) external_id: Option<i64>,
     pub(crate) rank: Option<u32>,
 }
 
@@ -381,7 +377,6 @@ impl<'a> Sink<'a> {
         let rank = int(&args.rank).map(|r| r as u32);
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" | "Kernel" | "Memcpy" | "Memset" => {
-                let stream = int(&args.stream).or_else(|| int(&e.tid));
                 let comm = CommArgs::from_raw(args).map(Box::new);
                 let name = self.name_id(name);
                 let kind = match cat {
@@ -396,7 +391,6 @@ impl<'a> Sink<'a> {
                     name,
                     correlation: corr,
                     external_id: ext,
-                    stream,
                     comm,
                     rank,
                 });
@@ -425,7 +419,6 @@ impl<'a> Sink<'a> {
                     dur,
                     kind,
                     correlation: corr,
-                    external_id: ext,
                     rank,
                 });
             }
@@ -555,24 +548,20 @@ pub(crate) fn host_from_file_name(path: &Path, pids: &[u32]) -> Option<String> {
 /// Whether a path looks like a trace (`.json` or `.json.gz`, the `.pt.trace.json` of
 /// torch.profiler included).
 pub(crate) fn is_trace_name(path: &Path) -> bool {
-    let n = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    n.ends_with(".json") || n.ends_with(".json.gz")
+    [".json", ".json.gz"].iter().any(|e| ends_with(path, e))
+}
+
+/// Whether a path's file name ends with `ext` (any case).
+fn ends_with(path: &Path, ext: &str) -> bool {
+    let n = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    n.to_ascii_lowercase().ends_with(ext)
 }
 
 /// Whether a path looks like a log (`.log`, `.txt`, `.out`, `.err`).
 pub(crate) fn is_log_name(path: &Path) -> bool {
-    let n = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
     [".log", ".txt", ".out", ".err"]
         .iter()
-        .any(|e| n.ends_with(e))
+        .any(|e| ends_with(path, e))
 }
 
 /// Whether a file is gzip-compressed, by its magic bytes (not its name).
@@ -761,16 +750,14 @@ fn read_fast_limited<R: Read>(
                     return sink.over.is_none();
                 }
             }
-            match s.map_or_else(
+            let Ok(e) = s.map_or_else(
                 |_| serde_json::from_slice(ev),
                 serde_json::from_str::<RawEvent>,
-            ) {
-                Ok(e) => {
-                    sink.push(&e);
-                    sink.over.is_none()
-                }
-                Err(_) => false,
-            }
+            ) else {
+                return false;
+            };
+            sink.push(&e);
+            sink.over.is_none()
         },
     );
     if let Some(over) = sink.over.take() {
