@@ -30,22 +30,20 @@ pub(crate) struct Fingerprint {
     /// Modeled: the cost-model profile's name and a hash of its parameters.
     pub(crate) model_profile: Option<String>,
     pub(crate) verifybench_version: String,
+    /// The workload and what is compared, as fields of the key itself in the file.
+    #[serde(flatten)]
+    pub(crate) work: KeyOfWork,
+}
+
+/// What a key holds beside the machine: the workload and what is compared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct KeyOfWork {
     pub(crate) world_size: usize,
     pub(crate) dtype: DType,
     pub(crate) hidden_size: u64,
     /// The token counts of the cycle's forwards (the message sizes follow from them).
     pub(crate) tokens: Vec<u64>,
     /// The NCCL settings compared beside NCCL's default (`NCCL_PROTO=LL`, ...).
-    pub(crate) nccl_settings: Vec<String>,
-}
-
-/// What a key holds beside the machine: the workload and what is compared.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct KeyOfWork {
-    pub(crate) world_size: usize,
-    pub(crate) dtype: DType,
-    pub(crate) hidden_size: u64,
-    pub(crate) tokens: Vec<u64>,
     pub(crate) nccl_settings: Vec<String>,
 }
 
@@ -86,11 +84,7 @@ impl Fingerprint {
             nccl_version: None,
             model_profile: None,
             verifybench_version: env!("CARGO_PKG_VERSION").into(),
-            world_size: w.world_size,
-            dtype: w.dtype,
-            hidden_size: w.hidden_size,
-            tokens: w.tokens.clone(),
-            nccl_settings: w.nccl_settings.clone(),
+            work: w.clone(),
         }
     }
 
@@ -128,18 +122,18 @@ impl Fingerprint {
             ("NCCL version", opt(&self.nccl_version)),
             ("cost-model profile", opt(&self.model_profile)),
             ("verifybench version", self.verifybench_version.clone()),
-            ("world size", self.world_size.to_string()),
-            ("dtype", self.dtype.name().to_string()),
-            ("hidden size", self.hidden_size.to_string()),
+            ("world size", self.work.world_size.to_string()),
+            ("dtype", self.work.dtype.name().to_string()),
+            ("hidden size", self.work.hidden_size.to_string()),
             (
                 "tokens",
-                list(self.tokens.iter().map(|t| t.to_string()).collect()),
+                list(self.work.tokens.iter().map(|t| t.to_string()).collect()),
             ),
             (
                 "NCCL settings",
                 list(
                     std::iter::once("default".to_string())
-                        .chain(self.nccl_settings.iter().cloned())
+                        .chain(self.work.nccl_settings.iter().cloned())
                         .collect(),
                 ),
             ),

@@ -238,13 +238,11 @@ pub(crate) fn samples_of(rec: &Record, p: &Point) -> Vec<Sample> {
     out
 }
 
-/// The `collective` request of point `p` on `n` ranks.
-pub(crate) fn collective_request(
+/// The `collective` request of point `p` on the cost model's `n` ranks, launched by `launcher`.
+fn collective_request(
     p: &Point,
     n: usize,
-    backend: BackendKind,
-    gpu: &GpuSpec,
-    repeat: Repeat,
+    launcher: Launcher,
     model: &ModelSettings,
 ) -> CollectiveRequest {
     CollectiveRequest {
@@ -255,13 +253,13 @@ pub(crate) fn collective_request(
         sizes: p.sizes.clone(),
         dtype: p.dtype,
         graph: GraphChoice::Both,
-        backend,
+        backend: BackendKind::Model,
         gpu: GpuSpec {
             gpus: Some(n),
-            devices: None,
-            ..gpu.clone()
+            launcher,
+            ..Default::default()
         },
-        repeat,
+        repeat: Repeat::default(),
         model: model.clone(),
         export: Default::default(),
         format: crate::output::Format::Table,
@@ -307,18 +305,7 @@ impl Measure for ModelMeasure {
 
     fn run(&self, p: &Point, _round: usize) -> anyhow::Result<PointRun> {
         let m = self.settings(p);
-        let gpu = GpuSpec {
-            launcher: self.launcher,
-            ..Default::default()
-        };
-        let req = collective_request(
-            p,
-            self.nranks,
-            BackendKind::Model,
-            &gpu,
-            Repeat::default(),
-            &m,
-        );
+        let req = collective_request(p, self.nranks, self.launcher, &m);
         let rec = crate::backend::resolve(BackendKind::Model, true).collective(&req)?;
         let (prof, _) = m.resolve()?;
         let force = m.force()?;

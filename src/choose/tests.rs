@@ -155,10 +155,10 @@ fn a_changed_part_is_named_and_measured_again_an_unchanged_key_reuses_the_file()
         "NCCL file was /usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3, now /opt/nccl-2.29/lib/libnccl.so.2",
     ));
     let mut k = a.clone();
-    k.world_size = 4;
+    k.work.world_size = 4;
     changes.push((k, "world size was 2, now 4"));
     let mut k = a.clone();
-    k.hidden_size = 6144;
+    k.work.hidden_size = 6144;
     changes.push((k, "hidden size was 7168, now 6144"));
     let mut before = a.clone();
     for (k, said) in changes {

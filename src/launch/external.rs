@@ -11,7 +11,6 @@
 //! every process, so MPI's variables must win over Slurm's. Flags win over everything.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use anyhow::Result;
 
@@ -34,24 +33,14 @@ pub(crate) enum LauncherKind {
     Pmi,
 }
 
-impl LauncherKind {
-    /// The launcher's name as users know it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            LauncherKind::Flags => "flags",
-            LauncherKind::Torchrun => "torchrun",
-            LauncherKind::Slurm => "Slurm",
-            LauncherKind::OpenMpi => "Open MPI",
-            LauncherKind::Pmi => "PMI (MPICH/Intel MPI)",
-        }
-    }
-}
-
-impl fmt::Display for LauncherKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+// each launcher's name as users know it
+crate::named_enum!(LauncherKind {
+    Flags => "flags": "",
+    Torchrun => "torchrun": "",
+    Slurm => "Slurm": "",
+    OpenMpi => "Open MPI": "",
+    Pmi => "PMI (MPICH/Intel MPI)": "",
+});
 
 /// The variables one launcher sets: the first name present of each list is used.
 struct Family {

@@ -57,17 +57,13 @@ pub(crate) enum FaultKind {
     P2pSilent,
 }
 
-impl FaultKind {
-    /// The name `--inject-fault` and the worker's `--fault` take.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            FaultKind::Exit => "exit",
-            FaultKind::Hang => "hang",
-            FaultKind::Abort => "abort",
-            FaultKind::P2pSilent => "p2p-silent",
-        }
-    }
-}
+// the names `--inject-fault` and the worker's `--fault` take
+crate::named_enum!(FaultKind {
+    Exit => "exit": "",
+    Hang => "hang": "",
+    Abort => "abort": "",
+    P2pSilent => "p2p-silent": "",
+});
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Fault {
@@ -79,14 +75,9 @@ impl std::str::FromStr for Fault {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (k, r) = s.split_once(':').unwrap_or((s, "1"));
-        let kinds = [
-            FaultKind::Exit,
-            FaultKind::Hang,
-            FaultKind::Abort,
-            FaultKind::P2pSilent,
-        ];
-        let kind = kinds
-            .into_iter()
+        let kind = <FaultKind as crate::util::Named>::ALL
+            .iter()
+            .copied()
             .find(|f| f.name() == k)
             .ok_or_else(|| format!("unknown fault '{k}' (exit, hang, abort, p2p-silent)"))?;
         let rank = r.parse().map_err(|_| format!("bad fault rank '{r}'"))?;

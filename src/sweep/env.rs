@@ -114,16 +114,13 @@ pub(crate) fn check(
     };
     for w in workers {
         for (k, want) in requested {
-            match w.nccl_env.get(k) {
-                Some(seen) if seen == want => {}
-                Some(seen) => c.problems.push(format!(
+            let seen = w.nccl_env.get(k);
+            if seen != Some(want) {
+                let seen = seen.map_or("<unset>", String::as_str);
+                c.problems.push(format!(
                     "rank {} (pid {}) saw {k}={seen}, asked {want}",
                     w.rank, w.pid
-                )),
-                None => c.problems.push(format!(
-                    "rank {} (pid {}) saw {k}=<unset>, asked {want}",
-                    w.rank, w.pid
-                )),
+                ));
             }
         }
     }

@@ -197,18 +197,16 @@ pub fn points(dims: &[Dimension], preset: Option<Variations>) -> Vec<Point> {
     use super::library::NAME as LIB;
     let (libs, dims): (Vec<&Dimension>, Vec<&Dimension>) = dims.iter().partition(|d| d.name == LIB);
     let libs: Vec<&String> = libs.iter().flat_map(|d| &d.values).collect();
-    let mut settings: Vec<Vec<(String, String)>> = vec![];
-    for s in settings_of(&dims, preset) {
-        let mut sorted = s.clone();
-        sorted.sort();
-        if !settings.iter().any(|t| {
-            let mut t = t.clone();
-            t.sort();
-            t == sorted
-        }) {
-            settings.push(s);
-        }
-    }
+    // each setting once, whatever the order of its variables
+    let mut seen = std::collections::BTreeSet::new();
+    let settings: Vec<Vec<(String, String)>> = settings_of(&dims, preset)
+        .into_iter()
+        .filter(|s| {
+            let mut sorted = s.clone();
+            sorted.sort();
+            seen.insert(sorted)
+        })
+        .collect();
     let mut out: Vec<Point> = vec![];
     for (i, lib) in libs
         .iter()
@@ -237,31 +235,26 @@ pub fn points(dims: &[Dimension], preset: Option<Variations>) -> Vec<Point> {
 /// then the preset's points.
 fn settings_of(dims: &[&Dimension], preset: Option<Variations>) -> Vec<Vec<(String, String)>> {
     let mut sets: Vec<Vec<(String, String)>> = vec![vec![]];
-    if !dims.is_empty() {
-        let mut cross: Vec<Vec<(String, String)>> = vec![vec![]];
-        for d in dims {
-            cross = cross
-                .into_iter()
-                .flat_map(|prefix| {
-                    d.values.iter().map(move |v| {
-                        let mut p = prefix.clone();
-                        p.push((d.name.clone(), v.clone()));
-                        p
-                    })
+    // without dimensions the cross product is the baseline again, which `points` drops
+    let mut cross: Vec<Vec<(String, String)>> = vec![vec![]];
+    for d in dims {
+        cross = cross
+            .into_iter()
+            .flat_map(|prefix| {
+                d.values.iter().map(move |v| {
+                    let mut p = prefix.clone();
+                    p.push((d.name.clone(), v.clone()));
+                    p
                 })
-                .collect();
-        }
-        sets.extend(cross);
+            })
+            .collect();
     }
-    if let Some(p) = preset {
-        for pt in p {
-            sets.push(
-                pt.iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            );
-        }
-    }
+    sets.extend(cross);
+    sets.extend(preset.into_iter().flatten().map(|pt| {
+        pt.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }));
     sets
 }
 

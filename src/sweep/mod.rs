@@ -206,10 +206,7 @@ pub(crate) fn assemble_in_round(
             r.push_str(&format!("; NCCL WARN {w}"));
         }
     }
-    let wrong: u64 = match out.record.as_ref().map(|r| &r.body) {
-        Some(Body::Verify(v)) => v.runs.iter().map(|r| r.wrong).sum(),
-        _ => 0,
-    };
+    let wrong = rank::wrong_in(out.record.as_ref());
     if reason.is_none() && wrong > 0 {
         reason = Some(format!("{wrong} elements of the results were wrong"));
     }

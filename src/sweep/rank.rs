@@ -7,8 +7,10 @@
 //! sqrt((e/m)^2 + (e0/m0)^2). `sweep` recommends from its rounds ([`super::rounds`], a
 //! measured noise floor; [`super::summary`]), and this table is its first round.
 
+use std::collections::BTreeSet;
+
 use super::results::SweepPoint;
-use crate::record::{Body, Mode, VerifyRun};
+use crate::record::{Body, Mode, Record, VerifyRun};
 use crate::report::export::Table;
 
 /// One timing column of a row.
@@ -167,10 +169,15 @@ pub(crate) fn rank(points: &[SweepPoint], mode: Mode) -> Ranking<'_> {
 impl SweepPoint {
     /// Wrong elements over the timed runs.
     pub(crate) fn wrong(&self) -> u64 {
-        match self.verify.as_ref().map(|r| &r.body) {
-            Some(Body::Verify(v)) => v.runs.iter().map(|r| r.wrong).sum(),
-            _ => 0,
-        }
+        wrong_in(self.verify.as_ref())
+    }
+}
+
+/// Wrong elements over the timed runs of a point's record (none without one).
+pub(crate) fn wrong_in(rec: Option<&Record>) -> u64 {
+    match rec.map(|r| &r.body) {
+        Some(Body::Verify(v)) => v.runs.iter().map(|r| r.wrong).sum(),
+        _ => 0,
     }
 }
 
@@ -332,18 +339,14 @@ pub(crate) fn library_block(points: &[SweepPoint]) -> String {
     for (i, (path, ps)) in libs.iter().enumerate() {
         let proofs: Vec<&super::library::LibraryProof> =
             ps.iter().filter_map(|p| p.library.as_ref()).collect();
-        let mut versions: Vec<String> = proofs.iter().filter_map(|l| l.version()).collect();
-        versions.sort();
-        versions.dedup();
-        let logs: Vec<&str> = {
-            let mut v: Vec<&str> = proofs
-                .iter()
-                .filter_map(|l| l.log_version.as_deref())
-                .collect();
-            v.sort();
-            v.dedup();
-            v
-        };
+        // sorted, each once
+        let versions: BTreeSet<String> = proofs.iter().filter_map(|l| l.version()).collect();
+        let versions: Vec<String> = versions.into_iter().collect();
+        let logs: BTreeSet<&str> = proofs
+            .iter()
+            .filter_map(|l| l.log_version.as_deref())
+            .collect();
+        let logs: Vec<&str> = logs.into_iter().collect();
         let ok = proofs.iter().filter(|l| l.status == "ok").count();
         let version = if versions.is_empty() {
             "version not reported".to_string()

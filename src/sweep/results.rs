@@ -148,17 +148,16 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<(Vec<SweepPoint>, Vec<String>)
     let bytes = crate::util::read::read(path, "resume file", crate::util::read::RESULTS);
     if let Some(text) = bytes.ok().and_then(|b| String::from_utf8(b).ok()) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
-            if let Some(what) = crate::record::io::foreign(&v) {
+            let what = crate::record::io::foreign(&v)
+                .map(String::from)
+                .or_else(|| {
+                    (text.trim_end().lines().count() > 1 || v.is_array())
+                        .then(|| crate::record::io::describe(&v))
+                });
+            if let Some(what) = what {
                 return Err(usage(format!(
                     "'{}' is {what}, not a sweep's results file (JSON lines of sweep points written by `verifybench sweep --results`)",
                     path.display()
-                )));
-            }
-            if text.trim_end().lines().count() > 1 || v.is_array() {
-                return Err(usage(format!(
-                    "'{}' is {}, not a sweep's results file (JSON lines of sweep points written by `verifybench sweep --results`)",
-                    path.display(),
-                    crate::record::io::describe(&v)
                 )));
             }
         }

@@ -245,9 +245,9 @@ fn nccl_tests_cmd(
     })
 }
 
-/// One `--nccl-tests` file of `model validate`: its name, the link rate its fits use, and
-/// its tables.
-type ValidateFile = (String, f64, Vec<ntfit::Table>);
+/// One `--nccl-tests` file of `model validate`: its name, the bounds its fits use (its link
+/// rate, no measured latency), and its tables.
+type ValidateFile = (String, ntfit::Physics, Vec<ntfit::Table>);
 
 /// Runs `verifybench model validate --nccl-tests FILE...`.
 pub(crate) fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
@@ -274,7 +274,11 @@ pub(crate) fn validate(a: &ValidateRequest) -> anyhow::Result<i32> {
                 crate::usage_bail!("--link-gbps: the base profile does not know its link's rate")
             }
         };
-        files.push((name, rate, t));
+        let phys = ntfit::Physics {
+            rate_gbps: rate,
+            p2p_lat_us: None,
+        };
+        files.push((name, phys, t));
     }
     let (mut out, failed, json_rows) = held_out_sizes(a, &base, &files)?;
     out += &builtin_profiles(&files)?;
@@ -320,13 +324,10 @@ fn held_out_sizes(
         "# table | collective | ranks | link GB/s | sizes | median | max | median <= {}%",
         a.max_median_pct
     );
-    for (_, rate, tables) in files {
-        let phys = ntfit::Physics {
-            rate_gbps: *rate,
-            p2p_lat_us: None,
-        };
+    for (_, phys, tables) in files {
+        let rate = phys.rate_gbps;
         for t in tables {
-            let l = ntfit::loso_of_table(base, &phys, t)?;
+            let l = ntfit::loso_of_table(base, phys, t)?;
             let ok = l.median_abs * 100.0 <= a.max_median_pct;
             failed += usize::from(!ok);
             json_rows.push(serde_json::json!({
@@ -400,18 +401,14 @@ fn across_rank_counts(base: &profile::Profile, files: &[ValidateFile]) -> anyhow
         "\n# fit at one rank count, predict another of the same file and collective"
     );
     let mut any = false;
-    for (name, rate, tables) in files {
-        let phys = ntfit::Physics {
-            rate_gbps: *rate,
-            p2p_lat_us: None,
-        };
+    for (name, phys, tables) in files {
         for fit_t in tables {
             for pred_t in tables
                 .iter()
                 .filter(|t| t.op == fit_t.op && t.nranks != fit_t.nranks)
             {
                 any = true;
-                let f = ntfit::calibrate(base, &phys, std::slice::from_ref(fit_t))?;
+                let f = ntfit::calibrate(base, phys, std::slice::from_ref(fit_t))?;
                 let e = ntfit::profile_errors(&f.report.profile, pred_t, 0, u64::MAX)?;
                 let _ = writeln!(
                     out,

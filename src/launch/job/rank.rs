@@ -310,14 +310,10 @@ struct Probe {
 }
 
 impl Probe {
-    fn host_us(&self, t: std::time::Instant) -> f64 {
-        t.saturating_duration_since(self.host_ref).as_secs_f64() * 1e6
-    }
-
     /// The host's span from `t0` to now, on the probe's host clock.
     fn span(&self, t0: std::time::Instant) -> RankTiming {
         RankTiming {
-            start_us: self.host_us(t0),
+            start_us: t0.saturating_duration_since(self.host_ref).as_secs_f64() * 1e6,
             dur_us: t0.elapsed().as_secs_f64() * 1e6,
         }
     }
@@ -800,10 +796,6 @@ impl VerifyRun<'_> {
         gaps_by_step(v.steps.len(), &v.step_of_op, launches, &drawn)
     }
 
-    fn launched(&self, st: &Step) -> bool {
-        launches_in(st, self.mode)
-    }
-
     /// One verify: per step, the host gap (busy-waited), then the launch (every
     /// collective on buffer slot `slot`); with a probe, timestamps around each launch
     /// and the host times.
@@ -827,7 +819,7 @@ impl VerifyRun<'_> {
             let ev = probe
                 .as_deref()
                 .and_then(|p| p.events[i].as_ref())
-                .filter(|_| self.launched(st));
+                .filter(|_| launches_in(st, self.mode));
             if let Some((a, _)) = ev {
                 gpu.record_timestamp(a)?;
             }
@@ -883,7 +875,7 @@ impl VerifyRun<'_> {
         let probe = if pass_iters > 0 {
             let mut events = vec![];
             for st in &self.v.steps {
-                events.push(if self.launched(st) && *st != Step::Tiny {
+                events.push(if launches_in(st, self.mode) && *st != Step::Tiny {
                     Some((gpu.event()?, gpu.event()?))
                 } else {
                     None
