@@ -223,3 +223,19 @@ pub fn explain_floor_ms(k: &str, more: &[&str]) -> f64 {
         .as_f64()
         .unwrap()
 }
+
+/// What `verifybench ARGS --format json -q` prints, parsed; the command must succeed.
+pub fn json_of<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> serde_json::Value {
+    let o = vb()
+        .args(args)
+        .args(["--format", "json", "-q"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{args:?}: {o:?}");
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A JSON number, or a panic naming what stood there.
+pub fn num(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}

@@ -3,21 +3,7 @@
 //! through the engine terms, the same floor) and agree to the digit; `report` given an
 //! `explain` record renders the answer first.
 
-use crate::common::vb;
-
-fn json(args: &[&str]) -> serde_json::Value {
-    let o = vb()
-        .args(args)
-        .args(["--format", "json", "-q"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{args:?}: {o:?}");
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn f(v: &serde_json::Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
+use crate::common::{json_of, num, vb};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
@@ -40,7 +26,7 @@ fn explain_and_breakeven_agree_to_the_digit() {
             "--gpus",
             "8",
         ];
-        let e = json(&[&["explain"][..], &common].concat());
+        let e = json_of(&[&["explain"][..], &common].concat());
         let d = &e["result"]["data"];
         let row = d["scenarios"]
             .as_array()
@@ -48,50 +34,50 @@ fn explain_and_breakeven_agree_to_the_digit() {
             .iter()
             .find(|s| s["name"] == "as it ran (eager)")
             .unwrap();
-        let b = json(&[&["breakeven"][..], &common].concat());
+        let b = json_of(&[&["breakeven"][..], &common].concat());
         let r = &b["rows"][0];
         // the same drafts and overhead, modeled, the same values
         let cyc = &d["cycle"];
         assert!(close(
-            f(&b["inputs"]["draft_ms"]["value"]),
-            f(&cyc["draft_ms"]["value"])
+            num(&b["inputs"]["draft_ms"]["value"]),
+            num(&cyc["draft_ms"]["value"])
         ));
         assert_eq!(b["inputs"]["draft_ms"]["origin"], "modeled");
         assert!(close(
-            f(&b["inputs"]["overhead_ms"]["value"]),
-            f(&cyc["overhead_ms"]["value"])
+            num(&b["inputs"]["overhead_ms"]["value"]),
+            num(&cyc["overhead_ms"]["value"])
         ));
         // the same verify (held at the same floor where it is under it), step and tokens/s
         assert_eq!(r["at_floor"], row["at_floor"], "--verify-ms {verify}");
         assert!(close(
-            f(&r["held_verify_ms"]) * 1000.0,
-            f(&row["verify"]["us"])
+            num(&r["held_verify_ms"]) * 1000.0,
+            num(&row["verify"]["us"])
         ));
         assert!(close(
-            f(&r["cycle_ms"]) * 1000.0,
-            f(&row["step"]["step_us"])
+            num(&r["cycle_ms"]) * 1000.0,
+            num(&row["step"]["step_us"])
         ));
         assert!(close(
-            f(&r["at_accept_length"]["tokens_per_s"]),
-            f(&row["tokens_per_s"])
+            num(&r["at_accept_length"]["tokens_per_s"]),
+            num(&row["tokens_per_s"])
         ));
         assert!(close(
-            f(&r["breakeven_accept_length"]),
-            f(&row["breakeven_tau"])
+            num(&r["breakeven_accept_length"]),
+            num(&row["breakeven_tau"])
         ));
         assert!(close(
-            f(&b["baseline_tokens_per_s"]),
-            f(&cyc["baseline_tokens_per_s"])
+            num(&b["baseline_tokens_per_s"]),
+            num(&cyc["baseline_tokens_per_s"])
         ));
         // the step by hand: k x draft + verify + overhead
-        let by_hand = 2.0 * f(&cyc["draft_ms"]["value"])
-            + f(&row["verify"]["us"]) / 1000.0
-            + f(&cyc["overhead_ms"]["value"]);
-        assert!(close(f(&r["cycle_ms"]), by_hand));
+        let by_hand = 2.0 * num(&cyc["draft_ms"]["value"])
+            + num(&row["verify"]["us"]) / 1000.0
+            + num(&cyc["overhead_ms"]["value"]);
+        assert!(close(num(&r["cycle_ms"]), by_hand));
         if verify == "12.5" {
             assert_eq!(r["at_floor"], true);
-            let floor = f(&d["calibration"]["floor_ms"]["ms"]);
-            assert!(close(f(&r["held_verify_ms"]), floor) && floor > 12.5);
+            let floor = num(&d["calibration"]["floor_ms"]["ms"]);
+            assert!(close(num(&r["held_verify_ms"]), floor) && floor > 12.5);
         }
     }
 }
@@ -132,7 +118,7 @@ fn breakeven_from_records_and_report_agree_and_report_opens_with_the_answer() {
         .args(["--export-json", &p("x.json")])
         .assert()
         .success();
-    let b = json(&["breakeven", "--from", &p("v.json"), "--from", &p("d.json")]);
+    let b = json_of(&["breakeven", "--from", &p("v.json"), "--from", &p("d.json")]);
     let r = &b["rows"][0];
     vb().args([
         "report",
@@ -148,9 +134,9 @@ fn breakeven_from_records_and_report_agree_and_report_opens_with_the_answer() {
     // report's break-even row: | T_verify | source | cycle | tau* | as breakeven's
     let want = format!(
         "| {:.2} | modeled | {:.2} | {:.3} |",
-        f(&r["verify_ms"]["value"]),
-        f(&r["cycle_ms"]),
-        f(&r["breakeven_accept_length"])
+        num(&r["verify_ms"]["value"]),
+        num(&r["cycle_ms"]),
+        num(&r["breakeven_accept_length"])
     );
     assert!(md.contains(&want), "report.md lacks {want:?}\n{md}");
     assert_eq!(b["inputs"]["draft_ms"]["origin"], "modeled", "{b}");

@@ -19,21 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::vb;
-
-fn json(args: &[String]) -> serde_json::Value {
-    let o = vb()
-        .args(args)
-        .args(["--format", "json", "-q"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{args:?}: {o:?}");
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn f(v: &serde_json::Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
+use crate::common::{json_of, num, vb};
 
 /// The published step of a run, ms, from the runs file's published figures: the step where it
 /// was published, else requests x accept length x 1000 / tok/s.
@@ -42,7 +28,7 @@ fn published_step_ms(run: &serde_json::Value) -> f64 {
     if let Some(s) = p["step_ms"].as_f64() {
         return s;
     }
-    let k = f(&run["draft_steps"]);
+    let k = num(&run["draft_steps"]);
     let tau = if let Some(a) = run["accept_length"].as_f64() {
         a
     } else if let Some(r) = run["accept_rate"].as_f64() {
@@ -52,11 +38,11 @@ fn published_step_ms(run: &serde_json::Value) -> f64 {
             .as_array()
             .unwrap()
             .iter()
-            .map(f)
+            .map(num)
             .sum::<f64>()
     };
     let c = run["concurrency"].as_f64().unwrap_or(1.0);
-    c * tau * 1000.0 / f(&p["tokens_per_s"])
+    c * tau * 1000.0 / num(&p["tokens_per_s"])
 }
 
 /// Every run: `explain` as its user would run it predicts the published step within 15%, its
@@ -80,20 +66,20 @@ fn explain_holds_every_published_run_within_15_percent_and_its_range() {
     assert!((published["glm51-dcp8-c1"] - 37.47).abs() < 1e-9);
     assert!((published["flash-dcp1-c1-dflash7"] - 11.136).abs() < 1e-9);
 
-    let fit = json(&["model".into(), "fit-cycle".into(), runs_file.into()]);
+    let fit = json_of(&["model", "fit-cycle", runs_file]);
     let rows = fit["result"]["data"]["runs"].as_array().unwrap();
     assert_eq!(rows.len(), 18);
     let (mut in_range, mut held_in_range) = (0, 0);
     for row in rows {
         let id = row["id"].as_str().unwrap();
         let want = published[id];
-        assert!((f(&row["published_step_ms"]) - want).abs() < 1e-9, "{id}");
+        assert!((num(&row["published_step_ms"]) - want).abs() < 1e-9, "{id}");
         // Held out: the terms fitted without the run predict it within 15% too, its range from
         // the other runs' held-out errors.
-        assert!(f(&row["held_out_error"]).abs() <= 0.15, "{id}: {row}");
+        assert!(num(&row["held_out_error"]).abs() <= 0.15, "{id}: {row}");
         let [hlo, hhi] = [
-            f(&row["held_out_range_ms"][0]),
-            f(&row["held_out_range_ms"][1]),
+            num(&row["held_out_range_ms"][0]),
+            num(&row["held_out_range_ms"][1]),
         ];
         assert_eq!(
             row["published_in_range"],
@@ -109,7 +95,7 @@ fn explain_holds_every_published_run_within_15_percent_and_its_range() {
             .iter()
             .map(|a| a.as_str().unwrap().to_string())
             .collect();
-        let v = json(&args);
+        let v = json_of(&args);
         let d = &v["result"]["data"];
         let s = d["scenarios"]
             .as_array()
@@ -117,29 +103,33 @@ fn explain_holds_every_published_run_within_15_percent_and_its_range() {
             .iter()
             .find(|s| s["name"] == "predicted (CUDA graph)")
             .unwrap_or_else(|| panic!("{id}: no prediction: {d}"));
-        let step = f(&s["step"]["step_us"]) / 1000.0;
+        let step = num(&s["step"]["step_us"]) / 1000.0;
         // One answer: explain's step is fit-cycle's price of the run with every run's terms.
         assert!(
-            (step - f(&row["fitted_step_ms"])).abs() <= 1e-9 * step,
+            (step - num(&row["fitted_step_ms"])).abs() <= 1e-9 * step,
             "{id}: explain {step} ms, fit-cycle {}",
             row["fitted_step_ms"]
         );
         let err = step / want - 1.0;
         assert!(err.abs() <= 0.15, "{id}: {step:.2} ms against {want:.2}");
-        let [lo, hi] = [f(&s["step"]["range_us"][0]), f(&s["step"]["range_us"][1])];
+        let [lo, hi] = [
+            num(&s["step"]["range_us"][0]),
+            num(&s["step"]["range_us"][1]),
+        ];
         assert!(lo <= step * 1000.0 && step * 1000.0 <= hi, "{id}: {s}");
         if (lo..=hi).contains(&(want * 1000.0)) {
             in_range += 1;
         }
         // Bounds: the verify never under the plain step; no more than the accept length
         // times decoding without speculation.
-        let plain_ms = f(&row["plain_ms"]);
-        assert!(f(&s["verify"]["us"]) / 1000.0 >= plain_ms, "{id}");
-        let tau = f(&row["accept_length"]);
-        assert!(f(&s["vs_baseline"]) <= tau + 1e-9, "{id}: {s}");
-        let c = f(&row["concurrency"]);
+        let plain_ms = num(&row["plain_ms"]);
+        assert!(num(&s["verify"]["us"]) / 1000.0 >= plain_ms, "{id}");
+        let tau = num(&row["accept_length"]);
+        assert!(num(&s["vs_baseline"]) <= tau + 1e-9, "{id}: {s}");
+        let c = num(&row["concurrency"]);
         assert!(
-            (f(&s["tokens_per_s"]) - c * tau * 1000.0 / step).abs() < 1e-6 * f(&s["tokens_per_s"]),
+            (num(&s["tokens_per_s"]) - c * tau * 1000.0 / step).abs()
+                < 1e-6 * num(&s["tokens_per_s"]),
             "{id}: {s}"
         );
     }
