@@ -26,19 +26,15 @@
 //   floats, converted to bf16), and keeps them in registers for the whole launch: token n's
 //   activation at k is act[n * 8 + k % 8]. They are never re-read per weight tile.
 // - tokens: ceil(T / 16) tiles of 16 tokens (rows of A). MW, the template argument, is the token
-//   tiles per warp (stream_mma_MW, MW = 1..8 and 16); the block's warps form `groups` groups of
-//   MW tiles each (the host's rule, src/comm/kernels/mod.rs: one group up to 8 tiles, MW = 16 for
-//   16 and 32 tiles, else two groups up to 16 tiles and four up to 32). In stream_mma_1..8 the
-//   groups are warps of a block: each reads every weight tile of a stage from shared memory
-//   (device memory is read once per stage whatever the group count), the warps of a group split
-//   the stage's tiles (an even count per warp: the loop takes two per turn, each tile's vector
-//   read one tile ahead). In stream_mma_16 the groups are blocks side by side on the same
-//   stages (L2 serves the second block's copy), all 8 warps of a block on one group, four
-//   tiles a turn.
-// - with one group in a block each thread reads back only the 16-byte vectors it copied itself
-//   (thread t copies vectors t + 256 v of a stage, which are lane t % 32 of tiles t / 32 + 8 v,
-//   the tiles its warp computes): no block barrier in the loop. With several groups of warps a
-//   barrier per stage publishes the copies and frees the slot the next copy overwrites.
+//   tiles of a block (stream_mma_MW, MW = 1..16): every warp of the block takes all of them,
+//   against its own share of each stage's weight tiles (TILES / 8 of them, four a turn above
+//   MW = 8, two up to it, each tile's vector read one tile ahead). Up to 16 tiles one block
+//   group takes them all (MW = tiles); 17 to 32 tiles, two groups of MW = ceil(tiles / 2), as
+//   two blocks side by side on the same stages (device memory serves a stage once, L2 the second
+//   block's copy). The host's rule is mma_groups / mma_width in src/comm/kernels/mod.rs.
+// - each thread reads back only the 16-byte vectors it copied itself (thread t copies vectors
+//   t + 256 v of a stage, which are lane t % 32 of tiles t / 32 + 8 v, the tiles its warp
+//   computes): no block barrier in the loop.
 // - why these sizes, measured on an H100 at 512 tokens (scripts/h100x1-53.sh; the counts are
 //   in results/h100x1/stream-mma-21cee22/ncu*.txt): with 16 KB stages in static shared memory
 //   and 3 blocks of stream_mma_8 an SM, a warp issued 2.0 instructions per MMA (mma_peak: 1.2),
@@ -50,7 +46,9 @@
 //   block (a barrier per stage, results/h100x1/stream-mma-21cee22): 1.5 instructions per MMA,
 //   the tensor pipe 88% active, 79%-90% of mma_peak from device memory; as two blocks
 //   (stream-mma-c392c16): 1.8 instructions per MMA (each block copies for its own tokens), the
-//   pipe 90% active, 82%-86% at 512 tokens and 90%-92% at 256.
+//   pipe 90% active, 82%-86% at 512 tokens and 90%-92% at 256. There the other token counts
+//   above 128 still ran on stream_mma_5..8 in two or four groups of warps behind a barrier per
+//   stage, 62%-87% of mma_peak (mid-*.txt); they now have MW = 9..15, as 256 and 512 have 16.
 //
 // Which weight meets which activation lane (the host's reference, src/comm/kernels/pool.rs,
 // uses the same rule): the B fragment of lane l of the warp holds k = 2 (l % 4) + {0, 1} in its
@@ -59,9 +57,9 @@
 // bf16 element j (0..7) is multiplied with activation lane k % 8 = 2 (i % 4) + j % 2.
 //
 // Registers: stream_mma_1..8 ask __launch_bounds__ for 2 blocks per SM (at most 128 per
-// thread), stream_mma_16 for one (its 64 accumulators and 64 activation words need about 180).
-// Shared memory: the ring (reused for the block's reduction at the end), two rings an SM on 9.0
-// to 11.x, one on 8.6, 8.9 and 12.x at MW = 16 and, by the occupancy query, what fits elsewhere.
+// thread), stream_mma_9..16 for one (stream_mma_16's 64 accumulators and 64 activation words
+// need about 180). Shared memory: the ring (reused for the block's reduction at the end), two
+// rings an SM on 9.0 to 11.x, one above MW = 8 and, by the occupancy query, what fits elsewhere.
 //
 // stream_mma_pdl_MW is the same for programmatic dependent launch, in the order of stream.cu:
 // launch_dependents, the first DEPTH - 1 stages' copies (weights depend on no earlier kernel),
@@ -164,15 +162,14 @@ __device__ __forceinline__ void mma_vec(float (&acc)[MW][4], const unsigned (&a)
 }
 
 // One stage's share of a warp: tiles first, first + step, ... of the TILES (TILES / step of
-// them, 4 to 32: a multiple of four for MW = 16, even for the others), two per turn, four for
-// MW = 16. Each tile's vector is read from shared memory one tile ahead, into the other register
+// them, 4 or 8: a multiple of four), two per turn up to MW = 8, four above. Each tile's vector is read from shared memory one tile ahead, into the other register
 // of a double buffer, so that 2 x MW MMAs stand between a shared-memory load and its first use
 // and no warp waits on one; on the stage's last tile the look-ahead reads that tile again (no
 // read past the slot). The loop walks one index and stops at the end of the warp's tiles: its
 // own instructions were 12 per two tiles with the tile index and its bound kept separately.
-// Four a turn for MW = 16 (half the loop's instructions per MMA again; results/h100x1/ holds the
-// runs before and after); the narrower variants keep two, their registers being capped at 128
-// for two blocks an SM.
+// Four a turn above MW = 8 (half the loop's instructions per MMA again; results/h100x1/ holds
+// the runs before and after); the narrower variants keep two, their registers being capped at
+// 128 for two blocks an SM.
 template <int MW, bool FULL>
 __device__ __forceinline__ void compute_stage(const uint4* s, int first, int step, int lane,
                                               int live, const unsigned (&a)[MW][4],
@@ -182,7 +179,7 @@ __device__ __forceinline__ void compute_stage(const uint4* s, int first, int ste
     int i = first * 32 + lane;
     const int stop = i + TILES * 32;
     uint4 w0 = s[i];
-    if (MW == 16) {
+    if (MW > 8) {
 #pragma unroll 1
         for (;;) {
             uint4 w1 = s[i + d];
@@ -196,16 +193,16 @@ __device__ __forceinline__ void compute_stage(const uint4* s, int first, int ste
             mma_vec<MW, FULL>(acc, a, w1, live);
             if (i == stop) break;
         }
-        return;
-    }
+    } else {
 #pragma unroll 1
-    for (;;) {
-        const uint4 w1 = s[i + d];
-        mma_vec<MW, FULL>(acc, a, w0, live);
-        i += 2 * d;
-        w0 = s[min(i, stop - d)];
-        mma_vec<MW, FULL>(acc, a, w1, live);
-        if (i == stop) break;
+        for (;;) {
+            const uint4 w1 = s[i + d];
+            mma_vec<MW, FULL>(acc, a, w0, live);
+            i += 2 * d;
+            w0 = s[min(i, stop - d)];
+            mma_vec<MW, FULL>(acc, a, w1, live);
+            if (i == stop) break;
+        }
     }
 }
 
@@ -220,14 +217,14 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
     const unsigned ring_s = (unsigned)__cvta_generic_to_shared(&ring[0][0]);
     const unsigned long long stages = (nvec + STAGE_VECS - 1) / STAGE_VECS;
     const int tiles = (int)((tokens + 15) / 16);
-    const int groups = MW == 16 ? (tiles + 15) / 16 : tiles <= 8 ? 1 : tiles <= 16 ? 2 : 4;
-    // stream_mma_16's groups are blocks: block b takes token group b % groups and the stages
-    // b / groups, b / groups + gridDim.x / groups, ... (the host launches a multiple of
-    // `groups` blocks), so that blocks groups x s .. groups x s + groups - 1 stream the same
-    // stages side by side; device memory serves a stage once, L2 the other group's copy. The
-    // narrower variants' groups are warps of one block, which shares each stage's copy.
-    const int bgroups = MW == 16 ? groups : 1;
-    const unsigned long long first = blockIdx.x / bgroups, stride = gridDim.x / bgroups;
+    // the token groups of MW tiles (two at most: 17 to 32 tiles): block b takes group
+    // b % groups and the stages b / groups, b / groups + gridDim.x / groups, ... (the host
+    // launches a multiple of `groups` blocks), so that blocks groups x s .. groups x s + groups
+    // - 1 stream the same stages side by side; device memory serves a stage once, L2 the other
+    // group's copy
+    const int groups = (tiles + MW - 1) / MW;
+    const int group = (int)(blockIdx.x % groups);
+    const unsigned long long first = blockIdx.x / groups, stride = gridDim.x / groups;
     // the block's stages: first, first + stride, ... (fewer than 2^32 of them: a stage is 16 KB
     // or more)
     const unsigned mine = first < stages ? (unsigned)((stages - first + stride - 1) / stride) : 0;
@@ -244,11 +241,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
 #if __CUDA_ARCH__ >= 900
     if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-    const int wgroups = groups / bgroups; // groups of warps in this block
-    const int per_group = WARPS / wgroups;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int group = MW == 16 ? (int)(blockIdx.x % bgroups) : warp / per_group;
-    const int in_group = warp % per_group;
     const int tile0 = group * MW;
     const int live = min(MW, tiles - tile0);
 
@@ -278,7 +271,6 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
     unsigned slot = 0;
     for (unsigned it = 0; it < mine; ++it) {
         cp_wait<DEPTH - 2>();
-        if (wgroups > 1) __syncthreads();
         const unsigned fill = slot == 0 ? DEPTH - 1 : slot - 1;
         if (it + DEPTH - 1 < mine)
             load_stage(ring_s + fill * STAGE_VECS * 16, pool, mask, start, nvec,
@@ -287,14 +279,14 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
         const uint4* s = ring[slot];
         slot = slot == DEPTH - 1 ? 0 : slot + 1;
         if (live == MW)
-            compute_stage<MW, true>(s, in_group, per_group, lane, live, a, acc);
+            compute_stage<MW, true>(s, warp, WARPS, lane, live, a, acc);
         else
-            compute_stage<MW, false>(s, in_group, per_group, lane, live, a, acc);
+            compute_stage<MW, false>(s, warp, WARPS, lane, live, a, acc);
     }
     cp_wait<0>();
     __syncthreads();
 
-    // per token: the 8 weight columns (2 per lane, 4 lanes) summed, then the warps of the group
+    // per token: the 8 weight columns (2 per lane, 4 lanes) summed, then the block's warps
     float* red = reinterpret_cast<float*>(&ring[0][0]); // [WARPS][MW * 16]
 #pragma unroll
     for (int m = 0; m < MW; ++m) {
@@ -310,14 +302,11 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
     }
     __syncthreads();
     for (unsigned n = threadIdx.x; n < tokens; n += THREADS) {
-        // token n's group, and the block's first warp of it (0 where the groups are blocks);
-        // a block writes 0 for the tokens of the other blocks' groups
-        const int grp = (int)(n / 16) / MW;
-        const int local = (int)n - grp * MW * 16;
-        const int w0 = bgroups > 1 ? 0 : grp * per_group;
+        // a block writes 0 for the tokens of the other block's group
+        const int local = (int)n - tile0 * 16;
         float sum = 0.f;
-        if (bgroups == 1 || grp == group)
-            for (int w = 0; w < per_group; ++w) sum += red[(w0 + w) * MW * 16 + local];
+        if (local >= 0 && local < MW * 16)
+            for (int w = 0; w < WARPS; ++w) sum += red[w * MW * 16 + local];
         partial[(unsigned long long)blockIdx.x * PARTIAL_STRIDE + n] = sum;
     }
 }
@@ -353,7 +342,9 @@ __device__ __forceinline__ void mma_body(const uint4*, unsigned long long, unsig
         mma_body<MW, true>(pool, mask, start, nvec, act, partial, tokens);                       \
     }
 MMA_KERNEL(1, 2) MMA_KERNEL(2, 2) MMA_KERNEL(3, 2) MMA_KERNEL(4, 2)
-MMA_KERNEL(5, 2) MMA_KERNEL(6, 2) MMA_KERNEL(7, 2) MMA_KERNEL(8, 2) MMA_KERNEL(16, 1)
+MMA_KERNEL(5, 2) MMA_KERNEL(6, 2) MMA_KERNEL(7, 2) MMA_KERNEL(8, 2) MMA_KERNEL(9, 1)
+MMA_KERNEL(10, 1) MMA_KERNEL(11, 1) MMA_KERNEL(12, 1) MMA_KERNEL(13, 1) MMA_KERNEL(14, 1)
+MMA_KERNEL(15, 1) MMA_KERNEL(16, 1)
 
 // src: at least 64 16-byte vectors (the weights and activations used as operands); out: one
 // float per thread, so that nothing is optimised away.

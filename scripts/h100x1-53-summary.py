@@ -116,7 +116,7 @@ def main(outdir):
     if os.path.exists(cmds):
         print()
         for line in open(cmds):
-            if re.match(r"^(verify|torch|selftest|bw|small|ncu)\S* (rc=|: skipped)", line):
+            if re.match(r"^(verify|torch|selftest|bw|small|mid|ncu)\S* (rc=|: skipped)", line):
                 print(line.rstrip())
     nc = os.path.join(outdir, "ncu.txt")
     if os.path.exists(nc):

@@ -11,6 +11,7 @@
 #                       beside the one-rank NCCL checks and the P2P virtual ranks
 # bw-N.{txt,json}       bandwidth (1, 4, 16, 32, 64, 128, 256, 512 tokens, both kernels where
 #                       they apply, the roofline's terms), RUNS times in fresh processes
+# mid-N.{txt,json}      bandwidth at 160-512 tokens (the counts between), twice
 # small-N.{txt,json}    bandwidth at 1-16 tokens (11 too, where the switch point lies): the
 #                       CUDA-core and tensor-core kernels side by side, SMALL_RUNS times
 # verify-T.{txt,json}   the one-rank Kimi-K2.5 TP8 replay (compute and full, eager and graph) at
@@ -79,6 +80,11 @@ done
 for i in $(seq 1 "$SMALL_RUNS"); do
   run "small-$i" 25 "$VB" bandwidth -n 20 --tokens 1,2,3,4,6,8,10,11,12,14,16 --op-sizes 1M \
     --export-json "small-$i.json"
+done
+# the token counts between the list's (the variants' edges and the two-group counts)
+for i in 1 2; do
+  run "mid-$i" 25 "$VB" bandwidth -n 20 --tokens 160,192,256,300,384,448,480,512 --op-sizes 16 \
+    --export-json "mid-$i.json"
 done
 smi after-bandwidth
 

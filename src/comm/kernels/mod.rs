@@ -45,8 +45,8 @@ fn stage_vecs(major: i32) -> u64 {
 }
 /// Stages in the ring of `stream_mma` (DEPTH).
 const DEPTH: u64 = 3;
-/// The token tiles per warp of the `stream_mma_MW` variants (MW).
-const MMA_WIDTHS: [usize; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 16];
+/// The token tiles of the `stream_mma_MW` variants (MW).
+const MMA_WIDTHS: [usize; 16] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
 /// Flops of one mma.sync m16n8k16: 2 x 16 x 8 x 16.
 const MMA_FLOPS: u64 = 4096;
 /// MMAs per warp per iteration of `mma_peak`.
@@ -87,25 +87,16 @@ impl StreamKernel {
     }
 }
 
-/// Warp groups of `stream_mma` at `tokens` tokens: every warp takes all token tiles of 16 up to
-/// 8 of them; 16 and 32 tiles go to `stream_mma_16` in one and two groups; otherwise two groups
-/// up to 16 tiles, four up to 32 (the rule of `kernels/stream_mma.cu`).
+/// Token groups of `stream_mma` at `tokens` tokens, each of `mma_width` tiles of 16 and each
+/// streamed by its own blocks: one up to 16 tiles, two up to 32 (the rule of
+/// `kernels/stream_mma.cu`).
 pub(crate) fn mma_groups(tokens: usize) -> usize {
-    match tokens.div_ceil(16) {
-        0..=8 => 1,
-        16 => 1,
-        32 => 2,
-        9..=16 => 2,
-        _ => 4,
-    }
+    tokens.div_ceil(16).div_ceil(16).max(1)
 }
 
-/// The token tiles per warp, MW of the `stream_mma_MW` launched for `tokens` tokens.
+/// The token tiles of a group, MW of the `stream_mma_MW` launched for `tokens` tokens.
 pub(crate) fn mma_width(tokens: usize) -> usize {
-    match tokens.div_ceil(16) {
-        16 | 32 => 16,
-        tiles => tiles.div_ceil(mma_groups(tokens)).max(1),
-    }
+    tokens.div_ceil(16).div_ceil(mma_groups(tokens)).max(1)
 }
 
 /// NVRTC's version, e.g. "13.0" (also loads the library).
@@ -256,16 +247,11 @@ impl Kernels {
         match kernel {
             StreamKernel::CudaCores => grid_for(nvec, self.sms, self.per_sm(tokens)),
             StreamKernel::TensorCores => {
-                // stream_mma_16 takes its token groups in blocks: whole groups of them, each
-                // block of a group on every (blocks / groups)-th stage
+                // the token groups in blocks: whole groups of them, each block of a group on
+                // every (blocks / groups)-th stage
                 let stages = nvec.div_ceil(self.stage_vecs).max(1);
                 let wave = self.sms as u64 * self.resident_mma(tokens) as u64;
-                let t = tokens.clamp(1, MAX_STREAM_TOKENS);
-                let per = if mma_width(t) == 16 {
-                    mma_groups(t) as u64
-                } else {
-                    1
-                };
+                let per = mma_groups(tokens.clamp(1, MAX_STREAM_TOKENS)) as u64;
                 (stages.min(wave / per).max(1) * per) as u32
             }
         }
@@ -783,19 +769,18 @@ mod tests {
 
     #[test]
     fn every_token_count_has_a_tensor_core_variant_that_covers_it() {
-        // the rule of stream_mma.cu: groups of warps split ceil(T / 16) token tiles, MW each
+        // the rule of stream_mma.cu: one group of ceil(T / 16) tiles up to 16 of them, two
+        // groups of half (rounded up) up to 32
         assert_eq!((mma_groups(16), mma_width(16)), (1, 1));
         assert_eq!((mma_groups(17), mma_width(17)), (1, 2));
         assert_eq!((mma_groups(128), mma_width(128)), (1, 8));
-        // 129 tokens: 9 tiles in 2 groups of ceil(9 / 2) = 5
-        assert_eq!((mma_groups(129), mma_width(129)), (2, 5));
-        // 16 and 32 tiles: stream_mma_16 in one and two groups (241..=256 and 497..=512 tokens)
-        assert_eq!((mma_groups(240), mma_width(240)), (2, 8));
-        assert_eq!((mma_groups(241), mma_width(241)), (1, 16));
+        assert_eq!((mma_groups(129), mma_width(129)), (1, 9));
         assert_eq!((mma_groups(256), mma_width(256)), (1, 16));
-        // 272 tokens: 17 tiles in 4 groups of 5 (5 + 5 + 5 + 2)
-        assert_eq!((mma_groups(272), mma_width(272)), (4, 5));
-        assert_eq!((mma_groups(496), mma_width(496)), (4, 8));
+        // 272 tokens: 17 tiles in 2 groups of 9 (9 + 8)
+        assert_eq!((mma_groups(257), mma_width(257)), (2, 9));
+        assert_eq!((mma_groups(272), mma_width(272)), (2, 9));
+        // 300 tokens: 19 tiles, 10 + 9
+        assert_eq!((mma_groups(300), mma_width(300)), (2, 10));
         assert_eq!((mma_groups(512), mma_width(512)), (2, 16));
         for t in 1..=MAX_STREAM_TOKENS {
             let (g, w) = (mma_groups(t), mma_width(t));
@@ -803,12 +788,10 @@ mod tests {
             assert!(g * w * 16 >= t, "T={t}: {g} groups x {w} tiles");
             // every group but the last has its full MW tiles, the last at least one
             assert!((g - 1) * w * 16 < t, "T={t}: an empty group");
-            // the group count divides the 8 warps of a block
-            assert_eq!(8 % g, 0);
-            // the kernel's own rule for the groups: ceil(tiles / 16) for MW = 16
-            if w == 16 {
-                assert_eq!(g, t.div_ceil(16).div_ceil(16), "T={t}");
-            }
+            // the kernel's own count of the groups
+            assert_eq!(g, t.div_ceil(16).div_ceil(w), "T={t}");
+            // the wide variants (one block an SM) only past 8 tiles
+            assert_eq!(w > 8, t > 128, "T={t}");
         }
     }
 
@@ -845,9 +828,9 @@ mod tests {
             for groups in [1, 2, 4] {
                 assert_eq!(tiles % (8 / groups), 0);
                 assert_eq!((tiles / (8 / groups)) % 2, 0, "{groups} groups");
-                // stream_mma_16 (one and two groups) takes four a turn
-                if groups <= 2 {
-                    assert_eq!((tiles / (8 / groups)) % 4, 0, "{groups} groups, MW 16");
+                // stream_mma_9..16 (one warp group) take four a turn
+                if groups == 1 {
+                    assert_eq!((tiles / 8) % 4, 0, "MW 9..16");
                 }
             }
         }

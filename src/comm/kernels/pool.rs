@@ -235,9 +235,9 @@ mod tests {
         };
         let mut out = vec![0f64; tokens];
         let stages = nvec.div_ceil(stage_vecs);
-        // stream_mma_16's groups are blocks (block b: group b % groups, every (grid /
-        // groups)-th stage from b / groups), the narrower variants' are warps of every block
-        let per = if mw == 16 { groups as u64 } else { 1 };
+        // the groups are blocks: block b takes group b % groups, every (grid / groups)-th stage
+        // from b / groups
+        let per = groups as u64;
         assert_eq!(grid % per, 0, "the host launches whole groups of blocks");
         for b in 0..grid {
             let mut s = b / per;
@@ -316,16 +316,16 @@ mod tests {
             (17, 7, 1100, 3),
             (33, 4090, 2000, 2),
             (40, 0, 1024, 2),
-            // two warp groups of 5 and 4 token tiles; four groups of 5, 5, 5 and 4
+            // one group of 10 token tiles; two groups of 10 and 9 tiles
             (150, 5, 600, 2),
-            (300, 4000, 520, 1),
-            // stream_mma_8 in two and four groups, stream_mma_16 in one and two, several stages
-            // per block, the pool's wrap
+            (300, 4000, 520, 2),
+            // stream_mma_15 in one group, stream_mma_16 in two, stream_mma_16 in one, several
+            // stages per block, the pool's wrap
             (240, 9, 2100, 3),
             (496, 4000, 5000, 2),
             (256, 9, 2100, 3),
             (512, 4000, 5000, 2),
-            // stream_mma_16's two groups of blocks, two blocks each
+            // two groups of blocks, two blocks each
             (500, 77, 5000, 4),
         ] {
             let want = reference(StreamKernel::TensorCores, 4096, start, nvec, &act, tokens);
