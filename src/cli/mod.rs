@@ -2,10 +2,39 @@
 //! [`crate::commands`].
 //!
 //! Each command lives in its own file with its clap struct (`XxxArgs`) and the conversion into
-//! the library's request (`impl From<&XxxArgs> for XxxRequest`, requests in [`crate::request`]
-//! and next to the code that runs them); [`main`] makes the one call,
-//! `commands::<name>::run`. This folder and `main.rs` are the only places that name clap;
-//! nothing below imports from here.
+//! the library's request (`impl From<&XxxArgs> for XxxRequest`, written by `request_from!`
+//! below; requests in [`crate::request`] and next to the code that runs them); [`main`] makes
+//! the one call, `commands::<name>::run`. This folder and `main.rs` are the only places that
+//! name clap; nothing below imports from here.
+
+/// `impl From<&XxxArgs> for XxxRequest` written as the request's field map, one field per line:
+/// `field: expression` (the expression reads the flags through the name given after `|`), or a
+/// bare `field` for the flag of the same name copied as it is (`a.field.clone()`, a plain copy
+/// for a `Copy` type). Every conversion of this folder reads as what each field gets and
+/// nothing else.
+///
+/// ```text
+/// request_from!(|a: &PlanArgs| -> PlanRequest {
+///     workload: (&a.workload).into(),
+///     format: a.output.format,
+///     ops,
+/// });
+/// ```
+macro_rules! request_from {
+    (|$a:ident: &$args:ty| -> $request:ty { $($field:ident $(: $value:expr)?),* $(,)? }) => {
+        impl From<&$args> for $request {
+            fn from($a: &$args) -> Self {
+                Self { $($field: request_from!(@field $a.$field $(, $value)?)),* }
+            }
+        }
+    };
+    (@field $a:ident.$field:ident) => {
+        $a.$field.clone()
+    };
+    (@field $a:ident.$field:ident, $value:expr) => {
+        $value
+    };
+}
 
 pub(crate) mod args;
 pub(crate) mod bandwidth;

@@ -58,12 +58,8 @@ pub(crate) struct ExportArgs {
     pub(crate) export_markdown: Option<std::path::PathBuf>,
 }
 
-impl From<&ExportArgs> for Exports {
-    fn from(a: &ExportArgs) -> Exports {
-        Exports {
-            export_json: a.export_json.clone(),
-            export_csv: a.export_csv.clone(),
-            export_markdown: a.export_markdown.clone(),
-        }
-    }
-}
+request_from!(|a: &ExportArgs| -> Exports {
+    export_json,
+    export_csv,
+    export_markdown,
+});
