@@ -4,7 +4,7 @@
 //! and [`OutputArgsMd`] (table, json, markdown) where a Markdown table exists. And
 //! [`ExportArgs`]: the files a measuring command writes its results to.
 
-use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::builder::TypedValueParser;
 
 use crate::output::Format;
 use crate::report::Exports;
@@ -12,19 +12,10 @@ use crate::report::Exports;
 /// The clap parser of `--format` offering table and json, and markdown with `markdown` (with
 /// their help lines).
 fn formats(markdown: bool) -> impl TypedValueParser<Value = Format> {
-    let offered: &[Format] = if markdown {
+    crate::cli::values::named_of(if markdown {
         &[Format::Table, Format::Json, Format::Markdown]
     } else {
         &[Format::Table, Format::Json]
-    };
-    PossibleValuesParser::new(
-        offered
-            .iter()
-            .map(|f| PossibleValue::new(f.name()).help(crate::util::Named::help(*f))),
-    )
-    .map(|s| {
-        s.parse::<Format>()
-            .expect("clap checked the possible values")
     })
 }
 
