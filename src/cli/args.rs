@@ -37,16 +37,12 @@ pub(crate) struct BatchArgs {
     pub(crate) dcp: u64,
 }
 
-impl From<&BatchArgs> for Batch {
-    fn from(a: &BatchArgs) -> Batch {
-        Batch {
-            concurrency: a.concurrency,
-            context: a.context,
-            kv_dtype: a.kv_dtype,
-            dcp: a.dcp,
-        }
-    }
-}
+request_from!(|a: &BatchArgs| -> Batch {
+    concurrency,
+    context,
+    kv_dtype,
+    dcp,
+});
 
 /// The weight formats to price instead of the checkpoint's.
 #[derive(Debug, Clone, clap::Args)]
@@ -63,14 +59,10 @@ pub(crate) struct WeightArgs {
     pub(crate) expert_weights: Option<WeightChoice>,
 }
 
-impl From<&WeightArgs> for WeightOverride {
-    fn from(a: &WeightArgs) -> WeightOverride {
-        WeightOverride {
-            all: a.weights.and_then(|w| w.0),
-            experts: a.expert_weights.and_then(|w| w.0),
-        }
-    }
-}
+request_from!(|a: &WeightArgs| -> WeightOverride {
+    all: a.weights.and_then(|w| w.0),
+    experts: a.expert_weights.and_then(|w| w.0),
+});
 
 /// The flags of `--phase cycle`.
 #[derive(Debug, Clone, clap::Args)]
@@ -96,17 +88,13 @@ pub(crate) struct CycleFlagArgs {
     pub(crate) tree_tokens: Option<u64>,
 }
 
-impl From<&CycleFlagArgs> for CycleFlags {
-    fn from(a: &CycleFlagArgs) -> CycleFlags {
-        CycleFlags {
-            drafter: a.drafter,
-            draft_steps: a.draft_steps,
-            draft_config: a.draft_config.clone(),
-            draft_layers: a.draft_layers,
-            tree_tokens: a.tree_tokens,
-        }
-    }
-}
+request_from!(|a: &CycleFlagArgs| -> CycleFlags {
+    drafter,
+    draft_steps,
+    draft_config,
+    draft_layers,
+    tree_tokens,
+});
 
 /// `-G/--graph` as `collective` and `verify` declare it. `sweep` and `worker` declare their own:
 /// their help says more (one child, or one worker, runs both modes, one column each).
@@ -182,26 +170,22 @@ pub(crate) struct WorkloadArgs {
     pub(crate) cycle: CycleFlagArgs,
 }
 
-impl From<&WorkloadArgs> for Workload {
-    fn from(a: &WorkloadArgs) -> Workload {
-        Workload {
-            model: a.model.clone(),
-            model_config: a.model_config.clone(),
-            tp: a.tp,
-            tokens: a.tokens,
-            dtype: a.dtype,
-            routing: a.routing,
-            no_embedding_allreduce: a.no_embedding_allreduce,
-            logits: a.logits,
-            draft_vocab: a.draft_vocab,
-            phase: a.phase,
-            schedule_file: a.schedule.clone(),
-            batch: (&a.batch).into(),
-            weights: (&a.weights).into(),
-            cycle: (&a.cycle).into(),
-        }
-    }
-}
+request_from!(|a: &WorkloadArgs| -> Workload {
+    model,
+    model_config,
+    tp,
+    tokens,
+    dtype,
+    routing,
+    no_embedding_allreduce,
+    logits,
+    draft_vocab,
+    phase,
+    schedule_file: a.schedule.clone(),
+    batch: (&a.batch).into(),
+    weights: (&a.weights).into(),
+    cycle: (&a.cycle).into(),
+});
 
 /// Which GPUs and how to reach NCCL.
 #[derive(Debug, Clone, clap::Args)]
@@ -229,18 +213,14 @@ pub(crate) struct GpuArgs {
     pub(crate) cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 
-impl From<&GpuArgs> for GpuSpec {
-    fn from(a: &GpuArgs) -> GpuSpec {
-        GpuSpec {
-            gpus: a.gpus,
-            devices: a.devices.clone(),
-            launcher: a.launcher,
-            nccl_lib: a.nccl_lib.clone(),
-            timeout: a.timeout,
-            cpu_affinity: a.cpu_affinity.clone(),
-        }
-    }
-}
+request_from!(|a: &GpuArgs| -> GpuSpec {
+    gpus,
+    devices,
+    launcher,
+    nccl_lib,
+    timeout,
+    cpu_affinity,
+});
 
 /// `-w/--warmup` and `-n/--iters`, as nccl-tests and hyperfine name them.
 #[derive(Debug, Clone, clap::Args)]
@@ -257,15 +237,11 @@ pub(crate) struct RepeatArgs {
     pub(crate) rank_time: crate::record::RankTime,
 }
 
-impl From<&RepeatArgs> for Repeat {
-    fn from(a: &RepeatArgs) -> Repeat {
-        Repeat {
-            iters: a.iters,
-            warmup: a.warmup,
-            rank_time: a.rank_time,
-        }
-    }
-}
+request_from!(|a: &RepeatArgs| -> Repeat {
+    iters,
+    warmup,
+    rank_time,
+});
 
 /// Flags of the cost model.
 #[derive(Debug, Clone, clap::Args)]
@@ -297,19 +273,15 @@ fn from_env(value: &Option<String>, var: &str, flag: &str) -> bool {
         && !std::env::args().any(|x| x == flag || x.starts_with(&format!("{flag}=")))
 }
 
-impl From<&ModelArgs> for ModelSettings {
-    fn from(a: &ModelArgs) -> ModelSettings {
-        ModelSettings {
-            link: a.link.clone(),
-            profile: a.profile.clone(),
-            proto: a.proto.clone(),
-            algo: a.algo.clone(),
-            proto_from_env: from_env(&a.proto, "NCCL_PROTO", "--proto"),
-            algo_from_env: from_env(&a.algo, "NCCL_ALGO", "--algo"),
-            nccl_env: crate::util::nccl_env(),
-        }
-    }
-}
+request_from!(|a: &ModelArgs| -> ModelSettings {
+    link,
+    profile,
+    proto,
+    algo,
+    proto_from_env: from_env(&a.proto, "NCCL_PROTO", "--proto"),
+    algo_from_env: from_env(&a.algo, "NCCL_ALGO", "--algo"),
+    nccl_env: crate::util::nccl_env(),
+});
 
 /// The host-gap flags of `verify`, `sweep` and `worker`: a server's CPU time between
 /// launches and a late rank, replayed in eager mode (a CUDA-graph replay has none).
@@ -336,20 +308,16 @@ pub(crate) struct HostGapArgs {
     pub(crate) gap_seed: Option<u64>,
 }
 
-impl From<&HostGapArgs> for HostGapFlags {
-    fn from(a: &HostGapArgs) -> HostGapFlags {
-        HostGapFlags {
-            gaps: HostGapRequest {
-                gap: a.host_gap_us,
-                per: a.host_gap_per,
-                late: a.late_rank,
-                from_schedule: None,
-                seed: a.gap_seed,
-            },
-            from: a.host_gap_from.clone(),
-        }
-    }
-}
+request_from!(|a: &HostGapArgs| -> HostGapFlags {
+    gaps: HostGapRequest {
+        gap: a.host_gap_us,
+        per: a.host_gap_per,
+        late: a.late_rank,
+        from_schedule: None,
+        seed: a.gap_seed,
+    },
+    from: a.host_gap_from.clone(),
+});
 
 #[cfg(test)]
 mod tests {

@@ -40,16 +40,12 @@ pub(crate) struct BandwidthArgs {
     pub(crate) output: OutputArgs,
 }
 
-impl From<&BandwidthArgs> for BandwidthRequest {
-    fn from(a: &BandwidthArgs) -> BandwidthRequest {
-        BandwidthRequest {
-            bytes: a.bytes,
-            devices: a.devices.clone(),
-            iters: a.iters,
-            tokens: a.tokens.clone(),
-            op_sizes: a.op_sizes.clone(),
-            export_json: a.export_json.clone(),
-            format: a.output.format,
-        }
-    }
-}
+request_from!(|a: &BandwidthArgs| -> BandwidthRequest {
+    bytes,
+    devices,
+    iters,
+    tokens,
+    op_sizes,
+    export_json,
+    format: a.output.format,
+});

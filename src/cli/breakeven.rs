@@ -73,19 +73,15 @@ pub(crate) struct EngineArgs {
     pub(crate) decode_eager: bool,
 }
 
-impl From<&EngineArgs> for crate::explain::EngineSettings {
-    fn from(a: &EngineArgs) -> crate::explain::EngineSettings {
-        crate::explain::EngineSettings {
-            gpus: a.gpus,
-            model: a.model.clone(),
-            model_config: a.model_config.clone(),
-            drafter: a.drafter,
-            link: a.link.clone(),
-            profile: a.profile.clone(),
-            decode_eager: a.decode_eager,
-        }
-    }
-}
+request_from!(|a: &EngineArgs| -> crate::explain::EngineSettings {
+    gpus,
+    model,
+    model_config,
+    drafter,
+    link,
+    profile,
+    decode_eager,
+});
 
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct BreakevenArgs {
@@ -171,27 +167,22 @@ pub(crate) struct BreakevenArgs {
     pub(crate) output: OutputArgs,
 }
 
-impl From<&BreakevenArgs> for BreakevenRequest {
-    fn from(a: &BreakevenArgs) -> BreakevenRequest {
-        let acceptance = Acceptance::from_flags(
+request_from!(|a: &BreakevenArgs| -> BreakevenRequest {
+    flags: Flags {
+        verify_ms: a.verify_ms.clone(),
+        acceptance: Acceptance::from_flags(
             a.accept_length,
             a.accept_rates.as_ref(),
             a.accept_rates_of_drafts.as_ref(),
             a.accept_rate,
-        );
-        BreakevenRequest {
-            flags: Flags {
-                verify_ms: a.verify_ms.clone(),
-                acceptance,
-                table_accept_lengths: a.table_accept_lengths.clone(),
-                ..a.cycle.flags()
-            },
-            from: a.from.clone(),
-            from_trace: a.from_trace.clone(),
-            accept_from_log: a.accept_from_log.clone(),
-            batch: (&a.batch).into(),
-            engine: (&a.engine).into(),
-            format: a.output.format,
-        }
-    }
-}
+        ),
+        table_accept_lengths: a.table_accept_lengths.clone(),
+        ..a.cycle.flags()
+    },
+    from,
+    from_trace,
+    accept_from_log,
+    batch: (&a.batch).into(),
+    engine: (&a.engine).into(),
+    format: a.output.format,
+});

@@ -108,44 +108,44 @@ pub(crate) struct ChooseArgs {
     pub(crate) debug_children_on_model: bool,
 }
 
-impl From<&ChooseArgs> for ChooseRequest {
-    fn from(a: &ChooseArgs) -> ChooseRequest {
-        // NCCL's default is NCCL as this environment sets it: an exported NCCL_PROTO or
-        // NCCL_ALGO is what the model prices for it too.
-        let proto = std::env::var("NCCL_PROTO").ok();
-        let algo = std::env::var("NCCL_ALGO").ok();
-        ChooseRequest {
-            workload: Workload {
-                model: a.model.clone(),
-                model_config: a.model_config.clone(),
-                tp: a.tp,
-                dtype: a.dtype,
-                draft_vocab: a.draft_vocab,
-                ..Default::default()
-            },
-            concurrency: a.concurrency.clone(),
-            draft_steps: a.draft_steps,
-            protos: a.nccl_proto.clone(),
-            algos: a.nccl_algo.clone(),
-            rounds: a.rounds,
-            seed: a.seed,
-            repeat: (&a.repeat).into(),
-            backend: a.backend.backend,
-            gpu: (&a.gpu).into(),
-            model: ModelSettings {
-                link: a.link.clone(),
-                profile: a.profile.clone(),
-                proto_from_env: proto.is_some(),
-                algo_from_env: algo.is_some(),
-                proto,
-                algo,
-                nccl_env: crate::util::nccl_env(),
-            },
-            decision: a.decision.clone(),
-            remeasure: a.remeasure,
-            virtual_ranks: a.virtual_ranks,
-            children_on_model: a.debug_children_on_model,
-            format: a.output.format,
-        }
+request_from!(|a: &ChooseArgs| -> ChooseRequest {
+    workload: Workload {
+        model: a.model.clone(),
+        model_config: a.model_config.clone(),
+        tp: a.tp,
+        dtype: a.dtype,
+        draft_vocab: a.draft_vocab,
+        ..Default::default()
+    },
+    concurrency,
+    draft_steps,
+    protos: a.nccl_proto.clone(),
+    algos: a.nccl_algo.clone(),
+    rounds,
+    seed,
+    repeat: (&a.repeat).into(),
+    backend: a.backend.backend,
+    gpu: (&a.gpu).into(),
+    model: model_settings(a),
+    decision,
+    remeasure,
+    virtual_ranks,
+    children_on_model: a.debug_children_on_model,
+    format: a.output.format,
+});
+
+/// The cost model of `--backend model`: NCCL's default is NCCL as this environment sets it, an
+/// exported NCCL_PROTO or NCCL_ALGO is what the model prices for it too.
+fn model_settings(a: &ChooseArgs) -> ModelSettings {
+    let proto = std::env::var("NCCL_PROTO").ok();
+    let algo = std::env::var("NCCL_ALGO").ok();
+    ModelSettings {
+        link: a.link.clone(),
+        profile: a.profile.clone(),
+        proto_from_env: proto.is_some(),
+        algo_from_env: algo.is_some(),
+        proto,
+        algo,
+        nccl_env: crate::util::nccl_env(),
     }
 }

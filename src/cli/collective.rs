@@ -55,28 +55,24 @@ pub(crate) struct CollectiveArgs {
     pub(crate) fresh_runs: usize,
 }
 
-impl From<&CollectiveArgs> for CollectiveRequest {
-    fn from(a: &CollectiveArgs) -> CollectiveRequest {
-        CollectiveRequest {
-            op: a.op,
-            min_bytes: a.min_bytes,
-            max_bytes: a.max_bytes,
-            step_factor: a.step_factor,
-            sizes: a.sizes.clone(),
-            dtype: a.dtype,
-            graph: a.graph.graph,
-            backend: a.backend.backend,
-            gpu: (&a.gpu).into(),
-            repeat: (&a.repeat).into(),
-            model: (&a.model).into(),
-            export: (&a.export).into(),
-            format: a.output.format,
-            impls: a.impls.0.clone(),
-            fresh_runs: a.fresh_runs,
-            fresh_run: 0,
-        }
-    }
-}
+request_from!(|a: &CollectiveArgs| -> CollectiveRequest {
+    op,
+    min_bytes,
+    max_bytes,
+    step_factor,
+    sizes,
+    dtype,
+    graph: a.graph.graph,
+    backend: a.backend.backend,
+    gpu: (&a.gpu).into(),
+    repeat: (&a.repeat).into(),
+    model: (&a.model).into(),
+    export: (&a.export).into(),
+    format: a.output.format,
+    impls: a.impls.0.clone(),
+    fresh_runs,
+    fresh_run: 0,
+});
 
 #[cfg(test)]
 mod tests {

@@ -28,14 +28,10 @@ pub(crate) struct CompareArgs {
     pub(crate) schedule: Option<PathBuf>,
 }
 
-impl From<&CompareArgs> for CompareRequest {
-    fn from(a: &CompareArgs) -> CompareRequest {
-        CompareRequest {
-            files: a.files.clone(),
-            force: a.force,
-            format: a.output.format,
-            nccl_tests: a.nccl_tests.clone(),
-            schedule: a.schedule.clone(),
-        }
-    }
-}
+request_from!(|a: &CompareArgs| -> CompareRequest {
+    files,
+    force,
+    format: a.output.format,
+    nccl_tests,
+    schedule,
+});

@@ -12,11 +12,7 @@ pub(crate) struct EnvArgs {
     pub(crate) output: OutputArgs,
 }
 
-impl From<&EnvArgs> for EnvRequest {
-    fn from(a: &EnvArgs) -> EnvRequest {
-        EnvRequest {
-            gpu: (&a.gpu).into(),
-            format: a.output.format,
-        }
-    }
-}
+request_from!(|a: &EnvArgs| -> EnvRequest {
+    gpu: (&a.gpu).into(),
+    format: a.output.format,
+});

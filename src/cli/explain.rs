@@ -141,56 +141,50 @@ pub(crate) struct ExplainArgs {
     pub(crate) output: OutputArgsMd,
 }
 
-impl From<&ExplainArgs> for ExplainRequest {
-    fn from(a: &ExplainArgs) -> ExplainRequest {
-        let acceptance = Acceptance::from_flags(
+request_from!(|a: &ExplainArgs| -> ExplainRequest {
+    traces: a.trace.clone(),
+    nccl_logs: a.nccl_log.clone(),
+    server_log,
+    sweep,
+    allreduce_choice,
+    observed,
+    verify_ms,
+    cycle: crate::speculative::inputs::Flags {
+        acceptance: Acceptance::from_flags(
             a.accept_length,
             a.accept_rates.as_ref(),
             a.accept_rates_of_drafts.as_ref(),
             a.accept_rate,
-        );
-        let workload = crate::request::Workload {
-            model: a.model.clone(),
-            model_config: a.model_config.clone(),
-            tp: a.tp,
-            tokens: a.tokens.unwrap_or(3),
-            batch: (&a.batch).into(),
-            weights: (&a.weights).into(),
-            ..Default::default()
-        };
-        ExplainRequest {
-            traces: a.trace.clone(),
-            nccl_logs: a.nccl_log.clone(),
-            server_log: a.server_log.clone(),
-            sweep: a.sweep.clone(),
-            allreduce_choice: a.allreduce_choice.clone(),
-            observed: a.observed,
-            verify_ms: a.verify_ms,
-            cycle: crate::speculative::inputs::Flags {
-                acceptance,
-                ..a.cycle.flags()
-            },
-            decode_eager: a.decode_eager,
-            decode_context: a.decode_context,
-            drafter: crate::request::CycleFlags {
-                drafter: a.drafter,
-                draft_config: a.draft_config.clone(),
-                draft_layers: a.draft_layers,
-                ..Default::default()
-            },
-            gpus: a.gpus,
-            workload,
-            tokens_given: a.tokens.is_some(),
-            model: crate::costmodel::ModelSettings {
-                link: a.link.clone(),
-                profile: a.profile.clone(),
-                nccl_env: crate::util::nccl_env(),
-                ..Default::default()
-            },
-            engine: a.engine,
-            expect: a.expect.clone(),
-            format: a.output.format,
-            export_json: a.export_json.clone(),
-        }
-    }
-}
+        ),
+        ..a.cycle.flags()
+    },
+    decode_eager,
+    decode_context,
+    drafter: crate::request::CycleFlags {
+        drafter: a.drafter,
+        draft_config: a.draft_config.clone(),
+        draft_layers: a.draft_layers,
+        ..Default::default()
+    },
+    gpus,
+    workload: crate::request::Workload {
+        model: a.model.clone(),
+        model_config: a.model_config.clone(),
+        tp: a.tp,
+        tokens: a.tokens.unwrap_or(3),
+        batch: (&a.batch).into(),
+        weights: (&a.weights).into(),
+        ..Default::default()
+    },
+    tokens_given: a.tokens.is_some(),
+    model: crate::costmodel::ModelSettings {
+        link: a.link.clone(),
+        profile: a.profile.clone(),
+        nccl_env: crate::util::nccl_env(),
+        ..Default::default()
+    },
+    engine,
+    expect,
+    format: a.output.format,
+    export_json,
+});

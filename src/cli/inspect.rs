@@ -23,13 +23,9 @@ pub(crate) struct InspectArgs {
     pub(crate) output: OutputArgs,
 }
 
-impl From<&InspectArgs> for InspectRequest {
-    fn from(a: &InspectArgs) -> InspectRequest {
-        InspectRequest {
-            pid: a.pid,
-            pattern: a.pattern.clone(),
-            expect: a.expect.clone(),
-            format: a.output.format,
-        }
-    }
-}
+request_from!(|a: &InspectArgs| -> InspectRequest {
+    pid,
+    pattern,
+    expect,
+    format: a.output.format,
+});

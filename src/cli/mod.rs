@@ -2,10 +2,39 @@
 //! [`crate::commands`].
 //!
 //! Each command lives in its own file with its clap struct (`XxxArgs`) and the conversion into
-//! the library's request (`impl From<&XxxArgs> for XxxRequest`, requests in [`crate::request`]
-//! and next to the code that runs them); [`main`] makes the one call,
-//! `commands::<name>::run`. This folder and `main.rs` are the only places that name clap;
-//! nothing below imports from here.
+//! the library's request (`impl From<&XxxArgs> for XxxRequest`, written by `request_from!`
+//! below; requests in [`crate::request`] and next to the code that runs them); [`main`] makes
+//! the one call, `commands::<name>::run`. This folder and `main.rs` are the only places that
+//! name clap; nothing below imports from here.
+
+/// `impl From<&XxxArgs> for XxxRequest` written as the request's field map, one field per line:
+/// `field: expression` (the expression reads the flags through the name given after `|`), or a
+/// bare `field` for the flag of the same name copied as it is (`a.field.clone()`, a plain copy
+/// for a `Copy` type). Every conversion of this folder reads as what each field gets and
+/// nothing else.
+///
+/// ```text
+/// request_from!(|a: &PlanArgs| -> PlanRequest {
+///     workload: (&a.workload).into(),
+///     format: a.output.format,
+///     ops,
+/// });
+/// ```
+macro_rules! request_from {
+    (|$a:ident: &$args:ty| -> $request:ty { $($field:ident $(: $value:expr)?),* $(,)? }) => {
+        impl From<&$args> for $request {
+            fn from($a: &$args) -> Self {
+                Self { $($field: request_from!(@field $a.$field $(, $value)?)),* }
+            }
+        }
+    };
+    (@field $a:ident.$field:ident) => {
+        $a.$field.clone()
+    };
+    (@field $a:ident.$field:ident, $value:expr) => {
+        $value
+    };
+}
 
 pub(crate) mod args;
 pub(crate) mod bandwidth;
@@ -123,62 +152,42 @@ pub(crate) enum Command {
     Explain(explain::ExplainArgs),
 }
 
-impl Command {
-    /// The command's `-q/--quiet` (never for `report`, whose output is files, nor for the
-    /// hidden `__rank`).
-    pub(crate) fn quiet(&self) -> bool {
-        match self {
-            Command::Plan(a) => a.output.quiet,
-            Command::Collective(a) => a.output.quiet,
-            Command::Verify(a) => a.output.quiet,
-            Command::Sweep(a) => a.output.quiet,
-            Command::Breakeven(a) => a.output.quiet,
-            Command::Choose(a) => a.output.quiet,
-            Command::Bandwidth(a) => a.output.quiet,
-            Command::Env(a) => a.output.quiet,
-            Command::Inspect(a) => a.output.quiet,
-            Command::Selftest(a) => a.output.quiet,
-            Command::Worker(a) => a.output.quiet,
-            Command::Model(c) => match &c.cmd {
-                model::ModelSub::Fit(a) => a.print.quiet,
-                model::ModelSub::Validate(a) => a.print.quiet,
-                model::ModelSub::FitCycle(a) => a.print.quiet,
-            },
-            Command::Compare(a) => a.output.quiet,
-            Command::Trace(a) => a.output.quiet,
-            Command::Explain(a) => a.output.quiet,
-            Command::Report(_) | Command::Rank(_) => false,
-        }
+/// Parses the command line and runs the command; the value is the process exit code.
+pub fn main() -> anyhow::Result<i32> {
+    match Cli::parse().command {
+        Command::Plan(a) => run(&a, a.output.quiet, commands::plan::run),
+        Command::Collective(a) => run(&a, a.output.quiet, commands::collective::run),
+        Command::Verify(a) => run(&a, a.output.quiet, commands::verify::run),
+        Command::Env(a) => run(&a, a.output.quiet, commands::env::run),
+        Command::Bandwidth(a) => run(&a, a.output.quiet, commands::bandwidth::run),
+        Command::Inspect(a) => run(&a, a.output.quiet, commands::inspect::run),
+        Command::Breakeven(a) => run(&a, a.output.quiet, commands::breakeven::run),
+        Command::Choose(a) => run(&a, a.output.quiet, commands::choose::run),
+        // no -q/--quiet: report's output is files, and __rank is hidden
+        Command::Report(a) => run(&a, false, commands::report::run),
+        Command::Selftest(a) => run(&a, a.output.quiet, commands::selftest::run),
+        Command::Rank(a) => run(&a, false, commands::rank::run),
+        Command::Worker(a) => run(&a, a.output.quiet, commands::worker::run),
+        Command::Model(c) => match &c.cmd {
+            model::ModelSub::Fit(a) => run(a, a.print.quiet, commands::model::fit),
+            model::ModelSub::Validate(a) => run(a, a.print.quiet, commands::model::validate),
+            model::ModelSub::FitCycle(a) => run(a, a.print.quiet, commands::model::fit_cycle),
+        },
+        Command::Compare(a) => run(&a, a.output.quiet, commands::compare::run),
+        Command::Sweep(a) => run(&a, a.output.quiet, commands::sweep::run),
+        Command::Trace(a) => run(&a, a.output.quiet, commands::trace::run),
+        Command::Explain(a) => run(&a, a.output.quiet, commands::explain::run),
     }
 }
 
-/// Parses the command line and runs the command; the value is the process exit code.
-pub fn main() -> anyhow::Result<i32> {
-    let cli = Cli::parse();
-    crate::output::set_quiet(cli.command.quiet());
-    match cli.command {
-        Command::Plan(a) => commands::plan::run(&(&a).into()),
-        Command::Collective(a) => commands::collective::run(&(&a).into()),
-        Command::Verify(a) => commands::verify::run(&(&a).into()),
-        Command::Env(a) => commands::env::run(&(&a).into()),
-        Command::Bandwidth(a) => commands::bandwidth::run(&(&a).into()),
-        Command::Inspect(a) => commands::inspect::run(&(&a).into()),
-        Command::Breakeven(a) => commands::breakeven::run(&(&a).into()),
-        Command::Choose(a) => commands::choose::run(&(&a).into()),
-        Command::Report(a) => commands::report::run(&(&a).into()),
-        Command::Selftest(a) => commands::selftest::run(&(&a).into()),
-        Command::Rank(a) => commands::rank::run(&(&a).into()),
-        Command::Worker(a) => commands::worker::run(&(&a).into()),
-        Command::Model(c) => match &c.cmd {
-            model::ModelSub::Fit(a) => commands::model::fit(&a.into()),
-            model::ModelSub::Validate(a) => commands::model::validate(&a.into()),
-            model::ModelSub::FitCycle(a) => commands::model::fit_cycle(&a.into()),
-        },
-        Command::Compare(a) => commands::compare::run(&(&a).into()),
-        Command::Sweep(a) => commands::sweep::run(&(&a).into()),
-        Command::Trace(a) => commands::trace::run(&(&a).into()),
-        Command::Explain(a) => commands::explain::run(&(&a).into()),
-    }
+/// One command: its `-q/--quiet` set for everything it prints, then its run on the request its
+/// flags convert into.
+fn run<A, R>(args: &A, quiet: bool, command: fn(&R) -> anyhow::Result<i32>) -> anyhow::Result<i32>
+where
+    R: for<'a> From<&'a A>,
+{
+    crate::output::set_quiet(quiet);
+    command(&R::from(args))
 }
 
 #[cfg(test)]

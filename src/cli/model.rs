@@ -54,16 +54,12 @@ pub(crate) struct FitCycleArgs {
     pub(crate) print: OutputArgs,
 }
 
-impl From<&FitCycleArgs> for FitCycleRequest {
-    fn from(a: &FitCycleArgs) -> FitCycleRequest {
-        FitCycleRequest {
-            runs: a.runs.clone(),
-            configs: a.configs.clone(),
-            model: (&a.model).into(),
-            format: a.print.format,
-        }
-    }
-}
+request_from!(|a: &FitCycleArgs| -> FitCycleRequest {
+    runs,
+    configs,
+    model: (&a.model).into(),
+    format: a.print.format,
+});
 
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ValidateArgs {
@@ -123,30 +119,22 @@ pub(crate) struct FitArgs {
     pub(crate) print: OutputArgs,
 }
 
-impl From<&FitArgs> for FitRequest {
-    fn from(a: &FitArgs) -> FitRequest {
-        FitRequest {
-            results: a.results.clone(),
-            nccl_tests: a.nccl_tests.clone(),
-            link_gbps: a.link_gbps,
-            p2p_latency_us: a.p2p_latency_us,
-            output: a.output.clone(),
-            base: a.base.clone(),
-            base_profile: a.base_profile.clone(),
-            name: a.name.clone(),
-            format: a.print.format,
-        }
-    }
-}
+request_from!(|a: &FitArgs| -> FitRequest {
+    results,
+    nccl_tests,
+    link_gbps,
+    p2p_latency_us,
+    output,
+    base,
+    base_profile,
+    name,
+    format: a.print.format,
+});
 
-impl From<&ValidateArgs> for ValidateRequest {
-    fn from(a: &ValidateArgs) -> ValidateRequest {
-        ValidateRequest {
-            nccl_tests: a.nccl_tests.clone(),
-            link_gbps: a.link_gbps.clone(),
-            base: a.base.clone(),
-            max_median_pct: a.max_median_pct,
-            format: a.print.format,
-        }
-    }
-}
+request_from!(|a: &ValidateArgs| -> ValidateRequest {
+    nccl_tests,
+    link_gbps,
+    base,
+    max_median_pct,
+    format: a.print.format,
+});

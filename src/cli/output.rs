@@ -4,7 +4,7 @@
 //! and [`OutputArgsMd`] (table, json, markdown) where a Markdown table exists. And
 //! [`ExportArgs`]: the files a measuring command writes its results to.
 
-use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::builder::TypedValueParser;
 
 use crate::output::Format;
 use crate::report::Exports;
@@ -12,19 +12,10 @@ use crate::report::Exports;
 /// The clap parser of `--format` offering table and json, and markdown with `markdown` (with
 /// their help lines).
 fn formats(markdown: bool) -> impl TypedValueParser<Value = Format> {
-    let offered: &[Format] = if markdown {
+    crate::cli::values::named_of(if markdown {
         &[Format::Table, Format::Json, Format::Markdown]
     } else {
         &[Format::Table, Format::Json]
-    };
-    PossibleValuesParser::new(
-        offered
-            .iter()
-            .map(|f| PossibleValue::new(f.name()).help(crate::util::Named::help(*f))),
-    )
-    .map(|s| {
-        s.parse::<Format>()
-            .expect("clap checked the possible values")
     })
 }
 
@@ -58,12 +49,8 @@ pub(crate) struct ExportArgs {
     pub(crate) export_markdown: Option<std::path::PathBuf>,
 }
 
-impl From<&ExportArgs> for Exports {
-    fn from(a: &ExportArgs) -> Exports {
-        Exports {
-            export_json: a.export_json.clone(),
-            export_csv: a.export_csv.clone(),
-            export_markdown: a.export_markdown.clone(),
-        }
-    }
-}
+request_from!(|a: &ExportArgs| -> Exports {
+    export_json,
+    export_csv,
+    export_markdown,
+});

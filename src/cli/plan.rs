@@ -28,14 +28,10 @@ pub(crate) struct PlanArgs {
     pub(crate) allreduce_fusion: bool,
 }
 
-impl From<&PlanArgs> for PlanRequest {
-    fn from(a: &PlanArgs) -> PlanRequest {
-        PlanRequest {
-            workload: (&a.workload).into(),
-            format: a.output.format,
-            ops: a.ops,
-            engine: a.engine,
-            allreduce_fusion: a.allreduce_fusion,
-        }
-    }
-}
+request_from!(|a: &PlanArgs| -> PlanRequest {
+    workload: (&a.workload).into(),
+    format: a.output.format,
+    ops,
+    engine,
+    allreduce_fusion,
+});

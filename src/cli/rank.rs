@@ -26,16 +26,12 @@ pub(crate) struct RankArgs {
     pub(crate) cpu_affinity: crate::launch::affinity::CpuAffinity,
 }
 
-impl From<&RankArgs> for RankRequest {
-    fn from(a: &RankArgs) -> RankRequest {
-        RankRequest {
-            job: a.job.clone(),
-            rank: a.rank,
-            nranks: a.nranks,
-            device: a.device,
-            id: a.id.clone(),
-            fault: a.fault,
-            cpu_affinity: a.cpu_affinity.clone(),
-        }
-    }
-}
+request_from!(|a: &RankArgs| -> RankRequest {
+    job,
+    rank,
+    nranks,
+    device,
+    id,
+    fault,
+    cpu_affinity,
+});

@@ -26,13 +26,9 @@ pub(crate) struct ReportArgs {
     pub(crate) engine: EngineArgs,
 }
 
-impl From<&ReportArgs> for ReportRequest {
-    fn from(a: &ReportArgs) -> ReportRequest {
-        ReportRequest {
-            results: a.results.clone(),
-            out: a.out.clone(),
-            cycle: a.cycle.flags(),
-            engine: (&a.engine).into(),
-        }
-    }
-}
+request_from!(|a: &ReportArgs| -> ReportRequest {
+    results,
+    out,
+    cycle: a.cycle.flags(),
+    engine: (&a.engine).into(),
+});

@@ -25,15 +25,11 @@ pub(crate) struct SelftestArgs {
     pub(crate) output: OutputArgs,
 }
 
-impl From<&SelftestArgs> for SelftestRequest {
-    fn from(a: &SelftestArgs) -> SelftestRequest {
-        SelftestRequest {
-            gpu: (&a.gpu).into(),
-            no_faults: a.no_faults,
-            no_stress: a.no_stress,
-            stress_only: a.stress_only,
-            export_json: a.export_json.clone(),
-            format: a.output.format,
-        }
-    }
-}
+request_from!(|a: &SelftestArgs| -> SelftestRequest {
+    gpu: (&a.gpu).into(),
+    no_faults,
+    no_stress,
+    stress_only,
+    export_json,
+    format: a.output.format,
+});

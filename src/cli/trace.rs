@@ -49,23 +49,19 @@ pub(crate) struct TraceArgs {
     pub(crate) workload: WorkloadArgs,
 }
 
-impl From<&TraceArgs> for TraceCommand {
-    fn from(a: &TraceArgs) -> TraceCommand {
-        TraceCommand {
-            trace: TraceRequest {
-                inputs: a.inputs.clone(),
-                step_label: a.step_label.clone(),
-                nccl_logs: a.nccl_log.clone(),
-                multi_host: a.multi_host,
-                format: a.output.format,
-                export_json: a.export_json.clone(),
-                export_schedule: a.export_schedule.clone(),
-                against_plan: None,
-                export_tp: a.workload.tp,
-                assume_size: a.assume_size,
-            },
-            workload: (&a.workload).into(),
-            against_plan: a.against_plan,
-        }
-    }
-}
+request_from!(|a: &TraceArgs| -> TraceCommand {
+    trace: TraceRequest {
+        inputs: a.inputs.clone(),
+        step_label: a.step_label.clone(),
+        nccl_logs: a.nccl_log.clone(),
+        multi_host: a.multi_host,
+        format: a.output.format,
+        export_json: a.export_json.clone(),
+        export_schedule: a.export_schedule.clone(),
+        against_plan: None,
+        export_tp: a.workload.tp,
+        assume_size: a.assume_size,
+    },
+    workload: (&a.workload).into(),
+    against_plan,
+});

@@ -12,7 +12,15 @@ use crate::util::Named;
 /// The clap parser of a library enum: accepts `T::ALL` by name and lists them (with their help
 /// lines, a final period dropped as clap drops it from doc comments) in `--help`.
 pub(crate) fn named<T: Named + Clone>() -> impl TypedValueParser<Value = T> {
-    PossibleValuesParser::new(T::ALL.iter().map(|v| {
+    named_of(T::ALL)
+}
+
+/// [`named`] offering only the values `offered` (`--format` without markdown where a command
+/// has no Markdown table).
+pub(crate) fn named_of<T: Named + Clone>(
+    offered: &'static [T],
+) -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(offered.iter().map(|v| {
         let p = PossibleValue::new(v.name());
         let help = v.help();
         if help.is_empty() {

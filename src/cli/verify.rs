@@ -64,27 +64,23 @@ pub(crate) struct VerifyArgs {
     pub(crate) fresh_runs: usize,
 }
 
-impl From<&VerifyArgs> for VerifyRequest {
-    fn from(a: &VerifyArgs) -> VerifyRequest {
-        VerifyRequest {
-            workload: (&a.workload).into(),
-            graph: a.graph.graph,
-            mode: a.mode.clone(),
-            launches_per_layer: a.launches_per_layer,
-            pdl: a.pdl,
-            backend: a.backend.backend,
-            gpu: (&a.gpu).into(),
-            repeat: (&a.repeat).into(),
-            model: (&a.model).into(),
-            export: (&a.export).into(),
-            format: a.output.format,
-            quiet: a.output.quiet,
-            inject_fault: a.inject_fault.clone(),
-            impls: a.impls.0.clone(),
-            host_gaps: (&a.host_gaps).into(),
-            export_trace: a.export_trace.clone(),
-            fresh_runs: a.fresh_runs,
-            fresh_run: 0,
-        }
-    }
-}
+request_from!(|a: &VerifyArgs| -> VerifyRequest {
+    workload: (&a.workload).into(),
+    graph: a.graph.graph,
+    mode,
+    launches_per_layer,
+    pdl,
+    backend: a.backend.backend,
+    gpu: (&a.gpu).into(),
+    repeat: (&a.repeat).into(),
+    model: (&a.model).into(),
+    export: (&a.export).into(),
+    format: a.output.format,
+    quiet: a.output.quiet,
+    inject_fault,
+    impls: a.impls.0.clone(),
+    host_gaps: (&a.host_gaps).into(),
+    export_trace,
+    fresh_runs,
+    fresh_run: 0,
+});

@@ -65,27 +65,23 @@ pub(crate) struct WorkerArgs {
     pub(crate) host_gaps: HostGapArgs,
 }
 
-impl From<&WorkerArgs> for WorkerRequest {
-    fn from(a: &WorkerArgs) -> WorkerRequest {
-        WorkerRequest {
-            workload: (&a.workload).into(),
-            rendezvous: a.rendezvous.clone(),
-            rendezvous_timeout: a.rendezvous_timeout,
-            rendezvous_token_file: a.rendezvous_token_file.clone(),
-            cpu_affinity: a.cpu_affinity.clone(),
-            rank: a.rank,
-            world_size: a.world_size,
-            local_rank: a.local_rank,
-            graph: a.graph,
-            mode: a.mode.clone(),
-            launches_per_layer: a.launches_per_layer,
-            pdl: a.pdl,
-            repeat: (&a.repeat).into(),
-            timeout: a.timeout,
-            nccl_lib: a.nccl_lib.clone(),
-            export: (&a.export).into(),
-            format: a.output.format,
-            host_gaps: (&a.host_gaps).into(),
-        }
-    }
-}
+request_from!(|a: &WorkerArgs| -> WorkerRequest {
+    workload: (&a.workload).into(),
+    rendezvous,
+    rendezvous_timeout,
+    rendezvous_token_file,
+    cpu_affinity,
+    rank,
+    world_size,
+    local_rank,
+    graph,
+    mode,
+    launches_per_layer,
+    pdl,
+    repeat: (&a.repeat).into(),
+    timeout,
+    nccl_lib,
+    export: (&a.export).into(),
+    format: a.output.format,
+    host_gaps: (&a.host_gaps).into(),
+});
