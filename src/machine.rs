@@ -181,13 +181,7 @@ pub(crate) fn gather(gpu: &GpuSpec) -> anyhow::Result<EnvReport> {
     };
     for k in r.nccl_env.keys() {
         if !crate::inspect::nccl_vars::is_known_nccl_var(k) {
-            let hint = match crate::inspect::nccl_vars::suggest(k) {
-                Some(s) => format!(" (did you mean {s}?)"),
-                None => String::new(),
-            };
-            r.problems.push(format!(
-                "{k} is not a variable NCCL knows{hint}: NCCL ignores it"
-            ));
+            r.problems.push(crate::inspect::nccl_vars::unknown_words(k));
         }
     }
     let n = comm::device_count();

@@ -140,13 +140,8 @@ impl Backend for MockBackend {
             Source::Modeled,
             prov,
             Body::Verify(VerifyResult {
-                workload: RecordedWorkload::of(s),
-                runs,
-                stream_gbps: None,
-                predicted_compute_us: None,
-                stream_rates: vec![],
                 p2p,
-                parts: vec![],
+                ..VerifyResult::of(RecordedWorkload::of(s), runs)
             }),
         ))
     }

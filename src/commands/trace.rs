@@ -81,15 +81,11 @@ pub(crate) fn run(c: &TraceCommand) -> anyhow::Result<i32> {
         crate::note!("verifybench: skipped {}", s.reason);
     }
     // Build every export before writing any, so that a failure writes nothing.
-    let schedule = match &req.export_schedule {
-        Some(_) => Some(against::schedule_file_at_tp(
-            &a,
-            req.against_plan.as_ref().map(|p| p.tokens).unwrap_or(0),
-            req.export_tp,
-            req.assume_size,
-        )?),
-        None => None,
-    };
+    let schedule = req.export_schedule.as_ref().map(|_| {
+        let tokens = req.against_plan.as_ref().map(|p| p.tokens).unwrap_or(0);
+        against::schedule_file_at_tp(&a, tokens, req.export_tp, req.assume_size)
+    });
+    let schedule = schedule.transpose()?;
     let note = format!("measured from profiler traces: {}", a.files.join(", "));
     let rec = print_record(req, ("trace", note), &a, started, || render::render(&a))?;
     if let (Some(p), Some((s, assumed))) = (&req.export_schedule, &schedule) {

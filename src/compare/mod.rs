@@ -347,15 +347,10 @@ mod tests {
         let r = Record::new(
             Source::Measured,
             p,
-            Body::Verify(VerifyResult {
-                workload: workload(tp),
-                runs: vec![run(false, &jitter(eager)), run(true, &jitter(graph))],
-                stream_gbps: None,
-                predicted_compute_us: None,
-                stream_rates: vec![],
-                p2p: vec![],
-                parts: vec![],
-            }),
+            Body::Verify(VerifyResult::of(
+                workload(tp),
+                vec![run(false, &jitter(eager)), run(true, &jitter(graph))],
+            )),
         );
         super::entry(r, label.into(), Path::new(label)).unwrap()
     }

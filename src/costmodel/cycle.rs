@@ -115,13 +115,8 @@ pub fn verify_cycle(
     notes.extend(c.drafter_notes.iter().map(|n| format!("drafter: {n}")));
     Ok(Modeled {
         result: VerifyResult {
-            workload: RecordedWorkload::of_cycle(c),
-            runs: out,
-            stream_gbps: None,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
             parts,
+            ..VerifyResult::of(RecordedWorkload::of_cycle(c), out)
         },
         profile: p.profile,
         notes,

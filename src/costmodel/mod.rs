@@ -443,16 +443,8 @@ pub(crate) fn verify(
         ));
     }
     Ok(Modeled {
-        result: VerifyResult {
-            workload: RecordedWorkload::of(schedule),
-            runs: out,
-            // Modeled runs have no measured streaming bandwidth to predict from.
-            stream_gbps: None,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
-            parts: vec![],
-        },
+        // Modeled runs have no measured streaming bandwidth to predict from.
+        result: VerifyResult::of(RecordedWorkload::of(schedule), out),
         profile: label,
         notes,
     })

@@ -139,7 +139,7 @@ pub(crate) enum HostSync {
 }
 
 /// What one rank's host spends between two collectives, as the model needs it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Stretch {
     /// Launch index (into the replay's launches) of the collective that ends the stretch.
     pub(crate) launch: usize,
@@ -155,12 +155,7 @@ pub(crate) struct Stretch {
 /// The stretches of host time before each collective of `launches`.
 pub(crate) fn stretches(gaps: &HostGaps, launches: &[Launch]) -> Vec<Stretch> {
     let mut out = vec![];
-    let mut cur = Stretch {
-        launch: 0,
-        units: 0,
-        fixed_us: 0.0,
-        layer_starts: 0,
-    };
+    let mut cur = Stretch::default();
     for (i, l) in launches.iter().enumerate() {
         cur.layer_starts += l.segment_starts;
         cur.units += match gaps.per {
@@ -172,13 +167,7 @@ pub(crate) fn stretches(gaps: &HostGaps, launches: &[Launch]) -> Vec<Stretch> {
         }
         if l.collective {
             cur.launch = i;
-            out.push(cur);
-            cur = Stretch {
-                launch: 0,
-                units: 0,
-                fixed_us: 0.0,
-                layer_starts: 0,
-            };
+            out.push(std::mem::take(&mut cur));
         }
     }
     out

@@ -99,7 +99,7 @@ pub(crate) fn graph_lines(logs: &[NcclLogText]) -> usize {
 }
 
 /// The machine an NCCL log came from, as its INIT lines say it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct NcclMachine {
     /// The sizes of its communicators (`nranks N`), each once, smallest first.
     pub(crate) nranks: Vec<u32>,
@@ -169,12 +169,7 @@ pub(crate) fn machine(log: &NcclLogText) -> NcclMachine {
     let via = regex_once!(
         r"(?:Channel|Ring) \d+(?:/\d+)? : \d+\[\w+\] -> \d+\[\w+\].* via (\S+(?: shared memory)?)"
     );
-    let mut m = NcclMachine {
-        nranks: vec![],
-        devices: vec![],
-        transports: vec![],
-        gpu_path: None,
-    };
+    let mut m = NcclMachine::default();
     let add = |v: &mut Vec<String>, x: &str| {
         if !v.iter().any(|y| y == x) {
             v.push(x.to_string());

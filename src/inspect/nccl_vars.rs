@@ -186,6 +186,16 @@ pub(crate) fn torch_legacy_alias(name: &str) -> Option<&'static str> {
         .map(|(_, new)| *new)
 }
 
+/// The words for a variable NCCL does not know, with the known name it may be a typo of:
+/// `NCCL_PRTO is not a variable NCCL knows (did you mean NCCL_PROTO?): NCCL ignores it`.
+pub(crate) fn unknown_words(name: &str) -> String {
+    let hint = match suggest(name) {
+        Some(s) => format!(" (did you mean {s}?)"),
+        None => String::new(),
+    };
+    format!("{name} is not a variable NCCL knows{hint}: NCCL ignores it")
+}
+
 /// The known NCCL variable closest to `name`, for "did you mean NCCL_PROTO?".
 ///
 /// Case is ignored (`nccl_proto` -> `NCCL_PROTO`). A known name that `name` extends or

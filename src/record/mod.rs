@@ -413,6 +413,20 @@ pub struct ImplRun {
 }
 
 impl VerifyResult {
+    /// The runs of `workload` alone: no streaming bandwidth or compute prediction (nothing
+    /// streamed was measured), no custom P2P runs, no cycle parts.
+    pub(crate) fn of(workload: RecordedWorkload, runs: Vec<VerifyRun>) -> VerifyResult {
+        VerifyResult {
+            workload,
+            runs,
+            stream_gbps: None,
+            predicted_compute_us: None,
+            stream_rates: vec![],
+            p2p: vec![],
+            parts: vec![],
+        }
+    }
+
     /// The run with that graph flag and mode, if present.
     pub fn run(&self, graph: bool, mode: Mode) -> Option<&VerifyRun> {
         self.runs

@@ -12,22 +12,14 @@ pub(crate) fn is_known(name: &str) -> bool {
     name == super::library::NAME || crate::inspect::nccl_vars::is_known_nccl_var(name)
 }
 
-/// The known name closest to `name`, if it is close enough to be a typo.
-pub(crate) fn suggest(name: &str) -> Option<&'static str> {
-    crate::inspect::nccl_vars::suggest(name)
-}
-
 /// The warning for an unknown name, or None for a known one.
 pub(crate) fn unknown_warning(name: &str) -> Option<String> {
     if is_known(name) {
         return None;
     }
-    let hint = match suggest(name) {
-        Some(s) => format!(" (did you mean {s}?)"),
-        None => String::new(),
-    };
     Some(format!(
-        "{name} is not a variable NCCL knows{hint}: NCCL ignores it, so its points will time the defaults; running anyway"
+        "{}, so its points will time the defaults; running anyway",
+        crate::inspect::nccl_vars::unknown_words(name)
     ))
 }
 
@@ -39,7 +31,10 @@ mod tests {
     fn typo_is_caught_with_a_suggestion() {
         assert!(is_known("NCCL_PROTO"));
         assert!(!is_known("NCCL_PRTO"));
-        assert_eq!(suggest("NCCL_PRTO"), Some("NCCL_PROTO"));
+        assert_eq!(
+            crate::inspect::nccl_vars::suggest("NCCL_PRTO"),
+            Some("NCCL_PROTO")
+        );
         let w = unknown_warning("NCCL_PRTO").unwrap();
         assert!(w.contains("did you mean NCCL_PROTO"), "{w}");
         assert!(unknown_warning("NCCL_ALGO").is_none());

@@ -191,15 +191,7 @@ pub(crate) fn outcome(job: &PointJob, spec: &MockSpec) -> anyhow::Result<PointOu
     out.record = Some(Record::new(
         Source::Modeled,
         prov,
-        Body::Verify(VerifyResult {
-            workload: RecordedWorkload::of(spec.schedule),
-            runs,
-            stream_gbps: None,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
-            parts: vec![],
-        }),
+        Body::Verify(VerifyResult::of(RecordedWorkload::of(spec.schedule), runs)),
     ));
     Ok(out)
 }

@@ -78,15 +78,10 @@ fn record(graph_us: f64, env: &env::Env, wrong: u64) -> Record {
     Record::new(
         Source::Measured,
         prov,
-        Body::Verify(VerifyResult {
-            workload: RecordedWorkload::of(&s),
-            runs: vec![run(false, graph_us * 1.3), run(true, graph_us)],
-            stream_gbps: None,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
-            parts: vec![],
-        }),
+        Body::Verify(VerifyResult::of(
+            RecordedWorkload::of(&s),
+            vec![run(false, graph_us * 1.3), run(true, graph_us)],
+        )),
     )
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::record::{self, Record};
 
 /// The records of one results file, and what in it this version does not render.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct LoadedFile {
     pub(crate) path: PathBuf,
     pub(crate) records: Vec<Record>,
@@ -36,10 +36,7 @@ impl LoadedFile {
         };
         let mut f = LoadedFile {
             path: path.to_path_buf(),
-            records: vec![],
-            unknown_kinds: vec![],
-            bare: None,
-            empty: None,
+            ..Default::default()
         };
         if text.trim().is_empty() {
             f.empty = Some("an empty file".into());

@@ -140,6 +140,7 @@ pub(crate) fn free_params(base: &Profile, points: &[Point]) -> anyhow::Result<Ve
 }
 
 /// What the points use at the `base` profile's choices.
+#[derive(Default)]
 pub(super) struct Usage {
     /// Step counts per (algorithm, protocol) used (one per rank count and collective).
     steps: std::collections::BTreeMap<(Algo, Proto), BTreeSet<usize>>,
@@ -150,12 +151,7 @@ pub(super) struct Usage {
 }
 
 pub(super) fn usage_of(base: &Profile, points: &[Point]) -> anyhow::Result<Usage> {
-    let mut u = Usage {
-        steps: Default::default(),
-        net: Default::default(),
-        ll_capped: false,
-        intra_bw: false,
-    };
+    let mut u = Usage::default();
     for pt in points {
         let multi = base.inter.is_some() && base.gpus_per_node.is_some_and(|g| pt.n > g);
         for t in &pt.terms {

@@ -251,8 +251,6 @@ pub(crate) fn verify_record(
         ));
     }
     let body = VerifyResult {
-        workload: RecordedWorkload::of(schedule),
-        runs: vruns,
         stream_gbps,
         predicted_compute_us: if rates.is_empty() {
             stream_gbps.map(|g| schedule.streamed_bytes() as f64 / (g * 1e3))
@@ -260,8 +258,7 @@ pub(crate) fn verify_record(
             Some(rates.iter().map(StreamRate::predicted_us).sum())
         },
         stream_rates: rates,
-        p2p: vec![],
-        parts: vec![],
+        ..VerifyResult::of(RecordedWorkload::of(schedule), vruns)
     };
     Ok(measured(provenance(), rank_time, notes, *pdl, body))
 }
@@ -353,16 +350,12 @@ pub(crate) fn cycle_record(
     )];
     notes.extend(cycle.drafter_notes.iter().map(|n| format!("drafter: {n}")));
     let body = VerifyResult {
-        workload: RecordedWorkload::of_cycle(cycle),
-        runs: vruns,
         stream_gbps: results
             .iter()
             .filter_map(|r| r.stream_gbps)
             .reduce(f64::min),
-        predicted_compute_us: None,
-        stream_rates: vec![],
-        p2p: vec![],
         parts,
+        ..VerifyResult::of(RecordedWorkload::of_cycle(cycle), vruns)
     };
     Ok(measured(provenance(), rank_time, notes, *pdl, body))
 }
