@@ -534,10 +534,10 @@ impl Kernels {
     pub(crate) const CLOCK_OUT_BYTES: usize = 16;
 
     /// The SM clock, MHz, as the work already enqueued on `gpu`'s stream ends: `sm_clock` counts
-    /// `SM_CLOCK_CYCLES` cycles against the global nanosecond timer (about 0.2 ms at 2 GHz),
-    /// then this waits for it. `out`: [`Kernels::CLOCK_OUT_BYTES`] on this GPU.
+    /// SM cycles over `SM_CLOCK_WINDOW_NS` of the global timer (from one of its steps to
+    /// another), then this waits for it. `out`: [`Kernels::CLOCK_OUT_BYTES`] on this GPU.
     pub(crate) fn sm_clock_mhz(&self, gpu: &Gpu, out: &Buffer) -> anyhow::Result<f64> {
-        const SM_CLOCK_CYCLES: i64 = 400_000;
+        const SM_CLOCK_WINDOW_NS: u64 = 100_000;
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (32, 1, 1),
@@ -546,9 +546,9 @@ impl Kernels {
         gpu.check_buffer(out, "sm_clock (out)", 0, Self::CLOCK_OUT_BYTES)?;
         let p = out.ptr();
         let mut b = gpu.stream.launch_builder(&self.clock);
-        b.arg(&SM_CLOCK_CYCLES);
+        b.arg(&SM_CLOCK_WINDOW_NS);
         b.arg(&p);
-        // SAFETY: sm_clock(long long, unsigned long long*) writes out[0..2], 16 bytes, which
+        // SAFETY: sm_clock(unsigned long long, unsigned long long*) writes out[0..2], 16 bytes, which
         // `out` holds on this GPU (checked); the sync below ends the launch while `out` lives.
         unsafe { b.launch(cfg) }
             .map_err(|e| anyhow::anyhow!("GPU {}: launching sm_clock: {e:?}", gpu.ordinal))?;
@@ -557,7 +557,7 @@ impl Kernels {
         let word = |i: usize| u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
         let (cycles, ns) = (word(0), word(1));
         anyhow::ensure!(
-            ns > 0 && cycles >= SM_CLOCK_CYCLES as u64,
+            ns >= SM_CLOCK_WINDOW_NS && cycles > 0,
             "GPU {}: sm_clock counted {cycles} cycles in {ns} ns",
             gpu.ordinal
         );
