@@ -146,3 +146,30 @@ extern "C" __global__ void tiny(float* p)
 {
     if (threadIdx.x == 0 && blockIdx.x == 0) p[0] += 1.0f;
 }
+
+// The clock the SMs run at now: one thread counts clock64() cycles over at least `window_ns`
+// of %globaltimer. The timer moves in steps (of up to microseconds), so both ends are taken
+// just after a step: the count is then off by a loop's few cycles, not by a step. `bandwidth`
+// launches it after each timed pass (the same stream, so it runs as the pass ends): a card at
+// its power limit holds the SM clock under its maximum, and a compute-bound figure moves with it.
+__device__ __forceinline__ unsigned long long global_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+extern "C" __global__ void sm_clock(unsigned long long window_ns, unsigned long long* out)
+{
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    unsigned long long t0 = global_ns(), t;
+    do { t = global_ns(); } while (t == t0);
+    long long c0 = clock64(), c;
+    t0 = t;
+    do {
+        t = global_ns();
+        c = clock64();
+    } while (t - t0 < window_ns);
+    out[0] = (unsigned long long)(c - c0);
+    out[1] = t - t0;
+}

@@ -55,8 +55,9 @@ def rows(runs):
     """{(tokens, kernel): [rate of each run]}"""
     by = {}
     for g in runs:
+        peak_mhz = (g.get("roofline") or {}).get("tensor_peak_mhz")
         for k in g.get("kernels", []):
-            by.setdefault((k["tokens"], k["kernel"]), []).append(k)
+            by.setdefault((k["tokens"], k["kernel"]), []).append(dict(k, peak_mhz=peak_mhz))
     return by
 
 
@@ -73,8 +74,12 @@ def main(outdir):
             print(f"tensor-core peak (mma_peak) TFLOP/s {rng([r['tensor_peak_tflops'] for r in roofs], '{:.1f}')}, "
                   f"stream_mma at {roofs[0]['l2_tokens']} tokens from L2 {rng([r['l2_tflops'] for r in roofs], '{:.1f}')}, "
                   f"knee {rng([r['knee_tokens'] for r in roofs])} tokens")
+            pk = [r["tensor_peak_mhz"] for r in roofs if r.get("tensor_peak_mhz")]
+            if pk:
+                print(f"SM clock as mma_peak's best launch ended (sm_clock, global-timer MHz) {rng(pk)}; "
+                      "clock: each row's best pass against its run's mma_peak clock")
         print()
-        print(f"{'tokens':>6} {'kernel':<12} {'GB/s best':>11} {'median':>7} {'%copy r+w':>10} {'%read':>6} {'TFLOP/s':>11} {'roofline':>9} {'%roof':>9} {'bound':>8}  bar")
+        print(f"{'tokens':>6} {'kernel':<12} {'GB/s best':>11} {'median':>7} {'%copy r+w':>10} {'%read':>6} {'TFLOP/s':>11} {'roofline':>9} {'%roof':>9} {'bound':>8} {'clock':>9} {'%at clock':>9}  bar")
         read = statistics.median([r["read_gbps"] for r in roofs]) if roofs else None
         for (t, kern), ks in sorted(rows(runs).items()):
             best = [k["gbps"] for k in ks]
@@ -93,8 +98,10 @@ def main(outdir):
                     ok = min(proof) >= 85
                     bar = f"{'ok' if ok else 'MISSED'} (within 15% of the roofline)"
             tf = rng([k["tflops"] for k in ks], "{:.1f}")
+            mhz = rng([100 * k["sm_mhz"] / k["peak_mhz"] for k in ks if k.get("sm_mhz") and k.get("peak_mhz")], PCT)
+            atc = rng([k["pct_roofline_at_clock"] for k in ks if k.get("pct_roofline_at_clock")], PCT)
             print(f"{t:>6} {kern:<12} {rng(best):>11} {med:>7.0f} {rng(pct, PCT):>10} {rng(pread, PCT):>6} "
-                  f"{tf:>11} {rng(roof, '{:.1f}'):>9} {rng(proof, PCT):>9} {bound:>8}  {bar}")
+                  f"{tf:>11} {rng(roof, '{:.1f}'):>9} {rng(proof, PCT):>9} {bound:>8} {mhz:>9} {atc:>9}  {bar}")
     if small:
         print()
         print(f"1-16 tokens side by side ({len(small)} runs; GB/s, range of the runs' best passes)")

@@ -78,6 +78,17 @@ pub struct KernelRate {
     /// Tensor cores: the smaller term of the roofline at this token count, "memory" or
     /// "compute".
     pub bound: Option<&'static str>,
+    /// The SM clock as the best pass ended (`sm_clock`: cycles over the global timer), MHz;
+    /// a card at its power limit holds it under the clock `mma_peak` had. The global timer is
+    /// not the clock's own reference (on an H100 rated 1980 MHz it reads 1932-2085 MHz at
+    /// rest): the table shows it as a share of `mma_peak`'s, measured the same way.
+    pub sm_mhz: Option<f64>,
+    /// The SM clock over every timed pass, median, MHz.
+    pub sm_mhz_median: Option<f64>,
+    /// Tensor cores, compute-bound: `tflops` over the compute term scaled to the clock of the
+    /// best pass (peak x `sm_mhz` / `tensor_peak_mhz`), %: what is left once the clock the card
+    /// gave the pass is taken out.
+    pub pct_roofline_at_clock: Option<f64>,
 }
 
 /// The roofline of the tensor-core kernel, every term measured in the same run.
@@ -91,6 +102,8 @@ pub struct Roofline {
     pub tensor_peak_tflops: f64,
     /// The same, median launch.
     pub tensor_peak_median_tflops: f64,
+    /// The SM clock as `mma_peak`'s best launch ended, MHz.
+    pub tensor_peak_mhz: Option<f64>,
     /// `stream_mma` at `l2_tokens` tokens on a pool that fits the L2 (memory not the limit),
     /// best pass, TFLOP/s: the kernel's own ceiling beside the instruction's.
     pub l2_tflops: f64,
@@ -100,33 +113,46 @@ pub struct Roofline {
     pub knee_tokens: f64,
 }
 
-/// Best and median of a measurement's timed passes, us.
+/// Best and median of a measurement's timed passes, us, and the SM clock as they ended, MHz
+/// (the best pass's and the median), where it was read.
 #[derive(Debug, Clone, Copy)]
 struct Timing {
     best_us: f64,
     median_us: f64,
+    best_mhz: Option<f64>,
+    median_mhz: Option<f64>,
 }
 
-/// `iters` timed runs of `f` (events around each) after one untimed.
+/// `iters` timed runs of `f` (events around each) after one untimed; with `clock`, the SM
+/// clock read after each (outside the events).
 fn time_us(
     gpu: &Gpu,
     iters: u32,
+    clock: Option<(&Kernels, &Buffer)>,
     mut f: impl FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<Timing> {
     let (a, b) = (gpu.event()?, gpu.event()?);
     f()?; // warm-up
     gpu.sync()?;
-    let mut t = vec![];
+    let (mut t, mut mhz) = (vec![], vec![]);
     for _ in 0..iters.max(1) {
         gpu.record(&a)?;
         f()?;
         gpu.record(&b)?;
+        if let Some((k, out)) = clock {
+            mhz.push(k.sm_clock_mhz(gpu, out)?);
+        }
         gpu.sync()?;
         t.push(a.elapsed_us(&b)?);
     }
-    let best_us = t.iter().copied().fold(f64::MAX, f64::min);
-    let median_us = crate::measure::Summary::from_samples(&t).map_or(best_us, |s| s.median_us);
-    Ok(Timing { best_us, median_us })
+    let best = (0..t.len()).fold(0, |i, j| if t[j] < t[i] { j } else { i });
+    let median = |x: &[f64]| crate::measure::Summary::from_samples(x).map(|s| s.median_us);
+    Ok(Timing {
+        best_us: t[best],
+        median_us: median(&t).unwrap_or(t[best]),
+        best_mhz: mhz.get(best).copied(),
+        median_mhz: median(&mhz),
+    })
 }
 
 /// `tokens` activation rows of varied values (as [`Pool::new`]'s weights: timing data).
@@ -145,6 +171,8 @@ struct Bench<'a> {
     kernels: &'a Kernels,
     pool: &'a Pool,
     partial: Buffer,
+    /// `sm_clock`'s output.
+    clock: Buffer,
     iters: u32,
 }
 
@@ -159,15 +187,16 @@ impl Bench<'_> {
     ) -> anyhow::Result<Timing> {
         let a = activations(self.gpu, tokens)?;
         let nvec = pool.vecs() * laps;
-        time_us(self.gpu, self.iters, || {
+        let clock = Some((self.kernels, &self.clock));
+        time_us(self.gpu, self.iters, clock, || {
             self.kernels
                 .stream_on(kernel, self.gpu, pool, 0, nvec, &a, tokens, &self.partial)
         })
     }
 
     /// `mma_peak` timed: a short launch sizes the loop to about 10 ms, then the timed ones.
-    /// Returns (best, median) TFLOP/s.
-    fn peak(&self) -> anyhow::Result<Option<(f64, f64)>> {
+    /// Returns (best, median) TFLOP/s and the timing's clocks.
+    fn peak(&self) -> anyhow::Result<Option<(f64, f64, Timing)>> {
         let out = self.gpu.alloc(self.kernels.peak_out_bytes())?;
         let (a, b) = (self.gpu.event()?, self.gpu.event()?);
         // the first launch loads the kernel; the second, timed, sizes the loop
@@ -187,7 +216,8 @@ impl Bench<'_> {
         let probe_us = a.elapsed_us(&b)?.max(1.0);
         let iters = ((10_000.0 / probe_us) * probe_iters as f64).clamp(256.0, 1e7) as u64;
         let mut flops = 0;
-        let t = time_us(self.gpu, self.iters, || {
+        let clock = Some((self.kernels, &self.clock));
+        let t = time_us(self.gpu, self.iters, clock, || {
             flops = self
                 .kernels
                 .mma_peak(self.gpu, self.pool, iters, &out)?
@@ -195,7 +225,7 @@ impl Bench<'_> {
             Ok(())
         })?;
         let tf = |us: f64| flops as f64 / (us * 1e6);
-        Ok(Some((tf(t.best_us), tf(t.median_us))))
+        Ok(Some((tf(t.best_us), tf(t.median_us), t)))
     }
 }
 
@@ -224,7 +254,7 @@ pub(crate) fn measure(
     let n = pool.vecs() * 16;
     let copy = {
         let dst = gpu.alloc(n as usize)?;
-        time_us(&gpu, iters, || {
+        time_us(&gpu, iters, None, || {
             Ok(gpu.copy(&dst, pool.buffer(), n as usize)?)
         })?
     };
@@ -237,11 +267,12 @@ pub(crate) fn measure(
         kernels: &kernels,
         pool: &pool,
         partial: gpu.alloc(kernels.partial_bytes())?,
+        clock: gpu.alloc(Kernels::CLOCK_OUT_BYTES)?,
         iters,
     };
     note_grids(device, &kernels, tokens);
-    let gbps = |t: Timing| (n as f64 / (t.best_us * 1e3), n as f64 / (t.median_us * 1e3));
-    let read = gbps(bench.pass(StreamKernel::CudaCores, 1, &pool, 1)?).0;
+    let gbps = |t: &Timing| (n as f64 / (t.best_us * 1e3), n as f64 / (t.median_us * 1e3));
+    let read = gbps(&bench.pass(StreamKernel::CudaCores, 1, &pool, 1)?).0;
     let roofline = roofline(&bench, l2, read, tokens)?;
     let mut rates = vec![];
     for &t in tokens {
@@ -253,9 +284,10 @@ pub(crate) fn measure(
             if !takes {
                 continue;
             }
-            let (best, median) = gbps(bench.pass(kernel, t, &pool, 1)?);
+            let timing = bench.pass(kernel, t, &pool, 1)?;
             let copy = (copy_rw, copy_read);
-            rates.push(rate(kernel, t, (best, median), copy, roofline.as_ref()));
+            let r = rate(kernel, t, gbps(&timing), copy, roofline.as_ref());
+            rates.push(r.at_clock(&timing, roofline.as_ref()));
         }
     }
     let stream_gbps = tokens
@@ -306,7 +338,7 @@ fn note_grids(device: usize, kernels: &Kernels, tokens: &[usize]) {
 /// `tokens` on an L2-resident pool (a quarter of the L2, at least 1 MiB) streamed as many bytes
 /// as the main pool holds.
 fn roofline(b: &Bench, l2: u64, read: f64, tokens: &[usize]) -> anyhow::Result<Option<Roofline>> {
-    let Some((peak, peak_median)) = b.peak()? else {
+    let Some((peak, peak_median, peak_timing)) = b.peak()? else {
         return Ok(None);
     };
     let l2_tokens = tokens.iter().copied().max().unwrap_or(1);
@@ -318,6 +350,7 @@ fn roofline(b: &Bench, l2: u64, read: f64, tokens: &[usize]) -> anyhow::Result<O
         read_gbps: read,
         tensor_peak_tflops: peak,
         tensor_peak_median_tflops: peak_median,
+        tensor_peak_mhz: peak_timing.best_mhz,
         l2_tflops: bytes * l2_tokens as f64 / (t.best_us * 1e6),
         l2_tokens,
         l2_pool_bytes: small.vecs() * 16,
@@ -357,6 +390,31 @@ fn rate(
         roofline_tflops: roof.map(|r| r.0),
         pct_roofline: roof.map(|r| 100.0 * tflops / r.0),
         bound: roof.map(|r| r.1),
+        sm_mhz: None,
+        sm_mhz_median: None,
+        pct_roofline_at_clock: None,
+    }
+}
+
+impl KernelRate {
+    /// The row with the SM clock of its timing and, compute-bound, its share of the compute
+    /// term scaled to that clock.
+    fn at_clock(self, t: &Timing, roofline: Option<&Roofline>) -> KernelRate {
+        let scaled = match (
+            self.bound,
+            roofline.and_then(|r| Some((r, r.tensor_peak_mhz?))),
+        ) {
+            (Some("compute"), Some((r, peak_mhz))) => t
+                .best_mhz
+                .map(|mhz| 100.0 * self.tflops / (r.tensor_peak_tflops * mhz / peak_mhz)),
+            _ => None,
+        };
+        KernelRate {
+            sm_mhz: t.best_mhz,
+            sm_mhz_median: t.median_mhz,
+            pct_roofline_at_clock: scaled,
+            ..self
+        }
     }
 }
 
@@ -476,11 +534,29 @@ fn render(b: &Bandwidth) -> String {
             "  roofline: min(T x {:.0} GB/s, {:.1} TFLOP/s), knee at {:.0} tokens (memory-bound below, compute-bound above)",
             r.read_gbps, r.tensor_peak_tflops, r.knee_tokens
         );
+        if r.tensor_peak_mhz.is_some() {
+            let _ = writeln!(
+                s,
+                "  clock: the SM clock as the row's best pass ended against mma_peak's (sm_clock: SM cycles over the global timer; below 100%: the card held the pass's clock down, e.g. at its power limit); % at clock: a compute-bound row against the compute term at that clock"
+            );
+        }
     }
+    let peak_mhz = b.roofline.as_ref().and_then(|r| r.tensor_peak_mhz);
+    let clock = |k: &KernelRate| Some(100.0 * k.sm_mhz? / peak_mhz?);
     let _ = writeln!(
         s,
-        "  {:>6}  {:<12} {:>7} {:>7} {:>10} {:>9} {:>9} {:>10}  bound",
-        "tokens", "kernel", "GB/s", "median", "% copy r+w", "TFLOP/s", "roofline", "% roofline"
+        "  {:>6}  {:<12} {:>7} {:>7} {:>10} {:>9} {:>9} {:>10}  {:<7} {:>5} {:>10}",
+        "tokens",
+        "kernel",
+        "GB/s",
+        "median",
+        "% copy r+w",
+        "TFLOP/s",
+        "roofline",
+        "% roofline",
+        "bound",
+        "clock",
+        "% at clock"
     );
     for k in &b.kernels {
         let opt = |x: Option<f64>, prec: usize, suffix: &str| {
@@ -493,7 +569,7 @@ fn render(b: &Bandwidth) -> String {
         };
         let _ = writeln!(
             s,
-            "  {:>6}  {:<12} {:>7.0} {:>7.0} {:>9.0}% {:>9.1} {:>9} {:>10}  {}",
+            "  {:>6}  {:<12} {:>7.0} {:>7.0} {:>9.0}% {:>9.1} {:>9} {:>10}  {:<7} {:>5} {:>10}",
             k.tokens,
             label,
             k.gbps,
@@ -502,7 +578,9 @@ fn render(b: &Bandwidth) -> String {
             k.tflops,
             opt(k.roofline_tflops, 1, ""),
             opt(k.pct_roofline, 0, "%"),
-            k.bound.unwrap_or("-")
+            k.bound.unwrap_or("-"),
+            opt(clock(k), 0, "%"),
+            opt(k.pct_roofline_at_clock, 0, "%")
         );
     }
     let ops: Vec<String> = b
@@ -523,6 +601,7 @@ mod tests {
             read_gbps: 4000.0,
             tensor_peak_tflops: 600.0,
             tensor_peak_median_tflops: 590.0,
+            tensor_peak_mhz: Some(1980.0),
             l2_tflops: 560.0,
             l2_tokens: 512,
             l2_pool_bytes: 16 << 20,
@@ -572,6 +651,56 @@ mod tests {
         assert!((r.tflops - 17.6).abs() < 1e-9);
     }
 
+    fn clocked(best_mhz: f64) -> Timing {
+        Timing {
+            best_us: 1.0,
+            median_us: 1.0,
+            best_mhz: Some(best_mhz),
+            median_mhz: Some(1900.0),
+        }
+    }
+
+    #[test]
+    fn a_compute_bound_row_is_also_read_at_the_clock_its_pass_had() {
+        // 512 tokens at 1100 GB/s: 563.2 TFLOP/s against mma_peak's 600 at 1980 MHz; the pass
+        // ended at 1881 MHz (0.95 x 1980): 600 x 1881 / 1980 = 570, 563.2 / 570 = 98.807%
+        let r = rate(
+            StreamKernel::TensorCores,
+            512,
+            (1100.0, 1090.0),
+            (4000.0, 2000.0),
+            Some(&roof()),
+        )
+        .at_clock(&clocked(1881.0), Some(&roof()));
+        assert_eq!((r.sm_mhz, r.sm_mhz_median), (Some(1881.0), Some(1900.0)));
+        assert!((r.pct_roofline_at_clock.unwrap() - 563.2 / 5.7).abs() < 1e-9);
+        assert!((r.pct_roofline.unwrap() - 563.2 / 6.0).abs() < 1e-9);
+        // memory-bound (64 tokens): the clock is shown, the memory term is not scaled by it
+        let r = rate(
+            StreamKernel::TensorCores,
+            64,
+            (3800.0, 3700.0),
+            (4000.0, 2000.0),
+            Some(&roof()),
+        )
+        .at_clock(&clocked(1881.0), Some(&roof()));
+        assert_eq!((r.sm_mhz, r.pct_roofline_at_clock), (Some(1881.0), None));
+        // no clock for mma_peak: nothing to scale to
+        let unclocked = Roofline {
+            tensor_peak_mhz: None,
+            ..roof()
+        };
+        let r = rate(
+            StreamKernel::TensorCores,
+            512,
+            (1100.0, 1090.0),
+            (4000.0, 2000.0),
+            Some(&unclocked),
+        )
+        .at_clock(&clocked(1881.0), Some(&unclocked));
+        assert_eq!(r.pct_roofline_at_clock, None);
+    }
+
     #[test]
     fn the_table_states_the_roofline_and_labels_each_row() {
         let b = Bandwidth {
@@ -588,7 +717,8 @@ mod tests {
                 (1100.0, 1090.0),
                 (4000.0, 2000.0),
                 Some(&roof()),
-            )],
+            )
+            .at_clock(&clocked(1881.0), Some(&roof()))],
             roofline: Some(roof()),
             per_op: vec![],
         };
@@ -597,11 +727,16 @@ mod tests {
             s.contains("roofline: min(T x 4000 GB/s, 600.0 TFLOP/s), knee at 150 tokens"),
             "{s}"
         );
+        assert!(s.contains("  clock: the SM clock as the row's best pass ended against mma_peak's"));
+        // the pass ended at 1881 MHz against mma_peak's 1980: 95% of its clock
         let row = s.lines().find(|l| l.contains("tensor cores")).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(
             cells,
-            ["512", "tensor", "cores", "1100", "1090", "28%", "563.2", "600.0", "94%", "compute"]
+            [
+                "512", "tensor", "cores", "1100", "1090", "28%", "563.2", "600.0", "94%",
+                "compute", "95%", "99%"
+            ]
         );
     }
 }

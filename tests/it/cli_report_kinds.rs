@@ -158,11 +158,15 @@ fn bandwidth_record() -> Record {
         roofline_tflops: Some(620.0),
         pct_roofline: Some(563.2 / 620.0 * 100.0),
         bound: Some("compute"),
+        sm_mhz: None,
+        sm_mhz_median: None,
+        pct_roofline_at_clock: None,
     }];
     tc.roofline = Some(Roofline {
         read_gbps: 4200.0,
         tensor_peak_tflops: 620.0,
         tensor_peak_median_tflops: 615.0,
+        tensor_peak_mhz: None,
         l2_tflops: 580.0,
         l2_tokens: 512,
         l2_pool_bytes: 16 << 20,

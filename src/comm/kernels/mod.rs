@@ -137,6 +137,8 @@ pub(crate) struct Kernels {
     /// mma_peak and its resident blocks per SM.
     peak: Option<(CudaFunction, u32)>,
     tiny: CudaFunction,
+    /// `sm_clock`: the SM clock as a pass ends.
+    clock: CudaFunction,
     sms: u32,
     /// 16-byte vectors per stage of `stream_mma` on this GPU ([`stage_vecs`]).
     stage_vecs: u64,
@@ -219,6 +221,7 @@ impl Kernels {
             tensor,
             peak,
             tiny: function(&module, "tiny")?,
+            clock: function(&module, "sm_clock")?,
             sms,
             stage_vecs,
             threads_per_sm,
@@ -525,6 +528,40 @@ impl Kernels {
         unsafe { b.launch(cfg) }
             .map_err(|e| anyhow::anyhow!("GPU {}: launching tiny: {e:?}", gpu.ordinal))?;
         Ok(())
+    }
+
+    /// Bytes of the output buffer of [`Kernels::sm_clock_mhz`].
+    pub(crate) const CLOCK_OUT_BYTES: usize = 16;
+
+    /// The SM clock, MHz, as the work already enqueued on `gpu`'s stream ends: `sm_clock` counts
+    /// SM cycles over `SM_CLOCK_WINDOW_NS` of the global timer (from one of its steps to
+    /// another), then this waits for it. `out`: [`Kernels::CLOCK_OUT_BYTES`] on this GPU.
+    pub(crate) fn sm_clock_mhz(&self, gpu: &Gpu, out: &Buffer) -> anyhow::Result<f64> {
+        const SM_CLOCK_WINDOW_NS: u64 = 100_000;
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        gpu.check_buffer(out, "sm_clock (out)", 0, Self::CLOCK_OUT_BYTES)?;
+        let p = out.ptr();
+        let mut b = gpu.stream.launch_builder(&self.clock);
+        b.arg(&SM_CLOCK_WINDOW_NS);
+        b.arg(&p);
+        // SAFETY: sm_clock(unsigned long long, unsigned long long*) writes out[0..2], 16 bytes, which
+        // `out` holds on this GPU (checked); the sync below ends the launch while `out` lives.
+        unsafe { b.launch(cfg) }
+            .map_err(|e| anyhow::anyhow!("GPU {}: launching sm_clock: {e:?}", gpu.ordinal))?;
+        gpu.sync()?;
+        let raw = gpu.download(out, Self::CLOCK_OUT_BYTES)?;
+        let word = |i: usize| u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
+        let (cycles, ns) = (word(0), word(1));
+        anyhow::ensure!(
+            ns >= SM_CLOCK_WINDOW_NS && cycles > 0,
+            "GPU {}: sm_clock counted {cycles} cycles in {ns} ns",
+            gpu.ordinal
+        );
+        Ok(cycles as f64 * 1e3 / ns as f64)
     }
 
     /// Size of the partial-sum buffer a launch may need.
