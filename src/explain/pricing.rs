@@ -103,15 +103,25 @@ fn collectives(s: &Schedule) -> impl Iterator<Item = (CollectiveKind, u64)> + '_
     })
 }
 
-/// Transfer of every collective of `s` under `force` (us each).
+/// Transfer of every collective of `s` under `force` (us each). A schedule repeats a few
+/// collectives (every layer's all-reduce alike), each priced once.
 fn transfers(
     p: &crate::costmodel::Profile,
     s: &Schedule,
     n: usize,
     force: &Force,
 ) -> anyhow::Result<Vec<f64>> {
+    let mut priced: Vec<((CollectiveKind, u64), f64)> = vec![];
     collectives(s)
-        .map(|(kind, bytes)| Ok(predict::choose(p, kind, nccl_size(kind, bytes, n), n, force)?.2))
+        .map(|(kind, bytes)| {
+            let key = (kind, nccl_size(kind, bytes, n));
+            if let Some((_, us)) = priced.iter().find(|(k, _)| *k == key) {
+                return Ok(*us);
+            }
+            let us = predict::choose(p, kind, key.1, n, force)?.2;
+            priced.push((key, us));
+            Ok(us)
+        })
         .collect()
 }
 
