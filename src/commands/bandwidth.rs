@@ -80,8 +80,9 @@ pub struct KernelRate {
     pub bound: Option<&'static str>,
     /// The SM clock as the best pass ended (`sm_clock`: cycles over the global timer), MHz;
     /// a card at its power limit holds it under the clock `mma_peak` had. The global timer is
-    /// not the clock's own reference (on an H100 rated 1980 MHz it reads 1932-2085 MHz at
-    /// rest): the table shows it as a share of `mma_peak`'s, measured the same way.
+    /// not the clock's own reference (on an H100 rated 1980 MHz it read 1932-2085 MHz after
+    /// memory-bound passes, results/h100x1/clock-25e808d): the table shows it as a share of
+    /// `mma_peak`'s, measured the same way.
     pub sm_mhz: Option<f64>,
     /// The SM clock over every timed pass, median, MHz.
     pub sm_mhz_median: Option<f64>,
