@@ -147,12 +147,11 @@ fn time_us(
         t.push(a.elapsed_us(&b)?);
     }
     let best = (0..t.len()).fold(0, |i, j| if t[j] < t[i] { j } else { i });
-    let median = |x: &[f64]| crate::measure::Summary::from_samples(x).map(|s| s.median_us);
     Ok(Timing {
         best_us: t[best],
-        median_us: median(&t).unwrap_or(t[best]),
+        median_us: crate::measure::Summary::from_samples(&t).map_or(t[best], |s| s.median_us),
         best_mhz: mhz.get(best).copied(),
-        median_mhz: median(&mhz),
+        median_mhz: (!mhz.is_empty()).then(|| crate::measure::stats::median(&mhz)),
     })
 }
 
@@ -652,6 +651,19 @@ mod tests {
         assert!((r.tflops - 17.6).abs() < 1e-9);
     }
 
+    /// The tensor-core row at `tokens` tokens and `gbps` (median 10 GB/s less) against a copy of
+    /// 4000 GB/s read + write, 2000 read, held to `roof`.
+    fn tensor(tokens: usize, gbps: f64, roof: &Roofline) -> KernelRate {
+        let g = (gbps, gbps - 10.0);
+        rate(
+            StreamKernel::TensorCores,
+            tokens,
+            g,
+            (4000.0, 2000.0),
+            Some(roof),
+        )
+    }
+
     fn clocked(best_mhz: f64) -> Timing {
         Timing {
             best_us: 1.0,
@@ -665,40 +677,19 @@ mod tests {
     fn a_compute_bound_row_is_also_read_at_the_clock_its_pass_had() {
         // 512 tokens at 1100 GB/s: 563.2 TFLOP/s against mma_peak's 600 at 1980 MHz; the pass
         // ended at 1881 MHz (0.95 x 1980): 600 x 1881 / 1980 = 570, 563.2 / 570 = 98.807%
-        let r = rate(
-            StreamKernel::TensorCores,
-            512,
-            (1100.0, 1090.0),
-            (4000.0, 2000.0),
-            Some(&roof()),
-        )
-        .at_clock(&clocked(1881.0), Some(&roof()));
+        let r = tensor(512, 1100.0, &roof()).at_clock(&clocked(1881.0), Some(&roof()));
         assert_eq!((r.sm_mhz, r.sm_mhz_median), (Some(1881.0), Some(1900.0)));
         assert!((r.pct_roofline_at_clock.unwrap() - 563.2 / 5.7).abs() < 1e-9);
         assert!((r.pct_roofline.unwrap() - 563.2 / 6.0).abs() < 1e-9);
         // memory-bound (64 tokens): the clock is shown, the memory term is not scaled by it
-        let r = rate(
-            StreamKernel::TensorCores,
-            64,
-            (3800.0, 3700.0),
-            (4000.0, 2000.0),
-            Some(&roof()),
-        )
-        .at_clock(&clocked(1881.0), Some(&roof()));
+        let r = tensor(64, 3800.0, &roof()).at_clock(&clocked(1881.0), Some(&roof()));
         assert_eq!((r.sm_mhz, r.pct_roofline_at_clock), (Some(1881.0), None));
         // no clock for mma_peak: nothing to scale to
         let unclocked = Roofline {
             tensor_peak_mhz: None,
             ..roof()
         };
-        let r = rate(
-            StreamKernel::TensorCores,
-            512,
-            (1100.0, 1090.0),
-            (4000.0, 2000.0),
-            Some(&unclocked),
-        )
-        .at_clock(&clocked(1881.0), Some(&unclocked));
+        let r = tensor(512, 1100.0, &unclocked).at_clock(&clocked(1881.0), Some(&unclocked));
         assert_eq!(r.pct_roofline_at_clock, None);
     }
 
@@ -712,14 +703,7 @@ mod tests {
             copy_rw_gbps: 4000.0,
             copy_read_gbps: 2000.0,
             stream_gbps: vec![(512, 1100.0)],
-            kernels: vec![rate(
-                StreamKernel::TensorCores,
-                512,
-                (1100.0, 1090.0),
-                (4000.0, 2000.0),
-                Some(&roof()),
-            )
-            .at_clock(&clocked(1881.0), Some(&roof()))],
+            kernels: vec![tensor(512, 1100.0, &roof()).at_clock(&clocked(1881.0), Some(&roof()))],
             roofline: Some(roof()),
             per_op: vec![],
         };
