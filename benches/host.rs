@@ -68,15 +68,10 @@ fn verify_record() -> Record {
     Record::new(
         Source::Measured,
         Provenance::here("nccl", now_utc()),
-        Body::Verify(VerifyResult {
-            workload: RecordedWorkload::of(&s),
-            runs: vec![run(false), run(true)],
-            stream_gbps: None,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
-            parts: vec![],
-        }),
+        Body::Verify(VerifyResult::of(
+            RecordedWorkload::of(&s),
+            vec![run(false), run(true)],
+        )),
     )
 }
 

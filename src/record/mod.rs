@@ -415,7 +415,7 @@ pub struct ImplRun {
 impl VerifyResult {
     /// The runs of `workload` alone: no streaming bandwidth or compute prediction (nothing
     /// streamed was measured), no custom P2P runs, no cycle parts.
-    pub(crate) fn of(workload: RecordedWorkload, runs: Vec<VerifyRun>) -> VerifyResult {
+    pub fn of(workload: RecordedWorkload, runs: Vec<VerifyRun>) -> VerifyResult {
         VerifyResult {
             workload,
             runs,
@@ -639,9 +639,9 @@ mod tests {
         Record::new(
             Source::Modeled,
             Provenance::here("model", now_utc()),
-            Body::Verify(VerifyResult {
-                workload: RecordedWorkload::of(&s),
-                runs: vec![VerifyRun {
+            Body::Verify(VerifyResult::of(
+                RecordedWorkload::of(&s),
+                vec![VerifyRun {
                     graph: true,
                     mode: Mode::Comm,
                     per_collective_us: summary.median_us / 124.0,
@@ -652,12 +652,7 @@ mod tests {
                     warmup: 1,
                     in_collective: None,
                 }],
-                stream_gbps: None,
-                predicted_compute_us: None,
-                stream_rates: vec![],
-                p2p: vec![],
-                parts: vec![],
-            }),
+            )),
         )
     }
 

@@ -36,9 +36,9 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
     Record::new(
         source,
         Provenance::here("model", now_utc()),
-        Body::Verify(VerifyResult {
-            workload: RecordedWorkload::of(&s),
-            runs: vec![
+        Body::Verify(VerifyResult::of(
+            RecordedWorkload::of(&s),
+            vec![
                 VerifyRun {
                     graph: false,
                     mode: Mode::Full,
@@ -62,12 +62,7 @@ fn record(source: Source, phase: Phase, tokens: u64, median_us: f64) -> Record {
                     in_collective: None,
                 },
             ],
-            stream_gbps: None,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
-            parts: vec![],
-        }),
+        )),
     )
 }
 

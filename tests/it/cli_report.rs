@@ -82,9 +82,9 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
     Record::new(
         source,
         provenance("LL"),
-        Body::Verify(VerifyResult {
-            workload: RecordedWorkload::of(&s),
-            runs: vec![
+        Body::Verify(VerifyResult::of(
+            RecordedWorkload::of(&s),
+            vec![
                 run(false, Mode::Comm, full_ms * 0.5),
                 run(false, Mode::Compute, full_ms * 0.7),
                 run(false, Mode::Full, full_ms * 1.3),
@@ -92,12 +92,7 @@ fn verify(source: Source, phase: Phase, tokens: u64, full_ms: f64) -> Record {
                 run(true, Mode::Compute, full_ms * 0.6),
                 run(true, Mode::Full, full_ms),
             ],
-            stream_gbps: None,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
-            parts: vec![],
-        }),
+        )),
     )
 }
 

@@ -57,15 +57,7 @@ pub fn verify_record(
     Record::new(
         source,
         Provenance::here(backend, now_utc()),
-        Body::Verify(VerifyResult {
-            workload: RecordedWorkload::of(schedule),
-            runs,
-            stream_gbps: None,
-            predicted_compute_us: None,
-            stream_rates: vec![],
-            p2p: vec![],
-            parts: vec![],
-        }),
+        Body::Verify(VerifyResult::of(RecordedWorkload::of(schedule), runs)),
     )
 }
 
