@@ -92,6 +92,10 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, unsign
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
                  : "memory");
 }
+__device__ __forceinline__ void cp_async16_all(unsigned dst, const void* src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
 __device__ __forceinline__ void cp_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -126,16 +130,32 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
 
 // The 16-byte vectors this thread copies of the stage that starts at vector `first` of the
 // operation into ring slot `slot` (shared-memory address): vectors threadIdx.x + v x THREADS,
-// v = 0..STAGE_VECS / THREADS - 1, of the stage. The stage's place in the pool and how many of its
-// vectors the operation still has are worked out once; per vector a 32-bit test and the masked
-// address (per stage these were about 150 instructions of a warp's 256 MMAs at 512 tokens with
-// the index, the bound and the wrap in 64 bits per vector, measured in the SASS of stream_mma_8).
+// v = 0..STAGE_VECS / THREADS - 1, of the stage. A whole stage that does not wrap around the
+// pool's end (nearly all of them) is copied from one base address at fixed offsets. The others
+// (the operation's last stage, the one across the wrap) take the general path: the stage's place
+// in the pool and how many of its vectors the operation still has worked out once, then per
+// vector a 32-bit test and the masked address (per stage these were about 150 instructions of a
+// warp's 256 MMAs at 512 tokens with the index, the bound and the wrap in 64 bits per vector,
+// measured in the SASS of stream_mma_8; with the general path for every stage, stream_mma_16
+// issued 1.8 instructions per MMA at 512 tokens, results/h100x1/clock-25e808d/ncu.txt).
 __device__ __forceinline__ void load_stage(unsigned slot, const uint4* __restrict__ pool,
                                            unsigned long long mask, unsigned long long start,
                                            unsigned long long nvec, unsigned long long first)
 {
-    const unsigned long long base = start + first + threadIdx.x;
     const unsigned long long left = nvec - first;
+    const unsigned long long at = (start + first) & mask;
+    if (left >= STAGE_VECS && at + (STAGE_VECS - 1) <= mask) {
+        // the common case: a whole stage, contiguous in the pool (no wrap inside it). One base
+        // address per thread, the vectors at fixed offsets from it (one cp.async each, with no
+        // test or address arithmetic per vector)
+        const uint4* src = pool + at + threadIdx.x;
+        const unsigned dst = slot + threadIdx.x * 16;
+#pragma unroll
+        for (int v = 0; v < STAGE_VECS / THREADS; ++v)
+            cp_async16_all(dst + v * THREADS * 16, src + v * THREADS);
+        return;
+    }
+    const unsigned long long base = start + first + threadIdx.x;
     const unsigned have = left < STAGE_VECS ? (unsigned)left : STAGE_VECS;
 #pragma unroll
     for (int v = 0; v < STAGE_VECS / THREADS; ++v) {
