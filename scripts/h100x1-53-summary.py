@@ -102,6 +102,18 @@ def main(outdir):
             atc = rng([k["pct_roofline_at_clock"] for k in ks if k.get("pct_roofline_at_clock")], PCT)
             print(f"{t:>6} {kern:<12} {rng(best):>11} {med:>7.0f} {rng(pct, PCT):>10} {rng(pread, PCT):>6} "
                   f"{tf:>11} {rng(roof, '{:.1f}'):>9} {rng(proof, PCT):>9} {bound:>8} {mhz:>9} {atc:>9}  {bar}")
+    ab = {side: gpus(f"ab-{side}-*.json", outdir) for side in ("base", "new")}
+    if ab["base"] or ab["new"]:
+        print()
+        print("A/B, alternating runs (base, new, base, ...): tensor cores, % of each run's roofline "
+              "(best pass) and, in brackets, % at the pass's own SM clock")
+        for side in ("base", "new"):
+            for (t, kern), ks in sorted(rows(ab[side]).items()):
+                if kern != "tensor_cores":
+                    continue
+                vals = " ".join(f"{k['pct_roofline']:.1f}({k.get('pct_roofline_at_clock') or 0:.0f})"
+                                for k in ks if k.get("pct_roofline"))
+                print(f"  {side:<4} T={t:<4} {vals}")
     if small:
         print()
         print(f"1-16 tokens side by side ({len(small)} runs; GB/s, range of the runs' best passes)")

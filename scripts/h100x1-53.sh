@@ -4,6 +4,11 @@
 # tokens, against its prediction (bytes / rate + launches). Under 5 minutes.
 #
 #   scripts/h100x1-53.sh BINARY [OUTDIR]   (OUTDIR defaults to $OUT or ./out)
+#   BASE=OTHER_BINARY scripts/h100x1-53.sh BINARY [OUTDIR]
+#
+# With BASE, the streaming kernels of both binaries are also measured alternately (BASE, BINARY,
+# BASE, ... AB_RUNS times each, 128, 256 and 512 tokens) into ab-base-N and ab-new-N, so that a
+# kernel change is compared on the same machine in the same minutes.
 #
 # OUTDIR gets summary.txt, commands.txt and h100x1-53.tgz, which holds these:
 # selftest.{txt,json}   selftest --no-stress --no-faults: the streaming kernels' exact sums
@@ -30,9 +35,11 @@
 #                       stream_mma (128 and 512 tokens)
 # summary.txt           the table printed last
 # No nvcc: the kernels are compiled by NVRTC inside the binary, as everywhere.
-# Every step has a time limit and is skipped, saying so, when the 5 minutes would not hold it.
+# Every step has a time limit and is skipped, saying so, when the 5 minutes (TOTAL_S, 285 s)
+# would not hold it.
 set -uo pipefail
 VB=$(realpath "${1:?binary}")
+BASE_VB=""; [ -n "${BASE:-}" ] && BASE_VB=$(realpath "$BASE")
 OUTDIR=${2:-${OUT:-out}}
 mkdir -p "$OUTDIR"; OUTDIR=$(realpath "$OUTDIR")
 SCRIPTS=$(cd "$(dirname "$0")" && pwd)
@@ -53,12 +60,14 @@ cd "$WORK"
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
   echo "# $("$VB" --version)"
 } > commands.txt
-left() { echo $(( 285 - ($(date +%s) - start) )); }
+left() { echo $(( ${TOTAL_S:-285} - ($(date +%s) - start) )); }
 run() {  # NAME LIMIT_S CMD...: runs if the time allows, keeps the output
   local name=$1 limit=$2; shift 2
   if [ "$(left)" -lt "$limit" ]; then echo "$name: skipped to stay under 5 minutes" | tee -a commands.txt; return 1; fi
   local t0; t0=$(date +%s)
-  local shown="${*//$VB/./verifybench}"   # the binary's folder is this machine's business
+  local shown="$*"                        # the binaries' folder is this machine's business
+  [ -n "${BASE_VB:-}" ] && shown="${shown//$BASE_VB/./verifybench-base}"
+  shown="${shown//$VB/./verifybench}"
   echo "$name.txt      $shown" >> commands.txt
   timeout "$limit" "$@" > "$name.txt" 2>&1
   local rc=$?
@@ -77,6 +86,13 @@ grep -E "streaming kernel|^selftest:" selftest.txt | cut -c1-400
 for i in $(seq 1 "$RUNS"); do
   run "bw-$i" 30 "$VB" bandwidth -n 20 --export-json "bw-$i.json"
 done
+if [ -n "${BASE_VB:-}" ]; then
+  echo "# base: $("$BASE_VB" --version) (ab-base-N), this binary: ab-new-N" >> commands.txt
+  for i in $(seq 1 "${AB_RUNS:-4}"); do
+    run "ab-base-$i" 20 "$BASE_VB" bandwidth -n 20 --tokens 128,256,512 --export-json "ab-base-$i.json"
+    run "ab-new-$i" 20 "$VB" bandwidth -n 20 --tokens 128,256,512 --export-json "ab-new-$i.json"
+  done
+fi
 for i in $(seq 1 "$SMALL_RUNS"); do
   run "small-$i" 25 "$VB" bandwidth -n 20 --tokens 1,2,3,4,6,8,10,11,12,14,16 --op-sizes 1M \
     --export-json "small-$i.json"
