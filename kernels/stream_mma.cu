@@ -49,6 +49,8 @@
 //   pipe 90% active, 82%-86% at 512 tokens and 90%-92% at 256. There the other token counts
 //   above 128 still ran on stream_mma_5..8 in two or four groups of warps behind a barrier per
 //   stage, 62%-87% of mma_peak (mid-*.txt); they now have MW = 9..15, as 256 and 512 have 16.
+//   With the whole-stage copies from one base address (load_stage): 1.44 instructions per MMA
+//   at 512 tokens, the pipe 93.5% active (stream-mma-85e60da/run-2/ncu.txt).
 //
 // Which weight meets which activation lane (the host's reference, src/comm/kernels/pool.rs,
 // uses the same rule): the B fragment of lane l of the warp holds k = 2 (l % 4) + {0, 1} in its
