@@ -169,18 +169,17 @@ __device__ __forceinline__ void load_stage(unsigned slot, const uint4* __restric
 }
 
 // The 2 x MW MMAs of one 16-byte weight vector: its two B fragments against each token tile.
-// FULL: every token tile of the warp is live (no test per MMA); otherwise only the first `live`
-// (the last group of a token count that does not fill it).
-template <int MW, bool FULL>
+// Every tile of the group is multiplied, also those past the last token (their activations are
+// zero, so they add nothing): the second group of an odd tile count (19 tiles at 300 tokens: 10
+// and 9) does the first group's work, no more, and no MMA waits behind a test of its tile.
+template <int MW>
 __device__ __forceinline__ void mma_vec(float (&acc)[MW][4], const unsigned (&a)[MW][4],
-                                        const uint4& w, int live)
+                                        const uint4& w)
 {
 #pragma unroll
-    for (int m = 0; m < MW; ++m)
-        if (FULL || m < live) mma(acc[m], a[m], w.x, w.y);
+    for (int m = 0; m < MW; ++m) mma(acc[m], a[m], w.x, w.y);
 #pragma unroll
-    for (int m = 0; m < MW; ++m)
-        if (FULL || m < live) mma(acc[m], a[m], w.z, w.w);
+    for (int m = 0; m < MW; ++m) mma(acc[m], a[m], w.z, w.w);
 }
 
 // One stage's share of a warp: tiles first, first + step, ... of the TILES (TILES / step of
@@ -192,9 +191,9 @@ __device__ __forceinline__ void mma_vec(float (&acc)[MW][4], const unsigned (&a)
 // Four a turn above MW = 8 (half the loop's instructions per MMA again; results/h100x1/ holds
 // the runs before and after); the narrower variants keep two, their registers being capped at
 // 128 for two blocks an SM.
-template <int MW, bool FULL>
+template <int MW>
 __device__ __forceinline__ void compute_stage(const uint4* s, int first, int step, int lane,
-                                              int live, const unsigned (&a)[MW][4],
+                                              const unsigned (&a)[MW][4],
                                               float (&acc)[MW][4])
 {
     const int d = step * 32;
@@ -205,24 +204,24 @@ __device__ __forceinline__ void compute_stage(const uint4* s, int first, int ste
 #pragma unroll 1
         for (;;) {
             uint4 w1 = s[i + d];
-            mma_vec<MW, FULL>(acc, a, w0, live);
+            mma_vec<MW>(acc, a, w0);
             w0 = s[i + 2 * d];
-            mma_vec<MW, FULL>(acc, a, w1, live);
+            mma_vec<MW>(acc, a, w1);
             w1 = s[i + 3 * d];
-            mma_vec<MW, FULL>(acc, a, w0, live);
+            mma_vec<MW>(acc, a, w0);
             i += 4 * d;
             w0 = s[min(i, stop - d)];
-            mma_vec<MW, FULL>(acc, a, w1, live);
+            mma_vec<MW>(acc, a, w1);
             if (i == stop) break;
         }
     } else {
 #pragma unroll 1
         for (;;) {
             const uint4 w1 = s[i + d];
-            mma_vec<MW, FULL>(acc, a, w0, live);
+            mma_vec<MW>(acc, a, w0);
             i += 2 * d;
             w0 = s[min(i, stop - d)];
-            mma_vec<MW, FULL>(acc, a, w1, live);
+            mma_vec<MW>(acc, a, w1);
             if (i == stop) break;
         }
     }
@@ -265,7 +264,6 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
 #endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tile0 = group * MW;
-    const int live = min(MW, tiles - tile0);
 
     // this warp's tokens as A fragments: rows g and g + 8 of each of its token tiles, lanes
     // 2t and 2t + 1 (k and k + 8 share them)
@@ -300,10 +298,7 @@ __device__ __forceinline__ void mma_body(const uint4* __restrict__ pool, unsigne
         cp_commit();
         const uint4* s = ring[slot];
         slot = slot == DEPTH - 1 ? 0 : slot + 1;
-        if (live == MW)
-            compute_stage<MW, true>(s, warp, WARPS, lane, live, a, acc);
-        else
-            compute_stage<MW, false>(s, warp, WARPS, lane, live, a, acc);
+        compute_stage<MW>(s, warp, WARPS, lane, a, acc);
     }
     cp_wait<0>();
     __syncthreads();
