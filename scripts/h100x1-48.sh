@@ -10,7 +10,8 @@
 # cycle-c1.{txt,json}        --concurrency 1: decode 1 token, drafts 4 + 1 + 1, verify 4
 # cycle-c8.{txt,json}        --concurrency 8: decode 8 tokens, drafts 32 + 8 + 8, verify 32
 # cycle-c8-ctx2048.{txt,json} --concurrency 8 --context 2048: the KV cache read as well
-# model-c1.{txt,json}, model-c8.{txt,json}  the cost model's price of the same cycles at TP8
+# cycle-c32.{txt,json}       --concurrency 32: decode 32 tokens, drafts 128 + 32 + 32, verify 128
+# model-c{1,8,32}.{txt,json} the cost model's price of the same cycles at TP8
 #                            on its default machine (8 PCIe GPUs), beside them
 # plan-c8.txt                the plan of the C=8 cycle (what each part streams and sends)
 # smi.txt                    clocks, power and temperature before and after (read-only queries)
@@ -18,7 +19,7 @@
 #                            the cycle over the decode step
 # Each replay: --mode compute,full --graph both -n 100 -w 10 (collectives on a communicator of
 # one rank: NCCL's launch and call cost, no transfer). Every step has a time limit and is
-# skipped, saying so, when the 3 minutes would not hold it.
+# skipped, saying so, when the 5 minutes would not hold it.
 set -uo pipefail
 VB=$(realpath "${1:?binary}")
 OUTDIR=${2:-${OUT:-out}}
@@ -38,10 +39,10 @@ cd "$WORK"
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
   echo "# $("$VB" --version)"
 } > commands.txt
-left() { echo $(( 170 - ($(date +%s) - start) )); }
+left() { echo $(( 270 - ($(date +%s) - start) )); }
 run() {  # NAME LIMIT_S CMD...: runs if the time allows, keeps the output
   local name=$1 limit=$2; shift 2
-  if [ "$(left)" -lt "$limit" ]; then echo "$name: skipped to stay under 3 minutes" | tee -a commands.txt; return 1; fi
+  if [ "$(left)" -lt "$limit" ]; then echo "$name: skipped to stay under 5 minutes" | tee -a commands.txt; return 1; fi
   local t0; t0=$(date +%s)
   local shown="${*//$VB/./verifybench}"   # the binary's folder is this machine's business
   echo "$name.txt      $shown" >> commands.txt
@@ -63,11 +64,13 @@ run cycle-c1 50 "$VB" "${N[@]}" --concurrency 1 --export-json cycle-c1.json
 run cycle-c8 50 "$VB" "${N[@]}" --concurrency 8 --export-json cycle-c8.json
 run cycle-c8-ctx2048 50 "$VB" "${N[@]}" --concurrency 8 --context 2048 \
   --export-json cycle-c8-ctx2048.json
+run cycle-c32 90 "$VB" "${N[@]}" --concurrency 32 --export-json cycle-c32.json
 smi after
 
 M=(verify --backend model "${W[@]}" "${R[@]}")
 run model-c1 10 "$VB" "${M[@]}" --concurrency 1 --export-json model-c1.json
 run model-c8 10 "$VB" "${M[@]}" --concurrency 8 --export-json model-c8.json
+run model-c32 10 "$VB" "${M[@]}" --concurrency 32 --export-json model-c32.json
 run plan-c8 10 "$VB" plan "${W[@]}" --concurrency 8
 
 python3 - "$WORK" <<'EOF' | tee summary.txt
@@ -76,7 +79,7 @@ python3 - "$WORK" <<'EOF' | tee summary.txt
 import json, os, sys
 work = sys.argv[1]
 print(f"{'file':<24} {'mode':<8} {'launch':<6} {'decode':>9} {'drafts':>9} {'verify':>9} {'cycle':>9} {'cycle/decode':>12} {'#wrong':>6}")
-for name in ["cycle-c1", "cycle-c8", "cycle-c8-ctx2048", "model-c1", "model-c8"]:
+for name in ["cycle-c1", "cycle-c8", "cycle-c8-ctx2048", "cycle-c32", "model-c1", "model-c8", "model-c32"]:
     p = os.path.join(work, name + ".json")
     if not os.path.exists(p):
         print(f"{name:<24} (no record: see {name}.txt)")

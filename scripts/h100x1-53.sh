@@ -7,8 +7,8 @@
 #   BASE=OTHER_BINARY scripts/h100x1-53.sh BINARY [OUTDIR]
 #
 # With BASE, the streaming kernels of both binaries are also measured alternately (BASE, BINARY,
-# BASE, ... AB_RUNS times each, 128, 256 and 512 tokens) into ab-base-N and ab-new-N, so that a
-# kernel change is compared on the same machine in the same minutes.
+# BASE, ... AB_RUNS times each, at AB_TOKENS: 128,256,512 unless given) into ab-base-N and
+# ab-new-N, so that a kernel change is compared on the same machine in the same minutes.
 #
 # OUTDIR gets summary.txt, commands.txt and h100x1-53.tgz, which holds these:
 # selftest.{txt,json}   selftest --no-stress --no-faults: the streaming kernels' exact sums
@@ -89,8 +89,8 @@ done
 if [ -n "${BASE_VB:-}" ]; then
   echo "# base: $("$BASE_VB" --version) (ab-base-N), this binary: ab-new-N" >> commands.txt
   for i in $(seq 1 "${AB_RUNS:-4}"); do
-    run "ab-base-$i" 20 "$BASE_VB" bandwidth -n 20 --tokens 128,256,512 --export-json "ab-base-$i.json"
-    run "ab-new-$i" 20 "$VB" bandwidth -n 20 --tokens 128,256,512 --export-json "ab-new-$i.json"
+    run "ab-base-$i" 20 "$BASE_VB" bandwidth -n 20 --tokens "${AB_TOKENS:-128,256,512}" --export-json "ab-base-$i.json"
+    run "ab-new-$i" 20 "$VB" bandwidth -n 20 --tokens "${AB_TOKENS:-128,256,512}" --export-json "ab-new-$i.json"
   done
 fi
 for i in $(seq 1 "$SMALL_RUNS"); do
