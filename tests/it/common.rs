@@ -231,3 +231,35 @@ pub fn json_of<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> serde
 pub fn num(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
+
+/// Runs `cases` at the same time, each on a thread of its own, and fails naming every case that
+/// failed with its message. For tests that mostly wait for a timeout they test: side by side
+/// their waits overlap, where one after the other they kept libtest's two threads idle for
+/// seconds (results/cpu2/test-time.txt, round 9).
+pub fn side_by_side(cases: &[(&str, fn())]) {
+    let failed: Vec<String> = std::thread::scope(|s| {
+        let running: Vec<_> = cases
+            .iter()
+            .map(|(name, case)| (*name, s.spawn(*case)))
+            .collect();
+        running
+            .into_iter()
+            .filter_map(|(name, h)| {
+                let e = h.join().err()?;
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|m| m.to_string()))
+                    .unwrap_or_default();
+                Some(format!("{name}: {msg}"))
+            })
+            .collect()
+    });
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failed.len(),
+        cases.len(),
+        failed.join("\n")
+    );
+}

@@ -158,7 +158,6 @@ fn a_client_cannot_claim_rank_0() {
     );
 }
 
-#[test]
 fn a_duplicate_rank_is_refused_and_the_first_one_is_told() {
     let (mut srv, ep) = server(3);
     let first = client(&ep, hello(1, 3), LONG);
@@ -194,7 +193,6 @@ fn a_rank_out_of_range_is_refused() {
     assert!(c.to_string().contains("a world of 2 ranks (0-1)"), "{c}");
 }
 
-#[test]
 fn ranks_that_never_come_time_out_with_their_numbers() {
     let (mut srv, ep) = server(4);
     let c = client(&ep, hello(1, 4), LONG);
@@ -237,7 +235,6 @@ fn a_rank_with_nobody_listening_gives_up_at_its_timeout() {
     assert!(e.contains("attempts"), "{e}");
 }
 
-#[test]
 fn a_rank_waiting_for_missing_peers_gives_up_at_its_timeout() {
     let (mut srv, ep) = server(3);
     // rank 0 serves longer (1 s) than the rank waits (0.3 s); rank 2 never comes
@@ -300,7 +297,6 @@ fn a_stranger_on_the_port_does_not_stop_the_rendezvous() {
     stranger.join().unwrap();
 }
 
-#[test]
 fn gather_names_ranks_that_failed_or_sent_nothing() {
     let (mut srv, ep) = server(3);
     let c1 = client(&ep, hello(1, 3), LONG);
@@ -626,7 +622,6 @@ fn another_jobs_rank_is_refused_and_the_run_goes_on() {
     assert_eq!(refused.len(), 2, "{refused:?}");
 }
 
-#[test]
 fn refused_connections_are_named_when_the_rendezvous_times_out() {
     let (mut srv, ep) = secured(2, None);
     let c = client(&ep, hello(1, 2), LONG); // no token
@@ -777,7 +772,6 @@ fn a_replayed_proof_of_rank_0_is_refused_by_the_rank() {
     );
 }
 
-#[test]
 fn silent_and_slow_connections_do_not_delay_the_ranks_that_speak() {
     // 100 connections that never say a word and one that drips a hello a byte at a time
     // come before the ranks. Each has its own deadline for its hello (10 s); admitted one
@@ -838,7 +832,6 @@ fn silent_and_slow_connections_do_not_delay_the_ranks_that_speak() {
     dripper.join().unwrap();
 }
 
-#[test]
 fn strangers_past_the_rendezvous_timeout_are_counted_not_listed_one_by_one() {
     // 70 silent connections (more than the 64 that may wait at once) and no rank 1: the
     // timeout names the missing rank, a few of the strangers by address, and counts the rest
@@ -1099,7 +1092,6 @@ fn two_processes_with_different_workloads_are_refused_on_both_sides() {
     assert!(t.contains("with workload 9f3c000000000000, rank 0 on host0 runs 0.1.0 with workload 2b1b0000aaaa0001"), "{t}");
 }
 
-#[test]
 fn two_processes_time_out_naming_the_rank_that_never_came() {
     let (mut srv, ep) = server(3);
     let child = spawn_child(&child_orders(ep.port, 1, 3, "2b1b0000aaaa0001"));
@@ -1116,6 +1108,48 @@ fn two_processes_time_out_naming_the_rank_that_never_came() {
         t.contains("ended the rendezvous") && t.contains("rank 2 of 3 never connected"),
         "{t}"
     );
+}
+
+/// The rendezvous' cases that wait for a timeout or a late peer (up to 3 s each, 10 s one after
+/// the other), run side by side: each is a case of its own, named when it fails. The two cases
+/// that free a port and count on nobody taking it stay tests of their own: beside eight
+/// servers binding ports they lost it.
+#[test]
+fn timeouts_and_late_peers_side_by_side() {
+    crate::common::side_by_side(&[
+        (
+            "strangers_past_the_rendezvous_timeout_are_counted_not_listed_one_by_one",
+            strangers_past_the_rendezvous_timeout_are_counted_not_listed_one_by_one,
+        ),
+        (
+            "two_processes_time_out_naming_the_rank_that_never_came",
+            two_processes_time_out_naming_the_rank_that_never_came,
+        ),
+        (
+            "refused_connections_are_named_when_the_rendezvous_times_out",
+            refused_connections_are_named_when_the_rendezvous_times_out,
+        ),
+        (
+            "a_rank_waiting_for_missing_peers_gives_up_at_its_timeout",
+            a_rank_waiting_for_missing_peers_gives_up_at_its_timeout,
+        ),
+        (
+            "ranks_that_never_come_time_out_with_their_numbers",
+            ranks_that_never_come_time_out_with_their_numbers,
+        ),
+        (
+            "gather_names_ranks_that_failed_or_sent_nothing",
+            gather_names_ranks_that_failed_or_sent_nothing,
+        ),
+        (
+            "silent_and_slow_connections_do_not_delay_the_ranks_that_speak",
+            silent_and_slow_connections_do_not_delay_the_ranks_that_speak,
+        ),
+        (
+            "a_duplicate_rank_is_refused_and_the_first_one_is_told",
+            a_duplicate_rank_is_refused_and_the_first_one_is_told,
+        ),
+    ]);
 }
 
 // ---- the worker's command line ---------------------------------------------------------------
