@@ -94,10 +94,6 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, unsign
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
                  : "memory");
 }
-__device__ __forceinline__ void cp_async16_all(unsigned dst, const void* src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
 __device__ __forceinline__ void cp_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -154,7 +150,7 @@ __device__ __forceinline__ void load_stage(unsigned slot, const uint4* __restric
         const unsigned dst = slot + threadIdx.x * 16;
 #pragma unroll
         for (int v = 0; v < STAGE_VECS / THREADS; ++v)
-            cp_async16_all(dst + v * THREADS * 16, src + v * THREADS);
+            cp_async16(dst + v * THREADS * 16, src + v * THREADS, 16u);
         return;
     }
     const unsigned long long base = start + first + threadIdx.x;
